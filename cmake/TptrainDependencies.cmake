@@ -1,0 +1,110 @@
+# Finds every dependency of tptrain and wraps it in one interface target, tptrain::deps.
+# Stops early, with a message that says what to do, on setups that cannot work
+# (serial HDF5 with MPI, CUDA Kokkos without the CUDA toolkit, ...).
+
+# --- Kokkos and Kokkos Kernels --------------------------------------------------------------
+# Two kinds of installs are supported:
+#  * a standard Kokkos >= 4 (Spack, modules, source build): targets Kokkos::kokkos and
+#    Kokkos::kokkoskernels;
+#  * Debian's Trilinos-packaged Kokkos 3.4.01: its exported Kokkos::kokkos target carries the
+#    include path <prefix>/include, but the headers are in <prefix>/include/trilinos and the
+#    libraries are the trilinos_kokkos* targets. We link those and add the real include path.
+find_package(Kokkos REQUIRED)
+find_package(KokkosKernels REQUIRED)
+
+add_library(tptrain_kokkos INTERFACE)
+if(TARGET Kokkos::kokkoskernels)
+  target_link_libraries(tptrain_kokkos INTERFACE Kokkos::kokkoskernels Kokkos::kokkos)
+  set(TPTRAIN_KOKKOS_FLAVOUR "standard")
+elseif(TARGET trilinos_kokkoskernels)
+  target_link_libraries(tptrain_kokkos INTERFACE trilinos_kokkoskernels trilinos_kokkoscontainers
+                                                 trilinos_kokkoscore)
+  target_include_directories(tptrain_kokkos SYSTEM INTERFACE ${KokkosKernels_INCLUDE_DIRS}
+                                                             ${Kokkos_INCLUDE_DIRS})
+  set(TPTRAIN_KOKKOS_FLAVOUR "Trilinos-packaged")
+else()
+  message(FATAL_ERROR "tptrain: found Kokkos Kernels at ${KokkosKernels_DIR} but neither the "
+                      "Kokkos::kokkoskernels nor the trilinos_kokkoskernels target. Point "
+                      "KokkosKernels_ROOT at a Kokkos Kernels >= 3.4 install.")
+endif()
+
+# Which backends does this Kokkos have? (Kokkos >= 4 exposes kokkos_check; read the config
+# header otherwise, which works for both.)
+find_file(TPTRAIN_KOKKOS_CONFIG_H KokkosCore_config.h
+          HINTS ${Kokkos_INCLUDE_DIRS} ${Kokkos_DIR}/../../../include
+                ${Kokkos_DIR}/../../../include/trilinos
+          NO_DEFAULT_PATH)
+if(NOT TPTRAIN_KOKKOS_CONFIG_H)
+  find_file(TPTRAIN_KOKKOS_CONFIG_H KokkosCore_config.h PATH_SUFFIXES trilinos)
+endif()
+set(TPTRAIN_KOKKOS_HAS_CUDA OFF)
+if(TPTRAIN_KOKKOS_CONFIG_H)
+  file(STRINGS ${TPTRAIN_KOKKOS_CONFIG_H} _kokkos_cuda REGEX "^#define KOKKOS_ENABLE_CUDA$")
+  if(_kokkos_cuda)
+    set(TPTRAIN_KOKKOS_HAS_CUDA ON)
+  endif()
+endif()
+message(STATUS "tptrain: Kokkos ${Kokkos_VERSION} (${TPTRAIN_KOKKOS_FLAVOUR}), CUDA backend: ${TPTRAIN_KOKKOS_HAS_CUDA}")
+
+# --- MPI, parallel HDF5 ---------------------------------------------------------------------
+find_package(MPI REQUIRED COMPONENTS C)
+
+set(HDF5_PREFER_PARALLEL TRUE)
+find_package(HDF5 REQUIRED COMPONENTS C)
+if(NOT HDF5_IS_PARALLEL)
+  message(FATAL_ERROR "tptrain: the HDF5 found (${HDF5_INCLUDE_DIRS}) is not parallel. tptrain writes "
+                      "checkpoints collectively through MPI-IO and needs an MPI-enabled HDF5: "
+                      "Debian: libhdf5-openmpi-dev; Spack: hdf5+mpi; modules: hdf5/parallel "
+                      "(or set HDF5_ROOT / HDF5_C_COMPILER_EXECUTABLE=h5pcc).")
+endif()
+add_library(tptrain_hdf5 INTERFACE)
+if(TARGET HDF5::HDF5)
+  target_link_libraries(tptrain_hdf5 INTERFACE HDF5::HDF5)
+else()
+  target_include_directories(tptrain_hdf5 SYSTEM INTERFACE ${HDF5_INCLUDE_DIRS})
+  target_link_libraries(tptrain_hdf5 INTERFACE ${HDF5_C_LIBRARIES})
+  target_compile_definitions(tptrain_hdf5 INTERFACE ${HDF5_DEFINITIONS})
+endif()
+
+# --- small header libraries ------------------------------------------------------------------
+find_package(tomlplusplus REQUIRED)
+find_package(CLI11 REQUIRED)
+find_package(fmt REQUIRED)
+
+# --- CUDA toolkit, cuBLAS, NCCL: only when Kokkos has CUDA ----------------------------------
+set(TPTRAIN_HAVE_NCCL OFF)
+if(TPTRAIN_KOKKOS_HAS_CUDA)
+  find_package(CUDAToolkit REQUIRED)
+  if(NOT TPTRAIN_ENABLE_NCCL STREQUAL "OFF")
+    find_path(NCCL_INCLUDE_DIR nccl.h HINTS $ENV{NCCL_ROOT} ${NCCL_ROOT} ${CUDAToolkit_INCLUDE_DIRS}
+              PATH_SUFFIXES include)
+    find_library(NCCL_LIBRARY nccl HINTS $ENV{NCCL_ROOT} ${NCCL_ROOT} ${CUDAToolkit_LIBRARY_DIR}
+                 PATH_SUFFIXES lib lib64)
+    if(NCCL_INCLUDE_DIR AND NCCL_LIBRARY)
+      add_library(tptrain_nccl INTERFACE)
+      target_include_directories(tptrain_nccl SYSTEM INTERFACE ${NCCL_INCLUDE_DIR})
+      target_link_libraries(tptrain_nccl INTERFACE ${NCCL_LIBRARY} CUDA::cudart)
+      set(TPTRAIN_HAVE_NCCL ON)
+    else()
+      message(FATAL_ERROR "tptrain: Kokkos has CUDA but NCCL was not found (nccl.h / libnccl). "
+                          "Set NCCL_ROOT, `module load nccl`, or configure with "
+                          "-DTPTRAIN_ENABLE_NCCL=OFF to use MPI for device collectives.")
+    endif()
+  endif()
+elseif(TPTRAIN_ENABLE_NCCL STREQUAL "ON")
+  message(FATAL_ERROR "tptrain: TPTRAIN_ENABLE_NCCL=ON needs a Kokkos with the CUDA backend.")
+endif()
+message(STATUS "tptrain: NCCL collectives: ${TPTRAIN_HAVE_NCCL}")
+
+add_library(tptrain_deps INTERFACE)
+add_library(tptrain::deps ALIAS tptrain_deps)
+# We use MPI's C API only; keep the deprecated C++ bindings (and their warnings) out.
+target_compile_definitions(tptrain_deps INTERFACE OMPI_SKIP_MPICXX=1 MPICH_SKIP_MPICXX=1)
+target_link_libraries(tptrain_deps INTERFACE tptrain_kokkos MPI::MPI_C tptrain_hdf5
+                      tomlplusplus::tomlplusplus CLI11::CLI11 fmt::fmt)
+if(TPTRAIN_HAVE_NCCL)
+  target_link_libraries(tptrain_deps INTERFACE tptrain_nccl CUDA::cublas)
+  target_compile_definitions(tptrain_deps INTERFACE TPTRAIN_HAVE_NCCL=1)
+elseif(TPTRAIN_KOKKOS_HAS_CUDA)
+  target_link_libraries(tptrain_deps INTERFACE CUDA::cublas)
+endif()

@@ -1,0 +1,101 @@
+// Checkpoint files at the format level: named float32 tensors with their full logical shapes,
+// written and read collectively with parallel HDF5 (MPI-IO), each rank moving only its own
+// hyperslabs. This layer knows nothing of the model: the caller says which datasets exist, their
+// logical shapes, and which parts of them this rank holds (see DESIGN.md, "Checkpoint schema").
+//
+// Because every dataset holds the full logical tensor, a checkpoint written under one
+// (TP, PP, DP) layout reads under any other: the reader simply asks for different slabs.
+//
+// File layout (format_version 1):
+//   root attributes  format = "tptrain-checkpoint" (variable-length UTF-8 string)
+//                    format_version = 1 (int32), step, tokens_seen (int64), deck (UTF-8 string),
+//                    tp, pp, dp (int32)
+//   datasets         float32 (little-endian IEEE), contiguous, full global shape, at the
+//                    slash-separated path given by TensorShard::name (groups created as needed)
+// h5py reads the string attributes as str and the datasets as float32 arrays.
+//
+// Collective semantics and errors. Every function here is collective over `comm`: every rank
+// calls it with the same path and the same list of tensors (names and global shapes, in the
+// same order; slabs differ per rank). Work proceeds in phases (validate, open/create, metadata,
+// data, close, rename); at the end of each phase the ranks agree on an error flag with
+// MPI_Allreduce, so an error on any rank becomes a CheckpointError on every rank, with the same
+// message (that of the lowest failing rank, which is rank 0 whenever rank 0 failed) and nobody
+// hangs in a collective call. A rank that failed during the data phase keeps taking part in the
+// remaining collective transfers with empty selections.
+//
+// Messages name the path and what went wrong, e.g.
+//   reading checkpoint runs/x/step_00000100.h5: model/layers/0/mlp/fc/weight: checkpoint has
+//   [512, 128], the deck needs [256, 128]
+//   reading checkpoint runs/x/step_00000100.h5: H5Fopen failed for runs/x/step_00000100.h5:
+//   truncated file: eof = ... (checkpoint_file.cpp:NNN); the file is truncated or corrupt
+// A message from a rank other than 0 ends with " [rank r]". Several dataset problems found
+// while reading are listed together, one per line.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace tptrain::io {
+
+// A box in the full logical tensor: elements start[d] .. start[d]+count[d]-1 in dimension d.
+// start and count have one entry per dimension of the tensor.
+struct Hyperslab {
+  std::vector<std::uint64_t> start, count;
+};
+
+// One tensor as one rank sees it. The rank's local buffer holds the elements of its slabs, slab
+// after slab, each slab row-major. Several slabs express e.g. the QKV weight of a
+// tensor-parallel rank (its Q rows, its K rows, its V rows are three separate row blocks).
+// Slabs of one rank may come in any order; elements covered by two slabs of the same rank are
+// read into both places. Two ranks writing the same element (both with write = true) is a
+// caller error: which value lands is unspecified.
+struct TensorShard {
+  std::string name;                         // dataset path, e.g. "model/layers/0/attn/qkv/weight"
+  std::vector<std::uint64_t> global_shape;  // full logical shape, e.g. {3*H, H}; at least 1-D
+  std::vector<Hyperslab> slabs;             // may be empty (rank holds nothing of it)
+  float* data = nullptr;                    // host buffer, sum of slab element counts
+  // false: this rank holds a replica that another rank writes; it still takes part in the
+  // collective call with an empty selection (replicated tensors are written once, not once per
+  // rank). Reading ignores this flag: every rank reads all of its slabs.
+  bool write = true;
+};
+
+// Root attributes of a checkpoint.
+struct CheckpointMeta {
+  std::int64_t step = 0;
+  std::int64_t tokens_seen = 0;
+  std::string deck;  // the resolved deck text
+  int tp = 1, pp = 1, dp = 1;  // layout at save time
+};
+
+class CheckpointError : public std::runtime_error {
+ public:
+  using runtime_error::runtime_error;
+};
+
+// Collective over comm. Writes <path>.tmp with the MPI-IO driver and collective transfers
+// (creating groups as needed; datasets are float32 with the full global shape and no fill
+// value, so every element should be written by some rank), closes it, then rank 0 renames it to
+// <path> (after an fsync; std::rename is atomic on POSIX) and the ranks synchronise once more.
+// The metadata written is rank 0's. On any error the .tmp is removed, <path> is left as it was
+// (it is never touched before the rename), and every rank throws CheckpointError.
+void write_checkpoint(MPI_Comm comm, const std::string& path, const CheckpointMeta& meta,
+                      const std::vector<TensorShard>& tensors);
+
+// Collective over comm. Opens <path> read-only with the MPI-IO driver, checks format and
+// format_version, checks that every tensor exists as a floating-point dataset whose shape
+// equals global_shape, then reads each rank's slabs into its data (collective transfers).
+// Returns the metadata. Errors (missing file, not HDF5, truncated or corrupt file, wrong
+// format, unsupported format_version, missing dataset, shape mismatch) are thrown as
+// CheckpointError on every rank with the same message.
+CheckpointMeta read_checkpoint(MPI_Comm comm, const std::string& path,
+                               const std::vector<TensorShard>& tensors);
+
+// Collective over comm. read_checkpoint without tensors: the attributes only.
+CheckpointMeta read_checkpoint_meta(MPI_Comm comm, const std::string& path);
+
+}  // namespace tptrain::io

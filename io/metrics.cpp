@@ -1,0 +1,31 @@
+#include "io/metrics.hpp"
+
+#include <filesystem>
+#include <fmt/format.h>
+#include <stdexcept>
+
+namespace tptrain::io {
+
+std::string to_json(const MetricsRecord& r) {
+  // 17 significant digits: the curve in the file is the curve of the run, bit for bit.
+  std::string s = fmt::format(R"({{"step": {}, "loss": {:.17g}, "lr": {:.17g}, "grad_norm": {:.17g}, "tokens_per_s": {:.1f})",
+                              r.step, r.loss, r.lr, r.grad_norm, r.tokens_per_s);
+  if (r.eval_loss) s += fmt::format(R"(, "eval_loss": {:.17g})", *r.eval_loss);
+  return s + "}";
+}
+
+MetricsWriter::MetricsWriter(const std::string& dir, bool append) {
+  if (dir.empty()) return;
+  std::filesystem::create_directories(dir);
+  path_ = (std::filesystem::path(dir) / "metrics.jsonl").string();
+  out_.open(path_, append ? std::ios::app : std::ios::trunc);
+  if (!out_) throw std::runtime_error("cannot open " + path_ + " for writing");
+}
+
+void MetricsWriter::write(const MetricsRecord& r) {
+  if (!out_.is_open()) return;
+  out_ << to_json(r) << '\n';
+  out_.flush();
+}
+
+}  // namespace tptrain::io

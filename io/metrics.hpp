@@ -1,0 +1,32 @@
+// <run.dir>/metrics.jsonl: one JSON object per logged step (DESIGN.md), written by rank 0.
+#pragma once
+
+#include <cstdint>
+#include <fstream>
+#include <optional>
+#include <string>
+
+namespace tptrain::io {
+
+struct MetricsRecord {
+  std::int64_t step = 0;
+  double loss = 0, lr = 0, grad_norm = 0, tokens_per_s = 0;
+  std::optional<double> eval_loss;
+};
+
+// JSON line of a record: {"step": 10, "loss": ..., "lr": ..., "grad_norm": ..., "tokens_per_s": ...[, "eval_loss": ...]}
+std::string to_json(const MetricsRecord& r);
+
+class MetricsWriter {
+ public:
+  // dir empty: writes nothing (ranks other than 0). append: continue an existing file (resume).
+  explicit MetricsWriter(const std::string& dir, bool append = false);
+  void write(const MetricsRecord& r);
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  std::ofstream out_;
+};
+
+}  // namespace tptrain::io

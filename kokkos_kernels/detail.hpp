@@ -1,0 +1,64 @@
+// Internal helpers shared by the kernel headers: execution policies on the caller's execution
+// space instance, compile-time view checks, host-side shape checks. Not part of the contract.
+#pragma once
+
+#include "kokkos_kernels/compat.hpp"
+#include "kokkos_kernels/views.hpp"
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+
+namespace tptrain::kernels::detail {
+
+// 64-bit indices throughout: flattened parameter buffers and logits can exceed 2^31 elements.
+template <class Exec>
+using Range = Kokkos::RangePolicy<Exec, Kokkos::IndexType<std::int64_t>>;
+template <class Exec>
+using Range2D = Kokkos::MDRangePolicy<Exec, Kokkos::Rank<2>, Kokkos::IndexType<std::int64_t>>;
+template <class Exec>
+using Teams = Kokkos::TeamPolicy<Exec>;
+
+template <class Exec>
+inline Range<Exec> range(const Exec& exec, std::int64_t n) {
+  return Range<Exec>(exec, 0, n);
+}
+
+template <class Exec>
+inline Range2D<Exec> range2d(const Exec& exec, std::int64_t n0, std::int64_t n1) {
+  using point = typename Range2D<Exec>::point_type;
+  return Range2D<Exec>(exec, point{{0, 0}}, point{{n0, n1}});
+}
+
+// One team per league entry (rows of a row-wise reduction); team size left to Kokkos.
+template <class Exec>
+inline Teams<Exec> teams(const Exec& exec, std::int64_t league) {
+  return Teams<Exec>(exec, static_cast<int>(league), Kokkos::AUTO);
+}
+
+// Compile-time checks every kernel makes on its view arguments.
+template <class Exec, class V, int Rank>
+constexpr void check_view() {
+  static_assert(Kokkos::is_view<V>::value, "tptrain::kernels: argument must be a Kokkos::View");
+  // V::rank: an enum in Kokkos 3.4, an integral_constant in 4.x (V::Rank is deprecated there).
+  static_assert(static_cast<int>(V::rank) == Rank, "tptrain::kernels: view has the wrong rank");
+  static_assert(Kokkos::SpaceAccessibility<Exec, typename V::memory_space>::accessible,
+                "tptrain::kernels: view is not accessible from the execution space");
+}
+
+// Output views must be writable.
+template <class V>
+constexpr void check_writable() {
+  static_assert(!std::is_const<typename V::value_type>::value,
+                "tptrain::kernels: output view must not have a const value type");
+}
+
+// Host-side shape check: shape mismatches are programming errors, cheap to catch here.
+inline void require(bool ok, const char* kernel, const char* what) {
+  if (!ok) {
+    throw std::invalid_argument(std::string("tptrain::kernels::") + kernel + ": " + what);
+  }
+}
+
+}  // namespace tptrain::kernels::detail

@@ -1,0 +1,183 @@
+// Elementwise kernels on rank-1 or rank-2 views (any layout, managed or unmanaged, subviews):
+//   add(exec, a, b, out)     out = a + b
+//   add_inplace(exec, y, x)  y += x
+//   scale(exec, y, alpha)    y *= alpha
+//   fill(exec, y, value)     y = value
+//   copy(exec, src, dst)     dst = src
+// All views of one call have the same rank and extents.
+#pragma once
+
+#include "kokkos_kernels/compat.hpp"
+#include "kokkos_kernels/detail.hpp"
+
+namespace tptrain::kernels {
+
+namespace detail {
+
+template <class V>
+constexpr int rank_of() {
+  return static_cast<int>(V::rank);
+}
+
+template <class A, class B>
+bool same_extents(const A& a, const B& b) {
+  for (int r = 0; r < rank_of<A>(); ++r) {
+    if (a.extent(r) != b.extent(r)) return false;
+  }
+  return true;
+}
+
+template <class Exec, class AV, class BV, class OV>
+void add_1d(const Exec& exec, const AV& a, const BV& b, const OV& out) {
+  Kokkos::parallel_for(
+      "tptrain::kernels::add", range(exec, out.extent(0)),
+      KOKKOS_LAMBDA(const std::int64_t i) { out(i) = a(i) + b(i); });
+}
+template <class Exec, class AV, class BV, class OV>
+void add_2d(const Exec& exec, const AV& a, const BV& b, const OV& out) {
+  Kokkos::parallel_for(
+      "tptrain::kernels::add", range2d(exec, out.extent(0), out.extent(1)),
+      KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t j) { out(i, j) = a(i, j) + b(i, j); });
+}
+
+template <class Exec, class YV, class XV>
+void add_inplace_1d(const Exec& exec, const YV& y, const XV& x) {
+  Kokkos::parallel_for(
+      "tptrain::kernels::add_inplace", range(exec, y.extent(0)),
+      KOKKOS_LAMBDA(const std::int64_t i) { y(i) += x(i); });
+}
+template <class Exec, class YV, class XV>
+void add_inplace_2d(const Exec& exec, const YV& y, const XV& x) {
+  Kokkos::parallel_for(
+      "tptrain::kernels::add_inplace", range2d(exec, y.extent(0), y.extent(1)),
+      KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t j) { y(i, j) += x(i, j); });
+}
+
+template <class Exec, class YV, class T>
+void scale_1d(const Exec& exec, const YV& y, const T alpha) {
+  Kokkos::parallel_for(
+      "tptrain::kernels::scale", range(exec, y.extent(0)),
+      KOKKOS_LAMBDA(const std::int64_t i) { y(i) *= alpha; });
+}
+template <class Exec, class YV, class T>
+void scale_2d(const Exec& exec, const YV& y, const T alpha) {
+  Kokkos::parallel_for(
+      "tptrain::kernels::scale", range2d(exec, y.extent(0), y.extent(1)),
+      KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t j) { y(i, j) *= alpha; });
+}
+
+template <class Exec, class YV, class T>
+void fill_1d(const Exec& exec, const YV& y, const T value) {
+  Kokkos::parallel_for(
+      "tptrain::kernels::fill", range(exec, y.extent(0)),
+      KOKKOS_LAMBDA(const std::int64_t i) { y(i) = value; });
+}
+template <class Exec, class YV, class T>
+void fill_2d(const Exec& exec, const YV& y, const T value) {
+  Kokkos::parallel_for(
+      "tptrain::kernels::fill", range2d(exec, y.extent(0), y.extent(1)),
+      KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t j) { y(i, j) = value; });
+}
+
+template <class Exec, class SV, class DV>
+void copy_1d(const Exec& exec, const SV& src, const DV& dst) {
+  Kokkos::parallel_for(
+      "tptrain::kernels::copy", range(exec, dst.extent(0)),
+      KOKKOS_LAMBDA(const std::int64_t i) { dst(i) = src(i); });
+}
+template <class Exec, class SV, class DV>
+void copy_2d(const Exec& exec, const SV& src, const DV& dst) {
+  Kokkos::parallel_for(
+      "tptrain::kernels::copy", range2d(exec, dst.extent(0), dst.extent(1)),
+      KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t j) { dst(i, j) = src(i, j); });
+}
+
+template <class Exec, class V>
+constexpr void check_view_1d_or_2d() {
+  static_assert(rank_of<V>() == 1 || rank_of<V>() == 2,
+                "tptrain::kernels: elementwise kernels take rank-1 or rank-2 views");
+  check_view<Exec, V, rank_of<V>()>();
+}
+
+}  // namespace detail
+
+// out = a + b
+template <class Exec, class AV, class BV, class OV>
+void add(const Exec& exec,
+         const AV& a,     // [N] or [N, M]
+         const BV& b,     // same as a
+         const OV& out) { // same as a
+  detail::check_view_1d_or_2d<Exec, OV>();
+  detail::check_view<Exec, AV, detail::rank_of<OV>()>();
+  detail::check_view<Exec, BV, detail::rank_of<OV>()>();
+  detail::check_writable<OV>();
+  detail::require(detail::same_extents(a, out) && detail::same_extents(b, out), "add",
+                  "a, b and out must have the same extents");
+  if constexpr (detail::rank_of<OV>() == 1) {
+    detail::add_1d(exec, a, b, out);
+  } else {
+    detail::add_2d(exec, a, b, out);
+  }
+}
+
+// y += x
+template <class Exec, class YV, class XV>
+void add_inplace(const Exec& exec,
+                 const YV& y,   // [N] or [N, M]
+                 const XV& x) { // same as y
+  detail::check_view_1d_or_2d<Exec, YV>();
+  detail::check_view<Exec, XV, detail::rank_of<YV>()>();
+  detail::check_writable<YV>();
+  detail::require(detail::same_extents(x, y), "add_inplace", "x and y must have the same extents");
+  if constexpr (detail::rank_of<YV>() == 1) {
+    detail::add_inplace_1d(exec, y, x);
+  } else {
+    detail::add_inplace_2d(exec, y, x);
+  }
+}
+
+// y *= alpha
+template <class Exec, class YV>
+void scale(const Exec& exec,
+           const YV& y,  // [N] or [N, M]
+           const typename YV::non_const_value_type alpha) {
+  detail::check_view_1d_or_2d<Exec, YV>();
+  detail::check_writable<YV>();
+  if constexpr (detail::rank_of<YV>() == 1) {
+    detail::scale_1d(exec, y, alpha);
+  } else {
+    detail::scale_2d(exec, y, alpha);
+  }
+}
+
+// y = value
+template <class Exec, class YV>
+void fill(const Exec& exec,
+          const YV& y,  // [N] or [N, M]
+          const typename YV::non_const_value_type value) {
+  detail::check_view_1d_or_2d<Exec, YV>();
+  detail::check_writable<YV>();
+  if constexpr (detail::rank_of<YV>() == 1) {
+    detail::fill_1d(exec, y, value);
+  } else {
+    detail::fill_2d(exec, y, value);
+  }
+}
+
+// dst = src
+template <class Exec, class SV, class DV>
+void copy(const Exec& exec,
+          const SV& src,   // [N] or [N, M]
+          const DV& dst) { // same as src
+  detail::check_view_1d_or_2d<Exec, DV>();
+  detail::check_view<Exec, SV, detail::rank_of<DV>()>();
+  detail::check_writable<DV>();
+  detail::require(detail::same_extents(src, dst), "copy", "src and dst must have the same extents");
+  if constexpr (detail::rank_of<DV>() == 1) {
+    detail::copy_1d(exec, src, dst);
+  } else {
+    detail::copy_2d(exec, src, dst);
+  }
+}
+
+}  // namespace tptrain::kernels

@@ -1,0 +1,59 @@
+// Deterministic sampling of training sequences, independent of the parallel layout.
+//
+// Sequence g (0 <= g < global_batch) of optimizer step `step` starts at
+//     offset(seed, step, g) = mulhi64(h, N),   N = size - seq_length  (number of valid starts)
+//     h = mix(mix(mix(seed) ^ uint64(step)) ^ uint64(g))
+// where mix is the splitmix64 step (x += 0x9E3779B97F4A7C15, then the splitmix64 finaliser)
+// and mulhi64(h, N) = floor(h * N / 2^64), so offset is uniform in [0, size - seq_length - 1]
+// (bias < N / 2^64) and identical on every platform and standard library. The sequence covers
+// tokens [offset, offset + seq_length]: inputs the first S, targets the last S.
+//
+// Nothing depends on what was sampled before: a step's batch is a pure function of
+// (seed, step), so resuming at step k only needs k, and every (tensor, pipeline, data) layout
+// sees the same sequences in the same global order.
+//
+// Data-parallel rank d of D takes global sequences [d*global_batch/D, (d+1)*global_batch/D);
+// micro-batch m of that share takes the next micro_batch sequences:
+//     g = d*global_batch/D + m*micro_batch + row,   0 <= row < micro_batch.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "src/data/token_dataset.hpp"
+
+namespace tptrain::data {
+
+class BatchSampler {
+ public:
+  // Keeps a reference to `data`, which must outlive the sampler.
+  // Throws DataError if the dataset has fewer than seq_length + 1 tokens, if a size is not
+  // positive, if dp_rank is outside [0, dp_size), or if global_batch is not a multiple of
+  // micro_batch * dp_size.
+  BatchSampler(const TokenDataset& data, int seq_length, int global_batch, int micro_batch,
+               int dp_rank, int dp_size, std::uint64_t seed);
+
+  // Gradient-accumulation steps: global_batch / (micro_batch * dp_size).
+  int micro_batches_per_step() const { return micro_batches_per_step_; }
+
+  // Fills inputs and targets, each micro_batch * seq_length ints, row-major
+  // [micro_batch, seq_length]; targets are the inputs shifted by one token.
+  // Throws DataError if step < 0 or m is outside [0, micro_batches_per_step()).
+  void micro_batch(std::int64_t step, int m, std::int32_t* inputs, std::int32_t* targets) const;
+
+  // Start of global sequence global_index of `step` (see the formula above); exposed for tests.
+  // Throws DataError if step < 0 or global_index is outside [0, global_batch).
+  std::size_t sequence_offset(std::int64_t step, int global_index) const;
+
+ private:
+  const TokenDataset* data_;
+  int seq_length_;
+  int global_batch_;
+  int micro_batch_;
+  int dp_rank_;
+  int dp_size_;
+  int micro_batches_per_step_;
+  std::uint64_t seed_;
+};
+
+}  // namespace tptrain::data

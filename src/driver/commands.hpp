@@ -1,0 +1,37 @@
+// The subcommands of the tptrain executable. Each returns the process exit code:
+// 0 success, 1 bad input or a failed run, 2 usage error or a subcommand not implemented yet.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace tptrain::driver {
+
+struct DeckOptions {
+  std::string deck;
+  std::vector<std::string> overrides;  // --set section.key=value
+};
+
+struct EvalOptions {
+  std::string checkpoint;
+  std::string data;  // empty: the deck's data.valid
+  int windows = 0;   // 0: the deck's training.eval_windows
+};
+
+struct GenerateOptions {
+  std::string checkpoint;
+  std::string prompt;
+  int tokens = 128;
+  double temperature = 1.0;
+  int top_k = 0;  // 0 = no top-k filter
+  unsigned long long seed = 0;
+};
+
+int check(const DeckOptions& options);
+int train(const DeckOptions& options);
+int eval(const DeckOptions& options, const EvalOptions& eval);
+int generate(const DeckOptions& options, const GenerateOptions& generate);
+
+std::string version_string();
+
+}  // namespace tptrain::driver

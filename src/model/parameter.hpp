@@ -1,0 +1,70 @@
+// A model parameter as one tensor-parallel rank holds it: a flat local buffer (value, gradient,
+// AdamW moments) plus how it maps into the full logical tensor. The mapping drives
+// initialisation (every element is drawn from the seed and its LOGICAL index, so 1-way and
+// N-way runs start identical — Megatron's _initialize_affine_weight_cpu idea), checkpoint
+// hyperslabs and the gradient-norm bookkeeping.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kokkos_kernels/views.hpp"
+
+namespace tptrain::model {
+
+// How a logical tensor is split over the TP group. The split dimension is seen as `blocks`
+// equal blocks, each divided evenly over the ranks; a rank's local tensor is its part of every
+// block, block after block. QKV uses 3 blocks (its Q, K and V rows for the rank's heads).
+struct Sharding {
+  int dim = -1;     // -1: replicated on every TP rank
+  int blocks = 1;
+};
+
+template <class T>
+struct Parameter {
+  std::string name;                    // checkpoint path under /model, e.g. "layers/0/ln_1/weight"
+  std::vector<std::int64_t> shape;     // full logical shape; 1-D or 2-D
+  std::int64_t saved_rows = 0;         // rows that exist logically (< shape[0] for padded vocab)
+  Sharding sharding;
+  int tp_rank = 0;
+  int tp_size = 1;
+  bool weight_decay = false;           // AdamW decays 2-D weights, not biases or LayerNorm
+  float init_std = 0.0f;               // 0: constant init_const
+  float init_const = 0.0f;
+
+  kernels::Vector<T> value, grad, exp_avg, exp_avg_sq;   // flat local storage
+
+  bool replicated() const { return sharding.dim < 0; }
+  std::int64_t rows() const { return local_shape()[0]; }
+  std::int64_t cols() const { return shape.size() > 1 ? local_shape()[1] : 1; }
+  std::int64_t local_size() const { return rows() * cols(); }
+  std::vector<std::int64_t> local_shape() const {
+    std::vector<std::int64_t> s = shape;
+    if (!replicated()) s[static_cast<std::size_t>(sharding.dim)] /= tp_size;
+    return s;
+  }
+  // Local row r (or column for a column split) → logical index along the split dimension.
+  std::int64_t logical_index(std::int64_t local) const {
+    const std::int64_t global = shape[static_cast<std::size_t>(sharding.dim)];
+    const std::int64_t block_global = global / sharding.blocks;
+    const std::int64_t block_local = block_global / tp_size;
+    return (local / block_local) * block_global + tp_rank * block_local + local % block_local;
+  }
+
+  kernels::MatrixUnmanaged<T> matrix(const kernels::Vector<T>& v) const {
+    return kernels::MatrixUnmanaged<T>(v.data(), rows(), cols());
+  }
+  kernels::MatrixUnmanaged<T> w() const { return matrix(value); }
+  kernels::MatrixUnmanaged<T> dw() const { return matrix(grad); }
+  kernels::VectorUnmanaged<T> v() const { return kernels::VectorUnmanaged<T>(value.data(), local_size()); }
+  kernels::VectorUnmanaged<T> dv() const { return kernels::VectorUnmanaged<T>(grad.data(), local_size()); }
+};
+
+// Allocates value/grad/moments (zeroed) and draws the initial value.
+template <class T>
+void allocate_and_initialise(Parameter<T>& p, std::uint64_t seed);
+
+}  // namespace tptrain::model
+
+#include "src/model/parameter_init.hpp"

@@ -1,0 +1,75 @@
+// Deterministic, layout-independent initialisation: element value = f(seed, parameter name,
+// logical flat index), computed on the device with a counter-based generator (splitmix64 and
+// Box-Muller), so no rank ever materialises the full tensor.
+#pragma once
+
+#include <cmath>
+
+#include "kokkos_kernels/detail.hpp"
+#include "src/model/parameter.hpp"
+
+namespace tptrain::model {
+
+KOKKOS_INLINE_FUNCTION std::uint64_t splitmix64(std::uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+// Standard normal sample number `index` of stream `stream` (Box-Muller on two 53-bit uniforms).
+KOKKOS_INLINE_FUNCTION double normal_sample(std::uint64_t stream, std::uint64_t index) {
+  const std::uint64_t a = splitmix64(stream ^ splitmix64(2 * index));
+  const std::uint64_t b = splitmix64(stream ^ splitmix64(2 * index + 1));
+  const double u1 = (static_cast<double>(a >> 11) + 1.0) * (1.0 / 9007199254740992.0);  // (0,1]
+  const double u2 = static_cast<double>(b >> 11) * (1.0 / 9007199254740992.0);          // [0,1)
+  return kx::sqrt(-2.0 * kx::log(u1)) * kx::cos(6.283185307179586 * u2);
+}
+
+inline std::uint64_t name_hash(const std::string& name) {  // FNV-1a
+  std::uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : name) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+template <class T>
+void allocate_and_initialise(Parameter<T>& p, std::uint64_t seed) {
+  const std::int64_t n = p.local_size();
+  p.value = kernels::Vector<T>(p.name + ".value", n);
+  p.grad = kernels::Vector<T>(p.name + ".grad", n);
+  p.exp_avg = kernels::Vector<T>(p.name + ".exp_avg", n);
+  p.exp_avg_sq = kernels::Vector<T>(p.name + ".exp_avg_sq", n);
+
+  // Everything the kernel needs, by value (no host containers on the device).
+  const std::uint64_t stream = splitmix64(seed) ^ name_hash(p.name);
+  const int dim = p.sharding.dim;
+  const std::int64_t cols_local = p.cols();
+  const std::int64_t cols_global = p.shape.size() > 1 ? p.shape[1] : 1;
+  const std::int64_t split_global = dim >= 0 ? p.shape[static_cast<std::size_t>(dim)] : 1;
+  const std::int64_t block_global = split_global / p.sharding.blocks;
+  const std::int64_t block_local = block_global / p.tp_size;
+  const std::int64_t tp_rank = p.tp_rank;
+  const std::int64_t saved_rows = p.saved_rows;
+  const double stddev = p.init_std;
+  const T constant = static_cast<T>(p.init_const);
+  auto value = p.value;
+  Kokkos::parallel_for(
+      "tptrain::model::initialise", kernels::detail::range(kx::ExecSpace(), n),
+      KOKKOS_LAMBDA(const std::int64_t i) {
+        std::int64_t row = i / cols_local, col = i % cols_local;
+        const auto logical = [&](std::int64_t local) {
+          return (local / block_local) * block_global + tp_rank * block_local + local % block_local;
+        };
+        if (dim == 0) row = logical(row);
+        if (dim == 1) col = logical(col);
+        if (row >= saved_rows) {  // vocabulary padding: stays zero forever
+          value(i) = T(0);
+          return;
+        }
+        value(i) = stddev > 0 ? static_cast<T>(stddev * normal_sample(stream, static_cast<std::uint64_t>(
+                                                                      row * cols_global + col)))
+                              : constant;
+      });
+}
+
+}  // namespace tptrain::model

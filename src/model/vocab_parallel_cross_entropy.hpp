@@ -1,0 +1,74 @@
+// The tied output layer and Megatron's VocabParallelCrossEntropy.
+//
+// logits = x · Wordᵀ is a column-parallel linear over the vocabulary (x enters through f), so
+// each rank holds logits [N, V_padded/tp] of its vocabulary block. The loss
+//   loss_i = log Σ_v exp(z_iv - m_i) + m_i - z_i,target
+// needs three all-reduces over the TP group — the max m_i, the sum of exponentials and the
+// target logit (held by exactly one rank) — and never gathers the full logits. Padding columns
+// (vocabulary rows >= vocab_size) are excluded from the max and the sum, so the loss equals
+// that of the unpadded model.
+#pragma once
+
+#include "kokkos_kernels/cross_entropy.hpp"
+#include "kokkos_kernels/gemm.hpp"
+#include "src/model/gpt_shape.hpp"
+#include "src/model/linear.hpp"
+
+namespace tptrain::model {
+
+template <class T>
+struct VocabParallelCrossEntropy {
+  std::int64_t vocab_start, valid_cols;
+  kernels::Matrix<T> logits;   // [N, V_padded/tp]
+  kernels::Matrix<T> dlogits;  // [N, V_padded/tp]
+  kernels::Vector<T> rowmax, sumexp, target_logit, loss;  // [N]
+
+  VocabParallelCrossEntropy(const GptShape& s, std::int64_t tokens, const Communicator& tp)
+      : vocab_start(s.vocab_start(tp.rank())),
+        valid_cols(s.valid_vocab(tp.rank())),
+        logits("lm_head.logits", tokens, s.local_vocab()),
+        dlogits("lm_head.dlogits", tokens, s.local_vocab()),
+        rowmax("lm_head.rowmax", tokens),
+        sumexp("lm_head.sumexp", tokens),
+        target_logit("lm_head.target_logit", tokens),
+        loss("lm_head.loss", tokens) {}
+
+  // Local logits of the tied output layer.
+  template <class XV>
+  void logits_forward(const Exec& exec, Communicator& tp, const XV& x /*[N, H]*/, const Parameter<T>& word) {
+    parallel::copy_to_tp_region_forward(tp, exec, x);
+    kernels::linear_forward(exec, x, word.w(), logits);
+  }
+
+  // Per-token loss in `loss` (identical on every TP rank); returns the sum over the first
+  // `count` tokens (all when count < 0; evaluation pads a last partial batch).
+  template <class TV>
+  double loss_forward(const Exec& exec, Communicator& tp, const TV& targets /*[N]*/,
+                      std::int64_t count = -1) {
+    kernels::row_max(exec, logits, valid_cols, rowmax);
+    parallel::all_reduce(tp, exec, rowmax, parallel::ReduceOp::max);
+    kernels::row_sum_exp(exec, logits, rowmax, valid_cols, sumexp);
+    parallel::all_reduce(tp, exec, sumexp, parallel::ReduceOp::sum);
+    kernels::target_logit(exec, logits, targets, vocab_start, target_logit);
+    parallel::all_reduce(tp, exec, target_logit, parallel::ReduceOp::sum);
+    kernels::cross_entropy_loss(exec, rowmax, sumexp, target_logit, loss);
+    auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), loss);
+    double sum = 0;
+    const std::int64_t n = count < 0 ? static_cast<std::int64_t>(h.extent(0)) : count;
+    for (std::int64_t i = 0; i < n; ++i) sum += static_cast<double>(h(i));
+    return sum;
+  }
+
+  // d(scale · Σ_i loss_i): dWord += dlogitsᵀ x; dx = dlogits · Word, all-reduced (f backward).
+  template <class TV, class XV, class DXV>
+  void backward(const Exec& exec, Communicator& tp, const TV& targets, const XV& x, Parameter<T>& word,
+                T scale, const DXV& dx /*[N, H] overwritten*/) {
+    kernels::cross_entropy_backward(exec, logits, rowmax, sumexp, targets, vocab_start, valid_cols,
+                                    scale, dlogits);
+    kernels::linear_backward_weight(exec, dlogits, x, word.dw());
+    kernels::linear_backward_input(exec, dlogits, word.w(), dx);
+    parallel::copy_to_tp_region_backward(tp, exec, dx);
+  }
+};
+
+}  // namespace tptrain::model

@@ -1,0 +1,45 @@
+// Megatron VocabParallelEmbedding: each TP rank holds a contiguous block of (padded) vocabulary
+// rows; a token outside the block looks up zero, and the all-reduce g sums the one non-zero
+// row in. The learned position embedding is replicated and added after the reduction (adding
+// it before would count it tp times).
+#pragma once
+
+#include "kokkos_kernels/embedding.hpp"
+#include "src/model/gpt_shape.hpp"
+#include "src/model/linear.hpp"
+
+namespace tptrain::model {
+
+template <class T>
+struct VocabParallelEmbedding {
+  Parameter<T> word;      // [V_padded/tp, H]; logical [V, H] in checkpoints
+  Parameter<T> position;  // [S, H], replicated
+  int S;
+  std::int64_t vocab_start;
+
+  VocabParallelEmbedding(const GptShape& s, const Communicator& tp)
+      : word(make_parameter<T>("embedding/word", {s.padded_vocab(), s.hidden}, Sharding{0, 1}, tp,
+                               true, 0.02f)),
+        position(make_parameter<T>("embedding/position", {s.seq_length, s.hidden}, Sharding{}, tp,
+                                   true, 0.01f)),
+        S(s.seq_length),
+        vocab_start(s.vocab_start(tp.rank())) {
+    word.saved_rows = s.vocab_size;
+  }
+
+  template <class TV, class YV>
+  void forward(const Exec& exec, Communicator& tp, const TV& tokens /*[N]*/, const YV& y /*[N, H]*/) {
+    kernels::embedding_forward_masked(exec, tokens, word.w(), vocab_start, y);
+    parallel::reduce_from_tp_region_forward(tp, exec, y);
+    kernels::position_embedding_add(exec, position.w(), S, y);
+  }
+
+  template <class TV, class DYV>
+  void backward(const Exec& exec, Communicator& tp, const TV& tokens, const DYV& dy /*[N, H]*/) {
+    parallel::reduce_from_tp_region_backward(tp, exec, dy);
+    kernels::embedding_backward_masked(exec, tokens, dy, vocab_start, word.dw());
+    kernels::position_embedding_backward(exec, dy, S, position.dw());
+  }
+};
+
+}  // namespace tptrain::model

@@ -1,0 +1,158 @@
+// Collectives over Kokkos Views: the only way layers move data between ranks (through
+// mappings.hpp for the tensor-parallel operators). Views must be contiguous (LayoutRight /
+// LayoutLeft, no strided subviews). When the backend needs host memory (MPI) but the View lives
+// in device memory, the data is staged through a host mirror and copied back on completion, so
+// the same call works on every backend.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+
+#include "src/parallel/communicator.hpp"
+#include "src/parallel/mpi_check.hpp"
+#include "src/parallel/mpi_communicator.hpp"
+
+namespace tptrain::parallel {
+
+namespace detail {
+
+template <class View>
+void require_contiguous(const View& v, const char* what) {
+  if (!v.span_is_contiguous())
+    throw std::invalid_argument(std::string("tptrain: ") + what + " needs a contiguous View, got '" +
+                                v.label() + "'");
+}
+
+template <class View>
+constexpr bool host_accessible() {
+  return Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename View::memory_space>::accessible;
+}
+
+template <class View>
+using value_t = typename View::non_const_value_type;
+
+// Runs `op(pointer)` on v's data, staging through a host mirror if the backend needs it.
+// `copy_in`: the op reads the buffer; `copy_out`: the op writes it.
+template <class View, class Op>
+Request with_buffer(Communicator& comm, const kx::ExecSpace& exec, const View& v, bool copy_in,
+                    bool copy_out, Op op) {
+  if (host_accessible<View>() || !comm.needs_host_memory()) return op(v.data());
+  auto mirror = Kokkos::create_mirror_view(Kokkos::HostSpace(), v);
+  if (copy_in) Kokkos::deep_copy(exec, mirror, v);
+  Request r = op(mirror.data());
+  if (!copy_out) return Request([r = std::make_shared<Request>(std::move(r)), mirror]() { r->wait(); });
+  return std::move(r).then([exec, mirror, v]() { Kokkos::deep_copy(exec, v, mirror); });
+}
+
+}  // namespace detail
+
+template <class View>
+Request iall_reduce(Communicator& comm, const kx::ExecSpace& exec, const View& v, ReduceOp op) {
+  detail::require_contiguous(v, "all_reduce");
+  if (comm.size() == 1) return Request();
+  return detail::with_buffer(comm, exec, v, true, true, [&](auto* p) {
+    return comm.iall_reduce(exec, p, v.size(), data_type_of<detail::value_t<View>>(), op);
+  });
+}
+
+// recv holds comm.size() blocks of send.size() elements, block r from rank r.
+template <class SendView, class RecvView>
+Request iall_gather(Communicator& comm, const kx::ExecSpace& exec, const SendView& send,
+                    const RecvView& recv) {
+  detail::require_contiguous(send, "all_gather");
+  detail::require_contiguous(recv, "all_gather");
+  if (recv.size() != send.size() * static_cast<std::size_t>(comm.size()))
+    throw std::invalid_argument("tptrain: all_gather: receive view '" + recv.label() + "' has " +
+                                std::to_string(recv.size()) + " elements, expected " +
+                                std::to_string(send.size() * comm.size()));
+  return detail::with_buffer(comm, exec, recv, false, true, [&](auto* precv) {
+    return detail::with_buffer(comm, exec, send, true, false, [&](auto* psend) {
+      return comm.iall_gather(exec, psend, precv, send.size(),
+                              data_type_of<detail::value_t<SendView>>());
+    });
+  });
+}
+
+// recv = op over ranks of block comm.rank() of send (send holds comm.size() blocks).
+template <class SendView, class RecvView>
+Request ireduce_scatter(Communicator& comm, const kx::ExecSpace& exec, const SendView& send,
+                        const RecvView& recv, ReduceOp op) {
+  detail::require_contiguous(send, "reduce_scatter");
+  detail::require_contiguous(recv, "reduce_scatter");
+  if (send.size() != recv.size() * static_cast<std::size_t>(comm.size()))
+    throw std::invalid_argument("tptrain: reduce_scatter: send view '" + send.label() + "' has " +
+                                std::to_string(send.size()) + " elements, expected " +
+                                std::to_string(recv.size() * comm.size()));
+  return detail::with_buffer(comm, exec, recv, false, true, [&](auto* precv) {
+    return detail::with_buffer(comm, exec, send, true, false, [&](auto* psend) {
+      return comm.ireduce_scatter(exec, psend, precv, recv.size(),
+                                  data_type_of<detail::value_t<SendView>>(), op);
+    });
+  });
+}
+
+template <class View>
+Request ibroadcast(Communicator& comm, const kx::ExecSpace& exec, const View& v, int root) {
+  detail::require_contiguous(v, "broadcast");
+  if (comm.size() == 1) return Request();
+  const bool is_root = comm.rank() == root;
+  return detail::with_buffer(comm, exec, v, is_root, !is_root, [&](auto* p) {
+    return comm.ibroadcast(exec, p, v.size(), data_type_of<detail::value_t<View>>(), root);
+  });
+}
+
+template <class View>
+Request isend(Communicator& comm, const kx::ExecSpace& exec, const View& v, int peer, int tag) {
+  detail::require_contiguous(v, "send");
+  return detail::with_buffer(comm, exec, v, true, false, [&](auto* p) {
+    return comm.isend(exec, p, v.size(), data_type_of<detail::value_t<View>>(), peer, tag);
+  });
+}
+
+template <class View>
+Request irecv(Communicator& comm, const kx::ExecSpace& exec, const View& v, int peer, int tag) {
+  detail::require_contiguous(v, "recv");
+  return detail::with_buffer(comm, exec, v, false, true, [&](auto* p) {
+    return comm.irecv(exec, p, v.size(), data_type_of<detail::value_t<View>>(), peer, tag);
+  });
+}
+
+// Blocking forms.
+template <class View>
+void all_reduce(Communicator& comm, const kx::ExecSpace& exec, const View& v, ReduceOp op) {
+  iall_reduce(comm, exec, v, op).wait();
+}
+template <class SendView, class RecvView>
+void all_gather(Communicator& comm, const kx::ExecSpace& exec, const SendView& send, const RecvView& recv) {
+  iall_gather(comm, exec, send, recv).wait();
+}
+template <class SendView, class RecvView>
+void reduce_scatter(Communicator& comm, const kx::ExecSpace& exec, const SendView& send,
+                    const RecvView& recv, ReduceOp op) {
+  ireduce_scatter(comm, exec, send, recv, op).wait();
+}
+template <class View>
+void broadcast(Communicator& comm, const kx::ExecSpace& exec, const View& v, int root) {
+  ibroadcast(comm, exec, v, root).wait();
+}
+template <class View>
+void send(Communicator& comm, const kx::ExecSpace& exec, const View& v, int peer, int tag) {
+  isend(comm, exec, v, peer, tag).wait();
+}
+template <class View>
+void recv(Communicator& comm, const kx::ExecSpace& exec, const View& v, int peer, int tag) {
+  irecv(comm, exec, v, peer, tag).wait();
+}
+
+// Host scalars (loss, norms, agreement flags): a blocking all-reduce over the group's MPI
+// communicator, whatever the device backend.
+template <class T>
+T all_reduce_scalar(const Communicator& comm, T value, ReduceOp op) {
+  if (comm.size() == 1) return value;
+  TPTRAIN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &value, 1, mpi_type(data_type_of<T>()), mpi_op(op),
+                                  comm.mpi_comm()));
+  return value;
+}
+
+}  // namespace tptrain::parallel

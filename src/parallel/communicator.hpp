@@ -1,0 +1,107 @@
+// A communicator of one process group (TP, PP, DP or embedding group), over contiguous buffers.
+//
+// Two backends sit behind this interface: MpiCommunicator (host memory, every build) and
+// NcclCommunicator (device memory, only when Kokkos has CUDA). Layers never call either
+// directly: they use the View wrappers in collectives.hpp and the conjugate operators in
+// mappings.hpp. Every operation has a non-blocking form returning a Request; the blocking form
+// is the non-blocking one followed by wait().
+//
+// Ordering: an operation reads its buffers only after the work already queued on `exec` is
+// done (MPI fences the instance; NCCL enqueues on the instance's stream). After wait(), the
+// result is visible to later work on `exec`.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mpi.h>
+
+#include "kokkos_kernels/compat.hpp"
+
+namespace tptrain::parallel {
+
+enum class ReduceOp { sum, max };
+enum class DataType { float32, float64, int32, int64, uint8 };
+
+template <class T> constexpr DataType data_type_of();
+template <> constexpr DataType data_type_of<float>() { return DataType::float32; }
+template <> constexpr DataType data_type_of<double>() { return DataType::float64; }
+template <> constexpr DataType data_type_of<std::int32_t>() { return DataType::int32; }
+template <> constexpr DataType data_type_of<std::int64_t>() { return DataType::int64; }
+template <> constexpr DataType data_type_of<std::uint8_t>() { return DataType::uint8; }
+
+std::size_t size_of(DataType type);
+
+// Handle of a non-blocking operation. wait() completes it (idempotent); a Request that goes
+// out of scope while pending is waited on, so buffers are never released under a live
+// operation. Move-only.
+class Request {
+ public:
+  Request() = default;
+  explicit Request(std::function<void()> complete) : complete_(std::move(complete)) {}
+  Request(Request&& other) noexcept : complete_(std::move(other.complete_)) { other.complete_ = nullptr; }
+  Request& operator=(Request&& other) noexcept;
+  Request(const Request&) = delete;
+  Request& operator=(const Request&) = delete;
+  ~Request() { wait(); }
+
+  void wait();
+  bool pending() const { return static_cast<bool>(complete_); }
+  // Runs `then` after the operation completes (e.g. copy a staged host buffer back).
+  Request then(std::function<void()> then) &&;
+
+ private:
+  std::function<void()> complete_;
+};
+
+void wait_all(Request* requests, std::size_t count);
+
+class Communicator {
+ public:
+  virtual ~Communicator();
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  // The MPI communicator of this group (also used to bootstrap NCCL, and for host-side
+  // control messages such as agreeing on an error).
+  MPI_Comm mpi_comm() const { return comm_; }
+  // True when buffers must be host-accessible (MPI backend); the View wrappers stage device
+  // data through host mirrors for such a backend.
+  virtual bool needs_host_memory() const = 0;
+  virtual const char* backend_name() const = 0;
+
+  // In place: every rank ends with op over all ranks' buf.
+  virtual Request iall_reduce(const kx::ExecSpace& exec, void* buf, std::size_t count, DataType type,
+                              ReduceOp op) = 0;
+  // recv[r*count .. (r+1)*count) = send of rank r.
+  virtual Request iall_gather(const kx::ExecSpace& exec, const void* send, void* recv,
+                              std::size_t count, DataType type) = 0;
+  // recv (count elements) = op over ranks of send[rank*count .. (rank+1)*count).
+  virtual Request ireduce_scatter(const kx::ExecSpace& exec, const void* send, void* recv,
+                                  std::size_t count, DataType type, ReduceOp op) = 0;
+  virtual Request ibroadcast(const kx::ExecSpace& exec, void* buf, std::size_t count, DataType type,
+                             int root) = 0;
+  virtual Request isend(const kx::ExecSpace& exec, const void* buf, std::size_t count, DataType type,
+                        int peer, int tag) = 0;
+  virtual Request irecv(const kx::ExecSpace& exec, void* buf, std::size_t count, DataType type,
+                        int peer, int tag) = 0;
+
+  // Host-side barrier of the group (MPI), e.g. before renaming a finished checkpoint.
+  void barrier() const;
+
+ protected:
+  // Takes ownership of `comm` (freed in the destructor).
+  explicit Communicator(MPI_Comm comm);
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int rank_ = 0;
+  int size_ = 1;
+};
+
+// The backend for a group: NCCL when built with it and Kokkos runs on CUDA, MPI otherwise.
+// Takes ownership of `comm`.
+std::unique_ptr<Communicator> make_communicator(MPI_Comm comm);
+
+}  // namespace tptrain::parallel

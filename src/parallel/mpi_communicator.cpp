@@ -1,0 +1,102 @@
+#include "src/parallel/mpi_communicator.hpp"
+
+#include <climits>
+#include <stdexcept>
+#include <string>
+
+#include "src/parallel/mpi_check.hpp"
+
+namespace tptrain::parallel {
+
+MPI_Datatype mpi_type(DataType type) {
+  switch (type) {
+    case DataType::float32: return MPI_FLOAT;
+    case DataType::float64: return MPI_DOUBLE;
+    case DataType::int32: return MPI_INT32_T;
+    case DataType::int64: return MPI_INT64_T;
+    case DataType::uint8: return MPI_UINT8_T;
+  }
+  return MPI_DATATYPE_NULL;
+}
+
+MPI_Op mpi_op(ReduceOp op) { return op == ReduceOp::sum ? MPI_SUM : MPI_MAX; }
+
+namespace {
+
+// MPI counts are int; a larger buffer must be split by the caller (buckets do that).
+int mpi_count(std::size_t count, const char* what) {
+  if (count > static_cast<std::size_t>(INT_MAX))
+    throw std::length_error(std::string("tptrain: ") + what + " of " + std::to_string(count) +
+                            " elements exceeds MPI's int count limit");
+  return static_cast<int>(count);
+}
+
+// The handle owns the MPI_Request on the heap so its address is stable while pending.
+Request pending(std::shared_ptr<MPI_Request> req, const char* what) {
+  return Request([req, what]() {
+    const int rc = MPI_Wait(req.get(), MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS) abort_job(what, __FILE__, __LINE__, mpi_error_string(rc));
+  });
+}
+
+}  // namespace
+
+// MPI reads the buffers as soon as the call is made, so the producer kernels on `exec` must
+// have finished: fence first.
+Request MpiCommunicator::iall_reduce(const kx::ExecSpace& exec, void* buf, std::size_t count,
+                                     DataType type, ReduceOp op) {
+  kx::fence(exec, "tptrain::MpiCommunicator::iall_reduce");
+  auto req = std::make_shared<MPI_Request>();
+  TPTRAIN_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf, mpi_count(count, "all_reduce"), mpi_type(type),
+                                   mpi_op(op), comm_, req.get()));
+  return pending(req, "MPI_Iallreduce");
+}
+
+Request MpiCommunicator::iall_gather(const kx::ExecSpace& exec, const void* send, void* recv,
+                                     std::size_t count, DataType type) {
+  kx::fence(exec, "tptrain::MpiCommunicator::iall_gather");
+  auto req = std::make_shared<MPI_Request>();
+  const int n = mpi_count(count, "all_gather");
+  TPTRAIN_MPI_CHECK(
+      MPI_Iallgather(send, n, mpi_type(type), recv, n, mpi_type(type), comm_, req.get()));
+  return pending(req, "MPI_Iallgather");
+}
+
+Request MpiCommunicator::ireduce_scatter(const kx::ExecSpace& exec, const void* send, void* recv,
+                                         std::size_t count, DataType type, ReduceOp op) {
+  kx::fence(exec, "tptrain::MpiCommunicator::ireduce_scatter");
+  auto req = std::make_shared<MPI_Request>();
+  TPTRAIN_MPI_CHECK(MPI_Ireduce_scatter_block(send, recv, mpi_count(count, "reduce_scatter"),
+                                              mpi_type(type), mpi_op(op), comm_, req.get()));
+  return pending(req, "MPI_Ireduce_scatter_block");
+}
+
+Request MpiCommunicator::ibroadcast(const kx::ExecSpace& exec, void* buf, std::size_t count,
+                                    DataType type, int root) {
+  kx::fence(exec, "tptrain::MpiCommunicator::ibroadcast");
+  auto req = std::make_shared<MPI_Request>();
+  TPTRAIN_MPI_CHECK(
+      MPI_Ibcast(buf, mpi_count(count, "broadcast"), mpi_type(type), root, comm_, req.get()));
+  return pending(req, "MPI_Ibcast");
+}
+
+Request MpiCommunicator::isend(const kx::ExecSpace& exec, const void* buf, std::size_t count,
+                               DataType type, int peer, int tag) {
+  kx::fence(exec, "tptrain::MpiCommunicator::isend");
+  auto req = std::make_shared<MPI_Request>();
+  TPTRAIN_MPI_CHECK(
+      MPI_Isend(buf, mpi_count(count, "send"), mpi_type(type), peer, tag, comm_, req.get()));
+  return pending(req, "MPI_Isend");
+}
+
+Request MpiCommunicator::irecv(const kx::ExecSpace& exec, void* buf, std::size_t count, DataType type,
+                               int peer, int tag) {
+  // The receive buffer may still be read by queued kernels: fence before MPI may overwrite it.
+  kx::fence(exec, "tptrain::MpiCommunicator::irecv");
+  auto req = std::make_shared<MPI_Request>();
+  TPTRAIN_MPI_CHECK(
+      MPI_Irecv(buf, mpi_count(count, "recv"), mpi_type(type), peer, tag, comm_, req.get()));
+  return pending(req, "MPI_Irecv");
+}
+
+}  // namespace tptrain::parallel

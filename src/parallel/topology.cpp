@@ -1,0 +1,72 @@
+#include "src/parallel/topology.hpp"
+
+#include "src/parallel/mpi_check.hpp"
+
+namespace tptrain::parallel {
+
+Coordinates coordinates_of(int world_rank, const Layout& layout) {
+  Coordinates c;
+  c.tp = world_rank % layout.tensor;
+  c.pp = (world_rank / layout.tensor) % layout.pipeline;
+  c.dp = world_rank / (layout.tensor * layout.pipeline);
+  return c;
+}
+
+int world_rank_of(const Coordinates& c, const Layout& layout) {
+  return c.tp + layout.tensor * (c.pp + layout.pipeline * c.dp);
+}
+
+std::string world_size_problem(int world_size, const Layout& layout) {
+  if (world_size == layout.world_size()) return "";
+  return "mpiexec started " + std::to_string(world_size) + " rank" + (world_size == 1 ? "" : "s") +
+         " but the deck's [parallel] layout needs tensor x pipeline x data = " +
+         std::to_string(layout.tensor) + " x " + std::to_string(layout.pipeline) + " x " +
+         std::to_string(layout.data) + " = " + std::to_string(layout.world_size()) +
+         " ranks; run with `mpiexec -n " + std::to_string(layout.world_size()) +
+         "` or change [parallel]";
+}
+
+namespace {
+
+// Ranks with the same `color` form a group, ordered by `key`.
+std::unique_ptr<Communicator> split(MPI_Comm world, int color, int key) {
+  MPI_Comm comm = MPI_COMM_NULL;
+  TPTRAIN_MPI_CHECK(MPI_Comm_split(world, color, key, &comm));
+  if (comm == MPI_COMM_NULL) return nullptr;
+  return make_communicator(comm);
+}
+
+}  // namespace
+
+Topology::Topology(MPI_Comm world, const Layout& layout) : world_(world), layout_(layout) {
+  if (layout.tensor < 1 || layout.pipeline < 1 || layout.data < 1)
+    throw TopologyError("tensor, pipeline and data must all be >= 1");
+  int size = 0;
+  TPTRAIN_MPI_CHECK(MPI_Comm_rank(world, &world_rank_));
+  TPTRAIN_MPI_CHECK(MPI_Comm_size(world, &size));
+  const std::string problem = world_size_problem(size, layout);
+  if (!problem.empty()) throw TopologyError(problem);
+
+  coords_ = coordinates_of(world_rank_, layout);
+  const int T = layout.tensor, P = layout.pipeline;
+  // Colour = the coordinates the group does not vary over; key = the one it does.
+  tp_ = split(world, coords_.pp + P * coords_.dp, coords_.tp);
+  pp_ = split(world, coords_.tp + T * coords_.dp, coords_.pp);
+  dp_ = split(world, coords_.tp + T * coords_.pp, coords_.dp);
+  const bool on_edge = is_first_stage() || is_last_stage();
+  embedding_ = split(world, on_edge ? coords_.tp + T * coords_.dp : MPI_UNDEFINED, coords_.pp);
+}
+
+Communicator& Topology::embedding() const {
+  if (!embedding_)
+    throw std::logic_error("tptrain: " + describe() +
+                           " is a middle pipeline stage and has no embedding group");
+  return *embedding_;
+}
+
+std::string Topology::describe() const {
+  return "rank " + std::to_string(world_rank_) + " (tp " + std::to_string(coords_.tp) + ", pp " +
+         std::to_string(coords_.pp) + ", dp " + std::to_string(coords_.dp) + ")";
+}
+
+}  // namespace tptrain::parallel

@@ -1,0 +1,82 @@
+// The rank grid: world = tensor x pipeline x data, tensor fastest (DESIGN.md "Rank layout"), and
+// the communicators of each group. This is the one place that builds it.
+//
+// Worked example (Megatron's parallel_state.py explains the same grid): 16 ranks,
+// tensor 2, pipeline 4, data 2. Global rank r has tp = r % 2, pp = (r / 2) % 4, dp = r / 8:
+//   TP groups (same pp, dp; a TP group sits inside a node): {0,1} {2,3} ... {14,15}
+//   PP groups (same tp, dp; ordered by pp):   {0,2,4,6} {1,3,5,7} {8,10,12,14} {9,11,13,15}
+//   DP groups (same tp, pp; ordered by dp):   {0,8} {1,9} {2,10} ... {7,15}
+//   embedding groups (first and last stage of a PP group): {0,6} {1,7} {8,14} {9,15}
+// Ranks in the middle stages belong to no embedding group. With pipeline = 1 the embedding
+// group of a rank is the rank itself (the tied embedding and output share one copy).
+#pragma once
+
+#include <memory>
+#include <mpi.h>
+#include <stdexcept>
+#include <string>
+
+#include "src/parallel/communicator.hpp"
+
+namespace tptrain::parallel {
+
+struct Layout {
+  int tensor = 1;
+  int pipeline = 1;
+  int data = 1;
+  int world_size() const { return tensor * pipeline * data; }
+};
+
+struct Coordinates {
+  int tp = 0;
+  int pp = 0;
+  int dp = 0;
+};
+
+// Pure rank arithmetic, usable without MPI.
+Coordinates coordinates_of(int world_rank, const Layout& layout);
+int world_rank_of(const Coordinates& c, const Layout& layout);
+
+// Thrown (identically on every rank) when the world cannot hold the layout.
+class TopologyError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// "mpiexec started N ranks but the deck asks for tensor x pipeline x data = M" — empty if fine.
+std::string world_size_problem(int world_size, const Layout& layout);
+
+class Topology {
+ public:
+  // Collective over `world`. Throws TopologyError on every rank when the world size does not
+  // match the layout (no communication happens before the check, so nobody can hang).
+  Topology(MPI_Comm world, const Layout& layout);
+
+  const Layout& layout() const { return layout_; }
+  const Coordinates& coords() const { return coords_; }
+  int world_rank() const { return world_rank_; }
+  int world_size() const { return layout_.world_size(); }
+  MPI_Comm world() const { return world_; }
+
+  Communicator& tp() const { return *tp_; }
+  Communicator& pp() const { return *pp_; }
+  Communicator& dp() const { return *dp_; }
+  // Only on the first and last pipeline stage; throws elsewhere.
+  Communicator& embedding() const;
+  bool in_embedding_group() const { return static_cast<bool>(embedding_); }
+
+  bool is_first_stage() const { return coords_.pp == 0; }
+  bool is_last_stage() const { return coords_.pp == layout_.pipeline - 1; }
+
+  // "rank 5 (tp 1, pp 2, dp 0)"
+  std::string describe() const;
+
+ private:
+  MPI_Comm world_;
+  Layout layout_;
+  Coordinates coords_;
+  int world_rank_ = 0;
+  std::unique_ptr<Communicator> tp_, pp_, dp_, embedding_;
+};
+
+}  // namespace tptrain::parallel

@@ -1,0 +1,31 @@
+// Learning rate at an optimizer step: linear warmup to lr over warmup_steps, then decay to
+// min_lr at the last step ("cosine", "linear") or stay at lr ("constant").
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+namespace tptrain::train {
+
+struct LrSchedule {
+  double lr = 3e-3;
+  double min_lr = 3e-4;
+  std::int64_t warmup_steps = 0;
+  std::int64_t total_steps = 1;
+  std::string decay = "cosine";
+
+  // step: 0-based index of the optimizer step about to be taken.
+  double at(std::int64_t step) const {
+    if (step < warmup_steps) return lr * static_cast<double>(step + 1) / static_cast<double>(warmup_steps);
+    if (decay == "constant") return lr;
+    const std::int64_t span = total_steps - warmup_steps;
+    const double progress = span <= 1 ? 1.0
+                                      : static_cast<double>(step - warmup_steps) / static_cast<double>(span - 1);
+    const double p = progress > 1.0 ? 1.0 : progress;
+    const double factor = decay == "linear" ? 1.0 - p : 0.5 * (1.0 + std::cos(M_PI * p));
+    return min_lr + factor * (lr - min_lr);
+  }
+};
+
+}  // namespace tptrain::train

@@ -1,0 +1,50 @@
+// GELU (tanh approximation) against host loops and central finite differences.
+#include "catch.hpp"
+#include "kokkos_kernels/gelu.hpp"
+#include "reference.hpp"
+#include "test_util.hpp"
+
+namespace tk = tptrain::kernels;
+namespace tt = tptrain::kernels::test;
+
+TEMPLATE_TEST_CASE("gelu forward/backward match host reference", "[kernels]", float, double) {
+  using T = TestType;
+  const auto [N, F] = GENERATE(std::make_pair(7, 13), std::make_pair(16, 64));
+  std::mt19937 rng(31);
+  Kokkos::DefaultExecutionSpace exec;
+  const auto hx = tt::random_vec<T>(rng, N * F, -4.0, 4.0);
+  const auto hdy = tt::random_vec<T>(rng, N * F);
+  auto x = tt::to_device<T>(hx, N, F);
+  auto dy = tt::to_device<T>(hdy, N, F);
+  tk::Matrix<T> y("y", N, F), dx("dx", N, F);
+  tk::gelu_forward(exec, x, y);
+  tk::gelu_backward(exec, dy, x, dx);
+  exec.fence();
+  tt::HostVec ref_y(N * F), ref_dx(N * F);
+  for (int i = 0; i < N * F; ++i) {
+    ref_y[i] = tk::ref::gelu(hx[i]);
+    ref_dx[i] = hdy[i] * tk::ref::gelu_grad(hx[i]);
+  }
+  CHECK(tt::max_rel_err(tt::to_host(y), ref_y) < tt::tol<T>());
+  CHECK(tt::max_rel_err(tt::to_host(dx), ref_dx) < tt::tol<T>());
+}
+
+TEST_CASE("gelu backward matches finite differences (double)", "[kernels]") {
+  using T = double;
+  const int N = 3, F = 5;
+  std::mt19937 rng(32);
+  Kokkos::DefaultExecutionSpace exec;
+  const auto hx = tt::random_vec<T>(rng, N * F, -3.0, 3.0);
+  const auto hw = tt::random_vec<T>(rng, N * F);
+  auto loss = [&](const tt::HostVec& xv) {
+    auto x = tt::to_device<T>(xv, N, F);
+    tk::Matrix<T> y("y", N, F);
+    tk::gelu_forward(exec, x, y);
+    return tt::dot(hw, tt::to_host(y));
+  };
+  auto x = tt::to_device<T>(hx, N, F);
+  auto w = tt::to_device<T>(hw, N, F);
+  tk::Matrix<T> dx("dx", N, F);
+  tk::gelu_backward(exec, w, x, dx);
+  CHECK(tt::max_rel_err(tt::to_host(dx), tt::fd_gradient(loss, hx)) < tt::fd_tol);
+}

@@ -1,0 +1,120 @@
+// The whole model: finite-difference gradients (double), and every tensor-parallel layout
+// against tensor = 1 (fp32): same initial weights, same loss, same gradients.
+#include <cmath>
+
+#include "catch.hpp"
+#include "tests/model/model_test_util.hpp"
+
+using namespace tptrain;
+using tptrain::test::logical;
+
+namespace {
+
+// Central finite differences of the mean loss against the analytic gradient, for a few
+// elements of every parameter (chosen by a fixed generator), on every layout the world allows.
+template <class T>
+void check_gradients_by_finite_differences(int tp_size) {
+  auto tp = test::tp_group(tp_size);
+  const auto shape = test::tiny_shape(tp_size);
+  const int B = 2;
+  model::GptModel<T> m(shape, B, *tp, 42);
+  test::randomise(m, 0.3f, 7);
+  auto [x, y] = test::random_batch(B, shape.seq_length, shape.vocab_size, 3);
+  const kx::ExecSpace exec;
+  const double N = B * shape.seq_length;
+
+  m.zero_grad(exec);
+  m.forward(exec, x, y);
+  m.backward(exec, x, y, T(1.0 / N));
+
+  std::mt19937 pick(11);
+  double worst = 0.0;
+  for (auto* p : m.parameters()) {
+    auto grad = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), p->grad);
+    auto value = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), p->value);
+    for (int k = 0; k < 4; ++k) {
+      // Same element on every rank of the group (a perturbation must be seen by all of them
+      // for replicated tensors; for sharded ones each rank perturbs its own shard's element).
+      const std::int64_t i = static_cast<std::int64_t>(pick() % static_cast<unsigned>(p->local_size()));
+      const T h = T(1e-5);
+      const T orig = value(i);
+      // Only TP rank `owner` perturbs a sharded tensor; all ranks perturb a replicated one.
+      for (int owner = 0; owner < (p->replicated() ? 1 : tp->size()); ++owner) {
+        const bool mine = p->replicated() || tp->rank() == owner;
+        auto set = [&](T v) {
+          value(i) = mine ? v : orig;
+          Kokkos::deep_copy(p->value, value);
+        };
+        set(orig + h);
+        const double lp = m.forward(exec, x, y) / N;
+        set(orig - h);
+        const double lm = m.forward(exec, x, y) / N;
+        set(orig);
+        const double fd = (lp - lm) / (2.0 * static_cast<double>(h));
+        double analytic = mine ? static_cast<double>(grad(i)) : 0.0;
+        MPI_Allreduce(MPI_IN_PLACE, &analytic, 1, MPI_DOUBLE, MPI_SUM, tp->mpi_comm());
+        if (p->replicated()) analytic /= tp->size();
+        const double err = std::fabs(fd - analytic) / std::max(1e-3, std::fabs(fd));
+        INFO(p->name << " element " << i << " owner " << owner << ": finite difference " << fd
+                     << ", analytic " << analytic);
+        CHECK(err < 1e-5);
+        worst = std::max(worst, err);
+      }
+    }
+  }
+  INFO("worst relative error " << worst);
+  CHECK(worst < 1e-5);
+}
+
+}  // namespace
+
+TEST_CASE("GPT model gradients match finite differences (double)", "[model][gradcheck][mpi]") {
+  for (int tp : {1, 2, 4}) {
+    if (test::world_size() % tp != 0) continue;
+    INFO("tensor = " << tp);
+    check_gradients_by_finite_differences<double>(tp);
+  }
+}
+
+TEST_CASE("tensor-parallel layouts reproduce tensor = 1 (fp32)", "[model][layouts][mpi]") {
+  const kx::ExecSpace exec;
+  const int B = 3;
+  auto self = test::tp_group(1);
+  const auto shape1 = test::tiny_shape(1);
+  model::GptModel<float> ref(shape1, B, *self, 2024);
+  auto [x, y] = test::random_batch(B, shape1.seq_length, shape1.vocab_size, 5);
+  ref.zero_grad(exec);
+  const double ref_loss = ref.forward(exec, x, y);
+  ref.backward(exec, x, y, 1.0f / (B * shape1.seq_length));
+  const auto ref_params = ref.parameters();
+
+  for (int tp_size : {2, 4}) {
+    if (test::world_size() % tp_size != 0) continue;
+    INFO("tensor = " << tp_size);
+    auto tp = test::tp_group(tp_size);
+    model::GptModel<float> m(test::tiny_shape(tp_size), B, *tp, 2024);
+    const auto params = m.parameters();
+    REQUIRE(params.size() == ref_params.size());
+    // Same logical initial weights, bit for bit.
+    for (std::size_t k = 0; k < params.size(); ++k) {
+      INFO(params[k]->name);
+      REQUIRE(params[k]->name == ref_params[k]->name);
+      CHECK(logical(*params[k], false, *tp) == logical(*ref_params[k], false, *self));
+    }
+    m.zero_grad(exec);
+    const double loss = m.forward(exec, x, y);
+    m.backward(exec, x, y, 1.0f / (B * shape1.seq_length));
+    CHECK(std::fabs(loss - ref_loss) <= 1e-5 * std::fabs(ref_loss));
+    for (std::size_t k = 0; k < params.size(); ++k) {
+      const auto g = logical(*params[k], true, *tp);
+      const auto r = logical(*ref_params[k], true, *self);
+      double scale = 0.0, diff = 0.0;
+      for (std::size_t i = 0; i < g.size(); ++i) {
+        scale = std::max(scale, std::fabs(r[i]));
+        diff = std::max(diff, std::fabs(g[i] - r[i]));
+      }
+      INFO(params[k]->name << ": max |diff| " << diff << ", max |grad| " << scale);
+      CHECK(diff <= 1e-5 * scale + 1e-12);
+    }
+  }
+}

@@ -1,0 +1,127 @@
+// Rank grid: coordinates (pure arithmetic) and the communicators of each group (under MPI).
+#include <mpi.h>
+#include <set>
+
+#include "catch.hpp"
+#include "src/parallel/collectives.hpp"
+#include "src/parallel/topology.hpp"
+
+using namespace tptrain::parallel;
+
+namespace {
+int world_size() {
+  int n = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  return n;
+}
+int world_rank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+}  // namespace
+
+TEST_CASE("coordinates: tensor fastest, then pipeline, then data", "[parallel][topology]") {
+  // The worked example of topology.hpp: 16 ranks, TP2 x PP4 x DP2.
+  const Layout L{2, 4, 2};
+  const Coordinates c5 = coordinates_of(5, L);
+  CHECK(c5.tp == 1);
+  CHECK(c5.pp == 2);
+  CHECK(c5.dp == 0);
+  const Coordinates c14 = coordinates_of(14, L);
+  CHECK(c14.tp == 0);
+  CHECK(c14.pp == 3);
+  CHECK(c14.dp == 1);
+
+  // GPT-3 175B layout of the seed article: 8 x 16 x 8 on 1024 GPUs.
+  const Layout G{8, 16, 8};
+  CHECK(G.world_size() == 1024);
+  const Coordinates c = coordinates_of(1023, G);
+  CHECK(c.tp == 7);
+  CHECK(c.pp == 15);
+  CHECK(c.dp == 7);
+
+  for (const Layout& layout : {Layout{1, 1, 1}, Layout{2, 1, 1}, Layout{1, 2, 2}, Layout{2, 4, 2},
+                               Layout{4, 1, 3}, Layout{8, 16, 8}}) {
+    std::set<int> seen;
+    for (int r = 0; r < layout.world_size(); ++r) {
+      const Coordinates k = coordinates_of(r, layout);
+      REQUIRE(k.tp >= 0);
+      REQUIRE(k.tp < layout.tensor);
+      REQUIRE(k.pp < layout.pipeline);
+      REQUIRE(k.dp < layout.data);
+      REQUIRE(world_rank_of(k, layout) == r);
+      seen.insert(k.tp + 1000 * k.pp + 1000000 * k.dp);
+    }
+    CHECK(static_cast<int>(seen.size()) == layout.world_size());
+  }
+}
+
+TEST_CASE("world size problem names both sizes", "[parallel][topology]") {
+  CHECK(world_size_problem(4, Layout{2, 2, 1}).empty());
+  const std::string p = world_size_problem(2, Layout{2, 2, 1});
+  CHECK_THAT(p, Catch::Matchers::Contains("started 2 ranks"));
+  CHECK_THAT(p, Catch::Matchers::Contains("= 4 ranks"));
+}
+
+TEST_CASE("a world that does not match the layout throws on every rank", "[parallel][topology][mpi]") {
+  const int n = world_size();
+  CHECK_THROWS_AS(Topology(MPI_COMM_WORLD, Layout{n + 1, 1, 1}), TopologyError);
+  CHECK_THROWS_AS(Topology(MPI_COMM_WORLD, Layout{1, 2 * n, 1}), TopologyError);
+  // Everyone is still here and can communicate: nobody hung or left.
+  int sum = 1;
+  MPI_Allreduce(MPI_IN_PLACE, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  CHECK(sum == n);
+}
+
+// Sum of the world ranks of a group, computed from the rank arithmetic alone.
+static long expected_group_sum(const Layout& L, const Coordinates& me, char group) {
+  long sum = 0;
+  for (int r = 0; r < L.world_size(); ++r) {
+    const Coordinates c = coordinates_of(r, L);
+    const bool same = group == 't'   ? (c.pp == me.pp && c.dp == me.dp)
+                      : group == 'p' ? (c.tp == me.tp && c.dp == me.dp)
+                      : group == 'd' ? (c.tp == me.tp && c.pp == me.pp)
+                                     : (c.tp == me.tp && c.dp == me.dp &&
+                                        (c.pp == 0 || c.pp == L.pipeline - 1));
+    if (same) sum += r;
+  }
+  return sum;
+}
+
+TEST_CASE("group communicators hold exactly the ranks of their group", "[parallel][topology][mpi]") {
+  const int n = world_size();
+  const int me = world_rank();
+  for (int t = 1; t <= n; ++t) {
+    for (int p = 1; t * p <= n; ++p) {
+      if (n % (t * p) != 0) continue;
+      const Layout L{t, p, n / (t * p)};
+      INFO("layout tensor " << t << " pipeline " << p << " data " << L.data);
+      Topology topo(MPI_COMM_WORLD, L);
+      const Coordinates c = topo.coords();
+      REQUIRE(topo.world_rank() == me);
+      CHECK(world_rank_of(c, L) == me);
+      CHECK(topo.tp().size() == t);
+      CHECK(topo.tp().rank() == c.tp);
+      CHECK(topo.pp().size() == p);
+      CHECK(topo.pp().rank() == c.pp);
+      CHECK(topo.dp().size() == L.data);
+      CHECK(topo.dp().rank() == c.dp);
+      CHECK(topo.is_first_stage() == (c.pp == 0));
+      CHECK(topo.is_last_stage() == (c.pp == p - 1));
+      CHECK(all_reduce_scalar<std::int64_t>(topo.tp(), me, ReduceOp::sum) == expected_group_sum(L, c, 't'));
+      CHECK(all_reduce_scalar<std::int64_t>(topo.pp(), me, ReduceOp::sum) == expected_group_sum(L, c, 'p'));
+      CHECK(all_reduce_scalar<std::int64_t>(topo.dp(), me, ReduceOp::sum) == expected_group_sum(L, c, 'd'));
+      const bool edge = c.pp == 0 || c.pp == p - 1;
+      REQUIRE(topo.in_embedding_group() == edge);
+      if (edge) {
+        CHECK(topo.embedding().size() == (p == 1 ? 1 : 2));
+        CHECK(all_reduce_scalar<std::int64_t>(topo.embedding(), me, ReduceOp::sum) ==
+              expected_group_sum(L, c, 'e'));
+      } else {
+        CHECK_THROWS_AS(topo.embedding(), std::logic_error);
+      }
+      CHECK_THAT(topo.describe(), Catch::Matchers::Contains("tp " + std::to_string(c.tp)));
+    }
+  }
+}
