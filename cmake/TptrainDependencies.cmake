@@ -96,12 +96,17 @@ elseif(TPTRAIN_ENABLE_NCCL STREQUAL "ON")
 endif()
 message(STATUS "tptrain: NCCL collectives: ${TPTRAIN_HAVE_NCCL}")
 
+# Host-only dependencies (no Kokkos): io/ links only these, so that with a CUDA Kokkos its
+# sources are compiled by the host compiler (toml++ does not compile under nvcc).
+add_library(tptrain_host_deps INTERFACE)
+# We use MPI's C API only; keep the deprecated C++ bindings (and their warnings) out.
+target_compile_definitions(tptrain_host_deps INTERFACE OMPI_SKIP_MPICXX=1 MPICH_SKIP_MPICXX=1)
+target_link_libraries(tptrain_host_deps INTERFACE MPI::MPI_C tptrain_hdf5 tomlplusplus::tomlplusplus
+                      CLI11::CLI11 fmt::fmt)
+
 add_library(tptrain_deps INTERFACE)
 add_library(tptrain::deps ALIAS tptrain_deps)
-# We use MPI's C API only; keep the deprecated C++ bindings (and their warnings) out.
-target_compile_definitions(tptrain_deps INTERFACE OMPI_SKIP_MPICXX=1 MPICH_SKIP_MPICXX=1)
-target_link_libraries(tptrain_deps INTERFACE tptrain_kokkos MPI::MPI_C tptrain_hdf5
-                      tomlplusplus::tomlplusplus CLI11::CLI11 fmt::fmt)
+target_link_libraries(tptrain_deps INTERFACE tptrain_kokkos tptrain_host_deps)
 if(TPTRAIN_HAVE_NCCL)
   target_link_libraries(tptrain_deps INTERFACE tptrain_nccl CUDA::cublas)
   target_compile_definitions(tptrain_deps INTERFACE TPTRAIN_HAVE_NCCL=1)

@@ -66,7 +66,8 @@ void mpi_check(int rc, const char* call) {
   char text[MPI_MAX_ERROR_STRING];
   int len = 0;
   MPI_Error_string(rc, text, &len);
-  throw CheckpointError(std::string(call) + " failed: " + std::string(text, static_cast<std::size_t>(len)));
+  throw CheckpointError(std::string(call) +
+                        " failed: " + std::string(text, static_cast<std::size_t>(len)));
 }
 #define TPTRAIN_CKPT_MPI(call) mpi_check((call), #call)
 
@@ -243,8 +244,9 @@ std::string prepare(const Comm& c, const std::string& path, const std::vector<Te
   rounds.assign(tensors.size(), 0);
   if (!same) {
     if (error.empty())
-      error = "the ranks disagree on the path or on the list of tensors (names and global "
-              "shapes, in the same order on every rank)";
+      error =
+          "the ranks disagree on the path or on the list of tensors (names and global "
+          "shapes, in the same order on every rank)";
     return error;
   }
   std::vector<int> local(tensors.size());
@@ -274,9 +276,10 @@ void transfer(hid_t dset, const TensorShard& t, const Plan& plan, int rounds, hi
       for (std::size_t k : g->slabs) {
         const auto start = to_hsize(t.slabs[k].start);
         const auto count = to_hsize(t.slabs[k].count);
-        if (TPTRAIN_H5(st, H5Sselect_hyperslab(fspace.get(), op, start.data(), nullptr,
-                                               count.data(), nullptr),
-                       t.name) < 0) {
+        if (TPTRAIN_H5(
+                st,
+                H5Sselect_hyperslab(fspace.get(), op, start.data(), nullptr, count.data(), nullptr),
+                t.name) < 0) {
           g = nullptr;
           break;
         }
@@ -308,9 +311,9 @@ void write_attr(hid_t loc, const char* name, hid_t file_type, hid_t mem_type, co
   const std::string what = attr_what(name);
   Handle space(TPTRAIN_H5(st, H5Screate(H5S_SCALAR), what), H5Sclose);
   if (!st.ok()) return;
-  Handle attr(TPTRAIN_H5(st, H5Acreate2(loc, name, file_type, space.get(), H5P_DEFAULT, H5P_DEFAULT),
-                         what),
-              H5Aclose);
+  Handle attr(
+      TPTRAIN_H5(st, H5Acreate2(loc, name, file_type, space.get(), H5P_DEFAULT, H5P_DEFAULT), what),
+      H5Aclose);
   if (!st.ok()) return;
   TPTRAIN_H5(st, H5Awrite(attr.get(), mem_type, value), what);
   TPTRAIN_H5(st, H5Aclose(attr.release()), what);
@@ -468,10 +471,14 @@ CheckpointMeta read_meta(hid_t file, Status& st) {
 
 const char* class_text(H5T_class_t cls) {
   switch (cls) {
-    case H5T_INTEGER: return "integer data";
-    case H5T_STRING: return "strings";
-    case H5T_COMPOUND: return "compound data";
-    default: return "non-numeric data";
+    case H5T_INTEGER:
+      return "integer data";
+    case H5T_STRING:
+      return "strings";
+    case H5T_COMPOUND:
+      return "compound data";
+    default:
+      return "non-numeric data";
   }
 }
 
@@ -740,9 +747,9 @@ void write_checkpoint(MPI_Comm comm, const std::string& path, const CheckpointMe
   }
   Handle file;
   if (st.ok())
-    file = Handle(TPTRAIN_H5(st, H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, pl.fapl.get()),
-                             tmp),
-                  H5Fclose);
+    file = Handle(
+        TPTRAIN_H5(st, H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, pl.fapl.get()), tmp),
+        H5Fclose);
   if (std::string m = agree(c, st.error); !m.empty()) {
     file.close();
     remove_tmp(c, tmp);
@@ -762,12 +769,14 @@ void write_checkpoint(MPI_Comm comm, const std::string& path, const CheckpointMe
   for (std::size_t i = 0; i < tensors.size() && st.ok(); ++i) {
     const TensorShard& t = tensors[i];
     const auto dims = to_hsize(t.global_shape);
-    Handle space(TPTRAIN_H5(st, H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr),
-                            t.name),
-                 H5Sclose);
+    Handle space(
+        TPTRAIN_H5(st, H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr),
+                   t.name),
+        H5Sclose);
     if (!st.ok()) break;
-    dsets[i] = Handle(TPTRAIN_H5(st, H5Dcreate2(file.get(), t.name.c_str(), H5T_IEEE_F32LE,
-                                                space.get(), lcpl.get(), dcpl.get(), H5P_DEFAULT),
+    dsets[i] = Handle(TPTRAIN_H5(st,
+                                 H5Dcreate2(file.get(), t.name.c_str(), H5T_IEEE_F32LE, space.get(),
+                                            lcpl.get(), dcpl.get(), H5P_DEFAULT),
                                  t.name),
                       H5Oclose);
     if (!st.ok()) st.error += name_clash(tensors, i);

@@ -68,7 +68,7 @@ struct TensorShard {
 struct CheckpointMeta {
   std::int64_t step = 0;
   std::int64_t tokens_seen = 0;
-  std::string deck;  // the resolved deck text
+  std::string deck;            // the resolved deck text
   int tp = 1, pp = 1, dp = 1;  // layout at save time
 };
 

@@ -421,8 +421,13 @@ class DeckReader {
       return f.default_note.empty() ? "default" : "default " + f.default_note;
     return f.origin.where;
   }
-  static std::string mention(const Term& t) {
-    return fmt::format("{} = {} ({})", t.name, t.value, where(*t.field));
+  // "model.heads = 4 (line 5)" when the message is already about the same file, else
+  // "(deck.toml:5)", "(--set model.heads=4)" or "(default)".
+  static std::string mention(const Term& t, const Term& subject) {
+    const bool same_file =
+        t.field->origin.from == From::File && subject.field->origin.from == From::File;
+    return fmt::format("{} = {} ({})", t.name, t.value,
+                       same_file ? fmt::format("line {}", t.field->origin.order) : where(*t.field));
   }
   void report_on(const Term& subject, const std::string& expected) {
     std::string lhs = fmt::format("{} = {}", subject.name, subject.value);
@@ -743,9 +748,9 @@ void DeckReader::check_multiple(const Term& dividend, const Term& divisor, std::
                                 std::int64_t b, std::string_view why) {
   if (b <= 0 || a % b == 0) return;
   if (weight(*divisor.field) > weight(*dividend.field))
-    report_on(divisor, fmt::format("a divisor of {}; {}", mention(dividend), why));
+    report_on(divisor, fmt::format("a divisor of {}; {}", mention(dividend, divisor), why));
   else
-    report_on(dividend, fmt::format("a multiple of {}; {}", mention(divisor), why));
+    report_on(dividend, fmt::format("a multiple of {}; {}", mention(divisor, dividend), why));
 }
 
 void DeckReader::check_batch(const Deck& d) {
@@ -766,24 +771,24 @@ void DeckReader::check_batch(const Deck& d) {
   if (subject == &tg) {
     report_on(tg, fmt::format("a multiple of training.micro_batch * parallel.data = {} * {} = {}, "
                               "with {} and {}; {}",
-                              d.training.micro_batch, d.parallel.data, per_step, mention(tm),
-                              mention(td), why));
+                              d.training.micro_batch, d.parallel.data, per_step, mention(tm, tg),
+                              mention(td, tg), why));
   } else {
     const Term& other = subject == &tm ? td : tm;
     report_on(*subject,
               fmt::format("training.micro_batch * parallel.data to divide {}, but {} * {} = {} "
                           "does not, with {}; {}",
-                          mention(tg), d.training.micro_batch, d.parallel.data, per_step,
-                          mention(other), why));
+                          mention(tg, *subject), d.training.micro_batch, d.parallel.data, per_step,
+                          mention(other, *subject), why));
   }
 }
 
 // low <= high, reported on the more deliberate of the two. `kind`: "an integer" or "a number".
 void DeckReader::check_not_above(const Term& low, const Term& high, std::string_view kind) {
   if (weight(*high.field) > weight(*low.field))
-    report_on(high, fmt::format("{} >= {}", kind, mention(low)));
+    report_on(high, fmt::format("{} >= {}", kind, mention(low, high)));
   else
-    report_on(low, fmt::format("{} <= {}", kind, mention(high)));
+    report_on(low, fmt::format("{} <= {}", kind, mention(high, low)));
 }
 
 // ---- assembling the Deck -----------------------------------------------------------------------

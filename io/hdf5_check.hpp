@@ -4,7 +4,7 @@
 // negative value (hid_t, herr_t and htri_t all signal failure that way) the first failure is
 // recorded in `status` as
 //
-//   H5Dwrite failed for model/layers/0/attn/qkv/weight: <innermost HDF5 message> (checkpoint_file.cpp:312)
+//   H5Dwrite failed for model/x/weight: <innermost HDF5 message> (checkpoint_file.cpp:312)
 //
 // and the call's value is passed through, so that code reads like the plain C API. Nothing
 // throws here: in a collective phase a rank that failed must still reach the agreement point
@@ -119,7 +119,8 @@ class Handle {
 
   hid_t get() const noexcept { return id_; }
   bool valid() const noexcept { return id_ >= 0; }
-  // Gives up ownership, for a close whose status is checked: TPTRAIN_H5(st, H5Fclose(f.release()), ...).
+  // Gives up ownership, for a close whose status is checked:
+  //   TPTRAIN_H5(st, H5Fclose(f.release()), what)
   hid_t release() noexcept { return std::exchange(id_, H5I_INVALID_HID); }
   // Closes now; returns the closer's status (0 when there was nothing to close).
   herr_t close() noexcept {

@@ -7,10 +7,10 @@
 // Bias corrections are computed on the host in double; the update runs in the views' type.
 #pragma once
 
+#include <cmath>
+
 #include "kokkos_kernels/compat.hpp"
 #include "kokkos_kernels/detail.hpp"
-
-#include <cmath>
 
 namespace tptrain::kernels {
 

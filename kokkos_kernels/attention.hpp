@@ -8,19 +8,40 @@
 // att [B, nh_local, S, S] keeps P (masked entries 0) for the backward pass.
 //
 // One team per (b, h, row) in both passes; dK/dV loop over the query rows i >= j of each key row
-// j, so no atomics: results are bitwise reproducible for a fixed team size.
+// j, so no atomics: results are bitwise reproducible for a fixed team size. Sums over head
+// columns are blocked by CB (see detail::ColumnBlock; the order of each sum does not depend on it).
 // Views: qkv/out/dout/dqkv rank 2, att rank 4, any layout, managed or unmanaged, subviews.
 #pragma once
+
+#include <string>
 
 #include "kokkos_kernels/compat.hpp"
 #include "kokkos_kernels/detail.hpp"
 #include "kokkos_kernels/views.hpp"
 
-#include <string>
-
 namespace tptrain::kernels {
 
-template <class Exec, class QKV, class OV, class AV>
+namespace detail {
+
+// Σ_k a(ra, ca + k) · b(rb, cb + k) over k < n, in 8 interleaved partial sums (fixed order on
+// every backend) so that CPUs are not bound by the latency of one dependent add chain.
+template <class T, class AV, class BV>
+KOKKOS_INLINE_FUNCTION T row_dot(const AV& a, const std::int64_t ra, const std::int64_t ca,
+                                 const BV& b, const std::int64_t rb, const std::int64_t cb,
+                                 const std::int64_t n) {
+  T s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  std::int64_t k = 0;
+  for (; k + 8 <= n; k += 8)
+    for (int m = 0; m < 8; ++m)
+      s[m] += static_cast<T>(a(ra, ca + k + m)) * static_cast<T>(b(rb, cb + k + m));
+  for (int m = 0; k < n; ++k, ++m)
+    s[m] += static_cast<T>(a(ra, ca + k)) * static_cast<T>(b(rb, cb + k));
+  return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+}
+
+}  // namespace detail
+
+template <class Exec, class QKV, class OV, class AV, int CB = detail::ColumnBlock<Exec>::value>
 void attention_forward(const Exec& exec,
                        const QKV& qkv,  // [B*S, 3*Hl]
                        const OV& out,   // [B*S, Hl] out (overwritten)
@@ -39,7 +60,8 @@ void attention_forward(const Exec& exec,
                       qkv.extent(1) == static_cast<std::size_t>(3 * hl) &&
                       out.extent(0) == static_cast<std::size_t>(B * S) &&
                       out.extent(1) == static_cast<std::size_t>(hl),
-                  "attention_forward", "shapes must be qkv[B*S, 3*nh_local*d], out[B*S, nh_local*d]");
+                  "attention_forward",
+                  "shapes must be qkv[B*S, 3*nh_local*d], out[B*S, nh_local*d]");
   detail::require(att.extent(0) == static_cast<std::size_t>(B) &&
                       att.extent(1) == static_cast<std::size_t>(nh_local) &&
                       att.extent(2) == static_cast<std::size_t>(S) &&
@@ -49,6 +71,7 @@ void attention_forward(const Exec& exec,
   using member = typename detail::Teams<Exec>::member_type;
   const T scale = T(1) / kx::sqrt(static_cast<T>(d));
   const std::int64_t nh = nh_local;
+  const std::int64_t nkb = detail::ceil_div(d, CB);  // blocks of head columns
   Kokkos::parallel_for(
       "tptrain::kernels::attention_forward", detail::teams(exec, B * nh * S),
       KOKKOS_LAMBDA(const member& team) {
@@ -60,13 +83,8 @@ void attention_forward(const Exec& exec,
         const std::int64_t qc = h * d, kc = hl + h * d, vc = 2 * hl + h * d;
         // scores (masked entries 0)
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, S), [&](const std::int64_t j) {
-          T s = 0;
-          if (j <= i) {
-            const std::int64_t tj = b * S + j;
-            for (std::int64_t k = 0; k < d; ++k) s += qkv(ti, qc + k) * qkv(tj, kc + k);
-            s *= scale;
-          }
-          att(b, h, i, j) = s;
+          att(b, h, i, j) =
+              j <= i ? detail::row_dot<T>(qkv, ti, qc, qkv, b * S + j, kc, d) * scale : T(0);
         });
         team.team_barrier();
         T m = 0;
@@ -88,10 +106,18 @@ void attention_forward(const Exec& exec,
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, i + 1),
                              [&](const std::int64_t j) { att(b, h, i, j) *= inv; });
         team.team_barrier();
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, d), [&](const std::int64_t k) {
-          T acc = 0;
-          for (std::int64_t j = 0; j <= i; ++j) acc += att(b, h, i, j) * qkv(b * S + j, vc + k);
-          out(ti, qc + k) = acc;
+        // o_i = Σ_j P_ij v_j: a thread per block of CB head columns, j in order.
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, nkb), [&](const std::int64_t kb) {
+          const std::int64_t k0 = kb * CB;
+          const int nk = static_cast<int>(kx::min<std::int64_t>(CB, d - k0));
+          T acc[CB];
+          for (int c = 0; c < CB; ++c) acc[c] = 0;
+          for (std::int64_t j = 0; j <= i; ++j) {
+            const T p = att(b, h, i, j);
+            const std::int64_t tj = b * S + j;
+            for (int c = 0; c < nk; ++c) acc[c] += p * qkv(tj, vc + k0 + c);
+          }
+          for (int c = 0; c < nk; ++c) out(ti, qc + k0 + c) = acc[c];
         });
       });
 }
@@ -101,7 +127,8 @@ void attention_forward(const Exec& exec,
 //   dP_ij = do_i · v_j,  D_i = Σ_j P_ij dP_ij,  dS_ij = P_ij (dP_ij - D_i)
 //   dq_i = scale Σ_{j<=i} dS_ij k_j,  dk_j = scale Σ_{i>=j} dS_ij q_i,  dv_j = Σ_{i>=j} P_ij do_i
 // dqkv is overwritten (all three blocks).
-template <class Exec, class DOV, class QKV, class AV, class DQKV, class DSV>
+template <class Exec, class DOV, class QKV, class AV, class DQKV, class DSV,
+          int CB = detail::ColumnBlock<Exec>::value>
 void attention_backward(const Exec& exec,
                         const DOV& dout,       // [B*S, Hl]
                         const QKV& qkv,        // [B*S, 3*Hl] forward input
@@ -136,6 +163,7 @@ void attention_backward(const Exec& exec,
   using T = typename DQKV::non_const_value_type;
   using member = typename detail::Teams<Exec>::member_type;
   const T scale = T(1) / kx::sqrt(static_cast<T>(d));
+  const std::int64_t nkb = detail::ceil_div(d, CB);  // blocks of head columns
 
   // Query rows: dS for row i, then dq_i.
   Kokkos::parallel_for(
@@ -148,12 +176,8 @@ void attention_backward(const Exec& exec,
         const std::int64_t ti = b * S + i;
         const std::int64_t qc = h * d, kc = hl + h * d, vc = 2 * hl + h * d;
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, S), [&](const std::int64_t j) {
-          T dp = 0;
-          if (j <= i) {
-            const std::int64_t tj = b * S + j;
-            for (std::int64_t k = 0; k < d; ++k) dp += dout(ti, qc + k) * qkv(tj, vc + k);
-          }
-          dscores(b, h, i, j) = dp;
+          dscores(b, h, i, j) =
+              j <= i ? detail::row_dot<T>(dout, ti, qc, qkv, b * S + j, vc, d) : T(0);
         });
         team.team_barrier();
         T dsum = 0;
@@ -166,10 +190,17 @@ void attention_backward(const Exec& exec,
           dscores(b, h, i, j) = att(b, h, i, j) * (dscores(b, h, i, j) - dsum);
         });
         team.team_barrier();
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, d), [&](const std::int64_t k) {
-          T acc = 0;
-          for (std::int64_t j = 0; j <= i; ++j) acc += dscores(b, h, i, j) * qkv(b * S + j, kc + k);
-          dqkv(ti, qc + k) = scale * acc;
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, nkb), [&](const std::int64_t kb) {
+          const std::int64_t k0 = kb * CB;
+          const int nk = static_cast<int>(kx::min<std::int64_t>(CB, d - k0));
+          T acc[CB];
+          for (int c = 0; c < CB; ++c) acc[c] = 0;
+          for (std::int64_t j = 0; j <= i; ++j) {
+            const T ds = dscores(b, h, i, j);
+            const std::int64_t tj = b * S + j;
+            for (int c = 0; c < nk; ++c) acc[c] += ds * qkv(tj, kc + k0 + c);
+          }
+          for (int c = 0; c < nk; ++c) dqkv(ti, qc + k0 + c) = scale * acc[c];
         });
       });
 
@@ -183,16 +214,24 @@ void attention_backward(const Exec& exec,
         const std::int64_t b = r / (S * nh);
         const std::int64_t tj = b * S + j;
         const std::int64_t qc = h * d, kc = hl + h * d, vc = 2 * hl + h * d;
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, d), [&](const std::int64_t k) {
-          T dk = 0;
-          T dv = 0;
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, nkb), [&](const std::int64_t kb) {
+          const std::int64_t k0 = kb * CB;
+          const int nk = static_cast<int>(kx::min<std::int64_t>(CB, d - k0));
+          T dk[CB], dv[CB];
+          for (int c = 0; c < CB; ++c) dk[c] = dv[c] = 0;
           for (std::int64_t i = j; i < S; ++i) {
             const std::int64_t ti = b * S + i;
-            dk += dscores(b, h, i, j) * qkv(ti, qc + k);
-            dv += att(b, h, i, j) * dout(ti, qc + k);
+            const T ds = dscores(b, h, i, j);
+            const T p = att(b, h, i, j);
+            for (int c = 0; c < nk; ++c) {
+              dk[c] += ds * qkv(ti, qc + k0 + c);
+              dv[c] += p * dout(ti, qc + k0 + c);
+            }
           }
-          dqkv(tj, kc + k) = scale * dk;
-          dqkv(tj, vc + k) = dv;
+          for (int c = 0; c < nk; ++c) {
+            dqkv(tj, kc + k0 + c) = scale * dk[c];
+            dqkv(tj, vc + k0 + c) = dv[c];
+          }
         });
       });
 }
@@ -201,10 +240,10 @@ void attention_backward(const Exec& exec,
 // call; pass a workspace to the overload above to avoid it in a training loop).
 template <class Exec, class DOV, class QKV, class AV, class DQKV>
 void attention_backward(const Exec& exec,
-                        const DOV& dout,    // [B*S, Hl]
-                        const QKV& qkv,     // [B*S, 3*Hl] forward input
-                        const AV& att,      // [B, nh_local, S, S] from attention_forward
-                        const DQKV& dqkv) { // [B*S, 3*Hl] out (overwritten)
+                        const DOV& dout,     // [B*S, Hl]
+                        const QKV& qkv,      // [B*S, 3*Hl] forward input
+                        const AV& att,       // [B, nh_local, S, S] from attention_forward
+                        const DQKV& dqkv) {  // [B*S, 3*Hl] out (overwritten)
   detail::check_view<Exec, AV, 4>();
   using T = typename DQKV::non_const_value_type;
   Kokkos::View<T****, Kokkos::LayoutRight, typename DQKV::memory_space> dscores(

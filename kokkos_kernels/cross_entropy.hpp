@@ -12,10 +12,10 @@
 // Views: any layout, managed or unmanaged, subviews.
 #pragma once
 
+#include <limits>
+
 #include "kokkos_kernels/compat.hpp"
 #include "kokkos_kernels/detail.hpp"
-
-#include <limits>
 
 namespace tptrain::kernels {
 
@@ -41,9 +41,7 @@ void row_max(const Exec& exec,
         T m = lowest;
         Kokkos::parallel_reduce(
             Kokkos::TeamThreadRange(team, valid_cols),
-            [&](const std::int64_t j, T& acc) {
-              acc = kx::max(acc, static_cast<T>(logits(i, j)));
-            },
+            [&](const std::int64_t j, T& acc) { acc = kx::max(acc, static_cast<T>(logits(i, j))); },
             Kokkos::Max<T>(m));
         Kokkos::single(Kokkos::PerTeam(team), [&]() { rowmax(i) = valid_cols > 0 ? m : lowest; });
       });
@@ -88,7 +86,7 @@ void target_logit(const Exec& exec,
                   const LV& logits,   // [N, Vl]
                   const TV& targets,  // [N] target ids
                   const std::int64_t vocab_start,
-                  const OV& tl,       // [N] out (overwritten)
+                  const OV& tl,  // [N] out (overwritten)
                   std::int64_t valid_cols = -1) {
   detail::check_view<Exec, LV, 2>();
   detail::check_view<Exec, TV, 1>();
@@ -128,8 +126,8 @@ void cross_entropy_loss(const Exec& exec,
   Kokkos::parallel_for(
       "tptrain::kernels::cross_entropy_loss", detail::range(exec, loss.extent(0)),
       KOKKOS_LAMBDA(const std::int64_t i) {
-        loss(i) = kx::log(static_cast<T>(sumexp(i))) + static_cast<T>(rowmax(i)) -
-                  static_cast<T>(tl(i));
+        loss(i) =
+            kx::log(static_cast<T>(sumexp(i))) + static_cast<T>(rowmax(i)) - static_cast<T>(tl(i));
       });
 }
 

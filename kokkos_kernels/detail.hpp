@@ -2,13 +2,13 @@
 // space instance, compile-time view checks, host-side shape checks. Not part of the contract.
 #pragma once
 
-#include "kokkos_kernels/compat.hpp"
-#include "kokkos_kernels/views.hpp"
-
 #include <cstdint>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
+
+#include "kokkos_kernels/compat.hpp"
+#include "kokkos_kernels/views.hpp"
 
 namespace tptrain::kernels::detail {
 
@@ -31,11 +31,35 @@ inline Range2D<Exec> range2d(const Exec& exec, std::int64_t n0, std::int64_t n1)
   return Range2D<Exec>(exec, point{{0, 0}}, point{{n0, n1}});
 }
 
+// Testing hook: a fixed team size for every team kernel (0, the default: Kokkos::AUTO). Lets
+// host tests run the team barriers and team reductions with several threads per team (OpenMP),
+// as GPUs do. Host-only state, read when a kernel is launched.
+inline int& team_size_override() {
+  static int size = 0;
+  return size;
+}
+
 // One team per league entry (rows of a row-wise reduction); team size left to Kokkos.
 template <class Exec>
 inline Teams<Exec> teams(const Exec& exec, std::int64_t league) {
-  return Teams<Exec>(exec, static_cast<int>(league), Kokkos::AUTO);
+  const int size = team_size_override();
+  return size > 0 ? Teams<Exec>(exec, static_cast<int>(league), size)
+                  : Teams<Exec>(exec, static_cast<int>(league), Kokkos::AUTO);
 }
+
+// Column blocking for kernels in which a thread walks down columns (column sums, attention
+// rows): on host memory spaces a thread takes a block of adjacent columns (one pass over
+// contiguous row segments: cache friendly), on GPUs one column per thread (adjacent threads read
+// adjacent addresses: coalesced). Each column is still summed in the same order, so results are
+// bitwise identical for any block width. Kernels take it as a defaulted template parameter
+// `int CB = ColumnBlock<Exec>::value`; tests force CB = 1 on the host to check the GPU ordering.
+template <class Exec>
+struct ColumnBlock {
+  static constexpr int value =
+      std::is_same<typename Exec::memory_space, Kokkos::HostSpace>::value ? 64 : 1;
+};
+
+inline std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
 // Compile-time checks every kernel makes on its view arguments.
 template <class Exec, class V, int Rank>

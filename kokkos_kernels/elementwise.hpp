@@ -104,9 +104,9 @@ constexpr void check_view_1d_or_2d() {
 // out = a + b
 template <class Exec, class AV, class BV, class OV>
 void add(const Exec& exec,
-         const AV& a,     // [N] or [N, M]
-         const BV& b,     // same as a
-         const OV& out) { // same as a
+         const AV& a,      // [N] or [N, M]
+         const BV& b,      // same as a
+         const OV& out) {  // same as a
   detail::check_view_1d_or_2d<Exec, OV>();
   detail::check_view<Exec, AV, detail::rank_of<OV>()>();
   detail::check_view<Exec, BV, detail::rank_of<OV>()>();
@@ -123,8 +123,8 @@ void add(const Exec& exec,
 // y += x
 template <class Exec, class YV, class XV>
 void add_inplace(const Exec& exec,
-                 const YV& y,   // [N] or [N, M]
-                 const XV& x) { // same as y
+                 const YV& y,    // [N] or [N, M]
+                 const XV& x) {  // same as y
   detail::check_view_1d_or_2d<Exec, YV>();
   detail::check_view<Exec, XV, detail::rank_of<YV>()>();
   detail::check_writable<YV>();
@@ -167,8 +167,8 @@ void fill(const Exec& exec,
 // dst = src
 template <class Exec, class SV, class DV>
 void copy(const Exec& exec,
-          const SV& src,   // [N] or [N, M]
-          const DV& dst) { // same as src
+          const SV& src,    // [N] or [N, M]
+          const DV& dst) {  // same as src
   detail::check_view_1d_or_2d<Exec, DV>();
   detail::check_view<Exec, SV, detail::rank_of<DV>()>();
   detail::check_writable<DV>();

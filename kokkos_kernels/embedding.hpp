@@ -19,7 +19,7 @@ void embedding_forward_masked(const Exec& exec,
                               const TV& tokens,  // [N] token ids
                               const WV& wte,     // [Vl, H] local vocabulary rows
                               const std::int64_t vocab_start,
-                              const YV& y) {     // [N, H] out (overwritten)
+                              const YV& y) {  // [N, H] out (overwritten)
   detail::check_view<Exec, TV, 1>();
   detail::check_view<Exec, WV, 2>();
   detail::check_view<Exec, YV, 2>();
@@ -46,7 +46,8 @@ void position_embedding_add(const Exec& exec,
   detail::check_view<Exec, YV, 2>();
   detail::check_writable<YV>();
   detail::require(S > 0 && wpe.extent(0) >= static_cast<std::size_t>(S) &&
-                      wpe.extent(1) == y.extent(1) && y.extent(0) % static_cast<std::size_t>(S) == 0,
+                      wpe.extent(1) == y.extent(1) &&
+                      y.extent(0) % static_cast<std::size_t>(S) == 0,
                   "position_embedding_add", "shapes must be wpe[>=S,H], y[B*S,H]");
   Kokkos::parallel_for(
       "tptrain::kernels::position_embedding_add", detail::range2d(exec, y.extent(0), y.extent(1)),
@@ -54,14 +55,15 @@ void position_embedding_add(const Exec& exec,
 }
 
 // dwte(tok - vocab_start, h) += dy(t, h) for the tokens in this rank's range (accumulated).
-// One thread per column h walks the tokens in order, so each (row, h) is touched by one thread
-// in a fixed order: no atomics, bitwise reproducible, O(N*H) work.
-template <class Exec, class TV, class DYV, class DWV>
+// One thread per column h (per block of CB columns, see detail::ColumnBlock) walks the tokens
+// in order, so each (row, h) is touched by one thread in a fixed order: no atomics, bitwise
+// reproducible, O(N*H) work.
+template <class Exec, class TV, class DYV, class DWV, int CB = detail::ColumnBlock<Exec>::value>
 void embedding_backward_masked(const Exec& exec,
                                const TV& tokens,  // [N] token ids
                                const DYV& dy,     // [N, H]
                                const std::int64_t vocab_start,
-                               const DWV& dwte) { // [Vl, H] accumulated
+                               const DWV& dwte) {  // [Vl, H] accumulated
   detail::check_view<Exec, TV, 1>();
   detail::check_view<Exec, DYV, 2>();
   detail::check_view<Exec, DWV, 2>();
@@ -70,12 +72,16 @@ void embedding_backward_masked(const Exec& exec,
                   "embedding_backward_masked", "shapes must be tokens[N], dy[N,H], dwte[Vl,H]");
   const std::int64_t n = dy.extent(0);
   const std::int64_t vl = dwte.extent(0);
+  const std::int64_t cols = dy.extent(1);
   Kokkos::parallel_for(
-      "tptrain::kernels::embedding_backward_masked", detail::range(exec, dy.extent(1)),
-      KOKKOS_LAMBDA(const std::int64_t h) {
+      "tptrain::kernels::embedding_backward_masked",
+      detail::range(exec, detail::ceil_div(cols, CB)), KOKKOS_LAMBDA(const std::int64_t blk) {
+        const std::int64_t h0 = blk * CB;
+        const int nh = static_cast<int>(kx::min<std::int64_t>(CB, cols - h0));
         for (std::int64_t t = 0; t < n; ++t) {
           const std::int64_t row = static_cast<std::int64_t>(tokens(t)) - vocab_start;
-          if (row >= 0 && row < vl) dwte(row, h) += dy(t, h);
+          if (row >= 0 && row < vl)
+            for (int c = 0; c < nh; ++c) dwte(row, h0 + c) += dy(t, h0 + c);
         }
       });
 }
@@ -83,9 +89,9 @@ void embedding_backward_masked(const Exec& exec,
 // dwpe(s, h) += Σ_b dy(b*S + s, h), batches summed in order, then added once (accumulated).
 template <class Exec, class DYV, class DPV>
 void position_embedding_backward(const Exec& exec,
-                                 const DYV& dy,     // [N = B*S, H]
+                                 const DYV& dy,  // [N = B*S, H]
                                  const std::int64_t S,
-                                 const DPV& dwpe) { // [S_max >= S, H] accumulated (rows < S)
+                                 const DPV& dwpe) {  // [S_max >= S, H] accumulated (rows < S)
   detail::check_view<Exec, DYV, 2>();
   detail::check_view<Exec, DPV, 2>();
   detail::check_writable<DPV>();

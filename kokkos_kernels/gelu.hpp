@@ -16,8 +16,8 @@ constexpr double gelu_c = 0.044715;
 // y = gelu(x) (y overwritten; y may alias x).
 template <class Exec, class XV, class YV>
 void gelu_forward(const Exec& exec,
-                  const XV& x,   // [N, F]
-                  const YV& y) { // [N, F]
+                  const XV& x,    // [N, F]
+                  const YV& y) {  // [N, F]
   detail::check_view<Exec, XV, 2>();
   detail::check_view<Exec, YV, 2>();
   detail::check_writable<YV>();
@@ -39,9 +39,9 @@ void gelu_forward(const Exec& exec,
 //   gelu'(x) = 0.5 (1 + t) + 0.5 x (1 - t²) k (1 + 3 c x²),  t = tanh(k (x + c x³))
 template <class Exec, class DYV, class XV, class DXV>
 void gelu_backward(const Exec& exec,
-                   const DYV& dy,   // [N, F]
-                   const XV& x,     // [N, F] forward input
-                   const DXV& dx) { // [N, F]
+                   const DYV& dy,    // [N, F]
+                   const XV& x,      // [N, F] forward input
+                   const DXV& dx) {  // [N, F]
   detail::check_view<Exec, DYV, 2>();
   detail::check_view<Exec, XV, 2>();
   detail::check_view<Exec, DXV, 2>();
@@ -57,8 +57,8 @@ void gelu_backward(const Exec& exec,
       KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t j) {
         const T v = x(i, j);
         const T th = kx::tanh(k * (v + c * v * v * v));
-        const T grad = T(0.5) * (T(1) + th) +
-                       T(0.5) * v * (T(1) - th * th) * k * (T(1) + T(3) * c * v * v);
+        const T grad =
+            T(0.5) * (T(1) + th) + T(0.5) * v * (T(1) - th * th) * k * (T(1) + T(3) * c * v * v);
         dx(i, j) = dy(i, j) * grad;
       });
 }

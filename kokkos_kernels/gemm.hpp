@@ -17,16 +17,16 @@ namespace tptrain::kernels {
 // y = x · Wᵀ (y overwritten).
 template <class Exec, class XV, class WV, class YV>
 void linear_forward(const Exec& exec,
-                    const XV& x,   // [N, in]
-                    const WV& W,   // [out, in]
-                    const YV& y) { // [N, out]
+                    const XV& x,    // [N, in]
+                    const WV& W,    // [out, in]
+                    const YV& y) {  // [N, out]
   detail::check_view<Exec, XV, 2>();
   detail::check_view<Exec, WV, 2>();
   detail::check_view<Exec, YV, 2>();
   detail::check_writable<YV>();
-  detail::require(x.extent(0) == y.extent(0) && W.extent(1) == x.extent(1) &&
-                      W.extent(0) == y.extent(1),
-                  "linear_forward", "shapes must be x[N,in], W[out,in], y[N,out]");
+  detail::require(
+      x.extent(0) == y.extent(0) && W.extent(1) == x.extent(1) && W.extent(0) == y.extent(1),
+      "linear_forward", "shapes must be x[N,in], W[out,in], y[N,out]");
   using T = typename YV::non_const_value_type;
   if (x.extent(1) == 0) {  // KokkosBlas::gemm returns early on an empty inner dimension
     fill(exec, y, T(0));
@@ -38,16 +38,16 @@ void linear_forward(const Exec& exec,
 // dx = dy · W (dx overwritten).
 template <class Exec, class DYV, class WV, class DXV>
 void linear_backward_input(const Exec& exec,
-                           const DYV& dy,   // [N, out]
-                           const WV& W,     // [out, in]
-                           const DXV& dx) { // [N, in]
+                           const DYV& dy,    // [N, out]
+                           const WV& W,      // [out, in]
+                           const DXV& dx) {  // [N, in]
   detail::check_view<Exec, DYV, 2>();
   detail::check_view<Exec, WV, 2>();
   detail::check_view<Exec, DXV, 2>();
   detail::check_writable<DXV>();
-  detail::require(dy.extent(0) == dx.extent(0) && W.extent(0) == dy.extent(1) &&
-                      W.extent(1) == dx.extent(1),
-                  "linear_backward_input", "shapes must be dy[N,out], W[out,in], dx[N,in]");
+  detail::require(
+      dy.extent(0) == dx.extent(0) && W.extent(0) == dy.extent(1) && W.extent(1) == dx.extent(1),
+      "linear_backward_input", "shapes must be dy[N,out], W[out,in], dx[N,in]");
   using T = typename DXV::non_const_value_type;
   if (dy.extent(1) == 0) {
     fill(exec, dx, T(0));
@@ -59,16 +59,16 @@ void linear_backward_input(const Exec& exec,
 // dW += dyᵀ · x (accumulates, so micro-batches add up).
 template <class Exec, class DYV, class XV, class DWV>
 void linear_backward_weight(const Exec& exec,
-                            const DYV& dy,   // [N, out]
-                            const XV& x,     // [N, in]
-                            const DWV& dW) { // [out, in]
+                            const DYV& dy,    // [N, out]
+                            const XV& x,      // [N, in]
+                            const DWV& dW) {  // [out, in]
   detail::check_view<Exec, DYV, 2>();
   detail::check_view<Exec, XV, 2>();
   detail::check_view<Exec, DWV, 2>();
   detail::check_writable<DWV>();
-  detail::require(dy.extent(0) == x.extent(0) && dW.extent(0) == dy.extent(1) &&
-                      dW.extent(1) == x.extent(1),
-                  "linear_backward_weight", "shapes must be dy[N,out], x[N,in], dW[out,in]");
+  detail::require(
+      dy.extent(0) == x.extent(0) && dW.extent(0) == dy.extent(1) && dW.extent(1) == x.extent(1),
+      "linear_backward_weight", "shapes must be dy[N,out], x[N,in], dW[out,in]");
   using T = typename DWV::non_const_value_type;
   kx::gemm(exec, "T", "N", T(1), dy, x, T(1), dW);  // N == 0: nothing to add, gemm returns
 }

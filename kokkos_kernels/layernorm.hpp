@@ -31,14 +31,13 @@ void layernorm_forward(const Exec& exec,
   detail::check_writable<RV>();
   const std::int64_t n = x.extent(0);
   const std::int64_t h = x.extent(1);
-  detail::require(y.extent(0) == static_cast<std::size_t>(n) &&
-                      y.extent(1) == static_cast<std::size_t>(h) &&
-                      gamma.extent(0) == static_cast<std::size_t>(h) &&
-                      beta.extent(0) == static_cast<std::size_t>(h) &&
-                      mean.extent(0) == static_cast<std::size_t>(n) &&
-                      rstd.extent(0) == static_cast<std::size_t>(n),
-                  "layernorm_forward",
-                  "shapes must be x[N,H], gamma[H], beta[H], y[N,H], mean[N], rstd[N]");
+  detail::require(
+      y.extent(0) == static_cast<std::size_t>(n) && y.extent(1) == static_cast<std::size_t>(h) &&
+          gamma.extent(0) == static_cast<std::size_t>(h) &&
+          beta.extent(0) == static_cast<std::size_t>(h) &&
+          mean.extent(0) == static_cast<std::size_t>(n) &&
+          rstd.extent(0) == static_cast<std::size_t>(n),
+      "layernorm_forward", "shapes must be x[N,H], gamma[H], beta[H], y[N,H], mean[N], rstd[N]");
   detail::require(h > 0, "layernorm_forward", "H must be positive");
   using T = typename YV::non_const_value_type;
   using member = typename detail::Teams<Exec>::member_type;
@@ -48,8 +47,8 @@ void layernorm_forward(const Exec& exec,
         const std::int64_t i = team.league_rank();
         T sum = 0;
         Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(team, h),
-            [&](const std::int64_t j, T& acc) { acc += x(i, j); }, sum);
+            Kokkos::TeamThreadRange(team, h), [&](const std::int64_t j, T& acc) { acc += x(i, j); },
+            sum);
         const T mu = sum / static_cast<T>(h);
         T sq = 0;
         Kokkos::parallel_reduce(
@@ -73,18 +72,18 @@ void layernorm_forward(const Exec& exec,
 // x̂ = (x - mean) · rstd,  g = dy · γ
 // dx = rstd · (g - mean_j(g) - x̂ · mean_j(g · x̂))   (overwritten)
 // dγ += Σ_rows dy · x̂,  dβ += Σ_rows dy             (accumulated)
-// dx may alias dy (an in-place backward); no other aliasing.
+// dx may alias dy (an in-place backward); no other aliasing. CB: see detail::ColumnBlock.
 template <class Exec, class DYV, class XV, class GV, class MV, class RV, class DXV, class DGV,
-          class DBV>
+          class DBV, int CB = detail::ColumnBlock<Exec>::value>
 void layernorm_backward(const Exec& exec,
-                        const DYV& dy,      // [N, H]
-                        const XV& x,        // [N, H] forward input
-                        const GV& gamma,    // [H]
-                        const MV& mean,     // [N] from layernorm_forward
-                        const RV& rstd,     // [N] from layernorm_forward
-                        const DXV& dx,      // [N, H] out (overwritten)
-                        const DGV& dgamma,  // [H] accumulated
-                        const DBV& dbeta) { // [H] accumulated
+                        const DYV& dy,       // [N, H]
+                        const XV& x,         // [N, H] forward input
+                        const GV& gamma,     // [H]
+                        const MV& mean,      // [N] from layernorm_forward
+                        const RV& rstd,      // [N] from layernorm_forward
+                        const DXV& dx,       // [N, H] out (overwritten)
+                        const DGV& dgamma,   // [H] accumulated
+                        const DBV& dbeta) {  // [H] accumulated
   detail::check_view<Exec, DYV, 2>();
   detail::check_view<Exec, XV, 2>();
   detail::check_view<Exec, GV, 1>();
@@ -107,19 +106,28 @@ void layernorm_backward(const Exec& exec,
                   "shapes must be dy,x,dx[N,H], gamma,dgamma,dbeta[H], mean,rstd[N]");
   using T = typename DXV::non_const_value_type;
   using member = typename detail::Teams<Exec>::member_type;
-  // Parameter gradients first, so that dx may alias dy.
+  // Parameter gradients first, so that dx may alias dy. One thread per block of CB columns,
+  // rows summed in order (see detail::ColumnBlock).
   Kokkos::parallel_for(
-      "tptrain::kernels::layernorm_backward_params", detail::range(exec, h),
-      KOKKOS_LAMBDA(const std::int64_t j) {
-        T dg = 0;
-        T db = 0;
+      "tptrain::kernels::layernorm_backward_params", detail::range(exec, detail::ceil_div(h, CB)),
+      KOKKOS_LAMBDA(const std::int64_t blk) {
+        const std::int64_t j0 = blk * CB;
+        const int nj = static_cast<int>(kx::min<std::int64_t>(CB, h - j0));
+        T dg[CB], db[CB];
+        for (int c = 0; c < CB; ++c) dg[c] = db[c] = 0;
         for (std::int64_t i = 0; i < n; ++i) {
-          const T g = dy(i, j);
-          dg += g * ((x(i, j) - mean(i)) * rstd(i));
-          db += g;
+          const T mu = mean(i);
+          const T rs = rstd(i);
+          for (int c = 0; c < nj; ++c) {
+            const T g = dy(i, j0 + c);
+            dg[c] += g * ((x(i, j0 + c) - mu) * rs);
+            db[c] += g;
+          }
         }
-        dgamma(j) += dg;
-        dbeta(j) += db;
+        for (int c = 0; c < nj; ++c) {
+          dgamma(j0 + c) += dg[c];
+          dbeta(j0 + c) += db[c];
+        }
       });
   Kokkos::parallel_for(
       "tptrain::kernels::layernorm_backward_input", detail::teams(exec, n),

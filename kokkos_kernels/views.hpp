@@ -9,7 +9,7 @@ namespace tptrain::kernels {
 template <class T>
 using Matrix = Kokkos::View<T**, Kokkos::LayoutRight, kx::MemSpace>;  // [rows, cols]
 template <class T>
-using Vector = Kokkos::View<T*, kx::MemSpace>;  // [n]
+using Vector = Kokkos::View<T*, kx::MemSpace>;    // [n]
 using Tokens = Kokkos::View<int*, kx::MemSpace>;  // [tokens]
 // Softmax probabilities saved by attention_forward.
 template <class T>
@@ -17,10 +17,9 @@ using Tensor4 = Kokkos::View<T****, Kokkos::LayoutRight, kx::MemSpace>;  // [B, 
 
 // Unmanaged variants, for views over memory owned elsewhere (e.g. one flat parameter buffer).
 template <class T>
-using MatrixUnmanaged = Kokkos::View<T**, Kokkos::LayoutRight, kx::MemSpace,
-                                     Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+using MatrixUnmanaged =
+    Kokkos::View<T**, Kokkos::LayoutRight, kx::MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
 template <class T>
-using VectorUnmanaged =
-    Kokkos::View<T*, kx::MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+using VectorUnmanaged = Kokkos::View<T*, kx::MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
 
 }  // namespace tptrain::kernels

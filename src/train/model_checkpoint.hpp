@@ -8,7 +8,9 @@
 #include <vector>
 
 #include "io/checkpoint_file.hpp"
-#include "src/model/parameter.hpp"
+#include "io/deck.hpp"
+#include "src/model/gpt_model.hpp"
+#include "src/parallel/topology.hpp"
 
 namespace tptrain::train {
 
@@ -42,5 +44,32 @@ std::vector<io::Hyperslab> slabs_of(const model::Parameter<T>& p) {
   }
   return slabs;
 }
+
+// Weights (and optionally AdamW moments) of a model as checkpoint tensors, with the host
+// buffers they are written from / read into.
+class CheckpointTensors {
+ public:
+  CheckpointTensors(model::GptModel<float>& m, const parallel::Topology& topo, bool with_moments);
+  std::vector<io::TensorShard>& shards() { return shards_; }
+  void download();  // device -> host buffers
+  void upload();    // host buffers -> device
+
+ private:
+  void add(const std::string& name, const model::Parameter<float>& p, const kernels::Vector<float>& v, bool writer);
+  std::vector<io::TensorShard> shards_;
+  std::vector<Kokkos::View<float*, Kokkos::HostSpace>> host_;
+  std::vector<kernels::Vector<float>> device_;
+};
+
+// <checkpoint.dir>/step_<8-digit step>.h5
+std::string checkpoint_path(const std::string& dir, std::int64_t step);
+
+// Collective over the world: weights, moments and metadata of `step`.
+void save_checkpoint(model::GptModel<float>& model, const io::Deck& deck, const parallel::Topology& topo,
+                     std::int64_t step, std::int64_t tokens_seen);
+
+// Collective: this rank's shard of every weight (any layout can read any checkpoint).
+io::CheckpointMeta load_weights(model::GptModel<float>& model, const parallel::Topology& topo,
+                                const std::string& path);
 
 }  // namespace tptrain::train

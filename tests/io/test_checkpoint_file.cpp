@@ -235,8 +235,10 @@ std::vector<Spec> specs(int n) {
 Layout write_layout(int r, int n) {
   const auto S = specs(n);
   Layout L;
-  L.add(S[0], {along(S[0].shape, 0, block(S[0].shape[0], n, r).first, block(S[0].shape[0], n, r).second)});
-  L.add(S[1], {along(S[1].shape, 1, block(S[1].shape[1], n, r).first, block(S[1].shape[1], n, r).second)});
+  L.add(S[0], {along(S[0].shape, 0, block(S[0].shape[0], n, r).first,
+                     block(S[0].shape[0], n, r).second)});
+  L.add(S[1], {along(S[1].shape, 1, block(S[1].shape[1], n, r).first,
+                     block(S[1].shape[1], n, r).second)});
   const std::uint64_t H = S[2].shape[0] / 3, per = H / static_cast<std::uint64_t>(n);
   const std::uint64_t q = static_cast<std::uint64_t>(r) * per;
   std::vector<Hyperslab> qkv, qkv_bias;
@@ -301,7 +303,9 @@ CheckpointMeta sample_meta(int r, int n) {
   CheckpointMeta m;
   m.step = 123456789012;
   m.tokens_seen = 9876543210123;
-  m.deck = "# tiny deck \xE2\x80\x94 \xC3\xBCnic\xC3\xB6" "de\n[model]\nlayers = 4\nhidden = 128\n";
+  m.deck =
+      "# tiny deck \xE2\x80\x94 \xC3\xBCnic\xC3\xB6"
+      "de\n[model]\nlayers = 4\nhidden = 128\n";
   if (r != 0) m.deck = "ignored: the metadata written is rank 0's";
   m.tp = n;
   m.pp = 3;
@@ -447,8 +451,8 @@ TEST_CASE("checkpoint metadata round trip and file format", "[io][checkpoint][mp
   write_sample(path);
 
   const CheckpointMeta want = sample_meta(0, w.size);
-  for (const CheckpointMeta& got : {read_checkpoint_meta(MPI_COMM_WORLD, path),
-                                    read_checkpoint(MPI_COMM_WORLD, path, {})}) {
+  for (const CheckpointMeta& got :
+       {read_checkpoint_meta(MPI_COMM_WORLD, path), read_checkpoint(MPI_COMM_WORLD, path, {})}) {
     CHECK(got.step == want.step);
     CHECK(got.tokens_seen == want.tokens_seen);
     CHECK(got.deck == want.deck);  // rank 0's, on every rank
@@ -526,8 +530,8 @@ TEST_CASE("checkpoint file appears only when complete", "[io][checkpoint][mpi]")
       if (w.rank == 0) t.slabs = {Hyperslab{{0}, {4}}};
       t.data = buf.data();
     }
-    const std::string msg =
-        error_of([&] { write_checkpoint(MPI_COMM_WORLD, path, sample_meta(w.rank, w.size), clash); });
+    const std::string msg = error_of(
+        [&] { write_checkpoint(MPI_COMM_WORLD, path, sample_meta(w.rank, w.size), clash); });
     CHECK(everyone_threw_the_same(msg));
     CHECK(contains(msg, "writing checkpoint " + path));
     CHECK(contains(msg, "model/x/y"));
@@ -535,7 +539,8 @@ TEST_CASE("checkpoint file appears only when complete", "[io][checkpoint][mpi]")
     // Fails in validation, on the last rank only: a slab outside the tensor.
     Layout bad = write_layout(w.rank, w.size);
     bad.fill_expected(true);
-    if (w.rank == w.size - 1) bad.slabs[0] = {along(bad.specs[0].shape, 0, 1, bad.specs[0].shape[0] + 1)};
+    if (w.rank == w.size - 1)
+      bad.slabs[0] = {along(bad.specs[0].shape, 0, 1, bad.specs[0].shape[0] + 1)};
     const std::string msg2 = error_of(
         [&] { write_checkpoint(MPI_COMM_WORLD, path, sample_meta(w.rank, w.size), bad.shards()); });
     CHECK(everyone_threw_the_same(msg2));
@@ -564,8 +569,8 @@ TEST_CASE("checkpoint file appears only when complete", "[io][checkpoint][mpi]")
     L.fill_expected(true);
     std::vector<TensorShard> shards = L.shards();
     if (w.rank == w.size - 1) shards.pop_back();
-    const std::string msg =
-        error_of([&] { write_checkpoint(MPI_COMM_WORLD, path, sample_meta(w.rank, w.size), shards); });
+    const std::string msg = error_of(
+        [&] { write_checkpoint(MPI_COMM_WORLD, path, sample_meta(w.rank, w.size), shards); });
     if (w.size > 1) {
       CHECK(everyone_threw_the_same(msg));
       CHECK(contains(msg, "disagree"));

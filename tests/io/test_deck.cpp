@@ -447,16 +447,17 @@ TEST_CASE("deck: values out of range are errors", "[io][deck]") {
     const std::string text = make_deck({{"optimizer.warmup_steps", "301"}});
     const std::string p = fx.problem(text);
     CHECK_THAT(p, has("deck.toml:" + std::to_string(line_of(text, "optimizer.warmup_steps")) +
-                      ": optimizer.warmup_steps = 301: expected an integer <= training.steps = 300 "
-                      "(deck.toml:"));
+                      ": optimizer.warmup_steps = 301: expected an integer <= training.steps = "
+                      "300 (line " +
+                      std::to_string(line_of(text, "training.steps")) + ")"));
   }
   SECTION("min_lr may not exceed lr") {
     const std::string text = make_deck({{"optimizer.min_lr", "4e-3"}});
     const std::string p = fx.problem(text);
-    CHECK_THAT(
-        p,
-        has("deck.toml:" + std::to_string(line_of(text, "optimizer.min_lr")) +
-            ": optimizer.min_lr = 0.004: expected a number <= optimizer.lr = 0.003 (deck.toml:"));
+    CHECK_THAT(p, has("deck.toml:" + std::to_string(line_of(text, "optimizer.min_lr")) +
+                      ": optimizer.min_lr = 0.004: expected a number <= optimizer.lr = 0.003 "
+                      "(line " +
+                      std::to_string(line_of(text, "optimizer.lr")) + ")"));
   }
   SECTION("lowering lr below min_lr by --set is reported on the --set") {
     const std::string text = make_deck();
@@ -504,7 +505,7 @@ TEST_CASE("deck: divisibility rules, each its own message naming both keys", "[i
     const std::string text = make_deck({{"model.hidden", "130"}, {"model.ffn_hidden", "520"}});
     const std::string p = fx.problem(text);
     CHECK_THAT(p, has("deck.toml:" + std::to_string(line_of(text, "model.hidden")) +
-                      ": model.hidden = 130: expected a multiple of model.heads = 4 (deck.toml:" +
+                      ": model.hidden = 130: expected a multiple of model.heads = 4 (line " +
                       std::to_string(line_of(text, "model.heads")) + ")"));
   }
   SECTION("heads % tensor") {
@@ -530,8 +531,8 @@ TEST_CASE("deck: divisibility rules, each its own message naming both keys", "[i
     CHECK_THAT(p, has("deck.toml:" + std::to_string(line_of(text, "training.global_batch")) +
                       ": training.global_batch = 16: expected a multiple of "
                       "training.micro_batch * parallel.data = 4 * 3 = 12"));
-    CHECK_THAT(p, has("parallel.data = 3 (deck.toml:" +
-                      std::to_string(line_of(text, "parallel.data")) + ")"));
+    CHECK_THAT(
+        p, has("parallel.data = 3 (line " + std::to_string(line_of(text, "parallel.data")) + ")"));
   }
   SECTION("a --set that breaks a rule is named as the culprit") {
     const auto p = fx.problems(make_deck(), {"parallel.tensor=3"});

@@ -2,12 +2,12 @@
 // row-major std::vector data. Readable first; speed is irrelevant.
 #pragma once
 
-#include "test_util.hpp"
-
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <vector>
+
+#include "test_util.hpp"
 
 namespace tptrain::kernels::ref {
 
@@ -139,8 +139,7 @@ inline AttentionOut attention_forward(const HostVec& qkv, int B, int S, int nh, 
         }
         double z = 0;
         for (int j = 0; j <= i; ++j) z += std::exp(s[j] - m);
-        for (int j = 0; j <= i; ++j)
-          r.att[((b * nh + h) * S + i) * S + j] = std::exp(s[j] - m) / z;
+        for (int j = 0; j <= i; ++j) r.att[((b * nh + h) * S + i) * S + j] = std::exp(s[j] - m) / z;
         for (int k = 0; k < d; ++k) {
           double o = 0;
           for (int j = 0; j <= i; ++j) o += r.att[((b * nh + h) * S + i) * S + j] * V(b, h, j, k);
@@ -168,14 +167,16 @@ inline HostVec attention_backward(const HostVec& dout, const HostVec& qkv, const
       for (int i = 0; i < S; ++i)
         for (int j = 0; j <= i; ++j) {
           double s = 0;
-          for (int k = 0; k < d; ++k) s += dout[(b * S + i) * Hl + h * d + k] * at(qkv, b, j, vc + k);
+          for (int k = 0; k < d; ++k)
+            s += dout[(b * S + i) * Hl + h * d + k] * at(qkv, b, j, vc + k);
           dP[i * S + j] = s;
         }
       // softmax Jacobian, row by row
       for (int i = 0; i < S; ++i)
         for (int j = 0; j <= i; ++j) {
           double s = 0;
-          for (int l = 0; l <= i; ++l) s += dP[i * S + l] * P(i, l) * ((j == l ? 1.0 : 0.0) - P(i, j));
+          for (int l = 0; l <= i; ++l)
+            s += dP[i * S + l] * P(i, l) * ((j == l ? 1.0 : 0.0) - P(i, j));
           dS[i * S + j] = s;
         }
       for (int i = 0; i < S; ++i)

@@ -98,5 +98,6 @@ TEST_CASE("attention is causal: later tokens do not change earlier outputs", "[k
   for (int c = 0; c < 3 * Hl; ++c) hqkv[(S - 1) * 3 * Hl + c] += 0.5;  // change the last token
   tk::attention_forward(exec, tt::to_device<T>(hqkv, S, 3 * Hl), out2, att, B, S, nh, d);
   const auto h1 = tt::to_host(out1), h2 = tt::to_host(out2);
-  CHECK(tt::bitwise_equal(tt::HostVec(h1.begin(), h1.end() - Hl), tt::HostVec(h2.begin(), h2.end() - Hl)));
+  CHECK(tt::bitwise_equal(tt::HostVec(h1.begin(), h1.end() - Hl),
+                          tt::HostVec(h2.begin(), h2.end() - Hl)));
 }

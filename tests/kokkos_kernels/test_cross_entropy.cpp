@@ -1,13 +1,13 @@
 // Vocab-parallel cross-entropy pieces: one "rank" with the whole vocabulary and splits over 2, 3
 // and 4 "ranks" with padding (max / sum-exp / target logit assembled by hand as the all-reduces
 // would) against a full-vocabulary log-softmax reference; finite differences in double.
+#include <limits>
+
 #include "catch.hpp"
 #include "kokkos_kernels/cross_entropy.hpp"
 #include "kokkos_kernels/elementwise.hpp"
 #include "reference.hpp"
 #include "test_util.hpp"
-
-#include <limits>
 
 namespace tk = tptrain::kernels;
 namespace tt = tptrain::kernels::test;
@@ -27,8 +27,8 @@ struct Assembled {
 // Runs the pieces on `parts` shards of the vocabulary, each padded to Vl = ceil(V/parts) columns
 // whose padding holds large garbage that must be ignored, and assembles the results.
 template <class T>
-Assembled vocab_parallel_ce(const tt::HostVec& logits, const std::vector<int>& targets, int N, int V,
-                            int parts, double scale) {
+Assembled vocab_parallel_ce(const tt::HostVec& logits, const std::vector<int>& targets, int N,
+                            int V, int parts, double scale) {
   Kokkos::DefaultExecutionSpace exec;
   const int Vl = (V + parts - 1) / parts;
   auto tg = tt::tokens_to_device(targets);

@@ -43,7 +43,8 @@ TEMPLATE_TEST_CASE("elementwise kernels on 2D views", "[kernels]", float, double
   for (int i = 0; i < N; ++i)
     for (int j = 0; j < H; ++j) {
       const bool inside = i >= 1 && i < 4 && j >= 2 && j < 7;
-      CHECK(hout[i * H + j] == (inside ? 0.0 : static_cast<double>(static_cast<T>(ha[i * H + j] + hb[i * H + j]))));
+      CHECK(hout[i * H + j] ==
+            (inside ? 0.0 : static_cast<double>(static_cast<T>(ha[i * H + j] + hb[i * H + j]))));
     }
 }
 

@@ -29,7 +29,8 @@ TEMPLATE_TEST_CASE("masked embedding over a vocabulary split matches the full lo
   tt::HostVec ref_y(N * H), ref_dwte(V * H, 0.0), ref_dwpe(S * H, 0.0);
   for (int t = 0; t < N; ++t)
     for (int h = 0; h < H; ++h) {
-      ref_y[t * H + h] = static_cast<double>(static_cast<T>(hwte[htok[t] * H + h] + hwpe[(t % S) * H + h]));
+      ref_y[t * H + h] =
+          static_cast<double>(static_cast<T>(hwte[htok[t] * H + h] + hwpe[(t % S) * H + h]));
       ref_dwte[htok[t] * H + h] += hdy[t * H + h];
       ref_dwpe[(t % S) * H + h] += hdy[t * H + h];
     }

@@ -1,11 +1,11 @@
 // Linear-layer GEMMs against naive host loops; accumulate/overwrite semantics; unmanaged views
 // and subviews.
+#include <type_traits>
+
 #include "catch.hpp"
 #include "kokkos_kernels/gemm.hpp"
 #include "reference.hpp"
 #include "test_util.hpp"
-
-#include <type_traits>
 
 namespace tk = tptrain::kernels;
 namespace tt = tptrain::kernels::test;
@@ -41,8 +41,8 @@ void check_linear(const Shape& s, unsigned seed) {
   tptrain::kernels::ref::linear_backward_weight(hdy, hx, s.N, s.in, s.out, ref_dW);
   CHECK(tt::max_rel_err(tt::to_host(y), tk::ref::linear_forward(hx, hW, s.N, s.in, s.out)) <
         tt::tol<T>());
-  CHECK(tt::max_rel_err(tt::to_host(dx), tk::ref::linear_backward_input(hdy, hW, s.N, s.in, s.out)) <
-        tt::tol<T>());
+  CHECK(tt::max_rel_err(tt::to_host(dx),
+                        tk::ref::linear_backward_input(hdy, hW, s.N, s.in, s.out)) < tt::tol<T>());
   CHECK(tt::max_rel_err(tt::to_host(dW), ref_dW, tt::max_abs(hdW0)) < tt::tol<T>());
 }
 
@@ -50,8 +50,8 @@ void check_linear(const Shape& s, unsigned seed) {
 
 TEMPLATE_TEST_CASE("linear forward/backward match naive loops", "[kernels]", float, double) {
   using T = TestType;
-  const Shape shape = GENERATE(Shape{7, 13, 5}, Shape{1, 1, 1}, Shape{33, 65, 17},
-                               Shape{64, 128, 96});
+  const Shape shape =
+      GENERATE(Shape{7, 13, 5}, Shape{1, 1, 1}, Shape{33, 65, 17}, Shape{64, 128, 96});
   INFO("N=" << shape.N << " in=" << shape.in << " out=" << shape.out);
   check_linear<T>(shape, 1234u + static_cast<unsigned>(shape.N));
 }

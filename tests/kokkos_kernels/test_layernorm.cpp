@@ -10,7 +10,8 @@ namespace tt = tptrain::kernels::test;
 
 TEMPLATE_TEST_CASE("layernorm forward/backward match host reference", "[kernels]", float, double) {
   using T = TestType;
-  const auto [N, H] = GENERATE(std::make_pair(7, 13), std::make_pair(1, 2), std::make_pair(32, 256));
+  const auto [N, H] =
+      GENERATE(std::make_pair(7, 13), std::make_pair(1, 2), std::make_pair(32, 256));
   INFO("N=" << N << " H=" << H);
   const double eps = 1e-5;
   std::mt19937 rng(41);
@@ -43,7 +44,8 @@ TEMPLATE_TEST_CASE("layernorm forward/backward match host reference", "[kernels]
   // against the size of the terms, rstd · |dy γ|.
   double dx_scale = 0;
   for (int t = 0; t < N; ++t)
-    for (int j = 0; j < H; ++j) dx_scale = std::max(dx_scale, rf.rstd[t] * std::fabs(hdy[t * H + j] * hg[j]));
+    for (int j = 0; j < H; ++j)
+      dx_scale = std::max(dx_scale, rf.rstd[t] * std::fabs(hdy[t * H + j] * hg[j]));
   CHECK(tt::max_rel_err(tt::to_host(dx), rb.dx, dx_scale) < tt::tol<T>());
   tt::HostVec ref_dg = hdg0, ref_db = hdb0;
   for (int j = 0; j < H; ++j) {

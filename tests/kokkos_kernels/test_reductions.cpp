@@ -1,9 +1,9 @@
 // squared_norm (accumulated in double) and all_finite on 1D and 2D views.
+#include <limits>
+
 #include "catch.hpp"
 #include "kokkos_kernels/reductions.hpp"
 #include "test_util.hpp"
-
-#include <limits>
 
 namespace tk = tptrain::kernels;
 namespace tt = tptrain::kernels::test;

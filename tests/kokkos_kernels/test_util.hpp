@@ -2,8 +2,6 @@
 // error measures, central finite differences.
 #pragma once
 
-#include "kokkos_kernels/views.hpp"
-
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -12,6 +10,8 @@
 #include <random>
 #include <string>
 #include <vector>
+
+#include "kokkos_kernels/views.hpp"
 
 namespace tptrain::kernels::test {
 
@@ -63,7 +63,8 @@ inline bool bitwise_equal(const HostVec& a, const HostVec& b) {
 
 // ---- device <-> host, always through host mirrors --------------------------------------------
 template <class T>
-Matrix<T> to_device(const HostVec& h, std::size_t rows, std::size_t cols, const std::string& label = "m") {
+Matrix<T> to_device(const HostVec& h, std::size_t rows, std::size_t cols,
+                    const std::string& label = "m") {
   Matrix<T> d(label, rows, cols);
   auto m = Kokkos::create_mirror_view(d);
   for (std::size_t i = 0; i < rows; ++i)

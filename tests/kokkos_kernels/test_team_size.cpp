@@ -1,0 +1,89 @@
+// Team kernels (layernorm, attention, cross-entropy rows) with several threads per team: on
+// multi-threaded host backends (OpenMP) this runs their team barriers and team reductions as a
+// GPU would. On Serial only team size 1 exists, and the test checks that alone.
+#include <algorithm>
+#include <type_traits>
+
+#include "catch.hpp"
+#include "kokkos_kernels/attention.hpp"
+#include "kokkos_kernels/cross_entropy.hpp"
+#include "kokkos_kernels/layernorm.hpp"
+#include "reference.hpp"
+#include "test_util.hpp"
+
+namespace tk = tptrain::kernels;
+namespace tt = tptrain::kernels::test;
+
+namespace {
+
+// Restores Kokkos::AUTO team sizes even when a check throws.
+struct TeamSizeGuard {
+  explicit TeamSizeGuard(int size) { tk::detail::team_size_override() = size; }
+  ~TeamSizeGuard() { tk::detail::team_size_override() = 0; }
+  TeamSizeGuard(const TeamSizeGuard&) = delete;
+  TeamSizeGuard& operator=(const TeamSizeGuard&) = delete;
+};
+
+}  // namespace
+
+TEST_CASE("team kernels agree with references for every team size", "[kernels]") {
+  using T = double;
+  using Exec = Kokkos::DefaultExecutionSpace;
+  Exec exec;
+  const int max_team = std::is_same<Exec, Kokkos::DefaultHostExecutionSpace>::value
+                           ? std::min(4, static_cast<int>(exec.concurrency()))
+                           : 32;
+  for (int ts = 1; ts <= max_team; ts *= 2) {
+    INFO("team size " << ts);
+    TeamSizeGuard guard(ts);
+    std::mt19937 rng(111);
+    // layernorm
+    const int N = 5, H = 37;
+    const auto hx = tt::random_vec<T>(rng, N * H);
+    const auto hg = tt::random_vec<T>(rng, H);
+    const auto hdy = tt::random_vec<T>(rng, N * H);
+    auto x = tt::to_device<T>(hx, N, H);
+    auto g = tt::to_device<T>(hg);
+    auto dy = tt::to_device<T>(hdy, N, H);
+    tk::Matrix<T> y("y", N, H), dx("dx", N, H);
+    tk::Vector<T> mean("mean", N), rstd("rstd", N), dg("dg", H), db("db", H);
+    tk::layernorm_forward(exec, x, g, g, y, mean, rstd, 1e-5);
+    tk::layernorm_backward(exec, dy, x, g, mean, rstd, dx, dg, db);
+    CHECK(tt::max_rel_err(tt::to_host(y), tk::ref::layernorm_forward(hx, hg, hg, N, H, 1e-5).y) <
+          1e-12);
+    CHECK(tt::max_rel_err(tt::to_host(dx),
+                          tk::ref::layernorm_backward(hdy, hx, hg, N, H, 1e-5).dx) < 1e-12);
+
+    // attention
+    const int B = 2, S = 11, nh = 2, d = 5, Hl = nh * d;
+    const auto hqkv = tt::random_vec<T>(rng, B * S * 3 * Hl);
+    const auto hdo = tt::random_vec<T>(rng, B * S * Hl);
+    auto qkv = tt::to_device<T>(hqkv, B * S, 3 * Hl);
+    auto dout = tt::to_device<T>(hdo, B * S, Hl);
+    tk::Matrix<T> out("out", B * S, Hl), dqkv("dqkv", B * S, 3 * Hl);
+    tk::Tensor4<T> att("att", B, nh, S, S);
+    tk::attention_forward(exec, qkv, out, att, B, S, nh, d);
+    tk::attention_backward(exec, dout, qkv, att, dqkv);
+    const auto rf = tk::ref::attention_forward(hqkv, B, S, nh, d);
+    CHECK(tt::max_rel_err(tt::to_host(out), rf.out) < 1e-12);
+    CHECK(tt::max_rel_err(tt::to_host(att), rf.att) < 1e-12);
+    CHECK(tt::max_rel_err(tt::to_host(dqkv),
+                          tk::ref::attention_backward(hdo, hqkv, rf.att, B, S, nh, d)) < 1e-12);
+
+    // cross-entropy row reductions
+    const int V = 41;
+    const auto hl = tt::random_vec<T>(rng, N * V, -3.0, 3.0);
+    auto logits = tt::to_device<T>(hl, N, V);
+    tk::Vector<T> m("m", N), s("s", N);
+    tk::row_max(exec, logits, V - 3, m);
+    tk::row_sum_exp(exec, logits, m, V - 3, s);
+    const auto hm = tt::to_host(m), hs = tt::to_host(s);
+    for (int t = 0; t < N; ++t) {
+      double rm = hl[t * V], rs = 0;
+      for (int v = 1; v < V - 3; ++v) rm = std::max(rm, hl[t * V + v]);
+      for (int v = 0; v < V - 3; ++v) rs += std::exp(hl[t * V + v] - rm);
+      CHECK(hm[t] == rm);
+      CHECK(std::fabs(hs[t] - rs) < 1e-12 * rs);
+    }
+  }
+}

@@ -1,0 +1,469 @@
+// Every tensor-parallel layer on its own, in double precision: analytic gradients (parameters
+// and the input gradient dx) against central finite differences of a scalar objective, on every
+// layout the world allows (tensor = 1, and 2 and 4 under MPI). The objective is L = Σ w ⊙ y
+// with a fixed random w of the layer's logical output shape; for a column-parallel output each
+// rank sums its own slice and the group sums the partial sums, for a replicated output every
+// rank computes the whole sum. Inputs, weights and w are drawn by LOGICAL index, so the value
+// of L must also be the same for every layout (a check of each layer's sharding).
+// Also: the conjugate operators f and g of src/parallel/mappings.hpp against hand-computed sums.
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "catch.hpp"
+#include "tests/model/model_test_util.hpp"
+
+using namespace tptrain;
+
+namespace {
+
+using Real = double;
+using Mat = kernels::Matrix<Real>;
+using Flat = kernels::VectorUnmanaged<Real>;
+using parallel::Communicator;
+
+constexpr int kBatch = 2;  // micro-batch of the layer tests (tiny shape: N = 2 * 5 tokens)
+
+// ---- layout-independent test data ----------------------------------------------------------
+
+// A [rows, cols] local matrix whose column c is logical column col_of(c) of a [rows,
+// logical_cols] tensor with N(0, scale²) elements drawn from (stream, logical flat index).
+Mat logical_matrix(const std::string& label, std::int64_t rows, std::int64_t cols,
+                   std::int64_t logical_cols, const std::function<std::int64_t(std::int64_t)>& col_of,
+                   std::uint64_t stream, double scale, double offset = 0.0) {
+  Mat m(label, rows, cols);
+  auto h = Kokkos::create_mirror_view(m);
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t c = 0; c < cols; ++c)
+      h(r, c) = offset + scale * model::normal_sample(stream, static_cast<std::uint64_t>(
+                                                                  r * logical_cols + col_of(c)));
+  Kokkos::deep_copy(m, h);
+  return m;
+}
+
+std::int64_t same_column(std::int64_t c) { return c; }
+
+// Draws a parameter from N(mean, stddev²) by logical index (allocate_and_initialise), so that
+// every layout holds the same logical tensor. Vocabulary padding rows stay zero.
+void randomise(model::Parameter<Real>& p, std::uint64_t seed, float stddev = 0.3f, double mean = 0.0) {
+  p.init_std = stddev;
+  model::allocate_and_initialise(p, seed);
+  if (mean != 0.0) {
+    auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), p.value);
+    for (std::size_t i = 0; i < h.extent(0); ++i) h(i) += mean;
+    Kokkos::deep_copy(p.value, h);
+  }
+}
+
+Mat copy_of(const Mat& m) {
+  Mat c(m.label() + ".copy", m.extent(0), m.extent(1));
+  Kokkos::deep_copy(c, m);
+  return c;
+}
+
+// L = Σ w ⊙ y. `sharded`: y and w are this rank's columns of a column-parallel output, and the
+// partial sums are added over the TP group; otherwise y is replicated and the local sum is L.
+double weighted_sum(Communicator& tp, const Mat& y, const Mat& w, bool sharded) {
+  auto hy = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), y);
+  auto hw = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), w);
+  double sum = 0.0;
+  for (std::size_t r = 0; r < hy.extent(0); ++r)
+    for (std::size_t c = 0; c < hy.extent(1); ++c) sum += hw(r, c) * hy(r, c);
+  if (sharded) MPI_Allreduce(MPI_IN_PLACE, &sum, 1, MPI_DOUBLE, MPI_SUM, tp.mpi_comm());
+  return sum;
+}
+
+// ---- the finite-difference check ------------------------------------------------------------
+
+// Something to perturb: a flat local buffer and the analytic gradient of L with respect to it.
+struct Probe {
+  std::string name;
+  Flat value, grad;
+  // True when every TP rank holds the same logical tensor (a replicated parameter or input):
+  // a perturbation is applied on every rank, and each rank's own gradient must match. False
+  // for a shard: each rank in turn perturbs its element alone, and owns its gradient.
+  bool replicated;
+};
+
+Probe probe(model::Parameter<Real>& p) {
+  return {p.name, Flat(p.value.data(), static_cast<std::size_t>(p.local_size())),
+          Flat(p.grad.data(), static_cast<std::size_t>(p.local_size())), p.replicated()};
+}
+Probe probe(const std::string& name, const Mat& x, const Mat& dx, bool replicated) {
+  return {name, Flat(x.data(), x.size()), Flat(dx.data(), dx.size()), replicated};
+}
+
+// Compares `picks` elements of every probe (chosen by a fixed generator: the same local index
+// on every rank, so every rank runs the same forwards and collectives in the same order).
+// The finite difference is the fourth-order central one, (8(L(+h) - L(-h)) - (L(+2h) - L(-2h)))
+// / 12h, with h = 1e-5: truncation O(h⁴) and rounding O(ε|L|/h) both stay far below 1e-6
+// (the plain two-point difference with h = 1e-6 also passes, with errors up to ~1e-7).
+// Error = |fd - analytic| / max(|fd|, floor), floor = 1e-2 · the largest analytic gradient of
+// the tensor over the group (and never below 1e-10): relative where it matters, absolute for
+// elements whose gradient is tiny (or zero, as for vocabulary padding rows).
+double check_gradients(Communicator& tp, const std::vector<Probe>& probes,
+                       const std::function<double()>& objective, unsigned seed, int picks = 5) {
+  constexpr double h = 1e-5;
+  constexpr double tolerance = 1e-6;
+  std::mt19937 pick(seed);
+  double worst = 0.0;
+  for (const Probe& pr : probes) {
+    // Analytic gradients first, as plain copies (objective() must not be able to change them).
+    auto grad_view = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), pr.grad);
+    const std::vector<double> grad(grad_view.data(), grad_view.data() + grad_view.extent(0));
+    auto value = Kokkos::create_mirror_view(pr.value);
+    Kokkos::deep_copy(value, pr.value);
+    double gmax = 0.0;
+    for (double g : grad) gmax = std::max(gmax, std::fabs(g));
+    MPI_Allreduce(MPI_IN_PLACE, &gmax, 1, MPI_DOUBLE, MPI_MAX, tp.mpi_comm());
+    const double floor = std::max(1e-2 * gmax, 1e-10);
+
+    const auto n = static_cast<unsigned>(value.extent(0));
+    for (int k = 0; k < picks; ++k) {
+      const std::size_t i = pick() % n;
+      const Real orig = value(i);
+      for (int owner = 0; owner < (pr.replicated ? 1 : tp.size()); ++owner) {
+        const bool mine = pr.replicated || tp.rank() == owner;
+        auto set = [&](Real v) {
+          value(i) = mine ? v : orig;
+          Kokkos::deep_copy(pr.value, value);
+        };
+        set(orig + 2 * h);
+        const double lp2 = objective();
+        set(orig + h);
+        const double lp1 = objective();
+        set(orig - h);
+        const double lm1 = objective();
+        set(orig - 2 * h);
+        const double lm2 = objective();
+        set(orig);
+        const double fd = (8.0 * (lp1 - lm1) - (lp2 - lm2)) / (12.0 * h);
+        double analytic = mine ? grad[i] : 0.0;
+        if (!pr.replicated)
+          MPI_Allreduce(MPI_IN_PLACE, &analytic, 1, MPI_DOUBLE, MPI_SUM, tp.mpi_comm());
+        const double err = std::fabs(fd - analytic) / std::max(std::fabs(fd), floor);
+        INFO(pr.name << " local element " << i << " (owner rank " << owner << " of " << tp.size()
+                     << "): finite difference " << fd << ", analytic " << analytic
+                     << ", relative error " << err);
+        CHECK(err < tolerance);
+        worst = std::max(worst, err);
+      }
+    }
+    objective();  // leave the layer's saved activations as they were (unperturbed)
+  }
+  return worst;
+}
+
+// Runs `run_case(tp)` (which returns the unperturbed objective) on tensor = 1 and on every other
+// layout the world allows, and checks that the objective does not depend on the layout.
+void for_each_layout(const std::function<double(int)>& run_case) {
+  double reference = 0.0;
+  {
+    INFO("tensor = 1");
+    reference = run_case(1);
+  }
+  for (int tp : {2, 4}) {
+    if (test::world_size() % tp != 0) continue;
+    INFO("tensor = " << tp);
+    const double value = run_case(tp);
+    INFO("objective " << value << " vs tensor = 1: " << reference);
+    CHECK(std::fabs(value - reference) <= 1e-12 * std::max(1.0, std::fabs(reference)));
+  }
+}
+
+void report(const char* layer, int tp, double worst) {
+  INFO(layer << ", tensor = " << tp << ": worst finite-difference error " << worst);
+  CHECK(worst < 1e-6);
+}
+
+// ---- the layers -----------------------------------------------------------------------------
+
+double column_parallel_case(int tp_size, int blocks) {
+  auto tp = test::tp_group(tp_size);
+  const kx::ExecSpace exec;
+  const std::int64_t N = 10, in = 6, out = 8 * blocks;
+  model::ColumnParallelLinear<Real> layer("column", static_cast<int>(in), static_cast<int>(out),
+                                          blocks, *tp, 0.3f);
+  randomise(layer.weight, 1);
+  randomise(layer.bias, 2);
+  const std::int64_t out_local = out / tp_size;
+  auto col_of = [&](std::int64_t c) { return layer.bias.logical_index(c); };
+  Mat x = logical_matrix("x", N, in, in, same_column, 101, 1.0);
+  Mat w = logical_matrix("w", N, out_local, out, col_of, 102, 1.0);
+  Mat y("y", N, out_local), dx("dx", N, in);
+  auto objective = [&] {
+    layer.forward(exec, *tp, x, y);
+    return weighted_sum(*tp, y, w, true);
+  };
+  const double L = objective();
+  layer.backward(exec, *tp, copy_of(w), x, dx);
+  report(blocks == 1 ? "ColumnParallelLinear" : "ColumnParallelLinear (3-block QKV)", tp_size,
+         check_gradients(*tp, {probe(layer.weight), probe(layer.bias), probe("x", x, dx, true)},
+                         objective, 7));
+  return L;
+}
+
+double row_parallel_case(int tp_size) {
+  auto tp = test::tp_group(tp_size);
+  const kx::ExecSpace exec;
+  const std::int64_t N = 10, in = 8, out = 6;
+  model::RowParallelLinear<Real> layer("row", static_cast<int>(in), static_cast<int>(out), *tp, 0.3f);
+  randomise(layer.weight, 3);
+  randomise(layer.bias, 4);
+  const std::int64_t in_local = in / tp_size;
+  auto col_of = [&](std::int64_t c) { return layer.weight.logical_index(c); };
+  Mat x = logical_matrix("x", N, in_local, in, col_of, 103, 1.0);
+  Mat w = logical_matrix("w", N, out, out, same_column, 104, 1.0);
+  Mat y("y", N, out), dx("dx", N, in_local);
+  auto objective = [&] {
+    layer.forward(exec, *tp, x, y);
+    return weighted_sum(*tp, y, w, false);
+  };
+  const double L = objective();
+  layer.backward(exec, *tp, copy_of(w), x, dx);
+  report("RowParallelLinear", tp_size,
+         check_gradients(*tp, {probe(layer.weight), probe(layer.bias), probe("x", x, dx, false)},
+                         objective, 8));
+  return L;
+}
+
+double layer_norm_case(int tp_size) {
+  auto tp = test::tp_group(tp_size);
+  const kx::ExecSpace exec;
+  const std::int64_t N = 10, H = 16;
+  model::LayerNorm<Real> layer("ln", static_cast<int>(H), *tp, N);
+  randomise(layer.weight, 5, 0.3f, 1.0);
+  randomise(layer.bias, 6);
+  Mat x = logical_matrix("x", N, H, H, same_column, 105, 1.5, 0.5);
+  Mat w = logical_matrix("w", N, H, H, same_column, 106, 1.0);
+  Mat y("y", N, H), dx("dx", N, H);
+  auto objective = [&] {
+    layer.forward(exec, x, y);
+    return weighted_sum(*tp, y, w, false);
+  };
+  const double L = objective();
+  layer.backward(exec, copy_of(w), x, dx);
+  report("LayerNorm", tp_size,
+         check_gradients(*tp, {probe(layer.weight), probe(layer.bias), probe("x", x, dx, true)},
+                         objective, 9));
+  return L;
+}
+
+// Attention, MLP and the whole block: [N, H] in, [N, H] out, both replicated.
+template <class Layer>
+double block_case(const char* what, int tp_size, Layer& layer, Communicator& tp,
+                  const std::vector<model::Parameter<Real>*>& params, std::uint64_t stream) {
+  const kx::ExecSpace exec;
+  const auto shape = test::tiny_shape(tp_size);
+  const std::int64_t N = std::int64_t(kBatch) * shape.seq_length, H = shape.hidden;
+  std::vector<Probe> probes;
+  std::uint64_t seed = stream;
+  for (auto* p : params) {
+    const bool ln_weight = p->name.size() >= 7 && p->name.compare(p->name.size() - 7, 7, "/weight") == 0 &&
+                           p->name.find("/ln_") != std::string::npos;
+    randomise(*p, ++seed, 0.3f, ln_weight ? 1.0 : 0.0);
+  }
+  Mat x = logical_matrix("x", N, H, H, same_column, stream + 100, 1.0);
+  Mat w = logical_matrix("w", N, H, H, same_column, stream + 200, 1.0);
+  Mat y("y", N, H), dx("dx", N, H);
+  auto objective = [&] {
+    layer.forward(exec, tp, x, y);
+    return weighted_sum(tp, y, w, false);
+  };
+  const double L = objective();
+  layer.backward(exec, tp, copy_of(w), x, dx);
+  for (auto* p : params) probes.push_back(probe(*p));
+  probes.push_back(probe("x", x, dx, true));
+  report(what, tp_size, check_gradients(tp, probes, objective, static_cast<unsigned>(stream)));
+  return L;
+}
+
+double attention_case(int tp_size) {
+  auto tp = test::tp_group(tp_size);
+  model::ParallelAttention<Real> layer("attn", test::tiny_shape(tp_size), kBatch, *tp);
+  return block_case("ParallelAttention", tp_size, layer, *tp,
+                    {&layer.qkv.weight, &layer.qkv.bias, &layer.proj.weight, &layer.proj.bias}, 20);
+}
+
+double mlp_case(int tp_size) {
+  auto tp = test::tp_group(tp_size);
+  const auto shape = test::tiny_shape(tp_size);
+  model::ParallelMLP<Real> layer("mlp", shape, std::int64_t(kBatch) * shape.seq_length, *tp);
+  return block_case("ParallelMLP", tp_size, layer, *tp,
+                    {&layer.fc.weight, &layer.fc.bias, &layer.proj.weight, &layer.proj.bias}, 30);
+}
+
+double transformer_layer_case(int tp_size) {
+  auto tp = test::tp_group(tp_size);
+  model::TransformerLayer<Real> layer("layers/0", test::tiny_shape(tp_size), kBatch, *tp);
+  return block_case("TransformerLayer", tp_size, layer, *tp, layer.parameters(), 40);
+}
+
+double embedding_case(int tp_size, int vocab) {
+  auto tp = test::tp_group(tp_size);
+  const kx::ExecSpace exec;
+  auto shape = test::tiny_shape(tp_size);
+  shape.vocab_size = vocab;
+  const std::int64_t N = std::int64_t(kBatch) * shape.seq_length, H = shape.hidden;
+  model::VocabParallelEmbedding<Real> layer(shape, *tp);
+  randomise(layer.word, 50);
+  randomise(layer.position, 51);
+  const auto batch = test::random_batch(kBatch, shape.seq_length, vocab, 52);
+  const kernels::Tokens tokens = batch.first;
+  Mat w = logical_matrix("w", N, H, H, same_column, 153, 1.0);
+  Mat y("y", N, H);
+  auto objective = [&] {
+    layer.forward(exec, *tp, tokens, y);
+    return weighted_sum(*tp, y, w, false);
+  };
+  const double L = objective();
+  layer.backward(exec, *tp, tokens, copy_of(w));
+  report("VocabParallelEmbedding", tp_size,
+         check_gradients(*tp, {probe(layer.word), probe(layer.position)}, objective, 54, 8));
+  return L;
+}
+
+// The tied output layer and the vocab-parallel cross-entropy: L = mean loss over the tokens.
+double output_case(int tp_size, int vocab) {
+  auto tp = test::tp_group(tp_size);
+  const kx::ExecSpace exec;
+  auto shape = test::tiny_shape(tp_size);
+  shape.vocab_size = vocab;
+  const std::int64_t N = std::int64_t(kBatch) * shape.seq_length, H = shape.hidden;
+  model::VocabParallelEmbedding<Real> embedding(shape, *tp);  // owner of the tied word matrix
+  randomise(embedding.word, 60);
+  randomise(embedding.position, 61);
+  model::VocabParallelCrossEntropy<Real> head(shape, N, *tp);
+  const auto batch = test::random_batch(kBatch, shape.seq_length, vocab, 62);
+  const kernels::Tokens targets = batch.second;
+  Mat x = logical_matrix("x", N, H, H, same_column, 163, 1.0);
+  Mat dx("dx", N, H);
+  auto objective = [&] {
+    head.logits_forward(exec, *tp, x, embedding.word);
+    return head.loss_forward(exec, *tp, targets) / static_cast<double>(N);
+  };
+  const double L = objective();
+  head.backward(exec, *tp, targets, x, embedding.word, Real(1.0 / static_cast<double>(N)), dx);
+  report("tied output + VocabParallelCrossEntropy", tp_size,
+         check_gradients(*tp, {probe(embedding.word), probe("x", x, dx, true)}, objective, 64, 8));
+  return L;
+}
+
+}  // namespace
+
+TEST_CASE("ColumnParallelLinear gradients match finite differences", "[model][layers][mpi]") {
+  SECTION("one block") { for_each_layout([](int tp) { return column_parallel_case(tp, 1); }); }
+  SECTION("three blocks (QKV)") { for_each_layout([](int tp) { return column_parallel_case(tp, 3); }); }
+}
+
+TEST_CASE("RowParallelLinear gradients match finite differences", "[model][layers][mpi]") {
+  for_each_layout(row_parallel_case);
+}
+
+TEST_CASE("LayerNorm gradients match finite differences", "[model][layers][mpi]") {
+  for_each_layout(layer_norm_case);
+}
+
+TEST_CASE("ParallelAttention gradients match finite differences", "[model][layers][mpi]") {
+  for_each_layout(attention_case);
+}
+
+TEST_CASE("ParallelMLP gradients match finite differences", "[model][layers][mpi]") {
+  for_each_layout(mlp_case);
+}
+
+TEST_CASE("TransformerLayer gradients match finite differences", "[model][layers][mpi]") {
+  for_each_layout(transformer_layer_case);
+}
+
+TEST_CASE("VocabParallelEmbedding gradients match finite differences", "[model][layers][mpi]") {
+  // vocab 11: padding on 2 and 4 ranks; vocab 9 on 4 ranks: the last rank holds only padding.
+  for (int vocab : {11, 9}) {
+    INFO("vocab " << vocab);
+    for_each_layout([vocab](int tp) { return embedding_case(tp, vocab); });
+  }
+}
+
+TEST_CASE("tied output + VocabParallelCrossEntropy gradients match finite differences",
+          "[model][layers][mpi]") {
+  for (int vocab : {11, 9}) {
+    INFO("vocab " << vocab);
+    for_each_layout([vocab](int tp) { return output_case(tp, vocab); });
+  }
+}
+
+TEST_CASE("conjugate operators f and g", "[model][layers][mpi]") {
+  const kx::ExecSpace exec;
+  for (int tp_size : {1, 2, 4}) {
+    if (test::world_size() % tp_size != 0) continue;
+    INFO("tensor = " << tp_size);
+    auto tp = test::tp_group(tp_size);
+    const int r = tp->rank(), n = tp->size();
+    // Rank r holds (r + 1) · 100 + i (exact in float and double): the sum over the group is
+    // 100 · n(n+1)/2 + n · i.
+    auto own = [&](int i) { return (r + 1) * 100.0 + i; };
+    auto summed = [&](int i) { return 100.0 * n * (n + 1) / 2 + double(n) * i; };
+    auto fresh_vector = [&] {
+      kernels::Vector<double> v("v", 5);
+      auto h = Kokkos::create_mirror_view(v);
+      for (int i = 0; i < 5; ++i) h(i) = own(i);
+      Kokkos::deep_copy(v, h);
+      return v;
+    };
+    auto fresh_matrix = [&] {
+      kernels::Matrix<float> m("m", 2, 3);
+      auto h = Kokkos::create_mirror_view(m);
+      for (int i = 0; i < 6; ++i) h(i / 3, i % 3) = static_cast<float>(own(i));
+      Kokkos::deep_copy(m, h);
+      return m;
+    };
+    auto check_vector = [&](const kernels::Vector<double>& v, bool reduced) {
+      auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), v);
+      for (int i = 0; i < 5; ++i) CHECK(h(i) == (reduced ? summed(i) : own(i)));
+    };
+    auto check_matrix = [&](const kernels::Matrix<float>& m, bool reduced) {
+      auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), m);
+      for (int i = 0; i < 6; ++i)
+        CHECK(static_cast<double>(h(i / 3, i % 3)) == (reduced ? summed(i) : own(i)));
+    };
+    {
+      INFO("f = copy_to_tp_region forward: identity");
+      auto v = fresh_vector();
+      auto m = fresh_matrix();
+      parallel::copy_to_tp_region_forward(*tp, exec, v);
+      parallel::copy_to_tp_region_forward(*tp, exec, m);
+      check_vector(v, false);
+      check_matrix(m, false);
+    }
+    {
+      INFO("f = copy_to_tp_region backward: all-reduce (sum)");
+      auto v = fresh_vector();
+      auto m = fresh_matrix();
+      parallel::copy_to_tp_region_backward(*tp, exec, v);
+      parallel::copy_to_tp_region_backward(*tp, exec, m);
+      check_vector(v, true);
+      check_matrix(m, true);
+    }
+    {
+      INFO("g = reduce_from_tp_region forward: all-reduce (sum)");
+      auto v = fresh_vector();
+      auto m = fresh_matrix();
+      parallel::reduce_from_tp_region_forward(*tp, exec, v);
+      parallel::reduce_from_tp_region_forward(*tp, exec, m);
+      check_vector(v, true);
+      check_matrix(m, true);
+    }
+    {
+      INFO("g = reduce_from_tp_region backward: identity");
+      auto v = fresh_vector();
+      auto m = fresh_matrix();
+      parallel::reduce_from_tp_region_backward(*tp, exec, v);
+      parallel::reduce_from_tp_region_backward(*tp, exec, m);
+      check_vector(v, false);
+      check_matrix(m, false);
+    }
+  }
+}

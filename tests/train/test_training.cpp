@@ -1,0 +1,142 @@
+// The training step: determinism, replicated parameters staying identical across the TP group,
+// layouts reproducing the one-rank loss curve, the loss falling, LR schedule and clipping.
+#include <cmath>
+#include <fmt/format.h>
+#include <mpi.h>
+
+#include "catch.hpp"
+#include "io/deck.hpp"
+#include "src/train/training_run.hpp"
+#include "tests/model/model_test_util.hpp"
+
+using namespace tptrain;
+
+namespace {
+
+// A small deck on the test corpus; layout (tensor, 1, data).
+io::Deck small_deck(int tensor, int data, int steps) {
+  const std::string text = fmt::format(R"(
+[model]
+layers = 2
+hidden = 32
+heads = 4
+ffn_hidden = 64
+seq_length = 16
+vocab_size = 256
+[parallel]
+tensor = {}
+data = {}
+[training]
+global_batch = 8
+micro_batch = 2
+steps = {}
+seed = 99
+grad_clip = 1.0
+[optimizer]
+lr = 1e-2
+min_lr = 1e-3
+warmup_steps = 2
+[data]
+train = "corpus.txt"
+valid = "corpus.txt"
+)", tensor, data, steps);
+  return io::parse_deck(text, "small.toml", std::string(TPTRAIN_SOURCE_DIR) + "/tests/data/cli");
+}
+
+std::vector<double> loss_curve(const io::Deck& deck, MPI_Comm comm, int steps) {
+  parallel::Topology topo(comm, parallel::Layout{deck.parallel.tensor, 1, deck.parallel.data});
+  train::TrainingRun run(deck, topo);
+  std::vector<double> losses;
+  for (int s = 0; s < steps; ++s) losses.push_back(run.step(s).loss);
+  return losses;
+}
+
+}  // namespace
+
+TEST_CASE("learning-rate schedule: warmup, cosine and linear decay", "[train][schedule]") {
+  train::LrSchedule s{1.0, 0.1, 10, 110, "cosine"};
+  CHECK(s.at(0) == Approx(0.1));
+  CHECK(s.at(4) == Approx(0.5));
+  CHECK(s.at(9) == Approx(1.0));
+  CHECK(s.at(10) == Approx(1.0));                                        // start of decay
+  CHECK(s.at(109) == Approx(0.1));                                       // last step: min_lr
+  CHECK(s.at(59) == Approx(0.1 + 0.45 * (1 + std::cos(M_PI * 49.0 / 99.0))));
+  train::LrSchedule lin{1.0, 0.0, 0, 11, "linear"};
+  CHECK(lin.at(0) == Approx(1.0));
+  CHECK(lin.at(5) == Approx(0.5));
+  CHECK(lin.at(10) == Approx(0.0).margin(1e-15));
+  train::LrSchedule flat{2.0, 0.0, 2, 10, "constant"};
+  CHECK(flat.at(0) == Approx(1.0));
+  CHECK(flat.at(7) == Approx(2.0));
+}
+
+TEST_CASE("a non-finite loss or gradient norm stops the run naming the step", "[train]") {
+  CHECK_NOTHROW(train::check_finite(3, 1.0, 2.0));
+  CHECK_THROWS_WITH(train::check_finite(17, std::nan(""), 1.0), Catch::Matchers::Contains("step 17"));
+  CHECK_THROWS_WITH(train::check_finite(5, 1.0, INFINITY), Catch::Matchers::Contains("step 5"));
+}
+
+TEST_CASE("global gradient norm counts every logical element once, and clipping", "[train][clip][mpi]") {
+  const kx::ExecSpace exec;
+  for (int tp_size : {1, 2, 4}) {
+    if (test::world_size() % tp_size != 0) continue;
+    INFO("tensor = " << tp_size);
+    auto tp = test::tp_group(tp_size);
+    model::GptModel<float> m(test::tiny_shape(tp_size), 1, *tp, 1);
+    auto params = m.parameters();
+    // Every gradient element = 0.5 (padding rows included: they exist in the padded layout).
+    double expected = 0.0;
+    for (auto* p : params) {
+      kernels::fill(exec, p->dv(), 0.5f);
+      double n = 1;
+      for (auto d : p->shape) n *= static_cast<double>(d);
+      expected += 0.25 * n;
+    }
+    const double norm = train::global_grad_norm(exec, params, *tp);
+    CHECK(norm == Approx(std::sqrt(expected)).epsilon(1e-6));
+    train::scale_gradients(exec, params, static_cast<float>(1.0 / (norm + 1e-6)));
+    CHECK(train::global_grad_norm(exec, params, *tp) == Approx(1.0).epsilon(1e-5));
+  }
+}
+
+TEST_CASE("training is deterministic and the loss falls", "[train]") {
+  const io::Deck deck = small_deck(1, 1, 30);
+  const auto a = loss_curve(deck, MPI_COMM_SELF, 30);
+  const auto b = loss_curve(deck, MPI_COMM_SELF, 5);
+  for (int s = 0; s < 5; ++s) CHECK(a[s] == b[s]);  // bit for bit
+  CHECK(a.front() > 5.0);                           // ~ log 256 at the start
+  CHECK(a.back() < a.front() - 2.0);
+}
+
+TEST_CASE("layouts reproduce the one-rank loss curve", "[train][layouts][mpi]") {
+  const int n = test::world_size();
+  const int steps = 8;
+  const auto reference = loss_curve(small_deck(1, 1, steps), MPI_COMM_SELF, steps);
+  for (int tensor = 1; tensor <= n; tensor *= 2) {
+    if (n % tensor != 0) continue;
+    const int data = n / tensor;
+    INFO("tensor " << tensor << " x data " << data);
+    const auto curve = loss_curve(small_deck(tensor, data, steps), MPI_COMM_WORLD, steps);
+    for (int s = 0; s < steps; ++s) CHECK(std::fabs(curve[s] - reference[s]) <= 1e-5 * reference[s]);
+  }
+}
+
+TEST_CASE("replicated parameters stay bit-identical across the TP group for 50 steps", "[train][mpi]") {
+  const int n = test::world_size();
+  const io::Deck deck = small_deck(n, 1, 50);
+  parallel::Topology topo(MPI_COMM_WORLD, parallel::Layout{n, 1, 1});
+  train::TrainingRun run(deck, topo);
+  for (int s = 0; s < 50; ++s) run.step(s);
+  int replicated = 0;
+  for (auto* p : run.model().parameters()) {
+    if (!p->replicated()) continue;
+    ++replicated;
+    auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), p->value);
+    std::vector<float> lo(h.data(), h.data() + h.size()), hi = lo;
+    MPI_Allreduce(MPI_IN_PLACE, lo.data(), static_cast<int>(lo.size()), MPI_FLOAT, MPI_MIN, MPI_COMM_WORLD);
+    MPI_Allreduce(MPI_IN_PLACE, hi.data(), static_cast<int>(hi.size()), MPI_FLOAT, MPI_MAX, MPI_COMM_WORLD);
+    INFO(p->name);
+    CHECK(lo == hi);
+  }
+  CHECK(replicated == 1 + 2 * 6 + 2);  // position embedding; per layer 2 LN x 2 + 2 row biases; ln_f
+}
