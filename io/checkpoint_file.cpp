@@ -5,10 +5,17 @@
 // ranks agree on an error flag (agree()), so that either every rank goes on or every rank
 // throws the same CheckpointError:
 //
-//   write: 1 validate + consistency  2 create <path>.tmp  3 attributes + datasets
-//          4 data  5 close  6 rank 0: fsync + rename to <path>
+//   write: 1 validate + consistency + coverage  2 create <path>.tmp  3 attributes + datasets
+//          4 data  4b checksum attributes  5 close  6 rank 0: fsync + rename to <path>
 //   read:  1 validate + consistency (+ rank 0: file exists, is HDF5)  2 open
-//          3 attributes + dataset checks  4 data  5 close
+//          3 attributes + dataset checks (+ checksum attributes)  4 data
+//          4b verification (optional)  5 close
+//
+// Checksums (see checkpoint_file.hpp) are sums of per-element terms, so a writer needs no data
+// from other ranks: each rank sums the terms of the slabs it writes, and one MPI_Allreduce
+// (MPI_UINT64_T, MPI_SUM) gives the dataset's checksum. A reader cannot reuse its own slabs
+// (they may overlap or leave parts out), so verification reads each dataset once more, rank r
+// taking the r-th of n disjoint blocks of rows, in chunks of at most 4 Mi elements.
 //
 // Mapping a rank's slabs to the file. HDF5 pairs the elements of the memory selection and the
 // file selection in the order it iterates them, and it iterates a file selection (the union of
@@ -135,14 +142,16 @@ struct Group {
 
 struct Plan {
   std::vector<Group> groups;
+  std::uint64_t elements = 0;  // in all the slabs this rank moves
 };
 
 constexpr std::uint64_t kMaxElements = std::uint64_t{1} << 62;
 
 // Checks one shard and cuts its slabs into groups. `moving`: this rank transfers its slabs (false
 // for a replica that another rank writes). Returns "" or what is wrong.
-std::string make_plan(const TensorShard& t, bool moving, Plan& plan) {
+std::string make_plan(const TensorShard& t, bool moving, bool writing, Plan& plan) {
   plan.groups.clear();
+  plan.elements = 0;
   const std::string& name = t.name;
   if (name.empty()) return "a tensor has an empty name";
   const auto& shape = t.global_shape;
@@ -194,7 +203,67 @@ std::string make_plan(const TensorShard& t, bool moving, Plan& plan) {
   }
   if (offset > 0 && t.data == nullptr)
     return name + ": data is null, but the slabs hold " + std::to_string(offset) + " elements";
+  plan.elements = offset;
+  if (writing) {
+    // Each element is written once: a rank's slabs must not overlap (which value would land is
+    // unspecified, and the checksum would count the element twice).
+    for (std::size_t a = 0; a < t.slabs.size(); ++a)
+      for (std::size_t b = a + 1; b < t.slabs.size(); ++b) {
+        const Hyperslab &x = t.slabs[a], &y = t.slabs[b];
+        bool overlap = true;
+        for (std::size_t d = 0; d < rank && overlap; ++d)
+          overlap = x.count[d] > 0 && y.count[d] > 0 && x.start[d] < y.start[d] + y.count[d] &&
+                    y.start[d] < x.start[d] + x.count[d];
+        if (overlap)
+          return name + ": slabs " + std::to_string(a) + " and " + std::to_string(b) +
+                 " overlap (each element must be written once)";
+      }
+  }
   return {};
+}
+
+// Calls f(first, n) for each run of consecutive elements (along the last dimension) of slab s
+// of a tensor of the given shape, in row-major order: first is the row-major index of the run's
+// first element in the full tensor.
+template <class F>
+void for_each_run(const std::vector<std::uint64_t>& shape, const Hyperslab& s, F&& f) {
+  const std::size_t rank = shape.size();
+  for (std::size_t d = 0; d < rank; ++d)
+    if (s.count[d] == 0) return;
+  std::vector<std::uint64_t> stride(rank, 1);
+  for (std::size_t d = rank - 1; d > 0; --d) stride[d - 1] = stride[d] * shape[d];
+  std::vector<std::uint64_t> idx(rank, 0);  // position within the slab; last dim stays 0
+  for (;;) {
+    std::uint64_t first = 0;
+    for (std::size_t d = 0; d < rank; ++d) first += (s.start[d] + idx[d]) * stride[d];
+    f(first, s.count[rank - 1]);
+    std::size_t d = rank - 1;
+    for (;;) {
+      if (d == 0) return;
+      --d;
+      if (++idx[d] < s.count[d]) break;
+      idx[d] = 0;
+    }
+  }
+}
+
+// Sum of the checksum terms of the elements this rank writes of tensor t (0 for a replica).
+std::uint64_t local_checksum(const TensorShard& t, bool moving) {
+  if (!moving) return 0;
+  std::uint64_t sum = 0;
+  const float* p = t.data;
+  for (const Hyperslab& s : t.slabs)
+    for_each_run(t.global_shape, s, [&](std::uint64_t first, std::uint64_t n) {
+      sum += checksum_run(p, n, first);
+      p += n;
+    });
+  return sum;
+}
+
+std::string hex64(std::uint64_t v) {
+  char text[24];
+  std::snprintf(text, sizeof text, "0x%016llx", static_cast<unsigned long long>(v));
+  return text;
 }
 
 struct Fnv1a {
@@ -221,7 +290,7 @@ std::string prepare(const Comm& c, const std::string& path, const std::vector<Te
   std::unordered_set<std::string_view> names;
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     const TensorShard& t = tensors[i];
-    std::string e = make_plan(t, !writing || t.write, plans[i]);
+    std::string e = make_plan(t, !writing || t.write, writing, plans[i]);
     if (e.empty() && writing && !names.insert(t.name).second)
       e = t.name + ": appears twice in the list of tensors";
     if (!e.empty()) {
@@ -255,6 +324,24 @@ std::string prepare(const Comm& c, const std::string& path, const std::vector<Te
   if (!local.empty())
     TPTRAIN_CKPT_MPI(MPI_Allreduce(local.data(), rounds.data(), static_cast<int>(local.size()),
                                    MPI_INT, MPI_MAX, c.comm));
+  if (!writing) return error;
+
+  // Every element written exactly once: the written element counts add up to the tensor's size.
+  // The last entry counts the ranks with an error already, whose counts mean nothing.
+  std::vector<std::uint64_t> counts(tensors.size() + 1, 0), sums(tensors.size() + 1, 0);
+  for (std::size_t i = 0; i < tensors.size(); ++i) counts[i] = plans[i].elements;
+  counts.back() = error.empty() ? 0 : 1;
+  TPTRAIN_CKPT_MPI(MPI_Allreduce(counts.data(), sums.data(), static_cast<int>(counts.size()),
+                                 MPI_UINT64_T, MPI_SUM, c.comm));
+  if (sums.back() != 0) return error;
+  for (std::size_t i = 0; i < tensors.size() && error.empty(); ++i) {
+    std::uint64_t total = 1;
+    for (std::uint64_t d : tensors[i].global_shape) total *= d;
+    if (sums[i] != total)
+      error = tensors[i].name + ": the ranks write " + std::to_string(sums[i]) +
+              " elements of its " + std::to_string(total) + " " + shape_str(tensors[i].global_shape) +
+              " (every element must be written exactly once, by one rank)";
+  }
   return error;
 }
 
@@ -303,12 +390,15 @@ void transfer(hid_t dset, const TensorShard& t, const Plan& plan, int rounds, hi
 
 // ---- attributes -------------------------------------------------------------------------------
 
-std::string attr_what(const char* name) { return std::string("attribute ") + name; }
+using h5::attr_exists;
+using h5::read_int_attr;
+using h5::read_string_attr;
+using h5::read_u64_attr;
 
 void write_attr(hid_t loc, const char* name, hid_t file_type, hid_t mem_type, const void* value,
-                Status& st) {
+                Status& st, std::string_view where = {}) {
   if (!st.ok()) return;
-  const std::string what = attr_what(name);
+  const std::string what = h5::attr_what(where, name);
   Handle space(TPTRAIN_H5(st, H5Screate(H5S_SCALAR), what), H5Sclose);
   if (!st.ok()) return;
   Handle attr(
@@ -345,76 +435,30 @@ void write_meta(hid_t file, const CheckpointMeta& meta, Status& st) {
   write_attr(file, "tp", H5T_STD_I32LE, H5T_NATIVE_INT, &meta.tp, st);
   write_attr(file, "pp", H5T_STD_I32LE, H5T_NATIVE_INT, &meta.pp, st);
   write_attr(file, "dp", H5T_STD_I32LE, H5T_NATIVE_INT, &meta.dp, st);
+  if (!st.ok()) return;
+  Handle train(TPTRAIN_H5(st, H5Gcreate2(file, "train", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+                          "group /train"),
+               H5Gclose);
+  for (const auto& [name, value] : meta.train)
+    write_attr(train.get(), name.c_str(), H5T_STD_I64LE, H5T_NATIVE_INT64, &value, st, "/train/");
+  if (st.ok()) TPTRAIN_H5(st, H5Gclose(train.release()), "group /train");
 }
 
-bool attr_exists(hid_t loc, const char* name, Status& st) {
-  if (!st.ok()) return false;
-  return TPTRAIN_H5(st, H5Aexists(loc, name), attr_what(name)) > 0;
-}
-
-// Opens a scalar attribute of the given class; fails (into st) with a readable message if it
-// is of another class or not a single value.
-Handle open_scalar_attr(hid_t loc, const char* name, H5T_class_t want, const char* want_text,
-                        Handle& type, Status& st) {
-  const std::string what = attr_what(name);
-  Handle attr(TPTRAIN_H5(st, H5Aopen(loc, name, H5P_DEFAULT), what), H5Aclose);
-  if (!st.ok()) return attr;
-  type = Handle(TPTRAIN_H5(st, H5Aget_type(attr.get()), what), H5Tclose);
-  Handle space(TPTRAIN_H5(st, H5Aget_space(attr.get()), what), H5Sclose);
-  if (!st.ok()) return attr;
-  const H5T_class_t cls = TPTRAIN_H5(st, H5Tget_class(type.get()), what);
-  const hssize_t npoints = TPTRAIN_H5(st, H5Sget_simple_extent_npoints(space.get()), what);
-  if (st.ok() && (cls != want || npoints != 1))
-    st.fail(std::string("attribute ") + name + " is not " + want_text);
-  return attr;
-}
-
-std::optional<std::int64_t> read_int_attr(hid_t loc, const char* name, Status& st) {
-  if (!st.ok()) return std::nullopt;
-  Handle type;
-  Handle attr = open_scalar_attr(loc, name, H5T_INTEGER, "a single integer", type, st);
-  std::int64_t value = 0;
-  if (st.ok()) TPTRAIN_H5(st, H5Aread(attr.get(), H5T_NATIVE_INT64, &value), attr_what(name));
-  if (!st.ok()) return std::nullopt;
-  return value;
-}
-
-std::optional<std::string> read_string_attr(hid_t loc, const char* name, Status& st) {
-  if (!st.ok()) return std::nullopt;
-  const std::string what = attr_what(name);
-  Handle type;
-  Handle attr = open_scalar_attr(loc, name, H5T_STRING, "a single string", type, st);
-  if (!st.ok()) return std::nullopt;
-  const htri_t variable = TPTRAIN_H5(st, H5Tis_variable_str(type.get()), what);
-  const H5T_cset_t cset = TPTRAIN_H5(st, H5Tget_cset(type.get()), what);
-  if (!st.ok()) return std::nullopt;
-  std::string value;
-  if (variable > 0) {
-    Handle mem(TPTRAIN_H5(st, H5Tcopy(H5T_C_S1), what), H5Tclose);
-    if (st.ok()) TPTRAIN_H5(st, H5Tset_size(mem.get(), H5T_VARIABLE), what);
-    if (st.ok()) TPTRAIN_H5(st, H5Tset_cset(mem.get(), cset), what);
-    char* p = nullptr;
-    if (st.ok()) TPTRAIN_H5(st, H5Aread(attr.get(), mem.get(), &p), what);
-    if (p != nullptr) {
-      value = p;
-      TPTRAIN_H5(st, H5free_memory(p), what);
-    }
-  } else {
-    const std::size_t size = H5Tget_size(type.get());
-    if (size == 0) {
-      st.fail(h5::failure_message("H5Tget_size", what, __FILE__, __LINE__));
-      return std::nullopt;
-    }
-    const H5T_str_t pad = TPTRAIN_H5(st, H5Tget_strpad(type.get()), what);
-    Handle mem(TPTRAIN_H5(st, H5Tcopy(type.get()), what), H5Tclose);
-    std::vector<char> buf(size + 1, '\0');
-    if (st.ok()) TPTRAIN_H5(st, H5Aread(attr.get(), mem.get(), buf.data()), what);
-    value.assign(buf.data(), std::find(buf.data(), buf.data() + size, '\0'));
-    if (pad == H5T_STR_SPACEPAD)
-      while (!value.empty() && value.back() == ' ') value.pop_back();
+// "" or what is wrong with the names of meta.train.
+std::string check_train_names(const CheckpointMeta& meta) {
+  for (const auto& entry : meta.train) {
+    const std::string& name = entry.first;
+    if (name.empty()) return "CheckpointMeta::train has an empty name";
+    if (name.find('\0') != std::string::npos)
+      return "CheckpointMeta::train: a name contains a NUL character";
   }
-  if (!st.ok()) return std::nullopt;
-  return value;
+  return {};
+}
+
+// A tensor under /optimizer (whose group then carries the step attribute)?
+bool under_optimizer(const std::string& name) {
+  const std::size_t b = name.find_first_not_of('/');
+  return b != std::string::npos && name.compare(b, 10, "optimizer/") == 0;
 }
 
 // Reads and checks the root attributes.
@@ -463,6 +507,16 @@ CheckpointMeta read_meta(hid_t file, Status& st) {
     } else {
       meta.deck = read_string_attr(file, "deck", st).value_or(std::string());
     }
+  }
+  // /train: every attribute an integer. Absent in files written before it existed.
+  if (!st.ok()) return meta;
+  const htri_t has_train = TPTRAIN_H5(st, H5Lexists(file, "train", H5P_DEFAULT), "group /train");
+  if (!st.ok() || has_train == 0) return meta;
+  Handle train(TPTRAIN_H5(st, H5Gopen2(file, "train", H5P_DEFAULT), "group /train"), H5Gclose);
+  for (const std::string& name : h5::attribute_names(train.get(), st, "/train")) {
+    const auto v = read_int_attr(train.get(), name.c_str(), st, "/train/");
+    if (!v) break;
+    meta.train[name] = *v;
   }
   return meta;
 }
@@ -662,11 +716,89 @@ CheckpointMeta broadcast_meta(const Comm& c, const CheckpointMeta& in) {
   m.pp = static_cast<int>(v[3]);
   m.dp = static_cast<int>(v[4]);
   broadcast_string(c, m.deck, 0);
+  unsigned long long entries = in.train.size();
+  TPTRAIN_CKPT_MPI(MPI_Bcast(&entries, 1, MPI_UNSIGNED_LONG_LONG, 0, c.comm));
+  auto it = in.train.begin();
+  m.train.clear();
+  for (unsigned long long k = 0; k < entries; ++k) {
+    std::string name;
+    long long value = 0;
+    if (c.rank == 0) {
+      name = it->first;
+      value = it->second;
+      ++it;
+    }
+    broadcast_string(c, name, 0);
+    TPTRAIN_CKPT_MPI(MPI_Bcast(&value, 1, MPI_LONG_LONG, 0, c.comm));
+    m.train[name] = value;
+  }
   return m;
 }
 
+// Verification of one dataset: this rank's checksum terms of rows [begin, end) of dimension 0,
+// read in `rounds` collective transfers of at most chunk_rows rows each (the same number on
+// every rank; a rank with no rows left takes part with an empty selection).
+struct VerifyPlan {
+  std::uint64_t begin = 0, end = 0, row_elements = 0, chunk_rows = 1;
+  std::uint64_t rounds = 0;
+};
+
+constexpr std::uint64_t kVerifyChunkElements = std::uint64_t{1} << 22;  // 16 MiB of float32
+
+VerifyPlan verify_plan(const std::vector<std::uint64_t>& shape, const Comm& c) {
+  VerifyPlan v;
+  const std::uint64_t rows = shape[0];
+  v.row_elements = 1;
+  for (std::size_t d = 1; d < shape.size(); ++d) v.row_elements *= shape[d];
+  if (rows == 0 || v.row_elements == 0) return v;
+  const auto n = static_cast<std::uint64_t>(c.size), r = static_cast<std::uint64_t>(c.rank);
+  const std::uint64_t base = rows / n, extra = rows % n;
+  v.begin = r * base + std::min(r, extra);
+  v.end = v.begin + base + (r < extra ? 1 : 0);
+  v.chunk_rows = std::max<std::uint64_t>(1, kVerifyChunkElements / v.row_elements);
+  const std::uint64_t most = base + (extra > 0 ? 1 : 0);  // rows of the largest block
+  v.rounds = (most + v.chunk_rows - 1) / v.chunk_rows;
+  return v;
+}
+
+std::uint64_t verify_dataset(hid_t dset, const TensorShard& t, const Comm& c, hid_t dxpl,
+                             std::vector<float>& buf, Status& st) {
+  const VerifyPlan v = verify_plan(t.global_shape, c);
+  std::uint64_t sum = 0;
+  if (v.rounds == 0) return 0;
+  Handle fspace(TPTRAIN_H5(st, H5Dget_space(dset), t.name), H5Sclose);
+  if (!fspace.valid()) return 0;
+  for (std::uint64_t k = 0; k < v.rounds; ++k) {
+    const std::uint64_t lo = std::min(v.end, v.begin + k * v.chunk_rows);
+    const std::uint64_t hi = std::min(v.end, lo + v.chunk_rows);
+    const bool some = st.ok() && hi > lo;
+    const hsize_t n = some ? static_cast<hsize_t>((hi - lo) * v.row_elements) : 0;
+    if (some) {
+      std::vector<hsize_t> start(t.global_shape.size(), 0), count = to_hsize(t.global_shape);
+      start[0] = lo;
+      count[0] = hi - lo;
+      TPTRAIN_H5(st,
+                 H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, start.data(), nullptr,
+                                     count.data(), nullptr),
+                 t.name);
+      if (buf.size() < n) buf.resize(n);
+    }
+    if (!some || !st.ok()) TPTRAIN_H5(st, H5Sselect_none(fspace.get()), t.name);
+    Handle mspace(TPTRAIN_H5(st, H5Screate_simple(1, &n, nullptr), t.name), H5Sclose);
+    if ((!some || !st.ok()) && mspace.valid()) TPTRAIN_H5(st, H5Sselect_none(mspace.get()), t.name);
+    float dummy = 0.0f;
+    const bool reading = some && st.ok();
+    TPTRAIN_H5(st,
+               H5Dread(dset, H5T_NATIVE_FLOAT, mspace.get(), fspace.get(), dxpl,
+                       reading ? buf.data() : &dummy),
+               t.name);
+    if (reading && st.ok()) sum += checksum_run(buf.data(), n, lo * v.row_elements);
+  }
+  return sum;
+}
+
 CheckpointMeta read_impl(MPI_Comm comm, const std::string& path,
-                         const std::vector<TensorShard>& tensors) {
+                         const std::vector<TensorShard>& tensors, bool verify) {
   h5::ErrorSilencer silence;
   const Comm c = describe(comm);
   const std::string prefix = "reading checkpoint " + path + ": ";
@@ -699,8 +831,39 @@ CheckpointMeta read_impl(MPI_Comm comm, const std::string& path,
   const CheckpointMeta meta = read_meta(file.get(), st);
   std::vector<std::string> problems;
   std::set<std::string> groups;
-  for (std::size_t i = 0; i < tensors.size() && st.ok(); ++i)
+  std::vector<std::uint64_t> stored(tensors.size(), 0);
+  for (std::size_t i = 0; i < tensors.size() && st.ok(); ++i) {
     dsets[i] = open_checked(file.get(), tensors[i], groups, problems, st);
+    if (!verify || !dsets[i].valid()) continue;
+    if (!attr_exists(dsets[i].get(), kChecksumAttribute, st, tensors[i].name + "/")) {
+      if (st.ok())
+        problems.push_back(tensors[i].name + ": has no " + kChecksumAttribute +
+                           " attribute: the file is corrupt or was not written by tptrain");
+      continue;
+    }
+    stored[i] = read_u64_attr(dsets[i].get(), kChecksumAttribute, st, tensors[i].name + "/")
+                    .value_or(0);
+  }
+  if (verify && st.ok() && std::any_of(tensors.begin(), tensors.end(), [](const TensorShard& t) {
+        return under_optimizer(t.name);
+      })) {
+    // The optimizer state must belong to the checkpoint's step. (Its group exists: a tensor
+    // under it was found, or is already listed as missing.)
+    const htri_t has = TPTRAIN_H5(st, H5Lexists(file.get(), "optimizer", H5P_DEFAULT), "optimizer");
+    if (st.ok() && has > 0) {
+      Handle opt(TPTRAIN_H5(st, H5Oopen(file.get(), "optimizer", H5P_DEFAULT), "optimizer"),
+                 H5Oclose);
+      if (st.ok() && !attr_exists(opt.get(), "step", st, "/optimizer/")) {
+        if (st.ok()) problems.push_back("optimizer: the group has no step attribute");
+      } else if (st.ok()) {
+        const auto step = read_int_attr(opt.get(), "step", st, "/optimizer/");
+        if (step && *step != meta.step)
+          problems.push_back("optimizer: the optimizer state is from step " +
+                             std::to_string(*step) + ", the checkpoint from step " +
+                             std::to_string(meta.step));
+      }
+    }
+  }
   if (st.ok() && !problems.empty()) st.fail(list_problems(problems));
   if (std::string m = agree(c, st.error); !m.empty()) abandon(m);
 
@@ -708,6 +871,24 @@ CheckpointMeta read_impl(MPI_Comm comm, const std::string& path,
   for (std::size_t i = 0; i < tensors.size(); ++i)
     transfer(dsets[i].get(), tensors[i], plans[i], rounds[i], pl.dxpl.get(), false, st);
   if (std::string m = agree(c, st.error); !m.empty()) abandon(m);
+
+  // 4b: verification: each dataset checksummed once more, in full, the ranks reading disjoint
+  // row blocks (whatever slabs they asked for above); sums over the ranks against the stored.
+  if (verify && !tensors.empty()) {
+    std::vector<std::uint64_t> local(tensors.size(), 0), computed(tensors.size(), 0);
+    std::vector<float> buf;
+    for (std::size_t i = 0; i < tensors.size(); ++i)
+      local[i] = verify_dataset(dsets[i].get(), tensors[i], c, pl.dxpl.get(), buf, st);
+    if (std::string m = agree(c, st.error); !m.empty()) abandon(m);
+    TPTRAIN_CKPT_MPI(MPI_Allreduce(local.data(), computed.data(), static_cast<int>(local.size()),
+                                   MPI_UINT64_T, MPI_SUM, c.comm));
+    for (std::size_t i = 0; i < tensors.size(); ++i)
+      if (computed[i] != stored[i])
+        problems.push_back(tensors[i].name + ": checksum mismatch: the file is corrupt (stored " +
+                           hex64(stored[i]) + ", computed " + hex64(computed[i]) + ")");
+    if (!problems.empty()) st.fail(list_problems(problems));
+    if (std::string m = agree(c, st.error); !m.empty()) abandon(m);
+  }
 
   // 5: close.
   for (std::size_t i = 0; i < tensors.size(); ++i)
@@ -718,6 +899,28 @@ CheckpointMeta read_impl(MPI_Comm comm, const std::string& path,
 }
 
 }  // namespace
+
+std::uint64_t splitmix64(std::uint64_t x) noexcept {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+std::uint64_t checksum_term(std::uint32_t bits, std::uint64_t index) noexcept {
+  return splitmix64(bits ^ splitmix64(index));
+}
+
+std::uint64_t checksum_run(const float* data, std::uint64_t n, std::uint64_t first) noexcept {
+  static_assert(sizeof(float) == sizeof(std::uint32_t), "float32 checksums need a 32-bit float");
+  std::uint64_t sum = 0;
+  for (std::uint64_t k = 0; k < n; ++k) {
+    std::uint32_t bits;
+    std::memcpy(&bits, data + k, sizeof bits);
+    sum += checksum_term(bits, first + k);
+  }
+  return sum;
+}
 
 void write_checkpoint(MPI_Comm comm, const std::string& path, const CheckpointMeta& meta_in,
                       const std::vector<TensorShard>& tensors) {
@@ -731,6 +934,7 @@ void write_checkpoint(MPI_Comm comm, const std::string& path, const CheckpointMe
   std::vector<int> rounds;
   std::string err = prepare(c, path, tensors, true, plans, rounds, std::string());
   const CheckpointMeta meta = broadcast_meta(c, meta_in);
+  if (err.empty()) err = check_train_names(meta);
   if (std::string m = agree(c, err); !m.empty()) throw CheckpointError(prefix + m);
 
   // 2: create <path>.tmp (truncating a stale one).
@@ -781,11 +985,34 @@ void write_checkpoint(MPI_Comm comm, const std::string& path, const CheckpointMe
                       H5Oclose);
     if (!st.ok()) st.error += name_clash(tensors, i);
   }
+  if (st.ok() && std::any_of(tensors.begin(), tensors.end(),
+                             [](const TensorShard& t) { return under_optimizer(t.name); })) {
+    Handle opt(TPTRAIN_H5(st, H5Gopen2(file.get(), "optimizer", H5P_DEFAULT), "group /optimizer"),
+               H5Gclose);
+    write_attr(opt.get(), "step", H5T_STD_I64LE, H5T_NATIVE_INT64, &meta.step, st, "/optimizer/");
+  }
   if (std::string m = agree(c, st.error); !m.empty()) abandon(m);
 
   // 4: data.
   for (std::size_t i = 0; i < tensors.size(); ++i)
     transfer(dsets[i].get(), tensors[i], plans[i], rounds[i], pl.dxpl.get(), true, st);
+  if (std::string m = agree(c, st.error); !m.empty()) abandon(m);
+
+  // 4b: checksums, after the data: the terms of each rank's written slabs, summed over the
+  // ranks (replicas not written add nothing). Attributes are written collectively, same values
+  // on every rank.
+  std::vector<std::uint64_t> sums(tensors.size(), 0);
+  {
+    std::vector<std::uint64_t> local(tensors.size(), 0);
+    for (std::size_t i = 0; i < tensors.size(); ++i)
+      local[i] = local_checksum(tensors[i], tensors[i].write);
+    if (!local.empty())
+      TPTRAIN_CKPT_MPI(MPI_Allreduce(local.data(), sums.data(), static_cast<int>(local.size()),
+                                     MPI_UINT64_T, MPI_SUM, c.comm));
+  }
+  for (std::size_t i = 0; i < tensors.size() && st.ok(); ++i)
+    write_attr(dsets[i].get(), kChecksumAttribute, H5T_STD_U64LE, H5T_NATIVE_UINT64, &sums[i], st,
+               tensors[i].name + "/");
   if (std::string m = agree(c, st.error); !m.empty()) abandon(m);
 
   // 5: close (H5Fclose flushes).
@@ -806,12 +1033,12 @@ void write_checkpoint(MPI_Comm comm, const std::string& path, const CheckpointMe
 }
 
 CheckpointMeta read_checkpoint(MPI_Comm comm, const std::string& path,
-                               const std::vector<TensorShard>& tensors) {
-  return read_impl(comm, path, tensors);
+                               const std::vector<TensorShard>& tensors, bool verify) {
+  return read_impl(comm, path, tensors, verify);
 }
 
 CheckpointMeta read_checkpoint_meta(MPI_Comm comm, const std::string& path) {
-  return read_impl(comm, path, {});
+  return read_impl(comm, path, {}, false);
 }
 
 }  // namespace tptrain::io

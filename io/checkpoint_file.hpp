@@ -10,8 +10,12 @@
 //   root attributes  format = "tptrain-checkpoint" (variable-length UTF-8 string)
 //                    format_version = 1 (int32), step, tokens_seen (int64), deck (UTF-8 string),
 //                    tp, pp, dp (int32)
+//   group /train     one int64 attribute per entry of CheckpointMeta::train (e.g. step, seed,
+//                    data_step); always present, possibly without attributes
 //   datasets         float32 (little-endian IEEE), contiguous, full global shape, at the
-//                    slash-separated path given by TensorShard::name (groups created as needed)
+//                    slash-separated path given by TensorShard::name (groups created as needed),
+//                    each with the uint64 attribute checksum_splitmix64_sum (see checksum_term)
+//   group /optimizer when some tensor lives under optimizer/: int64 attribute step (= root step)
 // h5py reads the string attributes as str and the datasets as float32 arrays.
 //
 // Collective semantics and errors. Every function here is collective over `comm`: every rank
@@ -35,6 +39,7 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <map>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -51,8 +56,11 @@ struct Hyperslab {
 // after slab, each slab row-major. Several slabs express e.g. the QKV weight of a
 // tensor-parallel rank (its Q rows, its K rows, its V rows are three separate row blocks).
 // Slabs of one rank may come in any order; elements covered by two slabs of the same rank are
-// read into both places. Two ranks writing the same element (both with write = true) is a
-// caller error: which value lands is unspecified.
+// read into both places. When writing, every element must be written exactly once (by one
+// rank, with write = true): write_checkpoint rejects overlapping slabs of one rank and element
+// counts that do not add up to the tensor's size; two ranks writing the same element while
+// another one is missed is not detected there (the checksum of the file is then wrong, and
+// read_checkpoint reports it).
 struct TensorShard {
   std::string name;                         // dataset path, e.g. "model/layers/0/attn/qkv/weight"
   std::vector<std::uint64_t> global_shape;  // full logical shape, e.g. {3*H, H}; at least 1-D
@@ -64,13 +72,33 @@ struct TensorShard {
   bool write = true;
 };
 
-// Root attributes of a checkpoint.
+// Root attributes of a checkpoint, and the attributes of its /train group.
 struct CheckpointMeta {
   std::int64_t step = 0;
   std::int64_t tokens_seen = 0;
   std::string deck;            // the resolved deck text
   int tp = 1, pp = 1, dp = 1;  // layout at save time
+  // What exact resumption needs besides the tensors (e.g. "step", "seed", "data_step"): the int64
+  // attributes of group /train, by name. Names are non-empty and contain no NUL character.
+  std::map<std::string, std::int64_t> train;
 };
+
+// ---- checksums ----------------------------------------------------------------------------------
+// Every dataset carries the uint64 attribute kChecksumAttribute, the wrapping (mod 2^64) sum over
+// all its elements of checksum_term(bits, i), where bits is the element's float32 bit pattern and
+// i its row-major index in the full logical tensor:
+//   checksum_term(bits, i) = splitmix64(bits ^ splitmix64(i))
+//   splitmix64(x): x += 0x9E3779B97F4A7C15; x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9;
+//                  x = (x ^ (x >> 27)) * 0x94D049BB133111EB; return x ^ (x >> 31)
+// A sum of per-element terms does not depend on how the tensor was split among the ranks that
+// wrote it (each writing rank sums the terms of its slabs, MPI_SUM over the ranks), and any
+// single changed element changes it (splitmix64 is a bijection).
+inline constexpr char kChecksumAttribute[] = "checksum_splitmix64_sum";
+
+std::uint64_t splitmix64(std::uint64_t x) noexcept;
+std::uint64_t checksum_term(std::uint32_t bits, std::uint64_t index) noexcept;
+// Sum of the terms of n consecutive elements whose row-major indices are first, first+1, ...
+std::uint64_t checksum_run(const float* data, std::uint64_t n, std::uint64_t first) noexcept;
 
 class CheckpointError : public std::runtime_error {
  public:
@@ -79,23 +107,33 @@ class CheckpointError : public std::runtime_error {
 
 // Collective over comm. Writes <path>.tmp with the MPI-IO driver and collective transfers
 // (creating groups as needed; datasets are float32 with the full global shape and no fill
-// value, so every element should be written by some rank), closes it, then rank 0 renames it to
-// <path> (after an fsync; std::rename is atomic on POSIX) and the ranks synchronise once more.
-// The metadata written is rank 0's. On any error the .tmp is removed, <path> is left as it was
-// (it is never touched before the rename), and every rank throws CheckpointError.
+// value), closes it, then rank 0 renames it to <path> (after an fsync; std::rename is atomic on
+// POSIX) and the ranks synchronise once more. The metadata written is rank 0's (train included).
+// Together the ranks must write every element of every tensor exactly once: the slabs with
+// write = true of one rank must not overlap, and their element counts summed over the ranks
+// must equal the tensor's size (checked before anything is created). After the data, each
+// dataset gets its checksum attribute (terms of the written slabs, summed over the ranks). On
+// any error the .tmp is removed, <path> is left as it was (it is never touched before the
+// rename), and every rank throws CheckpointError.
 void write_checkpoint(MPI_Comm comm, const std::string& path, const CheckpointMeta& meta,
                       const std::vector<TensorShard>& tensors);
 
 // Collective over comm. Opens <path> read-only with the MPI-IO driver, checks format and
 // format_version, checks that every tensor exists as a floating-point dataset whose shape
 // equals global_shape, then reads each rank's slabs into its data (collective transfers).
-// Returns the metadata. Errors (missing file, not HDF5, truncated or corrupt file, wrong
-// format, unsupported format_version, missing dataset, shape mismatch) are thrown as
-// CheckpointError on every rank with the same message.
+// With `verify` (the default) every requested dataset must carry its checksum attribute, and
+// after the read the ranks checksum each of these datasets once more, in full (rank r reads
+// the r-th of n disjoint row blocks, in bounded chunks), and compare the sum with the stored
+// value; a tensor under optimizer/ also needs the /optimizer step attribute, equal to the root
+// step. Returns the metadata (train included). Errors (missing file, not HDF5, truncated or
+// corrupt file, wrong format, unsupported format_version, missing dataset, shape mismatch,
+// missing checksum, checksum mismatch "model/x: checksum mismatch: the file is corrupt (stored
+// 0x..., computed 0x...)") are thrown as CheckpointError on every rank with the same message;
+// after a checksum mismatch the contents of the buffers are unspecified.
 CheckpointMeta read_checkpoint(MPI_Comm comm, const std::string& path,
-                               const std::vector<TensorShard>& tensors);
+                               const std::vector<TensorShard>& tensors, bool verify = true);
 
-// Collective over comm. read_checkpoint without tensors: the attributes only.
+// Collective over comm. read_checkpoint without tensors: the attributes only (nothing verified).
 CheckpointMeta read_checkpoint_meta(MPI_Comm comm, const std::string& path);
 
 }  // namespace tptrain::io

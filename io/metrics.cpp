@@ -14,11 +14,22 @@ std::string to_json(const MetricsRecord& r) {
   return s + "}";
 }
 
-MetricsWriter::MetricsWriter(const std::string& dir, bool append) {
+MetricsWriter::MetricsWriter(const std::string& dir, std::int64_t resumed_step) {
   if (dir.empty()) return;
   std::filesystem::create_directories(dir);
   path_ = (std::filesystem::path(dir) / "metrics.jsonl").string();
-  out_.open(path_, append ? std::ios::app : std::ios::trunc);
+  std::string kept;
+  if (resumed_step > 0) {
+    std::ifstream in(path_);
+    std::string line;
+    const std::string key = "{\"step\": ";
+    while (std::getline(in, line)) {
+      if (line.rfind(key, 0) != 0) continue;
+      if (std::stoll(line.substr(key.size())) <= resumed_step) kept += line + '\n';
+    }
+  }
+  out_.open(path_, std::ios::trunc);
+  out_ << kept;
   if (!out_) throw std::runtime_error("cannot open " + path_ + " for writing");
 }
 

@@ -19,8 +19,10 @@ std::string to_json(const MetricsRecord& r);
 
 class MetricsWriter {
  public:
-  // dir empty: writes nothing (ranks other than 0). append: continue an existing file (resume).
-  explicit MetricsWriter(const std::string& dir, bool append = false);
+  // dir empty: writes nothing (ranks other than 0). resumed_step > 0: a resumed run keeps the
+  // existing records up to that step (a run killed after its last checkpoint logged steps that
+  // are about to be redone) and continues the file.
+  explicit MetricsWriter(const std::string& dir, std::int64_t resumed_step = 0);
   void write(const MetricsRecord& r);
   const std::string& path() const { return path_; }
 

@@ -27,6 +27,8 @@ PACKAGES=(
   "libcli11-dev|CLI11 (spack install cli11)"
   "libfmt-dev|fmt (spack install fmt)"
   "fortunes|the fortunes corpus used by input/tiny.toml"
+  "python3-h5py|h5py, for io/checkpoint_stats.py (pip install h5py)"
+  "python3-matplotlib|matplotlib, for io/plot_metrics.py (pip install matplotlib)"
 )
 
 # On a machine without dpkg (most clusters), or with TPTRAIN_SKIP_SETUP=1 (a Debian login node

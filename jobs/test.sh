@@ -5,6 +5,8 @@
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 "$root/jobs/build.sh"
+# shellcheck source=jobs/env.sh
+. "$root/jobs/env.sh"
 build=${TPTRAIN_BUILD_DIR:-$root/build}
 cd "$build"
 ctest --output-on-failure "$@"

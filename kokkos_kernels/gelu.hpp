@@ -1,5 +1,10 @@
-// GELU, tanh approximation (GPT-2 "gelu_new"):
-//   y = 0.5 x (1 + tanh(k (x + 0.044715 x³))),  k = sqrt(2/π)
+// GELU, tanh approximation (GPT-2 "gelu_new", PyTorch approximate="tanh"):
+//   y = 0.5 x (1 + tanh(u)),  u = k (x + 0.044715 x³),  k = sqrt(2/π)
+// evaluated through the identity 0.5 (1 + tanh(u)) = σ(2u) = 1 / (1 + exp(-2u)):
+//   y = x σ(2u),  y' = σ(2u) (1 + 2 x (1 - σ(2u)) k (1 + 3·0.044715 x²))
+// Same function; in float it avoids the cancellation in 1 + tanh(u) for negative x (the tanh form
+// loses ~4e-5 relative at x = -3.5) and exp is cheaper than tanh on CPUs. exp(-2u) may overflow
+// to +inf for very negative x: then σ = 0 and y = y' = 0, no NaN.
 // Views: rank 2, any layout, managed or unmanaged, subviews.
 #pragma once
 
@@ -30,13 +35,12 @@ void gelu_forward(const Exec& exec,
       "tptrain::kernels::gelu_forward", detail::range2d(exec, y.extent(0), y.extent(1)),
       KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t j) {
         const T v = x(i, j);
-        const T th = kx::tanh(k * (v + c * v * v * v));
-        y(i, j) = T(0.5) * v * (T(1) + th);
+        const T sig = T(1) / (T(1) + kx::exp(T(-2) * k * (v + c * v * v * v)));
+        y(i, j) = v * sig;
       });
 }
 
 // dx = dy * gelu'(x) (dx overwritten; dx may alias dy).
-//   gelu'(x) = 0.5 (1 + t) + 0.5 x (1 - t²) k (1 + 3 c x²),  t = tanh(k (x + c x³))
 template <class Exec, class DYV, class XV, class DXV>
 void gelu_backward(const Exec& exec,
                    const DYV& dy,    // [N, F]
@@ -56,9 +60,8 @@ void gelu_backward(const Exec& exec,
       "tptrain::kernels::gelu_backward", detail::range2d(exec, dx.extent(0), dx.extent(1)),
       KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t j) {
         const T v = x(i, j);
-        const T th = kx::tanh(k * (v + c * v * v * v));
-        const T grad =
-            T(0.5) * (T(1) + th) + T(0.5) * v * (T(1) - th * th) * k * (T(1) + T(3) * c * v * v);
+        const T sig = T(1) / (T(1) + kx::exp(T(-2) * k * (v + c * v * v * v)));
+        const T grad = sig * (T(1) + T(2) * v * (T(1) - sig) * k * (T(1) + T(3) * c * v * v));
         dx(i, j) = dy(i, j) * grad;
       });
 }

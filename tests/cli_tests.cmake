@@ -29,3 +29,34 @@ add_test(NAME cli_world_size_mismatch
          -DEXPECT_FAIL=1 "-DREGEX=started 2 ranks but .*= 4 ranks" -DCOUNT_REGEX=started
          -DCOUNT=1 -P ${CMAKE_CURRENT_SOURCE_DIR}/run_expect.cmake)
 set_tests_properties(cli_world_size_mismatch PROPERTIES TIMEOUT 30)
+
+# End to end on 2 ranks: train the small fixture deck, then evaluate its final checkpoint with
+# tensor = 2 and with tensor = 1 (resharding on load): the two losses must agree, and generate.
+set(_run ${CMAKE_CURRENT_BINARY_DIR}/cli_run)
+set(_mpi2 ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 ${TPTRAIN_MPIEXEC_FLAGS})
+set(_sets --set run.dir=${_run} --set checkpoint.dir=${_run}/ck --set checkpoint.resume=false)
+add_test(NAME cli_train_small COMMAND ${CMAKE_COMMAND} -E env OPENBLAS_NUM_THREADS=1
+         ${_mpi2} $<TARGET_FILE:tptrain> train ${_decks}/valid.toml ${_sets})
+set_tests_properties(cli_train_small PROPERTIES FIXTURES_SETUP small_run TIMEOUT 120
+                     PASS_REGULAR_EXPRESSION "checkpoint .*step_00000004.h5 written")
+add_test(NAME cli_eval_reshard
+         COMMAND ${CMAKE_COMMAND} "-DMPI2=${_mpi2}" -DEXE=$<TARGET_FILE:tptrain>
+                 -DDECK=${_decks}/valid.toml -DCKPT=${_run}/ck/step_00000004.h5
+                 -P ${CMAKE_CURRENT_SOURCE_DIR}/compare_eval.cmake)
+set_tests_properties(cli_eval_reshard PROPERTIES FIXTURES_REQUIRED small_run TIMEOUT 120)
+add_test(NAME cli_generate COMMAND ${_mpi2} $<TARGET_FILE:tptrain> generate ${_decks}/valid.toml
+         --checkpoint ${_run}/ck/step_00000004.h5 --prompt "It is" --tokens 16 --seed 3)
+set_tests_properties(cli_generate PROPERTIES FIXTURES_REQUIRED small_run TIMEOUT 60
+                     PASS_REGULAR_EXPRESSION "^It is")
+
+# The analysis scripts on the small run: loss curves to a PNG, per-layer weight statistics.
+add_test(NAME cli_plot_metrics COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/io/plot_metrics.py
+         ${_run} -o ${_run}/metrics.png)
+set_tests_properties(cli_plot_metrics PROPERTIES FIXTURES_REQUIRED small_run TIMEOUT 120)
+add_test(NAME cli_checkpoint_stats COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/io/checkpoint_stats.py
+         --verify ${_run}/ck/step_00000004.h5)
+set_tests_properties(cli_checkpoint_stats PROPERTIES FIXTURES_REQUIRED small_run TIMEOUT 120
+                     PASS_REGULAR_EXPRESSION "layers/1")
+add_test(NAME cli_inspect COMMAND tptrain inspect ${_run}/ck/step_00000004.h5)
+set_tests_properties(cli_inspect PROPERTIES FIXTURES_REQUIRED small_run TIMEOUT 60
+                     PASS_REGULAR_EXPRESSION "every checksum verifies")

@@ -3,10 +3,13 @@
 #include <Kokkos_Core.hpp>
 #include <fmt/format.h>
 #include <mpi.h>
+#include <iostream>
 #include <optional>
+#include <sstream>
 #include <unistd.h>
 
 #include "io/deck.hpp"
+#include "io/inspect.hpp"
 #include "src/log.hpp"
 #include "src/parallel/collectives.hpp"
 #include "src/parallel/topology.hpp"
@@ -104,6 +107,16 @@ int check(const DeckOptions& o) {
     log::error("invalid deck " + o.deck + ":\n" + e.what());
     return 1;
   }
+}
+
+int inspect(const std::string& file) {
+  std::ostringstream err;
+  const int rc = io::inspect_checkpoint(file, std::cout, err);
+  std::cout.flush();
+  std::string message = err.str();
+  while (!message.empty() && message.back() == '\n') message.pop_back();
+  if (!message.empty()) log::error(message);
+  return rc;
 }
 
 int train(const DeckOptions& o) {

@@ -31,6 +31,9 @@ int check(const DeckOptions& options);
 int train(const DeckOptions& options);
 int eval(const DeckOptions& options, const EvalOptions& eval);
 int generate(const DeckOptions& options, const GenerateOptions& generate);
+// Describes a checkpoint file (io/inspect.hpp); no MPI. 0: verified, 1: missing, unreadable,
+// not a checkpoint, or a checksum that does not verify.
+int inspect(const std::string& file);
 
 std::string version_string();
 

@@ -1,4 +1,4 @@
-// tptrain command line: train / eval / generate / check (CLI11).
+// tptrain command line: train / eval / generate / check / inspect (CLI11).
 #include <CLI/CLI.hpp>
 #include <cstdio>
 
@@ -60,6 +60,13 @@ int main(int argc, char** argv) {
   auto* check_cmd = app.add_subcommand("check", "validate a deck and print it resolved (no MPI)");
   add_deck_options(*check_cmd, deck);
 
+  std::string inspect_file;
+  auto* inspect_cmd = app.add_subcommand(
+      "inspect",
+      "describe a checkpoint: attributes, then every dataset with shape, dtype, L2 norm, min, max "
+      "and whether its checksum verifies (no MPI; exit 1 if anything fails)");
+  inspect_cmd->add_option("file", inspect_file, "checkpoint file (.h5)")->required();
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -71,5 +78,6 @@ int main(int argc, char** argv) {
   if (*train_cmd) return train(deck);
   if (*eval_cmd) return eval(deck, eval_opts);
   if (*gen_cmd) return generate(deck, gen_opts);
+  if (*inspect_cmd) return inspect(inspect_file);
   return 2;
 }

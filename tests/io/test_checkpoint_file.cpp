@@ -306,10 +306,14 @@ CheckpointMeta sample_meta(int r, int n) {
   m.deck =
       "# tiny deck \xE2\x80\x94 \xC3\xBCnic\xC3\xB6"
       "de\n[model]\nlayers = 4\nhidden = 128\n";
-  if (r != 0) m.deck = "ignored: the metadata written is rank 0's";
   m.tp = n;
   m.pp = 3;
   m.dp = 5;
+  m.train = {{"step", 123456789012}, {"seed", -42}, {"data_step", 7}, {"rng offset", 1LL << 62}};
+  if (r != 0) {
+    m.deck = "ignored: the metadata written is rank 0's";
+    m.train = {{"ignored", 1}};
+  }
   return m;
 }
 
@@ -459,6 +463,7 @@ TEST_CASE("checkpoint metadata round trip and file format", "[io][checkpoint][mp
     CHECK(got.tp == want.tp);
     CHECK(got.pp == want.pp);
     CHECK(got.dp == want.dp);
+    CHECK(got.train == want.train);  // rank 0's, on every rank
   }
 
   // What h5py relies on: UTF-8 variable-length strings, integer attributes, float32 data.
@@ -491,10 +496,98 @@ TEST_CASE("checkpoint metadata round trip and file format", "[io][checkpoint][mp
     const hid_t t = H5Dget_type(d);
     CHECK(H5Tequal(t, H5T_IEEE_F32LE) > 0);
     H5Tclose(t);
+    // The checksum: a uint64 attribute of every dataset.
+    const hid_t ca = H5Aopen(d, kChecksumAttribute, H5P_DEFAULT);
+    CHECK(ca >= 0);
+    const hid_t ct = H5Aget_type(ca);
+    CHECK(H5Tequal(ct, H5T_STD_U64LE) > 0);
+    H5Tclose(ct);
+    H5Aclose(ca);
     H5Dclose(d);
+    // /train: int64 attributes; /optimizer: the step.
+    const hid_t g = H5Gopen2(f, "train", H5P_DEFAULT);
+    CHECK(g >= 0);
+    for (const auto& [name, value] : want.train) {
+      const hid_t ta = H5Aopen(g, name.c_str(), H5P_DEFAULT);
+      CHECK(ta >= 0);
+      const hid_t tt = H5Aget_type(ta);
+      CHECK(H5Tequal(tt, H5T_STD_I64LE) > 0);
+      std::int64_t v = 0;
+      H5Aread(ta, H5T_NATIVE_INT64, &v);
+      CHECK(v == value);
+      H5Tclose(tt);
+      H5Aclose(ta);
+    }
+    H5Gclose(g);
+    const hid_t o = H5Gopen2(f, "optimizer", H5P_DEFAULT);
+    std::int64_t step = 0;
+    const hid_t oa = H5Aopen(o, "step", H5P_DEFAULT);
+    CHECK(H5Aread(oa, H5T_NATIVE_INT64, &step) >= 0);
+    CHECK(step == want.step);
+    H5Aclose(oa);
+    H5Gclose(o);
     CHECK(H5Fclose(f) >= 0);
   }
   barrier();
+}
+
+TEST_CASE("checkpoint /train round trip", "[io][checkpoint][mpi]") {
+  const World w = world();
+  TempDir dir;
+  const std::string path = dir.file("train.h5");
+  Layout L = write_layout(w.rank, w.size);
+  L.fill_expected(true);
+
+  SECTION("empty: the group exists without attributes") {
+    CheckpointMeta m = sample_meta(0, w.size);
+    m.train.clear();
+    write_checkpoint(MPI_COMM_WORLD, path, m, L.shards());
+    CHECK(read_checkpoint_meta(MPI_COMM_WORLD, path).train.empty());
+    if (w.rank == 0) {
+      const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+      CHECK(H5Lexists(f, "train", H5P_DEFAULT) > 0);
+      H5Fclose(f);
+    }
+    barrier();
+  }
+  SECTION("extreme values, read back with the tensors") {
+    CheckpointMeta m = sample_meta(0, w.size);
+    m.train = {{"min", INT64_MIN}, {"max", INT64_MAX}, {"zero", 0}, {"seed", 1234},
+               {"data_step", 20}, {"step", m.step}};
+    write_checkpoint(MPI_COMM_WORLD, path, m, L.shards());
+    Layout R = read_all_layout(w.size);
+    const CheckpointMeta got = read_checkpoint(MPI_COMM_WORLD, path, read_all_shards(R));
+    CHECK(got.train == m.train);
+    CHECK(R.mismatches() == 0);
+  }
+  SECTION("an empty name is refused on every rank") {
+    CheckpointMeta m = sample_meta(0, w.size);
+    m.train[""] = 1;
+    const std::string msg =
+        error_of([&] { write_checkpoint(MPI_COMM_WORLD, path, m, L.shards()); });
+    CHECK(everyone_threw_the_same(msg));
+    CHECK(contains(msg, "CheckpointMeta::train has an empty name"));
+    CHECK(everyone(!fs::exists(path) && !fs::exists(path + ".tmp")));
+  }
+  SECTION("a non-integer attribute in /train is an error") {
+    write_checkpoint(MPI_COMM_WORLD, path, sample_meta(w.rank, w.size), L.shards());
+    if (w.rank == 0) {
+      const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+      const hid_t g = H5Gopen2(f, "train", H5P_DEFAULT);
+      const hid_t space = H5Screate(H5S_SCALAR);
+      const hid_t a = H5Acreate2(g, "lr", H5T_IEEE_F64LE, space, H5P_DEFAULT, H5P_DEFAULT);
+      const double lr = 3e-4;
+      CHECK(H5Awrite(a, H5T_NATIVE_DOUBLE, &lr) >= 0);
+      H5Aclose(a);
+      H5Sclose(space);
+      H5Gclose(g);
+      CHECK(H5Fclose(f) >= 0);
+    }
+    barrier();
+    const std::string msg = error_of([&] { read_checkpoint_meta(MPI_COMM_WORLD, path); });
+    CHECK(everyone_threw_the_same(msg));
+    CHECK(contains(msg, "attribute /train/lr is not a single integer"));
+  }
 }
 
 TEST_CASE("checkpoint file appears only when complete", "[io][checkpoint][mpi]") {
@@ -682,4 +775,272 @@ TEST_CASE("checkpoint read errors are thrown on every rank", "[io][checkpoint][m
     CHECK(everyone_threw_the_same(msg));
     CHECK(contains(msg, "model/layers/0/mlp/proj/weight: slab 0"));
   }
+}
+
+// ---- checksums --------------------------------------------------------------------------------
+
+namespace {
+
+// The checksum of logical tensor `spec`, computed serially from its values.
+std::uint64_t logical_checksum(const Spec& spec) {
+  const std::vector<float> all = expected(spec, {whole(spec.shape)});
+  return checksum_run(all.data(), all.size(), 0);
+}
+
+// Rank 0 reads the checksum attribute of a dataset (0 elsewhere, or when missing).
+std::uint64_t stored_checksum(const std::string& path, const std::string& name) {
+  std::uint64_t v = 0;
+  if (world().rank == 0) {
+    const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+    const hid_t d = H5Dopen2(f, name.c_str(), H5P_DEFAULT);
+    const hid_t a = H5Aopen(d, kChecksumAttribute, H5P_DEFAULT);
+    CHECK(H5Aread(a, H5T_NATIVE_UINT64, &v) >= 0);
+    H5Aclose(a);
+    H5Dclose(d);
+    H5Fclose(f);
+  }
+  return v;
+}
+
+// Rank 0 XORs `mask` into the byte at `at` bytes into the data of dataset `name` (contiguous
+// storage: the data is one block at H5Dget_offset). The file stays a valid HDF5 file.
+void corrupt_dataset(const std::string& path, const std::string& name, std::uint64_t at,
+                     unsigned char mask) {
+  if (world().rank == 0) {
+    const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+    const hid_t d = H5Dopen2(f, name.c_str(), H5P_DEFAULT);
+    const haddr_t offset = H5Dget_offset(d);
+    const hsize_t size = H5Dget_storage_size(d);
+    H5Dclose(d);
+    H5Fclose(f);
+    REQUIRE(offset != HADDR_UNDEF);
+    REQUIRE(at < size);
+    std::fstream io(path, std::ios::in | std::ios::out | std::ios::binary);
+    io.seekg(static_cast<std::streamoff>(offset + at));
+    char byte = 0;
+    io.read(&byte, 1);
+    byte = static_cast<char>(static_cast<unsigned char>(byte) ^ mask);
+    io.seekp(static_cast<std::streamoff>(offset + at));
+    io.write(&byte, 1);
+    io.close();
+    REQUIRE(io.good());
+    const hid_t again = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+    CHECK(again >= 0);  // still a valid HDF5 file
+    H5Fclose(again);
+  }
+  barrier();
+}
+
+// Rows of dimension 0 split into blocks, one per rank.
+Layout row_split_layout(int r, int n) {
+  Layout L;
+  for (const Spec& s : specs(n)) {
+    const auto b = block(s.shape[0], n, r);
+    L.add(s, {along(s.shape, 0, b.first, b.second)});
+  }
+  return L;
+}
+
+}  // namespace
+
+TEST_CASE("checkpoint checksum function", "[io][checkpoint]") {
+  // Known answers (also computed by io/checkpoint_stats.py --verify and in docs/checkpoints.md).
+  CHECK(splitmix64(0) == 0xE220A8397B1DCDAFull);
+  CHECK(checksum_term(0x3F800000u, 0) == 0x3D3B402DA053B727ull);
+  const float v[3] = {1.0f, -2.0f, 0.0f};
+  CHECK(checksum_run(v, 3, 0) == 0xC244584CE105B812ull);
+  // Split anywhere, same sum; moved elements change it.
+  CHECK(checksum_run(v, 1, 0) + checksum_run(v + 1, 2, 1) == checksum_run(v, 3, 0));
+  const float swapped[3] = {-2.0f, 1.0f, 0.0f};
+  CHECK(checksum_run(swapped, 3, 0) != checksum_run(v, 3, 0));
+  const float negzero[3] = {1.0f, -2.0f, -0.0f};
+  CHECK(checksum_run(negzero, 3, 0) != checksum_run(v, 3, 0));
+  CHECK(checksum_run(v, 0, 5) == 0);
+}
+
+TEST_CASE("checkpoint checksums do not depend on the layout", "[io][checkpoint][mpi]") {
+  const World w = world();
+  TempDir dir;
+  // The same logical tensors under three write layouts, plus a tensor verified in several
+  // chunks (4100 rows of 1024: more than one 4 Mi-element chunk on one rank).
+  const Spec big{"model/big", {4100, 1024}, 99};
+  std::vector<std::string> paths;
+  int k = 0;
+  for (Layout L : {write_layout(w.rank, w.size), row_split_layout(w.rank, w.size),
+                   read_last_dim_layout(w.rank, w.size)}) {
+    const auto b = block(big.shape[0], w.size, (w.rank + k) % w.size);
+    L.add(big, {along(big.shape, 0, b.first, b.second)});
+    L.fill_expected(true);
+    paths.push_back(dir.file("layout" + std::to_string(k++) + ".h5"));
+    write_checkpoint(MPI_COMM_WORLD, paths.back(), sample_meta(w.rank, w.size), L.shards());
+  }
+  std::vector<Spec> all = specs(w.size);
+  all.push_back(big);
+  if (w.rank == 0)
+    for (const Spec& s : all) {
+      const std::uint64_t want = logical_checksum(s);
+      for (const std::string& p : paths) {
+        INFO(s.name << " in " << p);
+        CHECK(stored_checksum(p, s.name) == want);
+      }
+    }
+  barrier();
+
+  // Each file reads and verifies under every split.
+  for (const std::string& p : paths) {
+    INFO(p);
+    for (Layout L :
+         {read_all_layout(w.size), read_last_dim_layout(w.rank, w.size),
+          read_striped_reverse_layout(w.rank, w.size), row_split_layout(w.rank, w.size)}) {
+      L.add(big, {along(big.shape, 1, 0, 3)});
+      const std::string msg =
+          error_of([&] { read_checkpoint(MPI_COMM_WORLD, p, read_all_shards(L)); });
+      CHECK(msg.empty());
+      CHECK(L.mismatches() == 0);
+    }
+  }
+}
+
+TEST_CASE("a corrupted dataset is detected by its checksum on every rank",
+          "[io][checkpoint][mpi]") {
+  const World w = world();
+  TempDir dir;
+  const std::string path = dir.file("step_00000010.h5");
+  write_sample(path);
+  const std::string victim = "model/layers/0/mlp/fc/weight";  // [4, 4n]
+  corrupt_dataset(path, victim, 4 * 5 + 2, 0x10);               // element 5, an exponent bit
+
+  SECTION("reading it fails everywhere, naming the dataset") {
+    Layout L = read_last_dim_layout(w.rank, w.size);
+    const std::string msg =
+        error_of([&] { read_checkpoint(MPI_COMM_WORLD, path, read_all_shards(L)); });
+    CHECK(everyone_threw_the_same(msg));
+    CHECK(contains(msg, "reading checkpoint " + path + ": " + victim +
+                            ": checksum mismatch: the file is corrupt (stored 0x"));
+    CHECK(contains(msg, ", computed 0x"));
+    CHECK(!contains(msg, "model/embedding/word"));  // only the corrupt one
+    CHECK(!contains(msg, "problems"));
+  }
+  SECTION("even when this layout does not read the corrupt element") {
+    Layout all = read_all_layout(w.size);
+    Layout L;
+    L.add(all.specs[5], {along(all.specs[5].shape, 0, 3, 4)});  // row 3 only; 5 is in row 0
+    const std::string msg =
+        error_of([&] { read_checkpoint(MPI_COMM_WORLD, path, read_all_shards(L)); });
+    CHECK(everyone_threw_the_same(msg));
+    CHECK(contains(msg, victim + ": checksum mismatch"));
+  }
+  SECTION("the other tensors still read") {
+    Layout all = read_all_layout(w.size);
+    Layout L;
+    L.add(all.specs[0], all.slabs[0]);
+    L.add(all.specs[8], all.slabs[8]);
+    CHECK(error_of([&] { read_checkpoint(MPI_COMM_WORLD, path, read_all_shards(L)); }).empty());
+    CHECK(L.mismatches() == 0);
+  }
+  SECTION("without verification the corrupt value is read") {
+    Layout L = read_all_layout(w.size);
+    CHECK(error_of([&] { read_checkpoint(MPI_COMM_WORLD, path, read_all_shards(L), false); })
+              .empty());
+    CHECK(L.mismatches() == 1);
+  }
+}
+
+TEST_CASE("a dataset without checksum is an error", "[io][checkpoint][mpi]") {
+  const World w = world();
+  TempDir dir;
+  const std::string path = dir.file("step_00000011.h5");
+  write_sample(path);
+  if (w.rank == 0) {
+    const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    const hid_t d = H5Dopen2(f, "model/ln_f/weight", H5P_DEFAULT);
+    CHECK(H5Adelete(d, kChecksumAttribute) >= 0);
+    H5Dclose(d);
+    CHECK(H5Fclose(f) >= 0);
+  }
+  barrier();
+  Layout L = read_all_layout(w.size);
+  const std::string msg =
+      error_of([&] { read_checkpoint(MPI_COMM_WORLD, path, read_all_shards(L)); });
+  CHECK(everyone_threw_the_same(msg));
+  CHECK(contains(msg, std::string("model/ln_f/weight: has no ") + kChecksumAttribute +
+                          " attribute"));
+  Layout R = read_all_layout(w.size);
+  CHECK(error_of([&] { read_checkpoint(MPI_COMM_WORLD, path, read_all_shards(R), false); })
+            .empty());
+  CHECK(R.mismatches() == 0);
+}
+
+TEST_CASE("the optimizer state must be from the checkpoint's step", "[io][checkpoint][mpi]") {
+  const World w = world();
+  TempDir dir;
+  const std::string path = dir.file("step_00000012.h5");
+  write_sample(path);
+  if (w.rank == 0) {
+    const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    const hid_t g = H5Gopen2(f, "optimizer", H5P_DEFAULT);
+    const hid_t a = H5Aopen(g, "step", H5P_DEFAULT);
+    const std::int64_t other = 5;
+    CHECK(H5Awrite(a, H5T_NATIVE_INT64, &other) >= 0);
+    H5Aclose(a);
+    H5Gclose(g);
+    CHECK(H5Fclose(f) >= 0);
+  }
+  barrier();
+  Layout L = read_all_layout(w.size);
+  const std::string msg =
+      error_of([&] { read_checkpoint(MPI_COMM_WORLD, path, read_all_shards(L)); });
+  CHECK(everyone_threw_the_same(msg));
+  CHECK(contains(msg, "optimizer: the optimizer state is from step 5, the checkpoint from step "
+                      "123456789012"));
+  Layout model_only;
+  model_only.add(L.specs[0], L.slabs[0]);
+  CHECK(error_of([&] {
+          read_checkpoint(MPI_COMM_WORLD, path, read_all_shards(model_only));
+        }).empty());
+}
+
+TEST_CASE("checkpoint writes refuse elements written twice or not at all",
+          "[io][checkpoint][mpi]") {
+  const World w = world();
+  TempDir dir;
+  const std::string path = dir.file("step_00000013.h5");
+  Layout L = write_layout(w.rank, w.size);
+  const std::uint64_t rows = L.specs[0].shape[0];
+
+  SECTION("a row nobody writes") {
+    if (w.rank == w.size - 1) {
+      Hyperslab& s = L.slabs[0].front();
+      s.count[0] -= 1;  // the last rank's last row
+    }
+    L.fill_expected(true);
+    const std::string msg = error_of(
+        [&] { write_checkpoint(MPI_COMM_WORLD, path, sample_meta(w.rank, w.size), L.shards()); });
+    CHECK(everyone_threw_the_same(msg));
+    CHECK(contains(msg, "model/embedding/word: the ranks write " + std::to_string((rows - 1) * 6) +
+                            " elements of its " + std::to_string(rows * 6) + " [" +
+                            std::to_string(rows) + ", 6]"));
+  }
+  SECTION("overlapping slabs of one rank") {
+    if (w.rank == 0) L.slabs[1].push_back(L.slabs[1].front());
+    L.fill_expected(true);
+    const std::string msg = error_of(
+        [&] { write_checkpoint(MPI_COMM_WORLD, path, sample_meta(w.rank, w.size), L.shards()); });
+    CHECK(everyone_threw_the_same(msg));
+    CHECK(contains(msg, "model/layers/0/mlp/proj/weight: slabs 0 and 1 overlap"));
+  }
+  SECTION("a replicated tensor written by every rank") {
+    L.write[4] = true;
+    L.fill_expected(true);
+    const std::string msg = error_of(
+        [&] { write_checkpoint(MPI_COMM_WORLD, path, sample_meta(w.rank, w.size), L.shards()); });
+    if (w.size > 1) {
+      CHECK(everyone_threw_the_same(msg));
+      CHECK(contains(msg, "model/ln_f/weight: the ranks write " + std::to_string(7 * w.size) +
+                              " elements of its 7"));
+    } else {
+      CHECK(msg.empty());
+    }
+  }
+  CHECK(everyone(!fs::exists(path + ".tmp")));
 }

@@ -97,17 +97,21 @@ inline LayerNormGrads layernorm_backward(const HostVec& dy, const HostVec& x, co
   return g;
 }
 
-inline double gelu(double x) {
-  const double k = std::sqrt(2.0 / std::acos(-1.0));
-  return 0.5 * x * (1.0 + std::tanh(k * (x + 0.044715 * x * x * x)));
+// The tanh form as written in GPT-2, in long double: 1 + tanh(u) cancels for negative x, and
+// long double keeps that below double precision over the tested range.
+inline double gelu(double xd) {
+  const long double x = xd;
+  const long double k = std::sqrt(2.0L / std::acos(-1.0L));
+  return static_cast<double>(0.5L * x * (1.0L + std::tanh(k * (x + 0.044715L * x * x * x))));
 }
 
-inline double gelu_grad(double x) {
-  const double k = std::sqrt(2.0 / std::acos(-1.0));
-  const double u = k * (x + 0.044715 * x * x * x);
-  const double du = k * (1.0 + 3.0 * 0.044715 * x * x);
-  const double th = std::tanh(u);
-  return 0.5 * (1.0 + th) + 0.5 * x * (1.0 - th * th) * du;
+inline double gelu_grad(double xd) {
+  const long double x = xd;
+  const long double k = std::sqrt(2.0L / std::acos(-1.0L));
+  const long double u = k * (x + 0.044715L * x * x * x);
+  const long double du = k * (1.0L + 3.0L * 0.044715L * x * x);
+  const long double th = std::tanh(u);
+  return static_cast<double>(0.5L * (1.0L + th) + 0.5L * x * (1.0L - th * th) * du);
 }
 
 struct AttentionOut {

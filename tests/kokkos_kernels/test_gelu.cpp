@@ -26,7 +26,26 @@ TEMPLATE_TEST_CASE("gelu forward/backward match host reference", "[kernels]", fl
     ref_dx[i] = hdy[i] * tk::ref::gelu_grad(hx[i]);
   }
   CHECK(tt::max_rel_err(tt::to_host(y), ref_y) < tt::tol<T>());
+  // Also entry by entry: the negative tail (y ~ -1e-4 at x = -4) keeps its relative precision.
+  CHECK(tt::max_elementwise_rel_err(tt::to_host(y), ref_y) < tt::tol<T>());
   CHECK(tt::max_rel_err(tt::to_host(dx), ref_dx) < tt::tol<T>());
+}
+
+TEST_CASE("gelu saturates without NaN far in the tails", "[kernels]") {
+  using T = float;
+  Kokkos::DefaultExecutionSpace exec;
+  const tt::HostVec hx{-1e4, -200.0, -60.0, 0.0, 60.0, 200.0, 1e4};
+  const int n = static_cast<int>(hx.size());
+  auto x = tt::to_device<T>(hx, 1, n);
+  tk::Matrix<T> y("y", 1, n), dx("dx", 1, n);
+  tk::gelu_forward(exec, x, y);
+  tk::gelu_backward(exec, tt::to_device<T>(tt::HostVec(n, 1.0), 1, n), x, dx);
+  const auto hy = tt::to_host(y), hdx = tt::to_host(dx);
+  for (int i = 0; i < n; ++i) {
+    INFO("x = " << hx[i]);
+    CHECK(hy[i] == (hx[i] > 0 ? hx[i] : 0.0));
+    CHECK(hdx[i] == (hx[i] > 0 ? 1.0 : (hx[i] < 0 ? 0.0 : 0.5)));
+  }
 }
 
 TEST_CASE("gelu backward matches finite differences (double)", "[kernels]") {

@@ -52,6 +52,17 @@ inline double max_rel_err(const HostVec& got, const HostVec& ref, double floor =
   return scale > 0 ? diff / scale : diff;
 }
 
+// max_i |got_i - ref_i| / |ref_i| over the entries with ref_i != 0 (elementwise relative error:
+// catches precision lost in small entries, which the normwise measure would hide).
+inline double max_elementwise_rel_err(const HostVec& got, const HostVec& ref) {
+  if (got.size() != ref.size()) return 1e300;
+  double err = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    if (ref[i] != 0) err = std::max(err, std::fabs(got[i] - ref[i]) / std::fabs(ref[i]));
+  }
+  return err;
+}
+
 // Bitwise equality of two device views' contents.
 inline bool bitwise_equal(const HostVec& a, const HostVec& b) {
   if (a.size() != b.size()) return false;

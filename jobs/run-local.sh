@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# The main job of the README: installs what is missing, builds, prepares the fortunes corpus,
+# trains the model of DECK (default input/tiny.toml) under mpiexec with as many ranks as the
+# deck's [parallel] layout needs, then prints a sample from the final checkpoint.
+#   jobs/run-local.sh [DECK] [--set section.key=value ...]
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+deck=${1:-$root/input/tiny.toml}
+shift $(( $# > 0 ? 1 : 0 ))
+
+"$root/jobs/build.sh"
+# shellcheck source=jobs/env.sh
+. "$root/jobs/env.sh"
+"$root/jobs/prepare-data.sh"
+exe=${TPTRAIN_BUILD_DIR:-$root/build}/tptrain
+
+# `tptrain check` validates the deck (no MPI) and prints it resolved; it tells the rank count.
+resolved=$("$exe" check "$deck" "$@")
+ranks=$(sed -n 's/.*valid (needs \([0-9]*\) MPI ranks.*/\1/p' <<<"$resolved")
+ckdir=$(awk '/^\[checkpoint\]/{s=1;next} /^\[/{s=0} s && $1=="dir"{gsub(/"/,"",$3); print $3}' <<<"$resolved")
+
+cores=$(nproc 2>/dev/null || echo 1)
+flags=()
+if mpiexec --version 2>/dev/null | grep -q "Open MPI\|OpenRTE"; then
+  [ "$(id -u)" -eq 0 ] && flags+=(--allow-run-as-root)
+  [ "$ranks" -gt "$cores" ] && flags+=(--oversubscribe)
+  flags+=(--bind-to none)
+fi
+# One BLAS thread per rank when ranks fill the cores (OpenBLAS would oversubscribe otherwise).
+threads=$(( cores / ranks > 0 ? cores / ranks : 1 ))
+export OMP_NUM_THREADS=$threads OPENBLAS_NUM_THREADS=$threads
+
+echo "tptrain: mpiexec -n $ranks $exe train $deck $*"
+mpiexec -n "$ranks" "${flags[@]}" "$exe" train "$deck" "$@"
+
+latest=$(ls -1 "$ckdir"/step_*.h5 2>/dev/null | sort | tail -n 1)
+if [ -n "$latest" ]; then
+  echo "tptrain: sample from $latest"
+  mpiexec -n "$ranks" "${flags[@]}" "$exe" generate "$deck" "$@" --checkpoint "$latest" \
+    --prompt "The " --tokens 300 --temperature 0.8 --top-k 40 --seed 1
+fi
