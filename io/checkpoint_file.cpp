@@ -36,7 +36,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <climits>
+#include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -898,7 +900,19 @@ CheckpointMeta read_impl(MPI_Comm comm, const std::string& path,
   return meta;
 }
 
+// Test hook for crash safety: with TPTRAIN_TEST_KILL_IN_CHECKPOINT=<step> in the environment,
+// the job kills itself (SIGKILL, no clean-up) halfway through writing the datasets of that
+// step's checkpoint — as a job killed at its wall-clock limit would be.
+void kill_hook(std::int64_t step) {
+  const char* at = std::getenv("TPTRAIN_TEST_KILL_IN_CHECKPOINT");
+  if (at == nullptr || std::strtoll(at, nullptr, 10) != step) return;
+  std::fprintf(stderr, "tptrain: TPTRAIN_TEST_KILL_IN_CHECKPOINT=%s: killing the job mid-write\n", at);
+  std::fflush(stderr);
+  std::raise(SIGKILL);
+}
+
 }  // namespace
+
 
 std::uint64_t splitmix64(std::uint64_t x) noexcept {
   x += 0x9E3779B97F4A7C15ull;
@@ -994,8 +1008,10 @@ void write_checkpoint(MPI_Comm comm, const std::string& path, const CheckpointMe
   if (std::string m = agree(c, st.error); !m.empty()) abandon(m);
 
   // 4: data.
-  for (std::size_t i = 0; i < tensors.size(); ++i)
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
     transfer(dsets[i].get(), tensors[i], plans[i], rounds[i], pl.dxpl.get(), true, st);
+    if (i == tensors.size() / 2) kill_hook(meta.step);
+  }
   if (std::string m = agree(c, st.error); !m.empty()) abandon(m);
 
   // 4b: checksums, after the data: the terms of each rank's written slabs, summed over the

@@ -60,3 +60,10 @@ set_tests_properties(cli_checkpoint_stats PROPERTIES FIXTURES_REQUIRED small_run
 add_test(NAME cli_inspect COMMAND tptrain inspect ${_run}/ck/step_00000004.h5)
 set_tests_properties(cli_inspect PROPERTIES FIXTURES_REQUIRED small_run TIMEOUT 60
                      PASS_REGULAR_EXPRESSION "every checksum verifies")
+
+# SIGKILL during a checkpoint write, then resume: same loss curve as the uninterrupted run.
+add_test(NAME cli_kill_and_resume
+         COMMAND ${CMAKE_COMMAND} "-DMPI2=${_mpi2}" -DEXE=$<TARGET_FILE:tptrain>
+                 -DDECK=${_decks}/valid.toml -DDIR=${CMAKE_CURRENT_BINARY_DIR}/kill_run
+                 -P ${CMAKE_CURRENT_SOURCE_DIR}/kill_resume.cmake)
+set_tests_properties(cli_kill_and_resume PROPERTIES TIMEOUT 300)

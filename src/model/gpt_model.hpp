@@ -2,9 +2,33 @@
 // `layers` pre-LN transformer blocks, final LayerNorm, logits through the tied word embedding,
 // mean next-token cross-entropy. Forward and backward are written by hand; parameters hold
 // gradients that accumulate over micro-batches until zero_grad().
+//
+// Pipeline parallelism: a GptModel object is ONE pipeline stage. Stage p of P holds the blocks
+// [p*L/P, (p+1)*L/P) under their global names (layers/<global i>/...); the first stage also the
+// embedding (word + position), the last stage ln_f, the output head and the loss. The output
+// head is tied to the word embedding, so the last stage holds a copy of embedding/word (same
+// name, hence the same initial values by logical index): the training step sums the two
+// copies' gradients over Topology::embedding() so that both stay identical; checkpoints write
+// the first stage's copy only, and the gradient norm counts it once (unique_parameters()).
+// With P = 1 the stage is both first and last and holds one word embedding, as a whole model.
+//
+// Between stages the caller moves [N, H] tensors (N = micro_batch * seq_length):
+//   forward:  a non-first stage reads its input from stage_input() (filled by the caller);
+//             a non-last stage leaves its output in stage_output().
+//   backward: a non-last stage reads dL/d(output) from output_grad() (filled by the caller);
+//             a non-first stage leaves dL/d(input) in input_grad().
+// The activations kept for backward are those of the LAST forward (one micro-batch).
+//
+// Gradients live in flat buffers, one per GradBucket (the parameters of one block, of the
+// embedding, of the head), in the order backward finishes them, so that data-parallel
+// reduction can send each bucket as one message as soon as it is final.
 #pragma once
 
+#include <functional>
 #include <memory>
+#include <stdexcept>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "src/model/gpt_shape.hpp"
@@ -14,86 +38,254 @@
 
 namespace tptrain::model {
 
+// Which pipeline stage a model object is (rank of the stage in its pipeline, number of stages).
+struct PipelineStage {
+  int rank = 0;
+  int size = 1;
+  bool first() const { return rank == 0; }
+  bool last() const { return rank == size - 1; }
+};
+
+// Parameters whose gradients are stored back to back in one flat buffer and reduced together.
+template <class T>
+struct GradBucket {
+  std::string name;                   // "head", "layers/<i>", "embedding"
+  std::vector<Parameter<T>*> params;  // their .grad are subviews of `flat`
+  kernels::Vector<T> flat;            // [sum of local sizes]
+};
+
+// Name and logical (checkpoint) shape of every model tensor, in checkpoint order — what the
+// whole model holds, whichever stage asks (DESIGN.md "Checkpoint schema").
+struct LogicalTensor {
+  std::string name;
+  std::vector<std::int64_t> shape;
+};
+inline std::vector<LogicalTensor> logical_tensors(const GptShape& s) {
+  const std::int64_t H = s.hidden, F = s.ffn_hidden;
+  std::vector<LogicalTensor> t{{"embedding/word", {s.vocab_size, H}}, {"embedding/position", {s.seq_length, H}}};
+  for (int l = 0; l < s.layers; ++l) {
+    const std::string p = "layers/" + std::to_string(l) + "/";
+    const std::vector<LogicalTensor> block{
+        {p + "ln_1/weight", {H}},           {p + "ln_1/bias", {H}},
+        {p + "attn/qkv/weight", {3 * H, H}}, {p + "attn/qkv/bias", {3 * H}},
+        {p + "attn/proj/weight", {H, H}},   {p + "attn/proj/bias", {H}},
+        {p + "ln_2/weight", {H}},           {p + "ln_2/bias", {H}},
+        {p + "mlp/fc/weight", {F, H}},      {p + "mlp/fc/bias", {F}},
+        {p + "mlp/proj/weight", {H, F}},    {p + "mlp/proj/bias", {H}}};
+    t.insert(t.end(), block.begin(), block.end());
+  }
+  t.push_back({"ln_f/weight", {H}});
+  t.push_back({"ln_f/bias", {H}});
+  return t;
+}
+
 template <class T>
 class GptModel {
  public:
-  GptModel(const GptShape& shape, int micro_batch, Communicator& tp, std::uint64_t seed)
-      : shape_(shape), batch_(micro_batch), tp_(tp), embedding_(shape, tp),
-        ln_f_("ln_f", shape.hidden, tp, tokens()), head_(shape, tokens(), tp),
-        x_f_("ln_f.out", tokens(), shape.hidden),
+  // Builds stage `stage` of the model (the whole model by default). Throws std::invalid_argument
+  // if the shape does not divide over the TP group or the layers over the stages.
+  GptModel(const GptShape& shape, int micro_batch, Communicator& tp, std::uint64_t seed,
+           PipelineStage stage = {})
+      : shape_(shape), batch_(micro_batch), tp_(tp), stage_(stage),
         grad_a_("grad_a", tokens(), shape.hidden),
         grad_b_("grad_b", tokens(), shape.hidden) {
     shape_.validate();
-    for (int l = 0; l < shape.layers; ++l) {
+    if (stage.size < 1 || stage.rank < 0 || stage.rank >= stage.size)
+      throw std::invalid_argument("tptrain: pipeline stage " + std::to_string(stage.rank) + " of " +
+                                  std::to_string(stage.size) + " does not exist");
+    if (shape.layers % stage.size != 0)
+      throw std::invalid_argument("tptrain: " + std::to_string(shape.layers) + " layers cannot be split evenly over " +
+                                  std::to_string(stage.size) +
+                                  " pipeline stages (model.layers must be a multiple of parallel.pipeline)");
+    const int per_stage = shape.layers / stage.size;
+    first_layer_ = stage.rank * per_stage;
+    if (stage.first()) embedding_ = std::make_unique<VocabParallelEmbedding<T>>(shape, tp);
+    for (int l = first_layer_; l < first_layer_ + per_stage; ++l)
       layers_.push_back(std::make_unique<TransformerLayer<T>>("layers/" + std::to_string(l), shape,
                                                               micro_batch, tp));
+    if (stage.last()) {
+      ln_f_ = std::make_unique<LayerNorm<T>>("ln_f", shape.hidden, tp, tokens());
+      head_ = std::make_unique<VocabParallelCrossEntropy<T>>(shape, tokens(), tp);
+      x_f_ = kernels::Matrix<T>("ln_f.out", tokens(), shape.hidden);
+      // The tied output weight: embedding/word exactly as the first stage declares it.
+      if (!stage.first()) word_copy_ = std::make_unique<Parameter<T>>(VocabParallelEmbedding<T>(shape, tp).word);
     }
-    for (int l = 0; l <= shape.layers; ++l)
-      residual_.emplace_back("residual." + std::to_string(l), tokens(), shape.hidden);
+    for (std::size_t l = 0; l <= layers_.size(); ++l)
+      residual_.emplace_back("residual." + std::to_string(first_layer_ + static_cast<int>(l)), tokens(), shape.hidden);
     for (Parameter<T>* p : parameters()) allocate_and_initialise(*p, seed);
+    make_buckets();
   }
 
   const GptShape& shape() const { return shape_; }
   int micro_batch() const { return batch_; }
   std::int64_t tokens() const { return std::int64_t(batch_) * shape_.seq_length; }
   Communicator& tp() const { return tp_; }
+  const PipelineStage& stage() const { return stage_; }
+  bool is_first_stage() const { return stage_.first(); }
+  bool is_last_stage() const { return stage_.last(); }
+  int first_layer() const { return first_layer_; }
+  int local_layers() const { return static_cast<int>(layers_.size()); }
 
-  // Every parameter once, in checkpoint order.
+  // Every parameter of this stage once, in checkpoint order; on a last stage that is not also
+  // the first, the tied copy of embedding/word comes at the end.
   std::vector<Parameter<T>*> parameters() {
-    std::vector<Parameter<T>*> ps{&embedding_.word, &embedding_.position};
-    for (auto& layer : layers_)
-      for (Parameter<T>* p : layer->parameters()) ps.push_back(p);
-    ps.push_back(&ln_f_.weight);
-    ps.push_back(&ln_f_.bias);
+    std::vector<Parameter<T>*> ps = unique_parameters();
+    if (word_copy_) ps.push_back(word_copy_.get());
     return ps;
   }
+  // The parameters this stage owns logically: all but the tied copy of embedding/word (its
+  // gradient norm and checkpoint belong to the first stage).
+  std::vector<Parameter<T>*> unique_parameters() {
+    std::vector<Parameter<T>*> ps;
+    if (embedding_) {
+      ps.push_back(&embedding_->word);
+      ps.push_back(&embedding_->position);
+    }
+    for (auto& layer : layers_)
+      for (Parameter<T>* p : layer->parameters()) ps.push_back(p);
+    if (ln_f_) {
+      ps.push_back(&ln_f_->weight);
+      ps.push_back(&ln_f_->bias);
+    }
+    return ps;
+  }
+  // The last stage's copy of embedding/word (nullptr unless pipeline > 1 and this is the last stage).
+  Parameter<T>* tied_copy() { return word_copy_.get(); }
+  bool is_tied_copy(const Parameter<T>* p) const { return p != nullptr && p == word_copy_.get(); }
+  // The word embedding this stage uses (first stage: its own; last stage: the tied copy).
+  Parameter<T>* word() {
+    if (embedding_) return &embedding_->word;
+    return word_copy_.get();
+  }
 
-  // Runs the network up to the local logits [N, V_padded/tp] (left in local_logits()).
+  // In the order backward finishes them: head (last stage), blocks from last to first,
+  // embedding (first stage).
+  std::vector<GradBucket<T>>& buckets() { return buckets_; }
+
+  // Stage input [N, H]: filled by the caller before forward on a non-first stage.
+  kernels::Matrix<T> stage_input() const { return residual_.front(); }
+  // Stage output [N, H] after forward (the last block's output).
+  kernels::Matrix<T> stage_output() const { return residual_.back(); }
+  // dL/d(stage output) [N, H]: filled by the caller before backward on a non-last stage.
+  kernels::Matrix<T> output_grad() const { return grad_b_; }
+  // dL/d(stage input) [N, H] after backward on a non-first stage.
+  kernels::Matrix<T> input_grad() const { return grad_b_; }
+
+  // Runs the stage: embedding (first stage, from tokens [N]) or stage_input(), then its blocks;
+  // on the last stage also ln_f and the local logits [N, V_padded/tp] (left in local_logits()).
   template <class TV>
   void forward_logits(const Exec& exec, const TV& tokens /*[N]*/) {
-    embedding_.forward(exec, tp_, tokens, residual_[0]);
+    if (embedding_) embedding_->forward(exec, tp_, tokens, residual_[0]);
     for (std::size_t l = 0; l < layers_.size(); ++l)
       layers_[l]->forward(exec, tp_, residual_[l], residual_[l + 1]);
-    ln_f_.forward(exec, residual_.back(), x_f_);
-    head_.logits_forward(exec, tp_, x_f_, embedding_.word);
+    if (!stage_.last()) return;
+    ln_f_->forward(exec, residual_.back(), x_f_);
+    head_->logits_forward(exec, tp_, x_f_, *word());
   }
-  const kernels::Matrix<T>& local_logits() const { return head_.logits; }
+  const kernels::Matrix<T>& local_logits() const { return head_->logits; }
 
-  // Sum over the micro-batch's tokens of the next-token loss (same on every TP rank); with
-  // count >= 0, over its first `count` tokens only.
+  // Sum over the micro-batch's tokens of the next-token loss (same on every TP rank; 0 on a
+  // stage that is not the last); with count >= 0, over its first `count` tokens only.
   template <class TV>
   double forward(const Exec& exec, const TV& tokens, const TV& targets, std::int64_t count = -1) {
     forward_logits(exec, tokens);
-    return head_.loss_forward(exec, tp_, targets, count);
+    return stage_.last() ? head_->loss_forward(exec, tp_, targets, count) : 0.0;
   }
 
-  // Gradients of scale * (the sum returned by forward), accumulated into the parameters.
+  // Gradients of scale * (the sum returned by forward), accumulated into the parameters, for
+  // the micro-batch of the last forward. `bucket_done(b)` is called when bucket b has this
+  // micro-batch's contribution (for reduction hooks).
   template <class TV>
-  void backward(const Exec& exec, const TV& tokens, const TV& targets, T scale) {
-    head_.backward(exec, tp_, targets, x_f_, embedding_.word, scale, grad_a_);
-    ln_f_.backward(exec, grad_a_, residual_.back(), grad_b_);
+  void backward(const Exec& exec, const TV& tokens, const TV& targets, T scale,
+                const std::function<void(std::size_t)>& bucket_done = {}) {
+    std::size_t b = 0;
+    const auto done = [&] {
+      if (bucket_done) bucket_done(b);
+      ++b;
+    };
+    if (stage_.last()) {
+      head_->backward(exec, tp_, targets, x_f_, *word(), scale, grad_a_);
+      ln_f_->backward(exec, grad_a_, residual_.back(), grad_b_);
+      done();
+    }  // else grad_b_ holds dL/d(stage output), filled by the caller
     for (std::size_t l = layers_.size(); l-- > 0;) {
       layers_[l]->backward(exec, tp_, grad_b_, residual_[l], grad_a_);
       std::swap(grad_a_, grad_b_);
+      done();
     }
-    embedding_.backward(exec, tp_, tokens, grad_b_);
+    if (embedding_) {
+      embedding_->backward(exec, tp_, tokens, grad_b_);
+      done();
+    }  // else grad_b_ holds dL/d(stage input)
   }
 
   void zero_grad(const Exec& exec) {
-    for (Parameter<T>* p : parameters()) kernels::fill(exec, p->dv(), T(0));
+    for (auto& bucket : buckets_) kernels::fill(exec, bucket.flat, T(0));
+  }
+
+  // Bytes of the activation and scratch buffers of one micro-batch (what one forward/backward
+  // needs besides the parameters).
+  std::size_t activation_bytes() const {
+    std::size_t n = bytes(grad_a_) + bytes(grad_b_) + bytes(x_f_);
+    for (const auto& r : residual_) n += bytes(r);
+    for (const auto& l : layers_) {
+      n += bytes(l->a) + bytes(l->b) + bytes(l->x1) + bytes(l->c) + bytes(l->d) + bytes(l->g1) + bytes(l->g2);
+      n += bytes(l->ln_1.mean) + bytes(l->ln_1.rstd) + bytes(l->ln_2.mean) + bytes(l->ln_2.rstd);
+      n += bytes(l->attn.qkv_out) + bytes(l->attn.att) + bytes(l->attn.dscores) + bytes(l->attn.ctx) +
+           bytes(l->attn.d_ctx) + bytes(l->attn.d_qkv);
+      n += bytes(l->mlp.h) + bytes(l->mlp.a) + bytes(l->mlp.da) + bytes(l->mlp.dh);
+    }
+    if (ln_f_) n += bytes(ln_f_->mean) + bytes(ln_f_->rstd);
+    if (head_)
+      n += bytes(head_->logits) + bytes(head_->dlogits) + bytes(head_->rowmax) + bytes(head_->sumexp) +
+           bytes(head_->target_logit) + bytes(head_->loss);
+    return n;
   }
 
  private:
+  template <class V>
+  static std::size_t bytes(const V& v) {
+    return v.span() * sizeof(typename V::value_type);
+  }
+
+  // One flat gradient buffer per bucket; each parameter's .grad becomes a slice of it.
+  void make_buckets() {
+    const auto add = [&](std::string name, std::vector<Parameter<T>*> params) {
+      std::int64_t total = 0;
+      for (const Parameter<T>* p : params) total += p->local_size();
+      GradBucket<T> b{std::move(name), std::move(params), kernels::Vector<T>()};
+      b.flat = kernels::Vector<T>(b.name + ".grads", total);
+      std::int64_t offset = 0;
+      for (Parameter<T>* p : b.params) {
+        p->grad = Kokkos::subview(b.flat, std::make_pair(offset, offset + p->local_size()));
+        offset += p->local_size();
+      }
+      buckets_.push_back(std::move(b));
+    };
+    if (stage_.last()) {
+      std::vector<Parameter<T>*> head{&ln_f_->weight, &ln_f_->bias};
+      if (word_copy_) head.push_back(word_copy_.get());
+      add("head", head);
+    }
+    for (std::size_t l = layers_.size(); l-- > 0;)
+      add("layers/" + std::to_string(first_layer_ + static_cast<int>(l)), layers_[l]->parameters());
+    if (embedding_) add("embedding", {&embedding_->word, &embedding_->position});
+  }
+
   GptShape shape_;
   int batch_;
   Communicator& tp_;
-  VocabParallelEmbedding<T> embedding_;
-  std::vector<std::unique_ptr<TransformerLayer<T>>> layers_;
-  LayerNorm<T> ln_f_;
-  VocabParallelCrossEntropy<T> head_;
-  std::vector<kernels::Matrix<T>> residual_;  // L+1 of [N, H]: embedding out, each block's out
-  kernels::Matrix<T> x_f_;                    // [N, H] ln_f out
+  PipelineStage stage_;
+  int first_layer_ = 0;
+  std::unique_ptr<VocabParallelEmbedding<T>> embedding_;        // first stage
+  std::vector<std::unique_ptr<TransformerLayer<T>>> layers_;    // this stage's blocks
+  std::unique_ptr<LayerNorm<T>> ln_f_;                          // last stage
+  std::unique_ptr<VocabParallelCrossEntropy<T>> head_;          // last stage
+  std::unique_ptr<Parameter<T>> word_copy_;                     // last stage, pipeline > 1
+  std::vector<kernels::Matrix<T>> residual_;  // local layers + 1 of [N, H]: stage input, each block's out
+  kernels::Matrix<T> x_f_;                    // [N, H] ln_f out (last stage)
   kernels::Matrix<T> grad_a_, grad_b_;        // [N, H] gradient ping-pong
+  std::vector<GradBucket<T>> buckets_;
 };
 
 }  // namespace tptrain::model

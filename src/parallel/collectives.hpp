@@ -155,4 +155,12 @@ T all_reduce_scalar(const Communicator& comm, T value, ReduceOp op) {
   return value;
 }
 
+// Lets the MPI library advance pending non-blocking operations of the group (MPI progresses
+// e.g. a large MPI_Iallreduce only inside MPI calls; call this between compute phases so that
+// communication overlaps them). No effect on a device backend's own streams.
+inline void progress(const Communicator& comm) {
+  int flag = 0;
+  TPTRAIN_MPI_CHECK(MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, comm.mpi_comm(), &flag, MPI_STATUS_IGNORE));
+}
+
 }  // namespace tptrain::parallel

@@ -1,7 +1,10 @@
 // The model's side of the checkpoint schema (DESIGN.md): which hyperslab of each logical tensor
 // this rank holds. /model/<name> holds weights, /optimizer/exp_avg/<name> and
 // /optimizer/exp_avg_sq/<name> the AdamW moments. Replicated tensors are written by TP rank 0
-// only; a vocabulary-padded embedding writes only its real rows.
+// only; a vocabulary-padded embedding writes only its real rows; DP replicas other than dp 0
+// write nothing. Every rank lists every tensor of the model (model::logical_tensors); a
+// pipeline stage has slabs only in its own, and the last stage's tied copy of embedding/word
+// is read but not written (the first stage writes it).
 #pragma once
 
 #include <string>
@@ -68,8 +71,16 @@ std::string checkpoint_path(const std::string& dir, std::int64_t step);
 void save_checkpoint(model::GptModel<float>& model, const io::Deck& deck, const parallel::Topology& topo,
                      std::int64_t step, std::int64_t tokens_seen);
 
-// Collective: this rank's shard of every weight (any layout can read any checkpoint).
+// Collective: this rank's shard of every weight — and with `with_moments` of the AdamW
+// moments — from any checkpoint, whatever layout wrote it (resharding).
 io::CheckpointMeta load_weights(model::GptModel<float>& model, const parallel::Topology& topo,
-                                const std::string& path);
+                                const std::string& path, bool with_moments = false);
+
+// The newest complete checkpoint (step_<8 digits>.h5; never a .tmp) in `dir`, or "" if none.
+// Collective: rank 0 of `comm` looks, everyone gets its answer.
+std::string newest_checkpoint(MPI_Comm comm, const std::string& dir);
+
+// Rank 0 deletes all but the newest `keep` complete checkpoints of `dir`.
+void prune_checkpoints(MPI_Comm comm, const std::string& dir, int keep);
 
 }  // namespace tptrain::train

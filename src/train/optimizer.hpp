@@ -2,6 +2,7 @@
 // global gradient norm used for clipping.
 #pragma once
 
+#include <cmath>
 #include <vector>
 
 #include "kokkos_kernels/adamw.hpp"
@@ -20,15 +21,32 @@ struct AdamWConfig {
 // parameter contributes its local part on every rank (summed over the TP group), a replicated
 // one (LayerNorm, row-parallel bias, position embedding: identical on every TP rank) only once.
 template <class T>
-double global_grad_norm(const kx::ExecSpace& exec, const std::vector<model::Parameter<T>*>& params,
-                        parallel::Communicator& tp) {
+double grad_sum_of_squares(const kx::ExecSpace& exec, const std::vector<model::Parameter<T>*>& params,
+                           parallel::Communicator& tp) {
   double sharded = 0.0, replicated = 0.0;
   for (const model::Parameter<T>* p : params) {
     const double s = kernels::squared_norm(exec, p->dv());
     (p->replicated() ? replicated : sharded) += s;
   }
   sharded = parallel::all_reduce_scalar(tp, sharded, parallel::ReduceOp::sum);
-  return std::sqrt(sharded + replicated);
+  return sharded + replicated;
+}
+
+template <class T>
+double global_grad_norm(const kx::ExecSpace& exec, const std::vector<model::Parameter<T>*>& params,
+                        parallel::Communicator& tp) {
+  return std::sqrt(grad_sum_of_squares(exec, params, tp));
+}
+
+// The same over a pipeline: `params` are the parameters this stage owns logically (the tied
+// copy of the word embedding on the last stage left out: the first stage counts it); each
+// stage's sum of squares is formed as above, then summed over the PP group. Data-parallel
+// replicas hold identical (all-reduced) gradients and are counted once, by not reducing over
+// DP. Every rank of the world gets the same value, bit for bit.
+template <class T>
+double global_grad_norm(const kx::ExecSpace& exec, const std::vector<model::Parameter<T>*>& params,
+                        parallel::Communicator& tp, parallel::Communicator& pp) {
+  return std::sqrt(parallel::all_reduce_scalar(pp, grad_sum_of_squares(exec, params, tp), parallel::ReduceOp::sum));
 }
 
 template <class T>

@@ -32,6 +32,10 @@ bool on_every_rank(MPI_Comm comm, F&& f) {
   return false;
 }
 
+model::PipelineStage stage_of(const parallel::Topology& topo) {
+  return model::PipelineStage{topo.coords().pp, topo.layout().pipeline};
+}
+
 std::string format_duration(double seconds) {
   const long s = std::lround(seconds);
   return s >= 3600 ? fmt::format("{}h{:02}m", s / 3600, s / 60 % 60) : fmt::format("{}m{:02}s", s / 60, s % 60);
@@ -41,48 +45,77 @@ std::string format_duration(double seconds) {
 
 int run_training(const io::Deck& deck, const parallel::Topology& topo) {
   const auto& tc = deck.training;
-  if (topo.layout().pipeline > 1) {
-    log::error("parallel.pipeline > 1 is not implemented yet (pipeline parallelism is planned)");
-    return 2;
-  }
   std::unique_ptr<TrainingRun> run;
   if (!on_every_rank(topo.world(), [&] { run = std::make_unique<TrainingRun>(deck, topo); })) return 1;
 
   const model::GptShape shape = run->model().shape();
-  std::int64_t params = 0;
-  for (auto* p : run->model().parameters()) params += (p->replicated() ? 1 : p->tp_size) * p->local_size();
+  std::int64_t params = 0;  // logical elements, each counted once (sum over the pipeline stages)
+  for (auto* p : run->model().unique_parameters()) params += (p->replicated() ? 1 : p->tp_size) * p->local_size();
+  params = parallel::all_reduce_scalar(topo.pp(), params, parallel::ReduceOp::sum);
   log::infof("model: {} layers, hidden {}, heads {}, ffn {}, seq {}, vocab {} (padded {}): {:.2f} M parameters",
              shape.layers, shape.hidden, shape.heads, shape.ffn_hidden, shape.seq_length, shape.vocab_size,
              shape.padded_vocab(), params / 1e6);
   log::infof("training: {} steps of {} sequences ({} micro-batches of {} per data-parallel rank), {} tokens/step",
              tc.steps, tc.global_batch, run->micro_batches(), tc.micro_batch, run->tokens_per_step());
+  if (const int P = topo.layout().pipeline; P > 1) {
+    const StageMemory mine = run->memory();
+    const double peak =
+        parallel::all_reduce_scalar(topo.pp(), static_cast<double>(mine.total()), parallel::ReduceOp::max);
+    log::infof("pipeline: {} stages of {} layers, {} schedule; activations of stage 0: {} micro-batches in flight, "
+               "one buffer set of {:.2f} MiB (recomputed from stored stage inputs); largest stage {:.2f} MiB with "
+               "its stored inputs",
+               P, shape.layers / P, schedule_name(run->pipeline().schedule()), mine.in_flight,
+               static_cast<double>(mine.activation_set) / (1 << 20), peak / (1 << 20));
+  }
   if (!deck.data.valid.empty() && run->eval_windows() == 0)
     log::warning("data.valid is shorter than one evaluation window: no evaluation");
 
+  // Resumption: the newest complete checkpoint of checkpoint.dir, if asked for and present.
+  // Weights, AdamW moments and the step are all that is needed: the data order and the
+  // learning rate are pure functions of (seed, step).
+  std::int64_t first_step = 0;
+  if (deck.checkpoint.resume) {
+    const std::string latest = newest_checkpoint(topo.world(), deck.checkpoint.dir);
+    if (!latest.empty()) {
+      io::CheckpointMeta meta;
+      if (!on_every_rank(topo.world(), [&] { meta = load_weights(run->model(), topo, latest, true); })) return 1;
+      first_step = meta.step;
+      log::infof("resuming from {} (step {}, written with tensor {} x pipeline {} x data {})", latest, meta.step,
+                 meta.tp, meta.pp, meta.dp);
+      if (first_step >= tc.steps) {
+        log::infof("the checkpoint is at step {} >= training.steps = {}: nothing to do", first_step, tc.steps);
+        return 0;
+      }
+    } else {
+      log::infof("checkpoint.resume: no checkpoint in {}, starting from step 0", deck.checkpoint.dir);
+    }
+  }
+
   std::unique_ptr<io::MetricsWriter> metrics;
   if (!on_every_rank(topo.world(), [&] {
-        metrics = std::make_unique<io::MetricsWriter>(topo.world_rank() == 0 ? deck.run.dir : "");
+        metrics = std::make_unique<io::MetricsWriter>(topo.world_rank() == 0 ? deck.run.dir : "", first_step);
       }))
     return 1;
 
   const auto start = std::chrono::steady_clock::now();
   auto window_start = start;
   std::int64_t window_tokens = 0;
-  for (std::int64_t step = 0; step < tc.steps; ++step) {
+  for (std::int64_t step = first_step; step < tc.steps; ++step) {
     StepResult r;
     if (!on_every_rank(topo.world(), [&] { r = run->step(step); })) return 1;
     window_tokens += run->tokens_per_step();
 
     const bool last = step + 1 == tc.steps;
     const bool log_now = (step + 1) % tc.log_interval == 0 || step == 0 || last;
-    const bool eval_now =
-        run->eval_windows() > 0 && ((tc.eval_interval > 0 && (step + 1) % tc.eval_interval == 0) || last);
+    const bool eval_now = run->eval_windows() > 0 && tc.eval_interval > 0 &&
+                          ((step + 1) % tc.eval_interval == 0 || last);
     if (log_now || eval_now) {
       kx::ExecSpace().fence();
       const auto now = std::chrono::steady_clock::now();
       const double tok_s = window_tokens / std::chrono::duration<double>(now - window_start).count();
       const double elapsed = std::chrono::duration<double>(now - start).count();
-      const double eta = elapsed / static_cast<double>(step + 1) * static_cast<double>(tc.steps - step - 1);
+      const double eta =
+          elapsed / static_cast<double>(step + 1 - first_step) * static_cast<double>(tc.steps - step - 1);
       io::MetricsRecord rec{step + 1, r.loss, r.lr, r.grad_norm, tok_s, std::nullopt};
       std::string line = fmt::format("step {:>6}/{} | loss {:.4f} | lr {:.3e} | grad norm {:.3f} | {:.0f} tok/s | ETA {}",
                                      step + 1, tc.steps, r.loss, r.lr, r.grad_norm, tok_s, format_duration(eta));
@@ -99,12 +132,25 @@ int run_training(const io::Deck& deck, const parallel::Topology& topo) {
     if (checkpoint_now &&
         !on_every_rank(topo.world(), [&] {
           save_checkpoint(run->model(), deck, topo, step + 1, (step + 1) * run->tokens_per_step());
+          prune_checkpoints(topo.world(), deck.checkpoint.dir, deck.checkpoint.keep);
         }))
       return 1;
   }
   const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  log::infof("trained {} steps in {:.1f} s ({:.0f} tokens/s)", tc.steps, total,
-             static_cast<double>(tc.steps * run->tokens_per_step()) / total);
+  log::infof("trained steps {}..{} in {:.1f} s ({:.0f} tokens/s)", first_step + 1, tc.steps, total,
+             static_cast<double>((tc.steps - first_step) * run->tokens_per_step()) / total);
+  if (topo.layout().pipeline > 1 && tc.steps > first_step) {
+    const auto& pp = run->pipeline().stats();
+    const double steps = static_cast<double>(tc.steps - first_step);
+    log::infof("pipeline stage 0: waited {:.2f} ms per step for its neighbours (bubble and transfers); "
+               "{:.1f} forwards per step recomputed before their backward",
+               1e3 * pp.p2p_wait_s / steps, static_cast<double>(pp.recomputes) / steps);
+  }
+  if (const auto& dp = run->reduction_stats(); dp.steps > 0 && dp.messages > 0)
+    log::infof("data-parallel gradient all-reduce: {} buckets, {:.2f} MB per step; rank 0 waited {:.2f} ms per step "
+               "for it after the backward (the rest overlapped the backward; includes waiting for slower replicas)",
+               dp.messages / dp.steps, static_cast<double>(dp.bytes) / static_cast<double>(dp.steps) / 1e6,
+               1e3 * dp.wait_s / static_cast<double>(dp.steps));
   return 0;
 }
 
@@ -124,10 +170,10 @@ int run_eval(const io::Deck& deck, const parallel::Topology& topo, const std::st
                                                available, shape.seq_length + 1, n));
       }))
     return 1;
-  Model model(shape, deck.training.micro_batch, topo.tp(), deck.training.seed);
+  Model model(shape, deck.training.micro_batch, topo.tp(), deck.training.seed, stage_of(topo));
   io::CheckpointMeta meta;
   if (!on_every_rank(topo.world(), [&] { meta = load_weights(model, topo, checkpoint); })) return 1;
-  const double loss = evaluate(model, *data, n);
+  const double loss = evaluate(model, *data, n, topo.pp());
   log::infof("eval: checkpoint {} (step {}), {} windows of {} tokens from {}: mean loss {:.6f} nats/token",
              checkpoint, meta.step, n, shape.seq_length, path, loss);
   log::infof("{{\"eval_loss\": {:.9g}, \"windows\": {}, \"tokens\": {}}}", loss, n, n * shape.seq_length);
@@ -138,7 +184,7 @@ int run_generate(const io::Deck& deck, const parallel::Topology& topo, const std
                  const SampleOptions& o) {
   const model::GptShape shape = shape_of(deck);
   const kx::ExecSpace exec;
-  Model model(shape, 1, topo.tp(), deck.training.seed);
+  Model model(shape, 1, topo.tp(), deck.training.seed, stage_of(topo));
   if (!on_every_rank(topo.world(), [&] { load_weights(model, topo, checkpoint); })) return 1;
   std::vector<std::int32_t> context;
   for (unsigned char c : o.prompt) context.push_back(c);
@@ -161,23 +207,29 @@ int run_generate(const io::Deck& deck, const parallel::Topology& topo, const std
     std::fill(batch.h_inputs.begin(), batch.h_inputs.end(), 0);
     std::copy(context.begin() + static_cast<std::ptrdiff_t>(first), context.end(), batch.h_inputs.begin());
     batch.upload();
-    model.forward_logits(exec, batch.inputs);
-    Kokkos::deep_copy(exec, row, Kokkos::subview(model.local_logits(), last, Kokkos::ALL()));
-    parallel::all_gather(model.tp(), exec, row, full);  // one row of logits, for sampling only
-    auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), full);
-    std::vector<std::pair<double, int>> cand;
-    for (int v = 0; v < shape.vocab_size; ++v) cand.emplace_back(h(v), v);  // padding excluded
-    std::sort(cand.begin(), cand.end(), [](const auto& a, const auto& b) {
-      return a.first > b.first || (a.first == b.first && a.second < b.second);
-    });
-    if (o.top_k > 0 && static_cast<std::size_t>(o.top_k) < cand.size()) cand.resize(static_cast<std::size_t>(o.top_k));
-    int next = cand.front().second;
-    if (o.temperature > 0) {
-      std::vector<double> w;
-      for (const auto& c : cand) w.push_back(std::exp((c.first - cand.front().first) / o.temperature));
-      std::discrete_distribution<int> pick(w.begin(), w.end());
-      next = cand[static_cast<std::size_t>(pick(rng))].second;
+    pipeline_forward(model, topo.pp(), exec, batch.inputs, nullptr);
+    int next = 0;
+    if (model.is_last_stage()) {  // the logits are on the last pipeline stage
+      Kokkos::deep_copy(exec, row, Kokkos::subview(model.local_logits(), last, Kokkos::ALL()));
+      parallel::all_gather(model.tp(), exec, row, full);  // one row of logits, for sampling only
+      auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), full);
+      std::vector<std::pair<double, int>> cand;
+      for (int v = 0; v < shape.vocab_size; ++v) cand.emplace_back(h(v), v);  // padding excluded
+      std::sort(cand.begin(), cand.end(), [](const auto& a, const auto& b) {
+        return a.first > b.first || (a.first == b.first && a.second < b.second);
+      });
+      if (o.top_k > 0 && static_cast<std::size_t>(o.top_k) < cand.size())
+        cand.resize(static_cast<std::size_t>(o.top_k));
+      next = cand.front().second;
+      if (o.temperature > 0) {
+        std::vector<double> w;
+        for (const auto& c : cand) w.push_back(std::exp((c.first - cand.front().first) / o.temperature));
+        std::discrete_distribution<int> pick(w.begin(), w.end());
+        next = cand[static_cast<std::size_t>(pick(rng))].second;
+      }
     }
+    // Every stage needs the token for its next input: the last stage's choice, to all.
+    next = parallel::all_reduce_scalar(topo.pp(), model.is_last_stage() ? next : 0, parallel::ReduceOp::sum);
     context.push_back(next);
     text += static_cast<char>(next);
   }

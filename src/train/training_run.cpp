@@ -3,6 +3,8 @@
 #include <cmath>
 #include <fmt/format.h>
 
+#include "src/log.hpp"
+
 namespace tptrain::train {
 
 model::GptShape shape_of(const io::Deck& deck) {
@@ -24,7 +26,23 @@ void check_finite(std::int64_t step, double loss, double grad_norm) {
       "training.grad_clip)", step, loss, grad_norm));
 }
 
-double evaluate(Model& model, const data::TokenDataset& data, std::int64_t windows) {
+double pipeline_forward(Model& model, parallel::Communicator& pp, const kx::ExecSpace& exec,
+                        const kernels::Tokens& inputs, const kernels::Tokens* targets, std::int64_t count) {
+  const int stage = pp.rank();
+  if (!model.is_first_stage()) parallel::recv(pp, exec, model.stage_input(), stage - 1, 0);
+  double loss = 0.0;
+  if (targets != nullptr)
+    loss = model.forward(exec, inputs, *targets, count);
+  else
+    model.forward_logits(exec, inputs);
+  if (!model.is_last_stage()) parallel::send(pp, exec, model.stage_output(), stage + 1, 0);
+  return loss;
+}
+
+namespace {
+
+double evaluate_impl(Model& model, const data::TokenDataset& data, std::int64_t windows,
+                     parallel::Communicator* pp) {
   const kx::ExecSpace exec;
   const int S = model.shape().seq_length;
   const int B = model.micro_batch();
@@ -38,9 +56,23 @@ double evaluate(Model& model, const data::TokenDataset& data, std::int64_t windo
                   &batch.h_targets[static_cast<std::size_t>(b) * S]);
     }
     batch.upload();
-    sum += model.forward(exec, batch.inputs, batch.targets, rows * S);
+    sum += pp ? pipeline_forward(model, *pp, exec, batch.inputs, &batch.targets, rows * S)
+              : model.forward(exec, batch.inputs, batch.targets, rows * S);
   }
+  if (pp) sum = parallel::all_reduce_scalar(*pp, sum, parallel::ReduceOp::sum);  // the last stage's
   return sum / static_cast<double>(windows * S);
+}
+
+}  // namespace
+
+double evaluate(Model& model, const data::TokenDataset& data, std::int64_t windows) {
+  if (model.stage().size != 1)
+    throw std::logic_error("tptrain: evaluate: a pipeline stage needs its PP group");
+  return evaluate_impl(model, data, windows, nullptr);
+}
+
+double evaluate(Model& model, const data::TokenDataset& data, std::int64_t windows, parallel::Communicator& pp) {
+  return evaluate_impl(model, data, windows, &pp);
 }
 
 namespace {
@@ -50,51 +82,83 @@ std::unique_ptr<data::TokenDataset> open_data(const std::string& path, int vocab
 }
 }  // namespace
 
-TrainingRun::TrainingRun(const io::Deck& deck, const parallel::Topology& topo)
+TrainingRun::TrainingRun(const io::Deck& deck, const parallel::Topology& topo, RunOptions options)
     : deck_(deck),
       topo_(topo),
+      options_(options),
       train_(open_data(deck.data.train, deck.model.vocab_size)),
       valid_(open_data(deck.data.valid, deck.model.vocab_size)),
       sampler_(std::make_unique<data::BatchSampler>(*train_, deck.model.seq_length, deck.training.global_batch,
                                                     deck.training.micro_batch, topo.coords().dp,
                                                     topo.layout().data, deck.training.seed)),
-      model_(shape_of(deck), deck.training.micro_batch, topo.tp(), deck.training.seed),
+      model_(shape_of(deck), deck.training.micro_batch, topo.tp(), deck.training.seed,
+             model::PipelineStage{topo.coords().pp, topo.layout().pipeline}),
       parameters_(model_.parameters()),
+      unique_parameters_(model_.unique_parameters()),
       schedule_{deck.optimizer.lr, deck.optimizer.min_lr, deck.optimizer.warmup_steps, deck.training.steps,
                 deck.optimizer.decay},
       adamw_{deck.optimizer.beta1, deck.optimizer.beta2, deck.optimizer.eps, deck.optimizer.weight_decay},
       batch_(model_.tokens()),
+      pipeline_(model_, topo.pp(), options.schedule),
+      reducer_(model_, topo.dp()),
       tokens_per_step_(std::int64_t(deck.training.global_batch) * deck.model.seq_length) {
   if (valid_)
     eval_windows_ = std::min<std::int64_t>(deck.training.eval_windows,
                                            static_cast<std::int64_t>(valid_->num_windows(deck.model.seq_length)));
+  const int P = topo.layout().pipeline;
+  if (micro_batches() < P && topo.world_rank() == 0)
+    log::warning(fmt::format("{} micro-batch{} per step on {} pipeline stages: most stages idle most of the time "
+                             "(pipeline bubble); use training.global_batch / (micro_batch * data) >= {}",
+                             micro_batches(), micro_batches() == 1 ? "" : "es", P, P));
+}
+
+StageMemory TrainingRun::memory() const {
+  return stage_memory(pipeline_.schedule(), topo_.coords().pp, topo_.layout().pipeline, micro_batches(),
+                      model_.tokens(), model_.shape().hidden, model_.activation_bytes());
+}
+
+double TrainingRun::compute_gradients(std::int64_t step) {
+  const kx::ExecSpace exec;
+  model_.zero_grad(exec);
+  // Gradients of the mean loss over the GLOBAL batch: every token's loss weighs 1/(B_global S),
+  // so summing the data-parallel ranks' gradients gives the full gradient.
+  const float scale = 1.0f / static_cast<float>(tokens_per_step_);
+  const int M = micro_batches();
+  int loaded = -1;
+  const auto batch = [&](int m) -> const DeviceBatch& {
+    if (loaded != m) {
+      sampler_->micro_batch(step, m, batch_.h_inputs.data(), batch_.h_targets.data());
+      batch_.upload();
+      loaded = m;
+    }
+    return batch_;
+  };
+  // Data parallelism: a bucket's gradients are final once the LAST micro-batch's backward has
+  // passed it; its all-reduce then runs while the backward goes on.
+  const auto bucket_done = [&](int m, std::size_t b) {
+    if (options_.overlap_grad_reduce && m == M - 1)
+      reducer_.launch(exec, b);
+    else
+      reducer_.progress();
+  };
+  double loss_sum = pipeline_.run(exec, M, scale, batch, bucket_done);
+  reducer_.finish(exec);
+  // The tied word embedding: the first stage holds the embedding's part of its gradient, the
+  // last stage the output layer's; both end with the sum, so both copies stay identical.
+  if (topo_.layout().pipeline > 1 && topo_.in_embedding_group())
+    parallel::all_reduce(topo_.embedding(), exec, model_.word()->dv(), parallel::ReduceOp::sum);
+  // The last stage has the loss; every rank reports it.
+  loss_sum = parallel::all_reduce_scalar(topo_.pp(), loss_sum, parallel::ReduceOp::sum);
+  loss_sum = parallel::all_reduce_scalar(topo_.dp(), loss_sum, parallel::ReduceOp::sum);
+  return loss_sum / static_cast<double>(tokens_per_step_);
 }
 
 StepResult TrainingRun::step(std::int64_t step) {
   const kx::ExecSpace exec;
   Kokkos::Profiling::pushRegion("tptrain::TrainingRun::step");
-  model_.zero_grad(exec);
-  double loss_sum = 0.0;
-  // Gradients of the mean loss over the GLOBAL batch: every token's loss weighs 1/(B_global S),
-  // so summing the data-parallel ranks' gradients gives the full gradient.
-  const float scale = 1.0f / static_cast<float>(tokens_per_step_);
-  for (int m = 0; m < sampler_->micro_batches_per_step(); ++m) {
-    sampler_->micro_batch(step, m, batch_.h_inputs.data(), batch_.h_targets.data());
-    batch_.upload();
-    loss_sum += model_.forward(exec, batch_.inputs, batch_.targets);
-    model_.backward(exec, batch_.inputs, batch_.targets, scale);
-  }
-  // Data parallelism: sum the gradients of the DP replicas (non-blocking, one per parameter,
-  // all in flight together, waited on before the norm).
-  std::vector<parallel::Request> pending;
-  for (model::Parameter<float>* p : parameters_)
-    pending.push_back(parallel::iall_reduce(topo_.dp(), exec, p->dv(), parallel::ReduceOp::sum));
-  parallel::wait_all(pending.data(), pending.size());
-  loss_sum = parallel::all_reduce_scalar(topo_.dp(), loss_sum, parallel::ReduceOp::sum);
-
   StepResult r;
-  r.loss = loss_sum / static_cast<double>(tokens_per_step_);
-  r.grad_norm = global_grad_norm(exec, parameters_, topo_.tp());
+  r.loss = compute_gradients(step);
+  r.grad_norm = global_grad_norm(exec, unique_parameters_, topo_.tp(), topo_.pp());
   check_finite(step + 1, r.loss, r.grad_norm);
   const double clip = deck_.training.grad_clip;
   if (clip > 0 && r.grad_norm > clip)  // as PyTorch's clip_grad_norm_
@@ -107,7 +171,7 @@ StepResult TrainingRun::step(std::int64_t step) {
 
 double TrainingRun::evaluate() {
   if (!valid_ || eval_windows_ == 0) return std::nan("");
-  return train::evaluate(model_, *valid_, eval_windows_);
+  return train::evaluate(model_, *valid_, eval_windows_, topo_.pp());
 }
 
 }  // namespace tptrain::train

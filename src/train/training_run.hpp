@@ -1,6 +1,7 @@
-// One training run's state and its optimizer step: the model shard of this rank, the data
-// sampler of its data-parallel rank, AdamW, the LR schedule. `tptrain train` drives it step by
-// step (trainer.cpp); tests drive it directly.
+// One training run's state and its optimizer step: the model shard of this rank (its pipeline
+// stage, its tensor-parallel part), the data sampler of its data-parallel rank, the pipeline
+// schedule, the data-parallel gradient reduction, AdamW, the LR schedule. `tptrain train`
+// drives it step by step (trainer.cpp); tests drive it directly.
 #pragma once
 
 #include <memory>
@@ -14,10 +15,9 @@
 #include "src/train/device_batch.hpp"
 #include "src/train/lr_schedule.hpp"
 #include "src/train/optimizer.hpp"
+#include "src/train/pipeline_schedule.hpp"
 
 namespace tptrain::train {
-
-using Model = model::GptModel<float>;
 
 model::GptShape shape_of(const io::Deck& deck);
 
@@ -25,8 +25,18 @@ model::GptShape shape_of(const io::Deck& deck);
 void check_finite(std::int64_t step, double loss, double grad_norm);
 
 // Mean loss over the first `windows` evaluation windows of `data` (DESIGN.md: window j covers
-// tokens [j*S, j*S+S]), in batches of the model's micro-batch size.
+// tokens [j*S, j*S+S]), in batches of the model's micro-batch size. With a PP group, collective
+// over it: the activations go stage to stage and every stage returns the last stage's loss.
 double evaluate(Model& model, const data::TokenDataset& data, std::int64_t windows);
+double evaluate(Model& model, const data::TokenDataset& data, std::int64_t windows, parallel::Communicator& pp);
+
+// Forward only through the pipeline (evaluation, generation), collective over `pp`: a
+// non-first stage receives its input from the previous stage, a non-last stage sends its
+// output to the next. The last stage leaves the local logits in model.local_logits() and,
+// with `targets`, returns the loss summed over the first `count` tokens (count < 0: all);
+// other stages return 0.
+double pipeline_forward(Model& model, parallel::Communicator& pp, const kx::ExecSpace& exec,
+                        const kernels::Tokens& inputs, const kernels::Tokens* targets, std::int64_t count = -1);
 
 struct StepResult {
   double loss = 0;       // mean over the global batch
@@ -34,14 +44,29 @@ struct StepResult {
   double lr = 0;
 };
 
+struct RunOptions {
+  Schedule schedule = Schedule::one_f_one_b;
+  // Start each gradient bucket's data-parallel all-reduce as soon as the last micro-batch's
+  // backward has finished it (false: all of them after the backward, for comparison).
+  bool overlap_grad_reduce = true;
+};
+
 class TrainingRun {
  public:
-  // Opens the data (throws data::DataError) and builds the model shard of this rank.
-  TrainingRun(const io::Deck& deck, const parallel::Topology& topo);
+  // Opens the data (throws data::DataError) and builds the model shard of this rank (its
+  // pipeline stage). No communication. Warns (rank 0) when there are fewer micro-batches than
+  // pipeline stages.
+  TrainingRun(const io::Deck& deck, const parallel::Topology& topo, RunOptions options = {});
 
-  // Optimizer step `step` (0-based): zero grads, forward/backward of every micro-batch of this
-  // data-parallel rank, gradient all-reduce over the DP group, global norm, clipping, AdamW.
+  // Optimizer step `step` (0-based): compute_gradients, global norm, clipping, AdamW.
   StepResult step(std::int64_t step);
+
+  // Zeroes the gradients, runs the pipeline schedule over this data-parallel rank's
+  // micro-batches (forward and backward; data order as with one rank), averages the gradients
+  // over the DP group in buckets (overlapped with the backward), sums the tied word
+  // embedding's gradient over the embedding group. Returns the mean loss over the global batch
+  // (on every rank). The parameters then hold the final gradients of the step.
+  double compute_gradients(std::int64_t step);
 
   // Mean validation loss over training.eval_windows windows (0 windows: no validation data).
   double evaluate();
@@ -50,17 +75,25 @@ class TrainingRun {
   Model& model() { return model_; }
   std::int64_t tokens_per_step() const { return tokens_per_step_; }
   int micro_batches() const { return sampler_->micro_batches_per_step(); }
+  PipelineRunner& pipeline() { return pipeline_; }
+  const GradientReducer::Stats& reduction_stats() const { return reducer_.stats(); }
+  // Activation memory of this stage under its schedule.
+  StageMemory memory() const;
 
  private:
   const io::Deck& deck_;
   const parallel::Topology& topo_;
+  RunOptions options_;
   std::unique_ptr<data::TokenDataset> train_, valid_;
   std::unique_ptr<data::BatchSampler> sampler_;
   Model model_;
-  std::vector<model::Parameter<float>*> parameters_;
+  std::vector<model::Parameter<float>*> parameters_;         // of this stage, tied copy included
+  std::vector<model::Parameter<float>*> unique_parameters_;  // what the gradient norm counts
   LrSchedule schedule_;
   AdamWConfig adamw_;
   DeviceBatch batch_;
+  PipelineRunner pipeline_;
+  GradientReducer reducer_;
   std::int64_t tokens_per_step_ = 0;
   std::int64_t eval_windows_ = 0;
 };

@@ -8,50 +8,13 @@
 #include "io/deck.hpp"
 #include "src/train/training_run.hpp"
 #include "tests/model/model_test_util.hpp"
+#include "tests/train/train_test_util.hpp"
 
+using tptrain::test::loss_curve;
+using tptrain::test::small_deck;
 using namespace tptrain;
 
-namespace {
 
-// A small deck on the test corpus; layout (tensor, 1, data).
-io::Deck small_deck(int tensor, int data, int steps) {
-  const std::string text = fmt::format(R"(
-[model]
-layers = 2
-hidden = 32
-heads = 4
-ffn_hidden = 64
-seq_length = 16
-vocab_size = 256
-[parallel]
-tensor = {}
-data = {}
-[training]
-global_batch = 8
-micro_batch = 2
-steps = {}
-seed = 99
-grad_clip = 1.0
-[optimizer]
-lr = 1e-2
-min_lr = 1e-3
-warmup_steps = 2
-[data]
-train = "corpus.txt"
-valid = "corpus.txt"
-)", tensor, data, steps);
-  return io::parse_deck(text, "small.toml", std::string(TPTRAIN_SOURCE_DIR) + "/tests/data/cli");
-}
-
-std::vector<double> loss_curve(const io::Deck& deck, MPI_Comm comm, int steps) {
-  parallel::Topology topo(comm, parallel::Layout{deck.parallel.tensor, 1, deck.parallel.data});
-  train::TrainingRun run(deck, topo);
-  std::vector<double> losses;
-  for (int s = 0; s < steps; ++s) losses.push_back(run.step(s).loss);
-  return losses;
-}
-
-}  // namespace
 
 TEST_CASE("learning-rate schedule: warmup, cosine and linear decay", "[train][schedule]") {
   train::LrSchedule s{1.0, 0.1, 10, 110, "cosine"};

@@ -1,0 +1,45 @@
+# A job SIGKILLed in the middle of writing a checkpoint: the previous checkpoint stays intact,
+# the next run resumes from it, and its loss curve equals the run that was never interrupted.
+# Arguments: MPI2 (mpiexec ... -n 2 ...), EXE, DECK, DIR.
+set(common train ${DECK} --set checkpoint.interval=2 --set checkpoint.resume=true
+    --set training.log_interval=1 --set training.steps=6)
+file(REMOVE_RECURSE ${DIR})
+
+execute_process(COMMAND ${MPI2} ${EXE} ${common} --set run.dir=${DIR}/ref --set checkpoint.dir=${DIR}/ref/ck
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 120)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "uninterrupted run failed (${rc}):\n${out}${err}")
+endif()
+
+set(run --set run.dir=${DIR}/run --set checkpoint.dir=${DIR}/run/ck)
+execute_process(COMMAND ${CMAKE_COMMAND} -E env TPTRAIN_TEST_KILL_IN_CHECKPOINT=4 ${MPI2} ${EXE} ${common} ${run}
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 120)
+message("killed run (rc ${rc}):\n${out}${err}")
+if(rc EQUAL 0)
+  message(FATAL_ERROR "the run should have been killed while writing step 4")
+endif()
+if(NOT EXISTS ${DIR}/run/ck/step_00000002.h5 OR EXISTS ${DIR}/run/ck/step_00000004.h5)
+  message(FATAL_ERROR "expected step 2 complete and no complete step 4 after the kill")
+endif()
+
+execute_process(COMMAND ${MPI2} ${EXE} ${common} ${run}
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 120)
+message("resumed run (rc ${rc}):\n${out}${err}")
+if(NOT rc EQUAL 0 OR NOT out MATCHES "resuming from [^\n]*step_00000002.h5")
+  message(FATAL_ERROR "the second run did not resume from step 2")
+endif()
+
+# Loss of every step, as written (17 significant digits), must be identical.
+foreach(which ref run)
+  file(STRINGS ${DIR}/${which}/metrics.jsonl lines)
+  set(${which}_losses "")
+  foreach(line IN LISTS lines)
+    string(REGEX MATCH "\"step\": ([0-9]+), \"loss\": ([^,]+)," _ "${line}")
+    list(APPEND ${which}_losses "${CMAKE_MATCH_1}:${CMAKE_MATCH_2}")
+  endforeach()
+endforeach()
+message("uninterrupted: ${ref_losses}\nkilled+resumed: ${run_losses}")
+list(LENGTH ref_losses n)
+if(NOT n EQUAL 6 OR NOT ref_losses STREQUAL run_losses)
+  message(FATAL_ERROR "the resumed loss curve differs from the uninterrupted one")
+endif()

@@ -1,0 +1,150 @@
+// Checkpoints of a training run: bitwise round trip, resharding between layouts, resumption
+// equal to the run that never stopped, newest/prune bookkeeping.
+#include <filesystem>
+#include <fstream>
+#include <mpi.h>
+#include <unistd.h>
+
+#include "catch.hpp"
+#include "src/train/model_checkpoint.hpp"
+#include "tests/model/model_test_util.hpp"
+#include "tests/train/train_test_util.hpp"
+
+using namespace tptrain;
+namespace fs = std::filesystem;
+
+namespace {
+
+// A fresh directory named by rank 0 and shared by every rank, removed at the end.
+struct SharedTempDir {
+  std::string path;
+  SharedTempDir() {
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    char name[256] = {};
+    if (rank == 0) {
+      static int counter = 0;
+      const auto p = fs::temp_directory_path() /
+                     ("tptrain_ckpt_" + std::to_string(getpid()) + "_" + std::to_string(counter++));
+      fs::remove_all(p);
+      fs::create_directories(p);
+      std::snprintf(name, sizeof(name), "%s", p.c_str());
+    }
+    MPI_Bcast(name, sizeof(name), MPI_CHAR, 0, MPI_COMM_WORLD);
+    path = name;
+  }
+  ~SharedTempDir() {
+    MPI_Barrier(MPI_COMM_WORLD);
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (rank == 0) fs::remove_all(path);
+  }
+};
+
+std::string checkpoint_section(const std::string& dir) {
+  return "[checkpoint]\ndir = \"" + dir + "\"\nkeep = 2\n";
+}
+
+// Logical values of every weight (and moments) of a run, for comparisons across layouts.
+std::vector<std::vector<double>> logical_state(train::Model& m, parallel::Communicator& tp, bool moments) {
+  std::vector<std::vector<double>> out;
+  for (auto* p : m.parameters()) {
+    out.push_back(test::logical(*p, false, tp));
+    if (moments) {
+      model::Parameter<float> q = *p;  // same mapping, moment buffers as values
+      q.value = p->exp_avg;
+      out.push_back(test::logical(q, false, tp));
+      q.value = p->exp_avg_sq;
+      out.push_back(test::logical(q, false, tp));
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("checkpoint round trip is bitwise, and loads under every other layout", "[train][checkpoint][mpi]") {
+  const int n = test::world_size();
+  SharedTempDir dir;
+  const std::string extra = checkpoint_section(dir.path);
+  // Save after 3 steps with every (tensor, data) layout of the world, and with one rank.
+  for (int save_tp = 1; save_tp <= n; save_tp *= 2) {
+    if (n % save_tp != 0) continue;
+    const io::Deck deck = test::small_deck(save_tp, n / save_tp, 3, extra);
+    parallel::Topology topo(MPI_COMM_WORLD, parallel::Layout{save_tp, 1, n / save_tp});
+    train::TrainingRun run(deck, topo);
+    for (int s = 0; s < 3; ++s) run.step(s);
+    train::save_checkpoint(run.model(), deck, topo, 3, 0);
+    const std::string file = train::checkpoint_path(dir.path, 3);
+    const auto saved = logical_state(run.model(), topo.tp(), true);
+    const double saved_eval = run.evaluate();
+
+    for (int load_tp = 1; load_tp <= n; load_tp *= 2) {
+      if (n % load_tp != 0) continue;
+      INFO("saved with tensor " << save_tp << ", loaded with tensor " << load_tp);
+      const io::Deck deck2 = test::small_deck(load_tp, n / load_tp, 3, extra);
+      parallel::Topology topo2(MPI_COMM_WORLD, parallel::Layout{load_tp, 1, n / load_tp});
+      train::TrainingRun run2(deck2, topo2);
+      const io::CheckpointMeta meta = train::load_weights(run2.model(), topo2, file, true);
+      CHECK(meta.step == 3);
+      CHECK(meta.tp == save_tp);
+      CHECK(logical_state(run2.model(), topo2.tp(), true) == saved);  // bitwise
+      CHECK(std::fabs(run2.evaluate() - saved_eval) <= 1e-5 * saved_eval);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+}
+
+TEST_CASE("a model shape that differs from the checkpoint is refused by name", "[train][checkpoint][mpi]") {
+  const int n = test::world_size();
+  SharedTempDir dir;
+  const io::Deck deck = test::small_deck(n, 1, 2, checkpoint_section(dir.path));
+  parallel::Topology topo(MPI_COMM_WORLD, parallel::Layout{n, 1, 1});
+  train::TrainingRun run(deck, topo);
+  train::save_checkpoint(run.model(), deck, topo, 1, 0);
+  io::Deck wider = deck;
+  wider.model.ffn_hidden = 128;
+  train::TrainingRun other(wider, topo);
+  CHECK_THROWS_WITH(train::load_weights(other.model(), topo, train::checkpoint_path(dir.path, 1)),
+                    Catch::Matchers::Contains("layers/0/mlp/fc/weight") &&
+                        Catch::Matchers::Contains("[64, 32]") && Catch::Matchers::Contains("[128, 32]"));
+}
+
+TEST_CASE("resuming after step k gives the loss curve of the run that never stopped", "[train][resume][mpi]") {
+  const int n = test::world_size();
+  SharedTempDir dir;
+  const int steps = 8, k = 3;
+  const io::Deck deck = test::small_deck(n, 1, steps, checkpoint_section(dir.path));
+  const auto straight = test::loss_curve(deck, MPI_COMM_WORLD, steps);
+
+  parallel::Topology topo(MPI_COMM_WORLD, parallel::Layout{n, 1, 1});
+  {
+    train::TrainingRun first(deck, topo);
+    for (int s = 0; s < k; ++s) CHECK(first.step(s).loss == straight[static_cast<std::size_t>(s)]);
+    train::save_checkpoint(first.model(), deck, topo, k, 0);
+  }
+  train::TrainingRun second(deck, topo);
+  const std::string latest = train::newest_checkpoint(MPI_COMM_WORLD, dir.path);
+  REQUIRE(latest == train::checkpoint_path(dir.path, k));
+  CHECK(train::load_weights(second.model(), topo, latest, true).step == k);
+  for (int s = k; s < steps; ++s) CHECK(second.step(s).loss == straight[static_cast<std::size_t>(s)]);  // bit for bit
+}
+
+TEST_CASE("newest complete checkpoint ignores temporaries; pruning keeps the newest", "[train][checkpoint][mpi]") {
+  SharedTempDir dir;
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  CHECK(train::newest_checkpoint(MPI_COMM_WORLD, dir.path).empty());
+  if (rank == 0)
+    for (const char* name : {"step_00000002.h5", "step_00000010.h5", "step_00000009.h5", "step_00000011.h5.tmp",
+                             "notes.txt"})
+      std::ofstream(fs::path(dir.path) / name) << "x";
+  MPI_Barrier(MPI_COMM_WORLD);
+  CHECK(train::newest_checkpoint(MPI_COMM_WORLD, dir.path) == train::checkpoint_path(dir.path, 10));
+  train::prune_checkpoints(MPI_COMM_WORLD, dir.path, 2);
+  MPI_Barrier(MPI_COMM_WORLD);
+  CHECK_FALSE(fs::exists(fs::path(dir.path) / "step_00000002.h5"));
+  CHECK(fs::exists(fs::path(dir.path) / "step_00000009.h5"));
+  CHECK(fs::exists(fs::path(dir.path) / "step_00000010.h5"));
+  CHECK(fs::exists(fs::path(dir.path) / "step_00000011.h5.tmp"));  // not ours to delete
+}

@@ -1,0 +1,418 @@
+// Pipeline parallelism and the bucketed data-parallel reduction: the schedules (deadlock
+// freedom, in-flight bounds), the stage split of the model, and every (tensor, pipeline, data)
+// layout of the world against the one-rank run — loss, every gradient, the gradient norm, the
+// loss curve, evaluation, and checkpoints that resume under another layout.
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <mpi.h>
+#include <set>
+#include <unistd.h>
+
+#include "catch.hpp"
+#include "src/train/model_checkpoint.hpp"
+#include "src/train/pipeline_schedule.hpp"
+#include "src/train/training_run.hpp"
+#include "tests/model/model_test_util.hpp"
+#include "tests/train/train_test_util.hpp"
+
+using namespace tptrain;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct LayoutCase {
+  int tensor, pipeline, data;
+};
+
+// The layouts of the issue that fit the world (2 or 4 ranks).
+std::vector<LayoutCase> layouts_of_world() {
+  const std::vector<LayoutCase> all{{1, 2, 1}, {1, 1, 2}, {2, 2, 1}, {2, 1, 2}, {1, 2, 2}, {1, 4, 1}, {1, 1, 4}};
+  std::vector<LayoutCase> fit;
+  for (const auto& l : all)
+    if (l.tensor * l.pipeline * l.data == test::world_size()) fit.push_back(l);
+  return fit;
+}
+
+parallel::Layout layout_of(const io::Deck& deck) {
+  return parallel::Layout{deck.parallel.tensor, deck.parallel.pipeline, deck.parallel.data};
+}
+
+using Named = std::map<std::string, std::vector<double>>;
+
+// Logical gradients (or values) of every parameter this rank holds, by name.
+Named logical_by_name(train::Model& m, parallel::Communicator& tp, bool gradient) {
+  Named out;
+  for (auto* p : m.parameters()) out[p->name] = test::logical(*p, gradient, tp);
+  return out;
+}
+
+// max |a - b| <= tol * max |b|, per tensor.
+void check_close(const Named& got, const Named& want, double tol) {
+  for (const auto& [name, g] : got) {
+    const auto it = want.find(name);
+    REQUIRE(it != want.end());
+    const auto& r = it->second;
+    REQUIRE(g.size() == r.size());
+    double scale = 0.0, diff = 0.0;
+    for (std::size_t i = 0; i < g.size(); ++i) {
+      scale = std::max(scale, std::fabs(r[i]));
+      diff = std::max(diff, std::fabs(g[i] - r[i]));
+    }
+    INFO(name << ": max |diff| " << diff << ", max |reference| " << scale);
+    CHECK(diff <= tol * scale + 1e-12);
+  }
+}
+
+// Gradients, loss and gradient norm of step `step` (after `step` optimizer steps) of a deck on
+// a layout of `comm`.
+struct Gradients {
+  double loss = 0, norm = 0;
+  Named grads;
+};
+
+Gradients gradients_of(const io::Deck& deck, MPI_Comm comm, int step,
+                       train::Schedule schedule = train::Schedule::one_f_one_b) {
+  parallel::Topology topo(comm, layout_of(deck));
+  train::TrainingRun run(deck, topo, train::RunOptions{schedule, true});
+  for (int s = 0; s < step; ++s) run.step(s);
+  Gradients g;
+  g.loss = run.compute_gradients(step);
+  g.norm = train::global_grad_norm(kx::ExecSpace(), run.model().unique_parameters(), topo.tp(), topo.pp());
+  g.grads = logical_by_name(run.model(), topo.tp(), true);
+  return g;
+}
+
+void check_layout_against(const Gradients& ref, const io::Deck& deck, int step, double tol = 1e-5) {
+  const Gradients got = gradients_of(deck, MPI_COMM_WORLD, step);
+  INFO("step " << step << ": loss " << got.loss << " vs " << ref.loss << ", norm " << got.norm << " vs " << ref.norm);
+  CHECK(std::fabs(got.loss - ref.loss) <= 1e-5 * std::fabs(ref.loss));
+  CHECK(std::fabs(got.norm - ref.norm) <= 1e-5 * ref.norm);
+  check_close(got.grads, ref.grads, tol);
+}
+
+void check_layout_against_one_rank(const io::Deck& reference_deck, const io::Deck& deck, int step) {
+  check_layout_against(gradients_of(reference_deck, MPI_COMM_SELF, step), deck, step);
+}
+
+// A fresh directory named by rank 0 and shared by every rank, removed at the end.
+struct SharedTempDir {
+  std::string path;
+  SharedTempDir() {
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    char name[256] = {};
+    if (rank == 0) {
+      static int counter = 0;
+      const auto p = fs::temp_directory_path() /
+                     ("tptrain_pp_" + std::to_string(getpid()) + "_" + std::to_string(counter++));
+      fs::remove_all(p);
+      fs::create_directories(p);
+      std::snprintf(name, sizeof(name), "%s", p.c_str());
+    }
+    MPI_Bcast(name, sizeof(name), MPI_CHAR, 0, MPI_COMM_WORLD);
+    path = name;
+  }
+  ~SharedTempDir() {
+    MPI_Barrier(MPI_COMM_WORLD);
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (rank == 0) fs::remove_all(path);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("pipeline schedules are deadlock-free and bound the micro-batches in flight", "[pipeline]") {
+  for (int P = 1; P <= 6; ++P)
+    for (int M = 1; M <= 17; ++M) {
+      INFO(P << " stages, " << M << " micro-batches");
+      CHECK(train::simulate_pipeline(train::Schedule::one_f_one_b, P, M) == "");
+      CHECK(train::simulate_pipeline(train::Schedule::all_forward_all_backward, P, M) == "");
+      for (int s = 0; s < P; ++s) {
+        CHECK(train::peak_in_flight(train::pipeline_ops(train::Schedule::one_f_one_b, s, P, M)) ==
+              std::min(P - s, M));
+        CHECK(train::peak_in_flight(train::pipeline_ops(train::Schedule::all_forward_all_backward, s, P, M)) == M);
+      }
+    }
+  // One stage: forward and backward alternate, as without a pipeline.
+  const auto ops = train::pipeline_ops(train::Schedule::one_f_one_b, 0, 1, 3);
+  REQUIRE(ops.size() == 6);
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    CHECK(ops[i].kind == (i % 2 == 0 ? train::PipelineOp::forward : train::PipelineOp::backward));
+    CHECK(ops[i].micro_batch == static_cast<int>(i / 2));
+  }
+  // Backwards run in micro-batch order under both schedules (identical gradient accumulation).
+  for (auto schedule : {train::Schedule::one_f_one_b, train::Schedule::all_forward_all_backward}) {
+    int next = 0;
+    for (const auto& op : train::pipeline_ops(schedule, 1, 4, 9))
+      if (op.kind == train::PipelineOp::backward) CHECK(op.micro_batch == next++);
+    CHECK(next == 9);
+  }
+  CHECK_THROWS(train::pipeline_ops(train::Schedule::one_f_one_b, 2, 2, 4));
+}
+
+TEST_CASE("a model stage holds its layers, the embedding and the head where they belong", "[pipeline][model]") {
+  auto self = test::tp_group(1);
+  model::GptShape shape = test::tiny_shape(1);
+  shape.layers = 4;
+  CHECK_THROWS_WITH(model::GptModel<float>(shape, 1, *self, 5, model::PipelineStage{0, 3}),
+                    Catch::Matchers::Contains("4 layers cannot be split evenly over 3 pipeline stages"));
+
+  model::GptModel<float> whole(shape, 2, *self, 5);
+  // The checkpoint's tensor list is the whole model's parameter list (names, saved shapes).
+  const auto logical = model::logical_tensors(shape);
+  const auto params = whole.parameters();
+  REQUIRE(logical.size() == params.size());
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    INFO(params[i]->name);
+    CHECK(logical[i].name == params[i]->name);
+    auto saved = params[i]->shape;
+    saved[0] = params[i]->saved_rows;
+    CHECK(logical[i].shape == saved);
+  }
+  CHECK(whole.tied_copy() == nullptr);
+  CHECK(whole.buckets().size() == 1 + 4 + 1);  // head, 4 blocks, embedding
+
+  for (int P : {2, 4}) {
+    INFO(P << " stages");
+    std::set<std::string> unique_names;
+    std::size_t unique_count = 0;
+    std::vector<float> first_word;
+    for (int s = 0; s < P; ++s) {
+      model::GptModel<float> stage(shape, 2, *self, 5, model::PipelineStage{s, P});
+      CHECK(stage.first_layer() == s * 4 / P);
+      CHECK(stage.local_layers() == 4 / P);
+      for (auto* p : stage.unique_parameters()) unique_names.insert(p->name);
+      unique_count += stage.unique_parameters().size();
+      std::size_t in_buckets = 0;
+      for (auto& b : stage.buckets()) in_buckets += b.params.size();
+      CHECK(in_buckets == stage.parameters().size());  // every gradient in exactly one bucket
+      const auto word = [](model::Parameter<float>* p) {
+        auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), p->value);
+        return std::vector<float>(h.data(), h.data() + h.size());
+      };
+      if (s == 0) {
+        CHECK(stage.tied_copy() == nullptr);
+        first_word = word(stage.word());
+      } else if (s == P - 1) {
+        REQUIRE(stage.tied_copy() != nullptr);
+        CHECK(stage.tied_copy()->name == "embedding/word");
+        CHECK(stage.parameters().size() == stage.unique_parameters().size() + 1);
+        CHECK(word(stage.tied_copy()) == first_word);  // the same initial values
+      } else {
+        CHECK(stage.tied_copy() == nullptr);
+        CHECK(stage.parameters().size() == 12 * 4 / static_cast<std::size_t>(P));
+      }
+    }
+    CHECK(unique_count == params.size());  // every logical parameter on exactly one stage
+    CHECK(unique_names.size() == params.size());
+  }
+}
+
+TEST_CASE("every layout gives the one-rank loss, gradients and gradient norm", "[pipeline][layouts][mpi]") {
+  // Step 0: the same initial weights, 1e-5. Step 2, after two optimizer steps (tied copies,
+  // clipping, AdamW moments all involved): the weights already differ by fp32 rounding, which
+  // AdamW's m / sqrt(v) amplifies for tiny gradient elements — tensor = 2 without a pipeline
+  // shows the same 1.04e-5 there — so 1e-4 (a real error would be O(1)).
+  const Gradients ref[2] = {gradients_of(test::pipeline_deck(1, 1, 1, 4), MPI_COMM_SELF, 0),
+                            gradients_of(test::pipeline_deck(1, 1, 1, 4), MPI_COMM_SELF, 2)};
+  for (const auto& l : layouts_of_world()) {
+    INFO("tensor " << l.tensor << " x pipeline " << l.pipeline << " x data " << l.data);
+    check_layout_against(ref[0], test::pipeline_deck(l.tensor, l.pipeline, l.data, 4), 0);
+    check_layout_against(ref[1], test::pipeline_deck(l.tensor, l.pipeline, l.data, 4), 2, 1e-4);
+  }
+}
+
+TEST_CASE("1F1B and all-forward-all-backward give identical gradients", "[pipeline][mpi]") {
+  const int n = test::world_size();
+  for (int tensor : {1, 2}) {
+    if (n % tensor != 0 || n / tensor < 2) continue;
+    const io::Deck deck = test::pipeline_deck(tensor, n / tensor, 1, 4);
+    INFO("tensor " << tensor << " x pipeline " << n / tensor);
+    parallel::Topology topo(MPI_COMM_WORLD, layout_of(deck));
+    train::TrainingRun a(deck, topo, train::RunOptions{train::Schedule::one_f_one_b, true});
+    train::TrainingRun b(deck, topo, train::RunOptions{train::Schedule::all_forward_all_backward, true});
+    const double loss_a = a.compute_gradients(1);
+    const double loss_b = b.compute_gradients(1);
+    CHECK(loss_a == loss_b);
+    const auto pa = a.model().parameters(), pb = b.model().parameters();
+    REQUIRE(pa.size() == pb.size());
+    for (std::size_t i = 0; i < pa.size(); ++i) {
+      INFO(pa[i]->name);
+      auto ga = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), pa[i]->grad);
+      auto gb = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), pb[i]->grad);
+      CHECK(std::vector<float>(ga.data(), ga.data() + ga.size()) ==
+            std::vector<float>(gb.data(), gb.data() + gb.size()));  // bitwise
+    }
+    // Stored stage inputs: at most P - stage micro-batches under 1F1B, all of them otherwise.
+    const int P = topo.layout().pipeline, stage = topo.coords().pp, M = a.micro_batches();
+    const int expected_1f1b = stage == 0 ? 0 : std::min(P - stage, M);
+    CHECK(a.pipeline().stats().stored_inputs_peak == expected_1f1b);
+    CHECK(b.pipeline().stats().stored_inputs_peak == (stage == 0 ? 0 : M));
+    CHECK(a.memory().in_flight == std::min(P - stage, M));
+    // The last stage runs each backward right after its forward: nothing to recompute there.
+    if (stage == P - 1) CHECK(a.pipeline().stats().recomputes == 0);
+    if (stage < P - 1) CHECK(a.pipeline().stats().recomputes > 0);
+  }
+}
+
+TEST_CASE("fewer micro-batches than pipeline stages", "[pipeline][mpi]") {
+  const int P = test::world_size();
+  for (int global_batch : {2, 4}) {  // 1 and 2 micro-batches
+    if (global_batch / 2 >= P) continue;
+    INFO(global_batch / 2 << " micro-batches on " << P << " stages");
+    check_layout_against_one_rank(test::pipeline_deck(1, 1, 1, 4, global_batch),
+                                  test::pipeline_deck(1, P, 1, 4, global_batch), 1);
+  }
+}
+
+TEST_CASE("every layout reproduces the one-rank loss curve and evaluation", "[pipeline][layouts][mpi]") {
+  const int steps = 6;
+  const io::Deck ref_deck = test::pipeline_deck(1, 1, 1, steps);
+  parallel::Topology self(MPI_COMM_SELF, parallel::Layout{});
+  train::TrainingRun ref(ref_deck, self);
+  std::vector<double> reference;
+  for (int s = 0; s < steps; ++s) reference.push_back(ref.step(s).loss);
+  const double ref_eval = ref.evaluate();
+  for (const auto& l : layouts_of_world()) {
+    INFO("tensor " << l.tensor << " x pipeline " << l.pipeline << " x data " << l.data);
+    const io::Deck deck = test::pipeline_deck(l.tensor, l.pipeline, l.data, steps);
+    parallel::Topology topo(MPI_COMM_WORLD, layout_of(deck));
+    train::TrainingRun run(deck, topo);
+    for (int s = 0; s < steps; ++s) {
+      const double loss = run.step(s).loss;
+      INFO("step " << s + 1 << ": " << loss << " vs " << reference[static_cast<std::size_t>(s)]);
+      CHECK(std::fabs(loss - reference[static_cast<std::size_t>(s)]) <= 1e-5 * reference[static_cast<std::size_t>(s)]);
+    }
+    const double eval = run.evaluate();
+    CHECK(std::fabs(eval - ref_eval) <= 1e-5 * ref_eval);
+    // The tied copies of the word embedding stay bit-identical (first and last stage).
+    if (l.pipeline > 1 && topo.in_embedding_group()) {
+      auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), run.model().word()->value);
+      std::vector<float> lo(h.data(), h.data() + h.size()), hi = lo;
+      MPI_Allreduce(MPI_IN_PLACE, lo.data(), static_cast<int>(lo.size()), MPI_FLOAT, MPI_MIN,
+                    topo.embedding().mpi_comm());
+      MPI_Allreduce(MPI_IN_PLACE, hi.data(), static_cast<int>(hi.size()), MPI_FLOAT, MPI_MAX,
+                    topo.embedding().mpi_comm());
+      CHECK(lo == hi);
+    }
+  }
+}
+
+TEST_CASE("a checkpoint saved with one layout resumes under another", "[pipeline][checkpoint][mpi]") {
+  const int n = test::world_size();
+  const int steps = 6, k = 3;
+  SharedTempDir dir;
+  const std::string extra = "[checkpoint]\ndir = \"" + dir.path + "\"\nkeep = 10\n";
+  std::vector<std::pair<LayoutCase, LayoutCase>> pairs;
+  if (n == 2) pairs = {{{1, 2, 1}, {1, 1, 2}}, {{1, 1, 2}, {1, 2, 1}}, {{2, 1, 1}, {1, 2, 1}}};
+  if (n == 4) pairs = {{{1, 4, 1}, {2, 2, 1}}, {{2, 2, 1}, {1, 2, 2}}, {{1, 2, 2}, {1, 4, 1}}, {{1, 1, 4}, {1, 4, 1}}};
+  if (pairs.empty()) return;
+
+  const io::Deck ref_deck = test::pipeline_deck(1, 1, 1, steps, 8, extra);
+  const auto reference = test::loss_curve(ref_deck, MPI_COMM_SELF, steps);
+  int id = 0;
+  for (const auto& [save, load] : pairs) {
+    INFO("saved with " << save.tensor << "x" << save.pipeline << "x" << save.data << ", resumed with "
+                       << load.tensor << "x" << load.pipeline << "x" << load.data);
+    const int file_step = 100 * ++id + k;  // a distinct file per pair
+    {
+      const io::Deck deck = test::pipeline_deck(save.tensor, save.pipeline, save.data, steps, 8, extra);
+      parallel::Topology topo(MPI_COMM_WORLD, layout_of(deck));
+      train::TrainingRun run(deck, topo);
+      for (int s = 0; s < k; ++s) run.step(s);
+      train::save_checkpoint(run.model(), deck, topo, file_step, 0);
+    }
+    const std::string file = train::checkpoint_path(dir.path, file_step);
+    const io::Deck deck = test::pipeline_deck(load.tensor, load.pipeline, load.data, steps, 8, extra);
+    parallel::Topology topo(MPI_COMM_WORLD, layout_of(deck));
+    train::TrainingRun run(deck, topo);
+    CHECK(train::load_weights(run.model(), topo, file, true).pp == save.pipeline);
+    // Bitwise the tensors of the file: compare with the whole model read on one rank.
+    {
+      parallel::Topology self(MPI_COMM_SELF, parallel::Layout{});
+      train::TrainingRun whole(ref_deck, self);
+      train::load_weights(whole.model(), self, file, true);
+      const Named want = logical_by_name(whole.model(), self.tp(), false);
+      for (const auto& [name, got] : logical_by_name(run.model(), topo.tp(), false)) {
+        INFO(name);
+        CHECK(got == want.at(name));
+      }
+    }
+    for (int s = k; s < steps; ++s) {
+      const double loss = run.step(s).loss;
+      INFO("step " << s + 1);
+      CHECK(std::fabs(loss - reference[static_cast<std::size_t>(s)]) <= 1e-5 * reference[static_cast<std::size_t>(s)]);
+    }
+  }
+}
+
+// Not run by default: the figures of the design notes. `tptrain_tests "[.report]"`.
+TEST_CASE("report: activation memory of the pipeline schedules (tiny deck)", "[.report]") {
+  const io::Deck deck = io::load_deck(std::string(TPTRAIN_SOURCE_DIR) + "/input/tiny.toml");
+  auto self = test::tp_group(1);
+  model::GptShape shape = train::shape_of(deck);
+  shape.tensor = 1;
+  const double MiB = 1048576.0;
+  for (int P : {2, 4})
+    for (int M : {4, 16})
+      for (auto schedule : {train::Schedule::one_f_one_b, train::Schedule::all_forward_all_backward}) {
+        std::string line = fmt::format("P={} M={:2} {:24}:", P, M, train::schedule_name(schedule));
+        std::size_t worst = 0, worst_full = 0;
+        for (int s = 0; s < P; ++s) {
+          model::GptModel<float> stage(shape, deck.training.micro_batch, *self, 1, model::PipelineStage{s, P});
+          const auto m = train::stage_memory(schedule, s, P, M, stage.tokens(), shape.hidden, stage.activation_bytes());
+          line += fmt::format(" | stage {}: {} in flight, {:.2f} + {:.2f} = {:.2f} MiB", s, m.in_flight,
+                              m.stored_inputs / MiB, m.activation_set / MiB, m.total() / MiB);
+          worst = std::max(worst, m.total());
+          // Keeping the full activations of every micro-batch in flight instead of recomputing:
+          worst_full = std::max(worst_full, static_cast<std::size_t>(m.in_flight) * stage.activation_bytes());
+        }
+        WARN(line + fmt::format(" | peak {:.2f} MiB (without recomputation {:.2f} MiB)", worst / MiB,
+                                worst_full / MiB));
+      }
+}
+
+// Not run by default: how much of the data-parallel all-reduce the backward hides. Run as
+// `mpiexec -n 2 tptrain_tests "[.bench]"` (tiny deck, data = world). A step's exposed
+// communication is the wait after the backward on the rank that finished its backward LAST
+// (the minimum over the DP group: the others also wait for it, which is skew, not
+// communication); without overlap that is the whole all-reduce. Medians over the steps.
+TEST_CASE("bench: data-parallel all-reduce overlap (tiny deck, data = world)", "[.bench]") {
+  const int n = test::world_size();
+  if (n < 2) return;  // nothing to reduce
+  const io::Deck deck = io::load_deck(std::string(TPTRAIN_SOURCE_DIR) + "/input/tiny.toml",
+                                      {"parallel.tensor=1", "parallel.data=" + std::to_string(n)});
+  parallel::Topology topo(MPI_COMM_WORLD, layout_of(deck));
+  const int steps = 24;
+  double exposed[2] = {0, 0};
+  std::string buckets;
+  for (bool overlap : {false, true}) {
+    train::TrainingRun run(deck, topo, train::RunOptions{train::Schedule::one_f_one_b, overlap});
+    run.step(0);  // warm-up
+    std::vector<double> waits;
+    std::vector<double> by_bucket_before = run.reduction_stats().wait_by_bucket_s;
+    for (int s = 1; s <= steps; ++s) {
+      const double before = run.reduction_stats().wait_s;
+      run.step(s);
+      const double wait = run.reduction_stats().wait_s - before;  // min over DP = -max(-wait)
+      waits.push_back(-parallel::all_reduce_scalar(topo.dp(), -wait, parallel::ReduceOp::max));
+    }
+    std::sort(waits.begin(), waits.end());
+    exposed[overlap ? 1 : 0] = waits[waits.size() / 2];
+    if (overlap) {
+      const auto& by_bucket = run.reduction_stats().wait_by_bucket_s;
+      for (std::size_t b = 0; b < by_bucket.size(); ++b)
+        buckets += fmt::format(" {} {:.2f} ms ({:.2f} MB);", run.model().buckets()[b].name,
+                               1e3 * (by_bucket[b] - by_bucket_before[b]) / steps,
+                               run.model().buckets()[b].flat.span() * 4e-6);
+    }
+  }
+  WARN(fmt::format("DP all-reduce per step (median): {:.2f} ms without overlap, {:.2f} ms exposed with overlap: "
+                   "{:.0f}% hidden. Mean wait per bucket with overlap (rank {}):{}",
+                   1e3 * exposed[0], 1e3 * exposed[1], 100.0 * (1.0 - exposed[1] / std::max(exposed[0], 1e-9)),
+                   topo.world_rank(),
+                   buckets));
+}
