@@ -89,6 +89,10 @@ void save_checkpoint(model::GptModel<float>& model, const io::Deck& deck, const 
   meta.tp = topo.layout().tensor;
   meta.pp = topo.layout().pipeline;
   meta.dp = topo.layout().data;
+  // What exact resumption needs besides weights and moments: the data order and every random
+  // draw are pure functions of (seed, step), so the RNG state is the seed and the data position
+  // is the step.
+  meta.train = {{"step", step}, {"seed", static_cast<std::int64_t>(deck.training.seed)}, {"data_step", step}};
   const std::string path = checkpoint_path(deck.checkpoint.dir, step);
   const auto t0 = std::chrono::steady_clock::now();
   io::write_checkpoint(topo.world(), path, meta, t.shards());

@@ -82,6 +82,11 @@ int run_training(const io::Deck& deck, const parallel::Topology& topo) {
       first_step = meta.step;
       log::infof("resuming from {} (step {}, written with tensor {} x pipeline {} x data {})", latest, meta.step,
                  meta.tp, meta.pp, meta.dp);
+      const auto seed = meta.train.find("seed");
+      if (seed != meta.train.end() && seed->second != static_cast<std::int64_t>(tc.seed))
+        log::warning(fmt::format("the checkpoint was trained with training.seed = {}, this run has {}: the "
+                                 "data order after step {} differs from the original run",
+                                 seed->second, tc.seed, meta.step));
       if (first_step >= tc.steps) {
         log::infof("the checkpoint is at step {} >= training.steps = {}: nothing to do", first_step, tc.steps);
         return 0;
