@@ -119,7 +119,12 @@ int inspect(const std::string& file) {
   return rc;
 }
 
-int train(const DeckOptions& o) {
+namespace {
+
+// MPI + Kokkos up, the deck loaded and agreed on every rank, the rank grid built; then `job`.
+// Any failure before `job` is reported once and every rank returns 1.
+template <class Job>
+int run_job(const DeckOptions& o, Job&& job) {
   int argc = 0;
   char** argv = nullptr;
   JobSession session(argc, argv);
@@ -127,32 +132,30 @@ int train(const DeckOptions& o) {
   if (!deck) return 1;
   const auto topo = make_topology(*deck);
   if (!topo) return 1;
-  log::info("# resolved deck\n" + deck->to_toml());
-  print_rank_map(*topo);
-  return train::run_training(*deck, *topo);
+  return job(*deck, *topo);
+}
+
+}  // namespace
+
+int train(const DeckOptions& o) {
+  return run_job(o, [](const io::Deck& deck, const parallel::Topology& topo) {
+    log::info("# resolved deck\n" + deck.to_toml());
+    print_rank_map(topo);
+    return train::run_training(deck, topo);
+  });
 }
 
 int eval(const DeckOptions& o, const EvalOptions& e) {
-  int argc = 0;
-  char** argv = nullptr;
-  JobSession session(argc, argv);
-  const auto deck = load_deck_on_every_rank(o);
-  if (!deck) return 1;
-  const auto topo = make_topology(*deck);
-  if (!topo) return 1;
-  return train::run_eval(*deck, *topo, e.checkpoint, e.data, e.windows);
+  return run_job(o, [&](const io::Deck& deck, const parallel::Topology& topo) {
+    return train::run_eval(deck, topo, e.checkpoint, e.data, e.windows);
+  });
 }
 
 int generate(const DeckOptions& o, const GenerateOptions& g) {
-  int argc = 0;
-  char** argv = nullptr;
-  JobSession session(argc, argv);
-  const auto deck = load_deck_on_every_rank(o);
-  if (!deck) return 1;
-  const auto topo = make_topology(*deck);
-  if (!topo) return 1;
-  return train::run_generate(*deck, *topo, g.checkpoint,
-                             train::SampleOptions{g.prompt, g.tokens, g.temperature, g.top_k, g.seed});
+  return run_job(o, [&](const io::Deck& deck, const parallel::Topology& topo) {
+    return train::run_generate(deck, topo, g.checkpoint,
+                               train::SampleOptions{g.prompt, g.tokens, g.temperature, g.top_k, g.seed});
+  });
 }
 
 }  // namespace tptrain::driver

@@ -15,32 +15,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// A fresh directory named by rank 0 and shared by every rank, removed at the end.
-struct SharedTempDir {
-  std::string path;
-  SharedTempDir() {
-    int rank = 0;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    char name[256] = {};
-    if (rank == 0) {
-      static int counter = 0;
-      const auto p = fs::temp_directory_path() /
-                     ("tptrain_ckpt_" + std::to_string(getpid()) + "_" + std::to_string(counter++));
-      fs::remove_all(p);
-      fs::create_directories(p);
-      std::snprintf(name, sizeof(name), "%s", p.c_str());
-    }
-    MPI_Bcast(name, sizeof(name), MPI_CHAR, 0, MPI_COMM_WORLD);
-    path = name;
-  }
-  ~SharedTempDir() {
-    MPI_Barrier(MPI_COMM_WORLD);
-    int rank = 0;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    if (rank == 0) fs::remove_all(path);
-  }
-};
-
 std::string checkpoint_section(const std::string& dir) {
   return "[checkpoint]\ndir = \"" + dir + "\"\nkeep = 2\n";
 }
@@ -65,7 +39,7 @@ std::vector<std::vector<double>> logical_state(train::Model& m, parallel::Commun
 
 TEST_CASE("checkpoint round trip is bitwise, and loads under every other layout", "[train][checkpoint][mpi]") {
   const int n = test::world_size();
-  SharedTempDir dir;
+  test::SharedTempDir dir;
   const std::string extra = checkpoint_section(dir.path);
   // Save after 3 steps with every (tensor, data) layout of the world, and with one rank.
   for (int save_tp = 1; save_tp <= n; save_tp *= 2) {
@@ -97,7 +71,7 @@ TEST_CASE("checkpoint round trip is bitwise, and loads under every other layout"
 
 TEST_CASE("a model shape that differs from the checkpoint is refused by name", "[train][checkpoint][mpi]") {
   const int n = test::world_size();
-  SharedTempDir dir;
+  test::SharedTempDir dir;
   const io::Deck deck = test::small_deck(n, 1, 2, checkpoint_section(dir.path));
   parallel::Topology topo(MPI_COMM_WORLD, parallel::Layout{n, 1, 1});
   train::TrainingRun run(deck, topo);
@@ -112,7 +86,7 @@ TEST_CASE("a model shape that differs from the checkpoint is refused by name", "
 
 TEST_CASE("resuming after step k gives the loss curve of the run that never stopped", "[train][resume][mpi]") {
   const int n = test::world_size();
-  SharedTempDir dir;
+  test::SharedTempDir dir;
   const int steps = 8, k = 3;
   const io::Deck deck = test::small_deck(n, 1, steps, checkpoint_section(dir.path));
   const auto straight = test::loss_curve(deck, MPI_COMM_WORLD, steps);
@@ -131,7 +105,7 @@ TEST_CASE("resuming after step k gives the loss curve of the run that never stop
 }
 
 TEST_CASE("newest complete checkpoint ignores temporaries; pruning keeps the newest", "[train][checkpoint][mpi]") {
-  SharedTempDir dir;
+  test::SharedTempDir dir;
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   CHECK(train::newest_checkpoint(MPI_COMM_WORLD, dir.path).empty());

@@ -96,32 +96,6 @@ void check_layout_against_one_rank(const io::Deck& reference_deck, const io::Dec
   check_layout_against(gradients_of(reference_deck, MPI_COMM_SELF, step), deck, step);
 }
 
-// A fresh directory named by rank 0 and shared by every rank, removed at the end.
-struct SharedTempDir {
-  std::string path;
-  SharedTempDir() {
-    int rank = 0;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    char name[256] = {};
-    if (rank == 0) {
-      static int counter = 0;
-      const auto p = fs::temp_directory_path() /
-                     ("tptrain_pp_" + std::to_string(getpid()) + "_" + std::to_string(counter++));
-      fs::remove_all(p);
-      fs::create_directories(p);
-      std::snprintf(name, sizeof(name), "%s", p.c_str());
-    }
-    MPI_Bcast(name, sizeof(name), MPI_CHAR, 0, MPI_COMM_WORLD);
-    path = name;
-  }
-  ~SharedTempDir() {
-    MPI_Barrier(MPI_COMM_WORLD);
-    int rank = 0;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    if (rank == 0) fs::remove_all(path);
-  }
-};
-
 }  // namespace
 
 TEST_CASE("pipeline schedules are deadlock-free and bound the micro-batches in flight", "[pipeline]") {
@@ -304,7 +278,7 @@ TEST_CASE("every layout reproduces the one-rank loss curve and evaluation", "[pi
 TEST_CASE("a checkpoint saved with one layout resumes under another", "[pipeline][checkpoint][mpi]") {
   const int n = test::world_size();
   const int steps = 6, k = 3;
-  SharedTempDir dir;
+  test::SharedTempDir dir;
   const std::string extra = "[checkpoint]\ndir = \"" + dir.path + "\"\nkeep = 10\n";
   std::vector<std::pair<LayoutCase, LayoutCase>> pairs;
   if (n == 2) pairs = {{{1, 2, 1}, {1, 1, 2}}, {{1, 1, 2}, {1, 2, 1}}, {{2, 1, 1}, {1, 2, 1}}};
