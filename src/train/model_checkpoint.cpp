@@ -70,6 +70,16 @@ void CheckpointTensors::upload() {
   for (std::size_t i = 0; i < device_.size(); ++i) Kokkos::deep_copy(device_[i], host_[i]);
 }
 
+namespace {
+// Size of a checkpoint file in MB (10^6 bytes), as rank 0 sees it (for the bandwidth log line).
+double file_megabytes(const parallel::Topology& topo, const std::string& path) {
+  std::error_code ec;
+  if (topo.world_rank() != 0) return 0.0;
+  const auto bytes = std::filesystem::file_size(path, ec);
+  return ec ? 0.0 : static_cast<double>(bytes) / 1e6;
+}
+}  // namespace
+
 std::string checkpoint_path(const std::string& dir, std::int64_t step) {
   char name[32];
   std::snprintf(name, sizeof(name), "step_%08lld.h5", static_cast<long long>(step));
@@ -97,13 +107,23 @@ void save_checkpoint(model::GptModel<float>& model, const io::Deck& deck, const 
   const auto t0 = std::chrono::steady_clock::now();
   io::write_checkpoint(topo.world(), path, meta, t.shards());
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  log::infof("checkpoint {} written in {:.2f} s", path, s);
+  log::infof("checkpoint {} written in {:.2f} s ({:.0f} MB/s)", path, s, file_megabytes(topo, path) / s);
 }
 
 io::CheckpointMeta load_weights(model::GptModel<float>& model, const parallel::Topology& topo,
                                 const std::string& path, bool with_moments) {
   CheckpointTensors t(model, topo, with_moments);
+  const auto t0 = std::chrono::steady_clock::now();
   io::CheckpointMeta meta = io::read_checkpoint(topo.world(), path, t.shards());
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  double megabytes = 0;  // the tensors read (every rank its part; together each tensor once)
+  for (const io::TensorShard& shard : t.shards()) {
+    double n = 4e-6;
+    for (auto d : shard.global_shape) n *= static_cast<double>(d);
+    megabytes += n;
+  }
+  log::infof("checkpoint {} read and verified in {:.2f} s ({:.0f} MB of tensors, {:.0f} MB/s)", path, s,
+             megabytes, megabytes / s);
   t.upload();
   return meta;
 }
