@@ -617,28 +617,6 @@ std::string list_problems(const std::vector<std::string>& problems) {
 
 // ---- files ------------------------------------------------------------------------------------
 
-// Rank 0, before a read: is there a readable HDF5 file at path?
-std::string check_readable(const std::string& path) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  const fs::file_status s = fs::status(path, ec);
-  if (!fs::exists(s)) return "no such file";
-  if (!fs::is_regular_file(s)) return path + " is not a regular file";
-  {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) return "cannot open " + path + " for reading: " + std::strerror(errno);
-  }
-  Status st;
-#if H5_VERSION_GE(1, 12, 0)
-  const htri_t is_hdf5 = TPTRAIN_H5(st, H5Fis_accessible(path.c_str(), H5P_DEFAULT), path);
-#else
-  const htri_t is_hdf5 = TPTRAIN_H5(st, H5Fis_hdf5(path.c_str()), path);
-#endif
-  if (!st.ok()) return st.error;
-  if (is_hdf5 == 0) return path + " is not an HDF5 file";
-  return {};
-}
-
 // Rank 0: removes <path>.tmp after every rank has closed it.
 void remove_tmp(const Comm& c, const std::string& tmp) {
   TPTRAIN_CKPT_MPI(MPI_Barrier(c.comm));
@@ -809,7 +787,7 @@ CheckpointMeta read_impl(MPI_Comm comm, const std::string& path,
   std::vector<Plan> plans;
   std::vector<int> rounds;
   std::string err = prepare(c, path, tensors, false, plans, rounds,
-                            c.rank == 0 ? check_readable(path) : std::string());
+                            c.rank == 0 ? hdf5_file_problem(path) : std::string());
   if (std::string m = agree(c, err); !m.empty()) throw CheckpointError(prefix + m);
 
   // 2: open.
@@ -1055,6 +1033,28 @@ CheckpointMeta read_checkpoint(MPI_Comm comm, const std::string& path,
 
 CheckpointMeta read_checkpoint_meta(MPI_Comm comm, const std::string& path) {
   return read_impl(comm, path, {}, false);
+}
+
+std::string hdf5_file_problem(const std::string& path) {
+  namespace fs = std::filesystem;
+  h5::ErrorSilencer silence;
+  std::error_code ec;
+  const fs::file_status s = fs::status(path, ec);
+  if (!fs::exists(s)) return "no such file";
+  if (!fs::is_regular_file(s)) return "not a regular file";
+  {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) return std::string("cannot be opened for reading: ") + std::strerror(errno);
+  }
+  Status st;
+#if H5_VERSION_GE(1, 12, 0)
+  const htri_t is_hdf5 = TPTRAIN_H5(st, H5Fis_accessible(path.c_str(), H5P_DEFAULT), path);
+#else
+  const htri_t is_hdf5 = TPTRAIN_H5(st, H5Fis_hdf5(path.c_str()), path);
+#endif
+  if (!st.ok()) return st.error;
+  if (is_hdf5 == 0) return "not an HDF5 file";
+  return {};
 }
 
 }  // namespace tptrain::io

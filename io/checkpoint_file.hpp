@@ -136,4 +136,8 @@ CheckpointMeta read_checkpoint(MPI_Comm comm, const std::string& path,
 // Collective over comm. read_checkpoint without tensors: the attributes only (nothing verified).
 CheckpointMeta read_checkpoint_meta(MPI_Comm comm, const std::string& path);
 
+// "" when `path` is a readable HDF5 file, else why not, without the path ("no such file",
+// "not a regular file", "not an HDF5 file", ...): callers say which file and what for.
+std::string hdf5_file_problem(const std::string& path);
+
 }  // namespace tptrain::io

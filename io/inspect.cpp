@@ -500,30 +500,12 @@ void print_table(std::ostream& out, const std::vector<DatasetReport>& reports) {
   }
 }
 
-// "" when there is a readable HDF5 file at path, else why not.
-std::string check_file(const std::string& path) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  const fs::file_status s = fs::status(path, ec);
-  if (!fs::exists(s)) return "no such file: " + path;
-  if (!fs::is_regular_file(s)) return path + " is not a regular file";
-  Status st;
-#if H5_VERSION_GE(1, 12, 0)
-  const htri_t is_hdf5 = TPTRAIN_H5(st, H5Fis_accessible(path.c_str(), H5P_DEFAULT), path);
-#else
-  const htri_t is_hdf5 = TPTRAIN_H5(st, H5Fis_hdf5(path.c_str()), path);
-#endif
-  if (!st.ok()) return "cannot read " + path + ": " + st.error;
-  if (is_hdf5 == 0) return path + " is not an HDF5 file";
-  return {};
-}
-
 }  // namespace
 
 int inspect_checkpoint(const std::string& path, std::ostream& out, std::ostream& err) {
   h5::ErrorSilencer silence;
-  if (const std::string e = check_file(path); !e.empty()) {
-    err << e << '\n';
+  if (const std::string e = hdf5_file_problem(path); !e.empty()) {
+    err << path << ": " << e << '\n';
     return 1;
   }
   Status st;
