@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "catch.hpp"
+#include "tests/mpi_test_util.hpp"
 #include "io/checkpoint_file.hpp"
 
 using namespace tptrain::io;
@@ -37,44 +38,7 @@ World world() {
 
 void barrier() { MPI_Barrier(MPI_COMM_WORLD); }
 
-// A fresh directory under the system temp directory, named by rank 0 (pid + counter), removed
-// when the test ends.
-class TempDir {
- public:
-  TempDir() {
-    static int counter = 0;
-    ++counter;
-    std::string name;
-    if (world().rank == 0) {
-      name = (fs::temp_directory_path() /
-              ("tptrain_ckpt_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter)))
-                 .string();
-      fs::remove_all(name);
-      fs::create_directories(name);
-    }
-    unsigned long long len = name.size();
-    MPI_Bcast(&len, 1, MPI_UNSIGNED_LONG_LONG, 0, MPI_COMM_WORLD);
-    name.resize(len);
-    MPI_Bcast(name.data(), static_cast<int>(len), MPI_CHAR, 0, MPI_COMM_WORLD);
-    dir_ = name;
-  }
-  ~TempDir() {
-    barrier();
-    if (world().rank == 0) {
-      std::error_code ec;
-      fs::remove_all(dir_, ec);
-    }
-    barrier();
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-
-  std::string file(const std::string& name) const { return (dir_ / name).string(); }
-  const fs::path& path() const { return dir_; }
-
- private:
-  fs::path dir_;
-};
+using TempDir = tptrain::test::SharedTempDir;
 
 // ---- logical tensors --------------------------------------------------------------------------
 

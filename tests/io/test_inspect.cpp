@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "catch.hpp"
+#include "tests/mpi_test_util.hpp"
 #include "io/checkpoint_file.hpp"
 #include "io/inspect.hpp"
 
@@ -23,51 +24,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-int rank_of_world() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-
-int size_of_world() {
-  int n = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  return n;
-}
-
-// A directory named by rank 0, removed at the end.
-class Dir {
- public:
-  Dir() {
-    static int counter = 0;
-    std::string name = (fs::temp_directory_path() / ("tptrain_inspect_test_" +
-                                                     std::to_string(::getpid()) + "_" +
-                                                     std::to_string(++counter)))
-                           .string();
-    int len = static_cast<int>(name.size());
-    MPI_Bcast(&len, 1, MPI_INT, 0, MPI_COMM_WORLD);
-    name.resize(static_cast<std::size_t>(len));
-    MPI_Bcast(name.data(), len, MPI_CHAR, 0, MPI_COMM_WORLD);
-    path_ = name;
-    if (rank_of_world() == 0) {
-      fs::remove_all(path_);
-      fs::create_directories(path_);
-    }
-    MPI_Barrier(MPI_COMM_WORLD);
-  }
-  ~Dir() {
-    MPI_Barrier(MPI_COMM_WORLD);
-    std::error_code ec;
-    if (rank_of_world() == 0) fs::remove_all(path_, ec);
-    MPI_Barrier(MPI_COMM_WORLD);
-  }
-  Dir(const Dir&) = delete;
-  Dir& operator=(const Dir&) = delete;
-  std::string file(const std::string& n) const { return (path_ / n).string(); }
-
- private:
-  fs::path path_;
-};
+using Dir = tptrain::test::SharedTempDir;
+using tptrain::test::world_rank;
+using tptrain::test::world_size;
 
 struct Tensor {
   std::string name;
@@ -99,7 +58,7 @@ std::vector<Tensor> tensors() {
 
 // Rows split over the ranks.
 void write_tensors(const std::string& path, std::vector<Tensor>& ts) {
-  const int r = rank_of_world(), n = size_of_world();
+  const int r = world_rank(), n = world_size();
   std::vector<TensorShard> shards;
   for (Tensor& t : ts) {
     const std::uint64_t rows = t.shape[0];
@@ -171,7 +130,7 @@ TEST_CASE("inspect describes a checkpoint", "[io][checkpoint][inspect][mpi]") {
   std::vector<Tensor> ts = tensors();
   write_tensors(path, ts);
 
-  if (rank_of_world() == 0) {
+  if (world_rank() == 0) {
     std::ostringstream out, err;
     const int rc = inspect_checkpoint(path, out, err);
     const std::string text = out.str();
@@ -238,7 +197,7 @@ TEST_CASE("inspect describes a checkpoint", "[io][checkpoint][inspect][mpi]") {
 TEST_CASE("inspect refuses what is not a checkpoint", "[io][inspect]") {
   const fs::path dir = fs::temp_directory_path() /
                        ("tptrain_inspect_errors_" + std::to_string(::getpid()) + "_" +
-                        std::to_string(rank_of_world()));
+                        std::to_string(world_rank()));
   fs::create_directories(dir);
   std::ostringstream out, err;
 

@@ -9,14 +9,9 @@
 
 #include "src/model/gpt_model.hpp"
 #include "src/parallel/mpi_communicator.hpp"
+#include "tests/mpi_test_util.hpp"
 
 namespace tptrain::test {
-
-inline int world_size() {
-  int n = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  return n;
-}
 
 // Groups of `tp` consecutive world ranks (tp must divide the world size).
 inline std::unique_ptr<parallel::Communicator> tp_group(int tp) {

@@ -5,21 +5,12 @@
 #include "catch.hpp"
 #include "src/parallel/collectives.hpp"
 #include "src/parallel/topology.hpp"
+#include "tests/mpi_test_util.hpp"
 
 using namespace tptrain::parallel;
 
-namespace {
-int world_size() {
-  int n = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  return n;
-}
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-}  // namespace
+using tptrain::test::world_rank;
+using tptrain::test::world_size;
 
 TEST_CASE("coordinates: tensor fastest, then pipeline, then data", "[parallel][topology]") {
   // The worked example of topology.hpp: 16 ranks, TP2 x PP4 x DP2.

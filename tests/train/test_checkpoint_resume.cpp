@@ -40,7 +40,7 @@ std::vector<std::vector<double>> logical_state(train::Model& m, parallel::Commun
 TEST_CASE("checkpoint round trip is bitwise, and loads under every other layout", "[train][checkpoint][mpi]") {
   const int n = test::world_size();
   test::SharedTempDir dir;
-  const std::string extra = checkpoint_section(dir.path);
+  const std::string extra = checkpoint_section(dir.path());
   // Save after 3 steps with every (tensor, data) layout of the world, and with one rank.
   for (int save_tp = 1; save_tp <= n; save_tp *= 2) {
     if (n % save_tp != 0) continue;
@@ -49,7 +49,7 @@ TEST_CASE("checkpoint round trip is bitwise, and loads under every other layout"
     train::TrainingRun run(deck, topo);
     for (int s = 0; s < 3; ++s) run.step(s);
     train::save_checkpoint(run.model(), deck, topo, 3, 0);
-    const std::string file = train::checkpoint_path(dir.path, 3);
+    const std::string file = train::checkpoint_path(dir.path(), 3);
     const auto saved = logical_state(run.model(), topo.tp(), true);
     const double saved_eval = run.evaluate();
 
@@ -72,14 +72,14 @@ TEST_CASE("checkpoint round trip is bitwise, and loads under every other layout"
 TEST_CASE("a model shape that differs from the checkpoint is refused by name", "[train][checkpoint][mpi]") {
   const int n = test::world_size();
   test::SharedTempDir dir;
-  const io::Deck deck = test::small_deck(n, 1, 2, checkpoint_section(dir.path));
+  const io::Deck deck = test::small_deck(n, 1, 2, checkpoint_section(dir.path()));
   parallel::Topology topo(MPI_COMM_WORLD, parallel::Layout{n, 1, 1});
   train::TrainingRun run(deck, topo);
   train::save_checkpoint(run.model(), deck, topo, 1, 0);
   io::Deck wider = deck;
   wider.model.ffn_hidden = 128;
   train::TrainingRun other(wider, topo);
-  CHECK_THROWS_WITH(train::load_weights(other.model(), topo, train::checkpoint_path(dir.path, 1)),
+  CHECK_THROWS_WITH(train::load_weights(other.model(), topo, train::checkpoint_path(dir.path(), 1)),
                     Catch::Matchers::Contains("layers/0/mlp/fc/weight") &&
                         Catch::Matchers::Contains("[64, 32]") && Catch::Matchers::Contains("[128, 32]"));
 }
@@ -88,7 +88,7 @@ TEST_CASE("resuming after step k gives the loss curve of the run that never stop
   const int n = test::world_size();
   test::SharedTempDir dir;
   const int steps = 8, k = 3;
-  const io::Deck deck = test::small_deck(n, 1, steps, checkpoint_section(dir.path));
+  const io::Deck deck = test::small_deck(n, 1, steps, checkpoint_section(dir.path()));
   const auto straight = test::loss_curve(deck, MPI_COMM_WORLD, steps);
 
   parallel::Topology topo(MPI_COMM_WORLD, parallel::Layout{n, 1, 1});
@@ -98,8 +98,8 @@ TEST_CASE("resuming after step k gives the loss curve of the run that never stop
     train::save_checkpoint(first.model(), deck, topo, k, 0);
   }
   train::TrainingRun second(deck, topo);
-  const std::string latest = train::newest_checkpoint(MPI_COMM_WORLD, dir.path);
-  REQUIRE(latest == train::checkpoint_path(dir.path, k));
+  const std::string latest = train::newest_checkpoint(MPI_COMM_WORLD, dir.path());
+  REQUIRE(latest == train::checkpoint_path(dir.path(), k));
   CHECK(train::load_weights(second.model(), topo, latest, true).step == k);
   for (int s = k; s < steps; ++s) CHECK(second.step(s).loss == straight[static_cast<std::size_t>(s)]);  // bit for bit
 }
@@ -108,17 +108,17 @@ TEST_CASE("newest complete checkpoint ignores temporaries; pruning keeps the new
   test::SharedTempDir dir;
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  CHECK(train::newest_checkpoint(MPI_COMM_WORLD, dir.path).empty());
+  CHECK(train::newest_checkpoint(MPI_COMM_WORLD, dir.path()).empty());
   if (rank == 0)
     for (const char* name : {"step_00000002.h5", "step_00000010.h5", "step_00000009.h5", "step_00000011.h5.tmp",
                              "notes.txt"})
-      std::ofstream(fs::path(dir.path) / name) << "x";
+      std::ofstream(fs::path(dir.path()) / name) << "x";
   MPI_Barrier(MPI_COMM_WORLD);
-  CHECK(train::newest_checkpoint(MPI_COMM_WORLD, dir.path) == train::checkpoint_path(dir.path, 10));
-  train::prune_checkpoints(MPI_COMM_WORLD, dir.path, 2);
+  CHECK(train::newest_checkpoint(MPI_COMM_WORLD, dir.path()) == train::checkpoint_path(dir.path(), 10));
+  train::prune_checkpoints(MPI_COMM_WORLD, dir.path(), 2);
   MPI_Barrier(MPI_COMM_WORLD);
-  CHECK_FALSE(fs::exists(fs::path(dir.path) / "step_00000002.h5"));
-  CHECK(fs::exists(fs::path(dir.path) / "step_00000009.h5"));
-  CHECK(fs::exists(fs::path(dir.path) / "step_00000010.h5"));
-  CHECK(fs::exists(fs::path(dir.path) / "step_00000011.h5.tmp"));  // not ours to delete
+  CHECK_FALSE(fs::exists(fs::path(dir.path()) / "step_00000002.h5"));
+  CHECK(fs::exists(fs::path(dir.path()) / "step_00000009.h5"));
+  CHECK(fs::exists(fs::path(dir.path()) / "step_00000010.h5"));
+  CHECK(fs::exists(fs::path(dir.path()) / "step_00000011.h5.tmp"));  // not ours to delete
 }

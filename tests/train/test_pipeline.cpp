@@ -279,7 +279,7 @@ TEST_CASE("a checkpoint saved with one layout resumes under another", "[pipeline
   const int n = test::world_size();
   const int steps = 6, k = 3;
   test::SharedTempDir dir;
-  const std::string extra = "[checkpoint]\ndir = \"" + dir.path + "\"\nkeep = 10\n";
+  const std::string extra = "[checkpoint]\ndir = \"" + dir.path() + "\"\nkeep = 10\n";
   std::vector<std::pair<LayoutCase, LayoutCase>> pairs;
   if (n == 2) pairs = {{{1, 2, 1}, {1, 1, 2}}, {{1, 1, 2}, {1, 2, 1}}, {{2, 1, 1}, {1, 2, 1}}};
   if (n == 4) pairs = {{{1, 4, 1}, {2, 2, 1}}, {{2, 2, 1}, {1, 2, 2}}, {{1, 2, 2}, {1, 4, 1}}, {{1, 1, 4}, {1, 4, 1}}};
@@ -299,7 +299,7 @@ TEST_CASE("a checkpoint saved with one layout resumes under another", "[pipeline
       for (int s = 0; s < k; ++s) run.step(s);
       train::save_checkpoint(run.model(), deck, topo, file_step, 0);
     }
-    const std::string file = train::checkpoint_path(dir.path, file_step);
+    const std::string file = train::checkpoint_path(dir.path(), file_step);
     const io::Deck deck = test::pipeline_deck(load.tensor, load.pipeline, load.data, steps, 8, extra);
     parallel::Topology topo(MPI_COMM_WORLD, layout_of(deck));
     train::TrainingRun run(deck, topo);

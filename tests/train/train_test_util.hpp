@@ -2,16 +2,14 @@
 #pragma once
 
 #include <algorithm>
-#include <cstdio>
-#include <filesystem>
 #include <fmt/format.h>
-#include <unistd.h>
 #include <mpi.h>
 #include <string>
 #include <vector>
 
 #include "io/deck.hpp"
 #include "src/train/training_run.hpp"
+#include "tests/mpi_test_util.hpp"
 
 namespace tptrain::test {
 
@@ -64,33 +62,5 @@ inline std::vector<double> loss_curve(const io::Deck& deck, MPI_Comm comm, int s
   for (int s = 0; s < steps; ++s) losses.push_back(run.step(s).loss);
   return losses;
 }
-
-// A fresh directory named by rank 0 of the world and shared by every rank, removed at the end.
-struct SharedTempDir {
-  std::string path;
-  SharedTempDir() {
-    int rank = 0;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    char name[256] = {};
-    if (rank == 0) {
-      static int counter = 0;
-      const auto p = std::filesystem::temp_directory_path() /
-                     ("tptrain_test_" + std::to_string(getpid()) + "_" + std::to_string(counter++));
-      std::filesystem::remove_all(p);
-      std::filesystem::create_directories(p);
-      std::snprintf(name, sizeof(name), "%s", p.c_str());
-    }
-    MPI_Bcast(name, sizeof(name), MPI_CHAR, 0, MPI_COMM_WORLD);
-    path = name;
-  }
-  ~SharedTempDir() {
-    MPI_Barrier(MPI_COMM_WORLD);
-    int rank = 0;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    if (rank == 0) std::filesystem::remove_all(path);
-  }
-  SharedTempDir(const SharedTempDir&) = delete;
-  SharedTempDir& operator=(const SharedTempDir&) = delete;
-};
 
 }  // namespace tptrain::test
