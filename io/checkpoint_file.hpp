@@ -1,7 +1,7 @@
 // Checkpoint files at the format level: named float32 tensors with their full logical shapes,
 // written and read collectively with parallel HDF5 (MPI-IO), each rank moving only its own
 // hyperslabs. This layer knows nothing of the model: the caller says which datasets exist, their
-// logical shapes, and which parts of them this rank holds (see DESIGN.md, "Checkpoint schema").
+// logical shapes, and which parts of them this rank holds (schema: docs/checkpoints.md).
 //
 // Because every dataset holds the full logical tensor, a checkpoint written under one
 // (TP, PP, DP) layout reads under any other: the reader simply asks for different slabs.
@@ -43,6 +43,8 @@
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include "src/util/splitmix64.hpp"
 
 namespace tptrain::io {
 
@@ -95,7 +97,7 @@ struct CheckpointMeta {
 // single changed element changes it (splitmix64 is a bijection).
 inline constexpr char kChecksumAttribute[] = "checksum_splitmix64_sum";
 
-std::uint64_t splitmix64(std::uint64_t x) noexcept;
+using util::splitmix64;  // src/util/splitmix64.hpp
 std::uint64_t checksum_term(std::uint32_t bits, std::uint64_t index) noexcept;
 // Sum of the terms of n consecutive elements whose row-major indices are first, first+1, ...
 std::uint64_t checksum_run(const float* data, std::uint64_t n, std::uint64_t first) noexcept;
@@ -105,7 +107,9 @@ class CheckpointError : public std::runtime_error {
   using runtime_error::runtime_error;
 };
 
-// Collective over comm. Writes <path>.tmp with the MPI-IO driver and collective transfers
+// Collective over comm. Rank 0 first checks that <path>.tmp can be created ("permission denied:
+// <path>.tmp") and reserves its full size (a full disk or a file size limit is reported here,
+// by its errno text: "No space left on device"). Writes <path>.tmp with the MPI-IO driver and collective transfers
 // (creating groups as needed; datasets are float32 with the full global shape and no fill
 // value), closes it, then rank 0 renames it to <path> (after an fsync; std::rename is atomic on
 // POSIX) and the ranks synchronise once more. The metadata written is rank 0's (train included).
@@ -118,9 +122,9 @@ class CheckpointError : public std::runtime_error {
 void write_checkpoint(MPI_Comm comm, const std::string& path, const CheckpointMeta& meta,
                       const std::vector<TensorShard>& tensors);
 
-// Collective over comm. Opens <path> read-only with the MPI-IO driver, checks format and
-// format_version, checks that every tensor exists as a floating-point dataset whose shape
-// equals global_shape, then reads each rank's slabs into its data (collective transfers).
+// Collective over comm. Opens <path> read-only with the MPI-IO driver, checks the schema
+// (io/checkpoint_schema.hpp: format, format_version, the required root attributes, /train),
+// checks that every tensor exists as a float32 dataset whose shape equals global_shape, then reads each rank's slabs into its data (collective transfers).
 // With `verify` (the default) every requested dataset must carry its checksum attribute, and
 // after the read the ranks checksum each of these datasets once more, in full (rank r reads
 // the r-th of n disjoint row blocks, in bounded chunks), and compare the sum with the stored
@@ -129,7 +133,9 @@ void write_checkpoint(MPI_Comm comm, const std::string& path, const CheckpointMe
 // corrupt file, wrong format, unsupported format_version, missing dataset, shape mismatch,
 // missing checksum, checksum mismatch "model/x: checksum mismatch: the file is corrupt (stored
 // 0x..., computed 0x...)") are thrown as CheckpointError on every rank with the same message;
-// after a checksum mismatch the contents of the buffers are unspecified.
+// after a checksum mismatch the contents of the buffers are unspecified. Opening and the schema
+// checks run under a ReadWatchdog (io/read_watchdog.hpp): a file whose damaged metadata makes
+// libhdf5 loop ends the process with a message instead of hanging.
 CheckpointMeta read_checkpoint(MPI_Comm comm, const std::string& path,
                                const std::vector<TensorShard>& tensors, bool verify = true);
 

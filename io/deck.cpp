@@ -2,6 +2,11 @@
 // See io/deck.hpp for the contract and docs/deck-reference.md for every key.
 #include "io/deck.hpp"
 
+#include "io/deck_keys.hpp"
+#include "io/deck_path.hpp"
+#include "io/deck_text.hpp"
+#include "io/path_text.hpp"
+
 #include <fmt/format.h>
 #include <toml++/toml.h>
 
@@ -10,58 +15,16 @@
 #include <charconv>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <limits>
 #include <map>
 #include <memory>
 #include <optional>
 #include <sstream>
+#include <type_traits>
 #include <utility>
+#include <variant>
 
 namespace tptrain::io {
-
-// ---- small accessors -------------------------------------------------------------------------
-
-int ModelConfig::head_dim() const { return heads > 0 ? hidden / heads : 0; }
-int ModelConfig::ffn_width() const { return ffn_hidden > 0 ? ffn_hidden : 4 * hidden; }
-int ParallelConfig::world_size() const { return tensor * pipeline * data; }
-int Deck::grad_accum_steps() const {
-  const int per_step = training.micro_batch * parallel.data;
-  return per_step > 0 ? training.global_batch / per_step : 0;
-}
-
-bool operator==(const ModelConfig& a, const ModelConfig& b) {
-  return a.layers == b.layers && a.hidden == b.hidden && a.heads == b.heads &&
-         a.ffn_width() == b.ffn_width() && a.seq_length == b.seq_length &&
-         a.vocab_size == b.vocab_size;
-}
-bool operator==(const ParallelConfig& a, const ParallelConfig& b) {
-  return a.tensor == b.tensor && a.pipeline == b.pipeline && a.data == b.data;
-}
-bool operator==(const TrainingConfig& a, const TrainingConfig& b) {
-  return a.global_batch == b.global_batch && a.micro_batch == b.micro_batch && a.steps == b.steps &&
-         a.seed == b.seed && a.precision == b.precision && a.grad_clip == b.grad_clip &&
-         a.log_interval == b.log_interval && a.eval_interval == b.eval_interval &&
-         a.eval_windows == b.eval_windows;
-}
-bool operator==(const OptimizerConfig& a, const OptimizerConfig& b) {
-  return a.lr == b.lr && a.min_lr == b.min_lr && a.warmup_steps == b.warmup_steps &&
-         a.decay == b.decay && a.weight_decay == b.weight_decay && a.beta1 == b.beta1 &&
-         a.beta2 == b.beta2 && a.eps == b.eps;
-}
-bool operator==(const DataConfig& a, const DataConfig& b) {
-  return a.train == b.train && a.valid == b.valid;
-}
-bool operator==(const CheckpointConfig& a, const CheckpointConfig& b) {
-  return a.dir == b.dir && a.interval == b.interval && a.keep == b.keep && a.resume == b.resume;
-}
-bool operator==(const RunConfig& a, const RunConfig& b) { return a.dir == b.dir; }
-bool operator==(const Deck& a, const Deck& b) {
-  return a.model == b.model && a.parallel == b.parallel && a.training == b.training &&
-         a.optimizer == b.optimizer && a.data == b.data && a.checkpoint == b.checkpoint &&
-         a.run == b.run;
-}
 
 namespace {
 
@@ -87,64 +50,11 @@ namespace fs = std::filesystem;
 
 constexpr std::int64_t kIntMax = std::numeric_limits<int>::max();
 
-// ---- the schema --------------------------------------------------------------------------------
-
-enum class Type { Integer, Float, String, Boolean };
-
-struct KeyDef {
-  std::string_view section;
-  std::string_view key;
-  Type type;
-};
-
-// DESIGN.md order; to_toml() and the reference follow it.
-constexpr std::string_view kSectionOrder[] = {"model", "parallel",   "training", "optimizer",
-                                              "data",  "checkpoint", "run"};
-constexpr KeyDef kKeys[] = {
-    {"model", "layers", Type::Integer},
-    {"model", "hidden", Type::Integer},
-    {"model", "heads", Type::Integer},
-    {"model", "ffn_hidden", Type::Integer},
-    {"model", "seq_length", Type::Integer},
-    {"model", "vocab_size", Type::Integer},
-    {"parallel", "tensor", Type::Integer},
-    {"parallel", "pipeline", Type::Integer},
-    {"parallel", "data", Type::Integer},
-    {"training", "global_batch", Type::Integer},
-    {"training", "micro_batch", Type::Integer},
-    {"training", "steps", Type::Integer},
-    {"training", "seed", Type::Integer},
-    {"training", "precision", Type::String},
-    {"training", "grad_clip", Type::Float},
-    {"training", "log_interval", Type::Integer},
-    {"training", "eval_interval", Type::Integer},
-    {"training", "eval_windows", Type::Integer},
-    {"optimizer", "lr", Type::Float},
-    {"optimizer", "min_lr", Type::Float},
-    {"optimizer", "warmup_steps", Type::Integer},
-    {"optimizer", "decay", Type::String},
-    {"optimizer", "weight_decay", Type::Float},
-    {"optimizer", "beta1", Type::Float},
-    {"optimizer", "beta2", Type::Float},
-    {"optimizer", "eps", Type::Float},
-    {"data", "train", Type::String},
-    {"data", "valid", Type::String},
-    {"checkpoint", "dir", Type::String},
-    {"checkpoint", "interval", Type::Integer},
-    {"checkpoint", "keep", Type::Integer},
-    {"checkpoint", "resume", Type::Boolean},
-    {"run", "dir", Type::String},
-};
+// ---- the schema (io/deck_keys.hpp) ------------------------------------------------------------
 
 bool is_section(std::string_view s) {
-  return std::find(std::begin(kSectionOrder), std::end(kSectionOrder), s) !=
-         std::end(kSectionOrder);
-}
-
-const KeyDef* find_key(std::string_view section, std::string_view key) {
-  for (const KeyDef& k : kKeys)
-    if (k.section == section && k.key == key) return &k;
-  return nullptr;
+  const auto& sections = deck_sections();
+  return std::find(sections.begin(), sections.end(), s) != sections.end();
 }
 
 std::string full_name(std::string_view section, std::string_view key) {
@@ -153,15 +63,19 @@ std::string full_name(std::string_view section, std::string_view key) {
 
 std::string keys_of(std::string_view section) {
   std::vector<std::string> names;
-  for (const KeyDef& k : kKeys)
+  for (const DeckKey& k : deck_keys())
     if (k.section == section) names.emplace_back(k.key);
   return join(names, ", ");
 }
 
 std::string section_list() {
   std::vector<std::string> names;
-  for (std::string_view s : kSectionOrder) names.push_back("[" + std::string(s) + "]");
+  for (std::string_view s : deck_sections()) names.push_back("[" + std::string(s) + "]");
   return join(names, ", ");
+}
+
+bool is_text(const DeckKey& k) {
+  return k.type() == KeyType::String || k.type() == KeyType::Path;
 }
 
 // ---- "did you mean" ----------------------------------------------------------------------------
@@ -197,13 +111,13 @@ constexpr std::size_t kMaxSuggestDistance = 2;
 std::string suggest_key(std::string_view section, std::string_view key) {
   std::string best;
   std::size_t best_d = kMaxSuggestDistance + 1;
-  for (const KeyDef& k : kKeys) {
+  for (const DeckKey& k : deck_keys()) {
     if (k.section != section) continue;
     const std::size_t d = edit_distance(key, k.key);
     if (d < best_d) best_d = d, best = full_name(k.section, k.key);
   }
   if (!best.empty()) return best;
-  for (const KeyDef& k : kKeys)
+  for (const DeckKey& k : deck_keys())
     if (edit_distance(key, k.key) == 0) return full_name(k.section, k.key);
   return {};
 }
@@ -212,7 +126,7 @@ std::string suggest_key(std::string_view section, std::string_view key) {
 std::string suggest_any_key(std::string_view key) {
   std::string best;
   std::size_t best_d = kMaxSuggestDistance + 1;
-  for (const KeyDef& k : kKeys) {
+  for (const DeckKey& k : deck_keys()) {
     const std::size_t d = edit_distance(key, k.key);
     if (d < best_d) best_d = d, best = full_name(k.section, k.key);
   }
@@ -222,7 +136,7 @@ std::string suggest_any_key(std::string_view key) {
 std::string suggest_section(std::string_view section) {
   std::string best;
   std::size_t best_d = kMaxSuggestDistance + 1;
-  for (std::string_view s : kSectionOrder) {
+  for (std::string_view s : deck_sections()) {
     const std::size_t d = edit_distance(section, s);
     if (d < best_d) best_d = d, best = std::string(s);
   }
@@ -231,60 +145,8 @@ std::string suggest_section(std::string_view section) {
 
 // ---- showing values ----------------------------------------------------------------------------
 
-// TOML float text that reads back to the same double (fmt's shortest round-trip form), always
-// recognisable as a float: 1.0 not 1.
-std::string toml_float(double v) {
-  if (std::isnan(v)) return "nan";
-  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
-  std::string s = fmt::format("{}", v);
-  if (s.find_first_of(".eE") == std::string::npos) s += ".0";
-  return s;
-}
-
-// `v` to 15 significant decimal digits, so that a derived value is the double its decimal text
-// names (3e-3 / 10 is 3.0000000000000003e-4 in binary; this gives 3e-4).
-double round_decimal(double v) {
-  if (!std::isfinite(v)) return v;
-  const std::string text = fmt::format("{:.15g}", v);
-  double out = v;
-  std::from_chars(text.data(), text.data() + text.size(), out);
-  return out;
-}
-
 // A number inside a sentence ("expected a number > 0"): no forced ".0".
 std::string plain_number(double v) { return fmt::format("{}", v); }
-
-// TOML basic string: double quotes, escapes for backslash, quote and control characters.
-std::string toml_string(std::string_view s) {
-  std::string out = "\"";
-  for (char c : s) {
-    const auto u = static_cast<unsigned char>(c);
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      default:
-        if (u < 0x20 || u == 0x7f)
-          out += fmt::format("\\u{:04X}", static_cast<unsigned>(u));
-        else
-          out += c;
-    }
-  }
-  out += '"';
-  return out;
-}
 
 std::string show(const toml::node& n) {
   if (auto v = n.as_integer()) return std::to_string(v->get());
@@ -349,11 +211,12 @@ struct Problem {
 
 // One deck key: the value given for it (from the file or a --set), if any.
 struct Field {
-  const KeyDef* def = nullptr;
+  const DeckKey* def = nullptr;
   const toml::node* node = nullptr;  // nullptr: not given, the default applies
   Origin origin;
   bool ok = true;            // the given value passed its own checks (or is the default)
   std::string default_note;  // how the default was derived, for messages ("4 * model.hidden")
+  std::string out_of_range;  // a --set number no TOML number holds ("1e999"), as typed
 };
 
 // A term in a cross-key rule (divisibility, ordering).
@@ -368,7 +231,7 @@ class DeckReader {
   DeckReader(std::string source, const std::string& base_dir)
       : source_(std::move(source)), cwd_(fs::current_path()) {
     deck_dir_ = base_dir.empty() ? cwd_ : fs::absolute(fs::path(base_dir)).lexically_normal();
-    for (const KeyDef& k : kKeys) {
+    for (const DeckKey& k : deck_keys()) {
       Field f;
       f.def = &k;
       f.origin = Origin{From::Default, source_, 0};
@@ -391,25 +254,21 @@ class DeckReader {
   }
   void bad(Field& f, const std::string& expected) {
     f.ok = false;
-    add_problem(f.origin, fmt::format("{} = {}: expected {}", full_name(f.def->section, f.def->key),
-                                      show(*f.node), expected));
+    add_problem(f.origin, fmt::format("{} = {}: expected {}", f.def->name(),
+                                      f.out_of_range.empty() ? show(*f.node) : f.out_of_range,
+                                      expected));
   }
 
-  void read_int(std::string_view section, std::string_view key, int& out, std::int64_t lo,
-                std::optional<std::int64_t> hi = std::nullopt, std::string_view note = {});
-  void read_seed(std::uint64_t& out);
-  void read_float(std::string_view section, std::string_view key, double& out, double lo,
-                  bool lo_inclusive, std::optional<double> hi_exclusive = std::nullopt,
-                  std::string_view note = {});
-  void read_bool(std::string_view section, std::string_view key, bool& out);
-  bool read_string(std::string_view section, std::string_view key, std::string& out);
-  void read_choice(std::string_view section, std::string_view key, std::string& out,
-                   const std::vector<std::string_view>& implemented,
-                   const std::vector<std::string_view>& planned);
-  bool read_path(std::string_view section, std::string_view key, std::string& out,
-                 bool allow_empty);
+  void read_key(const DeckKey& k, Deck& d);
+  template <class Int>
+  void read_int(Field& f, const IntRange& r, Int& out);
+  void read_float(Field& f, const NumberRange& r, double& out);
+  void read_bool(Field& f, bool& out);
+  bool read_string(Field& f, std::string& out);
+  void read_choice(Field& f, const Choice& c, std::string& out);
+  bool read_path(Field& f, const PathRule& r, std::string& out);
   std::string resolve(const std::string& path, const Field& f) const;
-  void check_data_file(std::string_view key, const std::string& resolved);
+  void check_data_file(Field& f, const std::string& resolved);
 
   // Cross-key rules. The message is reported against the key most likely to have been changed
   // on purpose: a --set over a file value over a default.
@@ -450,22 +309,43 @@ class DeckReader {
 
 // ---- overrides ---------------------------------------------------------------------------------
 
+// A --set value TOML could not read that is still a number, only one TOML cannot hold (1e999,
+// 99999999999999999999): reported as out of range rather than taken as a string.
+bool is_unrepresentable_number(std::string_view text) {
+  std::string digits;
+  for (char c : text)
+    if (c != '_') digits += c;
+  if (!digits.empty() && digits[0] == '+') digits.erase(0, 1);
+  if (digits.empty()) return false;
+  double x = 0;
+  const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), x);
+  return end == digits.data() + digits.size() &&
+         (ec == std::errc() || ec == std::errc::result_out_of_range);
+}
+
 void DeckReader::apply_overrides(const std::vector<std::string>& overrides) {
   for (std::size_t i = 0; i < overrides.size(); ++i) {
     const std::string& text = overrides[i];
     Origin origin{From::Override, "--set " + text, i};
+    auto malformed = [&](const std::string& why) {
+      add_problem(origin, "expected section.key=value (malformed --set argument: " + why + ")");
+    };
     const auto eq = text.find('=');
     if (eq == std::string::npos) {
-      add_problem(origin, "expected section.key=value (no '=' found)");
+      malformed("no '=' found");
       continue;
     }
     const std::string lhs = trim(std::string_view(text).substr(0, eq));
     const std::string rhs = trim(std::string_view(text).substr(eq + 1));
+    if (lhs.empty()) {
+      malformed("no section.key before '='");
+      continue;
+    }
     const auto dot = lhs.find('.');
     if (dot == std::string::npos || dot == 0) {
       const std::string hint = suggest_any_key(dot == 0 ? lhs.substr(1) : lhs);
-      add_problem(origin, fmt::format("expected section.key=value, but '{}' names no section{}",
-                                      lhs, hint.empty() ? "" : " (did you mean " + hint + "?)"));
+      malformed(fmt::format("'{}' has no section{}", lhs,
+                            hint.empty() ? "" : "; did you mean " + hint + "?"));
       continue;
     }
     const std::string section = lhs.substr(0, dot), key = lhs.substr(dot + 1);
@@ -476,7 +356,7 @@ void DeckReader::apply_overrides(const std::vector<std::string>& overrides) {
                                       section_list()));
       continue;
     }
-    const KeyDef* def = find_key(section, key);
+    const DeckKey* def = find_deck_key(section, key);
     if (!def) {
       const std::string hint = suggest_key(section, key);
       add_problem(origin, fmt::format("unknown key {}{}: [{}] has {}", lhs,
@@ -491,7 +371,7 @@ void DeckReader::apply_overrides(const std::vector<std::string>& overrides) {
     try {
       toml::table t = toml::parse("v = " + rhs, std::string_view{"--set"});
       if (t.size() == 1 && t.contains("v")) {
-        parsed = def->type != Type::String || t.get("v")->is_string();
+        parsed = !is_text(*def) || t.get("v")->is_string();
         if (parsed) *holder = std::move(t);
       }
     } catch (const toml::parse_error&) {
@@ -501,6 +381,8 @@ void DeckReader::apply_overrides(const std::vector<std::string>& overrides) {
     Field& f = fields_.at(lhs);
     f.node = holder->get("v");
     f.origin = origin;
+    f.out_of_range.clear();
+    if (!parsed && !is_text(*def) && is_unrepresentable_number(rhs)) f.out_of_range = rhs;
     override_values_.push_back(std::move(holder));
   }
 }
@@ -540,7 +422,7 @@ void DeckReader::scan_file() {
       for (auto&& [key_name, value] : *table) {
         const std::string_view key = key_name.str();
         const std::string name_full = full_name(sec, key);
-        if (!find_key(sec, key)) {
+        if (!find_deck_key(sec, key)) {
           const std::string hint = suggest_key(sec, key);
           add_problem(at(value),
                       fmt::format("{} = {}: expected a known [{}] key, one of {} (unknown key{})",
@@ -570,27 +452,39 @@ void DeckReader::scan_file() {
 
 // ---- typed reads -------------------------------------------------------------------------------
 
-// ">= lo" for sizes (which must still fit in an int), "in [lo, hi]" for explicit ranges.
-std::string int_range(std::int64_t lo, std::optional<std::int64_t> hi) {
-  if (!hi) return fmt::format(">= {}", lo);
-  return fmt::format("in [{}, {}]", lo, *hi);
+// ">= lo" for sizes (which must still fit in the member), "in [lo, hi]" for explicit ranges.
+std::string int_range(const IntRange& r) {
+  if (!r.hi) return fmt::format(">= {}", r.lo);
+  return fmt::format("in [{}, {}]", r.lo, *r.hi);
 }
 
-void DeckReader::read_int(std::string_view section, std::string_view key, int& out, std::int64_t lo,
-                          std::optional<std::int64_t> hi, std::string_view note) {
-  Field& f = field(section, key);
-  if (!f.node) return;
-  const std::string suffix = note.empty() ? "" : " " + std::string(note);
+std::string with_note(std::string text, std::string_view note) {
+  if (!note.empty()) text += " " + std::string(note);
+  return text;
+}
+
+template <class Int>
+void DeckReader::read_int(Field& f, const IntRange& r, Int& out) {
+  const std::string range = with_note(int_range(r), r.note);
+  if (!f.out_of_range.empty()) {
+    bad(f, fmt::format("an integer {} ({} is out of the range of a 64-bit integer)", range,
+                       f.out_of_range));
+    return;
+  }
   if (const auto* v = f.node->as_integer()) {
     const std::int64_t x = v->get();
-    const std::int64_t top = hi.value_or(kIntMax);
-    if (x < lo || x > top) {
-      std::string range = int_range(lo, hi);
-      if (x > top && !hi) range += fmt::format(" and <= {}", top);
-      bad(f, "an integer " + range + suffix);
+    constexpr auto type_max = std::numeric_limits<Int>::max();
+    const std::int64_t top =
+        r.hi.value_or(type_max > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())
+                          ? std::numeric_limits<std::int64_t>::max()
+                          : static_cast<std::int64_t>(type_max));
+    if (x < r.lo || x > top) {
+      std::string text = int_range(r);
+      if (x > top && !r.hi) text += fmt::format(" and <= {}", top);
+      bad(f, "an integer " + with_note(text, r.note));
       return;
     }
-    out = static_cast<int>(x);
+    out = static_cast<Int>(x);
     return;
   }
   std::string got = "got " + type_phrase(*f.node);
@@ -599,30 +493,21 @@ void DeckReader::read_int(std::string_view section, std::string_view key, int& o
     if (std::isfinite(x) && x == std::floor(x) && std::fabs(x) < 9e15)
       got += fmt::format("; write {:.0f} for an integer", x);
   }
-  bad(f, "an integer " + int_range(lo, hi) + suffix + " (" + got + ")");
+  bad(f, "an integer " + range + " (" + got + ")");
 }
 
-void DeckReader::read_seed(std::uint64_t& out) {
-  Field& f = field("training", "seed");
-  if (!f.node) return;
-  if (const auto* v = f.node->as_integer(); v && v->get() >= 0) {
-    out = static_cast<std::uint64_t>(v->get());
+void DeckReader::read_float(Field& f, const NumberRange& r, double& out) {
+  const std::string range = with_note(
+      r.hi_exclusive ? fmt::format("in {}{}, {})", r.lo_inclusive ? "[" : "(", plain_number(r.lo),
+                                   plain_number(*r.hi_exclusive))
+                     : fmt::format("{} {}", r.lo_inclusive ? ">=" : ">", plain_number(r.lo)),
+      r.note);
+  if (!f.out_of_range.empty()) {
+    bad(f, fmt::format("a finite number {} ({} is out of range: not a finite 64-bit "
+                       "floating-point number)",
+                       range, f.out_of_range));
     return;
   }
-  bad(f, "a non-negative integer" +
-             (f.node->is_integer() ? std::string() : " (got " + type_phrase(*f.node) + ")"));
-}
-
-void DeckReader::read_float(std::string_view section, std::string_view key, double& out, double lo,
-                            bool lo_inclusive, std::optional<double> hi_exclusive,
-                            std::string_view note) {
-  Field& f = field(section, key);
-  if (!f.node) return;
-  std::string range = hi_exclusive
-                          ? fmt::format("in {}{}, {})", lo_inclusive ? "[" : "(", plain_number(lo),
-                                        plain_number(*hi_exclusive))
-                          : fmt::format("{} {}", lo_inclusive ? ">=" : ">", plain_number(lo));
-  if (!note.empty()) range += " " + std::string(note);
   std::optional<double> x;
   if (const auto* v = f.node->as_floating_point()) x = v->get();
   if (const auto* v = f.node->as_integer()) x = static_cast<double>(v->get());
@@ -630,8 +515,8 @@ void DeckReader::read_float(std::string_view section, std::string_view key, doub
     bad(f, "a number " + range + " (got " + type_phrase(*f.node) + ")");
     return;
   }
-  const bool in_range = std::isfinite(*x) && (lo_inclusive ? *x >= lo : *x > lo) &&
-                        (!hi_exclusive || *x < *hi_exclusive);
+  const bool in_range = std::isfinite(*x) && (r.lo_inclusive ? *x >= r.lo : *x > r.lo) &&
+                        (!r.hi_exclusive || *x < *r.hi_exclusive);
   if (!in_range) {
     bad(f, (std::isfinite(*x) ? "a number " : "a finite number ") + range);
     return;
@@ -639,9 +524,7 @@ void DeckReader::read_float(std::string_view section, std::string_view key, doub
   out = *x;
 }
 
-void DeckReader::read_bool(std::string_view section, std::string_view key, bool& out) {
-  Field& f = field(section, key);
-  if (!f.node) return;
+void DeckReader::read_bool(Field& f, bool& out) {
   if (const auto* v = f.node->as_boolean()) {
     out = v->get();
     return;
@@ -649,9 +532,7 @@ void DeckReader::read_bool(std::string_view section, std::string_view key, bool&
   bad(f, "true or false (got " + type_phrase(*f.node) + ")");
 }
 
-bool DeckReader::read_string(std::string_view section, std::string_view key, std::string& out) {
-  Field& f = field(section, key);
-  if (!f.node) return false;
+bool DeckReader::read_string(Field& f, std::string& out) {
   if (const auto* v = f.node->as_string()) {
     out = v->get();
     return true;
@@ -660,18 +541,17 @@ bool DeckReader::read_string(std::string_view section, std::string_view key, std
   return false;
 }
 
-void DeckReader::read_choice(std::string_view section, std::string_view key, std::string& out,
-                             const std::vector<std::string_view>& implemented,
-                             const std::vector<std::string_view>& planned) {
+void DeckReader::read_choice(Field& f, const Choice& c, std::string& out) {
   std::string s;
-  if (!read_string(section, key, s)) return;
-  Field& f = field(section, key);
+  if (!read_string(f, s)) return;
+  const auto& implemented = c.implemented;
+  const auto& planned = c.planned;
   if (std::find(implemented.begin(), implemented.end(), s) != implemented.end()) {
     out = s;
     return;
   }
   std::vector<std::string> valid;
-  for (std::string_view c : implemented) valid.push_back(toml_string(c));
+  for (std::string_view v : implemented) valid.push_back(toml_string(v));
   const std::string valid_text = valid.size() == 1 ? valid[0] : "one of " + join(valid, ", ");
   if (std::find(planned.begin(), planned.end(), s) != planned.end()) {
     bad(f, fmt::format("{}: {} is not implemented yet (planned)", valid_text, toml_string(s)));
@@ -679,13 +559,13 @@ void DeckReader::read_choice(std::string_view section, std::string_view key, std
   }
   std::string hint, planned_text;
   std::size_t best_d = kMaxSuggestDistance + 1;
-  for (std::string_view c : implemented) {
-    const std::size_t d = edit_distance(s, c);
-    if (d < best_d) best_d = d, hint = toml_string(c);
+  for (std::string_view v : implemented) {
+    const std::size_t d = edit_distance(s, v);
+    if (d < best_d) best_d = d, hint = toml_string(v);
   }
   if (!planned.empty()) {
     std::vector<std::string> p;
-    for (std::string_view c : planned) p.push_back(toml_string(c));
+    for (std::string_view v : planned) p.push_back(toml_string(v));
     planned_text = fmt::format("; {} planned", join(p, " and "));
   }
   bad(f, fmt::format("{}{}{}", valid_text, planned_text,
@@ -702,13 +582,16 @@ std::string DeckReader::resolve(const std::string& path, const Field& f) const {
   return p.string();
 }
 
-bool DeckReader::read_path(std::string_view section, std::string_view key, std::string& out,
-                           bool allow_empty) {
+bool DeckReader::read_path(Field& f, const PathRule& r, std::string& out) {
   std::string s;
-  if (!read_string(section, key, s)) return false;
-  Field& f = field(section, key);
+  if (!read_string(f, s)) return false;
+  if (s.find('\0') != std::string::npos) {
+    // The operating system would see the path end at the NUL: another file than the one named.
+    bad(f, "a path without NUL characters (a file name cannot contain NUL)");
+    return false;
+  }
   if (s.empty()) {
-    if (allow_empty) {
+    if (r.allow_empty) {
       out.clear();
       return true;
     }
@@ -719,27 +602,57 @@ bool DeckReader::read_path(std::string_view section, std::string_view key, std::
   return true;
 }
 
-void DeckReader::check_data_file(std::string_view key, const std::string& resolved) {
-  Field& f = field("data", key);
+void DeckReader::check_data_file(Field& f, const std::string& resolved) {
   std::vector<std::string> why;
-  const fs::path p(resolved);
-  std::error_code ec;
-  const auto st = fs::status(p, ec);
-  if (!fs::exists(st)) {
-    why.emplace_back("does not exist");
-  } else if (fs::is_directory(st)) {
-    why.emplace_back("is a directory");
-  } else {
-    std::ifstream in(p, std::ios::binary);
-    if (!in) why.emplace_back("cannot be opened for reading");
-  }
-  const std::string ext = p.extension().string();
+  if (std::string problem = regular_file_problem(resolved); !problem.empty())
+    why.push_back(std::move(problem));
+  const std::string ext = fs::path(resolved).extension().string();
   if (ext != ".txt" && ext != ".bin")
-    why.push_back(ext.empty() ? "has no extension" : "ends in " + ext);
+    why.push_back(ext.empty() ? "has no extension" : "ends in " + display_path(ext));
   if (why.empty()) return;
   bad(f, fmt::format("an existing, readable .txt (byte-level tokens) or .bin (llm.c token shard) "
-                     "file, but {} {}",
-                     resolved, join(why, " and ")));
+                     "regular file, but {} {}",
+                     display_path(resolved), join(why, " and ")));
+}
+
+// The key's value as given (its own checks), into its member of `d`; a key not given keeps the
+// default already in `d`, resolved when it is a path.
+void DeckReader::read_key(const DeckKey& k, Deck& d) {
+  Field& f = fields_.at(k.name());
+  if (!f.node) {
+    if (std::holds_alternative<Required>(k.default_value)) {
+      add_problem(Origin{From::Default, source_, 0},
+                  fmt::format("{} is required: {}", k.name(), k.doc));
+      f.ok = false;
+    } else if (k.type() == KeyType::Path) {
+      visit_member(d, k, [&](auto& m) {
+        if constexpr (std::is_same_v<std::decay_t<decltype(m)>, std::string>)
+          if (!m.empty()) m = resolve(m, f);
+      });
+    }
+    return;
+  }
+  visit_member(d, k, [&](auto& m) {
+    using Member = std::decay_t<decltype(m)>;
+    std::visit(
+        [&](const auto& rule) {
+          using Rule = std::decay_t<decltype(rule)>;
+          if constexpr (std::is_same_v<Rule, IntRange>) {
+            if constexpr (std::is_integral_v<Member> && !std::is_same_v<Member, bool>)
+              read_int(f, rule, m);
+          } else if constexpr (std::is_same_v<Rule, NumberRange>) {
+            if constexpr (std::is_same_v<Member, double>) read_float(f, rule, m);
+          } else if constexpr (std::is_same_v<Rule, Choice>) {
+            if constexpr (std::is_same_v<Member, std::string>) read_choice(f, rule, m);
+          } else if constexpr (std::is_same_v<Rule, PathRule>) {
+            if constexpr (std::is_same_v<Member, std::string>)
+              if (read_path(f, rule, m) && rule.data_file && !m.empty()) check_data_file(f, m);
+          } else if constexpr (std::is_same_v<Member, bool>) {
+            read_bool(f, m);
+          }
+        },
+        k.rule);
+  });
 }
 
 // ---- cross-key rules ---------------------------------------------------------------------------
@@ -794,17 +707,12 @@ void DeckReader::check_not_above(const Term& low, const Term& high, std::string_
 // ---- assembling the Deck -----------------------------------------------------------------------
 
 Deck DeckReader::build() {
-  Deck d;
+  Deck d;  // every key at its default
   d.source = source_;
+  for (const DeckKey& k : deck_keys()) read_key(k, d);
 
+  // Defaults derived from other keys' values.
   ModelConfig& m = d.model;
-  read_int("model", "layers", m.layers, 1);
-  read_int("model", "hidden", m.hidden, 1);
-  read_int("model", "heads", m.heads, 1);
-  read_int("model", "ffn_hidden", m.ffn_hidden, 1, std::nullopt,
-           "(leave it out for the default 4 * model.hidden)");
-  read_int("model", "seq_length", m.seq_length, 1);
-  read_int("model", "vocab_size", m.vocab_size, 2, kIntMax);
   Field& ffn = field("model", "ffn_hidden");
   if (!ffn.node) {
     ffn.default_note = "4 * model.hidden";
@@ -820,65 +728,15 @@ Deck DeckReader::build() {
       m.ffn_hidden = static_cast<int>(f4);
     }
   }
-
-  ParallelConfig& p = d.parallel;
-  read_int("parallel", "tensor", p.tensor, 1);
-  read_int("parallel", "pipeline", p.pipeline, 1);
-  read_int("parallel", "data", p.data, 1);
-
-  TrainingConfig& t = d.training;
-  read_int("training", "global_batch", t.global_batch, 1);
-  read_int("training", "micro_batch", t.micro_batch, 1);
-  read_int("training", "steps", t.steps, 1);
-  read_seed(t.seed);
-  read_choice("training", "precision", t.precision, {"fp32"}, {"bf16", "fp16"});
-  read_float("training", "grad_clip", t.grad_clip, 0.0, true, std::nullopt, "(0 = off)");
-  read_int("training", "log_interval", t.log_interval, 1);
-  read_int("training", "eval_interval", t.eval_interval, 0, std::nullopt, "(0 = never)");
-  read_int("training", "eval_windows", t.eval_windows, 1);
-
   OptimizerConfig& o = d.optimizer;
-  read_float("optimizer", "lr", o.lr, 0.0, false);
-  read_float("optimizer", "min_lr", o.min_lr, 0.0, true);
   if (Field& min_lr = field("optimizer", "min_lr"); !min_lr.node) {
     o.min_lr = round_decimal(o.lr / 10);  // 10 % of the peak (GPT-3), whatever lr is
     min_lr.default_note = "optimizer.lr / 10";
   }
-  read_int("optimizer", "warmup_steps", o.warmup_steps, 0);
-  read_choice("optimizer", "decay", o.decay, {"cosine", "linear", "constant"}, {});
-  read_float("optimizer", "weight_decay", o.weight_decay, 0.0, true);
-  read_float("optimizer", "beta1", o.beta1, 0.0, true, 1.0);
-  read_float("optimizer", "beta2", o.beta2, 0.0, true, 1.0);
-  read_float("optimizer", "eps", o.eps, 0.0, false);
-
-  // Paths. Defaults are resolved as if written in the deck (relative to its folder).
-  Field& train = field("data", "train");
-  if (!train.node) {
-    add_problem(Origin{From::Default, source_, 0},
-                "data.train is required: the training data, a .txt file (byte-level tokens) or "
-                "a .bin llm.c token shard, relative to the deck's folder");
-    train.ok = false;
-  } else if (read_path("data", "train", d.data.train, false)) {
-    check_data_file("train", d.data.train);
-  }
-  if (field("data", "valid").node && read_path("data", "valid", d.data.valid, true) &&
-      !d.data.valid.empty())
-    check_data_file("valid", d.data.valid);
-
-  Field& run_dir = field("run", "dir");
-  if (!run_dir.node)
-    d.run.dir = resolve(d.run.dir, run_dir);
-  else
-    read_path("run", "dir", d.run.dir, false);
-  Field& ckpt_dir = field("checkpoint", "dir");
-  if (!ckpt_dir.node)
+  if (!field("checkpoint", "dir").node)
     d.checkpoint.dir = (fs::path(d.run.dir) / "checkpoints").string();
-  else
-    read_path("checkpoint", "dir", d.checkpoint.dir, false);
-  read_int("checkpoint", "interval", d.checkpoint.interval, 0, std::nullopt,
-           "(0 = only at the end)");
-  read_int("checkpoint", "keep", d.checkpoint.keep, 1);
-  read_bool("checkpoint", "resume", d.checkpoint.resume);
+  const ParallelConfig& p = d.parallel;
+  const TrainingConfig& t = d.training;
 
   // Cross-key rules, only between values that passed their own checks.
   auto term = [this](std::string_view section, std::string_view key, std::int64_t v) {
@@ -967,81 +825,12 @@ Deck load_deck(const std::string& path, const std::vector<std::string>& override
   if (path.empty())
     return parse_impl(std::nullopt, "cannot read deck file: no path given", "<deck>", {},
                       overrides);
-  const fs::path p(path);
-  const std::string base_dir = fs::absolute(p).parent_path().string();
-  std::error_code ec;
-  const auto st = fs::status(p, ec);
-  std::string error;
-  if (!fs::exists(st)) {
-    error = "cannot read deck file: it does not exist";
-  } else if (fs::is_directory(st)) {
-    error = "cannot read deck file: it is a directory";
-  } else {
-    std::ifstream in(p, std::ios::binary);
-    if (in) {
-      const std::string text((std::istreambuf_iterator<char>(in)),
-                             std::istreambuf_iterator<char>());
-      if (!in.bad()) return parse_impl(std::string_view{text}, {}, path, base_dir, overrides);
-    }
-    error = "cannot read deck file: it cannot be opened for reading";
-  }
-  return parse_impl(std::nullopt, error, path, base_dir, overrides);
-}
-
-// ---- writing the resolved deck -----------------------------------------------------------------
-
-std::string Deck::to_toml() const {
-  std::string src;
-  for (char c : source) src += (static_cast<unsigned char>(c) < 0x20) ? ' ' : c;
-  std::string out;
-  auto line = [&out](std::string_view key, const std::string& value) {
-    out += fmt::format("{} = {}\n", key, value);
-  };
-  auto num = [](auto v) { return std::to_string(v); };
-  out += fmt::format(
-      "# tptrain deck resolved from {}: every key, defaults filled in, absolute paths\n",
-      src.empty() ? "<unnamed>" : src);
-  out += "\n[model]\n";
-  line("layers", num(model.layers));
-  line("hidden", num(model.hidden));
-  line("heads", num(model.heads));
-  line("ffn_hidden", num(model.ffn_width()));
-  line("seq_length", num(model.seq_length));
-  line("vocab_size", num(model.vocab_size));
-  out += "\n[parallel]\n";
-  line("tensor", num(parallel.tensor));
-  line("pipeline", num(parallel.pipeline));
-  line("data", num(parallel.data));
-  out += "\n[training]\n";
-  line("global_batch", num(training.global_batch));
-  line("micro_batch", num(training.micro_batch));
-  line("steps", num(training.steps));
-  line("seed", num(training.seed));
-  line("precision", toml_string(training.precision));
-  line("grad_clip", toml_float(training.grad_clip));
-  line("log_interval", num(training.log_interval));
-  line("eval_interval", num(training.eval_interval));
-  line("eval_windows", num(training.eval_windows));
-  out += "\n[optimizer]\n";
-  line("lr", toml_float(optimizer.lr));
-  line("min_lr", toml_float(optimizer.min_lr));
-  line("warmup_steps", num(optimizer.warmup_steps));
-  line("decay", toml_string(optimizer.decay));
-  line("weight_decay", toml_float(optimizer.weight_decay));
-  line("beta1", toml_float(optimizer.beta1));
-  line("beta2", toml_float(optimizer.beta2));
-  line("eps", toml_float(optimizer.eps));
-  out += "\n[data]\n";
-  line("train", toml_string(data.train));
-  line("valid", toml_string(data.valid));
-  out += "\n[checkpoint]\n";
-  line("dir", toml_string(checkpoint.dir));
-  line("interval", num(checkpoint.interval));
-  line("keep", num(checkpoint.keep));
-  line("resume", checkpoint.resume ? "true" : "false");
-  out += "\n[run]\n";
-  line("dir", toml_string(run.dir));
-  return out;
+  const std::string base_dir = fs::absolute(fs::path(path)).parent_path().string();
+  std::string text;
+  const std::string problem = read_regular_file(path, kMaxDeckBytes, text);
+  if (problem.empty()) return parse_impl(std::string_view{text}, {}, path, base_dir, overrides);
+  return parse_impl(std::nullopt, "cannot read deck file: it " + problem, display_path(path),
+                    base_dir, overrides);
 }
 
 }  // namespace tptrain::io

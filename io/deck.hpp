@@ -10,7 +10,8 @@
 //   --set optimizer.lr=-1: optimizer.lr = -1: expected a number > 0
 //   exp.toml: data.train is required: the training data, a .txt file (byte-level tokens) ...
 //
-// Every key, its default, meaning and valid range is documented in docs/deck-reference.md.
+// Every key, its default, meaning and valid range is one table, io/deck_keys.hpp/.cpp, documented
+// in docs/deck-reference.md.
 // Relative paths written in a deck file are relative to the deck file's own folder; paths given
 // with --set are relative to the current working directory. A loaded Deck holds absolute,
 // lexically normalised paths.
@@ -25,16 +26,22 @@
 #include <string_view>
 #include <vector>
 
+#include "io/path_text.hpp"  // display_path(), for messages that name a deck
+
 namespace tptrain::io {
+
+// The sections of a deck. Members are zero until a Deck is constructed: the defaults, the valid
+// ranges and the meaning of every key are in one table, io/deck_keys.cpp (and
+// docs/deck-reference.md).
 
 // [model]: GPT-2 shape.
 struct ModelConfig {
-  int layers = 4;        // transformer blocks
-  int hidden = 128;      // H, model width
-  int heads = 4;         // attention heads; head_dim = hidden / heads
-  int ffn_hidden = 0;    // F, MLP width; 0 -> 4 * hidden (a loaded deck holds the resolved value)
-  int seq_length = 128;  // S, tokens per sequence (context length)
-  int vocab_size = 256;  // V, logical vocabulary (256 for byte-level .txt data)
+  int layers{};
+  int hidden{};      // H
+  int heads{};       // head_dim = hidden / heads
+  int ffn_hidden{};  // F; 0 -> 4 * hidden (a loaded deck holds the resolved value)
+  int seq_length{};  // S
+  int vocab_size{};  // V, logical vocabulary
 
   int head_dim() const;   // hidden / heads
   int ffn_width() const;  // ffn_hidden, or 4 * hidden when ffn_hidden == 0 (unresolved)
@@ -42,58 +49,62 @@ struct ModelConfig {
 
 // [parallel]: world = tensor * pipeline * data ranks.
 struct ParallelConfig {
-  int tensor = 1;
-  int pipeline = 1;
-  int data = 1;
+  int tensor{};
+  int pipeline{};
+  int data{};
 
   int world_size() const;  // tensor * pipeline * data
 };
 
 // [training]
 struct TrainingConfig {
-  int global_batch = 16;      // sequences per optimizer step, over all data-parallel ranks
-  int micro_batch = 4;        // sequences per forward/backward on one data-parallel rank
-  int steps = 300;            // optimizer steps
-  std::uint64_t seed = 1234;  // initial weights and data order (layout independent)
-  std::string precision = "fp32";
-  double grad_clip = 1.0;   // global gradient-norm clip; 0 = off
-  int log_interval = 10;    // steps between metric lines
-  int eval_interval = 100;  // steps between evaluations; 0 = never
-  int eval_windows = 16;    // validation windows of seq_length tokens per evaluation
+  int global_batch{};
+  int micro_batch{};
+  int steps{};
+  std::uint64_t seed{};
+  std::string precision;
+  double grad_clip{};
+  int log_interval{};
+  int eval_interval{};
+  int eval_windows{};
 };
 
 // [optimizer]: AdamW, linear warmup then decay to min_lr.
 struct OptimizerConfig {
-  double lr = 3e-3;
-  double min_lr = 3e-4;  // a deck that leaves it out gets lr / 10
-  int warmup_steps = 30;
-  std::string decay = "cosine";  // "cosine", "linear" or "constant"
-  double weight_decay = 0.1;
-  double beta1 = 0.9;
-  double beta2 = 0.95;
-  double eps = 1e-8;
+  double lr{};
+  double min_lr{};
+  int warmup_steps{};
+  std::string decay;
+  double weight_decay{};
+  double beta1{};
+  double beta2{};
+  double eps{};
 };
 
 // [data]: .txt (byte-level tokens) or .bin (llm.c token shard).
 struct DataConfig {
-  std::string train;  // required
-  std::string valid;  // optional: "" = no validation set
+  std::string train;
+  std::string valid;  // "" = no validation set
 };
 
 // [checkpoint]
 struct CheckpointConfig {
-  std::string dir = "runs/default/checkpoints";  // default: <run.dir>/checkpoints
-  int interval = 0;                              // steps between checkpoints; 0 = only at the end
-  int keep = 3;                                  // newest checkpoints kept on disk
-  bool resume = false;  // continue from the newest checkpoint in dir, if there is one
+  std::string dir;
+  int interval{};
+  int keep{};
+  bool resume{};
 };
 
 // [run]
 struct RunConfig {
-  std::string dir = "runs/default";  // metrics.jsonl and other run outputs
+  std::string dir;
 };
 
 struct Deck {
+  // Every key at its default (derived defaults from the other defaults: min_lr = lr / 10,
+  // checkpoint.dir = run.dir/checkpoints; ffn_hidden stays 0, "4 * hidden"); data.train empty.
+  Deck();
+
   ModelConfig model;
   ParallelConfig parallel;
   TrainingConfig training;
@@ -105,10 +116,13 @@ struct Deck {
 
   int grad_accum_steps() const;  // global_batch / (micro_batch * data)
 
-  // The resolved deck: every section and key in DESIGN.md order, defaults filled in, paths
+  // The resolved deck: every section and key in table order, defaults filled in, paths
   // absolute. Valid TOML that load_deck()/parse_deck() accept and that parses back to an equal
   // Deck (operator== below).
   std::string to_toml() const;
+  // The same as one line of JSON: {"model.layers": 4, ..., "run.dir": "...", "ranks": 2}, where
+  // "ranks" is tensor * pipeline * data.
+  std::string to_json() const;
 };
 
 // Equality of settings. Deck equality ignores `source` (where the settings came from, not what
@@ -133,7 +147,10 @@ class DeckError : public std::runtime_error {
   std::vector<std::string> problems_;
 };
 
-// Reads the deck file at `path`, applies `overrides` ("section.key=value", as given to --set),
+// Decks larger than this are refused before they are read (a deck is a few kilobytes).
+inline constexpr std::uint64_t kMaxDeckBytes = 1u << 20;
+
+// Reads the deck file at `path` (a regular file of at most kMaxDeckBytes), applies `overrides` ("section.key=value", as given to --set),
 // validates, resolves paths. Throws DeckError listing every problem.
 Deck load_deck(const std::string& path, const std::vector<std::string>& overrides = {});
 

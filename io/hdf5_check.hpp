@@ -1,11 +1,18 @@
-// HDF5 error handling and attribute readers for tptrain's HDF5 code: the parallel checkpoint
-// handler (io/checkpoint_file.cpp) and the serial checkpoint inspector (io/inspect.cpp).
+// HDF5 error handling for tptrain's HDF5 code: the parallel checkpoint handler
+// (io/checkpoint_file.cpp and its parts) and the serial checkpoint inspector (io/inspect.cpp).
+// Attribute readers and writers are in io/hdf5_attributes.hpp.
 //
 // Every HDF5 C API call goes through TPTRAIN_H5(status, call, what): when the call returns a
 // negative value (hid_t, herr_t and htri_t all signal failure that way) the first failure is
 // recorded in `status` as
 //
 //   H5Dwrite failed for model/x/weight: <innermost HDF5 message> (checkpoint_file.cpp:312)
+//
+// When the error stack carries the operating system's reason (the sec2 driver's "errno = 28,
+// error message = 'No space left on device'", the MPI-IO driver's "MPI_ERR_ACCESS: permission
+// denied"), it comes first, because that is what a user can act on:
+//
+//   H5Fcreate failed for ck/step_00000002.h5.tmp: permission denied: ck/step_00000002.h5.tmp (...)
 //
 // and the call's value is passed through, so that code reads like the plain C API. Nothing
 // throws here: in a collective phase a rank that failed must still reach the agreement point
@@ -68,7 +75,44 @@ inline std::string error_detail() {
   return innermost;
 }
 
-// "H5Dwrite failed for <what>: <detail> (<file>:<line>)" from the text of the call expression.
+// The operating system's reason for the failure on the default error stack, when HDF5 passed
+// it on: the errno text of the sec2 driver, or a plain rendering of the MPI-IO error class.
+// MPI_ERR_OTHER ("known error not in list") carries no reason and yields "".
+inline std::string system_reason() {
+  std::string reason;
+  auto visit = [](unsigned, const H5E_error2_t* e, void* out) -> herr_t {
+    auto& r = *static_cast<std::string*>(out);
+    if (!r.empty() || e == nullptr || e->desc == nullptr) return 0;
+    const std::string_view d(e->desc);
+    constexpr std::string_view errno_tag = "error message = '";
+    if (const std::size_t p = d.find(errno_tag); p != std::string_view::npos) {
+      const std::size_t b = p + errno_tag.size(), q = d.find('\'', b);
+      if (q != std::string_view::npos) r = std::string(d.substr(b, q - b));
+      return 0;
+    }
+    static const char* const kMpi[][2] = {
+        {"MPI_ERR_ACCESS", "permission denied"},
+        {"MPI_ERR_NO_SPACE", "No space left on device"},
+        {"MPI_ERR_QUOTA", "Disk quota exceeded"},
+        {"MPI_ERR_NO_SUCH_FILE", "No such file or directory"},
+        {"MPI_ERR_READ_ONLY", "Read-only file system"},
+        {"MPI_ERR_FILE_IN_USE", "file in use"},
+        {"MPI_ERR_BAD_FILE", "bad file name"},
+        {"MPI_ERR_IO", "Input/output error"},
+    };
+    for (const auto& m : kMpi)
+      if (d.find(m[0]) != std::string_view::npos) {
+        r = m[1];
+        return 0;
+      }
+    return 0;
+  };
+  H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, visit, &reason);
+  return reason;
+}
+
+// "H5Dwrite failed for <what>: [<reason>: ]<detail> (<file>:<line>)" from the text of the call
+// expression; a permission problem reads "permission denied: <what>".
 inline std::string failure_message(const char* call_text, std::string_view what, const char* file,
                                    int line) {
   std::string_view call(call_text);
@@ -78,8 +122,16 @@ inline std::string failure_message(const char* call_text, std::string_view what,
   std::string msg(call);
   msg += " failed for ";
   msg += what;
+  const std::string reason = system_reason();
+  if (!reason.empty()) {
+    msg += ": " + reason;
+    if (reason == "permission denied") {
+      msg += ": ";
+      msg += what;
+    }
+  }
   const std::string detail = error_detail();
-  if (!detail.empty()) msg += ": " + detail;
+  if (!detail.empty() && detail != reason) msg += (reason.empty() ? ": " : "; ") + detail;
   msg += " (";
   msg += base != nullptr ? base + 1 : file;
   msg += ":" + std::to_string(line) + ")";
@@ -144,124 +196,5 @@ class Handle {
 // `status` (first error wins). Yields the call's result.
 #define TPTRAIN_H5(status, call, what) \
   ::tptrain::io::h5::checked((status), (call), #call, (what), __FILE__, __LINE__)
-
-// ---- attributes -------------------------------------------------------------------------------
-// Readers of scalar attributes. `where` names the object that holds the attribute in messages
-// ("" for the root group, "/train/" for group /train, ...): "attribute /train/seed is not a
-// single integer". Failures are recorded in `st`; nothing throws.
-
-inline std::string attr_what(std::string_view where, const char* name) {
-  std::string s = "attribute ";
-  s += where;
-  s += name;
-  return s;
-}
-
-inline bool attr_exists(hid_t loc, const char* name, Status& st, std::string_view where = {}) {
-  if (!st.ok()) return false;
-  return TPTRAIN_H5(st, H5Aexists(loc, name), attr_what(where, name)) > 0;
-}
-
-// Opens a scalar attribute of the given class; fails (into st) with a readable message if it
-// is of another class or not a single value. `type` receives the attribute's file type.
-inline Handle open_scalar_attr(hid_t loc, const char* name, H5T_class_t want,
-                               const char* want_text, Handle& type, Status& st,
-                               std::string_view where = {}) {
-  const std::string what = attr_what(where, name);
-  Handle attr(TPTRAIN_H5(st, H5Aopen(loc, name, H5P_DEFAULT), what), H5Aclose);
-  if (!st.ok()) return attr;
-  type = Handle(TPTRAIN_H5(st, H5Aget_type(attr.get()), what), H5Tclose);
-  Handle space(TPTRAIN_H5(st, H5Aget_space(attr.get()), what), H5Sclose);
-  if (!st.ok()) return attr;
-  const H5T_class_t cls = TPTRAIN_H5(st, H5Tget_class(type.get()), what);
-  const hssize_t npoints = TPTRAIN_H5(st, H5Sget_simple_extent_npoints(space.get()), what);
-  if (st.ok() && (cls != want || npoints != 1)) st.fail(what + " is not " + want_text);
-  return attr;
-}
-
-inline std::optional<std::int64_t> read_int_attr(hid_t loc, const char* name, Status& st,
-                                                 std::string_view where = {}) {
-  if (!st.ok()) return std::nullopt;
-  Handle type;
-  Handle attr = open_scalar_attr(loc, name, H5T_INTEGER, "a single integer", type, st, where);
-  std::int64_t value = 0;
-  if (st.ok())
-    TPTRAIN_H5(st, H5Aread(attr.get(), H5T_NATIVE_INT64, &value), attr_what(where, name));
-  if (!st.ok()) return std::nullopt;
-  return value;
-}
-
-// An unsigned 64-bit attribute (a checksum): must be an unsigned integer type of 64 bits or
-// fewer, so that no value is clipped.
-inline std::optional<std::uint64_t> read_u64_attr(hid_t loc, const char* name, Status& st,
-                                                  std::string_view where = {}) {
-  if (!st.ok()) return std::nullopt;
-  const std::string what = attr_what(where, name);
-  Handle type;
-  Handle attr = open_scalar_attr(loc, name, H5T_INTEGER, "a single integer", type, st, where);
-  if (!st.ok()) return std::nullopt;
-  const H5T_sign_t sign = TPTRAIN_H5(st, H5Tget_sign(type.get()), what);
-  if (st.ok() && (sign != H5T_SGN_NONE || H5Tget_size(type.get()) > 8))
-    st.fail(what + " is not an unsigned integer of at most 64 bits");
-  std::uint64_t value = 0;
-  if (st.ok()) TPTRAIN_H5(st, H5Aread(attr.get(), H5T_NATIVE_UINT64, &value), what);
-  if (!st.ok()) return std::nullopt;
-  return value;
-}
-
-inline std::optional<std::string> read_string_attr(hid_t loc, const char* name, Status& st,
-                                                   std::string_view where = {}) {
-  if (!st.ok()) return std::nullopt;
-  const std::string what = attr_what(where, name);
-  Handle type;
-  Handle attr = open_scalar_attr(loc, name, H5T_STRING, "a single string", type, st, where);
-  if (!st.ok()) return std::nullopt;
-  const htri_t variable = TPTRAIN_H5(st, H5Tis_variable_str(type.get()), what);
-  const H5T_cset_t cset = TPTRAIN_H5(st, H5Tget_cset(type.get()), what);
-  if (!st.ok()) return std::nullopt;
-  std::string value;
-  if (variable > 0) {
-    Handle mem(TPTRAIN_H5(st, H5Tcopy(H5T_C_S1), what), H5Tclose);
-    if (st.ok()) TPTRAIN_H5(st, H5Tset_size(mem.get(), H5T_VARIABLE), what);
-    if (st.ok()) TPTRAIN_H5(st, H5Tset_cset(mem.get(), cset), what);
-    char* p = nullptr;
-    if (st.ok()) TPTRAIN_H5(st, H5Aread(attr.get(), mem.get(), &p), what);
-    if (p != nullptr) {
-      value = p;
-      TPTRAIN_H5(st, H5free_memory(p), what);
-    }
-  } else {
-    const std::size_t size = H5Tget_size(type.get());
-    if (size == 0) {
-      st.fail(failure_message("H5Tget_size", what, __FILE__, __LINE__));
-      return std::nullopt;
-    }
-    const H5T_str_t pad = TPTRAIN_H5(st, H5Tget_strpad(type.get()), what);
-    Handle mem(TPTRAIN_H5(st, H5Tcopy(type.get()), what), H5Tclose);
-    std::vector<char> buf(size + 1, '\0');
-    if (st.ok()) TPTRAIN_H5(st, H5Aread(attr.get(), mem.get(), buf.data()), what);
-    value.assign(buf.data(), std::find(buf.data(), buf.data() + size, '\0'));
-    if (pad == H5T_STR_SPACEPAD)
-      while (!value.empty() && value.back() == ' ') value.pop_back();
-  }
-  if (!st.ok()) return std::nullopt;
-  return value;
-}
-
-// Names of the attributes of an object, in increasing name order.
-inline std::vector<std::string> attribute_names(hid_t loc, Status& st, std::string_view where) {
-  std::vector<std::string> names;
-  if (!st.ok()) return names;
-  auto collect = [](hid_t, const char* name, const H5A_info_t*, void* out) -> herr_t {
-    static_cast<std::vector<std::string>*>(out)->emplace_back(name);
-    return 0;
-  };
-  hsize_t idx = 0;
-  const std::string what =
-      std::string("attributes of ") + (where.empty() ? std::string("/") : std::string(where));
-  TPTRAIN_H5(st, H5Aiterate2(loc, H5_INDEX_NAME, H5_ITER_INC, &idx, collect, &names), what);
-  std::sort(names.begin(), names.end());
-  return names;
-}
 
 }  // namespace tptrain::io::h5

@@ -1,5 +1,8 @@
 // tptrain inspect (see inspect.hpp). Serial HDF5 access only: H5Fopen with the default file
-// access property list, which needs no MPI even when the library is the parallel build.
+// access property list, which needs no MPI even when the library is the parallel build. The
+// schema rules and the row-block reader are read_checkpoint's (checkpoint_schema.hpp,
+// checkpoint_checksum.hpp); a ReadWatchdog bounds the time of every step, kicked after each
+// block of data, so a file whose metadata makes libhdf5 loop ends with a message.
 #include "io/inspect.hpp"
 
 #include <fmt/format.h>
@@ -13,12 +16,17 @@
 #include <iostream>
 #include <limits>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "io/checkpoint_checksum.hpp"
 #include "io/checkpoint_file.hpp"
+#include "io/checkpoint_schema.hpp"
+#include "io/hdf5_attributes.hpp"
 #include "io/hdf5_check.hpp"
+#include "io/read_watchdog.hpp"
 
 namespace tptrain::io {
 namespace {
@@ -30,6 +38,8 @@ constexpr std::uint64_t kChunkElements = std::uint64_t{1} << 20;  // per read
 constexpr std::size_t kDeckLines = 12;                             // deck lines shown
 constexpr int kMaxDepth = 64;                                      // group nesting followed
 constexpr std::size_t kListedFailures = 5;                         // in the verdict
+constexpr hsize_t kMaxLinks = hsize_t{1} << 20;                    // per group
+constexpr std::size_t kMaxLinkName = 4096;                         // bytes
 
 // ---- names ------------------------------------------------------------------------------------
 
@@ -82,25 +92,37 @@ bool natural_less(const std::string& a, const std::string& b) {
 }
 
 // Every dataset below `group` (paths relative to the root, no leading slash). Links that cannot
-// be followed are reported in `notes`.
+// be followed, groups seen before (a damaged file can link a group into itself) and names or
+// counts beyond sane bounds are reported in `notes`: each is damage the verdict must show.
 void collect_datasets(hid_t group, const std::string& prefix, int depth,
                       std::vector<std::string>& datasets, std::vector<std::string>& notes,
-                      Status& st) {
+                      std::set<haddr_t>& visited, ReadWatchdog& watchdog, Status& st) {
   const std::string where = prefix.empty() ? std::string("/") : prefix;
   H5G_info_t info;
   if (TPTRAIN_H5(st, H5Gget_info(group, &info), "group " + where) < 0) return;
+  if (info.nlinks > kMaxLinks) {
+    notes.push_back("group " + where + " claims " + std::to_string(info.nlinks) +
+                    " links: the file is corrupt");
+    return;
+  }
   for (hsize_t i = 0; i < info.nlinks; ++i) {
+    watchdog.kick();
     const ssize_t len = TPTRAIN_H5(
         st, H5Lget_name_by_idx(group, ".", H5_INDEX_NAME, H5_ITER_INC, i, nullptr, 0, H5P_DEFAULT),
         "group " + where);
     if (len < 0) return;
+    if (len == 0 || static_cast<std::size_t>(len) > kMaxLinkName) {
+      notes.push_back("group " + where + ": link " + std::to_string(i) + " has a name of " +
+                      std::to_string(len) + " bytes: the file is corrupt");
+      continue;
+    }
     std::vector<char> buf(static_cast<std::size_t>(len) + 1, '\0');
     if (TPTRAIN_H5(st,
                    H5Lget_name_by_idx(group, ".", H5_INDEX_NAME, H5_ITER_INC, i, buf.data(),
                                       buf.size(), H5P_DEFAULT),
                    "group " + where) < 0)
       return;
-    const std::string name(buf.data(), static_cast<std::size_t>(len));
+    const std::string name(buf.data());
     const std::string path = prefix.empty() ? name : prefix + "/" + name;
     Status local;
     Handle obj(TPTRAIN_H5(local, H5Oopen(group, name.c_str(), H5P_DEFAULT), path), H5Oclose);
@@ -112,44 +134,29 @@ void collect_datasets(hid_t group, const std::string& prefix, int depth,
     if (type == H5I_DATASET) {
       datasets.push_back(path);
     } else if (type == H5I_GROUP) {
+      H5O_info_t oinfo;
+      if (TPTRAIN_H5(local, H5Oget_info2(obj.get(), &oinfo, H5O_INFO_BASIC), path) < 0) {
+        notes.push_back(path + ": cannot be described (" + local.error + ")");
+        continue;
+      }
+      if (!visited.insert(oinfo.addr).second) {
+        notes.push_back(path + ": links to a group listed before: the file is corrupt");
+        continue;
+      }
       if (depth >= kMaxDepth) {
         notes.push_back(path + ": groups nested deeper than " + std::to_string(kMaxDepth) +
                         " levels are not listed");
         continue;
       }
-      collect_datasets(obj.get(), path, depth + 1, datasets, notes, st);
+      collect_datasets(obj.get(), path, depth + 1, datasets, notes, visited, watchdog, st);
       if (!st.ok()) return;
+    } else {
+      notes.push_back(path + ": is neither a group nor a dataset");
     }
   }
 }
 
 // ---- values -----------------------------------------------------------------------------------
-
-std::string type_text(hid_t type) {
-  const H5T_class_t cls = H5Tget_class(type);
-  const std::size_t bits = 8 * H5Tget_size(type);
-  std::string s;
-  switch (cls) {
-    case H5T_FLOAT:
-      s = "float" + std::to_string(bits);
-      break;
-    case H5T_INTEGER:
-      s = (H5Tget_sign(type) == H5T_SGN_NONE ? "uint" : "int") + std::to_string(bits);
-      break;
-    case H5T_STRING:
-      return "string";
-    case H5T_COMPOUND:
-      return "compound";
-    case H5T_ARRAY:
-      return "array";
-    case H5T_ENUM:
-      return "enum";
-    default:
-      return "other";
-  }
-  if (H5Tget_order(type) == H5T_ORDER_BE) s += "be";
-  return s;
-}
 
 std::string shape_text(const std::vector<hsize_t>& dims) {
   std::string s = "[";
@@ -160,7 +167,7 @@ std::string shape_text(const std::vector<hsize_t>& dims) {
   return s + "]";
 }
 
-std::string hex64(std::uint64_t v) { return fmt::format("0x{:016x}", v); }
+using detail::hex64;
 
 std::string grouped(std::uint64_t v) {
   std::string digits = std::to_string(v), s;
@@ -179,46 +186,9 @@ std::string size_text(std::uintmax_t bytes) {
   return fmt::format("{:.2f} GiB", kib / 1024 / 1024);
 }
 
-// A one-line description of any attribute's value (scalars in full, arrays by type and size).
-std::string attr_text(hid_t loc, const std::string& name) {
-  Status st;
-  Handle attr(TPTRAIN_H5(st, H5Aopen(loc, name.c_str(), H5P_DEFAULT), name), H5Aclose);
-  if (!st.ok()) return "(unreadable: " + st.error + ")";
-  Handle type(TPTRAIN_H5(st, H5Aget_type(attr.get()), name), H5Tclose);
-  Handle space(TPTRAIN_H5(st, H5Aget_space(attr.get()), name), H5Sclose);
-  if (!st.ok()) return "(unreadable: " + st.error + ")";
-  const H5T_class_t cls = H5Tget_class(type.get());
-  const hssize_t npoints = H5Sget_simple_extent_npoints(space.get());
-  if (npoints != 1) return fmt::format("({} of {} values)", type_text(type.get()), npoints);
-  if (cls == H5T_INTEGER) {
-    if (H5Tget_sign(type.get()) == H5T_SGN_NONE) {
-      std::uint64_t v = 0;
-      if (H5Aread(attr.get(), H5T_NATIVE_UINT64, &v) < 0) return "(unreadable)";
-      return std::to_string(v);
-    }
-    std::int64_t v = 0;
-    if (H5Aread(attr.get(), H5T_NATIVE_INT64, &v) < 0) return "(unreadable)";
-    return std::to_string(v);
-  }
-  if (cls == H5T_FLOAT) {
-    double v = 0;
-    if (H5Aread(attr.get(), H5T_NATIVE_DOUBLE, &v) < 0) return "(unreadable)";
-    return fmt::format("{:.9g}", v);
-  }
-  if (cls == H5T_STRING) {
-    const auto text = h5::read_string_attr(loc, name.c_str(), st);
-    if (!text) return "(unreadable: " + st.error + ")";
-    const std::size_t nl = text->find('\n');
-    if (nl == std::string::npos && text->size() <= 60) return "\"" + *text + "\"";
-    return fmt::format("\"{}...\" ({} bytes)", text->substr(0, std::min<std::size_t>(nl, 40)),
-                       text->size());
-  }
-  return "(" + type_text(type.get()) + ")";
-}
-
 // ---- datasets ---------------------------------------------------------------------------------
 
-enum class Check { kOk, kMismatch, kMissing, kNotFloat, kUnreadable };
+enum class Check { kOk, kMismatch, kMissing, kNotFloat, kNotFloat32, kUnreadable };
 
 struct DatasetReport {
   std::string name, shape, dtype;
@@ -242,6 +212,8 @@ struct DatasetReport {
         return std::string("MISSING (no ") + kChecksumAttribute + " attribute)";
       case Check::kNotFloat:
         return "n/a (not floating-point)";
+      case Check::kNotFloat32:
+        return "n/a (not float32)";
       case Check::kUnreadable:
         break;
     }
@@ -264,10 +236,19 @@ void accumulate(DatasetReport& r, const T* v, std::size_t n) {
   }
 }
 
-DatasetReport inspect_dataset(hid_t file, const std::string& name, std::vector<float>& fbuf,
-                              std::vector<double>& dbuf) {
+// Reads one dataset in blocks of rows (the reader read_checkpoint verifies with), computing the
+// statistics and, for float32, the checksum; the schema's verdict on the dataset comes from
+// open_dataset_checked and stored_checksum, as for a load.
+DatasetReport inspect_dataset(hid_t file, const std::string& name, std::set<std::string>& groups,
+                              std::vector<float>& fbuf, std::vector<double>& dbuf,
+                              ReadWatchdog& watchdog) {
   DatasetReport r;
   r.name = name;
+  std::vector<std::string> problems;
+  Handle checked = detail::open_dataset_checked(file, name, nullptr, groups, problems);
+  std::optional<std::uint64_t> stored;
+  if (checked.valid()) stored = detail::stored_checksum(checked.get(), name, problems);
+
   Status st;
   Handle dset(TPTRAIN_H5(st, H5Dopen2(file, name.c_str(), H5P_DEFAULT), name), H5Dclose);
   Handle type, space;
@@ -282,58 +263,30 @@ DatasetReport inspect_dataset(hid_t file, const std::string& name, std::vector<f
     return r;
   }
   r.shape = shape_text(dims);
-  r.dtype = type_text(type.get());
+  r.dtype = h5::type_text(type.get());
   const H5T_class_t cls = H5Tget_class(type.get());
-  const bool is_float = cls == H5T_FLOAT;
-  r.numeric = is_float || cls == H5T_INTEGER;
+  const bool is_float32 = checked.valid();
+  r.numeric = cls == H5T_FLOAT || cls == H5T_INTEGER;
   r.elements = 1;
   for (hsize_t d : dims) r.elements *= d;
 
-  const htri_t has_sum = H5Aexists(dset.get(), kChecksumAttribute);
-  std::optional<std::uint64_t> stored;
-  if (has_sum > 0) stored = h5::read_u64_attr(dset.get(), kChecksumAttribute, st, name + "/");
-  if (!st.ok()) {
-    r.error = st.error;
-    return r;
-  }
-
   if (r.numeric && r.elements > 0) {
-    // Blocks of whole rows of dimension 0 (a scalar dataset is one block).
-    const std::uint64_t rows = ndims > 0 ? dims[0] : 1;
-    const std::uint64_t row_elements = ndims > 0 ? r.elements / rows : 1;
-    const std::uint64_t chunk_rows = std::max<std::uint64_t>(1, kChunkElements / row_elements);
-    for (std::uint64_t lo = 0; lo < rows && st.ok(); lo += chunk_rows) {
-      const std::uint64_t hi = std::min(rows, lo + chunk_rows);
-      const hsize_t n = static_cast<hsize_t>((hi - lo) * row_elements);
-      Handle mspace;
-      if (ndims > 0) {
-        std::vector<hsize_t> start(dims.size(), 0), count = dims;
-        start[0] = lo;
-        count[0] = hi - lo;
-        TPTRAIN_H5(st,
-                   H5Sselect_hyperslab(space.get(), H5S_SELECT_SET, start.data(), nullptr,
-                                       count.data(), nullptr),
-                   name);
-        mspace = Handle(TPTRAIN_H5(st, H5Screate_simple(1, &n, nullptr), name), H5Sclose);
-      }
-      if (!st.ok()) break;
-      const hid_t ms = ndims > 0 ? mspace.get() : H5S_ALL;
-      const hid_t fs = ndims > 0 ? space.get() : H5S_ALL;
-      if (is_float) {
-        fbuf.resize(n);
-        if (TPTRAIN_H5(st, H5Dread(dset.get(), H5T_NATIVE_FLOAT, ms, fs, H5P_DEFAULT, fbuf.data()),
-                       name) < 0)
-          break;
-        r.computed += checksum_run(fbuf.data(), n, lo * row_elements);
-        accumulate(r, fbuf.data(), n);
+    const detail::RowBlocks blocks =
+        detail::row_blocks(std::vector<std::uint64_t>(dims.begin(), dims.end()), 0, 1,
+                           kChunkElements);
+    for (std::uint64_t k = 0; k < blocks.rounds && st.ok(); ++k) {
+      std::uint64_t first = 0;
+      if (is_float32) {
+        const std::uint64_t n = detail::read_row_block(dset.get(), blocks, k, H5T_NATIVE_FLOAT,
+                                                       H5P_DEFAULT, name, fbuf, first, st);
+        r.computed += checksum_run(fbuf.data(), n, first);
+        accumulate(r, fbuf.data(), static_cast<std::size_t>(n));
       } else {
-        dbuf.resize(n);
-        if (TPTRAIN_H5(st,
-                       H5Dread(dset.get(), H5T_NATIVE_DOUBLE, ms, fs, H5P_DEFAULT, dbuf.data()),
-                       name) < 0)
-          break;
-        accumulate(r, dbuf.data(), n);
+        const std::uint64_t n = detail::read_row_block(dset.get(), blocks, k, H5T_NATIVE_DOUBLE,
+                                                       H5P_DEFAULT, name, dbuf, first, st);
+        accumulate(r, dbuf.data(), static_cast<std::size_t>(n));
       }
+      watchdog.kick();
     }
   }
   if (!st.ok()) {
@@ -341,11 +294,17 @@ DatasetReport inspect_dataset(hid_t file, const std::string& name, std::vector<f
     r.check = Check::kUnreadable;
     return r;
   }
-  if (!is_float)
-    r.check = Check::kNotFloat;
-  else if (!stored)
-    r.check = Check::kMissing;
-  else {
+  if (!is_float32) {
+    r.check = cls == H5T_FLOAT || cls == H5T_INTEGER ? Check::kNotFloat : Check::kUnreadable;
+    r.error = problems.empty() ? std::string("not float32") : problems.front();
+    if (cls == H5T_FLOAT) r.check = Check::kNotFloat32;
+  } else if (!stored) {
+    r.check = problems.empty() ? Check::kMissing : Check::kUnreadable;
+    if (!problems.empty()) r.error = problems.front();
+    const std::string missing = std::string("has no ") + kChecksumAttribute;
+    if (!problems.empty() && problems.front().find(missing) != std::string::npos)
+      r.check = Check::kMissing;
+  } else {
     r.stored = *stored;
     r.check = r.stored == r.computed ? Check::kOk : Check::kMismatch;
   }
@@ -378,89 +337,45 @@ void print_group_attrs(std::ostream& out, hid_t file, const char* path) {
     return;
   }
   if (names.empty()) out << "  (no attributes)\n";
-  for (const std::string& n : names) print_attr_line(out, n, attr_text(group.get(), n));
+  for (const std::string& n : names) print_attr_line(out, n, h5::describe_attr(group.get(), n.c_str()));
 }
 
-// Root attributes; returns what makes the file not a valid tptrain checkpoint ("" if nothing).
-std::string print_root(std::ostream& out, hid_t file) {
-  std::string problem;
-  auto note = [&](const std::string& p) {
-    if (problem.empty()) problem = p;
+// Root attributes as stored (each one that exists, described for people), then the deck's
+// first lines. The verdict on them is check_root's, not this function's.
+void print_root(std::ostream& out, hid_t file, const CheckpointMeta& meta, bool deck_read) {
+  auto value = [&](const char* name) -> std::string {
+    Status st;
+    if (!h5::attr_exists(file, name, st))
+      return st.ok() ? std::string("(missing)") : "(unreadable: " + st.error + ")";
+    return h5::describe_attr(file, name);
   };
-  Status st;
-  // format, format_version
-  std::string format_line;
-  if (!h5::attr_exists(file, "format", st)) {
-    format_line = "(missing: not a tptrain checkpoint)";
-    note("not a tptrain checkpoint: the file has no format attribute");
-  } else {
-    const auto f = h5::read_string_attr(file, "format", st);
-    format_line = f ? *f : "(unreadable)";
-    if (!f || *f != "tptrain-checkpoint")
-      note("not a tptrain checkpoint: its format attribute is " + attr_text(file, "format"));
+  std::string format = value("format");
+  if (format.size() >= 2 && format.front() == '"' && format.back() == '"')
+    format = format.substr(1, format.size() - 2);
+  print_attr_line(out, "format", format + ", format_version " + value("format_version"));
+  print_attr_line(out, "step", value("step"));
+  print_attr_line(out, "tokens_seen", value("tokens_seen"));
+  print_attr_line(out, "layout", "tp " + value("tp") + ", pp " + value("pp") + ", dp " +
+                                     value("dp") + " (at save time)");
+  if (!deck_read) {
+    print_attr_line(out, "deck", value("deck"));
+    return;
   }
-  st = Status{};
-  if (!h5::attr_exists(file, "format_version", st)) {
-    format_line += ", format_version (missing)";
-    note("the file has no format_version attribute");
-  } else {
-    const auto v = h5::read_int_attr(file, "format_version", st);
-    format_line += ", format_version " + (v ? std::to_string(*v) : std::string("(unreadable)"));
-    if (!v || *v != 1)
-      note("format_version " + attr_text(file, "format_version") +
-           " is not supported (this build reads format_version 1)");
+  std::vector<std::string_view> lines;
+  std::string_view rest(meta.deck);
+  while (!rest.empty()) {
+    const std::size_t nl = rest.find('\n');
+    lines.push_back(rest.substr(0, nl));
+    if (nl == std::string_view::npos) break;
+    rest.remove_prefix(nl + 1);
   }
-  print_attr_line(out, "format", format_line);
-
-  auto int_line = [&](const char* name) -> std::string {
-    Status s;
-    if (!h5::attr_exists(file, name, s)) {
-      note(std::string("the file has no ") + name + " attribute");
-      return "(missing)";
-    }
-    return attr_text(file, name);
-  };
-  print_attr_line(out, "step", int_line("step"));
-  print_attr_line(out, "tokens_seen", int_line("tokens_seen"));
-  print_attr_line(out, "layout",
-                  "tp " + int_line("tp") + ", pp " + int_line("pp") + ", dp " + int_line("dp") +
-                      " (at save time)");
-
-  st = Status{};
-  if (!h5::attr_exists(file, "deck", st)) {
-    print_attr_line(out, "deck", "(missing)");
-    note("the file has no deck attribute");
-  } else if (const auto deck = h5::read_string_attr(file, "deck", st)) {
-    std::vector<std::string_view> lines;
-    std::string_view rest(*deck);
-    while (!rest.empty()) {
-      const std::size_t nl = rest.find('\n');
-      lines.push_back(rest.substr(0, nl));
-      if (nl == std::string_view::npos) break;
-      rest.remove_prefix(nl + 1);
-    }
-    print_attr_line(out, "deck",
-                    fmt::format("{} bytes, {} lines{}", deck->size(), lines.size(),
-                                lines.size() > kDeckLines
-                                    ? fmt::format(" (first {}):", kDeckLines)
-                                    : std::string(lines.empty() ? "" : ":")));
-    for (std::size_t i = 0; i < lines.size() && i < kDeckLines; ++i)
-      out << (lines[i].empty() ? "    |" : "    | ") << lines[i] << '\n';
-    if (lines.size() > kDeckLines) out << "    | ...\n";
-  } else {
-    print_attr_line(out, "deck", "(unreadable: " + st.error + ")");
-    note("the deck attribute is unreadable");
-  }
-
-  // Any other root attribute.
-  st = Status{};
-  for (const std::string& n : h5::attribute_names(file, st, "/")) {
-    static const char* const known[] = {"format", "format_version", "step", "tokens_seen",
-                                        "tp",     "pp",             "dp",   "deck"};
-    if (std::find(std::begin(known), std::end(known), n) == std::end(known))
-      print_attr_line(out, n, attr_text(file, n));
-  }
-  return problem;
+  print_attr_line(out, "deck",
+                  fmt::format("{} bytes, {} lines{}", meta.deck.size(), lines.size(),
+                              lines.size() > kDeckLines ? fmt::format(" (first {}):", kDeckLines)
+                                                        : std::string(lines.empty() ? "" : ":")));
+  for (std::size_t i = 0; i < lines.size() && i < kDeckLines; ++i)
+    out << (lines[i].empty() ? "    |" : "    | ") << lines[i] << '\n';
+  if (lines.size() > kDeckLines) out << "    | ...\n";
 }
 
 void print_table(std::ostream& out, const std::vector<DatasetReport>& reports) {
@@ -508,6 +423,7 @@ int inspect_checkpoint(const std::string& path, std::ostream& out, std::ostream&
     err << path << ": " << e << '\n';
     return 1;
   }
+  ReadWatchdog watchdog(path);
   Status st;
   // Default (serial) file access: no MPI needed.
   Handle file(TPTRAIN_H5(st, H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), path), H5Fclose);
@@ -520,12 +436,25 @@ int inspect_checkpoint(const std::string& path, std::ostream& out, std::ostream&
   out << "checkpoint " << path;
   if (!ec) out << " (" << size_text(bytes) << ")";
   out << '\n';
-  const std::string root_problem = print_root(out, file.get());
+
+  // The schema, as a load checks it; every problem is listed, not only the first.
+  std::vector<std::string> problems;
+  const CheckpointMeta meta = detail::check_root(file.get(), problems);
+  const bool is_checkpoint =
+      problems.empty() || problems.front().rfind("not a tptrain checkpoint", 0) != 0;
+  Status deck_st;
+  const bool deck_read = is_checkpoint && h5::attr_exists(file.get(), "deck", deck_st) &&
+                         std::none_of(problems.begin(), problems.end(), [](const std::string& p) {
+                           return p.find("attribute deck") != std::string::npos;
+                         });
+  print_root(out, file.get(), meta, deck_read);
   print_group_attrs(out, file.get(), "train");
   print_group_attrs(out, file.get(), "optimizer");
+  watchdog.kick();
 
   std::vector<std::string> names, notes;
-  collect_datasets(file.get(), "", 0, names, notes, st);
+  std::set<haddr_t> visited;
+  collect_datasets(file.get(), "", 0, names, notes, visited, watchdog, st);
   if (!st.ok()) {
     err << "cannot list the datasets of " << path << ": " << st.error << '\n';
     return 1;
@@ -534,29 +463,40 @@ int inspect_checkpoint(const std::string& path, std::ostream& out, std::ostream&
   std::vector<DatasetReport> reports;
   std::vector<float> fbuf;
   std::vector<double> dbuf;
+  std::set<std::string> groups;
   std::uint64_t elements = 0;
   for (const std::string& n : names) {
-    reports.push_back(inspect_dataset(file.get(), n, fbuf, dbuf));
+    reports.push_back(inspect_dataset(file.get(), n, groups, fbuf, dbuf, watchdog));
     elements += reports.back().elements;
+  }
+  if (is_checkpoint) {
+    if (names.empty()) problems.push_back("the checkpoint holds no datasets");
+    if (std::any_of(names.begin(), names.end(), detail::under_optimizer))
+      detail::check_optimizer_step(file.get(), meta.step, problems);
   }
   out << "datasets: " << reports.size() << ", " << grouped(elements) << " elements\n";
   if (!reports.empty()) print_table(out, reports);
-  for (const std::string& n : notes) out << "  note: " << n << '\n';
+  problems.insert(problems.end(), notes.begin(), notes.end());
+  for (const std::string& p : problems) out << "  problem: " << p << '\n';
 
   std::vector<const DatasetReport*> failed;
   for (const DatasetReport& r : reports)
     if (r.fails()) failed.push_back(&r);
   std::string verdict;
-  if (!root_problem.empty()) verdict = root_problem;
+  for (std::size_t i = 0; i < problems.size() && i < kListedFailures; ++i)
+    verdict += (i > 0 ? "; " : "") + problems[i];
+  if (problems.size() > kListedFailures)
+    verdict += fmt::format("; and {} more problems", problems.size() - kListedFailures);
   if (!failed.empty()) {
     std::string list;
     for (std::size_t i = 0; i < failed.size() && i < kListedFailures; ++i) {
       const DatasetReport& r = *failed[i];
       list += (i > 0 ? ", " : "") + r.name + " (" +
-              (r.check == Check::kMismatch   ? "checksum mismatch"
-               : r.check == Check::kMissing  ? "no checksum"
-               : r.check == Check::kNotFloat ? "not floating-point"
-                                             : "unreadable") +
+              (r.check == Check::kMismatch     ? "checksum mismatch"
+               : r.check == Check::kMissing    ? "no checksum"
+               : r.check == Check::kNotFloat   ? "not floating-point"
+               : r.check == Check::kNotFloat32 ? "not float32"
+                                               : "unreadable") +
               ")";
     }
     if (failed.size() > kListedFailures)

@@ -1,4 +1,4 @@
-// <run.dir>/metrics.jsonl: one JSON object per logged step (DESIGN.md), written by rank 0.
+// <run.dir>/metrics.jsonl: one JSON object per logged step (docs/design.md, "Run outputs"), written by rank 0.
 #pragma once
 
 #include <cstdint>

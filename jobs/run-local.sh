@@ -14,9 +14,10 @@ shift $(( $# > 0 ? 1 : 0 ))
 "$root/jobs/prepare-data.sh"
 exe=${TPTRAIN_BUILD_DIR:-$root/build}/tptrain
 
-# `tptrain check` validates the deck (no MPI) and prints it resolved; it tells the rank count.
+# `tptrain check` validates the deck (no MPI): --ranks prints the rank count alone, and the plain
+# form the resolved deck as TOML, where the checkpoint folder is read from.
+ranks=$("$exe" check "$deck" "$@" --ranks)
 resolved=$("$exe" check "$deck" "$@")
-ranks=$(sed -n 's/.*valid (needs \([0-9]*\) MPI ranks.*/\1/p' <<<"$resolved")
 ckdir=$(awk '/^\[checkpoint\]/{s=1;next} /^\[/{s=0} s && $1=="dir"{gsub(/"/,"",$3); print $3}' <<<"$resolved")
 
 cores=$(nproc 2>/dev/null || echo 1)

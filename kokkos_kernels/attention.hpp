@@ -39,6 +39,23 @@ KOKKOS_INLINE_FUNCTION T row_dot(const AV& a, const std::int64_t ra, const std::
   return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
 }
 
+// Query (or key) row r of the league, r = (b*nh + h)*S + i: batch b, local head h, position i.
+// The league rank is an int, but everything derived from it is 64-bit: score offsets grow as
+// S*S (2^32 at S = 65536) and token rows as B*S.
+struct AttentionRow {
+  std::int64_t b, h, i;
+};
+KOKKOS_INLINE_FUNCTION AttentionRow attention_row(const std::int64_t r, const std::int64_t S,
+                                                  const std::int64_t nh) {
+  return AttentionRow{r / (S * nh), (r / S) % nh, r % S};
+}
+
+// Row of token (b, s) in the [B*S, ...] activations.
+KOKKOS_INLINE_FUNCTION std::int64_t token_row(const std::int64_t b, const std::int64_t S,
+                                              const std::int64_t s) {
+  return b * S + s;
+}
+
 }  // namespace detail
 
 template <class Exec, class QKV, class OV, class AV, int CB = detail::ColumnBlock<Exec>::value>
@@ -72,19 +89,18 @@ void attention_forward(const Exec& exec,
   const T scale = T(1) / kx::sqrt(static_cast<T>(d));
   const std::int64_t nh = nh_local;
   const std::int64_t nkb = detail::ceil_div(d, CB);  // blocks of head columns
+  const auto policy = detail::teams(exec, B * nh * S, "attention_forward");  // a team per query row
   Kokkos::parallel_for(
-      "tptrain::kernels::attention_forward", detail::teams(exec, B * nh * S),
-      KOKKOS_LAMBDA(const member& team) {
-        const std::int64_t r = team.league_rank();
-        const std::int64_t i = r % S;
-        const std::int64_t h = (r / S) % nh;
-        const std::int64_t b = r / (S * nh);
-        const std::int64_t ti = b * S + i;  // query token row
+      "tptrain::kernels::attention_forward", policy, KOKKOS_LAMBDA(const member& team) {
+        const detail::AttentionRow row = detail::attention_row(team.league_rank(), S, nh);
+        const std::int64_t b = row.b, h = row.h, i = row.i;
+        const std::int64_t ti = detail::token_row(b, S, i);  // query token row
         const std::int64_t qc = h * d, kc = hl + h * d, vc = 2 * hl + h * d;
         // scores (masked entries 0)
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, S), [&](const std::int64_t j) {
           att(b, h, i, j) =
-              j <= i ? detail::row_dot<T>(qkv, ti, qc, qkv, b * S + j, kc, d) * scale : T(0);
+              j <= i ? detail::row_dot<T>(qkv, ti, qc, qkv, detail::token_row(b, S, j), kc, d) * scale
+                     : T(0);
         });
         team.team_barrier();
         T m = 0;
@@ -114,7 +130,7 @@ void attention_forward(const Exec& exec,
           for (int c = 0; c < CB; ++c) acc[c] = 0;
           for (std::int64_t j = 0; j <= i; ++j) {
             const T p = att(b, h, i, j);
-            const std::int64_t tj = b * S + j;
+            const std::int64_t tj = detail::token_row(b, S, j);
             for (int c = 0; c < nk; ++c) acc[c] += p * qkv(tj, vc + k0 + c);
           }
           for (int c = 0; c < nk; ++c) out(ti, qc + k0 + c) = acc[c];
@@ -164,20 +180,19 @@ void attention_backward(const Exec& exec,
   using member = typename detail::Teams<Exec>::member_type;
   const T scale = T(1) / kx::sqrt(static_cast<T>(d));
   const std::int64_t nkb = detail::ceil_div(d, CB);  // blocks of head columns
+  // One policy for both kernels, made before either runs (a refused size leaves dqkv untouched).
+  const auto policy = detail::teams(exec, B * nh * S, "attention_backward");
 
   // Query rows: dS for row i, then dq_i.
   Kokkos::parallel_for(
-      "tptrain::kernels::attention_backward_query", detail::teams(exec, B * nh * S),
-      KOKKOS_LAMBDA(const member& team) {
-        const std::int64_t r = team.league_rank();
-        const std::int64_t i = r % S;
-        const std::int64_t h = (r / S) % nh;
-        const std::int64_t b = r / (S * nh);
-        const std::int64_t ti = b * S + i;
+      "tptrain::kernels::attention_backward_query", policy, KOKKOS_LAMBDA(const member& team) {
+        const detail::AttentionRow row = detail::attention_row(team.league_rank(), S, nh);
+        const std::int64_t b = row.b, h = row.h, i = row.i;
+        const std::int64_t ti = detail::token_row(b, S, i);
         const std::int64_t qc = h * d, kc = hl + h * d, vc = 2 * hl + h * d;
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, S), [&](const std::int64_t j) {
           dscores(b, h, i, j) =
-              j <= i ? detail::row_dot<T>(dout, ti, qc, qkv, b * S + j, vc, d) : T(0);
+              j <= i ? detail::row_dot<T>(dout, ti, qc, qkv, detail::token_row(b, S, j), vc, d) : T(0);
         });
         team.team_barrier();
         T dsum = 0;
@@ -197,7 +212,7 @@ void attention_backward(const Exec& exec,
           for (int c = 0; c < CB; ++c) acc[c] = 0;
           for (std::int64_t j = 0; j <= i; ++j) {
             const T ds = dscores(b, h, i, j);
-            const std::int64_t tj = b * S + j;
+            const std::int64_t tj = detail::token_row(b, S, j);
             for (int c = 0; c < nk; ++c) acc[c] += ds * qkv(tj, kc + k0 + c);
           }
           for (int c = 0; c < nk; ++c) dqkv(ti, qc + k0 + c) = scale * acc[c];
@@ -206,13 +221,10 @@ void attention_backward(const Exec& exec,
 
   // Key/value rows: dk_j, dv_j summed over the query rows i >= j in order.
   Kokkos::parallel_for(
-      "tptrain::kernels::attention_backward_key_value", detail::teams(exec, B * nh * S),
-      KOKKOS_LAMBDA(const member& team) {
-        const std::int64_t r = team.league_rank();
-        const std::int64_t j = r % S;
-        const std::int64_t h = (r / S) % nh;
-        const std::int64_t b = r / (S * nh);
-        const std::int64_t tj = b * S + j;
+      "tptrain::kernels::attention_backward_key_value", policy, KOKKOS_LAMBDA(const member& team) {
+        const detail::AttentionRow row = detail::attention_row(team.league_rank(), S, nh);
+        const std::int64_t b = row.b, h = row.h, j = row.i;  // key row j
+        const std::int64_t tj = detail::token_row(b, S, j);
         const std::int64_t qc = h * d, kc = hl + h * d, vc = 2 * hl + h * d;
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, nkb), [&](const std::int64_t kb) {
           const std::int64_t k0 = kb * CB;
@@ -220,7 +232,7 @@ void attention_backward(const Exec& exec,
           T dk[CB], dv[CB];
           for (int c = 0; c < CB; ++c) dk[c] = dv[c] = 0;
           for (std::int64_t i = j; i < S; ++i) {
-            const std::int64_t ti = b * S + i;
+            const std::int64_t ti = detail::token_row(b, S, i);
             const T ds = dscores(b, h, i, j);
             const T p = att(b, h, i, j);
             for (int c = 0; c < nk; ++c) {

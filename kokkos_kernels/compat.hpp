@@ -1,6 +1,6 @@
 // The one place that knows which Kokkos / Kokkos Kernels version we are built against.
 // Debian ships Kokkos 3.4.01 (Trilinos 13.2); clusters have Kokkos >= 4 (often CUDA).
-// Differences handled here (see shared/KOKKOS-NOTES.md): float/double math functions,
+// Differences handled here (docs/design.md, "Kokkos rules"): float/double math functions,
 // min/max, GEMM with an execution-space instance, labelled fences.
 #pragma once
 

@@ -35,7 +35,7 @@ void row_max(const Exec& exec,
   using member = typename detail::Teams<Exec>::member_type;
   const T lowest = std::numeric_limits<T>::lowest();
   Kokkos::parallel_for(
-      "tptrain::kernels::row_max", detail::teams(exec, logits.extent(0)),
+      "tptrain::kernels::row_max", detail::teams(exec, logits.extent(0), "row_max"),
       KOKKOS_LAMBDA(const member& team) {
         const std::int64_t i = team.league_rank();
         T m = lowest;
@@ -65,7 +65,7 @@ void row_sum_exp(const Exec& exec,
   using T = typename SV::non_const_value_type;
   using member = typename detail::Teams<Exec>::member_type;
   Kokkos::parallel_for(
-      "tptrain::kernels::row_sum_exp", detail::teams(exec, logits.extent(0)),
+      "tptrain::kernels::row_sum_exp", detail::teams(exec, logits.extent(0), "row_sum_exp"),
       KOKKOS_LAMBDA(const member& team) {
         const std::int64_t i = team.league_rank();
         const T m = rowmax(i);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -39,12 +40,45 @@ inline int& team_size_override() {
   return size;
 }
 
-// One team per league entry (rows of a row-wise reduction); team size left to Kokkos.
+// The largest value of the 32-bit int that Kokkos leagues and BLAS dimensions are counted in.
+constexpr std::int64_t int_limit = std::numeric_limits<int>::max();
+
+// Kokkos counts the teams of a league in an int: narrowing a larger count wraps it (2^31 rows
+// became a negative league that ran no team, 2^32 + 3 a league of 3), so refuse it instead.
+inline int league_size(std::int64_t league, const char* kernel) {
+  if (league < 0 || league > int_limit) {
+    throw std::length_error(std::string("tptrain::kernels::") + kernel + ": " +
+                            std::to_string(league) +
+                            " rows, one Kokkos team each, exceed the league limit " +
+                            std::to_string(int_limit) + " (a 32-bit int)");
+  }
+  return static_cast<int>(league);
+}
+
+// One team per league entry (rows of a row-wise reduction); team size left to Kokkos. Build the
+// policy before the first launch of a kernel family, so that a refused size leaves every
+// output untouched.
 template <class Exec>
-inline Teams<Exec> teams(const Exec& exec, std::int64_t league) {
+inline Teams<Exec> teams(const Exec& exec, std::int64_t league, const char* kernel = "teams") {
+  const int n = league_size(league, kernel);
   const int size = team_size_override();
-  return size > 0 ? Teams<Exec>(exec, static_cast<int>(league), size)
-                  : Teams<Exec>(exec, static_cast<int>(league), Kokkos::AUTO);
+  return size > 0 ? Teams<Exec>(exec, n, size) : Teams<Exec>(exec, n, Kokkos::AUTO);
+}
+
+// BLAS (OpenBLAS, cuBLAS) takes dimensions and leading dimensions as 32-bit ints; a larger
+// extent would reach it negative or truncated.
+template <class V>
+void require_blas_dims(const V& v, const char* kernel, const char* name) {
+  for (int r = 0; r < 2; ++r) {
+    const std::size_t extent = v.extent(r), stride = v.stride(r);
+    const std::size_t worst = extent > stride ? extent : stride;
+    if (worst > static_cast<std::size_t>(int_limit)) {
+      throw std::length_error(std::string("tptrain::kernels::") + kernel + ": " + name +
+                              (extent >= stride ? ".extent(" : ".stride(") + std::to_string(r) +
+                              ") = " + std::to_string(worst) + " exceeds the BLAS limit " +
+                              std::to_string(int_limit) + " (a 32-bit int)");
+    }
+  }
 }
 
 // Column blocking for kernels in which a thread walks down columns (column sums, attention

@@ -42,7 +42,7 @@ void layernorm_forward(const Exec& exec,
   using T = typename YV::non_const_value_type;
   using member = typename detail::Teams<Exec>::member_type;
   Kokkos::parallel_for(
-      "tptrain::kernels::layernorm_forward", detail::teams(exec, n),
+      "tptrain::kernels::layernorm_forward", detail::teams(exec, n, "layernorm_forward"),
       KOKKOS_LAMBDA(const member& team) {
         const std::int64_t i = team.league_rank();
         T sum = 0;
@@ -106,6 +106,8 @@ void layernorm_backward(const Exec& exec,
                   "shapes must be dy,x,dx[N,H], gamma,dgamma,dbeta[H], mean,rstd[N]");
   using T = typename DXV::non_const_value_type;
   using member = typename detail::Teams<Exec>::member_type;
+  // Made before the first kernel: a refused row count must leave dgamma/dbeta untouched.
+  const auto row_teams = detail::teams(exec, n, "layernorm_backward");
   // Parameter gradients first, so that dx may alias dy. One thread per block of CB columns,
   // rows summed in order (see detail::ColumnBlock).
   Kokkos::parallel_for(
@@ -130,7 +132,7 @@ void layernorm_backward(const Exec& exec,
         }
       });
   Kokkos::parallel_for(
-      "tptrain::kernels::layernorm_backward_input", detail::teams(exec, n),
+      "tptrain::kernels::layernorm_backward_input", row_teams,
       KOKKOS_LAMBDA(const member& team) {
         const std::int64_t i = team.league_rank();
         const T mu = mean(i);

@@ -12,6 +12,9 @@ int rank();
 
 // Printed by rank 0 (or the only process) on stdout.
 void info(const std::string& line);
+// `text` as it is (no newline added), by rank 0, flushed at once: output that arrives piece
+// by piece, like generated tokens.
+void stream(const std::string& text);
 // Printed by the calling rank on stderr, prefixed "tptrain: error:" (and the rank under MPI).
 void error(const std::string& message);
 void warning(const std::string& message);

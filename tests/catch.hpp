@@ -7,3 +7,16 @@
 #include <catch2/catch.hpp>
 #define TPTRAIN_CATCH3 0
 #endif
+
+#include <string>
+
+namespace tptrain::test {
+// A substring matcher under the Catch2 v2 and v3 names.
+inline auto contains(const std::string& s) {
+#if TPTRAIN_CATCH3
+  return Catch::Matchers::ContainsSubstring(s);
+#else
+  return Catch::Matchers::Contains(s);
+#endif
+}
+}  // namespace tptrain::test

@@ -11,9 +11,12 @@
 
 #include <Kokkos_Core.hpp>
 #include <cfenv>
+#include <cstdio>
 #include <mpi.h>
 #include <string>
 #include <vector>
+
+#include "src/parallel/agreement.hpp"
 
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
@@ -39,9 +42,10 @@ int main(int argc, char** argv) {
 #endif
   }
   // Every rank must agree on success, or mpiexec would report only the first failure.
-  int worst = result;
-  MPI_Allreduce(&result, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  const std::string failed = tptrain::parallel::agree_on_error(
+      MPI_COMM_WORLD, result == 0 ? "" : "tests failed (see tptrain_tests.rank<r>.log of ranks other than 0)");
+  if (!failed.empty() && rank == 0) std::fprintf(stderr, "tptrain_tests: %s\n", failed.c_str());
   Kokkos::finalize();
   MPI_Finalize();
-  return worst == 0 ? 0 : 1;
+  return failed.empty() ? 0 : 1;
 }

@@ -2,16 +2,13 @@
 
 #include <string>
 
+#include "src/util/splitmix64.hpp"
+
 namespace tptrain::data {
 namespace {
 
-// One splitmix64 step (Steele, Lea, Flood 2014; the generator behind java.util.SplittableRandom).
-std::uint64_t mix(std::uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
+// One splitmix64 step (src/util/splitmix64.hpp).
+constexpr std::uint64_t mix(std::uint64_t x) { return util::splitmix64(x); }
 
 // floor(a * b / 2^64) without a 128-bit type (portable to every compiler, -Wpedantic clean).
 std::uint64_t mulhi64(std::uint64_t a, std::uint64_t b) {

@@ -1,5 +1,8 @@
 #include "src/data/token_dataset.hpp"
 
+#include "io/deck_path.hpp"
+#include "io/path_text.hpp"
+
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
@@ -14,7 +17,7 @@ namespace {
 namespace fs = std::filesystem;
 
 [[noreturn]] void fail(const std::string& path, const std::string& problem) {
-  throw DataError("data file '" + path + "': " + problem);
+  throw DataError("data file '" + io::display_path(path) + "': " + problem);
 }
 
 std::string lower_extension(const std::string& path) {
@@ -31,10 +34,9 @@ struct InputFile {
 };
 
 InputFile open_input(const std::string& path) {
-  std::error_code ec;
-  const fs::file_status st = fs::status(path, ec);
-  if (ec || !fs::exists(st)) fail(path, "no such file");
-  if (fs::is_directory(st)) fail(path, "is a directory, not a file");
+  // Before the stream opens it: a FIFO or a device (/dev/zero) would never end the read.
+  if (const std::string problem = io::regular_file_problem(path); !problem.empty())
+    fail(path, problem == "does not exist" ? "no such file" : problem);
   InputFile f;
   f.in.open(path, std::ios::binary);
   if (!f.in) fail(path, std::string("cannot open for reading: ") + std::strerror(errno));

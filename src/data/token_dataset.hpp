@@ -1,7 +1,7 @@
 // Token datasets: a whole file of tokens held on the host (plain C++17: no MPI, no Kokkos; the
 // trainer copies batches to the device itself).
 //
-// Two formats (DESIGN.md "Data"):
+// Two formats:
 //   .txt  every byte is one token (vocab 256); bytes > 127 are tokens 128..255.
 //   .bin  an llm.c token shard: a header of 256 little-endian int32
 //         (header[0] = magic 20240520, header[1] = version 1, header[2] = token count),
@@ -34,10 +34,12 @@ inline constexpr std::size_t kShardHeaderInts = 256;  // header size in int32 (1
 class TokenDataset {
  public:
   // Reads the whole file; the format follows the extension (.txt or .bin, case-insensitive).
-  // Throws DataError naming the file and the problem: missing or unreadable file, unknown
-  // extension, vocab_size <= 0, empty file (or a shard with no tokens), wrong magic (found vs
-  // expected), wrong version, a file whose size differs from what its header claims (both
-  // sizes), a token >= vocab_size (the token, its index and vocab_size).
+  // Throws DataError naming the file and the problem: missing or unreadable file (with the
+  // reason: permission denied, name too long, ...), not a regular file (a FIFO or a device,
+  // refused before it is read), unknown extension, vocab_size <= 0, empty file (or a shard with
+  // no tokens), wrong magic (found vs expected), wrong version, a file whose size differs from
+  // what its header claims (both sizes), a token >= vocab_size (the token, its index and
+  // vocab_size).
   static TokenDataset open(const std::string& path, int vocab_size);
 
   std::size_t size() const { return tokens_.size(); }  // number of tokens

@@ -10,8 +10,12 @@
 
 #include "io/deck.hpp"
 #include "io/inspect.hpp"
+#include "io/path_text.hpp"
+#include "io/writable_directory.hpp"
 #include "src/log.hpp"
+#include "src/parallel/agreement.hpp"
 #include "src/parallel/collectives.hpp"
+#include "src/parallel/mpi_check.hpp"
 #include "src/parallel/topology.hpp"
 #include "src/train/trainer.hpp"
 
@@ -23,10 +27,11 @@ namespace {
 class JobSession {
  public:
   JobSession(int& argc, char**& argv) {
-    MPI_Init(&argc, &argv);
+    TPTRAIN_MPI_CHECK(MPI_Init(&argc, &argv));
     int rank = 0;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    TPTRAIN_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+    // Errors come back to TPTRAIN_MPI_CHECK, which names the call and the rank before aborting.
+    TPTRAIN_MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
     log::set_rank(rank);
     Kokkos::initialize(argc, argv);
   }
@@ -40,23 +45,14 @@ class JobSession {
 
 // Every rank loads the deck; all agree before anyone proceeds, so a deck readable on one node
 // but not another ends the job everywhere instead of leaving ranks in a collective.
-// Rank 0 reports its problems; other ranks report only problems rank 0 did not see.
-std::optional<io::Deck> load_deck_on_every_rank(const DeckOptions& o) {
+io::Deck load_deck_on_every_rank(const DeckOptions& o) {
   std::optional<io::Deck> deck;
-  std::string problem;
   try {
-    deck = io::load_deck(o.deck, o.overrides);
-  } catch (const std::exception& e) {
-    problem = e.what();
+    parallel::on_every_rank(MPI_COMM_WORLD, [&] { deck = io::load_deck(o.deck, o.overrides); });
+  } catch (const parallel::AgreedError& e) {
+    throw parallel::AgreedError("invalid deck " + o.deck + ":\n" + e.what());
   }
-  int bad = problem.empty() ? 0 : 1;
-  int rank0_bad = bad;
-  MPI_Bcast(&rank0_bad, 1, MPI_INT, 0, MPI_COMM_WORLD);
-  int any_bad = bad;
-  MPI_Allreduce(MPI_IN_PLACE, &any_bad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  if (bad && (log::rank() == 0 || !rank0_bad)) log::error("invalid deck " + o.deck + ":\n" + problem);
-  if (any_bad) return std::nullopt;
-  return deck;
+  return *deck;
 }
 
 // Builds the rank grid, or reports (once, on rank 0) why the world cannot hold the layout.
@@ -75,7 +71,8 @@ void print_rank_map(const parallel::Topology& topo) {
   char host[64] = {};
   gethostname(host, sizeof(host) - 1);
   std::vector<char> hosts(static_cast<std::size_t>(topo.world_size()) * sizeof(host));
-  MPI_Gather(host, sizeof(host), MPI_CHAR, hosts.data(), sizeof(host), MPI_CHAR, 0, topo.world());
+  TPTRAIN_MPI_CHECK(
+      MPI_Gather(host, sizeof(host), MPI_CHAR, hosts.data(), sizeof(host), MPI_CHAR, 0, topo.world()));
   if (topo.world_rank() != 0) return;
   const auto& L = topo.layout();
   log::infof("ranks: {} = tensor {} x pipeline {} x data {} (backend {})", topo.world_size(),
@@ -95,16 +92,28 @@ std::string version_string() {
                      Kokkos::DefaultExecutionSpace::name(), MPI_VERSION, MPI_SUBVERSION);
 }
 
-int check(const DeckOptions& o) {
+int check(const DeckOptions& o, CheckOutput output) {
   try {
     const io::Deck deck = io::load_deck(o.deck, o.overrides);
-    std::printf("# %s: valid (needs %d MPI ranks: tensor %d x pipeline %d x data %d)\n",
-                o.deck.c_str(), deck.parallel.world_size(), deck.parallel.tensor,
-                deck.parallel.pipeline, deck.parallel.data);
-    std::fputs(deck.to_toml().c_str(), stdout);
+    std::string problems;
+    for (const auto& [key, dir] : {std::pair{"run.dir", deck.run.dir}, std::pair{"checkpoint.dir", deck.checkpoint.dir}})
+      if (std::string why = io::directory_problem(dir); !why.empty())
+        problems += fmt::format("{}{} = {}: cannot write there: {}", problems.empty() ? "" : "\n", key,
+                                io::display_path(dir), why);
+    if (!problems.empty()) throw std::runtime_error(problems);
+    if (output == CheckOutput::ranks) {
+      std::printf("%d\n", deck.parallel.world_size());
+    } else if (output == CheckOutput::json) {
+      std::printf("%s\n", deck.to_json().c_str());
+    } else {
+      std::printf("# %s: valid (needs %d MPI ranks: tensor %d x pipeline %d x data %d)\n",
+                  io::display_path(o.deck).c_str(), deck.parallel.world_size(), deck.parallel.tensor,
+                  deck.parallel.pipeline, deck.parallel.data);
+      std::fputs(deck.to_toml().c_str(), stdout);
+    }
     return 0;
   } catch (const std::exception& e) {
-    log::error("invalid deck " + o.deck + ":\n" + e.what());
+    log::error("invalid deck " + io::display_path(o.deck) + ":\n" + e.what());
     return 1;
   }
 }
@@ -122,17 +131,26 @@ int inspect(const std::string& file) {
 namespace {
 
 // MPI + Kokkos up, the deck loaded and agreed on every rank, the rank grid built; then `job`.
-// Any failure before `job` is reported once and every rank returns 1.
+// One rule for every failure of every job (train, eval, generate):
+//  - an AgreedError is the same on every rank: rank 0 reports it once, every rank returns 1;
+//  - any other exception happened on some ranks only, while the others may be waiting in a
+//    collective: the rank reports it and aborts the job, so nobody waits forever.
 template <class Job>
 int run_job(const DeckOptions& o, Job&& job) {
   int argc = 0;
   char** argv = nullptr;
   JobSession session(argc, argv);
-  const auto deck = load_deck_on_every_rank(o);
-  if (!deck) return 1;
-  const auto topo = make_topology(*deck);
-  if (!topo) return 1;
-  return job(*deck, *topo);
+  try {
+    const io::Deck deck = load_deck_on_every_rank(o);
+    const auto topo = make_topology(deck);
+    if (!topo) return 1;
+    return job(deck, *topo);
+  } catch (const parallel::AgreedError& e) {
+    if (log::rank() == 0) log::error(e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    parallel::abort_job("tptrain", __FILE__, __LINE__, e.what());
+  }
 }
 
 }  // namespace

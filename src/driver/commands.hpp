@@ -27,7 +27,11 @@ struct GenerateOptions {
   unsigned long long seed = 0;
 };
 
-int check(const DeckOptions& options);
+// `tptrain check`: the resolved deck as TOML for people, or for scripts the rank count alone
+// (--ranks) or one JSON object (--json). Output directories that could not be written are
+// problems too (what `train` would refuse before step 1).
+enum class CheckOutput { resolved_deck, ranks, json };
+int check(const DeckOptions& options, CheckOutput output = CheckOutput::resolved_deck);
 int train(const DeckOptions& options);
 int eval(const DeckOptions& options, const EvalOptions& eval);
 int generate(const DeckOptions& options, const GenerateOptions& generate);

@@ -1,13 +1,73 @@
 // tptrain command line: train / eval / generate / check / inspect (CLI11).
 #include <CLI/CLI.hpp>
-#include <cstdio>
+#include <fmt/format.h>
 
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+#include <string>
+
+#include "io/deck_path.hpp"
+#include "io/path_text.hpp"
 #include "src/driver/commands.hpp"
 
 namespace {
 
+// CLI11's own range validators print their bounds as doubles (a 309-digit number); these say
+// what was expected in words: "--tokens: expected a positive integer, got 0".
+CLI::Validator integer_at_least(int lo) {
+  const std::string what = lo > 0 ? "a positive integer" : "a non-negative integer";
+  return CLI::Validator(
+      [what, lo](std::string& text) -> std::string {
+        long long v = 0;
+        const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+        if (ec == std::errc() && end == text.data() + text.size() && v >= lo &&
+            v <= std::numeric_limits<int>::max())
+          return {};
+        if (ec != std::errc::invalid_argument && end == text.data() + text.size() && v >= lo)
+          return fmt::format("expected {} no larger than {}, got {}", what,
+                             std::numeric_limits<int>::max(), text);
+        return fmt::format("expected {}, got {}", what, text);
+      },
+      lo > 0 ? "INT > 0" : "INT >= 0");
+}
+
+CLI::Validator non_negative_number() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        double v = 0;
+        const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+        if (ec == std::errc() && end == text.data() + text.size() && std::isfinite(v) && v >= 0)
+          return {};
+        return fmt::format("expected a non-negative number, got {}", text);
+      },
+      "NUMBER >= 0");
+}
+
+// A file that can be read, or why not: "permission denied", "the file name is too long"
+// rather than CLI11's "does not exist" for every failure.
+CLI::Validator readable_file() {
+  return CLI::Validator(
+      [](std::string& path) -> std::string {
+        const std::string problem = tptrain::io::regular_file_problem(path);
+        return problem.empty() ? std::string() : tptrain::io::display_path(path) + " " + problem;
+      },
+      "FILE");
+}
+
+// The world rank the MPI launcher gives this process, read before MPI_Init (a usage error ends
+// the process before MPI starts). 0 when not launched by mpiexec/srun.
+int launcher_rank() {
+  for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"})
+    if (const char* value = std::getenv(name)) return std::atoi(value);
+  return 0;
+}
+
 void add_deck_options(CLI::App& cmd, tptrain::driver::DeckOptions& o) {
-  cmd.add_option("deck", o.deck, "input deck (TOML)")->required()->check(CLI::ExistingFile);
+  // The deck itself is checked by load_deck, which says why it cannot be read.
+  cmd.add_option("deck", o.deck, "input deck (TOML)")->required();
   cmd.add_option("--set", o.overrides,
                  "override a deck key, e.g. --set parallel.tensor=2 (repeatable; validated like "
                  "the deck; paths relative to the working directory)")
@@ -33,32 +93,41 @@ int main(int argc, char** argv) {
   add_deck_options(*eval_cmd, deck);
   eval_cmd->add_option("--checkpoint", eval_opts.checkpoint, "checkpoint file (.h5)")
       ->required()
-      ->check(CLI::ExistingFile);
+      ->check(readable_file());
   eval_cmd->add_option("--data", eval_opts.data, "token file (default: the deck's data.valid)")
-      ->check(CLI::ExistingFile);
+      ->check(readable_file());
   eval_cmd->add_option("--windows", eval_opts.windows,
                        "number of windows (default: training.eval_windows)")
-      ->check(CLI::PositiveNumber);
+      ->check(integer_at_least(1));
 
   auto* gen_cmd = app.add_subcommand("generate", "sample text from a checkpoint");
   add_deck_options(*gen_cmd, deck);
   gen_cmd->add_option("--checkpoint", gen_opts.checkpoint, "checkpoint file (.h5)")
       ->required()
-      ->check(CLI::ExistingFile);
+      ->check(readable_file());
   gen_cmd->add_option("--prompt", gen_opts.prompt, "prompt text")->required();
   gen_cmd->add_option("--tokens", gen_opts.tokens, "tokens to generate")
-      ->check(CLI::PositiveNumber)
+      ->check(integer_at_least(1))
       ->capture_default_str();
   gen_cmd->add_option("--temperature", gen_opts.temperature, "sampling temperature (0 = greedy)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(non_negative_number())
       ->capture_default_str();
   gen_cmd->add_option("--top-k", gen_opts.top_k, "sample among the k most likely tokens (0 = all)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(integer_at_least(0))
       ->capture_default_str();
   gen_cmd->add_option("--seed", gen_opts.seed, "sampling seed")->capture_default_str();
 
   auto* check_cmd = app.add_subcommand("check", "validate a deck and print it resolved (no MPI)");
   add_deck_options(*check_cmd, deck);
+  CheckOutput check_output = CheckOutput::resolved_deck;
+  auto* ranks_flag = check_cmd->add_flag_callback(
+      "--ranks", [&] { check_output = CheckOutput::ranks; },
+      "print only the number of MPI ranks the deck needs (for scripts)");
+  check_cmd
+      ->add_flag_callback("--json", [&] { check_output = CheckOutput::json; },
+                          "print the resolved deck as one JSON object: \"section.key\": value, "
+                          "and \"ranks\"")
+      ->excludes(ranks_flag);
 
   std::string inspect_file;
   auto* inspect_cmd = app.add_subcommand(
@@ -70,11 +139,12 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    const int rc = app.exit(e);
+    // Under mpiexec every rank parses the same arguments: one message, every rank exits.
+    const int rc = launcher_rank() == 0 ? app.exit(e) : e.get_exit_code();
     return rc == 0 ? 0 : 2;
   }
 
-  if (*check_cmd) return check(deck);
+  if (*check_cmd) return check(deck, check_output);
   if (*train_cmd) return train(deck);
   if (*eval_cmd) return eval(deck, eval_opts);
   if (*gen_cmd) return generate(deck, gen_opts);

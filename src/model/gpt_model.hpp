@@ -1,7 +1,7 @@
-// GPT-2 with Megatron tensor parallelism (DESIGN.md "Model"): token + position embedding,
-// `layers` pre-LN transformer blocks, final LayerNorm, logits through the tied word embedding,
-// mean next-token cross-entropy. Forward and backward are written by hand; parameters hold
-// gradients that accumulate over micro-batches until zero_grad().
+// GPT-2 with Megatron tensor parallelism (docs/design.md, "Model semantics"): token + position
+// embedding, `layers` pre-LN transformer blocks, final LayerNorm, logits through the tied word
+// embedding, mean next-token cross-entropy. Forward and backward are written by hand;
+// parameters hold gradients that accumulate over micro-batches until zero_grad().
 //
 // Pipeline parallelism: a GptModel object is ONE pipeline stage. Stage p of P holds the blocks
 // [p*L/P, (p+1)*L/P) under their global names (layers/<global i>/...); the first stage also the
@@ -55,7 +55,7 @@ struct GradBucket {
 };
 
 // Name and logical (checkpoint) shape of every model tensor, in checkpoint order — what the
-// whole model holds, whichever stage asks (DESIGN.md "Checkpoint schema").
+// whole model holds, whichever stage asks (docs/design.md, "Checkpoint schema").
 struct LogicalTensor {
   std::string name;
   std::vector<std::int64_t> shape;
@@ -83,13 +83,14 @@ template <class T>
 class GptModel {
  public:
   // Builds stage `stage` of the model (the whole model by default). Throws std::invalid_argument
-  // if the shape does not divide over the TP group or the layers over the stages.
+  // if the shape does not divide over the TP group or the layers over the stages, and
+  // std::length_error, before allocating anything, if a dimension does not fit in an int
+  // (GptShape::validate).
   GptModel(const GptShape& shape, int micro_batch, Communicator& tp, std::uint64_t seed,
            PipelineStage stage = {})
-      : shape_(shape), batch_(micro_batch), tp_(tp), stage_(stage),
+      : shape_(validated(shape, micro_batch)), batch_(micro_batch), tp_(tp), stage_(stage),
         grad_a_("grad_a", tokens(), shape.hidden),
         grad_b_("grad_b", tokens(), shape.hidden) {
-    shape_.validate();
     if (stage.size < 1 || stage.rank < 0 || stage.rank >= stage.size)
       throw std::invalid_argument("tptrain: pipeline stage " + std::to_string(stage.rank) + " of " +
                                   std::to_string(stage.size) + " does not exist");
@@ -243,6 +244,12 @@ class GptModel {
   }
 
  private:
+  // Runs in the member initialisers, so that a refused shape allocates nothing.
+  static const GptShape& validated(const GptShape& shape, int micro_batch) {
+    shape.validate(micro_batch);
+    return shape;
+  }
+
   template <class V>
   static std::size_t bytes(const V& v) {
     return v.span() * sizeof(typename V::value_type);

@@ -1,7 +1,13 @@
 // The model's logical shape (from the deck's [model]) and what one tensor-parallel rank holds.
+//
+// Sizes are ints (as in the deck), and so are the quantities derived from them here: token ids
+// are int32, BLAS takes int dimensions and a Kokkos league counts its teams in an int. They are
+// computed in 64 bits and refused with std::length_error when they do not fit (docs/design.md,
+// "Index types and size limits"); element counts and offsets elsewhere are 64-bit.
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <stdexcept>
 #include <string>
 
@@ -16,13 +22,26 @@ struct GptShape {
   int vocab_size = 256; // V
   int tensor = 1;       // TP size
 
+  static constexpr std::int64_t int_limit = std::numeric_limits<int>::max();
+
   int head_dim() const { return hidden / heads; }
   // Megatron pads the vocabulary to a multiple of the TP size; padded logits are masked out.
-  int padded_vocab() const { return (vocab_size + tensor - 1) / tensor * tensor; }
+  // Throws std::length_error if the padded vocabulary does not fit in an int.
+  int padded_vocab() const {
+    const std::int64_t t = tensor;
+    const std::int64_t padded = (std::int64_t(vocab_size) + t - 1) / t * t;
+    if (padded > int_limit)
+      throw std::length_error("tptrain: model.vocab_size = " + std::to_string(vocab_size) +
+                              " padded to a multiple of parallel.tensor = " + std::to_string(tensor) +
+                              " is " + std::to_string(padded) + " rows, beyond the limit " +
+                              std::to_string(int_limit) + " of int32 token ids");
+    return static_cast<int>(padded);
+  }
   int local_vocab() const { return padded_vocab() / tensor; }    // rows of wte on one rank
   int local_heads() const { return heads / tensor; }
   int local_hidden() const { return hidden / tensor; }           // Hl = local heads * d
   int local_ffn() const { return ffn_hidden / tensor; }
+  // < padded_vocab() for every rank of the group, so it fits as well.
   int vocab_start(int tp_rank) const { return tp_rank * local_vocab(); }
   // Real (non-padding) vocabulary rows held by a rank.
   int valid_vocab(int tp_rank) const {
@@ -30,9 +49,52 @@ struct GptShape {
     return v < 0 ? 0 : (v > local_vocab() ? local_vocab() : v);
   }
 
+  // Throws std::invalid_argument if a size is not positive or the shape does not divide over
+  // the TP group, std::length_error if a dimension derived from it does not fit in an int.
   void validate() const {
+    const auto positive = [](const char* key, int value) {
+      if (value < 1)
+        throw std::invalid_argument(std::string("tptrain: ") + key + " = " + std::to_string(value) +
+                                    ": expected a positive size");
+    };
+    positive("model.layers", layers);
+    positive("model.hidden", hidden);
+    positive("model.heads", heads);
+    positive("model.ffn_hidden", ffn_hidden);
+    positive("model.seq_length", seq_length);
+    positive("model.vocab_size", vocab_size);
+    positive("parallel.tensor", tensor);
     if (hidden % heads != 0 || heads % tensor != 0 || ffn_hidden % tensor != 0)
       throw std::invalid_argument("tptrain: model shape not divisible by the tensor-parallel size");
+    // The QKV weight has 3H rows (logical and, with tensor = 1, local: a BLAS dimension).
+    const std::int64_t qkv_rows = 3 * std::int64_t(hidden);
+    if (qkv_rows > int_limit)
+      throw std::length_error("tptrain: 3 * model.hidden = " + std::to_string(qkv_rows) +
+                              " QKV rows exceed the limit " + std::to_string(int_limit) +
+                              " of a BLAS dimension (model.hidden <= " + std::to_string(int_limit / 3) + ")");
+    (void)padded_vocab();
+  }
+
+  // validate() plus the limits that depend on the micro-batch: its tokens B*S are a BLAS
+  // dimension and the league of the row-wise kernels, and its attention rows B*(nh/tp)*S (one
+  // Kokkos team each) form one league. Throws before anything is allocated.
+  void validate(int micro_batch) const {
+    validate();
+    if (micro_batch < 1)
+      throw std::invalid_argument("tptrain: training.micro_batch = " + std::to_string(micro_batch) +
+                                  ": expected a positive size");
+    const std::int64_t tokens = std::int64_t(micro_batch) * seq_length;
+    if (tokens > int_limit)
+      throw std::length_error("tptrain: training.micro_batch * model.seq_length = " +
+                              std::to_string(micro_batch) + " * " + std::to_string(seq_length) + " = " +
+                              std::to_string(tokens) + " tokens exceed the limit " +
+                              std::to_string(int_limit) + " of a BLAS dimension and a Kokkos league");
+    const std::int64_t rows = tokens * local_heads();
+    if (rows > int_limit)
+      throw std::length_error("tptrain: training.micro_batch * model.heads / parallel.tensor * "
+                              "model.seq_length = " + std::to_string(rows) +
+                              " attention rows exceed the limit " + std::to_string(int_limit) +
+                              " of a Kokkos league (one team per row)");
   }
 };
 

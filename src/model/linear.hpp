@@ -36,8 +36,8 @@ struct ColumnParallelLinear {
   Parameter<T> weight;  // [out/tp, in]
   Parameter<T> bias;    // [out/tp]
 
-  ColumnParallelLinear(const std::string& name, int in, int out, int blocks, const Communicator& tp,
-                       float init_std)
+  ColumnParallelLinear(const std::string& name, std::int64_t in, std::int64_t out, int blocks,
+                       const Communicator& tp, float init_std)
       : weight(make_parameter<T>(name + "/weight", {out, in}, Sharding{0, blocks}, tp, true, init_std)),
         bias(make_parameter<T>(name + "/bias", {out}, Sharding{0, blocks}, tp, false, 0.0f)) {}
 
@@ -66,7 +66,8 @@ struct RowParallelLinear {
   Parameter<T> weight;  // [out, in/tp]
   Parameter<T> bias;    // [out], replicated
 
-  RowParallelLinear(const std::string& name, int in, int out, const Communicator& tp, float init_std)
+  RowParallelLinear(const std::string& name, std::int64_t in, std::int64_t out, const Communicator& tp,
+                    float init_std)
       : weight(make_parameter<T>(name + "/weight", {out, in}, Sharding{1, 1}, tp, true, init_std)),
         bias(make_parameter<T>(name + "/bias", {out}, Sharding{}, tp, false, 0.0f)) {}
 

@@ -23,16 +23,16 @@ struct ParallelAttention {
   kernels::Matrix<T> d_qkv;     // [N, 3*H/tp]
 
   ParallelAttention(const std::string& name, const GptShape& s, int batch, const Communicator& tp)
-      : qkv(name + "/qkv", s.hidden, 3 * s.hidden, 3, tp, 0.02f),
+      : qkv(name + "/qkv", s.hidden, 3 * std::int64_t(s.hidden), 3, tp, 0.02f),
         // GPT-2 scales the residual projections by 1/sqrt(2 * layers).
         proj(name + "/proj", s.hidden, s.hidden, tp, 0.02f / std::sqrt(2.0f * s.layers)),
         B(batch), S(s.seq_length), nh_local(s.local_heads()), d(s.head_dim()),
-        qkv_out(name + ".qkv_out", std::int64_t(batch) * S, 3 * s.local_hidden()),
+        qkv_out(name + ".qkv_out", std::int64_t(batch) * S, 3 * std::int64_t(s.local_hidden())),
         att(name + ".att", batch, nh_local, S, S),
         dscores(name + ".dscores", batch, nh_local, S, S),
         ctx(name + ".ctx", std::int64_t(batch) * S, s.local_hidden()),
         d_ctx(name + ".d_ctx", std::int64_t(batch) * S, s.local_hidden()),
-        d_qkv(name + ".d_qkv", std::int64_t(batch) * S, 3 * s.local_hidden()) {}
+        d_qkv(name + ".d_qkv", std::int64_t(batch) * S, 3 * std::int64_t(s.local_hidden())) {}
 
   template <class XV, class YV>
   void forward(const Exec& exec, Communicator& tp, const XV& x /*[N, H]*/, const YV& y /*[N, H]*/) {

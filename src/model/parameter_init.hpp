@@ -7,15 +7,11 @@
 
 #include "kokkos_kernels/detail.hpp"
 #include "src/model/parameter.hpp"
+#include "src/util/splitmix64.hpp"
 
 namespace tptrain::model {
 
-KOKKOS_INLINE_FUNCTION std::uint64_t splitmix64(std::uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
+using util::splitmix64;  // host and device (src/util/splitmix64.hpp)
 
 // Standard normal sample number `index` of stream `stream` (Box-Muller on two 53-bit uniforms).
 KOKKOS_INLINE_FUNCTION double normal_sample(std::uint64_t stream, std::uint64_t index) {

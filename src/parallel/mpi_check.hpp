@@ -1,6 +1,7 @@
 // Check macros for MPI (and NCCL/CUDA) calls: a failing call is reported with the call, the
 // file:line and the world rank, then the whole job is aborted so no other rank waits forever
-// in a collective that will never complete (STYLE.md 7).
+// in a collective that will never complete. Failures that are not MPI's own (a file, a shape)
+// are agreed on instead: see agreement.hpp.
 #pragma once
 
 #include <mpi.h>

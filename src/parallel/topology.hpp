@@ -1,4 +1,4 @@
-// The rank grid: world = tensor x pipeline x data, tensor fastest (DESIGN.md "Rank layout"), and
+// The rank grid: world = tensor x pipeline x data, tensor fastest (docs/design.md, "Rank layout"), and
 // the communicators of each group. This is the one place that builds it.
 //
 // Worked example (Megatron's parallel_state.py explains the same grid): 16 ranks,

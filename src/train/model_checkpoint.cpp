@@ -1,11 +1,17 @@
 #include "src/train/model_checkpoint.hpp"
 
-#include <chrono>
+#include <toml++/toml.h>
+
 #include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <map>
 
+#include "io/path_text.hpp"
 #include "src/log.hpp"
+#include "src/parallel/agreement.hpp"
+#include "src/parallel/mpi_check.hpp"
 
 namespace tptrain::train {
 
@@ -70,6 +76,16 @@ void CheckpointTensors::upload() {
   for (std::size_t i = 0; i < device_.size(); ++i) Kokkos::deep_copy(device_[i], host_[i]);
 }
 
+std::string CheckpointTensors::first_non_finite() const {
+  for (std::size_t i = 0; i < host_.size(); ++i) {
+    const float* x = host_[i].data();
+    const std::size_t n = host_[i].extent(0);
+    for (std::size_t j = 0; j < n; ++j)
+      if (!std::isfinite(x[j])) return fmt::format("{} holds {} at local element {}", host_[i].label(), x[j], j);
+  }
+  return {};
+}
+
 namespace {
 // Size of a checkpoint file in MB (10^6 bytes), as rank 0 sees it (for the bandwidth log line).
 double file_megabytes(const parallel::Topology& topo, const std::string& path) {
@@ -88,10 +104,19 @@ std::string checkpoint_path(const std::string& dir, std::int64_t step) {
 
 void save_checkpoint(model::GptModel<float>& model, const io::Deck& deck, const parallel::Topology& topo,
                      std::int64_t step, std::int64_t tokens_seen) {
-  if (topo.world_rank() == 0) std::filesystem::create_directories(deck.checkpoint.dir);
-  MPI_Barrier(topo.world());
+  // Phase 1 (local, then agreed): the directory exists (it was proven writable before step 1,
+  // but it may have been removed since), and the weights are finite. A diverging run must
+  // never publish Inf/NaN weights as its newest checkpoint: resume and eval would pick it up.
   CheckpointTensors t(model, topo, true);
-  t.download();
+  parallel::on_every_rank(topo.world(), [&] {
+    if (topo.world_rank() == 0) std::filesystem::create_directories(deck.checkpoint.dir);
+    t.download();
+    if (std::string bad = t.first_non_finite(); !bad.empty())
+      throw std::runtime_error(fmt::format(
+          "step {}: the weights are not finite ({}): the run diverged; no checkpoint written (the newest one "
+          "in {} is from before); lower optimizer.lr or raise optimizer.warmup_steps",
+          step, bad, io::display_path(deck.checkpoint.dir)));
+  });
   io::CheckpointMeta meta;
   meta.step = step;
   meta.tokens_seen = tokens_seen;
@@ -110,10 +135,43 @@ void save_checkpoint(model::GptModel<float>& model, const io::Deck& deck, const 
   log::infof("checkpoint {} written in {:.2f} s ({:.0f} MB/s)", path, s, file_megabytes(topo, path) / s);
 }
 
+namespace {
+
+// The model a checkpoint was trained as, from its resolved deck (attribute "deck"), against the
+// deck of this job. Tensor shapes alone do not tell models apart: a different number of heads
+// has the same QKV shapes, and a deck with fewer layers reads the first layers of a deeper one.
+void check_model_shape(const io::CheckpointMeta& meta, const model::GptShape& mine, const std::string& path) {
+  toml::table saved;
+  try {
+    saved = toml::parse(meta.deck);
+  } catch (const std::exception& e) {
+    throw std::runtime_error("checkpoint " + io::display_path(path) +
+                             ": its deck attribute cannot be parsed, so its model shape is unknown: " + e.what());
+  }
+  const std::pair<const char*, int> keys[] = {{"layers", mine.layers},         {"heads", mine.heads},
+                                              {"hidden", mine.hidden},         {"ffn_hidden", mine.ffn_hidden},
+                                              {"vocab_size", mine.vocab_size}, {"seq_length", mine.seq_length}};
+  std::string problems;
+  for (const auto& [key, expected] : keys) {
+    const auto value = saved["model"][key].value<std::int64_t>();
+    if (!value)
+      problems += fmt::format("\n  model.{}: missing from the checkpoint's deck", key);
+    else if (*value != expected)
+      problems += fmt::format("\n  model.{}: the checkpoint has {}, the deck has {}", key, *value, expected);
+  }
+  if (!problems.empty())
+    throw std::runtime_error("checkpoint " + io::display_path(path) +
+                             " holds a different model than the deck describes:" + problems);
+}
+
+}  // namespace
+
 io::CheckpointMeta load_weights(model::GptModel<float>& model, const parallel::Topology& topo,
                                 const std::string& path, bool with_moments) {
   CheckpointTensors t(model, topo, with_moments);
   const auto t0 = std::chrono::steady_clock::now();
+  // The same metadata on every rank, so the shape check throws everywhere or nowhere.
+  check_model_shape(io::read_checkpoint_meta(topo.world(), path), model.shape(), path);
   io::CheckpointMeta meta = io::read_checkpoint(topo.world(), path, t.shards());
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   double megabytes = 0;  // the tensors read (every rank its part; together each tensor once)
@@ -124,48 +182,83 @@ io::CheckpointMeta load_weights(model::GptModel<float>& model, const parallel::T
   }
   log::infof("checkpoint {} read and verified in {:.2f} s ({:.0f} MB of tensors, {:.0f} MB/s)", path, s,
              megabytes, megabytes / s);
+  // Checksums prove the file holds what was written, not that it was worth writing (files from
+  // before this check, or from other tools): Inf/NaN weights are refused, not evaluated.
+  if (std::string bad = t.first_non_finite(); !bad.empty())
+    throw std::runtime_error("checkpoint " + io::display_path(path) + " holds non-finite values: " + bad);
   t.upload();
   return meta;
 }
 
 namespace {
 
-// Complete checkpoints of `dir`, oldest first (the 8-digit step makes name order step order).
-std::vector<std::string> complete_checkpoints(const std::string& dir) {
-  std::vector<std::string> found;
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
-    const std::string name = entry.path().filename().string();
-    if (name.size() == 16 && name.rfind("step_", 0) == 0 && name.compare(13, 3, ".h5") == 0 &&
-        entry.is_regular_file())
-      found.push_back(entry.path().string());
+// step_<digits>.h5 -> step; -1 for any other name. checkpoint_path pads to 8 digits, so later
+// steps have more: every step of an int64 is recognised, and ordering is by number.
+std::int64_t step_of_name(const std::string& name) {
+  constexpr std::size_t prefix = 5, suffix = 3;  // "step_", ".h5"
+  if (name.size() < prefix + 8 + suffix || name.size() > prefix + 19 + suffix || name.rfind("step_", 0) != 0 ||
+      name.compare(name.size() - suffix, suffix, ".h5") != 0)
+    return -1;
+  std::int64_t step = 0;
+  for (std::size_t i = prefix; i < name.size() - suffix; ++i) {
+    if (name[i] < '0' || name[i] > '9') return -1;
+    if (step > (INT64_MAX - 9) / 10) return -1;
+    step = step * 10 + (name[i] - '0');
   }
+  return step;
+}
+
+// Complete checkpoints of `dir`, oldest first. A directory that does not exist holds none; one
+// that cannot be listed is an error (resuming from step 0 instead would silently throw away
+// the run's progress, and pruning would silently keep everything).
+std::vector<std::string> complete_checkpoints(const std::string& dir) {
+  std::error_code ec;
+  if (!std::filesystem::exists(dir, ec) && !ec) return {};
+  std::vector<std::pair<std::int64_t, std::string>> found;
+  std::filesystem::directory_iterator it(dir, ec), end;
+  for (; !ec && it != end; it.increment(ec)) {
+    const std::int64_t step = step_of_name(it->path().filename().string());
+    std::error_code type_ec;
+    if (step >= 0 && it->is_regular_file(type_ec)) found.emplace_back(step, it->path().string());
+  }
+  if (ec)
+    throw std::runtime_error("checkpoint.dir = " + io::display_path(dir) + ": cannot list its checkpoints: " +
+                             ec.message());
   std::sort(found.begin(), found.end());
-  return found;
+  std::vector<std::string> paths;
+  for (auto& f : found) paths.push_back(std::move(f.second));
+  return paths;
 }
 
 }  // namespace
 
 std::string newest_checkpoint(MPI_Comm comm, const std::string& dir) {
   int rank = 0;
-  MPI_Comm_rank(comm, &rank);
+  TPTRAIN_MPI_CHECK(MPI_Comm_rank(comm, &rank));
   std::string newest;
-  if (rank == 0) {
+  parallel::on_every_rank(comm, [&] {
+    if (rank != 0) return;
     const auto all = complete_checkpoints(dir);
     if (!all.empty()) newest = all.back();
-  }
+  });
   int length = static_cast<int>(newest.size());
-  MPI_Bcast(&length, 1, MPI_INT, 0, comm);
+  TPTRAIN_MPI_CHECK(MPI_Bcast(&length, 1, MPI_INT, 0, comm));
   newest.resize(static_cast<std::size_t>(length));
-  MPI_Bcast(newest.data(), length, MPI_CHAR, 0, comm);
+  TPTRAIN_MPI_CHECK(MPI_Bcast(newest.data(), length, MPI_CHAR, 0, comm));
   return newest;
 }
 
 void prune_checkpoints(MPI_Comm comm, const std::string& dir, int keep) {
   int rank = 0;
-  MPI_Comm_rank(comm, &rank);
+  TPTRAIN_MPI_CHECK(MPI_Comm_rank(comm, &rank));
   if (rank != 0) return;
-  const auto all = complete_checkpoints(dir);
+  std::vector<std::string> all;
+  try {
+    all = complete_checkpoints(dir);
+  } catch (const std::exception& e) {  // the new checkpoint is safe; old ones merely stay
+    log::warning(std::string("not pruning old checkpoints: ") + e.what());
+    return;
+  }
   for (std::size_t i = 0; i + static_cast<std::size_t>(keep) < all.size(); ++i) {
     std::error_code ec;
     std::filesystem::remove(all[i], ec);

@@ -1,4 +1,4 @@
-// The model's side of the checkpoint schema (DESIGN.md): which hyperslab of each logical tensor
+// The model's side of the checkpoint schema (docs/design.md, "Checkpoint schema"): which hyperslab of each logical tensor
 // this rank holds. /model/<name> holds weights, /optimizer/exp_avg/<name> and
 // /optimizer/exp_avg_sq/<name> the AdamW moments. Replicated tensors are written by TP rank 0
 // only; a vocabulary-padded embedding writes only its real rows; DP replicas other than dp 0
@@ -56,6 +56,8 @@ class CheckpointTensors {
   std::vector<io::TensorShard>& shards() { return shards_; }
   void download();  // device -> host buffers
   void upload();    // host buffers -> device
+  // "" when every host buffer is finite, else which tensor holds what where.
+  std::string first_non_finite() const;
 
  private:
   void add(const std::string& name, const model::Parameter<float>& p, const kernels::Vector<float>& v, bool writer);
@@ -67,17 +69,21 @@ class CheckpointTensors {
 // <checkpoint.dir>/step_<8-digit step>.h5
 std::string checkpoint_path(const std::string& dir, std::int64_t step);
 
-// Collective over the world: weights, moments and metadata of `step`.
+// Collective over the world: weights, moments and metadata of `step`. Refuses (AgreedError on
+// every rank) non-finite weights or moments.
 void save_checkpoint(model::GptModel<float>& model, const io::Deck& deck, const parallel::Topology& topo,
                      std::int64_t step, std::int64_t tokens_seen);
 
 // Collective: this rank's shard of every weight — and with `with_moments` of the AdamW
-// moments — from any checkpoint, whatever layout wrote it (resharding).
+// moments — from any checkpoint, whatever layout wrote it (resharding). Throws (the same on
+// every rank) when the checkpoint's model (layers, heads, hidden, ffn_hidden, vocab_size,
+// seq_length in its deck) differs from `model`'s, or when it holds non-finite values.
 io::CheckpointMeta load_weights(model::GptModel<float>& model, const parallel::Topology& topo,
                                 const std::string& path, bool with_moments = false);
 
-// The newest complete checkpoint (step_<8 digits>.h5; never a .tmp) in `dir`, or "" if none.
-// Collective: rank 0 of `comm` looks, everyone gets its answer.
+// The newest complete checkpoint (step_<8 or more digits>.h5; never a .tmp) in `dir`, or "" if
+// none or if `dir` does not exist. Collective: rank 0 of `comm` looks, everyone gets its answer;
+// a directory that cannot be listed throws AgreedError on every rank.
 std::string newest_checkpoint(MPI_Comm comm, const std::string& dir);
 
 // Rank 0 deletes all but the newest `keep` complete checkpoints of `dir`.

@@ -5,7 +5,10 @@
 #include <random>
 
 #include "io/metrics.hpp"
+#include "io/run_lock.hpp"
+#include "io/writable_directory.hpp"
 #include "src/log.hpp"
+#include "src/parallel/agreement.hpp"
 #include "src/train/model_checkpoint.hpp"
 #include "src/train/training_run.hpp"
 
@@ -13,24 +16,7 @@ namespace tptrain::train {
 
 namespace {
 
-// Every rank must agree before going on: one rank's exception ends the job everywhere, with the
-// message of the lowest failing rank printed once.
-template <class F>
-bool on_every_rank(MPI_Comm comm, F&& f) {
-  std::string problem;
-  try {
-    f();
-  } catch (const std::exception& e) {
-    problem = e.what();
-  }
-  int rank = 0;
-  MPI_Comm_rank(comm, &rank);
-  int first_bad = problem.empty() ? INT32_MAX : rank;
-  MPI_Allreduce(MPI_IN_PLACE, &first_bad, 1, MPI_INT, MPI_MIN, comm);
-  if (first_bad == INT32_MAX) return true;
-  if (rank == first_bad) log::error(problem);
-  return false;
-}
+using parallel::on_every_rank;
 
 model::PipelineStage stage_of(const parallel::Topology& topo) {
   return model::PipelineStage{topo.coords().pp, topo.layout().pipeline};
@@ -45,8 +31,20 @@ std::string format_duration(double seconds) {
 
 int run_training(const io::Deck& deck, const parallel::Topology& topo) {
   const auto& tc = deck.training;
+  // Before any work: the output directories are writable (rank 0 creates them and owns them
+  // for the run; every rank writes its slabs of each checkpoint, so every rank tries), so that
+  // hours of training never end in a checkpoint that cannot be written.
+  std::unique_ptr<io::RunLock> lock;
+  on_every_rank(topo.world(), [&] {
+    if (topo.world_rank() != 0) return;
+    io::prepare_writable_directory(deck.run.dir, "run.dir");
+    io::prepare_writable_directory(deck.checkpoint.dir, "checkpoint.dir");
+    lock = std::make_unique<io::RunLock>(std::vector<std::string>{deck.run.dir, deck.checkpoint.dir}, log::warning);
+  });
+  on_every_rank(topo.world(), [&] { io::prepare_writable_directory(deck.checkpoint.dir, "checkpoint.dir"); });
+
   std::unique_ptr<TrainingRun> run;
-  if (!on_every_rank(topo.world(), [&] { run = std::make_unique<TrainingRun>(deck, topo); })) return 1;
+  on_every_rank(topo.world(), [&] { run = std::make_unique<TrainingRun>(deck, topo); });
 
   const model::GptShape shape = run->model().shape();
   std::int64_t params = 0;  // logical elements, each counted once (sum over the pipeline stages)
@@ -78,7 +76,7 @@ int run_training(const io::Deck& deck, const parallel::Topology& topo) {
     const std::string latest = newest_checkpoint(topo.world(), deck.checkpoint.dir);
     if (!latest.empty()) {
       io::CheckpointMeta meta;
-      if (!on_every_rank(topo.world(), [&] { meta = load_weights(run->model(), topo, latest, true); })) return 1;
+      on_every_rank(topo.world(), [&] { meta = load_weights(run->model(), topo, latest, true); });
       first_step = meta.step;
       log::infof("resuming from {} (step {}, written with tensor {} x pipeline {} x data {})", latest, meta.step,
                  meta.tp, meta.pp, meta.dp);
@@ -97,17 +95,16 @@ int run_training(const io::Deck& deck, const parallel::Topology& topo) {
   }
 
   std::unique_ptr<io::MetricsWriter> metrics;
-  if (!on_every_rank(topo.world(), [&] {
-        metrics = std::make_unique<io::MetricsWriter>(topo.world_rank() == 0 ? deck.run.dir : "", first_step);
-      }))
-    return 1;
+  on_every_rank(topo.world(), [&] {
+    metrics = std::make_unique<io::MetricsWriter>(topo.world_rank() == 0 ? deck.run.dir : "", first_step);
+  });
 
   const auto start = std::chrono::steady_clock::now();
   auto window_start = start;
   std::int64_t window_tokens = 0;
   for (std::int64_t step = first_step; step < tc.steps; ++step) {
     StepResult r;
-    if (!on_every_rank(topo.world(), [&] { r = run->step(step); })) return 1;
+    on_every_rank(topo.world(), [&] { r = run->step(step); });
     window_tokens += run->tokens_per_step();
 
     const bool last = step + 1 == tc.steps;
@@ -134,12 +131,10 @@ int run_training(const io::Deck& deck, const parallel::Topology& topo) {
       window_start = std::chrono::steady_clock::now();
     }
     const bool checkpoint_now = last || (deck.checkpoint.interval > 0 && (step + 1) % deck.checkpoint.interval == 0);
-    if (checkpoint_now &&
-        !on_every_rank(topo.world(), [&] {
-          save_checkpoint(run->model(), deck, topo, step + 1, (step + 1) * run->tokens_per_step());
-          prune_checkpoints(topo.world(), deck.checkpoint.dir, deck.checkpoint.keep);
-        }))
-      return 1;
+    if (checkpoint_now) {
+      save_checkpoint(run->model(), deck, topo, step + 1, (step + 1) * run->tokens_per_step());
+      prune_checkpoints(topo.world(), deck.checkpoint.dir, deck.checkpoint.keep);
+    }
   }
   const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   log::infof("trained steps {}..{} in {:.1f} s ({:.0f} tokens/s)", first_step + 1, tc.steps, total,
@@ -165,7 +160,7 @@ int run_eval(const io::Deck& deck, const parallel::Topology& topo, const std::st
   const std::string path = data_path.empty() ? deck.data.valid : data_path;
   std::unique_ptr<data::TokenDataset> data;
   const std::int64_t n = windows > 0 ? windows : deck.training.eval_windows;
-  if (!on_every_rank(topo.world(), [&] {
+  on_every_rank(topo.world(), [&] {
         if (path.empty())
           throw std::runtime_error("no evaluation data: the deck has no data.valid and no --data was given");
         data = std::make_unique<data::TokenDataset>(data::TokenDataset::open(path, shape.vocab_size));
@@ -173,12 +168,16 @@ int run_eval(const io::Deck& deck, const parallel::Topology& topo, const std::st
         if (available < n)
           throw std::runtime_error(fmt::format("{} holds {} windows of {} tokens, {} were asked for", path,
                                                available, shape.seq_length + 1, n));
-      }))
-    return 1;
-  Model model(shape, deck.training.micro_batch, topo.tp(), deck.training.seed, stage_of(topo));
+  });
+  std::unique_ptr<Model> model;  // may not fit: reported like any other failure, on every rank
+  on_every_rank(topo.world(), [&] {
+    model = std::make_unique<Model>(shape, deck.training.micro_batch, topo.tp(), deck.training.seed, stage_of(topo));
+  });
   io::CheckpointMeta meta;
-  if (!on_every_rank(topo.world(), [&] { meta = load_weights(model, topo, checkpoint); })) return 1;
-  const double loss = evaluate(model, *data, n, topo.pp());
+  on_every_rank(topo.world(), [&] { meta = load_weights(*model, topo, checkpoint); });
+  const double loss = evaluate(*model, *data, n, topo.pp());
+  if (!std::isfinite(loss))  // JSON has no NaN: a non-finite loss is an error, not a result
+    throw parallel::AgreedError(fmt::format("eval: checkpoint {}: the mean loss is {} (not finite)", checkpoint, loss));
   log::infof("eval: checkpoint {} (step {}), {} windows of {} tokens from {}: mean loss {:.6f} nats/token",
              checkpoint, meta.step, n, shape.seq_length, path, loss);
   log::infof("{{\"eval_loss\": {:.9g}, \"windows\": {}, \"tokens\": {}}}", loss, n, n * shape.seq_length);
@@ -189,21 +188,25 @@ int run_generate(const io::Deck& deck, const parallel::Topology& topo, const std
                  const SampleOptions& o) {
   const model::GptShape shape = shape_of(deck);
   const kx::ExecSpace exec;
-  Model model(shape, 1, topo.tp(), deck.training.seed, stage_of(topo));
-  if (!on_every_rank(topo.world(), [&] { load_weights(model, topo, checkpoint); })) return 1;
+  std::unique_ptr<Model> model_ptr;
+  on_every_rank(topo.world(), [&] {
+    model_ptr = std::make_unique<Model>(shape, 1, topo.tp(), deck.training.seed, stage_of(topo));
+  });
+  Model& model = *model_ptr;
+  on_every_rank(topo.world(), [&] { load_weights(model, topo, checkpoint); });
   std::vector<std::int32_t> context;
   for (unsigned char c : o.prompt) context.push_back(c);
   if (context.empty()) context.push_back('\n');
-  for (std::int32_t t : context)
-    if (t >= shape.vocab_size) {
-      log::error(fmt::format("the prompt has byte {} but the model's vocabulary has {} tokens", t, shape.vocab_size));
-      return 1;
-    }
+  for (std::int32_t t : context)  // the same prompt on every rank: the same verdict everywhere
+    if (t >= shape.vocab_size)
+      throw parallel::AgreedError(
+          fmt::format("the prompt has byte {} but the model's vocabulary has {} tokens", t, shape.vocab_size));
   const int S = shape.seq_length;
   DeviceBatch batch(S);
   kernels::Vector<float> row("generate.row", shape.local_vocab()), full("generate.full", shape.padded_vocab());
   std::mt19937_64 rng(o.seed);  // same seed on every rank: every rank draws the same token
-  std::string text = o.prompt;
+  // Streamed as it comes: a long sample shows progress, and a killed run keeps what it made.
+  log::stream(o.prompt);
   for (int i = 0; i < o.tokens; ++i) {
     // The last S tokens of the context, left-aligned; causal attention makes whatever follows
     // position `last` irrelevant to its logits.
@@ -236,9 +239,9 @@ int run_generate(const io::Deck& deck, const parallel::Topology& topo, const std
     // Every stage needs the token for its next input: the last stage's choice, to all.
     next = parallel::all_reduce_scalar(topo.pp(), model.is_last_stage() ? next : 0, parallel::ReduceOp::sum);
     context.push_back(next);
-    text += static_cast<char>(next);
+    log::stream(std::string(1, static_cast<char>(next)));
   }
-  log::info(text);
+  log::stream("\n");
   return 0;
 }
 

@@ -24,7 +24,7 @@ model::GptShape shape_of(const io::Deck& deck);
 // A non-finite loss or gradient norm ends the run: throws naming the step (1-based).
 void check_finite(std::int64_t step, double loss, double grad_norm);
 
-// Mean loss over the first `windows` evaluation windows of `data` (DESIGN.md: window j covers
+// Mean loss over the first `windows` evaluation windows of `data` (docs/design.md, "Data": window j covers
 // tokens [j*S, j*S+S]), in batches of the model's micro-batch size. With a PP group, collective
 // over it: the activations go stage to stage and every stage returns the last stage's loss.
 double evaluate(Model& model, const data::TokenDataset& data, std::int64_t windows);

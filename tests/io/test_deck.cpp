@@ -5,13 +5,23 @@
 #include "catch.hpp"
 
 #include "io/deck.hpp"
+#include "io/deck_keys.hpp"
+#include "io/deck_path.hpp"
+#include "src/data/token_dataset.hpp"
+
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <random>
+#include <set>
+#include <type_traits>
+#include <variant>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -72,7 +82,7 @@ class TempDir {
   fs::path path_;
 };
 
-// DESIGN.md's example deck, with train.txt/valid.txt next to the deck. `changes` replaces a
+// The example deck (input/tiny.toml's values), with train.txt/valid.txt next to the deck. `changes` replaces a
 // key's value ("" removes the key); a key not in the example is appended to its section.
 using Changes = std::vector<std::pair<std::string, std::string>>;
 std::string make_deck(const Changes& changes = {}) {
@@ -192,7 +202,7 @@ struct Fixture {
 
 }  // namespace
 
-TEST_CASE("deck: DESIGN.md's example parses to the values it states", "[io][deck]") {
+TEST_CASE("deck: the example deck parses to the values it states", "[io][deck]") {
   Fixture fx;
   const Deck d = fx.parse(make_deck());
   CHECK(d.source == "deck.toml");
@@ -384,7 +394,7 @@ TEST_CASE("deck: values out of range are errors", "[io][deck]") {
       {"training.global_batch", "0", "expected an integer >= 1"},
       {"training.micro_batch", "0", "expected an integer >= 1"},
       {"training.steps", "0", "expected an integer >= 1"},
-      {"training.seed", "-1", "expected a non-negative integer"},
+      {"training.seed", "-1", "expected an integer >= 0"},
       {"training.grad_clip", "-0.5", "expected a number >= 0 (0 = off)"},
       {"training.log_interval", "0", "expected an integer >= 1"},
       {"training.eval_interval", "-1", "expected an integer >= 0 (0 = never)"},
@@ -698,6 +708,8 @@ TEST_CASE("deck: --set overrides", "[io][deck]") {
     CHECK_THAT(r, has("--set modle.layers=8: unknown section [modle]"));
     CHECK_THAT(r, has("did you mean [model]?"));
     CHECK_THAT(fx.problem(text, {"=3"}), has("--set =3: expected section.key=value"));
+    CHECK_THAT(fx.problem(text, {"=3"}), has("malformed --set argument: no section.key before '='"));
+    CHECK_THAT(fx.problem(text, {"=3"}), !has("names no section"));
   }
   SECTION("an override failing validation is reported against the --set") {
     CHECK_THAT(fx.problem(text, {"model.layers=0"}),
@@ -778,7 +790,7 @@ TEST_CASE("deck: relative paths follow the deck file; --set paths follow the wor
   }
 }
 
-TEST_CASE("deck: to_toml writes every key in DESIGN.md order and round-trips", "[io][deck]") {
+TEST_CASE("deck: to_toml writes every key in table order and round-trips", "[io][deck]") {
   Fixture fx;
   const std::vector<std::string> order = {"model.layers",
                                           "model.hidden",
@@ -838,7 +850,7 @@ TEST_CASE("deck: to_toml writes every key in DESIGN.md order and round-trips", "
     const std::string again = back.to_toml();
     CHECK(again.substr(again.find('\n')) == text.substr(text.find('\n')));
   };
-  SECTION("DESIGN.md's example") { round_trip(fx.parse(make_deck())); }
+  SECTION("the example deck") { round_trip(fx.parse(make_deck())); }
   SECTION("all defaults") { round_trip(fx.parse("[data]\ntrain = \"train.txt\"\n")); }
   SECTION("awkward values") {
     fx.dir.write("we\"ird \\ dir \u00fc/train.txt", "t");
@@ -968,4 +980,368 @@ TEST_CASE("deck: the decks in input/ validate", "[io][deck]") {
     CHECK(d.optimizer.lr == 6e-5);
     only_missing_data("gpt3-175b.toml");
   }
+}
+
+// ---- the key table ------------------------------------------------------------------------------
+
+namespace {
+
+using tptrain::io::DeckKey;
+using tptrain::io::deck_keys;
+using tptrain::io::KeyType;
+
+std::string read_text(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+// The cells of a Markdown table row "| a | b | c |", trimmed.
+std::vector<std::string> cells(const std::string& row) {
+  std::vector<std::string> out;
+  std::string cell;
+  for (std::size_t i = 1; i < row.size(); ++i) {
+    if (row[i] == '|') {
+      const auto a = cell.find_first_not_of(' '), b = cell.find_last_not_of(' ');
+      out.push_back(a == std::string::npos ? "" : cell.substr(a, b - a + 1));
+      cell.clear();
+    } else {
+      cell += row[i];
+    }
+  }
+  return out;
+}
+
+// Whether a documented default (a table cell: `4`, 3e-3, "fp32", `false`) states the table's
+// default. Derived defaults and required keys are described in words: any text passes.
+bool states_default(const DeckKey& k, std::string cell) {
+  cell.erase(std::remove(cell.begin(), cell.end(), '`'), cell.end());
+  return std::visit(
+      [&](const auto& v) {
+        using V = std::decay_t<decltype(v)>;
+        if constexpr (std::is_same_v<V, std::int64_t>) {
+          return cell == std::to_string(v);
+        } else if constexpr (std::is_same_v<V, double>) {
+          char* end = nullptr;
+          const double x = std::strtod(cell.c_str(), &end);
+          return end && *end == '\0' && !cell.empty() && x == v;
+        } else if constexpr (std::is_same_v<V, bool>) {
+          return cell == (v ? "true" : "false");
+        } else if constexpr (std::is_same_v<V, std::string_view>) {
+          if (cell.size() >= 2 && cell.front() == '"' && cell.back() == '"')
+            cell = cell.substr(1, cell.size() - 2);
+          return cell == v;
+        } else {
+          return true;
+        }
+      },
+      k.default_value);
+}
+
+std::string type_word(KeyType t) {
+  switch (t) {
+    case KeyType::Integer:
+      return "integer";
+    case KeyType::Number:
+      return "number";
+    case KeyType::String:
+      return "string";
+    case KeyType::Path:
+      return "string (path)";
+    case KeyType::Boolean:
+      return "boolean";
+  }
+  return "?";
+}
+
+// README.md's key table: a row "| `section.key` | default | meaning |" for every key.
+std::vector<std::string> readme_problems(const std::string& text) {
+  std::vector<std::string> problems;
+  const auto lines = lines_of(text);
+  for (const DeckKey& k : deck_keys()) {
+    const std::string start = "| `" + k.name() + "` |";
+    const auto row = std::find_if(lines.begin(), lines.end(),
+                                  [&](const std::string& l) { return l.rfind(start, 0) == 0; });
+    if (row == lines.end()) {
+      problems.push_back("README.md has no row for " + k.name());
+      continue;
+    }
+    const auto c = cells(*row);
+    if (c.size() < 3 || !states_default(k, c[1]))
+      problems.push_back("README.md: the default of " + k.name() + " is not the table's: " + *row);
+  }
+  return problems;
+}
+
+// docs/deck-reference.md: under "### `[section]`", a row "| `key` | type | default | ..." for
+// every key of the section.
+std::vector<std::string> reference_problems(const std::string& text) {
+  std::vector<std::string> problems;
+  const auto lines = lines_of(text);
+  for (const DeckKey& k : deck_keys()) {
+    const std::string heading = "### `[" + std::string(k.section) + "]`";
+    auto it = std::find_if(lines.begin(), lines.end(),
+                           [&](const std::string& l) { return l.rfind(heading, 0) == 0; });
+    if (it == lines.end()) {
+      problems.push_back("docs/deck-reference.md has no section " + heading);
+      continue;
+    }
+    const std::string start = "| `" + std::string(k.key) + "` |";
+    for (++it; it != lines.end() && it->rfind("#", 0) != 0; ++it)
+      if (it->rfind(start, 0) == 0) break;
+    if (it == lines.end() || it->rfind(start, 0) != 0) {
+      problems.push_back("docs/deck-reference.md has no row for " + k.name() + " under " + heading);
+      continue;
+    }
+    const auto c = cells(*it);
+    if (c.size() < 5 || c[1] != type_word(k.type()) || !states_default(k, c[2]))
+      problems.push_back("docs/deck-reference.md: the type or default of " + k.name() +
+                         " is not the table's: " + *it);
+  }
+  return problems;
+}
+
+// input/tiny.toml lists every key (with its default in a comment).
+std::vector<std::string> tiny_problems(const std::string& text) {
+  std::vector<std::string> problems;
+  const auto lines = lines_of(text);
+  for (const DeckKey& k : deck_keys()) {
+    std::string section;
+    bool found = false;
+    for (const std::string& l : lines) {
+      if (l.rfind("[", 0) == 0) section = l.substr(1, l.find(']') - 1);
+      if (section == k.section && l.rfind(std::string(k.key) + " ", 0) == 0) found = true;
+    }
+    if (!found) problems.push_back("input/tiny.toml does not list " + k.name());
+  }
+  return problems;
+}
+
+}  // namespace
+
+TEST_CASE("deck: README.md, docs/deck-reference.md and input/tiny.toml document every key",
+          "[io][deck]") {
+  const fs::path src(TPTRAIN_SOURCE_DIR);
+  const std::string readme = read_text(src / "README.md");
+  const std::string reference = read_text(src / "docs/deck-reference.md");
+  const std::string tiny = read_text(src / "input/tiny.toml");
+  REQUIRE(!readme.empty());
+  REQUIRE(!reference.empty());
+  REQUIRE(!tiny.empty());
+  CHECK(join(readme_problems(readme)).empty());
+  CHECK(join(reference_problems(reference)).empty());
+  CHECK(join(tiny_problems(tiny)).empty());
+
+  SECTION("a key missing from a document is found") {
+    auto without = [](const std::string& text, const std::string& row_start) {
+      std::string out;
+      for (const std::string& l : lines_of(text))
+        if (l.rfind(row_start, 0) != 0) out += l + "\n";
+      return out;
+    };
+    CHECK_THAT(join(readme_problems(without(readme, "| `optimizer.beta2` |"))),
+               has("README.md has no row for optimizer.beta2"));
+    CHECK_THAT(join(reference_problems(without(reference, "| `eval_windows` |"))),
+               has("no row for training.eval_windows"));
+    CHECK_THAT(join(tiny_problems(without(tiny, "keep "))),
+               has("input/tiny.toml does not list checkpoint.keep"));
+    std::string stale = readme;
+    stale.replace(stale.find("| `training.steps` | 300 |"), 26, "| `training.steps` | 301 |");
+    CHECK_THAT(join(readme_problems(stale)), has("the default of training.steps"));
+  }
+}
+
+TEST_CASE("deck: the key table drives defaults, comparison and printing", "[io][deck]") {
+  const Deck defaults;
+  std::vector<std::string> names;
+  for (const DeckKey& k : deck_keys()) {
+    INFO(k.name());
+    names.push_back(k.name());
+    CHECK(tptrain::io::find_deck_key(k.section, k.key) == &k);
+    // A default-constructed Deck holds the table's default, in the member's own type.
+    tptrain::io::visit_member(defaults, k, [&](const auto& m) {
+      using Member = std::decay_t<decltype(m)>;
+      std::visit(
+          [&](const auto& v) {
+            using V = std::decay_t<decltype(v)>;
+            if constexpr (std::is_same_v<V, std::int64_t>) {
+              CHECK((std::is_integral_v<Member> && !std::is_same_v<Member, bool>));
+              if constexpr (std::is_integral_v<Member>) CHECK(static_cast<std::int64_t>(m) == v);
+            } else if constexpr (std::is_same_v<V, double>) {
+              CHECK(std::is_same_v<Member, double>);
+              if constexpr (std::is_same_v<Member, double>) CHECK(m == v);
+            } else if constexpr (std::is_same_v<V, bool>) {
+              CHECK(std::is_same_v<Member, bool>);
+              if constexpr (std::is_same_v<Member, bool>) CHECK(m == v);
+            } else if constexpr (std::is_same_v<V, std::string_view>) {
+              CHECK(std::is_same_v<Member, std::string>);
+              if constexpr (std::is_same_v<Member, std::string>) CHECK(m == v);
+            }
+          },
+          k.default_value);
+    });
+    // Every key takes part in the comparison.
+    Deck changed = defaults;
+    tptrain::io::visit_member(changed, k, [](auto& m) {
+      using Member = std::decay_t<decltype(m)>;
+      if constexpr (std::is_same_v<Member, bool>)
+        m = !m;
+      else if constexpr (std::is_same_v<Member, std::string>)
+        m += "x";
+      else
+        m = m + 1;
+    });
+    CHECK(changed != defaults);
+  }
+  CHECK(std::set<std::string>(names.begin(), names.end()).size() == names.size());
+  CHECK(defaults.model.ffn_width() == 4 * defaults.model.hidden);
+  CHECK(defaults.optimizer.min_lr == 3e-4);  // the derived default, lr / 10
+  CHECK(defaults.checkpoint.dir == defaults.run.dir + "/checkpoints");
+
+  SECTION("to_json: one line, every key in table order, then ranks") {
+    Fixture fx;
+    const Deck d = fx.parse(make_deck({{"run.dir", "'a \"quoted\" dir'"}}));
+    const std::string json = d.to_json();
+    INFO(json);
+    CHECK(json.find('\n') == std::string::npos);
+    CHECK(json.front() == '{');
+    CHECK_THAT(json, matches("\\{\"model\\.layers\": 4, \"model\\.hidden\": 128, .*, "
+                             "\"run\\.dir\": \".*a \\\\\"quoted\\\\\" dir\", \"ranks\": 2\\}"));
+    CHECK_THAT(json, has("\"optimizer.lr\": 0.003, "));
+    CHECK_THAT(json, has("\"checkpoint.resume\": true, "));
+    CHECK_THAT(json, has("\"training.precision\": \"fp32\", "));
+    std::size_t at = 0;
+    for (const std::string& name : names) {
+      const auto pos = json.find("\"" + name + "\": ", at);
+      INFO(name);
+      CHECK(pos != std::string::npos);
+      if (pos != std::string::npos) at = pos;
+    }
+  }
+}
+
+// ---- inputs that would never end, names that cannot be opened --------------------------------
+
+TEST_CASE("deck: FIFOs, devices and huge files are refused before they are read",
+          "[io][deck][nonregular]") {
+  Fixture fx;
+  const fs::path fifo_deck = fx.dir.path() / "fifo.toml";
+  REQUIRE(::mkfifo(fifo_deck.c_str(), 0600) == 0);
+  SECTION("a FIFO as the deck") {
+    REQUIRE_THROWS_WITH(load_deck(fifo_deck.string()),
+                        has(fifo_deck.string() + ": cannot read deck file: it is not a regular "
+                                                 "file (a FIFO)"));
+  }
+  SECTION("/dev/zero and /dev/urandom as the deck") {
+    REQUIRE_THROWS_WITH(load_deck("/dev/zero"),
+                        has("/dev/zero: cannot read deck file: it is not a regular file (a "
+                            "character device)"));
+    REQUIRE_THROWS_WITH(load_deck("/dev/urandom"), has("/dev/urandom: cannot read deck file"));
+  }
+  SECTION("a FIFO as a data file") {
+    REQUIRE(::mkfifo((fx.dir.path() / "pipe.txt").c_str(), 0600) == 0);
+    const std::string text = make_deck({{"data.valid", "\"pipe.txt\""}});
+    const std::string p = fx.problem(text);
+    CHECK_THAT(p, has("deck.toml:" + std::to_string(line_of(text, "data.valid")) +
+                      ": data.valid = \"pipe.txt\""));
+    CHECK_THAT(p, has(norm(fx.dir.path() / "pipe.txt") + " is not a regular file (a FIFO)"));
+    CHECK_THAT(fx.problem(make_deck({{"data.train", "\"/dev/zero\""}})),
+               has("/dev/zero is not a regular file (a character device)"));
+  }
+  SECTION("a FIFO or a device given to TokenDataset::open") {
+    REQUIRE(::mkfifo((fx.dir.path() / "pipe.bin").c_str(), 0600) == 0);
+    REQUIRE_THROWS_WITH(tptrain::data::TokenDataset::open((fx.dir.path() / "pipe.bin").string(), 256),
+                        has("pipe.bin': is not a regular file (a FIFO)"));
+    const fs::path dev_link = fx.dir.path() / "zero.txt";
+    fs::create_symlink("/dev/zero", dev_link);
+    REQUIRE_THROWS_WITH(tptrain::data::TokenDataset::open(dev_link.string(), 256),
+                        has("zero.txt': is not a regular file (a character device)"));
+  }
+  SECTION("a deck over the size limit, by its size") {
+    const std::string big(tptrain::io::kMaxDeckBytes + 1, '#');
+    const fs::path file = fx.dir.write("big.toml", big);
+    REQUIRE_THROWS_WITH(load_deck(file.string()),
+                        has("big.toml: cannot read deck file: it is 1048577 bytes, more than the "
+                            "limit of 1048576 bytes"));
+    const fs::path at_limit = fx.dir.write(
+        "at_limit.toml", "[data]\ntrain = \"train.txt\"\n" +
+                             std::string(tptrain::io::kMaxDeckBytes - 27, '#'));
+    CHECK(load_deck(at_limit.string()).data.train == norm(fx.dir.path() / "train.txt"));
+  }
+}
+
+TEST_CASE("deck: a path that cannot be accessed is reported with the reason", "[io][deck]") {
+  Fixture fx;
+  SECTION("a name too long (ENAMETOOLONG), shortened in the message") {
+    const std::string long_path = fx.dir.str() + "/" + std::string(5000, 'a') + ".toml";
+    try {
+      load_deck(long_path);
+      FAIL("no DeckError");
+    } catch (const DeckError& e) {
+      const std::string p = e.problems().at(0);
+      CHECK_THAT(p, has("cannot read deck file: it cannot be accessed: the file name is too long "
+                        "(ENAMETOOLONG)"));
+      CHECK_THAT(p, !has("does not exist"));
+      CHECK(p.size() < 500);
+    }
+  }
+  SECTION("a component that is not a directory (ENOTDIR)") {
+    REQUIRE_THROWS_WITH(load_deck((fx.dir.path() / "train.txt/deck.toml").string()),
+                        has("not a directory (ENOTDIR)"));
+    CHECK_THAT(fx.problem(make_deck({{"data.train", "\"train.txt/x.txt\""}})),
+               has("train.txt/x.txt cannot be accessed: a component of the path is not a "
+                   "directory (ENOTDIR)"));
+  }
+  SECTION("permission denied (EACCES)") {
+    if (::geteuid() == 0) return;  // root reads everything
+    const fs::path closed = fx.dir.path() / "closed";
+    fs::create_directories(closed);
+    fx.dir.write("closed/deck.toml", "[data]\ntrain = \"../train.txt\"\n");
+    fs::permissions(closed, fs::perms::none);
+    CHECK_THROWS_WITH(load_deck((closed / "deck.toml").string()),
+                      has("permission denied (EACCES)"));
+    fs::permissions(closed, fs::perms::owner_all);
+  }
+  SECTION("the reasons, one per errno") {
+    CHECK(tptrain::io::errno_problem(ENOENT) == "does not exist");
+    CHECK_THAT(tptrain::io::errno_problem(EACCES), has("permission denied (EACCES)"));
+    CHECK_THAT(tptrain::io::errno_problem(ENOTDIR), has("not a directory (ENOTDIR)"));
+    CHECK_THAT(tptrain::io::errno_problem(ENAMETOOLONG), has("too long (ENAMETOOLONG)"));
+  }
+}
+
+TEST_CASE("deck: a path with a NUL character is refused, naming the key", "[io][deck]") {
+  Fixture fx;
+  const std::string text = make_deck({{"data.train", "\"train.txt\\u0000.csv\""}});
+  const std::string p = fx.problem(text);
+  CHECK_THAT(p, has("deck.toml:" + std::to_string(line_of(text, "data.train")) +
+                    ": data.train = \"train.txt\\u0000.csv\": expected a path without NUL "
+                    "characters"));
+  CHECK_THAT(fx.problem(make_deck({{"run.dir", "\"runs\\u0000x\""}})),
+             has("run.dir = \"runs\\u0000x\": expected a path without NUL characters"));
+}
+
+TEST_CASE("deck: --set numbers that no TOML number holds are out of range, not strings",
+          "[io][deck]") {
+  Fixture fx;
+  const std::string text = make_deck();
+  const std::string p = fx.problem(text, {"optimizer.lr=1e999"});
+  CHECK_THAT(p, has("--set optimizer.lr=1e999: optimizer.lr = 1e999: expected a finite number > 0 "
+                    "(1e999 is out of range: not a finite 64-bit floating-point number)"));
+  CHECK_THAT(p, !has("string"));
+  CHECK_THAT(fx.problem(text, {"model.layers=99999999999999999999"}),
+             has("model.layers = 99999999999999999999: expected an integer >= 1 "
+                 "(99999999999999999999 is out of the range of a 64-bit integer)"));
+  // Text that is no number at all is still a string.
+  CHECK_THAT(fx.problem(text, {"optimizer.lr=fast"}), has("(got a string)"));
+  // A later --set that TOML can read replaces it.
+  CHECK(fx.parse(text, {"optimizer.lr=1e999", "optimizer.lr=1e-3"}).optimizer.lr == 1e-3);
 }

@@ -1,6 +1,6 @@
-// A straightforward, unsharded GPT-2 forward pass (DESIGN.md "Model"): plain loops over
-// std::vector<double>, no Kokkos, no BLAS, no tensor parallelism. It is the "straightforward
-// GPT-2 computation" the model's loss (and `tptrain eval`) is checked against.
+// A straightforward, unsharded GPT-2 forward pass (docs/design.md, "Model semantics"): plain
+// loops over std::vector<double>, no Kokkos, no BLAS, no tensor parallelism. It is the
+// "straightforward GPT-2 computation" the model's loss (and `tptrain eval`) is checked against.
 //
 //   x = wte[token] + wpe[position]
 //   per layer (pre-LN):  a = LN_1(x);  qkv = a Wqkvᵀ + b  (rows: all Q, all K, all V; head h

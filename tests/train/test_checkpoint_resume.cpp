@@ -80,8 +80,20 @@ TEST_CASE("a model shape that differs from the checkpoint is refused by name", "
   wider.model.ffn_hidden = 128;
   train::TrainingRun other(wider, topo);
   CHECK_THROWS_WITH(train::load_weights(other.model(), topo, train::checkpoint_path(dir.path(), 1)),
-                    Catch::Matchers::Contains("layers/0/mlp/fc/weight") &&
-                        Catch::Matchers::Contains("[64, 32]") && Catch::Matchers::Contains("[128, 32]"));
+                    test::contains("holds a different model") &&
+                        test::contains("model.ffn_hidden: the checkpoint has 64, the deck has 128"));
+  // Shapes that give the same tensors are told apart too: 8 heads of 4 or 4 heads of 8 have
+  // the same QKV weight, and fewer layers would silently read the first layers of a deeper model.
+  const auto refused = [&](io::Deck changed, const std::string& message) {
+    train::TrainingRun same_tensors(changed, topo);
+    CHECK_THROWS_WITH(train::load_weights(same_tensors.model(), topo, train::checkpoint_path(dir.path(), 1)),
+                      test::contains(message));
+  };
+  io::Deck more_heads = deck, fewer_layers = deck;
+  more_heads.model.heads = 8;
+  fewer_layers.model.layers = 1;
+  refused(more_heads, "model.heads: the checkpoint has 4, the deck has 8");
+  refused(fewer_layers, "model.layers: the checkpoint has 2, the deck has 1");
 }
 
 TEST_CASE("resuming after step k gives the loss curve of the run that never stopped", "[train][resume][mpi]") {
@@ -121,4 +133,30 @@ TEST_CASE("newest complete checkpoint ignores temporaries; pruning keeps the new
   CHECK(fs::exists(fs::path(dir.path()) / "step_00000009.h5"));
   CHECK(fs::exists(fs::path(dir.path()) / "step_00000010.h5"));
   CHECK(fs::exists(fs::path(dir.path()) / "step_00000011.h5.tmp"));  // not ours to delete
+}
+
+TEST_CASE("steps of nine and more digits are checkpoints too, ordered by number", "[train][checkpoint][mpi]") {
+  test::SharedTempDir dir;
+  if (test::world_rank() == 0)
+    for (std::int64_t step : {std::int64_t{99999999}, std::int64_t{100000000}, std::int64_t{123456789012}})
+      std::ofstream(train::checkpoint_path(dir.path(), step)) << "x";
+  MPI_Barrier(MPI_COMM_WORLD);
+  CHECK(train::checkpoint_path(dir.path(), 100000000) == (fs::path(dir.path()) / "step_100000000.h5").string());
+  CHECK(train::newest_checkpoint(MPI_COMM_WORLD, dir.path()) == train::checkpoint_path(dir.path(), 123456789012));
+  train::prune_checkpoints(MPI_COMM_WORLD, dir.path(), 1);
+  MPI_Barrier(MPI_COMM_WORLD);
+  CHECK_FALSE(fs::exists(train::checkpoint_path(dir.path(), 99999999)));
+  CHECK_FALSE(fs::exists(train::checkpoint_path(dir.path(), 100000000)));
+  CHECK(fs::exists(train::checkpoint_path(dir.path(), 123456789012)));
+}
+
+TEST_CASE("a checkpoint directory that cannot be listed fails on every rank", "[train][checkpoint][mpi]") {
+  test::SharedTempDir dir;
+  const std::string not_a_dir = (fs::path(dir.path()) / "file").string();
+  if (test::world_rank() == 0) std::ofstream(not_a_dir) << "x";
+  MPI_Barrier(MPI_COMM_WORLD);
+  // Not "no checkpoint, start from step 0": that would silently discard the run's progress.
+  CHECK_THROWS_WITH(train::newest_checkpoint(MPI_COMM_WORLD, not_a_dir),
+                    test::contains("cannot list its checkpoints") && test::contains("Not a directory"));
+  CHECK(train::newest_checkpoint(MPI_COMM_WORLD, not_a_dir + "_missing").empty());  // a new run
 }

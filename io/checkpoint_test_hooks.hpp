@@ -1,0 +1,13 @@
+// Test hooks of the checkpoint writer, kept out of its code: tests/kill_resume.cmake needs a job
+// that dies in the middle of writing a checkpoint, as one killed at its wall-clock limit would.
+#pragma once
+
+#include <cstdint>
+
+namespace tptrain::io::detail {
+
+// With TPTRAIN_TEST_KILL_IN_CHECKPOINT=<step> in the environment and `step` equal to it, kills
+// the process with SIGKILL (no clean-up). Does nothing otherwise.
+void kill_if_testing_crash_at_step(std::int64_t step);
+
+}  // namespace tptrain::io::detail

@@ -1,0 +1,158 @@
+// The table of deck keys (see io/deck_keys.hpp). The order of rows is the order of the resolved
+// deck and of the tables in README.md and docs/deck-reference.md.
+#include "io/deck_keys.hpp"
+
+#include <algorithm>
+#include <limits>
+
+#include "io/deck.hpp"
+
+namespace tptrain::io {
+
+namespace {
+
+template <auto Section, auto Member>
+auto& member(Deck& d) {
+  return (d.*Section).*Member;
+}
+
+constexpr std::int64_t kIntMax = std::numeric_limits<int>::max();
+
+KeyDefault integer(std::int64_t v) { return v; }
+KeyDefault number(double v) { return v; }
+KeyDefault text(std::string_view v) { return v; }
+KeyDefault boolean(bool v) { return v; }
+
+using M = ModelConfig;
+using P = ParallelConfig;
+using T = TrainingConfig;
+using O = OptimizerConfig;
+using D = DataConfig;
+using C = CheckpointConfig;
+using R = RunConfig;
+
+std::vector<DeckKey> make_keys() {
+  const IntRange at_least_1{1, std::nullopt, {}};
+  const IntRange at_least_0{0, std::nullopt, {}};
+  const NumberRange non_negative{0.0, true, std::nullopt, {}};
+  const NumberRange positive{0.0, false, std::nullopt, {}};
+  const NumberRange unit{0.0, true, 1.0, {}};
+  return {
+      {"model", "layers", integer(4), at_least_1, "transformer blocks",
+       &member<&Deck::model, &M::layers>},
+      {"model", "hidden", integer(128), at_least_1, "model width H",
+       &member<&Deck::model, &M::hidden>},
+      {"model", "heads", integer(4), at_least_1, "attention heads; head_dim = hidden / heads",
+       &member<&Deck::model, &M::heads>},
+      {"model", "ffn_hidden", Derived{"4 * model.hidden"},
+       IntRange{1, std::nullopt, "(leave it out for the default 4 * model.hidden)"}, "MLP width F",
+       &member<&Deck::model, &M::ffn_hidden>},
+      {"model", "seq_length", integer(128), at_least_1, "context length S in tokens",
+       &member<&Deck::model, &M::seq_length>},
+      {"model", "vocab_size", integer(256), IntRange{2, kIntMax, {}},
+       "logical vocabulary: 256 for byte-level .txt data, 50257 for GPT-2 .bin shards",
+       &member<&Deck::model, &M::vocab_size>},
+
+      {"parallel", "tensor", integer(1), at_least_1, "Megatron tensor-parallel ranks",
+       &member<&Deck::parallel, &P::tensor>},
+      {"parallel", "pipeline", integer(1), at_least_1, "pipeline stages",
+       &member<&Deck::parallel, &P::pipeline>},
+      {"parallel", "data", integer(1), at_least_1, "data-parallel replicas",
+       &member<&Deck::parallel, &P::data>},
+
+      {"training", "global_batch", integer(16), at_least_1,
+       "sequences per optimizer step, over all data-parallel ranks",
+       &member<&Deck::training, &T::global_batch>},
+      {"training", "micro_batch", integer(4), at_least_1,
+       "sequences per forward/backward on one data-parallel rank",
+       &member<&Deck::training, &T::micro_batch>},
+      {"training", "steps", integer(300), at_least_1, "optimizer steps",
+       &member<&Deck::training, &T::steps>},
+      {"training", "seed", integer(1234), at_least_0,
+       "initial weights and data order, the same for every layout",
+       &member<&Deck::training, &T::seed>},
+      {"training", "precision", text("fp32"), Choice{{"fp32"}, {"bf16", "fp16"}},
+       "compute precision", &member<&Deck::training, &T::precision>},
+      {"training", "grad_clip", number(1.0), NumberRange{0.0, true, std::nullopt, "(0 = off)"},
+       "global gradient-norm clip", &member<&Deck::training, &T::grad_clip>},
+      {"training", "log_interval", integer(10), at_least_1, "steps between metric lines",
+       &member<&Deck::training, &T::log_interval>},
+      {"training", "eval_interval", integer(100), IntRange{0, std::nullopt, "(0 = never)"},
+       "steps between evaluations on data.valid", &member<&Deck::training, &T::eval_interval>},
+      {"training", "eval_windows", integer(16), at_least_1,
+       "validation windows of seq_length tokens per evaluation",
+       &member<&Deck::training, &T::eval_windows>},
+
+      {"optimizer", "lr", number(3e-3), positive, "peak learning rate",
+       &member<&Deck::optimizer, &O::lr>},
+      {"optimizer", "min_lr", Derived{"optimizer.lr / 10"}, non_negative,
+       "learning rate at the last step", &member<&Deck::optimizer, &O::min_lr>},
+      {"optimizer", "warmup_steps", integer(30), at_least_0, "linear warmup steps",
+       &member<&Deck::optimizer, &O::warmup_steps>},
+      {"optimizer", "decay", text("cosine"), Choice{{"cosine", "linear", "constant"}, {}},
+       "schedule after warmup", &member<&Deck::optimizer, &O::decay>},
+      {"optimizer", "weight_decay", number(0.1), non_negative, "AdamW decoupled weight decay",
+       &member<&Deck::optimizer, &O::weight_decay>},
+      {"optimizer", "beta1", number(0.9), unit, "Adam first-moment decay",
+       &member<&Deck::optimizer, &O::beta1>},
+      {"optimizer", "beta2", number(0.95), unit, "Adam second-moment decay",
+       &member<&Deck::optimizer, &O::beta2>},
+      {"optimizer", "eps", number(1e-8), positive, "Adam epsilon",
+       &member<&Deck::optimizer, &O::eps>},
+
+      {"data", "train", Required{}, PathRule{false, true},
+       "the training data, a .txt file (byte-level tokens) or a .bin llm.c token shard, "
+       "relative to the deck's folder",
+       &member<&Deck::data, &D::train>},
+      {"data", "valid", text(""), PathRule{true, true}, "validation tokens (\"\" = none)",
+       &member<&Deck::data, &D::valid>},
+
+      {"checkpoint", "dir", Derived{"<run.dir>/checkpoints"}, PathRule{false, false},
+       "checkpoint folder", &member<&Deck::checkpoint, &C::dir>},
+      {"checkpoint", "interval", integer(0), IntRange{0, std::nullopt, "(0 = only at the end)"},
+       "steps between checkpoints", &member<&Deck::checkpoint, &C::interval>},
+      {"checkpoint", "keep", integer(3), at_least_1, "newest checkpoints kept",
+       &member<&Deck::checkpoint, &C::keep>},
+      {"checkpoint", "resume", boolean(false), AnyBoolean{},
+       "continue from the newest checkpoint in checkpoint.dir",
+       &member<&Deck::checkpoint, &C::resume>},
+
+      {"run", "dir", text("runs/default"), PathRule{false, false}, "run outputs",
+       &member<&Deck::run, &R::dir>},
+  };
+}
+
+}  // namespace
+
+std::string DeckKey::name() const { return std::string(section) + "." + std::string(key); }
+
+KeyType DeckKey::type() const {
+  if (std::holds_alternative<PathRule>(rule)) return KeyType::Path;
+  if (std::holds_alternative<Choice>(rule)) return KeyType::String;
+  if (std::holds_alternative<NumberRange>(rule)) return KeyType::Number;
+  if (std::holds_alternative<AnyBoolean>(rule)) return KeyType::Boolean;
+  return KeyType::Integer;
+}
+
+const std::vector<DeckKey>& deck_keys() {
+  static const std::vector<DeckKey> keys = make_keys();
+  return keys;
+}
+
+const std::vector<std::string_view>& deck_sections() {
+  static const std::vector<std::string_view> sections = [] {
+    std::vector<std::string_view> out;
+    for (const DeckKey& k : deck_keys())
+      if (std::find(out.begin(), out.end(), k.section) == out.end()) out.push_back(k.section);
+    return out;
+  }();
+  return sections;
+}
+
+const DeckKey* find_deck_key(std::string_view section, std::string_view key) {
+  for (const DeckKey& k : deck_keys())
+    if (k.section == section && k.key == key) return &k;
+  return nullptr;
+}
+
+}  // namespace tptrain::io

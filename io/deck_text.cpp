@@ -1,0 +1,65 @@
+#include "io/deck_text.hpp"
+
+#include <fmt/format.h>
+
+#include <charconv>
+#include <cmath>
+
+namespace tptrain::io {
+
+namespace {
+
+// `quote` and backslash escaped, control characters as \uXXXX (both TOML and JSON read that).
+std::string quoted(std::string_view s) {
+  std::string out = "\"";
+  for (char c : s) {
+    const auto u = static_cast<unsigned char>(c);
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      default:
+        if (u < 0x20 || u == 0x7f)
+          out += fmt::format("\\u{:04X}", static_cast<unsigned>(u));
+        else
+          out += c;
+    }
+  }
+  out += '"';
+  return out;
+}
+
+}  // namespace
+
+std::string toml_float(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  std::string s = fmt::format("{}", v);
+  if (s.find_first_of(".eE") == std::string::npos) s += ".0";
+  return s;
+}
+
+std::string toml_string(std::string_view s) { return quoted(s); }
+std::string json_string(std::string_view s) { return quoted(s); }
+
+double round_decimal(double v) {
+  if (!std::isfinite(v)) return v;
+  const std::string text = fmt::format("{:.15g}", v);
+  double out = v;
+  std::from_chars(text.data(), text.data() + text.size(), out);
+  return out;
+}
+
+}  // namespace tptrain::io

@@ -1,0 +1,20 @@
+// How deck values are written: as TOML (the resolved deck, messages) and as JSON (check --json).
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace tptrain::io {
+
+// TOML float text that reads back to the same double, always recognisable as a float (1.0, not
+// 1); inf and nan as TOML spells them.
+std::string toml_float(double v);
+// TOML basic string: double quotes, escapes for backslash, quote and control characters.
+std::string toml_string(std::string_view s);
+// JSON string, escaped the same way.
+std::string json_string(std::string_view s);
+// `v` rounded to 15 significant decimal digits, so that a derived value is the double its
+// decimal text names (3e-3 / 10 is 3.0000000000000003e-4 in binary; this gives 3e-4).
+double round_decimal(double v);
+
+}  // namespace tptrain::io

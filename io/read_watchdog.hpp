@@ -1,0 +1,53 @@
+// A time limit on reading a checkpoint's metadata. Some corruptions of an HDF5 file make
+// libhdf5 itself loop (a global-heap collection whose free-space entry has size 0 is walked
+// forever when a variable-length string is read); no check before the call can see that. So a
+// watchdog thread bounds the phases that only read metadata: when one does not finish in time
+// it prints
+//
+//   tptrain: reading runs/x/ck/step_00000020.h5 did not finish in 120 s: the file's metadata is
+//   corrupt (or its file system stopped answering)
+//
+// and ends the process with exit status 1 (_exit: the stuck thread holds HDF5's locks, so no
+// clean shutdown is possible; under mpiexec the launcher then ends the other ranks).
+//
+// The limit is kDefaultSeconds, or TPTRAIN_METADATA_TIMEOUT_S from the environment (seconds,
+// > 0). kick() restarts the clock, for readers that make progress in bounded steps.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <string>
+#include <thread>
+
+namespace tptrain::io {
+
+class ReadWatchdog {
+ public:
+  static constexpr double kDefaultSeconds = 120;
+
+  // Starts the clock for reading `path`; seconds <= 0 means the default (or the environment).
+  explicit ReadWatchdog(const std::string& path, double seconds = 0);
+  ~ReadWatchdog();
+  ReadWatchdog(const ReadWatchdog&) = delete;
+  ReadWatchdog& operator=(const ReadWatchdog&) = delete;
+
+  void kick();
+  double seconds() const { return seconds_; }
+
+  // The limit in force: TPTRAIN_METADATA_TIMEOUT_S when set to a positive number, else the default.
+  static double configured_seconds();
+
+ private:
+  void watch();
+
+  std::string path_;
+  double seconds_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool done_ = false;
+  std::chrono::steady_clock::time_point deadline_;
+  std::thread thread_;
+};
+
+}  // namespace tptrain::io

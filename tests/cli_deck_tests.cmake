@@ -1,0 +1,100 @@
+# Deck and command-line validation through the tptrain executable (uses _decks from cli_tests.cmake).
+# Every test has a TIMEOUT: an input that is read forever (a FIFO, /dev/zero) must fail, not hang.
+
+# Non-zero exit and output matching `regex`, within 30 s.
+function(tptrain_expect_fail name regex)
+  add_test(NAME ${name} COMMAND ${CMAKE_COMMAND} -DCMD=$<TARGET_FILE:tptrain> "-DARGS=${ARGN}"
+           -DEXPECT_FAIL=1 "-DREGEX=${regex}" -P ${CMAKE_CURRENT_SOURCE_DIR}/run_expect.cmake)
+  set_tests_properties(${name} PROPERTIES TIMEOUT 30)
+endfunction()
+
+# Inputs that never end are refused before they are read.
+tptrain_expect_fail(cli_check_dev_zero "/dev/zero: cannot read deck file: it is not a regular file"
+                    check /dev/zero)
+tptrain_expect_fail(cli_check_dev_urandom "/dev/urandom: cannot read deck file: it is not a regular file"
+                    check /dev/urandom)
+# A FIFO as the deck and as its data file, made in a fresh folder by the shell.
+set(_fifo_dir ${CMAKE_CURRENT_BINARY_DIR}/cli_fifo)
+foreach(what deck data)
+  if(what STREQUAL "deck")
+    set(_script "mkfifo ${_fifo_dir}/deck/deck.toml && exec $<TARGET_FILE:tptrain> check ${_fifo_dir}/deck/deck.toml")
+    set(_regex "deck.toml: cannot read deck file: it is not a regular file \\(a FIFO\\)")
+  else()
+    set(_script "mkfifo ${_fifo_dir}/data/train.txt && printf '[data]\\ntrain = \"train.txt\"\\n' > ${_fifo_dir}/data/deck.toml && exec $<TARGET_FILE:tptrain> check ${_fifo_dir}/data/deck.toml")
+    set(_regex "data\\.train = \"train\\.txt\": .*train\\.txt is not a regular file \\(a FIFO\\)")
+  endif()
+  add_test(NAME cli_check_fifo_${what}
+           COMMAND ${CMAKE_COMMAND} -DCMD=/bin/sh
+                   "-DARGS=-c;rm -rf ${_fifo_dir}/${what} && mkdir -p ${_fifo_dir}/${what} && ${_script}"
+                   -DEXPECT_FAIL=1 "-DREGEX=${_regex}" -P ${CMAKE_CURRENT_SOURCE_DIR}/run_expect.cmake)
+  set_tests_properties(cli_check_fifo_${what} PROPERTIES TIMEOUT 30)
+endforeach()
+# The Catch2 cases with FIFOs and devices (load_deck, data files, TokenDataset::open), bounded.
+add_test(NAME deck_nonregular_inputs COMMAND tptrain_tests "[nonregular]")
+set_tests_properties(deck_nonregular_inputs PROPERTIES TIMEOUT 30)
+# A deck over 1 MiB: its size and the limit, before it is read.
+add_test(NAME cli_check_deck_too_big
+         COMMAND ${CMAKE_COMMAND} -DCMD=/bin/sh
+                 "-DARGS=-c;mkdir -p ${_fifo_dir} && head -c 1100000 /dev/zero | tr '\\000' '#' > ${_fifo_dir}/big.toml && exec $<TARGET_FILE:tptrain> check ${_fifo_dir}/big.toml"
+                 -DEXPECT_FAIL=1 "-DREGEX=big\\.toml: cannot read deck file: it is 1100000 bytes, more than the limit of 1048576 bytes"
+                 -P ${CMAKE_CURRENT_SOURCE_DIR}/run_expect.cmake)
+set_tests_properties(cli_check_deck_too_big PROPERTIES TIMEOUT 30)
+
+# Paths that cannot be accessed: the reason, not "does not exist"; a huge path is shortened.
+string(REPEAT "a" 5000 _long)
+tptrain_expect_fail(cli_check_name_too_long "the file name is too long \\(ENAMETOOLONG\\)"
+                    check /tmp/${_long}.toml)
+tptrain_expect_fail(cli_eval_checkpoint_name_too_long
+                    "--checkpoint: .*\\([0-9]+ characters\\).* the file name is too long \\(ENAMETOOLONG\\)"
+                    eval ${_decks}/valid.toml --checkpoint /tmp/${_long}.h5)
+tptrain_expect_fail(cli_check_not_a_directory
+                    "valid\\.toml/x\\.toml: cannot read deck file: .*not a directory \\(ENOTDIR\\)"
+                    check ${_decks}/valid.toml/x.toml)
+tptrain_expect_fail(cli_check_nul_in_path
+                    "nul_path\\.toml:3: data\\.train = .*: expected a path without NUL characters"
+                    check ${_decks}/nul_path.toml)
+
+# --set messages.
+tptrain_expect_fail(cli_check_set_malformed
+                    "--set =1: expected section\\.key=value \\(malformed --set argument"
+                    check ${_decks}/valid.toml --set =1)
+tptrain_expect_fail(cli_check_set_out_of_range
+                    "optimizer\\.lr = 1e999: expected a finite number > 0 \\(1e999 is out of range"
+                    check ${_decks}/valid.toml --set optimizer.lr=1e999)
+
+# Option ranges in words, not CLI11's 309-digit bounds.
+tptrain_expect_fail(cli_generate_tokens_zero "--tokens: expected a positive integer, got 0"
+                    generate ${_decks}/valid.toml --checkpoint ${_decks}/valid.toml --prompt x
+                    --tokens 0)
+tptrain_expect_fail(cli_eval_windows_zero "--windows: expected a positive integer, got 0"
+                    eval ${_decks}/valid.toml --checkpoint ${_decks}/valid.toml --windows 0)
+tptrain_expect_fail(cli_generate_temperature_negative
+                    "--temperature: expected a non-negative number, got -1"
+                    generate ${_decks}/valid.toml --checkpoint ${_decks}/valid.toml --prompt x
+                    --temperature -1)
+tptrain_expect_fail(cli_generate_top_k_negative "--top-k: expected a non-negative integer, got -2"
+                    generate ${_decks}/valid.toml --checkpoint ${_decks}/valid.toml --prompt x
+                    --top-k -2)
+set_tests_properties(cli_generate_tokens_zero cli_eval_windows_zero
+                     cli_generate_temperature_negative cli_generate_top_k_negative
+                     PROPERTIES FAIL_REGULAR_EXPRESSION "[0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9]")
+# Under mpiexec -n 2 a usage error is printed once (by world rank 0); every rank exits non-zero.
+add_test(NAME cli_usage_error_once_mpi2
+         COMMAND ${CMAKE_COMMAND} -DCMD=${MPIEXEC_EXECUTABLE}
+                 "-DARGS=${MPIEXEC_NUMPROC_FLAG};2;${TPTRAIN_MPIEXEC_FLAGS};$<TARGET_FILE:tptrain>;generate;${_decks}/valid.toml;--checkpoint;${_decks}/valid.toml;--prompt;x;--tokens;0"
+                 -DEXPECT_FAIL=1 "-DREGEX=--tokens: expected a positive integer, got 0"
+                 "-DCOUNT_REGEX=expected a positive integer" -DCOUNT=1
+                 -P ${CMAKE_CURRENT_SOURCE_DIR}/run_expect.cmake)
+set_tests_properties(cli_usage_error_once_mpi2 PROPERTIES TIMEOUT 60)
+
+# check --ranks / --json: machine-readable forms for scripts (jobs/run-local.sh).
+add_test(NAME cli_check_ranks COMMAND tptrain check ${_decks}/valid.toml --ranks)
+set_tests_properties(cli_check_ranks PROPERTIES PASS_REGULAR_EXPRESSION "^2\n$" TIMEOUT 30)
+add_test(NAME cli_check_ranks_needs4 COMMAND tptrain check ${_decks}/needs4.toml --ranks
+         --set parallel.data=2)
+set_tests_properties(cli_check_ranks_needs4 PROPERTIES PASS_REGULAR_EXPRESSION "^8\n$" TIMEOUT 30)
+add_test(NAME cli_check_json COMMAND tptrain check ${_decks}/valid.toml --json)
+set_tests_properties(cli_check_json PROPERTIES TIMEOUT 30 PASS_REGULAR_EXPRESSION
+  "^\\{\"model\\.layers\": 2, \"model\\.hidden\": 32, [^\n]*\"data\\.train\": \"[^\"]*/corpus\\.txt\", [^\n]*\"run\\.dir\": \"[^\"]*\", \"ranks\": 2\\}\n$")
+tptrain_expect_fail(cli_check_ranks_bad_deck "typo\\.toml:[0-9]+:.*model\\.hiden"
+                    check ${_decks}/typo.toml --ranks)

@@ -1,0 +1,68 @@
+# Job reliability through the tptrain executable: every failure ends in one clear message from
+# rank 0 and a non-zero exit on every rank within seconds (TIMEOUT turns a hang into a failure).
+# Uses _decks, _run, _mpi2 from cli_tests.cmake.
+set(_rel ${CMAKE_CURRENT_BINARY_DIR}/reliability)
+file(MAKE_DIRECTORY ${_rel})
+file(WRITE ${_rel}/regular_file "not a directory\n")
+string(REPEAT c 300 _long_name)
+
+# An output directory that cannot be created or written: refused before step 1, not after
+# training (when rank 0 used to throw while the others waited in a barrier).
+function(tptrain_unwritable_dir_test name key path)
+  add_test(NAME cli_unwritable_${name} COMMAND ${CMAKE_COMMAND} -DCMD=${MPIEXEC_EXECUTABLE}
+           "-DARGS=${MPIEXEC_NUMPROC_FLAG};2;${TPTRAIN_MPIEXEC_FLAGS};$<TARGET_FILE:tptrain>;train;${_decks}/valid.toml;--set;run.dir=${_rel}/run_${name};--set;checkpoint.dir=${_rel}/run_${name}/ck;--set;${key}=${path}"
+           -DEXPECT_FAIL=1 "-DREGEX=${key} = [^\n]*: cannot write there" "-DCOUNT_REGEX=cannot write there" -DCOUNT=1
+           -P ${CMAKE_CURRENT_SOURCE_DIR}/run_expect.cmake)
+  set_tests_properties(cli_unwritable_${name} PROPERTIES TIMEOUT 30)
+endfunction()
+tptrain_unwritable_dir_test(under_file checkpoint.dir ${_rel}/regular_file/ck)
+tptrain_unwritable_dir_test(under_proc checkpoint.dir /proc/tptrain_ck)
+tptrain_unwritable_dir_test(under_dev_null checkpoint.dir /dev/null/x)
+tptrain_unwritable_dir_test(long_component checkpoint.dir ${_rel}/${_long_name}/ck)
+tptrain_unwritable_dir_test(run_dir_under_file run.dir ${_rel}/regular_file/run)
+
+# A checkpoint of another model is refused with both values named (eval and resume).
+function(tptrain_other_model_test name regex)
+  add_test(NAME cli_other_model_${name} COMMAND ${CMAKE_COMMAND} -DCMD=${MPIEXEC_EXECUTABLE}
+           "-DARGS=${MPIEXEC_NUMPROC_FLAG};2;${TPTRAIN_MPIEXEC_FLAGS};$<TARGET_FILE:tptrain>;${ARGN}"
+           -DEXPECT_FAIL=1 "-DREGEX=${regex}" "-DCOUNT_REGEX=holds a different model" -DCOUNT=1
+           -P ${CMAKE_CURRENT_SOURCE_DIR}/run_expect.cmake)
+  set_tests_properties(cli_other_model_${name} PROPERTIES FIXTURES_REQUIRED small_run TIMEOUT 60)
+endfunction()
+set(_ck4 ${_run}/ck/step_00000004.h5)
+tptrain_other_model_test(eval_more_layers "model.layers: the checkpoint has 2, the deck has 4"
+                         eval ${_decks}/valid.toml --checkpoint ${_ck4} --set model.layers=4)
+tptrain_other_model_test(eval_fewer_layers "model.layers: the checkpoint has 2, the deck has 1"
+                         eval ${_decks}/valid.toml --checkpoint ${_ck4} --set model.layers=1)
+tptrain_other_model_test(eval_heads "model.heads: the checkpoint has 4, the deck has 2"
+                         eval ${_decks}/valid.toml --checkpoint ${_ck4} --set model.heads=2)
+tptrain_other_model_test(generate_heads "model.heads: the checkpoint has 4, the deck has 2"
+                         generate ${_decks}/valid.toml --checkpoint ${_ck4} --set model.heads=2 --prompt x)
+tptrain_other_model_test(resume_layers "model.layers: the checkpoint has 2, the deck has 4"
+                         train ${_decks}/valid.toml --set model.layers=4 --set checkpoint.resume=true
+                         --set checkpoint.dir=${_run}/ck --set run.dir=${_rel}/resume_other)
+
+# A model that does not fit in memory: eval and generate report it like train does (no abort).
+set(_too_large_eval eval)
+set(_too_large_generate "generate;--prompt;x")
+foreach(cmd eval generate)
+  add_test(NAME cli_too_large_${cmd} COMMAND ${CMAKE_COMMAND} -DCMD=${MPIEXEC_EXECUTABLE}
+           "-DARGS=${MPIEXEC_NUMPROC_FLAG};2;${TPTRAIN_MPIEXEC_FLAGS};$<TARGET_FILE:tptrain>;${_too_large_${cmd}};${_decks}/valid.toml;--checkpoint;${_ck4};--set;model.hidden=131072"
+           -DEXPECT_FAIL=1 "-DREGEX=error[^\n]*(alloc|memory)" "-DCOUNT_REGEX=tptrain: error" -DCOUNT=1
+           -P ${CMAKE_CURRENT_SOURCE_DIR}/run_expect.cmake)
+  set_tests_properties(cli_too_large_${cmd} PROPERTIES FIXTURES_REQUIRED small_run TIMEOUT 60)
+endforeach()
+
+# Cases of several commands each (tests/reliability_cases.sh).
+foreach(case lock diverge nan_eval stream)
+  add_test(NAME cli_reliability_${case}
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/reliability_cases.sh ${case} ${_rel}/${case}
+                   ${_decks}/valid.toml ${_ck4} $<TARGET_FILE:tptrain> ${_mpi2})
+  set_tests_properties(cli_reliability_${case} PROPERTIES FIXTURES_REQUIRED small_run TIMEOUT 90)
+endforeach()
+
+# tptrain check reports the same directory problems without creating anything.
+add_test(NAME cli_check_unwritable_dir COMMAND ${CMAKE_COMMAND} -DCMD=$<TARGET_FILE:tptrain>
+         "-DARGS=check;${_decks}/valid.toml;--set;checkpoint.dir=/dev/null/x;--set;run.dir=${_rel}/regular_file/run"
+         -DEXPECT_FAIL=1 "-DREGEX=run.dir = [^\n]*regular_file/run: cannot write there: [^\n]*regular_file is not a directory\ncheckpoint.dir = /dev/null/x: cannot write there: /dev/null is not a directory"
+         -P ${CMAKE_CURRENT_SOURCE_DIR}/run_expect.cmake)

@@ -1,0 +1,222 @@
+#!/usr/bin/python3
+"""Fixture maker for tests/hostile/hostile_pass.sh (damaged checkpoints, token shards).
+
+    hostile_fixtures.py offsets SEED N_HEAD N_TOTAL FILE      print N_TOTAL "offset xor" lines:
+                                                              N_HEAD in the first 4 KiB, the rest
+                                                              anywhere in FILE (seeded, distinct)
+    hostile_fixtures.py flip IN OUT OFFSET XOR                 copy IN with one byte XOR-ed
+    hostile_fixtures.py truncate IN OUT LENGTH                 first LENGTH bytes of IN
+    hostile_fixtures.py mutate IN OUT KIND                     copy IN and damage it with h5py
+    hostile_fixtures.py kinds                                  list the KINDs
+    hostile_fixtures.py foreign OUT                            a valid HDF5 file, not tptrain's
+    hostile_fixtures.py shard OUT KIND                         an llm.c .bin token shard variant
+    hostile_fixtures.py shards                                 list the shard KINDs
+
+Needs Debian's python3-h5py (run with /usr/bin/python3).
+"""
+import os
+import random
+import shutil
+import struct
+import sys
+
+MAGIC, VERSION, HEADER_INTS = 20240520, 1, 256
+CHECKSUM = "checksum_splitmix64_sum"
+
+
+def checksum(values):
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "io"))
+    from checkpoint_stats import checksum_block  # noqa: E402
+    import numpy as np
+    return np.uint64(checksum_block(np.asarray(values, dtype=np.float32).reshape(-1), 0))
+
+
+def set_value(f, name, index, value, fix_checksum):
+    import numpy as np
+    d = f[name]
+    v = d[...].astype(np.float32)
+    v.flat[index] = value
+    d[...] = v
+    if fix_checksum:
+        d.attrs[CHECKSUM] = checksum(v)
+
+
+def replace(f, name, data, fix_checksum=True, **kw):
+    import numpy as np
+    del f[name]
+    d = f.create_dataset(name, data=data, **kw)
+    if fix_checksum:
+        d.attrs[CHECKSUM] = checksum(np.asarray(data, dtype=np.float32))
+
+
+def mutate(f, kind):
+    import h5py
+    import numpy as np
+    w = "model/ln_f/weight"
+    if kind == "rename_model":
+        f.move("model", "model_renamed")
+    elif kind == "delete_dataset":
+        del f[w]
+    elif kind == "delete_optimizer":
+        del f["optimizer"]
+    elif kind == "delete_train":
+        del f["train"]
+    elif kind == "no_format_attr":
+        del f.attrs["format"]
+    elif kind == "format_wrong":
+        f.attrs["format"] = "not-a-tptrain-checkpoint"
+    elif kind == "format_version_99":
+        f.attrs["format_version"] = np.int32(99)
+    elif kind == "format_version_string":
+        f.attrs["format_version"] = "1"
+    elif kind == "step_negative":
+        f.attrs["step"] = np.int64(-1)
+    elif kind == "step_huge":
+        f.attrs["step"] = np.int64(2**62)
+    elif kind == "optimizer_step_mismatch":
+        f["optimizer"].attrs["step"] = np.int64(3)
+    elif kind == "train_attr_string":
+        f["train"].attrs["seed"] = "not a number"
+    elif kind == "tp_zero":
+        f.attrs["tp"] = np.int32(0)
+    elif kind == "deck_garbage":
+        f.attrs["deck"] = "\x01\x02 [[[ not toml\n"
+    elif kind == "no_checksum":
+        del f[w].attrs[CHECKSUM]
+    elif kind == "checksum_wrong_type":
+        f[w].attrs[CHECKSUM] = "0x1234"
+    elif kind == "nan_stale_checksum":
+        set_value(f, w, 0, np.nan, False)
+    elif kind == "nan_good_checksum":
+        set_value(f, w, 0, np.nan, True)
+    elif kind == "inf_good_checksum":
+        set_value(f, "model/layers/0/mlp/fc/weight", 5, np.inf, True)
+    elif kind == "optimizer_nan_good_checksum":
+        set_value(f, "optimizer/exp_avg_sq/ln_f/weight", 0, np.nan, True)
+    elif kind == "shape_word_255":
+        replace(f, "model/embedding/word", f["model/embedding/word"][:255, :])
+    elif kind == "shape_transposed":
+        replace(f, "model/layers/0/attn/proj/weight",
+                f["model/layers/0/attn/proj/weight"][...].reshape(16, 64))
+    elif kind == "float64_bias":
+        replace(f, "model/ln_f/bias", f["model/ln_f/bias"][...].astype(np.float64))
+    elif kind == "int32_weight":
+        replace(f, w, np.ones(f[w].shape, dtype=np.int32))
+    elif kind == "dataset_is_group":
+        del f[w]
+        f.create_group(w)
+    elif kind == "scalar_dataset":
+        replace(f, w, np.float32(1.0))
+    elif kind == "external_link":
+        del f["model/ln_f"]
+        f["model/ln_f"] = h5py.ExternalLink("/nonexistent/missing.h5", "/ln_f")
+    elif kind == "softlink_loop":
+        del f[w]
+        f[w] = h5py.SoftLink("/" + w)
+    elif kind == "extra_dataset":
+        f.create_dataset("model/extra_tensor", data=np.zeros(3, dtype=np.float32))
+    elif kind == "chunked_gzip":
+        replace(f, w, f[w][...], chunks=(8,), compression="gzip")
+    else:
+        sys.exit(f"unknown mutation {kind}")
+
+
+KINDS = ["rename_model", "delete_dataset", "delete_optimizer", "delete_train", "no_format_attr",
+         "format_wrong", "format_version_99", "format_version_string", "step_negative", "step_huge",
+         "optimizer_step_mismatch", "train_attr_string", "tp_zero", "deck_garbage", "no_checksum",
+         "checksum_wrong_type", "nan_stale_checksum", "nan_good_checksum", "inf_good_checksum",
+         "optimizer_nan_good_checksum", "shape_word_255", "shape_transposed", "float64_bias",
+         "int32_weight", "dataset_is_group", "scalar_dataset", "external_link", "softlink_loop",
+         "extra_dataset", "chunked_gzip"]
+
+
+def shard(path, kind):
+    n = 1000
+    tokens = [(i * 7 + 3) % 200 for i in range(n)]  # < 256
+    header = [0] * HEADER_INTS
+    header[0], header[1], header[2] = MAGIC, VERSION, n
+    tail = b""
+    if kind == "valid":
+        pass
+    elif kind == "odd_length":
+        tail = b"\x01"
+    elif kind == "truncated":
+        tokens = tokens[:500]
+    elif kind == "longer":
+        tokens = tokens + [1, 2, 3]
+    elif kind == "count_zero":
+        header[2], tokens = 0, []
+    elif kind == "count_negative":
+        header[2] = -5
+    elif kind == "count_int_max":
+        header[2] = 2**31 - 1
+    elif kind == "bad_magic":
+        header[0] = 12345
+    elif kind == "version_2":
+        header[1] = 2
+    elif kind == "token_ge_vocab":
+        tokens[500] = 300
+    elif kind == "token_65535":
+        tokens[-1] = 65535
+    elif kind == "short_header":
+        with open(path, "wb") as f:
+            f.write(struct.pack("<25i", MAGIC, VERSION, n, *([0] * 22)))
+        return
+    else:
+        sys.exit(f"unknown shard kind {kind}")
+    with open(path, "wb") as f:
+        f.write(struct.pack(f"<{HEADER_INTS}i", *header))
+        f.write(struct.pack(f"<{len(tokens)}H", *tokens))
+        f.write(tail)
+
+
+SHARDS = ["valid", "odd_length", "truncated", "longer", "count_zero", "count_negative",
+          "count_int_max", "bad_magic", "version_2", "token_ge_vocab", "token_65535", "short_header"]
+
+
+def main(argv):
+    cmd = argv[1] if len(argv) > 1 else ""
+    if cmd == "offsets":
+        seed, n_head, n_total, path = int(argv[2]), int(argv[3]), int(argv[4]), argv[5]
+        size = os.path.getsize(path)
+        rng = random.Random(seed)
+        head = rng.sample(range(min(4096, size)), n_head)
+        rest = set()
+        while len(rest) < n_total - n_head:
+            o = rng.randrange(4096, size)
+            if o not in head:
+                rest.add(o)
+        for o in head + sorted(rest):
+            print(o, rng.randrange(1, 256))
+    elif cmd == "flip":
+        src, dst, offset, xor = argv[2], argv[3], int(argv[4]), int(argv[5])
+        data = bytearray(open(src, "rb").read())
+        data[offset] ^= xor
+        open(dst, "wb").write(data)
+    elif cmd == "truncate":
+        src, dst, length = argv[2], argv[3], int(argv[4])
+        open(dst, "wb").write(open(src, "rb").read()[:length])
+    elif cmd == "mutate":
+        import h5py
+        src, dst, kind = argv[2], argv[3], argv[4]
+        shutil.copyfile(src, dst)
+        with h5py.File(dst, "r+") as f:
+            mutate(f, kind)
+    elif cmd == "kinds":
+        print("\n".join(KINDS))
+    elif cmd == "foreign":
+        import h5py
+        import numpy as np
+        with h5py.File(argv[2], "w") as f:
+            f.create_dataset("x", data=np.arange(10, dtype=np.float32))
+            f.attrs["format"] = "something-else"
+    elif cmd == "shard":
+        shard(argv[2], argv[3])
+    elif cmd == "shards":
+        print("\n".join(SHARDS))
+    else:
+        sys.exit(__doc__)
+
+
+if __name__ == "__main__":
+    main(sys.argv)

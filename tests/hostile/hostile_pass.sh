@@ -1,0 +1,1081 @@
+#!/usr/bin/env bash
+# Hostile / careless-user pass over the tptrain executable. Run by hand (not in CI):
+#
+#   tests/hostile/hostile_pass.sh BUILD_DIR OUT_DIR
+#
+# BUILD_DIR holds the tptrain binary; OUT_DIR receives table.md (the Markdown table printed on
+# stdout), cases/NNN_<case>.{cmd,out,err} (each case's command line and output) and the fixtures
+# and run directories (fix/, runs/, work/). Everything under OUT_DIR/{cases,fix,runs,work,mnt} is
+# deleted at the start. Each case runs one command (or a short sequence) under `timeout` and is
+# classified from its exit status and output:
+#
+#   ok                exit 0 (expect=ok/any/same/stream), or a job that died as it was meant to
+#                     (expect=killed)
+#   clean error       exit 1..125 with a `tptrain: error` line (or a CLI11 usage error) on stderr
+#   SILENT WRONG      exit 0 where failure was expected, or a success whose result differs from
+#                     the pristine one (expect=same: eval loss, generated text, resumed loss)
+#   UNEXPECTED ERROR  a clean error where success was expected
+#   NO MESSAGE        exit 1..125 without any error line
+#   HANG              killed by the timeout (or ranks left running after their launcher died)
+#   CRASH             killed by a signal, or "Segmentation fault", "core dumped", "terminate
+#                     called", "Aborted", "MPI_ABORT was invoked", "exited on signal" ... in the
+#                     output without a tptrain error line before it
+#
+# expect=any: either success or a clean error is right. The exit status is non-zero when any case
+# is HANG, CRASH, SILENT WRONG, UNEXPECTED ERROR or NO MESSAGE.
+#
+# Environment: CASES=REGEX (run only the cases whose name matches; fixtures are made as needed),
+# TIMEOUT=30 (seconds per case; the slowest legitimate case takes ~3 s), MPIEXEC="mpiexec -n 2 --oversubscribe --allow-run-as-root",
+# PY=/usr/bin/python3 (needs h5py), FLIPS=40 (byte-flip copies), SEED=20240520, VMEM_KB=8000000
+# (ulimit -v for every process of a case, so that a huge model fails to allocate instead of
+# driving the machine into the OOM killer).
+set -uo pipefail
+
+if [ $# -ne 2 ]; then
+  sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//' >&2
+  exit 2
+fi
+BUILD=$(cd "$1" && pwd) || exit 2
+mkdir -p "$2" && OUT=$(cd "$2" && pwd) || exit 2
+case $OUT in *[[:space:]]*) echo "hostile_pass: OUT_DIR must not contain white space" >&2; exit 2 ;; esac
+EXE=$BUILD/tptrain
+[ -x "$EXE" ] || { echo "hostile_pass: $EXE is not an executable" >&2; exit 2; }
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+SRC=$(cd "$HERE/../.." && pwd)
+CASES=${CASES:-.}
+TIMEOUT=${TIMEOUT:-30}
+PY=${PY:-/usr/bin/python3}
+FLIPS=${FLIPS:-40}
+SEED=${SEED:-20240520}
+VMEM_KB=${VMEM_KB:-8000000}
+read -r -a MPI <<<"${MPIEXEC:-mpiexec -n 2 --oversubscribe --allow-run-as-root}"
+MPI1=("${MPI[@]}")
+for i in "${!MPI1[@]}"; do [ "${MPI1[$i]}" = "-n" ] && MPI1[$((i + 1))]=1; done
+MPI3=("${MPI[@]}")
+for i in "${!MPI3[@]}"; do [ "${MPI3[$i]}" = "-n" ] && MPI3[$((i + 1))]=3; done
+FIXPY=$HERE/hostile_fixtures.py
+export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 OMPI_MCA_rmaps_base_oversubscribe=1
+
+CASEDIR=$OUT/cases FIX=$OUT/fix RUNS=$OUT/runs WORK=$OUT/work MNT=$OUT/mnt
+for m in "$MNT"/*; do mountpoint -q "$m" 2>/dev/null && umount "$m"; done
+rm -rf "$CASEDIR" "$FIX" "$RUNS" "$WORK" "$MNT" "$OUT/table.md" "$OUT/table.md.notes"
+mkdir -p "$CASEDIR" "$FIX" "$RUNS" "$WORK" "$MNT"
+DECK=$FIX/valid.toml # a copy of tests/data/cli/valid.toml next to its corpus.txt
+cp "$SRC/tests/data/cli/valid.toml" "$SRC/tests/data/cli/corpus.txt" "$FIX/"
+
+# ---- bookkeeping ------------------------------------------------------------------------------
+
+N=0
+declare -A COUNT=()
+BG_PIDS=()
+cleanup() {
+  local p
+  for p in "${BG_PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done
+  for m in "$MNT"/*; do mountpoint -q "$m" 2>/dev/null && umount "$m" 2>/dev/null; done
+}
+trap cleanup EXIT
+trap 'echo "hostile_pass: interrupted" >&2; exit 130' INT TERM
+
+note() { echo "hostile_pass: $*" >&2; echo "<!-- note: $* -->" >>"$OUT/table.md.notes"; }
+selected() { [[ $1 =~ $CASES ]]; }
+any_selected() { local n; for n; do selected "$n" && return 0; done; return 1; }
+now_ms() { date +%s%3N; }
+
+# One table cell: printable ASCII, `|` escaped, cut to 110 characters.
+cell() {
+  local s
+  s=$(printf '%s' "$1" | tr '\n\t' '  ' | LC_ALL=C tr -c '[:print:]' '?' | cut -c1-110)
+  printf '%s' "${s//|/\\|}"
+}
+
+HEADER='| # | case | expect | outcome | seconds | first message |
+|---:|---|---|---|---:|---|'
+echo "$HEADER" | tee "$OUT/table.md"
+record() { # NAME EXPECT OUTCOME SECONDS MESSAGE
+  local row
+  row="| $N | $1 | $2 | $3 | $4 | $(cell "$5") |"
+  COUNT[$3]=$((${COUNT[$3]:-0} + 1))
+  echo "$row" | tee -a "$OUT/table.md"
+}
+
+new_log() { # NAME -> LOG: the log prefix of a new case
+  N=$((N + 1))
+  LOG=$(printf '%s/%03d_%s' "$CASEDIR" "$N" "$1")
+}
+
+# First tptrain error line of a file (with the next line when it ends in ':', as "invalid deck
+# X:\n<problem>" does), else nothing.
+first_error() {
+  awk '/tptrain: error/ { line = $0
+         if (line ~ /:[ \t]*$/ && (getline nxt) > 0) line = line " " nxt
+         print line; exit }' "$@" 2>/dev/null
+}
+CRASH_RE='Segmentation fault|core dumped|terminate called|Aborted|MPI_ABORT was invoked|exited on signal|Floating point exception|Bus error|Illegal instruction|double free|free\(\): invalid|malloc\(\): |stack smashing|AddressSanitizer'
+last_line() { grep -av '^[[:space:]]*$' "$1" 2>/dev/null | tail -1; }
+
+# classify NAME EXPECT RC SECONDS LOG [VERIFY]: VERIFY LOG prints why a success is wrong and
+# returns non-zero (used for expect=same and for expect=ok cases that must show something).
+classify() {
+  local name=$1 expect=$2 rc=$3 ms=$4 log=$5 verify=${6:-} limit=${7:-$TIMEOUT}
+  local err=$log.err out=$log.out secs outcome msg errline crashline="" tags=""
+  secs=$(awk -v ms="$ms" 'BEGIN { printf "%.1f", ms / 1000 }')
+  errline=$(first_error "$err" "$out")
+  local usage=""
+  if [ -z "$errline" ] && grep -aq 'Run with --help for more information' "$err" "$out" 2>/dev/null; then
+    usage=$(grep -av -e 'Run with --help' -e '^[[:space:]]*$' "$err" | head -1)
+    [ -n "$usage" ] || usage=$(grep -av -e 'Run with --help' -e '^[[:space:]]*$' "$out" | head -1)
+    errline="usage: $usage"
+  fi
+  # A crash pattern counts unless a tptrain error line came before it (in stderr).
+  local cl el
+  cl=$(grep -anE "$CRASH_RE" "$err" 2>/dev/null | head -1)
+  if [ -n "$cl" ]; then
+    el=$(grep -an 'tptrain: error' "$err" | head -1 | cut -d: -f1)
+    if [ -z "$el" ] || [ "${el:-0}" -gt "${cl%%:*}" ]; then crashline=${cl#*:}; else tags+=" [then: ${cl#*:}]"; fi
+  elif grep -aqE "$CRASH_RE" "$out" 2>/dev/null && [ -z "$errline" ]; then
+    crashline=$(grep -aE "$CRASH_RE" "$out" | head -1)
+  fi
+  local ranks
+  ranks=$(grep -ao 'tptrain: error (rank [0-9]*)' "$err" 2>/dev/null | sort -u | wc -l)
+  [ "$ranks" -gt 1 ] && tags+=" [error from $ranks ranks]"
+  grep -aq 'HDF5-DIAG' "$err" "$out" 2>/dev/null && tags+=" [HDF5-DIAG dump]"
+
+  local timed_out=""
+  { [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; } && [ "$ms" -ge $((limit * 1000)) ] && timed_out=yes
+  if [ "$expect" = killed ] && [ -z "$timed_out" ]; then
+    # A job meant to die (a kill hook): any non-zero exit is what was asked for.
+    if [ "$rc" -eq 0 ]; then
+      outcome="SILENT WRONG" msg="exit 0, but the job was to be killed: $(last_line "$out")"
+    else
+      outcome=ok msg="killed as meant (rc $rc): $(grep -a -m1 -E 'KILL|exited on signal|tptrain: error' "$err")"
+    fi
+    record "$name" "$expect" "$outcome" "$secs" "$msg"
+    return
+  fi
+  if [ -n "$timed_out" ]; then
+    if [ "$expect" = stream ]; then
+      local bytes
+      bytes=$(grep -a -A1000000 "^$STREAM_PROMPT" "$out" | wc -c)
+      if [ "$bytes" -gt 40 ]; then
+        outcome=ok msg="text streamed: $bytes bytes before the timeout (${limit}s) stopped it"
+      else
+        outcome=HANG msg="only $bytes bytes of text after ${limit}s: $(last_line "$err")"
+      fi
+    else
+      outcome=HANG msg="killed after ${limit}s; last output: $(last_line "$err")"
+      [ -s "$err" ] || msg="killed after ${limit}s; last output: $(last_line "$out")"
+    fi
+  elif [ -n "$crashline" ] || [ "$rc" -ge 128 ]; then
+    outcome=CRASH msg="rc $rc: ${crashline:-killed by signal $((rc - 128))} ${errline:+/ $errline}"
+  elif [ "$rc" -eq 0 ]; then
+    case $expect in
+    fail) outcome="SILENT WRONG" msg="exit 0: $(last_line "$out")" ;;
+    *)
+      outcome=ok msg=$(last_line "$out")
+      if [ -n "$verify" ]; then
+        local why
+        if ! why=$($verify "$log" 2>&1); then outcome="SILENT WRONG" msg=$why; fi
+      fi
+      ;;
+    esac
+  elif [ -n "$errline" ]; then
+    case $expect in
+    ok | stream) outcome="UNEXPECTED ERROR" ;;
+    *) outcome="clean error" ;;
+    esac
+    msg=$errline
+  else
+    outcome="NO MESSAGE" msg="rc $rc, no error line; last output: $(last_line "$err")"
+  fi
+  msg=${msg//$OUT/OUT}
+  # Shorter: "invalid deck D: D:12:" -> "invalid deck D:12:", "invalid deck D: --set k=v: k = v:" -> "--set k=v:"
+  msg=$(printf '%s' "$msg" | sed -E -e 's/invalid deck ([^ ]+): \1:/invalid deck \1:/' \
+    -e 's/invalid deck [^ ]+: (--set [^ ]+): /\1: /' -e 's/--set ([^=]+)=([^ ]*): \1 = [^:]*: /--set \1=\2: /')
+  record "$name" "$expect" "$outcome" "$secs" "$msg$tags"
+}
+
+# run_case NAME EXPECT [timeout=S] [verify=FN] -- COMMAND...   (in $WORK, stdin /dev/null)
+run_case() {
+  local name=$1 expect=$2 t=$TIMEOUT verify="" needs=""
+  shift 2
+  while [ "$1" != "--" ]; do
+    case $1 in
+    timeout=*) t=${1#timeout=} ;;
+    verify=*) verify=${1#verify=} ;;
+    needs=ck) needs=ck ;;
+    esac
+    shift
+  done
+  shift
+  selected "$name" || return 0
+  if [ -n "$needs" ]; then ensure_ck || return 0; fi
+  local log t0 rc
+  new_log "$name"
+  log=$LOG
+  printf '%q ' "$@" >"$log.cmd"
+  echo >>"$log.cmd"
+  t0=$(now_ms)
+  (cd "$WORK" && ulimit -v "$VMEM_KB" && exec timeout -k 10 "$t" "$@") </dev/null >"$log.out" 2>"$log.err"
+  rc=$?
+  echo "rc=$rc" >>"$log.cmd"
+  classify "$name" "$expect" "$rc" $(($(now_ms) - t0)) "$log" "$verify" "$t"
+}
+
+# A case in the background: bg_start NAME TIMEOUT COMMAND...; then bg_finish EXPECT [VERIFY].
+bg_start() {
+  BG_NAME=$1 BG_T=$2
+  shift 2
+  new_log "$BG_NAME"
+  BG_LOG=$LOG
+  printf '%q ' "$@" >"$BG_LOG.cmd"
+  echo >>"$BG_LOG.cmd"
+  BG_T0=$(now_ms)
+  (cd "$WORK" && ulimit -v "$VMEM_KB" && exec timeout -k 10 "$BG_T" "$@") </dev/null >"$BG_LOG.out" 2>"$BG_LOG.err" &
+  BG_PID=$!
+  BG_PIDS+=("$BG_PID")
+}
+bg_finish() {
+  wait "$BG_PID"
+  local rc=$?
+  echo "rc=$rc" >>"$BG_LOG.cmd"
+  classify "$BG_NAME" "$1" "$rc" $(($(now_ms) - BG_T0)) "$BG_LOG" "${2:-}" "$BG_T"
+}
+
+descendants() {
+  local p
+  for p in $(ps -o pid= --ppid "$1" 2>/dev/null); do
+    echo "$p"
+    descendants "$p"
+  done
+}
+# The pid of world rank R among the descendants of ROOT (a tptrain process).
+rank_pid() {
+  local p
+  for p in $(descendants "$1"); do
+    case $(readlink "/proc/$p/exe" 2>/dev/null) in "$EXE_REAL"*) ;; *) continue ;; esac
+    tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2" && { echo "$p"; return; }
+  done
+}
+EXE_REAL=$(readlink -f "$EXE")
+launcher_pid() { # the mpiexec under a bg `timeout`
+  local p
+  for p in $(ps -o pid= --ppid "$1" 2>/dev/null); do echo "$p"; return; done
+}
+wait_for() { # SECONDS COMMAND...: poll until COMMAND succeeds
+  local end=$(($(date +%s) + $1))
+  shift
+  until "$@"; do
+    [ "$(date +%s)" -ge "$end" ] && return 1
+    sleep 0.1
+  done
+}
+alive() { kill -0 "$1" 2>/dev/null; }
+dead() { ! kill -0 "$1" 2>/dev/null; }
+
+# ---- fixtures -------------------------------------------------------------------------------
+
+TRAIN=("${MPI[@]}" "$EXE" train "$DECK")
+rundir() { echo "--set" "run.dir=$RUNS/$1"; }
+CK_RUN=$RUNS/fixture
+CK2=$CK_RUN/checkpoints/step_00000002.h5
+CK4=$CK_RUN/checkpoints/step_00000004.h5
+REF=$FIX/ref
+STREAM_PROMPT="It is"
+CK_READY=""
+# The checkpoint fixture (steps 2 and 4 of valid.toml on 2 ranks) and the pristine results the
+# damaged copies are compared with.
+ensure_ck() {
+  [ -n "$CK_READY" ] && { [ "$CK_READY" = yes ]; return; }
+  CK_READY=no
+  mkdir -p "$REF"
+  local save=$CASES
+  CASES=.
+  run_case fixture_train ok -- "${TRAIN[@]}" --set run.dir="$CK_RUN" --set checkpoint.interval=2
+  if [ ! -f "$CK4" ]; then
+    CASES=$save
+    note "fixture training failed: checkpoint cases skipped"
+    return 1
+  fi
+  ref_case fixture_ref_eval eval "${MPI[@]}" "$EXE" eval "$DECK" --checkpoint "$CK4"
+  ref_case fixture_ref_inspect inspect "$EXE" inspect "$CK4"
+  ref_case fixture_ref_generate generate "${MPI[@]}" "$EXE" generate "$DECK" --checkpoint "$CK4" \
+    --prompt "$STREAM_PROMPT" --tokens 24 --temperature 0
+  mkdir -p "$RUNS/fixture_ref_resume/ck"
+  cp "$CK4" "$RUNS/fixture_ref_resume/ck/"
+  ref_case fixture_ref_resume resume "${TRAIN[@]}" $(rundir fixture_ref_resume) \
+    --set checkpoint.dir="$RUNS/fixture_ref_resume/ck" --set checkpoint.resume=true \
+    --set training.steps=6 --set training.log_interval=1
+  CASES=$save
+  CK_READY=yes
+}
+ref_case() { # NAME REFNAME COMMAND...: a fixture case whose output is kept as $REF/REFNAME.out
+  local name=$1 ref=$2
+  shift 2
+  run_case "$name" ok -- "$@"
+  cp "$CASEDIR/$(printf %03d $N)_$name.out" "$REF/$ref.out"
+}
+
+eval_loss_of() { grep -ao '"eval_loss": *[^,}]*' "$1" | head -1; }
+verify_eval_same() {
+  local a b
+  a=$(eval_loss_of "$1.out") b=$(eval_loss_of "$REF/eval.out")
+  [ -n "$a" ] && [ "$a" = "$b" ] && return 0
+  echo "eval exit 0 with ${a:-no eval_loss}, the pristine checkpoint gives $b"
+  return 1
+}
+inspect_rows() { grep -aE '^ +(model|optimizer)[^ ]*/' "$1" | sed 's/  */ /g'; }
+verify_inspect_same() {
+  local d
+  d=$(diff <(inspect_rows "$1.out") <(inspect_rows "$REF/inspect.out") | grep -a '^<' | head -1)
+  [ -z "$d" ] && return 0
+  echo "inspect exit 0 but its dataset table differs from the pristine file's: ${d#< }"
+  return 1
+}
+generated_text() { grep -a -A1000 "^$STREAM_PROMPT" "$1"; }
+verify_gen_same() {
+  [ -n "$(generated_text "$1.out")" ] && [ "$(generated_text "$1.out")" = "$(generated_text "$REF/generate.out")" ] && return 0
+  echo "generate exit 0 but the text differs from the pristine checkpoint's: $(generated_text "$1.out" | head -1)"
+  return 1
+}
+loss_lines() { grep -aoE 'step +[0-9]+/[0-9]+ \| loss [^ ]+' "$1" | sed 's/  */ /g'; }
+verify_resume_same() {
+  grep -aq 'resuming from' "$1.out" || { echo "exit 0 without 'resuming from': started over silently"; return 1; }
+  [ "$(loss_lines "$1.out")" = "$(loss_lines "$REF/resume.out")" ] && return 0
+  echo "resumed, but the losses differ from the pristine resume: $(loss_lines "$1.out" | tail -1) vs $(loss_lines "$REF/resume.out" | tail -1)"
+  return 1
+}
+verify_resumed() {
+  grep -aq 'resuming from' "$1.out" && return 0
+  echo "exit 0 without 'resuming from': the run started over"
+  return 1
+}
+verify_not_resumed() {
+  grep -aq 'resuming from' "$1.out" || return 0
+  echo "resumed from a file that is not a complete checkpoint: $(grep -a 'resuming from' "$1.out" | head -1)"
+  return 1
+}
+verify_streamed() { return 0; }
+
+mkdeck() { # NAME: the deck text on stdin -> $FIX/decks/NAME.toml (path on stdout)
+  mkdir -p "$FIX/decks"
+  cat >"$FIX/decks/$1.toml"
+  echo "$FIX/decks/$1.toml"
+}
+# valid.toml with one sed edit, as a new deck
+deck_sed() { sed "$2" "$DECK" | sed 's#= "corpus.txt"#= "../corpus.txt"#' | mkdeck "$1"; }
+
+LONGNAME=$(printf 'c%.0s' $(seq 300))
+LONGPATH=$FIX$(for _ in $(seq 25); do printf '/%s' "$(printf 'd%.0s' $(seq 199))"; done)/x.txt # ~5000 chars
+echo "not a directory" >"$FIX/regular_file"
+mkfifo "$FIX/fifo.toml" "$FIX/fifo.txt" "$FIX/fifo.h5"
+mkdir -p "$FIX/a_dir.toml" "$FIX/a_dir.txt" "$FIX/a_dir.h5"
+
+# ---- 1. command line and decks --------------------------------------------------------------
+
+group_cli() {
+  run_case cli_no_args fail -- "$EXE"
+  run_case cli_unknown_subcommand fail -- "$EXE" frobnicate
+  run_case cli_help ok -- "$EXE" --help
+  run_case cli_train_help ok -- "$EXE" train --help
+  run_case cli_version ok -- "$EXE" --version
+  run_case cli_train_no_deck fail -- "$EXE" train
+  run_case cli_unknown_option fail -- "$EXE" check "$DECK" --frobnicate
+  run_case cli_set_without_value fail -- "$EXE" check "$DECK" --set
+  run_case cli_two_decks fail -- "$EXE" check "$DECK" "$DECK"
+  run_case cli_inspect_no_file fail -- "$EXE" inspect
+  run_case cli_eval_no_checkpoint fail -- "$EXE" eval "$DECK"
+  run_case cli_generate_no_prompt fail -- "$EXE" generate "$DECK" --checkpoint "$DECK"
+  run_case cli_check_valid ok -- "$EXE" check "$DECK"
+}
+
+group_deck_files() {
+  head -c 4096 /dev/urandom >"$FIX/garbage.toml" 2>/dev/null
+  : >"$FIX/empty.toml"
+  { cat "$DECK"; for i in $(seq 70000); do echo "# padding comment line $i ......."; done; } >"$FIX/big_comments.toml"
+  { cat "$DECK"; for i in $(seq 60000); do echo "unknown_key_$i = $i"; done; } >"$FIX/big_unknown.toml"
+  printf '[model]\nlayers = 2\x00\nhidden = 32\n' >"$FIX/nul_byte.toml"
+  { printf '\xef\xbb\xbf'; cat "$DECK"; } >"$FIX/bom.toml"
+  sed 's/$/\r/' "$DECK" >"$FIX/crlf.toml"
+  ln -sf /dev/zero "$FIX/zero.toml"
+  ln -sf loop.toml "$FIX/loop.toml"
+  local what path expect
+  while read -r what path expect; do
+    run_case "deck_${what}_check" "$expect" -- "$EXE" check "$path"
+    case $what in missing | directory | devzero | urandom | fifo | empty | garbage | big_unknown)
+      run_case "deck_${what}_train" "$expect" -- "${MPI[@]}" "$EXE" train "$path" $(rundir "deck_$what") ;;
+    esac
+  done <<EOF
+missing $FIX/no_such_deck.toml fail
+directory $FIX/a_dir.toml fail
+devzero /dev/zero fail
+urandom /dev/urandom fail
+fifo $FIX/fifo.toml fail
+symlink_devzero $FIX/zero.toml fail
+symlink_loop $FIX/loop.toml fail
+empty $FIX/empty.toml fail
+garbage $FIX/garbage.toml fail
+nul_byte $FIX/nul_byte.toml fail
+big_comments $FIX/big_comments.toml any
+big_unknown $FIX/big_unknown.toml fail
+utf8_bom $FIX/bom.toml any
+crlf $FIX/crlf.toml ok
+long_path $LONGPATH.toml fail
+EOF
+}
+
+group_deck_syntax() {
+  local d
+  d=$(printf '[model]\nlayers = "2\n' | mkdeck unclosed_string) && run_case deck_syntax_unclosed_string fail -- "$EXE" check "$d"
+  d=$(printf '[model\nlayers = 2\n' | mkdeck unclosed_table) && run_case deck_syntax_unclosed_table fail -- "$EXE" check "$d"
+  d=$(deck_sed double_eq 's/^layers = 2$/layers = = 2/') && run_case deck_syntax_double_equals fail -- "$EXE" check "$d"
+  d=$(deck_sed dup_key 's/^layers = 2$/layers = 2\nlayers = 3/') && run_case deck_syntax_duplicate_key fail -- "$EXE" check "$d"
+  d=$(deck_sed dup_table 's/^\[parallel\]$/[model]\nhidden = 64\n[parallel]/') && run_case deck_syntax_duplicate_table fail -- "$EXE" check "$d"
+  d=$(deck_sed bad_escape 's#^train = .*#train = "a\\qb.txt"#') && run_case deck_syntax_bad_escape fail -- "$EXE" check "$d"
+  d=$(deck_sed bare_word 's/^layers = 2$/layers = two/') && run_case deck_syntax_bare_word fail -- "$EXE" check "$d"
+  d=$(printf '[model]\nlayers = [1, 2\n' | mkdeck unterminated_array) && run_case deck_syntax_unterminated_array fail -- "$EXE" check "$d"
+  d=$(deck_sed huge_int 's/^layers = 2$/layers = 99999999999999999999999999/') && run_case deck_syntax_int_overflow fail -- "$EXE" check "$d"
+  d=$(deck_sed control_char 's/^layers = 2$/layers = 2\nnote = "a\x01b"/') && run_case deck_syntax_control_char fail -- "$EXE" check "$d"
+  d=$(deck_sed bad_utf8 's/^layers = 2$/layers = 2 # \xff\xfe/') && run_case deck_syntax_invalid_utf8 fail -- "$EXE" check "$d"
+  d=$({ printf 'a = '; head -c 100000 /dev/zero | tr '\0' '['; } | mkdeck deep_arrays) && run_case deck_syntax_deep_arrays fail -- "$EXE" check "$d"
+  d=$({ printf 'a = '; for _ in $(seq 20000); do printf '{b = '; done; } | mkdeck deep_tables) && run_case deck_syntax_deep_inline_tables fail -- "$EXE" check "$d"
+  d=$({ printf '[model]\n'; head -c 1048576 /dev/zero | tr '\0' 'k'; printf ' = 1\n'; } | mkdeck megabyte_key) && run_case deck_syntax_megabyte_key fail -- "$EXE" check "$d"
+}
+
+group_deck_keys() {
+  local name sed_expr expect d
+  while IFS='|' read -r name sed_expr expect; do
+    d=$(deck_sed "$name" "$sed_expr") && run_case "deck_$name" "$expect" -- "$EXE" check "$d"
+  done <<'EOF'
+unknown_key_typo|s/^layers = 2$/layers = 2\nhiden = 32/|fail
+unknown_section|s/^\[model\]$/[modle]/|fail
+unknown_toplevel_key|1s/^/foo = 1\n/|fail
+section_as_value|1s/^/model = 5\n/|fail
+key_as_table|s/^\[parallel\]$/[model.layers]\n[parallel]/|fail
+array_of_tables|s/^\[model\]$/[[model]]/|fail
+type_string_int|s/^layers = 2$/layers = "2"/|fail
+type_float_int|s/^layers = 2$/layers = 2.5/|fail
+type_bool_int|s/^hidden = 32$/hidden = true/|fail
+type_array_int|s/^heads = 4$/heads = [4]/|fail
+type_date_int|s/^layers = 2$/layers = 1979-05-27/|fail
+type_table_int|s/^layers = 2$/layers = { n = 2 }/|fail
+type_int_path|s#^train = .*#train = 5#|fail
+type_string_bool|s/^\[optimizer\]$/[checkpoint]\nresume = "yes"\n[optimizer]/|fail
+type_string_float|s/^warmup_steps = 1$/warmup_steps = 1\nlr = "fast"/|fail
+missing_data_train|/^train = /d|fail
+EOF
+}
+
+# --set values: each goes through `check` (validation), a subset also through `train` on 2
+# ranks (values that pass validation but cannot run).
+group_numbers() {
+  local set expect train_expect
+  while read -r set expect train_expect; do
+    run_case "num_check_${set//[^A-Za-z0-9_.=-]/_}" "$expect" -- "$EXE" check "$DECK" --set "$set"
+    [ "$train_expect" = - ] && continue
+    local steps=(--set training.steps=2)
+    [[ $set == training.steps=* ]] && steps=()
+    run_case "num_train_${set//[^A-Za-z0-9_.=-]/_}" "$train_expect" -- "${TRAIN[@]}" --set "$set" \
+      "${steps[@]}" $(rundir "num_$N")
+  done <<'EOF'
+model.layers=0 fail fail
+model.layers=-1 fail -
+model.layers=2147483648 fail -
+model.hidden=-1 fail fail
+model.hidden=0 fail -
+model.hidden=131072 any fail
+model.hidden=2147483647 fail fail
+model.heads=0 fail -
+model.heads=3 fail -
+model.ffn_hidden=3 fail -
+model.seq_length=0 fail -
+model.seq_length=65536 any fail
+model.vocab_size=0 fail -
+model.vocab_size=2147483647 any fail
+model.vocab_size=100 any fail
+optimizer.lr=1e999 fail fail
+optimizer.lr=nan fail fail
+optimizer.lr=inf fail -
+optimizer.lr=-1 fail -
+optimizer.min_lr=-1 fail -
+optimizer.warmup_steps=1000 fail -
+optimizer.warmup_steps=-1 fail -
+optimizer.beta1=1.0 fail -
+optimizer.beta2=-0.5 fail -
+optimizer.eps=-1 fail -
+optimizer.weight_decay=nan fail -
+optimizer.decay="exp" fail -
+training.steps=0 fail -
+training.steps=-1 fail -
+training.steps=9223372036854775807 fail fail
+training.steps=9223372036854775808 fail -
+training.global_batch=0 fail -
+training.micro_batch=0 fail -
+training.micro_batch=3 fail -
+training.global_batch=2147483647 fail -
+training.log_interval=0 fail -
+training.eval_interval=-1 fail -
+training.eval_windows=0 fail -
+training.grad_clip=-1 fail -
+training.grad_clip=nan fail -
+training.precision="bf16" fail -
+training.seed=-1 any -
+checkpoint.keep=0 fail -
+checkpoint.interval=-1 fail -
+parallel.tensor=0 fail -
+parallel.tensor=-2 fail -
+parallel.tensor=3 fail -
+parallel.tensor=1048576 fail -
+parallel.pipeline=3 fail -
+parallel.data=0 fail -
+EOF
+}
+
+group_set_syntax() {
+  local i=0 set expect
+  while IFS='|' read -r set expect; do
+    i=$((i + 1))
+    run_case "set_syntax_${i}_${set//[^A-Za-z0-9_.=-]/_}" "$expect" -- "$EXE" check "$DECK" --set "$set"
+  done <<'EOF'
+=1|fail
+a|fail
+model.layers|fail
+model.layers=|fail
+.=|fail
+model.=3|fail
+.layers=3|fail
+model.layers.x=1|fail
+model=3|fail
+model.layers=2=3|fail
+|fail
+model.layers=0x10|any
+model.layers=[|fail
+data.train=|fail
+optimizer.lr=1e999|fail
+model.layers=2 # comment|any
+EOF
+  run_case set_syntax_newline_in_value fail -- "$EXE" check "$DECK" --set $'model.layers=2\nhidden = 64'
+  run_case set_syntax_train_lr_1e999 fail -- "${TRAIN[@]}" --set optimizer.lr=1e999 $(rundir set_lr)
+}
+
+group_world() {
+  run_case world_train_without_mpiexec fail -- "$EXE" train "$DECK" $(rundir world_1)
+  run_case world_needs4_on_2 fail -- "${MPI[@]}" "$EXE" train "$SRC/tests/data/cli/needs4.toml" $(rundir world_4)
+  run_case world_tensor1_on_2 fail -- "${TRAIN[@]}" --set parallel.tensor=1 $(rundir world_t1)
+  run_case world_3_ranks fail -- "${MPI3[@]}" "$EXE" train "$DECK" $(rundir world_3)
+  run_case world_heads_indivisible_train fail -- "${TRAIN[@]}" --set model.heads=3 $(rundir world_heads)
+  if true; then
+    run_case world_eval_1_rank fail needs=ck -- "${MPI1[@]}" "$EXE" eval "$DECK" --checkpoint "$CK4"
+  fi
+}
+
+group_paths() {
+  mkdir -p "$FIX/data"
+  cp "$FIX/corpus.txt" "$FIX/data/corpus" # what "corpus\u0000x.txt" would silently open
+  cp "$FIX/corpus.txt" "$FIX/data/"$'new\nline.txt'
+  ln -sf /dev/zero "$FIX/data/zero.txt"
+  ln -sf /dev/urandom "$FIX/data/urandom.txt"
+  ln -sf loop.txt "$FIX/data/loop.txt"
+  local d
+  d=$(deck_sed nul_name 's#^train = .*#train = "data/corpus\\u0000x.txt"#')
+  cp -r "$FIX/data" "$FIX/decks/"
+  run_case path_train_nul_in_name fail -- "${MPI[@]}" "$EXE" train "$d" $(rundir path_nul)
+  local key what path expect
+  while read -r key what path expect; do
+    run_case "path_${key#data.}_$what" "$expect" -- "${TRAIN[@]}" --set "$key=$path" --set training.steps=2 $(rundir "path_${key}_$what")
+  done <<EOF
+data.train missing $FIX/no_such.txt fail
+data.train directory $FIX/a_dir.txt fail
+data.train devzero /dev/zero fail
+data.train symlink_devzero $FIX/data/zero.txt fail
+data.train symlink_urandom $FIX/data/urandom.txt fail
+data.train symlink_loop $FIX/data/loop.txt fail
+data.train fifo $FIX/fifo.txt fail
+data.train long_path $LONGPATH fail
+data.train long_component $FIX/$LONGNAME.txt fail
+data.valid missing $FIX/no_such.txt fail
+data.valid directory $FIX/a_dir.txt fail
+data.valid fifo $FIX/fifo.txt fail
+data.valid devzero /dev/zero fail
+EOF
+  run_case path_train_newline_missing fail -- "${TRAIN[@]}" --set data.train="$FIX/data/no"$'\n'"such.txt" $(rundir path_nl1)
+  run_case path_train_newline_exists any -- "${TRAIN[@]}" --set data.train="$FIX/data/new"$'\n'"line.txt" --set training.steps=2 $(rundir path_nl2)
+  # Output directories that cannot be created or written.
+  while read -r key what path; do
+    run_case "dir_${key%.dir}_$what" fail -- "${TRAIN[@]}" --set training.steps=2 \
+      $([ "$key" = checkpoint.dir ] && rundir "dir_$what") --set "$key=$path"
+  done <<EOF
+checkpoint.dir under_file $FIX/regular_file/ck
+checkpoint.dir is_file $FIX/regular_file
+checkpoint.dir under_proc /proc/tptrain_ck
+checkpoint.dir under_sys /sys/tptrain_ck
+checkpoint.dir dev_null_x /dev/null/x
+checkpoint.dir long_component $RUNS/$LONGNAME/ck
+checkpoint.dir long_path ${LONGPATH%/x.txt}/ck
+run.dir under_file $FIX/regular_file/run
+run.dir is_file $FIX/regular_file
+run.dir under_proc /proc/tptrain_run
+run.dir dev_null /dev/null
+run.dir dev_null_x /dev/null/x
+run.dir long_component $RUNS/$LONGNAME
+run.dir is_data_file $FIX/corpus.txt
+EOF
+  run_case dir_checkpoint_newline any -- "${TRAIN[@]}" --set training.steps=2 $(rundir dir_nl) \
+    --set checkpoint.dir="$RUNS/dir_nl/c"$'\n'"k"
+}
+
+# ---- 2. data files --------------------------------------------------------------------------
+
+group_data() {
+  local D=$FIX/data
+  mkdir -p "$D"
+  : >"$D/empty.txt"
+  printf 'x' >"$D/one_byte.txt"
+  head -c 10 "$FIX/corpus.txt" >"$D/ten_bytes.txt"
+  head -c 16 "$FIX/corpus.txt" >"$D/sixteen_bytes.txt"
+  head -c 17 "$FIX/corpus.txt" >"$D/seventeen_bytes.txt"
+  { cat "$FIX/corpus.txt"; printf '\xc8\xc9\xff'; } >"$D/high_bytes.txt"
+  cp "$FIX/corpus.txt" "$D/corpus.TXT"
+  cp "$FIX/corpus.txt" "$D/corpus.bin"
+  cp "$FIX/corpus.txt" "$D/corpus.dat"
+  local s f
+  for s in $("$PY" "$FIXPY" shards); do "$PY" "$FIXPY" shard "$D/shard_$s.bin" "$s"; done
+  cp "$D/shard_valid.bin" "$D/shard_as_text.txt"
+  while read -r f expect extra; do
+    run_case "data_train_${f//./_}" "$expect" -- "${TRAIN[@]}" --set data.train="$D/$f" --set training.steps=2 \
+      ${extra:+--set "$extra"} $(rundir "data_$f")
+  done <<'EOF'
+empty.txt fail
+one_byte.txt fail
+ten_bytes.txt fail
+sixteen_bytes.txt fail
+seventeen_bytes.txt any
+high_bytes.txt ok
+corpus.TXT any
+corpus.bin fail
+corpus.dat fail
+shard_as_text.txt any
+shard_valid.bin ok
+shard_odd_length.bin fail
+shard_truncated.bin fail
+shard_longer.bin fail
+shard_count_zero.bin fail
+shard_count_negative.bin fail
+shard_count_int_max.bin fail
+shard_bad_magic.bin fail
+shard_version_2.bin fail
+shard_token_ge_vocab.bin fail
+shard_token_65535.bin fail
+shard_short_header.bin fail
+EOF
+  run_case data_train_high_bytes_vocab128 fail -- "${TRAIN[@]}" --set data.train="$D/high_bytes.txt" \
+    --set model.vocab_size=128 --set training.steps=2 $(rundir data_hb128)
+  run_case data_valid_ten_bytes fail -- "${TRAIN[@]}" --set data.valid="$D/ten_bytes.txt" --set training.steps=2 $(rundir data_v10)
+  run_case data_valid_empty fail -- "${TRAIN[@]}" --set data.valid="$D/empty.txt" --set training.steps=2 $(rundir data_v0)
+  if true; then
+    for f in empty.txt ten_bytes.txt shard_token_ge_vocab.bin shard_odd_length.bin; do
+      run_case "data_eval_${f%.*}" fail needs=ck -- "${MPI[@]}" "$EXE" eval "$DECK" --checkpoint "$CK4" --data "$D/$f"
+    done
+    run_case data_eval_devzero fail needs=ck -- "${MPI[@]}" "$EXE" eval "$DECK" --checkpoint "$CK4" --data /dev/zero
+    run_case data_eval_fifo fail needs=ck -- "${MPI[@]}" "$EXE" eval "$DECK" --checkpoint "$CK4" --data "$FIX/fifo.txt"
+    run_case data_eval_directory fail needs=ck -- "${MPI[@]}" "$EXE" eval "$DECK" --checkpoint "$CK4" --data "$FIX/a_dir.txt"
+    run_case data_eval_windows_0 fail needs=ck -- "${MPI[@]}" "$EXE" eval "$DECK" --checkpoint "$CK4" --windows 0
+    run_case data_eval_windows_-1 fail needs=ck -- "${MPI[@]}" "$EXE" eval "$DECK" --checkpoint "$CK4" --windows -1
+    run_case data_eval_windows_huge any needs=ck -- "${MPI[@]}" "$EXE" eval "$DECK" --checkpoint "$CK4" --windows 2147483647
+    run_case data_eval_windows_overflow fail needs=ck -- "${MPI[@]}" "$EXE" eval "$DECK" --checkpoint "$CK4" --windows 99999999999999999999
+  fi
+}
+
+# ---- 3. checkpoints -------------------------------------------------------------------------
+
+# The four consumers of a checkpoint file. ck_cases NAME FILE EXPECT_EVAL EXPECT_GEN EXPECT_INSPECT
+# EXPECT_RESUME ('-' skips one; 'same' = success only with the pristine result).
+ck_cases() {
+  local name=$1 file=$2 ev=$3 gen=$4 ins=$5 res=$6
+  local vf=""
+  [ "$ev" = same ] && vf=verify=verify_eval_same
+  [ "$ev" = - ] || run_case "${name}_eval" "$ev" needs=ck $vf -- "${MPI[@]}" "$EXE" eval "$DECK" --checkpoint "$file"
+  vf=""
+  [ "$gen" = same ] && vf=verify=verify_gen_same
+  [ "$gen" = - ] || run_case "${name}_generate" "$gen" needs=ck $vf -- "${MPI[@]}" "$EXE" generate "$DECK" --checkpoint "$file" \
+    --prompt "$STREAM_PROMPT" --tokens 24 --temperature 0
+  vf=""
+  [ "$ins" = same ] && vf=verify=verify_inspect_same
+  [ "$ins" = - ] || run_case "${name}_inspect" "$ins" needs=ck $vf -- "$EXE" inspect "$file"
+  if [ "$res" != - ] && selected "${name}_resume" && ensure_ck; then
+    local r=$RUNS/resume_$name
+    rm -rf "$r"
+    mkdir -p "$r/ck"
+    if [ -e "$file" ] || [ -L "$file" ]; then cp -P "$file" "$r/ck/step_00000004.h5" 2>/dev/null || cp -r "$file" "$r/ck/step_00000004.h5"; fi
+    vf=""
+    [ "$res" = same ] && vf=verify=verify_resume_same
+    [ "$res" = ok ] && vf=verify=verify_resumed
+    run_case "${name}_resume" "$res" $vf -- "${TRAIN[@]}" --set run.dir="$r" --set checkpoint.dir="$r/ck" \
+      --set checkpoint.resume=true --set training.steps=6 --set training.log_interval=1
+  fi
+}
+
+group_ck_files() {
+  local C=$FIX/ck
+  mkdir -p "$C"
+  cp "$FIX/corpus.txt" "$C/text.h5"
+  : >"$C/empty.h5"
+  ln -sf "$C/no_such.h5" "$C/dangling.h5"
+  "$PY" "$FIXPY" foreign "$C/foreign.h5"
+  ck_cases ck_missing "$C/no_such.h5" fail fail fail -
+  ck_cases ck_text "$C/text.h5" fail fail fail fail
+  ck_cases ck_empty "$C/empty.h5" fail fail fail fail
+  ck_cases ck_dangling_symlink "$C/dangling.h5" fail - fail fail
+  ck_cases ck_directory "$FIX/a_dir.h5" fail - fail fail
+  ck_cases ck_fifo "$FIX/fifo.h5" fail - fail -
+  ck_cases ck_devzero /dev/zero fail - fail -
+  ck_cases ck_urandom /dev/urandom - - fail -
+  ck_cases ck_foreign_hdf5 "$C/foreign.h5" fail fail fail fail
+  ck_cases ck_deck_as_checkpoint "$DECK" fail - fail -
+  local size=510512 len
+  [ -f "$CK4" ] && size=$(stat -c %s "$CK4")
+  for len in 8 512 2048 4096 100000 $((size / 2)) $((size - 1)); do
+    any_selected "ck_truncated_${len}_eval" "ck_truncated_${len}_generate" "ck_truncated_${len}_inspect" \
+      "ck_truncated_${len}_resume" || continue
+    ensure_ck || return
+    "$PY" "$FIXPY" truncate "$CK4" "$C/trunc_$len.h5" "$len"
+    case $len in 4096 | $((size - 1))) ck_cases "ck_truncated_$len" "$C/trunc_$len.h5" fail fail fail fail ;;
+    *) ck_cases "ck_truncated_$len" "$C/trunc_$len.h5" fail fail fail - ;;
+    esac
+  done
+}
+
+group_ck_flips() {
+  # The case names hold the offsets, which depend on the checkpoint: with CASES, say "flip".
+  [ "$CASES" = . ] || [[ $CASES == *flip* ]] || return 0
+  ensure_ck || return
+  local C=$FIX/flip i=0 off xor n_head=$((FLIPS * 3 / 8))
+  mkdir -p "$C"
+  while read -r off xor; do
+    i=$((i + 1))
+    local name
+    name=$(printf 'flip_%02d_at_%d_xor_%d' "$i" "$off" "$xor")
+    any_selected "${name}_eval" "${name}_inspect" "${name}_generate" "${name}_resume" || continue
+    "$PY" "$FIXPY" flip "$CK4" "$C/$name.h5" "$off" "$xor"
+    if [ $((i % 5)) -eq 0 ]; then
+      ck_cases "$name" "$C/$name.h5" same same same same
+    else
+      ck_cases "$name" "$C/$name.h5" same - same -
+    fi
+  done < <("$PY" "$FIXPY" offsets "$SEED" "$n_head" "$FLIPS" "$CK4")
+}
+
+group_ck_h5() {
+  local C=$FIX/h5 kind ev gen ins res
+  mkdir -p "$C"
+  # kind: expectations for eval, generate, inspect, resume
+  while read -r kind ev gen ins res; do
+    any_selected "h5_${kind}_eval" "h5_${kind}_generate" "h5_${kind}_inspect" "h5_${kind}_resume" || continue
+    ensure_ck || return
+    "$PY" "$FIXPY" mutate "$CK4" "$C/$kind.h5" "$kind" >/dev/null 2>"$C/$kind.log" ||
+      { note "could not make h5_$kind: $(tail -1 "$C/$kind.log")"; continue; }
+    ck_cases "h5_$kind" "$C/$kind.h5" "$ev" "$gen" "$ins" "$res"
+  done <<'EOF'
+rename_model fail fail any fail
+delete_dataset fail fail any fail
+delete_optimizer same - any fail
+delete_train same - any fail
+no_format_attr fail fail any fail
+format_wrong fail - any fail
+format_version_99 fail fail any fail
+format_version_string fail - any fail
+step_negative same - any fail
+step_huge same - any fail
+optimizer_step_mismatch same - any fail
+train_attr_string same - any fail
+tp_zero same - any same
+deck_garbage same same any same
+no_checksum fail fail fail fail
+checksum_wrong_type fail - fail fail
+nan_stale_checksum fail fail fail fail
+nan_good_checksum fail fail any fail
+inf_good_checksum fail fail any fail
+optimizer_nan_good_checksum same - any fail
+shape_word_255 fail fail any fail
+shape_transposed fail - any fail
+float64_bias same same any same
+int32_weight fail - any fail
+dataset_is_group fail fail any fail
+scalar_dataset fail - any fail
+external_link fail fail any fail
+softlink_loop fail fail any fail
+extra_dataset same - any same
+chunked_gzip same same any same
+EOF
+}
+
+group_ck_model() {
+  local set
+  for set in model.layers=4 model.layers=1 model.heads=2 model.hidden=64 model.ffn_hidden=64 \
+    model.seq_length=32 model.vocab_size=512 model.vocab_size=128; do
+    run_case "ck_other_model_eval_${set#model.}" fail needs=ck -- "${MPI[@]}" "$EXE" eval "$DECK" --checkpoint "$CK4" --set "$set"
+  done
+  run_case ck_other_model_generate_heads=2 fail needs=ck -- "${MPI[@]}" "$EXE" generate "$DECK" --checkpoint "$CK4" --set model.heads=2 --prompt x
+  run_case ck_other_model_eval_huge_hidden fail needs=ck -- "${MPI[@]}" "$EXE" eval "$DECK" --checkpoint "$CK4" --set model.hidden=131072
+  local r=$RUNS/resume_other
+  if selected ck_other_model_resume_layers=4 && ensure_ck; then
+    mkdir -p "$r/ck" && cp "$CK4" "$r/ck/"
+    run_case ck_other_model_resume_layers=4 fail -- "${TRAIN[@]}" --set model.layers=4 --set checkpoint.resume=true \
+      --set checkpoint.dir="$r/ck" --set run.dir="$r"
+  fi
+  run_case ck_other_model_eval_tensor1_on_1 ok needs=ck -- "${MPI1[@]}" "$EXE" eval "$DECK" --checkpoint "$CK4" --set parallel.tensor=1
+}
+
+group_ck_resume_dirs() {
+  any_selected resume_ckdir_is_file resume_empty resume_only_tmp resume_newest_empty resume_newest_dir \
+    resume_dangling resume_newest_truncated resume_odd_names resume_step_far resume_past_end || return 0
+  ensure_ck || return
+  local R=$RUNS/rd
+  resume_in() { # NAME EXPECT VERIFY: resume with checkpoint.dir=$R/NAME/ck
+    run_case "resume_$1" "$2" ${3:+verify=$3} -- "${TRAIN[@]}" --set run.dir="$R/$1" --set checkpoint.dir="$R/$1/ck" \
+      --set checkpoint.resume=true --set training.steps=6 --set training.log_interval=1
+  }
+  mkdir -p "$R"/{empty,only_tmp,newest_empty,newest_dir,dangling,odd_names,step_far,newest_truncated}/ck
+  run_case resume_ckdir_is_file fail -- "${TRAIN[@]}" $(rundir resume_file) --set checkpoint.dir="$FIX/regular_file" \
+    --set checkpoint.resume=true
+  resume_in empty ok verify_not_resumed
+  head -c 200000 "$CK4" >"$R/only_tmp/ck/step_00000004.h5.tmp"
+  resume_in only_tmp ok verify_not_resumed
+  cp "$CK2" "$R/newest_empty/ck/" && : >"$R/newest_empty/ck/step_00000004.h5"
+  resume_in newest_empty any
+  cp "$CK2" "$R/newest_dir/ck/" && mkdir -p "$R/newest_dir/ck/step_00000004.h5"
+  resume_in newest_dir any
+  cp "$CK2" "$R/dangling/ck/" && ln -sf /nonexistent/x.h5 "$R/dangling/ck/step_00000004.h5"
+  resume_in dangling any
+  head -c 300000 "$CK4" >"$R/newest_truncated/ck/step_00000004.h5" && cp "$CK2" "$R/newest_truncated/ck/"
+  resume_in newest_truncated any
+  cp "$CK4" "$R/odd_names/ck/" && cp "$FIX/corpus.txt" "$R/odd_names/ck/step_abc.h5" &&
+    cp "$FIX/corpus.txt" "$R/odd_names/ck/step_00000009.h5.bak" && cp "$FIX/corpus.txt" "$R/odd_names/ck/notes.txt"
+  resume_in odd_names ok verify_resumed
+  cp "$CK4" "$R/step_far/ck/step_99999999.h5"
+  resume_in step_far any
+  mkdir -p "$R/past_end/ck" && cp "$CK4" "$R/past_end/ck/"
+  run_case resume_past_end any -- "${TRAIN[@]}" --set run.dir="$R/past_end" --set checkpoint.dir="$R/past_end/ck" \
+    --set checkpoint.resume=true --set training.steps=2
+}
+
+# ---- 4. runs --------------------------------------------------------------------------------
+
+LONG=200
+long_run() { # RUN_DIR RESUME INTERVAL LOG_INTERVAL -> LONG_CMD: a 200-step training run
+  LONG_CMD=("${TRAIN[@]}" --set run.dir="$1" --set checkpoint.resume="$2" --set checkpoint.interval="$3"
+    --set checkpoint.keep=2 --set training.steps=$LONG --set training.log_interval="$4" --set training.eval_interval=0)
+}
+
+# kill -9 of one rank / of mpiexec after the step-10 checkpoint; the job must end (no orphans),
+# and a resume must work.
+run_kill() { # WHAT: rank0 | rank1 | mpiexec
+  local what=$1 name=run_kill_$1 d=$RUNS/kill_$1
+  any_selected "$name" "${name}_resume" || return 0
+  long_run "$d" true 10 1
+  bg_start "$name" 120 "${LONG_CMD[@]}"
+  if ! wait_for 90 test -e "$d/checkpoints/step_00000010.h5"; then
+    wait "$BG_PID"
+    classify "$name" killed $? 0 "$BG_LOG" "" 120
+    return
+  fi
+  local mp r0 r1 target t_kill
+  mp=$(launcher_pid "$BG_PID") r0=$(rank_pid "$BG_PID" 0) r1=$(rank_pid "$BG_PID" 1)
+  case $what in rank0) target=$r0 ;; rank1) target=$r1 ;; mpiexec) target=$mp ;; esac
+  echo "pids: timeout $BG_PID mpiexec $mp rank0 $r0 rank1 $r1; kill -9 $what = $target" >>"$BG_LOG.cmd"
+  t_kill=$(now_ms)
+  [ -n "$target" ] && kill -9 "$target"
+  local outcome msg
+  if [ -z "$target" ]; then
+    outcome="NO MESSAGE" msg="could not find the $what process to kill"
+  elif alive "$BG_PID" && ! wait_for 60 dead "$BG_PID"; then
+    outcome=HANG msg="job still running 60 s after kill -9 of $what"
+  else
+    wait "$BG_PID"
+    local rc=$?
+    local orphans=""
+    wait_for 30 eval "dead ${r0:-999999999} && dead ${r1:-999999999}" || orphans=$(for p in $r0 $r1; do alive "$p" && echo "$p"; done | tr '\n' ' ')
+    if [ -n "$orphans" ]; then
+      outcome=HANG msg="ranks left running 30 s after kill -9 of $what: pids $orphans"
+    elif [ "$rc" -eq 0 ]; then
+      outcome="SILENT WRONG" msg="job exited 0 after kill -9 of $what"
+    else
+      outcome=ok msg="job ended (rc $rc) $(( ($(now_ms) - t_kill) / 1000 )) s after kill -9 of $what: $(grep -a -m1 -E 'exited on signal|tptrain: error|noticed' "$BG_LOG.err")"
+    fi
+  fi
+  for p in $r0 $r1 $mp $BG_PID; do alive "$p" && kill -9 "$p" 2>/dev/null; done
+  echo "outcome: $outcome: $msg" >>"$BG_LOG.cmd"
+  record "$name" killed "$outcome" "$(awk -v ms=$(($(now_ms) - BG_T0)) 'BEGIN { printf "%.1f", ms / 1000 }')" "$msg"
+  sleep 1
+  long_run "$d" true 10 1
+  run_case "${name}_resume" ok timeout=120 verify=verify_resumed -- "${LONG_CMD[@]}"
+}
+
+# TPTRAIN_TEST_KILL_IN_CHECKPOINT=<step>: the job is SIGKILLed while writing that step's
+# checkpoint; the previous one must stay intact and the resumed loss curve must equal the
+# uninterrupted one.
+run_kill_in_checkpoint() {
+  any_selected run_kill_in_ckpt_step4 run_kill_in_ckpt_step4_files run_kill_in_ckpt_step4_resume \
+    run_kill_in_ckpt_step2 run_kill_in_ckpt_step2_resume || return 0
+  local common=(--set checkpoint.interval=2 --set checkpoint.resume=true --set training.log_interval=1 --set training.steps=6)
+  local d=$RUNS/kill_ck4 ref=$RUNS/kill_ck_ref
+  local save=$CASES
+  CASES=.
+  run_case run_kill_in_ckpt_reference ok -- "${TRAIN[@]}" "${common[@]}" --set run.dir="$ref"
+  CASES=$save
+  run_case run_kill_in_ckpt_step4 killed -- env TPTRAIN_TEST_KILL_IN_CHECKPOINT=4 "${TRAIN[@]}" "${common[@]}" --set run.dir="$d"
+  # Recorded as killed: fix up what classify said (a kill is a signal exit, which it calls CRASH).
+  local files
+  files=$(cd "$d/checkpoints" 2>/dev/null && ls | tr '\n' ' ')
+  N=$((N + 1))
+  if [ -f "$d/checkpoints/step_00000002.h5" ] && [ ! -e "$d/checkpoints/step_00000004.h5" ]; then
+    record run_kill_in_ckpt_step4_files ok ok 0 "step 2 intact, no step 4: $files"
+  else
+    record run_kill_in_ckpt_step4_files ok "SILENT WRONG" 0 "expected step_00000002.h5 and no step_00000004.h5, found: $files"
+  fi
+  KILL_REF=$ref/metrics.jsonl
+  run_case run_kill_in_ckpt_step4_resume ok verify=verify_curve -- "${TRAIN[@]}" "${common[@]}" --set run.dir="$d"
+  local d2=$RUNS/kill_ck2
+  run_case run_kill_in_ckpt_step2 killed -- env TPTRAIN_TEST_KILL_IN_CHECKPOINT=2 "${TRAIN[@]}" "${common[@]}" --set run.dir="$d2"
+  KILL_REF=$ref/metrics.jsonl
+  run_case run_kill_in_ckpt_step2_resume ok verify=verify_curve -- "${TRAIN[@]}" "${common[@]}" --set run.dir="$d2"
+}
+curve() { grep -aoE '"step": [0-9]+, "loss": [^,]+' "$1" 2>/dev/null; }
+verify_curve() {
+  local run_dir
+  run_dir=$(grep -ao 'run.dir=[^ ]*' "$1.cmd" | tail -1 | sed 's/^run.dir=//')
+  [ "$(curve "$run_dir/metrics.jsonl")" = "$(curve "$KILL_REF")" ] && return 0
+  echo "loss curve differs from the uninterrupted run: $(curve "$run_dir/metrics.jsonl" | tr '\n' ' ' | cut -c1-60)"
+  return 1
+}
+
+# Two runs on one run.dir: the second is refused; the first finishes with valid checkpoints.
+run_concurrent() {
+  local what=$1 # run_dir | checkpoint_dir
+  local name=run_concurrent_$what d=$RUNS/concurrent_$what
+  any_selected "$name"_first "$name"_second "$name"_first_checkpoints || return 0
+  long_run "$d" false 50 50
+  bg_start "${name}_first" 180 "${LONG_CMD[@]}"
+  wait_for 60 test -s "$d/tptrain.lock" || note "$name: the first run never showed $d/tptrain.lock"
+  if [ "$what" = run_dir ]; then
+    run_case "${name}_second" fail -- "${TRAIN[@]}" --set run.dir="$d" --set training.steps=2 --set checkpoint.resume=false
+  else
+    run_case "${name}_second" fail -- "${TRAIN[@]}" --set run.dir="$d.second" --set checkpoint.dir="$d/checkpoints" \
+      --set training.steps=4 --set checkpoint.interval=2 --set checkpoint.resume=false
+  fi
+  alive "$BG_PID" || note "$name: the first run ended before the second was tried"
+  bg_finish ok
+  local f ok=0
+  N=$((N + 1))
+  for f in "$d"/checkpoints/step_*.h5; do
+    [ -e "$f" ] || continue
+    "$EXE" inspect "$f" >"$CASEDIR/$(printf %03d $N)_${name}_inspect_$(basename "$f").out" 2>&1 || ok=1
+  done
+  local files
+  files=$(cd "$d/checkpoints" 2>/dev/null && ls | tr '\n' ' ')
+  if [ "$ok" -eq 0 ] && [ -f "$d/checkpoints/step_00000200.h5" ]; then
+    record "${name}_first_checkpoints" ok ok 0 "inspect ok on: $files"
+  else
+    record "${name}_first_checkpoints" ok "SILENT WRONG" 0 "the first run's checkpoints: inspect failed or step 200 missing: $files"
+  fi
+}
+
+# Checkpoints on a full disk (a small tmpfs; needs root).
+run_disk_full() {
+  any_selected run_disk_full_second_ckpt run_disk_full_previous_intact run_disk_full_first_ckpt run_disk_full_run_dir || return 0
+  local m=$MNT/small
+  mkdir -p "$m"
+  if ! mount -t tmpfs -o size=600k tmpfs "$m" 2>"$MNT/mount.err"; then
+    note "disk-full cases skipped: mount -t tmpfs failed: $(head -1 "$MNT/mount.err")"
+    return
+  fi
+  run_case run_disk_full_second_ckpt fail -- "${TRAIN[@]}" $(rundir disk_full) --set checkpoint.dir="$m/ck" \
+    --set checkpoint.interval=2 --set training.steps=4
+  run_case run_disk_full_previous_intact ok -- "$EXE" inspect "$m/ck/step_00000002.h5"
+  run_case run_disk_full_ls any -- ls -la "$m/ck"
+  umount "$m"
+  mount -t tmpfs -o size=100k tmpfs "$m"
+  run_case run_disk_full_first_ckpt fail -- "${TRAIN[@]}" $(rundir disk_full1) --set checkpoint.dir="$m/ck" --set training.steps=2
+  umount "$m"
+  mount -t tmpfs -o size=64k tmpfs "$m"
+  mkdir -p "$m/run"
+  dd if=/dev/zero of="$m/filler" bs=4k 2>/dev/null
+  run_case run_disk_full_run_dir fail -- "${TRAIN[@]}" --set run.dir="$m/run" --set checkpoint.dir="$RUNS/disk_full_rd/ck" \
+    --set training.steps=4 --set training.log_interval=1
+  umount "$m"
+}
+
+group_generate() {
+  local G=("${MPI[@]}" "$EXE" generate "$DECK" --checkpoint "$CK4")
+  run_case gen_tokens_0 fail needs=ck -- "${G[@]}" --prompt x --tokens 0
+  run_case gen_tokens_-1 fail needs=ck -- "${G[@]}" --prompt x --tokens -1
+  run_case gen_tokens_2147483648 fail needs=ck -- "${G[@]}" --prompt x --tokens 2147483648
+  run_case gen_tokens_abc fail needs=ck -- "${G[@]}" --prompt x --tokens abc
+  run_case gen_tokens_2147483647_streams stream needs=ck timeout=20 -- "${G[@]}" --prompt "$STREAM_PROMPT" --tokens 2147483647
+  run_case gen_temperature_-1 fail needs=ck -- "${G[@]}" --prompt x --temperature -1
+  run_case gen_temperature_nan fail needs=ck -- "${G[@]}" --prompt x --temperature nan
+  run_case gen_temperature_inf any needs=ck -- "${G[@]}" --prompt x --temperature inf
+  run_case gen_temperature_1e-45 any needs=ck -- "${G[@]}" --prompt x --temperature 1e-45
+  run_case gen_temperature_1e300 any needs=ck -- "${G[@]}" --prompt x --temperature 1e300
+  run_case gen_top_k_-5 fail needs=ck -- "${G[@]}" --prompt x --top-k -5
+  run_case gen_top_k_1000000 any needs=ck -- "${G[@]}" --prompt x --top-k 1000000
+  run_case gen_seed_-1 any needs=ck -- "${G[@]}" --prompt x --seed -1
+  run_case gen_seed_2^70 fail needs=ck -- "${G[@]}" --prompt x --seed 1180591620717411303424
+  run_case gen_prompt_empty any needs=ck -- "${G[@]}" --prompt ""
+  run_case gen_prompt_100k_chars any needs=ck -- "${G[@]}" --prompt "$(head -c 100000 /dev/zero | tr '\0' 'a')" --tokens 4
+  run_case gen_prompt_invalid_utf8 ok needs=ck -- "${G[@]}" --prompt $'\xff\xfe\x80 bytes' --tokens 4
+  run_case gen_prompt_control_bytes ok needs=ck -- "${G[@]}" --prompt $'a\x01\x1b[2J\x7fb\n\n' --tokens 4
+  # A model with a 128-byte vocabulary: prompt bytes >= 128 are not tokens of it.
+  if selected gen_prompt_bytes_ge_vocab; then
+    local r=$RUNS/fixture128
+    local save=$CASES
+    CASES=.
+    run_case fixture_train_vocab128 ok -- "${TRAIN[@]}" --set run.dir="$r" --set model.vocab_size=128 --set training.steps=2
+    CASES=$save
+    run_case gen_prompt_bytes_ge_vocab fail -- "${MPI[@]}" "$EXE" generate "$DECK" --set model.vocab_size=128 \
+      --checkpoint "$r/checkpoints/step_00000002.h5" --prompt $'caf\xc3\xa9 \xff' --tokens 4
+  fi
+}
+
+# ---- run the groups -------------------------------------------------------------------------
+
+T_START=$(date +%s)
+group_cli
+group_deck_files
+group_deck_syntax
+group_deck_keys
+group_numbers
+group_set_syntax
+group_world
+group_paths
+group_data
+group_ck_files
+group_ck_flips
+group_ck_h5
+group_ck_model
+group_ck_resume_dirs
+group_generate
+run_kill rank1
+run_kill rank0
+run_kill mpiexec
+run_kill_in_checkpoint
+run_concurrent run_dir
+run_concurrent checkpoint_dir
+run_disk_full
+
+# ---- summary --------------------------------------------------------------------------------
+
+{
+  echo
+  echo "tptrain: $("$EXE" --version 2>&1 | head -1) ($EXE, built $(date -r "$EXE" '+%F %T'))"
+  echo "cases: $N in $(($(date +%s) - T_START)) s; logs in $CASEDIR"
+  echo
+  echo "| outcome | count |"
+  echo "|---|---:|"
+  for k in ok "clean error" "SILENT WRONG" "UNEXPECTED ERROR" "NO MESSAGE" HANG CRASH; do
+    echo "| $k | ${COUNT[$k]:-0} |"
+  done
+  [ -f "$OUT/table.md.notes" ] && { echo; sed 's/^<!-- note: \(.*\) -->$/note: \1/' "$OUT/table.md.notes"; rm -f "$OUT/table.md.notes"; }
+} | tee -a "$OUT/table.md"
+bad=0
+for k in "SILENT WRONG" "UNEXPECTED ERROR" "NO MESSAGE" HANG CRASH; do bad=$((bad + ${COUNT[$k]:-0})); done
+exit $((bad > 0 ? 1 : 0))
