@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <iostream>
 #include <limits>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -24,6 +25,7 @@
 #include "io/checkpoint_checksum.hpp"
 #include "io/checkpoint_file.hpp"
 #include "io/checkpoint_schema.hpp"
+#include "io/checkpoint_slabs.hpp"
 #include "io/hdf5_attributes.hpp"
 #include "io/hdf5_check.hpp"
 #include "io/read_watchdog.hpp"
@@ -159,12 +161,7 @@ void collect_datasets(hid_t group, const std::string& prefix, int depth,
 // ---- values -----------------------------------------------------------------------------------
 
 std::string shape_text(const std::vector<hsize_t>& dims) {
-  std::string s = "[";
-  for (std::size_t i = 0; i < dims.size(); ++i) {
-    if (i > 0) s += ", ";
-    s += std::to_string(dims[i]);
-  }
-  return s + "]";
+  return detail::shape_str(std::vector<std::uint64_t>(dims.begin(), dims.end()));
 }
 
 using detail::hex64;
@@ -417,7 +414,8 @@ void print_table(std::ostream& out, const std::vector<DatasetReport>& reports) {
 
 }  // namespace
 
-int inspect_checkpoint(const std::string& path, std::ostream& out, std::ostream& err) {
+int inspect_checkpoint(const std::string& path, std::ostream& out, std::ostream& err,
+                       const ExpectedDatasets& expected) {
   h5::ErrorSilencer silence;
   if (const std::string e = hdf5_file_problem(path); !e.empty()) {
     err << path << ": " << e << '\n';
@@ -469,6 +467,28 @@ int inspect_checkpoint(const std::string& path, std::ostream& out, std::ostream&
     reports.push_back(inspect_dataset(file.get(), n, groups, fbuf, dbuf, watchdog));
     elements += reports.back().elements;
   }
+  if (is_checkpoint && expected && deck_read) {
+    // The datasets the checkpoint's own deck implies: none missing, none extra, each its shape
+    // (a load would refuse the first two or read a different model).
+    try {
+      const ExpectedDatasets::result_type want = expected(meta.deck);
+      std::map<std::string, const DatasetReport*> have;
+      for (const DatasetReport& r : reports) have[r.name] = &r;
+      for (const auto& [name, shape] : want) {
+        const auto it = have.find(name);
+        if (it == have.end())
+          problems.push_back(name + ": missing (the model of the checkpoint's deck has it, shape " +
+                             detail::shape_str(shape) + ")");
+        else if (it->second->shape != detail::shape_str(shape))
+          problems.push_back(name + ": shape " + it->second->shape + ", the checkpoint's deck implies " +
+                             detail::shape_str(shape));
+      }
+      for (const DatasetReport& r : reports)
+        if (!want.count(r.name)) problems.push_back(r.name + ": not part of the model the checkpoint's deck describes");
+    } catch (const std::exception& e) {
+      problems.push_back(std::string("the deck attribute does not describe a model: ") + e.what());
+    }
+  }
   if (is_checkpoint) {
     if (names.empty()) problems.push_back("the checkpoint holds no datasets");
     if (std::any_of(names.begin(), names.end(), detail::under_optimizer))
@@ -514,8 +534,8 @@ int inspect_checkpoint(const std::string& path, std::ostream& out, std::ostream&
   return 1;
 }
 
-int inspect_checkpoint(const std::string& path, std::ostream& out) {
-  return inspect_checkpoint(path, out, std::cerr);
+int inspect_checkpoint(const std::string& path, std::ostream& out, const ExpectedDatasets& expected) {
+  return inspect_checkpoint(path, out, std::cerr, expected);
 }
 
 }  // namespace tptrain::io

@@ -33,14 +33,27 @@
 // with single datasets are reported in the table and in the final verdict line on `out`.
 #pragma once
 
+#include <cstdint>
+#include <functional>
+#include <map>
 #include <ostream>
 #include <string>
+#include <vector>
 
 namespace tptrain::io {
 
-int inspect_checkpoint(const std::string& path, std::ostream& out, std::ostream& err);
+// Every dataset (name -> shape) a checkpoint must hold, given the text of its deck attribute;
+// throws when the deck does not describe a model. This layer does not know the model: the
+// caller (the driver, from the model's list of tensors) does.
+using ExpectedDatasets =
+    std::function<std::map<std::string, std::vector<std::uint64_t>>(const std::string& deck)>;
+
+// With `expected`, a dataset missing from the file, an extra one, or one of another shape is a
+// problem too (exit 1).
+int inspect_checkpoint(const std::string& path, std::ostream& out, std::ostream& err,
+                       const ExpectedDatasets& expected = nullptr);
 
 // The same, with errors on std::cerr.
-int inspect_checkpoint(const std::string& path, std::ostream& out);
+int inspect_checkpoint(const std::string& path, std::ostream& out, const ExpectedDatasets& expected = nullptr);
 
 }  // namespace tptrain::io

@@ -11,6 +11,8 @@
 // j, so no atomics: results are bitwise reproducible for a fixed team size. Sums over head
 // columns are blocked by CB (see detail::ColumnBlock; the order of each sum does not depend on it).
 // Views: qkv/out/dout/dqkv rank 2, att rank 4, any layout, managed or unmanaged, subviews.
+// B*nh_local*S, the number of teams, must fit in an int (std::length_error otherwise); indices
+// derived from it are 64-bit.
 #pragma once
 
 #include <string>

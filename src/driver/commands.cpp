@@ -17,6 +17,7 @@
 #include "src/parallel/collectives.hpp"
 #include "src/parallel/mpi_check.hpp"
 #include "src/parallel/topology.hpp"
+#include "src/train/model_checkpoint.hpp"
 #include "src/train/trainer.hpp"
 
 namespace tptrain::driver {
@@ -120,7 +121,12 @@ int check(const DeckOptions& o, CheckOutput output) {
 
 int inspect(const std::string& file) {
   std::ostringstream err;
-  const int rc = io::inspect_checkpoint(file, std::cout, err);
+  // The datasets the checkpoint's own deck implies, so that a missing, extra or reshaped layer
+  // fails inspect as it would fail a load.
+  const io::ExpectedDatasets expected = [](const std::string& deck) {
+    return train::checkpoint_datasets(train::checkpoint_model_shape(deck));
+  };
+  const int rc = io::inspect_checkpoint(file, std::cout, err, expected);
   std::cout.flush();
   std::string message = err.str();
   while (!message.empty() && message.back() == '\n') message.pop_back();

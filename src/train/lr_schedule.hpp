@@ -8,12 +8,13 @@
 
 namespace tptrain::train {
 
+// Values from the deck ([optimizer], training.steps); defaults live in io/deck_keys.cpp.
 struct LrSchedule {
-  double lr = 3e-3;
-  double min_lr = 3e-4;
-  std::int64_t warmup_steps = 0;
-  std::int64_t total_steps = 1;
-  std::string decay = "cosine";
+  double lr{};
+  double min_lr{};
+  std::int64_t warmup_steps{};
+  std::int64_t total_steps{};
+  std::string decay;
 
   // step: 0-based index of the optimizer step about to be taken.
   double at(std::int64_t step) const {

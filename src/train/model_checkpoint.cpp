@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 #include <map>
+#include <tuple>
 
 #include "io/path_text.hpp"
 #include "src/log.hpp"
@@ -135,30 +136,56 @@ void save_checkpoint(model::GptModel<float>& model, const io::Deck& deck, const 
   log::infof("checkpoint {} written in {:.2f} s ({:.0f} MB/s)", path, s, file_megabytes(topo, path) / s);
 }
 
-namespace {
-
-// The model a checkpoint was trained as, from its resolved deck (attribute "deck"), against the
-// deck of this job. Tensor shapes alone do not tell models apart: a different number of heads
-// has the same QKV shapes, and a deck with fewer layers reads the first layers of a deeper one.
-void check_model_shape(const io::CheckpointMeta& meta, const model::GptShape& mine, const std::string& path) {
+model::GptShape checkpoint_model_shape(const std::string& deck_text) {
   toml::table saved;
   try {
-    saved = toml::parse(meta.deck);
+    saved = toml::parse(deck_text);
   } catch (const std::exception& e) {
-    throw std::runtime_error("checkpoint " + io::display_path(path) +
-                             ": its deck attribute cannot be parsed, so its model shape is unknown: " + e.what());
+    throw std::runtime_error(std::string("its deck attribute cannot be parsed: ") + e.what());
   }
-  const std::pair<const char*, int> keys[] = {{"layers", mine.layers},         {"heads", mine.heads},
-                                              {"hidden", mine.hidden},         {"ffn_hidden", mine.ffn_hidden},
-                                              {"vocab_size", mine.vocab_size}, {"seq_length", mine.seq_length}};
-  std::string problems;
-  for (const auto& [key, expected] : keys) {
+  model::GptShape shape;
+  std::string missing;
+  for (auto [key, field] : {std::pair{"layers", &shape.layers}, std::pair{"heads", &shape.heads},
+                            std::pair{"hidden", &shape.hidden}, std::pair{"ffn_hidden", &shape.ffn_hidden},
+                            std::pair{"vocab_size", &shape.vocab_size}, std::pair{"seq_length", &shape.seq_length}}) {
     const auto value = saved["model"][key].value<std::int64_t>();
-    if (!value)
-      problems += fmt::format("\n  model.{}: missing from the checkpoint's deck", key);
-    else if (*value != expected)
-      problems += fmt::format("\n  model.{}: the checkpoint has {}, the deck has {}", key, *value, expected);
+    if (!value || *value < 1 || *value > INT32_MAX)
+      missing += std::string(missing.empty() ? "" : ", ") + "model." + key;
+    else
+      *field = static_cast<int>(*value);
   }
+  if (!missing.empty()) throw std::runtime_error("its deck attribute lacks a valid " + missing);
+  return shape;
+}
+
+std::map<std::string, std::vector<std::uint64_t>> checkpoint_datasets(const model::GptShape& shape) {
+  std::map<std::string, std::vector<std::uint64_t>> out;
+  for (const model::LogicalTensor& t : model::logical_tensors(shape)) {
+    const std::vector<std::uint64_t> dims(t.shape.begin(), t.shape.end());
+    for (const char* prefix : {"model/", "optimizer/exp_avg/", "optimizer/exp_avg_sq/"}) out[prefix + t.name] = dims;
+  }
+  return out;
+}
+
+namespace {
+
+// The model a checkpoint was trained as (its resolved deck), against the model of this job.
+// Tensor shapes alone do not tell models apart: a different number of heads has the same QKV
+// shapes, and a deck with fewer layers reads the first layers of a deeper one.
+void check_model_shape(const io::CheckpointMeta& meta, const model::GptShape& mine, const std::string& path) {
+  model::GptShape saved;
+  try {
+    saved = checkpoint_model_shape(meta.deck);
+  } catch (const std::exception& e) {
+    throw std::runtime_error("checkpoint " + io::display_path(path) + ": the model it holds is unknown: " + e.what());
+  }
+  std::string problems;
+  for (auto [key, a, b] : {std::tuple{"layers", saved.layers, mine.layers}, std::tuple{"heads", saved.heads, mine.heads},
+                           std::tuple{"hidden", saved.hidden, mine.hidden},
+                           std::tuple{"ffn_hidden", saved.ffn_hidden, mine.ffn_hidden},
+                           std::tuple{"vocab_size", saved.vocab_size, mine.vocab_size},
+                           std::tuple{"seq_length", saved.seq_length, mine.seq_length}})
+    if (a != b) problems += fmt::format("\n  model.{}: the checkpoint has {}, the deck has {}", key, a, b);
   if (!problems.empty())
     throw std::runtime_error("checkpoint " + io::display_path(path) +
                              " holds a different model than the deck describes:" + problems);

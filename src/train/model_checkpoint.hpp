@@ -7,6 +7,7 @@
 // is read but not written (the first stage writes it).
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -65,6 +66,13 @@ class CheckpointTensors {
   std::vector<Kokkos::View<float*, Kokkos::HostSpace>> host_;
   std::vector<kernels::Vector<float>> device_;
 };
+
+// The model shape (layers, heads, hidden, ffn_hidden, vocab_size, seq_length) of a checkpoint,
+// from its deck attribute; throws when the text does not state them.
+model::GptShape checkpoint_model_shape(const std::string& deck_text);
+
+// Every dataset a checkpoint of `shape` holds (weights and both AdamW moments), with its shape.
+std::map<std::string, std::vector<std::uint64_t>> checkpoint_datasets(const model::GptShape& shape);
 
 // <checkpoint.dir>/step_<8-digit step>.h5
 std::string checkpoint_path(const std::string& dir, std::int64_t step);

@@ -13,8 +13,9 @@
 
 namespace tptrain::train {
 
+// The deck's [optimizer] values; their defaults live in the deck's key table (io/deck_keys.cpp).
 struct AdamWConfig {
-  double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1;
+  double beta1{}, beta2{}, eps{}, weight_decay{};
 };
 
 // Sum of squares of every logical gradient element, counted exactly once: a TP-sharded

@@ -78,6 +78,24 @@ trap 'echo "hostile_pass: interrupted" >&2; exit 130' INT TERM
 
 note() { echo "hostile_pass: $*" >&2; echo "<!-- note: $* -->" >>"$OUT/table.md.notes"; }
 selected() { [[ $1 =~ $CASES ]]; }
+# The binary may be relinked by others while the pass runs: wait for it (up to 15 minutes) rather
+# than report "mpiexec was unable to launch" as a crash, and note every change of the binary.
+EXE_STAMP=$(stat -c %Y "$EXE")
+wait_for_exe() {
+  local i=0
+  while [ ! -x "$EXE" ] && [ $i -lt 900 ]; do
+    [ $i -eq 0 ] && echo "hostile_pass: $EXE is missing (being rebuilt?): waiting" >&2
+    sleep 1
+    i=$((i + 1))
+  done
+  [ $i -gt 0 ] && sleep 5 # let the linker finish
+  local stamp
+  stamp=$(stat -c %Y "$EXE" 2>/dev/null)
+  if [ "$stamp" != "$EXE_STAMP" ]; then
+    note "the binary changed before case $((N + 1)) ($(date -d "@$EXE_STAMP" +%T) -> $(date -d "@${stamp:-0}" +%T))"
+    EXE_STAMP=$stamp
+  fi
+}
 any_selected() { local n; for n; do selected "$n" && return 0; done; return 1; }
 now_ms() { date +%s%3N; }
 
@@ -122,8 +140,9 @@ classify() {
   errline=$(first_error "$err" "$out")
   local usage=""
   if [ -z "$errline" ] && grep -aq 'Run with --help for more information' "$err" "$out" 2>/dev/null; then
-    usage=$(grep -av -e 'Run with --help' -e '^[[:space:]]*$' "$err" | head -1)
-    [ -n "$usage" ] || usage=$(grep -av -e 'Run with --help' -e '^[[:space:]]*$' "$out" | head -1)
+    # CLI11's message is the line before "Run with --help ..." (mpiexec's banners come around it).
+    usage=$(awk '/Run with --help for more information/ { print prev; exit } NF { prev = $0 }' "$err")
+    [ -n "$usage" ] || usage=$(awk '/Run with --help for more information/ { print prev; exit } NF { prev = $0 }' "$out")
     errline="usage: $usage"
   fi
   # A crash pattern counts unless a tptrain error line came before it (in stderr).
@@ -209,6 +228,7 @@ run_case() {
   shift
   selected "$name" || return 0
   if [ -n "$needs" ]; then ensure_ck || return 0; fi
+  wait_for_exe
   local log t0 rc
   new_log "$name"
   log=$LOG
@@ -223,6 +243,7 @@ run_case() {
 
 # A case in the background: bg_start NAME TIMEOUT COMMAND...; then bg_finish EXPECT [VERIFY].
 bg_start() {
+  wait_for_exe
   BG_NAME=$1 BG_T=$2
   shift 2
   new_log "$BG_NAME"

@@ -20,6 +20,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <iterator>
 #include <random>
 #include <sstream>
@@ -121,7 +122,13 @@ Outcome examine(const std::string& path, double watchdog_s, double limit_s) {
     fedisableexcept(FE_ALL_EXCEPT);
     ::setenv("TPTRAIN_METADATA_TIMEOUT_S", std::to_string(watchdog_s).c_str(), 1);
     std::ostringstream out, err;
-    const int rc = inspect_checkpoint(path, out, err);
+    // What the sample's model holds (the driver derives this from the checkpoint's deck).
+    const tptrain::io::ExpectedDatasets expected = [](const std::string&) {
+      std::map<std::string, std::vector<std::uint64_t>> names;
+      for (const Tensor& t : sample_tensors()) names[t.name] = t.shape;
+      return names;
+    };
+    const int rc = inspect_checkpoint(path, out, err, expected);
     std::string text = out.str() + err.str() + "\n--- read_checkpoint: ";
     int read = 0;
     try {
@@ -348,10 +355,9 @@ TEST_CASE("damaged checkpoint metadata is reported, never accepted", "[io][check
   fs::remove_all(dir, ec);
 }
 
-// Open work: inspect does not know which dataset names the model needs (that is the deck's and
-// src/train/model_checkpoint's knowledge), so a renamed or deleted dataset passes inspect while
-// the load that needs it fails. Kept visible, expected to fail until inspect checks the names.
-TEST_CASE("inspect reports renamed and deleted datasets", "[io][checkpoint][damage][!mayfail]") {
+// Names come from the model (the driver passes the datasets the checkpoint's deck implies): a
+// renamed, deleted or added dataset fails inspect as it would fail a load.
+TEST_CASE("inspect reports renamed, deleted and extra datasets", "[io][checkpoint][damage]") {
   if (tptrain::test::world_rank() != 0) return;
   const fs::path dir = fs::temp_directory_path() /
                        ("tptrain_names_" + std::to_string(::getpid()));
@@ -364,6 +370,10 @@ TEST_CASE("inspect reports renamed and deleted datasets", "[io][checkpoint][dama
          H5Lmove(f, "model/ln_f/bias", f, "model/ln_f/bias2", H5P_DEFAULT, H5P_DEFAULT);
        }},
       {"group_deleted", [](hid_t f) { H5Ldelete(f, "model/layers", H5P_DEFAULT); }},
+      {"extra_layer",
+       [](hid_t f) {
+         H5Ocopy(f, "model/layers/0", f, "model/layers/1", H5P_DEFAULT, H5P_DEFAULT);
+       }},
   };
   for (const auto& [name, damage] : cases) {
     const Outcome o = examine(damaged_copy(good, name, damage), 5, 30);
