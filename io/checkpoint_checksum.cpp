@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <string>
 
 #include "io/checkpoint_slabs.hpp"
 
@@ -10,6 +11,23 @@ namespace tptrain::io {
 
 std::uint64_t checksum_term(std::uint32_t bits, std::uint64_t index) noexcept {
   return splitmix64(bits ^ splitmix64(index));
+}
+
+std::uint64_t metadata_checksum(const CheckpointMeta& meta) noexcept {
+  std::string text = "format_version=2\nstep=" + std::to_string(meta.step) +
+                     "\ntokens_seen=" + std::to_string(meta.tokens_seen) + "\ntp=" + std::to_string(meta.tp) +
+                     "\npp=" + std::to_string(meta.pp) + "\ndp=" + std::to_string(meta.dp) + "\n";
+  for (const auto& [name, value] : meta.train) text += "train." + name + "=" + std::to_string(value) + "\n";
+  text += "deck=" + meta.deck;
+  std::uint64_t h = 0;
+  for (std::size_t i = 0; i < text.size(); i += 8) {
+    unsigned char word[8] = {};
+    std::memcpy(word, text.data() + i, std::min<std::size_t>(8, text.size() - i));
+    std::uint64_t w = 0;
+    for (int b = 7; b >= 0; --b) w = (w << 8) | word[b];  // little-endian, whatever the host
+    h = splitmix64(h ^ w);
+  }
+  return splitmix64(h ^ static_cast<std::uint64_t>(text.size()));
 }
 
 std::uint64_t checksum_run(const float* data, std::uint64_t n, std::uint64_t first) noexcept {

@@ -151,6 +151,8 @@ void write_meta(hid_t file, const CheckpointMeta& meta, Status& st) {
   h5::write_attr(file, "tp", H5T_STD_I32LE, H5T_NATIVE_INT, &meta.tp, st);
   h5::write_attr(file, "pp", H5T_STD_I32LE, H5T_NATIVE_INT, &meta.pp, st);
   h5::write_attr(file, "dp", H5T_STD_I32LE, H5T_NATIVE_INT, &meta.dp, st);
+  const std::uint64_t meta_sum = metadata_checksum(meta);
+  h5::write_attr(file, kMetadataChecksumAttribute, H5T_STD_U64LE, H5T_NATIVE_UINT64, &meta_sum, st);
   if (!st.ok()) return;
   Handle train(TPTRAIN_H5(st, H5Gcreate2(file, "train", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
                           "group /train"),

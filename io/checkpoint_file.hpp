@@ -6,10 +6,11 @@
 // Because every dataset holds the full logical tensor, a checkpoint written under one
 // (TP, PP, DP) layout reads under any other: the reader simply asks for different slabs.
 //
-// File layout (format_version 1):
+// File layout (format_version 2; version 1 is read too: it lacks the metadata checksum):
 //   root attributes  format = "tptrain-checkpoint" (variable-length UTF-8 string)
-//                    format_version = 1 (int32), step, tokens_seen (int64), deck (UTF-8 string),
-//                    tp, pp, dp (int32)
+//                    format_version = 2 (int32), step, tokens_seen (int64), deck (UTF-8 string),
+//                    tp, pp, dp (int32), metadata_checksum_splitmix64 (uint64, see
+//                    metadata_checksum)
 //   group /train     one int64 attribute per entry of CheckpointMeta::train (e.g. step, seed,
 //                    data_step); always present, possibly without attributes
 //   datasets         float32 (little-endian IEEE), contiguous, full global shape, at the
@@ -101,6 +102,16 @@ using util::splitmix64;  // src/util/splitmix64.hpp
 std::uint64_t checksum_term(std::uint32_t bits, std::uint64_t index) noexcept;
 // Sum of the terms of n consecutive elements whose row-major indices are first, first+1, ...
 std::uint64_t checksum_run(const float* data, std::uint64_t n, std::uint64_t first) noexcept;
+
+// The metadata (every root attribute and the /train attributes) carries a checksum too, the
+// root attribute kMetadataChecksumAttribute (format_version 2): a flipped byte in the deck, the
+// step or a /train value would otherwise load silently as another run's state. It hashes the
+// text "format_version=2\nstep=S\ntokens_seen=N\ntp=T\npp=P\ndp=D\n" + "train.<name>=<v>\n"
+// for each /train attribute in name order + "deck=" + the deck text, as
+//   h = 0; for each 8-byte little-endian word w of the text (the last one zero-padded):
+//   h = splitmix64(h ^ w); then h = splitmix64(h ^ length in bytes).
+inline constexpr char kMetadataChecksumAttribute[] = "metadata_checksum_splitmix64";
+std::uint64_t metadata_checksum(const CheckpointMeta& meta) noexcept;
 
 class CheckpointError : public std::runtime_error {
  public:

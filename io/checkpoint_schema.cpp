@@ -2,6 +2,7 @@
 
 #include <climits>
 
+#include "io/checkpoint_checksum.hpp"
 #include "io/checkpoint_slabs.hpp"
 #include "io/hdf5_attributes.hpp"
 
@@ -92,10 +93,11 @@ CheckpointMeta check_root(hid_t file, std::vector<std::string>& problems) {
       return h5::read_int_attr(file, name, st);
     });
   };
-  if (const auto version = required_int("format_version"); version && *version != kFormatVersion) {
+  const auto version = required_int("format_version");
+  if (version && (*version < kOldestFormatVersion || *version > kFormatVersion)) {
     problems.push_back("format_version " + std::to_string(*version) +
                        " is not supported (this build reads format_version " +
-                       std::to_string(kFormatVersion) + ")");
+                       std::to_string(kOldestFormatVersion) + " to " + std::to_string(kFormatVersion) + ")");
     return meta;
   }
   meta.step = required_int("step").value_or(0);
@@ -133,6 +135,20 @@ CheckpointMeta check_root(hid_t file, std::vector<std::string>& problems) {
         if (!v) break;
         meta.train[name] = *v;
       }
+      return 0;
+    });
+  // format_version 2 seals the metadata: checked once everything it covers has been read.
+  if (version && *version >= 2 && problems.empty())
+    checked(problems, [&](Status& st) {
+      if (!h5::attr_exists(file, kMetadataChecksumAttribute, st)) {
+        if (st.ok()) problems.push_back(std::string("the checkpoint has no ") + kMetadataChecksumAttribute + " attribute");
+        return 0;
+      }
+      const auto stored = h5::read_u64_attr(file, kMetadataChecksumAttribute, st);
+      if (stored && *stored != metadata_checksum(meta))
+        problems.push_back("the metadata is corrupt: " + std::string(kMetadataChecksumAttribute) + " is " +
+                           hex64(*stored) + ", the attributes hash to " + hex64(metadata_checksum(meta)) +
+                           " (a root or /train attribute changed since the checkpoint was written)");
       return 0;
     });
   return meta;
@@ -189,7 +205,11 @@ Handle open_dataset_checked(hid_t file, const std::string& name,
     problems.push_back(name + ": is a scalar, expected a tensor of at least one dimension");
     return {};
   }
-  if (cls != H5T_FLOAT || H5Tget_size(dtype.get()) != 4) {
+  // IEEE binary32 exactly: a float type with damaged precision or exponent fields would convert
+  // to other values than were written.
+  const bool ieee32 =
+      H5Tequal(dtype.get(), H5T_IEEE_F32LE) > 0 || H5Tequal(dtype.get(), H5T_IEEE_F32BE) > 0;
+  if (cls != H5T_FLOAT || !ieee32) {
     problems.push_back(name + ": checkpoint holds " +
                        (cls == H5T_FLOAT ? h5::type_text(dtype.get()) + " data"
                                          : std::string(class_text(cls))) +

@@ -19,7 +19,9 @@
 namespace tptrain::io::detail {
 
 inline constexpr char kFormat[] = "tptrain-checkpoint";
-inline constexpr std::int64_t kFormatVersion = 1;
+// Written: 2 (with the metadata checksum). Read: 2, and 1 (before the metadata checksum).
+inline constexpr std::int64_t kFormatVersion = 2;
+inline constexpr std::int64_t kOldestFormatVersion = 1;
 
 // Root attributes (format, format_version, step, tokens_seen, tp, pp, dp, deck) and the group
 // /train with its integer attributes. A missing or foreign format stops the checks there (the

@@ -20,6 +20,17 @@ Handle open_scalar_attr(hid_t loc, const char* name, H5T_class_t want, const cha
   const H5T_class_t cls = TPTRAIN_H5(st, H5Tget_class(type.get()), what);
   const hssize_t npoints = TPTRAIN_H5(st, H5Sget_simple_extent_npoints(space.get()), what);
   if (st.ok() && (cls != want || npoints != 1)) st.fail(what + " is not " + want_text);
+  // An integer whose bit precision or offset does not fit its size (a damaged type message)
+  // converts to different values from one read to the next: refuse it, do not read it.
+  if (st.ok() && cls == H5T_INTEGER) {
+    const size_t bytes = H5Tget_size(type.get());
+    const size_t precision = H5Tget_precision(type.get());
+    const int offset = H5Tget_offset(type.get());
+    if (bytes == 0 || bytes > 8 || precision != 8 * bytes || offset != 0)
+      st.fail(what + " has a malformed integer type (" + std::to_string(bytes) + " bytes, " +
+              std::to_string(precision) + "-bit precision at bit offset " + std::to_string(offset) +
+              "): the file is corrupt");
+  }
   return attr;
 }
 

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "catch.hpp"
+#include "tests/test_helpers.hpp"
 #include "tests/mpi_test_util.hpp"
 #include "io/checkpoint_file.hpp"
 
@@ -331,15 +332,8 @@ bool contains(const std::string& s, const std::string& part) {
   return s.find(part) != std::string::npos;
 }
 
-std::string file_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
-void put_bytes(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
+using tptrain::test::file_bytes;
+using tptrain::test::put_bytes;
 
 // Rank 0 rewrites a root attribute of a closed file with the serial library.
 void rewrite_attribute(const std::string& path, const char* name, const std::string* text,
@@ -454,7 +448,7 @@ TEST_CASE("checkpoint metadata round trip and file format", "[io][checkpoint][mp
     const hid_t a = H5Aopen(f, "format_version", H5P_DEFAULT);
     H5Aread(a, H5T_NATIVE_INT, &version);
     H5Aclose(a);
-    CHECK(version == 1);
+    CHECK(version == 2);
     const hid_t d = H5Dopen2(f, "model/layers/0/attn/qkv/weight", H5P_DEFAULT);
     CHECK(d >= 0);
     const hid_t t = H5Dget_type(d);
@@ -697,10 +691,26 @@ TEST_CASE("checkpoint read errors are thrown on every rank", "[io][checkpoint][m
     CHECK(everyone_threw_the_same(error_of([&] { read_checkpoint_meta(MPI_COMM_WORLD, good); })));
   }
   SECTION("wrong format_version") {
-    rewrite_attribute(good, "format_version", nullptr, 2);
+    rewrite_attribute(good, "format_version", nullptr, 3);
     const std::string msg = read_error(good);
     CHECK(everyone_threw_the_same(msg));
-    CHECK(contains(msg, "format_version 2 is not supported"));
+    CHECK(contains(msg, "format_version 3 is not supported"));
+  }
+  SECTION("a changed metadata value (format_version 2 seals the attributes)") {
+    rewrite_attribute(good, "tp", nullptr, 7);  // a valid value, just not the one written
+    const std::string msg = read_error(good);
+    CHECK(everyone_threw_the_same(msg));
+    CHECK(contains(msg, "the metadata is corrupt"));
+  }
+  SECTION("a format_version 1 file (no metadata checksum) still loads") {
+    rewrite_attribute(good, "format_version", nullptr, 1);
+    if (world().rank == 0) {
+      const hid_t f = H5Fopen(good.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+      CHECK(H5Adelete(f, kMetadataChecksumAttribute) >= 0);
+      CHECK(H5Fclose(f) >= 0);
+    }
+    barrier();
+    CHECK(read_error(good).empty());
   }
   SECTION("missing dataset") {
     std::vector<float> buf(16);

@@ -39,14 +39,8 @@ using tptrain::io::parse_deck;
 
 namespace {
 
-// Substring / regex matchers under both Catch2 v2 and v3 names.
-auto has(const std::string& s) {
-#if TPTRAIN_CATCH3
-  return Catch::Matchers::ContainsSubstring(s);
-#else
-  return Catch::Matchers::Contains(s);
-#endif
-}
+using tptrain::test::contains;
+auto has(const std::string& s) { return contains(s); }
 auto matches(const std::string& re) { return Catch::Matchers::Matches(re); }
 
 std::string norm(const fs::path& p) { return p.lexically_normal().string(); }

@@ -138,7 +138,7 @@ TEST_CASE("inspect describes a checkpoint", "[io][checkpoint][inspect][mpi]") {
     CHECK(rc == 0);
     CHECK(err.str().empty());
     CHECK(contains(text, "checkpoint " + path));
-    CHECK(contains(text, "tptrain-checkpoint, format_version 1"));
+    CHECK(contains(text, "tptrain-checkpoint, format_version 2"));
     CHECK(contains(text, "tokens_seen  20480"));
     CHECK(contains(text, "tp 2, pp 1, dp 1"));
     CHECK(contains(text, "deck         31 bytes, 3 lines:"));

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "catch.hpp"
+#include "tests/test_helpers.hpp"
 #include "kokkos_kernels/kernels.hpp"
 
 using namespace tptrain;
@@ -22,22 +23,8 @@ template <class T>
 using Unmanaged4 = Kokkos::View<T****, Kokkos::LayoutRight, kx::MemSpace,
                                 Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
 
-// The message of the std::length_error `f` throws ("" if it throws nothing or something else).
-template <class F>
-std::string length_error_of(F&& f) {
-  try {
-    f();
-  } catch (const std::length_error& e) {
-    return e.what();
-  } catch (...) {
-    return "";
-  }
-  return "";
-}
-
-bool mentions(const std::string& message, const std::string& what) {
-  return message.find(what) != std::string::npos;
-}
+using test::length_error_of;
+using test::mentions;
 
 }  // namespace
 

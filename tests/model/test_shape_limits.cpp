@@ -7,28 +7,15 @@
 #include <string>
 
 #include "catch.hpp"
+#include "tests/test_helpers.hpp"
 #include "tests/model/model_test_util.hpp"
 
 using namespace tptrain;
 
 namespace {
 
-// The message of the std::length_error `f` throws ("" if it throws nothing or something else).
-template <class F>
-std::string length_error_of(F&& f) {
-  try {
-    f();
-  } catch (const std::length_error& e) {
-    return e.what();
-  } catch (...) {
-    return "";
-  }
-  return "";
-}
-
-bool mentions(const std::string& message, const std::string& what) {
-  return message.find(what) != std::string::npos;
-}
+using test::length_error_of;
+using test::mentions;
 
 }  // namespace
 

@@ -51,8 +51,8 @@ TEST_CASE("coordinates: tensor fastest, then pipeline, then data", "[parallel][t
 TEST_CASE("world size problem names both sizes", "[parallel][topology]") {
   CHECK(world_size_problem(4, Layout{2, 2, 1}).empty());
   const std::string p = world_size_problem(2, Layout{2, 2, 1});
-  CHECK_THAT(p, Catch::Matchers::Contains("started 2 ranks"));
-  CHECK_THAT(p, Catch::Matchers::Contains("= 4 ranks"));
+  CHECK_THAT(p, tptrain::test::contains("started 2 ranks"));
+  CHECK_THAT(p, tptrain::test::contains("= 4 ranks"));
 }
 
 TEST_CASE("a world that does not match the layout throws on every rank", "[parallel][topology][mpi]") {
@@ -112,7 +112,7 @@ TEST_CASE("group communicators hold exactly the ranks of their group", "[paralle
       } else {
         CHECK_THROWS_AS(topo.embedding(), std::logic_error);
       }
-      CHECK_THAT(topo.describe(), Catch::Matchers::Contains("tp " + std::to_string(c.tp)));
+      CHECK_THAT(topo.describe(), tptrain::test::contains("tp " + std::to_string(c.tp)));
     }
   }
 }
