@@ -489,6 +489,12 @@ int inspect_checkpoint(const std::string& path, std::ostream& out, std::ostream&
       problems.push_back(std::string("the deck attribute does not describe a model: ") + e.what());
     }
   }
+  // Checksums prove the file holds what was written; Inf/NaN weights are refused by every load.
+  for (const DatasetReport& r : reports)
+    if (r.numeric && (r.nans > 0 || (r.elements > 0 && (std::isinf(r.min) || std::isinf(r.max)))))
+      problems.push_back(r.name + ": holds non-finite values (" +
+                         (r.nans > 0 ? std::to_string(r.nans) + " NaN" : std::string("Inf")) +
+                         "): eval, generate and resume refuse it");
   if (is_checkpoint) {
     if (names.empty()) problems.push_back("the checkpoint holds no datasets");
     if (std::any_of(names.begin(), names.end(), detail::under_optimizer))

@@ -62,6 +62,8 @@ nan_eval)
   grep -q "eval_loss" "$work/eval.log" && fail "eval printed a loss for a NaN checkpoint"
   expect_fail "$work/gen.log" "holds non-finite values" \
     "${mpi2[@]}" "$exe" generate "$deck" --checkpoint "$work/nan.h5" --prompt x --tokens 4
+  "$exe" inspect "$work/nan.h5" >"$work/inspect.log" 2>&1 && { cat "$work/inspect.log"; fail "inspect passed a NaN checkpoint"; }
+  grep -q "model/ln_f/weight: holds non-finite values (1 NaN)" "$work/inspect.log" || fail "inspect did not name the NaN"
   ;;
 stream)
   timeout -s TERM 8 "${mpi2[@]}" "$exe" generate "$deck" --checkpoint "$checkpoint" --prompt "It is" \

@@ -1033,7 +1033,8 @@ run_concurrent() {
 }
 
 # Checkpoints on a full disk (a tmpfs; needs root): step 2 written with room to spare, then the
-# disk filled up and the run resumed: writing step 4 must fail cleanly and leave step 2 intact.
+# disk filled up (256 KiB left) and the run resumed: writing step 4 must fail cleanly and leave
+# step 2 intact.
 run_disk_full() {
   any_selected run_disk_full_second_ckpt run_disk_full_previous_intact run_disk_full_first_ckpt run_disk_full_run_dir || return 0
   local m=$MNT/small
@@ -1048,6 +1049,7 @@ run_disk_full() {
   run_case run_disk_full_setup ok -- "${TRAIN[@]}" $(rundir disk_full) "${common[@]}" --set training.steps=2
   CASES=$save
   dd if=/dev/zero of="$m/filler" bs=4k 2>/dev/null
+  truncate -s -256K "$m/filler" # 256 KiB left: the start-up check passes, the checkpoint does not fit
   run_case run_disk_full_second_ckpt fail -- "${TRAIN[@]}" $(rundir disk_full) "${common[@]}" --set training.steps=4
   run_case run_disk_full_previous_intact ok -- "$EXE" inspect "$m/ck/step_00000002.h5"
   rm -f "$m/filler" "$m"/ck/*.tmp
