@@ -14,11 +14,10 @@ shift $(( $# > 0 ? 1 : 0 ))
 "$root/jobs/prepare-data.sh"
 exe=${TPTRAIN_BUILD_DIR:-$root/build}/tptrain
 
-# `tptrain check` validates the deck (no MPI): --ranks prints the rank count alone, and the plain
-# form the resolved deck as TOML, where the checkpoint folder is read from.
+# `tptrain check` validates the deck (no MPI): --ranks prints the rank count alone, --json the
+# resolved deck as one JSON object, where the checkpoint folder is read from.
 ranks=$("$exe" check "$deck" "$@" --ranks)
-resolved=$("$exe" check "$deck" "$@")
-ckdir=$(awk '/^\[checkpoint\]/{s=1;next} /^\[/{s=0} s && $1=="dir"{gsub(/"/,"",$3); print $3}' <<<"$resolved")
+ckdir=$("$exe" check "$deck" "$@" --json | /usr/bin/python3 -c 'import json, sys; print(json.load(sys.stdin)["checkpoint.dir"])')
 
 cores=$(nproc 2>/dev/null || echo 1)
 flags=()
