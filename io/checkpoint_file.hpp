@@ -45,6 +45,7 @@
 #include <string>
 #include <vector>
 
+#include "src/parallel/agreement.hpp"
 #include "src/util/splitmix64.hpp"
 
 namespace tptrain::io {
@@ -113,9 +114,11 @@ std::uint64_t checksum_run(const float* data, std::uint64_t n, std::uint64_t fir
 inline constexpr char kMetadataChecksumAttribute[] = "metadata_checksum_splitmix64";
 std::uint64_t metadata_checksum(const CheckpointMeta& meta) noexcept;
 
-class CheckpointError : public std::runtime_error {
+// Thrown by every rank of the communicator with the same message (see above): an agreed
+// failure, which the job reports once and ends cleanly on, not a one-rank failure to abort on.
+class CheckpointError : public parallel::AgreedError {
  public:
-  using runtime_error::runtime_error;
+  using AgreedError::AgreedError;
 };
 
 // Collective over comm. Rank 0 first checks that <path>.tmp can be created ("permission denied:

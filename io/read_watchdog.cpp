@@ -2,10 +2,30 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 
 namespace tptrain::io {
+
+namespace {
+
+// Preformatted for the signal handler, which may only call async-signal-safe functions. One
+// guarded read at a time (the outermost watchdog guards; nested ones leave it in place).
+char g_crash_message[4096];
+std::size_t g_crash_length = 0;
+int g_guards = 0;
+
+extern "C" void crashed_in_hdf5(int signal) {
+  char digits[4] = {static_cast<char>('0' + signal / 10 % 10), static_cast<char>('0' + signal % 10), ')', ':'};
+  [[maybe_unused]] ssize_t w = ::write(STDERR_FILENO, g_crash_message, g_crash_length);
+  w = ::write(STDERR_FILENO, digits, sizeof digits);
+  static const char tail[] = " the file's metadata is corrupt\n";
+  w = ::write(STDERR_FILENO, tail, sizeof tail - 1);
+  ::_exit(1);
+}
+
+}  // namespace
 
 double ReadWatchdog::configured_seconds() {
   if (const char* env = std::getenv("TPTRAIN_METADATA_TIMEOUT_S")) {
@@ -22,6 +42,16 @@ ReadWatchdog::ReadWatchdog(const std::string& path, double seconds)
               std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                   std::chrono::duration<double>(seconds_));
   thread_ = std::thread([this] { watch(); });
+  if (g_guards++ == 0) {
+    const int n = std::snprintf(g_crash_message, sizeof g_crash_message,
+                                "tptrain: error: reading %s crashed inside libhdf5 (signal ", path_.c_str());
+    g_crash_length = n < 0 ? 0 : std::min(static_cast<std::size_t>(n), sizeof g_crash_message - 1);
+    struct sigaction action {};
+    action.sa_handler = crashed_in_hdf5;
+    sigemptyset(&action.sa_mask);
+    guarding_ = ::sigaction(SIGSEGV, &action, &previous_segv_) == 0 &&
+                ::sigaction(SIGBUS, &action, &previous_bus_) == 0;
+  }
 }
 
 ReadWatchdog::~ReadWatchdog() {
@@ -31,6 +61,10 @@ ReadWatchdog::~ReadWatchdog() {
   }
   wake_.notify_all();
   thread_.join();
+  if (--g_guards == 0 && guarding_) {
+    ::sigaction(SIGSEGV, &previous_segv_, nullptr);
+    ::sigaction(SIGBUS, &previous_bus_, nullptr);
+  }
 }
 
 void ReadWatchdog::kick() {

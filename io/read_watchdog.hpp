@@ -12,7 +12,18 @@
 //
 // The limit is kDefaultSeconds, or TPTRAIN_METADATA_TIMEOUT_S from the environment (seconds,
 // > 0). kick() restarts the clock, for readers that make progress in bounded steps.
+//
+// Other corruptions make libhdf5 read out of bounds (a variable-length string whose global-heap
+// length is damaged is memcpy'd past its buffer): no check before the call sees that either. So
+// while a watchdog lives, SIGSEGV and SIGBUS end the process the same way, with
+//
+//   tptrain: error: reading runs/x/ck/step_00000020.h5 crashed inside libhdf5 (signal 11): the
+//   file's metadata is corrupt
+//
+// instead of a core dump; the previous handlers (e.g. the MPI library's) are restored after.
 #pragma once
+
+#include <csignal>
 
 #include <chrono>
 #include <condition_variable>
@@ -43,6 +54,8 @@ class ReadWatchdog {
 
   std::string path_;
   double seconds_;
+  struct sigaction previous_segv_ {}, previous_bus_ {};
+  bool guarding_ = false;
   std::mutex mutex_;
   std::condition_variable wake_;
   bool done_ = false;

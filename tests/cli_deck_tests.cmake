@@ -75,6 +75,11 @@ tptrain_expect_fail(cli_generate_temperature_negative
 tptrain_expect_fail(cli_generate_top_k_negative "--top-k: expected a non-negative integer, got -2"
                     generate ${_decks}/valid.toml --checkpoint ${_decks}/valid.toml --prompt x
                     --top-k -2)
+tptrain_expect_fail(cli_generate_seed_too_large "--seed: expected an integer from 0 to 18446744073709551615, got 1180591620717411303424"
+                    generate ${_decks}/valid.toml --checkpoint ${_decks}/valid.toml --prompt x
+                    --seed 1180591620717411303424)
+tptrain_expect_fail(cli_generate_seed_negative "--seed: expected an integer from 0 to 18446744073709551615, got -1"
+                    generate ${_decks}/valid.toml --checkpoint ${_decks}/valid.toml --prompt x --seed -1)
 set_tests_properties(cli_generate_tokens_zero cli_eval_windows_zero
                      cli_generate_temperature_negative cli_generate_top_k_negative
                      PROPERTIES FAIL_REGULAR_EXPRESSION "[0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9]")

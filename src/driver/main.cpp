@@ -34,6 +34,19 @@ CLI::Validator integer_at_least(int lo) {
       lo > 0 ? "INT > 0" : "INT >= 0");
 }
 
+// CLI11 would wrap -1 or 2^70 into some 64-bit seed: a different sample than asked for.
+CLI::Validator unsigned_64() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        unsigned long long v = 0;
+        const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+        if (ec == std::errc() && end == text.data() + text.size()) return {};
+        return fmt::format("expected an integer from 0 to {}, got {}",
+                           std::numeric_limits<unsigned long long>::max(), text);
+      },
+      "UINT64");
+}
+
 CLI::Validator non_negative_number() {
   return CLI::Validator(
       [](std::string& text) -> std::string {
@@ -115,7 +128,7 @@ int main(int argc, char** argv) {
   gen_cmd->add_option("--top-k", gen_opts.top_k, "sample among the k most likely tokens (0 = all)")
       ->check(integer_at_least(0))
       ->capture_default_str();
-  gen_cmd->add_option("--seed", gen_opts.seed, "sampling seed")->capture_default_str();
+  gen_cmd->add_option("--seed", gen_opts.seed, "sampling seed")->check(unsigned_64())->capture_default_str();
 
   auto* check_cmd = app.add_subcommand("check", "validate a deck and print it resolved (no MPI)");
   add_deck_options(*check_cmd, deck);

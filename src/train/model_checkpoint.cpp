@@ -246,7 +246,12 @@ std::vector<std::string> complete_checkpoints(const std::string& dir) {
   for (; !ec && it != end; it.increment(ec)) {
     const std::int64_t step = step_of_name(it->path().filename().string());
     std::error_code type_ec;
-    if (step >= 0 && it->is_regular_file(type_ec)) found.emplace_back(step, it->path().string());
+    if (step < 0) continue;
+    if (it->is_regular_file(type_ec))
+      found.emplace_back(step, it->path().string());
+    else  // named like a checkpoint, but a directory or a link to nothing: say so, skip it
+      log::warning("ignoring " + io::display_path(it->path().string()) +
+                   ": named like a checkpoint but not a regular file");
   }
   if (ec)
     throw std::runtime_error("checkpoint.dir = " + io::display_path(dir) + ": cannot list its checkpoints: " +

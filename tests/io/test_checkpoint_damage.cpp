@@ -421,6 +421,31 @@ TEST_CASE("a corrupt global heap ends inspect and read in bounded time",
   fs::remove_all(dir, ec);
 }
 
+TEST_CASE("a global-heap string longer than its heap ends inspect and read with a message",
+          "[io][checkpoint][damage]") {
+  if (tptrain::test::world_rank() != 0) return;
+  const fs::path dir = fs::temp_directory_path() / ("tptrain_gheap_len_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string path = (dir / "gheap.h5").string();
+  write_sample(path);
+  // The first string object of the collection (layout as above) claims a length far beyond
+  // its collection: libhdf5 1.10 memcpy's that many bytes and faults, inside H5Aread.
+  std::string bytes = file_bytes(path);
+  const std::size_t gcol = bytes.find("GCOL");
+  REQUIRE(gcol != std::string::npos);
+  const std::size_t object = gcol + 16;
+  std::uint16_t idx = 0;
+  std::memcpy(&idx, bytes.data() + object, 2);
+  REQUIRE(idx != 0);
+  bytes[object + 8 + 5] = static_cast<char>(bytes[object + 8 + 5] ^ 0x60);  // size += ~2^46
+  put_bytes(path, bytes);
+  const Outcome o = examine(path, 5, 30);
+  INFO(o.text);
+  CHECK(o.kind == Outcome::kCleanError);
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+}
+
 TEST_CASE("byte flips in checkpoint metadata never crash, hang or pass unnoticed",
           "[io][checkpoint][damage]") {
   if (tptrain::test::world_rank() != 0) return;
