@@ -103,8 +103,10 @@ int run_training(const io::Deck& deck, const parallel::Topology& topo) {
   auto window_start = start;
   std::int64_t window_tokens = 0;
   for (std::int64_t step = first_step; step < tc.steps; ++step) {
-    StepResult r;
-    on_every_rank(topo.world(), [&] { r = run->step(step); });
+    // Not agreed on: a step is full of collectives, so a failure on some ranks only (one that
+    // is not an AgreedError, like a non-finite loss) cannot wait for an agreement; the top level
+    // aborts the job on it.
+    const StepResult r = run->step(step);
     window_tokens += run->tokens_per_step();
 
     const bool last = step + 1 == tc.steps;

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "src/log.hpp"
+#include "src/parallel/agreement.hpp"
 
 namespace tptrain::train {
 
@@ -21,7 +22,8 @@ model::GptShape shape_of(const io::Deck& deck) {
 
 void check_finite(std::int64_t step, double loss, double grad_norm) {
   if (std::isfinite(loss) && std::isfinite(grad_norm)) return;
-  throw std::runtime_error(fmt::format(
+  // Loss and norm are global reductions: every rank sees the same values and throws here.
+  throw parallel::AgreedError(fmt::format(
       "step {}: loss = {}, gradient norm = {}: stopping the run (try a lower optimizer.lr or "
       "training.grad_clip)", step, loss, grad_norm));
 }

@@ -21,7 +21,8 @@ namespace tptrain::train {
 
 model::GptShape shape_of(const io::Deck& deck);
 
-// A non-finite loss or gradient norm ends the run: throws naming the step (1-based).
+// A non-finite loss or gradient norm ends the run: throws parallel::AgreedError (the values are
+// global reductions, the same on every rank) naming the step (1-based).
 void check_finite(std::int64_t step, double loss, double grad_norm);
 
 // Mean loss over the first `windows` evaluation windows of `data` (docs/design.md, "Data": window j covers
