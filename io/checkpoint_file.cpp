@@ -183,8 +183,32 @@ void add_write_reason(Status& st, const std::string& tmp) {
     st.error = reason + ": " + tmp + " (" + st.error + ")";
 }
 
+// A file holding more than the reader asked for under the same top-level groups (a layer the
+// deck does not have, a stray tensor) is another model, not a superset: refused like a
+// missing dataset. Groups the reader does not read from at all (optimizer/ for eval) are not judged.
+void unrequested_datasets(hid_t file, const std::vector<TensorShard>& tensors, ReadWatchdog& watchdog,
+                          std::vector<std::string>& problems) {
+  std::set<std::string> requested, tops;
+  for (const TensorShard& t : tensors) {
+    requested.insert(t.name);
+    tops.insert(t.name.substr(0, t.name.find('/')));
+  }
+  for (const std::string& top : tops) {
+    std::vector<std::string> found, notes;
+    std::set<haddr_t> visited;
+    Status st;
+    Handle group(TPTRAIN_H5(st, H5Gopen2(file, top.c_str(), H5P_DEFAULT), "group " + top), H5Gclose);
+    if (st.ok()) collect_datasets(group.get(), top, 0, found, notes, visited, &watchdog, st);
+    if (!st.ok()) problems.push_back(st.error);
+    problems.insert(problems.end(), notes.begin(), notes.end());
+    for (const std::string& name : found)
+      if (requested.count(name) == 0)
+        problems.push_back(name + ": the checkpoint holds this dataset, the model being loaded has no such tensor");
+  }
+}
+
 CheckpointMeta read_impl(MPI_Comm comm, const std::string& path,
-                         const std::vector<TensorShard>& tensors, bool verify) {
+                         const std::vector<TensorShard>& tensors, bool verify, ExtraDatasets extra) {
   h5::ErrorSilencer silence;
   const Comm c = describe(comm);
   const std::string prefix = "reading checkpoint " + path + ": ";
@@ -228,6 +252,8 @@ CheckpointMeta read_impl(MPI_Comm comm, const std::string& path,
         std::any_of(tensors.begin(), tensors.end(),
                     [](const TensorShard& t) { return under_optimizer(t.name); }))
       check_optimizer_step(file.get(), meta.step, problems);
+    if (problems.empty() && extra == ExtraDatasets::refused)
+      unrequested_datasets(file.get(), tensors, *watchdog, problems);
   }
   if (!problems.empty()) st.fail(list_problems(problems));
   agree(c, prefix, st.error);
@@ -395,12 +421,13 @@ void write_checkpoint(MPI_Comm comm, const std::string& path, const CheckpointMe
 }
 
 CheckpointMeta read_checkpoint(MPI_Comm comm, const std::string& path,
-                               const std::vector<TensorShard>& tensors, bool verify) {
-  return read_impl(comm, path, tensors, verify);
+                               const std::vector<TensorShard>& tensors, bool verify,
+                               ExtraDatasets extra) {
+  return read_impl(comm, path, tensors, verify, extra);
 }
 
 CheckpointMeta read_checkpoint_meta(MPI_Comm comm, const std::string& path) {
-  return read_impl(comm, path, {}, false);
+  return read_impl(comm, path, {}, false, ExtraDatasets::ignored);
 }
 
 std::string hdf5_file_problem(const std::string& path) {

@@ -150,8 +150,13 @@ void write_checkpoint(MPI_Comm comm, const std::string& path, const CheckpointMe
 // after a checksum mismatch the contents of the buffers are unspecified. Opening and the schema
 // checks run under a ReadWatchdog (io/read_watchdog.hpp): a file whose damaged metadata makes
 // libhdf5 loop ends the process with a message instead of hanging.
+// With ExtraDatasets::refused, a dataset of the file that `tensors` does not list, under a
+// top-level group that `tensors` reads from (model/, optimizer/), is an error too: a model's load
+// lists its whole model, so such a dataset means another model (an extra layer group).
+enum class ExtraDatasets { ignored, refused };
 CheckpointMeta read_checkpoint(MPI_Comm comm, const std::string& path,
-                               const std::vector<TensorShard>& tensors, bool verify = true);
+                               const std::vector<TensorShard>& tensors, bool verify = true,
+                               ExtraDatasets extra = ExtraDatasets::ignored);
 
 // Collective over comm. read_checkpoint without tensors: the attributes only (nothing verified).
 CheckpointMeta read_checkpoint_meta(MPI_Comm comm, const std::string& path);

@@ -264,4 +264,72 @@ std::string list_problems(const std::vector<std::string>& problems) {
   return s;
 }
 
+namespace {
+constexpr int kMaxDepth = 64;                                      // group nesting followed
+constexpr hsize_t kMaxLinks = hsize_t{1} << 20;                    // per group
+constexpr std::size_t kMaxLinkName = 4096;                         // bytes
+}  // namespace
+
+void collect_datasets(hid_t group, const std::string& prefix, int depth,
+                      std::vector<std::string>& datasets, std::vector<std::string>& notes,
+                      std::set<haddr_t>& visited, ReadWatchdog* watchdog, Status& st) {
+  const std::string where = prefix.empty() ? std::string("/") : prefix;
+  H5G_info_t info;
+  if (TPTRAIN_H5(st, H5Gget_info(group, &info), "group " + where) < 0) return;
+  if (info.nlinks > kMaxLinks) {
+    notes.push_back("group " + where + " claims " + std::to_string(info.nlinks) +
+                    " links: the file is corrupt");
+    return;
+  }
+  for (hsize_t i = 0; i < info.nlinks; ++i) {
+    if (watchdog != nullptr) watchdog->kick();
+    const ssize_t len = TPTRAIN_H5(
+        st, H5Lget_name_by_idx(group, ".", H5_INDEX_NAME, H5_ITER_INC, i, nullptr, 0, H5P_DEFAULT),
+        "group " + where);
+    if (len < 0) return;
+    if (len == 0 || static_cast<std::size_t>(len) > kMaxLinkName) {
+      notes.push_back("group " + where + ": link " + std::to_string(i) + " has a name of " +
+                      std::to_string(len) + " bytes: the file is corrupt");
+      continue;
+    }
+    std::vector<char> buf(static_cast<std::size_t>(len) + 1, '\0');
+    if (TPTRAIN_H5(st,
+                   H5Lget_name_by_idx(group, ".", H5_INDEX_NAME, H5_ITER_INC, i, buf.data(),
+                                      buf.size(), H5P_DEFAULT),
+                   "group " + where) < 0)
+      return;
+    const std::string name(buf.data());
+    const std::string path = prefix.empty() ? name : prefix + "/" + name;
+    Status local;
+    Handle obj(TPTRAIN_H5(local, H5Oopen(group, name.c_str(), H5P_DEFAULT), path), H5Oclose);
+    if (!local.ok()) {
+      notes.push_back(path + ": cannot be opened (" + local.error + ")");
+      continue;
+    }
+    const H5I_type_t type = H5Iget_type(obj.get());
+    if (type == H5I_DATASET) {
+      datasets.push_back(path);
+    } else if (type == H5I_GROUP) {
+      H5O_info_t oinfo;
+      if (TPTRAIN_H5(local, H5Oget_info2(obj.get(), &oinfo, H5O_INFO_BASIC), path) < 0) {
+        notes.push_back(path + ": cannot be described (" + local.error + ")");
+        continue;
+      }
+      if (!visited.insert(oinfo.addr).second) {
+        notes.push_back(path + ": links to a group listed before: the file is corrupt");
+        continue;
+      }
+      if (depth >= kMaxDepth) {
+        notes.push_back(path + ": groups nested deeper than " + std::to_string(kMaxDepth) +
+                        " levels are not listed");
+        continue;
+      }
+      collect_datasets(obj.get(), path, depth + 1, datasets, notes, visited, watchdog, st);
+      if (!st.ok()) return;
+    } else {
+      notes.push_back(path + ": is neither a group nor a dataset");
+    }
+  }
+}
+
 }  // namespace tptrain::io::detail

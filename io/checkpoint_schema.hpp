@@ -15,6 +15,7 @@
 
 #include "io/checkpoint_file.hpp"
 #include "io/hdf5_check.hpp"
+#include "io/read_watchdog.hpp"
 
 namespace tptrain::io::detail {
 
@@ -44,6 +45,14 @@ void check_optimizer_step(hid_t file, std::int64_t step, std::vector<std::string
 
 // A tensor under /optimizer (whose group then carries the step attribute)?
 bool under_optimizer(const std::string& name);
+
+// Every dataset below `group` (paths relative to the root, no leading slash), kicking
+// `watchdog` (may be null) per link. Links that cannot be followed, groups seen before (a damaged
+// file can link a group into itself) and names or counts beyond sane bounds are reported in
+// `notes`: each is damage the verdict must show.
+void collect_datasets(hid_t group, const std::string& prefix, int depth,
+                      std::vector<std::string>& datasets, std::vector<std::string>& notes,
+                      std::set<haddr_t>& visited, ReadWatchdog* watchdog, h5::Status& st);
 
 // One problem as is; several as "N problems with the checkpoint:" and one per line (at most 10).
 std::string list_problems(const std::vector<std::string>& problems);

@@ -54,7 +54,7 @@ foreach(cmd eval generate)
 endforeach()
 
 # Cases of several commands each (tests/reliability_cases.sh).
-foreach(case lock diverge nan_eval stream)
+foreach(case lock diverge nan_eval stream extra_layer)
   add_test(NAME cli_reliability_${case}
            COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/reliability_cases.sh ${case} ${_rel}/${case}
                    ${_decks}/valid.toml ${_ck4} $<TARGET_FILE:tptrain> ${_mpi2})

@@ -199,7 +199,7 @@ io::CheckpointMeta load_weights(model::GptModel<float>& model, const parallel::T
   const auto t0 = std::chrono::steady_clock::now();
   // The same metadata on every rank, so the shape check throws everywhere or nowhere.
   check_model_shape(io::read_checkpoint_meta(topo.world(), path), model.shape(), path);
-  io::CheckpointMeta meta = io::read_checkpoint(topo.world(), path, t.shards());
+  io::CheckpointMeta meta = io::read_checkpoint(topo.world(), path, t.shards(), true, io::ExtraDatasets::refused);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   double megabytes = 0;  // the tensors read (every rank its part; together each tensor once)
   for (const io::TensorShard& shard : t.shards()) {
