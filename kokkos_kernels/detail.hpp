@@ -43,14 +43,33 @@ inline int& team_size_override() {
 // The largest value of the 32-bit int that Kokkos leagues and BLAS dimensions are counted in.
 constexpr std::int64_t int_limit = std::numeric_limits<int>::max();
 
+// The most teams one league of Exec may hold. Kokkos counts leagues in an int, but its host
+// backends with a team chunk size (OpenMP, Threads) pick it in the TeamPolicy constructor by
+// doubling `chunk` while `chunk * 100 * concurrency < league`, all in int (set_auto_chunk_size,
+// Kokkos 4.6): a league above 100 * 2^24 (at concurrency 1) overflows that product and the
+// constructor never returns. 2^30 stays below the overflow for every concurrency.
+template <class Exec>
+constexpr std::int64_t league_limit() {
+#if defined(KOKKOS_ENABLE_OPENMP)
+  if (std::is_same<Exec, Kokkos::OpenMP>::value) return std::int64_t(1) << 30;
+#endif
+#if defined(KOKKOS_ENABLE_THREADS)
+  if (std::is_same<Exec, Kokkos::Threads>::value) return std::int64_t(1) << 30;
+#endif
+  return int_limit;
+}
+
 // Kokkos counts the teams of a league in an int: narrowing a larger count wraps it (2^31 rows
 // became a negative league that ran no team, 2^32 + 3 a league of 3), so refuse it instead.
+template <class Exec>
 inline int league_size(std::int64_t league, const char* kernel) {
-  if (league < 0 || league > int_limit) {
+  constexpr std::int64_t limit = league_limit<Exec>();
+  if (league < 0 || league > limit) {
     throw std::length_error(std::string("tptrain::kernels::") + kernel + ": " +
                             std::to_string(league) +
                             " rows, one Kokkos team each, exceed the league limit " +
-                            std::to_string(int_limit) + " (a 32-bit int)");
+                            std::to_string(limit) +
+                            (limit == int_limit ? " (a 32-bit int)" : " of this Kokkos backend"));
   }
   return static_cast<int>(league);
 }
@@ -60,7 +79,7 @@ inline int league_size(std::int64_t league, const char* kernel) {
 // output untouched.
 template <class Exec>
 inline Teams<Exec> teams(const Exec& exec, std::int64_t league, const char* kernel = "teams") {
-  const int n = league_size(league, kernel);
+  const int n = league_size<Exec>(league, kernel);
   const int size = team_size_override();
   return size > 0 ? Teams<Exec>(exec, n, size) : Teams<Exec>(exec, n, Kokkos::AUTO);
 }
