@@ -13,14 +13,16 @@
 
 namespace tptrain::model {
 
+// Every field is set from the deck (train::shape_of), whose key table holds the defaults; the
+// initial values here only make a default-constructed shape the smallest valid one.
 struct GptShape {
-  int layers = 4;
-  int hidden = 128;     // H
-  int heads = 4;        // nh
-  int ffn_hidden = 512; // F
-  int seq_length = 128; // S
-  int vocab_size = 256; // V
-  int tensor = 1;       // TP size
+  int layers = 1;
+  int hidden = 1;      // H
+  int heads = 1;       // nh
+  int ffn_hidden = 1;  // F
+  int seq_length = 1;  // S
+  int vocab_size = 1;  // V
+  int tensor = 1;      // TP size
 
   static constexpr std::int64_t int_limit = std::numeric_limits<int>::max();
 
