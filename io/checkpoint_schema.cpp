@@ -145,9 +145,10 @@ CheckpointMeta check_root(hid_t file, std::vector<std::string>& problems) {
         return 0;
       }
       const auto stored = h5::read_u64_attr(file, kMetadataChecksumAttribute, st);
-      if (stored && *stored != metadata_checksum(meta))
+      const std::uint64_t computed = metadata_checksum(meta);
+      if (stored && *stored != computed)
         problems.push_back("the metadata is corrupt: " + std::string(kMetadataChecksumAttribute) + " is " +
-                           hex64(*stored) + ", the attributes hash to " + hex64(metadata_checksum(meta)) +
+                           hex64(*stored) + ", the attributes hash to " + hex64(computed) +
                            " (a root or /train attribute changed since the checkpoint was written)");
       return 0;
     });

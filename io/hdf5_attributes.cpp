@@ -69,8 +69,7 @@ std::optional<std::uint64_t> read_u64_attr(hid_t loc, const char* name, Status& 
   Handle attr = open_scalar_attr(loc, name, H5T_INTEGER, "a single integer", type, st, where);
   if (!st.ok()) return std::nullopt;
   const H5T_sign_t sign = TPTRAIN_H5(st, H5Tget_sign(type.get()), what);
-  if (st.ok() && (sign != H5T_SGN_NONE || H5Tget_size(type.get()) > 8))
-    st.fail(what + " is not an unsigned integer of at most 64 bits");
+  if (st.ok() && sign != H5T_SGN_NONE) st.fail(what + " is not an unsigned integer");
   std::uint64_t value = 0;
   if (st.ok()) TPTRAIN_H5(st, H5Aread(attr.get(), H5T_NATIVE_UINT64, &value), what);
   if (!st.ok()) return std::nullopt;

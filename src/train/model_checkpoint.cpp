@@ -7,7 +7,7 @@
 #include <cmath>
 #include <filesystem>
 #include <map>
-#include <tuple>
+#include <utility>
 
 #include "io/path_text.hpp"
 #include "src/log.hpp"
@@ -136,6 +136,17 @@ void save_checkpoint(model::GptModel<float>& model, const io::Deck& deck, const 
   log::infof("checkpoint {} written in {:.2f} s ({:.0f} MB/s)", path, s, file_megabytes(topo, path) / s);
 }
 
+namespace {
+
+// The [model] keys of a deck that make a model's shape, with the field each fills: what a
+// checkpoint's deck attribute is read for and compared on.
+constexpr std::pair<const char*, int model::GptShape::*> kShapeKeys[] = {
+    {"layers", &model::GptShape::layers},         {"heads", &model::GptShape::heads},
+    {"hidden", &model::GptShape::hidden},         {"ffn_hidden", &model::GptShape::ffn_hidden},
+    {"vocab_size", &model::GptShape::vocab_size}, {"seq_length", &model::GptShape::seq_length}};
+
+}  // namespace
+
 model::GptShape checkpoint_model_shape(const std::string& deck_text) {
   toml::table saved;
   try {
@@ -145,14 +156,12 @@ model::GptShape checkpoint_model_shape(const std::string& deck_text) {
   }
   model::GptShape shape;
   std::string missing;
-  for (auto [key, field] : {std::pair{"layers", &shape.layers}, std::pair{"heads", &shape.heads},
-                            std::pair{"hidden", &shape.hidden}, std::pair{"ffn_hidden", &shape.ffn_hidden},
-                            std::pair{"vocab_size", &shape.vocab_size}, std::pair{"seq_length", &shape.seq_length}}) {
+  for (const auto& [key, field] : kShapeKeys) {
     const auto value = saved["model"][key].value<std::int64_t>();
     if (!value || *value < 1 || *value > INT32_MAX)
       missing += std::string(missing.empty() ? "" : ", ") + "model." + key;
     else
-      *field = static_cast<int>(*value);
+      shape.*field = static_cast<int>(*value);
   }
   if (!missing.empty()) throw std::runtime_error("its deck attribute lacks a valid " + missing);
   return shape;
@@ -180,12 +189,9 @@ void check_model_shape(const io::CheckpointMeta& meta, const model::GptShape& mi
     throw std::runtime_error("checkpoint " + io::display_path(path) + ": the model it holds is unknown: " + e.what());
   }
   std::string problems;
-  for (auto [key, a, b] : {std::tuple{"layers", saved.layers, mine.layers}, std::tuple{"heads", saved.heads, mine.heads},
-                           std::tuple{"hidden", saved.hidden, mine.hidden},
-                           std::tuple{"ffn_hidden", saved.ffn_hidden, mine.ffn_hidden},
-                           std::tuple{"vocab_size", saved.vocab_size, mine.vocab_size},
-                           std::tuple{"seq_length", saved.seq_length, mine.seq_length}})
-    if (a != b) problems += fmt::format("\n  model.{}: the checkpoint has {}, the deck has {}", key, a, b);
+  for (const auto& [key, field] : kShapeKeys)
+    if (saved.*field != mine.*field)
+      problems += fmt::format("\n  model.{}: the checkpoint has {}, the deck has {}", key, saved.*field, mine.*field);
   if (!problems.empty())
     throw std::runtime_error("checkpoint " + io::display_path(path) +
                              " holds a different model than the deck describes:" + problems);

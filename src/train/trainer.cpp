@@ -31,9 +31,9 @@ std::string format_duration(double seconds) {
 
 int run_training(const io::Deck& deck, const parallel::Topology& topo) {
   const auto& tc = deck.training;
-  // Before any work: the output directories are writable (rank 0 creates them and owns them
-  // for the run; every rank writes its slabs of each checkpoint, so every rank tries), so that
-  // hours of training never end in a checkpoint that cannot be written.
+  // Before any work: the output directories are writable, so that hours of training never end
+  // in a checkpoint that cannot be written. Rank 0 creates them and owns them for the run; then
+  // the other ranks, which write their slabs of every checkpoint, try checkpoint.dir too.
   std::unique_ptr<io::RunLock> lock;
   on_every_rank(topo.world(), [&] {
     if (topo.world_rank() != 0) return;
@@ -41,7 +41,9 @@ int run_training(const io::Deck& deck, const parallel::Topology& topo) {
     io::prepare_writable_directory(deck.checkpoint.dir, "checkpoint.dir");
     lock = std::make_unique<io::RunLock>(std::vector<std::string>{deck.run.dir, deck.checkpoint.dir}, log::warning);
   });
-  on_every_rank(topo.world(), [&] { io::prepare_writable_directory(deck.checkpoint.dir, "checkpoint.dir"); });
+  on_every_rank(topo.world(), [&] {
+    if (topo.world_rank() != 0) io::prepare_writable_directory(deck.checkpoint.dir, "checkpoint.dir");
+  });
 
   std::unique_ptr<TrainingRun> run;
   on_every_rank(topo.world(), [&] { run = std::make_unique<TrainingRun>(deck, topo); });
