@@ -6,13 +6,21 @@ file(MAKE_DIRECTORY ${_rel})
 file(WRITE ${_rel}/regular_file "not a directory\n")
 string(REPEAT c 300 _long_name)
 
+# `tptrain ARGN` on 2 ranks must fail with `regex` in its output and `once` exactly once (one
+# message, from rank 0, not one per rank).
+function(tptrain_mpi2_fails_once name regex once)
+  add_test(NAME ${name} COMMAND ${CMAKE_COMMAND} -DCMD=${MPIEXEC_EXECUTABLE}
+           "-DARGS=${MPIEXEC_NUMPROC_FLAG};2;${TPTRAIN_MPIEXEC_FLAGS};$<TARGET_FILE:tptrain>;${ARGN}"
+           -DEXPECT_FAIL=1 "-DREGEX=${regex}" "-DCOUNT_REGEX=${once}" -DCOUNT=1
+           -P ${CMAKE_CURRENT_SOURCE_DIR}/run_expect.cmake)
+endfunction()
+
 # An output directory that cannot be created or written: refused before step 1, not after
 # training (when rank 0 used to throw while the others waited in a barrier).
 function(tptrain_unwritable_dir_test name key path)
-  add_test(NAME cli_unwritable_${name} COMMAND ${CMAKE_COMMAND} -DCMD=${MPIEXEC_EXECUTABLE}
-           "-DARGS=${MPIEXEC_NUMPROC_FLAG};2;${TPTRAIN_MPIEXEC_FLAGS};$<TARGET_FILE:tptrain>;train;${_decks}/valid.toml;--set;run.dir=${_rel}/run_${name};--set;checkpoint.dir=${_rel}/run_${name}/ck;--set;${key}=${path}"
-           -DEXPECT_FAIL=1 "-DREGEX=${key} = [^\n]*: cannot write there" "-DCOUNT_REGEX=cannot write there" -DCOUNT=1
-           -P ${CMAKE_CURRENT_SOURCE_DIR}/run_expect.cmake)
+  tptrain_mpi2_fails_once(cli_unwritable_${name} "${key} = [^\n]*: cannot write there" "cannot write there"
+                          train ${_decks}/valid.toml --set run.dir=${_rel}/run_${name}
+                          --set checkpoint.dir=${_rel}/run_${name}/ck --set ${key}=${path})
   set_tests_properties(cli_unwritable_${name} PROPERTIES TIMEOUT 30)
 endfunction()
 tptrain_unwritable_dir_test(under_file checkpoint.dir ${_rel}/regular_file/ck)
@@ -23,10 +31,7 @@ tptrain_unwritable_dir_test(run_dir_under_file run.dir ${_rel}/regular_file/run)
 
 # A checkpoint of another model is refused with both values named (eval and resume).
 function(tptrain_other_model_test name regex)
-  add_test(NAME cli_other_model_${name} COMMAND ${CMAKE_COMMAND} -DCMD=${MPIEXEC_EXECUTABLE}
-           "-DARGS=${MPIEXEC_NUMPROC_FLAG};2;${TPTRAIN_MPIEXEC_FLAGS};$<TARGET_FILE:tptrain>;${ARGN}"
-           -DEXPECT_FAIL=1 "-DREGEX=${regex}" "-DCOUNT_REGEX=holds a different model" -DCOUNT=1
-           -P ${CMAKE_CURRENT_SOURCE_DIR}/run_expect.cmake)
+  tptrain_mpi2_fails_once(cli_other_model_${name} "${regex}" "holds a different model" ${ARGN})
   set_tests_properties(cli_other_model_${name} PROPERTIES FIXTURES_REQUIRED small_run TIMEOUT 60)
 endfunction()
 set(_ck4 ${_run}/ck/step_00000004.h5)
@@ -43,15 +48,11 @@ tptrain_other_model_test(resume_layers "model.layers: the checkpoint has 2, the 
                          --set checkpoint.dir=${_run}/ck --set run.dir=${_rel}/resume_other)
 
 # A model that does not fit in memory: eval and generate report it like train does (no abort).
-set(_too_large_eval eval)
-set(_too_large_generate "generate;--prompt;x")
-foreach(cmd eval generate)
-  add_test(NAME cli_too_large_${cmd} COMMAND ${CMAKE_COMMAND} -DCMD=${MPIEXEC_EXECUTABLE}
-           "-DARGS=${MPIEXEC_NUMPROC_FLAG};2;${TPTRAIN_MPIEXEC_FLAGS};$<TARGET_FILE:tptrain>;${_too_large_${cmd}};${_decks}/valid.toml;--checkpoint;${_ck4};--set;model.hidden=131072"
-           -DEXPECT_FAIL=1 "-DREGEX=error[^\n]*(alloc|memory)" "-DCOUNT_REGEX=tptrain: error" -DCOUNT=1
-           -P ${CMAKE_CURRENT_SOURCE_DIR}/run_expect.cmake)
-  set_tests_properties(cli_too_large_${cmd} PROPERTIES FIXTURES_REQUIRED small_run TIMEOUT 60)
-endforeach()
+tptrain_mpi2_fails_once(cli_too_large_eval "error[^\n]*(alloc|memory)" "tptrain: error"
+                        eval ${_decks}/valid.toml --checkpoint ${_ck4} --set model.hidden=131072)
+tptrain_mpi2_fails_once(cli_too_large_generate "error[^\n]*(alloc|memory)" "tptrain: error"
+                        generate --prompt x ${_decks}/valid.toml --checkpoint ${_ck4} --set model.hidden=131072)
+set_tests_properties(cli_too_large_eval cli_too_large_generate PROPERTIES FIXTURES_REQUIRED small_run TIMEOUT 60)
 
 # Cases of several commands each (tests/reliability_cases.sh).
 foreach(case lock diverge nan_eval stream extra_layer)
