@@ -228,8 +228,8 @@ struct Term {
 
 class DeckReader {
  public:
-  DeckReader(std::string source, const std::string& base_dir)
-      : source_(std::move(source)), cwd_(fs::current_path()) {
+  DeckReader(std::string source, const std::string& base_dir, DataFiles data_files)
+      : source_(std::move(source)), cwd_(fs::current_path()), data_files_(data_files) {
     deck_dir_ = base_dir.empty() ? cwd_ : fs::absolute(fs::path(base_dir)).lexically_normal();
     for (const DeckKey& k : deck_keys()) {
       Field f;
@@ -301,6 +301,7 @@ class DeckReader {
   std::string source_;
   fs::path cwd_;
   fs::path deck_dir_;
+  DataFiles data_files_;
   toml::table file_;
   std::vector<std::unique_ptr<toml::table>> override_values_;
   std::map<std::string, Field> fields_;
@@ -619,8 +620,9 @@ void DeckReader::check_data_file(Field& f, const std::string& resolved) {
 // default already in `d`, resolved when it is a path.
 void DeckReader::read_key(const DeckKey& k, Deck& d) {
   Field& f = fields_.at(k.name());
+  const bool ignored = data_files_ == DataFiles::ignored && k.section == std::string_view("data");
   if (!f.node) {
-    if (std::holds_alternative<Required>(k.default_value)) {
+    if (std::holds_alternative<Required>(k.default_value) && !ignored) {
       add_problem(Origin{From::Default, source_, 0},
                   fmt::format("{} is required: {}", k.name(), k.doc));
       f.ok = false;
@@ -646,7 +648,7 @@ void DeckReader::read_key(const DeckKey& k, Deck& d) {
             if constexpr (std::is_same_v<Member, std::string>) read_choice(f, rule, m);
           } else if constexpr (std::is_same_v<Rule, PathRule>) {
             if constexpr (std::is_same_v<Member, std::string>)
-              if (read_path(f, rule, m) && rule.data_file && !m.empty()) check_data_file(f, m);
+              if (read_path(f, rule, m) && rule.data_file && !m.empty() && !ignored) check_data_file(f, m);
           } else if constexpr (std::is_same_v<Member, bool>) {
             read_bool(f, m);
           }
@@ -797,8 +799,8 @@ void DeckReader::throw_if_problems() {
 
 Deck parse_impl(std::optional<std::string_view> text, const std::string& read_error,
                 const std::string& source_name, const std::string& base_dir,
-                const std::vector<std::string>& overrides) {
-  DeckReader reader(source_name, base_dir);
+                const std::vector<std::string>& overrides, DataFiles data_files) {
+  DeckReader reader(source_name, base_dir, data_files);
   reader.apply_overrides(overrides);
   if (!text) {
     reader.add_problem(Origin{From::Default, source_name, 0}, read_error);
@@ -817,20 +819,21 @@ Deck parse_impl(std::optional<std::string_view> text, const std::string& read_er
 // ---- public entry points -----------------------------------------------------------------------
 
 Deck parse_deck(std::string_view toml_text, const std::string& source_name,
-                const std::string& base_dir, const std::vector<std::string>& overrides) {
-  return parse_impl(toml_text, {}, source_name, base_dir, overrides);
+                const std::string& base_dir, const std::vector<std::string>& overrides,
+                DataFiles data_files) {
+  return parse_impl(toml_text, {}, source_name, base_dir, overrides, data_files);
 }
 
-Deck load_deck(const std::string& path, const std::vector<std::string>& overrides) {
+Deck load_deck(const std::string& path, const std::vector<std::string>& overrides, DataFiles data_files) {
   if (path.empty())
     return parse_impl(std::nullopt, "cannot read deck file: no path given", "<deck>", {},
-                      overrides);
+                      overrides, data_files);
   const std::string base_dir = fs::absolute(fs::path(path)).parent_path().string();
   std::string text;
   const std::string problem = read_regular_file(path, kMaxDeckBytes, text);
-  if (problem.empty()) return parse_impl(std::string_view{text}, {}, path, base_dir, overrides);
+  if (problem.empty()) return parse_impl(std::string_view{text}, {}, path, base_dir, overrides, data_files);
   return parse_impl(std::nullopt, "cannot read deck file: it " + problem, display_path(path),
-                    base_dir, overrides);
+                    base_dir, overrides, data_files);
 }
 
 }  // namespace tptrain::io

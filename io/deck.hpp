@@ -152,12 +152,17 @@ inline constexpr std::uint64_t kMaxDeckBytes = 1u << 20;
 
 // Reads the deck file at `path` (a regular file of at most kMaxDeckBytes), applies `overrides` ("section.key=value", as given to --set),
 // validates, resolves paths. Throws DeckError listing every problem.
-Deck load_deck(const std::string& path, const std::vector<std::string>& overrides = {});
+// With DataFiles::ignored ([data] is not used: `tptrain bench` trains on synthetic tokens) the
+// data keys may be missing and their files are not looked at.
+enum class DataFiles { required, ignored };
+Deck load_deck(const std::string& path, const std::vector<std::string>& overrides = {},
+               DataFiles data_files = DataFiles::required);
 
 // Same for a deck held in memory (tests, decks stored in checkpoints). `source_name` stands for
 // the file name in messages and Deck::source; relative paths in the text are resolved against
 // `base_dir` (itself made absolute against the working directory; "" = working directory).
 Deck parse_deck(std::string_view toml_text, const std::string& source_name,
-                const std::string& base_dir, const std::vector<std::string>& overrides = {});
+                const std::string& base_dir, const std::vector<std::string>& overrides = {},
+                DataFiles data_files = DataFiles::required);
 
 }  // namespace tptrain::io

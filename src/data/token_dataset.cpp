@@ -1,5 +1,7 @@
 #include "src/data/token_dataset.hpp"
 
+#include "src/util/splitmix64.hpp"
+
 #include "io/deck_path.hpp"
 #include "io/path_text.hpp"
 
@@ -132,6 +134,17 @@ TokenDataset TokenDataset::open(const std::string& path, int vocab_size) {
     fail(path, "token " + std::to_string(*bad) + " at index " +
                    std::to_string(bad - ds.tokens_.begin()) + " is >= vocab_size " +
                    std::to_string(vocab_size));
+  return ds;
+}
+
+TokenDataset TokenDataset::synthetic(std::size_t n, int vocab_size, std::uint64_t seed) {
+  if (vocab_size <= 0) fail("(synthetic)", "vocab_size must be positive, got " + std::to_string(vocab_size));
+  const std::uint64_t range = std::min<std::uint64_t>(static_cast<std::uint64_t>(vocab_size), 65536);
+  TokenDataset ds;
+  ds.path_ = "(synthetic)";
+  ds.tokens_.resize(n);
+  for (std::size_t i = 0; i < n; ++i)
+    ds.tokens_[i] = static_cast<std::uint16_t>(util::splitmix64(seed ^ (0x5EEDull << 32) ^ i) % range);
   return ds;
 }
 

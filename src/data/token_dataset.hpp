@@ -41,6 +41,9 @@ class TokenDataset {
   // what its header claims (both sizes), a token >= vocab_size (the token, its index and
   // vocab_size).
   static TokenDataset open(const std::string& path, int vocab_size);
+  // `n` tokens drawn uniformly from [0, min(vocab_size, 65536)) by splitmix64 from `seed`
+  // (benchmarks: the same tokens on every rank and platform). path() is "(synthetic)".
+  static TokenDataset synthetic(std::size_t n, int vocab_size, std::uint64_t seed);
 
   std::size_t size() const { return tokens_.size(); }  // number of tokens
   // Token i; throws DataError if i >= size().

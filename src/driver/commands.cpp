@@ -17,6 +17,7 @@
 #include "src/parallel/collectives.hpp"
 #include "src/parallel/mpi_check.hpp"
 #include "src/parallel/topology.hpp"
+#include "src/train/bench.hpp"
 #include "src/train/model_checkpoint.hpp"
 #include "src/train/trainer.hpp"
 
@@ -49,7 +50,8 @@ class JobSession {
 io::Deck load_deck_on_every_rank(const DeckOptions& o) {
   std::optional<io::Deck> deck;
   try {
-    parallel::on_every_rank(MPI_COMM_WORLD, [&] { deck = io::load_deck(o.deck, o.overrides); });
+    parallel::on_every_rank(MPI_COMM_WORLD, [&] { deck = io::load_deck(o.deck, o.overrides, o.data_files ? io::DataFiles::required : io::DataFiles::ignored);
+    });
   } catch (const parallel::AgreedError& e) {
     throw parallel::AgreedError("invalid deck " + o.deck + ":\n" + e.what());
   }
@@ -166,6 +168,15 @@ int train(const DeckOptions& o) {
     log::info("# resolved deck\n" + deck.to_toml());
     print_rank_map(topo);
     return train::run_training(deck, topo);
+  });
+}
+
+int bench(const DeckOptions& o, const BenchOptions& b) {
+  DeckOptions deck = o;
+  deck.data_files = false;
+  return run_job(deck, [&](const io::Deck& d, const parallel::Topology& topo) {
+    print_rank_map(topo);
+    return train::run_bench(d, topo, train::BenchOptions{b.steps, b.warmup});
   });
 }
 

@@ -10,6 +10,12 @@ namespace tptrain::driver {
 struct DeckOptions {
   std::string deck;
   std::vector<std::string> overrides;  // --set section.key=value
+  bool data_files = true;              // false: [data] unused (bench), its files not checked
+};
+
+struct BenchOptions {
+  int steps = 10;
+  int warmup = 2;
 };
 
 struct EvalOptions {
@@ -35,6 +41,8 @@ int check(const DeckOptions& options, CheckOutput output = CheckOutput::resolved
 int train(const DeckOptions& options);
 int eval(const DeckOptions& options, const EvalOptions& eval);
 int generate(const DeckOptions& options, const GenerateOptions& generate);
+// `tptrain bench`: timed training steps on synthetic tokens, MFU against the measured GEMM rate.
+int bench(const DeckOptions& options, const BenchOptions& bench);
 // Describes a checkpoint file (io/inspect.hpp); no MPI. 0: verified, 1: missing, unreadable,
 // not a checkpoint, or a checksum that does not verify.
 int inspect(const std::string& file);

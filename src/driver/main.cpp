@@ -1,4 +1,4 @@
-// tptrain command line: train / eval / generate / check / inspect (CLI11).
+// tptrain command line: train / bench / eval / generate / check / inspect (CLI11).
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
@@ -102,6 +102,18 @@ int main(int argc, char** argv) {
   auto* train_cmd = app.add_subcommand("train", "train the model of a deck (run under mpiexec)");
   add_deck_options(*train_cmd, deck);
 
+  BenchOptions bench_opts;
+  auto* bench_cmd = app.add_subcommand(
+      "bench",
+      "time training steps of a deck on synthetic tokens (no data files, checkpoints or eval): tokens/s, "
+      "model FLOP/s, the GEMM peak measured in the same run, MFU and the step time by phase (run under "
+      "mpiexec like train; one JSON line at the end)");
+  add_deck_options(*bench_cmd, deck);
+  bench_cmd->add_option("--steps", bench_opts.steps, "timed steps")->check(integer_at_least(1))->capture_default_str();
+  bench_cmd->add_option("--warmup", bench_opts.warmup, "untimed steps before them")
+      ->check(integer_at_least(0))
+      ->capture_default_str();
+
   auto* eval_cmd = app.add_subcommand("eval", "mean loss of a checkpoint over evaluation windows");
   add_deck_options(*eval_cmd, deck);
   eval_cmd->add_option("--checkpoint", eval_opts.checkpoint, "checkpoint file (.h5)")
@@ -159,6 +171,7 @@ int main(int argc, char** argv) {
 
   if (*check_cmd) return check(deck, check_output);
   if (*train_cmd) return train(deck);
+  if (*bench_cmd) return bench(deck, bench_opts);
   if (*eval_cmd) return eval(deck, eval_opts);
   if (*gen_cmd) return generate(deck, gen_opts);
   if (*inspect_cmd) return inspect(inspect_file);

@@ -22,10 +22,12 @@ struct LayerNorm {
 
   template <class XV, class YV>
   void forward(const Exec& exec, const XV& x /*[N, H]*/, const YV& y /*[N, H]*/) {
+    PhaseScope phase(Phase::norms_elementwise);
     kernels::layernorm_forward(exec, x, weight.v(), bias.v(), y, mean, rstd, T(eps));
   }
   template <class DYV, class XV, class DXV>
   void backward(const Exec& exec, const DYV& dy, const XV& x, const DXV& dx /*[N, H] overwritten*/) {
+    PhaseScope phase(Phase::norms_elementwise);
     kernels::layernorm_backward(exec, dy, x, weight.v(), mean, rstd, dx, weight.dv(), bias.dv());
   }
 };

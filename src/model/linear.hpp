@@ -6,11 +6,14 @@
 #include "kokkos_kernels/gemm.hpp"
 #include "src/model/parameter.hpp"
 #include "src/parallel/mappings.hpp"
+#include "src/util/phases.hpp"
 
 namespace tptrain::model {
 
 using Exec = kx::ExecSpace;
 using parallel::Communicator;
+using util::Phase;
+using util::PhaseScope;
 
 template <class T>
 Parameter<T> make_parameter(std::string name, std::vector<std::int64_t> shape, Sharding sharding,
@@ -44,17 +47,27 @@ struct ColumnParallelLinear {
   template <class XV, class YV>
   void forward(const Exec& exec, Communicator& tp, const XV& x /*[N, in]*/, const YV& y /*[N, out/tp]*/) {
     parallel::copy_to_tp_region_forward(tp, exec, x);  // f: identity
-    kernels::linear_forward(exec, x, weight.w(), y);
+    {
+      PhaseScope phase(Phase::gemm);
+      kernels::linear_forward(exec, x, weight.w(), y);
+    }
+    PhaseScope phase(Phase::norms_elementwise);
     kernels::bias_add(exec, y, bias.v());
   }
 
   template <class DYV, class XV, class DXV>
   void backward(const Exec& exec, Communicator& tp, const DYV& dy /*[N, out/tp]*/, const XV& x /*[N, in]*/,
                 const DXV& dx /*[N, in]*/) {
-    kernels::linear_backward_weight(exec, dy, x, weight.dw());
-    kernels::bias_backward(exec, dy, bias.dv());
-    kernels::linear_backward_input(exec, dy, weight.w(), dx);  // partial: this rank's columns
-    parallel::copy_to_tp_region_backward(tp, exec, dx);       // f: all-reduce
+    {
+      PhaseScope phase(Phase::norms_elementwise);
+      kernels::bias_backward(exec, dy, bias.dv());
+    }
+    {
+      PhaseScope phase(Phase::gemm);
+      kernels::linear_backward_weight(exec, dy, x, weight.dw());
+      kernels::linear_backward_input(exec, dy, weight.w(), dx);  // partial: this rank's columns
+    }
+    parallel::copy_to_tp_region_backward(tp, exec, dx);  // f: all-reduce
   }
 };
 
@@ -73,8 +86,12 @@ struct RowParallelLinear {
 
   template <class XV, class YV>
   void forward(const Exec& exec, Communicator& tp, const XV& x /*[N, in/tp]*/, const YV& y /*[N, out]*/) {
-    kernels::linear_forward(exec, x, weight.w(), y);
+    {
+      PhaseScope phase(Phase::gemm);
+      kernels::linear_forward(exec, x, weight.w(), y);
+    }
     parallel::reduce_from_tp_region_forward(tp, exec, y);  // g: all-reduce partial sums
+    PhaseScope phase(Phase::norms_elementwise);
     kernels::bias_add(exec, y, bias.v());
   }
 
@@ -82,7 +99,11 @@ struct RowParallelLinear {
   void backward(const Exec& exec, Communicator& tp, const DYV& dy /*[N, out]*/, const XV& x /*[N, in/tp]*/,
                 const DXV& dx /*[N, in/tp]*/) {
     parallel::reduce_from_tp_region_backward(tp, exec, dy);  // g: identity
-    kernels::bias_backward(exec, dy, bias.dv());  // same dy on every rank: stays replicated
+    {
+      PhaseScope phase(Phase::norms_elementwise);
+      kernels::bias_backward(exec, dy, bias.dv());  // same dy on every rank: stays replicated
+    }
+    PhaseScope phase(Phase::gemm);
     kernels::linear_backward_weight(exec, dy, x, weight.dw());
     kernels::linear_backward_input(exec, dy, weight.w(), dx);
   }

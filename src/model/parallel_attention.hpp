@@ -37,14 +37,20 @@ struct ParallelAttention {
   template <class XV, class YV>
   void forward(const Exec& exec, Communicator& tp, const XV& x /*[N, H]*/, const YV& y /*[N, H]*/) {
     qkv.forward(exec, tp, x, qkv_out);
-    kernels::attention_forward(exec, qkv_out, ctx, att, B, S, nh_local, d);
+    {
+      PhaseScope phase(Phase::attention);
+      kernels::attention_forward(exec, qkv_out, ctx, att, B, S, nh_local, d);
+    }
     proj.forward(exec, tp, ctx, y);
   }
 
   template <class DYV, class XV, class DXV>
   void backward(const Exec& exec, Communicator& tp, const DYV& dy, const XV& x, const DXV& dx) {
     proj.backward(exec, tp, dy, ctx, d_ctx);
-    kernels::attention_backward(exec, d_ctx, qkv_out, att, d_qkv, dscores);
+    {
+      PhaseScope phase(Phase::attention);
+      kernels::attention_backward(exec, d_ctx, qkv_out, att, d_qkv, dscores);
+    }
     qkv.backward(exec, tp, d_qkv, x, dx);
   }
 };

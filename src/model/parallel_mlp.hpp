@@ -28,14 +28,20 @@ struct ParallelMLP {
   template <class XV, class YV>
   void forward(const Exec& exec, Communicator& tp, const XV& x, const YV& y) {
     fc.forward(exec, tp, x, h);
-    kernels::gelu_forward(exec, h, a);
+    {
+      PhaseScope phase(Phase::norms_elementwise);
+      kernels::gelu_forward(exec, h, a);
+    }
     proj.forward(exec, tp, a, y);
   }
 
   template <class DYV, class XV, class DXV>
   void backward(const Exec& exec, Communicator& tp, const DYV& dy, const XV& x, const DXV& dx) {
     proj.backward(exec, tp, dy, a, da);
-    kernels::gelu_backward(exec, da, h, dh);
+    {
+      PhaseScope phase(Phase::norms_elementwise);
+      kernels::gelu_backward(exec, da, h, dh);
+    }
     fc.backward(exec, tp, dh, x, dx);
   }
 };

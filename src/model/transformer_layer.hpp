@@ -42,10 +42,10 @@ struct TransformerLayer {
   void forward(const Exec& exec, Communicator& tp, const XV& x /*[N, H]*/, const YV& y /*[N, H]*/) {
     ln_1.forward(exec, x, a);
     attn.forward(exec, tp, a, b);
-    kernels::add(exec, x, b, x1);
+    residual_add(exec, x, b, x1);
     ln_2.forward(exec, x1, c);
     mlp.forward(exec, tp, c, d);
-    kernels::add(exec, x1, d, y);
+    residual_add(exec, x1, d, y);
   }
 
   // dx = dL/dx from dy = dL/dy (dx overwritten).
@@ -53,10 +53,17 @@ struct TransformerLayer {
   void backward(const Exec& exec, Communicator& tp, const DYV& dy, const XV& x, const DXV& dx) {
     mlp.backward(exec, tp, dy, c, g1);   // g1 = d c
     ln_2.backward(exec, g1, x1, g2);     // g2 = d x1 through ln_2 ...
-    kernels::add_inplace(exec, g2, dy);  // ... plus the residual path
+    residual_add(exec, g2, dy, g2);      // ... plus the residual path
     attn.backward(exec, tp, g2, a, g1);  // g1 = d a
     ln_1.backward(exec, g1, x, dx);
-    kernels::add_inplace(exec, dx, g2);
+    residual_add(exec, dx, g2, dx);
+  }
+
+ private:
+  template <class AV, class BV, class OV>
+  static void residual_add(const Exec& exec, const AV& a, const BV& b, const OV& out) {
+    PhaseScope phase(Phase::norms_elementwise);
+    kernels::add(exec, a, b, out);
   }
 };
 

@@ -37,6 +37,7 @@ struct VocabParallelCrossEntropy {
   template <class XV>
   void logits_forward(const Exec& exec, Communicator& tp, const XV& x /*[N, H]*/, const Parameter<T>& word) {
     parallel::copy_to_tp_region_forward(tp, exec, x);
+    PhaseScope phase(Phase::gemm);
     kernels::linear_forward(exec, x, word.w(), logits);
   }
 
@@ -45,12 +46,13 @@ struct VocabParallelCrossEntropy {
   template <class TV>
   double loss_forward(const Exec& exec, Communicator& tp, const TV& targets /*[N]*/,
                       std::int64_t count = -1) {
+    PhaseScope phase(Phase::loss);
     kernels::row_max(exec, logits, valid_cols, rowmax);
-    parallel::all_reduce(tp, exec, rowmax, parallel::ReduceOp::max);
+    tp_all_reduce(exec, tp, rowmax, parallel::ReduceOp::max);
     kernels::row_sum_exp(exec, logits, rowmax, valid_cols, sumexp);
-    parallel::all_reduce(tp, exec, sumexp, parallel::ReduceOp::sum);
+    tp_all_reduce(exec, tp, sumexp, parallel::ReduceOp::sum);
     kernels::target_logit(exec, logits, targets, vocab_start, target_logit);
-    parallel::all_reduce(tp, exec, target_logit, parallel::ReduceOp::sum);
+    tp_all_reduce(exec, tp, target_logit, parallel::ReduceOp::sum);
     kernels::cross_entropy_loss(exec, rowmax, sumexp, target_logit, loss);
     auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), loss);
     double sum = 0;
@@ -63,11 +65,25 @@ struct VocabParallelCrossEntropy {
   template <class TV, class XV, class DXV>
   void backward(const Exec& exec, Communicator& tp, const TV& targets, const XV& x, Parameter<T>& word,
                 T scale, const DXV& dx /*[N, H] overwritten*/) {
-    kernels::cross_entropy_backward(exec, logits, rowmax, sumexp, targets, vocab_start, valid_cols,
-                                    scale, dlogits);
-    kernels::linear_backward_weight(exec, dlogits, x, word.dw());
-    kernels::linear_backward_input(exec, dlogits, word.w(), dx);
+    {
+      PhaseScope phase(Phase::loss);
+      kernels::cross_entropy_backward(exec, logits, rowmax, sumexp, targets, vocab_start, valid_cols,
+                                      scale, dlogits);
+    }
+    {
+      PhaseScope phase(Phase::gemm);
+      kernels::linear_backward_weight(exec, dlogits, x, word.dw());
+      kernels::linear_backward_input(exec, dlogits, word.w(), dx);
+    }
     parallel::copy_to_tp_region_backward(tp, exec, dx);
+  }
+
+ private:
+  // The three reductions of the loss over the vocabulary blocks.
+  template <class V>
+  static void tp_all_reduce(const Exec& exec, Communicator& tp, const V& v, parallel::ReduceOp op) {
+    PhaseScope phase(Phase::tp_comm);
+    parallel::all_reduce(tp, exec, v, op);
   }
 };
 

@@ -29,14 +29,19 @@ struct VocabParallelEmbedding {
 
   template <class TV, class YV>
   void forward(const Exec& exec, Communicator& tp, const TV& tokens /*[N]*/, const YV& y /*[N, H]*/) {
-    kernels::embedding_forward_masked(exec, tokens, word.w(), vocab_start, y);
+    {
+      PhaseScope phase(Phase::norms_elementwise);
+      kernels::embedding_forward_masked(exec, tokens, word.w(), vocab_start, y);
+    }
     parallel::reduce_from_tp_region_forward(tp, exec, y);
+    PhaseScope phase(Phase::norms_elementwise);
     kernels::position_embedding_add(exec, position.w(), S, y);
   }
 
   template <class TV, class DYV>
   void backward(const Exec& exec, Communicator& tp, const TV& tokens, const DYV& dy /*[N, H]*/) {
     parallel::reduce_from_tp_region_backward(tp, exec, dy);
+    PhaseScope phase(Phase::norms_elementwise);
     kernels::embedding_backward_masked(exec, tokens, dy, vocab_start, word.dw());
     kernels::position_embedding_backward(exec, dy, S, position.dw());
   }

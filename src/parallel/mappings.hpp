@@ -12,6 +12,7 @@
 #pragma once
 
 #include "src/parallel/collectives.hpp"
+#include "src/util/phases.hpp"
 
 namespace tptrain::parallel {
 
@@ -22,11 +23,13 @@ void copy_to_tp_region_forward(Communicator& /*tp*/, const kx::ExecSpace& /*exec
 
 template <class View>
 void copy_to_tp_region_backward(Communicator& tp, const kx::ExecSpace& exec, const View& dx) {
+  util::PhaseScope phase(util::Phase::tp_comm);
   all_reduce(tp, exec, dx, ReduceOp::sum);
 }
 
 template <class View>
 void reduce_from_tp_region_forward(Communicator& tp, const kx::ExecSpace& exec, const View& y) {
+  util::PhaseScope phase(util::Phase::tp_comm);
   all_reduce(tp, exec, y, ReduceOp::sum);
 }
 

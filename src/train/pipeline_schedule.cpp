@@ -4,6 +4,8 @@
 #include <set>
 #include <stdexcept>
 
+#include "src/util/phases.hpp"
+
 namespace tptrain::train {
 
 const char* schedule_name(Schedule s) {
@@ -216,7 +218,6 @@ void PipelineRunner::forward(const kx::ExecSpace& exec, int m, const std::functi
 double PipelineRunner::run(const kx::ExecSpace& exec, int micro_batches, float scale,
                            const std::function<const DeviceBatch&(int)>& batch,
                            const std::function<void(int, std::size_t)>& bucket_done) {
-  Kokkos::Profiling::pushRegion("tptrain::PipelineRunner::run");
   const std::vector<PipelineOp> ops = pipeline_ops(schedule_, model_.stage().rank, model_.stage().size, micro_batches);
   slot_of_.assign(static_cast<std::size_t>(micro_batches), -1);
   free_.clear();  // every stored-input buffer is free at the start of a step
@@ -250,6 +251,7 @@ double PipelineRunner::run(const kx::ExecSpace& exec, int micro_batches, float s
         slot_of_[static_cast<std::size_t>(m)] = -1;
       }
     } else {
+      util::PhaseScope phase(util::Phase::pipeline_wait);
       const auto t0 = std::chrono::steady_clock::now();
       std::vector<parallel::Request> r;
       for (const PipelineTransfer& t : transfers_of(op)) {
@@ -270,7 +272,6 @@ double PipelineRunner::run(const kx::ExecSpace& exec, int micro_batches, float s
       stats_.p2p_wait_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     }
   }
-  Kokkos::Profiling::popRegion();
   return loss_sum;
 }
 

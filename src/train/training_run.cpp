@@ -5,6 +5,7 @@
 
 #include "src/log.hpp"
 #include "src/parallel/agreement.hpp"
+#include "src/util/phases.hpp"
 
 namespace tptrain::train {
 
@@ -88,8 +89,11 @@ TrainingRun::TrainingRun(const io::Deck& deck, const parallel::Topology& topo, R
     : deck_(deck),
       topo_(topo),
       options_(options),
-      train_(open_data(deck.data.train, deck.model.vocab_size)),
-      valid_(open_data(deck.data.valid, deck.model.vocab_size)),
+      train_(options.synthetic_tokens > 0
+                 ? std::make_unique<data::TokenDataset>(data::TokenDataset::synthetic(
+                       static_cast<std::size_t>(options.synthetic_tokens), deck.model.vocab_size, deck.training.seed))
+                 : open_data(deck.data.train, deck.model.vocab_size)),
+      valid_(options.synthetic_tokens > 0 ? nullptr : open_data(deck.data.valid, deck.model.vocab_size)),
       sampler_(std::make_unique<data::BatchSampler>(*train_, deck.model.seq_length, deck.training.global_batch,
                                                     deck.training.micro_batch, topo.coords().dp,
                                                     topo.layout().data, deck.training.seed)),
@@ -121,7 +125,10 @@ StageMemory TrainingRun::memory() const {
 
 double TrainingRun::compute_gradients(std::int64_t step) {
   const kx::ExecSpace exec;
-  model_.zero_grad(exec);
+  {
+    util::PhaseScope phase(util::Phase::optimizer);
+    model_.zero_grad(exec);
+  }
   // Gradients of the mean loss over the GLOBAL batch: every token's loss weighs 1/(B_global S),
   // so summing the data-parallel ranks' gradients gives the full gradient.
   const float scale = 1.0f / static_cast<float>(tokens_per_step_);
@@ -138,17 +145,23 @@ double TrainingRun::compute_gradients(std::int64_t step) {
   // Data parallelism: a bucket's gradients are final once the LAST micro-batch's backward has
   // passed it; its all-reduce then runs while the backward goes on.
   const auto bucket_done = [&](int m, std::size_t b) {
+    util::PhaseScope phase(util::Phase::dp_comm);
     if (options_.overlap_grad_reduce && m == M - 1)
       reducer_.launch(exec, b);
     else
       reducer_.progress();
   };
   double loss_sum = pipeline_.run(exec, M, scale, batch, bucket_done);
-  reducer_.finish(exec);
+  {
+    util::PhaseScope phase(util::Phase::dp_comm);
+    reducer_.finish(exec);
+  }
   // The tied word embedding: the first stage holds the embedding's part of its gradient, the
   // last stage the output layer's; both end with the sum, so both copies stay identical.
-  if (topo_.layout().pipeline > 1 && topo_.in_embedding_group())
+  if (topo_.layout().pipeline > 1 && topo_.in_embedding_group()) {
+    util::PhaseScope phase(util::Phase::pipeline_wait);
     parallel::all_reduce(topo_.embedding(), exec, model_.word()->dv(), parallel::ReduceOp::sum);
+  }
   // The last stage has the loss; every rank reports it.
   loss_sum = parallel::all_reduce_scalar(topo_.pp(), loss_sum, parallel::ReduceOp::sum);
   loss_sum = parallel::all_reduce_scalar(topo_.dp(), loss_sum, parallel::ReduceOp::sum);
@@ -157,9 +170,10 @@ double TrainingRun::compute_gradients(std::int64_t step) {
 
 StepResult TrainingRun::step(std::int64_t step) {
   const kx::ExecSpace exec;
-  Kokkos::Profiling::pushRegion("tptrain::TrainingRun::step");
+  util::PhaseScope step_phase(util::Phase::other);  // what no inner phase claims
   StepResult r;
   r.loss = compute_gradients(step);
+  util::PhaseScope phase(util::Phase::optimizer);
   r.grad_norm = global_grad_norm(exec, unique_parameters_, topo_.tp(), topo_.pp());
   check_finite(step + 1, r.loss, r.grad_norm);
   const double clip = deck_.training.grad_clip;
@@ -167,7 +181,6 @@ StepResult TrainingRun::step(std::int64_t step) {
     scale_gradients(exec, parameters_, static_cast<float>(clip / (r.grad_norm + 1e-6)));
   r.lr = schedule_.at(step);
   adamw_step(exec, parameters_, adamw_, r.lr, step + 1);
-  Kokkos::Profiling::popRegion();
   return r;
 }
 

@@ -50,6 +50,9 @@ struct RunOptions {
   // Start each gradient bucket's data-parallel all-reduce as soon as the last micro-batch's
   // backward has finished it (false: all of them after the backward, for comparison).
   bool overlap_grad_reduce = true;
+  // > 0: train on this many random tokens made in memory (TokenDataset::synthetic) instead of
+  // the deck's data files, and evaluate nothing (benchmarks).
+  std::int64_t synthetic_tokens = 0;
 };
 
 class TrainingRun {

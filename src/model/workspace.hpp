@@ -1,0 +1,115 @@
+// Every activation and scratch buffer of one pipeline stage, allocated in one place that knows
+// each buffer's name, size and category, so that the memory report and the pipeline's
+// activation figures are read from here and not from a list of members.
+//
+// Categories (what a buffer's lifetime is):
+//   activation  saved by a layer's forward for its backward (one set per layer; what activation
+//               recomputation would drop)
+//   stage       the stage's own tensors between layers: the residual stream, the stage input and
+//               output, the loss head's logits
+//   scratch     valid only inside one layer's forward or backward, hence ONE buffer per name
+//               shared by every layer of the stage (llm.c's scratch reuse): requested again under
+//               the same name, the same allocation comes back
+// Buffers are allocated when requested (layer construction), never in the training loop.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "kokkos_kernels/views.hpp"
+
+namespace tptrain::model {
+
+enum class BufferCategory { activation, stage, scratch };
+
+inline const char* category_name(BufferCategory c) {
+  return c == BufferCategory::activation ? "activation" : c == BufferCategory::stage ? "stage" : "scratch";
+}
+
+template <class T>
+class Workspace {
+ public:
+  struct Entry {
+    std::string name;
+    BufferCategory category;
+    std::vector<std::int64_t> shape;
+    std::size_t bytes;
+  };
+
+  kernels::Vector<T> vector(const std::string& name, BufferCategory c, std::int64_t n) {
+    return get<kernels::Vector<T>>(name, c, {n});
+  }
+  kernels::Matrix<T> matrix(const std::string& name, BufferCategory c, std::int64_t rows, std::int64_t cols) {
+    return get<kernels::Matrix<T>>(name, c, {rows, cols});
+  }
+  kernels::Tensor4<T> tensor4(const std::string& name, BufferCategory c, std::int64_t n0, std::int64_t n1,
+                              std::int64_t n2, std::int64_t n3) {
+    return get<kernels::Tensor4<T>>(name, c, {n0, n1, n2, n3});
+  }
+
+  // One entry per allocation (a shared scratch buffer once), in the order of allocation.
+  const std::vector<Entry>& entries() const { return entries_; }
+  std::size_t bytes(BufferCategory c) const {
+    std::size_t n = 0;
+    for (const Entry& e : entries_) n += e.category == c ? e.bytes : 0;
+    return n;
+  }
+  std::size_t total_bytes() const {
+    std::size_t n = 0;
+    for (const Entry& e : entries_) n += e.bytes;
+    return n;
+  }
+
+ private:
+  template <class V>
+  V get(const std::string& name, BufferCategory c, std::vector<std::int64_t> shape) {
+    if (c == BufferCategory::scratch) {
+      const auto it = scratch_.find(name);
+      if (it != scratch_.end()) {
+        const Entry& e = entries_[it->second.entry];
+        if (e.shape != shape)
+          throw std::logic_error("tptrain: shared scratch buffer " + name + " requested with two shapes");
+        return view_of<V>(it->second.storage, shape);
+      }
+    }
+    std::size_t count = 1;
+    for (std::int64_t s : shape) count *= static_cast<std::size_t>(s);
+    entries_.push_back(Entry{name, c, shape, count * sizeof(T)});
+    if (c != BufferCategory::scratch) return allocate<V>(name, shape);
+    kernels::Vector<T> storage(name, static_cast<std::int64_t>(count));
+    scratch_.emplace(name, Shared{storage, entries_.size() - 1});
+    return view_of<V>(storage, shape);
+  }
+
+  template <class V>
+  static V allocate(const std::string& name, const std::vector<std::int64_t>& s) {
+    if constexpr (V::rank == 1) return V(name, s[0]);
+    else if constexpr (V::rank == 2) return V(name, s[0], s[1]);
+    else return V(name, s[0], s[1], s[2], s[3]);
+  }
+  // A managed view of the requested rank over the shared storage (reference-counted with it).
+  template <class V>
+  static V view_of(const kernels::Vector<T>& storage, const std::vector<std::int64_t>& s) {
+    if constexpr (V::rank == 1) {
+      return storage;
+    } else {
+      // Kokkos has no managed reshape: the workspace keeps `storage` alive as long as the model.
+      using Unmanaged = Kokkos::View<typename V::data_type, typename V::array_layout, typename V::memory_space,
+                                     Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+      if constexpr (V::rank == 2) return Unmanaged(storage.data(), s[0], s[1]);
+      else return Unmanaged(storage.data(), s[0], s[1], s[2], s[3]);
+    }
+  }
+
+  struct Shared {
+    kernels::Vector<T> storage;
+    std::size_t entry;
+  };
+  std::vector<Entry> entries_;
+  std::map<std::string, Shared> scratch_;
+};
+
+}  // namespace tptrain::model

@@ -1,0 +1,19 @@
+// `tptrain bench`: the training step of a deck on synthetic tokens, timed, with its model FLOP
+// rate, the GEMM rate of the same ranks measured in the same process, MFU (their ratio) and
+// where the step time goes by phase (util::Phase). No data files, no checkpoints, no eval.
+#pragma once
+
+#include "io/deck.hpp"
+#include "src/parallel/topology.hpp"
+
+namespace tptrain::train {
+
+struct BenchOptions {
+  int steps = 10;   // timed optimizer steps
+  int warmup = 2;   // untimed steps first (allocation, first touch, BLAS start-up)
+};
+
+// Collective over the world; rank 0 prints the report and one JSON line ({"bench": ...}).
+int run_bench(const io::Deck& deck, const parallel::Topology& topo, const BenchOptions& options);
+
+}  // namespace tptrain::train

@@ -1,0 +1,39 @@
+// Model FLOPs of a training step: what MFU divides by (Chowdhery et al. 2022, PaLM appendix B;
+// Narayanan et al. 2021, Megatron-LM section 5.1). Per token, without recomputation:
+//   6·N + 12·L·S·H
+// N: parameters taking part in a matrix product (all but the position embedding; the word
+// embedding counts once, through the tied logits GEMM), 6 = 2 (multiply-add) x 3 (forward,
+// input gradient, weight gradient). 12·L·S·H: the two attention products QKᵀ and P·V, 2·S·H
+// FLOPs each per token and layer in the forward, times 3. The full S x S square is counted,
+// as the GEMMs compute it (causality masks half of it afterwards). A forward run again for
+// recomputation adds 2·N_stage + 4·L_stage·S·H per token on that stage.
+#pragma once
+
+#include <cstdint>
+
+#include "src/model/gpt_shape.hpp"
+
+namespace tptrain::train {
+
+inline constexpr const char* kModelFlopsFormula = "6*N + 12*L*S*H per token (N without the position embedding)";
+
+// Parameters in matrix products of the logical model (what N means above).
+inline double matmul_parameters(const model::GptShape& s) {
+  const double H = s.hidden, F = s.ffn_hidden, V = s.vocab_size;
+  const double block = (3 * H * H + 3 * H) + (H * H + H) + (H * F + F) + (F * H + H) + 4 * H;  // + 2 LayerNorms
+  return V * H + s.layers * block + 2 * H;  // word embedding (tied head), blocks, ln_f
+}
+
+inline double training_flops_per_token(const model::GptShape& s) {
+  return 6.0 * matmul_parameters(s) + 12.0 * s.layers * double(s.seq_length) * s.hidden;
+}
+
+// One forward of `layers` blocks (and, on the stages that have them, the head), per token: the
+// cost of recomputing a stage's forward before its backward.
+inline double forward_flops_per_token(const model::GptShape& s, int layers, bool with_head) {
+  const double H = s.hidden, F = s.ffn_hidden;
+  const double block = 2.0 * (4 * H * H + 2 * H * F) + 4.0 * s.seq_length * H;
+  return layers * block + (with_head ? 2.0 * double(s.vocab_size) * H : 0.0);
+}
+
+}  // namespace tptrain::train
