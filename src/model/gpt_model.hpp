@@ -89,8 +89,8 @@ class GptModel {
   GptModel(const GptShape& shape, int micro_batch, Communicator& tp, std::uint64_t seed,
            PipelineStage stage = {})
       : shape_(validated(shape, micro_batch)), batch_(micro_batch), tp_(tp), stage_(stage),
-        grad_a_("grad_a", tokens(), shape.hidden),
-        grad_b_("grad_b", tokens(), shape.hidden) {
+        grad_a_(workspace_.matrix("grad_a", BufferCategory::stage, tokens(), shape.hidden)),
+        grad_b_(workspace_.matrix("grad_b", BufferCategory::stage, tokens(), shape.hidden)) {
     if (stage.size < 1 || stage.rank < 0 || stage.rank >= stage.size)
       throw std::invalid_argument("tptrain: pipeline stage " + std::to_string(stage.rank) + " of " +
                                   std::to_string(stage.size) + " does not exist");
@@ -103,16 +103,17 @@ class GptModel {
     if (stage.first()) embedding_ = std::make_unique<VocabParallelEmbedding<T>>(shape, tp);
     for (int l = first_layer_; l < first_layer_ + per_stage; ++l)
       layers_.push_back(std::make_unique<TransformerLayer<T>>("layers/" + std::to_string(l), shape,
-                                                              micro_batch, tp));
+                                                              micro_batch, tp, workspace_));
     if (stage.last()) {
-      ln_f_ = std::make_unique<LayerNorm<T>>("ln_f", shape.hidden, tp, tokens());
-      head_ = std::make_unique<VocabParallelCrossEntropy<T>>(shape, tokens(), tp);
-      x_f_ = kernels::Matrix<T>("ln_f.out", tokens(), shape.hidden);
+      ln_f_ = std::make_unique<LayerNorm<T>>("ln_f", shape.hidden, tp, tokens(), workspace_);
+      head_ = std::make_unique<VocabParallelCrossEntropy<T>>(shape, tokens(), tp, workspace_);
+      x_f_ = workspace_.matrix("ln_f.out", BufferCategory::activation, tokens(), shape.hidden);
       // The tied output weight: embedding/word exactly as the first stage declares it.
       if (!stage.first()) word_copy_ = std::make_unique<Parameter<T>>(VocabParallelEmbedding<T>(shape, tp).word);
     }
     for (std::size_t l = 0; l <= layers_.size(); ++l)
-      residual_.emplace_back("residual." + std::to_string(first_layer_ + static_cast<int>(l)), tokens(), shape.hidden);
+      residual_.push_back(workspace_.matrix("residual." + std::to_string(first_layer_ + static_cast<int>(l)),
+                                            BufferCategory::stage, tokens(), shape.hidden));
     for (Parameter<T>* p : parameters()) allocate_and_initialise(*p, seed);
     make_buckets();
   }
@@ -225,34 +226,15 @@ class GptModel {
   }
 
   // Bytes of the activation and scratch buffers of one micro-batch (what one forward/backward
-  // needs besides the parameters).
-  std::size_t activation_bytes() const {
-    std::size_t n = bytes(grad_a_) + bytes(grad_b_) + bytes(x_f_);
-    for (const auto& r : residual_) n += bytes(r);
-    for (const auto& l : layers_) {
-      n += bytes(l->a) + bytes(l->b) + bytes(l->x1) + bytes(l->c) + bytes(l->d) + bytes(l->g1) + bytes(l->g2);
-      n += bytes(l->ln_1.mean) + bytes(l->ln_1.rstd) + bytes(l->ln_2.mean) + bytes(l->ln_2.rstd);
-      n += bytes(l->attn.qkv_out) + bytes(l->attn.att) + bytes(l->attn.dscores) + bytes(l->attn.ctx) +
-           bytes(l->attn.d_ctx) + bytes(l->attn.d_qkv);
-      n += bytes(l->mlp.h) + bytes(l->mlp.a) + bytes(l->mlp.da) + bytes(l->mlp.dh);
-    }
-    if (ln_f_) n += bytes(ln_f_->mean) + bytes(ln_f_->rstd);
-    if (head_)
-      n += bytes(head_->logits) + bytes(head_->dlogits) + bytes(head_->rowmax) + bytes(head_->sumexp) +
-           bytes(head_->target_logit) + bytes(head_->loss);
-    return n;
-  }
+  // needs besides the parameters), from the stage's workspace.
+  std::size_t activation_bytes() const { return workspace_.total_bytes(); }
+  const Workspace<T>& workspace() const { return workspace_; }
 
  private:
   // Runs in the member initialisers, so that a refused shape allocates nothing.
   static const GptShape& validated(const GptShape& shape, int micro_batch) {
     shape.validate(micro_batch);
     return shape;
-  }
-
-  template <class V>
-  static std::size_t bytes(const V& v) {
-    return v.span() * sizeof(typename V::value_type);
   }
 
   // One flat gradient buffer per bucket; each parameter's .grad becomes a slice of it.
@@ -283,6 +265,7 @@ class GptModel {
   int batch_;
   Communicator& tp_;
   PipelineStage stage_;
+  Workspace<T> workspace_;  // before every member that takes buffers from it
   int first_layer_ = 0;
   std::unique_ptr<VocabParallelEmbedding<T>> embedding_;        // first stage
   std::vector<std::unique_ptr<TransformerLayer<T>>> layers_;    // this stage's blocks

@@ -5,6 +5,7 @@
 
 #include "kokkos_kernels/layernorm.hpp"
 #include "src/model/linear.hpp"
+#include "src/model/workspace.hpp"
 
 namespace tptrain::model {
 
@@ -14,11 +15,11 @@ struct LayerNorm {
   kernels::Vector<T> mean, rstd;  // [N] saved for backward
   static constexpr double eps = 1e-5;
 
-  LayerNorm(const std::string& name, int hidden, const Communicator& tp, std::int64_t tokens)
+  LayerNorm(const std::string& name, int hidden, const Communicator& tp, std::int64_t tokens, Workspace<T>& ws)
       : weight(make_parameter<T>(name + "/weight", {hidden}, Sharding{}, tp, false, 0.0f, 1.0f)),
         bias(make_parameter<T>(name + "/bias", {hidden}, Sharding{}, tp, false, 0.0f, 0.0f)),
-        mean(name + ".mean", tokens),
-        rstd(name + ".rstd", tokens) {}
+        mean(ws.vector(name + ".mean", BufferCategory::activation, tokens)),
+        rstd(ws.vector(name + ".rstd", BufferCategory::activation, tokens)) {}
 
   template <class XV, class YV>
   void forward(const Exec& exec, const XV& x /*[N, H]*/, const YV& y /*[N, H]*/) {

@@ -7,6 +7,7 @@
 #include "kokkos_kernels/attention.hpp"
 #include "src/model/gpt_shape.hpp"
 #include "src/model/linear.hpp"
+#include "src/model/workspace.hpp"
 
 namespace tptrain::model {
 
@@ -22,17 +23,19 @@ struct ParallelAttention {
   kernels::Matrix<T> d_ctx;     // [N, H/tp]
   kernels::Matrix<T> d_qkv;     // [N, 3*H/tp]
 
-  ParallelAttention(const std::string& name, const GptShape& s, int batch, const Communicator& tp)
+  ParallelAttention(const std::string& name, const GptShape& s, int batch, const Communicator& tp, Workspace<T>& ws)
       : qkv(name + "/qkv", s.hidden, 3 * std::int64_t(s.hidden), 3, tp, 0.02f),
         // GPT-2 scales the residual projections by 1/sqrt(2 * layers).
         proj(name + "/proj", s.hidden, s.hidden, tp, 0.02f / std::sqrt(2.0f * s.layers)),
         B(batch), S(s.seq_length), nh_local(s.local_heads()), d(s.head_dim()),
-        qkv_out(name + ".qkv_out", std::int64_t(batch) * S, 3 * std::int64_t(s.local_hidden())),
-        att(name + ".att", batch, nh_local, S, S),
-        dscores(name + ".dscores", batch, nh_local, S, S),
-        ctx(name + ".ctx", std::int64_t(batch) * S, s.local_hidden()),
-        d_ctx(name + ".d_ctx", std::int64_t(batch) * S, s.local_hidden()),
-        d_qkv(name + ".d_qkv", std::int64_t(batch) * S, 3 * std::int64_t(s.local_hidden())) {}
+        qkv_out(ws.matrix(name + ".qkv_out", BufferCategory::activation, std::int64_t(batch) * S,
+                          3 * std::int64_t(s.local_hidden()))),
+        att(ws.tensor4(name + ".att", BufferCategory::activation, batch, nh_local, S, S)),
+        dscores(ws.tensor4("attention.dscores", BufferCategory::scratch, batch, nh_local, S, S)),
+        ctx(ws.matrix(name + ".ctx", BufferCategory::activation, std::int64_t(batch) * S, s.local_hidden())),
+        d_ctx(ws.matrix("attention.d_ctx", BufferCategory::scratch, std::int64_t(batch) * S, s.local_hidden())),
+        d_qkv(ws.matrix("attention.d_qkv", BufferCategory::scratch, std::int64_t(batch) * S,
+                        3 * std::int64_t(s.local_hidden()))) {}
 
   template <class XV, class YV>
   void forward(const Exec& exec, Communicator& tp, const XV& x /*[N, H]*/, const YV& y /*[N, H]*/) {

@@ -5,6 +5,7 @@
 #include "kokkos_kernels/gelu.hpp"
 #include "src/model/gpt_shape.hpp"
 #include "src/model/linear.hpp"
+#include "src/model/workspace.hpp"
 
 namespace tptrain::model {
 
@@ -12,18 +13,17 @@ template <class T>
 struct ParallelMLP {
   ColumnParallelLinear<T> fc;
   RowParallelLinear<T> proj;
-  kernels::Matrix<T> h;   // [N, F/tp] fc output (pre-GELU)
-  kernels::Matrix<T> a;   // [N, F/tp] GELU output
-  kernels::Matrix<T> da;  // [N, F/tp]
-  kernels::Matrix<T> dh;  // [N, F/tp]
+  kernels::Matrix<T> h;   // [N, F/tp] fc output (pre-GELU), saved
+  kernels::Matrix<T> a;   // [N, F/tp] GELU output, saved
+  kernels::Matrix<T> da;  // [N, F/tp] shared scratch: dL/da, then dL/dh in place
 
-  ParallelMLP(const std::string& name, const GptShape& s, std::int64_t tokens, const Communicator& tp)
+  ParallelMLP(const std::string& name, const GptShape& s, std::int64_t tokens, const Communicator& tp,
+              Workspace<T>& ws)
       : fc(name + "/fc", s.hidden, s.ffn_hidden, 1, tp, 0.02f),
         proj(name + "/proj", s.ffn_hidden, s.hidden, tp, 0.02f / std::sqrt(2.0f * s.layers)),
-        h(name + ".h", tokens, s.local_ffn()),
-        a(name + ".a", tokens, s.local_ffn()),
-        da(name + ".da", tokens, s.local_ffn()),
-        dh(name + ".dh", tokens, s.local_ffn()) {}
+        h(ws.matrix(name + ".h", BufferCategory::activation, tokens, s.local_ffn())),
+        a(ws.matrix(name + ".a", BufferCategory::activation, tokens, s.local_ffn())),
+        da(ws.matrix("mlp.da", BufferCategory::scratch, tokens, s.local_ffn())) {}
 
   template <class XV, class YV>
   void forward(const Exec& exec, Communicator& tp, const XV& x, const YV& y) {
@@ -40,9 +40,9 @@ struct ParallelMLP {
     proj.backward(exec, tp, dy, a, da);
     {
       PhaseScope phase(Phase::norms_elementwise);
-      kernels::gelu_backward(exec, da, h, dh);
+      kernels::gelu_backward(exec, da, h, da);  // elementwise: in place
     }
-    fc.backward(exec, tp, dh, x, dx);
+    fc.backward(exec, tp, da, x, dx);
   }
 };
 

@@ -14,21 +14,21 @@ struct TransformerLayer {
   ParallelAttention<T> attn;
   LayerNorm<T> ln_2;
   ParallelMLP<T> mlp;
-  kernels::Matrix<T> a, b, x1, c, d;  // [N, H]: ln_1 out, attn out, residual, ln_2 out, mlp out
-  kernels::Matrix<T> g1, g2;          // [N, H] backward scratch
+  kernels::Matrix<T> a, x1, c;  // [N, H] saved: ln_1 out, residual after attention, ln_2 out
+  kernels::Matrix<T> out;       // [N, H] shared scratch: attention, then MLP output before its residual add
+  kernels::Matrix<T> g1, g2;    // [N, H] shared backward scratch
 
-  TransformerLayer(const std::string& name, const GptShape& s, int batch, const Communicator& tp)
-      : ln_1(name + "/ln_1", s.hidden, tp, tokens(s, batch)),
-        attn(name + "/attn", s, batch, tp),
-        ln_2(name + "/ln_2", s.hidden, tp, tokens(s, batch)),
-        mlp(name + "/mlp", s, tokens(s, batch), tp),
-        a(name + ".a", tokens(s, batch), s.hidden),
-        b(name + ".b", tokens(s, batch), s.hidden),
-        x1(name + ".x1", tokens(s, batch), s.hidden),
-        c(name + ".c", tokens(s, batch), s.hidden),
-        d(name + ".d", tokens(s, batch), s.hidden),
-        g1(name + ".g1", tokens(s, batch), s.hidden),
-        g2(name + ".g2", tokens(s, batch), s.hidden) {}
+  TransformerLayer(const std::string& name, const GptShape& s, int batch, const Communicator& tp, Workspace<T>& ws)
+      : ln_1(name + "/ln_1", s.hidden, tp, tokens(s, batch), ws),
+        attn(name + "/attn", s, batch, tp, ws),
+        ln_2(name + "/ln_2", s.hidden, tp, tokens(s, batch), ws),
+        mlp(name + "/mlp", s, tokens(s, batch), tp, ws),
+        a(ws.matrix(name + ".a", BufferCategory::activation, tokens(s, batch), s.hidden)),
+        x1(ws.matrix(name + ".x1", BufferCategory::activation, tokens(s, batch), s.hidden)),
+        c(ws.matrix(name + ".c", BufferCategory::activation, tokens(s, batch), s.hidden)),
+        out(ws.matrix("block.out", BufferCategory::scratch, tokens(s, batch), s.hidden)),
+        g1(ws.matrix("block.grad_1", BufferCategory::scratch, tokens(s, batch), s.hidden)),
+        g2(ws.matrix("block.grad_2", BufferCategory::scratch, tokens(s, batch), s.hidden)) {}
 
   static std::int64_t tokens(const GptShape& s, int batch) { return std::int64_t(batch) * s.seq_length; }
 
@@ -41,11 +41,11 @@ struct TransformerLayer {
   template <class XV, class YV>
   void forward(const Exec& exec, Communicator& tp, const XV& x /*[N, H]*/, const YV& y /*[N, H]*/) {
     ln_1.forward(exec, x, a);
-    attn.forward(exec, tp, a, b);
-    residual_add(exec, x, b, x1);
+    attn.forward(exec, tp, a, out);
+    residual_add(exec, x, out, x1);
     ln_2.forward(exec, x1, c);
-    mlp.forward(exec, tp, c, d);
-    residual_add(exec, x1, d, y);
+    mlp.forward(exec, tp, c, out);
+    residual_add(exec, x1, out, y);
   }
 
   // dx = dL/dx from dy = dL/dy (dx overwritten).

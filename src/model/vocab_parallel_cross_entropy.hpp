@@ -13,6 +13,7 @@
 #include "kokkos_kernels/gemm.hpp"
 #include "src/model/gpt_shape.hpp"
 #include "src/model/linear.hpp"
+#include "src/model/workspace.hpp"
 
 namespace tptrain::model {
 
@@ -23,15 +24,15 @@ struct VocabParallelCrossEntropy {
   kernels::Matrix<T> dlogits;  // [N, V_padded/tp]
   kernels::Vector<T> rowmax, sumexp, target_logit, loss;  // [N]
 
-  VocabParallelCrossEntropy(const GptShape& s, std::int64_t tokens, const Communicator& tp)
+  VocabParallelCrossEntropy(const GptShape& s, std::int64_t tokens, const Communicator& tp, Workspace<T>& ws)
       : vocab_start(s.vocab_start(tp.rank())),
         valid_cols(s.valid_vocab(tp.rank())),
-        logits("lm_head.logits", tokens, s.local_vocab()),
-        dlogits("lm_head.dlogits", tokens, s.local_vocab()),
-        rowmax("lm_head.rowmax", tokens),
-        sumexp("lm_head.sumexp", tokens),
-        target_logit("lm_head.target_logit", tokens),
-        loss("lm_head.loss", tokens) {}
+        logits(ws.matrix("lm_head.logits", BufferCategory::stage, tokens, s.local_vocab())),
+        dlogits(ws.matrix("lm_head.dlogits", BufferCategory::stage, tokens, s.local_vocab())),
+        rowmax(ws.vector("lm_head.rowmax", BufferCategory::stage, tokens)),
+        sumexp(ws.vector("lm_head.sumexp", BufferCategory::stage, tokens)),
+        target_logit(ws.vector("lm_head.target_logit", BufferCategory::stage, tokens)),
+        loss(ws.vector("lm_head.loss", BufferCategory::stage, tokens)) {}
 
   // Local logits of the tied output layer.
   template <class XV>

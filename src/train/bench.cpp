@@ -76,6 +76,7 @@ int run_bench(const io::Deck& deck_in, const parallel::Topology& topo, const Ben
   log::infof("bench: BLAS {}{}, CPU {}; device {}", blas.library, blas.core.empty() ? "" : " (kernels " + blas.core + ")",
              blas.cpu.empty() ? "unknown" : blas.cpu, kx::ExecSpace::name());
   if (!blas.warning.empty()) log::warning(blas.warning);
+  log::info("bench: " + run->memory_report());
 
   std::int64_t step = 0;
   for (; step < o.warmup; ++step) run->step(step);

@@ -57,6 +57,7 @@ int run_training(const io::Deck& deck, const parallel::Topology& topo) {
              shape.padded_vocab(), params / 1e6);
   log::infof("training: {} steps of {} sequences ({} micro-batches of {} per data-parallel rank), {} tokens/step",
              tc.steps, tc.global_batch, run->micro_batches(), tc.micro_batch, run->tokens_per_step());
+  log::info(run->memory_report());
   if (const int P = topo.layout().pipeline; P > 1) {
     const StageMemory mine = run->memory();
     const double peak =

@@ -123,6 +123,22 @@ StageMemory TrainingRun::memory() const {
                       model_.tokens(), model_.shape().hidden, model_.activation_bytes());
 }
 
+std::string TrainingRun::memory_report() const {
+  constexpr double MiB = 1 << 20;
+  std::size_t params = 0;
+  for (const auto* p : parameters_) params += static_cast<std::size_t>(p->local_size());
+  const auto& ws = model_.workspace();
+  const StageMemory stage = memory();
+  return fmt::format(
+      "memory of this rank: {:.1f} MiB parameters (values, gradients, AdamW moments: 4 x {:.1f}); "
+      "{:.1f} MiB activations and scratch: {:.1f} saved for backward, {:.1f} stage tensors, {:.1f} scratch "
+      "shared by all layers{}",
+      4.0 * params * sizeof(float) / MiB, params * sizeof(float) / MiB, ws.total_bytes() / MiB,
+      ws.bytes(model::BufferCategory::activation) / MiB, ws.bytes(model::BufferCategory::stage) / MiB,
+      ws.bytes(model::BufferCategory::scratch) / MiB,
+      stage.stored_inputs > 0 ? fmt::format("; {:.1f} MiB stored pipeline inputs", stage.stored_inputs / MiB) : "");
+}
+
 double TrainingRun::compute_gradients(std::int64_t step) {
   const kx::ExecSpace exec;
   {

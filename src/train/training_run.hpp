@@ -83,6 +83,9 @@ class TrainingRun {
   const GradientReducer::Stats& reduction_stats() const { return reducer_.stats(); }
   // Activation memory of this stage under its schedule.
   StageMemory memory() const;
+  // This rank's memory in words: parameters with their gradients and AdamW moments, then the
+  // workspace by category (model::Workspace) and the stored pipeline inputs.
+  std::string memory_report() const;
 
  private:
   const io::Deck& deck_;

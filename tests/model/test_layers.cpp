@@ -234,7 +234,8 @@ double layer_norm_case(int tp_size) {
   auto tp = test::tp_group(tp_size);
   const kx::ExecSpace exec;
   const std::int64_t N = 10, H = 16;
-  model::LayerNorm<Real> layer("ln", static_cast<int>(H), *tp, N);
+  model::Workspace<Real> ws;
+  model::LayerNorm<Real> layer("ln", static_cast<int>(H), *tp, N, ws);
   randomise(layer.weight, 5, 0.3f, 1.0);
   randomise(layer.bias, 6);
   Mat x = logical_matrix("x", N, H, H, same_column, 105, 1.5, 0.5);
@@ -283,7 +284,8 @@ double block_case(const char* what, int tp_size, Layer& layer, Communicator& tp,
 
 double attention_case(int tp_size) {
   auto tp = test::tp_group(tp_size);
-  model::ParallelAttention<Real> layer("attn", test::tiny_shape(tp_size), kBatch, *tp);
+  model::Workspace<Real> ws;
+  model::ParallelAttention<Real> layer("attn", test::tiny_shape(tp_size), kBatch, *tp, ws);
   return block_case("ParallelAttention", tp_size, layer, *tp,
                     {&layer.qkv.weight, &layer.qkv.bias, &layer.proj.weight, &layer.proj.bias}, 20);
 }
@@ -291,14 +293,16 @@ double attention_case(int tp_size) {
 double mlp_case(int tp_size) {
   auto tp = test::tp_group(tp_size);
   const auto shape = test::tiny_shape(tp_size);
-  model::ParallelMLP<Real> layer("mlp", shape, std::int64_t(kBatch) * shape.seq_length, *tp);
+  model::Workspace<Real> ws;
+  model::ParallelMLP<Real> layer("mlp", shape, std::int64_t(kBatch) * shape.seq_length, *tp, ws);
   return block_case("ParallelMLP", tp_size, layer, *tp,
                     {&layer.fc.weight, &layer.fc.bias, &layer.proj.weight, &layer.proj.bias}, 30);
 }
 
 double transformer_layer_case(int tp_size) {
   auto tp = test::tp_group(tp_size);
-  model::TransformerLayer<Real> layer("layers/0", test::tiny_shape(tp_size), kBatch, *tp);
+  model::Workspace<Real> ws;
+  model::TransformerLayer<Real> layer("layers/0", test::tiny_shape(tp_size), kBatch, *tp, ws);
   return block_case("TransformerLayer", tp_size, layer, *tp, layer.parameters(), 40);
 }
 
@@ -336,7 +340,8 @@ double output_case(int tp_size, int vocab) {
   model::VocabParallelEmbedding<Real> embedding(shape, *tp);  // owner of the tied word matrix
   randomise(embedding.word, 60);
   randomise(embedding.position, 61);
-  model::VocabParallelCrossEntropy<Real> head(shape, N, *tp);
+  model::Workspace<Real> ws;
+  model::VocabParallelCrossEntropy<Real> head(shape, N, *tp, ws);
   const auto batch = test::random_batch(kBatch, shape.seq_length, vocab, 62);
   const kernels::Tokens targets = batch.second;
   Mat x = logical_matrix("x", N, H, H, same_column, 163, 1.0);
