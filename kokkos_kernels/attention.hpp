@@ -1,22 +1,36 @@
-// Causal multi-head self-attention core for the LOCAL heads of a tensor-parallel rank.
+// Causal multi-head self-attention core for the LOCAL heads of a tensor-parallel rank, as
+// strided-batched GEMMs (batched_gemm.hpp) around fused row-wise softmax passes.
 //
 // qkv [B*S, 3*Hl], Hl = nh_local*d, columns [Q of local heads | K of local heads | V of local
 // heads]; local head h occupies columns h*d .. h*d+d-1 inside each block. Row t = b*S + s.
-//   S_ij = (q_i · k_j) / sqrt(d)   for j <= i (causal), masked otherwise
-//   P_i  = softmax_j(S_ij)          (max-subtracted, numerically stable)
-//   o_i  = Σ_j P_ij v_j             out(t, h*d + k)
-// att [B, nh_local, S, S] keeps P (masked entries 0) for the backward pass.
+// Per (b, h), with scale = 1/sqrt(d):
+//   S = Q Kᵀ                                       (GEMM into the probs workspace)
+//   P_ij = exp(scale S_ij - lse_i) for j <= i, 0 otherwise,  lse_i = log Σ_{j<=i} exp(scale S_ij)
+//   O = P V                                        (GEMM into out)
+// Backward (the probabilities are recomputed from lse: callers share one probs buffer across
+// layers, so nothing of size S² survives between forward and backward):
+//   S = Q Kᵀ, P from lse;  dV = Pᵀ dO;  dP = dO Vᵀ;
+//   dS_ij = scale P_ij (dP_ij - Σ_l P_il dP_il)    (softmax Jacobian, masked 0)
+//   dQ = dS K;  dK = dSᵀ Q
+// Causality is used at tile granularity: rows are cut into tiles of causal_tile(S) rows, and a
+// tile's GEMMs stop at the last key column it can see (about half the flops of the full S×S
+// square at S = 1024). The masked entries the GEMMs do produce are overwritten by 0 in the
+// softmax passes, which write every entry of each row.
 //
-// One team per (b, h, row) in both passes; dK/dV loop over the query rows i >= j of each key row
-// j, so no atomics: results are bitwise reproducible for a fixed team size. Sums over head
-// columns are blocked by CB (see detail::ColumnBlock; the order of each sum does not depend on it).
-// Views: qkv/out/dout/dqkv rank 2, att rank 4, any layout, managed or unmanaged, subviews.
-// B*nh_local*S, the number of teams, must fit in an int (std::length_error otherwise); indices
-// derived from it are 64-bit.
+// The softmax passes run one Kokkos team per row (b, h, i) with team reductions: no atomics, so
+// results are bitwise reproducible for a fixed team size and a fixed GEMM backend.
+//
+// Views: qkv/out/dout/dqkv rank 2 and probs/dprobs rank 4 ([B, nh_local, S, S]), any layout
+// whose last index has stride 1 (LayoutRight views, row-range subviews): the GEMMs address them
+// through data() and strides. lse is rank 1, [B*nh_local*S], entry (b*nh_local + h)*S + i.
+// B*nh_local*S, the number of teams, must fit in a league (detail::league_size, std::length_error
+// otherwise); S, d and every leading dimension must fit in an int (BLAS); indices are 64-bit.
 #pragma once
 
 #include <string>
+#include <type_traits>
 
+#include "kokkos_kernels/batched_gemm.hpp"
 #include "kokkos_kernels/compat.hpp"
 #include "kokkos_kernels/detail.hpp"
 #include "kokkos_kernels/views.hpp"
@@ -24,22 +38,6 @@
 namespace tptrain::kernels {
 
 namespace detail {
-
-// Σ_k a(ra, ca + k) · b(rb, cb + k) over k < n, in 8 interleaved partial sums (fixed order on
-// every backend) so that CPUs are not bound by the latency of one dependent add chain.
-template <class T, class AV, class BV>
-KOKKOS_INLINE_FUNCTION T row_dot(const AV& a, const std::int64_t ra, const std::int64_t ca,
-                                 const BV& b, const std::int64_t rb, const std::int64_t cb,
-                                 const std::int64_t n) {
-  T s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  std::int64_t k = 0;
-  for (; k + 8 <= n; k += 8)
-    for (int m = 0; m < 8; ++m)
-      s[m] += static_cast<T>(a(ra, ca + k + m)) * static_cast<T>(b(rb, cb + k + m));
-  for (int m = 0; k < n; ++k, ++m)
-    s[m] += static_cast<T>(a(ra, ca + k)) * static_cast<T>(b(rb, cb + k));
-  return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
-}
 
 // Query (or key) row r of the league, r = (b*nh + h)*S + i: batch b, local head h, position i.
 // The league rank is an int, but everything derived from it is 64-bit: score offsets grow as
@@ -58,215 +56,395 @@ KOKKOS_INLINE_FUNCTION std::int64_t token_row(const std::int64_t b, const std::i
   return b * S + s;
 }
 
+// Rows per causal tile. A tile of rows [r0, r1) multiplies only against keys [0, r1), so the
+// GEMMs do Σ_t tile·(t+1)·tile ≈ (1 + tile/S)/2 of the square; smaller tiles waste less but run
+// smaller, less efficient GEMMs. OpenBLAS, one thread, forward+backward: tiles of 64 and 128
+// within noise of each other, 25% faster than the full square at S = 1024 (nh = 12, d = 64)
+// and 20% at S = 256; 128 keeps the GEMMs larger for GPUs.
+inline std::int64_t causal_tile(std::int64_t S) { return S < 128 ? S : 128; }
+
+// The [rows × cols] matrices of every (batch b, head h) in one buffer: element (r, c) of (b, h)
+// at p[b*batch_stride + h*head_stride + r*ld + c].
+template <class T>
+struct HeadMatrices {
+  T* p;
+  std::int64_t ld, batch_stride, head_stride;
+  HeadMatrices at(std::int64_t r, std::int64_t c) const {
+    return HeadMatrices{p + r * ld + c, ld, batch_stride, head_stride};
+  }
+};
+
+// Q, K or V (block 0, 1, 2) of every (b, h) inside qkv [B*S, 3*Hl]: head h is a column slice.
+template <class V>
+HeadMatrices<typename V::value_type> qkv_block(const V& v, std::int64_t block, std::int64_t S,
+                                               std::int64_t d, std::int64_t hl) {
+  const std::int64_t ld = v.stride(0);
+  return {v.data() + block * hl, ld, S * ld, d};
+}
+
+// Heads of out / dout [B*S, Hl].
+template <class V>
+HeadMatrices<typename V::value_type> head_columns(const V& v, std::int64_t S, std::int64_t d) {
+  const std::int64_t ld = v.stride(0);
+  return {v.data(), ld, S * ld, d};
+}
+
+// The S×S matrix of every (b, h) inside a [B, nh, S, S] view.
+template <class V>
+HeadMatrices<typename V::value_type> score_matrices(const V& v) {
+  return {v.data(), static_cast<std::int64_t>(v.stride(2)),
+          static_cast<std::int64_t>(v.stride(0)), static_cast<std::int64_t>(v.stride(1))};
+}
+
+// C_bh = op(A_bh) op(B_bh) for every (b, h). One strided batch covers one index only (heads
+// are d apart in qkv, batches S*ld), so loop over the shorter and batch over the longer: few,
+// large calls (one launch per call on GPUs).
+template <class Exec, class T, class TA, class TB>
+void per_head_gemm(const Exec& exec, char transA, char transB, std::int64_t M, std::int64_t N,
+                   std::int64_t K, const HeadMatrices<TA>& A, const HeadMatrices<TB>& Bm,
+                   const HeadMatrices<T>& C, std::int64_t batches, std::int64_t heads) {
+  if (heads >= batches) {
+    for (std::int64_t b = 0; b < batches; ++b)
+      batched_gemm<Exec, T>(exec, transA, transB, M, N, K, T(1), A.p + b * A.batch_stride, A.ld,
+                            A.head_stride, Bm.p + b * Bm.batch_stride, Bm.ld, Bm.head_stride,
+                            T(0), C.p + b * C.batch_stride, C.ld, C.head_stride, heads);
+  } else {
+    for (std::int64_t h = 0; h < heads; ++h)
+      batched_gemm<Exec, T>(exec, transA, transB, M, N, K, T(1), A.p + h * A.head_stride, A.ld,
+                            A.batch_stride, Bm.p + h * Bm.head_stride, Bm.ld, Bm.batch_stride,
+                            T(0), C.p + h * C.head_stride, C.ld, C.batch_stride, batches);
+  }
+}
+
+// scores = Q Kᵀ (or dP = dO Vᵀ): row tile [r0, r1) against keys [0, r1).
+template <class Exec, class T, class TA, class TB>
+void causal_scores_gemm(const Exec& exec, const HeadMatrices<TA>& A, const HeadMatrices<TB>& Bm,
+                        const HeadMatrices<T>& C, std::int64_t S, std::int64_t d,
+                        std::int64_t batches, std::int64_t heads) {
+  const std::int64_t tile = causal_tile(S);
+  for (std::int64_t r0 = 0; r0 < S; r0 += tile) {
+    const std::int64_t r1 = kx::min(S, r0 + tile);
+    per_head_gemm(exec, 'N', 'T', r1 - r0, r1, d, A.at(r0, 0), Bm, C.at(r0, 0), batches, heads);
+  }
+}
+
+// O = P V (or dQ = dS K): row tile [r0, r1) sums over keys [0, r1), where P is lower triangular.
+template <class Exec, class T, class TA, class TB>
+void causal_rows_gemm(const Exec& exec, const HeadMatrices<TA>& P, const HeadMatrices<TB>& V,
+                      const HeadMatrices<T>& O, std::int64_t S, std::int64_t d,
+                      std::int64_t batches, std::int64_t heads) {
+  const std::int64_t tile = causal_tile(S);
+  for (std::int64_t r0 = 0; r0 < S; r0 += tile) {
+    const std::int64_t r1 = kx::min(S, r0 + tile);
+    per_head_gemm(exec, 'N', 'N', r1 - r0, d, r1, P.at(r0, 0), V, O.at(r0, 0), batches, heads);
+  }
+}
+
+// dV = Pᵀ dO (or dK = dSᵀ Q): key tile [c0, c1) sums over the queries [c0, S) that see it.
+template <class Exec, class T, class TA, class TB>
+void causal_cols_gemm(const Exec& exec, const HeadMatrices<TA>& P, const HeadMatrices<TB>& X,
+                      const HeadMatrices<T>& Y, std::int64_t S, std::int64_t d,
+                      std::int64_t batches, std::int64_t heads) {
+  const std::int64_t tile = causal_tile(S);
+  for (std::int64_t c0 = 0; c0 < S; c0 += tile) {
+    const std::int64_t c1 = kx::min(S, c0 + tile);
+    per_head_gemm(exec, 'T', 'N', c1 - c0, d, S - c0, P.at(c0, c0), X.at(c0, 0), Y.at(c0, 0),
+                  batches, heads);
+  }
+}
+
+template <class V>
+void require_unit_last_stride(const V& v, const char* kernel, const char* what) {
+  constexpr int rank = static_cast<int>(V::rank);
+  require(v.stride(rank - 1) == 1 || v.extent(rank - 1) <= 1, kernel, what);
+}
+
+template <class PV>
+void check_scores(const PV& probs, const char* kernel) {
+  detail::require(probs.extent(2) == probs.extent(3), kernel, "scores must be [B, nh, S, S]");
+}
+
 }  // namespace detail
 
-template <class Exec, class QKV, class OV, class AV, int CB = detail::ColumnBlock<Exec>::value>
+// In place on scores [B, nh, S, S] = Q Kᵀ (unscaled): P_ij = softmax_{j<=i}(scale S_ij),
+// masked entries 0; lse [B*nh*S] gets the log of each row's normaliser, max + log Σ exp(x - max)
+// over the scaled scores x = scale S_ij (so that P_ij = exp(x_ij - lse_i)).
+template <class Exec, class PV, class LV>
+void causal_softmax_forward(const Exec& exec, const PV& scores, const LV& lse,
+                            const typename PV::non_const_value_type scale) {
+  detail::check_view<Exec, PV, 4>();
+  detail::check_view<Exec, LV, 1>();
+  detail::check_writable<PV>();
+  detail::check_writable<LV>();
+  detail::check_scores(scores, "causal_softmax_forward");
+  const std::int64_t nh = scores.extent(1), S = scores.extent(2);
+  const std::int64_t rows = static_cast<std::int64_t>(scores.extent(0)) * nh * S;
+  detail::require(lse.extent(0) == static_cast<std::size_t>(rows), "causal_softmax_forward",
+                  "lse must be [B*nh*S]");
+  using T = typename PV::non_const_value_type;
+  using member = typename detail::Teams<Exec>::member_type;
+  const auto policy = detail::teams(exec, rows, "causal_softmax_forward");
+  Kokkos::parallel_for(
+      "tptrain::kernels::causal_softmax_forward", policy, KOKKOS_LAMBDA(const member& team) {
+        const std::int64_t r = team.league_rank();
+        const detail::AttentionRow row = detail::attention_row(r, S, nh);
+        const std::int64_t b = row.b, h = row.h, i = row.i;
+        // scale > 0, and rounding is monotone: max_j fl(scale·s_j) = fl(scale·max_j s_j).
+        T smax = 0;
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(team, i + 1),
+            [&](const std::int64_t j, T& acc) { acc = kx::max(acc, scores(b, h, i, j)); },
+            Kokkos::Max<T>(smax));
+        team.team_barrier();  // every read of the raw scores is done before they are replaced
+        const T xmax = scale * smax;
+        T sum = 0;
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(team, S),
+            [&](const std::int64_t j, T& acc) {
+              const T e = j <= i ? kx::exp(scale * scores(b, h, i, j) - xmax) : T(0);
+              scores(b, h, i, j) = e;
+              acc += e;
+            },
+            sum);
+        team.team_barrier();  // the ranges differ: another thread may have written exp
+        const T inv = T(1) / sum;  // sum >= 1: the max entry contributes exp(0)
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, i + 1),
+                             [&](const std::int64_t j) { scores(b, h, i, j) *= inv; });
+        Kokkos::single(Kokkos::PerTeam(team), [&]() { lse(r) = xmax + kx::log(sum); });
+      });
+}
+
+// In place on scores [B, nh, S, S] = Q Kᵀ (unscaled), with lse from causal_softmax_forward:
+// P_ij = exp(scale S_ij - lse_i) for j <= i, 0 otherwise (the forward probabilities, to
+// rounding).
+template <class Exec, class PV, class LV>
+void causal_softmax_recompute(const Exec& exec, const PV& scores, const LV& lse,
+                              const typename PV::non_const_value_type scale) {
+  detail::check_view<Exec, PV, 4>();
+  detail::check_view<Exec, LV, 1>();
+  detail::check_writable<PV>();
+  detail::check_scores(scores, "causal_softmax_recompute");
+  const std::int64_t nh = scores.extent(1), S = scores.extent(2);
+  const std::int64_t rows = static_cast<std::int64_t>(scores.extent(0)) * nh * S;
+  detail::require(lse.extent(0) == static_cast<std::size_t>(rows), "causal_softmax_recompute",
+                  "lse must be [B*nh*S]");
+  using T = typename PV::non_const_value_type;
+  using member = typename detail::Teams<Exec>::member_type;
+  const auto policy = detail::teams(exec, rows, "causal_softmax_recompute");
+  Kokkos::parallel_for(
+      "tptrain::kernels::causal_softmax_recompute", policy, KOKKOS_LAMBDA(const member& team) {
+        const std::int64_t r = team.league_rank();
+        const detail::AttentionRow row = detail::attention_row(r, S, nh);
+        const std::int64_t b = row.b, h = row.h, i = row.i;
+        const T l = lse(r);
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, S), [&](const std::int64_t j) {
+          scores(b, h, i, j) = j <= i ? kx::exp(scale * scores(b, h, i, j) - l) : T(0);
+        });
+      });
+}
+
+// Softmax backward, in place on dprobs [B, nh, S, S]: dP in, dS out, with
+//   dS_ij = scale · P_ij (dP_ij - Σ_{l<=i} P_il dP_il)   for j <= i, 0 otherwise,
+// the gradient wrt the unscaled scores Q Kᵀ (scale folded in, so dQ = dS K and dK = dSᵀ Q).
+template <class Exec, class PV, class DPV>
+void causal_softmax_backward(const Exec& exec, const PV& probs, const DPV& dprobs,
+                             const typename DPV::non_const_value_type scale) {
+  detail::check_view<Exec, PV, 4>();
+  detail::check_view<Exec, DPV, 4>();
+  detail::check_writable<DPV>();
+  detail::check_scores(probs, "causal_softmax_backward");
+  for (int r = 0; r < 4; ++r)
+    detail::require(dprobs.extent(r) == probs.extent(r), "causal_softmax_backward",
+                    "dprobs must have the shape of probs");
+  const std::int64_t nh = probs.extent(1), S = probs.extent(2);
+  const std::int64_t rows = static_cast<std::int64_t>(probs.extent(0)) * nh * S;
+  using T = typename DPV::non_const_value_type;
+  using member = typename detail::Teams<Exec>::member_type;
+  const auto policy = detail::teams(exec, rows, "causal_softmax_backward");
+  Kokkos::parallel_for(
+      "tptrain::kernels::causal_softmax_backward", policy, KOKKOS_LAMBDA(const member& team) {
+        const detail::AttentionRow row = detail::attention_row(team.league_rank(), S, nh);
+        const std::int64_t b = row.b, h = row.h, i = row.i;
+        T dot = 0;
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(team, i + 1),
+            [&](const std::int64_t j, T& acc) { acc += probs(b, h, i, j) * dprobs(b, h, i, j); },
+            dot);
+        team.team_barrier();  // every read of dP is done before it is replaced
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, S), [&](const std::int64_t j) {
+          dprobs(b, h, i, j) =
+              j <= i ? scale * probs(b, h, i, j) * (dprobs(b, h, i, j) - dot) : T(0);
+        });
+      });
+}
+
+// Forward. probs is a workspace (its contents afterwards are P, but attention_backward does not
+// need them); lse is the only state the backward needs besides qkv.
+template <class Exec, class QKV, class OV, class PV, class LV>
 void attention_forward(const Exec& exec,
-                       const QKV& qkv,  // [B*S, 3*Hl]
-                       const OV& out,   // [B*S, Hl] out (overwritten)
-                       const AV& att,   // [B, nh_local, S, S] out: softmax probabilities
+                       const QKV& qkv,    // [B*S, 3*Hl]
+                       const OV& out,     // [B*S, Hl] out (overwritten)
+                       const PV& probs,   // [B, nh_local, S, S] workspace
+                       const LV& lse,     // [B*nh_local*S] out
                        const std::int64_t B, const std::int64_t S, const std::int64_t nh_local,
                        const std::int64_t d) {
   detail::check_view<Exec, QKV, 2>();
   detail::check_view<Exec, OV, 2>();
-  detail::check_view<Exec, AV, 4>();
+  detail::check_view<Exec, PV, 4>();
+  detail::check_view<Exec, LV, 1>();
   detail::check_writable<OV>();
-  detail::check_writable<AV>();
-  const std::int64_t hl = nh_local * d;
-  detail::require(B >= 0 && S >= 0 && nh_local > 0 && d > 0, "attention_forward",
+  detail::check_writable<PV>();
+  detail::check_writable<LV>();
+  using T = typename OV::non_const_value_type;
+  static_assert(std::is_same<typename QKV::non_const_value_type, T>::value &&
+                    std::is_same<typename PV::non_const_value_type, T>::value &&
+                    std::is_same<typename LV::non_const_value_type, T>::value,
+                "tptrain::kernels::attention_forward: one value type");
+  const char* kernel = "attention_forward";
+  detail::require(B >= 0 && S >= 0 && nh_local > 0 && d > 0, kernel,
                   "need B, S >= 0 and nh_local, d > 0");
+  const std::int64_t nh = nh_local, hl = nh * d;
   detail::require(qkv.extent(0) == static_cast<std::size_t>(B * S) &&
                       qkv.extent(1) == static_cast<std::size_t>(3 * hl) &&
                       out.extent(0) == static_cast<std::size_t>(B * S) &&
                       out.extent(1) == static_cast<std::size_t>(hl),
-                  "attention_forward",
-                  "shapes must be qkv[B*S, 3*nh_local*d], out[B*S, nh_local*d]");
-  detail::require(att.extent(0) == static_cast<std::size_t>(B) &&
-                      att.extent(1) == static_cast<std::size_t>(nh_local) &&
-                      att.extent(2) == static_cast<std::size_t>(S) &&
-                      att.extent(3) == static_cast<std::size_t>(S),
-                  "attention_forward", "att must be [B, nh_local, S, S]");
-  using T = typename OV::non_const_value_type;
-  using member = typename detail::Teams<Exec>::member_type;
+                  kernel, "shapes must be qkv[B*S, 3*nh_local*d], out[B*S, nh_local*d]");
+  detail::require(probs.extent(0) == static_cast<std::size_t>(B) &&
+                      probs.extent(1) == static_cast<std::size_t>(nh) &&
+                      probs.extent(2) == static_cast<std::size_t>(S) &&
+                      probs.extent(3) == static_cast<std::size_t>(S),
+                  kernel, "probs must be [B, nh_local, S, S]");
+  detail::require(lse.extent(0) == static_cast<std::size_t>(B * nh * S), kernel,
+                  "lse must be [B*nh_local*S]");
+  detail::require_unit_last_stride(qkv, kernel, "qkv rows must be contiguous");
+  detail::require_unit_last_stride(out, kernel, "out rows must be contiguous");
+  detail::require_unit_last_stride(probs, kernel, "probs rows must be contiguous");
+  // Every size check before the first launch: a refused shape leaves the outputs untouched.
+  detail::league_size<Exec>(B * nh * S, kernel);
+  detail::require_blas_int(qkv.stride(0), kernel, "qkv.stride(0)");
+  detail::require_blas_int(out.stride(0), kernel, "out.stride(0)");
+  detail::require_blas_int(probs.stride(2), kernel, "probs.stride(2)");
+  detail::require_blas_int(S, kernel, "S");
+  if (B == 0 || S == 0) return;
   const T scale = T(1) / kx::sqrt(static_cast<T>(d));
-  const std::int64_t nh = nh_local;
-  const std::int64_t nkb = detail::ceil_div(d, CB);  // blocks of head columns
-  const auto policy = detail::teams(exec, B * nh * S, "attention_forward");  // a team per query row
-  Kokkos::parallel_for(
-      "tptrain::kernels::attention_forward", policy, KOKKOS_LAMBDA(const member& team) {
-        const detail::AttentionRow row = detail::attention_row(team.league_rank(), S, nh);
-        const std::int64_t b = row.b, h = row.h, i = row.i;
-        const std::int64_t ti = detail::token_row(b, S, i);  // query token row
-        const std::int64_t qc = h * d, kc = hl + h * d, vc = 2 * hl + h * d;
-        // scores (masked entries 0)
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, S), [&](const std::int64_t j) {
-          att(b, h, i, j) =
-              j <= i ? detail::row_dot<T>(qkv, ti, qc, qkv, detail::token_row(b, S, j), kc, d) * scale
-                     : T(0);
-        });
-        team.team_barrier();
-        T m = 0;
-        Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(team, i + 1),
-            [&](const std::int64_t j, T& acc) { acc = kx::max(acc, att(b, h, i, j)); },
-            Kokkos::Max<T>(m));
-        T sum = 0;
-        Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(team, i + 1),
-            [&](const std::int64_t j, T& acc) {
-              const T e = kx::exp(att(b, h, i, j) - m);
-              att(b, h, i, j) = e;
-              acc += e;
-            },
-            sum);
-        team.team_barrier();
-        const T inv = T(1) / sum;  // sum >= 1: the max entry contributes exp(0)
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, i + 1),
-                             [&](const std::int64_t j) { att(b, h, i, j) *= inv; });
-        team.team_barrier();
-        // o_i = Σ_j P_ij v_j: a thread per block of CB head columns, j in order.
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, nkb), [&](const std::int64_t kb) {
-          const std::int64_t k0 = kb * CB;
-          const int nk = static_cast<int>(kx::min<std::int64_t>(CB, d - k0));
-          T acc[CB];
-          for (int c = 0; c < CB; ++c) acc[c] = 0;
-          for (std::int64_t j = 0; j <= i; ++j) {
-            const T p = att(b, h, i, j);
-            const std::int64_t tj = detail::token_row(b, S, j);
-            for (int c = 0; c < nk; ++c) acc[c] += p * qkv(tj, vc + k0 + c);
-          }
-          for (int c = 0; c < nk; ++c) out(ti, qc + k0 + c) = acc[c];
-        });
-      });
+  const auto Q = detail::qkv_block(qkv, 0, S, d, hl), K = detail::qkv_block(qkv, 1, S, d, hl),
+             V = detail::qkv_block(qkv, 2, S, d, hl);
+  const auto P = detail::score_matrices(probs);
+  detail::causal_scores_gemm(exec, Q, K, P, S, d, B, nh);
+  causal_softmax_forward(exec, probs, lse, scale);
+  detail::causal_rows_gemm(exec, P, V, detail::head_columns(out, S, d), S, d, B, nh);
 }
 
-// Backward with a caller-provided workspace dscores [B, nh_local, S, S] (same shape as att;
-// overwritten with dL/dS, the gradient wrt the scaled scores):
-//   dP_ij = do_i · v_j,  D_i = Σ_j P_ij dP_ij,  dS_ij = P_ij (dP_ij - D_i)
-//   dq_i = scale Σ_{j<=i} dS_ij k_j,  dk_j = scale Σ_{i>=j} dS_ij q_i,  dv_j = Σ_{i>=j} P_ij do_i
-// dqkv is overwritten (all three blocks).
-template <class Exec, class DOV, class QKV, class AV, class DQKV, class DSV,
-          int CB = detail::ColumnBlock<Exec>::value>
+// Same, with an internally allocated probs workspace (one S² allocation per call).
+template <class Exec, class QKV, class OV, class LV>
+void attention_forward(const Exec& exec, const QKV& qkv, const OV& out, const LV& lse,
+                       const std::int64_t B, const std::int64_t S, const std::int64_t nh_local,
+                       const std::int64_t d) {
+  using T = typename OV::non_const_value_type;
+  detail::require(B >= 0 && S >= 0 && nh_local > 0, "attention_forward",
+                  "need B, S >= 0 and nh_local > 0");
+  Kokkos::View<T****, Kokkos::LayoutRight, typename OV::memory_space> probs(
+      Kokkos::view_alloc(exec, Kokkos::WithoutInitializing,
+                         std::string("tptrain::kernels::attention_forward::probs")),
+      B, nh_local, S, S);
+  attention_forward(exec, qkv, out, probs, lse, B, S, nh_local, d);
+  kx::fence(exec, "tptrain::kernels::attention_forward::free_probs");
+}
+
+// Backward. dqkv is overwritten (all three blocks); probs and dprobs are workspaces
+// [B, nh_local, S, S] (probs may be the one attention_forward used; its contents are not read).
+// B, nh_local, S come from probs, d = dout.extent(1) / nh_local.
+template <class Exec, class DOV, class QKV, class LV, class DQKV, class PV, class DPV>
 void attention_backward(const Exec& exec,
-                        const DOV& dout,       // [B*S, Hl]
-                        const QKV& qkv,        // [B*S, 3*Hl] forward input
-                        const AV& att,         // [B, nh_local, S, S] from attention_forward
-                        const DQKV& dqkv,      // [B*S, 3*Hl] out (overwritten)
-                        const DSV& dscores) {  // [B, nh_local, S, S] workspace
+                        const DOV& dout,     // [B*S, Hl]
+                        const QKV& qkv,      // [B*S, 3*Hl] forward input
+                        const LV& lse,       // [B*nh_local*S] from attention_forward
+                        const DQKV& dqkv,    // [B*S, 3*Hl] out (overwritten)
+                        const PV& probs,     // [B, nh_local, S, S] workspace
+                        const DPV& dprobs) { // [B, nh_local, S, S] workspace
   detail::check_view<Exec, DOV, 2>();
   detail::check_view<Exec, QKV, 2>();
-  detail::check_view<Exec, AV, 4>();
+  detail::check_view<Exec, LV, 1>();
   detail::check_view<Exec, DQKV, 2>();
-  detail::check_view<Exec, DSV, 4>();
+  detail::check_view<Exec, PV, 4>();
+  detail::check_view<Exec, DPV, 4>();
   detail::check_writable<DQKV>();
-  detail::check_writable<DSV>();
-  const std::int64_t B = att.extent(0);
-  const std::int64_t nh = att.extent(1);
-  const std::int64_t S = att.extent(2);
-  detail::require(nh > 0 && att.extent(3) == static_cast<std::size_t>(S), "attention_backward",
-                  "att must be [B, nh_local>0, S, S]");
+  detail::check_writable<PV>();
+  detail::check_writable<DPV>();
+  using T = typename DQKV::non_const_value_type;
+  static_assert(std::is_same<typename DOV::non_const_value_type, T>::value &&
+                    std::is_same<typename QKV::non_const_value_type, T>::value &&
+                    std::is_same<typename LV::non_const_value_type, T>::value &&
+                    std::is_same<typename PV::non_const_value_type, T>::value &&
+                    std::is_same<typename DPV::non_const_value_type, T>::value,
+                "tptrain::kernels::attention_backward: one value type");
+  const char* kernel = "attention_backward";
+  const std::int64_t B = probs.extent(0), nh = probs.extent(1), S = probs.extent(2);
+  detail::require(nh > 0 && probs.extent(3) == static_cast<std::size_t>(S), kernel,
+                  "probs must be [B, nh_local>0, S, S]");
+  for (int r = 0; r < 4; ++r)
+    detail::require(dprobs.extent(r) == probs.extent(r), kernel,
+                    "dprobs must have the shape of probs");
   const std::int64_t hl = dout.extent(1);
   const std::int64_t d = hl / nh;
-  detail::require(d > 0 && d * nh == hl, "attention_backward",
-                  "dout.extent(1) must be nh_local*d with d > 0");
+  detail::require(d > 0 && d * nh == hl, kernel, "dout.extent(1) must be nh_local*d with d > 0");
   const auto rows = static_cast<std::size_t>(B * S);
   detail::require(dout.extent(0) == rows && qkv.extent(0) == rows && dqkv.extent(0) == rows &&
                       qkv.extent(1) == static_cast<std::size_t>(3 * hl) &&
                       dqkv.extent(1) == static_cast<std::size_t>(3 * hl),
-                  "attention_backward", "shapes must be dout[B*S,Hl], qkv,dqkv[B*S,3*Hl]");
-  for (int r = 0; r < 4; ++r) {
-    detail::require(dscores.extent(r) == att.extent(r), "attention_backward",
-                    "dscores must have the shape of att");
-  }
-  using T = typename DQKV::non_const_value_type;
-  using member = typename detail::Teams<Exec>::member_type;
+                  kernel, "shapes must be dout[B*S,Hl], qkv,dqkv[B*S,3*Hl]");
+  detail::require(lse.extent(0) == static_cast<std::size_t>(B * nh * S), kernel,
+                  "lse must be [B*nh_local*S]");
+  detail::require_unit_last_stride(dout, kernel, "dout rows must be contiguous");
+  detail::require_unit_last_stride(qkv, kernel, "qkv rows must be contiguous");
+  detail::require_unit_last_stride(dqkv, kernel, "dqkv rows must be contiguous");
+  detail::require_unit_last_stride(probs, kernel, "probs rows must be contiguous");
+  detail::require_unit_last_stride(dprobs, kernel, "dprobs rows must be contiguous");
+  detail::require(probs.stride(2) == dprobs.stride(2), kernel,
+                  "probs and dprobs must have the same layout");
+  // Every size check before the first launch: a refused shape leaves dqkv untouched.
+  detail::league_size<Exec>(B * nh * S, kernel);
+  detail::require_blas_int(dout.stride(0), kernel, "dout.stride(0)");
+  detail::require_blas_int(qkv.stride(0), kernel, "qkv.stride(0)");
+  detail::require_blas_int(dqkv.stride(0), kernel, "dqkv.stride(0)");
+  detail::require_blas_int(probs.stride(2), kernel, "probs.stride(2)");
+  detail::require_blas_int(S, kernel, "S");
+  if (B == 0 || S == 0) return;
   const T scale = T(1) / kx::sqrt(static_cast<T>(d));
-  const std::int64_t nkb = detail::ceil_div(d, CB);  // blocks of head columns
-  // One policy for both kernels, made before either runs (a refused size leaves dqkv untouched).
-  const auto policy = detail::teams(exec, B * nh * S, "attention_backward");
-
-  // Query rows: dS for row i, then dq_i.
-  Kokkos::parallel_for(
-      "tptrain::kernels::attention_backward_query", policy, KOKKOS_LAMBDA(const member& team) {
-        const detail::AttentionRow row = detail::attention_row(team.league_rank(), S, nh);
-        const std::int64_t b = row.b, h = row.h, i = row.i;
-        const std::int64_t ti = detail::token_row(b, S, i);
-        const std::int64_t qc = h * d, kc = hl + h * d, vc = 2 * hl + h * d;
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, S), [&](const std::int64_t j) {
-          dscores(b, h, i, j) =
-              j <= i ? detail::row_dot<T>(dout, ti, qc, qkv, detail::token_row(b, S, j), vc, d) : T(0);
-        });
-        team.team_barrier();
-        T dsum = 0;
-        Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(team, i + 1),
-            [&](const std::int64_t j, T& acc) { acc += att(b, h, i, j) * dscores(b, h, i, j); },
-            dsum);
-        team.team_barrier();
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, i + 1), [&](const std::int64_t j) {
-          dscores(b, h, i, j) = att(b, h, i, j) * (dscores(b, h, i, j) - dsum);
-        });
-        team.team_barrier();
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, nkb), [&](const std::int64_t kb) {
-          const std::int64_t k0 = kb * CB;
-          const int nk = static_cast<int>(kx::min<std::int64_t>(CB, d - k0));
-          T acc[CB];
-          for (int c = 0; c < CB; ++c) acc[c] = 0;
-          for (std::int64_t j = 0; j <= i; ++j) {
-            const T ds = dscores(b, h, i, j);
-            const std::int64_t tj = detail::token_row(b, S, j);
-            for (int c = 0; c < nk; ++c) acc[c] += ds * qkv(tj, kc + k0 + c);
-          }
-          for (int c = 0; c < nk; ++c) dqkv(ti, qc + k0 + c) = scale * acc[c];
-        });
-      });
-
-  // Key/value rows: dk_j, dv_j summed over the query rows i >= j in order.
-  Kokkos::parallel_for(
-      "tptrain::kernels::attention_backward_key_value", policy, KOKKOS_LAMBDA(const member& team) {
-        const detail::AttentionRow row = detail::attention_row(team.league_rank(), S, nh);
-        const std::int64_t b = row.b, h = row.h, j = row.i;  // key row j
-        const std::int64_t tj = detail::token_row(b, S, j);
-        const std::int64_t qc = h * d, kc = hl + h * d, vc = 2 * hl + h * d;
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, nkb), [&](const std::int64_t kb) {
-          const std::int64_t k0 = kb * CB;
-          const int nk = static_cast<int>(kx::min<std::int64_t>(CB, d - k0));
-          T dk[CB], dv[CB];
-          for (int c = 0; c < CB; ++c) dk[c] = dv[c] = 0;
-          for (std::int64_t i = j; i < S; ++i) {
-            const std::int64_t ti = detail::token_row(b, S, i);
-            const T ds = dscores(b, h, i, j);
-            const T p = att(b, h, i, j);
-            for (int c = 0; c < nk; ++c) {
-              dk[c] += ds * qkv(ti, qc + k0 + c);
-              dv[c] += p * dout(ti, qc + k0 + c);
-            }
-          }
-          for (int c = 0; c < nk; ++c) {
-            dqkv(tj, kc + k0 + c) = scale * dk[c];
-            dqkv(tj, vc + k0 + c) = dv[c];
-          }
-        });
-      });
+  const auto Q = detail::qkv_block(qkv, 0, S, d, hl), K = detail::qkv_block(qkv, 1, S, d, hl),
+             V = detail::qkv_block(qkv, 2, S, d, hl);
+  const auto dQ = detail::qkv_block(dqkv, 0, S, d, hl), dK = detail::qkv_block(dqkv, 1, S, d, hl),
+             dV = detail::qkv_block(dqkv, 2, S, d, hl);
+  const auto dO = detail::head_columns(dout, S, d);
+  const auto P = detail::score_matrices(probs), dP = detail::score_matrices(dprobs);
+  detail::causal_scores_gemm(exec, Q, K, P, S, d, B, nh);
+  causal_softmax_recompute(exec, probs, lse, scale);
+  detail::causal_cols_gemm(exec, P, dO, dV, S, d, B, nh);
+  detail::causal_scores_gemm(exec, dO, V, dP, S, d, B, nh);
+  causal_softmax_backward(exec, probs, dprobs, scale);
+  detail::causal_rows_gemm(exec, dP, K, dQ, S, d, B, nh);
+  detail::causal_cols_gemm(exec, dP, Q, dK, S, d, B, nh);
 }
 
-// Same, with an internally allocated dscores workspace (one allocation of att's size per
-// call; pass a workspace to the overload above to avoid it in a training loop).
-template <class Exec, class DOV, class QKV, class AV, class DQKV>
-void attention_backward(const Exec& exec,
-                        const DOV& dout,     // [B*S, Hl]
-                        const QKV& qkv,      // [B*S, 3*Hl] forward input
-                        const AV& att,       // [B, nh_local, S, S] from attention_forward
-                        const DQKV& dqkv) {  // [B*S, 3*Hl] out (overwritten)
-  detail::check_view<Exec, AV, 4>();
+// Same, with internally allocated workspaces (two S² allocations per call; pass workspaces to
+// the overload above in a training loop).
+template <class Exec, class DOV, class QKV, class LV, class DQKV>
+void attention_backward(const Exec& exec, const DOV& dout, const QKV& qkv, const LV& lse,
+                        const DQKV& dqkv, const std::int64_t B, const std::int64_t S,
+                        const std::int64_t nh_local) {
   using T = typename DQKV::non_const_value_type;
-  Kokkos::View<T****, Kokkos::LayoutRight, typename DQKV::memory_space> dscores(
-      Kokkos::view_alloc(exec, Kokkos::WithoutInitializing,
-                         std::string("tptrain::kernels::attention_backward::dscores")),
-      att.extent(0), att.extent(1), att.extent(2), att.extent(3));
-  attention_backward(exec, dout, qkv, att, dqkv, dscores);
-  // The workspace is freed on return: make sure the kernels using it are done.
-  kx::fence(exec, "tptrain::kernels::attention_backward::free_dscores");
+  detail::require(B >= 0 && S >= 0 && nh_local > 0, "attention_backward",
+                  "need B, S >= 0 and nh_local > 0");
+  using W = Kokkos::View<T****, Kokkos::LayoutRight, typename DQKV::memory_space>;
+  W probs(Kokkos::view_alloc(exec, Kokkos::WithoutInitializing,
+                             std::string("tptrain::kernels::attention_backward::probs")),
+          B, nh_local, S, S);
+  W dprobs(Kokkos::view_alloc(exec, Kokkos::WithoutInitializing,
+                              std::string("tptrain::kernels::attention_backward::dprobs")),
+           B, nh_local, S, S);
+  attention_backward(exec, dout, qkv, lse, dqkv, probs, dprobs);
+  // The workspaces are freed on return: make sure the kernels using them are done.
+  kx::fence(exec, "tptrain::kernels::attention_backward::free_workspaces");
 }
 
 }  // namespace tptrain::kernels

@@ -16,10 +16,14 @@ struct ParallelAttention {
   ColumnParallelLinear<T> qkv;  // H -> 3H, 3 blocks
   RowParallelLinear<T> proj;    // H -> H
   int B, S, nh_local, d;
-  kernels::Matrix<T> qkv_out;   // [N, 3*H/tp]
-  kernels::Tensor4<T> att;      // [B, nh/tp, S, S] softmax probabilities
-  kernels::Tensor4<T> dscores;  // [B, nh/tp, S, S] backward workspace
-  kernels::Matrix<T> ctx;       // [N, H/tp] attention output before proj
+  kernels::Matrix<T> qkv_out;   // [N, 3*H/tp] saved
+  kernels::Vector<T> lse;       // [B*nh/tp*S] saved: log Σ exp of each score row (the softmax's normaliser)
+  kernels::Matrix<T> ctx;       // [N, H/tp] saved: attention output before proj
+  // Shared by every layer of the stage: the probabilities are not kept from forward to
+  // backward but recomputed there from Q, K and lse (one QKᵀ GEMM), so a stage holds two
+  // [B, nh/tp, S, S] buffers instead of two per layer.
+  kernels::Tensor4<T> probs;    // [B, nh/tp, S, S] scores / probabilities
+  kernels::Tensor4<T> dprobs;   // [B, nh/tp, S, S] their gradient (backward)
   kernels::Matrix<T> d_ctx;     // [N, H/tp]
   kernels::Matrix<T> d_qkv;     // [N, 3*H/tp]
 
@@ -28,21 +32,22 @@ struct ParallelAttention {
         // GPT-2 scales the residual projections by 1/sqrt(2 * layers).
         proj(name + "/proj", s.hidden, s.hidden, tp, 0.02f / std::sqrt(2.0f * s.layers)),
         B(batch), S(s.seq_length), nh_local(s.local_heads()), d(s.head_dim()),
-        qkv_out(ws.matrix(name + ".qkv_out", BufferCategory::activation, std::int64_t(batch) * S,
-                          3 * std::int64_t(s.local_hidden()))),
-        att(ws.tensor4(name + ".att", BufferCategory::activation, batch, nh_local, S, S)),
-        dscores(ws.tensor4("attention.dscores", BufferCategory::scratch, batch, nh_local, S, S)),
-        ctx(ws.matrix(name + ".ctx", BufferCategory::activation, std::int64_t(batch) * S, s.local_hidden())),
-        d_ctx(ws.matrix("attention.d_ctx", BufferCategory::scratch, std::int64_t(batch) * S, s.local_hidden())),
-        d_qkv(ws.matrix("attention.d_qkv", BufferCategory::scratch, std::int64_t(batch) * S,
-                        3 * std::int64_t(s.local_hidden()))) {}
+        qkv_out(ws.matrix(name + ".qkv_out", BufferCategory::activation, tokens(), 3 * std::int64_t(s.local_hidden()))),
+        lse(ws.vector(name + ".lse", BufferCategory::activation, std::int64_t(batch) * nh_local * S)),
+        ctx(ws.matrix(name + ".ctx", BufferCategory::activation, tokens(), s.local_hidden())),
+        probs(ws.tensor4("attention.probs", BufferCategory::scratch, batch, nh_local, S, S)),
+        dprobs(ws.tensor4("attention.dprobs", BufferCategory::scratch, batch, nh_local, S, S)),
+        d_ctx(ws.matrix("attention.d_ctx", BufferCategory::scratch, tokens(), s.local_hidden())),
+        d_qkv(ws.matrix("attention.d_qkv", BufferCategory::scratch, tokens(), 3 * std::int64_t(s.local_hidden()))) {}
+
+  std::int64_t tokens() const { return std::int64_t(B) * S; }
 
   template <class XV, class YV>
   void forward(const Exec& exec, Communicator& tp, const XV& x /*[N, H]*/, const YV& y /*[N, H]*/) {
     qkv.forward(exec, tp, x, qkv_out);
     {
       PhaseScope phase(Phase::attention);
-      kernels::attention_forward(exec, qkv_out, ctx, att, B, S, nh_local, d);
+      kernels::attention_forward(exec, qkv_out, ctx, probs, lse, B, S, nh_local, d);
     }
     proj.forward(exec, tp, ctx, y);
   }
@@ -52,7 +57,7 @@ struct ParallelAttention {
     proj.backward(exec, tp, dy, ctx, d_ctx);
     {
       PhaseScope phase(Phase::attention);
-      kernels::attention_backward(exec, d_ctx, qkv_out, att, d_qkv, dscores);
+      kernels::attention_backward(exec, d_ctx, qkv_out, lse, d_qkv, probs, dprobs);
     }
     qkv.backward(exec, tp, d_qkv, x, dx);
   }

@@ -1,8 +1,7 @@
-// The column-sum and attention kernels block columns per thread on host backends (CB = 64) and
-// use one column per thread on GPUs (CB = 1). Both orderings must give bitwise identical results;
+// The column-sum kernels block columns per thread on host backends (CB = 64) and use one
+// column per thread on GPUs (CB = 1). Both orderings must give bitwise identical results;
 // running CB = 1 here exercises the GPU loop structure on the host.
 #include "catch.hpp"
-#include "kokkos_kernels/attention.hpp"
 #include "kokkos_kernels/bias.hpp"
 #include "kokkos_kernels/embedding.hpp"
 #include "kokkos_kernels/layernorm.hpp"
@@ -17,7 +16,6 @@ TEST_CASE("column blocking does not change results (bitwise)", "[kernels]") {
   using T = float;
   using M = tk::Matrix<T>;
   using V = tk::Vector<T>;
-  using A = tk::Tensor4<T>;
   Exec exec;
   std::mt19937 rng(101);
   const int N = 37, H = 150;  // H > 64 with a remainder: full and partial blocks
@@ -49,21 +47,5 @@ TEST_CASE("column blocking does not change results (bitwise)", "[kernels]") {
     tk::embedding_backward_masked<Exec, tk::Tokens, M, M, 1>(exec, tok, dy, 0, dw1);
     tk::embedding_backward_masked(exec, tok, dy, 0, dw2);
     CHECK(tt::bitwise_equal(tt::to_host(dw1), tt::to_host(dw2)));
-  }
-
-  SECTION("attention forward and backward") {
-    const int B = 2, S = 9, nh = 2, d = 70, Hl = nh * d;  // d > 64: two column blocks
-    auto qkv = tt::to_device<T>(tt::random_vec<T>(rng, B * S * 3 * Hl), B * S, 3 * Hl);
-    auto dout = tt::to_device<T>(tt::random_vec<T>(rng, B * S * Hl), B * S, Hl);
-    M o1("o1", B * S, Hl), o2("o2", B * S, Hl), dq1("dq1", B * S, 3 * Hl),
-        dq2("dq2", B * S, 3 * Hl);
-    A a1("a1", B, nh, S, S), a2("a2", B, nh, S, S), w1("w1", B, nh, S, S), w2("w2", B, nh, S, S);
-    tk::attention_forward<Exec, M, M, A, 1>(exec, qkv, o1, a1, B, S, nh, d);
-    tk::attention_forward(exec, qkv, o2, a2, B, S, nh, d);
-    CHECK(tt::bitwise_equal(tt::to_host(o1), tt::to_host(o2)));
-    CHECK(tt::bitwise_equal(tt::to_host(a1), tt::to_host(a2)));
-    tk::attention_backward<Exec, M, M, A, M, A, 1>(exec, dout, qkv, a1, dq1, w1);
-    tk::attention_backward(exec, dout, qkv, a2, dq2, w2);
-    CHECK(tt::bitwise_equal(tt::to_host(dq1), tt::to_host(dq2)));
   }
 }

@@ -51,11 +51,15 @@ TEST_CASE("attention refuses more score rows than one league holds", "[kernels][
   kernels::MatrixUnmanaged<float> qkv(nullptr, B * S, 3 * nh * d);
   kernels::MatrixUnmanaged<float> out(nullptr, B * S, nh * d);
   Unmanaged4<float> att(nullptr, B, nh, S, S);
+  kernels::VectorUnmanaged<float> lse(nullptr, B * nh * S);
   const std::string fwd =
-      length_error_of([&] { kernels::attention_forward(exec, qkv, out, att, B, S, nh, d); });
+      length_error_of([&] { kernels::attention_forward(exec, qkv, out, att, lse, B, S, nh, d); });
   CHECK(mentions(fwd, "attention_forward"));
   CHECK(mentions(fwd, "2147483648"));
-  CHECK_THROWS_AS(kernels::attention_backward(exec, out, qkv, att, qkv, att), std::length_error);
+  const std::string bwd =
+      length_error_of([&] { kernels::attention_backward(exec, out, qkv, lse, qkv, att, att); });
+  CHECK(mentions(bwd, "attention_backward"));
+  CHECK(mentions(bwd, "2147483648"));
 }
 
 TEST_CASE("row-wise team kernels refuse more rows than one league holds", "[kernels][overflow]") {
