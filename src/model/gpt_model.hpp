@@ -19,9 +19,10 @@
 //             a non-first stage leaves dL/d(input) in input_grad().
 // The activations kept for backward are those of the LAST forward (one micro-batch).
 //
-// Gradients live in flat buffers, one per GradBucket (the parameters of one block, of the
-// embedding, of the head), in the order backward finishes them, so that data-parallel
-// reduction can send each bucket as one message as soon as it is final.
+// Parameters live in flat buffers, one set per GradBucket (the parameters of one block, of the
+// embedding, of the head), in the order backward finishes them: the gradients so that
+// data-parallel reduction can send each bucket as one message as soon as it is final, values
+// and AdamW moments so that the optimizer runs one kernel per bucket, not one per parameter.
 #pragma once
 
 #include <functional>
@@ -46,12 +47,14 @@ struct PipelineStage {
   bool last() const { return rank == size - 1; }
 };
 
-// Parameters whose gradients are stored back to back in one flat buffer and reduced together.
+// Parameters stored back to back, at the same offsets, in four flat buffers: gradients (reduced
+// together), values and the two AdamW moments (updated together).
 template <class T>
 struct GradBucket {
   std::string name;                   // "head", "layers/<i>", "embedding"
-  std::vector<Parameter<T>*> params;  // their .grad are subviews of `flat`
-  kernels::Vector<T> flat;            // [sum of local sizes]
+  std::vector<Parameter<T>*> params;  // their value/grad/exp_avg/exp_avg_sq are subviews of these
+  kernels::Vector<T> flat;            // [sum of local sizes] gradients
+  kernels::Vector<T> values, exp_avg, exp_avg_sq;
 };
 
 // Name and logical (checkpoint) shape of every model tensor, in checkpoint order — what the
@@ -114,8 +117,8 @@ class GptModel {
     for (std::size_t l = 0; l <= layers_.size(); ++l)
       residual_.push_back(workspace_.matrix("residual." + std::to_string(first_layer_ + static_cast<int>(l)),
                                             BufferCategory::stage, tokens(), shape.hidden));
-    for (Parameter<T>* p : parameters()) allocate_and_initialise(*p, seed);
     make_buckets();
+    for (Parameter<T>* p : parameters()) initialise(*p, seed);
   }
 
   const GptShape& shape() const { return shape_; }
@@ -193,6 +196,13 @@ class GptModel {
     forward_logits(exec, tokens);
     return stage_.last() ? head_->loss_forward(exec, tp_, targets, count) : 0.0;
   }
+  // The same for training: the loss of every token added on the device to `total` (a rank-0
+  // View<double>; untouched on a stage that is not the last).
+  template <class TV, class SV>
+  void forward(const Exec& exec, const TV& tokens, const TV& targets, const SV& total) {
+    forward_logits(exec, tokens);
+    if (stage_.last()) head_->loss_forward(exec, tp_, targets, total);
+  }
 
   // Gradients of scale * (the sum returned by forward), accumulated into the parameters, for
   // the micro-batch of the last forward. `bucket_done(b)` is called when bucket b has this
@@ -237,16 +247,23 @@ class GptModel {
     return shape;
   }
 
-  // One flat gradient buffer per bucket; each parameter's .grad becomes a slice of it.
+  // Four flat buffers per bucket (zeroed); each parameter's views become slices of them.
   void make_buckets() {
     const auto add = [&](std::string name, std::vector<Parameter<T>*> params) {
       std::int64_t total = 0;
       for (const Parameter<T>* p : params) total += p->local_size();
-      GradBucket<T> b{std::move(name), std::move(params), kernels::Vector<T>()};
+      GradBucket<T> b{std::move(name), std::move(params), {}, {}, {}, {}};
       b.flat = kernels::Vector<T>(b.name + ".grads", total);
+      b.values = kernels::Vector<T>(b.name + ".values", total);
+      b.exp_avg = kernels::Vector<T>(b.name + ".exp_avg", total);
+      b.exp_avg_sq = kernels::Vector<T>(b.name + ".exp_avg_sq", total);
       std::int64_t offset = 0;
       for (Parameter<T>* p : b.params) {
-        p->grad = Kokkos::subview(b.flat, std::make_pair(offset, offset + p->local_size()));
+        const auto slice = std::make_pair(offset, offset + p->local_size());
+        p->grad = Kokkos::subview(b.flat, slice);
+        p->value = Kokkos::subview(b.values, slice);
+        p->exp_avg = Kokkos::subview(b.exp_avg, slice);
+        p->exp_avg_sq = Kokkos::subview(b.exp_avg_sq, slice);
         offset += p->local_size();
       }
       buckets_.push_back(std::move(b));

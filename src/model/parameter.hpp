@@ -61,7 +61,10 @@ struct Parameter {
   kernels::VectorUnmanaged<T> dv() const { return kernels::VectorUnmanaged<T>(grad.data(), local_size()); }
 };
 
-// Allocates value/grad/moments (zeroed) and draws the initial value.
+// Draws the initial value into the allocated p.value; allocate_and_initialise allocates
+// value/grad/moments (zeroed) first.
+template <class T>
+void initialise(Parameter<T>& p, std::uint64_t seed);
 template <class T>
 void allocate_and_initialise(Parameter<T>& p, std::uint64_t seed);
 

@@ -28,13 +28,10 @@ inline std::uint64_t name_hash(const std::string& name) {  // FNV-1a
   return h;
 }
 
+// Draws p.value (allocated already, e.g. a slice of its bucket's flat buffer).
 template <class T>
-void allocate_and_initialise(Parameter<T>& p, std::uint64_t seed) {
+void initialise(Parameter<T>& p, std::uint64_t seed) {
   const std::int64_t n = p.local_size();
-  p.value = kernels::Vector<T>(p.name + ".value", n);
-  p.grad = kernels::Vector<T>(p.name + ".grad", n);
-  p.exp_avg = kernels::Vector<T>(p.name + ".exp_avg", n);
-  p.exp_avg_sq = kernels::Vector<T>(p.name + ".exp_avg_sq", n);
 
   // Everything the kernel needs, by value (no host containers on the device).
   const std::uint64_t stream = splitmix64(seed) ^ name_hash(p.name);
@@ -66,6 +63,17 @@ void allocate_and_initialise(Parameter<T>& p, std::uint64_t seed) {
                                                                       row * cols_global + col)))
                               : constant;
       });
+}
+
+// A parameter on its own (layer tests): its four buffers, zeroed, then the initial value.
+template <class T>
+void allocate_and_initialise(Parameter<T>& p, std::uint64_t seed) {
+  const std::int64_t n = p.local_size();
+  p.value = kernels::Vector<T>(p.name + ".value", n);
+  p.grad = kernels::Vector<T>(p.name + ".grad", n);
+  p.exp_avg = kernels::Vector<T>(p.name + ".exp_avg", n);
+  p.exp_avg_sq = kernels::Vector<T>(p.name + ".exp_avg_sq", n);
+  initialise(p, seed);
 }
 
 }  // namespace tptrain::model

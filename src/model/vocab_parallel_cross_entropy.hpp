@@ -11,6 +11,7 @@
 
 #include "kokkos_kernels/cross_entropy.hpp"
 #include "kokkos_kernels/gemm.hpp"
+#include "kokkos_kernels/loss_sum.hpp"
 #include "src/model/gpt_shape.hpp"
 #include "src/model/linear.hpp"
 #include "src/model/workspace.hpp"
@@ -47,6 +48,26 @@ struct VocabParallelCrossEntropy {
   template <class TV>
   double loss_forward(const Exec& exec, Communicator& tp, const TV& targets /*[N]*/,
                       std::int64_t count = -1) {
+    loss_per_token(exec, tp, targets);
+    PhaseScope phase(Phase::loss);
+    auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), loss);
+    double sum = 0;
+    const std::int64_t n = count < 0 ? static_cast<std::int64_t>(h.extent(0)) : count;
+    for (std::int64_t i = 0; i < n; ++i) sum += static_cast<double>(h(i));
+    return sum;
+  }
+
+  // The same summed on the device into `total` (+=), for a training step that copies its loss
+  // to the host once, not once per micro-batch.
+  template <class TV, class SV>
+  void loss_forward(const Exec& exec, Communicator& tp, const TV& targets /*[N]*/, const SV& total) {
+    loss_per_token(exec, tp, targets);
+    PhaseScope phase(Phase::loss);
+    kernels::accumulate_loss_sum(exec, loss, static_cast<std::int64_t>(loss.extent(0)), total);
+  }
+
+  template <class TV>
+  void loss_per_token(const Exec& exec, Communicator& tp, const TV& targets /*[N]*/) {
     PhaseScope phase(Phase::loss);
     kernels::row_max(exec, logits, valid_cols, rowmax);
     tp_all_reduce(exec, tp, rowmax, parallel::ReduceOp::max);
@@ -55,11 +76,6 @@ struct VocabParallelCrossEntropy {
     kernels::target_logit(exec, logits, targets, vocab_start, target_logit);
     tp_all_reduce(exec, tp, target_logit, parallel::ReduceOp::sum);
     kernels::cross_entropy_loss(exec, rowmax, sumexp, target_logit, loss);
-    auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), loss);
-    double sum = 0;
-    const std::int64_t n = count < 0 ? static_cast<std::int64_t>(h.extent(0)) : count;
-    for (std::int64_t i = 0; i < n; ++i) sum += static_cast<double>(h(i));
-    return sum;
   }
 
   // d(scale · Σ_i loss_i): dWord += dlogitsᵀ x; dx = dlogits · Word, all-reduced (f backward).

@@ -1,5 +1,7 @@
 // AdamW (Loshchilov & Hutter, decoupled weight decay) over the model's parameters, and the
-// global gradient norm used for clipping.
+// global gradient norm used for clipping. The training step runs BucketOptimizer: one norm
+// kernel and one AdamW kernel (with the clipping factor folded in) per flat parameter bucket.
+// The per-parameter functions below are the reference it is tested against.
 #pragma once
 
 #include <cmath>
@@ -8,6 +10,8 @@
 #include "kokkos_kernels/adamw.hpp"
 #include "kokkos_kernels/elementwise.hpp"
 #include "kokkos_kernels/reductions.hpp"
+#include "kokkos_kernels/flat_segments.hpp"
+#include "src/model/gpt_model.hpp"
 #include "src/model/parameter.hpp"
 #include "src/parallel/collectives.hpp"
 
@@ -67,5 +71,62 @@ void adamw_step(const kx::ExecSpace& exec, const std::vector<model::Parameter<T>
                           c.beta1, c.beta2, c.eps, p->weight_decay ? c.weight_decay : 0.0, step);
   }
 }
+
+// The optimizer step over a model stage's buckets (model::GradBucket: values, gradients and
+// moments of its parameters in four flat buffers at the same offsets). Each bucket's segment
+// table says per parameter whether it is decayed, replicated over the TP group (its square
+// counted once, not summed over the group) and counted in the norm at all (not the last
+// stage's tied copy of the word embedding: the first stage counts it).
+template <class T>
+class BucketOptimizer {
+ public:
+  explicit BucketOptimizer(model::GptModel<T>& model)
+      : model_(model), sums_("tptrain::BucketOptimizer::sums", model.buckets().size(), 2),
+        host_sums_(Kokkos::create_mirror_view(sums_)) {
+    for (const auto& bucket : model.buckets()) {
+      std::vector<kernels::FlatSegment> table;
+      std::int64_t offset = 0;
+      for (const model::Parameter<T>* p : bucket.params) {
+        table.push_back({offset, offset + p->local_size(), p->weight_decay, p->replicated(), !model.is_tied_copy(p)});
+        offset += p->local_size();
+      }
+      segments_.emplace_back(std::move(table));
+    }
+  }
+
+  // The global gradient norm (before clipping), the same on every rank of the world bit for
+  // bit: per bucket {sharded, replicated} squares on the device, copied to the host once, the
+  // sharded sum reduced over TP, the stage's total over PP (DP replicas hold the same gradients).
+  double grad_norm(const kx::ExecSpace& exec, parallel::Communicator& tp, parallel::Communicator& pp) {
+    auto& buckets = model_.buckets();
+    for (std::size_t b = 0; b < buckets.size(); ++b)
+      kernels::bucket_squared_norms(exec, buckets[b].flat, segments_[b], Kokkos::subview(sums_, b, Kokkos::ALL()));
+    Kokkos::deep_copy(exec, host_sums_, sums_);
+    exec.fence();
+    double sharded = 0.0, replicated = 0.0;
+    for (std::size_t b = 0; b < buckets.size(); ++b) {
+      sharded += host_sums_(b, 0);
+      replicated += host_sums_(b, 1);
+    }
+    sharded = parallel::all_reduce_scalar(tp, sharded, parallel::ReduceOp::sum);
+    return std::sqrt(parallel::all_reduce_scalar(pp, sharded + replicated, parallel::ReduceOp::sum));
+  }
+
+  // AdamW on every bucket with the gradients scaled by `grad_scale` (the clipping factor; the
+  // gradient buffers themselves are left as they are). step: 1-based.
+  void step(const kx::ExecSpace& exec, const AdamWConfig& c, double lr, std::int64_t step, T grad_scale) {
+    auto& buckets = model_.buckets();
+    for (std::size_t b = 0; b < buckets.size(); ++b)
+      kernels::bucket_adamw_update(exec, buckets[b].values, buckets[b].flat, buckets[b].exp_avg,
+                                   buckets[b].exp_avg_sq, segments_[b], lr, c.beta1, c.beta2, c.eps,
+                                   c.weight_decay, step, grad_scale);
+  }
+
+ private:
+  model::GptModel<T>& model_;
+  std::vector<kernels::FlatSegments<kx::ExecSpace>> segments_;
+  Kokkos::View<double**, Kokkos::LayoutRight, kx::MemSpace> sums_;  // [buckets, 2]
+  typename Kokkos::View<double**, Kokkos::LayoutRight, kx::MemSpace>::HostMirror host_sums_;
+};
 
 }  // namespace tptrain::train

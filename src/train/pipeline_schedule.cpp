@@ -201,16 +201,17 @@ int PipelineRunner::acquire_slot() {
   return slot;
 }
 
-void PipelineRunner::forward(const kx::ExecSpace& exec, int m, const std::function<const DeviceBatch&(int)>& batch) {
+void PipelineRunner::forward(const kx::ExecSpace& exec, int m, const std::function<const DeviceBatch&(int)>& batch,
+                             bool count_loss) {
   if (!model_.is_first_stage()) {
     const auto slot = static_cast<std::size_t>(slot_of_[static_cast<std::size_t>(m)]);
     Kokkos::deep_copy(exec, model_.stage_input(), stash_[slot]);
   }
   if (model_.is_first_stage() || model_.is_last_stage()) {
     const DeviceBatch& b = batch(m);
-    loss_ = model_.forward(exec, b.inputs, b.targets);
+    model_.forward(exec, b.inputs, b.targets, count_loss ? loss_total_ : loss_discard_);
   } else {
-    loss_ = model_.forward(exec, no_tokens_, no_tokens_);
+    model_.forward_logits(exec, no_tokens_);
   }
   resident_ = m;
 }
@@ -225,15 +226,14 @@ double PipelineRunner::run(const kx::ExecSpace& exec, int micro_batches, float s
   resident_ = -1;  // the buffers may hold anything (an evaluation, the previous step's weights)
   const int prev = pp_.rank() - 1, next = pp_.rank() + 1;
   const auto tag = [](int m, int direction) { return 2 * m + direction; };
-  double loss_sum = 0;
+  Kokkos::deep_copy(exec, loss_total_, 0.0);
   for (const PipelineOp& op : ops) {
     if (op.kind == PipelineOp::forward) {
-      forward(exec, op.micro_batch, batch);
-      loss_sum += loss_;
+      forward(exec, op.micro_batch, batch, true);
     } else if (op.kind == PipelineOp::backward) {
       const int m = op.micro_batch;
       if (resident_ != m) {  // activation recomputation from the stored input
-        forward(exec, m, batch);
+        forward(exec, m, batch, false);
         ++stats_.recomputes;
       }
       const std::function<void(std::size_t)> done = [&](std::size_t b) {
@@ -272,6 +272,9 @@ double PipelineRunner::run(const kx::ExecSpace& exec, int micro_batches, float s
       stats_.p2p_wait_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     }
   }
+  double loss_sum = 0.0;  // the one copy of the loss to the host in a step
+  exec.fence();
+  Kokkos::deep_copy(loss_sum, loss_total_);
   return loss_sum;
 }
 

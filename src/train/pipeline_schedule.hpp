@@ -108,7 +108,8 @@ class PipelineRunner {
   const PipelineStats& stats() const { return stats_; }
 
  private:
-  void forward(const kx::ExecSpace& exec, int m, const std::function<const DeviceBatch&(int)>& batch);
+  // Forward of micro-batch m; its loss is added to loss_total_ unless it is a recomputation.
+  void forward(const kx::ExecSpace& exec, int m, const std::function<const DeviceBatch&(int)>& batch, bool count_loss);
   int acquire_slot();
 
   Model& model_;
@@ -118,7 +119,8 @@ class PipelineRunner {
   std::vector<int> free_;                      // free stash slots
   std::vector<int> slot_of_;                   // micro-batch -> stash slot
   int resident_ = -1;                          // micro-batch whose activations the layers hold
-  double loss_ = 0;
+  Kokkos::View<double, kx::MemSpace> loss_total_{"pipeline.loss_total"};  // summed on the device
+  Kokkos::View<double, kx::MemSpace> loss_discard_{"pipeline.loss_discard"};  // recomputed forwards
   kernels::Tokens no_tokens_;                  // middle stages use no tokens
   PipelineStats stats_;
 };

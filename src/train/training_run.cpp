@@ -100,13 +100,13 @@ TrainingRun::TrainingRun(const io::Deck& deck, const parallel::Topology& topo, R
       model_(shape_of(deck), deck.training.micro_batch, topo.tp(), deck.training.seed,
              model::PipelineStage{topo.coords().pp, topo.layout().pipeline}),
       parameters_(model_.parameters()),
-      unique_parameters_(model_.unique_parameters()),
       schedule_{deck.optimizer.lr, deck.optimizer.min_lr, deck.optimizer.warmup_steps, deck.training.steps,
                 deck.optimizer.decay},
       adamw_{deck.optimizer.beta1, deck.optimizer.beta2, deck.optimizer.eps, deck.optimizer.weight_decay},
       batch_(model_.tokens()),
       pipeline_(model_, topo.pp(), options.schedule),
       reducer_(model_, topo.dp()),
+      optimizer_(model_),
       tokens_per_step_(std::int64_t(deck.training.global_batch) * deck.model.seq_length) {
   if (valid_)
     eval_windows_ = std::min<std::int64_t>(deck.training.eval_windows,
@@ -190,13 +190,13 @@ StepResult TrainingRun::step(std::int64_t step) {
   StepResult r;
   r.loss = compute_gradients(step);
   util::PhaseScope phase(util::Phase::optimizer);
-  r.grad_norm = global_grad_norm(exec, unique_parameters_, topo_.tp(), topo_.pp());
+  r.grad_norm = optimizer_.grad_norm(exec, topo_.tp(), topo_.pp());
   check_finite(step + 1, r.loss, r.grad_norm);
   const double clip = deck_.training.grad_clip;
-  if (clip > 0 && r.grad_norm > clip)  // as PyTorch's clip_grad_norm_
-    scale_gradients(exec, parameters_, static_cast<float>(clip / (r.grad_norm + 1e-6)));
+  // As PyTorch's clip_grad_norm_, folded into AdamW's reading of the gradients.
+  const float grad_scale = clip > 0 && r.grad_norm > clip ? static_cast<float>(clip / (r.grad_norm + 1e-6)) : 1.0f;
   r.lr = schedule_.at(step);
-  adamw_step(exec, parameters_, adamw_, r.lr, step + 1);
+  optimizer_.step(exec, adamw_, r.lr, step + 1, grad_scale);
   return r;
 }
 

@@ -95,12 +95,12 @@ class TrainingRun {
   std::unique_ptr<data::BatchSampler> sampler_;
   Model model_;
   std::vector<model::Parameter<float>*> parameters_;         // of this stage, tied copy included
-  std::vector<model::Parameter<float>*> unique_parameters_;  // what the gradient norm counts
   LrSchedule schedule_;
   AdamWConfig adamw_;
   DeviceBatch batch_;
   PipelineRunner pipeline_;
   GradientReducer reducer_;
+  BucketOptimizer<float> optimizer_;
   std::int64_t tokens_per_step_ = 0;
   std::int64_t eval_windows_ = 0;
 };
