@@ -7,6 +7,9 @@
 // Views: any layout, managed or unmanaged, subviews.
 #pragma once
 
+#include <algorithm>
+#include <cstdint>
+
 #include "kokkos_kernels/compat.hpp"
 #include "kokkos_kernels/detail.hpp"
 
@@ -57,7 +60,8 @@ void position_embedding_add(const Exec& exec,
 // dwte(tok - vocab_start, h) += dy(t, h) for the tokens in this rank's range (accumulated).
 // One thread per column h (per block of CB columns, see detail::ColumnBlock) walks the tokens
 // in order, so each (row, h) is touched by one thread in a fixed order: no atomics, bitwise
-// reproducible, O(N*H) work.
+// reproducible, O(N*H) work, but only H/CB threads: for callers without the ids on the host.
+// With them, prefer the TokenSegments overload below (parallel over ids too).
 template <class Exec, class TV, class DYV, class DWV, int CB = detail::ColumnBlock<Exec>::value>
 void embedding_backward_masked(const Exec& exec,
                                const TV& tokens,  // [N] token ids
@@ -83,6 +87,137 @@ void embedding_backward_masked(const Exec& exec,
           if (row >= 0 && row < vl)
             for (int c = 0; c < nh; ++c) dwte(row, h0 + c) += dy(t, h0 + c);
         }
+      });
+}
+
+// The token positions of a micro-batch grouped by token id, for a word-embedding backward that
+// is parallel over tokens (one team per distinct id) and still deterministic. Token ids are on
+// the host before the batch is uploaded, so the grouping is a host sort (N log N, N = B·S):
+//   order[p]            positions t, sorted by (token id, t): each id's positions ascending
+//   segment_start[u]    segment u (the u-th distinct id, ascending) is
+//                       order[segment_start[u] .. segment_start[u+1])
+//   segment_token[u]    its token id
+// Device views of capacity N, host staging of the same size: build allocates only when a
+// batch is larger than any before.
+struct TokenSegments {
+  using IndexView = Kokkos::View<std::int64_t*, kx::MemSpace>;
+  using TokenView = Kokkos::View<int*, kx::MemSpace>;
+  IndexView order;            // [capacity]
+  IndexView segment_start;    // [capacity + 1]
+  TokenView segment_token;    // [capacity]
+  std::int64_t tokens = 0;    // N of the last build
+  std::int64_t segments = 0;  // distinct ids U of the last build
+
+  explicit TokenSegments(const std::int64_t n_max = 0) { reserve(n_max); }
+
+  std::int64_t capacity() const { return static_cast<std::int64_t>(order.extent(0)); }
+
+  void reserve(const std::int64_t n_max) {
+    detail::require(n_max >= 0, "TokenSegments", "negative capacity");
+    if (segment_start.extent(0) > 0 && n_max <= capacity()) return;
+    const auto n = static_cast<std::size_t>(n_max);
+    order = IndexView(Kokkos::view_alloc(Kokkos::WithoutInitializing, "tokens.order"), n);
+    segment_start =
+        IndexView(Kokkos::view_alloc(Kokkos::WithoutInitializing, "tokens.segment_start"), n + 1);
+    segment_token =
+        TokenView(Kokkos::view_alloc(Kokkos::WithoutInitializing, "tokens.segment_token"), n);
+    h_order = Kokkos::create_mirror_view(order);
+    h_segment_start = Kokkos::create_mirror_view(segment_start);
+    h_segment_token = Kokkos::create_mirror_view(segment_token);
+  }
+
+  // Groups host_tokens[0, n) and uploads the result on exec. Fences exec before (on host
+  // backends the staging arrays are the device views a previous backward may still read) and
+  // after (the next build rewrites the staging arrays).
+  template <class Exec>
+  void build(const Exec& exec, const int* host_tokens, const std::int64_t n) {
+    detail::require(n >= 0 && (n == 0 || host_tokens != nullptr), "TokenSegments::build",
+                    "need n >= 0 host token ids");
+    kx::fence(exec, "tptrain::kernels::TokenSegments::build: staging free");
+    reserve(n);
+    std::int64_t* pos = h_order.data();
+    for (std::int64_t t = 0; t < n; ++t) pos[t] = t;
+    // (id, position) is a total order: the result does not depend on the sort algorithm.
+    std::sort(pos, pos + n, [host_tokens](const std::int64_t a, const std::int64_t b) {
+      return host_tokens[a] < host_tokens[b] || (host_tokens[a] == host_tokens[b] && a < b);
+    });
+    std::int64_t u = 0;
+    for (std::int64_t p = 0; p < n; ++p) {
+      if (p == 0 || host_tokens[pos[p]] != host_tokens[pos[p - 1]]) {
+        h_segment_start(u) = p;
+        h_segment_token(u) = host_tokens[pos[p]];
+        ++u;
+      }
+    }
+    h_segment_start(u) = n;
+    tokens = n;
+    segments = u;
+    using Span = Kokkos::pair<std::int64_t, std::int64_t>;
+    Kokkos::deep_copy(exec, Kokkos::subview(order, Span(0, n)),
+                      Kokkos::subview(h_order, Span(0, n)));
+    Kokkos::deep_copy(exec, Kokkos::subview(segment_start, Span(0, u + 1)),
+                      Kokkos::subview(h_segment_start, Span(0, u + 1)));
+    Kokkos::deep_copy(exec, Kokkos::subview(segment_token, Span(0, u)),
+                      Kokkos::subview(h_segment_token, Span(0, u)));
+    kx::fence(exec, "tptrain::kernels::TokenSegments::build: uploaded");
+  }
+
+ private:
+  IndexView::HostMirror h_order, h_segment_start;
+  TokenView::HostMirror h_segment_token;
+};
+
+// dwte(tok - vocab_start, h) += Σ_{t: tokens(t) = tok} dy(t, h) for the ids in this rank's range
+// (accumulated), with the positions grouped by `segments` (built from the same tokens).
+// One team per distinct id, its threads over blocks of CB columns (detail::ColumnBlock); each
+// thread sums the id's positions in ascending order, then adds to dwte once: no atomics,
+// bitwise reproducible for any team size and CB. O(N·H) work, parallel over ids and columns.
+template <class Exec, class DYV, class DWV, int CB = detail::ColumnBlock<Exec>::value>
+void embedding_backward_masked(const Exec& exec,
+                               const TokenSegments& segments,  // of the N token ids
+                               const DYV& dy,                  // [N, H]
+                               const std::int64_t vocab_start,
+                               const DWV& dwte) {  // [Vl, H] accumulated
+  using IV = TokenSegments::IndexView;
+  using TV = TokenSegments::TokenView;
+  detail::check_view<Exec, IV, 1>();
+  detail::check_view<Exec, TV, 1>();
+  detail::check_view<Exec, DYV, 2>();
+  detail::check_view<Exec, DWV, 2>();
+  detail::check_writable<DWV>();
+  static_assert(CB >= 1, "column block must be positive");
+  detail::require(segments.tokens == static_cast<std::int64_t>(dy.extent(0)) &&
+                      dwte.extent(1) == dy.extent(1),
+                  "embedding_backward_masked",
+                  "shapes must be segments of N tokens, dy[N,H], dwte[Vl,H]");
+  using T = typename DWV::non_const_value_type;
+  using member = typename detail::Teams<Exec>::member_type;
+  const std::int64_t vl = dwte.extent(0);
+  const std::int64_t cols = dy.extent(1);
+  const std::int64_t nblk = detail::ceil_div(cols, CB);
+  const IV order = segments.order;
+  const IV start = segments.segment_start;
+  const TV token = segments.segment_token;
+  Kokkos::parallel_for(
+      "tptrain::kernels::embedding_backward_segments",
+      detail::teams(exec, segments.segments, "embedding_backward_masked"),
+      KOKKOS_LAMBDA(const member& team) {
+        const std::int64_t u = team.league_rank();
+        const std::int64_t row = static_cast<std::int64_t>(token(u)) - vocab_start;
+        if (row < 0 || row >= vl) return;  // another rank's vocabulary block
+        const std::int64_t p0 = start(u);
+        const std::int64_t p1 = start(u + 1);
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, nblk), [&](const std::int64_t blk) {
+          const std::int64_t h0 = blk * CB;
+          const int nh = static_cast<int>(kx::min<std::int64_t>(CB, cols - h0));
+          T sum[CB];
+          for (int c = 0; c < CB; ++c) sum[c] = 0;
+          for (std::int64_t p = p0; p < p1; ++p) {
+            const std::int64_t t = order(p);
+            for (int c = 0; c < nh; ++c) sum[c] += dy(t, h0 + c);
+          }
+          for (int c = 0; c < nh; ++c) dwte(row, h0 + c) += sum[c];
+        });
       });
 }
 

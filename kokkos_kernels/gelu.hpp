@@ -40,6 +40,38 @@ void gelu_forward(const Exec& exec,
       });
 }
 
+// MLP bias and activation in one pass over [N, F] (instead of bias_add, then gelu_forward):
+//   h(i, j) += bias(j)   (in place: h is what gelu_backward needs)
+//   a(i, j) = gelu(h(i, j))   (overwritten; bitwise as bias_add + gelu_forward)
+// a must not alias h.
+template <class Exec, class HV, class BV, class AV>
+void bias_gelu_forward(const Exec& exec,
+                       const HV& h,     // [N, F] in/out
+                       const BV& bias,  // [F]
+                       const AV& a) {   // [N, F] out
+  detail::check_view<Exec, HV, 2>();
+  detail::check_view<Exec, BV, 1>();
+  detail::check_view<Exec, AV, 2>();
+  detail::check_writable<HV>();
+  detail::check_writable<AV>();
+  detail::require(h.extent(0) == a.extent(0) && h.extent(1) == a.extent(1) &&
+                      bias.extent(0) == h.extent(1),
+                  "bias_gelu_forward", "shapes must be h[N,F], bias[F], a[N,F]");
+  using HT = typename HV::non_const_value_type;
+  using T = typename AV::non_const_value_type;
+  const T k = static_cast<T>(detail::gelu_k);
+  const T c = static_cast<T>(detail::gelu_c);
+  Kokkos::parallel_for(
+      "tptrain::kernels::bias_gelu_forward", detail::range2d(exec, h.extent(0), h.extent(1)),
+      KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t j) {
+        const HT hb = h(i, j) + bias(j);
+        h(i, j) = hb;
+        const T v = hb;
+        const T sig = T(1) / (T(1) + kx::exp(T(-2) * k * (v + c * v * v * v)));
+        a(i, j) = v * sig;
+      });
+}
+
 // dx = dy * gelu'(x) (dx overwritten; dx may alias dy).
 template <class Exec, class DYV, class XV, class DXV>
 void gelu_backward(const Exec& exec,

@@ -2,14 +2,67 @@
 //   mean = Σ_j x_j / H,  rstd = 1 / sqrt(Σ_j (x_j - mean)² / H + eps)
 //   y_j = (x_j - mean) · rstd · γ_j + β_j
 // Row statistics use one team per row (team reductions: deterministic for a fixed team size);
-// dγ/dβ use one thread per column summing rows in order (no atomics, bitwise reproducible).
+// the mean and the variance are two passes over the row (the row is in cache for the second;
+// a one-pass Σx² - (Σx)²/H would cancel for rows with |mean| >> std).
+// dγ/dβ are two-stage column sums (kokkos_kernels/column_sums.hpp): no atomics, bitwise
+// reproducible for any thread count, team size and column block.
 // Views: any layout, managed or unmanaged, subviews.
 #pragma once
 
+#include "kokkos_kernels/column_sums.hpp"
 #include "kokkos_kernels/compat.hpp"
 #include "kokkos_kernels/detail.hpp"
 
 namespace tptrain::kernels {
+
+namespace detail {
+
+// Shapes of layernorm_forward given its input x [N, H] (x checked by the caller).
+template <class Exec, class XV, class GV, class BV, class YV, class MV, class RV>
+void check_layernorm_forward(const XV& x, const GV& gamma, const BV& beta, const YV& y,
+                             const MV& mean, const RV& rstd, const char* kernel) {
+  check_view<Exec, GV, 1>();
+  check_view<Exec, BV, 1>();
+  check_view<Exec, YV, 2>();
+  check_view<Exec, MV, 1>();
+  check_view<Exec, RV, 1>();
+  check_writable<YV>();
+  check_writable<MV>();
+  check_writable<RV>();
+  const std::size_t n = x.extent(0), h = x.extent(1);
+  require(y.extent(0) == n && y.extent(1) == h && gamma.extent(0) == h && beta.extent(0) == h &&
+              mean.extent(0) == n && rstd.extent(0) == n,
+          kernel, "shapes must be x[N,H], gamma[H], beta[H], y[N,H], mean[N], rstd[N]");
+  require(h > 0, kernel, "H must be positive");
+}
+
+// The rest of one row's LayerNorm once the team has Σ_j x(i, j): mean, the variance as a second
+// pass over the centred row, y, and the saved statistics.
+template <class Member, class T, class XV, class GV, class BV, class YV, class MV, class RV>
+KOKKOS_INLINE_FUNCTION void layernorm_row(const Member& team, const std::int64_t i,
+                                          const std::int64_t h, const T sum, const XV& x,
+                                          const GV& gamma, const BV& beta, const YV& y,
+                                          const MV& mean, const RV& rstd, const T eps) {
+  const T mu = sum / static_cast<T>(h);
+  T sq = 0;
+  Kokkos::parallel_reduce(
+      Kokkos::TeamThreadRange(team, h),
+      [&](const std::int64_t j, T& acc) {
+        const T d = x(i, j) - mu;
+        acc += d * d;
+      },
+      sq);
+  const T rs = T(1) / kx::sqrt(sq / static_cast<T>(h) + eps);
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(team, h), [&](const std::int64_t j) {
+    y(i, j) = (x(i, j) - mu) * rs * gamma(j) + beta(j);
+  });
+  Kokkos::single(Kokkos::PerTeam(team), [&]() {
+    mean(i) = mu;
+    rstd(i) = rs;
+  });
+}
+
+}  // namespace detail
 
 template <class Exec, class XV, class GV, class BV, class YV, class MV, class RV>
 void layernorm_forward(const Exec& exec,
@@ -21,24 +74,10 @@ void layernorm_forward(const Exec& exec,
                        const RV& rstd,   // [N] out, saved for backward
                        const typename YV::non_const_value_type eps) {
   detail::check_view<Exec, XV, 2>();
-  detail::check_view<Exec, GV, 1>();
-  detail::check_view<Exec, BV, 1>();
-  detail::check_view<Exec, YV, 2>();
-  detail::check_view<Exec, MV, 1>();
-  detail::check_view<Exec, RV, 1>();
-  detail::check_writable<YV>();
-  detail::check_writable<MV>();
-  detail::check_writable<RV>();
+  detail::check_layernorm_forward<Exec, XV, GV, BV, YV, MV, RV>(x, gamma, beta, y, mean, rstd,
+                                                                "layernorm_forward");
   const std::int64_t n = x.extent(0);
   const std::int64_t h = x.extent(1);
-  detail::require(
-      y.extent(0) == static_cast<std::size_t>(n) && y.extent(1) == static_cast<std::size_t>(h) &&
-          gamma.extent(0) == static_cast<std::size_t>(h) &&
-          beta.extent(0) == static_cast<std::size_t>(h) &&
-          mean.extent(0) == static_cast<std::size_t>(n) &&
-          rstd.extent(0) == static_cast<std::size_t>(n),
-      "layernorm_forward", "shapes must be x[N,H], gamma[H], beta[H], y[N,H], mean[N], rstd[N]");
-  detail::require(h > 0, "layernorm_forward", "H must be positive");
   using T = typename YV::non_const_value_type;
   using member = typename detail::Teams<Exec>::member_type;
   Kokkos::parallel_for(
@@ -49,41 +88,102 @@ void layernorm_forward(const Exec& exec,
         Kokkos::parallel_reduce(
             Kokkos::TeamThreadRange(team, h), [&](const std::int64_t j, T& acc) { acc += x(i, j); },
             sum);
-        const T mu = sum / static_cast<T>(h);
-        T sq = 0;
+        detail::layernorm_row(team, i, h, sum, x, gamma, beta, y, mean, rstd, eps);
+      });
+}
+
+// Residual add fused with the LayerNorm that follows it (pre-LN blocks: x₁ = x + r is the
+// residual stream, LN₂ normalises it), one pass over x and r instead of two:
+//   x1 = x + r   (stored),   y = LayerNorm(x1)   (as layernorm_forward(x1), bitwise)
+// x1 may alias x or r (an in-place residual add); y aliases none of them.
+template <class Exec, class XV, class ResV, class X1V, class GV, class BV, class YV, class MV,
+          class RV>
+void add_layernorm_forward(const Exec& exec,
+                           const XV& x,      // [N, H]
+                           const ResV& r,     // [N, H] residual branch
+                           const X1V& x1,    // [N, H] out: x + r
+                           const GV& gamma,  // [H]
+                           const BV& beta,   // [H]
+                           const YV& y,      // [N, H] out (overwritten)
+                           const MV& mean,   // [N] out, saved for backward
+                           const RV& rstd,   // [N] out, saved for backward
+                           const typename YV::non_const_value_type eps) {
+  detail::check_view<Exec, XV, 2>();
+  detail::check_view<Exec, ResV, 2>();
+  detail::check_view<Exec, X1V, 2>();
+  detail::check_writable<X1V>();
+  detail::check_layernorm_forward<Exec, X1V, GV, BV, YV, MV, RV>(x1, gamma, beta, y, mean, rstd,
+                                                                 "add_layernorm_forward");
+  detail::require(x.extent(0) == x1.extent(0) && x.extent(1) == x1.extent(1) &&
+                      r.extent(0) == x1.extent(0) && r.extent(1) == x1.extent(1),
+                  "add_layernorm_forward", "x, r and x1 must have the same extents");
+  const std::int64_t n = x1.extent(0);
+  const std::int64_t h = x1.extent(1);
+  using T = typename YV::non_const_value_type;
+  using V1 = typename X1V::non_const_value_type;
+  using member = typename detail::Teams<Exec>::member_type;
+  Kokkos::parallel_for(
+      "tptrain::kernels::add_layernorm_forward", detail::teams(exec, n, "add_layernorm_forward"),
+      KOKKOS_LAMBDA(const member& team) {
+        const std::int64_t i = team.league_rank();
+        T sum = 0;
         Kokkos::parallel_reduce(
             Kokkos::TeamThreadRange(team, h),
             [&](const std::int64_t j, T& acc) {
-              const T d = x(i, j) - mu;
-              acc += d * d;
+              const V1 v = x(i, j) + r(i, j);
+              x1(i, j) = v;
+              acc += v;
             },
-            sq);
-        const T rs = T(1) / kx::sqrt(sq / static_cast<T>(h) + eps);
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, h), [&](const std::int64_t j) {
-          y(i, j) = (x(i, j) - mu) * rs * gamma(j) + beta(j);
-        });
-        Kokkos::single(Kokkos::PerTeam(team), [&]() {
-          mean(i) = mu;
-          rstd(i) = rs;
-        });
+            sum);
+        team.team_barrier();  // the next passes read x1 entries other threads wrote
+        detail::layernorm_row(team, i, h, sum, x1, gamma, beta, y, mean, rstd, eps);
       });
 }
+
+namespace detail {
+
+// Summands of the LayerNorm parameter gradients at (i, j): (dy·x̂, dy) -> (dγ, dβ).
+template <class DYV, class XV, class MV, class RV, class DGV, class DBV>
+struct LayerNormParamGradOp {
+  using value_type = typename DGV::non_const_value_type;
+  static constexpr int terms = 2;
+  DYV dy;
+  XV x;
+  MV mean;
+  RV rstd;
+  DGV dgamma;
+  DBV dbeta;
+  KOKKOS_INLINE_FUNCTION void summands(const std::int64_t i, const std::int64_t j,
+                                       value_type (&s)[2]) const {
+    const value_type g = dy(i, j);
+    s[0] = g * ((x(i, j) - mean(i)) * rstd(i));
+    s[1] = g;
+  }
+  KOKKOS_INLINE_FUNCTION void accumulate(const std::int64_t j, const value_type (&sum)[2]) const {
+    dgamma(j) += sum[0];
+    dbeta(j) += sum[1];
+  }
+};
+
+}  // namespace detail
 
 // x̂ = (x - mean) · rstd,  g = dy · γ
 // dx = rstd · (g - mean_j(g) - x̂ · mean_j(g · x̂))   (overwritten)
 // dγ += Σ_rows dy · x̂,  dβ += Σ_rows dy             (accumulated)
 // dx may alias dy (an in-place backward); no other aliasing. CB: see detail::ColumnBlock.
+// `workspace`: rank 1, >= column_sums_workspace_size(N, H, 2) elements of dγ's value type.
 template <class Exec, class DYV, class XV, class GV, class MV, class RV, class DXV, class DGV,
-          class DBV, int CB = detail::ColumnBlock<Exec>::value>
+          class DBV, class WV, int CB = detail::ColumnBlock<Exec>::value>
 void layernorm_backward(const Exec& exec,
-                        const DYV& dy,       // [N, H]
-                        const XV& x,         // [N, H] forward input
-                        const GV& gamma,     // [H]
-                        const MV& mean,      // [N] from layernorm_forward
-                        const RV& rstd,      // [N] from layernorm_forward
-                        const DXV& dx,       // [N, H] out (overwritten)
-                        const DGV& dgamma,   // [H] accumulated
-                        const DBV& dbeta) {  // [H] accumulated
+                        const DYV& dy,           // [N, H]
+                        const XV& x,             // [N, H] forward input
+                        const GV& gamma,         // [H]
+                        const MV& mean,          // [N] from layernorm_forward
+                        const RV& rstd,          // [N] from layernorm_forward
+                        const DXV& dx,           // [N, H] out (overwritten)
+                        const DGV& dgamma,       // [H] accumulated
+                        const DBV& dbeta,        // [H] accumulated
+                        const WV& workspace) {  // scratch, see above
   detail::check_view<Exec, DYV, 2>();
   detail::check_view<Exec, XV, 2>();
   detail::check_view<Exec, GV, 1>();
@@ -108,29 +208,11 @@ void layernorm_backward(const Exec& exec,
   using member = typename detail::Teams<Exec>::member_type;
   // Made before the first kernel: a refused row count must leave dgamma/dbeta untouched.
   const auto row_teams = detail::teams(exec, n, "layernorm_backward");
-  // Parameter gradients first, so that dx may alias dy. One thread per block of CB columns,
-  // rows summed in order (see detail::ColumnBlock).
-  Kokkos::parallel_for(
-      "tptrain::kernels::layernorm_backward_params", detail::range(exec, detail::ceil_div(h, CB)),
-      KOKKOS_LAMBDA(const std::int64_t blk) {
-        const std::int64_t j0 = blk * CB;
-        const int nj = static_cast<int>(kx::min<std::int64_t>(CB, h - j0));
-        T dg[CB], db[CB];
-        for (int c = 0; c < CB; ++c) dg[c] = db[c] = 0;
-        for (std::int64_t i = 0; i < n; ++i) {
-          const T mu = mean(i);
-          const T rs = rstd(i);
-          for (int c = 0; c < nj; ++c) {
-            const T g = dy(i, j0 + c);
-            dg[c] += g * ((x(i, j0 + c) - mu) * rs);
-            db[c] += g;
-          }
-        }
-        for (int c = 0; c < nj; ++c) {
-          dgamma(j0 + c) += dg[c];
-          dbeta(j0 + c) += db[c];
-        }
-      });
+  // Parameter gradients first, so that dx may alias dy. (column_sums checks the workspace
+  // before it launches anything.)
+  using Op = detail::LayerNormParamGradOp<DYV, XV, MV, RV, DGV, DBV>;
+  column_sums<Exec, Op, WV, CB>(exec, "layernorm_backward_params", n, h,
+                                Op{dy, x, mean, rstd, dgamma, dbeta}, workspace);
   Kokkos::parallel_for(
       "tptrain::kernels::layernorm_backward_input", row_teams,
       KOKKOS_LAMBDA(const member& team) {
@@ -155,6 +237,23 @@ void layernorm_backward(const Exec& exec,
           dx(i, j) = rs * (dy(i, j) * gamma(j) - mean_g - xhat * mean_gx);
         });
       });
+}
+
+// The same with the workspace allocated here (and a fence before it is freed).
+template <class Exec, class DYV, class XV, class GV, class MV, class RV, class DXV, class DGV,
+          class DBV, int CB = detail::ColumnBlock<Exec>::value>
+void layernorm_backward(const Exec& exec, const DYV& dy, const XV& x, const GV& gamma,
+                        const MV& mean, const RV& rstd, const DXV& dx, const DGV& dgamma,
+                        const DBV& dbeta) {
+  using T = typename DGV::non_const_value_type;
+  using WV = Kokkos::View<T*, typename Exec::memory_space>;
+  const std::int64_t needed = column_sums_workspace_size(x.extent(0), x.extent(1), 2);
+  WV workspace(Kokkos::view_alloc(Kokkos::WithoutInitializing,
+                                  "tptrain::kernels::layernorm_backward_workspace"),
+               static_cast<std::size_t>(needed));
+  layernorm_backward<Exec, DYV, XV, GV, MV, RV, DXV, DGV, DBV, WV, CB>(
+      exec, dy, x, gamma, mean, rstd, dx, dgamma, dbeta, workspace);
+  if (needed > 0) kx::fence(exec, "tptrain::kernels::layernorm_backward: free workspace");
 }
 
 }  // namespace tptrain::kernels

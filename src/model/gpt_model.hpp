@@ -108,7 +108,7 @@ class GptModel {
       layers_.push_back(std::make_unique<TransformerLayer<T>>("layers/" + std::to_string(l), shape,
                                                               micro_batch, tp, workspace_));
     if (stage.last()) {
-      ln_f_ = std::make_unique<LayerNorm<T>>("ln_f", shape.hidden, tp, tokens(), workspace_);
+      ln_f_ = std::make_unique<LayerNorm<T>>("ln_f", shape.hidden, tp, tokens(), workspace_, shape_);
       head_ = std::make_unique<VocabParallelCrossEntropy<T>>(shape, tokens(), tp, workspace_);
       x_f_ = workspace_.matrix("ln_f.out", BufferCategory::activation, tokens(), shape.hidden);
       // The tied output weight: embedding/word exactly as the first stage declares it.
@@ -206,10 +206,12 @@ class GptModel {
 
   // Gradients of scale * (the sum returned by forward), accumulated into the parameters, for
   // the micro-batch of the last forward. `bucket_done(b)` is called when bucket b has this
-  // micro-batch's contribution (for reduction hooks).
+  // micro-batch's contribution (for reduction hooks). `segments`, if given, groups the input
+  // tokens by id (the word-embedding gradient then runs parallel over tokens).
   template <class TV>
   void backward(const Exec& exec, const TV& tokens, const TV& targets, T scale,
-                const std::function<void(std::size_t)>& bucket_done = {}) {
+                const std::function<void(std::size_t)>& bucket_done = {},
+                const kernels::TokenSegments* segments = nullptr) {
     std::size_t b = 0;
     const auto done = [&] {
       if (bucket_done) bucket_done(b);
@@ -226,7 +228,7 @@ class GptModel {
       done();
     }
     if (embedding_) {
-      embedding_->backward(exec, tp_, tokens, grad_b_);
+      embedding_->backward(exec, tp_, tokens, grad_b_, segments);
       done();
     }  // else grad_b_ holds dL/d(stage input)
   }

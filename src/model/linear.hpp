@@ -3,8 +3,11 @@
 #pragma once
 
 #include "kokkos_kernels/bias.hpp"
+#include "kokkos_kernels/column_sums.hpp"
 #include "kokkos_kernels/gemm.hpp"
+#include "src/model/gpt_shape.hpp"
 #include "src/model/parameter.hpp"
+#include "src/model/workspace.hpp"
 #include "src/parallel/mappings.hpp"
 #include "src/util/phases.hpp"
 
@@ -32,12 +35,36 @@ Parameter<T> make_parameter(std::string name, std::vector<std::int64_t> shape, S
   return p;
 }
 
+// The partial sums of the two-stage column reductions (bias and LayerNorm parameter gradients,
+// kernels/column_sums.hpp): one scratch buffer of the stage, sized for the widest of them, so that
+// the backward allocates nothing.
+template <class T>
+kernels::Vector<T> column_sums_scratch(Workspace<T>& ws, const GptShape& s, std::int64_t tokens) {
+  std::int64_t n = kernels::column_sums_workspace_size(tokens, s.hidden, 2);  // LayerNorm: dγ, dβ
+  for (std::int64_t cols : {3 * std::int64_t(s.local_hidden()), std::int64_t(s.hidden), std::int64_t(s.local_ffn())})
+    n = std::max(n, kernels::column_sums_workspace_size(tokens, cols, 1));  // biases
+  return ws.vector("column_sums", BufferCategory::scratch, std::max<std::int64_t>(n, 1));
+}
+
+// db += Σ_rows dy, through the stage's scratch when the layer has it.
+template <class DYV, class DBV, class T>
+void bias_gradient(const Exec& exec, const DYV& dy, const DBV& db, const kernels::Vector<T>& scratch) {
+  if (scratch.extent(0) >= static_cast<std::size_t>(kernels::column_sums_workspace_size(dy.extent(0), dy.extent(1))))
+    kernels::bias_backward(exec, dy, db, scratch);
+  else
+    kernels::bias_backward(exec, dy, db);
+}
+
 // Output features split over the TP group: rank r computes its [N, out/tp] slice.
 // `blocks` > 1 splits each of that many output blocks separately (QKV: 3 blocks).
 template <class T>
 struct ColumnParallelLinear {
   Parameter<T> weight;  // [out/tp, in]
   Parameter<T> bias;    // [out/tp]
+  // Megatron's skip_bias_add: forward leaves the bias to the caller, which fuses it into the
+  // next elementwise kernel (the MLP's bias + GELU).
+  bool skip_bias_add = false;
+  kernels::Vector<T> column_scratch;  // column_sums_scratch(); empty: allocated per backward
 
   ColumnParallelLinear(const std::string& name, std::int64_t in, std::int64_t out, int blocks,
                        const Communicator& tp, float init_std)
@@ -51,6 +78,7 @@ struct ColumnParallelLinear {
       PhaseScope phase(Phase::gemm);
       kernels::linear_forward(exec, x, weight.w(), y);
     }
+    if (skip_bias_add) return;
     PhaseScope phase(Phase::norms_elementwise);
     kernels::bias_add(exec, y, bias.v());
   }
@@ -60,7 +88,7 @@ struct ColumnParallelLinear {
                 const DXV& dx /*[N, in]*/) {
     {
       PhaseScope phase(Phase::norms_elementwise);
-      kernels::bias_backward(exec, dy, bias.dv());
+      bias_gradient(exec, dy, bias.dv(), column_scratch);
     }
     {
       PhaseScope phase(Phase::gemm);
@@ -78,6 +106,7 @@ template <class T>
 struct RowParallelLinear {
   Parameter<T> weight;  // [out, in/tp]
   Parameter<T> bias;    // [out], replicated
+  kernels::Vector<T> column_scratch;  // column_sums_scratch(); empty: allocated per backward
 
   RowParallelLinear(const std::string& name, std::int64_t in, std::int64_t out, const Communicator& tp,
                     float init_std)
@@ -101,7 +130,7 @@ struct RowParallelLinear {
     parallel::reduce_from_tp_region_backward(tp, exec, dy);  // g: identity
     {
       PhaseScope phase(Phase::norms_elementwise);
-      kernels::bias_backward(exec, dy, bias.dv());  // same dy on every rank: stays replicated
+      bias_gradient(exec, dy, bias.dv(), column_scratch);  // same dy on every rank: stays replicated
     }
     PhaseScope phase(Phase::gemm);
     kernels::linear_backward_weight(exec, dy, x, weight.dw());

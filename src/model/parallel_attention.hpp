@@ -38,7 +38,9 @@ struct ParallelAttention {
         probs(ws.tensor4("attention.probs", BufferCategory::scratch, batch, nh_local, S, S)),
         dprobs(ws.tensor4("attention.dprobs", BufferCategory::scratch, batch, nh_local, S, S)),
         d_ctx(ws.matrix("attention.d_ctx", BufferCategory::scratch, tokens(), s.local_hidden())),
-        d_qkv(ws.matrix("attention.d_qkv", BufferCategory::scratch, tokens(), 3 * std::int64_t(s.local_hidden()))) {}
+        d_qkv(ws.matrix("attention.d_qkv", BufferCategory::scratch, tokens(), 3 * std::int64_t(s.local_hidden()))) {
+    qkv.column_scratch = proj.column_scratch = column_sums_scratch(ws, s, tokens());
+  }
 
   std::int64_t tokens() const { return std::int64_t(B) * S; }
 

@@ -23,14 +23,17 @@ struct ParallelMLP {
         proj(name + "/proj", s.ffn_hidden, s.hidden, tp, 0.02f / std::sqrt(2.0f * s.layers)),
         h(ws.matrix(name + ".h", BufferCategory::activation, tokens, s.local_ffn())),
         a(ws.matrix(name + ".a", BufferCategory::activation, tokens, s.local_ffn())),
-        da(ws.matrix("mlp.da", BufferCategory::scratch, tokens, s.local_ffn())) {}
+        da(ws.matrix("mlp.da", BufferCategory::scratch, tokens, s.local_ffn())) {
+    fc.skip_bias_add = true;  // added by the fused bias + GELU
+    fc.column_scratch = proj.column_scratch = column_sums_scratch(ws, s, tokens);
+  }
 
   template <class XV, class YV>
   void forward(const Exec& exec, Communicator& tp, const XV& x, const YV& y) {
     fc.forward(exec, tp, x, h);
     {
       PhaseScope phase(Phase::norms_elementwise);
-      kernels::gelu_forward(exec, h, a);
+      kernels::bias_gelu_forward(exec, h, fc.bias.v(), a);
     }
     proj.forward(exec, tp, a, y);
   }

@@ -19,9 +19,9 @@ struct TransformerLayer {
   kernels::Matrix<T> g1, g2;    // [N, H] shared backward scratch
 
   TransformerLayer(const std::string& name, const GptShape& s, int batch, const Communicator& tp, Workspace<T>& ws)
-      : ln_1(name + "/ln_1", s.hidden, tp, tokens(s, batch), ws),
+      : ln_1(name + "/ln_1", s.hidden, tp, tokens(s, batch), ws, s),
         attn(name + "/attn", s, batch, tp, ws),
-        ln_2(name + "/ln_2", s.hidden, tp, tokens(s, batch), ws),
+        ln_2(name + "/ln_2", s.hidden, tp, tokens(s, batch), ws, s),
         mlp(name + "/mlp", s, tokens(s, batch), tp, ws),
         a(ws.matrix(name + ".a", BufferCategory::activation, tokens(s, batch), s.hidden)),
         x1(ws.matrix(name + ".x1", BufferCategory::activation, tokens(s, batch), s.hidden)),
@@ -42,8 +42,7 @@ struct TransformerLayer {
   void forward(const Exec& exec, Communicator& tp, const XV& x /*[N, H]*/, const YV& y /*[N, H]*/) {
     ln_1.forward(exec, x, a);
     attn.forward(exec, tp, a, out);
-    residual_add(exec, x, out, x1);
-    ln_2.forward(exec, x1, c);
+    ln_2.forward_add(exec, x, out, x1, c);  // x1 = x + attention, c = ln_2(x1)
     mlp.forward(exec, tp, c, out);
     residual_add(exec, x1, out, y);
   }

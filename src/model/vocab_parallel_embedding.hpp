@@ -38,11 +38,17 @@ struct VocabParallelEmbedding {
     kernels::position_embedding_add(exec, position.w(), S, y);
   }
 
+  // `segments`: the tokens' positions grouped by id (DeviceBatch) for a gradient parallel over
+  // tokens; without them one thread per column walks all tokens.
   template <class TV, class DYV>
-  void backward(const Exec& exec, Communicator& tp, const TV& tokens, const DYV& dy /*[N, H]*/) {
+  void backward(const Exec& exec, Communicator& tp, const TV& tokens, const DYV& dy /*[N, H]*/,
+                const kernels::TokenSegments* segments = nullptr) {
     parallel::reduce_from_tp_region_backward(tp, exec, dy);
     PhaseScope phase(Phase::norms_elementwise);
-    kernels::embedding_backward_masked(exec, tokens, dy, vocab_start, word.dw());
+    if (segments != nullptr)
+      kernels::embedding_backward_masked(exec, *segments, dy, vocab_start, word.dw());
+    else
+      kernels::embedding_backward_masked(exec, tokens, dy, vocab_start, word.dw());
     kernels::position_embedding_backward(exec, dy, S, position.dw());
   }
 };

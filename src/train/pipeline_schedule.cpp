@@ -241,7 +241,7 @@ double PipelineRunner::run(const kx::ExecSpace& exec, int micro_batches, float s
       };
       if (model_.is_first_stage() || model_.is_last_stage()) {
         const DeviceBatch& b = batch(m);
-        model_.backward(exec, b.inputs, b.targets, scale, done);
+        model_.backward(exec, b.inputs, b.targets, scale, done, &b.segments);
       } else {
         model_.backward(exec, no_tokens_, no_tokens_, scale, done);
       }

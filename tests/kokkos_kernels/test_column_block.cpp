@@ -47,5 +47,35 @@ TEST_CASE("column blocking does not change results (bitwise)", "[kernels]") {
     tk::embedding_backward_masked<Exec, tk::Tokens, M, M, 1>(exec, tok, dy, 0, dw1);
     tk::embedding_backward_masked(exec, tok, dy, 0, dw2);
     CHECK(tt::bitwise_equal(tt::to_host(dw1), tt::to_host(dw2)));
+
+    // Token segments: one team per distinct id, threads over column blocks.
+    tk::TokenSegments seg;
+    seg.build(exec, htok.data(), N);
+    M ds1("ds1", 11, H), ds2("ds2", 11, H);
+    tk::embedding_backward_masked<Exec, M, M, 1>(exec, seg, dy, 0, ds1);
+    tk::embedding_backward_masked(exec, seg, dy, 0, ds2);
+    CHECK(tt::bitwise_equal(tt::to_host(ds1), tt::to_host(ds2)));
+  }
+
+  SECTION("two-stage column sums over several chunks, caller workspace") {
+    const int Nc = 200;  // 4 chunks, the last partial
+    auto dyc = tt::to_device<T>(tt::random_vec<T>(rng, Nc * H), Nc, H);
+    auto xc = tt::to_device<T>(tt::random_vec<T>(rng, Nc * H), Nc, H);
+    auto g = tt::to_device<T>(tt::random_vec<T>(rng, H));
+    V ws("ws", static_cast<std::size_t>(tk::column_sums_workspace_size(Nc, H, 2)));
+    V db1("db1", H), db2("db2", H);
+    tk::bias_backward<Exec, M, V, V, 1>(exec, dyc, db1, ws);
+    tk::bias_backward(exec, dyc, db2, ws);
+    CHECK(tt::bitwise_equal(tt::to_host(db1), tt::to_host(db2)));
+
+    M y("y", Nc, H), dx1("dx1", Nc, H), dx2("dx2", Nc, H);
+    V mean("mean", Nc), rstd("rstd", Nc), dg1("dg1", H), dg2("dg2", H), dbt1("dbt1", H),
+        dbt2("dbt2", H);
+    tk::layernorm_forward(exec, xc, g, g, y, mean, rstd, T(1e-5));
+    tk::layernorm_backward<Exec, M, M, V, V, V, M, V, V, V, 1>(exec, dyc, xc, g, mean, rstd, dx1,
+                                                               dg1, dbt1, ws);
+    tk::layernorm_backward(exec, dyc, xc, g, mean, rstd, dx2, dg2, dbt2, ws);
+    CHECK(tt::bitwise_equal(tt::to_host(dg1), tt::to_host(dg2)));
+    CHECK(tt::bitwise_equal(tt::to_host(dbt1), tt::to_host(dbt2)));
   }
 }

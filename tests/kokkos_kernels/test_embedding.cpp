@@ -1,5 +1,6 @@
 // Vocab-parallel token embedding and position embedding against host loops; a vocabulary split
-// over "ranks" reassembles the full lookup; accumulation and determinism of the backward.
+// over "ranks" reassembles the full lookup; accumulation and determinism of the backward (both
+// forms: token ids on the device, and token segments grouped on the host).
 #include "catch.hpp"
 #include "kokkos_kernels/embedding.hpp"
 #include "test_util.hpp"
@@ -99,4 +100,19 @@ TEST_CASE("embedding backward accumulates and is deterministic", "[kernels]") {
     for (int h = 0; h < H; ++h) ref[htok[t] * H + h] += hdy[t * H + h];
   CHECK(tt::max_rel_err(tt::to_host(d1), ref, tt::max_abs(hd0)) < tt::tol<T>());
   CHECK(tt::bitwise_equal(tt::to_host(d1), tt::to_host(d2)));
+
+  // The token-segment form: same sums, same accumulation, reproducible.
+  tk::TokenSegments seg(N);
+  seg.build(exec, htok.data(), N);
+  auto s1 = tt::to_device<T>(hd0, V, H);
+  auto s2 = tt::to_device<T>(hd0, V, H);
+  tk::embedding_backward_masked(exec, seg, dy, 0, s1);
+  tk::embedding_backward_masked(exec, seg, dy, 0, s2);
+  CHECK(tt::max_rel_err(tt::to_host(s1), ref, tt::max_abs(hd0)) < tt::tol<T>());
+  CHECK(tt::bitwise_equal(tt::to_host(s1), tt::to_host(s2)));
+  // Accumulated twice: twice the increments.
+  tk::embedding_backward_masked(exec, seg, dy, 0, s1);
+  tt::HostVec ref2 = ref;
+  for (std::size_t i = 0; i < ref2.size(); ++i) ref2[i] += ref[i] - hd0[i];
+  CHECK(tt::max_rel_err(tt::to_host(s1), ref2, tt::max_abs(hd0)) < tt::tol<T>());
 }

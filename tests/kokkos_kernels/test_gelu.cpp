@@ -1,5 +1,7 @@
-// GELU (tanh approximation) against host loops and central finite differences.
+// GELU (tanh approximation) against host loops and central finite differences; the fused
+// bias + GELU forward against the two kernels it replaces.
 #include "catch.hpp"
+#include "kokkos_kernels/bias.hpp"
 #include "kokkos_kernels/gelu.hpp"
 #include "reference.hpp"
 #include "test_util.hpp"
@@ -66,4 +68,33 @@ TEST_CASE("gelu backward matches finite differences (double)", "[kernels]") {
   tk::Matrix<T> dx("dx", N, F);
   tk::gelu_backward(exec, w, x, dx);
   CHECK(tt::max_rel_err(tt::to_host(dx), tt::fd_gradient(loss, hx)) < tt::fd_tol);
+}
+
+TEMPLATE_TEST_CASE("bias_gelu_forward is bias_add, then gelu_forward (bitwise)", "[kernels]", float,
+                   double) {
+  using T = TestType;
+  const auto [N, F] = GENERATE(std::make_pair(7, 13), std::make_pair(16, 64));
+  std::mt19937 rng(33);
+  Kokkos::DefaultExecutionSpace exec;
+  const auto hh = tt::random_vec<T>(rng, N * F, -4.0, 4.0);
+  const auto hb = tt::random_vec<T>(rng, F);
+  auto h = tt::to_device<T>(hh, N, F);
+  auto h_ref = tt::to_device<T>(hh, N, F);
+  auto b = tt::to_device<T>(hb);
+  tk::Matrix<T> a("a", N, F), a_ref("a_ref", N, F);
+  tk::bias_gelu_forward(exec, h, b, a);
+  tk::bias_add(exec, h_ref, b);
+  tk::gelu_forward(exec, h_ref, a_ref);
+  CHECK(tt::bitwise_equal(tt::to_host(h), tt::to_host(h_ref)));
+  CHECK(tt::bitwise_equal(tt::to_host(a), tt::to_host(a_ref)));
+  tt::HostVec ref_h(N * F), ref_a(N * F);
+  for (int i = 0; i < N; ++i)
+    for (int j = 0; j < F; ++j) {
+      ref_h[i * F + j] = static_cast<double>(static_cast<T>(hh[i * F + j]) + static_cast<T>(hb[j]));
+      ref_a[i * F + j] = tk::ref::gelu(ref_h[i * F + j]);
+    }
+  CHECK(tt::max_rel_err(tt::to_host(h), ref_h) < tt::tol<T>());
+  CHECK(tt::max_rel_err(tt::to_host(a), ref_a) < tt::tol<T>());
+  CHECK_THROWS_AS(tk::bias_gelu_forward(exec, h, tt::to_device<T>(tt::HostVec(F + 1, 0.0)), a),
+                  std::invalid_argument);
 }

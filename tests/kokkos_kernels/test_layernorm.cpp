@@ -1,5 +1,5 @@
 // LayerNorm forward/backward against host loops, finite differences (double), accumulation of
-// dgamma/dbeta, bitwise determinism.
+// dgamma/dbeta, bitwise determinism; the fused residual add + LayerNorm forward.
 #include "catch.hpp"
 #include "kokkos_kernels/layernorm.hpp"
 #include "reference.hpp"
@@ -123,4 +123,47 @@ TEST_CASE("layernorm backward may run in place (dx aliases dy)", "[kernels]") {
   CHECK(tt::bitwise_equal(tt::to_host(dy), tt::to_host(dx)));
   CHECK(tt::bitwise_equal(tt::to_host(dg), tt::to_host(dg2)));
   CHECK(tt::bitwise_equal(tt::to_host(db), tt::to_host(db2)));
+}
+
+TEMPLATE_TEST_CASE("add_layernorm_forward is the residual add, then layernorm_forward (bitwise)",
+                   "[kernels]", float, double) {
+  using T = TestType;
+  const auto [N, H] = GENERATE(std::make_pair(7, 13), std::make_pair(1, 1), std::make_pair(33, 256));
+  INFO("N=" << N << " H=" << H);
+  const double eps = 1e-5;
+  std::mt19937 rng(44);
+  Kokkos::DefaultExecutionSpace exec;
+  const auto hx = tt::random_vec<T>(rng, N * H, -2.0, 3.0);
+  const auto hr = tt::random_vec<T>(rng, N * H);
+  const auto hg = tt::random_vec<T>(rng, H, 0.5, 1.5);
+  const auto hb = tt::random_vec<T>(rng, H);
+  auto x = tt::to_device<T>(hx, N, H);
+  auto r = tt::to_device<T>(hr, N, H);
+  auto g = tt::to_device<T>(hg);
+  auto b = tt::to_device<T>(hb);
+  tk::Matrix<T> x1("x1", N, H), y("y", N, H), y_ref("y_ref", N, H);
+  tk::Vector<T> mean("mean", N), rstd("rstd", N), mean_ref("mean_ref", N), rstd_ref("rstd_ref", N);
+  tk::add_layernorm_forward(exec, x, r, x1, g, b, y, mean, rstd, T(eps));
+  tk::layernorm_forward(exec, x1, g, b, y_ref, mean_ref, rstd_ref, T(eps));
+
+  tt::HostVec sum(N * H);  // x + r rounded to T, as the kernel stores it
+  for (int i = 0; i < N * H; ++i)
+    sum[i] = static_cast<double>(static_cast<T>(static_cast<T>(hx[i]) + static_cast<T>(hr[i])));
+  CHECK(tt::bitwise_equal(tt::to_host(x1), sum));
+  CHECK(tt::bitwise_equal(tt::to_host(y), tt::to_host(y_ref)));
+  CHECK(tt::bitwise_equal(tt::to_host(mean), tt::to_host(mean_ref)));
+  CHECK(tt::bitwise_equal(tt::to_host(rstd), tt::to_host(rstd_ref)));
+  const auto rf = tk::ref::layernorm_forward(sum, hg, hb, N, H, eps);
+  CHECK(tt::max_rel_err(tt::to_host(y), rf.y) < tt::tol<T>());
+  CHECK(tt::max_rel_err(tt::to_host(rstd), rf.rstd) < tt::tol<T>());
+
+  // In place: the residual stream x becomes x + r.
+  tk::Matrix<T> y2("y2", N, H);
+  tk::add_layernorm_forward(exec, x, r, x, g, b, y2, mean, rstd, T(eps));
+  CHECK(tt::bitwise_equal(tt::to_host(x), sum));
+  CHECK(tt::bitwise_equal(tt::to_host(y2), tt::to_host(y_ref)));
+
+  tk::Matrix<T> wrong("wrong", N + 1, H);
+  CHECK_THROWS_AS(tk::add_layernorm_forward(exec, x, r, wrong, g, b, y, mean, rstd, T(eps)),
+                  std::invalid_argument);
 }

@@ -1,0 +1,178 @@
+// Deterministic column sums over the rows of an [N, cols] operand, spread over every thread:
+//   out_k(j) += Σ_i s_k(i, j),  k < K   (bias: s = dy; LayerNorm: s = (dy·x̂, dy))
+// Two stages, no atomics:
+//   1. the N rows are cut into chunks of column_sum_chunk_rows(N) rows; one work item per
+//      (chunk, column block) sums its rows in row order into partial[k, chunk, j];
+//   2. one work item per column block sums the partials in chunk order and adds the total to out.
+// The chunking depends on N only, never on the thread count or backend, and each column is
+// summed in the same order whatever the column block CB (detail::ColumnBlock), so results are
+// bitwise identical for any number of threads, team size, CB and backend. A single chunk
+// (N <= 64) skips stage 2 and needs no workspace.
+// The partials live in a caller-provided workspace (rank 1, >= column_sums_workspace_size
+// elements) so that a training loop allocates nothing; the overloads without one allocate it,
+// and fence before freeing it.
+#pragma once
+
+#include <string>
+
+#include "kokkos_kernels/compat.hpp"
+#include "kokkos_kernels/detail.hpp"
+
+namespace tptrain::kernels {
+
+// Rows per chunk: 64 (enough work per item to amortise the partial store; N/64 chunks keep a
+// GPU busy at N = 1024), growing with N beyond 64·256 rows so that there are at most 256
+// chunks: stage 2 then reads at most 256 partials per column, and the workspace stays below
+// 256·cols·K elements.
+inline std::int64_t column_sum_chunk_rows(std::int64_t n) {
+  constexpr std::int64_t min_rows = 64;
+  constexpr std::int64_t max_chunks = 256;
+  const std::int64_t rows = detail::ceil_div(n, max_chunks);
+  return rows > min_rows ? rows : min_rows;
+}
+
+inline std::int64_t column_sum_chunks(std::int64_t n) {
+  return n > 0 ? detail::ceil_div(n, column_sum_chunk_rows(n)) : 0;
+}
+
+// Workspace elements column sums of K terms over [n, cols] need (0 when one chunk suffices).
+inline std::int64_t column_sums_workspace_size(std::int64_t n, std::int64_t cols, int terms = 1) {
+  const std::int64_t chunks = column_sum_chunks(n);
+  return chunks > 1 ? chunks * cols * terms : 0;
+}
+
+// out_k(j) += Σ_{i<n} s_k(i, j) for K = Op::terms sums per column. Op is a copyable functor:
+//   using value_type = T;  static constexpr int terms = K;
+//   KOKKOS_INLINE_FUNCTION void summands(std::int64_t i, std::int64_t j, T (&s)[K]) const;
+//   KOKKOS_INLINE_FUNCTION void accumulate(std::int64_t j, const T (&sum)[K]) const;  // out += sum
+// `label` names the launches (label + "_partials", label + "_totals").
+template <class Exec, class Op, class WV, int CB = detail::ColumnBlock<Exec>::value>
+void column_sums(const Exec& exec, const char* label, const std::int64_t n,
+                 const std::int64_t cols, const Op& op, const WV& workspace) {
+  detail::check_view<Exec, WV, 1>();
+  detail::check_writable<WV>();
+  static_assert(CB >= 1, "column block must be positive");
+  using T = typename Op::value_type;
+  constexpr int K = Op::terms;
+  static_assert(K >= 1, "column_sums: at least one term");
+  static_assert(std::is_same<typename WV::non_const_value_type, T>::value,
+                "column_sums: workspace must hold the value type of the sums");
+  detail::require(n >= 0 && cols >= 0, label, "negative extent");
+  const std::int64_t needed = column_sums_workspace_size(n, cols, K);
+  detail::require(static_cast<std::int64_t>(workspace.extent(0)) >= needed, label,
+                  "workspace smaller than column_sums_workspace_size(n, cols, terms)");
+  if (n == 0 || cols == 0) return;  // nothing to add
+
+  const std::int64_t rows = column_sum_chunk_rows(n);
+  const std::int64_t chunks = column_sum_chunks(n);
+  const std::int64_t nblk = detail::ceil_div(cols, CB);
+  // Stage 1. Item = chunk · nblk + block: adjacent items take adjacent columns (coalesced on a
+  // GPU, CB = 1) and, on the host, contiguous runs of items cover contiguous rows.
+  Kokkos::parallel_for(
+      std::string("tptrain::kernels::") + label + (chunks > 1 ? "_partials" : ""),
+      detail::range(exec, chunks * nblk), KOKKOS_LAMBDA(const std::int64_t item) {
+        const std::int64_t c = item / nblk;
+        const std::int64_t j0 = (item % nblk) * CB;
+        const int nj = static_cast<int>(kx::min<std::int64_t>(CB, cols - j0));
+        const std::int64_t i0 = c * rows;
+        const std::int64_t i1 = kx::min<std::int64_t>(n, i0 + rows);
+        T sum[K][CB];
+        for (int k = 0; k < K; ++k)
+          for (int b = 0; b < CB; ++b) sum[k][b] = 0;
+        for (std::int64_t i = i0; i < i1; ++i)
+          for (int b = 0; b < nj; ++b) {
+            T s[K];
+            op.summands(i, j0 + b, s);
+            for (int k = 0; k < K; ++k) sum[k][b] += s[k];
+          }
+        for (int b = 0; b < nj; ++b) {
+          if (chunks == 1) {
+            T s[K];
+            for (int k = 0; k < K; ++k) s[k] = sum[k][b];
+            op.accumulate(j0 + b, s);
+          } else {
+            for (int k = 0; k < K; ++k) workspace((k * chunks + c) * cols + j0 + b) = sum[k][b];
+          }
+        }
+      });
+  if (chunks == 1) return;
+  // Stage 2: partials of each column in chunk order, starting from chunk 0 (so that a column's
+  // total is the same expression for every CB).
+  Kokkos::parallel_for(
+      std::string("tptrain::kernels::") + label + "_totals", detail::range(exec, nblk),
+      KOKKOS_LAMBDA(const std::int64_t blk) {
+        const std::int64_t j0 = blk * CB;
+        const int nj = static_cast<int>(kx::min<std::int64_t>(CB, cols - j0));
+        T sum[K][CB];
+        for (int k = 0; k < K; ++k)
+          for (int b = 0; b < CB; ++b)
+            sum[k][b] = b < nj ? workspace(k * chunks * cols + j0 + b) : T(0);
+        for (std::int64_t c = 1; c < chunks; ++c)
+          for (int k = 0; k < K; ++k)
+            for (int b = 0; b < nj; ++b) sum[k][b] += workspace((k * chunks + c) * cols + j0 + b);
+        for (int b = 0; b < nj; ++b) {
+          T s[K];
+          for (int k = 0; k < K; ++k) s[k] = sum[k][b];
+          op.accumulate(j0 + b, s);
+        }
+      });
+}
+
+// The same, with a workspace allocated here (and a fence before it is freed).
+template <class Exec, class Op, int CB = detail::ColumnBlock<Exec>::value>
+void column_sums(const Exec& exec, const char* label, const std::int64_t n,
+                 const std::int64_t cols, const Op& op) {
+  using T = typename Op::value_type;
+  const std::int64_t needed = column_sums_workspace_size(n < 0 ? 0 : n, cols < 0 ? 0 : cols,
+                                                         Op::terms);
+  Kokkos::View<T*, typename Exec::memory_space> workspace(
+      Kokkos::view_alloc(Kokkos::WithoutInitializing, "tptrain::kernels::column_sums_workspace"),
+      static_cast<std::size_t>(needed));
+  column_sums<Exec, Op, decltype(workspace), CB>(exec, label, n, cols, op, workspace);
+  if (needed > 0) kx::fence(exec, "tptrain::kernels::column_sums: free workspace");
+}
+
+namespace detail {
+
+// s(i, j) = x(i, j), out(j) += Σ_i s(i, j)
+template <class XV, class OV>
+struct ColumnSumOp {
+  using value_type = typename OV::non_const_value_type;
+  static constexpr int terms = 1;
+  XV x;
+  OV out;
+  KOKKOS_INLINE_FUNCTION void summands(const std::int64_t i, const std::int64_t j,
+                                       value_type (&s)[1]) const {
+    s[0] = x(i, j);
+  }
+  KOKKOS_INLINE_FUNCTION void accumulate(const std::int64_t j, const value_type (&sum)[1]) const {
+    out(j) += sum[0];
+  }
+};
+
+template <class Exec, class XV, class OV>
+void check_column_sum(const XV& x, const OV& out) {
+  check_view<Exec, XV, 2>();
+  check_view<Exec, OV, 1>();
+  check_writable<OV>();
+  require(out.extent(0) == x.extent(1), "column_sum", "out must have x.extent(1) entries");
+}
+
+}  // namespace detail
+
+// out(j) += Σ_i x(i, j)   (x [N, cols], out [cols]; accumulated)
+template <class Exec, class XV, class OV, class WV, int CB = detail::ColumnBlock<Exec>::value>
+void column_sum(const Exec& exec, const XV& x, const OV& out, const WV& workspace) {
+  detail::check_column_sum<Exec>(x, out);
+  column_sums<Exec, detail::ColumnSumOp<XV, OV>, WV, CB>(
+      exec, "column_sum", x.extent(0), x.extent(1), detail::ColumnSumOp<XV, OV>{x, out}, workspace);
+}
+
+template <class Exec, class XV, class OV, int CB = detail::ColumnBlock<Exec>::value>
+void column_sum(const Exec& exec, const XV& x, const OV& out) {
+  detail::check_column_sum<Exec>(x, out);
+  column_sums<Exec, detail::ColumnSumOp<XV, OV>, CB>(exec, "column_sum", x.extent(0), x.extent(1),
+                                                     detail::ColumnSumOp<XV, OV>{x, out});
+}
+
+}  // namespace tptrain::kernels
