@@ -10,7 +10,8 @@ build=${TPTRAIN_BUILD_DIR:-$root/build}
 if [ ! -f "$build/CMakeCache.txt" ]; then
   mkdir -p "$build"
   # shellcheck disable=SC2086
-  if ! cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release ${TPTRAIN_CMAKE_ARGS:-} \
+  # Built where it runs: for this CPU (TPTRAIN_ARCH_NATIVE; TPTRAIN_CMAKE_ARGS can turn it off).
+  if ! cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DTPTRAIN_ARCH_NATIVE=ON ${TPTRAIN_CMAKE_ARGS:-} \
        >"$build/configure.log" 2>&1; then
     cat "$build/configure.log" >&2
     rm -f "$build/CMakeCache.txt"

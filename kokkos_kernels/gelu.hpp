@@ -98,4 +98,88 @@ void gelu_backward(const Exec& exec,
       });
 }
 
+// The MLP's activation saving σ(2u) for the backward, so that the backward needs no exp (the
+// dominant cost of GELU on CPUs) and the layer keeps h and σ instead of h and gelu(h):
+//   h(i, j) += bias(j);  sig(i, j) = σ(2u(h));  a(i, j) = h · sig   (a bitwise as above)
+// a and sig must not alias h or each other.
+template <class Exec, class HV, class BV, class AV, class SV>
+void bias_gelu_forward(const Exec& exec,
+                       const HV& h,     // [N, F] in/out
+                       const BV& bias,  // [F]
+                       const AV& a,     // [N, F] out
+                       const SV& sig) { // [N, F] out, for gelu_from_sigmoid / gelu_backward_from_sigmoid
+  detail::check_view<Exec, SV, 2>();
+  detail::check_writable<SV>();
+  detail::require(sig.extent(0) == h.extent(0) && sig.extent(1) == h.extent(1), "bias_gelu_forward",
+                  "sig must have the extents of h");
+  detail::check_view<Exec, HV, 2>();
+  detail::check_view<Exec, BV, 1>();
+  detail::check_view<Exec, AV, 2>();
+  detail::check_writable<HV>();
+  detail::check_writable<AV>();
+  detail::require(h.extent(0) == a.extent(0) && h.extent(1) == a.extent(1) &&
+                      bias.extent(0) == h.extent(1),
+                  "bias_gelu_forward", "shapes must be h[N,F], bias[F], a[N,F]");
+  using HT = typename HV::non_const_value_type;
+  using T = typename AV::non_const_value_type;
+  const T k = static_cast<T>(detail::gelu_k);
+  const T c = static_cast<T>(detail::gelu_c);
+  Kokkos::parallel_for(
+      "tptrain::kernels::bias_gelu_forward", detail::range2d(exec, h.extent(0), h.extent(1)),
+      KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t j) {
+        const HT hb = h(i, j) + bias(j);
+        h(i, j) = hb;
+        const T v = hb;
+        const T s = T(1) / (T(1) + kx::exp(T(-2) * k * (v + c * v * v * v)));
+        sig(i, j) = s;
+        a(i, j) = v * s;
+      });
+}
+
+// y = x · sig = gelu(x) again from the saved σ (bitwise the forward's value; y overwritten).
+template <class Exec, class XV, class SV, class YV>
+void gelu_from_sigmoid(const Exec& exec, const XV& x /*[N, F]*/, const SV& sig /*[N, F]*/, const YV& y /*[N, F]*/) {
+  detail::check_view<Exec, XV, 2>();
+  detail::check_view<Exec, SV, 2>();
+  detail::check_view<Exec, YV, 2>();
+  detail::check_writable<YV>();
+  detail::require(x.extent(0) == y.extent(0) && x.extent(1) == y.extent(1) && sig.extent(0) == y.extent(0) &&
+                      sig.extent(1) == y.extent(1),
+                  "gelu_from_sigmoid", "x, sig and y must have the same extents");
+  using T = typename YV::non_const_value_type;
+  Kokkos::parallel_for(
+      "tptrain::kernels::gelu_from_sigmoid", detail::range2d(exec, y.extent(0), y.extent(1)),
+      KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t j) {
+        y(i, j) = static_cast<T>(x(i, j)) * static_cast<T>(sig(i, j));
+      });
+}
+
+// dx = dy * gelu'(x) with the saved σ(2u) (bitwise gelu_backward; dx overwritten, may alias dy).
+template <class Exec, class DYV, class XV, class SV, class DXV>
+void gelu_backward_from_sigmoid(const Exec& exec,
+                                const DYV& dy,    // [N, F]
+                                const XV& x,      // [N, F] forward input
+                                const SV& sig,    // [N, F] from bias_gelu_forward
+                                const DXV& dx) {  // [N, F]
+  detail::check_view<Exec, DYV, 2>();
+  detail::check_view<Exec, XV, 2>();
+  detail::check_view<Exec, SV, 2>();
+  detail::check_view<Exec, DXV, 2>();
+  detail::check_writable<DXV>();
+  detail::require(x.extent(0) == dy.extent(0) && x.extent(1) == dy.extent(1) && x.extent(0) == dx.extent(0) &&
+                      x.extent(1) == dx.extent(1) && sig.extent(0) == x.extent(0) && sig.extent(1) == x.extent(1),
+                  "gelu_backward_from_sigmoid", "dy, x, sig and dx must have the same extents");
+  using T = typename DXV::non_const_value_type;
+  const T k = static_cast<T>(detail::gelu_k);
+  const T c = static_cast<T>(detail::gelu_c);
+  Kokkos::parallel_for(
+      "tptrain::kernels::gelu_backward_from_sigmoid", detail::range2d(exec, dx.extent(0), dx.extent(1)),
+      KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t j) {
+        const T v = x(i, j);
+        const T s = sig(i, j);
+        const T grad = s * (T(1) + T(2) * v * (T(1) - s) * k * (T(1) + T(3) * c * v * v));
+        dx(i, j) = dy(i, j) * grad;
+      });
+}
+
 }  // namespace tptrain::kernels

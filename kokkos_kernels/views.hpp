@@ -11,7 +11,7 @@ using Matrix = Kokkos::View<T**, Kokkos::LayoutRight, kx::MemSpace>;  // [rows, 
 template <class T>
 using Vector = Kokkos::View<T*, kx::MemSpace>;    // [n]
 using Tokens = Kokkos::View<int*, kx::MemSpace>;  // [tokens]
-// Softmax probabilities saved by attention_forward.
+// Attention scores / probabilities of the local heads (one buffer per stage, shared by its layers).
 template <class T>
 using Tensor4 = Kokkos::View<T****, Kokkos::LayoutRight, kx::MemSpace>;  // [B, nh_local, S, S]
 

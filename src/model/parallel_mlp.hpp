@@ -13,16 +13,18 @@ template <class T>
 struct ParallelMLP {
   ColumnParallelLinear<T> fc;
   RowParallelLinear<T> proj;
-  kernels::Matrix<T> h;   // [N, F/tp] fc output (pre-GELU), saved
-  kernels::Matrix<T> a;   // [N, F/tp] GELU output, saved
-  kernels::Matrix<T> da;  // [N, F/tp] shared scratch: dL/da, then dL/dh in place
+  kernels::Matrix<T> h;    // [N, F/tp] fc output (pre-GELU), saved
+  kernels::Matrix<T> sig;  // [N, F/tp] σ(2u(h)) of the GELU, saved: the backward needs no exp
+  kernels::Matrix<T> a;    // [N, F/tp] shared scratch: GELU output (again h·σ in the backward)
+  kernels::Matrix<T> da;   // [N, F/tp] shared scratch: dL/da, then dL/dh in place
 
   ParallelMLP(const std::string& name, const GptShape& s, std::int64_t tokens, const Communicator& tp,
               Workspace<T>& ws)
       : fc(name + "/fc", s.hidden, s.ffn_hidden, 1, tp, 0.02f),
         proj(name + "/proj", s.ffn_hidden, s.hidden, tp, 0.02f / std::sqrt(2.0f * s.layers)),
         h(ws.matrix(name + ".h", BufferCategory::activation, tokens, s.local_ffn())),
-        a(ws.matrix(name + ".a", BufferCategory::activation, tokens, s.local_ffn())),
+        sig(ws.matrix(name + ".sigmoid", BufferCategory::activation, tokens, s.local_ffn())),
+        a(ws.matrix("mlp.a", BufferCategory::scratch, tokens, s.local_ffn())),
         da(ws.matrix("mlp.da", BufferCategory::scratch, tokens, s.local_ffn())) {
     fc.skip_bias_add = true;  // added by the fused bias + GELU
     fc.column_scratch = proj.column_scratch = column_sums_scratch(ws, s, tokens);
@@ -33,17 +35,21 @@ struct ParallelMLP {
     fc.forward(exec, tp, x, h);
     {
       PhaseScope phase(Phase::norms_elementwise);
-      kernels::bias_gelu_forward(exec, h, fc.bias.v(), a);
+      kernels::bias_gelu_forward(exec, h, fc.bias.v(), a, sig);
     }
     proj.forward(exec, tp, a, y);
   }
 
   template <class DYV, class XV, class DXV>
   void backward(const Exec& exec, Communicator& tp, const DYV& dy, const XV& x, const DXV& dx) {
+    {
+      PhaseScope phase(Phase::norms_elementwise);
+      kernels::gelu_from_sigmoid(exec, h, sig, a);  // the scratch holds another layer's by now
+    }
     proj.backward(exec, tp, dy, a, da);
     {
       PhaseScope phase(Phase::norms_elementwise);
-      kernels::gelu_backward(exec, da, h, da);  // elementwise: in place
+      kernels::gelu_backward_from_sigmoid(exec, da, h, sig, da);  // elementwise: in place
     }
     fc.backward(exec, tp, da, x, dx);
   }
