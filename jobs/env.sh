@@ -11,3 +11,10 @@ if [ -z "${OPENBLAS_CORETYPE:-}" ] && [ -r /proc/cpuinfo ]; then
     export OPENBLAS_CORETYPE=Haswell
   fi
 fi
+
+# Threads per rank (Kokkos OpenMP builds): OpenBLAS's own pthreads and the OpenMP threads share
+# the cores. Spinning, core-bound OpenMP threads then starve the BLAS threads and vice versa;
+# measured on 2 cores (tiny deck, 2 threads): 4.8k tokens/s with the defaults, 8-11k with
+# these. One rank per core with one thread each is faster still on CPUs (docs/design.md).
+export OMP_PROC_BIND=${OMP_PROC_BIND:-false}
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}

@@ -16,6 +16,17 @@ namespace tptrain::kernels {
 namespace detail {
 constexpr double gelu_k = 0.79788456080286535588;  // sqrt(2/pi)
 constexpr double gelu_c = 0.044715;
+
+// σ(2u), u = k (v + c v³): gelu(v) = v · σ(2u).
+template <class T>
+KOKKOS_INLINE_FUNCTION T gelu_sigmoid(const T v, const T k, const T c) {
+  return T(1) / (T(1) + kx::exp(T(-2) * k * (v + c * v * v * v)));
+}
+// gelu'(v) from s = σ(2u).
+template <class T>
+KOKKOS_INLINE_FUNCTION T gelu_grad(const T v, const T s, const T k, const T c) {
+  return s * (T(1) + T(2) * v * (T(1) - s) * k * (T(1) + T(3) * c * v * v));
+}
 }  // namespace detail
 
 // y = gelu(x) (y overwritten; y may alias x).
@@ -35,40 +46,7 @@ void gelu_forward(const Exec& exec,
       "tptrain::kernels::gelu_forward", detail::range2d(exec, y.extent(0), y.extent(1)),
       KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t j) {
         const T v = x(i, j);
-        const T sig = T(1) / (T(1) + kx::exp(T(-2) * k * (v + c * v * v * v)));
-        y(i, j) = v * sig;
-      });
-}
-
-// MLP bias and activation in one pass over [N, F] (instead of bias_add, then gelu_forward):
-//   h(i, j) += bias(j)   (in place: h is what gelu_backward needs)
-//   a(i, j) = gelu(h(i, j))   (overwritten; bitwise as bias_add + gelu_forward)
-// a must not alias h.
-template <class Exec, class HV, class BV, class AV>
-void bias_gelu_forward(const Exec& exec,
-                       const HV& h,     // [N, F] in/out
-                       const BV& bias,  // [F]
-                       const AV& a) {   // [N, F] out
-  detail::check_view<Exec, HV, 2>();
-  detail::check_view<Exec, BV, 1>();
-  detail::check_view<Exec, AV, 2>();
-  detail::check_writable<HV>();
-  detail::check_writable<AV>();
-  detail::require(h.extent(0) == a.extent(0) && h.extent(1) == a.extent(1) &&
-                      bias.extent(0) == h.extent(1),
-                  "bias_gelu_forward", "shapes must be h[N,F], bias[F], a[N,F]");
-  using HT = typename HV::non_const_value_type;
-  using T = typename AV::non_const_value_type;
-  const T k = static_cast<T>(detail::gelu_k);
-  const T c = static_cast<T>(detail::gelu_c);
-  Kokkos::parallel_for(
-      "tptrain::kernels::bias_gelu_forward", detail::range2d(exec, h.extent(0), h.extent(1)),
-      KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t j) {
-        const HT hb = h(i, j) + bias(j);
-        h(i, j) = hb;
-        const T v = hb;
-        const T sig = T(1) / (T(1) + kx::exp(T(-2) * k * (v + c * v * v * v)));
-        a(i, j) = v * sig;
+        y(i, j) = v * detail::gelu_sigmoid(v, k, c);
       });
 }
 
@@ -92,15 +70,14 @@ void gelu_backward(const Exec& exec,
       "tptrain::kernels::gelu_backward", detail::range2d(exec, dx.extent(0), dx.extent(1)),
       KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t j) {
         const T v = x(i, j);
-        const T sig = T(1) / (T(1) + kx::exp(T(-2) * k * (v + c * v * v * v)));
-        const T grad = sig * (T(1) + T(2) * v * (T(1) - sig) * k * (T(1) + T(3) * c * v * v));
-        dx(i, j) = dy(i, j) * grad;
+        dx(i, j) = dy(i, j) * detail::gelu_grad(v, detail::gelu_sigmoid(v, k, c), k, c);
       });
 }
 
-// The MLP's activation saving σ(2u) for the backward, so that the backward needs no exp (the
-// dominant cost of GELU on CPUs) and the layer keeps h and σ instead of h and gelu(h):
-//   h(i, j) += bias(j);  sig(i, j) = σ(2u(h));  a(i, j) = h · sig   (a bitwise as above)
+// The MLP's bias and activation in one pass over [N, F] (instead of bias_add, then
+// gelu_forward), saving σ(2u) for the backward, so that the backward needs no exp (the dominant
+// cost of GELU on CPUs) and the layer keeps h and σ instead of h and gelu(h):
+//   h(i, j) += bias(j);  sig(i, j) = σ(2u(h));  a(i, j) = h · sig   (a bitwise gelu_forward's)
 // a and sig must not alias h or each other.
 template <class Exec, class HV, class BV, class AV, class SV>
 void bias_gelu_forward(const Exec& exec,
@@ -130,7 +107,7 @@ void bias_gelu_forward(const Exec& exec,
         const HT hb = h(i, j) + bias(j);
         h(i, j) = hb;
         const T v = hb;
-        const T s = T(1) / (T(1) + kx::exp(T(-2) * k * (v + c * v * v * v)));
+        const T s = detail::gelu_sigmoid(v, k, c);
         sig(i, j) = s;
         a(i, j) = v * s;
       });
@@ -176,9 +153,7 @@ void gelu_backward_from_sigmoid(const Exec& exec,
       "tptrain::kernels::gelu_backward_from_sigmoid", detail::range2d(exec, dx.extent(0), dx.extent(1)),
       KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t j) {
         const T v = x(i, j);
-        const T s = sig(i, j);
-        const T grad = s * (T(1) + T(2) * v * (T(1) - s) * k * (T(1) + T(3) * c * v * v));
-        dx(i, j) = dy(i, j) * grad;
+        dx(i, j) = dy(i, j) * detail::gelu_grad(v, static_cast<T>(sig(i, j)), k, c);
       });
 }
 

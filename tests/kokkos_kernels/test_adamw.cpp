@@ -82,13 +82,7 @@ TEST_CASE("flat_view runs AdamW over a 2D parameter in place", "[kernels]") {
 
 namespace {
 
-// Restores Kokkos::AUTO team sizes even when a check throws.
-struct TeamSizeGuard {
-  explicit TeamSizeGuard(int size) { tk::detail::team_size_override() = size; }
-  ~TeamSizeGuard() { tk::detail::team_size_override() = 0; }
-  TeamSizeGuard(const TeamSizeGuard&) = delete;
-  TeamSizeGuard& operator=(const TeamSizeGuard&) = delete;
-};
+using tptrain::kernels::test::TeamSizeGuard;
 
 // Team sizes a host backend can run (OpenMP: several threads per team, as on a GPU; Serial: 1).
 int max_team_size() {

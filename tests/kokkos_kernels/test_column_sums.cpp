@@ -21,13 +21,7 @@ using Exec = Kokkos::DefaultExecutionSpace;
 
 namespace {
 
-// Restores Kokkos::AUTO team sizes even when a check throws.
-struct TeamSizeGuard {
-  explicit TeamSizeGuard(int size) { tk::detail::team_size_override() = size; }
-  ~TeamSizeGuard() { tk::detail::team_size_override() = 0; }
-  TeamSizeGuard(const TeamSizeGuard&) = delete;
-  TeamSizeGuard& operator=(const TeamSizeGuard&) = delete;
-};
+using tptrain::kernels::test::TeamSizeGuard;
 
 int max_team_size(const Exec& exec) {
   return std::is_same<Exec, Kokkos::DefaultHostExecutionSpace>::value

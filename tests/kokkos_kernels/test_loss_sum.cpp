@@ -13,13 +13,7 @@ namespace tt = tptrain::kernels::test;
 
 namespace {
 
-// Restores Kokkos::AUTO team sizes even when a check throws.
-struct TeamSizeGuard {
-  explicit TeamSizeGuard(int size) { tk::detail::team_size_override() = size; }
-  ~TeamSizeGuard() { tk::detail::team_size_override() = 0; }
-  TeamSizeGuard(const TeamSizeGuard&) = delete;
-  TeamSizeGuard& operator=(const TeamSizeGuard&) = delete;
-};
+using tptrain::kernels::test::TeamSizeGuard;
 
 double read(const Kokkos::View<double, tptrain::kx::MemSpace>& total) {
   auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), total);

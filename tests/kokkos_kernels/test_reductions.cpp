@@ -56,13 +56,7 @@ TEMPLATE_TEST_CASE("squared_norm and all_finite", "[kernels]", float, double) {
 
 namespace {
 
-// Restores Kokkos::AUTO team sizes even when a check throws.
-struct TeamSizeGuard {
-  explicit TeamSizeGuard(int size) { tk::detail::team_size_override() = size; }
-  ~TeamSizeGuard() { tk::detail::team_size_override() = 0; }
-  TeamSizeGuard(const TeamSizeGuard&) = delete;
-  TeamSizeGuard& operator=(const TeamSizeGuard&) = delete;
-};
+using tptrain::kernels::test::TeamSizeGuard;
 
 }  // namespace
 

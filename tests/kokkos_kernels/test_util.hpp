@@ -11,9 +11,19 @@
 #include <string>
 #include <vector>
 
+#include "kokkos_kernels/detail.hpp"
 #include "kokkos_kernels/views.hpp"
 
 namespace tptrain::kernels::test {
+
+// Runs every team kernel with `size` threads per team while it lives (detail::team_size_override),
+// and restores Kokkos::AUTO team sizes even when a check throws.
+struct TeamSizeGuard {
+  explicit TeamSizeGuard(int size) { detail::team_size_override() = size; }
+  ~TeamSizeGuard() { detail::team_size_override() = 0; }
+  TeamSizeGuard(const TeamSizeGuard&) = delete;
+  TeamSizeGuard& operator=(const TeamSizeGuard&) = delete;
+};
 
 using HostVec = std::vector<double>;  // row-major host data, always double
 
