@@ -98,6 +98,41 @@ TEST_CASE("the bucket optimizer equals the per-parameter norm, clipping and Adam
   }
 }
 
+namespace {
+std::vector<std::string>* g_allocations = nullptr;  // labels of the Views allocated while set
+void count_allocation(const Kokkos::Profiling::SpaceHandle, const char* label, const void*, const std::uint64_t) {
+  if (g_allocations != nullptr) g_allocations->emplace_back(label);
+}
+}  // namespace
+
+TEST_CASE("a training step allocates no device memory once the run is built", "[train][workspace]") {
+  io::Deck deck = small_deck(1, 1, 4);
+  deck.training.micro_batch = 8;  // 128 tokens: the two-stage column sums need their scratch
+  parallel::Topology topo(MPI_COMM_SELF, parallel::Layout{1, 1, 1});
+  std::vector<std::string> allocations;
+  // Kokkos Tools' allocation hook: what a memory tool sees.
+  Kokkos::Tools::Experimental::set_allocate_data_callback(count_allocation);
+  g_allocations = &allocations;
+  std::size_t at_construction = 0, in_first_step = 0;
+  {
+    train::TrainingRun run(deck, topo);
+    at_construction = allocations.size();
+    run.step(0);  // first touch of the pipeline stash etc. may allocate
+    in_first_step = allocations.size() - at_construction;
+    allocations.clear();
+    run.step(1);
+    run.step(2);
+  }
+  g_allocations = nullptr;
+  Kokkos::Tools::Experimental::set_allocate_data_callback(nullptr);
+  REQUIRE(at_construction > 0);  // the hook works: building the model allocates
+  INFO("first step allocated " << in_first_step);
+  std::string labels;
+  for (const auto& l : allocations) labels += l + " ";
+  INFO("allocated in steps 2-3: " << labels);
+  CHECK(allocations.empty());
+}
+
 TEST_CASE("training is deterministic and the loss falls", "[train]") {
   const io::Deck deck = small_deck(1, 1, 30);
   const auto a = loss_curve(deck, MPI_COMM_SELF, 30);
