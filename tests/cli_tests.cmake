@@ -67,3 +67,15 @@ add_test(NAME cli_kill_and_resume
                  -DDECK=${_decks}/valid.toml -DDIR=${CMAKE_CURRENT_BINARY_DIR}/kill_run
                  -P ${CMAKE_CURRENT_SOURCE_DIR}/kill_resume.cmake)
 set_tests_properties(cli_kill_and_resume PROPERTIES TIMEOUT 300)
+
+# `tptrain bench` on 2 ranks with a deck that has no [data]: the report and exactly one JSON
+# line with MFU and every phase; `--steps 0` is a usage error.
+add_test(NAME cli_bench_tensor2
+         COMMAND ${CMAKE_COMMAND} -DCMD=${MPIEXEC_EXECUTABLE}
+         "-DARGS=${MPIEXEC_NUMPROC_FLAG};2;${TPTRAIN_MPIEXEC_FLAGS};$<TARGET_FILE:tptrain>;bench;${_decks}/bench.toml;--steps;2;--warmup;1"
+         "-DREGEX=MFU: [0-9.]+ % of the GEMM peak.*\\{\"bench\": \"bench\", \"ranks\": 2, \"tensor\": 2.*\"mfu\": 0\\.[0-9]+.*\"tp_comm\": [0-9]"
+         "-DCOUNT_REGEX=\\{\"bench\":" -DCOUNT=1 -P ${CMAKE_CURRENT_SOURCE_DIR}/run_expect.cmake)
+set_tests_properties(cli_bench_tensor2 PROPERTIES TIMEOUT 60)
+add_test(NAME cli_bench_zero_steps COMMAND ${CMAKE_COMMAND} -DCMD=$<TARGET_FILE:tptrain>
+         "-DARGS=bench;${_decks}/bench.toml;--steps;0" -DEXPECT_FAIL=1
+         "-DREGEX=--steps: expected a positive integer" -P ${CMAKE_CURRENT_SOURCE_DIR}/run_expect.cmake)
