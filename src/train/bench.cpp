@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
 #include <filesystem>
 #include <memory>
 
@@ -35,10 +34,8 @@ double mean_over(MPI_Comm world, double x) {
 }
 void barrier(MPI_Comm world) { TPTRAIN_MPI_CHECK(MPI_Barrier(world)); }
 
-int threads_per_rank() {
-  if (const char* t = std::getenv("OMP_NUM_THREADS")) return std::max(1, std::atoi(t));
-  return static_cast<int>(kx::ExecSpace().concurrency());
-}
+// Kokkos threads of a rank (1 on Serial, OMP_NUM_THREADS on OpenMP).
+int threads_per_rank() { return static_cast<int>(kx::ExecSpace().concurrency()); }
 
 std::string json_string(const std::string& s) {
   std::string out = "\"";
@@ -73,8 +70,9 @@ int run_bench(const io::Deck& deck_in, const parallel::Topology& topo, const Ben
              shape.layers, shape.hidden, shape.heads, shape.ffn_hidden, shape.seq_length, shape.vocab_size,
              deck.training.global_batch, deck.training.micro_batch, topo.layout().tensor, topo.layout().pipeline,
              topo.layout().data, threads_per_rank(), o.warmup, o.steps);
-  log::infof("bench: BLAS {}{}, CPU {}; device {}", blas.library, blas.core.empty() ? "" : " (kernels " + blas.core + ")",
-             blas.cpu.empty() ? "unknown" : blas.cpu, kx::ExecSpace::name());
+  log::infof("bench: BLAS {}{}{}, CPU {}; Kokkos {}", blas.library, blas.core.empty() ? "" : " (kernels " + blas.core + ")",
+             blas.threads > 0 ? fmt::format(", {} BLAS threads", blas.threads) : "", blas.cpu.empty() ? "unknown" : blas.cpu,
+             kx::ExecSpace::name());
   if (!blas.warning.empty()) log::warning(blas.warning);
   log::info("bench: " + run->memory_report());
 

@@ -71,12 +71,15 @@ BlasInfo blas_info() {
   if (info.library.rfind("OpenBLAS", 0) != 0) info.library = "OpenBLAS " + info.library;
   if (corename != nullptr) info.core = corename();
   if (threads != nullptr) info.threads = threads();
-  if (!info.core.empty() && !info.cpu.empty() && !core_fits(info.core, info.cpu)) {
-    const char* suggest = info.cpu == "avx512f" ? "SkylakeX" : "Haswell";
-    info.warning = "OpenBLAS runs its " + info.core + " kernels on a CPU with " + info.cpu +
-                   ": GEMMs at half speed or worse; set OPENBLAS_CORETYPE=" + suggest + " (jobs/env.sh does)";
-  }
+  info.warning = blas_kernel_warning(info.core, info.cpu);
   return info;
+}
+
+std::string blas_kernel_warning(const std::string& core, const std::string& cpu) {
+  if (core.empty() || cpu.empty() || core_fits(core, cpu)) return "";
+  const char* suggest = cpu == "avx512f" ? "SkylakeX" : "Haswell";
+  return "OpenBLAS runs its " + core + " kernels on a CPU with " + cpu +
+         ": GEMMs at half speed or worse; set OPENBLAS_CORETYPE=" + suggest + " (jobs/env.sh does)";
 }
 
 }  // namespace tptrain::util

@@ -18,4 +18,8 @@ struct BlasInfo {
 
 BlasInfo blas_info();
 
+// The warning for OpenBLAS kernels `core` on a CPU whose widest vector extension is `cpu`
+// ("avx512f", "avx2", ...); empty when the kernels use the CPU's vector units.
+std::string blas_kernel_warning(const std::string& core, const std::string& cpu);
+
 }  // namespace tptrain::util
