@@ -9,20 +9,25 @@
 //   O = P V                                        (GEMM into out)
 // Backward (the probabilities are recomputed from lse: callers share one probs buffer across
 // layers, so nothing of size S² survives between forward and backward):
-//   S = Q Kᵀ, P from lse;  dV = Pᵀ dO;  dP = dO Vᵀ;
-//   dS_ij = scale P_ij (dP_ij - Σ_l P_il dP_il)    (softmax Jacobian, masked 0)
-//   dQ = dS K;  dK = dSᵀ Q
+//   S = Q Kᵀ, P from lse;  dV = Pᵀ dO;  then per query row tile [r0, r1), into a row-tile
+//   buffer [B, nh, tile, S] (the only other score-sized memory, tile = causal_tile(S) rows):
+//     dP = dO[r0, r1) V[0, r1)ᵀ
+//     dS_ij = scale P_ij (dP_ij - Σ_l P_il dP_il)  (softmax Jacobian, masked 0)
+//     dQ[r0, r1) = dS K[0, r1);  dK[0, r1) += dSᵀ Q[r0, r1)
+//   The tiles run last to first, so the first one (which covers every key row) initialises dK
+//   with beta = 0 and the others accumulate with beta = 1: a fixed order, deterministic.
 // Causality is used at tile granularity: rows are cut into tiles of causal_tile(S) rows, and a
 // tile's GEMMs stop at the last key column it can see (about half the flops of the full S×S
 // square at S = 1024). The masked entries the GEMMs do produce are overwritten by 0 in the
-// softmax passes, which write every entry of each row.
+// softmax passes, which write every entry of each row that a later GEMM reads (the backward's
+// tile rows up to column r1).
 //
 // The softmax passes run one Kokkos team per row (b, h, i) with team reductions: no atomics, so
 // results are bitwise reproducible for a fixed team size and a fixed GEMM backend.
 //
-// Views: qkv/out/dout/dqkv rank 2 and probs/dprobs rank 4 ([B, nh_local, S, S]), any layout
-// whose last index has stride 1 (LayoutRight views, row-range subviews): the GEMMs address them
-// through data() and strides. lse is rank 1, [B*nh_local*S], entry (b*nh_local + h)*S + i.
+// Views: qkv/out/dout/dqkv rank 2, probs rank 4 ([B, nh_local, S, S]) and the backward's
+// dprobs_tile rank 4 ([B, nh_local, >= tile, S]), any layout whose last index has stride 1
+// (LayoutRight views, row-range subviews): the GEMMs address them through data() and strides. lse is rank 1, [B*nh_local*S], entry (b*nh_local + h)*S + i.
 // B*nh_local*S, the number of teams, must fit in a league (detail::league_size, std::length_error
 // otherwise); S, d and every leading dimension must fit in an int (BLAS); indices are 64-bit.
 #pragma once
@@ -89,30 +94,32 @@ HeadMatrices<typename V::value_type> head_columns(const V& v, std::int64_t S, st
   return {v.data(), ld, S * ld, d};
 }
 
-// The S×S matrix of every (b, h) inside a [B, nh, S, S] view.
+// The [rows × cols] matrices of every (b, h) in a rank-4 [B, nh, rows, cols] view: the S×S
+// scores, or the backward's row tiles.
 template <class V>
 HeadMatrices<typename V::value_type> score_matrices(const V& v) {
   return {v.data(), static_cast<std::int64_t>(v.stride(2)),
           static_cast<std::int64_t>(v.stride(0)), static_cast<std::int64_t>(v.stride(1))};
 }
 
-// C_bh = op(A_bh) op(B_bh) for every (b, h). One strided batch covers one index only (heads
-// are d apart in qkv, batches S*ld), so loop over the shorter and batch over the longer: few,
-// large calls (one launch per call on GPUs).
+// C_bh = op(A_bh) op(B_bh) + beta C_bh for every (b, h) (beta = 0 never reads C). One strided
+// batch covers one index only (heads are d apart in qkv, batches S*ld), so loop over the shorter
+// and batch over the longer: few, large calls (one launch per call on GPUs).
 template <class Exec, class T, class TA, class TB>
 void per_head_gemm(const Exec& exec, char transA, char transB, std::int64_t M, std::int64_t N,
                    std::int64_t K, const HeadMatrices<TA>& A, const HeadMatrices<TB>& Bm,
-                   const HeadMatrices<T>& C, std::int64_t batches, std::int64_t heads) {
+                   const HeadMatrices<T>& C, std::int64_t batches, std::int64_t heads,
+                   T beta = T(0)) {
   if (heads >= batches) {
     for (std::int64_t b = 0; b < batches; ++b)
       batched_gemm<Exec, T>(exec, transA, transB, M, N, K, T(1), A.p + b * A.batch_stride, A.ld,
                             A.head_stride, Bm.p + b * Bm.batch_stride, Bm.ld, Bm.head_stride,
-                            T(0), C.p + b * C.batch_stride, C.ld, C.head_stride, heads);
+                            beta, C.p + b * C.batch_stride, C.ld, C.head_stride, heads);
   } else {
     for (std::int64_t h = 0; h < heads; ++h)
       batched_gemm<Exec, T>(exec, transA, transB, M, N, K, T(1), A.p + h * A.head_stride, A.ld,
                             A.batch_stride, Bm.p + h * Bm.head_stride, Bm.ld, Bm.batch_stride,
-                            T(0), C.p + h * C.head_stride, C.ld, C.batch_stride, batches);
+                            beta, C.p + h * C.head_stride, C.ld, C.batch_stride, batches);
   }
 }
 
@@ -243,40 +250,72 @@ void causal_softmax_recompute(const Exec& exec, const PV& scores, const LV& lse,
       });
 }
 
-// Softmax backward, in place on dprobs [B, nh, S, S]: dP in, dS out, with
-//   dS_ij = scale · P_ij (dP_ij - Σ_{l<=i} P_il dP_il)   for j <= i, 0 otherwise,
+// Softmax backward of query rows [r0, r1), in place on a row-tile buffer dprobs_tile
+// [B, nh, >= r1 - r0, S] whose row i - r0 holds query i: dP in, dS out, with
+//   dS_ij = scale · P_ij (dP_ij - Σ_{l<=i} P_il dP_il)   for j <= i, 0 for i < j < r1,
 // the gradient wrt the unscaled scores Q Kᵀ (scale folded in, so dQ = dS K and dK = dSᵀ Q).
+// P comes from probs [B, nh, S, S] (rows r0..r1-1). Only the columns j < r1 of each tile row
+// are read (j <= i) or written; columns r1.. and tile rows r1 - r0.. are left alone.
+template <class Exec, class PV, class DPV>
+void causal_softmax_backward_rows(const Exec& exec, const PV& probs, const DPV& dprobs_tile,
+                                  const std::int64_t r0, const std::int64_t r1,
+                                  const typename DPV::non_const_value_type scale) {
+  detail::check_view<Exec, PV, 4>();
+  detail::check_view<Exec, DPV, 4>();
+  detail::check_writable<DPV>();
+  const char* kernel = "causal_softmax_backward";
+  detail::check_scores(probs, kernel);
+  const std::int64_t nh = probs.extent(1), S = probs.extent(2);
+  detail::require(0 <= r0 && r0 <= r1 && r1 <= S, kernel, "need 0 <= r0 <= r1 <= S");
+  const std::int64_t n = r1 - r0;
+  detail::require(dprobs_tile.extent(0) == probs.extent(0) &&
+                      dprobs_tile.extent(1) == probs.extent(1) &&
+                      dprobs_tile.extent(2) >= static_cast<std::size_t>(n) &&
+                      dprobs_tile.extent(3) == probs.extent(3),
+                  kernel, "dprobs must be [B, nh, >= r1 - r0, S] for probs [B, nh, S, S]");
+  const std::int64_t rows = static_cast<std::int64_t>(probs.extent(0)) * nh * n;
+  if (rows == 0) return;
+  using T = typename DPV::non_const_value_type;
+  using member = typename detail::Teams<Exec>::member_type;
+  const auto policy = detail::teams(exec, rows, kernel);
+  Kokkos::parallel_for(
+      "tptrain::kernels::causal_softmax_backward", policy, KOKKOS_LAMBDA(const member& team) {
+        // League rank (b*nh + h)*n + t: tile row t is query i = r0 + t.
+        const detail::AttentionRow row = detail::attention_row(team.league_rank(), n, nh);
+        const std::int64_t b = row.b, h = row.h, t = row.i, i = r0 + t;
+        T dot = 0;
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(team, i + 1),
+            [&](const std::int64_t j, T& acc) {
+              acc += probs(b, h, i, j) * dprobs_tile(b, h, t, j);
+            },
+            dot);
+        team.team_barrier();  // every read of dP is done before it is replaced
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, r1), [&](const std::int64_t j) {
+          dprobs_tile(b, h, t, j) =
+              j <= i ? scale * probs(b, h, i, j) * (dprobs_tile(b, h, t, j) - dot) : T(0);
+        });
+      });
+}
+
+// Softmax backward of every row, in place on dprobs [B, nh, S, S] (dP in, dS out, as above;
+// every entry is written, the masked ones 0).
 template <class Exec, class PV, class DPV>
 void causal_softmax_backward(const Exec& exec, const PV& probs, const DPV& dprobs,
                              const typename DPV::non_const_value_type scale) {
   detail::check_view<Exec, PV, 4>();
   detail::check_view<Exec, DPV, 4>();
-  detail::check_writable<DPV>();
   detail::check_scores(probs, "causal_softmax_backward");
   for (int r = 0; r < 4; ++r)
     detail::require(dprobs.extent(r) == probs.extent(r), "causal_softmax_backward",
                     "dprobs must have the shape of probs");
-  const std::int64_t nh = probs.extent(1), S = probs.extent(2);
-  const std::int64_t rows = static_cast<std::int64_t>(probs.extent(0)) * nh * S;
-  using T = typename DPV::non_const_value_type;
-  using member = typename detail::Teams<Exec>::member_type;
-  const auto policy = detail::teams(exec, rows, "causal_softmax_backward");
-  Kokkos::parallel_for(
-      "tptrain::kernels::causal_softmax_backward", policy, KOKKOS_LAMBDA(const member& team) {
-        const detail::AttentionRow row = detail::attention_row(team.league_rank(), S, nh);
-        const std::int64_t b = row.b, h = row.h, i = row.i;
-        T dot = 0;
-        Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(team, i + 1),
-            [&](const std::int64_t j, T& acc) { acc += probs(b, h, i, j) * dprobs(b, h, i, j); },
-            dot);
-        team.team_barrier();  // every read of dP is done before it is replaced
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, S), [&](const std::int64_t j) {
-          dprobs(b, h, i, j) =
-              j <= i ? scale * probs(b, h, i, j) * (dprobs(b, h, i, j) - dot) : T(0);
-        });
-      });
+  causal_softmax_backward_rows(exec, probs, dprobs, 0, static_cast<std::int64_t>(probs.extent(2)),
+                               scale);
 }
+
+// Rows of the backward's row-tile buffer dprobs_tile [B, nh_local, tile, S] for sequence length
+// S: the causal tile, min(S, 128).
+inline std::int64_t attention_backward_tile_rows(std::int64_t S) { return detail::causal_tile(S); }
 
 // Forward. probs is a workspace (its contents afterwards are P, but attention_backward does not
 // need them); lse is the only state the backward needs besides qkv.
@@ -351,17 +390,20 @@ void attention_forward(const Exec& exec, const QKV& qkv, const OV& out, const LV
   kx::fence(exec, "tptrain::kernels::attention_forward::free_probs");
 }
 
-// Backward. dqkv is overwritten (all three blocks); probs and dprobs are workspaces
-// [B, nh_local, S, S] (probs may be the one attention_forward used; its contents are not read).
+// Backward with an explicit query row tile (tile_rows >= 1; attention_backward uses
+// attention_backward_tile_rows(S)). dqkv is overwritten (all three blocks). probs
+// [B, nh_local, S, S] is a workspace (it may be the one attention_forward used; its contents are
+// not read); dprobs_tile [B, nh_local, >= min(S, tile_rows), S] is the row-tile workspace.
 // B, nh_local, S come from probs, d = dout.extent(1) / nh_local.
 template <class Exec, class DOV, class QKV, class LV, class DQKV, class PV, class DPV>
-void attention_backward(const Exec& exec,
-                        const DOV& dout,     // [B*S, Hl]
-                        const QKV& qkv,      // [B*S, 3*Hl] forward input
-                        const LV& lse,       // [B*nh_local*S] from attention_forward
-                        const DQKV& dqkv,    // [B*S, 3*Hl] out (overwritten)
-                        const PV& probs,     // [B, nh_local, S, S] workspace
-                        const DPV& dprobs) { // [B, nh_local, S, S] workspace
+void attention_backward_tiled(const Exec& exec,
+                              const DOV& dout,          // [B*S, Hl]
+                              const QKV& qkv,           // [B*S, 3*Hl] forward input
+                              const LV& lse,            // [B*nh_local*S] from attention_forward
+                              const DQKV& dqkv,         // [B*S, 3*Hl] out (overwritten)
+                              const PV& probs,          // [B, nh_local, S, S] workspace
+                              const DPV& dprobs_tile,   // [B, nh_local, >= tile, S] workspace
+                              const std::int64_t tile_rows) {
   detail::check_view<Exec, DOV, 2>();
   detail::check_view<Exec, QKV, 2>();
   detail::check_view<Exec, LV, 1>();
@@ -382,9 +424,13 @@ void attention_backward(const Exec& exec,
   const std::int64_t B = probs.extent(0), nh = probs.extent(1), S = probs.extent(2);
   detail::require(nh > 0 && probs.extent(3) == static_cast<std::size_t>(S), kernel,
                   "probs must be [B, nh_local>0, S, S]");
-  for (int r = 0; r < 4; ++r)
-    detail::require(dprobs.extent(r) == probs.extent(r), kernel,
-                    "dprobs must have the shape of probs");
+  detail::require(tile_rows >= 1, kernel, "the row tile must be >= 1");
+  const std::int64_t tile = kx::min(S, tile_rows);
+  detail::require(dprobs_tile.extent(0) == probs.extent(0) &&
+                      dprobs_tile.extent(1) == probs.extent(1) &&
+                      dprobs_tile.extent(2) >= static_cast<std::size_t>(tile) &&
+                      dprobs_tile.extent(3) == probs.extent(3),
+                  kernel, "dprobs_tile must be [B, nh_local, >= tile rows, S]");
   const std::int64_t hl = dout.extent(1);
   const std::int64_t d = hl / nh;
   detail::require(d > 0 && d * nh == hl, kernel, "dout.extent(1) must be nh_local*d with d > 0");
@@ -399,15 +445,14 @@ void attention_backward(const Exec& exec,
   detail::require_unit_last_stride(qkv, kernel, "qkv rows must be contiguous");
   detail::require_unit_last_stride(dqkv, kernel, "dqkv rows must be contiguous");
   detail::require_unit_last_stride(probs, kernel, "probs rows must be contiguous");
-  detail::require_unit_last_stride(dprobs, kernel, "dprobs rows must be contiguous");
-  detail::require(probs.stride(2) == dprobs.stride(2), kernel,
-                  "probs and dprobs must have the same layout");
+  detail::require_unit_last_stride(dprobs_tile, kernel, "dprobs_tile rows must be contiguous");
   // Every size check before the first launch: a refused shape leaves dqkv untouched.
   detail::league_size<Exec>(B * nh * S, kernel);
   detail::require_blas_int(dout.stride(0), kernel, "dout.stride(0)");
   detail::require_blas_int(qkv.stride(0), kernel, "qkv.stride(0)");
   detail::require_blas_int(dqkv.stride(0), kernel, "dqkv.stride(0)");
   detail::require_blas_int(probs.stride(2), kernel, "probs.stride(2)");
+  detail::require_blas_int(dprobs_tile.stride(2), kernel, "dprobs_tile.stride(2)");
   detail::require_blas_int(S, kernel, "S");
   if (B == 0 || S == 0) return;
   const T scale = T(1) / kx::sqrt(static_cast<T>(d));
@@ -416,18 +461,39 @@ void attention_backward(const Exec& exec,
   const auto dQ = detail::qkv_block(dqkv, 0, S, d, hl), dK = detail::qkv_block(dqkv, 1, S, d, hl),
              dV = detail::qkv_block(dqkv, 2, S, d, hl);
   const auto dO = detail::head_columns(dout, S, d);
-  const auto P = detail::score_matrices(probs), dP = detail::score_matrices(dprobs);
+  const auto P = detail::score_matrices(probs), dS = detail::score_matrices(dprobs_tile);
   detail::causal_scores_gemm(exec, Q, K, P, S, d, B, nh);
   causal_softmax_recompute(exec, probs, lse, scale);
   detail::causal_cols_gemm(exec, P, dO, dV, S, d, B, nh);
-  detail::causal_scores_gemm(exec, dO, V, dP, S, d, B, nh);
-  causal_softmax_backward(exec, probs, dprobs, scale);
-  detail::causal_rows_gemm(exec, dP, K, dQ, S, d, B, nh);
-  detail::causal_cols_gemm(exec, dP, Q, dK, S, d, B, nh);
+  // Query row tiles, last first: the last tile sees every key, so its dK GEMM (beta = 0)
+  // initialises all of dK and the earlier, shorter tiles accumulate onto it (beta = 1).
+  const std::int64_t tiles = (S + tile - 1) / tile;
+  for (std::int64_t t = tiles - 1; t >= 0; --t) {
+    const std::int64_t r0 = t * tile, r1 = kx::min(S, r0 + tile), n = r1 - r0;
+    detail::per_head_gemm(exec, 'N', 'T', n, r1, d, dO.at(r0, 0), V, dS, B, nh);
+    causal_softmax_backward_rows(exec, probs, dprobs_tile, r0, r1, scale);
+    detail::per_head_gemm(exec, 'N', 'N', n, d, r1, dS, K, dQ.at(r0, 0), B, nh);
+    detail::per_head_gemm(exec, 'T', 'N', r1, d, n, dS, Q.at(r0, 0), dK, B, nh,
+                          t == tiles - 1 ? T(0) : T(1));
+  }
 }
 
-// Same, with internally allocated workspaces (two S² allocations per call; pass workspaces to
-// the overload above in a training loop).
+// Backward with the row tile attention_backward_tile_rows(S): dprobs_tile is
+// [B, nh_local, >= min(S, 128), S] (a full [B, nh_local, S, S] buffer works too).
+template <class Exec, class DOV, class QKV, class LV, class DQKV, class PV, class DPV>
+void attention_backward(const Exec& exec,
+                        const DOV& dout,            // [B*S, Hl]
+                        const QKV& qkv,             // [B*S, 3*Hl] forward input
+                        const LV& lse,              // [B*nh_local*S] from attention_forward
+                        const DQKV& dqkv,           // [B*S, 3*Hl] out (overwritten)
+                        const PV& probs,            // [B, nh_local, S, S] workspace
+                        const DPV& dprobs_tile) {   // [B, nh_local, tile, S] workspace
+  attention_backward_tiled(exec, dout, qkv, lse, dqkv, probs, dprobs_tile,
+                           attention_backward_tile_rows(static_cast<std::int64_t>(probs.extent(2))));
+}
+
+// Same, with internally allocated workspaces (an S² and a tile×S allocation per call; pass
+// workspaces to the overload above in a training loop).
 template <class Exec, class DOV, class QKV, class LV, class DQKV>
 void attention_backward(const Exec& exec, const DOV& dout, const QKV& qkv, const LV& lse,
                         const DQKV& dqkv, const std::int64_t B, const std::int64_t S,
@@ -439,10 +505,10 @@ void attention_backward(const Exec& exec, const DOV& dout, const QKV& qkv, const
   W probs(Kokkos::view_alloc(exec, Kokkos::WithoutInitializing,
                              std::string("tptrain::kernels::attention_backward::probs")),
           B, nh_local, S, S);
-  W dprobs(Kokkos::view_alloc(exec, Kokkos::WithoutInitializing,
-                              std::string("tptrain::kernels::attention_backward::dprobs")),
-           B, nh_local, S, S);
-  attention_backward(exec, dout, qkv, lse, dqkv, probs, dprobs);
+  W dprobs_tile(Kokkos::view_alloc(exec, Kokkos::WithoutInitializing,
+                                   std::string("tptrain::kernels::attention_backward::dprobs_tile")),
+                B, nh_local, attention_backward_tile_rows(S), S);
+  attention_backward(exec, dout, qkv, lse, dqkv, probs, dprobs_tile);
   // The workspaces are freed on return: make sure the kernels using them are done.
   kx::fence(exec, "tptrain::kernels::attention_backward::free_workspaces");
 }

@@ -20,10 +20,12 @@ struct ParallelAttention {
   kernels::Vector<T> lse;       // [B*nh/tp*S] saved: log Σ exp of each score row (the softmax's normaliser)
   kernels::Matrix<T> ctx;       // [N, H/tp] saved: attention output before proj
   // Shared by every layer of the stage: the probabilities are not kept from forward to
-  // backward but recomputed there from Q, K and lse (one QKᵀ GEMM), so a stage holds two
-  // [B, nh/tp, S, S] buffers instead of two per layer.
+  // backward but recomputed there from Q, K and lse (one QKᵀ GEMM), and the backward walks
+  // query row tiles, so a stage holds one [B, nh/tp, S, S] buffer plus one
+  // [B, nh/tp, tile, S] row-tile buffer (tile = kernels::attention_backward_tile_rows(S),
+  // min(S, 128)) instead of score buffers per layer.
   kernels::Tensor4<T> probs;    // [B, nh/tp, S, S] scores / probabilities
-  kernels::Tensor4<T> dprobs;   // [B, nh/tp, S, S] their gradient (backward)
+  kernels::Tensor4<T> dprobs;   // [B, nh/tp, tile, S] their gradient, one row tile (backward)
   kernels::Matrix<T> d_ctx;     // [N, H/tp]
   kernels::Matrix<T> d_qkv;     // [N, 3*H/tp]
 
@@ -36,7 +38,8 @@ struct ParallelAttention {
         lse(ws.vector(name + ".lse", BufferCategory::activation, std::int64_t(batch) * nh_local * S)),
         ctx(ws.matrix(name + ".ctx", BufferCategory::activation, tokens(), s.local_hidden())),
         probs(ws.tensor4("attention.probs", BufferCategory::scratch, batch, nh_local, S, S)),
-        dprobs(ws.tensor4("attention.dprobs", BufferCategory::scratch, batch, nh_local, S, S)),
+        dprobs(ws.tensor4("attention.dprobs_tile", BufferCategory::scratch, batch, nh_local,
+                          kernels::attention_backward_tile_rows(S), S)),
         d_ctx(ws.matrix("attention.d_ctx", BufferCategory::scratch, tokens(), s.local_hidden())),
         d_qkv(ws.matrix("attention.d_qkv", BufferCategory::scratch, tokens(), 3 * std::int64_t(s.local_hidden()))) {
     qkv.column_scratch = proj.column_scratch = column_sums_scratch(ws, s, tokens());

@@ -1,7 +1,9 @@
 // Causal attention core (kokkos_kernels/attention.hpp) and its pieces: the strided-batched GEMM
 // seam against a naive loop, the fused softmax passes against naive row softmax / Jacobian,
 // forward and backward against the naive reference (shapes across the causal tile boundary),
-// finite differences in double, causality and bitwise determinism.
+// finite differences in double, causality and bitwise determinism; the backward's row-tile
+// dP / dS buffer, with the default tile and with many small tiles.
+#include <algorithm>
 #include <limits>
 #include <stdexcept>
 
@@ -227,6 +229,53 @@ TEMPLATE_TEST_CASE("causal softmax passes match naive row softmax and its Jacobi
     for (int i = 0; i < S; ++i)
       for (int j = i + 1; j < S; ++j)
         CHECK(hds[(static_cast<std::size_t>(bh) * S + i) * S + j] == 0.0);
+
+  // The row-range variant on a [B, nh, tile, S] buffer (rows of 4, the last one partial): the
+  // same dS on columns j < r1 (bitwise: same reduction per row), columns r1.. and the tile rows
+  // past r1 - r0 untouched.
+  const int tile = 4;
+  for (int r0 = 0; r0 < S; r0 += tile) {
+    const int r1 = std::min(S, r0 + tile);
+    INFO("rows " << r0 << ".." << r1);
+    tt::HostVec htile(static_cast<std::size_t>(B) * nh * tile * S, 7.0);
+    for (int bh = 0; bh < B * nh; ++bh)
+      for (int t = 0; t < r1 - r0; ++t)
+        for (int j = 0; j < S; ++j)
+          htile[(static_cast<std::size_t>(bh) * tile + t) * S + j] =
+              hdp[(static_cast<std::size_t>(bh) * S + r0 + t) * S + j];
+    tk::Tensor4<T> dtile("dtile", B, nh, tile, S);
+    {
+      auto m = Kokkos::create_mirror_view(dtile);
+      std::size_t n = 0;
+      for (int b = 0; b < B; ++b)
+        for (int h = 0; h < nh; ++h)
+          for (int t = 0; t < tile; ++t)
+            for (int j = 0; j < S; ++j) m(b, h, t, j) = static_cast<T>(htile[n++]);
+      Kokkos::deep_copy(dtile, m);
+    }
+    tk::causal_softmax_backward_rows(exec, probs, dtile, r0, r1, T(scale));
+    const auto got = tt::to_host(dtile);
+    for (int bh = 0; bh < B * nh; ++bh)
+      for (int t = 0; t < tile; ++t)
+        for (int j = 0; j < S; ++j) {
+          const std::size_t at = (static_cast<std::size_t>(bh) * tile + t) * S + j;
+          const double was = static_cast<T>(htile[at]);
+          if (t < r1 - r0 && j < r1) {
+            const double want = hds[(static_cast<std::size_t>(bh) * S + r0 + t) * S + j];
+            CHECK(got[at] == want);
+          } else if (!(std::isnan(got[at]) && std::isnan(was))) {
+            CHECK(got[at] == was);
+          }
+        }
+  }
+  // A tile buffer with too few rows or a bad range is refused.
+  tk::Tensor4<T> small("small", B, nh, 2, S);
+  if (S >= 3) {
+    CHECK_THROWS_AS(tk::causal_softmax_backward_rows(exec, probs, small, 0, 3, T(scale)),
+                    std::invalid_argument);
+  }
+  CHECK_THROWS_AS(tk::causal_softmax_backward_rows(exec, probs, small, 0, S + 1, T(scale)),
+                  std::invalid_argument);
 }
 
 TEMPLATE_TEST_CASE("attention forward/backward match naive reference", "[kernels][attention]",
@@ -247,8 +296,11 @@ TEMPLATE_TEST_CASE("attention forward/backward match naive reference", "[kernels
   auto dout = tt::to_device<T>(hdout, rows, Hl);
   tk::Matrix<T> out("out", rows, Hl);
   tk::Vector<T> lse("lse", static_cast<std::size_t>(rows) * s.nh);
-  // Workspaces start as NaN and dqkv as random values: everything must be overwritten.
-  tk::Tensor4<T> probs("probs", s.B, s.nh, s.S, s.S), dprobs("dprobs", s.B, s.nh, s.S, s.S);
+  // Workspaces start as NaN and dqkv as random values: everything must be overwritten. The
+  // backward's dP / dS buffer holds one row tile, [B, nh, tile, S].
+  const auto tile = tk::attention_backward_tile_rows(s.S);
+  CHECK(tile == std::min(s.S, 128));
+  tk::Tensor4<T> probs("probs", s.B, s.nh, s.S, s.S), dprobs("dprobs", s.B, s.nh, tile, s.S);
   Kokkos::deep_copy(probs, std::numeric_limits<T>::quiet_NaN());
   Kokkos::deep_copy(dprobs, std::numeric_limits<T>::quiet_NaN());
   auto dqkv = tt::to_device<T>(tt::random_vec<T>(rng, hqkv.size()), rows, 3 * Hl);
@@ -287,6 +339,62 @@ TEMPLATE_TEST_CASE("attention forward/backward match naive reference", "[kernels
   exec.fence();
   CHECK(tt::bitwise_equal(hout, tt::to_host(out2)));
   CHECK(tt::bitwise_equal(hlse, tt::to_host(lse2)));
+  CHECK(tt::bitwise_equal(hdqkv, tt::to_host(dqkv2)));
+
+  // A full [B, nh, S, S] buffer is still accepted (tile rows >= the tile) and gives the same
+  // bits; so does a repeated call into the same (dirty) workspaces.
+  tk::Tensor4<T> full("full", s.B, s.nh, s.S, s.S);
+  Kokkos::deep_copy(full, std::numeric_limits<T>::quiet_NaN());
+  tk::attention_backward(exec, dout, qkv, lse, dqkv2, probs, full);
+  exec.fence();
+  CHECK(tt::bitwise_equal(hdqkv, tt::to_host(dqkv2)));
+  tk::attention_backward(exec, dout, qkv, lse, dqkv2, probs, dprobs);
+  exec.fence();
+  CHECK(tt::bitwise_equal(hdqkv, tt::to_host(dqkv2)));
+}
+
+TEMPLATE_TEST_CASE("attention backward over many small row tiles matches the reference",
+                   "[kernels][attention]", float, double) {
+  using T = TestType;
+  // Row tiles of 1, 3, 4 and 5 rows: many tiles, partial last ones, dK accumulated over them.
+  const AttnShape s = GENERATE(AttnShape{2, 13, 3, 4}, AttnShape{3, 9, 2, 5}, AttnShape{1, 1, 2, 3});
+  const int tile = GENERATE(1, 3, 4, 5);
+  INFO("B=" << s.B << " S=" << s.S << " nh=" << s.nh << " d=" << s.d << " tile=" << tile);
+  const int Hl = s.nh * s.d, rows = s.B * s.S;
+  std::mt19937 rng(57);
+  Exec exec;
+  const auto hqkv = tt::random_vec<T>(rng, static_cast<std::size_t>(rows) * 3 * Hl, -1.5, 1.5);
+  const auto hdout = tt::random_vec<T>(rng, static_cast<std::size_t>(rows) * Hl);
+  auto qkv = tt::to_device<T>(hqkv, rows, 3 * Hl);
+  auto dout = tt::to_device<T>(hdout, rows, Hl);
+  tk::Matrix<T> out("out", rows, Hl);
+  tk::Vector<T> lse("lse", static_cast<std::size_t>(rows) * s.nh);
+  const int tile_rows = std::min(s.S, tile);
+  tk::Tensor4<T> probs("probs", s.B, s.nh, s.S, s.S), dprobs("dprobs", s.B, s.nh, tile_rows, s.S);
+  Kokkos::deep_copy(probs, std::numeric_limits<T>::quiet_NaN());
+  Kokkos::deep_copy(dprobs, std::numeric_limits<T>::quiet_NaN());
+  auto dqkv = tt::to_device<T>(tt::random_vec<T>(rng, hqkv.size()), rows, 3 * Hl);
+  tk::attention_forward(exec, qkv, out, probs, lse, s.B, s.S, s.nh, s.d);
+  Kokkos::deep_copy(probs, std::numeric_limits<T>::quiet_NaN());
+  tk::attention_backward_tiled(exec, dout, qkv, lse, dqkv, probs, dprobs, tile);
+  exec.fence();
+  const auto rf = tk::ref::attention_forward(hqkv, s.B, s.S, s.nh, s.d);
+  const auto rb = tk::ref::attention_backward(hdout, hqkv, rf.att, s.B, s.S, s.nh, s.d);
+  const auto hdqkv = tt::to_host(dqkv);
+  CHECK(tt::max_rel_err(hdqkv, rb) < 4 * tt::tol<T>());
+  // Deterministic: the same tile gives the same bits.
+  auto dqkv2 = tt::to_device<T>(tt::random_vec<T>(rng, hqkv.size()), rows, 3 * Hl);
+  tk::attention_backward_tiled(exec, dout, qkv, lse, dqkv2, probs, dprobs, tile);
+  exec.fence();
+  CHECK(tt::bitwise_equal(hdqkv, tt::to_host(dqkv2)));
+  // Too few tile rows, or a zero tile, is refused before anything is written.
+  if (tile_rows > 1) {
+    tk::Tensor4<T> small("small", s.B, s.nh, tile_rows - 1, s.S);
+    CHECK_THROWS_AS(tk::attention_backward_tiled(exec, dout, qkv, lse, dqkv2, probs, small, tile),
+                    std::invalid_argument);
+  }
+  CHECK_THROWS_AS(tk::attention_backward_tiled(exec, dout, qkv, lse, dqkv2, probs, dprobs, 0),
+                  std::invalid_argument);
   CHECK(tt::bitwise_equal(hdqkv, tt::to_host(dqkv2)));
 }
 
@@ -343,5 +451,11 @@ TEST_CASE("attention refuses mismatched shapes", "[kernels][attention]") {
   CHECK_THROWS_AS(tk::attention_backward(exec, out, qkv, short_lse, dqkv, probs, probs),
                   std::invalid_argument);
   CHECK_THROWS_AS(tk::attention_backward(exec, out, qkv, lse, dqkv, probs, wrong),
+                  std::invalid_argument);
+  // The row-tile buffer: [B, nh, >= min(S, 128), S].
+  tk::Tensor4<T> short_tile("short_tile", B, nh, S - 1, S), wide_tile("wide_tile", B, nh, S, S + 1);
+  CHECK_THROWS_AS(tk::attention_backward(exec, out, qkv, lse, dqkv, probs, short_tile),
+                  std::invalid_argument);
+  CHECK_THROWS_AS(tk::attention_backward(exec, out, qkv, lse, dqkv, probs, wide_tile),
                   std::invalid_argument);
 }
