@@ -22,6 +22,16 @@ void bias_add(const Exec& exec,
       KOKKOS_LAMBDA(const std::int64_t t, const std::int64_t j) { y(t, j) += b(j); });
 }
 
+namespace detail {
+template <class Exec, class DYV, class DBV>
+void check_bias_backward(const DYV& dy, const DBV& db) {
+  check_view<Exec, DYV, 2>();
+  check_view<Exec, DBV, 1>();
+  check_writable<DBV>();
+  require(db.extent(0) == dy.extent(1), "bias_backward", "db must have dy.extent(1) entries");
+}
+}  // namespace detail
+
 // db(j) += Σ_t dy(t, j): a two-stage column sum (kokkos_kernels/column_sums.hpp), no atomics,
 // bitwise reproducible for any thread count and column block CB (detail::ColumnBlock).
 // `workspace`: rank 1, >= column_sums_workspace_size(N, out) elements; without it the
@@ -31,11 +41,7 @@ void bias_backward(const Exec& exec,
                    const DYV& dy,           // [N, out]
                    const DBV& db,           // [out] accumulated
                    const WV& workspace) {  // [>= column_sums_workspace_size(N, out)] scratch
-  detail::check_view<Exec, DYV, 2>();
-  detail::check_view<Exec, DBV, 1>();
-  detail::check_writable<DBV>();
-  detail::require(db.extent(0) == dy.extent(1), "bias_backward",
-                  "db must have dy.extent(1) entries");
+  detail::check_bias_backward<Exec>(dy, db);
   using Op = detail::ColumnSumOp<DYV, DBV>;
   column_sums<Exec, Op, WV, CB>(exec, "bias_backward", dy.extent(0), dy.extent(1), Op{dy, db},
                                 workspace);
@@ -45,11 +51,7 @@ template <class Exec, class DYV, class DBV, int CB = detail::ColumnBlock<Exec>::
 void bias_backward(const Exec& exec,
                    const DYV& dy,    // [N, out]
                    const DBV& db) {  // [out] accumulated
-  detail::check_view<Exec, DYV, 2>();
-  detail::check_view<Exec, DBV, 1>();
-  detail::check_writable<DBV>();
-  detail::require(db.extent(0) == dy.extent(1), "bias_backward",
-                  "db must have dy.extent(1) entries");
+  detail::check_bias_backward<Exec>(dy, db);
   using Op = detail::ColumnSumOp<DYV, DBV>;
   column_sums<Exec, Op, CB>(exec, "bias_backward", dy.extent(0), dy.extent(1), Op{dy, db});
 }
