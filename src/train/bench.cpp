@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <memory>
 
+#include "io/deck_text.hpp"
 #include "src/log.hpp"
 #include "src/parallel/agreement.hpp"
 #include "src/parallel/collectives.hpp"
@@ -36,15 +37,6 @@ void barrier(MPI_Comm world) { TPTRAIN_MPI_CHECK(MPI_Barrier(world)); }
 
 // Kokkos threads of a rank (1 on Serial, OMP_NUM_THREADS on OpenMP).
 int threads_per_rank() { return static_cast<int>(kx::ExecSpace().concurrency()); }
-
-std::string json_string(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    if (static_cast<unsigned char>(c) >= 0x20) out += c;
-  }
-  return out + "\"";
-}
 
 }  // namespace
 
@@ -149,13 +141,13 @@ int run_bench(const io::Deck& deck_in, const parallel::Topology& topo, const Ben
       "\"gemm_peak_flops_per_rank\": {:.6g}, \"gemm_model_shape\": {}, \"gemm_model_shape_flops\": {:.6g}, "
       "\"gemm_square_2048_flops\": {:.6g}, \"mfu\": {:.4f}, \"blas\": {}, \"blas_core\": {}, \"blas_warning\": {}, "
       "\"phases_s\": {{{}}}}}",
-      json_string(stem), topo.world_size(), topo.layout().tensor, topo.layout().pipeline, topo.layout().data,
+      io::json_string(stem), topo.world_size(), topo.layout().tensor, topo.layout().pipeline, topo.layout().data,
       threads_per_rank(), o.steps, o.warmup, shape.layers, shape.hidden, shape.heads, shape.seq_length,
-      shape.vocab_size, deck.training.global_batch, deck.training.micro_batch, matmul_parameters(shape) + 0.0,
-      tokens_per_s, step_s, flops_per_token, json_string(kModelFlopsFormula), recompute_flops,
+      shape.vocab_size, deck.training.global_batch, deck.training.micro_batch, flops_parameters(shape),
+      tokens_per_s, step_s, flops_per_token, io::json_string(kModelFlopsFormula), recompute_flops,
       flops_per_s_per_rank, peak,
-      json_string(fmt::format("{} {}x{}x{}", model_gemm.what, model_gemm.m, model_gemm.n, model_gemm.k)),
-      model_gemm_rate, square_rate, mfu, json_string(blas.library), json_string(blas.core), json_string(blas.warning),
+      io::json_string(fmt::format("{} {}x{}x{}", model_gemm.what, model_gemm.m, model_gemm.n, model_gemm.k)),
+      model_gemm_rate, square_rate, mfu, io::json_string(blas.library), io::json_string(blas.core), io::json_string(blas.warning),
       phases_json));
   return 0;
 }

@@ -1,9 +1,10 @@
 // Model FLOPs of a training step: what MFU divides by (Chowdhery et al. 2022, PaLM appendix B;
 // Narayanan et al. 2021, Megatron-LM section 5.1). Per token, without recomputation:
 //   6·N + 12·L·S·H
-// N: parameters taking part in a matrix product (all but the position embedding; the word
-// embedding counts once, through the tied logits GEMM), 6 = 2 (multiply-add) x 3 (forward,
-// input gradient, weight gradient). 12·L·S·H: the two attention products QKᵀ and P·V, 2·S·H
+// N: every logical parameter but the position embedding, which takes part in no matrix product
+// (the word embedding counts once, through the tied logits GEMM; biases and LayerNorm weights are
+// in N by the usual convention), 6 = 2 (multiply-add) x 3 (forward, input gradient, weight
+// gradient). 12·L·S·H: the two attention products QKᵀ and P·V, 2·S·H
 // FLOPs each per token and layer in the forward, times 3. The full S x S square is counted,
 // as the GEMMs compute it (causality masks half of it afterwards). A forward run again for
 // recomputation adds 2·N_stage + 4·L_stage·S·H per token on that stage.
@@ -11,21 +12,26 @@
 
 #include <cstdint>
 
-#include "src/model/gpt_shape.hpp"
+#include "src/model/gpt_model.hpp"
 
 namespace tptrain::train {
 
 inline constexpr const char* kModelFlopsFormula = "6*N + 12*L*S*H per token (N without the position embedding)";
 
-// Parameters in matrix products of the logical model (what N means above).
-inline double matmul_parameters(const model::GptShape& s) {
-  const double H = s.hidden, F = s.ffn_hidden, V = s.vocab_size;
-  const double block = (3 * H * H + 3 * H) + (H * H + H) + (H * F + F) + (F * H + H) + 4 * H;  // + 2 LayerNorms
-  return V * H + s.layers * block + 2 * H;  // word embedding (tied head), blocks, ln_f
+// N above: the logical tensors of the model (the checkpoint's), without embedding/position.
+inline double flops_parameters(const model::GptShape& s) {
+  double n = 0;
+  for (const model::LogicalTensor& t : model::logical_tensors(s)) {
+    if (t.name == "embedding/position") continue;
+    double size = 1;
+    for (const std::int64_t d : t.shape) size *= static_cast<double>(d);
+    n += size;
+  }
+  return n;
 }
 
 inline double training_flops_per_token(const model::GptShape& s) {
-  return 6.0 * matmul_parameters(s) + 12.0 * s.layers * double(s.seq_length) * s.hidden;
+  return 6.0 * flops_parameters(s) + 12.0 * s.layers * double(s.seq_length) * s.hidden;
 }
 
 // One forward of `layers` blocks (and, on the stages that have them, the head), per token: the
