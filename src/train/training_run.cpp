@@ -153,7 +153,7 @@ double TrainingRun::compute_gradients(std::int64_t step) {
   const auto batch = [&](int m) -> const DeviceBatch& {
     if (loaded != m) {
       sampler_->micro_batch(step, m, batch_.h_inputs.data(), batch_.h_targets.data());
-      batch_.upload();
+      batch_.upload_for_backward();
       loaded = m;
     }
     return batch_;
