@@ -42,8 +42,7 @@ struct LayerNorm {
   template <class DYV, class XV, class DXV>
   void backward(const Exec& exec, const DYV& dy, const XV& x, const DXV& dx /*[N, H] overwritten*/) {
     PhaseScope phase(Phase::norms_elementwise);
-    if (column_scratch.extent(0) >=
-        static_cast<std::size_t>(kernels::column_sums_workspace_size(x.extent(0), x.extent(1), 2)))
+    if (holds_column_sums(column_scratch, x.extent(0), x.extent(1), 2))
       kernels::layernorm_backward(exec, dy, x, weight.v(), mean, rstd, dx, weight.dv(), bias.dv(), column_scratch);
     else
       kernels::layernorm_backward(exec, dy, x, weight.v(), mean, rstd, dx, weight.dv(), bias.dv());

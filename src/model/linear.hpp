@@ -46,10 +46,17 @@ kernels::Vector<T> column_sums_scratch(Workspace<T>& ws, const GptShape& s, std:
   return ws.vector("column_sums", BufferCategory::scratch, std::max<std::int64_t>(n, 1));
 }
 
+// Whether a layer's column_scratch holds the partials of `terms` column sums over [n, cols]
+// (empty for a layer built on its own, outside a model: the kernels then allocate them).
+template <class T>
+bool holds_column_sums(const kernels::Vector<T>& scratch, std::int64_t n, std::int64_t cols, int terms = 1) {
+  return scratch.extent(0) >= static_cast<std::size_t>(kernels::column_sums_workspace_size(n, cols, terms));
+}
+
 // db += Σ_rows dy, through the stage's scratch when the layer has it.
 template <class DYV, class DBV, class T>
 void bias_gradient(const Exec& exec, const DYV& dy, const DBV& db, const kernels::Vector<T>& scratch) {
-  if (scratch.extent(0) >= static_cast<std::size_t>(kernels::column_sums_workspace_size(dy.extent(0), dy.extent(1))))
+  if (holds_column_sums(scratch, dy.extent(0), dy.extent(1)))
     kernels::bias_backward(exec, dy, db, scratch);
   else
     kernels::bias_backward(exec, dy, db);
