@@ -32,6 +32,7 @@
 #include "tests/test_helpers.hpp"
 #include "io/checkpoint_file.hpp"
 #include "io/inspect.hpp"
+#include "tests/io/checkpoint_tensors.hpp"
 #include "tests/mpi_test_util.hpp"
 
 using namespace tptrain::io;
@@ -39,11 +40,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct Tensor {
-  std::string name;
-  std::vector<std::uint64_t> shape;
-  std::vector<float> values;
-};
+using tptrain::test::Tensor;
 
 std::vector<Tensor> sample_tensors() {
   std::vector<Tensor> ts = {{"model/embedding/word", {16, 8}, {}},
@@ -70,21 +67,8 @@ CheckpointMeta sample_meta() {
   return m;
 }
 
-std::vector<TensorShard> shards(std::vector<Tensor>& ts) {
-  std::vector<TensorShard> out;
-  for (Tensor& t : ts) {
-    TensorShard s;
-    s.name = t.name;
-    s.global_shape = t.shape;
-    Hyperslab h;
-    h.start.assign(t.shape.size(), 0);
-    h.count = t.shape;
-    s.slabs = {h};
-    s.data = t.values.data();
-    out.push_back(s);
-  }
-  return out;
-}
+// This rank holds every tensor whole.
+std::vector<TensorShard> shards(std::vector<Tensor>& ts) { return tptrain::test::row_shards(ts); }
 
 // Written by this rank alone (MPI_COMM_SELF): the damage tests are serial.
 void write_sample(const std::string& path) {

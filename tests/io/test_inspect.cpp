@@ -18,6 +18,7 @@
 #include "tests/mpi_test_util.hpp"
 #include "io/checkpoint_file.hpp"
 #include "io/inspect.hpp"
+#include "tests/io/checkpoint_tensors.hpp"
 
 using namespace tptrain::io;
 namespace fs = std::filesystem;
@@ -28,11 +29,7 @@ using Dir = tptrain::test::SharedTempDir;
 using tptrain::test::world_rank;
 using tptrain::test::world_size;
 
-struct Tensor {
-  std::string name;
-  std::vector<std::uint64_t> shape;
-  std::vector<float> values;  // the full tensor, row-major
-};
+using tptrain::test::Tensor;
 
 float value_of(std::uint64_t id, std::uint64_t i) {
   return static_cast<float>(static_cast<double>((i * 7 + id * 13) % 23) * 0.25 - 2.5);
@@ -58,26 +55,7 @@ std::vector<Tensor> tensors() {
 
 // Rows split over the ranks.
 void write_tensors(const std::string& path, std::vector<Tensor>& ts) {
-  const int r = world_rank(), n = world_size();
-  std::vector<TensorShard> shards;
-  for (Tensor& t : ts) {
-    const std::uint64_t rows = t.shape[0];
-    const std::uint64_t row = t.values.size() / rows;
-    const std::uint64_t lo = rows * static_cast<std::uint64_t>(r) / static_cast<std::uint64_t>(n);
-    const std::uint64_t hi =
-        rows * static_cast<std::uint64_t>(r + 1) / static_cast<std::uint64_t>(n);
-    TensorShard s;
-    s.name = t.name;
-    s.global_shape = t.shape;
-    Hyperslab h;
-    h.start.assign(t.shape.size(), 0);
-    h.count = t.shape;
-    h.start[0] = lo;
-    h.count[0] = hi - lo;
-    s.slabs = {h};
-    s.data = t.values.data() + lo * row;
-    shards.push_back(s);
-  }
+  const std::vector<TensorShard> shards = tptrain::test::row_shards(ts, world_rank(), world_size());
   CheckpointMeta meta;
   meta.step = 20;
   meta.tokens_seen = 20480;
