@@ -49,7 +49,26 @@ if(TPTRAIN_KOKKOS_CONFIG_H)
     set(TPTRAIN_KOKKOS_HAS_OPENMP ON)
   endif()
 endif()
-message(STATUS "tptrain: Kokkos ${Kokkos_VERSION} (${TPTRAIN_KOKKOS_FLAVOUR}), CUDA backend: ${TPTRAIN_KOKKOS_HAS_CUDA}")
+set(TPTRAIN_KOKKOS_HAS_SERIAL OFF)
+if(TPTRAIN_KOKKOS_CONFIG_H)
+  file(STRINGS ${TPTRAIN_KOKKOS_CONFIG_H} _kokkos_serial REGEX "^#define KOKKOS_ENABLE_SERIAL$")
+  if(_kokkos_serial)
+    set(TPTRAIN_KOKKOS_HAS_SERIAL ON)
+  endif()
+endif()
+# The host backends besides Kokkos' default execution space (CUDA, else OpenMP, else Serial): the
+# kernel and layer tests are built and run once more on each (tests/CMakeLists.txt).
+set(TPTRAIN_SPACE_serial Kokkos::Serial)
+set(TPTRAIN_SPACE_openmp Kokkos::OpenMP)
+set(TPTRAIN_EXTRA_BACKENDS)
+if(TPTRAIN_KOKKOS_HAS_OPENMP AND TPTRAIN_KOKKOS_HAS_CUDA)
+  list(APPEND TPTRAIN_EXTRA_BACKENDS openmp)
+endif()
+if(TPTRAIN_KOKKOS_HAS_SERIAL AND (TPTRAIN_KOKKOS_HAS_OPENMP OR TPTRAIN_KOKKOS_HAS_CUDA))
+  list(APPEND TPTRAIN_EXTRA_BACKENDS serial)
+endif()
+message(STATUS "tptrain: Kokkos ${Kokkos_VERSION} (${TPTRAIN_KOKKOS_FLAVOUR}), CUDA backend: ${TPTRAIN_KOKKOS_HAS_CUDA}, "
+               "OpenMP: ${TPTRAIN_KOKKOS_HAS_OPENMP}, tests also on: ${TPTRAIN_EXTRA_BACKENDS}")
 
 # --- MPI, parallel HDF5 ---------------------------------------------------------------------
 find_package(MPI REQUIRED COMPONENTS C)

@@ -1,6 +1,9 @@
 #include "io/deck_text.hpp"
 
 #include <fmt/format.h>
+#include <toml++/toml.h>
+
+#include <stdexcept>
 
 #include <charconv>
 #include <cmath>
@@ -59,6 +62,20 @@ double round_decimal(double v) {
   const std::string text = fmt::format("{:.15g}", v);
   double out = v;
   std::from_chars(text.data(), text.data() + text.size(), out);
+  return out;
+}
+
+std::map<std::string, std::optional<std::int64_t>> deck_text_integers(const std::string& text,
+                                                                      const std::string& section,
+                                                                      const std::vector<std::string>& keys) {
+  toml::table table;
+  try {
+    table = toml::parse(text);
+  } catch (const std::exception& e) {
+    throw std::runtime_error(std::string("cannot be parsed: ") + e.what());
+  }
+  std::map<std::string, std::optional<std::int64_t>> out;
+  for (const auto& key : keys) out[key] = table[section][key].value<std::int64_t>();
   return out;
 }
 

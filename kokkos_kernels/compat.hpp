@@ -15,8 +15,22 @@
 
 namespace tptrain::kx {
 
+// The execution space of the whole program: Kokkos' default, unless a build target names another
+// enabled one (tests/CMakeLists.txt compiles the kernel and layer tests once per enabled host
+// backend with TPTRAIN_EXEC_SPACE=Kokkos::Serial etc.).
+#if defined(TPTRAIN_EXEC_SPACE)
+using ExecSpace = TPTRAIN_EXEC_SPACE;
+#else
 using ExecSpace = Kokkos::DefaultExecutionSpace;
+#endif
 using MemSpace = ExecSpace::memory_space;
+// Host memory for staging device data through the host (MPI without device support): pinned on
+// CUDA, so that copies to and from it are asynchronous DMA.
+#if defined(KOKKOS_ENABLE_CUDA)
+using StagingSpace = Kokkos::CudaHostPinnedSpace;
+#else
+using StagingSpace = Kokkos::HostSpace;
+#endif
 
 // ---- math on float/double, callable in kernels ---------------------------------------------
 #if TPTRAIN_KOKKOS_4

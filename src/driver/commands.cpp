@@ -15,6 +15,7 @@
 #include "src/log.hpp"
 #include "src/parallel/agreement.hpp"
 #include "src/parallel/collectives.hpp"
+#include "src/parallel/device_binding.hpp"
 #include "src/parallel/mpi_check.hpp"
 #include "src/parallel/topology.hpp"
 #include "src/train/bench.hpp"
@@ -25,17 +26,57 @@ namespace tptrain::driver {
 
 namespace {
 
-// MPI first, then Kokkos; torn down in reverse order.
+std::vector<std::string>& kokkos_arguments() {
+  static std::vector<std::string> args;
+  return args;
+}
+
+bool chooses_device(const std::vector<std::string>& args) {
+  for (const auto& a : args)
+    for (const char* flag : {"--kokkos-device-id", "--kokkos-map-device-id-by", "--kokkos-num-devices"})
+      if (a.rfind(flag, 0) == 0) return true;
+  return false;
+}
+
+// This process's node and device, fixed at start-up (JobSession).
+struct Placement {
+  parallel::NodePlacement node;
+  int devices = 0;  // visible GPUs
+  int device = -1;  // the one this rank drives, -1 without GPUs
+};
+Placement& placement() {
+  static Placement p;
+  return p;
+}
+
+// MPI first, then Kokkos on this rank's device; torn down in reverse order.
 class JobSession {
  public:
-  JobSession(int& argc, char**& argv) {
+  JobSession() {
+    int argc = 0;
+    char** argv = nullptr;
     TPTRAIN_MPI_CHECK(MPI_Init(&argc, &argv));
     int rank = 0;
     TPTRAIN_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
     // Errors come back to TPTRAIN_MPI_CHECK, which names the call and the rank before aborting.
     TPTRAIN_MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
     log::set_rank(rank);
-    Kokkos::initialize(argc, argv);
+    Placement& p = placement();
+    p.node = parallel::node_placement(MPI_COMM_WORLD);
+    p.devices = parallel::visible_devices();
+    p.device = parallel::device_for(p.node.local_rank, p.devices);
+    // The --kokkos-* flags of the command line go to Kokkos; unless they choose the device
+    // themselves, this rank's device is added.
+    std::vector<std::string> args{"tptrain"};
+    args.insert(args.end(), kokkos_arguments().begin(), kokkos_arguments().end());
+    if (p.device >= 0 && !chooses_device(kokkos_arguments()))
+      args.push_back("--kokkos-device-id=" + std::to_string(p.device));
+    std::vector<char*> pointers;
+    for (auto& a : args) pointers.push_back(a.data());
+    pointers.push_back(nullptr);
+    int kargc = static_cast<int>(args.size());
+    char** kargv = pointers.data();
+    Kokkos::initialize(kargc, kargv);
   }
   ~JobSession() {
     Kokkos::finalize();
@@ -69,25 +110,40 @@ std::optional<parallel::Topology> make_topology(const io::Deck& deck) {
   }
 }
 
-// Rank 0 prints the rank map: every rank's coordinates and host.
+// Rank 0 prints the rank map: every rank's coordinates, host and device; and warns when a
+// tensor-parallel group spans nodes or ranks share a GPU.
 void print_rank_map(const parallel::Topology& topo) {
   char host[64] = {};
   gethostname(host, sizeof(host) - 1);
   std::vector<char> hosts(static_cast<std::size_t>(topo.world_size()) * sizeof(host));
   TPTRAIN_MPI_CHECK(
       MPI_Gather(host, sizeof(host), MPI_CHAR, hosts.data(), sizeof(host), MPI_CHAR, 0, topo.world()));
+  const Placement& p = placement();
+  std::vector<int> devices(static_cast<std::size_t>(topo.world_size()));
+  TPTRAIN_MPI_CHECK(MPI_Gather(&p.device, 1, MPI_INT, devices.data(), 1, MPI_INT, 0, topo.world()));
   if (topo.world_rank() != 0) return;
   const auto& L = topo.layout();
-  log::infof("ranks: {} = tensor {} x pipeline {} x data {} (backend {})", topo.world_size(),
-             L.tensor, L.pipeline, L.data, topo.tp().backend_name());
+  log::infof("ranks: {} = tensor {} x pipeline {} x data {} on {} node{} (backend {}, Kokkos {})", topo.world_size(),
+             L.tensor, L.pipeline, L.data, p.node.nodes, p.node.nodes == 1 ? "" : "s", topo.tp().backend_name(),
+             kx::ExecSpace::name());
   for (int r = 0; r < topo.world_size(); ++r) {
     const auto c = parallel::coordinates_of(r, L);
-    log::infof("  rank {:>4}  tp {:>3}  pp {:>3}  dp {:>4}  on {}", r, c.tp, c.pp, c.dp,
-               &hosts[static_cast<std::size_t>(r) * sizeof(host)]);
+    const int d = devices[static_cast<std::size_t>(r)];
+    log::infof("  rank {:>4}  tp {:>3}  pp {:>3}  dp {:>4}  on {} node {}{}", r, c.tp, c.pp, c.dp,
+               &hosts[static_cast<std::size_t>(r) * sizeof(host)], p.node.node_of_rank[static_cast<std::size_t>(r)],
+               d >= 0 ? fmt::format(" gpu {}", d) : std::string());
   }
+  if (const std::string spans = parallel::tensor_groups_spanning_nodes(L, p.node.node_of_rank); !spans.empty())
+    log::warning(spans);
+  if (p.devices > 0 && p.node.local_size > p.devices)
+    log::warning(fmt::format("{} ranks on a node with {} visible GPU{}: ranks share a device (NCCL refuses two "
+                             "ranks of one communicator on the same GPU); start one rank per GPU",
+                             p.node.local_size, p.devices, p.devices == 1 ? "" : "s"));
 }
 
 }  // namespace
+
+void set_kokkos_arguments(std::vector<std::string> args) { kokkos_arguments() = std::move(args); }
 
 std::string version_string() {
   return fmt::format("tptrain {} (Kokkos {}.{}.{}, {}, MPI {}.{})", TPTRAIN_VERSION,
@@ -145,9 +201,7 @@ namespace {
 //    collective: the rank reports it and aborts the job, so nobody waits forever.
 template <class Job>
 int run_job(const DeckOptions& o, Job&& job) {
-  int argc = 0;
-  char** argv = nullptr;
-  JobSession session(argc, argv);
+  JobSession session;
   try {
     const io::Deck deck = load_deck_on_every_rank(o);
     const auto topo = make_topology(deck);

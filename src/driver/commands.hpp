@@ -49,4 +49,8 @@ int inspect(const std::string& file);
 
 std::string version_string();
 
+// The --kokkos-* flags of the command line (e.g. --kokkos-print-configuration,
+// --kokkos-device-id=N), passed to Kokkos::initialize by every MPI job.
+void set_kokkos_arguments(std::vector<std::string> args);
+
 }  // namespace tptrain::driver

@@ -2,12 +2,14 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "io/deck_path.hpp"
 #include "io/path_text.hpp"
@@ -161,8 +163,16 @@ int main(int argc, char** argv) {
       "and whether its checksum verifies (no MPI; exit 1 if anything fails)");
   inspect_cmd->add_option("file", inspect_file, "checkpoint file (.h5)")->required();
 
+  // --kokkos-* flags are Kokkos' own (Kokkos::initialize reads them), not tptrain's options.
+  std::vector<std::string> kokkos_args, args;
+  for (int i = argc - 1; i >= 1; --i) {  // CLI11 takes the arguments in reverse order
+    const std::string a = argv[i];
+    (a.rfind("--kokkos-", 0) == 0 ? kokkos_args : args).push_back(a);
+  }
+  std::reverse(kokkos_args.begin(), kokkos_args.end());
+  set_kokkos_arguments(kokkos_args);
   try {
-    app.parse(argc, argv);
+    app.parse(args);
   } catch (const CLI::ParseError& e) {
     // Under mpiexec every rank parses the same arguments: one message, every rank exits.
     const int rc = launcher_rank() == 0 ? app.exit(e) : e.get_exit_code();

@@ -94,15 +94,22 @@ struct ColumnParallelLinear {
   void backward(const Exec& exec, Communicator& tp, const DYV& dy /*[N, out/tp]*/, const XV& x /*[N, in]*/,
                 const DXV& dx /*[N, in]*/) {
     {
+      PhaseScope phase(Phase::gemm);
+      kernels::linear_backward_input(exec, dy, weight.w(), dx);  // partial: this rank's columns
+    }
+    // f: the all-reduce of dx runs (on NCCL, on the communication stream) while the weight and
+    // bias gradients, which do not read dx, are computed; only what reads dx waits for it.
+    parallel::Request dx_sum = parallel::copy_to_tp_region_backward_start(tp, exec, dx);
+    {
       PhaseScope phase(Phase::norms_elementwise);
       bias_gradient(exec, dy, bias.dv(), column_scratch);
     }
     {
       PhaseScope phase(Phase::gemm);
       kernels::linear_backward_weight(exec, dy, x, weight.dw());
-      kernels::linear_backward_input(exec, dy, weight.w(), dx);  // partial: this rank's columns
     }
-    parallel::copy_to_tp_region_backward(tp, exec, dx);  // f: all-reduce
+    PhaseScope phase(Phase::tp_comm);
+    dx_sum.wait_on(exec);
   }
 };
 

@@ -1,10 +1,14 @@
 // Collectives over Kokkos Views: the only way layers move data between ranks (through
 // mappings.hpp for the tensor-parallel operators). Views must be contiguous (LayoutRight /
 // LayoutLeft, no strided subviews). When the backend needs host memory (MPI) but the View lives
-// in device memory, the data is staged through a host mirror and copied back on completion, so
+// in device memory, the data is staged through a reused host buffer and copied back on completion, so
 // the same call works on every backend.
+//
+// Ordering (communicator.hpp): an operation starts after the work already queued on `exec`; its
+// Request completes it on the host (wait) or for an instance (wait_on).
 #pragma once
 
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -32,17 +36,27 @@ constexpr bool host_accessible() {
 template <class View>
 using value_t = typename View::non_const_value_type;
 
-// Runs `op(pointer)` on v's data, staging through a host mirror if the backend needs it.
-// `copy_in`: the op reads the buffer; `copy_out`: the op writes it.
+// Runs `op(pointer)` on v's data, staging through a reused host buffer (comm.staging()) if the
+// backend needs host memory and v lives on the device. `copy_in`: the op reads the buffer;
+// `copy_out`: the op writes it (copied back when the request completes).
 template <class View, class Op>
 Request with_buffer(Communicator& comm, const kx::ExecSpace& exec, const View& v, bool copy_in,
                     bool copy_out, Op op) {
   if (host_accessible<View>() || !comm.needs_host_memory()) return op(v.data());
-  auto mirror = Kokkos::create_mirror_view(Kokkos::HostSpace(), v);
-  if (copy_in) Kokkos::deep_copy(exec, mirror, v);
-  Request r = op(mirror.data());
-  if (!copy_out) return Request([r = std::make_shared<Request>(std::move(r)), mirror]() { r->wait(); });
-  return std::move(r).then([exec, mirror, v]() { Kokkos::deep_copy(exec, v, mirror); });
+  using T = value_t<View>;
+  using Flat = Kokkos::View<T*, typename View::memory_space, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+  using Host = Kokkos::View<T*, kx::StagingSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+  const Flat flat(v.data(), v.span());
+  std::shared_ptr<void> staging = comm.staging().acquire(v.span() * sizeof(T));
+  const Host host(static_cast<T*>(staging.get()), v.span());
+  if (copy_in) Kokkos::deep_copy(exec, host, flat);  // the backend fences exec before reading
+  Request r = op(host.data());
+  return std::move(r).then([exec, host, flat, staging, copy_out]() {
+    if (!copy_out) return;
+    Kokkos::deep_copy(exec, flat, host);
+    // The consumer may be another instance; the staged path is the slow one anyway.
+    kx::fence(exec, "tptrain::collectives: staged copy back");
+  });
 }
 
 }  // namespace detail
@@ -118,31 +132,32 @@ Request irecv(Communicator& comm, const kx::ExecSpace& exec, const View& v, int 
   });
 }
 
-// Blocking forms.
+// Forms that complete the operation for `exec` (Request::wait_on): work queued on exec after the
+// call sees the result. On NCCL the host does not wait; on MPI it does.
 template <class View>
 void all_reduce(Communicator& comm, const kx::ExecSpace& exec, const View& v, ReduceOp op) {
-  iall_reduce(comm, exec, v, op).wait();
+  iall_reduce(comm, exec, v, op).wait_on(exec);
 }
 template <class SendView, class RecvView>
 void all_gather(Communicator& comm, const kx::ExecSpace& exec, const SendView& send, const RecvView& recv) {
-  iall_gather(comm, exec, send, recv).wait();
+  iall_gather(comm, exec, send, recv).wait_on(exec);
 }
 template <class SendView, class RecvView>
 void reduce_scatter(Communicator& comm, const kx::ExecSpace& exec, const SendView& send,
                     const RecvView& recv, ReduceOp op) {
-  ireduce_scatter(comm, exec, send, recv, op).wait();
+  ireduce_scatter(comm, exec, send, recv, op).wait_on(exec);
 }
 template <class View>
 void broadcast(Communicator& comm, const kx::ExecSpace& exec, const View& v, int root) {
-  ibroadcast(comm, exec, v, root).wait();
+  ibroadcast(comm, exec, v, root).wait_on(exec);
 }
 template <class View>
 void send(Communicator& comm, const kx::ExecSpace& exec, const View& v, int peer, int tag) {
-  isend(comm, exec, v, peer, tag).wait();
+  isend(comm, exec, v, peer, tag).wait_on(exec);
 }
 template <class View>
 void recv(Communicator& comm, const kx::ExecSpace& exec, const View& v, int peer, int tag) {
-  irecv(comm, exec, v, peer, tag).wait();
+  irecv(comm, exec, v, peer, tag).wait_on(exec);
 }
 
 // Host scalars (loss, norms, agreement flags): a blocking all-reduce over the group's MPI

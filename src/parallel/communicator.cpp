@@ -19,33 +19,64 @@ std::size_t size_of(DataType type) {
   return 0;
 }
 
+Request::Request(Request&& other) noexcept
+    : wait_(std::move(other.wait_)), wait_on_(std::move(other.wait_on_)) {
+  other.wait_ = nullptr;
+  other.wait_on_ = nullptr;
+}
+
 Request& Request::operator=(Request&& other) noexcept {
   if (this != &other) {
     wait();
-    complete_ = std::move(other.complete_);
-    other.complete_ = nullptr;
+    wait_ = std::move(other.wait_);
+    wait_on_ = std::move(other.wait_on_);
+    other.wait_ = nullptr;
+    other.wait_on_ = nullptr;
   }
   return *this;
 }
 
 void Request::wait() {
-  if (!complete_) return;
-  auto complete = std::move(complete_);
-  complete_ = nullptr;
-  complete();
+  if (!wait_) return;
+  auto wait = std::move(wait_);
+  wait_ = nullptr;
+  wait_on_ = nullptr;
+  wait();
+}
+
+void Request::wait_on(const kx::ExecSpace& consumer) {
+  if (!wait_on_) return wait();
+  auto wait_on = std::move(wait_on_);
+  wait_ = nullptr;
+  wait_on_ = nullptr;
+  wait_on(consumer);
 }
 
 Request Request::then(std::function<void()> then) && {
-  auto first = std::move(complete_);
-  complete_ = nullptr;
-  return Request([first = std::move(first), then = std::move(then)]() {
+  auto first = std::move(wait_);
+  auto first_on = std::move(wait_on_);
+  wait_ = nullptr;
+  wait_on_ = nullptr;
+  auto shared_then = std::make_shared<std::function<void()>>(std::move(then));
+  HostWait wait = [first, shared_then]() {
     if (first) first();
-    then();
-  });
+    (*shared_then)();
+  };
+  DeviceWait wait_on;
+  if (first_on)
+    wait_on = [first_on, shared_then](const kx::ExecSpace& consumer) {
+      first_on(consumer);
+      (*shared_then)();
+    };
+  return Request(std::move(wait), std::move(wait_on));
 }
 
 void wait_all(Request* requests, std::size_t count) {
   for (std::size_t i = 0; i < count; ++i) requests[i].wait();
+}
+
+void wait_all_on(Request* requests, std::size_t count, const kx::ExecSpace& consumer) {
+  for (std::size_t i = 0; i < count; ++i) requests[i].wait_on(consumer);
 }
 
 Communicator::Communicator(MPI_Comm comm) : comm_(comm) {

@@ -18,6 +18,7 @@
 #include <mpi.h>
 
 #include "kokkos_kernels/compat.hpp"
+#include "src/parallel/staging_pool.hpp"
 
 namespace tptrain::parallel {
 
@@ -33,29 +34,42 @@ template <> constexpr DataType data_type_of<std::uint8_t>() { return DataType::u
 
 std::size_t size_of(DataType type);
 
-// Handle of a non-blocking operation. wait() completes it (idempotent); a Request that goes
-// out of scope while pending is waited on, so buffers are never released under a live
-// operation. Move-only.
+// Handle of a non-blocking operation. Two ways to complete it:
+//  - wait_on(consumer): later work queued on the execution-space instance `consumer` sees the
+//    result. On NCCL the consumer's stream waits on an event recorded after the operation on the
+//    communication stream: the host does not block, and only the kernels queued after this call
+//    wait. On MPI it is wait() (MPI needs the host to complete a request).
+//  - wait(): the host blocks until the operation is complete (for host-side readers).
+// Both are idempotent. A Request that goes out of scope while pending is wait()ed on, so buffers
+// are never released under a live operation. Move-only.
 class Request {
  public:
+  using HostWait = std::function<void()>;
+  using DeviceWait = std::function<void(const kx::ExecSpace&)>;
   Request() = default;
-  explicit Request(std::function<void()> complete) : complete_(std::move(complete)) {}
-  Request(Request&& other) noexcept : complete_(std::move(other.complete_)) { other.complete_ = nullptr; }
+  explicit Request(HostWait wait, DeviceWait wait_on = nullptr)
+      : wait_(std::move(wait)), wait_on_(std::move(wait_on)) {}
+  Request(Request&& other) noexcept;
   Request& operator=(Request&& other) noexcept;
   Request(const Request&) = delete;
   Request& operator=(const Request&) = delete;
   ~Request() { wait(); }
 
   void wait();
-  bool pending() const { return static_cast<bool>(complete_); }
-  // Runs `then` after the operation completes (e.g. copy a staged host buffer back).
+  void wait_on(const kx::ExecSpace& consumer);
+  bool pending() const { return static_cast<bool>(wait_); }
+  // Runs `then` on the host after the operation completes, whichever way it is completed (e.g.
+  // copy a staged host buffer back, release a staging buffer).
   Request then(std::function<void()> then) &&;
 
  private:
-  std::function<void()> complete_;
+  HostWait wait_;
+  DeviceWait wait_on_;
 };
 
 void wait_all(Request* requests, std::size_t count);
+// Every request, completed for `consumer` (Request::wait_on).
+void wait_all_on(Request* requests, std::size_t count, const kx::ExecSpace& consumer);
 
 class Communicator {
  public:
@@ -89,8 +103,24 @@ class Communicator {
   virtual Request irecv(const kx::ExecSpace& exec, void* buf, std::size_t count, DataType type,
                         int peer, int tag) = 0;
 
+  // Point-to-point transfers issued between group_start and group_end are one operation (NCCL:
+  // ncclGroupStart/End, so that a stage's sends and receives of one pipeline step progress
+  // together instead of one after the other). Inside a group the backend may return empty
+  // Requests from isend/irecv; the Request of group_end completes them all. On MPI every
+  // transfer keeps its own Request and group_end returns an empty one. `exec` is the instance
+  // whose queued work produces the send buffers and may still read the receive buffers.
+  virtual void group_start(const kx::ExecSpace& exec) { (void)exec; }
+  virtual Request group_end() { return Request(); }
+
+  // The stream device collectives run on, or null (host backends): a different stream than
+  // the compute instance's, so that a collective overlaps the kernels that do not need it.
+  virtual const void* communication_stream() const { return nullptr; }
+
   // Host-side barrier of the group (MPI), e.g. before renaming a finished checkpoint.
   void barrier() const;
+
+  // Reused host buffers for staging device data (collectives.hpp), when needs_host_memory().
+  StagingPool& staging() { return staging_; }
 
  protected:
   // Takes ownership of `comm` (freed in the destructor).
@@ -98,6 +128,7 @@ class Communicator {
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0;
   int size_ = 1;
+  StagingPool staging_;
 };
 
 // The backend for a group: NCCL when built with it and Kokkos runs on CUDA, MPI otherwise.

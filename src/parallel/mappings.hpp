@@ -27,6 +27,16 @@ void copy_to_tp_region_backward(Communicator& tp, const kx::ExecSpace& exec, con
   all_reduce(tp, exec, dx, ReduceOp::sum);
 }
 
+// The same all-reduce, started but not completed: the caller queues independent work on exec
+// (the weight-gradient GEMM, as Megatron's async tensor-parallel all-reduce in
+// ColumnParallelLinear's backward) and then completes it with Request::wait_on(exec) before
+// anything reads dx.
+template <class View>
+Request copy_to_tp_region_backward_start(Communicator& tp, const kx::ExecSpace& exec, const View& dx) {
+  util::PhaseScope phase(util::Phase::tp_comm);
+  return iall_reduce(tp, exec, dx, ReduceOp::sum);
+}
+
 template <class View>
 void reduce_from_tp_region_forward(Communicator& tp, const kx::ExecSpace& exec, const View& y) {
   util::PhaseScope phase(util::Phase::tp_comm);

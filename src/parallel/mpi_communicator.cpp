@@ -1,8 +1,16 @@
 #include "src/parallel/mpi_communicator.hpp"
 
 #include <climits>
+#include <cstdlib>
+#include <cstring>
 #include <stdexcept>
 #include <string>
+
+#if defined(OPEN_MPI) && defined(__has_include)
+#if __has_include(<mpi-ext.h>)
+#include <mpi-ext.h>  // MPIX_CUDA_AWARE_SUPPORT, MPIX_Query_cuda_support
+#endif
+#endif
 
 #include "src/parallel/mpi_check.hpp"
 
@@ -20,6 +28,26 @@ MPI_Datatype mpi_type(DataType type) {
 }
 
 MPI_Op mpi_op(ReduceOp op) { return op == ReduceOp::sum ? MPI_SUM : MPI_MAX; }
+
+bool mpi_supports_device_memory() {
+  if (const char* forced = std::getenv("TPTRAIN_MPI_DEVICE_MEMORY"))
+    return std::strcmp(forced, "0") != 0 && forced[0] != '\0';
+#if defined(MPIX_CUDA_AWARE_SUPPORT) && MPIX_CUDA_AWARE_SUPPORT
+  return MPIX_Query_cuda_support() == 1;
+#elif defined(MPIX_GPU_SUPPORT_CUDA)
+  int supported = 0;
+  return MPIX_GPU_query_support(MPIX_GPU_SUPPORT_CUDA, &supported) == MPI_SUCCESS && supported != 0;
+#else
+  return false;
+#endif
+}
+
+MpiCommunicator::MpiCommunicator(MPI_Comm comm) : Communicator(comm) {
+  // Only a device memory space makes the question matter; every rank of a job runs the same
+  // library, so the answer is the same on every rank of the group.
+  if (!Kokkos::SpaceAccessibility<Kokkos::HostSpace, kx::MemSpace>::accessible)
+    device_memory_ = mpi_supports_device_memory();
+}
 
 namespace {
 

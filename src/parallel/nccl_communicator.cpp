@@ -2,8 +2,6 @@
 
 #if defined(TPTRAIN_HAVE_NCCL)
 
-#include <cuda_runtime.h>
-
 #include "src/parallel/mpi_check.hpp"
 
 #define TPTRAIN_NCCL_CHECK(call)                                                          \
@@ -39,15 +37,11 @@ ncclDataType_t nccl_type(DataType type) {
 
 ncclRedOp_t nccl_op(ReduceOp op) { return op == ReduceOp::sum ? ncclSum : ncclMax; }
 
-// The operation is queued on the stream; the handle waits on an event recorded after it.
-Request pending_on(cudaStream_t stream) {
-  cudaEvent_t done;
-  TPTRAIN_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
-  TPTRAIN_CUDA_CHECK(cudaEventRecord(done, stream));
-  return Request([done]() {
-    TPTRAIN_CUDA_CHECK(cudaEventSynchronize(done));
-    TPTRAIN_CUDA_CHECK(cudaEventDestroy(done));
-  });
+cudaEvent_t record_event(cudaStream_t stream) {
+  cudaEvent_t event;
+  TPTRAIN_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+  TPTRAIN_CUDA_CHECK(cudaEventRecord(event, stream));
+  return event;
 }
 
 }  // namespace
@@ -57,51 +51,95 @@ NcclCommunicator::NcclCommunicator(MPI_Comm comm) : Communicator(comm) {
   if (rank_ == 0) TPTRAIN_NCCL_CHECK(ncclGetUniqueId(&id));
   TPTRAIN_MPI_CHECK(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, comm_));
   TPTRAIN_NCCL_CHECK(ncclCommInitRank(&nccl_, size_, id, rank_));
+  // Non-blocking: no implicit ordering with the legacy default stream either.
+  TPTRAIN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
 }
 
 NcclCommunicator::~NcclCommunicator() {
+  if (stream_) {
+    cudaStreamSynchronize(stream_);
+    cudaStreamDestroy(stream_);
+  }
   if (nccl_) ncclCommDestroy(nccl_);
+}
+
+void NcclCommunicator::after(const kx::ExecSpace& exec) {
+  cudaEvent_t ready = record_event(exec.cuda_stream());
+  TPTRAIN_CUDA_CHECK(cudaStreamWaitEvent(stream_, ready, 0));
+  TPTRAIN_CUDA_CHECK(cudaEventDestroy(ready));  // released once it has fired
+}
+
+Request NcclCommunicator::completion() {
+  const cudaEvent_t done = record_event(stream_);
+  // Shared by both completions: whichever runs first destroys the event.
+  return Request(
+      [done]() {
+        TPTRAIN_CUDA_CHECK(cudaEventSynchronize(done));
+        TPTRAIN_CUDA_CHECK(cudaEventDestroy(done));
+      },
+      [done](const kx::ExecSpace& consumer) {
+        TPTRAIN_CUDA_CHECK(cudaStreamWaitEvent(consumer.cuda_stream(), done, 0));
+        TPTRAIN_CUDA_CHECK(cudaEventDestroy(done));
+      });
+}
+
+template <class Call>
+Request NcclCommunicator::issue(const kx::ExecSpace& exec, Call call) {
+  if (group_depth_ > 0) {  // ordered by group_start, completed by group_end
+    TPTRAIN_NCCL_CHECK(call());
+    return Request();
+  }
+  after(exec);
+  TPTRAIN_NCCL_CHECK(call());
+  return completion();
+}
+
+void NcclCommunicator::group_start(const kx::ExecSpace& exec) {
+  if (group_depth_++ > 0) return;
+  after(exec);
+  TPTRAIN_NCCL_CHECK(ncclGroupStart());
+}
+
+Request NcclCommunicator::group_end() {
+  if (group_depth_ == 0) throw std::logic_error("tptrain: NcclCommunicator::group_end without group_start");
+  if (--group_depth_ > 0) return Request();
+  // The grouped calls are enqueued on the stream by ncclGroupEnd: record the event after it.
+  TPTRAIN_NCCL_CHECK(ncclGroupEnd());
+  return completion();
 }
 
 Request NcclCommunicator::iall_reduce(const kx::ExecSpace& exec, void* buf, std::size_t count,
                                       DataType type, ReduceOp op) {
-  TPTRAIN_NCCL_CHECK(
-      ncclAllReduce(buf, buf, count, nccl_type(type), nccl_op(op), nccl_, exec.cuda_stream()));
-  return pending_on(exec.cuda_stream());
+  return issue(exec, [&] { return ncclAllReduce(buf, buf, count, nccl_type(type), nccl_op(op), nccl_, stream_); });
 }
 
 Request NcclCommunicator::iall_gather(const kx::ExecSpace& exec, const void* send, void* recv,
                                       std::size_t count, DataType type) {
-  TPTRAIN_NCCL_CHECK(ncclAllGather(send, recv, count, nccl_type(type), nccl_, exec.cuda_stream()));
-  return pending_on(exec.cuda_stream());
+  return issue(exec, [&] { return ncclAllGather(send, recv, count, nccl_type(type), nccl_, stream_); });
 }
 
 Request NcclCommunicator::ireduce_scatter(const kx::ExecSpace& exec, const void* send, void* recv,
                                           std::size_t count, DataType type, ReduceOp op) {
-  TPTRAIN_NCCL_CHECK(ncclReduceScatter(send, recv, count, nccl_type(type), nccl_op(op), nccl_,
-                                       exec.cuda_stream()));
-  return pending_on(exec.cuda_stream());
+  return issue(exec, [&] {
+    return ncclReduceScatter(send, recv, count, nccl_type(type), nccl_op(op), nccl_, stream_);
+  });
 }
 
 Request NcclCommunicator::ibroadcast(const kx::ExecSpace& exec, void* buf, std::size_t count,
                                      DataType type, int root) {
-  TPTRAIN_NCCL_CHECK(
-      ncclBroadcast(buf, buf, count, nccl_type(type), root, nccl_, exec.cuda_stream()));
-  return pending_on(exec.cuda_stream());
+  return issue(exec, [&] { return ncclBroadcast(buf, buf, count, nccl_type(type), root, nccl_, stream_); });
 }
 
 // NCCL point-to-point has no tags: messages between a pair are matched in issue order, which
 // the pipeline schedule guarantees.
 Request NcclCommunicator::isend(const kx::ExecSpace& exec, const void* buf, std::size_t count,
                                 DataType type, int peer, int /*tag*/) {
-  TPTRAIN_NCCL_CHECK(ncclSend(buf, count, nccl_type(type), peer, nccl_, exec.cuda_stream()));
-  return pending_on(exec.cuda_stream());
+  return issue(exec, [&] { return ncclSend(buf, count, nccl_type(type), peer, nccl_, stream_); });
 }
 
 Request NcclCommunicator::irecv(const kx::ExecSpace& exec, void* buf, std::size_t count, DataType type,
                                 int peer, int /*tag*/) {
-  TPTRAIN_NCCL_CHECK(ncclRecv(buf, count, nccl_type(type), peer, nccl_, exec.cuda_stream()));
-  return pending_on(exec.cuda_stream());
+  return issue(exec, [&] { return ncclRecv(buf, count, nccl_type(type), peer, nccl_, stream_); });
 }
 
 }  // namespace tptrain::parallel

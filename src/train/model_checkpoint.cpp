@@ -1,14 +1,14 @@
 #include "src/train/model_checkpoint.hpp"
 
-#include <toml++/toml.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <utility>
 
+#include "io/deck_text.hpp"
 #include "io/path_text.hpp"
 #include "src/log.hpp"
 #include "src/parallel/agreement.hpp"
@@ -148,16 +148,18 @@ constexpr std::pair<const char*, int model::GptShape::*> kShapeKeys[] = {
 }  // namespace
 
 model::GptShape checkpoint_model_shape(const std::string& deck_text) {
-  toml::table saved;
+  std::vector<std::string> keys;
+  for (const auto& [key, field] : kShapeKeys) keys.emplace_back(key);
+  std::map<std::string, std::optional<std::int64_t>> saved;
   try {
-    saved = toml::parse(deck_text);
+    saved = io::deck_text_integers(deck_text, "model", keys);
   } catch (const std::exception& e) {
-    throw std::runtime_error(std::string("its deck attribute cannot be parsed: ") + e.what());
+    throw std::runtime_error(std::string("its deck attribute ") + e.what());
   }
   model::GptShape shape;
   std::string missing;
   for (const auto& [key, field] : kShapeKeys) {
-    const auto value = saved["model"][key].value<std::int64_t>();
+    const auto value = saved[key];
     if (!value || *value < 1 || *value > INT32_MAX)
       missing += std::string(missing.empty() ? "" : ", ") + "model." + key;
     else

@@ -128,10 +128,17 @@ class PipelineRunner {
 // Data-parallel gradient averaging in buckets (Model::buckets(): one per block, head,
 // embedding): launch(b) starts a non-blocking all-reduce (sum) of bucket b's flat gradient
 // buffer over the DP group as soon as it is final; finish() completes them before the norm.
-// Times how long the step spends on the reduction after the backward (the part not hidden
-// behind it).
+// On NCCL each all-reduce runs on the DP communicator's own stream, ordered after the kernels
+// that finished the bucket, while the backward of the next buckets goes on on the compute
+// stream; finish() makes the compute stream wait for them (no host wait). On MPI the host
+// starts the request and advances it between buckets (progress). Times how long the step
+// spends on the reduction after the backward (the part not hidden behind it; on NCCL only the
+// host's share, since the waiting moves to the device).
 class GradientReducer {
  public:
+  // The Kokkos region around each all-reduce start (what Kokkos Tools see).
+  static constexpr const char* launch_region_name = "tptrain::dp_all_reduce_start";
+
   GradientReducer(Model& model, parallel::Communicator& dp) : model_(model), dp_(dp) {}
   void launch(const kx::ExecSpace& exec, std::size_t bucket);
   void progress();  // let MPI advance the pending reductions

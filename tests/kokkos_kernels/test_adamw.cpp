@@ -28,7 +28,7 @@ TEMPLATE_TEST_CASE("adamw matches hand-computed values for two steps", "[kernels
   const tt::HostVec p2{0.85446629868784616296, -1.9602, 0.55243964653792491169};
   const tt::HostVec m2{0.02, 0.0, 0.11}, v2{0.00031225, 0.0, 0.004999};
 
-  Kokkos::DefaultExecutionSpace exec;
+  tptrain::kx::ExecSpace exec;
   auto p = tt::to_device<T>(p0);
   tk::Vector<T> m("m", 3), v("v", 3);
   auto g = tt::to_device<T>(g1);
@@ -51,7 +51,7 @@ TEST_CASE("flat_view runs AdamW over a 2D parameter in place", "[kernels]") {
   using T = float;
   const int rows = 5, cols = 7;
   std::mt19937 rng(81);
-  Kokkos::DefaultExecutionSpace exec;
+  tptrain::kx::ExecSpace exec;
   const auto hp = tt::random_vec<T>(rng, rows * cols);
   const auto hg = tt::random_vec<T>(rng, rows * cols);
   auto P = tt::to_device<T>(hp, rows, cols);
@@ -86,7 +86,7 @@ using tptrain::kernels::test::TeamSizeGuard;
 
 // Team sizes a host backend can run (OpenMP: several threads per team, as on a GPU; Serial: 1).
 int max_team_size() {
-  using Exec = Kokkos::DefaultExecutionSpace;
+  using Exec = tptrain::kx::ExecSpace;
   return std::is_same<Exec, Kokkos::DefaultHostExecutionSpace>::value
              ? std::min(4, static_cast<int>(Exec().concurrency()))
              : 32;
@@ -116,7 +116,7 @@ std::vector<tk::FlatSegment> odd_bucket() {
 TEMPLATE_TEST_CASE("bucket_adamw_update is bitwise per-parameter scale + adamw_update", "[kernels][adamw]",
                    float, double) {
   using T = TestType;
-  using Exec = Kokkos::DefaultExecutionSpace;
+  using Exec = tptrain::kx::ExecSpace;
   Exec exec;
   const std::vector<tk::FlatSegment> segments = odd_bucket();
   const std::int64_t n = segments.back().end;
@@ -179,7 +179,7 @@ TEMPLATE_TEST_CASE("bucket_adamw_update is bitwise per-parameter scale + adamw_u
 TEST_CASE("bucket_adamw_update with clip_scale 1 is the current per-parameter update",
           "[kernels][adamw]") {
   using T = float;
-  using Exec = Kokkos::DefaultExecutionSpace;
+  using Exec = tptrain::kx::ExecSpace;
   Exec exec;
   // GPT-2 block shapes at a tenth of the width (not multiples of the chunk), default chunk.
   const std::int64_t H = 77, F = 4 * H;
@@ -214,7 +214,7 @@ TEST_CASE("bucket_adamw_update with clip_scale 1 is the current per-parameter up
 
 TEST_CASE("FlatSegments and bucket_adamw_update refuse bad tables and shapes", "[kernels][adamw]") {
   using T = float;
-  using Exec = Kokkos::DefaultExecutionSpace;
+  using Exec = tptrain::kx::ExecSpace;
   Exec exec;
   using S = tk::FlatSegment;
   CHECK_THROWS_AS(tk::FlatSegments<Exec>({S{1, 4}}), std::invalid_argument);          // not at 0

@@ -17,7 +17,7 @@ namespace tt = tptrain::kernels::test;
 
 namespace {
 
-using Exec = Kokkos::DefaultExecutionSpace;
+using Exec = tptrain::kx::ExecSpace;
 
 struct AttnShape {
   int B, S, nh, d;

@@ -11,7 +11,7 @@ TEMPLATE_TEST_CASE("bias_add and bias_backward match host loops", "[kernels]", f
   const auto [N, H] = GENERATE(std::make_pair(7, 13), std::make_pair(1, 1), std::make_pair(64, 32));
   INFO("N=" << N << " H=" << H);
   std::mt19937 rng(11);
-  Kokkos::DefaultExecutionSpace exec;
+  tptrain::kx::ExecSpace exec;
   const auto hy = tt::random_vec<T>(rng, N * H);
   const auto hb = tt::random_vec<T>(rng, H);
   const auto hdy = tt::random_vec<T>(rng, N * H);

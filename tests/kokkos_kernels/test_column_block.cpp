@@ -10,7 +10,7 @@
 namespace tk = tptrain::kernels;
 namespace tt = tptrain::kernels::test;
 
-using Exec = Kokkos::DefaultExecutionSpace;
+using Exec = tptrain::kx::ExecSpace;
 
 TEST_CASE("column blocking does not change results (bitwise)", "[kernels]") {
   using T = float;

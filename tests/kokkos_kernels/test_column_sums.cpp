@@ -17,7 +17,7 @@
 namespace tk = tptrain::kernels;
 namespace tt = tptrain::kernels::test;
 
-using Exec = Kokkos::DefaultExecutionSpace;
+using Exec = tptrain::kx::ExecSpace;
 
 namespace {
 

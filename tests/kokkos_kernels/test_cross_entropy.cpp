@@ -29,7 +29,7 @@ struct Assembled {
 template <class T>
 Assembled vocab_parallel_ce(const tt::HostVec& logits, const std::vector<int>& targets, int N,
                             int V, int parts, double scale) {
-  Kokkos::DefaultExecutionSpace exec;
+  tptrain::kx::ExecSpace exec;
   const int Vl = (V + parts - 1) / parts;
   auto tg = tt::tokens_to_device(targets);
   std::vector<tk::Matrix<T>> shard(parts);
@@ -103,7 +103,7 @@ TEMPLATE_TEST_CASE("vocab-parallel cross-entropy matches full log-softmax", "[ke
 
 TEST_CASE("cross-entropy pieces on a padding-only shard are neutral", "[kernels]") {
   using T = float;
-  Kokkos::DefaultExecutionSpace exec;
+  tptrain::kx::ExecSpace exec;
   const int N = 3, Vl = 4;
   auto logits = tt::to_device<T>(tt::HostVec(N * Vl, 7.0), N, Vl);
   auto targets = tt::tokens_to_device({0, 1, 2});
@@ -140,7 +140,7 @@ TEST_CASE("cross-entropy backward matches finite differences (double)", "[kernel
 
 TEST_CASE("cross-entropy row reductions are deterministic", "[kernels]") {
   using T = float;
-  Kokkos::DefaultExecutionSpace exec;
+  tptrain::kx::ExecSpace exec;
   const int N = 5, V = 300;
   std::mt19937 rng(73);
   auto logits = tt::to_device<T>(tt::random_vec<T>(rng, N * V, -5.0, 5.0), N, V);

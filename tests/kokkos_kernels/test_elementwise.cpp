@@ -10,7 +10,7 @@ TEMPLATE_TEST_CASE("elementwise kernels on 2D views", "[kernels]", float, double
   using T = TestType;
   const int N = 7, H = 13;
   std::mt19937 rng(21);
-  Kokkos::DefaultExecutionSpace exec;
+  tptrain::kx::ExecSpace exec;
   const auto ha = tt::random_vec<T>(rng, N * H);
   const auto hb = tt::random_vec<T>(rng, N * H);
   auto a = tt::to_device<T>(ha, N, H);
@@ -52,7 +52,7 @@ TEMPLATE_TEST_CASE("elementwise kernels on 1D and unmanaged views", "[kernels]",
   using T = TestType;
   const int n = 29;
   std::mt19937 rng(22);
-  Kokkos::DefaultExecutionSpace exec;
+  tptrain::kx::ExecSpace exec;
   const auto ha = tt::random_vec<T>(rng, n);
   const auto hb = tt::random_vec<T>(rng, n);
   auto a = tt::to_device<T>(ha);
@@ -76,7 +76,7 @@ TEMPLATE_TEST_CASE("elementwise kernels on 1D and unmanaged views", "[kernels]",
 }
 
 TEST_CASE("elementwise kernels reject mismatched extents", "[kernels]") {
-  Kokkos::DefaultExecutionSpace exec;
+  tptrain::kx::ExecSpace exec;
   tk::Matrix<float> a("a", 3, 4), b("b", 4, 3);
   CHECK_THROWS_AS(tk::add_inplace(exec, a, b), std::invalid_argument);
 }

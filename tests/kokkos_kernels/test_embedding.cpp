@@ -16,7 +16,7 @@ TEMPLATE_TEST_CASE("masked embedding over a vocabulary split matches the full lo
   INFO("parts=" << parts);
   const int Vl = (V + parts - 1) / parts;  // rows per rank, last rank padded
   std::mt19937 rng(61);
-  Kokkos::DefaultExecutionSpace exec;
+  tptrain::kx::ExecSpace exec;
   const auto hwte = tt::random_vec<T>(rng, V * H);
   const auto hwpe = tt::random_vec<T>(rng, S * H);
   const auto hdy = tt::random_vec<T>(rng, N * H);
@@ -82,7 +82,7 @@ TEST_CASE("embedding backward accumulates and is deterministic", "[kernels]") {
   using T = float;
   const int V = 7, H = 9, N = 40;
   std::mt19937 rng(62);
-  Kokkos::DefaultExecutionSpace exec;
+  tptrain::kx::ExecSpace exec;
   std::vector<int> htok(N);
   std::uniform_int_distribution<int> tokdist(0, V - 1);
   for (auto& t : htok) t = tokdist(rng);  // many repeats

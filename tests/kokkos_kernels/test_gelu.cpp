@@ -13,7 +13,7 @@ TEMPLATE_TEST_CASE("gelu forward/backward match host reference", "[kernels]", fl
   using T = TestType;
   const auto [N, F] = GENERATE(std::make_pair(7, 13), std::make_pair(16, 64));
   std::mt19937 rng(31);
-  Kokkos::DefaultExecutionSpace exec;
+  tptrain::kx::ExecSpace exec;
   const auto hx = tt::random_vec<T>(rng, N * F, -4.0, 4.0);
   const auto hdy = tt::random_vec<T>(rng, N * F);
   auto x = tt::to_device<T>(hx, N, F);
@@ -35,7 +35,7 @@ TEMPLATE_TEST_CASE("gelu forward/backward match host reference", "[kernels]", fl
 
 TEST_CASE("gelu saturates without NaN far in the tails", "[kernels]") {
   using T = float;
-  Kokkos::DefaultExecutionSpace exec;
+  tptrain::kx::ExecSpace exec;
   const tt::HostVec hx{-1e4, -200.0, -60.0, 0.0, 60.0, 200.0, 1e4};
   const int n = static_cast<int>(hx.size());
   auto x = tt::to_device<T>(hx, 1, n);
@@ -54,7 +54,7 @@ TEST_CASE("gelu backward matches finite differences (double)", "[kernels]") {
   using T = double;
   const int N = 3, F = 5;
   std::mt19937 rng(32);
-  Kokkos::DefaultExecutionSpace exec;
+  tptrain::kx::ExecSpace exec;
   const auto hx = tt::random_vec<T>(rng, N * F, -3.0, 3.0);
   const auto hw = tt::random_vec<T>(rng, N * F);
   auto loss = [&](const tt::HostVec& xv) {
@@ -75,7 +75,7 @@ TEMPLATE_TEST_CASE("bias_gelu_forward is bias_add, then gelu_forward (bitwise)",
   using T = TestType;
   const auto [N, F] = GENERATE(std::make_pair(7, 13), std::make_pair(16, 64));
   std::mt19937 rng(33);
-  Kokkos::DefaultExecutionSpace exec;
+  tptrain::kx::ExecSpace exec;
   const auto hh = tt::random_vec<T>(rng, N * F, -4.0, 4.0);
   const auto hb = tt::random_vec<T>(rng, F);
   auto h = tt::to_device<T>(hh, N, F);
@@ -104,7 +104,7 @@ TEMPLATE_TEST_CASE("GELU through the saved sigmoid equals the GELU kernels (bitw
   using T = TestType;
   const auto [N, F] = GENERATE(std::make_pair(7, 13), std::make_pair(16, 64));
   std::mt19937 rng(35);
-  Kokkos::DefaultExecutionSpace exec;
+  tptrain::kx::ExecSpace exec;
   const auto hh = tt::random_vec<T>(rng, N * F, -12.0, 6.0);  // the far negative tail too
   const auto hb = tt::random_vec<T>(rng, F);
   const auto hdy = tt::random_vec<T>(rng, N * F);

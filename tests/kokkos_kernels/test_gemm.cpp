@@ -19,7 +19,7 @@ struct Shape {
 template <class T>
 void check_linear(const Shape& s, unsigned seed) {
   std::mt19937 rng(seed);
-  Kokkos::DefaultExecutionSpace exec;
+  tptrain::kx::ExecSpace exec;
   const auto hx = tt::random_vec<T>(rng, s.N * s.in);
   const auto hW = tt::random_vec<T>(rng, s.out * s.in);
   const auto hdy = tt::random_vec<T>(rng, s.N * s.out);
@@ -60,7 +60,7 @@ TEMPLATE_TEST_CASE("linear_backward_weight accumulates over micro-batches", "[ke
                    double) {
   using T = TestType;
   std::mt19937 rng(7);
-  Kokkos::DefaultExecutionSpace exec;
+  tptrain::kx::ExecSpace exec;
   const int N = 6, in = 5, out = 4;
   const auto hx = tt::random_vec<T>(rng, 2 * N * in);
   const auto hdy = tt::random_vec<T>(rng, 2 * N * out);
@@ -84,7 +84,7 @@ TEMPLATE_TEST_CASE("linear_backward_weight accumulates over micro-batches", "[ke
 TEST_CASE("linear kernels accept unmanaged views and strided subviews", "[kernels]") {
   using T = float;
   std::mt19937 rng(99);
-  Kokkos::DefaultExecutionSpace exec;
+  tptrain::kx::ExecSpace exec;
   const int N = 5, in = 7, out = 3;
   const auto hx = tt::random_vec<T>(rng, N * in);
   const auto hW = tt::random_vec<T>(rng, out * in);
@@ -119,7 +119,7 @@ TEST_CASE("linear kernels accept unmanaged views and strided subviews", "[kernel
 }
 
 TEST_CASE("linear kernels reject mismatched shapes", "[kernels]") {
-  Kokkos::DefaultExecutionSpace exec;
+  tptrain::kx::ExecSpace exec;
   tk::Matrix<float> x("x", 4, 3), W("W", 2, 5), y("y", 4, 2);
   CHECK_THROWS_AS(tk::linear_forward(exec, x, W, y), std::invalid_argument);
 }

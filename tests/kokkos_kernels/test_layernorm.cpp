@@ -15,7 +15,7 @@ TEMPLATE_TEST_CASE("layernorm forward/backward match host reference", "[kernels]
   INFO("N=" << N << " H=" << H);
   const double eps = 1e-5;
   std::mt19937 rng(41);
-  Kokkos::DefaultExecutionSpace exec;
+  tptrain::kx::ExecSpace exec;
   const auto hx = tt::random_vec<T>(rng, N * H, -2.0, 3.0);
   const auto hg = tt::random_vec<T>(rng, H, 0.5, 1.5);
   const auto hb = tt::random_vec<T>(rng, H);
@@ -71,7 +71,7 @@ TEST_CASE("layernorm backward matches finite differences (double)", "[kernels]")
   const int N = 3, H = 5;
   const double eps = 1e-5;
   std::mt19937 rng(42);
-  Kokkos::DefaultExecutionSpace exec;
+  tptrain::kx::ExecSpace exec;
   const auto hx = tt::random_vec<T>(rng, N * H, -2.0, 2.0);
   const auto hg = tt::random_vec<T>(rng, H, 0.5, 1.5);
   const auto hb = tt::random_vec<T>(rng, H);
@@ -106,7 +106,7 @@ TEST_CASE("layernorm backward may run in place (dx aliases dy)", "[kernels]") {
   using T = double;
   const int N = 4, H = 6;
   std::mt19937 rng(43);
-  Kokkos::DefaultExecutionSpace exec;
+  tptrain::kx::ExecSpace exec;
   const auto hx = tt::random_vec<T>(rng, N * H);
   const auto hg = tt::random_vec<T>(rng, H);
   const auto hdy = tt::random_vec<T>(rng, N * H);
@@ -132,7 +132,7 @@ TEMPLATE_TEST_CASE("add_layernorm_forward is the residual add, then layernorm_fo
   INFO("N=" << N << " H=" << H);
   const double eps = 1e-5;
   std::mt19937 rng(44);
-  Kokkos::DefaultExecutionSpace exec;
+  tptrain::kx::ExecSpace exec;
   const auto hx = tt::random_vec<T>(rng, N * H, -2.0, 3.0);
   const auto hr = tt::random_vec<T>(rng, N * H);
   const auto hg = tt::random_vec<T>(rng, H, 0.5, 1.5);

@@ -25,7 +25,7 @@ double read(const Kokkos::View<double, tptrain::kx::MemSpace>& total) {
 TEMPLATE_TEST_CASE("accumulate_loss_sum adds a prefix sum of the losses on the device",
                    "[kernels][loss_sum]", float, double) {
   using T = TestType;
-  using Exec = Kokkos::DefaultExecutionSpace;
+  using Exec = tptrain::kx::ExecSpace;
   Exec exec;
   const int N = 1237;  // micro_batch · S, not a multiple of anything
   std::mt19937 rng(17);

@@ -18,7 +18,7 @@ TEMPLATE_TEST_CASE("squared_norm and all_finite", "[kernels]", float, double) {
   using T = TestType;
   const int N = 7, H = 13;
   std::mt19937 rng(91);
-  Kokkos::DefaultExecutionSpace exec;
+  tptrain::kx::ExecSpace exec;
   const auto h2 = tt::random_vec<T>(rng, N * H);
   const auto h1 = tt::random_vec<T>(rng, 101);
   auto m = tt::to_device<T>(h2, N, H);
@@ -63,7 +63,7 @@ using tptrain::kernels::test::TeamSizeGuard;
 TEMPLATE_TEST_CASE("bucket_squared_norms splits a bucket's sum of squares by TP placement",
                    "[kernels][reductions]", float, double) {
   using T = TestType;
-  using Exec = Kokkos::DefaultExecutionSpace;
+  using Exec = tptrain::kx::ExecSpace;
   Exec exec;
   struct Spec {
     std::int64_t length;

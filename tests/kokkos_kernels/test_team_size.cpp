@@ -22,7 +22,7 @@ using tptrain::kernels::test::TeamSizeGuard;
 
 TEST_CASE("team kernels agree with references for every team size", "[kernels]") {
   using T = double;
-  using Exec = Kokkos::DefaultExecutionSpace;
+  using Exec = tptrain::kx::ExecSpace;
   Exec exec;
   const int max_team = std::is_same<Exec, Kokkos::DefaultHostExecutionSpace>::value
                            ? std::min(4, static_cast<int>(exec.concurrency()))

@@ -145,3 +145,67 @@ TEST_CASE("non-blocking collectives overlap and complete on wait", "[parallel][c
   CHECK(all_reduce_scalar(*comm, 1.5, ReduceOp::sum) == 1.5 * n);
   CHECK(std::string(comm->backend_name()) == "mpi");
 }
+
+TEST_CASE("a grouped exchange around a ring completes for the consumer instance", "[parallel][collectives][mpi]") {
+  auto comm = world_comm();
+  const kx::ExecSpace exec;
+  const int r = comm->rank(), n = comm->size();
+  Kokkos::View<float*, kx::MemSpace> out("out", 16), in("in", 16), back("back", 16);
+  Kokkos::deep_copy(out, static_cast<float>(r));
+  std::vector<Request> reqs;
+  // Send right and receive from the left as one group (NCCL: ncclGroupStart/End).
+  comm->group_start(exec);
+  reqs.push_back(isend(*comm, exec, out, (r + 1) % n, 3));
+  reqs.push_back(irecv(*comm, exec, in, (r + n - 1) % n, 3));
+  reqs.push_back(comm->group_end());
+  wait_all_on(reqs.data(), reqs.size(), exec);
+  for (const auto& q : reqs) CHECK_FALSE(q.pending());
+  // A kernel queued on the consumer instance after wait_on reads the received data.
+  Kokkos::parallel_for("tptrain::test::consume", Kokkos::RangePolicy<kx::ExecSpace>(exec, 0, 16),
+                       KOKKOS_LAMBDA(int i) { back(i) = 2.0f * in(i); });
+  exec.fence();
+  auto h = on_host(back);
+  for (int i = 0; i < 16; ++i) CHECK(h(i) == 2.0f * static_cast<float>((r + n - 1) % n));
+}
+
+TEST_CASE("Request: wait_on completes, then() runs once, a dropped request is completed", "[parallel][collectives]") {
+  const kx::ExecSpace exec;
+  int host_waits = 0, device_waits = 0, thens = 0;
+  {
+    Request r([&] { ++host_waits; }, [&](const kx::ExecSpace&) { ++device_waits; });
+    Request chained = std::move(r).then([&] { ++thens; });
+    CHECK_FALSE(r.pending());
+    chained.wait_on(exec);
+    chained.wait_on(exec);  // idempotent
+    chained.wait();
+  }
+  CHECK(host_waits == 0);
+  CHECK(device_waits == 1);
+  CHECK(thens == 1);
+  {
+    Request host_only([&] { ++host_waits; });
+    host_only.wait_on(exec);  // no device completion: the host one
+  }
+  CHECK(host_waits == 1);
+  { Request dropped([&] { ++host_waits; }, [&](const kx::ExecSpace&) { ++device_waits; }); }
+  CHECK(host_waits == 2);  // the destructor completes on the host
+  CHECK(device_waits == 1);
+}
+
+TEST_CASE("staging buffers are reused, one per pending operation", "[parallel][collectives]") {
+  StagingPool pool;
+  {
+    auto a = pool.acquire(1000);
+    auto b = pool.acquire(10);  // a is busy: a second buffer
+    CHECK(a.get() != b.get());
+    CHECK(pool.allocations() == 2);
+  }
+  for (int i = 0; i < 5; ++i) {  // the steady state of a step allocates nothing
+    auto a = pool.acquire(800);
+    auto b = pool.acquire(10);
+    CHECK(a.get() != b.get());
+  }
+  CHECK(pool.allocations() == 2);
+  auto big = pool.acquire(4000);  // larger than any: a free buffer grows
+  CHECK(pool.allocations() == 3);
+}

@@ -1,0 +1,73 @@
+#include "src/parallel/device_binding.hpp"
+
+#include <Kokkos_Core.hpp>
+#include <algorithm>
+#include <fmt/format.h>
+
+#if defined(KOKKOS_ENABLE_CUDA)
+#include <cuda_runtime.h>
+#endif
+
+#include "src/parallel/mpi_check.hpp"
+
+namespace tptrain::parallel {
+
+NodePlacement node_placement(MPI_Comm world) {
+  NodePlacement p;
+  int world_rank = 0, world_size = 1;
+  TPTRAIN_MPI_CHECK(MPI_Comm_rank(world, &world_rank));
+  TPTRAIN_MPI_CHECK(MPI_Comm_size(world, &world_size));
+  MPI_Comm node = MPI_COMM_NULL;
+  TPTRAIN_MPI_CHECK(MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, world_rank, MPI_INFO_NULL, &node));
+  TPTRAIN_MPI_CHECK(MPI_Comm_rank(node, &p.local_rank));
+  TPTRAIN_MPI_CHECK(MPI_Comm_size(node, &p.local_size));
+  // A node is named by its lowest world rank (the node's local rank 0: the split keeps the
+  // world order), then numbered densely.
+  int leader = world_rank;
+  TPTRAIN_MPI_CHECK(MPI_Bcast(&leader, 1, MPI_INT, 0, node));
+  MPI_Comm_free(&node);
+  std::vector<int> leader_of(static_cast<std::size_t>(world_size));
+  TPTRAIN_MPI_CHECK(MPI_Allgather(&leader, 1, MPI_INT, leader_of.data(), 1, MPI_INT, world));
+  std::vector<int> leaders = leader_of;
+  std::sort(leaders.begin(), leaders.end());
+  leaders.erase(std::unique(leaders.begin(), leaders.end()), leaders.end());
+  p.nodes = static_cast<int>(leaders.size());
+  p.node_of_rank.resize(leader_of.size());
+  for (std::size_t r = 0; r < leader_of.size(); ++r)
+    p.node_of_rank[r] =
+        static_cast<int>(std::lower_bound(leaders.begin(), leaders.end(), leader_of[r]) - leaders.begin());
+  p.node = p.node_of_rank[static_cast<std::size_t>(world_rank)];
+  return p;
+}
+
+int visible_devices() {
+#if defined(KOKKOS_ENABLE_CUDA)
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();  // clear it: Kokkos::initialize reports the real problem
+    return 0;
+  }
+  return count;
+#else
+  return 0;
+#endif
+}
+
+int device_for(int local_rank, int devices) { return devices > 0 ? local_rank % devices : -1; }
+
+std::string tensor_groups_spanning_nodes(const Layout& layout, const std::vector<int>& node_of_rank) {
+  const int T = layout.tensor;
+  for (std::size_t first = 0; first + static_cast<std::size_t>(T) <= node_of_rank.size(); first += static_cast<std::size_t>(T)) {
+    const auto begin = node_of_rank.begin() + static_cast<std::ptrdiff_t>(first);
+    const auto [lo, hi] = std::minmax_element(begin, begin + T);
+    if (*lo == *hi) continue;
+    return fmt::format(
+        "the tensor-parallel group of world ranks {}..{} spans nodes {} to {}: its all-reduces (four per "
+        "block per micro-batch) cross the network. Keep parallel.tensor <= the ranks per node and start the "
+        "ranks node by node (srun/mpiexec block distribution), so that each TP group lies inside one node",
+        first, first + static_cast<std::size_t>(T) - 1, *lo, *hi);
+  }
+  return "";
+}
+
+}  // namespace tptrain::parallel
