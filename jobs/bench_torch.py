@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""PyTorch reference for `tptrain bench`: the same GPT-2 training step, timed on the CPU.
+"""PyTorch reference for `tptrain bench`: the same GPT-2 training step, timed on the CPU or a GPU.
 
 GPT-2 pre-LN blocks, learned position embedding, LayerNorm eps 1e-5, GELU (tanh), causal
 attention, LM head tied to the word embedding, mean cross-entropy, fp32, AdamW (lr 3e-4,
@@ -10,6 +10,8 @@ synthetic random tokens. Times `steps` full steps (forward, backward, clip, opti
 
   jobs/bench_torch.py --deck input/bench/small.toml --steps 5 --warmup 2 --threads 1
   jobs/bench_torch.py --layers 4 --hidden 128 --heads 4 --seq 128 --vocab 256 --batch 16
+  jobs/bench_torch.py --deck input/bench/gpt2-124m.toml --device cuda   (jobs/device-check.sh)
+On a GPU the step is fp32 without TF32 (torch.backends.*.allow_tf32 = False), as tptrain's fp32.
 Shape flags override the deck. parameters counts each tensor once (tied embedding once, position
 embedding included), the same convention as tptrain.
 """
@@ -102,7 +104,12 @@ def main():
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--threads", type=int, default=int(os.environ.get("OMP_NUM_THREADS") or 1))
     ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--device", default="cpu", help="cpu or cuda")
     a = ap.parse_args()
+    dev = torch.device(a.device)
+    if dev.type == "cuda":  # strict fp32 GEMMs, as tptrain's fp32 path
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
 
     shape = dict(layers=4, hidden=128, heads=4, ffn=None, seq=128, vocab=256, batch=16)
     if a.deck:
@@ -126,7 +133,7 @@ def main():
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
     L, H, S, V, B = (shape[k] for k in ("layers", "hidden", "seq", "vocab", "batch"))
-    model = GPT(L, H, shape["heads"], shape["ffn"], S, V)
+    model = GPT(L, H, shape["heads"], shape["ffn"], S, V).to(dev)
     params = list(model.parameters())
     n_params = sum(p.numel() for p in params)
     opt = torch.optim.AdamW(
@@ -135,7 +142,7 @@ def main():
         lr=3e-4, betas=(0.9, 0.95), eps=1e-8)
 
     def step():
-        idx = torch.randint(0, V, (B, S + 1))
+        idx = torch.randint(0, V, (B, S + 1), device=dev)
         loss = model(idx[:, :-1], idx[:, 1:])
         loss.backward()
         nn.utils.clip_grad_norm_(params, 1.0)
@@ -153,7 +160,7 @@ def main():
 
     flops_per_token = 6 * n_params + 12 * L * S * H
     print(json.dumps({
-        "torch": name, "torch_version": torch.__version__, "threads": a.threads,
+        "torch": name, "torch_version": torch.__version__, "threads": a.threads, "device": str(dev),
         "tokens_per_s": B * S / step_s, "step_s": step_s, "parameters": n_params,
         "cpu_s_per_step": cpu_step_s,
         "tokens_per_cpu_s": B * S * a.threads / cpu_step_s,  # ~tokens_per_s on an idle machine

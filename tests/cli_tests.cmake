@@ -76,6 +76,12 @@ add_test(NAME cli_bench_tensor2
          "-DREGEX=MFU: [0-9.]+ % of the GEMM peak.*\\{\"bench\": \"bench\", \"ranks\": 2, \"tensor\": 2.*\"mfu\": 0\\.[0-9]+.*\"tp_comm\": [0-9]"
          "-DCOUNT_REGEX=\\{\"bench\":" -DCOUNT=1 -P ${CMAKE_CURRENT_SOURCE_DIR}/run_expect.cmake)
 set_tests_properties(cli_bench_tensor2 PROPERTIES TIMEOUT 60)
+# --kokkos-* flags reach Kokkos::initialize (its help text) and the job still runs.
+add_test(NAME cli_kokkos_flags COMMAND ${CMAKE_COMMAND} -DCMD=$<TARGET_FILE:tptrain>
+         "-DARGS=bench;${_decks}/bench.toml;--set;parallel.tensor=1;--kokkos-help;--steps;1;--warmup;0"
+         "-DREGEX=Kokkos command line arguments.*\\{\"bench\": \"bench\", \"ranks\": 1"
+         -P ${CMAKE_CURRENT_SOURCE_DIR}/run_expect.cmake)
+set_tests_properties(cli_kokkos_flags PROPERTIES TIMEOUT 60)
 add_test(NAME cli_bench_zero_steps COMMAND ${CMAKE_COMMAND} -DCMD=$<TARGET_FILE:tptrain>
          "-DARGS=bench;${_decks}/bench.toml;--steps;0" -DEXPECT_FAIL=1
          "-DREGEX=--steps: expected a positive integer" -P ${CMAKE_CURRENT_SOURCE_DIR}/run_expect.cmake)

@@ -35,8 +35,14 @@ double mean_over(MPI_Comm world, double x) {
 }
 void barrier(MPI_Comm world) { TPTRAIN_MPI_CHECK(MPI_Barrier(world)); }
 
-// Kokkos threads of a rank (1 on Serial, OMP_NUM_THREADS on OpenMP).
-int threads_per_rank() { return static_cast<int>(kx::ExecSpace().concurrency()); }
+// Kokkos host threads of a rank (1 on Serial, OMP_NUM_THREADS on OpenMP; on a GPU those of the
+// host space, not the device's concurrency).
+int threads_per_rank() { return static_cast<int>(Kokkos::DefaultHostExecutionSpace().concurrency()); }
+
+// GEMMs run on the host BLAS only when the execution space is a host one.
+constexpr bool gemms_on_host() {
+  return Kokkos::SpaceAccessibility<Kokkos::HostSpace, kx::MemSpace>::accessible;
+}
 
 }  // namespace
 
@@ -55,7 +61,8 @@ int run_bench(const io::Deck& deck_in, const parallel::Topology& topo, const Ben
   std::unique_ptr<TrainingRun> run;
   parallel::on_every_rank(topo.world(), [&] { run = std::make_unique<TrainingRun>(deck, topo, options); });
 
-  const util::BlasInfo blas = util::blas_info();
+  util::BlasInfo blas = util::blas_info();
+  if (!gemms_on_host()) blas.warning.clear();  // cuBLAS does the GEMMs: the host BLAS does not matter
   const GemmShape model_gemm = largest_model_gemm(shape, deck.training.micro_batch);
   log::infof("bench: {} layers, hidden {}, heads {}, ffn {}, seq {}, vocab {}; batch {} (micro-batch {}); "
              "tensor {} x pipeline {} x data {}; {} threads per rank; {} warm-up + {} timed steps",
@@ -139,7 +146,8 @@ int run_bench(const io::Deck& deck_in, const parallel::Topology& topo, const Ben
       "\"tokens_per_s\": {:.6g}, \"step_s\": {:.6g}, \"model_flops_per_token\": {:.6g}, \"flops_formula\": {}, "
       "\"recompute_flops_per_step\": {:.6g}, \"model_flops_per_s_per_rank\": {:.6g}, "
       "\"gemm_peak_flops_per_rank\": {:.6g}, \"gemm_model_shape\": {}, \"gemm_model_shape_flops\": {:.6g}, "
-      "\"gemm_square_2048_flops\": {:.6g}, \"mfu\": {:.4f}, \"blas\": {}, \"blas_core\": {}, \"blas_warning\": {}, "
+      "\"gemm_square_2048_flops\": {:.6g}, \"mfu\": {:.4f}, \"kokkos\": {}, \"blas\": {}, \"blas_core\": {}, "
+      "\"blas_warning\": {}, "
       "\"phases_s\": {{{}}}}}",
       io::json_string(stem), topo.world_size(), topo.layout().tensor, topo.layout().pipeline, topo.layout().data,
       threads_per_rank(), o.steps, o.warmup, shape.layers, shape.hidden, shape.heads, shape.seq_length,
@@ -147,7 +155,8 @@ int run_bench(const io::Deck& deck_in, const parallel::Topology& topo, const Ben
       tokens_per_s, step_s, flops_per_token, io::json_string(kModelFlopsFormula), recompute_flops,
       flops_per_s_per_rank, peak,
       io::json_string(fmt::format("{} {}x{}x{}", model_gemm.what, model_gemm.m, model_gemm.n, model_gemm.k)),
-      model_gemm_rate, square_rate, mfu, io::json_string(blas.library), io::json_string(blas.core), io::json_string(blas.warning),
+      model_gemm_rate, square_rate, mfu, io::json_string(kx::ExecSpace::name()),
+      io::json_string(gemms_on_host() ? blas.library : std::string("cuBLAS (device)")), io::json_string(blas.core), io::json_string(blas.warning),
       phases_json));
   return 0;
 }

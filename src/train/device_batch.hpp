@@ -20,16 +20,18 @@ struct DeviceBatch {
       : inputs("batch.inputs", n), targets("batch.targets", n),
         h_inputs(static_cast<std::size_t>(n)), h_targets(static_cast<std::size_t>(n)) {}
 
-  // Forward only (evaluation, generation).
-  void upload() {
+  // Forward only (evaluation, generation). Stream-ordered on exec: the kernels of the previous
+  // micro-batch that still read the device ids run first, and the host does not wait (the host
+  // vectors are pageable memory, which the copy has consumed when it returns).
+  void upload(const kx::ExecSpace& exec) {
     using Host = Kokkos::View<const int*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
-    Kokkos::deep_copy(inputs, Host(h_inputs.data(), h_inputs.size()));
-    Kokkos::deep_copy(targets, Host(h_targets.data(), h_targets.size()));
+    Kokkos::deep_copy(exec, inputs, Host(h_inputs.data(), h_inputs.size()));
+    Kokkos::deep_copy(exec, targets, Host(h_targets.data(), h_targets.size()));
   }
   // Training: the tokens and their segments (allocated on the first call, then reused).
-  void upload_for_backward() {
-    upload();
-    segments.build(kx::ExecSpace(), h_inputs.data(), static_cast<std::int64_t>(h_inputs.size()));
+  void upload_for_backward(const kx::ExecSpace& exec) {
+    upload(exec);
+    segments.build(exec, h_inputs.data(), static_cast<std::int64_t>(h_inputs.size()));
   }
 };
 

@@ -219,7 +219,7 @@ int run_generate(const io::Deck& deck, const parallel::Topology& topo, const std
     const int last = static_cast<int>(context.size() - first) - 1;
     std::fill(batch.h_inputs.begin(), batch.h_inputs.end(), 0);
     std::copy(context.begin() + static_cast<std::ptrdiff_t>(first), context.end(), batch.h_inputs.begin());
-    batch.upload();
+    batch.upload(exec);
     pipeline_forward(model, topo.pp(), exec, batch.inputs, nullptr);
     int next = 0;
     if (model.is_last_stage()) {  // the logits are on the last pipeline stage

@@ -58,7 +58,7 @@ double evaluate_impl(Model& model, const data::TokenDataset& data, std::int64_t 
       data.window(j, S, &batch.h_inputs[static_cast<std::size_t>(b) * S],
                   &batch.h_targets[static_cast<std::size_t>(b) * S]);
     }
-    batch.upload();
+    batch.upload(exec);
     sum += pp ? pipeline_forward(model, *pp, exec, batch.inputs, &batch.targets, rows * S)
               : model.forward(exec, batch.inputs, batch.targets, rows * S);
   }
@@ -153,7 +153,7 @@ double TrainingRun::compute_gradients(std::int64_t step) {
   const auto batch = [&](int m) -> const DeviceBatch& {
     if (loaded != m) {
       sampler_->micro_batch(step, m, batch_.h_inputs.data(), batch_.h_targets.data());
-      batch_.upload_for_backward();
+      batch_.upload_for_backward(exec);
       loaded = m;
     }
     return batch_;
