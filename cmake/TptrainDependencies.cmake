@@ -131,6 +131,19 @@ target_link_libraries(tptrain_host_deps INTERFACE MPI::MPI_C tptrain_hdf5 tomlpl
 add_library(tptrain_deps INTERFACE)
 add_library(tptrain::deps ALIAS tptrain_deps)
 target_link_libraries(tptrain_deps INTERFACE tptrain_kokkos tptrain_host_deps)
+# Every multiply and add rounds as written, on the host and on the device (no contraction into
+# FMAs): two code paths that compute the same formula (the bucket and the per-parameter AdamW, a
+# LayerNorm row read from team scratch or from global memory, a recomputed forward) then give the
+# same bits on every backend, also with -march=native. The kernels are memory-bound and the GEMMs
+# (BLAS, cuBLAS) are not affected. Seen without it: the bucket AdamW's weights differed from the
+# per-parameter update in the last bit on an H200, and the LayerNorm scratch path from the global
+# one with -march=native on x86.
+if(CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
+  target_compile_options(tptrain_deps INTERFACE $<$<COMPILE_LANGUAGE:CXX>:-ffp-contract=off>)
+endif()
+if(TPTRAIN_KOKKOS_HAS_CUDA)
+  target_compile_options(tptrain_deps INTERFACE $<$<COMPILE_LANGUAGE:CXX>:-fmad=false>)
+endif()
 if(TPTRAIN_HAVE_NCCL)
   target_link_libraries(tptrain_deps INTERFACE tptrain_nccl CUDA::cublas)
   target_compile_definitions(tptrain_deps INTERFACE TPTRAIN_HAVE_NCCL=1)

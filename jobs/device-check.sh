@@ -22,7 +22,8 @@
 # "device-check: FAILED at step <name>" and exit status 1, so a half-run check cannot pass as a
 # whole one. Logs and JSON lines go to --out (default runs/device-check/).
 # Environment: TPTRAIN_LAUNCH (default empty: one rank started without a launcher, as MPI's
-# singleton; e.g. "srun -n 1" or "mpiexec -n 1"), CUDA_HOME (default /usr/local/cuda).
+# singleton; e.g. "srun -n 1" or "mpiexec -n 1"), CUDA_HOME (default /usr/local/cuda),
+# TPTRAIN_CHECK_TESTS (the ctest -R regex of step 3, default ^unit).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
@@ -103,7 +104,7 @@ exe="$build/tptrain"
 
 step tests
 # Single-process entries only: one GPU cannot hold two NCCL ranks of one communicator.
-(cd "$build" && ctest -R '^unit' --output-on-failure --timeout 600) 2>&1 | tee "$out/ctest.log"
+(cd "$build" && ctest -R "${TPTRAIN_CHECK_TESTS:-^unit}" --output-on-failure --timeout 600) 2>&1 | tee "$out/ctest.log"
 
 bench_deck() {  # bench_deck NAME DECK [--set ...]: tptrain bench, then PyTorch on the same shape
   local name=$1 deck=$2

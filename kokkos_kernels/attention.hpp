@@ -23,7 +23,9 @@
 // tile rows up to column r1).
 //
 // The softmax passes run one Kokkos team per row (b, h, i) with team reductions: no atomics, so
-// results are bitwise reproducible for a fixed team size and a fixed GEMM backend.
+// results are bitwise reproducible for a fixed team size and a fixed GEMM backend. The passes
+// that read a row twice or more keep it in team scratch when it fits (detail::ScratchRow), with
+// the same arithmetic as the global-memory path.
 //
 // Views: qkv/out/dout/dqkv rank 2, probs rank 4 ([B, nh_local, S, S]) and the backward's
 // dprobs_tile rank 4 ([B, nh_local, >= tile, S]), any layout whose last index has stride 1
@@ -190,17 +192,29 @@ void causal_softmax_forward(const Exec& exec, const PV& scores, const LV& lse,
                   "lse must be [B*nh*S]");
   using T = typename PV::non_const_value_type;
   using member = typename detail::Teams<Exec>::member_type;
-  const auto policy = detail::teams(exec, rows, "causal_softmax_forward");
+  using Row = detail::ScratchRow<Exec, T>;
+  // The row's raw scores, then its exps, stay in team scratch when they fit (S = 2048: 8 KiB in
+  // float): global memory sees one read of the row's causal part and one write of the row,
+  // instead of three reads and two writes.
+  const std::size_t row_bytes = detail::scratch_row_bytes<Exec, T>(S);
+  const bool cached = detail::fits_team_scratch<Exec>(row_bytes);
+  auto policy = detail::teams(exec, rows, "causal_softmax_forward");
+  if (cached) policy.set_scratch_size(0, Kokkos::PerTeam(row_bytes));
   Kokkos::parallel_for(
       "tptrain::kernels::causal_softmax_forward", policy, KOKKOS_LAMBDA(const member& team) {
         const std::int64_t r = team.league_rank();
         const detail::AttentionRow row = detail::attention_row(r, S, nh);
         const std::int64_t b = row.b, h = row.h, i = row.i;
+        const Row buf = cached ? Row(team.team_scratch(0), S) : Row();
         // scale > 0, and rounding is monotone: max_j fl(scale·s_j) = fl(scale·max_j s_j).
         T smax = 0;
         Kokkos::parallel_reduce(
             Kokkos::TeamThreadRange(team, i + 1),
-            [&](const std::int64_t j, T& acc) { acc = kx::max(acc, scores(b, h, i, j)); },
+            [&](const std::int64_t j, T& acc) {
+              const T s = scores(b, h, i, j);
+              if (cached) buf(j) = s;
+              acc = kx::max(acc, s);
+            },
             Kokkos::Max<T>(smax));
         team.team_barrier();  // every read of the raw scores is done before they are replaced
         const T xmax = scale * smax;
@@ -208,15 +222,25 @@ void causal_softmax_forward(const Exec& exec, const PV& scores, const LV& lse,
         Kokkos::parallel_reduce(
             Kokkos::TeamThreadRange(team, S),
             [&](const std::int64_t j, T& acc) {
-              const T e = j <= i ? kx::exp(scale * scores(b, h, i, j) - xmax) : T(0);
-              scores(b, h, i, j) = e;
+              const T e =
+                  j <= i ? kx::exp(scale * (cached ? buf(j) : scores(b, h, i, j)) - xmax) : T(0);
+              if (!cached)
+                scores(b, h, i, j) = e;
+              else if (j <= i)
+                buf(j) = e;
               acc += e;
             },
             sum);
         team.team_barrier();  // the ranges differ: another thread may have written exp
         const T inv = T(1) / sum;  // sum >= 1: the max entry contributes exp(0)
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, i + 1),
-                             [&](const std::int64_t j) { scores(b, h, i, j) *= inv; });
+        if (cached) {
+          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, S), [&](const std::int64_t j) {
+            scores(b, h, i, j) = j <= i ? buf(j) * inv : T(0);
+          });
+        } else {
+          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, i + 1),
+                               [&](const std::int64_t j) { scores(b, h, i, j) *= inv; });
+        }
         Kokkos::single(Kokkos::PerTeam(team), [&]() { lse(r) = xmax + kx::log(sum); });
       });
 }
@@ -276,24 +300,48 @@ void causal_softmax_backward_rows(const Exec& exec, const PV& probs, const DPV& 
   const std::int64_t rows = static_cast<std::int64_t>(probs.extent(0)) * nh * n;
   if (rows == 0) return;
   using T = typename DPV::non_const_value_type;
+  using PT = typename PV::non_const_value_type;
   using member = typename detail::Teams<Exec>::member_type;
-  const auto policy = detail::teams(exec, rows, kernel);
+  // P and dP of the row (j <= i < r1) stay in team scratch between the dot product and the
+  // output pass when they fit: each is read from global memory once instead of twice.
+  const std::size_t bytes =
+      detail::scratch_row_bytes<Exec, PT>(r1) + detail::scratch_row_bytes<Exec, T>(r1);
+  const bool cached = detail::fits_team_scratch<Exec>(bytes);
+  auto policy = detail::teams(exec, rows, kernel);
+  if (cached) policy.set_scratch_size(0, Kokkos::PerTeam(bytes));
   Kokkos::parallel_for(
       "tptrain::kernels::causal_softmax_backward", policy, KOKKOS_LAMBDA(const member& team) {
         // League rank (b*nh + h)*n + t: tile row t is query i = r0 + t.
         const detail::AttentionRow row = detail::attention_row(team.league_rank(), n, nh);
         const std::int64_t b = row.b, h = row.h, t = row.i, i = r0 + t;
+        const detail::ScratchRow<Exec, PT> pbuf =
+            cached ? detail::ScratchRow<Exec, PT>(team.team_scratch(0), r1)
+                   : detail::ScratchRow<Exec, PT>();
+        const detail::ScratchRow<Exec, T> dpbuf =
+            cached ? detail::ScratchRow<Exec, T>(team.team_scratch(0), r1)
+                   : detail::ScratchRow<Exec, T>();
         T dot = 0;
         Kokkos::parallel_reduce(
             Kokkos::TeamThreadRange(team, i + 1),
             [&](const std::int64_t j, T& acc) {
-              acc += probs(b, h, i, j) * dprobs_tile(b, h, t, j);
+              const PT p = probs(b, h, i, j);
+              const T dp = dprobs_tile(b, h, t, j);
+              if (cached) {
+                pbuf(j) = p;
+                dpbuf(j) = dp;
+              }
+              acc += p * dp;
             },
             dot);
         team.team_barrier();  // every read of dP is done before it is replaced
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, r1), [&](const std::int64_t j) {
-          dprobs_tile(b, h, t, j) =
-              j <= i ? scale * probs(b, h, i, j) * (dprobs_tile(b, h, t, j) - dot) : T(0);
+          if (j > i) {
+            dprobs_tile(b, h, t, j) = T(0);
+          } else if (cached) {
+            dprobs_tile(b, h, t, j) = scale * pbuf(j) * (dpbuf(j) - dot);
+          } else {
+            dprobs_tile(b, h, t, j) = scale * probs(b, h, i, j) * (dprobs_tile(b, h, t, j) - dot);
+          }
         });
       });
 }

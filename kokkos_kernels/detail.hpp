@@ -26,10 +26,19 @@ inline Range<Exec> range(const Exec& exec, std::int64_t n) {
   return Range<Exec>(exec, 0, n);
 }
 
+// [n0, n1] index space of the elementwise kernels on LayoutRight [rows, cols] views. Host
+// backends keep Kokkos' default tiling. On GPUs Kokkos maps threadIdx.x to index 0 and its
+// default tile is 16 × 2 (CUDA): 32-thread blocks whose warps stride down rows, reading one
+// element per 32-byte sector. A 1 × T tile instead gives blocks of T (up to 256) threads along
+// a row: a warp reads 32 consecutive columns (coalesced). T stays a multiple of 32 (whole warps).
 template <class Exec>
 inline Range2D<Exec> range2d(const Exec& exec, std::int64_t n0, std::int64_t n1) {
   using point = typename Range2D<Exec>::point_type;
-  return Range2D<Exec>(exec, point{{0, 0}}, point{{n0, n1}});
+  using tile = typename Range2D<Exec>::tile_type;
+  if (std::is_same<typename Exec::memory_space, Kokkos::HostSpace>::value)
+    return Range2D<Exec>(exec, point{{0, 0}}, point{{n0, n1}});
+  const std::int64_t cols = n1 < 256 ? ((n1 + 31) / 32) * 32 : 256;
+  return Range2D<Exec>(exec, point{{0, 0}}, point{{n0, n1}}, tile{{1, cols > 0 ? cols : 32}});
 }
 
 // Testing hook: a fixed team size for every team kernel (0, the default: Kokkos::AUTO). Lets
@@ -38,6 +47,37 @@ inline Range2D<Exec> range2d(const Exec& exec, std::int64_t n0, std::int64_t n1)
 inline int& team_size_override() {
   static int size = 0;
   return size;
+}
+
+// Testing hook: the most bytes of level-0 team scratch a kernel may ask for (-1, the default:
+// the backend's limit). 0 forces the row kernels onto their global-memory path. Host-only.
+inline std::int64_t& team_scratch_limit() {
+  static std::int64_t bytes = -1;
+  return bytes;
+}
+
+// A team's row cache: the row kernels (layernorm.hpp, attention.hpp) read a row several times
+// (reduction passes, then the output pass); keeping it in level-0 team scratch (GPU shared
+// memory) reads it from global memory once. Rows too long for the per-team limit (about 40 KiB
+// on CUDA, 32 KiB on host backends) fall back to reading global memory each pass, with the same
+// arithmetic.
+template <class Exec, class T>
+using ScratchRow = Kokkos::View<T*, typename Exec::scratch_memory_space,
+                                Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+
+// Level-0 scratch bytes of a cached row of n values of T (with Kokkos' alignment padding).
+template <class Exec, class T>
+inline std::size_t scratch_row_bytes(const std::int64_t n) {
+  return ScratchRow<Exec, T>::shmem_size(static_cast<std::size_t>(n));
+}
+
+// Whether `bytes` of level-0 scratch fit in one team of Exec.
+template <class Exec>
+inline bool fits_team_scratch(const std::size_t bytes) {
+  const std::int64_t limit = team_scratch_limit() >= 0
+                                 ? team_scratch_limit()
+                                 : static_cast<std::int64_t>(Teams<Exec>::scratch_size_max(0));
+  return bytes <= static_cast<std::size_t>(limit);
 }
 
 // The largest value of the 32-bit int that Kokkos leagues and BLAS dimensions are counted in.
@@ -55,6 +95,10 @@ constexpr std::int64_t league_limit() {
 #endif
 #if defined(KOKKOS_ENABLE_THREADS)
   if (std::is_same<Exec, Kokkos::Threads>::value) return std::int64_t(1) << 30;
+#endif
+#if defined(KOKKOS_ENABLE_CUDA)
+  // Kokkos' CUDA TeamPolicy refuses a league >= the grid's x limit, 2^31 - 1 (seen on an H200).
+  if (std::is_same<Exec, Kokkos::Cuda>::value) return int_limit - 1;
 #endif
   return int_limit;
 }

@@ -3,7 +3,9 @@
 //   y_j = (x_j - mean) · rstd · γ_j + β_j
 // Row statistics use one team per row (team reductions: deterministic for a fixed team size);
 // the mean and the variance are two passes over the row (the row is in cache for the second;
-// a one-pass Σx² - (Σx)²/H would cancel for rows with |mean| >> std).
+// a one-pass Σx² - (Σx)²/H would cancel for rows with |mean| >> std). The passes over a row read
+// it from a team-scratch copy when it fits (H·sizeof ≲ 40 KiB on CUDA: H = 8192 in float), so
+// that global memory sees each input once (detail::ScratchRow).
 // dγ/dβ are two-stage column sums (kokkos_kernels/column_sums.hpp): no atomics, bitwise
 // reproducible for any thread count, team size and column block.
 // Views: any layout, managed or unmanaged, subviews.
@@ -37,10 +39,11 @@ void check_layernorm_forward(const XV& x, const GV& gamma, const BV& beta, const
 }
 
 // The rest of one row's LayerNorm once the team has Σ_j x(i, j): mean, the variance as a second
-// pass over the centred row, y, and the saved statistics.
-template <class Member, class T, class XV, class GV, class BV, class YV, class MV, class RV>
+// pass over the centred row, y, and the saved statistics. xv(j) is x(i, j) (from global memory or
+// the team's scratch copy).
+template <class Member, class T, class XA, class GV, class BV, class YV, class MV, class RV>
 KOKKOS_INLINE_FUNCTION void layernorm_row(const Member& team, const std::int64_t i,
-                                          const std::int64_t h, const T sum, const XV& x,
+                                          const std::int64_t h, const T sum, const XA& xv,
                                           const GV& gamma, const BV& beta, const YV& y,
                                           const MV& mean, const RV& rstd, const T eps) {
   const T mu = sum / static_cast<T>(h);
@@ -48,13 +51,13 @@ KOKKOS_INLINE_FUNCTION void layernorm_row(const Member& team, const std::int64_t
   Kokkos::parallel_reduce(
       Kokkos::TeamThreadRange(team, h),
       [&](const std::int64_t j, T& acc) {
-        const T d = x(i, j) - mu;
+        const T d = xv(j) - mu;
         acc += d * d;
       },
       sq);
   const T rs = T(1) / kx::sqrt(sq / static_cast<T>(h) + eps);
   Kokkos::parallel_for(Kokkos::TeamThreadRange(team, h), [&](const std::int64_t j) {
-    y(i, j) = (x(i, j) - mu) * rs * gamma(j) + beta(j);
+    y(i, j) = (xv(j) - mu) * rs * gamma(j) + beta(j);
   });
   Kokkos::single(Kokkos::PerTeam(team), [&]() {
     mean(i) = mu;
@@ -79,16 +82,29 @@ void layernorm_forward(const Exec& exec,
   const std::int64_t n = x.extent(0);
   const std::int64_t h = x.extent(1);
   using T = typename YV::non_const_value_type;
+  using XT = typename XV::non_const_value_type;
+  using Row = detail::ScratchRow<Exec, XT>;
   using member = typename detail::Teams<Exec>::member_type;
+  const std::size_t row_bytes = detail::scratch_row_bytes<Exec, XT>(h);
+  const bool cached = detail::fits_team_scratch<Exec>(row_bytes);
+  auto policy = detail::teams(exec, n, "layernorm_forward");
+  if (cached) policy.set_scratch_size(0, Kokkos::PerTeam(row_bytes));
   Kokkos::parallel_for(
-      "tptrain::kernels::layernorm_forward", detail::teams(exec, n, "layernorm_forward"),
-      KOKKOS_LAMBDA(const member& team) {
+      "tptrain::kernels::layernorm_forward", policy, KOKKOS_LAMBDA(const member& team) {
         const std::int64_t i = team.league_rank();
+        const Row buf = cached ? Row(team.team_scratch(0), h) : Row();
         T sum = 0;
         Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(team, h), [&](const std::int64_t j, T& acc) { acc += x(i, j); },
+            Kokkos::TeamThreadRange(team, h),
+            [&](const std::int64_t j, T& acc) {
+              const XT v = x(i, j);
+              if (cached) buf(j) = v;
+              acc += v;
+            },
             sum);
-        detail::layernorm_row(team, i, h, sum, x, gamma, beta, y, mean, rstd, eps);
+        if (cached) team.team_barrier();  // the row is in scratch before any thread reads it
+        const auto xv = [&](const std::int64_t j) -> XT { return cached ? buf(j) : x(i, j); };
+        detail::layernorm_row(team, i, h, sum, xv, gamma, beta, y, mean, rstd, eps);
       });
 }
 
@@ -121,22 +137,29 @@ void add_layernorm_forward(const Exec& exec,
   const std::int64_t h = x1.extent(1);
   using T = typename YV::non_const_value_type;
   using V1 = typename X1V::non_const_value_type;
+  using Row = detail::ScratchRow<Exec, V1>;
   using member = typename detail::Teams<Exec>::member_type;
+  const std::size_t row_bytes = detail::scratch_row_bytes<Exec, V1>(h);
+  const bool cached = detail::fits_team_scratch<Exec>(row_bytes);
+  auto policy = detail::teams(exec, n, "add_layernorm_forward");
+  if (cached) policy.set_scratch_size(0, Kokkos::PerTeam(row_bytes));
   Kokkos::parallel_for(
-      "tptrain::kernels::add_layernorm_forward", detail::teams(exec, n, "add_layernorm_forward"),
-      KOKKOS_LAMBDA(const member& team) {
+      "tptrain::kernels::add_layernorm_forward", policy, KOKKOS_LAMBDA(const member& team) {
         const std::int64_t i = team.league_rank();
+        const Row buf = cached ? Row(team.team_scratch(0), h) : Row();
         T sum = 0;
         Kokkos::parallel_reduce(
             Kokkos::TeamThreadRange(team, h),
             [&](const std::int64_t j, T& acc) {
               const V1 v = x(i, j) + r(i, j);
               x1(i, j) = v;
+              if (cached) buf(j) = v;
               acc += v;
             },
             sum);
         team.team_barrier();  // the next passes read x1 entries other threads wrote
-        detail::layernorm_row(team, i, h, sum, x1, gamma, beta, y, mean, rstd, eps);
+        const auto xv = [&](const std::int64_t j) -> V1 { return cached ? buf(j) : x1(i, j); };
+        detail::layernorm_row(team, i, h, sum, xv, gamma, beta, y, mean, rstd, eps);
       });
 }
 
@@ -205,9 +228,17 @@ void layernorm_backward(const Exec& exec,
                   "layernorm_backward",
                   "shapes must be dy,x,dx[N,H], gamma,dgamma,dbeta[H], mean,rstd[N]");
   using T = typename DXV::non_const_value_type;
+  using DYT = typename DYV::non_const_value_type;
+  using XT = typename XV::non_const_value_type;
   using member = typename detail::Teams<Exec>::member_type;
+  // dy and x rows in team scratch when both fit (H <= 4096 in float on CUDA): the three passes
+  // then read them from global memory once.
+  const std::size_t row_bytes =
+      detail::scratch_row_bytes<Exec, DYT>(h) + detail::scratch_row_bytes<Exec, XT>(h);
+  const bool cached = detail::fits_team_scratch<Exec>(row_bytes);
   // Made before the first kernel: a refused row count must leave dgamma/dbeta untouched.
-  const auto row_teams = detail::teams(exec, n, "layernorm_backward");
+  auto row_teams = detail::teams(exec, n, "layernorm_backward");
+  if (cached) row_teams.set_scratch_size(0, Kokkos::PerTeam(row_bytes));
   // Parameter gradients first, so that dx may alias dy. (column_sums checks the workspace
   // before it launches anything.)
   using Op = detail::LayerNormParamGradOp<DYV, XV, MV, RV, DGV, DBV>;
@@ -219,22 +250,40 @@ void layernorm_backward(const Exec& exec,
         const std::int64_t i = team.league_rank();
         const T mu = mean(i);
         const T rs = rstd(i);
+        const detail::ScratchRow<Exec, DYT> dyb =
+            cached ? detail::ScratchRow<Exec, DYT>(team.team_scratch(0), h)
+                   : detail::ScratchRow<Exec, DYT>();
+        const detail::ScratchRow<Exec, XT> xb =
+            cached ? detail::ScratchRow<Exec, XT>(team.team_scratch(0), h)
+                   : detail::ScratchRow<Exec, XT>();
+        const auto dyv = [&](const std::int64_t j) -> DYT { return cached ? dyb(j) : dy(i, j); };
+        const auto xv = [&](const std::int64_t j) -> XT { return cached ? xb(j) : x(i, j); };
         T sum_g = 0;
         Kokkos::parallel_reduce(
             Kokkos::TeamThreadRange(team, h),
-            [&](const std::int64_t j, T& acc) { acc += dy(i, j) * gamma(j); }, sum_g);
+            [&](const std::int64_t j, T& acc) {
+              const DYT g = dy(i, j);
+              if (cached) dyb(j) = g;
+              acc += g * gamma(j);
+            },
+            sum_g);
+        if (cached) team.team_barrier();  // dy is in scratch before any thread reads it
         T sum_gx = 0;
         Kokkos::parallel_reduce(
             Kokkos::TeamThreadRange(team, h),
             [&](const std::int64_t j, T& acc) {
-              acc += dy(i, j) * gamma(j) * ((x(i, j) - mu) * rs);
+              const XT v = x(i, j);
+              if (cached) xb(j) = v;
+              acc += dyv(j) * gamma(j) * ((v - mu) * rs);
             },
             sum_gx);
         const T mean_g = sum_g / static_cast<T>(h);
         const T mean_gx = sum_gx / static_cast<T>(h);
+        if (cached) team.team_barrier();  // likewise x
+        // (dx may alias dy: each entry is read before this thread writes it)
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, h), [&](const std::int64_t j) {
-          const T xhat = (x(i, j) - mu) * rs;
-          dx(i, j) = rs * (dy(i, j) * gamma(j) - mean_g - xhat * mean_gx);
+          const T xhat = (xv(j) - mu) * rs;
+          dx(i, j) = rs * (dyv(j) * gamma(j) - mean_g - xhat * mean_gx);
         });
       });
 }

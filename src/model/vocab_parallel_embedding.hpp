@@ -39,7 +39,7 @@ struct VocabParallelEmbedding {
   }
 
   // `segments`: the tokens' positions grouped by id (DeviceBatch) for a gradient parallel over
-  // tokens; without them one thread per column walks all tokens.
+  // tokens; without them each thread walks all tokens for its block of rows and columns.
   template <class TV, class DYV>
   void backward(const Exec& exec, Communicator& tp, const TV& tokens, const DYV& dy /*[N, H]*/,
                 const kernels::TokenSegments* segments = nullptr) {

@@ -84,14 +84,6 @@ namespace {
 
 using tptrain::kernels::test::TeamSizeGuard;
 
-// Team sizes a host backend can run (OpenMP: several threads per team, as on a GPU; Serial: 1).
-int max_team_size() {
-  using Exec = tptrain::kx::ExecSpace;
-  return std::is_same<Exec, Kokkos::DefaultHostExecutionSpace>::value
-             ? std::min(4, static_cast<int>(Exec().concurrency()))
-             : 32;
-}
-
 // A bucket of odd lengths: empty segments (first, middle, last), decay on and off, every norm
 // flag (they must not change AdamW).
 std::vector<tk::FlatSegment> odd_bucket() {
@@ -126,7 +118,7 @@ TEMPLATE_TEST_CASE("bucket_adamw_update is bitwise per-parameter scale + adamw_u
 
   for (const std::int64_t chunk : {std::int64_t(1), std::int64_t(4), std::int64_t(7),
                                    tk::detail::default_flat_chunk<Exec>()}) {
-    for (int ts = 1; ts <= max_team_size(); ts *= 2) {
+    for (const int ts : tt::team_sizes(exec)) {
       INFO("chunk " << chunk << ", team size " << ts);
       TeamSizeGuard guard(ts);
       const tk::FlatSegments<Exec> table(segments, chunk);

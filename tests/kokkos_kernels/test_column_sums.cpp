@@ -23,12 +23,6 @@ namespace {
 
 using tptrain::kernels::test::TeamSizeGuard;
 
-int max_team_size(const Exec& exec) {
-  return std::is_same<Exec, Kokkos::DefaultHostExecutionSpace>::value
-             ? std::min(4, static_cast<int>(exec.concurrency()))
-             : 32;
-}
-
 // The documented order in T: chunk c sums its rows from 0 in row order; a column's total is
 // chunk 0's sum plus the others in chunk order; then out += total.
 template <class T>
@@ -179,7 +173,7 @@ TEMPLATE_TEST_CASE("layernorm parameter gradients over many chunks", "[kernels]"
 
   // Caller workspace, CB = 1, and every team size: the same bits.
   V ws("ws", static_cast<std::size_t>(tk::column_sums_workspace_size(N, H, 2)));
-  for (int ts = 1; ts <= max_team_size(exec); ts *= 2) {
+  for (const int ts : tt::team_sizes(exec)) {
     INFO("team size " << ts);
     TeamSizeGuard guard(ts);
     auto dg2 = tt::to_device<T>(hdg0);
@@ -244,7 +238,7 @@ TEMPLATE_TEST_CASE("token-segment embedding backward over a vocabulary split", "
 
     // The per-column loop of the old kernel sums the same positions in the same order, but
     // into dwte directly: close, not bitwise. Every team size and CB = 1: bitwise.
-    for (int ts = 1; ts <= max_team_size(exec); ts *= 2) {
+    for (const int ts : tt::team_sizes(exec)) {
       INFO("rank " << r << " team size " << ts);
       TeamSizeGuard guard(ts);
       auto dw2 = tt::to_device<T>(shard0, Vl, H);

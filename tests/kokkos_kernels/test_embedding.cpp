@@ -100,6 +100,13 @@ TEST_CASE("embedding backward accumulates and is deterministic", "[kernels]") {
     for (int h = 0; h < H; ++h) ref[htok[t] * H + h] += hdy[t * H + h];
   CHECK(tt::max_rel_err(tt::to_host(d1), ref, tt::max_abs(hd0)) < tt::tol<T>());
   CHECK(tt::bitwise_equal(tt::to_host(d1), tt::to_host(d2)));
+  // The GPU launch shape (one column per thread, vocabulary rows cut into blocks) adds each
+  // (row, h) in the same token order: bitwise the same.
+  using M = decltype(d1);
+  auto d3 = tt::to_device<T>(hd0, V, H);
+  tk::embedding_backward_masked<tptrain::kx::ExecSpace, decltype(tokens), decltype(dy), M,
+                                1>(exec, tokens, dy, 0, d3);
+  CHECK(tt::bitwise_equal(tt::to_host(d1), tt::to_host(d3)));
 
   // The token-segment form: same sums, same accumulation, reproducible.
   tk::TokenSegments seg(N);

@@ -37,10 +37,7 @@ TEMPLATE_TEST_CASE("accumulate_loss_sum adds a prefix sum of the losses on the d
   for (int i = 0; i < N; ++i) ref += h1[static_cast<std::size_t>(i)];
   for (std::int64_t i = 0; i < count2; ++i) ref += h2[static_cast<std::size_t>(i)];
 
-  const int max_team = std::is_same<Exec, Kokkos::DefaultHostExecutionSpace>::value
-                           ? std::min(4, static_cast<int>(exec.concurrency()))
-                           : 32;
-  for (int ts = 1; ts <= max_team; ts *= 2) {
+  for (const int ts : tt::team_sizes(exec)) {
     INFO("team size " << ts);
     const TeamSizeGuard guard(ts);
     Kokkos::View<double, tptrain::kx::MemSpace> total("total");

@@ -101,10 +101,7 @@ TEMPLATE_TEST_CASE("bucket_squared_norms splits a bucket's sum of squares by TP 
 
   for (const std::int64_t chunk : {std::int64_t(1), std::int64_t(6), std::int64_t(64),
                                    tk::detail::default_flat_chunk<Exec>()}) {
-    const int max_team = std::is_same<Exec, Kokkos::DefaultHostExecutionSpace>::value
-                             ? std::min(4, static_cast<int>(exec.concurrency()))
-                             : 32;
-    for (int ts = 1; ts <= max_team; ts *= 2) {
+    for (const int ts : tt::team_sizes(exec)) {
       INFO("chunk " << chunk << ", team size " << ts);
       const TeamSizeGuard guard(ts);
       const tk::FlatSegments<Exec> table(segments, chunk);

@@ -25,6 +25,26 @@ struct TeamSizeGuard {
   TeamSizeGuard& operator=(const TeamSizeGuard&) = delete;
 };
 
+// Caps the level-0 team scratch of the row kernels (0: every row kernel takes its global-memory
+// path) for the lifetime of the guard.
+struct ScratchLimitGuard {
+  explicit ScratchLimitGuard(std::int64_t bytes) { detail::team_scratch_limit() = bytes; }
+  ~ScratchLimitGuard() { detail::team_scratch_limit() = -1; }
+  ScratchLimitGuard(const ScratchLimitGuard&) = delete;
+  ScratchLimitGuard& operator=(const ScratchLimitGuard&) = delete;
+};
+
+// The team sizes a team-size sweep (TeamSizeGuard) runs on Exec: on host backends 1, 2, 4 up to
+// the threads Exec has (Serial: 1); on GPUs whole warps, 32, 64 and 128 (Kokkos' CUDA team
+// reductions of dynamically sized types refuse teams smaller than a warp).
+template <class Exec>
+std::vector<int> team_sizes(const Exec& exec) {
+  if (!Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename Exec::memory_space>::accessible) return {32, 64, 128};
+  std::vector<int> sizes;
+  for (int ts = 1; ts <= std::min(4, static_cast<int>(exec.concurrency())); ts *= 2) sizes.push_back(ts);
+  return sizes;
+}
+
 using HostVec = std::vector<double>;  // row-major host data, always double
 
 // Tolerance for comparing a kernel in T with a double reference (max normwise relative error).
