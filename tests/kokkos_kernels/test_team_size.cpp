@@ -18,6 +18,30 @@ namespace {
 
 using tptrain::kernels::test::TeamSizeGuard;
 
+// One attention forward and backward on host data qkv [B*S, 3·nh·d], dout [B*S, nh·d]; the
+// probabilities as the forward left them (the backward reuses their buffer).
+struct AttentionRun {
+  tt::HostVec probs, lse, out, dqkv;
+};
+template <class T>
+AttentionRun run_attention(const tptrain::kx::ExecSpace& exec, const tt::HostVec& hqkv, const tt::HostVec& hdo,
+                           const int B, const int S, const int nh, const int d) {
+  const int Hl = nh * d;
+  auto qkv = tt::to_device<T>(hqkv, B * S, 3 * Hl);
+  auto dout = tt::to_device<T>(hdo, B * S, Hl);
+  tk::Matrix<T> out("out", B * S, Hl), dqkv("dqkv", B * S, 3 * Hl);
+  tk::Tensor4<T> probs("probs", B, nh, S, S), dprobs("dprobs", B, nh, S, S);
+  tk::Vector<T> lse("lse", B * nh * S);
+  tk::attention_forward(exec, qkv, out, probs, lse, B, S, nh, d);
+  AttentionRun run;
+  run.probs = tt::to_host(probs);
+  tk::attention_backward(exec, dout, qkv, lse, dqkv, probs, dprobs);
+  run.lse = tt::to_host(lse);
+  run.out = tt::to_host(out);
+  run.dqkv = tt::to_host(dqkv);
+  return run;
+}
+
 }  // namespace
 
 TEST_CASE("team kernels agree with references for every team size", "[kernels]") {
@@ -49,18 +73,11 @@ TEST_CASE("team kernels agree with references for every team size", "[kernels]")
     const int B = 2, S = 11, nh = 2, d = 5, Hl = nh * d;
     const auto hqkv = tt::random_vec<T>(rng, B * S * 3 * Hl);
     const auto hdo = tt::random_vec<T>(rng, B * S * Hl);
-    auto qkv = tt::to_device<T>(hqkv, B * S, 3 * Hl);
-    auto dout = tt::to_device<T>(hdo, B * S, Hl);
-    tk::Matrix<T> out("out", B * S, Hl), dqkv("dqkv", B * S, 3 * Hl);
-    tk::Tensor4<T> probs("probs", B, nh, S, S), dprobs("dprobs", B, nh, S, S);
-    tk::Vector<T> lse("lse", B * nh * S);
-    tk::attention_forward(exec, qkv, out, probs, lse, B, S, nh, d);
+    const AttentionRun a = run_attention<T>(exec, hqkv, hdo, B, S, nh, d);
     const auto rf = tk::ref::attention_forward(hqkv, B, S, nh, d);
-    CHECK(tt::max_rel_err(tt::to_host(probs), rf.att) < 1e-12);
-    tk::attention_backward(exec, dout, qkv, lse, dqkv, probs, dprobs);
-    CHECK(tt::max_rel_err(tt::to_host(out), rf.out) < 1e-12);
-    CHECK(tt::max_rel_err(tt::to_host(dqkv),
-                          tk::ref::attention_backward(hdo, hqkv, rf.att, B, S, nh, d)) < 1e-12);
+    CHECK(tt::max_rel_err(a.probs, rf.att) < 1e-12);
+    CHECK(tt::max_rel_err(a.out, rf.out) < 1e-12);
+    CHECK(tt::max_rel_err(a.dqkv, tk::ref::attention_backward(hdo, hqkv, rf.att, B, S, nh, d)) < 1e-12);
 
     // cross-entropy row reductions
     const int V = 41;
@@ -107,18 +124,11 @@ TEST_CASE("row kernels give the same bits with and without team scratch", "[kern
     tk::layernorm_forward(exec, x, g, g, y, mean, rstd, 1e-5);
     tk::layernorm_backward(exec, dy, x, g, mean, rstd, dx, dg, db);
     tk::add_layernorm_forward(exec, x, r, x1, g, g, y1, mean, rstd, 1e-5);
-    auto qkv = tt::to_device<T>(hqkv, B * S, 3 * Hl);
-    auto dout = tt::to_device<T>(hdo, B * S, Hl);
-    tk::Matrix<T> out("out", B * S, Hl), dqkv("dqkv", B * S, 3 * Hl);
-    tk::Tensor4<T> probs("probs", B, nh, S, S), dprobs("dprobs", B, nh, S, S);
-    tk::Vector<T> lse("lse", B * nh * S);
-    tk::attention_forward(exec, qkv, out, probs, lse, B, S, nh, d);
-    const auto p = tt::to_host(probs);
-    tk::attention_backward(exec, dout, qkv, lse, dqkv, probs, dprobs);
+    const AttentionRun a = run_attention<T>(exec, hqkv, hdo, B, S, nh, d);
     tt::HostVec all;
     for (const auto& v : {tt::to_host(y), tt::to_host(mean), tt::to_host(rstd), tt::to_host(dx),
                           tt::to_host(dg), tt::to_host(db), tt::to_host(x1), tt::to_host(y1),
-                          p, tt::to_host(lse), tt::to_host(out), tt::to_host(dqkv)})
+                          a.probs, a.lse, a.out, a.dqkv})
       all.insert(all.end(), v.begin(), v.end());
     return all;
   };
