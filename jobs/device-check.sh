@@ -5,7 +5,8 @@
 #   1. gpu     what the machine has (nvidia-smi, nvcc)
 #   2. build   tptrain for CUDA (jobs/check-cuda-build.sh, zero warnings), unless --build gives
 #              an existing CUDA build of it; Kokkos comes from --kokkos PREFIX (an install with
-#              CUDA), or is built first from sources placed beside the repository
+#              CUDA; Kokkos Kernels there too, or at --kernels PREFIX), or is built first from
+#              sources placed beside the repository
 #              (../kokkos and ../kokkos-kernels, or --kokkos-src/--kernels-src)
 #   3. tests   ctest on the CUDA backend: `unit` (the whole single-rank suite on Kokkos::Cuda,
 #              collectives on NCCL) and `unit_serial` (kernels and layers on Kokkos::Serial)
@@ -15,8 +16,9 @@
 #   5. summary tokens/s; MFU against the GPU's dense peak (--peak-fp32 / --peak-bf16 TFLOP/s;
 #              H200/H100 SXM: 67 / 989) and against the cuBLAS GEMM rate measured in the same run
 #
-#   jobs/device-check.sh [--build DIR] [--kokkos PREFIX] [--kokkos-src DIR] [--kernels-src DIR]
-#                        [--out DIR] [--steps N] [--peak-fp32 TF] [--peak-bf16 TF] [--no-torch]
+#   jobs/device-check.sh [--build DIR] [--kokkos PREFIX [--kernels PREFIX]] [--kokkos-src DIR]
+#                        [--kernels-src DIR] [--out DIR] [--steps N] [--peak-fp32 TF]
+#                        [--peak-bf16 TF] [--no-torch]
 #
 # Every step prints its name first; the first one that fails ends the script with
 # "device-check: FAILED at step <name>" and exit status 1, so a half-run check cannot pass as a
@@ -27,20 +29,24 @@
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
-build="" kokkos="" kokkos_src="$root/../kokkos" kernels_src="$root/../kokkos-kernels"
+build="" kokkos="" kernels="" kokkos_src="$root/../kokkos" kernels_src="$root/../kokkos-kernels"
 out="$root/runs/device-check" steps=3 peak_fp32=67 peak_bf16=989 torch=1
+need() {  # need OPTION ARGS...: a usage error naming the option unless a value follows it
+  [ $# -ge 2 ] && [ -n "$2" ] || { echo "device-check: $1 needs a value (--help lists the options)" >&2; exit 2; }
+}
 while [ $# -gt 0 ]; do
   case "$1" in
-    --build) build=$2; shift 2 ;;
-    --kokkos) kokkos=$2; shift 2 ;;
-    --kokkos-src) kokkos_src=$2; shift 2 ;;
-    --kernels-src) kernels_src=$2; shift 2 ;;
-    --out) out=$2; shift 2 ;;
-    --steps) steps=$2; shift 2 ;;
-    --peak-fp32) peak_fp32=$2; shift 2 ;;
-    --peak-bf16) peak_bf16=$2; shift 2 ;;
+    --build) need "$@"; build=$2; shift 2 ;;
+    --kokkos) need "$@"; kokkos=$2; shift 2 ;;
+    --kernels) need "$@"; kernels=$2; shift 2 ;;
+    --kokkos-src) need "$@"; kokkos_src=$2; shift 2 ;;
+    --kernels-src) need "$@"; kernels_src=$2; shift 2 ;;
+    --out) need "$@"; out=$2; shift 2 ;;
+    --steps) need "$@"; steps=$2; shift 2 ;;
+    --peak-fp32) need "$@"; peak_fp32=$2; shift 2 ;;
+    --peak-bf16) need "$@"; peak_bf16=$2; shift 2 ;;
     --no-torch) torch=0; shift ;;
-    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+    -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     *) echo "device-check: unknown argument '$1' (--help lists them)" >&2; exit 2 ;;
   esac
 done
@@ -48,6 +54,7 @@ mkdir -p "$out"
 out=$(cd "$out" && pwd)
 export PATH="${CUDA_HOME:-/usr/local/cuda}/bin:$PATH"
 jobs=$(nproc 2>/dev/null || echo 4)
+# shellcheck disable=SC2206  # split on purpose: "srun -n 1" is a command and its arguments
 launch=(${TPTRAIN_LAUNCH:-})
 
 current="setup"
@@ -56,6 +63,7 @@ step() {  # step NAME: announce it; a failure from here on names it
   echo
   echo "=== device-check: $current ($(date -u +%H:%M:%S)) ==="
 }
+# shellcheck disable=SC2154  # rc is assigned inside the trap
 trap 'rc=$?; [ $rc -eq 0 ] || echo "device-check: FAILED at step $current (exit $rc); logs in $out" >&2' EXIT
 start=$SECONDS
 
@@ -95,7 +103,7 @@ if [ -z "$build" ]; then
   fi
   step build-tptrain
   build="$out/build-cuda"
-  TPTRAIN_BUILD_JOBS=$jobs "$root/jobs/check-cuda-build.sh" "$kokkos" "$kokkos" "$build"
+  TPTRAIN_BUILD_JOBS=$jobs "$root/jobs/check-cuda-build.sh" "$kokkos" "${kernels:-$kokkos}" "$build"
 fi
 build=$(cd "$build" && pwd)
 exe="$build/tptrain"
