@@ -2,7 +2,10 @@
 
 #include "src/parallel/mpi_check.hpp"
 #include "src/parallel/mpi_communicator.hpp"
-#if defined(TPTRAIN_HAVE_NCCL)
+// NCCL serves the CUDA execution space; a build of the core on a host backend of a CUDA Kokkos
+// (TPTRAIN_EXEC_SPACE, the per-backend tests) talks MPI.
+#if defined(TPTRAIN_HAVE_NCCL) && defined(KOKKOS_ENABLE_CUDA) && !defined(TPTRAIN_EXEC_SPACE)
+#define TPTRAIN_NCCL_BACKEND 1
 #include "src/parallel/nccl_communicator.hpp"
 #endif
 
@@ -95,7 +98,7 @@ Communicator::~Communicator() {
 void Communicator::barrier() const { TPTRAIN_MPI_CHECK(MPI_Barrier(comm_)); }
 
 std::unique_ptr<Communicator> make_communicator(MPI_Comm comm) {
-#if defined(TPTRAIN_HAVE_NCCL) && defined(KOKKOS_ENABLE_CUDA)
+#if defined(TPTRAIN_NCCL_BACKEND)
   if (std::is_same<kx::ExecSpace, Kokkos::Cuda>::value)
     return std::make_unique<NcclCommunicator>(comm);
 #endif
