@@ -3,12 +3,13 @@
 // Two backends sit behind this interface: MpiCommunicator (host memory, every build) and
 // NcclCommunicator (device memory, only when Kokkos has CUDA). Layers never call either
 // directly: they use the View wrappers in collectives.hpp and the conjugate operators in
-// mappings.hpp. Every operation has a non-blocking form returning a Request; the blocking form
-// is the non-blocking one followed by wait().
+// mappings.hpp. Every operation has a non-blocking form returning a Request; the plain form is
+// the non-blocking one followed by Request::wait_on(exec).
 //
 // Ordering: an operation reads its buffers only after the work already queued on `exec` is
-// done (MPI fences the instance; NCCL enqueues on the instance's stream). After wait(), the
-// result is visible to later work on `exec`.
+// done (MPI fences the instance; NCCL makes its communication stream wait on an event of exec's
+// stream). After wait_on(exec) the result is visible to later work on exec; after wait(), to the
+// host and every instance.
 #pragma once
 
 #include <cstddef>
