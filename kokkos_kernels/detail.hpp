@@ -71,9 +71,10 @@ inline std::size_t scratch_row_bytes(const std::int64_t n) {
   return ScratchRow<Exec, T>::shmem_size(static_cast<std::size_t>(n));
 }
 
-// Whether the row kernels keep `bytes` of rows in level-0 scratch on Exec. By default only on GPUs: on a host backend the row is in the core's cache anyway, and the copy
-// into scratch is pure overhead (measured: the tiny bench's attention and norms phases 12-14 %
-// slower with it). team_scratch_limit() >= 0 overrides that, so host tests run both paths.
+// Whether the row kernels keep `bytes` of rows in level-0 scratch on Exec. By default only on
+// GPUs: on a host backend the row stays in the core's cache between passes anyway, and the copy
+// into scratch would be one more pass. team_scratch_limit() >= 0 overrides that, so host tests
+// run both paths.
 template <class Exec>
 inline bool fits_team_scratch(const std::size_t bytes) {
   std::int64_t limit = team_scratch_limit();
