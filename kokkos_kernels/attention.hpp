@@ -197,11 +197,14 @@ void causal_softmax_forward(const Exec& exec, const PV& scores, const LV& lse,
   // float): global memory sees one read of the row's causal part and one write of the row,
   // instead of three reads and two writes.
   const std::size_t row_bytes = detail::scratch_row_bytes<Exec, T>(S);
-  const bool cached = detail::fits_team_scratch<Exec>(row_bytes);
+  // Compile-time false on host backends: their loops carry no scratch branch at all.
+  constexpr bool can_cache = detail::scratch_rows<Exec>();
+  const bool fits = can_cache && detail::fits_team_scratch<Exec>(row_bytes);
   auto policy = detail::teams(exec, rows, "causal_softmax_forward");
-  if (cached) policy.set_scratch_size(0, Kokkos::PerTeam(row_bytes));
+  if (fits) policy.set_scratch_size(0, Kokkos::PerTeam(row_bytes));
   Kokkos::parallel_for(
       "tptrain::kernels::causal_softmax_forward", policy, KOKKOS_LAMBDA(const member& team) {
+        const bool cached = can_cache && fits;
         const std::int64_t r = team.league_rank();
         const detail::AttentionRow row = detail::attention_row(r, S, nh);
         const std::int64_t b = row.b, h = row.h, i = row.i;
@@ -306,11 +309,14 @@ void causal_softmax_backward_rows(const Exec& exec, const PV& probs, const DPV& 
   // output pass when they fit: each is read from global memory once instead of twice.
   const std::size_t bytes =
       detail::scratch_row_bytes<Exec, PT>(r1) + detail::scratch_row_bytes<Exec, T>(r1);
-  const bool cached = detail::fits_team_scratch<Exec>(bytes);
+  // Compile-time false on host backends: their loops carry no scratch branch at all.
+  constexpr bool can_cache = detail::scratch_rows<Exec>();
+  const bool fits = can_cache && detail::fits_team_scratch<Exec>(bytes);
   auto policy = detail::teams(exec, rows, kernel);
-  if (cached) policy.set_scratch_size(0, Kokkos::PerTeam(bytes));
+  if (fits) policy.set_scratch_size(0, Kokkos::PerTeam(bytes));
   Kokkos::parallel_for(
       "tptrain::kernels::causal_softmax_backward", policy, KOKKOS_LAMBDA(const member& team) {
+        const bool cached = can_cache && fits;
         // League rank (b*nh + h)*n + t: tile row t is query i = r0 + t.
         const detail::AttentionRow row = detail::attention_row(team.league_rank(), n, nh);
         const std::int64_t b = row.b, h = row.h, t = row.i, i = r0 + t;

@@ -86,11 +86,14 @@ void layernorm_forward(const Exec& exec,
   using Row = detail::ScratchRow<Exec, XT>;
   using member = typename detail::Teams<Exec>::member_type;
   const std::size_t row_bytes = detail::scratch_row_bytes<Exec, XT>(h);
-  const bool cached = detail::fits_team_scratch<Exec>(row_bytes);
+  // Compile-time false on host backends: their loops carry no scratch branch at all.
+  constexpr bool can_cache = detail::scratch_rows<Exec>();
+  const bool fits = can_cache && detail::fits_team_scratch<Exec>(row_bytes);
   auto policy = detail::teams(exec, n, "layernorm_forward");
-  if (cached) policy.set_scratch_size(0, Kokkos::PerTeam(row_bytes));
+  if (fits) policy.set_scratch_size(0, Kokkos::PerTeam(row_bytes));
   Kokkos::parallel_for(
       "tptrain::kernels::layernorm_forward", policy, KOKKOS_LAMBDA(const member& team) {
+        const bool cached = can_cache && fits;
         const std::int64_t i = team.league_rank();
         const Row buf = cached ? Row(team.team_scratch(0), h) : Row();
         T sum = 0;
@@ -140,11 +143,14 @@ void add_layernorm_forward(const Exec& exec,
   using Row = detail::ScratchRow<Exec, V1>;
   using member = typename detail::Teams<Exec>::member_type;
   const std::size_t row_bytes = detail::scratch_row_bytes<Exec, V1>(h);
-  const bool cached = detail::fits_team_scratch<Exec>(row_bytes);
+  // Compile-time false on host backends: their loops carry no scratch branch at all.
+  constexpr bool can_cache = detail::scratch_rows<Exec>();
+  const bool fits = can_cache && detail::fits_team_scratch<Exec>(row_bytes);
   auto policy = detail::teams(exec, n, "add_layernorm_forward");
-  if (cached) policy.set_scratch_size(0, Kokkos::PerTeam(row_bytes));
+  if (fits) policy.set_scratch_size(0, Kokkos::PerTeam(row_bytes));
   Kokkos::parallel_for(
       "tptrain::kernels::add_layernorm_forward", policy, KOKKOS_LAMBDA(const member& team) {
+        const bool cached = can_cache && fits;
         const std::int64_t i = team.league_rank();
         const Row buf = cached ? Row(team.team_scratch(0), h) : Row();
         T sum = 0;
@@ -235,10 +241,12 @@ void layernorm_backward(const Exec& exec,
   // then read them from global memory once.
   const std::size_t row_bytes =
       detail::scratch_row_bytes<Exec, DYT>(h) + detail::scratch_row_bytes<Exec, XT>(h);
-  const bool cached = detail::fits_team_scratch<Exec>(row_bytes);
+  // Compile-time false on host backends: their loops carry no scratch branch at all.
+  constexpr bool can_cache = detail::scratch_rows<Exec>();
+  const bool fits = can_cache && detail::fits_team_scratch<Exec>(row_bytes);
   // Made before the first kernel: a refused row count must leave dgamma/dbeta untouched.
   auto row_teams = detail::teams(exec, n, "layernorm_backward");
-  if (cached) row_teams.set_scratch_size(0, Kokkos::PerTeam(row_bytes));
+  if (fits) row_teams.set_scratch_size(0, Kokkos::PerTeam(row_bytes));
   // Parameter gradients first, so that dx may alias dy. (column_sums checks the workspace
   // before it launches anything.)
   using Op = detail::LayerNormParamGradOp<DYV, XV, MV, RV, DGV, DBV>;
@@ -247,6 +255,7 @@ void layernorm_backward(const Exec& exec,
   Kokkos::parallel_for(
       "tptrain::kernels::layernorm_backward_input", row_teams,
       KOKKOS_LAMBDA(const member& team) {
+        const bool cached = can_cache && fits;
         const std::int64_t i = team.league_rank();
         const T mu = mean(i);
         const T rs = rstd(i);
