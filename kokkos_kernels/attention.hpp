@@ -199,11 +199,10 @@ void causal_softmax_forward(const Exec& exec, const PV& scores, const LV& lse,
   const std::size_t row_bytes = detail::scratch_row_bytes<Exec, T>(S);
   // Compile-time false on host backends: their loops carry no scratch branch at all.
   constexpr bool can_cache = detail::scratch_rows<Exec>();
-  const bool fits = can_cache && detail::fits_team_scratch<Exec>(row_bytes);
-  auto policy = detail::teams(exec, rows, "causal_softmax_forward");
-  if (fits) policy.set_scratch_size(0, Kokkos::PerTeam(row_bytes));
+  const auto row_teams = detail::row_teams(exec, rows, row_bytes, "causal_softmax_forward");
+  const bool fits = row_teams.cached;
   Kokkos::parallel_for(
-      "tptrain::kernels::causal_softmax_forward", policy, KOKKOS_LAMBDA(const member& team) {
+      "tptrain::kernels::causal_softmax_forward", row_teams.policy, KOKKOS_LAMBDA(const member& team) {
         const bool cached = can_cache && fits;
         const std::int64_t r = team.league_rank();
         const detail::AttentionRow row = detail::attention_row(r, S, nh);
@@ -311,11 +310,10 @@ void causal_softmax_backward_rows(const Exec& exec, const PV& probs, const DPV& 
       detail::scratch_row_bytes<Exec, PT>(r1) + detail::scratch_row_bytes<Exec, T>(r1);
   // Compile-time false on host backends: their loops carry no scratch branch at all.
   constexpr bool can_cache = detail::scratch_rows<Exec>();
-  const bool fits = can_cache && detail::fits_team_scratch<Exec>(bytes);
-  auto policy = detail::teams(exec, rows, kernel);
-  if (fits) policy.set_scratch_size(0, Kokkos::PerTeam(bytes));
+  const auto row_teams = detail::row_teams(exec, rows, bytes, kernel);
+  const bool fits = row_teams.cached;
   Kokkos::parallel_for(
-      "tptrain::kernels::causal_softmax_backward", policy, KOKKOS_LAMBDA(const member& team) {
+      "tptrain::kernels::causal_softmax_backward", row_teams.policy, KOKKOS_LAMBDA(const member& team) {
         const bool cached = can_cache && fits;
         // League rank (b*nh + h)*n + t: tile row t is query i = r0 + t.
         const detail::AttentionRow row = detail::attention_row(team.league_rank(), n, nh);

@@ -138,6 +138,22 @@ inline Teams<Exec> teams(const Exec& exec, std::int64_t league, const char* kern
   return size > 0 ? Teams<Exec>(exec, n, size) : Teams<Exec>(exec, n, Kokkos::AUTO);
 }
 
+// The policy of a row kernel that may keep `bytes` per row in level-0 scratch (a team per row,
+// as teams()): `cached` when Exec has a scratch path and the rows fit, and then the policy asks
+// for the scratch. The kernel still tests scratch_rows<Exec>() itself, at compile time.
+template <class Exec>
+struct RowTeams {
+  Teams<Exec> policy;
+  bool cached;
+};
+template <class Exec>
+inline RowTeams<Exec> row_teams(const Exec& exec, const std::int64_t rows, const std::size_t bytes,
+                                const char* kernel) {
+  RowTeams<Exec> t{teams(exec, rows, kernel), scratch_rows<Exec>() && fits_team_scratch<Exec>(bytes)};
+  if (t.cached) t.policy.set_scratch_size(0, Kokkos::PerTeam(bytes));
+  return t;
+}
+
 // BLAS (OpenBLAS, cuBLAS) takes dimensions and leading dimensions as 32-bit ints; a larger
 // extent would reach it negative or truncated.
 template <class V>

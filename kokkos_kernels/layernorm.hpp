@@ -88,11 +88,10 @@ void layernorm_forward(const Exec& exec,
   const std::size_t row_bytes = detail::scratch_row_bytes<Exec, XT>(h);
   // Compile-time false on host backends: their loops carry no scratch branch at all.
   constexpr bool can_cache = detail::scratch_rows<Exec>();
-  const bool fits = can_cache && detail::fits_team_scratch<Exec>(row_bytes);
-  auto policy = detail::teams(exec, n, "layernorm_forward");
-  if (fits) policy.set_scratch_size(0, Kokkos::PerTeam(row_bytes));
+  const auto row_teams = detail::row_teams(exec, n, row_bytes, "layernorm_forward");
+  const bool fits = row_teams.cached;
   Kokkos::parallel_for(
-      "tptrain::kernels::layernorm_forward", policy, KOKKOS_LAMBDA(const member& team) {
+      "tptrain::kernels::layernorm_forward", row_teams.policy, KOKKOS_LAMBDA(const member& team) {
         const bool cached = can_cache && fits;
         const std::int64_t i = team.league_rank();
         const Row buf = cached ? Row(team.team_scratch(0), h) : Row();
@@ -145,11 +144,10 @@ void add_layernorm_forward(const Exec& exec,
   const std::size_t row_bytes = detail::scratch_row_bytes<Exec, V1>(h);
   // Compile-time false on host backends: their loops carry no scratch branch at all.
   constexpr bool can_cache = detail::scratch_rows<Exec>();
-  const bool fits = can_cache && detail::fits_team_scratch<Exec>(row_bytes);
-  auto policy = detail::teams(exec, n, "add_layernorm_forward");
-  if (fits) policy.set_scratch_size(0, Kokkos::PerTeam(row_bytes));
+  const auto row_teams = detail::row_teams(exec, n, row_bytes, "add_layernorm_forward");
+  const bool fits = row_teams.cached;
   Kokkos::parallel_for(
-      "tptrain::kernels::add_layernorm_forward", policy, KOKKOS_LAMBDA(const member& team) {
+      "tptrain::kernels::add_layernorm_forward", row_teams.policy, KOKKOS_LAMBDA(const member& team) {
         const bool cached = can_cache && fits;
         const std::int64_t i = team.league_rank();
         const Row buf = cached ? Row(team.team_scratch(0), h) : Row();
@@ -243,17 +241,16 @@ void layernorm_backward(const Exec& exec,
       detail::scratch_row_bytes<Exec, DYT>(h) + detail::scratch_row_bytes<Exec, XT>(h);
   // Compile-time false on host backends: their loops carry no scratch branch at all.
   constexpr bool can_cache = detail::scratch_rows<Exec>();
-  const bool fits = can_cache && detail::fits_team_scratch<Exec>(row_bytes);
   // Made before the first kernel: a refused row count must leave dgamma/dbeta untouched.
-  auto row_teams = detail::teams(exec, n, "layernorm_backward");
-  if (fits) row_teams.set_scratch_size(0, Kokkos::PerTeam(row_bytes));
+  const auto row_teams = detail::row_teams(exec, n, row_bytes, "layernorm_backward");
+  const bool fits = row_teams.cached;
   // Parameter gradients first, so that dx may alias dy. (column_sums checks the workspace
   // before it launches anything.)
   using Op = detail::LayerNormParamGradOp<DYV, XV, MV, RV, DGV, DBV>;
   column_sums<Exec, Op, WV, CB>(exec, "layernorm_backward_params", n, h,
                                 Op{dy, x, mean, rstd, dgamma, dbeta}, workspace);
   Kokkos::parallel_for(
-      "tptrain::kernels::layernorm_backward_input", row_teams,
+      "tptrain::kernels::layernorm_backward_input", row_teams.policy,
       KOKKOS_LAMBDA(const member& team) {
         const bool cached = can_cache && fits;
         const std::int64_t i = team.league_rank();
