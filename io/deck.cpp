@@ -781,6 +781,13 @@ Deck DeckReader::build() {
   if (ok("optimizer", "min_lr") && ok("optimizer", "lr") && o.min_lr > o.lr)
     check_not_above(Term{"optimizer.min_lr", toml_float(o.min_lr), &field("optimizer", "min_lr")},
                     Term{"optimizer.lr", toml_float(o.lr), &field("optimizer", "lr")}, "a number");
+  if (ok("training", "loss_scale_min") && ok("training", "loss_scale_initial") &&
+      t.loss_scale_min > t.loss_scale_initial)
+    check_not_above(Term{"training.loss_scale_min", toml_float(t.loss_scale_min),
+                         &field("training", "loss_scale_min")},
+                    Term{"training.loss_scale_initial", toml_float(t.loss_scale_initial),
+                         &field("training", "loss_scale_initial")},
+                    "a number");
   return d;
 }
 

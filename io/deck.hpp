@@ -62,7 +62,14 @@ struct TrainingConfig {
   int micro_batch{};
   int steps{};
   std::uint64_t seed{};
-  std::string precision;
+  std::string precision;  // "fp32", "bf16" or "fp16"
+  // fp16's dynamic loss scaler (src/train/loss_scaler.hpp); unused with fp32 and bf16.
+  double loss_scale_initial{};
+  int loss_scale_window{};
+  int loss_scale_hysteresis{};
+  double loss_scale_min{};
+  double loss_scale_growth_factor{};
+  double loss_scale_backoff_factor{};
   double grad_clip{};
   int log_interval{};
   int eval_interval{};

@@ -37,12 +37,13 @@ template <class View>
 using value_t = typename View::non_const_value_type;
 
 // Runs `op(pointer)` on v's data, staging through a reused host buffer (comm.staging()) if the
-// backend needs host memory and v lives on the device. `copy_in`: the op reads the buffer;
-// `copy_out`: the op writes it (copied back when the request completes).
+// backend needs host memory (`needs_host`, by default comm.needs_host_memory()) and v lives on the
+// device. `copy_in`: the op reads the buffer; `copy_out`: the op writes it (copied back when the
+// request completes).
 template <class View, class Op>
 Request with_buffer(Communicator& comm, const kx::ExecSpace& exec, const View& v, bool copy_in,
-                    bool copy_out, Op op) {
-  if (host_accessible<View>() || !comm.needs_host_memory()) return op(v.data());
+                    bool copy_out, Op op, bool needs_host) {
+  if (host_accessible<View>() || !needs_host) return op(v.data());
   using T = value_t<View>;
   using Flat = Kokkos::View<T*, typename View::memory_space, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
   using Host = Kokkos::View<T*, kx::StagingSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
@@ -59,15 +60,22 @@ Request with_buffer(Communicator& comm, const kx::ExecSpace& exec, const View& v
   });
 }
 
+template <class View, class Op>
+Request with_buffer(Communicator& comm, const kx::ExecSpace& exec, const View& v, bool copy_in,
+                    bool copy_out, Op op) {
+  return with_buffer(comm, exec, v, copy_in, copy_out, op, comm.needs_host_memory());
+}
+
 }  // namespace detail
 
 template <class View>
 Request iall_reduce(Communicator& comm, const kx::ExecSpace& exec, const View& v, ReduceOp op) {
   detail::require_contiguous(v, "all_reduce");
   if (comm.size() == 1) return Request();
-  return detail::with_buffer(comm, exec, v, true, true, [&](auto* p) {
-    return comm.iall_reduce(exec, p, v.size(), data_type_of<detail::value_t<View>>(), op);
-  });
+  const DataType type = data_type_of<detail::value_t<View>>();
+  return detail::with_buffer(
+      comm, exec, v, true, true, [&](auto* p) { return comm.iall_reduce(exec, p, v.size(), type, op); },
+      comm.reduces_on_host(type));
 }
 
 // recv holds comm.size() blocks of send.size() elements, block r from rank r.
@@ -98,12 +106,17 @@ Request ireduce_scatter(Communicator& comm, const kx::ExecSpace& exec, const Sen
     throw std::invalid_argument("tptrain: reduce_scatter: send view '" + send.label() + "' has " +
                                 std::to_string(send.size()) + " elements, expected " +
                                 std::to_string(recv.size() * comm.size()));
-  return detail::with_buffer(comm, exec, recv, false, true, [&](auto* precv) {
-    return detail::with_buffer(comm, exec, send, true, false, [&](auto* psend) {
-      return comm.ireduce_scatter(exec, psend, precv, recv.size(),
-                                  data_type_of<detail::value_t<SendView>>(), op);
-    });
-  });
+  const DataType type = data_type_of<detail::value_t<SendView>>();
+  const bool needs_host = comm.reduces_on_host(type);
+  return detail::with_buffer(
+      comm, exec, recv, false, true,
+      [&](auto* precv) {
+        return detail::with_buffer(
+            comm, exec, send, true, false,
+            [&](auto* psend) { return comm.ireduce_scatter(exec, psend, precv, recv.size(), type, op); },
+            needs_host);
+      },
+      needs_host);
 }
 
 template <class View>
@@ -165,8 +178,8 @@ void recv(Communicator& comm, const kx::ExecSpace& exec, const View& v, int peer
 template <class T>
 T all_reduce_scalar(const Communicator& comm, T value, ReduceOp op) {
   if (comm.size() == 1) return value;
-  TPTRAIN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &value, 1, mpi_type(data_type_of<T>()), mpi_op(op),
-                                  comm.mpi_comm()));
+  TPTRAIN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &value, 1, mpi_type(data_type_of<T>()),
+                                  mpi_op(op, data_type_of<T>()), comm.mpi_comm()));
   return value;
 }
 

@@ -18,6 +18,8 @@ std::size_t size_of(DataType type) {
     case DataType::int32: return 4;
     case DataType::int64: return 8;
     case DataType::uint8: return 1;
+    case DataType::bfloat16: return 2;
+    case DataType::float16: return 2;
   }
   return 0;
 }

@@ -19,12 +19,16 @@
 #include <mpi.h>
 
 #include "kokkos_kernels/compat.hpp"
+#include "kokkos_kernels/precision.hpp"
 #include "src/parallel/staging_pool.hpp"
 
 namespace tptrain::parallel {
 
 enum class ReduceOp { sum, max };
-enum class DataType { float32, float64, int32, int64, uint8 };
+// bfloat16 / float16: the 16-bit storage types of mixed precision (kx::bf16, kx::fp16). MPI has no
+// portable type for them: the MPI backend moves their bits and reduces them with its own
+// operations (mpi_communicator.hpp); NCCL reduces them natively (ncclBfloat16, ncclFloat16).
+enum class DataType { float32, float64, int32, int64, uint8, bfloat16, float16 };
 
 template <class T> constexpr DataType data_type_of();
 template <> constexpr DataType data_type_of<float>() { return DataType::float32; }
@@ -32,6 +36,8 @@ template <> constexpr DataType data_type_of<double>() { return DataType::float64
 template <> constexpr DataType data_type_of<std::int32_t>() { return DataType::int32; }
 template <> constexpr DataType data_type_of<std::int64_t>() { return DataType::int64; }
 template <> constexpr DataType data_type_of<std::uint8_t>() { return DataType::uint8; }
+template <> constexpr DataType data_type_of<kx::bf16>() { return DataType::bfloat16; }
+template <> constexpr DataType data_type_of<kx::fp16>() { return DataType::float16; }
 
 std::size_t size_of(DataType type);
 
@@ -86,6 +92,10 @@ class Communicator {
   // True when buffers must be host-accessible (MPI backend); the View wrappers stage device
   // data through host mirrors for such a backend.
   virtual bool needs_host_memory() const = 0;
+  // True when a reduction (all-reduce, reduce-scatter) of `type` must see host buffers even if
+  // needs_host_memory() is false: the MPI backend reduces 16-bit floats in its own operation,
+  // which runs on the host and reads the buffers directly, also under a CUDA-aware MPI.
+  virtual bool reduces_on_host(DataType type) const { (void)type; return needs_host_memory(); }
   virtual const char* backend_name() const = 0;
 
   // In place: every rank ends with op over all ranks' buf.

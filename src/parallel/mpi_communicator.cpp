@@ -1,8 +1,10 @@
 #include "src/parallel/mpi_communicator.hpp"
 
 #include <climits>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 
@@ -16,6 +18,71 @@
 
 namespace tptrain::parallel {
 
+namespace {
+
+// out[i] = in[i] (op) out[i] over `len` elements of a 16-bit storage type T, computed in float and
+// rounded once (T's constructor rounds to nearest even). Max propagates NaN, so that an overflow
+// check over a max-reduced buffer still sees it; its comparisons are the quiet ones (isnan,
+// isgreater), which raise no FE_INVALID on a NaN operand.
+template <class T, ReduceOp Op>
+void reduce_half(void* in, void* inout, int* len, MPI_Datatype* /*type*/) {
+  const T* a = static_cast<const T*>(in);
+  T* b = static_cast<T*>(inout);
+  for (int i = 0; i < *len; ++i) {
+    const float x = a[i], y = b[i];
+    if (Op == ReduceOp::sum)
+      b[i] = T(x + y);
+    else if (!std::isnan(y) && (std::isnan(x) || std::isgreater(x, y)))
+      b[i] = a[i];  // the larger operand's bits: exact
+  }
+}
+
+// The MPI handles of the 16-bit types, created on first use and freed inside MPI_Finalize.
+struct HalfHandles {
+  MPI_Datatype bf16 = MPI_DATATYPE_NULL, fp16 = MPI_DATATYPE_NULL;
+  MPI_Op bf16_sum = MPI_OP_NULL, bf16_max = MPI_OP_NULL, fp16_sum = MPI_OP_NULL, fp16_max = MPI_OP_NULL;
+  int keyval = MPI_KEYVAL_INVALID;
+  bool created = false;
+};
+
+HalfHandles& half_handles_storage() {
+  static HalfHandles h;
+  return h;
+}
+
+int free_half_handles(MPI_Comm, int, void*, void*) {
+  HalfHandles& h = half_handles_storage();
+  for (MPI_Op* op : {&h.bf16_sum, &h.bf16_max, &h.fp16_sum, &h.fp16_max})
+    if (*op != MPI_OP_NULL) MPI_Op_free(op);
+  for (MPI_Datatype* t : {&h.bf16, &h.fp16})
+    if (*t != MPI_DATATYPE_NULL) MPI_Type_free(t);
+  if (h.keyval != MPI_KEYVAL_INVALID) MPI_Comm_free_keyval(&h.keyval);
+  h = HalfHandles{};
+  return MPI_SUCCESS;
+}
+
+const HalfHandles& half_handles() {
+  static std::mutex mutex;  // MPI_THREAD_MULTIPLE callers: create the handles once
+  const std::lock_guard<std::mutex> lock(mutex);
+  HalfHandles& h = half_handles_storage();
+  if (h.created) return h;
+  // Two distinct types of the same 2-byte layout: a type names the storage format it carries.
+  for (MPI_Datatype* t : {&h.bf16, &h.fp16}) {
+    TPTRAIN_MPI_CHECK(MPI_Type_contiguous(2, MPI_BYTE, t));
+    TPTRAIN_MPI_CHECK(MPI_Type_commit(t));
+  }
+  TPTRAIN_MPI_CHECK(MPI_Op_create(&reduce_half<kx::bf16, ReduceOp::sum>, 1, &h.bf16_sum));
+  TPTRAIN_MPI_CHECK(MPI_Op_create(&reduce_half<kx::bf16, ReduceOp::max>, 1, &h.bf16_max));
+  TPTRAIN_MPI_CHECK(MPI_Op_create(&reduce_half<kx::fp16, ReduceOp::sum>, 1, &h.fp16_sum));
+  TPTRAIN_MPI_CHECK(MPI_Op_create(&reduce_half<kx::fp16, ReduceOp::max>, 1, &h.fp16_max));
+  TPTRAIN_MPI_CHECK(MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, &free_half_handles, &h.keyval, nullptr));
+  TPTRAIN_MPI_CHECK(MPI_Comm_set_attr(MPI_COMM_SELF, h.keyval, nullptr));
+  h.created = true;
+  return h;
+}
+
+}  // namespace
+
 MPI_Datatype mpi_type(DataType type) {
   switch (type) {
     case DataType::float32: return MPI_FLOAT;
@@ -23,11 +90,20 @@ MPI_Datatype mpi_type(DataType type) {
     case DataType::int32: return MPI_INT32_T;
     case DataType::int64: return MPI_INT64_T;
     case DataType::uint8: return MPI_UINT8_T;
+    case DataType::bfloat16: return half_handles().bf16;
+    case DataType::float16: return half_handles().fp16;
   }
   return MPI_DATATYPE_NULL;
 }
 
-MPI_Op mpi_op(ReduceOp op) { return op == ReduceOp::sum ? MPI_SUM : MPI_MAX; }
+MPI_Op mpi_op(ReduceOp op, DataType type) {
+  const bool sum = op == ReduceOp::sum;
+  switch (type) {
+    case DataType::bfloat16: return sum ? half_handles().bf16_sum : half_handles().bf16_max;
+    case DataType::float16: return sum ? half_handles().fp16_sum : half_handles().fp16_max;
+    default: return sum ? MPI_SUM : MPI_MAX;
+  }
+}
 
 bool mpi_supports_device_memory() {
   if (const char* forced = std::getenv("TPTRAIN_MPI_DEVICE_MEMORY"))
@@ -76,7 +152,7 @@ Request MpiCommunicator::iall_reduce(const kx::ExecSpace& exec, void* buf, std::
   kx::fence(exec, "tptrain::MpiCommunicator::iall_reduce");
   auto req = std::make_shared<MPI_Request>();
   TPTRAIN_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf, mpi_count(count, "all_reduce"), mpi_type(type),
-                                   mpi_op(op), comm_, req.get()));
+                                   mpi_op(op, type), comm_, req.get()));
   return pending(req, "MPI_Iallreduce");
 }
 
@@ -95,7 +171,7 @@ Request MpiCommunicator::ireduce_scatter(const kx::ExecSpace& exec, const void* 
   kx::fence(exec, "tptrain::MpiCommunicator::ireduce_scatter");
   auto req = std::make_shared<MPI_Request>();
   TPTRAIN_MPI_CHECK(MPI_Ireduce_scatter_block(send, recv, mpi_count(count, "reduce_scatter"),
-                                              mpi_type(type), mpi_op(op), comm_, req.get()));
+                                              mpi_type(type), mpi_op(op, type), comm_, req.get()));
   return pending(req, "MPI_Ireduce_scatter_block");
 }
 

@@ -2,6 +2,8 @@
 
 #if defined(TPTRAIN_HAVE_NCCL)
 
+#include <stdexcept>
+
 #include "src/parallel/mpi_check.hpp"
 
 #define TPTRAIN_NCCL_CHECK(call)                                                          \
@@ -31,6 +33,14 @@ ncclDataType_t nccl_type(DataType type) {
     case DataType::int32: return ncclInt32;
     case DataType::int64: return ncclInt64;
     case DataType::uint8: return ncclUint8;
+    case DataType::float16: return ncclFloat16;
+    case DataType::bfloat16:
+#if defined(NCCL_VERSION_CODE) && NCCL_VERSION_CODE >= NCCL_VERSION(2, 10, 0)
+      // Same bit layout as kx::bf16; NCCL reduces in float and rounds to nearest even.
+      return ncclBfloat16;
+#else
+      throw std::runtime_error("tptrain: bf16 collectives need NCCL >= 2.10 (ncclBfloat16)");
+#endif
   }
   return ncclFloat32;
 }

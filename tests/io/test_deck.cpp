@@ -216,6 +216,13 @@ TEST_CASE("deck: the example deck parses to the values it states", "[io][deck]")
   CHECK(d.training.steps == 300);
   CHECK(d.training.seed == 1234u);
   CHECK(d.training.precision == "fp32");
+  // fp16's loss scaler: Megatron's defaults (2^32, window 1000, hysteresis 2, min 1, x2, x0.5).
+  CHECK(d.training.loss_scale_initial == 4294967296.0);
+  CHECK(d.training.loss_scale_window == 1000);
+  CHECK(d.training.loss_scale_hysteresis == 2);
+  CHECK(d.training.loss_scale_min == 1.0);
+  CHECK(d.training.loss_scale_growth_factor == 2.0);
+  CHECK(d.training.loss_scale_backoff_factor == 0.5);
   CHECK(d.training.grad_clip == 1.0);
   CHECK(d.training.log_interval == 10);
   CHECK(d.training.eval_interval == 100);
@@ -476,21 +483,77 @@ TEST_CASE("deck: values out of range are errors", "[io][deck]") {
   }
 }
 
+// fp16's dynamic loss scaler (Megatron's DynamicGradScaler): ranges, and min <= initial.
+TEST_CASE("deck: the fp16 loss-scale keys", "[io][deck]") {
+  Fixture fx;
+  SECTION("values in range are taken, with any precision") {
+    const Deck d = fx.parse(make_deck({{"training.precision", "\"fp16\""},
+                                       {"training.loss_scale_initial", "65536"},
+                                       {"training.loss_scale_window", "1"},
+                                       {"training.loss_scale_hysteresis", "1"},
+                                       {"training.loss_scale_min", "0.25"},
+                                       {"training.loss_scale_growth_factor", "1.5"},
+                                       {"training.loss_scale_backoff_factor", "0.125"}}));
+    CHECK(d.training.precision == "fp16");
+    CHECK(d.training.loss_scale_initial == 65536.0);
+    CHECK(d.training.loss_scale_window == 1);
+    CHECK(d.training.loss_scale_hysteresis == 1);
+    CHECK(d.training.loss_scale_min == 0.25);
+    CHECK(d.training.loss_scale_growth_factor == 1.5);
+    CHECK(d.training.loss_scale_backoff_factor == 0.125);
+    // Validated (and kept) with fp32 too, where they are unused.
+    CHECK(fx.parse(make_deck(), {"training.loss_scale_window=7"}).training.loss_scale_window == 7);
+  }
+  SECTION("values out of range name the key and its range") {
+    const std::string text = make_deck();
+    CHECK_THAT(fx.problem(text, {"training.loss_scale_initial=0"}),
+               has("training.loss_scale_initial = 0: expected a number > 0"));
+    CHECK_THAT(fx.problem(text, {"training.loss_scale_initial=inf"}),
+               has("training.loss_scale_initial = inf: expected a finite number > 0"));
+    CHECK_THAT(fx.problem(text, {"training.loss_scale_window=0"}),
+               has("training.loss_scale_window = 0: expected an integer >= 1"));
+    CHECK_THAT(fx.problem(text, {"training.loss_scale_window=2.5"}),
+               has("training.loss_scale_window = 2.5: expected an integer >= 1 (got a float"));
+    CHECK_THAT(fx.problem(text, {"training.loss_scale_hysteresis=0"}),
+               has("training.loss_scale_hysteresis = 0: expected an integer >= 1"));
+    CHECK_THAT(fx.problem(text, {"training.loss_scale_min=0"}),
+               has("training.loss_scale_min = 0: expected a number > 0"));
+    CHECK_THAT(fx.problem(text, {"training.loss_scale_growth_factor=1"}),
+               has("training.loss_scale_growth_factor = 1: expected a number > 1"));
+    CHECK_THAT(fx.problem(text, {"training.loss_scale_backoff_factor=1"}),
+               has("training.loss_scale_backoff_factor = 1: expected a number in (0, 1)"));
+    CHECK_THAT(fx.problem(text, {"training.loss_scale_backoff_factor=0"}),
+               has("training.loss_scale_backoff_factor = 0: expected a number in (0, 1)"));
+  }
+  SECTION("loss_scale_min may not exceed loss_scale_initial") {
+    const std::string text = make_deck();
+    CHECK_THAT(fx.problem(text, {"training.loss_scale_min=8589934592"}),
+               has("--set training.loss_scale_min=8589934592: training.loss_scale_min = "
+                   "8589934592.0: expected a number <= training.loss_scale_initial = "
+                   "4294967296.0 (default)"));
+    CHECK_THAT(fx.problem(text, {"training.loss_scale_initial=0.5"}),
+               has("--set training.loss_scale_initial=0.5: training.loss_scale_initial = 0.5: "
+                   "expected a number >= training.loss_scale_min = 1.0 (default)"));
+    CHECK(fx.parse(text, {"training.loss_scale_initial=1", "training.loss_scale_min=1"})
+              .training.loss_scale_initial == 1.0);
+  }
+}
+
 TEST_CASE("deck: precision and decay take one of their choices", "[io][deck]") {
   Fixture fx;
-  SECTION("bf16 and fp16 are recognised but not implemented yet") {
-    for (const std::string v : {"bf16", "fp16"}) {
-      const std::string p = fx.problem(make_deck({{"training.precision", "\"" + v + "\""}}));
-      CHECK_THAT(p, has("training.precision = \"" + v + "\": expected \"fp32\""));
-      CHECK_THAT(p, has("not implemented yet (planned)"));
-    }
+  SECTION("fp32, bf16 and fp16 are valid") {
+    for (const std::string v : {"fp32", "bf16", "fp16"})
+      CHECK(fx.parse(make_deck({{"training.precision", "\"" + v + "\""}})).training.precision == v);
+    CHECK(fx.parse(make_deck(), {"training.precision=bf16"}).training.precision == "bf16");
   }
   SECTION("anything else lists the valid choices") {
     const std::string p = fx.problem(make_deck({{"training.precision", "\"fp64\""}}));
-    CHECK_THAT(p, has("training.precision = \"fp64\": expected \"fp32\""));
-    CHECK_THAT(p, has("\"bf16\" and \"fp16\" planned"));
+    CHECK_THAT(p, has("training.precision = \"fp64\": expected one of \"fp32\", \"bf16\", \"fp16\""));
+    CHECK_THAT(p, !has("planned"));
     CHECK_THAT(fx.problem(make_deck({{"training.precision", "\"FP32\""}})),
                has("did you mean \"fp32\"?"));
+    CHECK_THAT(fx.problem(make_deck({{"training.precision", "\"bf61\""}})),
+               has("did you mean \"bf16\"?"));
   }
   SECTION("decay") {
     for (const std::string v : {"cosine", "linear", "constant"})
@@ -713,9 +776,9 @@ TEST_CASE("deck: --set overrides", "[io][deck]") {
                    "(got a string)"));
     CHECK_THAT(fx.problem(text, {"model.layers=8.0"}),
                has("--set model.layers=8.0: model.layers = 8.0: expected an integer"));
-    CHECK_THAT(
-        fx.problem(text, {"training.precision=bf16"}),
-        has("--set training.precision=bf16: training.precision = \"bf16\": expected \"fp32\""));
+    CHECK_THAT(fx.problem(text, {"training.precision=fp8"}),
+               has("--set training.precision=fp8: training.precision = \"fp8\": expected one of "
+                   "\"fp32\", \"bf16\", \"fp16\""));
     CHECK_THAT(
         fx.problem(text, {"checkpoint.resume=yes"}),
         has("--set checkpoint.resume=yes: checkpoint.resume = \"yes\": expected true or false"));
@@ -800,6 +863,12 @@ TEST_CASE("deck: to_toml writes every key in table order and round-trips", "[io]
                                           "training.steps",
                                           "training.seed",
                                           "training.precision",
+                                          "training.loss_scale_initial",
+                                          "training.loss_scale_window",
+                                          "training.loss_scale_hysteresis",
+                                          "training.loss_scale_min",
+                                          "training.loss_scale_growth_factor",
+                                          "training.loss_scale_backoff_factor",
                                           "training.grad_clip",
                                           "training.log_interval",
                                           "training.eval_interval",

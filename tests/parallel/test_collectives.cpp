@@ -1,7 +1,10 @@
 // Each collective over Kokkos Views against hand-computed results, on whatever number of ranks
 // the suite runs with (1, 2 and 4 under ctest).
 #include <Kokkos_Core.hpp>
+#include <algorithm>
+#include <cmath>
 #include <mpi.h>
+#include <vector>
 
 #include "catch.hpp"
 #include "src/parallel/collectives.hpp"
@@ -207,4 +210,173 @@ TEST_CASE("staging buffers are reused, one per pending operation", "[parallel][c
   CHECK(pool.allocations() == 2);
   auto big = pool.acquire(4000);  // larger than any: a free buffer grows
   CHECK(pool.allocations() == 3);
+}
+
+// ---- 16-bit floats (mixed precision): bits move unchanged, reductions are float arithmetic ----
+
+namespace {
+
+template <class T>
+T from_bits(std::uint16_t bits) {
+  T v;
+  v.bits = bits;
+  return v;
+}
+
+// Unit roundoff of the storage type: a rounding to nearest changes a value by at most u·|value|.
+template <class T>
+constexpr double unit_roundoff() {
+  return std::is_same<T, kx::bf16>::value ? 1.0 / 256.0 : 1.0 / 2048.0;  // 2^-8, 2^-11
+}
+
+}  // namespace
+
+// The reduction operation itself, on every rank count (MPI_Reduce_local applies it without
+// communication). Integer addition of the bit patterns would give 0x3f80 + 0x3f80 = 0x7f00 (about
+// 1.7e38) for bf16 1 + 1, and an unsigned maximum would pick -1 (0xbf80) over 2 (0x4000).
+TEMPLATE_TEST_CASE("16-bit reductions are float arithmetic rounded to nearest even and not integer sums",
+                   "[parallel][collectives][mpi]", kx::bf16, kx::fp16) {
+  const DataType type = data_type_of<TestType>();
+  CHECK(size_of(type) == 2);
+  // One ulp above 1 is 2^-7 (bf16) or 2^-10 (fp16); adding half an ulp is a tie: even wins.
+  const float ulp = std::is_same<TestType, kx::bf16>::value ? 1.0f / 128 : 1.0f / 1024;
+  std::vector<TestType> in = {TestType(1.0f), TestType(ulp / 2), TestType(ulp / 2), TestType(-3.0f)};
+  std::vector<TestType> inout = {TestType(1.0f), TestType(1.0f), TestType(1.0f + ulp), TestType(0.5f)};
+  MPI_Reduce_local(in.data(), inout.data(), 4, mpi_type(type), mpi_op(ReduceOp::sum, type));
+  CHECK(float(inout[0]) == 2.0f);
+  CHECK(float(inout[1]) == 1.0f);               // 1 + ulp/2: tie, down to the even 1
+  CHECK(float(inout[2]) == 1.0f + 2 * ulp);     // (1 + ulp) + ulp/2: tie, up to the even 1 + 2 ulp
+  CHECK(float(inout[3]) == -2.5f);
+
+  const TestType nan = from_bits<TestType>(std::is_same<TestType, kx::bf16>::value ? 0x7fc0 : 0x7e00);
+  std::vector<TestType> a = {TestType(-1.0f), TestType(2.0f), nan, TestType(0.0f)};
+  std::vector<TestType> b = {TestType(2.0f), TestType(-1.0f), TestType(1.0f), nan};
+  MPI_Reduce_local(a.data(), b.data(), 4, mpi_type(type), mpi_op(ReduceOp::max, type));
+  CHECK(float(b[0]) == 2.0f);
+  CHECK(float(b[1]) == 2.0f);
+  CHECK(std::isnan(float(b[2])));  // NaN propagates (an overflow check must still see it)
+  CHECK(std::isnan(float(b[3])));
+}
+
+// Values that are small integers: every partial sum is exact in bf16 (integers up to 256) and
+// fp16 (up to 2048), so the result must equal the exact sum whatever order the ranks add in.
+TEMPLATE_TEST_CASE("16-bit all_reduce sum and max are exact on representable sums",
+                   "[parallel][collectives][mpi]", kx::bf16, kx::fp16) {
+  auto comm = world_comm();
+  const kx::ExecSpace exec;
+  const int r = comm->rank(), n = comm->size();
+  // rank r holds (r + 1)(i + 1): sum (i+1) n(n+1)/2 <= 16 * 10 on 4 ranks, max (i+1) n.
+  Kokkos::View<TestType*, kx::MemSpace> v("v", 16), w("w", 16);
+  auto h = Kokkos::create_mirror_view(v);
+  for (int i = 0; i < 16; ++i) h(i) = TestType(static_cast<float>((r + 1) * (i + 1)));
+  Kokkos::deep_copy(v, h);
+  Kokkos::deep_copy(w, h);
+  all_reduce(*comm, exec, v, ReduceOp::sum);
+  all_reduce(*comm, exec, w, ReduceOp::max);
+  auto hs = on_host(v);
+  auto hm = on_host(w);
+  for (int i = 0; i < 16; ++i) {
+    CHECK(float(hs(i)) == static_cast<float>((i + 1) * n * (n + 1) / 2));
+    CHECK(float(hm(i)) == static_cast<float>((i + 1) * n));
+  }
+  // Every rank holds 1: 1 + 1 + ... must be n (integer addition of the bits would not be).
+  Kokkos::View<TestType*, kx::MemSpace> ones("ones", 5);
+  Kokkos::deep_copy(ones, TestType(1.0f));
+  all_reduce(*comm, exec, ones, ReduceOp::sum);
+  auto ho = on_host(ones);
+  for (int i = 0; i < 5; ++i) CHECK(float(ho(i)) == static_cast<float>(n));
+}
+
+// Generic values: the backend adds the P rounded inputs in some order, rounding each of the P-1
+// partial sums once (MPI: our operation; NCCL: float accumulate, round per step). Each rounding moves
+// a partial sum by at most u·|partial| <= u·Σ|x_r|(1+u)^(P-2), so |result - Σ x_r| <=
+// (P-1)·u·Σ|x_r|·(1+u)^(P-2), plus nothing else: the inputs themselves are exact 16-bit values and
+// their float sum is exact here (few terms, nearby exponents). Every rank must end with the same bits
+// (data-parallel replicas stay identical).
+TEMPLATE_TEST_CASE("16-bit all_reduce sum of generic values is within P-1 roundings and identical on every rank",
+                   "[parallel][collectives][mpi]", kx::bf16, kx::fp16) {
+  auto comm = world_comm();
+  const kx::ExecSpace exec;
+  const int r = comm->rank(), n = comm->size();
+  const int len = 64;
+  auto input = [](int rank, int i) {
+    return TestType(0.1f * static_cast<float>(rank + 1) + 0.37f * static_cast<float>(i % 11) -
+                    1.3f + 0.013f * static_cast<float>(i));
+  };
+  Kokkos::View<TestType*, kx::MemSpace> v("v", len);
+  auto h = Kokkos::create_mirror_view(v);
+  for (int i = 0; i < len; ++i) h(i) = input(r, i);
+  Kokkos::deep_copy(v, h);
+  all_reduce(*comm, exec, v, ReduceOp::sum);
+  auto hs = on_host(v);
+  const double u = unit_roundoff<TestType>();
+  for (int i = 0; i < len; ++i) {
+    double exact = 0, magnitude = 0;
+    for (int q = 0; q < n; ++q) {
+      exact += float(input(q, i));
+      magnitude += std::fabs(float(input(q, i)));
+    }
+    const double bound = (n - 1) * u * magnitude * std::pow(1 + u, std::max(n - 2, 0));
+    CHECK(std::fabs(float(hs(i)) - exact) <= bound);
+  }
+  Kokkos::View<TestType*, kx::MemSpace> all("all", static_cast<std::size_t>(len) * n);
+  all_gather(*comm, exec, v, all);
+  auto ha = on_host(all);
+  for (int q = 0; q < n; ++q)
+    for (int i = 0; i < len; ++i) CHECK(ha(q * len + i).bits == hs(i).bits);
+}
+
+TEST_CASE("bf16 reduce_scatter gives each rank the sum of its block", "[parallel][collectives][mpi]") {
+  auto comm = world_comm();
+  const kx::ExecSpace exec;
+  const int r = comm->rank(), n = comm->size();
+  // send[q*3 + i] = r + q + i on rank r; block q summed = n(q+i) + n(n-1)/2 (small integers: exact).
+  Kokkos::View<kx::bf16*, kx::MemSpace> send("send", 3 * static_cast<std::size_t>(n));
+  auto hs = Kokkos::create_mirror_view(send);
+  for (int q = 0; q < n; ++q)
+    for (int i = 0; i < 3; ++i) hs(q * 3 + i) = kx::bf16(static_cast<float>(r + q + i));
+  Kokkos::deep_copy(send, hs);
+  Kokkos::View<kx::bf16*, kx::MemSpace> recv("recv", 3);
+  reduce_scatter(*comm, exec, send, recv, ReduceOp::sum);
+  auto h = on_host(recv);
+  for (int i = 0; i < 3; ++i) CHECK(float(h(i)) == static_cast<float>(n * (r + i) + n * (n - 1) / 2));
+}
+
+// Moving data must not touch it: NaN payloads, signed zeros, subnormals and infinities arrive with
+// the same bits.
+TEMPLATE_TEST_CASE("16-bit all_gather and broadcast and send/recv move the bits unchanged",
+                   "[parallel][collectives][mpi]", kx::bf16, kx::fp16) {
+  auto comm = world_comm();
+  const kx::ExecSpace exec;
+  const int r = comm->rank(), n = comm->size();
+  const std::uint16_t patterns[] = {0x7fc1, 0xffff, 0x8000, 0x0001, 0x7c00, 0x7f80, 0x3c00, 0x1234};
+  auto bits = [&](int rank, int i) {
+    return static_cast<std::uint16_t>(patterns[i % 8] ^ ((rank << 1) & 0x6) ^ (i >= 8 ? 0x0100 : 0));
+  };
+  Kokkos::View<TestType*, kx::MemSpace> send("send", 16);
+  auto h = Kokkos::create_mirror_view(send);
+  for (int i = 0; i < 16; ++i) h(i) = from_bits<TestType>(bits(r, i));
+  Kokkos::deep_copy(send, h);
+
+  Kokkos::View<TestType*, kx::MemSpace> gathered("gathered", 16 * static_cast<std::size_t>(n));
+  all_gather(*comm, exec, send, gathered);
+  auto hg = on_host(gathered);
+  for (int q = 0; q < n; ++q)
+    for (int i = 0; i < 16; ++i) CHECK(hg(q * 16 + i).bits == bits(q, i));
+
+  Kokkos::View<TestType*, kx::MemSpace> b("b", 16);
+  Kokkos::deep_copy(b, send);
+  broadcast(*comm, exec, b, n - 1);
+  auto hb = on_host(b);
+  for (int i = 0; i < 16; ++i) CHECK(hb(i).bits == bits(n - 1, i));
+
+  Kokkos::View<TestType*, kx::MemSpace> in("in", 16);
+  std::vector<Request> reqs;
+  comm->group_start(exec);
+  reqs.push_back(isend(*comm, exec, send, (r + 1) % n, 5));
+  reqs.push_back(irecv(*comm, exec, in, (r + n - 1) % n, 5));
+  reqs.push_back(comm->group_end());
+  wait_all_on(reqs.data(), reqs.size(), exec);
+  auto hi = on_host(in);
+  for (int i = 0; i < 16; ++i) CHECK(hi(i).bits == bits((r + n - 1) % n, i));
 }
