@@ -4,7 +4,9 @@
 //   m ← β1 m + (1-β1) g
 //   v ← β2 v + (1-β2) g²
 //   p ← p - lr · (m / (1-β1^t)) / (sqrt(v / (1-β2^t)) + eps)      t = step, 1-based
-// Bias corrections are computed on the host in double; the update runs in the views' type.
+// Bias corrections are computed on the host in double; the update runs in acc_t of the
+// parameter's type (the views' type for float/double master weights; float, with each stored
+// value rounded once, should a parameter, a moment or the gradient be 16-bit).
 //   adamw_update        one parameter
 //   bucket_adamw_update a whole flat bucket in one launch (FlatSegments: per-segment weight
 //                       decay), with g = grad_scale · grad (gradient clipping folded in)
@@ -54,14 +56,16 @@ struct AdamWStep {
     epsilon = static_cast<T>(eps);
   }
 
-  // `p_decay`: decay, or 1 for a parameter without weight decay (p·1 == p exactly).
-  KOKKOS_INLINE_FUNCTION void apply(T& p, T& m, T& v, const T g, const T p_decay) const {
-    const T mi = b1 * m + one_minus_b1 * g;
-    const T vi = b2 * v + one_minus_b2 * g * g;
+  // `p_decay`: decay, or 1 for a parameter without weight decay (p·1 == p exactly). p, m, v:
+  // references to elements of T or of a storage type widened to T.
+  template <class P, class M, class V>
+  KOKKOS_INLINE_FUNCTION void apply(P& p, M& m, V& v, const T g, const T p_decay) const {
+    const T mi = b1 * T(m) + one_minus_b1 * g;
+    const T vi = b2 * T(v) + one_minus_b2 * g * g;
     m = mi;
     v = vi;
     const T denom = kx::sqrt(vi) / sqrt_bc2 + epsilon;
-    p = p * p_decay - step_size * mi / denom;
+    p = T(p) * p_decay - step_size * mi / denom;
   }
 };
 
@@ -91,12 +95,12 @@ void adamw_update(const Exec& exec,
                       v.extent(0) == param.extent(0),
                   "adamw_update", "param, grad, m and v must have the same length");
   detail::require(step >= 1, "adamw_update", "step is 1-based");
-  using T = typename PV::non_const_value_type;
+  using T = kx::acc_t<typename PV::non_const_value_type>;
   const detail::AdamWStep<T> adam(lr, beta1, beta2, eps, weight_decay, step);
   Kokkos::parallel_for(
       "tptrain::kernels::adamw_update", detail::range(exec, param.extent(0)),
       KOKKOS_LAMBDA(const std::int64_t i) {
-        adam.apply(param(i), m(i), v(i), static_cast<T>(grad(i)), adam.decay);
+        adam.apply(param(i), m(i), v(i), kx::convert_to<T>(grad(i)), adam.decay);
       });
 }
 
@@ -115,14 +119,14 @@ void bucket_adamw_update(const Exec& exec,
                          const double lr, const double beta1, const double beta2,
                          const double eps, const double weight_decay,
                          const std::int64_t step /* 1-based */,
-                         const typename PV::non_const_value_type grad_scale = 1) {
+                         const kx::acc_t<typename PV::non_const_value_type> grad_scale = 1) {
   detail::check_adamw_views<Exec, PV, GV, MV, VV>();
   const auto n = static_cast<std::size_t>(segments.size());
   detail::require(param.extent(0) == n && grad.extent(0) == n && m.extent(0) == n &&
                       v.extent(0) == n,
                   "bucket_adamw_update", "param, grad, m and v must be [segments.size()]");
   detail::require(step >= 1, "bucket_adamw_update", "step is 1-based");
-  using T = typename PV::non_const_value_type;
+  using T = kx::acc_t<typename PV::non_const_value_type>;
   const detail::AdamWStep<T> adam(lr, beta1, beta2, eps, weight_decay, step);
   const auto chunks = segments.chunks();
   const T scale = grad_scale;
@@ -136,8 +140,8 @@ void bucket_adamw_update(const Exec& exec,
         const T p_decay = c.weight_decay ? adam.decay : no_decay;
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, c.begin, c.end),
                              [&](const std::int64_t i) {
-                               adam.apply(param(i), m(i), v(i), scale * static_cast<T>(grad(i)),
-                                          p_decay);
+                               const T g = scale * kx::convert_to<T>(grad(i));
+                               adam.apply(param(i), m(i), v(i), g, p_decay);
                              });
       });
 }

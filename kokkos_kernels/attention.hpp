@@ -27,6 +27,13 @@
 // that read a row twice or more keep it in team scratch when it fits (detail::ScratchRow), with
 // the same arithmetic as the global-memory path.
 //
+// Precision: qkv, out, the scores / probabilities and their gradients share one storage type T
+// (float, double, kx::bf16 or kx::fp16: Megatron keeps the S×S scores in the compute type); the
+// GEMMs accumulate in fp32 for 16-bit T (batched_gemm.hpp), and the softmax passes compute every
+// max, exp and sum in acc_t<T> and round each output once. lse holds acc_t<T> (float for 16-bit
+// T): the backward rebuilds P from it, and a rounded lse would shift every recomputed P. The dK
+// of a backward with several query row tiles is accumulated in C over the tiles (beta = 1), so
+// for 16-bit T it is rounded once per tile (ceil(S / 128) times).
 // Views: qkv/out/dout/dqkv rank 2, probs rank 4 ([B, nh_local, S, S]) and the backward's
 // dprobs_tile rank 4 ([B, nh_local, >= tile, S]), any layout whose last index has stride 1
 // (LayoutRight views, row-range subviews): the GEMMs address them through data() and strides. lse is rank 1, [B*nh_local*S], entry (b*nh_local + h)*S + i.
@@ -111,15 +118,15 @@ template <class Exec, class T, class TA, class TB>
 void per_head_gemm(const Exec& exec, char transA, char transB, std::int64_t M, std::int64_t N,
                    std::int64_t K, const HeadMatrices<TA>& A, const HeadMatrices<TB>& Bm,
                    const HeadMatrices<T>& C, std::int64_t batches, std::int64_t heads,
-                   T beta = T(0)) {
+                   const kx::acc_t<T> beta = 0) {
   if (heads >= batches) {
     for (std::int64_t b = 0; b < batches; ++b)
-      batched_gemm<Exec, T>(exec, transA, transB, M, N, K, T(1), A.p + b * A.batch_stride, A.ld,
+      batched_gemm<Exec, T>(exec, transA, transB, M, N, K, 1, A.p + b * A.batch_stride, A.ld,
                             A.head_stride, Bm.p + b * Bm.batch_stride, Bm.ld, Bm.head_stride,
                             beta, C.p + b * C.batch_stride, C.ld, C.head_stride, heads);
   } else {
     for (std::int64_t h = 0; h < heads; ++h)
-      batched_gemm<Exec, T>(exec, transA, transB, M, N, K, T(1), A.p + h * A.head_stride, A.ld,
+      batched_gemm<Exec, T>(exec, transA, transB, M, N, K, 1, A.p + h * A.head_stride, A.ld,
                             A.batch_stride, Bm.p + h * Bm.head_stride, Bm.ld, Bm.batch_stride,
                             beta, C.p + h * C.head_stride, C.ld, C.batch_stride, batches);
   }
@@ -180,7 +187,7 @@ void check_scores(const PV& probs, const char* kernel) {
 // over the scaled scores x = scale S_ij (so that P_ij = exp(x_ij - lse_i)).
 template <class Exec, class PV, class LV>
 void causal_softmax_forward(const Exec& exec, const PV& scores, const LV& lse,
-                            const typename PV::non_const_value_type scale) {
+                            const kx::acc_t<typename PV::non_const_value_type> scale) {
   detail::check_view<Exec, PV, 4>();
   detail::check_view<Exec, LV, 1>();
   detail::check_writable<PV>();
@@ -190,13 +197,17 @@ void causal_softmax_forward(const Exec& exec, const PV& scores, const LV& lse,
   const std::int64_t rows = static_cast<std::int64_t>(scores.extent(0)) * nh * S;
   detail::require(lse.extent(0) == static_cast<std::size_t>(rows), "causal_softmax_forward",
                   "lse must be [B*nh*S]");
-  using T = typename PV::non_const_value_type;
+  using T = kx::acc_t<typename PV::non_const_value_type>;
   using member = typename detail::Teams<Exec>::member_type;
   using Row = detail::ScratchRow<Exec, T>;
   // The row's raw scores, then its exps, stay in team scratch when they fit (S = 2048: 8 KiB in
   // float): global memory sees one read of the row's causal part and one write of the row,
-  // instead of three reads and two writes.
+  // instead of three reads and two writes. The scratch row is in acc_t (float for 16-bit
+  // scores), so that the exps are not rounded before they are normalised.
   const std::size_t row_bytes = detail::scratch_row_bytes<Exec, T>(S);
+  // 16-bit scores without the scratch row: the exps are not written to scores (that would round
+  // them twice) but computed again in the normalising pass, which rounds once.
+  constexpr bool recompute_exp = kx::is_half_v<typename PV::non_const_value_type>;
   // Compile-time false on host backends: their loops carry no scratch branch at all.
   constexpr bool can_cache = detail::scratch_rows<Exec>();
   const auto row_teams = detail::row_teams(exec, rows, row_bytes, "causal_softmax_forward");
@@ -225,11 +236,13 @@ void causal_softmax_forward(const Exec& exec, const PV& scores, const LV& lse,
             Kokkos::TeamThreadRange(team, S),
             [&](const std::int64_t j, T& acc) {
               const T e =
-                  j <= i ? kx::exp(scale * (cached ? buf(j) : scores(b, h, i, j)) - xmax) : T(0);
-              if (!cached)
-                scores(b, h, i, j) = e;
-              else if (j <= i)
+                  j <= i ? kx::exp(scale * (cached ? buf(j) : T(scores(b, h, i, j))) - xmax)
+                         : T(0);
+              if (!cached) {
+                if (!recompute_exp) scores(b, h, i, j) = e;
+              } else if (j <= i) {
                 buf(j) = e;
+              }
               acc += e;
             },
             sum);
@@ -238,6 +251,12 @@ void causal_softmax_forward(const Exec& exec, const PV& scores, const LV& lse,
         if (cached) {
           Kokkos::parallel_for(Kokkos::TeamThreadRange(team, S), [&](const std::int64_t j) {
             scores(b, h, i, j) = j <= i ? buf(j) * inv : T(0);
+          });
+        } else if (recompute_exp) {
+          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, S), [&](const std::int64_t j) {
+            T p = 0;  // masked entries may hold anything: not read
+            if (j <= i) p = kx::exp(scale * T(scores(b, h, i, j)) - xmax) * inv;
+            scores(b, h, i, j) = p;
           });
         } else {
           Kokkos::parallel_for(Kokkos::TeamThreadRange(team, i + 1),
@@ -252,7 +271,7 @@ void causal_softmax_forward(const Exec& exec, const PV& scores, const LV& lse,
 // rounding).
 template <class Exec, class PV, class LV>
 void causal_softmax_recompute(const Exec& exec, const PV& scores, const LV& lse,
-                              const typename PV::non_const_value_type scale) {
+                              const kx::acc_t<typename PV::non_const_value_type> scale) {
   detail::check_view<Exec, PV, 4>();
   detail::check_view<Exec, LV, 1>();
   detail::check_writable<PV>();
@@ -261,7 +280,7 @@ void causal_softmax_recompute(const Exec& exec, const PV& scores, const LV& lse,
   const std::int64_t rows = static_cast<std::int64_t>(scores.extent(0)) * nh * S;
   detail::require(lse.extent(0) == static_cast<std::size_t>(rows), "causal_softmax_recompute",
                   "lse must be [B*nh*S]");
-  using T = typename PV::non_const_value_type;
+  using T = kx::acc_t<typename PV::non_const_value_type>;
   using member = typename detail::Teams<Exec>::member_type;
   const auto policy = detail::teams(exec, rows, "causal_softmax_recompute");
   Kokkos::parallel_for(
@@ -271,7 +290,7 @@ void causal_softmax_recompute(const Exec& exec, const PV& scores, const LV& lse,
         const std::int64_t b = row.b, h = row.h, i = row.i;
         const T l = lse(r);
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, S), [&](const std::int64_t j) {
-          scores(b, h, i, j) = j <= i ? kx::exp(scale * scores(b, h, i, j) - l) : T(0);
+          scores(b, h, i, j) = j <= i ? kx::exp(scale * T(scores(b, h, i, j)) - l) : T(0);
         });
       });
 }
@@ -285,7 +304,7 @@ void causal_softmax_recompute(const Exec& exec, const PV& scores, const LV& lse,
 template <class Exec, class PV, class DPV>
 void causal_softmax_backward_rows(const Exec& exec, const PV& probs, const DPV& dprobs_tile,
                                   const std::int64_t r0, const std::int64_t r1,
-                                  const typename DPV::non_const_value_type scale) {
+                                  const kx::acc_t<typename DPV::non_const_value_type> scale) {
   detail::check_view<Exec, PV, 4>();
   detail::check_view<Exec, DPV, 4>();
   detail::check_writable<DPV>();
@@ -301,13 +320,15 @@ void causal_softmax_backward_rows(const Exec& exec, const PV& probs, const DPV& 
                   kernel, "dprobs must be [B, nh, >= r1 - r0, S] for probs [B, nh, S, S]");
   const std::int64_t rows = static_cast<std::int64_t>(probs.extent(0)) * nh * n;
   if (rows == 0) return;
-  using T = typename DPV::non_const_value_type;
+  using DT = typename DPV::non_const_value_type;
   using PT = typename PV::non_const_value_type;
+  using T = kx::acc_t<DT>;
   using member = typename detail::Teams<Exec>::member_type;
   // P and dP of the row (j <= i < r1) stay in team scratch between the dot product and the
-  // output pass when they fit: each is read from global memory once instead of twice.
+  // output pass when they fit: each is read from global memory once instead of twice. (The
+  // scratch copies keep the storage types: they hold stored values, nothing is rounded there.)
   const std::size_t bytes =
-      detail::scratch_row_bytes<Exec, PT>(r1) + detail::scratch_row_bytes<Exec, T>(r1);
+      detail::scratch_row_bytes<Exec, PT>(r1) + detail::scratch_row_bytes<Exec, DT>(r1);
   // Compile-time false on host backends: their loops carry no scratch branch at all.
   constexpr bool can_cache = detail::scratch_rows<Exec>();
   const auto row_teams = detail::row_teams(exec, rows, bytes, kernel);
@@ -321,20 +342,20 @@ void causal_softmax_backward_rows(const Exec& exec, const PV& probs, const DPV& 
         const detail::ScratchRow<Exec, PT> pbuf =
             cached ? detail::ScratchRow<Exec, PT>(team.team_scratch(0), r1)
                    : detail::ScratchRow<Exec, PT>();
-        const detail::ScratchRow<Exec, T> dpbuf =
-            cached ? detail::ScratchRow<Exec, T>(team.team_scratch(0), r1)
-                   : detail::ScratchRow<Exec, T>();
+        const detail::ScratchRow<Exec, DT> dpbuf =
+            cached ? detail::ScratchRow<Exec, DT>(team.team_scratch(0), r1)
+                   : detail::ScratchRow<Exec, DT>();
         T dot = 0;
         Kokkos::parallel_reduce(
             Kokkos::TeamThreadRange(team, i + 1),
             [&](const std::int64_t j, T& acc) {
               const PT p = probs(b, h, i, j);
-              const T dp = dprobs_tile(b, h, t, j);
+              const DT dp = dprobs_tile(b, h, t, j);
               if (cached) {
                 pbuf(j) = p;
                 dpbuf(j) = dp;
               }
-              acc += p * dp;
+              acc += p * dp;  // (16-bit: a float product)
             },
             dot);
         team.team_barrier();  // every read of dP is done before it is replaced
@@ -354,7 +375,7 @@ void causal_softmax_backward_rows(const Exec& exec, const PV& probs, const DPV& 
 // every entry is written, the masked ones 0).
 template <class Exec, class PV, class DPV>
 void causal_softmax_backward(const Exec& exec, const PV& probs, const DPV& dprobs,
-                             const typename DPV::non_const_value_type scale) {
+                             const kx::acc_t<typename DPV::non_const_value_type> scale) {
   detail::check_view<Exec, PV, 4>();
   detail::check_view<Exec, DPV, 4>();
   detail::check_scores(probs, "causal_softmax_backward");
@@ -387,10 +408,12 @@ void attention_forward(const Exec& exec,
   detail::check_writable<PV>();
   detail::check_writable<LV>();
   using T = typename OV::non_const_value_type;
+  using A = kx::acc_t<T>;
   static_assert(std::is_same<typename QKV::non_const_value_type, T>::value &&
-                    std::is_same<typename PV::non_const_value_type, T>::value &&
-                    std::is_same<typename LV::non_const_value_type, T>::value,
-                "tptrain::kernels::attention_forward: one value type");
+                    std::is_same<typename PV::non_const_value_type, T>::value,
+                "tptrain::kernels::attention_forward: qkv, out and probs hold one value type");
+  static_assert(std::is_same<typename LV::non_const_value_type, A>::value,
+                "tptrain::kernels::attention_forward: lse holds acc_t of that type");
   const char* kernel = "attention_forward";
   detail::require(B >= 0 && S >= 0 && nh_local > 0 && d > 0, kernel,
                   "need B, S >= 0 and nh_local, d > 0");
@@ -417,7 +440,7 @@ void attention_forward(const Exec& exec,
   detail::require_blas_int(probs.stride(2), kernel, "probs.stride(2)");
   detail::require_blas_int(S, kernel, "S");
   if (B == 0 || S == 0) return;
-  const T scale = T(1) / kx::sqrt(static_cast<T>(d));
+  const A scale = A(1) / kx::sqrt(static_cast<A>(d));
   const auto Q = detail::qkv_block(qkv, 0, S, d, hl), K = detail::qkv_block(qkv, 1, S, d, hl),
              V = detail::qkv_block(qkv, 2, S, d, hl);
   const auto P = detail::score_matrices(probs);
@@ -466,12 +489,15 @@ void attention_backward_tiled(const Exec& exec,
   detail::check_writable<PV>();
   detail::check_writable<DPV>();
   using T = typename DQKV::non_const_value_type;
+  using A = kx::acc_t<T>;
   static_assert(std::is_same<typename DOV::non_const_value_type, T>::value &&
                     std::is_same<typename QKV::non_const_value_type, T>::value &&
-                    std::is_same<typename LV::non_const_value_type, T>::value &&
                     std::is_same<typename PV::non_const_value_type, T>::value &&
                     std::is_same<typename DPV::non_const_value_type, T>::value,
-                "tptrain::kernels::attention_backward: one value type");
+                "tptrain::kernels::attention_backward: dout, qkv, dqkv, probs and dprobs_tile "
+                "hold one value type");
+  static_assert(std::is_same<typename LV::non_const_value_type, A>::value,
+                "tptrain::kernels::attention_backward: lse holds acc_t of that type");
   const char* kernel = "attention_backward";
   const std::int64_t B = probs.extent(0), nh = probs.extent(1), S = probs.extent(2);
   detail::require(nh > 0 && probs.extent(3) == static_cast<std::size_t>(S), kernel,
@@ -507,7 +533,7 @@ void attention_backward_tiled(const Exec& exec,
   detail::require_blas_int(dprobs_tile.stride(2), kernel, "dprobs_tile.stride(2)");
   detail::require_blas_int(S, kernel, "S");
   if (B == 0 || S == 0) return;
-  const T scale = T(1) / kx::sqrt(static_cast<T>(d));
+  const A scale = A(1) / kx::sqrt(static_cast<A>(d));
   const auto Q = detail::qkv_block(qkv, 0, S, d, hl), K = detail::qkv_block(qkv, 1, S, d, hl),
              V = detail::qkv_block(qkv, 2, S, d, hl);
   const auto dQ = detail::qkv_block(dqkv, 0, S, d, hl), dK = detail::qkv_block(dqkv, 1, S, d, hl),
@@ -526,7 +552,7 @@ void attention_backward_tiled(const Exec& exec,
     causal_softmax_backward_rows(exec, probs, dprobs_tile, r0, r1, scale);
     detail::per_head_gemm(exec, 'N', 'N', n, d, r1, dS, K, dQ.at(r0, 0), B, nh);
     detail::per_head_gemm(exec, 'T', 'N', r1, d, n, dS, Q.at(r0, 0), dK, B, nh,
-                          t == tiles - 1 ? T(0) : T(1));
+                          t == tiles - 1 ? A(0) : A(1));
   }
 }
 

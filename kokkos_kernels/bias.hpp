@@ -1,4 +1,7 @@
 // Bias of a Linear layer: y += b per row; db += column sums of dy.
+// Precision: y, b, dy may hold kx::bf16 / kx::fp16 (y + b is summed in float and rounded once);
+// db is meant to be float, and the column sums run in acc_t of db (float for a 16-bit db), with
+// a workspace of that type.
 // Views: any layout, managed or unmanaged, subviews.
 #pragma once
 

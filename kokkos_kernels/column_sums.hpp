@@ -8,9 +8,10 @@
 // summed in the same order whatever the column block CB (detail::ColumnBlock), so results are
 // bitwise identical for any number of threads, team size, CB and backend. A single chunk
 // (N <= 64) skips stage 2 and needs no workspace.
-// The partials live in a caller-provided workspace (rank 1, >= column_sums_workspace_size
-// elements) so that a training loop allocates nothing; the overloads without one allocate it,
-// and fence before freeing it.
+// The sums run in Op::value_type (acc_t of the output: float when a 16-bit dy is summed into a
+// float db). The partials live in a caller-provided workspace of that type (rank 1,
+// >= column_sums_workspace_size elements) so that a training loop allocates nothing; the
+// overloads without one allocate it, and fence before freeing it.
 #pragma once
 
 #include <string>
@@ -134,10 +135,10 @@ void column_sums(const Exec& exec, const char* label, const std::int64_t n,
 
 namespace detail {
 
-// s(i, j) = x(i, j), out(j) += Σ_i s(i, j)
+// s(i, j) = x(i, j), out(j) += Σ_i s(i, j), summed in acc_t of out (float for a 16-bit out).
 template <class XV, class OV>
 struct ColumnSumOp {
-  using value_type = typename OV::non_const_value_type;
+  using value_type = kx::acc_t<typename OV::non_const_value_type>;
   static constexpr int terms = 1;
   XV x;
   OV out;

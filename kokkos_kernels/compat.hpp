@@ -7,6 +7,8 @@
 #include <Kokkos_Core.hpp>
 #include <KokkosBlas3_gemm.hpp>
 
+#include "kokkos_kernels/precision.hpp"
+
 #if KOKKOS_VERSION >= 40000
 #define TPTRAIN_KOKKOS_4 1
 #else
@@ -66,10 +68,15 @@ inline void fence(const Exec& exec, const char* label) {
 // ---- GEMM: C = alpha * op(A) op(B) + beta * C on the stream of `exec` ----------------------
 // Kokkos Kernels >= 4 takes the execution-space instance (cuBLAS gets its stream); 3.4 runs on
 // the default instance, so we fence the caller's instance first to keep the ordering honest.
+// float and double only: Kokkos Kernels runs its own slow kernel on 16-bit types instead of
+// cuBLAS, so 16-bit GEMMs go through kernels::batched_gemm (batched_gemm.hpp, gemm.hpp).
 template <class Exec, class AV, class BV, class CV>
 inline void gemm(const Exec& exec, const char* transA, const char* transB,
                  typename CV::const_value_type alpha, const AV& A, const BV& B,
                  typename CV::const_value_type beta, const CV& C) {
+  static_assert(!is_half_v<typename AV::value_type> && !is_half_v<typename BV::value_type> &&
+                    !is_half_v<typename CV::value_type>,
+                "tptrain::kx::gemm: 16-bit operands go through kernels::batched_gemm");
 #if TPTRAIN_KOKKOS_4
   KokkosBlas::gemm(exec, transA, transB, alpha, A, B, beta, C);
 #else

@@ -9,6 +9,9 @@
 //   cross_entropy_backward: dlogits = scale · (softmax - onehot), padding columns 0
 // valid_cols may be 0 (a rank holding only padding): row_max gives the lowest finite value and
 // row_sum_exp gives 0, both neutral in the all-reduce.
+// Precision: logits and dlogits may hold kx::bf16 / kx::fp16; rowmax, sumexp, tl and loss are
+// meant to be float. Every max, exp, sum and difference is computed in acc_t of the output
+// (float for 16-bit) from the logits as stored, and each output is rounded once.
 // Views: any layout, managed or unmanaged, subviews.
 #pragma once
 
@@ -19,7 +22,8 @@
 
 namespace tptrain::kernels {
 
-// rowmax(i) = max_{j < valid_cols} logits(i, j); lowest finite T when valid_cols == 0.
+// rowmax(i) = max_{j < valid_cols} logits(i, j); the lowest finite value of rowmax's type when
+// valid_cols == 0.
 template <class Exec, class LV, class MV>
 void row_max(const Exec& exec,
              const LV& logits,  // [N, Vl]
@@ -31,9 +35,10 @@ void row_max(const Exec& exec,
   detail::require(rowmax.extent(0) == logits.extent(0), "row_max", "rowmax must be [N]");
   detail::require(valid_cols >= 0 && static_cast<std::size_t>(valid_cols) <= logits.extent(1),
                   "row_max", "need 0 <= valid_cols <= logits.extent(1)");
-  using T = typename MV::non_const_value_type;
+  using MT = typename MV::non_const_value_type;
+  using T = kx::acc_t<MT>;
   using member = typename detail::Teams<Exec>::member_type;
-  const T lowest = std::numeric_limits<T>::lowest();
+  const T lowest = kx::is_half_v<MT> ? T(-kx::max_finite<MT>()) : std::numeric_limits<T>::lowest();
   Kokkos::parallel_for(
       "tptrain::kernels::row_max", detail::teams(exec, logits.extent(0), "row_max"),
       KOKKOS_LAMBDA(const member& team) {
@@ -41,7 +46,9 @@ void row_max(const Exec& exec,
         T m = lowest;
         Kokkos::parallel_reduce(
             Kokkos::TeamThreadRange(team, valid_cols),
-            [&](const std::int64_t j, T& acc) { acc = kx::max(acc, static_cast<T>(logits(i, j))); },
+            [&](const std::int64_t j, T& acc) {
+              acc = kx::max(acc, kx::convert_to<T>(logits(i, j)));
+            },
             Kokkos::Max<T>(m));
         Kokkos::single(Kokkos::PerTeam(team), [&]() { rowmax(i) = valid_cols > 0 ? m : lowest; });
       });
@@ -62,17 +69,19 @@ void row_sum_exp(const Exec& exec,
                   "row_sum_exp", "rowmax and sumexp must be [N]");
   detail::require(valid_cols >= 0 && static_cast<std::size_t>(valid_cols) <= logits.extent(1),
                   "row_sum_exp", "need 0 <= valid_cols <= logits.extent(1)");
-  using T = typename SV::non_const_value_type;
+  using T = kx::acc_t<typename SV::non_const_value_type>;
   using member = typename detail::Teams<Exec>::member_type;
   Kokkos::parallel_for(
       "tptrain::kernels::row_sum_exp", detail::teams(exec, logits.extent(0), "row_sum_exp"),
       KOKKOS_LAMBDA(const member& team) {
         const std::int64_t i = team.league_rank();
-        const T m = rowmax(i);
+        const T m = kx::convert_to<T>(rowmax(i));
         T sum = 0;
         Kokkos::parallel_reduce(
             Kokkos::TeamThreadRange(team, valid_cols),
-            [&](const std::int64_t j, T& acc) { acc += kx::exp(static_cast<T>(logits(i, j)) - m); },
+            [&](const std::int64_t j, T& acc) {
+              acc += kx::exp(kx::convert_to<T>(logits(i, j)) - m);
+            },
             sum);
         Kokkos::single(Kokkos::PerTeam(team), [&]() { sumexp(i) = sum; });
       });
@@ -97,13 +106,13 @@ void target_logit(const Exec& exec,
   if (valid_cols < 0) valid_cols = logits.extent(1);
   detail::require(static_cast<std::size_t>(valid_cols) <= logits.extent(1), "target_logit",
                   "need valid_cols <= logits.extent(1)");
-  using T = typename OV::non_const_value_type;
+  using T = kx::acc_t<typename OV::non_const_value_type>;
   const std::int64_t vc = valid_cols;
   Kokkos::parallel_for(
       "tptrain::kernels::target_logit", detail::range(exec, logits.extent(0)),
       KOKKOS_LAMBDA(const std::int64_t i) {
         const std::int64_t col = static_cast<std::int64_t>(targets(i)) - vocab_start;
-        tl(i) = (col >= 0 && col < vc) ? static_cast<T>(logits(i, col)) : T(0);
+        tl(i) = (col >= 0 && col < vc) ? kx::convert_to<T>(logits(i, col)) : T(0);
       });
 }
 
@@ -122,12 +131,12 @@ void cross_entropy_loss(const Exec& exec,
   detail::require(rowmax.extent(0) == loss.extent(0) && sumexp.extent(0) == loss.extent(0) &&
                       tl.extent(0) == loss.extent(0),
                   "cross_entropy_loss", "all views must be [N]");
-  using T = typename OV::non_const_value_type;
+  using T = kx::acc_t<typename OV::non_const_value_type>;
   Kokkos::parallel_for(
       "tptrain::kernels::cross_entropy_loss", detail::range(exec, loss.extent(0)),
       KOKKOS_LAMBDA(const std::int64_t i) {
-        loss(i) =
-            kx::log(static_cast<T>(sumexp(i))) + static_cast<T>(rowmax(i)) - static_cast<T>(tl(i));
+        loss(i) = kx::log(kx::convert_to<T>(sumexp(i))) + kx::convert_to<T>(rowmax(i)) -
+                  kx::convert_to<T>(tl(i));
       });
 }
 
@@ -141,7 +150,7 @@ void cross_entropy_backward(const Exec& exec,
                             const SV& sumexp,   // [N] global
                             const TV& targets,  // [N] target ids
                             const std::int64_t vocab_start, const std::int64_t valid_cols,
-                            const typename DV::non_const_value_type scale,
+                            const kx::acc_t<typename DV::non_const_value_type> scale,
                             const DV& dlogits) {  // [N, Vl] out (overwritten)
   detail::check_view<Exec, LV, 2>();
   detail::check_view<Exec, MV, 1>();
@@ -156,15 +165,15 @@ void cross_entropy_backward(const Exec& exec,
                   "shapes must be logits,dlogits[N,Vl], rowmax,sumexp,targets[N]");
   detail::require(valid_cols >= 0 && static_cast<std::size_t>(valid_cols) <= logits.extent(1),
                   "cross_entropy_backward", "need 0 <= valid_cols <= logits.extent(1)");
-  using T = typename DV::non_const_value_type;
+  using T = kx::acc_t<typename DV::non_const_value_type>;
   Kokkos::parallel_for(
       "tptrain::kernels::cross_entropy_backward",
       detail::range2d(exec, logits.extent(0), logits.extent(1)),
       KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t j) {
         T g = 0;
         if (j < valid_cols) {
-          g = kx::exp(static_cast<T>(logits(i, j)) - static_cast<T>(rowmax(i))) /
-              static_cast<T>(sumexp(i));
+          g = kx::exp(kx::convert_to<T>(logits(i, j)) - kx::convert_to<T>(rowmax(i))) /
+              kx::convert_to<T>(sumexp(i));
           if (vocab_start + j == static_cast<std::int64_t>(targets(i))) g -= T(1);
           g *= scale;
         }

@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "kokkos_kernels/compat.hpp"
+#include "kokkos_kernels/precision.hpp"
 #include "kokkos_kernels/views.hpp"
 
 namespace tptrain::kernels::detail {

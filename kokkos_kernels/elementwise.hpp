@@ -4,7 +4,10 @@
 //   scale(exec, y, alpha)    y *= alpha
 //   fill(exec, y, value)     y = value
 //   copy(exec, src, dst)     dst = src
-// All views of one call have the same rank and extents.
+//   convert(exec, src, dst)  dst = src in dst's value type, rounded to nearest even (float master
+//                            weights -> their bf16 / fp16 compute copy, and back)
+// All views of one call have the same rank and extents. Any of them may hold kx::bf16 / kx::fp16:
+// the arithmetic then runs in float and each result is rounded once when stored.
 #pragma once
 
 #include "kokkos_kernels/compat.hpp"
@@ -79,17 +82,22 @@ void fill_2d(const Exec& exec, const YV& y, const T value) {
       KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t j) { y(i, j) = value; });
 }
 
+// dst = src through kx::convert_to (bf16 -> fp16 included; float <-> double as built in).
 template <class Exec, class SV, class DV>
-void copy_1d(const Exec& exec, const SV& src, const DV& dst) {
+void copy_1d(const Exec& exec, const SV& src, const DV& dst, const char* label) {
+  using DT = typename DV::non_const_value_type;
   Kokkos::parallel_for(
-      "tptrain::kernels::copy", range(exec, dst.extent(0)),
-      KOKKOS_LAMBDA(const std::int64_t i) { dst(i) = src(i); });
+      label, range(exec, dst.extent(0)),
+      KOKKOS_LAMBDA(const std::int64_t i) { dst(i) = kx::convert_to<DT>(src(i)); });
 }
 template <class Exec, class SV, class DV>
-void copy_2d(const Exec& exec, const SV& src, const DV& dst) {
+void copy_2d(const Exec& exec, const SV& src, const DV& dst, const char* label) {
+  using DT = typename DV::non_const_value_type;
   Kokkos::parallel_for(
-      "tptrain::kernels::copy", range2d(exec, dst.extent(0), dst.extent(1)),
-      KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t j) { dst(i, j) = src(i, j); });
+      label, range2d(exec, dst.extent(0), dst.extent(1)),
+      KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t j) {
+        dst(i, j) = kx::convert_to<DT>(src(i, j));
+      });
 }
 
 template <class Exec, class V>
@@ -136,11 +144,11 @@ void add_inplace(const Exec& exec,
   }
 }
 
-// y *= alpha
+// y *= alpha (a 16-bit y: the product in float, rounded once)
 template <class Exec, class YV>
 void scale(const Exec& exec,
            const YV& y,  // [N] or [N, M]
-           const typename YV::non_const_value_type alpha) {
+           const kx::acc_t<typename YV::non_const_value_type> alpha) {
   detail::check_view_1d_or_2d<Exec, YV>();
   detail::check_writable<YV>();
   if constexpr (detail::rank_of<YV>() == 1) {
@@ -174,9 +182,28 @@ void copy(const Exec& exec,
   detail::check_writable<DV>();
   detail::require(detail::same_extents(src, dst), "copy", "src and dst must have the same extents");
   if constexpr (detail::rank_of<DV>() == 1) {
-    detail::copy_1d(exec, src, dst);
+    detail::copy_1d(exec, src, dst, "tptrain::kernels::copy");
   } else {
-    detail::copy_2d(exec, src, dst);
+    detail::copy_2d(exec, src, dst, "tptrain::kernels::copy");
+  }
+}
+
+// dst = src converted to dst's value type: float/double -> bf16/fp16 rounds to nearest even
+// (a double goes through float, see kx::convert_to), 16-bit -> float/double is exact. The same
+// kernel as copy, under its own name for the mixed-precision call sites.
+template <class Exec, class SV, class DV>
+void convert(const Exec& exec,
+             const SV& src,    // [N] or [N, M]
+             const DV& dst) {  // same extents as src, any value type
+  detail::check_view_1d_or_2d<Exec, DV>();
+  detail::check_view<Exec, SV, detail::rank_of<DV>()>();
+  detail::check_writable<DV>();
+  detail::require(detail::same_extents(src, dst), "convert",
+                  "src and dst must have the same extents");
+  if constexpr (detail::rank_of<DV>() == 1) {
+    detail::copy_1d(exec, src, dst, "tptrain::kernels::convert");
+  } else {
+    detail::copy_2d(exec, src, dst, "tptrain::kernels::convert");
   }
 }
 

@@ -4,6 +4,9 @@
 // all-reduces y over the tensor-parallel group.
 // Tokens are row t = b*S + s of the [N, H] activations, N = B*S.
 // Backward kernels are deterministic (fixed summation order, no atomics).
+// Precision: wte, wpe, y, dy may hold kx::bf16 / kx::fp16 (the forward copies or adds in float
+// and rounds once); the gradients dwte / dwpe are meant to be float and are summed in acc_t of
+// their type.
 // Views: any layout, managed or unmanaged, subviews.
 #pragma once
 
@@ -35,7 +38,7 @@ void embedding_forward_masked(const Exec& exec,
       "tptrain::kernels::embedding_forward_masked", detail::range2d(exec, y.extent(0), y.extent(1)),
       KOKKOS_LAMBDA(const std::int64_t t, const std::int64_t h) {
         const std::int64_t row = static_cast<std::int64_t>(tokens(t)) - vocab_start;
-        y(t, h) = (row >= 0 && row < vl) ? static_cast<T>(wte(row, h)) : T(0);
+        y(t, h) = (row >= 0 && row < vl) ? kx::convert_to<T>(wte(row, h)) : T(0);
       });
 }
 
@@ -207,7 +210,7 @@ void embedding_backward_masked(const Exec& exec,
                       dwte.extent(1) == dy.extent(1),
                   "embedding_backward_masked",
                   "shapes must be segments of N tokens, dy[N,H], dwte[Vl,H]");
-  using T = typename DWV::non_const_value_type;
+  using T = kx::acc_t<typename DWV::non_const_value_type>;
   using member = typename detail::Teams<Exec>::member_type;
   const std::int64_t vl = dwte.extent(0);
   const std::int64_t cols = dy.extent(1);
@@ -251,7 +254,7 @@ void position_embedding_backward(const Exec& exec,
                       dwpe.extent(1) == dy.extent(1) &&
                       dy.extent(0) % static_cast<std::size_t>(S) == 0,
                   "position_embedding_backward", "shapes must be dy[B*S,H], dwpe[>=S,H]");
-  using T = typename DPV::non_const_value_type;
+  using T = kx::acc_t<typename DPV::non_const_value_type>;
   const std::int64_t nb = dy.extent(0) / S;
   Kokkos::parallel_for(
       "tptrain::kernels::position_embedding_backward", detail::range2d(exec, S, dy.extent(1)),

@@ -5,6 +5,10 @@
 // Same function; in float it avoids the cancellation in 1 + tanh(u) for negative x (the tanh form
 // loses ~4e-5 relative at x = -3.5) and exp is cheaper than tanh on CPUs. exp(-2u) may overflow
 // to +inf for very negative x: then σ = 0 and y = y' = 0, no NaN.
+// Precision: every view may hold kx::bf16 / kx::fp16; σ and the products are computed in acc_t
+// of the output (float for 16-bit) and each output is rounded once. A 16-bit sig loses σ's low
+// bits for the backward (gelu'(x) then carries a 2^-9 relative error): keep sig in float when
+// that matters.
 // Views: rank 2, any layout, managed or unmanaged, subviews.
 #pragma once
 
@@ -39,7 +43,7 @@ void gelu_forward(const Exec& exec,
   detail::check_writable<YV>();
   detail::require(x.extent(0) == y.extent(0) && x.extent(1) == y.extent(1), "gelu_forward",
                   "x and y must have the same extents");
-  using T = typename YV::non_const_value_type;
+  using T = kx::acc_t<typename YV::non_const_value_type>;
   const T k = static_cast<T>(detail::gelu_k);
   const T c = static_cast<T>(detail::gelu_c);
   Kokkos::parallel_for(
@@ -63,7 +67,7 @@ void gelu_backward(const Exec& exec,
   detail::require(x.extent(0) == dy.extent(0) && x.extent(1) == dy.extent(1) &&
                       x.extent(0) == dx.extent(0) && x.extent(1) == dx.extent(1),
                   "gelu_backward", "dy, x and dx must have the same extents");
-  using T = typename DXV::non_const_value_type;
+  using T = kx::acc_t<typename DXV::non_const_value_type>;
   const T k = static_cast<T>(detail::gelu_k);
   const T c = static_cast<T>(detail::gelu_c);
   Kokkos::parallel_for(
@@ -98,7 +102,10 @@ void bias_gelu_forward(const Exec& exec,
                       bias.extent(0) == h.extent(1),
                   "bias_gelu_forward", "shapes must be h[N,F], bias[F], a[N,F]");
   using HT = typename HV::non_const_value_type;
-  using T = typename AV::non_const_value_type;
+  using T = kx::acc_t<typename AV::non_const_value_type>;
+  // σ as a 16-bit sig stores it, so that a is bitwise gelu_from_sigmoid's; otherwise σ in T.
+  using ST = std::conditional_t<kx::is_half_v<typename SV::non_const_value_type>,
+                                typename SV::non_const_value_type, T>;
   const T k = static_cast<T>(detail::gelu_k);
   const T c = static_cast<T>(detail::gelu_c);
   Kokkos::parallel_for(
@@ -107,9 +114,9 @@ void bias_gelu_forward(const Exec& exec,
         const HT hb = h(i, j) + bias(j);
         h(i, j) = hb;
         const T v = hb;
-        const T s = detail::gelu_sigmoid(v, k, c);
+        const ST s = detail::gelu_sigmoid(v, k, c);
         sig(i, j) = s;
-        a(i, j) = v * s;
+        a(i, j) = v * T(s);
       });
 }
 
@@ -123,11 +130,11 @@ void gelu_from_sigmoid(const Exec& exec, const XV& x /*[N, F]*/, const SV& sig /
   detail::require(x.extent(0) == y.extent(0) && x.extent(1) == y.extent(1) && sig.extent(0) == y.extent(0) &&
                       sig.extent(1) == y.extent(1),
                   "gelu_from_sigmoid", "x, sig and y must have the same extents");
-  using T = typename YV::non_const_value_type;
+  using T = kx::acc_t<typename YV::non_const_value_type>;
   Kokkos::parallel_for(
       "tptrain::kernels::gelu_from_sigmoid", detail::range2d(exec, y.extent(0), y.extent(1)),
       KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t j) {
-        y(i, j) = static_cast<T>(x(i, j)) * static_cast<T>(sig(i, j));
+        y(i, j) = kx::convert_to<T>(x(i, j)) * kx::convert_to<T>(sig(i, j));
       });
 }
 
@@ -146,14 +153,14 @@ void gelu_backward_from_sigmoid(const Exec& exec,
   detail::require(x.extent(0) == dy.extent(0) && x.extent(1) == dy.extent(1) && x.extent(0) == dx.extent(0) &&
                       x.extent(1) == dx.extent(1) && sig.extent(0) == x.extent(0) && sig.extent(1) == x.extent(1),
                   "gelu_backward_from_sigmoid", "dy, x, sig and dx must have the same extents");
-  using T = typename DXV::non_const_value_type;
+  using T = kx::acc_t<typename DXV::non_const_value_type>;
   const T k = static_cast<T>(detail::gelu_k);
   const T c = static_cast<T>(detail::gelu_c);
   Kokkos::parallel_for(
       "tptrain::kernels::gelu_backward_from_sigmoid", detail::range2d(exec, dx.extent(0), dx.extent(1)),
       KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t j) {
         const T v = x(i, j);
-        dx(i, j) = dy(i, j) * detail::gelu_grad(v, static_cast<T>(sig(i, j)), k, c);
+        dx(i, j) = dy(i, j) * detail::gelu_grad(v, kx::convert_to<T>(sig(i, j)), k, c);
       });
 }
 

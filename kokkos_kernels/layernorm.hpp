@@ -8,6 +8,9 @@
 // that global memory sees each input once (detail::ScratchRow).
 // dγ/dβ are two-stage column sums (kokkos_kernels/column_sums.hpp): no atomics, bitwise
 // reproducible for any thread count, team size and column block.
+// Precision: x, γ, β, y, dy, dx may hold kx::bf16 / kx::fp16; every sum, the statistics and
+// each output value are computed in acc_t of the output (float for 16-bit), and each output is
+// rounded once when stored. mean/rstd and dγ/dβ are meant to be float (acc_t) views.
 // Views: any layout, managed or unmanaged, subviews.
 #pragma once
 
@@ -75,13 +78,13 @@ void layernorm_forward(const Exec& exec,
                        const YV& y,      // [N, H] out (overwritten)
                        const MV& mean,   // [N] out, saved for backward
                        const RV& rstd,   // [N] out, saved for backward
-                       const typename YV::non_const_value_type eps) {
+                       const kx::acc_t<typename YV::non_const_value_type> eps) {
   detail::check_view<Exec, XV, 2>();
   detail::check_layernorm_forward<Exec, XV, GV, BV, YV, MV, RV>(x, gamma, beta, y, mean, rstd,
                                                                 "layernorm_forward");
   const std::int64_t n = x.extent(0);
   const std::int64_t h = x.extent(1);
-  using T = typename YV::non_const_value_type;
+  using T = kx::acc_t<typename YV::non_const_value_type>;
   using XT = typename XV::non_const_value_type;
   using Row = detail::ScratchRow<Exec, XT>;
   using member = typename detail::Teams<Exec>::member_type;
@@ -125,7 +128,7 @@ void add_layernorm_forward(const Exec& exec,
                            const YV& y,      // [N, H] out (overwritten)
                            const MV& mean,   // [N] out, saved for backward
                            const RV& rstd,   // [N] out, saved for backward
-                           const typename YV::non_const_value_type eps) {
+                           const kx::acc_t<typename YV::non_const_value_type> eps) {
   detail::check_view<Exec, XV, 2>();
   detail::check_view<Exec, ResV, 2>();
   detail::check_view<Exec, X1V, 2>();
@@ -137,7 +140,7 @@ void add_layernorm_forward(const Exec& exec,
                   "add_layernorm_forward", "x, r and x1 must have the same extents");
   const std::int64_t n = x1.extent(0);
   const std::int64_t h = x1.extent(1);
-  using T = typename YV::non_const_value_type;
+  using T = kx::acc_t<typename YV::non_const_value_type>;
   using V1 = typename X1V::non_const_value_type;
   using Row = detail::ScratchRow<Exec, V1>;
   using member = typename detail::Teams<Exec>::member_type;
@@ -155,6 +158,7 @@ void add_layernorm_forward(const Exec& exec,
         Kokkos::parallel_reduce(
             Kokkos::TeamThreadRange(team, h),
             [&](const std::int64_t j, T& acc) {
+              // x1 as stored (rounded once if 16-bit): the statistics are those of x1.
               const V1 v = x(i, j) + r(i, j);
               x1(i, j) = v;
               if (cached) buf(j) = v;
@@ -172,7 +176,7 @@ namespace detail {
 // Summands of the LayerNorm parameter gradients at (i, j): (dy·x̂, dy) -> (dγ, dβ).
 template <class DYV, class XV, class MV, class RV, class DGV, class DBV>
 struct LayerNormParamGradOp {
-  using value_type = typename DGV::non_const_value_type;
+  using value_type = kx::acc_t<typename DGV::non_const_value_type>;
   static constexpr int terms = 2;
   DYV dy;
   XV x;
@@ -198,7 +202,7 @@ struct LayerNormParamGradOp {
 // dx = rstd · (g - mean_j(g) - x̂ · mean_j(g · x̂))   (overwritten)
 // dγ += Σ_rows dy · x̂,  dβ += Σ_rows dy             (accumulated)
 // dx may alias dy (an in-place backward); no other aliasing. CB: see detail::ColumnBlock.
-// `workspace`: rank 1, >= column_sums_workspace_size(N, H, 2) elements of dγ's value type.
+// `workspace`: rank 1, >= column_sums_workspace_size(N, H, 2) elements of acc_t of dγ's type.
 template <class Exec, class DYV, class XV, class GV, class MV, class RV, class DXV, class DGV,
           class DBV, class WV, int CB = detail::ColumnBlock<Exec>::value>
 void layernorm_backward(const Exec& exec,
@@ -231,7 +235,7 @@ void layernorm_backward(const Exec& exec,
                       rstd.extent(0) == un && dgamma.extent(0) == uh && dbeta.extent(0) == uh,
                   "layernorm_backward",
                   "shapes must be dy,x,dx[N,H], gamma,dgamma,dbeta[H], mean,rstd[N]");
-  using T = typename DXV::non_const_value_type;
+  using T = kx::acc_t<typename DXV::non_const_value_type>;
   using DYT = typename DYV::non_const_value_type;
   using XT = typename XV::non_const_value_type;
   using member = typename detail::Teams<Exec>::member_type;
@@ -300,7 +304,7 @@ template <class Exec, class DYV, class XV, class GV, class MV, class RV, class D
 void layernorm_backward(const Exec& exec, const DYV& dy, const XV& x, const GV& gamma,
                         const MV& mean, const RV& rstd, const DXV& dx, const DGV& dgamma,
                         const DBV& dbeta) {
-  using T = typename DGV::non_const_value_type;
+  using T = kx::acc_t<typename DGV::non_const_value_type>;
   using WV = Kokkos::View<T*, typename Exec::memory_space>;
   const std::int64_t needed = column_sums_workspace_size(x.extent(0), x.extent(1), 2);
   WV workspace(Kokkos::view_alloc(Kokkos::WithoutInitializing,

@@ -115,6 +115,16 @@ constexpr bool is_half_v = is_half<std::remove_cv_t<T>>::value;
 template <class T>
 using acc_t = std::conditional_t<is_half_v<T>, float, std::remove_cv_t<T>>;
 
+// x as To, through acc_t<From>: a 16-bit value widens to float first, so that any two of bf16,
+// fp16, float and double convert (C++ allows one user-defined conversion per implicit conversion,
+// and bf16 -> fp16 would take two). Between float and double this is the built-in conversion.
+// A double reaches a 16-bit type through float (double rounding, off by one 16-bit ulp in rare
+// ties; every float input rounds exactly once).
+template <class To, class From>
+KOKKOS_INLINE_FUNCTION To convert_to(const From x) {
+  return static_cast<To>(static_cast<acc_t<From>>(x));
+}
+
 // Largest finite value of a storage type (what a loss-scaled fp16 gradient must stay below).
 template <class T>
 constexpr float max_finite() {

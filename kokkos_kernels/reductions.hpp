@@ -32,7 +32,7 @@ double squared_norm_1d(const Exec& exec, const V& v) {
   Kokkos::parallel_reduce(
       "tptrain::kernels::squared_norm", range(exec, v.extent(0)),
       KOKKOS_LAMBDA(const std::int64_t i, double& acc) {
-        const double x = static_cast<double>(v(i));
+        const double x = kx::convert_to<double>(v(i));
         acc += x * x;
       },
       result);
@@ -44,7 +44,7 @@ double squared_norm_2d(const Exec& exec, const V& v) {
   Kokkos::parallel_reduce(
       "tptrain::kernels::squared_norm", range2d(exec, v.extent(0), v.extent(1)),
       KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t j, double& acc) {
-        const double x = static_cast<double>(v(i, j));
+        const double x = kx::convert_to<double>(v(i, j));
         acc += x * x;
       },
       result);
@@ -57,7 +57,7 @@ std::int64_t count_nonfinite_1d(const Exec& exec, const V& v) {
   Kokkos::parallel_reduce(
       "tptrain::kernels::all_finite", range(exec, v.extent(0)),
       KOKKOS_LAMBDA(const std::int64_t i, std::int64_t& acc) {
-        if (!kx::isfinite(v(i))) ++acc;
+        if (!kx::isfinite(kx::convert_to<kx::acc_t<typename V::non_const_value_type>>(v(i)))) ++acc;
       },
       result);
   return result;
@@ -68,7 +68,8 @@ std::int64_t count_nonfinite_2d(const Exec& exec, const V& v) {
   Kokkos::parallel_reduce(
       "tptrain::kernels::all_finite", range2d(exec, v.extent(0), v.extent(1)),
       KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t j, std::int64_t& acc) {
-        if (!kx::isfinite(v(i, j))) ++acc;
+        if (!kx::isfinite(kx::convert_to<kx::acc_t<typename V::non_const_value_type>>(v(i, j))))
+          ++acc;
       },
       result);
   return result;
@@ -96,7 +97,7 @@ struct BucketSquaredNormsFunctor {
     Kokkos::parallel_reduce(
         Kokkos::TeamThreadRange(team, c.begin, c.end),
         [&](const std::int64_t i, double& acc) {
-          const double x = static_cast<double>(grad(i));
+          const double x = kx::convert_to<double>(grad(i));
           acc += x * x;
         },
         s);

@@ -9,9 +9,11 @@
 #include <functional>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "kokkos_kernels/detail.hpp"
+#include "kokkos_kernels/precision.hpp"
 #include "kokkos_kernels/views.hpp"
 
 namespace tptrain::kernels::test {
@@ -48,8 +50,11 @@ std::vector<int> team_sizes(const Exec& exec) {
 using HostVec = std::vector<double>;  // row-major host data, always double
 
 // Tolerance for comparing a kernel in T with a double reference (max normwise relative error).
+// 16-bit T: outputs rounded to 8 (bf16) or 11 (fp16) significant bits, 2^-8 and 2^-11 relative.
 template <class T>
 constexpr double tol() {
+  if (std::is_same<T, kx::bf16>::value) return 1.0 / 256;
+  if (std::is_same<T, kx::fp16>::value) return 1.0 / 2048;
   return sizeof(T) == sizeof(float) ? 1e-5 : 1e-12;
 }
 
