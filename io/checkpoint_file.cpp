@@ -95,6 +95,7 @@ CheckpointMeta broadcast_meta(const Comm& c, const CheckpointMeta& in) {
   m.pp = static_cast<int>(v[3]);
   m.dp = static_cast<int>(v[4]);
   broadcast_string(c, m.deck, 0);
+  broadcast_string(c, m.precision, 0);
   unsigned long long entries = in.train.size();
   TPTRAIN_MPI_CHECK(MPI_Bcast(&entries, 1, MPI_UNSIGNED_LONG_LONG, 0, c.comm));
   auto it = in.train.begin();
@@ -148,6 +149,7 @@ void write_meta(hid_t file, const CheckpointMeta& meta, Status& st) {
   h5::write_attr(file, "step", H5T_STD_I64LE, H5T_NATIVE_INT64, &meta.step, st);
   h5::write_attr(file, "tokens_seen", H5T_STD_I64LE, H5T_NATIVE_INT64, &meta.tokens_seen, st);
   h5::write_string_attr(file, "deck", meta.deck, st);
+  h5::write_string_attr(file, "precision", meta.precision, st);
   h5::write_attr(file, "tp", H5T_STD_I32LE, H5T_NATIVE_INT, &meta.tp, st);
   h5::write_attr(file, "pp", H5T_STD_I32LE, H5T_NATIVE_INT, &meta.pp, st);
   h5::write_attr(file, "dp", H5T_STD_I32LE, H5T_NATIVE_INT, &meta.dp, st);

@@ -81,6 +81,10 @@ struct CheckpointMeta {
   std::int64_t step = 0;
   std::int64_t tokens_seen = 0;
   std::string deck;            // the resolved deck text
+  // Root attribute "precision": the compute precision of the run that wrote it ("fp32", "bf16",
+  // "fp16"; files without it are fp32). For people and tools: the tensors are fp32 master copies
+  // whatever it says, so any precision loads any checkpoint.
+  std::string precision = "fp32";
   int tp = 1, pp = 1, dp = 1;  // layout at save time
   // What exact resumption needs besides the tensors (e.g. "step", "seed", "data_step"): the int64
   // attributes of group /train, by name. Names are non-empty and contain no NUL character.

@@ -123,6 +123,11 @@ CheckpointMeta check_root(hid_t file, std::vector<std::string>& problems) {
     }
     return 0;
   });
+  checked(problems, [&](Status& st) {  // optional: checkpoints from before mixed precision are fp32
+    if (h5::attr_exists(file, "precision", st))
+      meta.precision = h5::read_string_attr(file, "precision", st).value_or(std::string("fp32"));
+    return 0;
+  });
 
   // /train: always written; every attribute an integer.
   Handle train =

@@ -287,6 +287,11 @@ void print_root(std::ostream& out, hid_t file, const CheckpointMeta& meta, bool 
   print_attr_line(out, "tokens_seen", value("tokens_seen"));
   print_attr_line(out, "layout", "tp " + value("tp") + ", pp " + value("pp") + ", dp " +
                                      value("dp") + " (at save time)");
+  {
+    Status st;  // written since mixed precision; older checkpoints were all fp32
+    print_attr_line(out, "precision", h5::attr_exists(file, "precision", st) ? value("precision")
+                                                                              : std::string("fp32 (no attribute)"));
+  }
   if (!deck_read) {
     print_attr_line(out, "deck", value("deck"));
     return;

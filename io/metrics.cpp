@@ -1,5 +1,6 @@
 #include "io/metrics.hpp"
 
+#include <cmath>
 #include <filesystem>
 #include <fmt/format.h>
 #include <stdexcept>
@@ -8,9 +9,12 @@ namespace tptrain::io {
 
 std::string to_json(const MetricsRecord& r) {
   // 17 significant digits: the curve in the file is the curve of the run, bit for bit.
-  std::string s = fmt::format(R"({{"step": {}, "loss": {:.17g}, "lr": {:.17g}, "grad_norm": {:.17g}, "tokens_per_s": {:.1f})",
-                              r.step, r.loss, r.lr, r.grad_norm, r.tokens_per_s);
+  const std::string grad_norm = std::isfinite(r.grad_norm) ? fmt::format("{:.17g}", r.grad_norm) : "null";
+  std::string s = fmt::format(R"({{"step": {}, "loss": {:.17g}, "lr": {:.17g}, "grad_norm": {}, "tokens_per_s": {:.1f})",
+                              r.step, r.loss, r.lr, grad_norm, r.tokens_per_s);
   if (r.eval_loss) s += fmt::format(R"(, "eval_loss": {:.17g})", *r.eval_loss);
+  if (r.loss_scale) s += fmt::format(R"(, "loss_scale": {:.17g})", *r.loss_scale);
+  if (r.skipped) s += fmt::format(R"(, "skipped": {})", *r.skipped);
   return s + "}";
 }
 

@@ -12,9 +12,14 @@ struct MetricsRecord {
   std::int64_t step = 0;
   double loss = 0, lr = 0, grad_norm = 0, tokens_per_s = 0;
   std::optional<double> eval_loss;
+  // fp16 runs: the loss scale of the step and how many steps since the previous record were
+  // skipped because their gradients overflowed.
+  std::optional<double> loss_scale;
+  std::optional<std::int64_t> skipped;
 };
 
-// JSON line of a record: {"step": 10, "loss": ..., "lr": ..., "grad_norm": ..., "tokens_per_s": ...[, "eval_loss": ...]}
+// JSON line of a record: {"step": 10, "loss": ..., "lr": ..., "grad_norm": ..., "tokens_per_s": ...[, "eval_loss": ...]
+// [, "loss_scale": ..., "skipped": ...]}. A non-finite grad_norm (an fp16 step that overflowed) is null.
 std::string to_json(const MetricsRecord& r);
 
 class MetricsWriter {

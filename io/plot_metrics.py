@@ -1,12 +1,15 @@
 #!/usr/bin/python3
 """Plot a tptrain run's metrics.jsonl to a PNG.
 
-    /usr/bin/python3 io/plot_metrics.py RUN_DIR_or_metrics.jsonl [-o out.png] [--title TEXT]
+    /usr/bin/python3 io/plot_metrics.py RUN_DIR_or_metrics.jsonl [MORE ...] [-o out.png]
+                                        [--title TEXT] [--label NAME ...]
 
 Reads the JSON lines that rank 0 writes to <run.dir>/metrics.jsonl (step, loss, lr, grad_norm,
 tokens_per_s, and eval_loss on evaluation steps) and draws three panels that share the step
 axis: training loss with the evaluation loss as markers (top), learning rate (middle), gradient
-norm (bottom). Without -o the PNG goes next to the metrics file as metrics.png.
+norm (bottom). Several runs (e.g. the same deck in fp32 and bf16) are drawn together, one
+colour each, named by --label (default: their paths). Without -o the PNG goes next to the
+(first) metrics file as metrics.png.
 
 Needs Debian's python3-matplotlib (apt-get install python3-matplotlib); it uses the Agg
 backend, so no display is needed. Exit status: 0 on success, 1 on a missing, empty or
@@ -81,14 +84,21 @@ def series(records, key):
 def main():
     parser = argparse.ArgumentParser(
         description="Plot loss/eval_loss, lr and grad_norm of a tptrain metrics.jsonl to a PNG.")
-    parser.add_argument("source", help="run directory (run.dir) or its metrics.jsonl")
+    parser.add_argument("sources", nargs="+", metavar="source",
+                        help="run directory (run.dir) or its metrics.jsonl; several are overlaid")
     parser.add_argument("-o", "--output", help="PNG to write (default: metrics.png next to the "
-                                               "metrics file)")
+                                               "first metrics file)")
     parser.add_argument("--title", help="figure title (default: the metrics file's path)")
+    parser.add_argument("--label", action="append", default=[],
+                        help="legend name of each source, in order (default: its path)")
     args = parser.parse_args()
+    if args.label and len(args.label) != len(args.sources):
+        parser.error(f"{len(args.label)} --label for {len(args.sources)} sources: give one per source")
 
-    path = metrics_path(args.source)
-    records = read_records(path)
+    paths = [metrics_path(src) for src in args.sources]
+    runs = [read_records(path) for path in paths]
+    labels = args.label or (paths if len(paths) > 1 else [""])
+    path, records = paths[0], runs[0]
     out = args.output or os.path.join(os.path.dirname(os.path.abspath(path)), "metrics.png")
 
     try:
@@ -102,32 +112,40 @@ def main():
 
     fig, (ax_loss, ax_lr, ax_gn) = plt.subplots(3, 1, sharex=True, figsize=(9, 9),
                                                 gridspec_kw={"height_ratios": [2, 1, 1]})
-    fig.suptitle(args.title or path, fontsize=11)
+    fig.suptitle(args.title or ("  vs  ".join(paths) if len(paths) > 1 else path), fontsize=11)
 
-    xs, ys = series(records, "loss")
-    ax_loss.plot(xs, ys, color="tab:blue", linewidth=1.4, label="train loss")
-    ex, ey = series(records, "eval_loss")
-    if ex:
-        ax_loss.plot(ex, ey, color="tab:orange", marker="o", markersize=5, linewidth=1.0,
-                     label="eval loss")
+    colours = ["tab:blue", "tab:red", "tab:green", "tab:purple", "tab:brown", "tab:gray"]
+    summary = []
+    for i, (recs, label) in enumerate(zip(runs, labels)):
+        one = len(runs) == 1
+        colour = colours[i % len(colours)]
+        name = (label + " ") if label else ""
+        xs, ys = series(recs, "loss")
+        ax_loss.plot(xs, ys, color="tab:blue" if one else colour, linewidth=1.4, label=name + "train loss")
+        ex, ey = series(recs, "eval_loss")
+        if ex:
+            ax_loss.plot(ex, ey, color="tab:orange" if one else colour, marker="o", markersize=5,
+                         linewidth=1.0, linestyle="-" if one else "--", label=name + "eval loss")
+        if ys or ey:
+            last = f"train {ys[-1]:.4f}" if ys else ""
+            if ey:
+                last += f"{', ' if last else ''}eval {ey[-1]:.4f}"
+            summary.append(name + last)
+        xs, ys = series(recs, "lr")
+        ax_lr.plot(xs, ys, color="tab:green" if one else colour, linewidth=1.4, label=label or None)
+        xs, ys = series(recs, "grad_norm")
+        ax_gn.plot(xs, ys, color="tab:red" if one else colour, linewidth=1.2, label=label or None)
     ax_loss.set_ylabel("loss (nats/token)")
     ax_loss.legend(loc="upper right")
-    if ys or ey:
-        last = f"last: train {ys[-1]:.4f}" if ys else ""
-        if ey:
-            last += f"{', ' if last else 'last: '}eval {ey[-1]:.4f}"
-        ax_loss.set_title(last, fontsize=9, loc="left")
-
-    xs, ys = series(records, "lr")
-    ax_lr.plot(xs, ys, color="tab:green", linewidth=1.4)
+    if summary:
+        ax_loss.set_title("last: " + "; ".join(summary), fontsize=9, loc="left")
     ax_lr.set_ylabel("learning rate")
     ax_lr.ticklabel_format(axis="y", style="sci", scilimits=(-3, 3))
-
-    xs, ys = series(records, "grad_norm")
-    ax_gn.plot(xs, ys, color="tab:red", linewidth=1.2)
     ax_gn.set_ylabel("gradient norm")
     ax_gn.set_xlabel("step")
     ax_gn.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
+    if len(runs) > 1:
+        ax_gn.legend(loc="upper right")
 
     for ax in (ax_loss, ax_lr, ax_gn):
         ax.grid(True, alpha=0.3)
@@ -136,7 +154,10 @@ def main():
         fig.savefig(out, dpi=110)
     except OSError as e:
         fail(f"cannot write {out}: {e.strerror}")
-    print(f"wrote {out} ({len(records)} records, steps {records[0]['step']}..{records[-1]['step']})")
+    for p, recs in zip(paths, runs):
+        print(f"wrote {out} ({len(recs)} records of {p}, steps {recs[0]['step']}..{recs[-1]['step']})"
+              if len(runs) > 1 else
+              f"wrote {out} ({len(recs)} records, steps {recs[0]['step']}..{recs[-1]['step']})")
 
 
 if __name__ == "__main__":

@@ -85,3 +85,36 @@ set_tests_properties(cli_kokkos_flags PROPERTIES TIMEOUT 60)
 add_test(NAME cli_bench_zero_steps COMMAND ${CMAKE_COMMAND} -DCMD=$<TARGET_FILE:tptrain>
          "-DARGS=bench;${_decks}/bench.toml;--steps;0" -DEXPECT_FAIL=1
          "-DREGEX=--steps: expected a positive integer" -P ${CMAKE_CURRENT_SOURCE_DIR}/run_expect.cmake)
+
+# Mixed precision end to end on 2 ranks (tensor 2): bf16 trains and writes fp32 master weights
+# with the precision attribute; fp32 evaluates that checkpoint and bf16 generates from it; fp16
+# logs its loss scale; bench reports 18 bytes per parameter in bf16.
+set(_run_bf16 ${CMAKE_CURRENT_BINARY_DIR}/cli_run_bf16)
+add_test(NAME cli_train_bf16 COMMAND ${CMAKE_COMMAND} -E env OPENBLAS_NUM_THREADS=1
+         ${_mpi2} $<TARGET_FILE:tptrain> train ${_decks}/valid.toml --set training.precision=bf16
+         --set run.dir=${_run_bf16} --set checkpoint.dir=${_run_bf16}/ck --set checkpoint.resume=false)
+set_tests_properties(cli_train_bf16 PROPERTIES FIXTURES_SETUP bf16_run TIMEOUT 120
+                     PASS_REGULAR_EXPRESSION "18 bytes each \\(bf16 weights 2, fp32 master 4.*checkpoint .*step_00000004.h5 written")
+add_test(NAME cli_eval_bf16_checkpoint_in_fp32 COMMAND ${_mpi2} $<TARGET_FILE:tptrain> eval ${_decks}/valid.toml
+         --checkpoint ${_run_bf16}/ck/step_00000004.h5)
+set_tests_properties(cli_eval_bf16_checkpoint_in_fp32 PROPERTIES FIXTURES_REQUIRED bf16_run TIMEOUT 60
+                     PASS_REGULAR_EXPRESSION "\"eval_loss\": [0-9]")
+add_test(NAME cli_generate_bf16 COMMAND ${_mpi2} $<TARGET_FILE:tptrain> generate ${_decks}/valid.toml
+         --set training.precision=bf16 --checkpoint ${_run_bf16}/ck/step_00000004.h5 --prompt "It is" --tokens 8)
+set_tests_properties(cli_generate_bf16 PROPERTIES FIXTURES_REQUIRED bf16_run TIMEOUT 60
+                     PASS_REGULAR_EXPRESSION "(^|\n)It is")
+add_test(NAME cli_inspect_bf16 COMMAND tptrain inspect ${_run_bf16}/ck/step_00000004.h5)
+set_tests_properties(cli_inspect_bf16 PROPERTIES FIXTURES_REQUIRED bf16_run TIMEOUT 60
+                     PASS_REGULAR_EXPRESSION "precision *\"bf16\".*every checksum verifies")
+set(_run_fp16 ${CMAKE_CURRENT_BINARY_DIR}/cli_run_fp16)
+add_test(NAME cli_train_fp16 COMMAND ${CMAKE_COMMAND} -E env OPENBLAS_NUM_THREADS=1
+         ${_mpi2} $<TARGET_FILE:tptrain> train ${_decks}/valid.toml --set training.precision=fp16
+         --set run.dir=${_run_fp16} --set checkpoint.dir=${_run_fp16}/ck --set checkpoint.resume=false)
+set_tests_properties(cli_train_fp16 PROPERTIES TIMEOUT 120
+                     PASS_REGULAR_EXPRESSION "\\| loss scale [0-9.e+]+ \\| skipped [0-9]+")
+add_test(NAME cli_bench_bf16
+         COMMAND ${CMAKE_COMMAND} -DCMD=${MPIEXEC_EXECUTABLE}
+         "-DARGS=${MPIEXEC_NUMPROC_FLAG};2;${TPTRAIN_MPIEXEC_FLAGS};$<TARGET_FILE:tptrain>;bench;${_decks}/bench.toml;--set;training.precision=bf16;--steps;1;--warmup;1"
+         "-DREGEX=\"precision\": \"bf16\", \"memory\": \\{\"weights\": [0-9]+, \"master_weights\": [0-9]+.*\"bytes_per_parameter\": 18\\}"
+         -P ${CMAKE_CURRENT_SOURCE_DIR}/run_expect.cmake)
+set_tests_properties(cli_bench_bf16 PROPERTIES TIMEOUT 60)

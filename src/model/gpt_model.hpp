@@ -47,14 +47,17 @@ struct PipelineStage {
   bool last() const { return rank == size - 1; }
 };
 
-// Parameters stored back to back, at the same offsets, in four flat buffers: gradients (reduced
-// together), values and the two AdamW moments (updated together).
+// Parameters stored back to back, at the same offsets, in flat buffers: fp32 gradients (reduced
+// together), the compute values, and the fp32 master values and two AdamW moments (updated
+// together). With T = float `master` is `values` (one buffer).
 template <class T>
 struct GradBucket {
+  using Acc = kx::acc_t<T>;
   std::string name;                   // "head", "layers/<i>", "embedding"
-  std::vector<Parameter<T>*> params;  // their value/grad/exp_avg/exp_avg_sq are subviews of these
-  kernels::Vector<T> flat;            // [sum of local sizes] gradients
-  kernels::Vector<T> values, exp_avg, exp_avg_sq;
+  std::vector<Parameter<T>*> params;  // their value/master/grad/exp_avg/exp_avg_sq are subviews of these
+  kernels::Vector<Acc> flat;          // [sum of local sizes] gradients
+  kernels::Vector<T> values;
+  kernels::Vector<Acc> master, exp_avg, exp_avg_sq;
 };
 
 // Name and logical (checkpoint) shape of every model tensor, in checkpoint order — what the
@@ -166,6 +169,7 @@ class GptModel {
   // In the order backward finishes them: head (last stage), blocks from last to first,
   // embedding (first stage).
   std::vector<GradBucket<T>>& buckets() { return buckets_; }
+  const std::vector<GradBucket<T>>& buckets() const { return buckets_; }
 
   // Stage input [N, H]: filled by the caller before forward on a non-first stage.
   kernels::Matrix<T> stage_input() const { return residual_.front(); }
@@ -209,7 +213,7 @@ class GptModel {
   // micro-batch's contribution (for reduction hooks). `segments`, if given, groups the input
   // tokens by id (the word-embedding gradient then runs parallel over tokens).
   template <class TV>
-  void backward(const Exec& exec, const TV& tokens, const TV& targets, T scale,
+  void backward(const Exec& exec, const TV& tokens, const TV& targets, kx::acc_t<T> scale,
                 const std::function<void(std::size_t)>& bucket_done = {},
                 const kernels::TokenSegments* segments = nullptr) {
     std::size_t b = 0;
@@ -233,8 +237,15 @@ class GptModel {
     }  // else grad_b_ holds dL/d(stage input)
   }
 
+  // Rounds every compute copy from its fp32 master (after loading weights); nothing to do when
+  // the model computes in fp32.
+  void round_compute_copy(const Exec& exec) {
+    if constexpr (Parameter<T>::has_master_copy)
+      for (auto& bucket : buckets_) kernels::convert(exec, bucket.master, bucket.values);
+  }
+
   void zero_grad(const Exec& exec) {
-    for (auto& bucket : buckets_) kernels::fill(exec, bucket.flat, T(0));
+    for (auto& bucket : buckets_) kernels::fill(exec, bucket.flat, kx::acc_t<T>(0));
   }
 
   // Bytes of the activation and scratch buffers of one micro-batch (what one forward/backward
@@ -249,21 +260,25 @@ class GptModel {
     return shape;
   }
 
-  // Four flat buffers per bucket (zeroed); each parameter's views become slices of them.
+  // The flat buffers of each bucket (zeroed); each parameter's views become slices of them.
   void make_buckets() {
+    using Acc = kx::acc_t<T>;
     const auto add = [&](std::string name, std::vector<Parameter<T>*> params) {
       std::int64_t total = 0;
       for (const Parameter<T>* p : params) total += p->local_size();
-      GradBucket<T> b{std::move(name), std::move(params), {}, {}, {}, {}};
-      b.flat = kernels::Vector<T>(b.name + ".grads", total);
+      GradBucket<T> b{std::move(name), std::move(params), {}, {}, {}, {}, {}};
+      b.flat = kernels::Vector<Acc>(b.name + ".grads", total);
       b.values = kernels::Vector<T>(b.name + ".values", total);
-      b.exp_avg = kernels::Vector<T>(b.name + ".exp_avg", total);
-      b.exp_avg_sq = kernels::Vector<T>(b.name + ".exp_avg_sq", total);
+      if constexpr (Parameter<T>::has_master_copy) b.master = kernels::Vector<Acc>(b.name + ".master", total);
+      else b.master = b.values;
+      b.exp_avg = kernels::Vector<Acc>(b.name + ".exp_avg", total);
+      b.exp_avg_sq = kernels::Vector<Acc>(b.name + ".exp_avg_sq", total);
       std::int64_t offset = 0;
       for (Parameter<T>* p : b.params) {
         const auto slice = std::make_pair(offset, offset + p->local_size());
         p->grad = Kokkos::subview(b.flat, slice);
         p->value = Kokkos::subview(b.values, slice);
+        p->master = Kokkos::subview(b.master, slice);
         p->exp_avg = Kokkos::subview(b.exp_avg, slice);
         p->exp_avg_sq = Kokkos::subview(b.exp_avg_sq, slice);
         offset += p->local_size();

@@ -12,15 +12,16 @@ namespace tptrain::model {
 template <class T>
 struct LayerNorm {
   Parameter<T> weight, bias;  // [H], replicated
-  kernels::Vector<T> mean, rstd;  // [N] saved for backward
-  kernels::Vector<T> column_scratch;  // column_sums_scratch(); empty: allocated per backward
+  using Acc = kx::acc_t<T>;
+  kernels::Vector<Acc> mean, rstd;  // [N] saved for backward; fp32 statistics whatever T is
+  kernels::Vector<Acc> column_scratch;  // column_sums_scratch(); empty: allocated per backward
   static constexpr double eps = 1e-5;
 
   LayerNorm(const std::string& name, int hidden, const Communicator& tp, std::int64_t tokens, Workspace<T>& ws)
       : weight(make_parameter<T>(name + "/weight", {hidden}, Sharding{}, tp, false, 0.0f, 1.0f)),
         bias(make_parameter<T>(name + "/bias", {hidden}, Sharding{}, tp, false, 0.0f, 0.0f)),
-        mean(ws.vector(name + ".mean", BufferCategory::activation, tokens)),
-        rstd(ws.vector(name + ".rstd", BufferCategory::activation, tokens)) {}
+        mean(ws.template vector<Acc>(name + ".mean", BufferCategory::activation, tokens)),
+        rstd(ws.template vector<Acc>(name + ".rstd", BufferCategory::activation, tokens)) {}
   LayerNorm(const std::string& name, int hidden, const Communicator& tp, std::int64_t tokens, Workspace<T>& ws,
             const GptShape& shape)
       : LayerNorm(name, hidden, tp, tokens, ws) {
@@ -30,13 +31,13 @@ struct LayerNorm {
   template <class XV, class YV>
   void forward(const Exec& exec, const XV& x /*[N, H]*/, const YV& y /*[N, H]*/) {
     PhaseScope phase(Phase::norms_elementwise);
-    kernels::layernorm_forward(exec, x, weight.v(), bias.v(), y, mean, rstd, T(eps));
+    kernels::layernorm_forward(exec, x, weight.v(), bias.v(), y, mean, rstd, Acc(eps));
   }
   // x1 = x + r (the residual stream, stored), y = LayerNorm(x1): one pass instead of two.
   template <class XV, class RV, class X1V, class YV>
   void forward_add(const Exec& exec, const XV& x, const RV& r, const X1V& x1, const YV& y) {
     PhaseScope phase(Phase::norms_elementwise);
-    kernels::add_layernorm_forward(exec, x, r, x1, weight.v(), bias.v(), y, mean, rstd, T(eps));
+    kernels::add_layernorm_forward(exec, x, r, x1, weight.v(), bias.v(), y, mean, rstd, Acc(eps));
   }
 
   template <class DYV, class XV, class DXV>

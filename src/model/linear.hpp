@@ -38,12 +38,13 @@ Parameter<T> make_parameter(std::string name, std::vector<std::int64_t> shape, S
 // The partial sums of the two-stage column reductions (bias and LayerNorm parameter gradients,
 // kernels/column_sums.hpp): one scratch buffer of the stage, sized for the widest of them, so that
 // the backward allocates nothing.
+// Partial sums are fp32 whatever the storage type (they accumulate into fp32 gradients).
 template <class T>
-kernels::Vector<T> column_sums_scratch(Workspace<T>& ws, const GptShape& s, std::int64_t tokens) {
+kernels::Vector<kx::acc_t<T>> column_sums_scratch(Workspace<T>& ws, const GptShape& s, std::int64_t tokens) {
   std::int64_t n = kernels::column_sums_workspace_size(tokens, s.hidden, 2);  // LayerNorm: dγ, dβ
   for (std::int64_t cols : {3 * std::int64_t(s.local_hidden()), std::int64_t(s.hidden), std::int64_t(s.local_ffn())})
     n = std::max(n, kernels::column_sums_workspace_size(tokens, cols, 1));  // biases
-  return ws.vector("column_sums", BufferCategory::scratch, std::max<std::int64_t>(n, 1));
+  return ws.template vector<kx::acc_t<T>>("column_sums", BufferCategory::scratch, std::max<std::int64_t>(n, 1));
 }
 
 // Whether a layer's column_scratch holds the partials of `terms` column sums over [n, cols]
@@ -71,7 +72,7 @@ struct ColumnParallelLinear {
   // Megatron's skip_bias_add: forward leaves the bias to the caller, which fuses it into the
   // next elementwise kernel (the MLP's bias + GELU).
   bool skip_bias_add = false;
-  kernels::Vector<T> column_scratch;  // column_sums_scratch(); empty: allocated per backward
+  kernels::Vector<kx::acc_t<T>> column_scratch;  // column_sums_scratch(); empty: allocated per backward
 
   ColumnParallelLinear(const std::string& name, std::int64_t in, std::int64_t out, int blocks,
                        const Communicator& tp, float init_std)
@@ -120,7 +121,7 @@ template <class T>
 struct RowParallelLinear {
   Parameter<T> weight;  // [out, in/tp]
   Parameter<T> bias;    // [out], replicated
-  kernels::Vector<T> column_scratch;  // column_sums_scratch(); empty: allocated per backward
+  kernels::Vector<kx::acc_t<T>> column_scratch;  // column_sums_scratch(); empty: allocated per backward
 
   RowParallelLinear(const std::string& name, std::int64_t in, std::int64_t out, const Communicator& tp,
                     float init_std)

@@ -17,7 +17,7 @@ struct ParallelAttention {
   RowParallelLinear<T> proj;    // H -> H
   int B, S, nh_local, d;
   kernels::Matrix<T> qkv_out;   // [N, 3*H/tp] saved
-  kernels::Vector<T> lse;       // [B*nh/tp*S] saved: log Σ exp of each score row (the softmax's normaliser)
+  kernels::Vector<kx::acc_t<T>> lse;  // [B*nh/tp*S] saved: log Σ exp of each score row (the softmax's normaliser), fp32
   kernels::Matrix<T> ctx;       // [N, H/tp] saved: attention output before proj
   // Shared by every layer of the stage: the probabilities are not kept from forward to
   // backward but recomputed there from Q, K and lse (one QKᵀ GEMM), and the backward walks
@@ -35,7 +35,7 @@ struct ParallelAttention {
         proj(name + "/proj", s.hidden, s.hidden, tp, 0.02f / std::sqrt(2.0f * s.layers)),
         B(batch), S(s.seq_length), nh_local(s.local_heads()), d(s.head_dim()),
         qkv_out(ws.matrix(name + ".qkv_out", BufferCategory::activation, tokens(), 3 * std::int64_t(s.local_hidden()))),
-        lse(ws.vector(name + ".lse", BufferCategory::activation, std::int64_t(batch) * nh_local * S)),
+        lse(ws.template vector<kx::acc_t<T>>(name + ".lse", BufferCategory::activation, std::int64_t(batch) * nh_local * S)),
         ctx(ws.matrix(name + ".ctx", BufferCategory::activation, tokens(), s.local_hidden())),
         probs(ws.tensor4("attention.probs", BufferCategory::scratch, batch, nh_local, S, S)),
         dprobs(ws.tensor4("attention.dprobs_tile", BufferCategory::scratch, batch, nh_local,

@@ -3,12 +3,19 @@
 // initialisation (every element is drawn from the seed and its LOGICAL index, so 1-way and
 // N-way runs start identical — Megatron's _initialize_affine_weight_cpu idea), checkpoint
 // hyperslabs and the gradient-norm bookkeeping.
+//
+// Mixed precision (Megatron's recipe): the model computes with `value` in the storage type T
+// (bf16/fp16); the optimizer owns an fp32 `master` copy and fp32 moments, and gradients
+// accumulate in fp32 (Acc = kx::acc_t<T>). After each step the optimizer rounds master into
+// value. With T = float (or double) master IS value: one buffer, no copy.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <vector>
 
+#include "kokkos_kernels/precision.hpp"
 #include "kokkos_kernels/views.hpp"
 
 namespace tptrain::model {
@@ -23,6 +30,7 @@ struct Sharding {
 
 template <class T>
 struct Parameter {
+  using Acc = kx::acc_t<T>;
   std::string name;                    // checkpoint path under /model, e.g. "layers/0/ln_1/weight"
   std::vector<std::int64_t> shape;     // full logical shape; 1-D or 2-D
   std::int64_t saved_rows = 0;         // rows that exist logically (< shape[0] for padded vocab)
@@ -33,7 +41,9 @@ struct Parameter {
   float init_std = 0.0f;               // 0: constant init_const
   float init_const = 0.0f;
 
-  kernels::Vector<T> value, grad, exp_avg, exp_avg_sq;   // flat local storage
+  kernels::Vector<T> value;                               // flat local storage, compute copy
+  kernels::Vector<Acc> master, grad, exp_avg, exp_avg_sq;  // fp32 (master: value itself if T == Acc)
+  static constexpr bool has_master_copy = !std::is_same<T, Acc>::value;
 
   bool replicated() const { return sharding.dim < 0; }
   std::int64_t rows() const { return local_shape()[0]; }
@@ -52,13 +62,15 @@ struct Parameter {
     return (local / block_local) * block_global + tp_rank * block_local + local % block_local;
   }
 
-  kernels::MatrixUnmanaged<T> matrix(const kernels::Vector<T>& v) const {
-    return kernels::MatrixUnmanaged<T>(v.data(), rows(), cols());
+  template <class U>
+  kernels::MatrixUnmanaged<U> matrix(const kernels::Vector<U>& v) const {
+    return kernels::MatrixUnmanaged<U>(v.data(), rows(), cols());
   }
   kernels::MatrixUnmanaged<T> w() const { return matrix(value); }
-  kernels::MatrixUnmanaged<T> dw() const { return matrix(grad); }
+  kernels::MatrixUnmanaged<Acc> dw() const { return matrix(grad); }
   kernels::VectorUnmanaged<T> v() const { return kernels::VectorUnmanaged<T>(value.data(), local_size()); }
-  kernels::VectorUnmanaged<T> dv() const { return kernels::VectorUnmanaged<T>(grad.data(), local_size()); }
+  kernels::VectorUnmanaged<Acc> dv() const { return kernels::VectorUnmanaged<Acc>(grad.data(), local_size()); }
+  kernels::VectorUnmanaged<Acc> master_v() const { return kernels::VectorUnmanaged<Acc>(master.data(), local_size()); }
 };
 
 // Draws the initial value into the allocated p.value; allocate_and_initialise allocates

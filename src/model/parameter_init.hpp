@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "kokkos_kernels/detail.hpp"
+#include "kokkos_kernels/elementwise.hpp"
 #include "src/model/parameter.hpp"
 #include "src/util/splitmix64.hpp"
 
@@ -28,9 +29,11 @@ inline std::uint64_t name_hash(const std::string& name) {  // FNV-1a
   return h;
 }
 
-// Draws p.value (allocated already, e.g. a slice of its bucket's flat buffer).
+// Draws p.master (allocated already, e.g. a slice of its bucket's flat buffer) and rounds it into
+// p.value when that is a separate compute copy: a bf16 run starts from the fp32 run's weights.
 template <class T>
 void initialise(Parameter<T>& p, std::uint64_t seed) {
+  using Acc = typename Parameter<T>::Acc;
   const std::int64_t n = p.local_size();
 
   // Everything the kernel needs, by value (no host containers on the device).
@@ -44,8 +47,8 @@ void initialise(Parameter<T>& p, std::uint64_t seed) {
   const std::int64_t tp_rank = p.tp_rank;
   const std::int64_t saved_rows = p.saved_rows;
   const double stddev = p.init_std;
-  const T constant = static_cast<T>(p.init_const);
-  auto value = p.value;
+  const Acc constant = static_cast<Acc>(p.init_const);
+  auto value = p.master;
   Kokkos::parallel_for(
       "tptrain::model::initialise", kernels::detail::range(kx::ExecSpace(), n),
       KOKKOS_LAMBDA(const std::int64_t i) {
@@ -56,23 +59,27 @@ void initialise(Parameter<T>& p, std::uint64_t seed) {
         if (dim == 0) row = logical(row);
         if (dim == 1) col = logical(col);
         if (row >= saved_rows) {  // vocabulary padding: stays zero forever
-          value(i) = T(0);
+          value(i) = Acc(0);
           return;
         }
-        value(i) = stddev > 0 ? static_cast<T>(stddev * normal_sample(stream, static_cast<std::uint64_t>(
+        value(i) = stddev > 0 ? static_cast<Acc>(stddev * normal_sample(stream, static_cast<std::uint64_t>(
                                                                       row * cols_global + col)))
                               : constant;
       });
+  if constexpr (Parameter<T>::has_master_copy) kernels::convert(kx::ExecSpace(), p.master, p.value);
 }
 
-// A parameter on its own (layer tests): its four buffers, zeroed, then the initial value.
+// A parameter on its own (layer tests): its buffers, zeroed, then the initial value.
 template <class T>
 void allocate_and_initialise(Parameter<T>& p, std::uint64_t seed) {
+  using Acc = typename Parameter<T>::Acc;
   const std::int64_t n = p.local_size();
   p.value = kernels::Vector<T>(p.name + ".value", n);
-  p.grad = kernels::Vector<T>(p.name + ".grad", n);
-  p.exp_avg = kernels::Vector<T>(p.name + ".exp_avg", n);
-  p.exp_avg_sq = kernels::Vector<T>(p.name + ".exp_avg_sq", n);
+  if constexpr (Parameter<T>::has_master_copy) p.master = kernels::Vector<Acc>(p.name + ".master", n);
+  else p.master = p.value;
+  p.grad = kernels::Vector<Acc>(p.name + ".grad", n);
+  p.exp_avg = kernels::Vector<Acc>(p.name + ".exp_avg", n);
+  p.exp_avg_sq = kernels::Vector<Acc>(p.name + ".exp_avg_sq", n);
   initialise(p, seed);
 }
 

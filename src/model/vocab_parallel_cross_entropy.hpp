@@ -23,17 +23,19 @@ struct VocabParallelCrossEntropy {
   std::int64_t vocab_start, valid_cols;
   kernels::Matrix<T> logits;   // [N, V_padded/tp]
   kernels::Matrix<T> dlogits;  // [N, V_padded/tp]
-  kernels::Vector<T> rowmax, sumexp, target_logit, loss;  // [N]
+  // [N] per token, fp32 whatever T is (Megatron casts the logits to float for the loss): the
+  // three TP all-reduces and the loss are fp32.
+  kernels::Vector<kx::acc_t<T>> rowmax, sumexp, target_logit, loss;
 
   VocabParallelCrossEntropy(const GptShape& s, std::int64_t tokens, const Communicator& tp, Workspace<T>& ws)
       : vocab_start(s.vocab_start(tp.rank())),
         valid_cols(s.valid_vocab(tp.rank())),
         logits(ws.matrix("lm_head.logits", BufferCategory::stage, tokens, s.local_vocab())),
         dlogits(ws.matrix("lm_head.dlogits", BufferCategory::stage, tokens, s.local_vocab())),
-        rowmax(ws.vector("lm_head.rowmax", BufferCategory::stage, tokens)),
-        sumexp(ws.vector("lm_head.sumexp", BufferCategory::stage, tokens)),
-        target_logit(ws.vector("lm_head.target_logit", BufferCategory::stage, tokens)),
-        loss(ws.vector("lm_head.loss", BufferCategory::stage, tokens)) {}
+        rowmax(ws.template vector<kx::acc_t<T>>("lm_head.rowmax", BufferCategory::stage, tokens)),
+        sumexp(ws.template vector<kx::acc_t<T>>("lm_head.sumexp", BufferCategory::stage, tokens)),
+        target_logit(ws.template vector<kx::acc_t<T>>("lm_head.target_logit", BufferCategory::stage, tokens)),
+        loss(ws.template vector<kx::acc_t<T>>("lm_head.loss", BufferCategory::stage, tokens)) {}
 
   // Local logits of the tied output layer.
   template <class XV>
@@ -81,7 +83,7 @@ struct VocabParallelCrossEntropy {
   // d(scale · Σ_i loss_i): dWord += dlogitsᵀ x; dx = dlogits · Word, all-reduced (f backward).
   template <class TV, class XV, class DXV>
   void backward(const Exec& exec, Communicator& tp, const TV& targets, const XV& x, Parameter<T>& word,
-                T scale, const DXV& dx /*[N, H] overwritten*/) {
+                kx::acc_t<T> scale, const DXV& dx /*[N, H] overwritten*/) {
     {
       PhaseScope phase(Phase::loss);
       kernels::cross_entropy_backward(exec, logits, rowmax, sumexp, targets, vocab_start, valid_cols,

@@ -11,6 +11,9 @@
 //               shared by every layer of the stage (llm.c's scratch reuse): requested again under
 //               the same name, the same allocation comes back
 // Buffers are allocated when requested (layer construction), never in the training loop.
+// A buffer holds the stage's storage type T unless asked for another (U): with mixed precision
+// the activations are bf16/fp16 while LayerNorm statistics, the loss head's row statistics and
+// partial column sums are float (kx::acc_t<T>).
 #pragma once
 
 #include <cstdint>
@@ -39,15 +42,18 @@ class Workspace {
     std::size_t bytes;
   };
 
-  kernels::Vector<T> vector(const std::string& name, BufferCategory c, std::int64_t n) {
-    return get<kernels::Vector<T>>(name, c, {n});
+  template <class U = T>
+  kernels::Vector<U> vector(const std::string& name, BufferCategory c, std::int64_t n) {
+    return get<kernels::Vector<U>>(name, c, {n});
   }
-  kernels::Matrix<T> matrix(const std::string& name, BufferCategory c, std::int64_t rows, std::int64_t cols) {
-    return get<kernels::Matrix<T>>(name, c, {rows, cols});
+  template <class U = T>
+  kernels::Matrix<U> matrix(const std::string& name, BufferCategory c, std::int64_t rows, std::int64_t cols) {
+    return get<kernels::Matrix<U>>(name, c, {rows, cols});
   }
-  kernels::Tensor4<T> tensor4(const std::string& name, BufferCategory c, std::int64_t n0, std::int64_t n1,
+  template <class U = T>
+  kernels::Tensor4<U> tensor4(const std::string& name, BufferCategory c, std::int64_t n0, std::int64_t n1,
                               std::int64_t n2, std::int64_t n3) {
-    return get<kernels::Tensor4<T>>(name, c, {n0, n1, n2, n3});
+    return get<kernels::Tensor4<U>>(name, c, {n0, n1, n2, n3});
   }
 
   // One entry per allocation (a shared scratch buffer once), in the order of allocation.
@@ -66,20 +72,21 @@ class Workspace {
  private:
   template <class V>
   V get(const std::string& name, BufferCategory c, std::vector<std::int64_t> shape) {
+    using U = typename V::non_const_value_type;
+    std::size_t count = 1;
+    for (std::int64_t s : shape) count *= static_cast<std::size_t>(s);
     if (c == BufferCategory::scratch) {
       const auto it = scratch_.find(name);
       if (it != scratch_.end()) {
         const Entry& e = entries_[it->second.entry];
-        if (e.shape != shape)
-          throw std::logic_error("tptrain: shared scratch buffer " + name + " requested with two shapes");
+        if (e.shape != shape || e.bytes != count * sizeof(U))
+          throw std::logic_error("tptrain: shared scratch buffer " + name + " requested with two shapes or types");
         return view_of<V>(it->second.storage, shape);
       }
     }
-    std::size_t count = 1;
-    for (std::int64_t s : shape) count *= static_cast<std::size_t>(s);
-    entries_.push_back(Entry{name, c, shape, count * sizeof(T)});
+    entries_.push_back(Entry{name, c, shape, count * sizeof(U)});
     if (c != BufferCategory::scratch) return allocate<V>(name, shape);
-    kernels::Vector<T> storage(name, static_cast<std::int64_t>(count));
+    Bytes storage(name, count * sizeof(U));
     scratch_.emplace(name, Shared{storage, entries_.size() - 1});
     return view_of<V>(storage, shape);
   }
@@ -90,22 +97,23 @@ class Workspace {
     else if constexpr (V::rank == 2) return V(name, s[0], s[1]);
     else return V(name, s[0], s[1], s[2], s[3]);
   }
-  // A managed view of the requested rank over the shared storage (reference-counted with it).
+  // Shared scratch storage: raw bytes (Kokkos allocations are aligned for any element type).
+  using Bytes = Kokkos::View<unsigned char*, kx::MemSpace>;
+  // A view of the requested rank and type over the shared storage. Kokkos has no managed
+  // reshape: the workspace keeps `storage` alive as long as the model.
   template <class V>
-  static V view_of(const kernels::Vector<T>& storage, const std::vector<std::int64_t>& s) {
-    if constexpr (V::rank == 1) {
-      return storage;
-    } else {
-      // Kokkos has no managed reshape: the workspace keeps `storage` alive as long as the model.
-      using Unmanaged = Kokkos::View<typename V::data_type, typename V::array_layout, typename V::memory_space,
-                                     Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
-      if constexpr (V::rank == 2) return Unmanaged(storage.data(), s[0], s[1]);
-      else return Unmanaged(storage.data(), s[0], s[1], s[2], s[3]);
-    }
+  static V view_of(const Bytes& storage, const std::vector<std::int64_t>& s) {
+    using U = typename V::non_const_value_type;
+    using Unmanaged = Kokkos::View<typename V::data_type, typename V::array_layout, typename V::memory_space,
+                                   Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+    U* p = reinterpret_cast<U*>(storage.data());
+    if constexpr (V::rank == 1) return Unmanaged(p, s[0]);
+    else if constexpr (V::rank == 2) return Unmanaged(p, s[0], s[1]);
+    else return Unmanaged(p, s[0], s[1], s[2], s[3]);
   }
 
   struct Shared {
-    kernels::Vector<T> storage;
+    Bytes storage;
     std::size_t entry;
   };
   std::vector<Entry> entries_;

@@ -14,6 +14,7 @@
 #include "src/parallel/mpi_check.hpp"
 #include "src/train/gemm_peak.hpp"
 #include "src/train/model_flops.hpp"
+#include "src/train/precision_dispatch.hpp"
 #include "src/train/training_run.hpp"
 #include "src/util/blas_info.hpp"
 #include "src/util/phases.hpp"
@@ -44,9 +45,9 @@ constexpr bool gemms_on_host() {
   return Kokkos::SpaceAccessibility<Kokkos::HostSpace, kx::MemSpace>::accessible;
 }
 
-}  // namespace
 
-int run_bench(const io::Deck& deck_in, const parallel::Topology& topo, const BenchOptions& o) {
+template <class T>
+int bench_as(const io::Deck& deck_in, const parallel::Topology& topo, const BenchOptions& o) {
   // The deck's run, cut to the benchmark's steps: the LR schedule spans them (warmup included).
   io::Deck deck = deck_in;
   deck.training.steps = o.warmup + o.steps;
@@ -58,8 +59,8 @@ int run_bench(const io::Deck& deck_in, const parallel::Topology& topo, const Ben
   RunOptions options;
   options.synthetic_tokens =
       std::max<std::int64_t>(std::int64_t(1) << 20, 4 * std::int64_t(deck.training.global_batch) * (shape.seq_length + 1));
-  std::unique_ptr<TrainingRun> run;
-  parallel::on_every_rank(topo.world(), [&] { run = std::make_unique<TrainingRun>(deck, topo, options); });
+  std::unique_ptr<TrainingRun<T>> run;
+  parallel::on_every_rank(topo.world(), [&] { run = std::make_unique<TrainingRun<T>>(deck, topo, options); });
 
   util::BlasInfo blas = util::blas_info();
   if (!gemms_on_host()) blas.warning.clear();  // cuBLAS does the GEMMs: the host BLAS does not matter
@@ -94,7 +95,7 @@ int run_bench(const io::Deck& deck_in, const parallel::Topology& topo, const Ben
   const double tokens_per_step = static_cast<double>(run->tokens_per_step());
   const double flops_per_token = training_flops_per_token(shape);
   const double recomputed = static_cast<double>(run->pipeline().stats().recomputes - recomputes_before) / o.steps;
-  Model& m = run->model();
+  auto& m = run->model();
   const double recompute_flops = reduce_over(
       world,
       recomputed * static_cast<double>(m.tokens()) *
@@ -105,9 +106,9 @@ int run_bench(const io::Deck& deck_in, const parallel::Topology& topo, const Ben
 
   // The GEMM peak of the same ranks, all measuring at once.
   barrier(world);
-  const double model_gemm_rate = mean_over(world, measure_gemm_flops(model_gemm));
+  const double model_gemm_rate = mean_over(world, measure_gemm_flops<T>(model_gemm));
   barrier(world);
-  const double square_rate = mean_over(world, measure_gemm_flops(GemmShape{2048, 2048, 2048, "square 2048"}));
+  const double square_rate = mean_over(world, measure_gemm_flops<T>(GemmShape{2048, 2048, 2048, "square 2048"}));
   const double peak = std::max(model_gemm_rate, square_rate);
   const double mfu = flops_per_s_per_rank / peak;
 
@@ -139,6 +140,12 @@ int run_bench(const io::Deck& deck_in, const parallel::Topology& topo, const Ben
     phases_json += fmt::format("{}\"{}\": {:.6g}", p ? ", " : "", util::phase_name(static_cast<Phase>(p)),
                                phases[static_cast<std::size_t>(p)]);
   const std::string stem = std::filesystem::path(deck.source).stem().string();
+  // Bytes of this rank by category (rank 0's view; every rank of a layout is alike up to its stage).
+  const ParameterMemory pm = run->parameter_memory();
+  const std::string memory_json = fmt::format(
+      "{{\"weights\": {}, \"master_weights\": {}, \"gradients\": {}, \"optimizer_state\": {}, "
+      "\"activations\": {}, \"bytes_per_parameter\": {:.6g}}}",
+      pm.weight, pm.master, pm.gradient, pm.optimizer, run->memory().total(), pm.per_parameter());
   log::info(fmt::format(
       "{{\"bench\": {}, \"ranks\": {}, \"tensor\": {}, \"pipeline\": {}, \"data\": {}, \"threads\": {}, "
       "\"steps\": {}, \"warmup\": {}, \"layers\": {}, \"hidden\": {}, \"heads\": {}, \"seq_length\": {}, "
@@ -147,7 +154,7 @@ int run_bench(const io::Deck& deck_in, const parallel::Topology& topo, const Ben
       "\"recompute_flops_per_step\": {:.6g}, \"model_flops_per_s_per_rank\": {:.6g}, "
       "\"gemm_peak_flops_per_rank\": {:.6g}, \"gemm_model_shape\": {}, \"gemm_model_shape_flops\": {:.6g}, "
       "\"gemm_square_2048_flops\": {:.6g}, \"mfu\": {:.4f}, \"kokkos\": {}, \"blas\": {}, \"blas_core\": {}, "
-      "\"blas_warning\": {}, "
+      "\"blas_warning\": {}, \"precision\": {}, \"memory\": {}, "
       "\"phases_s\": {{{}}}}}",
       io::json_string(stem), topo.world_size(), topo.layout().tensor, topo.layout().pipeline, topo.layout().data,
       threads_per_rank(), o.steps, o.warmup, shape.layers, shape.hidden, shape.heads, shape.seq_length,
@@ -157,8 +164,14 @@ int run_bench(const io::Deck& deck_in, const parallel::Topology& topo, const Ben
       io::json_string(fmt::format("{} {}x{}x{}", model_gemm.what, model_gemm.m, model_gemm.n, model_gemm.k)),
       model_gemm_rate, square_rate, mfu, io::json_string(kx::ExecSpace::name()),
       io::json_string(gemms_on_host() ? blas.library : std::string("cuBLAS (device)")), io::json_string(blas.core), io::json_string(blas.warning),
-      phases_json));
+      io::json_string(kx::precision_name<T>()), memory_json, phases_json));
   return 0;
+}
+
+}  // namespace
+
+int run_bench(const io::Deck& deck, const parallel::Topology& topo, const BenchOptions& o) {
+  return with_precision(deck.training.precision, [&](auto t) { return bench_as<decltype(t)>(deck, topo, o); });
 }
 
 }  // namespace tptrain::train

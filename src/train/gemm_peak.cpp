@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "kokkos_kernels/gemm.hpp"
+#include "kokkos_kernels/precision.hpp"
 #include "kokkos_kernels/views.hpp"
 
 namespace tptrain::train {
@@ -22,10 +23,15 @@ GemmShape largest_model_gemm(const model::GptShape& s, int micro_batch) {
   return best;
 }
 
+template double measure_gemm_flops<float>(const GemmShape&, double, int);
+template double measure_gemm_flops<kx::bf16>(const GemmShape&, double, int);
+template double measure_gemm_flops<kx::fp16>(const GemmShape&, double, int);
+
+template <class T>
 double measure_gemm_flops(const GemmShape& g, double min_seconds, int min_runs) {
   const kx::ExecSpace exec;
   const std::int64_t k = g.k;
-  kernels::Matrix<float> A("gemm_peak.A", g.m, g.k), B("gemm_peak.B", g.n, g.k), C("gemm_peak.C", g.m, g.n);
+  kernels::Matrix<T> A("gemm_peak.A", g.m, g.k), B("gemm_peak.B", g.n, g.k), C("gemm_peak.C", g.m, g.n);
   // Small, varied values: no denormals, no special cases a BLAS could shortcut.
   Kokkos::parallel_for(
       "tptrain::gemm_peak::fill", Kokkos::RangePolicy<kx::ExecSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, g.m),

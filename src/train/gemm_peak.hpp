@@ -19,8 +19,10 @@ struct GemmShape {
 // The largest (by FLOPs) GEMM of one micro-batch's forward on one tensor-parallel rank.
 GemmShape largest_model_gemm(const model::GptShape& shape, int micro_batch);
 
-// FLOP/s of the best of several runs of C = A·Bᵀ in float (at least `min_runs` runs and
-// `min_seconds` in all, after one untimed run).
+// FLOP/s of the best of several runs of C = A·Bᵀ with A, B, C in T (float, kx::bf16, kx::fp16:
+// the training precision; 16-bit GEMMs accumulate in fp32 as the model's do), at least
+// `min_runs` runs and `min_seconds` in all, after one untimed run.
+template <class T = float>
 double measure_gemm_flops(const GemmShape& g, double min_seconds = 0.3, int min_runs = 2);
 
 }  // namespace tptrain::train

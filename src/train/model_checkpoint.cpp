@@ -16,14 +16,15 @@
 
 namespace tptrain::train {
 
-CheckpointTensors::CheckpointTensors(model::GptModel<float>& m, const parallel::Topology& topo,
+template <class T>
+CheckpointTensors::CheckpointTensors(model::GptModel<T>& m, const parallel::Topology& topo,
                                      bool with_moments) {
   const bool writer = topo.coords().dp == 0;  // DP replicas hold identical copies
   // Every rank lists every tensor of the model, in the same order (the file layer's calls are
   // collective); a pipeline stage holds slabs of its own tensors only. The last stage's tied
   // copy of embedding/word is read like the first stage's but never written (once is enough).
-  std::map<std::string, model::Parameter<float>*> mine;
-  for (model::Parameter<float>* p : m.parameters()) mine[p->name] = p;
+  std::map<std::string, model::Parameter<T>*> mine;
+  for (model::Parameter<T>* p : m.parameters()) mine[p->name] = p;
   const auto absent = [&](const std::string& name, const std::vector<std::int64_t>& shape) {
     io::TensorShard s;
     s.name = name;
@@ -42,10 +43,10 @@ CheckpointTensors::CheckpointTensors(model::GptModel<float>& m, const parallel::
       }
       continue;
     }
-    const model::Parameter<float>& p = *it->second;
+    const model::Parameter<T>& p = *it->second;
     ++matched;
     const bool w = writer && !m.is_tied_copy(&p);
-    add("model/" + p.name, p, p.value, w);
+    add("model/" + p.name, p, p.master, w);
     if (with_moments) {
       add("optimizer/exp_avg/" + p.name, p, p.exp_avg, w);
       add("optimizer/exp_avg_sq/" + p.name, p, p.exp_avg_sq, w);
@@ -55,7 +56,8 @@ CheckpointTensors::CheckpointTensors(model::GptModel<float>& m, const parallel::
     throw std::logic_error("tptrain: the model holds parameters that model::logical_tensors does not list");
 }
 
-void CheckpointTensors::add(const std::string& name, const model::Parameter<float>& p,
+template <class T>
+void CheckpointTensors::add(const std::string& name, const model::Parameter<T>& p,
                             const kernels::Vector<float>& v, bool writer) {
   io::TensorShard s;
   s.name = name;
@@ -103,8 +105,9 @@ std::string checkpoint_path(const std::string& dir, std::int64_t step) {
   return (std::filesystem::path(dir) / name).string();
 }
 
-void save_checkpoint(model::GptModel<float>& model, const io::Deck& deck, const parallel::Topology& topo,
-                     std::int64_t step, std::int64_t tokens_seen) {
+template <class T>
+void save_checkpoint(model::GptModel<T>& model, const io::Deck& deck, const parallel::Topology& topo,
+                     std::int64_t step, std::int64_t tokens_seen, const std::map<std::string, std::int64_t>& train_state) {
   // Phase 1 (local, then agreed): the directory exists (it was proven writable before step 1,
   // but it may have been removed since), and the weights are finite. A diverging run must
   // never publish Inf/NaN weights as its newest checkpoint: resume and eval would pick it up.
@@ -129,6 +132,8 @@ void save_checkpoint(model::GptModel<float>& model, const io::Deck& deck, const 
   // draw are pure functions of (seed, step), so the RNG state is the seed and the data position
   // is the step.
   meta.train = {{"step", step}, {"seed", static_cast<std::int64_t>(deck.training.seed)}, {"data_step", step}};
+  meta.train.insert(train_state.begin(), train_state.end());
+  meta.precision = kx::precision_name<T>();
   const std::string path = checkpoint_path(deck.checkpoint.dir, step);
   const auto t0 = std::chrono::steady_clock::now();
   io::write_checkpoint(topo.world(), path, meta, t.shards());
@@ -201,7 +206,8 @@ void check_model_shape(const io::CheckpointMeta& meta, const model::GptShape& mi
 
 }  // namespace
 
-io::CheckpointMeta load_weights(model::GptModel<float>& model, const parallel::Topology& topo,
+template <class T>
+io::CheckpointMeta load_weights(model::GptModel<T>& model, const parallel::Topology& topo,
                                 const std::string& path, bool with_moments) {
   CheckpointTensors t(model, topo, with_moments);
   const auto t0 = std::chrono::steady_clock::now();
@@ -222,6 +228,7 @@ io::CheckpointMeta load_weights(model::GptModel<float>& model, const parallel::T
   if (std::string bad = t.first_non_finite(); !bad.empty())
     throw std::runtime_error("checkpoint " + io::display_path(path) + " holds non-finite values: " + bad);
   t.upload();
+  model.round_compute_copy(kx::ExecSpace());
   return meta;
 }
 
@@ -305,5 +312,16 @@ void prune_checkpoints(MPI_Comm comm, const std::string& dir, int keep) {
     if (ec) log::warning("could not delete old checkpoint " + all[i] + ": " + ec.message());
   }
 }
+
+// The precisions a run can train in (training.precision).
+#define TPTRAIN_CHECKPOINT_INSTANCES(T)                                                                   \
+  template CheckpointTensors::CheckpointTensors(model::GptModel<T>&, const parallel::Topology&, bool);   \
+  template void save_checkpoint(model::GptModel<T>&, const io::Deck&, const parallel::Topology&,          \
+                                std::int64_t, std::int64_t, const std::map<std::string, std::int64_t>&); \
+  template io::CheckpointMeta load_weights(model::GptModel<T>&, const parallel::Topology&, const std::string&, bool);
+TPTRAIN_CHECKPOINT_INSTANCES(float)
+TPTRAIN_CHECKPOINT_INSTANCES(kx::bf16)
+TPTRAIN_CHECKPOINT_INSTANCES(kx::fp16)
+#undef TPTRAIN_CHECKPOINT_INSTANCES
 
 }  // namespace tptrain::train

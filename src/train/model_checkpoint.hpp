@@ -50,10 +50,12 @@ std::vector<io::Hyperslab> slabs_of(const model::Parameter<T>& p) {
 }
 
 // Weights (and optionally AdamW moments) of a model as checkpoint tensors, with the host
-// buffers they are written from / read into.
+// buffers they are written from / read into: always fp32, the optimizer's master weights
+// (Parameter::master, the weights themselves in an fp32 run), whatever the compute precision.
 class CheckpointTensors {
  public:
-  CheckpointTensors(model::GptModel<float>& m, const parallel::Topology& topo, bool with_moments);
+  template <class T>
+  CheckpointTensors(model::GptModel<T>& m, const parallel::Topology& topo, bool with_moments);
   std::vector<io::TensorShard>& shards() { return shards_; }
   void download();  // device -> host buffers
   void upload();    // host buffers -> device
@@ -61,7 +63,8 @@ class CheckpointTensors {
   std::string first_non_finite() const;
 
  private:
-  void add(const std::string& name, const model::Parameter<float>& p, const kernels::Vector<float>& v, bool writer);
+  template <class T>
+  void add(const std::string& name, const model::Parameter<T>& p, const kernels::Vector<float>& v, bool writer);
   std::vector<io::TensorShard> shards_;
   std::vector<Kokkos::View<float*, Kokkos::HostSpace>> host_;
   std::vector<kernels::Vector<float>> device_;
@@ -78,15 +81,20 @@ std::map<std::string, std::vector<std::uint64_t>> checkpoint_datasets(const mode
 std::string checkpoint_path(const std::string& dir, std::int64_t step);
 
 // Collective over the world: weights, moments and metadata of `step`. Refuses (AgreedError on
-// every rank) non-finite weights or moments.
-void save_checkpoint(model::GptModel<float>& model, const io::Deck& deck, const parallel::Topology& topo,
-                     std::int64_t step, std::int64_t tokens_seen);
+// every rank) non-finite weights or moments. `train_state`: more /train attributes that exact
+// resumption needs (the fp16 loss scaler's state).
+template <class T>
+void save_checkpoint(model::GptModel<T>& model, const io::Deck& deck, const parallel::Topology& topo,
+                     std::int64_t step, std::int64_t tokens_seen,
+                     const std::map<std::string, std::int64_t>& train_state = {});
 
 // Collective: this rank's shard of every weight — and with `with_moments` of the AdamW
 // moments — from any checkpoint, whatever layout wrote it (resharding). Throws (the same on
 // every rank) when the checkpoint's model (layers, heads, hidden, ffn_hidden, vocab_size,
 // seq_length in its deck) differs from `model`'s, or when it holds non-finite values.
-io::CheckpointMeta load_weights(model::GptModel<float>& model, const parallel::Topology& topo,
+// The fp32 master weights are read; a bf16/fp16 model then rounds its compute copy from them.
+template <class T>
+io::CheckpointMeta load_weights(model::GptModel<T>& model, const parallel::Topology& topo,
                                 const std::string& path, bool with_moments = false);
 
 // The newest complete checkpoint (step_<8 or more digits>.h5; never a .tmp) in `dir`, or "" if

@@ -2,6 +2,10 @@
 // global gradient norm used for clipping. The training step runs BucketOptimizer: one norm
 // kernel and one AdamW kernel (with the clipping factor folded in) per flat parameter bucket.
 // The per-parameter functions below are the reference it is tested against.
+// Mixed precision: AdamW updates the fp32 master weights with fp32 moments and gradients, then
+// the compute copy is rounded from the master (round to nearest even; no stochastic rounding:
+// with an fp32 master the rounding error never accumulates in the weights, so the unbiasedness
+// stochastic rounding buys is not needed, and results stay bitwise reproducible).
 #pragma once
 
 #include <cmath>
@@ -55,7 +59,8 @@ double global_grad_norm(const kx::ExecSpace& exec, const std::vector<model::Para
 }
 
 template <class T>
-void scale_gradients(const kx::ExecSpace& exec, const std::vector<model::Parameter<T>*>& params, T factor) {
+void scale_gradients(const kx::ExecSpace& exec, const std::vector<model::Parameter<T>*>& params,
+                     kx::acc_t<T> factor) {
   for (model::Parameter<T>* p : params) kernels::scale(exec, p->dv(), factor);
 }
 
@@ -64,11 +69,13 @@ void scale_gradients(const kx::ExecSpace& exec, const std::vector<model::Paramet
 template <class T>
 void adamw_step(const kx::ExecSpace& exec, const std::vector<model::Parameter<T>*>& params,
                 const AdamWConfig& c, double lr, std::int64_t step) {
+  using Acc = kx::acc_t<T>;
   for (model::Parameter<T>* p : params) {
-    kernels::adamw_update(exec, p->v(), p->dv(),
-                          kernels::VectorUnmanaged<T>(p->exp_avg.data(), p->local_size()),
-                          kernels::VectorUnmanaged<T>(p->exp_avg_sq.data(), p->local_size()), lr,
+    kernels::adamw_update(exec, p->master_v(), p->dv(),
+                          kernels::VectorUnmanaged<Acc>(p->exp_avg.data(), p->local_size()),
+                          kernels::VectorUnmanaged<Acc>(p->exp_avg_sq.data(), p->local_size()), lr,
                           c.beta1, c.beta2, c.eps, p->weight_decay ? c.weight_decay : 0.0, step);
+    if constexpr (model::Parameter<T>::has_master_copy) kernels::convert(exec, p->master_v(), p->v());
   }
 }
 
@@ -112,14 +119,17 @@ class BucketOptimizer {
     return std::sqrt(parallel::all_reduce_scalar(pp, sharded + replicated, parallel::ReduceOp::sum));
   }
 
-  // AdamW on every bucket with the gradients scaled by `grad_scale` (the clipping factor; the
-  // gradient buffers themselves are left as they are). step: 1-based.
-  void step(const kx::ExecSpace& exec, const AdamWConfig& c, double lr, std::int64_t step, T grad_scale) {
+  // AdamW on every bucket's master weights with the gradients scaled by `grad_scale` (the
+  // clipping factor, and 1/loss scale with fp16; the gradient buffers themselves are left as they
+  // are), then the compute copy rounded from the master. step: 1-based.
+  void step(const kx::ExecSpace& exec, const AdamWConfig& c, double lr, std::int64_t step, float grad_scale) {
     auto& buckets = model_.buckets();
-    for (std::size_t b = 0; b < buckets.size(); ++b)
-      kernels::bucket_adamw_update(exec, buckets[b].values, buckets[b].flat, buckets[b].exp_avg,
+    for (std::size_t b = 0; b < buckets.size(); ++b) {
+      kernels::bucket_adamw_update(exec, buckets[b].master, buckets[b].flat, buckets[b].exp_avg,
                                    buckets[b].exp_avg_sq, segments_[b], lr, c.beta1, c.beta2, c.eps,
-                                   c.weight_decay, step, grad_scale);
+                                   c.weight_decay, step, kx::acc_t<T>(grad_scale));
+      if constexpr (model::Parameter<T>::has_master_copy) kernels::convert(exec, buckets[b].master, buckets[b].values);
+    }
   }
 
  private:

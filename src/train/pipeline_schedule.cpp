@@ -174,23 +174,25 @@ std::string simulate_pipeline(Schedule schedule, int stages, int micro_batches) 
 }
 
 StageMemory stage_memory(Schedule schedule, int stage, int stages, int micro_batches, std::int64_t tokens,
-                         int hidden, std::size_t activation_bytes) {
+                         int hidden, std::size_t activation_bytes, std::size_t element_bytes) {
   StageMemory m;
   m.in_flight = peak_in_flight(pipeline_ops(schedule, stage, stages, micro_batches));
   if (stage > 0)
     m.stored_inputs = static_cast<std::size_t>(m.in_flight) * static_cast<std::size_t>(tokens) *
-                      static_cast<std::size_t>(hidden) * sizeof(float);
+                      static_cast<std::size_t>(hidden) * element_bytes;
   m.activation_set = activation_bytes;
   return m;
 }
 
-PipelineRunner::PipelineRunner(Model& model, parallel::Communicator& pp, Schedule schedule)
+template <class T>
+PipelineRunner<T>::PipelineRunner(model::GptModel<T>& model, parallel::Communicator& pp, Schedule schedule)
     : model_(model), pp_(pp), schedule_(schedule) {
   if (pp.size() != model.stage().size || pp.rank() != model.stage().rank)
     throw std::logic_error("tptrain: PipelineRunner: the model is not the stage of this rank in the PP group");
 }
 
-int PipelineRunner::acquire_slot() {
+template <class T>
+int PipelineRunner<T>::acquire_slot() {
   if (free_.empty()) {
     free_.push_back(static_cast<int>(stash_.size()));
     stash_.emplace_back("pipeline.stored_input", model_.tokens(), model_.shape().hidden);
@@ -201,7 +203,8 @@ int PipelineRunner::acquire_slot() {
   return slot;
 }
 
-void PipelineRunner::forward(const kx::ExecSpace& exec, int m, const std::function<const DeviceBatch&(int)>& batch,
+template <class T>
+void PipelineRunner<T>::forward(const kx::ExecSpace& exec, int m, const std::function<const DeviceBatch&(int)>& batch,
                              bool count_loss) {
   if (!model_.is_first_stage()) {
     const auto slot = static_cast<std::size_t>(slot_of_[static_cast<std::size_t>(m)]);
@@ -216,7 +219,8 @@ void PipelineRunner::forward(const kx::ExecSpace& exec, int m, const std::functi
   resident_ = m;
 }
 
-double PipelineRunner::run(const kx::ExecSpace& exec, int micro_batches, float scale,
+template <class T>
+double PipelineRunner<T>::run(const kx::ExecSpace& exec, int micro_batches, float scale,
                            const std::function<const DeviceBatch&(int)>& batch,
                            const std::function<void(int, std::size_t)>& bucket_done) {
   const std::vector<PipelineOp> ops = pipeline_ops(schedule_, model_.stage().rank, model_.stage().size, micro_batches);
@@ -283,7 +287,8 @@ double PipelineRunner::run(const kx::ExecSpace& exec, int micro_batches, float s
   return loss_sum;
 }
 
-void GradientReducer::launch(const kx::ExecSpace& exec, std::size_t bucket) {
+template <class T>
+void GradientReducer<T>::launch(const kx::ExecSpace& exec, std::size_t bucket) {
   auto& buckets = model_.buckets();
   if (launched_.size() != buckets.size()) launched_.assign(buckets.size(), false);
   if (launched_[bucket]) return;
@@ -296,16 +301,18 @@ void GradientReducer::launch(const kx::ExecSpace& exec, std::size_t bucket) {
   Kokkos::Profiling::popRegion();
   pending_bucket_.push_back(bucket);
   ++stats_.messages;
-  stats_.bytes += buckets[bucket].flat.span() * sizeof(float);
+  stats_.bytes += buckets[bucket].flat.span() * sizeof(kx::acc_t<T>);
   progress();
 }
 
 
-void GradientReducer::progress() {
+template <class T>
+void GradientReducer<T>::progress() {
   if (!pending_.empty()) parallel::progress(dp_);
 }
 
-void GradientReducer::finish(const kx::ExecSpace& exec) {
+template <class T>
+void GradientReducer<T>::finish(const kx::ExecSpace& exec) {
   using clock = std::chrono::steady_clock;
   const auto start = clock::now();
   for (std::size_t b = 0; b < model_.buckets().size(); ++b) launch(exec, b);
@@ -321,5 +328,12 @@ void GradientReducer::finish(const kx::ExecSpace& exec) {
   launched_.assign(model_.buckets().size(), false);
   ++stats_.steps;
 }
+
+template class PipelineRunner<float>;
+template class PipelineRunner<kx::bf16>;
+template class PipelineRunner<kx::fp16>;
+template class GradientReducer<float>;
+template class GradientReducer<kx::bf16>;
+template class GradientReducer<kx::fp16>;
 
 }  // namespace tptrain::train

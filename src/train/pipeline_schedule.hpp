@@ -35,7 +35,7 @@
 
 namespace tptrain::train {
 
-using Model = model::GptModel<float>;
+using Model = model::GptModel<float>;  // the fp32 model (tests, reference runs)
 
 enum class Schedule { one_f_one_b, all_forward_all_backward };
 const char* schedule_name(Schedule s);
@@ -81,7 +81,8 @@ struct StageMemory {
   std::size_t total() const { return stored_inputs + activation_set; }
 };
 StageMemory stage_memory(Schedule schedule, int stage, int stages, int micro_batches,
-                         std::int64_t tokens, int hidden, std::size_t activation_bytes);
+                         std::int64_t tokens, int hidden, std::size_t activation_bytes,
+                         std::size_t element_bytes = sizeof(float));
 
 struct PipelineStats {
   int stored_inputs_peak = 0;  // stage-input buffers allocated (peak in flight, non-first stages)
@@ -89,10 +90,11 @@ struct PipelineStats {
   double p2p_wait_s = 0;       // time in communication ops (includes the pipeline bubble)
 };
 
-// Executes a schedule on one stage.
+// Executes a schedule on one stage (T: the model's storage type; stage tensors travel in it).
+template <class T>
 class PipelineRunner {
  public:
-  PipelineRunner(Model& model, parallel::Communicator& pp, Schedule schedule);
+  PipelineRunner(model::GptModel<T>& model, parallel::Communicator& pp, Schedule schedule);
 
   // Forward and backward of micro-batches 0..M-1 with loss scale `scale`. `batch(m)` returns the
   // tokens/targets of micro-batch m (asked for on the first and last stage only; it may return
@@ -112,10 +114,10 @@ class PipelineRunner {
   void forward(const kx::ExecSpace& exec, int m, const std::function<const DeviceBatch&(int)>& batch, bool count_loss);
   int acquire_slot();
 
-  Model& model_;
+  model::GptModel<T>& model_;
   parallel::Communicator& pp_;
   Schedule schedule_;
-  std::vector<kernels::Matrix<float>> stash_;  // stored stage inputs [N, H]
+  std::vector<kernels::Matrix<T>> stash_;  // stored stage inputs [N, H]
   std::vector<int> free_;                      // free stash slots
   std::vector<int> slot_of_;                   // micro-batch -> stash slot
   int resident_ = -1;                          // micro-batch whose activations the layers hold
@@ -134,12 +136,13 @@ class PipelineRunner {
 // starts the request and advances it between buckets (progress). Times how long the step
 // spends on the reduction after the backward (the part not hidden behind it; on NCCL only the
 // host's share, since the waiting moves to the device).
+template <class T>
 class GradientReducer {
  public:
   // The Kokkos region around each all-reduce start (what Kokkos Tools see).
   static constexpr const char* launch_region_name = "tptrain::dp_all_reduce_start";
 
-  GradientReducer(Model& model, parallel::Communicator& dp) : model_(model), dp_(dp) {}
+  GradientReducer(model::GptModel<T>& model, parallel::Communicator& dp) : model_(model), dp_(dp) {}
   void launch(const kx::ExecSpace& exec, std::size_t bucket);
   void progress();  // let MPI advance the pending reductions
   // After the backward: launches every bucket not launched yet, waits for all of them.
@@ -154,7 +157,7 @@ class GradientReducer {
   const Stats& stats() const { return stats_; }
 
  private:
-  Model& model_;
+  model::GptModel<T>& model_;
   parallel::Communicator& dp_;
   std::vector<parallel::Request> pending_;
   std::vector<std::size_t> pending_bucket_;

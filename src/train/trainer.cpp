@@ -10,6 +10,7 @@
 #include "src/log.hpp"
 #include "src/parallel/agreement.hpp"
 #include "src/train/model_checkpoint.hpp"
+#include "src/train/precision_dispatch.hpp"
 #include "src/train/training_run.hpp"
 
 namespace tptrain::train {
@@ -27,9 +28,8 @@ std::string format_duration(double seconds) {
   return s >= 3600 ? fmt::format("{}h{:02}m", s / 3600, s / 60 % 60) : fmt::format("{}m{:02}s", s / 60, s % 60);
 }
 
-}  // namespace
-
-int run_training(const io::Deck& deck, const parallel::Topology& topo) {
+template <class T>
+int train_as(const io::Deck& deck, const parallel::Topology& topo) {
   const auto& tc = deck.training;
   // Before any work: the output directories are writable, so that hours of training never end
   // in a checkpoint that cannot be written. Rank 0 creates them and owns them for the run; then
@@ -45,8 +45,8 @@ int run_training(const io::Deck& deck, const parallel::Topology& topo) {
     if (topo.world_rank() != 0) io::prepare_writable_directory(deck.checkpoint.dir, "checkpoint.dir");
   });
 
-  std::unique_ptr<TrainingRun> run;
-  on_every_rank(topo.world(), [&] { run = std::make_unique<TrainingRun>(deck, topo); });
+  std::unique_ptr<TrainingRun<T>> run;
+  on_every_rank(topo.world(), [&] { run = std::make_unique<TrainingRun<T>>(deck, topo); });
 
   const model::GptShape shape = run->model().shape();
   std::int64_t params = 0;  // logical elements, each counted once (sum over the pipeline stages)
@@ -81,6 +81,7 @@ int run_training(const io::Deck& deck, const parallel::Topology& topo) {
       io::CheckpointMeta meta;
       on_every_rank(topo.world(), [&] { meta = load_weights(run->model(), topo, latest, true); });
       first_step = meta.step;
+      run->restore_train_state(meta.train);
       log::infof("resuming from {} (step {}, written with tensor {} x pipeline {} x data {})", latest, meta.step,
                  meta.tp, meta.pp, meta.dp);
       const auto seed = meta.train.find("seed");
@@ -105,12 +106,18 @@ int run_training(const io::Deck& deck, const parallel::Topology& topo) {
   const auto start = std::chrono::steady_clock::now();
   auto window_start = start;
   std::int64_t window_tokens = 0;
+  std::int64_t skipped = 0;  // fp16 steps skipped since the last metrics line
   for (std::int64_t step = first_step; step < tc.steps; ++step) {
     // Not agreed on: a step is full of collectives, so a failure on some ranks only (one that
     // is not an AgreedError, like a non-finite loss) cannot wait for an agreement; the top level
     // aborts the job on it.
     const StepResult r = run->step(step);
     window_tokens += run->tokens_per_step();
+    if (r.skipped) {
+      ++skipped;
+      log::infof("step {}: fp16 gradients overflowed at loss scale {:g}: step skipped, the loss scale is now {:g}",
+                 step + 1, r.loss_scale, run->loss_scaler()->scale());
+    }
 
     const bool last = step + 1 == tc.steps;
     const bool log_now = (step + 1) % tc.log_interval == 0 || step == 0 || last;
@@ -123,9 +130,16 @@ int run_training(const io::Deck& deck, const parallel::Topology& topo) {
       const double elapsed = std::chrono::duration<double>(now - start).count();
       const double eta =
           elapsed / static_cast<double>(step + 1 - first_step) * static_cast<double>(tc.steps - step - 1);
-      io::MetricsRecord rec{step + 1, r.loss, r.lr, r.grad_norm, tok_s, std::nullopt};
-      std::string line = fmt::format("step {:>6}/{} | loss {:.4f} | lr {:.3e} | grad norm {:.3f} | {:.0f} tok/s | ETA {}",
-                                     step + 1, tc.steps, r.loss, r.lr, r.grad_norm, tok_s, format_duration(eta));
+      io::MetricsRecord rec{step + 1, r.loss, r.lr, r.grad_norm, tok_s, std::nullopt, std::nullopt, std::nullopt};
+      const std::string norm = r.skipped ? std::string("overflow") : fmt::format("{:.3f}", r.grad_norm);
+      std::string line = fmt::format("step {:>6}/{} | loss {:.4f} | lr {:.3e} | grad norm {} | {:.0f} tok/s | ETA {}",
+                                     step + 1, tc.steps, r.loss, r.lr, norm, tok_s, format_duration(eta));
+      if (run->loss_scaler() != nullptr) {
+        rec.loss_scale = r.loss_scale;
+        rec.skipped = skipped;
+        line += fmt::format(" | loss scale {:g} | skipped {}", r.loss_scale, skipped);
+        skipped = 0;
+      }
       if (eval_now) {
         rec.eval_loss = run->evaluate();
         line += fmt::format(" | eval loss {:.4f}", *rec.eval_loss);
@@ -137,7 +151,7 @@ int run_training(const io::Deck& deck, const parallel::Topology& topo) {
     }
     const bool checkpoint_now = last || (deck.checkpoint.interval > 0 && (step + 1) % deck.checkpoint.interval == 0);
     if (checkpoint_now) {
-      save_checkpoint(run->model(), deck, topo, step + 1, (step + 1) * run->tokens_per_step());
+      save_checkpoint(run->model(), deck, topo, step + 1, (step + 1) * run->tokens_per_step(), run->train_state());
       prune_checkpoints(topo.world(), deck.checkpoint.dir, deck.checkpoint.keep);
     }
   }
@@ -159,8 +173,10 @@ int run_training(const io::Deck& deck, const parallel::Topology& topo) {
   return 0;
 }
 
-int run_eval(const io::Deck& deck, const parallel::Topology& topo, const std::string& checkpoint,
-             const std::string& data_path, int windows) {
+template <class T>
+int eval_as(const io::Deck& deck, const parallel::Topology& topo, const std::string& checkpoint,
+            const std::string& data_path, int windows) {
+  using Model = model::GptModel<T>;
   const model::GptShape shape = shape_of(deck);
   const std::string path = data_path.empty() ? deck.data.valid : data_path;
   std::unique_ptr<data::TokenDataset> data;
@@ -189,8 +205,10 @@ int run_eval(const io::Deck& deck, const parallel::Topology& topo, const std::st
   return 0;
 }
 
-int run_generate(const io::Deck& deck, const parallel::Topology& topo, const std::string& checkpoint,
-                 const SampleOptions& o) {
+template <class T>
+int generate_as(const io::Deck& deck, const parallel::Topology& topo, const std::string& checkpoint,
+                const SampleOptions& o) {
+  using Model = model::GptModel<T>;
   const model::GptShape shape = shape_of(deck);
   const kx::ExecSpace exec;
   std::unique_ptr<Model> model_ptr;
@@ -208,7 +226,7 @@ int run_generate(const io::Deck& deck, const parallel::Topology& topo, const std
           fmt::format("the prompt has byte {} but the model's vocabulary has {} tokens", t, shape.vocab_size));
   const int S = shape.seq_length;
   DeviceBatch batch(S);
-  kernels::Vector<float> row("generate.row", shape.local_vocab()), full("generate.full", shape.padded_vocab());
+  kernels::Vector<T> row("generate.row", shape.local_vocab()), full("generate.full", shape.padded_vocab());
   std::mt19937_64 rng(o.seed);  // same seed on every rank: every rank draws the same token
   // Streamed as it comes: a long sample shows progress, and a killed run keeps what it made.
   log::stream(o.prompt);
@@ -248,6 +266,26 @@ int run_generate(const io::Deck& deck, const parallel::Topology& topo, const std
   }
   log::stream("\n");
   return 0;
+}
+
+}  // namespace
+
+// Each command runs the model in the deck's training.precision; checkpoints hold fp32 master
+// weights, so any of them evaluates or samples from any checkpoint.
+int run_training(const io::Deck& deck, const parallel::Topology& topo) {
+  return with_precision(deck.training.precision, [&](auto t) { return train_as<decltype(t)>(deck, topo); });
+}
+
+int run_eval(const io::Deck& deck, const parallel::Topology& topo, const std::string& checkpoint,
+             const std::string& data, int windows) {
+  return with_precision(deck.training.precision,
+                        [&](auto t) { return eval_as<decltype(t)>(deck, topo, checkpoint, data, windows); });
+}
+
+int run_generate(const io::Deck& deck, const parallel::Topology& topo, const std::string& checkpoint,
+                 const SampleOptions& options) {
+  return with_precision(deck.training.precision,
+                        [&](auto t) { return generate_as<decltype(t)>(deck, topo, checkpoint, options); });
 }
 
 }  // namespace tptrain::train

@@ -1,10 +1,13 @@
 #include "src/train/training_run.hpp"
 
 #include <cmath>
+#include <cstring>
+#include <type_traits>
 #include <fmt/format.h>
 
 #include "src/log.hpp"
 #include "src/parallel/agreement.hpp"
+#include "src/parallel/mpi_check.hpp"
 #include "src/util/phases.hpp"
 
 namespace tptrain::train {
@@ -29,7 +32,8 @@ void check_finite(std::int64_t step, double loss, double grad_norm) {
       "training.grad_clip)", step, loss, grad_norm));
 }
 
-double pipeline_forward(Model& model, parallel::Communicator& pp, const kx::ExecSpace& exec,
+template <class T>
+double pipeline_forward(model::GptModel<T>& model, parallel::Communicator& pp, const kx::ExecSpace& exec,
                         const kernels::Tokens& inputs, const kernels::Tokens* targets, std::int64_t count) {
   const int stage = pp.rank();
   if (!model.is_first_stage()) parallel::recv(pp, exec, model.stage_input(), stage - 1, 0);
@@ -44,7 +48,8 @@ double pipeline_forward(Model& model, parallel::Communicator& pp, const kx::Exec
 
 namespace {
 
-double evaluate_impl(Model& model, const data::TokenDataset& data, std::int64_t windows,
+template <class T>
+double evaluate_impl(model::GptModel<T>& model, const data::TokenDataset& data, std::int64_t windows,
                      parallel::Communicator* pp) {
   const kx::ExecSpace exec;
   const int S = model.shape().seq_length;
@@ -68,13 +73,16 @@ double evaluate_impl(Model& model, const data::TokenDataset& data, std::int64_t 
 
 }  // namespace
 
-double evaluate(Model& model, const data::TokenDataset& data, std::int64_t windows) {
+template <class T>
+double evaluate(model::GptModel<T>& model, const data::TokenDataset& data, std::int64_t windows) {
   if (model.stage().size != 1)
     throw std::logic_error("tptrain: evaluate: a pipeline stage needs its PP group");
   return evaluate_impl(model, data, windows, nullptr);
 }
 
-double evaluate(Model& model, const data::TokenDataset& data, std::int64_t windows, parallel::Communicator& pp) {
+template <class T>
+double evaluate(model::GptModel<T>& model, const data::TokenDataset& data, std::int64_t windows,
+                parallel::Communicator& pp) {
   return evaluate_impl(model, data, windows, &pp);
 }
 
@@ -85,7 +93,8 @@ std::unique_ptr<data::TokenDataset> open_data(const std::string& path, int vocab
 }
 }  // namespace
 
-TrainingRun::TrainingRun(const io::Deck& deck, const parallel::Topology& topo, RunOptions options)
+template <class T>
+TrainingRun<T>::TrainingRun(const io::Deck& deck, const parallel::Topology& topo, RunOptions options)
     : deck_(deck),
       topo_(topo),
       options_(options),
@@ -111,6 +120,11 @@ TrainingRun::TrainingRun(const io::Deck& deck, const parallel::Topology& topo, R
   if (valid_)
     eval_windows_ = std::min<std::int64_t>(deck.training.eval_windows,
                                            static_cast<std::int64_t>(valid_->num_windows(deck.model.seq_length)));
+  if constexpr (std::is_same<T, kx::fp16>::value) {
+    const auto& t = deck.training;
+    scaler_.emplace(LossScalerConfig{t.loss_scale_initial, t.loss_scale_growth_factor, t.loss_scale_backoff_factor,
+                                     t.loss_scale_window, t.loss_scale_hysteresis, t.loss_scale_min});
+  }
   const int P = topo.layout().pipeline;
   if (micro_batches() < P && topo.world_rank() == 0)
     log::warning(fmt::format("{} micro-batch{} per step on {} pipeline stages: most stages idle most of the time "
@@ -118,28 +132,48 @@ TrainingRun::TrainingRun(const io::Deck& deck, const parallel::Topology& topo, R
                              micro_batches(), micro_batches() == 1 ? "" : "es", P, P));
 }
 
-StageMemory TrainingRun::memory() const {
+template <class T>
+StageMemory TrainingRun<T>::memory() const {
   return stage_memory(pipeline_.schedule(), topo_.coords().pp, topo_.layout().pipeline, micro_batches(),
-                      model_.tokens(), model_.shape().hidden, model_.activation_bytes());
+                      model_.tokens(), model_.shape().hidden, model_.activation_bytes(), sizeof(T));
 }
 
-std::string TrainingRun::memory_report() const {
+template <class T>
+ParameterMemory TrainingRun<T>::parameter_memory() const {
+  ParameterMemory m;
+  const auto bytes = [](const auto& v) { return v.span() * sizeof(typename std::decay_t<decltype(v)>::value_type); };
+  for (const auto& b : model_.buckets()) {
+    m.parameters += static_cast<std::int64_t>(b.values.extent(0));
+    m.weight += bytes(b.values);
+    if constexpr (model::Parameter<T>::has_master_copy) m.master += bytes(b.master);
+    m.gradient += bytes(b.flat);
+    m.optimizer += bytes(b.exp_avg) + bytes(b.exp_avg_sq);
+  }
+  return m;
+}
+
+template <class T>
+std::string TrainingRun<T>::memory_report() const {
   constexpr double MiB = 1 << 20;
-  std::size_t params = 0;
-  for (const auto* p : parameters_) params += static_cast<std::size_t>(p->local_size());
+  const ParameterMemory pm = parameter_memory();
+  const auto per = [&](std::size_t bytes) { return static_cast<double>(bytes) / static_cast<double>(pm.parameters); };
   const auto& ws = model_.workspace();
   const StageMemory stage = memory();
   return fmt::format(
-      "memory of this rank: {:.1f} MiB parameters (values, gradients, AdamW moments: 4 x {:.1f}); "
-      "{:.1f} MiB activations and scratch: {:.1f} saved for backward, {:.1f} stage tensors, {:.1f} scratch "
-      "shared by all layers{}",
-      4.0 * params * sizeof(float) / MiB, params * sizeof(float) / MiB, ws.total_bytes() / MiB,
+      "memory of this rank: {:.1f} MiB for {} parameters, {:g} bytes each ({} weights {:g}{}, fp32 gradients {:g}, "
+      "AdamW moments {:g}); {:.1f} MiB activations and scratch: {:.1f} saved for backward, {:.1f} stage tensors, "
+      "{:.1f} scratch shared by all layers{}",
+      pm.total() / MiB, pm.parameters, pm.per_parameter(), kx::precision_name<T>(), per(pm.weight),
+      pm.master > 0 ? fmt::format(", fp32 master {:g}", per(pm.master)) : std::string(), per(pm.gradient),
+      per(pm.optimizer),
+      ws.total_bytes() / MiB,
       ws.bytes(model::BufferCategory::activation) / MiB, ws.bytes(model::BufferCategory::stage) / MiB,
       ws.bytes(model::BufferCategory::scratch) / MiB,
       stage.stored_inputs > 0 ? fmt::format("; {:.1f} MiB stored pipeline inputs", stage.stored_inputs / MiB) : "");
 }
 
-double TrainingRun::compute_gradients(std::int64_t step) {
+template <class T>
+double TrainingRun<T>::compute_gradients(std::int64_t step) {
   const kx::ExecSpace exec;
   {
     util::PhaseScope phase(util::Phase::optimizer);
@@ -147,7 +181,10 @@ double TrainingRun::compute_gradients(std::int64_t step) {
   }
   // Gradients of the mean loss over the GLOBAL batch: every token's loss weighs 1/(B_global S),
   // so summing the data-parallel ranks' gradients gives the full gradient.
-  const float scale = 1.0f / static_cast<float>(tokens_per_step_);
+  // fp16: the loss is multiplied by the loss scale, so that small activation gradients stay
+  // above fp16's smallest normal; the optimizer divides it out (a power of two: exact).
+  const float scale = 1.0f / static_cast<float>(tokens_per_step_) *
+                      static_cast<float>(scaler_ ? scaler_->scale() : 1.0);
   const int M = micro_batches();
   int loaded = -1;
   const auto batch = [&](int m) -> const DeviceBatch& {
@@ -184,25 +221,96 @@ double TrainingRun::compute_gradients(std::int64_t step) {
   return loss_sum / static_cast<double>(tokens_per_step_);
 }
 
-StepResult TrainingRun::step(std::int64_t step) {
-  const kx::ExecSpace exec;
+template <class T>
+StepResult TrainingRun<T>::step(std::int64_t step) {
   util::PhaseScope step_phase(util::Phase::other);  // what no inner phase claims
+  const double loss = compute_gradients(step);
+  return update(step, loss);
+}
+
+template <class T>
+StepResult TrainingRun<T>::update(std::int64_t step, double loss) {
+  const kx::ExecSpace exec;
   StepResult r;
-  r.loss = compute_gradients(step);
+  r.loss = loss;
   util::PhaseScope phase(util::Phase::optimizer);
   r.grad_norm = optimizer_.grad_norm(exec, topo_.tp(), topo_.pp());
+  r.lr = schedule_.at(step);
+  if (scaler_) {
+    r.loss_scale = scaler_->scale();
+    // An overflow anywhere skips the step everywhere. The norm already agrees across ranks for
+    // an overflow in a sharded tensor before the DP reduction; a replicated tensor's squares are
+    // not summed over TP, and DP replicas do not reduce the norm: one flag over the world.
+    int overflow_flag = std::isfinite(r.grad_norm) ? 0 : 1;
+    TPTRAIN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &overflow_flag, 1, MPI_INT, MPI_MAX, topo_.world()));
+    const bool overflow = overflow_flag != 0;
+    if (overflow && r.loss_scale <= deck_.training.loss_scale_min)
+      throw parallel::AgreedError(fmt::format(
+          "step {}: the fp16 gradients overflow even at the smallest loss scale (training.loss_scale_min = {}): "
+          "stopping the run (try bf16, or a lower optimizer.lr)", step + 1, deck_.training.loss_scale_min));
+    scaler_->update(overflow);
+    if (overflow) {
+      r.skipped = true;
+      return r;
+    }
+    r.grad_norm /= r.loss_scale;
+  }
   check_finite(step + 1, r.loss, r.grad_norm);
   const double clip = deck_.training.grad_clip;
-  // As PyTorch's clip_grad_norm_, folded into AdamW's reading of the gradients.
-  const float grad_scale = clip > 0 && r.grad_norm > clip ? static_cast<float>(clip / (r.grad_norm + 1e-6)) : 1.0f;
-  r.lr = schedule_.at(step);
+  // As PyTorch's clip_grad_norm_, folded into AdamW's reading of the gradients (with the loss
+  // scale divided out).
+  const double clip_factor = clip > 0 && r.grad_norm > clip ? clip / (r.grad_norm + 1e-6) : 1.0;
+  const float grad_scale = static_cast<float>(clip_factor / r.loss_scale);
   optimizer_.step(exec, adamw_, r.lr, step + 1, grad_scale);
   return r;
 }
 
-double TrainingRun::evaluate() {
+template <class T>
+std::map<std::string, std::int64_t> TrainingRun<T>::train_state() const {
+  if (!scaler_) return {};
+  const LossScalerState s = scaler_->get_state();
+  std::int64_t bits = 0;  // the scale exactly: /train attributes are int64
+  static_assert(sizeof(bits) == sizeof(s.scale), "the loss scale is a double");
+  std::memcpy(&bits, &s.scale, sizeof bits);
+  return {{"loss_scale_bits", bits},
+          {"loss_scale_growth_tracker", s.growth_tracker},
+          {"loss_scale_hysteresis_tracker", s.hysteresis_tracker}};
+}
+
+template <class T>
+void TrainingRun<T>::restore_train_state(const std::map<std::string, std::int64_t>& saved) {
+  if (!scaler_) return;
+  const auto bits = saved.find("loss_scale_bits");
+  const auto growth = saved.find("loss_scale_growth_tracker");
+  const auto hysteresis = saved.find("loss_scale_hysteresis_tracker");
+  if (bits == saved.end() || growth == saved.end() || hysteresis == saved.end()) {
+    log::warning("the checkpoint holds no fp16 loss-scaler state (it was not written by an fp16 run): the loss "
+                 "scale starts again from training.loss_scale_initial");
+    return;
+  }
+  LossScalerState s = scaler_->get_state();
+  std::memcpy(&s.scale, &bits->second, sizeof s.scale);
+  s.growth_tracker = growth->second;
+  s.hysteresis_tracker = hysteresis->second;
+  scaler_->set_state(s);
+}
+
+template <class T>
+double TrainingRun<T>::evaluate() {
   if (!valid_ || eval_windows_ == 0) return std::nan("");
   return train::evaluate(model_, *valid_, eval_windows_, topo_.pp());
 }
+
+#define TPTRAIN_TRAINING_INSTANCES(T)                                                                        \
+  template class TrainingRun<T>;                                                                             \
+  template double evaluate(model::GptModel<T>&, const data::TokenDataset&, std::int64_t);                    \
+  template double evaluate(model::GptModel<T>&, const data::TokenDataset&, std::int64_t,                     \
+                           parallel::Communicator&);                                                         \
+  template double pipeline_forward(model::GptModel<T>&, parallel::Communicator&, const kx::ExecSpace&,       \
+                                   const kernels::Tokens&, const kernels::Tokens*, std::int64_t);
+TPTRAIN_TRAINING_INSTANCES(float)
+TPTRAIN_TRAINING_INSTANCES(kx::bf16)
+TPTRAIN_TRAINING_INSTANCES(kx::fp16)
+#undef TPTRAIN_TRAINING_INSTANCES
 
 }  // namespace tptrain::train

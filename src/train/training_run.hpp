@@ -4,8 +4,10 @@
 // drives it step by step (trainer.cpp); tests drive it directly.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <optional>
+#include <string>
 
 #include "io/deck.hpp"
 #include "src/data/batch_sampler.hpp"
@@ -13,6 +15,7 @@
 #include "src/model/gpt_model.hpp"
 #include "src/parallel/topology.hpp"
 #include "src/train/device_batch.hpp"
+#include "src/train/loss_scaler.hpp"
 #include "src/train/lr_schedule.hpp"
 #include "src/train/optimizer.hpp"
 #include "src/train/pipeline_schedule.hpp"
@@ -28,21 +31,37 @@ void check_finite(std::int64_t step, double loss, double grad_norm);
 // Mean loss over the first `windows` evaluation windows of `data` (docs/design.md, "Data": window j covers
 // tokens [j*S, j*S+S]), in batches of the model's micro-batch size. With a PP group, collective
 // over it: the activations go stage to stage and every stage returns the last stage's loss.
-double evaluate(Model& model, const data::TokenDataset& data, std::int64_t windows);
-double evaluate(Model& model, const data::TokenDataset& data, std::int64_t windows, parallel::Communicator& pp);
+template <class T>
+double evaluate(model::GptModel<T>& model, const data::TokenDataset& data, std::int64_t windows);
+template <class T>
+double evaluate(model::GptModel<T>& model, const data::TokenDataset& data, std::int64_t windows,
+                parallel::Communicator& pp);
 
 // Forward only through the pipeline (evaluation, generation), collective over `pp`: a
 // non-first stage receives its input from the previous stage, a non-last stage sends its
 // output to the next. The last stage leaves the local logits in model.local_logits() and,
 // with `targets`, returns the loss summed over the first `count` tokens (count < 0: all);
 // other stages return 0.
-double pipeline_forward(Model& model, parallel::Communicator& pp, const kx::ExecSpace& exec,
+template <class T>
+double pipeline_forward(model::GptModel<T>& model, parallel::Communicator& pp, const kx::ExecSpace& exec,
                         const kernels::Tokens& inputs, const kernels::Tokens* targets, std::int64_t count = -1);
 
 struct StepResult {
   double loss = 0;       // mean over the global batch
-  double grad_norm = 0;  // before clipping
+  double grad_norm = 0;  // before clipping (of the unscaled gradients)
   double lr = 0;
+  double loss_scale = 1;  // the scale this step's backward ran with (fp16; 1 otherwise)
+  bool skipped = false;   // fp16: the gradients overflowed, the weights were not updated
+};
+
+// This rank's parameter memory by category, read from the buffers the model allocated
+// (GradBucket). Megatron's accounting: bf16 without a distributed optimizer is 2 bytes of
+// weights + 4 of gradients + 4 of fp32 master + 8 of moments = 18 per parameter; fp32 is 16.
+struct ParameterMemory {
+  std::int64_t parameters = 0;  // local elements, the tied copy included
+  std::size_t weight = 0, master = 0, gradient = 0, optimizer = 0;  // bytes
+  std::size_t total() const { return weight + master + gradient + optimizer; }
+  double per_parameter() const { return parameters > 0 ? static_cast<double>(total()) / static_cast<double>(parameters) : 0.0; }
 };
 
 struct RunOptions {
@@ -55,15 +74,32 @@ struct RunOptions {
   std::int64_t synthetic_tokens = 0;
 };
 
+// T: the compute (storage) type of weights and activations, from training.precision: float,
+// kx::bf16 or kx::fp16 (master weights, gradients and moments are fp32 in every case).
+template <class T = float>
 class TrainingRun {
  public:
+  using Model = model::GptModel<T>;
+
   // Opens the data (throws data::DataError) and builds the model shard of this rank (its
   // pipeline stage). No communication. Warns (rank 0) when there are fewer micro-batches than
   // pipeline stages.
   TrainingRun(const io::Deck& deck, const parallel::Topology& topo, RunOptions options = {});
 
-  // Optimizer step `step` (0-based): compute_gradients, global norm, clipping, AdamW.
+  // Optimizer step `step` (0-based): compute_gradients, then update.
   StepResult step(std::int64_t step);
+  // The optimizer half of step `step`, once compute_gradients has left the step's gradients
+  // (`loss`: what it returned): global norm, clipping, AdamW. With fp16 the loss was scaled by
+  // the dynamic loss scaler; a step whose gradients hold Inf/NaN on any rank is skipped on every
+  // rank (weights and moments untouched) and the scaler told.
+  StepResult update(std::int64_t step, double loss);
+
+  // What exact resumption needs besides weights and moments, as /train checkpoint attributes
+  // (the fp16 loss scaler's state; empty otherwise), and its restoration.
+  std::map<std::string, std::int64_t> train_state() const;
+  void restore_train_state(const std::map<std::string, std::int64_t>& saved);
+  // The loss scaler of an fp16 run (nullptr otherwise).
+  const DynamicLossScaler* loss_scaler() const { return scaler_ ? &*scaler_ : nullptr; }
 
   // Zeroes the gradients, runs the pipeline schedule over this data-parallel rank's
   // micro-batches (forward and backward; data order as with one rank), averages the gradients
@@ -79,10 +115,11 @@ class TrainingRun {
   Model& model() { return model_; }
   std::int64_t tokens_per_step() const { return tokens_per_step_; }
   int micro_batches() const { return sampler_->micro_batches_per_step(); }
-  PipelineRunner& pipeline() { return pipeline_; }
-  const GradientReducer::Stats& reduction_stats() const { return reducer_.stats(); }
+  PipelineRunner<T>& pipeline() { return pipeline_; }
+  const typename GradientReducer<T>::Stats& reduction_stats() const { return reducer_.stats(); }
   // Activation memory of this stage under its schedule.
   StageMemory memory() const;
+  ParameterMemory parameter_memory() const;
   // This rank's memory in words: parameters with their gradients and AdamW moments, then the
   // workspace by category (model::Workspace) and the stored pipeline inputs.
   std::string memory_report() const;
@@ -94,15 +131,16 @@ class TrainingRun {
   std::unique_ptr<data::TokenDataset> train_, valid_;
   std::unique_ptr<data::BatchSampler> sampler_;
   Model model_;
-  std::vector<model::Parameter<float>*> parameters_;         // of this stage, tied copy included
+  std::vector<model::Parameter<T>*> parameters_;             // of this stage, tied copy included
   LrSchedule schedule_;
   AdamWConfig adamw_;
   DeviceBatch batch_;
-  PipelineRunner pipeline_;
-  GradientReducer reducer_;
-  BucketOptimizer<float> optimizer_;
+  PipelineRunner<T> pipeline_;
+  GradientReducer<T> reducer_;
+  BucketOptimizer<T> optimizer_;
   std::int64_t tokens_per_step_ = 0;
   std::int64_t eval_windows_ = 0;
+  std::optional<DynamicLossScaler> scaler_;  // fp16 only
 };
 
 }  // namespace tptrain::train

@@ -46,12 +46,13 @@ void randomise(model::GptModel<T>& m, float stddev, std::uint64_t seed) {
 
 // The full logical tensor (saved rows only) of a parameter's value or gradient, on every rank
 // of the TP group: each rank places its elements at their logical positions, replicated
-// tensors come from TP rank 0 only, and a sum over the group assembles the whole.
-template <class T>
-std::vector<double> logical(const model::Parameter<T>& p, bool gradient, parallel::Communicator& tp) {
+// tensors come from TP rank 0 only, and a sum over the group assembles the whole. `v`: one of
+// p's buffers (value, master, grad, a moment).
+template <class T, class V>
+std::vector<double> logical_of(const model::Parameter<T>& p, const V& v, parallel::Communicator& tp) {
   const std::int64_t cols_global = p.shape.size() > 1 ? p.shape[1] : 1;
   std::vector<double> full(static_cast<std::size_t>(p.saved_rows * cols_global), 0.0);
-  auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), gradient ? p.grad : p.value);
+  auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), v);
   if (!p.replicated() || tp.rank() == 0) {
     for (std::int64_t r = 0; r < p.rows(); ++r)
       for (std::int64_t c = 0; c < p.cols(); ++c) {
@@ -64,6 +65,10 @@ std::vector<double> logical(const model::Parameter<T>& p, bool gradient, paralle
   }
   MPI_Allreduce(MPI_IN_PLACE, full.data(), static_cast<int>(full.size()), MPI_DOUBLE, MPI_SUM, tp.mpi_comm());
   return full;
+}
+template <class T>
+std::vector<double> logical(const model::Parameter<T>& p, bool gradient, parallel::Communicator& tp) {
+  return gradient ? logical_of(p, p.grad, tp) : logical_of(p, p.value, tp);
 }
 
 // Tokens and targets of a [B, S] batch drawn from `seed`.

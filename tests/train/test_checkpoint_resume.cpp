@@ -20,16 +20,15 @@ std::string checkpoint_section(const std::string& dir) {
 }
 
 // Logical values of every weight (and moments) of a run, for comparisons across layouts.
-std::vector<std::vector<double>> logical_state(train::Model& m, parallel::Communicator& tp, bool moments) {
+// Logical fp32 master weights (the weights of an fp32 run) and moments of a run of any precision.
+template <class T>
+std::vector<std::vector<double>> logical_state(model::GptModel<T>& m, parallel::Communicator& tp, bool moments) {
   std::vector<std::vector<double>> out;
   for (auto* p : m.parameters()) {
-    out.push_back(test::logical(*p, false, tp));
+    out.push_back(test::logical_of(*p, p->master, tp));
     if (moments) {
-      model::Parameter<float> q = *p;  // same mapping, moment buffers as values
-      q.value = p->exp_avg;
-      out.push_back(test::logical(q, false, tp));
-      q.value = p->exp_avg_sq;
-      out.push_back(test::logical(q, false, tp));
+      out.push_back(test::logical_of(*p, p->exp_avg, tp));
+      out.push_back(test::logical_of(*p, p->exp_avg_sq, tp));
     }
   }
   return out;

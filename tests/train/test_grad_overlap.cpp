@@ -23,7 +23,7 @@ void on_kernel(const char*, const std::uint32_t, std::uint64_t*) {
   if (g_trace) *g_trace += 'k';
 }
 void on_region(const char* name) {
-  if (g_trace && std::strcmp(name, train::GradientReducer::launch_region_name) == 0) *g_trace += 's';
+  if (g_trace && std::strcmp(name, train::GradientReducer<float>::launch_region_name) == 0) *g_trace += 's';
 }
 
 struct TracedStep {

@@ -55,9 +55,11 @@ inline io::Deck pipeline_deck(int tensor, int pipeline, int data, int steps, int
   return deck;
 }
 
-inline std::vector<double> loss_curve(const io::Deck& deck, MPI_Comm comm, int steps) {
+// T: the run's precision (float, kx::bf16, kx::fp16).
+template <class T = float>
+std::vector<double> loss_curve(const io::Deck& deck, MPI_Comm comm, int steps) {
   parallel::Topology topo(comm, parallel::Layout{deck.parallel.tensor, deck.parallel.pipeline, deck.parallel.data});
-  train::TrainingRun run(deck, topo);
+  train::TrainingRun<T> run(deck, topo);
   std::vector<double> losses;
   for (int s = 0; s < steps; ++s) losses.push_back(run.step(s).loss);
   return losses;
