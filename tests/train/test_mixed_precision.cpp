@@ -1,6 +1,7 @@
 // Mixed-precision training (bf16/fp16 compute, fp32 master weights, gradients and moments):
 // memory per parameter, the compute copy rounded from the master, bf16 against fp32, the fp16
 // loss scaler skipping an overflowing step on every rank, and checkpoints across precisions.
+#include <cfenv>
 #include <cmath>
 #include <cstring>
 #include <mpi.h>
@@ -40,6 +41,17 @@ std::vector<double> all_weights(train::TrainingRun<T>& run) {
   }
   return out;
 }
+
+// fp16 overflows on purpose here (Inf - Inf in a backward is the event the loss scaler exists
+// for): the suite's FE_INVALID / FE_DIVBYZERO traps (tests/main.cpp) are off while it trains.
+struct OverflowAllowed {
+#if defined(__GLIBC__)
+  int trapped = fedisableexcept(FE_INVALID | FE_DIVBYZERO);
+  ~OverflowAllowed() {
+    if (trapped > 0) feenableexcept(trapped);
+  }
+#endif
+};
 
 }  // namespace
 
@@ -199,5 +211,45 @@ TEST_CASE("bf16 checkpoints resume bit for bit and load into fp32 runs, and the 
     }
     CHECK(got == master);
     CHECK(unrounded == 0);
+  }
+}
+
+TEST_CASE("fp16 resumes bit for bit: the loss scaler's state travels in the checkpoint", "[train][mixed][checkpoint][mpi]") {
+  const int n = test::world_size();
+  test::SharedTempDir dir;
+  const std::string extra = "[checkpoint]\ndir = \"" + dir.path() + "\"\nkeep = 10\n";
+  const int steps = 8, k = 5;
+  const OverflowAllowed overflow;
+  io::Deck deck = deck_in("fp16", 1, n, steps, extra);
+  // Overflows at the start (the scale comes down from 2^24 with hysteresis 2), then a growth
+  // window of 2 clean steps: the state at step k is none of the initial values.
+  deck.training.loss_scale_initial = 16777216.0;
+  deck.training.loss_scale_window = 2;
+  parallel::Topology topo(MPI_COMM_WORLD, parallel::Layout{1, 1, n});
+  std::vector<train::StepResult> straight;
+  {
+    train::TrainingRun<kx::fp16> run(deck, topo);
+    for (int s = 0; s < steps; ++s) straight.push_back(run.step(s));
+  }
+  int skipped = 0;
+  for (const auto& r : straight) skipped += r.skipped;
+  INFO("skipped " << skipped << " of " << steps);
+  CHECK(skipped > 0);
+  CHECK(skipped < steps);
+  {
+    train::TrainingRun<kx::fp16> first(deck, topo);
+    for (int s = 0; s < k; ++s) first.step(s);
+    train::save_checkpoint(first.model(), deck, topo, k, 0, first.train_state());
+  }
+  train::TrainingRun<kx::fp16> second(deck, topo);
+  const io::CheckpointMeta meta = train::load_weights(second.model(), topo, train::checkpoint_path(dir.path(), k), true);
+  CHECK(meta.precision == "fp16");
+  second.restore_train_state(meta.train);
+  for (int s = k; s < steps; ++s) {
+    const train::StepResult r = second.step(s);
+    INFO("step " << s + 1);
+    CHECK(r.loss == straight[static_cast<std::size_t>(s)].loss);  // bit for bit
+    CHECK(r.loss_scale == straight[static_cast<std::size_t>(s)].loss_scale);
+    CHECK(r.skipped == straight[static_cast<std::size_t>(s)].skipped);
   }
 }
