@@ -118,3 +118,8 @@ add_test(NAME cli_bench_bf16
          "-DREGEX=\"precision\": \"bf16\", \"memory\": \\{\"weights\": [0-9]+, \"master_weights\": [0-9]+.*\"bytes_per_parameter\": 18\\}"
          -P ${CMAKE_CURRENT_SOURCE_DIR}/run_expect.cmake)
 set_tests_properties(cli_bench_bf16 PROPERTIES TIMEOUT 60)
+# Two runs on one figure (how fp32 and bf16 curves are compared).
+add_test(NAME cli_plot_metrics_two_runs COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/io/plot_metrics.py
+         ${_run} ${_run_bf16} --label fp32 --label bf16 -o ${_run_bf16}/fp32_vs_bf16.png)
+set_tests_properties(cli_plot_metrics_two_runs PROPERTIES FIXTURES_REQUIRED "small_run;bf16_run" TIMEOUT 120
+                     PASS_REGULAR_EXPRESSION "records of .*cli_run_bf16/metrics.jsonl")
