@@ -131,7 +131,6 @@ class TrainingRun {
   std::unique_ptr<data::TokenDataset> train_, valid_;
   std::unique_ptr<data::BatchSampler> sampler_;
   Model model_;
-  std::vector<model::Parameter<T>*> parameters_;             // of this stage, tied copy included
   LrSchedule schedule_;
   AdamWConfig adamw_;
   DeviceBatch batch_;
