@@ -32,8 +32,9 @@
 // GEMMs accumulate in fp32 for 16-bit T (batched_gemm.hpp), and the softmax passes compute every
 // max, exp and sum in acc_t<T> and round each output once. lse holds acc_t<T> (float for 16-bit
 // T): the backward rebuilds P from it, and a rounded lse would shift every recomputed P. The dK
-// of a backward with several query row tiles is accumulated in C over the tiles (beta = 1), so
-// for 16-bit T it is rounded once per tile (ceil(S / 128) times).
+// of a backward with several query row tiles is accumulated over the tiles (beta = 1): in an fp32
+// workspace when the caller gives one (dk_sum; the model does), else in dqkv itself, which for
+// 16-bit T rounds it once per tile (ceil(S / 128) times).
 // Views: qkv/out/dout/dqkv rank 2, probs rank 4 ([B, nh_local, S, S]) and the backward's
 // dprobs_tile rank 4 ([B, nh_local, >= tile, S]), any layout whose last index has stride 1
 // (LayoutRight views, row-range subviews): the GEMMs address them through data() and strides. lse is rank 1, [B*nh_local*S], entry (b*nh_local + h)*S + i.
@@ -47,6 +48,7 @@
 #include "kokkos_kernels/batched_gemm.hpp"
 #include "kokkos_kernels/compat.hpp"
 #include "kokkos_kernels/detail.hpp"
+#include "kokkos_kernels/elementwise.hpp"
 #include "kokkos_kernels/views.hpp"
 
 namespace tptrain::kernels {
@@ -119,14 +121,15 @@ void per_head_gemm(const Exec& exec, char transA, char transB, std::int64_t M, s
                    std::int64_t K, const HeadMatrices<TA>& A, const HeadMatrices<TB>& Bm,
                    const HeadMatrices<T>& C, std::int64_t batches, std::int64_t heads,
                    const kx::acc_t<T> beta = 0) {
+  using AB = std::remove_const_t<TA>;  // A and B share it; C is AB, or float for 16-bit AB
   if (heads >= batches) {
     for (std::int64_t b = 0; b < batches; ++b)
-      batched_gemm<Exec, T>(exec, transA, transB, M, N, K, 1, A.p + b * A.batch_stride, A.ld,
+      batched_gemm<Exec, AB>(exec, transA, transB, M, N, K, 1, A.p + b * A.batch_stride, A.ld,
                             A.head_stride, Bm.p + b * Bm.batch_stride, Bm.ld, Bm.head_stride,
                             beta, C.p + b * C.batch_stride, C.ld, C.head_stride, heads);
   } else {
     for (std::int64_t h = 0; h < heads; ++h)
-      batched_gemm<Exec, T>(exec, transA, transB, M, N, K, 1, A.p + h * A.head_stride, A.ld,
+      batched_gemm<Exec, AB>(exec, transA, transB, M, N, K, 1, A.p + h * A.head_stride, A.ld,
                             A.batch_stride, Bm.p + h * Bm.head_stride, Bm.ld, Bm.batch_stride,
                             beta, C.p + h * C.head_stride, C.ld, C.batch_stride, batches);
   }
@@ -430,6 +433,16 @@ void attention_forward(const Exec& exec,
                   kernel, "probs must be [B, nh_local, S, S]");
   detail::require(lse.extent(0) == static_cast<std::size_t>(B * nh * S), kernel,
                   "lse must be [B*nh_local*S]");
+  static_assert(std::is_same<typename DKV::non_const_value_type, A>::value,
+                "tptrain::kernels::attention_backward: dk_sum holds acc_t of the value type");
+  const bool sum_dk = kx::is_half_v<T> && dk_sum.extent(0) > 0;
+  if (sum_dk) {
+    detail::check_view<Exec, DKV, 2>();
+    detail::require(dk_sum.extent(0) == rows && dk_sum.extent(1) == static_cast<std::size_t>(hl), kernel,
+                    "dk_sum must be [B*S, Hl]");
+    detail::require_unit_last_stride(dk_sum, kernel, "dk_sum rows must be contiguous");
+    detail::require_blas_int(dk_sum.stride(0), kernel, "dk_sum.stride(0)");
+  }
   detail::require_unit_last_stride(qkv, kernel, "qkv rows must be contiguous");
   detail::require_unit_last_stride(out, kernel, "out rows must be contiguous");
   detail::require_unit_last_stride(probs, kernel, "probs rows must be contiguous");
@@ -470,7 +483,11 @@ void attention_forward(const Exec& exec, const QKV& qkv, const OV& out, const LV
 // [B, nh_local, S, S] is a workspace (it may be the one attention_forward used; its contents are
 // not read); dprobs_tile [B, nh_local, >= min(S, tile_rows), S] is the row-tile workspace.
 // B, nh_local, S come from probs, d = dout.extent(1) / nh_local.
-template <class Exec, class DOV, class QKV, class LV, class DQKV, class PV, class DPV>
+//
+// dk_sum (16-bit T only; may be empty): an [B*S, Hl] acc_t<T> workspace in which dK is summed
+// over the query row tiles in fp32 and rounded into dqkv once, as an untiled backward would.
+// Without it a 16-bit dK is rounded once per tile (ceil(S / tile_rows) times).
+template <class Exec, class DOV, class QKV, class LV, class DQKV, class PV, class DPV, class DKV>
 void attention_backward_tiled(const Exec& exec,
                               const DOV& dout,          // [B*S, Hl]
                               const QKV& qkv,           // [B*S, 3*Hl] forward input
@@ -478,7 +495,8 @@ void attention_backward_tiled(const Exec& exec,
                               const DQKV& dqkv,         // [B*S, 3*Hl] out (overwritten)
                               const PV& probs,          // [B, nh_local, S, S] workspace
                               const DPV& dprobs_tile,   // [B, nh_local, >= tile, S] workspace
-                              const std::int64_t tile_rows) {
+                              const std::int64_t tile_rows,
+                              const DKV& dk_sum) {      // [B*S, Hl] acc_t workspace, or empty
   detail::check_view<Exec, DOV, 2>();
   detail::check_view<Exec, QKV, 2>();
   detail::check_view<Exec, LV, 1>();
@@ -551,9 +569,24 @@ void attention_backward_tiled(const Exec& exec,
     detail::per_head_gemm(exec, 'N', 'T', n, r1, d, dO.at(r0, 0), V, dS, B, nh);
     causal_softmax_backward_rows(exec, probs, dprobs_tile, r0, r1, scale);
     detail::per_head_gemm(exec, 'N', 'N', n, d, r1, dS, K, dQ.at(r0, 0), B, nh);
-    detail::per_head_gemm(exec, 'T', 'N', r1, d, n, dS, Q.at(r0, 0), dK, B, nh,
-                          t == tiles - 1 ? A(0) : A(1));
+    if (sum_dk)
+      detail::per_head_gemm(exec, 'T', 'N', r1, d, n, dS, Q.at(r0, 0), detail::head_columns(dk_sum, S, d), B,
+                            nh, t == tiles - 1 ? A(0) : A(1));
+    else
+      detail::per_head_gemm(exec, 'T', 'N', r1, d, n, dS, Q.at(r0, 0), dK, B, nh, t == tiles - 1 ? A(0) : A(1));
   }
+  if (sum_dk)
+    convert(exec, dk_sum, Kokkos::subview(dqkv, Kokkos::ALL(), std::make_pair(hl, 2 * hl)));
+}
+
+// The same without a dK workspace.
+template <class Exec, class DOV, class QKV, class LV, class DQKV, class PV, class DPV>
+void attention_backward_tiled(const Exec& exec, const DOV& dout, const QKV& qkv, const LV& lse,
+                              const DQKV& dqkv, const PV& probs, const DPV& dprobs_tile,
+                              const std::int64_t tile_rows) {
+  using A = kx::acc_t<typename DQKV::non_const_value_type>;
+  attention_backward_tiled(exec, dout, qkv, lse, dqkv, probs, dprobs_tile, tile_rows,
+                           Kokkos::View<A**, Kokkos::LayoutRight, typename DQKV::memory_space>());
 }
 
 // Backward with the row tile attention_backward_tile_rows(S): dprobs_tile is
@@ -568,6 +601,14 @@ void attention_backward(const Exec& exec,
                         const DPV& dprobs_tile) {   // [B, nh_local, tile, S] workspace
   attention_backward_tiled(exec, dout, qkv, lse, dqkv, probs, dprobs_tile,
                            attention_backward_tile_rows(static_cast<std::int64_t>(probs.extent(2))));
+}
+
+// The same with a dK workspace (attention_backward_tiled's dk_sum: a 16-bit dK rounded once).
+template <class Exec, class DOV, class QKV, class LV, class DQKV, class PV, class DPV, class DKV>
+void attention_backward(const Exec& exec, const DOV& dout, const QKV& qkv, const LV& lse, const DQKV& dqkv,
+                        const PV& probs, const DPV& dprobs_tile, const DKV& dk_sum) {
+  attention_backward_tiled(exec, dout, qkv, lse, dqkv, probs, dprobs_tile,
+                           attention_backward_tile_rows(static_cast<std::int64_t>(probs.extent(2))), dk_sum);
 }
 
 // Same, with internally allocated workspaces (an S² and a tile×S allocation per call; pass

@@ -28,6 +28,9 @@ struct ParallelAttention {
   kernels::Tensor4<T> dprobs;   // [B, nh/tp, tile, S] their gradient, one row tile (backward)
   kernels::Matrix<T> d_ctx;     // [N, H/tp]
   kernels::Matrix<T> d_qkv;     // [N, 3*H/tp]
+  // bf16/fp16 only: dK summed over the backward's query row tiles in fp32, rounded once (empty
+  // in fp32, where d_qkv itself accumulates in fp32).
+  kernels::Matrix<kx::acc_t<T>> dk_sum;  // [N, H/tp]
 
   ParallelAttention(const std::string& name, const GptShape& s, int batch, const Communicator& tp, Workspace<T>& ws)
       : qkv(name + "/qkv", s.hidden, 3 * std::int64_t(s.hidden), 3, tp, 0.02f),
@@ -43,6 +46,8 @@ struct ParallelAttention {
         d_ctx(ws.matrix("attention.d_ctx", BufferCategory::scratch, tokens(), s.local_hidden())),
         d_qkv(ws.matrix("attention.d_qkv", BufferCategory::scratch, tokens(), 3 * std::int64_t(s.local_hidden()))) {
     qkv.column_scratch = proj.column_scratch = column_sums_scratch(ws, s, tokens());
+    if constexpr (kx::is_half_v<T>)
+      dk_sum = ws.template matrix<kx::acc_t<T>>("attention.dk_sum", BufferCategory::scratch, tokens(), s.local_hidden());
   }
 
   std::int64_t tokens() const { return std::int64_t(B) * S; }
@@ -62,7 +67,7 @@ struct ParallelAttention {
     proj.backward(exec, tp, dy, ctx, d_ctx);
     {
       PhaseScope phase(Phase::attention);
-      kernels::attention_backward(exec, d_ctx, qkv_out, lse, d_qkv, probs, dprobs);
+      kernels::attention_backward(exec, d_ctx, qkv_out, lse, d_qkv, probs, dprobs, dk_sum);
     }
     qkv.backward(exec, tp, d_qkv, x, dx);
   }

@@ -442,6 +442,44 @@ TEST_CASE("bf16 attention forward and backward against fp64", "[kernels][precisi
   CHECK(tt::max_rel_err(tt::to_host(dqkv), ref_d) < 1.0 / 32);
 }
 
+TEST_CASE("bf16 attention backward: dK summed over query row tiles in fp32 is rounded once",
+          "[kernels][precision][attention]") {
+  // One row tile is the untiled backward: dK = dSᵀ Q in one GEMM, rounded once. With S tiles of
+  // one row, dK is a sum of S GEMMs: summed in the fp32 workspace it is rounded once again and
+  // equals the one-tile result up to fp32 summation order (at most one bf16 ulp where that order
+  // crosses a rounding midpoint); summed in bf16 it would be rounded S times.
+  using H = kx::bf16;
+  Exec exec;
+  std::mt19937 rng(33);
+  const int B = 2, S = 48, nh = 2, d = 8, Hl = nh * d;
+  auto qkv = tt::to_device<H>(tt::random_vec<H>(rng, static_cast<std::size_t>(B) * S * 3 * Hl), B * S, 3 * Hl);
+  auto dout = tt::to_device<H>(tt::random_vec<H>(rng, static_cast<std::size_t>(B) * S * Hl), B * S, Hl);
+  tk::Matrix<H> out("out", B * S, Hl), one("one", B * S, 3 * Hl), summed("summed", B * S, 3 * Hl),
+      rounded("rounded", B * S, 3 * Hl);
+  tk::Matrix<float> dk_sum("dk_sum", B * S, Hl);
+  tk::Vector<float> lse("lse", B * nh * S);
+  tk::Tensor4<H> probs("probs", B, nh, S, S), dprobs("dprobs", B, nh, S, S);
+  tk::attention_forward(exec, qkv, out, lse, B, S, nh, d);
+  tk::attention_backward_tiled(exec, dout, qkv, lse, one, probs, dprobs, S);
+  tk::attention_backward_tiled(exec, dout, qkv, lse, summed, probs, dprobs, 1, dk_sum);
+  tk::attention_backward_tiled(exec, dout, qkv, lse, rounded, probs, dprobs, 1);
+  exec.fence();
+  const auto h_one = tt::to_host(one), h_summed = tt::to_host(summed), h_rounded = tt::to_host(rounded);
+  const double u = unit_roundoff<H>();
+  double worst_summed = 0, worst_rounded = 0;  // in units of the one-tile value's rounding
+  for (int r = 0; r < B * S; ++r)
+    for (int c = Hl; c < 2 * Hl; ++c) {  // the K block
+      const std::size_t i = static_cast<std::size_t>(r) * 3 * Hl + static_cast<std::size_t>(c);
+      const double unit = std::max(u * std::fabs(h_one[i]), 1e-30);
+      worst_summed = std::max(worst_summed, std::fabs(h_summed[i] - h_one[i]) / unit);
+      worst_rounded = std::max(worst_rounded, std::fabs(h_rounded[i] - h_one[i]) / unit);
+    }
+  INFO("dK, in bf16 roundings of the one-tile value: fp32 workspace " << worst_summed << ", bf16 sum over "
+                                                                        << S << " tiles " << worst_rounded);
+  CHECK(worst_summed <= 2.0);  // one ulp is 2u relative at most
+  CHECK(worst_rounded > worst_summed);
+}
+
 TEST_CASE("bf16 cross-entropy: fp32 max, sum-exp and loss", "[kernels][precision][cross_entropy]") {
   using H = kx::bf16;
   Exec exec;
