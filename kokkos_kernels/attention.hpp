@@ -433,16 +433,6 @@ void attention_forward(const Exec& exec,
                   kernel, "probs must be [B, nh_local, S, S]");
   detail::require(lse.extent(0) == static_cast<std::size_t>(B * nh * S), kernel,
                   "lse must be [B*nh_local*S]");
-  static_assert(std::is_same<typename DKV::non_const_value_type, A>::value,
-                "tptrain::kernels::attention_backward: dk_sum holds acc_t of the value type");
-  const bool sum_dk = kx::is_half_v<T> && dk_sum.extent(0) > 0;
-  if (sum_dk) {
-    detail::check_view<Exec, DKV, 2>();
-    detail::require(dk_sum.extent(0) == rows && dk_sum.extent(1) == static_cast<std::size_t>(hl), kernel,
-                    "dk_sum must be [B*S, Hl]");
-    detail::require_unit_last_stride(dk_sum, kernel, "dk_sum rows must be contiguous");
-    detail::require_blas_int(dk_sum.stride(0), kernel, "dk_sum.stride(0)");
-  }
   detail::require_unit_last_stride(qkv, kernel, "qkv rows must be contiguous");
   detail::require_unit_last_stride(out, kernel, "out rows must be contiguous");
   detail::require_unit_last_stride(probs, kernel, "probs rows must be contiguous");
@@ -537,6 +527,16 @@ void attention_backward_tiled(const Exec& exec,
                   kernel, "shapes must be dout[B*S,Hl], qkv,dqkv[B*S,3*Hl]");
   detail::require(lse.extent(0) == static_cast<std::size_t>(B * nh * S), kernel,
                   "lse must be [B*nh_local*S]");
+  static_assert(std::is_same<typename DKV::non_const_value_type, A>::value,
+                "tptrain::kernels::attention_backward: dk_sum holds acc_t of the value type");
+  const bool sum_dk = kx::is_half_v<T> && dk_sum.extent(0) > 0;
+  if (sum_dk) {
+    detail::check_view<Exec, DKV, 2>();
+    detail::require(dk_sum.extent(0) == rows && dk_sum.extent(1) == static_cast<std::size_t>(hl), kernel,
+                    "dk_sum must be [B*S, Hl]");
+    detail::require_unit_last_stride(dk_sum, kernel, "dk_sum rows must be contiguous");
+    detail::require_blas_int(dk_sum.stride(0), kernel, "dk_sum.stride(0)");
+  }
   detail::require_unit_last_stride(dout, kernel, "dout rows must be contiguous");
   detail::require_unit_last_stride(qkv, kernel, "qkv rows must be contiguous");
   detail::require_unit_last_stride(dqkv, kernel, "dqkv rows must be contiguous");
@@ -601,14 +601,6 @@ void attention_backward(const Exec& exec,
                         const DPV& dprobs_tile) {   // [B, nh_local, tile, S] workspace
   attention_backward_tiled(exec, dout, qkv, lse, dqkv, probs, dprobs_tile,
                            attention_backward_tile_rows(static_cast<std::int64_t>(probs.extent(2))));
-}
-
-// The same with a dK workspace (attention_backward_tiled's dk_sum: a 16-bit dK rounded once).
-template <class Exec, class DOV, class QKV, class LV, class DQKV, class PV, class DPV, class DKV>
-void attention_backward(const Exec& exec, const DOV& dout, const QKV& qkv, const LV& lse, const DQKV& dqkv,
-                        const PV& probs, const DPV& dprobs_tile, const DKV& dk_sum) {
-  attention_backward_tiled(exec, dout, qkv, lse, dqkv, probs, dprobs_tile,
-                           attention_backward_tile_rows(static_cast<std::int64_t>(probs.extent(2))), dk_sum);
 }
 
 // Same, with internally allocated workspaces (an S² and a tile×S allocation per call; pass

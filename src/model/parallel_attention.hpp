@@ -67,7 +67,8 @@ struct ParallelAttention {
     proj.backward(exec, tp, dy, ctx, d_ctx);
     {
       PhaseScope phase(Phase::attention);
-      kernels::attention_backward(exec, d_ctx, qkv_out, lse, d_qkv, probs, dprobs, dk_sum);
+      kernels::attention_backward_tiled(exec, d_ctx, qkv_out, lse, d_qkv, probs, dprobs,
+                                        kernels::attention_backward_tile_rows(S), dk_sum);
     }
     qkv.backward(exec, tp, d_qkv, x, dx);
   }
