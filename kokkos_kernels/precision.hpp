@@ -75,39 +75,41 @@ KOKKOS_INLINE_FUNCTION float float_from_fp16_bits(const std::uint16_t h) {
   return sign ? -v : v;
 }
 
+// The two bit formats, as Storage16 reads them.
+struct BFloat16Format {
+  static KOKKOS_INLINE_FUNCTION std::uint16_t from_float(const float f) { return bf16_bits_from_float(f); }
+  static KOKKOS_INLINE_FUNCTION float to_float(const std::uint16_t b) { return float_from_bf16_bits(b); }
+};
+struct Float16Format {
+  static KOKKOS_INLINE_FUNCTION std::uint16_t from_float(const float f) { return fp16_bits_from_float(f); }
+  static KOKKOS_INLINE_FUNCTION float to_float(const std::uint16_t b) { return float_from_fp16_bits(b); }
+};
+
 }  // namespace detail
 
-// Both types: trivially copyable 16-bit values (View<bf16*> zero-initialises like View<float*>),
+// A trivially copyable 16-bit value of Format (View<bf16*> zero-initialises like View<float*>),
 // implicitly widened to float and implicitly rounded from it.
-struct bf16 {
+template <class Format>
+struct Storage16 {
   std::uint16_t bits;
-  bf16() = default;
-  KOKKOS_INLINE_FUNCTION bf16(const float f) : bits(detail::bf16_bits_from_float(f)) {}
-  KOKKOS_INLINE_FUNCTION operator float() const { return detail::float_from_bf16_bits(bits); }
-  KOKKOS_INLINE_FUNCTION bf16& operator+=(const float v) { return *this = bf16(float(*this) + v); }
-  KOKKOS_INLINE_FUNCTION bf16& operator-=(const float v) { return *this = bf16(float(*this) - v); }
-  KOKKOS_INLINE_FUNCTION bf16& operator*=(const float v) { return *this = bf16(float(*this) * v); }
+  Storage16() = default;
+  KOKKOS_INLINE_FUNCTION Storage16(const float f) : bits(Format::from_float(f)) {}
+  KOKKOS_INLINE_FUNCTION operator float() const { return Format::to_float(bits); }
+  KOKKOS_INLINE_FUNCTION Storage16& operator+=(const float v) { return *this = Storage16(float(*this) + v); }
+  KOKKOS_INLINE_FUNCTION Storage16& operator-=(const float v) { return *this = Storage16(float(*this) - v); }
+  KOKKOS_INLINE_FUNCTION Storage16& operator*=(const float v) { return *this = Storage16(float(*this) * v); }
 };
 
-struct fp16 {
-  std::uint16_t bits;
-  fp16() = default;
-  KOKKOS_INLINE_FUNCTION fp16(const float f) : bits(detail::fp16_bits_from_float(f)) {}
-  KOKKOS_INLINE_FUNCTION operator float() const { return detail::float_from_fp16_bits(bits); }
-  KOKKOS_INLINE_FUNCTION fp16& operator+=(const float v) { return *this = fp16(float(*this) + v); }
-  KOKKOS_INLINE_FUNCTION fp16& operator-=(const float v) { return *this = fp16(float(*this) - v); }
-  KOKKOS_INLINE_FUNCTION fp16& operator*=(const float v) { return *this = fp16(float(*this) * v); }
-};
+using bf16 = Storage16<detail::BFloat16Format>;
+using fp16 = Storage16<detail::Float16Format>;
 
 static_assert(sizeof(bf16) == 2 && std::is_trivially_copyable<bf16>::value, "bf16 is 16 bits");
 static_assert(sizeof(fp16) == 2 && std::is_trivially_copyable<fp16>::value, "fp16 is 16 bits");
 
 template <class T>
 struct is_half : std::false_type {};
-template <>
-struct is_half<bf16> : std::true_type {};
-template <>
-struct is_half<fp16> : std::true_type {};
+template <class Format>
+struct is_half<Storage16<Format>> : std::true_type {};
 template <class T>
 constexpr bool is_half_v = is_half<std::remove_cv_t<T>>::value;
 
