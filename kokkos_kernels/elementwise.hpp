@@ -107,6 +107,21 @@ constexpr void check_view_1d_or_2d() {
   check_view<Exec, V, rank_of<V>()>();
 }
 
+// copy and convert: one kernel under two names (`kernel`: the public name, for messages and the
+// Kokkos label).
+template <class Exec, class SV, class DV>
+void copy_converting(const Exec& exec, const SV& src, const DV& dst, const char* kernel, const char* label) {
+  check_view_1d_or_2d<Exec, DV>();
+  check_view<Exec, SV, rank_of<DV>()>();
+  check_writable<DV>();
+  require(same_extents(src, dst), kernel, "src and dst must have the same extents");
+  if constexpr (rank_of<DV>() == 1) {
+    copy_1d(exec, src, dst, label);
+  } else {
+    copy_2d(exec, src, dst, label);
+  }
+}
+
 }  // namespace detail
 
 // out = a + b
@@ -177,15 +192,7 @@ template <class Exec, class SV, class DV>
 void copy(const Exec& exec,
           const SV& src,    // [N] or [N, M]
           const DV& dst) {  // same as src
-  detail::check_view_1d_or_2d<Exec, DV>();
-  detail::check_view<Exec, SV, detail::rank_of<DV>()>();
-  detail::check_writable<DV>();
-  detail::require(detail::same_extents(src, dst), "copy", "src and dst must have the same extents");
-  if constexpr (detail::rank_of<DV>() == 1) {
-    detail::copy_1d(exec, src, dst, "tptrain::kernels::copy");
-  } else {
-    detail::copy_2d(exec, src, dst, "tptrain::kernels::copy");
-  }
+  detail::copy_converting(exec, src, dst, "copy", "tptrain::kernels::copy");
 }
 
 // dst = src converted to dst's value type: float/double -> bf16/fp16 rounds to nearest even
@@ -195,16 +202,7 @@ template <class Exec, class SV, class DV>
 void convert(const Exec& exec,
              const SV& src,    // [N] or [N, M]
              const DV& dst) {  // same extents as src, any value type
-  detail::check_view_1d_or_2d<Exec, DV>();
-  detail::check_view<Exec, SV, detail::rank_of<DV>()>();
-  detail::check_writable<DV>();
-  detail::require(detail::same_extents(src, dst), "convert",
-                  "src and dst must have the same extents");
-  if constexpr (detail::rank_of<DV>() == 1) {
-    detail::copy_1d(exec, src, dst, "tptrain::kernels::convert");
-  } else {
-    detail::copy_2d(exec, src, dst, "tptrain::kernels::convert");
-  }
+  detail::copy_converting(exec, src, dst, "convert", "tptrain::kernels::convert");
 }
 
 }  // namespace tptrain::kernels
