@@ -243,7 +243,7 @@ StepResult TrainingRun<T>::update(std::int64_t step, double loss) {
     int overflow_flag = std::isfinite(r.grad_norm) ? 0 : 1;
     TPTRAIN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &overflow_flag, 1, MPI_INT, MPI_MAX, topo_.world()));
     const bool overflow = overflow_flag != 0;
-    if (overflow && r.loss_scale <= deck_.training.loss_scale_min)
+    if (overflow && r.loss_scale <= scaler_->config().min)
       throw parallel::AgreedError(fmt::format(
           "step {}: the fp16 gradients overflow even at the smallest loss scale (training.loss_scale_min = {}): "
           "stopping the run (try bf16, or a lower optimizer.lr)", step + 1, deck_.training.loss_scale_min));
