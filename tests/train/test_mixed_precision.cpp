@@ -253,3 +253,18 @@ TEST_CASE("fp16 resumes bit for bit: the loss scaler's state travels in the chec
     CHECK(r.skipped == straight[static_cast<std::size_t>(s)].skipped);
   }
 }
+
+TEST_CASE("fp16: an overflow at the smallest loss scale stops the run on every rank", "[train][mixed][mpi]") {
+  const int n = test::world_size();
+  io::Deck deck = deck_in("fp16", 1, n, 4);
+  deck.training.loss_scale_initial = 1;  // already the minimum (loss_scale_min = 1)
+  parallel::Topology topo(MPI_COMM_WORLD, parallel::Layout{1, 1, n});
+  train::TrainingRun<kx::fp16> run(deck, topo);
+  const double loss = run.compute_gradients(0);
+  if (topo.world_rank() == 0) {  // one rank overflows: every rank must stop, none may wait
+    const float inf = INFINITY;
+    Kokkos::deep_copy(Kokkos::subview(run.model().buckets().front().flat, 0), inf);
+  }
+  CHECK_THROWS_WITH(run.update(0, loss), test::contains("step 1: the fp16 gradients overflow even at the smallest loss "
+                                                        "scale (training.loss_scale_min = 1)"));
+}
