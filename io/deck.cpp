@@ -760,6 +760,10 @@ Deck DeckReader::build() {
   if (ok("model", "layers") && ok("parallel", "pipeline"))
     check_multiple(term("model", "layers", m.layers), term("parallel", "pipeline", p.pipeline),
                    m.layers, p.pipeline, "each pipeline stage holds the same number of layers");
+  if (p.sequence_parallel && ok("model", "seq_length") && ok("parallel", "tensor"))
+    check_multiple(term("model", "seq_length", m.seq_length), term("parallel", "tensor", p.tensor),
+                   m.seq_length, p.tensor,
+                   "parallel.sequence_parallel = true splits every sequence evenly over the tensor-parallel ranks");
   check_batch(d);
   if (ok("parallel", "tensor") && ok("parallel", "pipeline") && ok("parallel", "data")) {
     const std::int64_t world = static_cast<std::int64_t>(p.tensor) * p.pipeline * p.data;

@@ -52,6 +52,7 @@ struct ParallelConfig {
   int tensor{};
   int pipeline{};
   int data{};
+  bool sequence_parallel{};  // Megatron sequence parallelism over the tensor-parallel group
 
   int world_size() const;  // tensor * pipeline * data
 };
@@ -70,6 +71,7 @@ struct TrainingConfig {
   double loss_scale_min{};
   double loss_scale_growth_factor{};
   double loss_scale_backoff_factor{};
+  std::string recompute;  // "none", "selective" or "full"
   double grad_clip{};
   int log_interval{};
   int eval_interval{};
@@ -86,6 +88,7 @@ struct OptimizerConfig {
   double beta1{};
   double beta2{};
   double eps{};
+  bool distributed{};  // ZeRO-1: AdamW state sharded over the data-parallel group
 };
 
 // [data]: .txt (byte-level tokens) or .bin (llm.c token shard).

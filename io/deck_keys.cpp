@@ -59,6 +59,10 @@ std::vector<DeckKey> make_keys() {
        &member<&Deck::parallel, &P::pipeline>},
       {"parallel", "data", integer(1), at_least_1, "data-parallel replicas",
        &member<&Deck::parallel, &P::data>},
+      {"parallel", "sequence_parallel", boolean(false), AnyBoolean{},
+       "split LayerNorm, residual and dropout-free activations along the sequence over the tensor-parallel "
+       "group (Korthikanti et al. 2022); needs model.seq_length divisible by parallel.tensor",
+       &member<&Deck::parallel, &P::sequence_parallel>},
 
       {"training", "global_batch", integer(16), at_least_1,
        "sequences per optimizer step, over all data-parallel ranks",
@@ -94,6 +98,10 @@ std::vector<DeckKey> make_keys() {
       {"training", "loss_scale_backoff_factor", number(0.5), NumberRange{0.0, false, 1.0, {}},
        "fp16 only: factor applied to the loss scale when it shrinks",
        &member<&Deck::training, &T::loss_scale_backoff_factor>},
+      {"training", "recompute", text("none"), Choice{{"none", "selective", "full"}, {}},
+       "activation recomputation: none keeps every activation, selective recomputes the attention core (the "
+       "S^2 part), full keeps only each block's input and recomputes the block in the backward",
+       &member<&Deck::training, &T::recompute>},
       {"training", "grad_clip", number(1.0), NumberRange{0.0, true, std::nullopt, "(0 = off)"},
        "global gradient-norm clip", &member<&Deck::training, &T::grad_clip>},
       {"training", "log_interval", integer(10), at_least_1, "steps between metric lines",
@@ -120,6 +128,10 @@ std::vector<DeckKey> make_keys() {
        &member<&Deck::optimizer, &O::beta2>},
       {"optimizer", "eps", number(1e-8), positive, "Adam epsilon",
        &member<&Deck::optimizer, &O::eps>},
+      {"optimizer", "distributed", boolean(false), AnyBoolean{},
+       "shard AdamW's state (fp32 master weights and moments) over the data-parallel group (ZeRO-1): "
+       "gradients are reduce-scattered, updated weights all-gathered",
+       &member<&Deck::optimizer, &O::distributed>},
 
       {"data", "train", Required{}, PathRule{false, true},
        "the training data, a .txt file (byte-level tokens) or a .bin llm.c token shard, "
