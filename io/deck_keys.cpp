@@ -98,7 +98,7 @@ std::vector<DeckKey> make_keys() {
       {"training", "loss_scale_backoff_factor", number(0.5), NumberRange{0.0, false, 1.0, {}},
        "fp16 only: factor applied to the loss scale when it shrinks",
        &member<&Deck::training, &T::loss_scale_backoff_factor>},
-      {"training", "recompute", text("none"), Choice{{"none", "selective", "full"}, {}},
+      {"training", "recompute", text("selective"), Choice{{"none", "selective", "full"}, {}},
        "activation recomputation: none keeps every activation, selective recomputes the attention core (the "
        "S^2 part), full keeps only each block's input and recomputes the block in the backward",
        &member<&Deck::training, &T::recompute>},

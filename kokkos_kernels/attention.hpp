@@ -395,14 +395,19 @@ inline std::int64_t attention_backward_tile_rows(std::int64_t S) { return detail
 
 // Forward. probs is a workspace (its contents afterwards are P, but attention_backward does not
 // need them); lse is the only state the backward needs besides qkv.
-template <class Exec, class QKV, class OV, class PV, class LV>
+// kept_scores (may be empty): a [B, nh_local, S, S] buffer that receives the raw scores Q Kᵀ and
+// keeps them for the backward (activation recomputation "none"), which then skips its Q Kᵀ GEMM
+// (attention_backward_tiled with scores_kept): the S² memory Korthikanti et al.'s selective
+// recomputation saves, traded for one GEMM of 2·B·nh·S²·d flops. The backward rebuilds P from the
+// same scores either way, so the gradients are bitwise those of the recomputing backward.
+template <class Exec, class QKV, class OV, class PV, class LV, class KV>
 void attention_forward(const Exec& exec,
                        const QKV& qkv,    // [B*S, 3*Hl]
                        const OV& out,     // [B*S, Hl] out (overwritten)
                        const PV& probs,   // [B, nh_local, S, S] workspace
                        const LV& lse,     // [B*nh_local*S] out
                        const std::int64_t B, const std::int64_t S, const std::int64_t nh_local,
-                       const std::int64_t d) {
+                       const std::int64_t d, const KV& kept_scores) {
   detail::check_view<Exec, QKV, 2>();
   detail::check_view<Exec, OV, 2>();
   detail::check_view<Exec, PV, 4>();
@@ -436,6 +441,15 @@ void attention_forward(const Exec& exec,
   detail::require_unit_last_stride(qkv, kernel, "qkv rows must be contiguous");
   detail::require_unit_last_stride(out, kernel, "out rows must be contiguous");
   detail::require_unit_last_stride(probs, kernel, "probs rows must be contiguous");
+  const bool keep = kept_scores.size() > 0;
+  if (keep) {
+    detail::check_view<Exec, KV, 4>();
+    static_assert(std::is_same<typename KV::value_type, T>::value,
+                  "tptrain::kernels::attention_forward: kept_scores holds the value type");
+    for (int r = 0; r < 4; ++r)
+      detail::require(kept_scores.extent(r) == probs.extent(r) && kept_scores.stride(r) == probs.stride(r), kernel,
+                      "kept_scores must have the shape and strides of probs");
+  }
   // Every size check before the first launch: a refused shape leaves the outputs untouched.
   detail::league_size<Exec>(B * nh * S, kernel);
   detail::require_blas_int(qkv.stride(0), kernel, "qkv.stride(0)");
@@ -447,9 +461,21 @@ void attention_forward(const Exec& exec,
   const auto Q = detail::qkv_block(qkv, 0, S, d, hl), K = detail::qkv_block(qkv, 1, S, d, hl),
              V = detail::qkv_block(qkv, 2, S, d, hl);
   const auto P = detail::score_matrices(probs);
-  detail::causal_scores_gemm(exec, Q, K, P, S, d, B, nh);
+  if (keep) {  // the GEMM writes the kept buffer; the softmax then works on a copy
+    detail::causal_scores_gemm(exec, Q, K, detail::score_matrices(kept_scores), S, d, B, nh);
+    Kokkos::deep_copy(exec, probs, kept_scores);
+  } else {
+    detail::causal_scores_gemm(exec, Q, K, P, S, d, B, nh);
+  }
   causal_softmax_forward(exec, probs, lse, scale);
   detail::causal_rows_gemm(exec, P, V, detail::head_columns(out, S, d), S, d, B, nh);
+}
+
+// The same without kept scores (the backward recomputes them).
+template <class Exec, class QKV, class OV, class PV, class LV>
+void attention_forward(const Exec& exec, const QKV& qkv, const OV& out, const PV& probs, const LV& lse,
+                       const std::int64_t B, const std::int64_t S, const std::int64_t nh_local, const std::int64_t d) {
+  attention_forward(exec, qkv, out, probs, lse, B, S, nh_local, d, PV());
 }
 
 // Same, with an internally allocated probs workspace (one S² allocation per call).
@@ -477,16 +503,19 @@ void attention_forward(const Exec& exec, const QKV& qkv, const OV& out, const LV
 // dk_sum (16-bit T only; may be empty): an [B*S, Hl] acc_t<T> workspace in which dK is summed
 // over the query row tiles in fp32 and rounded into dqkv once, as an untiled backward would.
 // Without it a 16-bit dK is rounded once per tile (ceil(S / tile_rows) times).
+// scores_kept: probs holds the raw scores Q Kᵀ that attention_forward kept (kept_scores), so
+// the Q Kᵀ GEMM is skipped; P is rebuilt from them in place either way.
 template <class Exec, class DOV, class QKV, class LV, class DQKV, class PV, class DPV, class DKV>
 void attention_backward_tiled(const Exec& exec,
                               const DOV& dout,          // [B*S, Hl]
                               const QKV& qkv,           // [B*S, 3*Hl] forward input
                               const LV& lse,            // [B*nh_local*S] from attention_forward
                               const DQKV& dqkv,         // [B*S, 3*Hl] out (overwritten)
-                              const PV& probs,          // [B, nh_local, S, S] workspace
+                              const PV& probs,          // [B, nh_local, S, S] workspace (or kept scores)
                               const DPV& dprobs_tile,   // [B, nh_local, >= tile, S] workspace
                               const std::int64_t tile_rows,
-                              const DKV& dk_sum) {      // [B*S, Hl] acc_t workspace, or empty
+                              const DKV& dk_sum,        // [B*S, Hl] acc_t workspace, or empty
+                              const bool scores_kept = false) {
   detail::check_view<Exec, DOV, 2>();
   detail::check_view<Exec, QKV, 2>();
   detail::check_view<Exec, LV, 1>();
@@ -558,7 +587,7 @@ void attention_backward_tiled(const Exec& exec,
              dV = detail::qkv_block(dqkv, 2, S, d, hl);
   const auto dO = detail::head_columns(dout, S, d);
   const auto P = detail::score_matrices(probs), dS = detail::score_matrices(dprobs_tile);
-  detail::causal_scores_gemm(exec, Q, K, P, S, d, B, nh);
+  if (!scores_kept) detail::causal_scores_gemm(exec, Q, K, P, S, d, B, nh);
   causal_softmax_recompute(exec, probs, lse, scale);
   detail::causal_cols_gemm(exec, P, dO, dV, S, d, B, nh);
   // Query row tiles, last first: the last tile sees every key, so its dK GEMM (beta = 0)

@@ -42,22 +42,23 @@ void embedding_forward_masked(const Exec& exec,
       });
 }
 
-// y(t, :) += wpe(t % S, :)
+// y(t, :) += wpe((first_row + t) % S, :). y is rows [first_row, first_row + rows) of the
+// [B*S, H] token rows (a sequence-parallel shard; all of them by default).
 template <class Exec, class PV, class YV>
 void position_embedding_add(const Exec& exec,
                             const PV& wpe,  // [S_max >= S, H] position rows
                             const std::int64_t S,
-                            const YV& y) {  // [N = B*S, H] in/out
+                            const YV& y,    // [rows, H] in/out
+                            const std::int64_t first_row = 0) {
   detail::check_view<Exec, PV, 2>();
   detail::check_view<Exec, YV, 2>();
   detail::check_writable<YV>();
   detail::require(S > 0 && wpe.extent(0) >= static_cast<std::size_t>(S) &&
-                      wpe.extent(1) == y.extent(1) &&
-                      y.extent(0) % static_cast<std::size_t>(S) == 0,
-                  "position_embedding_add", "shapes must be wpe[>=S,H], y[B*S,H]");
+                      wpe.extent(1) == y.extent(1) && first_row >= 0,
+                  "position_embedding_add", "shapes must be wpe[>=S,H], y[rows,H], first_row >= 0");
   Kokkos::parallel_for(
       "tptrain::kernels::position_embedding_add", detail::range2d(exec, y.extent(0), y.extent(1)),
-      KOKKOS_LAMBDA(const std::int64_t t, const std::int64_t h) { y(t, h) += wpe(t % S, h); });
+      KOKKOS_LAMBDA(const std::int64_t t, const std::int64_t h) { y(t, h) += wpe((first_row + t) % S, h); });
 }
 
 // dwte(tok - vocab_start, h) += dy(t, h) for the tokens in this rank's range (accumulated).

@@ -17,7 +17,16 @@
 //             a non-last stage leaves its output in stage_output().
 //   backward: a non-last stage reads dL/d(output) from output_grad() (filled by the caller);
 //             a non-first stage leaves dL/d(input) in input_grad().
-// The activations kept for backward are those of the LAST forward (one micro-batch).
+// With sequence parallelism these are the rank's [n, H] token shards (n = N/t).
+//
+// Activation slots: the activations kept for backward (src/model/recompute.hpp) are kept per
+// slot, one slot per micro-batch between its forward and its backward (a pipeline schedule
+// reserves as many as it has in flight; evaluation and a one-stage step use slot 0).
+// bind_slot(k) makes forward and backward use slot k. A slot holds the residual stream (each
+// block's input and the stage output) and, unless recompute = full, every block's saved set;
+// with full the blocks share one saved set and backward re-runs each block's forward from its
+// kept input before the block's backward. The last stage's head (ln_f, logits, loss statistics)
+// is kept once: a backward of a slot whose head was overwritten since recomputes it.
 //
 // Parameters live in flat buffers, one set per GradBucket (the parameters of one block, of the
 // embedding, of the head), in the order backward finishes them: the gradients so that
@@ -33,6 +42,7 @@
 #include <vector>
 
 #include "src/model/gpt_shape.hpp"
+#include "src/model/recompute.hpp"
 #include "src/model/transformer_layer.hpp"
 #include "src/model/vocab_parallel_cross_entropy.hpp"
 #include "src/model/vocab_parallel_embedding.hpp"
@@ -93,10 +103,11 @@ class GptModel {
   // std::length_error, before allocating anything, if a dimension does not fit in an int
   // (GptShape::validate).
   GptModel(const GptShape& shape, int micro_batch, Communicator& tp, std::uint64_t seed,
-           PipelineStage stage = {})
-      : shape_(validated(shape, micro_batch)), batch_(micro_batch), tp_(tp), stage_(stage),
-        grad_a_(workspace_.matrix("grad_a", BufferCategory::stage, tokens(), shape.hidden)),
-        grad_b_(workspace_.matrix("grad_b", BufferCategory::stage, tokens(), shape.hidden)) {
+           PipelineStage stage = {}, Recompute recompute = Recompute::selective)
+      : shape_(validated(shape, micro_batch)), batch_(micro_batch), tp_(tp), stage_(stage), recompute_(recompute),
+        rows_(shape.sequence_rows(tokens())),
+        grad_a_(workspace_.matrix("grad_a", BufferCategory::stage, rows_, shape.hidden)),
+        grad_b_(workspace_.matrix("grad_b", BufferCategory::stage, rows_, shape.hidden)) {
     if (stage.size < 1 || stage.rank < 0 || stage.rank >= stage.size)
       throw std::invalid_argument("tptrain: pipeline stage " + std::to_string(stage.rank) + " of " +
                                   std::to_string(stage.size) + " does not exist");
@@ -106,20 +117,24 @@ class GptModel {
                                   " pipeline stages (model.layers must be a multiple of parallel.pipeline)");
     const int per_stage = shape.layers / stage.size;
     first_layer_ = stage.rank * per_stage;
-    if (stage.first()) embedding_ = std::make_unique<VocabParallelEmbedding<T>>(shape, tp);
+    const SequenceParallelBuffers<T> sp = sequence_parallel_buffers(workspace_, shape, tokens());
+    if (stage.first()) {
+      embedding_ = std::make_unique<VocabParallelEmbedding<T>>(shape, tp);
+      embedding_->sp = sp;
+    }
     for (int l = first_layer_; l < first_layer_ + per_stage; ++l)
       layers_.push_back(std::make_unique<TransformerLayer<T>>("layers/" + std::to_string(l), shape,
-                                                              micro_batch, tp, workspace_));
+                                                              micro_batch, tp, workspace_, recompute));
     if (stage.last()) {
-      ln_f_ = std::make_unique<LayerNorm<T>>("ln_f", shape.hidden, tp, tokens(), workspace_, shape_);
+      ln_f_ = std::make_unique<LayerNorm<T>>("ln_f", shape.hidden, tp, rows_, workspace_, shape_, tokens());
       head_ = std::make_unique<VocabParallelCrossEntropy<T>>(shape, tokens(), tp, workspace_);
-      x_f_ = workspace_.matrix("ln_f.out", BufferCategory::activation, tokens(), shape.hidden);
+      head_->sp = sp;
+      x_f_ = workspace_.matrix("ln_f.out", BufferCategory::activation, rows_, shape.hidden);
       // The tied output weight: embedding/word exactly as the first stage declares it.
       if (!stage.first()) word_copy_ = std::make_unique<Parameter<T>>(VocabParallelEmbedding<T>(shape, tp).word);
     }
-    for (std::size_t l = 0; l <= layers_.size(); ++l)
-      residual_.push_back(workspace_.matrix("residual." + std::to_string(first_layer_ + static_cast<int>(l)),
-                                            BufferCategory::stage, tokens(), shape.hidden));
+    slots_.push_back(make_slot(0));
+    bind_slot(0);
     make_buckets();
     for (Parameter<T>* p : parameters()) initialise(*p, seed);
   }
@@ -133,6 +148,23 @@ class GptModel {
   bool is_last_stage() const { return stage_.last(); }
   int first_layer() const { return first_layer_; }
   int local_layers() const { return static_cast<int>(layers_.size()); }
+  Recompute recompute() const { return recompute_; }
+  // Rows of the stage tensors, the residual stream and LayerNorm: tokens(), or tokens()/t with
+  // sequence parallelism.
+  std::int64_t sequence_rows() const { return rows_; }
+
+  // Activation slots (see the header comment). reserve_slots(n) allocates up to n of them.
+  int activation_slots() const { return static_cast<int>(slots_.size()); }
+  void reserve_slots(int n) {
+    while (activation_slots() < n) slots_.push_back(make_slot(activation_slots()));
+  }
+  void bind_slot(int k) {
+    const Slot& slot = slots_.at(static_cast<std::size_t>(k));
+    bound_ = k;
+    if (recompute_ != Recompute::full)
+      for (std::size_t l = 0; l < layers_.size(); ++l) layers_[l]->bind(slot.layers[l]);
+  }
+  int bound_slot() const { return bound_; }
 
   // Every parameter of this stage once, in checkpoint order; on a last stage that is not also
   // the first, the tied copy of embedding/word comes at the end.
@@ -171,25 +203,26 @@ class GptModel {
   std::vector<GradBucket<T>>& buckets() { return buckets_; }
   const std::vector<GradBucket<T>>& buckets() const { return buckets_; }
 
-  // Stage input [N, H]: filled by the caller before forward on a non-first stage.
-  kernels::Matrix<T> stage_input() const { return residual_.front(); }
-  // Stage output [N, H] after forward (the last block's output).
-  kernels::Matrix<T> stage_output() const { return residual_.back(); }
-  // dL/d(stage output) [N, H]: filled by the caller before backward on a non-last stage.
+  // Stage input [rows, H] of slot k (default: the bound slot): filled by the caller before
+  // forward on a non-first stage.
+  kernels::Matrix<T> stage_input(int k = -1) const { return residual(k).front(); }
+  // Stage output [rows, H] of slot k after its forward (the last block's output).
+  kernels::Matrix<T> stage_output(int k = -1) const { return residual(k).back(); }
+  // dL/d(stage output) [rows, H]: filled by the caller before backward on a non-last stage.
   kernels::Matrix<T> output_grad() const { return grad_b_; }
-  // dL/d(stage input) [N, H] after backward on a non-first stage.
+  // dL/d(stage input) [rows, H] after backward on a non-first stage.
   kernels::Matrix<T> input_grad() const { return grad_b_; }
 
-  // Runs the stage: embedding (first stage, from tokens [N]) or stage_input(), then its blocks;
-  // on the last stage also ln_f and the local logits [N, V_padded/tp] (left in local_logits()).
+  // Runs the stage on the bound slot: embedding (first stage, from tokens [N]) or stage_input(),
+  // then its blocks; on the last stage also ln_f and the local logits [N, V_padded/tp] (left in
+  // local_logits()).
   template <class TV>
   void forward_logits(const Exec& exec, const TV& tokens /*[N]*/) {
-    if (embedding_) embedding_->forward(exec, tp_, tokens, residual_[0]);
-    for (std::size_t l = 0; l < layers_.size(); ++l)
-      layers_[l]->forward(exec, tp_, residual_[l], residual_[l + 1]);
+    const std::vector<kernels::Matrix<T>>& x = residual(bound_);
+    if (embedding_) embedding_->forward(exec, tp_, tokens, x[0]);
+    for (std::size_t l = 0; l < layers_.size(); ++l) layers_[l]->forward(exec, tp_, x[l], x[l + 1]);
     if (!stage_.last()) return;
-    ln_f_->forward(exec, residual_.back(), x_f_);
-    head_->logits_forward(exec, tp_, x_f_, *word());
+    head_forward(exec);
   }
   const kernels::Matrix<T>& local_logits() const { return head_->logits; }
 
@@ -208,6 +241,10 @@ class GptModel {
     if (stage_.last()) head_->loss_forward(exec, tp_, targets, total);
   }
 
+  // Blocks whose forward backward re-ran (recompute = full), and heads recomputed, since construction.
+  std::int64_t recomputed_blocks() const { return recomputed_blocks_; }
+  std::int64_t recomputed_heads() const { return recomputed_heads_; }
+
   // Gradients of scale * (the sum returned by forward), accumulated into the parameters, for
   // the micro-batch of the last forward. `bucket_done(b)` is called when bucket b has this
   // micro-batch's contribution (for reduction hooks). `segments`, if given, groups the input
@@ -221,13 +258,25 @@ class GptModel {
       if (bucket_done) bucket_done(b);
       ++b;
     };
+    const std::vector<kernels::Matrix<T>>& x = residual(bound_);
     if (stage_.last()) {
+      if (head_slot_ != bound_) {  // another micro-batch's forward overwrote the head since
+        head_forward(exec);
+        head_->loss_per_token(exec, tp_, targets);
+        ++recomputed_heads_;
+      }
       head_->backward(exec, tp_, targets, x_f_, *word(), scale, grad_a_);
-      ln_f_->backward(exec, grad_a_, residual_.back(), grad_b_);
+      ln_f_->backward(exec, grad_a_, x.back(), grad_b_);  // the head stays valid for its slot
       done();
     }  // else grad_b_ holds dL/d(stage output), filled by the caller
     for (std::size_t l = layers_.size(); l-- > 0;) {
-      layers_[l]->backward(exec, tp_, grad_b_, residual_[l], grad_a_);
+      if (recompute_ == Recompute::full) {
+        // The block's forward again from its kept input, into the shared saved set; its
+        // output (already in x[l + 1]) goes to grad_a_, which the backward then overwrites.
+        layers_[l]->forward(exec, tp_, x[l], grad_a_);
+        ++recomputed_blocks_;
+      }
+      layers_[l]->backward(exec, tp_, grad_b_, x[l], grad_a_);
       std::swap(grad_a_, grad_b_);
       done();
     }
@@ -248,6 +297,16 @@ class GptModel {
     for (auto& bucket : buckets_) kernels::fill(exec, bucket.flat, kx::acc_t<T>(0));
   }
 
+  // Sequence parallelism: sums over the TP group the gradients of bucket b's parameters that
+  // each rank computed from its own tokens (LayerNorm, row-parallel biases); call once per
+  // step, after the last micro-batch's backward has finished the bucket and before the
+  // gradients are read (data-parallel reduction, norm). Nothing to do without it.
+  void sum_sequence_parallel_gradients(const Exec& exec, std::size_t b) {
+    if (!shape_.splits_sequence()) return;
+    for (Parameter<T>* p : buckets_.at(b).params)
+      if (p->sequence_parallel_gradient) parallel::sum_sequence_parallel_gradient(tp_, exec, p->dv());
+  }
+
   // Bytes of the activation and scratch buffers of one micro-batch (what one forward/backward
   // needs besides the parameters), from the stage's workspace.
   std::size_t activation_bytes() const { return workspace_.total_bytes(); }
@@ -261,6 +320,39 @@ class GptModel {
   }
 
   // The flat buffers of each bucket (zeroed); each parameter's views become slices of them.
+  // The residual stream of slot k (bound slot for k < 0): local layers + 1 of [rows, H].
+  const std::vector<kernels::Matrix<T>>& residual(int k) const {
+    return slots_.at(static_cast<std::size_t>(k < 0 ? bound_ : k)).residual;
+  }
+
+  // Slot 0 takes the buffers the layers allocated; later slots get their own (recompute = full:
+  // only the residual stream, the blocks share their saved set).
+  struct Slot {
+    std::vector<kernels::Matrix<T>> residual;
+    std::vector<typename TransformerLayer<T>::Saved> layers;
+  };
+  Slot make_slot(int k) {
+    Slot slot;
+    const std::string suffix = k == 0 ? "" : "#" + std::to_string(k);
+    for (std::size_t l = 0; l <= layers_.size(); ++l)
+      slot.residual.push_back(workspace_.matrix("residual." + std::to_string(first_layer_ + static_cast<int>(l)) + suffix,
+                                                BufferCategory::activation, rows_, shape_.hidden));
+    if (recompute_ != Recompute::full)
+      for (std::size_t l = 0; l < layers_.size(); ++l)
+        slot.layers.push_back(k == 0 ? layers_[l]->current()
+                                     : layers_[l]->make_saved(workspace_,
+                                                              "layers/" + std::to_string(first_layer_ + static_cast<int>(l)) + suffix,
+                                                              BufferCategory::activation));
+    return slot;
+  }
+
+  // ln_f and the local logits from the bound slot's stage output.
+  void head_forward(const Exec& exec) {
+    ln_f_->forward(exec, residual(bound_).back(), x_f_);
+    head_->logits_forward(exec, tp_, x_f_, *word());
+    head_slot_ = bound_;
+  }
+
   void make_buckets() {
     using Acc = kx::acc_t<T>;
     const auto add = [&](std::string name, std::vector<Parameter<T>*> params) {
@@ -299,6 +391,8 @@ class GptModel {
   int batch_;
   Communicator& tp_;
   PipelineStage stage_;
+  Recompute recompute_;
+  std::int64_t rows_;       // sequence_rows()
   Workspace<T> workspace_;  // before every member that takes buffers from it
   int first_layer_ = 0;
   std::unique_ptr<VocabParallelEmbedding<T>> embedding_;        // first stage
@@ -306,9 +400,12 @@ class GptModel {
   std::unique_ptr<LayerNorm<T>> ln_f_;                          // last stage
   std::unique_ptr<VocabParallelCrossEntropy<T>> head_;          // last stage
   std::unique_ptr<Parameter<T>> word_copy_;                     // last stage, pipeline > 1
-  std::vector<kernels::Matrix<T>> residual_;  // local layers + 1 of [N, H]: stage input, each block's out
-  kernels::Matrix<T> x_f_;                    // [N, H] ln_f out (last stage)
-  kernels::Matrix<T> grad_a_, grad_b_;        // [N, H] gradient ping-pong
+  kernels::Matrix<T> x_f_;                    // [rows, H] ln_f out (last stage)
+  kernels::Matrix<T> grad_a_, grad_b_;        // [rows, H] gradient ping-pong
+  std::vector<Slot> slots_;                   // activation slots (see the header comment)
+  int bound_ = 0;
+  int head_slot_ = -1;                        // the slot whose forward the head holds (last stage)
+  std::int64_t recomputed_blocks_ = 0, recomputed_heads_ = 0;
   std::vector<GradBucket<T>> buckets_;
 };
 

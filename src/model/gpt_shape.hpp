@@ -23,6 +23,10 @@ struct GptShape {
   int seq_length = 1;  // S
   int vocab_size = 1;  // V
   int tensor = 1;      // TP size
+  // Megatron sequence parallelism (parallel.sequence_parallel; off for tensor = 1, where it
+  // would change nothing): between the tensor-parallel regions a rank holds n = N/t of the
+  // N = micro_batch * seq_length tokens (parallel/mappings.hpp).
+  bool sequence_parallel = false;
 
   static constexpr std::int64_t int_limit = std::numeric_limits<int>::max();
 
@@ -43,6 +47,9 @@ struct GptShape {
   int local_heads() const { return heads / tensor; }
   int local_hidden() const { return hidden / tensor; }           // Hl = local heads * d
   int local_ffn() const { return ffn_hidden / tensor; }
+  bool splits_sequence() const { return sequence_parallel && tensor > 1; }
+  // Token rows of the residual stream and LayerNorm on one rank, for `tokens` tokens.
+  std::int64_t sequence_rows(std::int64_t tokens) const { return splits_sequence() ? tokens / tensor : tokens; }
   // < padded_vocab() for every rank of the group, so it fits as well.
   int vocab_start(int tp_rank) const { return tp_rank * local_vocab(); }
   // Real (non-padding) vocabulary rows held by a rank.
@@ -68,6 +75,10 @@ struct GptShape {
     positive("parallel.tensor", tensor);
     if (hidden % heads != 0 || heads % tensor != 0 || ffn_hidden % tensor != 0)
       throw std::invalid_argument("tptrain: model shape not divisible by the tensor-parallel size");
+    if (splits_sequence() && seq_length % tensor != 0)
+      throw std::invalid_argument("tptrain: model.seq_length = " + std::to_string(seq_length) +
+                                  " is not a multiple of parallel.tensor = " + std::to_string(tensor) +
+                                  " (parallel.sequence_parallel splits every sequence over the tensor-parallel ranks)");
     // The QKV weight has 3H rows (logical and, with tensor = 1, local: a BLAS dimension).
     const std::int64_t qkv_rows = 3 * std::int64_t(hidden);
     if (qkv_rows > int_limit)

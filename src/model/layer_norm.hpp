@@ -1,7 +1,11 @@
 // LayerNorm (eps 1e-5, GPT-2 pre-LN), replicated on every TP rank: each rank normalises the same
 // full-width input, so gamma/beta and their gradients stay identical across the group without
-// communication.
+// communication. With sequence parallelism each rank normalises only its own tokens: gamma and
+// beta stay replicated, their gradients become per-rank parts summed over the group
+// (Parameter::sequence_parallel_gradient).
 #pragma once
+
+#include <utility>
 
 #include "kokkos_kernels/layernorm.hpp"
 #include "src/model/linear.hpp"
@@ -11,42 +15,55 @@ namespace tptrain::model {
 
 template <class T>
 struct LayerNorm {
-  Parameter<T> weight, bias;  // [H], replicated
   using Acc = kx::acc_t<T>;
-  kernels::Vector<Acc> mean, rstd;  // [N] saved for backward; fp32 statistics whatever T is
+  // What forward keeps for backward: the row statistics [rows], fp32 whatever T is.
+  struct Saved {
+    kernels::Vector<Acc> mean, rstd;
+  };
+  static Saved make_saved(Workspace<T>& ws, const std::string& name, std::int64_t rows,
+                          BufferCategory c = BufferCategory::activation) {
+    return {ws.template vector<Acc>(name + ".mean", c, rows), ws.template vector<Acc>(name + ".rstd", c, rows)};
+  }
+
+  Parameter<T> weight, bias;  // [H], replicated
+  Saved saved;                // the set of the micro-batch being computed (the owner may rebind it)
   kernels::Vector<Acc> column_scratch;  // column_sums_scratch(); empty: allocated per backward
   static constexpr double eps = 1e-5;
 
-  LayerNorm(const std::string& name, int hidden, const Communicator& tp, std::int64_t tokens, Workspace<T>& ws)
+  LayerNorm(const std::string& name, int hidden, const Communicator& tp, std::int64_t rows, Workspace<T>& ws,
+            bool sequence_parallel = false, const SavedPlacement& placement = {})
       : weight(make_parameter<T>(name + "/weight", {hidden}, Sharding{}, tp, false, 0.0f, 1.0f)),
         bias(make_parameter<T>(name + "/bias", {hidden}, Sharding{}, tp, false, 0.0f, 0.0f)),
-        mean(ws.template vector<Acc>(name + ".mean", BufferCategory::activation, tokens)),
-        rstd(ws.template vector<Acc>(name + ".rstd", BufferCategory::activation, tokens)) {}
-  LayerNorm(const std::string& name, int hidden, const Communicator& tp, std::int64_t tokens, Workspace<T>& ws,
-            const GptShape& shape)
-      : LayerNorm(name, hidden, tp, tokens, ws) {
+        saved(make_saved(ws, placement.name_for(name), rows, placement.category)) {
+    weight.sequence_parallel_gradient = bias.sequence_parallel_gradient = sequence_parallel;
+  }
+  // In a model: the stage's column-sum scratch, and the shape's sequence parallelism.
+  LayerNorm(const std::string& name, int hidden, const Communicator& tp, std::int64_t rows, Workspace<T>& ws,
+            const GptShape& shape, std::int64_t tokens, const SavedPlacement& placement = {})
+      : LayerNorm(name, hidden, tp, rows, ws, shape.splits_sequence(), placement) {
     column_scratch = column_sums_scratch(ws, shape, tokens);
   }
 
   template <class XV, class YV>
-  void forward(const Exec& exec, const XV& x /*[N, H]*/, const YV& y /*[N, H]*/) {
+  void forward(const Exec& exec, const XV& x /*[rows, H]*/, const YV& y /*[rows, H]*/) {
     PhaseScope phase(Phase::norms_elementwise);
-    kernels::layernorm_forward(exec, x, weight.v(), bias.v(), y, mean, rstd, Acc(eps));
+    kernels::layernorm_forward(exec, x, weight.v(), bias.v(), y, saved.mean, saved.rstd, Acc(eps));
   }
   // x1 = x + r (the residual stream, stored), y = LayerNorm(x1): one pass instead of two.
   template <class XV, class RV, class X1V, class YV>
   void forward_add(const Exec& exec, const XV& x, const RV& r, const X1V& x1, const YV& y) {
     PhaseScope phase(Phase::norms_elementwise);
-    kernels::add_layernorm_forward(exec, x, r, x1, weight.v(), bias.v(), y, mean, rstd, Acc(eps));
+    kernels::add_layernorm_forward(exec, x, r, x1, weight.v(), bias.v(), y, saved.mean, saved.rstd, Acc(eps));
   }
 
   template <class DYV, class XV, class DXV>
-  void backward(const Exec& exec, const DYV& dy, const XV& x, const DXV& dx /*[N, H] overwritten*/) {
+  void backward(const Exec& exec, const DYV& dy, const XV& x, const DXV& dx /*[rows, H] overwritten*/) {
     PhaseScope phase(Phase::norms_elementwise);
     if (holds_column_sums(column_scratch, x.extent(0), x.extent(1), 2))
-      kernels::layernorm_backward(exec, dy, x, weight.v(), mean, rstd, dx, weight.dv(), bias.dv(), column_scratch);
+      kernels::layernorm_backward(exec, dy, x, weight.v(), saved.mean, saved.rstd, dx, weight.dv(), bias.dv(),
+                                  column_scratch);
     else
-      kernels::layernorm_backward(exec, dy, x, weight.v(), mean, rstd, dx, weight.dv(), bias.dv());
+      kernels::layernorm_backward(exec, dy, x, weight.v(), saved.mean, saved.rstd, dx, weight.dv(), bias.dv());
   }
 };
 

@@ -1,5 +1,8 @@
 // ColumnParallelLinear and RowParallelLinear (Megatron-LM section 3): y = x Wᵀ + b with
 // W [out, in] split by output rows (column-parallel) or by input columns (row-parallel).
+// With sequence parallelism (SequenceParallelBuffers given) the column-parallel input and the
+// row-parallel output are this rank's [n, h] token shard, and the layers gather / reduce-scatter
+// over the TP group instead of f's identity and g's all-reduce (parallel/mappings.hpp).
 #pragma once
 
 #include "kokkos_kernels/bias.hpp"
@@ -63,6 +66,23 @@ void bias_gradient(const Exec& exec, const DYV& dy, const DBV& db, const kernels
     kernels::bias_backward(exec, dy, db);
 }
 
+// The two [N, h] buffers of sequence parallelism, shared by every layer of a stage (scratch):
+// all N tokens of an activation or gradient gathered from the TP group, and a partial sum over
+// the group before its reduce-scatter. Empty without sequence parallelism.
+template <class T>
+struct SequenceParallelBuffers {
+  kernels::Matrix<T> gathered;  // [N, h]
+  kernels::Matrix<T> partial;   // [N, h]
+  bool enabled() const { return gathered.extent(0) > 0; }
+};
+
+template <class T>
+SequenceParallelBuffers<T> sequence_parallel_buffers(Workspace<T>& ws, const GptShape& s, std::int64_t tokens) {
+  if (!s.splits_sequence()) return {};
+  return {ws.matrix("sequence_parallel.gathered", BufferCategory::scratch, tokens, s.hidden),
+          ws.matrix("sequence_parallel.partial", BufferCategory::scratch, tokens, s.hidden)};
+}
+
 // Output features split over the TP group: rank r computes its [N, out/tp] slice.
 // `blocks` > 1 splits each of that many output blocks separately (QKV: 3 blocks).
 template <class T>
@@ -73,6 +93,7 @@ struct ColumnParallelLinear {
   // next elementwise kernel (the MLP's bias + GELU).
   bool skip_bias_add = false;
   kernels::Vector<kx::acc_t<T>> column_scratch;  // column_sums_scratch(); empty: allocated per backward
+  SequenceParallelBuffers<T> sp;                 // enabled: x and dx are [n, in] token shards
 
   ColumnParallelLinear(const std::string& name, std::int64_t in, std::int64_t out, int blocks,
                        const Communicator& tp, float init_std)
@@ -80,9 +101,13 @@ struct ColumnParallelLinear {
         bias(make_parameter<T>(name + "/bias", {out}, Sharding{0, blocks}, tp, false, 0.0f)) {}
 
   template <class XV, class YV>
-  void forward(const Exec& exec, Communicator& tp, const XV& x /*[N, in]*/, const YV& y /*[N, out/tp]*/) {
-    parallel::copy_to_tp_region_forward(tp, exec, x);  // f: identity
-    {
+  void forward(const Exec& exec, Communicator& tp, const XV& x /*[N or n, in]*/, const YV& y /*[N, out/tp]*/) {
+    if (sp.enabled()) {
+      parallel::gather_from_sequence_parallel_region_forward(tp, exec, x, sp.gathered);
+      PhaseScope phase(Phase::gemm);
+      kernels::linear_forward(exec, sp.gathered, weight.w(), y);
+    } else {
+      parallel::copy_to_tp_region_forward(tp, exec, x);  // f: identity
       PhaseScope phase(Phase::gemm);
       kernels::linear_forward(exec, x, weight.w(), y);
     }
@@ -92,8 +117,12 @@ struct ColumnParallelLinear {
   }
 
   template <class DYV, class XV, class DXV>
-  void backward(const Exec& exec, Communicator& tp, const DYV& dy /*[N, out/tp]*/, const XV& x /*[N, in]*/,
-                const DXV& dx /*[N, in]*/) {
+  void backward(const Exec& exec, Communicator& tp, const DYV& dy /*[N, out/tp]*/, const XV& x /*[N or n, in]*/,
+                const DXV& dx /*[N or n, in]*/) {
+    if (sp.enabled()) {
+      backward_sequence_parallel(exec, tp, dy, x, dx);
+      return;
+    }
     {
       PhaseScope phase(Phase::gemm);
       kernels::linear_backward_input(exec, dy, weight.w(), dx);  // partial: this rank's columns
@@ -112,6 +141,36 @@ struct ColumnParallelLinear {
     PhaseScope phase(Phase::tp_comm);
     dx_sum.wait_on(exec);
   }
+
+ private:
+  // Megatron's order (LinearWithGradAccumulationAndAsyncCommunication): the forward's gathered
+  // input is not kept, so its all-gather runs again while the input-gradient GEMM computes the
+  // [N, in] partial sum; that sum's reduce-scatter to this rank's tokens then runs while the
+  // weight and bias gradients are computed.
+  template <class DYV, class XV, class DXV>
+  void backward_sequence_parallel(const Exec& exec, Communicator& tp, const DYV& dy, const XV& x, const DXV& dx) {
+    parallel::Request gather = parallel::gather_from_sequence_parallel_region_start(tp, exec, x, sp.gathered);
+    {
+      PhaseScope phase(Phase::gemm);
+      kernels::linear_backward_input(exec, dy, weight.w(), sp.partial);
+    }
+    {
+      PhaseScope phase(Phase::tp_comm);
+      gather.wait_on(exec);
+    }
+    parallel::Request dx_sum =
+        parallel::gather_from_sequence_parallel_region_backward_start(tp, exec, sp.partial, dx);
+    {
+      PhaseScope phase(Phase::norms_elementwise);
+      bias_gradient(exec, dy, bias.dv(), column_scratch);
+    }
+    {
+      PhaseScope phase(Phase::gemm);
+      kernels::linear_backward_weight(exec, dy, sp.gathered, weight.dw());
+    }
+    PhaseScope phase(Phase::tp_comm);
+    dx_sum.wait_on(exec);
+  }
 };
 
 // Input features split over the TP group: rank r holds W[:, in/tp slice] and a [N, in/tp] input
@@ -122,31 +181,55 @@ struct RowParallelLinear {
   Parameter<T> weight;  // [out, in/tp]
   Parameter<T> bias;    // [out], replicated
   kernels::Vector<kx::acc_t<T>> column_scratch;  // column_sums_scratch(); empty: allocated per backward
+  SequenceParallelBuffers<T> sp;                 // enabled: y and dy are [n, out] token shards
 
   RowParallelLinear(const std::string& name, std::int64_t in, std::int64_t out, const Communicator& tp,
-                    float init_std)
+                    float init_std, bool sequence_parallel = false)
       : weight(make_parameter<T>(name + "/weight", {out, in}, Sharding{1, 1}, tp, true, init_std)),
-        bias(make_parameter<T>(name + "/bias", {out}, Sharding{}, tp, false, 0.0f)) {}
+        bias(make_parameter<T>(name + "/bias", {out}, Sharding{}, tp, false, 0.0f)) {
+    bias.sequence_parallel_gradient = sequence_parallel;  // added to this rank's tokens only
+  }
 
   template <class XV, class YV>
-  void forward(const Exec& exec, Communicator& tp, const XV& x /*[N, in/tp]*/, const YV& y /*[N, out]*/) {
-    {
-      PhaseScope phase(Phase::gemm);
-      kernels::linear_forward(exec, x, weight.w(), y);
+  void forward(const Exec& exec, Communicator& tp, const XV& x /*[N, in/tp]*/, const YV& y /*[N or n, out]*/) {
+    if (sp.enabled()) {
+      {
+        PhaseScope phase(Phase::gemm);
+        kernels::linear_forward(exec, x, weight.w(), sp.partial);
+      }
+      parallel::reduce_scatter_to_sequence_parallel_region_forward(tp, exec, sp.partial, y);
+    } else {
+      {
+        PhaseScope phase(Phase::gemm);
+        kernels::linear_forward(exec, x, weight.w(), y);
+      }
+      parallel::reduce_from_tp_region_forward(tp, exec, y);  // g: all-reduce partial sums
     }
-    parallel::reduce_from_tp_region_forward(tp, exec, y);  // g: all-reduce partial sums
     PhaseScope phase(Phase::norms_elementwise);
     kernels::bias_add(exec, y, bias.v());
   }
 
   template <class DYV, class XV, class DXV>
-  void backward(const Exec& exec, Communicator& tp, const DYV& dy /*[N, out]*/, const XV& x /*[N, in/tp]*/,
+  void backward(const Exec& exec, Communicator& tp, const DYV& dy /*[N or n, out]*/, const XV& x /*[N, in/tp]*/,
                 const DXV& dx /*[N, in/tp]*/) {
-    parallel::reduce_from_tp_region_backward(tp, exec, dy);  // g: identity
     {
+      // Same dy on every rank: the bias gradient stays replicated; with sequence parallelism
+      // it covers this rank's tokens (summed over the group later, sequence_parallel_gradient).
       PhaseScope phase(Phase::norms_elementwise);
-      bias_gradient(exec, dy, bias.dv(), column_scratch);  // same dy on every rank: stays replicated
+      bias_gradient(exec, dy, bias.dv(), column_scratch);
     }
+    if (sp.enabled()) {
+      parallel::reduce_scatter_to_sequence_parallel_region_backward(tp, exec, dy, sp.gathered);
+      input_and_weight_gradients(exec, sp.gathered, x, dx);
+    } else {
+      parallel::reduce_from_tp_region_backward(tp, exec, dy);  // g: identity
+      input_and_weight_gradients(exec, dy, x, dx);
+    }
+  }
+
+ private:
+  template <class DYV, class XV, class DXV>
+  void input_and_weight_gradients(const Exec& exec, const DYV& dy, const XV& x, const DXV& dx) {
     PhaseScope phase(Phase::gemm);
     kernels::linear_backward_weight(exec, dy, x, weight.dw());
     kernels::linear_backward_input(exec, dy, weight.w(), dx);

@@ -7,21 +7,37 @@
 #include "kokkos_kernels/attention.hpp"
 #include "src/model/gpt_shape.hpp"
 #include "src/model/linear.hpp"
+#include "src/model/recompute.hpp"
 #include "src/model/workspace.hpp"
 
 namespace tptrain::model {
 
 template <class T>
 struct ParallelAttention {
+  // What forward keeps for backward (src/model/recompute.hpp).
+  struct Saved {
+    kernels::Matrix<T> qkv_out;         // [N, 3*H/tp]
+    kernels::Vector<kx::acc_t<T>> lse;  // [B*nh/tp*S] log Σ exp of each score row (the softmax's normaliser), fp32
+    kernels::Matrix<T> ctx;             // [N, H/tp] attention output before proj
+    kernels::Tensor4<T> scores;         // [B, nh/tp, S, S] raw Q Kᵀ, recompute = none only (else empty)
+  };
+  Saved make_saved(Workspace<T>& ws, const std::string& name, BufferCategory c = BufferCategory::activation) const {
+    Saved s{ws.matrix(name + ".qkv_out", c, tokens(), 3 * std::int64_t(nh_local) * d),
+            ws.template vector<kx::acc_t<T>>(name + ".lse", c, tokens() * nh_local),
+            ws.matrix(name + ".ctx", c, tokens(), std::int64_t(nh_local) * d),
+            {}};
+    if (recompute == Recompute::none) s.scores = ws.tensor4(name + ".scores", c, B, nh_local, S, S);
+    return s;
+  }
+
   ColumnParallelLinear<T> qkv;  // H -> 3H, 3 blocks
   RowParallelLinear<T> proj;    // H -> H
   int B, S, nh_local, d;
-  kernels::Matrix<T> qkv_out;   // [N, 3*H/tp] saved
-  kernels::Vector<kx::acc_t<T>> lse;  // [B*nh/tp*S] saved: log Σ exp of each score row (the softmax's normaliser), fp32
-  kernels::Matrix<T> ctx;       // [N, H/tp] saved: attention output before proj
-  // Shared by every layer of the stage: the probabilities are not kept from forward to
-  // backward but recomputed there from Q, K and lse (one QKᵀ GEMM), and the backward walks
-  // query row tiles, so a stage holds one [B, nh/tp, S, S] buffer plus one
+  Recompute recompute;
+  Saved saved;                  // the set of the micro-batch being computed (the owner may rebind it)
+  // Shared by every layer of the stage: with recompute = selective or full the probabilities
+  // are not kept from forward to backward but recomputed there from Q, K and lse (one QKᵀ GEMM),
+  // and the backward walks query row tiles, so a stage holds one [B, nh/tp, S, S] buffer plus one
   // [B, nh/tp, tile, S] row-tile buffer (tile = kernels::attention_backward_tile_rows(S),
   // min(S, 128)) instead of score buffers per layer.
   kernels::Tensor4<T> probs;    // [B, nh/tp, S, S] scores / probabilities
@@ -32,20 +48,20 @@ struct ParallelAttention {
   // in fp32, where d_qkv itself accumulates in fp32).
   kernels::Matrix<kx::acc_t<T>> dk_sum;  // [N, H/tp]
 
-  ParallelAttention(const std::string& name, const GptShape& s, int batch, const Communicator& tp, Workspace<T>& ws)
+  ParallelAttention(const std::string& name, const GptShape& s, int batch, const Communicator& tp, Workspace<T>& ws,
+                    Recompute mode = Recompute::selective, const SavedPlacement& placement = {})
       : qkv(name + "/qkv", s.hidden, 3 * std::int64_t(s.hidden), 3, tp, 0.02f),
         // GPT-2 scales the residual projections by 1/sqrt(2 * layers).
-        proj(name + "/proj", s.hidden, s.hidden, tp, 0.02f / std::sqrt(2.0f * s.layers)),
-        B(batch), S(s.seq_length), nh_local(s.local_heads()), d(s.head_dim()),
-        qkv_out(ws.matrix(name + ".qkv_out", BufferCategory::activation, tokens(), 3 * std::int64_t(s.local_hidden()))),
-        lse(ws.template vector<kx::acc_t<T>>(name + ".lse", BufferCategory::activation, std::int64_t(batch) * nh_local * S)),
-        ctx(ws.matrix(name + ".ctx", BufferCategory::activation, tokens(), s.local_hidden())),
+        proj(name + "/proj", s.hidden, s.hidden, tp, 0.02f / std::sqrt(2.0f * s.layers), s.splits_sequence()),
+        B(batch), S(s.seq_length), nh_local(s.local_heads()), d(s.head_dim()), recompute(mode),
+        saved(make_saved(ws, placement.name_for(name), placement.category)),
         probs(ws.tensor4("attention.probs", BufferCategory::scratch, batch, nh_local, S, S)),
         dprobs(ws.tensor4("attention.dprobs_tile", BufferCategory::scratch, batch, nh_local,
                           kernels::attention_backward_tile_rows(S), S)),
         d_ctx(ws.matrix("attention.d_ctx", BufferCategory::scratch, tokens(), s.local_hidden())),
         d_qkv(ws.matrix("attention.d_qkv", BufferCategory::scratch, tokens(), 3 * std::int64_t(s.local_hidden()))) {
     qkv.column_scratch = proj.column_scratch = column_sums_scratch(ws, s, tokens());
+    qkv.sp = proj.sp = sequence_parallel_buffers(ws, s, tokens());
     if constexpr (kx::is_half_v<T>)
       dk_sum = ws.template matrix<kx::acc_t<T>>("attention.dk_sum", BufferCategory::scratch, tokens(), s.local_hidden());
   }
@@ -53,22 +69,23 @@ struct ParallelAttention {
   std::int64_t tokens() const { return std::int64_t(B) * S; }
 
   template <class XV, class YV>
-  void forward(const Exec& exec, Communicator& tp, const XV& x /*[N, H]*/, const YV& y /*[N, H]*/) {
-    qkv.forward(exec, tp, x, qkv_out);
+  void forward(const Exec& exec, Communicator& tp, const XV& x /*[N or n, H]*/, const YV& y /*[N or n, H]*/) {
+    qkv.forward(exec, tp, x, saved.qkv_out);
     {
       PhaseScope phase(Phase::attention);
-      kernels::attention_forward(exec, qkv_out, ctx, probs, lse, B, S, nh_local, d);
+      kernels::attention_forward(exec, saved.qkv_out, saved.ctx, probs, saved.lse, B, S, nh_local, d, saved.scores);
     }
-    proj.forward(exec, tp, ctx, y);
+    proj.forward(exec, tp, saved.ctx, y);
   }
 
   template <class DYV, class XV, class DXV>
   void backward(const Exec& exec, Communicator& tp, const DYV& dy, const XV& x, const DXV& dx) {
-    proj.backward(exec, tp, dy, ctx, d_ctx);
+    proj.backward(exec, tp, dy, saved.ctx, d_ctx);
     {
       PhaseScope phase(Phase::attention);
-      kernels::attention_backward_tiled(exec, d_ctx, qkv_out, lse, d_qkv, probs, dprobs,
-                                        kernels::attention_backward_tile_rows(S), dk_sum);
+      const bool kept = saved.scores.size() > 0;  // recompute = none: skip the Q Kᵀ GEMM
+      kernels::attention_backward_tiled(exec, d_ctx, saved.qkv_out, saved.lse, d_qkv, kept ? saved.scores : probs,
+                                        dprobs, kernels::attention_backward_tile_rows(S), dk_sum, kept);
     }
     qkv.backward(exec, tp, d_qkv, x, dx);
   }

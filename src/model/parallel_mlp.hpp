@@ -11,31 +11,40 @@ namespace tptrain::model {
 
 template <class T>
 struct ParallelMLP {
+  // What forward keeps for backward.
+  struct Saved {
+    kernels::Matrix<T> h;    // [N, F/tp] fc output (pre-GELU)
+    kernels::Matrix<T> sig;  // [N, F/tp] σ(2u(h)) of the GELU: the backward needs no exp
+  };
+  static Saved make_saved(Workspace<T>& ws, const std::string& name, std::int64_t tokens, const GptShape& s,
+                          BufferCategory c = BufferCategory::activation) {
+    return {ws.matrix(name + ".h", c, tokens, s.local_ffn()), ws.matrix(name + ".sigmoid", c, tokens, s.local_ffn())};
+  }
+
   ColumnParallelLinear<T> fc;
   RowParallelLinear<T> proj;
-  kernels::Matrix<T> h;    // [N, F/tp] fc output (pre-GELU), saved
-  kernels::Matrix<T> sig;  // [N, F/tp] σ(2u(h)) of the GELU, saved: the backward needs no exp
+  Saved saved;             // the set of the micro-batch being computed (the owner may rebind it)
   kernels::Matrix<T> a;    // [N, F/tp] shared scratch: GELU output (again h·σ in the backward)
   kernels::Matrix<T> da;   // [N, F/tp] shared scratch: dL/da, then dL/dh in place
 
   ParallelMLP(const std::string& name, const GptShape& s, std::int64_t tokens, const Communicator& tp,
-              Workspace<T>& ws)
+              Workspace<T>& ws, const SavedPlacement& placement = {})
       : fc(name + "/fc", s.hidden, s.ffn_hidden, 1, tp, 0.02f),
-        proj(name + "/proj", s.ffn_hidden, s.hidden, tp, 0.02f / std::sqrt(2.0f * s.layers)),
-        h(ws.matrix(name + ".h", BufferCategory::activation, tokens, s.local_ffn())),
-        sig(ws.matrix(name + ".sigmoid", BufferCategory::activation, tokens, s.local_ffn())),
+        proj(name + "/proj", s.ffn_hidden, s.hidden, tp, 0.02f / std::sqrt(2.0f * s.layers), s.splits_sequence()),
+        saved(make_saved(ws, placement.name_for(name), tokens, s, placement.category)),
         a(ws.matrix("mlp.a", BufferCategory::scratch, tokens, s.local_ffn())),
         da(ws.matrix("mlp.da", BufferCategory::scratch, tokens, s.local_ffn())) {
     fc.skip_bias_add = true;  // added by the fused bias + GELU
     fc.column_scratch = proj.column_scratch = column_sums_scratch(ws, s, tokens);
+    fc.sp = proj.sp = sequence_parallel_buffers(ws, s, tokens);
   }
 
   template <class XV, class YV>
   void forward(const Exec& exec, Communicator& tp, const XV& x, const YV& y) {
-    fc.forward(exec, tp, x, h);
+    fc.forward(exec, tp, x, saved.h);
     {
       PhaseScope phase(Phase::norms_elementwise);
-      kernels::bias_gelu_forward(exec, h, fc.bias.v(), a, sig);
+      kernels::bias_gelu_forward(exec, saved.h, fc.bias.v(), a, saved.sig);
     }
     proj.forward(exec, tp, a, y);
   }
@@ -44,12 +53,12 @@ struct ParallelMLP {
   void backward(const Exec& exec, Communicator& tp, const DYV& dy, const XV& x, const DXV& dx) {
     {
       PhaseScope phase(Phase::norms_elementwise);
-      kernels::gelu_from_sigmoid(exec, h, sig, a);  // the scratch holds another layer's by now
+      kernels::gelu_from_sigmoid(exec, saved.h, saved.sig, a);  // the scratch holds another layer's by now
     }
     proj.backward(exec, tp, dy, a, da);
     {
       PhaseScope phase(Phase::norms_elementwise);
-      kernels::gelu_backward_from_sigmoid(exec, da, h, sig, da);  // elementwise: in place
+      kernels::gelu_backward_from_sigmoid(exec, da, saved.h, saved.sig, da);  // elementwise: in place
     }
     fc.backward(exec, tp, da, x, dx);
   }

@@ -40,6 +40,10 @@ struct Parameter {
   bool weight_decay = false;           // AdamW decays 2-D weights, not biases or LayerNorm
   float init_std = 0.0f;               // 0: constant init_const
   float init_const = 0.0f;
+  // Sequence parallelism: a replicated parameter that acts on this rank's tokens only
+  // (LayerNorm, row-parallel bias): its gradient is summed over the TP group once the
+  // micro-batches are done (Megatron's `sequence_parallel` parameter attribute).
+  bool sequence_parallel_gradient = false;
 
   kernels::Vector<T> value;                               // flat local storage, compute copy
   kernels::Vector<Acc> master, grad, exp_avg, exp_avg_sq;  // fp32 (master: value itself if T == Acc)

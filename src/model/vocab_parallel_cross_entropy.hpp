@@ -6,7 +6,8 @@
 // needs three all-reduces over the TP group — the max m_i, the sum of exponentials and the
 // target logit (held by exactly one rank) — and never gathers the full logits. Padding columns
 // (vocabulary rows >= vocab_size) are excluded from the max and the sum, so the loss equals
-// that of the unpadded model.
+// that of the unpadded model. With sequence parallelism x is this rank's [n, H] token shard:
+// f becomes gather_from_sequence_parallel_region (all-gather in, reduce-scatter of dx out).
 #pragma once
 
 #include "kokkos_kernels/cross_entropy.hpp"
@@ -26,6 +27,7 @@ struct VocabParallelCrossEntropy {
   // [N] per token, fp32 whatever T is (Megatron casts the logits to float for the loss): the
   // three TP all-reduces and the loss are fp32.
   kernels::Vector<kx::acc_t<T>> rowmax, sumexp, target_logit, loss;
+  SequenceParallelBuffers<T> sp;  // enabled: x and dx are [n, H] token shards
 
   VocabParallelCrossEntropy(const GptShape& s, std::int64_t tokens, const Communicator& tp, Workspace<T>& ws)
       : vocab_start(s.vocab_start(tp.rank())),
@@ -40,6 +42,12 @@ struct VocabParallelCrossEntropy {
   // Local logits of the tied output layer.
   template <class XV>
   void logits_forward(const Exec& exec, Communicator& tp, const XV& x /*[N, H]*/, const Parameter<T>& word) {
+    if (sp.enabled()) {
+      parallel::gather_from_sequence_parallel_region_forward(tp, exec, x, sp.gathered);
+      PhaseScope phase(Phase::gemm);
+      kernels::linear_forward(exec, sp.gathered, word.w(), logits);
+      return;
+    }
     parallel::copy_to_tp_region_forward(tp, exec, x);
     PhaseScope phase(Phase::gemm);
     kernels::linear_forward(exec, x, word.w(), logits);
@@ -83,11 +91,22 @@ struct VocabParallelCrossEntropy {
   // d(scale · Σ_i loss_i): dWord += dlogitsᵀ x; dx = dlogits · Word, all-reduced (f backward).
   template <class TV, class XV, class DXV>
   void backward(const Exec& exec, Communicator& tp, const TV& targets, const XV& x, Parameter<T>& word,
-                kx::acc_t<T> scale, const DXV& dx /*[N, H] overwritten*/) {
+                kx::acc_t<T> scale, const DXV& dx /*[N or n, H] overwritten*/) {
     {
       PhaseScope phase(Phase::loss);
       kernels::cross_entropy_backward(exec, logits, rowmax, sumexp, targets, vocab_start, valid_cols,
                                       scale, dlogits);
+    }
+    if (sp.enabled()) {
+      // The forward's gathered input is not kept: gathered again for the weight gradient.
+      parallel::gather_from_sequence_parallel_region_forward(tp, exec, x, sp.gathered);
+      {
+        PhaseScope phase(Phase::gemm);
+        kernels::linear_backward_weight(exec, dlogits, sp.gathered, word.dw());
+        kernels::linear_backward_input(exec, dlogits, word.w(), sp.partial);
+      }
+      parallel::gather_from_sequence_parallel_region_backward_start(tp, exec, sp.partial, dx).wait_on(exec);
+      return;
     }
     {
       PhaseScope phase(Phase::gemm);

@@ -1,7 +1,9 @@
 // Megatron VocabParallelEmbedding: each TP rank holds a contiguous block of (padded) vocabulary
 // rows; a token outside the block looks up zero, and the all-reduce g sums the one non-zero
 // row in. The learned position embedding is replicated and added after the reduction (adding
-// it before would count it tp times).
+// it before would count it tp times). With sequence parallelism the all-reduce becomes a
+// reduce-scatter (reduce_scatter_to_sequence_parallel_region): each rank keeps the sum of its own
+// [n, H] tokens, and adds the position rows of those tokens.
 #pragma once
 
 #include "kokkos_kernels/embedding.hpp"
@@ -16,6 +18,8 @@ struct VocabParallelEmbedding {
   Parameter<T> position;  // [S, H], replicated
   int S;
   std::int64_t vocab_start;
+  int tp_rank;
+  SequenceParallelBuffers<T> sp;  // enabled: the output and its gradient are [n, H] token shards
 
   VocabParallelEmbedding(const GptShape& s, const Communicator& tp)
       : word(make_parameter<T>("embedding/word", {s.padded_vocab(), s.hidden}, Sharding{0, 1}, tp,
@@ -23,19 +27,28 @@ struct VocabParallelEmbedding {
         position(make_parameter<T>("embedding/position", {s.seq_length, s.hidden}, Sharding{}, tp,
                                    true, 0.01f)),
         S(s.seq_length),
-        vocab_start(s.vocab_start(tp.rank())) {
+        vocab_start(s.vocab_start(tp.rank())),
+        tp_rank(tp.rank()) {
     word.saved_rows = s.vocab_size;
   }
 
   template <class TV, class YV>
-  void forward(const Exec& exec, Communicator& tp, const TV& tokens /*[N]*/, const YV& y /*[N, H]*/) {
-    {
-      PhaseScope phase(Phase::norms_elementwise);
-      kernels::embedding_forward_masked(exec, tokens, word.w(), vocab_start, y);
+  void forward(const Exec& exec, Communicator& tp, const TV& tokens /*[N]*/, const YV& y /*[N or n, H]*/) {
+    if (sp.enabled()) {
+      {
+        PhaseScope phase(Phase::norms_elementwise);
+        kernels::embedding_forward_masked(exec, tokens, word.w(), vocab_start, sp.partial);
+      }
+      parallel::reduce_scatter_to_sequence_parallel_region_forward(tp, exec, sp.partial, y);
+    } else {
+      {
+        PhaseScope phase(Phase::norms_elementwise);
+        kernels::embedding_forward_masked(exec, tokens, word.w(), vocab_start, y);
+      }
+      parallel::reduce_from_tp_region_forward(tp, exec, y);
     }
-    parallel::reduce_from_tp_region_forward(tp, exec, y);
     PhaseScope phase(Phase::norms_elementwise);
-    kernels::position_embedding_add(exec, position.w(), S, y);
+    kernels::position_embedding_add(exec, position.w(), S, y, first_row(y));
   }
 
   // `segments`: the tokens' positions grouped by id (DeviceBatch) for a gradient parallel over
@@ -43,7 +56,24 @@ struct VocabParallelEmbedding {
   template <class TV, class DYV>
   void backward(const Exec& exec, Communicator& tp, const TV& tokens, const DYV& dy /*[N, H]*/,
                 const kernels::TokenSegments* segments = nullptr) {
-    parallel::reduce_from_tp_region_backward(tp, exec, dy);
+    if (sp.enabled()) {
+      // Every rank needs every token's gradient for its vocabulary rows; with all of them the
+      // position gradient is computed whole on every rank and stays replicated (no sum needed).
+      parallel::reduce_scatter_to_sequence_parallel_region_backward(tp, exec, dy, sp.gathered);
+      gradients(exec, tokens, sp.gathered, segments);
+    } else {
+      parallel::reduce_from_tp_region_backward(tp, exec, dy);
+      gradients(exec, tokens, dy, segments);
+    }
+  }
+
+ private:
+  template <class YV>
+  std::int64_t first_row(const YV& y) const {
+    return sp.enabled() ? std::int64_t(tp_rank) * static_cast<std::int64_t>(y.extent(0)) : 0;
+  }
+  template <class TV, class DYV>
+  void gradients(const Exec& exec, const TV& tokens, const DYV& dy /*[N, H]*/, const kernels::TokenSegments* segments) {
     PhaseScope phase(Phase::norms_elementwise);
     if (segments != nullptr)
       kernels::embedding_backward_masked(exec, *segments, dy, vocab_start, word.dw());

@@ -28,6 +28,15 @@ namespace tptrain::model {
 
 enum class BufferCategory { activation, stage, scratch };
 
+// Where a layer's saved-for-backward buffers go: their name prefix (empty: the layer's name) and
+// category. With recompute = full every block gets the same scratch placement, so the blocks share
+// one set, filled again by each block's recomputed forward.
+struct SavedPlacement {
+  std::string prefix;
+  BufferCategory category = BufferCategory::activation;
+  std::string name_for(const std::string& layer_name) const { return prefix.empty() ? layer_name : prefix; }
+};
+
 inline const char* category_name(BufferCategory c) {
   return c == BufferCategory::activation ? "activation" : c == BufferCategory::stage ? "stage" : "scratch";
 }

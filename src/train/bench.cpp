@@ -79,7 +79,7 @@ int bench_as(const io::Deck& deck_in, const parallel::Topology& topo, const Benc
   std::int64_t step = 0;
   for (; step < o.warmup; ++step) run->step(step);
   auto& clock = util::PhaseClock::instance();
-  const std::int64_t recomputes_before = run->pipeline().stats().recomputes;
+  const std::int64_t blocks_before = run->model().recomputed_blocks(), heads_before = run->model().recomputed_heads();
   barrier(world);
   clock.reset();
   clock.set_timing(true);
@@ -90,18 +90,24 @@ int bench_as(const io::Deck& deck_in, const parallel::Topology& topo, const Benc
   clock.set_timing(false);
   const double step_s = reduce_over(world, seconds, MPI_MAX) / o.steps;
 
-  // Model FLOPs per step, over all ranks: the formula for every token, plus the forwards this
-  // rank's pipeline stage ran again before their backward (summed over the world).
+  // Model FLOPs per step, over all ranks: the formula for every token. The forwards that
+  // recomputation runs again (training.recompute = full: every block; a last pipeline stage whose
+  // head another micro-batch overwrote: the head) are not model FLOPs: they count in the hardware
+  // FLOPs (HFU, Korthikanti et al. 2022 section 6.3), as does nothing of selective recomputation's
+  // Q Kᵀ (the formula's attention term already counts the full S×S products).
   const double tokens_per_step = static_cast<double>(run->tokens_per_step());
   const double flops_per_token = training_flops_per_token(shape);
-  const double recomputed = static_cast<double>(run->pipeline().stats().recomputes - recomputes_before) / o.steps;
   auto& m = run->model();
+  const double blocks = static_cast<double>(m.recomputed_blocks() - blocks_before) / o.steps;
+  const double heads = static_cast<double>(m.recomputed_heads() - heads_before) / o.steps;
   const double recompute_flops = reduce_over(
       world,
-      recomputed * static_cast<double>(m.tokens()) *
-          forward_flops_per_token(shape, m.local_layers(), m.is_last_stage()) / topo.layout().tensor,
+      static_cast<double>(m.tokens()) *
+          (blocks * forward_flops_per_token(shape, 1, false) + heads * forward_flops_per_token(shape, 0, true)) /
+          topo.layout().tensor,
       MPI_SUM);
-  const double flops_per_s_per_rank =
+  const double flops_per_s_per_rank = tokens_per_step * flops_per_token / step_s / topo.world_size();
+  const double hardware_flops_per_s_per_rank =
       (tokens_per_step * flops_per_token + recompute_flops) / step_s / topo.world_size();
 
   // The GEMM peak of the same ranks, all measuring at once.
@@ -111,6 +117,7 @@ int bench_as(const io::Deck& deck_in, const parallel::Topology& topo, const Benc
   const double square_rate = mean_over(world, measure_gemm_flops<T>(GemmShape{2048, 2048, 2048, "square 2048"}));
   const double peak = std::max(model_gemm_rate, square_rate);
   const double mfu = flops_per_s_per_rank / peak;
+  const double hfu = hardware_flops_per_s_per_rank / peak;
 
   util::PhaseClock::Seconds phases{};
   double phase_total = 0.0;
@@ -126,7 +133,9 @@ int bench_as(const io::Deck& deck_in, const parallel::Topology& topo, const Benc
   table += fmt::format("  model FLOP/s per rank: {:.2f} GFLOP/s\n", flops_per_s_per_rank / 1e9);
   table += fmt::format("  GEMM peak per rank: {:.2f} GFLOP/s ({} [{}x{}x{}]: {:.2f}; square 2048: {:.2f})\n", peak / 1e9,
                        model_gemm.what, model_gemm.m, model_gemm.n, model_gemm.k, model_gemm_rate / 1e9, square_rate / 1e9);
-  table += fmt::format("  MFU: {:.1f} % of the GEMM peak\n", 100.0 * mfu);
+  table += fmt::format("  MFU: {:.1f} % of the GEMM peak{}\n", 100.0 * mfu,
+                       recompute_flops > 0 ? fmt::format(" (with the recomputed forwards, HFU: {:.1f} %)", 100.0 * hfu)
+                                           : std::string());
   table += "  step time by phase (mean over ranks, per step):\n";
   for (int p = 0; p < util::kPhaseCount; ++p) {
     const double s = phases[static_cast<std::size_t>(p)];
@@ -145,7 +154,7 @@ int bench_as(const io::Deck& deck_in, const parallel::Topology& topo, const Benc
   const std::string memory_json = fmt::format(
       "{{\"weights\": {}, \"master_weights\": {}, \"gradients\": {}, \"optimizer_state\": {}, "
       "\"activations\": {}, \"bytes_per_parameter\": {:.6g}}}",
-      pm.weight, pm.master, pm.gradient, pm.optimizer, run->memory().total(), pm.per_parameter());
+      pm.weight, pm.master, pm.gradient, pm.optimizer, m.activation_bytes(), pm.per_parameter());
   log::info(fmt::format(
       "{{\"bench\": {}, \"ranks\": {}, \"tensor\": {}, \"pipeline\": {}, \"data\": {}, \"threads\": {}, "
       "\"steps\": {}, \"warmup\": {}, \"layers\": {}, \"hidden\": {}, \"heads\": {}, \"seq_length\": {}, "
@@ -153,8 +162,8 @@ int bench_as(const io::Deck& deck_in, const parallel::Topology& topo, const Benc
       "\"tokens_per_s\": {:.6g}, \"step_s\": {:.6g}, \"model_flops_per_token\": {:.6g}, \"flops_formula\": {}, "
       "\"recompute_flops_per_step\": {:.6g}, \"model_flops_per_s_per_rank\": {:.6g}, "
       "\"gemm_peak_flops_per_rank\": {:.6g}, \"gemm_model_shape\": {}, \"gemm_model_shape_flops\": {:.6g}, "
-      "\"gemm_square_2048_flops\": {:.6g}, \"mfu\": {:.4f}, \"kokkos\": {}, \"blas\": {}, \"blas_core\": {}, "
-      "\"blas_warning\": {}, \"precision\": {}, \"memory\": {}, "
+      "\"gemm_square_2048_flops\": {:.6g}, \"mfu\": {:.4f}, \"hfu\": {:.4f}, \"kokkos\": {}, \"blas\": {}, \"blas_core\": {}, "
+      "\"blas_warning\": {}, \"precision\": {}, \"recompute\": {}, \"sequence_parallel\": {}, \"memory\": {}, "
       "\"phases_s\": {{{}}}}}",
       io::json_string(stem), topo.world_size(), topo.layout().tensor, topo.layout().pipeline, topo.layout().data,
       threads_per_rank(), o.steps, o.warmup, shape.layers, shape.hidden, shape.heads, shape.seq_length,
@@ -162,9 +171,10 @@ int bench_as(const io::Deck& deck_in, const parallel::Topology& topo, const Benc
       tokens_per_s, step_s, flops_per_token, io::json_string(kModelFlopsFormula), recompute_flops,
       flops_per_s_per_rank, peak,
       io::json_string(fmt::format("{} {}x{}x{}", model_gemm.what, model_gemm.m, model_gemm.n, model_gemm.k)),
-      model_gemm_rate, square_rate, mfu, io::json_string(kx::ExecSpace::name()),
+      model_gemm_rate, square_rate, mfu, hfu, io::json_string(kx::ExecSpace::name()),
       io::json_string(gemms_on_host() ? blas.library : std::string("cuBLAS (device)")), io::json_string(blas.core), io::json_string(blas.warning),
-      io::json_string(kx::precision_name<T>()), memory_json, phases_json));
+      io::json_string(kx::precision_name<T>()), io::json_string(deck.training.recompute),
+      shape.splits_sequence() ? "true" : "false", memory_json, phases_json));
   return 0;
 }
 

@@ -173,17 +173,6 @@ std::string simulate_pipeline(Schedule schedule, int stages, int micro_batches) 
   return "";
 }
 
-StageMemory stage_memory(Schedule schedule, int stage, int stages, int micro_batches, std::int64_t tokens,
-                         int hidden, std::size_t activation_bytes, std::size_t element_bytes) {
-  StageMemory m;
-  m.in_flight = peak_in_flight(pipeline_ops(schedule, stage, stages, micro_batches));
-  if (stage > 0)
-    m.stored_inputs = static_cast<std::size_t>(m.in_flight) * static_cast<std::size_t>(tokens) *
-                      static_cast<std::size_t>(hidden) * element_bytes;
-  m.activation_set = activation_bytes;
-  return m;
-}
-
 template <class T>
 PipelineRunner<T>::PipelineRunner(model::GptModel<T>& model, parallel::Communicator& pp, Schedule schedule)
     : model_(model), pp_(pp), schedule_(schedule) {
@@ -192,31 +181,24 @@ PipelineRunner<T>::PipelineRunner(model::GptModel<T>& model, parallel::Communica
 }
 
 template <class T>
-int PipelineRunner<T>::acquire_slot() {
-  if (free_.empty()) {
-    free_.push_back(static_cast<int>(stash_.size()));
-    stash_.emplace_back("pipeline.stored_input", model_.tokens(), model_.shape().hidden);
-    stats_.stored_inputs_peak = static_cast<int>(stash_.size());
-  }
-  const int slot = free_.back();
-  free_.pop_back();
-  return slot;
+void PipelineRunner<T>::reserve(int micro_batches) {
+  const int in_flight =
+      peak_in_flight(pipeline_ops(schedule_, model_.stage().rank, model_.stage().size, micro_batches));
+  model_.reserve_slots(in_flight);
+  stats_.slots = model_.activation_slots();
 }
 
+// The slot of micro-batch m from its first use (receiving its input, or its forward on the first
+// stage) to the end of its backward.
 template <class T>
-void PipelineRunner<T>::forward(const kx::ExecSpace& exec, int m, const std::function<const DeviceBatch&(int)>& batch,
-                             bool count_loss) {
-  if (!model_.is_first_stage()) {
-    const auto slot = static_cast<std::size_t>(slot_of_[static_cast<std::size_t>(m)]);
-    Kokkos::deep_copy(exec, model_.stage_input(), stash_[slot]);
-  }
-  if (model_.is_first_stage() || model_.is_last_stage()) {
-    const DeviceBatch& b = batch(m);
-    model_.forward(exec, b.inputs, b.targets, count_loss ? loss_total_ : loss_discard_);
-  } else {
-    model_.forward_logits(exec, no_tokens_);
-  }
-  resident_ = m;
+int PipelineRunner<T>::acquire_slot(int m) {
+  int& slot = slot_of_[static_cast<std::size_t>(m)];
+  if (slot >= 0) return slot;
+  if (free_.empty())
+    throw std::logic_error("tptrain: PipelineRunner: more micro-batches in flight than activation slots");
+  slot = free_.back();
+  free_.pop_back();
+  return slot;
 }
 
 template <class T>
@@ -224,36 +206,38 @@ double PipelineRunner<T>::run(const kx::ExecSpace& exec, int micro_batches, floa
                            const std::function<const DeviceBatch&(int)>& batch,
                            const std::function<void(int, std::size_t)>& bucket_done) {
   const std::vector<PipelineOp> ops = pipeline_ops(schedule_, model_.stage().rank, model_.stage().size, micro_batches);
+  reserve(micro_batches);
   slot_of_.assign(static_cast<std::size_t>(micro_batches), -1);
-  free_.clear();  // every stored-input buffer is free at the start of a step
-  for (std::size_t i = stash_.size(); i-- > 0;) free_.push_back(static_cast<int>(i));
-  resident_ = -1;  // the buffers may hold anything (an evaluation, the previous step's weights)
+  free_.clear();  // every slot is free at the start of a step (lowest first)
+  for (int k = model_.activation_slots(); k-- > 0;) free_.push_back(k);
   const int prev = pp_.rank() - 1, next = pp_.rank() + 1;
   const auto tag = [](int m, int direction) { return 2 * m + direction; };
+  const bool uses_tokens = model_.is_first_stage() || model_.is_last_stage();
   Kokkos::deep_copy(exec, loss_total_, 0.0);
   for (const PipelineOp& op : ops) {
     if (op.kind == PipelineOp::forward) {
-      forward(exec, op.micro_batch, batch, true);
+      const int m = op.micro_batch;
+      model_.bind_slot(acquire_slot(m));
+      if (uses_tokens) {
+        const DeviceBatch& b = batch(m);
+        model_.forward(exec, b.inputs, b.targets, loss_total_);
+      } else {
+        model_.forward_logits(exec, no_tokens_);
+      }
     } else if (op.kind == PipelineOp::backward) {
       const int m = op.micro_batch;
-      if (resident_ != m) {  // activation recomputation from the stored input
-        forward(exec, m, batch, false);
-        ++stats_.recomputes;
-      }
+      model_.bind_slot(slot_of_[static_cast<std::size_t>(m)]);
       const std::function<void(std::size_t)> done = [&](std::size_t b) {
         if (bucket_done) bucket_done(m, b);
       };
-      if (model_.is_first_stage() || model_.is_last_stage()) {
+      if (uses_tokens) {
         const DeviceBatch& b = batch(m);
         model_.backward(exec, b.inputs, b.targets, scale, done, &b.segments);
       } else {
         model_.backward(exec, no_tokens_, no_tokens_, scale, done);
       }
-      resident_ = -1;  // backward may have overwritten saved activations
-      if (!model_.is_first_stage()) {
-        free_.push_back(slot_of_[static_cast<std::size_t>(m)]);
-        slot_of_[static_cast<std::size_t>(m)] = -1;
-      }
+      free_.push_back(slot_of_[static_cast<std::size_t>(m)]);
+      slot_of_[static_cast<std::size_t>(m)] = -1;
     } else {
       util::PhaseScope phase(util::Phase::pipeline_wait);
       const auto t0 = std::chrono::steady_clock::now();
@@ -265,16 +249,13 @@ double PipelineRunner<T>::run(const kx::ExecSpace& exec, int micro_batches, floa
       for (const PipelineTransfer& t : transfers_of(op)) {
         const int peer = t.peer > 0 ? next : prev;
         const int tg = tag(t.micro_batch, t.direction);
-        if (t.send) {
-          r.push_back(parallel::isend(pp_, exec, t.direction == 0 ? model_.stage_output() : model_.input_grad(),
+        const int slot = t.direction == 0 ? acquire_slot(t.micro_batch) : -1;
+        if (t.send)
+          r.push_back(parallel::isend(pp_, exec, t.direction == 0 ? model_.stage_output(slot) : model_.input_grad(),
                                       peer, tg));
-        } else if (t.direction == 1) {
-          r.push_back(parallel::irecv(pp_, exec, model_.output_grad(), peer, tg));
-        } else {
-          const int slot = acquire_slot();
-          slot_of_[static_cast<std::size_t>(t.micro_batch)] = slot;
-          r.push_back(parallel::irecv(pp_, exec, stash_[static_cast<std::size_t>(slot)], peer, tg));
-        }
+        else
+          r.push_back(parallel::irecv(pp_, exec, t.direction == 0 ? model_.stage_input(slot) : model_.output_grad(),
+                                      peer, tg));
       }
       r.push_back(pp_.group_end());
       parallel::wait_all_on(r.data(), r.size(), exec);

@@ -16,11 +16,11 @@
 // pair post their halves in matching order (transfers_of), so the schedule cannot deadlock even
 // if each transfer were a blocking rendezvous (simulate_pipeline checks that).
 //
-// Activation memory: the model's layers keep the activations of one micro-batch. A stage
-// stores, per micro-batch in flight, only its input [N, H] (the first stage: nothing — it
-// samples the tokens again), and before the backward of micro-batch m re-runs the stage's
-// forward from that input if the layer buffers hold another micro-batch (activation
-// recomputation, deterministic: the gradients are bitwise those without it).
+// Activation memory: each micro-batch between its forward and its backward keeps its own
+// activation slot in the model (GptModel::bind_slot): a stage reserves as many slots as its
+// schedule has micro-batches in flight, and what a slot holds is the choice of
+// training.recompute (src/model/recompute.hpp). A received stage input goes straight into its
+// micro-batch's slot.
 #pragma once
 
 #include <chrono>
@@ -73,20 +73,8 @@ int peak_in_flight(const std::vector<PipelineOp>& ops);
 // deadlock or inconsistency. For tests.
 std::string simulate_pipeline(Schedule schedule, int stages, int micro_batches);
 
-// Memory a stage needs for its activations under a schedule (bytes).
-struct StageMemory {
-  int in_flight = 0;                  // peak micro-batches between forward and backward
-  std::size_t stored_inputs = 0;      // in_flight stored stage inputs [N, H] (0 on the first stage)
-  std::size_t activation_set = 0;     // the one set of layer buffers (Model::activation_bytes)
-  std::size_t total() const { return stored_inputs + activation_set; }
-};
-StageMemory stage_memory(Schedule schedule, int stage, int stages, int micro_batches,
-                         std::int64_t tokens, int hidden, std::size_t activation_bytes,
-                         std::size_t element_bytes = sizeof(float));
-
 struct PipelineStats {
-  int stored_inputs_peak = 0;  // stage-input buffers allocated (peak in flight, non-first stages)
-  std::int64_t recomputes = 0; // forwards re-run before a backward
+  int slots = 0;               // activation slots the stage holds (its peak micro-batches in flight)
   double p2p_wait_s = 0;       // time in communication ops (includes the pipeline bubble)
 };
 
@@ -105,24 +93,23 @@ class PipelineRunner {
              const std::function<const DeviceBatch&(int)>& batch,
              const std::function<void(int, std::size_t)>& bucket_done);
 
+  // Allocates the activation slots `micro_batches` per step need under the schedule (run() does
+  // it too; call it first to have the memory allocated before the first step).
+  void reserve(int micro_batches);
+
   Schedule schedule() const { return schedule_; }
   void set_schedule(Schedule s) { schedule_ = s; }
   const PipelineStats& stats() const { return stats_; }
 
  private:
-  // Forward of micro-batch m; its loss is added to loss_total_ unless it is a recomputation.
-  void forward(const kx::ExecSpace& exec, int m, const std::function<const DeviceBatch&(int)>& batch, bool count_loss);
-  int acquire_slot();
+  int acquire_slot(int m);
 
   model::GptModel<T>& model_;
   parallel::Communicator& pp_;
   Schedule schedule_;
-  std::vector<kernels::Matrix<T>> stash_;  // stored stage inputs [N, H]
-  std::vector<int> free_;                      // free stash slots
-  std::vector<int> slot_of_;                   // micro-batch -> stash slot
-  int resident_ = -1;                          // micro-batch whose activations the layers hold
+  std::vector<int> free_;                      // free activation slots
+  std::vector<int> slot_of_;                   // micro-batch -> activation slot
   Kokkos::View<double, kx::MemSpace> loss_total_{"pipeline.loss_total"};  // summed on the device
-  Kokkos::View<double, kx::MemSpace> loss_discard_{"pipeline.loss_discard"};  // recomputed forwards
   kernels::Tokens no_tokens_;                  // middle stages use no tokens
   PipelineStats stats_;
 };

@@ -59,14 +59,12 @@ int train_as(const io::Deck& deck, const parallel::Topology& topo) {
              tc.steps, tc.global_batch, run->micro_batches(), tc.micro_batch, run->tokens_per_step());
   log::info(run->memory_report());
   if (const int P = topo.layout().pipeline; P > 1) {
-    const StageMemory mine = run->memory();
-    const double peak =
-        parallel::all_reduce_scalar(topo.pp(), static_cast<double>(mine.total()), parallel::ReduceOp::max);
-    log::infof("pipeline: {} stages of {} layers, {} schedule; activations of stage 0: {} micro-batches in flight, "
-               "one buffer set of {:.2f} MiB (recomputed from stored stage inputs); largest stage {:.2f} MiB with "
-               "its stored inputs",
-               P, shape.layers / P, schedule_name(run->pipeline().schedule()), mine.in_flight,
-               static_cast<double>(mine.activation_set) / (1 << 20), peak / (1 << 20));
+    const double bytes = static_cast<double>(run->model().activation_bytes());
+    const double peak = parallel::all_reduce_scalar(topo.pp(), bytes, parallel::ReduceOp::max);
+    log::infof("pipeline: {} stages of {} layers, {} schedule; stage 0 keeps the activations of {} micro-batches in "
+               "flight ({:.2f} MiB with its scratch); largest stage {:.2f} MiB",
+               P, shape.layers / P, schedule_name(run->pipeline().schedule()), run->model().activation_slots(),
+               bytes / (1 << 20), peak / (1 << 20));
   }
   if (!deck.data.valid.empty() && run->eval_windows() == 0)
     log::warning("data.valid is shorter than one evaluation window: no evaluation");
@@ -161,9 +159,8 @@ int train_as(const io::Deck& deck, const parallel::Topology& topo) {
   if (topo.layout().pipeline > 1 && tc.steps > first_step) {
     const auto& pp = run->pipeline().stats();
     const double steps = static_cast<double>(tc.steps - first_step);
-    log::infof("pipeline stage 0: waited {:.2f} ms per step for its neighbours (bubble and transfers); "
-               "{:.1f} forwards per step recomputed before their backward",
-               1e3 * pp.p2p_wait_s / steps, static_cast<double>(pp.recomputes) / steps);
+    log::infof("pipeline stage 0: waited {:.2f} ms per step for its neighbours (bubble and transfers)",
+               1e3 * pp.p2p_wait_s / steps);
   }
   if (const auto& dp = run->reduction_stats(); dp.steps > 0 && dp.messages > 0)
     log::infof("data-parallel gradient all-reduce: {} buckets, {:.2f} MB per step; rank 0 waited {:.2f} ms per step "

@@ -21,6 +21,7 @@ model::GptShape shape_of(const io::Deck& deck) {
   s.seq_length = deck.model.seq_length;
   s.vocab_size = deck.model.vocab_size;
   s.tensor = deck.parallel.tensor;
+  s.sequence_parallel = deck.parallel.sequence_parallel;
   return s;
 }
 
@@ -107,7 +108,8 @@ TrainingRun<T>::TrainingRun(const io::Deck& deck, const parallel::Topology& topo
                                                     deck.training.micro_batch, topo.coords().dp,
                                                     topo.layout().data, deck.training.seed)),
       model_(shape_of(deck), deck.training.micro_batch, topo.tp(), deck.training.seed,
-             model::PipelineStage{topo.coords().pp, topo.layout().pipeline}),
+             model::PipelineStage{topo.coords().pp, topo.layout().pipeline},
+             model::recompute_from_name(deck.training.recompute)),
       schedule_{deck.optimizer.lr, deck.optimizer.min_lr, deck.optimizer.warmup_steps, deck.training.steps,
                 deck.optimizer.decay},
       adamw_{deck.optimizer.beta1, deck.optimizer.beta2, deck.optimizer.eps, deck.optimizer.weight_decay},
@@ -124,17 +126,12 @@ TrainingRun<T>::TrainingRun(const io::Deck& deck, const parallel::Topology& topo
     scaler_.emplace(LossScalerConfig{t.loss_scale_initial, t.loss_scale_growth_factor, t.loss_scale_backoff_factor,
                                      t.loss_scale_window, t.loss_scale_hysteresis, t.loss_scale_min});
   }
+  pipeline_.reserve(micro_batches());  // every activation slot allocated before the first step
   const int P = topo.layout().pipeline;
   if (micro_batches() < P && topo.world_rank() == 0)
     log::warning(fmt::format("{} micro-batch{} per step on {} pipeline stages: most stages idle most of the time "
                              "(pipeline bubble); use training.global_batch / (micro_batch * data) >= {}",
                              micro_batches(), micro_batches() == 1 ? "" : "es", P, P));
-}
-
-template <class T>
-StageMemory TrainingRun<T>::memory() const {
-  return stage_memory(pipeline_.schedule(), topo_.coords().pp, topo_.layout().pipeline, micro_batches(),
-                      model_.tokens(), model_.shape().hidden, model_.activation_bytes(), sizeof(T));
 }
 
 template <class T>
@@ -157,18 +154,16 @@ std::string TrainingRun<T>::memory_report() const {
   const ParameterMemory pm = parameter_memory();
   const auto per = [&](std::size_t bytes) { return static_cast<double>(bytes) / static_cast<double>(pm.parameters); };
   const auto& ws = model_.workspace();
-  const StageMemory stage = memory();
   return fmt::format(
       "memory of this rank: {:.1f} MiB for {} parameters, {:g} bytes each ({} weights {:g}{}, fp32 gradients {:g}, "
-      "AdamW moments {:g}); {:.1f} MiB activations and scratch: {:.1f} saved for backward, {:.1f} stage tensors, "
-      "{:.1f} scratch shared by all layers{}",
+      "AdamW moments {:g}); {:.1f} MiB activations and scratch: {:.1f} saved for backward ({} micro-batch{} in "
+      "flight, recompute = {}{}), {:.1f} stage tensors, {:.1f} scratch shared by all layers",
       pm.total() / MiB, pm.parameters, pm.per_parameter(), kx::precision_name<T>(), per(pm.weight),
       pm.master > 0 ? fmt::format(", fp32 master {:g}", per(pm.master)) : std::string(), per(pm.gradient),
-      per(pm.optimizer),
-      ws.total_bytes() / MiB,
-      ws.bytes(model::BufferCategory::activation) / MiB, ws.bytes(model::BufferCategory::stage) / MiB,
-      ws.bytes(model::BufferCategory::scratch) / MiB,
-      stage.stored_inputs > 0 ? fmt::format("; {:.1f} MiB stored pipeline inputs", stage.stored_inputs / MiB) : "");
+      per(pm.optimizer), ws.total_bytes() / MiB, ws.bytes(model::BufferCategory::activation) / MiB,
+      model_.activation_slots(), model_.activation_slots() == 1 ? "" : "es", model::recompute_name(model_.recompute()),
+      model_.shape().splits_sequence() ? ", sequence parallel" : "", ws.bytes(model::BufferCategory::stage) / MiB,
+      ws.bytes(model::BufferCategory::scratch) / MiB);
 }
 
 template <class T>
@@ -197,6 +192,8 @@ double TrainingRun<T>::compute_gradients(std::int64_t step) {
   // Data parallelism: a bucket's gradients are final once the LAST micro-batch's backward has
   // passed it; its all-reduce then runs while the backward goes on.
   const auto bucket_done = [&](int m, std::size_t b) {
+    // Sequence parallelism: LayerNorm and row-parallel bias gradients summed over TP first.
+    if (m == M - 1) model_.sum_sequence_parallel_gradients(exec, b);
     util::PhaseScope phase(util::Phase::dp_comm);
     if (options_.overlap_grad_reduce && m == M - 1)
       reducer_.launch(exec, b);

@@ -117,8 +117,6 @@ class TrainingRun {
   int micro_batches() const { return sampler_->micro_batches_per_step(); }
   PipelineRunner<T>& pipeline() { return pipeline_; }
   const typename GradientReducer<T>::Stats& reduction_stats() const { return reducer_.stats(); }
-  // Activation memory of this stage under its schedule.
-  StageMemory memory() const;
   ParameterMemory parameter_memory() const;
   // This rank's memory in words: parameters with their gradients and AdamW moments, then the
   // workspace by category (model::Workspace) and the stored pipeline inputs.

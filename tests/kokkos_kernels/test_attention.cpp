@@ -459,3 +459,46 @@ TEST_CASE("attention refuses mismatched shapes", "[kernels][attention]") {
   CHECK_THROWS_AS(tk::attention_backward(exec, out, qkv, lse, dqkv, probs, wide_tile),
                   std::invalid_argument);
 }
+
+// Recomputation "none" keeps the raw scores of the forward and the backward skips its Q Kᵀ
+// GEMM: the gradients must be the recomputing backward's bit for bit (the model relies on it:
+// every recompute mode gives the same gradients), and the forward output unchanged.
+TEMPLATE_TEST_CASE("attention backward from kept scores equals the recomputing backward bit for bit",
+                   "[kernels][attention]", float, tptrain::kx::bf16) {
+  using T = TestType;
+  const AttnShape s = GENERATE(AttnShape{2, 13, 3, 4}, AttnShape{1, 130, 2, 8});
+  INFO("B=" << s.B << " S=" << s.S << " nh=" << s.nh << " d=" << s.d);
+  const int Hl = s.nh * s.d, rows = s.B * s.S;
+  using A = tptrain::kx::acc_t<T>;
+  std::mt19937 rng(91);
+  Exec exec;
+  const auto hqkv = tt::random_vec<float>(rng, static_cast<std::size_t>(rows) * 3 * Hl, -1.5, 1.5);
+  const auto hdout = tt::random_vec<float>(rng, static_cast<std::size_t>(rows) * Hl);
+  auto qkv = tt::to_device<T>(hqkv, rows, 3 * Hl);
+  auto dout = tt::to_device<T>(hdout, rows, Hl);
+  const int tile = static_cast<int>(tk::attention_backward_tile_rows(s.S));
+  tk::Tensor4<T> probs("probs", s.B, s.nh, s.S, s.S), kept("kept", s.B, s.nh, s.S, s.S),
+      dprobs("dprobs", s.B, s.nh, tile, s.S);
+  tk::Matrix<A> dk_sum("dk_sum", rows, Hl);
+  tk::Matrix<T> out1("out1", rows, Hl), out2("out2", rows, Hl), dqkv1("dqkv1", rows, 3 * Hl),
+      dqkv2("dqkv2", rows, 3 * Hl);
+  tk::Vector<A> lse1("lse1", static_cast<std::size_t>(rows) * s.nh), lse2("lse2", static_cast<std::size_t>(rows) * s.nh);
+  // Recomputing: the forward's probabilities are gone before the backward.
+  tk::attention_forward(exec, qkv, out1, probs, lse1, s.B, s.S, s.nh, s.d);
+  Kokkos::deep_copy(probs, T(std::numeric_limits<float>::quiet_NaN()));
+  tk::attention_backward_tiled(exec, dout, qkv, lse1, dqkv1, probs, dprobs, tile, dk_sum);
+  // Kept: the shared probs buffer is overwritten in between (another layer), the kept scores are not.
+  tk::attention_forward(exec, qkv, out2, probs, lse2, s.B, s.S, s.nh, s.d, kept);
+  Kokkos::deep_copy(probs, T(std::numeric_limits<float>::quiet_NaN()));
+  tk::attention_backward_tiled(exec, dout, qkv, lse2, dqkv2, kept, dprobs, tile, dk_sum, true);
+  exec.fence();
+  CHECK(tt::bitwise_equal(tt::to_host(out1), tt::to_host(out2)));
+  CHECK(tt::bitwise_equal(tt::to_host(lse1), tt::to_host(lse2)));
+  CHECK(tt::bitwise_equal(tt::to_host(dqkv1), tt::to_host(dqkv2)));
+  // And it is the gradient: against the naive reference (fp32 only; bf16 has its own tests).
+  if constexpr (std::is_same<T, float>::value) {
+    const auto rf = tk::ref::attention_forward(hqkv, s.B, s.S, s.nh, s.d);
+    const auto rb = tk::ref::attention_backward(hdout, hqkv, rf.att, s.B, s.S, s.nh, s.d);
+    CHECK(tt::max_rel_err(tt::to_host(dqkv2), rb) < 4 * tt::tol<T>());
+  }
+}

@@ -19,6 +19,12 @@
 
 using namespace tptrain;
 namespace fs = std::filesystem;
+using test::Gradients;
+using test::Named;
+using test::check_close;
+using test::gradients_of;
+using test::layout_of;
+using test::logical_by_name;
 
 namespace {
 
@@ -33,57 +39,6 @@ std::vector<LayoutCase> layouts_of_world() {
   for (const auto& l : all)
     if (l.tensor * l.pipeline * l.data == test::world_size()) fit.push_back(l);
   return fit;
-}
-
-parallel::Layout layout_of(const io::Deck& deck) {
-  return parallel::Layout{deck.parallel.tensor, deck.parallel.pipeline, deck.parallel.data};
-}
-
-using Named = std::map<std::string, std::vector<double>>;
-
-// Logical gradients (or values) of every parameter this rank holds, by name.
-template <class T>
-Named logical_by_name(model::GptModel<T>& m, parallel::Communicator& tp, bool gradient) {
-  Named out;
-  for (auto* p : m.parameters()) out[p->name] = test::logical(*p, gradient, tp);
-  return out;
-}
-
-// max |a - b| <= tol * max |b|, per tensor.
-void check_close(const Named& got, const Named& want, double tol) {
-  for (const auto& [name, g] : got) {
-    const auto it = want.find(name);
-    REQUIRE(it != want.end());
-    const auto& r = it->second;
-    REQUIRE(g.size() == r.size());
-    double scale = 0.0, diff = 0.0;
-    for (std::size_t i = 0; i < g.size(); ++i) {
-      scale = std::max(scale, std::fabs(r[i]));
-      diff = std::max(diff, std::fabs(g[i] - r[i]));
-    }
-    INFO(name << ": max |diff| " << diff << ", max |reference| " << scale);
-    CHECK(diff <= tol * scale + 1e-12);
-  }
-}
-
-// Gradients, loss and gradient norm of step `step` (after `step` optimizer steps) of a deck on
-// a layout of `comm`.
-struct Gradients {
-  double loss = 0, norm = 0;
-  Named grads;
-};
-
-template <class T = float>
-Gradients gradients_of(const io::Deck& deck, MPI_Comm comm, int step,
-                       train::Schedule schedule = train::Schedule::one_f_one_b) {
-  parallel::Topology topo(comm, layout_of(deck));
-  train::TrainingRun<T> run(deck, topo, train::RunOptions{schedule, true});
-  for (int s = 0; s < step; ++s) run.step(s);
-  Gradients g;
-  g.loss = run.compute_gradients(step);
-  g.norm = train::global_grad_norm(kx::ExecSpace(), run.model().unique_parameters(), topo.tp(), topo.pp());
-  g.grads = logical_by_name(run.model(), topo.tp(), true);
-  return g;
 }
 
 template <class T = float>
@@ -252,15 +207,17 @@ TEST_CASE("1F1B and all-forward-all-backward give identical gradients", "[pipeli
       CHECK(std::vector<float>(ga.data(), ga.data() + ga.size()) ==
             std::vector<float>(gb.data(), gb.data() + gb.size()));  // bitwise
     }
-    // Stored stage inputs: at most P - stage micro-batches under 1F1B, all of them otherwise.
+    // Activation slots: P - stage micro-batches in flight under 1F1B, all of them otherwise.
     const int P = topo.layout().pipeline, stage = topo.coords().pp, M = a.micro_batches();
-    const int expected_1f1b = stage == 0 ? 0 : std::min(P - stage, M);
-    CHECK(a.pipeline().stats().stored_inputs_peak == expected_1f1b);
-    CHECK(b.pipeline().stats().stored_inputs_peak == (stage == 0 ? 0 : M));
-    CHECK(a.memory().in_flight == std::min(P - stage, M));
-    // The last stage runs each backward right after its forward: nothing to recompute there.
-    if (stage == P - 1) CHECK(a.pipeline().stats().recomputes == 0);
-    if (stage < P - 1) CHECK(a.pipeline().stats().recomputes > 0);
+    CHECK(a.pipeline().stats().slots == std::min(P - stage, M));
+    CHECK(a.model().activation_slots() == std::min(P - stage, M));
+    CHECK(b.pipeline().stats().slots == M);
+    // Nothing is recomputed but the attention core (recompute = selective): under 1F1B the last
+    // stage runs each backward right after its forward; under GPipe its backwards (in micro-batch
+    // order, after every forward) each find another micro-batch's head and recompute it.
+    CHECK(a.model().recomputed_blocks() == 0);
+    CHECK(a.model().recomputed_heads() == 0);
+    CHECK(b.model().recomputed_heads() == (stage == P - 1 && M > 1 ? M : 0));
   }
 }
 
@@ -362,23 +319,23 @@ TEST_CASE("report: activation memory of the pipeline schedules (tiny deck)", "[.
   model::GptShape shape = train::shape_of(deck);
   shape.tensor = 1;
   const double MiB = 1048576.0;
-  for (int P : {2, 4})
-    for (int M : {4, 16})
-      for (auto schedule : {train::Schedule::one_f_one_b, train::Schedule::all_forward_all_backward}) {
-        std::string line = fmt::format("P={} M={:2} {:24}:", P, M, train::schedule_name(schedule));
-        std::size_t worst = 0, worst_full = 0;
-        for (int s = 0; s < P; ++s) {
-          model::GptModel<float> stage(shape, deck.training.micro_batch, *self, 1, model::PipelineStage{s, P});
-          const auto m = train::stage_memory(schedule, s, P, M, stage.tokens(), shape.hidden, stage.activation_bytes());
-          line += fmt::format(" | stage {}: {} in flight, {:.2f} + {:.2f} = {:.2f} MiB", s, m.in_flight,
-                              m.stored_inputs / MiB, m.activation_set / MiB, m.total() / MiB);
-          worst = std::max(worst, m.total());
-          // Keeping the full activations of every micro-batch in flight instead of recomputing:
-          worst_full = std::max(worst_full, static_cast<std::size_t>(m.in_flight) * stage.activation_bytes());
+  for (auto recompute : {model::Recompute::none, model::Recompute::selective, model::Recompute::full})
+    for (int P : {2, 4})
+      for (int M : {4, 16})
+        for (auto schedule : {train::Schedule::one_f_one_b, train::Schedule::all_forward_all_backward}) {
+          std::string line = fmt::format("{:9} P={} M={:2} {:24}:", model::recompute_name(recompute), P, M,
+                                         train::schedule_name(schedule));
+          std::size_t worst = 0;
+          for (int s = 0; s < P; ++s) {
+            model::GptModel<float> stage(shape, deck.training.micro_batch, *self, 1, model::PipelineStage{s, P},
+                                         recompute);
+            const int in_flight = train::peak_in_flight(train::pipeline_ops(schedule, s, P, M));
+            stage.reserve_slots(in_flight);
+            line += fmt::format(" | stage {}: {} in flight, {:.2f} MiB", s, in_flight, stage.activation_bytes() / MiB);
+            worst = std::max(worst, stage.activation_bytes());
+          }
+          WARN(line + fmt::format(" | peak {:.2f} MiB", worst / MiB));
         }
-        WARN(line + fmt::format(" | peak {:.2f} MiB (without recomputation {:.2f} MiB)", worst / MiB,
-                                worst_full / MiB));
-      }
 }
 
 // Not run by default: how much of the data-parallel all-reduce the backward hides. Run as

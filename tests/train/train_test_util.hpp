@@ -2,13 +2,17 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <fmt/format.h>
+#include <map>
 #include <mpi.h>
 #include <string>
 #include <vector>
 
 #include "io/deck.hpp"
+#include "catch.hpp"
 #include "src/train/training_run.hpp"
+#include "tests/model/model_test_util.hpp"
 #include "tests/mpi_test_util.hpp"
 
 namespace tptrain::test {
@@ -63,6 +67,58 @@ std::vector<double> loss_curve(const io::Deck& deck, MPI_Comm comm, int steps) {
   std::vector<double> losses;
   for (int s = 0; s < steps; ++s) losses.push_back(run.step(s).loss);
   return losses;
+}
+
+// Layout comparisons (tests/train/test_pipeline.cpp, test_memory_at_scale.cpp).
+inline parallel::Layout layout_of(const io::Deck& deck) {
+  return parallel::Layout{deck.parallel.tensor, deck.parallel.pipeline, deck.parallel.data};
+}
+
+using Named = std::map<std::string, std::vector<double>>;
+
+// Logical gradients (or values) of every parameter this rank holds, by name.
+template <class T>
+Named logical_by_name(model::GptModel<T>& m, parallel::Communicator& tp, bool gradient) {
+  Named out;
+  for (auto* p : m.parameters()) out[p->name] = test::logical(*p, gradient, tp);
+  return out;
+}
+
+// max |a - b| <= tol * max |b|, per tensor.
+inline void check_close(const Named& got, const Named& want, double tol) {
+  for (const auto& [name, g] : got) {
+    const auto it = want.find(name);
+    REQUIRE(it != want.end());
+    const auto& r = it->second;
+    REQUIRE(g.size() == r.size());
+    double scale = 0.0, diff = 0.0;
+    for (std::size_t i = 0; i < g.size(); ++i) {
+      scale = std::max(scale, std::fabs(r[i]));
+      diff = std::max(diff, std::fabs(g[i] - r[i]));
+    }
+    INFO(name << ": max |diff| " << diff << ", max |reference| " << scale);
+    CHECK(diff <= tol * scale + 1e-12);
+  }
+}
+
+// Gradients, loss and gradient norm of step `step` (after `step` optimizer steps) of a deck on
+// a layout of `comm`.
+struct Gradients {
+  double loss = 0, norm = 0;
+  Named grads;
+};
+
+template <class T = float>
+Gradients gradients_of(const io::Deck& deck, MPI_Comm comm, int step,
+                       train::Schedule schedule = train::Schedule::one_f_one_b) {
+  parallel::Topology topo(comm, layout_of(deck));
+  train::TrainingRun<T> run(deck, topo, train::RunOptions{schedule, true});
+  for (int s = 0; s < step; ++s) run.step(s);
+  Gradients g;
+  g.loss = run.compute_gradients(step);
+  g.norm = train::global_grad_norm(kx::ExecSpace(), run.model().unique_parameters(), topo.tp(), topo.pp());
+  g.grads = logical_by_name(run.model(), topo.tp(), true);
+  return g;
 }
 
 }  // namespace tptrain::test

@@ -1,0 +1,142 @@
+// Memory at scale: sequence parallelism against tensor parallelism without it (loss and every
+// gradient at step 0, loss curves over 20 steps), every activation-recomputation mode against
+// recompute = none bit for bit (every layout of the world, both pipeline schedules), and what
+// each option keeps in memory.
+#include <cmath>
+#include <mpi.h>
+
+#include "catch.hpp"
+#include "src/train/training_run.hpp"
+#include "tests/train/train_test_util.hpp"
+
+using namespace tptrain;
+
+namespace {
+
+struct Layout {
+  int tensor, pipeline, data;
+};
+
+// The layouts of the world with tensor parallelism (sequence parallelism needs t > 1).
+std::vector<Layout> tensor_layouts_of_world() {
+  const int n = test::world_size();
+  std::vector<Layout> out;
+  if (n >= 2) out.push_back({n, 1, 1});
+  if (n == 4) {
+    out.push_back({2, 2, 1});
+    out.push_back({2, 1, 2});
+  }
+  return out;
+}
+
+std::vector<Layout> layouts_of_world() {
+  const int n = test::world_size();
+  std::vector<Layout> out{{1, n, 1}, {1, 1, n}};
+  if (n >= 2) out.push_back({n, 1, 1});
+  if (n == 4) out.push_back({2, 2, 1});
+  return out;
+}
+
+io::Deck deck_of(const Layout& l, bool sequence_parallel, const std::string& recompute = "selective") {
+  io::Deck deck = test::pipeline_deck(l.tensor, l.pipeline, l.data, 20);
+  deck.parallel.sequence_parallel = sequence_parallel;
+  deck.training.recompute = recompute;
+  return deck;
+}
+
+}  // namespace
+
+TEST_CASE("sequence parallelism gives the loss, gradients and loss curve of tensor parallelism without it",
+          "[sequence_parallel][mpi]") {
+  for (const Layout& l : tensor_layouts_of_world()) {
+    INFO("tensor " << l.tensor << " x pipeline " << l.pipeline << " x data " << l.data);
+    {  // it is on: the residual stream holds this rank's tokens only
+      parallel::Topology topo(MPI_COMM_WORLD, test::layout_of(deck_of(l, true)));
+      train::TrainingRun<float> run(deck_of(l, true), topo);
+      CHECK(run.model().sequence_rows() * l.tensor == run.model().tokens());
+      CHECK(run.model().stage_input().extent(0) == static_cast<std::size_t>(run.model().tokens() / l.tensor));
+    }
+    const test::Gradients off = test::gradients_of(deck_of(l, false), MPI_COMM_WORLD, 0);
+    const test::Gradients on = test::gradients_of(deck_of(l, true), MPI_COMM_WORLD, 0);
+    INFO("loss " << on.loss << " vs " << off.loss << ", norm " << on.norm << " vs " << off.norm);
+    CHECK(std::fabs(on.loss - off.loss) <= 1e-5 * std::fabs(off.loss));
+    CHECK(std::fabs(on.norm - off.norm) <= 1e-5 * off.norm);
+    REQUIRE(on.grads.size() == off.grads.size());
+    test::check_close(on.grads, off.grads, 1e-5);
+
+    const auto curve_off = test::loss_curve(deck_of(l, false), MPI_COMM_WORLD, 20);
+    const auto curve_on = test::loss_curve(deck_of(l, true), MPI_COMM_WORLD, 20);
+    for (std::size_t s = 0; s < curve_on.size(); ++s) {
+      INFO("step " << s + 1 << ": " << curve_on[s] << " vs " << curve_off[s]);
+      CHECK(std::fabs(curve_on[s] - curve_off[s]) <= 1e-5 * std::fabs(curve_off[s]));
+    }
+  }
+}
+
+TEST_CASE("every recompute mode gives the gradients of recompute = none bit for bit", "[recompute][mpi]") {
+  std::vector<Layout> layouts = layouts_of_world();
+  for (const Layout& l : tensor_layouts_of_world()) layouts.push_back(l);  // again, with sequence parallelism
+  const std::size_t plain = layouts_of_world().size();
+  for (std::size_t i = 0; i < layouts.size(); ++i) {
+    const Layout& l = layouts[i];
+    const bool sp = i >= plain;
+    for (auto schedule : {train::Schedule::one_f_one_b, train::Schedule::all_forward_all_backward}) {
+      if (l.pipeline == 1 && schedule != train::Schedule::one_f_one_b) continue;
+      INFO("tensor " << l.tensor << " x pipeline " << l.pipeline << " x data " << l.data
+                     << (sp ? ", sequence parallel" : "") << ", " << train::schedule_name(schedule));
+      // Step 1: after an optimizer step, so that the weights are no longer the initial ones.
+      const test::Gradients none = test::gradients_of(deck_of(l, sp, "none"), MPI_COMM_WORLD, 1, schedule);
+      for (const char* mode : {"selective", "full"}) {
+        INFO("recompute = " << mode);
+        const test::Gradients got = test::gradients_of(deck_of(l, sp, mode), MPI_COMM_WORLD, 1, schedule);
+        CHECK(got.loss == none.loss);
+        CHECK(got.norm == none.norm);
+        CHECK(got.grads == none.grads);  // bitwise: every element of every gradient
+      }
+    }
+  }
+}
+
+TEST_CASE("what each recompute mode and sequence parallelism keep for the backward", "[recompute][sequence_parallel]") {
+  // One stage of 4 blocks, micro-batch 2, S = 16, H = 32, 4 heads, F = 64 (the small deck), fp32.
+  auto self = test::tp_group(1);
+  const io::Deck deck = deck_of({1, 1, 1}, false);
+  const model::GptShape shape = train::shape_of(deck);
+  const auto saved = [&](model::Recompute r, int slots) {
+    model::GptModel<float> m(shape, 2, *self, 1, model::PipelineStage{}, r);
+    m.reserve_slots(slots);
+    CHECK(m.activation_slots() == slots);
+    return m.workspace().bytes(model::BufferCategory::activation);
+  };
+  const std::size_t N = 2 * 16, H = 32, F = 64, L = 4, heads = 4, S = 16;
+  // Per block: x, ln_1 out, x1, ln_2 out [N, H]; qkv [N, 3H]; ctx [N, H]; fc out and GELU
+  // sigmoid [N, F] (4 bytes each); LayerNorm mean/rstd 4 [N]; lse [N * heads].
+  const std::size_t block = 4 * (N * H * 4 + N * 3 * H + N * H + 2 * N * F + 4 * N + N * heads);
+  const std::size_t scores = 4 * 2 * heads * S * S;
+  const std::size_t head = 4 * N * H + 4 * 2 * N;  // ln_f out and its mean/rstd (logits are "stage" tensors)
+  CHECK(saved(model::Recompute::selective, 1) == L * block + 4 * N * H /*stage output*/ + head);
+  CHECK(saved(model::Recompute::none, 1) == L * (block + scores) + 4 * N * H + head);
+  // full: the residual stream (L block inputs + the stage output) and ln_f out; the blocks share
+  // one saved set, a scratch buffer.
+  CHECK(saved(model::Recompute::full, 1) == (L + 1) * 4 * N * H + head);
+  // A pipeline stage keeps one set per micro-batch in flight (the head once).
+  CHECK(saved(model::Recompute::selective, 3) == 3 * (L * block + 4 * N * H) + head);
+  CHECK(saved(model::Recompute::full, 3) == 3 * (L + 1) * 4 * N * H + head);
+}
+
+TEST_CASE("sequence parallelism needs seq_length divisible by tensor", "[sequence_parallel]") {
+  model::GptShape shape = test::tiny_shape(1);
+  shape.tensor = 3;
+  shape.heads = 3;
+  shape.hidden = 12;
+  shape.ffn_hidden = 12;
+  shape.seq_length = 8;
+  shape.sequence_parallel = true;
+  CHECK_THROWS_WITH(shape.validate(), test::contains("model.seq_length = 8 is not a multiple of parallel.tensor = 3"));
+  shape.sequence_parallel = false;
+  CHECK_NOTHROW(shape.validate());
+  CHECK_THROWS_WITH(io::parse_deck("[model]\nseq_length = 10\nheads = 4\n[parallel]\ntensor = 4\nsequence_parallel = true\n"
+                                   "[data]\ntrain = \"corpus.txt\"\n",
+                                   "sp.toml", std::string(TPTRAIN_SOURCE_DIR) + "/tests/data/cli"),
+                    test::contains("model.seq_length"));
+}
