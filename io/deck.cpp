@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <filesystem>
@@ -247,6 +248,12 @@ class DeckReader {
     problems_.push_back(Problem{std::move(origin), std::move(text)});
   }
   void throw_if_problems();
+  // Warnings in the order found, each "where: text" like a problem.
+  std::vector<std::string> warnings() const {
+    std::vector<std::string> out;
+    for (const Problem& w : warnings_) out.push_back(w.origin.where + ": " + w.text);
+    return out;
+  }
 
  private:
   Field& field(std::string_view section, std::string_view key) {
@@ -306,6 +313,7 @@ class DeckReader {
   std::vector<std::unique_ptr<toml::table>> override_values_;
   std::map<std::string, Field> fields_;
   std::vector<Problem> problems_;
+  std::vector<Problem> warnings_;
 };
 
 // ---- overrides ---------------------------------------------------------------------------------
@@ -605,10 +613,20 @@ bool DeckReader::read_path(Field& f, const PathRule& r, std::string& out) {
 
 void DeckReader::check_data_file(Field& f, const std::string& resolved) {
   std::vector<std::string> why;
-  if (std::string problem = regular_file_problem(resolved); !problem.empty())
-    why.push_back(std::move(problem));
+  std::string problem = regular_file_problem(resolved);
   const std::string ext = fs::path(resolved).extension().string();
-  if (ext != ".txt" && ext != ".bin")
+  const bool good_extension = ext == ".txt" || ext == ".bin";
+  // A cluster deck names files that live on the cluster: checking or planning it elsewhere is
+  // fine, as long as nothing else is wrong with the value.
+  if (data_files_ == DataFiles::may_be_absent && good_extension && problem == errno_problem(ENOENT)) {
+    warnings_.push_back(Problem{f.origin, fmt::format("{} = {}: {} {} (needed by train and eval, not by check "
+                                                      "and plan)",
+                                                      f.def->name(), show(*f.node), display_path(resolved),
+                                                      problem)});
+    return;
+  }
+  if (!problem.empty()) why.push_back(std::move(problem));
+  if (!good_extension)
     why.push_back(ext.empty() ? "has no extension" : "ends in " + display_path(ext));
   if (why.empty()) return;
   bad(f, fmt::format("an existing, readable .txt (byte-level tokens) or .bin (llm.c token shard) "
@@ -810,7 +828,8 @@ void DeckReader::throw_if_problems() {
 
 Deck parse_impl(std::optional<std::string_view> text, const std::string& read_error,
                 const std::string& source_name, const std::string& base_dir,
-                const std::vector<std::string>& overrides, DataFiles data_files) {
+                const std::vector<std::string>& overrides, DataFiles data_files,
+                std::vector<std::string>* warnings = nullptr) {
   DeckReader reader(source_name, base_dir, data_files);
   reader.apply_overrides(overrides);
   if (!text) {
@@ -819,6 +838,7 @@ Deck parse_impl(std::optional<std::string_view> text, const std::string& read_er
     reader.scan_file();
     Deck deck = reader.build();
     reader.throw_if_problems();
+    if (warnings) *warnings = reader.warnings();
     return deck;
   }
   reader.throw_if_problems();
@@ -835,14 +855,16 @@ Deck parse_deck(std::string_view toml_text, const std::string& source_name,
   return parse_impl(toml_text, {}, source_name, base_dir, overrides, data_files);
 }
 
-Deck load_deck(const std::string& path, const std::vector<std::string>& overrides, DataFiles data_files) {
+Deck load_deck(const std::string& path, const std::vector<std::string>& overrides, DataFiles data_files,
+               std::vector<std::string>* warnings) {
   if (path.empty())
     return parse_impl(std::nullopt, "cannot read deck file: no path given", "<deck>", {},
                       overrides, data_files);
   const std::string base_dir = fs::absolute(fs::path(path)).parent_path().string();
   std::string text;
   const std::string problem = read_regular_file(path, kMaxDeckBytes, text);
-  if (problem.empty()) return parse_impl(std::string_view{text}, {}, path, base_dir, overrides, data_files);
+  if (problem.empty())
+    return parse_impl(std::string_view{text}, {}, path, base_dir, overrides, data_files, warnings);
   return parse_impl(std::nullopt, "cannot read deck file: it " + problem, display_path(path),
                     base_dir, overrides, data_files);
 }

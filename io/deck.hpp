@@ -163,10 +163,14 @@ inline constexpr std::uint64_t kMaxDeckBytes = 1u << 20;
 // Reads the deck file at `path` (a regular file of at most kMaxDeckBytes), applies `overrides` ("section.key=value", as given to --set),
 // validates, resolves paths. Throws DeckError listing every problem.
 // With DataFiles::ignored ([data] is not used: `tptrain bench` trains on synthetic tokens) the
-// data keys may be missing and their files are not looked at.
-enum class DataFiles { required, ignored };
+// data keys may be missing and their files are not looked at. With DataFiles::may_be_absent
+// (`tptrain check` and `plan` on a cluster deck whose data lives on the cluster) data.train is
+// still required and its files are checked, but a file that does not exist is a warning, added
+// to `warnings` ("deck.toml:42: data.train = ...: ... does not exist"), not an error; a file
+// that exists and cannot be read (a FIFO, no permission) or a wrong extension stays an error.
+enum class DataFiles { required, ignored, may_be_absent };
 Deck load_deck(const std::string& path, const std::vector<std::string>& overrides = {},
-               DataFiles data_files = DataFiles::required);
+               DataFiles data_files = DataFiles::required, std::vector<std::string>* warnings = nullptr);
 
 // Same for a deck held in memory (tests, decks stored in checkpoints). `source_name` stands for
 // the file name in messages and Deck::source; relative paths in the text are resolved against

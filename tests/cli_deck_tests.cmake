@@ -103,3 +103,24 @@ set_tests_properties(cli_check_json PROPERTIES TIMEOUT 30 PASS_REGULAR_EXPRESSIO
   "^\\{\"model\\.layers\": 2, \"model\\.hidden\": 32, [^\n]*\"data\\.train\": \"[^\"]*/corpus\\.txt\", [^\n]*\"run\\.dir\": \"[^\"]*\", \"ranks\": 2\\}\n$")
 tptrain_expect_fail(cli_check_ranks_bad_deck "typo\\.toml:[0-9]+:.*model\\.hiden"
                     check ${_decks}/typo.toml --ranks)
+
+# Every shipped deck passes `check` on a machine without its data (the cluster decks' .bin
+# shards live on the cluster): a missing data file is a warning naming the key; train refuses it.
+file(GLOB _shipped_decks ${PROJECT_SOURCE_DIR}/input/*.toml ${PROJECT_SOURCE_DIR}/input/bench/*.toml)
+foreach(_deck IN LISTS _shipped_decks)
+  file(RELATIVE_PATH _name ${PROJECT_SOURCE_DIR}/input ${_deck})
+  string(REGEX REPLACE "[/.]" "_" _name "${_name}")
+  add_test(NAME cli_check_shipped_${_name} COMMAND tptrain check ${_deck})
+  set_tests_properties(cli_check_shipped_${_name} PROPERTIES TIMEOUT 30 PASS_REGULAR_EXPRESSION ": valid \\(needs")
+endforeach()
+add_test(NAME cli_check_missing_data_is_a_warning
+         COMMAND ${CMAKE_COMMAND} -DCMD=$<TARGET_FILE:tptrain> "-DARGS=check;${PROJECT_SOURCE_DIR}/input/gpt3-175b.toml"
+                 -DEXPECT_FAIL=0 "-DREGEX=: valid \\(needs 1024 MPI ranks.*warning: .*gpt3-175b\\.toml:[0-9]+: data\\.train = \"\\.\\./data/gpt3/train\\.bin\": .*train\\.bin does not exist \\(needed by train and eval"
+                 -P ${CMAKE_CURRENT_SOURCE_DIR}/run_expect.cmake)
+set_tests_properties(cli_check_missing_data_is_a_warning PROPERTIES TIMEOUT 30)
+add_test(NAME cli_train_missing_data_is_an_error
+         COMMAND ${CMAKE_COMMAND} -DCMD=${MPIEXEC_EXECUTABLE}
+                 "-DARGS=${MPIEXEC_NUMPROC_FLAG};1;${TPTRAIN_MPIEXEC_FLAGS};$<TARGET_FILE:tptrain>;train;${PROJECT_SOURCE_DIR}/input/gpt3-175b.toml;--set;data.valid=;--set;parallel.tensor=1;--set;parallel.pipeline=1;--set;parallel.data=1"
+                 -DEXPECT_FAIL=1 "-DREGEX=data\\.train = \"\\.\\./data/gpt3/train\\.bin\": expected an existing, readable .* does not exist"
+                 -P ${CMAKE_CURRENT_SOURCE_DIR}/run_expect.cmake)
+set_tests_properties(cli_train_missing_data_is_an_error PROPERTIES TIMEOUT 60)

@@ -18,6 +18,7 @@
 #include "src/parallel/device_binding.hpp"
 #include "src/parallel/mpi_check.hpp"
 #include "src/parallel/topology.hpp"
+#include "src/plan/plan.hpp"
 #include "src/train/bench.hpp"
 #include "src/train/model_checkpoint.hpp"
 #include "src/train/trainer.hpp"
@@ -151,9 +152,48 @@ std::string version_string() {
                      Kokkos::DefaultExecutionSpace::name(), MPI_VERSION, MPI_SUBVERSION);
 }
 
+namespace {
+
+// check and plan read cluster decks on machines that do not hold the cluster's data: a data file
+// that does not exist is a warning for them (train and eval still refuse it).
+io::Deck load_deck_data_may_be_absent(const DeckOptions& o) {
+  std::vector<std::string> warnings;
+  io::Deck deck = io::load_deck(o.deck, o.overrides, io::DataFiles::may_be_absent, &warnings);
+  for (const std::string& w : warnings) log::warning(w);
+  return deck;
+}
+
+}  // namespace
+
+int plan(const DeckOptions& o, const PlanOptions& options) {
+  io::Deck deck;
+  try {
+    deck = load_deck_data_may_be_absent(o);
+  } catch (const std::exception& e) {
+    log::error("invalid deck " + io::display_path(o.deck) + ":\n" + e.what());
+    return 1;
+  }
+  try {
+    plan::Hardware hw;
+    hw.gpus = options.gpus;
+    hw.gpus_per_node = options.gpus_per_node;
+    hw.gpu_memory_gib = options.gpu_memory_gib;
+    hw.peak_tflops = options.peak_tflops;
+    hw.efficiency = options.efficiency;
+    hw.tokens = options.tokens;
+    const plan::Plan p = plan::make_plan(deck, hw);
+    std::fputs(plan::report(p).c_str(), stdout);
+    std::printf("%s\n", plan::report_json(p).c_str());
+    return p.ok() ? 0 : 1;
+  } catch (const std::exception& e) {
+    log::error("cannot plan " + io::display_path(o.deck) + ": " + e.what());
+    return 1;
+  }
+}
+
 int check(const DeckOptions& o, CheckOutput output) {
   try {
-    const io::Deck deck = io::load_deck(o.deck, o.overrides);
+    const io::Deck deck = load_deck_data_may_be_absent(o);
     std::string problems;
     for (const auto& [key, dir] : {std::pair{"run.dir", deck.run.dir}, std::pair{"checkpoint.dir", deck.checkpoint.dir}})
       if (std::string why = io::directory_problem(dir); !why.empty())

@@ -33,6 +33,18 @@ struct GenerateOptions {
   unsigned long long seed = 0;
 };
 
+// `tptrain plan`: what the deck needs on the hardware described (src/plan/plan.hpp); no MPI, no
+// data files. 0 when it fits on the GPU count it needs, 1 otherwise (or for a bad deck).
+struct PlanOptions {
+  long long gpus = 0;         // 0: the deck's tensor x pipeline x data
+  int gpus_per_node = 8;
+  double gpu_memory_gib = 80;
+  double peak_tflops = 0;     // 0: by precision (A100: 312 bf16/fp16, 19.5 fp32)
+  double efficiency = 0.45;
+  double tokens = 0;          // 0: training.steps x global_batch x seq_length
+};
+int plan(const DeckOptions& options, const PlanOptions& plan);
+
 // `tptrain check`: the resolved deck as TOML for people, or for scripts the rank count alone
 // (--ranks) or one JSON object (--json). Output directories that could not be written are
 // problems too (what `train` would refuse before step 1).

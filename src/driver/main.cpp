@@ -1,4 +1,4 @@
-// tptrain command line: train / bench / eval / generate / check / inspect (CLI11).
+// tptrain command line: train / bench / eval / generate / check / plan / inspect (CLI11).
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
@@ -59,6 +59,20 @@ CLI::Validator non_negative_number() {
         return fmt::format("expected a non-negative number, got {}", text);
       },
       "NUMBER >= 0");
+}
+
+// --efficiency: a share of the peak, in (0, 1].
+CLI::Validator positive_number(double most = std::numeric_limits<double>::infinity()) {
+  return CLI::Validator(
+      [most](std::string& text) -> std::string {
+        double v = 0;
+        const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+        if (ec == std::errc() && end == text.data() + text.size() && std::isfinite(v) && v > 0 && v <= most)
+          return {};
+        if (std::isfinite(most)) return fmt::format("expected a number > 0 and <= {:g}, got {}", most, text);
+        return fmt::format("expected a positive number, got {}", text);
+      },
+      std::isfinite(most) ? "NUMBER in (0, 1]" : "NUMBER > 0");
 }
 
 // A file that can be read, or why not: "permission denied", "the file name is too long"
@@ -156,6 +170,33 @@ int main(int argc, char** argv) {
                           "and \"ranks\"")
       ->excludes(ranks_flag);
 
+  PlanOptions plan_opts;
+  auto* plan_cmd = app.add_subcommand(
+      "plan",
+      "what a deck needs before it runs, from the Megatron-LM papers' formulas (no MPI, no data files): "
+      "parameters, memory of the most loaded rank by category, FLOPs, time per iteration and for the run, "
+      "pipeline bubble, bytes per communicator; exit 1, with the nearest layouts that fit, when the GPU count "
+      "is wrong or a rank does not fit in GPU memory (last line: one JSON object)");
+  add_deck_options(*plan_cmd, deck);
+  plan_cmd->add_option("--gpus", plan_opts.gpus, "GPUs of the allocation (default: tensor x pipeline x data)")
+      ->check(integer_at_least(1));
+  plan_cmd->add_option("--gpus-per-node", plan_opts.gpus_per_node, "GPUs per node")
+      ->check(integer_at_least(1))
+      ->capture_default_str();
+  plan_cmd->add_option("--gpu-memory", plan_opts.gpu_memory_gib, "memory of one GPU in GiB")
+      ->check(positive_number())
+      ->capture_default_str();
+  plan_cmd->add_option("--peak-tflops", plan_opts.peak_tflops,
+                       "dense peak of one GPU in TFLOP/s (default: A100, 312 for bf16/fp16, 19.5 for fp32)")
+      ->check(positive_number());
+  plan_cmd->add_option("--efficiency", plan_opts.efficiency,
+                       "achieved share of the peak (Narayanan et al. 2021 reach 0.44-0.52 at scale)")
+      ->check(positive_number(1.0))
+      ->capture_default_str();
+  plan_cmd->add_option("--tokens", plan_opts.tokens,
+                       "training tokens, e.g. 300e9 (default: training.steps x global_batch x seq_length)")
+      ->check(positive_number());
+
   std::string inspect_file;
   auto* inspect_cmd = app.add_subcommand(
       "inspect",
@@ -180,6 +221,7 @@ int main(int argc, char** argv) {
   }
 
   if (*check_cmd) return check(deck, check_output);
+  if (*plan_cmd) return plan(deck, plan_opts);
   if (*train_cmd) return train(deck);
   if (*bench_cmd) return bench(deck, bench_opts);
   if (*eval_cmd) return eval(deck, eval_opts);

@@ -33,6 +33,7 @@
 
 namespace fs = std::filesystem;
 using tptrain::io::Deck;
+using tptrain::io::DataFiles;
 using tptrain::io::DeckError;
 using tptrain::io::load_deck;
 using tptrain::io::parse_deck;
@@ -1044,8 +1045,55 @@ TEST_CASE("deck: the decks in input/ validate", "[io][deck]") {
     CHECK(d.training.micro_batch == 1);
     CHECK(d.grad_accum_steps() == 192);
     CHECK(d.optimizer.lr == 6e-5);
+    CHECK(d.training.precision == "bf16");
+    CHECK(d.training.recompute == "full");
     only_missing_data("gpt3-175b.toml");
   }
+  SECTION("gpt3-175b-seed: as the seed article states it") {
+    const Deck d = load("gpt3-175b-seed.toml", ".bin");
+    CHECK(d.model.hidden == 12288);
+    CHECK(d.parallel.tensor == 8);
+    CHECK(d.parallel.pipeline == 16);
+    CHECK(d.parallel.data == 32);
+    CHECK(d.training.global_batch == 1536);
+    CHECK(d.optimizer.lr == 6e-5);
+    CHECK(d.training.grad_clip == 1.0);
+    only_missing_data("gpt3-175b-seed.toml");
+  }
+  for (const std::string name : {"gpt3-175b-seed-corrected.toml", "gpt2-124m.toml", "gpt2-350m.toml",
+                                 "gpt2-774m.toml", "gpt2-1.5b.toml", "gpt3-1.3b.toml"}) {
+    DYNAMIC_SECTION(name) {
+      const Deck d = load(name, ".bin");
+      CHECK(d.model.vocab_size == 50257);
+      CHECK(d.training.precision == "bf16");
+      only_missing_data(name);
+    }
+  }
+}
+
+// check and plan read cluster decks whose data lives on the cluster: a data file that does not
+// exist is a warning naming the key and the path, everything else about the value stays an error.
+TEST_CASE("deck: DataFiles::may_be_absent makes a missing data file a warning, for check and plan", "[io][deck]") {
+  Fixture fx;
+  const fs::path deck = fx.dir.write("deck.toml", make_deck({{"data.train", "\"gone/train.bin\""},
+                                                             {"data.valid", "\"valid.txt\""}}));
+  const std::string text = make_deck({{"data.train", "\"gone/train.bin\""}, {"data.valid", "\"valid.txt\""}});
+  // train and eval: an error, as before.
+  REQUIRE_THROWS_WITH(load_deck(deck.string()), has("data.train = \"gone/train.bin\": expected an existing"));
+  std::vector<std::string> warnings;
+  const Deck d = load_deck(deck.string(), {}, DataFiles::may_be_absent, &warnings);
+  CHECK(d.data.train == norm(fx.dir.path() / "gone/train.bin"));
+  REQUIRE(warnings.size() == 1);
+  CHECK_THAT(warnings[0], has("deck.toml:" + std::to_string(line_of(text, "data.train")) +
+                              ": data.train = \"gone/train.bin\": " + norm(fx.dir.path() / "gone/train.bin") +
+                              " does not exist (needed by train and eval"));
+  // Still errors: a wrong extension, a file that exists but is not a regular one, a missing key.
+  const fs::path csv = fx.dir.write("csv.toml", make_deck({{"data.train", "\"gone.csv\""}}));
+  CHECK_THROWS_WITH(load_deck(csv.string(), {}, DataFiles::may_be_absent), has("gone.csv does not exist and ends in"));
+  CHECK_THROWS_WITH(load_deck(deck.string(), {"data.valid=" + fx.dir.str()}, DataFiles::may_be_absent),
+                    has("is a directory, not a regular file"));
+  const fs::path no_train = fx.dir.write("no_train.toml", make_deck({{"data.train", ""}}));
+  CHECK_THROWS_WITH(load_deck(no_train.string(), {}, DataFiles::may_be_absent), has("data.train is required"));
 }
 
 // ---- the key table ------------------------------------------------------------------------------

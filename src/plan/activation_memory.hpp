@@ -1,0 +1,74 @@
+// Activation memory of one rank, buffer by buffer: tptrain's own inventory (docs/planning.md,
+// "Activations"), the formulas the measured memory of a run is checked against. Each buffer is
+// one function, so that when the model's buffers change, one line here changes with them.
+//
+// Notation (bytes): b micro_batch, s seq_length, h hidden, f ffn_hidden, a heads, t tensor,
+// N = b·s tokens of a micro-batch, n = N/t with sequence parallelism (else N), e bytes per
+// activation element (4 fp32, 2 bf16/fp16); statistics are fp32 (4 bytes) in every precision.
+// tptrain has no dropout, so there are no dropout masks (Korthikanti et al. 2022 count them:
+// src/plan/korthikanti.hpp).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "src/plan/plan_config.hpp"
+
+namespace tptrain::plan {
+
+// One buffer: its name (as in the model's Workspace where it has one) and its bytes.
+struct Buffer {
+  std::string name;
+  std::int64_t bytes = 0;
+};
+std::int64_t total_bytes(const std::vector<Buffer>& buffers);
+
+// ---- kept by one transformer layer for one micro-batch ------------------------------------------
+std::int64_t block_input(const Config& c);              // x [n, h]·e
+std::int64_t ln_1_output(const Config& c);              // [n, h]·e
+std::int64_t ln_1_statistics(const Config& c);          // mean and rstd, 2·n·4
+std::int64_t qkv_output(const Config& c);               // [N, 3h/t]·e
+std::int64_t attention_lse(const Config& c);            // softmax normaliser, N·(a/t)·4
+std::int64_t attention_probabilities(const Config& c);  // b·(a/t)·s²·e (kept only with recompute = none)
+std::int64_t attention_context(const Config& c);        // [N, h/t]·e
+std::int64_t attention_residual(const Config& c);       // x1 = x + attention, [n, h]·e
+std::int64_t ln_2_output(const Config& c);              // [n, h]·e
+std::int64_t ln_2_statistics(const Config& c);          // 2·n·4
+std::int64_t fc_output(const Config& c);                // GELU input, [N, f/t]·e
+std::int64_t gelu_sigmoid(const Config& c);             // [N, f/t]·e
+
+// What one layer keeps for one micro-batch between its forward and its backward:
+//   none       every buffer above;
+//   selective  the same without the attention probabilities (the backward recomputes them);
+//   full       the block input only (the backward re-runs the block's forward).
+std::vector<Buffer> layer_activations(const Config& c);
+// With recompute = full: the working set of the layer being recomputed (the selective set),
+// allocated once per stage and shared by its layers. Empty otherwise.
+std::vector<Buffer> recompute_working_set(const Config& c);
+
+// Micro-batches whose activations stage `stage` of P keeps at once under 1F1B: min(P − stage, M).
+// The first stage holds the most.
+int micro_batches_in_flight(int stage, int stages, int micro_batches);
+
+// Activations of a stage of `layers` blocks with `in_flight` micro-batches kept:
+// layers · in_flight · layer_activations + recompute_working_set.
+std::int64_t stage_activation_bytes(const Config& c, int layers, int in_flight);
+
+// ---- the last stage's head, once (not per micro-batch in flight) ---------------------------------
+std::int64_t final_norm_output(const Config& c);       // ln_f output [n, h]·e
+std::int64_t final_norm_statistics(const Config& c);   // 2·n·4
+std::int64_t logits_and_gradient(const Config& c);     // 2·[N, V_pad/t]·e
+std::int64_t loss_vectors(const Config& c);            // row max, Σexp, target logit, loss: 4·[N]·4
+std::vector<Buffer> head_buffers(const Config& c);
+
+// ---- workspace: scratch shared by all layers of a stage -------------------------------------------
+// An estimate, kept apart from the inventory above so that it can be calibrated against measured
+// memory on its own.
+std::int64_t attention_scores_scratch(const Config& c);  // [b, a/t, s, s]·e; 0 with recompute = none
+                                                         // (then every layer keeps its own)
+std::int64_t attention_row_tile(const Config& c);        // the backward's [b, a/t, min(s, 128), s]·e
+std::int64_t gradient_buffers(const Config& c);          // ≈ 6·[N, h]·e + 2·[N, f/t]·e + [N, 3h/t]·e
+std::vector<Buffer> workspace_buffers(const Config& c);
+
+}  // namespace tptrain::plan

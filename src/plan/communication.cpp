@@ -1,0 +1,57 @@
+#include "src/plan/communication.hpp"
+
+#include <algorithm>
+
+namespace tptrain::plan {
+
+double all_reduce_bytes(double bytes, int ranks) { return ranks <= 1 ? 0.0 : 2.0 * (ranks - 1) / ranks * bytes; }
+double all_gather_bytes(double bytes, int ranks) { return ranks <= 1 ? 0.0 : double(ranks - 1) / ranks * bytes; }
+
+StepCommunication stage_communication(const Config& c, int stage, std::int64_t stage_parameters) {
+  const model::GptShape& m = c.shape;
+  const int t = m.tensor, P = c.pipeline;
+  const bool first = stage == 0, last = stage == P - 1, sp = c.sequence_parallel;
+  const double e = c.element_bytes();
+  const double N = double(c.micro_batch) * m.seq_length;
+  const double A = N * m.hidden * e;  // one [N, h] activation
+  const double layers = double(m.layers) / P;
+  const double M = c.micro_batches();
+  StepCommunication out;
+
+  // Tensor-parallel group, per micro-batch.
+  const double forward = 2 * all_reduce_bytes(A, t);  // = 2 all-gathers + 2 reduce-scatters with SP
+  const double backward = 2 * all_reduce_bytes(A, t) + (sp ? 2 * all_gather_bytes(A, t) : 0.0);
+  const double per_layer = forward + backward + (c.recompute == Recompute::full ? forward : 0.0);
+  double per_micro_batch = layers * per_layer;
+  if (first) per_micro_batch += sp ? 2 * all_gather_bytes(A, t) : all_reduce_bytes(A, t);  // embedding g
+  if (last)
+    per_micro_batch += (sp ? 3 * all_gather_bytes(A, t) : all_reduce_bytes(A, t))  // logits' f
+                       + 3 * all_reduce_bytes(N * 4, t);                          // cross-entropy
+  out.tensor = M * per_micro_batch;
+
+  // Pipeline: activations forward, their gradients backward.
+  const double boundary = (sp ? N / t : N) * m.hidden * e;
+  out.pipeline = M * boundary * ((last ? 0 : 1) + (first ? 0 : 1));
+
+  // Data parallel, once per step.
+  const double n = double(stage_parameters);
+  out.data = c.distributed_optimizer ? all_gather_bytes(n * 4, c.data) + all_gather_bytes(n * e, c.data)
+                                     : all_reduce_bytes(n * 4, c.data);
+
+  if (P > 1 && (first || last)) out.embedding = all_reduce_bytes(double(m.local_vocab()) * m.hidden * 4, 2);
+  return out;
+}
+
+StepCommunication busiest_communication(const Config& c, const std::vector<std::int64_t>& stage_parameters) {
+  StepCommunication most;
+  for (int p = 0; p < c.pipeline; ++p) {
+    const StepCommunication s = stage_communication(c, p, stage_parameters[static_cast<std::size_t>(p)]);
+    most.tensor = std::max(most.tensor, s.tensor);
+    most.pipeline = std::max(most.pipeline, s.pipeline);
+    most.data = std::max(most.data, s.data);
+    most.embedding = std::max(most.embedding, s.embedding);
+  }
+  return most;
+}
+
+}  // namespace tptrain::plan

@@ -1,0 +1,48 @@
+// Bytes one rank sends per training step over each of its communicators (docs/planning.md,
+// "Communication"). Collectives are costed as ring algorithms (NCCL's, for large messages): over
+// k ranks an all-reduce of S bytes sends 2(k−1)/k·S per rank, an all-gather or a reduce-scatter
+// (S the gathered size) (k−1)/k·S. Small reductions (gradient norm, loss, overflow flags) are
+// left out.
+//
+// Tensor-parallel group, per micro-batch and layer, A = [N, h]·e:
+//   forward   2 all-reduces (g after the attention and MLP projections);
+//             with sequence parallelism 2 all-gathers + 2 reduce-scatters: the same bytes
+//   backward  2 all-reduces (f before QKV and fc); with sequence parallelism 2 reduce-scatters
+//             + 2 all-gathers, plus 2 all-gathers that gather the stored [n, h] LayerNorm outputs
+//             again for the weight gradients of QKV and fc
+//   full recomputation runs the forward's collectives once more;
+// plus the embedding's g (first stage), the logits' f and the cross-entropy's three fp32 [N]
+// all-reduces (last stage).
+// Pipeline group: per micro-batch the stage output [n, h]·e to the next stage and its gradient
+// to the previous one.
+// Data-parallel group, once per step: the stage's fp32 gradients all-reduced, or with the
+// distributed optimizer reduce-scattered (fp32) and the updated weights all-gathered (in the
+// compute precision).
+// Embedding group (first and last stage, pipeline > 1): the word embedding's fp32 gradient
+// shard [V_pad/t, h] all-reduced between the two copies.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "src/plan/plan_config.hpp"
+
+namespace tptrain::plan {
+
+double all_reduce_bytes(double bytes, int ranks);  // sent per rank, ring
+double all_gather_bytes(double bytes, int ranks);  // also a reduce-scatter; `bytes` the full size
+
+struct StepCommunication {
+  double tensor = 0;     // bytes sent per rank per step over the tensor-parallel group
+  double pipeline = 0;   // ... to the neighbouring stages
+  double data = 0;       // ... over the data-parallel group
+  double embedding = 0;  // ... over the embedding group (first and last stage)
+};
+
+// Stage `stage` of c.pipeline holding `stage_parameters` elements on each rank.
+StepCommunication stage_communication(const Config& c, int stage, std::int64_t stage_parameters);
+
+// The most any stage sends over each group (each figure may come from another stage).
+StepCommunication busiest_communication(const Config& c, const std::vector<std::int64_t>& stage_parameters);
+
+}  // namespace tptrain::plan

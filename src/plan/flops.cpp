@@ -1,0 +1,37 @@
+#include "src/plan/flops.hpp"
+
+namespace tptrain::plan {
+
+double narayanan_flops_per_iteration(double B, double s, double l, double h, double V) {
+  return 96.0 * B * s * l * h * h * (1.0 + s / (6.0 * h) + V / (16.0 * l * h));
+}
+
+double block_forward_flops(double B, double s, double h, double f) {
+  return 2.0 * B * s * (3.0 * h * h + h * h + 2.0 * h * f) + attention_core_forward_flops(B, s, h);
+}
+
+double attention_core_forward_flops(double B, double s, double h) { return 4.0 * B * s * s * h; }
+
+double logits_forward_flops(double B, double s, double h, double V) { return 2.0 * B * s * h * V; }
+
+double flops_per_iteration(const Config& c, Recompute r) {
+  const model::GptShape& m = c.shape;
+  const double B = c.global_batch, s = m.seq_length, h = m.hidden, l = m.layers;
+  const double block = block_forward_flops(B, s, h, m.ffn_hidden);
+  const double logits = logits_forward_flops(B, s, h, m.padded_vocab());
+  switch (r) {
+    case Recompute::full: return 4.0 * l * block + 3.0 * logits;
+    case Recompute::selective: return 3.0 * l * block + l * attention_core_forward_flops(B, s, h) + 3.0 * logits;
+    case Recompute::none: break;
+  }
+  return 3.0 * l * block + 3.0 * logits;
+}
+
+double narayanan_training_seconds(double tokens, double parameters, double gpus, double flops_per_gpu,
+                                  bool recomputation) {
+  return (recomputation ? 8.0 : 6.0) * tokens * parameters / (gpus * flops_per_gpu);
+}
+
+double six_n_t(double parameters, double tokens) { return 6.0 * parameters * tokens; }
+
+}  // namespace tptrain::plan

@@ -1,0 +1,16 @@
+#include "src/plan/parameter_memory.hpp"
+
+namespace tptrain::plan {
+
+ParameterBytes parameter_bytes(std::int64_t n, const Config& c) {
+  const std::int64_t d = c.distributed_optimizer ? c.data : 1;
+  const std::int64_t shard = (n + d - 1) / d;  // the optimizer state's share of this rank
+  ParameterBytes b;
+  b.weights = n * c.element_bytes();
+  b.master = c.element_bytes() == 4 ? 0 : shard * 4;  // fp32: the master is the weights
+  b.gradients = n * 4;
+  b.optimizer = shard * 8;
+  return b;
+}
+
+}  // namespace tptrain::plan

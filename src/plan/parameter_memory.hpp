@@ -1,0 +1,31 @@
+// Bytes of parameters, gradients and optimizer state on one rank (docs/planning.md, "Memory"),
+// Megatron's accounting, which TrainingRun::parameter_memory() measures from the allocated
+// buffers (src/train/training_run.cpp):
+//
+//   fp32        weights 4 + gradients 4 + AdamW moments 8                  = 16 bytes per parameter
+//   bf16, fp16  weights 2 + fp32 master 4 + fp32 gradients 4 + moments 8   = 18
+//
+// With the distributed optimizer (optimizer.distributed, ZeRO-1) over d data-parallel ranks each
+// rank keeps 1/d of the optimizer's own state: the moments, and with 16-bit weights the fp32
+// master: fp32 8 + 8/d bytes, bf16/fp16 6 + 12/d (Megatron-LM's distributed optimizer table).
+// A shard is ⌈n/d⌉ elements.
+#pragma once
+
+#include <cstdint>
+
+#include "src/plan/plan_config.hpp"
+
+namespace tptrain::plan {
+
+struct ParameterBytes {
+  std::int64_t weights = 0;    // the copy the model computes with (fp32, or bf16/fp16)
+  std::int64_t master = 0;     // fp32 master weights (16-bit precisions only)
+  std::int64_t gradients = 0;  // fp32, accumulated over micro-batches
+  std::int64_t optimizer = 0;  // AdamW's two fp32 moments
+  std::int64_t total() const { return weights + master + gradients + optimizer; }
+};
+
+// One rank holding `parameters` elements under c's precision and optimizer.
+ParameterBytes parameter_bytes(std::int64_t parameters, const Config& c);
+
+}  // namespace tptrain::plan

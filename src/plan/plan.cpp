@@ -1,0 +1,378 @@
+#include "src/plan/plan.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <stdexcept>
+#include <utility>
+
+#include "io/deck_text.hpp"
+#include "src/plan/activation_memory.hpp"
+#include "src/plan/flops.hpp"
+#include "src/plan/korthikanti.hpp"
+#include "src/plan/parameter_count.hpp"
+
+namespace tptrain::plan {
+
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+constexpr double kSecondsPerDay = 86400.0;
+
+double gib(double bytes) { return bytes / kGiB; }
+
+// "1.46 GiB", "48.0 MiB", "12.0 KiB": bytes as people read them.
+std::string human_bytes(double bytes) {
+  if (bytes >= kGiB) return fmt::format("{:.2f} GiB", bytes / kGiB);
+  if (bytes >= 1024.0 * 1024.0) return fmt::format("{:.1f} MiB", bytes / (1024.0 * 1024.0));
+  if (bytes >= 1024.0) return fmt::format("{:.1f} KiB", bytes / 1024.0);
+  return fmt::format("{:.0f} B", bytes);
+}
+
+std::string yes_no(bool b) { return b ? "on" : "off"; }
+
+void check_hardware(const Hardware& hw) {
+  const auto positive = [](const char* option, double v) {
+    if (!(v > 0) || !std::isfinite(v))
+      throw std::invalid_argument(fmt::format("{} = {}: expected a positive number", option, v));
+  };
+  if (hw.gpus < 0) throw std::invalid_argument(fmt::format("--gpus = {}: expected a positive integer", hw.gpus));
+  positive("--gpus-per-node", hw.gpus_per_node);
+  positive("--gpu-memory", hw.gpu_memory_gib);
+  if (hw.peak_tflops != 0) positive("--peak-tflops", hw.peak_tflops);
+  positive("--efficiency", hw.efficiency);
+  if (hw.efficiency > 1)
+    throw std::invalid_argument(fmt::format("--efficiency = {}: expected a fraction of the peak, at most 1", hw.efficiency));
+  if (hw.tokens < 0 || !std::isfinite(hw.tokens))
+    throw std::invalid_argument(fmt::format("--tokens = {}: expected a positive number", hw.tokens));
+}
+
+double peak_of(const Hardware& hw, const Config& c) {
+  return hw.peak_tflops > 0 ? hw.peak_tflops : default_peak_tflops(c.precision);
+}
+
+double days_of(const Config& c, const Hardware& hw, double tokens) {
+  const double iterations = tokens / (double(c.global_batch) * c.shape.seq_length);
+  const double seconds = flops_per_iteration(c, c.recompute) / (double(c.world()) * peak_of(hw, c) * 1e12 * hw.efficiency);
+  return iterations * seconds / kSecondsPerDay;
+}
+
+// The keys by which `c` differs from `deck`, as --set arguments.
+std::vector<std::string> changes(const Config& deck, const Config& c) {
+  std::vector<std::string> out;
+  if (c.tensor() != deck.tensor()) out.push_back(fmt::format("parallel.tensor={}", c.tensor()));
+  if (c.pipeline != deck.pipeline) out.push_back(fmt::format("parallel.pipeline={}", c.pipeline));
+  if (c.data != deck.data) out.push_back(fmt::format("parallel.data={}", c.data));
+  if (c.sequence_parallel != deck.sequence_parallel)
+    out.push_back(fmt::format("parallel.sequence_parallel={}", c.sequence_parallel));
+  if (c.micro_batch != deck.micro_batch) out.push_back(fmt::format("training.micro_batch={}", c.micro_batch));
+  if (c.precision != deck.precision) out.push_back(fmt::format("training.precision={}", c.precision));
+  if (c.recompute != deck.recompute) out.push_back(fmt::format("training.recompute={}", recompute_name(c.recompute)));
+  if (c.distributed_optimizer != deck.distributed_optimizer)
+    out.push_back(fmt::format("optimizer.distributed={}", c.distributed_optimizer));
+  return out;
+}
+
+std::vector<int> divisors(std::int64_t n) {
+  std::vector<int> d;
+  for (std::int64_t k = 1; k <= n && k <= std::numeric_limits<int>::max(); ++k)
+    if (n % k == 0) d.push_back(static_cast<int>(k));
+  return d;
+}
+
+// The layouts for `gpus` GPUs that fit, nearest first: fewest keys changed, then the shortest
+// training. What varies: tensor (a divisor of the node's GPUs, so that a tensor group stays in a
+// node), pipeline (a divisor of the layers), data (the rest), sequence parallelism, the
+// recomputation, the distributed optimizer, micro_batch (the deck's or 1) and, for an fp32 deck,
+// bf16.
+std::vector<Suggestion> nearest_fitting(const Config& deck, const Hardware& hw, std::int64_t gpus, double tokens,
+                                        std::size_t count) {
+  std::vector<int> tensors;
+  for (const int t : divisors(hw.gpus_per_node))
+    if (gpus % t == 0) tensors.push_back(t);
+  if (gpus % deck.tensor() == 0 && std::find(tensors.begin(), tensors.end(), deck.tensor()) == tensors.end())
+    tensors.push_back(deck.tensor());
+  const std::vector<int> pipelines = divisors(deck.shape.layers);
+  std::vector<int> micro_batches{deck.micro_batch};
+  if (deck.micro_batch != 1) micro_batches.push_back(1);
+  std::vector<std::string> precisions{deck.precision};
+  if (deck.precision == "fp32") precisions.push_back("bf16");
+  const double limit = hw.gpu_memory_gib * kGiB;
+
+  std::map<std::pair<int, int>, std::vector<std::int64_t>> parameters;  // by (tensor, pipeline)
+  std::vector<Suggestion> found;
+  for (const int t : tensors)
+    for (const int p : pipelines) {
+      if (gpus % (std::int64_t(t) * p) != 0) continue;
+      const std::int64_t d = gpus / (std::int64_t(t) * p);
+      if (d > std::numeric_limits<int>::max()) continue;
+      Config c = deck;
+      c.shape.tensor = t;
+      c.pipeline = p;
+      c.data = static_cast<int>(d);
+      for (const int mb : micro_batches)
+        for (const std::string& precision : precisions)
+          for (const bool sp : {deck.sequence_parallel, !deck.sequence_parallel})
+            for (const Recompute r : {Recompute::none, Recompute::selective, Recompute::full})
+              for (const bool dist : {deck.distributed_optimizer, !deck.distributed_optimizer}) {
+                if (sp && t == 1 && !deck.sequence_parallel) continue;  // nothing to split
+                if (dist && d == 1 && !deck.distributed_optimizer) continue;
+                c.micro_batch = mb;
+                c.precision = precision;
+                c.sequence_parallel = sp;
+                c.recompute = r;
+                c.distributed_optimizer = dist;
+                if (!c.layout_problem().empty()) continue;
+                auto it = parameters.find({t, p});
+                if (it == parameters.end())
+                  it = parameters.emplace(std::pair{t, p}, stage_parameters(c.shape, p)).first;
+                std::int64_t most = 0;
+                for (const RankMemory& m : rank_memory(c, it->second)) most = std::max(most, m.total());
+                if (double(most) > limit) continue;
+                found.push_back(Suggestion{c, changes(deck, c), most, days_of(c, hw, tokens)});
+              }
+    }
+  std::sort(found.begin(), found.end(), [](const Suggestion& a, const Suggestion& b) {
+    if (a.sets.size() != b.sets.size()) return a.sets.size() < b.sets.size();
+    if (a.days != b.days) return a.days < b.days;
+    return a.bytes < b.bytes;
+  });
+  if (found.size() > count) found.resize(count);
+  return found;
+}
+
+}  // namespace
+
+double default_peak_tflops(const std::string& precision) { return precision == "fp32" ? 19.5 : 312.0; }
+
+std::vector<RankMemory> rank_memory(const Config& c, const std::vector<std::int64_t>& stage_parameters) {
+  std::vector<RankMemory> out;
+  const int P = c.pipeline;
+  const std::int64_t workspace = total_bytes(workspace_buffers(c));
+  const std::int64_t head = total_bytes(head_buffers(c));
+  for (int p = 0; p < P; ++p) {
+    RankMemory m;
+    m.stage = p;
+    m.layers = c.shape.layers / P;
+    m.in_flight = micro_batches_in_flight(p, P, c.micro_batches());
+    m.parameters = stage_parameters.at(static_cast<std::size_t>(p));
+    m.parameter_bytes = parameter_bytes(m.parameters, c);
+    m.activations = stage_activation_bytes(c, m.layers, m.in_flight);
+    m.head = p == P - 1 ? head : 0;
+    m.workspace = workspace;
+    out.push_back(m);
+  }
+  return out;
+}
+
+RankMemory most_loaded_rank(const Config& c) {
+  const std::vector<RankMemory> all = rank_memory(c, stage_parameters(c.shape, c.pipeline));
+  return *std::max_element(all.begin(), all.end(),
+                           [](const RankMemory& a, const RankMemory& b) { return a.total() < b.total(); });
+}
+
+Plan make_plan(const Config& c, const Hardware& hw_in, double deck_tokens, const std::string& deck_path,
+               bool suggest) {
+  check_hardware(hw_in);
+  if (const std::string why = c.layout_problem(); !why.empty()) throw std::invalid_argument("tptrain: plan: " + why);
+  c.shape.validate(c.micro_batch);
+  Plan p;
+  p.deck = deck_path;
+  p.config = c;
+  p.hardware = hw_in;
+  p.hardware.peak_tflops = peak_of(hw_in, c);
+  p.gpus = hw_in.gpus > 0 ? hw_in.gpus : c.world();
+  p.hardware.gpus = p.gpus;
+  p.tokens = hw_in.tokens > 0 ? hw_in.tokens : deck_tokens;
+  p.hardware.tokens = p.tokens;
+  const model::GptShape& m = c.shape;
+
+  p.parameters_eq2 = narayanan_parameters(m.layers, m.hidden, m.padded_vocab(), m.seq_length);
+  p.parameters = exact_parameters(m);
+  const std::vector<std::int64_t> per_stage = stage_parameters(m, c.pipeline);
+  const std::vector<RankMemory> ranks = rank_memory(c, per_stage);
+  p.memory = *std::max_element(ranks.begin(), ranks.end(),
+                               [](const RankMemory& a, const RankMemory& b) { return a.total() < b.total(); });
+  p.layer_activation_bytes = total_bytes(layer_activations(c));
+  p.korthikanti_layer_bytes =
+      korthikanti_table2(korthikanti_case(c), m.seq_length, c.micro_batch, m.hidden, m.heads, m.tensor);
+
+  p.flops_none = flops_per_iteration(c, Recompute::none);
+  p.flops_selective = flops_per_iteration(c, Recompute::selective);
+  p.flops_full = flops_per_iteration(c, Recompute::full);
+  p.flops = flops_per_iteration(c, c.recompute);
+  p.flops_eq3 = narayanan_flops_per_iteration(c.global_batch, m.seq_length, m.layers, m.hidden, m.padded_vocab());
+  p.achieved_flops = p.hardware.peak_tflops * 1e12 * p.hardware.efficiency;
+  p.seconds_per_iteration = p.flops / (double(c.world()) * p.achieved_flops);
+  p.iterations = p.tokens / (double(c.global_batch) * m.seq_length);
+  p.training_days = p.iterations * p.seconds_per_iteration / kSecondsPerDay;
+  p.training_days_eq4 = narayanan_training_seconds(p.tokens, double(p.parameters), double(c.world()), p.achieved_flops,
+                                                   c.recompute == Recompute::full) /
+                        kSecondsPerDay;
+  p.total_flops_6nt = six_n_t(double(p.parameters), p.tokens);
+  p.bubble = double(c.pipeline - 1) / c.micro_batches();
+  p.communication = busiest_communication(c, per_stage);
+
+  if (p.gpus != c.world())
+    p.problems.push_back(fmt::format("wrong GPU count: the deck needs tensor {} x pipeline {} x data {} = {} GPUs, "
+                                     "but {} are given (--gpus)",
+                                     c.tensor(), c.pipeline, c.data, c.world(), p.gpus));
+  p.fits = double(p.memory.total()) <= p.hardware.gpu_memory_gib * kGiB;
+  if (!p.fits)
+    p.problems.push_back(fmt::format(
+        "does not fit: the most loaded rank (pipeline stage {}) needs {:.1f} GiB, more than --gpu-memory {:g} GiB "
+        "(parameters, gradients and optimizer state {:.1f} GiB, activations {:.1f} GiB, logits {:.1f} GiB, "
+        "workspace {:.1f} GiB)",
+        p.memory.stage, gib(p.memory.total()), p.hardware.gpu_memory_gib, gib(p.memory.parameter_bytes.total()),
+        gib(p.memory.activations), gib(p.memory.head), gib(p.memory.workspace)));
+  if (hw_in.gpus_per_node % m.tensor != 0)
+    p.notes.push_back(fmt::format("a tensor-parallel group of {} ranks does not fit in a node of {} GPUs: its "
+                                  "all-reduces, several per layer, cross the network",
+                                  m.tensor, hw_in.gpus_per_node));
+  if (p.gpus % hw_in.gpus_per_node != 0 && p.gpus > hw_in.gpus_per_node)
+    p.notes.push_back(fmt::format("{} GPUs are not whole nodes of {}", p.gpus, hw_in.gpus_per_node));
+  if (c.micro_batches() < c.pipeline)
+    p.notes.push_back(fmt::format("{} micro-batches per step on {} pipeline stages: most stages idle most of the time",
+                                  c.micro_batches(), c.pipeline));
+  if (suggest && !p.problems.empty()) {
+    Hardware hw = hw_in;
+    hw.gpus = p.gpus;
+    p.suggestions = nearest_fitting(c, hw, p.gpus, p.tokens, 5);
+  }
+  return p;
+}
+
+Plan make_plan(const io::Deck& deck, const Hardware& hw) {
+  const double tokens = double(deck.training.steps) * deck.training.global_batch * deck.model.seq_length;
+  return make_plan(config_of(deck), hw, tokens, deck.source);
+}
+
+std::string report(const Plan& p) {
+  const Config& c = p.config;
+  const model::GptShape& m = c.shape;
+  const RankMemory& r = p.memory;
+  const ParameterBytes& pb = r.parameter_bytes;
+  const std::string precision = c.precision;
+  std::string out;
+  const auto line = [&](const std::string& s) { out += s + "\n"; };
+
+  line(fmt::format("# tptrain plan {}", io::display_path(p.deck)));
+  line(fmt::format("model        {} layers, hidden {}, {} heads, ffn {}, seq_length {}, vocab {} (padded {})", m.layers,
+                   m.hidden, m.heads, m.ffn_hidden, m.seq_length, m.vocab_size, m.padded_vocab()));
+  line(fmt::format("layout       tensor {} x pipeline {} x data {} = {} GPUs; {} given, {} per node", m.tensor, c.pipeline,
+                   c.data, c.world(), p.gpus, p.hardware.gpus_per_node));
+  line(fmt::format("training     {}, recompute {}, sequence parallel {}, distributed optimizer {}; global batch {} = "
+                   "{} micro-batches of {} per data-parallel rank",
+                   precision, recompute_name(c.recompute), yes_no(c.sequence_parallel), yes_no(c.distributed_optimizer),
+                   c.global_batch, c.micro_batches(), c.micro_batch));
+  line(fmt::format("parameters   {:.2f} B: {} exactly (tptrain's tensors), {:.2f} B by Narayanan et al. 2021 eq. 2",
+                   p.parameters / 1e9, p.parameters, p.parameters_eq2 / 1e9));
+  line("");
+  line(fmt::format("memory of the most loaded rank: pipeline stage {} of {} ({} layers, {} micro-batch{} in flight{})",
+                   r.stage, c.pipeline, r.layers, r.in_flight, r.in_flight == 1 ? "" : "es",
+                   r.stage == c.pipeline - 1 ? ", the loss head" : ""));
+  const auto row = [&](const char* what, double bytes, const std::string& note) {
+    line(fmt::format("  {:<17}{:>10.2f} GiB   {}", what, gib(bytes), note));
+  };
+  const double per_param = r.parameters > 0 ? double(pb.total()) / double(r.parameters) : 0.0;
+  row("weights", pb.weights, fmt::format("{} parameters on this rank, {}", r.parameters, precision));
+  row("master weights", pb.master, precision == "fp32" ? "none: the fp32 weights are the master" : "fp32");
+  row("gradients", pb.gradients, "fp32");
+  row("optimizer state", pb.optimizer,
+      c.distributed_optimizer ? fmt::format("AdamW moments, fp32, 1/{} of them (distributed optimizer)", c.data)
+                              : "AdamW moments, fp32");
+  const std::int64_t working_set = total_bytes(recompute_working_set(c));
+  row("activations", r.activations,
+      fmt::format("{} layers x {} micro-batches x {} per layer{}", r.layers, r.in_flight,
+                  human_bytes(p.layer_activation_bytes),
+                  working_set > 0 ? fmt::format(" + {} recompute working set", human_bytes(working_set)) : ""));
+  row("logits", r.head, r.head > 0 ? "ln_f output, logits and their gradient, loss vectors" : "(on the last stage)");
+  row("workspace", r.workspace, "attention scores, backward row tile, gradient buffers (estimate)");
+  row("total", r.total(),
+      fmt::format("{:.1f} bytes per parameter + activations; --gpu-memory {:g} GiB: {}", per_param,
+                  p.hardware.gpu_memory_gib,
+                  p.fits ? "fits" : "DOES NOT FIT"));
+  line(fmt::format("  (Korthikanti et al. 2022 Table 2, {}, 16-bit with dropout: {} per layer and micro-batch; "
+                   "tptrain keeps {})",
+                   korthikanti_case_name(korthikanti_case(c)), human_bytes(p.korthikanti_layer_bytes),
+                   human_bytes(p.layer_activation_bytes)));
+  line("");
+  line("compute");
+  line(fmt::format("  FLOPs per iteration  {:.3e} with recompute {} (none {:.3e}, selective {:.3e}, full {:.3e}; "
+                   "Narayanan eq. 3: {:.3e})",
+                   p.flops, recompute_name(c.recompute), p.flops_none, p.flops_selective, p.flops_full, p.flops_eq3));
+  line(fmt::format("  achieved             {:.1f} TFLOP/s per GPU = peak {:g} x efficiency {:g}", p.achieved_flops / 1e12,
+                   p.hardware.peak_tflops, p.hardware.efficiency));
+  line(fmt::format("  time per iteration   {:.2f} s on {} GPUs", p.seconds_per_iteration, c.world()));
+  line(fmt::format("  training             {:.4g} B tokens = {:.0f} iterations: {:.1f} days (eq. 4, {}TP/(nX): {:.1f} "
+                   "days); 6NT = {:.3g} FLOPs",
+                   p.tokens / 1e9, p.iterations, p.training_days, c.recompute == Recompute::full ? 8 : 6,
+                   p.training_days_eq4, p.total_flops_6nt));
+  line(fmt::format("  pipeline bubble      (p - 1)/m = {}/{} = {:.1f} % of the ideal step (inside the efficiency)",
+                   c.pipeline - 1, c.micro_batches(), 100 * p.bubble));
+  line("");
+  line("communication per step: bytes one rank sends (ring algorithms; the busiest stage)");
+  const StepCommunication& x = p.communication;
+  line(fmt::format("  tensor    ({:>4} ranks)   {}", m.tensor, human_bytes(x.tensor)));
+  line(fmt::format("  pipeline  ({:>4} stages)  {}", c.pipeline, human_bytes(x.pipeline)));
+  line(fmt::format("  data      ({:>4} ranks)   {}", c.data, human_bytes(x.data)));
+  line(fmt::format("  embedding (first + last) {}", human_bytes(x.embedding)));
+  line("");
+  for (const std::string& n : p.notes) line("note: " + n);
+  if (p.ok()) {
+    line("result: the deck fits");
+  } else {
+    line("result: the deck cannot run as written");
+    for (const std::string& problem : p.problems) line("  problem: " + problem);
+    if (p.suggestions.empty()) {
+      line(fmt::format("no layout of {} GPUs both suits the model (heads, layers and the global batch divide) and "
+                       "fits {:g} GiB per GPU (tried tensor, pipeline, data, sequence parallel, recompute, distributed "
+                       "optimizer, micro_batch 1, bf16)",
+                       p.gpus, p.hardware.gpu_memory_gib));
+    } else {
+      line(fmt::format("nearest layouts of {} GPUs that fit (fewest changes first):", p.gpus));
+      for (const Suggestion& s : p.suggestions) {
+        std::string sets;
+        for (const std::string& k : s.sets) sets += " --set " + k;
+        line(fmt::format("  {:.1f} GiB per rank, {:.1f} days:{}", gib(s.bytes), s.days, sets));
+      }
+    }
+  }
+  return out;
+}
+
+std::string report_json(const Plan& p) {
+  const Config& c = p.config;
+  const RankMemory& r = p.memory;
+  const ParameterBytes& pb = r.parameter_bytes;
+  std::string problems, suggestions;
+  for (const std::string& s : p.problems) problems += (problems.empty() ? "" : ", ") + io::json_string(s);
+  for (const Suggestion& s : p.suggestions) {
+    std::string sets;
+    for (const std::string& k : s.sets) sets += (sets.empty() ? "" : ", ") + io::json_string(k);
+    suggestions += fmt::format("{}{{\"set\": [{}], \"memory_bytes\": {}, \"training_days\": {:.6g}}}",
+                               suggestions.empty() ? "" : ", ", sets, s.bytes, s.days);
+  }
+  return fmt::format(
+      "{{\"deck\": {}, \"gpus\": {}, \"tensor\": {}, \"pipeline\": {}, \"data\": {}, \"params\": {}, "
+      "\"params_narayanan_eq2\": {:.0f}, \"most_loaded_stage\": {}, "
+      "\"memory_bytes\": {{\"weights\": {}, \"master_weights\": {}, \"gradients\": {}, \"optimizer_state\": {}, "
+      "\"activations\": {}, \"logits\": {}, \"workspace\": {}, \"total\": {}}}, \"gpu_memory_bytes\": {:.0f}, "
+      "\"flops_per_iteration\": {:.6e}, \"flops_per_iteration_by_recompute\": {{\"none\": {:.6e}, \"selective\": "
+      "{:.6e}, \"full\": {:.6e}}}, \"peak_tflops\": {:g}, \"efficiency\": {:g}, \"seconds_per_iteration\": {:.6g}, "
+      "\"tokens\": {:.6e}, \"iterations\": {:.6g}, \"training_days\": {:.6g}, \"training_days_eq4\": {:.6g}, "
+      "\"total_flops_6nt\": {:.6e}, \"pipeline_bubble\": {:.6g}, \"communication_bytes_per_step\": {{\"tensor\": "
+      "{:.0f}, \"pipeline\": {:.0f}, \"data\": {:.0f}, \"embedding\": {:.0f}}}, \"fits\": {}, \"problems\": [{}], "
+      "\"suggestions\": [{}]}}",
+      io::json_string(p.deck), p.gpus, c.tensor(), c.pipeline, c.data, p.parameters, p.parameters_eq2, r.stage,
+      pb.weights, pb.master, pb.gradients, pb.optimizer, r.activations, r.head, r.workspace, r.total(),
+      p.hardware.gpu_memory_gib * kGiB, p.flops, p.flops_none, p.flops_selective, p.flops_full, p.hardware.peak_tflops,
+      p.hardware.efficiency, p.seconds_per_iteration, p.tokens, p.iterations, p.training_days, p.training_days_eq4,
+      p.total_flops_6nt, p.bubble, p.communication.tensor, p.communication.pipeline, p.communication.data,
+      p.communication.embedding, p.fits ? "true" : "false", problems, suggestions);
+}
+
+}  // namespace tptrain::plan

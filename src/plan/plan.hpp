@@ -1,0 +1,105 @@
+// `tptrain plan`: what a deck will need before it runs (docs/planning.md). Pure functions of the
+// deck and of the hardware described on the command line; no MPI, no devices, no data files.
+//
+// The report: parameter counts, the memory of the most loaded rank by category, FLOPs per
+// iteration, time per iteration and for the whole run, the pipeline bubble, the bytes each
+// communicator moves per step, and the problems that make the deck not run as written (a GPU
+// count other than tensor × pipeline × data, a rank that does not fit in GPU memory), each with
+// the nearest layouts that would fit.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "io/deck.hpp"
+#include "src/plan/communication.hpp"
+#include "src/plan/parameter_memory.hpp"
+#include "src/plan/plan_config.hpp"
+
+namespace tptrain::plan {
+
+// The machine and the run, from the command line (0 = the default named).
+struct Hardware {
+  std::int64_t gpus = 0;      // GPUs of the allocation; 0: the deck's tensor × pipeline × data
+  int gpus_per_node = 8;
+  double gpu_memory_gib = 80;
+  double peak_tflops = 0;     // dense peak per GPU; 0: default_peak_tflops(precision)
+  double efficiency = 0.45;   // achieved / peak (Narayanan et al. 2021 reach 0.44–0.52)
+  double tokens = 0;          // training tokens; 0: training.steps × global_batch × seq_length
+};
+
+// A100 SXM dense peaks (NVIDIA's data sheet): 312 TFLOP/s bf16/fp16 tensor cores, 19.5 fp32 (tptrain's
+// fp32 GEMMs do not use TF32).
+double default_peak_tflops(const std::string& precision);
+
+// One rank's memory: a rank of pipeline stage `stage` (every tensor- and data-parallel rank of a
+// stage holds the same).
+struct RankMemory {
+  int stage = 0;
+  int layers = 0;
+  int in_flight = 0;  // micro-batches whose activations it keeps at once
+  std::int64_t parameters = 0;
+  ParameterBytes parameter_bytes;
+  std::int64_t activations = 0;  // layers · in_flight · per layer + recompute working set
+  std::int64_t head = 0;         // last stage: ln_f output, logits and their gradient, loss vectors
+  std::int64_t workspace = 0;    // scratch shared by the stage's layers (estimate)
+  std::int64_t total() const { return parameter_bytes.total() + activations + head + workspace; }
+};
+// Every stage of c, given each stage's parameter count (stage_parameters()).
+std::vector<RankMemory> rank_memory(const Config& c, const std::vector<std::int64_t>& stage_parameters);
+// The stage whose rank needs the most (the first stage, usually).
+RankMemory most_loaded_rank(const Config& c);
+
+// A layout that fits, near the deck's: the keys to change and what it would need and take.
+struct Suggestion {
+  Config config;
+  std::vector<std::string> sets;  // "parallel.data=8", ... (for --set)
+  std::int64_t bytes = 0;         // most loaded rank
+  double days = 0;
+};
+
+struct Plan {
+  std::string deck;  // the deck's path, for the report
+  Config config;
+  Hardware hardware;       // defaults resolved
+  std::int64_t gpus = 0;   // of the allocation
+  double tokens = 0;
+
+  double parameters_eq2 = 0;     // Narayanan et al. 2021 eq. 2 (padded vocabulary)
+  std::int64_t parameters = 0;   // exact, model::logical_tensors
+  RankMemory memory;             // the most loaded rank
+  std::int64_t layer_activation_bytes = 0;  // one layer, one micro-batch, kept
+  double korthikanti_layer_bytes = 0;       // Korthikanti et al. 2022 Table 2 for the same configuration
+
+  double flops = 0;  // per iteration, with the deck's recomputation
+  double flops_none = 0, flops_selective = 0, flops_full = 0;
+  double flops_eq3 = 0;  // Narayanan eq. 3 as published (full recomputation, ffn = 4h)
+  double achieved_flops = 0;  // per GPU
+  double seconds_per_iteration = 0;
+  double iterations = 0;
+  double training_days = 0;
+  double training_days_eq4 = 0;
+  double total_flops_6nt = 0;
+  double bubble = 0;  // (p − 1)/m
+  StepCommunication communication;
+
+  std::vector<std::string> problems;  // why the deck cannot run as written on this hardware
+  std::vector<std::string> notes;     // worth knowing, not fatal (a tensor group across nodes, ...)
+  std::vector<Suggestion> suggestions;
+  bool fits = false;  // the most loaded rank fits in the GPU's memory
+  bool ok() const { return problems.empty(); }  // fits, on the GPU count the deck needs
+};
+
+// `deck_path` only names the deck in the report. `suggest`: search the nearest layouts that fit
+// when there are problems.
+Plan make_plan(const Config& c, const Hardware& hw, double deck_tokens, const std::string& deck_path = "",
+               bool suggest = true);
+Plan make_plan(const io::Deck& deck, const Hardware& hw);
+
+// The report for people, and its last line: one JSON object (`params`, `memory_bytes` by category,
+// `flops_per_iteration`, `seconds_per_iteration`, `training_days`, `fits`, `problems`, ...).
+std::string report(const Plan& p);
+std::string report_json(const Plan& p);
+
+}  // namespace tptrain::plan

@@ -1,0 +1,57 @@
+#include "src/plan/plan_config.hpp"
+
+#include <fmt/format.h>
+
+#include <stdexcept>
+
+namespace tptrain::plan {
+
+const char* recompute_name(Recompute r) {
+  return r == Recompute::none ? "none" : r == Recompute::selective ? "selective" : "full";
+}
+
+Recompute recompute_of(const std::string& name) {
+  if (name == "none") return Recompute::none;
+  if (name == "selective") return Recompute::selective;
+  if (name == "full") return Recompute::full;
+  throw std::invalid_argument("tptrain: training.recompute = \"" + name +
+                              "\": expected \"none\", \"selective\" or \"full\"");
+}
+
+std::string Config::layout_problem() const {
+  const model::GptShape& s = shape;
+  if (s.heads % s.tensor != 0) return fmt::format("model.heads = {} is not a multiple of parallel.tensor = {}", s.heads, s.tensor);
+  if (s.ffn_hidden % s.tensor != 0)
+    return fmt::format("model.ffn_hidden = {} is not a multiple of parallel.tensor = {}", s.ffn_hidden, s.tensor);
+  if (s.layers % pipeline != 0)
+    return fmt::format("model.layers = {} is not a multiple of parallel.pipeline = {}", s.layers, pipeline);
+  if (global_batch % (std::int64_t(micro_batch) * data) != 0)
+    return fmt::format("training.global_batch = {} is not a multiple of micro_batch * data = {} * {}", global_batch,
+                       micro_batch, data);
+  if (sequence_parallel && s.seq_length % s.tensor != 0)
+    return fmt::format("model.seq_length = {} is not a multiple of parallel.tensor = {} (sequence parallelism)",
+                       s.seq_length, s.tensor);
+  return {};
+}
+
+Config config_of(const io::Deck& d) {
+  Config c;
+  c.shape.layers = d.model.layers;
+  c.shape.hidden = d.model.hidden;
+  c.shape.heads = d.model.heads;
+  c.shape.ffn_hidden = d.model.ffn_width();
+  c.shape.seq_length = d.model.seq_length;
+  c.shape.vocab_size = d.model.vocab_size;
+  c.shape.tensor = d.parallel.tensor;
+  c.pipeline = d.parallel.pipeline;
+  c.data = d.parallel.data;
+  c.sequence_parallel = d.parallel.sequence_parallel;
+  c.global_batch = d.training.global_batch;
+  c.micro_batch = d.training.micro_batch;
+  c.precision = d.training.precision;
+  c.recompute = recompute_of(d.training.recompute);
+  c.distributed_optimizer = d.optimizer.distributed;
+  return c;
+}
+
+}  // namespace tptrain::plan

@@ -1,0 +1,44 @@
+// The numbers of a deck that planning needs, as one plain value: what the planning formulas
+// (src/plan/*.hpp) take, what tests state published configurations in, and what the search for
+// layouts that fit varies. No MPI, no Kokkos: pure data.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "io/deck.hpp"
+#include "src/model/gpt_shape.hpp"
+
+namespace tptrain::plan {
+
+// training.recompute (docs/deck-reference.md): what the backward recomputes instead of keeping.
+enum class Recompute { none, selective, full };
+const char* recompute_name(Recompute r);
+// "none", "selective", "full"; throws std::invalid_argument naming training.recompute otherwise.
+Recompute recompute_of(const std::string& name);
+
+struct Config {
+  model::GptShape shape;  // [model] and parallel.tensor
+  int pipeline = 1;
+  int data = 1;
+  bool sequence_parallel = false;
+  int global_batch = 1;
+  int micro_batch = 1;
+  std::string precision = "fp32";  // "fp32", "bf16", "fp16"
+  Recompute recompute = Recompute::none;
+  bool distributed_optimizer = false;
+
+  int tensor() const { return shape.tensor; }
+  std::int64_t world() const { return std::int64_t(shape.tensor) * pipeline * data; }
+  // M: micro-batches per step on one data-parallel rank (gradient accumulation).
+  int micro_batches() const { return global_batch / (micro_batch * data); }
+  // Bytes of one activation element: 4 (fp32) or 2 (bf16, fp16). Statistics are fp32 always.
+  int element_bytes() const { return precision == "fp32" ? 4 : 2; }
+  // What the deck loader checks between these keys (divisibility), for layouts made up by the
+  // planner: "" when valid, else the first rule broken, in words.
+  std::string layout_problem() const;
+};
+
+Config config_of(const io::Deck& deck);
+
+}  // namespace tptrain::plan

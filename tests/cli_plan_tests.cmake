@@ -1,0 +1,43 @@
+# `tptrain plan` through the executable: the shipped GPT-3 175B decks on 1024 80-GB A100s, the
+# refusal of the seed article's deck for both of its reasons, the JSON line, option errors.
+# (The formulas themselves: tests/plan/test_plan.cpp.) No MPI, no data files.
+set(_input ${PROJECT_SOURCE_DIR}/input)
+
+function(tptrain_plan_test name expect_fail regex)
+  add_test(NAME ${name} COMMAND ${CMAKE_COMMAND} -DCMD=$<TARGET_FILE:tptrain> "-DARGS=${ARGN}"
+           -DEXPECT_FAIL=${expect_fail} "-DREGEX=${regex}" -P ${CMAKE_CURRENT_SOURCE_DIR}/run_expect.cmake)
+  set_tests_properties(${name} PROPERTIES TIMEOUT 60)
+endfunction()
+
+# Megatron's layout fits and takes about 34 days for 300B tokens at 312 x 0.45 = 140 TFLOP/s.
+tptrain_plan_test(cli_plan_gpt3_175b 0
+  "fits.*300 B tokens = 95367 iterations: 3[45]\\.[0-9] days.*result: the deck fits\n\\{[^\n]*\"fits\": true, \"problems\": \\[\\][^\n]*\\}\n"
+  plan ${_input}/gpt3-175b.toml --gpus-per-node 8 --gpu-memory 80 --peak-tflops 312)
+# The seed's deck on its "1024 A100 GPUs": the rank count AND the memory, then what would fit.
+tptrain_plan_test(cli_plan_gpt3_175b_seed 1
+  "problem: wrong GPU count: the deck needs tensor 8 x pipeline 16 x data 32 = 4096 GPUs, but 1024 are given \\(--gpus\\).*problem: does not fit: the most loaded rank \\(pipeline stage 0\\) needs [0-9.]+ GiB, more than --gpu-memory 80 GiB.*nearest layouts of 1024 GPUs that fit.*--set parallel\\.data=8"
+  plan ${_input}/gpt3-175b-seed.toml --gpus 1024 --gpus-per-node 8 --gpu-memory 80)
+# Its launch script's tensor 8 x pipeline 4 on 32 GPUs: the GPU count is right, the memory is not.
+tptrain_plan_test(cli_plan_gpt3_175b_seed_32_gpus 1
+  "result: the deck cannot run as written\n  problem: does not fit: "
+  plan ${_input}/gpt3-175b-seed.toml --set parallel.pipeline=4 --set parallel.data=1 --gpu-memory 80)
+tptrain_plan_test(cli_plan_gpt3_175b_seed_corrected 0 "result: the deck fits"
+  plan ${_input}/gpt3-175b-seed-corrected.toml --gpus 1024)
+# More memory per GPU, fewer GPUs per node: the same deck, other answers.
+tptrain_plan_test(cli_plan_tensor_across_nodes 0
+  "note: a tensor-parallel group of 8 ranks does not fit in a node of 4 GPUs"
+  plan ${_input}/gpt3-175b.toml --gpus-per-node 4)
+tptrain_plan_test(cli_plan_small_gpu 1 "does not fit: .*more than --gpu-memory 16 GiB"
+  plan ${_input}/gpt3-175b.toml --gpu-memory 16)
+# Bad options and decks: named, exit 2 (usage) or 1 (deck).
+tptrain_plan_test(cli_plan_efficiency_above_one 1 "--efficiency: expected a number > 0 and <= 1, got 1.5"
+  plan ${_input}/gpt3-175b.toml --efficiency 1.5)
+tptrain_plan_test(cli_plan_tokens_negative 1 "--tokens: expected a positive number, got -3"
+  plan ${_input}/gpt3-175b.toml --tokens=-3)
+tptrain_plan_test(cli_plan_bad_deck 1 "invalid deck .*--set parallel\\.tensor=7: parallel\\.tensor = 7: expected a divisor of model\\.heads = 96"
+  plan ${_input}/gpt3-175b.toml --set parallel.tensor=7)
+
+# The JSON line is the last line of stdout, alone.
+add_test(NAME cli_plan_json_last_line COMMAND tptrain plan ${_input}/gpt2-124m.toml)
+set_tests_properties(cli_plan_json_last_line PROPERTIES TIMEOUT 60 PASS_REGULAR_EXPRESSION
+  "\n\\{\"deck\": \"[^\n]*gpt2-124m\\.toml\", \"gpus\": 8, [^\n]*\"params\": 124439808, [^\n]*\"memory_bytes\": \\{\"weights\": [0-9]+, [^\n]*\"training_days\": [0-9.e+-]+, [^\n]*\"fits\": true, \"problems\": \\[\\], \"suggestions\": \\[\\]\\}\n$")
