@@ -67,3 +67,12 @@ add_test(NAME cli_check_unwritable_dir COMMAND ${CMAKE_COMMAND} -DCMD=$<TARGET_F
          "-DARGS=check;${_decks}/valid.toml;--set;checkpoint.dir=/dev/null/x;--set;run.dir=${_rel}/regular_file/run"
          -DEXPECT_FAIL=1 "-DREGEX=run.dir = [^\n]*regular_file/run: cannot write there: [^\n]*regular_file is not a directory\ncheckpoint.dir = /dev/null/x: cannot write there: /dev/null is not a directory"
          -P ${CMAKE_CURRENT_SOURCE_DIR}/run_expect.cmake)
+
+# SIGUSR1/SIGTERM: the run stops after one agreed step with its checkpoint and exit status 3,
+# resumes bit for bit; the Slurm CPU script requeues on it (tests/signal_requeue.sh).
+foreach(case usr1 term_rank0 slurm_cpu)
+  add_test(NAME cli_signal_${case}
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/signal_requeue.sh ${case} ${_rel}/signal_${case}
+                   ${_decks}/valid.toml $<TARGET_FILE:tptrain> ${_mpi2})
+  set_tests_properties(cli_signal_${case} PROPERTIES TIMEOUT 180)
+endforeach()

@@ -39,7 +39,11 @@ lock)
   [ -s "$work/run/tptrain.lock" ] || { kill $first; cat "$work/first.log"; fail "the first run never took its lock"; }
   expect_fail "$work/second.log" "is in use by tptrain pid [0-9]+ on host" \
     "${mpi2[@]}" "$exe" train "$deck" "${run[@]}" --set training.steps=2
-  kill -TERM $first
+  # The first run dies: SIGKILL to rank 0, the lock's owner (SIGTERM would stop it cleanly and
+  # release the lock, docs/design.md "Stopping and requeueing"); mpiexec then ends rank 1.
+  owner=$(sed -n 's/^host .* pid \([0-9]*\) since .*/\1/p' "$work/run/tptrain.lock")
+  [ -n "$owner" ] || { kill $first; fail "no pid in the lock file"; }
+  kill -KILL "$owner"
   wait $first
   [ -s "$work/run/tptrain.lock" ] || fail "expected the killed run's lock file to stay behind (stale)"
   "${mpi2[@]}" "$exe" train "$deck" "${run[@]}" --set training.steps=2 >"$work/third.log" 2>&1 ||

@@ -22,6 +22,7 @@
 #include "src/train/bench.hpp"
 #include "src/train/model_checkpoint.hpp"
 #include "src/train/trainer.hpp"
+#include "src/util/stop_signal.hpp"
 
 namespace tptrain::driver {
 
@@ -258,6 +259,9 @@ int run_job(const DeckOptions& o, Job&& job) {
 }  // namespace
 
 int train(const DeckOptions& o) {
+  // Before MPI_Init: a SIGUSR1 that arrives while the job starts (its default action ends the
+  // process) is recorded too, and stops the run after its first step.
+  const util::StopSignals stop_signals;
   return run_job(o, [](const io::Deck& deck, const parallel::Topology& topo) {
     log::info("# resolved deck\n" + deck.to_toml());
     print_rank_map(topo);

@@ -1,5 +1,7 @@
 // The subcommands of the tptrain executable. Each returns the process exit code:
-// 0 success, 1 bad input or a failed run, 2 usage error or a subcommand not implemented yet.
+// 0 success, 1 bad input or a failed run, 2 usage error or a subcommand not implemented yet,
+// 3 (train only) stopped by SIGUSR1/SIGTERM after writing a checkpoint: requeue the job
+// (util::kRequeueExitStatus).
 #pragma once
 
 #include <string>

@@ -25,4 +25,10 @@ std::string agree_on_error(MPI_Comm comm, const std::string& local_error) {
   return message;
 }
 
+int agree_on_stop_signal(MPI_Comm comm, int local_signal) {
+  int agreed = 0;
+  TPTRAIN_MPI_CHECK(MPI_Allreduce(&local_signal, &agreed, 1, MPI_INT, MPI_MAX, comm));
+  return agreed;
+}
+
 }  // namespace tptrain::parallel

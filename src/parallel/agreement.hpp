@@ -33,6 +33,13 @@ class AgreedError : public std::runtime_error {
 // rank, the message of the lowest failing rank (tagged " [rank r]" when r != 0).
 std::string agree_on_error(MPI_Comm comm, const std::string& local_error);
 
+// Collective over comm: whether the job was asked to stop (util/stop_signal.hpp), the same answer
+// on every rank: 0 when `local_signal` is 0 everywhere, else the largest signal number any rank
+// received. A signal reaches the ranks at different moments (one rank sees it before a step's
+// last collective, another after), so the training loop asks after every step and all ranks
+// stop after the same one.
+int agree_on_stop_signal(MPI_Comm comm, int local_signal);
+
 // Runs f() on this rank, catching any std::exception, then agrees (collective over comm):
 // returns normally on every rank when f succeeded everywhere, else throws AgreedError on every
 // rank. An AgreedError thrown inside f (a nested agreement over the same ranks) keeps its

@@ -12,6 +12,7 @@
 #include "src/train/model_checkpoint.hpp"
 #include "src/train/precision_dispatch.hpp"
 #include "src/train/training_run.hpp"
+#include "src/util/stop_signal.hpp"
 
 namespace tptrain::train {
 
@@ -105,6 +106,11 @@ int train_as(const io::Deck& deck, const parallel::Topology& topo) {
   auto window_start = start;
   std::int64_t window_tokens = 0;
   std::int64_t skipped = 0;  // fp16 steps skipped since the last metrics line
+  std::int64_t end_step = tc.steps;  // earlier when a stop signal ends the run
+  const auto write_checkpoint = [&](std::int64_t done) {  // collective: the checkpoint after `done` steps
+    save_checkpoint(run->model(), deck, topo, done, done * run->tokens_per_step(), run->train_state());
+    prune_checkpoints(topo.world(), deck.checkpoint.dir, deck.checkpoint.keep);
+  };
   for (std::int64_t step = first_step; step < tc.steps; ++step) {
     // Not agreed on: a step is full of collectives, so a failure on some ranks only (one that
     // is not an AgreedError, like a non-finite loss) cannot wait for an agreement; the top level
@@ -148,17 +154,25 @@ int train_as(const io::Deck& deck, const parallel::Topology& topo) {
       window_start = std::chrono::steady_clock::now();
     }
     const bool checkpoint_now = last || (deck.checkpoint.interval > 0 && (step + 1) % deck.checkpoint.interval == 0);
-    if (checkpoint_now) {
-      save_checkpoint(run->model(), deck, topo, step + 1, (step + 1) * run->tokens_per_step(), run->train_state());
-      prune_checkpoints(topo.world(), deck.checkpoint.dir, deck.checkpoint.keep);
+    if (checkpoint_now) write_checkpoint(step + 1);
+    // Asked to stop (util/stop_signal.hpp): after the last step the run is complete anyway. A
+    // signal received during start-up or an evaluation is seen here too, so the run stops after
+    // step 1 at the latest and every stop leaves a checkpoint newer than the one it resumed from.
+    if (last) continue;
+    if (const int signal = parallel::agree_on_stop_signal(topo.world(), util::stop_signal_received())) {
+      if (!checkpoint_now) write_checkpoint(step + 1);
+      log::infof("received {}: checkpoint of step {} written; exiting with status {} so the job is requeued",
+                 util::signal_name(signal), step + 1, util::kRequeueExitStatus);
+      end_step = step + 1;
+      break;
     }
   }
   const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  log::infof("trained steps {}..{} in {:.1f} s ({:.0f} tokens/s)", first_step + 1, tc.steps, total,
-             static_cast<double>((tc.steps - first_step) * run->tokens_per_step()) / total);
-  if (topo.layout().pipeline > 1 && tc.steps > first_step) {
+  log::infof("trained steps {}..{} in {:.1f} s ({:.0f} tokens/s)", first_step + 1, end_step, total,
+             static_cast<double>((end_step - first_step) * run->tokens_per_step()) / total);
+  if (topo.layout().pipeline > 1 && end_step > first_step) {
     const auto& pp = run->pipeline().stats();
-    const double steps = static_cast<double>(tc.steps - first_step);
+    const double steps = static_cast<double>(end_step - first_step);
     log::infof("pipeline stage 0: waited {:.2f} ms per step for its neighbours (bubble and transfers)",
                1e3 * pp.p2p_wait_s / steps);
   }
@@ -167,7 +181,7 @@ int train_as(const io::Deck& deck, const parallel::Topology& topo) {
                "for it after the backward (the rest overlapped the backward; includes waiting for slower replicas)",
                dp.messages / dp.steps, static_cast<double>(dp.bytes) / static_cast<double>(dp.steps) / 1e6,
                1e3 * dp.wait_s / static_cast<double>(dp.steps));
-  return 0;
+  return end_step < tc.steps ? util::kRequeueExitStatus : 0;
 }
 
 template <class T>

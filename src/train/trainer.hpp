@@ -9,6 +9,8 @@
 
 namespace tptrain::train {
 
+// 3 (util::kRequeueExitStatus) when a stop signal (util/stop_signal.hpp) ended the run early:
+// the ranks agreed on a step, finished it and wrote its checkpoint.
 int run_training(const io::Deck& deck, const parallel::Topology& topo);
 
 int run_eval(const io::Deck& deck, const parallel::Topology& topo, const std::string& checkpoint,

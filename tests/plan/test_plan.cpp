@@ -292,10 +292,10 @@ TEST_CASE("plan: each rank's parameters and their bytes equal what a TrainingRun
       };
       if (precision == "fp32") {
         train::TrainingRun<float> run(deck, topo, options);
-        check(run.parameter_memory(), run.memory().in_flight);
+        check(run.parameter_memory(), run.model().activation_slots());
       } else {
         train::TrainingRun<kx::bf16> run(deck, topo, options);
-        check(run.parameter_memory(), run.memory().in_flight);
+        check(run.parameter_memory(), run.model().activation_slots());
       }
     }
   }

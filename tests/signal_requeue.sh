@@ -1,0 +1,154 @@
+#!/usr/bin/env bash
+# The clean stop on a signal (docs/design.md, "Stopping and requeueing"), on 2 ranks:
+#   usr1       SIGUSR1 to mpiexec (which passes it to both ranks) mid-run: both ranks exit with
+#              status 3, the checkpoint of the step they stopped at is complete (tptrain inspect),
+#              and the run resumed from it logs the same losses, bit for bit, as a run never
+#              interrupted
+#   term_rank0 SIGTERM to rank 0's process only: both ranks still agree on one step, write its
+#              checkpoint and exit with status 3
+#   slurm_cpu  jobs/slurm/train-cpu.sbatch under a fake srun and scontrol (tests/jobs/fake_slurm):
+#              SIGUSR1 to the batch shell, as `--signal=B:USR1@...` sends it, is passed to the
+#              ranks, the job asks for its requeue; run again as the requeued job it resumes
+# The run to be stopped has 10^6 steps, so no timing decides whether the signal comes before
+# its end; the runs compared with it (resumed, uninterrupted) stop a few steps after the step it
+# stopped at. Their decks differ only in training.steps, and a constant learning rate after the
+# warmup makes the steps independent of it (the data order depends on the seed and step only).
+# Usage: signal_requeue.sh CASE WORKDIR DECK EXE MPIEXEC-COMMAND...
+set -uo pipefail
+case_name=$1 work=$2 deck=$3 exe=$4
+shift 4
+mpi2=("$@")
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+root=$(cd "$here/.." && pwd)
+rm -rf "$work" && mkdir -p "$work"
+fail() { echo "FAIL: $*" >&2; exit 1; }
+export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+
+train=(train "$deck" --set training.log_interval=1 --set optimizer.decay=constant
+       --set training.eval_interval=0 --set checkpoint.interval=0)
+run=(--set run.dir="$work/run" --set checkpoint.dir="$work/run/ck")
+long=(--set training.steps=1000000)
+
+# start_stoppable LOG COMMAND...: COMMAND in the background (pid in $job); returns once rank 0
+# has logged step 3 to <run.dir>/metrics.jsonl (the stop then comes mid-run, after start-up).
+start_stoppable() {
+  local log=$1
+  shift
+  "$@" >"$log" 2>&1 &
+  job=$!
+  for _ in $(seq 1200); do
+    grep -q '"step": 3,' "$work/run/metrics.jsonl" 2>/dev/null && return 0
+    kill -0 "$job" 2>/dev/null || { cat "$log"; fail "the run ended before step 3"; }
+    sleep 0.1
+  done
+  kill -KILL "$job"
+  cat "$log"
+  fail "no step 3 after 120 s"
+}
+
+# finish LOG: waits for $job (at most 120 s after the signal) and prints its output.
+finish() {
+  local log=$1 waited=0
+  while kill -0 "$job" 2>/dev/null && [ $waited -lt 1200 ]; do sleep 0.1; waited=$((waited + 1)); done
+  kill -0 "$job" 2>/dev/null && { kill -KILL "$job"; cat "$log"; fail "the run did not stop within 120 s"; }
+  wait "$job"
+  status=$?
+  cat "$log"
+}
+
+# stopped_step LOG SIGNAL: the step of rank 0's stop message; checks its checkpoint is the
+# complete newest one, verifies (tptrain inspect), and that no step after it was logged.
+stopped_step() {
+  local log=$1 signal=$2 step file
+  step=$(sed -n "s/^received $signal: checkpoint of step \([0-9]*\) written; exiting with status 3 so the job is requeued$/\1/p" "$log")
+  [ -n "$step" ] || fail "no 'received $signal: checkpoint of step N written ...' line"
+  [ "$(grep -c "^received $signal" "$log")" -eq 1 ] || fail "the stop was reported more than once"
+  file=$(printf '%s/run/ck/step_%08d.h5' "$work" "$step")
+  [ -f "$file" ] || fail "no checkpoint $file of the step the run stopped at"
+  [ "$(find "$work/run/ck" -name '*.tmp*' | wc -l)" -eq 0 ] || fail "a temporary checkpoint file was left behind"
+  [ "$(find "$work/run/ck" -name 'step_*.h5' | wc -l)" -eq 1 ] || fail "expected exactly one checkpoint (checkpoint.interval = 0)"
+  "$exe" inspect "$file" >"$work/inspect.log" 2>&1 || { cat "$work/inspect.log"; fail "tptrain inspect rejects $file"; }
+  grep -q '"step": '"$((step + 1))"',' "$work/run/metrics.jsonl" && fail "step $((step + 1)) was logged after the stop"
+  grep -q '"step": '"$step"',' "$work/run/metrics.jsonl" || fail "step $step is not in metrics.jsonl"
+  echo "$step"
+}
+
+# ranks_exited CODE: both ranks started through $ranks exited with CODE.
+ranks_exited() {
+  [ "$(cat "$work/codes/0" "$work/codes/1" 2>/dev/null | tr '\n' ' ')" = "$1 $1 " ] ||
+    fail "expected both ranks to exit with status $1, got: $(cat "$work/codes/"* 2>/dev/null | tr '\n' ' ')"
+}
+# tasks_exited LOG CODE: the fake srun's report of both tasks.
+tasks_exited() {
+  [ "$(grep -c "^srun: task [01]: exit code $2\$" "$1")" -eq 2 ] || fail "expected both tasks to exit with status $2"
+}
+
+# The records of metrics.jsonl without tokens_per_s (a time): step, loss, lr, grad_norm as written.
+records() { sed -n 's/^\({"step": [0-9]*, "loss": [^,]*, "lr": [^,]*, "grad_norm": [^,]*\),.*/\1/p' "$1"; }
+
+# The 2 ranks under the fake srun's task wrapper, which writes each rank's exit code to
+# $work/codes/<rank> (mpiexec's own status would show one of them).
+mkdir -p "$work/codes"
+ranks=("${mpi2[@]}" bash "$here/jobs/fake_slurm/task.sh" "$work/codes")
+
+case $case_name in
+usr1)
+  start_stoppable "$work/stopped.log" "${ranks[@]}" "$exe" "${train[@]}" "${run[@]}" "${long[@]}"
+  kill -USR1 "$job"
+  finish "$work/stopped.log"
+  [ "$status" -eq 0 ] || fail "mpiexec failed ($status)"
+  ranks_exited 3
+  step=$(stopped_step "$work/stopped.log" SIGUSR1) || exit 1
+  end=$((step + 3))
+
+  "${mpi2[@]}" "$exe" "${train[@]}" "${run[@]}" --set training.steps=$end --set checkpoint.resume=true \
+    >"$work/resumed.log" 2>&1
+  status=$?
+  cat "$work/resumed.log"
+  [ "$status" -eq 0 ] || fail "the resumed run failed ($status)"
+  grep -q "resuming from .*step_$(printf %08d "$step").h5" "$work/resumed.log" || fail "did not resume from step $step"
+
+  "${mpi2[@]}" "$exe" "${train[@]}" --set run.dir="$work/ref" --set checkpoint.dir="$work/ref/ck" \
+    --set training.steps=$end >"$work/ref.log" 2>&1 || { cat "$work/ref.log"; fail "the uninterrupted run failed"; }
+  records "$work/ref/metrics.jsonl" >"$work/ref.records"
+  records "$work/run/metrics.jsonl" >"$work/run.records"
+  [ "$(wc -l <"$work/ref.records")" -eq "$end" ] || fail "expected $end records from the uninterrupted run"
+  diff "$work/ref.records" "$work/run.records" || fail "stopped + resumed differs from uninterrupted"
+  echo "steps 1..$end: stopped at $step by SIGUSR1, resumed; every loss, lr and grad_norm equal to the uninterrupted run"
+  ;;
+term_rank0)
+  start_stoppable "$work/stopped.log" "${ranks[@]}" "$exe" "${train[@]}" "${run[@]}" "${long[@]}"
+  rank0=$(sed -n 's/^host .* pid \([0-9]*\) since .*/\1/p' "$work/run/tptrain.lock")
+  [ -n "$rank0" ] || fail "no pid in $work/run/tptrain.lock"
+  kill -TERM "$rank0"
+  finish "$work/stopped.log"
+  [ "$status" -eq 0 ] || fail "mpiexec failed ($status)"
+  ranks_exited 3
+  stopped_step "$work/stopped.log" SIGTERM >/dev/null || exit 1
+  [ ! -e "$work/run/tptrain.lock" ] || fail "the stopped run left its lock file"
+  ;;
+slurm_cpu)
+  export PATH="$root/tests/jobs/fake_slurm:$PATH" SLURM_NTASKS=2 TPTRAIN_FAKE_SRUN_MPIEXEC="${mpi2[*]}" SLURM_JOB_ID=4242 SLURM_SUBMIT_DIR="$root" TPTRAIN_EXE="$exe" \
+    TPTRAIN_FAKE_SCONTROL_LOG="$work/scontrol.log"
+  start_stoppable "$work/job.log" bash "$root/jobs/slurm/train-cpu.sbatch" "$deck" "${train[@]:2}" "${run[@]}" "${long[@]}"
+  kill -USR1 "$job"  # what --signal=B:USR1@<seconds> does: the batch shell only
+  finish "$work/job.log"
+  [ "$status" -eq 0 ] || fail "expected the job script to requeue and exit 0, got $status"
+  tasks_exited "$work/job.log" 3
+  step=$(stopped_step "$work/job.log" SIGUSR1) || exit 1
+  [ "$(cat "$work/scontrol.log")" = "requeue 4242" ] || fail "expected one 'scontrol requeue 4242'"
+
+  # The requeued job: the same script, SLURM_RESTART_COUNT = 1, resumes (here it ends 2 steps later).
+  SLURM_RESTART_COUNT=1 bash "$root/jobs/slurm/train-cpu.sbatch" "$deck" "${train[@]:2}" "${run[@]}" \
+    --set training.steps=$((step + 2)) >"$work/requeued.log" 2>&1
+  status=$?
+  cat "$work/requeued.log"
+  [ "$status" -eq 0 ] || fail "the requeued job failed ($status)"
+  grep -q "resuming from .*step_$(printf %08d "$step").h5" "$work/requeued.log" || fail "the requeued job did not resume"
+  tasks_exited "$work/requeued.log" 0
+  [ "$(wc -l <"$work/scontrol.log")" -eq 1 ] || fail "a finished job was requeued"
+  ;;
+*)
+  fail "unknown case $case_name"
+  ;;
+esac
