@@ -78,15 +78,21 @@ std::vector<Buffer> layer_activations(const Config& c) {
 }
 
 std::vector<Buffer> recompute_working_set(const Config& c) {
-  return c.recompute == Recompute::full ? selective_set(c) : std::vector<Buffer>{};
+  if (c.recompute != Recompute::full) return {};
+  std::vector<Buffer> set = selective_set(c);
+  set.erase(set.begin());  // the block input stays per layer and micro-batch (layer_activations)
+  return set;
 }
 
 int micro_batches_in_flight(int stage, int stages, int micro_batches) {
   return std::min(stages - stage, micro_batches);
 }
 
+std::int64_t stage_output(const Config& c) { const Sizes z = sizes(c); return z.n * z.h * z.e; }
+
 std::int64_t stage_activation_bytes(const Config& c, int layers, int in_flight) {
-  return std::int64_t(layers) * in_flight * total_bytes(layer_activations(c)) + total_bytes(recompute_working_set(c));
+  return in_flight * (std::int64_t(layers) * total_bytes(layer_activations(c)) + stage_output(c)) +
+         total_bytes(recompute_working_set(c));
 }
 
 std::int64_t final_norm_output(const Config& c) { const Sizes z = sizes(c); return z.n * z.h * z.e; }
@@ -104,22 +110,26 @@ std::vector<Buffer> head_buffers(const Config& c) {
           {"loss vectors", loss_vectors(c)}};
 }
 
-std::int64_t attention_scores_scratch(const Config& c) {
-  return c.recompute == Recompute::none ? 0 : attention_probabilities(c);
-}
+std::int64_t attention_scores_scratch(const Config& c) { return attention_probabilities(c); }
 std::int64_t attention_row_tile(const Config& c) {
   const Sizes z = sizes(c);
   return z.b * (z.a / z.t) * std::min<std::int64_t>(z.s, 128) * z.s * z.e;
 }
 std::int64_t gradient_buffers(const Config& c) {
   const Sizes z = sizes(c);
-  return (6 * z.N * z.h + 2 * z.N * (z.f / z.t) + z.N * (3 * z.h / z.t)) * z.e;
+  const std::int64_t dk_sum = z.e < 4 ? z.N * (z.h / z.t) * kStatistic : 0;  // fp32 dK sum of 16-bit runs
+  return (z.N * (z.h / z.t) + z.N * (3 * z.h / z.t) + 2 * z.N * (z.f / z.t) + 5 * z.n * z.h) * z.e + dk_sum;
+}
+std::int64_t sequence_parallel_buffers(const Config& c) {
+  const Sizes z = sizes(c);
+  return c.sequence_parallel && z.t > 1 ? 2 * z.N * z.h * z.e : 0;  // off with one tensor rank
 }
 
 std::vector<Buffer> workspace_buffers(const Config& c) {
   return {{"attention scores", attention_scores_scratch(c)},
           {"attention row tile", attention_row_tile(c)},
-          {"gradient buffers", gradient_buffers(c)}};
+          {"gradient buffers", gradient_buffers(c)},
+          {"sequence-parallel gather and reduce-scatter buffers", sequence_parallel_buffers(c)}};
 }
 
 }  // namespace tptrain::plan

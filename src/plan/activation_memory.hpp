@@ -51,8 +51,10 @@ std::vector<Buffer> recompute_working_set(const Config& c);
 // The first stage holds the most.
 int micro_batches_in_flight(int stage, int stages, int micro_batches);
 
+// The stage's output [n, h]·e (the last block's output, sent to the next stage), per micro-batch.
+std::int64_t stage_output(const Config& c);
 // Activations of a stage of `layers` blocks with `in_flight` micro-batches kept:
-// layers · in_flight · layer_activations + recompute_working_set.
+// in_flight · (layers · layer_activations + stage_output) + recompute_working_set.
 std::int64_t stage_activation_bytes(const Config& c, int layers, int in_flight);
 
 // ---- the last stage's head, once (not per micro-batch in flight) ---------------------------------
@@ -63,12 +65,15 @@ std::int64_t loss_vectors(const Config& c);            // row max, Σexp, target
 std::vector<Buffer> head_buffers(const Config& c);
 
 // ---- workspace: scratch shared by all layers of a stage -------------------------------------------
-// An estimate, kept apart from the inventory above so that it can be calibrated against measured
-// memory on its own.
-std::int64_t attention_scores_scratch(const Config& c);  // [b, a/t, s, s]·e; 0 with recompute = none
-                                                         // (then every layer keeps its own)
+// The model's Workspace "scratch" and gradient buffers (src/model/*.hpp), besides the column-sum
+// partials of the bias and LayerNorm gradients (under 1 % of a layer's activations).
+std::int64_t attention_scores_scratch(const Config& c);  // [b, a/t, s, s]·e: the softmax's buffer
 std::int64_t attention_row_tile(const Config& c);        // the backward's [b, a/t, min(s, 128), s]·e
-std::int64_t gradient_buffers(const Config& c);          // ≈ 6·[N, h]·e + 2·[N, f/t]·e + [N, 3h/t]·e
+// d_ctx [N, h/t], d_qkv [N, 3h/t], GELU output and its gradient 2·[N, f/t], block output and two
+// backward buffers 3·[n, h], the stage's gradient ping-pong 2·[n, h] (all ·e); bf16/fp16 also
+// dK summed in fp32, [N, h/t]·4.
+std::int64_t gradient_buffers(const Config& c);
+std::int64_t sequence_parallel_buffers(const Config& c);  // gathered and partial [N, h]·e with SP
 std::vector<Buffer> workspace_buffers(const Config& c);
 
 }  // namespace tptrain::plan

@@ -2,21 +2,8 @@
 
 #include <fmt/format.h>
 
-#include <stdexcept>
 
 namespace tptrain::plan {
-
-const char* recompute_name(Recompute r) {
-  return r == Recompute::none ? "none" : r == Recompute::selective ? "selective" : "full";
-}
-
-Recompute recompute_of(const std::string& name) {
-  if (name == "none") return Recompute::none;
-  if (name == "selective") return Recompute::selective;
-  if (name == "full") return Recompute::full;
-  throw std::invalid_argument("tptrain: training.recompute = \"" + name +
-                              "\": expected \"none\", \"selective\" or \"full\"");
-}
 
 std::string Config::layout_problem() const {
   const model::GptShape& s = shape;
@@ -49,7 +36,7 @@ Config config_of(const io::Deck& d) {
   c.global_batch = d.training.global_batch;
   c.micro_batch = d.training.micro_batch;
   c.precision = d.training.precision;
-  c.recompute = recompute_of(d.training.recompute);
+  c.recompute = model::recompute_from_name(d.training.recompute);
   c.distributed_optimizer = d.optimizer.distributed;
   return c;
 }

@@ -8,14 +8,13 @@
 
 #include "io/deck.hpp"
 #include "src/model/gpt_shape.hpp"
+#include "src/model/recompute.hpp"
 
 namespace tptrain::plan {
 
-// training.recompute (docs/deck-reference.md): what the backward recomputes instead of keeping.
-enum class Recompute { none, selective, full };
-const char* recompute_name(Recompute r);
-// "none", "selective", "full"; throws std::invalid_argument naming training.recompute otherwise.
-Recompute recompute_of(const std::string& name);
+// training.recompute (src/model/recompute.hpp): what the backward recomputes instead of keeping.
+using model::Recompute;
+using model::recompute_name;
 
 struct Config {
   model::GptShape shape;  // [model] and parallel.tensor

@@ -228,15 +228,16 @@ TEST_CASE("plan: tptrain's activation inventory, buffer by buffer", "[plan]") {
       CHECK(total_bytes(layer_activations(small(t, true, Recompute::none, precision))) == kept(N / t) + scores);
       const Config full = small(t, true, Recompute::full, precision);
       CHECK(total_bytes(layer_activations(full)) == (N / t) * h * e);
-      CHECK(total_bytes(recompute_working_set(full)) == kept(N / t));
-      // A stage keeps its layers' activations for each micro-batch in flight, the working set once.
-      CHECK(stage_activation_bytes(full, 2, 3) == 2 * 3 * (N / t) * h * e + kept(N / t));
+      CHECK(total_bytes(recompute_working_set(full)) == kept(N / t) - (N / t) * h * e);
+      // A stage keeps its layers' activations and its output for each micro-batch in flight, the
+      // working set once.
+      CHECK(stage_activation_bytes(full, 2, 3) == 3 * 3 * (N / t) * h * e + kept(N / t) - (N / t) * h * e);
       // The loss head: ln_f, logits and their gradient over the padded vocabulary, 4 fp32 vectors.
       const std::int64_t vocab_padded = (250 + t - 1) / t * t;
       CHECK(total_bytes(head_buffers(small(t, false, Recompute::none, precision))) ==
             N * h * e + 2 * N * 4 + 2 * N * (vocab_padded / t) * e + 4 * N * 4);
-      // Workspace: the shared scores only when the layers do not keep their own.
-      CHECK(attention_scores_scratch(small(t, false, Recompute::none, precision)) == 0);
+      // Workspace: the softmax's scores buffer in every mode (recompute = none copies the kept scores into it).
+      CHECK(attention_scores_scratch(small(t, false, Recompute::none, precision)) == scores);
       CHECK(attention_scores_scratch(small(t, false, Recompute::selective, precision)) == scores);
       CHECK(attention_row_tile(small(t, false, Recompute::none, precision)) == scores);  // s = 16 < 128 rows
     }
@@ -396,4 +397,38 @@ TEST_CASE("plan: hardware options out of range are refused, naming the option", 
   Config bad = c;
   bad.data = 7;  // 1536 sequences do not split over 7 replicas
   CHECK_THROWS_WITH(make_plan(bad, Hardware{}, 1e9), test::contains("training.global_batch = 1536"));
+}
+
+// The plan's activation inventory is the model's, byte for byte: every buffer a model stage
+// allocates (Workspace) is counted, for every recompute mode, with and without sequence
+// parallelism, fp32 and bf16, with several micro-batches in flight. (The column-sum partials of
+// the bias and LayerNorm gradients, a few KiB, are the one scratch buffer the plan leaves out.)
+TEST_CASE("plan: the activation inventory is what a model stage allocates", "[plan][mpi]") {
+  const int n = test::world_size();
+  for (const int t : {1, n}) {
+    if (t > 4) continue;
+    auto tp = test::tp_group(t);
+    for (const std::string precision : {"fp32", "bf16"})
+      for (const bool sp : {false, true})
+        for (const Recompute r : {Recompute::none, Recompute::selective, Recompute::full})
+          for (const int slots : {1, 3}) {
+            Config c = small(t, sp, r, precision);
+            c.shape.sequence_parallel = sp;
+            INFO("tensor " << t << ", " << precision << (sp ? ", sequence parallel" : "") << ", recompute "
+                           << recompute_name(r) << ", " << slots << " micro-batches in flight");
+            const auto count = [&](auto tag) {
+              using T = decltype(tag);
+              model::GptModel<T> m(c.shape, c.micro_batch, *tp, 1, model::PipelineStage{}, r);
+              m.reserve_slots(slots);
+              std::size_t column_sums = 0;
+              for (const auto& e : m.workspace().entries())
+                if (e.name == "column_sums") column_sums += e.bytes;
+              return static_cast<std::int64_t>(m.workspace().total_bytes() - column_sums);
+            };
+            const std::int64_t measured = precision == "fp32" ? count(float()) : count(kx::bf16());
+            const std::int64_t planned = stage_activation_bytes(c, c.shape.layers, slots) +
+                                         total_bytes(head_buffers(c)) + total_bytes(workspace_buffers(c));
+            CHECK(planned == measured);
+          }
+  }
 }
