@@ -140,3 +140,46 @@ TEST_CASE("sequence parallelism needs seq_length divisible by tensor", "[sequenc
                                    "sp.toml", std::string(TPTRAIN_SOURCE_DIR) + "/tests/data/cli"),
                     test::contains("model.seq_length"));
 }
+
+// Not run by default: the activation memory of the issue's model (L8 H1024 A16 S1024, micro-batch 2,
+// bf16) at tensor 2, measured from what a stage allocates, per layer beside Korthikanti et al.'s
+// Table 2. `mpiexec -n 2 tptrain_tests "[.memory_report]"`.
+TEST_CASE("report: activation memory per layer against Korthikanti et al. 2022", "[.memory_report]") {
+  const int t = test::world_size();
+  auto tp = test::tp_group(t);
+  model::GptShape s;
+  s.layers = 8;
+  s.hidden = 1024;
+  s.heads = 16;
+  s.ffn_hidden = 4096;
+  s.seq_length = 1024;
+  s.vocab_size = 50257;
+  s.tensor = t;
+  const int b = 2;
+  const double sbh = double(s.seq_length) * b * s.hidden, MiB = 1 << 20;
+  const double as_ht = double(s.heads) * s.seq_length / (double(s.hidden) * t);
+  for (const bool sp : {false, true})
+    for (auto r : {model::Recompute::none, model::Recompute::selective, model::Recompute::full}) {
+      s.sequence_parallel = sp;
+      model::GptModel<kx::bf16> m(s, b, *tp, 1, model::PipelineStage{}, r);
+      std::size_t per_layers = 0, shared = 0;
+      for (const auto& e : m.workspace().entries()) {
+        const bool block_input = e.name.rfind("residual.", 0) == 0 && e.name != "residual." + std::to_string(s.layers);
+        if (e.name.rfind("layers/", 0) == 0 || block_input) per_layers += e.bytes;
+        if (e.name.rfind("recompute.block", 0) == 0) shared += e.bytes;
+      }
+      const double korthikanti =
+          r == model::Recompute::full ? 2.0
+          : sp ? 34.0 / t + (r == model::Recompute::none ? 5 * as_ht : 0)
+               : 10 + 24.0 / t + (r == model::Recompute::none ? 5 * as_ht : 0);
+      const double per_layer = static_cast<double>(per_layers) / s.layers;
+      WARN(fmt::format("tensor {} {:3} {:9}: per layer {:7.2f} MiB = {:5.2f} sbh (Korthikanti {:5.2f} sbh = {:7.2f} MiB, "
+                       "ratio {:.3f}); recompute working set {:.2f} MiB; stage total {:.1f} MiB (activation {:.1f}, "
+                       "stage {:.1f}, scratch {:.1f})",
+                       t, sp ? "SP" : "", model::recompute_name(r), per_layer / MiB, per_layer / sbh, korthikanti,
+                       korthikanti * sbh / MiB, per_layer / (korthikanti * sbh), shared / MiB,
+                       m.workspace().total_bytes() / MiB, m.workspace().bytes(model::BufferCategory::activation) / MiB,
+                       m.workspace().bytes(model::BufferCategory::stage) / MiB,
+                       m.workspace().bytes(model::BufferCategory::scratch) / MiB));
+    }
+}
