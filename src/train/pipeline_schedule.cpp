@@ -4,6 +4,7 @@
 #include <set>
 #include <stdexcept>
 
+#include "src/util/memory_category.hpp"
 #include "src/util/phases.hpp"
 
 namespace tptrain::train {
@@ -195,6 +196,7 @@ template <class T>
 int PipelineRunner<T>::acquire_slot() {
   if (free_.empty()) {
     free_.push_back(static_cast<int>(stash_.size()));
+    util::MemoryCategoryScope as(util::MemoryCategory::activations);
     stash_.emplace_back("pipeline.stored_input", model_.tokens(), model_.shape().hidden);
     stats_.stored_inputs_peak = static_cast<int>(stash_.size());
   }

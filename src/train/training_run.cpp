@@ -8,6 +8,7 @@
 #include "src/log.hpp"
 #include "src/parallel/agreement.hpp"
 #include "src/parallel/mpi_check.hpp"
+#include "src/train/memory_metrics.hpp"
 #include "src/util/phases.hpp"
 
 namespace tptrain::train {
@@ -168,7 +169,8 @@ std::string TrainingRun<T>::memory_report() const {
       ws.total_bytes() / MiB,
       ws.bytes(model::BufferCategory::activation) / MiB, ws.bytes(model::BufferCategory::stage) / MiB,
       ws.bytes(model::BufferCategory::scratch) / MiB,
-      stage.stored_inputs > 0 ? fmt::format("; {:.1f} MiB stored pipeline inputs", stage.stored_inputs / MiB) : "");
+      stage.stored_inputs > 0 ? fmt::format("; {:.1f} MiB stored pipeline inputs", stage.stored_inputs / MiB) : "") +
+         "\n" + measured_memory_summary();
 }
 
 template <class T>

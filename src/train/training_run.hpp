@@ -121,7 +121,8 @@ class TrainingRun {
   StageMemory memory() const;
   ParameterMemory parameter_memory() const;
   // This rank's memory in words: parameters with their gradients and AdamW moments, then the
-  // workspace by category (model::Workspace) and the stored pipeline inputs.
+  // workspace by category (model::Workspace) and the stored pipeline inputs; on a second line
+  // what the memory ledger measured (train/memory_metrics.hpp: by category, peak, resident set).
   std::string memory_report() const;
 
  private:
