@@ -1,5 +1,7 @@
 #include "io/metrics.hpp"
 
+#include "io/deck_text.hpp"
+
 #include <cmath>
 #include <filesystem>
 #include <fmt/format.h>
@@ -15,6 +17,7 @@ std::string to_json(const MetricsRecord& r) {
   if (r.eval_loss) s += fmt::format(R"(, "eval_loss": {:.17g})", *r.eval_loss);
   if (r.loss_scale) s += fmt::format(R"(, "loss_scale": {:.17g})", *r.loss_scale);
   if (r.skipped) s += fmt::format(R"(, "skipped": {})", *r.skipped);
+  for (const auto& [name, value] : r.fields) s += fmt::format(", {}: {}", json_string(name), value);
   return s + "}";
 }
 

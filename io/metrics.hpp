@@ -5,6 +5,8 @@
 #include <fstream>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace tptrain::io {
 
@@ -16,10 +18,14 @@ struct MetricsRecord {
   // skipped because their gradients overflowed.
   std::optional<double> loss_scale;
   std::optional<std::int64_t> skipped;
+  // Further integer fields, written last in this order under the caller's names (io/ does not
+  // know what they mean; the trainer's are the measured memory, mem_<category>_bytes, ...).
+  std::vector<std::pair<std::string, std::int64_t>> fields;
 };
 
 // JSON line of a record: {"step": 10, "loss": ..., "lr": ..., "grad_norm": ..., "tokens_per_s": ...[, "eval_loss": ...]
-// [, "loss_scale": ..., "skipped": ...]}. A non-finite grad_norm (an fp16 step that overflowed) is null.
+// [, "loss_scale": ..., "skipped": ...][, "<field>": <integer>, ...]}. A non-finite grad_norm (an fp16
+// step that overflowed) is null.
 std::string to_json(const MetricsRecord& r);
 
 class MetricsWriter {

@@ -38,7 +38,7 @@ set(_sets --set run.dir=${_run} --set checkpoint.dir=${_run}/ck --set checkpoint
 add_test(NAME cli_train_small COMMAND ${CMAKE_COMMAND} -E env OPENBLAS_NUM_THREADS=1
          ${_mpi2} $<TARGET_FILE:tptrain> train ${_decks}/valid.toml ${_sets})
 set_tests_properties(cli_train_small PROPERTIES FIXTURES_SETUP small_run TIMEOUT 120
-                     PASS_REGULAR_EXPRESSION "checkpoint .*step_00000004.h5 written")
+                     PASS_REGULAR_EXPRESSION "measured Kokkos allocations of this rank: [0-9.]+ MiB, peak [0-9.]+ MiB; by category, MiB: weights [0-9.]+.*checkpoint .*step_00000004.h5 written.*memory at the end: measured")
 add_test(NAME cli_eval_reshard
          COMMAND ${CMAKE_COMMAND} "-DMPI2=${_mpi2}" -DEXE=$<TARGET_FILE:tptrain>
                  -DDECK=${_decks}/valid.toml -DCKPT=${_run}/ck/step_00000004.h5
@@ -48,6 +48,11 @@ add_test(NAME cli_generate COMMAND ${_mpi2} $<TARGET_FILE:tptrain> generate ${_d
          --checkpoint ${_run}/ck/step_00000004.h5 --prompt "It is" --tokens 16 --seed 3)
 set_tests_properties(cli_generate PROPERTIES FIXTURES_REQUIRED small_run TIMEOUT 60
                      PASS_REGULAR_EXPRESSION "(^|\n)It is")
+
+# Every metrics record ends with the measured memory (docs/design.md, "Memory accounting").
+add_test(NAME cli_metrics_memory COMMAND ${CMAKE_COMMAND} -E cat ${_run}/metrics.jsonl)
+set_tests_properties(cli_metrics_memory PROPERTIES FIXTURES_REQUIRED small_run TIMEOUT 30
+                     PASS_REGULAR_EXPRESSION "\"step\": 4, .*\"mem_weights_bytes\": [1-9][0-9]*, \"mem_gradients_bytes\": [1-9][0-9]*, \"mem_optimizer_state_bytes\": [1-9][0-9]*, \"mem_activations_bytes\": [1-9][0-9]*, \"mem_workspace_bytes\": [1-9][0-9]*, \"mem_communication_bytes\": [0-9]+, \"mem_checkpoint_bytes\": [0-9]+, \"mem_other_bytes\": [0-9]+, \"mem_peak_bytes\": [1-9][0-9]*, \"mem_peak_bytes_max_rank\": [1-9][0-9]*, \"mem_rss_bytes\": [1-9][0-9]*, \"mem_peak_rss_bytes\": [1-9][0-9]*, \"mem_peak_rss_bytes_max_rank\": [1-9][0-9]*}")
 
 # The analysis scripts on the small run: loss curves to a PNG, per-layer weight statistics.
 add_test(NAME cli_plot_metrics COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/io/plot_metrics.py
@@ -88,7 +93,7 @@ add_test(NAME cli_bench_zero_steps COMMAND ${CMAKE_COMMAND} -DCMD=$<TARGET_FILE:
 
 # Mixed precision end to end on 2 ranks (tensor 2): bf16 trains and writes fp32 master weights
 # with the precision attribute; fp32 evaluates that checkpoint and bf16 generates from it; fp16
-# logs its loss scale; bench reports 18 bytes per parameter in bf16.
+# logs its loss scale; bench reports 18 bytes per parameter in bf16 and the measured memory.
 set(_run_bf16 ${CMAKE_CURRENT_BINARY_DIR}/cli_run_bf16)
 add_test(NAME cli_train_bf16 COMMAND ${CMAKE_COMMAND} -E env OPENBLAS_NUM_THREADS=1
          ${_mpi2} $<TARGET_FILE:tptrain> train ${_decks}/valid.toml --set training.precision=bf16
@@ -115,7 +120,7 @@ set_tests_properties(cli_train_fp16 PROPERTIES TIMEOUT 120
 add_test(NAME cli_bench_bf16
          COMMAND ${CMAKE_COMMAND} -DCMD=${MPIEXEC_EXECUTABLE}
          "-DARGS=${MPIEXEC_NUMPROC_FLAG};2;${TPTRAIN_MPIEXEC_FLAGS};$<TARGET_FILE:tptrain>;bench;${_decks}/bench.toml;--set;training.precision=bf16;--steps;1;--warmup;1"
-         "-DREGEX=\"precision\": \"bf16\", \"memory\": \\{\"weights\": [0-9]+, \"master_weights\": [0-9]+.*\"bytes_per_parameter\": 18\\}"
+         "-DREGEX=\"precision\": \"bf16\", \"memory\": \\{\"weights\": [0-9]+, \"master_weights\": [0-9]+.*\"bytes_per_parameter\": 18, \"mem_weights_bytes\": [1-9][0-9]*, .*\"mem_activations_peak_bytes\": [1-9][0-9]*, .*\"mem_peak_bytes_max_rank\": [1-9][0-9]*, .*\"mem_peak_rss_bytes_max_rank\": [1-9][0-9]*\\}"
          -P ${CMAKE_CURRENT_SOURCE_DIR}/run_expect.cmake)
 set_tests_properties(cli_bench_bf16 PROPERTIES TIMEOUT 60)
 # Two runs on one figure (how fp32 and bf16 curves are compared).

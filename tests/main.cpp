@@ -17,12 +17,14 @@
 #include <vector>
 
 #include "src/parallel/agreement.hpp"
+#include "src/util/memory_ledger.hpp"
 
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   Kokkos::initialize(argc, argv);
+  tptrain::util::memory_ledger().install();
   int result = 0;
   {
     std::vector<char*> args(argv, argv + argc);

@@ -23,6 +23,7 @@
 #include "src/train/model_checkpoint.hpp"
 #include "src/train/trainer.hpp"
 #include "src/util/stop_signal.hpp"
+#include "src/util/memory_ledger.hpp"
 
 namespace tptrain::driver {
 
@@ -79,6 +80,7 @@ class JobSession {
     int kargc = static_cast<int>(args.size());
     char** kargv = pointers.data();
     Kokkos::initialize(kargc, kargv);
+    util::memory_ledger().install();  // after Kokkos: it chains to a Kokkos Tools library loaded by initialize
   }
   ~JobSession() {
     Kokkos::finalize();

@@ -46,6 +46,7 @@
 #include "src/model/transformer_layer.hpp"
 #include "src/model/vocab_parallel_cross_entropy.hpp"
 #include "src/model/vocab_parallel_embedding.hpp"
+#include "src/util/memory_category.hpp"
 
 namespace tptrain::model {
 
@@ -359,8 +360,11 @@ class GptModel {
       std::int64_t total = 0;
       for (const Parameter<T>* p : params) total += p->local_size();
       GradBucket<T> b{std::move(name), std::move(params), {}, {}, {}, {}, {}};
+      util::MemoryCategoryScope as(util::MemoryCategory::gradients);
       b.flat = kernels::Vector<Acc>(b.name + ".grads", total);
+      as.change(util::MemoryCategory::weights);
       b.values = kernels::Vector<T>(b.name + ".values", total);
+      as.change(util::MemoryCategory::optimizer_state);  // the fp32 master too, as Megatron counts it
       if constexpr (Parameter<T>::has_master_copy) b.master = kernels::Vector<Acc>(b.name + ".master", total);
       else b.master = b.values;
       b.exp_avg = kernels::Vector<Acc>(b.name + ".exp_avg", total);

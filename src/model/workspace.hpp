@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "kokkos_kernels/views.hpp"
+#include "src/util/memory_category.hpp"
 
 namespace tptrain::model {
 
@@ -82,6 +83,8 @@ class Workspace {
   template <class V>
   V get(const std::string& name, BufferCategory c, std::vector<std::int64_t> shape) {
     using U = typename V::non_const_value_type;
+    util::MemoryCategoryScope as(c == BufferCategory::scratch ? util::MemoryCategory::workspace
+                                                              : util::MemoryCategory::activations);
     std::size_t count = 1;
     for (std::int64_t s : shape) count *= static_cast<std::size_t>(s);
     if (c == BufferCategory::scratch) {

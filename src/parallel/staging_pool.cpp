@@ -1,5 +1,7 @@
 #include "src/parallel/staging_pool.hpp"
 
+#include "src/util/memory_category.hpp"
+
 namespace tptrain::parallel {
 
 std::shared_ptr<void> StagingPool::acquire(std::size_t bytes) {
@@ -15,6 +17,7 @@ std::shared_ptr<void> StagingPool::acquire(std::size_t bytes) {
         break;
       }
     if (!pick) pick = slots_.emplace_back(std::make_shared<Slot>());
+    util::MemoryCategoryScope as(util::MemoryCategory::communication);
     pick->buffer = Kokkos::View<char*, kx::StagingSpace>(
         Kokkos::view_alloc(Kokkos::WithoutInitializing, "tptrain::staging"), bytes);
     ++allocations_;

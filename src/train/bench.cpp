@@ -13,6 +13,7 @@
 #include "src/parallel/collectives.hpp"
 #include "src/parallel/mpi_check.hpp"
 #include "src/train/gemm_peak.hpp"
+#include "src/train/memory_metrics.hpp"
 #include "src/train/model_flops.hpp"
 #include "src/train/precision_dispatch.hpp"
 #include "src/train/training_run.hpp"
@@ -89,6 +90,8 @@ int bench_as(const io::Deck& deck_in, const parallel::Topology& topo, const Benc
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   clock.set_timing(false);
   const double step_s = reduce_over(world, seconds, MPI_MAX) / o.steps;
+  // Before the GEMM peak's own matrices are allocated: the memory of training steps only.
+  const NamedBytes measured = measured_memory_fields(world, true);
 
   // Model FLOPs per step, over all ranks: the formula for every token. The forwards that
   // recomputation runs again (training.recompute = full: every block; a last pipeline stage whose
@@ -151,10 +154,12 @@ int bench_as(const io::Deck& deck_in, const parallel::Topology& topo, const Benc
   const std::string stem = std::filesystem::path(deck.source).stem().string();
   // Bytes of this rank by category (rank 0's view; every rank of a layout is alike up to its stage).
   const ParameterMemory pm = run->parameter_memory();
+  std::string measured_json;  // what the memory ledger measured (train/memory_metrics.hpp)
+  for (const auto& [name, bytes] : measured) measured_json += fmt::format(", {}: {}", io::json_string(name), bytes);
   const std::string memory_json = fmt::format(
       "{{\"weights\": {}, \"master_weights\": {}, \"gradients\": {}, \"optimizer_state\": {}, "
-      "\"activations\": {}, \"bytes_per_parameter\": {:.6g}}}",
-      pm.weight, pm.master, pm.gradient, pm.optimizer, m.activation_bytes(), pm.per_parameter());
+      "\"activations\": {}, \"bytes_per_parameter\": {:.6g}{}}}",
+      pm.weight, pm.master, pm.gradient, pm.optimizer, m.activation_bytes(), pm.per_parameter(), measured_json);
   log::info(fmt::format(
       "{{\"bench\": {}, \"ranks\": {}, \"tensor\": {}, \"pipeline\": {}, \"data\": {}, \"threads\": {}, "
       "\"steps\": {}, \"warmup\": {}, \"layers\": {}, \"hidden\": {}, \"heads\": {}, \"seq_length\": {}, "

@@ -13,6 +13,7 @@
 #include "src/log.hpp"
 #include "src/parallel/agreement.hpp"
 #include "src/parallel/mpi_check.hpp"
+#include "src/util/memory_category.hpp"
 
 namespace tptrain::train {
 
@@ -64,6 +65,7 @@ void CheckpointTensors::add(const std::string& name, const model::Parameter<T>& 
   for (auto d : p.shape) s.global_shape.push_back(static_cast<std::uint64_t>(d));
   s.global_shape[0] = static_cast<std::uint64_t>(p.saved_rows);
   s.slabs = slabs_of(p);
+  util::MemoryCategoryScope as(util::MemoryCategory::checkpoint);
   host_.emplace_back(Kokkos::view_alloc(Kokkos::WithoutInitializing, name), v.extent(0));
   device_.push_back(v);
   s.data = host_.back().data();

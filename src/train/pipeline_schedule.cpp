@@ -4,6 +4,7 @@
 #include <set>
 #include <stdexcept>
 
+#include "src/util/memory_category.hpp"
 #include "src/util/phases.hpp"
 
 namespace tptrain::train {

@@ -9,6 +9,7 @@
 #include "io/writable_directory.hpp"
 #include "src/log.hpp"
 #include "src/parallel/agreement.hpp"
+#include "src/train/memory_metrics.hpp"
 #include "src/train/model_checkpoint.hpp"
 #include "src/train/precision_dispatch.hpp"
 #include "src/train/training_run.hpp"
@@ -134,7 +135,7 @@ int train_as(const io::Deck& deck, const parallel::Topology& topo) {
       const double elapsed = std::chrono::duration<double>(now - start).count();
       const double eta =
           elapsed / static_cast<double>(step + 1 - first_step) * static_cast<double>(tc.steps - step - 1);
-      io::MetricsRecord rec{step + 1, r.loss, r.lr, r.grad_norm, tok_s, std::nullopt, std::nullopt, std::nullopt};
+      io::MetricsRecord rec{step + 1, r.loss, r.lr, r.grad_norm, tok_s, std::nullopt, std::nullopt, std::nullopt, {}};
       const std::string norm = r.skipped ? std::string("overflow") : fmt::format("{:.3f}", r.grad_norm);
       std::string line = fmt::format("step {:>6}/{} | loss {:.4f} | lr {:.3e} | grad norm {} | {:.0f} tok/s | ETA {}",
                                      step + 1, tc.steps, r.loss, r.lr, norm, tok_s, format_duration(eta));
@@ -149,6 +150,7 @@ int train_as(const io::Deck& deck, const parallel::Topology& topo) {
         line += fmt::format(" | eval loss {:.4f}", *rec.eval_loss);
       }
       log::info(line);
+      rec.fields = measured_memory_fields(topo.world());  // collective: every rank logs the same steps
       metrics->write(rec);
       window_tokens = 0;
       window_start = std::chrono::steady_clock::now();
@@ -170,6 +172,7 @@ int train_as(const io::Deck& deck, const parallel::Topology& topo) {
   const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   log::infof("trained steps {}..{} in {:.1f} s ({:.0f} tokens/s)", first_step + 1, end_step, total,
              static_cast<double>((end_step - first_step) * run->tokens_per_step()) / total);
+  log::info("memory at the end: " + measured_memory_summary());
   if (topo.layout().pipeline > 1 && end_step > first_step) {
     const auto& pp = run->pipeline().stats();
     const double steps = static_cast<double>(end_step - first_step);

@@ -8,6 +8,7 @@
 #include "src/log.hpp"
 #include "src/parallel/agreement.hpp"
 #include "src/parallel/mpi_check.hpp"
+#include "src/train/memory_metrics.hpp"
 #include "src/util/phases.hpp"
 
 namespace tptrain::train {
@@ -163,7 +164,8 @@ std::string TrainingRun<T>::memory_report() const {
       per(pm.optimizer), ws.total_bytes() / MiB, ws.bytes(model::BufferCategory::activation) / MiB,
       model_.activation_slots(), model_.activation_slots() == 1 ? "" : "es", model::recompute_name(model_.recompute()),
       model_.shape().splits_sequence() ? ", sequence parallel" : "", ws.bytes(model::BufferCategory::stage) / MiB,
-      ws.bytes(model::BufferCategory::scratch) / MiB);
+      ws.bytes(model::BufferCategory::scratch) / MiB) +
+         "\n" + measured_memory_summary();
 }
 
 template <class T>

@@ -119,7 +119,8 @@ class TrainingRun {
   const typename GradientReducer<T>::Stats& reduction_stats() const { return reducer_.stats(); }
   ParameterMemory parameter_memory() const;
   // This rank's memory in words: parameters with their gradients and AdamW moments, then the
-  // workspace by category (model::Workspace) and the stored pipeline inputs.
+  // workspace by category (model::Workspace) and the stored pipeline inputs; on a second line
+  // what the memory ledger measured (train/memory_metrics.hpp: by category, peak, resident set).
   std::string memory_report() const;
 
  private:
