@@ -51,6 +51,25 @@ constexpr std::int64_t default_flat_chunk() {
 
 }  // namespace detail
 
+// The part [begin, end) of a bucket's segment table, renumbered from 0: every segment cut to the
+// range (those outside it become empty and stay, so that segment i is still parameter i). For a
+// distributed optimizer's shard of a bucket, whose kernels see the shard's elements only.
+// `segments` must reach `end`.
+inline std::vector<FlatSegment> segments_in_range(const std::vector<FlatSegment>& segments, std::int64_t begin,
+                                                  std::int64_t end) {
+  detail::require(0 <= begin && begin <= end && !segments.empty() && segments.back().end >= end,
+                  "segments_in_range", "the range must lie inside the segments");
+  std::vector<FlatSegment> out;
+  for (FlatSegment s : segments) {
+    const std::int64_t b = s.begin < begin ? begin : s.begin > end ? end : s.begin;
+    const std::int64_t e = s.end < b ? b : s.end > end ? end : s.end;
+    s.begin = b - begin;
+    s.end = e - begin;
+    out.push_back(s);
+  }
+  return out;
+}
+
 template <class Exec>
 class FlatSegments {
  public:

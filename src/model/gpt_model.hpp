@@ -58,17 +58,33 @@ struct PipelineStage {
   bool last() const { return rank == size - 1; }
 };
 
+// How the optimizer state is split over the data-parallel group: the distributed optimizer
+// (ZeRO stage 1, Rajbhandari et al. 2020; Megatron's DistributedOptimizer) gives rank `rank` of
+// `size` the fp32 master and AdamW moments of shard `rank` of every bucket. size 1: no split.
+struct OptimizerSharding {
+  int rank = 0;
+  int size = 1;
+  bool distributed() const { return size > 1; }
+};
+
 // Parameters stored back to back, at the same offsets, in flat buffers: fp32 gradients (reduced
 // together), the compute values, and the fp32 master values and two AdamW moments (updated
 // together). With T = float `master` is `values` (one buffer).
+// With a distributed optimizer the flat buffers are padded with zeros to a multiple of the
+// shard count d, shard r is [r·n/d, (r+1)·n/d), and master and moments exist for this rank's
+// shard only: the parameters' own master (bf16/fp16) and moment views are then empty.
 template <class T>
 struct GradBucket {
   using Acc = kx::acc_t<T>;
   std::string name;                   // "head", "layers/<i>", "embedding"
   std::vector<Parameter<T>*> params;  // their value/master/grad/exp_avg/exp_avg_sq are subviews of these
-  kernels::Vector<Acc> flat;          // [sum of local sizes] gradients
-  kernels::Vector<T> values;
-  kernels::Vector<Acc> master, exp_avg, exp_avg_sq;
+  kernels::Vector<Acc> flat;          // [sum of local sizes, padded] gradients
+  kernels::Vector<T> values;          // [the same]
+  std::int64_t shard_begin = 0, shard_end = 0;       // this rank's shard of flat/values
+  kernels::Vector<Acc> master, exp_avg, exp_avg_sq;  // [shard_end - shard_begin]
+  std::int64_t used = 0;                             // elements before the padding
+  auto shard_values() const { return Kokkos::subview(values, std::make_pair(shard_begin, shard_end)); }
+  auto shard_grads() const { return Kokkos::subview(flat, std::make_pair(shard_begin, shard_end)); }
 };
 
 // Name and logical (checkpoint) shape of every model tensor, in checkpoint order — what the
@@ -103,15 +119,19 @@ class GptModel {
   // if the shape does not divide over the TP group or the layers over the stages, and
   // std::length_error, before allocating anything, if a dimension does not fit in an int
   // (GptShape::validate).
+  // `sharding`: the distributed optimizer's split of the buckets' optimizer state.
   GptModel(const GptShape& shape, int micro_batch, Communicator& tp, std::uint64_t seed,
-           PipelineStage stage = {}, Recompute recompute = Recompute::selective)
+           PipelineStage stage = {}, Recompute recompute = Recompute::selective, OptimizerSharding sharding = {})
       : shape_(validated(shape, micro_batch)), batch_(micro_batch), tp_(tp), stage_(stage), recompute_(recompute),
-        rows_(shape.sequence_rows(tokens())),
+        sharding_(sharding), rows_(shape.sequence_rows(tokens())),
         grad_a_(workspace_.matrix("grad_a", BufferCategory::stage, rows_, shape.hidden)),
         grad_b_(workspace_.matrix("grad_b", BufferCategory::stage, rows_, shape.hidden)) {
     if (stage.size < 1 || stage.rank < 0 || stage.rank >= stage.size)
       throw std::invalid_argument("tptrain: pipeline stage " + std::to_string(stage.rank) + " of " +
                                   std::to_string(stage.size) + " does not exist");
+    if (sharding.size < 1 || sharding.rank < 0 || sharding.rank >= sharding.size)
+      throw std::invalid_argument("tptrain: optimizer shard " + std::to_string(sharding.rank) + " of " +
+                                  std::to_string(sharding.size) + " does not exist");
     if (shape.layers % stage.size != 0)
       throw std::invalid_argument("tptrain: " + std::to_string(shape.layers) + " layers cannot be split evenly over " +
                                   std::to_string(stage.size) +
@@ -136,8 +156,7 @@ class GptModel {
     }
     slots_.push_back(make_slot(0));
     bind_slot(0);
-    make_buckets();
-    for (Parameter<T>* p : parameters()) initialise(*p, seed);
+    make_buckets(seed);
   }
 
   const GptShape& shape() const { return shape_; }
@@ -145,6 +164,7 @@ class GptModel {
   std::int64_t tokens() const { return std::int64_t(batch_) * shape_.seq_length; }
   Communicator& tp() const { return tp_; }
   const PipelineStage& stage() const { return stage_; }
+  const OptimizerSharding& optimizer_sharding() const { return sharding_; }
   bool is_first_stage() const { return stage_.first(); }
   bool is_last_stage() const { return stage_.last(); }
   int first_layer() const { return first_layer_; }
@@ -288,10 +308,11 @@ class GptModel {
   }
 
   // Rounds every compute copy from its fp32 master (after loading weights); nothing to do when
-  // the model computes in fp32.
+  // the model computes in fp32. With a distributed optimizer only the shard: the caller then
+  // all-gathers the values over the data-parallel group.
   void round_compute_copy(const Exec& exec) {
     if constexpr (Parameter<T>::has_master_copy)
-      for (auto& bucket : buckets_) kernels::convert(exec, bucket.master, bucket.values);
+      for (auto& bucket : buckets_) kernels::convert(exec, bucket.master, bucket.shard_values());
   }
 
   void zero_grad(const Exec& exec) {
@@ -320,7 +341,6 @@ class GptModel {
     return shape;
   }
 
-  // The flat buffers of each bucket (zeroed); each parameter's views become slices of them.
   // The residual stream of slot k (bound slot for k < 0): local layers + 1 of [rows, H].
   const std::vector<kernels::Matrix<T>>& residual(int k) const {
     return slots_.at(static_cast<std::size_t>(k < 0 ? bound_ : k)).residual;
@@ -354,31 +374,54 @@ class GptModel {
     head_slot_ = bound_;
   }
 
-  void make_buckets() {
+  // The flat buffers of each bucket (zeroed); each parameter's views become slices of them, and
+  // the parameters get their initial values.
+  void make_buckets(std::uint64_t seed) {
     using Acc = kx::acc_t<T>;
+    const bool split = sharding_.distributed();
     const auto add = [&](std::string name, std::vector<Parameter<T>*> params) {
-      std::int64_t total = 0;
-      for (const Parameter<T>* p : params) total += p->local_size();
-      GradBucket<T> b{std::move(name), std::move(params), {}, {}, {}, {}, {}};
+      GradBucket<T> b;
+      b.name = std::move(name);
+      b.params = std::move(params);
+      for (const Parameter<T>* p : b.params) b.used += p->local_size();
+      const std::int64_t d = sharding_.size, shard = (b.used + d - 1) / d;
+      b.shard_begin = split ? sharding_.rank * shard : 0;
+      b.shard_end = split ? b.shard_begin + shard : b.used;
+      const std::int64_t total = split ? d * shard : b.used;
+      const std::int64_t owned = b.shard_end - b.shard_begin;
       util::MemoryCategoryScope as(util::MemoryCategory::gradients);
       b.flat = kernels::Vector<Acc>(b.name + ".grads", total);
       as.change(util::MemoryCategory::weights);
       b.values = kernels::Vector<T>(b.name + ".values", total);
       as.change(util::MemoryCategory::optimizer_state);  // the fp32 master too, as Megatron counts it
-      if constexpr (Parameter<T>::has_master_copy) b.master = kernels::Vector<Acc>(b.name + ".master", total);
-      else b.master = b.values;
-      b.exp_avg = kernels::Vector<Acc>(b.name + ".exp_avg", total);
-      b.exp_avg_sq = kernels::Vector<Acc>(b.name + ".exp_avg_sq", total);
+      if constexpr (Parameter<T>::has_master_copy) b.master = kernels::Vector<Acc>(b.name + ".master", owned);
+      else b.master = b.shard_values();
+      b.exp_avg = kernels::Vector<Acc>(b.name + ".exp_avg", owned);
+      b.exp_avg_sq = kernels::Vector<Acc>(b.name + ".exp_avg_sq", owned);
+      // The initial values are drawn as fp32 masters of whole parameters: with a split bf16/fp16
+      // master, into a temporary whole one whose shard is kept.
+      kernels::Vector<Acc> whole_master = b.master;
+      if constexpr (Parameter<T>::has_master_copy)
+        if (split) whole_master = kernels::Vector<Acc>(b.name + ".master.init", total);
       std::int64_t offset = 0;
       for (Parameter<T>* p : b.params) {
         const auto slice = std::make_pair(offset, offset + p->local_size());
         p->grad = Kokkos::subview(b.flat, slice);
         p->value = Kokkos::subview(b.values, slice);
-        p->master = Kokkos::subview(b.master, slice);
-        p->exp_avg = Kokkos::subview(b.exp_avg, slice);
-        p->exp_avg_sq = Kokkos::subview(b.exp_avg_sq, slice);
+        if constexpr (Parameter<T>::has_master_copy) p->master = Kokkos::subview(whole_master, slice);
+        else p->master = p->value;
+        if (!split) {
+          p->exp_avg = Kokkos::subview(b.exp_avg, slice);
+          p->exp_avg_sq = Kokkos::subview(b.exp_avg_sq, slice);
+        }
+        initialise(*p, seed);
         offset += p->local_size();
       }
+      if constexpr (Parameter<T>::has_master_copy)
+        if (split) {
+          Kokkos::deep_copy(b.master, Kokkos::subview(whole_master, std::make_pair(b.shard_begin, b.shard_end)));
+          for (Parameter<T>* p : b.params) p->master = {};
+        }
       buckets_.push_back(std::move(b));
     };
     if (stage_.last()) {
@@ -396,6 +439,7 @@ class GptModel {
   Communicator& tp_;
   PipelineStage stage_;
   Recompute recompute_;
+  OptimizerSharding sharding_;
   std::int64_t rows_;       // sequence_rows()
   Workspace<T> workspace_;  // before every member that takes buffers from it
   int first_layer_ = 0;

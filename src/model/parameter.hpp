@@ -47,6 +47,8 @@ struct Parameter {
 
   kernels::Vector<T> value;                               // flat local storage, compute copy
   kernels::Vector<Acc> master, grad, exp_avg, exp_avg_sq;  // fp32 (master: value itself if T == Acc)
+  // (with a distributed optimizer a separate master and the moments are empty here: the
+  // optimizer state is a shard of the bucket's, model::GradBucket)
   static constexpr bool has_master_copy = !std::is_same<T, Acc>::value;
 
   bool replicated() const { return sharding.dim < 0; }

@@ -12,6 +12,7 @@
 #include <stdexcept>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 #include "src/parallel/communicator.hpp"
 #include "src/parallel/mpi_check.hpp"
@@ -117,6 +118,36 @@ Request ireduce_scatter(Communicator& comm, const kx::ExecSpace& exec, const Sen
             needs_host);
       },
       needs_host);
+}
+
+// The in-place forms over one buffer of comm.size() equal blocks (the distributed optimizer's
+// flat buckets: block r is rank r's shard), without a second buffer of either size.
+// ireduce_scatter_in_place: block comm.rank() of `v` receives op over the ranks of that block;
+// the other blocks are left unspecified. iall_gather_in_place: block r of `v` receives rank r's
+// block r. Both pass the backend the rank's block as a subview of `v` (communicator.hpp: NCCL's
+// in-place convention, MPI_IN_PLACE on MPI).
+namespace detail {
+template <class View>
+auto own_block(const Communicator& comm, const View& v, const char* what) {
+  static_assert(static_cast<int>(View::rank) == 1, "tptrain: the in-place collectives take a rank-1 View");
+  const auto n = static_cast<std::size_t>(comm.size());
+  if (v.size() % n != 0)
+    throw std::invalid_argument(std::string("tptrain: ") + what + ": '" + v.label() + "' has " +
+                                std::to_string(v.size()) + " elements, not a multiple of the group size " +
+                                std::to_string(n));
+  const std::size_t block = v.size() / n, r = static_cast<std::size_t>(comm.rank());
+  return Kokkos::subview(v, std::make_pair(r * block, (r + 1) * block));
+}
+}  // namespace detail
+
+template <class View>
+Request ireduce_scatter_in_place(Communicator& comm, const kx::ExecSpace& exec, const View& v, ReduceOp op) {
+  return ireduce_scatter(comm, exec, v, detail::own_block(comm, v, "reduce_scatter_in_place"), op);
+}
+
+template <class View>
+Request iall_gather_in_place(Communicator& comm, const kx::ExecSpace& exec, const View& v) {
+  return iall_gather(comm, exec, detail::own_block(comm, v, "all_gather_in_place"), v);
 }
 
 template <class View>

@@ -101,10 +101,13 @@ class Communicator {
   // In place: every rank ends with op over all ranks' buf.
   virtual Request iall_reduce(const kx::ExecSpace& exec, void* buf, std::size_t count, DataType type,
                               ReduceOp op) = 0;
-  // recv[r*count .. (r+1)*count) = send of rank r.
+  // recv[r*count .. (r+1)*count) = send of rank r. In place (NCCL's convention) when
+  // send == recv + rank*count: the rank's own block is already where it belongs.
   virtual Request iall_gather(const kx::ExecSpace& exec, const void* send, void* recv,
                               std::size_t count, DataType type) = 0;
-  // recv (count elements) = op over ranks of send[rank*count .. (rank+1)*count).
+  // recv (count elements) = op over ranks of send[rank*count .. (rank+1)*count). In place (NCCL's
+  // convention) when recv == send + rank*count: the rank's block of send receives its result,
+  // the other blocks are left unspecified. Any other overlap of send and recv is not allowed.
   virtual Request ireduce_scatter(const kx::ExecSpace& exec, const void* send, void* recv,
                                   std::size_t count, DataType type, ReduceOp op) = 0;
   virtual Request ibroadcast(const kx::ExecSpace& exec, void* buf, std::size_t count, DataType type,

@@ -156,13 +156,23 @@ Request MpiCommunicator::iall_reduce(const kx::ExecSpace& exec, void* buf, std::
   return pending(req, "MPI_Iallreduce");
 }
 
+// MPI forbids aliased send and receive buffers; the in-place forms (communicator.hpp: NCCL's
+// convention, block `rank` of the whole buffer) map to MPI_IN_PLACE.
+namespace {
+bool block_of(const void* whole, const void* block, int rank, std::size_t count, DataType type) {
+  return static_cast<const char*>(whole) + static_cast<std::size_t>(rank) * count * size_of(type) == block;
+}
+}  // namespace
+
 Request MpiCommunicator::iall_gather(const kx::ExecSpace& exec, const void* send, void* recv,
                                      std::size_t count, DataType type) {
   kx::fence(exec, "tptrain::MpiCommunicator::iall_gather");
   auto req = std::make_shared<MPI_Request>();
   const int n = mpi_count(count, "all_gather");
-  TPTRAIN_MPI_CHECK(
-      MPI_Iallgather(send, n, mpi_type(type), recv, n, mpi_type(type), comm_, req.get()));
+  // In place, MPI takes the rank's contribution from its block of recv: where it already is.
+  const bool in_place = block_of(recv, send, rank_, count, type);
+  TPTRAIN_MPI_CHECK(MPI_Iallgather(in_place ? MPI_IN_PLACE : send, n, mpi_type(type), recv, n, mpi_type(type),
+                                   comm_, req.get()));
   return pending(req, "MPI_Iallgather");
 }
 
@@ -170,9 +180,28 @@ Request MpiCommunicator::ireduce_scatter(const kx::ExecSpace& exec, const void* 
                                          std::size_t count, DataType type, ReduceOp op) {
   kx::fence(exec, "tptrain::MpiCommunicator::ireduce_scatter");
   auto req = std::make_shared<MPI_Request>();
-  TPTRAIN_MPI_CHECK(MPI_Ireduce_scatter_block(send, recv, mpi_count(count, "reduce_scatter"),
-                                              mpi_type(type), mpi_op(op, type), comm_, req.get()));
-  return pending(req, "MPI_Ireduce_scatter_block");
+  const int n = mpi_count(count, "reduce_scatter");
+  if (!block_of(send, recv, rank_, count, type)) {
+    TPTRAIN_MPI_CHECK(
+        MPI_Ireduce_scatter_block(send, recv, n, mpi_type(type), mpi_op(op, type), comm_, req.get()));
+    return pending(req, "MPI_Ireduce_scatter_block");
+  }
+  // In place, MPI leaves the result in the FIRST block of the buffer; it belongs in block
+  // `rank`. The move is a send to self, because this backend may hold a device pointer (a
+  // CUDA-aware MPI) that only MPI itself knows how to copy.
+  void* whole = const_cast<void*>(send);
+  TPTRAIN_MPI_CHECK(
+      MPI_Ireduce_scatter_block(MPI_IN_PLACE, whole, n, mpi_type(type), mpi_op(op, type), comm_, req.get()));
+  const MPI_Comm comm = comm_;
+  const int rank = rank_;
+  const MPI_Datatype mtype = mpi_type(type);
+  return Request([req, whole, recv, n, mtype, comm, rank]() {
+    int rc = MPI_Wait(req.get(), MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS) abort_job("MPI_Ireduce_scatter_block", __FILE__, __LINE__, mpi_error_string(rc));
+    if (rank == 0) return;  // already in place
+    rc = MPI_Sendrecv(whole, n, mtype, rank, 0, recv, n, mtype, rank, 0, comm, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS) abort_job("MPI_Sendrecv", __FILE__, __LINE__, mpi_error_string(rc));
+  });
 }
 
 Request MpiCommunicator::ibroadcast(const kx::ExecSpace& exec, void* buf, std::size_t count,

@@ -14,18 +14,34 @@
 #include "src/parallel/agreement.hpp"
 #include "src/parallel/mpi_check.hpp"
 #include "src/util/memory_category.hpp"
+#include "src/train/optimizer.hpp"
 
 namespace tptrain::train {
 
 template <class T>
 CheckpointTensors::CheckpointTensors(model::GptModel<T>& m, const parallel::Topology& topo,
                                      bool with_moments) {
-  const bool writer = topo.coords().dp == 0;  // DP replicas hold identical copies
+  // DP replicas hold identical copies: data rank 0 writes. The shards of a distributed
+  // optimizer are disjoint parts: every data rank writes its own.
+  const bool writer = m.optimizer_sharding().distributed() || topo.coords().dp == 0;
   // Every rank lists every tensor of the model, in the same order (the file layer's calls are
   // collective); a pipeline stage holds slabs of its own tensors only. The last stage's tied
   // copy of embedding/word is read like the first stage's but never written (once is enough).
-  std::map<std::string, model::Parameter<T>*> mine;
-  for (model::Parameter<T>* p : m.parameters()) mine[p->name] = p;
+  struct Held {
+    const model::Parameter<T>* p;
+    const model::GradBucket<T>* bucket;
+    std::int64_t offset;  // of p in the bucket's flat buffers
+  };
+  std::map<std::string, Held> mine;
+  for (const auto& bucket : m.buckets()) {
+    std::int64_t offset = 0;
+    for (const model::Parameter<T>* p : bucket.params) {
+      mine[p->name] = {p, &bucket, offset};
+      offset += p->local_size();
+    }
+  }
+  if (mine.size() != m.parameters().size())
+    throw std::logic_error("tptrain: the model's buckets do not hold each of its parameters once");
   const auto absent = [&](const std::string& name, const std::vector<std::int64_t>& shape) {
     io::TensorShard s;
     s.name = name;
@@ -44,13 +60,21 @@ CheckpointTensors::CheckpointTensors(model::GptModel<T>& m, const parallel::Topo
       }
       continue;
     }
-    const model::Parameter<T>& p = *it->second;
+    const model::Parameter<T>& p = *it->second.p;
+    const model::GradBucket<T>& b = *it->second.bucket;
+    const std::int64_t offset = it->second.offset;
     ++matched;
     const bool w = writer && !m.is_tied_copy(&p);
-    add("model/" + p.name, p, p.master, w);
+    // The elements of p whose optimizer state this rank holds (all of them without a
+    // distributed optimizer), and where they are in the shard's buffers.
+    const std::int64_t begin = std::clamp(b.shard_begin - offset, std::int64_t(0), p.local_size());
+    const std::int64_t end = std::clamp(b.shard_end - offset, begin, p.local_size());
+    const auto at = begin < end ? std::make_pair(offset + begin - b.shard_begin, offset + end - b.shard_begin)
+                                : std::make_pair(std::int64_t(0), std::int64_t(0));
+    add("model/" + p.name, p, begin, end, Kokkos::subview(b.master, at), w);
     if (with_moments) {
-      add("optimizer/exp_avg/" + p.name, p, p.exp_avg, w);
-      add("optimizer/exp_avg_sq/" + p.name, p, p.exp_avg_sq, w);
+      add("optimizer/exp_avg/" + p.name, p, begin, end, Kokkos::subview(b.exp_avg, at), w);
+      add("optimizer/exp_avg_sq/" + p.name, p, begin, end, Kokkos::subview(b.exp_avg_sq, at), w);
     }
   }
   if (matched != mine.size())
@@ -58,15 +82,17 @@ CheckpointTensors::CheckpointTensors(model::GptModel<T>& m, const parallel::Topo
 }
 
 template <class T>
-void CheckpointTensors::add(const std::string& name, const model::Parameter<T>& p,
-                            const kernels::Vector<float>& v, bool writer) {
+void CheckpointTensors::add(const std::string& name, const model::Parameter<T>& p, std::int64_t begin,
+                            std::int64_t end, const kernels::Vector<float>& v, bool writer) {
   io::TensorShard s;
   s.name = name;
   for (auto d : p.shape) s.global_shape.push_back(static_cast<std::uint64_t>(d));
   s.global_shape[0] = static_cast<std::uint64_t>(p.saved_rows);
-  s.slabs = slabs_of(p);
+  s.slabs = slabs_of(p, begin, end);
+  // Zeroed: elements no slab covers (vocabulary padding rows) are not read, and must go back
+  // to the device as the zeros they are.
   util::MemoryCategoryScope as(util::MemoryCategory::checkpoint);
-  host_.emplace_back(Kokkos::view_alloc(Kokkos::WithoutInitializing, name), v.extent(0));
+  host_.emplace_back(name, v.extent(0));
   device_.push_back(v);
   s.data = host_.back().data();
   s.write = writer && (!p.replicated() || p.tp_rank == 0);  // replicated: written once
@@ -227,10 +253,13 @@ io::CheckpointMeta load_weights(model::GptModel<T>& model, const parallel::Topol
              megabytes, megabytes / s);
   // Checksums prove the file holds what was written, not that it was worth writing (files from
   // before this check, or from other tools): Inf/NaN weights are refused, not evaluated.
-  if (std::string bad = t.first_non_finite(); !bad.empty())
-    throw std::runtime_error("checkpoint " + io::display_path(path) + " holds non-finite values: " + bad);
+  // Agreed: ranks read different parts, and the all-gather below needs every rank.
+  parallel::on_every_rank(topo.world(), [&] {
+    if (std::string bad = t.first_non_finite(); !bad.empty())
+      throw std::runtime_error("checkpoint " + io::display_path(path) + " holds non-finite values: " + bad);
+  });
   t.upload();
-  model.round_compute_copy(kx::ExecSpace());
+  values_from_master(kx::ExecSpace(), model, topo.dp());
   return meta;
 }
 

@@ -7,6 +7,7 @@
 // is read but not written (the first stage writes it).
 #pragma once
 
+#include <algorithm>
 #include <map>
 #include <string>
 #include <vector>
@@ -18,40 +19,72 @@
 
 namespace tptrain::train {
 
-// Rank-local slabs of `p` in the full logical tensor, in local storage order.
+// The slabs of the full logical tensor that hold the local elements [begin, end) of `p` (in local
+// storage order, row-major; end < 0: to the last element), in that order: the rank's buffer of
+// those elements is the slabs' elements, slab after slab (io::TensorShard). The whole parameter
+// gives one slab per TP block; a distributed optimizer's shard covers a range that starts and
+// ends inside rows: a partial first row, whole rows, a partial last row, each cut where the TP
+// split changes blocks (QKV: its Q, K and V rows). Vocabulary padding rows exist locally but
+// not in the file: they lie at the end of the local tensor and get no slab.
 template <class T>
-std::vector<io::Hyperslab> slabs_of(const model::Parameter<T>& p) {
-  const std::vector<std::int64_t> local = p.local_shape();
-  auto u = [](std::int64_t x) { return static_cast<std::uint64_t>(x); };
+std::vector<io::Hyperslab> slabs_of(const model::Parameter<T>& p, std::int64_t begin = 0, std::int64_t end = -1) {
+  const std::int64_t cols = p.cols();
+  if (end < 0) end = p.local_size();
   std::vector<io::Hyperslab> slabs;
-  if (p.replicated()) {
+  const auto u = [](std::int64_t x) { return static_cast<std::uint64_t>(x); };
+  const auto box = [&](std::int64_t row, std::int64_t rows, std::int64_t col, std::int64_t ncols) {
+    rows = std::min(rows, p.saved_rows - row);
+    if (rows <= 0 || ncols <= 0) return;
     io::Hyperslab s;
-    s.start.assign(p.shape.size(), 0);
-    for (std::size_t d = 0; d < p.shape.size(); ++d) s.count.push_back(u(d == 0 ? p.saved_rows : p.shape[d]));
-    slabs.push_back(s);
-    return slabs;
+    s.start = {u(row)};
+    s.count = {u(rows)};
+    if (p.shape.size() > 1) {
+      s.start.push_back(u(col));
+      s.count.push_back(u(ncols));
+    }
+    slabs.push_back(std::move(s));
+  };
+  const int dim = p.sharding.dim;
+  const std::int64_t block_local =
+      dim < 0 ? 0 : p.local_shape()[static_cast<std::size_t>(dim)] / p.sharding.blocks;
+  // Local rows [r0, r1) x local columns [c0, c1) (several rows only with whole rows), as logical boxes.
+  const auto local_box = [&](std::int64_t r0, std::int64_t r1, std::int64_t c0, std::int64_t c1) {
+    if (dim < 0) return box(r0, r1 - r0, c0, c1 - c0);
+    if (dim == 0) {
+      for (std::int64_t r = r0; r < r1;) {
+        const std::int64_t stop = std::min(r1, (r / block_local + 1) * block_local);
+        box(p.logical_index(r), stop - r, c0, c1 - c0);
+        r = stop;
+      }
+      return;
+    }
+    const bool one_run = p.sharding.blocks == 1;  // whole rows stay one box only if each row is one run
+    for (std::int64_t r = r0; r < r1; r = one_run ? r1 : r + 1)
+      for (std::int64_t c = c0; c < c1;) {
+        const std::int64_t stop = std::min(c1, (c / block_local + 1) * block_local);
+        box(r, one_run ? r1 - r0 : 1, p.logical_index(c), stop - c);
+        c = stop;
+      }
+  };
+  std::int64_t i = begin;
+  if (i < end && i % cols != 0) {  // a partial first row
+    const std::int64_t stop = std::min(end, (i / cols + 1) * cols);
+    local_box(i / cols, i / cols + 1, i % cols, stop - (i / cols) * cols);
+    i = stop;
   }
-  const std::size_t dim = static_cast<std::size_t>(p.sharding.dim);
-  const std::int64_t block_local = local[dim] / p.sharding.blocks;
-  for (int b = 0; b < p.sharding.blocks; ++b) {
-    io::Hyperslab s;
-    s.start.assign(p.shape.size(), 0);
-    s.count.resize(p.shape.size());
-    for (std::size_t d = 0; d < p.shape.size(); ++d) s.count[d] = u(d == 0 ? p.saved_rows : p.shape[d]);
-    const std::int64_t start = p.logical_index(b * block_local);
-    std::int64_t count = block_local;
-    if (dim == 0 && start + count > p.saved_rows) count = std::max<std::int64_t>(0, p.saved_rows - start);
-    if (count == 0) continue;  // a rank holding only vocabulary padding
-    s.start[dim] = u(start);
-    s.count[dim] = u(count);
-    slabs.push_back(s);
+  if (end - i >= cols) {  // whole rows
+    local_box(i / cols, end / cols, 0, cols);
+    i = (end / cols) * cols;
   }
+  if (i < end) local_box(i / cols, i / cols + 1, 0, end - i);  // a partial last row
   return slabs;
 }
 
 // Weights (and optionally AdamW moments) of a model as checkpoint tensors, with the host
 // buffers they are written from / read into: always fp32, the optimizer's master weights
-// (Parameter::master, the weights themselves in an fp32 run), whatever the compute precision.
+// (the weights themselves in an fp32 run), whatever the compute precision, read from the
+// buckets (model::GradBucket). With a distributed optimizer every data-parallel rank writes and
+// reads the part of each tensor that its shard of the bucket holds; the file is the same.
 class CheckpointTensors {
  public:
   template <class T>
@@ -64,7 +97,8 @@ class CheckpointTensors {
 
  private:
   template <class T>
-  void add(const std::string& name, const model::Parameter<T>& p, const kernels::Vector<float>& v, bool writer);
+  void add(const std::string& name, const model::Parameter<T>& p, std::int64_t begin, std::int64_t end,
+           const kernels::Vector<float>& v, bool writer);
   std::vector<io::TensorShard> shards_;
   std::vector<Kokkos::View<float*, Kokkos::HostSpace>> host_;
   std::vector<kernels::Vector<float>> device_;
@@ -93,6 +127,8 @@ void save_checkpoint(model::GptModel<T>& model, const io::Deck& deck, const para
 // every rank) when the checkpoint's model (layers, heads, hidden, ffn_hidden, vocab_size,
 // seq_length in its deck) differs from `model`'s, or when it holds non-finite values.
 // The fp32 master weights are read; a bf16/fp16 model then rounds its compute copy from them.
+// With a distributed optimizer each rank reads the master weights of its shard only, and the
+// whole compute copy comes from them by the all-gather that ends a step.
 template <class T>
 io::CheckpointMeta load_weights(model::GptModel<T>& model, const parallel::Topology& topo,
                                 const std::string& path, bool with_moments = false);

@@ -9,6 +9,8 @@
 #pragma once
 
 #include <cmath>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "kokkos_kernels/adamw.hpp"
@@ -65,12 +67,18 @@ void scale_gradients(const kx::ExecSpace& exec, const std::vector<model::Paramet
 }
 
 // One AdamW step (step: 1-based, for bias correction). Weight decay only where the parameter
-// asks for it (2-D weights), never on biases and LayerNorm.
+// asks for it (2-D weights), never on biases and LayerNorm. Needs each parameter's whole
+// optimizer state, which a model with a distributed optimizer does not hold (its buckets do).
 template <class T>
 void adamw_step(const kx::ExecSpace& exec, const std::vector<model::Parameter<T>*>& params,
                 const AdamWConfig& c, double lr, std::int64_t step) {
   using Acc = kx::acc_t<T>;
   for (model::Parameter<T>* p : params) {
+    if (static_cast<std::int64_t>(p->exp_avg.extent(0)) != p->local_size() ||
+        static_cast<std::int64_t>(p->master.extent(0)) != p->local_size())
+      throw std::logic_error("tptrain: adamw_step: " + p->name +
+                             " has no whole optimizer state (a distributed optimizer keeps a shard of it in its "
+                             "bucket): use BucketOptimizer");
     kernels::adamw_update(exec, p->master_v(), p->dv(),
                           kernels::VectorUnmanaged<Acc>(p->exp_avg.data(), p->local_size()),
                           kernels::VectorUnmanaged<Acc>(p->exp_avg_sq.data(), p->local_size()), lr,
@@ -79,17 +87,39 @@ void adamw_step(const kx::ExecSpace& exec, const std::vector<model::Parameter<T>
   }
 }
 
+// Every compute copy from the fp32 master weights (after a checkpoint set them): rounded (bf16,
+// fp16), and with a distributed optimizer, whose ranks hold one shard of the masters each,
+// all-gathered over the data-parallel group `dp` as at the end of a step.
+template <class T>
+void values_from_master(const kx::ExecSpace& exec, model::GptModel<T>& model, parallel::Communicator& dp) {
+  model.round_compute_copy(exec);
+  if (!model.optimizer_sharding().distributed()) return;
+  for (auto& bucket : model.buckets()) parallel::iall_gather_in_place(dp, exec, bucket.values).wait_on(exec);
+}
+
 // The optimizer step over a model stage's buckets (model::GradBucket: values, gradients and
 // moments of its parameters in four flat buffers at the same offsets). Each bucket's segment
 // table says per parameter whether it is decayed, replicated over the TP group (its square
 // counted once, not summed over the group) and counted in the norm at all (not the last
 // stage's tied copy of the word embedding: the first stage counts it).
+//
+// With a distributed optimizer (the model's OptimizerSharding, over the DP group `dp`) every
+// kernel runs on this rank's shard of each bucket, whose gradients the reduce-scatter left
+// final, and the table is cut to the shard (segments_in_range; the bucket's zero padding is a
+// segment of its own, neither decayed nor counted). The norm's sums then also add over DP (each
+// rank holds a different part), and after AdamW the updated values are all-gathered over DP.
 template <class T>
 class BucketOptimizer {
  public:
-  explicit BucketOptimizer(model::GptModel<T>& model)
-      : model_(model), sums_("tptrain::BucketOptimizer::sums", model.buckets().size(), 2),
+  // `dp`: the data-parallel group; needed (rank and size those of the model's sharding) when
+  // the model has a distributed optimizer.
+  explicit BucketOptimizer(model::GptModel<T>& model, parallel::Communicator* dp = nullptr)
+      : model_(model), dp_(dp), sums_("tptrain::BucketOptimizer::sums", model.buckets().size(), 2),
         host_sums_(Kokkos::create_mirror_view(sums_)) {
+    const model::OptimizerSharding& shards = model.optimizer_sharding();
+    if (shards.distributed() && (dp == nullptr || dp->size() != shards.size || dp->rank() != shards.rank))
+      throw std::logic_error("tptrain: BucketOptimizer: the model's optimizer shards are not the ranks of the "
+                             "data-parallel group it was given");
     for (const auto& bucket : model.buckets()) {
       std::vector<kernels::FlatSegment> table;
       std::int64_t offset = 0;
@@ -97,17 +127,24 @@ class BucketOptimizer {
         table.push_back({offset, offset + p->local_size(), p->weight_decay, p->replicated(), !model.is_tied_copy(p)});
         offset += p->local_size();
       }
+      if (shards.distributed()) {
+        table.push_back({offset, static_cast<std::int64_t>(bucket.flat.extent(0)), false, false, false});  // padding
+        table = kernels::segments_in_range(table, bucket.shard_begin, bucket.shard_end);
+      }
       segments_.emplace_back(std::move(table));
     }
   }
 
   // The global gradient norm (before clipping), the same on every rank of the world bit for
   // bit: per bucket {sharded, replicated} squares on the device, copied to the host once, the
-  // sharded sum reduced over TP, the stage's total over PP (DP replicas hold the same gradients).
+  // sharded sum reduced over TP, the stage's total over PP. DP replicas hold the same gradients
+  // and are not added; with a distributed optimizer each DP rank holds its own shard and both
+  // sums are added over DP first.
   double grad_norm(const kx::ExecSpace& exec, parallel::Communicator& tp, parallel::Communicator& pp) {
     auto& buckets = model_.buckets();
     for (std::size_t b = 0; b < buckets.size(); ++b)
-      kernels::bucket_squared_norms(exec, buckets[b].flat, segments_[b], Kokkos::subview(sums_, b, Kokkos::ALL()));
+      kernels::bucket_squared_norms(exec, buckets[b].shard_grads(), segments_[b],
+                                    Kokkos::subview(sums_, b, Kokkos::ALL()));
     Kokkos::deep_copy(exec, host_sums_, sums_);
     exec.fence();
     double sharded = 0.0, replicated = 0.0;
@@ -115,25 +152,38 @@ class BucketOptimizer {
       sharded += host_sums_(b, 0);
       replicated += host_sums_(b, 1);
     }
+    if (model_.optimizer_sharding().distributed()) {
+      sharded = parallel::all_reduce_scalar(*dp_, sharded, parallel::ReduceOp::sum);
+      replicated = parallel::all_reduce_scalar(*dp_, replicated, parallel::ReduceOp::sum);
+    }
     sharded = parallel::all_reduce_scalar(tp, sharded, parallel::ReduceOp::sum);
     return std::sqrt(parallel::all_reduce_scalar(pp, sharded + replicated, parallel::ReduceOp::sum));
   }
 
   // AdamW on every bucket's master weights with the gradients scaled by `grad_scale` (the
   // clipping factor, and 1/loss scale with fp16; the gradient buffers themselves are left as they
-  // are), then the compute copy rounded from the master. step: 1-based.
+  // are), then the compute copy rounded from the master. step: 1-based. With a distributed
+  // optimizer each bucket's values are all-gathered over DP as soon as its shard is updated
+  // (on NCCL on the DP stream, behind the next buckets' AdamW); work queued on `exec` after
+  // this call sees every parameter's new values.
   void step(const kx::ExecSpace& exec, const AdamWConfig& c, double lr, std::int64_t step, float grad_scale) {
     auto& buckets = model_.buckets();
+    std::vector<parallel::Request> gathers;
     for (std::size_t b = 0; b < buckets.size(); ++b) {
-      kernels::bucket_adamw_update(exec, buckets[b].master, buckets[b].flat, buckets[b].exp_avg,
-                                   buckets[b].exp_avg_sq, segments_[b], lr, c.beta1, c.beta2, c.eps,
-                                   c.weight_decay, step, kx::acc_t<T>(grad_scale));
-      if constexpr (model::Parameter<T>::has_master_copy) kernels::convert(exec, buckets[b].master, buckets[b].values);
+      auto& bucket = buckets[b];
+      kernels::bucket_adamw_update(exec, bucket.master, bucket.shard_grads(), bucket.exp_avg, bucket.exp_avg_sq,
+                                   segments_[b], lr, c.beta1, c.beta2, c.eps, c.weight_decay, step,
+                                   kx::acc_t<T>(grad_scale));
+      if constexpr (model::Parameter<T>::has_master_copy) kernels::convert(exec, bucket.master, bucket.shard_values());
+      if (model_.optimizer_sharding().distributed())
+        gathers.push_back(parallel::iall_gather_in_place(*dp_, exec, bucket.values));
     }
+    parallel::wait_all_on(gathers.data(), gathers.size(), exec);
   }
 
  private:
   model::GptModel<T>& model_;
+  parallel::Communicator* dp_ = nullptr;
   std::vector<kernels::FlatSegments<kx::ExecSpace>> segments_;
   Kokkos::View<double**, Kokkos::LayoutRight, kx::MemSpace> sums_;  // [buckets, 2]
   typename Kokkos::View<double**, Kokkos::LayoutRight, kx::MemSpace>::HostMirror host_sums_;

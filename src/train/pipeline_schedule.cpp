@@ -270,6 +270,16 @@ double PipelineRunner<T>::run(const kx::ExecSpace& exec, int micro_batches, floa
 }
 
 template <class T>
+GradientReducer<T>::GradientReducer(model::GptModel<T>& model, parallel::Communicator& dp)
+    : model_(model), dp_(dp) {
+  if (model.stage().size == 1 || model.word() == nullptr) return;
+  const auto& buckets = model.buckets();
+  for (std::size_t b = 0; b < buckets.size(); ++b)
+    for (const model::Parameter<T>* p : buckets[b].params)
+      if (p == model.word()) tied_bucket_ = b;
+}
+
+template <class T>
 void GradientReducer<T>::launch(const kx::ExecSpace& exec, std::size_t bucket) {
   auto& buckets = model_.buckets();
   if (launched_.size() != buckets.size()) launched_.assign(buckets.size(), false);
@@ -278,8 +288,10 @@ void GradientReducer<T>::launch(const kx::ExecSpace& exec, std::size_t bucket) {
   if (dp_.size() == 1) return;
   // A named Kokkos region marks the start for profilers (and for the test that the reduction
   // starts before the backward of the next bucket runs).
-  Kokkos::Profiling::pushRegion(launch_region_name);
-  pending_.push_back(parallel::iall_reduce(dp_, exec, buckets[bucket].flat, parallel::ReduceOp::sum));
+  const bool scatter = model_.optimizer_sharding().distributed() && bucket != tied_bucket_;
+  Kokkos::Profiling::pushRegion(scatter ? reduce_scatter_region_name : launch_region_name);
+  pending_.push_back(scatter ? parallel::ireduce_scatter_in_place(dp_, exec, buckets[bucket].flat, parallel::ReduceOp::sum)
+                             : parallel::iall_reduce(dp_, exec, buckets[bucket].flat, parallel::ReduceOp::sum));
   Kokkos::Profiling::popRegion();
   pending_bucket_.push_back(bucket);
   ++stats_.messages;

@@ -123,13 +123,23 @@ class PipelineRunner {
 // starts the request and advances it between buckets (progress). Times how long the step
 // spends on the reduction after the backward (the part not hidden behind it; on NCCL only the
 // host's share, since the waiting moves to the device).
+//
+// With a distributed optimizer (the model's OptimizerSharding) each bucket is reduce-scattered
+// in place instead: only this rank's shard of the flat buffer ends with the sum over DP (the rest
+// is left unspecified), the same overlap. One exception: on the first and the last stage of a
+// pipeline the bucket that holds a copy of the tied word embedding is still all-reduced. The
+// caller then sums the two copies' gradients over the embedding group (whole, as without the
+// option); after a reduce-scatter the two stages would hold different elements of it (the copy
+// sits at other offsets of other buckets there). This way the sum is also the plain one, in the
+// same order, so both copies stay identical bit for bit.
 template <class T>
 class GradientReducer {
  public:
-  // The Kokkos region around each all-reduce start (what Kokkos Tools see).
+  // The Kokkos regions around each reduction start (what Kokkos Tools see).
   static constexpr const char* launch_region_name = "tptrain::dp_all_reduce_start";
+  static constexpr const char* reduce_scatter_region_name = "tptrain::dp_reduce_scatter_start";
 
-  GradientReducer(model::GptModel<T>& model, parallel::Communicator& dp) : model_(model), dp_(dp) {}
+  GradientReducer(model::GptModel<T>& model, parallel::Communicator& dp);
   void launch(const kx::ExecSpace& exec, std::size_t bucket);
   void progress();  // let MPI advance the pending reductions
   // After the backward: launches every bucket not launched yet, waits for all of them.
@@ -146,6 +156,7 @@ class GradientReducer {
  private:
   model::GptModel<T>& model_;
   parallel::Communicator& dp_;
+  std::size_t tied_bucket_ = SIZE_MAX;  // the bucket holding a tied word embedding copy (pipeline > 1)
   std::vector<parallel::Request> pending_;
   std::vector<std::size_t> pending_bucket_;
   std::vector<bool> launched_;

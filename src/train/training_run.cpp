@@ -93,6 +93,12 @@ std::unique_ptr<data::TokenDataset> open_data(const std::string& path, int vocab
   if (path.empty()) return nullptr;
   return std::make_unique<data::TokenDataset>(data::TokenDataset::open(path, vocab));
 }
+
+// optimizer.distributed: every data-parallel rank holds one shard of the optimizer state.
+model::OptimizerSharding optimizer_sharding(const io::Deck& deck, const parallel::Topology& topo) {
+  if (!deck.optimizer.distributed) return {};
+  return {topo.coords().dp, topo.layout().data};
+}
 }  // namespace
 
 template <class T>
@@ -110,14 +116,14 @@ TrainingRun<T>::TrainingRun(const io::Deck& deck, const parallel::Topology& topo
                                                     topo.layout().data, deck.training.seed)),
       model_(shape_of(deck), deck.training.micro_batch, topo.tp(), deck.training.seed,
              model::PipelineStage{topo.coords().pp, topo.layout().pipeline},
-             model::recompute_from_name(deck.training.recompute)),
+             model::recompute_from_name(deck.training.recompute), optimizer_sharding(deck, topo)),
       schedule_{deck.optimizer.lr, deck.optimizer.min_lr, deck.optimizer.warmup_steps, deck.training.steps,
                 deck.optimizer.decay},
       adamw_{deck.optimizer.beta1, deck.optimizer.beta2, deck.optimizer.eps, deck.optimizer.weight_decay},
       batch_(model_.tokens()),
       pipeline_(model_, topo.pp(), options.schedule),
       reducer_(model_, topo.dp()),
-      optimizer_(model_),
+      optimizer_(model_, &topo.dp()),
       tokens_per_step_(std::int64_t(deck.training.global_batch) * deck.model.seq_length) {
   if (valid_)
     eval_windows_ = std::min<std::int64_t>(deck.training.eval_windows,
@@ -139,8 +145,9 @@ template <class T>
 ParameterMemory TrainingRun<T>::parameter_memory() const {
   ParameterMemory m;
   const auto bytes = [](const auto& v) { return v.span() * sizeof(typename std::decay_t<decltype(v)>::value_type); };
+  m.optimizer_shards = model_.optimizer_sharding().size;
   for (const auto& b : model_.buckets()) {
-    m.parameters += static_cast<std::int64_t>(b.values.extent(0));
+    m.parameters += b.used;  // not the distributed optimizer's padding
     m.weight += bytes(b.values);
     if constexpr (model::Parameter<T>::has_master_copy) m.master += bytes(b.master);
     m.gradient += bytes(b.flat);
@@ -157,11 +164,16 @@ std::string TrainingRun<T>::memory_report() const {
   const auto& ws = model_.workspace();
   return fmt::format(
       "memory of this rank: {:.1f} MiB for {} parameters, {:g} bytes each ({} weights {:g}{}, fp32 gradients {:g}, "
-      "AdamW moments {:g}); {:.1f} MiB activations and scratch: {:.1f} saved for backward ({} micro-batch{} in "
+      "AdamW moments {:g}{}); {:.1f} MiB activations and scratch: {:.1f} saved for backward ({} micro-batch{} in "
       "flight, recompute = {}{}), {:.1f} stage tensors, {:.1f} scratch shared by all layers",
       pm.total() / MiB, pm.parameters, pm.per_parameter(), kx::precision_name<T>(), per(pm.weight),
       pm.master > 0 ? fmt::format(", fp32 master {:g}", per(pm.master)) : std::string(), per(pm.gradient),
-      per(pm.optimizer), ws.total_bytes() / MiB, ws.bytes(model::BufferCategory::activation) / MiB,
+      per(pm.optimizer),
+      pm.optimizer_shards > 1
+          ? fmt::format("; distributed optimizer: master and moments sharded over {} data-parallel ranks",
+                        pm.optimizer_shards)
+          : std::string(),
+      ws.total_bytes() / MiB, ws.bytes(model::BufferCategory::activation) / MiB,
       model_.activation_slots(), model_.activation_slots() == 1 ? "" : "es", model::recompute_name(model_.recompute()),
       model_.shape().splits_sequence() ? ", sequence parallel" : "", ws.bytes(model::BufferCategory::stage) / MiB,
       ws.bytes(model::BufferCategory::scratch) / MiB) +
@@ -208,7 +220,8 @@ double TrainingRun<T>::compute_gradients(std::int64_t step) {
     reducer_.finish(exec);
   }
   // The tied word embedding: the first stage holds the embedding's part of its gradient, the
-  // last stage the output layer's; both end with the sum, so both copies stay identical.
+  // last stage the output layer's; both end with the sum, so both copies stay identical (with a
+  // distributed optimizer too: their buckets were all-reduced, see GradientReducer).
   if (topo_.layout().pipeline > 1 && topo_.in_embedding_group()) {
     util::PhaseScope phase(util::Phase::pipeline_wait);
     parallel::all_reduce(topo_.embedding(), exec, model_.word()->dv(), parallel::ReduceOp::sum);

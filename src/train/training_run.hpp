@@ -57,8 +57,12 @@ struct StepResult {
 // This rank's parameter memory by category, read from the buffers the model allocated
 // (GradBucket). Megatron's accounting: bf16 without a distributed optimizer is 2 bytes of
 // weights + 4 of gradients + 4 of fp32 master + 8 of moments = 18 per parameter; fp32 is 16.
+// With a distributed optimizer over d data-parallel ranks the master and the moments are a
+// 1/d shard: 6 + 12/d bytes (bf16), 8 + 8/d (fp32), plus the shards' padding (< d elements per
+// bucket).
 struct ParameterMemory {
-  std::int64_t parameters = 0;  // local elements, the tied copy included
+  std::int64_t parameters = 0;  // local elements, the tied copy included, the padding not
+  int optimizer_shards = 1;     // d with a distributed optimizer
   std::size_t weight = 0, master = 0, gradient = 0, optimizer = 0;  // bytes
   std::size_t total() const { return weight + master + gradient + optimizer; }
   double per_parameter() const { return parameters > 0 ? static_cast<double>(total()) / static_cast<double>(parameters) : 0.0; }
@@ -105,7 +109,8 @@ class TrainingRun {
   // micro-batches (forward and backward; data order as with one rank), averages the gradients
   // over the DP group in buckets (overlapped with the backward), sums the tied word
   // embedding's gradient over the embedding group. Returns the mean loss over the global batch
-  // (on every rank). The parameters then hold the final gradients of the step.
+  // (on every rank). The parameters then hold the final gradients of the step (with a
+  // distributed optimizer: the buckets' shards of this rank, GradBucket::shard_grads).
   double compute_gradients(std::int64_t step);
 
   // Mean validation loss over training.eval_windows windows (0 windows: no validation data).

@@ -99,6 +99,44 @@ TEST_CASE("reduce_scatter gives each rank the sum of its block", "[parallel][col
   for (int i = 0; i < 3; ++i) CHECK(h(i) == n * (r + i) + n * (n - 1) / 2.0);
 }
 
+TEMPLATE_TEST_CASE("in-place reduce_scatter and all_gather over one buffer of blocks equal the two-buffer forms",
+                   "[parallel][collectives][zero][mpi]", float, double) {
+  auto comm = world_comm();
+  const kx::ExecSpace exec;
+  const int r = comm->rank(), n = comm->size();
+  const std::size_t block = 5, total = block * static_cast<std::size_t>(n);
+  // Integers, distinct per rank and element: every order of summation gives the exact sum.
+  const auto value = [&](std::size_t i) { return static_cast<TestType>((r + 1) * 100 + static_cast<int>(i) * 3); };
+  Kokkos::View<TestType*, kx::MemSpace> buf("buf", total), send("send", total), recv("recv", block);
+  auto h = Kokkos::create_mirror_view(buf);
+  for (std::size_t i = 0; i < total; ++i) h(i) = value(i);
+  Kokkos::deep_copy(buf, h);
+  Kokkos::deep_copy(send, h);
+  reduce_scatter(*comm, exec, send, recv, ReduceOp::sum);
+  ireduce_scatter_in_place(*comm, exec, buf, ReduceOp::sum).wait_on(exec);
+  const auto mine = std::make_pair(static_cast<std::size_t>(r) * block, static_cast<std::size_t>(r + 1) * block);
+  auto got = on_host(buf);
+  auto want = on_host(recv);
+  for (std::size_t i = 0; i < block; ++i) {
+    CHECK(got(mine.first + i) == want(i));
+    // sum over ranks q of (q + 1) * 100 + 3 i (i: the index in the whole buffer)
+    CHECK(want(i) == static_cast<TestType>(50 * n * (n + 1) + 3 * n * static_cast<int>(mine.first + i)));
+  }
+  // All-gather in place: every rank's block where it belongs, against the two-buffer form.
+  Kokkos::View<TestType*, kx::MemSpace> gathered("gathered", total);
+  all_gather(*comm, exec, Kokkos::subview(buf, mine), gathered);
+  iall_gather_in_place(*comm, exec, buf).wait_on(exec);
+  auto all = on_host(buf);
+  auto ref = on_host(gathered);
+  for (std::size_t i = 0; i < total; ++i) {
+    CHECK(all(i) == ref(i));
+    CHECK(all(i) == static_cast<TestType>(50 * n * (n + 1) + 3 * n * static_cast<int>(i)));
+  }
+  Kokkos::View<TestType*, kx::MemSpace> odd("odd", total + 1);
+  if (n > 1) CHECK_THROWS_WITH(ireduce_scatter_in_place(*comm, exec, odd, ReduceOp::sum),
+                               test::contains("not a multiple of the group size"));
+}
+
 TEST_CASE("broadcast from the first and the last rank", "[parallel][collectives][mpi]") {
   auto comm = world_comm();
   const kx::ExecSpace exec;

@@ -1,7 +1,7 @@
-// The data-parallel gradient reduction overlaps the backward: each bucket's all-reduce starts
-// (on its own stream on NCCL; as a started MPI request on host backends) as soon as the bucket
-// is final, before the backward of the next bucket runs, and the gradients equal those of the
-// reduction run after the whole backward.
+// The data-parallel gradient reduction overlaps the backward: each bucket's all-reduce (with the
+// distributed optimizer: reduce-scatter) starts (on its own stream on NCCL; as a started MPI
+// request on host backends) as soon as the bucket is final, before the backward of the next
+// bucket runs, and the gradients equal those of the reduction run after the whole backward.
 #include <Kokkos_Core.hpp>
 #include <algorithm>
 #include <cstdint>
@@ -17,18 +17,20 @@ using namespace tptrain;
 namespace {
 
 // What Kokkos Tools see during a step: 'k' for every kernel launch, 's' for every start of a
-// bucket's all-reduce (GradientReducer's region).
+// bucket's all-reduce or reduce-scatter (GradientReducer's regions).
 std::string* g_trace = nullptr;
 void on_kernel(const char*, const std::uint32_t, std::uint64_t*) {
   if (g_trace) *g_trace += 'k';
 }
 void on_region(const char* name) {
-  if (g_trace && std::strcmp(name, train::GradientReducer<float>::launch_region_name) == 0) *g_trace += 's';
+  if (g_trace && (std::strcmp(name, train::GradientReducer<float>::launch_region_name) == 0 ||
+                  std::strcmp(name, train::GradientReducer<float>::reduce_scatter_region_name) == 0))
+    *g_trace += 's';
 }
 
 struct TracedStep {
   std::string trace;
-  std::vector<std::vector<float>> buckets;  // the reduced flat gradients
+  std::vector<std::vector<float>> buckets;  // the reduced flat gradients (this rank's shard of them)
 };
 
 TracedStep traced_step(const io::Deck& deck, bool overlap) {
@@ -47,7 +49,7 @@ TracedStep traced_step(const io::Deck& deck, bool overlap) {
   Kokkos::Tools::Experimental::set_begin_parallel_scan_callback(nullptr);
   Kokkos::Tools::Experimental::set_push_region_callback(nullptr);
   for (auto& b : run.model().buckets()) {
-    auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), b.flat);
+    auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), b.shard_grads());
     out.buckets.emplace_back(h.data(), h.data() + h.span());
   }
   return out;
@@ -73,6 +75,8 @@ TEST_CASE("each gradient bucket's all-reduce starts before the backward of the n
   if (n < 2) return;  // nothing to reduce on one rank
   io::Deck deck = test::small_deck(1, n, 1);
   deck.model.layers = 4;  // six buckets: embedding, four blocks, head
+  deck.optimizer.distributed = GENERATE(false, true);
+  INFO((deck.optimizer.distributed ? "reduce-scatter (distributed optimizer)" : "all-reduce"));
   const TracedStep overlapped = traced_step(deck, true);
   const TracedStep after = traced_step(deck, false);
   const std::size_t buckets = overlapped.buckets.size();
