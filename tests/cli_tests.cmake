@@ -135,7 +135,7 @@ set_tests_properties(cli_train_fp16 PROPERTIES TIMEOUT 120
 add_test(NAME cli_bench_bf16
          COMMAND ${CMAKE_COMMAND} -DCMD=${MPIEXEC_EXECUTABLE}
          "-DARGS=${MPIEXEC_NUMPROC_FLAG};2;${TPTRAIN_MPIEXEC_FLAGS};$<TARGET_FILE:tptrain>;bench;${_decks}/bench.toml;--set;training.precision=bf16;--steps;1;--warmup;1"
-         "-DREGEX=\"precision\": \"bf16\", \"memory\": \\{\"weights\": [0-9]+, \"master_weights\": [0-9]+.*\"bytes_per_parameter\": 18, \"mem_weights_bytes\": [1-9][0-9]*, .*\"mem_activations_peak_bytes\": [1-9][0-9]*, .*\"mem_peak_bytes_max_rank\": [1-9][0-9]*, .*\"mem_peak_rss_bytes_max_rank\": [1-9][0-9]*\\}"
+         "-DREGEX=\"precision\": \"bf16\", \"recompute\": \"selective\", \"sequence_parallel\": false, \"memory\": \\{\"weights\": [0-9]+, \"master_weights\": [0-9]+.*\"bytes_per_parameter\": 18, \"mem_weights_bytes\": [1-9][0-9]*, .*\"mem_activations_peak_bytes\": [1-9][0-9]*, .*\"mem_peak_bytes_max_rank\": [1-9][0-9]*, .*\"mem_peak_rss_bytes_max_rank\": [1-9][0-9]*\\}"
          -P ${CMAKE_CURRENT_SOURCE_DIR}/run_expect.cmake)
 set_tests_properties(cli_bench_bf16 PROPERTIES TIMEOUT 60)
 # Two runs on one figure (how fp32 and bf16 curves are compared).
