@@ -100,6 +100,20 @@ add_test(NAME cli_train_bf16 COMMAND ${CMAKE_COMMAND} -E env OPENBLAS_NUM_THREAD
          --set run.dir=${_run_bf16} --set checkpoint.dir=${_run_bf16}/ck --set checkpoint.resume=false)
 set_tests_properties(cli_train_bf16 PROPERTIES FIXTURES_SETUP bf16_run TIMEOUT 120
                      PASS_REGULAR_EXPRESSION "18 bytes each \\(bf16 weights 2, fp32 master 4.*checkpoint .*step_00000004.h5 written")
+# Memory at scale from the command line: sequence parallelism with full recomputation trains,
+# says so at start-up, and its checkpoint evaluates and samples in a plain layout (eval below).
+set(_run_sp ${CMAKE_CURRENT_BINARY_DIR}/cli_run_sp)
+add_test(NAME cli_train_sequence_parallel_full_recompute COMMAND ${CMAKE_COMMAND} -E env OPENBLAS_NUM_THREADS=1
+         ${_mpi2} $<TARGET_FILE:tptrain> train ${_decks}/valid.toml --set parallel.tensor=2
+         --set parallel.sequence_parallel=true --set training.recompute=full
+         --set run.dir=${_run_sp} --set checkpoint.dir=${_run_sp}/ck --set checkpoint.resume=false)
+set_tests_properties(cli_train_sequence_parallel_full_recompute PROPERTIES FIXTURES_SETUP sp_run TIMEOUT 120
+                     PASS_REGULAR_EXPRESSION "recompute = full, sequence parallel\\).*checkpoint .*step_00000004.h5 written")
+add_test(NAME cli_generate_sequence_parallel COMMAND ${_mpi2} $<TARGET_FILE:tptrain> generate ${_decks}/valid.toml
+         --set parallel.tensor=2 --set parallel.sequence_parallel=true --checkpoint ${_run_sp}/ck/step_00000004.h5
+         --prompt "It is" --tokens 8)
+set_tests_properties(cli_generate_sequence_parallel PROPERTIES FIXTURES_REQUIRED sp_run TIMEOUT 60
+                     PASS_REGULAR_EXPRESSION "(^|\n)It is")
 add_test(NAME cli_eval_bf16_checkpoint_in_fp32 COMMAND ${_mpi2} $<TARGET_FILE:tptrain> eval ${_decks}/valid.toml
          --checkpoint ${_run_bf16}/ck/step_00000004.h5)
 set_tests_properties(cli_eval_bf16_checkpoint_in_fp32 PROPERTIES FIXTURES_REQUIRED bf16_run TIMEOUT 60
