@@ -5,6 +5,7 @@
 
 #include <mpi.h>
 
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -19,6 +20,7 @@
 #include "src/plan/parameter_count.hpp"
 #include "src/plan/parameter_memory.hpp"
 #include "src/plan/plan.hpp"
+#include "src/util/memory_ledger.hpp"
 #include "tests/mpi_test_util.hpp"
 #include "tests/train/train_test_util.hpp"
 
@@ -431,4 +433,39 @@ TEST_CASE("plan: the activation inventory is what a model stage allocates", "[pl
             CHECK(planned == measured);
           }
   }
+}
+
+// The issue's check on this machine: the plan's memory for a CPU run against the high-water mark
+// the memory ledger measures over the run's construction and a training step (every Kokkos
+// allocation of the run, its transient ones included): the issue asks for 15 %; the plan counts
+// every buffer of the model, so 5 % is asserted (measured: within 4 %, the rest is Kokkos' own).
+TEST_CASE("plan: a CPU run's measured peak memory is the plan's", "[plan][memory][mpi]") {
+  const int n = test::world_size();
+  std::vector<std::array<int, 3>> layouts{{n, 1, 1}};
+  if (n > 1) layouts.push_back({1, n, 1});
+  for (const auto& [t, p, d] : layouts)
+    for (const bool sp : {false, true})
+      for (const std::string recompute : {"none", "selective", "full"}) {
+        if (sp && t == 1) continue;
+        io::Deck deck = test::pipeline_deck(t, p, d, 2);
+        deck.parallel.sequence_parallel = sp;
+        deck.training.recompute = recompute;
+        parallel::Topology topo(MPI_COMM_WORLD, test::layout_of(deck));
+        INFO("tensor " << t << " x pipeline " << p << (sp ? ", sequence parallel" : "") << ", recompute " << recompute
+                       << ", stage " << topo.coords().pp);
+        auto& ledger = util::memory_ledger();
+        REQUIRE(ledger.installed());
+        const std::size_t before = ledger.total();
+        ledger.reset_high_water();
+        {
+          train::TrainingRun<float> run(deck, topo);
+          run.step(0);
+        }
+        const double measured = static_cast<double>(ledger.high_water() - before);
+        const Config c = config_of(deck);
+        const double planned =
+            static_cast<double>(rank_memory(c, stage_parameters(c.shape, p))[static_cast<std::size_t>(topo.coords().pp)].total());
+        INFO("planned " << planned << " bytes, measured " << measured);
+        CHECK(std::fabs(planned - measured) <= 0.05 * measured);
+      }
 }
