@@ -124,7 +124,7 @@ class TrainingRun {
   const typename GradientReducer<T>::Stats& reduction_stats() const { return reducer_.stats(); }
   ParameterMemory parameter_memory() const;
   // This rank's memory in words: parameters with their gradients and AdamW moments, then the
-  // workspace by category (model::Workspace) and the stored pipeline inputs; on a second line
+  // workspace by category (model::Workspace: activation slots, recompute mode); on a second line
   // what the memory ledger measured (train/memory_metrics.hpp: by category, peak, resident set).
   std::string memory_report() const;
 

@@ -10,7 +10,7 @@ enum class MemoryCategory : int {
   weights,          // the parameters the model computes with (Parameter::value)
   gradients,        // fp32 gradient buckets (GradBucket::flat)
   optimizer_state,  // AdamW moments; the fp32 master weights in bf16/fp16 (Megatron counts them there)
-  activations,      // saved for the backward, stage tensors, stored pipeline inputs
+  activations,      // saved for the backward (every activation slot), stage tensors
   workspace,        // scratch shared by the layers of a stage, valid inside one forward/backward
   communication,    // host staging buffers of collectives and transfers
   checkpoint,       // host copies of the tensors being written or read
