@@ -185,17 +185,25 @@ void check_scores(const PV& probs, const char* kernel) {
 
 }  // namespace detail
 
-// In place on scores [B, nh, S, S] = Q Kᵀ (unscaled): P_ij = softmax_{j<=i}(scale S_ij),
-// masked entries 0; lse [B*nh*S] gets the log of each row's normaliser, max + log Σ exp(x - max)
-// over the scaled scores x = scale S_ij (so that P_ij = exp(x_ij - lse_i)).
-template <class Exec, class PV, class LV>
-void causal_softmax_forward(const Exec& exec, const PV& scores, const LV& lse,
+// From scores [B, nh, S, S] = Q Kᵀ (unscaled) into probs of the same shape (the same view for
+// in place): P_ij = softmax_{j<=i}(scale S_ij), masked entries 0; lse [B*nh*S] gets the log of
+// each row's normaliser, max + log Σ exp(x - max) over the scaled scores x = scale S_ij (so that
+// P_ij = exp(x_ij - lse_i)). Out of place, the scores are left as they are (recompute = none
+// keeps them for the backward); the arithmetic is the same either way.
+template <class Exec, class SV, class PV, class LV>
+void causal_softmax_forward(const Exec& exec, const SV& scores, const PV& probs, const LV& lse,
                             const kx::acc_t<typename PV::non_const_value_type> scale) {
+  detail::check_view<Exec, SV, 4>();
   detail::check_view<Exec, PV, 4>();
   detail::check_view<Exec, LV, 1>();
   detail::check_writable<PV>();
   detail::check_writable<LV>();
   detail::check_scores(scores, "causal_softmax_forward");
+  static_assert(std::is_same<typename SV::non_const_value_type, typename PV::non_const_value_type>::value,
+                "tptrain::kernels::causal_softmax_forward: scores and probs hold one value type");
+  for (int d = 0; d < 4; ++d)
+    detail::require(probs.extent(d) == scores.extent(d), "causal_softmax_forward",
+                    "probs must have the shape of scores");
   const std::int64_t nh = scores.extent(1), S = scores.extent(2);
   const std::int64_t rows = static_cast<std::int64_t>(scores.extent(0)) * nh * S;
   detail::require(lse.extent(0) == static_cast<std::size_t>(rows), "causal_softmax_forward",
@@ -232,7 +240,7 @@ void causal_softmax_forward(const Exec& exec, const PV& scores, const LV& lse,
               acc = kx::max(acc, s);
             },
             Kokkos::Max<T>(smax));
-        team.team_barrier();  // every read of the raw scores is done before they are replaced
+        team.team_barrier();  // every read of the raw scores is done before they are replaced (in place)
         const T xmax = scale * smax;
         T sum = 0;
         Kokkos::parallel_reduce(
@@ -242,7 +250,7 @@ void causal_softmax_forward(const Exec& exec, const PV& scores, const LV& lse,
                   j <= i ? kx::exp(scale * (cached ? buf(j) : T(scores(b, h, i, j))) - xmax)
                          : T(0);
               if (!cached) {
-                if (!recompute_exp) scores(b, h, i, j) = e;
+                if (!recompute_exp) probs(b, h, i, j) = e;
               } else if (j <= i) {
                 buf(j) = e;
               }
@@ -253,20 +261,27 @@ void causal_softmax_forward(const Exec& exec, const PV& scores, const LV& lse,
         const T inv = T(1) / sum;  // sum >= 1: the max entry contributes exp(0)
         if (cached) {
           Kokkos::parallel_for(Kokkos::TeamThreadRange(team, S), [&](const std::int64_t j) {
-            scores(b, h, i, j) = j <= i ? buf(j) * inv : T(0);
+            probs(b, h, i, j) = j <= i ? buf(j) * inv : T(0);
           });
         } else if (recompute_exp) {
           Kokkos::parallel_for(Kokkos::TeamThreadRange(team, S), [&](const std::int64_t j) {
             T p = 0;  // masked entries may hold anything: not read
             if (j <= i) p = kx::exp(scale * T(scores(b, h, i, j)) - xmax) * inv;
-            scores(b, h, i, j) = p;
+            probs(b, h, i, j) = p;
           });
         } else {
           Kokkos::parallel_for(Kokkos::TeamThreadRange(team, i + 1),
-                               [&](const std::int64_t j) { scores(b, h, i, j) *= inv; });
+                               [&](const std::int64_t j) { probs(b, h, i, j) *= inv; });
         }
         Kokkos::single(Kokkos::PerTeam(team), [&]() { lse(r) = xmax + kx::log(sum); });
       });
+}
+
+// In place on scores: they become the probabilities.
+template <class Exec, class PV, class LV>
+void causal_softmax_forward(const Exec& exec, const PV& scores, const LV& lse,
+                            const kx::acc_t<typename PV::non_const_value_type> scale) {
+  causal_softmax_forward(exec, scores, scores, lse, scale);
 }
 
 // In place on scores [B, nh, S, S] = Q Kᵀ (unscaled), with lse from causal_softmax_forward:
@@ -461,13 +476,13 @@ void attention_forward(const Exec& exec,
   const auto Q = detail::qkv_block(qkv, 0, S, d, hl), K = detail::qkv_block(qkv, 1, S, d, hl),
              V = detail::qkv_block(qkv, 2, S, d, hl);
   const auto P = detail::score_matrices(probs);
-  if (keep) {  // the GEMM writes the kept buffer; the softmax then works on a copy
+  if (keep) {  // the GEMM writes the kept buffer, the softmax reads it into probs
     detail::causal_scores_gemm(exec, Q, K, detail::score_matrices(kept_scores), S, d, B, nh);
-    Kokkos::deep_copy(exec, probs, kept_scores);
+    causal_softmax_forward(exec, kept_scores, probs, lse, scale);
   } else {
     detail::causal_scores_gemm(exec, Q, K, P, S, d, B, nh);
+    causal_softmax_forward(exec, probs, lse, scale);
   }
-  causal_softmax_forward(exec, probs, lse, scale);
   detail::causal_rows_gemm(exec, P, V, detail::head_columns(out, S, d), S, d, B, nh);
 }
 
