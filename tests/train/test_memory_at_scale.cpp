@@ -48,6 +48,13 @@ io::Deck deck_of(const Layout& l, bool sequence_parallel, const std::string& rec
 
 TEST_CASE("sequence parallelism gives the loss, gradients and loss curve of tensor parallelism without it",
           "[sequence_parallel][mpi]") {
+  {  // One tensor rank: nothing to split, the option changes nothing (bit for bit).
+    const Layout one{1, 1, test::world_size()};
+    const test::Gradients off = test::gradients_of(deck_of(one, false), MPI_COMM_WORLD, 1);
+    const test::Gradients on = test::gradients_of(deck_of(one, true), MPI_COMM_WORLD, 1);
+    CHECK(on.loss == off.loss);
+    CHECK(on.grads == off.grads);
+  }
   for (const Layout& l : tensor_layouts_of_world()) {
     INFO("tensor " << l.tensor << " x pipeline " << l.pipeline << " x data " << l.data);
     {  // it is on: the residual stream holds this rank's tokens only
