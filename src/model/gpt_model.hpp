@@ -185,7 +185,6 @@ class GptModel {
     if (recompute_ != Recompute::full)
       for (std::size_t l = 0; l < layers_.size(); ++l) layers_[l]->bind(slot.layers[l]);
   }
-  int bound_slot() const { return bound_; }
 
   // Every parameter of this stage once, in checkpoint order; on a last stage that is not also
   // the first, the tied copy of embedding/word comes at the end.

@@ -186,7 +186,6 @@ void PipelineRunner<T>::reserve(int micro_batches) {
   const int in_flight =
       peak_in_flight(pipeline_ops(schedule_, model_.stage().rank, model_.stage().size, micro_batches));
   model_.reserve_slots(in_flight);
-  stats_.slots = model_.activation_slots();
 }
 
 // The slot of micro-batch m from its first use (receiving its input, or its forward on the first
@@ -207,7 +206,7 @@ double PipelineRunner<T>::run(const kx::ExecSpace& exec, int micro_batches, floa
                            const std::function<const DeviceBatch&(int)>& batch,
                            const std::function<void(int, std::size_t)>& bucket_done) {
   const std::vector<PipelineOp> ops = pipeline_ops(schedule_, model_.stage().rank, model_.stage().size, micro_batches);
-  reserve(micro_batches);
+  model_.reserve_slots(peak_in_flight(ops));  // allocates only if reserve() was not called first
   slot_of_.assign(static_cast<std::size_t>(micro_batches), -1);
   free_.clear();  // every slot is free at the start of a step (lowest first)
   for (int k = model_.activation_slots(); k-- > 0;) free_.push_back(k);

@@ -74,7 +74,6 @@ int peak_in_flight(const std::vector<PipelineOp>& ops);
 std::string simulate_pipeline(Schedule schedule, int stages, int micro_batches);
 
 struct PipelineStats {
-  int slots = 0;               // activation slots the stage holds (its peak micro-batches in flight)
   double p2p_wait_s = 0;       // time in communication ops (includes the pipeline bubble)
 };
 
