@@ -78,6 +78,7 @@ struct GradBucket {
   using Acc = kx::acc_t<T>;
   std::string name;                   // "head", "layers/<i>", "embedding"
   std::vector<Parameter<T>*> params;  // their value/master/grad/exp_avg/exp_avg_sq are subviews of these
+  std::vector<std::int64_t> offsets;  // offsets[i]: where params[i] starts in flat and values
   kernels::Vector<Acc> flat;          // [sum of local sizes, padded] gradients
   kernels::Vector<T> values;          // [the same]
   std::int64_t shard_begin = 0, shard_end = 0;       // this rank's shard of flat/values
@@ -405,6 +406,7 @@ class GptModel {
       std::int64_t offset = 0;
       for (Parameter<T>* p : b.params) {
         const auto slice = std::make_pair(offset, offset + p->local_size());
+        b.offsets.push_back(offset);
         p->grad = Kokkos::subview(b.flat, slice);
         p->value = Kokkos::subview(b.values, slice);
         if constexpr (Parameter<T>::has_master_copy) p->master = Kokkos::subview(whole_master, slice);

@@ -33,13 +33,9 @@ CheckpointTensors::CheckpointTensors(model::GptModel<T>& m, const parallel::Topo
     std::int64_t offset;  // of p in the bucket's flat buffers
   };
   std::map<std::string, Held> mine;
-  for (const auto& bucket : m.buckets()) {
-    std::int64_t offset = 0;
-    for (const model::Parameter<T>* p : bucket.params) {
-      mine[p->name] = {p, &bucket, offset};
-      offset += p->local_size();
-    }
-  }
+  for (const auto& bucket : m.buckets())
+    for (std::size_t i = 0; i < bucket.params.size(); ++i)
+      mine[bucket.params[i]->name] = {bucket.params[i], &bucket, bucket.offsets[i]};
   if (mine.size() != m.parameters().size())
     throw std::logic_error("tptrain: the model's buckets do not hold each of its parameters once");
   const auto absent = [&](const std::string& name, const std::vector<std::int64_t>& shape) {

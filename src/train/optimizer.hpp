@@ -122,13 +122,13 @@ class BucketOptimizer {
                              "data-parallel group it was given");
     for (const auto& bucket : model.buckets()) {
       std::vector<kernels::FlatSegment> table;
-      std::int64_t offset = 0;
-      for (const model::Parameter<T>* p : bucket.params) {
-        table.push_back({offset, offset + p->local_size(), p->weight_decay, p->replicated(), !model.is_tied_copy(p)});
-        offset += p->local_size();
+      for (std::size_t i = 0; i < bucket.params.size(); ++i) {
+        const model::Parameter<T>* p = bucket.params[i];
+        table.push_back({bucket.offsets[i], bucket.offsets[i] + p->local_size(), p->weight_decay, p->replicated(),
+                         !model.is_tied_copy(p)});
       }
       if (shards.distributed()) {
-        table.push_back({offset, static_cast<std::int64_t>(bucket.flat.extent(0)), false, false, false});  // padding
+        table.push_back({bucket.used, static_cast<std::int64_t>(bucket.flat.extent(0)), false, false, false});  // padding
         table = kernels::segments_in_range(table, bucket.shard_begin, bucket.shard_end);
       }
       segments_.emplace_back(std::move(table));
