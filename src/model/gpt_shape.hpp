@@ -13,7 +13,7 @@
 
 namespace tptrain::model {
 
-// Every field is set from the deck (train::shape_of), whose key table holds the defaults; the
+// Every field is set from the deck (train::shape_of, src/train/deck_shape.hpp), whose key table holds the defaults; the
 // initial values here only make a default-constructed shape the smallest valid one.
 struct GptShape {
   int layers = 1;

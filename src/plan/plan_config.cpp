@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "src/train/deck_shape.hpp"
 
 namespace tptrain::plan {
 
@@ -23,13 +24,10 @@ std::string Config::layout_problem() const {
 
 Config config_of(const io::Deck& d) {
   Config c;
-  c.shape.layers = d.model.layers;
-  c.shape.hidden = d.model.hidden;
-  c.shape.heads = d.model.heads;
-  c.shape.ffn_hidden = d.model.ffn_width();
-  c.shape.seq_length = d.model.seq_length;
-  c.shape.vocab_size = d.model.vocab_size;
-  c.shape.tensor = d.parallel.tensor;
+  c.shape = train::shape_of(d);
+  // Config::sequence_parallel is the plan's switch (the layout search varies it, with the tensor
+  // size); the shape's copy would make GptShape::validate judge candidates by the deck's choice.
+  c.shape.sequence_parallel = false;
   c.pipeline = d.parallel.pipeline;
   c.data = d.parallel.data;
   c.sequence_parallel = d.parallel.sequence_parallel;

@@ -13,19 +13,6 @@
 
 namespace tptrain::train {
 
-model::GptShape shape_of(const io::Deck& deck) {
-  model::GptShape s;
-  s.layers = deck.model.layers;
-  s.hidden = deck.model.hidden;
-  s.heads = deck.model.heads;
-  s.ffn_hidden = deck.model.ffn_hidden;
-  s.seq_length = deck.model.seq_length;
-  s.vocab_size = deck.model.vocab_size;
-  s.tensor = deck.parallel.tensor;
-  s.sequence_parallel = deck.parallel.sequence_parallel;
-  return s;
-}
-
 void check_finite(std::int64_t step, double loss, double grad_norm) {
   if (std::isfinite(loss) && std::isfinite(grad_norm)) return;
   // Loss and norm are global reductions: every rank sees the same values and throws here.

@@ -14,6 +14,7 @@
 #include "src/data/token_dataset.hpp"
 #include "src/model/gpt_model.hpp"
 #include "src/parallel/topology.hpp"
+#include "src/train/deck_shape.hpp"
 #include "src/train/device_batch.hpp"
 #include "src/train/loss_scaler.hpp"
 #include "src/train/lr_schedule.hpp"
@@ -22,7 +23,6 @@
 
 namespace tptrain::train {
 
-model::GptShape shape_of(const io::Deck& deck);
 
 // A non-finite loss or gradient norm ends the run: throws parallel::AgreedError (the values are
 // global reductions, the same on every rank) naming the step (1-based).
