@@ -1,5 +1,7 @@
 #include "src/plan/flops.hpp"
 
+#include "src/train/model_flops.hpp"
+
 namespace tptrain::plan {
 
 double narayanan_flops_per_iteration(double B, double s, double l, double h, double V) {
@@ -7,7 +9,7 @@ double narayanan_flops_per_iteration(double B, double s, double l, double h, dou
 }
 
 double block_forward_flops(double B, double s, double h, double f) {
-  return 2.0 * B * s * (3.0 * h * h + h * h + 2.0 * h * f) + attention_core_forward_flops(B, s, h);
+  return B * s * train::block_forward_flops_per_token(s, h, f);
 }
 
 double attention_core_forward_flops(double B, double s, double h) { return 4.0 * B * s * s * h; }

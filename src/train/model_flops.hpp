@@ -34,12 +34,19 @@ inline double training_flops_per_token(const model::GptShape& s) {
   return 6.0 * flops_parameters(s) + 12.0 * s.layers * double(s.seq_length) * s.hidden;
 }
 
+// One transformer block's forward per token, sequence length S: the QKV, projection and MLP GEMMs
+// 2·(4H² + 2HF) and the two attention products over the full S×S square 4·S·H. The one formula
+// of a block's cost, for the bench and for src/plan.
+inline double block_forward_flops_per_token(double S, double H, double F) {
+  return 2.0 * (4 * H * H + 2 * H * F) + 4.0 * S * H;
+}
+
 // One forward of `layers` blocks (and, on the stages that have them, the head), per token: the
 // cost of recomputing a stage's forward before its backward.
 inline double forward_flops_per_token(const model::GptShape& s, int layers, bool with_head) {
-  const double H = s.hidden, F = s.ffn_hidden;
-  const double block = 2.0 * (4 * H * H + 2 * H * F) + 4.0 * s.seq_length * H;
-  return layers * block + (with_head ? 2.0 * double(s.vocab_size) * H : 0.0);
+  const double H = s.hidden;
+  return layers * block_forward_flops_per_token(s.seq_length, H, s.ffn_hidden) +
+         (with_head ? 2.0 * double(s.vocab_size) * H : 0.0);
 }
 
 }  // namespace tptrain::train
