@@ -41,3 +41,11 @@ tptrain_plan_test(cli_plan_bad_deck 1 "invalid deck .*--set parallel\\.tensor=7:
 add_test(NAME cli_plan_json_last_line COMMAND tptrain plan ${_input}/gpt2-124m.toml)
 set_tests_properties(cli_plan_json_last_line PROPERTIES TIMEOUT 60 PASS_REGULAR_EXPRESSION
   "\n\\{\"deck\": \"[^\n]*gpt2-124m\\.toml\", \"gpus\": 8, [^\n]*\"params\": 124439808, [^\n]*\"memory_bytes\": \\{\"weights\": [0-9]+, [^\n]*\"training_days\": [0-9.e+-]+, [^\n]*\"fits\": true, \"problems\": \\[\\], \"suggestions\": \\[\\]\\}\n$")
+
+# A figure beyond a double is null in the JSON line (it printed inf), and the report says why.
+tptrain_plan_test(cli_plan_gpu_memory_beyond_double 0
+  "note: gpu_memory_bytes = inf: beyond the range of a double [^\n]*; null in the JSON line.*\"gpu_memory_bytes\": null, "
+  plan ${_decks}/valid.toml --gpu-memory 1e300)
+tptrain_plan_test(cli_plan_days_beyond_double 0
+  "note: training_days = inf, [^\n]*: beyond the range of a double.*\"training_days\": null, \"training_days_eq4\": null"
+  plan ${_decks}/valid.toml --tokens 1e308 --peak-tflops 1e-300)

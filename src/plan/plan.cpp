@@ -9,7 +9,8 @@
 #include <stdexcept>
 #include <utility>
 
-#include "io/deck_text.hpp"
+#include "io/json_line.hpp"
+#include "io/path_text.hpp"
 #include "src/plan/activation_memory.hpp"
 #include "src/plan/flops.hpp"
 #include "src/plan/korthikanti.hpp"
@@ -83,6 +84,15 @@ std::vector<int> divisors(std::int64_t n) {
   return d;
 }
 
+// Fewest keys changed first, then the shortest training (a figure that is not a number last),
+// then the least memory.
+bool nearer(const Suggestion& a, const Suggestion& b) {
+  if (a.sets.size() != b.sets.size()) return a.sets.size() < b.sets.size();
+  const auto days = [](double d) { return std::isnan(d) ? std::numeric_limits<double>::infinity() : d; };
+  if (days(a.days) != days(b.days)) return days(a.days) < days(b.days);
+  return a.bytes < b.bytes;
+}
+
 // The layouts for `gpus` GPUs that fit, nearest first: fewest keys changed, then the shortest
 // training. What varies: tensor (a divisor of the node's GPUs, so that a tensor group stays in a
 // node), pipeline (a divisor of the layers), data (the rest), sequence parallelism, the
@@ -135,14 +145,13 @@ std::vector<Suggestion> nearest_fitting(const Config& deck, const Hardware& hw, 
                 found.push_back(Suggestion{c, changes(deck, c), most, days_of(c, hw, tokens)});
               }
     }
-  std::sort(found.begin(), found.end(), [](const Suggestion& a, const Suggestion& b) {
-    if (a.sets.size() != b.sets.size()) return a.sets.size() < b.sets.size();
-    if (a.days != b.days) return a.days < b.days;
-    return a.bytes < b.bytes;
-  });
+  std::sort(found.begin(), found.end(), nearer);
   if (found.size() > count) found.resize(count);
   return found;
 }
+
+// The JSON line of a plan (io/json_line.hpp: a figure that is not finite is null).
+io::JsonObject json_of(const Plan& p);
 
 }  // namespace
 
@@ -242,6 +251,13 @@ Plan make_plan(const Config& c, const Hardware& hw_in, double deck_tokens, const
     hw.gpus = p.gpus;
     p.suggestions = nearest_fitting(c, hw, p.gpus, p.tokens, 5);
   }
+  // Extreme --tokens, --peak-tflops or --gpu-memory put a figure beyond a double: the JSON line
+  // has null there (JSON has no infinity), and the report says why.
+  if (const io::JsonObject json = json_of(p); !json.non_finite().empty())
+    p.notes.push_back(fmt::format("{}: beyond the range of a double (with --tokens {:g}, --peak-tflops {:g}, "
+                                  "--efficiency {:g}, --gpu-memory {:g} GiB); null in the JSON line",
+                                  io::describe_non_finite(json), p.tokens, p.hardware.peak_tflops,
+                                  p.hardware.efficiency, p.hardware.gpu_memory_gib));
   return p;
 }
 
@@ -344,35 +360,54 @@ std::string report(const Plan& p) {
   return out;
 }
 
-std::string report_json(const Plan& p) {
+namespace {
+
+io::JsonObject json_of(const Plan& p) {
+  using io::digits, io::exponent, io::fixed;
   const Config& c = p.config;
   const RankMemory& r = p.memory;
   const ParameterBytes& pb = r.parameter_bytes;
-  std::string problems, suggestions;
-  for (const std::string& s : p.problems) problems += (problems.empty() ? "" : ", ") + io::json_string(s);
-  for (const Suggestion& s : p.suggestions) {
-    std::string sets;
-    for (const std::string& k : s.sets) sets += (sets.empty() ? "" : ", ") + io::json_string(k);
-    suggestions += fmt::format("{}{{\"set\": [{}], \"memory_bytes\": {}, \"training_days\": {:.6g}}}",
-                               suggestions.empty() ? "" : ", ", sets, s.bytes, s.days);
-  }
-  return fmt::format(
-      "{{\"deck\": {}, \"gpus\": {}, \"tensor\": {}, \"pipeline\": {}, \"data\": {}, \"params\": {}, "
-      "\"params_narayanan_eq2\": {:.0f}, \"most_loaded_stage\": {}, "
-      "\"memory_bytes\": {{\"weights\": {}, \"master_weights\": {}, \"gradients\": {}, \"optimizer_state\": {}, "
-      "\"activations\": {}, \"logits\": {}, \"workspace\": {}, \"total\": {}}}, \"gpu_memory_bytes\": {:.0f}, "
-      "\"flops_per_iteration\": {:.6e}, \"flops_per_iteration_by_recompute\": {{\"none\": {:.6e}, \"selective\": "
-      "{:.6e}, \"full\": {:.6e}}}, \"peak_tflops\": {:g}, \"efficiency\": {:g}, \"seconds_per_iteration\": {:.6g}, "
-      "\"tokens\": {:.6e}, \"iterations\": {:.6g}, \"training_days\": {:.6g}, \"training_days_eq4\": {:.6g}, "
-      "\"total_flops_6nt\": {:.6e}, \"pipeline_bubble\": {:.6g}, \"communication_bytes_per_step\": {{\"tensor\": "
-      "{:.0f}, \"pipeline\": {:.0f}, \"data\": {:.0f}, \"embedding\": {:.0f}}}, \"fits\": {}, \"problems\": [{}], "
-      "\"suggestions\": [{}]}}",
-      io::json_string(p.deck), p.gpus, c.tensor(), c.pipeline, c.data, p.parameters, p.parameters_eq2, r.stage,
-      pb.weights, pb.master, pb.gradients, pb.optimizer, r.activations, r.head, r.workspace, r.total(),
-      p.hardware.gpu_memory_gib * kGiB, p.flops, p.flops_none, p.flops_selective, p.flops_full, p.hardware.peak_tflops,
-      p.hardware.efficiency, p.seconds_per_iteration, p.tokens, p.iterations, p.training_days, p.training_days_eq4,
-      p.total_flops_6nt, p.bubble, p.communication.tensor, p.communication.pipeline, p.communication.data,
-      p.communication.embedding, p.fits ? "true" : "false", problems, suggestions);
+  std::vector<io::JsonObject> suggestions;
+  for (const Suggestion& s : p.suggestions)
+    suggestions.push_back(io::JsonObject()
+                              .strings("set", s.sets)
+                              .integer("memory_bytes", s.bytes)
+                              .number("training_days", s.days, digits(6)));
+  io::JsonObject o;
+  o.string("deck", p.deck).integer("gpus", p.gpus).integer("tensor", c.tensor()).integer("pipeline", c.pipeline);
+  o.integer("data", c.data).integer("params", p.parameters).number("params_narayanan_eq2", p.parameters_eq2, fixed(0));
+  o.integer("most_loaded_stage", r.stage);
+  o.object("memory_bytes", io::JsonObject()
+                               .integer("weights", pb.weights)
+                               .integer("master_weights", pb.master)
+                               .integer("gradients", pb.gradients)
+                               .integer("optimizer_state", pb.optimizer)
+                               .integer("activations", r.activations)
+                               .integer("logits", r.head)
+                               .integer("workspace", r.workspace)
+                               .integer("total", r.total()));
+  o.number("gpu_memory_bytes", p.hardware.gpu_memory_gib * kGiB, fixed(0));
+  o.number("flops_per_iteration", p.flops, exponent(6));
+  o.object("flops_per_iteration_by_recompute", io::JsonObject()
+                                                   .number("none", p.flops_none, exponent(6))
+                                                   .number("selective", p.flops_selective, exponent(6))
+                                                   .number("full", p.flops_full, exponent(6)));
+  o.number("peak_tflops", p.hardware.peak_tflops, digits(6)).number("efficiency", p.hardware.efficiency, digits(6));
+  o.number("seconds_per_iteration", p.seconds_per_iteration, digits(6)).number("tokens", p.tokens, exponent(6));
+  o.number("iterations", p.iterations, digits(6)).number("training_days", p.training_days, digits(6));
+  o.number("training_days_eq4", p.training_days_eq4, digits(6));
+  o.number("total_flops_6nt", p.total_flops_6nt, exponent(6)).number("pipeline_bubble", p.bubble, digits(6));
+  o.object("communication_bytes_per_step", io::JsonObject()
+                                               .number("tensor", p.communication.tensor, fixed(0))
+                                               .number("pipeline", p.communication.pipeline, fixed(0))
+                                               .number("data", p.communication.data, fixed(0))
+                                               .number("embedding", p.communication.embedding, fixed(0)));
+  o.boolean("fits", p.fits).strings("problems", p.problems).objects("suggestions", suggestions);
+  return o;
 }
+
+}  // namespace
+
+std::string report_json(const Plan& p) { return json_of(p).text(); }
 
 }  // namespace tptrain::plan

@@ -98,7 +98,9 @@ Plan make_plan(const Config& c, const Hardware& hw, double deck_tokens, const st
 Plan make_plan(const io::Deck& deck, const Hardware& hw);
 
 // The report for people, and its last line: one JSON object (`params`, `memory_bytes` by category,
-// `flops_per_iteration`, `seconds_per_iteration`, `training_days`, `fits`, `problems`, ...).
+// `flops_per_iteration`, `seconds_per_iteration`, `training_days`, `fits`, `problems`, ...). A
+// figure beyond a double's range (from extreme --tokens, --peak-tflops or --gpu-memory) is null
+// in the JSON and the report says why.
 std::string report(const Plan& p);
 std::string report_json(const Plan& p);
 
