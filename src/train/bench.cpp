@@ -46,6 +46,41 @@ constexpr bool gemms_on_host() {
   return Kokkos::SpaceAccessibility<Kokkos::HostSpace, kx::MemSpace>::accessible;
 }
 
+// How far a run of `total` steps is, said by rank 0: with `pace`, after the first step what the
+// rest will take at its pace; then a line every 10 s, so that a long warm-up (up to
+// BenchOptions::max_warmup steps of a large model) is not minutes of silence.
+class StepProgress {
+ public:
+  StepProgress(const char* what, std::int64_t total, bool pace) : what_(what), total_(total), pace_(pace) {}
+  void step_done(std::int64_t done) {
+    const auto now = Clock::now();
+    const double elapsed = std::chrono::duration<double>(now - start_).count();
+    const double left = elapsed / static_cast<double>(done) * static_cast<double>(total_ - done);
+    if (pace_ && done == 1 && total_ > 1) {
+      log::infof("bench: {} step 1/{} took {:.3g} s: about {} more for the {}", what_, total_, elapsed,
+                 format_seconds(left), what_);
+    } else if (done < total_ && now - last_ >= std::chrono::seconds(10)) {
+      log::infof("bench: {} step {}/{} after {}, about {} left", what_, done, total_, format_seconds(elapsed),
+                 format_seconds(left));
+    } else {
+      return;
+    }
+    last_ = now;
+  }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  static std::string format_seconds(double s) {
+    if (s >= 3600) return fmt::format("{:.1f} h", s / 3600);
+    if (s >= 60) return fmt::format("{:.1f} min", s / 60);
+    return fmt::format("{:.3g} s", s);
+  }
+  const char* what_;
+  std::int64_t total_;
+  bool pace_;
+  Clock::time_point start_ = Clock::now(), last_ = start_;
+};
+
 
 template <class T>
 int bench_as(const io::Deck& deck_in, const parallel::Topology& topo, const BenchOptions& o) {
@@ -78,14 +113,22 @@ int bench_as(const io::Deck& deck_in, const parallel::Topology& topo, const Benc
   log::info("bench: " + run->memory_report());
 
   std::int64_t step = 0;
-  for (; step < o.warmup; ++step) run->step(step);
+  StepProgress warmup("warm-up", o.warmup, true);
+  for (; step < o.warmup; ++step) {
+    run->step(step);
+    warmup.step_done(step + 1);
+  }
   auto& clock = util::PhaseClock::instance();
   const std::int64_t blocks_before = run->model().recomputed_blocks(), heads_before = run->model().recomputed_heads();
   barrier(world);
   clock.reset();
   clock.set_timing(true);
   const auto t0 = std::chrono::steady_clock::now();
-  for (; step < o.warmup + o.steps; ++step) run->step(step);
+  StepProgress timed("timed", o.steps, false);
+  for (; step < o.warmup + o.steps; ++step) {
+    run->step(step);
+    timed.step_done(step + 1 - o.warmup);
+  }
   Kokkos::fence();
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   clock.set_timing(false);
