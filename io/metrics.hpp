@@ -24,8 +24,8 @@ struct MetricsRecord {
 };
 
 // JSON line of a record: {"step": 10, "loss": ..., "lr": ..., "grad_norm": ..., "tokens_per_s": ...[, "eval_loss": ...]
-// [, "loss_scale": ..., "skipped": ...][, "<field>": <integer>, ...]}. A non-finite grad_norm (an fp16
-// step that overflowed) is null.
+// [, "loss_scale": ..., "skipped": ...][, "<field>": <integer>, ...]}. A value that is not finite (the
+// loss or grad_norm of an fp16 step that overflowed) is null (io/json_line.hpp).
 std::string to_json(const MetricsRecord& r);
 
 class MetricsWriter {

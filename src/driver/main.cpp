@@ -19,18 +19,15 @@ namespace {
 
 // CLI11's own range validators print their bounds as doubles (a 309-digit number); these say
 // what was expected in words: "--tokens: expected a positive integer, got 0".
-CLI::Validator integer_at_least(int lo) {
+CLI::Validator integer_at_least(int lo, int most = std::numeric_limits<int>::max()) {
   const std::string what = lo > 0 ? "a positive integer" : "a non-negative integer";
   return CLI::Validator(
-      [what, lo](std::string& text) -> std::string {
+      [what, lo, most](std::string& text) -> std::string {
         long long v = 0;
         const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-        if (ec == std::errc() && end == text.data() + text.size() && v >= lo &&
-            v <= std::numeric_limits<int>::max())
-          return {};
+        if (ec == std::errc() && end == text.data() + text.size() && v >= lo && v <= most) return {};
         if (ec != std::errc::invalid_argument && end == text.data() + text.size() && v >= lo)
-          return fmt::format("expected {} no larger than {}, got {}", what,
-                             std::numeric_limits<int>::max(), text);
+          return fmt::format("expected {} no larger than {}, got {}", what, most, text);
         return fmt::format("expected {}, got {}", what, text);
       },
       lo > 0 ? "INT > 0" : "INT >= 0");
@@ -125,9 +122,13 @@ int main(int argc, char** argv) {
       "model FLOP/s, the GEMM peak measured in the same run, MFU and the step time by phase (run under "
       "mpiexec like train; one JSON line at the end)");
   add_deck_options(*bench_cmd, deck);
-  bench_cmd->add_option("--steps", bench_opts.steps, "timed steps")->check(integer_at_least(1))->capture_default_str();
-  bench_cmd->add_option("--warmup", bench_opts.warmup, "untimed steps before them")
-      ->check(integer_at_least(0))
+  bench_cmd->add_option("--steps", bench_opts.steps, fmt::format("timed steps (at most {})", BenchOptions::max_steps))
+      ->check(integer_at_least(1, BenchOptions::max_steps))
+      ->capture_default_str();
+  bench_cmd
+      ->add_option("--warmup", bench_opts.warmup,
+                   fmt::format("untimed steps before them (at most {})", BenchOptions::max_warmup))
+      ->check(integer_at_least(0, BenchOptions::max_warmup))
       ->capture_default_str();
 
   auto* eval_cmd = app.add_subcommand("eval", "mean loss of a checkpoint over evaluation windows");

@@ -1107,6 +1107,71 @@ group_generate() {
   fi
 }
 
+# ---- 5. round 2: plan ranges and strict JSON (issue 20, defects 1, 2, 9, 10) ----------------
+
+# Every line of the case's output that starts with '{' is strict JSON (tests/strict_json.py).
+verify_json_strict() { "$PY" "$SRC/tests/strict_json.py" --lines "$1.out"; }
+verify_json_null_gpu_memory() { "$PY" "$SRC/tests/strict_json.py" --lines --null gpu_memory_bytes "$1.out"; }
+verify_json_null_days() { "$PY" "$SRC/tests/strict_json.py" --lines --null training_days "$1.out"; }
+verify_json_null_loss() { "$PY" "$SRC/tests/strict_json.py" --lines --null loss "$1.out"; }
+verify_json_progress() {
+  grep -aq 'bench: warm-up step 1/5 took' "$1.out" || { echo "no progress line for the warm-up"; return 1; }
+  verify_json_strict "$1"
+}
+group_round2_plan_json() {
+  local P=("$EXE" plan "$DECK")
+  # plan exits 1 for a deck that cannot run as written, with the reasons on stdout: a success here.
+  local P1=(bash -c '"$@"; [ $? -eq 1 ]' plan_exits_1 "$EXE" plan "$DECK")
+  run_case r2_plan_params_beyond_64_bits fail -- "${P[@]}" --set model.hidden=500000000 --set model.heads=2 \
+    --set model.ffn_hidden=2 --set model.layers=64
+  run_case r2_plan_bytes_beyond_64_bits fail -- "${P[@]}" --set model.hidden=715827882 --set model.heads=2 \
+    --set model.ffn_hidden=2 --set model.layers=2
+  run_case r2_plan_seq_length_beyond_64_bits fail -- "${P[@]}" --set model.seq_length=2147483646 \
+    --set model.heads=2 --set model.hidden=1024 --set training.micro_batch=1 --set training.global_batch=1
+  run_case r2_plan_gpu_memory_1e300 ok verify=verify_json_null_gpu_memory -- "${P[@]}" --gpu-memory 1e300
+  run_case r2_plan_tokens_1e308_peak_1e-300 ok verify=verify_json_null_days -- "${P[@]}" --tokens 1e308 \
+    --peak-tflops 1e-300
+  run_case r2_plan_days_nan_suggestions ok verify=verify_json_strict -- "${P1[@]}" --gpus 4 --tokens 5e-324 \
+    --peak-tflops 1e-300 --efficiency 1e-300
+  run_case r2_plan_layers_2000000 ok timeout=10 verify=verify_json_strict -- "${P[@]}" --set model.layers=2000000 \
+    --gpu-memory 1000
+  run_case r2_plan_layers_2000000_suggest ok timeout=10 verify=verify_json_strict -- "${P1[@]}" \
+    --set model.layers=2000000 --gpus 8
+  run_case r2_plan_gpus_per_node_2147483647 ok timeout=10 verify=verify_json_strict -- "${P1[@]}" --gpus 4 \
+    --gpus-per-node 2147483647
+  run_case r2_plan_gpus_2147483647 ok timeout=10 verify=verify_json_strict -- "${P1[@]}" --gpus 2147483647
+  run_case r2_check_json ok verify=verify_json_strict -- "$EXE" check "$DECK" --json
+  run_case r2_bench_warmup_100000 fail -- "${MPI[@]}" "$EXE" bench "$DECK" --warmup 100000
+  run_case r2_bench_steps_2147483647 fail -- "${MPI[@]}" "$EXE" bench "$DECK" --steps 2147483647
+  run_case r2_bench_warmup_progress ok verify=verify_json_progress -- "${MPI[@]}" "$EXE" bench "$DECK" --warmup 5 \
+    --steps 1
+  run_case r2_eval_json ok needs=ck verify=verify_json_strict -- "${MPI[@]}" "$EXE" eval "$DECK" --checkpoint "$CK4"
+  # An fp16 run whose loss is not finite (ln_f's weight scaled by 1e6 overflows the logits): whether it
+  # stops or not, every metrics line it wrote is strict JSON, its loss null.
+  if any_selected r2_fp16_metrics_json && ensure_ck; then
+    local r=$RUNS/r2_fp16
+    mkdir -p "$r/ck"
+    "$PY" - "$CK4" "$r/ck/$(basename "$CK4")" "$SRC/io" <<'PY'
+import shutil, sys
+import h5py, numpy as np
+sys.path.insert(0, sys.argv[3])
+from checkpoint_stats import CHECKSUM_ATTRIBUTE, checksum_block
+shutil.copyfile(sys.argv[1], sys.argv[2])
+with h5py.File(sys.argv[2], "r+") as f:
+    d = f["model/ln_f/weight"]
+    v = d[...].astype(np.float32) * np.float32(1e6)
+    d[...] = v
+    d.attrs[CHECKSUM_ATTRIBUTE] = np.uint64(checksum_block(v.reshape(-1), 0))
+PY
+    local save=$CASES
+    CASES=.
+    run_case r2_fp16_overflowing_run any -- "${TRAIN[@]}" --set training.precision=fp16 --set run.dir="$r" \
+      --set checkpoint.dir="$r/ck" --set checkpoint.resume=true --set training.steps=6 --set training.log_interval=1
+    CASES=$save
+    run_case r2_fp16_metrics_json ok verify=verify_json_null_loss -- cat "$r/metrics.jsonl"
+  fi
+}
+
 # ---- run the groups -------------------------------------------------------------------------
 
 T_START=$(date +%s)
@@ -1125,6 +1190,7 @@ group_ck_h5
 group_ck_model
 group_ck_resume_dirs
 group_generate
+group_round2_plan_json
 run_kill rank1
 run_kill rank0
 run_kill mpiexec
