@@ -4,7 +4,8 @@
 // with a fixed random w of the layer's logical output shape; for a column-parallel output each
 // rank sums its own slice and the group sums the partial sums, for a replicated output every
 // rank computes the whole sum. Inputs, weights and w are drawn by LOGICAL index, so the value
-// of L must also be the same for every layout (a check of each layer's sharding).
+// of L must also be the same for every layout (a check of each layer's sharding). The linear
+// layers, LayerNorm and the block are checked again with sequence parallelism (token shards).
 // Also: the conjugate operators f and g of src/parallel/mappings.hpp against hand-computed sums.
 #include <algorithm>
 #include <cmath>
