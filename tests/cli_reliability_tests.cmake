@@ -76,3 +76,13 @@ foreach(case usr1 term_rank0 slurm_cpu)
                    ${_decks}/valid.toml $<TARGET_FILE:tptrain> ${_mpi2})
   set_tests_properties(cli_signal_${case} PROPERTIES TIMEOUT 180)
 endforeach()
+
+# metrics.jsonl: a cut last line is dropped on resume, any other bad line is refused with the
+# file and the line, a write past a file size limit stops the run with the reason
+# (tests/metrics_cases.sh).
+foreach(case cut_line bad_line size_limit)
+  add_test(NAME cli_metrics_${case}
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/metrics_cases.sh ${case} ${_rel}/metrics_${case}
+                   ${_decks}/valid.toml $<TARGET_FILE:tptrain> ${_mpi2})
+  set_tests_properties(cli_metrics_${case} PROPERTIES TIMEOUT 180)
+endforeach()

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
@@ -106,6 +107,9 @@ void add_deck_options(CLI::App& cmd, tptrain::driver::DeckOptions& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A file size limit (ulimit -f) then fails a write with EFBIG, which the checkpoint and
+  // metrics writers report with the file's name, instead of ending the process with a core dump.
+  std::signal(SIGXFSZ, SIG_IGN);
   using namespace tptrain::driver;
   CLI::App app{"tptrain: Megatron-style tensor/pipeline/data-parallel GPT training on Kokkos + MPI"};
   app.require_subcommand(1);

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <random>
 
-#include "io/metrics.hpp"
+#include "io/metrics_writer.hpp"
 #include "io/run_lock.hpp"
 #include "io/writable_directory.hpp"
 #include "src/log.hpp"
@@ -100,8 +100,23 @@ int train_as(const io::Deck& deck, const parallel::Topology& topo) {
 
   std::unique_ptr<io::MetricsWriter> metrics;
   on_every_rank(topo.world(), [&] {
-    metrics = std::make_unique<io::MetricsWriter>(topo.world_rank() == 0 ? deck.run.dir : "", first_step);
+    metrics = std::make_unique<io::MetricsWriter>(topo.world_rank() == 0 ? deck.run.dir : "", first_step, log::warning);
   });
+  // A record that cannot be written (a full disk) stops the run, as a checkpoint that cannot
+  // be written does: records are never lost in silence, and the resumed run logs every step
+  // after its checkpoint again.
+  const auto on_metrics = [&](auto&& f) {
+    on_every_rank(topo.world(), [&] {
+      try {
+        f();
+      } catch (const io::MetricsWriteError& e) {
+        throw std::runtime_error(fmt::format("{}: the run stops here; once there is room, run again with "
+                                             "checkpoint.resume = true (the steps after the newest checkpoint "
+                                             "are trained and logged again)",
+                                             e.what()));
+      }
+    });
+  };
 
   const auto start = std::chrono::steady_clock::now();
   auto window_start = start;
@@ -151,7 +166,7 @@ int train_as(const io::Deck& deck, const parallel::Topology& topo) {
       }
       log::info(line);
       rec.fields = measured_memory_fields(topo.world());  // collective: every rank logs the same steps
-      metrics->write(rec);
+      on_metrics([&] { metrics->write(rec); });
       window_tokens = 0;
       window_start = std::chrono::steady_clock::now();
     }
@@ -169,6 +184,7 @@ int train_as(const io::Deck& deck, const parallel::Topology& topo) {
       break;
     }
   }
+  on_metrics([&] { metrics->close(); });
   const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   log::infof("trained steps {}..{} in {:.1f} s ({:.0f} tokens/s)", first_step + 1, end_step, total,
              static_cast<double>((end_step - first_step) * run->tokens_per_step()) / total);
