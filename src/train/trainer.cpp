@@ -5,6 +5,7 @@
 #include <random>
 
 #include "io/metrics_writer.hpp"
+#include "io/requeue_marker.hpp"
 #include "io/run_lock.hpp"
 #include "io/writable_directory.hpp"
 #include "src/log.hpp"
@@ -42,6 +43,7 @@ int train_as(const io::Deck& deck, const parallel::Topology& topo) {
     io::prepare_writable_directory(deck.run.dir, "run.dir");
     io::prepare_writable_directory(deck.checkpoint.dir, "checkpoint.dir");
     lock = std::make_unique<io::RunLock>(std::vector<std::string>{deck.run.dir, deck.checkpoint.dir}, log::warning);
+    io::remove_requeue_marker(deck.run.dir);  // only a stop of this run may leave one
   });
   on_every_rank(topo.world(), [&] {
     if (topo.world_rank() != 0) io::prepare_writable_directory(deck.checkpoint.dir, "checkpoint.dir");
@@ -123,6 +125,7 @@ int train_as(const io::Deck& deck, const parallel::Topology& topo) {
   std::int64_t window_tokens = 0;
   std::int64_t skipped = 0;  // fp16 steps skipped since the last metrics line
   std::int64_t end_step = tc.steps;  // earlier when a stop signal ends the run
+  int stopped_by = 0;                // that signal
   const auto write_checkpoint = [&](std::int64_t done) {  // collective: the checkpoint after `done` steps
     save_checkpoint(run->model(), deck, topo, done, done * run->tokens_per_step(), run->train_state());
     prune_checkpoints(topo.world(), deck.checkpoint.dir, deck.checkpoint.keep);
@@ -178,13 +181,25 @@ int train_as(const io::Deck& deck, const parallel::Topology& topo) {
     if (last) continue;
     if (const int signal = parallel::agree_on_stop_signal(topo.world(), util::stop_signal_received())) {
       if (!checkpoint_now) write_checkpoint(step + 1);
-      log::infof("received {}: checkpoint of step {} written; exiting with status {} so the job is requeued",
-                 util::signal_name(signal), step + 1, util::kRequeueExitStatus);
+      stopped_by = signal;
       end_step = step + 1;
       break;
     }
   }
   on_metrics([&] { metrics->close(); });
+  if (stopped_by != 0) {
+    if (topo.world_rank() == 0) {
+      const std::string why = io::write_requeue_marker(
+          deck.run.dir, fmt::format("{}: checkpoint of step {} written ({}); resume with checkpoint.resume = true",
+                                    util::signal_name(stopped_by), end_step,
+                                    checkpoint_path(deck.checkpoint.dir, end_step)));
+      if (!why.empty())
+        log::warning("cannot write the requeue marker " + why + ": the job scripts requeue on exit status " +
+                     std::to_string(util::kRequeueExitStatus) + " only");
+    }
+    log::infof("received {}: checkpoint of step {} written; exiting with status {} so the job is requeued",
+               util::signal_name(stopped_by), end_step, util::kRequeueExitStatus);
+  }
   const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   log::infof("trained steps {}..{} in {:.1f} s ({:.0f} tokens/s)", first_step + 1, end_step, total,
              static_cast<double>((end_step - first_step) * run->tokens_per_step()) / total);
