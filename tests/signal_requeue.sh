@@ -13,6 +13,10 @@
 #              the same script whose srun is a real mpiexec, and SIGTERM to that mpiexec: the
 #              ranks stop with their checkpoint, mpiexec itself exits 1, and the job is requeued
 #              all the same, on the <run.dir>/requeue marker that rank 0 left
+#   startup    the signal raised at the first instruction of each rank (the test hook
+#              TPTRAIN_TEST_STOP_SIGNAL_AT_START, before any library is initialised): the run
+#              stops after step 1 with its checkpoint and status 3; `tptrain check` dies of it
+#              as before; the next run removes the marker
 # Every stop leaves <run.dir>/requeue naming the signal and the step.
 # The run to be stopped has 10^6 steps, so no timing decides whether the signal comes before
 # its end; the runs compared with it (resumed, uninterrupted) stop a few steps after the step it
@@ -173,6 +177,24 @@ launcher_term)
   grep -q "^tptrain: the launcher exited with status 3," "$work/job.log" && fail "mpiexec exited 3: the marker decided nothing"
   stopped_step "$work/job.log" SIGTERM >/dev/null || exit 1
   [ "$(cat "$work/scontrol.log")" = "requeue 4243" ] || fail "expected one 'scontrol requeue 4243'"
+  ;;
+startup)
+  TPTRAIN_TEST_STOP_SIGNAL_AT_START=SIGTERM "${ranks[@]}" "$exe" "${train[@]}" "${run[@]}" --set training.steps=50 \
+    >"$work/stopped.log" 2>&1
+  status=$?
+  cat "$work/stopped.log"
+  [ "$status" -eq 0 ] || fail "mpiexec failed ($status)"
+  ranks_exited 3
+  step=$(stopped_step "$work/stopped.log" SIGTERM) || exit 1
+  [ "$step" -eq 1 ] || fail "a signal from the start stopped the run after step $step, not step 1"
+  # The commands with nothing to save end on the signal, as they always did.
+  TPTRAIN_TEST_STOP_SIGNAL_AT_START=SIGTERM "$exe" check "$deck" >"$work/check.log" 2>&1
+  status=$?
+  [ "$status" -eq $((128 + 15)) ] || { cat "$work/check.log"; fail "tptrain check: expected death by SIGTERM (143), got $status"; }
+  "${mpi2[@]}" "$exe" "${train[@]}" "${run[@]}" --set training.steps=3 --set checkpoint.resume=true \
+    >"$work/resumed.log" 2>&1 || { cat "$work/resumed.log"; fail "the resumed run failed"; }
+  [ ! -e "$work/run/requeue" ] || fail "the next run left the requeue marker of the stopped one"
+  echo "stopped after step 1 by a SIGTERM raised at the first instruction; check died of it; the next run removed the marker"
   ;;
 *)
   fail "unknown case $case_name"
