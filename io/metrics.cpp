@@ -3,9 +3,7 @@
 #include "io/json_line.hpp"
 
 #include <cmath>
-#include <filesystem>
 #include <fmt/format.h>
-#include <stdexcept>
 
 namespace tptrain::io {
 
@@ -19,31 +17,6 @@ std::string to_json(const MetricsRecord& r) {
   if (r.skipped) o.integer("skipped", *r.skipped);
   for (const auto& [name, value] : r.fields) o.integer(name, value);
   return o.text();
-}
-
-MetricsWriter::MetricsWriter(const std::string& dir, std::int64_t resumed_step) {
-  if (dir.empty()) return;
-  std::filesystem::create_directories(dir);
-  path_ = (std::filesystem::path(dir) / "metrics.jsonl").string();
-  std::string kept;
-  if (resumed_step > 0) {
-    std::ifstream in(path_);
-    std::string line;
-    const std::string key = "{\"step\": ";
-    while (std::getline(in, line)) {
-      if (line.rfind(key, 0) != 0) continue;
-      if (std::stoll(line.substr(key.size())) <= resumed_step) kept += line + '\n';
-    }
-  }
-  out_.open(path_, std::ios::trunc);
-  out_ << kept;
-  if (!out_) throw std::runtime_error("cannot open " + path_ + " for writing");
-}
-
-void MetricsWriter::write(const MetricsRecord& r) {
-  if (!out_.is_open()) return;
-  out_ << to_json(r) << '\n';
-  out_.flush();
 }
 
 }  // namespace tptrain::io

@@ -10,7 +10,9 @@
 namespace tptrain::train {
 
 // 3 (util::kRequeueExitStatus) when a stop signal (util/stop_signal.hpp) ended the run early:
-// the ranks agreed on a step, finished it and wrote its checkpoint.
+// the ranks agreed on a step, finished it and wrote its checkpoint, and rank 0 left the marker
+// <run.dir>/requeue (io/requeue_marker.hpp). A metrics record that cannot be written ends the
+// run like a failed checkpoint (parallel::AgreedError).
 int run_training(const io::Deck& deck, const parallel::Topology& topo);
 
 int run_eval(const io::Deck& deck, const parallel::Topology& topo, const std::string& checkpoint,

@@ -1235,6 +1235,219 @@ PY
   fi
 }
 
+# ---- round 2: metrics.jsonl and stop signals ---------------------------------------------------
+# metrics.jsonl on a full disk and with damaged lines; stop signals from the first instruction of
+# a rank, and to the launcher itself; the test main with Catch2's -o on 2 ranks.
+
+# The run.dir of a case (its last --set run.dir=...).
+run_dir_of() { grep -ao 'run.dir=[^ ]*' "$1.cmd" | tail -1 | sed 's/^run.dir=//'; }
+# metrics.jsonl holds whole records of steps 1..training.steps, one per step, nothing else.
+verify_metrics_complete() {
+  local f steps why
+  f=$(run_dir_of "$1")/metrics.jsonl
+  steps=$(grep -ao 'training.steps=[0-9]*' "$1.cmd" | tail -1 | sed 's/.*=//')
+  why=$(awk -v n="$steps" '
+    !/^\{"step": [0-9]+, .*\}$/ { print "line " NR " is not a whole record: " substr($0, 1, 40); bad = 1; exit }
+    { s = $2; sub(/,$/, "", s); if (s + 0 != NR) { print "line " NR " holds step " s; bad = 1; exit } }
+    END { if (!bad && NR != n) print NR " records, expected " n }' "$f" 2>&1)
+  [ -z "$why" ] && [ "$(tail -c1 "$f" | od -An -c | tr -d ' ')" = '\n' ] && return 0
+  echo "$f: ${why:-the last line has no newline}"
+  return 1
+}
+
+# classify_stop NAME RC MS LOG RUN_DIR WANT_STEP LAUNCHER_RC: a run that a stop signal was meant to
+# end. ok: exit 3 (or LAUNCHER_RC, the status of a launcher that got the signal itself), the
+# marker <RUN_DIR>/requeue names the step (WANT_STEP when given), and that checkpoint verifies.
+classify_stop() {
+  local name=$1 rc=$2 ms=$3 log=$4 dir=$5 want=$6 launcher_rc=${7:-3} secs outcome msg step ck
+  secs=$(awk -v ms="$ms" 'BEGIN { printf "%.1f", ms / 1000 }')
+  step=$(sed -n 's/^SIG[A-Z0-9]*: checkpoint of step \([0-9]*\) written.*/\1/p' "$dir/requeue" 2>/dev/null)
+  ck=$(printf '%s/checkpoints/step_%08d.h5' "$dir" "${step:-0}")
+  if { [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; } && [ "$ms" -ge $((TIMEOUT * 1000)) ]; then
+    outcome=HANG msg="did not stop within ${TIMEOUT}s: $(last_line "$log.out")"
+  elif grep -aqE "$CRASH_RE" "$log.err" "$log.out" 2>/dev/null || [ "$rc" -ge 128 ]; then
+    outcome=CRASH msg="rc $rc: $(grep -ahE -m1 "$CRASH_RE" "$log.err" "$log.out" | head -1)"
+  elif [ -z "$step" ]; then
+    outcome="SILENT WRONG" msg="rc $rc and no requeue marker in $dir: $(last_line "$log.out")"
+  elif [ "$rc" -ne 3 ] && [ "$rc" -ne "$launcher_rc" ]; then
+    outcome="UNEXPECTED ERROR" msg="rc $rc: $(first_error "$log.err")"
+  elif [ -n "$want" ] && [ "$step" -ne "$want" ]; then
+    outcome="SILENT WRONG" msg="stopped after step $step, not step $want"
+  elif ! "$EXE" inspect "$ck" >"$log.inspect" 2>&1; then
+    outcome="SILENT WRONG" msg="the checkpoint of step $step does not verify: $(first_error "$log.inspect")"
+  else
+    outcome=ok msg="rc $rc, stopped after step $step, checkpoint verifies: $(cat "$dir/requeue")"
+  fi
+  msg=${msg//$OUT/OUT}
+  CASE_N=${log##*/}
+  CASE_N=$((10#${CASE_N%%_*}))
+  record "$name" stopped "$outcome" "$secs" "$msg"
+}
+
+# Both ranks of the test main wrote their report: report.txt and report.rank1.txt.
+verify_test_reports() {
+  local f
+  for f in report.txt report.rank1.txt; do
+    grep -q 'All tests passed' "$WORK/r2sm_test_main/$f" 2>/dev/null || { echo "no passing report in $f"; return 1; }
+  done
+}
+
+group_round2_signals_metrics() {
+  local stop=(--set training.log_interval=1 --set training.eval_interval=0 --set checkpoint.interval=0)
+  local long=(--set training.steps=1000000)
+
+  # 6. metrics.jsonl
+  local M=$RUNS/r2sm_metrics
+  if any_selected r2sm_metrics_cut_last_line r2sm_metrics_cut_record r2sm_metrics_step_beyond_int64 \
+    r2sm_metrics_garbage_middle r2sm_metrics_out_of_order r2sm_metrics_fifo r2sm_metrics_dir; then
+    local base=(--set training.log_interval=1 --set training.eval_interval=0 --set checkpoint.interval=2)
+    metrics_fixture() { # NAME: a 4-step run in $M/NAME (checkpoints at 2 and 4)
+      local save=$CASES
+      CASES=.
+      run_case "r2sm_metrics_fixture_$1" ok -- "${TRAIN[@]}" --set run.dir="$M/$1" "${base[@]}" --set training.steps=4
+      CASES=$save
+    }
+    resume_metrics() { # NAME EXPECT [VERIFY]: resume $M/NAME to step 6
+      run_case "r2sm_metrics_$1" "$2" ${3:+verify=$3} -- "${TRAIN[@]}" --set run.dir="$M/$1" "${base[@]}" \
+        --set checkpoint.resume=true --set training.steps=6
+    }
+    names_line() { # NAME LINE: the refusal of the last case names metrics.jsonl:LINE, and the file is whole
+      local err=$LOG.err
+      new_log "r2sm_metrics_$1_names_line"
+      if first_error "$err" | grep -q "metrics.jsonl:$2: "; then
+        record "r2sm_metrics_$1_names_line" ok ok 0 "the error names metrics.jsonl:$2"
+      else
+        record "r2sm_metrics_$1_names_line" ok "NO MESSAGE" 0 "the error does not name metrics.jsonl:$2: $(first_error "$err")"
+      fi
+    }
+    if selected r2sm_metrics_cut_last_line; then
+      metrics_fixture cut_last_line && printf '{"step": ' >>"$M/cut_last_line/metrics.jsonl"
+      resume_metrics cut_last_line ok verify_metrics_complete
+    fi
+    if selected r2sm_metrics_cut_record; then
+      # Killed after its checkpoint of step 4 while logging step 5: half a record, no newline.
+      metrics_fixture cut_record && printf '{"step": 5, "loss": 4.0' >>"$M/cut_record/metrics.jsonl"
+      resume_metrics cut_record ok verify_metrics_complete
+    fi
+    if selected r2sm_metrics_step_beyond_int64; then
+      metrics_fixture step_beyond_int64 &&
+        echo '{"step": 99999999999999999999, "loss": 1.0}' >>"$M/step_beyond_int64/metrics.jsonl"
+      resume_metrics step_beyond_int64 fail
+      names_line step_beyond_int64 5
+    fi
+    if selected r2sm_metrics_garbage_middle; then
+      metrics_fixture garbage_middle && sed -i '2s/.*/garbage/' "$M/garbage_middle/metrics.jsonl"
+      resume_metrics garbage_middle fail
+      names_line garbage_middle 2
+    fi
+    if selected r2sm_metrics_out_of_order; then
+      metrics_fixture out_of_order && sed -i '3s/"step": 3,/"step": 1,/' "$M/out_of_order/metrics.jsonl"
+      resume_metrics out_of_order fail
+      names_line out_of_order 3
+    fi
+    if selected r2sm_metrics_fifo; then
+      mkdir -p "$M/fifo" && mkfifo "$M/fifo/metrics.jsonl"
+      run_case r2sm_metrics_fifo fail -- "${TRAIN[@]}" --set run.dir="$M/fifo" "${base[@]}" --set training.steps=2
+    fi
+    if selected r2sm_metrics_dir; then
+      mkdir -p "$M/dir/metrics.jsonl"
+      run_case r2sm_metrics_dir fail -- "${TRAIN[@]}" --set run.dir="$M/dir" "${base[@]}" --set training.steps=2
+    fi
+  fi
+
+  # run.dir on a file system that fills up during the run (a tmpfs; needs root): the run stops
+  # with the reason, the file keeps whole records, and once there is room the resumed run
+  # completes the file.
+  if any_selected r2sm_metrics_disk_full r2sm_metrics_disk_full_whole_lines r2sm_metrics_disk_full_resume; then
+    local m=$MNT/r2sm
+    mkdir -p "$m"
+    if ! mount -t tmpfs -o size=1m tmpfs "$m" 2>"$MNT/r2sm_mount.err"; then
+      note "r2sm_metrics_disk_full skipped: mount -t tmpfs failed: $(head -1 "$MNT/r2sm_mount.err")"
+    else
+      local ck=$RUNS/r2sm_disk_full_ck
+      mkdir -p "$m/run"
+      dd if=/dev/zero of="$m/filler" bs=4k count=$((256 - 3)) 2>/dev/null # 12 KiB left: ~20 records
+      run_case r2sm_metrics_disk_full fail -- "${TRAIN[@]}" --set run.dir="$m/run" --set checkpoint.dir="$ck" \
+        --set training.log_interval=1 --set training.eval_interval=0 --set checkpoint.interval=10 --set training.steps=60
+      new_log r2sm_metrics_disk_full_whole_lines
+      local why
+      if ! grep -aq 'metrics.jsonl: No space left on device' "$CASEDIR/$(printf %03d $((N - 1)))_r2sm_metrics_disk_full.err"; then
+        record r2sm_metrics_disk_full_whole_lines ok "SILENT WRONG" 0 "no 'metrics.jsonl: No space left on device' error"
+      elif why=$(awk '!/^\{"step": [0-9]+, .*\}$/ { print "line " NR ": " substr($0, 1, 40); exit 1 }' "$m/run/metrics.jsonl"); then
+        record r2sm_metrics_disk_full_whole_lines ok ok 0 "$(wc -l <"$m/run/metrics.jsonl") whole records, then the error"
+      else
+        record r2sm_metrics_disk_full_whole_lines ok "SILENT WRONG" 0 "a cut or broken line: $why"
+      fi
+      rm -f "$m/filler"
+      run_case r2sm_metrics_disk_full_resume ok verify=verify_metrics_complete -- "${TRAIN[@]}" --set run.dir="$m/run" \
+        --set checkpoint.dir="$ck" --set training.log_interval=1 --set training.eval_interval=0 \
+        --set checkpoint.interval=10 --set training.steps=60 --set checkpoint.resume=true
+      umount "$m"
+    fi
+  fi
+
+  # 7. A stop signal at the first instruction of every rank (the test hook): exit 3 after step 1.
+  local sig
+  for sig in USR1 TERM; do
+    local name=r2sm_signal_at_start_${sig,,}
+    selected "$name" || continue
+    local d=$RUNS/$name t0 rc
+    wait_for_exe
+    new_log "$name"
+    printf 'TPTRAIN_TEST_STOP_SIGNAL_AT_START=SIG%s %s\n' "$sig" "${TRAIN[*]} --set run.dir=$d ${stop[*]} ${long[*]}" >"$LOG.cmd"
+    t0=$(now_ms)
+    (cd "$WORK" && ulimit -v "$VMEM_KB" && TPTRAIN_TEST_STOP_SIGNAL_AT_START=SIG$sig exec timeout -k 10 "$TIMEOUT" \
+      "${TRAIN[@]}" --set run.dir="$d" "${stop[@]}" "${long[@]}") </dev/null >"$LOG.out" 2>"$LOG.err"
+    rc=$?
+    classify_stop "$name" "$rc" $(($(now_ms) - t0)) "$LOG" "$d" 1
+  done
+
+  # A real SIGUSR1 / SIGTERM to rank 0's process soon after it appears (before or during start-up).
+  local ms
+  for ms in 15 100; do
+    for sig in USR1 TERM; do
+      local name=r2sm_signal_rank0_${sig,,}_after_${ms}ms
+      selected "$name" || continue
+      local d=$RUNS/$name r0=""
+      bg_start "$name" "$TIMEOUT" "${TRAIN[@]}" --set run.dir="$d" "${stop[@]}" "${long[@]}"
+      wait_for 20 eval 'r0=$(rank_pid "$BG_PID" 0); [ -n "$r0" ]'
+      sleep "$(awk -v ms="$ms" 'BEGIN { print ms / 1000 }')"
+      [ -n "$r0" ] && kill -"$sig" "$r0"
+      echo "kill -$sig rank 0 (pid ${r0:-none}) ${ms} ms after it appeared" >>"$BG_LOG.cmd"
+      wait "$BG_PID"
+      classify_stop "$name" $? $(($(now_ms) - BG_T0)) "$BG_LOG" "$d" ""
+    done
+  done
+
+  # 8. SIGTERM, SIGINT, SIGHUP to mpiexec itself: it sends SIGTERM to the ranks
+  # odls_base_sigkill_timeout seconds later (5 here, room for the checkpoint) and exits 1 of its
+  # own; the ranks stop cleanly and the marker says so.
+  for sig in TERM INT HUP; do
+    local name=r2sm_launcher_sig${sig,,}
+    selected "$name" || continue
+    local d=$RUNS/$name mp
+    OMPI_MCA_odls_base_sigkill_timeout=5 bg_start "$name" "$TIMEOUT" "${TRAIN[@]}" --set run.dir="$d" "${stop[@]}" "${long[@]}"
+    wait_for 20 grep -qs '"step": 3,' "$d/metrics.jsonl"
+    mp=$(launcher_pid "$BG_PID")
+    [ -n "$mp" ] && kill -"$sig" "$mp"
+    echo "kill -$sig mpiexec (pid ${mp:-none}) after step 3" >>"$BG_LOG.cmd"
+    wait "$BG_PID"
+    classify_stop "$name" $? $(($(now_ms) - BG_T0)) "$BG_LOG" "$d" "" 1
+  done
+
+  # The test main under mpiexec with Catch2's -o: one report per rank, no hang.
+  if selected r2sm_test_main_out; then
+    local tests=$BUILD/tests/tptrain_tests
+    if [ -x "$tests" ]; then
+      mkdir -p "$WORK/r2sm_test_main"
+      run_case r2sm_test_main_out ok timeout=120 verify=verify_test_reports -- "${MPI[@]}" "$tests" \
+        -o "$WORK/r2sm_test_main/report.txt" "[stop_signal]"
+    else
+      note "r2sm_test_main_out skipped: no $tests"
+    fi
+  fi
+}
+
 # ---- run the groups -------------------------------------------------------------------------
 
 T_START=$(date +%s)
@@ -1263,6 +1476,7 @@ run_kill_in_checkpoint
 run_concurrent run_dir
 run_concurrent checkpoint_dir
 run_disk_full
+group_round2_signals_metrics
 
 # ---- summary --------------------------------------------------------------------------------
 
