@@ -232,9 +232,9 @@ double PipelineRunner<T>::run(const kx::ExecSpace& exec, int micro_batches, floa
       };
       if (uses_tokens) {
         const DeviceBatch& b = batch(m);
-        model_.backward(exec, b.inputs, b.targets, scale, done, &b.segments);
+        model_.backward(exec, &b.segments, b.targets, scale, done);
       } else {
-        model_.backward(exec, no_tokens_, no_tokens_, scale, done);
+        model_.backward(exec, nullptr, no_tokens_, scale, done);
       }
       free_.push_back(slot_of_[static_cast<std::size_t>(m)]);
       slot_of_[static_cast<std::size_t>(m)] = -1;

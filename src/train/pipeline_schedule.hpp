@@ -35,8 +35,6 @@
 
 namespace tptrain::train {
 
-using Model = model::GptModel<float>;  // the fp32 model (tests, reference runs)
-
 enum class Schedule { one_f_one_b, all_forward_all_backward };
 const char* schedule_name(Schedule s);
 
