@@ -9,9 +9,9 @@
 #include <unistd.h>
 
 #include "io/deck.hpp"
-#include "io/inspect.hpp"
 #include "io/path_text.hpp"
 #include "io/writable_directory.hpp"
+#include "src/driver/inspect.hpp"
 #include "src/log.hpp"
 #include "src/parallel/agreement.hpp"
 #include "src/parallel/collectives.hpp"
@@ -227,7 +227,7 @@ int inspect(const std::string& file) {
   const io::ExpectedDatasets expected = [](const std::string& deck) {
     return train::checkpoint_datasets(train::checkpoint_model_shape(deck));
   };
-  const int rc = io::inspect_checkpoint(file, std::cout, err, expected);
+  const int rc = inspect_checkpoint(file, std::cout, err, expected);
   std::cout.flush();
   std::string message = err.str();
   while (!message.empty() && message.back() == '\n') message.pop_back();
