@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "src/parallel/agreement.hpp"
+#include "base/agreement.hpp"
 #include "src/util/memory_ledger.hpp"
 
 int main(int argc, char** argv) {

@@ -8,22 +8,22 @@
 #include <sstream>
 #include <unistd.h>
 
+#include "base/agreement.hpp"
+#include "base/mpi_check.hpp"
 #include "io/deck.hpp"
 #include "io/path_text.hpp"
 #include "io/writable_directory.hpp"
 #include "src/driver/inspect.hpp"
 #include "src/log.hpp"
-#include "src/parallel/agreement.hpp"
 #include "src/parallel/collectives.hpp"
 #include "src/parallel/device_binding.hpp"
-#include "src/parallel/mpi_check.hpp"
 #include "src/parallel/topology.hpp"
 #include "src/plan/plan.hpp"
 #include "src/train/bench.hpp"
 #include "src/train/model_checkpoint.hpp"
 #include "src/train/trainer.hpp"
-#include "src/util/stop_signal.hpp"
 #include "src/util/memory_ledger.hpp"
+#include "src/util/stop_signal.hpp"
 
 namespace tptrain::driver {
 

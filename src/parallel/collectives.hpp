@@ -14,8 +14,8 @@
 #include <type_traits>
 #include <utility>
 
+#include "base/mpi_check.hpp"
 #include "src/parallel/communicator.hpp"
-#include "src/parallel/mpi_check.hpp"
 #include "src/parallel/mpi_communicator.hpp"
 
 namespace tptrain::parallel {

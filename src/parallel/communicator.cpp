@@ -1,6 +1,6 @@
 #include "src/parallel/communicator.hpp"
 
-#include "src/parallel/mpi_check.hpp"
+#include "base/mpi_check.hpp"
 #include "src/parallel/mpi_communicator.hpp"
 // NCCL serves the CUDA execution space; a build of the core on a host backend of a CUDA Kokkos
 // (TPTRAIN_EXEC_SPACE, the per-backend tests) talks MPI.

@@ -14,7 +14,7 @@
 #endif
 #endif
 
-#include "src/parallel/mpi_check.hpp"
+#include "base/mpi_check.hpp"
 
 namespace tptrain::parallel {
 

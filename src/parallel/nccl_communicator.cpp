@@ -4,7 +4,7 @@
 
 #include <stdexcept>
 
-#include "src/parallel/mpi_check.hpp"
+#include "base/mpi_check.hpp"
 
 #define TPTRAIN_NCCL_CHECK(call)                                                          \
   do {                                                                                    \

@@ -4,11 +4,11 @@
 #include <cmath>
 #include <random>
 
+#include "base/agreement.hpp"
 #include "io/metrics.hpp"
 #include "io/run_lock.hpp"
 #include "io/writable_directory.hpp"
 #include "src/log.hpp"
-#include "src/parallel/agreement.hpp"
 #include "src/train/memory_metrics.hpp"
 #include "src/train/model_checkpoint.hpp"
 #include "src/train/precision_dispatch.hpp"

@@ -9,8 +9,8 @@
 #include <chrono>
 #include <thread>
 
+#include "base/agreement.hpp"
 #include "catch.hpp"
-#include "src/parallel/agreement.hpp"
 #include "src/util/stop_signal.hpp"
 
 using tptrain::util::stop_signal_received;
