@@ -24,6 +24,18 @@ std::size_t size_of(DataType type) {
   return 0;
 }
 
+const char* collective_name(Collective c) {
+  switch (c) {
+    case Collective::all_reduce: return "all_reduce";
+    case Collective::all_gather: return "all_gather";
+    case Collective::reduce_scatter: return "reduce_scatter";
+    case Collective::broadcast: return "broadcast";
+    case Collective::send: return "send";
+    case Collective::recv: return "recv";
+  }
+  return "collective";
+}
+
 Request::Request(Request&& other) noexcept
     : wait_(std::move(other.wait_)), wait_on_(std::move(other.wait_on_)) {
   other.wait_ = nullptr;
