@@ -100,8 +100,8 @@ struct TokenSegments {
   // Groups host_tokens[0, n) and uploads the result on exec, stream-ordered. On host backends
   // the staging arrays are the device views themselves, which a previous backward may still
   // read: exec is fenced first. On a GPU they are pageable host memory, which the copies have
-  // consumed when they return (CUDA's pageable host-to-device rule), so the host waits neither
-  // before rewriting them nor after: no per-micro-batch host wait on the compute stream.
+  // consumed when they return (CUDA's pageable host-to-device rule), so they are rewritten
+  // without a fence; CUDA itself may synchronise with the stream to stage a pageable copy.
   template <class Exec>
   void build(const Exec& exec, const int* host_tokens, const std::int64_t n) {
     detail::require(n >= 0 && (n == 0 || host_tokens != nullptr), "TokenSegments::build",
