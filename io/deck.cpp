@@ -553,32 +553,21 @@ bool DeckReader::read_string(Field& f, std::string& out) {
 void DeckReader::read_choice(Field& f, const Choice& c, std::string& out) {
   std::string s;
   if (!read_string(f, s)) return;
-  const auto& implemented = c.implemented;
-  const auto& planned = c.planned;
-  if (std::find(implemented.begin(), implemented.end(), s) != implemented.end()) {
+  const auto& values = c.values;
+  if (std::find(values.begin(), values.end(), s) != values.end()) {
     out = s;
     return;
   }
   std::vector<std::string> valid;
-  for (std::string_view v : implemented) valid.push_back(toml_string(v));
+  for (std::string_view v : values) valid.push_back(toml_string(v));
   const std::string valid_text = valid.size() == 1 ? valid[0] : "one of " + join(valid, ", ");
-  if (std::find(planned.begin(), planned.end(), s) != planned.end()) {
-    bad(f, fmt::format("{}: {} is not implemented yet (planned)", valid_text, toml_string(s)));
-    return;
-  }
-  std::string hint, planned_text;
+  std::string hint;
   std::size_t best_d = kMaxSuggestDistance + 1;
-  for (std::string_view v : implemented) {
+  for (std::string_view v : values) {
     const std::size_t d = edit_distance(s, v);
     if (d < best_d) best_d = d, hint = toml_string(v);
   }
-  if (!planned.empty()) {
-    std::vector<std::string> p;
-    for (std::string_view v : planned) p.push_back(toml_string(v));
-    planned_text = fmt::format("; {} planned", join(p, " and "));
-  }
-  bad(f, fmt::format("{}{}{}", valid_text, planned_text,
-                     hint.empty() ? "" : " (did you mean " + hint + "?)"));
+  bad(f, fmt::format("{}{}", valid_text, hint.empty() ? "" : " (did you mean " + hint + "?)"));
 }
 
 // Deck-file paths (and defaults) are relative to the deck's folder; --set paths to the working

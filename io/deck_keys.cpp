@@ -75,7 +75,7 @@ std::vector<DeckKey> make_keys() {
       {"training", "seed", integer(1234), at_least_0,
        "initial weights and data order, the same for every layout",
        &member<&Deck::training, &T::seed>},
-      {"training", "precision", text("fp32"), Choice{{"fp32", "bf16", "fp16"}, {}},
+      {"training", "precision", text("fp32"), Choice{{"fp32", "bf16", "fp16"}},
        "compute precision: fp32, or bf16/fp16 with fp32 master weights (mixed precision)",
        &member<&Deck::training, &T::precision>},
       // fp16's dynamic loss scaler (Megatron's DynamicGradScaler, its defaults): read with every
@@ -98,7 +98,7 @@ std::vector<DeckKey> make_keys() {
       {"training", "loss_scale_backoff_factor", number(0.5), NumberRange{0.0, false, 1.0, {}},
        "fp16 only: factor applied to the loss scale when it shrinks",
        &member<&Deck::training, &T::loss_scale_backoff_factor>},
-      {"training", "recompute", text("selective"), Choice{{"none", "selective", "full"}, {}},
+      {"training", "recompute", text("selective"), Choice{{"none", "selective", "full"}},
        "activation recomputation: none keeps every activation, selective recomputes the attention core (the "
        "S^2 part), full keeps only each block's input and recomputes the block in the backward",
        &member<&Deck::training, &T::recompute>},
@@ -118,7 +118,7 @@ std::vector<DeckKey> make_keys() {
        "learning rate at the last step", &member<&Deck::optimizer, &O::min_lr>},
       {"optimizer", "warmup_steps", integer(30), at_least_0, "linear warmup steps",
        &member<&Deck::optimizer, &O::warmup_steps>},
-      {"optimizer", "decay", text("cosine"), Choice{{"cosine", "linear", "constant"}, {}},
+      {"optimizer", "decay", text("cosine"), Choice{{"cosine", "linear", "constant"}},
        "schedule after warmup", &member<&Deck::optimizer, &O::decay>},
       {"optimizer", "weight_decay", number(0.1), non_negative, "AdamW decoupled weight decay",
        &member<&Deck::optimizer, &O::weight_decay>},

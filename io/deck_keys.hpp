@@ -31,8 +31,7 @@ struct NumberRange {
   std::string_view note;
 };
 struct Choice {
-  std::vector<std::string_view> implemented;
-  std::vector<std::string_view> planned;  // recognised, rejected as "not implemented yet"
+  std::vector<std::string_view> values;  // in the order messages list them
 };
 struct PathRule {
   bool allow_empty = false;  // "" means "none"

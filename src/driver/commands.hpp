@@ -61,7 +61,7 @@ int eval(const DeckOptions& options, const EvalOptions& eval);
 int generate(const DeckOptions& options, const GenerateOptions& generate);
 // `tptrain bench`: timed training steps on synthetic tokens, MFU against the measured GEMM rate.
 int bench(const DeckOptions& options, const BenchOptions& bench);
-// Describes a checkpoint file (io/inspect.hpp); no MPI. 0: verified, 1: missing, unreadable,
+// Describes a checkpoint file (src/driver/inspect.hpp); no MPI. 0: verified, 1: missing, unreadable,
 // not a checkpoint, or a checksum that does not verify.
 int inspect(const std::string& file);
 

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <random>
 
+#include "base/agreement.hpp"
 #include "io/json_line.hpp"
 #include "io/metrics.hpp"
 #include "io/metrics_writer.hpp"
@@ -11,7 +12,6 @@
 #include "io/run_lock.hpp"
 #include "io/writable_directory.hpp"
 #include "src/log.hpp"
-#include "src/parallel/agreement.hpp"
 #include "src/train/memory_metrics.hpp"
 #include "src/train/model_checkpoint.hpp"
 #include "src/train/precision_dispatch.hpp"
