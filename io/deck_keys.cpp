@@ -139,6 +139,14 @@ std::vector<DeckKey> make_keys() {
        &member<&Deck::data, &D::train>},
       {"data", "valid", text(""), PathRule{true, true}, "validation tokens (\"\" = none)",
        &member<&Deck::data, &D::valid>},
+      {"data", "tokenizer", text("bytes"), Choice{{"bytes", "gpt2"}, {}},
+       "how text becomes tokens: \"bytes\" (byte b is token b) or \"gpt2\" (GPT-2's byte-level BPE, "
+       "needs model.vocab_size >= 50257 and its vocabulary files)",
+       &member<&Deck::data, &D::tokenizer>},
+      {"data", "tokenizer_dir", text(""), PathRule{true, false},
+       "folder of GPT-2's encoder.json and vocab.bpe (\"\" = the cache folder that jobs/setup-deps.sh fills, "
+       "${XDG_CACHE_HOME:-$HOME/.cache}/tptrain/gpt2)",
+       &member<&Deck::data, &D::tokenizer_dir>},
 
       {"checkpoint", "dir", Derived{"<run.dir>/checkpoints"}, PathRule{false, false},
        "checkpoint folder", &member<&Deck::checkpoint, &C::dir>},

@@ -4,6 +4,7 @@
 // (util::kRequeueExitStatus).
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,20 @@ struct GenerateOptions {
   int top_k = 0;  // 0 = no top-k filter
   unsigned long long seed = 0;
 };
+
+// `tptrain tokenize`: text files and JSON Lines -> llm.c token shards in `out`
+// (src/driver/tokenize_command.cpp); run under mpiexec to split the work, the same output on
+// any number of ranks. 0 when every shard is written, 1 for bad input (nothing written).
+struct TokenizeOptions {
+  std::vector<std::string> inputs;
+  std::string out;
+  std::string tokenizer = "gpt2";
+  std::string tokenizer_dir;                          // "" = text::default_gpt2_dir()
+  std::uint64_t shard_tokens = 100000000;             // llm.c's shards of FineWeb: 1e8 tokens
+  std::uint64_t valid_tokens = 0;                     // the first ones go to valid_*.bin
+  std::uint64_t segment_bytes = std::uint64_t{8} << 20;  // input per rank and round
+};
+int tokenize(const TokenizeOptions& options);
 
 // `tptrain plan`: what the deck needs on the hardware described (src/plan/plan.hpp); no MPI, no
 // data files. 0 when it fits on the GPU count it needs, 1 otherwise (or for a bad deck).

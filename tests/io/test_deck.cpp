@@ -886,6 +886,8 @@ TEST_CASE("deck: to_toml writes every key in table order and round-trips", "[io]
                                           "optimizer.distributed",
                                           "data.train",
                                           "data.valid",
+                                          "data.tokenizer",
+                                          "data.tokenizer_dir",
                                           "checkpoint.dir",
                                           "checkpoint.interval",
                                           "checkpoint.keep",
