@@ -139,7 +139,7 @@ std::vector<DeckKey> make_keys() {
        &member<&Deck::data, &D::train>},
       {"data", "valid", text(""), PathRule{true, true}, "validation tokens (\"\" = none)",
        &member<&Deck::data, &D::valid>},
-      {"data", "tokenizer", text("bytes"), Choice{{"bytes", "gpt2"}, {}},
+      {"data", "tokenizer", text("bytes"), Choice{{"bytes", "gpt2"}},
        "how text becomes tokens: \"bytes\" (byte b is token b) or \"gpt2\" (GPT-2's byte-level BPE, "
        "needs model.vocab_size >= 50257 and its vocabulary files)",
        &member<&Deck::data, &D::tokenizer>},
