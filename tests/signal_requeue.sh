@@ -10,9 +10,10 @@
 #              SIGUSR1 to the batch shell, as `--signal=B:USR1@...` sends it, is passed to the
 #              ranks, the job asks for its requeue; run again as the requeued job it resumes
 #   launcher_term
-#              the same script whose srun is a real mpiexec, and SIGTERM to that mpiexec: the
-#              ranks stop with their checkpoint, mpiexec itself exits 1, and the job is requeued
-#              all the same, on the <run.dir>/requeue marker that rank 0 left
+#              the same script whose srun is a real mpiexec, and SIGTERM to that mpiexec and to
+#              the ranks, as Slurm sends it at a time limit: the ranks stop with their
+#              checkpoint, mpiexec itself exits 1, and the job is requeued all the same, on the
+#              <run.dir>/requeue marker that rank 0 left
 #   startup    the signal raised at the first instruction of each rank (the test hook
 #              TPTRAIN_TEST_STOP_SIGNAL_AT_START, before any library is initialised): the run
 #              stops after step 1 with its checkpoint and status 3; `tptrain check` dies of it
@@ -162,14 +163,27 @@ slurm_cpu)
   [ ! -e "$work/run/requeue" ] || fail "the requeued job left the requeue marker of the stopped one"
   ;;
 launcher_term)
-  # The fake srun is mpiexec itself; SIGTERM reaches the ranks odls_base_sigkill_timeout seconds
-  # after mpiexec got it, and SIGKILL as long again later: 5 s leave room for the checkpoint.
+  # The fake srun is mpiexec itself. Open MPI's mpiexec (ORTE) that gets SIGTERM sends the ranks
+  # SIGCONT, sleeps odls_base_sigkill_timeout seconds, sends SIGTERM, sleeps as long again and
+  # sends SIGKILL, all in the loop that reads the ranks' output: while it sleeps, a rank that
+  # writes more than its pty holds (about 19 KB, 200 step lines here) blocks in write() and never
+  # reaches the stop. Slurm at a time limit signals every process of the job, the ranks too, and
+  # they stop after a few lines; 2 x 5 s before the SIGKILL leave room for the checkpoint. The
+  # ranks are held stopped while they get SIGTERM, and mpiexec's SIGCONT lets them go: they
+  # cannot end before mpiexec has taken its own SIGTERM (and its exit status with it).
   export PATH="$root/tests/jobs/fake_slurm:$PATH" SLURM_NTASKS=2 TPTRAIN_FAKE_SRUN_MPIEXEC="${mpi2[*]}" SLURM_JOB_ID=4243 SLURM_SUBMIT_DIR="$root" TPTRAIN_EXE="$exe" \
     TPTRAIN_FAKE_SCONTROL_LOG="$work/scontrol.log" TPTRAIN_FAKE_SRUN_PLAIN=1 OMPI_MCA_odls_base_sigkill_timeout=5
   start_stoppable "$work/job.log" bash "$root/jobs/slurm/train-cpu.sbatch" "$deck" "${train[@]:2}" "${run[@]}" "${long[@]}"
   launcher=$(ps -o pid=,comm= --ppid "$job" | awk '$2 == "mpiexec" { print $1 }')
   [ -n "$launcher" ] || { kill -KILL "$job"; fail "no mpiexec under the job script"; }
-  kill -TERM "$launcher"  # as Slurm signals every process of the job at its time limit
+  mapfile -t tasks < <(pgrep -P "$launcher")
+  [ "${#tasks[@]}" -eq 2 ] || { kill -KILL "$job" "${tasks[@]}"; fail "expected 2 ranks under mpiexec, found: ${tasks[*]}"; }
+  both_stopped() { [ "$(ps -o stat= -p "${tasks[0]}" -p "${tasks[1]}" | grep -c '^[Tt]')" -eq 2 ]; }  # t: traced
+  kill -STOP "${tasks[@]}"
+  for _ in $(seq 100); do both_stopped && break; sleep 0.1; done
+  both_stopped || { kill -KILL "$job" "${tasks[@]}"; fail "the ranks did not stop on SIGSTOP within 10 s"; }
+  kill -TERM "${tasks[@]}"
+  kill -TERM "$launcher"
   finish "$work/job.log"
   [ "$status" -eq 0 ] || fail "expected the job script to requeue and exit 0, got $status"
   grep -q "^tptrain: the launcher exited with status [0-9]*, but the run stopped on request" "$work/job.log" ||
