@@ -11,6 +11,7 @@
 #include <functional>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "catch.hpp"
@@ -56,6 +57,19 @@ void randomise(model::Parameter<Real>& p, std::uint64_t seed, float stddev = 0.3
     for (std::size_t i = 0; i < h.extent(0); ++i) h(i) += mean;
     Kokkos::deep_copy(p.value, h);
   }
+}
+
+// A parameter of a layer built on its own: its name, logical shape and tensor-parallel split
+// (randomise() gives it its values).
+model::ParameterSpec spec(const std::string& name, std::vector<std::int64_t> shape, model::TensorSplit split,
+                          int blocks = 1) {
+  model::ParameterSpec p;
+  p.name = name;
+  p.shape = std::move(shape);
+  p.saved_rows = p.shape[0];
+  p.split = split;
+  p.blocks = blocks;
+  return p;
 }
 
 Mat copy_of(const Mat& m) {
@@ -185,8 +199,8 @@ double column_parallel_case(int tp_size, int blocks) {
   auto tp = test::tp_group(tp_size);
   const kx::ExecSpace exec;
   const std::int64_t N = 10, in = 6, out = 8 * blocks;
-  model::ColumnParallelLinear<Real> layer("column", static_cast<int>(in), static_cast<int>(out),
-                                          blocks, *tp, 0.3f);
+  model::ColumnParallelLinear<Real> layer(spec("column/weight", {out, in}, model::TensorSplit::column, blocks),
+                                          spec("column/bias", {out}, model::TensorSplit::column, blocks), *tp);
   randomise(layer.weight, 1);
   randomise(layer.bias, 2);
   const std::int64_t out_local = out / tp_size;
@@ -210,7 +224,8 @@ double row_parallel_case(int tp_size) {
   auto tp = test::tp_group(tp_size);
   const kx::ExecSpace exec;
   const std::int64_t N = 10, in = 8, out = 6;
-  model::RowParallelLinear<Real> layer("row", static_cast<int>(in), static_cast<int>(out), *tp, 0.3f);
+  model::RowParallelLinear<Real> layer(spec("row/weight", {out, in}, model::TensorSplit::row),
+                                       spec("row/bias", {out}, model::TensorSplit::replicated), *tp);
   randomise(layer.weight, 3);
   randomise(layer.bias, 4);
   const std::int64_t in_local = in / tp_size;
@@ -235,7 +250,8 @@ double layer_norm_case(int tp_size) {
   const kx::ExecSpace exec;
   const std::int64_t N = 10, H = 16;
   model::Workspace<Real> ws;
-  model::LayerNorm<Real> layer("ln", static_cast<int>(H), *tp, N, ws);
+  model::LayerNorm<Real> layer(spec("ln/weight", {H}, model::TensorSplit::replicated),
+                               spec("ln/bias", {H}, model::TensorSplit::replicated), *tp, N, ws);
   randomise(layer.weight, 5, 0.3f, 1.0);
   randomise(layer.bias, 6);
   Mat x = logical_matrix("x", N, H, H, same_column, 105, 1.5, 0.5);
