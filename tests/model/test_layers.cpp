@@ -302,8 +302,7 @@ double attention_case(int tp_size) {
   auto tp = test::tp_group(tp_size);
   model::Workspace<Real> ws;
   model::ParallelAttention<Real> layer("attn", test::tiny_shape(tp_size), kBatch, *tp, ws);
-  return block_case("ParallelAttention", tp_size, layer, *tp,
-                    {&layer.qkv.weight, &layer.qkv.bias, &layer.proj.weight, &layer.proj.bias}, 20);
+  return block_case("ParallelAttention", tp_size, layer, *tp, layer.parameters(), 20);
 }
 
 double mlp_case(int tp_size) {
@@ -311,8 +310,7 @@ double mlp_case(int tp_size) {
   const auto shape = test::tiny_shape(tp_size);
   model::Workspace<Real> ws;
   model::ParallelMLP<Real> layer("mlp", shape, std::int64_t(kBatch) * shape.seq_length, *tp, ws);
-  return block_case("ParallelMLP", tp_size, layer, *tp,
-                    {&layer.fc.weight, &layer.fc.bias, &layer.proj.weight, &layer.proj.bias}, 30);
+  return block_case("ParallelMLP", tp_size, layer, *tp, layer.parameters(), 30);
 }
 
 double transformer_layer_case(int tp_size) {
