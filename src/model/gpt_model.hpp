@@ -42,6 +42,7 @@
 #include <vector>
 
 #include "src/model/gpt_shape.hpp"
+#include "src/model/model_parameters.hpp"
 #include "src/model/recompute.hpp"
 #include "src/model/transformer_layer.hpp"
 #include "src/model/vocab_parallel_cross_entropy.hpp"
@@ -88,31 +89,6 @@ struct GradBucket {
   auto shard_grads() const { return Kokkos::subview(flat, std::make_pair(shard_begin, shard_end)); }
 };
 
-// Name and logical (checkpoint) shape of every model tensor, in checkpoint order — what the
-// whole model holds, whichever stage asks (docs/design.md, "Checkpoint schema").
-struct LogicalTensor {
-  std::string name;
-  std::vector<std::int64_t> shape;
-};
-inline std::vector<LogicalTensor> logical_tensors(const GptShape& s) {
-  const std::int64_t H = s.hidden, F = s.ffn_hidden;
-  std::vector<LogicalTensor> t{{"embedding/word", {s.vocab_size, H}}, {"embedding/position", {s.seq_length, H}}};
-  for (int l = 0; l < s.layers; ++l) {
-    const std::string p = "layers/" + std::to_string(l) + "/";
-    const std::vector<LogicalTensor> block{
-        {p + "ln_1/weight", {H}},           {p + "ln_1/bias", {H}},
-        {p + "attn/qkv/weight", {3 * H, H}}, {p + "attn/qkv/bias", {3 * H}},
-        {p + "attn/proj/weight", {H, H}},   {p + "attn/proj/bias", {H}},
-        {p + "ln_2/weight", {H}},           {p + "ln_2/bias", {H}},
-        {p + "mlp/fc/weight", {F, H}},      {p + "mlp/fc/bias", {F}},
-        {p + "mlp/proj/weight", {H, F}},    {p + "mlp/proj/bias", {H}}};
-    t.insert(t.end(), block.begin(), block.end());
-  }
-  t.push_back({"ln_f/weight", {H}});
-  t.push_back({"ln_f/bias", {H}});
-  return t;
-}
-
 template <class T>
 class GptModel {
  public:
@@ -148,7 +124,8 @@ class GptModel {
       layers_.push_back(std::make_unique<TransformerLayer<T>>("layers/" + std::to_string(l), shape,
                                                               micro_batch, tp, workspace_, recompute));
     if (stage.last()) {
-      ln_f_ = std::make_unique<LayerNorm<T>>("ln_f", shape.hidden, tp, rows_, workspace_, shape_, tokens());
+      ln_f_ = std::make_unique<LayerNorm<T>>(model_parameter(shape, "ln_f/weight"), model_parameter(shape, "ln_f/bias"),
+                                             tp, rows_, workspace_, shape_, tokens());
       head_ = std::make_unique<VocabParallelCrossEntropy<T>>(shape, tokens(), tp, workspace_);
       head_->sp = sp;
       x_f_ = workspace_.matrix("ln_f.out", BufferCategory::activation, rows_, shape.hidden);

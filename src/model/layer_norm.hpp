@@ -2,10 +2,12 @@
 // full-width input, so gamma/beta and their gradients stay identical across the group without
 // communication. With sequence parallelism each rank normalises only its own tokens: gamma and
 // beta stay replicated, their gradients become per-rank parts summed over the group
-// (Parameter::sequence_parallel_gradient).
+// (Parameter::sequence_parallel_gradient, from the descriptor row's sequence_parallel_sum).
 #pragma once
 
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "kokkos_kernels/layernorm.hpp"
 #include "src/model/linear.hpp"
@@ -30,19 +32,27 @@ struct LayerNorm {
   kernels::Vector<Acc> column_scratch;  // column_sums_scratch(); empty: allocated per backward
   static constexpr double eps = 1e-5;
 
-  LayerNorm(const std::string& name, int hidden, const Communicator& tp, std::int64_t rows, Workspace<T>& ws,
-            bool sequence_parallel = false, const SavedPlacement& placement = {})
-      : weight(make_parameter<T>(name + "/weight", {hidden}, Sharding{}, tp, false, 0.0f, 1.0f)),
-        bias(make_parameter<T>(name + "/bias", {hidden}, Sharding{}, tp, false, 0.0f, 0.0f)),
-        saved(make_saved(ws, placement.name_for(name), rows, placement.category)) {
-    weight.sequence_parallel_gradient = bias.sequence_parallel_gradient = sequence_parallel;
+  // The layer's name, from its weight's: "layers/3/ln_1/weight" -> "layers/3/ln_1".
+  static std::string name_of(const ParameterSpec& weight_spec) {
+    const std::size_t slash = weight_spec.name.rfind('/');
+    return slash == std::string::npos ? weight_spec.name : weight_spec.name.substr(0, slash);
   }
-  // In a model: the stage's column-sum scratch, and the shape's sequence parallelism.
-  LayerNorm(const std::string& name, int hidden, const Communicator& tp, std::int64_t rows, Workspace<T>& ws,
-            const GptShape& shape, std::int64_t tokens, const SavedPlacement& placement = {})
-      : LayerNorm(name, hidden, tp, rows, ws, shape.splits_sequence(), placement) {
+
+  // weight and bias [H], replicated (their specs' TensorSplit::replicated); `rows` of this rank.
+  LayerNorm(const ParameterSpec& weight_spec, const ParameterSpec& bias_spec, const Communicator& tp,
+            std::int64_t rows, Workspace<T>& ws, const SavedPlacement& placement = {})
+      : weight(make_parameter<T>(with_split(weight_spec, TensorSplit::replicated, "LayerNorm"), tp)),
+        bias(make_parameter<T>(with_split(bias_spec, TensorSplit::replicated, "LayerNorm"), tp)),
+        saved(make_saved(ws, placement.name_for(name_of(weight_spec)), rows, placement.category)) {}
+  // In a model: the stage's column-sum scratch too.
+  LayerNorm(const ParameterSpec& weight_spec, const ParameterSpec& bias_spec, const Communicator& tp,
+            std::int64_t rows, Workspace<T>& ws, const GptShape& shape, std::int64_t tokens,
+            const SavedPlacement& placement = {})
+      : LayerNorm(weight_spec, bias_spec, tp, rows, ws, placement) {
     column_scratch = column_sums_scratch(ws, shape, tokens);
   }
+
+  std::vector<Parameter<T>*> parameters() { return {&weight, &bias}; }
 
   template <class XV, class YV>
   void forward(const Exec& exec, const XV& x /*[rows, H]*/, const YV& y /*[rows, H]*/) {

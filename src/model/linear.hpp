@@ -5,11 +5,16 @@
 // over the TP group instead of f's identity and g's all-reduce (parallel/mappings.hpp).
 #pragma once
 
+#include <stdexcept>
+#include <string>
+#include <vector>
+
 #include "kokkos_kernels/bias.hpp"
 #include "kokkos_kernels/column_sums.hpp"
 #include "kokkos_kernels/gemm.hpp"
 #include "src/model/gpt_shape.hpp"
 #include "src/model/parameter.hpp"
+#include "src/model/parameter_spec.hpp"
 #include "src/model/workspace.hpp"
 #include "src/parallel/mappings.hpp"
 #include "src/util/phases.hpp"
@@ -21,21 +26,31 @@ using parallel::Communicator;
 using util::Phase;
 using util::PhaseScope;
 
+// The Parameter a descriptor row describes (src/model/parameter_spec.hpp), as rank tp.rank()
+// of the group holds it; its buffers come later (GptModel's buckets, or allocate_and_initialise).
 template <class T>
-Parameter<T> make_parameter(std::string name, std::vector<std::int64_t> shape, Sharding sharding,
-                            const Communicator& tp, bool weight_decay, float init_std,
-                            float init_const = 0.0f) {
+Parameter<T> make_parameter(const ParameterSpec& spec, const Communicator& tp) {
   Parameter<T> p;
-  p.name = std::move(name);
-  p.shape = std::move(shape);
-  p.saved_rows = p.shape[0];
-  p.sharding = sharding;
+  p.name = spec.name;
+  p.shape = spec.shape;
+  p.saved_rows = spec.saved_rows;
+  p.sharding = Sharding{spec.split_dim(), spec.blocks};
   p.tp_rank = tp.rank();
   p.tp_size = tp.size();
-  p.weight_decay = weight_decay;
-  p.init_std = init_std;
-  p.init_const = init_const;
+  p.weight_decay = spec.weight_decay;
+  p.init_std = spec.init_std;
+  p.init_const = spec.init_const;
+  p.sequence_parallel_gradient = spec.sequence_parallel_gradient;
   return p;
+}
+
+// A layer computes with the split it was written for: a descriptor row that says otherwise is a
+// programming error, caught when the layer is built.
+inline const ParameterSpec& with_split(const ParameterSpec& spec, TensorSplit split, const char* layer) {
+  if (spec.split != split)
+    throw std::logic_error("tptrain: " + spec.name + ": " + layer +
+                           " computes with another tensor-parallel split than its descriptor row states");
+  return spec;
 }
 
 // The partial sums of the two-stage column reductions (bias and LayerNorm parameter gradients,
@@ -95,10 +110,12 @@ struct ColumnParallelLinear {
   kernels::Vector<kx::acc_t<T>> column_scratch;  // column_sums_scratch(); empty: allocated per backward
   SequenceParallelBuffers<T> sp;                 // enabled: x and dx are [n, in] token shards
 
-  ColumnParallelLinear(const std::string& name, std::int64_t in, std::int64_t out, int blocks,
-                       const Communicator& tp, float init_std)
-      : weight(make_parameter<T>(name + "/weight", {out, in}, Sharding{0, blocks}, tp, true, init_std)),
-        bias(make_parameter<T>(name + "/bias", {out}, Sharding{0, blocks}, tp, false, 0.0f)) {}
+  // weight [out, in] and bias [out], both split by columns (TensorSplit::column).
+  ColumnParallelLinear(const ParameterSpec& weight_spec, const ParameterSpec& bias_spec, const Communicator& tp)
+      : weight(make_parameter<T>(with_split(weight_spec, TensorSplit::column, "ColumnParallelLinear"), tp)),
+        bias(make_parameter<T>(with_split(bias_spec, TensorSplit::column, "ColumnParallelLinear"), tp)) {}
+
+  std::vector<Parameter<T>*> parameters() { return {&weight, &bias}; }
 
   template <class XV, class YV>
   void forward(const Exec& exec, Communicator& tp, const XV& x /*[N or n, in]*/, const YV& y /*[N, out/tp]*/) {
@@ -183,12 +200,13 @@ struct RowParallelLinear {
   kernels::Vector<kx::acc_t<T>> column_scratch;  // column_sums_scratch(); empty: allocated per backward
   SequenceParallelBuffers<T> sp;                 // enabled: y and dy are [n, out] token shards
 
-  RowParallelLinear(const std::string& name, std::int64_t in, std::int64_t out, const Communicator& tp,
-                    float init_std, bool sequence_parallel = false)
-      : weight(make_parameter<T>(name + "/weight", {out, in}, Sharding{1, 1}, tp, true, init_std)),
-        bias(make_parameter<T>(name + "/bias", {out}, Sharding{}, tp, false, 0.0f)) {
-    bias.sequence_parallel_gradient = sequence_parallel;  // added to this rank's tokens only
-  }
+  // weight [out, in] split by rows (TensorSplit::row); bias [out] replicated, and with sequence
+  // parallelism added to this rank's tokens only (its spec's sequence_parallel_gradient).
+  RowParallelLinear(const ParameterSpec& weight_spec, const ParameterSpec& bias_spec, const Communicator& tp)
+      : weight(make_parameter<T>(with_split(weight_spec, TensorSplit::row, "RowParallelLinear"), tp)),
+        bias(make_parameter<T>(with_split(bias_spec, TensorSplit::replicated, "RowParallelLinear"), tp)) {}
+
+  std::vector<Parameter<T>*> parameters() { return {&weight, &bias}; }
 
   template <class XV, class YV>
   void forward(const Exec& exec, Communicator& tp, const XV& x /*[N, in/tp]*/, const YV& y /*[N or n, out]*/) {

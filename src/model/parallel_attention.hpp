@@ -1,10 +1,15 @@
 // Megatron ParallelAttention: QKV column-parallel with whole heads per rank (the QKV weight's
 // Q, K and V row blocks are each split over the TP group, so a rank holds Q, K and V of its
 // heads), causal attention of the local heads with no communication, output projection
-// row-parallel (its all-reduce is g).
+// row-parallel (its all-reduce is g). Its parameters are the block descriptor's attn/ rows
+// (src/model/block_descriptor.hpp), named after the layer: "<block>/attn/qkv/weight", ...
 #pragma once
 
+#include <string>
+#include <vector>
+
 #include "kokkos_kernels/attention.hpp"
+#include "src/model/block_descriptor.hpp"
 #include "src/model/gpt_shape.hpp"
 #include "src/model/linear.hpp"
 #include "src/model/recompute.hpp"
@@ -50,9 +55,8 @@ struct ParallelAttention {
 
   ParallelAttention(const std::string& name, const GptShape& s, int batch, const Communicator& tp, Workspace<T>& ws,
                     Recompute mode = Recompute::selective, const SavedPlacement& placement = {})
-      : qkv(name + "/qkv", s.hidden, 3 * std::int64_t(s.hidden), 3, tp, 0.02f),
-        // GPT-2 scales the residual projections by 1/sqrt(2 * layers).
-        proj(name + "/proj", s.hidden, s.hidden, tp, 0.02f / std::sqrt(2.0f * s.layers), s.splits_sequence()),
+      : qkv(block_parameter(s, name + "/qkv/weight"), block_parameter(s, name + "/qkv/bias"), tp),
+        proj(block_parameter(s, name + "/proj/weight"), block_parameter(s, name + "/proj/bias"), tp),
         B(batch), S(s.seq_length), nh_local(s.local_heads()), d(s.head_dim()), recompute(mode),
         saved(make_saved(ws, placement.name_for(name), placement.category)),
         probs(ws.tensor4("attention.probs", BufferCategory::scratch, batch, nh_local, S, S)),
@@ -67,6 +71,11 @@ struct ParallelAttention {
   }
 
   std::int64_t tokens() const { return std::int64_t(B) * S; }
+  std::vector<Parameter<T>*> parameters() {
+    std::vector<Parameter<T>*> ps = qkv.parameters();
+    for (Parameter<T>* p : proj.parameters()) ps.push_back(p);
+    return ps;
+  }
 
   template <class XV, class YV>
   void forward(const Exec& exec, Communicator& tp, const XV& x /*[N or n, H]*/, const YV& y /*[N or n, H]*/) {

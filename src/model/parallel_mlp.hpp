@@ -1,8 +1,13 @@
 // Megatron ParallelMLP: fc column-parallel (H -> F/tp), GELU on the local slice (elementwise, so
-// no communication), proj row-parallel (F/tp -> H, all-reduce g).
+// no communication), proj row-parallel (F/tp -> H, all-reduce g). Its parameters are the block
+// descriptor's mlp/ rows (src/model/block_descriptor.hpp): "<block>/mlp/fc/weight", ...
 #pragma once
 
+#include <string>
+#include <vector>
+
 #include "kokkos_kernels/gelu.hpp"
+#include "src/model/block_descriptor.hpp"
 #include "src/model/gpt_shape.hpp"
 #include "src/model/linear.hpp"
 #include "src/model/workspace.hpp"
@@ -29,14 +34,20 @@ struct ParallelMLP {
 
   ParallelMLP(const std::string& name, const GptShape& s, std::int64_t tokens, const Communicator& tp,
               Workspace<T>& ws, const SavedPlacement& placement = {})
-      : fc(name + "/fc", s.hidden, s.ffn_hidden, 1, tp, 0.02f),
-        proj(name + "/proj", s.ffn_hidden, s.hidden, tp, 0.02f / std::sqrt(2.0f * s.layers), s.splits_sequence()),
+      : fc(block_parameter(s, name + "/fc/weight"), block_parameter(s, name + "/fc/bias"), tp),
+        proj(block_parameter(s, name + "/proj/weight"), block_parameter(s, name + "/proj/bias"), tp),
         saved(make_saved(ws, placement.name_for(name), tokens, s, placement.category)),
         a(ws.matrix("mlp.a", BufferCategory::scratch, tokens, s.local_ffn())),
         da(ws.matrix("mlp.da", BufferCategory::scratch, tokens, s.local_ffn())) {
     fc.skip_bias_add = true;  // added by the fused bias + GELU
     fc.column_scratch = proj.column_scratch = column_sums_scratch(ws, s, tokens);
     fc.sp = proj.sp = sequence_parallel_buffers(ws, s, tokens);
+  }
+
+  std::vector<Parameter<T>*> parameters() {
+    std::vector<Parameter<T>*> ps = fc.parameters();
+    for (Parameter<T>* p : proj.parameters()) ps.push_back(p);
+    return ps;
   }
 
   template <class XV, class YV>

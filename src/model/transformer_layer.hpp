@@ -1,10 +1,17 @@
 // One GPT-2 block, pre-LayerNorm:  x1 = x + attn(ln_1(x));  y = x1 + mlp(ln_2(x1)).
 // With sequence parallelism x, y, the LayerNorms and the residual adds work on this rank's
 // [n, H] tokens (n = N/t) and the attention and MLP gather and reduce-scatter them
-// (Korthikanti et al. 2022, Figure 5).
+// (Korthikanti et al. 2022, Figure 5). Its parameters and buffers are the rows of the block
+// descriptor (src/model/block_descriptor.hpp).
 #pragma once
 
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
 #include "kokkos_kernels/elementwise.hpp"
+#include "src/model/block_descriptor.hpp"
 #include "src/model/layer_norm.hpp"
 #include "src/model/parallel_attention.hpp"
 #include "src/model/parallel_mlp.hpp"
@@ -32,6 +39,7 @@ struct TransformerLayer {
   kernels::Matrix<T> g1, g2;    // [rows, H] shared backward scratch
   std::int64_t tokens_, rows_;  // N = micro_batch * seq_length; rows = N, or N/t with sequence parallelism
   GptShape shape_;
+  std::string name_;            // "layers/<i>"
 
   // recompute = full: every block of the stage keeps its Saved buffers in one shared scratch set.
   TransformerLayer(const std::string& name, const GptShape& s, int batch, const Communicator& tp, Workspace<T>& ws,
@@ -42,10 +50,12 @@ struct TransformerLayer {
 
   TransformerLayer(const std::string& name, const GptShape& s, int batch, const Communicator& tp, Workspace<T>& ws,
                    Recompute recompute, const SavedPlacement& placement)
-      : ln_1(name + "/ln_1", s.hidden, tp, s.sequence_rows(tokens(s, batch)), ws, s, tokens(s, batch),
+      : ln_1(block_parameter(s, name + "/ln_1/weight"), block_parameter(s, name + "/ln_1/bias"), tp,
+             s.sequence_rows(tokens(s, batch)), ws, s, tokens(s, batch),
              SavedPlacement{placement.prefix + "/ln_1", placement.category}),
         attn(name + "/attn", s, batch, tp, ws, recompute, SavedPlacement{placement.prefix + "/attn", placement.category}),
-        ln_2(name + "/ln_2", s.hidden, tp, s.sequence_rows(tokens(s, batch)), ws, s, tokens(s, batch),
+        ln_2(block_parameter(s, name + "/ln_2/weight"), block_parameter(s, name + "/ln_2/bias"), tp,
+             s.sequence_rows(tokens(s, batch)), ws, s, tokens(s, batch),
              SavedPlacement{placement.prefix + "/ln_2", placement.category}),
         mlp(name + "/mlp", s, tokens(s, batch), tp, ws, SavedPlacement{placement.prefix + "/mlp", placement.category}),
         a(ws.matrix(placement.prefix + ".a", placement.category, s.sequence_rows(tokens(s, batch)), s.hidden)),
@@ -54,7 +64,9 @@ struct TransformerLayer {
         out(ws.matrix("block.out", BufferCategory::scratch, s.sequence_rows(tokens(s, batch)), s.hidden)),
         g1(ws.matrix("block.grad_1", BufferCategory::scratch, s.sequence_rows(tokens(s, batch)), s.hidden)),
         g2(ws.matrix("block.grad_2", BufferCategory::scratch, s.sequence_rows(tokens(s, batch)), s.hidden)),
-        tokens_(tokens(s, batch)), rows_(s.sequence_rows(tokens_)), shape_(s) {}
+        tokens_(tokens(s, batch)), rows_(s.sequence_rows(tokens_)), shape_(s), name_(name) {
+    (void)parameters();  // a parameter without a descriptor row, or a row without its parameter, fails here
+  }
 
   static std::int64_t tokens(const GptShape& s, int batch) { return std::int64_t(batch) * s.seq_length; }
 
@@ -80,10 +92,29 @@ struct TransformerLayer {
     c = s.c;
   }
 
+  // Every parameter of the block once, in the descriptor's order (kBlockParameters): the
+  // checkpoint's and the bucket's. Throws std::logic_error when the sublayers hold a parameter
+  // the descriptor lacks or lack one it lists.
   std::vector<Parameter<T>*> parameters() {
-    return {&ln_1.weight, &ln_1.bias, &attn.qkv.weight, &attn.qkv.bias, &attn.proj.weight,
-            &attn.proj.bias, &ln_2.weight, &ln_2.bias, &mlp.fc.weight, &mlp.fc.bias,
-            &mlp.proj.weight, &mlp.proj.bias};
+    std::vector<Parameter<T>*> held;
+    for (const std::vector<Parameter<T>*>& part :
+         {ln_1.parameters(), attn.parameters(), ln_2.parameters(), mlp.parameters()})
+      held.insert(held.end(), part.begin(), part.end());
+    std::vector<Parameter<T>*> ordered;
+    const std::string prefix = name_ + "/";
+    for (const ParameterRow& row : kBlockParameters) {
+      const auto it =
+          std::find_if(held.begin(), held.end(), [&](const Parameter<T>* p) { return p->name == prefix + row.name; });
+      if (it == held.end())
+        throw std::logic_error("tptrain: the block descriptor lists " + prefix + row.name +
+                               ", which no sublayer of the block holds (src/model/transformer_layer.hpp)");
+      ordered.push_back(*it);
+    }
+    if (ordered.size() != held.size())
+      throw std::logic_error("tptrain: block " + name_ + " holds " + std::to_string(held.size()) +
+                             " parameters, the block descriptor lists " + std::to_string(ordered.size()) +
+                             " (src/model/block_descriptor.hpp)");
+    return ordered;
   }
 
   template <class XV, class YV>

@@ -9,6 +9,7 @@
 #include "kokkos_kernels/embedding.hpp"
 #include "src/model/gpt_shape.hpp"
 #include "src/model/linear.hpp"
+#include "src/model/model_parameters.hpp"
 
 namespace tptrain::model {
 
@@ -22,15 +23,13 @@ struct VocabParallelEmbedding {
   SequenceParallelBuffers<T> sp;  // enabled: the output and its gradient are [n, H] token shards
 
   VocabParallelEmbedding(const GptShape& s, const Communicator& tp)
-      : word(make_parameter<T>("embedding/word", {s.padded_vocab(), s.hidden}, Sharding{0, 1}, tp,
-                               true, 0.02f)),
-        position(make_parameter<T>("embedding/position", {s.seq_length, s.hidden}, Sharding{}, tp,
-                                   true, 0.01f)),
+      : word(make_parameter<T>(with_split(model_parameter(s, "embedding/word"), TensorSplit::column,
+                                          "VocabParallelEmbedding"), tp)),
+        position(make_parameter<T>(with_split(model_parameter(s, "embedding/position"), TensorSplit::replicated,
+                                              "VocabParallelEmbedding"), tp)),
         S(s.seq_length),
         vocab_start(s.vocab_start(tp.rank())),
-        tp_rank(tp.rank()) {
-    word.saved_rows = s.vocab_size;
-  }
+        tp_rank(tp.rank()) {}
 
   template <class TV, class YV>
   void forward(const Exec& exec, Communicator& tp, const TV& tokens /*[N]*/, const YV& y /*[N or n, H]*/) {

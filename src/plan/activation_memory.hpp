@@ -1,6 +1,8 @@
 // Activation memory of one rank, buffer by buffer: tptrain's own inventory (docs/planning.md,
-// "Activations"), the formulas the measured memory of a run is checked against. Each buffer is
-// one function, so that when the model's buffers change, one line here changes with them.
+// "Activations"), the formulas the measured memory of a run is checked against. A block's
+// buffers come from the block descriptor (src/model/block_descriptor.hpp), so that when the
+// block's buffers change, its table row changes and nothing here; the stage's and the head's own
+// tensors are one function each.
 //
 // Notation (bytes): b micro_batch, s seq_length, h hidden, f ffn_hidden, a heads, t tensor,
 // N = b·s tokens of a micro-batch, n = N/t with sequence parallelism (else N), e bytes per
@@ -17,7 +19,7 @@
 
 namespace tptrain::plan {
 
-// One buffer: its name (as in the model's Workspace where it has one) and its bytes.
+// One buffer: what it holds and its bytes.
 struct Buffer {
   std::string name;
   std::int64_t bytes = 0;
@@ -25,22 +27,11 @@ struct Buffer {
 std::int64_t total_bytes(const std::vector<Buffer>& buffers);
 
 // ---- kept by one transformer layer for one micro-batch ------------------------------------------
-std::int64_t block_input(const Config& c);              // x [n, h]·e
-std::int64_t ln_1_output(const Config& c);              // [n, h]·e
-std::int64_t ln_1_statistics(const Config& c);          // mean and rstd, 2·n·4
-std::int64_t qkv_output(const Config& c);               // [N, 3h/t]·e
-std::int64_t attention_lse(const Config& c);            // softmax normaliser, N·(a/t)·4
-std::int64_t attention_probabilities(const Config& c);  // b·(a/t)·s²·e (kept only with recompute = none)
-std::int64_t attention_context(const Config& c);        // [N, h/t]·e
-std::int64_t attention_residual(const Config& c);       // x1 = x + attention, [n, h]·e
-std::int64_t ln_2_output(const Config& c);              // [n, h]·e
-std::int64_t ln_2_statistics(const Config& c);          // 2·n·4
-std::int64_t fc_output(const Config& c);                // GELU input, [N, f/t]·e
-std::int64_t gelu_sigmoid(const Config& c);             // [N, f/t]·e
-
-// What one layer keeps for one micro-batch between its forward and its backward:
-//   none       every buffer above;
-//   selective  the same without the attention probabilities (the backward recomputes them);
+// The block descriptor's buffers (src/model/block_descriptor.hpp, kBlockBuffers: their shapes,
+// element types and lifetimes). What one layer keeps for one micro-batch between its forward and
+// its backward:
+//   none       the block input and the saved set, the attention scores included;
+//   selective  the same without the scores (the backward recomputes them);
 //   full       the block input only (the backward re-runs the block's forward).
 std::vector<Buffer> layer_activations(const Config& c);
 // With recompute = full: the working set of the layer being recomputed (the selective set),
@@ -65,15 +56,12 @@ std::int64_t loss_vectors(const Config& c);            // row max, Σexp, target
 std::vector<Buffer> head_buffers(const Config& c);
 
 // ---- workspace: scratch shared by all layers of a stage -------------------------------------------
-// The model's Workspace "scratch" and gradient buffers (src/model/*.hpp), besides the column-sum
-// partials of the bias and LayerNorm gradients (under 1 % of a layer's activations).
-std::int64_t attention_scores_scratch(const Config& c);  // [b, a/t, s, s]·e: the softmax's buffer
-std::int64_t attention_row_tile(const Config& c);        // the backward's [b, a/t, min(s, 128), s]·e
-// d_ctx [N, h/t], d_qkv [N, 3h/t], GELU output and its gradient 2·[N, f/t], block output and two
-// backward buffers 3·[n, h], the stage's gradient ping-pong 2·[n, h] (all ·e); bf16/fp16 also
-// dK summed in fp32, [N, h/t]·4.
-std::int64_t gradient_buffers(const Config& c);
+// The block descriptor's scratch buffers (attention probabilities and their row tile, the
+// attention, MLP and block gradient buffers; bf16/fp16 also the fp32 dK sum), besides the
+// column-sum partials of the bias and LayerNorm gradients (under 1 % of a layer's activations).
+std::vector<Buffer> block_scratch(const Config& c);
+std::int64_t stage_gradients(const Config& c);            // the stage's gradient ping-pong 2·[n, h]·e
 std::int64_t sequence_parallel_buffers(const Config& c);  // gathered and partial [N, h]·e with SP
-std::vector<Buffer> workspace_buffers(const Config& c);
+std::vector<Buffer> workspace_buffers(const Config& c);   // all three
 
 }  // namespace tptrain::plan

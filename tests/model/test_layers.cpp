@@ -12,6 +12,7 @@
 #include <functional>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "catch.hpp"
@@ -58,6 +59,19 @@ void randomise(model::Parameter<Real>& p, std::uint64_t seed, float stddev = 0.3
     for (std::size_t i = 0; i < h.extent(0); ++i) h(i) += mean;
     Kokkos::deep_copy(p.value, h);
   }
+}
+
+// A parameter of a layer built on its own: its name, logical shape and tensor-parallel split
+// (randomise() gives it its values).
+model::ParameterSpec spec(const std::string& name, std::vector<std::int64_t> shape, model::TensorSplit split,
+                          int blocks = 1) {
+  model::ParameterSpec p;
+  p.name = name;
+  p.shape = std::move(shape);
+  p.saved_rows = p.shape[0];
+  p.split = split;
+  p.blocks = blocks;
+  return p;
 }
 
 Mat copy_of(const Mat& m) {
@@ -187,8 +201,8 @@ double column_parallel_case(int tp_size, int blocks) {
   auto tp = test::tp_group(tp_size);
   const kx::ExecSpace exec;
   const std::int64_t N = 10, in = 6, out = 8 * blocks;
-  model::ColumnParallelLinear<Real> layer("column", static_cast<int>(in), static_cast<int>(out),
-                                          blocks, *tp, 0.3f);
+  model::ColumnParallelLinear<Real> layer(spec("column/weight", {out, in}, model::TensorSplit::column, blocks),
+                                          spec("column/bias", {out}, model::TensorSplit::column, blocks), *tp);
   randomise(layer.weight, 1);
   randomise(layer.bias, 2);
   const std::int64_t out_local = out / tp_size;
@@ -212,7 +226,8 @@ double row_parallel_case(int tp_size) {
   auto tp = test::tp_group(tp_size);
   const kx::ExecSpace exec;
   const std::int64_t N = 10, in = 8, out = 6;
-  model::RowParallelLinear<Real> layer("row", static_cast<int>(in), static_cast<int>(out), *tp, 0.3f);
+  model::RowParallelLinear<Real> layer(spec("row/weight", {out, in}, model::TensorSplit::row),
+                                       spec("row/bias", {out}, model::TensorSplit::replicated), *tp);
   randomise(layer.weight, 3);
   randomise(layer.bias, 4);
   const std::int64_t in_local = in / tp_size;
@@ -237,7 +252,8 @@ double layer_norm_case(int tp_size) {
   const kx::ExecSpace exec;
   const std::int64_t N = 10, H = 16;
   model::Workspace<Real> ws;
-  model::LayerNorm<Real> layer("ln", static_cast<int>(H), *tp, N, ws);
+  model::LayerNorm<Real> layer(spec("ln/weight", {H}, model::TensorSplit::replicated),
+                               spec("ln/bias", {H}, model::TensorSplit::replicated), *tp, N, ws);
   randomise(layer.weight, 5, 0.3f, 1.0);
   randomise(layer.bias, 6);
   Mat x = logical_matrix("x", N, H, H, same_column, 105, 1.5, 0.5);
@@ -288,8 +304,7 @@ double attention_case(int tp_size) {
   auto tp = test::tp_group(tp_size);
   model::Workspace<Real> ws;
   model::ParallelAttention<Real> layer("attn", test::tiny_shape(tp_size), kBatch, *tp, ws);
-  return block_case("ParallelAttention", tp_size, layer, *tp,
-                    {&layer.qkv.weight, &layer.qkv.bias, &layer.proj.weight, &layer.proj.bias}, 20);
+  return block_case("ParallelAttention", tp_size, layer, *tp, layer.parameters(), 20);
 }
 
 double mlp_case(int tp_size) {
@@ -297,8 +312,7 @@ double mlp_case(int tp_size) {
   const auto shape = test::tiny_shape(tp_size);
   model::Workspace<Real> ws;
   model::ParallelMLP<Real> layer("mlp", shape, std::int64_t(kBatch) * shape.seq_length, *tp, ws);
-  return block_case("ParallelMLP", tp_size, layer, *tp,
-                    {&layer.fc.weight, &layer.fc.bias, &layer.proj.weight, &layer.proj.bias}, 30);
+  return block_case("ParallelMLP", tp_size, layer, *tp, layer.parameters(), 30);
 }
 
 double transformer_layer_case(int tp_size) {
@@ -399,7 +413,8 @@ double column_parallel_sp_case(int tp_size) {
   const kx::ExecSpace exec;
   const std::int64_t N = kSpTokens, in = 6, out = 8;
   const auto [first, n] = token_shard(*tp);
-  model::ColumnParallelLinear<Real> layer("column", in, out, 1, *tp, 0.3f);
+  model::ColumnParallelLinear<Real> layer(spec("column/weight", {out, in}, model::TensorSplit::column),
+                                          spec("column/bias", {out}, model::TensorSplit::column), *tp);
   layer.sp = sp_buffers(*tp, in);
   randomise(layer.weight, 1);
   randomise(layer.bias, 2);
@@ -426,7 +441,10 @@ double row_parallel_sp_case(int tp_size) {
   const kx::ExecSpace exec;
   const std::int64_t N = kSpTokens, in = 8, out = 6;
   const auto [first, n] = token_shard(*tp);
-  model::RowParallelLinear<Real> layer("row", in, out, *tp, 0.3f, tp_size > 1);
+  // The bias acts on this rank's tokens only: its gradient is summed over the group.
+  model::ParameterSpec bias = spec("row/bias", {out}, model::TensorSplit::replicated);
+  bias.sequence_parallel_gradient = tp_size > 1;
+  model::RowParallelLinear<Real> layer(spec("row/weight", {out, in}, model::TensorSplit::row), bias, *tp);
   layer.sp = sp_buffers(*tp, out);
   randomise(layer.weight, 3);
   randomise(layer.bias, 4);
@@ -455,7 +473,10 @@ double layer_norm_sp_case(int tp_size) {
   const std::int64_t H = 16;
   const auto [first, n] = token_shard(*tp);
   model::Workspace<Real> ws;
-  model::LayerNorm<Real> layer("ln", static_cast<int>(H), *tp, n, ws, tp_size > 1);
+  model::ParameterSpec gamma = spec("ln/weight", {H}, model::TensorSplit::replicated);
+  model::ParameterSpec beta = spec("ln/bias", {H}, model::TensorSplit::replicated);
+  gamma.sequence_parallel_gradient = beta.sequence_parallel_gradient = tp_size > 1;
+  model::LayerNorm<Real> layer(gamma, beta, *tp, n, ws);
   randomise(layer.weight, 5, 0.3f, 1.0);
   randomise(layer.bias, 6);
   Mat x = logical_matrix("x", n, H, H, same_column, 105, 1.5, 0.5, first);

@@ -238,10 +238,19 @@ TEST_CASE("plan: tptrain's activation inventory, buffer by buffer", "[plan]") {
       const std::int64_t vocab_padded = (250 + t - 1) / t * t;
       CHECK(total_bytes(head_buffers(small(t, false, Recompute::none, precision))) ==
             N * h * e + 2 * N * 4 + 2 * N * (vocab_padded / t) * e + 4 * N * 4);
-      // Workspace: the softmax's scores buffer in every mode (recompute = none copies the kept scores into it).
-      CHECK(attention_scores_scratch(small(t, false, Recompute::none, precision)) == scores);
-      CHECK(attention_scores_scratch(small(t, false, Recompute::selective, precision)) == scores);
-      CHECK(attention_row_tile(small(t, false, Recompute::none, precision)) == scores);  // s = 16 < 128 rows
+      // Workspace, in every mode: the softmax's scores buffer (recompute = none copies the kept scores into
+      // it) and the backward's row tile (s = 16 < 128 rows: as large); the attention, MLP and block
+      // gradient buffers; bf16 also the fp32 dK sum. The stage adds its gradient ping-pong, and with
+      // sequence parallelism the gathered and partial [N, h].
+      const std::int64_t dk_sum = e < 4 ? N * (h / t) * 4 : 0;
+      for (const Recompute r : {Recompute::none, Recompute::selective, Recompute::full})
+        for (const bool sp : {false, true}) {
+          const Config c = small(t, sp, r, precision);
+          const std::int64_t n = sp ? N / t : N;
+          const std::int64_t scratch = 2 * scores + (N * (h / t) + N * (3 * h / t) + 2 * N * (f / t) + 3 * n * h) * e + dk_sum;
+          CHECK(total_bytes(block_scratch(c)) == scratch);
+          CHECK(total_bytes(workspace_buffers(c)) == scratch + 2 * n * h * e + (sp && t > 1 ? 2 * N * h * e : 0));
+        }
     }
   }
   // 1F1B: stage p of P keeps min(P - p, M) micro-batches.

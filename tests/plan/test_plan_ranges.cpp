@@ -40,6 +40,23 @@ Config tiny(int layers, int pipeline, int tensor = 2) {
   return c;
 }
 
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+// A tensor's elements on one tensor-parallel rank, from its name as the model's layers split it
+// (kept here by hand, independently of the block descriptor the plan reads).
+std::int64_t local_elements(const std::string& name, const std::vector<std::int64_t>& logical,
+                            const model::GptShape& s) {
+  std::int64_t size = 1;
+  for (const std::int64_t d : logical) size *= d;
+  if (name == "embedding/word") return s.local_vocab() * logical.at(1);  // padded rows
+  for (const char* split : {"/attn/qkv/weight", "/attn/qkv/bias", "/mlp/fc/weight", "/mlp/fc/bias",
+                            "/attn/proj/weight", "/mlp/proj/weight"})
+    if (ends_with(name, split)) return size / s.tensor;
+  return size;  // the position embedding, LayerNorms, row-parallel biases: replicated
+}
+
 // Each stage's parameters by a pass over every tensor of the model: what stage_parameters did
 // before its closed form.
 std::vector<std::int64_t> stage_parameters_by_tensor(const model::GptShape& s, int stages) {

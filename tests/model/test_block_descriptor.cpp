@@ -1,0 +1,340 @@
+// The block descriptor (src/model/block_descriptor.hpp) against what it describes: the
+// Parameters the layers make, every buffer a model stage allocates (name, shape, bytes, category,
+// for each recompute mode, precision, sequence parallelism and micro-batches in flight), and the
+// docs' tables, which are its rows printed. TPTRAIN_UPDATE_DOCS=1 rewrites those tables in
+// place instead of failing (after a change to the descriptor).
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "catch.hpp"
+#include "src/model/block_descriptor.hpp"
+#include "src/model/model_parameters.hpp"
+#include "tests/model/model_test_util.hpp"
+
+using namespace tptrain;
+using model::BufferDim;
+using model::BufferRow;
+using model::Lifetime;
+using model::ParameterDim;
+using model::ParameterRow;
+using model::Recompute;
+
+namespace {
+
+// A shape whose sizes mostly differ, so that a buffer with a wrong extent does not match by
+// accident: b 3 (kBatch), s 12, h 32, f 48, a 4; tensor t (1, 2 or 4).
+constexpr int kBatch = 3;
+model::GptShape distinct_shape(int t, bool sequence_parallel) {
+  model::GptShape s;
+  s.layers = 4;
+  s.hidden = 32;
+  s.heads = 4;
+  s.ffn_hidden = 48;
+  s.seq_length = 12;
+  s.vocab_size = 37;
+  s.tensor = t;
+  s.sequence_parallel = sequence_parallel;
+  return s;
+}
+
+// Every buffer of stage `stage` of a model, against the descriptor: each row where it must be,
+// and nothing else besides the stage's and the head's own tensors.
+template <class T>
+void check_buffers(const model::GptShape& shape, int micro_batch, Recompute mode, model::PipelineStage stage,
+                   int slots, parallel::Communicator& tp) {
+  model::GptModel<T> m(shape, micro_batch, tp, 1, stage, mode);
+  m.reserve_slots(slots);
+  std::map<std::string, typename model::Workspace<T>::Entry> entries;
+  for (const auto& e : m.workspace().entries()) {
+    INFO(e.name);
+    CHECK(entries.emplace(e.name, e).second);  // one entry per name
+  }
+  const model::BlockSizes z = model::block_sizes(shape, micro_batch);
+  std::set<std::string> described;
+  const auto expect = [&](const std::string& name, const BufferRow& r, model::BufferCategory category) {
+    INFO("buffer " << name << " (" << r.what << ")");
+    described.insert(name);
+    const auto it = entries.find(name);
+    if (r.only_16_bit && sizeof(T) >= 4) {
+      CHECK(it == entries.end());
+      return;
+    }
+    REQUIRE(it != entries.end());
+    CHECK(it->second.shape == model::buffer_shape(r, z));
+    CHECK(static_cast<std::int64_t>(it->second.bytes) == model::buffer_bytes(r, z, sizeof(T)));
+    CHECK(it->second.category == category);
+  };
+  for (const BufferRow& r : model::kBlockBuffers) {
+    if (r.lifetime == Lifetime::scratch) {
+      expect(r.name, r, model::BufferCategory::scratch);
+      continue;
+    }
+    if (model::in_recompute_working_set(r, mode)) expect(std::string("recompute.block") + r.name, r,
+                                                         model::BufferCategory::scratch);
+    if (!model::kept_per_layer(r, mode)) continue;
+    for (int k = 0; k < slots; ++k)
+      for (int l = m.first_layer(); l < m.first_layer() + m.local_layers(); ++l) {
+        const std::string slot = k == 0 ? "" : "#" + std::to_string(k);
+        if (r.lifetime == Lifetime::input)
+          expect("residual." + std::to_string(l) + slot, r, model::BufferCategory::activation);
+        else
+          expect("layers/" + std::to_string(l) + slot + r.name, r, model::BufferCategory::activation);
+      }
+  }
+  // The rest is the stage's and the head's own: its output (the residual stream after its last
+  // block), the gradient ping-pong, the loss head, the shared sequence-parallel and column-sum
+  // buffers. Anything else is a block buffer the descriptor lacks.
+  const std::string output = "residual." + std::to_string(m.first_layer() + m.local_layers());
+  for (const auto& [name, e] : entries) {
+    if (described.count(name) != 0) continue;
+    const bool own = name.rfind(output, 0) == 0 || name == "grad_a" || name == "grad_b" || name == "column_sums" ||
+                     name.rfind("ln_f.", 0) == 0 || name.rfind("lm_head.", 0) == 0 ||
+                     name.rfind("sequence_parallel.", 0) == 0;
+    INFO("buffer " << name << " is in no row of the block descriptor (src/model/block_descriptor.hpp)");
+    CHECK(own);
+  }
+}
+
+std::string join(const std::vector<std::string>& parts, const char* separator) {
+  std::string s;
+  for (const std::string& p : parts) s += (s.empty() ? "" : separator) + p;
+  return s;
+}
+
+// ---- the docs' tables, printed from the rows -----------------------------------------------------
+
+const char* symbol(ParameterDim d) {
+  switch (d) {
+    case ParameterDim::hidden: return "H";
+    case ParameterDim::qkv: return "3H";
+    case ParameterDim::ffn: return "F";
+    case ParameterDim::vocab: return "V";
+    case ParameterDim::seq: return "S";
+    case ParameterDim::none: break;
+  }
+  return "";
+}
+
+const char* symbol(BufferDim d) {
+  switch (d) {
+    case BufferDim::b: return "b";
+    case BufferDim::s: return "s";
+    case BufferDim::N: return "N";
+    case BufferDim::n: return "n";
+    case BufferDim::h: return "h";
+    case BufferDim::h_t: return "(h/t)";
+    case BufferDim::qkv_t: return "(3h/t)";
+    case BufferDim::f_t: return "(f/t)";
+    case BufferDim::a_t: return "(a/t)";
+    case BufferDim::Na_t: return "N·(a/t)";
+    case BufferDim::tile: return "min(s, 128)";
+    case BufferDim::none: break;
+  }
+  return "";
+}
+
+std::string shape_text(const ParameterRow& r) {
+  std::vector<std::string> dims;
+  for (const ParameterDim d : r.shape)
+    if (d != ParameterDim::none) dims.push_back(symbol(d));
+  return "[" + join(dims, ", ") + "]";
+}
+
+std::string split_text(const ParameterRow& r) {
+  switch (r.split) {
+    case model::TensorSplit::replicated: return "replicated";
+    case model::TensorSplit::column:
+      return r.blocks == 1 ? "column-parallel: dim 0"
+                           : fmt::format("column-parallel: dim 0, each of its {} blocks", r.blocks);
+    case model::TensorSplit::row: return "row-parallel: dim 1";
+  }
+  return "";
+}
+
+std::string init_text(const model::Init& i) {
+  switch (i.kind) {
+    case model::Init::normal: return fmt::format("N(0, {:g}²)", i.value);
+    case model::Init::residual_normal: return fmt::format("N(0, ({:g}/√(2L))²)", i.value);
+    case model::Init::constant: return fmt::format("{:g}", i.value);
+  }
+  return "";
+}
+
+std::string parameter_line(const std::string& prefix, const ParameterRow& r) {
+  return fmt::format("| `{}{}` | {} | {} | {} | {} | {} |", prefix, r.name, shape_text(r), split_text(r),
+                     r.sequence_parallel_sum ? "yes" : "no", r.weight_decay ? "yes" : "no", init_text(r.init));
+}
+
+// docs/design.md: every tensor of the model, with its descriptor row.
+std::string model_tensor_table() {
+  std::string t =
+      "| tensor | logical shape | tensor-parallel split | gradient summed over the sequence-parallel group "
+      "| weight decay | initial value |\n|---|---|---|---|---|---|\n";
+  for (const ParameterRow& r : model::kEmbeddingParameters) t += parameter_line("", r) + "\n";
+  for (const ParameterRow& r : model::kBlockParameters) t += parameter_line("layers/<i>/", r) + "\n";
+  for (const ParameterRow& r : model::kHeadParameters) t += parameter_line("", r) + "\n";
+  return t;
+}
+
+// docs/checkpoints.md: the datasets under /model.
+std::string checkpoint_dataset_table() {
+  std::string t = "| dataset under `/model` | shape |\n|---|---|\n";
+  const auto line = [&](const std::string& prefix, const ParameterRow& r) {
+    t += fmt::format("| `{}{}` | {} |\n", prefix, r.name, shape_text(r));
+  };
+  for (const ParameterRow& r : model::kEmbeddingParameters) line("", r);
+  for (const ParameterRow& r : model::kBlockParameters) line("layers/<i>/", r);
+  for (const ParameterRow& r : model::kHeadParameters) line("", r);
+  return t;
+}
+
+std::string bytes_text(const BufferRow& r) {
+  std::vector<std::string> factors;
+  for (const BufferDim d : r.shape)
+    if (d != BufferDim::none) factors.push_back(symbol(d));
+  factors.push_back(r.element == model::Element::fp32 ? "4" : "e");
+  return join(factors, "·");
+}
+
+std::string kept_text(const BufferRow& r) {
+  switch (r.lifetime) {
+    case Lifetime::input: return "none, selective, full";
+    case Lifetime::saved: return "none, selective; full: once per stage";
+    case Lifetime::saved_if_none: return "none";
+    case Lifetime::scratch: break;
+  }
+  return "";
+}
+
+// docs/planning.md: what a block keeps per micro-batch, and its share of the stage's workspace.
+std::string block_activation_table() {
+  std::string t = "| buffer | bytes | kept with recompute |\n|---|---|---|\n";
+  for (const BufferRow& r : model::kBlockBuffers)
+    if (r.lifetime != Lifetime::scratch) t += fmt::format("| {} | {} | {} |\n", r.what, bytes_text(r), kept_text(r));
+  return t;
+}
+std::string block_scratch_table() {
+  std::string t = "| buffer | bytes |\n|---|---|\n";
+  for (const BufferRow& r : model::kBlockBuffers)
+    if (r.lifetime == Lifetime::scratch)
+      t += fmt::format("| {} | {}{} |\n", r.what, bytes_text(r), r.only_16_bit ? " (bf16/fp16 only)" : "");
+  return t;
+}
+
+// The text between "<!-- generated: NAME ... -->" and "<!-- end of generated: NAME -->" in
+// docs/FILE must be `table`; with TPTRAIN_UPDATE_DOCS set, it becomes it.
+void check_generated(const std::string& file, const std::string& name, const std::string& table) {
+  const std::string path = std::string(TPTRAIN_SOURCE_DIR) + "/docs/" + file;
+  std::ifstream in(path);
+  REQUIRE(in);
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  std::string text = buffer.str();
+  const std::string begin_mark = "<!-- generated: " + name, end_mark = "<!-- end of generated: " + name + " -->";
+  INFO(path << ": the table " << name);
+  const std::size_t begin = text.find(begin_mark);
+  REQUIRE(begin != std::string::npos);
+  const std::size_t start = text.find("-->\n", begin);
+  REQUIRE(start != std::string::npos);
+  const std::size_t end = text.find(end_mark, start);
+  REQUIRE(end != std::string::npos);
+  const std::string found = text.substr(start + 4, end - start - 4);
+  if (found != table && std::getenv("TPTRAIN_UPDATE_DOCS") != nullptr) {
+    text.replace(start + 4, end - start - 4, table);
+    std::ofstream(path) << text;
+    WARN(path << ": rewrote the table " << name);
+    return;
+  }
+  INFO("expected (TPTRAIN_UPDATE_DOCS=1 writes it):\n" << table);
+  CHECK(found == table);
+}
+
+}  // namespace
+
+TEST_CASE("block descriptor: every parameter the layers make is its row, in its order", "[model][mpi]") {
+  const int n = test::world_size();
+  for (const int t : {1, n}) {
+    if (t > 4) continue;
+    auto tp = test::tp_group(t);
+    for (const bool sp : {false, true}) {
+      const model::GptShape shape = distinct_shape(t, sp);
+      INFO("tensor " << t << (sp ? ", sequence parallel" : ""));
+      model::GptModel<float> m(shape, kBatch, *tp, 1);
+      const std::vector<model::LogicalTensor> logical = model::logical_tensors(shape);
+      const auto params = m.parameters();
+      REQUIRE(params.size() == logical.size());
+      REQUIRE(logical.size() == std::size(model::kEmbeddingParameters) + model::kBlockParameterCount * shape.layers +
+                                   std::size(model::kHeadParameters));
+      for (std::size_t i = 0; i < params.size(); ++i) {
+        const model::Parameter<float>& p = *params[i];
+        const model::ParameterSpec spec = model::model_parameter(shape, logical[i].name);
+        INFO(spec.name);
+        CHECK(p.name == spec.name);
+        CHECK(p.shape == spec.shape);
+        CHECK(p.saved_rows == spec.saved_rows);
+        CHECK(p.sharding.dim == spec.split_dim());
+        CHECK(p.sharding.blocks == spec.blocks);
+        CHECK(p.local_size() == spec.local_elements(t));
+        CHECK(p.weight_decay == spec.weight_decay);
+        CHECK(p.init_std == spec.init_std);
+        CHECK(p.init_const == spec.init_const);
+        CHECK(p.sequence_parallel_gradient == spec.sequence_parallel_gradient);
+      }
+    }
+  }
+  // Each block's bucket holds the block's parameters in the descriptor's order.
+  auto self = test::tp_group(1);
+  model::GptModel<float> m(distinct_shape(1, false), kBatch, *self, 1);
+  for (const auto& bucket : m.buckets()) {
+    if (bucket.name.rfind("layers/", 0) != 0) continue;
+    REQUIRE(bucket.params.size() == model::kBlockParameterCount);
+    for (std::size_t i = 0; i < bucket.params.size(); ++i)
+      CHECK(bucket.params[i]->name == bucket.name + "/" + model::kBlockParameters[i].name);
+  }
+}
+
+TEST_CASE("block descriptor: a name without a row is refused", "[model]") {
+  const model::GptShape shape = distinct_shape(1, false);
+  CHECK(model::block_parameter(shape, "layers/7/attn/qkv/weight").name == "layers/7/attn/qkv/weight");
+  CHECK(model::block_parameter(shape, "attn/qkv/weight").shape == std::vector<std::int64_t>{96, 32});
+  CHECK(model::model_parameter(shape, "embedding/word").saved_rows == 37);
+  CHECK_THROWS_AS(model::block_parameter(shape, "layers/0/attn/qkv/scale"), std::logic_error);
+  CHECK_THROWS_WITH(model::model_parameter(shape, "layers/0/mlp/gate/weight"),
+                    test::contains("layers/0/mlp/gate/weight has no row in the block descriptor"));
+}
+
+TEST_CASE("block descriptor: every buffer a model stage allocates is its row, or the stage's own",
+          "[model][mpi]") {
+  const int n = test::world_size();
+  for (const int t : {1, n}) {
+    if (t > 4) continue;
+    auto tp = test::tp_group(t);
+    for (const bool sp : {false, true})
+      for (const Recompute mode : {Recompute::none, Recompute::selective, Recompute::full})
+        for (const int slots : {1, 3})
+          for (const int stages : {1, 2}) {
+            const model::GptShape shape = distinct_shape(t, sp);
+            INFO("tensor " << t << (sp ? ", sequence parallel" : "") << ", recompute " << model::recompute_name(mode)
+                           << ", " << slots << " micro-batches in flight, " << stages << " stages");
+            for (int stage = 0; stage < stages; ++stage) {
+              check_buffers<float>(shape, kBatch, mode, {stage, stages}, slots, *tp);
+              check_buffers<kx::bf16>(shape, kBatch, mode, {stage, stages}, slots, *tp);
+            }
+          }
+  }
+}
+
+TEST_CASE("block descriptor: the docs' tables are its rows", "[model][docs]") {
+  check_generated("design.md", "model tensors", model_tensor_table());
+  check_generated("checkpoints.md", "checkpoint datasets", checkpoint_dataset_table());
+  check_generated("planning.md", "block activations", block_activation_table());
+  check_generated("planning.md", "block workspace", block_scratch_table());
+}
