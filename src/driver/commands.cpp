@@ -21,7 +21,9 @@
 #include "src/plan/plan.hpp"
 #include "src/train/bench.hpp"
 #include "src/train/model_checkpoint.hpp"
-#include "src/train/trainer.hpp"
+#include "src/train/eval_command.hpp"
+#include "src/train/generate_command.hpp"
+#include "src/train/train_command.hpp"
 #include "src/util/stop_signal.hpp"
 #include "src/util/memory_ledger.hpp"
 

@@ -1,7 +1,7 @@
 // One training run's state and its optimizer step: the model shard of this rank (its pipeline
 // stage, its tensor-parallel part), the data sampler of its data-parallel rank, the pipeline
 // schedule, the data-parallel gradient reduction, AdamW, the LR schedule. `tptrain train`
-// drives it step by step (trainer.cpp); tests drive it directly.
+// drives it step by step (train_command.cpp); tests drive it directly.
 #pragma once
 
 #include <map>
