@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <type_traits>
 
 #include "src/log.hpp"
 #include "src/parallel/agreement.hpp"
@@ -50,13 +51,38 @@ int generate_as(const io::Deck& deck, const parallel::Topology& topo, const std:
     std::copy(context.begin() + static_cast<std::ptrdiff_t>(first), context.end(), batch.h_inputs.begin());
     batch.upload(exec);
     pipeline_forward(model, topo.pp(), exec, batch.inputs, nullptr);
-    int next = 0;
-    if (model.is_last_stage()) {  // the logits are on the last pipeline stage
+    // On the last pipeline stage, which holds the logits: (logit, token) of the vocabulary,
+    // padding excluded, and how many are NaN or +-Inf.
+    std::vector<std::pair<double, int>> cand;
+    int non_finite = 0, first_bad = 0;
+    if (model.is_last_stage()) {
       Kokkos::deep_copy(exec, row, Kokkos::subview(model.local_logits(), last, Kokkos::ALL()));
       parallel::all_gather(model.tp(), exec, row, full);  // one row of logits, for sampling only
       auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), full);
-      std::vector<std::pair<double, int>> cand;
-      for (int v = 0; v < shape.vocab_size; ++v) cand.emplace_back(h(v), v);  // padding excluded
+      for (int v = 0; v < shape.vocab_size; ++v) {
+        cand.emplace_back(h(v), v);
+        if (!std::isfinite(cand.back().first) && non_finite++ == 0) first_bad = v;
+      }
+    }
+    // A NaN or Inf logit gives no distribution (every weight turns NaN): refused, as eval refuses
+    // a non-finite loss. The verdict goes from the last stage to every rank: all stop together.
+    if (const int count = parallel::all_reduce_scalar(topo.pp(), non_finite, parallel::ReduceOp::sum); count > 0) {
+      const bool mine = model.is_last_stage();
+      const int token = parallel::all_reduce_scalar(topo.pp(), mine ? first_bad : 0, parallel::ReduceOp::sum);
+      const double value = parallel::all_reduce_scalar(  // x + 0 keeps NaN and Inf
+          topo.pp(), mine ? cand[static_cast<std::size_t>(first_bad)].first : 0.0, parallel::ReduceOp::sum);
+      log::stream("\n");
+      throw parallel::AgreedError(fmt::format(
+          "generate: checkpoint {}: the logits for generated token {} are not finite ({} of {}; the first, for "
+          "token {}, is {}): nothing to sample from{}",
+          checkpoint, i + 1, count, shape.vocab_size, token, value,
+          std::is_same<T, kx::fp16>::value
+              ? " (in fp16 the forward pass exceeds fp16's range, largest value 65504: try training.precision = "
+                "\"bf16\")"
+              : ""));
+    }
+    int next = 0;
+    if (model.is_last_stage()) {
       std::sort(cand.begin(), cand.end(), [](const auto& a, const auto& b) {
         return a.first > b.first || (a.first == b.first && a.second < b.second);
       });

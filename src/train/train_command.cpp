@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "io/metrics.hpp"
+#include "io/path_text.hpp"
 #include "io/run_lock.hpp"
 #include "io/writable_directory.hpp"
 #include "src/log.hpp"
@@ -76,9 +77,15 @@ int train_as(const io::Deck& deck, const parallel::Topology& topo) {
       io::CheckpointMeta meta;
       on_every_rank(topo.world(), [&] { meta = load_weights(run->model(), topo, latest, true); });
       first_step = meta.step;
-      run->restore_train_state(meta.train);
       log::infof("resuming from {} (step {}, written with tensor {} x pipeline {} x data {})", latest, meta.step,
                  meta.tp, meta.pp, meta.dp);
+      on_every_rank(topo.world(), [&] {
+        try {
+          run->restore_train_state(meta.train);
+        } catch (const std::invalid_argument& e) {
+          throw std::runtime_error("reading checkpoint " + io::display_path(latest) + ": " + e.what());
+        }
+      });
       const auto seed = meta.train.find("seed");
       if (seed != meta.train.end() && seed->second != static_cast<std::int64_t>(tc.seed))
         log::warning(fmt::format("the checkpoint was trained with training.seed = {}, this run has {}: the "
@@ -102,19 +109,21 @@ int train_as(const io::Deck& deck, const parallel::Topology& topo) {
   auto window_start = start;
   std::int64_t window_tokens = 0;
   std::int64_t skipped = 0;  // fp16 steps skipped since the last metrics line
+  std::int64_t skipped_in_run = 0;
   std::int64_t end_step = tc.steps;  // earlier when a stop signal ends the run
   const auto write_checkpoint = [&](std::int64_t done) {  // collective: the checkpoint after `done` steps
     save_checkpoint(run->model(), deck, topo, done, done * run->tokens_per_step(), run->train_state());
     prune_checkpoints(topo.world(), deck.checkpoint.dir, deck.checkpoint.keep);
   };
   for (std::int64_t step = first_step; step < tc.steps; ++step) {
-    // Not agreed on: a step is full of collectives, so a failure on some ranks only (one that
-    // is not an AgreedError, like a non-finite loss) cannot wait for an agreement; the top level
-    // aborts the job on it.
+    // Not agreed on: a step is full of collectives, so a failure on some ranks only cannot wait
+    // for an agreement; the top level aborts the job on it. The stops every rank sees (a
+    // non-finite loss, an fp16 overflow at the smallest scale) are AgreedErrors.
     const StepResult r = run->step(step);
     window_tokens += run->tokens_per_step();
     if (r.skipped) {
       ++skipped;
+      ++skipped_in_run;
       log::infof("step {}: fp16 gradients overflowed at loss scale {:g}: step skipped, the loss scale is now {:g}",
                  step + 1, r.loss_scale, run->loss_scaler()->scale());
     }
@@ -168,6 +177,13 @@ int train_as(const io::Deck& deck, const parallel::Topology& topo) {
   log::infof("trained steps {}..{} in {:.1f} s ({:.0f} tokens/s)", first_step + 1, end_step, total,
              static_cast<double>((end_step - first_step) * run->tokens_per_step()) / total);
   log::info("memory at the end: " + measured_memory_summary());
+  // fp16 only: the stops above end a run that cannot train; a run this short can still have
+  // skipped every step while the scale came down from training.loss_scale_initial.
+  if (skipped_in_run > 0 && skipped_in_run == end_step - first_step)
+    log::warning(fmt::format("no step of this run updated the weights: all {} overflowed in fp16 and were skipped "
+                             "(the loss scale is now {}); a longer run lowers the scale further, down to "
+                             "training.loss_scale_min = {}",
+                             skipped_in_run, run->loss_scaler()->scale(), tc.loss_scale_min));
   if (topo.layout().pipeline > 1 && end_step > first_step) {
     const auto& pp = run->pipeline().stats();
     const double steps = static_cast<double>(end_step - first_step);
