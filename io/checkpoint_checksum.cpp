@@ -13,12 +13,22 @@ std::uint64_t checksum_term(std::uint32_t bits, std::uint64_t index) noexcept {
   return splitmix64(bits ^ splitmix64(index));
 }
 
+std::vector<SealedAttribute> sealed_attributes(const CheckpointMeta& meta) {
+  std::vector<SealedAttribute> sealed = {
+      {"step", "step=" + std::to_string(meta.step) + "\n"},
+      {"tokens_seen", "tokens_seen=" + std::to_string(meta.tokens_seen) + "\n"},
+      {"tp", "tp=" + std::to_string(meta.tp) + "\n"},
+      {"pp", "pp=" + std::to_string(meta.pp) + "\n"},
+      {"dp", "dp=" + std::to_string(meta.dp) + "\n"}};
+  for (const auto& [name, value] : meta.train)
+    sealed.push_back({"train/" + name, "train." + name + "=" + std::to_string(value) + "\n"});
+  sealed.push_back({"deck", "deck=" + meta.deck});
+  return sealed;
+}
+
 std::uint64_t metadata_checksum(const CheckpointMeta& meta) noexcept {
-  std::string text = "format_version=2\nstep=" + std::to_string(meta.step) +
-                     "\ntokens_seen=" + std::to_string(meta.tokens_seen) + "\ntp=" + std::to_string(meta.tp) +
-                     "\npp=" + std::to_string(meta.pp) + "\ndp=" + std::to_string(meta.dp) + "\n";
-  for (const auto& [name, value] : meta.train) text += "train." + name + "=" + std::to_string(value) + "\n";
-  text += "deck=" + meta.deck;
+  std::string text = "format_version=2\n";
+  for (const SealedAttribute& a : sealed_attributes(meta)) text += a.line;
   std::uint64_t h = 0;
   for (std::size_t i = 0; i < text.size(); i += 8) {
     unsigned char word[8] = {};

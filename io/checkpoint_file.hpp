@@ -108,15 +108,27 @@ std::uint64_t checksum_term(std::uint32_t bits, std::uint64_t index) noexcept;
 // Sum of the terms of n consecutive elements whose row-major indices are first, first+1, ...
 std::uint64_t checksum_run(const float* data, std::uint64_t n, std::uint64_t first) noexcept;
 
-// The metadata (every root attribute and the /train attributes) carries a checksum too, the
-// root attribute kMetadataChecksumAttribute (format_version 2): a flipped byte in the deck, the
-// step or a /train value would otherwise load silently as another run's state. It hashes the
-// text "format_version=2\nstep=S\ntokens_seen=N\ntp=T\npp=P\ndp=D\n" + "train.<name>=<v>\n"
-// for each /train attribute in name order + "deck=" + the deck text, as
+// The metadata carries a checksum too, the root attribute kMetadataChecksumAttribute
+// (format_version 2): a flipped byte in the deck, the step or a /train value would otherwise load
+// silently as another run's state. It seals the attributes sealed_attributes() lists: every root
+// attribute but format (checked by value), format_version (which selects this recipe), precision
+// (informational, and in the sealed deck text) and the checksum itself; and every /train
+// attribute. It hashes the text "format_version=2\n" followed by their lines,
+// "step=S\ntokens_seen=N\ntp=T\npp=P\ndp=D\n" + "train.<name>=<v>\n" for each /train attribute
+// in name order + "deck=" + the deck text, as
 //   h = 0; for each 8-byte little-endian word w of the text (the last one zero-padded):
 //   h = splitmix64(h ^ w); then h = splitmix64(h ^ length in bytes).
 inline constexpr char kMetadataChecksumAttribute[] = "metadata_checksum_splitmix64";
 std::uint64_t metadata_checksum(const CheckpointMeta& meta) noexcept;
+
+// One attribute the metadata checksum seals: its path from the root ("step", "train/seed") and
+// its line of the hashed text. metadata_checksum hashes exactly these lines, in this order, so
+// that a test can change each sealed attribute alone (tests/io/test_metadata_checksum.cpp).
+struct SealedAttribute {
+  std::string path;
+  std::string line;
+};
+std::vector<SealedAttribute> sealed_attributes(const CheckpointMeta& meta);
 
 // Thrown by every rank of the communicator with the same message (see above): an agreed
 // failure, which the job reports once and ends cleanly on, not a one-rank failure to abort on.

@@ -142,11 +142,14 @@ CheckpointMeta check_root(hid_t file, std::vector<std::string>& problems) {
       }
       return 0;
     });
-  // format_version 2 seals the metadata: checked once everything it covers has been read.
-  if (version && *version >= 2 && problems.empty())
+  // format_version 2 seals the metadata: checked once everything it covers has been read. A file
+  // that says version 1 but carries the seal is checked too, so that one changed byte in
+  // format_version cannot switch the check off.
+  if (version && problems.empty())
     checked(problems, [&](Status& st) {
       if (!h5::attr_exists(file, kMetadataChecksumAttribute, st)) {
-        if (st.ok()) problems.push_back(std::string("the checkpoint has no ") + kMetadataChecksumAttribute + " attribute");
+        if (st.ok() && *version >= 2)
+          problems.push_back(std::string("the checkpoint has no ") + kMetadataChecksumAttribute + " attribute");
         return 0;
       }
       const auto stored = h5::read_u64_attr(file, kMetadataChecksumAttribute, st);

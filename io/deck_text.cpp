@@ -12,7 +12,7 @@ namespace tptrain::io {
 
 namespace {
 
-// `quote` and backslash escaped, control characters as \uXXXX (both TOML and JSON read that).
+// `quote` and backslash escaped, control characters as \uXXXX.
 std::string quoted(std::string_view s) {
   std::string out = "\"";
   for (char c : s) {
@@ -55,7 +55,6 @@ std::string toml_float(double v) {
 }
 
 std::string toml_string(std::string_view s) { return quoted(s); }
-std::string json_string(std::string_view s) { return quoted(s); }
 
 double round_decimal(double v) {
   if (!std::isfinite(v)) return v;

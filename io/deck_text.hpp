@@ -1,4 +1,4 @@
-// How deck values are written: as TOML (the resolved deck, messages) and as JSON (check --json).
+// How deck values are written as TOML (the resolved deck, messages); as JSON: io/json_line.hpp.
 #pragma once
 
 #include <cstdint>
@@ -15,8 +15,6 @@ namespace tptrain::io {
 std::string toml_float(double v);
 // TOML basic string: double quotes, escapes for backslash, quote and control characters.
 std::string toml_string(std::string_view s);
-// JSON string, escaped the same way.
-std::string json_string(std::string_view s);
 // `v` rounded to 15 significant decimal digits, so that a derived value is the double its
 // decimal text names (3e-3 / 10 is 3.0000000000000003e-4 in binary; this gives 3e-4).
 double round_decimal(double v);

@@ -8,6 +8,7 @@
 #include "io/deck.hpp"
 #include "io/deck_keys.hpp"
 #include "io/deck_text.hpp"
+#include "io/json_line.hpp"
 
 namespace tptrain::io {
 
@@ -43,13 +44,17 @@ std::string toml_value(const Member& m) {
     return toml_string(m);
 }
 
-// JSON spells every value as TOML does, except strings (the same escapes, another name).
+// JSON spells every value as TOML does (io/json_line.hpp: one writer for every JSON line).
 template <class Member>
-std::string json_value(const Member& m) {
-  if constexpr (std::is_same_v<Member, std::string>)
-    return json_string(m);
+void add_json(JsonObject& o, std::string_view key, const Member& m) {
+  if constexpr (std::is_same_v<Member, bool>)
+    o.boolean(key, m);
+  else if constexpr (std::is_integral_v<Member>)
+    o.integer(key, m);
+  else if constexpr (std::is_same_v<Member, double>)
+    o.number(key, m);  // finite: the loader refuses others
   else
-    return toml_value(m);
+    o.string(key, m);
 }
 
 // ffn_hidden = 0 stands for 4 * hidden: compared and printed resolved.
@@ -142,14 +147,10 @@ std::string Deck::to_toml() const {
 
 std::string Deck::to_json() const {
   const Deck r = resolved(*this);
-  std::string out = "{";
-  for (const DeckKey& k : deck_keys())
-    visit_member(r, k, [&](const auto& m) {
-      out += fmt::format("{}: {}, ", json_string(k.name()), json_value(m));
-    });
-  out += fmt::format("\"ranks\": {}}}", static_cast<long long>(parallel.tensor) *
-                                            parallel.pipeline * parallel.data);
-  return out;
+  JsonObject o;
+  for (const DeckKey& k : deck_keys()) visit_member(r, k, [&](const auto& m) { add_json(o, k.name(), m); });
+  o.integer("ranks", static_cast<long long>(parallel.tensor) * parallel.pipeline * parallel.data);
+  return o.text();
 }
 
 }  // namespace tptrain::io

@@ -1,8 +1,8 @@
-// <run.dir>/metrics.jsonl: one JSON object per logged step (docs/design.md, "Run outputs"), written by rank 0.
+// <run.dir>/metrics.jsonl: one JSON object per logged step (docs/design.md, "Run outputs"), written by rank 0
+// (io/metrics_writer.hpp).
 #pragma once
 
 #include <cstdint>
-#include <fstream>
 #include <optional>
 #include <string>
 #include <utility>
@@ -24,22 +24,8 @@ struct MetricsRecord {
 };
 
 // JSON line of a record: {"step": 10, "loss": ..., "lr": ..., "grad_norm": ..., "tokens_per_s": ...[, "eval_loss": ...]
-// [, "loss_scale": ..., "skipped": ...][, "<field>": <integer>, ...]}. A non-finite grad_norm (an fp16
-// step that overflowed) is null.
+// [, "loss_scale": ..., "skipped": ...][, "<field>": <integer>, ...]}. A value that is not finite (the
+// loss or grad_norm of an fp16 step that overflowed) is null (io/json_line.hpp).
 std::string to_json(const MetricsRecord& r);
-
-class MetricsWriter {
- public:
-  // dir empty: writes nothing (ranks other than 0). resumed_step > 0: a resumed run keeps the
-  // existing records up to that step (a run killed after its last checkpoint logged steps that
-  // are about to be redone) and continues the file.
-  explicit MetricsWriter(const std::string& dir, std::int64_t resumed_step = 0);
-  void write(const MetricsRecord& r);
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-  std::ofstream out_;
-};
 
 }  // namespace tptrain::io

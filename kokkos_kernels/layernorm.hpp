@@ -68,6 +68,70 @@ KOKKOS_INLINE_FUNCTION void layernorm_row(const Member& team, const std::int64_t
   });
 }
 
+// The first pass over a row: the value LayerNorm normalises at (i, j). RowValue reads x;
+// ResidualRowValue forms x + r and stores it in x1 (the residual stream), rounded once if 16-bit,
+// so that the statistics are those of x1 as stored.
+template <class XV>
+struct RowValue {
+  using value_type = typename XV::non_const_value_type;
+  static constexpr bool stores = false;
+  XV x;
+  KOKKOS_INLINE_FUNCTION value_type operator()(const std::int64_t i, const std::int64_t j) const { return x(i, j); }
+};
+template <class XV, class ResV, class X1V>
+struct ResidualRowValue {
+  using value_type = typename X1V::non_const_value_type;
+  static constexpr bool stores = true;
+  XV x;
+  ResV r;
+  X1V x1;
+  KOKKOS_INLINE_FUNCTION value_type operator()(const std::int64_t i, const std::int64_t j) const {
+    const value_type v = x(i, j) + r(i, j);
+    x1(i, j) = v;
+    return v;
+  }
+};
+
+// One team per row: the first pass takes first(i, j) and sums it, keeping the row in team
+// scratch when it fits; the later passes (layernorm_row) read the scratch copy or `stored`, the
+// view that holds the row in global memory.
+template <class Exec, class First, class SV, class GV, class BV, class YV, class MV, class RV>
+void layernorm_forward_rows(const Exec& exec, const char* kernel, const First& first,
+                            const SV& stored, const GV& gamma, const BV& beta, const YV& y, const MV& mean, const RV& rstd,
+                            const kx::acc_t<typename YV::non_const_value_type> eps) {
+  const std::int64_t n = stored.extent(0);
+  const std::int64_t h = stored.extent(1);
+  using T = kx::acc_t<typename YV::non_const_value_type>;
+  using V = typename First::value_type;
+  using Row = ScratchRow<Exec, V>;
+  using member = typename Teams<Exec>::member_type;
+  const std::size_t row_bytes = scratch_row_bytes<Exec, V>(h);
+  // Compile-time false on host backends: their loops carry no scratch branch at all.
+  constexpr bool can_cache = scratch_rows<Exec>();
+  const auto teams = row_teams(exec, n, row_bytes, kernel);
+  const bool fits = teams.cached;
+  Kokkos::parallel_for(
+      std::string("tptrain::kernels::") + kernel, teams.policy, KOKKOS_LAMBDA(const member& team) {
+        const bool cached = can_cache && fits;
+        const std::int64_t i = team.league_rank();
+        const Row buf = cached ? Row(team.team_scratch(0), h) : Row();
+        T sum = 0;
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(team, h),
+            [&](const std::int64_t j, T& acc) {
+              const V v = first(i, j);
+              if (cached) buf(j) = v;
+              acc += v;
+            },
+            sum);
+        // The row is in scratch (or, when first() stores it, in `stored`) before any thread
+        // reads entries another thread wrote.
+        if (cached || First::stores) team.team_barrier();
+        const auto xv = [&](const std::int64_t j) -> V { return cached ? buf(j) : stored(i, j); };
+        layernorm_row(team, i, h, sum, xv, gamma, beta, y, mean, rstd, eps);
+      });
+}
+
 }  // namespace detail
 
 template <class Exec, class XV, class GV, class BV, class YV, class MV, class RV>
@@ -82,35 +146,8 @@ void layernorm_forward(const Exec& exec,
   detail::check_view<Exec, XV, 2>();
   detail::check_layernorm_forward<Exec, XV, GV, BV, YV, MV, RV>(x, gamma, beta, y, mean, rstd,
                                                                 "layernorm_forward");
-  const std::int64_t n = x.extent(0);
-  const std::int64_t h = x.extent(1);
-  using T = kx::acc_t<typename YV::non_const_value_type>;
-  using XT = typename XV::non_const_value_type;
-  using Row = detail::ScratchRow<Exec, XT>;
-  using member = typename detail::Teams<Exec>::member_type;
-  const std::size_t row_bytes = detail::scratch_row_bytes<Exec, XT>(h);
-  // Compile-time false on host backends: their loops carry no scratch branch at all.
-  constexpr bool can_cache = detail::scratch_rows<Exec>();
-  const auto row_teams = detail::row_teams(exec, n, row_bytes, "layernorm_forward");
-  const bool fits = row_teams.cached;
-  Kokkos::parallel_for(
-      "tptrain::kernels::layernorm_forward", row_teams.policy, KOKKOS_LAMBDA(const member& team) {
-        const bool cached = can_cache && fits;
-        const std::int64_t i = team.league_rank();
-        const Row buf = cached ? Row(team.team_scratch(0), h) : Row();
-        T sum = 0;
-        Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(team, h),
-            [&](const std::int64_t j, T& acc) {
-              const XT v = x(i, j);
-              if (cached) buf(j) = v;
-              acc += v;
-            },
-            sum);
-        if (cached) team.team_barrier();  // the row is in scratch before any thread reads it
-        const auto xv = [&](const std::int64_t j) -> XT { return cached ? buf(j) : x(i, j); };
-        detail::layernorm_row(team, i, h, sum, xv, gamma, beta, y, mean, rstd, eps);
-      });
+  detail::layernorm_forward_rows(exec, "layernorm_forward", detail::RowValue<XV>{x}, x, gamma, beta,
+                                 y, mean, rstd, eps);
 }
 
 // Residual add fused with the LayerNorm that follows it (pre-LN blocks: x₁ = x + r is the
@@ -138,37 +175,9 @@ void add_layernorm_forward(const Exec& exec,
   detail::require(x.extent(0) == x1.extent(0) && x.extent(1) == x1.extent(1) &&
                       r.extent(0) == x1.extent(0) && r.extent(1) == x1.extent(1),
                   "add_layernorm_forward", "x, r and x1 must have the same extents");
-  const std::int64_t n = x1.extent(0);
-  const std::int64_t h = x1.extent(1);
-  using T = kx::acc_t<typename YV::non_const_value_type>;
-  using V1 = typename X1V::non_const_value_type;
-  using Row = detail::ScratchRow<Exec, V1>;
-  using member = typename detail::Teams<Exec>::member_type;
-  const std::size_t row_bytes = detail::scratch_row_bytes<Exec, V1>(h);
-  // Compile-time false on host backends: their loops carry no scratch branch at all.
-  constexpr bool can_cache = detail::scratch_rows<Exec>();
-  const auto row_teams = detail::row_teams(exec, n, row_bytes, "add_layernorm_forward");
-  const bool fits = row_teams.cached;
-  Kokkos::parallel_for(
-      "tptrain::kernels::add_layernorm_forward", row_teams.policy, KOKKOS_LAMBDA(const member& team) {
-        const bool cached = can_cache && fits;
-        const std::int64_t i = team.league_rank();
-        const Row buf = cached ? Row(team.team_scratch(0), h) : Row();
-        T sum = 0;
-        Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(team, h),
-            [&](const std::int64_t j, T& acc) {
-              // x1 as stored (rounded once if 16-bit): the statistics are those of x1.
-              const V1 v = x(i, j) + r(i, j);
-              x1(i, j) = v;
-              if (cached) buf(j) = v;
-              acc += v;
-            },
-            sum);
-        team.team_barrier();  // the next passes read x1 entries other threads wrote
-        const auto xv = [&](const std::int64_t j) -> V1 { return cached ? buf(j) : x1(i, j); };
-        detail::layernorm_row(team, i, h, sum, xv, gamma, beta, y, mean, rstd, eps);
-      });
+  detail::layernorm_forward_rows(exec, "add_layernorm_forward",
+                                 detail::ResidualRowValue<XV, ResV, X1V>{x, r, x1}, x1, gamma, beta, y,
+                                 mean, rstd, eps);
 }
 
 namespace detail {

@@ -1,5 +1,6 @@
 # `tptrain plan` through the executable: the shipped GPT-3 175B decks on 1024 80-GB A100s, the
-# refusal of the seed article's deck for both of its reasons, the JSON line, option errors.
+# refusal of the seed article's deck for both of its reasons, the JSON line, option errors, counts
+# beyond 64 bits, figures beyond a double, and huge decks in bounded time.
 # (The formulas themselves: tests/plan/test_plan.cpp.) No MPI, no data files.
 set(_input ${PROJECT_SOURCE_DIR}/input)
 
@@ -41,3 +42,28 @@ tptrain_plan_test(cli_plan_bad_deck 1 "invalid deck .*--set parallel\\.tensor=7:
 add_test(NAME cli_plan_json_last_line COMMAND tptrain plan ${_input}/gpt2-124m.toml)
 set_tests_properties(cli_plan_json_last_line PROPERTIES TIMEOUT 60 PASS_REGULAR_EXPRESSION
   "\n\\{\"deck\": \"[^\n]*gpt2-124m\\.toml\", \"gpus\": 8, [^\n]*\"params\": 124439808, [^\n]*\"memory_bytes\": \\{\"weights\": [0-9]+, [^\n]*\"training_days\": [0-9.e+-]+, [^\n]*\"fits\": true, \"problems\": \\[\\], \"suggestions\": \\[\\]\\}\n$")
+
+# A figure beyond a double is null in the JSON line (it printed inf), and the report says why.
+tptrain_plan_test(cli_plan_gpu_memory_beyond_double 0
+  "note: gpu_memory_bytes = inf: beyond the range of a double [^\n]*; null in the JSON line.*\"gpu_memory_bytes\": null, "
+  plan ${_decks}/valid.toml --gpu-memory 1e300)
+tptrain_plan_test(cli_plan_days_beyond_double 0
+  "note: training_days = inf, [^\n]*: beyond the range of a double.*\"training_days\": null, \"training_days_eq4\": null"
+  plan ${_decks}/valid.toml --tokens 1e308 --peak-tflops 1e-300)
+# Counts beyond 2^63 - 1 are refused naming the key (they wrapped: 8.66 B parameters for 6.4e19,
+# a negative total that "fit").
+tptrain_plan_test(cli_plan_parameters_beyond_64_bits 1
+  "model\\.hidden = 500000000 is too large: the parameter count \\(with [^\n]*model\\.layers = 64[^\n]*\\) exceeds 2\\^63 - 1"
+  plan ${_decks}/valid.toml --set model.hidden=500000000 --set model.heads=2 --set model.ffn_hidden=2
+  --set model.layers=64)
+tptrain_plan_test(cli_plan_bytes_beyond_64_bits 1
+  "model\\.hidden = 715827882 is too large: the byte count of a rank \\(with [^\n]*\\) exceeds 2\\^63 - 1"
+  plan ${_decks}/valid.toml --set model.hidden=715827882 --set model.heads=2 --set model.ffn_hidden=2
+  --set model.layers=2)
+# Plan time does not grow with the layers or the GPUs per node (2,000,000 layers took over a
+# minute, a node of 2^31 - 1 GPUs 12 s): a few seconds at most on a loaded machine.
+tptrain_plan_test(cli_plan_2000000_layers 1 "model        2000000 layers, .*\n\\{\"deck\": [^\n]*\"params\": 25408008768, "
+  plan ${_decks}/valid.toml --set model.layers=2000000)
+tptrain_plan_test(cli_plan_node_of_2147483647_gpus 1 "wrong GPU count: .*nearest layouts of 4 GPUs that fit"
+  plan ${_decks}/valid.toml --gpus 4 --gpus-per-node 2147483647)
+set_tests_properties(cli_plan_2000000_layers cli_plan_node_of_2147483647_gpus PROPERTIES TIMEOUT 5)

@@ -88,11 +88,22 @@ add_test(NAME cli_check_unwritable_dir COMMAND ${CMAKE_COMMAND} -DCMD=$<TARGET_F
          -DEXPECT_FAIL=1 "-DREGEX=run.dir = [^\n]*regular_file/run: cannot write there: [^\n]*regular_file is not a directory\ncheckpoint.dir = /dev/null/x: cannot write there: /dev/null is not a directory"
          -P ${CMAKE_CURRENT_SOURCE_DIR}/run_expect.cmake)
 
-# SIGUSR1/SIGTERM: the run stops after one agreed step with its checkpoint and exit status 3,
-# resumes bit for bit; the Slurm CPU script requeues on it (tests/signal_requeue.sh).
-foreach(case usr1 term_rank0 slurm_cpu)
+# SIGUSR1/SIGTERM: the run stops after one agreed step with its checkpoint, the requeue marker and
+# exit status 3, resumes bit for bit; the Slurm CPU script requeues on it, also when mpiexec
+# itself got the signal and exits 1; a signal at start-up stops after step 1 (tests/signal_requeue.sh).
+foreach(case usr1 term_rank0 slurm_cpu launcher_term startup)
   add_test(NAME cli_signal_${case}
            COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/signal_requeue.sh ${case} ${_rel}/signal_${case}
                    ${_decks}/valid.toml $<TARGET_FILE:tptrain> ${_mpi2})
   set_tests_properties(cli_signal_${case} PROPERTIES TIMEOUT 180)
+endforeach()
+
+# metrics.jsonl: a cut last line is dropped on resume, any other bad line is refused with the
+# file and the line, a write past a file size limit stops the run with the reason
+# (tests/metrics_cases.sh).
+foreach(case cut_line bad_line size_limit)
+  add_test(NAME cli_metrics_${case}
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/metrics_cases.sh ${case} ${_rel}/metrics_${case}
+                   ${_decks}/valid.toml $<TARGET_FILE:tptrain> ${_mpi2})
+  set_tests_properties(cli_metrics_${case} PROPERTIES TIMEOUT 180)
 endforeach()

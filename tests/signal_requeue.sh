@@ -9,6 +9,15 @@
 #   slurm_cpu  jobs/slurm/train-cpu.sbatch under a fake srun and scontrol (tests/jobs/fake_slurm):
 #              SIGUSR1 to the batch shell, as `--signal=B:USR1@...` sends it, is passed to the
 #              ranks, the job asks for its requeue; run again as the requeued job it resumes
+#   launcher_term
+#              the same script whose srun is a real mpiexec, and SIGTERM to that mpiexec: the
+#              ranks stop with their checkpoint, mpiexec itself exits 1, and the job is requeued
+#              all the same, on the <run.dir>/requeue marker that rank 0 left
+#   startup    the signal raised at the first instruction of each rank (the test hook
+#              TPTRAIN_TEST_STOP_SIGNAL_AT_START, before any library is initialised): the run
+#              stops after step 1 with its checkpoint and status 3; `tptrain check` dies of it
+#              as before; the next run removes the marker
+# Every stop leaves <run.dir>/requeue naming the signal and the step.
 # The run to be stopped has 10^6 steps, so no timing decides whether the signal comes before
 # its end; the runs compared with it (resumed, uninterrupted) stop a few steps after the step it
 # stopped at. Their decks differ only in training.steps, and a constant learning rate after the
@@ -70,6 +79,8 @@ stopped_step() {
   "$exe" inspect "$file" >"$work/inspect.log" 2>&1 || { cat "$work/inspect.log"; fail "tptrain inspect rejects $file"; }
   grep -q '"step": '"$((step + 1))"',' "$work/run/metrics.jsonl" && fail "step $((step + 1)) was logged after the stop"
   grep -q '"step": '"$step"',' "$work/run/metrics.jsonl" || fail "step $step is not in metrics.jsonl"
+  grep -q "^$signal: checkpoint of step $step written" "$work/run/requeue" ||
+    fail "no requeue marker $work/run/requeue naming $signal and step $step: $(cat "$work/run/requeue" 2>&1)"
   echo "$step"
 }
 
@@ -107,6 +118,7 @@ usr1)
   cat "$work/resumed.log"
   [ "$status" -eq 0 ] || fail "the resumed run failed ($status)"
   grep -q "resuming from .*step_$(printf %08d "$step").h5" "$work/resumed.log" || fail "did not resume from step $step"
+  [ ! -e "$work/run/requeue" ] || fail "the resumed run left the requeue marker of the stopped one"
 
   "${mpi2[@]}" "$exe" "${train[@]}" --set run.dir="$work/ref" --set checkpoint.dir="$work/ref/ck" \
     --set training.steps=$end >"$work/ref.log" 2>&1 || { cat "$work/ref.log"; fail "the uninterrupted run failed"; }
@@ -147,6 +159,42 @@ slurm_cpu)
   grep -q "resuming from .*step_$(printf %08d "$step").h5" "$work/requeued.log" || fail "the requeued job did not resume"
   tasks_exited "$work/requeued.log" 0
   [ "$(wc -l <"$work/scontrol.log")" -eq 1 ] || fail "a finished job was requeued"
+  [ ! -e "$work/run/requeue" ] || fail "the requeued job left the requeue marker of the stopped one"
+  ;;
+launcher_term)
+  # The fake srun is mpiexec itself; SIGTERM reaches the ranks odls_base_sigkill_timeout seconds
+  # after mpiexec got it, and SIGKILL as long again later: 5 s leave room for the checkpoint.
+  export PATH="$root/tests/jobs/fake_slurm:$PATH" SLURM_NTASKS=2 TPTRAIN_FAKE_SRUN_MPIEXEC="${mpi2[*]}" SLURM_JOB_ID=4243 SLURM_SUBMIT_DIR="$root" TPTRAIN_EXE="$exe" \
+    TPTRAIN_FAKE_SCONTROL_LOG="$work/scontrol.log" TPTRAIN_FAKE_SRUN_PLAIN=1 OMPI_MCA_odls_base_sigkill_timeout=5
+  start_stoppable "$work/job.log" bash "$root/jobs/slurm/train-cpu.sbatch" "$deck" "${train[@]:2}" "${run[@]}" "${long[@]}"
+  launcher=$(ps -o pid=,comm= --ppid "$job" | awk '$2 == "mpiexec" { print $1 }')
+  [ -n "$launcher" ] || { kill -KILL "$job"; fail "no mpiexec under the job script"; }
+  kill -TERM "$launcher"  # as Slurm signals every process of the job at its time limit
+  finish "$work/job.log"
+  [ "$status" -eq 0 ] || fail "expected the job script to requeue and exit 0, got $status"
+  grep -q "^tptrain: the launcher exited with status [0-9]*, but the run stopped on request" "$work/job.log" ||
+    fail "expected mpiexec to exit with its own status and the script to requeue on the marker"
+  grep -q "^tptrain: the launcher exited with status 3," "$work/job.log" && fail "mpiexec exited 3: the marker decided nothing"
+  stopped_step "$work/job.log" SIGTERM >/dev/null || exit 1
+  [ "$(cat "$work/scontrol.log")" = "requeue 4243" ] || fail "expected one 'scontrol requeue 4243'"
+  ;;
+startup)
+  TPTRAIN_TEST_STOP_SIGNAL_AT_START=SIGTERM "${ranks[@]}" "$exe" "${train[@]}" "${run[@]}" --set training.steps=50 \
+    >"$work/stopped.log" 2>&1
+  status=$?
+  cat "$work/stopped.log"
+  [ "$status" -eq 0 ] || fail "mpiexec failed ($status)"
+  ranks_exited 3
+  step=$(stopped_step "$work/stopped.log" SIGTERM) || exit 1
+  [ "$step" -eq 1 ] || fail "a signal from the start stopped the run after step $step, not step 1"
+  # The commands with nothing to save end on the signal, as they always did.
+  TPTRAIN_TEST_STOP_SIGNAL_AT_START=SIGTERM "$exe" check "$deck" >"$work/check.log" 2>&1
+  status=$?
+  [ "$status" -eq $((128 + 15)) ] || { cat "$work/check.log"; fail "tptrain check: expected death by SIGTERM (143), got $status"; }
+  "${mpi2[@]}" "$exe" "${train[@]}" "${run[@]}" --set training.steps=3 --set checkpoint.resume=true \
+    >"$work/resumed.log" 2>&1 || { cat "$work/resumed.log"; fail "the resumed run failed"; }
+  [ ! -e "$work/run/requeue" ] || fail "the next run left the requeue marker of the stopped one"
+  echo "stopped after step 1 by a SIGTERM raised at the first instruction; check died of it; the next run removed the marker"
   ;;
 *)
   fail "unknown case $case_name"

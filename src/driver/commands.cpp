@@ -24,7 +24,6 @@
 #include "src/train/eval_command.hpp"
 #include "src/train/generate_command.hpp"
 #include "src/train/train_command.hpp"
-#include "src/util/stop_signal.hpp"
 #include "src/util/memory_ledger.hpp"
 
 namespace tptrain::driver {
@@ -264,9 +263,7 @@ int run_job(const DeckOptions& o, Job&& job) {
 }  // namespace
 
 int train(const DeckOptions& o) {
-  // Before MPI_Init: a SIGUSR1 that arrives while the job starts (its default action ends the
-  // process) is recorded too, and stops the run after its first step.
-  const util::StopSignals stop_signals;
+  // SIGUSR1 and SIGTERM have been recorded since the process started (src/driver/main.cpp).
   return run_job(o, [](const io::Deck& deck, const parallel::Topology& topo) {
     log::info("# resolved deck\n" + deck.to_toml());
     print_rank_map(topo);

@@ -15,7 +15,11 @@ struct DeckOptions {
   bool data_files = true;              // false: [data] unused (bench), its files not checked
 };
 
+// The bounds keep a typing slip (--warmup 100000) from occupying the allocation for hours; long
+// runs print their progress (src/train/bench.cpp).
 struct BenchOptions {
+  static constexpr int max_steps = 100000;  // timed steps
+  static constexpr int max_warmup = 1000;   // untimed steps before them: a few are enough
   int steps = 10;
   int warmup = 2;
 };

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
@@ -14,23 +15,32 @@
 #include "io/deck_path.hpp"
 #include "io/path_text.hpp"
 #include "src/driver/commands.hpp"
+#include "src/util/stop_signal.hpp"
 
 namespace {
 
+// SIGUSR1 and SIGTERM are recorded from the start: build/tptrain, the launcher, blocks them and
+// execs this program (src/driver/stop_signal_launcher.c), and its .preinit_array installs the
+// handlers and unblocks them before the constructor of any shared library runs. A signal from
+// the first instruction on stops `train` after step 1; the other commands get it back at once,
+// after the command line is read (main).
+#if defined(__ELF__)
+void record_stop_signals_at_start(int, char**, char**) { tptrain::util::record_stop_signals(); }
+[[gnu::used, gnu::section(".preinit_array")]] void (*preinit_stop_signals)(int, char**, char**) =
+    record_stop_signals_at_start;
+#endif
+
 // CLI11's own range validators print their bounds as doubles (a 309-digit number); these say
 // what was expected in words: "--tokens: expected a positive integer, got 0".
-CLI::Validator integer_at_least(int lo) {
+CLI::Validator integer_at_least(int lo, int most = std::numeric_limits<int>::max()) {
   const std::string what = lo > 0 ? "a positive integer" : "a non-negative integer";
   return CLI::Validator(
-      [what, lo](std::string& text) -> std::string {
+      [what, lo, most](std::string& text) -> std::string {
         long long v = 0;
         const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-        if (ec == std::errc() && end == text.data() + text.size() && v >= lo &&
-            v <= std::numeric_limits<int>::max())
-          return {};
+        if (ec == std::errc() && end == text.data() + text.size() && v >= lo && v <= most) return {};
         if (ec != std::errc::invalid_argument && end == text.data() + text.size() && v >= lo)
-          return fmt::format("expected {} no larger than {}, got {}", what,
-                             std::numeric_limits<int>::max(), text);
+          return fmt::format("expected {} no larger than {}, got {}", what, most, text);
         return fmt::format("expected {}, got {}", what, text);
       },
       lo > 0 ? "INT > 0" : "INT >= 0");
@@ -106,6 +116,14 @@ void add_deck_options(CLI::App& cmd, tptrain::driver::DeckOptions& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Again (or first, without .preinit_array): in case a library's constructor replaced them.
+  if (!tptrain::util::record_stop_signals()) {
+    std::fprintf(stderr, "tptrain: error: cannot install the handlers of SIGUSR1 and SIGTERM\n");
+    return 1;
+  }
+  // A file size limit (ulimit -f) then fails a write with EFBIG, which the checkpoint and
+  // metrics writers report with the file's name, instead of ending the process with a core dump.
+  std::signal(SIGXFSZ, SIG_IGN);
   using namespace tptrain::driver;
   CLI::App app{"tptrain: Megatron-style tensor/pipeline/data-parallel GPT training on Kokkos + MPI"};
   app.require_subcommand(1);
@@ -125,9 +143,13 @@ int main(int argc, char** argv) {
       "model FLOP/s, the GEMM peak measured in the same run, MFU and the step time by phase (run under "
       "mpiexec like train; one JSON line at the end)");
   add_deck_options(*bench_cmd, deck);
-  bench_cmd->add_option("--steps", bench_opts.steps, "timed steps")->check(integer_at_least(1))->capture_default_str();
-  bench_cmd->add_option("--warmup", bench_opts.warmup, "untimed steps before them")
-      ->check(integer_at_least(0))
+  bench_cmd->add_option("--steps", bench_opts.steps, fmt::format("timed steps (at most {})", BenchOptions::max_steps))
+      ->check(integer_at_least(1, BenchOptions::max_steps))
+      ->capture_default_str();
+  bench_cmd
+      ->add_option("--warmup", bench_opts.warmup,
+                   fmt::format("untimed steps before them (at most {})", BenchOptions::max_warmup))
+      ->check(integer_at_least(0, BenchOptions::max_warmup))
       ->capture_default_str();
 
   auto* eval_cmd = app.add_subcommand("eval", "mean loss of a checkpoint over evaluation windows");
@@ -220,6 +242,9 @@ int main(int argc, char** argv) {
     return rc == 0 ? 0 : 2;
   }
 
+  // Only train has something to save on a stop signal; the others end on it as they always did.
+  if (!*train_cmd)
+    if (const int signal = tptrain::util::restore_stop_signals(); signal != 0) std::raise(signal);
   if (*check_cmd) return check(deck, check_output);
   if (*plan_cmd) return plan(deck, plan_opts);
   if (*train_cmd) return train(deck);

@@ -2,14 +2,16 @@
 
 #include <algorithm>
 
+#include "src/plan/count.hpp"
+
 namespace tptrain::plan {
 
 namespace {
 
-// The sizes of the formulas, 64-bit.
+// The sizes of the formulas, 64-bit, every product checked (src/plan/count.hpp).
 struct Sizes {
-  std::int64_t b, s, h, f, a, t, vocab, e;
-  std::int64_t N, n;
+  Count b, s, h, f, a, t, vocab, e;
+  Count N, n;
 };
 Sizes sizes(const Config& c) {
   const model::GptShape& m = c.shape;
@@ -24,7 +26,7 @@ constexpr std::int64_t kStatistic = 4;  // fp32
 }  // namespace
 
 std::int64_t total_bytes(const std::vector<Buffer>& buffers) {
-  std::int64_t n = 0;
+  Count n = 0;
   for (const Buffer& b : buffers) n += b.bytes;
   return n;
 }
@@ -91,7 +93,7 @@ int micro_batches_in_flight(int stage, int stages, int micro_batches) {
 std::int64_t stage_output(const Config& c) { const Sizes z = sizes(c); return z.n * z.h * z.e; }
 
 std::int64_t stage_activation_bytes(const Config& c, int layers, int in_flight) {
-  return in_flight * (std::int64_t(layers) * total_bytes(layer_activations(c)) + stage_output(c)) +
+  return Count(in_flight) * (Count(layers) * total_bytes(layer_activations(c)) + stage_output(c)) +
          total_bytes(recompute_working_set(c));
 }
 
@@ -117,12 +119,12 @@ std::int64_t attention_row_tile(const Config& c) {
 }
 std::int64_t gradient_buffers(const Config& c) {
   const Sizes z = sizes(c);
-  const std::int64_t dk_sum = z.e < 4 ? z.N * (z.h / z.t) * kStatistic : 0;  // fp32 dK sum of 16-bit runs
+  const Count dk_sum = z.e < 4 ? z.N * (z.h / z.t) * kStatistic : Count(0);  // fp32 dK sum of 16-bit runs
   return (z.N * (z.h / z.t) + z.N * (3 * z.h / z.t) + 2 * z.N * (z.f / z.t) + 5 * z.n * z.h) * z.e + dk_sum;
 }
 std::int64_t sequence_parallel_buffers(const Config& c) {
   const Sizes z = sizes(c);
-  return c.sequence_parallel && z.t > 1 ? 2 * z.N * z.h * z.e : 0;  // off with one tensor rank
+  return c.sequence_parallel && z.t > 1 ? 2 * z.N * z.h * z.e : Count(0);  // off with one tensor rank
 }
 
 std::vector<Buffer> workspace_buffers(const Config& c) {

@@ -42,10 +42,10 @@ StepCommunication stage_communication(const Config& c, int stage, std::int64_t s
   return out;
 }
 
-StepCommunication busiest_communication(const Config& c, const std::vector<std::int64_t>& stage_parameters) {
+StepCommunication busiest_communication(const Config& c, const StageParameters& stage_parameters) {
   StepCommunication most;
-  for (int p = 0; p < c.pipeline; ++p) {
-    const StepCommunication s = stage_communication(c, p, stage_parameters[static_cast<std::size_t>(p)]);
+  for (const int p : {0, std::min(1, c.pipeline - 1), c.pipeline - 1}) {
+    const StepCommunication s = stage_communication(c, p, stage_parameters.of(p));
     most.tensor = std::max(most.tensor, s.tensor);
     most.pipeline = std::max(most.pipeline, s.pipeline);
     most.data = std::max(most.data, s.data);

@@ -23,8 +23,8 @@
 #pragma once
 
 #include <cstdint>
-#include <vector>
 
+#include "src/plan/parameter_count.hpp"
 #include "src/plan/plan_config.hpp"
 
 namespace tptrain::plan {
@@ -42,7 +42,9 @@ struct StepCommunication {
 // Stage `stage` of c.pipeline holding `stage_parameters` elements on each rank.
 StepCommunication stage_communication(const Config& c, int stage, std::int64_t stage_parameters);
 
-// The most any stage sends over each group (each figure may come from another stage).
-StepCommunication busiest_communication(const Config& c, const std::vector<std::int64_t>& stage_parameters);
+// The most any stage sends over each group (each figure may come from another stage). The stages
+// between the first and the last send the same, so three stages are compared whatever the
+// pipeline size.
+StepCommunication busiest_communication(const Config& c, const StageParameters& stage_parameters);
 
 }  // namespace tptrain::plan

@@ -3,6 +3,7 @@
 #include <stdexcept>
 
 #include "src/model/gpt_model.hpp"
+#include "src/plan/count.hpp"
 
 namespace tptrain::plan {
 
@@ -12,6 +13,40 @@ bool ends_with(const std::string& s, const std::string& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
 
+Count product(const std::vector<std::int64_t>& shape) {
+  Count size = 1;
+  for (const std::int64_t d : shape) size *= d;
+  return size;
+}
+
+// The tensors of a model by where they live, each counted by `elements(name, shape)`: every block
+// holds the same tensors, so one block is counted and the model's size follows without a pass
+// over its layers (plan time does not grow with model.layers).
+struct TensorGroups {
+  Count embeddings;  // word and position
+  Count word;        // the word embedding alone (the last stage's tied copy)
+  Count block;       // one transformer block
+  Count final_norm;  // ln_f
+};
+template <class Elements>
+TensorGroups tensor_groups(const model::GptShape& s, Elements&& elements) {
+  model::GptShape one_block = s;
+  one_block.layers = 1;
+  TensorGroups g;
+  for (const model::LogicalTensor& t : model::logical_tensors(one_block)) {
+    const Count n = elements(t.name, t.shape);
+    if (t.name.rfind("embedding/", 0) == 0) {
+      g.embeddings += n;
+      if (t.name == "embedding/word") g.word = n;
+    } else if (t.name.rfind("ln_f/", 0) == 0) {
+      g.final_norm += n;
+    } else {
+      g.block += n;  // "layers/0/..."
+    }
+  }
+  return g;
+}
+
 }  // namespace
 
 double narayanan_parameters(double l, double h, double V, double s) {
@@ -19,21 +54,16 @@ double narayanan_parameters(double l, double h, double V, double s) {
 }
 
 std::int64_t exact_parameters(const model::GptShape& s) {
-  std::int64_t n = 0;
-  for (const model::LogicalTensor& t : model::logical_tensors(s)) {
-    std::int64_t size = 1;
-    for (const std::int64_t d : t.shape) size *= d;
-    n += size;
-  }
-  return n;
+  const TensorGroups g =
+      tensor_groups(s, [](const std::string&, const std::vector<std::int64_t>& shape) { return product(shape); });
+  return g.embeddings + Count(s.layers) * g.block + g.final_norm;
 }
 
 std::int64_t local_elements(const std::string& name, const std::vector<std::int64_t>& logical,
                             const model::GptShape& s) {
   const std::int64_t t = s.tensor;
-  std::int64_t size = 1;
-  for (const std::int64_t d : logical) size *= d;
-  if (name == "embedding/word") return std::int64_t(s.local_vocab()) * logical.at(1);  // padded rows
+  const Count size = product(logical);
+  if (name == "embedding/word") return Count(s.local_vocab()) * logical.at(1);  // padded rows
   if (name == "embedding/position") return size;
   for (const char* column : {"/attn/qkv/weight", "/attn/qkv/bias", "/mlp/fc/weight", "/mlp/fc/bias"})
     if (ends_with(name, column)) return size / t;
@@ -47,26 +77,28 @@ std::int64_t local_elements(const std::string& name, const std::vector<std::int6
                          " (src/plan/parameter_count.cpp)");
 }
 
-std::vector<std::int64_t> stage_parameters(const model::GptShape& s, int stages) {
+std::int64_t StageParameters::of(int stage) const {
+  if (stage < 0 || stage >= stages)
+    throw std::out_of_range("tptrain: plan: no pipeline stage " + std::to_string(stage) + " of " +
+                            std::to_string(stages));
+  return stage == 0 ? first : stage == stages - 1 ? last : middle;
+}
+
+StageParameters stage_parameters(const model::GptShape& s, int stages) {
   if (stages < 1 || s.layers % stages != 0)
     throw std::invalid_argument("tptrain: plan: " + std::to_string(s.layers) + " layers do not split over " +
                                 std::to_string(stages) + " pipeline stages");
-  const int per_stage = s.layers / stages;
-  std::vector<std::int64_t> n(static_cast<std::size_t>(stages), 0);
-  const auto add = [&](int stage, std::int64_t elements) { n[static_cast<std::size_t>(stage)] += elements; };
-  for (const model::LogicalTensor& t : model::logical_tensors(s)) {
-    const std::int64_t local = local_elements(t.name, t.shape, s);
-    if (t.name.rfind("embedding/", 0) == 0) {
-      add(0, local);
-      if (t.name == "embedding/word" && stages > 1) add(stages - 1, local);  // the tied output layer's copy
-    } else if (t.name.rfind("ln_f/", 0) == 0) {
-      add(stages - 1, local);
-    } else {
-      // "layers/<i>/...": the stage holding block i.
-      const int layer = std::stoi(t.name.substr(7));
-      add(layer / per_stage, local);
-    }
-  }
+  const TensorGroups g = tensor_groups(s, [&](const std::string& name, const std::vector<std::int64_t>& shape) {
+    return Count(local_elements(name, shape, s));
+  });
+  const Count blocks = Count(s.layers / stages) * g.block;
+  StageParameters n;
+  n.stages = stages;
+  n.middle = blocks;
+  n.first = g.embeddings + blocks;
+  // The last stage: ln_f and, when it is not also the first, the tied copy of the word embedding.
+  n.last = stages == 1 ? n.first + g.final_norm : blocks + g.final_norm + g.word;
+  if (stages == 1) n.first = n.last;
   return n;
 }
 

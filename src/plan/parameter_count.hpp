@@ -20,7 +20,8 @@ namespace tptrain::plan {
 double narayanan_parameters(double layers, double hidden, double vocab, double seq_length);
 
 // Every element of model::logical_tensors(s): the unpadded vocabulary, the word embedding once.
-// For ffn_hidden = 4·hidden this is eq. 2 plus the 2·h of the final LayerNorm.
+// For ffn_hidden = 4·hidden this is eq. 2 plus the 2·h of the final LayerNorm. Like every count
+// of src/plan/, throws plan::Overflow beyond 2^63 − 1 (src/plan/count.hpp).
 std::int64_t exact_parameters(const model::GptShape& s);
 
 // Elements of the logical tensor `name` [logical shape] on one tensor-parallel rank of s.tensor:
@@ -31,9 +32,15 @@ std::int64_t exact_parameters(const model::GptShape& s);
 std::int64_t local_elements(const std::string& name, const std::vector<std::int64_t>& logical,
                             const model::GptShape& s);
 
-// Elements one tensor-parallel rank of each pipeline stage holds ([stage], `stages` entries):
-// its blocks; the first stage the embeddings; the last stage ln_f and, when it is not also the
-// first, the tied copy of the word embedding (src/model/gpt_model.hpp).
-std::vector<std::int64_t> stage_parameters(const model::GptShape& s, int stages);
+// Elements one tensor-parallel rank of each pipeline stage holds: its blocks; the first stage
+// the embeddings; the last stage ln_f and, when it is not also the first, the tied copy of the
+// word embedding (src/model/gpt_model.hpp). Every stage between them holds the same, so three
+// numbers say it for any pipeline size.
+struct StageParameters {
+  int stages = 1;
+  std::int64_t first = 0, middle = 0, last = 0;
+  std::int64_t of(int stage) const;  // throws std::out_of_range for a stage that does not exist
+};
+StageParameters stage_parameters(const model::GptShape& s, int stages);
 
 }  // namespace tptrain::plan

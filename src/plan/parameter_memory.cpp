@@ -2,12 +2,13 @@
 
 namespace tptrain::plan {
 
-ParameterBytes parameter_bytes(std::int64_t n, const Config& c) {
-  const std::int64_t d = c.distributed_optimizer ? c.data : 1;
-  const std::int64_t shard = (n + d - 1) / d;  // the optimizer state's share of this rank
+ParameterBytes parameter_bytes(std::int64_t parameters, const Config& c) {
+  const Count n = parameters;
+  const Count d = c.distributed_optimizer ? c.data : 1;
+  const Count shard = (n + d - 1) / d;  // the optimizer state's share of this rank
   ParameterBytes b;
   b.weights = n * c.element_bytes();
-  b.master = c.element_bytes() == 4 ? 0 : shard * 4;  // fp32: the master is the weights
+  b.master = c.element_bytes() == 4 ? Count(0) : shard * 4;  // fp32: the master is the weights
   b.gradients = n * 4;
   b.optimizer = shard * 8;
   return b;

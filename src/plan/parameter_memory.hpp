@@ -13,6 +13,7 @@
 
 #include <cstdint>
 
+#include "src/plan/count.hpp"
 #include "src/plan/plan_config.hpp"
 
 namespace tptrain::plan {
@@ -22,7 +23,7 @@ struct ParameterBytes {
   std::int64_t master = 0;     // fp32 master weights (16-bit precisions only)
   std::int64_t gradients = 0;  // fp32, accumulated over micro-batches
   std::int64_t optimizer = 0;  // AdamW's two fp32 moments
-  std::int64_t total() const { return weights + master + gradients + optimizer; }
+  std::int64_t total() const { return Count(weights) + master + gradients + optimizer; }
 };
 
 // One rank holding `parameters` elements under c's precision and optimizer.

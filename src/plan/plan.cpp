@@ -5,11 +5,12 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <map>
+#include <optional>
 #include <stdexcept>
 #include <utility>
 
-#include "io/deck_text.hpp"
+#include "io/json_line.hpp"
+#include "io/path_text.hpp"
 #include "src/plan/activation_memory.hpp"
 #include "src/plan/flops.hpp"
 #include "src/plan/korthikanti.hpp"
@@ -76,18 +77,36 @@ std::vector<std::string> changes(const Config& deck, const Config& c) {
   return out;
 }
 
-std::vector<int> divisors(std::int64_t n) {
-  std::vector<int> d;
-  for (std::int64_t k = 1; k <= n && k <= std::numeric_limits<int>::max(); ++k)
-    if (n % k == 0) d.push_back(static_cast<int>(k));
-  return d;
+// The divisors of n > 0, increasing: trial division up to √n, at most 46341 steps for an int.
+std::vector<int> divisors(int n) {
+  std::vector<int> low, high;
+  for (int k = 1; std::int64_t(k) * k <= n; ++k)
+    if (n % k == 0) {
+      low.push_back(k);
+      if (k != n / k) high.push_back(n / k);
+    }
+  low.insert(low.end(), high.rbegin(), high.rend());
+  return low;
 }
 
-// The layouts for `gpus` GPUs that fit, nearest first: fewest keys changed, then the shortest
-// training. What varies: tensor (a divisor of the node's GPUs, so that a tensor group stays in a
-// node), pipeline (a divisor of the layers), data (the rest), sequence parallelism, the
-// recomputation, the distributed optimizer, micro_batch (the deck's or 1) and, for an fp32 deck,
-// bf16.
+// The most (tensor, pipeline) pairs the layout search tries, those nearest the deck's first: a
+// bound on its time whatever the GPU count and the divisors of the layers (the shipped decks have
+// a few dozen pairs).
+constexpr std::size_t kMaxLayoutPairs = 256;
+
+// Fewest keys changed first, then the shortest training (a figure that is not a number last),
+// then the least memory.
+bool nearer(const Suggestion& a, const Suggestion& b) {
+  if (a.sets.size() != b.sets.size()) return a.sets.size() < b.sets.size();
+  const auto days = [](double d) { return std::isnan(d) ? std::numeric_limits<double>::infinity() : d; };
+  if (days(a.days) != days(b.days)) return days(a.days) < days(b.days);
+  return a.bytes < b.bytes;
+}
+
+// The layouts for `gpus` GPUs that fit, nearest first. What varies: tensor (a divisor of the
+// node's GPUs, so that a tensor group stays in a node), pipeline (a divisor of the layers), data
+// (the rest), sequence parallelism, the recomputation, the distributed optimizer, micro_batch (the
+// deck's or 1) and, for an fp32 deck, bf16.
 std::vector<Suggestion> nearest_fitting(const Config& deck, const Hardware& hw, std::int64_t gpus, double tokens,
                                         std::size_t count) {
   std::vector<int> tensors;
@@ -96,83 +115,124 @@ std::vector<Suggestion> nearest_fitting(const Config& deck, const Hardware& hw, 
   if (gpus % deck.tensor() == 0 && std::find(tensors.begin(), tensors.end(), deck.tensor()) == tensors.end())
     tensors.push_back(deck.tensor());
   const std::vector<int> pipelines = divisors(deck.shape.layers);
+  std::vector<std::pair<int, int>> pairs;  // (tensor, pipeline) whose product divides the GPUs
+  for (const int t : tensors)
+    for (const int p : pipelines)
+      if (gpus % (std::int64_t(t) * p) == 0 && gpus / (std::int64_t(t) * p) <= std::numeric_limits<int>::max())
+        pairs.emplace_back(t, p);
+  if (pairs.size() > kMaxLayoutPairs) {
+    const auto distance = [&](const std::pair<int, int>& x) {
+      return std::fabs(std::log(double(x.first) / deck.tensor())) +
+             std::fabs(std::log(double(x.second) / deck.pipeline));
+    };
+    std::stable_sort(pairs.begin(), pairs.end(),
+                     [&](const auto& a, const auto& b) { return distance(a) < distance(b); });
+    pairs.resize(kMaxLayoutPairs);
+  }
   std::vector<int> micro_batches{deck.micro_batch};
   if (deck.micro_batch != 1) micro_batches.push_back(1);
   std::vector<std::string> precisions{deck.precision};
   if (deck.precision == "fp32") precisions.push_back("bf16");
   const double limit = hw.gpu_memory_gib * kGiB;
 
-  std::map<std::pair<int, int>, std::vector<std::int64_t>> parameters;  // by (tensor, pipeline)
   std::vector<Suggestion> found;
-  for (const int t : tensors)
-    for (const int p : pipelines) {
-      if (gpus % (std::int64_t(t) * p) != 0) continue;
-      const std::int64_t d = gpus / (std::int64_t(t) * p);
-      if (d > std::numeric_limits<int>::max()) continue;
-      Config c = deck;
-      c.shape.tensor = t;
-      c.pipeline = p;
-      c.data = static_cast<int>(d);
-      for (const int mb : micro_batches)
-        for (const std::string& precision : precisions)
-          for (const bool sp : {deck.sequence_parallel, !deck.sequence_parallel})
-            for (const Recompute r : {Recompute::none, Recompute::selective, Recompute::full})
-              for (const bool dist : {deck.distributed_optimizer, !deck.distributed_optimizer}) {
-                if (sp && t == 1 && !deck.sequence_parallel) continue;  // nothing to split
-                if (dist && d == 1 && !deck.distributed_optimizer) continue;
-                c.micro_batch = mb;
-                c.precision = precision;
-                c.sequence_parallel = sp;
-                c.recompute = r;
-                c.distributed_optimizer = dist;
-                if (!c.layout_problem().empty()) continue;
-                auto it = parameters.find({t, p});
-                if (it == parameters.end())
-                  it = parameters.emplace(std::pair{t, p}, stage_parameters(c.shape, p)).first;
-                std::int64_t most = 0;
-                for (const RankMemory& m : rank_memory(c, it->second)) most = std::max(most, m.total());
-                if (double(most) > limit) continue;
-                found.push_back(Suggestion{c, changes(deck, c), most, days_of(c, hw, tokens)});
+  for (const auto& [t, p] : pairs) {
+    const std::int64_t d = gpus / (std::int64_t(t) * p);
+    Config c = deck;
+    c.shape.tensor = t;
+    c.pipeline = p;
+    c.data = static_cast<int>(d);
+    std::optional<StageParameters> parameters;
+    for (const int mb : micro_batches)
+      for (const std::string& precision : precisions)
+        for (const bool sp : {deck.sequence_parallel, !deck.sequence_parallel})
+          for (const Recompute r : {Recompute::none, Recompute::selective, Recompute::full})
+            for (const bool dist : {deck.distributed_optimizer, !deck.distributed_optimizer}) {
+              if (sp && t == 1 && !deck.sequence_parallel) continue;  // nothing to split
+              if (dist && d == 1 && !deck.distributed_optimizer) continue;
+              c.micro_batch = mb;
+              c.precision = precision;
+              c.sequence_parallel = sp;
+              c.recompute = r;
+              c.distributed_optimizer = dist;
+              if (!c.layout_problem().empty()) continue;
+              std::int64_t most = 0;
+              try {
+                if (!parameters) parameters = stage_parameters(c.shape, p);
+                most = most_loaded_rank(c, *parameters).total();
+              } catch (const Overflow&) {
+                continue;  // more than 2^63 − 1 bytes: fits no GPU
               }
-    }
-  std::sort(found.begin(), found.end(), [](const Suggestion& a, const Suggestion& b) {
-    if (a.sets.size() != b.sets.size()) return a.sets.size() < b.sets.size();
-    if (a.days != b.days) return a.days < b.days;
-    return a.bytes < b.bytes;
-  });
+              if (double(most) > limit) continue;
+              found.push_back(Suggestion{c, changes(deck, c), most, days_of(c, hw, tokens)});
+            }
+  }
+  std::sort(found.begin(), found.end(), nearer);
   if (found.size() > count) found.resize(count);
   return found;
 }
+
+// Why a deck cannot be planned when `figure` exceeds 2^63 − 1: the largest of the keys it grows
+// with, then the others (`activations`: it grows with the heads and the micro-batch too).
+std::string beyond_64_bits(const Config& c, const std::string& figure, bool activations) {
+  const model::GptShape& m = c.shape;
+  std::vector<std::pair<std::string, int>> keys{{"model.hidden", m.hidden},         {"model.layers", m.layers},
+                                                {"model.ffn_hidden", m.ffn_hidden}, {"model.vocab_size", m.vocab_size},
+                                                {"model.seq_length", m.seq_length}};
+  if (activations) {
+    keys.emplace_back("model.heads", m.heads);
+    keys.emplace_back("training.micro_batch", c.micro_batch);
+  }
+  std::stable_sort(keys.begin(), keys.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  std::string others;
+  for (std::size_t i = 1; i < keys.size(); ++i)
+    others += fmt::format("{}{} = {}", i > 1 ? ", " : "", keys[i].first, keys[i].second);
+  return fmt::format("{} = {} is too large: {} (with {}) exceeds 2^63 - 1 = {}, the largest count tptrain represents",
+                     keys[0].first, keys[0].second, figure, others, std::numeric_limits<std::int64_t>::max());
+}
+
+// f(), with an Overflow turned into that refusal.
+template <class F>
+auto counted(const Config& c, const char* figure, bool activations, F&& f) {
+  try {
+    return f();
+  } catch (const Overflow&) {
+    throw std::invalid_argument(beyond_64_bits(c, figure, activations));
+  }
+}
+
+// The JSON line of a plan (io/json_line.hpp: a figure that is not finite is null).
+io::JsonObject json_of(const Plan& p);
 
 }  // namespace
 
 double default_peak_tflops(const std::string& precision) { return precision == "fp32" ? 19.5 : 312.0; }
 
-std::vector<RankMemory> rank_memory(const Config& c, const std::vector<std::int64_t>& stage_parameters) {
-  std::vector<RankMemory> out;
+RankMemory rank_memory(const Config& c, const StageParameters& stage_parameters, int stage) {
   const int P = c.pipeline;
-  const std::int64_t workspace = total_bytes(workspace_buffers(c));
-  const std::int64_t head = total_bytes(head_buffers(c));
-  for (int p = 0; p < P; ++p) {
-    RankMemory m;
-    m.stage = p;
-    m.layers = c.shape.layers / P;
-    m.in_flight = micro_batches_in_flight(p, P, c.micro_batches());
-    m.parameters = stage_parameters.at(static_cast<std::size_t>(p));
-    m.parameter_bytes = parameter_bytes(m.parameters, c);
-    m.activations = stage_activation_bytes(c, m.layers, m.in_flight);
-    m.head = p == P - 1 ? head : 0;
-    m.workspace = workspace;
-    out.push_back(m);
-  }
-  return out;
+  RankMemory m;
+  m.stage = stage;
+  m.layers = c.shape.layers / P;
+  m.in_flight = micro_batches_in_flight(stage, P, c.micro_batches());
+  m.parameters = stage_parameters.of(stage);
+  m.parameter_bytes = parameter_bytes(m.parameters, c);
+  m.activations = stage_activation_bytes(c, m.layers, m.in_flight);
+  m.head = stage == P - 1 ? total_bytes(head_buffers(c)) : 0;
+  m.workspace = total_bytes(workspace_buffers(c));
+  return m;
 }
 
-RankMemory most_loaded_rank(const Config& c) {
-  const std::vector<RankMemory> all = rank_memory(c, stage_parameters(c.shape, c.pipeline));
-  return *std::max_element(all.begin(), all.end(),
-                           [](const RankMemory& a, const RankMemory& b) { return a.total() < b.total(); });
+RankMemory most_loaded_rank(const Config& c, const StageParameters& stage_parameters) {
+  RankMemory most = rank_memory(c, stage_parameters, 0);
+  for (const int stage : {1, c.pipeline - 1}) {
+    if (stage < 1 || stage >= c.pipeline) continue;
+    const RankMemory m = rank_memory(c, stage_parameters, stage);
+    if (m.total() > most.total()) most = m;  // the earlier stage on a tie
+  }
+  return most;
 }
+
+RankMemory most_loaded_rank(const Config& c) { return most_loaded_rank(c, stage_parameters(c.shape, c.pipeline)); }
 
 Plan make_plan(const Config& c, const Hardware& hw_in, double deck_tokens, const std::string& deck_path,
                bool suggest) {
@@ -191,12 +251,12 @@ Plan make_plan(const Config& c, const Hardware& hw_in, double deck_tokens, const
   const model::GptShape& m = c.shape;
 
   p.parameters_eq2 = narayanan_parameters(m.layers, m.hidden, m.padded_vocab(), m.seq_length);
-  p.parameters = exact_parameters(m);
-  const std::vector<std::int64_t> per_stage = stage_parameters(m, c.pipeline);
-  const std::vector<RankMemory> ranks = rank_memory(c, per_stage);
-  p.memory = *std::max_element(ranks.begin(), ranks.end(),
-                               [](const RankMemory& a, const RankMemory& b) { return a.total() < b.total(); });
-  p.layer_activation_bytes = total_bytes(layer_activations(c));
+  p.parameters = counted(c, "the parameter count", false, [&] { return exact_parameters(m); });
+  const StageParameters per_stage = counted(c, "the parameter count of a pipeline stage", false,
+                                            [&] { return stage_parameters(m, c.pipeline); });
+  p.memory = counted(c, "the byte count of a rank", true, [&] { return most_loaded_rank(c, per_stage); });
+  p.layer_activation_bytes =
+      counted(c, "the byte count of a layer's activations", true, [&] { return total_bytes(layer_activations(c)); });
   p.korthikanti_layer_bytes =
       korthikanti_table2(korthikanti_case(c), m.seq_length, c.micro_batch, m.hidden, m.heads, m.tensor);
 
@@ -242,6 +302,13 @@ Plan make_plan(const Config& c, const Hardware& hw_in, double deck_tokens, const
     hw.gpus = p.gpus;
     p.suggestions = nearest_fitting(c, hw, p.gpus, p.tokens, 5);
   }
+  // Extreme --tokens, --peak-tflops or --gpu-memory put a figure beyond a double: the JSON line
+  // has null there (JSON has no infinity), and the report says why.
+  if (const io::JsonObject json = json_of(p); !json.non_finite().empty())
+    p.notes.push_back(fmt::format("{}: beyond the range of a double (with --tokens {:g}, --peak-tflops {:g}, "
+                                  "--efficiency {:g}, --gpu-memory {:g} GiB); null in the JSON line",
+                                  io::describe_non_finite(json), p.tokens, p.hardware.peak_tflops,
+                                  p.hardware.efficiency, p.hardware.gpu_memory_gib));
   return p;
 }
 
@@ -344,35 +411,54 @@ std::string report(const Plan& p) {
   return out;
 }
 
-std::string report_json(const Plan& p) {
+namespace {
+
+io::JsonObject json_of(const Plan& p) {
+  using io::digits, io::exponent, io::fixed;
   const Config& c = p.config;
   const RankMemory& r = p.memory;
   const ParameterBytes& pb = r.parameter_bytes;
-  std::string problems, suggestions;
-  for (const std::string& s : p.problems) problems += (problems.empty() ? "" : ", ") + io::json_string(s);
-  for (const Suggestion& s : p.suggestions) {
-    std::string sets;
-    for (const std::string& k : s.sets) sets += (sets.empty() ? "" : ", ") + io::json_string(k);
-    suggestions += fmt::format("{}{{\"set\": [{}], \"memory_bytes\": {}, \"training_days\": {:.6g}}}",
-                               suggestions.empty() ? "" : ", ", sets, s.bytes, s.days);
-  }
-  return fmt::format(
-      "{{\"deck\": {}, \"gpus\": {}, \"tensor\": {}, \"pipeline\": {}, \"data\": {}, \"params\": {}, "
-      "\"params_narayanan_eq2\": {:.0f}, \"most_loaded_stage\": {}, "
-      "\"memory_bytes\": {{\"weights\": {}, \"master_weights\": {}, \"gradients\": {}, \"optimizer_state\": {}, "
-      "\"activations\": {}, \"logits\": {}, \"workspace\": {}, \"total\": {}}}, \"gpu_memory_bytes\": {:.0f}, "
-      "\"flops_per_iteration\": {:.6e}, \"flops_per_iteration_by_recompute\": {{\"none\": {:.6e}, \"selective\": "
-      "{:.6e}, \"full\": {:.6e}}}, \"peak_tflops\": {:g}, \"efficiency\": {:g}, \"seconds_per_iteration\": {:.6g}, "
-      "\"tokens\": {:.6e}, \"iterations\": {:.6g}, \"training_days\": {:.6g}, \"training_days_eq4\": {:.6g}, "
-      "\"total_flops_6nt\": {:.6e}, \"pipeline_bubble\": {:.6g}, \"communication_bytes_per_step\": {{\"tensor\": "
-      "{:.0f}, \"pipeline\": {:.0f}, \"data\": {:.0f}, \"embedding\": {:.0f}}}, \"fits\": {}, \"problems\": [{}], "
-      "\"suggestions\": [{}]}}",
-      io::json_string(p.deck), p.gpus, c.tensor(), c.pipeline, c.data, p.parameters, p.parameters_eq2, r.stage,
-      pb.weights, pb.master, pb.gradients, pb.optimizer, r.activations, r.head, r.workspace, r.total(),
-      p.hardware.gpu_memory_gib * kGiB, p.flops, p.flops_none, p.flops_selective, p.flops_full, p.hardware.peak_tflops,
-      p.hardware.efficiency, p.seconds_per_iteration, p.tokens, p.iterations, p.training_days, p.training_days_eq4,
-      p.total_flops_6nt, p.bubble, p.communication.tensor, p.communication.pipeline, p.communication.data,
-      p.communication.embedding, p.fits ? "true" : "false", problems, suggestions);
+  std::vector<io::JsonObject> suggestions;
+  for (const Suggestion& s : p.suggestions)
+    suggestions.push_back(io::JsonObject()
+                              .strings("set", s.sets)
+                              .integer("memory_bytes", s.bytes)
+                              .number("training_days", s.days, digits(6)));
+  io::JsonObject o;
+  o.string("deck", p.deck).integer("gpus", p.gpus).integer("tensor", c.tensor()).integer("pipeline", c.pipeline);
+  o.integer("data", c.data).integer("params", p.parameters).number("params_narayanan_eq2", p.parameters_eq2, fixed(0));
+  o.integer("most_loaded_stage", r.stage);
+  o.object("memory_bytes", io::JsonObject()
+                               .integer("weights", pb.weights)
+                               .integer("master_weights", pb.master)
+                               .integer("gradients", pb.gradients)
+                               .integer("optimizer_state", pb.optimizer)
+                               .integer("activations", r.activations)
+                               .integer("logits", r.head)
+                               .integer("workspace", r.workspace)
+                               .integer("total", r.total()));
+  o.number("gpu_memory_bytes", p.hardware.gpu_memory_gib * kGiB, fixed(0));
+  o.number("flops_per_iteration", p.flops, exponent(6));
+  o.object("flops_per_iteration_by_recompute", io::JsonObject()
+                                                   .number("none", p.flops_none, exponent(6))
+                                                   .number("selective", p.flops_selective, exponent(6))
+                                                   .number("full", p.flops_full, exponent(6)));
+  o.number("peak_tflops", p.hardware.peak_tflops, digits(6)).number("efficiency", p.hardware.efficiency, digits(6));
+  o.number("seconds_per_iteration", p.seconds_per_iteration, digits(6)).number("tokens", p.tokens, exponent(6));
+  o.number("iterations", p.iterations, digits(6)).number("training_days", p.training_days, digits(6));
+  o.number("training_days_eq4", p.training_days_eq4, digits(6));
+  o.number("total_flops_6nt", p.total_flops_6nt, exponent(6)).number("pipeline_bubble", p.bubble, digits(6));
+  o.object("communication_bytes_per_step", io::JsonObject()
+                                               .number("tensor", p.communication.tensor, fixed(0))
+                                               .number("pipeline", p.communication.pipeline, fixed(0))
+                                               .number("data", p.communication.data, fixed(0))
+                                               .number("embedding", p.communication.embedding, fixed(0)));
+  o.boolean("fits", p.fits).strings("problems", p.problems).objects("suggestions", suggestions);
+  return o;
 }
+
+}  // namespace
+
+std::string report_json(const Plan& p) { return json_of(p).text(); }
 
 }  // namespace tptrain::plan

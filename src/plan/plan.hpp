@@ -14,6 +14,8 @@
 
 #include "io/deck.hpp"
 #include "src/plan/communication.hpp"
+#include "src/plan/count.hpp"
+#include "src/plan/parameter_count.hpp"
 #include "src/plan/parameter_memory.hpp"
 #include "src/plan/plan_config.hpp"
 
@@ -44,11 +46,14 @@ struct RankMemory {
   std::int64_t activations = 0;  // layers · in_flight · per layer + recompute working set
   std::int64_t head = 0;         // last stage: ln_f output, logits and their gradient, loss vectors
   std::int64_t workspace = 0;    // scratch shared by the stage's layers (estimate)
-  std::int64_t total() const { return parameter_bytes.total() + activations + head + workspace; }
+  std::int64_t total() const { return Count(parameter_bytes.total()) + activations + head + workspace; }
 };
-// Every stage of c, given each stage's parameter count (stage_parameters()).
-std::vector<RankMemory> rank_memory(const Config& c, const std::vector<std::int64_t>& stage_parameters);
-// The stage whose rank needs the most (the first stage, usually).
+// A rank of stage `stage` of c, given the stages' parameter counts (stage_parameters()).
+RankMemory rank_memory(const Config& c, const StageParameters& stage_parameters, int stage);
+// The stage whose rank needs the most (the first stage, usually). Only the first, second and
+// last stages can: every stage between the first and the last holds what the second holds, with
+// no more micro-batches in flight.
+RankMemory most_loaded_rank(const Config& c, const StageParameters& stage_parameters);
 RankMemory most_loaded_rank(const Config& c);
 
 // A layout that fits, near the deck's: the keys to change and what it would need and take.
@@ -92,13 +97,16 @@ struct Plan {
 };
 
 // `deck_path` only names the deck in the report. `suggest`: search the nearest layouts that fit
-// when there are problems.
+// when there are problems. Throws std::invalid_argument, naming the keys, for a deck whose counts
+// or bytes exceed 2^63 − 1. Takes the same time for any number of layers and GPUs.
 Plan make_plan(const Config& c, const Hardware& hw, double deck_tokens, const std::string& deck_path = "",
                bool suggest = true);
 Plan make_plan(const io::Deck& deck, const Hardware& hw);
 
 // The report for people, and its last line: one JSON object (`params`, `memory_bytes` by category,
-// `flops_per_iteration`, `seconds_per_iteration`, `training_days`, `fits`, `problems`, ...).
+// `flops_per_iteration`, `seconds_per_iteration`, `training_days`, `fits`, `problems`, ...). A
+// figure beyond a double's range (from extreme --tokens, --peak-tflops or --gpu-memory) is null
+// in the JSON and the report says why.
 std::string report(const Plan& p);
 std::string report_json(const Plan& p);
 

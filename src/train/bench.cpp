@@ -7,7 +7,7 @@
 #include <filesystem>
 #include <memory>
 
-#include "io/deck_text.hpp"
+#include "io/json_line.hpp"
 #include "src/log.hpp"
 #include "src/parallel/agreement.hpp"
 #include "src/parallel/collectives.hpp"
@@ -46,6 +46,41 @@ constexpr bool gemms_on_host() {
   return Kokkos::SpaceAccessibility<Kokkos::HostSpace, kx::MemSpace>::accessible;
 }
 
+// How far a run of `total` steps is, said by rank 0: with `pace`, after the first step what the
+// rest will take at its pace; then a line every 10 s, so that a long warm-up (up to
+// BenchOptions::max_warmup steps of a large model) is not minutes of silence.
+class StepProgress {
+ public:
+  StepProgress(const char* what, std::int64_t total, bool pace) : what_(what), total_(total), pace_(pace) {}
+  void step_done(std::int64_t done) {
+    const auto now = Clock::now();
+    const double elapsed = std::chrono::duration<double>(now - start_).count();
+    const double left = elapsed / static_cast<double>(done) * static_cast<double>(total_ - done);
+    if (pace_ && done == 1 && total_ > 1) {
+      log::infof("bench: {} step 1/{} took {:.3g} s: about {} more for the {}", what_, total_, elapsed,
+                 format_seconds(left), what_);
+    } else if (done < total_ && now - last_ >= std::chrono::seconds(10)) {
+      log::infof("bench: {} step {}/{} after {}, about {} left", what_, done, total_, format_seconds(elapsed),
+                 format_seconds(left));
+    } else {
+      return;
+    }
+    last_ = now;
+  }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  static std::string format_seconds(double s) {
+    if (s >= 3600) return fmt::format("{:.1f} h", s / 3600);
+    if (s >= 60) return fmt::format("{:.1f} min", s / 60);
+    return fmt::format("{:.3g} s", s);
+  }
+  const char* what_;
+  std::int64_t total_;
+  bool pace_;
+  Clock::time_point start_ = Clock::now(), last_ = start_;
+};
+
 
 template <class T>
 int bench_as(const io::Deck& deck_in, const parallel::Topology& topo, const BenchOptions& o) {
@@ -78,14 +113,22 @@ int bench_as(const io::Deck& deck_in, const parallel::Topology& topo, const Benc
   log::info("bench: " + run->memory_report());
 
   std::int64_t step = 0;
-  for (; step < o.warmup; ++step) run->step(step);
+  StepProgress warmup("warm-up", o.warmup, true);
+  for (; step < o.warmup; ++step) {
+    run->step(step);
+    warmup.step_done(step + 1);
+  }
   auto& clock = util::PhaseClock::instance();
   const std::int64_t blocks_before = run->model().recomputed_blocks(), heads_before = run->model().recomputed_heads();
   barrier(world);
   clock.reset();
   clock.set_timing(true);
   const auto t0 = std::chrono::steady_clock::now();
-  for (; step < o.warmup + o.steps; ++step) run->step(step);
+  StepProgress timed("timed", o.steps, false);
+  for (; step < o.warmup + o.steps; ++step) {
+    run->step(step);
+    timed.step_done(step + 1 - o.warmup);
+  }
   Kokkos::fence();
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   clock.set_timing(false);
@@ -147,39 +190,43 @@ int bench_as(const io::Deck& deck_in, const parallel::Topology& topo, const Benc
   }
   log::info(table);
 
-  std::string phases_json;
+  io::JsonObject phases_json;
   for (int p = 0; p < util::kPhaseCount; ++p)
-    phases_json += fmt::format("{}\"{}\": {:.6g}", p ? ", " : "", util::phase_name(static_cast<Phase>(p)),
-                               phases[static_cast<std::size_t>(p)]);
+    phases_json.number(util::phase_name(static_cast<Phase>(p)), phases[static_cast<std::size_t>(p)], io::digits(6));
   const std::string stem = std::filesystem::path(deck.source).stem().string();
   // Bytes of this rank by category (rank 0's view; every rank of a layout is alike up to its stage).
   const ParameterMemory pm = run->parameter_memory();
-  std::string measured_json;  // what the memory ledger measured (train/memory_metrics.hpp)
-  for (const auto& [name, bytes] : measured) measured_json += fmt::format(", {}: {}", io::json_string(name), bytes);
-  const std::string memory_json = fmt::format(
-      "{{\"weights\": {}, \"master_weights\": {}, \"gradients\": {}, \"optimizer_state\": {}, "
-      "\"activations\": {}, \"bytes_per_parameter\": {:.6g}{}}}",
-      pm.weight, pm.master, pm.gradient, pm.optimizer, m.activation_bytes(), pm.per_parameter(), measured_json);
-  log::info(fmt::format(
-      "{{\"bench\": {}, \"ranks\": {}, \"tensor\": {}, \"pipeline\": {}, \"data\": {}, \"threads\": {}, "
-      "\"steps\": {}, \"warmup\": {}, \"layers\": {}, \"hidden\": {}, \"heads\": {}, \"seq_length\": {}, "
-      "\"vocab_size\": {}, \"global_batch\": {}, \"micro_batch\": {}, \"parameters\": {:.0f}, "
-      "\"tokens_per_s\": {:.6g}, \"step_s\": {:.6g}, \"model_flops_per_token\": {:.6g}, \"flops_formula\": {}, "
-      "\"recompute_flops_per_step\": {:.6g}, \"model_flops_per_s_per_rank\": {:.6g}, "
-      "\"gemm_peak_flops_per_rank\": {:.6g}, \"gemm_model_shape\": {}, \"gemm_model_shape_flops\": {:.6g}, "
-      "\"gemm_square_2048_flops\": {:.6g}, \"mfu\": {:.4f}, \"hfu\": {:.4f}, \"kokkos\": {}, \"blas\": {}, \"blas_core\": {}, "
-      "\"blas_warning\": {}, \"precision\": {}, \"recompute\": {}, \"sequence_parallel\": {}, \"memory\": {}, "
-      "\"phases_s\": {{{}}}}}",
-      io::json_string(stem), topo.world_size(), topo.layout().tensor, topo.layout().pipeline, topo.layout().data,
-      threads_per_rank(), o.steps, o.warmup, shape.layers, shape.hidden, shape.heads, shape.seq_length,
-      shape.vocab_size, deck.training.global_batch, deck.training.micro_batch, flops_parameters(shape),
-      tokens_per_s, step_s, flops_per_token, io::json_string(kModelFlopsFormula), recompute_flops,
-      flops_per_s_per_rank, peak,
-      io::json_string(fmt::format("{} {}x{}x{}", model_gemm.what, model_gemm.m, model_gemm.n, model_gemm.k)),
-      model_gemm_rate, square_rate, mfu, hfu, io::json_string(kx::ExecSpace::name()),
-      io::json_string(gemms_on_host() ? blas.library : std::string("cuBLAS (device)")), io::json_string(blas.core), io::json_string(blas.warning),
-      io::json_string(kx::precision_name<T>()), io::json_string(deck.training.recompute),
-      shape.splits_sequence() ? "true" : "false", memory_json, phases_json));
+  io::JsonObject memory_json;
+  memory_json.integer("weights", pm.weight).integer("master_weights", pm.master).integer("gradients", pm.gradient);
+  memory_json.integer("optimizer_state", pm.optimizer).integer("activations", m.activation_bytes());
+  memory_json.number("bytes_per_parameter", pm.per_parameter(), io::digits(6));
+  for (const auto& [name, bytes] : measured) memory_json.integer(name, bytes);  // train/memory_metrics.hpp
+  io::JsonObject json;
+  json.string("bench", stem).integer("ranks", topo.world_size()).integer("tensor", topo.layout().tensor);
+  json.integer("pipeline", topo.layout().pipeline).integer("data", topo.layout().data);
+  json.integer("threads", threads_per_rank()).integer("steps", o.steps).integer("warmup", o.warmup);
+  json.integer("layers", shape.layers).integer("hidden", shape.hidden).integer("heads", shape.heads);
+  json.integer("seq_length", shape.seq_length).integer("vocab_size", shape.vocab_size);
+  json.integer("global_batch", deck.training.global_batch).integer("micro_batch", deck.training.micro_batch);
+  json.number("parameters", flops_parameters(shape), io::fixed(0));
+  json.number("tokens_per_s", tokens_per_s, io::digits(6)).number("step_s", step_s, io::digits(6));
+  json.number("model_flops_per_token", flops_per_token, io::digits(6)).string("flops_formula", kModelFlopsFormula);
+  json.number("recompute_flops_per_step", recompute_flops, io::digits(6));
+  json.number("model_flops_per_s_per_rank", flops_per_s_per_rank, io::digits(6));
+  json.number("gemm_peak_flops_per_rank", peak, io::digits(6));
+  json.string("gemm_model_shape", fmt::format("{} {}x{}x{}", model_gemm.what, model_gemm.m, model_gemm.n, model_gemm.k));
+  json.number("gemm_model_shape_flops", model_gemm_rate, io::digits(6));
+  json.number("gemm_square_2048_flops", square_rate, io::digits(6));
+  json.number("mfu", mfu, io::fixed(4)).number("hfu", hfu, io::fixed(4)).string("kokkos", kx::ExecSpace::name());
+  json.string("blas", gemms_on_host() ? blas.library : std::string("cuBLAS (device)")).string("blas_core", blas.core);
+  json.string("blas_warning", blas.warning).string("precision", kx::precision_name<T>());
+  json.string("recompute", deck.training.recompute).boolean("sequence_parallel", shape.splits_sequence());
+  json.object("memory", memory_json).object("phases_s", phases_json);
+  // A rate of a step or GEMM too short for the clock: null in the JSON (it has no infinity), said here.
+  if (!json.non_finite().empty())
+    log::info(fmt::format("bench: {} not finite (a time of 0 s measured?): null in the JSON line",
+                          io::describe_non_finite(json)));
+  log::info(json.text());
   return 0;
 }
 

@@ -8,6 +8,7 @@
 
 namespace tptrain::train {
 
+// The command line bounds both (src/driver/commands.hpp: 100000 timed steps, 1000 warm-up steps).
 struct BenchOptions {
   int steps = 10;   // timed optimizer steps
   int warmup = 2;   // untimed steps first (allocation, first touch, BLAS start-up)

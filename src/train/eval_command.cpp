@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "io/json_line.hpp"
 #include "src/log.hpp"
 #include "src/parallel/agreement.hpp"
 #include "src/train/model_checkpoint.hpp"
@@ -42,7 +43,8 @@ int eval_as(const io::Deck& deck, const parallel::Topology& topo, const std::str
     throw parallel::AgreedError(fmt::format("eval: checkpoint {}: the mean loss is {} (not finite)", checkpoint, loss));
   log::infof("eval: checkpoint {} (step {}), {} windows of {} tokens from {}: mean loss {:.6f} nats/token",
              checkpoint, meta.step, n, shape.seq_length, path, loss);
-  log::infof("{{\"eval_loss\": {:.9g}, \"windows\": {}, \"tokens\": {}}}", loss, n, n * shape.seq_length);
+  log::info(io::JsonObject().number("eval_loss", loss, io::digits(9)).integer("windows", n)
+                .integer("tokens", n * shape.seq_length).text());
   return 0;
 }
 

@@ -4,7 +4,9 @@
 #include <cmath>
 
 #include "io/metrics.hpp"
+#include "io/metrics_writer.hpp"
 #include "io/path_text.hpp"
+#include "io/requeue_marker.hpp"
 #include "io/run_lock.hpp"
 #include "io/writable_directory.hpp"
 #include "src/log.hpp"
@@ -38,6 +40,7 @@ int train_as(const io::Deck& deck, const parallel::Topology& topo) {
     io::prepare_writable_directory(deck.run.dir, "run.dir");
     io::prepare_writable_directory(deck.checkpoint.dir, "checkpoint.dir");
     lock = std::make_unique<io::RunLock>(std::vector<std::string>{deck.run.dir, deck.checkpoint.dir}, log::warning);
+    io::remove_requeue_marker(deck.run.dir);  // only a stop of this run may leave one
   });
   on_every_rank(topo.world(), [&] {
     if (topo.world_rank() != 0) io::prepare_writable_directory(deck.checkpoint.dir, "checkpoint.dir");
@@ -102,8 +105,23 @@ int train_as(const io::Deck& deck, const parallel::Topology& topo) {
 
   std::unique_ptr<io::MetricsWriter> metrics;
   on_every_rank(topo.world(), [&] {
-    metrics = std::make_unique<io::MetricsWriter>(topo.world_rank() == 0 ? deck.run.dir : "", first_step);
+    metrics = std::make_unique<io::MetricsWriter>(topo.world_rank() == 0 ? deck.run.dir : "", first_step, log::warning);
   });
+  // A record that cannot be written (a full disk) stops the run, as a checkpoint that cannot
+  // be written does: records are never lost in silence, and the resumed run logs every step
+  // after its checkpoint again.
+  const auto on_metrics = [&](auto&& f) {
+    on_every_rank(topo.world(), [&] {
+      try {
+        f();
+      } catch (const io::MetricsWriteError& e) {
+        throw std::runtime_error(fmt::format("{}: the run stops here; once there is room, run again with "
+                                             "checkpoint.resume = true (the steps after the newest checkpoint "
+                                             "are trained and logged again)",
+                                             e.what()));
+      }
+    });
+  };
 
   const auto start = std::chrono::steady_clock::now();
   auto window_start = start;
@@ -111,6 +129,7 @@ int train_as(const io::Deck& deck, const parallel::Topology& topo) {
   std::int64_t skipped = 0;  // fp16 steps skipped since the last metrics line
   std::int64_t skipped_in_run = 0;
   std::int64_t end_step = tc.steps;  // earlier when a stop signal ends the run
+  int stopped_by = 0;                // that signal
   const auto write_checkpoint = [&](std::int64_t done) {  // collective: the checkpoint after `done` steps
     save_checkpoint(run->model(), deck, topo, done, done * run->tokens_per_step(), run->train_state());
     prune_checkpoints(topo.world(), deck.checkpoint.dir, deck.checkpoint.keep);
@@ -155,7 +174,7 @@ int train_as(const io::Deck& deck, const parallel::Topology& topo) {
       }
       log::info(line);
       rec.fields = measured_memory_fields(topo.world());  // collective: every rank logs the same steps
-      metrics->write(rec);
+      on_metrics([&] { metrics->write(rec); });
       window_tokens = 0;
       window_start = std::chrono::steady_clock::now();
     }
@@ -167,11 +186,24 @@ int train_as(const io::Deck& deck, const parallel::Topology& topo) {
     if (last) continue;
     if (const int signal = parallel::agree_on_stop_signal(topo.world(), util::stop_signal_received())) {
       if (!checkpoint_now) write_checkpoint(step + 1);
-      log::infof("received {}: checkpoint of step {} written; exiting with status {} so the job is requeued",
-                 util::signal_name(signal), step + 1, util::kRequeueExitStatus);
+      stopped_by = signal;
       end_step = step + 1;
       break;
     }
+  }
+  on_metrics([&] { metrics->close(); });
+  if (stopped_by != 0) {
+    if (topo.world_rank() == 0) {
+      const std::string why = io::write_requeue_marker(
+          deck.run.dir, fmt::format("{}: checkpoint of step {} written ({}); resume with checkpoint.resume = true",
+                                    util::signal_name(stopped_by), end_step,
+                                    checkpoint_path(deck.checkpoint.dir, end_step)));
+      if (!why.empty())
+        log::warning("cannot write the requeue marker " + why + ": the job scripts requeue on exit status " +
+                     std::to_string(util::kRequeueExitStatus) + " only");
+    }
+    log::infof("received {}: checkpoint of step {} written; exiting with status {} so the job is requeued",
+               util::signal_name(stopped_by), end_step, util::kRequeueExitStatus);
   }
   const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   log::infof("trained steps {}..{} in {:.1f} s ({:.0f} tokens/s)", first_step + 1, end_step, total,

@@ -9,9 +9,10 @@
 namespace tptrain::train {
 
 // Runs in the deck's training.precision. Returns the process exit code: 0 when every step ran,
-// 1 for a failed run or bad input (reported), 3 (util::kRequeueExitStatus) when a stop signal
-// (util/stop_signal.hpp) ended the run early: the ranks agreed on a step, finished it and wrote
-// its checkpoint.
+// 1 for a failed run or bad input (reported; a metrics record that cannot be written ends the
+// run like a failed checkpoint, parallel::AgreedError), 3 (util::kRequeueExitStatus) when a stop
+// signal (util/stop_signal.hpp) ended the run early: the ranks agreed on a step, finished it and
+// wrote its checkpoint, and rank 0 left the marker <run.dir>/requeue (io/requeue_marker.hpp).
 int run_training(const io::Deck& deck, const parallel::Topology& topo);
 
 }  // namespace tptrain::train

@@ -3,7 +3,6 @@
 #include <signal.h>
 
 #include <atomic>
-#include <stdexcept>
 #include <string>
 
 namespace tptrain::util {
@@ -18,15 +17,13 @@ static_assert(std::atomic<int>::is_always_lock_free, "the signal handler needs a
 
 constexpr int kSignals[] = {SIGUSR1, SIGTERM};
 struct sigaction previous[2];
-bool installed = false;
+std::atomic<bool> installed{false};
 
 void record_stop_signal(int signal) { received.store(signal, std::memory_order_relaxed); }
 
 }  // namespace
 
-StopSignals::StopSignals() {
-  if (installed) throw std::logic_error("StopSignals: the handlers are already installed");
-  received.store(0);
+bool record_stop_signals() noexcept {
   struct sigaction action {};
   action.sa_handler = record_stop_signal;
   sigemptyset(&action.sa_mask);
@@ -35,15 +32,21 @@ StopSignals::StopSignals() {
   // sends SIGTERM to every task of a job whose batch script already forwarded SIGUSR1) must not
   // kill the rank while it writes the checkpoint.
   action.sa_flags = SA_RESTART;
+  const bool first = !installed.load();
   for (int i = 0; i < 2; ++i)
-    if (sigaction(kSignals[i], &action, &previous[i]) != 0)
-      throw std::runtime_error("cannot install the handler of " + signal_name(kSignals[i]));
-  installed = true;
+    if (sigaction(kSignals[i], &action, first ? &previous[i] : nullptr) != 0) return false;
+  installed.store(true);
+  sigset_t stop;
+  sigemptyset(&stop);
+  for (int s : kSignals) sigaddset(&stop, s);
+  sigprocmask(SIG_UNBLOCK, &stop, nullptr);
+  return true;
 }
 
-StopSignals::~StopSignals() {
-  for (int i = 0; i < 2; ++i) sigaction(kSignals[i], &previous[i], nullptr);
-  installed = false;
+int restore_stop_signals() noexcept {
+  if (installed.exchange(false))
+    for (int i = 0; i < 2; ++i) sigaction(kSignals[i], &previous[i], nullptr);
+  return received.exchange(0);
 }
 
 int stop_signal_received() { return received.load(std::memory_order_relaxed); }

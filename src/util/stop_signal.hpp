@@ -18,18 +18,21 @@ namespace tptrain::util {
 // status the Slurm scripts requeue on. 1 and 2 are failures and usage errors.
 inline constexpr int kRequeueExitStatus = 3;
 
-// While an object lives, SIGUSR1 and SIGTERM are recorded instead of ending the process (the
-// previous actions are restored by the destructor). Only `tptrain train` installs it: eval,
-// generate and bench have nothing to save, and SIGTERM ends them as usual. One at a time.
-class StopSignals {
- public:
-  StopSignals();
-  ~StopSignals();
-  StopSignals(const StopSignals&) = delete;
-  StopSignals& operator=(const StopSignals&) = delete;
-};
+// From now on SIGUSR1 and SIGTERM are recorded instead of ending the process, until
+// restore_stop_signals(); they are unblocked in the calling thread, so one that was blocked and
+// pending (the tptrain launcher blocks them, src/driver/stop_signal_launcher.c) is recorded now.
+// Only sigaction and sigprocmask: async-signal-safe and free of allocation, so the program calls
+// it before any library is initialised (src/driver/main.cpp) and a signal that comes while the
+// job starts stops the run after its first step. Calling it again is harmless (it installs the
+// handlers again, in case anything replaced them). false when sigaction fails.
+bool record_stop_signals() noexcept;
 
-// The last stop signal received while StopSignals lives (SIGUSR1 or SIGTERM), 0 if none.
+// The actions from before record_stop_signals() again. Returns the signal recorded so far (0 if
+// none) and forgets it: a command that has nothing to save raises it again, so that it takes
+// effect as if it had never been recorded.
+int restore_stop_signals() noexcept;
+
+// The last stop signal recorded (SIGUSR1 or SIGTERM), 0 if none.
 int stop_signal_received();
 
 // "SIGUSR1", "SIGTERM", else "signal N".

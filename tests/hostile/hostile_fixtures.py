@@ -8,6 +8,11 @@
     hostile_fixtures.py truncate IN OUT LENGTH                 first LENGTH bytes of IN
     hostile_fixtures.py mutate IN OUT KIND                     copy IN and damage it with h5py
     hostile_fixtures.py kinds                                  list the KINDs
+    hostile_fixtures.py sealed IN                              the attributes the metadata checksum
+                                                               seals in IN ("step", "train/seed")
+    hostile_fixtures.py reseal IN OUT PATH                     copy IN with sealed attribute PATH
+                                                               changed alone (an integer + 1, the
+                                                               deck with one byte changed)
     hostile_fixtures.py foreign OUT                            a valid HDF5 file, not tptrain's
     hostile_fixtures.py shard OUT KIND                         an llm.c .bin token shard variant
     hostile_fixtures.py shards                                 list the shard KINDs
@@ -170,6 +175,29 @@ KINDS = ["rename_model", "delete_dataset", "delete_optimizer", "delete_train", "
          "extra_dataset", "chunked_gzip"]
 
 
+# Root attributes the metadata checksum leaves out (io/checkpoint_file.hpp); every other root and
+# /train attribute is sealed (tests/io/test_metadata_checksum.cpp holds the C++ side to this).
+UNSEALED = {"format", "format_version", "precision", "metadata_checksum_splitmix64"}
+
+
+def sealed(f):
+    names = [n for n in sorted(f.attrs) if n not in UNSEALED]
+    return names + ["train/" + n for n in sorted(f["train"].attrs)]
+
+
+def reseal(f, path):
+    import numpy as np
+    group, _, name = path.rpartition("/")
+    attrs = f[group].attrs if group else f.attrs
+    value = attrs[name]
+    if isinstance(value, (bytes, str)):
+        text = value.decode() if isinstance(value, bytes) else value
+        i = len(text) // 2
+        attrs[name] = text[:i] + chr(ord(text[i]) ^ 1) + text[i + 1:]
+    else:
+        attrs[name] = (value + 1).astype(value.dtype)
+
+
 def shard(path, kind):
     n = 1000
     tokens = [(i * 7 + 3) % 200 for i in range(n)]  # < 256
@@ -244,6 +272,16 @@ def main(argv):
             mutate(f, kind)
     elif cmd == "kinds":
         print("\n".join(KINDS))
+    elif cmd == "sealed":
+        import h5py
+        with h5py.File(argv[2], "r") as f:
+            print("\n".join(sealed(f)))
+    elif cmd == "reseal":
+        import h5py
+        src, dst, path = argv[2], argv[3], argv[4]
+        shutil.copyfile(src, dst)
+        with h5py.File(dst, "r+") as f:
+            reseal(f, path)
     elif cmd == "foreign":
         import h5py
         import numpy as np

@@ -894,6 +894,69 @@ group_ck_resume_dirs() {
     --set checkpoint.resume=true --set training.steps=2
 }
 
+# Every attribute the metadata checksum seals, changed alone to another valid value: each load
+# (eval, resume) and inspect must refuse it as corrupt, never load another run's state.
+group_ck_sealed() {
+  [ "$CASES" = . ] || [[ $CASES == *sealed* ]] || return 0
+  ensure_ck || return
+  local C=$FIX/sealed attr name
+  mkdir -p "$C"
+  while read -r attr; do
+    name=ck_sealed_${attr//\//_}
+    any_selected "${name}_eval" "${name}_inspect" "${name}_resume" || continue
+    "$PY" "$FIXPY" reseal "$CK4" "$C/$name.h5" "$attr" 2>"$C/$name.log" ||
+      { note "could not make $name: $(tail -1 "$C/$name.log")"; continue; }
+    ck_cases "$name" "$C/$name.h5" fail - fail fail
+  done < <("$PY" "$FIXPY" sealed "$CK4")
+}
+
+# Defect 12 of issue 20: a resume under another layout is not bit for bit; its losses must stay
+# within the tolerance the README states (1e-5 relative in fp32, 1e-4 in fp16) of the resume
+# under the layout that wrote the checkpoint.
+resume_close() { # LOG: the run's metrics.jsonl against $RESUME_REF within $RESUME_TOL
+  grep -aq 'resuming from' "$1.out" || { echo "exit 0 without 'resuming from': started over"; return 1; }
+  local run_dir
+  run_dir=$(grep -ao 'run.dir=[^ ]*' "$1.cmd" | tail -1 | sed 's/^run.dir=//')
+  awk -v tol="$RESUME_TOL" '
+    { match($0, /"step": [0-9]+/); s = substr($0, RSTART + 8, RLENGTH - 8)
+      match($0, /"loss": [^,]+/); l = substr($0, RSTART + 8, RLENGTH - 8) + 0 }
+    FNR == NR { want[s] = l; next }
+    s in want { n++; d = l - want[s]; if (d < 0) d = -d
+                if (d > tol * want[s]) { printf "step %s: loss %.9g, same-layout resume %.9g (relative %.2g > %g)\n", s, l, want[s], d / want[s], tol; bad = 1 } }
+    END { if (!n) { print "no step in common with the same-layout resume"; exit 1 } exit bad }' \
+    "$RESUME_REF" "$run_dir/metrics.jsonl"
+}
+group_resume_layouts() {
+  any_selected resume_layout_data2 resume_layout_one_rank resume_layout_fp16_fixture resume_layout_fp16_ref \
+    resume_layout_fp16_one_rank || return 0
+  ensure_ck || return
+  local R=$RUNS/layouts
+  [ -f "$RUNS/fixture_ref_resume/metrics.jsonl" ] || { note "no same-layout resume: resume_layout_ skipped"; return; }
+  RESUME_REF=$RUNS/fixture_ref_resume/metrics.jsonl RESUME_TOL=1e-5
+  layout_resume() { # NAME LAUNCHER... -- SETTINGS...: resume CK4 (fp32, tensor 2) under another layout
+    local name=$1
+    shift
+    mkdir -p "$R/$name/ck" && cp "$CK4" "$R/$name/ck/"
+    run_case "$name" ok verify=resume_close -- "$@" --set run.dir="$R/$name" --set checkpoint.dir="$R/$name/ck" \
+      --set checkpoint.resume=true --set training.steps=6 --set training.log_interval=1
+  }
+  layout_resume resume_layout_data2 "${TRAIN[@]}" --set parallel.tensor=1 --set parallel.data=2
+  layout_resume resume_layout_one_rank "${MPI1[@]}" "$EXE" train "$DECK" --set parallel.tensor=1
+  # fp16: its own 4-step checkpoint, resumed under tensor 2 (reference) and on one rank.
+  local f=$R/fp16 fp16=(--set training.precision=fp16 --set checkpoint.interval=4 --set training.log_interval=1)
+  run_case resume_layout_fp16_fixture ok -- "${TRAIN[@]}" "${fp16[@]}" --set training.steps=4 --set run.dir="$f"
+  fp16+=(--set training.steps=6)
+  [ -f "$f/checkpoints/step_00000004.h5" ] || return 0
+  mkdir -p "$R/fp16_ref/ck" "$R/fp16_one/ck"
+  cp "$f/checkpoints/step_00000004.h5" "$R/fp16_ref/ck/" && cp "$f/checkpoints/step_00000004.h5" "$R/fp16_one/ck/"
+  run_case resume_layout_fp16_ref ok verify=verify_resumed -- "${TRAIN[@]}" "${fp16[@]}" --set run.dir="$R/fp16_ref" \
+    --set checkpoint.dir="$R/fp16_ref/ck" --set checkpoint.resume=true
+  RESUME_REF=$R/fp16_ref/metrics.jsonl RESUME_TOL=1e-4
+  [ -f "$RESUME_REF" ] &&
+    run_case resume_layout_fp16_one_rank ok verify=resume_close -- "${MPI1[@]}" "$EXE" train "$DECK" "${fp16[@]}" \
+      --set parallel.tensor=1 --set run.dir="$R/fp16_one" --set checkpoint.dir="$R/fp16_one/ck" --set checkpoint.resume=true
+}
+
 # ---- 4. runs --------------------------------------------------------------------------------
 
 # Steps per second of this machine now (a 300-step run), so that the runs below last long enough
@@ -1107,7 +1170,272 @@ group_generate() {
   fi
 }
 
-# ---- 5. issue 20: fp16 loss scaling, non-finite logits, errors without source locations ------
+# ---- 5. round 2: plan ranges and strict JSON (issue 20, defects 1, 2, 9, 10) ----------------
+
+# Every line of the case's output that starts with '{' is strict JSON (tests/strict_json.py).
+verify_json_strict() { "$PY" "$SRC/tests/strict_json.py" --lines "$1.out"; }
+verify_json_null_gpu_memory() { "$PY" "$SRC/tests/strict_json.py" --lines --null gpu_memory_bytes "$1.out"; }
+verify_json_null_days() { "$PY" "$SRC/tests/strict_json.py" --lines --null training_days "$1.out"; }
+verify_json_null_grad_norm() { "$PY" "$SRC/tests/strict_json.py" --lines --null grad_norm "$1.out"; }
+verify_json_progress() {
+  grep -aq 'bench: warm-up step 1/5 took' "$1.out" || { echo "no progress line for the warm-up"; return 1; }
+  verify_json_strict "$1"
+}
+group_round2_plan_json() {
+  local P=("$EXE" plan "$DECK")
+  # plan exits 1 for a deck that cannot run as written, with the reasons on stdout: a success here.
+  local P1=(bash -c '"$@"; [ $? -eq 1 ]' plan_exits_1 "$EXE" plan "$DECK")
+  run_case r2_plan_params_beyond_64_bits fail -- "${P[@]}" --set model.hidden=500000000 --set model.heads=2 \
+    --set model.ffn_hidden=2 --set model.layers=64
+  run_case r2_plan_bytes_beyond_64_bits fail -- "${P[@]}" --set model.hidden=715827882 --set model.heads=2 \
+    --set model.ffn_hidden=2 --set model.layers=2
+  run_case r2_plan_seq_length_beyond_64_bits fail -- "${P[@]}" --set model.seq_length=2147483646 \
+    --set model.heads=2 --set model.hidden=1024 --set training.micro_batch=1 --set training.global_batch=1
+  run_case r2_plan_gpu_memory_1e300 ok verify=verify_json_null_gpu_memory -- "${P[@]}" --gpu-memory 1e300
+  run_case r2_plan_tokens_1e308_peak_1e-300 ok verify=verify_json_null_days -- "${P[@]}" --tokens 1e308 \
+    --peak-tflops 1e-300
+  run_case r2_plan_days_nan_suggestions ok verify=verify_json_strict -- "${P1[@]}" --gpus 4 --tokens 5e-324 \
+    --peak-tflops 1e-300 --efficiency 1e-300
+  run_case r2_plan_layers_2000000 ok timeout=10 verify=verify_json_strict -- "${P[@]}" --set model.layers=2000000 \
+    --gpu-memory 1000
+  run_case r2_plan_layers_2000000_suggest ok timeout=10 verify=verify_json_strict -- "${P1[@]}" \
+    --set model.layers=2000000 --gpus 8
+  run_case r2_plan_gpus_per_node_2147483647 ok timeout=10 verify=verify_json_strict -- "${P1[@]}" --gpus 4 \
+    --gpus-per-node 2147483647
+  run_case r2_plan_gpus_2147483647 ok timeout=10 verify=verify_json_strict -- "${P1[@]}" --gpus 2147483647
+  run_case r2_check_json ok verify=verify_json_strict -- "$EXE" check "$DECK" --json
+  run_case r2_bench_warmup_100000 fail -- "${MPI[@]}" "$EXE" bench "$DECK" --warmup 100000
+  run_case r2_bench_steps_2147483647 fail -- "${MPI[@]}" "$EXE" bench "$DECK" --steps 2147483647
+  run_case r2_bench_warmup_progress ok verify=verify_json_progress -- "${MPI[@]}" "$EXE" bench "$DECK" --warmup 5 \
+    --steps 1
+  run_case r2_eval_json ok needs=ck verify=verify_json_strict -- "${MPI[@]}" "$EXE" eval "$DECK" --checkpoint "$CK4"
+  # An fp16 run whose steps overflow (from the default scale 2^32 this model's gradients do, and
+  # both steps are skipped): every metrics line is strict JSON, the overflowed grad_norm null. (A
+  # loss that is not finite stops an fp16 run before its record: group_round2_fp16.)
+  if selected r2_fp16_metrics_json; then
+    local r=$RUNS/r2_fp16
+    local save=$CASES
+    CASES=.
+    run_case r2_fp16_overflowing_run ok -- "${TRAIN[@]}" --set training.precision=fp16 --set run.dir="$r" \
+      --set training.steps=2 --set training.log_interval=1
+    CASES=$save
+    run_case r2_fp16_metrics_json ok verify=verify_json_null_grad_norm -- cat "$r/metrics.jsonl"
+  fi
+}
+
+# ---- round 2: metrics.jsonl and stop signals ---------------------------------------------------
+# metrics.jsonl on a full disk and with damaged lines; stop signals from the first instruction of
+# a rank, and to the launcher itself; the test main with Catch2's -o on 2 ranks.
+
+# The run.dir of a case (its last --set run.dir=...).
+run_dir_of() { grep -ao 'run.dir=[^ ]*' "$1.cmd" | tail -1 | sed 's/^run.dir=//'; }
+# metrics.jsonl holds whole records of steps 1..training.steps, one per step, nothing else.
+verify_metrics_complete() {
+  local f steps why
+  f=$(run_dir_of "$1")/metrics.jsonl
+  steps=$(grep -ao 'training.steps=[0-9]*' "$1.cmd" | tail -1 | sed 's/.*=//')
+  why=$(awk -v n="$steps" '
+    !/^\{"step": [0-9]+, .*\}$/ { print "line " NR " is not a whole record: " substr($0, 1, 40); bad = 1; exit }
+    { s = $2; sub(/,$/, "", s); if (s + 0 != NR) { print "line " NR " holds step " s; bad = 1; exit } }
+    END { if (!bad && NR != n) print NR " records, expected " n }' "$f" 2>&1)
+  [ -z "$why" ] && [ "$(tail -c1 "$f" | od -An -c | tr -d ' ')" = '\n' ] && return 0
+  echo "$f: ${why:-the last line has no newline}"
+  return 1
+}
+
+# classify_stop NAME RC MS LOG RUN_DIR WANT_STEP LAUNCHER_RC: a run that a stop signal was meant to
+# end. ok: exit 3 (or LAUNCHER_RC, the status of a launcher that got the signal itself), the
+# marker <RUN_DIR>/requeue names the step (WANT_STEP when given), and that checkpoint verifies.
+classify_stop() {
+  local name=$1 rc=$2 ms=$3 log=$4 dir=$5 want=$6 launcher_rc=${7:-3} secs outcome msg step ck
+  secs=$(awk -v ms="$ms" 'BEGIN { printf "%.1f", ms / 1000 }')
+  step=$(sed -n 's/^SIG[A-Z0-9]*: checkpoint of step \([0-9]*\) written.*/\1/p' "$dir/requeue" 2>/dev/null)
+  ck=$(printf '%s/checkpoints/step_%08d.h5' "$dir" "${step:-0}")
+  if { [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; } && [ "$ms" -ge $((TIMEOUT * 1000)) ]; then
+    outcome=HANG msg="did not stop within ${TIMEOUT}s: $(last_line "$log.out")"
+  elif grep -aqE "$CRASH_RE" "$log.err" "$log.out" 2>/dev/null || [ "$rc" -ge 128 ]; then
+    outcome=CRASH msg="rc $rc: $(grep -ahE -m1 "$CRASH_RE" "$log.err" "$log.out" | head -1)"
+  elif [ -z "$step" ]; then
+    outcome="SILENT WRONG" msg="rc $rc and no requeue marker in $dir: $(last_line "$log.out")"
+  elif [ "$rc" -ne 3 ] && [ "$rc" -ne "$launcher_rc" ]; then
+    outcome="UNEXPECTED ERROR" msg="rc $rc: $(first_error "$log.err")"
+  elif [ -n "$want" ] && [ "$step" -ne "$want" ]; then
+    outcome="SILENT WRONG" msg="stopped after step $step, not step $want"
+  elif ! "$EXE" inspect "$ck" >"$log.inspect" 2>&1; then
+    outcome="SILENT WRONG" msg="the checkpoint of step $step does not verify: $(first_error "$log.inspect")"
+  else
+    outcome=ok msg="rc $rc, stopped after step $step, checkpoint verifies: $(cat "$dir/requeue")"
+  fi
+  msg=${msg//$OUT/OUT}
+  CASE_N=${log##*/}
+  CASE_N=$((10#${CASE_N%%_*}))
+  record "$name" stopped "$outcome" "$secs" "$msg"
+}
+
+# Both ranks of the test main wrote their report: report.txt and report.rank1.txt.
+verify_test_reports() {
+  local f
+  for f in report.txt report.rank1.txt; do
+    grep -q 'All tests passed' "$WORK/r2sm_test_main/$f" 2>/dev/null || { echo "no passing report in $f"; return 1; }
+  done
+}
+
+group_round2_signals_metrics() {
+  local stop=(--set training.log_interval=1 --set training.eval_interval=0 --set checkpoint.interval=0)
+  local long=(--set training.steps=1000000)
+
+  # 6. metrics.jsonl
+  local M=$RUNS/r2sm_metrics
+  if any_selected r2sm_metrics_cut_last_line r2sm_metrics_cut_record r2sm_metrics_step_beyond_int64 \
+    r2sm_metrics_garbage_middle r2sm_metrics_out_of_order r2sm_metrics_fifo r2sm_metrics_dir; then
+    local base=(--set training.log_interval=1 --set training.eval_interval=0 --set checkpoint.interval=2)
+    metrics_fixture() { # NAME: a 4-step run in $M/NAME (checkpoints at 2 and 4)
+      local save=$CASES
+      CASES=.
+      run_case "r2sm_metrics_fixture_$1" ok -- "${TRAIN[@]}" --set run.dir="$M/$1" "${base[@]}" --set training.steps=4
+      CASES=$save
+    }
+    resume_metrics() { # NAME EXPECT [VERIFY]: resume $M/NAME to step 6
+      run_case "r2sm_metrics_$1" "$2" ${3:+verify=$3} -- "${TRAIN[@]}" --set run.dir="$M/$1" "${base[@]}" \
+        --set checkpoint.resume=true --set training.steps=6
+    }
+    names_line() { # NAME LINE: the refusal of the last case names metrics.jsonl:LINE, and the file is whole
+      local err=$LOG.err
+      new_log "r2sm_metrics_$1_names_line"
+      if first_error "$err" | grep -q "metrics.jsonl:$2: "; then
+        record "r2sm_metrics_$1_names_line" ok ok 0 "the error names metrics.jsonl:$2"
+      else
+        record "r2sm_metrics_$1_names_line" ok "NO MESSAGE" 0 "the error does not name metrics.jsonl:$2: $(first_error "$err")"
+      fi
+    }
+    if selected r2sm_metrics_cut_last_line; then
+      metrics_fixture cut_last_line && printf '{"step": ' >>"$M/cut_last_line/metrics.jsonl"
+      resume_metrics cut_last_line ok verify_metrics_complete
+    fi
+    if selected r2sm_metrics_cut_record; then
+      # Killed after its checkpoint of step 4 while logging step 5: half a record, no newline.
+      metrics_fixture cut_record && printf '{"step": 5, "loss": 4.0' >>"$M/cut_record/metrics.jsonl"
+      resume_metrics cut_record ok verify_metrics_complete
+    fi
+    if selected r2sm_metrics_step_beyond_int64; then
+      metrics_fixture step_beyond_int64 &&
+        echo '{"step": 99999999999999999999, "loss": 1.0}' >>"$M/step_beyond_int64/metrics.jsonl"
+      resume_metrics step_beyond_int64 fail
+      names_line step_beyond_int64 5
+    fi
+    if selected r2sm_metrics_garbage_middle; then
+      metrics_fixture garbage_middle && sed -i '2s/.*/garbage/' "$M/garbage_middle/metrics.jsonl"
+      resume_metrics garbage_middle fail
+      names_line garbage_middle 2
+    fi
+    if selected r2sm_metrics_out_of_order; then
+      metrics_fixture out_of_order && sed -i '3s/"step": 3,/"step": 1,/' "$M/out_of_order/metrics.jsonl"
+      resume_metrics out_of_order fail
+      names_line out_of_order 3
+    fi
+    if selected r2sm_metrics_fifo; then
+      mkdir -p "$M/fifo" && mkfifo "$M/fifo/metrics.jsonl"
+      run_case r2sm_metrics_fifo fail -- "${TRAIN[@]}" --set run.dir="$M/fifo" "${base[@]}" --set training.steps=2
+    fi
+    if selected r2sm_metrics_dir; then
+      mkdir -p "$M/dir/metrics.jsonl"
+      run_case r2sm_metrics_dir fail -- "${TRAIN[@]}" --set run.dir="$M/dir" "${base[@]}" --set training.steps=2
+    fi
+  fi
+
+  # run.dir on a file system that fills up during the run (a tmpfs; needs root): the run stops
+  # with the reason, the file keeps whole records, and once there is room the resumed run
+  # completes the file.
+  if any_selected r2sm_metrics_disk_full r2sm_metrics_disk_full_whole_lines r2sm_metrics_disk_full_resume; then
+    local m=$MNT/r2sm
+    mkdir -p "$m"
+    if ! mount -t tmpfs -o size=1m tmpfs "$m" 2>"$MNT/r2sm_mount.err"; then
+      note "r2sm_metrics_disk_full skipped: mount -t tmpfs failed: $(head -1 "$MNT/r2sm_mount.err")"
+    else
+      local ck=$RUNS/r2sm_disk_full_ck
+      mkdir -p "$m/run"
+      dd if=/dev/zero of="$m/filler" bs=4k count=$((256 - 3)) 2>/dev/null # 12 KiB left: ~20 records
+      run_case r2sm_metrics_disk_full fail -- "${TRAIN[@]}" --set run.dir="$m/run" --set checkpoint.dir="$ck" \
+        --set training.log_interval=1 --set training.eval_interval=0 --set checkpoint.interval=10 --set training.steps=60
+      new_log r2sm_metrics_disk_full_whole_lines
+      local why
+      if ! grep -aq 'metrics.jsonl: No space left on device' "$CASEDIR/$(printf %03d $((N - 1)))_r2sm_metrics_disk_full.err"; then
+        record r2sm_metrics_disk_full_whole_lines ok "SILENT WRONG" 0 "no 'metrics.jsonl: No space left on device' error"
+      elif why=$(awk '!/^\{"step": [0-9]+, .*\}$/ { print "line " NR ": " substr($0, 1, 40); exit 1 }' "$m/run/metrics.jsonl"); then
+        record r2sm_metrics_disk_full_whole_lines ok ok 0 "$(wc -l <"$m/run/metrics.jsonl") whole records, then the error"
+      else
+        record r2sm_metrics_disk_full_whole_lines ok "SILENT WRONG" 0 "a cut or broken line: $why"
+      fi
+      rm -f "$m/filler"
+      run_case r2sm_metrics_disk_full_resume ok verify=verify_metrics_complete -- "${TRAIN[@]}" --set run.dir="$m/run" \
+        --set checkpoint.dir="$ck" --set training.log_interval=1 --set training.eval_interval=0 \
+        --set checkpoint.interval=10 --set training.steps=60 --set checkpoint.resume=true
+      umount "$m"
+    fi
+  fi
+
+  # 7. A stop signal at the first instruction of every rank (the test hook): exit 3 after step 1.
+  local sig
+  for sig in USR1 TERM; do
+    local name=r2sm_signal_at_start_${sig,,}
+    selected "$name" || continue
+    local d=$RUNS/$name t0 rc
+    wait_for_exe
+    new_log "$name"
+    printf 'TPTRAIN_TEST_STOP_SIGNAL_AT_START=SIG%s %s\n' "$sig" "${TRAIN[*]} --set run.dir=$d ${stop[*]} ${long[*]}" >"$LOG.cmd"
+    t0=$(now_ms)
+    (cd "$WORK" && ulimit -v "$VMEM_KB" && TPTRAIN_TEST_STOP_SIGNAL_AT_START=SIG$sig exec timeout -k 10 "$TIMEOUT" \
+      "${TRAIN[@]}" --set run.dir="$d" "${stop[@]}" "${long[@]}") </dev/null >"$LOG.out" 2>"$LOG.err"
+    rc=$?
+    classify_stop "$name" "$rc" $(($(now_ms) - t0)) "$LOG" "$d" 1
+  done
+
+  # A real SIGUSR1 / SIGTERM to rank 0's process soon after it appears (before or during start-up).
+  local ms
+  for ms in 15 100; do
+    for sig in USR1 TERM; do
+      local name=r2sm_signal_rank0_${sig,,}_after_${ms}ms
+      selected "$name" || continue
+      local d=$RUNS/$name r0=""
+      bg_start "$name" "$TIMEOUT" "${TRAIN[@]}" --set run.dir="$d" "${stop[@]}" "${long[@]}"
+      wait_for 20 eval 'r0=$(rank_pid "$BG_PID" 0); [ -n "$r0" ]'
+      sleep "$(awk -v ms="$ms" 'BEGIN { print ms / 1000 }')"
+      [ -n "$r0" ] && kill -"$sig" "$r0"
+      echo "kill -$sig rank 0 (pid ${r0:-none}) ${ms} ms after it appeared" >>"$BG_LOG.cmd"
+      wait "$BG_PID"
+      classify_stop "$name" $? $(($(now_ms) - BG_T0)) "$BG_LOG" "$d" ""
+    done
+  done
+
+  # 8. SIGTERM, SIGINT, SIGHUP to mpiexec itself: it sends SIGTERM to the ranks
+  # odls_base_sigkill_timeout seconds later (5 here, room for the checkpoint) and exits 1 of its
+  # own; the ranks stop cleanly and the marker says so.
+  for sig in TERM INT HUP; do
+    local name=r2sm_launcher_sig${sig,,}
+    selected "$name" || continue
+    local d=$RUNS/$name mp
+    OMPI_MCA_odls_base_sigkill_timeout=5 bg_start "$name" "$TIMEOUT" "${TRAIN[@]}" --set run.dir="$d" "${stop[@]}" "${long[@]}"
+    wait_for 20 grep -qs '"step": 3,' "$d/metrics.jsonl"
+    mp=$(launcher_pid "$BG_PID")
+    [ -n "$mp" ] && kill -"$sig" "$mp"
+    echo "kill -$sig mpiexec (pid ${mp:-none}) after step 3" >>"$BG_LOG.cmd"
+    wait "$BG_PID"
+    classify_stop "$name" $? $(($(now_ms) - BG_T0)) "$BG_LOG" "$d" "" 1
+  done
+
+  # The test main under mpiexec with Catch2's -o: one report per rank, no hang.
+  if selected r2sm_test_main_out; then
+    local tests=$BUILD/tests/tptrain_tests
+    if [ -x "$tests" ]; then
+      mkdir -p "$WORK/r2sm_test_main"
+      run_case r2sm_test_main_out ok timeout=120 verify=verify_test_reports -- "${MPI[@]}" "$tests" \
+        -o "$WORK/r2sm_test_main/report.txt" "[stop_signal]"
+    else
+      note "r2sm_test_main_out skipped: no $tests"
+    fi
+  fi
+
+# ---- round 2: fp16 loss scaling, non-finite logits, errors without source locations --------
 
 verify_clamped_to_min() {
   grep -aq "the checkpoint's loss scale 1 is below training.loss_scale_min: the run continues at 2" "$1.out" && return 0
@@ -1184,7 +1512,10 @@ group_ck_flips
 group_ck_h5
 group_ck_model
 group_ck_resume_dirs
+group_ck_sealed
+group_resume_layouts
 group_generate
+group_round2_plan_json
 group_round2_fp16
 run_kill rank1
 run_kill rank0
@@ -1193,6 +1524,7 @@ run_kill_in_checkpoint
 run_concurrent run_dir
 run_concurrent checkpoint_dir
 run_disk_full
+group_round2_signals_metrics
 
 # ---- summary --------------------------------------------------------------------------------
 

@@ -12,10 +12,17 @@ namespace {
 
 // Central finite differences of the mean loss against the analytic gradient, for a few
 // elements of every parameter (chosen by a fixed generator), on every layout the world allows.
+// `sequence_parallel`: with parallel.sequence_parallel (seq_length 4, which every tensor size
+// divides), the gradients of the parameters that see a rank's tokens only summed over the group
+// as the trainer sums them.
 template <class T>
-void check_gradients_by_finite_differences(int tp_size) {
+void check_gradients_by_finite_differences(int tp_size, bool sequence_parallel = false) {
   auto tp = test::tp_group(tp_size);
-  const auto shape = test::tiny_shape(tp_size);
+  auto shape = test::tiny_shape(tp_size);
+  if (sequence_parallel) {
+    shape.seq_length = 4;
+    shape.sequence_parallel = true;
+  }
   const int B = 2;
   model::GptModel<T> m(shape, B, *tp, 42);
   test::randomise(m, 0.3f, 7);
@@ -26,6 +33,7 @@ void check_gradients_by_finite_differences(int tp_size) {
   m.zero_grad(exec);
   m.forward(exec, x, y);
   m.backward(exec, x, y, T(1.0 / N));
+  for (std::size_t b = 0; b < m.buckets().size(); ++b) m.sum_sequence_parallel_gradients(exec, b);
 
   std::mt19937 pick(11);
   double worst = 0.0;
@@ -73,6 +81,15 @@ TEST_CASE("GPT model gradients match finite differences (double)", "[model][grad
     if (test::world_size() % tp != 0) continue;
     INFO("tensor = " << tp);
     check_gradients_by_finite_differences<double>(tp);
+  }
+}
+
+TEST_CASE("GPT model gradients match finite differences with sequence parallelism (double)",
+          "[model][gradcheck][sequence_parallel][mpi]") {
+  for (int tp : {2, 4}) {
+    if (test::world_size() % tp != 0) continue;
+    INFO("tensor = " << tp << ", sequence parallel");
+    check_gradients_by_finite_differences<double>(tp, true);
   }
 }
 

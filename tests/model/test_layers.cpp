@@ -4,7 +4,8 @@
 // with a fixed random w of the layer's logical output shape; for a column-parallel output each
 // rank sums its own slice and the group sums the partial sums, for a replicated output every
 // rank computes the whole sum. Inputs, weights and w are drawn by LOGICAL index, so the value
-// of L must also be the same for every layout (a check of each layer's sharding).
+// of L must also be the same for every layout (a check of each layer's sharding). The linear
+// layers, LayerNorm and the block are checked again with sequence parallelism (token shards).
 // Also: the conjugate operators f and g of src/parallel/mappings.hpp against hand-computed sums.
 #include <algorithm>
 #include <cmath>
@@ -31,15 +32,16 @@ constexpr int kBatch = 2;  // micro-batch of the layer tests (tiny shape: N = 2 
 
 // A [rows, cols] local matrix whose column c is logical column col_of(c) of a [rows,
 // logical_cols] tensor with N(0, scale²) elements drawn from (stream, logical flat index).
+// Row r is logical row first_row + r (a sequence-parallel rank's token shard).
 Mat logical_matrix(const std::string& label, std::int64_t rows, std::int64_t cols,
                    std::int64_t logical_cols, const std::function<std::int64_t(std::int64_t)>& col_of,
-                   std::uint64_t stream, double scale, double offset = 0.0) {
+                   std::uint64_t stream, double scale, double offset = 0.0, std::int64_t first_row = 0) {
   Mat m(label, rows, cols);
   auto h = Kokkos::create_mirror_view(m);
   for (std::int64_t r = 0; r < rows; ++r)
     for (std::int64_t c = 0; c < cols; ++c)
       h(r, c) = offset + scale * model::normal_sample(stream, static_cast<std::uint64_t>(
-                                                                  r * logical_cols + col_of(c)));
+                                                                  (first_row + r) * logical_cols + col_of(c)));
   Kokkos::deep_copy(m, h);
   return m;
 }
@@ -357,6 +359,156 @@ double output_case(int tp_size, int vocab) {
   return L;
 }
 
+// ---- sequence parallelism (Korthikanti et al. 2022) -----------------------------------------
+// With parallel.sequence_parallel on tensor > 1, the tensors between the tensor-parallel regions
+// are token shards: rank r holds rows [r·n, (r+1)·n) of the [N, h] activation (n = N/t), drawn
+// here by logical row so that L is the same as on tensor = 1 (which runs without it). L sums each
+// rank's rows over the group; an input shard is perturbed by its owner alone. Parameters that see
+// only a rank's tokens (LayerNorm, row-parallel biases: Parameter::sequence_parallel_gradient)
+// are summed over the group first, as the trainer does (GptModel::sum_sequence_parallel_gradients).
+
+constexpr std::int64_t kSpTokens = 8;  // N: divisible by 1, 2 and 4
+
+model::GptShape sequence_parallel_shape(int tp_size) {
+  auto s = test::tiny_shape(tp_size);
+  s.seq_length = static_cast<int>(kSpTokens / kBatch);
+  s.sequence_parallel = true;
+  return s;
+}
+
+// This rank's first token row and its number of rows.
+std::pair<std::int64_t, std::int64_t> token_shard(const Communicator& tp) {
+  const std::int64_t n = kSpTokens / tp.size();
+  return {tp.rank() * n, n};
+}
+
+model::SequenceParallelBuffers<Real> sp_buffers(const Communicator& tp, std::int64_t width) {
+  if (tp.size() == 1) return {};
+  return {Mat("sp.gathered", kSpTokens, width), Mat("sp.partial", kSpTokens, width)};
+}
+
+void sum_sequence_parallel_gradients(Communicator& tp, const std::vector<model::Parameter<Real>*>& params) {
+  const kx::ExecSpace exec;
+  for (auto* p : params)
+    if (p->sequence_parallel_gradient) parallel::sum_sequence_parallel_gradient(tp, exec, p->dv());
+}
+
+// Gathers the token shard x on entry; the input gradient is reduce-scattered back to it.
+double column_parallel_sp_case(int tp_size) {
+  auto tp = test::tp_group(tp_size);
+  const kx::ExecSpace exec;
+  const std::int64_t N = kSpTokens, in = 6, out = 8;
+  const auto [first, n] = token_shard(*tp);
+  model::ColumnParallelLinear<Real> layer("column", in, out, 1, *tp, 0.3f);
+  layer.sp = sp_buffers(*tp, in);
+  randomise(layer.weight, 1);
+  randomise(layer.bias, 2);
+  const std::int64_t out_local = out / tp_size;
+  auto col_of = [&](std::int64_t c) { return layer.bias.logical_index(c); };
+  Mat x = logical_matrix("x", n, in, in, same_column, 101, 1.0, 0.0, first);
+  Mat w = logical_matrix("w", N, out_local, out, col_of, 102, 1.0);
+  Mat y("y", N, out_local), dx("dx", n, in);
+  auto objective = [&] {
+    layer.forward(exec, *tp, x, y);
+    return weighted_sum(*tp, y, w, true);
+  };
+  const double L = objective();
+  layer.backward(exec, *tp, copy_of(w), x, dx);
+  report("ColumnParallelLinear, sequence parallel", tp_size,
+         check_gradients(*tp, {probe(layer.weight), probe(layer.bias), probe("x", x, dx, false)},
+                         objective, 17));
+  return L;
+}
+
+// Reduce-scatters its output to token shards; their gradients are all-gathered in the backward.
+double row_parallel_sp_case(int tp_size) {
+  auto tp = test::tp_group(tp_size);
+  const kx::ExecSpace exec;
+  const std::int64_t N = kSpTokens, in = 8, out = 6;
+  const auto [first, n] = token_shard(*tp);
+  model::RowParallelLinear<Real> layer("row", in, out, *tp, 0.3f, tp_size > 1);
+  layer.sp = sp_buffers(*tp, out);
+  randomise(layer.weight, 3);
+  randomise(layer.bias, 4);
+  const std::int64_t in_local = in / tp_size;
+  auto col_of = [&](std::int64_t c) { return layer.weight.logical_index(c); };
+  Mat x = logical_matrix("x", N, in_local, in, col_of, 103, 1.0);
+  Mat w = logical_matrix("w", n, out, out, same_column, 104, 1.0, 0.0, first);
+  Mat y("y", n, out), dx("dx", N, in_local);
+  auto objective = [&] {
+    layer.forward(exec, *tp, x, y);
+    return weighted_sum(*tp, y, w, true);
+  };
+  const double L = objective();
+  layer.backward(exec, *tp, copy_of(w), x, dx);
+  sum_sequence_parallel_gradients(*tp, {&layer.weight, &layer.bias});
+  report("RowParallelLinear, sequence parallel", tp_size,
+         check_gradients(*tp, {probe(layer.weight), probe(layer.bias), probe("x", x, dx, false)},
+                         objective, 18));
+  return L;
+}
+
+// Each rank normalises its own tokens; gamma and beta gradients are summed over the group.
+double layer_norm_sp_case(int tp_size) {
+  auto tp = test::tp_group(tp_size);
+  const kx::ExecSpace exec;
+  const std::int64_t H = 16;
+  const auto [first, n] = token_shard(*tp);
+  model::Workspace<Real> ws;
+  model::LayerNorm<Real> layer("ln", static_cast<int>(H), *tp, n, ws, tp_size > 1);
+  randomise(layer.weight, 5, 0.3f, 1.0);
+  randomise(layer.bias, 6);
+  Mat x = logical_matrix("x", n, H, H, same_column, 105, 1.5, 0.5, first);
+  Mat w = logical_matrix("w", n, H, H, same_column, 106, 1.0, 0.0, first);
+  Mat y("y", n, H), dx("dx", n, H);
+  auto objective = [&] {
+    layer.forward(exec, x, y);
+    return weighted_sum(*tp, y, w, true);
+  };
+  const double L = objective();
+  layer.backward(exec, copy_of(w), x, dx);
+  sum_sequence_parallel_gradients(*tp, {&layer.weight, &layer.bias});
+  report("LayerNorm, sequence parallel", tp_size,
+         check_gradients(*tp, {probe(layer.weight), probe(layer.bias), probe("x", x, dx, false)},
+                         objective, 19));
+  return L;
+}
+
+// The whole block as the model builds it from a shape with sequence_parallel on: token-shard
+// input and output, LayerNorms and residual adds on the shard.
+double transformer_layer_sp_case(int tp_size) {
+  auto tp = test::tp_group(tp_size);
+  const kx::ExecSpace exec;
+  const auto shape = sequence_parallel_shape(tp_size);
+  const std::int64_t H = shape.hidden;
+  const auto [first, n] = token_shard(*tp);
+  model::Workspace<Real> ws;
+  model::TransformerLayer<Real> layer("layers/0", shape, kBatch, *tp, ws);
+  REQUIRE(layer.rows_ == n);
+  const auto params = layer.parameters();
+  std::uint64_t seed = 60;
+  for (auto* p : params) {
+    const bool ln_weight = p->name.find("/ln_") != std::string::npos &&
+                           p->name.compare(p->name.size() - 7, 7, "/weight") == 0;
+    randomise(*p, ++seed, 0.3f, ln_weight ? 1.0 : 0.0);
+  }
+  Mat x = logical_matrix("x", n, H, H, same_column, 160, 1.0, 0.0, first);
+  Mat w = logical_matrix("w", n, H, H, same_column, 260, 1.0, 0.0, first);
+  Mat y("y", n, H), dx("dx", n, H);
+  auto objective = [&] {
+    layer.forward(exec, *tp, x, y);
+    return weighted_sum(*tp, y, w, true);
+  };
+  const double L = objective();
+  layer.backward(exec, *tp, copy_of(w), x, dx);
+  sum_sequence_parallel_gradients(*tp, params);
+  std::vector<Probe> probes;
+  for (auto* p : params) probes.push_back(probe(*p));
+  probes.push_back(probe("x", x, dx, false));
+  report("TransformerLayer, sequence parallel", tp_size, check_gradients(*tp, probes, objective, 60));
+  return L;
+}
+
 }  // namespace
 
 TEST_CASE("ColumnParallelLinear gradients match finite differences", "[model][layers][mpi]") {
@@ -471,4 +623,11 @@ TEST_CASE("conjugate operators f and g", "[model][layers][mpi]") {
       check_matrix(m, false);
     }
   }
+}
+
+TEST_CASE("sequence-parallel layers: gradients match finite differences", "[model][layers][sequence_parallel][mpi]") {
+  SECTION("ColumnParallelLinear") { for_each_layout(column_parallel_sp_case); }
+  SECTION("RowParallelLinear") { for_each_layout(row_parallel_sp_case); }
+  SECTION("LayerNorm") { for_each_layout(layer_norm_sp_case); }
+  SECTION("TransformerLayer") { for_each_layout(transformer_layer_sp_case); }
 }

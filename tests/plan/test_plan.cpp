@@ -282,11 +282,11 @@ TEST_CASE("plan: each rank's parameters and their bytes equal what a TrainingRun
       train::RunOptions options;
       options.synthetic_tokens = 4096;
       const Config c = config_of(deck);
-      const std::vector<std::int64_t> stages = stage_parameters(c.shape, pipeline);
+      const StageParameters stages = stage_parameters(c.shape, pipeline);
       const int stage = topo.coords().pp;
-      const ParameterBytes planned = parameter_bytes(stages[static_cast<std::size_t>(stage)], c);
+      const ParameterBytes planned = parameter_bytes(stages.of(stage), c);
       const auto check = [&](const train::ParameterMemory& measured, int in_flight) {
-        CHECK(measured.parameters == stages[static_cast<std::size_t>(stage)]);
+        CHECK(measured.parameters == stages.of(stage));
         CHECK(std::int64_t(measured.weight) == planned.weights);
         CHECK(std::int64_t(measured.master) == planned.master);
         CHECK(std::int64_t(measured.gradient) == planned.gradients);
@@ -464,7 +464,7 @@ TEST_CASE("plan: a CPU run's measured peak memory is the plan's", "[plan][memory
         const double measured = static_cast<double>(ledger.high_water() - before);
         const Config c = config_of(deck);
         const double planned =
-            static_cast<double>(rank_memory(c, stage_parameters(c.shape, p))[static_cast<std::size_t>(topo.coords().pp)].total());
+            static_cast<double>(rank_memory(c, stage_parameters(c.shape, p), topo.coords().pp).total());
         INFO("planned " << planned << " bytes, measured " << measured);
         CHECK(std::fabs(planned - measured) <= 0.05 * measured);
       }
