@@ -1434,6 +1434,7 @@ group_round2_signals_metrics() {
       note "r2sm_test_main_out skipped: no $tests"
     fi
   fi
+}
 
 # ---- round 2: fp16 loss scaling, non-finite logits, errors without source locations --------
 
