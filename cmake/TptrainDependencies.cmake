@@ -85,6 +85,27 @@ find_package(tomlplusplus REQUIRED)
 find_package(CLI11 REQUIRED)
 find_package(fmt REQUIRED)
 
+# --- text: PCRE2 (Unicode classes of GPT-2's pre-tokenizer, UTF-8 checks), nlohmann-json ------
+find_package(PkgConfig QUIET)
+if(PKG_CONFIG_FOUND)
+  pkg_check_modules(TPTRAIN_PCRE2 QUIET IMPORTED_TARGET libpcre2-8)
+endif()
+if(NOT TARGET PkgConfig::TPTRAIN_PCRE2)
+  message(FATAL_ERROR "tptrain: PCRE2 (libpcre2-8, found through pkg-config) is missing; the GPT-2 "
+                      "tokenizer needs it. Debian: libpcre2-dev (jobs/setup-deps.sh); Spack: pcre2; or put "
+                      "the folder of libpcre2-8.pc on PKG_CONFIG_PATH.")
+endif()
+add_library(tptrain_pcre2 INTERFACE)
+target_link_libraries(tptrain_pcre2 INTERFACE PkgConfig::TPTRAIN_PCRE2)
+find_package(nlohmann_json 3 QUIET)
+if(NOT nlohmann_json_FOUND)
+  message(FATAL_ERROR "tptrain: nlohmann-json 3 is missing (the tokenizer's vocabulary and JSON Lines "
+                      "input). Debian: nlohmann-json3-dev (jobs/setup-deps.sh); Spack: nlohmann-json; or set "
+                      "nlohmann_json_ROOT.")
+endif()
+add_library(tptrain_json INTERFACE)
+target_link_libraries(tptrain_json INTERFACE nlohmann_json::nlohmann_json)
+
 # --- CUDA toolkit, cuBLAS, NCCL: only when Kokkos has CUDA ----------------------------------
 set(TPTRAIN_HAVE_NCCL OFF)
 if(TPTRAIN_KOKKOS_HAS_CUDA)

@@ -35,6 +35,8 @@
 #include <optional>
 #include <set>
 
+#include "base/agreement.hpp"
+#include "base/mpi_check.hpp"
 #include "io/checkpoint_checksum.hpp"
 #include "io/checkpoint_publish.hpp"
 #include "io/checkpoint_schema.hpp"
@@ -44,8 +46,6 @@
 #include "io/hdf5_attributes.hpp"
 #include "io/hdf5_check.hpp"
 #include "io/read_watchdog.hpp"
-#include "src/parallel/agreement.hpp"
-#include "src/parallel/mpi_check.hpp"
 
 namespace tptrain::io {
 namespace {

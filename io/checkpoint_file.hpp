@@ -45,8 +45,8 @@
 #include <string>
 #include <vector>
 
-#include "src/parallel/agreement.hpp"
-#include "src/util/splitmix64.hpp"
+#include "base/agreement.hpp"
+#include "base/splitmix64.hpp"
 
 namespace tptrain::io {
 
@@ -103,7 +103,7 @@ struct CheckpointMeta {
 // single changed element changes it (splitmix64 is a bijection).
 inline constexpr char kChecksumAttribute[] = "checksum_splitmix64_sum";
 
-using util::splitmix64;  // src/util/splitmix64.hpp
+using util::splitmix64;  // base/splitmix64.hpp
 std::uint64_t checksum_term(std::uint32_t bits, std::uint64_t index) noexcept;
 // Sum of the terms of n consecutive elements whose row-major indices are first, first+1, ...
 std::uint64_t checksum_run(const float* data, std::uint64_t n, std::uint64_t first) noexcept;

@@ -3,7 +3,7 @@
 #include <string_view>
 #include <unordered_set>
 
-#include "src/parallel/mpi_check.hpp"
+#include "base/mpi_check.hpp"
 
 namespace tptrain::io::detail {
 

@@ -1,7 +1,7 @@
 #include "io/checkpoint_transfer.hpp"
 
+#include "base/mpi_check.hpp"
 #include "io/checkpoint_checksum.hpp"
-#include "src/parallel/mpi_check.hpp"
 
 namespace tptrain::io::detail {
 

@@ -6,6 +6,7 @@
 #include "io/deck_path.hpp"
 #include "io/deck_text.hpp"
 #include "io/path_text.hpp"
+#include "text/gpt2_files.hpp"
 
 #include <fmt/format.h>
 #include <toml++/toml.h>
@@ -304,6 +305,7 @@ class DeckReader {
                       std::string_view why);
   void check_batch(const Deck& d);
   void check_not_above(const Term& low, const Term& high, std::string_view kind);
+  void check_tokenizer(const Deck& d);
 
   std::string source_;
   fs::path cwd_;
@@ -553,32 +555,21 @@ bool DeckReader::read_string(Field& f, std::string& out) {
 void DeckReader::read_choice(Field& f, const Choice& c, std::string& out) {
   std::string s;
   if (!read_string(f, s)) return;
-  const auto& implemented = c.implemented;
-  const auto& planned = c.planned;
-  if (std::find(implemented.begin(), implemented.end(), s) != implemented.end()) {
+  const auto& values = c.values;
+  if (std::find(values.begin(), values.end(), s) != values.end()) {
     out = s;
     return;
   }
   std::vector<std::string> valid;
-  for (std::string_view v : implemented) valid.push_back(toml_string(v));
+  for (std::string_view v : values) valid.push_back(toml_string(v));
   const std::string valid_text = valid.size() == 1 ? valid[0] : "one of " + join(valid, ", ");
-  if (std::find(planned.begin(), planned.end(), s) != planned.end()) {
-    bad(f, fmt::format("{}: {} is not implemented yet (planned)", valid_text, toml_string(s)));
-    return;
-  }
-  std::string hint, planned_text;
+  std::string hint;
   std::size_t best_d = kMaxSuggestDistance + 1;
-  for (std::string_view v : implemented) {
+  for (std::string_view v : values) {
     const std::size_t d = edit_distance(s, v);
     if (d < best_d) best_d = d, hint = toml_string(v);
   }
-  if (!planned.empty()) {
-    std::vector<std::string> p;
-    for (std::string_view v : planned) p.push_back(toml_string(v));
-    planned_text = fmt::format("; {} planned", join(p, " and "));
-  }
-  bad(f, fmt::format("{}{}{}", valid_text, planned_text,
-                     hint.empty() ? "" : " (did you mean " + hint + "?)"));
+  bad(f, fmt::format("{}{}", valid_text, hint.empty() ? "" : " (did you mean " + hint + "?)"));
 }
 
 // Deck-file paths (and defaults) are relative to the deck's folder; --set paths to the working
@@ -724,6 +715,50 @@ void DeckReader::check_not_above(const Term& low, const Term& high, std::string_
     report_on(low, fmt::format("{} <= {}", kind, mention(high, low)));
 }
 
+// data.tokenizer = "gpt2": its token ids must fit model.vocab_size, and its two files must be in
+// data.tokenizer_dir. A missing file is, like a missing data file, a warning for check and plan.
+void DeckReader::check_tokenizer(const Deck& d) {
+  Field& tokenizer = field("data", "tokenizer");
+  Field& dir = field("data", "tokenizer_dir");
+  if (d.data.tokenizer != "gpt2" || !tokenizer.ok) return;
+  if (Field& vocab = field("model", "vocab_size"); vocab.ok && d.model.vocab_size < text::kGpt2VocabSize) {
+    const Term tv{"model.vocab_size", std::to_string(d.model.vocab_size), &vocab};
+    const Term tt{"data.tokenizer", "\"gpt2\"", &tokenizer};
+    if (weight(tokenizer) > weight(vocab))
+      report_on(tt, fmt::format("a tokenizer whose tokens fit {}; \"gpt2\" has {} (ids 0..{})", mention(tv, tt),
+                                text::kGpt2VocabSize, text::kGpt2VocabSize - 1));
+    else
+      report_on(tv, fmt::format("an integer >= {} with {}: GPT-2's tokens are 0..{}", text::kGpt2VocabSize,
+                                mention(tt, tv), text::kGpt2VocabSize - 1));
+  }
+  if (data_files_ == DataFiles::ignored || !dir.ok) return;
+  const std::string folder = text::gpt2_dir_or_default(d.data.tokenizer_dir);
+  Field& subject = dir.node ? dir : tokenizer;
+  if (folder.empty()) {
+    bad(subject, "a folder for GPT-2's vocabulary, but neither XDG_CACHE_HOME nor HOME is set: set data.tokenizer_dir");
+    return;
+  }
+  std::vector<std::string> why;
+  bool all_absent = true;
+  for (const std::string& path : text::gpt2_file_paths(folder))
+    if (std::string problem = regular_file_problem(path); !problem.empty()) {
+      all_absent = all_absent && problem == errno_problem(ENOENT);
+      why.push_back(display_path(path) + " " + problem);
+    }
+  if (why.empty()) return;
+  const std::string expected =
+      fmt::format("GPT-2's encoder.json and vocab.bpe in {}, but {}; {}{}",
+                  dir.node ? "that folder" : "data.tokenizer_dir (default " + display_path(folder) + ")", join(why, " and "),
+                  text::gpt2_files_hint(), dir.node ? "" : ", or set data.tokenizer_dir");
+  if (data_files_ == DataFiles::may_be_absent && all_absent) {
+    warnings_.push_back(Problem{subject.origin, fmt::format("{} = {}: {} (needed by train, eval and generate, not by "
+                                                            "check and plan)",
+                                                            subject.def->name(), show(*subject.node), expected)});
+    return;
+  }
+  bad(subject, expected);
+}
+
 // ---- assembling the Deck -----------------------------------------------------------------------
 
 Deck DeckReader::build() {
@@ -783,6 +818,7 @@ Deck DeckReader::build() {
                    m.seq_length, p.tensor,
                    "parallel.sequence_parallel = true splits every sequence evenly over the tensor-parallel ranks");
   check_batch(d);
+  check_tokenizer(d);
   if (ok("parallel", "tensor") && ok("parallel", "pipeline") && ok("parallel", "data")) {
     const std::int64_t world = static_cast<std::int64_t>(p.tensor) * p.pipeline * p.data;
     if (world > kIntMax) {

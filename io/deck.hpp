@@ -91,10 +91,12 @@ struct OptimizerConfig {
   bool distributed{};  // ZeRO-1: AdamW state sharded over the data-parallel group
 };
 
-// [data]: .txt (byte-level tokens) or .bin (llm.c token shard).
+// [data]: .txt (byte-level tokens) or .bin (llm.c token shard), and the tokenizer of its text.
 struct DataConfig {
   std::string train;
-  std::string valid;  // "" = no validation set
+  std::string valid;          // "" = no validation set
+  std::string tokenizer;      // "bytes" or "gpt2" (text/tokenizer.hpp)
+  std::string tokenizer_dir;  // GPT-2's vocabulary folder; "" = text::default_gpt2_dir()
 };
 
 // [checkpoint]

@@ -75,7 +75,7 @@ std::vector<DeckKey> make_keys() {
       {"training", "seed", integer(1234), at_least_0,
        "initial weights and data order, the same for every layout",
        &member<&Deck::training, &T::seed>},
-      {"training", "precision", text("fp32"), Choice{{"fp32", "bf16", "fp16"}, {}},
+      {"training", "precision", text("fp32"), Choice{{"fp32", "bf16", "fp16"}},
        "compute precision: fp32, or bf16/fp16 with fp32 master weights (mixed precision)",
        &member<&Deck::training, &T::precision>},
       // fp16's dynamic loss scaler (Megatron's DynamicGradScaler, its defaults): read with every
@@ -102,7 +102,7 @@ std::vector<DeckKey> make_keys() {
       {"training", "loss_scale_backoff_factor", number(0.5), NumberRange{0x1p-10, true, 1.0, "(at least 1/1024)"},
        "fp16 only: factor applied to the loss scale when it shrinks",
        &member<&Deck::training, &T::loss_scale_backoff_factor>},
-      {"training", "recompute", text("selective"), Choice{{"none", "selective", "full"}, {}},
+      {"training", "recompute", text("selective"), Choice{{"none", "selective", "full"}},
        "activation recomputation: none keeps every activation, selective recomputes the attention core (the "
        "S^2 part), full keeps only each block's input and recomputes the block in the backward",
        &member<&Deck::training, &T::recompute>},
@@ -122,7 +122,7 @@ std::vector<DeckKey> make_keys() {
        "learning rate at the last step", &member<&Deck::optimizer, &O::min_lr>},
       {"optimizer", "warmup_steps", integer(30), at_least_0, "linear warmup steps",
        &member<&Deck::optimizer, &O::warmup_steps>},
-      {"optimizer", "decay", text("cosine"), Choice{{"cosine", "linear", "constant"}, {}},
+      {"optimizer", "decay", text("cosine"), Choice{{"cosine", "linear", "constant"}},
        "schedule after warmup", &member<&Deck::optimizer, &O::decay>},
       {"optimizer", "weight_decay", number(0.1), non_negative, "AdamW decoupled weight decay",
        &member<&Deck::optimizer, &O::weight_decay>},
@@ -143,6 +143,14 @@ std::vector<DeckKey> make_keys() {
        &member<&Deck::data, &D::train>},
       {"data", "valid", text(""), PathRule{true, true}, "validation tokens (\"\" = none)",
        &member<&Deck::data, &D::valid>},
+      {"data", "tokenizer", text("bytes"), Choice{{"bytes", "gpt2"}},
+       "how text becomes tokens: \"bytes\" (byte b is token b) or \"gpt2\" (GPT-2's byte-level BPE, "
+       "needs model.vocab_size >= 50257 and its vocabulary files)",
+       &member<&Deck::data, &D::tokenizer>},
+      {"data", "tokenizer_dir", text(""), PathRule{true, false},
+       "folder of GPT-2's encoder.json and vocab.bpe (\"\" = the cache folder that jobs/setup-deps.sh fills, "
+       "${XDG_CACHE_HOME:-$HOME/.cache}/tptrain/gpt2)",
+       &member<&Deck::data, &D::tokenizer_dir>},
 
       {"checkpoint", "dir", Derived{"<run.dir>/checkpoints"}, PathRule{false, false},
        "checkpoint folder", &member<&Deck::checkpoint, &C::dir>},

@@ -32,8 +32,7 @@ struct NumberRange {
   bool hi_inclusive = false;
 };
 struct Choice {
-  std::vector<std::string_view> implemented;
-  std::vector<std::string_view> planned;  // recognised, rejected as "not implemented yet"
+  std::vector<std::string_view> values;  // in the order messages list them
 };
 struct PathRule {
   bool allow_empty = false;  // "" means "none"

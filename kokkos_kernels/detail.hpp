@@ -74,8 +74,8 @@ inline std::size_t scratch_row_bytes(const std::int64_t n) {
 
 // Whether Exec's row kernels have a scratch path at all: GPUs only, decided at compile time. On
 // a host backend the row stays in the core's cache between passes anyway, and a runtime scratch
-// branch in the inner loops cost the small bench's attention and norm phases 8 % and 15 %
-// (measured against a build without the branch).
+// branch in the inner loops slowed the row kernels down (docs/design.md, "Throughput
+// measurement").
 template <class Exec>
 constexpr bool scratch_rows() {
   return !Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename Exec::memory_space>::accessible;

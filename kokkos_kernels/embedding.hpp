@@ -61,54 +61,6 @@ void position_embedding_add(const Exec& exec,
       KOKKOS_LAMBDA(const std::int64_t t, const std::int64_t h) { y(t, h) += wpe((first_row + t) % S, h); });
 }
 
-// dwte(tok - vocab_start, h) += dy(t, h) for the tokens in this rank's range (accumulated).
-// For callers without the ids on the host; with them, prefer the TokenSegments overload below
-// (O(N·H) work, parallel over ids and columns).
-// Work item (row block, column block): a thread walks all N tokens in order and adds those whose
-// row lies in its block of dwte rows, so each (row, h) is touched by one thread in token order:
-// no atomics, bitwise the same for any blocking. On the host one row block (H/CB items, one pass
-// over the tokens). On GPUs, H threads each doing N dependent read-modify-writes would leave the
-// device idle: the vocabulary rows are cut into blocks so that there are >= 2^16 threads, and a
-// thread's serial read-modify-writes drop to the tokens in its block (the token scan is a
-// warp-uniform, cached load).
-template <class Exec, class TV, class DYV, class DWV, int CB = detail::ColumnBlock<Exec>::value>
-void embedding_backward_masked(const Exec& exec,
-                               const TV& tokens,  // [N] token ids
-                               const DYV& dy,     // [N, H]
-                               const std::int64_t vocab_start,
-                               const DWV& dwte) {  // [Vl, H] accumulated
-  detail::check_view<Exec, TV, 1>();
-  detail::check_view<Exec, DYV, 2>();
-  detail::check_view<Exec, DWV, 2>();
-  detail::check_writable<DWV>();
-  static_assert(CB >= 1, "column block must be positive");
-  detail::require(tokens.extent(0) == dy.extent(0) && dwte.extent(1) == dy.extent(1),
-                  "embedding_backward_masked", "shapes must be tokens[N], dy[N,H], dwte[Vl,H]");
-  const std::int64_t n = dy.extent(0);
-  const std::int64_t vl = dwte.extent(0);
-  const std::int64_t cols = dy.extent(1);
-  const std::int64_t nblk = detail::ceil_div(cols, CB);
-  if (n == 0 || vl == 0 || nblk == 0) return;
-  // Row blocks go with the GPU column block (CB = 1), so that host tests forcing CB = 1 run them.
-  const std::int64_t row_blocks =
-      CB == 1 ? kx::min<std::int64_t>(vl, detail::ceil_div(std::int64_t(1) << 16, nblk)) : 1;
-  const std::int64_t block_rows = detail::ceil_div(vl, row_blocks);
-  Kokkos::parallel_for(
-      "tptrain::kernels::embedding_backward_masked", detail::range(exec, row_blocks * nblk),
-      KOKKOS_LAMBDA(const std::int64_t item) {
-        // Adjacent items take adjacent columns of one row block (coalesced on GPUs).
-        const std::int64_t r0 = (item / nblk) * block_rows;
-        const std::int64_t r1 = kx::min<std::int64_t>(vl, r0 + block_rows);
-        const std::int64_t h0 = (item % nblk) * CB;
-        const int nh = static_cast<int>(kx::min<std::int64_t>(CB, cols - h0));
-        for (std::int64_t t = 0; t < n; ++t) {
-          const std::int64_t row = static_cast<std::int64_t>(tokens(t)) - vocab_start;
-          if (row >= r0 && row < r1)
-            for (int c = 0; c < nh; ++c) dwte(row, h0 + c) += dy(t, h0 + c);
-        }
-      });
-}
-
 // The token positions of a micro-batch grouped by token id, for a word-embedding backward that
 // is parallel over tokens (one team per distinct id) and still deterministic. Token ids are on
 // the host before the batch is uploaded, so the grouping is a host sort (N log N, N = B·S):
@@ -148,8 +100,8 @@ struct TokenSegments {
   // Groups host_tokens[0, n) and uploads the result on exec, stream-ordered. On host backends
   // the staging arrays are the device views themselves, which a previous backward may still
   // read: exec is fenced first. On a GPU they are pageable host memory, which the copies have
-  // consumed when they return (CUDA's pageable host-to-device rule), so the host waits neither
-  // before rewriting them nor after: no per-micro-batch host wait on the compute stream.
+  // consumed when they return (CUDA's pageable host-to-device rule), so they are rewritten
+  // without a fence; CUDA itself may synchronise with the stream to stage a pageable copy.
   template <class Exec>
   void build(const Exec& exec, const int* host_tokens, const std::int64_t n) {
     detail::require(n >= 0 && (n == 0 || host_tokens != nullptr), "TokenSegments::build",

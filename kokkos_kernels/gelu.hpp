@@ -33,55 +33,11 @@ KOKKOS_INLINE_FUNCTION T gelu_grad(const T v, const T s, const T k, const T c) {
 }
 }  // namespace detail
 
-// y = gelu(x) (y overwritten; y may alias x).
-template <class Exec, class XV, class YV>
-void gelu_forward(const Exec& exec,
-                  const XV& x,    // [N, F]
-                  const YV& y) {  // [N, F]
-  detail::check_view<Exec, XV, 2>();
-  detail::check_view<Exec, YV, 2>();
-  detail::check_writable<YV>();
-  detail::require(x.extent(0) == y.extent(0) && x.extent(1) == y.extent(1), "gelu_forward",
-                  "x and y must have the same extents");
-  using T = kx::acc_t<typename YV::non_const_value_type>;
-  const T k = static_cast<T>(detail::gelu_k);
-  const T c = static_cast<T>(detail::gelu_c);
-  Kokkos::parallel_for(
-      "tptrain::kernels::gelu_forward", detail::range2d(exec, y.extent(0), y.extent(1)),
-      KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t j) {
-        const T v = x(i, j);
-        y(i, j) = v * detail::gelu_sigmoid(v, k, c);
-      });
-}
-
-// dx = dy * gelu'(x) (dx overwritten; dx may alias dy).
-template <class Exec, class DYV, class XV, class DXV>
-void gelu_backward(const Exec& exec,
-                   const DYV& dy,    // [N, F]
-                   const XV& x,      // [N, F] forward input
-                   const DXV& dx) {  // [N, F]
-  detail::check_view<Exec, DYV, 2>();
-  detail::check_view<Exec, XV, 2>();
-  detail::check_view<Exec, DXV, 2>();
-  detail::check_writable<DXV>();
-  detail::require(x.extent(0) == dy.extent(0) && x.extent(1) == dy.extent(1) &&
-                      x.extent(0) == dx.extent(0) && x.extent(1) == dx.extent(1),
-                  "gelu_backward", "dy, x and dx must have the same extents");
-  using T = kx::acc_t<typename DXV::non_const_value_type>;
-  const T k = static_cast<T>(detail::gelu_k);
-  const T c = static_cast<T>(detail::gelu_c);
-  Kokkos::parallel_for(
-      "tptrain::kernels::gelu_backward", detail::range2d(exec, dx.extent(0), dx.extent(1)),
-      KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t j) {
-        const T v = x(i, j);
-        dx(i, j) = dy(i, j) * detail::gelu_grad(v, detail::gelu_sigmoid(v, k, c), k, c);
-      });
-}
-
-// The MLP's bias and activation in one pass over [N, F] (instead of bias_add, then
-// gelu_forward), saving σ(2u) for the backward, so that the backward needs no exp (the dominant
-// cost of GELU on CPUs) and the layer keeps h and σ instead of h and gelu(h):
-//   h(i, j) += bias(j);  sig(i, j) = σ(2u(h));  a(i, j) = h · sig   (a bitwise gelu_forward's)
+// The MLP's bias and activation in one pass over [N, F] (instead of a bias add, then GELU),
+// saving σ(2u) for the backward, so that the backward needs no exp (the dominant cost of GELU on
+// CPUs) and the layer keeps h and σ instead of h and gelu(h):
+//   h(i, j) += bias(j);  sig(i, j) = σ(2u(h));  a(i, j) = h · sig
+// (bitwise the unfused GELU of tests/kokkos_kernels/unfused_gelu.hpp).
 // a and sig must not alias h or each other.
 template <class Exec, class HV, class BV, class AV, class SV>
 void bias_gelu_forward(const Exec& exec,
@@ -138,7 +94,8 @@ void gelu_from_sigmoid(const Exec& exec, const XV& x /*[N, F]*/, const SV& sig /
       });
 }
 
-// dx = dy * gelu'(x) with the saved σ(2u) (bitwise gelu_backward; dx overwritten, may alias dy).
+// dx = dy * gelu'(x) with the saved σ(2u) (bitwise the unfused backward that recomputes σ; dx
+// overwritten, may alias dy).
 template <class Exec, class DYV, class XV, class SV, class DXV>
 void gelu_backward_from_sigmoid(const Exec& exec,
                                 const DYV& dy,    // [N, F]

@@ -3,8 +3,10 @@
 
 #include "kokkos_kernels/adamw.hpp"
 #include "kokkos_kernels/attention.hpp"
+#include "kokkos_kernels/attention_gemm.hpp"
 #include "kokkos_kernels/batched_gemm.hpp"
 #include "kokkos_kernels/bias.hpp"
+#include "kokkos_kernels/causal_softmax.hpp"
 #include "kokkos_kernels/column_sums.hpp"
 #include "kokkos_kernels/cross_entropy.hpp"
 #include "kokkos_kernels/elementwise.hpp"

@@ -26,7 +26,7 @@
 #include <mpi.h>
 #include <string>
 
-#include "src/parallel/agreement.hpp"
+#include "base/agreement.hpp"
 #include "src/util/memory_ledger.hpp"
 
 namespace {

@@ -2,12 +2,12 @@
 
 #include <string>
 
-#include "src/util/splitmix64.hpp"
+#include "base/splitmix64.hpp"
 
 namespace tptrain::data {
 namespace {
 
-// One splitmix64 step (src/util/splitmix64.hpp).
+// One splitmix64 step (base/splitmix64.hpp).
 constexpr std::uint64_t mix(std::uint64_t x) { return util::splitmix64(x); }
 
 // floor(a * b / 2^64) without a 128-bit type (portable to every compiler, -Wpedantic clean).

@@ -1,6 +1,6 @@
 #include "src/data/token_dataset.hpp"
 
-#include "src/util/splitmix64.hpp"
+#include "base/splitmix64.hpp"
 
 #include "io/deck_path.hpp"
 #include "io/path_text.hpp"

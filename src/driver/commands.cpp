@@ -8,15 +8,15 @@
 #include <sstream>
 #include <unistd.h>
 
+#include "base/agreement.hpp"
+#include "base/mpi_check.hpp"
 #include "io/deck.hpp"
-#include "io/inspect.hpp"
 #include "io/path_text.hpp"
 #include "io/writable_directory.hpp"
+#include "src/driver/inspect.hpp"
 #include "src/log.hpp"
-#include "src/parallel/agreement.hpp"
 #include "src/parallel/collectives.hpp"
 #include "src/parallel/device_binding.hpp"
-#include "src/parallel/mpi_check.hpp"
 #include "src/parallel/topology.hpp"
 #include "src/plan/plan.hpp"
 #include "src/train/bench.hpp"
@@ -25,6 +25,7 @@
 #include "src/train/generate_command.hpp"
 #include "src/train/train_command.hpp"
 #include "src/util/memory_ledger.hpp"
+#include "src/util/stop_signal.hpp"
 
 namespace tptrain::driver {
 
@@ -228,7 +229,7 @@ int inspect(const std::string& file) {
   const io::ExpectedDatasets expected = [](const std::string& deck) {
     return train::checkpoint_datasets(train::checkpoint_model_shape(deck));
   };
-  const int rc = io::inspect_checkpoint(file, std::cout, err, expected);
+  const int rc = inspect_checkpoint(file, std::cout, err, expected);
   std::cout.flush();
   std::string message = err.str();
   while (!message.empty() && message.back() == '\n') message.pop_back();

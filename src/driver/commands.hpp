@@ -4,6 +4,7 @@
 // (util::kRequeueExitStatus).
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,20 @@ struct GenerateOptions {
   unsigned long long seed = 0;
 };
 
+// `tptrain tokenize`: text files and JSON Lines -> llm.c token shards in `out`
+// (src/driver/tokenize_command.cpp); run under mpiexec to split the work, the same output on
+// any number of ranks. 0 when every shard is written, 1 for bad input (nothing written).
+struct TokenizeOptions {
+  std::vector<std::string> inputs;
+  std::string out;
+  std::string tokenizer = "gpt2";
+  std::string tokenizer_dir;                          // "" = text::default_gpt2_dir()
+  std::uint64_t shard_tokens = 100000000;             // llm.c's shards of FineWeb: 1e8 tokens
+  std::uint64_t valid_tokens = 0;                     // the first ones go to valid_*.bin
+  std::uint64_t segment_bytes = std::uint64_t{8} << 20;  // input per rank and round
+};
+int tokenize(const TokenizeOptions& options);
+
 // `tptrain plan`: what the deck needs on the hardware described (src/plan/plan.hpp); no MPI, no
 // data files. 0 when it fits on the GPU count it needs, 1 otherwise (or for a bad deck).
 struct PlanOptions {
@@ -61,7 +76,7 @@ int eval(const DeckOptions& options, const EvalOptions& eval);
 int generate(const DeckOptions& options, const GenerateOptions& generate);
 // `tptrain bench`: timed training steps on synthetic tokens, MFU against the measured GEMM rate.
 int bench(const DeckOptions& options, const BenchOptions& bench);
-// Describes a checkpoint file (io/inspect.hpp); no MPI. 0: verified, 1: missing, unreadable,
+// Describes a checkpoint file (src/driver/inspect.hpp); no MPI. 0: verified, 1: missing, unreadable,
 // not a checkpoint, or a checksum that does not verify.
 int inspect(const std::string& file);
 

@@ -1,4 +1,4 @@
-// tptrain command line: train / bench / eval / generate / check / plan / inspect (CLI11).
+// tptrain command line: train / bench / eval / generate / check / plan / inspect / tokenize (CLI11).
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
@@ -226,6 +226,32 @@ int main(int argc, char** argv) {
       "and whether its checksum verifies (no MPI; exit 1 if anything fails)");
   inspect_cmd->add_option("file", inspect_file, "checkpoint file (.h5)")->required();
 
+  TokenizeOptions tokenize_opts;
+  auto* tokenize_cmd = app.add_subcommand(
+      "tokenize",
+      "text files (one document each) or JSON Lines (.jsonl, a \"text\" per line) -> llm.c token shards "
+      "train_000000.bin, ... in --out; every document preceded by <|endoftext|>; under mpiexec the ranks share the "
+      "work and the shards are the same for any number of ranks");
+  tokenize_cmd->add_option("inputs", tokenize_opts.inputs, "input files, in order")->required();
+  tokenize_cmd->add_option("--out", tokenize_opts.out, "output folder (created; shards already there are not overwritten)")
+      ->required();
+  tokenize_cmd->add_option("--tokenizer", tokenize_opts.tokenizer, "\"gpt2\" (GPT-2 BPE) or \"bytes\"")
+      ->check(CLI::IsMember({"gpt2", "bytes"}))
+      ->capture_default_str();
+  tokenize_cmd->add_option("--tokenizer-dir", tokenize_opts.tokenizer_dir,
+                           "folder of GPT-2's encoder.json and vocab.bpe (default: the cache folder jobs/setup-deps.sh fills)");
+  tokenize_cmd->add_option("--shard-tokens", tokenize_opts.shard_tokens, "tokens per shard")
+      ->check(integer_at_least(1))
+      ->capture_default_str();
+  tokenize_cmd->add_option("--valid-tokens", tokenize_opts.valid_tokens,
+                           "the first N tokens go to valid_000000.bin, ... (0 = no validation shards)")
+      ->check(unsigned_64())
+      ->capture_default_str();
+  tokenize_cmd->add_option("--segment-bytes", tokenize_opts.segment_bytes,
+                           "input bytes per unit of work (a rank's share of one round; memory per rank)")
+      ->check(integer_at_least(1, 1 << 30))
+      ->capture_default_str();
+
   // --kokkos-* flags are Kokkos' own (Kokkos::initialize reads them), not tptrain's options.
   std::vector<std::string> kokkos_args, args;
   for (int i = argc - 1; i >= 1; --i) {  // CLI11 takes the arguments in reverse order
@@ -252,5 +278,6 @@ int main(int argc, char** argv) {
   if (*eval_cmd) return eval(deck, eval_opts);
   if (*gen_cmd) return generate(deck, gen_opts);
   if (*inspect_cmd) return inspect(inspect_file);
+  if (*tokenize_cmd) return tokenize(tokenize_opts);
   return 2;
 }

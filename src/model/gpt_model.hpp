@@ -267,13 +267,16 @@ class GptModel {
   std::int64_t recomputed_heads() const { return recomputed_heads_; }
 
   // Gradients of scale * (the sum returned by forward), accumulated into the parameters, for
-  // the micro-batch of the last forward. `bucket_done(b)` is called when bucket b has this
-  // micro-batch's contribution (for reduction hooks). `segments`, if given, groups the input
-  // tokens by id (the word-embedding gradient then runs parallel over tokens).
+  // the micro-batch of the last forward. `segments`: its input tokens grouped by id
+  // (DeviceBatch::upload_for_backward), which the first stage's word-embedding gradient reads
+  // (other stages may pass nullptr). `bucket_done(b)` is called when bucket b has this
+  // micro-batch's contribution (for reduction hooks).
   template <class TV>
-  void backward(const Exec& exec, const TV& tokens, const TV& targets, kx::acc_t<T> scale,
-                const std::function<void(std::size_t)>& bucket_done = {},
-                const kernels::TokenSegments* segments = nullptr) {
+  void backward(const Exec& exec, const kernels::TokenSegments* segments, const TV& targets, kx::acc_t<T> scale,
+                const std::function<void(std::size_t)>& bucket_done = {}) {
+    if (embedding_ && segments == nullptr)
+      throw std::invalid_argument("tptrain: GptModel::backward: the first stage needs its input tokens grouped by id "
+                                  "(kernels::TokenSegments, as DeviceBatch::upload_for_backward builds them)");
     std::size_t b = 0;
     const auto done = [&] {
       if (bucket_done) bucket_done(b);
@@ -302,7 +305,7 @@ class GptModel {
       done();
     }
     if (embedding_) {
-      embedding_->backward(exec, tp_, tokens, grad_b_, segments);
+      embedding_->backward(exec, tp_, *segments, grad_b_);
       done();
     }  // else grad_b_ holds dL/d(stage input)
   }

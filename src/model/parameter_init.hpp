@@ -5,14 +5,14 @@
 
 #include <cmath>
 
+#include "base/splitmix64.hpp"
 #include "kokkos_kernels/detail.hpp"
 #include "kokkos_kernels/elementwise.hpp"
 #include "src/model/parameter.hpp"
-#include "src/util/splitmix64.hpp"
 
 namespace tptrain::model {
 
-using util::splitmix64;  // host and device (src/util/splitmix64.hpp)
+using util::splitmix64;  // host and device (base/splitmix64.hpp)
 
 // Standard normal sample number `index` of stream `stream` (Box-Muller on two 53-bit uniforms).
 KOKKOS_INLINE_FUNCTION double normal_sample(std::uint64_t stream, std::uint64_t index) {

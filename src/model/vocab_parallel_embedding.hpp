@@ -51,19 +51,18 @@ struct VocabParallelEmbedding {
     kernels::position_embedding_add(exec, position.w(), S, y, first_row(y));
   }
 
-  // `segments`: the tokens' positions grouped by id (DeviceBatch) for a gradient parallel over
-  // tokens; without them each thread walks all tokens for its block of rows and columns.
-  template <class TV, class DYV>
-  void backward(const Exec& exec, Communicator& tp, const TV& tokens, const DYV& dy /*[N, H]*/,
-                const kernels::TokenSegments* segments = nullptr) {
+  // `segments`: the micro-batch's tokens grouped by id (DeviceBatch::upload_for_backward), so
+  // that the word-embedding gradient runs parallel over ids and columns.
+  template <class DYV>
+  void backward(const Exec& exec, Communicator& tp, const kernels::TokenSegments& segments, const DYV& dy /*[N, H]*/) {
     if (sp.enabled()) {
       // Every rank needs every token's gradient for its vocabulary rows; with all of them the
       // position gradient is computed whole on every rank and stays replicated (no sum needed).
       parallel::reduce_scatter_to_sequence_parallel_region_backward(tp, exec, dy, sp.gathered);
-      gradients(exec, tokens, sp.gathered, segments);
+      gradients(exec, segments, sp.gathered);
     } else {
       parallel::reduce_from_tp_region_backward(tp, exec, dy);
-      gradients(exec, tokens, dy, segments);
+      gradients(exec, segments, dy);
     }
   }
 
@@ -72,13 +71,10 @@ struct VocabParallelEmbedding {
   std::int64_t first_row(const YV& y) const {
     return sp.enabled() ? std::int64_t(tp_rank) * static_cast<std::int64_t>(y.extent(0)) : 0;
   }
-  template <class TV, class DYV>
-  void gradients(const Exec& exec, const TV& tokens, const DYV& dy /*[N, H]*/, const kernels::TokenSegments* segments) {
+  template <class DYV>
+  void gradients(const Exec& exec, const kernels::TokenSegments& segments, const DYV& dy /*[N, H]*/) {
     PhaseScope phase(Phase::norms_elementwise);
-    if (segments != nullptr)
-      kernels::embedding_backward_masked(exec, *segments, dy, vocab_start, word.dw());
-    else
-      kernels::embedding_backward_masked(exec, tokens, dy, vocab_start, word.dw());
+    kernels::embedding_backward_masked(exec, segments, dy, vocab_start, word.dw());
     kernels::position_embedding_backward(exec, dy, S, position.dw());
   }
 };

@@ -14,8 +14,8 @@
 #include <type_traits>
 #include <utility>
 
+#include "base/mpi_check.hpp"
 #include "src/parallel/communicator.hpp"
-#include "src/parallel/mpi_check.hpp"
 #include "src/parallel/mpi_communicator.hpp"
 
 namespace tptrain::parallel {
@@ -75,7 +75,7 @@ Request iall_reduce(Communicator& comm, const kx::ExecSpace& exec, const View& v
   if (comm.size() == 1) return Request();
   const DataType type = data_type_of<detail::value_t<View>>();
   return detail::with_buffer(
-      comm, exec, v, true, true, [&](auto* p) { return comm.iall_reduce(exec, p, v.size(), type, op); },
+      comm, exec, v, true, true, [&](auto* p) { return comm.start(exec, Operation{Collective::all_reduce, nullptr, p, v.size(), type, op}); },
       comm.reduces_on_host(type));
 }
 
@@ -91,8 +91,8 @@ Request iall_gather(Communicator& comm, const kx::ExecSpace& exec, const SendVie
                                 std::to_string(send.size() * comm.size()));
   return detail::with_buffer(comm, exec, recv, false, true, [&](auto* precv) {
     return detail::with_buffer(comm, exec, send, true, false, [&](auto* psend) {
-      return comm.iall_gather(exec, psend, precv, send.size(),
-                              data_type_of<detail::value_t<SendView>>());
+      return comm.start(exec, Operation{Collective::all_gather, psend, precv, send.size(),
+                                        data_type_of<detail::value_t<SendView>>()});
     });
   });
 }
@@ -114,7 +114,9 @@ Request ireduce_scatter(Communicator& comm, const kx::ExecSpace& exec, const Sen
       [&](auto* precv) {
         return detail::with_buffer(
             comm, exec, send, true, false,
-            [&](auto* psend) { return comm.ireduce_scatter(exec, psend, precv, recv.size(), type, op); },
+            [&](auto* psend) {
+              return comm.start(exec, Operation{Collective::reduce_scatter, psend, precv, recv.size(), type, op});
+            },
             needs_host);
       },
       needs_host);
@@ -156,7 +158,8 @@ Request ibroadcast(Communicator& comm, const kx::ExecSpace& exec, const View& v,
   if (comm.size() == 1) return Request();
   const bool is_root = comm.rank() == root;
   return detail::with_buffer(comm, exec, v, is_root, !is_root, [&](auto* p) {
-    return comm.ibroadcast(exec, p, v.size(), data_type_of<detail::value_t<View>>(), root);
+    return comm.start(exec, Operation{Collective::broadcast, nullptr, p, v.size(), data_type_of<detail::value_t<View>>(),
+                                      ReduceOp::sum, root});
   });
 }
 
@@ -164,7 +167,8 @@ template <class View>
 Request isend(Communicator& comm, const kx::ExecSpace& exec, const View& v, int peer, int tag) {
   detail::require_contiguous(v, "send");
   return detail::with_buffer(comm, exec, v, true, false, [&](auto* p) {
-    return comm.isend(exec, p, v.size(), data_type_of<detail::value_t<View>>(), peer, tag);
+    return comm.start(exec, Operation{Collective::send, p, nullptr, v.size(), data_type_of<detail::value_t<View>>(),
+                                      ReduceOp::sum, peer, tag});
   });
 }
 
@@ -172,7 +176,8 @@ template <class View>
 Request irecv(Communicator& comm, const kx::ExecSpace& exec, const View& v, int peer, int tag) {
   detail::require_contiguous(v, "recv");
   return detail::with_buffer(comm, exec, v, false, true, [&](auto* p) {
-    return comm.irecv(exec, p, v.size(), data_type_of<detail::value_t<View>>(), peer, tag);
+    return comm.start(exec, Operation{Collective::recv, nullptr, p, v.size(), data_type_of<detail::value_t<View>>(),
+                                      ReduceOp::sum, peer, tag});
   });
 }
 

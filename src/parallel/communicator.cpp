@@ -1,6 +1,6 @@
 #include "src/parallel/communicator.hpp"
 
-#include "src/parallel/mpi_check.hpp"
+#include "base/mpi_check.hpp"
 #include "src/parallel/mpi_communicator.hpp"
 // NCCL serves the CUDA execution space; a build of the core on a host backend of a CUDA Kokkos
 // (TPTRAIN_EXEC_SPACE, the per-backend tests) talks MPI.
@@ -22,6 +22,18 @@ std::size_t size_of(DataType type) {
     case DataType::float16: return 2;
   }
   return 0;
+}
+
+const char* collective_name(Collective c) {
+  switch (c) {
+    case Collective::all_reduce: return "all_reduce";
+    case Collective::all_gather: return "all_gather";
+    case Collective::reduce_scatter: return "reduce_scatter";
+    case Collective::broadcast: return "broadcast";
+    case Collective::send: return "send";
+    case Collective::recv: return "recv";
+  }
+  return "collective";
 }
 
 Request::Request(Request&& other) noexcept

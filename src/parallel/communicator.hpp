@@ -3,8 +3,11 @@
 // Two backends sit behind this interface: MpiCommunicator (host memory, every build) and
 // NcclCommunicator (device memory, only when Kokkos has CUDA). Layers never call either
 // directly: they use the View wrappers in collectives.hpp and the conjugate operators in
-// mappings.hpp. Every operation has a non-blocking form returning a Request; the plain form is
-// the non-blocking one followed by Request::wait_on(exec).
+// mappings.hpp. Every operation is one row of the table below (Collective, Operation) and runs
+// through the backend's one entry point, start(), which returns a Request; the plain forms of
+// collectives.hpp are the non-blocking one followed by Request::wait_on(exec). A new collective
+// is a row here, a case in each backend's start() (mpi_communicator.cpp, nccl_communicator.cpp)
+// and its View wrapper in collectives.hpp.
 //
 // Ordering: an operation reads its buffers only after the work already queued on `exec` is
 // done (MPI fences the instance; NCCL makes its communication stream wait on an event of exec's
@@ -78,6 +81,37 @@ void wait_all(Request* requests, std::size_t count);
 // Every request, completed for `consumer` (Request::wait_on).
 void wait_all_on(Request* requests, std::size_t count, const kx::ExecSpace& consumer);
 
+// The operations, what each does with its buffers, and the fields it reads (count: elements of
+// one rank's contribution; all ranks of the group call it with the same count and type):
+//
+//   all_reduce      recv, in place: every rank ends with `op` over all ranks' recv
+//   all_gather      recv[r*count .. (r+1)*count) = send of rank r. In place (NCCL's convention)
+//                   when send == recv + rank*count: the rank's own block is already where it
+//                   belongs
+//   reduce_scatter  recv (count elements) = `op` over ranks of send[rank*count .. (rank+1)*count).
+//                   In place (NCCL's convention) when recv == send + rank*count: the rank's block
+//                   of send receives its result, the other blocks are left unspecified. Any other
+//                   overlap of send and recv is not allowed
+//   broadcast       recv, in place: every rank ends with rank `peer`'s recv
+//   send            send to rank `peer` with `tag`
+//   recv            recv from rank `peer` with `tag`
+//
+// NCCL has no tags: messages between a pair are matched in issue order.
+enum class Collective { all_reduce, all_gather, reduce_scatter, broadcast, send, recv };
+// "all_reduce", "all_gather", ... (for messages).
+const char* collective_name(Collective c);
+
+struct Operation {
+  Collective kind = Collective::all_reduce;
+  const void* send = nullptr;
+  void* recv = nullptr;
+  std::size_t count = 0;
+  DataType type = DataType::float32;
+  ReduceOp op = ReduceOp::sum;  // all_reduce, reduce_scatter
+  int peer = 0;                 // broadcast: the root; send, recv: the other rank
+  int tag = 0;                  // send, recv
+};
+
 class Communicator {
  public:
   virtual ~Communicator();
@@ -98,29 +132,13 @@ class Communicator {
   virtual bool reduces_on_host(DataType type) const { (void)type; return needs_host_memory(); }
   virtual const char* backend_name() const = 0;
 
-  // In place: every rank ends with op over all ranks' buf.
-  virtual Request iall_reduce(const kx::ExecSpace& exec, void* buf, std::size_t count, DataType type,
-                              ReduceOp op) = 0;
-  // recv[r*count .. (r+1)*count) = send of rank r. In place (NCCL's convention) when
-  // send == recv + rank*count: the rank's own block is already where it belongs.
-  virtual Request iall_gather(const kx::ExecSpace& exec, const void* send, void* recv,
-                              std::size_t count, DataType type) = 0;
-  // recv (count elements) = op over ranks of send[rank*count .. (rank+1)*count). In place (NCCL's
-  // convention) when recv == send + rank*count: the rank's block of send receives its result,
-  // the other blocks are left unspecified. Any other overlap of send and recv is not allowed.
-  virtual Request ireduce_scatter(const kx::ExecSpace& exec, const void* send, void* recv,
-                                  std::size_t count, DataType type, ReduceOp op) = 0;
-  virtual Request ibroadcast(const kx::ExecSpace& exec, void* buf, std::size_t count, DataType type,
-                             int root) = 0;
-  virtual Request isend(const kx::ExecSpace& exec, const void* buf, std::size_t count, DataType type,
-                        int peer, int tag) = 0;
-  virtual Request irecv(const kx::ExecSpace& exec, void* buf, std::size_t count, DataType type,
-                        int peer, int tag) = 0;
+  // Starts `op` (see the table above Collective) after the work queued on `exec` so far.
+  virtual Request start(const kx::ExecSpace& exec, const Operation& op) = 0;
 
   // Point-to-point transfers issued between group_start and group_end are one operation (NCCL:
   // ncclGroupStart/End, so that a stage's sends and receives of one pipeline step progress
   // together instead of one after the other). Inside a group the backend may return empty
-  // Requests from isend/irecv; the Request of group_end completes them all. On MPI every
+  // Requests from send/recv operations; the Request of group_end completes them all. On MPI every
   // transfer keeps its own Request and group_end returns an empty one. `exec` is the instance
   // whose queued work produces the send buffers and may still read the receive buffers.
   virtual void group_start(const kx::ExecSpace& exec) { (void)exec; }

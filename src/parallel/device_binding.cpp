@@ -8,7 +8,7 @@
 #include <cuda_runtime.h>
 #endif
 
-#include "src/parallel/mpi_check.hpp"
+#include "base/mpi_check.hpp"
 
 namespace tptrain::parallel {
 

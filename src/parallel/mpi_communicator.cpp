@@ -14,7 +14,7 @@
 #endif
 #endif
 
-#include "src/parallel/mpi_check.hpp"
+#include "base/mpi_check.hpp"
 
 namespace tptrain::parallel {
 
@@ -145,17 +145,6 @@ Request pending(std::shared_ptr<MPI_Request> req, const char* what) {
 
 }  // namespace
 
-// MPI reads the buffers as soon as the call is made, so the producer kernels on `exec` must
-// have finished: fence first.
-Request MpiCommunicator::iall_reduce(const kx::ExecSpace& exec, void* buf, std::size_t count,
-                                     DataType type, ReduceOp op) {
-  kx::fence(exec, "tptrain::MpiCommunicator::iall_reduce");
-  auto req = std::make_shared<MPI_Request>();
-  TPTRAIN_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf, mpi_count(count, "all_reduce"), mpi_type(type),
-                                   mpi_op(op, type), comm_, req.get()));
-  return pending(req, "MPI_Iallreduce");
-}
-
 // MPI forbids aliased send and receive buffers; the in-place forms (communicator.hpp: NCCL's
 // convention, block `rank` of the whole buffer) map to MPI_IN_PLACE.
 namespace {
@@ -164,72 +153,59 @@ bool block_of(const void* whole, const void* block, int rank, std::size_t count,
 }
 }  // namespace
 
-Request MpiCommunicator::iall_gather(const kx::ExecSpace& exec, const void* send, void* recv,
-                                     std::size_t count, DataType type) {
-  kx::fence(exec, "tptrain::MpiCommunicator::iall_gather");
+Request MpiCommunicator::start(const kx::ExecSpace& exec, const Operation& o) {
+  // MPI reads the buffers as soon as the call is made, so the producer kernels on `exec` must
+  // have finished; a receive buffer may still be read by queued kernels before MPI overwrites
+  // it: fence first.
+  kx::fence(exec, ("tptrain::MpiCommunicator::i" + std::string(collective_name(o.kind))).c_str());
   auto req = std::make_shared<MPI_Request>();
-  const int n = mpi_count(count, "all_gather");
-  // In place, MPI takes the rank's contribution from its block of recv: where it already is.
-  const bool in_place = block_of(recv, send, rank_, count, type);
-  TPTRAIN_MPI_CHECK(MPI_Iallgather(in_place ? MPI_IN_PLACE : send, n, mpi_type(type), recv, n, mpi_type(type),
-                                   comm_, req.get()));
-  return pending(req, "MPI_Iallgather");
-}
-
-Request MpiCommunicator::ireduce_scatter(const kx::ExecSpace& exec, const void* send, void* recv,
-                                         std::size_t count, DataType type, ReduceOp op) {
-  kx::fence(exec, "tptrain::MpiCommunicator::ireduce_scatter");
-  auto req = std::make_shared<MPI_Request>();
-  const int n = mpi_count(count, "reduce_scatter");
-  if (!block_of(send, recv, rank_, count, type)) {
-    TPTRAIN_MPI_CHECK(
-        MPI_Ireduce_scatter_block(send, recv, n, mpi_type(type), mpi_op(op, type), comm_, req.get()));
-    return pending(req, "MPI_Ireduce_scatter_block");
+  const int n = mpi_count(o.count, collective_name(o.kind));
+  const MPI_Datatype type = mpi_type(o.type);
+  switch (o.kind) {
+    case Collective::all_reduce:
+      TPTRAIN_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, o.recv, n, type, mpi_op(o.op, o.type), comm_, req.get()));
+      return pending(req, "MPI_Iallreduce");
+    case Collective::all_gather: {
+      // In place, MPI takes the rank's contribution from its block of recv: where it already is.
+      const bool in_place = block_of(o.recv, o.send, rank_, o.count, o.type);
+      TPTRAIN_MPI_CHECK(
+          MPI_Iallgather(in_place ? MPI_IN_PLACE : o.send, n, type, o.recv, n, type, comm_, req.get()));
+      return pending(req, "MPI_Iallgather");
+    }
+    case Collective::reduce_scatter: {
+      if (!block_of(o.send, o.recv, rank_, o.count, o.type)) {
+        TPTRAIN_MPI_CHECK(
+            MPI_Ireduce_scatter_block(o.send, o.recv, n, type, mpi_op(o.op, o.type), comm_, req.get()));
+        return pending(req, "MPI_Ireduce_scatter_block");
+      }
+      // In place, MPI leaves the result in the FIRST block of the buffer; it belongs in block
+      // `rank`. The move is a send to self, because this backend may hold a device pointer (a
+      // CUDA-aware MPI) that only MPI itself knows how to copy.
+      void* whole = const_cast<void*>(o.send);
+      void* recv = o.recv;
+      TPTRAIN_MPI_CHECK(
+          MPI_Ireduce_scatter_block(MPI_IN_PLACE, whole, n, type, mpi_op(o.op, o.type), comm_, req.get()));
+      const MPI_Comm comm = comm_;
+      const int rank = rank_;
+      return Request([req, whole, recv, n, type, comm, rank]() {
+        int rc = MPI_Wait(req.get(), MPI_STATUS_IGNORE);
+        if (rc != MPI_SUCCESS) abort_job("MPI_Ireduce_scatter_block", __FILE__, __LINE__, mpi_error_string(rc));
+        if (rank == 0) return;  // already in place
+        rc = MPI_Sendrecv(whole, n, type, rank, 0, recv, n, type, rank, 0, comm, MPI_STATUS_IGNORE);
+        if (rc != MPI_SUCCESS) abort_job("MPI_Sendrecv", __FILE__, __LINE__, mpi_error_string(rc));
+      });
+    }
+    case Collective::broadcast:
+      TPTRAIN_MPI_CHECK(MPI_Ibcast(o.recv, n, type, o.peer, comm_, req.get()));
+      return pending(req, "MPI_Ibcast");
+    case Collective::send:
+      TPTRAIN_MPI_CHECK(MPI_Isend(o.send, n, type, o.peer, o.tag, comm_, req.get()));
+      return pending(req, "MPI_Isend");
+    case Collective::recv:
+      TPTRAIN_MPI_CHECK(MPI_Irecv(o.recv, n, type, o.peer, o.tag, comm_, req.get()));
+      return pending(req, "MPI_Irecv");
   }
-  // In place, MPI leaves the result in the FIRST block of the buffer; it belongs in block
-  // `rank`. The move is a send to self, because this backend may hold a device pointer (a
-  // CUDA-aware MPI) that only MPI itself knows how to copy.
-  void* whole = const_cast<void*>(send);
-  TPTRAIN_MPI_CHECK(
-      MPI_Ireduce_scatter_block(MPI_IN_PLACE, whole, n, mpi_type(type), mpi_op(op, type), comm_, req.get()));
-  const MPI_Comm comm = comm_;
-  const int rank = rank_;
-  const MPI_Datatype mtype = mpi_type(type);
-  return Request([req, whole, recv, n, mtype, comm, rank]() {
-    int rc = MPI_Wait(req.get(), MPI_STATUS_IGNORE);
-    if (rc != MPI_SUCCESS) abort_job("MPI_Ireduce_scatter_block", __FILE__, __LINE__, mpi_error_string(rc));
-    if (rank == 0) return;  // already in place
-    rc = MPI_Sendrecv(whole, n, mtype, rank, 0, recv, n, mtype, rank, 0, comm, MPI_STATUS_IGNORE);
-    if (rc != MPI_SUCCESS) abort_job("MPI_Sendrecv", __FILE__, __LINE__, mpi_error_string(rc));
-  });
-}
-
-Request MpiCommunicator::ibroadcast(const kx::ExecSpace& exec, void* buf, std::size_t count,
-                                    DataType type, int root) {
-  kx::fence(exec, "tptrain::MpiCommunicator::ibroadcast");
-  auto req = std::make_shared<MPI_Request>();
-  TPTRAIN_MPI_CHECK(
-      MPI_Ibcast(buf, mpi_count(count, "broadcast"), mpi_type(type), root, comm_, req.get()));
-  return pending(req, "MPI_Ibcast");
-}
-
-Request MpiCommunicator::isend(const kx::ExecSpace& exec, const void* buf, std::size_t count,
-                               DataType type, int peer, int tag) {
-  kx::fence(exec, "tptrain::MpiCommunicator::isend");
-  auto req = std::make_shared<MPI_Request>();
-  TPTRAIN_MPI_CHECK(
-      MPI_Isend(buf, mpi_count(count, "send"), mpi_type(type), peer, tag, comm_, req.get()));
-  return pending(req, "MPI_Isend");
-}
-
-Request MpiCommunicator::irecv(const kx::ExecSpace& exec, void* buf, std::size_t count, DataType type,
-                               int peer, int tag) {
-  // The receive buffer may still be read by queued kernels: fence before MPI may overwrite it.
-  kx::fence(exec, "tptrain::MpiCommunicator::irecv");
-  auto req = std::make_shared<MPI_Request>();
-  TPTRAIN_MPI_CHECK(
-      MPI_Irecv(buf, mpi_count(count, "recv"), mpi_type(type), peer, tag, comm_, req.get()));
-  return pending(req, "MPI_Irecv");
+  throw std::logic_error("tptrain: MpiCommunicator::start: unknown operation");
 }
 
 }  // namespace tptrain::parallel

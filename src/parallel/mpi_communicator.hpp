@@ -36,18 +36,7 @@ class MpiCommunicator final : public Communicator {
   }
   const char* backend_name() const override { return "mpi"; }
 
-  Request iall_reduce(const kx::ExecSpace& exec, void* buf, std::size_t count, DataType type,
-                      ReduceOp op) override;
-  Request iall_gather(const kx::ExecSpace& exec, const void* send, void* recv, std::size_t count,
-                      DataType type) override;
-  Request ireduce_scatter(const kx::ExecSpace& exec, const void* send, void* recv, std::size_t count,
-                          DataType type, ReduceOp op) override;
-  Request ibroadcast(const kx::ExecSpace& exec, void* buf, std::size_t count, DataType type,
-                     int root) override;
-  Request isend(const kx::ExecSpace& exec, const void* buf, std::size_t count, DataType type, int peer,
-                int tag) override;
-  Request irecv(const kx::ExecSpace& exec, void* buf, std::size_t count, DataType type, int peer,
-                int tag) override;
+  Request start(const kx::ExecSpace& exec, const Operation& op) override;
 
  private:
   bool device_memory_ = false;

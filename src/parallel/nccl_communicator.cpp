@@ -4,7 +4,7 @@
 
 #include <stdexcept>
 
-#include "src/parallel/mpi_check.hpp"
+#include "base/mpi_check.hpp"
 
 #define TPTRAIN_NCCL_CHECK(call)                                                          \
   do {                                                                                    \
@@ -118,38 +118,26 @@ Request NcclCommunicator::group_end() {
   return completion();
 }
 
-Request NcclCommunicator::iall_reduce(const kx::ExecSpace& exec, void* buf, std::size_t count,
-                                      DataType type, ReduceOp op) {
-  return issue(exec, [&] { return ncclAllReduce(buf, buf, count, nccl_type(type), nccl_op(op), nccl_, stream_); });
-}
-
-Request NcclCommunicator::iall_gather(const kx::ExecSpace& exec, const void* send, void* recv,
-                                      std::size_t count, DataType type) {
-  return issue(exec, [&] { return ncclAllGather(send, recv, count, nccl_type(type), nccl_, stream_); });
-}
-
-Request NcclCommunicator::ireduce_scatter(const kx::ExecSpace& exec, const void* send, void* recv,
-                                          std::size_t count, DataType type, ReduceOp op) {
-  return issue(exec, [&] {
-    return ncclReduceScatter(send, recv, count, nccl_type(type), nccl_op(op), nccl_, stream_);
+Request NcclCommunicator::start(const kx::ExecSpace& exec, const Operation& o) {
+  return issue(exec, [&]() -> ncclResult_t {
+    switch (o.kind) {
+      case Collective::all_reduce:
+        return ncclAllReduce(o.recv, o.recv, o.count, nccl_type(o.type), nccl_op(o.op), nccl_, stream_);
+      case Collective::all_gather:
+        return ncclAllGather(o.send, o.recv, o.count, nccl_type(o.type), nccl_, stream_);
+      case Collective::reduce_scatter:
+        return ncclReduceScatter(o.send, o.recv, o.count, nccl_type(o.type), nccl_op(o.op), nccl_, stream_);
+      case Collective::broadcast:
+        return ncclBroadcast(o.recv, o.recv, o.count, nccl_type(o.type), o.peer, nccl_, stream_);
+      // NCCL point-to-point has no tags: messages between a pair are matched in issue order,
+      // which the pipeline schedule guarantees.
+      case Collective::send:
+        return ncclSend(o.send, o.count, nccl_type(o.type), o.peer, nccl_, stream_);
+      case Collective::recv:
+        return ncclRecv(o.recv, o.count, nccl_type(o.type), o.peer, nccl_, stream_);
+    }
+    return ncclInvalidArgument;
   });
-}
-
-Request NcclCommunicator::ibroadcast(const kx::ExecSpace& exec, void* buf, std::size_t count,
-                                     DataType type, int root) {
-  return issue(exec, [&] { return ncclBroadcast(buf, buf, count, nccl_type(type), root, nccl_, stream_); });
-}
-
-// NCCL point-to-point has no tags: messages between a pair are matched in issue order, which
-// the pipeline schedule guarantees.
-Request NcclCommunicator::isend(const kx::ExecSpace& exec, const void* buf, std::size_t count,
-                                DataType type, int peer, int /*tag*/) {
-  return issue(exec, [&] { return ncclSend(buf, count, nccl_type(type), peer, nccl_, stream_); });
-}
-
-Request NcclCommunicator::irecv(const kx::ExecSpace& exec, void* buf, std::size_t count, DataType type,
-                                int peer, int /*tag*/) {
-  return issue(exec, [&] { return ncclRecv(buf, count, nccl_type(type), peer, nccl_, stream_); });
 }
 
 }  // namespace tptrain::parallel

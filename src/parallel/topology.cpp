@@ -1,6 +1,6 @@
 #include "src/parallel/topology.hpp"
 
-#include "src/parallel/mpi_check.hpp"
+#include "base/mpi_check.hpp"
 
 namespace tptrain::parallel {
 

@@ -7,11 +7,12 @@
 #include <filesystem>
 #include <memory>
 
+#include "base/agreement.hpp"
+#include "base/mpi_check.hpp"
+#include "io/deck_text.hpp"
 #include "io/json_line.hpp"
 #include "src/log.hpp"
-#include "src/parallel/agreement.hpp"
 #include "src/parallel/collectives.hpp"
-#include "src/parallel/mpi_check.hpp"
 #include "src/train/gemm_peak.hpp"
 #include "src/train/memory_metrics.hpp"
 #include "src/train/model_flops.hpp"

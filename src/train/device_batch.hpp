@@ -21,8 +21,9 @@ struct DeviceBatch {
         h_inputs(static_cast<std::size_t>(n)), h_targets(static_cast<std::size_t>(n)) {}
 
   // Forward only (evaluation, generation). Stream-ordered on exec: the kernels of the previous
-  // micro-batch that still read the device ids run first, and the host does not wait (the host
-  // vectors are pageable memory, which the copy has consumed when it returns).
+  // micro-batch that still read the device ids run first; no fence. The host vectors are
+  // pageable memory, which the copy has consumed when it returns (CUDA may synchronise with the
+  // stream to stage it: docs/design.md, "Stream-ordered communication").
   void upload(const kx::ExecSpace& exec) {
     using Host = Kokkos::View<const int*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
     Kokkos::deep_copy(exec, inputs, Host(h_inputs.data(), h_inputs.size()));

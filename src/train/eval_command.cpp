@@ -2,9 +2,9 @@
 
 #include <cmath>
 
+#include "base/agreement.hpp"
 #include "io/json_line.hpp"
 #include "src/log.hpp"
-#include "src/parallel/agreement.hpp"
 #include "src/train/model_checkpoint.hpp"
 #include "src/train/precision_dispatch.hpp"
 #include "src/train/training_run.hpp"

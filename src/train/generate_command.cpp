@@ -5,8 +5,8 @@
 #include <random>
 #include <type_traits>
 
+#include "base/agreement.hpp"
 #include "src/log.hpp"
-#include "src/parallel/agreement.hpp"
 #include "src/train/model_checkpoint.hpp"
 #include "src/train/precision_dispatch.hpp"
 #include "src/train/training_run.hpp"

@@ -2,7 +2,7 @@
 
 #include <fmt/format.h>
 
-#include "src/parallel/mpi_check.hpp"
+#include "base/mpi_check.hpp"
 #include "src/util/memory_ledger.hpp"
 #include "src/util/resident_memory.hpp"
 

@@ -8,13 +8,13 @@
 #include <optional>
 #include <utility>
 
+#include "base/agreement.hpp"
+#include "base/mpi_check.hpp"
 #include "io/deck_text.hpp"
 #include "io/path_text.hpp"
 #include "src/log.hpp"
-#include "src/parallel/agreement.hpp"
-#include "src/parallel/mpi_check.hpp"
-#include "src/util/memory_category.hpp"
 #include "src/train/optimizer.hpp"
+#include "src/util/memory_category.hpp"
 
 namespace tptrain::train {
 

@@ -1,7 +1,7 @@
 // AdamW (Loshchilov & Hutter, decoupled weight decay) over the model's parameters, and the
 // global gradient norm used for clipping. The training step runs BucketOptimizer: one norm
 // kernel and one AdamW kernel (with the clipping factor folded in) per flat parameter bucket.
-// The per-parameter functions below are the reference it is tested against.
+// The per-parameter reference it is tested against is tests/train/per_parameter_optimizer.hpp.
 // Mixed precision: AdamW updates the fp32 master weights with fp32 moments and gradients, then
 // the compute copy is rounded from the master (round to nearest even; no stochastic rounding:
 // with an fp32 master the rounding error never accumulates in the weights, so the unbiasedness
@@ -10,7 +10,6 @@
 
 #include <cmath>
 #include <stdexcept>
-#include <string>
 #include <vector>
 
 #include "kokkos_kernels/adamw.hpp"
@@ -27,65 +26,6 @@ namespace tptrain::train {
 struct AdamWConfig {
   double beta1{}, beta2{}, eps{}, weight_decay{};
 };
-
-// Sum of squares of every logical gradient element, counted exactly once: a TP-sharded
-// parameter contributes its local part on every rank (summed over the TP group), a replicated
-// one (LayerNorm, row-parallel bias, position embedding: identical on every TP rank) only once.
-template <class T>
-double grad_sum_of_squares(const kx::ExecSpace& exec, const std::vector<model::Parameter<T>*>& params,
-                           parallel::Communicator& tp) {
-  double sharded = 0.0, replicated = 0.0;
-  for (const model::Parameter<T>* p : params) {
-    const double s = kernels::squared_norm(exec, p->dv());
-    (p->replicated() ? replicated : sharded) += s;
-  }
-  sharded = parallel::all_reduce_scalar(tp, sharded, parallel::ReduceOp::sum);
-  return sharded + replicated;
-}
-
-template <class T>
-double global_grad_norm(const kx::ExecSpace& exec, const std::vector<model::Parameter<T>*>& params,
-                        parallel::Communicator& tp) {
-  return std::sqrt(grad_sum_of_squares(exec, params, tp));
-}
-
-// The same over a pipeline: `params` are the parameters this stage owns logically (the tied
-// copy of the word embedding on the last stage left out: the first stage counts it); each
-// stage's sum of squares is formed as above, then summed over the PP group. Data-parallel
-// replicas hold identical (all-reduced) gradients and are counted once, by not reducing over
-// DP. Every rank of the world gets the same value, bit for bit.
-template <class T>
-double global_grad_norm(const kx::ExecSpace& exec, const std::vector<model::Parameter<T>*>& params,
-                        parallel::Communicator& tp, parallel::Communicator& pp) {
-  return std::sqrt(parallel::all_reduce_scalar(pp, grad_sum_of_squares(exec, params, tp), parallel::ReduceOp::sum));
-}
-
-template <class T>
-void scale_gradients(const kx::ExecSpace& exec, const std::vector<model::Parameter<T>*>& params,
-                     kx::acc_t<T> factor) {
-  for (model::Parameter<T>* p : params) kernels::scale(exec, p->dv(), factor);
-}
-
-// One AdamW step (step: 1-based, for bias correction). Weight decay only where the parameter
-// asks for it (2-D weights), never on biases and LayerNorm. Needs each parameter's whole
-// optimizer state, which a model with a distributed optimizer does not hold (its buckets do).
-template <class T>
-void adamw_step(const kx::ExecSpace& exec, const std::vector<model::Parameter<T>*>& params,
-                const AdamWConfig& c, double lr, std::int64_t step) {
-  using Acc = kx::acc_t<T>;
-  for (model::Parameter<T>* p : params) {
-    if (static_cast<std::int64_t>(p->exp_avg.extent(0)) != p->local_size() ||
-        static_cast<std::int64_t>(p->master.extent(0)) != p->local_size())
-      throw std::logic_error("tptrain: adamw_step: " + p->name +
-                             " has no whole optimizer state (a distributed optimizer keeps a shard of it in its "
-                             "bucket): use BucketOptimizer");
-    kernels::adamw_update(exec, p->master_v(), p->dv(),
-                          kernels::VectorUnmanaged<Acc>(p->exp_avg.data(), p->local_size()),
-                          kernels::VectorUnmanaged<Acc>(p->exp_avg_sq.data(), p->local_size()), lr,
-                          c.beta1, c.beta2, c.eps, p->weight_decay ? c.weight_decay : 0.0, step);
-    if constexpr (model::Parameter<T>::has_master_copy) kernels::convert(exec, p->master_v(), p->v());
-  }
-}
 
 // Every compute copy from the fp32 master weights (after a checkpoint set them): rounded (bf16,
 // fp16), and with a distributed optimizer, whose ranks hold one shard of the masters each,

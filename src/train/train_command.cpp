@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cmath>
 
+#include "base/agreement.hpp"
 #include "io/metrics.hpp"
 #include "io/metrics_writer.hpp"
 #include "io/path_text.hpp"
@@ -10,7 +11,6 @@
 #include "io/run_lock.hpp"
 #include "io/writable_directory.hpp"
 #include "src/log.hpp"
-#include "src/parallel/agreement.hpp"
 #include "src/train/memory_metrics.hpp"
 #include "src/train/model_checkpoint.hpp"
 #include "src/train/precision_dispatch.hpp"

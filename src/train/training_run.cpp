@@ -5,9 +5,9 @@
 #include <type_traits>
 #include <fmt/format.h>
 
+#include "base/agreement.hpp"
+#include "base/mpi_check.hpp"
 #include "src/log.hpp"
-#include "src/parallel/agreement.hpp"
-#include "src/parallel/mpi_check.hpp"
 #include "src/train/memory_metrics.hpp"
 #include "src/util/phases.hpp"
 

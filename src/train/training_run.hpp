@@ -16,10 +16,11 @@
 #include "src/parallel/topology.hpp"
 #include "src/train/deck_shape.hpp"
 #include "src/train/device_batch.hpp"
+#include "src/train/gradient_reducer.hpp"
 #include "src/train/loss_scaler.hpp"
 #include "src/train/lr_schedule.hpp"
 #include "src/train/optimizer.hpp"
-#include "src/train/pipeline_schedule.hpp"
+#include "src/train/pipeline_runner.hpp"
 
 namespace tptrain::train {
 

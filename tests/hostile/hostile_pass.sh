@@ -1496,6 +1496,91 @@ group_round2_fp16() {
     --set training.steps=6 --set training.loss_scale_min=2 --set training.loss_scale_initial=2
 }
 
+# ---- 6. tokenize (issue 21, items 1-2) --------------------------------------------------------
+
+verify_tok_shard() { # tok_text_ok's --out holds its shard, readable as training data, and nothing half-written
+  [ -f "$WORK/tok_ok/train_000000.bin" ] || { echo "no train_000000.bin in $WORK/tok_ok"; return 1; }
+  [ ! -e "$WORK/tok_ok/.tokenize-partial" ] || { echo "$WORK/tok_ok/.tokenize-partial left behind"; return 1; }
+}
+verify_tok_same() { # the 3-rank shards equal the 1-rank ones
+  local f
+  for f in "$WORK/tok_one"/*.bin; do
+    cmp -s "$f" "$WORK/tok_three/$(basename "$f")" || { echo "$(basename "$f") differs between 1 and 3 ranks"; return 1; }
+  done
+  [ "$(ls "$WORK/tok_one" | wc -l)" = "$(ls "$WORK/tok_three" | wc -l)" ] || { echo "different shard lists"; return 1; }
+}
+verify_tok_nothing_left() { # a failed run leaves its --out folder without shards
+  if compgen -G "$WORK/tok_fail/*" >/dev/null || [ -e "$WORK/tok_fail/.tokenize-partial" ]; then
+    echo "left: $(ls -A "$WORK/tok_fail" | tr '\n' ' ')"
+    return 1
+  fi
+}
+group_tokenize() {
+  local T=("$EXE" tokenize) d=$FIX/tok
+  mkdir -p "$d/vocab_bad" "$d/vocab_merges" "$d/out_is_file"
+  printf 'Plain text.\nSecond line.\n' >"$d/ok.txt"
+  printf 'caf\xe9 au lait\n' >"$d/latin1.txt"
+  printf 'ends inside a character \xe4\xb8' >"$d/truncated.txt"
+  printf 'surrogate \xed\xa0\x80 here\n' >"$d/surrogate.txt"
+  : >"$d/empty.txt"
+  printf '\n   \n\r\n' >"$d/blank.jsonl"
+  printf '{"text": "ok"}\n{"text": 42}\n' >"$d/text_number.jsonl"
+  printf '{"id": 1}\n' >"$d/no_text.jsonl"
+  printf '{"text": "unterminated\n' >"$d/unterminated.jsonl"
+  printf '"just a string"\n' >"$d/not_object.jsonl"
+  printf '{"text": "lone \\ud800 surrogate"}\n' >"$d/lone_surrogate.jsonl"
+  printf 'nul\0inside\n' >"$d/nul.txt"
+  head -c 3000000 /dev/zero | tr '\0' 'a' >"$d/one_word_3MB.txt"
+  head -c 3000000 /dev/zero | tr '\0' ' ' >"$d/spaces_3MB.txt"
+  printf 'garbage' >"$d/vocab_bad/encoder.json"
+  printf '#version: 0.2\n' >"$d/vocab_bad/vocab.bpe"
+  [ -f "$HOME/.cache/tptrain/gpt2/encoder.json" ] && cp "$HOME/.cache/tptrain/gpt2/encoder.json" "$d/vocab_merges/"
+  printf '#version: 0.2\n\xc4\xa0 t\nnot-a-token x y\n' >"$d/vocab_merges/vocab.bpe"
+  printf 'x' >"$d/out_is_file/file"
+  [ -p "$d/fifo.txt" ] || mkfifo "$d/fifo.txt"
+  run_case tok_text_ok ok verify=verify_tok_shard -- "${T[@]}" "$d/ok.txt" --out "$WORK/tok_ok"
+  run_case tok_one_rank ok -- "${T[@]}" "$d/ok.txt" "$SRC/tests/data/text/docs.jsonl" "$SRC/tests/data/text/gpt2_corpus.txt" \
+    --out "$WORK/tok_one" --shard-tokens 100 --valid-tokens 50
+  run_case tok_three_ranks_same ok verify=verify_tok_same -- "${MPI3[@]}" "$EXE" tokenize "$d/ok.txt" \
+    "$SRC/tests/data/text/docs.jsonl" "$SRC/tests/data/text/gpt2_corpus.txt" --out "$WORK/tok_three" --shard-tokens 100 \
+    --valid-tokens 50 --segment-bytes 16
+  run_case tok_overwrite_refused fail -- "${T[@]}" "$d/ok.txt" --out "$WORK/tok_ok"
+  run_case tok_empty_file fail -- "${T[@]}" "$d/empty.txt" --out "$WORK/tok_x"
+  run_case tok_missing_file fail -- "${T[@]}" "$d/none.txt" --out "$WORK/tok_x"
+  run_case tok_directory_input fail -- "${T[@]}" "$d" --out "$WORK/tok_x"
+  run_case tok_fifo_input fail -- "${T[@]}" "$d/fifo.txt" --out "$WORK/tok_x"
+  run_case tok_dev_zero fail -- "${T[@]}" /dev/zero --out "$WORK/tok_x"
+  run_case tok_latin1 fail -- "${T[@]}" "$d/latin1.txt" --out "$WORK/tok_x"
+  run_case tok_truncated_utf8 fail -- "${T[@]}" "$d/truncated.txt" --out "$WORK/tok_x"
+  run_case tok_surrogate_utf8 fail -- "${T[@]}" "$d/surrogate.txt" --out "$WORK/tok_x"
+  run_case tok_latin1_2_ranks_nothing_left fail verify=verify_tok_nothing_left -- "${MPI[@]}" "$EXE" tokenize \
+    "$SRC/tests/data/text/gpt2_corpus.txt" "$d/latin1.txt" --out "$WORK/tok_fail" --segment-bytes 64
+  run_case tok_json_blank_only fail -- "${T[@]}" "$d/blank.jsonl" --out "$WORK/tok_x"
+  run_case tok_json_text_number fail -- "${T[@]}" "$d/text_number.jsonl" --out "$WORK/tok_x"
+  run_case tok_json_no_text fail -- "${T[@]}" "$d/no_text.jsonl" --out "$WORK/tok_x"
+  run_case tok_json_unterminated fail -- "${T[@]}" "$d/unterminated.jsonl" --out "$WORK/tok_x"
+  run_case tok_json_not_object fail -- "${T[@]}" "$d/not_object.jsonl" --out "$WORK/tok_x"
+  run_case tok_json_lone_surrogate fail -- "${T[@]}" "$d/lone_surrogate.jsonl" --out "$WORK/tok_x"
+  run_case tok_nul_bytes any -- "${T[@]}" "$d/nul.txt" --out "$WORK/tok_nul"
+  run_case tok_one_word_3MB ok -- "${T[@]}" "$d/one_word_3MB.txt" --out "$WORK/tok_word"
+  run_case tok_spaces_3MB ok -- "${T[@]}" "$d/spaces_3MB.txt" --out "$WORK/tok_spaces"
+  run_case tok_same_file_twice ok -- "${T[@]}" "$d/ok.txt" "$d/ok.txt" --out "$WORK/tok_twice"
+  run_case tok_out_is_file fail -- "${T[@]}" "$d/ok.txt" --out "$d/out_is_file/file"
+  run_case tok_out_under_dev_null fail -- "${T[@]}" "$d/ok.txt" --out /dev/null/shards
+  run_case tok_valid_takes_all fail -- "${T[@]}" "$d/ok.txt" --out "$WORK/tok_x" --valid-tokens 1000
+  run_case tok_shard_tokens_0 fail -- "${T[@]}" "$d/ok.txt" --out "$WORK/tok_x" --shard-tokens 0
+  run_case tok_shard_tokens_2^31 fail -- "${T[@]}" "$d/ok.txt" --out "$WORK/tok_x" --shard-tokens 2147483648
+  run_case tok_valid_tokens_-1 fail -- "${T[@]}" "$d/ok.txt" --out "$WORK/tok_x" --valid-tokens -1
+  run_case tok_segment_bytes_0 fail -- "${T[@]}" "$d/ok.txt" --out "$WORK/tok_x" --segment-bytes 0
+  run_case tok_segment_bytes_2^40 fail -- "${T[@]}" "$d/ok.txt" --out "$WORK/tok_x" --segment-bytes 1099511627776
+  run_case tok_tokenizer_gpt3 fail -- "${T[@]}" "$d/ok.txt" --out "$WORK/tok_x" --tokenizer gpt3
+  run_case tok_tokenizer_dir_missing fail -- "${T[@]}" "$d/ok.txt" --out "$WORK/tok_x" --tokenizer-dir "$d/none"
+  run_case tok_tokenizer_dir_bad_json fail -- "${T[@]}" "$d/ok.txt" --out "$WORK/tok_x" --tokenizer-dir "$d/vocab_bad"
+  run_case tok_tokenizer_dir_bad_merges fail -- "${T[@]}" "$d/ok.txt" --out "$WORK/tok_x" --tokenizer-dir "$d/vocab_merges"
+  run_case tok_no_inputs fail -- "${T[@]}" --out "$WORK/tok_x"
+  run_case tok_no_out fail -- "${T[@]}" "$d/ok.txt"
+}
+
 # ---- run the groups -------------------------------------------------------------------------
 
 T_START=$(date +%s)
@@ -1518,6 +1603,7 @@ group_resume_layouts
 group_generate
 group_round2_plan_json
 group_round2_fp16
+group_tokenize
 run_kill rank1
 run_kill rank0
 run_kill mpiexec

@@ -31,11 +31,12 @@
 #include "catch.hpp"
 #include "tests/test_helpers.hpp"
 #include "io/checkpoint_file.hpp"
-#include "io/inspect.hpp"
+#include "src/driver/inspect.hpp"
 #include "tests/io/checkpoint_tensors.hpp"
 #include "tests/mpi_test_util.hpp"
 
 using namespace tptrain::io;
+using tptrain::driver::inspect_checkpoint;
 namespace fs = std::filesystem;
 
 namespace {

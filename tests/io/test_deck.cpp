@@ -567,7 +567,6 @@ TEST_CASE("deck: precision and decay take one of their choices", "[io][deck]") {
   SECTION("anything else lists the valid choices") {
     const std::string p = fx.problem(make_deck({{"training.precision", "\"fp64\""}}));
     CHECK_THAT(p, has("training.precision = \"fp64\": expected one of \"fp32\", \"bf16\", \"fp16\""));
-    CHECK_THAT(p, !has("planned"));
     CHECK_THAT(fx.problem(make_deck({{"training.precision", "\"FP32\""}})),
                has("did you mean \"fp32\"?"));
     CHECK_THAT(fx.problem(make_deck({{"training.precision", "\"bf61\""}})),
@@ -904,6 +903,8 @@ TEST_CASE("deck: to_toml writes every key in table order and round-trips", "[io]
                                           "optimizer.distributed",
                                           "data.train",
                                           "data.valid",
+                                          "data.tokenizer",
+                                          "data.tokenizer_dir",
                                           "checkpoint.dir",
                                           "checkpoint.interval",
                                           "checkpoint.keep",

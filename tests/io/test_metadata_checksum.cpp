@@ -21,7 +21,7 @@
 #include "catch.hpp"
 #include "io/checkpoint_file.hpp"
 #include "io/hdf5_attributes.hpp"
-#include "io/inspect.hpp"
+#include "src/driver/inspect.hpp"
 #include "tests/io/checkpoint_tensors.hpp"
 #include "tests/mpi_test_util.hpp"
 
@@ -124,7 +124,7 @@ struct Verdicts {
 Verdicts examine(const std::string& path) {
   Verdicts v;
   std::ostringstream out, err;
-  v.inspect_rc = inspect_checkpoint(path, out, err);
+  v.inspect_rc = tptrain::driver::inspect_checkpoint(path, out, err);
   v.inspect_text = out.str() + err.str();
   try {
     read_checkpoint_meta(MPI_COMM_SELF, path);

@@ -32,7 +32,8 @@ void check_gradients_by_finite_differences(int tp_size, bool sequence_parallel =
 
   m.zero_grad(exec);
   m.forward(exec, x, y);
-  m.backward(exec, x, y, T(1.0 / N));
+  const auto segments = test::segments_of(x);
+  m.backward(exec, &segments, y, T(1.0 / N));
   for (std::size_t b = 0; b < m.buckets().size(); ++b) m.sum_sequence_parallel_gradients(exec, b);
 
   std::mt19937 pick(11);
@@ -102,7 +103,8 @@ TEST_CASE("tensor-parallel layouts reproduce tensor = 1 (fp32)", "[model][layout
   auto [x, y] = test::random_batch(B, shape1.seq_length, shape1.vocab_size, 5);
   ref.zero_grad(exec);
   const double ref_loss = ref.forward(exec, x, y);
-  ref.backward(exec, x, y, 1.0f / (B * shape1.seq_length));
+  const auto segments = test::segments_of(x);
+  ref.backward(exec, &segments, y, 1.0f / (B * shape1.seq_length));
   const auto ref_params = ref.parameters();
 
   for (int tp_size : {2, 4}) {
@@ -120,7 +122,7 @@ TEST_CASE("tensor-parallel layouts reproduce tensor = 1 (fp32)", "[model][layout
     }
     m.zero_grad(exec);
     const double loss = m.forward(exec, x, y);
-    m.backward(exec, x, y, 1.0f / (B * shape1.seq_length));
+    m.backward(exec, &segments, y, 1.0f / (B * shape1.seq_length));
     CHECK(std::fabs(loss - ref_loss) <= 1e-5 * std::fabs(ref_loss));
     for (std::size_t k = 0; k < params.size(); ++k) {
       const auto g = logical(*params[k], true, *tp);
@@ -134,4 +136,14 @@ TEST_CASE("tensor-parallel layouts reproduce tensor = 1 (fp32)", "[model][layout
       CHECK(diff <= 1e-5 * scale + 1e-12);
     }
   }
+}
+
+TEST_CASE("the first stage's backward needs its input tokens grouped by id", "[model]") {
+  const kx::ExecSpace exec;
+  auto self = test::tp_group(1);
+  const auto shape = test::tiny_shape(1);
+  model::GptModel<float> m(shape, 1, *self, 3);
+  auto [x, y] = test::random_batch(1, shape.seq_length, shape.vocab_size, 4);
+  m.forward(exec, x, y);
+  CHECK_THROWS_WITH(m.backward(exec, nullptr, y, 1.0f), test::contains("grouped by id"));
 }

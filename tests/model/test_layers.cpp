@@ -326,7 +326,7 @@ double embedding_case(int tp_size, int vocab) {
     return weighted_sum(*tp, y, w, false);
   };
   const double L = objective();
-  layer.backward(exec, *tp, tokens, copy_of(w));
+  layer.backward(exec, *tp, test::segments_of(tokens), copy_of(w));
   report("VocabParallelEmbedding", tp_size,
          check_gradients(*tp, {probe(layer.word), probe(layer.position)}, objective, 54, 8));
   return L;

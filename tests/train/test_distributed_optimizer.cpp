@@ -11,6 +11,7 @@
 #include "catch.hpp"
 #include "src/train/model_checkpoint.hpp"
 #include "src/train/training_run.hpp"
+#include "tests/train/per_parameter_optimizer.hpp"
 #include "tests/train/train_test_util.hpp"
 
 using namespace tptrain;
@@ -269,7 +270,7 @@ TEST_CASE("distributed optimizer: bytes per parameter 8 + 8/d (fp32) and 6 + 12/
         CHECK(z.master * static_cast<std::size_t>(l.data) == (fp32 ? 0 : z.gradient));
         // The per-parameter reference AdamW has no whole state to work on: refused by name.
         if (l.data > 1)
-          CHECK_THROWS_WITH(train::adamw_step(kx::ExecSpace(), zero.model().parameters(), train::AdamWConfig{}, 1e-3, 1),
+          CHECK_THROWS_WITH(test::adamw_step(kx::ExecSpace(), zero.model().parameters(), train::AdamWConfig{}, 1e-3, 1),
                             test::contains("distributed optimizer"));
         // The start-up line says so (with data = 1 there is one shard: nothing to say).
         CHECK((zero.memory_report().find("sharded over " + std::to_string(l.data)) != std::string::npos) ==

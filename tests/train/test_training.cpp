@@ -8,6 +8,7 @@
 #include "io/deck.hpp"
 #include "src/train/training_run.hpp"
 #include "tests/model/model_test_util.hpp"
+#include "tests/train/per_parameter_optimizer.hpp"
 #include "tests/train/train_test_util.hpp"
 
 using tptrain::test::loss_curve;
@@ -55,10 +56,10 @@ TEST_CASE("global gradient norm counts every logical element once, and clipping"
       for (auto d : p->shape) n *= static_cast<double>(d);
       expected += 0.25 * n;
     }
-    const double norm = train::global_grad_norm(exec, params, *tp);
+    const double norm = test::global_grad_norm(exec, params, *tp);
     CHECK(norm == Approx(std::sqrt(expected)).epsilon(1e-6));
-    train::scale_gradients(exec, params, static_cast<float>(1.0 / (norm + 1e-6)));
-    CHECK(train::global_grad_norm(exec, params, *tp) == Approx(1.0).epsilon(1e-5));
+    test::scale_gradients(exec, params, static_cast<float>(1.0 / (norm + 1e-6)));
+    CHECK(test::global_grad_norm(exec, params, *tp) == Approx(1.0).epsilon(1e-5));
   }
 }
 
@@ -80,13 +81,13 @@ TEST_CASE("the bucket optimizer equals the per-parameter norm, clipping and Adam
     auto self = test::tp_group(1);
     train::BucketOptimizer<float> opt(a);
     const double norm = opt.grad_norm(exec, *tp, *self);
-    const double reference = train::global_grad_norm(exec, b.unique_parameters(), *tp);
+    const double reference = test::global_grad_norm(exec, b.unique_parameters(), *tp);
     CHECK(norm == Approx(reference).epsilon(1e-12));
     const train::AdamWConfig c{0.9, 0.95, 1e-8, 0.1};
     const float clip = static_cast<float>(0.5 / (norm + 1e-6));
     opt.step(exec, c, 1e-3, 1, clip);
-    train::scale_gradients(exec, pb, clip);
-    train::adamw_step(exec, pb, c, 1e-3, 1);
+    test::scale_gradients(exec, pb, clip);
+    test::adamw_step(exec, pb, c, 1e-3, 1);
     for (std::size_t i = 0; i < pa.size(); ++i) {
       INFO(pa[i]->name);
       auto va = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), pa[i]->value);

@@ -14,6 +14,7 @@
 #include "src/train/training_run.hpp"
 #include "tests/model/model_test_util.hpp"
 #include "tests/mpi_test_util.hpp"
+#include "tests/train/per_parameter_optimizer.hpp"
 
 namespace tptrain::test {
 
@@ -116,7 +117,7 @@ Gradients gradients_of(const io::Deck& deck, MPI_Comm comm, int step,
   for (int s = 0; s < step; ++s) run.step(s);
   Gradients g;
   g.loss = run.compute_gradients(step);
-  g.norm = train::global_grad_norm(kx::ExecSpace(), run.model().unique_parameters(), topo.tp(), topo.pp());
+  g.norm = test::global_grad_norm(kx::ExecSpace(), run.model().unique_parameters(), topo.tp(), topo.pp());
   g.grads = logical_by_name(run.model(), topo.tp(), true);
   return g;
 }

@@ -11,8 +11,8 @@
 #include <string>
 #include <thread>
 
+#include "base/agreement.hpp"
 #include "catch.hpp"
-#include "src/parallel/agreement.hpp"
 #include "src/util/stop_signal.hpp"
 
 using tptrain::util::record_stop_signals;

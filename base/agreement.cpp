@@ -1,9 +1,9 @@
-#include "src/parallel/agreement.hpp"
+#include "base/agreement.hpp"
 
 #include <algorithm>
 #include <climits>
 
-#include "src/parallel/mpi_check.hpp"
+#include "base/mpi_check.hpp"
 
 namespace tptrain::parallel {
 

@@ -1,4 +1,4 @@
-#include "src/parallel/mpi_check.hpp"
+#include "base/mpi_check.hpp"
 
 #include <cstdio>
 #include <cstdlib>

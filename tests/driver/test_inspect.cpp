@@ -1,4 +1,4 @@
-// tptrain inspect (io/inspect.hpp) on files written by write_checkpoint: names in natural
+// tptrain inspect (src/driver/inspect.hpp) on files written by write_checkpoint: names in natural
 // order, shapes, types, norms, min/max, checksum verdicts, /train, errors. Every rank writes
 // (collectively); rank 0 inspects.
 #include <hdf5.h>
@@ -17,10 +17,11 @@
 #include "catch.hpp"
 #include "tests/mpi_test_util.hpp"
 #include "io/checkpoint_file.hpp"
-#include "io/inspect.hpp"
+#include "src/driver/inspect.hpp"
 #include "tests/io/checkpoint_tensors.hpp"
 
 using namespace tptrain::io;
+using tptrain::driver::inspect_checkpoint;
 namespace fs = std::filesystem;
 
 namespace {

@@ -1,5 +1,5 @@
-// `tptrain inspect FILE`: a checkpoint described for people, without MPI (the file is opened
-// with HDF5's default, serial file access, so no MPI_Init is needed even in a parallel build).
+// `tptrain inspect FILE`: a checkpoint described for people, without MPI (what
+// io::survey_checkpoint reads, io/checkpoint_survey.hpp).
 //
 // Prints the root attributes (format, format_version, step, tokens_seen, the layout tp x pp x
 // dp, the deck's size and first lines, and any other root attribute), the attributes of /train
@@ -33,27 +33,16 @@
 // with single datasets are reported in the table and in the final verdict line on `out`.
 #pragma once
 
-#include <cstdint>
-#include <functional>
-#include <map>
 #include <ostream>
 #include <string>
-#include <vector>
 
-namespace tptrain::io {
+#include "io/checkpoint_survey.hpp"
 
-// Every dataset (name -> shape) a checkpoint must hold, given the text of its deck attribute;
-// throws when the deck does not describe a model. This layer does not know the model: the
-// caller (the driver, from the model's list of tensors) does.
-using ExpectedDatasets =
-    std::function<std::map<std::string, std::vector<std::uint64_t>>(const std::string& deck)>;
+namespace tptrain::driver {
 
 // With `expected`, a dataset missing from the file, an extra one, or one of another shape is a
 // problem too (exit 1).
 int inspect_checkpoint(const std::string& path, std::ostream& out, std::ostream& err,
-                       const ExpectedDatasets& expected = nullptr);
+                       const io::ExpectedDatasets& expected = nullptr);
 
-// The same, with errors on std::cerr.
-int inspect_checkpoint(const std::string& path, std::ostream& out, const ExpectedDatasets& expected = nullptr);
-
-}  // namespace tptrain::io
+}  // namespace tptrain::driver

@@ -1,0 +1,61 @@
+// Data-parallel gradient averaging in buckets (GptModel::buckets(): one per block, head,
+// embedding): launch(b) starts a non-blocking all-reduce (sum) of bucket b's flat gradient
+// buffer over the DP group as soon as it is final; finish() completes them before the norm.
+// On NCCL each all-reduce runs on the DP communicator's own stream, ordered after the kernels
+// that finished the bucket, while the backward of the next buckets goes on on the compute
+// stream; finish() makes the compute stream wait for them (no host wait). On MPI the host
+// starts the request and advances it between buckets (progress). Times how long the step
+// spends on the reduction after the backward (the part not hidden behind it; on NCCL only the
+// host's share, since the waiting moves to the device).
+//
+// With a distributed optimizer (the model's OptimizerSharding) each bucket is reduce-scattered
+// in place instead: only this rank's shard of the flat buffer ends with the sum over DP (the rest
+// is left unspecified), the same overlap. One exception: on the first and the last stage of a
+// pipeline the bucket that holds a copy of the tied word embedding is still all-reduced. The
+// caller then sums the two copies' gradients over the embedding group (whole, as without the
+// option); after a reduce-scatter the two stages would hold different elements of it (the copy
+// sits at other offsets of other buckets there). This way the sum is also the plain one, in the
+// same order, so both copies stay identical bit for bit.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "src/model/gpt_model.hpp"
+#include "src/parallel/communicator.hpp"
+
+namespace tptrain::train {
+
+template <class T>
+class GradientReducer {
+ public:
+  // The Kokkos regions around each reduction start (what Kokkos Tools see).
+  static constexpr const char* launch_region_name = "tptrain::dp_all_reduce_start";
+  static constexpr const char* reduce_scatter_region_name = "tptrain::dp_reduce_scatter_start";
+
+  GradientReducer(model::GptModel<T>& model, parallel::Communicator& dp);
+  void launch(const kx::ExecSpace& exec, std::size_t bucket);
+  void progress();  // let MPI advance the pending reductions
+  // After the backward: launches every bucket not launched yet, waits for all of them.
+  void finish(const kx::ExecSpace& exec);
+
+  struct Stats {
+    std::int64_t steps = 0, messages = 0;  // totals over all steps
+    std::size_t bytes = 0;
+    double wait_s = 0;                      // time in finish(): the reduction not hidden by the backward
+    std::vector<double> wait_by_bucket_s;   // the waiting part of it by bucket (waited in launch order)
+  };
+  const Stats& stats() const { return stats_; }
+
+ private:
+  model::GptModel<T>& model_;
+  parallel::Communicator& dp_;
+  std::size_t tied_bucket_ = SIZE_MAX;  // the bucket holding a tied word embedding copy (pipeline > 1)
+  std::vector<parallel::Request> pending_;
+  std::vector<std::size_t> pending_bucket_;
+  std::vector<bool> launched_;
+  Stats stats_;
+};
+
+}  // namespace tptrain::train
