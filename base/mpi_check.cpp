@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 namespace tptrain::parallel {
 
@@ -12,16 +13,28 @@ std::string mpi_error_string(int code) {
   return std::string(text, static_cast<std::size_t>(len));
 }
 
-void abort_job(const char* what, const char* file, int line, const std::string& reason) {
+void abort_job(const std::string& message) {
   int initialized = 0, finalized = 0, rank = -1;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
-  if (initialized && !finalized) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  std::fprintf(stderr, "tptrain: rank %d: %s failed at %s:%d: %s\n", rank, what, file, line,
-               reason.c_str());
+  const bool mpi = initialized && !finalized;
+  if (mpi) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  // log::error's form; this library sits below src/log.
+  std::string line = "tptrain: error";
+  if (rank >= 0) line += " (rank " + std::to_string(rank) + ")";
+  line += ": " + message + (mpi ? "; ending the job\n" : "\n");
+  std::fwrite(line.data(), 1, line.size(), stderr);
   std::fflush(stderr);
-  if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, 1);
+  if (mpi) MPI_Abort(MPI_COMM_WORLD, 1);
   std::abort();
+}
+
+void abort_job(const char* call, const char* file, int line, const std::string& reason) {
+  // "MPI_Allreduce(MPI_IN_PLACE, &x, ...)" -> "MPI_Allreduce"; "src/x/y.cpp" -> "y.cpp".
+  const std::string name(call, std::strcspn(call, "( "));
+  const char* base = std::strrchr(file, '/');
+  abort_job(name + " failed: " + reason + " (call at " + (base != nullptr ? base + 1 : file) + ":" +
+            std::to_string(line) + ")");
 }
 
 }  // namespace tptrain::parallel

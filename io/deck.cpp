@@ -509,8 +509,8 @@ void DeckReader::read_int(Field& f, const IntRange& r, Int& out) {
 
 void DeckReader::read_float(Field& f, const NumberRange& r, double& out) {
   const std::string range = with_note(
-      r.hi_exclusive ? fmt::format("in {}{}, {})", r.lo_inclusive ? "[" : "(", plain_number(r.lo),
-                                   plain_number(*r.hi_exclusive))
+      r.hi ? fmt::format("in {}{}, {}{}", r.lo_inclusive ? "[" : "(", plain_number(r.lo), plain_number(*r.hi),
+                         r.hi_inclusive ? "]" : ")")
                      : fmt::format("{} {}", r.lo_inclusive ? ">=" : ">", plain_number(r.lo)),
       r.note);
   if (!f.out_of_range.empty()) {
@@ -527,7 +527,7 @@ void DeckReader::read_float(Field& f, const NumberRange& r, double& out) {
     return;
   }
   const bool in_range = std::isfinite(*x) && (r.lo_inclusive ? *x >= r.lo : *x > r.lo) &&
-                        (!r.hi_exclusive || *x < *r.hi_exclusive);
+                        (!r.hi || (r.hi_inclusive ? *x <= *r.hi : *x < *r.hi));
   if (!in_range) {
     bad(f, (std::isfinite(*x) ? "a number " : "a finite number ") + range);
     return;

@@ -80,7 +80,11 @@ std::vector<DeckKey> make_keys() {
        &member<&Deck::training, &T::precision>},
       // fp16's dynamic loss scaler (Megatron's DynamicGradScaler, its defaults): read with every
       // precision, used only with fp16 (bf16 has fp32's exponent range and needs no scaling).
-      {"training", "loss_scale_initial", number(4294967296.0), positive,
+      // The bounds are src/train/loss_scaler.hpp's (kMaxLossScale, kMaxGrowthFactor,
+      // kMinBackoffFactor; tests/train/test_loss_scaler.cpp holds them equal), where they are
+      // explained: past them the scale would leave the range the trainer can use (or become
+      // infinite), or jump across fp16's whole exponent range in a step or two.
+      {"training", "loss_scale_initial", number(4294967296.0), NumberRange{0.0, false, 0x1p64, "(at most 2^64)", true},
        "fp16 only: starting loss scale (2^32)",
        &member<&Deck::training, &T::loss_scale_initial>},
       {"training", "loss_scale_window", integer(1000), at_least_1,
@@ -92,10 +96,10 @@ std::vector<DeckKey> make_keys() {
       {"training", "loss_scale_min", number(1.0), positive,
        "fp16 only: the loss scale never shrinks below this",
        &member<&Deck::training, &T::loss_scale_min>},
-      {"training", "loss_scale_growth_factor", number(2.0), NumberRange{1.0, false, std::nullopt, {}},
+      {"training", "loss_scale_growth_factor", number(2.0), NumberRange{1.0, false, 1024.0, {}, true},
        "fp16 only: factor applied to the loss scale after loss_scale_window clean steps",
        &member<&Deck::training, &T::loss_scale_growth_factor>},
-      {"training", "loss_scale_backoff_factor", number(0.5), NumberRange{0.0, false, 1.0, {}},
+      {"training", "loss_scale_backoff_factor", number(0.5), NumberRange{0x1p-10, true, 1.0, "(at least 1/1024)"},
        "fp16 only: factor applied to the loss scale when it shrinks",
        &member<&Deck::training, &T::loss_scale_backoff_factor>},
       {"training", "recompute", text("selective"), Choice{{"none", "selective", "full"}},

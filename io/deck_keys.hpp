@@ -27,8 +27,9 @@ struct IntRange {
 struct NumberRange {
   double lo = 0.0;
   bool lo_inclusive = true;
-  std::optional<double> hi_exclusive;
+  std::optional<double> hi;  // none: any finite number above lo
   std::string_view note;
+  bool hi_inclusive = false;
 };
 struct Choice {
   std::vector<std::string_view> values;  // in the order messages list them

@@ -55,12 +55,32 @@ tptrain_mpi2_fails_once(cli_too_large_generate "error[^\n]*(alloc|memory)" "tptr
 set_tests_properties(cli_too_large_eval cli_too_large_generate PROPERTIES FIXTURES_REQUIRED small_run TIMEOUT 60)
 
 # Cases of several commands each (tests/reliability_cases.sh).
-foreach(case lock diverge nan_eval stream extra_layer)
+foreach(case lock diverge nan_eval stream extra_layer fp16_overflow fp16_saved_scale)
   add_test(NAME cli_reliability_${case}
            COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/reliability_cases.sh ${case} ${_rel}/${case}
                    ${_decks}/valid.toml ${_ck4} $<TARGET_FILE:tptrain> ${_mpi2})
   set_tests_properties(cli_reliability_${case} PROPERTIES FIXTURES_REQUIRED small_run TIMEOUT 90)
 endforeach()
+
+# fp16 loss-scale factors that would make the scale infinite (or jump across fp16's range) are
+# refused by the deck, naming the key (the growth of 1e308 used to reach Inf and exit 0).
+tptrain_mpi2_fails_once(cli_loss_scale_growth_1e308
+                        "training.loss_scale_growth_factor = 1e\\+308: expected a number in \\(1, 1024\\]"
+                        "loss_scale_growth_factor = " train ${_decks}/valid.toml --set training.precision=fp16
+                        --set training.loss_scale_growth_factor=1e308 --set training.loss_scale_window=1
+                        --set run.dir=${_rel}/growth_1e308 --set checkpoint.dir=${_rel}/growth_1e308/ck)
+tptrain_mpi2_fails_once(cli_loss_scale_backoff_1e-300
+                        "training.loss_scale_backoff_factor = 1e-300: expected a number in \\[0.0009765625, 1\\)"
+                        "loss_scale_backoff_factor = " train ${_decks}/valid.toml --set training.precision=fp16
+                        --set training.loss_scale_backoff_factor=1e-300
+                        --set run.dir=${_rel}/backoff_1e-300 --set checkpoint.dir=${_rel}/backoff_1e-300/ck)
+tptrain_mpi2_fails_once(cli_loss_scale_initial_3.7e19
+                        "training.loss_scale_initial = 3.7e\\+19: expected a number in \\(0, [0-9.e+]*\\] \\(at most 2\\^64\\)"
+                        "loss_scale_initial = " train ${_decks}/valid.toml --set training.precision=fp16
+                        --set training.loss_scale_initial=3.7e19
+                        --set run.dir=${_rel}/initial_3.7e19 --set checkpoint.dir=${_rel}/initial_3.7e19/ck)
+set_tests_properties(cli_loss_scale_growth_1e308 cli_loss_scale_backoff_1e-300 cli_loss_scale_initial_3.7e19
+                     PROPERTIES TIMEOUT 60)
 
 # tptrain check reports the same directory problems without creating anything.
 add_test(NAME cli_check_unwritable_dir COMMAND ${CMAKE_COMMAND} -DCMD=$<TARGET_FILE:tptrain>

@@ -6,6 +6,13 @@
 #   nan_eval   a checkpoint holding NaN (valid checksums) is refused by eval and generate
 #   stream     generate prints tokens as they come (--tokens 2147483647, stopped after 8 s)
 #   extra_layer  a checkpoint with one layer group more than its deck is refused by eval and inspect
+#   fp16_overflow  a finite checkpoint whose fp16 forward overflows (ln_f weight * 1e6): resume stops
+#              with an error (not every step skipped and exit 0), generate refuses the NaN logits,
+#              eval the NaN loss; a run that skips every step says so
+#   fp16_saved_scale  a checkpoint with a bad saved loss scale is refused naming the file and the
+#              attribute, every rank exiting 1 (no abort, no source location); a saved scale below
+#              a raised training.loss_scale_min starts at that minimum, and the overflow message
+#              names the scale used
 # Usage: reliability_cases.sh CASE WORKDIR DECK CHECKPOINT EXE MPIEXEC-COMMAND...
 set -uo pipefail
 case_name=$1 work=$2 deck=$3 checkpoint=$4 exe=$5
@@ -14,6 +21,12 @@ mpi2=("$@")
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 rm -rf "$work" && mkdir -p "$work"
 fail() { echo "FAIL: $*" >&2; exit 1; }
+fixtures=$here/hostile/hostile_fixtures.py
+# No user-facing failure names a source file and line instead of a reason, or aborts the job.
+no_abort() {
+  grep -aE "failed at [^ ]*\.(cpp|hpp):[0-9]+|MPI_ABORT was invoked" "$1" && fail "$1: a source location or an abort"
+  return 0
+}
 # expect_fail LOG REGEX COMMAND...: non-zero exit (not a signal) within the test's timeout, and
 # REGEX in the output exactly once (one message, from rank 0).
 expect_fail() {
@@ -90,6 +103,62 @@ extra_layer)
   "$exe" inspect "$work/extra.h5" >"$work/inspect.log" 2>&1 && { cat "$work/inspect.log"; fail "inspect passed"; }
   grep -q "model/layers/2/ln_1/weight: not part of the model the checkpoint's deck describes" "$work/inspect.log" ||
     { cat "$work/inspect.log"; fail "inspect did not name the extra layer"; }
+  ;;
+fp16_overflow)
+  mkdir -p "$work/ck"
+  /usr/bin/python3 "$fixtures" scale "$checkpoint" "$work/ck/step_00000004.h5" model/ln_f/weight 1e6 ||
+    fail "could not make the overflowing checkpoint"
+  fp16=(--set training.precision=fp16)
+  expect_fail "$work/resume.log" "step 5: the loss is -?nan in fp16: the forward pass exceeds fp16's range" \
+    "${mpi2[@]}" "$exe" train "$deck" "${fp16[@]}" --set run.dir="$work/run" --set checkpoint.dir="$work/ck" \
+    --set checkpoint.resume=true --set training.steps=8 --set training.log_interval=1
+  no_abort "$work/resume.log"
+  grep -q "step 5: fp16 gradients overflowed" "$work/resume.log" && fail "the overflowing step was skipped, not refused"
+  [ -e "$work/ck/step_00000008.h5" ] && fail "the run wrote a checkpoint without training"
+  expect_fail "$work/gen.log" "generate: checkpoint [^ ]*step_00000004.h5: the logits for generated token 1 are not finite" \
+    "${mpi2[@]}" "$exe" generate "$deck" "${fp16[@]}" --checkpoint "$work/ck/step_00000004.h5" --prompt x --tokens 10
+  no_abort "$work/gen.log"
+  "${mpi2[@]}" "$exe" generate "$deck" "${fp16[@]}" --checkpoint "$work/ck/step_00000004.h5" --prompt x \
+    --tokens 10 >"$work/gen.out" 2>/dev/null
+  [ "$(grep -a "^x" "$work/gen.out")" = x ] || fail "generate sampled from NaN logits: $(grep -a "^x" "$work/gen.out" | od -c)"
+  expect_fail "$work/eval.log" "the mean loss is -?nan \\(not finite\\)" \
+    "${mpi2[@]}" "$exe" eval "$deck" "${fp16[@]}" --checkpoint "$work/ck/step_00000004.h5"
+  # From the default scale 2^32 this tiny model overflows for the first steps: a 2-step run
+  # trains nothing, legitimately, and must say so.
+  "${mpi2[@]}" "$exe" train "$deck" "${fp16[@]}" --set run.dir="$work/fresh" --set checkpoint.dir="$work/fresh/ck" \
+    --set training.steps=2 >"$work/fresh.log" 2>&1 || { cat "$work/fresh.log"; fail "the fresh fp16 run failed"; }
+  cat "$work/fresh.log"
+  grep -q "warning (rank 0): no step of this run updated the weights: all 2 overflowed in fp16" "$work/fresh.log" ||
+    fail "a run that skipped every step did not say so"
+  ;;
+fp16_saved_scale)
+  fp16=(--set training.precision=fp16 --set checkpoint.resume=true --set training.steps=5 --set training.log_interval=1)
+  for scale in nan inf -inf 0 -1; do
+    mkdir -p "$work/$scale/ck"
+    /usr/bin/python3 "$fixtures" loss_scale "$checkpoint" "$work/$scale/ck/step_00000004.h5" "$scale" ||
+      fail "could not write the loss scale $scale"
+    expect_fail "$work/$scale.log" \
+      "error \\(rank 0\\): reading checkpoint [^ ]*/$scale/ck/step_00000004.h5: /train attribute loss_scale_bits = -?[0-9]+ is the loss scale $scale: expected a finite number > 0" \
+      "${mpi2[@]}" "$exe" train "$deck" "${fp16[@]}" --set run.dir="$work/$scale" --set checkpoint.dir="$work/$scale/ck"
+    no_abort "$work/$scale.log"
+  done
+  # A saved scale below a raised minimum starts at the minimum (this tiny model trains at 2).
+  mkdir -p "$work/low/ck"
+  /usr/bin/python3 "$fixtures" loss_scale "$checkpoint" "$work/low/ck/step_00000004.h5" 1 || fail "could not write scale 1"
+  "${mpi2[@]}" "$exe" train "$deck" "${fp16[@]}" --set training.loss_scale_min=2 --set training.loss_scale_initial=2 \
+    --set run.dir="$work/low" --set checkpoint.dir="$work/low/ck" >"$work/low.log" 2>&1 ||
+    { cat "$work/low.log"; fail "the resume with a raised loss_scale_min failed"; }
+  cat "$work/low.log"
+  grep -q "the checkpoint's loss scale 1 is below training.loss_scale_min: the run continues at 2" "$work/low.log" ||
+    fail "the restored scale was not raised to training.loss_scale_min"
+  grep -qE "step +5/5 .*\| loss scale 2 \|" "$work/low.log" || fail "step 5 did not run at loss scale 2"
+  # And one that overflows there: the message names the scale used, the minimum.
+  mkdir -p "$work/high/ck"
+  /usr/bin/python3 "$fixtures" loss_scale "$checkpoint" "$work/high/ck/step_00000004.h5" 16777216 || fail "could not write 2^24"
+  expect_fail "$work/high.log" \
+    "step 5: the fp16 gradients overflow even at the smallest loss scale, 1073741824 \\(training.loss_scale_min = 1073741824\\)" \
+    "${mpi2[@]}" "$exe" train "$deck" "${fp16[@]}" --set training.loss_scale_min=1073741824 \
+    --set run.dir="$work/high" --set checkpoint.dir="$work/high/ck"
   ;;
 *) fail "unknown case $case_name" ;;
 esac

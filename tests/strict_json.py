@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Every JSON line tptrain writes, parsed strictly: `plan` (also with figures beyond a double),
-`check --json`, `bench`, `eval` and metrics.jsonl (also of an fp16 run whose loss is not finite).
+`check --json`, `bench`, `eval` and metrics.jsonl (also of an fp16 run whose steps overflow).
 
 Strict: UTF-8, RFC 8259 JSON only (no NaN, Infinity, "inf" or "-nan"), one object per line, no
 key twice. A value that is not finite must be null, and the run must have produced at least one
@@ -11,7 +11,6 @@ usage: strict_json.py WORK EXE SOURCE_DIR CHECKPOINT RUN_DIR MPIEXEC-COMMAND...
        strict_json.py --lines [--null KEY] FILE...
   only check the lines of FILEs that start with '{' (at least one; with --null, KEY null in
   one of them); prints why and exits 1 otherwise (tests/hostile/hostile_pass.sh)
-Needs Debian's python3-h5py (the fp16 case scales a weight of a copy of CHECKPOINT).
 """
 import json
 import os
@@ -144,34 +143,20 @@ check_lines("eval", out)
 with open(os.path.join(run_dir, "metrics.jsonl"), "rb") as f:
     check_lines("metrics.jsonl (fp32)", f.read().decode("utf-8"), 2)
 
-# An fp16 run whose loss is not finite: the checkpoint with its final LayerNorm's weight scaled
-# by 1e6 overflows fp16 in the logits (every step's loss is NaN). Its exit status is not this
-# test's concern; every metrics line it wrote must be strict JSON, the loss null.
-sys.path.insert(0, os.path.join(source, "io"))
-import h5py  # noqa: E402
-import numpy as np  # noqa: E402
-from checkpoint_stats import CHECKSUM_ATTRIBUTE, checksum_block  # noqa: E402
-
-ck_dir = os.path.join(work, "ck")
-os.makedirs(ck_dir)
-scaled = os.path.join(ck_dir, os.path.basename(checkpoint))
-shutil.copyfile(checkpoint, scaled)
-with h5py.File(scaled, "r+") as f:
-    d = f["model/ln_f/weight"]
-    values = d[...].astype(np.float32) * np.float32(1e6)
-    d[...] = values
-    d.attrs[CHECKSUM_ATTRIBUTE] = np.uint64(checksum_block(values.reshape(-1), 0))
+# An fp16 run whose gradients overflow: from the default loss scale 2^32 this model's do, and
+# both steps are skipped; their grad_norm must be null. (A loss that is not finite stops an fp16
+# run before its record is written, docs/design.md "Mixed precision"; tests/reliability_cases.sh
+# fp16_overflow.)
 fp16_run = os.path.join(work, "fp16")
 out, err = run("train fp16", mpi2 + [exe, "train", deck, "--set", "training.precision=fp16", "--set",
-                                     f"checkpoint.dir={ck_dir}", "--set", "checkpoint.resume=true", "--set",
-                                     f"run.dir={fp16_run}", "--set", "training.steps=6", "--set",
-                                     "training.log_interval=1"])
+                                     f"run.dir={fp16_run}", "--set", "training.steps=2", "--set",
+                                     "training.log_interval=1"], 0)
 metrics = os.path.join(fp16_run, "metrics.jsonl")
 if not os.path.exists(metrics):
     failures.append(f"train fp16: no {metrics}\n{out[-2000:]}\n{err[-2000:]}")
 else:
     with open(metrics, "rb") as f:
-        check_lines("metrics.jsonl (fp16, non-finite loss)", f.read().decode("utf-8"), 1, "loss")
+        check_lines("metrics.jsonl (fp16, overflowing steps)", f.read().decode("utf-8"), 2, "grad_norm")
 
 if failures:
     print("\n".join(f"FAIL: {x}" for x in failures), file=sys.stderr)

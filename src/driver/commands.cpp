@@ -21,7 +21,9 @@
 #include "src/plan/plan.hpp"
 #include "src/train/bench.hpp"
 #include "src/train/model_checkpoint.hpp"
-#include "src/train/trainer.hpp"
+#include "src/train/eval_command.hpp"
+#include "src/train/generate_command.hpp"
+#include "src/train/train_command.hpp"
 #include "src/util/memory_ledger.hpp"
 #include "src/util/stop_signal.hpp"
 
@@ -241,7 +243,8 @@ namespace {
 // One rule for every failure of every job (train, eval, generate):
 //  - an AgreedError is the same on every rank: rank 0 reports it once, every rank returns 1;
 //  - any other exception happened on some ranks only, while the others may be waiting in a
-//    collective: the rank reports it and aborts the job, so nobody waits forever.
+//    collective: the rank reports it, named, and aborts the job, so nobody waits forever.
+// Neither names a source location: where the exception was caught says nothing about its cause.
 template <class Job>
 int run_job(const DeckOptions& o, Job&& job) {
   JobSession session;
@@ -254,7 +257,7 @@ int run_job(const DeckOptions& o, Job&& job) {
     if (log::rank() == 0) log::error(e.what());
     return 1;
   } catch (const std::exception& e) {
-    parallel::abort_job("tptrain", __FILE__, __LINE__, e.what());
+    parallel::abort_job(e.what());
   }
 }
 

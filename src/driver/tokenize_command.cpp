@@ -255,7 +255,7 @@ int tokenize(const TokenizeOptions& o) {
     }
     return 1;
   } catch (const std::exception& e) {
-    parallel::abort_job("tptrain tokenize", __FILE__, __LINE__, e.what());
+    parallel::abort_job(e.what());
   }
 }
 

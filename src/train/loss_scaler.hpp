@@ -8,10 +8,12 @@
 //   - overflow: the growth count restarts; the `hysteresis`-th overflow since the last growth (or
 //     the start; clean steps in between do not refill the budget) and every later one multiply
 //     the scale by backoff_factor, never below min;
-//   - `window` clean steps in a row: the scale grows by growth_factor and the hysteresis budget is
-//     refilled.
+//   - `window` clean steps in a row: the scale grows by growth_factor, never above kMaxLossScale,
+//     and the hysteresis budget is refilled.
 // The scale starts high (2^32) and settles just below the overflow threshold within a few dozen
-// skipped steps.
+// skipped steps. It is always a finite number in [min, kMaxLossScale]: Megatron's scaler has no
+// ceiling, so a model whose gradients never overflow grows it to Inf (2^1024 after 992 growths),
+// where every step overflows and nothing trains.
 //
 // fp32 and bf16 need no scaling (bf16 has fp32's 8 exponent bits; Megatron runs bf16 without a
 // scaler): DynamicLossScaler::constant() is a scaler whose scale stays 1 and whose update() does
@@ -27,10 +29,25 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <stdexcept>
 #include <string>
 
 namespace tptrain::train {
+
+// The ceiling of the scale, 2^64. The trainer hands S to fp32 arithmetic (S / tokens seeds the
+// backward, 1 / S multiplies the gradients in AdamW), so S must stay far inside fp32's range:
+// 2^64 leaves a factor 2^64 below FLT_MAX (2^128) for the scaled gradients. And a larger scale
+// would serve nothing: the scale only grows while nothing overflows, and at S = 2^64 a gradient
+// the fp16 backward carries without overflow (< 65504 < 2^16) is below 2^-48 unscaled, 2^21 below
+// AdamW's eps (1e-8), where AdamW moves a weight by less than lr / 2^21. The growth stops there
+// instead of running on to Inf.
+inline constexpr double kMaxLossScale = 0x1p64;
+// The factors' ranges (the deck's, io/deck_keys.cpp). A growth above 2^10 would cross fp16's
+// whole exponent range (2^-24 to 2^16, 2^40) in four growths, a backoff below 2^-10 in four
+// overflows: that is a typo, not a tuning (Megatron and PyTorch use 2 and 0.5).
+inline constexpr double kMaxGrowthFactor = 1024.0;
+inline constexpr double kMinBackoffFactor = 1.0 / 1024.0;
 
 // From the deck's training.loss_scale_* keys (io/deck_keys.cpp); these defaults are the deck's
 // and Megatron's.
@@ -64,11 +81,17 @@ class DynamicLossScaler {
     auto require = [](bool ok, const std::string& what) {
       if (!ok) throw std::invalid_argument("tptrain: DynamicLossScaler: " + what);
     };
-    require(std::isfinite(config.initial) && config.initial > 0, "initial scale must be a finite number > 0");
+    // std::isfinite first: an ordered comparison with NaN raises FE_INVALID.
+    require(std::isfinite(config.initial) && config.initial > 0 && config.initial <= kMaxLossScale,
+            "initial scale must be in (0, 2^64]");
     require(std::isfinite(config.min) && config.min > 0, "min scale must be a finite number > 0");
     require(config.min <= config.initial, "min scale must be <= the initial scale");
-    require(std::isfinite(config.growth_factor) && config.growth_factor > 1, "growth_factor must be > 1");
-    require(config.backoff_factor > 0 && config.backoff_factor < 1, "backoff_factor must be in (0, 1)");
+    require(std::isfinite(config.growth_factor) && config.growth_factor > 1 &&
+                config.growth_factor <= kMaxGrowthFactor,
+            "growth_factor must be in (1, 1024]");
+    require(std::isfinite(config.backoff_factor) && config.backoff_factor >= kMinBackoffFactor &&
+                config.backoff_factor < 1,
+            "backoff_factor must be in [1/1024, 1)");
     require(config.window >= 1, "window must be >= 1");
     require(config.hysteresis >= 1, "hysteresis must be >= 1");
     state_.scale = config.initial;
@@ -107,23 +130,33 @@ class DynamicLossScaler {
       if (state_.growth_tracker >= config_.window) {
         state_.growth_tracker = 0;
         state_.hysteresis_tracker = config_.hysteresis;
-        state_.scale *= config_.growth_factor;
+        state_.scale = std::min(state_.scale * config_.growth_factor, kMaxLossScale);
       }
     }
   }
 
   LossScalerState get_state() const { return state_; }
-  // Restores a checkpoint's state as saved (the configuration stays this scaler's, so a resumed
-  // run may change the window or factors). std::invalid_argument for a state no scaler reaches.
+  // Restores a checkpoint's state (the configuration stays this scaler's, so a resumed run may
+  // change the window, the factors or min). The scale is clamped to [min, kMaxLossScale]: a run
+  // resumed with a raised min starts at that min, not below the range it promises. Throws
+  // std::invalid_argument, saying what was expected, for a state no scaler reaches (the caller
+  // names the checkpoint and the attribute).
   void set_state(const LossScalerState& state) {
     if (!(std::isfinite(state.scale) && state.scale > 0))
-      throw std::invalid_argument("tptrain: DynamicLossScaler: a saved scale must be a finite number > 0");
+      throw std::invalid_argument(fmt_scale(state.scale) + ": expected a finite loss scale > 0");
     if (state.growth_tracker < 0)
-      throw std::invalid_argument("tptrain: DynamicLossScaler: a saved growth_tracker must be >= 0");
+      throw std::invalid_argument(std::to_string(state.growth_tracker) + ": expected a growth count >= 0");
     state_ = state;
+    state_.scale = std::min(std::max(state.scale, config_.min), kMaxLossScale);
   }
 
  private:
+  static std::string fmt_scale(double x) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.17g", x);
+    return text;
+  }
+
   LossScalerConfig config_;
   LossScalerState state_;
   bool dynamic_ = true;

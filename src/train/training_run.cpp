@@ -236,6 +236,15 @@ StepResult TrainingRun<T>::update(std::int64_t step, double loss) {
   r.lr = schedule_.at(step);
   if (scaler_) {
     r.loss_scale = scaler_->scale();
+    // The loss scale multiplies only the backward: a loss that is not finite comes from a forward
+    // pass that left fp16's range, and would at every scale. Skipping such steps would walk the
+    // scale down and train nothing (docs/design.md, "Mixed precision"): the run stops, as with
+    // fp32 and bf16. The loss is a global reduction: every rank stops here.
+    if (!std::isfinite(loss))
+      throw parallel::AgreedError(fmt::format(
+          "step {}: the loss is {} in fp16: the forward pass exceeds fp16's range (largest value 65504), which no "
+          "loss scale changes: stopping the run (try bf16, or a lower optimizer.lr)",
+          step + 1, loss));
     // An overflow anywhere skips the step everywhere. The norm already agrees across ranks for
     // an overflow in a sharded tensor before the DP reduction; a replicated tensor's squares are
     // not summed over TP, and DP replicas do not reduce the norm: one flag over the world.
@@ -244,8 +253,9 @@ StepResult TrainingRun<T>::update(std::int64_t step, double loss) {
     const bool overflow = overflow_flag != 0;
     if (overflow && r.loss_scale <= scaler_->config().min)
       throw parallel::AgreedError(fmt::format(
-          "step {}: the fp16 gradients overflow even at the smallest loss scale (training.loss_scale_min = {}): "
-          "stopping the run (try bf16, or a lower optimizer.lr)", step + 1, deck_.training.loss_scale_min));
+          "step {}: the fp16 gradients overflow even at the smallest loss scale, {} (training.loss_scale_min = {}): "
+          "stopping the run (try bf16, or a lower optimizer.lr)",
+          step + 1, r.loss_scale, scaler_->config().min));
     scaler_->update(overflow);
     if (overflow) {
       r.skipped = true;
@@ -290,7 +300,18 @@ void TrainingRun<T>::restore_train_state(const std::map<std::string, std::int64_
   std::memcpy(&s.scale, &bits->second, sizeof s.scale);
   s.growth_tracker = growth->second;
   s.hysteresis_tracker = hysteresis->second;
+  // What set_state would refuse, named by its attribute (the caller names the file).
+  if (!(std::isfinite(s.scale) && s.scale > 0))
+    throw std::invalid_argument(fmt::format("/train attribute loss_scale_bits = {} is the loss scale {}: expected a "
+                                            "finite number > 0",
+                                            bits->second, s.scale));
+  if (s.growth_tracker < 0)
+    throw std::invalid_argument(
+        fmt::format("/train attribute loss_scale_growth_tracker = {}: expected an integer >= 0", s.growth_tracker));
   scaler_->set_state(s);
+  if (const double now = scaler_->scale(); now != s.scale)
+    log::infof("the checkpoint's loss scale {} is {}: the run continues at {}", s.scale,
+               now > s.scale ? "below training.loss_scale_min" : "above the largest loss scale (2^64)", now);
 }
 
 template <class T>

@@ -1,7 +1,7 @@
 // One training run's state and its optimizer step: the model shard of this rank (its pipeline
 // stage, its tensor-parallel part), the data sampler of its data-parallel rank, the pipeline
 // schedule, the data-parallel gradient reduction, AdamW, the LR schedule. `tptrain train`
-// drives it step by step (trainer.cpp); tests drive it directly.
+// drives it step by step (train_command.cpp); tests drive it directly.
 #pragma once
 
 #include <map>
@@ -96,11 +96,15 @@ class TrainingRun {
   // The optimizer half of step `step`, once compute_gradients has left the step's gradients
   // (`loss`: what it returned): global norm, clipping, AdamW. With fp16 the loss was scaled by
   // the dynamic loss scaler; a step whose gradients hold Inf/NaN on any rank is skipped on every
-  // rank (weights and moments untouched) and the scaler told.
+  // rank (weights and moments untouched) and the scaler told. Throws parallel::AgreedError (the
+  // run stops) for a non-finite loss or norm, and with fp16 for a non-finite loss (no loss scale
+  // changes the forward) or an overflow at training.loss_scale_min.
   StepResult update(std::int64_t step, double loss);
 
   // What exact resumption needs besides weights and moments, as /train checkpoint attributes
-  // (the fp16 loss scaler's state; empty otherwise), and its restoration.
+  // (the fp16 loss scaler's state; empty otherwise), and its restoration: the scale clamped to
+  // this run's [training.loss_scale_min, 2^64] (said on rank 0); std::invalid_argument naming the
+  // attribute for a scale or count no run writes. The attributes are the same on every rank.
   std::map<std::string, std::int64_t> train_state() const;
   void restore_train_state(const std::map<std::string, std::int64_t>& saved);
   // The loss scaler of an fp16 run (nullptr otherwise).

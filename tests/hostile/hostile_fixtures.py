@@ -16,6 +16,13 @@
     hostile_fixtures.py foreign OUT                            a valid HDF5 file, not tptrain's
     hostile_fixtures.py shard OUT KIND                         an llm.c .bin token shard variant
     hostile_fixtures.py shards                                 list the shard KINDs
+    hostile_fixtures.py scale IN OUT DATASET FACTOR            copy IN with DATASET * FACTOR (its
+                                                              checksum updated): finite, but it may
+                                                              overflow fp16 (ln_f weight * 1e6)
+    hostile_fixtures.py loss_scale IN OUT SCALE                copy IN with the fp16 loss scaler's
+                                                              /train state set to SCALE (nan, inf,
+                                                              0, 1e300, ...) and the metadata
+                                                              checksum updated
 
 Needs Debian's python3-h5py (run with /usr/bin/python3).
 """
@@ -34,6 +41,39 @@ def checksum(values):
     from checkpoint_stats import checksum_block  # noqa: E402
     import numpy as np
     return np.uint64(checksum_block(np.asarray(values, dtype=np.float32).reshape(-1), 0))
+
+
+def splitmix64_int(x):
+    m = (1 << 64) - 1
+    x = (x + 0x9E3779B97F4A7C15) & m
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & m
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & m
+    return x ^ (x >> 31)
+
+
+def metadata_checksum(f):
+    """io/checkpoint_checksum.cpp's metadata_checksum of an open checkpoint (format_version 2)."""
+    a = f.attrs
+    text = "format_version=2\n" + "".join(f"{k}={int(a[k])}\n" for k in ("step", "tokens_seen", "tp", "pp", "dp"))
+    train = f["train"].attrs if "train" in f else {}
+    text += "".join(f"train.{k}={int(train[k])}\n" for k in sorted(train))
+    deck = a["deck"]
+    text += "deck=" + (deck.decode() if isinstance(deck, bytes) else str(deck))
+    data = text.encode()
+    h = 0
+    for i in range(0, len(data), 8):
+        h = splitmix64_int(h ^ int.from_bytes(data[i:i + 8].ljust(8, b"\0"), "little"))
+    return splitmix64_int(h ^ len(data))
+
+
+def set_loss_scale(f, scale):
+    """The fp16 loss scaler's /train state (src/train/training_run.cpp) with the scale `scale`."""
+    import numpy as np
+    train = f.require_group("train")
+    train.attrs["loss_scale_bits"] = np.array(float(scale), dtype="<f8").view("<i8")[()]
+    train.attrs["loss_scale_growth_tracker"] = np.int64(0)
+    train.attrs["loss_scale_hysteresis_tracker"] = np.int64(2)
+    f.attrs["metadata_checksum_splitmix64"] = np.uint64(metadata_checksum(f))
 
 
 def set_value(f, name, index, value, fix_checksum):
@@ -252,6 +292,21 @@ def main(argv):
         shard(argv[2], argv[3])
     elif cmd == "shards":
         print("\n".join(SHARDS))
+    elif cmd == "scale":
+        import h5py
+        import numpy as np
+        src, dst, name, factor = argv[2], argv[3], argv[4], float(argv[5])
+        shutil.copyfile(src, dst)
+        with h5py.File(dst, "r+") as f:
+            v = f[name][...].astype(np.float32) * np.float32(factor)
+            f[name][...] = v
+            f[name].attrs[CHECKSUM] = checksum(v)
+    elif cmd == "loss_scale":
+        import h5py
+        src, dst, scale = argv[2], argv[3], argv[4]
+        shutil.copyfile(src, dst)
+        with h5py.File(dst, "r+") as f:
+            set_loss_scale(f, scale)
     else:
         sys.exit(__doc__)
 

@@ -508,9 +508,9 @@ TEST_CASE("deck: the fp16 loss-scale keys", "[io][deck]") {
   SECTION("values out of range name the key and its range") {
     const std::string text = make_deck();
     CHECK_THAT(fx.problem(text, {"training.loss_scale_initial=0"}),
-               has("training.loss_scale_initial = 0: expected a number > 0"));
+               has("training.loss_scale_initial = 0: expected a number in (0, 1.8446744073709552e+19]"));
     CHECK_THAT(fx.problem(text, {"training.loss_scale_initial=inf"}),
-               has("training.loss_scale_initial = inf: expected a finite number > 0"));
+               has("training.loss_scale_initial = inf: expected a finite number in (0, 1.8446744073709552e+19]"));
     CHECK_THAT(fx.problem(text, {"training.loss_scale_window=0"}),
                has("training.loss_scale_window = 0: expected an integer >= 1"));
     CHECK_THAT(fx.problem(text, {"training.loss_scale_window=2.5"}),
@@ -520,11 +520,28 @@ TEST_CASE("deck: the fp16 loss-scale keys", "[io][deck]") {
     CHECK_THAT(fx.problem(text, {"training.loss_scale_min=0"}),
                has("training.loss_scale_min = 0: expected a number > 0"));
     CHECK_THAT(fx.problem(text, {"training.loss_scale_growth_factor=1"}),
-               has("training.loss_scale_growth_factor = 1: expected a number > 1"));
+               has("training.loss_scale_growth_factor = 1: expected a number in (1, 1024]"));
     CHECK_THAT(fx.problem(text, {"training.loss_scale_backoff_factor=1"}),
-               has("training.loss_scale_backoff_factor = 1: expected a number in (0, 1)"));
+               has("training.loss_scale_backoff_factor = 1: expected a number in [0.0009765625, 1) (at least 1/1024)"));
     CHECK_THAT(fx.problem(text, {"training.loss_scale_backoff_factor=0"}),
-               has("training.loss_scale_backoff_factor = 0: expected a number in (0, 1)"));
+               has("training.loss_scale_backoff_factor = 0: expected a number in [0.0009765625, 1) (at least 1/1024)"));
+    // Bounded so that the scale stays finite (src/train/loss_scaler.hpp): a growth of 1e308 made
+    // it Inf in one step.
+    CHECK_THAT(fx.problem(text, {"training.loss_scale_growth_factor=1e308"}),
+               has("training.loss_scale_growth_factor = 1e+308: expected a number in (1, 1024]"));
+    CHECK_THAT(fx.problem(text, {"training.loss_scale_growth_factor=1024.5"}),
+               has("training.loss_scale_growth_factor = 1024.5: expected a number in (1, 1024]"));
+    CHECK_THAT(fx.problem(text, {"training.loss_scale_backoff_factor=0.0009"}),
+               has("training.loss_scale_backoff_factor = 0.0009: expected a number in [0.0009765625, 1)"));
+    CHECK_THAT(fx.problem(text, {"training.loss_scale_initial=3.7e19"}),
+               has("training.loss_scale_initial = 3.7e+19: expected a number in (0, 1.8446744073709552e+19] (at most "
+                   "2^64)"));
+    const Deck edges = fx.parse(text, {"training.loss_scale_growth_factor=1024",
+                                           "training.loss_scale_backoff_factor=0.0009765625",
+                                           "training.loss_scale_initial=18446744073709551616.0"});
+    CHECK(edges.training.loss_scale_growth_factor == 1024.0);
+    CHECK(edges.training.loss_scale_backoff_factor == 1.0 / 1024);
+    CHECK(edges.training.loss_scale_initial == 0x1p64);
   }
   SECTION("loss_scale_min may not exceed loss_scale_initial") {
     const std::string text = make_deck();

@@ -1,12 +1,18 @@
 // fp16's dynamic loss scaler against Megatron-LM's DynamicGradScaler update rule.
 #include "src/train/loss_scaler.hpp"
 
+#include <cmath>
+#include <variant>
 #include <vector>
 
 #include "catch.hpp"
 #include "io/deck.hpp"
+#include "io/deck_keys.hpp"
 
 using tptrain::train::DynamicLossScaler;
+using tptrain::train::kMaxGrowthFactor;
+using tptrain::train::kMaxLossScale;
+using tptrain::train::kMinBackoffFactor;
 using tptrain::train::LossScalerConfig;
 using tptrain::train::LossScalerState;
 
@@ -143,6 +149,71 @@ TEST_CASE("loss scaler: a saved state restores the scaler exactly", "[train][los
   }
 }
 
+TEST_CASE("loss scaler: the scale never grows above 2^64 (Megatron's would reach Inf)", "[train][loss_scaler]") {
+  CHECK(kMaxLossScale == 18446744073709551616.0);
+  LossScalerConfig c;  // from 2^32
+  c.window = 1;
+  SECTION("the largest growth factor") {
+    c.growth_factor = kMaxGrowthFactor;
+    DynamicLossScaler s(c);
+    const std::vector<double> expected = {0x1p42, 0x1p52, 0x1p62, 0x1p64, 0x1p64};
+    for (double e : expected) {
+      s.update(false);
+      CHECK(s.scale() == e);
+    }
+  }
+  SECTION("the default growth, for longer than it takes 2^32 to reach Inf") {
+    DynamicLossScaler s(c);
+    for (int i = 0; i < 2000; ++i) s.update(false);
+    CHECK(s.scale() == kMaxLossScale);
+    CHECK(s.get_state().scale == kMaxLossScale);  // what a checkpoint stores
+    s.update(true);
+    s.update(true);  // hysteresis 2: the second overflow halves, from the ceiling
+    CHECK(s.scale() == 0x1p63);
+  }
+}
+
+TEST_CASE("loss scaler: a restored scale is clamped to [min, 2^64]", "[train][loss_scaler]") {
+  LossScalerConfig c;
+  c.min = 0x1p30;  // raised above what the checkpoint's run used
+  DynamicLossScaler s(c);
+  s.set_state(LossScalerState{0x1p24, 3, 1});
+  CHECK(s.get_state() == LossScalerState{0x1p30, 3, 1});
+  s.set_state(LossScalerState{1e300, 0, 2});
+  CHECK(s.scale() == kMaxLossScale);
+  s.set_state(LossScalerState{0x1p40, 0, 2});  // in range: as saved
+  CHECK(s.scale() == 0x1p40);
+  SECTION("a scale that is not a finite number > 0 is refused, saying so") {
+    CHECK_THROWS_WITH(s.set_state(LossScalerState{INFINITY, 0, 2}),
+                      tptrain::test::contains("inf: expected a finite loss scale > 0"));
+    CHECK_THROWS_WITH(s.set_state(LossScalerState{NAN, 0, 2}), tptrain::test::contains("nan: expected"));
+    CHECK(s.scale() == 0x1p40);  // unchanged
+  }
+}
+
+// The deck validates these keys first (io/ does not include src/); its ranges must be the
+// scaler's, or a deck could pass and the scaler refuse it (or the reverse).
+TEST_CASE("loss scaler: the deck's ranges of the loss-scale keys are the scaler's", "[train][loss_scaler]") {
+  using tptrain::io::NumberRange;
+  const auto range = [](const char* key) {
+    const tptrain::io::DeckKey* k = tptrain::io::find_deck_key("training", key);
+    REQUIRE(k != nullptr);
+    REQUIRE(std::holds_alternative<NumberRange>(k->rule));
+    return std::get<NumberRange>(k->rule);
+  };
+  const NumberRange initial = range("loss_scale_initial"), growth = range("loss_scale_growth_factor"),
+                    backoff = range("loss_scale_backoff_factor");
+  CHECK((initial.lo == 0 && !initial.lo_inclusive && initial.hi == kMaxLossScale && initial.hi_inclusive));
+  CHECK((growth.lo == 1 && !growth.lo_inclusive && growth.hi == kMaxGrowthFactor && growth.hi_inclusive));
+  CHECK((backoff.lo == kMinBackoffFactor && backoff.lo_inclusive && backoff.hi == 1.0 && !backoff.hi_inclusive));
+  // And the scaler takes the edges the deck takes.
+  LossScalerConfig c;
+  c.initial = kMaxLossScale;
+  c.growth_factor = kMaxGrowthFactor;
+  c.backoff_factor = kMinBackoffFactor;
+  CHECK_NOTHROW(DynamicLossScaler(c));
+}
+
 TEST_CASE("loss scaler: constant() for fp32 and bf16 keeps scale 1", "[train][loss_scaler]") {
   DynamicLossScaler s = DynamicLossScaler::constant();
   CHECK_FALSE(s.dynamic());
@@ -168,6 +239,14 @@ TEST_CASE("loss scaler: invalid configurations are refused", "[train][loss_scale
   CHECK_THROWS_AS(DynamicLossScaler(with([](LossScalerConfig& c) { c.backoff_factor = 1; })),
                   std::invalid_argument);
   CHECK_THROWS_AS(DynamicLossScaler(with([](LossScalerConfig& c) { c.backoff_factor = 0; })),
+                  std::invalid_argument);
+  CHECK_THROWS_AS(DynamicLossScaler(with([](LossScalerConfig& c) { c.growth_factor = 1e308; })),
+                  std::invalid_argument);
+  CHECK_THROWS_AS(DynamicLossScaler(with([](LossScalerConfig& c) { c.growth_factor = NAN; })),
+                  std::invalid_argument);
+  CHECK_THROWS_AS(DynamicLossScaler(with([](LossScalerConfig& c) { c.backoff_factor = 1e-300; })),
+                  std::invalid_argument);
+  CHECK_THROWS_AS(DynamicLossScaler(with([](LossScalerConfig& c) { c.initial = 0x1p65; })),
                   std::invalid_argument);
   CHECK_THROWS_AS(DynamicLossScaler(with([](LossScalerConfig& c) { c.window = 0; })), std::invalid_argument);
   CHECK_THROWS_AS(DynamicLossScaler(with([](LossScalerConfig& c) { c.hysteresis = 0; })),

@@ -4,6 +4,7 @@
 #include <cfenv>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <mpi.h>
 #include <vector>
 
@@ -266,5 +267,56 @@ TEST_CASE("fp16: an overflow at the smallest loss scale stops the run on every r
     Kokkos::deep_copy(Kokkos::subview(run.model().buckets().front().flat, 0), inf);
   }
   CHECK_THROWS_WITH(run.update(0, loss), test::contains("step 1: the fp16 gradients overflow even at the smallest loss "
-                                                        "scale (training.loss_scale_min = 1)"));
+                                                        "scale, 1 (training.loss_scale_min = 1)"));
+}
+
+// The issue's reproducer: a finite checkpoint whose ln_f weight is 1e6 (inf once rounded to
+// fp16) makes every fp16 forward non-finite. Skipping such steps walked the scale down while
+// training nothing, and a short run exited 0.
+TEST_CASE("fp16: a non-finite loss stops the run on every rank (no loss scale changes the forward)",
+          "[train][mixed][mpi]") {
+  const int n = test::world_size();
+  const OverflowAllowed overflow;
+  io::Deck deck = deck_in("fp16", 1, n, 4);
+  parallel::Topology topo(MPI_COMM_WORLD, parallel::Layout{1, 1, n});
+  train::TrainingRun<kx::fp16> run(deck, topo);
+  const kx::ExecSpace exec;
+  for (auto* p : run.model().unique_parameters())
+    if (p->name == "ln_f/weight") {
+      kernels::scale(exec, p->master_v(), 1e6f);
+      kernels::convert(exec, p->master_v(), p->v());
+    }
+  exec.fence();
+  CHECK_THROWS_AS(run.step(0), parallel::AgreedError);
+  CHECK_THROWS_WITH(run.step(1), test::contains("step 2: the loss is") &&
+                                     test::contains("in fp16: the forward pass exceeds fp16's range"));
+  CHECK(run.loss_scaler()->scale() == deck.training.loss_scale_initial);  // the scaler was not walked down
+}
+
+TEST_CASE("fp16: a restored loss scale below a raised loss_scale_min starts at the minimum, and an overflow there "
+          "names the scale used", "[train][mixed][mpi]") {
+  const int n = test::world_size();
+  const OverflowAllowed overflow;
+  io::Deck deck = deck_in("fp16", 1, n, 4);
+  deck.training.loss_scale_min = 0x1p30;  // the checkpoint's run had 1 and came down to 2^24
+  parallel::Topology topo(MPI_COMM_WORLD, parallel::Layout{1, 1, n});
+  train::TrainingRun<kx::fp16> run(deck, topo);
+  const auto saved = [](double scale) {
+    std::int64_t bits = 0;
+    std::memcpy(&bits, &scale, sizeof bits);
+    return std::map<std::string, std::int64_t>{
+        {"loss_scale_bits", bits}, {"loss_scale_growth_tracker", 0}, {"loss_scale_hysteresis_tracker", 2}};
+  };
+  run.restore_train_state(saved(0x1p24));
+  CHECK(run.loss_scaler()->scale() == 0x1p30);
+  // 2^30 / 128 tokens seeds the backward with 2^23 > 65504: this model overflows at the minimum.
+  CHECK_THROWS_WITH(run.step(0), test::contains("step 1: the fp16 gradients overflow even at the smallest loss "
+                                                "scale, 1073741824 (training.loss_scale_min = 1073741824)"));
+  SECTION("a saved scale no run writes is refused, naming the attribute") {
+    CHECK_THROWS_WITH(run.restore_train_state(saved(NAN)),
+                      test::contains("/train attribute loss_scale_bits = ") && test::contains("is the loss scale nan: "
+                                                                                             "expected a finite number > 0"));
+    CHECK_THROWS_WITH(run.restore_train_state(saved(0.0)),
+                      test::contains("/train attribute loss_scale_bits = 0 is the loss scale 0: expected"));
+  }
 }

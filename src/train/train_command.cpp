@@ -1,13 +1,12 @@
-#include "src/train/trainer.hpp"
+#include "src/train/train_command.hpp"
 
 #include <chrono>
 #include <cmath>
-#include <random>
 
 #include "base/agreement.hpp"
-#include "io/json_line.hpp"
 #include "io/metrics.hpp"
 #include "io/metrics_writer.hpp"
+#include "io/path_text.hpp"
 #include "io/requeue_marker.hpp"
 #include "io/run_lock.hpp"
 #include "io/writable_directory.hpp"
@@ -23,10 +22,6 @@ namespace tptrain::train {
 namespace {
 
 using parallel::on_every_rank;
-
-model::PipelineStage stage_of(const parallel::Topology& topo) {
-  return model::PipelineStage{topo.coords().pp, topo.layout().pipeline};
-}
 
 std::string format_duration(double seconds) {
   const long s = std::lround(seconds);
@@ -85,9 +80,15 @@ int train_as(const io::Deck& deck, const parallel::Topology& topo) {
       io::CheckpointMeta meta;
       on_every_rank(topo.world(), [&] { meta = load_weights(run->model(), topo, latest, true); });
       first_step = meta.step;
-      run->restore_train_state(meta.train);
       log::infof("resuming from {} (step {}, written with tensor {} x pipeline {} x data {})", latest, meta.step,
                  meta.tp, meta.pp, meta.dp);
+      on_every_rank(topo.world(), [&] {
+        try {
+          run->restore_train_state(meta.train);
+        } catch (const std::invalid_argument& e) {
+          throw std::runtime_error("reading checkpoint " + io::display_path(latest) + ": " + e.what());
+        }
+      });
       const auto seed = meta.train.find("seed");
       if (seed != meta.train.end() && seed->second != static_cast<std::int64_t>(tc.seed))
         log::warning(fmt::format("the checkpoint was trained with training.seed = {}, this run has {}: the "
@@ -126,6 +127,7 @@ int train_as(const io::Deck& deck, const parallel::Topology& topo) {
   auto window_start = start;
   std::int64_t window_tokens = 0;
   std::int64_t skipped = 0;  // fp16 steps skipped since the last metrics line
+  std::int64_t skipped_in_run = 0;
   std::int64_t end_step = tc.steps;  // earlier when a stop signal ends the run
   int stopped_by = 0;                // that signal
   const auto write_checkpoint = [&](std::int64_t done) {  // collective: the checkpoint after `done` steps
@@ -133,13 +135,14 @@ int train_as(const io::Deck& deck, const parallel::Topology& topo) {
     prune_checkpoints(topo.world(), deck.checkpoint.dir, deck.checkpoint.keep);
   };
   for (std::int64_t step = first_step; step < tc.steps; ++step) {
-    // Not agreed on: a step is full of collectives, so a failure on some ranks only (one that
-    // is not an AgreedError, like a non-finite loss) cannot wait for an agreement; the top level
-    // aborts the job on it.
+    // Not agreed on: a step is full of collectives, so a failure on some ranks only cannot wait
+    // for an agreement; the top level aborts the job on it. The stops every rank sees (a
+    // non-finite loss, an fp16 overflow at the smallest scale) are AgreedErrors.
     const StepResult r = run->step(step);
     window_tokens += run->tokens_per_step();
     if (r.skipped) {
       ++skipped;
+      ++skipped_in_run;
       log::infof("step {}: fp16 gradients overflowed at loss scale {:g}: step skipped, the loss scale is now {:g}",
                  step + 1, r.loss_scale, run->loss_scaler()->scale());
     }
@@ -206,6 +209,13 @@ int train_as(const io::Deck& deck, const parallel::Topology& topo) {
   log::infof("trained steps {}..{} in {:.1f} s ({:.0f} tokens/s)", first_step + 1, end_step, total,
              static_cast<double>((end_step - first_step) * run->tokens_per_step()) / total);
   log::info("memory at the end: " + measured_memory_summary());
+  // fp16 only: the stops above end a run that cannot train; a run this short can still have
+  // skipped every step while the scale came down from training.loss_scale_initial.
+  if (skipped_in_run > 0 && skipped_in_run == end_step - first_step)
+    log::warning(fmt::format("no step of this run updated the weights: all {} overflowed in fp16 and were skipped "
+                             "(the loss scale is now {}); a longer run lowers the scale further, down to "
+                             "training.loss_scale_min = {}",
+                             skipped_in_run, run->loss_scaler()->scale(), tc.loss_scale_min));
   if (topo.layout().pipeline > 1 && end_step > first_step) {
     const auto& pp = run->pipeline().stats();
     const double steps = static_cast<double>(end_step - first_step);
@@ -221,120 +231,10 @@ int train_as(const io::Deck& deck, const parallel::Topology& topo) {
   return end_step < tc.steps ? util::kRequeueExitStatus : 0;
 }
 
-template <class T>
-int eval_as(const io::Deck& deck, const parallel::Topology& topo, const std::string& checkpoint,
-            const std::string& data_path, int windows) {
-  using Model = model::GptModel<T>;
-  const model::GptShape shape = shape_of(deck);
-  const std::string path = data_path.empty() ? deck.data.valid : data_path;
-  std::unique_ptr<data::TokenDataset> data;
-  const std::int64_t n = windows > 0 ? windows : deck.training.eval_windows;
-  on_every_rank(topo.world(), [&] {
-        if (path.empty())
-          throw std::runtime_error("no evaluation data: the deck has no data.valid and no --data was given");
-        data = std::make_unique<data::TokenDataset>(data::TokenDataset::open(path, shape.vocab_size));
-        const auto available = static_cast<std::int64_t>(data->num_windows(shape.seq_length));
-        if (available < n)
-          throw std::runtime_error(fmt::format("{} holds {} windows of {} tokens, {} were asked for", path,
-                                               available, shape.seq_length + 1, n));
-  });
-  std::unique_ptr<Model> model;  // may not fit: reported like any other failure, on every rank
-  on_every_rank(topo.world(), [&] {
-    model = std::make_unique<Model>(shape, deck.training.micro_batch, topo.tp(), deck.training.seed, stage_of(topo));
-  });
-  io::CheckpointMeta meta;
-  on_every_rank(topo.world(), [&] { meta = load_weights(*model, topo, checkpoint); });
-  const double loss = evaluate(*model, *data, n, topo.pp());
-  if (!std::isfinite(loss))  // JSON has no NaN: a non-finite loss is an error, not a result
-    throw parallel::AgreedError(fmt::format("eval: checkpoint {}: the mean loss is {} (not finite)", checkpoint, loss));
-  log::infof("eval: checkpoint {} (step {}), {} windows of {} tokens from {}: mean loss {:.6f} nats/token",
-             checkpoint, meta.step, n, shape.seq_length, path, loss);
-  log::info(io::JsonObject().number("eval_loss", loss, io::digits(9)).integer("windows", n)
-                .integer("tokens", n * shape.seq_length).text());
-  return 0;
-}
-
-template <class T>
-int generate_as(const io::Deck& deck, const parallel::Topology& topo, const std::string& checkpoint,
-                const SampleOptions& o) {
-  using Model = model::GptModel<T>;
-  const model::GptShape shape = shape_of(deck);
-  const kx::ExecSpace exec;
-  std::unique_ptr<Model> model_ptr;
-  on_every_rank(topo.world(), [&] {
-    model_ptr = std::make_unique<Model>(shape, 1, topo.tp(), deck.training.seed, stage_of(topo));
-  });
-  Model& model = *model_ptr;
-  on_every_rank(topo.world(), [&] { load_weights(model, topo, checkpoint); });
-  std::vector<std::int32_t> context;
-  for (unsigned char c : o.prompt) context.push_back(c);
-  if (context.empty()) context.push_back('\n');
-  for (std::int32_t t : context)  // the same prompt on every rank: the same verdict everywhere
-    if (t >= shape.vocab_size)
-      throw parallel::AgreedError(
-          fmt::format("the prompt has byte {} but the model's vocabulary has {} tokens", t, shape.vocab_size));
-  const int S = shape.seq_length;
-  DeviceBatch batch(S);
-  kernels::Vector<T> row("generate.row", shape.local_vocab()), full("generate.full", shape.padded_vocab());
-  std::mt19937_64 rng(o.seed);  // same seed on every rank: every rank draws the same token
-  // Streamed as it comes: a long sample shows progress, and a killed run keeps what it made.
-  log::stream(o.prompt);
-  for (int i = 0; i < o.tokens; ++i) {
-    // The last S tokens of the context, left-aligned; causal attention makes whatever follows
-    // position `last` irrelevant to its logits.
-    const std::size_t first = context.size() > static_cast<std::size_t>(S) ? context.size() - S : 0;
-    const int last = static_cast<int>(context.size() - first) - 1;
-    std::fill(batch.h_inputs.begin(), batch.h_inputs.end(), 0);
-    std::copy(context.begin() + static_cast<std::ptrdiff_t>(first), context.end(), batch.h_inputs.begin());
-    batch.upload(exec);
-    pipeline_forward(model, topo.pp(), exec, batch.inputs, nullptr);
-    int next = 0;
-    if (model.is_last_stage()) {  // the logits are on the last pipeline stage
-      Kokkos::deep_copy(exec, row, Kokkos::subview(model.local_logits(), last, Kokkos::ALL()));
-      parallel::all_gather(model.tp(), exec, row, full);  // one row of logits, for sampling only
-      auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), full);
-      std::vector<std::pair<double, int>> cand;
-      for (int v = 0; v < shape.vocab_size; ++v) cand.emplace_back(h(v), v);  // padding excluded
-      std::sort(cand.begin(), cand.end(), [](const auto& a, const auto& b) {
-        return a.first > b.first || (a.first == b.first && a.second < b.second);
-      });
-      if (o.top_k > 0 && static_cast<std::size_t>(o.top_k) < cand.size())
-        cand.resize(static_cast<std::size_t>(o.top_k));
-      next = cand.front().second;
-      if (o.temperature > 0) {
-        std::vector<double> w;
-        for (const auto& c : cand) w.push_back(std::exp((c.first - cand.front().first) / o.temperature));
-        std::discrete_distribution<int> pick(w.begin(), w.end());
-        next = cand[static_cast<std::size_t>(pick(rng))].second;
-      }
-    }
-    // Every stage needs the token for its next input: the last stage's choice, to all.
-    next = parallel::all_reduce_scalar(topo.pp(), model.is_last_stage() ? next : 0, parallel::ReduceOp::sum);
-    context.push_back(next);
-    log::stream(std::string(1, static_cast<char>(next)));
-  }
-  log::stream("\n");
-  return 0;
-}
-
 }  // namespace
 
-// Each command runs the model in the deck's training.precision; checkpoints hold fp32 master
-// weights, so any of them evaluates or samples from any checkpoint.
 int run_training(const io::Deck& deck, const parallel::Topology& topo) {
   return with_precision(deck.training.precision, [&](auto t) { return train_as<decltype(t)>(deck, topo); });
-}
-
-int run_eval(const io::Deck& deck, const parallel::Topology& topo, const std::string& checkpoint,
-             const std::string& data, int windows) {
-  return with_precision(deck.training.precision,
-                        [&](auto t) { return eval_as<decltype(t)>(deck, topo, checkpoint, data, windows); });
-}
-
-int run_generate(const io::Deck& deck, const parallel::Topology& topo, const std::string& checkpoint,
-                 const SampleOptions& options) {
-  return with_precision(deck.training.precision,
-                        [&](auto t) { return generate_as<decltype(t)>(deck, topo, checkpoint, options); });
 }
 
 }  // namespace tptrain::train
