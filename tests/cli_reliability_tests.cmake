@@ -91,7 +91,7 @@ add_test(NAME cli_check_unwritable_dir COMMAND ${CMAKE_COMMAND} -DCMD=$<TARGET_F
 # SIGUSR1/SIGTERM: the run stops after one agreed step with its checkpoint, the requeue marker and
 # exit status 3, resumes bit for bit; the Slurm CPU script requeues on it, also when mpiexec
 # itself got the signal and exits 1; a signal at start-up stops after step 1 (tests/signal_requeue.sh).
-foreach(case usr1 term_rank0 slurm_cpu launcher_term startup)
+foreach(case usr1 term_rank0 slurm_cpu launcher_term launcher_only startup)
   add_test(NAME cli_signal_${case}
            COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/signal_requeue.sh ${case} ${_rel}/signal_${case}
                    ${_decks}/valid.toml $<TARGET_FILE:tptrain> ${_mpi2})

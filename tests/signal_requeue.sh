@@ -14,6 +14,9 @@
 #              the ranks, as Slurm sends it at a time limit: the ranks stop with their
 #              checkpoint, mpiexec itself exits 1, and the job is requeued all the same, on the
 #              <run.dir>/requeue marker that rank 0 left
+#   launcher_only
+#              SIGTERM to that mpiexec alone, with more output than its ptys hold while mpiexec
+#              does not read them: the ranks still stop with their checkpoint and the marker
 #   startup    the signal raised at the first instruction of each rank (the test hook
 #              TPTRAIN_TEST_STOP_SIGNAL_AT_START, before any library is initialised): the run
 #              stops after step 1 with its checkpoint and status 3; `tptrain check` dies of it
@@ -190,6 +193,28 @@ launcher_term)
     fail "expected mpiexec to exit with its own status and the script to requeue on the marker"
   grep -q "^tptrain: the launcher exited with status 3," "$work/job.log" && fail "mpiexec exited 3: the marker decided nothing"
   stopped_step "$work/job.log" SIGTERM >/dev/null || exit 1
+  [ "$(cat "$work/scontrol.log")" = "requeue 4243" ] || fail "expected one 'scontrol requeue 4243'"
+  ;;
+launcher_only)
+  # SIGTERM to mpiexec alone, at a step rate that fills the ranks' ptys while mpiexec sleeps
+  # without reading them (launcher_term): the ranks make their output non-blocking once the
+  # signal reaches them, so they still checkpoint and leave the marker. Lines they could not
+  # write are dropped, so the stop is read from the marker and the checkpoint, not the log.
+  export PATH="$root/tests/jobs/fake_slurm:$PATH" SLURM_NTASKS=2 TPTRAIN_FAKE_SRUN_MPIEXEC="${mpi2[*]}" SLURM_JOB_ID=4243 SLURM_SUBMIT_DIR="$root" TPTRAIN_EXE="$exe" \
+    TPTRAIN_FAKE_SCONTROL_LOG="$work/scontrol.log" TPTRAIN_FAKE_SRUN_PLAIN=1 OMPI_MCA_odls_base_sigkill_timeout=5
+  start_stoppable "$work/job.log" bash "$root/jobs/slurm/train-cpu.sbatch" "$deck" "${train[@]:2}" "${run[@]}" "${long[@]}"
+  launcher=$(ps -o pid=,comm= --ppid "$job" | awk '$2 == "mpiexec" { print $1 }')
+  [ -n "$launcher" ] || { kill -KILL "$job"; fail "no mpiexec under the job script"; }
+  kill -TERM "$launcher"
+  finish "$work/job.log"
+  [ "$status" -eq 0 ] || fail "expected the job script to requeue and exit 0, got $status"
+  grep -q "^tptrain: the launcher exited with status [0-9]*, but the run stopped on request" "$work/job.log" ||
+    fail "expected mpiexec to exit with its own status and the script to requeue on the marker"
+  step=$(sed -n 's/^SIGTERM: checkpoint of step \([0-9]*\) written.*/\1/p' "$work/run/requeue" 2>/dev/null)
+  [ -n "$step" ] || fail "no requeue marker naming SIGTERM and a step: $(cat "$work/run/requeue" 2>&1)"
+  file=$(printf '%s/run/ck/step_%08d.h5' "$work" "$step")
+  "$exe" inspect "$file" >"$work/inspect.log" 2>&1 || { cat "$work/inspect.log"; fail "tptrain inspect rejects $file"; }
+  [ ! -e "$work/run/tptrain.lock" ] || fail "the ranks did not end cleanly (run lock left behind)"
   [ "$(cat "$work/scontrol.log")" = "requeue 4243" ] || fail "expected one 'scontrol requeue 4243'"
   ;;
 startup)

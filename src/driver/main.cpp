@@ -121,6 +121,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "tptrain: error: cannot install the handlers of SIGUSR1 and SIGTERM\n");
     return 1;
   }
+  tptrain::util::restore_output_flags_at_exit();
   // A file size limit (ulimit -f) then fails a write with EFBIG, which the checkpoint and
   // metrics writers report with the file's name, instead of ending the process with a core dump.
   std::signal(SIGXFSZ, SIG_IGN);

@@ -1,6 +1,11 @@
 #include "src/util/stop_signal.hpp"
 
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
 
 #include <atomic>
 #include <string>
@@ -19,7 +24,34 @@ constexpr int kSignals[] = {SIGUSR1, SIGTERM};
 struct sigaction previous[2];
 std::atomic<bool> installed{false};
 
-void record_stop_signal(int signal) { received.store(signal, std::memory_order_relaxed); }
+// The file status flags of stdout and stderr before the first stop signal, for those that are
+// a pipe, FIFO, socket or terminal (a write to a regular file does not wait for a reader); -1
+// for the others.
+int output_flags[3] = {-1, -1, -1};
+
+void restore_output_flags() {
+  for (int fd : {STDOUT_FILENO, STDERR_FILENO})
+    if (output_flags[fd] >= 0) fcntl(fd, F_SETFL, output_flags[fd]);
+}
+
+// From the stop signal on, output that cannot be written at once is dropped rather than waited
+// for: the launcher may have stopped reading it. Open MPI's mpiexec that gets SIGTERM itself
+// sleeps odls_base_sigkill_timeout seconds in the loop that drains the ranks' ptys, then sends
+// them SIGTERM, sleeps again and sends SIGKILL; a rank blocked in a write to its full pty would
+// never reach its checkpoint and the requeue marker, which carry what matters. The blocked write
+// itself restarts (SA_RESTART) and now returns at once. fcntl is async-signal-safe.
+void record_stop_signal(int signal) {
+  received.store(signal, std::memory_order_relaxed);
+  for (int fd : {STDOUT_FILENO, STDERR_FILENO})
+    if (output_flags[fd] >= 0) fcntl(fd, F_SETFL, output_flags[fd] | O_NONBLOCK);
+}
+
+void remember_output_flags() {
+  for (int fd : {STDOUT_FILENO, STDERR_FILENO}) {
+    struct stat st {};
+    if (fstat(fd, &st) == 0 && !S_ISREG(st.st_mode)) output_flags[fd] = fcntl(fd, F_GETFL);
+  }
+}
 
 }  // namespace
 
@@ -33,6 +65,7 @@ bool record_stop_signals() noexcept {
   // kill the rank while it writes the checkpoint.
   action.sa_flags = SA_RESTART;
   const bool first = !installed.load();
+  if (first && output_flags[STDOUT_FILENO] < 0 && output_flags[STDERR_FILENO] < 0) remember_output_flags();
   for (int i = 0; i < 2; ++i)
     if (sigaction(kSignals[i], &action, first ? &previous[i] : nullptr) != 0) return false;
   installed.store(true);
@@ -43,9 +76,15 @@ bool record_stop_signals() noexcept {
   return true;
 }
 
+void restore_output_flags_at_exit() {
+  static const bool registered = std::atexit(restore_output_flags) == 0;
+  (void)registered;
+}
+
 int restore_stop_signals() noexcept {
   if (installed.exchange(false))
     for (int i = 0; i < 2; ++i) sigaction(kSignals[i], &previous[i], nullptr);
+  restore_output_flags();
   return received.exchange(0);
 }
 

@@ -25,9 +25,17 @@ inline constexpr int kRequeueExitStatus = 3;
 // it before any library is initialised (src/driver/main.cpp) and a signal that comes while the
 // job starts stops the run after its first step. Calling it again is harmless (it installs the
 // handlers again, in case anything replaced them). false when sigaction fails.
+// A recorded signal also makes stdout and stderr non-blocking when they are a pipe, FIFO,
+// socket or terminal: the launcher may have stopped reading them (Open MPI's mpiexec that was
+// signalled itself), and a rank blocked in a write to a full pty would never reach its
+// checkpoint. Output that cannot be written at once is dropped from then on.
 bool record_stop_signals() noexcept;
 
-// The actions from before record_stop_signals() again. Returns the signal recorded so far (0 if
+// Gives stdout and stderr their file status flags back at exit (they belong to an open file
+// description a terminal shares with the shell). Called from main, once the C library is up.
+void restore_output_flags_at_exit();
+
+// The actions from before record_stop_signals() again, and stdout's and stderr's flags. Returns the signal recorded so far (0 if
 // none) and forgets it: a command that has nothing to save raises it again, so that it takes
 // effect as if it had never been recorded.
 int restore_stop_signals() noexcept;
