@@ -79,14 +79,14 @@ struct GradBucket {
   using Acc = kx::acc_t<T>;
   std::string name;                   // "head", "layers/<i>", "embedding"
   std::vector<Parameter<T>*> params;  // their value/master/grad/exp_avg/exp_avg_sq are subviews of these
-  std::vector<std::int64_t> offsets;  // offsets[i]: where params[i] starts in flat and values
-  kernels::Vector<Acc> flat;          // [sum of local sizes, padded] gradients
+  std::vector<std::int64_t> offsets;  // offsets[i]: where params[i] starts in grads and values
+  kernels::Vector<Acc> grads;         // [sum of local sizes, padded] gradients, fp32
   kernels::Vector<T> values;          // [the same]
-  std::int64_t shard_begin = 0, shard_end = 0;       // this rank's shard of flat/values
+  std::int64_t shard_begin = 0, shard_end = 0;       // this rank's shard of grads/values
   kernels::Vector<Acc> master, exp_avg, exp_avg_sq;  // [shard_end - shard_begin]
   std::int64_t used = 0;                             // elements before the padding
   auto shard_values() const { return Kokkos::subview(values, std::make_pair(shard_begin, shard_end)); }
-  auto shard_grads() const { return Kokkos::subview(flat, std::make_pair(shard_begin, shard_end)); }
+  auto shard_grads() const { return Kokkos::subview(grads, std::make_pair(shard_begin, shard_end)); }
 };
 
 template <class T>
@@ -296,7 +296,7 @@ class GptModel {
   }
 
   void zero_grad(const Exec& exec) {
-    for (auto& bucket : buckets_) kernels::fill(exec, bucket.flat, kx::acc_t<T>(0));
+    for (auto& bucket : buckets_) kernels::fill(exec, bucket.grads, kx::acc_t<T>(0));
   }
 
   // Sequence parallelism: sums over the TP group the gradients of bucket b's parameters that
@@ -306,7 +306,7 @@ class GptModel {
   void sum_sequence_parallel_gradients(const Exec& exec, std::size_t b) {
     if (!shape_.splits_sequence()) return;
     for (Parameter<T>* p : buckets_.at(b).params)
-      if (p->sequence_parallel_gradient) parallel::sum_sequence_parallel_gradient(tp_, exec, p->dv());
+      if (p->sequence_parallel_gradient) parallel::sum_sequence_parallel_gradient(tp_, exec, p->grad_vector());
   }
 
   // Bytes of the activation and scratch buffers of one micro-batch (what one forward/backward
@@ -370,7 +370,7 @@ class GptModel {
       const std::int64_t total = split ? d * shard : b.used;
       const std::int64_t owned = b.shard_end - b.shard_begin;
       util::MemoryCategoryScope as(util::MemoryCategory::gradients);
-      b.flat = kernels::Vector<Acc>(b.name + ".grads", total);
+      b.grads = kernels::Vector<Acc>(b.name + ".grads", total);
       as.change(util::MemoryCategory::weights);
       b.values = kernels::Vector<T>(b.name + ".values", total);
       as.change(util::MemoryCategory::optimizer_state);  // the fp32 master too, as Megatron counts it
@@ -387,7 +387,7 @@ class GptModel {
       for (Parameter<T>* p : b.params) {
         const auto slice = std::make_pair(offset, offset + p->local_size());
         b.offsets.push_back(offset);
-        p->grad = Kokkos::subview(b.flat, slice);
+        p->grad = Kokkos::subview(b.grads, slice);
         p->value = Kokkos::subview(b.values, slice);
         if constexpr (Parameter<T>::has_master_copy) p->master = Kokkos::subview(whole_master, slice);
         else p->master = p->value;

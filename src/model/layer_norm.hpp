@@ -57,23 +57,23 @@ struct LayerNorm {
   template <class XV, class YV>
   void forward(const Exec& exec, const XV& x /*[rows, H]*/, const YV& y /*[rows, H]*/) {
     PhaseScope phase(Phase::norms_elementwise);
-    kernels::layernorm_forward(exec, x, weight.v(), bias.v(), y, saved.mean, saved.rstd, Acc(eps));
+    kernels::layernorm_forward(exec, x, weight.value_vector(), bias.value_vector(), y, saved.mean, saved.rstd, Acc(eps));
   }
   // x1 = x + r (the residual stream, stored), y = LayerNorm(x1): one pass instead of two.
   template <class XV, class RV, class X1V, class YV>
   void forward_add(const Exec& exec, const XV& x, const RV& r, const X1V& x1, const YV& y) {
     PhaseScope phase(Phase::norms_elementwise);
-    kernels::add_layernorm_forward(exec, x, r, x1, weight.v(), bias.v(), y, saved.mean, saved.rstd, Acc(eps));
+    kernels::add_layernorm_forward(exec, x, r, x1, weight.value_vector(), bias.value_vector(), y, saved.mean, saved.rstd, Acc(eps));
   }
 
   template <class DYV, class XV, class DXV>
   void backward(const Exec& exec, const DYV& dy, const XV& x, const DXV& dx /*[rows, H] overwritten*/) {
     PhaseScope phase(Phase::norms_elementwise);
     if (holds_column_sums(column_scratch, x.extent(0), x.extent(1), 2))
-      kernels::layernorm_backward(exec, dy, x, weight.v(), saved.mean, saved.rstd, dx, weight.dv(), bias.dv(),
+      kernels::layernorm_backward(exec, dy, x, weight.value_vector(), saved.mean, saved.rstd, dx, weight.grad_vector(), bias.grad_vector(),
                                   column_scratch);
     else
-      kernels::layernorm_backward(exec, dy, x, weight.v(), saved.mean, saved.rstd, dx, weight.dv(), bias.dv());
+      kernels::layernorm_backward(exec, dy, x, weight.value_vector(), saved.mean, saved.rstd, dx, weight.grad_vector(), bias.grad_vector());
   }
 };
 

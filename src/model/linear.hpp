@@ -122,15 +122,15 @@ struct ColumnParallelLinear {
     if (sp.enabled()) {
       parallel::gather_from_sequence_parallel_region_forward(tp, exec, x, sp.gathered);
       PhaseScope phase(Phase::gemm);
-      kernels::linear_forward(exec, sp.gathered, weight.w(), y);
+      kernels::linear_forward(exec, sp.gathered, weight.value_matrix(), y);
     } else {
       parallel::copy_to_tp_region_forward(tp, exec, x);  // f: identity
       PhaseScope phase(Phase::gemm);
-      kernels::linear_forward(exec, x, weight.w(), y);
+      kernels::linear_forward(exec, x, weight.value_matrix(), y);
     }
     if (skip_bias_add) return;
     PhaseScope phase(Phase::norms_elementwise);
-    kernels::bias_add(exec, y, bias.v());
+    kernels::bias_add(exec, y, bias.value_vector());
   }
 
   template <class DYV, class XV, class DXV>
@@ -142,18 +142,18 @@ struct ColumnParallelLinear {
     }
     {
       PhaseScope phase(Phase::gemm);
-      kernels::linear_backward_input(exec, dy, weight.w(), dx);  // partial: this rank's columns
+      kernels::linear_backward_input(exec, dy, weight.value_matrix(), dx);  // partial: this rank's columns
     }
     // f: the all-reduce of dx runs (on NCCL, on the communication stream) while the weight and
     // bias gradients, which do not read dx, are computed; only what reads dx waits for it.
     parallel::Request dx_sum = parallel::copy_to_tp_region_backward_start(tp, exec, dx);
     {
       PhaseScope phase(Phase::norms_elementwise);
-      bias_gradient(exec, dy, bias.dv(), column_scratch);
+      bias_gradient(exec, dy, bias.grad_vector(), column_scratch);
     }
     {
       PhaseScope phase(Phase::gemm);
-      kernels::linear_backward_weight(exec, dy, x, weight.dw());
+      kernels::linear_backward_weight(exec, dy, x, weight.grad_matrix());
     }
     PhaseScope phase(Phase::tp_comm);
     dx_sum.wait_on(exec);
@@ -169,7 +169,7 @@ struct ColumnParallelLinear {
     parallel::Request gather = parallel::gather_from_sequence_parallel_region_start(tp, exec, x, sp.gathered);
     {
       PhaseScope phase(Phase::gemm);
-      kernels::linear_backward_input(exec, dy, weight.w(), sp.partial);
+      kernels::linear_backward_input(exec, dy, weight.value_matrix(), sp.partial);
     }
     {
       PhaseScope phase(Phase::tp_comm);
@@ -179,11 +179,11 @@ struct ColumnParallelLinear {
         parallel::gather_from_sequence_parallel_region_backward_start(tp, exec, sp.partial, dx);
     {
       PhaseScope phase(Phase::norms_elementwise);
-      bias_gradient(exec, dy, bias.dv(), column_scratch);
+      bias_gradient(exec, dy, bias.grad_vector(), column_scratch);
     }
     {
       PhaseScope phase(Phase::gemm);
-      kernels::linear_backward_weight(exec, dy, sp.gathered, weight.dw());
+      kernels::linear_backward_weight(exec, dy, sp.gathered, weight.grad_matrix());
     }
     PhaseScope phase(Phase::tp_comm);
     dx_sum.wait_on(exec);
@@ -213,18 +213,18 @@ struct RowParallelLinear {
     if (sp.enabled()) {
       {
         PhaseScope phase(Phase::gemm);
-        kernels::linear_forward(exec, x, weight.w(), sp.partial);
+        kernels::linear_forward(exec, x, weight.value_matrix(), sp.partial);
       }
       parallel::reduce_scatter_to_sequence_parallel_region_forward(tp, exec, sp.partial, y);
     } else {
       {
         PhaseScope phase(Phase::gemm);
-        kernels::linear_forward(exec, x, weight.w(), y);
+        kernels::linear_forward(exec, x, weight.value_matrix(), y);
       }
       parallel::reduce_from_tp_region_forward(tp, exec, y);  // g: all-reduce partial sums
     }
     PhaseScope phase(Phase::norms_elementwise);
-    kernels::bias_add(exec, y, bias.v());
+    kernels::bias_add(exec, y, bias.value_vector());
   }
 
   template <class DYV, class XV, class DXV>
@@ -234,7 +234,7 @@ struct RowParallelLinear {
       // Same dy on every rank: the bias gradient stays replicated; with sequence parallelism
       // it covers this rank's tokens (summed over the group later, sequence_parallel_gradient).
       PhaseScope phase(Phase::norms_elementwise);
-      bias_gradient(exec, dy, bias.dv(), column_scratch);
+      bias_gradient(exec, dy, bias.grad_vector(), column_scratch);
     }
     if (sp.enabled()) {
       parallel::reduce_scatter_to_sequence_parallel_region_backward(tp, exec, dy, sp.gathered);
@@ -249,8 +249,8 @@ struct RowParallelLinear {
   template <class DYV, class XV, class DXV>
   void input_and_weight_gradients(const Exec& exec, const DYV& dy, const XV& x, const DXV& dx) {
     PhaseScope phase(Phase::gemm);
-    kernels::linear_backward_weight(exec, dy, x, weight.dw());
-    kernels::linear_backward_input(exec, dy, weight.w(), dx);
+    kernels::linear_backward_weight(exec, dy, x, weight.grad_matrix());
+    kernels::linear_backward_input(exec, dy, weight.value_matrix(), dx);
   }
 };
 

@@ -55,7 +55,7 @@ struct ParallelMLP {
     fc.forward(exec, tp, x, saved.h);
     {
       PhaseScope phase(Phase::norms_elementwise);
-      kernels::bias_gelu_forward(exec, saved.h, fc.bias.v(), a, saved.sig);
+      kernels::bias_gelu_forward(exec, saved.h, fc.bias.value_vector(), a, saved.sig);
     }
     proj.forward(exec, tp, a, y);
   }

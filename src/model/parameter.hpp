@@ -72,11 +72,12 @@ struct Parameter {
   kernels::MatrixUnmanaged<U> matrix(const kernels::Vector<U>& v) const {
     return kernels::MatrixUnmanaged<U>(v.data(), rows(), cols());
   }
-  kernels::MatrixUnmanaged<T> w() const { return matrix(value); }
-  kernels::MatrixUnmanaged<Acc> dw() const { return matrix(grad); }
-  kernels::VectorUnmanaged<T> v() const { return kernels::VectorUnmanaged<T>(value.data(), local_size()); }
-  kernels::VectorUnmanaged<Acc> dv() const { return kernels::VectorUnmanaged<Acc>(grad.data(), local_size()); }
-  kernels::VectorUnmanaged<Acc> master_v() const { return kernels::VectorUnmanaged<Acc>(master.data(), local_size()); }
+  // The local value, gradient and master weights as a [rows, cols] matrix or a flat vector.
+  kernels::MatrixUnmanaged<T> value_matrix() const { return matrix(value); }
+  kernels::MatrixUnmanaged<Acc> grad_matrix() const { return matrix(grad); }
+  kernels::VectorUnmanaged<T> value_vector() const { return kernels::VectorUnmanaged<T>(value.data(), local_size()); }
+  kernels::VectorUnmanaged<Acc> grad_vector() const { return kernels::VectorUnmanaged<Acc>(grad.data(), local_size()); }
+  kernels::VectorUnmanaged<Acc> master_vector() const { return kernels::VectorUnmanaged<Acc>(master.data(), local_size()); }
 };
 
 // Draws the initial value into the allocated p.value; allocate_and_initialise allocates

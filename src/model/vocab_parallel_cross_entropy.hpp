@@ -45,12 +45,12 @@ struct VocabParallelCrossEntropy {
     if (sp.enabled()) {
       parallel::gather_from_sequence_parallel_region_forward(tp, exec, x, sp.gathered);
       PhaseScope phase(Phase::gemm);
-      kernels::linear_forward(exec, sp.gathered, word.w(), logits);
+      kernels::linear_forward(exec, sp.gathered, word.value_matrix(), logits);
       return;
     }
     parallel::copy_to_tp_region_forward(tp, exec, x);
     PhaseScope phase(Phase::gemm);
-    kernels::linear_forward(exec, x, word.w(), logits);
+    kernels::linear_forward(exec, x, word.value_matrix(), logits);
   }
 
   // Per-token loss in `loss` (identical on every TP rank); returns the sum over the first
@@ -102,16 +102,16 @@ struct VocabParallelCrossEntropy {
       parallel::gather_from_sequence_parallel_region_forward(tp, exec, x, sp.gathered);
       {
         PhaseScope phase(Phase::gemm);
-        kernels::linear_backward_weight(exec, dlogits, sp.gathered, word.dw());
-        kernels::linear_backward_input(exec, dlogits, word.w(), sp.partial);
+        kernels::linear_backward_weight(exec, dlogits, sp.gathered, word.grad_matrix());
+        kernels::linear_backward_input(exec, dlogits, word.value_matrix(), sp.partial);
       }
       parallel::gather_from_sequence_parallel_region_backward_start(tp, exec, sp.partial, dx).wait_on(exec);
       return;
     }
     {
       PhaseScope phase(Phase::gemm);
-      kernels::linear_backward_weight(exec, dlogits, x, word.dw());
-      kernels::linear_backward_input(exec, dlogits, word.w(), dx);
+      kernels::linear_backward_weight(exec, dlogits, x, word.grad_matrix());
+      kernels::linear_backward_input(exec, dlogits, word.value_matrix(), dx);
     }
     parallel::copy_to_tp_region_backward(tp, exec, dx);
   }

@@ -36,18 +36,18 @@ struct VocabParallelEmbedding {
     if (sp.enabled()) {
       {
         PhaseScope phase(Phase::norms_elementwise);
-        kernels::embedding_forward_masked(exec, tokens, word.w(), vocab_start, sp.partial);
+        kernels::embedding_forward_masked(exec, tokens, word.value_matrix(), vocab_start, sp.partial);
       }
       parallel::reduce_scatter_to_sequence_parallel_region_forward(tp, exec, sp.partial, y);
     } else {
       {
         PhaseScope phase(Phase::norms_elementwise);
-        kernels::embedding_forward_masked(exec, tokens, word.w(), vocab_start, y);
+        kernels::embedding_forward_masked(exec, tokens, word.value_matrix(), vocab_start, y);
       }
       parallel::reduce_from_tp_region_forward(tp, exec, y);
     }
     PhaseScope phase(Phase::norms_elementwise);
-    kernels::position_embedding_add(exec, position.w(), S, y, first_row(y));
+    kernels::position_embedding_add(exec, position.value_matrix(), S, y, first_row(y));
   }
 
   // `segments`: the micro-batch's tokens grouped by id (DeviceBatch::upload_for_backward), so
@@ -73,8 +73,8 @@ struct VocabParallelEmbedding {
   template <class DYV>
   void gradients(const Exec& exec, const kernels::TokenSegments& segments, const DYV& dy /*[N, H]*/) {
     PhaseScope phase(Phase::norms_elementwise);
-    kernels::embedding_backward_masked(exec, segments, dy, vocab_start, word.dw());
-    kernels::position_embedding_backward(exec, dy, S, position.dw());
+    kernels::embedding_backward_masked(exec, segments, dy, vocab_start, word.grad_matrix());
+    kernels::position_embedding_backward(exec, dy, S, position.grad_matrix());
   }
 };
 

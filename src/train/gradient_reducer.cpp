@@ -27,12 +27,12 @@ void GradientReducer<T>::launch(const kx::ExecSpace& exec, std::size_t bucket) {
   // starts before the backward of the next bucket runs).
   const bool scatter = model_.optimizer_sharding().distributed() && bucket != tied_bucket_;
   Kokkos::Profiling::pushRegion(scatter ? reduce_scatter_region_name : launch_region_name);
-  pending_.push_back(scatter ? parallel::ireduce_scatter_in_place(dp_, exec, buckets[bucket].flat, parallel::ReduceOp::sum)
-                             : parallel::iall_reduce(dp_, exec, buckets[bucket].flat, parallel::ReduceOp::sum));
+  pending_.push_back(scatter ? parallel::ireduce_scatter_in_place(dp_, exec, buckets[bucket].grads, parallel::ReduceOp::sum)
+                             : parallel::iall_reduce(dp_, exec, buckets[bucket].grads, parallel::ReduceOp::sum));
   Kokkos::Profiling::popRegion();
   pending_bucket_.push_back(bucket);
   ++stats_.messages;
-  stats_.bytes += buckets[bucket].flat.span() * sizeof(kx::acc_t<T>);
+  stats_.bytes += buckets[bucket].grads.span() * sizeof(kx::acc_t<T>);
   progress();
 }
 

@@ -137,7 +137,7 @@ ParameterMemory TrainingRun<T>::parameter_memory() const {
     m.parameters += b.used;  // not the distributed optimizer's padding
     m.weight += bytes(b.values);
     if constexpr (model::Parameter<T>::has_master_copy) m.master += bytes(b.master);
-    m.gradient += bytes(b.flat);
+    m.gradient += bytes(b.grads);
     m.optimizer += bytes(b.exp_avg) + bytes(b.exp_avg_sq);
   }
   return m;
@@ -211,7 +211,7 @@ double TrainingRun<T>::compute_gradients(std::int64_t step) {
   // distributed optimizer too: their buckets were all-reduced, see GradientReducer).
   if (topo_.layout().pipeline > 1 && topo_.in_embedding_group()) {
     util::PhaseScope phase(util::Phase::pipeline_wait);
-    parallel::all_reduce(topo_.embedding(), exec, model_.word()->dv(), parallel::ReduceOp::sum);
+    parallel::all_reduce(topo_.embedding(), exec, model_.word()->grad_vector(), parallel::ReduceOp::sum);
   }
   // The last stage has the loss; every rank reports it.
   loss_sum = parallel::all_reduce_scalar(topo_.pp(), loss_sum, parallel::ReduceOp::sum);

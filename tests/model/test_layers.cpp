@@ -404,7 +404,7 @@ model::SequenceParallelBuffers<Real> sp_buffers(const Communicator& tp, std::int
 void sum_sequence_parallel_gradients(Communicator& tp, const std::vector<model::Parameter<Real>*>& params) {
   const kx::ExecSpace exec;
   for (auto* p : params)
-    if (p->sequence_parallel_gradient) parallel::sum_sequence_parallel_gradient(tp, exec, p->dv());
+    if (p->sequence_parallel_gradient) parallel::sum_sequence_parallel_gradient(tp, exec, p->grad_vector());
 }
 
 // Gathers the token shard x on entry; the input gradient is reduce-scattered back to it.

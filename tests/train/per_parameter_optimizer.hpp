@@ -25,7 +25,7 @@ double grad_sum_of_squares(const kx::ExecSpace& exec, const std::vector<model::P
                            parallel::Communicator& tp) {
   double sharded = 0.0, replicated = 0.0;
   for (const model::Parameter<T>* p : params) {
-    const double s = kernels::squared_norm(exec, p->dv());
+    const double s = kernels::squared_norm(exec, p->grad_vector());
     (p->replicated() ? replicated : sharded) += s;
   }
   sharded = parallel::all_reduce_scalar(tp, sharded, parallel::ReduceOp::sum);
@@ -52,7 +52,7 @@ double global_grad_norm(const kx::ExecSpace& exec, const std::vector<model::Para
 template <class T>
 void scale_gradients(const kx::ExecSpace& exec, const std::vector<model::Parameter<T>*>& params,
                      kx::acc_t<T> factor) {
-  for (model::Parameter<T>* p : params) kernels::scale(exec, p->dv(), factor);
+  for (model::Parameter<T>* p : params) kernels::scale(exec, p->grad_vector(), factor);
 }
 
 // One AdamW step (step: 1-based, for bias correction). Weight decay only where the parameter
@@ -68,11 +68,11 @@ void adamw_step(const kx::ExecSpace& exec, const std::vector<model::Parameter<T>
       throw std::logic_error("tptrain: adamw_step: " + p->name +
                              " has no whole optimizer state (a distributed optimizer keeps a shard of it in its "
                              "bucket): use BucketOptimizer");
-    kernels::adamw_update(exec, p->master_v(), p->dv(),
+    kernels::adamw_update(exec, p->master_vector(), p->grad_vector(),
                           kernels::VectorUnmanaged<Acc>(p->exp_avg.data(), p->local_size()),
                           kernels::VectorUnmanaged<Acc>(p->exp_avg_sq.data(), p->local_size()), lr,
                           c.beta1, c.beta2, c.eps, p->weight_decay ? c.weight_decay : 0.0, step);
-    if constexpr (model::Parameter<T>::has_master_copy) kernels::convert(exec, p->master_v(), p->v());
+    if constexpr (model::Parameter<T>::has_master_copy) kernels::convert(exec, p->master_vector(), p->value_vector());
   }
 }
 

@@ -137,7 +137,7 @@ TEST_CASE("fp16: an overflow on one rank skips the step on every rank; the scale
         for (double x : host_values(b.exp_avg)) moments_before.push_back(x);
       const double loss = run.compute_gradients(s);
       if (topo.world_rank() == n - 1) {  // one gradient element of one rank becomes Inf
-        auto& flat = run.model().buckets().front().flat;
+        auto& flat = run.model().buckets().front().grads;
         const float inf = INFINITY;
         Kokkos::deep_copy(Kokkos::subview(flat, 0), inf);
       }
@@ -264,7 +264,7 @@ TEST_CASE("fp16: an overflow at the smallest loss scale stops the run on every r
   const double loss = run.compute_gradients(0);
   if (topo.world_rank() == 0) {  // one rank overflows: every rank must stop, none may wait
     const float inf = INFINITY;
-    Kokkos::deep_copy(Kokkos::subview(run.model().buckets().front().flat, 0), inf);
+    Kokkos::deep_copy(Kokkos::subview(run.model().buckets().front().grads, 0), inf);
   }
   CHECK_THROWS_WITH(run.update(0, loss), test::contains("step 1: the fp16 gradients overflow even at the smallest loss "
                                                         "scale, 1 (training.loss_scale_min = 1)"));
@@ -283,8 +283,8 @@ TEST_CASE("fp16: a non-finite loss stops the run on every rank (no loss scale ch
   const kx::ExecSpace exec;
   for (auto* p : run.model().unique_parameters())
     if (p->name == "ln_f/weight") {
-      kernels::scale(exec, p->master_v(), 1e6f);
-      kernels::convert(exec, p->master_v(), p->v());
+      kernels::scale(exec, p->master_vector(), 1e6f);
+      kernels::convert(exec, p->master_vector(), p->value_vector());
     }
   exec.fence();
   CHECK_THROWS_AS(run.step(0), parallel::AgreedError);

@@ -369,7 +369,7 @@ TEST_CASE("bench: data-parallel all-reduce overlap (tiny deck, data = world)", "
       for (std::size_t b = 0; b < by_bucket.size(); ++b)
         buckets += fmt::format(" {} {:.2f} ms ({:.2f} MB);", run.model().buckets()[b].name,
                                1e3 * (by_bucket[b] - by_bucket_before[b]) / steps,
-                               run.model().buckets()[b].flat.span() * 4e-6);
+                               run.model().buckets()[b].grads.span() * 4e-6);
     }
   }
   WARN(fmt::format("DP all-reduce per step (median): {:.2f} ms without overlap, {:.2f} ms exposed with overlap: "

@@ -51,7 +51,7 @@ TEST_CASE("global gradient norm counts every logical element once, and clipping"
     // Every gradient element = 0.5 (padding rows included: they exist in the padded layout).
     double expected = 0.0;
     for (auto* p : params) {
-      kernels::fill(exec, p->dv(), 0.5f);
+      kernels::fill(exec, p->grad_vector(), 0.5f);
       double n = 1;
       for (auto d : p->shape) n *= static_cast<double>(d);
       expected += 0.25 * n;
