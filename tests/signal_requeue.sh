@@ -101,6 +101,23 @@ tasks_exited() {
 # The records of metrics.jsonl without tokens_per_s (a time): step, loss, lr, grad_norm as written.
 records() { sed -n 's/^\({"step": [0-9]*, "loss": [^,]*, "lr": [^,]*, "grad_norm": [^,]*\),.*/\1/p' "$1"; }
 
+# start_job_under_mpiexec: the CPU job script in the background (pid in $job), its srun a real
+# mpiexec (pid in $launcher) whose SIGKILL comes 2 x 5 s after it is signalled.
+start_job_under_mpiexec() {
+  export PATH="$root/tests/jobs/fake_slurm:$PATH" SLURM_NTASKS=2 TPTRAIN_FAKE_SRUN_MPIEXEC="${mpi2[*]}" SLURM_JOB_ID=4243 SLURM_SUBMIT_DIR="$root" TPTRAIN_EXE="$exe" \
+    TPTRAIN_FAKE_SCONTROL_LOG="$work/scontrol.log" TPTRAIN_FAKE_SRUN_PLAIN=1 OMPI_MCA_odls_base_sigkill_timeout=5
+  start_stoppable "$work/job.log" bash "$root/jobs/slurm/train-cpu.sbatch" "$deck" "${train[@]:2}" "${run[@]}" "${long[@]}"
+  launcher=$(ps -o pid=,comm= --ppid "$job" | awk '$2 == "mpiexec" { print $1 }')
+  [ -n "$launcher" ] || { kill -KILL "$job"; fail "no mpiexec under the job script"; }
+}
+# finish_requeued_on_marker: the job exits 0, requeued on the marker though mpiexec exited 1.
+finish_requeued_on_marker() {
+  finish "$work/job.log"
+  [ "$status" -eq 0 ] || fail "expected the job script to requeue and exit 0, got $status"
+  grep -q "^tptrain: the launcher exited with status [0-9]*, but the run stopped on request" "$work/job.log" ||
+    fail "expected mpiexec to exit with its own status and the script to requeue on the marker"
+}
+
 # The 2 ranks under the fake srun's task wrapper, which writes each rank's exit code to
 # $work/codes/<rank> (mpiexec's own status would show one of them).
 mkdir -p "$work/codes"
@@ -174,11 +191,7 @@ launcher_term)
   # they stop after a few lines; 2 x 5 s before the SIGKILL leave room for the checkpoint. The
   # ranks are held stopped while they get SIGTERM, and mpiexec's SIGCONT lets them go: they
   # cannot end before mpiexec has taken its own SIGTERM (and its exit status with it).
-  export PATH="$root/tests/jobs/fake_slurm:$PATH" SLURM_NTASKS=2 TPTRAIN_FAKE_SRUN_MPIEXEC="${mpi2[*]}" SLURM_JOB_ID=4243 SLURM_SUBMIT_DIR="$root" TPTRAIN_EXE="$exe" \
-    TPTRAIN_FAKE_SCONTROL_LOG="$work/scontrol.log" TPTRAIN_FAKE_SRUN_PLAIN=1 OMPI_MCA_odls_base_sigkill_timeout=5
-  start_stoppable "$work/job.log" bash "$root/jobs/slurm/train-cpu.sbatch" "$deck" "${train[@]:2}" "${run[@]}" "${long[@]}"
-  launcher=$(ps -o pid=,comm= --ppid "$job" | awk '$2 == "mpiexec" { print $1 }')
-  [ -n "$launcher" ] || { kill -KILL "$job"; fail "no mpiexec under the job script"; }
+  start_job_under_mpiexec
   mapfile -t tasks < <(pgrep -P "$launcher")
   [ "${#tasks[@]}" -eq 2 ] || { kill -KILL "$job" "${tasks[@]}"; fail "expected 2 ranks under mpiexec, found: ${tasks[*]}"; }
   both_stopped() { [ "$(ps -o stat= -p "${tasks[0]}" -p "${tasks[1]}" | grep -c '^[Tt]')" -eq 2 ]; }  # t: traced
@@ -187,10 +200,7 @@ launcher_term)
   both_stopped || { kill -KILL "$job" "${tasks[@]}"; fail "the ranks did not stop on SIGSTOP within 10 s"; }
   kill -TERM "${tasks[@]}"
   kill -TERM "$launcher"
-  finish "$work/job.log"
-  [ "$status" -eq 0 ] || fail "expected the job script to requeue and exit 0, got $status"
-  grep -q "^tptrain: the launcher exited with status [0-9]*, but the run stopped on request" "$work/job.log" ||
-    fail "expected mpiexec to exit with its own status and the script to requeue on the marker"
+  finish_requeued_on_marker
   grep -q "^tptrain: the launcher exited with status 3," "$work/job.log" && fail "mpiexec exited 3: the marker decided nothing"
   stopped_step "$work/job.log" SIGTERM >/dev/null || exit 1
   [ "$(cat "$work/scontrol.log")" = "requeue 4243" ] || fail "expected one 'scontrol requeue 4243'"
@@ -200,16 +210,9 @@ launcher_only)
   # without reading them (launcher_term): the ranks make their output non-blocking once the
   # signal reaches them, so they still checkpoint and leave the marker. Lines they could not
   # write are dropped, so the stop is read from the marker and the checkpoint, not the log.
-  export PATH="$root/tests/jobs/fake_slurm:$PATH" SLURM_NTASKS=2 TPTRAIN_FAKE_SRUN_MPIEXEC="${mpi2[*]}" SLURM_JOB_ID=4243 SLURM_SUBMIT_DIR="$root" TPTRAIN_EXE="$exe" \
-    TPTRAIN_FAKE_SCONTROL_LOG="$work/scontrol.log" TPTRAIN_FAKE_SRUN_PLAIN=1 OMPI_MCA_odls_base_sigkill_timeout=5
-  start_stoppable "$work/job.log" bash "$root/jobs/slurm/train-cpu.sbatch" "$deck" "${train[@]:2}" "${run[@]}" "${long[@]}"
-  launcher=$(ps -o pid=,comm= --ppid "$job" | awk '$2 == "mpiexec" { print $1 }')
-  [ -n "$launcher" ] || { kill -KILL "$job"; fail "no mpiexec under the job script"; }
+  start_job_under_mpiexec
   kill -TERM "$launcher"
-  finish "$work/job.log"
-  [ "$status" -eq 0 ] || fail "expected the job script to requeue and exit 0, got $status"
-  grep -q "^tptrain: the launcher exited with status [0-9]*, but the run stopped on request" "$work/job.log" ||
-    fail "expected mpiexec to exit with its own status and the script to requeue on the marker"
+  finish_requeued_on_marker
   step=$(sed -n 's/^SIGTERM: checkpoint of step \([0-9]*\) written.*/\1/p' "$work/run/requeue" 2>/dev/null)
   [ -n "$step" ] || fail "no requeue marker naming SIGTERM and a step: $(cat "$work/run/requeue" 2>&1)"
   file=$(printf '%s/run/ck/step_%08d.h5' "$work" "$step")
