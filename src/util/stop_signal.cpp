@@ -49,7 +49,7 @@ void record_stop_signal(int signal) {
 void remember_output_flags() {
   for (int fd : {STDOUT_FILENO, STDERR_FILENO}) {
     struct stat st {};
-    if (fstat(fd, &st) == 0 && !S_ISREG(st.st_mode)) output_flags[fd] = fcntl(fd, F_GETFL);
+    output_flags[fd] = fstat(fd, &st) == 0 && !S_ISREG(st.st_mode) ? fcntl(fd, F_GETFL) : -1;
   }
 }
 
@@ -65,7 +65,7 @@ bool record_stop_signals() noexcept {
   // kill the rank while it writes the checkpoint.
   action.sa_flags = SA_RESTART;
   const bool first = !installed.load();
-  if (first && output_flags[STDOUT_FILENO] < 0 && output_flags[STDERR_FILENO] < 0) remember_output_flags();
+  if (first) remember_output_flags();  // after restore_stop_signals they are the originals again
   for (int i = 0; i < 2; ++i)
     if (sigaction(kSignals[i], &action, first ? &previous[i] : nullptr) != 0) return false;
   installed.store(true);
