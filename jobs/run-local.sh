@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# The main job of the README: installs what is missing, builds, prepares the fortunes corpus,
-# trains the model of DECK (default input/tiny.toml) under mpiexec with as many ranks as the
-# deck's [parallel] layout needs, then prints a sample from the final checkpoint.
+# The main job of the README: installs what is missing, builds, prepares the fortunes corpus
+# (and its GPT-2 BPE shards when the deck reads data/fortunes-gpt2), trains the model of DECK
+# (default input/tiny.toml) under mpiexec with as many ranks as the deck's [parallel] layout
+# needs, then prints a sample from the final checkpoint.
 #   jobs/run-local.sh [DECK] [--set section.key=value ...]
+#   jobs/run-local.sh input/gpt2-bpe-small.toml      # the main job on real text (GPT-2 BPE)
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 deck=${1:-$root/input/tiny.toml}
@@ -13,11 +15,19 @@ shift $(( $# > 0 ? 1 : 0 ))
 . "$root/jobs/env.sh"
 "$root/jobs/prepare-data.sh"
 exe=${TPTRAIN_BUILD_DIR:-$root/build}/tptrain
+# A deck that reads the fortunes' GPT-2 shards gets them made first (the deck check below wants
+# its data files to exist).
+if grep -q 'fortunes-gpt2' "$deck"; then TPTRAIN_BIN=$exe "$root/jobs/prepare-bpe-data.sh"; fi
 
 # `tptrain check` validates the deck (no MPI): --ranks prints the rank count alone, --json the
 # resolved deck as one JSON object, where the checkpoint folder is read from.
 ranks=$("$exe" check "$deck" "$@" --ranks)
-ckdir=$("$exe" check "$deck" "$@" --json | /usr/bin/python3 -c 'import json, sys; print(json.load(sys.stdin)["checkpoint.dir"])')
+resolved=$("$exe" check "$deck" "$@" --json)
+field() { /usr/bin/python3 -c 'import json, sys; print(json.loads(sys.argv[1])[sys.argv[2]])' "$resolved" "$1"; }
+ckdir=$(field checkpoint.dir)
+# GPT-2's BPE attaches a word's leading space to the word: a BPE prompt ends before the space.
+prompt="The "
+[ "$(field data.tokenizer)" = gpt2 ] && prompt="The"
 
 cores=$(nproc 2>/dev/null || echo 1)
 flags=()
@@ -37,5 +47,5 @@ latest=$(ls -1 "$ckdir"/step_*.h5 2>/dev/null | sort | tail -n 1)
 if [ -n "$latest" ]; then
   echo "tptrain: sample from $latest"
   mpiexec -n "$ranks" "${flags[@]}" "$exe" generate "$deck" "$@" --checkpoint "$latest" \
-    --prompt "The " --tokens 300 --temperature 0.8 --top-k 40 --seed 1
+    --prompt "$prompt" --tokens 300 --temperature 0.8 --top-k 40 --seed 1
 fi
