@@ -205,3 +205,65 @@ TEST_CASE("cross-node: a world of 2^31 - 2 ranks on nodes of 4 takes no time", "
       CHECK(cross_node_bytes(square, StageParameters{32768, 10, 10, 10}, order, g).total() > 0);
   CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < 2.0);
 }
+
+TEST_CASE("cross-node: the plan reports both orders and recommends the one that sends less", "[plan][cross_node]") {
+  // GPT-3 175B as Narayanan et al. 2021 train it, on 1024 GPUs.
+  Config c;
+  c.shape.layers = 96;
+  c.shape.hidden = 12288;
+  c.shape.heads = 96;
+  c.shape.ffn_hidden = 4 * 12288;
+  c.shape.seq_length = 2048;
+  c.shape.vocab_size = 51200;
+  c.shape.tensor = 8;
+  c.pipeline = 16;
+  c.data = 8;
+  c.global_batch = 1536;
+  c.micro_batch = 1;
+  c.precision = "bf16";
+  c.recompute = Recompute::full;
+  const auto plan_of = [](const Config& config, int gpus_per_node) {
+    Hardware hw;
+    hw.gpus_per_node = gpus_per_node;
+    return make_plan(config, hw, 3e11, "", false);
+  };
+  const auto check_plan = [](const Plan& p) {
+    REQUIRE(p.cross_node.size() == 2);
+    CHECK(p.cross_node[0].order == RankOrder::tp_pp_dp);
+    CHECK(p.cross_node[1].order == RankOrder::tp_dp_pp);
+    const StageParameters sp = stage_parameters(p.config.shape, p.config.pipeline);
+    for (const CrossNodeBytes& x : p.cross_node)
+      check_equal(x, cross_node_bytes(p.config, sp, x.order, p.hardware.gpus_per_node));
+    const double deck = p.cross_node[p.config.order == RankOrder::tp_pp_dp ? 0 : 1].total();
+    const double chosen = p.cross_node[p.recommended_order == RankOrder::tp_pp_dp ? 0 : 1].total();
+    CHECK(chosen <= deck);
+    if (chosen == deck) CHECK(p.recommended_order == p.config.order);  // a tie keeps the deck's
+  };
+  // Tensor 8 on nodes of 8: a node is one tensor group in either order, so both send the same.
+  const Plan same = plan_of(c, 8);
+  check_plan(same);
+  CHECK(same.cross_node[0].total() == same.cross_node[1].total());
+  CHECK(same.cross_node[0].tensor == 0);
+  CHECK(same.recommended_order == RankOrder::tp_pp_dp);
+  // Tensor 4, data 16: Megatron's order halves the data-parallel rings' crossings, worth more than
+  // the stage-to-stage transfers the default keeps inside a node.
+  Config t4 = c;
+  t4.shape.tensor = 4;
+  t4.data = 16;
+  const Plan megatron = plan_of(t4, 8);
+  check_plan(megatron);
+  CHECK(megatron.recommended_order == RankOrder::tp_dp_pp);
+  CHECK(megatron.cross_node[1].data == Approx(megatron.cross_node[0].data / 2));
+  // Nodes of 32: four stages of a replica per node under the default order; it wins even when the
+  // deck asks for the other.
+  Config deck_megatron = c;
+  deck_megatron.order = RankOrder::tp_dp_pp;
+  const Plan wide = plan_of(deck_megatron, 32);
+  check_plan(wide);
+  CHECK(wide.recommended_order == RankOrder::tp_pp_dp);
+  // The JSON line carries them.
+  const std::string json = report_json(megatron);
+  CHECK_THAT(json, Catch::Contains("\"order\": \"tp-pp-dp\", \"cross_node_bytes_per_step\": {\"tp-pp-dp\": {\"tensor\": 0, "));
+  CHECK_THAT(json, Catch::Contains("\"recommended_order\": \"tp-dp-pp\""));
+  CHECK_THAT(report(megatron), Catch::Contains("recommended: --set parallel.order=tp-dp-pp"));
+}
