@@ -53,6 +53,7 @@ struct ParallelConfig {
   int pipeline{};
   int data{};
   bool sequence_parallel{};  // Megatron sequence parallelism over the tensor-parallel group
+  std::string order;         // rank order: "tp-pp-dp" or "tp-dp-pp" (src/parallel/topology_rank_map.hpp)
 
   int world_size() const;  // tensor * pipeline * data
 };

@@ -63,6 +63,10 @@ std::vector<DeckKey> make_keys() {
        "split LayerNorm, residual and dropout-free activations along the sequence over the tensor-parallel "
        "group (Korthikanti et al. 2022); needs model.seq_length divisible by parallel.tensor",
        &member<&Deck::parallel, &P::sequence_parallel>},
+      {"parallel", "order", text("tp-pp-dp"), Choice{{"tp-pp-dp", "tp-dp-pp"}},
+       "rank order, fastest axis first: tp-pp-dp (pipeline stages of a replica on neighbouring ranks) or "
+       "tp-dp-pp (Megatron's: data-parallel replicas on neighbouring ranks, pipeline slowest)",
+       &member<&Deck::parallel, &P::order>},
 
       {"training", "global_batch", integer(16), at_least_1,
        "sequences per optimizer step, over all data-parallel ranks",

@@ -67,3 +67,24 @@ tptrain_plan_test(cli_plan_2000000_layers 1 "model        2000000 layers, .*\n\\
 tptrain_plan_test(cli_plan_node_of_2147483647_gpus 1 "wrong GPU count: .*nearest layouts of 4 GPUs that fit"
   plan ${_decks}/valid.toml --gpus 4 --gpus-per-node 2147483647)
 set_tests_properties(cli_plan_2000000_layers cli_plan_node_of_2147483647_gpus PROPERTIES TIMEOUT 5)
+
+# parallel.order: the bytes across nodes under each order and the recommendation (docs/planning.md,
+# "Across nodes"). Tensor 4 on nodes of 8: tp-pp-dp keeps two stages in a node, tp-dp-pp two
+# replicas, whose data-parallel rings then cross half as often; the data bytes outweigh the
+# pipeline's, so Megatron's order wins.
+tptrain_plan_test(cli_plan_order_recommended 0
+  "  tp-pp-dp \\(deck\\) +0 B +[0-9.]+ GiB +[0-9.]+ GiB +[0-9.]+ GiB +[0-9.]+ GiB\n  tp-dp-pp +0 B [^\n]*\n  recommended: --set parallel\\.order=tp-dp-pp \\([0-9.]+ GiB across nodes per step instead of [0-9.]+ GiB\\).*\"order\": \"tp-pp-dp\", \"cross_node_bytes_per_step\": \\{\"tp-pp-dp\": \\{\"tensor\": 0, \"pipeline\": [0-9]+, \"data\": [0-9]+, \"embedding\": [0-9]+, \"total\": [0-9]+\\}, \"tp-dp-pp\": \\{[^}]*\\}\\}, \"recommended_order\": \"tp-dp-pp\""
+  plan ${_input}/gpt3-175b.toml --gpus-per-node 8 --set parallel.tensor=4 --set parallel.data=16)
+tptrain_plan_test(cli_plan_order_of_the_deck 0
+  "layout [^\n]*, order tp-dp-pp;.*  tp-dp-pp \\(deck\\) [^\n]*\n  recommended: parallel\\.order = \"tp-dp-pp\", the deck's .*\"order\": \"tp-dp-pp\",[^\n]*\"recommended_order\": \"tp-dp-pp\""
+  plan ${_input}/gpt3-175b.toml --gpus-per-node 8 --set parallel.tensor=4 --set parallel.data=16
+  --set parallel.order=tp-dp-pp)
+tptrain_plan_test(cli_plan_order_bad 1
+  "--set parallel\\.order=pp-tp-dp: parallel\\.order = \"pp-tp-dp\": expected one of \"tp-pp-dp\", \"tp-dp-pp\""
+  plan ${_input}/gpt3-175b.toml --set parallel.order=pp-tp-dp)
+# 2^31 - 4 ranks on nodes of 3: counted by formula, in bounded time.
+tptrain_plan_test(cli_plan_order_2147483644_ranks_nodes_of_3 0
+  "recommended: --set parallel\\.order=tp-dp-pp"
+  plan ${_decks}/valid.toml --set parallel.pipeline=2 --set parallel.data=536870911
+  --set training.global_batch=1073741822 --gpus-per-node 3)
+set_tests_properties(cli_plan_order_2147483644_ranks_nodes_of_3 PROPERTIES TIMEOUT 5)

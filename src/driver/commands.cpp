@@ -18,6 +18,7 @@
 #include "src/parallel/collectives.hpp"
 #include "src/parallel/device_binding.hpp"
 #include "src/parallel/topology.hpp"
+#include "src/parallel/topology_of_deck.hpp"
 #include "src/plan/plan.hpp"
 #include "src/train/bench.hpp"
 #include "src/train/model_checkpoint.hpp"
@@ -107,7 +108,7 @@ io::Deck load_deck_on_every_rank(const DeckOptions& o) {
 
 // Builds the rank grid, or reports (once, on rank 0) why the world cannot hold the layout.
 std::optional<parallel::Topology> make_topology(const io::Deck& deck) {
-  const parallel::Layout layout{deck.parallel.tensor, deck.parallel.pipeline, deck.parallel.data};
+  const parallel::Layout layout = parallel::layout_of(deck);
   try {
     return std::optional<parallel::Topology>(std::in_place, MPI_COMM_WORLD, layout);
   } catch (const parallel::TopologyError& e) {
@@ -129,9 +130,9 @@ void print_rank_map(const parallel::Topology& topo) {
   TPTRAIN_MPI_CHECK(MPI_Gather(&p.device, 1, MPI_INT, devices.data(), 1, MPI_INT, 0, topo.world()));
   if (topo.world_rank() != 0) return;
   const auto& L = topo.layout();
-  log::infof("ranks: {} = tensor {} x pipeline {} x data {} on {} node{} (backend {}, Kokkos {})", topo.world_size(),
-             L.tensor, L.pipeline, L.data, p.node.nodes, p.node.nodes == 1 ? "" : "s", topo.tp().backend_name(),
-             kx::ExecSpace::name());
+  log::infof("ranks: {} = tensor {} x pipeline {} x data {}, order {}, on {} node{} (backend {}, Kokkos {})",
+             topo.world_size(), L.tensor, L.pipeline, L.data, parallel::rank_order_name(L.order), p.node.nodes,
+             p.node.nodes == 1 ? "" : "s", topo.tp().backend_name(), kx::ExecSpace::name());
   for (int r = 0; r < topo.world_size(); ++r) {
     const auto c = parallel::coordinates_of(r, L);
     const int d = devices[static_cast<std::size_t>(r)];

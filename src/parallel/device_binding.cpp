@@ -56,16 +56,27 @@ int visible_devices() {
 int device_for(int local_rank, int devices) { return devices > 0 ? local_rank % devices : -1; }
 
 std::string tensor_groups_spanning_nodes(const Layout& layout, const std::vector<int>& node_of_rank) {
+  if (node_of_rank.size() != static_cast<std::size_t>(layout.world_size())) return "";
+  // The groups in the deck's rank order: the tp = 0 rank of each (pp, dp), then its tensor stride.
   const int T = layout.tensor;
-  for (std::size_t first = 0; first + static_cast<std::size_t>(T) <= node_of_rank.size(); first += static_cast<std::size_t>(T)) {
-    const auto begin = node_of_rank.begin() + static_cast<std::ptrdiff_t>(first);
-    const auto [lo, hi] = std::minmax_element(begin, begin + T);
-    if (*lo == *hi) continue;
+  const long long stride = strides_of(layout).tensor;
+  for (int first = 0; first < layout.world_size(); ++first) {
+    const Coordinates c = coordinates_of(first, layout);
+    if (c.tp != 0) continue;
+    int lo = node_of_rank[static_cast<std::size_t>(first)], hi = lo;
+    for (int i = 1; i < T; ++i) {
+      const int node = node_of_rank[static_cast<std::size_t>(first + i * stride)];
+      lo = std::min(lo, node);
+      hi = std::max(hi, node);
+    }
+    if (lo == hi) continue;
+    const int last = world_rank_of(Coordinates{T - 1, c.pp, c.dp}, layout);
     return fmt::format(
-        "the tensor-parallel group of world ranks {}..{} spans nodes {} to {}: its all-reduces (four per "
-        "block per micro-batch) cross the network. Keep parallel.tensor <= the ranks per node and start the "
-        "ranks node by node (srun/mpiexec block distribution), so that each TP group lies inside one node",
-        first, first + static_cast<std::size_t>(T) - 1, *lo, *hi);
+        "the tensor-parallel group of world ranks {}..{} spans nodes {} to {} (pp {}, dp {}; parallel.order = \"{}\"): "
+        "its all-reduces (four per block per micro-batch) cross the network. Keep parallel.tensor <= the ranks per "
+        "node and start the ranks node by node (srun/mpiexec block distribution), so that each TP group lies "
+        "inside one node",
+        first, last, lo, hi, c.pp, c.dp, rank_order_name(layout.order));
   }
   return "";
 }

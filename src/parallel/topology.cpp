@@ -4,18 +4,6 @@
 
 namespace tptrain::parallel {
 
-Coordinates coordinates_of(int world_rank, const Layout& layout) {
-  Coordinates c;
-  c.tp = world_rank % layout.tensor;
-  c.pp = (world_rank / layout.tensor) % layout.pipeline;
-  c.dp = world_rank / (layout.tensor * layout.pipeline);
-  return c;
-}
-
-int world_rank_of(const Coordinates& c, const Layout& layout) {
-  return c.tp + layout.tensor * (c.pp + layout.pipeline * c.dp);
-}
-
 std::string world_size_problem(int world_size, const Layout& layout) {
   if (world_size == layout.world_size()) return "";
   return "mpiexec started " + std::to_string(world_size) + " rank" + (world_size == 1 ? "" : "s") +

@@ -1,12 +1,19 @@
-// The rank grid: world = tensor x pipeline x data, tensor fastest (docs/design.md, "Rank layout"), and
-// the communicators of each group. This is the one place that builds it.
+// The rank grid: world = tensor x pipeline x data in the deck's rank order (parallel.order; the
+// map itself is src/parallel/topology_rank_map.hpp, docs/design.md "Rank layout"), and the
+// communicators of each group. This is the one place that builds it.
 //
 // Worked example (Megatron's parallel_state.py explains the same grid): 16 ranks,
-// tensor 2, pipeline 4, data 2. Global rank r has tp = r % 2, pp = (r / 2) % 4, dp = r / 8:
+// tensor 2, pipeline 4, data 2, order tp-pp-dp. Global rank r has tp = r % 2, pp = (r / 2) % 4,
+// dp = r / 8:
 //   TP groups (same pp, dp; a TP group sits inside a node): {0,1} {2,3} ... {14,15}
 //   PP groups (same tp, dp; ordered by pp):   {0,2,4,6} {1,3,5,7} {8,10,12,14} {9,11,13,15}
 //   DP groups (same tp, pp; ordered by dp):   {0,8} {1,9} {2,10} ... {7,15}
 //   embedding groups (first and last stage of a PP group): {0,6} {1,7} {8,14} {9,15}
+// Order tp-dp-pp: tp = r % 2, dp = (r / 2) % 2, pp = r / 4:
+//   TP groups: {0,1} {2,3} ... {14,15} (the same)
+//   PP groups: {0,4,8,12} {1,5,9,13} {2,6,10,14} {3,7,11,15}
+//   DP groups: {0,2} {1,3} {4,6} {5,7} ... {13,15}
+//   embedding groups: {0,12} {1,13} {2,14} {3,15}
 // Ranks in the middle stages belong to no embedding group. With pipeline = 1 the embedding
 // group of a rank is the rank itself (the tied embedding and output share one copy).
 #pragma once
@@ -17,25 +24,9 @@
 #include <string>
 
 #include "src/parallel/communicator.hpp"
+#include "src/parallel/topology_rank_map.hpp"
 
 namespace tptrain::parallel {
-
-struct Layout {
-  int tensor = 1;
-  int pipeline = 1;
-  int data = 1;
-  int world_size() const { return tensor * pipeline * data; }
-};
-
-struct Coordinates {
-  int tp = 0;
-  int pp = 0;
-  int dp = 0;
-};
-
-// Pure rank arithmetic, usable without MPI.
-Coordinates coordinates_of(int world_rank, const Layout& layout);
-int world_rank_of(const Coordinates& c, const Layout& layout);
 
 // Thrown (identically on every rank) when the world cannot hold the layout.
 class TopologyError : public std::runtime_error {

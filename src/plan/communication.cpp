@@ -7,6 +7,13 @@ namespace tptrain::plan {
 double all_reduce_bytes(double bytes, int ranks) { return ranks <= 1 ? 0.0 : 2.0 * (ranks - 1) / ranks * bytes; }
 double all_gather_bytes(double bytes, int ranks) { return ranks <= 1 ? 0.0 : double(ranks - 1) / ranks * bytes; }
 
+double pipeline_link_bytes(const Config& c) {
+  const model::GptShape& m = c.shape;
+  const double N = double(c.micro_batch) * m.seq_length;
+  const double boundary = (c.sequence_parallel ? N / m.tensor : N) * m.hidden * c.element_bytes();
+  return 2 * double(c.micro_batches()) * boundary;
+}
+
 StepCommunication stage_communication(const Config& c, int stage, std::int64_t stage_parameters) {
   const model::GptShape& m = c.shape;
   const int t = m.tensor, P = c.pipeline;
@@ -29,9 +36,8 @@ StepCommunication stage_communication(const Config& c, int stage, std::int64_t s
                        + 3 * all_reduce_bytes(N * 4, t);                          // cross-entropy
   out.tensor = M * per_micro_batch;
 
-  // Pipeline: activations forward, their gradients backward.
-  const double boundary = (sp ? N / t : N) * m.hidden * e;
-  out.pipeline = M * boundary * ((last ? 0 : 1) + (first ? 0 : 1));
+  // Pipeline: activations forward, their gradients backward; half of a link's bytes are this rank's.
+  out.pipeline = pipeline_link_bytes(c) / 2 * ((last ? 0 : 1) + (first ? 0 : 1));
 
   // Data parallel, once per step.
   const double n = double(stage_parameters);

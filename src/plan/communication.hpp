@@ -39,6 +39,10 @@ struct StepCommunication {
   double embedding = 0;  // ... over the embedding group (first and last stage)
 };
 
+// Bytes two neighbouring pipeline stages exchange per step, both directions together: every
+// micro-batch's stage output forward and its gradient backward.
+double pipeline_link_bytes(const Config& c);
+
 // Stage `stage` of c.pipeline holding `stage_parameters` elements on each rank.
 StepCommunication stage_communication(const Config& c, int stage, std::int64_t stage_parameters);
 

@@ -275,6 +275,14 @@ Plan make_plan(const Config& c, const Hardware& hw_in, double deck_tokens, const
   p.total_flops_6nt = six_n_t(double(p.parameters), p.tokens);
   p.bubble = double(c.pipeline - 1) / c.micro_batches();
   p.communication = busiest_communication(c, per_stage);
+  const CrossNodeBytes* deck_order = nullptr;
+  for (const parallel::RankOrder order : {parallel::RankOrder::tp_pp_dp, parallel::RankOrder::tp_dp_pp})
+    p.cross_node.push_back(cross_node_bytes(c, per_stage, order, hw_in.gpus_per_node));
+  for (const CrossNodeBytes& x : p.cross_node)
+    if (x.order == c.order) deck_order = &x;
+  p.recommended_order = c.order;
+  for (const CrossNodeBytes& x : p.cross_node)
+    if (x.total() < deck_order->total()) p.recommended_order = x.order;
 
   if (p.gpus != c.world())
     p.problems.push_back(fmt::format("wrong GPU count: the deck needs tensor {} x pipeline {} x data {} = {} GPUs, "
@@ -329,8 +337,9 @@ std::string report(const Plan& p) {
   line(fmt::format("# tptrain plan {}", io::display_path(p.deck)));
   line(fmt::format("model        {} layers, hidden {}, {} heads, ffn {}, seq_length {}, vocab {} (padded {})", m.layers,
                    m.hidden, m.heads, m.ffn_hidden, m.seq_length, m.vocab_size, m.padded_vocab()));
-  line(fmt::format("layout       tensor {} x pipeline {} x data {} = {} GPUs; {} given, {} per node", m.tensor, c.pipeline,
-                   c.data, c.world(), p.gpus, p.hardware.gpus_per_node));
+  line(fmt::format("layout       tensor {} x pipeline {} x data {} = {} GPUs, order {}; {} given, {} per node", m.tensor,
+                   c.pipeline, c.data, c.world(), parallel::rank_order_name(c.order), p.gpus,
+                   p.hardware.gpus_per_node));
   line(fmt::format("training     {}, recompute {}, sequence parallel {}, distributed optimizer {}; global batch {} = "
                    "{} micro-batches of {} per data-parallel rank",
                    precision, recompute_name(c.recompute), yes_no(c.sequence_parallel), yes_no(c.distributed_optimizer),
@@ -387,6 +396,33 @@ std::string report(const Plan& p) {
   line(fmt::format("  pipeline  ({:>4} stages)  {}", c.pipeline, human_bytes(x.pipeline)));
   line(fmt::format("  data      ({:>4} ranks)   {}", c.data, human_bytes(x.data)));
   line(fmt::format("  embedding (first + last) {}", human_bytes(x.embedding)));
+  line("");
+  line(fmt::format("across nodes per step: bytes all ranks send to another node (nodes of {} GPUs, ranks placed node "
+                   "by node; a ring enters and leaves each node of its group once)",
+                   p.hardware.gpus_per_node));
+  line(fmt::format("  {:<16}{:>14}{:>14}{:>14}{:>14}{:>14}", "parallel.order", "tensor", "pipeline", "data", "embedding",
+                   "total"));
+  for (const CrossNodeBytes& o : p.cross_node)
+    line(fmt::format("  {:<16}{:>14}{:>14}{:>14}{:>14}{:>14}",
+                     fmt::format("{}{}", parallel::rank_order_name(o.order), o.order == c.order ? " (deck)" : ""),
+                     human_bytes(o.tensor), human_bytes(o.pipeline), human_bytes(o.data), human_bytes(o.embedding),
+                     human_bytes(o.total())));
+  {
+    const auto total_of = [&](parallel::RankOrder order) {
+      for (const CrossNodeBytes& o : p.cross_node)
+        if (o.order == order) return o.total();
+      return 0.0;
+    };
+    const double deck_total = total_of(c.order), best = total_of(p.recommended_order);
+    if (p.recommended_order == c.order)
+      line(fmt::format("  recommended: parallel.order = \"{}\", the deck's ({})", parallel::rank_order_name(c.order),
+                       deck_total == 0 ? "nothing crosses a node"
+                                       : fmt::format("{} across nodes per step; the other order sends no less",
+                                                     human_bytes(deck_total))));
+    else
+      line(fmt::format("  recommended: --set parallel.order={} ({} across nodes per step instead of {})",
+                       parallel::rank_order_name(p.recommended_order), human_bytes(best), human_bytes(deck_total)));
+  }
   line("");
   for (const std::string& n : p.notes) line("note: " + n);
   if (p.ok()) {
@@ -453,6 +489,17 @@ io::JsonObject json_of(const Plan& p) {
                                                .number("pipeline", p.communication.pipeline, fixed(0))
                                                .number("data", p.communication.data, fixed(0))
                                                .number("embedding", p.communication.embedding, fixed(0)));
+  o.string("order", parallel::rank_order_name(c.order));
+  io::JsonObject cross;
+  for (const CrossNodeBytes& x : p.cross_node)
+    cross.object(parallel::rank_order_name(x.order), io::JsonObject()
+                                                         .number("tensor", x.tensor, fixed(0))
+                                                         .number("pipeline", x.pipeline, fixed(0))
+                                                         .number("data", x.data, fixed(0))
+                                                         .number("embedding", x.embedding, fixed(0))
+                                                         .number("total", x.total(), fixed(0)));
+  o.object("cross_node_bytes_per_step", cross);
+  o.string("recommended_order", parallel::rank_order_name(p.recommended_order));
   o.boolean("fits", p.fits).strings("problems", p.problems).objects("suggestions", suggestions);
   return o;
 }

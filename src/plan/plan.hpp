@@ -3,7 +3,7 @@
 //
 // The report: parameter counts, the memory of the most loaded rank by category, FLOPs per
 // iteration, time per iteration and for the whole run, the pipeline bubble, the bytes each
-// communicator moves per step, and the problems that make the deck not run as written (a GPU
+// communicator moves per step and, for each rank order, the bytes that cross nodes, and the problems that make the deck not run as written (a GPU
 // count other than tensor × pipeline × data, a rank that does not fit in GPU memory), each with
 // the nearest layouts that would fit.
 #pragma once
@@ -15,6 +15,7 @@
 #include "io/deck.hpp"
 #include "src/plan/communication.hpp"
 #include "src/plan/count.hpp"
+#include "src/plan/cross_node.hpp"
 #include "src/plan/parameter_count.hpp"
 #include "src/plan/parameter_memory.hpp"
 #include "src/plan/plan_config.hpp"
@@ -88,6 +89,10 @@ struct Plan {
   double total_flops_6nt = 0;
   double bubble = 0;  // (p − 1)/m
   StepCommunication communication;
+  // Bytes per step that cross node boundaries (--gpus-per-node, ranks placed node by node) under
+  // each rank order, tp-pp-dp then tp-dp-pp; and the order with fewer (the deck's on a tie).
+  std::vector<CrossNodeBytes> cross_node;
+  parallel::RankOrder recommended_order = parallel::RankOrder::tp_pp_dp;
 
   std::vector<std::string> problems;  // why the deck cannot run as written on this hardware
   std::vector<std::string> notes;     // worth knowing, not fatal (a tensor group across nodes, ...)

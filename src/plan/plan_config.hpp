@@ -9,6 +9,7 @@
 #include "io/deck.hpp"
 #include "src/model/gpt_shape.hpp"
 #include "src/model/recompute.hpp"
+#include "src/parallel/topology_rank_map.hpp"
 
 namespace tptrain::plan {
 
@@ -26,6 +27,7 @@ struct Config {
   std::string precision = "fp32";  // "fp32", "bf16", "fp16"
   Recompute recompute = Recompute::none;
   bool distributed_optimizer = false;
+  parallel::RankOrder order = parallel::RankOrder::tp_pp_dp;  // parallel.order
 
   int tensor() const { return shape.tensor; }
   std::int64_t world() const { return std::int64_t(shape.tensor) * pipeline * data; }

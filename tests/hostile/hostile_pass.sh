@@ -957,6 +957,41 @@ group_resume_layouts() {
       --set parallel.tensor=1 --set run.dir="$R/fp16_one" --set checkpoint.dir="$R/fp16_one/ck" --set checkpoint.resume=true
 }
 
+# parallel.order (docs/design.md, "Rank layout"): a value or type other than the two orders is
+# refused naming the key; Megatron's order trains on 4 ranks (pipeline 2 x data 2, a layout whose
+# rank map it changes), and its checkpoint resumes under the default order on the losses of a run
+# that used the default order throughout.
+group_order() {
+  local d MPI4=("${MPI[@]}") i
+  for i in "${!MPI4[@]}"; do [ "${MPI4[$i]}" = "-n" ] && MPI4[$((i + 1))]=4; done
+  run_case order_bad_value fail -- "$EXE" check "$DECK" --set parallel.order=dp-pp-tp
+  run_case order_upper_case fail -- "$EXE" check "$DECK" --set parallel.order=TP-DP-PP
+  run_case order_empty fail -- "$EXE" check "$DECK" --set 'parallel.order=""'
+  run_case order_plan_bad_value fail -- "$EXE" plan "$DECK" --set parallel.order=pp-tp-dp
+  d=$(deck_sed order_int 's/^tensor = 2$/tensor = 2\norder = 3/') && run_case order_type_int fail -- "$EXE" check "$d"
+  d=$(deck_sed order_bool 's/^tensor = 2$/tensor = 2\norder = true/') && run_case order_type_bool fail -- "$EXE" check "$d"
+  d=$(deck_sed order_array 's/^tensor = 2$/tensor = 2\norder = ["tp", "dp", "pp"]/') &&
+    run_case order_type_array fail -- "$EXE" check "$d"
+  d=$(deck_sed order_twice 's/^tensor = 2$/tensor = 2\norder = "tp-dp-pp"\norder = "tp-pp-dp"/') &&
+    run_case order_twice fail -- "$EXE" check "$d"
+  run_case order_check_megatron ok -- "$EXE" check "$DECK" --set parallel.order=tp-dp-pp
+  any_selected order_train_default order_resume_same_order order_train_megatron order_resume_default || return 0
+  local R=$RUNS/order four=(--set parallel.tensor=1 --set parallel.pipeline=2 --set parallel.data=2
+    --set training.log_interval=1 --set training.eval_interval=0 --set checkpoint.interval=2)
+  # The reference: 2 steps and a resume to 4 (the schedule of a 2-step run, then of a 4-step one),
+  # all in the default order.
+  run_case order_train_default ok -- "${MPI4[@]}" "$EXE" train "$DECK" "${four[@]}" --set training.steps=2 \
+    --set run.dir="$R/default"
+  run_case order_resume_same_order ok verify=verify_resumed -- "${MPI4[@]}" "$EXE" train "$DECK" "${four[@]}" \
+    --set training.steps=4 --set checkpoint.resume=true --set run.dir="$R/default"
+  run_case order_train_megatron ok -- "${MPI4[@]}" "$EXE" train "$DECK" "${four[@]}" --set parallel.order=tp-dp-pp \
+    --set training.steps=2 --set run.dir="$R/megatron"
+  RESUME_REF=$R/default/metrics.jsonl RESUME_TOL=1e-5
+  [ -f "$RESUME_REF" ] &&
+    run_case order_resume_default ok verify=resume_close -- "${MPI4[@]}" "$EXE" train "$DECK" "${four[@]}" \
+      --set training.steps=4 --set checkpoint.resume=true --set run.dir="$R/megatron"
+}
+
 # ---- 4. runs --------------------------------------------------------------------------------
 
 # Steps per second of this machine now (a 300-step run), so that the runs below last long enough
@@ -1604,6 +1639,7 @@ group_generate
 group_round2_plan_json
 group_round2_fp16
 group_tokenize
+group_order
 run_kill rank1
 run_kill rank0
 run_kill mpiexec

@@ -583,6 +583,18 @@ TEST_CASE("deck: precision and decay take one of their choices", "[io][deck]") {
   }
 }
 
+TEST_CASE("deck: parallel.order is tp-pp-dp or tp-dp-pp", "[io][deck]") {
+  Fixture fx;
+  CHECK(fx.parse(make_deck()).parallel.order == "tp-pp-dp");  // the default
+  for (const std::string v : {"tp-pp-dp", "tp-dp-pp"})
+    CHECK(fx.parse(make_deck({{"parallel.order", "\"" + v + "\""}})).parallel.order == v);
+  CHECK(fx.parse(make_deck(), {"parallel.order=tp-dp-pp"}).parallel.order == "tp-dp-pp");
+  CHECK_THAT(fx.problem(make_deck({{"parallel.order", "\"dp-pp-tp\""}})),
+             has("parallel.order = \"dp-pp-tp\": expected one of \"tp-pp-dp\", \"tp-dp-pp\""));
+  CHECK_THAT(fx.problem(make_deck({{"parallel.order", "1"}})),
+             has("parallel.order = 1: expected a string (got an integer)"));
+}
+
 TEST_CASE("deck: divisibility rules, each its own message naming both keys", "[io][deck]") {
   Fixture fx;
   SECTION("hidden % heads") {
@@ -876,6 +888,7 @@ TEST_CASE("deck: to_toml writes every key in table order and round-trips", "[io]
                                           "parallel.pipeline",
                                           "parallel.data",
                                           "parallel.sequence_parallel",
+                                          "parallel.order",
                                           "training.global_batch",
                                           "training.micro_batch",
                                           "training.steps",

@@ -41,6 +41,33 @@ TEST_CASE("a tensor-parallel group that spans nodes is named", "[parallel][devic
   std::vector<int> three_per_node{0, 0, 0, 1, 1, 1};
   CHECK_THAT(tensor_groups_spanning_nodes(Layout{2, 1, 3}, three_per_node),
              tptrain::test::contains("world ranks 2..3 spans nodes 0 to 1"));
+  // The warning follows parallel.order: 8 ranks, tensor 2 x pipeline 2 x data 2, 3 GPUs per node.
+  // Ranks 2..3 straddle nodes 0 and 1; they are (pp 1, dp 0) in tp-pp-dp, (pp 0, dp 1) in tp-dp-pp.
+  const std::vector<int> threes{0, 0, 0, 1, 1, 1, 2, 2};
+  CHECK_THAT(tensor_groups_spanning_nodes(Layout{2, 2, 2, RankOrder::tp_pp_dp}, threes),
+             tptrain::test::contains("world ranks 2..3 spans nodes 0 to 1 (pp 1, dp 0; parallel.order = \"tp-pp-dp\")"));
+  CHECK_THAT(tensor_groups_spanning_nodes(Layout{2, 2, 2, RankOrder::tp_dp_pp}, threes),
+             tptrain::test::contains("world ranks 2..3 spans nodes 0 to 1 (pp 0, dp 1; parallel.order = \"tp-dp-pp\")"));
+  // Against the groups enumerated from the rank map, for every placement of 8 ranks on nodes of
+  // 1..8 GPUs and every layout and order.
+  for (const RankOrder order : {RankOrder::tp_pp_dp, RankOrder::tp_dp_pp})
+    for (const int T : {1, 2, 4, 8})
+      for (const int P : {1, 2, 4})
+        for (const int g : {1, 2, 3, 4, 5, 8}) {
+          if (8 % (T * P) != 0) continue;
+          const Layout L{T, P, 8 / (T * P), order};
+          std::vector<int> nodes(8);
+          for (int r = 0; r < 8; ++r) nodes[static_cast<std::size_t>(r)] = r / g;
+          bool any_spans = false;
+          for (int r = 0; r < 8; ++r)
+            for (int q = 0; q < 8; ++q) {
+              const Coordinates a = coordinates_of(r, L), b = coordinates_of(q, L);
+              if (a.pp == b.pp && a.dp == b.dp && nodes[static_cast<std::size_t>(r)] != nodes[static_cast<std::size_t>(q)])
+                any_spans = true;
+            }
+          INFO("tensor " << T << " pipeline " << P << ", " << g << " GPUs per node, " << rank_order_name(order));
+          CHECK(tensor_groups_spanning_nodes(L, nodes).empty() == !any_spans);
+        }
   // Round-robin placement (rank r on node r % 2) breaks every group of 2.
   CHECK_FALSE(tensor_groups_spanning_nodes(Layout{2, 1, 2}, {0, 1, 0, 1}).empty());
 }

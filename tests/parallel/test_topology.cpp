@@ -1,4 +1,5 @@
-// Rank grid: coordinates (pure arithmetic) and the communicators of each group (under MPI).
+// Rank grid: coordinates (pure arithmetic, both rank orders) and the communicators of each group
+// (under MPI, both orders: every group holds exactly the ranks the map puts in it).
 #include <mpi.h>
 #include <set>
 
@@ -48,6 +49,65 @@ TEST_CASE("coordinates: tensor fastest, then pipeline, then data", "[parallel][t
   }
 }
 
+TEST_CASE("coordinates, order tp-dp-pp: tensor fastest, then data, then pipeline", "[parallel][topology]") {
+  // The second worked example of topology.hpp: 16 ranks, TP2 x PP4 x DP2, Megatron's order.
+  const Layout L{2, 4, 2, RankOrder::tp_dp_pp};
+  const Coordinates c5 = coordinates_of(5, L);  // 5 = 1 + 2·(0 + 2·1)
+  CHECK(c5.tp == 1);
+  CHECK(c5.dp == 0);
+  CHECK(c5.pp == 1);
+  const Coordinates c14 = coordinates_of(14, L);  // 14 = 0 + 2·(1 + 2·3)
+  CHECK(c14.tp == 0);
+  CHECK(c14.dp == 1);
+  CHECK(c14.pp == 3);
+  // The groups of the header's example.
+  CHECK(world_rank_of({0, 0, 0}, L) == 0);
+  CHECK(world_rank_of({0, 1, 0}, L) == 4);
+  CHECK(world_rank_of({0, 3, 0}, L) == 12);  // embedding group {0, 12}
+  CHECK(world_rank_of({1, 0, 1}, L) == 3);   // DP group {1, 3}
+
+  for (const int T : {1, 2, 3})
+    for (const int P : {1, 2, 4})
+      for (const int D : {1, 2, 3}) {
+        const Layout a{T, P, D, RankOrder::tp_pp_dp}, b{T, P, D, RankOrder::tp_dp_pp};
+        INFO("tensor " << T << " pipeline " << P << " data " << D);
+        std::set<int> seen;
+        bool differ = false;
+        for (int r = 0; r < b.world_size(); ++r) {
+          const Coordinates k = coordinates_of(r, b);
+          REQUIRE(k.tp < T);
+          REQUIRE(k.pp < P);
+          REQUIRE(k.dp < D);
+          REQUIRE(world_rank_of(k, b) == r);
+          // Data varies before pipeline: the next replica of a stage is T ranks on.
+          CHECK(k.tp + T * (k.dp + D * k.pp) == r);
+          seen.insert(world_rank_of(k, a));
+          differ = differ || world_rank_of(k, a) != r;
+          // The strides step along one axis and leave the others.
+          const Strides s = strides_of(b);
+          if (k.pp + 1 < P) {
+            const Coordinates n = coordinates_of(r + static_cast<int>(s.pipeline), b);
+            CHECK((n.tp == k.tp && n.dp == k.dp && n.pp == k.pp + 1));
+          }
+          if (k.dp + 1 < D) {
+            const Coordinates n = coordinates_of(r + static_cast<int>(s.data), b);
+            CHECK((n.tp == k.tp && n.pp == k.pp && n.dp == k.dp + 1));
+          }
+        }
+        CHECK(static_cast<int>(seen.size()) == b.world_size());  // a permutation of the ranks
+        // The orders name the same map exactly when one of pipeline and data is 1.
+        CHECK(differ == (P > 1 && D > 1));
+      }
+}
+
+TEST_CASE("parallel.order names", "[parallel][topology]") {
+  CHECK(rank_order_from_name("tp-pp-dp") == RankOrder::tp_pp_dp);
+  CHECK(rank_order_from_name("tp-dp-pp") == RankOrder::tp_dp_pp);
+  CHECK(rank_order_name(RankOrder::tp_dp_pp) == "tp-dp-pp");
+  CHECK(rank_order_name(Layout{}.order) == "tp-pp-dp");  // the default
+  CHECK_THROWS_WITH(rank_order_from_name("dp-tp-pp"), tptrain::test::contains("expected \"tp-pp-dp\" or \"tp-dp-pp\""));
+}
+
 TEST_CASE("world size problem names both sizes", "[parallel][topology]") {
   CHECK(world_size_problem(4, Layout{2, 2, 1}).empty());
   const std::string p = world_size_problem(2, Layout{2, 2, 1});
@@ -83,11 +143,12 @@ static long expected_group_sum(const Layout& L, const Coordinates& me, char grou
 TEST_CASE("group communicators hold exactly the ranks of their group", "[parallel][topology][mpi]") {
   const int n = world_size();
   const int me = world_rank();
+  for (const RankOrder order : {RankOrder::tp_pp_dp, RankOrder::tp_dp_pp})
   for (int t = 1; t <= n; ++t) {
     for (int p = 1; t * p <= n; ++p) {
       if (n % (t * p) != 0) continue;
-      const Layout L{t, p, n / (t * p)};
-      INFO("layout tensor " << t << " pipeline " << p << " data " << L.data);
+      const Layout L{t, p, n / (t * p), order};
+      INFO("layout tensor " << t << " pipeline " << p << " data " << L.data << ", order " << rank_order_name(order));
       Topology topo(MPI_COMM_WORLD, L);
       const Coordinates c = topo.coords();
       REQUIRE(topo.world_rank() == me);

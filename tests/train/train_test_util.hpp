@@ -11,6 +11,7 @@
 
 #include "io/deck.hpp"
 #include "catch.hpp"
+#include "src/parallel/topology_of_deck.hpp"
 #include "src/train/training_run.hpp"
 #include "tests/model/model_test_util.hpp"
 #include "tests/mpi_test_util.hpp"
@@ -63,7 +64,7 @@ inline io::Deck pipeline_deck(int tensor, int pipeline, int data, int steps, int
 // T: the run's precision (float, kx::bf16, kx::fp16).
 template <class T = float>
 std::vector<double> loss_curve(const io::Deck& deck, MPI_Comm comm, int steps) {
-  parallel::Topology topo(comm, parallel::Layout{deck.parallel.tensor, deck.parallel.pipeline, deck.parallel.data});
+  parallel::Topology topo(comm, parallel::layout_of(deck));
   train::TrainingRun<T> run(deck, topo);
   std::vector<double> losses;
   for (int s = 0; s < steps; ++s) losses.push_back(run.step(s).loss);
@@ -71,9 +72,7 @@ std::vector<double> loss_curve(const io::Deck& deck, MPI_Comm comm, int steps) {
 }
 
 // Layout comparisons (tests/train/test_pipeline.cpp, test_memory_at_scale.cpp).
-inline parallel::Layout layout_of(const io::Deck& deck) {
-  return parallel::Layout{deck.parallel.tensor, deck.parallel.pipeline, deck.parallel.data};
-}
+inline parallel::Layout layout_of(const io::Deck& deck) { return parallel::layout_of(deck); }
 
 using Named = std::map<std::string, std::vector<double>>;
 

@@ -1,0 +1,54 @@
+// The rank map: which world rank holds which (tp, pp, dp) coordinates, for the two orders a deck
+// may choose (parallel.order, docs/design.md "Rank layout"). Pure arithmetic, no MPI: the
+// topology (src/parallel/topology.hpp) builds its communicators from it, and the planner
+// (src/plan/cross_node.hpp) counts the bytes that cross node boundaries with it.
+//
+//   tp-pp-dp (the default): r = tp + T·(pp + P·dp)   tensor fastest, data slowest
+//   tp-dp-pp (Megatron's):  r = tp + T·(dp + D·pp)   tensor fastest, pipeline slowest
+//
+// Tensor is fastest in both, so a tensor group is T consecutive ranks either way; the orders
+// differ only in whether a node of consecutive ranks holds neighbouring pipeline stages
+// (tp-pp-dp) or neighbouring data-parallel replicas (tp-dp-pp). With pipeline = 1 or data = 1
+// the two maps are the same.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+namespace tptrain::parallel {
+
+enum class RankOrder { tp_pp_dp, tp_dp_pp };
+
+// "tp-pp-dp", "tp-dp-pp": the deck's spelling.
+std::string_view rank_order_name(RankOrder order);
+// Throws std::invalid_argument naming the allowed values (the deck has checked them already).
+RankOrder rank_order_from_name(std::string_view name);
+
+struct Layout {
+  int tensor = 1;
+  int pipeline = 1;
+  int data = 1;
+  RankOrder order = RankOrder::tp_pp_dp;
+  int world_size() const { return tensor * pipeline * data; }
+};
+
+struct Coordinates {
+  int tp = 0;
+  int pp = 0;
+  int dp = 0;
+};
+
+// World ranks between neighbours along each axis: a group of that axis is the ranks
+// first + i·stride. Tensor's is 1 in both orders.
+struct Strides {
+  long long tensor = 1;
+  long long pipeline = 1;
+  long long data = 1;
+};
+Strides strides_of(const Layout& layout);
+
+Coordinates coordinates_of(int world_rank, const Layout& layout);
+int world_rank_of(const Coordinates& c, const Layout& layout);
+
+}  // namespace tptrain::parallel
