@@ -18,4 +18,8 @@ foreach(layout "one;1;" "tensor2;2;--set|parallel.tensor=2" "pipeline2_bf16;2;--
            -P ${_hf}/hf_round_trip.cmake)
   set_tests_properties(cli_hf_reference_${name} PROPERTIES FIXTURES_REQUIRED hf_${name} TIMEOUT 300
                        SKIP_REGULAR_EXPRESSION "gpt2_reference: skipped")
+  if(name STREQUAL "one" OR name STREQUAL "pipeline2_bf16")
+    add_test(NAME cli_hf_init_from_${name} COMMAND ${CMAKE_COMMAND} -DMODE=init_from ${_args} -P ${_hf}/hf_round_trip.cmake)
+    set_tests_properties(cli_hf_init_from_${name} PROPERTIES FIXTURES_REQUIRED hf_${name} TIMEOUT 300)
+  endif()
 endforeach()

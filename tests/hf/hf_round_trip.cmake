@@ -2,6 +2,7 @@
 #   MODE=round_trip: train the deck a few steps with the layout, export the checkpoint, import the
 #     export with the deck; the imported weights must be the trained ones bit for bit
 #     (same_weights.py), and inspect must pass the imported file.
+#   MODE=init_from: training.init_from starts from the imported weights exactly; a resume wins.
 #   MODE=reference: the export evaluated by an independent PyTorch GPT-2 (gpt2_reference.py) gives
 #     `tptrain eval`'s loss of the checkpoint within 1e-5 (fp32); skipped, saying so, without PyTorch.
 #   cmake -DMODE=... -DEXE=tptrain "-DMPI=mpiexec|flags|-n" -DRANKS=2 "-DSETS=--set|parallel.tensor=2"
@@ -72,6 +73,37 @@ elseif(MODE STREQUAL "reference")
   if(differ)
     message(FATAL_ERROR "the exported model's loss differs from tptrain's by more than 1e-5")
   endif()
+elseif(MODE STREQUAL "init_from")
+  # training.init_from: the imported weights start a run exactly as the checkpoint they came from
+  # does (the same first loss, bit for bit in the printed digits), unlike the seeded start; and a
+  # checkpoint to resume from wins over init_from.
+  set(one --set training.steps=1 --set training.log_interval=1 --set checkpoint.resume=false)
+  foreach(start original imported seeded resumed)
+    file(REMOVE_RECURSE ${DIR}/init_${start})
+  endforeach()
+  run(${launch} train ${DECK} ${SETS} ${one} --set run.dir=${DIR}/init_original --set training.init_from=${ck})
+  file(STRINGS ${DIR}/init_original/metrics.jsonl original REGEX "\"step\": 1,")
+  run(${launch} train ${DECK} ${SETS} ${one} --set run.dir=${DIR}/init_imported --set training.init_from=${DIR}/imported.h5)
+  if(NOT output MATCHES "starting from the weights of")
+    message(FATAL_ERROR "the run does not say it starts from training.init_from")
+  endif()
+  file(STRINGS ${DIR}/init_imported/metrics.jsonl imported REGEX "\"step\": 1,")
+  run(${launch} train ${DECK} ${SETS} ${one} --set run.dir=${DIR}/init_seeded)
+  file(STRINGS ${DIR}/init_seeded/metrics.jsonl seeded REGEX "\"step\": 1,")
+  string(REGEX MATCH "\"loss\": [^,]*" original "${original}")
+  string(REGEX MATCH "\"loss\": [^,]*" imported "${imported}")
+  string(REGEX MATCH "\"loss\": [^,]*" seeded "${seeded}")
+  message("step 1: from the checkpoint ${original}, from its import ${imported}, seeded ${seeded}")
+  if(original STREQUAL "" OR NOT original STREQUAL imported OR original STREQUAL seeded)
+    message(FATAL_ERROR "expected the same first loss from the checkpoint and its import, and another one seeded")
+  endif()
+  file(MAKE_DIRECTORY ${DIR}/init_resumed/ck)
+  file(COPY ${ck} DESTINATION ${DIR}/init_resumed/ck)
+  run(${launch} train ${DECK} ${SETS} --set training.steps=5 --set run.dir=${DIR}/init_resumed
+      --set checkpoint.dir=${DIR}/init_resumed/ck --set checkpoint.resume=true --set training.init_from=${DIR}/imported.h5)
+  if(NOT output MATCHES "resuming from .*step_00000004.h5" OR NOT output MATCHES "training.init_from = .* is not used")
+    message(FATAL_ERROR "with a checkpoint to resume from, the run must resume and say init_from is not used")
+  endif()
 else()
-  message(FATAL_ERROR "MODE must be round_trip or reference")
+  message(FATAL_ERROR "MODE must be round_trip, reference or init_from")
 endif()

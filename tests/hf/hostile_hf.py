@@ -82,6 +82,21 @@ elif kind == "mask_buffers":  # the causal-mask buffers older exports carry
     add_tensor("transformer.h.0.attn.bias", [1, 1, 2, 2], struct.pack("<4f", 1, 0, 1, 1))
     add_tensor("transformer.h.0.attn.masked_bias", [], struct.pack("<f", -1e4))
     write(json.dumps(header), data)
+elif kind == "more_positions":  # a longer context than the deck's: rows past seq_length are never used
+    wpe = header["transformer.wpe.weight"]
+    rows, width = wpe["shape"]
+    out, body = {}, bytearray()
+    for name, t in header.items():
+        if name == "__metadata__":
+            out[name] = t
+            continue
+        b, e = t["data_offsets"]
+        payload = bytes(data[b:e]) + (struct.pack("<f", 0.25) * (8 * width) if name == "transformer.wpe.weight" else b"")
+        shape = [rows + 8, width] if name == "transformer.wpe.weight" else t["shape"]
+        out[name] = {"dtype": t["dtype"], "shape": shape, "data_offsets": [len(body), len(body) + len(payload)]}
+        body += payload
+    write(json.dumps(out), body)
+    config(n_positions=rows + 8, n_ctx=rows + 8)
 elif kind == "lm_head_tied":
     b, e = wte["data_offsets"]
     add_tensor("lm_head.weight", wte["shape"], bytes(data[b:e]))
