@@ -134,7 +134,10 @@ std::uint64_t SafetensorsTensorInfo::elements() const {
 
 SafetensorsReader::SafetensorsReader(std::string path) : path_(std::move(path)) {
   std::error_code ec;
-  if (!std::filesystem::is_regular_file(path_, ec)) fail(path_, ec ? ec.message() : "not a regular file");
+  const auto status = std::filesystem::status(path_, ec);
+  if (status.type() == std::filesystem::file_type::not_found) fail(path_, "no such file");
+  if (ec) fail(path_, ec.message());
+  if (status.type() != std::filesystem::file_type::regular) fail(path_, "not a regular file");
   const std::uint64_t size = std::filesystem::file_size(path_, ec);
   if (ec) fail(path_, ec.message());
   std::ifstream in(path_, std::ios::binary);

@@ -126,6 +126,11 @@ elif kind == "config_wider":
     config(n_embd=64)
 elif kind == "config_not_gpt2":
     config(model_type="llama")
+elif kind == "safetensors_missing":
+    os.remove(path)
+elif kind == "safetensors_directory":
+    os.remove(path)
+    os.mkdir(path)
 elif kind == "config_missing":
     os.remove(os.path.join(dst, "config.json"))
 elif kind == "config_garbage":

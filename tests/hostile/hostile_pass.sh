@@ -1600,7 +1600,7 @@ group_hf() {
     hf_import_eval_same hf_import_two_ranks hf_import_out_exists hf_import_deck_mismatch hf_import_missing_dir
     hf_init_from_imported hf_init_from_missing hf_init_from_other_model)
   local fails=(truncated length_huge length_beyond_file not_json overlap dtype_i32 dtype_unknown duplicate renamed_layer
-    shape_swapped nan empty lm_head_untied config_gelu_erf config_wider config_not_gpt2 config_missing config_garbage)
+    shape_swapped nan empty safetensors_missing safetensors_directory lm_head_untied config_gelu_erf config_wider config_not_gpt2 config_missing config_garbage)
   local sames=(no_prefix mask_buffers lm_head_tied more_positions) k n any=""
   for n in "${names[@]}"; do selected "$n" && any=yes; done
   for k in "${fails[@]}" "${sames[@]}" bf16; do selected "hf_import_$k" && any=yes; done
