@@ -178,7 +178,13 @@ int export_checkpoint(const ExportOptions& o) {
                              {"producer", "tptrain"},
                              {"source_checkpoint", o.checkpoint},
                              {"source_step", std::to_string(meta.step)}});
-      write_text_file((out / "config.json").string(), train::hf_gpt2_config(shape, shape.vocab_size >= 50257));
+      try {
+        write_text_file((out / "config.json").string(), train::hf_gpt2_config(shape, shape.vocab_size >= 50257));
+      } catch (...) {  // half a model folder would block the next try ("already holds")
+        std::error_code ignored;
+        fs::remove(out / "model.safetensors", ignored);
+        throw;
+      }
     });
     log::infof("exported {} (step {}, written with tensor {} x pipeline {} x data {}, {}) to {}: {} tensors, {:.2f} M "
                "parameters, float32, GPT2LMHeadModel layout (lm_head tied to transformer.wte)",
