@@ -1,12 +1,11 @@
 #include "src/train/hf_gpt2.hpp"
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include <cmath>
-#include <fstream>
 #include <stdexcept>
 
+#include "io/hf_gpt2_config.hpp"
 #include "io/path_text.hpp"
 #include "src/model/layer_norm.hpp"
 #include "src/model/model_parameters.hpp"
@@ -90,87 +89,55 @@ std::vector<float> from_hf(const HfTensor& t, const std::vector<float>& hf_value
 }
 
 std::string hf_gpt2_config(const model::GptShape& s, bool gpt2_vocabulary) {
-  nlohmann::ordered_json c;
-  c["architectures"] = {"GPT2LMHeadModel"};
-  c["model_type"] = "gpt2";
-  c["vocab_size"] = s.vocab_size;
-  c["n_positions"] = s.seq_length;
-  c["n_ctx"] = s.seq_length;  // the older name, still read by some tools
-  c["n_embd"] = s.hidden;
-  c["n_layer"] = s.layers;
-  c["n_head"] = s.heads;
-  c["n_inner"] = s.ffn_hidden;
-  c["activation_function"] = kTanhGelu[0];
-  c["layer_norm_epsilon"] = model::LayerNorm<float>::eps;
-  c["initializer_range"] = 0.02;
+  io::Gpt2ConfigFile c;
+  c.model_type = "gpt2";
+  c.vocab_size = s.vocab_size;
+  c.n_positions = s.seq_length;
+  c.n_embd = s.hidden;
+  c.n_layer = s.layers;
+  c.n_head = s.heads;
+  c.n_inner = s.ffn_hidden;
+  c.activation_function = kTanhGelu[0];
+  c.layer_norm_epsilon = model::LayerNorm<float>::eps;
   // tptrain trains without dropout; HF's defaults (0.1) would train the export differently.
-  c["resid_pdrop"] = 0.0;
-  c["embd_pdrop"] = 0.0;
-  c["attn_pdrop"] = 0.0;
-  c["scale_attn_weights"] = true;
-  c["scale_attn_by_inverse_layer_idx"] = false;
-  c["reorder_and_upcast_attn"] = false;
-  c["tie_word_embeddings"] = true;
-  c["use_cache"] = true;
-  if (gpt2_vocabulary) {
-    c["bos_token_id"] = 50256;
-    c["eos_token_id"] = 50256;
-  }
-  c["torch_dtype"] = "float32";
-  return c.dump(2) + "\n";
+  c.resid_pdrop = c.embd_pdrop = c.attn_pdrop = 0.0;
+  if (gpt2_vocabulary) c.bos_token_id = c.eos_token_id = 50256;
+  return io::gpt2_config_text(c);
 }
 
 HfGpt2Config read_hf_gpt2_config(const std::string& path) {
+  const io::Gpt2ConfigFile c = io::read_gpt2_config(path);
   const auto fail = [&](const std::string& what) {
     throw std::runtime_error("Hugging Face config " + io::display_path(path) + ": " + what);
   };
-  std::ifstream in(path);
-  if (!in) fail("cannot be read");
-  nlohmann::json c;
-  try {
-    c = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    fail(std::string("not valid JSON: ") + e.what());
-  }
-  if (!c.is_object()) fail("not a JSON object");
-  if (c.value("model_type", std::string()) != "gpt2")
-    fail("model_type is " + (c.contains("model_type") ? c["model_type"].dump() : std::string("missing")) +
+  if (c.model_type != "gpt2")
+    fail("model_type is " + (c.model_type.empty() ? std::string("missing") : "\"" + c.model_type + "\"") +
          ": tptrain imports GPT-2 models (model_type \"gpt2\")");
-  const auto integer = [&](const char* key, int* out) {
-    if (!c.contains(key)) fail(std::string("no ") + key);
-    const nlohmann::json& v = c[key];
-    if (!v.is_number_integer() || v.get<std::int64_t>() < 1 || v.get<std::int64_t>() > model::GptShape::int_limit)
-      fail(std::string(key) + " = " + v.dump() + ": expected a positive integer");
-    *out = v.get<int>();
-  };
-  HfGpt2Config h;
-  integer("n_layer", &h.n_layer);
-  integer("n_embd", &h.n_embd);
-  integer("n_head", &h.n_head);
-  integer("vocab_size", &h.vocab_size);
-  integer("n_positions", &h.n_positions);
-  if (!c.contains("n_inner") || c["n_inner"].is_null())
-    h.n_inner = 4 * h.n_embd;  // GPT2Config's default
-  else
-    integer("n_inner", &h.n_inner);
-  const std::string activation = c.value("activation_function", std::string(kTanhGelu[0]));
-  if (activation != kTanhGelu[0] && activation != kTanhGelu[1])
-    fail("activation_function = \"" + activation +
+  for (const auto& [key, value] : {std::pair{"n_layer", c.n_layer}, std::pair{"n_embd", c.n_embd}, std::pair{"n_head", c.n_head},
+                                   std::pair{"vocab_size", c.vocab_size}, std::pair{"n_positions", c.n_positions}})
+    if (value == 0) fail(std::string("no ") + key);
+  if (c.activation_function != kTanhGelu[0] && c.activation_function != kTanhGelu[1])
+    fail("activation_function = \"" + c.activation_function +
          "\": tptrain computes GELU's tanh form (\"gelu_new\" or \"gelu_pytorch_tanh\"), another activation would "
          "give another model");
-  if (c.contains("layer_norm_epsilon")) {
-    const nlohmann::json& eps = c["layer_norm_epsilon"];
-    if (!eps.is_number() || std::abs(eps.get<double>() - model::LayerNorm<float>::eps) > 1e-12)
-      fail(fmt::format("layer_norm_epsilon = {}: tptrain's LayerNorm uses {}", eps.dump(), model::LayerNorm<float>::eps));
-  }
-  const auto flag = [&](const char* key, bool expected, const char* why) {
-    if (c.contains(key) && (!c[key].is_boolean() || c[key].get<bool>() != expected))
-      fail(std::string(key) + " = " + c[key].dump() + ": " + why);
+  if (std::abs(c.layer_norm_epsilon - model::LayerNorm<float>::eps) > 1e-12)
+    fail(fmt::format("layer_norm_epsilon = {}: tptrain's LayerNorm uses {}", c.layer_norm_epsilon,
+                     model::LayerNorm<float>::eps));
+  const auto flag = [&](const char* key, bool value, bool expected, const char* why) {
+    if (value != expected) fail(fmt::format("{} = {}: {}", key, value, why));
   };
-  flag("tie_word_embeddings", true, "tptrain's output layer is the word embedding (tied)");
-  flag("scale_attn_weights", true, "tptrain scales attention scores by 1/sqrt(head_dim)");
-  flag("scale_attn_by_inverse_layer_idx", false, "tptrain does not scale attention by the layer index");
-  flag("add_cross_attention", false, "tptrain's GPT-2 has no cross-attention");
+  flag("tie_word_embeddings", c.tie_word_embeddings, true, "tptrain's output layer is the word embedding (tied)");
+  flag("scale_attn_weights", c.scale_attn_weights, true, "tptrain scales attention scores by 1/sqrt(head_dim)");
+  flag("scale_attn_by_inverse_layer_idx", c.scale_attn_by_inverse_layer_idx, false,
+       "tptrain does not scale attention by the layer index");
+  flag("add_cross_attention", c.add_cross_attention, false, "tptrain's GPT-2 has no cross-attention");
+  HfGpt2Config h;
+  h.n_layer = c.n_layer;
+  h.n_embd = c.n_embd;
+  h.n_head = c.n_head;
+  h.vocab_size = c.vocab_size;
+  h.n_positions = c.n_positions;
+  h.n_inner = c.n_inner ? *c.n_inner : 4 * c.n_embd;  // GPT2Config's default
   return h;
 }
 

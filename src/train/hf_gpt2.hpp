@@ -1,6 +1,7 @@
 // tptrain's GPT-2 as Hugging Face's GPT2LMHeadModel (docs/checkpoints.md, "Hugging Face export
 // and import"): which checkpoint dataset is which HF tensor, in which orientation, and the
-// config.json that describes the same model. Both directions use this one table.
+// config.json that describes the same model (its file format: io/hf_gpt2_config.hpp). Both
+// directions use this one table.
 //
 // The two models compute the same function: pre-LN blocks, LayerNorm eps 1e-5, GELU in its tanh
 // form (HF "gelu_new"), attention scaled by 1/sqrt(head_dim) with the causal mask, the output

@@ -113,12 +113,15 @@ TEST_CASE("hf_gpt2: config.json describes the model and reads back; other models
       {R"(,"tie_word_embeddings":false})", "tie_word_embeddings = false"},
       {R"(,"scale_attn_by_inverse_layer_idx":true})", "scale_attn_by_inverse_layer_idx = true"},
       {R"(,"n_head":0})", "n_head = 0: expected a positive integer"},
+      {R"(,"activation_function":5})", "activation_function = 5: expected a string"},
+      {R"(,"tie_word_embeddings":"yes"})", "tie_word_embeddings = \"yes\": expected true or false"},
   };
   for (const auto& [extra, message] : refused) {
     CAPTURE(extra);
     CHECK_THROWS_WITH(train::read_hf_gpt2_config(write(dir, base + extra)), Contains(message) && Contains("config.json"));
   }
   CHECK_THROWS_WITH(train::read_hf_gpt2_config(write(dir, R"({"model_type":"llama"})")), Contains("model_type is \"llama\""));
+  CHECK_THROWS_WITH(train::read_hf_gpt2_config(write(dir, R"({"model_type":"gpt2"})")), Contains("no n_layer"));
   CHECK_THROWS_WITH(train::read_hf_gpt2_config(write(dir, "{")), Contains("not valid JSON"));
   CHECK_THROWS_WITH(train::read_hf_gpt2_config(dir.file("absent.json")), Contains("absent.json"));
 }
