@@ -18,12 +18,11 @@ import math
 import struct
 import sys
 
-import numpy as np
-
 try:
+    import numpy as np
     import torch
-except ImportError:
-    print("gpt2_reference.py: PyTorch is not installed (Debian: python3-torch): skipped", file=sys.stderr)
+except ImportError as e:
+    print("gpt2_reference.py: skipped: %s (Debian: python3-torch, which brings numpy)" % e, file=sys.stderr)
     sys.exit(77)
 
 DTYPES = {"F32": np.float32, "F16": np.float16, "F64": np.float64}
