@@ -4,8 +4,10 @@
 set(_hf ${CMAKE_CURRENT_SOURCE_DIR}/hf)
 # Lists passed to the script are |-separated (a ; would split the argument).
 string(REPLACE ";" "|" _hf_mpi "${MPIEXEC_EXECUTABLE};${TPTRAIN_MPIEXEC_FLAGS};${MPIEXEC_NUMPROC_FLAG}")
-# name, ranks, deck overrides
-foreach(layout "one;1;" "tensor2;2;--set|parallel.tensor=2" "pipeline2_bf16;2;--set|parallel.pipeline=2|--set|training.precision=bf16")
+# name, ranks, deck overrides (tensor 2 with a vocabulary of 257, padded to 258 on the ranks: the
+# export holds the 257 real rows)
+foreach(layout "one;1;" "tensor2;2;--set|parallel.tensor=2|--set|model.vocab_size=257"
+               "pipeline2_bf16;2;--set|parallel.pipeline=2|--set|training.precision=bf16")
   list(GET layout 0 name)
   list(GET layout 1 ranks)
   list(GET layout 2 sets)

@@ -35,8 +35,12 @@ if(MODE STREQUAL "round_trip")
     message(FATAL_ERROR "export wrote no model.safetensors or config.json")
   endif()
   file(READ ${DIR}/hf/config.json config)
+  set(vocab 256)
+  if(SETS MATCHES "model.vocab_size=([0-9]+)")
+    set(vocab ${CMAKE_MATCH_1})
+  endif()
   foreach(field "\"model_type\": \"gpt2\"" "\"n_layer\": 2" "\"n_embd\": 32" "\"n_head\": 4" "\"n_inner\": 128"
-                "\"n_positions\": 16" "\"vocab_size\": 256" "\"activation_function\": \"gelu_new\"" "\"tie_word_embeddings\": true")
+                "\"n_positions\": 16" "\"vocab_size\": ${vocab}" "\"activation_function\": \"gelu_new\"" "\"tie_word_embeddings\": true")
     string(FIND "${config}" "${field}" at)
     if(at LESS 0)
       message(FATAL_ERROR "config.json lacks ${field}:\n${config}")
@@ -56,7 +60,7 @@ elseif(MODE STREQUAL "reference")
     return()
   endif()
   # tptrain's loss in fp32 whatever precision trained it (eval reads the fp32 master weights).
-  run(${EXE} eval ${DECK} --checkpoint ${ck} --windows 4 --set parallel.tensor=1 --set parallel.pipeline=1
+  run(${EXE} eval ${DECK} --checkpoint ${ck} --windows 4 ${SETS} --set parallel.tensor=1 --set parallel.pipeline=1
       --set training.precision=fp32)
   string(REGEX MATCH "\"eval_loss\": ([0-9.eE+-]+)" _ "${output}")
   set(tptrain_loss ${CMAKE_MATCH_1})
