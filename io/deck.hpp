@@ -77,6 +77,7 @@ struct TrainingConfig {
   int log_interval{};
   int eval_interval{};
   int eval_windows{};
+  std::string init_from;  // a checkpoint whose weights start the run ("" = the seeded initialisation)
 };
 
 // [optimizer]: AdamW, linear warmup then decay to min_lr.

@@ -119,6 +119,10 @@ std::vector<DeckKey> make_keys() {
       {"training", "eval_windows", integer(16), at_least_1,
        "validation windows of seq_length tokens per evaluation",
        &member<&Deck::training, &T::eval_windows>},
+      {"training", "init_from", text(""), PathRule{true, false},
+       "a checkpoint whose weights start the run (e.g. from tptrain import): weights only, step 0, fresh "
+       "optimizer and data order; \"\" = initialise from training.seed; a checkpoint to resume from wins",
+       &member<&Deck::training, &T::init_from>},
 
       {"optimizer", "lr", number(3e-3), positive, "peak learning rate",
        &member<&Deck::optimizer, &O::lr>},

@@ -1,4 +1,5 @@
-// tptrain command line: train / bench / eval / generate / check / plan / inspect / tokenize (CLI11).
+// tptrain command line: train / bench / eval / generate / check / plan / inspect / tokenize / export /
+// import (CLI11).
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
@@ -253,6 +254,29 @@ int main(int argc, char** argv) {
       ->check(integer_at_least(1, 1 << 30))
       ->capture_default_str();
 
+  ExportOptions export_opts;
+  auto* export_cmd = app.add_subcommand(
+      "export",
+      "a checkpoint (any layout, any precision) as a Hugging Face GPT2LMHeadModel folder: config.json + "
+      "model.safetensors (float32, lm_head tied to transformer.wte)");
+  export_cmd->add_option("checkpoint", export_opts.checkpoint, "checkpoint file (.h5)")->required()->check(readable_file());
+  export_cmd->add_option("--format", export_opts.format, "output format")
+      ->check(CLI::IsMember({"hf"}))
+      ->capture_default_str();
+  export_cmd->add_option("--out", export_opts.out, "output folder (created; files already there are not overwritten)")
+      ->required();
+
+  ImportOptions import_opts;
+  auto* import_cmd = app.add_subcommand(
+      "import",
+      "a Hugging Face GPT-2 folder (config.json + model.safetensors) as a step-0 checkpoint of the deck's model, "
+      "to start training from (training.init_from), evaluate or generate");
+  import_cmd->add_option("dir", import_opts.dir, "folder of config.json and model.safetensors")->required();
+  import_cmd->add_option("--deck", import_opts.deck.deck, "the deck whose model the weights are")->required();
+  import_cmd->add_option("--set", import_opts.deck.overrides, "override a deck key, as for train")
+      ->allow_extra_args(false);
+  import_cmd->add_option("--out", import_opts.out, "checkpoint file to write (.h5; not overwritten)")->required();
+
   // --kokkos-* flags are Kokkos' own (Kokkos::initialize reads them), not tptrain's options.
   std::vector<std::string> kokkos_args, args;
   for (int i = argc - 1; i >= 1; --i) {  // CLI11 takes the arguments in reverse order
@@ -280,5 +304,7 @@ int main(int argc, char** argv) {
   if (*gen_cmd) return generate(deck, gen_opts);
   if (*inspect_cmd) return inspect(inspect_file);
   if (*tokenize_cmd) return tokenize(tokenize_opts);
+  if (*export_cmd) return export_checkpoint(export_opts);
+  if (*import_cmd) return import_checkpoint(import_opts);
   return 2;
 }

@@ -74,8 +74,10 @@ int train_as(const io::Deck& deck, const parallel::Topology& topo) {
   // Weights, AdamW moments and the step are all that is needed: the data order and the
   // learning rate are pure functions of (seed, step).
   std::int64_t first_step = 0;
+  std::string resumed_from;
   if (deck.checkpoint.resume) {
     const std::string latest = newest_checkpoint(topo.world(), deck.checkpoint.dir);
+    resumed_from = latest;
     if (!latest.empty()) {
       io::CheckpointMeta meta;
       on_every_rank(topo.world(), [&] { meta = load_weights(run->model(), topo, latest, true); });
@@ -100,6 +102,24 @@ int train_as(const io::Deck& deck, const parallel::Topology& topo) {
       }
     } else {
       log::infof("checkpoint.resume: no checkpoint in {}, starting from step 0", deck.checkpoint.dir);
+    }
+  }
+  // A start from other weights (fine-tuning): the weights only; the step, the AdamW moments, the
+  // loss scale and the data order start afresh. A run that resumes has its own newer weights.
+  if (const std::string& init = deck.training.init_from; !init.empty()) {
+    if (!resumed_from.empty()) {
+      log::infof("training.init_from = {} is not used: the run resumes from {}", init, resumed_from);
+    } else {
+      io::CheckpointMeta meta;
+      on_every_rank(topo.world(), [&] {
+        try {
+          meta = load_weights(run->model(), topo, init, false);
+        } catch (const std::exception& e) {
+          throw std::runtime_error("training.init_from = " + io::display_path(init) + ": " + e.what());
+        }
+      });
+      log::infof("starting from the weights of {} (step {} of the run that wrote it, tensor {} x pipeline {} x data {}): "
+                 "step 0, fresh optimizer state", init, meta.step, meta.tp, meta.pp, meta.dp);
     }
   }
 

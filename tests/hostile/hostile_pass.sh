@@ -1616,6 +1616,70 @@ group_tokenize() {
   run_case tok_no_out fail -- "${T[@]}" "$d/ok.txt"
 }
 
+# Hugging Face export and import (docs/checkpoints.md): damaged safetensors files and configs,
+# variants that must import to the very same weights, and training.init_from.
+verify_hf_export() {
+  local d
+  d=$(awk '{ for (i = 1; i < NF; i++) if ($i == "--out") print $(i + 1) }' "$1.cmd")
+  [ -s "$d/model.safetensors" ] && [ -s "$d/config.json" ] && return 0
+  echo "export exit 0 but $d lacks model.safetensors or config.json"
+  return 1
+}
+verify_init_from() {
+  grep -aq 'starting from the weights of' "$1.out" && return 0
+  echo "exit 0 without 'starting from the weights of': training.init_from was not used"
+  return 1
+}
+group_hf() {
+  local names=(hf_export_ok hf_export_overwrite_refused hf_export_not_checkpoint hf_export_format_onnx hf_export_two_ranks
+    hf_import_eval_same hf_import_two_ranks hf_import_out_exists hf_import_deck_mismatch hf_import_missing_dir
+    hf_init_from_imported hf_init_from_missing hf_init_from_other_model)
+  local fails=(truncated length_huge length_beyond_file not_json overlap dtype_i32 dtype_unknown duplicate renamed_layer
+    shape_swapped nan empty safetensors_missing safetensors_directory lm_head_untied config_gelu_erf config_wider config_not_gpt2 config_missing config_garbage)
+  local sames=(no_prefix mask_buffers lm_head_tied more_positions) k n any=""
+  for n in "${names[@]}"; do selected "$n" && any=yes; done
+  for k in "${fails[@]}" "${sames[@]}" bf16; do selected "hf_import_$k" && any=yes; done
+  [ -n "$any" ] || return 0
+  ensure_ck || return 0
+  local d=$WORK/hf HF=$SRC/tests/hf
+  mkdir -p "$d"
+  [ -f "$d/base/model.safetensors" ] || "$EXE" export "$CK4" --format hf --out "$d/base" >"$d/base.log" 2>&1 ||
+    { note "cannot export the fixture checkpoint (see $d/base.log): hf cases skipped"; return 0; }
+  import_eval() { # DIR OUT: import, then eval the imported checkpoint as the pristine one is evaluated
+    printf '%q import %q --deck %q --out %q && %s %q eval %q --checkpoint %q' "$EXE" "$1" "$DECK" "$2" \
+      "$(printf '%q ' "${MPI[@]}")" "$EXE" "$DECK" "$2"
+  }
+  run_case hf_export_ok ok verify=verify_hf_export -- "$EXE" export "$CK4" --format hf --out "$d/ok"
+  run_case hf_export_overwrite_refused fail -- "$EXE" export "$CK4" --format hf --out "$d/base"
+  run_case hf_export_not_checkpoint fail -- "$EXE" export "$FIX/corpus.txt" --format hf --out "$d/x"
+  run_case hf_export_format_onnx fail -- "$EXE" export "$CK4" --format onnx --out "$d/x"
+  run_case hf_export_two_ranks ok verify=verify_hf_export -- "${MPI[@]}" "$EXE" export "$CK4" --format hf --out "$d/two"
+  run_case hf_import_eval_same same verify=verify_eval_same -- bash -c "$(import_eval "$d/base" "$d/imported.h5")"
+  run_case hf_import_two_ranks ok -- "${MPI[@]}" "$EXE" import "$d/base" --deck "$DECK" --out "$d/imported_two.h5"
+  run_case hf_import_out_exists fail -- "$EXE" import "$d/base" --deck "$DECK" --out "$CK4"
+  run_case hf_import_deck_mismatch fail -- "$EXE" import "$d/base" --deck "$DECK" --set model.hidden=64 --out "$d/x.h5"
+  run_case hf_import_missing_dir fail -- "$EXE" import "$d/none" --deck "$DECK" --out "$d/x.h5"
+  for k in "${fails[@]}"; do
+    selected "hf_import_$k" || continue
+    "$PY" "$HF/hostile_hf.py" "$d/base" "$d/$k" "$k" || { note "hostile_hf.py $k failed"; continue; }
+    run_case "hf_import_$k" fail -- "$EXE" import "$d/$k" --deck "$DECK" --out "$d/$k.h5"
+  done
+  for k in "${sames[@]}"; do
+    selected "hf_import_$k" || continue
+    "$PY" "$HF/hostile_hf.py" "$d/base" "$d/$k" "$k" || { note "hostile_hf.py $k failed"; continue; }
+    run_case "hf_import_$k" same verify=verify_eval_same -- bash -c "$(import_eval "$d/$k" "$d/$k.h5")"
+  done
+  if selected hf_import_bf16 && "$PY" "$HF/hostile_hf.py" "$d/base" "$d/bf16" bf16; then
+    run_case hf_import_bf16 ok -- "$EXE" import "$d/bf16" --deck "$DECK" --out "$d/bf16.h5"
+  fi
+  [ -f "$d/imported.h5" ] || "$EXE" import "$d/base" --deck "$DECK" --out "$d/imported.h5" >/dev/null 2>&1
+  run_case hf_init_from_imported ok verify=verify_init_from -- "${TRAIN[@]}" $(rundir hf_init) \
+    --set training.init_from="$d/imported.h5" --set training.steps=1
+  run_case hf_init_from_missing fail -- "${TRAIN[@]}" $(rundir hf_init_missing) --set training.init_from="$d/none.h5"
+  run_case hf_init_from_other_model fail -- "${TRAIN[@]}" $(rundir hf_init_other) --set model.layers=4 \
+    --set training.init_from="$d/imported.h5" --set training.steps=1
+}
+
 # ---- run the groups -------------------------------------------------------------------------
 
 T_START=$(date +%s)
@@ -1640,6 +1704,7 @@ group_round2_plan_json
 group_round2_fp16
 group_tokenize
 group_order
+group_hf
 run_kill rank1
 run_kill rank0
 run_kill mpiexec

@@ -905,6 +905,7 @@ TEST_CASE("deck: to_toml writes every key in table order and round-trips", "[io]
                                           "training.log_interval",
                                           "training.eval_interval",
                                           "training.eval_windows",
+                                          "training.init_from",
                                           "optimizer.lr",
                                           "optimizer.min_lr",
                                           "optimizer.warmup_steps",
