@@ -23,6 +23,7 @@
 #include "io/path_text.hpp"
 #include "io/safetensors.hpp"
 #include "src/driver/commands.hpp"
+#include "src/driver/mpi_session.hpp"
 #include "src/log.hpp"
 #include "src/train/deck_shape.hpp"
 #include "src/train/hf_gpt2.hpp"
@@ -34,22 +35,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using parallel::on_every_rank;
-
-class MpiSession {
- public:
-  MpiSession() {
-    int argc = 0;
-    char** argv = nullptr;
-    TPTRAIN_MPI_CHECK(MPI_Init(&argc, &argv));
-    TPTRAIN_MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
-    TPTRAIN_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
-    log::set_rank(rank);
-  }
-  ~MpiSession() { MPI_Finalize(); }
-  MpiSession(const MpiSession&) = delete;
-  MpiSession& operator=(const MpiSession&) = delete;
-  int rank = 0;
-};
 
 // The command's failures: agreed ones are reported once by rank 0, anything else (one rank
 // failed where the others may wait in a collective) ends the job, as run_job does.

@@ -28,6 +28,7 @@
 #include "src/data/shard_writer.hpp"
 #include "src/data/token_dataset.hpp"
 #include "src/driver/commands.hpp"
+#include "src/driver/mpi_session.hpp"
 #include "src/log.hpp"
 #include "base/agreement.hpp"
 #include "base/mpi_check.hpp"
@@ -41,24 +42,6 @@ namespace fs = std::filesystem;
 
 constexpr const char* kPartialDir = ".tokenize-partial";
 constexpr double kProgressSeconds = 10;
-
-class MpiSession {
- public:
-  MpiSession() {
-    int argc = 0;
-    char** argv = nullptr;
-    TPTRAIN_MPI_CHECK(MPI_Init(&argc, &argv));
-    TPTRAIN_MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
-    TPTRAIN_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
-    TPTRAIN_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size));
-    log::set_rank(rank);
-  }
-  ~MpiSession() { MPI_Finalize(); }
-  MpiSession(const MpiSession&) = delete;
-  MpiSession& operator=(const MpiSession&) = delete;
-  int rank = 0;
-  int size = 1;
-};
 
 // Every rank runs f; all agree; every rank throws the same AgreedError if any rank failed.
 template <class F>
