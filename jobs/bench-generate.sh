@@ -25,7 +25,7 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 "$exe" tokenize "$root/README.md" "$root/docs/design.md" --out "$work/shards" --tokenizer gpt2 --valid-tokens 2048 >/dev/null
 sets=(--set parallel.data=1 --set training.precision=fp32 --set training.recompute=selective
       --set training.global_batch=1 --set training.micro_batch=1 --set training.steps=1
-      --set training.eval_interval=0 --set data.tokenizer=gpt2
+      --set optimizer.warmup_steps=1 --set training.eval_interval=0 --set data.tokenizer=gpt2
       --set data.train="$work/shards/train_000000.bin" --set data.valid="$work/shards/valid_000000.bin"
       --set run.dir="$work/run" --set checkpoint.dir="$work/ck" --set checkpoint.resume=false)
 echo "bench-generate: one training step of GPT-2 124M for a checkpoint of random weights" >&2

@@ -1615,7 +1615,7 @@ verify_gen_bpe_same() { # the KV cache prints the --no-kv-cache reference's text
 }
 verify_bits_per_byte() { grep -aq '"bits_per_byte": [0-9]' "$1.out" || { echo "no bits_per_byte in the JSON line"; return 1; }; }
 group_gen_bpe() {
-  any_selected gen_bpe_ eval_bpe_ || return 0
+  any_selected gen_bpe_ || return 0
   ensure_bpe || return 0
   local G=("${MPI[@]}" "$EXE" generate "$BPE_DECK" --checkpoint "$BPE_CK")
   run_case gen_bpe_kv_cache_same ok verify=verify_gen_bpe_same -- "${G[@]}" --prompt "$STREAM_PROMPT" --tokens 40 \
@@ -1635,9 +1635,9 @@ group_gen_bpe() {
   run_case gen_bpe_model_vocab_1000 fail -- "${G[@]}" --set model.vocab_size=1000 --prompt x --tokens 4
   run_case gen_bpe_bytes_checkpoint fail needs=ck -- "${MPI[@]}" "$EXE" generate "$BPE_DECK" --checkpoint "$CK4" --prompt x
   run_case gen_bpe_checkpoint_of_bytes_deck fail -- "${MPI[@]}" "$EXE" generate "$DECK" --checkpoint "$BPE_CK" --prompt x
-  run_case eval_bpe_bits_per_byte ok verify=verify_bits_per_byte -- "${MPI[@]}" "$EXE" eval "$BPE_DECK" \
+  run_case gen_bpe_eval_bits_per_byte ok verify=verify_bits_per_byte -- "${MPI[@]}" "$EXE" eval "$BPE_DECK" \
     --checkpoint "$BPE_CK" --windows 4
-  run_case eval_bpe_bytes_deck_on_bpe_data fail -- "${MPI[@]}" "$EXE" eval "$DECK" --checkpoint "$CK4" \
+  run_case gen_bpe_eval_bytes_deck_on_bpe_data fail -- "${MPI[@]}" "$EXE" eval "$DECK" --checkpoint "$CK4" \
     --data "$FIX/bpe/shards/valid_000000.bin" --windows 2
 }
 
