@@ -35,14 +35,14 @@ class GptInference {
   // most that many new rows.
   explicit GptInference(GptModel<T>& model) : model_(model), positions_(model.shape().seq_length) {
     const GptShape& s = model.shape();
-    util::MemoryCategoryScope as(util::MemoryCategory::activations);
+    const CachedAttentionScratch<T> attention_scratch(s, positions_, positions_);
     for (int l = 0; l < model.local_layers(); ++l) {
       const std::string name = "layers/" + std::to_string(model.first_layer() + l);
       TransformerLayer<T>& layer = model.layer(l);
-      blocks_.push_back(Block{CachedAttention<T>(layer.attn, name, positions_, positions_),
+      blocks_.push_back(Block{CachedAttention<T>(layer.attn, name, positions_, attention_scratch),
                               without_sequence_parallel(layer.mlp.fc), without_sequence_parallel(layer.mlp.proj)});
     }
-    as.change(util::MemoryCategory::activations);
+    util::MemoryCategoryScope as(util::MemoryCategory::workspace);
     for (auto& r : residual_) r = kernels::Matrix<T>("inference.residual", positions_, s.hidden);
     a_ = kernels::Matrix<T>("inference.ln_out", positions_, s.hidden);
     x1_ = kernels::Matrix<T>("inference.x1", positions_, s.hidden);

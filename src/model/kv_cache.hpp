@@ -35,39 +35,50 @@ struct KvCache {
   std::int64_t positions() const { return static_cast<std::int64_t>(k.extent(1)); }
 };
 
+// What a CachedAttention computes in and does not keep: one set shared by every block of a stage
+// (the scores are the largest buffer, [local heads, rows, positions]).
+template <class T>
+struct CachedAttentionScratch {
+  kernels::Matrix<T> qkv_out;  // [rows, 3*H/tp]
+  kernels::Matrix<T> ctx;      // [rows, H/tp]
+  Kokkos::View<T***, Kokkos::LayoutRight, kx::MemSpace> scores;  // [local heads, rows, positions]
+
+  CachedAttentionScratch() = default;
+  // For blocks of at most `rows` new rows, `positions` cached positions (model.seq_length).
+  CachedAttentionScratch(const GptShape& s, std::int64_t rows, std::int64_t positions) {
+    util::MemoryCategoryScope as(util::MemoryCategory::workspace);
+    qkv_out = kernels::Matrix<T>("inference.attention.qkv", rows, 3 * std::int64_t(s.local_hidden()));
+    ctx = kernels::Matrix<T>("inference.attention.ctx", rows, s.local_hidden());
+    scores = decltype(scores)("inference.attention.scores", s.local_heads(), rows, positions);
+  }
+};
+
 template <class T>
 struct CachedAttention {
   ColumnParallelLinear<T> qkv;  // H -> 3H/tp, the training layer's parameters
   RowParallelLinear<T> proj;    // H/tp -> H
   KvCache<T> cache;
-  kernels::Matrix<T> qkv_out;   // [rows, 3*H/tp]
-  kernels::Matrix<T> ctx;       // [rows, H/tp]
-  Kokkos::View<T***, Kokkos::LayoutRight, kx::MemSpace> scores;  // [local heads, rows, positions]
+  CachedAttentionScratch<T> scratch;
 
-  // For blocks of at most `rows` new rows, `positions` cached positions (model.seq_length).
-  CachedAttention(const ParallelAttention<T>& trained, const std::string& name, std::int64_t rows,
-                  std::int64_t positions)
+  // A cache of `positions` positions (model.seq_length); `scratch` shared with the stage's other blocks.
+  CachedAttention(const ParallelAttention<T>& trained, const std::string& name, std::int64_t positions,
+                  const CachedAttentionScratch<T>& shared)
       : qkv(without_sequence_parallel(trained.qkv)),
         proj(without_sequence_parallel(trained.proj)),
-        cache(name, trained.nh_local, positions, trained.d) {
-    util::MemoryCategoryScope as(util::MemoryCategory::activations);
-    const std::int64_t hl = std::int64_t(trained.nh_local) * trained.d;
-    qkv_out = kernels::Matrix<T>(name + ".cached_qkv", rows, 3 * hl);
-    ctx = kernels::Matrix<T>(name + ".cached_ctx", rows, hl);
-    scores = decltype(scores)(name + ".cached_scores", trained.nh_local, rows, positions);
-  }
+        cache(name, trained.nh_local, positions, trained.d),
+        scratch(shared) {}
 
   // y [n, H] = attention(x [n, H]) for the rows at positions [p, p + n); stores their K and V.
   template <class XV, class YV>
   void forward(const Exec& exec, Communicator& tp, const XV& x, const YV& y, std::int64_t p) {
     const auto n = std::make_pair(std::int64_t(0), static_cast<std::int64_t>(x.extent(0)));
-    const auto q = Kokkos::subview(qkv_out, n, Kokkos::ALL());
-    const auto c = Kokkos::subview(ctx, n, Kokkos::ALL());
+    const auto q = Kokkos::subview(scratch.qkv_out, n, Kokkos::ALL());
+    const auto c = Kokkos::subview(scratch.ctx, n, Kokkos::ALL());
     qkv.forward(exec, tp, x, q);
     {
       PhaseScope phase(Phase::attention);
       kernels::kv_cache_append(exec, q, cache.k, cache.v, p);
-      kernels::cached_attention_forward(exec, q, cache.k, cache.v, p, scores, c);
+      kernels::cached_attention_forward(exec, q, cache.k, cache.v, p, scratch.scores, c);
     }
     proj.forward(exec, tp, c, y);
   }
