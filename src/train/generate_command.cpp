@@ -217,6 +217,11 @@ int run_generate(const io::Deck& deck, const parallel::Topology& topo, const std
   const std::optional<std::int32_t> end_of_text = eot ? std::optional<std::int32_t>(static_cast<std::int32_t>(*eot))
                                                       : std::nullopt;
   const int below = static_cast<int>(std::min<std::size_t>(tokenizer->vocab_size(), static_cast<std::size_t>(INT32_MAX)));
+  if (deck.model.vocab_size > below && log::rank() <= 0)
+    log::warning(fmt::format("generate: model.vocab_size = {} but the {} tokenizer (data.tokenizer) has {} tokens: only "
+                             "those are sampled{}",
+                             deck.model.vocab_size, tokenizer->name(), below,
+                             deck.data.tokenizer == "bytes" ? " (for a GPT-2 model set data.tokenizer = \"gpt2\")" : ""));
   const Generation g = with_precision(deck.training.precision, [&](auto t) {
     return generate_tokens<decltype(t)>(deck, topo, checkpoint, context, o, end_of_text, below, on_token);
   });

@@ -1637,6 +1637,11 @@ group_gen_bpe() {
   run_case gen_bpe_checkpoint_of_bytes_deck fail -- "${MPI[@]}" "$EXE" generate "$DECK" --checkpoint "$BPE_CK" --prompt x
   run_case gen_bpe_eval_bits_per_byte ok verify=verify_bits_per_byte -- "${MPI[@]}" "$EXE" eval "$BPE_DECK" \
     --checkpoint "$BPE_CK" --windows 4
+  # GPT-2 shards and model under the default data.tokenizer = "bytes": nats per token without bits
+  # per byte, and bytes sampled only, each with a warning saying why
+  run_case gen_bpe_eval_bytes_tokenizer ok -- "${MPI[@]}" "$EXE" eval "$BPE_DECK" --checkpoint "$BPE_CK" --windows 4 \
+    --set data.tokenizer=bytes
+  run_case gen_bpe_bytes_tokenizer ok -- "${G[@]}" --set data.tokenizer=bytes --prompt x --tokens 8
   run_case gen_bpe_eval_bytes_deck_on_bpe_data fail -- "${MPI[@]}" "$EXE" eval "$DECK" --checkpoint "$CK4" \
     --data "$FIX/bpe/shards/valid_000000.bin" --windows 2
 }
