@@ -38,6 +38,8 @@ struct GenerateOptions {
   double temperature = 1.0;
   int top_k = 0;  // 0 = no top-k filter
   unsigned long long seed = 0;
+  bool no_kv_cache = false;  // the full forward for every token
+  bool ignore_eos = false;   // <|endoftext|> does not end the sample
 };
 
 // `tptrain tokenize`: text files and JSON Lines -> llm.c token shards in `out`

@@ -181,6 +181,11 @@ int main(int argc, char** argv) {
       ->check(integer_at_least(0))
       ->capture_default_str();
   gen_cmd->add_option("--seed", gen_opts.seed, "sampling seed")->check(unsigned_64())->capture_default_str();
+  gen_cmd->add_flag("--no-kv-cache", gen_opts.no_kv_cache,
+                    "recompute the full forward of the context window for every token instead of keeping a "
+                    "key/value cache (the reference the cache is tested against; slower)");
+  gen_cmd->add_flag("--ignore-eos", gen_opts.ignore_eos,
+                    "keep generating after the tokenizer's <|endoftext|> (by default it ends the sample)");
 
   auto* check_cmd = app.add_subcommand("check", "validate a deck and print it resolved (no MPI)");
   add_deck_options(*check_cmd, deck);

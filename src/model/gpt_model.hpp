@@ -224,6 +224,13 @@ class GptModel {
   }
   const kernels::Matrix<T>& local_logits() const { return head_->logits; }
 
+  // The inference entry point (src/model/gpt_inference.hpp, generation with a KV cache) runs
+  // this stage's layers on its own buffers: the first stage's embedding, block l of the stage
+  // (global index first_layer() + l) and the last stage's ln_f (nullptr where the stage has none).
+  VocabParallelEmbedding<T>* embedding() { return embedding_.get(); }
+  TransformerLayer<T>& layer(int l) { return *layers_.at(static_cast<std::size_t>(l)); }
+  LayerNorm<T>* final_norm() { return ln_f_.get(); }
+
   // Sum over the micro-batch's tokens of the next-token loss (same on every TP rank; 0 on a
   // stage that is not the last); with count >= 0, over its first `count` tokens only.
   template <class TV>

@@ -1680,6 +1680,71 @@ group_hf() {
     --set training.init_from="$d/imported.h5" --set training.steps=1
 }
 
+# ---- generation on GPT-2 BPE models (issue 21 item 4) -----------------------------------------
+
+# A tiny GPT-2-vocabulary model (2 ranks, tensor 2) trained on the repository's README tokenized
+# with gpt2; its greedy sample with --no-kv-cache is the reference the KV cache must print.
+BPE_READY=""
+BPE_DECK=$FIX/bpe/bpe.toml
+BPE_CK=$FIX/bpe/ck/step_00000004.h5
+ensure_bpe() {
+  [ -n "$BPE_READY" ] && { [ "$BPE_READY" = yes ]; return; }
+  BPE_READY=no
+  mkdir -p "$FIX/bpe" "$REF"
+  local save=$CASES
+  CASES=.
+  run_case fixture_bpe_tokenize ok -- "$EXE" tokenize "$SRC/README.md" --out "$FIX/bpe/shards" --tokenizer gpt2 \
+    --valid-tokens 1024
+  printf '[model]\nlayers = 2\nhidden = 32\nheads = 4\nseq_length = 16\nvocab_size = 50257\n[parallel]\ntensor = 2\n[training]\nglobal_batch = 2\nmicro_batch = 1\nsteps = 4\n[optimizer]\nwarmup_steps = 1\n[data]\ntrain = "shards/train_000000.bin"\nvalid = "shards/valid_000000.bin"\ntokenizer = "gpt2"\n[run]\ndir = "run"\n[checkpoint]\ndir = "ck"\nresume = false\n' >"$BPE_DECK"
+  run_case fixture_bpe_train ok -- "${MPI[@]}" "$EXE" train "$BPE_DECK"
+  if [ -f "$BPE_CK" ]; then
+    ref_case fixture_bpe_ref_generate gen_bpe_full "${MPI[@]}" "$EXE" generate "$BPE_DECK" --checkpoint "$BPE_CK" \
+      --prompt "$STREAM_PROMPT" --tokens 40 --temperature 0 --ignore-eos --no-kv-cache
+    BPE_READY=yes
+  else
+    note "GPT-2 fixture training failed (no vocabulary?): gen_bpe cases skipped"
+  fi
+  CASES=$save
+  [ "$BPE_READY" = yes ]
+}
+verify_gen_bpe_same() { # the KV cache prints the --no-kv-cache reference's text
+  [ -n "$(generated_text "$1.out")" ] && [ "$(generated_text "$1.out")" = "$(generated_text "$REF/gen_bpe_full.out")" ] && return 0
+  echo "the KV cache's text differs from the full forward's: $(generated_text "$1.out" | head -1)"
+  return 1
+}
+verify_bits_per_byte() { grep -aq '"bits_per_byte": [0-9]' "$1.out" || { echo "no bits_per_byte in the JSON line"; return 1; }; }
+group_gen_bpe() {
+  any_selected gen_bpe_ || return 0
+  ensure_bpe || return 0
+  local G=("${MPI[@]}" "$EXE" generate "$BPE_DECK" --checkpoint "$BPE_CK")
+  run_case gen_bpe_kv_cache_same ok verify=verify_gen_bpe_same -- "${G[@]}" --prompt "$STREAM_PROMPT" --tokens 40 \
+    --temperature 0 --ignore-eos
+  run_case gen_bpe_pipeline2_same ok verify=verify_gen_bpe_same -- "${G[@]}" --set parallel.tensor=1 \
+    --set parallel.pipeline=2 --prompt "$STREAM_PROMPT" --tokens 40 --temperature 0 --ignore-eos
+  run_case gen_bpe_sequence_parallel_same ok verify=verify_gen_bpe_same -- "${G[@]}" --set parallel.sequence_parallel=true \
+    --prompt "$STREAM_PROMPT" --tokens 40 --temperature 0 --ignore-eos
+  run_case gen_bpe_prompt_invalid_utf8 fail -- "${G[@]}" --prompt $'\xff\xfe\x80 bytes' --tokens 4
+  run_case gen_bpe_prompt_truncated_utf8 fail -- "${G[@]}" --prompt $'ends inside \xe4\xb8' --tokens 4
+  run_case gen_bpe_prompt_empty ok -- "${G[@]}" --prompt "" --tokens 8
+  run_case gen_bpe_prompt_endoftext ok -- "${G[@]}" --prompt "<|endoftext|>" --tokens 8
+  run_case gen_bpe_prompt_longer_than_context ok -- "${G[@]}" --prompt "$(head -c 2000 "$SRC/README.md")" --tokens 8
+  run_case gen_bpe_sampled_top_k ok -- "${G[@]}" --prompt "$STREAM_PROMPT" --tokens 30 --temperature 0.9 --top-k 40 --seed 5
+  run_case gen_bpe_no_vocab_files fail -- "${G[@]}" --set data.tokenizer_dir="$FIX/bpe/none" --prompt x --tokens 4
+  run_case gen_bpe_vocab_files_empty_dir fail -- "${G[@]}" --set data.tokenizer_dir="$FIX/bpe" --prompt x --tokens 4
+  run_case gen_bpe_model_vocab_1000 fail -- "${G[@]}" --set model.vocab_size=1000 --prompt x --tokens 4
+  run_case gen_bpe_bytes_checkpoint fail needs=ck -- "${MPI[@]}" "$EXE" generate "$BPE_DECK" --checkpoint "$CK4" --prompt x
+  run_case gen_bpe_checkpoint_of_bytes_deck fail -- "${MPI[@]}" "$EXE" generate "$DECK" --checkpoint "$BPE_CK" --prompt x
+  run_case gen_bpe_eval_bits_per_byte ok verify=verify_bits_per_byte -- "${MPI[@]}" "$EXE" eval "$BPE_DECK" \
+    --checkpoint "$BPE_CK" --windows 4
+  # GPT-2 shards and model under the default data.tokenizer = "bytes": nats per token without bits
+  # per byte, and bytes sampled only, each with a warning saying why
+  run_case gen_bpe_eval_bytes_tokenizer ok -- "${MPI[@]}" "$EXE" eval "$BPE_DECK" --checkpoint "$BPE_CK" --windows 4 \
+    --set data.tokenizer=bytes
+  run_case gen_bpe_bytes_tokenizer ok -- "${G[@]}" --set data.tokenizer=bytes --prompt x --tokens 8
+  run_case gen_bpe_eval_bytes_deck_on_bpe_data fail -- "${MPI[@]}" "$EXE" eval "$DECK" --checkpoint "$CK4" \
+    --data "$FIX/bpe/shards/valid_000000.bin" --windows 2
+}
+
 # ---- run the groups -------------------------------------------------------------------------
 
 T_START=$(date +%s)
@@ -1700,6 +1765,7 @@ group_ck_resume_dirs
 group_ck_sealed
 group_resume_layouts
 group_generate
+group_gen_bpe
 group_round2_plan_json
 group_round2_fp16
 group_tokenize
