@@ -57,7 +57,7 @@ TokenDataset::TokenDataset(TokenDataset&&) noexcept = default;
 TokenDataset& TokenDataset::operator=(TokenDataset&&) noexcept = default;
 TokenDataset::~TokenDataset() = default;
 
-TokenDataset TokenDataset::open(const std::string& spec, int vocab_size) {
+TokenDataset TokenDataset::open(const std::string& spec, int vocab_size, std::uint64_t check_at_open_bytes) {
   if (vocab_size <= 0) fail(spec, "vocab_size must be positive, got " + std::to_string(vocab_size));
   const io::DataPaths paths = io::expand_data_paths(spec);
   if (!paths.problem.empty()) throw DataError("data '" + io::display_path(spec) + "' " + paths.problem);
@@ -87,10 +87,6 @@ TokenDataset TokenDataset::open(const std::string& spec, int vocab_size) {
       f.token_offset = kShardHeaderBytes;
       f.count = h.tokens;
       if (h.vocabulary.recorded()) {
-        if (h.vocabulary.size > vocab_size)
-          fail(path, fmt::format("its header records the vocabulary {}: more than vocab_size {} (the model's "
-                                 "vocabulary: set model.vocab_size >= {})",
-                                 describe(h.vocabulary), vocab_size, h.vocabulary.size));
         if (recorded.empty()) {
           ds.vocabulary_ = h.vocabulary;
           recorded = path;
@@ -99,6 +95,10 @@ TokenDataset TokenDataset::open(const std::string& spec, int vocab_size) {
                                       io::display_path(spec), io::display_path(recorded),
                                       describe(ds.vocabulary_), io::display_path(path), describe(h.vocabulary)));
         }
+        if (h.vocabulary.size > vocab_size)
+          fail(path, fmt::format("its header records the vocabulary {}: more than vocab_size {} (the model's "
+                                 "vocabulary: set model.vocab_size >= {})",
+                                 describe(h.vocabulary), vocab_size, h.vocabulary.size));
       }
     }
     if (!ds.files_.empty() && ds.files_.front().width != f.width) {
@@ -112,6 +112,13 @@ TokenDataset TokenDataset::open(const std::string& spec, int vocab_size) {
     f.tokens = f.map->data() + f.token_offset;
     ds.size_ += f.count;
     ds.files_.push_back(std::move(f));
+  }
+  std::uint64_t bytes = 0;
+  for (const File& f : ds.files_) bytes += f.count * static_cast<std::uint64_t>(f.width);
+  if (bytes <= check_at_open_bytes) {
+    constexpr std::size_t kChunk = std::size_t{1} << 20;  // tokens read, then released
+    for (const File& f : ds.files_)
+      for (std::size_t at = 0; at < f.count; at += kChunk) ds.check_tokens(f, at, std::min(kChunk, f.count - at));
   }
   return ds;
 }
@@ -229,16 +236,19 @@ void TokenDataset::copy_sequence(std::size_t offset, int seq_length, std::int32_
   });
 }
 
+void TokenDataset::check_tokens(const File& f, std::size_t at, std::size_t n) const {
+  for (std::size_t i = 0; i < n; ++i)
+    if (const std::int32_t t = f.token(at + i); t >= vocab_size_) {
+      f.release(at, n);
+      token_out_of_vocabulary(f.path, t, at + i, vocab_size_);
+    }
+  f.release(at, n);
+}
+
 void TokenDataset::check_sequence(std::size_t offset, int seq_length) const {
   check_range(offset, seq_length);
-  for_pieces(offset, static_cast<std::size_t>(seq_length) + 1, [&](const File& f, std::size_t at, std::size_t take) {
-    for (std::size_t i = 0; i < take; ++i)
-      if (const std::int32_t t = f.token(at + i); t >= vocab_size_) {
-        f.release(at, take);
-        token_out_of_vocabulary(f.path, t, at + i, vocab_size_);
-      }
-    f.release(at, take);
-  });
+  for_pieces(offset, static_cast<std::size_t>(seq_length) + 1,
+             [&](const File& f, std::size_t at, std::size_t take) { check_tokens(f, at, take); });
 }
 
 }  // namespace tptrain::data

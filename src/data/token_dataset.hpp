@@ -13,12 +13,14 @@
 // that stream, and a sequence across a cut is one that training on the unsharded stream would
 // see. A single file is the one-file case of the same rule: its batches are those of before.
 //
-// Memory: every file is mapped (src/data/mapped_file.hpp), nothing is read at open but the
-// headers, and the pages a copy touches are released after it: a rank's resident set does not
-// grow with the dataset, however many steps run. Token values are therefore checked where they
-// are copied, not at open (that would read every page of every file): a token >= vocab_size is
-// a DataError naming the file, the token's index in that file and vocab_size when a sequence or
-// window holding it is copied.
+// Memory: every file is mapped (src/data/mapped_file.hpp), and the pages a read touches are
+// released after it: a rank's resident set does not grow with the dataset, however many steps
+// run. Every token is checked against vocab_size before it is used: a token >= vocab_size is a
+// DataError naming the file, the token's index in that file and vocab_size. A dataset of at most
+// kCheckAtOpenBytes is checked whole at open (well under a second; the error comes before any
+// training); a larger one where a sequence or window is copied, since reading 20 GB on every
+// rank at every start would take minutes (the trainer checks a step's sequences before the
+// step, in a phase all ranks agree on: batch_sampler.hpp).
 //
 // Evaluation windows are deterministic: window j covers tokens [j*S, j*S+S] (S+1 tokens) of the
 // stream, the inputs are the first S of them and the targets the last S (inputs shifted by one).
@@ -47,8 +49,12 @@ class TokenDataset {
   // wrong version, a file whose size differs from what its header claims (truncated: both
   // sizes); a set mixing .txt and .bin files, or shards whose headers record different
   // vocabularies (both files and both vocabularies); a recorded vocabulary larger than
-  // vocab_size.
-  static TokenDataset open(const std::string& spec, int vocab_size);
+  // vocab_size; for a dataset checked at open, a token >= vocab_size.
+  // `check_at_open_bytes`: the largest dataset (token bytes, all files) whose tokens are checked
+  // at open.
+  static TokenDataset open(const std::string& spec, int vocab_size,
+                           std::uint64_t check_at_open_bytes = kCheckAtOpenBytes);
+  static constexpr std::uint64_t kCheckAtOpenBytes = std::uint64_t{64} << 20;
   // `n` tokens drawn uniformly from [0, min(vocab_size, 65536)) by splitmix64 from `seed`
   // (benchmarks: the same tokens on every rank and platform), held in memory. path() is
   // "(synthetic)".
@@ -94,6 +100,8 @@ class TokenDataset {
   template <class Visit>
   void for_pieces(std::size_t offset, std::size_t n, Visit&& visit) const;
   void check_range(std::size_t offset, int seq_length) const;
+  // Throws for the first token of f's [at, at + n) that is >= vocab_size; releases the pages.
+  void check_tokens(const File& f, std::size_t at, std::size_t n) const;
 
   std::vector<File> files_;
   std::string path_;

@@ -141,15 +141,17 @@ TEST_CASE("txt dataset: every byte is a token, read as unsigned", "[data]") {
   CHECK(ds[5] == 255);
   CHECK_THROWS_AS(ds[bytes.size()], DataError);
 
-  // A vocabulary smaller than a byte that occurs is an error naming token, index and vocab, when
-  // the token is read (open reads no token: token_dataset.hpp).
-  const TokenDataset narrow = TokenDataset::open(path, 128);
+  // A vocabulary smaller than a byte that occurs is an error naming token, index and vocab: at
+  // open for a small dataset, else when the token is read (token_dataset.hpp).
+  const TokenDataset narrow = TokenDataset::open(path, 128, 0);
   CHECK(narrow[2] == 127);
-  const std::string msg = error_of([&] { narrow[3]; });
-  CHECK(contains(msg, path));
-  CHECK(contains(msg, "token 128"));
-  CHECK(contains(msg, "index 3"));
-  CHECK(contains(msg, "vocab_size 128"));
+  for (const std::string& msg : {error_of([&] { TokenDataset::open(path, 128); }), error_of([&] { narrow[3]; })}) {
+    CHECK(contains(msg, path));
+    CHECK(contains(msg, "token 128"));
+    CHECK(contains(msg, "index 3"));
+    CHECK(contains(msg, "vocab_size 128"));
+  }
+  CHECK_NOTHROW(TokenDataset::open(path, 128, bytes.size() - 1));  // one byte more than checked at open
 }
 
 TEST_CASE("bin dataset: a valid llm.c shard round-trips", "[data]") {
@@ -222,12 +224,13 @@ TEST_CASE("bin dataset: every malformed shard is a clear error", "[data]") {
     std::vector<std::uint16_t> bad = tokens;
     bad[42] = 300;
     write_bytes(path, shard_bytes(bad));
-    // Found where a sequence holding it is copied or checked, not at open.
-    const TokenDataset ds = TokenDataset::open(path, 256);
+    // A large dataset: found where a sequence holding it is copied or checked, not at open.
+    const TokenDataset ds = TokenDataset::open(path, 256, 0);
     std::vector<std::int32_t> in(100), tg(100);
     CHECK_NOTHROW(ds.copy_sequence(0, 40, in.data(), tg.data()));  // tokens 0..40
     CHECK_NOTHROW(ds.check_sequence(43, 50));
-    for (const std::string& msg : {error_of([&] { ds.copy_sequence(0, 42, in.data(), tg.data()); }),
+    for (const std::string& msg : {error_of([&] { TokenDataset::open(path, 256); }),  // small: at open
+                                   error_of([&] { ds.copy_sequence(0, 42, in.data(), tg.data()); }),
                                    error_of([&] { ds.copy_sequence(42, 1, in.data(), tg.data()); }),
                                    error_of([&] { ds.check_sequence(30, 20); }),
                                    error_of([&] { ds.window(1, 40, in.data(), tg.data()); })}) {

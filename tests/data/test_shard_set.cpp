@@ -354,7 +354,8 @@ TEST_CASE("shard set: every bad set is refused by name", "[data]") {
     std::vector<std::uint16_t> bad(50, 7);
     bad[17] = 60000;
     write_shard(dir.file("train_000003.bin"), bad);
-    const TokenDataset ds = TokenDataset::open(dir.path(), 50257);  // open reads no token
+    CHECK(contains(error_of([&] { TokenDataset::open(dir.path(), 50257); }), "token 60000 at index 17"));
+    const TokenDataset ds = TokenDataset::open(dir.path(), 50257, 0);  // as if large: open reads no token
     std::vector<std::int32_t> in(40), tg(40);
     const std::string msg = error_of([&] { ds.copy_sequence(290, 40, in.data(), tg.data()); });
     CHECK(contains(msg, dir.file("train_000003.bin")));
