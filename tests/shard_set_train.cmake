@@ -1,6 +1,7 @@
 # Training on a set of shards (docs/design.md, "Datasets"): the same token stream tokenized into
 # one shard and into many gives the same losses, step for step, training and evaluation, on
-# 2 data-parallel ranks; the glob and folder forms of data.train work; a folder that holds
+# 2 data-parallel ranks; the glob and folder forms of data.train work; a token outside the
+# vocabulary in a large set is one agreed error; a folder that holds
 # tokenize's train and valid shards together, and a pattern matching nothing, are refused by key.
 #   cmake -DEXE=tptrain "-DMPI2=mpiexec;-n;2;flags..." -DDATA=tests/data -DDIR=work -P shard_set_train.cmake
 cmake_minimum_required(VERSION 3.16)
@@ -76,4 +77,30 @@ run(fail ${EXE} train ${DATA}/cli/valid.toml ${sets} --set parallel.data=1 --set
 if(NOT output MATCHES "data\\.train = .*trian_\\*\\.bin.* is a pattern that matches no file")
   message(FATAL_ERROR "a pattern matching nothing: no message naming data.train and the pattern")
 endif()
+
+# A token outside the vocabulary in a dataset too large to check at open (over 64 MiB): found by
+# the step's check on every rank and reported once, agreed (not a rank aborting the job alone);
+# in the validation set, when the run is built. Letters A..J are tokens 65..74 < vocab_size 100.
+string(REPEAT "x" 1048576 mib)
+file(WRITE ${DIR}/big/train.txt "")
+foreach(i RANGE 1 70)
+  file(APPEND ${DIR}/big/train.txt "${mib}")
+endforeach()
+string(REPEAT "ABCDEFGHIJ" 100 letters)
+file(WRITE ${DIR}/small.txt "${letters}")
+foreach(key train valid)
+  if(key STREQUAL "train")
+    set(data --set data.train=${DIR}/big/train.txt --set data.valid=${DIR}/small.txt)
+  else()
+    set(data --set data.train=${DIR}/small.txt --set data.valid=${DIR}/big/train.txt)
+  endif()
+  run(fail ${MPI2} ${EXE} train ${DATA}/cli/valid.toml ${sets} --set model.vocab_size=100 ${data}
+      --set run.dir=${DIR}/run_big_${key})
+  string(REGEX MATCHALL "tptrain: error" errors "${output}")
+  list(LENGTH errors n)
+  if(NOT output MATCHES "train[.]txt': token 120 at index [0-9]+ is >= vocab_size 100" OR NOT n EQUAL 1
+     OR output MATCHES "MPI_ABORT was invoked")
+    message(FATAL_ERROR "data.${key}: a token >= vocab_size in a large set is not one agreed error")
+  endif()
+endforeach()
 file(REMOVE_RECURSE ${DIR})
