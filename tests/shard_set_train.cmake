@@ -31,6 +31,11 @@ foreach(kind one many)
   run(ok ${EXE} tokenize ${DATA}/cli/corpus.txt --tokenizer bytes --out ${DIR}/${kind}
       --shard-tokens ${cut} --valid-tokens 100)
 endforeach()
+# The header records the vocabulary: header[3] = 256 tokens, header[4] = 1 (bytes).
+file(READ ${DIR}/many/train_000000.bin header LIMIT 20 HEX)
+if(NOT header STREQUAL "88d8340101000000250000000001000001000000")
+  message(FATAL_ERROR "train_000000.bin starts ${header}: expected magic, version 1, 37 tokens, 256, 1")
+endif()
 file(GLOB many_train ${DIR}/many/train_*.bin)
 list(LENGTH many_train n)
 if(n LESS 5)
