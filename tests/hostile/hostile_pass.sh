@@ -1628,6 +1628,11 @@ group_shards() {
   cp "$S/set"/*.bin "$S/llmc_mix/"
   shards_make "$S/llmc_mix" train_000003.bin 300  # llm.c's header: no vocabulary recorded
   shards_make "$S/glob_dir" train_000000.bin 300 256 1
+  mkdir -p "$S/fifo" "$S/devzero"
+  cp "$S/set"/*.bin "$S/fifo/"
+  [ -p "$S/fifo/train_000003.bin" ] || mkfifo "$S/fifo/train_000003.bin"
+  cp "$S/set"/*.bin "$S/devzero/"
+  ln -sf /dev/zero "$S/devzero/train_000003.bin"
   # Over 64 MiB: tokens are checked where read (every one is 300 >= vocab_size 256).
   if selected shards_token_ge_vocab_large || selected shards_valid_token_ge_vocab_large; then
     shards_make "$S/big_bad" train_000000.bin 40000000 0 0 300 1
@@ -1646,6 +1651,8 @@ group_shards() {
   run_case shards_mixed_vocab fail -- "${T[@]}" --set data.train="$S/mixed" $(rundir shards_mixed)
   run_case shards_vocab_above_model fail -- "${T[@]}" --set data.train="$S/gpt2" $(rundir shards_gpt2)
   run_case shards_txt_and_bin fail -- "${T[@]}" --set data.train="$S/txt_bin" $(rundir shards_txt_bin)
+  run_case shards_fifo_in_folder fail -- "${T[@]}" --set data.train="$S/fifo" $(rundir shards_fifo)
+  run_case shards_devzero_in_pattern fail -- "${T[@]}" --set data.train="$S/devzero/*.bin" $(rundir shards_devzero)
   run_case shards_glob_matches_folder fail -- "${T[@]}" --set data.train="$S/glob_dir/train_*" $(rundir shards_globdir)
   run_case shards_token_ge_vocab_large fail -- "${T[@]}" --set data.train="$S/big_bad" $(rundir shards_big_bad)
   run_case shards_valid_token_ge_vocab_large fail -- "${T[@]}" --set data.valid="$S/big_bad/*.bin" $(rundir shards_big_bad_v)
