@@ -2,6 +2,7 @@
 // See io/deck.hpp for the contract and docs/deck-reference.md for every key.
 #include "io/deck.hpp"
 
+#include "io/data_paths.hpp"
 #include "io/deck_keys.hpp"
 #include "io/deck_path.hpp"
 #include "io/deck_text.hpp"
@@ -277,6 +278,7 @@ class DeckReader {
   bool read_path(Field& f, const PathRule& r, std::string& out);
   std::string resolve(const std::string& path, const Field& f) const;
   void check_data_file(Field& f, const std::string& resolved);
+  void check_data_set(Field& f, const std::string& resolved, const DataPaths& paths);
 
   // Cross-key rules. The message is reported against the key most likely to have been changed
   // on purpose: a --set over a file value over a default.
@@ -603,6 +605,11 @@ bool DeckReader::read_path(Field& f, const PathRule& r, std::string& out) {
 }
 
 void DeckReader::check_data_file(Field& f, const std::string& resolved) {
+  const DataPaths paths = expand_data_paths(resolved);
+  if (paths.form != DataPaths::Form::file) {
+    check_data_set(f, resolved, paths);
+    return;
+  }
   std::vector<std::string> why;
   std::string problem = regular_file_problem(resolved);
   const std::string ext = fs::path(resolved).extension().string();
@@ -623,6 +630,36 @@ void DeckReader::check_data_file(Field& f, const std::string& resolved) {
   bad(f, fmt::format("an existing, readable .txt (byte-level tokens) or .bin (llm.c token shard) "
                      "regular file, but {} {}",
                      display_path(resolved), join(why, " and ")));
+}
+
+// A folder or a pattern (io/data_paths.hpp): it names at least one file, and each is a readable
+// regular .txt or .bin file; the first that is not is named.
+void DeckReader::check_data_set(Field& f, const std::string& resolved, const DataPaths& paths) {
+  const std::string expected = fmt::format("a {} of readable .txt or .bin token files", form_name(paths.form));
+  if (!paths.problem.empty()) {
+    if (data_files_ == DataFiles::may_be_absent && paths.absent) {
+      warnings_.push_back(Problem{f.origin, fmt::format("{} = {}: {} {} (needed by train and eval, not by check and plan)",
+                                                        f.def->name(), show(*f.node), display_path(resolved),
+                                                        paths.problem)});
+      return;
+    }
+    bad(f, fmt::format("{}, but {} {}", expected, display_path(resolved), paths.problem));
+    return;
+  }
+  for (const std::string& file : paths.files) {
+    std::string problem = regular_file_problem(file);
+    std::string ext = fs::path(file).extension().string();
+    std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    if (problem.empty() && ext != ".txt" && ext != ".bin")
+      problem = ext.empty() ? "has no extension" : "ends in " + display_path(ext);
+    if (!problem.empty()) {
+      bad(f, fmt::format("{}, but {} ({} the {} {}) {}", expected, display_path(file),
+                         paths.files.size() == 1 ? "the one file" : fmt::format("one of {} files", paths.files.size()),
+                         form_name(paths.form), paths.form == DataPaths::Form::folder ? "holds" : "matches",
+                         problem));
+      return;
+    }
+  }
 }
 
 // The key's value as given (its own checks), into its member of `d`; a key not given keeps the

@@ -146,8 +146,8 @@ std::vector<DeckKey> make_keys() {
        &member<&Deck::optimizer, &O::distributed>},
 
       {"data", "train", Required{}, PathRule{false, true},
-       "the training data, a .txt file (byte-level tokens) or a .bin llm.c token shard, "
-       "relative to the deck's folder",
+       "the training data, a .txt file (byte-level tokens) or a .bin llm.c token shard, or a folder "
+       "or glob pattern of them (one stream, in name order), relative to the deck's folder",
        &member<&Deck::data, &D::train>},
       {"data", "valid", text(""), PathRule{true, true}, "validation tokens (\"\" = none)",
        &member<&Deck::data, &D::valid>},

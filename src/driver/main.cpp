@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "io/data_paths.hpp"
 #include "io/deck_path.hpp"
 #include "io/path_text.hpp"
 #include "src/driver/commands.hpp"
@@ -97,6 +98,20 @@ CLI::Validator readable_file() {
       "FILE");
 }
 
+// A token file, or a folder or glob pattern of them (io/data_paths.hpp), or why not; the
+// files of a set are checked one by one when the dataset opens them.
+CLI::Validator readable_data() {
+  return CLI::Validator(
+      [](std::string& value) -> std::string {
+        const tptrain::io::DataPaths paths = tptrain::io::expand_data_paths(value);
+        if (!paths.problem.empty()) return tptrain::io::display_path(value) + " " + paths.problem;
+        if (paths.form != tptrain::io::DataPaths::Form::file) return {};
+        const std::string problem = tptrain::io::regular_file_problem(value);
+        return problem.empty() ? std::string() : tptrain::io::display_path(value) + " " + problem;
+      },
+      "FILE|FOLDER|PATTERN");
+}
+
 // The world rank the MPI launcher gives this process, read before MPI_Init (a usage error ends
 // the process before MPI starts). 0 when not launched by mpiexec/srun.
 int launcher_rank() {
@@ -159,8 +174,9 @@ int main(int argc, char** argv) {
   eval_cmd->add_option("--checkpoint", eval_opts.checkpoint, "checkpoint file (.h5)")
       ->required()
       ->check(readable_file());
-  eval_cmd->add_option("--data", eval_opts.data, "token file (default: the deck's data.valid)")
-      ->check(readable_file());
+  eval_cmd->add_option("--data", eval_opts.data,
+                       "token file, folder or glob pattern of shards (default: the deck's data.valid)")
+      ->check(readable_data());
   eval_cmd->add_option("--windows", eval_opts.windows,
                        "number of windows (default: training.eval_windows)")
       ->check(integer_at_least(1));

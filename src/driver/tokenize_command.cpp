@@ -131,16 +131,18 @@ int run_tokenize(const TokenizeOptions& o, const MpiSession& mpi, bool& created_
   using clock = std::chrono::steady_clock;
   std::optional<data::Corpus> corpus;
   std::unique_ptr<text::Tokenizer> tokenizer;
+  data::ShardVocabulary vocabulary;  // recorded in every shard's header
   phase([&] {
     corpus.emplace(o.inputs);
     tokenizer = load_tokenizer(o);
+    vocabulary = data::shard_vocabulary(tokenizer->name(), tokenizer->vocab_size());
   });
   phase([&] {
     if (mpi.rank == 0) prepare_output(o.out);
   });
   created_partial = true;
   const std::string partial = (fs::path(o.out) / kPartialDir).string();
-  const data::ShardLayout layout{o.valid_tokens, o.shard_tokens};
+  const data::ShardLayout layout{o.valid_tokens, o.shard_tokens, vocabulary};
   std::optional<data::ShardWriter> writer;
   phase([&] { writer.emplace(partial, layout); });
 

@@ -112,9 +112,14 @@ TrainingRun<T>::TrainingRun(const io::Deck& deck, const parallel::Topology& topo
       reducer_(model_, topo.dp()),
       optimizer_(model_, &topo.dp()),
       tokens_per_step_(std::int64_t(deck.training.global_batch) * deck.model.seq_length) {
-  if (valid_)
+  if (valid_) {
     eval_windows_ = std::min<std::int64_t>(deck.training.eval_windows,
                                            static_cast<std::int64_t>(valid_->num_windows(deck.model.seq_length)));
+    // Every evaluation reads the same windows: a token outside the vocabulary is found here, in
+    // the agreed construction, not between the collectives of an evaluation.
+    for (std::int64_t j = 0; j < eval_windows_; ++j)
+      valid_->check_sequence(static_cast<std::size_t>(j) * deck.model.seq_length, deck.model.seq_length);
+  }
   if constexpr (std::is_same<T, kx::fp16>::value) {
     const auto& t = deck.training;
     scaler_.emplace(LossScalerConfig{t.loss_scale_initial, t.loss_scale_growth_factor, t.loss_scale_backoff_factor,
@@ -180,6 +185,9 @@ double TrainingRun<T>::compute_gradients(std::int64_t step) {
   // above fp16's smallest normal; the optimizer divides it out (a power of two: exact).
   const float scale = 1.0f / static_cast<float>(tokens_per_step_) *
                       static_cast<float>(scaler_ ? scaler_->scale() : 1.0);
+  // Tokens are checked against the vocabulary where they are read (token_dataset.hpp), and the
+  // micro-batches are read between collectives: check this rank's sequences first, agreed.
+  parallel::on_every_rank(topo_.world(), [&] { sampler_->check_step(step); });
   const int M = micro_batches();
   int loaded = -1;
   const auto batch = [&](int m) -> const DeviceBatch& {

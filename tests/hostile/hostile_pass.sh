@@ -1745,6 +1745,86 @@ group_gen_bpe() {
     --data "$FIX/bpe/shards/valid_000000.bin" --windows 2
 }
 
+# ---- datasets of many shards ------------------------------------------------------------------
+
+# shards_make DIR NAME COUNT [SIZE TOKENIZER [TOKEN [FILL_BYTES]]]: an llm.c shard of COUNT tokens
+# (i*7+3) % 200, its header recording vocabulary SIZE of TOKENIZER id (0 0: none); TOKEN replaces
+# token COUNT/2; FILL_BYTES > 0 writes the whole body as that token instead (a large shard).
+shards_make() {
+  "$PY" - "$@" <<'PYEOF'
+import struct, sys
+folder, name, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+size = int(sys.argv[4]) if len(sys.argv) > 4 else 0
+tok = int(sys.argv[5]) if len(sys.argv) > 5 else 0
+bad = int(sys.argv[6]) if len(sys.argv) > 6 else -1
+fill = len(sys.argv) > 7 and int(sys.argv[7]) > 0
+header = [0] * 256
+header[0:5] = [20240520, 1, n, size, tok]
+with open(f"{folder}/{name}", "wb") as f:
+    f.write(struct.pack("<256i", *header))
+    if fill:
+        f.write(struct.pack("<H", bad) * n)
+    else:
+        tokens = [(i * 7 + 3) % 200 for i in range(n)]
+        if bad >= 0:
+            tokens[n // 2] = bad
+        f.write(struct.pack(f"<{n}H", *tokens))
+PYEOF
+}
+
+group_shards() {
+  local S=$FIX/shards k
+  rm -rf "$S"
+  mkdir -p "$S/set" "$S/both" "$S/none" "$S/truncated" "$S/magic" "$S/mixed" "$S/gpt2" "$S/txt_bin" "$S/llmc_mix"     "$S/big_bad" "$S/glob_dir/train_000001.bin"
+  for k in 0 1 2; do shards_make "$S/set" "train_00000$k.bin" 300 256 1; done
+  cp "$S/set"/*.bin "$S/both/"
+  shards_make "$S/both" valid_000000.bin 300 256 1
+  printf 'notes\n' >"$S/none/README.md"
+  cp "$S/set"/*.bin "$S/truncated/"
+  truncate -s 1500 "$S/truncated/train_000001.bin"
+  cp "$S/set"/*.bin "$S/magic/"
+  printf '\x39\x30\x00\x00' | dd of="$S/magic/train_000002.bin" conv=notrunc status=none  # magic 12345
+  cp "$S/set"/*.bin "$S/mixed/"
+  shards_make "$S/mixed" train_000003.bin 300 50257 2
+  shards_make "$S/gpt2" train_000000.bin 300 50257 2
+  shards_make "$S/txt_bin" train_000000.bin 300 256 1
+  cp "$FIX/corpus.txt" "$S/txt_bin/train_000001.txt"
+  cp "$S/set"/*.bin "$S/llmc_mix/"
+  shards_make "$S/llmc_mix" train_000003.bin 300  # llm.c's header: no vocabulary recorded
+  shards_make "$S/glob_dir" train_000000.bin 300 256 1
+  mkdir -p "$S/fifo" "$S/devzero"
+  cp "$S/set"/*.bin "$S/fifo/"
+  [ -p "$S/fifo/train_000003.bin" ] || mkfifo "$S/fifo/train_000003.bin"
+  cp "$S/set"/*.bin "$S/devzero/"
+  ln -sf /dev/zero "$S/devzero/train_000003.bin"
+  # Over 64 MiB: tokens are checked where read (every one is 300 >= vocab_size 256).
+  if selected shards_token_ge_vocab_large || selected shards_valid_token_ge_vocab_large; then
+    shards_make "$S/big_bad" train_000000.bin 40000000 0 0 300 1
+  fi
+  local T=("${TRAIN[@]}" --set training.steps=2)
+  run_case shards_glob ok -- "${T[@]}" --set data.train="$S/set/train_*.bin" $(rundir shards_glob)
+  run_case shards_folder ok -- "${T[@]}" --set data.train="$S/set" --set data.valid="$S/set/train_00000[12].bin" \
+    $(rundir shards_folder)
+  run_case shards_llmc_and_recorded ok -- "${T[@]}" --set data.train="$S/llmc_mix" $(rundir shards_llmc)
+  run_case shards_bad_glob fail -- "${T[@]}" --set data.train="$S/set/trian_*.bin" $(rundir shards_bad_glob)
+  run_case shards_bad_glob_valid fail -- "${T[@]}" --set data.valid="$S/nowhere/*.bin" $(rundir shards_bad_glob_v)
+  run_case shards_folder_no_shards fail -- "${T[@]}" --set data.train="$S/none" $(rundir shards_none)
+  run_case shards_folder_train_and_valid fail -- "${T[@]}" --set data.train="$S/both" $(rundir shards_both)
+  run_case shards_truncated_in_set fail -- "${T[@]}" --set data.train="$S/truncated" $(rundir shards_trunc)
+  run_case shards_bad_magic_in_set fail -- "${T[@]}" --set data.train="$S/magic/*.bin" $(rundir shards_magic)
+  run_case shards_mixed_vocab fail -- "${T[@]}" --set data.train="$S/mixed" $(rundir shards_mixed)
+  run_case shards_vocab_above_model fail -- "${T[@]}" --set data.train="$S/gpt2" $(rundir shards_gpt2)
+  run_case shards_txt_and_bin fail -- "${T[@]}" --set data.train="$S/txt_bin" $(rundir shards_txt_bin)
+  run_case shards_fifo_in_folder fail -- "${T[@]}" --set data.train="$S/fifo" $(rundir shards_fifo)
+  run_case shards_devzero_in_pattern fail -- "${T[@]}" --set data.train="$S/devzero/*.bin" $(rundir shards_devzero)
+  run_case shards_glob_matches_folder fail -- "${T[@]}" --set data.train="$S/glob_dir/train_*" $(rundir shards_globdir)
+  run_case shards_token_ge_vocab_large fail -- "${T[@]}" --set data.train="$S/big_bad" $(rundir shards_big_bad)
+  run_case shards_valid_token_ge_vocab_large fail -- "${T[@]}" --set data.valid="$S/big_bad/*.bin" $(rundir shards_big_bad_v)
+  run_case shards_eval_glob ok needs=ck -- "${MPI[@]}" "$EXE" eval "$DECK" --checkpoint "$CK4" --data "$S/set/train_*.bin"
+  run_case shards_eval_bad_glob fail needs=ck -- "${MPI[@]}" "$EXE" eval "$DECK" --checkpoint "$CK4" --data "$S/set/x_*.bin"
+  rm -rf "$S/big_bad"
+}
+
 # ---- run the groups -------------------------------------------------------------------------
 
 T_START=$(date +%s)
@@ -1771,6 +1851,7 @@ group_round2_fp16
 group_tokenize
 group_order
 group_hf
+group_shards
 run_kill rank1
 run_kill rank0
 run_kill mpiexec
