@@ -53,6 +53,7 @@ struct ParallelConfig {
   int pipeline{};
   int data{};
   bool sequence_parallel{};  // Megatron sequence parallelism over the tensor-parallel group
+  int virtual_stages{};      // model chunks per pipeline rank (interleaved 1F1B); 1: none
 
   int world_size() const;  // tensor * pipeline * data
 };

@@ -63,6 +63,11 @@ std::vector<DeckKey> make_keys() {
        "split LayerNorm, residual and dropout-free activations along the sequence over the tensor-parallel "
        "group (Korthikanti et al. 2022); needs model.seq_length divisible by parallel.tensor",
        &member<&Deck::parallel, &P::sequence_parallel>},
+      {"parallel", "virtual_stages", integer(1), at_least_1,
+       "model chunks per pipeline rank (interleaved 1F1B, Narayanan et al. 2021): the bubble shrinks from "
+       "(p - 1)/m to (p - 1)/(v m) for v times the point-to-point messages; > 1 needs parallel.pipeline > 1, "
+       "model.layers a multiple of pipeline * virtual_stages and micro-batches per step a multiple of pipeline",
+       &member<&Deck::parallel, &P::virtual_stages>},
 
       {"training", "global_batch", integer(16), at_least_1,
        "sequences per optimizer step, over all data-parallel ranks",

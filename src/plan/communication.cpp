@@ -29,9 +29,11 @@ StepCommunication stage_communication(const Config& c, int stage, std::int64_t s
                        + 3 * all_reduce_bytes(N * 4, t);                          // cross-entropy
   out.tensor = M * per_micro_batch;
 
-  // Pipeline: activations forward, their gradients backward.
+  // Pipeline: activations forward, their gradients backward, once per chunk (v of them; the
+  // first virtual stage receives no activation, the last no gradient).
   const double boundary = (sp ? N / t : N) * m.hidden * e;
-  out.pipeline = M * boundary * ((last ? 0 : 1) + (first ? 0 : 1));
+  const int v = c.virtual_stages;
+  out.pipeline = M * boundary * ((last ? v - 1 : v) + (first ? v - 1 : v));
 
   // Data parallel, once per step.
   const double n = double(stage_parameters);
