@@ -389,3 +389,19 @@ TEST_CASE("docs/design.md draws the interleaved schedule the simulator runs (p =
   CHECK(doc.find("```\n" + interleaved + "```") != std::string::npos);
   CHECK(doc.find("```\n" + plain + "```") != std::string::npos);
 }
+
+TEST_CASE("deferred transfer waits give the gradients of waiting at once, under 1F1B and all-forward-all-backward",
+          "[pipeline][interleaved][mpi]") {
+  const int n = test::world_size();
+  const io::Deck deck = interleaved_deck(1, n, 1, 1, 4, 4);
+  parallel::Topology topo(MPI_COMM_WORLD, layout_of(deck));
+  for (const Schedule schedule : {Schedule::one_f_one_b, Schedule::all_forward_all_backward}) {
+    INFO(train::schedule_name(schedule) << " on " << n << " stages");
+    train::RunOptions overlapped{schedule, true}, at_once{schedule, true};
+    at_once.overlap_pipeline_transfers = false;
+    train::TrainingRun a(deck, topo, overlapped), b(deck, topo, at_once);
+    for (int s = 0; s < 2; ++s) CHECK(a.step(s).loss == b.step(s).loss);
+    CHECK(a.compute_gradients(2) == b.compute_gradients(2));
+    CHECK(logical_by_name(a.model(), topo.tp(), true) == logical_by_name(b.model(), topo.tp(), true));
+  }
+}
