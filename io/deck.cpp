@@ -307,6 +307,7 @@ class DeckReader {
                       std::string_view why);
   void check_batch(const Deck& d);
   void check_not_above(const Term& low, const Term& high, std::string_view kind);
+  void check_virtual_stages(const Deck& d);
   void check_tokenizer(const Deck& d);
 
   std::string source_;
@@ -744,6 +745,42 @@ void DeckReader::check_batch(const Deck& d) {
   }
 }
 
+// parallel.virtual_stages = v > 1 (interleaved 1F1B, src/train/pipeline_schedule.hpp): a pipeline
+// to interleave over, v chunks of whole layers on every rank, and micro-batches per step in
+// groups of parallel.pipeline (the schedule's rule; reported on parallel.virtual_stages, the
+// key that asks for it).
+void DeckReader::check_virtual_stages(const Deck& d) {
+  const Field& vs = field("parallel", "virtual_stages");
+  const int v = d.parallel.virtual_stages;
+  if (!vs.ok || v == 1) return;
+  const Term tv{"parallel.virtual_stages", std::to_string(v), &vs};
+  const Field& pp = field("parallel", "pipeline");
+  if (!pp.ok) return;
+  const int p = d.parallel.pipeline;
+  if (p == 1) {
+    report_on(tv, "1 with parallel.pipeline = 1: model chunks interleave over the ranks of a pipeline "
+                  "(set parallel.pipeline > 1, or leave parallel.virtual_stages out)");
+    return;
+  }
+  if (const Field& l = field("model", "layers"); l.ok && d.model.layers % (std::int64_t(p) * v) != 0)
+    report_on(tv, fmt::format("a divisor of model.layers / parallel.pipeline: model.layers = {} must be a multiple of "
+                              "parallel.pipeline * parallel.virtual_stages = {} * {} = {}, each chunk holding the "
+                              "same number of layers",
+                              d.model.layers, p, v, std::int64_t(p) * v));
+  const Field& gb = field("training", "global_batch");
+  const Field& mb = field("training", "micro_batch");
+  const Field& dp = field("parallel", "data");
+  if (!gb.ok || !mb.ok || !dp.ok) return;
+  const std::int64_t per_step = std::int64_t(d.training.micro_batch) * d.parallel.data;
+  if (d.training.global_batch % per_step != 0) return;  // check_batch says so
+  const std::int64_t m = d.training.global_batch / per_step;
+  if (m % p != 0)
+    report_on(tv, fmt::format("1 with {} micro-batches per step (training.global_batch / (training.micro_batch * "
+                              "parallel.data) = {} / ({} * {})): the interleaved schedule runs micro-batches in "
+                              "groups of parallel.pipeline = {}, so they must be a multiple of it",
+                              m, d.training.global_batch, d.training.micro_batch, d.parallel.data, p));
+}
+
 // low <= high, reported on the more deliberate of the two. `kind`: "an integer" or "a number".
 void DeckReader::check_not_above(const Term& low, const Term& high, std::string_view kind) {
   if (weight(*high.field) > weight(*low.field))
@@ -850,6 +887,7 @@ Deck DeckReader::build() {
   if (ok("model", "layers") && ok("parallel", "pipeline"))
     check_multiple(term("model", "layers", m.layers), term("parallel", "pipeline", p.pipeline),
                    m.layers, p.pipeline, "each pipeline stage holds the same number of layers");
+  check_virtual_stages(d);
   if (p.sequence_parallel && ok("model", "seq_length") && ok("parallel", "tensor"))
     check_multiple(term("model", "seq_length", m.seq_length), term("parallel", "tensor", p.tensor),
                    m.seq_length, p.tensor,

@@ -54,6 +54,7 @@ struct ParallelConfig {
   int data{};
   bool sequence_parallel{};  // Megatron sequence parallelism over the tensor-parallel group
   std::string order;         // rank order: "tp-pp-dp" or "tp-dp-pp" (src/parallel/topology_rank_map.hpp)
+  int virtual_stages{};      // model chunks per pipeline rank (interleaved 1F1B); 1: none
 
   int world_size() const;  // tensor * pipeline * data
 };

@@ -67,6 +67,11 @@ std::vector<DeckKey> make_keys() {
        "rank order, fastest axis first: tp-pp-dp (pipeline stages of a replica on neighbouring ranks) or "
        "tp-dp-pp (Megatron's: data-parallel replicas on neighbouring ranks, pipeline slowest)",
        &member<&Deck::parallel, &P::order>},
+      {"parallel", "virtual_stages", integer(1), at_least_1,
+       "model chunks per pipeline rank (interleaved 1F1B, Narayanan et al. 2021): the bubble shrinks from "
+       "(p - 1)/m to (p - 1)/(v m) for v times the point-to-point messages; > 1 needs parallel.pipeline > 1, "
+       "model.layers a multiple of pipeline * virtual_stages and micro-batches per step a multiple of pipeline",
+       &member<&Deck::parallel, &P::virtual_stages>},
 
       {"training", "global_batch", integer(16), at_least_1,
        "sequences per optimizer step, over all data-parallel ranks",

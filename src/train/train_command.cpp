@@ -62,9 +62,12 @@ int train_as(const io::Deck& deck, const parallel::Topology& topo) {
   if (const int P = topo.layout().pipeline; P > 1) {
     const double bytes = static_cast<double>(run->model().activation_bytes());
     const double peak = parallel::all_reduce_scalar(topo.pp(), bytes, parallel::ReduceOp::max);
-    log::infof("pipeline: {} stages of {} layers, {} schedule; stage 0 keeps the activations of {} micro-batches in "
-               "flight ({:.2f} MiB with its scratch); largest stage {:.2f} MiB",
-               P, shape.layers / P, schedule_name(run->pipeline().schedule()), run->model().activation_slots(),
+    const int v = run->model().chunks();
+    log::infof("pipeline: {} stages of {} layers{}, {} schedule{}, bubble (p - 1)/(v m) = {:.1f} %; stage 0 keeps the "
+               "activations of {} micro-batches in flight ({:.2f} MiB with its scratch); largest stage {:.2f} MiB",
+               P, shape.layers / P, v > 1 ? fmt::format(" in {} chunks", v) : std::string(),
+               schedule_name(run->pipeline().schedule()), v > 1 ? " interleaved" : "",
+               100.0 * (P - 1) / (double(v) * run->micro_batches()), run->model().activation_slots(),
                bytes / (1 << 20), peak / (1 << 20));
   }
   if (!deck.data.valid.empty() && run->eval_windows() == 0)

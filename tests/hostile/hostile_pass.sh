@@ -1825,6 +1825,26 @@ group_shards() {
   rm -rf "$S/big_bad"
 }
 
+# parallel.virtual_stages (interleaved 1F1B): each bad deck names the key and the rule; a good
+# one trains, and plan shows the smaller bubble.
+group_vpp() {
+  local P2=(--set parallel.tensor=1 --set parallel.pipeline=2)
+  run_case vpp_pipeline_1 fail -- "${TRAIN[@]}" --set parallel.virtual_stages=2 $(rundir vpp_p1)
+  run_case vpp_layers_indivisible fail -- "${TRAIN[@]}" "${P2[@]}" --set parallel.virtual_stages=2 $(rundir vpp_layers)
+  run_case vpp_micro_batches_not_multiple fail -- "${TRAIN[@]}" "${P2[@]}" --set model.layers=4 \
+    --set parallel.virtual_stages=2 --set training.global_batch=6 $(rundir vpp_mb)
+  run_case vpp_zero fail -- "${TRAIN[@]}" "${P2[@]}" --set parallel.virtual_stages=0 $(rundir vpp_0)
+  run_case vpp_negative fail -- "${TRAIN[@]}" "${P2[@]}" --set parallel.virtual_stages=-2 $(rundir vpp_neg)
+  run_case vpp_huge fail -- "${TRAIN[@]}" "${P2[@]}" --set parallel.virtual_stages=2147483647 $(rundir vpp_huge)
+  run_case vpp_beyond_int fail -- "${TRAIN[@]}" "${P2[@]}" --set parallel.virtual_stages=4294967298 $(rundir vpp_big)
+  run_case vpp_string fail -- "${TRAIN[@]}" "${P2[@]}" --set 'parallel.virtual_stages="2"' $(rundir vpp_str)
+  run_case vpp_float fail -- "${TRAIN[@]}" "${P2[@]}" --set parallel.virtual_stages=2.0 $(rundir vpp_float)
+  run_case vpp_train_ok ok -- "${TRAIN[@]}" "${P2[@]}" --set model.layers=4 --set parallel.virtual_stages=2 \
+    $(rundir vpp_ok)
+  run_case vpp_plan_175b ok -- "$EXE" plan "$SRC/input/gpt3-175b.toml" --set parallel.virtual_stages=2
+  run_case vpp_plan_layers fail -- "$EXE" plan "$SRC/input/gpt3-175b.toml" --set parallel.virtual_stages=5
+}
+
 # ---- run the groups -------------------------------------------------------------------------
 
 T_START=$(date +%s)
@@ -1852,6 +1872,7 @@ group_tokenize
 group_order
 group_hf
 group_shards
+group_vpp
 run_kill rank1
 run_kill rank0
 run_kill mpiexec

@@ -908,6 +908,7 @@ TEST_CASE("deck: to_toml writes every key in table order and round-trips", "[io]
                                           "parallel.data",
                                           "parallel.sequence_parallel",
                                           "parallel.order",
+                                          "parallel.virtual_stages",
                                           "training.global_batch",
                                           "training.micro_batch",
                                           "training.steps",
