@@ -60,6 +60,9 @@ foreach(form one many many_folder)
   endif()
   run(ok ${MPI2} ${EXE} train ${DATA}/cli/valid.toml ${sets} --set data.train=${train} --set data.valid=${valid}
       --set run.dir=${DIR}/run_${form} --set checkpoint.dir=${DIR}/run_${form}/ck)
+  if(output MATCHES "were tokenized with")
+    message(FATAL_ERROR "${form}: a tokenizer warning for shards of the deck's own tokenizer")
+  endif()
   string(REGEX MATCHALL "(eval )?loss [0-9.]+" found "${output}")
   list(LENGTH found n)
   if(n LESS 6)
@@ -81,6 +84,15 @@ run(fail ${EXE} train ${DATA}/cli/valid.toml ${sets} --set parallel.data=1 --set
     --set run.dir=${DIR}/run_bad)
 if(NOT output MATCHES "data\\.train = .*trian_\\*\\.bin.* is a pattern that matches no file")
   message(FATAL_ERROR "a pattern matching nothing: no message naming data.train and the pattern")
+endif()
+
+# Shards that record another tokenizer than data.tokenizer: training goes on (it reads no
+# tokenizer), with a warning naming the key, the shards' tokenizer and the deck's.
+run(ok ${EXE} train ${DATA}/cli/valid.toml ${sets} --set parallel.data=1 --set data.train=${DIR}/folder
+    --set data.valid= --set data.tokenizer=gpt2 --set model.vocab_size=50257 --set training.steps=1
+    --set optimizer.warmup_steps=0 --set run.dir=${DIR}/run_other_tokenizer)
+if(NOT output MATCHES "data\\.train = [^\n]*folder: its shards were tokenized with bytes, 256 tokens, but data\\.tokenizer = \"gpt2\"")
+  message(FATAL_ERROR "byte shards under data.tokenizer = gpt2: no warning naming data.train and both tokenizers")
 endif()
 
 # A token outside the vocabulary in a dataset too large to check at open (over 64 MiB): found by

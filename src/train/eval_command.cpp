@@ -34,17 +34,24 @@ TargetBytes target_bytes(const io::Deck& deck, const data::TokenDataset& data, s
     length[t] = static_cast<std::int64_t>(tokenizer->decode({static_cast<text::Token>(t)}).size());
   std::vector<std::int32_t> inputs(static_cast<std::size_t>(S)), targets(static_cast<std::size_t>(S));
   TargetBytes r;
+  // Every window is read here, even after a token without a count: reading checks each token
+  // against model.vocab_size (data sets too large to check at open are checked where read), and
+  // this runs on every rank at once, so a bad token is one agreed error, not one rank's abort in
+  // the evaluation's collectives.
   for (std::int64_t j = 0; j < windows; ++j) {
     data.window(static_cast<std::size_t>(j), S, inputs.data(), targets.data());
     for (std::int32_t t : targets) {
+      if (!r.why.empty()) break;
       if (t < 0 || static_cast<std::size_t>(t) >= length.size())
-        return {0, fmt::format("{} window {} has token {}, which the {} tokenizer (data.tokenizer) does not have (ids "
-                               "0..{}){}",
-                               path, j, t, tokenizer->name(), length.size() - 1,
-                               deck.data.tokenizer == "bytes" ? "; for GPT-2 tokens set data.tokenizer = \"gpt2\"" : "")};
-      r.bytes += length[static_cast<std::size_t>(t)];
+        r.why = fmt::format("{} window {} has token {}, which the {} tokenizer (data.tokenizer) does not have (ids "
+                            "0..{}){}",
+                            path, j, t, tokenizer->name(), length.size() - 1,
+                            deck.data.tokenizer == "bytes" ? "; for GPT-2 tokens set data.tokenizer = \"gpt2\"" : "");
+      else
+        r.bytes += length[static_cast<std::size_t>(t)];
     }
   }
+  if (!r.why.empty()) r.bytes = 0;
   return r;
 }
 

@@ -7,6 +7,7 @@
 
 #include "base/agreement.hpp"
 #include "base/mpi_check.hpp"
+#include "src/data/shard_header.hpp"
 #include "src/log.hpp"
 #include "src/train/memory_metrics.hpp"
 #include "src/util/phases.hpp"
@@ -86,6 +87,18 @@ std::unique_ptr<data::TokenDataset> open_data(const std::string& path, int vocab
   return std::make_unique<data::TokenDataset>(data::TokenDataset::open(path, vocab));
 }
 
+// Shards that record their tokenizer (`tptrain tokenize` writes it into the header) under a deck
+// that names another: training does not read the tokenizer, but generate and eval's bits per
+// byte decode with data.tokenizer, so the mismatch is said now rather than found in a sample.
+void warn_other_tokenizer(const data::TokenDataset* d, const char* key, const std::string& tokenizer) {
+  if (d == nullptr || d->vocabulary().tokenizer == 0) return;
+  const data::ShardVocabulary deck = data::shard_vocabulary(tokenizer, 1);
+  if (deck.tokenizer == d->vocabulary().tokenizer) return;
+  log::warning(fmt::format("{} = {}: its shards were tokenized with {}, but data.tokenizer = \"{}\": generate and "
+                           "eval will encode and decode with {} (set data.tokenizer to the shards' tokenizer)",
+                           key, d->path(), data::describe(d->vocabulary()), tokenizer, tokenizer));
+}
+
 // optimizer.distributed: every data-parallel rank holds one shard of the optimizer state.
 model::OptimizerSharding optimizer_sharding(const io::Deck& deck, const parallel::Topology& topo) {
   if (!deck.optimizer.distributed) return {};
@@ -117,6 +130,10 @@ TrainingRun<T>::TrainingRun(const io::Deck& deck, const parallel::Topology& topo
       reducer_(model_, topo.dp()),
       optimizer_(model_, &topo.dp()),
       tokens_per_step_(std::int64_t(deck.training.global_batch) * deck.model.seq_length) {
+  if (topo.world_rank() == 0) {
+    warn_other_tokenizer(options.synthetic_tokens > 0 ? nullptr : train_.get(), "data.train", deck.data.tokenizer);
+    warn_other_tokenizer(valid_.get(), "data.valid", deck.data.tokenizer);
+  }
   if (valid_) {
     eval_windows_ = std::min<std::int64_t>(deck.training.eval_windows,
                                            static_cast<std::int64_t>(valid_->num_windows(deck.model.seq_length)));
