@@ -615,9 +615,11 @@ void DeckReader::check_data_file(Field& f, const std::string& resolved) {
   std::string problem = regular_file_problem(resolved);
   const std::string ext = fs::path(resolved).extension().string();
   const bool good_extension = ext == ".txt" || ext == ".bin";
-  // A cluster deck names files that live on the cluster: checking or planning it elsewhere is
-  // fine, as long as nothing else is wrong with the value.
-  if (data_files_ == DataFiles::may_be_absent && good_extension && problem == errno_problem(ENOENT)) {
+  // A cluster deck names files that live on the cluster, and a deck may name a folder of shards
+  // that tokenize has not made yet (no extension): checking or planning it elsewhere is fine, as
+  // long as nothing else is wrong with the value.
+  if (data_files_ == DataFiles::may_be_absent && (good_extension || ext.empty()) &&
+      problem == errno_problem(ENOENT)) {
     warnings_.push_back(Problem{f.origin, fmt::format("{} = {}: {} {} (needed by train and eval, not by check "
                                                       "and plan)",
                                                       f.def->name(), show(*f.node), display_path(resolved),
