@@ -1,4 +1,5 @@
 #include "src/driver/commands.hpp"
+#include "src/driver/mpi_session.hpp"
 
 #include <Kokkos_Core.hpp>
 #include <fmt/format.h>
@@ -55,18 +56,12 @@ Placement& placement() {
   return p;
 }
 
-// MPI first, then Kokkos on this rank's device; torn down in reverse order.
+// MPI first (the member), then Kokkos on this rank's device; torn down in reverse order.
 class JobSession {
+  MpiSession mpi_;
+
  public:
   JobSession() {
-    int argc = 0;
-    char** argv = nullptr;
-    TPTRAIN_MPI_CHECK(MPI_Init(&argc, &argv));
-    int rank = 0;
-    TPTRAIN_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
-    // Errors come back to TPTRAIN_MPI_CHECK, which names the call and the rank before aborting.
-    TPTRAIN_MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
-    log::set_rank(rank);
     Placement& p = placement();
     p.node = parallel::node_placement(MPI_COMM_WORLD);
     p.devices = parallel::visible_devices();
@@ -85,10 +80,7 @@ class JobSession {
     Kokkos::initialize(kargc, kargv);
     util::memory_ledger().install();  // after Kokkos: it chains to a Kokkos Tools library loaded by initialize
   }
-  ~JobSession() {
-    Kokkos::finalize();
-    MPI_Finalize();
-  }
+  ~JobSession() { Kokkos::finalize(); }
   JobSession(const JobSession&) = delete;
   JobSession& operator=(const JobSession&) = delete;
 };
