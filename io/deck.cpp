@@ -2,6 +2,7 @@
 // See io/deck.hpp for the contract and docs/deck-reference.md for every key.
 #include "io/deck.hpp"
 
+#include "io/data_paths.hpp"
 #include "io/deck_keys.hpp"
 #include "io/deck_path.hpp"
 #include "io/deck_text.hpp"
@@ -277,6 +278,7 @@ class DeckReader {
   bool read_path(Field& f, const PathRule& r, std::string& out);
   std::string resolve(const std::string& path, const Field& f) const;
   void check_data_file(Field& f, const std::string& resolved);
+  void check_data_set(Field& f, const std::string& resolved, const DataPaths& paths);
 
   // Cross-key rules. The message is reported against the key most likely to have been changed
   // on purpose: a --set over a file value over a default.
@@ -305,6 +307,7 @@ class DeckReader {
                       std::string_view why);
   void check_batch(const Deck& d);
   void check_not_above(const Term& low, const Term& high, std::string_view kind);
+  void check_virtual_stages(const Deck& d);
   void check_tokenizer(const Deck& d);
   void check_tensor_core_shapes(const Deck& d);
 
@@ -604,6 +607,11 @@ bool DeckReader::read_path(Field& f, const PathRule& r, std::string& out) {
 }
 
 void DeckReader::check_data_file(Field& f, const std::string& resolved) {
+  const DataPaths paths = expand_data_paths(resolved);
+  if (paths.form != DataPaths::Form::file) {
+    check_data_set(f, resolved, paths);
+    return;
+  }
   std::vector<std::string> why;
   std::string problem = regular_file_problem(resolved);
   const std::string ext = fs::path(resolved).extension().string();
@@ -624,6 +632,36 @@ void DeckReader::check_data_file(Field& f, const std::string& resolved) {
   bad(f, fmt::format("an existing, readable .txt (byte-level tokens) or .bin (llm.c token shard) "
                      "regular file, but {} {}",
                      display_path(resolved), join(why, " and ")));
+}
+
+// A folder or a pattern (io/data_paths.hpp): it names at least one file, and each is a readable
+// regular .txt or .bin file; the first that is not is named.
+void DeckReader::check_data_set(Field& f, const std::string& resolved, const DataPaths& paths) {
+  const std::string expected = fmt::format("a {} of readable .txt or .bin token files", form_name(paths.form));
+  if (!paths.problem.empty()) {
+    if (data_files_ == DataFiles::may_be_absent && paths.absent) {
+      warnings_.push_back(Problem{f.origin, fmt::format("{} = {}: {} {} (needed by train and eval, not by check and plan)",
+                                                        f.def->name(), show(*f.node), display_path(resolved),
+                                                        paths.problem)});
+      return;
+    }
+    bad(f, fmt::format("{}, but {} {}", expected, display_path(resolved), paths.problem));
+    return;
+  }
+  for (const std::string& file : paths.files) {
+    std::string problem = regular_file_problem(file);
+    std::string ext = fs::path(file).extension().string();
+    std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    if (problem.empty() && ext != ".txt" && ext != ".bin")
+      problem = ext.empty() ? "has no extension" : "ends in " + display_path(ext);
+    if (!problem.empty()) {
+      bad(f, fmt::format("{}, but {} ({} the {} {}) {}", expected, display_path(file),
+                         paths.files.size() == 1 ? "the one file" : fmt::format("one of {} files", paths.files.size()),
+                         form_name(paths.form), paths.form == DataPaths::Form::folder ? "holds" : "matches",
+                         problem));
+      return;
+    }
+  }
 }
 
 // The key's value as given (its own checks), into its member of `d`; a key not given keeps the
@@ -706,6 +744,42 @@ void DeckReader::check_batch(const Deck& d) {
                           mention(tg, *subject), d.training.micro_batch, d.parallel.data, per_step,
                           mention(other, *subject), why));
   }
+}
+
+// parallel.virtual_stages = v > 1 (interleaved 1F1B, src/train/pipeline_schedule.hpp): a pipeline
+// to interleave over, v chunks of whole layers on every rank, and micro-batches per step in
+// groups of parallel.pipeline (the schedule's rule; reported on parallel.virtual_stages, the
+// key that asks for it).
+void DeckReader::check_virtual_stages(const Deck& d) {
+  const Field& vs = field("parallel", "virtual_stages");
+  const int v = d.parallel.virtual_stages;
+  if (!vs.ok || v == 1) return;
+  const Term tv{"parallel.virtual_stages", std::to_string(v), &vs};
+  const Field& pp = field("parallel", "pipeline");
+  if (!pp.ok) return;
+  const int p = d.parallel.pipeline;
+  if (p == 1) {
+    report_on(tv, "1 with parallel.pipeline = 1: model chunks interleave over the ranks of a pipeline "
+                  "(set parallel.pipeline > 1, or leave parallel.virtual_stages out)");
+    return;
+  }
+  if (const Field& l = field("model", "layers"); l.ok && d.model.layers % (std::int64_t(p) * v) != 0)
+    report_on(tv, fmt::format("a divisor of model.layers / parallel.pipeline: model.layers = {} must be a multiple of "
+                              "parallel.pipeline * parallel.virtual_stages = {} * {} = {}, each chunk holding the "
+                              "same number of layers",
+                              d.model.layers, p, v, std::int64_t(p) * v));
+  const Field& gb = field("training", "global_batch");
+  const Field& mb = field("training", "micro_batch");
+  const Field& dp = field("parallel", "data");
+  if (!gb.ok || !mb.ok || !dp.ok) return;
+  const std::int64_t per_step = std::int64_t(d.training.micro_batch) * d.parallel.data;
+  if (d.training.global_batch % per_step != 0) return;  // check_batch says so
+  const std::int64_t m = d.training.global_batch / per_step;
+  if (m % p != 0)
+    report_on(tv, fmt::format("1 with {} micro-batches per step (training.global_batch / (training.micro_batch * "
+                              "parallel.data) = {} / ({} * {})): the interleaved schedule runs micro-batches in "
+                              "groups of parallel.pipeline = {}, so they must be a multiple of it",
+                              m, d.training.global_batch, d.training.micro_batch, d.parallel.data, p));
 }
 
 // low <= high, reported on the more deliberate of the two. `kind`: "an integer" or "a number".
@@ -814,6 +888,7 @@ Deck DeckReader::build() {
   if (ok("model", "layers") && ok("parallel", "pipeline"))
     check_multiple(term("model", "layers", m.layers), term("parallel", "pipeline", p.pipeline),
                    m.layers, p.pipeline, "each pipeline stage holds the same number of layers");
+  check_virtual_stages(d);
   if (p.sequence_parallel && ok("model", "seq_length") && ok("parallel", "tensor"))
     check_multiple(term("model", "seq_length", m.seq_length), term("parallel", "tensor", p.tensor),
                    m.seq_length, p.tensor,

@@ -55,6 +55,7 @@ struct ParallelConfig {
   int data{};
   bool sequence_parallel{};  // Megatron sequence parallelism over the tensor-parallel group
   std::string order;         // rank order: "tp-pp-dp" or "tp-dp-pp" (src/parallel/topology_rank_map.hpp)
+  int virtual_stages{};      // model chunks per pipeline rank (interleaved 1F1B); 1: none
 
   int world_size() const;  // tensor * pipeline * data
 };
@@ -78,6 +79,7 @@ struct TrainingConfig {
   int log_interval{};
   int eval_interval{};
   int eval_windows{};
+  std::string init_from;  // a checkpoint whose weights start the run ("" = the seeded initialisation)
 };
 
 // [optimizer]: AdamW, linear warmup then decay to min_lr.
@@ -93,7 +95,8 @@ struct OptimizerConfig {
   bool distributed{};  // ZeRO-1: AdamW state sharded over the data-parallel group
 };
 
-// [data]: .txt (byte-level tokens) or .bin (llm.c token shard), and the tokenizer of its text.
+// [data]: .txt (byte-level tokens) or .bin (llm.c token shard) files, one or a folder or glob
+// pattern of them (io/data_paths.hpp), and the tokenizer of its text.
 struct DataConfig {
   std::string train;
   std::string valid;          // "" = no validation set
@@ -170,8 +173,10 @@ inline constexpr std::uint64_t kMaxDeckBytes = 1u << 20;
 // data keys may be missing and their files are not looked at. With DataFiles::may_be_absent
 // (`tptrain check` and `plan` on a cluster deck whose data lives on the cluster) data.train is
 // still required and its files are checked, but a file that does not exist is a warning, added
-// to `warnings` ("deck.toml:42: data.train = ...: ... does not exist"), not an error; a file
-// that exists and cannot be read (a FIFO, no permission) or a wrong extension stays an error.
+// to `warnings` ("deck.toml:42: data.train = ...: ... does not exist"), not an error, and so is
+// a glob pattern that matches nothing; a file that exists and cannot be read (a FIFO, no
+// permission) or a wrong extension stays an error. A folder or pattern (io/data_paths.hpp) is
+// checked file by file.
 enum class DataFiles { required, ignored, may_be_absent };
 Deck load_deck(const std::string& path, const std::vector<std::string>& overrides = {},
                DataFiles data_files = DataFiles::required, std::vector<std::string>* warnings = nullptr);

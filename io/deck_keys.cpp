@@ -71,6 +71,11 @@ std::vector<DeckKey> make_keys() {
        "rank order, fastest axis first: tp-pp-dp (pipeline stages of a replica on neighbouring ranks) or "
        "tp-dp-pp (Megatron's: data-parallel replicas on neighbouring ranks, pipeline slowest)",
        &member<&Deck::parallel, &P::order>},
+      {"parallel", "virtual_stages", integer(1), at_least_1,
+       "model chunks per pipeline rank (interleaved 1F1B, Narayanan et al. 2021): the bubble shrinks from "
+       "(p - 1)/m to (p - 1)/(v m) for v times the point-to-point messages; > 1 needs parallel.pipeline > 1, "
+       "model.layers a multiple of pipeline * virtual_stages and micro-batches per step a multiple of pipeline",
+       &member<&Deck::parallel, &P::virtual_stages>},
 
       {"training", "global_batch", integer(16), at_least_1,
        "sequences per optimizer step, over all data-parallel ranks",
@@ -123,6 +128,10 @@ std::vector<DeckKey> make_keys() {
       {"training", "eval_windows", integer(16), at_least_1,
        "validation windows of seq_length tokens per evaluation",
        &member<&Deck::training, &T::eval_windows>},
+      {"training", "init_from", text(""), PathRule{true, false},
+       "a checkpoint whose weights start the run (e.g. from tptrain import): weights only, step 0, fresh "
+       "optimizer and data order; \"\" = initialise from training.seed; a checkpoint to resume from wins",
+       &member<&Deck::training, &T::init_from>},
 
       {"optimizer", "lr", number(3e-3), positive, "peak learning rate",
        &member<&Deck::optimizer, &O::lr>},
@@ -146,8 +155,8 @@ std::vector<DeckKey> make_keys() {
        &member<&Deck::optimizer, &O::distributed>},
 
       {"data", "train", Required{}, PathRule{false, true},
-       "the training data, a .txt file (byte-level tokens) or a .bin llm.c token shard, "
-       "relative to the deck's folder",
+       "the training data, a .txt file (byte-level tokens) or a .bin llm.c token shard, or a folder "
+       "or glob pattern of them (one stream, in name order), relative to the deck's folder",
        &member<&Deck::data, &D::train>},
       {"data", "valid", text(""), PathRule{true, true}, "validation tokens (\"\" = none)",
        &member<&Deck::data, &D::valid>},

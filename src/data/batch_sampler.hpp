@@ -8,6 +8,10 @@
 // (bias < N / 2^64) and identical on every platform and standard library. The sequence covers
 // tokens [offset, offset + seq_length]: inputs the first S, targets the last S.
 //
+// `size` and the offsets are those of the whole dataset: for a set of shards, of the stream of
+// every shard in name order (token_dataset.hpp), so a sequence may run from one shard into the
+// next, and a dataset that is one file samples exactly as before shards existed.
+//
 // Nothing depends on what was sampled before: a step's batch is a pure function of
 // (seed, step), so resuming at step k only needs k, and every (tensor, pipeline, data) layout
 // sees the same sequences in the same global order.
@@ -40,6 +44,11 @@ class BatchSampler {
   // [micro_batch, seq_length]; targets are the inputs shifted by one token.
   // Throws DataError if step < 0 or m is outside [0, micro_batches_per_step()).
   void micro_batch(std::int64_t step, int m, std::int32_t* inputs, std::int32_t* targets) const;
+
+  // Reads this rank's sequences of `step` (all its micro-batches) and throws the DataError that
+  // micro_batch() would (a token >= vocab_size): the trainer calls it in a phase all ranks agree
+  // on before the step, since micro_batch() runs between collectives.
+  void check_step(std::int64_t step) const;
 
   // Start of global sequence global_index of `step` (see the formula above); exposed for tests.
   // Throws DataError if step < 0 or global_index is outside [0, global_batch).

@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "io/path_text.hpp"
-#include "src/data/token_dataset.hpp"  // DataError, the llm.c shard constants
+#include "src/data/shard_header.hpp"
 
 namespace tptrain::data {
 namespace {
@@ -52,11 +52,6 @@ void write_all(int fd, const std::string& path, const unsigned char* bytes, std:
     n -= static_cast<std::size_t>(w);
     offset += static_cast<std::uint64_t>(w);
   }
-}
-
-void put_le32(unsigned char* p, std::int32_t v) {
-  const auto u = static_cast<std::uint32_t>(v);
-  for (int i = 0; i < 4; ++i) p[i] = static_cast<unsigned char>(u >> (8 * i));
 }
 
 }  // namespace
@@ -131,10 +126,8 @@ void write_shard_headers(const std::string& dir, const ShardLayout& layout, std:
       throw DataError(fmt::format("output '{}' is {} bytes, expected {} for {} tokens: some tokens were not written",
                                   io::display_path(path), st.st_size, expected, shard.tokens));
     }
-    unsigned char header[kHeaderBytes] = {};
-    put_le32(header, kShardMagic);
-    put_le32(header + 4, kShardVersion);
-    put_le32(header + 8, static_cast<std::int32_t>(shard.tokens));
+    unsigned char header[kHeaderBytes];
+    format_shard_header(header, static_cast<std::int32_t>(shard.tokens), layout.vocabulary);
     try {
       write_all(fd, path, header, sizeof header, 0);
     } catch (...) {

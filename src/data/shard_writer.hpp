@@ -12,11 +12,14 @@
 #include <string>
 #include <vector>
 
+#include "src/data/shard_header.hpp"
+
 namespace tptrain::data {
 
 struct ShardLayout {
   std::uint64_t valid_tokens = 0;  // 0: no validation shards
   std::uint64_t shard_tokens = 0;  // at most kMaxShardTokens
+  ShardVocabulary vocabulary;      // recorded in every header (shard_header.hpp)
 };
 
 // The llm.c header stores the token count as an int32.
@@ -53,7 +56,7 @@ class ShardWriter {
   std::map<std::string, int> open_;  // name -> descriptor
 };
 
-// Writes the llm.c header (magic, version 1, token count) of every shard of `total` tokens in
+// Writes the llm.c header (magic, version 1, token count, the layout's vocabulary) of every shard of `total` tokens in
 // `dir`, once all tokens are written. Throws DataError naming the file.
 void write_shard_headers(const std::string& dir, const ShardLayout& layout, std::uint64_t total);
 

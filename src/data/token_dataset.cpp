@@ -1,19 +1,40 @@
 #include "src/data/token_dataset.hpp"
 
-#include "base/splitmix64.hpp"
-
-#include "io/deck_path.hpp"
-#include "io/path_text.hpp"
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <cctype>
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <system_error>
+#include <optional>
+
+#include "base/splitmix64.hpp"
+#include "io/data_paths.hpp"
+#include "io/path_text.hpp"
 
 namespace tptrain::data {
+
+// One file of the stream: its tokens are `count` little-endian integers of `width` bytes at
+// `tokens` (in the mapping, or in `owned` for a synthetic dataset).
+struct TokenDataset::File {
+  std::string path;
+  std::optional<MappedFile> map;
+  std::vector<unsigned char> owned;
+  const unsigned char* tokens = nullptr;
+  std::uint64_t token_offset = 0;  // byte offset of the first token in the file
+  int width = 2;
+  std::size_t first = 0;  // stream index of its first token
+  std::size_t count = 0;
+
+  std::int32_t token(std::size_t i) const {
+    const unsigned char* p = tokens + i * static_cast<std::size_t>(width);
+    return width == 1 ? p[0] : static_cast<std::int32_t>(p[0] | (p[1] << 8));
+  }
+  // Drops the pages that reading tokens [i, i + n) mapped (mapped_file.hpp).
+  void release(std::size_t i, std::size_t n) const {
+    if (map) map->release(token_offset + i * static_cast<std::size_t>(width), n * static_cast<std::size_t>(width));
+  }
+};
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -29,111 +50,76 @@ std::string lower_extension(const std::string& path) {
   return ext;
 }
 
-// An open input file and its size in bytes, or a DataError saying why not.
-struct InputFile {
-  std::ifstream in;
-  std::size_t size = 0;
-};
-
-InputFile open_input(const std::string& path) {
-  // Before the stream opens it: a FIFO or a device (/dev/zero) would never end the read.
-  if (const std::string problem = io::regular_file_problem(path); !problem.empty())
-    fail(path, problem == "does not exist" ? "no such file" : problem);
-  InputFile f;
-  f.in.open(path, std::ios::binary);
-  if (!f.in) fail(path, std::string("cannot open for reading: ") + std::strerror(errno));
-  f.in.seekg(0, std::ios::end);
-  const std::streamoff end = f.in.tellg();
-  if (end < 0) fail(path, "cannot determine the file size");
-  f.in.seekg(0, std::ios::beg);
-  f.size = static_cast<std::size_t>(end);
-  return f;
-}
-
-void read_exactly(InputFile& f, const std::string& path, void* dst, std::size_t bytes) {
-  if (bytes == 0) return;
-  if (!f.in.read(static_cast<char*>(dst), static_cast<std::streamsize>(bytes)))
-    fail(path, "read error: got " + std::to_string(f.in.gcount()) + " of " +
-                   std::to_string(bytes) + " bytes");
-}
-
-// Little-endian loads, independent of the host byte order.
-std::int32_t load_i32(const unsigned char* p) {
-  const std::uint32_t u = static_cast<std::uint32_t>(p[0]) | static_cast<std::uint32_t>(p[1]) << 8 |
-                          static_cast<std::uint32_t>(p[2]) << 16 |
-                          static_cast<std::uint32_t>(p[3]) << 24;
-  std::int32_t v;
-  std::memcpy(&v, &u, sizeof v);
-  return v;
-}
-
-bool host_is_little_endian() {
-  const std::uint16_t one = 1;
-  unsigned char first;
-  std::memcpy(&first, &one, 1);
-  return first == 1;
-}
-
-std::vector<std::uint16_t> read_text(InputFile& f, const std::string& path) {
-  std::vector<unsigned char> bytes(f.size);
-  read_exactly(f, path, bytes.data(), bytes.size());
-  return std::vector<std::uint16_t>(bytes.begin(), bytes.end());  // bytes as unsigned 0..255
-}
-
-std::vector<std::uint16_t> read_shard(InputFile& f, const std::string& path) {
-  constexpr std::size_t header_bytes = kShardHeaderInts * sizeof(std::int32_t);
-  if (f.size < header_bytes)
-    fail(path, "file is shorter than the llm.c shard header (" + std::to_string(f.size) +
-                   " bytes, the header alone needs " + std::to_string(header_bytes) + ")");
-  unsigned char header[header_bytes];
-  read_exactly(f, path, header, header_bytes);
-  const std::int32_t magic = load_i32(header);
-  if (magic != kShardMagic)
-    fail(path, "bad magic number " + std::to_string(magic) + ", expected " +
-                   std::to_string(kShardMagic) + " (not an llm.c token shard)");
-  const std::int32_t version = load_i32(header + 4);
-  if (version != kShardVersion)
-    fail(path, "unsupported shard version " + std::to_string(version) + ", expected " +
-                   std::to_string(kShardVersion) + " (uint16 tokens)");
-  const std::int32_t count = load_i32(header + 8);
-  if (count < 0) fail(path, "negative token count " + std::to_string(count) + " in the header");
-  if (count == 0) fail(path, "the shard holds no tokens (header token count is 0)");
-  const std::size_t expected = header_bytes + static_cast<std::size_t>(count) * 2;
-  if (f.size != expected)
-    fail(path, std::string(f.size < expected ? "file is shorter than" : "file is longer than") +
-                   " its header claims: header says " + std::to_string(count) + " tokens = " +
-                   std::to_string(expected) + " bytes, file has " + std::to_string(f.size) +
-                   " bytes");
-  std::vector<std::uint16_t> tokens(static_cast<std::size_t>(count));
-  read_exactly(f, path, tokens.data(), tokens.size() * sizeof(std::uint16_t));
-  if (!host_is_little_endian())
-    for (auto& t : tokens) t = static_cast<std::uint16_t>((t >> 8) | (t << 8));
-  return tokens;
-}
-
 }  // namespace
 
-TokenDataset TokenDataset::open(const std::string& path, int vocab_size) {
-  if (vocab_size <= 0) fail(path, "vocab_size must be positive, got " + std::to_string(vocab_size));
-  const std::string ext = lower_extension(path);
-  if (ext != ".txt" && ext != ".bin")
-    fail(path, "unknown extension '" + ext +
-                   "': expected .txt (byte tokens) or .bin (llm.c token shard)");
+TokenDataset::TokenDataset() = default;
+TokenDataset::TokenDataset(TokenDataset&&) noexcept = default;
+TokenDataset& TokenDataset::operator=(TokenDataset&&) noexcept = default;
+TokenDataset::~TokenDataset() = default;
 
-  InputFile f = open_input(path);
-  if (f.size == 0) fail(path, "empty file");
+TokenDataset TokenDataset::open(const std::string& spec, int vocab_size, std::uint64_t check_at_open_bytes) {
+  if (vocab_size <= 0) fail(spec, "vocab_size must be positive, got " + std::to_string(vocab_size));
+  const io::DataPaths paths = io::expand_data_paths(spec);
+  if (!paths.problem.empty()) throw DataError("data '" + io::display_path(spec) + "' " + paths.problem);
 
   TokenDataset ds;
-  ds.path_ = path;
-  ds.tokens_ = ext == ".txt" ? read_text(f, path) : read_shard(f, path);
-
-  const auto bad = std::find_if(ds.tokens_.begin(), ds.tokens_.end(), [vocab_size](std::uint16_t t) {
-    return static_cast<int>(t) >= vocab_size;
-  });
-  if (bad != ds.tokens_.end())
-    fail(path, "token " + std::to_string(*bad) + " at index " +
-                   std::to_string(bad - ds.tokens_.begin()) + " is >= vocab_size " +
-                   std::to_string(vocab_size));
+  ds.path_ = spec;
+  ds.vocab_size_ = vocab_size;
+  std::string recorded;  // the first file whose header records its vocabulary
+  for (const std::string& path : paths.files) {
+    const std::string ext = lower_extension(path);
+    if (ext != ".txt" && ext != ".bin")
+      fail(path, "unknown extension '" + ext + "': expected .txt (byte tokens) or .bin (llm.c token shard)");
+    File f;
+    f.path = path;
+    f.map.emplace(path);
+    f.first = ds.size_;
+    if (ext == ".txt") {
+      f.width = 1;
+      f.count = f.map->size();
+    } else {
+      if (f.map->size() < kShardHeaderBytes)
+        fail(path, fmt::format("file is shorter than the llm.c shard header ({} bytes, the header alone needs {})",
+                               f.map->size(), kShardHeaderBytes));
+      const ShardHeader h = parse_shard_header(f.map->data(), f.map->size(), path);
+      f.map->release(0, kShardHeaderBytes);
+      f.width = 2;
+      f.token_offset = kShardHeaderBytes;
+      f.count = h.tokens;
+      if (h.vocabulary.recorded()) {
+        if (recorded.empty()) {
+          ds.vocabulary_ = h.vocabulary;
+          recorded = path;
+        } else if (h.vocabulary != ds.vocabulary_) {
+          throw DataError(fmt::format("data '{}' mixes vocabularies: '{}' records {}, '{}' records {}",
+                                      io::display_path(spec), io::display_path(recorded),
+                                      describe(ds.vocabulary_), io::display_path(path), describe(h.vocabulary)));
+        }
+        if (h.vocabulary.size > vocab_size)
+          fail(path, fmt::format("its header records the vocabulary {}: more than vocab_size {} (the model's "
+                                 "vocabulary: set model.vocab_size >= {})",
+                                 describe(h.vocabulary), vocab_size, h.vocabulary.size));
+      }
+    }
+    if (!ds.files_.empty() && ds.files_.front().width != f.width) {
+      const File& txt = f.width == 1 ? f : ds.files_.front();
+      const File& bin = f.width == 1 ? ds.files_.front() : f;
+      throw DataError(fmt::format("data '{}' mixes .txt files (byte tokens), e.g. '{}', with .bin shards (llm.c "
+                                  "tokens), e.g. '{}': one kind per set",
+                                  io::display_path(spec), io::display_path(txt.path), io::display_path(bin.path)));
+    }
+    f.map->advise_random();
+    f.tokens = f.map->data() + f.token_offset;
+    ds.size_ += f.count;
+    ds.files_.push_back(std::move(f));
+  }
+  std::uint64_t bytes = 0;
+  for (const File& f : ds.files_) bytes += f.count * static_cast<std::uint64_t>(f.width);
+  if (bytes <= check_at_open_bytes) {
+    constexpr std::size_t kChunk = std::size_t{1} << 20;  // tokens read, then released
+    for (const File& f : ds.files_)
+      for (std::size_t at = 0; at < f.count; at += kChunk) ds.check_tokens(f, at, std::min(kChunk, f.count - at));
+  }
   return ds;
 }
 
@@ -142,50 +128,127 @@ TokenDataset TokenDataset::synthetic(std::size_t n, int vocab_size, std::uint64_
   const std::uint64_t range = std::min<std::uint64_t>(static_cast<std::uint64_t>(vocab_size), 65536);
   TokenDataset ds;
   ds.path_ = "(synthetic)";
-  ds.tokens_.resize(n);
-  for (std::size_t i = 0; i < n; ++i)
-    ds.tokens_[i] = static_cast<std::uint16_t>(util::splitmix64(seed ^ (0x5EEDull << 32) ^ i) % range);
+  ds.vocab_size_ = vocab_size;
+  File f;
+  f.path = ds.path_;
+  f.owned.resize(2 * n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto t = static_cast<std::uint16_t>(util::splitmix64(seed ^ (0x5EEDull << 32) ^ i) % range);
+    f.owned[2 * i] = static_cast<unsigned char>(t & 0xFF);
+    f.owned[2 * i + 1] = static_cast<unsigned char>(t >> 8);
+  }
+  f.tokens = f.owned.data();
+  f.count = n;
+  ds.size_ = n;
+  if (n > 0) ds.files_.push_back(std::move(f));
   return ds;
 }
 
+std::size_t TokenDataset::file_count() const { return files_.size(); }
+
+const std::string& TokenDataset::file_path(std::size_t k) const {
+  if (k >= files_.size())
+    throw DataError(fmt::format("data '{}': file {} out of range ({} files)", io::display_path(path_), k, files_.size()));
+  return files_[k].path;
+}
+
+std::size_t TokenDataset::file_first_token(std::size_t k) const {
+  file_path(k);  // the range check
+  return files_[k].first;
+}
+
+template <class Visit>
+void TokenDataset::for_pieces(std::size_t offset, std::size_t n, Visit&& visit) const {
+  // The file holding `offset`: the last one starting at or before it.
+  auto it = std::upper_bound(files_.begin(), files_.end(), offset,
+                             [](std::size_t o, const File& f) { return o < f.first; });
+  std::size_t k = static_cast<std::size_t>(it - files_.begin()) - 1;
+  while (n > 0) {
+    const File& f = files_[k];
+    const std::size_t at = offset - f.first;
+    const std::size_t take = std::min(n, f.count - at);
+    visit(f, at, take);
+    offset += take;
+    n -= take;
+    ++k;
+  }
+}
+
+void TokenDataset::check_range(std::size_t offset, int seq_length) const {
+  if (seq_length <= 0) fail(path_, "seq_length must be positive, got " + std::to_string(seq_length));
+  const std::size_t s = static_cast<std::size_t>(seq_length);
+  if (offset >= size_ || size_ - offset < s + 1)
+    fail(path_, "sequence at offset " + std::to_string(offset) + " of length " + std::to_string(s + 1) +
+                    " runs past the end (" + std::to_string(size_) + " tokens)");
+}
+
+namespace {
+
+[[noreturn]] void token_out_of_vocabulary(const std::string& path, std::int32_t token, std::size_t index,
+                                          int vocab_size) {
+  fail(path, fmt::format("token {} at index {} is >= vocab_size {}", token, index, vocab_size));
+}
+
+}  // namespace
+
 std::int32_t TokenDataset::operator[](std::size_t i) const {
-  if (i >= tokens_.size())
-    fail(path_, "token index " + std::to_string(i) + " out of range (size " +
-                    std::to_string(tokens_.size()) + ")");
-  return tokens_[i];
+  if (i >= size_)
+    fail(path_, "token index " + std::to_string(i) + " out of range (size " + std::to_string(size_) + ")");
+  std::int32_t value = 0;
+  for_pieces(i, 1, [&](const File& f, std::size_t at, std::size_t) {
+    value = f.token(at);
+    f.release(at, 1);
+    if (value >= vocab_size_) token_out_of_vocabulary(f.path, value, at, vocab_size_);
+  });
+  return value;
 }
 
 std::size_t TokenDataset::num_windows(int seq_length) const {
-  if (seq_length <= 0)
-    fail(path_, "seq_length must be positive, got " + std::to_string(seq_length));
-  if (tokens_.size() < 2) return 0;
-  return (tokens_.size() - 1) / static_cast<std::size_t>(seq_length);
+  if (seq_length <= 0) fail(path_, "seq_length must be positive, got " + std::to_string(seq_length));
+  if (size_ < 2) return 0;
+  return (size_ - 1) / static_cast<std::size_t>(seq_length);
 }
 
-void TokenDataset::window(std::size_t j, int seq_length, std::int32_t* inputs,
-                          std::int32_t* targets) const {
+void TokenDataset::window(std::size_t j, int seq_length, std::int32_t* inputs, std::int32_t* targets) const {
   const std::size_t n = num_windows(seq_length);
   if (j >= n)
-    fail(path_, "evaluation window " + std::to_string(j) + " out of range: " +
-                    std::to_string(tokens_.size()) + " tokens hold " + std::to_string(n) +
-                    " windows of seq_length " + std::to_string(seq_length));
+    fail(path_, "evaluation window " + std::to_string(j) + " out of range: " + std::to_string(size_) +
+                    " tokens hold " + std::to_string(n) + " windows of seq_length " + std::to_string(seq_length));
   copy_sequence(j * static_cast<std::size_t>(seq_length), seq_length, inputs, targets);
 }
 
 void TokenDataset::copy_sequence(std::size_t offset, int seq_length, std::int32_t* inputs,
                                  std::int32_t* targets) const {
-  if (seq_length <= 0)
-    fail(path_, "seq_length must be positive, got " + std::to_string(seq_length));
+  check_range(offset, seq_length);
   const std::size_t s = static_cast<std::size_t>(seq_length);
-  if (offset >= tokens_.size() || tokens_.size() - offset < s + 1)
-    fail(path_, "sequence at offset " + std::to_string(offset) + " of length " +
-                    std::to_string(s + 1) + " runs past the end (" +
-                    std::to_string(tokens_.size()) + " tokens)");
-  const std::uint16_t* t = tokens_.data() + offset;
-  for (std::size_t i = 0; i < s; ++i) {
-    inputs[i] = t[i];
-    targets[i] = t[i + 1];
-  }
+  std::size_t j = 0;  // position in the sequence, 0 .. s
+  for_pieces(offset, s + 1, [&](const File& f, std::size_t at, std::size_t take) {
+    for (std::size_t i = 0; i < take; ++i, ++j) {
+      const std::int32_t t = f.token(at + i);
+      if (t >= vocab_size_) {
+        f.release(at, take);
+        token_out_of_vocabulary(f.path, t, at + i, vocab_size_);
+      }
+      if (j < s) inputs[j] = t;
+      if (j > 0) targets[j - 1] = t;
+    }
+    f.release(at, take);
+  });
+}
+
+void TokenDataset::check_tokens(const File& f, std::size_t at, std::size_t n) const {
+  for (std::size_t i = 0; i < n; ++i)
+    if (const std::int32_t t = f.token(at + i); t >= vocab_size_) {
+      f.release(at, n);
+      token_out_of_vocabulary(f.path, t, at + i, vocab_size_);
+    }
+  f.release(at, n);
+}
+
+void TokenDataset::check_sequence(std::size_t offset, int seq_length) const {
+  check_range(offset, seq_length);
+  for_pieces(offset, static_cast<std::size_t>(seq_length) + 1,
+             [&](const File& f, std::size_t at, std::size_t take) { check_tokens(f, at, take); });
 }
 
 }  // namespace tptrain::data

@@ -291,7 +291,8 @@ int eval(const DeckOptions& o, const EvalOptions& e) {
 int generate(const DeckOptions& o, const GenerateOptions& g) {
   return run_job(o, [&](const io::Deck& deck, const parallel::Topology& topo) {
     return train::run_generate(deck, topo, g.checkpoint,
-                               train::SampleOptions{g.prompt, g.tokens, g.temperature, g.top_k, g.seed});
+                               train::SampleOptions{g.prompt, g.tokens, g.temperature, g.top_k, g.seed, !g.no_kv_cache,
+                                                    g.ignore_eos});
   });
 }
 

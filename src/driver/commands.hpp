@@ -39,6 +39,8 @@ struct GenerateOptions {
   double temperature = 1.0;
   int top_k = 0;  // 0 = no top-k filter
   unsigned long long seed = 0;
+  bool no_kv_cache = false;  // the full forward for every token
+  bool ignore_eos = false;   // <|endoftext|> does not end the sample
 };
 
 // `tptrain tokenize`: text files and JSON Lines -> llm.c token shards in `out`
@@ -80,6 +82,24 @@ int bench(const DeckOptions& options, const BenchOptions& bench);
 // Describes a checkpoint file (src/driver/inspect.hpp); no MPI. 0: verified, 1: missing, unreadable,
 // not a checkpoint, or a checksum that does not verify.
 int inspect(const std::string& file);
+
+// `tptrain export CHECKPOINT --format hf --out DIR`: the checkpoint's weights as a Hugging Face
+// GPT2LMHeadModel folder, config.json + model.safetensors (float32), from any layout and precision;
+// `tptrain import DIR --deck DECK --out FILE.h5`: such a folder as a step-0 checkpoint of the
+// deck's model (src/driver/hf_commands.cpp, docs/checkpoints.md). 0 when written, 1 for bad input
+// (nothing written).
+struct ExportOptions {
+  std::string checkpoint;
+  std::string format = "hf";
+  std::string out;
+};
+int export_checkpoint(const ExportOptions& options);
+struct ImportOptions {
+  std::string dir;
+  DeckOptions deck;
+  std::string out;
+};
+int import_checkpoint(const ImportOptions& options);
 
 std::string version_string();
 

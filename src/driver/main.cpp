@@ -1,4 +1,5 @@
-// tptrain command line: train / bench / eval / generate / check / plan / inspect / tokenize (CLI11).
+// tptrain command line: train / bench / eval / generate / check / plan / inspect / tokenize / export /
+// import (CLI11).
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
@@ -12,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "io/data_paths.hpp"
 #include "io/deck_path.hpp"
 #include "io/path_text.hpp"
 #include "src/driver/commands.hpp"
@@ -96,6 +98,20 @@ CLI::Validator readable_file() {
       "FILE");
 }
 
+// A token file, or a folder or glob pattern of them (io/data_paths.hpp), or why not; the
+// files of a set are checked one by one when the dataset opens them.
+CLI::Validator readable_data() {
+  return CLI::Validator(
+      [](std::string& value) -> std::string {
+        const tptrain::io::DataPaths paths = tptrain::io::expand_data_paths(value);
+        if (!paths.problem.empty()) return tptrain::io::display_path(value) + " " + paths.problem;
+        if (paths.form != tptrain::io::DataPaths::Form::file) return {};
+        const std::string problem = tptrain::io::regular_file_problem(value);
+        return problem.empty() ? std::string() : tptrain::io::display_path(value) + " " + problem;
+      },
+      "FILE|FOLDER|PATTERN");
+}
+
 // The world rank the MPI launcher gives this process, read before MPI_Init (a usage error ends
 // the process before MPI starts). 0 when not launched by mpiexec/srun.
 int launcher_rank() {
@@ -161,8 +177,9 @@ int main(int argc, char** argv) {
   eval_cmd->add_option("--checkpoint", eval_opts.checkpoint, "checkpoint file (.h5)")
       ->required()
       ->check(readable_file());
-  eval_cmd->add_option("--data", eval_opts.data, "token file (default: the deck's data.valid)")
-      ->check(readable_file());
+  eval_cmd->add_option("--data", eval_opts.data,
+                       "token file, folder or glob pattern of shards (default: the deck's data.valid)")
+      ->check(readable_data());
   eval_cmd->add_option("--windows", eval_opts.windows,
                        "number of windows (default: training.eval_windows)")
       ->check(integer_at_least(1));
@@ -183,6 +200,11 @@ int main(int argc, char** argv) {
       ->check(integer_at_least(0))
       ->capture_default_str();
   gen_cmd->add_option("--seed", gen_opts.seed, "sampling seed")->check(unsigned_64())->capture_default_str();
+  gen_cmd->add_flag("--no-kv-cache", gen_opts.no_kv_cache,
+                    "recompute the full forward of the context window for every token instead of keeping a "
+                    "key/value cache (the reference the cache is tested against; slower)");
+  gen_cmd->add_flag("--ignore-eos", gen_opts.ignore_eos,
+                    "keep generating after the tokenizer's <|endoftext|> (by default it ends the sample)");
 
   auto* check_cmd = app.add_subcommand("check", "validate a deck and print it resolved (no MPI)");
   add_deck_options(*check_cmd, deck);
@@ -256,6 +278,29 @@ int main(int argc, char** argv) {
       ->check(integer_at_least(1, 1 << 30))
       ->capture_default_str();
 
+  ExportOptions export_opts;
+  auto* export_cmd = app.add_subcommand(
+      "export",
+      "a checkpoint (any layout, any precision) as a Hugging Face GPT2LMHeadModel folder: config.json + "
+      "model.safetensors (float32, lm_head tied to transformer.wte)");
+  export_cmd->add_option("checkpoint", export_opts.checkpoint, "checkpoint file (.h5)")->required()->check(readable_file());
+  export_cmd->add_option("--format", export_opts.format, "output format")
+      ->check(CLI::IsMember({"hf"}))
+      ->capture_default_str();
+  export_cmd->add_option("--out", export_opts.out, "output folder (created; files already there are not overwritten)")
+      ->required();
+
+  ImportOptions import_opts;
+  auto* import_cmd = app.add_subcommand(
+      "import",
+      "a Hugging Face GPT-2 folder (config.json + model.safetensors) as a step-0 checkpoint of the deck's model, "
+      "to start training from (training.init_from), evaluate or generate");
+  import_cmd->add_option("dir", import_opts.dir, "folder of config.json and model.safetensors")->required();
+  import_cmd->add_option("--deck", import_opts.deck.deck, "the deck whose model the weights are")->required();
+  import_cmd->add_option("--set", import_opts.deck.overrides, "override a deck key, as for train")
+      ->allow_extra_args(false);
+  import_cmd->add_option("--out", import_opts.out, "checkpoint file to write (.h5; not overwritten)")->required();
+
   // --kokkos-* flags are Kokkos' own (Kokkos::initialize reads them), not tptrain's options.
   std::vector<std::string> kokkos_args, args;
   for (int i = argc - 1; i >= 1; --i) {  // CLI11 takes the arguments in reverse order
@@ -283,5 +328,7 @@ int main(int argc, char** argv) {
   if (*gen_cmd) return generate(deck, gen_opts);
   if (*inspect_cmd) return inspect(inspect_file);
   if (*tokenize_cmd) return tokenize(tokenize_opts);
+  if (*export_cmd) return export_checkpoint(export_opts);
+  if (*import_cmd) return import_checkpoint(import_opts);
   return 2;
 }

@@ -28,6 +28,7 @@
 #include "src/data/shard_writer.hpp"
 #include "src/data/token_dataset.hpp"
 #include "src/driver/commands.hpp"
+#include "src/driver/mpi_session.hpp"
 #include "src/log.hpp"
 #include "base/agreement.hpp"
 #include "base/mpi_check.hpp"
@@ -41,24 +42,6 @@ namespace fs = std::filesystem;
 
 constexpr const char* kPartialDir = ".tokenize-partial";
 constexpr double kProgressSeconds = 10;
-
-class MpiSession {
- public:
-  MpiSession() {
-    int argc = 0;
-    char** argv = nullptr;
-    TPTRAIN_MPI_CHECK(MPI_Init(&argc, &argv));
-    TPTRAIN_MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
-    TPTRAIN_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
-    TPTRAIN_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size));
-    log::set_rank(rank);
-  }
-  ~MpiSession() { MPI_Finalize(); }
-  MpiSession(const MpiSession&) = delete;
-  MpiSession& operator=(const MpiSession&) = delete;
-  int rank = 0;
-  int size = 1;
-};
 
 // Every rank runs f; all agree; every rank throws the same AgreedError if any rank failed.
 template <class F>
@@ -148,16 +131,18 @@ int run_tokenize(const TokenizeOptions& o, const MpiSession& mpi, bool& created_
   using clock = std::chrono::steady_clock;
   std::optional<data::Corpus> corpus;
   std::unique_ptr<text::Tokenizer> tokenizer;
+  data::ShardVocabulary vocabulary;  // recorded in every shard's header
   phase([&] {
     corpus.emplace(o.inputs);
     tokenizer = load_tokenizer(o);
+    vocabulary = data::shard_vocabulary(tokenizer->name(), tokenizer->vocab_size());
   });
   phase([&] {
     if (mpi.rank == 0) prepare_output(o.out);
   });
   created_partial = true;
   const std::string partial = (fs::path(o.out) / kPartialDir).string();
-  const data::ShardLayout layout{o.valid_tokens, o.shard_tokens};
+  const data::ShardLayout layout{o.valid_tokens, o.shard_tokens, vocabulary};
   std::optional<data::ShardWriter> writer;
   phase([&] { writer.emplace(partial, layout); });
 

@@ -5,7 +5,11 @@
 //
 // Pipeline parallelism: a GptModel object is ONE pipeline stage. Stage p of P holds the blocks
 // [p*L/P, (p+1)*L/P) under their global names (layers/<global i>/...); the first stage also the
-// embedding (word + position), the last stage ln_f, the output head and the loss. The output
+// embedding (word + position), the last stage ln_f, the output head and the loss. With v model
+// chunks per stage (parallel.virtual_stages; interleaved 1F1B) stage p holds v chunks of L/(P·v)
+// blocks, chunk c being virtual stage c·P + p: blocks [(c·P + p)·L/(P·v), +L/(P·v)); the
+// embedding is in chunk 0 of stage 0, the head in chunk v − 1 of stage P − 1, and forward and
+// backward run one chunk at a time (bind_slot names the chunk). The output
 // head is tied to the word embedding, so the last stage holds a copy of embedding/word (same
 // name, hence the same initial values by logical index): the training step sums the two
 // copies' gradients over Topology::embedding() so that both stay identical; checkpoints write
@@ -51,12 +55,15 @@
 
 namespace tptrain::model {
 
-// Which pipeline stage a model object is (rank of the stage in its pipeline, number of stages).
+// Which pipeline stage a model object is (rank of the stage in its pipeline, number of stages,
+// model chunks it holds: parallel.virtual_stages).
 struct PipelineStage {
   int rank = 0;
   int size = 1;
+  int chunks = 1;
   bool first() const { return rank == 0; }
   bool last() const { return rank == size - 1; }
+  int virtual_stage(int chunk) const { return chunk * size + rank; }
 };
 
 // How the optimizer state is split over the data-parallel group: the distributed optimizer
@@ -109,20 +116,29 @@ class GptModel {
     if (sharding.size < 1 || sharding.rank < 0 || sharding.rank >= sharding.size)
       throw std::invalid_argument("tptrain: optimizer shard " + std::to_string(sharding.rank) + " of " +
                                   std::to_string(sharding.size) + " does not exist");
+    if (stage.chunks < 1 || (stage.chunks > 1 && stage.size < 2))
+      throw std::invalid_argument("tptrain: " + std::to_string(stage.chunks) + " model chunks on " +
+                                  std::to_string(stage.size) +
+                                  " pipeline stages (parallel.virtual_stages > 1 needs parallel.pipeline > 1)");
     if (shape.layers % stage.size != 0)
       throw std::invalid_argument("tptrain: " + std::to_string(shape.layers) + " layers cannot be split evenly over " +
                                   std::to_string(stage.size) +
                                   " pipeline stages (model.layers must be a multiple of parallel.pipeline)");
-    const int per_stage = shape.layers / stage.size;
-    first_layer_ = stage.rank * per_stage;
+    if (shape.layers % (stage.size * stage.chunks) != 0)
+      throw std::invalid_argument("tptrain: " + std::to_string(shape.layers) + " layers cannot be split evenly over " +
+                                  std::to_string(stage.size) + " pipeline stages x " + std::to_string(stage.chunks) +
+                                  " virtual stages (model.layers must be a multiple of parallel.pipeline * "
+                                  "parallel.virtual_stages)");
+    per_chunk_ = shape.layers / (stage.size * stage.chunks);
     const SequenceParallelBuffers<T> sp = sequence_parallel_buffers(workspace_, shape, tokens());
     if (stage.first()) {
       embedding_ = std::make_unique<VocabParallelEmbedding<T>>(shape, tp);
       embedding_->sp = sp;
     }
-    for (int l = first_layer_; l < first_layer_ + per_stage; ++l)
-      layers_.push_back(std::make_unique<TransformerLayer<T>>("layers/" + std::to_string(l), shape,
-                                                              micro_batch, tp, workspace_, recompute));
+    for (int c = 0; c < stage.chunks; ++c)
+      for (int l = chunk_first_layer(c); l < chunk_first_layer(c) + per_chunk_; ++l)
+        layers_.push_back(std::make_unique<TransformerLayer<T>>("layers/" + std::to_string(l), shape,
+                                                                micro_batch, tp, workspace_, recompute));
     if (stage.last()) {
       ln_f_ = std::make_unique<LayerNorm<T>>(model_parameter(shape, "ln_f/weight"), model_parameter(shape, "ln_f/bias"),
                                              tp, rows_, workspace_, shape_, tokens());
@@ -132,7 +148,8 @@ class GptModel {
       // The tied output weight: embedding/word exactly as the first stage declares it.
       if (!stage.first()) word_copy_ = std::make_unique<Parameter<T>>(VocabParallelEmbedding<T>(shape, tp).word);
     }
-    slots_.push_back(make_slot(0));
+    slots_.resize(static_cast<std::size_t>(stage.chunks));
+    for (int c = 0; c < stage.chunks; ++c) slots_[static_cast<std::size_t>(c)].push_back(make_slot(c, 0));
     bind_slot(0);
     make_buckets(seed);
   }
@@ -145,24 +162,54 @@ class GptModel {
   const OptimizerSharding& optimizer_sharding() const { return sharding_; }
   bool is_first_stage() const { return stage_.first(); }
   bool is_last_stage() const { return stage_.last(); }
-  int first_layer() const { return first_layer_; }
+  // The first block of chunk 0 and of chunk c (global index), the blocks of a chunk, of the stage.
+  int first_layer() const { return chunk_first_layer(0); }
+  int chunk_first_layer(int c) const { return stage_.virtual_stage(c) * per_chunk_; }
+  int chunk_layers() const { return per_chunk_; }
   int local_layers() const { return static_cast<int>(layers_.size()); }
+  int chunks() const { return stage_.chunks; }
+  // Whether chunk c holds the embedding (the first virtual stage) or the head (the last).
+  bool chunk_has_embedding(int c) const { return embedding_ != nullptr && c == 0; }
+  bool chunk_has_head(int c) const { return stage_.last() && c == stage_.chunks - 1; }
   Recompute recompute() const { return recompute_; }
   // Rows of the stage tensors, the residual stream and LayerNorm: tokens(), or tokens()/t with
   // sequence parallelism.
   std::int64_t sequence_rows() const { return rows_; }
 
-  // Activation slots (see the header comment). reserve_slots(n) allocates up to n of them.
-  int activation_slots() const { return static_cast<int>(slots_.size()); }
+  // Activation slots (see the header comment), per chunk. reserve_slots(n) allocates up to n of
+  // them for every chunk, reserve_slots(n, c) for chunk c. activation_slots(): all chunks'.
+  int activation_slots(int chunk) const { return static_cast<int>(slots_.at(static_cast<std::size_t>(chunk)).size()); }
+  int activation_slots() const {
+    int n = 0;
+    for (int c = 0; c < chunks(); ++c) n += activation_slots(c);
+    return n;
+  }
+  void reserve_slots(int n, int chunk) {
+    auto& slots = slots_.at(static_cast<std::size_t>(chunk));
+    while (activation_slots(chunk) < n) slots.push_back(make_slot(chunk, activation_slots(chunk)));
+  }
   void reserve_slots(int n) {
-    while (activation_slots() < n) slots_.push_back(make_slot(activation_slots()));
+    for (int c = 0; c < chunks(); ++c) reserve_slots(n, c);
   }
-  void bind_slot(int k) {
-    const Slot& slot = slots_.at(static_cast<std::size_t>(k));
+  // Makes forward and backward run chunk `chunk` on its slot k.
+  void bind_slot(int k, int chunk = 0) {
+    const Slot& slot = slots_.at(static_cast<std::size_t>(chunk)).at(static_cast<std::size_t>(k));
     bound_ = k;
+    bound_chunk_ = chunk;
     if (recompute_ != Recompute::full)
-      for (std::size_t l = 0; l < layers_.size(); ++l) layers_[l]->bind(slot.layers[l]);
+      for (int l = 0; l < per_chunk_; ++l) layers_[local(chunk, l)]->bind(slot.layers[static_cast<std::size_t>(l)]);
   }
+  int bound_chunk() const { return bound_chunk_; }
+
+  // Buffers [rows, H] that received stage-output gradients wait in until their backward (an
+  // interleaved schedule receives the next one while it sends the last; see PipelineRunner).
+  void reserve_received_gradients(int n) {
+    while (static_cast<int>(received_grads_.size()) < n)
+      received_grads_.push_back(workspace_.matrix("received_grad#" + std::to_string(received_grads_.size()),
+                                                  BufferCategory::stage, rows_, shape_.hidden));
+  }
+  int received_gradients() const { return static_cast<int>(received_grads_.size()); }
+  kernels::Matrix<T> received_gradient(int j) const { return received_grads_.at(static_cast<std::size_t>(j)); }
 
   // Every parameter of this stage once, in checkpoint order; on a last stage that is not also
   // the first, the tied copy of embedding/word comes at the end.
@@ -201,42 +248,55 @@ class GptModel {
   std::vector<GradBucket<T>>& buckets() { return buckets_; }
   const std::vector<GradBucket<T>>& buckets() const { return buckets_; }
 
-  // Stage input [rows, H] of slot k (default: the bound slot): filled by the caller before
-  // forward on a non-first stage.
+  // Stage input [rows, H] of slot k (default: the bound slot) of the bound chunk: filled by the
+  // caller before forward on a non-first stage.
   kernels::Matrix<T> stage_input(int k = -1) const { return residual(k).front(); }
-  // Stage output [rows, H] of slot k after its forward (the last block's output).
+  // Stage output [rows, H] of slot k of the bound chunk after its forward (the last block's output).
   kernels::Matrix<T> stage_output(int k = -1) const { return residual(k).back(); }
+  // The same for chunk c.
+  kernels::Matrix<T> chunk_input(int c, int k) const { return residual(k, c).front(); }
+  kernels::Matrix<T> chunk_output(int c, int k) const { return residual(k, c).back(); }
   // dL/d(stage output) [rows, H]: filled by the caller before backward on a non-last stage.
   kernels::Matrix<T> output_grad() const { return grad_b_; }
   // dL/d(stage input) [rows, H] after backward on a non-first stage.
   kernels::Matrix<T> input_grad() const { return grad_b_; }
 
-  // Runs the stage on the bound slot: embedding (first stage, from tokens [N]) or stage_input(),
-  // then its blocks; on the last stage also ln_f and the local logits [N, V_padded/tp] (left in
-  // local_logits() until the next backward, which writes their gradient over them).
+  // Runs the bound chunk on the bound slot: embedding (first virtual stage, from tokens [N]) or
+  // stage_input(), then its blocks; on the last virtual stage also ln_f and the local logits
+  // [N, V_padded/tp] (left in local_logits() until the next backward, which writes their
+  // gradient over them).
   template <class TV>
   void forward_logits(const Exec& exec, const TV& tokens /*[N]*/) {
     const std::vector<kernels::Matrix<T>>& x = residual(bound_);
-    if (embedding_) embedding_->forward(exec, tp_, tokens, x[0]);
-    for (std::size_t l = 0; l < layers_.size(); ++l) layers_[l]->forward(exec, tp_, x[l], x[l + 1]);
-    if (!stage_.last()) return;
+    if (chunk_has_embedding(bound_chunk_)) embedding_->forward(exec, tp_, tokens, x[0]);
+    for (int l = 0; l < per_chunk_; ++l)
+      layers_[local(bound_chunk_, l)]->forward(exec, tp_, x[static_cast<std::size_t>(l)],
+                                               x[static_cast<std::size_t>(l) + 1]);
+    if (!chunk_has_head(bound_chunk_)) return;
     head_forward(exec);
   }
   const kernels::Matrix<T>& local_logits() const { return head_->logits; }
+
+  // The inference entry point (src/model/gpt_inference.hpp, generation with a KV cache) runs
+  // this stage's layers on its own buffers: the first stage's embedding, block l of the stage
+  // (global index first_layer() + l) and the last stage's ln_f (nullptr where the stage has none).
+  VocabParallelEmbedding<T>* embedding() { return embedding_.get(); }
+  TransformerLayer<T>& layer(int l) { return *layers_.at(static_cast<std::size_t>(l)); }
+  LayerNorm<T>* final_norm() { return ln_f_.get(); }
 
   // Sum over the micro-batch's tokens of the next-token loss (same on every TP rank; 0 on a
   // stage that is not the last); with count >= 0, over its first `count` tokens only.
   template <class TV>
   double forward(const Exec& exec, const TV& tokens, const TV& targets, std::int64_t count = -1) {
     forward_logits(exec, tokens);
-    return stage_.last() ? head_->loss_forward(exec, tp_, targets, count) : 0.0;
+    return chunk_has_head(bound_chunk_) ? head_->loss_forward(exec, tp_, targets, count) : 0.0;
   }
   // The same for training: the loss of every token added on the device to `total` (a rank-0
   // View<double>; untouched on a stage that is not the last).
   template <class TV, class SV>
   void forward(const Exec& exec, const TV& tokens, const TV& targets, const SV& total) {
     forward_logits(exec, tokens);
-    if (stage_.last()) head_->loss_forward(exec, tp_, targets, total);
+    if (chunk_has_head(bound_chunk_)) head_->loss_forward(exec, tp_, targets, total);
   }
 
   // Blocks whose forward backward re-ran (recompute = full), heads recomputed, and block
@@ -246,23 +306,26 @@ class GptModel {
   std::int64_t recomputed_scores() const { return recomputed_scores_; }
 
   // Gradients of scale * (the sum returned by forward), accumulated into the parameters, for
-  // the micro-batch of the last forward. `segments`: its input tokens grouped by id
+  // the micro-batch of the bound slot and chunk. `segments`: its input tokens grouped by id
   // (DeviceBatch::upload_for_backward), which the first stage's word-embedding gradient reads
   // (other stages may pass nullptr). `bucket_done(b)` is called when bucket b has this
   // micro-batch's contribution (for reduction hooks).
   template <class TV>
   void backward(const Exec& exec, const kernels::TokenSegments* segments, const TV& targets, kx::acc_t<T> scale,
                 const std::function<void(std::size_t)>& bucket_done = {}) {
-    if (embedding_ && segments == nullptr)
+    const int c = bound_chunk_;
+    if (chunk_has_embedding(c) && segments == nullptr)
       throw std::invalid_argument("tptrain: GptModel::backward: the first stage needs its input tokens grouped by id "
                                   "(kernels::TokenSegments, as DeviceBatch::upload_for_backward builds them)");
-    std::size_t b = 0;
+    // The buckets are in backward order: the head, then the chunks from the last down, each
+    // from its last block down, then the embedding.
+    std::size_t b = chunk_has_head(c) ? 0 : (stage_.last() ? 1u : 0u) + std::size_t(chunks() - 1 - c) * per_chunk_;
     const auto done = [&] {
       if (bucket_done) bucket_done(b);
       ++b;
     };
     const std::vector<kernels::Matrix<T>>& x = residual(bound_);
-    if (stage_.last()) {
+    if (chunk_has_head(c)) {
       if (head_slot_ != bound_) {  // another micro-batch's forward overwrote the head since
         head_forward(exec);
         head_->loss_per_token(exec, tp_, targets);
@@ -273,19 +336,20 @@ class GptModel {
       ln_f_->backward(exec, grad_a_, x.back(), grad_b_);
       done();
     }  // else grad_b_ holds dL/d(stage output), filled by the caller
-    for (std::size_t l = layers_.size(); l-- > 0;) {
+    for (std::size_t l = static_cast<std::size_t>(per_chunk_); l-- > 0;) {
+      TransformerLayer<T>& layer = *layers_[local(c, static_cast<int>(l))];
       if (recompute_ == Recompute::full) {
         // The block's forward again from its kept input, into the shared saved set; its
         // output (already in x[l + 1]) goes to grad_a_, which the backward then overwrites.
-        layers_[l]->forward(exec, tp_, x[l], grad_a_);
+        layer.forward(exec, tp_, x[l], grad_a_);
         ++recomputed_blocks_;
       }
-      layers_[l]->backward(exec, tp_, grad_b_, x[l], grad_a_);
+      layer.backward(exec, tp_, grad_b_, x[l], grad_a_);
       if (recompute_ != Recompute::none) ++recomputed_scores_;  // ParallelAttention::backward's Q Kᵀ
       std::swap(grad_a_, grad_b_);
       done();
     }
-    if (embedding_) {
+    if (chunk_has_embedding(c)) {
       embedding_->backward(exec, tp_, *segments, grad_b_);
       done();
     }  // else grad_b_ holds dL/d(stage input)
@@ -325,10 +389,13 @@ class GptModel {
     return shape;
   }
 
-  // The residual stream of slot k (bound slot for k < 0): local layers + 1 of [rows, H].
-  const std::vector<kernels::Matrix<T>>& residual(int k) const {
-    return slots_.at(static_cast<std::size_t>(k < 0 ? bound_ : k)).residual;
+  // The residual stream of slot k (bound slot for k < 0) of chunk c (the bound chunk for c < 0):
+  // the chunk's layers + 1 of [rows, H].
+  const std::vector<kernels::Matrix<T>>& residual(int k, int c = -1) const {
+    return slots_.at(static_cast<std::size_t>(c < 0 ? bound_chunk_ : c)).at(static_cast<std::size_t>(k < 0 ? bound_ : k)).residual;
   }
+  // layers_ index of block l of chunk c.
+  std::size_t local(int c, int l) const { return static_cast<std::size_t>(c * per_chunk_ + l); }
 
   // Slot 0 takes the buffers the layers allocated; later slots get their own (recompute = full:
   // only the residual stream, the blocks share their saved set).
@@ -336,18 +403,20 @@ class GptModel {
     std::vector<kernels::Matrix<T>> residual;
     std::vector<typename TransformerLayer<T>::Saved> layers;
   };
-  Slot make_slot(int k) {
+  Slot make_slot(int c, int k) {
     Slot slot;
     const std::string suffix = k == 0 ? "" : "#" + std::to_string(k);
-    for (std::size_t l = 0; l <= layers_.size(); ++l)
-      slot.residual.push_back(workspace_.matrix("residual." + std::to_string(first_layer_ + static_cast<int>(l)) + suffix,
+    const int first = chunk_first_layer(c);
+    for (int l = 0; l <= per_chunk_; ++l)
+      slot.residual.push_back(workspace_.matrix("residual." + std::to_string(first + l) + suffix,
                                                 BufferCategory::activation, rows_, shape_.hidden));
     if (recompute_ != Recompute::full)
-      for (std::size_t l = 0; l < layers_.size(); ++l)
-        slot.layers.push_back(k == 0 ? layers_[l]->current()
-                                     : layers_[l]->make_saved(workspace_,
-                                                              "layers/" + std::to_string(first_layer_ + static_cast<int>(l)) + suffix,
-                                                              BufferCategory::activation));
+      for (int l = 0; l < per_chunk_; ++l) {
+        TransformerLayer<T>& layer = *layers_[local(c, l)];
+        slot.layers.push_back(k == 0 ? layer.current()
+                                     : layer.make_saved(workspace_, "layers/" + std::to_string(first + l) + suffix,
+                                                        BufferCategory::activation));
+      }
     return slot;
   }
 
@@ -414,8 +483,9 @@ class GptModel {
       if (word_copy_) head.push_back(word_copy_.get());
       add("head", head);
     }
-    for (std::size_t l = layers_.size(); l-- > 0;)
-      add("layers/" + std::to_string(first_layer_ + static_cast<int>(l)), layers_[l]->parameters());
+    for (int c = chunks(); c-- > 0;)
+      for (int l = per_chunk_; l-- > 0;)
+        add("layers/" + std::to_string(chunk_first_layer(c) + l), layers_[local(c, l)]->parameters());
     if (embedding_) add("embedding", {&embedding_->word, &embedding_->position});
   }
 
@@ -427,7 +497,7 @@ class GptModel {
   OptimizerSharding sharding_;
   std::int64_t rows_;       // sequence_rows()
   Workspace<T> workspace_;  // before every member that takes buffers from it
-  int first_layer_ = 0;
+  int per_chunk_ = 0;        // blocks per chunk
   std::unique_ptr<VocabParallelEmbedding<T>> embedding_;        // first stage
   std::vector<std::unique_ptr<TransformerLayer<T>>> layers_;    // this stage's blocks
   std::unique_ptr<LayerNorm<T>> ln_f_;                          // last stage
@@ -435,8 +505,9 @@ class GptModel {
   std::unique_ptr<Parameter<T>> word_copy_;                     // last stage, pipeline > 1
   kernels::Matrix<T> x_f_;                    // [rows, H] ln_f out (last stage)
   kernels::Matrix<T> grad_a_, grad_b_;        // [rows, H] gradient ping-pong
-  std::vector<Slot> slots_;                   // activation slots (see the header comment)
-  int bound_ = 0;
+  std::vector<std::vector<Slot>> slots_;      // per chunk: activation slots (see the header comment)
+  std::vector<kernels::Matrix<T>> received_grads_;  // reserve_received_gradients
+  int bound_ = 0, bound_chunk_ = 0;
   int head_slot_ = -1;                        // the slot whose forward the head holds (last stage)
   std::int64_t recomputed_blocks_ = 0, recomputed_heads_ = 0, recomputed_scores_ = 0;
   std::vector<GradBucket<T>> buckets_;

@@ -72,6 +72,14 @@ std::int64_t stage_activation_bytes(const Config& c, int layers, int in_flight) 
          total_bytes(recompute_working_set(c));
 }
 
+std::int64_t chunked_activation_bytes(const Config& c, int chunk_layers, const std::vector<int>& slots) {
+  Count n = total_bytes(recompute_working_set(c));
+  for (const int k : slots) n += Count(k) * (Count(chunk_layers) * total_bytes(layer_activations(c)) + stage_output(c));
+  return n;
+}
+
+std::int64_t received_gradient_bytes(const Config& c, int buffers) { return Count(buffers) * sequence_rows_by_hidden(c); }
+
 std::int64_t final_norm_output(const Config& c) { return sequence_rows_by_hidden(c); }
 std::int64_t final_norm_statistics(const Config& c) { return 2 * Count(sizes(c).n()) * kStatistic; }
 std::int64_t logits_and_gradient(const Config& c) {  // one buffer: the gradient is written over the logits

@@ -47,6 +47,12 @@ std::int64_t stage_output(const Config& c);
 // Activations of a stage of `layers` blocks with `in_flight` micro-batches kept:
 // in_flight · (layers · layer_activations + stage_output) + recompute_working_set.
 std::int64_t stage_activation_bytes(const Config& c, int layers, int in_flight);
+// The same for a rank of v chunks of `chunk_layers` blocks each, chunk k keeping slots[k]
+// micro-batches (train::schedule_memory): Σ_k slots[k] · (chunk_layers · layer_activations +
+// stage_output) + recompute_working_set.
+std::int64_t chunked_activation_bytes(const Config& c, int chunk_layers, const std::vector<int>& slots);
+// The buffers [n, h]·e an interleaved schedule receives gradients into (GptModel::reserve_received_gradients).
+std::int64_t received_gradient_bytes(const Config& c, int buffers);
 
 // ---- the last stage's head, once (not per micro-batch in flight) ---------------------------------
 std::int64_t final_norm_output(const Config& c);       // ln_f output [n, h]·e

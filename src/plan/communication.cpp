@@ -36,8 +36,11 @@ StepCommunication stage_communication(const Config& c, int stage, std::int64_t s
                        + 3 * all_reduce_bytes(N * 4, t);                          // cross-entropy
   out.tensor = M * per_micro_batch;
 
-  // Pipeline: activations forward, their gradients backward; half of a link's bytes are this rank's.
-  out.pipeline = pipeline_link_bytes(c) / 2 * ((last ? 0 : 1) + (first ? 0 : 1));
+  // Pipeline: activations forward, their gradients backward, once per chunk (v of them; the
+  // first virtual stage receives no activation, the last no gradient); half of a link's bytes
+  // are this rank's.
+  const int v = c.virtual_stages;
+  out.pipeline = pipeline_link_bytes(c) / 2 * ((last ? v - 1 : v) + (first ? v - 1 : v));
 
   // Data parallel, once per step.
   const double n = double(stage_parameters);

@@ -99,11 +99,15 @@ CrossNodeBytes cross_node_bytes(const Config& c, const StageParameters& stage_pa
     out.data += double(ring_crossings(data, g)) * per_rank.data;
   }
   // Pipeline groups: first ranks tp + dp·σd (stage 0), members σp apart; the embedding group pairs
-  // the first stage with the last, (P − 1)·σp on.
+  // the first stage with the last, (P − 1)·σp on. With v chunks per rank (interleaved 1F1B) each
+  // neighbouring pair carries a link's bytes v times, and the last stage passes chunk c's output
+  // to the first stage's chunk c + 1, v − 1 times over the pair the embedding group also joins.
   const GroupLattice pipeline{0, 1, T, s.data, D, s.pipeline, P};
-  out.pipeline = double(chain_crossings(pipeline, g)) * pipeline_link_bytes(c);
+  const double v = c.virtual_stages;
+  out.pipeline = v * double(chain_crossings(pipeline, g)) * pipeline_link_bytes(c);
   if (P > 1) {
     const GroupLattice embedding{0, 1, T, s.data, D, (P - 1) * s.pipeline, 2};
+    out.pipeline += (v - 1) * double(chain_crossings(embedding, g)) * pipeline_link_bytes(c);
     out.embedding = double(ring_crossings(embedding, g)) * stage_communication(c, 0, stage_parameters.of(0)).embedding;
   }
   return out;

@@ -15,6 +15,7 @@
 #include "src/plan/flops.hpp"
 #include "src/plan/korthikanti.hpp"
 #include "src/plan/parameter_count.hpp"
+#include "src/train/pipeline_schedule.hpp"
 
 namespace tptrain::plan {
 
@@ -213,12 +214,18 @@ RankMemory rank_memory(const Config& c, const StageParameters& stage_parameters,
   RankMemory m;
   m.stage = stage;
   m.layers = c.shape.layers / P;
-  m.in_flight = micro_batches_in_flight(stage, P, c.micro_batches());
+  // The schedule's own counts (train::schedule_memory), as the run reserves them.
+  const train::ScheduleMemory kept =
+      train::schedule_memory(train::Schedule::one_f_one_b, train::PipelinePlace{stage, P, c.virtual_stages},
+                             c.micro_batches());
+  m.chunk_slots = kept.slots;
+  m.in_flight = kept.total_slots();
+  m.received_gradients = kept.received_gradients;
   m.parameters = stage_parameters.of(stage);
   m.parameter_bytes = parameter_bytes(m.parameters, c);
-  m.activations = stage_activation_bytes(c, m.layers, m.in_flight);
+  m.activations = chunked_activation_bytes(c, m.layers / c.virtual_stages, m.chunk_slots);
   m.head = stage == P - 1 ? total_bytes(head_buffers(c)) : 0;
-  m.workspace = total_bytes(workspace_buffers(c));
+  m.workspace = total_bytes(workspace_buffers(c)) + received_gradient_bytes(c, m.received_gradients);
   return m;
 }
 
@@ -266,14 +273,20 @@ Plan make_plan(const Config& c, const Hardware& hw_in, double deck_tokens, const
   p.flops = flops_per_iteration(c, c.recompute);
   p.flops_eq3 = narayanan_flops_per_iteration(c.global_batch, m.seq_length, m.layers, m.hidden, m.padded_vocab());
   p.achieved_flops = p.hardware.peak_tflops * 1e12 * p.hardware.efficiency;
-  p.seconds_per_iteration = p.flops / (double(c.world()) * p.achieved_flops);
+  p.bubble_without_interleaving = double(c.pipeline - 1) / c.micro_batches();
+  p.bubble = p.bubble_without_interleaving / c.virtual_stages;
+  // The efficiency is that of 1F1B without interleaving (the published runs'); v chunks take
+  // the bubble's share of the step down from (p − 1)/m to (p − 1)/(v·m).
+  const double interleaving = (1 + p.bubble) / (1 + p.bubble_without_interleaving);
+  p.seconds_per_iteration = p.flops / (double(c.world()) * p.achieved_flops) * interleaving;
   p.iterations = p.tokens / (double(c.global_batch) * m.seq_length);
   p.training_days = p.iterations * p.seconds_per_iteration / kSecondsPerDay;
+  // (1 / interleaving - 1) > 0 with v > 1 (which needs p > 1): no inf - inf for a run of inf days.
+  if (c.virtual_stages > 1) p.days_saved_by_interleaving = p.training_days * (1 / interleaving - 1);
   p.training_days_eq4 = narayanan_training_seconds(p.tokens, double(p.parameters), double(c.world()), p.achieved_flops,
                                                    c.recompute == Recompute::full) /
                         kSecondsPerDay;
   p.total_flops_6nt = six_n_t(double(p.parameters), p.tokens);
-  p.bubble = double(c.pipeline - 1) / c.micro_batches();
   p.communication = busiest_communication(c, per_stage);
   const CrossNodeBytes* deck_order = nullptr;
   for (const parallel::RankOrder order : {parallel::RankOrder::tp_pp_dp, parallel::RankOrder::tp_dp_pp})
@@ -347,8 +360,15 @@ std::string report(const Plan& p) {
   line(fmt::format("parameters   {:.2f} B: {} exactly (tptrain's tensors), {:.2f} B by Narayanan et al. 2021 eq. 2",
                    p.parameters / 1e9, p.parameters, p.parameters_eq2 / 1e9));
   line("");
-  line(fmt::format("memory of the most loaded rank: pipeline stage {} of {} ({} layers, {} micro-batch{} in flight{})",
-                   r.stage, c.pipeline, r.layers, r.in_flight, r.in_flight == 1 ? "" : "es",
+  std::string chunks, kept = std::to_string(r.in_flight);
+  if (c.virtual_stages > 1) {
+    chunks = fmt::format(" in {} chunks of {}", c.virtual_stages, r.layers / c.virtual_stages);
+    kept.clear();
+    for (const int k : r.chunk_slots) kept += (kept.empty() ? "" : " + ") + std::to_string(k);
+    kept += fmt::format(" = {}", r.in_flight);
+  }
+  line(fmt::format("memory of the most loaded rank: pipeline stage {} of {} ({} layers{}, {} micro-batch{} in flight{})",
+                   r.stage, c.pipeline, r.layers, chunks, kept, r.in_flight == 1 ? "" : "es",
                    r.stage == c.pipeline - 1 ? ", the loss head" : ""));
   const auto row = [&](const char* what, double bytes, const std::string& note) {
     line(fmt::format("  {:<17}{:>10.2f} GiB   {}", what, gib(bytes), note));
@@ -362,7 +382,7 @@ std::string report(const Plan& p) {
                               : "AdamW moments, fp32");
   const std::int64_t working_set = total_bytes(recompute_working_set(c));
   row("activations", r.activations,
-      fmt::format("{} layers x {} micro-batches x {} per layer{}", r.layers, r.in_flight,
+      fmt::format("{} layers x {} micro-batches x {} per layer{}", r.layers / c.virtual_stages, r.in_flight,
                   human_bytes(p.layer_activation_bytes),
                   working_set > 0 ? fmt::format(" + {} recompute working set", human_bytes(working_set)) : ""));
   row("logits", r.head, r.head > 0 ? "ln_f output, logits (their gradient in place), loss vectors" : "(on the last stage)");
@@ -387,8 +407,15 @@ std::string report(const Plan& p) {
                    "days); 6NT = {:.3g} FLOPs",
                    p.tokens / 1e9, p.iterations, p.training_days, c.recompute == Recompute::full ? 8 : 6,
                    p.training_days_eq4, p.total_flops_6nt));
-  line(fmt::format("  pipeline bubble      (p - 1)/m = {}/{} = {:.1f} % of the ideal step (inside the efficiency)",
-                   c.pipeline - 1, c.micro_batches(), 100 * p.bubble));
+  if (c.virtual_stages == 1)
+    line(fmt::format("  pipeline bubble      (p - 1)/m = {}/{} = {:.1f} % of the ideal step (inside the efficiency)",
+                     c.pipeline - 1, c.micro_batches(), 100 * p.bubble));
+  else
+    line(fmt::format("  pipeline bubble      (p - 1)/(v m) = {}/({} x {}) = {:.1f} % of the ideal step, interleaved "
+                     "(1F1B without it: {:.1f} %, inside the efficiency): {:.1f} days saved, for {} times the "
+                     "point-to-point messages",
+                     c.pipeline - 1, c.virtual_stages, c.micro_batches(), 100 * p.bubble,
+                     100 * p.bubble_without_interleaving, p.days_saved_by_interleaving, c.virtual_stages));
   line("");
   line("communication per step: bytes one rank sends (ring algorithms; the busiest stage)");
   const StepCommunication& x = p.communication;
@@ -484,6 +511,9 @@ io::JsonObject json_of(const Plan& p) {
   o.number("iterations", p.iterations, digits(6)).number("training_days", p.training_days, digits(6));
   o.number("training_days_eq4", p.training_days_eq4, digits(6));
   o.number("total_flops_6nt", p.total_flops_6nt, exponent(6)).number("pipeline_bubble", p.bubble, digits(6));
+  o.integer("virtual_stages", c.virtual_stages)
+      .number("pipeline_bubble_without_interleaving", p.bubble_without_interleaving, digits(6))
+      .number("days_saved_by_interleaving", p.days_saved_by_interleaving, digits(6));
   o.object("communication_bytes_per_step", io::JsonObject()
                                                .number("tensor", p.communication.tensor, fixed(0))
                                                .number("pipeline", p.communication.pipeline, fixed(0))

@@ -41,7 +41,9 @@ double default_peak_tflops(const std::string& precision);
 struct RankMemory {
   int stage = 0;
   int layers = 0;
-  int in_flight = 0;  // micro-batches whose activations it keeps at once
+  int in_flight = 0;  // micro-batches whose activations it keeps at once (all chunks together)
+  std::vector<int> chunk_slots;  // per model chunk (parallel.virtual_stages): micro-batches kept
+  int received_gradients = 0;    // interleaved schedule: buffers received gradients wait in
   std::int64_t parameters = 0;
   ParameterBytes parameter_bytes;
   std::int64_t activations = 0;  // layers · in_flight · per layer + recompute working set
@@ -87,7 +89,11 @@ struct Plan {
   double training_days = 0;
   double training_days_eq4 = 0;
   double total_flops_6nt = 0;
-  double bubble = 0;  // (p − 1)/m
+  double bubble = 0;  // (p − 1)/(v·m)
+  double bubble_without_interleaving = 0;  // (p − 1)/m
+  // Days the interleaved schedule saves against v = 1: the efficiency is taken as that of 1F1B
+  // without interleaving, so the step takes (1 + bubble)/(1 + bubble_without_interleaving) of it.
+  double days_saved_by_interleaving = 0;
   StepCommunication communication;
   // Bytes per step that cross node boundaries (--gpus-per-node, ranks placed node by node) under
   // each rank order, tp-pp-dp then tp-dp-pp; and the order with fewer (the deck's on a tie).

@@ -1,5 +1,6 @@
 #include "src/plan/plan_config.hpp"
 
+#include <algorithm>
 #include <fmt/format.h>
 
 #include "src/train/deck_shape.hpp"
@@ -16,6 +17,16 @@ std::string Config::layout_problem() const {
   if (global_batch % (std::int64_t(micro_batch) * data) != 0)
     return fmt::format("training.global_batch = {} is not a multiple of micro_batch * data = {} * {}", global_batch,
                        micro_batch, data);
+  if (virtual_stages > 1) {
+    if (pipeline == 1) return fmt::format("parallel.virtual_stages = {} needs parallel.pipeline > 1", virtual_stages);
+    if (s.layers % (std::int64_t(pipeline) * virtual_stages) != 0)
+      return fmt::format("model.layers = {} is not a multiple of parallel.pipeline * parallel.virtual_stages = {} * {}",
+                         s.layers, pipeline, virtual_stages);
+    if (micro_batches() % pipeline != 0)
+      return fmt::format("{} micro-batches per step is not a multiple of parallel.pipeline = {} (interleaved schedule, "
+                         "parallel.virtual_stages = {})",
+                         micro_batches(), pipeline, virtual_stages);
+  }
   if (sequence_parallel && s.seq_length % s.tensor != 0)
     return fmt::format("model.seq_length = {} is not a multiple of parallel.tensor = {} (sequence parallelism)",
                        s.seq_length, s.tensor);
@@ -29,6 +40,7 @@ Config config_of(const io::Deck& d) {
   // size); the shape's copy would make GptShape::validate judge candidates by the deck's choice.
   c.shape.sequence_parallel = false;
   c.pipeline = d.parallel.pipeline;
+  c.virtual_stages = std::max(1, d.parallel.virtual_stages);
   c.data = d.parallel.data;
   c.sequence_parallel = d.parallel.sequence_parallel;
   c.global_batch = d.training.global_batch;

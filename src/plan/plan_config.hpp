@@ -20,6 +20,7 @@ using model::recompute_name;
 struct Config {
   model::GptShape shape;  // [model] and parallel.tensor
   int pipeline = 1;
+  int virtual_stages = 1;  // model chunks per pipeline rank (interleaved 1F1B)
   int data = 1;
   bool sequence_parallel = false;
   int global_batch = 1;

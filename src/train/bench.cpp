@@ -213,6 +213,20 @@ int bench_as(const io::Deck& deck_in, const parallel::Topology& topo, const Benc
   } else {
     table += "  step time by phase: not measured (--phases times it in steps of its own)\n";
   }
+  if (const int P = topo.layout().pipeline; P > 1) {
+    const int v = m.chunks(), M = run->micro_batches();
+    const double bubble = double(P - 1) / (double(v) * M);
+    table += fmt::format("  pipeline: {} stages x {} virtual stage{}, {} micro-batches: bubble (p - 1)/(v m) = {:.1f} %",
+                         P, v, v == 1 ? "" : "s", M, 100 * bubble);
+    if (const double t = test_layer_seconds(); t > 0) {
+      // The test hook's compute alone: every layer 1 t forward + 2 t backward per micro-batch.
+      const double ideal = double(M) * (shape.layers / P) * 3 * t;
+      table += fmt::format("; with TPTRAIN_TEST_LAYER_SECONDS = {:g}: predicted step {:.4f} s = {:.4f} s x (1 + "
+                           "bubble), measured {:.4f} s, bubble measured {:.1f} %",
+                           t, ideal * (1 + bubble), ideal, step_s, 100 * (step_s / ideal - 1));
+    }
+    table += "\n";
+  }
   log::info(table);
 
   io::JsonObject phases_json;
@@ -229,6 +243,9 @@ int bench_as(const io::Deck& deck_in, const parallel::Topology& topo, const Benc
   io::JsonObject json;
   json.string("bench", stem).integer("ranks", topo.world_size()).integer("tensor", topo.layout().tensor);
   json.integer("pipeline", topo.layout().pipeline).integer("data", topo.layout().data);
+  json.integer("virtual_stages", m.chunks())
+      .number("pipeline_bubble",
+              double(topo.layout().pipeline - 1) / (double(m.chunks()) * run->micro_batches()), io::digits(6));
   json.integer("threads", threads_per_rank()).integer("steps", o.steps).integer("warmup", o.warmup);
   json.integer("layers", shape.layers).integer("hidden", shape.hidden).integer("heads", shape.heads);
   json.integer("seq_length", shape.seq_length).integer("vocab_size", shape.vocab_size);

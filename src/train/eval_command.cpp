@@ -1,6 +1,7 @@
 #include "src/train/eval_command.hpp"
 
 #include <cmath>
+#include <vector>
 
 #include "base/agreement.hpp"
 #include "io/json_line.hpp"
@@ -8,12 +9,44 @@
 #include "src/train/model_checkpoint.hpp"
 #include "src/train/precision_dispatch.hpp"
 #include "src/train/training_run.hpp"
+#include "text/tokenizer.hpp"
 
 namespace tptrain::train {
 
 namespace {
 
 using parallel::on_every_rank;
+
+// The UTF-8 bytes the target tokens of the first `windows` windows stand for, in the deck's
+// tokenizer: bits per byte = total nats / (ln 2 · bytes) compares models whose tokens differ
+// (a byte-level model's token is one byte; a GPT-2 token about four). Without a count (a target
+// token the tokenizer does not have, e.g. GPT-2 shards under the default data.tokenizer =
+// "bytes"), `why` says so and eval reports nats per token only.
+struct TargetBytes {
+  std::int64_t bytes = 0;
+  std::string why;  // non-empty: no count
+};
+TargetBytes target_bytes(const io::Deck& deck, const data::TokenDataset& data, std::int64_t windows, int S,
+                         const std::string& path) {
+  const std::unique_ptr<text::Tokenizer> tokenizer = text::make_tokenizer(deck.data.tokenizer, deck.data.tokenizer_dir);
+  std::vector<std::int64_t> length(tokenizer->vocab_size());
+  for (std::size_t t = 0; t < length.size(); ++t)
+    length[t] = static_cast<std::int64_t>(tokenizer->decode({static_cast<text::Token>(t)}).size());
+  std::vector<std::int32_t> inputs(static_cast<std::size_t>(S)), targets(static_cast<std::size_t>(S));
+  TargetBytes r;
+  for (std::int64_t j = 0; j < windows; ++j) {
+    data.window(static_cast<std::size_t>(j), S, inputs.data(), targets.data());
+    for (std::int32_t t : targets) {
+      if (t < 0 || static_cast<std::size_t>(t) >= length.size())
+        return {0, fmt::format("{} window {} has token {}, which the {} tokenizer (data.tokenizer) does not have (ids "
+                               "0..{}){}",
+                               path, j, t, tokenizer->name(), length.size() - 1,
+                               deck.data.tokenizer == "bytes" ? "; for GPT-2 tokens set data.tokenizer = \"gpt2\"" : "")};
+      r.bytes += length[static_cast<std::size_t>(t)];
+    }
+  }
+  return r;
+}
 
 template <class T>
 int eval_as(const io::Deck& deck, const parallel::Topology& topo, const std::string& checkpoint,
@@ -38,13 +71,30 @@ int eval_as(const io::Deck& deck, const parallel::Topology& topo, const std::str
   });
   io::CheckpointMeta meta;
   on_every_rank(topo.world(), [&] { meta = load_weights(*model, topo, checkpoint); });
+  TargetBytes counted;
+  on_every_rank(topo.world(), [&] { counted = target_bytes(deck, *data, n, shape.seq_length, path); });
   const double loss = evaluate(*model, *data, n, topo.pp());
   if (!std::isfinite(loss))  // JSON has no NaN: a non-finite loss is an error, not a result
     throw parallel::AgreedError(fmt::format("eval: checkpoint {}: the mean loss is {} (not finite)", checkpoint, loss));
-  log::infof("eval: checkpoint {} (step {}), {} windows of {} tokens from {}: mean loss {:.6f} nats/token",
-             checkpoint, meta.step, n, shape.seq_length, path, loss);
-  log::info(io::JsonObject().number("eval_loss", loss, io::digits(9)).integer("windows", n)
-                .integer("tokens", n * shape.seq_length).text());
+  const std::int64_t tokens = n * shape.seq_length;
+  io::JsonObject json;
+  json.number("eval_loss", loss, io::digits(9)).number("nats_per_token", loss, io::digits(9));
+  if (counted.why.empty()) {
+    const double bits_per_byte =
+        loss * static_cast<double>(tokens) / (std::log(2.0) * static_cast<double>(counted.bytes));
+    log::infof("eval: checkpoint {} (step {}), {} windows of {} tokens from {}: mean loss {:.6f} nats/token, "
+               "{:.6f} bits/byte ({} tokens of {} bytes, data.tokenizer = \"{}\")",
+               checkpoint, meta.step, n, shape.seq_length, path, loss, bits_per_byte, tokens, counted.bytes,
+               deck.data.tokenizer);
+    json.number("bits_per_byte", bits_per_byte, io::digits(9));
+  } else {
+    log::infof("eval: checkpoint {} (step {}), {} windows of {} tokens from {}: mean loss {:.6f} nats/token",
+               checkpoint, meta.step, n, shape.seq_length, path, loss);
+    if (log::rank() <= 0) log::warning("eval: no bits per byte: " + counted.why);
+  }
+  json.integer("windows", n).integer("tokens", tokens);
+  if (counted.why.empty()) json.integer("bytes", counted.bytes);
+  log::info(json.text());
   return 0;
 }
 

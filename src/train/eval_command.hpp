@@ -10,8 +10,10 @@ namespace tptrain::train {
 
 // The mean loss per token over the first `windows` windows (<= 0: training.eval_windows) of
 // `data` ("": the deck's data.valid), with the model in the deck's training.precision (any
-// precision evaluates any checkpoint: checkpoints hold fp32 master weights). Prints it, also as
-// one JSON line; returns the process exit code (0, or 1 for bad input or a non-finite loss).
+// precision evaluates any checkpoint: checkpoints hold fp32 master weights). Prints it in nats
+// per token and in bits per byte (total nats / (ln 2 x the UTF-8 bytes the target tokens decode
+// to in the deck's data.tokenizer; nats / ln 2 for byte tokens)), also as one JSON line; returns
+// the process exit code (0, or 1 for bad input or a non-finite loss).
 int run_eval(const io::Deck& deck, const parallel::Topology& topo, const std::string& checkpoint,
              const std::string& data, int windows);
 

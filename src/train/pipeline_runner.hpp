@@ -1,13 +1,26 @@
 // Executes a pipeline schedule (pipeline_schedule.hpp) on one stage: the model's forwards and
-// backwards of the micro-batches, and the point-to-point transfers between neighbouring stages
-// (isend/irecv on the PP group, peers p +- 1, tag 2m for activations and 2m+1 for gradients of
-// micro-batch m), each communication op one group (on NCCL, one ncclGroupStart/End).
+// backwards of the micro-batches of its chunks, and the point-to-point transfers between
+// neighbouring ranks (isend/irecv on the PP group, peers r ± 1 mod p, tags transfer_tag), each
+// posted group one operation (on NCCL, one ncclGroupStart/End).
+//
+// Overlap: a group is posted where the schedule puts it and completed (wait_all_on) only at the
+// schedule's `wait`, just before the first op that needs it (pipeline_schedule.cpp, overlapped):
+//   - a received activation: before the forward of its micro-batch and chunk;
+//   - a received gradient: before the backward of its micro-batch and chunk;
+//   - a sent input gradient: before the next backward (which overwrites the model's gradient
+//     buffer), and with v = 1 before a later receive of a gradient into that buffer;
+//   - a sent stage output: before the backward of its micro-batch (its slot is reused after).
+// On MPI the host waits there; on NCCL the wait is stream-ordered: the kernels queued after it
+// wait for the communication stream, the host does not. Everything between the post and the
+// wait (the current forward or backward) runs while the transfer is in flight.
 //
 // Activation memory: each micro-batch between its forward and its backward keeps its own
-// activation slot in the model (GptModel::bind_slot): a stage reserves as many slots as its
-// schedule has micro-batches in flight, and what a slot holds is the choice of
-// training.recompute (src/model/recompute.hpp). A received stage input goes straight into its
-// micro-batch's slot.
+// activation slot in its chunk (GptModel::bind_slot): a chunk reserves as many slots as the
+// schedule has micro-batches in flight on it (from the receive of its input), and what a slot
+// holds is the choice of training.recompute (src/model/recompute.hpp). A received stage input
+// goes straight into its micro-batch's slot. With v > 1 a received gradient waits in one of
+// the model's received-gradient buffers (as many as the schedule has waiting at once) and is
+// copied into the model's output gradient before its backward; with v = 1 it is received there.
 #pragma once
 
 #include <cstddef>
@@ -21,6 +34,11 @@
 
 namespace tptrain::train {
 
+// The test hook TPTRAIN_TEST_LAYER_SECONDS = t (> 0): every forward of a chunk also sleeps t per
+// block, every backward 2t per block, so that measured step times show the schedule's bubble
+// above the noise of a shared machine (docs/planning.md, "The bubble, measured"). 0 when unset.
+double test_layer_seconds();
+
 struct PipelineStats {
   double p2p_wait_s = 0;       // time in communication ops (includes the pipeline bubble)
 };
@@ -29,7 +47,7 @@ struct PipelineStats {
 template <class T>
 class PipelineRunner {
  public:
-  PipelineRunner(model::GptModel<T>& model, parallel::Communicator& pp, Schedule schedule);
+  PipelineRunner(model::GptModel<T>& model, parallel::Communicator& pp, Schedule schedule, bool overlap = true);
 
   // Forward and backward of micro-batches 0..M-1 with loss scale `scale`. `batch(m)` returns the
   // tokens/targets of micro-batch m (asked for on the first and last stage only; it may return
@@ -46,16 +64,23 @@ class PipelineRunner {
 
   Schedule schedule() const { return schedule_; }
   void set_schedule(Schedule s) { schedule_ = s; }
+  bool overlap() const { return overlap_; }
+  void set_overlap(bool on) { overlap_ = on; }
   const PipelineStats& stats() const { return stats_; }
+  PipelinePlace place() const;
 
  private:
-  int acquire_slot(int m);
+  int acquire_slot(int chunk, int m);
+  int acquire_received(int chunk, int m);
 
   model::GptModel<T>& model_;
   parallel::Communicator& pp_;
   Schedule schedule_;
-  std::vector<int> free_;                      // free activation slots
-  std::vector<int> slot_of_;                   // micro-batch -> activation slot
+  bool overlap_;
+  std::vector<std::vector<int>> free_;         // per chunk: free activation slots
+  std::vector<std::vector<int>> slot_of_;      // per chunk: micro-batch -> activation slot
+  std::vector<int> free_received_;             // free received-gradient buffers (v > 1)
+  std::vector<std::vector<int>> received_of_;  // per chunk: micro-batch -> received-gradient buffer
   Kokkos::View<double, kx::MemSpace> loss_total_{"pipeline.loss_total"};  // summed on the device
   kernels::Tokens no_tokens_;                  // middle stages use no tokens
   PipelineStats stats_;

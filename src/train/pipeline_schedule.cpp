@@ -1,8 +1,11 @@
 #include "src/train/pipeline_schedule.hpp"
 
 #include <algorithm>
+#include <deque>
+#include <map>
 #include <set>
 #include <stdexcept>
+#include <tuple>
 
 namespace tptrain::train {
 
@@ -10,165 +13,529 @@ const char* schedule_name(Schedule s) {
   return s == Schedule::one_f_one_b ? "1F1B" : "all-forward-all-backward";
 }
 
-std::vector<PipelineOp> pipeline_ops(Schedule schedule, int stage, int stages, int micro_batches) {
-  if (stages < 1 || stage < 0 || stage >= stages || micro_batches < 1)
-    throw std::invalid_argument("tptrain: pipeline_ops: bad stage " + std::to_string(stage) + " of " +
-                                std::to_string(stages) + " or micro-batch count " + std::to_string(micro_batches));
-  const bool first = stage == 0, last = stage == stages - 1;
-  std::vector<PipelineOp> ops;
-  const auto compute = [&](PipelineOp::Kind kind, int m) {
-    PipelineOp op;
-    op.kind = kind;
-    op.micro_batch = m;
-    ops.push_back(op);
-  };
-  // Transfers with a stage that does not exist are dropped (and then an empty op).
-  const auto comm = [&](int recv_forward, int send_forward, int recv_backward, int send_backward) {
-    PipelineOp op;
-    op.kind = PipelineOp::communicate;
-    op.recv_forward = first ? -1 : recv_forward;
-    op.send_backward = first ? -1 : send_backward;
-    op.send_forward = last ? -1 : send_forward;
-    op.recv_backward = last ? -1 : recv_backward;
-    if (op.recv_forward >= 0 || op.send_forward >= 0 || op.recv_backward >= 0 || op.send_backward >= 0)
-      ops.push_back(op);
-  };
-  const int M = micro_batches;
-  if (schedule == Schedule::all_forward_all_backward) {
-    for (int m = 0; m < M; ++m) {
-      comm(m, -1, -1, -1);
-      compute(PipelineOp::forward, m);
-      comm(-1, m, -1, -1);
-    }
-    for (int m = 0; m < M; ++m) {
-      comm(-1, -1, m, -1);
-      compute(PipelineOp::backward, m);
-      comm(-1, -1, -1, m);
-    }
-    return ops;
-  }
-  // 1F1B
-  const int warmup = std::min(stages - stage - 1, M);
-  const int steady = M - warmup;
-  int f = 0, b = 0;
-  for (int i = 0; i < warmup; ++i, ++f) {
-    comm(f, -1, -1, -1);
-    compute(PipelineOp::forward, f);
-    comm(-1, f, -1, -1);
-  }
-  if (steady > 0) comm(f, -1, -1, -1);
-  for (int i = 0; i < steady; ++i, ++b) {
-    compute(PipelineOp::forward, f);
-    comm(-1, f, b, -1);  // send_forward_recv_backward
-    ++f;
-    compute(PipelineOp::backward, b);
-    if (i == steady - 1)
-      comm(-1, -1, -1, b);  // send_backward
-    else
-      comm(f, -1, -1, b);  // send_backward_recv_forward
-  }
-  for (int i = 0; i < warmup; ++i, ++b) {
-    comm(-1, -1, b, -1);
-    compute(PipelineOp::backward, b);
-    comm(-1, -1, -1, b);
-  }
-  return ops;
+int peer_chunk(const PipelinePlace& place, const PipelineTransfer& t) {
+  // Over the wrap from the last rank to rank 0 the chunk changes: activations go from chunk c of
+  // rank p − 1 to chunk c + 1 of rank 0, gradients back.
+  if (t.peer > 0 && place.rank == place.ranks - 1) return t.chunk + 1;
+  if (t.peer < 0 && place.rank == 0) return t.chunk - 1;
+  return t.chunk;
 }
 
-int peak_in_flight(const std::vector<PipelineOp>& ops) {
-  int now = 0, peak = 0;
+int transfer_tag(const PipelinePlace& place, const PipelineTransfer& t) {
+  const int receiver_chunk = t.send ? peer_chunk(place, t) : t.chunk;
+  return 2 * (t.micro_batch * place.chunks + receiver_chunk) + t.direction;
+}
+
+std::string schedule_problem(Schedule schedule, int ranks, int micro_batches, int chunks) {
+  if (ranks < 1 || micro_batches < 1 || chunks < 1)
+    return "pipeline " + std::to_string(ranks) + ", " + std::to_string(micro_batches) + " micro-batches and " +
+           std::to_string(chunks) + " virtual stages: each must be at least 1";
+  if (chunks == 1) return "";
+  if (ranks == 1)
+    return "parallel.virtual_stages = " + std::to_string(chunks) +
+           " needs parallel.pipeline > 1 (model chunks interleave over the pipeline's ranks)";
+  if (schedule != Schedule::one_f_one_b)
+    return std::string("the ") + schedule_name(schedule) + " schedule has no interleaved form (parallel.virtual_stages = 1)";
+  if (micro_batches % ranks != 0)
+    return std::to_string(micro_batches) + " micro-batches per step (training.global_batch / (training.micro_batch * "
+           "parallel.data)) is not a multiple of parallel.pipeline = " + std::to_string(ranks) +
+           ", which the interleaved schedule (parallel.virtual_stages = " + std::to_string(chunks) + ") needs";
+  return "";
+}
+
+namespace {
+
+// The schedule with each group's wait right after its post.
+class Builder {
+ public:
+  explicit Builder(const PipelinePlace& place) : place_(place) {}
+
+  void compute(PipelineOp::Kind kind, int chunk, int m) {
+    PipelineOp op;
+    op.kind = kind;
+    op.chunk = chunk;
+    op.micro_batch = m;
+    ops_.push_back(op);
+  }
+  // Posts the transfers that exist (with a virtual stage on the other side).
+  void group(std::vector<PipelineTransfer> transfers) {
+    std::vector<PipelineTransfer> real;
+    for (const PipelineTransfer& t : transfers)
+      if (t.micro_batch >= 0) real.push_back(t);
+    if (real.empty()) return;
+    std::stable_sort(real.begin(), real.end(), [](const PipelineTransfer& a, const PipelineTransfer& b) {
+      return order(a) < order(b);
+    });
+    PipelineOp post;
+    post.kind = PipelineOp::post;
+    post.transfers = real;
+    post.group = groups_;
+    ops_.push_back(post);
+    PipelineOp wait;
+    wait.kind = PipelineOp::wait;
+    wait.group = groups_++;
+    ops_.push_back(wait);
+  }
+  PipelineTransfer recv_forward(int chunk, int m) const {
+    return place_.first_virtual(chunk) ? PipelineTransfer{} : PipelineTransfer{-1, false, 0, m, chunk};
+  }
+  PipelineTransfer send_forward(int chunk, int m) const {
+    return place_.last_virtual(chunk) ? PipelineTransfer{} : PipelineTransfer{+1, true, 0, m, chunk};
+  }
+  PipelineTransfer recv_backward(int chunk, int m) const {
+    return place_.last_virtual(chunk) ? PipelineTransfer{} : PipelineTransfer{+1, false, 1, m, chunk};
+  }
+  PipelineTransfer send_backward(int chunk, int m) const {
+    return place_.first_virtual(chunk) ? PipelineTransfer{} : PipelineTransfer{-1, true, 1, m, chunk};
+  }
+  std::vector<PipelineOp>& ops() { return ops_; }
+
+ private:
+  // Activations before gradients: with p = 2 both neighbours are one rank, and NCCL pairs a
+  // rank's sends to a peer with the peer's receives from it by their order alone.
+  static int order(const PipelineTransfer& t) { return 2 * t.direction + (t.peer > 0 ? 0 : 1); }
+  PipelinePlace place_;
+  std::vector<PipelineOp> ops_;
+  int groups_ = 0;
+};
+
+void one_f_one_b(Builder& b, int stage, int stages, int M) {
+  const int warmup = std::min(stages - stage - 1, M);
+  const int steady = M - warmup;
+  int f = 0, k = 0;
+  for (int i = 0; i < warmup; ++i, ++f) {
+    b.group({b.recv_forward(0, f)});
+    b.compute(PipelineOp::forward, 0, f);
+    b.group({b.send_forward(0, f)});
+  }
+  if (steady > 0) b.group({b.recv_forward(0, f)});
+  for (int i = 0; i < steady; ++i, ++k) {
+    b.compute(PipelineOp::forward, 0, f);
+    b.group({b.send_forward(0, f), b.recv_backward(0, k)});  // send_forward_recv_backward
+    ++f;
+    b.compute(PipelineOp::backward, 0, k);
+    if (i == steady - 1)
+      b.group({b.send_backward(0, k)});
+    else
+      b.group({b.send_backward(0, k), b.recv_forward(0, f)});  // send_backward_recv_forward
+  }
+  for (int i = 0; i < warmup; ++i, ++k) {
+    b.group({b.recv_backward(0, k)});
+    b.compute(PipelineOp::backward, 0, k);
+    b.group({b.send_backward(0, k)});
+  }
+}
+
+void all_forward_all_backward(Builder& b, int M) {
+  for (int m = 0; m < M; ++m) {
+    b.group({b.recv_forward(0, m)});
+    b.compute(PipelineOp::forward, 0, m);
+    b.group({b.send_forward(0, m)});
+  }
+  for (int m = 0; m < M; ++m) {
+    b.group({b.recv_backward(0, m)});
+    b.compute(PipelineOp::backward, 0, m);
+    b.group({b.send_backward(0, m)});
+  }
+}
+
+// Megatron's forward_backward_pipelining_with_interleaving (without its overlap_p2p_comm): the
+// k-th forward of the rank is chunk (k mod p·v)/p, micro-batch (k / p·v)·p + k mod p; the k-th
+// backward the same from the last chunk down.
+void interleaved(Builder& b, const PipelinePlace& place, int M) {
+  const int p = place.ranks, v = place.chunks, total = M * v;
+  const auto chunk_of = [&](int k, bool forward) {
+    const int c = (k % (p * v)) / p;
+    return forward ? c : v - 1 - c;
+  };
+  const auto micro_batch_of = [&](int k) { return (k / (p * v)) * p + k % p; };
+  const auto recv_f = [&](int k) {
+    return k < total ? b.recv_forward(chunk_of(k, true), micro_batch_of(k)) : PipelineTransfer{};
+  };
+  const auto recv_b = [&](int k) {
+    return k < total ? b.recv_backward(chunk_of(k, false), micro_batch_of(k)) : PipelineTransfer{};
+  };
+  const int warmup = M == p ? total : std::min((p - place.rank - 1) * 2 + (v - 1) * p, total);
+  b.group({recv_f(0)});
+  for (int k = 0; k < warmup; ++k) {
+    const int c = chunk_of(k, true), m = micro_batch_of(k);
+    b.compute(PipelineOp::forward, c, m);
+    b.group({b.send_forward(c, m), recv_f(k + 1), k == warmup - 1 ? recv_b(0) : PipelineTransfer{}});
+  }
+  for (int kb = 0; kb < total - warmup; ++kb) {
+    const int kf = kb + warmup;
+    const int cf = chunk_of(kf, true), mf = micro_batch_of(kf);
+    const int cb = chunk_of(kb, false), mb = micro_batch_of(kb);
+    b.compute(PipelineOp::forward, cf, mf);
+    b.compute(PipelineOp::backward, cb, mb);
+    // send_forward_backward_recv_forward_backward
+    b.group({b.send_forward(cf, mf), b.send_backward(cb, mb), recv_f(kf + 1), recv_b(kb + 1)});
+  }
+  for (int kb = total - warmup; kb < total; ++kb) {
+    const int c = chunk_of(kb, false), m = micro_batch_of(kb);
+    b.compute(PipelineOp::backward, c, m);
+    b.group({b.send_backward(c, m), recv_b(kb + 1)});
+  }
+}
+
+bool receives(const PipelineOp& post, int direction, int chunk, int m) {
+  for (const PipelineTransfer& t : post.transfers)
+    if (!t.send && t.direction == direction && t.chunk == chunk && t.micro_batch == m) return true;
+  return false;
+}
+bool sends(const PipelineOp& post, int direction, int chunk, int m) {
+  for (const PipelineTransfer& t : post.transfers)
+    if (t.send && t.direction == direction && (chunk < 0 || (t.chunk == chunk && t.micro_batch == m))) return true;
+  return false;
+}
+
+// Moves each wait to just before the first op that needs the group complete: the compute that
+// reads what it received; the next backward when it sends an input gradient (the backward
+// overwrites that buffer); the backward of a micro-batch whose stage output it sends (its slot
+// is reused after that backward); a later post that receives into a buffer it sends from
+// (v = 1: the gradient it sends and the next gradient received are the model's one gradient
+// buffer). Posts keep their places and their order: the groups run in the same order.
+std::vector<PipelineOp> overlapped(const std::vector<PipelineOp>& in, int chunks) {
+  std::vector<PipelineOp> base;  // without waits
+  for (const PipelineOp& op : in)
+    if (op.kind != PipelineOp::wait) base.push_back(op);
+  const auto needs = [&](const PipelineOp& post, const PipelineOp& op) {
+    if (op.kind == PipelineOp::forward) return receives(post, 0, op.chunk, op.micro_batch);
+    if (op.kind == PipelineOp::backward)
+      return receives(post, 1, op.chunk, op.micro_batch) || sends(post, 1, -1, -1) ||
+             sends(post, 0, op.chunk, op.micro_batch);
+    if (op.kind == PipelineOp::post && chunks == 1) {
+      for (const PipelineTransfer& t : op.transfers)
+        if (!t.send && t.direction == 1 && sends(post, 1, -1, -1)) return true;
+    }
+    return false;
+  };
+  std::vector<PipelineOp> out;
+  std::vector<const PipelineOp*> pending;
+  const auto wait_for = [&](const PipelineOp* post) {
+    PipelineOp w;
+    w.kind = PipelineOp::wait;
+    w.group = post->group;
+    out.push_back(w);
+  };
+  for (const PipelineOp& op : base) {
+    for (auto it = pending.begin(); it != pending.end();) {
+      if (needs(**it, op)) {
+        wait_for(*it);
+        it = pending.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    out.push_back(op);
+    if (op.kind == PipelineOp::post) pending.push_back(&op);
+  }
+  for (const PipelineOp* post : pending) wait_for(post);
+  return out;
+}
+
+}  // namespace
+
+std::vector<PipelineOp> pipeline_ops(Schedule schedule, const PipelinePlace& place, int micro_batches, bool overlap) {
+  if (place.ranks < 1 || place.rank < 0 || place.rank >= place.ranks || place.chunks < 1 || micro_batches < 1)
+    throw std::invalid_argument("tptrain: pipeline_ops: bad stage " + std::to_string(place.rank) + " of " +
+                                std::to_string(place.ranks) + ", " + std::to_string(place.chunks) +
+                                " chunks or micro-batch count " + std::to_string(micro_batches));
+  if (const std::string why = schedule_problem(schedule, place.ranks, micro_batches, place.chunks); !why.empty())
+    throw std::invalid_argument("tptrain: " + why);
+  Builder b(place);
+  if (place.chunks > 1)
+    interleaved(b, place, micro_batches);
+  else if (schedule == Schedule::one_f_one_b)
+    one_f_one_b(b, place.rank, place.ranks, micro_batches);
+  else
+    all_forward_all_backward(b, micro_batches);
+  return overlap ? overlapped(b.ops(), place.chunks) : b.ops();
+}
+
+std::vector<PipelineOp> pipeline_ops(Schedule schedule, int stage, int stages, int micro_batches) {
+  return pipeline_ops(schedule, PipelinePlace{stage, stages, 1}, micro_batches);
+}
+
+int peak_in_flight(const std::vector<PipelineOp>& ops, int chunk) {
+  // A micro-batch holds its slot from its input's receive (or its forward) to its backward.
+  std::set<int> held;
+  int peak = 0;
   for (const PipelineOp& op : ops) {
-    if (op.kind == PipelineOp::forward) peak = std::max(peak, ++now);
-    if (op.kind == PipelineOp::backward) --now;
+    if (op.kind == PipelineOp::post) {
+      for (const PipelineTransfer& t : op.transfers)
+        if (!t.send && t.direction == 0 && t.chunk == chunk) held.insert(t.micro_batch);
+    } else if (op.chunk == chunk && op.kind == PipelineOp::forward) {
+      held.insert(op.micro_batch);
+    } else if (op.chunk == chunk && op.kind == PipelineOp::backward) {
+      held.erase(op.micro_batch);
+    }
+    peak = std::max(peak, static_cast<int>(held.size()));
   }
   return peak;
 }
 
-std::vector<PipelineTransfer> transfers_of(const PipelineOp& op) {
-  // With the next stage: send, then receive; with the previous stage: receive, then send. The
-  // two stages of a pair then post their halves in matching order, so that even a backend that
-  // runs transfers one after the other (NCCL point-to-point on one stream) cannot deadlock.
-  std::vector<PipelineTransfer> t;
-  if (op.send_forward >= 0) t.push_back({+1, true, 0, op.send_forward});
-  if (op.recv_backward >= 0) t.push_back({+1, false, 1, op.recv_backward});
-  if (op.recv_forward >= 0) t.push_back({-1, false, 0, op.recv_forward});
-  if (op.send_backward >= 0) t.push_back({-1, true, 1, op.send_backward});
-  return t;
+int peak_received_gradients(const std::vector<PipelineOp>& ops) {
+  int now = 0, peak = 0;
+  std::set<std::pair<int, int>> waiting;
+  for (const PipelineOp& op : ops) {
+    if (op.kind == PipelineOp::post) {
+      for (const PipelineTransfer& t : op.transfers)
+        if (!t.send && t.direction == 1) waiting.insert({t.chunk, t.micro_batch});
+    } else if (op.kind == PipelineOp::backward) {
+      waiting.erase({op.chunk, op.micro_batch});
+    }
+    now = static_cast<int>(waiting.size());
+    peak = std::max(peak, now);
+  }
+  return peak;
 }
 
-std::string simulate_pipeline(Schedule schedule, int stages, int micro_batches) {
-  // Strict rendezvous: every transfer completes only when the peer has reached the matching
-  // transfer, in the order of transfers_of (stricter than MPI's non-blocking semantics).
-  struct Event {
-    const PipelineOp* op;
-    PipelineTransfer transfer;  // for communicate ops
-  };
+int ScheduleMemory::total_slots() const {
+  int n = 0;
+  for (int s : slots) n += s;
+  return n;
+}
+
+ScheduleMemory schedule_memory(Schedule schedule, const PipelinePlace& place, int micro_batches, bool overlap) {
+  ScheduleMemory out;
+  if (place.chunks == 1 && schedule == Schedule::one_f_one_b) {
+    out.slots = {std::min(place.ranks - place.rank, micro_batches)};  // 1F1B's warm-up + 1
+    return out;
+  }
+  int m = micro_batches;
+  if (place.chunks > 1) m = std::min(m, place.ranks * (place.chunks + 1));
+  const std::vector<PipelineOp> ops = pipeline_ops(schedule, place, m, overlap);
+  for (int c = 0; c < place.chunks; ++c) out.slots.push_back(peak_in_flight(ops, c));
+  if (place.chunks > 1) out.received_gradients = peak_received_gradients(ops);
+  return out;
+}
+
+double PipelineSimulation::bubble() const {
+  double most = 0;
+  for (double t : idle_time) most = std::max(most, t);
+  return busy_time > 0 ? most / busy_time : 0.0;
+}
+
+PipelineSimulation simulate(Schedule schedule, int ranks, int micro_batches, int chunks, bool overlap,
+                            double forward_time, double backward_time) {
+  if (const std::string why = schedule_problem(schedule, ranks, micro_batches, chunks); !why.empty()) {
+    PipelineSimulation result;
+    result.problem = why;
+    return result;
+  }
   std::vector<std::vector<PipelineOp>> ops;
-  std::vector<std::vector<Event>> events(static_cast<std::size_t>(stages));
-  for (int s = 0; s < stages; ++s) ops.push_back(pipeline_ops(schedule, s, stages, micro_batches));
-  for (int s = 0; s < stages; ++s)
-    for (const PipelineOp& op : ops[static_cast<std::size_t>(s)]) {
-      if (op.kind != PipelineOp::communicate) {
-        events[static_cast<std::size_t>(s)].push_back({&op, {}});
-        continue;
-      }
-      for (const PipelineTransfer& t : transfers_of(op)) {
-        if (s + t.peer < 0 || s + t.peer >= stages) return "stage " + std::to_string(s) + " talks to no stage";
-        events[static_cast<std::size_t>(s)].push_back({&op, t});
-      }
-    }
-  std::vector<std::size_t> pc(static_cast<std::size_t>(stages), 0);
-  std::vector<std::set<int>> forwarded(static_cast<std::size_t>(stages)), backwarded(forwarded),
-      have_input(forwarded), have_grad(forwarded);
-  const auto at = [&](int s) -> const Event* {
-    const auto su = static_cast<std::size_t>(s);
-    return pc[su] < events[su].size() ? &events[su][pc[su]] : nullptr;
+  for (int r = 0; r < ranks; ++r) ops.push_back(pipeline_ops(schedule, PipelinePlace{r, ranks, chunks}, micro_batches, overlap));
+  return simulate(ops, micro_batches, chunks, forward_time, backward_time);
+}
+
+PipelineSimulation simulate(const std::vector<std::vector<PipelineOp>>& ops, int micro_batches, int chunks,
+                            double forward_time, double backward_time) {
+  PipelineSimulation result;
+  const int ranks = static_cast<int>(ops.size());
+  struct Group {
+    const PipelineOp* post = nullptr;
+    std::vector<bool> done;
+    std::vector<double> done_at;
+    double posted_at = 0, started_at = 0, completed_at = -1;
+    bool waited = false;
+  };
+  struct Rank {
+    PipelinePlace place;
+    std::vector<PipelineOp> ops;
+    std::size_t pc = 0;
+    double clock = 0;
+    std::map<int, Group> groups;
+    std::deque<int> queue;  // posted, not yet complete, in posting order
+    double queue_free_at = 0;
+    std::set<std::pair<int, int>> forwarded, backwarded, have_input, have_grad;
+  };
+  result.computes.resize(ops.size());
+  using Key = std::tuple<int, int, int>;  // direction, receiving chunk, micro-batch
+  std::map<std::pair<int, int>, std::vector<Key>> sent, received;  // (from, to) -> in posting order
+  std::vector<Rank> rs(static_cast<std::size_t>(ranks));
+  for (int r = 0; r < ranks; ++r) {
+    rs[static_cast<std::size_t>(r)].place = PipelinePlace{r, ranks, chunks};
+    rs[static_cast<std::size_t>(r)].ops = ops[static_cast<std::size_t>(r)];
+  }
+  const auto rank_of = [&](int r, int peer) { return ((r + peer) % ranks + ranks) % ranks; };
+  const auto where = [&](int r) {
+    return "rank " + std::to_string(r) + " op " + std::to_string(rs[static_cast<std::size_t>(r)].pc) + ": ";
+  };
+  const auto name = [](int chunk, int m) {
+    return "micro-batch " + std::to_string(m) + " of chunk " + std::to_string(chunk);
+  };
+  const auto start_head = [&](Rank& x) {
+    if (x.queue.empty()) return;
+    Group& g = x.groups[x.queue.front()];
+    g.started_at = std::max(g.posted_at, x.queue_free_at);
   };
   for (bool moved = true; moved;) {
     moved = false;
-    for (int s = 0; s < stages; ++s) {
-      const auto su = static_cast<std::size_t>(s);
-      const Event* e = at(s);
-      if (e == nullptr) continue;
-      const std::string where = "stage " + std::to_string(s) + " event " + std::to_string(pc[su]) + ": ";
-      const PipelineOp& op = *e->op;
-      if (op.kind == PipelineOp::forward) {
-        if (s > 0 && !have_input[su].count(op.micro_batch))
-          return where + "forward of micro-batch " + std::to_string(op.micro_batch) + " without its input";
-        if (!forwarded[su].insert(op.micro_batch).second) return where + "second forward";
-      } else if (op.kind == PipelineOp::backward) {
-        if (!forwarded[su].count(op.micro_batch)) return where + "backward before forward";
-        if (s < stages - 1 && !have_grad[su].count(op.micro_batch))
-          return where + "backward of micro-batch " + std::to_string(op.micro_batch) + " without its gradient";
-        if (!backwarded[su].insert(op.micro_batch).second) return where + "second backward";
-      } else {
-        const PipelineTransfer& t = e->transfer;
-        const Event* peer = at(s + t.peer);
-        const bool matched = peer != nullptr && peer->op->kind == PipelineOp::communicate &&
-                             peer->transfer.peer == -t.peer && peer->transfer.send != t.send &&
-                             peer->transfer.direction == t.direction && peer->transfer.micro_batch == t.micro_batch;
-        if (!matched) continue;  // waits for its peer
-        const int m = t.micro_batch;
-        const auto sender = static_cast<std::size_t>(t.send ? s : s + t.peer);
-        const auto receiver = static_cast<std::size_t>(t.send ? s + t.peer : s);
-        if (!(t.direction == 0 ? forwarded[sender].count(m) : backwarded[sender].count(m)))
-          return where + "micro-batch " + std::to_string(m) + " sent before it is computed";
-        (t.direction == 0 ? have_input : have_grad)[receiver].insert(m);
-        ++pc[static_cast<std::size_t>(s + t.peer)];  // both sides complete the transfer
+    // Transfers between the groups at the front of two ranks' queues.
+    for (int r = 0; r < ranks; ++r) {
+      Rank& a = rs[static_cast<std::size_t>(r)];
+      if (a.queue.empty()) continue;
+      Group& ga = a.groups[a.queue.front()];
+      for (std::size_t i = 0; i < ga.done.size(); ++i) {
+        if (ga.done[i]) continue;
+        const PipelineTransfer& t = ga.post->transfers[i];
+        const int q = rank_of(r, t.peer);
+        Rank& b = rs[static_cast<std::size_t>(q)];
+        if (b.queue.empty()) continue;
+        Group& gb = b.groups[b.queue.front()];
+        for (std::size_t j = 0; j < gb.done.size(); ++j) {
+          const PipelineTransfer& u = gb.post->transfers[j];
+          if (gb.done[j] || u.peer != -t.peer || u.send == t.send || u.direction != t.direction ||
+              u.micro_batch != t.micro_batch || u.chunk != peer_chunk(a.place, t) ||
+              t.chunk != peer_chunk(b.place, u) || (q == r && &ga == &gb && i == j))
+            continue;
+          const double at = std::max(ga.started_at, gb.started_at);
+          ga.done[i] = gb.done[j] = true;
+          ga.done_at[i] = gb.done_at[j] = at;
+          moved = true;
+          break;
+        }
       }
-      ++pc[su];
-      moved = true;
+    }
+    for (Rank& x : rs)
+      while (!x.queue.empty()) {
+        Group& g = x.groups[x.queue.front()];
+        if (std::find(g.done.begin(), g.done.end(), false) != g.done.end()) break;
+        g.completed_at = g.started_at;
+        for (double at : g.done_at) g.completed_at = std::max(g.completed_at, at);
+        x.queue_free_at = g.completed_at;
+        x.queue.pop_front();
+        start_head(x);
+        moved = true;
+      }
+    // Each rank's program as far as it goes.
+    for (int r = 0; r < ranks; ++r) {
+      Rank& x = rs[static_cast<std::size_t>(r)];
+      while (x.pc < x.ops.size()) {
+        const PipelineOp& op = x.ops[x.pc];
+        const std::pair<int, int> cm{op.chunk, op.micro_batch};
+        if (op.kind == PipelineOp::forward) {
+          // Its input must come from a group already waited for (the host does not block here).
+          if (!x.place.first_virtual(op.chunk) && !x.have_input.count(cm)) {
+            result.problem = where(r) + "forward of " + name(op.chunk, op.micro_batch) + " without its input";
+            return result;
+          }
+          if (!x.forwarded.insert(cm).second) {
+            result.problem = where(r) + "second forward of " + name(op.chunk, op.micro_batch);
+            return result;
+          }
+          result.computes[static_cast<std::size_t>(r)].push_back({x.clock, x.clock + forward_time, op});
+          x.clock += forward_time;
+        } else if (op.kind == PipelineOp::backward) {
+          if (!x.forwarded.count(cm)) {
+            result.problem = where(r) + "backward before forward of " + name(op.chunk, op.micro_batch);
+            return result;
+          }
+          if (!x.place.last_virtual(op.chunk) && !x.have_grad.count(cm)) {
+            result.problem = where(r) + "backward of " + name(op.chunk, op.micro_batch) + " without its gradient";
+            return result;
+          }
+          if (!x.backwarded.insert(cm).second) {
+            result.problem = where(r) + "second backward of " + name(op.chunk, op.micro_batch);
+            return result;
+          }
+          result.computes[static_cast<std::size_t>(r)].push_back({x.clock, x.clock + backward_time, op});
+          x.clock += backward_time;
+        } else if (op.kind == PipelineOp::post) {
+          Group& g = x.groups[op.group];
+          if (g.post != nullptr) {
+            result.problem = where(r) + "group " + std::to_string(op.group) + " posted twice";
+            return result;
+          }
+          g.post = &op;
+          g.done.assign(op.transfers.size(), false);
+          g.done_at.assign(op.transfers.size(), 0.0);
+          g.posted_at = x.clock;
+          for (const PipelineTransfer& t : op.transfers) {
+            const int q = rank_of(r, t.peer);
+            if (t.send) {
+              const std::pair<int, int> what{t.chunk, t.micro_batch};
+              if (!(t.direction == 0 ? x.forwarded : x.backwarded).count(what)) {
+                result.problem = where(r) + name(t.chunk, t.micro_batch) + " sent before it is computed";
+                return result;
+              }
+              sent[{r, q}].push_back({t.direction, peer_chunk(x.place, t), t.micro_batch});
+            } else {
+              received[{q, r}].push_back({t.direction, t.chunk, t.micro_batch});
+            }
+          }
+          x.queue.push_back(op.group);
+          if (x.queue.size() == 1) start_head(x);
+        } else {
+          const auto it = x.groups.find(op.group);
+          if (it == x.groups.end() || it->second.waited) {
+            result.problem = where(r) + "wait for group " + std::to_string(op.group) + " that is not pending";
+            return result;
+          }
+          Group& g = it->second;
+          if (g.completed_at < 0) break;
+          g.waited = true;
+          x.clock = std::max(x.clock, g.completed_at);
+          for (const PipelineTransfer& t : g.post->transfers)
+            if (!t.send) (t.direction == 0 ? x.have_input : x.have_grad).insert({t.chunk, t.micro_batch});
+        }
+        ++x.pc;
+        moved = true;
+      }
     }
   }
-  for (int s = 0; s < stages; ++s) {
-    const auto su = static_cast<std::size_t>(s);
-    if (pc[su] < events[su].size())
-      return "deadlock: stage " + std::to_string(s) + " stuck at event " + std::to_string(pc[su]);
-    if (static_cast<int>(forwarded[su].size()) != micro_batches ||
-        static_cast<int>(backwarded[su].size()) != micro_batches)
-      return "stage " + std::to_string(s) + " did not run every micro-batch";
+  const int expected = micro_batches * chunks;
+  for (int r = 0; r < ranks; ++r) {
+    const Rank& x = rs[static_cast<std::size_t>(r)];
+    if (x.pc < x.ops.size()) {
+      result.problem = "deadlock: " + where(r) + "stuck";
+      return result;
+    }
+    for (const auto& kv : x.groups)
+      if (!kv.second.waited) {
+        result.problem = "rank " + std::to_string(r) + " never waits for group " + std::to_string(kv.first);
+        return result;
+      }
+    if (static_cast<int>(x.forwarded.size()) != expected || static_cast<int>(x.backwarded.size()) != expected) {
+      result.problem = "rank " + std::to_string(r) + " did not run every micro-batch of every chunk";
+      return result;
+    }
   }
-  return "";
+  for (const auto& kv : sent)
+    if (received[kv.first] != kv.second) {
+      result.problem = "rank " + std::to_string(kv.first.first) + " sends to rank " + std::to_string(kv.first.second) +
+                       " in another order than that rank receives (NCCL matches by order)";
+      return result;
+    }
+  result.busy_time = expected * (forward_time + backward_time);
+  for (const Rank& x : rs) result.step_time = std::max(result.step_time, x.clock);
+  for (int r = 0; r < ranks; ++r) result.idle_time.push_back(result.step_time - result.busy_time);
+  return result;
+}
+
+std::string draw(const PipelineSimulation& sim) {
+  std::string out;
+  for (std::size_t r = 0; r < sim.computes.size(); ++r) {
+    const auto units = static_cast<std::size_t>(sim.step_time + 0.5);
+    std::vector<std::string> cells(units, " .  ");
+    for (const PipelineSimulation::Slot& s : sim.computes[r]) {
+      const auto at = static_cast<std::size_t>(s.start + 0.5), end = static_cast<std::size_t>(s.end + 0.5);
+      for (std::size_t u = at; u < end && u < units; ++u) cells[u] = "--  ";
+      if (at < units)
+        cells[at] = std::string(s.op.kind == PipelineOp::forward ? "F" : "B") + std::to_string(s.op.micro_batch) +
+                    static_cast<char>('a' + s.op.chunk) + " ";
+    }
+    out += "rank " + std::to_string(r) + " |";
+    for (const std::string& c : cells) out += c;
+    while (!out.empty() && out.back() == ' ') out.pop_back();
+    out += "\n";
+  }
+  return out;
+}
+
+std::string simulate_pipeline(Schedule schedule, int stages, int micro_batches, int chunks, bool overlap) {
+  return simulate(schedule, stages, micro_batches, chunks, overlap).problem;
 }
 
 }  // namespace tptrain::train

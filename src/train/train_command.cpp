@@ -62,9 +62,12 @@ int train_as(const io::Deck& deck, const parallel::Topology& topo) {
   if (const int P = topo.layout().pipeline; P > 1) {
     const double bytes = static_cast<double>(run->model().activation_bytes());
     const double peak = parallel::all_reduce_scalar(topo.pp(), bytes, parallel::ReduceOp::max);
-    log::infof("pipeline: {} stages of {} layers, {} schedule; stage 0 keeps the activations of {} micro-batches in "
-               "flight ({:.2f} MiB with its scratch); largest stage {:.2f} MiB",
-               P, shape.layers / P, schedule_name(run->pipeline().schedule()), run->model().activation_slots(),
+    const int v = run->model().chunks();
+    log::infof("pipeline: {} stages of {} layers{}, {} schedule{}, bubble (p - 1)/(v m) = {:.1f} %; stage 0 keeps the "
+               "activations of {} micro-batches in flight ({:.2f} MiB with its scratch); largest stage {:.2f} MiB",
+               P, shape.layers / P, v > 1 ? fmt::format(" in {} chunks", v) : std::string(),
+               schedule_name(run->pipeline().schedule()), v > 1 ? " interleaved" : "",
+               100.0 * (P - 1) / (double(v) * run->micro_batches()), run->model().activation_slots(),
                bytes / (1 << 20), peak / (1 << 20));
   }
   if (!deck.data.valid.empty() && run->eval_windows() == 0)
@@ -74,8 +77,10 @@ int train_as(const io::Deck& deck, const parallel::Topology& topo) {
   // Weights, AdamW moments and the step are all that is needed: the data order and the
   // learning rate are pure functions of (seed, step).
   std::int64_t first_step = 0;
+  std::string resumed_from;
   if (deck.checkpoint.resume) {
     const std::string latest = newest_checkpoint(topo.world(), deck.checkpoint.dir);
+    resumed_from = latest;
     if (!latest.empty()) {
       io::CheckpointMeta meta;
       on_every_rank(topo.world(), [&] { meta = load_weights(run->model(), topo, latest, true); });
@@ -100,6 +105,24 @@ int train_as(const io::Deck& deck, const parallel::Topology& topo) {
       }
     } else {
       log::infof("checkpoint.resume: no checkpoint in {}, starting from step 0", deck.checkpoint.dir);
+    }
+  }
+  // A start from other weights (fine-tuning): the weights only; the step, the AdamW moments, the
+  // loss scale and the data order start afresh. A run that resumes has its own newer weights.
+  if (const std::string& init = deck.training.init_from; !init.empty()) {
+    if (!resumed_from.empty()) {
+      log::infof("training.init_from = {} is not used: the run resumes from {}", init, resumed_from);
+    } else {
+      io::CheckpointMeta meta;
+      on_every_rank(topo.world(), [&] {
+        try {
+          meta = load_weights(run->model(), topo, init, false);
+        } catch (const std::exception& e) {
+          throw std::runtime_error("training.init_from = " + io::display_path(init) + ": " + e.what());
+        }
+      });
+      log::infof("starting from the weights of {} (step {} of the run that wrote it, tensor {} x pipeline {} x data {}): "
+                 "step 0, fresh optimizer state", init, meta.step, meta.tp, meta.pp, meta.dp);
     }
   }
 

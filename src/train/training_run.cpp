@@ -24,14 +24,19 @@ void check_finite(std::int64_t step, double loss, double grad_norm) {
 template <class T>
 double pipeline_forward(model::GptModel<T>& model, parallel::Communicator& pp, const kx::ExecSpace& exec,
                         const kernels::Tokens& inputs, const kernels::Tokens* targets, std::int64_t count) {
-  const int stage = pp.rank();
-  if (!model.is_first_stage()) parallel::recv(pp, exec, model.stage_input(), stage - 1, 0);
+  // Chunk by chunk (virtual stage c·p + r): from the previous rank, to the next, and from the
+  // last rank around to rank 0's next chunk.
+  const int p = pp.size(), r = pp.rank();
   double loss = 0.0;
-  if (targets != nullptr)
-    loss = model.forward(exec, inputs, *targets, count);
-  else
-    model.forward_logits(exec, inputs);
-  if (!model.is_last_stage()) parallel::send(pp, exec, model.stage_output(), stage + 1, 0);
+  for (int c = 0; c < model.chunks(); ++c) {
+    model.bind_slot(0, c);
+    if (!(model.is_first_stage() && c == 0)) parallel::recv(pp, exec, model.stage_input(), (r + p - 1) % p, c);
+    if (targets != nullptr)
+      loss += model.forward(exec, inputs, *targets, count);
+    else
+      model.forward_logits(exec, inputs);
+    if (!model.chunk_has_head(c)) parallel::send(pp, exec, model.stage_output(), (r + 1) % p, r == p - 1 ? c + 1 : c);
+  }
   return loss;
 }
 
@@ -102,19 +107,24 @@ TrainingRun<T>::TrainingRun(const io::Deck& deck, const parallel::Topology& topo
                                                     deck.training.micro_batch, topo.coords().dp,
                                                     topo.layout().data, deck.training.seed)),
       model_(shape_of(deck), deck.training.micro_batch, topo.tp(), deck.training.seed,
-             model::PipelineStage{topo.coords().pp, topo.layout().pipeline},
+             model::PipelineStage{topo.coords().pp, topo.layout().pipeline, std::max(1, deck.parallel.virtual_stages)},
              model::recompute_from_name(deck.training.recompute), optimizer_sharding(deck, topo)),
       schedule_{deck.optimizer.lr, deck.optimizer.min_lr, deck.optimizer.warmup_steps, deck.training.steps,
                 deck.optimizer.decay},
       adamw_{deck.optimizer.beta1, deck.optimizer.beta2, deck.optimizer.eps, deck.optimizer.weight_decay},
       batch_(model_.tokens()),
-      pipeline_(model_, topo.pp(), options.schedule),
+      pipeline_(model_, topo.pp(), options.schedule, options.overlap_pipeline_transfers),
       reducer_(model_, topo.dp()),
       optimizer_(model_, &topo.dp()),
       tokens_per_step_(std::int64_t(deck.training.global_batch) * deck.model.seq_length) {
-  if (valid_)
+  if (valid_) {
     eval_windows_ = std::min<std::int64_t>(deck.training.eval_windows,
                                            static_cast<std::int64_t>(valid_->num_windows(deck.model.seq_length)));
+    // Every evaluation reads the same windows: a token outside the vocabulary is found here, in
+    // the agreed construction, not between the collectives of an evaluation.
+    for (std::int64_t j = 0; j < eval_windows_; ++j)
+      valid_->check_sequence(static_cast<std::size_t>(j) * deck.model.seq_length, deck.model.seq_length);
+  }
   if constexpr (std::is_same<T, kx::fp16>::value) {
     const auto& t = deck.training;
     scaler_.emplace(LossScalerConfig{t.loss_scale_initial, t.loss_scale_growth_factor, t.loss_scale_backoff_factor,
@@ -180,6 +190,9 @@ double TrainingRun<T>::compute_gradients(std::int64_t step) {
   // above fp16's smallest normal; the optimizer divides it out (a power of two: exact).
   const float scale = 1.0f / static_cast<float>(tokens_per_step_) *
                       static_cast<float>(scaler_ ? scaler_->scale() : 1.0);
+  // Tokens are checked against the vocabulary where they are read (token_dataset.hpp), and the
+  // micro-batches are read between collectives: check this rank's sequences first, agreed.
+  parallel::on_every_rank(topo_.world(), [&] { sampler_->check_step(step); });
   const int M = micro_batches();
   int loaded = -1;
   const auto batch = [&](int m) -> const DeviceBatch& {

@@ -74,6 +74,9 @@ struct RunOptions {
   // Start each gradient bucket's data-parallel all-reduce as soon as the last micro-batch's
   // backward has finished it (false: all of them after the backward, for comparison).
   bool overlap_grad_reduce = true;
+  // Complete each pipeline transfer only where its data or buffer is needed, so that it runs
+  // during the compute before (false: right after posting it, for comparison).
+  bool overlap_pipeline_transfers = true;
   // > 0: train on this many random tokens made in memory (TokenDataset::synthetic) instead of
   // the deck's data files, and evaluate nothing (benchmarks).
   std::int64_t synthetic_tokens = 0;

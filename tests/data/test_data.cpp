@@ -141,12 +141,17 @@ TEST_CASE("txt dataset: every byte is a token, read as unsigned", "[data]") {
   CHECK(ds[5] == 255);
   CHECK_THROWS_AS(ds[bytes.size()], DataError);
 
-  // A vocabulary smaller than a byte that occurs is an error naming token, index and vocab.
-  const std::string msg = error_of([&] { TokenDataset::open(path, 128); });
-  CHECK(contains(msg, path));
-  CHECK(contains(msg, "token 128"));
-  CHECK(contains(msg, "index 3"));
-  CHECK(contains(msg, "vocab_size 128"));
+  // A vocabulary smaller than a byte that occurs is an error naming token, index and vocab: at
+  // open for a small dataset, else when the token is read (token_dataset.hpp).
+  const TokenDataset narrow = TokenDataset::open(path, 128, 0);
+  CHECK(narrow[2] == 127);
+  for (const std::string& msg : {error_of([&] { TokenDataset::open(path, 128); }), error_of([&] { narrow[3]; })}) {
+    CHECK(contains(msg, path));
+    CHECK(contains(msg, "token 128"));
+    CHECK(contains(msg, "index 3"));
+    CHECK(contains(msg, "vocab_size 128"));
+  }
+  CHECK_NOTHROW(TokenDataset::open(path, 128, bytes.size() - 1));  // one byte more than checked at open
 }
 
 TEST_CASE("bin dataset: a valid llm.c shard round-trips", "[data]") {
@@ -219,12 +224,23 @@ TEST_CASE("bin dataset: every malformed shard is a clear error", "[data]") {
     std::vector<std::uint16_t> bad = tokens;
     bad[42] = 300;
     write_bytes(path, shard_bytes(bad));
-    const std::string msg = error_of([&] { TokenDataset::open(path, 256); });
-    CHECK(contains(msg, path));
-    CHECK(contains(msg, "token 300"));
-    CHECK(contains(msg, "index 42"));
-    CHECK(contains(msg, "vocab_size 256"));
-    CHECK_NOTHROW(TokenDataset::open(path, 301));
+    // A large dataset: found where a sequence holding it is copied or checked, not at open.
+    const TokenDataset ds = TokenDataset::open(path, 256, 0);
+    std::vector<std::int32_t> in(100), tg(100);
+    CHECK_NOTHROW(ds.copy_sequence(0, 40, in.data(), tg.data()));  // tokens 0..40
+    CHECK_NOTHROW(ds.check_sequence(43, 50));
+    for (const std::string& msg : {error_of([&] { TokenDataset::open(path, 256); }),  // small: at open
+                                   error_of([&] { ds.copy_sequence(0, 42, in.data(), tg.data()); }),
+                                   error_of([&] { ds.copy_sequence(42, 1, in.data(), tg.data()); }),
+                                   error_of([&] { ds.check_sequence(30, 20); }),
+                                   error_of([&] { ds.window(1, 40, in.data(), tg.data()); })}) {
+      CHECK(contains(msg, path));
+      CHECK(contains(msg, "token 300"));
+      CHECK(contains(msg, "index 42"));
+      CHECK(contains(msg, "vocab_size 256"));
+    }
+    const TokenDataset wide = TokenDataset::open(path, 301);
+    CHECK_NOTHROW(wide.copy_sequence(0, 99, in.data(), tg.data()));
   }
   SECTION("a shard with zero tokens") {
     const std::string path = dir.file("zero.bin");
@@ -242,11 +258,11 @@ TEST_CASE("datasets: missing, empty and unknown files are clear errors", "[data]
   CHECK(contains(msg, missing));
   CHECK(contains(msg, "no such file"));
 
-  const std::string folder = dir.file("folder.txt");
+  const std::string folder = dir.file("folder.txt");  // a folder is a set: this one is empty
   fs::create_directory(folder);
   msg = error_of([&] { TokenDataset::open(folder, 256); });
   CHECK(contains(msg, folder));
-  CHECK(contains(msg, "directory"));
+  CHECK(contains(msg, "folder with no .bin or .txt file"));
 
   const std::string empty_txt = dir.file("empty.txt");
   const std::string empty_bin = dir.file("empty.bin");
@@ -266,7 +282,8 @@ TEST_CASE("datasets: missing, empty and unknown files are clear errors", "[data]
   CHECK(TokenDataset::open(upper, 256).size() == 3);
 
   CHECK(contains(error_of([&] { TokenDataset::open(upper, 0); }), "vocab_size"));
-  CHECK(contains(error_of([&] { TokenDataset::open(dir.file(""), 256); }), "extension"));
+  write_bytes(dir.file("tokens"), {1, 2, 3});
+  CHECK(contains(error_of([&] { TokenDataset::open(dir.file("tokens"), 256); }), "unknown extension ''"));
 }
 
 TEST_CASE("evaluation windows: count, contents and range", "[data]") {

@@ -36,18 +36,18 @@ std::vector<std::uint16_t> stream(std::size_t n) {
 
 TEST_CASE("shards: valid first, then train, each full but the last", "[data]") {
   using V = std::vector<std::string>;
-  CHECK(names(shard_files({5, 10}, 33)) ==
+  CHECK(names(shard_files({5, 10, {}}, 33)) ==
         V{"valid_000000.bin:5", "train_000000.bin:10", "train_000001.bin:10", "train_000002.bin:8"});
-  CHECK(names(shard_files({0, 10}, 20)) == V{"train_000000.bin:10", "train_000001.bin:10"});
-  CHECK(names(shard_files({25, 10}, 30)) ==
+  CHECK(names(shard_files({0, 10, {}}, 20)) == V{"train_000000.bin:10", "train_000001.bin:10"});
+  CHECK(names(shard_files({25, 10, {}}, 30)) ==
         V{"valid_000000.bin:10", "valid_000001.bin:10", "valid_000002.bin:5", "train_000000.bin:5"});
-  CHECK(names(shard_files({40, 10}, 30)).size() == 3);  // all valid: the caller refuses that
-  CHECK_THROWS_AS(ShardWriter("/tmp", ShardLayout{0, 0}), DataError);
-  CHECK_THROWS_AS(ShardWriter("/tmp", ShardLayout{0, kMaxShardTokens + 1}), DataError);
+  CHECK(names(shard_files({40, 10, {}}, 30)).size() == 3);  // all valid: the caller refuses that
+  CHECK_THROWS_AS(ShardWriter("/tmp", ShardLayout{0, 0, {}}), DataError);
+  CHECK_THROWS_AS(ShardWriter("/tmp", ShardLayout{0, kMaxShardTokens + 1, {}}), DataError);
 }
 
 TEST_CASE("shards: ranges written in any order, by several writers, give one writer's files", "[data]") {
-  const ShardLayout layout{37, 100};
+  const ShardLayout layout{37, 100, {}};
   const auto tokens = stream(1234);
   ScratchDir one("tptrain_shards"), many("tptrain_shards");
   {
@@ -86,7 +86,7 @@ TEST_CASE("shards: ranges written in any order, by several writers, give one wri
 }
 
 TEST_CASE("shards: a header is refused when tokens are missing", "[data]") {
-  const ShardLayout layout{0, 10};
+  const ShardLayout layout{0, 10, {}};
   const auto tokens = stream(25);
   ScratchDir dir("tptrain_shards");
   ShardWriter w(dir.path(), layout);

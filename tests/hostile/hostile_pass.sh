@@ -1618,6 +1618,235 @@ group_tokenize() {
   run_case tok_no_out fail -- "${T[@]}" "$d/ok.txt"
 }
 
+# Hugging Face export and import (docs/checkpoints.md): damaged safetensors files and configs,
+# variants that must import to the very same weights, and training.init_from.
+verify_hf_export() {
+  local d
+  d=$(awk '{ for (i = 1; i < NF; i++) if ($i == "--out") print $(i + 1) }' "$1.cmd")
+  [ -s "$d/model.safetensors" ] && [ -s "$d/config.json" ] && return 0
+  echo "export exit 0 but $d lacks model.safetensors or config.json"
+  return 1
+}
+verify_init_from() {
+  grep -aq 'starting from the weights of' "$1.out" && return 0
+  echo "exit 0 without 'starting from the weights of': training.init_from was not used"
+  return 1
+}
+group_hf() {
+  local names=(hf_export_ok hf_export_overwrite_refused hf_export_not_checkpoint hf_export_format_onnx hf_export_two_ranks
+    hf_import_eval_same hf_import_two_ranks hf_import_out_exists hf_import_deck_mismatch hf_import_missing_dir
+    hf_init_from_imported hf_init_from_missing hf_init_from_other_model)
+  local fails=(truncated length_huge length_beyond_file not_json overlap dtype_i32 dtype_unknown duplicate renamed_layer
+    shape_swapped nan empty safetensors_missing safetensors_directory lm_head_untied config_gelu_erf config_wider config_not_gpt2 config_missing config_garbage)
+  local sames=(no_prefix mask_buffers lm_head_tied more_positions) k n any=""
+  for n in "${names[@]}"; do selected "$n" && any=yes; done
+  for k in "${fails[@]}" "${sames[@]}" bf16; do selected "hf_import_$k" && any=yes; done
+  [ -n "$any" ] || return 0
+  ensure_ck || return 0
+  local d=$WORK/hf HF=$SRC/tests/hf
+  mkdir -p "$d"
+  [ -f "$d/base/model.safetensors" ] || "$EXE" export "$CK4" --format hf --out "$d/base" >"$d/base.log" 2>&1 ||
+    { note "cannot export the fixture checkpoint (see $d/base.log): hf cases skipped"; return 0; }
+  import_eval() { # DIR OUT: import, then eval the imported checkpoint as the pristine one is evaluated
+    printf '%q import %q --deck %q --out %q && %s %q eval %q --checkpoint %q' "$EXE" "$1" "$DECK" "$2" \
+      "$(printf '%q ' "${MPI[@]}")" "$EXE" "$DECK" "$2"
+  }
+  run_case hf_export_ok ok verify=verify_hf_export -- "$EXE" export "$CK4" --format hf --out "$d/ok"
+  run_case hf_export_overwrite_refused fail -- "$EXE" export "$CK4" --format hf --out "$d/base"
+  run_case hf_export_not_checkpoint fail -- "$EXE" export "$FIX/corpus.txt" --format hf --out "$d/x"
+  run_case hf_export_format_onnx fail -- "$EXE" export "$CK4" --format onnx --out "$d/x"
+  run_case hf_export_two_ranks ok verify=verify_hf_export -- "${MPI[@]}" "$EXE" export "$CK4" --format hf --out "$d/two"
+  run_case hf_import_eval_same same verify=verify_eval_same -- bash -c "$(import_eval "$d/base" "$d/imported.h5")"
+  run_case hf_import_two_ranks ok -- "${MPI[@]}" "$EXE" import "$d/base" --deck "$DECK" --out "$d/imported_two.h5"
+  run_case hf_import_out_exists fail -- "$EXE" import "$d/base" --deck "$DECK" --out "$CK4"
+  run_case hf_import_deck_mismatch fail -- "$EXE" import "$d/base" --deck "$DECK" --set model.hidden=64 --out "$d/x.h5"
+  run_case hf_import_missing_dir fail -- "$EXE" import "$d/none" --deck "$DECK" --out "$d/x.h5"
+  for k in "${fails[@]}"; do
+    selected "hf_import_$k" || continue
+    "$PY" "$HF/hostile_hf.py" "$d/base" "$d/$k" "$k" || { note "hostile_hf.py $k failed"; continue; }
+    run_case "hf_import_$k" fail -- "$EXE" import "$d/$k" --deck "$DECK" --out "$d/$k.h5"
+  done
+  for k in "${sames[@]}"; do
+    selected "hf_import_$k" || continue
+    "$PY" "$HF/hostile_hf.py" "$d/base" "$d/$k" "$k" || { note "hostile_hf.py $k failed"; continue; }
+    run_case "hf_import_$k" same verify=verify_eval_same -- bash -c "$(import_eval "$d/$k" "$d/$k.h5")"
+  done
+  if selected hf_import_bf16 && "$PY" "$HF/hostile_hf.py" "$d/base" "$d/bf16" bf16; then
+    run_case hf_import_bf16 ok -- "$EXE" import "$d/bf16" --deck "$DECK" --out "$d/bf16.h5"
+  fi
+  [ -f "$d/imported.h5" ] || "$EXE" import "$d/base" --deck "$DECK" --out "$d/imported.h5" >/dev/null 2>&1
+  run_case hf_init_from_imported ok verify=verify_init_from -- "${TRAIN[@]}" $(rundir hf_init) \
+    --set training.init_from="$d/imported.h5" --set training.steps=1
+  run_case hf_init_from_missing fail -- "${TRAIN[@]}" $(rundir hf_init_missing) --set training.init_from="$d/none.h5"
+  run_case hf_init_from_other_model fail -- "${TRAIN[@]}" $(rundir hf_init_other) --set model.layers=4 \
+    --set training.init_from="$d/imported.h5" --set training.steps=1
+}
+
+# ---- generation on GPT-2 BPE models (issue 21 item 4) -----------------------------------------
+
+# A tiny GPT-2-vocabulary model (2 ranks, tensor 2) trained on the repository's README tokenized
+# with gpt2; its greedy sample with --no-kv-cache is the reference the KV cache must print.
+BPE_READY=""
+BPE_DECK=$FIX/bpe/bpe.toml
+BPE_CK=$FIX/bpe/ck/step_00000004.h5
+ensure_bpe() {
+  [ -n "$BPE_READY" ] && { [ "$BPE_READY" = yes ]; return; }
+  BPE_READY=no
+  mkdir -p "$FIX/bpe" "$REF"
+  local save=$CASES
+  CASES=.
+  run_case fixture_bpe_tokenize ok -- "$EXE" tokenize "$SRC/README.md" --out "$FIX/bpe/shards" --tokenizer gpt2 \
+    --valid-tokens 1024
+  printf '[model]\nlayers = 2\nhidden = 32\nheads = 4\nseq_length = 16\nvocab_size = 50257\n[parallel]\ntensor = 2\n[training]\nglobal_batch = 2\nmicro_batch = 1\nsteps = 4\n[optimizer]\nwarmup_steps = 1\n[data]\ntrain = "shards/train_000000.bin"\nvalid = "shards/valid_000000.bin"\ntokenizer = "gpt2"\n[run]\ndir = "run"\n[checkpoint]\ndir = "ck"\nresume = false\n' >"$BPE_DECK"
+  run_case fixture_bpe_train ok -- "${MPI[@]}" "$EXE" train "$BPE_DECK"
+  if [ -f "$BPE_CK" ]; then
+    ref_case fixture_bpe_ref_generate gen_bpe_full "${MPI[@]}" "$EXE" generate "$BPE_DECK" --checkpoint "$BPE_CK" \
+      --prompt "$STREAM_PROMPT" --tokens 40 --temperature 0 --ignore-eos --no-kv-cache
+    BPE_READY=yes
+  else
+    note "GPT-2 fixture training failed (no vocabulary?): gen_bpe cases skipped"
+  fi
+  CASES=$save
+  [ "$BPE_READY" = yes ]
+}
+verify_gen_bpe_same() { # the KV cache prints the --no-kv-cache reference's text
+  [ -n "$(generated_text "$1.out")" ] && [ "$(generated_text "$1.out")" = "$(generated_text "$REF/gen_bpe_full.out")" ] && return 0
+  echo "the KV cache's text differs from the full forward's: $(generated_text "$1.out" | head -1)"
+  return 1
+}
+verify_bits_per_byte() { grep -aq '"bits_per_byte": [0-9]' "$1.out" || { echo "no bits_per_byte in the JSON line"; return 1; }; }
+group_gen_bpe() {
+  any_selected gen_bpe_ || return 0
+  ensure_bpe || return 0
+  local G=("${MPI[@]}" "$EXE" generate "$BPE_DECK" --checkpoint "$BPE_CK")
+  run_case gen_bpe_kv_cache_same ok verify=verify_gen_bpe_same -- "${G[@]}" --prompt "$STREAM_PROMPT" --tokens 40 \
+    --temperature 0 --ignore-eos
+  run_case gen_bpe_pipeline2_same ok verify=verify_gen_bpe_same -- "${G[@]}" --set parallel.tensor=1 \
+    --set parallel.pipeline=2 --prompt "$STREAM_PROMPT" --tokens 40 --temperature 0 --ignore-eos
+  run_case gen_bpe_sequence_parallel_same ok verify=verify_gen_bpe_same -- "${G[@]}" --set parallel.sequence_parallel=true \
+    --prompt "$STREAM_PROMPT" --tokens 40 --temperature 0 --ignore-eos
+  run_case gen_bpe_prompt_invalid_utf8 fail -- "${G[@]}" --prompt $'\xff\xfe\x80 bytes' --tokens 4
+  run_case gen_bpe_prompt_truncated_utf8 fail -- "${G[@]}" --prompt $'ends inside \xe4\xb8' --tokens 4
+  run_case gen_bpe_prompt_empty ok -- "${G[@]}" --prompt "" --tokens 8
+  run_case gen_bpe_prompt_endoftext ok -- "${G[@]}" --prompt "<|endoftext|>" --tokens 8
+  run_case gen_bpe_prompt_longer_than_context ok -- "${G[@]}" --prompt "$(head -c 2000 "$SRC/README.md")" --tokens 8
+  run_case gen_bpe_sampled_top_k ok -- "${G[@]}" --prompt "$STREAM_PROMPT" --tokens 30 --temperature 0.9 --top-k 40 --seed 5
+  run_case gen_bpe_no_vocab_files fail -- "${G[@]}" --set data.tokenizer_dir="$FIX/bpe/none" --prompt x --tokens 4
+  run_case gen_bpe_vocab_files_empty_dir fail -- "${G[@]}" --set data.tokenizer_dir="$FIX/bpe" --prompt x --tokens 4
+  run_case gen_bpe_model_vocab_1000 fail -- "${G[@]}" --set model.vocab_size=1000 --prompt x --tokens 4
+  run_case gen_bpe_bytes_checkpoint fail needs=ck -- "${MPI[@]}" "$EXE" generate "$BPE_DECK" --checkpoint "$CK4" --prompt x
+  run_case gen_bpe_checkpoint_of_bytes_deck fail -- "${MPI[@]}" "$EXE" generate "$DECK" --checkpoint "$BPE_CK" --prompt x
+  run_case gen_bpe_eval_bits_per_byte ok verify=verify_bits_per_byte -- "${MPI[@]}" "$EXE" eval "$BPE_DECK" \
+    --checkpoint "$BPE_CK" --windows 4
+  # GPT-2 shards and model under the default data.tokenizer = "bytes": nats per token without bits
+  # per byte, and bytes sampled only, each with a warning saying why
+  run_case gen_bpe_eval_bytes_tokenizer ok -- "${MPI[@]}" "$EXE" eval "$BPE_DECK" --checkpoint "$BPE_CK" --windows 4 \
+    --set data.tokenizer=bytes
+  run_case gen_bpe_bytes_tokenizer ok -- "${G[@]}" --set data.tokenizer=bytes --prompt x --tokens 8
+  run_case gen_bpe_eval_bytes_deck_on_bpe_data fail -- "${MPI[@]}" "$EXE" eval "$DECK" --checkpoint "$CK4" \
+    --data "$FIX/bpe/shards/valid_000000.bin" --windows 2
+}
+
+# ---- datasets of many shards ------------------------------------------------------------------
+
+# shards_make DIR NAME COUNT [SIZE TOKENIZER [TOKEN [FILL_BYTES]]]: an llm.c shard of COUNT tokens
+# (i*7+3) % 200, its header recording vocabulary SIZE of TOKENIZER id (0 0: none); TOKEN replaces
+# token COUNT/2; FILL_BYTES > 0 writes the whole body as that token instead (a large shard).
+shards_make() {
+  "$PY" - "$@" <<'PYEOF'
+import struct, sys
+folder, name, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+size = int(sys.argv[4]) if len(sys.argv) > 4 else 0
+tok = int(sys.argv[5]) if len(sys.argv) > 5 else 0
+bad = int(sys.argv[6]) if len(sys.argv) > 6 else -1
+fill = len(sys.argv) > 7 and int(sys.argv[7]) > 0
+header = [0] * 256
+header[0:5] = [20240520, 1, n, size, tok]
+with open(f"{folder}/{name}", "wb") as f:
+    f.write(struct.pack("<256i", *header))
+    if fill:
+        f.write(struct.pack("<H", bad) * n)
+    else:
+        tokens = [(i * 7 + 3) % 200 for i in range(n)]
+        if bad >= 0:
+            tokens[n // 2] = bad
+        f.write(struct.pack(f"<{n}H", *tokens))
+PYEOF
+}
+
+group_shards() {
+  local S=$FIX/shards k
+  rm -rf "$S"
+  mkdir -p "$S/set" "$S/both" "$S/none" "$S/truncated" "$S/magic" "$S/mixed" "$S/gpt2" "$S/txt_bin" "$S/llmc_mix"     "$S/big_bad" "$S/glob_dir/train_000001.bin"
+  for k in 0 1 2; do shards_make "$S/set" "train_00000$k.bin" 300 256 1; done
+  cp "$S/set"/*.bin "$S/both/"
+  shards_make "$S/both" valid_000000.bin 300 256 1
+  printf 'notes\n' >"$S/none/README.md"
+  cp "$S/set"/*.bin "$S/truncated/"
+  truncate -s 1500 "$S/truncated/train_000001.bin"
+  cp "$S/set"/*.bin "$S/magic/"
+  printf '\x39\x30\x00\x00' | dd of="$S/magic/train_000002.bin" conv=notrunc status=none  # magic 12345
+  cp "$S/set"/*.bin "$S/mixed/"
+  shards_make "$S/mixed" train_000003.bin 300 50257 2
+  shards_make "$S/gpt2" train_000000.bin 300 50257 2
+  shards_make "$S/txt_bin" train_000000.bin 300 256 1
+  cp "$FIX/corpus.txt" "$S/txt_bin/train_000001.txt"
+  cp "$S/set"/*.bin "$S/llmc_mix/"
+  shards_make "$S/llmc_mix" train_000003.bin 300  # llm.c's header: no vocabulary recorded
+  shards_make "$S/glob_dir" train_000000.bin 300 256 1
+  mkdir -p "$S/fifo" "$S/devzero"
+  cp "$S/set"/*.bin "$S/fifo/"
+  [ -p "$S/fifo/train_000003.bin" ] || mkfifo "$S/fifo/train_000003.bin"
+  cp "$S/set"/*.bin "$S/devzero/"
+  ln -sf /dev/zero "$S/devzero/train_000003.bin"
+  # Over 64 MiB: tokens are checked where read (every one is 300 >= vocab_size 256).
+  if selected shards_token_ge_vocab_large || selected shards_valid_token_ge_vocab_large; then
+    shards_make "$S/big_bad" train_000000.bin 40000000 0 0 300 1
+  fi
+  local T=("${TRAIN[@]}" --set training.steps=2)
+  run_case shards_glob ok -- "${T[@]}" --set data.train="$S/set/train_*.bin" $(rundir shards_glob)
+  run_case shards_folder ok -- "${T[@]}" --set data.train="$S/set" --set data.valid="$S/set/train_00000[12].bin" \
+    $(rundir shards_folder)
+  run_case shards_llmc_and_recorded ok -- "${T[@]}" --set data.train="$S/llmc_mix" $(rundir shards_llmc)
+  run_case shards_bad_glob fail -- "${T[@]}" --set data.train="$S/set/trian_*.bin" $(rundir shards_bad_glob)
+  run_case shards_bad_glob_valid fail -- "${T[@]}" --set data.valid="$S/nowhere/*.bin" $(rundir shards_bad_glob_v)
+  run_case shards_folder_no_shards fail -- "${T[@]}" --set data.train="$S/none" $(rundir shards_none)
+  run_case shards_folder_train_and_valid fail -- "${T[@]}" --set data.train="$S/both" $(rundir shards_both)
+  run_case shards_truncated_in_set fail -- "${T[@]}" --set data.train="$S/truncated" $(rundir shards_trunc)
+  run_case shards_bad_magic_in_set fail -- "${T[@]}" --set data.train="$S/magic/*.bin" $(rundir shards_magic)
+  run_case shards_mixed_vocab fail -- "${T[@]}" --set data.train="$S/mixed" $(rundir shards_mixed)
+  run_case shards_vocab_above_model fail -- "${T[@]}" --set data.train="$S/gpt2" $(rundir shards_gpt2)
+  run_case shards_txt_and_bin fail -- "${T[@]}" --set data.train="$S/txt_bin" $(rundir shards_txt_bin)
+  run_case shards_fifo_in_folder fail -- "${T[@]}" --set data.train="$S/fifo" $(rundir shards_fifo)
+  run_case shards_devzero_in_pattern fail -- "${T[@]}" --set data.train="$S/devzero/*.bin" $(rundir shards_devzero)
+  run_case shards_glob_matches_folder fail -- "${T[@]}" --set data.train="$S/glob_dir/train_*" $(rundir shards_globdir)
+  run_case shards_token_ge_vocab_large fail -- "${T[@]}" --set data.train="$S/big_bad" $(rundir shards_big_bad)
+  run_case shards_valid_token_ge_vocab_large fail -- "${T[@]}" --set data.valid="$S/big_bad/*.bin" $(rundir shards_big_bad_v)
+  run_case shards_eval_glob ok needs=ck -- "${MPI[@]}" "$EXE" eval "$DECK" --checkpoint "$CK4" --data "$S/set/train_*.bin"
+  run_case shards_eval_bad_glob fail needs=ck -- "${MPI[@]}" "$EXE" eval "$DECK" --checkpoint "$CK4" --data "$S/set/x_*.bin"
+  rm -rf "$S/big_bad"
+}
+
+# parallel.virtual_stages (interleaved 1F1B): each bad deck names the key and the rule; a good
+# one trains, and plan shows the smaller bubble.
+group_vpp() {
+  local P2=(--set parallel.tensor=1 --set parallel.pipeline=2)
+  run_case vpp_pipeline_1 fail -- "${TRAIN[@]}" --set parallel.virtual_stages=2 $(rundir vpp_p1)
+  run_case vpp_layers_indivisible fail -- "${TRAIN[@]}" "${P2[@]}" --set parallel.virtual_stages=2 $(rundir vpp_layers)
+  run_case vpp_micro_batches_not_multiple fail -- "${TRAIN[@]}" "${P2[@]}" --set model.layers=4 \
+    --set parallel.virtual_stages=2 --set training.global_batch=6 $(rundir vpp_mb)
+  run_case vpp_zero fail -- "${TRAIN[@]}" "${P2[@]}" --set parallel.virtual_stages=0 $(rundir vpp_0)
+  run_case vpp_negative fail -- "${TRAIN[@]}" "${P2[@]}" --set parallel.virtual_stages=-2 $(rundir vpp_neg)
+  run_case vpp_huge fail -- "${TRAIN[@]}" "${P2[@]}" --set parallel.virtual_stages=2147483647 $(rundir vpp_huge)
+  run_case vpp_beyond_int fail -- "${TRAIN[@]}" "${P2[@]}" --set parallel.virtual_stages=4294967298 $(rundir vpp_big)
+  run_case vpp_string fail -- "${TRAIN[@]}" "${P2[@]}" --set 'parallel.virtual_stages="2"' $(rundir vpp_str)
+  run_case vpp_float fail -- "${TRAIN[@]}" "${P2[@]}" --set parallel.virtual_stages=2.0 $(rundir vpp_float)
+  run_case vpp_train_ok ok -- "${TRAIN[@]}" "${P2[@]}" --set model.layers=4 --set parallel.virtual_stages=2 \
+    $(rundir vpp_ok)
+  run_case vpp_plan_175b ok -- "$EXE" plan "$SRC/input/gpt3-175b.toml" --set parallel.virtual_stages=2
+  run_case vpp_plan_layers fail -- "$EXE" plan "$SRC/input/gpt3-175b.toml" --set parallel.virtual_stages=5
+}
+
 # ---- run the groups -------------------------------------------------------------------------
 
 T_START=$(date +%s)
@@ -1638,10 +1867,14 @@ group_ck_resume_dirs
 group_ck_sealed
 group_resume_layouts
 group_generate
+group_gen_bpe
 group_round2_plan_json
 group_round2_fp16
 group_tokenize
 group_order
+group_hf
+group_shards
+group_vpp
 run_kill rank1
 run_kill rank0
 run_kill mpiexec

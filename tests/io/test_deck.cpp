@@ -695,9 +695,28 @@ TEST_CASE("deck: data files must exist, be readable and end in .txt or .bin", "[
     CHECK_THAT(fx.problem(make_deck({{"data.train", "\"gone.csv\""}})),
                has("does not exist and ends in .csv"));
   }
-  SECTION("a directory") {
+  SECTION("a folder names every shard in it; a folder without any is refused") {
     fs::create_directories(fx.dir.path() / "shards.bin");
-    CHECK_THAT(fx.problem(make_deck({{"data.train", "\"shards.bin\""}})), has("is a directory"));
+    CHECK_THAT(fx.problem(make_deck({{"data.train", "\"shards.bin\""}})),
+               has("data.train = \"shards.bin\": expected a folder of readable .txt or .bin token files, but " +
+                   norm(fx.dir.path() / "shards.bin") + " is a folder with no .bin or .txt file in it"));
+    fx.dir.write("shards.bin/train_000000.bin", std::string(1024, '\0'));
+    CHECK(fx.parse(make_deck({{"data.train", "\"shards.bin\""}})).data.train == norm(fx.dir.path() / "shards.bin"));
+    fs::create_directories(fx.dir.path() / "shards.bin/train_000001.bin");  // not a regular file
+    CHECK_THAT(fx.problem(make_deck({{"data.train", "\"shards.bin\""}})),
+               has("but " + norm(fx.dir.path() / "shards.bin/train_000001.bin") +
+                   " (one of 2 files the folder holds) is a directory"));
+  }
+  SECTION("a glob pattern: kept as written (resolved), refused when it matches nothing") {
+    fx.dir.write("train_000000.bin", std::string(1024, '\0'));
+    fx.dir.write("train_000001.bin", std::string(1024, '\0'));
+    CHECK(fx.parse(make_deck({{"data.train", "\"train_*.bin\""}})).data.train == norm(fx.dir.path() / "train_*.bin"));
+    CHECK_THAT(fx.problem(make_deck({{"data.valid", "\"valid_*.bin\""}})),
+               has("data.valid = \"valid_*.bin\": expected a pattern of readable .txt or .bin token files, but " +
+                   norm(fx.dir.path() / "valid_*.bin") + " is a pattern that matches no file"));
+    fx.dir.write("train_notes.md", "x");
+    CHECK_THAT(fx.problem(make_deck({{"data.train", "\"train_*\""}})),
+               has("but " + norm(fx.dir.path() / "train_notes.md") + " (one of 3 files the pattern matches) ends in .md"));
   }
   SECTION(".bin is accepted") {
     fx.dir.write("train.bin", std::string(1024, '\0'));
@@ -890,6 +909,7 @@ TEST_CASE("deck: to_toml writes every key in table order and round-trips", "[io]
                                           "parallel.data",
                                           "parallel.sequence_parallel",
                                           "parallel.order",
+                                          "parallel.virtual_stages",
                                           "training.global_batch",
                                           "training.micro_batch",
                                           "training.steps",
@@ -906,6 +926,7 @@ TEST_CASE("deck: to_toml writes every key in table order and round-trips", "[io]
                                           "training.log_interval",
                                           "training.eval_interval",
                                           "training.eval_windows",
+                                          "training.init_from",
                                           "optimizer.lr",
                                           "optimizer.min_lr",
                                           "optimizer.warmup_steps",
@@ -1122,8 +1143,16 @@ TEST_CASE("deck: DataFiles::may_be_absent makes a missing data file a warning, f
   // Still errors: a wrong extension, a file that exists but is not a regular one, a missing key.
   const fs::path csv = fx.dir.write("csv.toml", make_deck({{"data.train", "\"gone.csv\""}}));
   CHECK_THROWS_WITH(load_deck(csv.string(), {}, DataFiles::may_be_absent), has("gone.csv does not exist and ends in"));
-  CHECK_THROWS_WITH(load_deck(deck.string(), {"data.valid=" + fx.dir.str()}, DataFiles::may_be_absent),
-                    has("is a directory, not a regular file"));
+  fs::create_directories(fx.dir.path() / "empty");
+  CHECK_THROWS_WITH(load_deck(deck.string(), {"data.valid=" + (fx.dir.path() / "empty").string()}, DataFiles::may_be_absent),
+                    has("is a folder with no .bin or .txt file in it"));
+  // A pattern that matches nothing here may match on the cluster: a warning, like a missing file.
+  warnings.clear();
+  load_deck(deck.string(), {"data.valid=" + (fx.dir.path() / "valid_*.bin").string()}, DataFiles::may_be_absent,
+            &warnings);
+  REQUIRE(warnings.size() == 2);
+  CHECK_THAT(warnings[1], has("data.valid = \"" + (fx.dir.path() / "valid_*.bin").string() +
+                              "\": " + norm(fx.dir.path() / "valid_*.bin") + " is a pattern that matches no file (needed by train and eval"));
   const fs::path no_train = fx.dir.write("no_train.toml", make_deck({{"data.train", ""}}));
   CHECK_THROWS_WITH(load_deck(no_train.string(), {}, DataFiles::may_be_absent), has("data.train is required"));
 }

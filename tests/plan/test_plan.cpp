@@ -480,3 +480,53 @@ TEST_CASE("plan: a CPU run's measured peak memory is the plan's", "[plan][memory
         CHECK(std::fabs(planned - measured) <= 0.05 * measured);
       }
 }
+
+// Interleaved 1F1B (parallel.virtual_stages = 2): each rank's activation slots per chunk, its
+// received-gradient buffers and every byte of its activations, head and workspace are what the
+// plan counts from the schedule (train::schedule_memory), as for one chunk above.
+TEST_CASE("plan: with virtual stages each rank allocates the plan's activation, head and workspace bytes",
+          "[plan][interleaved][mpi]") {
+  const int n = test::world_size();
+  for (const std::string precision : {"fp32", "bf16"})
+    for (const std::string recompute : {"none", "selective", "full"})
+      for (const bool sp : {false, true}) {
+        const int tensor = sp ? 2 : 1;
+        if (n % (2 * tensor) != 0) continue;
+        const int pipeline = n / tensor;
+        io::Deck deck = test::pipeline_deck(tensor, pipeline, 1, 2);  // 4 micro-batches per step
+        deck.model.layers = 2 * pipeline;
+        deck.parallel.virtual_stages = 2;
+        deck.parallel.sequence_parallel = sp;
+        deck.training.recompute = recompute;
+        deck.training.precision = precision;
+        parallel::Topology topo(MPI_COMM_WORLD, test::layout_of(deck));
+        INFO("tensor " << tensor << " x pipeline " << pipeline << ", v = 2, " << precision << ", recompute "
+                       << recompute << (sp ? ", sequence parallel" : "") << ", stage " << topo.coords().pp);
+        train::RunOptions options;
+        options.synthetic_tokens = 4096;
+        const Config c = config_of(deck);
+        const RankMemory planned = rank_memory(c, stage_parameters(c.shape, pipeline), topo.coords().pp);
+        const auto check = [&](auto& run) {
+          const auto& m = run.model();
+          REQUIRE(m.chunks() == 2);
+          for (int k = 0; k < 2; ++k) CHECK(m.activation_slots(k) == planned.chunk_slots[static_cast<std::size_t>(k)]);
+          CHECK(m.received_gradients() == planned.received_gradients);
+          CHECK(planned.received_gradients == 1);
+          std::size_t column_sums = 0;
+          for (const auto& e : m.workspace().entries())
+            if (e.name == "column_sums") column_sums += e.bytes;
+          CHECK(static_cast<std::int64_t>(m.workspace().total_bytes() - column_sums) ==
+                planned.activations + planned.head + planned.workspace);
+          const train::ParameterMemory pm = run.parameter_memory();
+          CHECK(pm.parameters == planned.parameters);
+          CHECK(std::int64_t(pm.total()) == planned.parameter_bytes.total());
+        };
+        if (precision == "fp32") {
+          train::TrainingRun<float> run(deck, topo, options);
+          check(run);
+        } else {
+          train::TrainingRun<kx::bf16> run(deck, topo, options);
+          check(run);
+        }
+      }
+}

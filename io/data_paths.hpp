@@ -1,0 +1,39 @@
+// What a data.train / data.valid value names: one token file, every token file of a folder, or
+// the files a glob pattern matches (docs/design.md, "Datasets"). Used by the deck checks and by
+// the dataset itself, so both see the same list in the same order.
+//
+//   a folder     every entry whose name ends in .bin or .txt (any case) and does not start with
+//                '.'; a folder holding both train_*.bin and valid_*.bin (tptrain tokenize's
+//                output) is refused: training on it would train on the validation shards too.
+//   a pattern    a value that names nothing that exists and holds *, ? or [ is a glob(3)
+//                pattern; every match is kept, whatever its name (the dataset refuses one that
+//                is not a token file, by name).
+//   else         the value itself, one file.
+// The list is sorted by name in byte order (not the locale's collation): the same order on every
+// rank and machine, which the dataset's token order and the sampler depend on.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace tptrain::io {
+
+struct DataPaths {
+  enum class Form { file, folder, pattern };
+  Form form = Form::file;
+  std::vector<std::string> files;  // at least one when problem is empty
+  // "" or why the value names no file, to follow the value in a sentence: "matches no file",
+  // "is a folder with no .bin or .txt file in it", ...
+  std::string problem;
+  bool absent = false;  // the problem is only that nothing by that name exists (yet)
+};
+
+// Whether `value` is read as a glob pattern: it names nothing that exists and holds *, ? or [.
+bool is_data_pattern(const std::string& value);
+
+DataPaths expand_data_paths(const std::string& value);
+
+// How a DataPaths form is named in messages: "file", "folder", "pattern".
+const char* form_name(DataPaths::Form form);
+
+}  // namespace tptrain::io

@@ -1,0 +1,161 @@
+#include "src/train/hf_gpt2.hpp"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <stdexcept>
+
+#include "io/hf_gpt2_config.hpp"
+#include "io/path_text.hpp"
+#include "src/model/layer_norm.hpp"
+#include "src/model/model_parameters.hpp"
+
+namespace tptrain::train {
+
+namespace {
+
+// Checkpoint name (after layers/<i>/ for a block's) -> HF name (after transformer.h.<i>. for a
+// block's), and whether HF holds the transpose (Conv1D weights).
+struct Row {
+  const char* checkpoint;
+  const char* hf;
+  bool transposed;
+};
+constexpr Row kModelRows[] = {
+    {"embedding/word", "transformer.wte.weight", false},
+    {"embedding/position", "transformer.wpe.weight", false},
+    {"ln_f/weight", "transformer.ln_f.weight", false},
+    {"ln_f/bias", "transformer.ln_f.bias", false},
+};
+constexpr Row kBlockRows[] = {
+    {"ln_1/weight", "ln_1.weight", false},           {"ln_1/bias", "ln_1.bias", false},
+    {"attn/qkv/weight", "attn.c_attn.weight", true},  {"attn/qkv/bias", "attn.c_attn.bias", false},
+    {"attn/proj/weight", "attn.c_proj.weight", true}, {"attn/proj/bias", "attn.c_proj.bias", false},
+    {"ln_2/weight", "ln_2.weight", false},           {"ln_2/bias", "ln_2.bias", false},
+    {"mlp/fc/weight", "mlp.c_fc.weight", true},       {"mlp/fc/bias", "mlp.c_fc.bias", false},
+    {"mlp/proj/weight", "mlp.c_proj.weight", true},   {"mlp/proj/bias", "mlp.c_proj.bias", false},
+};
+
+// [rows, cols] row-major -> its transpose [cols, rows].
+std::vector<float> transpose(const std::vector<float>& x, std::uint64_t rows, std::uint64_t cols) {
+  std::vector<float> y(x.size());
+  for (std::uint64_t r = 0; r < rows; ++r)
+    for (std::uint64_t c = 0; c < cols; ++c) y[c * rows + r] = x[r * cols + c];
+  return y;
+}
+
+// GELU's tanh form under HF's names (transformers' ACT2FN): the function tptrain computes.
+constexpr const char* kTanhGelu[] = {"gelu_new", "gelu_pytorch_tanh"};
+
+}  // namespace
+
+std::vector<std::uint64_t> HfTensor::hf_shape() const {
+  if (!transposed) return checkpoint_shape;
+  return {checkpoint_shape.at(1), checkpoint_shape.at(0)};
+}
+
+std::vector<HfTensor> hf_gpt2_tensors(const model::GptShape& shape) {
+  std::vector<HfTensor> out;
+  for (const model::LogicalTensor& t : model::logical_tensors(shape)) {
+    HfTensor h;
+    h.checkpoint_name = t.name;
+    for (auto d : t.shape) h.checkpoint_shape.push_back(static_cast<std::uint64_t>(d));
+    for (const Row& r : kModelRows)
+      if (t.name == r.checkpoint) h.hf_name = r.hf, h.transposed = r.transposed;
+    if (h.hf_name.empty() && t.name.rfind("layers/", 0) == 0) {
+      const std::size_t slash = t.name.find('/', 7);
+      const std::string layer = t.name.substr(7, slash - 7), rest = t.name.substr(slash + 1);
+      for (const Row& r : kBlockRows)
+        if (rest == r.checkpoint) h.hf_name = "transformer.h." + layer + "." + r.hf, h.transposed = r.transposed;
+    }
+    if (h.hf_name.empty())
+      throw std::logic_error("tptrain: the model tensor " + t.name +
+                             " has no Hugging Face name (src/train/hf_gpt2.cpp, kModelRows/kBlockRows)");
+    if (h.transposed && h.checkpoint_shape.size() != 2)
+      throw std::logic_error("tptrain: " + t.name + " is transposed for Hugging Face but is not a matrix");
+    out.push_back(std::move(h));
+  }
+  return out;
+}
+
+std::vector<float> to_hf(const HfTensor& t, const std::vector<float>& checkpoint_values) {
+  if (!t.transposed) return checkpoint_values;
+  return transpose(checkpoint_values, t.checkpoint_shape[0], t.checkpoint_shape[1]);
+}
+
+std::vector<float> from_hf(const HfTensor& t, const std::vector<float>& hf_values) {
+  if (!t.transposed) return hf_values;
+  return transpose(hf_values, t.checkpoint_shape[1], t.checkpoint_shape[0]);
+}
+
+std::string hf_gpt2_config(const model::GptShape& s, bool gpt2_vocabulary) {
+  io::Gpt2ConfigFile c;
+  c.model_type = "gpt2";
+  c.vocab_size = s.vocab_size;
+  c.n_positions = s.seq_length;
+  c.n_embd = s.hidden;
+  c.n_layer = s.layers;
+  c.n_head = s.heads;
+  c.n_inner = s.ffn_hidden;
+  c.activation_function = kTanhGelu[0];
+  c.layer_norm_epsilon = model::LayerNorm<float>::eps;
+  // tptrain trains without dropout; HF's defaults (0.1) would train the export differently.
+  c.resid_pdrop = c.embd_pdrop = c.attn_pdrop = 0.0;
+  if (gpt2_vocabulary) c.bos_token_id = c.eos_token_id = 50256;
+  return io::gpt2_config_text(c);
+}
+
+HfGpt2Config read_hf_gpt2_config(const std::string& path) {
+  const io::Gpt2ConfigFile c = io::read_gpt2_config(path);
+  const auto fail = [&](const std::string& what) {
+    throw std::runtime_error("Hugging Face config " + io::display_path(path) + ": " + what);
+  };
+  if (c.model_type != "gpt2")
+    fail("model_type is " + (c.model_type.empty() ? std::string("missing") : "\"" + c.model_type + "\"") +
+         ": tptrain imports GPT-2 models (model_type \"gpt2\")");
+  for (const auto& [key, value] : {std::pair{"n_layer", c.n_layer}, std::pair{"n_embd", c.n_embd}, std::pair{"n_head", c.n_head},
+                                   std::pair{"vocab_size", c.vocab_size}, std::pair{"n_positions", c.n_positions}})
+    if (value == 0) fail(std::string("no ") + key);
+  if (c.activation_function != kTanhGelu[0] && c.activation_function != kTanhGelu[1])
+    fail("activation_function = \"" + c.activation_function +
+         "\": tptrain computes GELU's tanh form (\"gelu_new\" or \"gelu_pytorch_tanh\"), another activation would "
+         "give another model");
+  if (std::abs(c.layer_norm_epsilon - model::LayerNorm<float>::eps) > 1e-12)
+    fail(fmt::format("layer_norm_epsilon = {}: tptrain's LayerNorm uses {}", c.layer_norm_epsilon,
+                     model::LayerNorm<float>::eps));
+  const auto flag = [&](const char* key, bool value, bool expected, const char* why) {
+    if (value != expected) fail(fmt::format("{} = {}: {}", key, value, why));
+  };
+  flag("tie_word_embeddings", c.tie_word_embeddings, true, "tptrain's output layer is the word embedding (tied)");
+  flag("scale_attn_weights", c.scale_attn_weights, true, "tptrain scales attention scores by 1/sqrt(head_dim)");
+  flag("scale_attn_by_inverse_layer_idx", c.scale_attn_by_inverse_layer_idx, false,
+       "tptrain does not scale attention by the layer index");
+  flag("add_cross_attention", c.add_cross_attention, false, "tptrain's GPT-2 has no cross-attention");
+  HfGpt2Config h;
+  h.n_layer = c.n_layer;
+  h.n_embd = c.n_embd;
+  h.n_head = c.n_head;
+  h.vocab_size = c.vocab_size;
+  h.n_positions = c.n_positions;
+  h.n_inner = c.n_inner ? *c.n_inner : 4 * c.n_embd;  // GPT2Config's default
+  return h;
+}
+
+std::string hf_config_mismatch(const HfGpt2Config& h, const model::GptShape& s) {
+  std::string out;
+  const auto compare = [&](const char* field, int hf, const char* key, int deck) {
+    if (hf != deck)
+      out += fmt::format("{}config.json {} = {}, the deck's {} = {}", out.empty() ? "" : "\n", field, hf, key, deck);
+  };
+  compare("n_layer", h.n_layer, "model.layers", s.layers);
+  compare("n_embd", h.n_embd, "model.hidden", s.hidden);
+  compare("n_head", h.n_head, "model.heads", s.heads);
+  compare("n_inner", h.n_inner, "model.ffn_hidden", s.ffn_hidden);
+  compare("vocab_size", h.vocab_size, "model.vocab_size", s.vocab_size);
+  if (h.n_positions < s.seq_length)
+    out += fmt::format("{}config.json n_positions = {} is less than the deck's model.seq_length = {}",
+                       out.empty() ? "" : "\n", h.n_positions, s.seq_length);
+  return out;
+}
+
+}  // namespace tptrain::train

@@ -1,0 +1,28 @@
+# Hugging Face interop (docs/checkpoints.md, "Hugging Face export and import"): export -> import
+# round trips bit for bit from checkpoints of three layouts and two precisions, and an independent
+# PyTorch GPT-2 gives tptrain's loss on each export (tests/hf/).
+set(_hf ${CMAKE_CURRENT_SOURCE_DIR}/hf)
+# Lists passed to the script are |-separated (a ; would split the argument).
+string(REPLACE ";" "|" _hf_mpi "${MPIEXEC_EXECUTABLE};${TPTRAIN_MPIEXEC_FLAGS};${MPIEXEC_NUMPROC_FLAG}")
+# name, ranks, deck overrides (tensor 2 with a vocabulary of 257, padded to 512 rows on the ranks,
+# a multiple of model.vocab_pad_multiple = 128 times the tensor size: the
+# export holds the 257 real rows)
+foreach(layout "one;1;" "tensor2;2;--set|parallel.tensor=2|--set|model.vocab_size=257"
+               "pipeline2_bf16;2;--set|parallel.pipeline=2|--set|training.precision=bf16")
+  list(GET layout 0 name)
+  list(GET layout 1 ranks)
+  list(GET layout 2 sets)
+  set(_args -DEXE=$<TARGET_FILE:tptrain> -DMPI=${_hf_mpi} -DRANKS=${ranks} "-DSETS=${sets}"
+            -DPY=/usr/bin/python3 -DHF=${_hf} -DDECK=${_hf}/small.toml -DDIR=${CMAKE_CURRENT_BINARY_DIR}/hf_${name})
+  add_test(NAME cli_hf_round_trip_${name} COMMAND ${CMAKE_COMMAND} -DMODE=round_trip ${_args}
+           -P ${_hf}/hf_round_trip.cmake)
+  set_tests_properties(cli_hf_round_trip_${name} PROPERTIES FIXTURES_SETUP hf_${name} TIMEOUT 300)
+  add_test(NAME cli_hf_reference_${name} COMMAND ${CMAKE_COMMAND} -DMODE=reference ${_args}
+           -P ${_hf}/hf_round_trip.cmake)
+  set_tests_properties(cli_hf_reference_${name} PROPERTIES FIXTURES_REQUIRED hf_${name} TIMEOUT 300
+                       SKIP_REGULAR_EXPRESSION "gpt2_reference: skipped")
+  if(name STREQUAL "one" OR name STREQUAL "pipeline2_bf16")
+    add_test(NAME cli_hf_init_from_${name} COMMAND ${CMAKE_COMMAND} -DMODE=init_from ${_args} -P ${_hf}/hf_round_trip.cmake)
+    set_tests_properties(cli_hf_init_from_${name} PROPERTIES FIXTURES_REQUIRED hf_${name} TIMEOUT 300)
+  endif()
+endforeach()

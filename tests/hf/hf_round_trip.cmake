@@ -1,0 +1,113 @@
+# Hugging Face export and import on a checkpoint of one layout (docs/checkpoints.md).
+#   MODE=round_trip: train the deck a few steps with the layout, export the checkpoint, import the
+#     export with the deck; the imported weights must be the trained ones bit for bit
+#     (same_weights.py), and inspect must pass the imported file.
+#   MODE=init_from: training.init_from starts from the imported weights exactly; a resume wins.
+#   MODE=reference: the export evaluated by an independent PyTorch GPT-2 (gpt2_reference.py) gives
+#     `tptrain eval`'s loss of the checkpoint within 1e-5 (fp32); skipped, saying so, without PyTorch.
+#   cmake -DMODE=... -DEXE=tptrain "-DMPI=mpiexec|flags|-n" -DRANKS=2 "-DSETS=--set|parallel.tensor=2"
+#         -DPY=/usr/bin/python3 -DHF=tests/hf -DDECK=tests/hf/small.toml -DDIR=work -P hf_round_trip.cmake
+cmake_minimum_required(VERSION 3.16)
+
+function(run)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 180)
+  message("$ ${ARGN}\n${out}${err}")
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "exit ${rc}")
+  endif()
+  set(output "${out}${err}" PARENT_SCOPE)
+endfunction()
+
+string(REPLACE "|" ";" SETS "${SETS}")  # |-separated lists
+string(REPLACE "|" ";" MPI "${MPI}")
+set(ck ${DIR}/ck/step_00000004.h5)
+if(RANKS EQUAL 1)
+  set(launch ${EXE})
+else()
+  set(launch ${MPI} ${RANKS} ${EXE})
+endif()
+
+if(MODE STREQUAL "round_trip")
+  file(REMOVE_RECURSE ${DIR})
+  run(${launch} train ${DECK} ${SETS} --set run.dir=${DIR} --set checkpoint.dir=${DIR}/ck --set checkpoint.resume=false)
+  run(${EXE} export ${ck} --format hf --out ${DIR}/hf)
+  if(NOT EXISTS ${DIR}/hf/model.safetensors OR NOT EXISTS ${DIR}/hf/config.json)
+    message(FATAL_ERROR "export wrote no model.safetensors or config.json")
+  endif()
+  file(READ ${DIR}/hf/config.json config)
+  set(vocab 256)
+  if(SETS MATCHES "model.vocab_size=([0-9]+)")
+    set(vocab ${CMAKE_MATCH_1})
+  endif()
+  foreach(field "\"model_type\": \"gpt2\"" "\"n_layer\": 2" "\"n_embd\": 32" "\"n_head\": 4" "\"n_inner\": 128"
+                "\"n_positions\": 16" "\"vocab_size\": ${vocab}" "\"activation_function\": \"gelu_new\"" "\"tie_word_embeddings\": true")
+    string(FIND "${config}" "${field}" at)
+    if(at LESS 0)
+      message(FATAL_ERROR "config.json lacks ${field}:\n${config}")
+    endif()
+  endforeach()
+  # Import under the layout too: the file does not depend on who writes it.
+  run(${launch} import ${DIR}/hf --deck ${DECK} ${SETS} --out ${DIR}/imported.h5)
+  run(${PY} ${HF}/same_weights.py ${ck} ${DIR}/imported.h5)
+  run(${EXE} inspect ${DIR}/imported.h5)
+  if(NOT output MATCHES "every checksum verifies")
+    message(FATAL_ERROR "inspect does not verify the imported checkpoint")
+  endif()
+elseif(MODE STREQUAL "reference")
+  execute_process(COMMAND ${PY} -c "import torch" RESULT_VARIABLE no_torch OUTPUT_QUIET ERROR_QUIET)
+  if(no_torch)
+    message("gpt2_reference: skipped: PyTorch is not installed for ${PY} (Debian: python3-torch, jobs/setup-deps.sh)")
+    return()
+  endif()
+  # tptrain's loss in fp32 whatever precision trained it (eval reads the fp32 master weights).
+  run(${EXE} eval ${DECK} --checkpoint ${ck} --windows 4 ${SETS} --set parallel.tensor=1 --set parallel.pipeline=1
+      --set training.precision=fp32)
+  string(REGEX MATCH "\"eval_loss\": ([0-9.eE+-]+)" _ "${output}")
+  set(tptrain_loss ${CMAKE_MATCH_1})
+  run(${PY} ${HF}/gpt2_reference.py ${DIR}/hf ${HF}/../data/cli/corpus.txt --windows 4)
+  string(REGEX MATCH "\"loss\": ([0-9.eE+-]+)" _ "${output}")
+  set(reference_loss ${CMAKE_MATCH_1})
+  if(tptrain_loss STREQUAL "" OR reference_loss STREQUAL "")
+    message(FATAL_ERROR "no loss to compare")
+  endif()
+  execute_process(COMMAND awk -v a=${tptrain_loss} -v b=${reference_loss}
+                          "BEGIN { d = a - b; if (d < 0) d = -d; printf \"difference %.3g\\n\", d; exit !(d <= 1e-5) }"
+                  RESULT_VARIABLE differ OUTPUT_VARIABLE difference)
+  message("tptrain eval ${tptrain_loss}, PyTorch reference ${reference_loss}: ${difference}")
+  if(differ)
+    message(FATAL_ERROR "the exported model's loss differs from tptrain's by more than 1e-5")
+  endif()
+elseif(MODE STREQUAL "init_from")
+  # training.init_from: the imported weights start a run exactly as the checkpoint they came from
+  # does (the same first loss, bit for bit in the printed digits), unlike the seeded start; and a
+  # checkpoint to resume from wins over init_from.
+  set(one --set training.steps=1 --set training.log_interval=1 --set checkpoint.resume=false)
+  foreach(start original imported seeded resumed)
+    file(REMOVE_RECURSE ${DIR}/init_${start})
+  endforeach()
+  run(${launch} train ${DECK} ${SETS} ${one} --set run.dir=${DIR}/init_original --set training.init_from=${ck})
+  file(STRINGS ${DIR}/init_original/metrics.jsonl original REGEX "\"step\": 1,")
+  run(${launch} train ${DECK} ${SETS} ${one} --set run.dir=${DIR}/init_imported --set training.init_from=${DIR}/imported.h5)
+  if(NOT output MATCHES "starting from the weights of")
+    message(FATAL_ERROR "the run does not say it starts from training.init_from")
+  endif()
+  file(STRINGS ${DIR}/init_imported/metrics.jsonl imported REGEX "\"step\": 1,")
+  run(${launch} train ${DECK} ${SETS} ${one} --set run.dir=${DIR}/init_seeded)
+  file(STRINGS ${DIR}/init_seeded/metrics.jsonl seeded REGEX "\"step\": 1,")
+  string(REGEX MATCH "\"loss\": [^,]*" original "${original}")
+  string(REGEX MATCH "\"loss\": [^,]*" imported "${imported}")
+  string(REGEX MATCH "\"loss\": [^,]*" seeded "${seeded}")
+  message("step 1: from the checkpoint ${original}, from its import ${imported}, seeded ${seeded}")
+  if(original STREQUAL "" OR NOT original STREQUAL imported OR original STREQUAL seeded)
+    message(FATAL_ERROR "expected the same first loss from the checkpoint and its import, and another one seeded")
+  endif()
+  file(MAKE_DIRECTORY ${DIR}/init_resumed/ck)
+  file(COPY ${ck} DESTINATION ${DIR}/init_resumed/ck)
+  run(${launch} train ${DECK} ${SETS} --set training.steps=5 --set run.dir=${DIR}/init_resumed
+      --set checkpoint.dir=${DIR}/init_resumed/ck --set checkpoint.resume=true --set training.init_from=${DIR}/imported.h5)
+  if(NOT output MATCHES "resuming from .*step_00000004.h5" OR NOT output MATCHES "training.init_from = .* is not used")
+    message(FATAL_ERROR "with a checkpoint to resume from, the run must resume and say init_from is not used")
+  endif()
+else()
+  message(FATAL_ERROR "MODE must be round_trip, reference or init_from")
+endif()

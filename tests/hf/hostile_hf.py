@@ -1,0 +1,140 @@
+#!/usr/bin/python3
+"""hostile_hf.py SRC_DIR DST_DIR KIND: a copy of an exported Hugging Face folder (config.json +
+model.safetensors) damaged or varied one way, for the hostile pass (group_hf in
+tests/hostile/hostile_pass.sh). The safetensors file is rewritten with json and struct, not with
+tptrain's writer."""
+import json
+import os
+import shutil
+import struct
+import sys
+
+src, dst, kind = sys.argv[1:4]
+shutil.rmtree(dst, ignore_errors=True)
+shutil.copytree(src, dst)
+path = os.path.join(dst, "model.safetensors")
+with open(path, "rb") as f:
+    blob = f.read()
+(n,) = struct.unpack("<Q", blob[:8])
+header = json.loads(blob[8:8 + n])
+data = bytearray(blob[8 + n:])
+
+
+def write(header_text, body, length=None):
+    """length: the header length to state (None: the true one; "file": the whole file's size)."""
+    raw = header_text.encode()
+    raw += b" " * (-len(raw) % 8)
+    if length == "file":
+        length = 8 + len(raw) + len(body)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(raw) if length is None else length) + raw + bytes(body))
+
+
+def config(**changes):
+    with open(os.path.join(dst, "config.json")) as f:
+        c = json.load(f)
+    c.update(changes)
+    with open(os.path.join(dst, "config.json"), "w") as f:
+        json.dump(c, f)
+
+
+def add_tensor(name, shape, payload):
+    header[name] = {"dtype": "F32", "shape": shape, "data_offsets": [len(data), len(data) + len(payload)]}
+    data.extend(payload)
+
+
+wte = header["transformer.wte.weight"]
+if kind == "truncated":
+    write(json.dumps(header), data[:-100])
+elif kind == "length_huge":
+    write(json.dumps(header), data, length=1 << 62)
+elif kind == "length_beyond_file":
+    write(json.dumps(header), data, length="file")
+elif kind == "not_json":
+    write("{" + json.dumps(header)[1:-1], data)
+elif kind == "overlap":
+    header["transformer.h.0.ln_1.bias"]["data_offsets"] = header["transformer.h.0.ln_1.weight"]["data_offsets"]
+    write(json.dumps(header), data)
+elif kind == "dtype_i32":
+    header["transformer.h.0.ln_1.bias"]["dtype"] = "I32"
+    write(json.dumps(header), data)
+elif kind == "dtype_unknown":
+    header["transformer.h.0.ln_1.bias"]["dtype"] = "F24"
+    write(json.dumps(header), data)
+elif kind == "duplicate":
+    text = json.dumps(header)
+    write(text[:-1] + ', "transformer.wte.weight": ' + json.dumps(wte) + "}", data)
+elif kind == "renamed_layer":  # a 12th layer's tensor where layer 0's should be
+    header["transformer.h.11.ln_1.weight"] = header.pop("transformer.h.0.ln_1.weight")
+    write(json.dumps(header), data)
+elif kind == "shape_swapped":  # same bytes, another shape
+    wte["shape"] = [wte["shape"][1], wte["shape"][0]]
+    write(json.dumps(header), data)
+elif kind == "nan":
+    begin = header["transformer.h.1.attn.c_attn.weight"]["data_offsets"][0]
+    data[begin + 40:begin + 44] = struct.pack("<f", float("nan"))
+    write(json.dumps(header), data)
+elif kind == "empty":
+    open(path, "wb").close()
+elif kind == "no_prefix":  # as Hugging Face's own gpt2 names them
+    write(json.dumps({k[len("transformer."):] if k.startswith("transformer.") else k: v for k, v in header.items()}), data)
+elif kind == "mask_buffers":  # the causal-mask buffers older exports carry
+    add_tensor("transformer.h.0.attn.bias", [1, 1, 2, 2], struct.pack("<4f", 1, 0, 1, 1))
+    add_tensor("transformer.h.0.attn.masked_bias", [], struct.pack("<f", -1e4))
+    write(json.dumps(header), data)
+elif kind == "more_positions":  # a longer context than the deck's: rows past seq_length are never used
+    wpe = header["transformer.wpe.weight"]
+    rows, width = wpe["shape"]
+    out, body = {}, bytearray()
+    for name, t in header.items():
+        if name == "__metadata__":
+            out[name] = t
+            continue
+        b, e = t["data_offsets"]
+        payload = bytes(data[b:e]) + (struct.pack("<f", 0.25) * (8 * width) if name == "transformer.wpe.weight" else b"")
+        shape = [rows + 8, width] if name == "transformer.wpe.weight" else t["shape"]
+        out[name] = {"dtype": t["dtype"], "shape": shape, "data_offsets": [len(body), len(body) + len(payload)]}
+        body += payload
+    write(json.dumps(out), body)
+    config(n_positions=rows + 8, n_ctx=rows + 8)
+elif kind == "lm_head_tied":
+    b, e = wte["data_offsets"]
+    add_tensor("lm_head.weight", wte["shape"], bytes(data[b:e]))
+    write(json.dumps(header), data)
+elif kind == "lm_head_untied":
+    b, e = wte["data_offsets"]
+    payload = bytearray(data[b:e])
+    payload[0:4] = struct.pack("<f", 0.5)
+    add_tensor("lm_head.weight", wte["shape"], bytes(payload))
+    write(json.dumps(header), data)
+elif kind == "bf16":  # the same model stored in bfloat16 (truncated, as bf16 storage rounds anyway)
+    out, body = {}, bytearray()
+    for name, t in sorted(header.items(), key=lambda kv: kv[1]["data_offsets"][0] if "data_offsets" in kv[1] else -1):
+        if name == "__metadata__":
+            out[name] = t
+            continue
+        b, e = t["data_offsets"]
+        halves = bytearray()
+        for i in range(b, e, 4):
+            halves += data[i + 2:i + 4]
+        out[name] = {"dtype": "BF16", "shape": t["shape"], "data_offsets": [len(body), len(body) + len(halves)]}
+        body += halves
+    write(json.dumps(out), body)
+elif kind == "config_gelu_erf":
+    config(activation_function="gelu")
+elif kind == "config_wider":
+    config(n_embd=64)
+elif kind == "config_not_gpt2":
+    config(model_type="llama")
+elif kind == "safetensors_missing":
+    os.remove(path)
+elif kind == "safetensors_directory":
+    os.remove(path)
+    os.mkdir(path)
+elif kind == "config_missing":
+    os.remove(os.path.join(dst, "config.json"))
+elif kind == "config_garbage":
+    with open(os.path.join(dst, "config.json"), "w") as f:
+        f.write("{\"model_type\": \"gpt2\", ")
+else:
+    sys.exit("unknown kind " + kind)

@@ -1,0 +1,127 @@
+// Generation with a key/value cache (src/model/kv_cache.hpp, gpt_inference.hpp) against the
+// training forward: the cached attention kernel against attention_forward for the same rows,
+// and the incremental forward of a whole model (prefill, then one row per token) against the
+// logits of GptModel::forward_logits at the same positions, on 1, 2 and 4 tensor ranks, with
+// and without sequence parallelism.
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+#include "catch.hpp"
+#include "kokkos_kernels/attention.hpp"
+#include "kokkos_kernels/cached_attention.hpp"
+#include "src/model/gpt_inference.hpp"
+#include "tests/model/model_test_util.hpp"
+
+using namespace tptrain;
+
+namespace {
+
+template <class V>
+std::vector<double> host_values(const V& v) {
+  auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), v);
+  std::vector<double> out;
+  for (std::size_t i = 0; i < h.extent(0); ++i)
+    if constexpr (V::rank == 1) out.push_back(static_cast<double>(h(i)));
+    else
+      for (std::size_t j = 0; j < h.extent(1); ++j) out.push_back(static_cast<double>(h(i, j)));
+  return out;
+}
+
+double max_abs_difference(const std::vector<double>& a, const std::vector<double>& b) {
+  REQUIRE(a.size() == b.size());
+  double worst = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::fabs(a[i] - b[i]));
+  return worst;
+}
+
+}  // namespace
+
+TEST_CASE("cached attention equals the training attention for the same rows", "[model][kv_cache]") {
+  const kx::ExecSpace exec;
+  const std::int64_t S = 37, nh = 3, d = 8, hl = nh * d;
+  kernels::Matrix<float> qkv("qkv", S, 3 * hl), out("out", S, hl);
+  {
+    auto h = Kokkos::create_mirror_view(qkv);
+    std::mt19937 gen(7);
+    std::normal_distribution<float> normal(0.0f, 1.5f);
+    for (std::int64_t i = 0; i < S; ++i)
+      for (std::int64_t j = 0; j < 3 * hl; ++j) h(i, j) = normal(gen);
+    Kokkos::deep_copy(qkv, h);
+  }
+  kernels::Vector<float> lse("lse", S * nh);
+  kernels::attention_forward(exec, qkv, out, lse, 1, S, nh, d);
+  const std::vector<double> want = host_values(out);
+
+  // Blocks of new rows as generation makes them: a prefill of 13, single rows, a block of 5, ...
+  Kokkos::View<float***, Kokkos::LayoutRight, kx::MemSpace> k("k", nh, S, d), v("v", nh, S, d), scores("s", nh, S, S);
+  kernels::Matrix<float> got("got", S, hl);
+  std::int64_t p = 0;
+  for (std::int64_t n : {13, 1, 1, 5, 1, 16}) {
+    INFO("rows [" << p << ", " << p + n << ")");
+    const auto rows = std::make_pair(p, p + n);
+    const auto q = Kokkos::subview(qkv, rows, Kokkos::ALL());
+    kernels::kv_cache_append(exec, q, k, v, p);
+    kernels::cached_attention_forward(exec, q, k, v, p, scores, Kokkos::subview(got, rows, Kokkos::ALL()));
+    p += n;
+  }
+  REQUIRE(p == S);
+  CHECK(max_abs_difference(host_values(got), want) <= 1e-5);
+
+  // Positions beyond the cache are refused before anything runs.
+  CHECK_THROWS_WITH(kernels::kv_cache_append(exec, Kokkos::subview(qkv, std::make_pair(0, 2), Kokkos::ALL()), k, v, S - 1),
+                    Catch::Contains("inside the cache"));
+}
+
+namespace {
+
+// The largest difference between the incremental forward's last-row logits and the full
+// forward's logits of that row, over every position of the sequence, fed in blocks `blocks`.
+double incremental_vs_full(int tp_size, bool sequence_parallel, const std::vector<std::int64_t>& blocks) {
+  auto tp = test::tp_group(tp_size);
+  const kx::ExecSpace exec;
+  model::GptShape shape = test::tiny_shape(tp_size);
+  shape.seq_length = 12;
+  shape.sequence_parallel = sequence_parallel;
+  model::GptModel<float> m(shape, 1, *tp, 3);
+  test::randomise(m, 0.4f, 17);
+  const auto batch = test::random_batch(1, shape.seq_length, shape.vocab_size, 23);
+  m.forward_logits(exec, batch.first);
+  const std::vector<double> full = host_values(m.local_logits());  // [S, V_padded/tp]
+  const std::size_t V = static_cast<std::size_t>(shape.local_vocab());
+
+  model::GptInference<float> inference(m);
+  double worst = 0;
+  for (int pass = 0; pass < 2; ++pass) {  // again after reset(): the cache is overwritten, not appended to
+    inference.reset();
+    std::int64_t p = 0;
+    for (std::int64_t n : blocks) {
+      inference.forward(exec, Kokkos::subview(batch.first, std::make_pair(p, p + n)));
+      p += n;
+      REQUIRE(inference.position() == p);
+      const std::vector<double> got = host_values(inference.last_logits());
+      const std::vector<double> want(full.begin() + static_cast<std::ptrdiff_t>((p - 1) * V),
+                                     full.begin() + static_cast<std::ptrdiff_t>(p * V));
+      worst = std::max(worst, max_abs_difference(got, want));
+    }
+    REQUIRE(p == shape.seq_length);
+  }
+  CHECK_THROWS_WITH(inference.forward(exec, Kokkos::subview(batch.first, std::make_pair(0, 1))),
+                    Catch::Contains("do not fit in a cache of 12 positions"));
+  return worst;
+}
+
+}  // namespace
+
+TEST_CASE("the incremental forward with a KV cache gives the full forward's logits", "[model][kv_cache][mpi]") {
+  for (int tp : {1, 2, 4}) {
+    if (test::world_size() % tp != 0) continue;
+    for (bool sp : {false, true}) {
+      if (sp && tp == 1) continue;
+      INFO("tensor " << tp << (sp ? ", sequence parallel" : ""));
+      CHECK(incremental_vs_full(tp, sp, {5, 1, 1, 1, 3, 1}) <= 1e-5);
+      CHECK(incremental_vs_full(tp, sp, {12}) <= 1e-5);
+      CHECK(incremental_vs_full(tp, sp, {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}) <= 1e-5);
+    }
+  }
+}
