@@ -309,6 +309,7 @@ class DeckReader {
   void check_not_above(const Term& low, const Term& high, std::string_view kind);
   void check_virtual_stages(const Deck& d);
   void check_tokenizer(const Deck& d);
+  void check_tensor_core_shapes(const Deck& d);
 
   std::string source_;
   fs::path cwd_;
@@ -923,7 +924,25 @@ Deck DeckReader::build() {
                     Term{"training.loss_scale_initial", toml_float(t.loss_scale_initial),
                          &field("training", "loss_scale_initial")},
                     "a number");
+  check_tensor_core_shapes(d);
   return d;
+}
+
+// Tensor cores (and the CPU BLAS kernels' vector lanes) take GEMM dimensions in multiples of 8;
+// other widths still train, slower: a warning for check and plan, not an error.
+void DeckReader::check_tensor_core_shapes(const Deck& d) {
+  const ModelConfig& m = d.model;
+  const auto warn = [this](std::string_view key, const std::string& what, std::int64_t value) {
+    Field& f = field("model", key);
+    warnings_.push_back(Problem{f.origin, fmt::format("{} = {} is not a multiple of 8: GEMMs over it miss "
+                                                      "the tensor-core shapes (it trains, more slowly)",
+                                                      what, value)});
+  };
+  const auto ok = [this](std::string_view key) { return field("model", key).ok; };
+  if (ok("hidden") && m.hidden % 8 != 0) warn("hidden", "model.hidden", m.hidden);
+  if (ok("ffn_hidden") && ok("hidden") && m.ffn_hidden % 8 != 0) warn("ffn_hidden", "model.ffn_hidden", m.ffn_hidden);
+  if (ok("hidden") && ok("heads") && m.hidden % m.heads == 0 && m.head_dim() % 8 != 0)
+    warn("heads", "the head dimension model.hidden / model.heads", m.head_dim());
 }
 
 void DeckReader::throw_if_problems() {

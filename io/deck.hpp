@@ -42,6 +42,7 @@ struct ModelConfig {
   int ffn_hidden{};  // F; 0 -> 4 * hidden (a loaded deck holds the resolved value)
   int seq_length{};  // S
   int vocab_size{};  // V, logical vocabulary
+  int vocab_pad_multiple{};  // the padded vocabulary is a multiple of this times parallel.tensor
 
   int head_dim() const;   // hidden / heads
   int ffn_width() const;  // ffn_hidden, or 4 * hidden when ffn_hidden == 0 (unresolved)

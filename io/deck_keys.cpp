@@ -52,6 +52,10 @@ std::vector<DeckKey> make_keys() {
       {"model", "vocab_size", integer(256), IntRange{2, kIntMax, {}},
        "logical vocabulary: 256 for byte-level .txt data, 50257 for GPT-2 .bin shards",
        &member<&Deck::model, &M::vocab_size>},
+      {"model", "vocab_pad_multiple", integer(128), at_least_1,
+       "the vocabulary is padded to a multiple of vocab_pad_multiple * parallel.tensor rows (Megatron's "
+       "make-vocab-size-divisible-by), so that the logits GEMM has tensor-core shapes; padded rows are masked",
+       &member<&Deck::model, &M::vocab_pad_multiple>},
 
       {"parallel", "tensor", integer(1), at_least_1, "Megatron tensor-parallel ranks",
        &member<&Deck::parallel, &P::tensor>},

@@ -10,6 +10,8 @@
 #   OMP_NUM_THREADS, OPENBLAS_NUM_THREADS  threads per rank (default 1 each)
 #   BENCH_STEPS, BENCH_WARMUP  timed and untimed steps for every deck (default: per shape, so the
 #                              whole set takes a few minutes on one core)
+#   BENCH_PHASES   1 = `tptrain bench --phases`: as many steps again, timed phase by phase (the
+#                  "top phases" column); tokens/s and MFU never include those steps' fences
 #   BENCH_OUT      JSON-lines file (default runs/bench/bench-<date>.jsonl); logs go next to it
 #   BENCH_TORCH    0 = skip PyTorch; BENCH_PYTHON = the python3 to run it with (default: the
 #                  first of /usr/bin/python3, python3 that can import torch)
@@ -118,9 +120,11 @@ for deck in "${decks[@]}"; do
   fi
   mapfile -t flags < <(mpi_flags "$ranks")
   log=$logs/$name.tptrain.log
-  echo "== $name: mpiexec -n $ranks ${flags[*]} $exe bench $deck --steps $steps --warmup $warmup${extra[*]:+ ${extra[*]}}"
+  phases=()
+  [ "${BENCH_PHASES:-0}" = 1 ] && phases=(--phases)
+  echo "== $name: mpiexec -n $ranks ${flags[*]} $exe bench $deck --steps $steps --warmup $warmup${phases[*]:+ ${phases[*]}}${extra[*]:+ ${extra[*]}}"
   if mpiexec -n "$ranks" "${flags[@]}" "$exe" bench "$deck" --steps "$steps" --warmup "$warmup" \
-       "${extra[@]}" 2>&1 | tee "$log"; then
+       "${phases[@]}" "${extra[@]}" 2>&1 | tee "$log"; then
     line=$(extract "$log" '{"bench":' | tail -n 1)
     if [ -n "$line" ]; then
       echo "$line" | tee -a "$out" >>"$run_jsonl"

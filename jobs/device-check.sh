@@ -25,7 +25,9 @@
 # whole one. Logs and JSON lines go to --out (default runs/device-check/).
 # Environment: TPTRAIN_LAUNCH (default empty: one rank started without a launcher, as MPI's
 # singleton; e.g. "srun -n 1" or "mpiexec -n 1"), CUDA_HOME (default /usr/local/cuda),
-# TPTRAIN_CHECK_TESTS (the ctest -R regex of step 3, default ^unit).
+# TPTRAIN_CHECK_TESTS (the ctest -R regex of step 3, default ^unit), DEVICE_CHECK_PHASES (1 =
+# `tptrain bench --phases`: as many steps again timed phase by phase, fenced at every phase
+# boundary; tokens/s and MFU come from the unfenced steps either way).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
@@ -118,7 +120,9 @@ bench_deck() {  # bench_deck NAME DECK [--set ...]: tptrain bench, then PyTorch 
   local name=$1 deck=$2
   shift 2
   step "bench $name"
-  "${launch[@]}" "$exe" bench "$deck" --steps "$steps" --warmup 1 "$@" 2>&1 | tee "$out/bench-$name.log"
+  local phases=()
+  [ "${DEVICE_CHECK_PHASES:-0}" = 1 ] && phases=(--phases)
+  "${launch[@]}" "$exe" bench "$deck" --steps "$steps" --warmup 1 "${phases[@]}" "$@" 2>&1 | tee "$out/bench-$name.log"
   grep '^{"bench"' "$out/bench-$name.log" | tail -n 1 | sed "s/^{\"bench\": \"[^\"]*\"/{\"bench\": \"$name\"/" >>"$out/bench.jsonl"
   if [ "$torch" = 1 ] && python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
     step "torch $name"
@@ -168,7 +172,8 @@ for r in rows:
     ratio = f"{r['tokens_per_s'] / t['tokens_per_s']:6.2f}" if t else f"{'-':>6}"
     print(f"{name:<18} {r['parameters'] / 1e6:7.0f}M {r['tokens_per_s']:10.0f} {tf:10.1f} "
           f"{r['gemm_peak_flops_per_rank'] / 1e12:10.1f} {100 * tf / peak:8.1f}% {100 * r['mfu']:8.1f}% {tt} {ratio}")
-    phases = ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in r["phases_s"].items() if v > 5e-4)
-    print(f"{'':<18} step {r['step_s'] * 1e3:.0f} ms: {phases}")
+    # phases_s: only from `tptrain bench --phases` (its own, fenced steps; DEVICE_CHECK_PHASES=1).
+    phases = ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in (r.get("phases_s") or {}).items() if v > 5e-4)
+    print(f"{'':<18} step {r['step_s'] * 1e3:.0f} ms: {phases or 'phases not timed'}")
 EOF
 echo "device-check: OK in $((SECONDS - start)) s ($out)"

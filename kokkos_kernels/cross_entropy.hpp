@@ -1,6 +1,6 @@
 // Pieces of Megatron's VocabParallelCrossEntropy on local logits [N, Vl]. A rank holds the
 // logits of vocabulary ids [vocab_start, vocab_start + Vl); only the first valid_cols columns are
-// real vocabulary (the rest is padding to a multiple of the TP size and is ignored). The caller
+// real vocabulary (the rest is padding, GptShape::padded_vocab, and is ignored). The caller
 // assembles the pieces across the tensor-parallel group:
 //   row_max          → all-reduce MAX  → rowmax (global)
 //   row_sum_exp      → all-reduce SUM  → sumexp (global)
@@ -143,6 +143,7 @@ void cross_entropy_loss(const Exec& exec,
 // dlogits(i, j) = scale · (exp(logits(i, j) - rowmax(i)) / sumexp(i) - [vocab_start + j ==
 // targets(i)]) for j < valid_cols, 0 for padding columns (overwritten). rowmax/sumexp global.
 // scale is typically 1 / (number of tokens in the global batch) for a mean loss.
+// dlogits may be logits itself (in place): each element is read once, by the thread that writes it.
 template <class Exec, class LV, class MV, class SV, class TV, class DV>
 void cross_entropy_backward(const Exec& exec,
                             const LV& logits,   // [N, Vl]

@@ -4,7 +4,8 @@
 set(_hf ${CMAKE_CURRENT_SOURCE_DIR}/hf)
 # Lists passed to the script are |-separated (a ; would split the argument).
 string(REPLACE ";" "|" _hf_mpi "${MPIEXEC_EXECUTABLE};${TPTRAIN_MPIEXEC_FLAGS};${MPIEXEC_NUMPROC_FLAG}")
-# name, ranks, deck overrides (tensor 2 with a vocabulary of 257, padded to 258 on the ranks: the
+# name, ranks, deck overrides (tensor 2 with a vocabulary of 257, padded to 512 rows on the ranks,
+# a multiple of model.vocab_pad_multiple = 128 times the tensor size: the
 # export holds the 257 real rows)
 foreach(layout "one;1;" "tensor2;2;--set|parallel.tensor=2|--set|model.vocab_size=257"
                "pipeline2_bf16;2;--set|parallel.pipeline=2|--set|training.precision=bf16")

@@ -24,6 +24,15 @@ tptrain_plan_test(cli_plan_gpt3_175b_seed_32_gpus 1
   plan ${_input}/gpt3-175b-seed.toml --set parallel.pipeline=4 --set parallel.data=1 --gpu-memory 80)
 tptrain_plan_test(cli_plan_gpt3_175b_seed_corrected 0 "result: the deck fits"
   plan ${_input}/gpt3-175b-seed-corrected.toml --gpus 1024)
+# Widths that are not multiples of 8 (tensor-core shapes): a warning naming the key, and a plan;
+# the padded vocabulary follows model.vocab_pad_multiple (50257 -> 50304 with the default 128).
+tptrain_plan_test(cli_plan_tensor_core_warning 0
+  "vocab 50257 \\(padded 50304\\).*warning: --set model\\.hidden=772: model\\.hidden = 772 is not a multiple of 8.*the head dimension model\\.hidden / model\\.heads = 193 is not a multiple of 8"
+  plan ${_input}/gpt2-124m.toml --set model.hidden=772 --set model.heads=4)
+tptrain_plan_test(cli_check_tensor_core_warning 0
+  ": valid \\(needs.*warning: .*model\\.ffn_hidden = 3084 is not a multiple of 8"
+  check ${_input}/gpt2-124m.toml --set model.ffn_hidden=3084)
+
 # More memory per GPU, fewer GPUs per node: the same deck, other answers.
 tptrain_plan_test(cli_plan_tensor_across_nodes 0
   "note: a tensor-parallel group of 8 ranks does not fit in a node of 4 GPUs"

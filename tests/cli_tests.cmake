@@ -73,14 +73,21 @@ add_test(NAME cli_kill_and_resume
                  -P ${CMAKE_CURRENT_SOURCE_DIR}/kill_resume.cmake)
 set_tests_properties(cli_kill_and_resume PROPERTIES TIMEOUT 300)
 
-# `tptrain bench` on 2 ranks with a deck that has no [data]: the report and exactly one JSON
-# line with MFU and every phase; `--steps 0` is a usage error.
+# `tptrain bench --phases` on 2 ranks with a deck that has no [data]: the report and exactly one
+# JSON line with MFU and every phase; `--steps 0` is a usage error.
 add_test(NAME cli_bench_tensor2
          COMMAND ${CMAKE_COMMAND} -DCMD=${MPIEXEC_EXECUTABLE}
-         "-DARGS=${MPIEXEC_NUMPROC_FLAG};2;${TPTRAIN_MPIEXEC_FLAGS};$<TARGET_FILE:tptrain>;bench;${_decks}/bench.toml;--steps;2;--warmup;1"
-         "-DREGEX=MFU: [0-9.]+ % of the GEMM peak.*\\{\"bench\": \"bench\", \"ranks\": 2, \"tensor\": 2.*\"mfu\": 0\\.[0-9]+.*\"tp_comm\": [0-9]"
+         "-DARGS=${MPIEXEC_NUMPROC_FLAG};2;${TPTRAIN_MPIEXEC_FLAGS};$<TARGET_FILE:tptrain>;bench;${_decks}/bench.toml;--steps;2;--warmup;1;--phases"
+         "-DREGEX=MFU: [0-9.]+ % of the GEMM peak.*\\{\"bench\": \"bench\", \"ranks\": 2, \"tensor\": 2.*\"mfu\": 0\\.[0-9]+.*\"phases\": true, \"phases_s\": \\{.*\"tp_comm\": [0-9].*\"phases_step_s\": [0-9]"
          "-DCOUNT_REGEX=\\{\"bench\":" -DCOUNT=1 -P ${CMAKE_CURRENT_SOURCE_DIR}/run_expect.cmake)
 set_tests_properties(cli_bench_tensor2 PROPERTIES TIMEOUT 60)
+# Without --phases the bench is fenced at step boundaries only and says so: "phases": false, no
+# phase times, and HFU above MFU (recompute = "selective" recomputes Q Kᵀ in every backward).
+add_test(NAME cli_bench_unfenced COMMAND ${CMAKE_COMMAND} -DCMD=$<TARGET_FILE:tptrain>
+         "-DARGS=bench;${_decks}/bench.toml;--set;parallel.tensor=1;--steps;1;--warmup;0"
+         "-DREGEX=fenced at step boundaries only.*step time by phase: not measured.*\"recompute_flops_per_step\": [1-9].*\"phases\": false\\}"
+         "-DCOUNT_REGEX=phases_s" -DCOUNT=0 -P ${CMAKE_CURRENT_SOURCE_DIR}/run_expect.cmake)
+set_tests_properties(cli_bench_unfenced PROPERTIES TIMEOUT 60)
 # Interleaved 1F1B in bench with the fixed-time test hook (docs/planning.md, "The bubble,
 # measured"): the bubble (p - 1)/(v m) = 1/4, the predicted and measured step, in the JSON too.
 # (The blanket test environment below replaces ENVIRONMENT: env(1) sets the hook for mpiexec.)

@@ -23,6 +23,7 @@ struct BenchOptions {
   static constexpr int max_warmup = 1000;   // untimed steps before them: a few are enough
   int steps = 10;
   int warmup = 2;
+  bool phases = false;  // --phases
 };
 
 struct EvalOptions {

@@ -157,8 +157,8 @@ int main(int argc, char** argv) {
   auto* bench_cmd = app.add_subcommand(
       "bench",
       "time training steps of a deck on synthetic tokens (no data files, checkpoints or eval): tokens/s, "
-      "model FLOP/s, the GEMM peak measured in the same run, MFU and the step time by phase (run under "
-      "mpiexec like train; one JSON line at the end)");
+      "model FLOP/s, the GEMM peak measured in the same run, MFU and HFU, with --phases the step time by "
+      "phase (run under mpiexec like train; one JSON line at the end)");
   add_deck_options(*bench_cmd, deck);
   bench_cmd->add_option("--steps", bench_opts.steps, fmt::format("timed steps (at most {})", BenchOptions::max_steps))
       ->check(integer_at_least(1, BenchOptions::max_steps))
@@ -168,6 +168,9 @@ int main(int argc, char** argv) {
                    fmt::format("untimed steps before them (at most {})", BenchOptions::max_warmup))
       ->check(integer_at_least(0, BenchOptions::max_warmup))
       ->capture_default_str();
+  bench_cmd->add_flag("--phases", bench_opts.phases,
+                      "then as many steps again timed phase by phase (a fence at every phase boundary; tokens/s "
+                      "and MFU never include those fences)");
 
   auto* eval_cmd = app.add_subcommand("eval", "mean loss of a checkpoint over evaluation windows");
   add_deck_options(*eval_cmd, deck);

@@ -263,7 +263,8 @@ class GptModel {
 
   // Runs the bound chunk on the bound slot: embedding (first virtual stage, from tokens [N]) or
   // stage_input(), then its blocks; on the last virtual stage also ln_f and the local logits
-  // [N, V_padded/tp] (left in local_logits()).
+  // [N, V_padded/tp] (left in local_logits() until the next backward, which writes their
+  // gradient over them).
   template <class TV>
   void forward_logits(const Exec& exec, const TV& tokens /*[N]*/) {
     const std::vector<kernels::Matrix<T>>& x = residual(bound_);
@@ -298,9 +299,11 @@ class GptModel {
     if (chunk_has_head(bound_chunk_)) head_->loss_forward(exec, tp_, targets, total);
   }
 
-  // Blocks whose forward backward re-ran (recompute = full), and heads recomputed, since construction.
+  // Blocks whose forward backward re-ran (recompute = full), heads recomputed, and block
+  // backwards that recomputed Q Kᵀ (recompute = selective or full: no scores kept), since construction.
   std::int64_t recomputed_blocks() const { return recomputed_blocks_; }
   std::int64_t recomputed_heads() const { return recomputed_heads_; }
+  std::int64_t recomputed_scores() const { return recomputed_scores_; }
 
   // Gradients of scale * (the sum returned by forward), accumulated into the parameters, for
   // the micro-batch of the bound slot and chunk. `segments`: its input tokens grouped by id
@@ -329,7 +332,8 @@ class GptModel {
         ++recomputed_heads_;
       }
       head_->backward(exec, tp_, targets, x_f_, *word(), scale, grad_a_);
-      ln_f_->backward(exec, grad_a_, x.back(), grad_b_);  // the head stays valid for its slot
+      head_slot_ = -1;  // the logits now hold their gradient (written in place)
+      ln_f_->backward(exec, grad_a_, x.back(), grad_b_);
       done();
     }  // else grad_b_ holds dL/d(stage output), filled by the caller
     for (std::size_t l = static_cast<std::size_t>(per_chunk_); l-- > 0;) {
@@ -341,6 +345,7 @@ class GptModel {
         ++recomputed_blocks_;
       }
       layer.backward(exec, tp_, grad_b_, x[l], grad_a_);
+      if (recompute_ != Recompute::none) ++recomputed_scores_;  // ParallelAttention::backward's Q Kᵀ
       std::swap(grad_a_, grad_b_);
       done();
     }
@@ -504,7 +509,7 @@ class GptModel {
   std::vector<kernels::Matrix<T>> received_grads_;  // reserve_received_gradients
   int bound_ = 0, bound_chunk_ = 0;
   int head_slot_ = -1;                        // the slot whose forward the head holds (last stage)
-  std::int64_t recomputed_blocks_ = 0, recomputed_heads_ = 0;
+  std::int64_t recomputed_blocks_ = 0, recomputed_heads_ = 0, recomputed_scores_ = 0;
   std::vector<GradBucket<T>> buckets_;
 };
 

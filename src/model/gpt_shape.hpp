@@ -22,6 +22,9 @@ struct GptShape {
   int ffn_hidden = 1;  // F
   int seq_length = 1;  // S
   int vocab_size = 1;  // V
+  // The padded vocabulary is a multiple of vocab_pad_multiple * tensor (model.vocab_pad_multiple;
+  // 1 here, 128 by the deck's default).
+  int vocab_pad_multiple = 1;
   int tensor = 1;      // TP size
   // Megatron sequence parallelism (parallel.sequence_parallel; off for tensor = 1, where it
   // would change nothing): between the tensor-parallel regions a rank holds n = N/t of the
@@ -31,16 +34,21 @@ struct GptShape {
   static constexpr std::int64_t int_limit = std::numeric_limits<int>::max();
 
   int head_dim() const { return hidden / heads; }
-  // Megatron pads the vocabulary to a multiple of the TP size; padded logits are masked out.
+  // Megatron pads the vocabulary to a multiple of make-vocab-size-divisible-by (128) times the
+  // TP size, so that every rank's block of the logits GEMM, V_padded/tp, is a multiple of the
+  // pad (tensor cores want multiples of 8); padded logits are masked out. Checkpoints hold the
+  // vocab_size logical rows, so the padding can change between runs.
   // Throws std::length_error if the padded vocabulary does not fit in an int.
   int padded_vocab() const {
-    const std::int64_t t = tensor;
-    const std::int64_t padded = (std::int64_t(vocab_size) + t - 1) / t * t;
+    const std::int64_t m = std::int64_t(vocab_pad_multiple) * tensor;
+    const std::int64_t padded = (std::int64_t(vocab_size) + m - 1) / m * m;
     if (padded > int_limit)
       throw std::length_error("tptrain: model.vocab_size = " + std::to_string(vocab_size) +
-                              " padded to a multiple of parallel.tensor = " + std::to_string(tensor) +
-                              " is " + std::to_string(padded) + " rows, beyond the limit " +
-                              std::to_string(int_limit) + " of int32 token ids");
+                              " padded to a multiple of model.vocab_pad_multiple = " +
+                              std::to_string(vocab_pad_multiple) + " times parallel.tensor = " +
+                              std::to_string(tensor) + " is " +
+                              std::to_string(padded) + " rows, beyond the limit " + std::to_string(int_limit) +
+                              " of int32 token ids");
     return static_cast<int>(padded);
   }
   int local_vocab() const { return padded_vocab() / tensor; }    // rows of wte on one rank
@@ -72,6 +80,7 @@ struct GptShape {
     positive("model.ffn_hidden", ffn_hidden);
     positive("model.seq_length", seq_length);
     positive("model.vocab_size", vocab_size);
+    positive("model.vocab_pad_multiple", vocab_pad_multiple);
     positive("parallel.tensor", tensor);
     if (hidden % heads != 0 || heads % tensor != 0 || ffn_hidden % tensor != 0)
       throw std::invalid_argument("tptrain: model shape not divisible by the tensor-parallel size");

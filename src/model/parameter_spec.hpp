@@ -20,7 +20,7 @@ enum class ParameterDim {
   hidden,  // H
   qkv,     // 3H: Q, K and V stacked
   ffn,     // F
-  vocab,   // V, allocated padded to a multiple of the tensor-parallel size (GptShape::padded_vocab)
+  vocab,   // V, allocated padded to a multiple of vocab_pad_multiple * tensor (GptShape::padded_vocab)
   seq,     // S
 };
 

@@ -82,15 +82,15 @@ std::int64_t received_gradient_bytes(const Config& c, int buffers) { return Coun
 
 std::int64_t final_norm_output(const Config& c) { return sequence_rows_by_hidden(c); }
 std::int64_t final_norm_statistics(const Config& c) { return 2 * Count(sizes(c).n()) * kStatistic; }
-std::int64_t logits_and_gradient(const Config& c) {
-  return 2 * Count(sizes(c).N()) * (c.shape.padded_vocab() / c.shape.tensor) * c.element_bytes();
+std::int64_t logits_and_gradient(const Config& c) {  // one buffer: the gradient is written over the logits
+  return Count(sizes(c).N()) * c.shape.local_vocab() * c.element_bytes();
 }
 std::int64_t loss_vectors(const Config& c) { return 4 * Count(sizes(c).N()) * kStatistic; }
 
 std::vector<Buffer> head_buffers(const Config& c) {
   return {{"ln_f.out", final_norm_output(c)},
           {"ln_f.mean_rstd", final_norm_statistics(c)},
-          {"logits and their gradient", logits_and_gradient(c)},
+          {"logits, overwritten by their gradient", logits_and_gradient(c)},
           {"loss vectors", loss_vectors(c)}};
 }
 

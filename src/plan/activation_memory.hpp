@@ -57,7 +57,7 @@ std::int64_t received_gradient_bytes(const Config& c, int buffers);
 // ---- the last stage's head, once (not per micro-batch in flight) ---------------------------------
 std::int64_t final_norm_output(const Config& c);       // ln_f output [n, h]·e
 std::int64_t final_norm_statistics(const Config& c);   // 2·n·4
-std::int64_t logits_and_gradient(const Config& c);     // 2·[N, V_pad/t]·e
+std::int64_t logits_and_gradient(const Config& c);     // [N, V_pad/t]·e, dlogits in place
 std::int64_t loss_vectors(const Config& c);            // row max, Σexp, target logit, loss: 4·[N]·4
 std::vector<Buffer> head_buffers(const Config& c);
 

@@ -385,7 +385,7 @@ std::string report(const Plan& p) {
       fmt::format("{} layers x {} micro-batches x {} per layer{}", r.layers / c.virtual_stages, r.in_flight,
                   human_bytes(p.layer_activation_bytes),
                   working_set > 0 ? fmt::format(" + {} recompute working set", human_bytes(working_set)) : ""));
-  row("logits", r.head, r.head > 0 ? "ln_f output, logits and their gradient, loss vectors" : "(on the last stage)");
+  row("logits", r.head, r.head > 0 ? "ln_f output, logits (their gradient in place), loss vectors" : "(on the last stage)");
   row("workspace", r.workspace, "attention scores, backward row tile, gradient and sequence-parallel buffers");
   row("total", r.total(),
       fmt::format("{:.1f} bytes per parameter + activations; --gpu-memory {:g} GiB: {}", per_param,

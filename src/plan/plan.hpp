@@ -47,7 +47,7 @@ struct RankMemory {
   std::int64_t parameters = 0;
   ParameterBytes parameter_bytes;
   std::int64_t activations = 0;  // layers · in_flight · per layer + recompute working set
-  std::int64_t head = 0;         // last stage: ln_f output, logits and their gradient, loss vectors
+  std::int64_t head = 0;         // last stage: ln_f output, logits (their gradient in place), loss vectors
   std::int64_t workspace = 0;    // scratch shared by the stage's layers (estimate)
   std::int64_t total() const { return Count(parameter_bytes.total()) + activations + head + workspace; }
 };

@@ -87,7 +87,7 @@ template <class T>
 int bench_as(const io::Deck& deck_in, const parallel::Topology& topo, const BenchOptions& o) {
   // The deck's run, cut to the benchmark's steps: the LR schedule spans them (warmup included).
   io::Deck deck = deck_in;
-  deck.training.steps = o.warmup + o.steps;
+  deck.training.steps = o.warmup + (o.phases ? 2 : 1) * o.steps;
   deck.optimizer.warmup_steps = std::min(deck.optimizer.warmup_steps, deck.training.steps);
   const model::GptShape shape = shape_of(deck);
   const MPI_Comm world = topo.world();
@@ -103,10 +103,11 @@ int bench_as(const io::Deck& deck_in, const parallel::Topology& topo, const Benc
   if (!gemms_on_host()) blas.warning.clear();  // cuBLAS does the GEMMs: the host BLAS does not matter
   const GemmShape model_gemm = largest_model_gemm(shape, deck.training.micro_batch);
   log::infof("bench: {} layers, hidden {}, heads {}, ffn {}, seq {}, vocab {}; batch {} (micro-batch {}); "
-             "tensor {} x pipeline {} x data {}; {} threads per rank; {} warm-up + {} timed steps",
+             "tensor {} x pipeline {} x data {}; {} threads per rank; {} warm-up + {} timed steps{}",
              shape.layers, shape.hidden, shape.heads, shape.ffn_hidden, shape.seq_length, shape.vocab_size,
              deck.training.global_batch, deck.training.micro_batch, topo.layout().tensor, topo.layout().pipeline,
-             topo.layout().data, threads_per_rank(), o.warmup, o.steps);
+             topo.layout().data, threads_per_rank(), o.warmup, o.steps,
+             o.phases ? fmt::format(" + {} steps timed by phase", o.steps) : std::string());
   log::infof("bench: BLAS {}{}{}, CPU {}; Kokkos {}", blas.library, blas.core.empty() ? "" : " (kernels " + blas.core + ")",
              blas.threads > 0 ? fmt::format(", {} BLAS threads", blas.threads) : "", blas.cpu.empty() ? "unknown" : blas.cpu,
              kx::ExecSpace::name());
@@ -120,39 +121,54 @@ int bench_as(const io::Deck& deck_in, const parallel::Topology& topo, const Benc
     warmup.step_done(step + 1);
   }
   auto& clock = util::PhaseClock::instance();
-  const std::int64_t blocks_before = run->model().recomputed_blocks(), heads_before = run->model().recomputed_heads();
+  auto& m = run->model();
+  const std::int64_t blocks_before = m.recomputed_blocks(), heads_before = m.recomputed_heads(),
+                     scores_before = m.recomputed_scores();
+  // tokens/s: the device is fenced at step boundaries only (the phases' timing is off, so they
+  // are bare Kokkos Tools regions).
+  clock.set_timing(false);
   barrier(world);
-  clock.reset();
-  clock.set_timing(true);
   const auto t0 = std::chrono::steady_clock::now();
   StepProgress timed("timed", o.steps, false);
   for (; step < o.warmup + o.steps; ++step) {
     run->step(step);
+    Kokkos::fence();
     timed.step_done(step + 1 - o.warmup);
   }
-  Kokkos::fence();
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  clock.set_timing(false);
   const double step_s = reduce_over(world, seconds, MPI_MAX) / o.steps;
+  const auto per_step = [&](std::int64_t now, std::int64_t before) { return static_cast<double>(now - before) / o.steps; };
+  const Recomputed recomputed{per_step(m.recomputed_blocks(), blocks_before), per_step(m.recomputed_heads(), heads_before),
+                              per_step(m.recomputed_scores(), scores_before)};
   // Before the GEMM peak's own matrices are allocated: the memory of training steps only.
   const NamedBytes measured = measured_memory_fields(world, true);
 
-  // Model FLOPs per step, over all ranks: the formula for every token. The forwards that
-  // recomputation runs again (training.recompute = full: every block; a last pipeline stage whose
-  // head another micro-batch overwrote: the head) are not model FLOPs: they count in the hardware
-  // FLOPs (HFU, Korthikanti et al. 2022 section 6.3), as does nothing of selective recomputation's
-  // Q Kᵀ (the formula's attention term already counts the full S×S products).
+  // --phases: as many steps again, each phase boundary fenced and timed.
+  double phases_step_s = 0.0;
+  if (o.phases) {
+    barrier(world);
+    clock.reset();
+    clock.set_timing(true);
+    const auto p0 = std::chrono::steady_clock::now();
+    StepProgress by_phase("phase-timed", o.steps, false);
+    for (; step < o.warmup + 2 * o.steps; ++step) {
+      run->step(step);
+      by_phase.step_done(step + 1 - o.warmup - o.steps);
+    }
+    Kokkos::fence();
+    phases_step_s =
+        reduce_over(world, std::chrono::duration<double>(std::chrono::steady_clock::now() - p0).count(), MPI_MAX) /
+        o.steps;
+    clock.set_timing(false);
+  }
+
+  // Model FLOPs per step, over all ranks: the formula for every token. What recomputation runs
+  // again (training.recompute = full: every block's forward; selective and full: Q Kᵀ in every
+  // block's backward; a last pipeline stage whose head another micro-batch overwrote: the head)
+  // is not model FLOPs: it counts in the hardware FLOPs (HFU, Korthikanti et al. 2022 section 6.3).
   const double tokens_per_step = static_cast<double>(run->tokens_per_step());
   const double flops_per_token = training_flops_per_token(shape);
-  auto& m = run->model();
-  const double blocks = static_cast<double>(m.recomputed_blocks() - blocks_before) / o.steps;
-  const double heads = static_cast<double>(m.recomputed_heads() - heads_before) / o.steps;
-  const double recompute_flops = reduce_over(
-      world,
-      static_cast<double>(m.tokens()) *
-          (blocks * forward_flops_per_token(shape, 1, false) + heads * forward_flops_per_token(shape, 0, true)) /
-          topo.layout().tensor,
-      MPI_SUM);
+  const double recompute_flops = reduce_over(world, recomputed_flops(shape, m.tokens(), recomputed), MPI_SUM);
   const double flops_per_s_per_rank = tokens_per_step * flops_per_token / step_s / topo.world_size();
   const double hardware_flops_per_s_per_rank =
       (tokens_per_step * flops_per_token + recompute_flops) / step_s / topo.world_size();
@@ -168,13 +184,15 @@ int bench_as(const io::Deck& deck_in, const parallel::Topology& topo, const Benc
 
   util::PhaseClock::Seconds phases{};
   double phase_total = 0.0;
-  for (int p = 0; p < util::kPhaseCount; ++p) {
-    phases[static_cast<std::size_t>(p)] = mean_over(world, clock.seconds()[static_cast<std::size_t>(p)] / o.steps);
-    phase_total += phases[static_cast<std::size_t>(p)];
-  }
+  if (o.phases)
+    for (int p = 0; p < util::kPhaseCount; ++p) {
+      phases[static_cast<std::size_t>(p)] = mean_over(world, clock.seconds()[static_cast<std::size_t>(p)] / o.steps);
+      phase_total += phases[static_cast<std::size_t>(p)];
+    }
 
   const double tokens_per_s = tokens_per_step / step_s;
-  std::string table = fmt::format("bench: step {:.4f} s, {:.0f} tokens/s\n", step_s, tokens_per_s);
+  std::string table =
+      fmt::format("bench: step {:.4f} s, {:.0f} tokens/s (fenced at step boundaries only)\n", step_s, tokens_per_s);
   table += fmt::format("  model FLOPs: {} = {:.4g} GFLOP/token{}\n", kModelFlopsFormula, flops_per_token / 1e9,
                        recompute_flops > 0 ? fmt::format(" + {:.4g} GFLOP/step recomputed", recompute_flops / 1e9) : "");
   table += fmt::format("  model FLOP/s per rank: {:.2f} GFLOP/s\n", flops_per_s_per_rank / 1e9);
@@ -183,11 +201,17 @@ int bench_as(const io::Deck& deck_in, const parallel::Topology& topo, const Benc
   table += fmt::format("  MFU: {:.1f} % of the GEMM peak{}\n", 100.0 * mfu,
                        recompute_flops > 0 ? fmt::format(" (with the recomputed forwards, HFU: {:.1f} %)", 100.0 * hfu)
                                            : std::string());
-  table += "  step time by phase (mean over ranks, per step):\n";
-  for (int p = 0; p < util::kPhaseCount; ++p) {
-    const double s = phases[static_cast<std::size_t>(p)];
-    table += fmt::format("    {:<18} {:>10.4f} s {:>6.1f} %\n", util::phase_name(static_cast<Phase>(p)), s,
-                         phase_total > 0 ? 100.0 * s / phase_total : 0.0);
+  if (o.phases) {
+    table += fmt::format("  step time by phase (--phases: {} more steps, every phase boundary fenced: {:.4f} s per "
+                         "step; mean over ranks, per step):\n",
+                         o.steps, phases_step_s);
+    for (int p = 0; p < util::kPhaseCount; ++p) {
+      const double s = phases[static_cast<std::size_t>(p)];
+      table += fmt::format("    {:<18} {:>10.4f} s {:>6.1f} %\n", util::phase_name(static_cast<Phase>(p)), s,
+                           phase_total > 0 ? 100.0 * s / phase_total : 0.0);
+    }
+  } else {
+    table += "  step time by phase: not measured (--phases times it in steps of its own)\n";
   }
   if (const int P = topo.layout().pipeline; P > 1) {
     const int v = m.chunks(), M = run->micro_batches();
@@ -239,7 +263,9 @@ int bench_as(const io::Deck& deck_in, const parallel::Topology& topo, const Benc
   json.string("blas", gemms_on_host() ? blas.library : std::string("cuBLAS (device)")).string("blas_core", blas.core);
   json.string("blas_warning", blas.warning).string("precision", kx::precision_name<T>());
   json.string("recompute", deck.training.recompute).boolean("sequence_parallel", shape.splits_sequence());
-  json.object("memory", memory_json).object("phases_s", phases_json);
+  json.object("memory", memory_json).boolean("phases", o.phases);
+  // Only with --phases: the phase times and the step time of those fenced steps.
+  if (o.phases) json.object("phases_s", phases_json).number("phases_step_s", phases_step_s, io::digits(6));
   // A rate of a step or GEMM too short for the clock: null in the JSON (it has no infinity), said here.
   if (!json.non_finite().empty())
     log::info(fmt::format("bench: {} not finite (a time of 0 s measured?): null in the JSON line",

@@ -1,6 +1,9 @@
 // `tptrain bench`: the training step of a deck on synthetic tokens, timed, with its model FLOP
-// rate, the GEMM rate of the same ranks measured in the same process, MFU (their ratio) and
-// where the step time goes by phase (util::Phase). No data files, no checkpoints, no eval.
+// rate, the GEMM rate of the same ranks measured in the same process, MFU (their ratio) and,
+// with --phases, where the step time goes by phase (util::Phase). No data files, no
+// checkpoints, no eval. tokens/s, MFU and HFU come from steps fenced only at their boundaries;
+// the phase breakdown needs a fence at every phase boundary, so it is measured in steps of its
+// own after them.
 #pragma once
 
 #include "io/deck.hpp"
@@ -12,6 +15,7 @@ namespace tptrain::train {
 struct BenchOptions {
   int steps = 10;   // timed optimizer steps
   int warmup = 2;   // untimed steps first (allocation, first touch, BLAS start-up)
+  bool phases = false;  // then `steps` more steps timed phase by phase (fenced at every phase boundary)
 };
 
 // Collective over the world; rank 0 prints the report and one JSON line ({"bench": ...}).

@@ -16,6 +16,7 @@ inline model::GptShape shape_of(const io::Deck& deck) {
   s.ffn_hidden = deck.model.ffn_width();  // ffn_hidden, resolved in a loaded deck
   s.seq_length = deck.model.seq_length;
   s.vocab_size = deck.model.vocab_size;
+  s.vocab_pad_multiple = deck.model.vocab_pad_multiple;
   s.tensor = deck.parallel.tensor;
   s.sequence_parallel = deck.parallel.sequence_parallel;
   return s;

@@ -6,8 +6,11 @@
 // in N by the usual convention), 6 = 2 (multiply-add) x 3 (forward, input gradient, weight
 // gradient). 12·L·S·H: the two attention products QKᵀ and P·V, 2·S·H
 // FLOPs each per token and layer in the forward, times 3. The full S x S square is counted,
-// as the GEMMs compute it (causality masks half of it afterwards). A forward run again for
-// recomputation adds 2·N_stage + 4·L_stage·S·H per token on that stage.
+// as the GEMMs compute it (causality masks half of it afterwards).
+// Recomputation is not in the model FLOPs (MFU) but in the hardware FLOPs (HFU, Korthikanti et
+// al. 2022 section 6.3): a forward run again adds 2·N_stage + 4·L_stage·S·H per token on that
+// stage, and every block backward without kept scores (recompute = selective and full) first
+// recomputes Q Kᵀ: 2·S·H per token and block.
 #pragma once
 
 #include <cstdint>
@@ -47,6 +50,28 @@ inline double forward_flops_per_token(const model::GptShape& s, int layers, bool
   const double H = s.hidden;
   return layers * block_forward_flops_per_token(s.seq_length, H, s.ffn_hidden) +
          (with_head ? 2.0 * double(s.vocab_size) * H : 0.0);
+}
+
+// Q Kᵀ again, per token, for a block's backward that did not keep the scores (the full S×S
+// square, as training_flops_per_token counts it).
+inline double recomputed_scores_flops_per_token(const model::GptShape& s) {
+  return 2.0 * double(s.seq_length) * s.hidden;
+}
+
+// What one rank's model recomputed in a step (GptModel's recomputed_* counters, per step).
+struct Recomputed {
+  double blocks = 0;  // block forwards run again (recompute = full)
+  double heads = 0;   // heads (ln_f, logits, loss) run again on a last stage
+  double scores = 0;  // block backwards that recomputed Q Kᵀ (recompute = selective or full)
+};
+
+// The hardware FLOPs beyond the model FLOPs of one rank's step, `tokens` tokens per micro-batch
+// (each recomputed piece is split over the tensor-parallel ranks).
+inline double recomputed_flops(const model::GptShape& s, std::int64_t tokens, const Recomputed& r) {
+  return static_cast<double>(tokens) *
+         (r.blocks * forward_flops_per_token(s, 1, false) + r.heads * forward_flops_per_token(s, 0, true) +
+          r.scores * recomputed_scores_flops_per_token(s)) /
+         s.tensor;
 }
 
 }  // namespace tptrain::train

@@ -4,10 +4,12 @@
 // Kokkos Tools (kernel timer, space-time stack, the NVTX connector under nsys) show the same
 // names as `tptrain bench`.
 //
-// Timing is off unless a benchmark turns it on: then each phase boundary fences the device and
-// the wall time between boundaries goes to the innermost open phase (exclusive times: a
+// Timing is off unless `tptrain bench --phases` turns it on: then each phase boundary fences the
+// device and the wall time between boundaries goes to the innermost open phase (exclusive times: a
 // tensor-parallel all-reduce inside a linear layer counts as communication, not as GEMM), so the
-// phases add up to the step. Off, a phase costs a region push/pop and nothing else (no fence).
+// phases add up to the step. Those fences serialise the device (about 900 per micro-batch at
+// GPT-2 124M), so the bench measures tokens/s and MFU with timing off. Off, a phase costs a
+// region push/pop and nothing else (no fence); fences() counts the fences timing has issued.
 // Host-side state of one process (one rank); not thread-safe (the training loop is one thread).
 #pragma once
 
@@ -15,6 +17,7 @@
 
 #include <array>
 #include <chrono>
+#include <cstdint>
 #include <vector>
 
 namespace tptrain::util {
@@ -51,6 +54,7 @@ class PhaseClock {
   bool timing() const { return timing_; }
   const Seconds& seconds() const { return seconds_; }
   void reset() { seconds_.fill(0.0); }
+  std::int64_t fences() const { return fences_; }
 
   void enter(Phase p) {
     Kokkos::Profiling::pushRegion(region_name(p));
@@ -75,8 +79,9 @@ class PhaseClock {
         "tptrain::other"};
     return names[static_cast<int>(p)];
   }
-  double fenced_now() const {
+  double fenced_now() {
     Kokkos::fence();  // device work launched in a phase belongs to it
+    ++fences_;
     return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
   }
   void charge(Phase p, double now) {
@@ -88,6 +93,7 @@ class PhaseClock {
   Seconds seconds_{};
   std::vector<Phase> open_;
   double since_ = 0.0;
+  std::int64_t fences_ = 0;
 };
 
 // Runs the enclosing scope as phase p.

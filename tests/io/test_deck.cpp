@@ -903,6 +903,7 @@ TEST_CASE("deck: to_toml writes every key in table order and round-trips", "[io]
                                           "model.ffn_hidden",
                                           "model.seq_length",
                                           "model.vocab_size",
+                                          "model.vocab_pad_multiple",
                                           "parallel.tensor",
                                           "parallel.pipeline",
                                           "parallel.data",
@@ -1154,6 +1155,28 @@ TEST_CASE("deck: DataFiles::may_be_absent makes a missing data file a warning, f
                               "\": " + norm(fx.dir.path() / "valid_*.bin") + " is a pattern that matches no file (needed by train and eval"));
   const fs::path no_train = fx.dir.write("no_train.toml", make_deck({{"data.train", ""}}));
   CHECK_THROWS_WITH(load_deck(no_train.string(), {}, DataFiles::may_be_absent), has("data.train is required"));
+}
+
+// Widths that are not multiples of 8 miss the tensor-core GEMM shapes: check and plan warn, naming
+// the key and where it was set; the deck still loads.
+TEST_CASE("deck: hidden, ffn_hidden and head dimension not multiples of 8 are warnings", "[io][deck]") {
+  Fixture fx;
+  const std::string text = make_deck({{"model.hidden", "36"}, {"model.heads", "3"}, {"model.ffn_hidden", "100"}, {"parallel.tensor", "1"}});
+  const fs::path deck = fx.dir.write("deck.toml", text);
+  std::vector<std::string> warnings;
+  const Deck d = load_deck(deck.string(), {}, DataFiles::may_be_absent, &warnings);
+  CHECK(d.model.hidden == 36);
+  REQUIRE(warnings.size() == 3);
+  CHECK_THAT(warnings[0], has("deck.toml:" + std::to_string(line_of(text, "model.hidden")) +
+                              ": model.hidden = 36 is not a multiple of 8"));
+  CHECK_THAT(warnings[1], has("model.ffn_hidden = 100 is not a multiple of 8"));
+  CHECK_THAT(warnings[2], has("deck.toml:" + std::to_string(line_of(text, "model.heads")) +
+                              ": the head dimension model.hidden / model.heads = 12 is not a multiple of 8"));
+  // Multiples of 8 everywhere (hidden 64, 4 heads of 16, ffn 256): no warning.
+  warnings.clear();
+  (void)load_deck(deck.string(), {"model.hidden=64", "model.heads=4", "model.ffn_hidden=256"}, DataFiles::may_be_absent,
+                  &warnings);
+  CHECK(warnings.empty());
 }
 
 // ---- the key table ------------------------------------------------------------------------------

@@ -150,3 +150,29 @@ TEST_CASE("cross-entropy row reductions are deterministic", "[kernels]") {
   tk::row_sum_exp(exec, logits, m, V, s2);
   CHECK(tt::bitwise_equal(tt::to_host(s1), tt::to_host(s2)));
 }
+
+// The loss head writes dlogits over the logits (src/model/vocab_parallel_cross_entropy.hpp): in
+// place gives bitwise the values of a separate output, padding columns included.
+TEMPLATE_TEST_CASE("cross-entropy backward in place equals a separate output", "[kernels]", float,
+                   tptrain::kx::bf16) {
+  using T = TestType;
+  using Acc = tptrain::kx::acc_t<T>;
+  tptrain::kx::ExecSpace exec;
+  const int N = 5, Vl = 12, valid = 9;
+  std::mt19937 rng(73);
+  const auto h = tt::random_vec<T>(rng, N * Vl, -4.0, 4.0);
+  auto logits = tt::to_device<T>(h, N, Vl);
+  auto targets = tt::tokens_to_device({0, 8, 3, 20, 11});  // 20: another rank's; vocab_start 3
+  tk::Vector<Acc> m("m", N), s("s", N);
+  tk::row_max(exec, logits, valid, m);
+  tk::row_sum_exp(exec, logits, m, valid, s);
+  tk::Matrix<T> separate("dl", N, Vl);
+  tk::cross_entropy_backward(exec, logits, m, s, targets, 3, valid, Acc(0.25), separate);
+  tk::cross_entropy_backward(exec, logits, m, s, targets, 3, valid, Acc(0.25), logits);
+  const auto a = tt::to_host(separate), b = tt::to_host(logits);
+  REQUIRE(a.size() == b.size());
+  int differ = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) differ += a[i] != b[i];
+  CHECK(differ == 0);
+  CHECK(b[0] != h[0]);  // the logits were overwritten
+}

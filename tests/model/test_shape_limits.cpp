@@ -44,6 +44,29 @@ TEST_CASE("padded vocabulary near 2^31", "[model][overflow]") {
   CHECK_THROWS_AS(s.padded_vocab(), std::length_error);
 }
 
+TEST_CASE("the vocabulary is padded to a multiple of vocab_pad_multiple * tensor", "[model]") {
+  model::GptShape s;
+  s.vocab_size = 50257;
+  CHECK(s.padded_vocab() == 50257);  // vocab_pad_multiple = 1, tensor = 1: no padding
+  s.vocab_pad_multiple = 128;
+  CHECK(s.padded_vocab() == 50304);  // Megatron's GPT-2 vocabulary: 393 * 128
+  s.tensor = 2;
+  CHECK(s.padded_vocab() == 50432);  // 197 * 256
+  CHECK(s.local_vocab() == 25216);   // every rank's block a multiple of the pad
+  CHECK(s.local_vocab() % 128 == 0);
+  CHECK(s.valid_vocab(0) == 25216);
+  CHECK(s.valid_vocab(1) == 50257 - 25216);
+  s.vocab_size = 256;  // already a multiple: unchanged
+  CHECK(s.padded_vocab() == 256);
+  s.vocab_size = 2147483520;  // 2^31 - 128, a multiple of 128 but not of 256
+  const std::string msg = length_error_of([&] { (void)s.padded_vocab(); });
+  CHECK(mentions(msg, "model.vocab_pad_multiple = 128"));
+  CHECK(mentions(msg, "parallel.tensor = 2"));
+  s.vocab_pad_multiple = 0;
+  s.vocab_size = 256;
+  CHECK_THROWS_AS(s.validate(), std::invalid_argument);
+}
+
 TEST_CASE("shape validation refuses dimensions beyond int", "[model][overflow]") {
   model::GptShape s = test::tiny_shape(1);
   REQUIRE_NOTHROW(s.validate());

@@ -80,6 +80,7 @@ Config small(int tensor, bool sp, Recompute r, const std::string& precision = "f
   c.shape.ffn_hidden = 64;
   c.shape.seq_length = 16;
   c.shape.vocab_size = 250;
+  c.shape.vocab_pad_multiple = 8;
   c.shape.tensor = tensor;
   c.pipeline = 2;
   c.data = 2;
@@ -234,10 +235,11 @@ TEST_CASE("plan: tptrain's activation inventory, buffer by buffer", "[plan]") {
       // A stage keeps its layers' activations and its output for each micro-batch in flight, the
       // working set once.
       CHECK(stage_activation_bytes(full, 2, 3) == 3 * 3 * (N / t) * h * e + kept(N / t) - (N / t) * h * e);
-      // The loss head: ln_f, logits and their gradient over the padded vocabulary, 4 fp32 vectors.
-      const std::int64_t vocab_padded = (250 + t - 1) / t * t;
+      // The loss head: ln_f, one buffer of logits over the padded vocabulary (the gradient is
+      // written over them), 4 fp32 vectors.
+      const std::int64_t vocab_padded = (250 + 8 * t - 1) / (8 * t) * (8 * t);  // vocab_pad_multiple 8
       CHECK(total_bytes(head_buffers(small(t, false, Recompute::none, precision))) ==
-            N * h * e + 2 * N * 4 + 2 * N * (vocab_padded / t) * e + 4 * N * 4);
+            N * h * e + 2 * N * 4 + N * (vocab_padded / t) * e + 4 * N * 4);
       // Workspace, in every mode: the softmax's scores buffer (recompute = none copies the kept scores into
       // it) and the backward's row tile (s = 16 < 128 rows: as large); the attention, MLP and block
       // gradient buffers; bf16 also the fp32 dK sum. The stage adds its gradient ping-pong, and with
@@ -284,7 +286,7 @@ TEST_CASE("plan: each rank's parameters and their bytes equal what a TrainingRun
     const int pipeline = n / tensor;
     for (const std::string precision : {"fp32", "bf16"}) {
       io::Deck deck = test::pipeline_deck(tensor, pipeline, 1, 2);
-      deck.model.vocab_size = 250;  // padded to a multiple of the tensor size
+      deck.model.vocab_size = 250;  // padded to a multiple of 128 times the tensor size
       deck.training.precision = precision;
       INFO("tensor " << tensor << " x pipeline " << pipeline << ", " << precision);
       parallel::Topology topo(MPI_COMM_WORLD, parallel::Layout{tensor, pipeline, 1});

@@ -68,6 +68,53 @@ TEST_CASE("checkpoint round trip is bitwise, and loads under every other layout"
   }
 }
 
+// Checkpoints hold the vocab_size logical rows of the word embedding, never the padding: one
+// written with the old padding (a multiple of the tensor size, vocab_pad_multiple = 1) loads
+// under the default 128, with every layout, bitwise and with the same evaluation loss.
+// vocab_size 257 (the byte corpus needs 256) pads to 257 or 258 rows with the old rule, and to
+// 384 or 512 with the new one.
+TEST_CASE("a checkpoint written with another vocabulary padding loads with the same eval loss",
+          "[train][checkpoint][mpi]") {
+  const int n = test::world_size();
+  test::SharedTempDir dir;
+  const std::string extra = checkpoint_section(dir.path());
+  const auto deck_of = [&](int tensor, int pad) {
+    io::Deck d = test::small_deck(tensor, n / tensor, 3, extra);
+    d.model.vocab_size = 257;
+    d.model.vocab_pad_multiple = pad;
+    return d;
+  };
+  for (int save_tp = 1; save_tp <= n; save_tp *= 2) {
+    if (n % save_tp != 0) continue;
+    const io::Deck deck = deck_of(save_tp, 1);
+    parallel::Topology topo(MPI_COMM_WORLD, parallel::Layout{save_tp, 1, n / save_tp});
+    train::TrainingRun run(deck, topo);
+    REQUIRE(run.model().shape().padded_vocab() == (257 + save_tp - 1) / save_tp * save_tp);  // 257, 258, 260
+    for (int s = 0; s < 3; ++s) run.step(s);
+    train::save_checkpoint(run.model(), deck, topo, 3, 0);
+    const std::string file = train::checkpoint_path(dir.path(), 3);
+    const auto saved = logical_state(run.model(), topo.tp(), true);
+    const double saved_eval = run.evaluate();
+    for (int load_tp = 1; load_tp <= n; load_tp *= 2) {
+      if (n % load_tp != 0) continue;
+      INFO("saved with tensor " << save_tp << " and the old padding, loaded with tensor " << load_tp
+                                << " and vocab_pad_multiple 128");
+      const io::Deck deck2 = deck_of(load_tp, 128);
+      parallel::Topology topo2(MPI_COMM_WORLD, parallel::Layout{load_tp, 1, n / load_tp});
+      train::TrainingRun run2(deck2, topo2);
+      const int m = 128 * load_tp;
+      REQUIRE(run2.model().shape().padded_vocab() == (257 + m - 1) / m * m);  // 384, 512, 512
+      const io::CheckpointMeta meta = train::load_weights(run2.model(), topo2, file, true);
+      CHECK(meta.step == 3);
+      CHECK(logical_state(run2.model(), topo2.tp(), true) == saved);  // bitwise
+      const double eval = run2.evaluate();
+      INFO("eval loss saved " << saved_eval << ", loaded " << eval);
+      CHECK(std::fabs(eval - saved_eval) <= 1e-5 * saved_eval);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+}
+
 TEST_CASE("a model shape that differs from the checkpoint is refused by name", "[train][checkpoint][mpi]") {
   const int n = test::world_size();
   test::SharedTempDir dir;
