@@ -445,6 +445,10 @@ PipelineSimulation simulate(const std::vector<std::vector<PipelineOp>>& ops, int
     std::deque<int> queue;  // posted, not yet complete, in posting order
     double queue_free_at = 0;
     std::set<std::pair<int, int>> forwarded, backwarded, have_input, have_grad;
+    // The model's one gradient buffer (GptModel::output_grad / input_grad): a backward leaves
+    // its input gradient there until the wait of the group that sends it; with v = 1 a gradient
+    // is also received there, from its post to its backward.
+    bool gradient_being_sent = false, gradient_being_received = false;
   };
   result.computes.resize(ops.size());
   using Key = std::tuple<int, int, int>;  // direction, receiving chunk, micro-batch
@@ -566,6 +570,13 @@ PipelineSimulation simulate(const std::vector<std::vector<PipelineOp>>& ops, int
             result.problem = where(r) + "second backward of " + name(op.chunk, op.micro_batch);
             return result;
           }
+          if (x.gradient_being_sent) {
+            result.problem = where(r) + "backward of " + name(op.chunk, op.micro_batch) +
+                             " overwrites the gradient buffer before the input gradient in it is sent";
+            return result;
+          }
+          x.gradient_being_received = false;
+          x.gradient_being_sent = !x.place.first_virtual(op.chunk);
           result.computes[static_cast<std::size_t>(r)].push_back({x.clock, x.clock + backward_time, op});
           x.clock += backward_time;
         } else if (op.kind == PipelineOp::post) {
@@ -589,6 +600,14 @@ PipelineSimulation simulate(const std::vector<std::vector<PipelineOp>>& ops, int
               sent[{r, q}].push_back({t.direction, peer_chunk(x.place, t), t.micro_batch});
             } else {
               received[{q, r}].push_back({t.direction, t.chunk, t.micro_batch});
+              if (t.direction == 1 && chunks == 1) {
+                if (x.gradient_being_sent || x.gradient_being_received) {
+                  result.problem = where(r) + "receives the gradient of " + name(t.chunk, t.micro_batch) +
+                                   " into the gradient buffer while it holds another gradient";
+                  return result;
+                }
+                x.gradient_being_received = true;
+              }
             }
           }
           x.queue.push_back(op.group);
@@ -606,8 +625,10 @@ PipelineSimulation simulate(const std::vector<std::vector<PipelineOp>>& ops, int
           if (g.completed_at < 0) break;
           g.waited = true;
           x.clock = std::max(x.clock, g.completed_at);
-          for (const PipelineTransfer& t : g.post->transfers)
+          for (const PipelineTransfer& t : g.post->transfers) {
             if (!t.send) (t.direction == 0 ? x.have_input : x.have_grad).insert({t.chunk, t.micro_batch});
+            if (t.send && t.direction == 1) x.gradient_being_sent = false;
+          }
         }
         ++x.pc;
         moved = true;

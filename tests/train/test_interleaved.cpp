@@ -1,5 +1,5 @@
-// Interleaved 1F1B (parallel.virtual_stages = v): the schedule (deadlock freedom under NCCL's
-// rules, the bubble (p − 1)/(v·m), the memory it keeps), the chunked model stage, and layouts
+// Interleaved 1F1B (parallel.virtual_stages = v): the schedule (deadlock freedom under NCCL's and
+// MPI's rules, early receives on MPI, the bubble (p − 1)/(v·m), the memory it keeps), the chunked model stage, and layouts
 // with v = 2 against the one-rank run — loss, every gradient and weight, recompute modes,
 // sequence parallelism, the distributed optimizer, bf16 — and checkpoints between v = 2 and v = 1.
 #include <algorithm>
@@ -133,12 +133,12 @@ TEST_CASE("the simulator finds deadlocks, orders NCCL would mismatch, and data u
   // MPI; NCCL pairs by order): refused.
   const std::vector<PipelineOp> sender{compute(PipelineOp::forward, 0, 0), compute(PipelineOp::forward, 0, 1),
                                        post(0, {T{+1, true, 0, 0, 0}, T{+1, true, 0, 1, 0}}), wait(0),
-                                       post(1, {T{+1, false, 1, 0, 0}, T{+1, false, 1, 1, 0}}), wait(1),
-                                       compute(PipelineOp::backward, 0, 0), compute(PipelineOp::backward, 0, 1)};
+                                       post(1, {T{+1, false, 1, 0, 0}}), wait(1), compute(PipelineOp::backward, 0, 0),
+                                       post(2, {T{+1, false, 1, 1, 0}}), wait(2), compute(PipelineOp::backward, 0, 1)};
   std::vector<PipelineOp> receiver{post(0, {T{-1, false, 0, 1, 0}, T{-1, false, 0, 0, 0}}), wait(0),
                                    compute(PipelineOp::forward, 0, 0), compute(PipelineOp::forward, 0, 1),
-                                   compute(PipelineOp::backward, 0, 0), compute(PipelineOp::backward, 0, 1),
-                                   post(1, {T{-1, true, 1, 0, 0}, T{-1, true, 1, 1, 0}}), wait(1)};
+                                   compute(PipelineOp::backward, 0, 0), post(1, {T{-1, true, 1, 0, 0}}), wait(1),
+                                   compute(PipelineOp::backward, 0, 1), post(2, {T{-1, true, 1, 1, 0}}), wait(2)};
   CHECK_THAT(train::simulate({sender, receiver}, 2, 1).problem, Catch::Matchers::Contains("another order"));
   std::swap(receiver[0].transfers[0], receiver[0].transfers[1]);
   CHECK(train::simulate({sender, receiver}, 2, 1).problem == "");
@@ -174,13 +174,36 @@ TEST_CASE("by tag (MPI) a receive posted before the group its peer needs first c
   // Two micro-batches received in another order than sent: tags match them on MPI.
   const std::vector<PipelineOp> sender{compute(PipelineOp::forward, 0, 0), compute(PipelineOp::forward, 0, 1),
                                        post(0, {T{+1, true, 0, 0, 0}, T{+1, true, 0, 1, 0}}), wait(0),
-                                       post(1, {T{+1, false, 1, 0, 0}, T{+1, false, 1, 1, 0}}), wait(1),
-                                       compute(PipelineOp::backward, 0, 0), compute(PipelineOp::backward, 0, 1)};
+                                       post(1, {T{+1, false, 1, 0, 0}}), wait(1), compute(PipelineOp::backward, 0, 0),
+                                       post(2, {T{+1, false, 1, 1, 0}}), wait(2), compute(PipelineOp::backward, 0, 1)};
   const std::vector<PipelineOp> receiver{post(0, {T{-1, false, 0, 1, 0}, T{-1, false, 0, 0, 0}}), wait(0),
                                          compute(PipelineOp::forward, 0, 0), compute(PipelineOp::forward, 0, 1),
-                                         compute(PipelineOp::backward, 0, 0), compute(PipelineOp::backward, 0, 1),
-                                         post(1, {T{-1, true, 1, 0, 0}, T{-1, true, 1, 1, 0}}), wait(1)};
+                                         compute(PipelineOp::backward, 0, 0), post(1, {T{-1, true, 1, 0, 0}}),
+                                         wait(1), compute(PipelineOp::backward, 0, 1),
+                                         post(2, {T{-1, true, 1, 1, 0}}), wait(2)};
   CHECK(train::simulate({sender, receiver}, 2, 1, 1, 2, Matching::by_tag).problem == "");
+  // The model's one gradient buffer: a backward must not overwrite an input gradient still being
+  // sent, and with v = 1 a gradient must not be received into it while it holds another.
+  using F = PipelineOp;
+  const std::vector<PipelineOp> first_stage{compute(F::forward, 0, 0), post(0, {T{+1, true, 0, 0, 0}}),
+                                            compute(F::forward, 0, 1), post(1, {T{+1, true, 0, 1, 0}}), wait(0),
+                                            wait(1), post(2, {T{+1, false, 1, 0, 0}}), wait(2),
+                                            compute(F::backward, 0, 0), post(3, {T{+1, false, 1, 1, 0}}), wait(3),
+                                            compute(F::backward, 0, 1)};
+  const std::vector<PipelineOp> last_stage{post(0, {T{-1, false, 0, 0, 0}}), wait(0), compute(F::forward, 0, 0),
+                                           compute(F::backward, 0, 0), post(1, {T{-1, true, 1, 0, 0}}),
+                                           post(2, {T{-1, false, 0, 1, 0}}), wait(2), compute(F::forward, 0, 1),
+                                           wait(1), compute(F::backward, 0, 1), post(3, {T{-1, true, 1, 1, 0}}),
+                                           wait(3)};
+  CHECK(train::simulate({first_stage, last_stage}, 2, 1, 1, 2, Matching::by_tag).problem == "");
+  std::vector<PipelineOp> overwrites = last_stage;
+  std::swap(overwrites[8], overwrites[9]);  // the second backward before the first gradient is sent
+  CHECK_THAT(train::simulate({first_stage, overwrites}, 2, 1, 1, 2, Matching::by_tag).problem,
+             Catch::Matchers::Contains("overwrites the gradient buffer"));
+  std::vector<PipelineOp> two_in_one = first_stage;
+  std::rotate(two_in_one.begin() + 8, two_in_one.begin() + 9, two_in_one.begin() + 10);  // receive 1 before backward 0
+  CHECK_THAT(train::simulate({two_in_one, last_stage}, 2, 1, 1, 2, Matching::by_tag).problem,
+             Catch::Matchers::Contains("while it holds another gradient"));
   // The schedules' early receives are why the two backends get different ops: under NCCL's rule
   // they deadlock (all-forward-all-backward: the first stage's early receive of the first
   // gradient holds back its last activation; every interleaved case).
