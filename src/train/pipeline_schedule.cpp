@@ -421,7 +421,8 @@ PipelineSimulation simulate(Schedule schedule, int ranks, int micro_batches, int
     return result;
   }
   std::vector<std::vector<PipelineOp>> ops;
-  for (int r = 0; r < ranks; ++r) ops.push_back(pipeline_ops(schedule, PipelinePlace{r, ranks, chunks}, micro_batches, overlap, matching));
+  for (int r = 0; r < ranks; ++r)
+    ops.push_back(pipeline_ops(schedule, PipelinePlace{r, ranks, chunks}, micro_batches, overlap, matching));
   return simulate(ops, micro_batches, chunks, forward_time, backward_time, matching);
 }
 
@@ -470,6 +471,10 @@ PipelineSimulation simulate(const std::vector<std::vector<PipelineOp>>& ops, int
     Group& g = x.groups[x.queue.front()];
     g.started_at = std::max(g.posted_at, x.queue_free_at);
   };
+  // The groups whose transfers may meet now: the front of the queue in order, any posted by tag.
+  const auto open_groups = [&](const Rank& x) {
+    return matching == Matching::stream_order ? std::min<std::size_t>(1, x.queue.size()) : x.queue.size();
+  };
   for (bool moved = true; moved;) {
     moved = false;
     // Transfers between posted groups. In order (NCCL): only the groups at the front of both
@@ -477,7 +482,7 @@ PipelineSimulation simulate(const std::vector<std::vector<PipelineOp>>& ops, int
     // posted from this rank with its tag (MPI's (source, tag) matching), which must expect it.
     for (int r = 0; r < ranks; ++r) {
       Rank& a = rs[static_cast<std::size_t>(r)];
-      const std::size_t open_a = matching == Matching::stream_order ? std::min<std::size_t>(1, a.queue.size()) : a.queue.size();
+      const std::size_t open_a = open_groups(a);
       for (std::size_t ia = 0; ia < open_a; ++ia) {
         Group& ga = a.groups[a.queue[ia]];
         for (std::size_t i = 0; i < ga.done.size(); ++i) {
@@ -485,7 +490,7 @@ PipelineSimulation simulate(const std::vector<std::vector<PipelineOp>>& ops, int
           if (ga.done[i] || (matching == Matching::by_tag && !t.send)) continue;
           const int q = rank_of(r, t.peer);
           Rank& b = rs[static_cast<std::size_t>(q)];
-          const std::size_t open_b = matching == Matching::stream_order ? std::min<std::size_t>(1, b.queue.size()) : b.queue.size();
+          const std::size_t open_b = open_groups(b);
           bool matched = false;
           for (std::size_t ib = 0; ib < open_b && !matched; ++ib) {
             Group& gb = b.groups[b.queue[ib]];

@@ -142,7 +142,9 @@ struct PipelineSimulation {
 // completes as soon as both sides are posted, a send meeting the first receive the peer posted
 // from its rank with its tag (which must expect that micro-batch and chunk), and a group when all
 // its transfers have. A wait blocks until its group completed; a forward needs its input, a
-// backward its gradient, received and waited for. Each forward takes `forward_time`, each
+// backward its gradient, received and waited for; a backward may not overwrite the model's
+// gradient buffer while the input gradient in it is still being sent, and with v = 1 no gradient
+// is received into that buffer while it holds another. Each forward takes `forward_time`, each
 // backward `backward_time` (of one chunk), transfers take no time.
 PipelineSimulation simulate(Schedule schedule, int ranks, int micro_batches, int chunks, bool overlap = true,
                             double forward_time = 1, double backward_time = 2,

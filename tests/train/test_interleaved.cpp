@@ -1,6 +1,6 @@
 // Interleaved 1F1B (parallel.virtual_stages = v): the schedule (deadlock freedom under NCCL's and
-// MPI's rules, early receives on MPI, the bubble (p − 1)/(v·m), the memory it keeps), the chunked model stage, and layouts
-// with v = 2 against the one-rank run — loss, every gradient and weight, recompute modes,
+// MPI's rules, early receives on MPI, the bubble (p − 1)/(v·m), the memory it keeps), the chunked
+// model stage, and layouts with v = 2 against the one-rank run — loss, every gradient and weight, recompute modes,
 // sequence parallelism, the distributed optimizer, bf16 — and checkpoints between v = 2 and v = 1.
 #include <algorithm>
 #include <array>
@@ -208,10 +208,13 @@ TEST_CASE("by tag (MPI) a receive posted before the group its peer needs first c
   // they deadlock (all-forward-all-backward: the first stage's early receive of the first
   // gradient holds back its last activation; every interleaved case).
   for (const auto& [s, p, m, v] : std::vector<std::tuple<Schedule, int, int, int>>{
-           {Schedule::all_forward_all_backward, 4, 8, 1}, {Schedule::one_f_one_b, 4, 8, 2}, {Schedule::one_f_one_b, 2, 1, 1}}) {
+           {Schedule::all_forward_all_backward, 4, 8, 1},
+           {Schedule::one_f_one_b, 4, 8, 2},
+           {Schedule::one_f_one_b, 2, 1, 1}}) {
     INFO(train::schedule_name(s) << ", p " << p << ", v " << v << ", m " << m);
     std::vector<std::vector<PipelineOp>> ops;
-    for (int r = 0; r < p; ++r) ops.push_back(train::pipeline_ops(s, PipelinePlace{r, p, v}, m, true, Matching::by_tag));
+    for (int r = 0; r < p; ++r)
+      ops.push_back(train::pipeline_ops(s, PipelinePlace{r, p, v}, m, true, Matching::by_tag));
     CHECK(train::simulate(ops, m, v, 1, 2, Matching::by_tag).problem == "");
     CHECK(train::simulate(ops, m, v, 1, 2, Matching::stream_order).problem != "");
   }
@@ -302,7 +305,8 @@ TEST_CASE("interleaved 1F1B keeps per chunk what schedule_memory says, for any n
                       << (matching == Matching::by_tag ? ", by tag (MPI)" : ", in order (NCCL)"));
             const PipelinePlace place{r, p, v};
             const auto ops = train::pipeline_ops(Schedule::one_f_one_b, place, m, overlap, matching);
-            const train::ScheduleMemory memory = train::schedule_memory(Schedule::one_f_one_b, place, m, overlap, matching);
+            const train::ScheduleMemory memory =
+                train::schedule_memory(Schedule::one_f_one_b, place, m, overlap, matching);
             REQUIRE(static_cast<int>(memory.slots.size()) == v);
             for (int c = 0; c < v; ++c) CHECK(memory.slots[static_cast<std::size_t>(c)] == train::peak_in_flight(ops, c));
             CHECK(memory.received_gradients == (v > 1 ? train::peak_received_gradients(ops) : 0));
