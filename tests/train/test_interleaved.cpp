@@ -315,6 +315,19 @@ TEST_CASE("interleaved 1F1B keeps per chunk what schedule_memory says, for any n
             CHECK(memory.slots == nccl.slots);
             CHECK(memory.received_gradients == nccl.received_gradients);
           }
+  // Early receives cost no memory under all-forward-all-backward and any 1F1B micro-batch count
+  // either.
+  for (int p = 2; p <= 8; ++p)
+    for (int r = 0; r < p; ++r)
+      for (int m = 1; m <= 4 * p + 3; ++m)
+        for (const Schedule s : {Schedule::one_f_one_b, Schedule::all_forward_all_backward}) {
+          INFO(train::schedule_name(s) << ", p " << p << ", rank " << r << ", m " << m);
+          const PipelinePlace place{r, p, 1};
+          const auto ops = train::pipeline_ops(s, place, m, true, Matching::by_tag);
+          const train::ScheduleMemory nccl = train::schedule_memory(s, place, m);
+          CHECK(train::peak_in_flight(ops) == nccl.slots.at(0));
+          CHECK(train::schedule_memory(s, place, m, true, Matching::by_tag).slots == nccl.slots);
+        }
   // Rank 0 keeps the most: p·2 micro-batches on its first chunk once m >= 2p (Megatron's warm-up).
   CHECK(train::schedule_memory(Schedule::one_f_one_b, PipelinePlace{0, 4, 2}, 192).slots == std::vector<int>{8, 4});
 }
