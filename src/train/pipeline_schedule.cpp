@@ -240,7 +240,8 @@ std::vector<PipelineOp> overlapped(const std::vector<PipelineOp>& in, int chunks
 // micro-batches holding an activation slot (or a received-gradient buffer) of a chunk while X
 // runs stay within the schedule's peak (schedule_memory is the same); with v = 1 a gradient goes
 // into the model's one gradient buffer, which backwards use and gradient sends read, so it moves
-// only before a forward with no gradient send posted since the last backward (the first stage).
+// only before a forward with no gradient send posted since the last backward (in the warm-up,
+// and throughout on the first stage, which sends none).
 // Under NCCL's in-order groups the same move deadlocks (a rank's early receive would hold back
 // the send its peer needs to produce it), so stream-ordered backends keep Megatron's places.
 std::vector<PipelineOp> early_receives(const std::vector<PipelineOp>& in, int chunks) {
