@@ -38,7 +38,13 @@ void sleep_for_layers(const kx::ExecSpace& exec, int layers, double factor) {
 template <class T>
 PipelineRunner<T>::PipelineRunner(model::GptModel<T>& model, parallel::Communicator& pp, Schedule schedule,
                                   bool overlap)
-    : model_(model), pp_(pp), schedule_(schedule), overlap_(overlap) {
+    : model_(model),
+      pp_(pp),
+      schedule_(schedule),
+      overlap_(overlap),
+      // A backend with a communication stream (NCCL) runs the groups in order on it; the others
+      // (MPI) keep a request per transfer, matched by tag.
+      matching_(pp.communication_stream() != nullptr ? Matching::stream_order : Matching::by_tag) {
   if (pp.size() != model.stage().size || pp.rank() != model.stage().rank)
     throw std::logic_error("tptrain: PipelineRunner: the model is not the stage of this rank in the PP group");
 }
@@ -50,7 +56,7 @@ PipelinePlace PipelineRunner<T>::place() const {
 
 template <class T>
 void PipelineRunner<T>::reserve(int micro_batches) {
-  const ScheduleMemory memory = schedule_memory(schedule_, place(), micro_batches, overlap_);
+  const ScheduleMemory memory = schedule_memory(schedule_, place(), micro_batches, overlap_, matching_);
   for (int c = 0; c < model_.chunks(); ++c) model_.reserve_slots(memory.slots[static_cast<std::size_t>(c)], c);
   model_.reserve_received_gradients(memory.received_gradients);
 }
@@ -85,7 +91,7 @@ double PipelineRunner<T>::run(const kx::ExecSpace& exec, int micro_batches, floa
                               const std::function<const DeviceBatch&(int)>& batch,
                               const std::function<void(int, std::size_t)>& bucket_done) {
   const PipelinePlace where = place();
-  const std::vector<PipelineOp> ops = pipeline_ops(schedule_, where, micro_batches, overlap_);
+  const std::vector<PipelineOp> ops = pipeline_ops(schedule_, where, micro_batches, overlap_, matching_);
   reserve(micro_batches);  // allocates only if reserve() was not called first
   const auto chunks = static_cast<std::size_t>(where.chunks);
   slot_of_.assign(chunks, std::vector<int>(static_cast<std::size_t>(micro_batches), -1));

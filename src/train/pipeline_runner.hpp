@@ -14,6 +14,13 @@
 // wait for the communication stream, the host does not. Everything between the post and the
 // wait (the current forward or backward) runs while the transfer is in flight.
 //
+// Where a receive is posted follows the PP backend (Matching, pipeline_schedule.hpp): on NCCL
+// (a communication stream, groups complete in order) where Megatron posts it, with the sends
+// after the compute before its use; on MPI (requests matched by tag) one compute earlier, as its
+// own group, wherever that needs no more activation slots or gradient buffers, so that it is in
+// flight during that compute too. The ops differ, the computes and their order do not: the
+// gradients are bitwise the same on both and with the waits right after their posts.
+//
 // Activation memory: each micro-batch between its forward and its backward keeps its own
 // activation slot in its chunk (GptModel::bind_slot): a chunk reserves as many slots as the
 // schedule has micro-batches in flight on it (from the receive of its input), and what a slot
@@ -66,6 +73,8 @@ class PipelineRunner {
   void set_schedule(Schedule s) { schedule_ = s; }
   bool overlap() const { return overlap_; }
   void set_overlap(bool on) { overlap_ = on; }
+  // How the PP backend matches transfers: what the schedule's receive places are proven for.
+  Matching matching() const { return matching_; }
   const PipelineStats& stats() const { return stats_; }
   PipelinePlace place() const;
 
@@ -77,6 +86,7 @@ class PipelineRunner {
   parallel::Communicator& pp_;
   Schedule schedule_;
   bool overlap_;
+  Matching matching_;
   std::vector<std::vector<int>> free_;         // per chunk: free activation slots
   std::vector<std::vector<int>> slot_of_;      // per chunk: micro-batch -> activation slot
   std::vector<int> free_received_;             // free received-gradient buffers (v > 1)

@@ -234,9 +234,104 @@ std::vector<PipelineOp> overlapped(const std::vector<PipelineOp>& in, int chunks
   return out;
 }
 
+// Moves each receive one compute earlier where the backend matches transfers by tag (MPI): the
+// receive of what the op after compute X needs, posted after X, is posted as its own group just
+// before X, so that it runs during X. Only where that costs no memory and no wait: the
+// micro-batches holding an activation slot (or a received-gradient buffer) of a chunk while X
+// runs stay within the schedule's peak (schedule_memory is the same); with v = 1 a gradient goes
+// into the model's one gradient buffer, which backwards use and gradient sends read, so it moves
+// only before a forward with no gradient send posted since the last backward (in the warm-up,
+// and throughout on the first stage, which sends none).
+// Under NCCL's in-order groups the same move deadlocks (a rank's early receive would hold back
+// the send its peer needs to produce it), so stream-ordered backends keep Megatron's places.
+std::vector<PipelineOp> early_receives(const std::vector<PipelineOp>& in, int chunks) {
+  std::vector<PipelineOp> base;  // without waits
+  for (const PipelineOp& op : in)
+    if (op.kind != PipelineOp::wait) base.push_back(op);
+  std::vector<int> peak_slots;
+  for (int c = 0; c < chunks; ++c) peak_slots.push_back(peak_in_flight(base, c));
+  const int peak_received = peak_received_gradients(base);
+  // What is held just before each op (the same bookkeeping as peak_in_flight and
+  // peak_received_gradients).
+  std::vector<std::vector<int>> slots_before(base.size());
+  std::vector<int> received_before(base.size());
+  std::vector<bool> gradient_sent_before(base.size());  // since the last backward
+  {
+    std::vector<std::set<int>> held(static_cast<std::size_t>(chunks));
+    std::set<std::pair<int, int>> waiting;
+    bool gradient_sent = false;
+    for (std::size_t i = 0; i < base.size(); ++i) {
+      const PipelineOp& op = base[i];
+      for (const std::set<int>& h : held) slots_before[i].push_back(static_cast<int>(h.size()));
+      received_before[i] = static_cast<int>(waiting.size());
+      gradient_sent_before[i] = gradient_sent;
+      if (op.kind == PipelineOp::post) {
+        for (const PipelineTransfer& t : op.transfers) {
+          if (!t.send && t.direction == 0) held[static_cast<std::size_t>(t.chunk)].insert(t.micro_batch);
+          if (!t.send && t.direction == 1) waiting.insert({t.chunk, t.micro_batch});
+          if (t.send && t.direction == 1) gradient_sent = true;
+        }
+      } else if (op.kind == PipelineOp::forward) {
+        held[static_cast<std::size_t>(op.chunk)].insert(op.micro_batch);
+      } else if (op.kind == PipelineOp::backward) {
+        held[static_cast<std::size_t>(op.chunk)].erase(op.micro_batch);
+        waiting.erase({op.chunk, op.micro_batch});
+        gradient_sent = false;
+      }
+    }
+  }
+  std::vector<PipelineOp> out;
+  for (std::size_t i = 0; i < base.size(); ++i) {
+    const PipelineOp& x = base[i];
+    if (x.kind == PipelineOp::post) {
+      if (!x.transfers.empty()) out.push_back(x);
+      continue;
+    }
+    // X is a compute; the posts up to the next compute hold the receives that may move.
+    PipelineOp early;
+    early.kind = PipelineOp::post;
+    std::vector<int> slots = slots_before[i];
+    int received = received_before[i];
+    for (std::size_t j = i + 1; j < base.size() && base[j].kind == PipelineOp::post; ++j) {
+      std::vector<PipelineTransfer> stay;
+      for (const PipelineTransfer& t : base[j].transfers) {
+        bool move = false;
+        if (!t.send && t.direction == 0) {
+          move = slots[static_cast<std::size_t>(t.chunk)] + 1 <= peak_slots[static_cast<std::size_t>(t.chunk)];
+          if (move) ++slots[static_cast<std::size_t>(t.chunk)];
+        } else if (!t.send && chunks > 1) {
+          move = received + 1 <= peak_received;
+          if (move) ++received;
+        } else if (!t.send) {
+          move = x.kind == PipelineOp::forward && !gradient_sent_before[i];
+        }
+        (move ? early.transfers : stay).push_back(t);
+      }
+      base[j].transfers = stay;
+    }
+    if (!early.transfers.empty()) out.push_back(early);
+    out.push_back(x);
+  }
+  // Groups numbered in posting order, each waited for right after its post, as Builder makes
+  // them (overlapped() then defers the waits).
+  int group = 0;
+  std::vector<PipelineOp> with_waits;
+  for (PipelineOp& op : out) {
+    if (op.kind == PipelineOp::post) op.group = group++;
+    with_waits.push_back(op);
+    if (op.kind != PipelineOp::post) continue;
+    PipelineOp wait;
+    wait.kind = PipelineOp::wait;
+    wait.group = op.group;
+    with_waits.push_back(wait);
+  }
+  return with_waits;
+}
+
 }  // namespace
 
-std::vector<PipelineOp> pipeline_ops(Schedule schedule, const PipelinePlace& place, int micro_batches, bool overlap) {
+std::vector<PipelineOp> pipeline_ops(Schedule schedule, const PipelinePlace& place, int micro_batches, bool overlap,
+                                     Matching matching) {
   if (place.ranks < 1 || place.rank < 0 || place.rank >= place.ranks || place.chunks < 1 || micro_batches < 1)
     throw std::invalid_argument("tptrain: pipeline_ops: bad stage " + std::to_string(place.rank) + " of " +
                                 std::to_string(place.ranks) + ", " + std::to_string(place.chunks) +
@@ -250,7 +345,8 @@ std::vector<PipelineOp> pipeline_ops(Schedule schedule, const PipelinePlace& pla
     one_f_one_b(b, place.rank, place.ranks, micro_batches);
   else
     all_forward_all_backward(b, micro_batches);
-  return overlap ? overlapped(b.ops(), place.chunks) : b.ops();
+  if (!overlap) return b.ops();
+  return overlapped(matching == Matching::by_tag ? early_receives(b.ops(), place.chunks) : b.ops(), place.chunks);
 }
 
 std::vector<PipelineOp> pipeline_ops(Schedule schedule, int stage, int stages, int micro_batches) {
@@ -297,7 +393,8 @@ int ScheduleMemory::total_slots() const {
   return n;
 }
 
-ScheduleMemory schedule_memory(Schedule schedule, const PipelinePlace& place, int micro_batches, bool overlap) {
+ScheduleMemory schedule_memory(Schedule schedule, const PipelinePlace& place, int micro_batches, bool overlap,
+                               Matching matching) {
   ScheduleMemory out;
   if (place.chunks == 1 && schedule == Schedule::one_f_one_b) {
     out.slots = {std::min(place.ranks - place.rank, micro_batches)};  // 1F1B's warm-up + 1
@@ -305,7 +402,7 @@ ScheduleMemory schedule_memory(Schedule schedule, const PipelinePlace& place, in
   }
   int m = micro_batches;
   if (place.chunks > 1) m = std::min(m, place.ranks * (place.chunks + 1));
-  const std::vector<PipelineOp> ops = pipeline_ops(schedule, place, m, overlap);
+  const std::vector<PipelineOp> ops = pipeline_ops(schedule, place, m, overlap, matching);
   for (int c = 0; c < place.chunks; ++c) out.slots.push_back(peak_in_flight(ops, c));
   if (place.chunks > 1) out.received_gradients = peak_received_gradients(ops);
   return out;
@@ -318,19 +415,20 @@ double PipelineSimulation::bubble() const {
 }
 
 PipelineSimulation simulate(Schedule schedule, int ranks, int micro_batches, int chunks, bool overlap,
-                            double forward_time, double backward_time) {
+                            double forward_time, double backward_time, Matching matching) {
   if (const std::string why = schedule_problem(schedule, ranks, micro_batches, chunks); !why.empty()) {
     PipelineSimulation result;
     result.problem = why;
     return result;
   }
   std::vector<std::vector<PipelineOp>> ops;
-  for (int r = 0; r < ranks; ++r) ops.push_back(pipeline_ops(schedule, PipelinePlace{r, ranks, chunks}, micro_batches, overlap));
-  return simulate(ops, micro_batches, chunks, forward_time, backward_time);
+  for (int r = 0; r < ranks; ++r)
+    ops.push_back(pipeline_ops(schedule, PipelinePlace{r, ranks, chunks}, micro_batches, overlap, matching));
+  return simulate(ops, micro_batches, chunks, forward_time, backward_time, matching);
 }
 
 PipelineSimulation simulate(const std::vector<std::vector<PipelineOp>>& ops, int micro_batches, int chunks,
-                            double forward_time, double backward_time) {
+                            double forward_time, double backward_time, Matching matching) {
   PipelineSimulation result;
   const int ranks = static_cast<int>(ops.size());
   struct Group {
@@ -349,6 +447,10 @@ PipelineSimulation simulate(const std::vector<std::vector<PipelineOp>>& ops, int
     std::deque<int> queue;  // posted, not yet complete, in posting order
     double queue_free_at = 0;
     std::set<std::pair<int, int>> forwarded, backwarded, have_input, have_grad;
+    // The model's one gradient buffer (GptModel::output_grad / input_grad): a backward leaves
+    // its input gradient there until the wait of the group that sends it; with v = 1 a gradient
+    // is also received there, from its post to its backward.
+    bool gradient_being_sent = false, gradient_being_received = false;
   };
   result.computes.resize(ops.size());
   using Key = std::tuple<int, int, int>;  // direction, receiving chunk, micro-batch
@@ -370,34 +472,68 @@ PipelineSimulation simulate(const std::vector<std::vector<PipelineOp>>& ops, int
     Group& g = x.groups[x.queue.front()];
     g.started_at = std::max(g.posted_at, x.queue_free_at);
   };
+  // The groups whose transfers may meet now: the front of the queue in order, any posted by tag.
+  const auto open_groups = [&](const Rank& x) {
+    return matching == Matching::stream_order ? std::min<std::size_t>(1, x.queue.size()) : x.queue.size();
+  };
   for (bool moved = true; moved;) {
     moved = false;
-    // Transfers between the groups at the front of two ranks' queues.
+    // Transfers between posted groups. In order (NCCL): only the groups at the front of both
+    // ranks' queues. By tag (MPI): any posted groups; a send meets the first receive its peer
+    // posted from this rank with its tag (MPI's (source, tag) matching), which must expect it.
     for (int r = 0; r < ranks; ++r) {
       Rank& a = rs[static_cast<std::size_t>(r)];
-      if (a.queue.empty()) continue;
-      Group& ga = a.groups[a.queue.front()];
-      for (std::size_t i = 0; i < ga.done.size(); ++i) {
-        if (ga.done[i]) continue;
-        const PipelineTransfer& t = ga.post->transfers[i];
-        const int q = rank_of(r, t.peer);
-        Rank& b = rs[static_cast<std::size_t>(q)];
-        if (b.queue.empty()) continue;
-        Group& gb = b.groups[b.queue.front()];
-        for (std::size_t j = 0; j < gb.done.size(); ++j) {
-          const PipelineTransfer& u = gb.post->transfers[j];
-          if (gb.done[j] || u.peer != -t.peer || u.send == t.send || u.direction != t.direction ||
-              u.micro_batch != t.micro_batch || u.chunk != peer_chunk(a.place, t) ||
-              t.chunk != peer_chunk(b.place, u) || (q == r && &ga == &gb && i == j))
-            continue;
-          const double at = std::max(ga.started_at, gb.started_at);
-          ga.done[i] = gb.done[j] = true;
-          ga.done_at[i] = gb.done_at[j] = at;
-          moved = true;
-          break;
+      const std::size_t open_a = open_groups(a);
+      for (std::size_t ia = 0; ia < open_a; ++ia) {
+        Group& ga = a.groups[a.queue[ia]];
+        for (std::size_t i = 0; i < ga.done.size(); ++i) {
+          const PipelineTransfer& t = ga.post->transfers[i];
+          if (ga.done[i] || (matching == Matching::by_tag && !t.send)) continue;
+          const int q = rank_of(r, t.peer);
+          Rank& b = rs[static_cast<std::size_t>(q)];
+          const std::size_t open_b = open_groups(b);
+          bool matched = false;
+          for (std::size_t ib = 0; ib < open_b && !matched; ++ib) {
+            Group& gb = b.groups[b.queue[ib]];
+            for (std::size_t j = 0; j < gb.done.size(); ++j) {
+              const PipelineTransfer& u = gb.post->transfers[j];
+              if (gb.done[j] || u.send == t.send || (q == r && &ga == &gb && i == j)) continue;
+              const bool same = u.peer == -t.peer && u.direction == t.direction && u.micro_batch == t.micro_batch &&
+                                u.chunk == peer_chunk(a.place, t) && t.chunk == peer_chunk(b.place, u);
+              if (matching == Matching::by_tag) {
+                if (rank_of(q, u.peer) != r || transfer_tag(b.place, u) != transfer_tag(a.place, t)) continue;
+                if (!same) {
+                  result.problem = "rank " + std::to_string(r) + " sends " + name(t.chunk, t.micro_batch) +
+                                   " with the tag rank " + std::to_string(q) + " receives " +
+                                   name(u.chunk, u.micro_batch) + " under";
+                  return result;
+                }
+              } else if (!same) {
+                continue;
+              }
+              const double at = std::max(ga.started_at, gb.started_at);
+              ga.done[i] = gb.done[j] = true;
+              ga.done_at[i] = gb.done_at[j] = at;
+              moved = matched = true;
+              break;
+            }
+          }
         }
       }
     }
+    if (matching == Matching::by_tag)  // every complete group, wherever it is in the queue
+      for (Rank& x : rs)
+        for (auto it = x.queue.begin(); it != x.queue.end();) {
+          Group& g = x.groups[*it];
+          if (std::find(g.done.begin(), g.done.end(), false) != g.done.end()) {
+            ++it;
+            continue;
+          }
+          g.completed_at = g.started_at;
+          for (double at : g.done_at) g.completed_at = std::max(g.completed_at, at);
+          it = x.queue.erase(it);
+          moved = true;
+        }
     for (Rank& x : rs)
       while (!x.queue.empty()) {
         Group& g = x.groups[x.queue.front()];
@@ -440,6 +576,13 @@ PipelineSimulation simulate(const std::vector<std::vector<PipelineOp>>& ops, int
             result.problem = where(r) + "second backward of " + name(op.chunk, op.micro_batch);
             return result;
           }
+          if (x.gradient_being_sent) {
+            result.problem = where(r) + "backward of " + name(op.chunk, op.micro_batch) +
+                             " overwrites the gradient buffer before the input gradient in it is sent";
+            return result;
+          }
+          x.gradient_being_received = false;
+          x.gradient_being_sent = !x.place.first_virtual(op.chunk);
           result.computes[static_cast<std::size_t>(r)].push_back({x.clock, x.clock + backward_time, op});
           x.clock += backward_time;
         } else if (op.kind == PipelineOp::post) {
@@ -463,10 +606,21 @@ PipelineSimulation simulate(const std::vector<std::vector<PipelineOp>>& ops, int
               sent[{r, q}].push_back({t.direction, peer_chunk(x.place, t), t.micro_batch});
             } else {
               received[{q, r}].push_back({t.direction, t.chunk, t.micro_batch});
+              if (t.direction == 1 && chunks == 1) {
+                if (x.gradient_being_sent || x.gradient_being_received) {
+                  result.problem = where(r) + "receives the gradient of " + name(t.chunk, t.micro_batch) +
+                                   " into the gradient buffer while it holds another gradient";
+                  return result;
+                }
+                x.gradient_being_received = true;
+              }
             }
           }
           x.queue.push_back(op.group);
-          if (x.queue.size() == 1) start_head(x);
+          if (matching == Matching::by_tag)
+            g.started_at = g.posted_at;
+          else if (x.queue.size() == 1)
+            start_head(x);
         } else {
           const auto it = x.groups.find(op.group);
           if (it == x.groups.end() || it->second.waited) {
@@ -477,8 +631,10 @@ PipelineSimulation simulate(const std::vector<std::vector<PipelineOp>>& ops, int
           if (g.completed_at < 0) break;
           g.waited = true;
           x.clock = std::max(x.clock, g.completed_at);
-          for (const PipelineTransfer& t : g.post->transfers)
+          for (const PipelineTransfer& t : g.post->transfers) {
             if (!t.send) (t.direction == 0 ? x.have_input : x.have_grad).insert({t.chunk, t.micro_batch});
+            if (t.send && t.direction == 1) x.gradient_being_sent = false;
+          }
         }
         ++x.pc;
         moved = true;
@@ -503,7 +659,7 @@ PipelineSimulation simulate(const std::vector<std::vector<PipelineOp>>& ops, int
     }
   }
   for (const auto& kv : sent)
-    if (received[kv.first] != kv.second) {
+    if (matching == Matching::stream_order && received[kv.first] != kv.second) {
       result.problem = "rank " + std::to_string(kv.first.first) + " sends to rank " + std::to_string(kv.first.second) +
                        " in another order than that rank receives (NCCL matches by order)";
       return result;
@@ -534,8 +690,9 @@ std::string draw(const PipelineSimulation& sim) {
   return out;
 }
 
-std::string simulate_pipeline(Schedule schedule, int stages, int micro_batches, int chunks, bool overlap) {
-  return simulate(schedule, stages, micro_batches, chunks, overlap).problem;
+std::string simulate_pipeline(Schedule schedule, int stages, int micro_batches, int chunks, bool overlap,
+                              Matching matching) {
+  return simulate(schedule, stages, micro_batches, chunks, overlap, 1, 2, matching).problem;
 }
 
 }  // namespace tptrain::train

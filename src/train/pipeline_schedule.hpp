@@ -28,10 +28,18 @@
 //
 // Transfers travel in groups (a `post` op: on NCCL one ncclGroupStart/End, on MPI isend/irecv)
 // that a later `wait` op completes; between the two the rank computes (PipelineRunner: overlap).
-// Each rank's groups complete in the order they were posted (one NCCL stream);
-// simulate_pipeline proves that every schedule finishes under that rule even when a transfer
-// completes only while both ranks' current groups hold it, and that the i-th send from a rank
-// to a peer is the i-th receive the peer posts from it (NCCL matches by order, MPI by tag).
+// How transfers meet depends on the backend (Matching):
+//   stream_order (NCCL): a rank's groups run one after the other on one stream, so they complete
+//         in the order posted, a transfer only while both ranks' current groups hold it, and the
+//         i-th send from a rank to a peer must be the i-th receive the peer posts from it.
+//         Receives stay where Megatron posts them, together with the sends after a compute:
+//         posted before the compute, a receive would hold back the sends queued behind it that
+//         its own data depends on.
+//   by_tag (MPI): every isend/irecv is its own request, matched by (source, tag) and completed
+//         whenever both sides are posted, whatever else is pending. Each receive is posted one
+//         compute earlier, before the compute that precedes its use, where that needs no more
+//         memory (early_receives in pipeline_schedule.cpp), so it overlaps that compute.
+// simulate proves every schedule finishes under its backend's rule.
 #pragma once
 
 #include <string>
@@ -40,6 +48,8 @@
 namespace tptrain::train {
 
 enum class Schedule { one_f_one_b, all_forward_all_backward };
+// How the backend matches and completes transfers (above): NCCL stream_order, MPI by_tag.
+enum class Matching { stream_order, by_tag };
 const char* schedule_name(Schedule s);
 
 // Where a rank stands: rank `rank` of `ranks` in the pipeline, holding `chunks` model chunks.
@@ -83,9 +93,11 @@ std::string schedule_problem(Schedule schedule, int ranks, int micro_batches, in
 // The ops of `place` for `micro_batches` micro-batches (pure; no MPI). Throws
 // std::invalid_argument for counts schedule_problem refuses. `overlap`: each group's wait is put
 // just before the op that needs its data (or that reuses its buffer), so that the transfers run
-// during the compute before it; without it, right after its post.
+// during the compute before it, and under by_tag each receive is posted a compute earlier where
+// that costs no memory; without it, every group is waited for right after its post, where
+// Megatron posts it (the same ops for both matchings).
 std::vector<PipelineOp> pipeline_ops(Schedule schedule, const PipelinePlace& place, int micro_batches,
-                                     bool overlap = true);
+                                     bool overlap = true, Matching matching = Matching::stream_order);
 // v = 1.
 std::vector<PipelineOp> pipeline_ops(Schedule schedule, int stage, int stages, int micro_batches);
 
@@ -99,13 +111,15 @@ int peak_received_gradients(const std::vector<PipelineOp>& ops);
 // What a rank's schedule keeps: activation slots per chunk (peak_in_flight) and received-gradient
 // buffers (peak_received_gradients; 0 with v = 1). For interleaved 1F1B they stop growing with M
 // once M >= p·(v + 1) (each chunk's warm-up is shorter), so they are computed on at most that
-// many micro-batches: the plan asks for decks of millions of micro-batches.
+// many micro-batches: the plan asks for decks of millions of micro-batches. The same under
+// both matchings (early receives are placed so that they need no more).
 struct ScheduleMemory {
   std::vector<int> slots;  // [chunk]
   int received_gradients = 0;
   int total_slots() const;
 };
-ScheduleMemory schedule_memory(Schedule schedule, const PipelinePlace& place, int micro_batches, bool overlap = true);
+ScheduleMemory schedule_memory(Schedule schedule, const PipelinePlace& place, int micro_batches, bool overlap = true,
+                               Matching matching = Matching::stream_order);
 
 // The result of running every rank's ops together (simulate).
 struct PipelineSimulation {
@@ -122,21 +136,29 @@ struct PipelineSimulation {
   double bubble() const;
 };
 
-// Runs every rank's ops: posts never block; each rank's groups complete in posting order, and a
-// transfer completes only when the groups at the front of both ranks' queues hold it (NCCL's
-// rule; stricter than MPI's); a wait blocks until its group completed; a forward needs its
-// input, a backward its gradient, received and waited for. Each forward takes `forward_time`,
-// each backward `backward_time` (of one chunk), transfers take no time.
+// Runs every rank's ops under `matching`'s rule: posts never block; stream_order (NCCL): each
+// rank's groups complete in posting order, and a transfer completes only when the groups at the
+// front of both ranks' queues hold it, pairs matched by order; by_tag (MPI): a transfer
+// completes as soon as both sides are posted, a send meeting the first receive the peer posted
+// from its rank with its tag (which must expect that micro-batch and chunk), and a group when all
+// its transfers have. A wait blocks until its group completed; a forward needs its input, a
+// backward its gradient, received and waited for; a backward may not overwrite the model's
+// gradient buffer while the input gradient in it is still being sent, and with v = 1 no gradient
+// is received into that buffer while it holds another. Each forward takes `forward_time`, each
+// backward `backward_time` (of one chunk), transfers take no time.
 PipelineSimulation simulate(Schedule schedule, int ranks, int micro_batches, int chunks, bool overlap = true,
-                            double forward_time = 1, double backward_time = 2);
+                            double forward_time = 1, double backward_time = 2,
+                            Matching matching = Matching::stream_order);
 // The same for given ops of every rank (ops[r]: rank r's), M micro-batches of `chunks` chunks.
 PipelineSimulation simulate(const std::vector<std::vector<PipelineOp>>& ops, int micro_batches, int chunks,
-                            double forward_time = 1, double backward_time = 2);
+                            double forward_time = 1, double backward_time = 2,
+                            Matching matching = Matching::stream_order);
 // The computes of a simulation as text, one line per rank, one column per time unit: "F2b" is
 // the forward of micro-batch 2 on chunk b (a = chunk 0), "B2b" its backward, "--" the further
 // time units of a longer compute, "." idle. For integral compute times (docs/design.md).
 std::string draw(const PipelineSimulation& sim);
 // simulate(...).problem (tests).
-std::string simulate_pipeline(Schedule schedule, int stages, int micro_batches, int chunks = 1, bool overlap = true);
+std::string simulate_pipeline(Schedule schedule, int stages, int micro_batches, int chunks = 1, bool overlap = true,
+                              Matching matching = Matching::stream_order);
 
 }  // namespace tptrain::train
