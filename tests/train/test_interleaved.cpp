@@ -550,7 +550,7 @@ TEST_CASE("deferred transfer waits and early receives give the gradients of wait
   parallel::Topology topo(MPI_COMM_WORLD, layout_of(interleaved_deck(1, n, 1, 1, 4)));
   for (const int v : {1, 2})
     for (const Schedule schedule : {Schedule::one_f_one_b, Schedule::all_forward_all_backward}) {
-      if (v > 1 && schedule != Schedule::one_f_one_b) continue;
+      if (v > 1 && (schedule != Schedule::one_f_one_b || n == 1)) continue;  // v > 1 needs 2 stages
       INFO(train::schedule_name(schedule) << " on " << n << " stages, v = " << v);
       const io::Deck deck = interleaved_deck(1, n, 1, v, 4, 2 * n * v);
       train::RunOptions overlapped{schedule, true}, at_once{schedule, true};
