@@ -26,8 +26,10 @@ resolved=$("$exe" check "$deck" "$@" --json)
 field() { /usr/bin/python3 -c 'import json, sys; print(json.loads(sys.argv[1])[sys.argv[2]])' "$resolved" "$1"; }
 ckdir=$(field checkpoint.dir)
 # GPT-2's BPE attaches a word's leading space to the word: a BPE prompt ends before the space.
+# A fortune often ends within a few tokens; --ignore-eos shows several, <|endoftext|> between them.
 prompt="The "
-[ "$(field data.tokenizer)" = gpt2 ] && prompt="The"
+extra=()
+if [ "$(field data.tokenizer)" = gpt2 ]; then prompt="The"; extra=(--ignore-eos); fi
 
 cores=$(nproc 2>/dev/null || echo 1)
 flags=()
@@ -47,5 +49,5 @@ latest=$(ls -1 "$ckdir"/step_*.h5 2>/dev/null | sort | tail -n 1)
 if [ -n "$latest" ]; then
   echo "tptrain: sample from $latest"
   mpiexec -n "$ranks" "${flags[@]}" "$exe" generate "$deck" "$@" --checkpoint "$latest" \
-    --prompt "$prompt" --tokens 300 --temperature 0.8 --top-k 40 --seed 1
+    --prompt "$prompt" --tokens 300 --temperature 0.8 --top-k 40 --seed 1 "${extra[@]}"
 fi
