@@ -138,15 +138,10 @@ for deck in "${decks[@]}"; do
   fi
 
   [ -n "$torch_py" ] || continue
-  # The same shape as tptrain ran (the resolved deck, --set included), on as many threads in
-  # all as tptrain used over its ranks.
-  mapfile -t shape < <("$py" -c '
-import json, sys
-d = json.loads(sys.stdin.read())
-for k, key in (("layers", "model.layers"), ("hidden", "model.hidden"), ("heads", "model.heads"),
-               ("ffn", "model.ffn_hidden"), ("seq", "model.seq_length"),
-               ("vocab", "model.vocab_size"), ("batch", "training.global_batch")):
-    print("--" + k); print(d[key])' <<<"$resolved")
+  # The same shape, batch, micro-batch and precision as tptrain ran (the resolved deck, --set
+  # included), on as many threads in all as tptrain used over its ranks.
+  printf '%s\n' "$resolved" >"$logs/$name.deck.json"
+  shape=(--resolved "$logs/$name.deck.json")
   log=$logs/$name.torch.log
   torch_threads=$((ranks * threads))
   echo "== $name: PyTorch, $torch_threads thread(s)"

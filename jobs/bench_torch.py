@@ -4,21 +4,29 @@
 GPT-2 pre-LN blocks, learned position embedding, LayerNorm eps 1e-5, GELU (tanh), causal
 attention, LM head tied to the word embedding, mean cross-entropy, fp32, AdamW (lr 3e-4,
 betas (0.9, 0.95), eps 1e-8, weight decay 0.1 on 2-D weights only), gradient clipping at 1.0,
-synthetic random tokens. Times `steps` full steps (forward, backward, clip, optimizer step) after
-`warmup` untimed ones and prints one JSON line:
+synthetic random tokens. A step is `batch` sequences in micro-batches of `micro_batch` (gradients
+accumulated, as tptrain does), in `precision`: fp32, or bf16/fp16 under torch.autocast with fp32
+weights (tptrain's mixed precision; fp16 with a GradScaler). Times `steps` full steps (forward,
+backward, clip, optimizer step) after `warmup` untimed ones and prints one JSON line:
   {"torch": NAME, "torch_version": ..., "threads": T, "tokens_per_s": x, "step_s": x, "parameters": N, ...}
 
-  jobs/bench_torch.py --deck input/bench/small.toml --steps 5 --warmup 2 --threads 1
+  tptrain check DECK --set ... --json >deck.json
+  jobs/bench_torch.py --resolved deck.json --steps 5 --warmup 2 --threads 1   (jobs/bench.sh)
+  jobs/bench_torch.py --resolved deck.json --device cuda                       (jobs/device-check.sh)
   jobs/bench_torch.py --layers 4 --hidden 128 --heads 4 --seq 128 --vocab 256 --batch 16
-  jobs/bench_torch.py --deck input/bench/gpt2-124m.toml --device cuda   (jobs/device-check.sh)
-On a GPU the step is fp32 without TF32 (torch.backends.*.allow_tf32 = False), as tptrain's fp32.
-Shape flags override the deck. parameters counts each tensor once (tied embedding once, position
+  jobs/bench_torch.py --deck input/bench/small.toml   (the TOML file itself: Python >= 3.11's
+                                                       tomllib, or the tomli package)
+--resolved is the deck as tptrain runs it (--set overrides applied), so both sides run the same
+shape, batch and precision; it needs no TOML parser (Python 3.8 and later). On a GPU the fp32
+step runs without TF32 (torch.backends.*.allow_tf32 = False), as tptrain's fp32. Shape flags
+override the deck. parameters counts each tensor once (tied embedding once, position
 embedding included), the same convention as tptrain.
 """
 import argparse
 import json
 import math
 import os
+import sys
 import time
 
 # OpenBLAS (Debian's torch BLAS) sizes its thread pool when `import torch` loads it, and
@@ -96,10 +104,12 @@ def blas_library():
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--deck", help="read [model] and [training] from this tptrain deck")
+    ap.add_argument("--deck", help="read [model] and [training] from this tptrain deck (TOML)")
+    ap.add_argument("--resolved", help="read them from `tptrain check DECK --json` output (a file, - for stdin)")
     ap.add_argument("--name", help="name in the JSON line (default: deck stem or 'custom')")
-    for k in ("layers", "hidden", "heads", "ffn", "seq", "vocab", "batch"):
-        ap.add_argument("--" + k, type=int)
+    for k in ("layers", "hidden", "heads", "ffn", "seq", "vocab", "batch", "micro_batch"):
+        ap.add_argument("--" + k.replace("_", "-"), dest=k, type=int)
+    ap.add_argument("--precision", choices=("fp32", "bf16", "fp16"))
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--threads", type=int, default=int(os.environ.get("OMP_NUM_THREADS") or 1))
@@ -111,28 +121,47 @@ def main():
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
 
-    shape = dict(layers=4, hidden=128, heads=4, ffn=None, seq=128, vocab=256, batch=16)
-    if a.deck:
-        import tomllib  # Python >= 3.11
-
+    shape = dict(layers=4, hidden=128, heads=4, ffn=None, seq=128, vocab=256, batch=16, micro_batch=None,
+                 precision="fp32")
+    keys = dict(layers="model.layers", hidden="model.hidden", heads="model.heads", ffn="model.ffn_hidden",
+                seq="model.seq_length", vocab="model.vocab_size", batch="training.global_batch",
+                micro_batch="training.micro_batch", precision="training.precision")
+    if a.resolved:
+        with (sys.stdin if a.resolved == "-" else open(a.resolved)) as f:
+            d = json.load(f)
+        shape.update({ours: d[key] for ours, key in keys.items() if key in d})
+    elif a.deck:
+        try:
+            import tomllib  # Python >= 3.11
+        except ImportError:
+            try:
+                import tomli as tomllib
+            except ImportError:
+                sys.exit("bench_torch.py: --deck needs Python >= 3.11 (tomllib) or the tomli package; "
+                         "give --resolved FILE from `tptrain check DECK --json` instead")
         with open(a.deck, "rb") as f:
             d = tomllib.load(f)
-        m, t = d.get("model", {}), d.get("training", {})
-        for ours, (sec, key) in dict(layers=(m, "layers"), hidden=(m, "hidden"), heads=(m, "heads"),
-                                     ffn=(m, "ffn_hidden"), seq=(m, "seq_length"),
-                                     vocab=(m, "vocab_size"), batch=(t, "global_batch")).items():
-            if key in sec:
-                shape[ours] = sec[key]
+        for ours, key in keys.items():
+            section, name = key.split(".")
+            if name in d.get(section, {}):
+                shape[ours] = d[section][name]
     for k in shape:
         if getattr(a, k) is not None:
             shape[k] = getattr(a, k)
     if shape["ffn"] is None:
         shape["ffn"] = 4 * shape["hidden"]
-    name = a.name or (os.path.splitext(os.path.basename(a.deck))[0] if a.deck else "custom")
+    if shape["micro_batch"] is None:
+        shape["micro_batch"] = shape["batch"]
+    source = a.deck or a.resolved
+    name = a.name or (os.path.splitext(os.path.basename(source))[0] if source and source != "-" else "custom")
 
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
     L, H, S, V, B = (shape[k] for k in ("layers", "hidden", "seq", "vocab", "batch"))
+    mb, precision = shape["micro_batch"], shape["precision"]
+    if B % mb:
+        sys.exit(f"bench_torch.py: batch {B} is not a multiple of micro-batch {mb}")
+    half = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
     model = GPT(L, H, shape["heads"], shape["ffn"], S, V).to(dev)
     params = list(model.parameters())
     n_params = sum(p.numel() for p in params)
@@ -141,14 +170,23 @@ def main():
          {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}],
         lr=3e-4, betas=(0.9, 0.95), eps=1e-8)
 
+    # fp16 scales the loss as tptrain does; bf16 and fp32 need no scaler.
+    scaler = torch.cuda.amp.GradScaler(enabled=precision == "fp16" and dev.type == "cuda")
+
     def step():
-        idx = torch.randint(0, V, (B, S + 1), device=dev)
-        loss = model(idx[:, :-1], idx[:, 1:])
-        loss.backward()
+        total = 0.0
+        for _ in range(B // mb):
+            idx = torch.randint(0, V, (mb, S + 1), device=dev)
+            with torch.autocast(device_type=dev.type, dtype=half, enabled=half is not None):
+                loss = model(idx[:, :-1], idx[:, 1:]) * (mb / B)
+            scaler.scale(loss).backward()
+            total += loss.item()
+        scaler.unscale_(opt)
         nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
+        scaler.step(opt)
+        scaler.update()
         opt.zero_grad(set_to_none=True)
-        return loss.item()
+        return total
 
     for _ in range(a.warmup):
         step()
@@ -167,6 +205,7 @@ def main():
         "blas": blas_library(),
         "steps": a.steps, "warmup": a.warmup, "layers": L, "hidden": H, "heads": shape["heads"],
         "ffn_hidden": shape["ffn"], "seq_length": S, "vocab_size": V, "global_batch": B,
+        "micro_batch": mb, "precision": precision,
         "model_flops_per_token": flops_per_token,
         "model_flops_per_s": flops_per_token * B * S / step_s, "loss": loss,
         "sdpa": hasattr(F, "scaled_dot_product_attention")}), flush=True)

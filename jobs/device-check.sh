@@ -126,7 +126,10 @@ bench_deck() {  # bench_deck NAME DECK [--set ...]: tptrain bench, then PyTorch 
   grep '^{"bench"' "$out/bench-$name.log" | tail -n 1 | sed "s/^{\"bench\": \"[^\"]*\"/{\"bench\": \"$name\"/" >>"$out/bench.jsonl"
   if [ "$torch" = 1 ] && python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
     step "torch $name"
-    python3 "$root/jobs/bench_torch.py" --deck "$deck" --name "$name" --device cuda --steps "$steps" --warmup 1 \
+    # The deck as tptrain ran it (--set included): the same batch, micro-batch and precision.
+    "$exe" check "$deck" "$@" --json >"$out/deck-$name.json"
+    python3 "$root/jobs/bench_torch.py" --resolved "$out/deck-$name.json" --name "$name" --device cuda \
+      --steps "$steps" --warmup 1 \
       2>&1 | tee "$out/torch-$name.log"
     grep '^{"torch"' "$out/torch-$name.log" | tail -n 1 >>"$out/torch.jsonl"
   fi
