@@ -13,7 +13,16 @@
 # nvcc cannot parse) stays on g++. Host warnings fail through -Werror; nvcc's own diagnostics
 # ("warning #...") do not obey -Werror on the host compiler's side, so the log is scanned for
 # them as well. Exit status: 0 only when configure and build succeed with zero warnings.
+#
+# TPTRAIN_WARNINGS=report (jobs/device-check.sh, which measures rather than gates): no -Werror,
+# and warnings are counted and listed but do not fail; the default, error, is the gate above.
 set -euo pipefail
+warnings=${TPTRAIN_WARNINGS:-error}
+case "$warnings" in
+  error) werror="-Werror" ;;
+  report) werror="" ;;
+  *) echo "check-cuda-build: TPTRAIN_WARNINGS=$warnings: expected error or report" >&2; exit 2 ;;
+esac
 
 if [[ $# -lt 1 || $# -gt 3 || "$1" == -h || "$1" == --help ]]; then
   echo "usage: $0 KOKKOS_PREFIX [KOKKOS_KERNELS_PREFIX] [BUILD_DIR]" >&2
@@ -37,17 +46,25 @@ set -o pipefail
   cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release \
     -DCMAKE_CXX_COMPILER="${CXX:-g++}" \
     -DKokkos_ROOT="$kokkos" -DKokkosKernels_ROOT="$kernels" \
-    -DCMAKE_CXX_FLAGS="-Werror" ${TPTRAIN_CMAKE_ARGS:-} &&
+    -DCMAKE_CXX_FLAGS="$werror" ${TPTRAIN_CMAKE_ARGS:-} &&
   cmake --build "$build" -j "${TPTRAIN_BUILD_JOBS:-$(nproc 2>/dev/null || echo 2)}"
 } 2>&1 | tee "$log" || { echo "check-cuda-build: FAILED (configure or build; see $log)" >&2; exit 1; }
 
 # nvcc reports its own warnings as "warning #<n>-D" (front end) or "nvcc warning"; the host
 # compiler's would already have failed the build through -Werror.
 if grep -E -n "warning( #[0-9]+)?[-A-Z]*:|nvcc warning" "$log" >"$build/check-cuda-build.warnings"; then
-  echo "check-cuda-build: FAILED: $(wc -l <"$build/check-cuda-build.warnings") warning line(s):" >&2
+  if [[ "$warnings" == report ]]; then
+    echo "check-cuda-build: WARNING: $(wc -l <"$build/check-cuda-build.warnings") warning line(s) (reported, not fatal; the gate is TPTRAIN_WARNINGS=error):" >&2
+  else
+    echo "check-cuda-build: FAILED: $(wc -l <"$build/check-cuda-build.warnings") warning line(s):" >&2
+  fi
   head -n 40 "$build/check-cuda-build.warnings" >&2
-  exit 1
+  [[ "$warnings" == report ]] || exit 1
 fi
 grep -q "CUDA backend: ON" "$log" ||
   { echo "check-cuda-build: FAILED: the configure step did not report the CUDA backend" >&2; exit 1; }
-echo "check-cuda-build: OK: tptrain and its tests built against CUDA Kokkos with zero warnings ($build)"
+if [[ -s "$build/check-cuda-build.warnings" && "$warnings" == report ]]; then
+  echo "check-cuda-build: OK with warnings: tptrain and its tests built against CUDA Kokkos ($build)"
+else
+  echo "check-cuda-build: OK: tptrain and its tests built against CUDA Kokkos with zero warnings ($build)"
+fi
