@@ -38,6 +38,7 @@
 // and AdamW moments so that the optimizer runs one kernel per bucket, not one per parameter.
 #pragma once
 
+#include <algorithm>
 #include <functional>
 #include <memory>
 #include <stdexcept>
@@ -92,6 +93,9 @@ struct GradBucket {
   std::int64_t shard_begin = 0, shard_end = 0;       // this rank's shard of grads/values
   kernels::Vector<Acc> master, exp_avg, exp_avg_sq;  // [shard_end - shard_begin]
   std::int64_t used = 0;                             // elements before the padding
+  // With sequence parallelism: the leading elements of grads, those of the parameters whose
+  // gradients are summed over the TP group (placed first); 0 without it.
+  std::int64_t sequence_parallel_elements = 0;
   auto shard_values() const { return Kokkos::subview(values, std::make_pair(shard_begin, shard_end)); }
   auto shard_grads() const { return Kokkos::subview(grads, std::make_pair(shard_begin, shard_end)); }
 };
@@ -370,11 +374,13 @@ class GptModel {
   // Sequence parallelism: sums over the TP group the gradients of bucket b's parameters that
   // each rank computed from its own tokens (LayerNorm, row-parallel biases); call once per
   // step, after the last micro-batch's backward has finished the bucket and before the
-  // gradients are read (data-parallel reduction, norm). Nothing to do without it.
+  // gradients are read (data-parallel reduction, norm). One all-reduce per bucket: those
+  // parameters lead the bucket (make_buckets). Nothing to do without it.
   void sum_sequence_parallel_gradients(const Exec& exec, std::size_t b) {
-    if (!shape_.splits_sequence()) return;
-    for (Parameter<T>* p : buckets_.at(b).params)
-      if (p->sequence_parallel_gradient) parallel::sum_sequence_parallel_gradient(tp_, exec, p->grad_vector());
+    const GradBucket<T>& bucket = buckets_.at(b);
+    if (!shape_.splits_sequence() || bucket.sequence_parallel_elements == 0) return;
+    parallel::sum_sequence_parallel_gradient(
+        tp_, exec, Kokkos::subview(bucket.grads, std::make_pair(std::int64_t(0), bucket.sequence_parallel_elements)));
   }
 
   // Bytes of the activation and scratch buffers of one micro-batch (what one forward/backward
@@ -436,7 +442,16 @@ class GptModel {
       GradBucket<T> b;
       b.name = std::move(name);
       b.params = std::move(params);
-      for (const Parameter<T>* p : b.params) b.used += p->local_size();
+      // Sequence parallelism: the gradients summed over the TP group (LayerNorm, row-parallel
+      // biases) come first, so that one all-reduce of the bucket's leading elements sums them all
+      // (sum_sequence_parallel_gradients), not one all-reduce per parameter.
+      if (shape_.splits_sequence())
+        std::stable_partition(b.params.begin(), b.params.end(),
+                              [](const Parameter<T>* p) { return p->sequence_parallel_gradient; });
+      for (const Parameter<T>* p : b.params) {
+        b.used += p->local_size();
+        if (shape_.splits_sequence() && p->sequence_parallel_gradient) b.sequence_parallel_elements += p->local_size();
+      }
       const std::int64_t d = sharding_.size, shard = (b.used + d - 1) / d;
       b.shard_begin = split ? sharding_.rank * shard : 0;
       b.shard_end = split ? b.shard_begin + shard : b.used;

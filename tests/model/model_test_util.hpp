@@ -38,9 +38,9 @@ inline model::GptShape tiny_shape(int tp) {
 // gradient checks see a well-conditioned, non-trivial network rather than GPT-2's small init.
 template <class T>
 void randomise(model::GptModel<T>& m, float stddev, std::uint64_t seed) {
-  for (auto* p : m.parameters()) {
+  for (auto* p : m.parameters()) {  // drawn in place: the views stay slices of the model's buckets
     p->init_std = stddev;
-    model::allocate_and_initialise(*p, seed);
+    model::initialise(*p, seed);
   }
 }
 
