@@ -19,6 +19,18 @@
 
 namespace tptrain::test {
 
+// The tied copies of the word embedding, one on each rank of the embedding group (the first and
+// the last pipeline stage), are bit-identical: their element-wise minimum and maximum over the
+// group agree. Call on the embedding group's ranks.
+template <class Model>
+bool tied_embedding_copies_identical(Model& model, parallel::Topology& topo) {
+  auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), model.word()->value);
+  std::vector<float> lo(h.data(), h.data() + h.size()), hi = lo;
+  MPI_Allreduce(MPI_IN_PLACE, lo.data(), static_cast<int>(lo.size()), MPI_FLOAT, MPI_MIN, topo.embedding().mpi_comm());
+  MPI_Allreduce(MPI_IN_PLACE, hi.data(), static_cast<int>(hi.size()), MPI_FLOAT, MPI_MAX, topo.embedding().mpi_comm());
+  return lo == hi;
+}
+
 // Layout (tensor, 1, data); `extra` is appended to the deck text (e.g. a [checkpoint] section).
 inline io::Deck small_deck(int tensor, int data, int steps, const std::string& extra = "") {
   const std::string text = fmt::format(R"(
