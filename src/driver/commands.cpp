@@ -241,17 +241,12 @@ namespace {
 template <class Job>
 int run_job(const DeckOptions& o, Job&& job) {
   JobSession session;
-  try {
+  return with_agreed_failures([&] {
     const io::Deck deck = load_deck_on_every_rank(o);
     const auto topo = make_topology(deck);
     if (!topo) return 1;
     return job(deck, *topo);
-  } catch (const parallel::AgreedError& e) {
-    if (log::rank() == 0) log::error(e.what());
-    return 1;
-  } catch (const std::exception& e) {
-    parallel::abort_job(e.what());
-  }
+  });
 }
 
 }  // namespace

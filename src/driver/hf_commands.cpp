@@ -36,20 +36,14 @@ namespace {
 namespace fs = std::filesystem;
 using parallel::on_every_rank;
 
-// The command's failures: agreed ones are reported once by rank 0, anything else (one rank
-// failed where the others may wait in a collective) ends the job, as run_job does.
+// MPI up, then `job(rank)` under the commands' failure rule (with_agreed_failures).
 template <class Job>
 int run_on_every_rank(Job&& job) {
   MpiSession mpi;
-  try {
+  return with_agreed_failures([&] {
     job(mpi.rank);
     return 0;
-  } catch (const parallel::AgreedError& e) {
-    if (mpi.rank == 0) log::error(e.what());
-    return 1;
-  } catch (const std::exception& e) {
-    parallel::abort_job(e.what());
-  }
+  });
 }
 
 std::string shape_text(const std::vector<std::uint64_t>& shape) {

@@ -5,6 +5,9 @@
 
 #include <mpi.h>
 
+#include <utility>
+
+#include "base/agreement.hpp"
 #include "base/mpi_check.hpp"
 #include "src/log.hpp"
 
@@ -27,5 +30,28 @@ class MpiSession {
   int rank = 0;
   int size = 1;
 };
+
+// The one rule for every command's failures: a failure all ranks agreed on (parallel::AgreedError)
+// is reported once, by rank 0, after `on_agreed_failure` (its clean-up), and the command returns
+// 1; any other failure is one rank's while the others may wait in a collective, so it ends the
+// job (parallel::abort_job). Returns what `job` returns.
+template <class Job, class OnAgreedFailure>
+int with_agreed_failures(Job&& job, OnAgreedFailure&& on_agreed_failure) {
+  try {
+    return job();
+  } catch (const parallel::AgreedError& e) {
+    if (log::rank() == 0) {
+      log::error(e.what());
+      on_agreed_failure();
+    }
+    return 1;
+  } catch (const std::exception& e) {
+    parallel::abort_job(e.what());
+  }
+}
+template <class Job>
+int with_agreed_failures(Job&& job) {
+  return with_agreed_failures(std::forward<Job>(job), [] {});
+}
 
 }  // namespace tptrain::driver

@@ -230,18 +230,11 @@ int run_tokenize(const TokenizeOptions& o, const MpiSession& mpi, bool& created_
 int tokenize(const TokenizeOptions& o) {
   MpiSession mpi;
   bool created_partial = false;
-  try {
-    return run_tokenize(o, mpi, created_partial);
-  } catch (const parallel::AgreedError& e) {
-    if (mpi.rank == 0) {
-      log::error(e.what());
-      std::error_code ec;
-      if (created_partial) fs::remove_all(fs::path(o.out) / kPartialDir, ec);  // no half-written shard survives
-    }
-    return 1;
-  } catch (const std::exception& e) {
-    parallel::abort_job(e.what());
-  }
+  return with_agreed_failures([&] { return run_tokenize(o, mpi, created_partial); },
+                              [&] {
+                                std::error_code ec;  // no half-written shard survives
+                                if (created_partial) fs::remove_all(fs::path(o.out) / kPartialDir, ec);
+                              });
 }
 
 }  // namespace tptrain::driver
