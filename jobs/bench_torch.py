@@ -17,7 +17,10 @@ backward, clip, optimizer step) after `warmup` untimed ones and prints one JSON 
   jobs/bench_torch.py --deck input/bench/small.toml   (the TOML file itself: Python >= 3.11's
                                                        tomllib, or the tomli package)
 --resolved is the deck as tptrain runs it (--set overrides applied), so both sides run the same
-shape, batch and precision; it needs no TOML parser (Python 3.8 and later). On a GPU the fp32
+shape, batch and precision, and the same padded vocabulary: model.vocab_size rounded up to a
+multiple of model.vocab_pad_multiple x parallel.tensor, as tptrain allocates it (the padded
+logits take part in PyTorch's softmax, as in nanoGPT's 50304; tptrain masks them: the same GEMM
+work). It needs no TOML parser (Python 3.8 and later; the device check runs it on 3.10-3.12). On a GPU the fp32
 step runs without TF32 (torch.backends.*.allow_tf32 = False), as tptrain's fp32. Shape flags
 override the deck. parameters counts each tensor once (tied embedding once, position
 embedding included), the same convention as tptrain.
@@ -122,7 +125,7 @@ def main():
         torch.backends.cudnn.allow_tf32 = False
 
     shape = dict(layers=4, hidden=128, heads=4, ffn=None, seq=128, vocab=256, batch=16, micro_batch=None,
-                 precision="fp32")
+                 precision="fp32", vocab_pad=1)
     keys = dict(layers="model.layers", hidden="model.hidden", heads="model.heads", ffn="model.ffn_hidden",
                 seq="model.seq_length", vocab="model.vocab_size", batch="training.global_batch",
                 micro_batch="training.micro_batch", precision="training.precision")
@@ -130,6 +133,7 @@ def main():
         with (sys.stdin if a.resolved == "-" else open(a.resolved)) as f:
             d = json.load(f)
         shape.update({ours: d[key] for ours, key in keys.items() if key in d})
+        shape["vocab_pad"] = d.get("model.vocab_pad_multiple", 1) * d.get("parallel.tensor", 1)
     elif a.deck:
         try:
             import tomllib  # Python >= 3.11
@@ -146,7 +150,7 @@ def main():
             if name in d.get(section, {}):
                 shape[ours] = d[section][name]
     for k in shape:
-        if getattr(a, k) is not None:
+        if getattr(a, k, None) is not None:
             shape[k] = getattr(a, k)
     if shape["ffn"] is None:
         shape["ffn"] = 4 * shape["hidden"]
@@ -158,25 +162,34 @@ def main():
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
     L, H, S, V, B = (shape[k] for k in ("layers", "hidden", "seq", "vocab", "batch"))
+    Vp = -(-V // shape["vocab_pad"]) * shape["vocab_pad"]  # rows of the embedding and the LM head
     mb, precision = shape["micro_batch"], shape["precision"]
     if B % mb:
         sys.exit(f"bench_torch.py: batch {B} is not a multiple of micro-batch {mb}")
     half = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
-    model = GPT(L, H, shape["heads"], shape["ffn"], S, V).to(dev)
+    model = GPT(L, H, shape["heads"], shape["ffn"], S, Vp).to(dev)
     params = list(model.parameters())
-    n_params = sum(p.numel() for p in params)
+    n_params = sum(p.numel() for p in params) - (Vp - V) * H  # the logical vocabulary's rows
     opt = torch.optim.AdamW(
         [{"params": [p for p in params if p.dim() >= 2], "weight_decay": 0.1},
          {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}],
         lr=3e-4, betas=(0.9, 0.95), eps=1e-8)
 
     # fp16 scales the loss as tptrain does; bf16 and fp32 need no scaler.
-    scaler = torch.cuda.amp.GradScaler(enabled=precision == "fp16" and dev.type == "cuda")
+    use_scaler = precision == "fp16" and dev.type == "cuda"
+    if hasattr(torch, "amp") and hasattr(torch.amp, "GradScaler"):  # torch >= 2.3
+        scaler = torch.amp.GradScaler("cuda", enabled=use_scaler)
+    else:
+        scaler = torch.cuda.amp.GradScaler(enabled=use_scaler)
+
+    def sync():  # the GPU's queued work is part of the step: wait for it before reading a clock
+        if dev.type == "cuda":
+            torch.cuda.synchronize(dev)
 
     def step():
         total = 0.0
         for _ in range(B // mb):
-            idx = torch.randint(0, V, (mb, S + 1), device=dev)
+            idx = torch.randint(0, V, (mb, S + 1), device=dev)  # logical tokens only
             with torch.autocast(device_type=dev.type, dtype=half, enabled=half is not None):
                 loss = model(idx[:, :-1], idx[:, 1:]) * (mb / B)
             scaler.scale(loss).backward()
@@ -190,9 +203,11 @@ def main():
 
     for _ in range(a.warmup):
         step()
+    sync()
     t0, c0 = time.perf_counter(), time.process_time()
     for _ in range(a.steps):
         loss = step()
+    sync()
     step_s = (time.perf_counter() - t0) / max(a.steps, 1)
     cpu_step_s = (time.process_time() - c0) / max(a.steps, 1)  # < threads * step_s: contention
 
@@ -204,7 +219,7 @@ def main():
         "tokens_per_cpu_s": B * S * a.threads / cpu_step_s,  # ~tokens_per_s on an idle machine
         "blas": blas_library(),
         "steps": a.steps, "warmup": a.warmup, "layers": L, "hidden": H, "heads": shape["heads"],
-        "ffn_hidden": shape["ffn"], "seq_length": S, "vocab_size": V, "global_batch": B,
+        "ffn_hidden": shape["ffn"], "seq_length": S, "vocab_size": V, "vocab_padded": Vp, "global_batch": B,
         "micro_batch": mb, "precision": precision,
         "model_flops_per_token": flops_per_token,
         "model_flops_per_s": flops_per_token * B * S / step_s, "loss": loss,

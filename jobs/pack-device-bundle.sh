@@ -61,7 +61,7 @@ cp "$build/tptrain" "$build/tptrain-bin" "$out/bin/"
   die "ctest --show-only failed in $build"
 "$python" - "$out/ctest.json" "$build" "$out" >"$out/tests.tsv" <<'EOF' || die "could not list the tests"
 # One line per test whose program is a binary of the build: name, timeout (s), environment
-# (k=v;...), program relative to the bundle, arguments (tab-separated). Others (cmake -P scripts,
+# (k=v;... or -), program relative to the bundle, arguments (tab-separated). Others (cmake -P scripts,
 # mpiexec) need the build tree or a launcher and are left out, named on stderr.
 import json, os, shutil, sys
 tests, build, out = json.load(open(sys.argv[1]))["tests"], sys.argv[2], sys.argv[3]
@@ -73,7 +73,7 @@ for t in tests:
         continue
     exe = os.path.basename(cmd[0])
     shutil.copy2(cmd[0], os.path.join(out, "bin", exe))
-    env = ";".join(props.get("ENVIRONMENT", []))
+    env = ";".join(props.get("ENVIRONMENT", [])) or "-"  # tab-separated: no empty field
     print("\t".join([t["name"], str(int(props.get("TIMEOUT", 600))), env, "bin/" + exe] + cmd[1:]))
 EOF
 rm "$out/ctest.json"
