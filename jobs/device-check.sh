@@ -43,6 +43,7 @@
 # Environment: TPTRAIN_LAUNCH (default empty: one rank started without a launcher, as MPI's
 # singleton; e.g. "srun -n 1" or "mpiexec -n 1"), CUDA_HOME (default /usr/local/cuda),
 # TPTRAIN_CHECK_TESTS (the test names of step 3, an extended regex, default ^unit),
+# TPTRAIN_TEST_TIMEOUT (seconds per test with --bundle; default each test's ctest TIMEOUT),
 # DEVICE_CHECK_PHASES (1 = `tptrain bench --phases`: as many steps again timed phase by phase,
 # fenced at every phase boundary; tokens/s and MFU come from the unfenced steps either way).
 # shellcheck disable=SC2015  # `[ A ] && [ B ] || C`: C runs when either test fails, as meant
@@ -306,6 +307,7 @@ if [ -n "$bundle" ]; then
   ran=0 failed=""
   while IFS=$'\t' read -r name timeout_s envs program args; do
     [[ "$name" =~ $tests_re ]] || continue
+    timeout_s=${TPTRAIN_TEST_TIMEOUT:-$timeout_s}
     ran=$((ran + 1))
     echo "--- $name: $program $args" | tee -a "$out/ctest.log"
     env_list=()
