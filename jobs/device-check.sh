@@ -232,6 +232,11 @@ step gpu
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv,noheader ||
   { echo "device-check: nvidia-smi found no GPU" >&2; exit 1; }
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)
+if [ -n "$bundle" ] && [ -n "$(manifest cuda_arch)" ]; then
+  cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -n 1 | tr -d .)
+  [ "$cc" = "$(manifest cuda_arch)" ] ||
+    { echo "device-check: the bundle is built for sm_$(manifest cuda_arch) (Kokkos_ARCH_*), this GPU is sm_$cc: pack one built for it" >&2; exit 1; }
+fi
 nvcc --version 2>/dev/null | tail -n 2 || echo "(nvcc not on PATH: only a prebuilt --build or --bundle can run)"
 
 # Ninja when there is one (and the tree is new: a generator cannot change in a configured tree).

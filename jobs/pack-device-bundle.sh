@@ -164,6 +164,10 @@ glibc_max=$(for f in "$out"/bin/* "$out"/lib/* ${ompi_plugins:+"$ompi_plugins"/*
 nccl=OFF
 [[ " $cuda_needed " == *" libnccl.so."* ]] && nccl=ON
 commit=$(git -C "$source_dir" rev-parse --short HEAD 2>/dev/null || echo unknown)
+# The GPU architecture Kokkos compiled for (KOKKOS_ARCH_HOPPER90: 90), empty without CUDA.
+kokkos_dir=$(sed -n 's/^Kokkos_DIR:[A-Z]*=//p' "$build/CMakeCache.txt")
+cuda_arch=$(sed -n 's/^#define KOKKOS_ARCH_\(KEPLER\|MAXWELL\|PASCAL\|VOLTA\|TURING\|AMPERE\|ADA\|HOPPER\|BLACKWELL\)\([0-9][0-9]*\)$/\2/p' \
+            "$kokkos_dir/../../../include/KokkosCore_config.h" 2>/dev/null | head -n 1)
 {
   echo "created=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
   echo "build_dir=$build"
@@ -172,6 +176,7 @@ commit=$(git -C "$source_dir" rev-parse --short HEAD 2>/dev/null || echo unknown
   echo "tests_regex=$regex"
   echo "glibc_min=$glibc_max"
   echo "cuda_libraries=$cuda_needed"
+  echo "cuda_arch=$cuda_arch"
   echo "nccl=$nccl"
   echo "blas=$blas"
   echo "openmpi=${ompi_prefix:+yes}"
