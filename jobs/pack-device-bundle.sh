@@ -24,8 +24,8 @@
 #              and the Open MPI settings of a singleton run
 # It prints the size: every path that travels to a lent GPU machine (the repository and the carried
 # paths together) must fit in 64 MiB. BLAS: TPTRAIN_BUNDLE_BLAS=openblas (default; 36 MB with
-# Debian's OpenBLAS) or reference (Debian's libblas3, 0.5 MB: host BLAS calls of a CUDA build are
-# only the Serial-backend tests' small GEMMs).
+# Debian's OpenBLAS) or reference (Debian's libblas3, 0.5 MB, in OpenBLAS's place: a CUDA build's
+# host BLAS calls are the Serial-backend tests' small GEMMs; its bench reports no OpenBLAS core).
 set -euo pipefail
 if [[ $# -lt 1 || $# -gt 2 || "$1" == -h || "$1" == --help ]]; then
   echo "usage: $0 BUILD_DIR [OUT_DIR]" >&2
@@ -125,10 +125,17 @@ while [[ ${#queue[@]} -gt 0 ]]; do
     seen[$soname]=1
     [[ "$path" != "not" ]] || die "$(basename "$f") needs $soname, which ldd does not find here"
     src=$path
-    if [[ "$soname" == libblas.so.3 && "$blas" == reference ]]; then
+    # reference: the netlib BLAS (libc alone) under the name the program asks for, OpenBLAS's
+    # (libopenblas.so.0) or the alternative's (libblas.so.3): the same Fortran BLAS symbols.
+    if [[ "$soname" =~ ^lib(open)?blas\.so && "$blas" == reference ]]; then
       reference=(/usr/lib/*/blas/libblas.so.3)
       src=${reference[0]}
       [[ -e "$src" ]] || die "TPTRAIN_BUNDLE_BLAS=reference needs Debian's libblas3 (/usr/lib/*/blas/libblas.so.3)"
+    fi
+    if [[ "$soname" == liblapack.so.3 && "$blas" == reference ]]; then  # OpenBLAS's needs its internals
+      reference=(/usr/lib/*/lapack/liblapack.so.3)
+      src=${reference[0]}
+      [[ -e "$src" ]] || die "TPTRAIN_BUNDLE_BLAS=reference needs Debian's liblapack3 (/usr/lib/*/lapack/liblapack.so.3)"
     fi
     cp -L "$src" "$out/lib/$soname"
     queue+=("$out/lib/$soname")
@@ -137,14 +144,21 @@ done
 cuda_needed=${cuda_needed# }
 
 # RPATH $ORIGIN/../lib for the programs and $ORIGIN for the libraries, where the file has one to
-# replace (CMake rewrites it in place; a file without one relies on env.sh's LD_LIBRARY_PATH).
-set_rpath() {  # set_rpath FILE NEW
-  cmake -DF="$1" -DNEW="$2" -P /dev/stdin >/dev/null 2>&1 <<'EOF' || true
-file(READ_ELF "${F}" RUNPATH _runpath RPATH _rpath)
-if(_runpath OR _rpath)
-  file(RPATH_SET FILE "${F}" NEW_RPATH "${NEW}")
+# replace (CMake rewrites it in place, no longer than it was; a file without one relies on
+# env.sh's LD_LIBRARY_PATH).
+cat >"$out/rpath.cmake" <<'EOF'
+file(READ_ELF "${F}" RUNPATH _old)
+if(NOT _old)
+  file(READ_ELF "${F}" RPATH _old)
+endif()
+if(_old)
+  string(REPLACE ";" ":" _old "${_old}")  # READ_ELF gives a list, the file holds a path
+  file(RPATH_CHANGE FILE "${F}" OLD_RPATH "${_old}" NEW_RPATH "${NEW}")
 endif()
 EOF
+set_rpath() {  # set_rpath FILE NEW
+  cmake -DF="$1" -DNEW="$2" -P "$out/rpath.cmake" >/dev/null 2>&1 ||
+    echo "pack-device-bundle: note: could not set the RPATH of $1 (env.sh's LD_LIBRARY_PATH finds its libraries)" >&2
 }
 # shellcheck disable=SC2016  # $ORIGIN is the loader's, not the shell's
 for f in "$out"/bin/*; do
@@ -158,6 +172,8 @@ for f in "$out"/lib/*; do
   set_rpath "$f" '$ORIGIN'
 done
 
+rm "$out/rpath.cmake"
+
 # The newest glibc symbol version any bundled file asks for: the machine's glibc must be as new.
 glibc_max=$(for f in "$out"/bin/* "$out"/lib/* ${ompi_plugins:+"$ompi_plugins"/*}; do objdump -T "$f" 2>/dev/null; done |
             grep -o 'GLIBC_[0-9][0-9.]*' | sed 's/GLIBC_//' | sort -u -V | tail -n 1)
@@ -167,7 +183,7 @@ commit=$(git -C "$source_dir" rev-parse --short HEAD 2>/dev/null || echo unknown
 # The GPU architecture Kokkos compiled for (KOKKOS_ARCH_HOPPER90: 90), empty without CUDA.
 kokkos_dir=$(sed -n 's/^Kokkos_DIR:[A-Z]*=//p' "$build/CMakeCache.txt")
 cuda_arch=$(sed -n 's/^#define KOKKOS_ARCH_\(KEPLER\|MAXWELL\|PASCAL\|VOLTA\|TURING\|AMPERE\|ADA\|HOPPER\|BLACKWELL\)\([0-9][0-9]*\)$/\2/p' \
-            "$kokkos_dir/../../../include/KokkosCore_config.h" 2>/dev/null | head -n 1)
+            "$kokkos_dir/../../../include/KokkosCore_config.h" 2>/dev/null | head -n 1) || true
 {
   echo "created=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
   echo "build_dir=$build"
