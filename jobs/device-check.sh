@@ -162,9 +162,25 @@ fi
 
 if [ -n "$bundle" ]; then
   bundle=$(cd "$bundle" && pwd)
-  [ -f "$bundle/MANIFEST" ] && [ -f "$bundle/env.sh" ] && [ -x "$bundle/bin/tptrain-bin" ] ||
-    { echo "device-check: $bundle is not a bundle of jobs/pack-device-bundle.sh (no MANIFEST, env.sh or bin/tptrain-bin)" >&2; exit 1; }
+  [ -f "$bundle/MANIFEST" ] && [ -f "$bundle/env.sh" ] ||
+    { echo "device-check: $bundle is not a bundle of jobs/pack-device-bundle.sh (no MANIFEST or env.sh)" >&2; exit 1; }
   manifest() { sed -n "s/^$1=//p" "$bundle/MANIFEST"; }
+  if [ "$(manifest compressed)" = xz ]; then  # unpacked once into the output folder
+    if [ ! -f "$out/bundle/MANIFEST" ] || ! cmp -s "$bundle/MANIFEST" "$out/bundle/MANIFEST"; then
+      rm -rf "$out/bundle"
+      cp -r "$bundle" "$out/bundle"
+      find "$out/bundle" -name '*.xz' -print0 | xargs -0 -r python3 -c '
+import lzma, os, shutil, sys
+for packed in sys.argv[1:]:
+    with lzma.open(packed) as src, open(packed[:-3], "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    shutil.copymode(packed, packed[:-3])
+    os.remove(packed)'
+    fi
+    echo "  bundle       unpacked (xz) into $out/bundle"
+    bundle="$out/bundle"
+  fi
+  [ -x "$bundle/bin/tptrain-bin" ] || { echo "device-check: $bundle has no bin/tptrain-bin" >&2; exit 1; }
   echo "  bundle       $bundle: tptrain $(manifest commit), built $(manifest created) in $(manifest build_dir), NCCL $(manifest nccl)"
   # Its environment (LD_LIBRARY_PATH with its libstdc++, zlib, OpenSSL, ...; OPAL_PREFIX) is given
   # to its programs alone: Python and PyTorch keep the machine's libraries.
