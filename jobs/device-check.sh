@@ -1,10 +1,11 @@
 #!/bin/bash
 # The prepared GPU check, for a machine with one NVIDIA GPU (e.g. an H200 with 16 cores) and no
-# internet. Two ways to give it tptrain (README, "The device check"):
+# internet. Two ways to give it tptrain (README, "The device check on a bare GPU machine"):
 #   --bundle DIR  a folder made elsewhere by jobs/pack-device-bundle.sh from a CUDA build (tptrain,
 #                 its test binaries and every library they need but glibc's and CUDA's): nothing
 #                 is built, and the machine needs only the GPU driver, the CUDA libraries (toolkit
-#                 or PyTorch's nvidia-* wheels) and Python; about 4 minutes on an H200
+#                 or PyTorch's nvidia-* wheels) and Python; estimated 5-7 minutes on an H200
+#                 (tests 1-3, benchmarks 3-4; not yet measured)
 #   (default)     build here: needs the CUDA toolkit, CMake, a C++17 compiler, MPI, parallel HDF5
 #                 and tptrain's header libraries on the machine (README, "Building on a cluster")
 #
