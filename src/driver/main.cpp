@@ -28,7 +28,10 @@ namespace {
 // after the command line is read (main).
 #if defined(__ELF__)
 void record_stop_signals_at_start(int, char**, char**) { tptrain::util::record_stop_signals(); }
-[[gnu::used, gnu::section(".preinit_array")]] void (*preinit_stop_signals)(int, char**, char**) =
+// maybe_unused: nvcc's front end (a CUDA build compiles this file) ignores gnu::used and warns
+// (#177-D) that nothing references the entry; the loader does.
+using PreinitEntry = void (*)(int, char**, char**);
+[[maybe_unused, gnu::used, gnu::section(".preinit_array")]] PreinitEntry preinit_stop_signals =
     record_stop_signals_at_start;
 #endif
 
