@@ -1,6 +1,8 @@
 // Causal multi-head self-attention of the LOCAL heads of a tensor-parallel rank: the forward and
-// backward drivers, which check the shapes and run the GEMMs of attention_gemm.hpp around the
-// fused softmax passes of causal_softmax.hpp.
+// backward drivers, which check the shapes and run one of two paths (attention_path.hpp): the
+// causal-tile GEMMs of attention_gemm.hpp around the fused softmax passes of causal_softmax.hpp
+// (described below; host backends), or the fixed number of large calls of attention_batched.hpp
+// (device backends), with the same results to rounding.
 //
 // qkv [B*S, 3*Hl], Hl = nh_local*d, columns [Q of local heads | K of local heads | V of local
 // heads]; local head h occupies columns h*d .. h*d+d-1 inside each block. Row t = b*S + s.

@@ -18,13 +18,18 @@
 //            sees a key beyond it),              2h² <= S²          (h = ceil(S/2), S >= 2)
 // Chunk 2 runs first: its dV / dK GEMM covers every key and initialises dV and dK (beta 0);
 // chunk 1 adds its part (beta 1). With recompute none P is rebuilt in place of the kept scores
-// and dP goes to probs: one chunk. The pointer tables (22·B·nh pointers) live in the backward's
+// and dP goes to probs: one chunk. The pointer tables (20·B·nh pointers) live in the backward's
 // row-tile buffer dprobs_tile, which this path does not otherwise use; the forward uses it too
 // (it is a stage scratch buffer, free during a forward).
 // 16-bit: dV and dK are rounded twice (once per chunk; the tiled path rounds dK once per row
 // tile into dqkv, or once through dk_sum); every sum runs in fp32.
-// Conditions (else the caller runs the tiled path, attention.hpp: batched_attention_fits):
-// S >= 2, probs LayoutRight-contiguous per pair, the workspace contiguous and large enough.
+// dO is read from dqkv's Q block, where the model's output projection writes it (else it is
+// copied there first, one more kernel): Q, K, V, dO, dQ, dK and dV then share one row pitch, so
+// S and dP, and dV and dK, are one call each (cuBLAS takes one leading dimension per operand
+// list). Each chunk reads its query rows of dO before its last GEMM writes their dQ.
+// Conditions (else attention.hpp runs the tiled path): S >= 2, probs LayoutRight-contiguous,
+// qkv and dqkv of one row pitch, the workspace contiguous and large enough for the tables
+// (batched_attention_pointer_bytes).
 #pragma once
 
 #include <cstdint>
