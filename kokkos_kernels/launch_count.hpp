@@ -15,8 +15,10 @@
 // event set (Kokkos::Tools::Experimental::get_callbacks), installs begin callbacks that count
 // and then call the tool's own begin callback with the same arguments (so the tool still sees
 // and numbers every kernel), and restores the saved event set when it ends. Only begin
-// callbacks are installed: Kokkos fences for tools only around end callbacks, so counting adds
-// no fence. Host state only, never touched inside a kernel. Not thread-safe: one counting
+// callbacks are installed: Kokkos 3.4 calls them without a fence; Kokkos 4 fences before a
+// begin callback unless a loaded tool declared it needs none (requires_global_fencing), so
+// counted work is fenced there: count in steps of their own, never in timed ones (tptrain
+// bench does). Host state only, never touched inside a kernel. Not thread-safe: one counting
 // session at a time, opened and closed on the thread that launches.
 // Kokkos 3.4 and 4.x have the same API here (Kokkos::Tools::Experimental::{get,set}_callbacks,
 // set_begin_parallel_{for,reduce,scan}_callback).

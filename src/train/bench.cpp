@@ -203,7 +203,7 @@ int bench_as(const io::Deck& deck_in, const parallel::Topology& topo, const Benc
   }
 
   // One more step with launch counting on (not timed: counting calls a Kokkos Tools callback per
-  // kernel). This rank's counts; every rank of a layout issues alike up to its pipeline stage.
+  // kernel, and Kokkos 4 fences before each such callback). This rank's counts; every rank of a layout issues alike up to its pipeline stage.
   barrier(world);
   LaunchReport launches;
   {
