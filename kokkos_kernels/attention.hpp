@@ -1,6 +1,8 @@
 // Causal multi-head self-attention of the LOCAL heads of a tensor-parallel rank: the forward and
-// backward drivers, which check the shapes and run the GEMMs of attention_gemm.hpp around the
-// fused softmax passes of causal_softmax.hpp.
+// backward drivers, which check the shapes and run one of two paths (attention_path.hpp): the
+// causal-tile GEMMs of attention_gemm.hpp around the fused softmax passes of causal_softmax.hpp
+// (described below; host backends), or the fixed number of large calls of attention_batched.hpp
+// (device backends), with the same results to rounding.
 //
 // qkv [B*S, 3*Hl], Hl = nh_local*d, columns [Q of local heads | K of local heads | V of local
 // heads]; local head h occupies columns h*d .. h*d+d-1 inside each block. Row t = b*S + s.
@@ -36,7 +38,9 @@
 #include <string>
 #include <type_traits>
 
+#include "kokkos_kernels/attention_batched.hpp"
 #include "kokkos_kernels/attention_gemm.hpp"
+#include "kokkos_kernels/attention_path.hpp"
 #include "kokkos_kernels/causal_softmax.hpp"
 #include "kokkos_kernels/compat.hpp"
 #include "kokkos_kernels/detail.hpp"
@@ -53,6 +57,18 @@ void require_unit_last_stride(const V& v, const char* kernel, const char* what) 
   require(v.stride(rank - 1) == 1 || v.extent(rank - 1) <= 1, kernel, what);
 }
 
+// Whether `workspace` can hold the batched path's pointer tables for B*nh pairs (an empty
+// view cannot: the caller then runs the causal-tile path).
+template <class Exec, class WV>
+bool holds_pointer_tables(const WV& workspace, std::int64_t B, std::int64_t nh) {
+  if (workspace.size() == 0 || !workspace.span_is_contiguous()) return false;
+  static_assert(Kokkos::SpaceAccessibility<Exec, typename WV::memory_space>::accessible,
+                "tptrain::kernels: the attention workspace must be accessible from Exec");
+  const auto bytes = static_cast<std::int64_t>(workspace.span() * sizeof(typename WV::value_type));
+  return bytes >= batched_attention_pointer_bytes(B, nh) &&
+         reinterpret_cast<std::uintptr_t>(workspace.data()) % alignof(void*) == 0;
+}
+
 }  // namespace detail
 
 // Rows of the backward's row-tile buffer dprobs_tile [B, nh_local, tile, S] for sequence length
@@ -66,14 +82,18 @@ inline std::int64_t attention_backward_tile_rows(std::int64_t S) { return detail
 // (attention_backward_tiled with scores_kept): the S² memory Korthikanti et al.'s selective
 // recomputation saves, traded for one GEMM of 2·B·nh·S²·d flops. The backward rebuilds P from the
 // same scores either way, so the gradients are bitwise those of the recomputing backward.
-template <class Exec, class QKV, class OV, class PV, class LV, class KV>
+//
+// workspace (may be empty): the backward's row-tile buffer dprobs_tile, which the batched path
+// (attention_path.hpp, attention_batched.hpp) uses for its GEMM pointer tables; without it, or
+// when it is too small, the forward takes the causal-tile path.
+template <class Exec, class QKV, class OV, class PV, class LV, class KV, class WV>
 void attention_forward(const Exec& exec,
                        const QKV& qkv,    // [B*S, 3*Hl]
                        const OV& out,     // [B*S, Hl] out (overwritten)
                        const PV& probs,   // [B, nh_local, S, S] workspace
                        const LV& lse,     // [B*nh_local*S] out
                        const std::int64_t B, const std::int64_t S, const std::int64_t nh_local,
-                       const std::int64_t d, const KV& kept_scores) {
+                       const std::int64_t d, const KV& kept_scores, const WV& workspace) {
   detail::check_view<Exec, QKV, 2>();
   detail::check_view<Exec, OV, 2>();
   detail::check_view<Exec, PV, 4>();
@@ -123,6 +143,10 @@ void attention_forward(const Exec& exec,
   detail::require_blas_int(probs.stride(2), kernel, "probs.stride(2)");
   detail::require_blas_int(S, kernel, "S");
   if (B == 0 || S == 0) return;
+  if (attention_path<Exec>() == AttentionPath::batched && detail::holds_pointer_tables<Exec>(workspace, B, nh)) {
+    attention_forward_batched(exec, qkv, out, probs, lse, B, S, nh, d, kept_scores, keep, workspace);
+    return;
+  }
   const A scale = A(1) / kx::sqrt(static_cast<A>(d));
   const auto Q = detail::qkv_block(qkv, 0, S, d, hl), K = detail::qkv_block(qkv, 1, S, d, hl),
              V = detail::qkv_block(qkv, 2, S, d, hl);
@@ -135,6 +159,14 @@ void attention_forward(const Exec& exec,
     causal_softmax_forward(exec, probs, lse, scale);
   }
   detail::causal_rows_gemm(exec, P, V, detail::head_columns(out, S, d), S, d, B, nh);
+}
+
+// The same without a workspace: the causal-tile path.
+template <class Exec, class QKV, class OV, class PV, class LV, class KV>
+void attention_forward(const Exec& exec, const QKV& qkv, const OV& out, const PV& probs, const LV& lse,
+                       const std::int64_t B, const std::int64_t S, const std::int64_t nh_local, const std::int64_t d,
+                       const KV& kept_scores) {
+  attention_forward(exec, qkv, out, probs, lse, B, S, nh_local, d, kept_scores, PV());
 }
 
 // The same without kept scores (the backward recomputes them).
@@ -181,7 +213,7 @@ void attention_backward_tiled(const Exec& exec,
                               const DPV& dprobs_tile,   // [B, nh_local, >= tile, S] workspace
                               const std::int64_t tile_rows,
                               const DKV& dk_sum,        // [B*S, Hl] acc_t workspace, or empty
-                              const bool scores_kept = false) {
+                              const bool scores_kept = false, const bool check_only = false) {
   detail::check_view<Exec, DOV, 2>();
   detail::check_view<Exec, QKV, 2>();
   detail::check_view<Exec, LV, 1>();
@@ -245,7 +277,7 @@ void attention_backward_tiled(const Exec& exec,
   detail::require_blas_int(probs.stride(2), kernel, "probs.stride(2)");
   detail::require_blas_int(dprobs_tile.stride(2), kernel, "dprobs_tile.stride(2)");
   detail::require_blas_int(S, kernel, "S");
-  if (B == 0 || S == 0) return;
+  if (B == 0 || S == 0 || check_only) return;
   const A scale = A(1) / kx::sqrt(static_cast<A>(d));
   const auto Q = detail::qkv_block(qkv, 0, S, d, hl), K = detail::qkv_block(qkv, 1, S, d, hl),
              V = detail::qkv_block(qkv, 2, S, d, hl);
@@ -286,6 +318,48 @@ void attention_backward_tiled(const Exec& exec, const DOV& dout, const QKV& qkv,
 
 // Backward with the row tile attention_backward_tile_rows(S): dprobs_tile is
 // [B, nh_local, >= min(S, 128), S] (a full [B, nh_local, S, S] buffer works too).
+// The path is attention_path<Exec>(): batched (attention_batched.hpp) when the buffers allow it
+// (S >= 2, probs LayoutRight-contiguous, qkv and dqkv of one row pitch, dprobs_tile large enough
+// for the pointer tables), else causal tiles. dout may be dqkv's Q block (columns [0, Hl)): both
+// paths read each query row of dO before they write its dQ; the model passes it so. kept_scores (may be empty): the raw scores attention_forward kept (recompute
+// none); probs is then a free workspace (the tiled path does not need it). dk_sum as for
+// attention_backward_tiled (the batched path does not use it).
+template <class Exec, class DOV, class QKV, class LV, class DQKV, class PV, class DPV, class DKV, class KV>
+void attention_backward(const Exec& exec,
+                        const DOV& dout,            // [B*S, Hl]
+                        const QKV& qkv,             // [B*S, 3*Hl] forward input
+                        const LV& lse,              // [B*nh_local*S] from attention_forward
+                        const DQKV& dqkv,           // [B*S, 3*Hl] out (overwritten)
+                        const PV& probs,            // [B, nh_local, S, S] workspace
+                        const DPV& dprobs_tile,     // [B, nh_local, tile, S] workspace
+                        const DKV& dk_sum,          // [B*S, Hl] acc_t workspace, or empty
+                        const KV& kept_scores) {    // [B, nh_local, S, S] or empty
+  const bool kept = kept_scores.size() > 0;
+  const std::int64_t B = probs.extent(0), nh = probs.extent(1), S = probs.extent(2);
+  const bool batched = attention_path<Exec>() == AttentionPath::batched && S >= 2 && probs.span_is_contiguous() &&
+                       probs.stride(2) == static_cast<std::size_t>(S) &&
+                       probs.stride(1) == static_cast<std::size_t>(S * S) && qkv.stride(0) == dqkv.stride(0) &&
+                       detail::holds_pointer_tables<Exec>(dprobs_tile, B, nh);
+  if (!batched) {
+    if (kept)
+      attention_backward_tiled(exec, dout, qkv, lse, dqkv, kept_scores, dprobs_tile, attention_backward_tile_rows(S),
+                               dk_sum, true);
+    else
+      attention_backward_tiled(exec, dout, qkv, lse, dqkv, probs, dprobs_tile, attention_backward_tile_rows(S), dk_sum,
+                               false);
+    return;
+  }
+  // The tiled driver's checks (shapes, types, sizes), with a 1-row tile and nothing run: the
+  // batched path then works on shapes that are known good.
+  attention_backward_tiled(exec, dout, qkv, lse, dqkv, probs, dprobs_tile, 1, dk_sum, false, /*check_only=*/true);
+  if (kept)
+    for (int r = 0; r < 4; ++r)
+      detail::require(kept_scores.extent(r) == probs.extent(r), "attention_backward",
+                      "kept_scores must have the shape of probs");
+  if (B == 0 || S == 0) return;
+  attention_backward_batched(exec, dout, qkv, lse, dqkv, probs, kept_scores, kept, dprobs_tile);
+}
+
 template <class Exec, class DOV, class QKV, class LV, class DQKV, class PV, class DPV>
 void attention_backward(const Exec& exec,
                         const DOV& dout,            // [B*S, Hl]
@@ -294,8 +368,9 @@ void attention_backward(const Exec& exec,
                         const DQKV& dqkv,           // [B*S, 3*Hl] out (overwritten)
                         const PV& probs,            // [B, nh_local, S, S] workspace
                         const DPV& dprobs_tile) {   // [B, nh_local, tile, S] workspace
-  attention_backward_tiled(exec, dout, qkv, lse, dqkv, probs, dprobs_tile,
-                           attention_backward_tile_rows(static_cast<std::int64_t>(probs.extent(2))));
+  using A = kx::acc_t<typename DQKV::non_const_value_type>;
+  attention_backward(exec, dout, qkv, lse, dqkv, probs, dprobs_tile,
+                     Kokkos::View<A**, Kokkos::LayoutRight, typename DQKV::memory_space>(), PV());
 }
 
 // Same, with internally allocated workspaces (an S² and a tile×S allocation per call; pass

@@ -44,6 +44,7 @@
 
 #include "kokkos_kernels/compat.hpp"
 #include "kokkos_kernels/detail.hpp"
+#include "kokkos_kernels/launch_count.hpp"
 #include "kokkos_kernels/precision.hpp"
 
 #if defined(KOKKOSKERNELS_ENABLE_TPL_BLAS)
@@ -251,6 +252,7 @@ void batched_gemm(const Exec& exec, char transA, char transB, std::int64_t M, st
   if (M == 0 || N == 0 || batch == 0) return;
 #if TPTRAIN_BATCHED_GEMM_CUBLAS
   if constexpr (std::is_same<Exec, Kokkos::Cuda>::value) {
+    launch_count::record(launch_count::Kind::blas);
     auto& blas = KokkosBlas::Impl::CudaBlasSingleton::singleton();
     // The handle is shared with Kokkos Kernels: put its stream back afterwards.
     cudaStream_t previous = nullptr;
@@ -283,6 +285,8 @@ void batched_gemm(const Exec& exec, char transA, char transB, std::int64_t M, st
 #endif
 #if TPTRAIN_BATCHED_GEMM_HOST_BLAS
   if constexpr (std::is_same<typename Exec::memory_space, Kokkos::HostSpace>::value) {
+    // One cuBLAS call on CUDA whatever the batch: the loop below is not a launch per entry.
+    launch_count::record(launch_count::Kind::blas);
     kx::fence(exec, "tptrain::kernels::batched_gemm::host_blas");
     if constexpr (kx::is_half_v<T>) {
       detail::host_blas_gemm_16bit(transA, transB, M, N, K, alpha, A, lda, strideA, B, ldb,

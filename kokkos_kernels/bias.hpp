@@ -25,6 +25,33 @@ void bias_add(const Exec& exec,
       KOKKOS_LAMBDA(const std::int64_t t, const std::int64_t j) { y(t, j) += b(j); });
 }
 
+// y = x + (r + b): a row-parallel layer's output r, whose bias it left to this pass
+// (skip_bias_add), added to the residual stream x. r + b is rounded to the storage type first,
+// as bias_add would store it, then added: bitwise bias_add followed by add, in one launch.
+// y may alias x or r.
+template <class Exec, class XV, class RV, class BV, class YV>
+void bias_residual_add(const Exec& exec,
+                       const XV& x,    // [N, out]
+                       const RV& r,    // [N, out]
+                       const BV& b,    // [out]
+                       const YV& y) {  // [N, out]
+  detail::check_view<Exec, XV, 2>();
+  detail::check_view<Exec, RV, 2>();
+  detail::check_view<Exec, BV, 1>();
+  detail::check_view<Exec, YV, 2>();
+  detail::check_writable<YV>();
+  detail::require(x.extent(0) == y.extent(0) && x.extent(1) == y.extent(1) && r.extent(0) == y.extent(0) &&
+                      r.extent(1) == y.extent(1) && b.extent(0) == y.extent(1),
+                  "bias_residual_add", "shapes must be x, r, y [N, out], b [out]");
+  using T = typename YV::non_const_value_type;
+  Kokkos::parallel_for(
+      "tptrain::kernels::bias_residual_add", detail::range2d(exec, y.extent(0), y.extent(1)),
+      KOKKOS_LAMBDA(const std::int64_t t, const std::int64_t j) {
+        const T rb = r(t, j) + b(j);
+        y(t, j) = x(t, j) + rb;
+      });
+}
+
 namespace detail {
 template <class Exec, class DYV, class DBV>
 void check_bias_backward(const DYV& dy, const DBV& db) {

@@ -1,17 +1,26 @@
 // Deterministic column sums over the rows of an [N, cols] operand, spread over every thread:
 //   out_k(j) += Σ_i s_k(i, j),  k < K   (bias: s = dy; LayerNorm: s = (dy·x̂, dy))
-// Two stages, no atomics:
+// Two stages in one launch:
 //   1. the N rows are cut into chunks of column_sum_chunk_rows(N) rows; one work item per
 //      (chunk, column block) sums its rows in row order into partial[k, chunk, j];
-//   2. one work item per column block sums the partials in chunk order and adds the total to out.
-// The chunking depends on N only, never on the thread count or backend, and each column is
-// summed in the same order whatever the column block CB (detail::ColumnBlock), so results are
-// bitwise identical for any number of threads, team size, CB and backend. A single chunk
-// (N <= 64) skips stage 2 and needs no workspace.
+//   2. the work item that finishes a column block LAST (an atomic count per column block: each
+//      item fences its partials, then counts itself in) sums that block's partials in chunk order
+//      and adds the total to out, then sets the count back to 0 for the next call.
+// Which item is last varies, what it computes does not: the totals are the same expression
+// (chunk 0 + chunk 1 + ... in order) whichever item runs them, and the chunking depends on N
+// only, never on the thread count or backend, and each column is summed in the same order
+// whatever the column block CB (detail::ColumnBlock), so results are bitwise identical for any
+// number of threads, team size, CB and backend. A single chunk (N <= 64) needs no second stage
+// and no workspace. (Two launches, partials then totals, did the same with one more launch per
+// bias or LayerNorm gradient: issue 22's launch budget.)
 // The sums run in Op::value_type (acc_t of the output: float when a 16-bit dy is summed into a
-// float db). The partials live in a caller-provided workspace of that type (rank 1,
-// >= column_sums_workspace_size elements) so that a training loop allocates nothing; the
-// overloads without one allocate it, and fence before freeing it.
+// float db). The partials and the counts live in a caller-provided workspace of that type (rank
+// 1, >= column_sums_workspace_size elements) so that a training loop allocates nothing: the
+// partials at its start, the counts (small integers, exact in float) in its last `cols`
+// elements, which must be 0 before the first call (a new View is) and which every call leaves 0.
+// One workspace serves calls of different shapes when it holds the largest partials plus the
+// largest column count (column_sums_shared_workspace_size): then no call's partials reach any
+// call's counts. The overloads without a workspace allocate one.
 #pragma once
 
 #include <string>
@@ -36,17 +45,24 @@ inline std::int64_t column_sum_chunks(std::int64_t n) {
   return n > 0 ? detail::ceil_div(n, column_sum_chunk_rows(n)) : 0;
 }
 
-// Workspace elements column sums of K terms over [n, cols] need (0 when one chunk suffices).
-inline std::int64_t column_sums_workspace_size(std::int64_t n, std::int64_t cols, int terms = 1) {
+// Workspace elements column sums of K terms over [n, cols] need (0 when one chunk suffices):
+// the partials, then one count per column.
+inline std::int64_t column_sums_partials_size(std::int64_t n, std::int64_t cols, int terms = 1) {
   const std::int64_t chunks = column_sum_chunks(n);
   return chunks > 1 ? chunks * cols * terms : 0;
+}
+inline std::int64_t column_sums_counts_size(std::int64_t n, std::int64_t cols) {
+  return column_sum_chunks(n) > 1 ? cols : 0;
+}
+inline std::int64_t column_sums_workspace_size(std::int64_t n, std::int64_t cols, int terms = 1) {
+  return column_sums_partials_size(n, cols, terms) + column_sums_counts_size(n, cols);
 }
 
 // out_k(j) += Σ_{i<n} s_k(i, j) for K = Op::terms sums per column. Op is a copyable functor:
 //   using value_type = T;  static constexpr int terms = K;
 //   KOKKOS_INLINE_FUNCTION void summands(std::int64_t i, std::int64_t j, T (&s)[K]) const;
 //   KOKKOS_INLINE_FUNCTION void accumulate(std::int64_t j, const T (&sum)[K]) const;  // out += sum
-// `label` names the launches (label + "_partials", label + "_totals").
+// `label` names the launch (tptrain::kernels::<label>).
 template <class Exec, class Op, class WV, int CB = detail::ColumnBlock<Exec>::value>
 void column_sums(const Exec& exec, const char* label, const std::int64_t n,
                  const std::int64_t cols, const Op& op, const WV& workspace) {
@@ -67,13 +83,16 @@ void column_sums(const Exec& exec, const char* label, const std::int64_t n,
   const std::int64_t rows = column_sum_chunk_rows(n);
   const std::int64_t chunks = column_sum_chunks(n);
   const std::int64_t nblk = detail::ceil_div(cols, CB);
-  // Stage 1. Item = chunk · nblk + block: adjacent items take adjacent columns (coalesced on a
-  // GPU, CB = 1) and, on the host, contiguous runs of items cover contiguous rows.
+  // Counts at the workspace's end: one per column block (nblk <= cols of them).
+  const std::int64_t counts = static_cast<std::int64_t>(workspace.extent(0)) - cols;
+  // Item = chunk · nblk + block: adjacent items take adjacent columns (coalesced on a GPU,
+  // CB = 1) and, on the host, contiguous runs of items cover contiguous rows.
   Kokkos::parallel_for(
-      std::string("tptrain::kernels::") + label + (chunks > 1 ? "_partials" : ""),
-      detail::range(exec, chunks * nblk), KOKKOS_LAMBDA(const std::int64_t item) {
+      std::string("tptrain::kernels::") + label, detail::range(exec, chunks * nblk),
+      KOKKOS_LAMBDA(const std::int64_t item) {
         const std::int64_t c = item / nblk;
-        const std::int64_t j0 = (item % nblk) * CB;
+        const std::int64_t blk = item % nblk;
+        const std::int64_t j0 = blk * CB;
         const int nj = static_cast<int>(kx::min<std::int64_t>(CB, cols - j0));
         const std::int64_t i0 = c * rows;
         const std::int64_t i1 = kx::min<std::int64_t>(n, i0 + rows);
@@ -86,36 +105,35 @@ void column_sums(const Exec& exec, const char* label, const std::int64_t n,
             op.summands(i, j0 + b, s);
             for (int k = 0; k < K; ++k) sum[k][b] += s[k];
           }
-        for (int b = 0; b < nj; ++b) {
-          if (chunks == 1) {
+        if (chunks == 1) {
+          for (int b = 0; b < nj; ++b) {
             T s[K];
             for (int k = 0; k < K; ++k) s[k] = sum[k][b];
             op.accumulate(j0 + b, s);
-          } else {
-            for (int k = 0; k < K; ++k) workspace((k * chunks + c) * cols + j0 + b) = sum[k][b];
           }
+          return;
         }
-      });
-  if (chunks == 1) return;
-  // Stage 2: partials of each column in chunk order, starting from chunk 0 (so that a column's
-  // total is the same expression for every CB).
-  Kokkos::parallel_for(
-      std::string("tptrain::kernels::") + label + "_totals", detail::range(exec, nblk),
-      KOKKOS_LAMBDA(const std::int64_t blk) {
-        const std::int64_t j0 = blk * CB;
-        const int nj = static_cast<int>(kx::min<std::int64_t>(CB, cols - j0));
-        T sum[K][CB];
+        for (int b = 0; b < nj; ++b)
+          for (int k = 0; k < K; ++k) workspace((k * chunks + c) * cols + j0 + b) = sum[k][b];
+        Kokkos::memory_fence();  // the partials are visible before this item counts itself in
+        const T done = Kokkos::atomic_fetch_add(&workspace(counts + blk), T(1));
+        if (done != T(chunks - 1)) return;
+        // Last of its column block: every partial of it is written. Read them past any cache
+        // that may hold an older line (volatile), in chunk order, starting from chunk 0 (so that
+        // a column's total is the same expression for every CB).
+        Kokkos::memory_fence();
+        const volatile T* partial = workspace.data();
         for (int k = 0; k < K; ++k)
-          for (int b = 0; b < CB; ++b)
-            sum[k][b] = b < nj ? workspace(k * chunks * cols + j0 + b) : T(0);
-        for (std::int64_t c = 1; c < chunks; ++c)
+          for (int b = 0; b < CB; ++b) sum[k][b] = b < nj ? T(partial[k * chunks * cols + j0 + b]) : T(0);
+        for (std::int64_t cc = 1; cc < chunks; ++cc)
           for (int k = 0; k < K; ++k)
-            for (int b = 0; b < nj; ++b) sum[k][b] += workspace((k * chunks + c) * cols + j0 + b);
+            for (int b = 0; b < nj; ++b) sum[k][b] += T(partial[(k * chunks + cc) * cols + j0 + b]);
         for (int b = 0; b < nj; ++b) {
           T s[K];
           for (int k = 0; k < K; ++k) s[k] = sum[k][b];
           op.accumulate(j0 + b, s);
         }
+        workspace(counts + blk) = T(0);  // ready for the next call (stream-ordered after this one)
       });
 }
 
@@ -126,9 +144,8 @@ void column_sums(const Exec& exec, const char* label, const std::int64_t n,
   using T = typename Op::value_type;
   const std::int64_t needed = column_sums_workspace_size(n < 0 ? 0 : n, cols < 0 ? 0 : cols,
                                                          Op::terms);
-  Kokkos::View<T*, typename Exec::memory_space> workspace(
-      Kokkos::view_alloc(Kokkos::WithoutInitializing, "tptrain::kernels::column_sums_workspace"),
-      static_cast<std::size_t>(needed));
+  Kokkos::View<T*, typename Exec::memory_space> workspace(  // zeroed: the counts start at 0
+      Kokkos::view_alloc(exec, "tptrain::kernels::column_sums_workspace"), static_cast<std::size_t>(needed));
   column_sums<Exec, Op, decltype(workspace), CB>(exec, label, n, cols, op, workspace);
   if (needed > 0) kx::fence(exec, "tptrain::kernels::column_sums: free workspace");
 }

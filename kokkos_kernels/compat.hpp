@@ -7,6 +7,7 @@
 #include <Kokkos_Core.hpp>
 #include <KokkosBlas3_gemm.hpp>
 
+#include "kokkos_kernels/launch_count.hpp"
 #include "kokkos_kernels/precision.hpp"
 
 #if KOKKOS_VERSION >= 40000
@@ -77,6 +78,7 @@ inline void gemm(const Exec& exec, const char* transA, const char* transB,
   static_assert(!is_half_v<typename AV::value_type> && !is_half_v<typename BV::value_type> &&
                     !is_half_v<typename CV::value_type>,
                 "tptrain::kx::gemm: 16-bit operands go through kernels::batched_gemm");
+  kernels::launch_count::record(kernels::launch_count::Kind::blas);  // one cuBLAS / BLAS call
 #if TPTRAIN_KOKKOS_4
   KokkosBlas::gemm(exec, transA, transB, alpha, A, B, beta, C);
 #else

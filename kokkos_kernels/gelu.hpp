@@ -12,6 +12,7 @@
 // Views: rank 2, any layout, managed or unmanaged, subviews.
 #pragma once
 
+#include "kokkos_kernels/column_sums.hpp"
 #include "kokkos_kernels/compat.hpp"
 #include "kokkos_kernels/detail.hpp"
 
@@ -119,6 +120,64 @@ void gelu_backward_from_sigmoid(const Exec& exec,
         const T v = x(i, j);
         dx(i, j) = dy(i, j) * detail::gelu_grad(v, kx::convert_to<T>(sig(i, j)), k, c);
       });
+}
+
+namespace detail {
+
+// gelu_backward_from_sigmoid's value at (i, j), stored, and summed for the bias gradient.
+template <class DYV, class XV, class SV, class DXV, class DBV>
+struct GeluBackwardBiasOp {
+  using value_type = kx::acc_t<typename DBV::non_const_value_type>;
+  using T = kx::acc_t<typename DXV::non_const_value_type>;
+  using DXT = typename DXV::non_const_value_type;
+  static constexpr int terms = 1;
+  DYV dy;
+  XV x;
+  SV sig;
+  DXV dx;
+  DBV db;
+  T k, c;
+  KOKKOS_INLINE_FUNCTION void summands(const std::int64_t i, const std::int64_t j, value_type (&s)[1]) const {
+    const T v = x(i, j);
+    const DXT g = DXT(dy(i, j) * gelu_grad(v, kx::convert_to<T>(sig(i, j)), k, c));
+    dx(i, j) = g;
+    s[0] = value_type(g);
+  }
+  KOKKOS_INLINE_FUNCTION void accumulate(const std::int64_t j, const value_type (&sum)[1]) const { db(j) += sum[0]; }
+};
+
+}  // namespace detail
+
+// gelu_backward_from_sigmoid and the gradient of the bias before the GELU (the MLP's fc bias,
+// which bias_gelu_forward added) in one pass: dx = dy * gelu'(x), db(j) += Σ_rows dx(i, j).
+// The column sums of bias_backward (column_sums.hpp: same order, so bitwise the unfused pair)
+// with the GELU backward in their first stage: one launch fewer. dx may alias dy.
+// `workspace`: rank 1, >= column_sums_workspace_size(N, F) elements of acc_t of db's type.
+template <class Exec, class DYV, class XV, class SV, class DXV, class DBV, class WV,
+          int CB = detail::ColumnBlock<Exec>::value>
+void gelu_backward_bias_grad(const Exec& exec,
+                             const DYV& dy,     // [N, F]
+                             const XV& x,       // [N, F] forward input (after the bias)
+                             const SV& sig,     // [N, F] from bias_gelu_forward
+                             const DXV& dx,     // [N, F] out
+                             const DBV& db,     // [F] accumulated
+                             const WV& workspace) {
+  detail::check_view<Exec, DYV, 2>();
+  detail::check_view<Exec, XV, 2>();
+  detail::check_view<Exec, SV, 2>();
+  detail::check_view<Exec, DXV, 2>();
+  detail::check_view<Exec, DBV, 1>();
+  detail::check_writable<DXV>();
+  detail::check_writable<DBV>();
+  detail::require(x.extent(0) == dy.extent(0) && x.extent(1) == dy.extent(1) && x.extent(0) == dx.extent(0) &&
+                      x.extent(1) == dx.extent(1) && sig.extent(0) == x.extent(0) && sig.extent(1) == x.extent(1) &&
+                      db.extent(0) == x.extent(1),
+                  "gelu_backward_bias_grad", "dy, x, sig and dx must have the same extents, db [F]");
+  using Op = detail::GeluBackwardBiasOp<DYV, XV, SV, DXV, DBV>;
+  using T = typename Op::T;
+  column_sums<Exec, Op, WV, CB>(exec, "gelu_backward_bias_grad", x.extent(0), x.extent(1),
+                                Op{dy, x, sig, dx, db, static_cast<T>(detail::gelu_k), static_cast<T>(detail::gelu_c)},
+                                workspace);
 }
 
 }  // namespace tptrain::kernels

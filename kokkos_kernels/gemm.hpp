@@ -42,10 +42,13 @@ std::int64_t row_major_ld(const V& v, const char* kernel, const char* name) {
   return v.extent(0) <= 1 || ld < cols ? (ld > cols ? ld : cols) : ld;
 }
 
-// C = alpha op(A) op(B) + beta C for 16-bit A and B (C 16-bit or float), as one batched_gemm.
+// C = alpha op(A) op(B) + beta C as one batched_gemm (batch 1) on data() and leading
+// dimensions: 16-bit A and B (C 16-bit or float), and views Kokkos Kernels would not hand to the
+// vendor BLAS (a column block of a wider buffer: LayoutStride with unit last stride).
 template <class Exec, class AV, class BV, class CV>
-void gemm_16bit(const Exec& exec, const char transA, const char transB, const float alpha,
-                const AV& A, const BV& B, const float beta, const CV& C, const char* kernel) {
+void gemm_16bit(const Exec& exec, const char transA, const char transB,
+                const kx::acc_t<typename AV::non_const_value_type> alpha, const AV& A, const BV& B,
+                const kx::acc_t<typename AV::non_const_value_type> beta, const CV& C, const char* kernel) {
   using T = typename AV::non_const_value_type;
   static_assert(std::is_same<typename BV::non_const_value_type, T>::value,
                 "tptrain::kernels: 16-bit GEMM operands hold one type");
@@ -55,6 +58,11 @@ void gemm_16bit(const Exec& exec, const char transA, const char transB, const fl
   batched_gemm<Exec, T>(exec, transA, transB, M, N, K, alpha, A.data(),
                         row_major_ld(A, kernel, "A"), 0, B.data(), row_major_ld(B, kernel, "B"),
                         0, beta, C.data(), row_major_ld(C, kernel, "C"), 0, 1);
+}
+
+template <class... V>
+constexpr bool layout_right() {
+  return (std::is_same<typename V::array_layout, Kokkos::LayoutRight>::value && ...);
 }
 
 }  // namespace detail
@@ -108,8 +116,9 @@ void linear_backward_input(const Exec& exec,
     fill(exec, dx, T(0));
     return;
   }
-  if constexpr (kx::is_half_v<typename DYV::non_const_value_type>) {
-    detail::gemm_16bit(exec, 'N', 'N', 1.0f, dy, W, 0.0f, dx, "linear_backward_input");
+  if constexpr (kx::is_half_v<typename DYV::non_const_value_type> || !detail::layout_right<DYV, WV, DXV>()) {
+    // (dx a column block: the model's context gradient, written into d_qkv's Q block)
+    detail::gemm_16bit(exec, 'N', 'N', kx::acc_t<T>(1), dy, W, kx::acc_t<T>(0), dx, "linear_backward_input");
   } else {
     kx::gemm(exec, "N", "N", T(1), dy, W, T(0), dx);
   }

@@ -92,6 +92,25 @@ struct ResidualRowValue {
   }
 };
 
+// x1 = x + (r + bias): a row-parallel layer's output r whose bias the layer left to this pass
+// (Megatron's skip_bias_add); r + bias is rounded to the storage type first, as a separate bias
+// add would store it.
+template <class XV, class ResV, class BiasV, class X1V>
+struct BiasedResidualRowValue {
+  using value_type = typename X1V::non_const_value_type;
+  static constexpr bool stores = true;
+  XV x;
+  ResV r;
+  BiasV bias;
+  X1V x1;
+  KOKKOS_INLINE_FUNCTION value_type operator()(const std::int64_t i, const std::int64_t j) const {
+    const value_type rb = r(i, j) + bias(j);
+    const value_type v = x(i, j) + rb;
+    x1(i, j) = v;
+    return v;
+  }
+};
+
 // One team per row: the first pass takes first(i, j) and sums it, keeping the row in team
 // scratch when it fits; the later passes (layernorm_row) read the scratch copy or `stored`, the
 // view that holds the row in global memory.
@@ -180,6 +199,38 @@ void add_layernorm_forward(const Exec& exec,
                                  mean, rstd, eps);
 }
 
+// The same with r's bias added on the way (a row-parallel layer with skip_bias_add):
+//   x1 = x + (r + bias)   (stored),   y = LayerNorm(x1)
+// One pass instead of a bias add and then add_layernorm_forward, with the same roundings.
+template <class Exec, class XV, class ResV, class RBV, class X1V, class GV, class BV, class YV, class MV,
+          class RV>
+void add_bias_layernorm_forward(const Exec& exec,
+                                const XV& x,         // [N, H]
+                                const ResV& r,       // [N, H] residual branch, without its bias
+                                const RBV& r_bias,   // [H] the residual branch's bias
+                                const X1V& x1,       // [N, H] out: x + (r + r_bias)
+                                const GV& gamma,     // [H]
+                                const BV& beta,      // [H]
+                                const YV& y,         // [N, H] out (overwritten)
+                                const MV& mean,      // [N] out, saved for backward
+                                const RV& rstd,      // [N] out, saved for backward
+                                const kx::acc_t<typename YV::non_const_value_type> eps) {
+  detail::check_view<Exec, XV, 2>();
+  detail::check_view<Exec, ResV, 2>();
+  detail::check_view<Exec, RBV, 1>();
+  detail::check_view<Exec, X1V, 2>();
+  detail::check_writable<X1V>();
+  detail::check_layernorm_forward<Exec, X1V, GV, BV, YV, MV, RV>(x1, gamma, beta, y, mean, rstd,
+                                                                 "add_bias_layernorm_forward");
+  detail::require(x.extent(0) == x1.extent(0) && x.extent(1) == x1.extent(1) &&
+                      r.extent(0) == x1.extent(0) && r.extent(1) == x1.extent(1) &&
+                      r_bias.extent(0) == x1.extent(1),
+                  "add_bias_layernorm_forward", "x, r and x1 must have the same extents, r_bias [H]");
+  detail::layernorm_forward_rows(exec, "add_bias_layernorm_forward",
+                                 detail::BiasedResidualRowValue<XV, ResV, RBV, X1V>{x, r, r_bias, x1}, x1, gamma,
+                                 beta, y, mean, rstd, eps);
+}
+
 namespace detail {
 
 // Summands of the LayerNorm parameter gradients at (i, j): (dy·x̂, dy) -> (dγ, dβ).
@@ -212,18 +263,29 @@ struct LayerNormParamGradOp {
 // dγ += Σ_rows dy · x̂,  dβ += Σ_rows dy             (accumulated)
 // dx may alias dy (an in-place backward); no other aliasing. CB: see detail::ColumnBlock.
 // `workspace`: rank 1, >= column_sums_workspace_size(N, H, 2) elements of acc_t of dγ's type.
-template <class Exec, class DYV, class XV, class GV, class MV, class RV, class DXV, class DGV,
+//
+// layernorm_backward_add: dx = that + residual, the gradient of a pre-LN block's input, which
+// reaches it through the LayerNorm and through the residual path (one pass instead of a
+// separate add; dx rounded once). residual may alias neither dx nor dy.
+template <class Exec, class DYV, class XV, class GV, class MV, class RV, class ResV, class DXV, class DGV,
           class DBV, class WV, int CB = detail::ColumnBlock<Exec>::value>
-void layernorm_backward(const Exec& exec,
-                        const DYV& dy,           // [N, H]
-                        const XV& x,             // [N, H] forward input
-                        const GV& gamma,         // [H]
-                        const MV& mean,          // [N] from layernorm_forward
-                        const RV& rstd,          // [N] from layernorm_forward
-                        const DXV& dx,           // [N, H] out (overwritten)
-                        const DGV& dgamma,       // [H] accumulated
-                        const DBV& dbeta,        // [H] accumulated
-                        const WV& workspace) {  // scratch, see above
+void layernorm_backward_add(const Exec& exec,
+                            const DYV& dy,           // [N, H]
+                            const XV& x,             // [N, H] forward input
+                            const GV& gamma,         // [H]
+                            const MV& mean,          // [N] from layernorm_forward
+                            const RV& rstd,          // [N] from layernorm_forward
+                            const ResV& residual,    // [N, H], or an empty view: nothing added
+                            const DXV& dx,           // [N, H] out (overwritten)
+                            const DGV& dgamma,       // [H] accumulated
+                            const DBV& dbeta,        // [H] accumulated
+                            const WV& workspace) {  // scratch, see above
+  const bool add = residual.size() > 0;
+  if (add) {
+    detail::check_view<Exec, ResV, 2>();
+    detail::require(residual.extent(0) == dx.extent(0) && residual.extent(1) == dx.extent(1),
+                    "layernorm_backward_add", "residual must have the extents of dx");
+  }
   detail::check_view<Exec, DYV, 2>();
   detail::check_view<Exec, XV, 2>();
   detail::check_view<Exec, GV, 1>();
@@ -302,9 +364,26 @@ void layernorm_backward(const Exec& exec,
         // (dx may alias dy: each entry is read before this thread writes it)
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, h), [&](const std::int64_t j) {
           const T xhat = (xv(j) - mu) * rs;
-          dx(i, j) = rs * (dyv(j) * gamma(j) - mean_g - xhat * mean_gx);
+          const T g = rs * (dyv(j) * gamma(j) - mean_g - xhat * mean_gx);
+          dx(i, j) = add ? g + T(residual(i, j)) : g;
         });
       });
+}
+
+template <class Exec, class DYV, class XV, class GV, class MV, class RV, class DXV, class DGV,
+          class DBV, class WV, int CB = detail::ColumnBlock<Exec>::value>
+void layernorm_backward(const Exec& exec,
+                        const DYV& dy,           // [N, H]
+                        const XV& x,             // [N, H] forward input
+                        const GV& gamma,         // [H]
+                        const MV& mean,          // [N] from layernorm_forward
+                        const RV& rstd,          // [N] from layernorm_forward
+                        const DXV& dx,           // [N, H] out (overwritten)
+                        const DGV& dgamma,       // [H] accumulated
+                        const DBV& dbeta,        // [H] accumulated
+                        const WV& workspace) {  // scratch, see above
+  layernorm_backward_add<Exec, DYV, XV, GV, MV, RV, DYV, DXV, DGV, DBV, WV, CB>(
+      exec, dy, x, gamma, mean, rstd, DYV(), dx, dgamma, dbeta, workspace);
 }
 
 // The same with the workspace allocated here (and a fence before it is freed).
@@ -316,9 +395,7 @@ void layernorm_backward(const Exec& exec, const DYV& dy, const XV& x, const GV& 
   using T = kx::acc_t<typename DGV::non_const_value_type>;
   using WV = Kokkos::View<T*, typename Exec::memory_space>;
   const std::int64_t needed = column_sums_workspace_size(x.extent(0), x.extent(1), 2);
-  WV workspace(Kokkos::view_alloc(Kokkos::WithoutInitializing,
-                                  "tptrain::kernels::layernorm_backward_workspace"),
-               static_cast<std::size_t>(needed));
+  WV workspace("tptrain::kernels::layernorm_backward_workspace", static_cast<std::size_t>(needed));  // zeroed counts
   layernorm_backward<Exec, DYV, XV, GV, MV, RV, DXV, DGV, DBV, WV, CB>(
       exec, dy, x, gamma, mean, rstd, dx, dgamma, dbeta, workspace);
   if (needed > 0) kx::fence(exec, "tptrain::kernels::layernorm_backward: free workspace");

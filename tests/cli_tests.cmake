@@ -88,6 +88,13 @@ add_test(NAME cli_bench_unfenced COMMAND ${CMAKE_COMMAND} -DCMD=$<TARGET_FILE:tp
          "-DREGEX=fenced at step boundaries only.*step time by phase: not measured.*\"recompute_flops_per_step\": [1-9].*\"phases\": false\\}"
          "-DCOUNT_REGEX=phases_s" -DCOUNT=0 -P ${CMAKE_CURRENT_SOURCE_DIR}/run_expect.cmake)
 set_tests_properties(cli_bench_unfenced PROPERTIES TIMEOUT 60)
+# Launch counts (docs/design.md, "Launch budget") on the device's attention path, tensor 2: kernels
+# and BLAS calls per step and per layer, and the tensor-parallel collectives counted apart.
+add_test(NAME cli_bench_launches
+         COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 ${TPTRAIN_MPIEXEC_FLAGS} $<TARGET_FILE:tptrain> bench
+                 ${_decks}/bench.toml --steps 1 --warmup 0 --attention batched)
+set_tests_properties(cli_bench_launches PROPERTIES TIMEOUT 60 PASS_REGULAR_EXPRESSION
+  "launches per layer: forward [0-9.]+ \\+ [0-9.]+ BLAS.*\"launches\": \\{\"attention_path\": \"batched\", \"per_step\": \\{\"kernels\": [1-9][0-9]*, \"blas\": [1-9][0-9]*, \"kernels_and_blas\": [1-9][0-9]*, \"collectives\": [1-9][0-9]*\\}, \"per_layer_forward\": \\{\"kernels\": [1-9][0-9.]*, \"blas\": [1-9][0-9.]*, \"kernels_and_blas\": [1-9][0-9.]*, \"collectives\": [1-9]")
 # Interleaved 1F1B in bench with the fixed-time test hook (docs/planning.md, "The bubble,
 # measured"): the bubble (p - 1)/(v m) = 1/4, the predicted and measured step, in the JSON too.
 # (The blanket test environment below replaces ENVIRONMENT: env(1) sets the hook for mpiexec.)

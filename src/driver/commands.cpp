@@ -265,7 +265,7 @@ int bench(const DeckOptions& o, const BenchOptions& b) {
   deck.data_files = false;
   return run_job(deck, [&](const io::Deck& d, const parallel::Topology& topo) {
     print_rank_map(topo);
-    return train::run_bench(d, topo, train::BenchOptions{b.steps, b.warmup, b.phases});
+    return train::run_bench(d, topo, train::BenchOptions{b.steps, b.warmup, b.phases, b.attention});
   });
 }
 

@@ -24,6 +24,7 @@ struct BenchOptions {
   int steps = 10;
   int warmup = 2;
   bool phases = false;  // --phases
+  std::string attention = "default";  // --attention: default, batched or causal_tiles
 };
 
 struct EvalOptions {

@@ -174,6 +174,12 @@ int main(int argc, char** argv) {
   bench_cmd->add_flag("--phases", bench_opts.phases,
                       "then as many steps again timed phase by phase (a fence at every phase boundary; tokens/s "
                       "and MFU never include those fences)");
+  bench_cmd
+      ->add_option("--attention", bench_opts.attention,
+                   "attention path: default (batched on GPUs, causal tiles on CPUs), batched (the GPU path, also "
+                   "on a CPU) or causal_tiles")
+      ->check(CLI::IsMember({"default", "batched", "causal_tiles"}))
+      ->capture_default_str();
 
   auto* eval_cmd = app.add_subcommand("eval", "mean loss of a checkpoint over evaluation windows");
   add_deck_options(*eval_cmd, deck);

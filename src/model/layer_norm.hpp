@@ -66,6 +66,30 @@ struct LayerNorm {
     kernels::add_layernorm_forward(exec, x, r, x1, weight.value_vector(), bias.value_vector(), y, saved.mean, saved.rstd, Acc(eps));
   }
 
+  // x1 = x + (r + r_bias) for a residual branch r whose bias its layer left out, y = LayerNorm(x1).
+  template <class XV, class RV, class RBV, class X1V, class YV>
+  void forward_add_bias(const Exec& exec, const XV& x, const RV& r, const RBV& r_bias, const X1V& x1, const YV& y) {
+    PhaseScope phase(Phase::norms_elementwise);
+    kernels::add_bias_layernorm_forward(exec, x, r, r_bias, x1, weight.value_vector(), bias.value_vector(), y,
+                                        saved.mean, saved.rstd, Acc(eps));
+  }
+
+  // dx = the gradient through the LayerNorm + residual (the block input's residual path), one pass.
+  template <class DYV, class XV, class ResV, class DXV>
+  void backward_add(const Exec& exec, const DYV& dy, const XV& x, const ResV& residual, const DXV& dx) {
+    PhaseScope phase(Phase::norms_elementwise);
+    if (holds_column_sums(column_scratch, x.extent(0), x.extent(1), 2)) {
+      kernels::layernorm_backward_add(exec, dy, x, weight.value_vector(), saved.mean, saved.rstd, residual, dx,
+                                      weight.grad_vector(), bias.grad_vector(), column_scratch);
+    } else {
+      const kernels::Vector<Acc> ws("tptrain::LayerNorm::column_sums",
+                                    kernels::column_sums_workspace_size(x.extent(0), x.extent(1), 2));
+      kernels::layernorm_backward_add(exec, dy, x, weight.value_vector(), saved.mean, saved.rstd, residual, dx,
+                                      weight.grad_vector(), bias.grad_vector(), ws);
+      kx::fence(exec, "tptrain::LayerNorm: free the column-sum workspace");
+    }
+  }
+
   template <class DYV, class XV, class DXV>
   void backward(const Exec& exec, const DYV& dy, const XV& x, const DXV& dx /*[rows, H] overwritten*/) {
     PhaseScope phase(Phase::norms_elementwise);

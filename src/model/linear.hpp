@@ -57,12 +57,18 @@ inline const ParameterSpec& with_split(const ParameterSpec& spec, TensorSplit sp
 // kernels/column_sums.hpp): one scratch buffer of the stage, sized for the widest of them, so that
 // the backward allocates nothing.
 // Partial sums are fp32 whatever the storage type (they accumulate into fp32 gradients).
+// Sized for the largest partials plus the largest column count, so that no call's partials reach
+// another call's counts (kernels/column_sums.hpp); zeroed when allocated, as the counts need.
 template <class T>
 kernels::Vector<kx::acc_t<T>> column_sums_scratch(Workspace<T>& ws, const GptShape& s, std::int64_t tokens) {
-  std::int64_t n = kernels::column_sums_workspace_size(tokens, s.hidden, 2);  // LayerNorm: dγ, dβ
-  for (std::int64_t cols : {3 * std::int64_t(s.local_hidden()), std::int64_t(s.hidden), std::int64_t(s.local_ffn())})
-    n = std::max(n, kernels::column_sums_workspace_size(tokens, cols, 1));  // biases
-  return ws.template vector<kx::acc_t<T>>("column_sums", BufferCategory::scratch, std::max<std::int64_t>(n, 1));
+  std::int64_t partials = kernels::column_sums_partials_size(tokens, s.hidden, 2);  // LayerNorm: dγ, dβ
+  std::int64_t counts = kernels::column_sums_counts_size(tokens, s.hidden);
+  for (std::int64_t cols : {3 * std::int64_t(s.local_hidden()), std::int64_t(s.hidden), std::int64_t(s.local_ffn())}) {
+    partials = std::max(partials, kernels::column_sums_partials_size(tokens, cols, 1));  // biases
+    counts = std::max(counts, kernels::column_sums_counts_size(tokens, cols));
+  }
+  return ws.template vector<kx::acc_t<T>>("column_sums", BufferCategory::scratch,
+                                          std::max<std::int64_t>(partials + counts, 1));
 }
 
 // Whether a layer's column_scratch holds the partials of `terms` column sums over [n, cols]
@@ -133,11 +139,13 @@ struct ColumnParallelLinear {
     kernels::bias_add(exec, y, bias.value_vector());
   }
 
+  // bias_gradient = false: the caller has added dy's column sums to the bias gradient already
+  // (ParallelMLP: fused into the GELU backward).
   template <class DYV, class XV, class DXV>
   void backward(const Exec& exec, Communicator& tp, const DYV& dy /*[N, out/tp]*/, const XV& x /*[N or n, in]*/,
-                const DXV& dx /*[N or n, in]*/) {
+                const DXV& dx /*[N or n, in]*/, const bool bias_gradient = true) {
     if (sp.enabled()) {
-      backward_sequence_parallel(exec, tp, dy, x, dx);
+      backward_sequence_parallel(exec, tp, dy, x, dx, bias_gradient);
       return;
     }
     {
@@ -147,9 +155,9 @@ struct ColumnParallelLinear {
     // f: the all-reduce of dx runs (on NCCL, on the communication stream) while the weight and
     // bias gradients, which do not read dx, are computed; only what reads dx waits for it.
     parallel::Request dx_sum = parallel::copy_to_tp_region_backward_start(tp, exec, dx);
-    {
+    if (bias_gradient) {
       PhaseScope phase(Phase::norms_elementwise);
-      bias_gradient(exec, dy, bias.grad_vector(), column_scratch);
+      model::bias_gradient(exec, dy, bias.grad_vector(), column_scratch);
     }
     {
       PhaseScope phase(Phase::gemm);
@@ -165,7 +173,8 @@ struct ColumnParallelLinear {
   // [N, in] partial sum; that sum's reduce-scatter to this rank's tokens then runs while the
   // weight and bias gradients are computed.
   template <class DYV, class XV, class DXV>
-  void backward_sequence_parallel(const Exec& exec, Communicator& tp, const DYV& dy, const XV& x, const DXV& dx) {
+  void backward_sequence_parallel(const Exec& exec, Communicator& tp, const DYV& dy, const XV& x, const DXV& dx,
+                                  const bool bias_gradient) {
     parallel::Request gather = parallel::gather_from_sequence_parallel_region_start(tp, exec, x, sp.gathered);
     {
       PhaseScope phase(Phase::gemm);
@@ -177,9 +186,9 @@ struct ColumnParallelLinear {
     }
     parallel::Request dx_sum =
         parallel::gather_from_sequence_parallel_region_backward_start(tp, exec, sp.partial, dx);
-    {
+    if (bias_gradient) {
       PhaseScope phase(Phase::norms_elementwise);
-      bias_gradient(exec, dy, bias.grad_vector(), column_scratch);
+      model::bias_gradient(exec, dy, bias.grad_vector(), column_scratch);
     }
     {
       PhaseScope phase(Phase::gemm);
@@ -208,8 +217,11 @@ struct RowParallelLinear {
 
   std::vector<Parameter<T>*> parameters() { return {&weight, &bias}; }
 
+  // add_bias = false: Megatron's skip_bias_add for this call; the caller fuses the bias into its
+  // next kernel (TransformerLayer: into the residual add).
   template <class XV, class YV>
-  void forward(const Exec& exec, Communicator& tp, const XV& x /*[N, in/tp]*/, const YV& y /*[N or n, out]*/) {
+  void forward(const Exec& exec, Communicator& tp, const XV& x /*[N, in/tp]*/, const YV& y /*[N or n, out]*/,
+               const bool add_bias = true) {
     if (sp.enabled()) {
       {
         PhaseScope phase(Phase::gemm);
@@ -223,6 +235,7 @@ struct RowParallelLinear {
       }
       parallel::reduce_from_tp_region_forward(tp, exec, y);  // g: all-reduce partial sums
     }
+    if (!add_bias) return;
     PhaseScope phase(Phase::norms_elementwise);
     kernels::bias_add(exec, y, bias.value_vector());
   }

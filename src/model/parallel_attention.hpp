@@ -47,8 +47,7 @@ struct ParallelAttention {
   // min(S, 128)) instead of score buffers per layer.
   kernels::Tensor4<T> probs;    // [B, nh/tp, S, S] scores / probabilities
   kernels::Tensor4<T> dprobs;   // [B, nh/tp, tile, S] their gradient, one row tile (backward)
-  kernels::Matrix<T> d_ctx;     // [N, H/tp]
-  kernels::Matrix<T> d_qkv;     // [N, 3*H/tp]
+  kernels::Matrix<T> d_qkv;     // [N, 3*H/tp]; its Q block holds the context gradient first
   // bf16/fp16 only: dK summed over the backward's query row tiles in fp32, rounded once (empty
   // in fp32, where d_qkv itself accumulates in fp32).
   kernels::Matrix<kx::acc_t<T>> dk_sum;  // [N, H/tp]
@@ -62,7 +61,6 @@ struct ParallelAttention {
         probs(ws.tensor4("attention.probs", BufferCategory::scratch, batch, nh_local, S, S)),
         dprobs(ws.tensor4("attention.dprobs_tile", BufferCategory::scratch, batch, nh_local,
                           kernels::attention_backward_tile_rows(S), S)),
-        d_ctx(ws.matrix("attention.d_ctx", BufferCategory::scratch, tokens(), s.local_hidden())),
         d_qkv(ws.matrix("attention.d_qkv", BufferCategory::scratch, tokens(), 3 * std::int64_t(s.local_hidden()))) {
     qkv.column_scratch = proj.column_scratch = column_sums_scratch(ws, s, tokens());
     qkv.sp = proj.sp = sequence_parallel_buffers(ws, s, tokens());
@@ -77,24 +75,32 @@ struct ParallelAttention {
     return ps;
   }
 
+  // add_proj_bias = false: y is left without the output projection's bias, which the caller
+  // fuses into its residual add (TransformerLayer).
   template <class XV, class YV>
-  void forward(const Exec& exec, Communicator& tp, const XV& x /*[N or n, H]*/, const YV& y /*[N or n, H]*/) {
+  void forward(const Exec& exec, Communicator& tp, const XV& x /*[N or n, H]*/, const YV& y /*[N or n, H]*/,
+               const bool add_proj_bias = true) {
     qkv.forward(exec, tp, x, saved.qkv_out);
     {
       PhaseScope phase(Phase::attention);
-      kernels::attention_forward(exec, saved.qkv_out, saved.ctx, probs, saved.lse, B, S, nh_local, d, saved.scores);
+      // dprobs, free during a forward, holds the batched path's GEMM pointer tables.
+      kernels::attention_forward(exec, saved.qkv_out, saved.ctx, probs, saved.lse, B, S, nh_local, d, saved.scores,
+                                 dprobs);
     }
-    proj.forward(exec, tp, saved.ctx, y);
+    proj.forward(exec, tp, saved.ctx, y, add_proj_bias);
   }
 
   template <class DYV, class XV, class DXV>
   void backward(const Exec& exec, Communicator& tp, const DYV& dy, const XV& x, const DXV& dx) {
+    // The context gradient dO goes to d_qkv's Q block (no buffer of its own): the attention
+    // backward reads each query row of dO before it writes that row's dQ, and with dO at the
+    // leading dimension of Q, K and V the batched path pairs its GEMMs (attention_batched.hpp).
+    const auto d_ctx = Kokkos::subview(d_qkv, Kokkos::ALL(), std::make_pair(std::int64_t(0), std::int64_t(nh_local) * d));
     proj.backward(exec, tp, dy, saved.ctx, d_ctx);
     {
       PhaseScope phase(Phase::attention);
-      const bool kept = saved.scores.size() > 0;  // recompute = none: skip the Q Kᵀ GEMM
-      kernels::attention_backward_tiled(exec, d_ctx, saved.qkv_out, saved.lse, d_qkv, kept ? saved.scores : probs,
-                                        dprobs, kernels::attention_backward_tile_rows(S), dk_sum, kept);
+      // recompute = none: saved.scores holds Q Kᵀ, and the backward skips that GEMM
+      kernels::attention_backward(exec, d_ctx, saved.qkv_out, saved.lse, d_qkv, probs, dprobs, dk_sum, saved.scores);
     }
     qkv.backward(exec, tp, d_qkv, x, dx);
   }

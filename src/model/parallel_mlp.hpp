@@ -50,14 +50,16 @@ struct ParallelMLP {
     return ps;
   }
 
+  // add_proj_bias = false: y is left without proj's bias, which the caller fuses into its
+  // residual add (TransformerLayer).
   template <class XV, class YV>
-  void forward(const Exec& exec, Communicator& tp, const XV& x, const YV& y) {
+  void forward(const Exec& exec, Communicator& tp, const XV& x, const YV& y, const bool add_proj_bias = true) {
     fc.forward(exec, tp, x, saved.h);
     {
       PhaseScope phase(Phase::norms_elementwise);
       kernels::bias_gelu_forward(exec, saved.h, fc.bias.value_vector(), a, saved.sig);
     }
-    proj.forward(exec, tp, a, y);
+    proj.forward(exec, tp, a, y, add_proj_bias);
   }
 
   template <class DYV, class XV, class DXV>
@@ -68,10 +70,18 @@ struct ParallelMLP {
     }
     proj.backward(exec, tp, dy, a, da);
     {
+      // elementwise, in place; fc's bias gradient (the column sums of dL/dh) in the same pass
       PhaseScope phase(Phase::norms_elementwise);
-      kernels::gelu_backward_from_sigmoid(exec, da, saved.h, saved.sig, da);  // elementwise: in place
+      if (holds_column_sums(fc.column_scratch, da.extent(0), da.extent(1)))
+        kernels::gelu_backward_bias_grad(exec, da, saved.h, saved.sig, da, fc.bias.grad_vector(), fc.column_scratch);
+      else {  // a layer built on its own, outside a model: a workspace of this call
+        const kernels::Vector<kx::acc_t<T>> ws("tptrain::ParallelMLP::column_sums",
+                                               kernels::column_sums_workspace_size(da.extent(0), da.extent(1)));
+        kernels::gelu_backward_bias_grad(exec, da, saved.h, saved.sig, da, fc.bias.grad_vector(), ws);
+        kx::fence(exec, "tptrain::ParallelMLP: free the column-sum workspace");
+      }
     }
-    fc.backward(exec, tp, da, x, dx);
+    fc.backward(exec, tp, da, x, dx, /*bias_gradient=*/false);
   }
 };
 

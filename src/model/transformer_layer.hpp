@@ -10,7 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "kokkos_kernels/elementwise.hpp"
+#include "kokkos_kernels/bias.hpp"
+#include "kokkos_kernels/launch_count.hpp"
 #include "src/model/block_descriptor.hpp"
 #include "src/model/layer_norm.hpp"
 #include "src/model/parallel_attention.hpp"
@@ -117,31 +118,29 @@ struct TransformerLayer {
     return ordered;
   }
 
+  // Launch-count sites (kernels/launch_count.hpp): a bench reports launches per layer forward
+  // and per layer backward from them.
+  static constexpr int forward_site = 1, backward_site = 2;
+
   template <class XV, class YV>
   void forward(const Exec& exec, Communicator& tp, const XV& x /*[rows, H]*/, const YV& y /*[rows, H]*/) {
+    kernels::launch_count::SiteScope site(forward_site);
     ln_1.forward(exec, x, a);
-    attn.forward(exec, tp, a, out);
-    ln_2.forward_add(exec, x, out, x1, c);  // x1 = x + attention, c = ln_2(x1)
-    mlp.forward(exec, tp, c, out);
-    residual_add(exec, x1, out, y);
+    attn.forward(exec, tp, a, out, /*add_proj_bias=*/false);
+    ln_2.forward_add_bias(exec, x, out, attn.proj.bias.value_vector(), x1, c);  // x1 = x + attention, c = ln_2(x1)
+    mlp.forward(exec, tp, c, out, /*add_proj_bias=*/false);
+    PhaseScope phase(Phase::norms_elementwise);
+    kernels::bias_residual_add(exec, x1, out, mlp.proj.bias.value_vector(), y);  // y = x1 + mlp
   }
 
   // dx = dL/dx from dy = dL/dy (dx overwritten).
   template <class DYV, class XV, class DXV>
   void backward(const Exec& exec, Communicator& tp, const DYV& dy, const XV& x, const DXV& dx) {
-    mlp.backward(exec, tp, dy, c, g1);   // g1 = d c
-    ln_2.backward(exec, g1, x1, g2);     // g2 = d x1 through ln_2 ...
-    residual_add(exec, g2, dy, g2);      // ... plus the residual path
-    attn.backward(exec, tp, g2, a, g1);  // g1 = d a
-    ln_1.backward(exec, g1, x, dx);
-    residual_add(exec, dx, g2, dx);
-  }
-
- private:
-  template <class AV, class BV, class OV>
-  static void residual_add(const Exec& exec, const AV& a, const BV& b, const OV& out) {
-    PhaseScope phase(Phase::norms_elementwise);
-    kernels::add(exec, a, b, out);
+    kernels::launch_count::SiteScope site(backward_site);
+    mlp.backward(exec, tp, dy, c, g1);     // g1 = d c
+    ln_2.backward_add(exec, g1, x1, dy, g2);  // g2 = d x1: through ln_2 plus the residual path
+    attn.backward(exec, tp, g2, a, g1);    // g1 = d a
+    ln_1.backward_add(exec, g1, x, g2, dx);
   }
 };
 

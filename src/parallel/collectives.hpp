@@ -15,12 +15,19 @@
 #include <utility>
 
 #include "base/mpi_check.hpp"
+#include "kokkos_kernels/launch_count.hpp"
 #include "src/parallel/communicator.hpp"
 #include "src/parallel/mpi_communicator.hpp"
 
 namespace tptrain::parallel {
 
 namespace detail {
+
+// Every operation starts here: one collective for the launch count (kernels/launch_count.hpp).
+inline Request start_counted(Communicator& comm, const kx::ExecSpace& exec, const Operation& op) {
+  kernels::launch_count::record(kernels::launch_count::Kind::collective);
+  return comm.start(exec, op);
+}
 
 template <class View>
 void require_contiguous(const View& v, const char* what) {
@@ -75,7 +82,7 @@ Request iall_reduce(Communicator& comm, const kx::ExecSpace& exec, const View& v
   if (comm.size() == 1) return Request();
   const DataType type = data_type_of<detail::value_t<View>>();
   return detail::with_buffer(
-      comm, exec, v, true, true, [&](auto* p) { return comm.start(exec, Operation{Collective::all_reduce, nullptr, p, v.size(), type, op}); },
+      comm, exec, v, true, true, [&](auto* p) { return detail::start_counted(comm, exec, Operation{Collective::all_reduce, nullptr, p, v.size(), type, op}); },
       comm.reduces_on_host(type));
 }
 
@@ -91,7 +98,7 @@ Request iall_gather(Communicator& comm, const kx::ExecSpace& exec, const SendVie
                                 std::to_string(send.size() * comm.size()));
   return detail::with_buffer(comm, exec, recv, false, true, [&](auto* precv) {
     return detail::with_buffer(comm, exec, send, true, false, [&](auto* psend) {
-      return comm.start(exec, Operation{Collective::all_gather, psend, precv, send.size(),
+      return detail::start_counted(comm, exec, Operation{Collective::all_gather, psend, precv, send.size(),
                                         data_type_of<detail::value_t<SendView>>()});
     });
   });
@@ -115,7 +122,7 @@ Request ireduce_scatter(Communicator& comm, const kx::ExecSpace& exec, const Sen
         return detail::with_buffer(
             comm, exec, send, true, false,
             [&](auto* psend) {
-              return comm.start(exec, Operation{Collective::reduce_scatter, psend, precv, recv.size(), type, op});
+              return detail::start_counted(comm, exec, Operation{Collective::reduce_scatter, psend, precv, recv.size(), type, op});
             },
             needs_host);
       },
@@ -158,7 +165,7 @@ Request ibroadcast(Communicator& comm, const kx::ExecSpace& exec, const View& v,
   if (comm.size() == 1) return Request();
   const bool is_root = comm.rank() == root;
   return detail::with_buffer(comm, exec, v, is_root, !is_root, [&](auto* p) {
-    return comm.start(exec, Operation{Collective::broadcast, nullptr, p, v.size(), data_type_of<detail::value_t<View>>(),
+    return detail::start_counted(comm, exec, Operation{Collective::broadcast, nullptr, p, v.size(), data_type_of<detail::value_t<View>>(),
                                       ReduceOp::sum, root});
   });
 }
@@ -167,7 +174,7 @@ template <class View>
 Request isend(Communicator& comm, const kx::ExecSpace& exec, const View& v, int peer, int tag) {
   detail::require_contiguous(v, "send");
   return detail::with_buffer(comm, exec, v, true, false, [&](auto* p) {
-    return comm.start(exec, Operation{Collective::send, p, nullptr, v.size(), data_type_of<detail::value_t<View>>(),
+    return detail::start_counted(comm, exec, Operation{Collective::send, p, nullptr, v.size(), data_type_of<detail::value_t<View>>(),
                                       ReduceOp::sum, peer, tag});
   });
 }
@@ -176,7 +183,7 @@ template <class View>
 Request irecv(Communicator& comm, const kx::ExecSpace& exec, const View& v, int peer, int tag) {
   detail::require_contiguous(v, "recv");
   return detail::with_buffer(comm, exec, v, false, true, [&](auto* p) {
-    return comm.start(exec, Operation{Collective::recv, nullptr, p, v.size(), data_type_of<detail::value_t<View>>(),
+    return detail::start_counted(comm, exec, Operation{Collective::recv, nullptr, p, v.size(), data_type_of<detail::value_t<View>>(),
                                       ReduceOp::sum, peer, tag});
   });
 }

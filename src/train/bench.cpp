@@ -6,11 +6,14 @@
 #include <chrono>
 #include <filesystem>
 #include <memory>
+#include <optional>
 
 #include "base/agreement.hpp"
 #include "base/mpi_check.hpp"
 #include "io/deck_text.hpp"
 #include "io/json_line.hpp"
+#include "kokkos_kernels/attention_path.hpp"
+#include "kokkos_kernels/launch_count.hpp"
 #include "src/log.hpp"
 #include "src/parallel/collectives.hpp"
 #include "src/train/gemm_peak.hpp"
@@ -82,15 +85,52 @@ class StepProgress {
   Clock::time_point start_ = Clock::now(), last_ = start_;
 };
 
+// Launches of the counted step: the whole step, and per layer forward and backward (the layer's
+// sites divided by how often they were entered; recompute = full enters the forward again in
+// the backward, so its forward mean covers those too).
+struct LayerLaunches {
+  double kernels = 0, blas = 0, collectives = 0;
+  double compute() const { return kernels + blas; }
+};
+struct LaunchReport {
+  kernels::LaunchCounts step;
+  LayerLaunches forward, backward;
+};
+
+LayerLaunches per_entry(int site) {
+  namespace lc = kernels::launch_count;
+  const kernels::LaunchCounts c = lc::at(site);
+  const double n = static_cast<double>(std::max<std::int64_t>(lc::entries(site), 1));
+  return {c.kernels / n, c.blas / n, c.collectives / n};
+}
+
+LaunchReport launch_report() {
+  using Layer = model::TransformerLayer<float>;
+  return {kernels::launch_count::total(), per_entry(Layer::forward_site), per_entry(Layer::backward_site)};
+}
+
+template <class C>
+io::JsonObject launch_json(const C& c) {
+  io::JsonObject j;
+  j.number("kernels", static_cast<double>(c.kernels), io::digits(6));
+  j.number("blas", static_cast<double>(c.blas), io::digits(6));
+  j.number("kernels_and_blas", static_cast<double>(c.kernels + c.blas), io::digits(6));
+  j.number("collectives", static_cast<double>(c.collectives), io::digits(6));
+  return j;
+}
 
 template <class T>
 int bench_as(const io::Deck& deck_in, const parallel::Topology& topo, const BenchOptions& o) {
   // The deck's run, cut to the benchmark's steps: the LR schedule spans them (warmup included).
   io::Deck deck = deck_in;
-  deck.training.steps = o.warmup + (o.phases ? 2 : 1) * o.steps;
+  deck.training.steps = o.warmup + (o.phases ? 2 : 1) * o.steps + 1;  // + 1: the counted step
   deck.optimizer.warmup_steps = std::min(deck.optimizer.warmup_steps, deck.training.steps);
   const model::GptShape shape = shape_of(deck);
   const MPI_Comm world = topo.world();
+  std::optional<kernels::AttentionPath> attention_choice;
+  if (o.attention == "batched") attention_choice = kernels::AttentionPath::batched;
+  else if (o.attention == "causal_tiles") attention_choice = kernels::AttentionPath::causal_tiles;
+  const kernels::AttentionPathScope attention_path(attention_choice);
 
   // Enough synthetic tokens that sequences rarely repeat within a step.
   RunOptions options;
@@ -162,6 +202,17 @@ int bench_as(const io::Deck& deck_in, const parallel::Topology& topo, const Benc
     clock.set_timing(false);
   }
 
+  // One more step with launch counting on (not timed: counting calls a Kokkos Tools callback per
+  // kernel, and Kokkos 4 fences before each such callback). This rank's counts; every rank of a layout issues alike up to its pipeline stage.
+  barrier(world);
+  LaunchReport launches;
+  {
+    kernels::LaunchCounting counting;
+    run->step(step++);
+    Kokkos::fence();
+    launches = launch_report();
+  }
+
   // Model FLOPs per step, over all ranks: the formula for every token. What recomputation runs
   // again (training.recompute = full: every block's forward; selective and full: Q Kᵀ in every
   // block's backward; a last pipeline stage whose head another micro-batch overwrote: the head)
@@ -227,7 +278,22 @@ int bench_as(const io::Deck& deck_in, const parallel::Topology& topo, const Benc
     }
     table += "\n";
   }
+  table += fmt::format("  attention path: {}\n", kernels::attention_path_name(kernels::attention_path<kx::ExecSpace>()));
+  table += fmt::format("  launches per optimizer step (rank 0, one counted step): {} kernels + {} BLAS = {}; {} "
+                       "collectives\n",
+                       launches.step.kernels, launches.step.blas, launches.step.compute(), launches.step.collectives);
+  table += fmt::format("  launches per layer: forward {:.4g} + {:.4g} BLAS, backward {:.4g} + {:.4g} BLAS = {:.4g} "
+                       "kernels and BLAS (budget 40); collectives {:.4g} forward, {:.4g} backward\n",
+                       launches.forward.kernels, launches.forward.blas, launches.backward.kernels,
+                       launches.backward.blas, launches.forward.compute() + launches.backward.compute(),
+                       launches.forward.collectives, launches.backward.collectives);
   log::info(table);
+
+  io::JsonObject launches_json;
+  launches_json.string("attention_path", kernels::attention_path_name(kernels::attention_path<kx::ExecSpace>()));
+  launches_json.object("per_step", launch_json(launches.step));
+  launches_json.object("per_layer_forward", launch_json(launches.forward));
+  launches_json.object("per_layer_backward", launch_json(launches.backward));
 
   io::JsonObject phases_json;
   for (int p = 0; p < util::kPhaseCount; ++p)
@@ -263,7 +329,7 @@ int bench_as(const io::Deck& deck_in, const parallel::Topology& topo, const Benc
   json.string("blas", gemms_on_host() ? blas.library : std::string("cuBLAS (device)")).string("blas_core", blas.core);
   json.string("blas_warning", blas.warning).string("precision", kx::precision_name<T>());
   json.string("recompute", deck.training.recompute).boolean("sequence_parallel", shape.splits_sequence());
-  json.object("memory", memory_json).boolean("phases", o.phases);
+  json.object("memory", memory_json).object("launches", launches_json).boolean("phases", o.phases);
   // Only with --phases: the phase times and the step time of those fenced steps.
   if (o.phases) json.object("phases_s", phases_json).number("phases_step_s", phases_step_s, io::digits(6));
   // A rate of a step or GEMM too short for the clock: null in the JSON (it has no infinity), said here.

@@ -3,8 +3,11 @@
 // with --phases, where the step time goes by phase (util::Phase). No data files, no
 // checkpoints, no eval. tokens/s, MFU and HFU come from steps fenced only at their boundaries;
 // the phase breakdown needs a fence at every phase boundary, so it is measured in steps of its
-// own after them.
+// own after them. One more step, untimed, counts the launches (kernels/launch_count.hpp): per
+// optimizer step, per layer forward and per layer backward, the collectives apart.
 #pragma once
+
+#include <string>
 
 #include "io/deck.hpp"
 #include "src/parallel/topology.hpp"
@@ -16,6 +19,9 @@ struct BenchOptions {
   int steps = 10;   // timed optimizer steps
   int warmup = 2;   // untimed steps first (allocation, first touch, BLAS start-up)
   bool phases = false;  // then `steps` more steps timed phase by phase (fenced at every phase boundary)
+  // Attention path (kernels/attention_path.hpp): "default" (that of the execution space),
+  // "batched" or "causal_tiles".
+  std::string attention = "default";
 };
 
 // Collective over the world; rank 0 prints the report and one JSON line ({"bench": ...}).

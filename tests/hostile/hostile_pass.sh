@@ -1847,6 +1847,14 @@ group_vpp() {
   run_case vpp_plan_layers fail -- "$EXE" plan "$SRC/input/gpt3-175b.toml" --set parallel.virtual_stages=5
 }
 
+# bench --attention: only the three path names (issue 22's launch counting picks the device path).
+group_bench_attention() {
+  run_case bench_attention_bogus fail -- "${MPI[@]}" "$EXE" bench "$DECK" --attention flash --steps 1 --warmup 0
+  run_case bench_attention_empty fail -- "${MPI[@]}" "$EXE" bench "$DECK" --attention '' --steps 1 --warmup 0
+  run_case bench_attention_case fail -- "${MPI[@]}" "$EXE" bench "$DECK" --attention BATCHED --steps 1 --warmup 0
+  run_case bench_attention_batched ok -- "${MPI[@]}" "$EXE" bench "$DECK" --attention batched --steps 1 --warmup 0
+}
+
 # ---- run the groups -------------------------------------------------------------------------
 
 T_START=$(date +%s)
@@ -1875,6 +1883,7 @@ group_order
 group_hf
 group_shards
 group_vpp
+group_bench_attention
 run_kill rank1
 run_kill rank0
 run_kill mpiexec

@@ -54,7 +54,7 @@ TEST_CASE("column sum chunking depends on N only and bounds the workspace", "[ke
   CHECK(tk::column_sum_chunks(64) == 1);
   CHECK(tk::column_sums_workspace_size(64, 100) == 0);  // one chunk: no stage 2
   CHECK(tk::column_sum_chunks(65) == 2);
-  CHECK(tk::column_sums_workspace_size(65, 100, 2) == 2 * 2 * 100);
+  CHECK(tk::column_sums_workspace_size(65, 100, 2) == 2 * 2 * 100 + 100);  // partials + one count per column
   CHECK(tk::column_sum_chunk_rows(8192) == 64);
   CHECK(tk::column_sum_chunks(8192) == 128);
   for (std::int64_t n : {std::int64_t(1), std::int64_t(16384), std::int64_t(16385),
@@ -97,12 +97,16 @@ TEMPLATE_TEST_CASE("column_sum matches a double reference and its documented ord
   CHECK(tt::max_rel_err(got, ref, tt::max_abs(h0)) < tt::tol<T>() * (1 + N / 1000));
   CHECK(tt::bitwise_equal(got, replay));
 
-  // Caller-provided workspace, oversized, dirty: the same bits.
-  V ws("ws", static_cast<std::size_t>(tk::column_sums_workspace_size(N, C) + 17));
-  Kokkos::deep_copy(ws, T(1e30));
+  // Caller-provided workspace, oversized, its partials dirty (the counts at its end start at 0,
+  // as a new View's do): the same bits, and the counts are 0 again afterwards.
+  const std::size_t ws_size = static_cast<std::size_t>(tk::column_sums_workspace_size(N, C) + 17);
+  V ws("ws", ws_size);
+  Kokkos::deep_copy(Kokkos::subview(ws, std::make_pair(std::size_t(0), ws_size - C)), T(1e30));
   auto out2 = tt::to_device<T>(h0);
   tk::column_sum(exec, x, out2, ws);
   CHECK(tt::bitwise_equal(tt::to_host(out2), got));
+  const auto hws = tt::to_host(ws);
+  for (std::size_t i = ws_size - C; i < ws_size; ++i) CHECK(hws[i] == 0.0);
 
   // One column per work item (the GPU loop structure): the same bits.
   auto out3 = tt::to_device<T>(h0);
