@@ -36,7 +36,7 @@
 
 #include "src/model/gpt_model.hpp"
 #include "src/parallel/communicator.hpp"
-#include "src/train/device_batch.hpp"
+#include "src/train/micro_batches.hpp"
 #include "src/train/pipeline_schedule.hpp"
 
 namespace tptrain::train {
@@ -56,17 +56,18 @@ class PipelineRunner {
  public:
   PipelineRunner(model::GptModel<T>& model, parallel::Communicator& pp, Schedule schedule, bool overlap = true);
 
-  // Forward and backward of micro-batches 0..M-1 with loss scale `scale`. `batch(m)` returns the
-  // tokens/targets of micro-batch m (asked for on the first and last stage only; it may return
-  // the same object each time, refilled). `bucket_done(m, b)` is called when gradient bucket b
-  // (GptModel::buckets()) has micro-batch m's contribution. Returns the sum of the token losses
+  // Forward and backward of micro-batches 0..M-1 with loss scale `scale`. `sample(m, inputs,
+  // targets)` writes the tokens/targets of micro-batch m into host memory; it is called once per
+  // micro-batch, on the ranks whose chunks hold the embedding or the head, micro-batch m + 1
+  // while m's forward runs (MicroBatchQueue). `bucket_done(m, b)` is called when gradient bucket
+  // b (GptModel::buckets()) has micro-batch m's contribution. Returns the sum of the token losses
   // (last stage; 0 elsewhere).
-  double run(const kx::ExecSpace& exec, int micro_batches, float scale,
-             const std::function<const DeviceBatch&(int)>& batch,
+  double run(const kx::ExecSpace& exec, int micro_batches, float scale, const MicroBatchQueue::Sample& sample,
              const std::function<void(int, std::size_t)>& bucket_done);
 
-  // Allocates the activation slots `micro_batches` per step need under the schedule (run() does
-  // it too; call it first to have the memory allocated before the first step).
+  // Allocates the activation slots and micro-batch buffers `micro_batches` per step need under
+  // the schedule (run() does it too; call it first to have the memory allocated before the first
+  // step).
   void reserve(int micro_batches);
 
   Schedule schedule() const { return schedule_; }
@@ -76,9 +77,12 @@ class PipelineRunner {
   // How the PP backend matches transfers: what the schedule's receive places are proven for.
   Matching matching() const { return matching_; }
   const PipelineStats& stats() const { return stats_; }
+  // This rank's micro-batch tokens (tests count its samples()).
+  const MicroBatchQueue& batches() const { return batches_; }
   PipelinePlace place() const;
 
  private:
+  void connect_lanes();
   int acquire_slot(int chunk, int m);
   int acquire_received(int chunk, int m);
 
@@ -93,6 +97,7 @@ class PipelineRunner {
   std::vector<std::vector<int>> received_of_;  // per chunk: micro-batch -> received-gradient buffer
   Kokkos::View<double, kx::MemSpace> loss_total_{"pipeline.loss_total"};  // summed on the device
   kernels::Tokens no_tokens_;                  // middle stages use no tokens
+  MicroBatchQueue batches_;                    // the token-using chunks' micro-batches
   PipelineStats stats_;
 };
 
