@@ -14,12 +14,19 @@
 // wait for the communication stream, the host does not. Everything between the post and the
 // wait (the current forward or backward) runs while the transfer is in flight.
 //
-// Where a receive is posted follows the PP backend (Matching, pipeline_schedule.hpp): on NCCL
-// (a communication stream, groups complete in order) where Megatron posts it, with the sends
-// after the compute before its use; on MPI (requests matched by tag) one compute earlier, as its
-// own group, wherever that needs no more activation slots or gradient buffers, so that it is in
-// flight during that compute too. The ops differ, the computes and their order do not: the
-// gradients are bitwise the same on both and with the waits right after their posts.
+// Where a receive is posted follows the PP backend (Matching, pipeline_schedule.hpp): on MPI
+// (requests matched by tag) and on NCCL with a lane per flow (per_flow: each transfer one NCCL
+// call on its flow's communicator and stream, pipeline_lane; the lanes are opened and connected
+// when the runner is built, collectively) one compute earlier, as its own group, wherever that
+// needs no more activation slots or gradient buffers, so that it is in flight during that
+// compute too; on NCCL in one queue (TPTRAIN_NCCL_PIPELINE_LANES=0), and on lanes while bench
+// --phases fences the device, where Megatron posts it, with the sends after the compute before
+// its use. The ops differ, the computes and their order do not: the gradients are bitwise the
+// same on every backend and with the waits right after their posts.
+//
+// Tokens: the ranks whose chunks hold the embedding or the head keep each micro-batch's tokens
+// on the device from its forward to its backward (MicroBatchQueue): sampled once, the next one
+// sampled and uploaded while the current forward runs.
 //
 // Activation memory: each micro-batch between its forward and its backward keeps its own
 // activation slot in its chunk (GptModel::bind_slot): a chunk reserves as many slots as the
