@@ -68,8 +68,9 @@ void position_embedding_add(const Exec& exec,
 //   segment_start[u]    segment u (the u-th distinct id, ascending) is
 //                       order[segment_start[u] .. segment_start[u+1])
 //   segment_token[u]    its token id
-// Device views of capacity N, host staging of the same size: build allocates only when a
-// batch is larger than any before.
+// Device views of capacity N, host staging of the same size (kx::StagingSpace: pinned on CUDA,
+// so that the uploads are asynchronous DMA; on host backends the device views themselves):
+// build allocates only when a batch is larger than any before.
 struct TokenSegments {
   using IndexView = Kokkos::View<std::int64_t*, kx::MemSpace>;
   using TokenView = Kokkos::View<int*, kx::MemSpace>;
@@ -92,16 +93,18 @@ struct TokenSegments {
         IndexView(Kokkos::view_alloc(Kokkos::WithoutInitializing, "tokens.segment_start"), n + 1);
     segment_token =
         TokenView(Kokkos::view_alloc(Kokkos::WithoutInitializing, "tokens.segment_token"), n);
-    h_order = Kokkos::create_mirror_view(order);
-    h_segment_start = Kokkos::create_mirror_view(segment_start);
-    h_segment_token = Kokkos::create_mirror_view(segment_token);
+    h_order = Kokkos::create_mirror_view(kx::StagingSpace(), order);
+    h_segment_start = Kokkos::create_mirror_view(kx::StagingSpace(), segment_start);
+    h_segment_token = Kokkos::create_mirror_view(kx::StagingSpace(), segment_token);
   }
 
   // Groups host_tokens[0, n) and uploads the result on exec, stream-ordered. On host backends
   // the staging arrays are the device views themselves, which a previous backward may still
-  // read: exec is fenced first. On a GPU they are pageable host memory, which the copies have
-  // consumed when they return (CUDA's pageable host-to-device rule), so they are rewritten
-  // without a fence; CUDA itself may synchronise with the stream to stage a pageable copy.
+  // read: exec is fenced first (a no-op for Serial and OpenMP, whose kernels have finished when
+  // they return). On a GPU they are pinned host memory that the asynchronous copies read
+  // later: the caller must not build again into the same TokenSegments before the copies of
+  // the previous build are done (train::MicroBatchQueue waits for an event recorded after them;
+  // docs/design.md, "Host waits").
   template <class Exec>
   void build(const Exec& exec, const int* host_tokens, const std::int64_t n) {
     detail::require(n >= 0 && (n == 0 || host_tokens != nullptr), "TokenSegments::build",
@@ -136,8 +139,8 @@ struct TokenSegments {
   }
 
  private:
-  IndexView::HostMirror h_order, h_segment_start;
-  TokenView::HostMirror h_segment_token;
+  Kokkos::View<std::int64_t*, kx::StagingSpace> h_order, h_segment_start;
+  Kokkos::View<int*, kx::StagingSpace> h_segment_token;
 };
 
 // dwte(tok - vocab_start, h) += Σ_{t: tokens(t) = tok} dy(t, h) for the ids in this rank's range

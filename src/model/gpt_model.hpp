@@ -311,7 +311,7 @@ class GptModel {
 
   // Gradients of scale * (the sum returned by forward), accumulated into the parameters, for
   // the micro-batch of the bound slot and chunk. `segments`: its input tokens grouped by id
-  // (DeviceBatch::upload_for_backward), which the first stage's word-embedding gradient reads
+  // (train::MicroBatchQueue), which the first stage's word-embedding gradient reads
   // (other stages may pass nullptr). `bucket_done(b)` is called when bucket b has this
   // micro-batch's contribution (for reduction hooks).
   template <class TV>
@@ -320,7 +320,7 @@ class GptModel {
     const int c = bound_chunk_;
     if (chunk_has_embedding(c) && segments == nullptr)
       throw std::invalid_argument("tptrain: GptModel::backward: the first stage needs its input tokens grouped by id "
-                                  "(kernels::TokenSegments, as DeviceBatch::upload_for_backward builds them)");
+                                  "(kernels::TokenSegments, as train::MicroBatchQueue builds them)");
     // The buckets are in backward order: the head, then the chunks from the last down, each
     // from its last block down, then the embedding.
     std::size_t b = chunk_has_head(c) ? 0 : (stage_.last() ? 1u : 0u) + std::size_t(chunks() - 1 - c) * per_chunk_;

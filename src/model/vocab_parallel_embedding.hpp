@@ -50,7 +50,7 @@ struct VocabParallelEmbedding {
     kernels::position_embedding_add(exec, position.value_matrix(), S, y, first_row(y));
   }
 
-  // `segments`: the micro-batch's tokens grouped by id (DeviceBatch::upload_for_backward), so
+  // `segments`: the micro-batch's tokens grouped by id (train::MicroBatchQueue), so
   // that the word-embedding gradient runs parallel over ids and columns.
   template <class DYV>
   void backward(const Exec& exec, Communicator& tp, const kernels::TokenSegments& segments, const DYV& dy /*[N, H]*/) {

@@ -18,6 +18,7 @@
 #include "kokkos_kernels/launch_count.hpp"
 #include "src/parallel/communicator.hpp"
 #include "src/parallel/mpi_communicator.hpp"
+#include "src/util/host_waits.hpp"
 
 namespace tptrain::parallel {
 
@@ -64,6 +65,7 @@ Request with_buffer(Communicator& comm, const kx::ExecSpace& exec, const View& v
     if (!copy_out) return;
     Kokkos::deep_copy(exec, flat, host);
     // The consumer may be another instance; the staged path is the slow one anyway.
+    util::note_host_wait(util::HostWait::staged_copy_back);
     kx::fence(exec, "tptrain::collectives: staged copy back");
   });
 }
@@ -170,21 +172,22 @@ Request ibroadcast(Communicator& comm, const kx::ExecSpace& exec, const View& v,
   });
 }
 
+// `lane`: a lane of comm.open_lanes() (communicator.hpp), -1 for none.
 template <class View>
-Request isend(Communicator& comm, const kx::ExecSpace& exec, const View& v, int peer, int tag) {
+Request isend(Communicator& comm, const kx::ExecSpace& exec, const View& v, int peer, int tag, int lane = -1) {
   detail::require_contiguous(v, "send");
   return detail::with_buffer(comm, exec, v, true, false, [&](auto* p) {
     return detail::start_counted(comm, exec, Operation{Collective::send, p, nullptr, v.size(), data_type_of<detail::value_t<View>>(),
-                                      ReduceOp::sum, peer, tag});
+                                      ReduceOp::sum, peer, tag, lane});
   });
 }
 
 template <class View>
-Request irecv(Communicator& comm, const kx::ExecSpace& exec, const View& v, int peer, int tag) {
+Request irecv(Communicator& comm, const kx::ExecSpace& exec, const View& v, int peer, int tag, int lane = -1) {
   detail::require_contiguous(v, "recv");
   return detail::with_buffer(comm, exec, v, false, true, [&](auto* p) {
     return detail::start_counted(comm, exec, Operation{Collective::recv, nullptr, p, v.size(), data_type_of<detail::value_t<View>>(),
-                                      ReduceOp::sum, peer, tag});
+                                      ReduceOp::sum, peer, tag, lane});
   });
 }
 
@@ -221,6 +224,7 @@ void recv(Communicator& comm, const kx::ExecSpace& exec, const View& v, int peer
 template <class T>
 T all_reduce_scalar(const Communicator& comm, T value, ReduceOp op) {
   if (comm.size() == 1) return value;
+  util::note_host_wait(util::HostWait::host_scalar_reduce);
   TPTRAIN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &value, 1, mpi_type(data_type_of<T>()),
                                   mpi_op(op, data_type_of<T>()), comm.mpi_comm()));
   return value;

@@ -2,6 +2,7 @@
 
 #include "base/mpi_check.hpp"
 #include "src/parallel/mpi_communicator.hpp"
+#include "src/util/host_waits.hpp"
 // NCCL serves the CUDA execution space; a build of the core on a host backend of a CUDA Kokkos
 // (TPTRAIN_EXEC_SPACE, the per-backend tests) talks MPI.
 #if defined(TPTRAIN_HAVE_NCCL) && defined(KOKKOS_ENABLE_CUDA) && !defined(TPTRAIN_EXEC_SPACE)
@@ -55,6 +56,7 @@ Request& Request::operator=(Request&& other) noexcept {
 
 void Request::wait() {
   if (!wait_) return;
+  util::note_host_wait(util::HostWait::request_wait);
   auto wait = std::move(wait_);
   wait_ = nullptr;
   wait_on_ = nullptr;

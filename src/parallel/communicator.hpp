@@ -110,6 +110,7 @@ struct Operation {
   ReduceOp op = ReduceOp::sum;  // all_reduce, reduce_scatter
   int peer = 0;                 // broadcast: the root; send, recv: the other rank
   int tag = 0;                  // send, recv
+  int lane = -1;                // send, recv: a lane of open_lanes(), -1: none (the group's queue)
 };
 
 class Communicator {
@@ -143,6 +144,16 @@ class Communicator {
   // whose queued work produces the send buffers and may still read the receive buffers.
   virtual void group_start(const kx::ExecSpace& exec) { (void)exec; }
   virtual Request group_end() { return Request(); }
+
+  // Lanes: `count` independent queues of point-to-point transfers (lane 0 .. count - 1), for
+  // flows of transfers that must not wait for each other's progress. A transfer issued with
+  // Operation::lane = l is ordered after exec's work like any other, then waits only for the
+  // transfers issued before it on lane l, and is matched with the peer's transfer on the same
+  // lane by their order there; it may not be issued inside a group. Collective over the group
+  // (every rank opens the same count). Returns the lanes opened: 0 on a backend that needs none
+  // (MPI: every transfer is its own request, matched by tag), which then ignores
+  // Operation::lane; NCCL: a communicator and a stream per lane (nccl_communicator.hpp).
+  virtual int open_lanes(int count) { (void)count; return 0; }
 
   // The stream device collectives run on, or null (host backends): a different stream than
   // the compute instance's, so that a collective overlaps the kernels that do not need it.

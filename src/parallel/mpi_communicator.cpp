@@ -15,6 +15,7 @@
 #endif
 
 #include "base/mpi_check.hpp"
+#include "src/util/host_waits.hpp"
 
 namespace tptrain::parallel {
 
@@ -157,6 +158,7 @@ Request MpiCommunicator::start(const kx::ExecSpace& exec, const Operation& o) {
   // MPI reads the buffers as soon as the call is made, so the producer kernels on `exec` must
   // have finished; a receive buffer may still be read by queued kernels before MPI overwrites
   // it: fence first.
+  util::note_host_wait(util::HostWait::mpi_fence);
   kx::fence(exec, ("tptrain::MpiCommunicator::i" + std::string(collective_name(o.kind))).c_str());
   auto req = std::make_shared<MPI_Request>();
   const int n = mpi_count(o.count, collective_name(o.kind));

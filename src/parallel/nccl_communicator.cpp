@@ -3,6 +3,7 @@
 #if defined(TPTRAIN_HAVE_NCCL)
 
 #include <stdexcept>
+#include <string>
 
 #include "base/mpi_check.hpp"
 
@@ -47,49 +48,69 @@ ncclDataType_t nccl_type(DataType type) {
 
 ncclRedOp_t nccl_op(ReduceOp op) { return op == ReduceOp::sum ? ncclSum : ncclMax; }
 
-cudaEvent_t record_event(cudaStream_t stream) {
-  cudaEvent_t event;
-  TPTRAIN_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
-  TPTRAIN_CUDA_CHECK(cudaEventRecord(event, stream));
-  return event;
+// A communicator over the ranks of `comm` (collective): rank 0 draws the id, MPI_Bcast shares it.
+ncclComm_t init_nccl(MPI_Comm comm, int rank, int size) {
+  ncclUniqueId id;
+  if (rank == 0) TPTRAIN_NCCL_CHECK(ncclGetUniqueId(&id));
+  TPTRAIN_MPI_CHECK(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, comm));
+  ncclComm_t nccl = nullptr;
+  TPTRAIN_NCCL_CHECK(ncclCommInitRank(&nccl, size, id, rank));
+  return nccl;
+}
+
+cudaStream_t new_stream() {
+  cudaStream_t stream = nullptr;
+  // Non-blocking: no implicit ordering with the legacy default stream either.
+  TPTRAIN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  return stream;
+}
+
+void destroy(ncclComm_t nccl, cudaStream_t stream) {
+  if (stream) {
+    cudaStreamSynchronize(stream);
+    cudaStreamDestroy(stream);
+  }
+  if (nccl) ncclCommDestroy(nccl);
 }
 
 }  // namespace
 
 NcclCommunicator::NcclCommunicator(MPI_Comm comm) : Communicator(comm) {
-  ncclUniqueId id;
-  if (rank_ == 0) TPTRAIN_NCCL_CHECK(ncclGetUniqueId(&id));
-  TPTRAIN_MPI_CHECK(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, comm_));
-  TPTRAIN_NCCL_CHECK(ncclCommInitRank(&nccl_, size_, id, rank_));
-  // Non-blocking: no implicit ordering with the legacy default stream either.
-  TPTRAIN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  nccl_ = init_nccl(comm_, rank_, size_);
+  stream_ = new_stream();
 }
 
 NcclCommunicator::~NcclCommunicator() {
-  if (stream_) {
-    cudaStreamSynchronize(stream_);
-    cudaStreamDestroy(stream_);
-  }
-  if (nccl_) ncclCommDestroy(nccl_);
+  for (Lane& lane : lanes_) destroy(lane.nccl, lane.stream);
+  destroy(nccl_, stream_);
 }
 
-void NcclCommunicator::after(const kx::ExecSpace& exec) {
-  cudaEvent_t ready = record_event(exec.cuda_stream());
-  TPTRAIN_CUDA_CHECK(cudaStreamWaitEvent(stream_, ready, 0));
-  TPTRAIN_CUDA_CHECK(cudaEventDestroy(ready));  // released once it has fired
+int NcclCommunicator::open_lanes(int count) {
+  // Collective: every rank of the group opens the same lanes in the same order.
+  while (static_cast<int>(lanes_.size()) < count) lanes_.push_back(Lane{init_nccl(comm_, rank_, size_), new_stream()});
+  return count;
 }
 
-Request NcclCommunicator::completion() {
-  const cudaEvent_t done = record_event(stream_);
-  // Shared by both completions: whichever runs first destroys the event.
+void NcclCommunicator::after(const kx::ExecSpace& exec, cudaStream_t stream) {
+  const cudaEvent_t ready = events_->acquire();
+  TPTRAIN_CUDA_CHECK(cudaEventRecord(ready, exec.cuda_stream()));
+  TPTRAIN_CUDA_CHECK(cudaStreamWaitEvent(stream, ready, 0));
+  events_->release(ready);  // the wait captured the record: the event may be recorded again
+}
+
+Request NcclCommunicator::completion(cudaStream_t stream) {
+  const cudaEvent_t done = events_->acquire();
+  TPTRAIN_CUDA_CHECK(cudaEventRecord(done, stream));
+  // Whichever completion runs (once: Request) gives the event back after consuming it.
+  const std::shared_ptr<CudaEventPool> events = events_;
   return Request(
-      [done]() {
+      [done, events]() {
         TPTRAIN_CUDA_CHECK(cudaEventSynchronize(done));
-        TPTRAIN_CUDA_CHECK(cudaEventDestroy(done));
+        events->release(done);
       },
-      [done](const kx::ExecSpace& consumer) {
+      [done, events](const kx::ExecSpace& consumer) {
         TPTRAIN_CUDA_CHECK(cudaStreamWaitEvent(consumer.cuda_stream(), done, 0));
-        TPTRAIN_CUDA_CHECK(cudaEventDestroy(done));
+        events->release(done);
       });
 }
 
@@ -99,14 +120,14 @@ Request NcclCommunicator::issue(const kx::ExecSpace& exec, Call call) {
     TPTRAIN_NCCL_CHECK(call());
     return Request();
   }
-  after(exec);
+  after(exec, stream_);
   TPTRAIN_NCCL_CHECK(call());
-  return completion();
+  return completion(stream_);
 }
 
 void NcclCommunicator::group_start(const kx::ExecSpace& exec) {
   if (group_depth_++ > 0) return;
-  after(exec);
+  after(exec, stream_);
   TPTRAIN_NCCL_CHECK(ncclGroupStart());
 }
 
@@ -115,10 +136,32 @@ Request NcclCommunicator::group_end() {
   if (--group_depth_ > 0) return Request();
   // The grouped calls are enqueued on the stream by ncclGroupEnd: record the event after it.
   TPTRAIN_NCCL_CHECK(ncclGroupEnd());
-  return completion();
+  return completion(stream_);
+}
+
+Request NcclCommunicator::start_on_lane(const kx::ExecSpace& exec, const Operation& o) {
+  if (o.kind != Collective::send && o.kind != Collective::recv)
+    throw std::logic_error(std::string("tptrain: NcclCommunicator: ") + collective_name(o.kind) +
+                           " on a lane (lanes carry sends and receives only)");
+  if (group_depth_ > 0)
+    throw std::logic_error("tptrain: NcclCommunicator: a transfer on a lane inside a group (the group would join the "
+                           "lane's stream with the others)");
+  if (o.lane >= static_cast<int>(lanes_.size()))
+    throw std::logic_error("tptrain: NcclCommunicator: lane " + std::to_string(o.lane) + " of " +
+                           std::to_string(lanes_.size()) + " opened");
+  const Lane& lane = lanes_[static_cast<std::size_t>(o.lane)];
+  // A send reads what exec produced; a receive may overwrite a buffer that exec's queued kernels
+  // still read (a slot freed by the backward before): both wait for exec's work so far.
+  after(exec, lane.stream);
+  if (o.kind == Collective::send)
+    TPTRAIN_NCCL_CHECK(ncclSend(o.send, o.count, nccl_type(o.type), o.peer, lane.nccl, lane.stream));
+  else
+    TPTRAIN_NCCL_CHECK(ncclRecv(o.recv, o.count, nccl_type(o.type), o.peer, lane.nccl, lane.stream));
+  return completion(lane.stream);
 }
 
 Request NcclCommunicator::start(const kx::ExecSpace& exec, const Operation& o) {
+  if (o.lane >= 0) return start_on_lane(exec, o);
   return issue(exec, [&]() -> ncclResult_t {
     switch (o.kind) {
       case Collective::all_reduce:

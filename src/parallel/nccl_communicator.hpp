@@ -8,6 +8,14 @@
 // then records a completion event. Request::wait_on(consumer) makes the consumer's stream wait
 // on that event: nothing blocks the host, and kernels queued on exec between the issue and the
 // wait_on (e.g. the weight-gradient GEMM, the backward of the next bucket) overlap the transfer.
+// The events come from a pool (cuda_event_pool.hpp): none is created per operation once the
+// first step has run.
+//
+// Lanes (open_lanes): further NCCL communicators over the same ranks, each with its own stream,
+// for point-to-point transfers that must not queue behind each other (the pipeline's flows,
+// train::Matching::per_flow). A transfer on a lane is one NCCL call on that lane's stream,
+// never inside a group: NCCL joins every stream of a group ("Mixing multiple streams within the
+// same ncclGroupStart/End() group"), which would serialise the lanes again.
 #pragma once
 
 #if defined(TPTRAIN_HAVE_NCCL)
@@ -15,7 +23,11 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <memory>
+#include <vector>
+
 #include "src/parallel/communicator.hpp"
+#include "src/parallel/cuda_event_pool.hpp"
 
 namespace tptrain::parallel {
 
@@ -31,20 +43,33 @@ class NcclCommunicator final : public Communicator {
   Request start(const kx::ExecSpace& exec, const Operation& op) override;
   void group_start(const kx::ExecSpace& exec) override;
   Request group_end() override;
+  int open_lanes(int count) override;
+
+  // CUDA events created so far by this communicator (tests on a GPU: no more after a step).
+  std::size_t events_created() const { return events_->created(); }
 
  private:
-  // The communication stream waits for the work queued so far on exec.
-  void after(const kx::ExecSpace& exec);
-  // A Request completed by an event recorded now on the communication stream.
-  Request completion();
+  struct Lane {
+    ncclComm_t nccl = nullptr;
+    cudaStream_t stream = nullptr;
+  };
+  // `stream` waits for the work queued so far on exec.
+  void after(const kx::ExecSpace& exec, cudaStream_t stream);
+  // A Request completed by an event recorded now on `stream`.
+  Request completion(cudaStream_t stream);
   // Issues one NCCL call: ordered after exec, completed by its own event (outside a group) or
   // by group_end's (inside one).
   template <class Call>
   Request issue(const kx::ExecSpace& exec, Call call);
+  // A send or receive on lane `o.lane`.
+  Request start_on_lane(const kx::ExecSpace& exec, const Operation& o);
 
   ncclComm_t nccl_ = nullptr;
   cudaStream_t stream_ = nullptr;
   int group_depth_ = 0;
+  std::vector<Lane> lanes_;
+  // Shared with the completions of pending Requests, which give their events back.
+  std::shared_ptr<CudaEventPool> events_ = std::make_shared<CudaEventPool>();
 };
 
 }  // namespace tptrain::parallel

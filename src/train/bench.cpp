@@ -22,6 +22,7 @@
 #include "src/train/precision_dispatch.hpp"
 #include "src/train/training_run.hpp"
 #include "src/util/blas_info.hpp"
+#include "src/util/host_waits.hpp"
 #include "src/util/phases.hpp"
 
 namespace tptrain::train {
@@ -168,6 +169,7 @@ int bench_as(const io::Deck& deck_in, const parallel::Topology& topo, const Benc
   // are bare Kokkos Tools regions).
   clock.set_timing(false);
   barrier(world);
+  const util::HostWaits::Counts waits_before = util::HostWaits::instance().counts();  // docs/design.md, "Host waits"
   const auto t0 = std::chrono::steady_clock::now();
   StepProgress timed("timed", o.steps, false);
   for (; step < o.warmup + o.steps; ++step) {
@@ -176,6 +178,10 @@ int bench_as(const io::Deck& deck_in, const parallel::Topology& topo, const Benc
     timed.step_done(step + 1 - o.warmup);
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  util::HostWaits::Counts waits_per_step{};
+  for (int k = 0; k < util::kHostWaitCount; ++k)
+    waits_per_step[static_cast<std::size_t>(k)] =
+        util::HostWaits::instance().counts()[static_cast<std::size_t>(k)] - waits_before[static_cast<std::size_t>(k)];
   const double step_s = reduce_over(world, seconds, MPI_MAX) / o.steps;
   const auto per_step = [&](std::int64_t now, std::int64_t before) { return static_cast<double>(now - before) / o.steps; };
   const Recomputed recomputed{per_step(m.recomputed_blocks(), blocks_before), per_step(m.recomputed_heads(), heads_before),
@@ -252,6 +258,14 @@ int bench_as(const io::Deck& deck_in, const parallel::Topology& topo, const Benc
   table += fmt::format("  MFU: {:.1f} % of the GEMM peak{}\n", 100.0 * mfu,
                        recompute_flops > 0 ? fmt::format(" (with the recomputed forwards, HFU: {:.1f} %)", 100.0 * hfu)
                                            : std::string());
+  {
+    std::string waits;  // rank 0's
+    for (int k = 0; k < util::kHostWaitCount; ++k)
+      if (const auto n = waits_per_step[static_cast<std::size_t>(k)]; n > 0)
+        waits += fmt::format("{}{} {:g}", waits.empty() ? "" : ", ", util::host_wait_name(static_cast<util::HostWait>(k)),
+                             static_cast<double>(n) / o.steps);
+    table += fmt::format("  host waits per step (rank 0; docs/design.md, \"Host waits\"): {}\n", waits.empty() ? "none" : waits);
+  }
   if (o.phases) {
     table += fmt::format("  step time by phase (--phases: {} more steps, every phase boundary fenced: {:.4f} s per "
                          "step; mean over ranks, per step):\n",
@@ -329,7 +343,12 @@ int bench_as(const io::Deck& deck_in, const parallel::Topology& topo, const Benc
   json.string("blas", gemms_on_host() ? blas.library : std::string("cuBLAS (device)")).string("blas_core", blas.core);
   json.string("blas_warning", blas.warning).string("precision", kx::precision_name<T>());
   json.string("recompute", deck.training.recompute).boolean("sequence_parallel", shape.splits_sequence());
-  json.object("memory", memory_json).object("launches", launches_json).boolean("phases", o.phases);
+  io::JsonObject waits_json;  // rank 0's, per timed step
+  for (int k = 0; k < util::kHostWaitCount; ++k)
+    waits_json.number(util::host_wait_name(static_cast<util::HostWait>(k)),
+                      static_cast<double>(waits_per_step[static_cast<std::size_t>(k)]) / o.steps, io::digits(6));
+  json.object("memory", memory_json).object("launches", launches_json).object("host_waits_per_step", waits_json);
+  json.boolean("phases", o.phases);
   // Only with --phases: the phase times and the step time of those fenced steps.
   if (o.phases) json.object("phases_s", phases_json).number("phases_step_s", phases_step_s, io::digits(6));
   // A rate of a step or GEMM too short for the clock: null in the JSON (it has no infinity), said here.

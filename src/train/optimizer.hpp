@@ -19,6 +19,7 @@
 #include "src/model/gpt_model.hpp"
 #include "src/model/parameter.hpp"
 #include "src/parallel/collectives.hpp"
+#include "src/util/host_waits.hpp"
 
 namespace tptrain::train {
 
@@ -85,6 +86,7 @@ class BucketOptimizer {
     for (std::size_t b = 0; b < buckets.size(); ++b)
       kernels::bucket_squared_norms(exec, buckets[b].shard_grads(), segments_[b],
                                     Kokkos::subview(sums_, b, Kokkos::ALL()));
+    util::note_host_wait(util::HostWait::norm_to_host);  // the one copy of the norm's sums in a step
     Kokkos::deep_copy(exec, host_sums_, sums_);
     exec.fence();
     double sharded = 0.0, replicated = 0.0;

@@ -1,13 +1,17 @@
 #include "src/train/pipeline_runner.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <map>
+#include <set>
+#include <tuple>
 #include <string>
 #include <thread>
 #include <stdexcept>
 
 #include "src/parallel/collectives.hpp"
+#include "src/util/host_waits.hpp"
 #include "src/util/phases.hpp"
 
 namespace tptrain::train {
@@ -35,6 +39,21 @@ void sleep_for_layers(const kx::ExecSpace& exec, int layers, double factor) {
 }
 }  // namespace
 
+namespace {
+// How the PP backend matches transfers. MPI keeps a request per transfer, matched by tag. A
+// backend with a communication stream (NCCL) runs its groups in order on it; with a lane per
+// flow (Communicator::open_lanes, collective: every rank of the group gets here) the flows do
+// not wait for each other. TPTRAIN_NCCL_PIPELINE_LANES=0 keeps the one in-order queue (a
+// fallback, e.g. for a system where concurrent NCCL communicators misbehave).
+Matching matching_of(parallel::Communicator& pp) {
+  if (pp.communication_stream() == nullptr) return Matching::by_tag;
+  const char* lanes_env = std::getenv("TPTRAIN_NCCL_PIPELINE_LANES");
+  if (lanes_env != nullptr && std::string(lanes_env) == "0") return Matching::stream_order;
+  const int lanes = pipeline_lanes(pp.size());
+  return lanes > 0 && pp.open_lanes(lanes) == lanes ? Matching::per_flow : Matching::stream_order;
+}
+}  // namespace
+
 template <class T>
 PipelineRunner<T>::PipelineRunner(model::GptModel<T>& model, parallel::Communicator& pp, Schedule schedule,
                                   bool overlap)
@@ -42,11 +61,36 @@ PipelineRunner<T>::PipelineRunner(model::GptModel<T>& model, parallel::Communica
       pp_(pp),
       schedule_(schedule),
       overlap_(overlap),
-      // A backend with a communication stream (NCCL) runs the groups in order on it; the others
-      // (MPI) keep a request per transfer, matched by tag.
-      matching_(pp.communication_stream() != nullptr ? Matching::stream_order : Matching::by_tag) {
+      matching_(matching_of(pp)),
+      batches_(model.tokens(), model.chunk_has_embedding(0)) {
   if (pp.size() != model.stage().size || pp.rank() != model.stage().rank)
     throw std::logic_error("tptrain: PipelineRunner: the model is not the stage of this rank in the PP group");
+  if (matching_ == Matching::per_flow) connect_lanes();
+}
+
+// One element over every flow this rank's schedule uses, waited for on the host: NCCL connects
+// a pair of ranks at its first transfer, which may allocate and synchronise the device; done
+// here, it cannot meet a receive posted early and waiting on another lane (NCCL, "Using
+// multiple NCCL communicators concurrently"). Every flow has one send and one receive, each on
+// a lane of its own: they complete whatever the order.
+template <class T>
+void PipelineRunner<T>::connect_lanes() {
+  const PipelinePlace where = place();
+  std::set<std::tuple<int, bool, int>> flows;  // peer offset, send, direction
+  for (const PipelineOp& op : pipeline_ops(schedule_, where, where.ranks))
+    for (const PipelineTransfer& t : op.transfers) flows.insert({t.peer, t.send, t.direction});
+  const kx::ExecSpace exec;
+  const Kokkos::View<T*, kx::MemSpace> probe("pipeline.lane_probe", flows.size() + 1);
+  std::vector<parallel::Request> requests;
+  std::size_t received = 0;
+  for (const auto& [offset, send, direction] : flows) {
+    const int peer = (where.rank + offset + where.ranks) % where.ranks;
+    const int lane = pipeline_lane(send ? where.rank : peer, where.ranks, direction);
+    const auto one = [&](std::size_t i) { return Kokkos::subview(probe, std::make_pair(i, i + 1)); };
+    requests.push_back(send ? parallel::isend(pp_, exec, one(0), peer, 0, lane)
+                            : parallel::irecv(pp_, exec, one(++received), peer, 0, lane));
+  }
+  parallel::wait_all(requests.data(), requests.size());
 }
 
 template <class T>
@@ -59,6 +103,13 @@ void PipelineRunner<T>::reserve(int micro_batches) {
   const ScheduleMemory memory = schedule_memory(schedule_, place(), micro_batches, overlap_, matching_);
   for (int c = 0; c < model_.chunks(); ++c) model_.reserve_slots(memory.slots[static_cast<std::size_t>(c)], c);
   model_.reserve_received_gradients(memory.received_gradients);
+  // The token chunks' micro-batches in flight (at most their slots), and one more: the next
+  // micro-batch is sampled and uploaded during the current forward.
+  int in_flight = 0;
+  for (int c = 0; c < model_.chunks(); ++c)
+    if (model_.chunk_has_embedding(c) || model_.chunk_has_head(c))
+      in_flight = std::max(in_flight, memory.slots[static_cast<std::size_t>(c)]);
+  if (in_flight > 0) batches_.reserve(in_flight + 1);
 }
 
 // The slot of micro-batch m of a chunk from its first use (receiving its input, or its forward
@@ -88,10 +139,16 @@ int PipelineRunner<T>::acquire_received(int chunk, int m) {
 
 template <class T>
 double PipelineRunner<T>::run(const kx::ExecSpace& exec, int micro_batches, float scale,
-                              const std::function<const DeviceBatch&(int)>& batch,
+                              const MicroBatchQueue::Sample& sample,
                               const std::function<void(int, std::size_t)>& bucket_done) {
   const PipelinePlace where = place();
-  const std::vector<PipelineOp> ops = pipeline_ops(schedule_, where, micro_batches, overlap_, matching_);
+  // bench --phases fences the whole device at every phase boundary, which on NCCL waits for
+  // every transfer posted so far: a receive posted early would then be waited for before the
+  // compute its own data needs (train::simulate finds the deadlock; Megatron's places finish).
+  // While the phases are timed the receives keep those places, still on their lanes.
+  const Matching placement =
+      matching_ == Matching::per_flow && util::PhaseClock::instance().timing() ? Matching::stream_order : matching_;
+  const std::vector<PipelineOp> ops = pipeline_ops(schedule_, where, micro_batches, overlap_, placement);
   reserve(micro_batches);  // allocates only if reserve() was not called first
   const auto chunks = static_cast<std::size_t>(where.chunks);
   slot_of_.assign(chunks, std::vector<int>(static_cast<std::size_t>(micro_batches), -1));
@@ -101,6 +158,7 @@ double PipelineRunner<T>::run(const kx::ExecSpace& exec, int micro_batches, floa
     for (int k = model_.activation_slots(static_cast<int>(c)); k-- > 0;) free_[c].push_back(k);
   free_received_.clear();
   for (int j = model_.received_gradients(); j-- > 0;) free_received_.push_back(j);
+  batches_.begin_step(sample, micro_batches);
   const bool interleaved = where.chunks > 1;
   std::map<int, std::vector<parallel::Request>> in_flight;  // posted groups not yet waited for
   Kokkos::deep_copy(exec, loss_total_, 0.0);
@@ -110,8 +168,11 @@ double PipelineRunner<T>::run(const kx::ExecSpace& exec, int micro_batches, floa
     if (op.kind == PipelineOp::forward) {
       model_.bind_slot(acquire_slot(c, m), c);
       if (uses_tokens) {
-        const DeviceBatch& b = batch(m);
+        const TrainingBatch& b = batches_.get(exec, m);
         model_.forward(exec, b.inputs, b.targets, loss_total_);
+        // A token chunk forwards its micro-batches in order: the next one's sampling (host) runs
+        // while this forward's kernels do, its upload is queued behind them.
+        batches_.prefetch(exec, m + 1);
       } else {
         model_.forward_logits(exec, no_tokens_);
       }
@@ -129,8 +190,9 @@ double PipelineRunner<T>::run(const kx::ExecSpace& exec, int micro_batches, floa
         if (bucket_done) bucket_done(m, b);
       };
       if (uses_tokens) {
-        const DeviceBatch& b = batch(m);
-        model_.backward(exec, &b.segments, b.targets, scale, done);
+        const TrainingBatch& b = batches_.get(exec, m);  // kept since its forward: not sampled again
+        model_.backward(exec, model_.chunk_has_embedding(c) ? &b.segments : nullptr, b.targets, scale, done);
+        batches_.release(m);
       } else {
         model_.backward(exec, nullptr, no_tokens_, scale, done);
       }
@@ -143,10 +205,14 @@ double PipelineRunner<T>::run(const kx::ExecSpace& exec, int micro_batches, floa
       // One group per op: on NCCL the sends and receives of the op progress together on the PP
       // communication stream, and only the kernels queued after its wait wait for them.
       std::vector<parallel::Request>& r = in_flight[op.group];
-      pp_.group_start(exec);
+      // Per flow (NCCL lanes): each transfer on its flow's lane, not grouped (a group would join
+      // the lanes' streams).
+      const bool lanes = matching_ == Matching::per_flow;
+      if (!lanes) pp_.group_start(exec);
       for (const PipelineTransfer& t : op.transfers) {
         const int peer = (where.rank + t.peer + where.ranks) % where.ranks;
         const int tag = transfer_tag(where, t);
+        const int lane = lanes ? pipeline_lane(t.send ? where.rank : peer, where.ranks, t.direction) : -1;
         // Sends read the chunk's stage output of the micro-batch's slot or the model's input
         // gradient; receives write a slot's stage input or a received-gradient buffer (v > 1) or
         // the model's output gradient (v = 1).
@@ -159,9 +225,10 @@ double PipelineRunner<T>::run(const kx::ExecSpace& exec, int micro_batches, floa
           buffer = model_.chunk_input(t.chunk, acquire_slot(t.chunk, t.micro_batch));
         else
           buffer = interleaved ? model_.received_gradient(acquire_received(t.chunk, t.micro_batch)) : model_.output_grad();
-        r.push_back(t.send ? parallel::isend(pp_, exec, buffer, peer, tag) : parallel::irecv(pp_, exec, buffer, peer, tag));
+        r.push_back(t.send ? parallel::isend(pp_, exec, buffer, peer, tag, lane)
+                           : parallel::irecv(pp_, exec, buffer, peer, tag, lane));
       }
-      r.push_back(pp_.group_end());
+      if (!lanes) r.push_back(pp_.group_end());
       stats_.p2p_wait_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     } else {
       util::PhaseScope phase(util::Phase::pipeline_wait);
@@ -172,9 +239,14 @@ double PipelineRunner<T>::run(const kx::ExecSpace& exec, int micro_batches, floa
       stats_.p2p_wait_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     }
   }
-  double loss_sum = 0.0;  // the one copy of the loss to the host in a step
+  // The one copy of the loss to the host in a step: a wait for exec alone (a deep_copy into a
+  // plain double would fence the whole device, the data-parallel reductions still running behind
+  // the backward included).
+  double loss_sum = 0.0;
+  util::note_host_wait(util::HostWait::loss_to_host);
+  Kokkos::deep_copy(exec, Kokkos::View<double, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(&loss_sum),
+                    loss_total_);
   exec.fence();
-  Kokkos::deep_copy(loss_sum, loss_total_);
   return loss_sum;
 }
 

@@ -14,12 +14,19 @@
 // wait for the communication stream, the host does not. Everything between the post and the
 // wait (the current forward or backward) runs while the transfer is in flight.
 //
-// Where a receive is posted follows the PP backend (Matching, pipeline_schedule.hpp): on NCCL
-// (a communication stream, groups complete in order) where Megatron posts it, with the sends
-// after the compute before its use; on MPI (requests matched by tag) one compute earlier, as its
-// own group, wherever that needs no more activation slots or gradient buffers, so that it is in
-// flight during that compute too. The ops differ, the computes and their order do not: the
-// gradients are bitwise the same on both and with the waits right after their posts.
+// Where a receive is posted follows the PP backend (Matching, pipeline_schedule.hpp): on MPI
+// (requests matched by tag) and on NCCL with a lane per flow (per_flow: each transfer one NCCL
+// call on its flow's communicator and stream, pipeline_lane; the lanes are opened and connected
+// when the runner is built, collectively) one compute earlier, as its own group, wherever that
+// needs no more activation slots or gradient buffers, so that it is in flight during that
+// compute too; on NCCL in one queue (TPTRAIN_NCCL_PIPELINE_LANES=0), and on lanes while bench
+// --phases fences the device, where Megatron posts it, with the sends after the compute before
+// its use. The ops differ, the computes and their order do not: the gradients are bitwise the
+// same on every backend and with the waits right after their posts.
+//
+// Tokens: the ranks whose chunks hold the embedding or the head keep each micro-batch's tokens
+// on the device from its forward to its backward (MicroBatchQueue): sampled once, the next one
+// sampled and uploaded while the current forward runs.
 //
 // Activation memory: each micro-batch between its forward and its backward keeps its own
 // activation slot in its chunk (GptModel::bind_slot): a chunk reserves as many slots as the
@@ -36,7 +43,7 @@
 
 #include "src/model/gpt_model.hpp"
 #include "src/parallel/communicator.hpp"
-#include "src/train/device_batch.hpp"
+#include "src/train/micro_batches.hpp"
 #include "src/train/pipeline_schedule.hpp"
 
 namespace tptrain::train {
@@ -56,17 +63,18 @@ class PipelineRunner {
  public:
   PipelineRunner(model::GptModel<T>& model, parallel::Communicator& pp, Schedule schedule, bool overlap = true);
 
-  // Forward and backward of micro-batches 0..M-1 with loss scale `scale`. `batch(m)` returns the
-  // tokens/targets of micro-batch m (asked for on the first and last stage only; it may return
-  // the same object each time, refilled). `bucket_done(m, b)` is called when gradient bucket b
-  // (GptModel::buckets()) has micro-batch m's contribution. Returns the sum of the token losses
+  // Forward and backward of micro-batches 0..M-1 with loss scale `scale`. `sample(m, inputs,
+  // targets)` writes the tokens/targets of micro-batch m into host memory; it is called once per
+  // micro-batch, on the ranks whose chunks hold the embedding or the head, micro-batch m + 1
+  // while m's forward runs (MicroBatchQueue). `bucket_done(m, b)` is called when gradient bucket
+  // b (GptModel::buckets()) has micro-batch m's contribution. Returns the sum of the token losses
   // (last stage; 0 elsewhere).
-  double run(const kx::ExecSpace& exec, int micro_batches, float scale,
-             const std::function<const DeviceBatch&(int)>& batch,
+  double run(const kx::ExecSpace& exec, int micro_batches, float scale, const MicroBatchQueue::Sample& sample,
              const std::function<void(int, std::size_t)>& bucket_done);
 
-  // Allocates the activation slots `micro_batches` per step need under the schedule (run() does
-  // it too; call it first to have the memory allocated before the first step).
+  // Allocates the activation slots and micro-batch buffers `micro_batches` per step need under
+  // the schedule (run() does it too; call it first to have the memory allocated before the first
+  // step).
   void reserve(int micro_batches);
 
   Schedule schedule() const { return schedule_; }
@@ -76,9 +84,12 @@ class PipelineRunner {
   // How the PP backend matches transfers: what the schedule's receive places are proven for.
   Matching matching() const { return matching_; }
   const PipelineStats& stats() const { return stats_; }
+  // This rank's micro-batch tokens (tests count its samples()).
+  const MicroBatchQueue& batches() const { return batches_; }
   PipelinePlace place() const;
 
  private:
+  void connect_lanes();
   int acquire_slot(int chunk, int m);
   int acquire_received(int chunk, int m);
 
@@ -93,6 +104,7 @@ class PipelineRunner {
   std::vector<std::vector<int>> received_of_;  // per chunk: micro-batch -> received-gradient buffer
   Kokkos::View<double, kx::MemSpace> loss_total_{"pipeline.loss_total"};  // summed on the device
   kernels::Tokens no_tokens_;                  // middle stages use no tokens
+  MicroBatchQueue batches_;                    // the token-using chunks' micro-batches
   PipelineStats stats_;
 };
 

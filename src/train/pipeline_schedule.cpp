@@ -13,6 +13,28 @@ const char* schedule_name(Schedule s) {
   return s == Schedule::one_f_one_b ? "1F1B" : "all-forward-all-backward";
 }
 
+const char* matching_name(Matching m) {
+  switch (m) {
+    case Matching::stream_order: return "in order (NCCL)";
+    case Matching::by_tag: return "by tag (MPI)";
+    case Matching::per_flow: return "per flow (NCCL lanes)";
+  }
+  return "?";
+}
+
+namespace {
+int lane_colours(int ranks) { return ranks % 2 == 1 ? 3 : 2; }
+}  // namespace
+
+int pipeline_lane(int sender, int ranks, int direction) {
+  // A ring of even length takes 2 colours alternately; an odd one needs a third for its last
+  // rank, whose neighbours (ranks - 2 and 0) both have colour 0.
+  const int colour = ranks % 2 == 1 && sender == ranks - 1 ? 2 : sender % 2;
+  return direction * lane_colours(ranks) + colour;
+}
+
+int pipeline_lanes(int ranks) { return ranks > 1 ? 2 * lane_colours(ranks) : 0; }
+
 int peer_chunk(const PipelinePlace& place, const PipelineTransfer& t) {
   // Over the wrap from the last rank to rank 0 the chunk changes: activations go from chunk c of
   // rank p − 1 to chunk c + 1 of rank 0, gradients back.
@@ -346,7 +368,7 @@ std::vector<PipelineOp> pipeline_ops(Schedule schedule, const PipelinePlace& pla
   else
     all_forward_all_backward(b, micro_batches);
   if (!overlap) return b.ops();
-  return overlapped(matching == Matching::by_tag ? early_receives(b.ops(), place.chunks) : b.ops(), place.chunks);
+  return overlapped(matching != Matching::stream_order ? early_receives(b.ops(), place.chunks) : b.ops(), place.chunks);
 }
 
 std::vector<PipelineOp> pipeline_ops(Schedule schedule, int stage, int stages, int micro_batches) {
@@ -455,6 +477,16 @@ PipelineSimulation simulate(const std::vector<std::vector<PipelineOp>>& ops, int
   result.computes.resize(ops.size());
   using Key = std::tuple<int, int, int>;  // direction, receiving chunk, micro-batch
   std::map<std::pair<int, int>, std::vector<Key>> sent, received;  // (from, to) -> in posting order
+  // per_flow: the posted, unmatched transfers of each flow (from, to, direction), in posting order.
+  struct Posted {
+    int rank, group;
+    std::size_t index;
+  };
+  struct Flow {
+    std::deque<Posted> sends, receives;
+    double free_at = 0;  // its last transfer's completion
+  };
+  std::map<std::tuple<int, int, int>, Flow> flows;
   std::vector<Rank> rs(static_cast<std::size_t>(ranks));
   for (int r = 0; r < ranks; ++r) {
     rs[static_cast<std::size_t>(r)].place = PipelinePlace{r, ranks, chunks};
@@ -478,10 +510,33 @@ PipelineSimulation simulate(const std::vector<std::vector<PipelineOp>>& ops, int
   };
   for (bool moved = true; moved;) {
     moved = false;
+    // Per flow (NCCL lanes): the first unmatched send of each flow with its first unmatched
+    // receive, which must expect it, once both are posted.
+    for (auto& [key, flow] : flows)
+      while (matching == Matching::per_flow && !flow.sends.empty() && !flow.receives.empty()) {
+        const Posted s = flow.sends.front(), v = flow.receives.front();
+        Group& gs = rs[static_cast<std::size_t>(s.rank)].groups[s.group];
+        Group& gv = rs[static_cast<std::size_t>(v.rank)].groups[v.group];
+        const PipelineTransfer& t = gs.post->transfers[s.index];
+        const PipelineTransfer& u = gv.post->transfers[v.index];
+        if (u.micro_batch != t.micro_batch || u.chunk != peer_chunk(rs[static_cast<std::size_t>(s.rank)].place, t)) {
+          result.problem = "rank " + std::to_string(s.rank) + " sends " + name(t.chunk, t.micro_batch) + " where rank " +
+                           std::to_string(v.rank) + " receives " + name(u.chunk, u.micro_batch) +
+                           " next on their lane (NCCL matches a lane's transfers by order)";
+          return result;
+        }
+        const double at = std::max({gs.started_at, gv.started_at, flow.free_at});
+        gs.done[s.index] = gv.done[v.index] = true;
+        gs.done_at[s.index] = gv.done_at[v.index] = at;
+        flow.free_at = at;
+        flow.sends.pop_front();
+        flow.receives.pop_front();
+        moved = true;
+      }
     // Transfers between posted groups. In order (NCCL): only the groups at the front of both
     // ranks' queues. By tag (MPI): any posted groups; a send meets the first receive its peer
     // posted from this rank with its tag (MPI's (source, tag) matching), which must expect it.
-    for (int r = 0; r < ranks; ++r) {
+    for (int r = 0; r < ranks && matching != Matching::per_flow; ++r) {
       Rank& a = rs[static_cast<std::size_t>(r)];
       const std::size_t open_a = open_groups(a);
       for (std::size_t ia = 0; ia < open_a; ++ia) {
@@ -521,7 +576,7 @@ PipelineSimulation simulate(const std::vector<std::vector<PipelineOp>>& ops, int
         }
       }
     }
-    if (matching == Matching::by_tag)  // every complete group, wherever it is in the queue
+    if (matching != Matching::stream_order)  // every complete group, wherever it is in the queue
       for (Rank& x : rs)
         for (auto it = x.queue.begin(); it != x.queue.end();) {
           Group& g = x.groups[*it];
@@ -595,8 +650,13 @@ PipelineSimulation simulate(const std::vector<std::vector<PipelineOp>>& ops, int
           g.done.assign(op.transfers.size(), false);
           g.done_at.assign(op.transfers.size(), 0.0);
           g.posted_at = x.clock;
-          for (const PipelineTransfer& t : op.transfers) {
+          for (std::size_t i = 0; i < op.transfers.size(); ++i) {
+            const PipelineTransfer& t = op.transfers[i];
             const int q = rank_of(r, t.peer);
+            if (matching == Matching::per_flow) {
+              Flow& flow = flows[{t.send ? r : q, t.send ? q : r, t.direction}];
+              (t.send ? flow.sends : flow.receives).push_back({r, op.group, i});
+            }
             if (t.send) {
               const std::pair<int, int> what{t.chunk, t.micro_batch};
               if (!(t.direction == 0 ? x.forwarded : x.backwarded).count(what)) {
@@ -617,7 +677,7 @@ PipelineSimulation simulate(const std::vector<std::vector<PipelineOp>>& ops, int
             }
           }
           x.queue.push_back(op.group);
-          if (matching == Matching::by_tag)
+          if (matching != Matching::stream_order)
             g.started_at = g.posted_at;
           else if (x.queue.size() == 1)
             start_head(x);

@@ -39,6 +39,11 @@
 //         whenever both sides are posted, whatever else is pending. Each receive is posted one
 //         compute earlier, before the compute that precedes its use, where that needs no more
 //         memory (early_receives in pipeline_schedule.cpp), so it overlaps that compute.
+//   per_flow (NCCL with lanes, Communicator::open_lanes): every flow — the activations from one
+//         rank to the next, the gradients back — has a queue of its own on both of its ranks
+//         (pipeline_lane), in which its transfers complete in order, matched by order; no flow
+//         waits for another. The same ops as by_tag (early receives): a receive posted early
+//         holds back only later receives of its own flow, which come after it anyway.
 // simulate proves every schedule finishes under its backend's rule.
 #pragma once
 
@@ -49,7 +54,18 @@ namespace tptrain::train {
 
 enum class Schedule { one_f_one_b, all_forward_all_backward };
 // How the backend matches and completes transfers (above): NCCL stream_order, MPI by_tag.
-enum class Matching { stream_order, by_tag };
+enum class Matching { stream_order, by_tag, per_flow };
+// "in order (NCCL)", "by tag (MPI)", "per flow (NCCL lanes)" (messages, tests).
+const char* matching_name(Matching m);
+
+// The lane (Communicator::open_lanes) of the flow of `direction` (0: activations to the next
+// rank, 1: gradients to the previous) sent by rank `sender` of `ranks`: direction·colours +
+// the sender's colour, where neighbours around the ring have different colours (2 colours; 3
+// when `ranks` is odd, the last rank the third). Then on every rank each lane carries one flow
+// only: the rank's own sends of that direction, or its receives from the one neighbour that
+// sends it that direction. pipeline_lanes: how many lanes that is (0 for one rank).
+int pipeline_lane(int sender, int ranks, int direction);
+int pipeline_lanes(int ranks);
 const char* schedule_name(Schedule s);
 
 // Where a rank stands: rank `rank` of `ranks` in the pipeline, holding `chunks` model chunks.
@@ -141,7 +157,9 @@ struct PipelineSimulation {
 // front of both ranks' queues hold it, pairs matched by order; by_tag (MPI): a transfer
 // completes as soon as both sides are posted, a send meeting the first receive the peer posted
 // from its rank with its tag (which must expect that micro-batch and chunk), and a group when all
-// its transfers have. A wait blocks until its group completed; a forward needs its input, a
+// its transfers have; per_flow (NCCL lanes): as by_tag, but the transfers of a flow (sender,
+// receiver, direction) complete one after the other, the i-th send with the i-th receive (which
+// must expect that micro-batch and chunk). A wait blocks until its group completed; a forward needs its input, a
 // backward its gradient, received and waited for; a backward may not overwrite the model's
 // gradient buffer while the input gradient in it is still being sent, and with v = 1 no gradient
 // is received into that buffer while it holds another. Each forward takes `forward_time`, each

@@ -10,6 +10,7 @@
 #include "src/data/shard_header.hpp"
 #include "src/log.hpp"
 #include "src/train/memory_metrics.hpp"
+#include "src/util/host_waits.hpp"
 #include "src/util/phases.hpp"
 
 namespace tptrain::train {
@@ -125,7 +126,6 @@ TrainingRun<T>::TrainingRun(const io::Deck& deck, const parallel::Topology& topo
       schedule_{deck.optimizer.lr, deck.optimizer.min_lr, deck.optimizer.warmup_steps, deck.training.steps,
                 deck.optimizer.decay},
       adamw_{deck.optimizer.beta1, deck.optimizer.beta2, deck.optimizer.eps, deck.optimizer.weight_decay},
-      batch_(model_.tokens()),
       pipeline_(model_, topo.pp(), options.schedule, options.overlap_pipeline_transfers),
       reducer_(model_, topo.dp()),
       optimizer_(model_, &topo.dp()),
@@ -209,16 +209,12 @@ double TrainingRun<T>::compute_gradients(std::int64_t step) {
                       static_cast<float>(scaler_ ? scaler_->scale() : 1.0);
   // Tokens are checked against the vocabulary where they are read (token_dataset.hpp), and the
   // micro-batches are read between collectives: check this rank's sequences first, agreed.
+  util::note_host_wait(util::HostWait::host_scalar_reduce);  // the agreement's MPI_Allreduce
   parallel::on_every_rank(topo_.world(), [&] { sampler_->check_step(step); });
   const int M = micro_batches();
-  int loaded = -1;
-  const auto batch = [&](int m) -> const DeviceBatch& {
-    if (loaded != m) {
-      sampler_->micro_batch(step, m, batch_.h_inputs.data(), batch_.h_targets.data());
-      batch_.upload_for_backward(exec);
-      loaded = m;
-    }
-    return batch_;
+  // Once per micro-batch (the pipeline keeps it on the device until its backward).
+  const auto sample = [&](int m, std::int32_t* inputs, std::int32_t* targets) {
+    sampler_->micro_batch(step, m, inputs, targets);
   };
   // Data parallelism: a bucket's gradients are final once the LAST micro-batch's backward has
   // passed it; its all-reduce then runs while the backward goes on.
@@ -231,7 +227,7 @@ double TrainingRun<T>::compute_gradients(std::int64_t step) {
     else
       reducer_.progress();
   };
-  double loss_sum = pipeline_.run(exec, M, scale, batch, bucket_done);
+  double loss_sum = pipeline_.run(exec, M, scale, sample, bucket_done);
   {
     util::PhaseScope phase(util::Phase::dp_comm);
     reducer_.finish(exec);
@@ -279,6 +275,7 @@ StepResult TrainingRun<T>::update(std::int64_t step, double loss) {
     // an overflow in a sharded tensor before the DP reduction; a replicated tensor's squares are
     // not summed over TP, and DP replicas do not reduce the norm: one flag over the world.
     int overflow_flag = std::isfinite(r.grad_norm) ? 0 : 1;
+    util::note_host_wait(util::HostWait::host_scalar_reduce);
     TPTRAIN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &overflow_flag, 1, MPI_INT, MPI_MAX, topo_.world()));
     const bool overflow = overflow_flag != 0;
     if (overflow && r.loss_scale <= scaler_->config().min)

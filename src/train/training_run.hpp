@@ -145,7 +145,6 @@ class TrainingRun {
   Model model_;
   LrSchedule schedule_;
   AdamWConfig adamw_;
-  DeviceBatch batch_;
   PipelineRunner<T> pipeline_;
   GradientReducer<T> reducer_;
   BucketOptimizer<T> optimizer_;

@@ -86,7 +86,7 @@ inline std::pair<kernels::Tokens, kernels::Tokens> random_batch(int B, int S, in
   return {x, y};
 }
 
-// The tokens grouped by id, as DeviceBatch::upload_for_backward groups a micro-batch's inputs for
+// The tokens grouped by id, as train::MicroBatchQueue groups a micro-batch's inputs for
 // the word-embedding gradient.
 inline kernels::TokenSegments segments_of(const kernels::Tokens& tokens) {
   const auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), tokens);

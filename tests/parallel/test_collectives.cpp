@@ -9,6 +9,10 @@
 #include "catch.hpp"
 #include "src/parallel/collectives.hpp"
 #include "src/parallel/mpi_communicator.hpp"
+#include "src/train/pipeline_schedule.hpp"
+#if defined(TPTRAIN_HAVE_NCCL) && defined(KOKKOS_ENABLE_CUDA) && !defined(TPTRAIN_EXEC_SPACE)
+#include "src/parallel/nccl_communicator.hpp"
+#endif
 
 using namespace tptrain;
 using namespace tptrain::parallel;
@@ -207,6 +211,54 @@ TEST_CASE("a grouped exchange around a ring completes for the consumer instance"
   auto h = on_host(back);
   for (int i = 0; i < 16; ++i) CHECK(h(i) == 2.0f * static_cast<float>((r + n - 1) % n));
 }
+
+// Lanes (Communicator::open_lanes): each rank posts its receive from the left before its send to
+// the right, not grouped. In one NCCL queue every rank's receive would hold back its send: a ring
+// of waits. On the pipeline's lanes (train::pipeline_lane: the flow's sender decides) the receive
+// and the send are on different lanes and both complete; MPI opens none and matches by tag.
+TEST_CASE("lanes: a receive posted before the send behind it completes", "[parallel][collectives][mpi]") {
+  auto comm = world_comm();
+  const int r = comm->rank(), n = comm->size();
+  if (n < 2) return;  // a transfer to itself is NCCL's invalid usage outside a group
+  const int lanes = comm->open_lanes(train::pipeline_lanes(n));
+  CHECK((lanes == 0) == (std::string(comm->backend_name()) == "mpi"));
+  CHECK(comm->open_lanes(train::pipeline_lanes(n)) == lanes);  // again: nothing more to open
+  const kx::ExecSpace exec;
+  Kokkos::View<float*, kx::MemSpace> out("out", 64), in("in", 64);
+  Kokkos::deep_copy(out, static_cast<float>(r));
+  const int left = (r + n - 1) % n, right = (r + 1) % n;
+  for (int round = 0; round < 3; ++round) {  // in order on each lane, round after round
+    Request received = irecv(*comm, exec, in, left, 7, lanes > 0 ? train::pipeline_lane(left, n, 0) : -1);
+    Request sent = isend(*comm, exec, out, right, 7, lanes > 0 ? train::pipeline_lane(r, n, 0) : -1);
+    received.wait_on(exec);
+    sent.wait_on(exec);
+    auto h = on_host(in);
+    CHECK(h(0) == static_cast<float>(left));
+    CHECK(h(63) == static_cast<float>(left));
+  }
+}
+
+#if defined(TPTRAIN_HAVE_NCCL) && defined(KOKKOS_ENABLE_CUDA) && !defined(TPTRAIN_EXEC_SPACE)
+TEST_CASE("NCCL: the events of collectives come from a pool that stops growing", "[parallel][collectives][mpi]") {
+  auto comm = world_comm();
+  auto* nccl = dynamic_cast<NcclCommunicator*>(comm.get());
+  if (nccl == nullptr) return;
+  const kx::ExecSpace exec;
+  Kokkos::View<float*, kx::MemSpace> a("a", 256);
+  const auto some_collectives = [&] {
+    std::vector<Request> pending;
+    for (int i = 0; i < 4; ++i) pending.push_back(iall_reduce(*comm, exec, a, ReduceOp::sum));
+    wait_all_on(pending.data(), pending.size(), exec);
+    all_reduce(*comm, exec, a, ReduceOp::max);
+    exec.fence();
+  };
+  some_collectives();
+  const std::size_t created = nccl->events_created();
+  CHECK(created <= 5);  // at most one per operation in flight at once
+  for (int i = 0; i < 3; ++i) some_collectives();
+  CHECK(nccl->events_created() == created);
+}
+#endif
 
 TEST_CASE("Request: wait_on completes, then() runs once, a dropped request is completed", "[parallel][collectives]") {
   const kx::ExecSpace exec;

@@ -66,9 +66,10 @@ TEST_CASE("interleaved 1F1B: every allowed schedule is deadlock-free; the rules 
       for (int m = 1; m <= 4 * p + 3; ++m)
         for (const Schedule s : {Schedule::one_f_one_b, Schedule::all_forward_all_backward})
           for (const auto& [overlap, matching] : std::vector<std::pair<bool, Matching>>{
-                   {false, Matching::stream_order}, {true, Matching::stream_order}, {true, Matching::by_tag}}) {
+                   {false, Matching::stream_order}, {true, Matching::stream_order}, {true, Matching::by_tag},
+                   {true, Matching::per_flow}}) {
             INFO("p " << p << ", v " << v << ", m " << m << ", " << train::schedule_name(s) << ", overlap " << overlap
-                      << (matching == Matching::by_tag ? ", by tag (MPI)" : ", in order (NCCL)"));
+                      << ", " << train::matching_name(matching));
             const std::string why = train::schedule_problem(s, p, m, v);
             const bool allowed = v == 1 || (p > 1 && s == Schedule::one_f_one_b && m % p == 0);
             CHECK(why.empty() == allowed);
@@ -217,7 +218,14 @@ TEST_CASE("by tag (MPI) a receive posted before the group its peer needs first c
       ops.push_back(train::pipeline_ops(s, PipelinePlace{r, p, v}, m, true, Matching::by_tag));
     CHECK(train::simulate(ops, m, v, 1, 2, Matching::by_tag).problem == "");
     CHECK(train::simulate(ops, m, v, 1, 2, Matching::stream_order).problem != "");
+    // With a lane per flow (NCCL lanes) an early receive holds back nothing the peer needs.
+    CHECK(train::simulate(ops, m, v, 1, 2, Matching::per_flow).problem == "");
   }
+  // Lanes: the rank-0 early receive completes as by tag; NCCL still pairs a lane's transfers by
+  // order, so micro-batches received in another order than sent are refused.
+  CHECK(train::simulate({early, second}, 1, 1, 1, 2, Matching::per_flow).problem == "");
+  CHECK_THAT(train::simulate({sender, receiver}, 2, 1, 1, 2, Matching::per_flow).problem,
+             Catch::Matchers::Contains("matches a lane's transfers by order"));
 }
 
 namespace {
@@ -261,15 +269,87 @@ TEST_CASE("by tag (MPI) receives are posted before the compute that precedes the
         }
 }
 
+TEST_CASE("pipeline lanes: on every rank each lane carries one flow, and both ends of a flow use its lane",
+          "[pipeline][interleaved]") {
+  for (int p = 2; p <= 9; ++p) {
+    CHECK(train::pipeline_lanes(p) == (p % 2 == 1 ? 6 : 4));
+    for (int d = 0; d < 2; ++d)
+      for (int s = 0; s < p; ++s) {  // neighbours around the ring differ
+        CHECK(train::pipeline_lane(s, p, d) != train::pipeline_lane((s + 1) % p, p, d));
+        CHECK(train::pipeline_lane(s, p, d) < train::pipeline_lanes(p));
+      }
+    for (int v = 1; v <= 2; ++v)
+      for (int r = 0; r < p; ++r) {
+        INFO("p " << p << ", v " << v << ", rank " << r);
+        // lane -> the flows (sender, receiver, direction) this rank sends or receives on it
+        std::map<int, std::set<std::tuple<int, int, int>>> flows_on;
+        for (const PipelineOp& op :
+             train::pipeline_ops(Schedule::one_f_one_b, PipelinePlace{r, p, v}, 2 * p, true, Matching::per_flow))
+          for (const auto& t : op.transfers) {
+            const int peer = (r + t.peer + p) % p, sender = t.send ? r : peer, receiver = t.send ? peer : r;
+            flows_on[train::pipeline_lane(sender, p, t.direction)].insert({sender, receiver, t.direction});
+          }
+        CHECK(!flows_on.empty());
+        for (const auto& [lane, flows] : flows_on) {
+          INFO("lane " << lane);
+          CHECK(flows.size() == 1);
+        }
+      }
+  }
+  CHECK(train::pipeline_lanes(1) == 0);
+}
+
+namespace {
+// The ops with every wait right after its post: what a host that blocks on all pending transfers
+// at once (a device-wide fence, e.g. bench --phases between two ops) makes of them.
+std::vector<PipelineOp> waits_at_once(const std::vector<PipelineOp>& ops) {
+  std::vector<PipelineOp> out;
+  for (const PipelineOp& op : ops) {
+    if (op.kind == PipelineOp::wait) continue;
+    out.push_back(op);
+    if (op.kind == PipelineOp::post) out.push_back(wait(op.group));
+  }
+  return out;
+}
+}  // namespace
+
+TEST_CASE("with lanes, Megatron's receive places finish when the host waits for every transfer at once; early "
+          "receives do not",
+          "[pipeline][interleaved]") {
+  int checked = 0;
+  for (int p = 2; p <= 8; ++p)
+    for (int v = 1; v <= 4; ++v)
+      for (int m = 1; m <= 4 * p + 3; ++m)
+        for (const Schedule s : {Schedule::one_f_one_b, Schedule::all_forward_all_backward}) {
+          if (!train::schedule_problem(s, p, m, v).empty()) continue;
+          INFO("p " << p << ", v " << v << ", m " << m << ", " << train::schedule_name(s));
+          std::vector<std::vector<PipelineOp>> ops;
+          for (int r = 0; r < p; ++r)
+            ops.push_back(waits_at_once(train::pipeline_ops(s, PipelinePlace{r, p, v}, m)));
+          CHECK(train::simulate(ops, m, v, 1, 2, Matching::per_flow).problem == "");
+          ++checked;
+        }
+  CHECK(checked > 250);
+  // Why PipelineRunner keeps Megatron's places while bench --phases fences the device: an early
+  // receive waited for at once blocks the compute its own data needs (p = 2, one micro-batch:
+  // rank 0's gradient receive before its forward).
+  std::vector<std::vector<PipelineOp>> early;
+  for (int r = 0; r < 2; ++r)
+    early.push_back(waits_at_once(train::pipeline_ops(Schedule::one_f_one_b, PipelinePlace{r, 2, 1}, 1, true,
+                                                      Matching::per_flow)));
+  CHECK_THAT(train::simulate(early, 1, 1, 1, 2, Matching::per_flow).problem, Catch::Matchers::Contains("deadlock"));
+}
+
 TEST_CASE("the simulated bubble is (p - 1)/(v m)", "[pipeline][interleaved]") {
   for (int p = 2; p <= 8; ++p)
     for (int v = 1; v <= 4; ++v)
       for (int m = p; m <= 4 * p; m += p)
         for (const auto& [overlap, matching] : std::vector<std::pair<bool, Matching>>{
-                 {false, Matching::stream_order}, {true, Matching::stream_order}, {true, Matching::by_tag}})
+                 {false, Matching::stream_order}, {true, Matching::stream_order}, {true, Matching::by_tag},
+                   {true, Matching::per_flow}})
           for (const double backward : {1.0, 2.0}) {
             INFO("p " << p << ", v " << v << ", m " << m << ", overlap " << overlap << ", t_b/t_f " << backward
-                      << (matching == Matching::by_tag ? ", by tag (MPI)" : ", in order (NCCL)"));
+                      << ", " << train::matching_name(matching));
             const train::PipelineSimulation sim =
                 train::simulate(Schedule::one_f_one_b, p, m, v, overlap, 1.0, backward, matching);
             REQUIRE(sim.problem == "");
@@ -280,7 +360,7 @@ TEST_CASE("the simulated bubble is (p - 1)/(v m)", "[pipeline][interleaved]") {
   // pipelines and more chunks.
   for (const auto& [p, m, v] : std::vector<std::array<int, 3>>{{16, 192, 2}, {16, 64, 3}, {12, 36, 4}, {32, 64, 2}}) {
     INFO("p " << p << ", v " << v << ", m " << m);
-    for (const Matching matching : {Matching::stream_order, Matching::by_tag}) {
+    for (const Matching matching : {Matching::stream_order, Matching::by_tag, Matching::per_flow}) {
       const train::PipelineSimulation sim = train::simulate(Schedule::one_f_one_b, p, m, v, true, 1, 2, matching);
       REQUIRE(sim.problem == "");
       CHECK(std::fabs(sim.bubble() - double(p - 1) / (v * m)) < 1e-12);
@@ -300,9 +380,10 @@ TEST_CASE("interleaved 1F1B keeps per chunk what schedule_memory says, for any n
       for (int r = 0; r < p; ++r)
         for (int m = p; m <= p * (v + 4); m += p)
           for (const auto& [overlap, matching] : std::vector<std::pair<bool, Matching>>{
-                   {false, Matching::stream_order}, {true, Matching::stream_order}, {true, Matching::by_tag}}) {
+                   {false, Matching::stream_order}, {true, Matching::stream_order}, {true, Matching::by_tag},
+                   {true, Matching::per_flow}}) {
             INFO("p " << p << ", v " << v << ", rank " << r << ", m " << m << ", overlap " << overlap
-                      << (matching == Matching::by_tag ? ", by tag (MPI)" : ", in order (NCCL)"));
+                      << ", " << train::matching_name(matching));
             const PipelinePlace place{r, p, v};
             const auto ops = train::pipeline_ops(Schedule::one_f_one_b, place, m, overlap, matching);
             const train::ScheduleMemory memory =
@@ -551,9 +632,9 @@ TEST_CASE("deferred transfer waits and early receives give the gradients of wait
       at_once.overlap_pipeline_transfers = false;
       train::TrainingRun a(deck, topo, overlapped), b(deck, topo, at_once);
       // The MPI backend matches by tag, so the overlapped run posts its receives a compute early
-      // where that is free (pipeline_schedule.hpp); NCCL keeps Megatron's places.
+      // where that is free (pipeline_schedule.hpp); so does NCCL with a lane per flow.
       CHECK(a.pipeline().matching() ==
-            (std::string(topo.pp().backend_name()) == "mpi" ? Matching::by_tag : Matching::stream_order));
+            (std::string(topo.pp().backend_name()) == "mpi" ? Matching::by_tag : Matching::per_flow));
       for (int s = 0; s < 2; ++s) CHECK(a.step(s).loss == b.step(s).loss);
       CHECK(a.compute_gradients(2) == b.compute_gradients(2));
       CHECK(logical_by_name(a.model(), topo.tp(), true) == logical_by_name(b.model(), topo.tp(), true));

@@ -14,6 +14,7 @@
 #include "src/train/model_checkpoint.hpp"
 #include "src/train/pipeline_schedule.hpp"
 #include "src/train/training_run.hpp"
+#include "src/util/host_waits.hpp"
 #include "tests/model/model_test_util.hpp"
 #include "tests/train/train_test_util.hpp"
 
@@ -217,6 +218,60 @@ TEST_CASE("1F1B and all-forward-all-backward give identical gradients", "[pipeli
     CHECK(a.model().recomputed_blocks() == 0);
     CHECK(a.model().recomputed_heads() == 0);
     CHECK(b.model().recomputed_heads() == (stage == P - 1 && M > 1 ? M : 0));
+  }
+}
+
+TEST_CASE("each micro-batch is sampled once per step, on the stages that read tokens", "[pipeline][mpi]") {
+  const int n = test::world_size();
+  for (const train::Schedule schedule : {train::Schedule::one_f_one_b, train::Schedule::all_forward_all_backward}) {
+    INFO(train::schedule_name(schedule) << " on " << n << " stages");
+    const io::Deck deck = test::pipeline_deck(1, n, 1, 4, 4 * n);  // 2n micro-batches
+    parallel::Topology topo(MPI_COMM_WORLD, layout_of(deck));
+    train::TrainingRun run(deck, topo, train::RunOptions{schedule, true});
+    const int stage = topo.coords().pp, M = run.micro_batches();
+    const bool reads_tokens = stage == 0 || stage == n - 1;
+    for (int step = 0; step < 2; ++step) {
+      const std::int64_t before = run.pipeline().batches().samples();
+      run.step(step);
+      CHECK(run.pipeline().batches().samples() - before == (reads_tokens ? M : 0));
+    }
+    // Nothing grows after the first step: the entries were reserved with the activation slots.
+    CHECK(run.pipeline().batches().entries() == (reads_tokens ? run.model().activation_slots() + 1 : 0));
+  }
+}
+
+TEST_CASE("a training step waits on the host where docs/design.md says", "[pipeline][mpi]") {
+  // docs/design.md, "Host waits": on MPI the pipeline transfers and the embedding group's
+  // all-reduce wait on the host (a fence before MPI reads, the request's wait); everything else
+  // is the same on every backend. Counted per step, after a first step.
+  const int n = test::world_size();
+  const io::Deck deck = test::pipeline_deck(1, n, 1, 4, 4 * n);
+  parallel::Topology topo(MPI_COMM_WORLD, layout_of(deck));
+  train::TrainingRun run(deck, topo);
+  REQUIRE(run.pipeline().matching() == train::Matching::by_tag);  // the MPI backend
+  const int stage = topo.coords().pp, M = run.micro_batches();
+  std::int64_t transfers = 0;
+  for (const train::PipelineOp& op : train::pipeline_ops(train::Schedule::one_f_one_b, run.pipeline().place(), M,
+                                                         true, train::Matching::by_tag))
+    transfers += static_cast<std::int64_t>(op.transfers.size());
+  const std::int64_t embedding_group = n > 1 && (stage == 0 || stage == n - 1) ? 1 : 0;
+  using W = util::HostWait;
+  std::map<W, std::int64_t> expected{{W::batch_buffer_reuse, 0},  // host memory: no copies to wait for
+                                     {W::loss_to_host, 1},
+                                     {W::norm_to_host, 1},
+                                     // the agreement on the step's tokens; the loss and the norm over PP
+                                     {W::host_scalar_reduce, 1 + (n > 1 ? 2 : 0)},
+                                     {W::request_wait, transfers + embedding_group},
+                                     {W::mpi_fence, transfers + embedding_group},
+                                     {W::staged_copy_back, 0}};
+  run.step(0);
+  for (int step = 1; step < 3; ++step) {
+    const util::HostWaits::Counts before = util::HostWaits::instance().counts();
+    run.step(step);
+    for (const auto& [kind, count] : expected) {
+      INFO(util::host_wait_name(kind) << ", stage " << stage << " of " << n << ", step " << step);
+      CHECK(util::HostWaits::instance().count(kind) - before[static_cast<std::size_t>(kind)] == count);
+    }
   }
 }
 
