@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "kokkos_kernels/compat.hpp"
 #include "kokkos_kernels/detail.hpp"
@@ -74,6 +75,10 @@ void position_embedding_add(const Exec& exec,
 struct TokenSegments {
   using IndexView = Kokkos::View<std::int64_t*, kx::MemSpace>;
   using TokenView = Kokkos::View<int*, kx::MemSpace>;
+  // The host staging: the device views themselves where the host reads them (a host execution
+  // space, also in a CUDA build), pinned memory otherwise.
+  using Staging = std::conditional_t<Kokkos::SpaceAccessibility<Kokkos::HostSpace, kx::MemSpace>::accessible,
+                                     kx::MemSpace, kx::StagingSpace>;
   IndexView order;            // [capacity]
   IndexView segment_start;    // [capacity + 1]
   TokenView segment_token;    // [capacity]
@@ -93,9 +98,9 @@ struct TokenSegments {
         IndexView(Kokkos::view_alloc(Kokkos::WithoutInitializing, "tokens.segment_start"), n + 1);
     segment_token =
         TokenView(Kokkos::view_alloc(Kokkos::WithoutInitializing, "tokens.segment_token"), n);
-    h_order = Kokkos::create_mirror_view(kx::StagingSpace(), order);
-    h_segment_start = Kokkos::create_mirror_view(kx::StagingSpace(), segment_start);
-    h_segment_token = Kokkos::create_mirror_view(kx::StagingSpace(), segment_token);
+    h_order = Kokkos::create_mirror_view(Staging(), order);
+    h_segment_start = Kokkos::create_mirror_view(Staging(), segment_start);
+    h_segment_token = Kokkos::create_mirror_view(Staging(), segment_token);
   }
 
   // Groups host_tokens[0, n) and uploads the result on exec, stream-ordered. On host backends
@@ -139,8 +144,8 @@ struct TokenSegments {
   }
 
  private:
-  Kokkos::View<std::int64_t*, kx::StagingSpace> h_order, h_segment_start;
-  Kokkos::View<int*, kx::StagingSpace> h_segment_token;
+  Kokkos::View<std::int64_t*, Staging> h_order, h_segment_start;
+  Kokkos::View<int*, Staging> h_segment_token;
 };
 
 // dwte(tok - vocab_start, h) += Σ_{t: tokens(t) = tok} dy(t, h) for the ids in this rank's range

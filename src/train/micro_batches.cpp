@@ -37,9 +37,10 @@ constexpr bool cuda_events() { return false; }
 
 struct MicroBatchQueue::Entry {
   TrainingBatch batch;
-  // The host side of inputs and targets: pinned on CUDA; on host backends the device views
-  // themselves (create_mirror_view), so that nothing is copied.
-  Kokkos::View<int*, kx::StagingSpace> h_inputs, h_targets;
+  // The host side of inputs and targets: pinned on CUDA; on host execution spaces (also in a
+  // CUDA build) the device views themselves (create_mirror_view), so that nothing is copied.
+  using Staging = std::conditional_t<host_memory(), kx::MemSpace, kx::StagingSpace>;
+  Kokkos::View<int*, Staging> h_inputs, h_targets;
   int micro_batch = -1;  // the micro-batch it holds, -1: free
   bool copies_queued = false;  // copies that read the host buffers were queued
 #if defined(KOKKOS_ENABLE_CUDA)
@@ -50,8 +51,8 @@ struct MicroBatchQueue::Entry {
     const auto n = static_cast<std::size_t>(tokens);
     batch.inputs = kernels::Tokens(Kokkos::view_alloc(Kokkos::WithoutInitializing, "batch.inputs"), n);
     batch.targets = kernels::Tokens(Kokkos::view_alloc(Kokkos::WithoutInitializing, "batch.targets"), n);
-    h_inputs = Kokkos::create_mirror_view(kx::StagingSpace(), batch.inputs);
-    h_targets = Kokkos::create_mirror_view(kx::StagingSpace(), batch.targets);
+    h_inputs = Kokkos::create_mirror_view(Staging(), batch.inputs);
+    h_targets = Kokkos::create_mirror_view(Staging(), batch.targets);
     if (group_tokens) batch.segments.reserve(tokens);
 #if defined(KOKKOS_ENABLE_CUDA)
     if (cuda_events()) cuda_check(cudaEventCreateWithFlags(&copied, cudaEventDisableTiming), "cudaEventCreate");

@@ -1,6 +1,6 @@
 // The micro-batches of a training step on their way to the device: each is sampled once, into
-// pinned host memory (kx::StagingSpace: CudaHostPinnedSpace on CUDA, HostSpace on host
-// backends), uploaded with asynchronous copies on the compute instance, and kept on the device
+// pinned host memory (kx::StagingSpace, CudaHostPinnedSpace, on CUDA; on a host execution space
+// the device views themselves), uploaded with asynchronous copies on the compute instance, and kept on the device
 // from its forward to the end of its backward, where the first stage's word-embedding gradient
 // reads its tokens grouped by id and the last stage's loss gradient its targets.
 //
