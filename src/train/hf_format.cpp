@@ -1,0 +1,40 @@
+#include "src/train/hf_format.hpp"
+
+#include "src/train/hf_gpt2.hpp"
+
+namespace tptrain::train {
+
+namespace {
+
+std::string gpt2_config_mismatch(const std::string& path, const model::GptShape& shape) {
+  return hf_config_mismatch(read_hf_gpt2_config(path), shape);
+}
+
+std::string gpt2_shape_keys(const std::string& checkpoint_name) {
+  std::string keys = "model.hidden / n_embd";
+  if (checkpoint_name == "embedding/word") keys = "model.vocab_size / vocab_size, " + keys;
+  if (checkpoint_name == "embedding/position") keys = "model.seq_length / n_positions, " + keys;
+  if (checkpoint_name.find("/mlp/") != std::string::npos) keys += ", model.ffn_hidden / n_inner";
+  return keys;
+}
+
+HfFormat gpt2_format(const model::GptShape& shape) {
+  HfFormat f;
+  f.architecture = "GPT2LMHeadModel";
+  f.model_type = "gpt2";
+  f.prefix = "transformer.";
+  f.ignored_buffers = R"(h\.[0-9]+\.attn\.(bias|masked_bias))";
+  f.tied_to = "transformer.wte.weight";
+  f.tensors = hf_gpt2_tensors(shape);
+  // GPT-2's tokenizer (a vocabulary of 50257 or its padding): <|endoftext|> is bos and eos.
+  f.config_json = hf_gpt2_config(shape, shape.vocab_size >= 50257);
+  f.config_mismatch = gpt2_config_mismatch;
+  f.shape_keys = gpt2_shape_keys;
+  return f;
+}
+
+}  // namespace
+
+HfFormat hf_format(const model::GptShape& shape) { return gpt2_format(shape); }
+
+}  // namespace tptrain::train
