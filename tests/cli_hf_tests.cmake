@@ -26,3 +26,8 @@ foreach(layout "one;1;" "tensor2;2;--set|parallel.tensor=2|--set|model.vocab_siz
     set_tests_properties(cli_hf_init_from_${name} PROPERTIES FIXTURES_REQUIRED hf_${name} TIMEOUT 300)
   endif()
 endforeach()
+
+# The reference's RoPE is Hugging Face's rotate-half, which is Meta's adjacent-pair RoPE after HF's
+# q/k row permutation (docs/checkpoints.md, "Llama").
+add_test(NAME hf_llama_reference_conventions COMMAND /usr/bin/python3 ${_hf}/llama_conventions.py)
+set_tests_properties(hf_llama_reference_conventions PROPERTIES TIMEOUT 60 SKIP_RETURN_CODE 77)
