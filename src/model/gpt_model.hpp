@@ -133,6 +133,10 @@ class GptModel {
                                   std::to_string(stage.size) + " pipeline stages x " + std::to_string(stage.chunks) +
                                   " virtual stages (model.layers must be a multiple of parallel.pipeline * "
                                   "parallel.virtual_stages)");
+    if (shape.llama() || !shape.tie_embeddings)
+      throw std::invalid_argument(std::string("tptrain: model.architecture = \"") + architecture_name(shape.architecture) +
+                                  "\" with model.tie_embeddings = " + (shape.tie_embeddings ? "true" : "false") +
+                                  ": this build trains only the tied gpt2 block so far");
     per_chunk_ = shape.layers / (stage.size * stage.chunks);
     const SequenceParallelBuffers<T> sp = sequence_parallel_buffers(workspace_, shape, tokens());
     if (stage.first()) {

@@ -34,7 +34,9 @@ Parameter<T> make_parameter(const ParameterSpec& spec, const Communicator& tp) {
   p.name = spec.name;
   p.shape = spec.shape;
   p.saved_rows = spec.saved_rows;
-  p.sharding = Sharding{spec.split_dim(), spec.blocks};
+  p.sharding = spec.split_dim() < 0 ? Sharding{}
+                                    : Sharding::of(spec.split_dim(), spec.blocks, spec.block_extents,
+                                                   spec.shape[static_cast<std::size_t>(spec.split_dim())]);
   p.tp_rank = tp.rank();
   p.tp_size = tp.size();
   p.weight_decay = spec.weight_decay;

@@ -92,7 +92,7 @@ struct TransformerLayer {
     c = s.c;
   }
 
-  // Every parameter of the block once, in the descriptor's order (kBlockParameters): the
+  // Every parameter of the block once, in the descriptor's order (block_parameter_rows): the
   // checkpoint's and the bucket's. Throws std::logic_error when the sublayers hold a parameter
   // the descriptor lacks or lack one it lists.
   std::vector<Parameter<T>*> parameters() {
@@ -102,7 +102,7 @@ struct TransformerLayer {
       held.insert(held.end(), part.begin(), part.end());
     std::vector<Parameter<T>*> ordered;
     const std::string prefix = name_ + "/";
-    for (const ParameterRow& row : kBlockParameters) {
+    for (const ParameterRow& row : block_parameter_rows(shape_)) {
       const auto it =
           std::find_if(held.begin(), held.end(), [&](const Parameter<T>* p) { return p->name == prefix + row.name; });
       if (it == held.end())

@@ -207,6 +207,11 @@ classify() {
     *) outcome="clean error" ;;
     esac
     msg=$errline
+    # A refused case's verify checks the refusal (the error names the key, nothing was left behind).
+    if [ "$outcome" = "clean error" ] && [ -n "$verify" ]; then
+      local why
+      if ! why=$($verify "$log" 2>&1); then outcome="SILENT WRONG" msg="$errline; but: $why"; fi
+    fi
   else
     outcome="NO MESSAGE" msg="rc $rc, no error line; last output: $(last_line "$err")"
   fi
@@ -593,6 +598,47 @@ model.layers=2 # comment|any
 EOF
   run_case set_syntax_newline_in_value fail -- "$EXE" check "$DECK" --set $'model.layers=2\nhidden = 64'
   run_case set_syntax_train_lr_1e999 fail -- "${TRAIN[@]}" --set optimizer.lr=1e999 $(rundir set_lr)
+}
+
+# Llama decks (model.architecture, issue 23): each bad combination is refused by `check` with an
+# error that names the key; verify_names_key checks the first error line names it.
+names_key() { # KEY LOG: the error names KEY
+  grep -aq "$1" "$2.err" && return 0
+  echo "the error does not name $1: $(first_error "$2.err" "$2.out")"
+  return 1
+}
+verify_names_kv_heads() { names_key model.kv_heads "$1"; }
+verify_names_tensor_layouts() { names_key 'nearest valid layouts are parallel.tensor' "$1"; }
+verify_names_head_dim() { names_key 'even head dimension' "$1"; }
+verify_names_norm_eps() { names_key model.norm_eps "$1"; }
+verify_names_rope_theta() { names_key model.rope_theta "$1"; }
+verify_names_architecture() { names_key model.architecture "$1"; }
+group_llama() {
+  local L=(--set model.architecture=llama)
+  run_case llama_check_valid ok -- "$EXE" check "$DECK" "${L[@]}" --set model.kv_heads=2
+  run_case llama_kv_heads_not_divisor fail verify=verify_names_kv_heads -- "$EXE" check "$DECK" "${L[@]}" \
+    --set model.kv_heads=3
+  run_case llama_kv_heads_zero fail verify=verify_names_kv_heads -- "$EXE" check "$DECK" "${L[@]}" --set model.kv_heads=0
+  run_case llama_kv_heads_above_heads fail verify=verify_names_kv_heads -- "$EXE" check "$DECK" "${L[@]}" \
+    --set model.kv_heads=8
+  run_case llama_kv_heads_tensor fail verify=verify_names_tensor_layouts -- "$EXE" check "$DECK" "${L[@]}" \
+    --set model.kv_heads=1
+  run_case llama_kv_heads_tensor_3 fail verify=verify_names_tensor_layouts -- "$EXE" check "$DECK" "${L[@]}" \
+    --set model.heads=8 --set model.kv_heads=4 --set parallel.tensor=3
+  run_case llama_odd_head_dim fail verify=verify_names_head_dim -- "$EXE" check "$DECK" "${L[@]}" \
+    --set model.hidden=36 --set model.kv_heads=2
+  run_case llama_rope_theta_zero fail verify=verify_names_rope_theta -- "$EXE" check "$DECK" "${L[@]}" \
+    --set model.rope_theta=0
+  run_case llama_norm_eps_negative fail verify=verify_names_norm_eps -- "$EXE" check "$DECK" "${L[@]}" \
+    --set model.norm_eps=-1
+  run_case llama_architecture_unknown fail verify=verify_names_architecture -- "$EXE" check "$DECK" \
+    --set model.architecture=llama3
+  run_case llama_gpt2_kv_heads fail verify=verify_names_kv_heads -- "$EXE" check "$DECK" --set model.kv_heads=2
+  run_case llama_gpt2_rope_theta fail verify=verify_names_rope_theta -- "$EXE" check "$DECK" \
+    --set model.rope_theta=500000
+  run_case llama_gpt2_norm_eps fail verify=verify_names_norm_eps -- "$EXE" check "$DECK" --set model.norm_eps=1e-6
+  run_case llama_gpt2_defaults_ok ok -- "$EXE" check "$DECK" --set model.rope_theta=10000 --set model.norm_eps=1e-5 \
+    --set model.kv_heads=4 --set model.tie_embeddings=true
 }
 
 group_world() {
@@ -1875,6 +1921,7 @@ group_order
 group_hf
 group_shards
 group_vpp
+group_llama
 run_kill rank1
 run_kill rank0
 run_kill mpiexec

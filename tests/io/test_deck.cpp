@@ -897,13 +897,18 @@ TEST_CASE("deck: relative paths follow the deck file; --set paths follow the wor
 
 TEST_CASE("deck: to_toml writes every key in table order and round-trips", "[io][deck]") {
   Fixture fx;
-  const std::vector<std::string> order = {"model.layers",
+  const std::vector<std::string> order = {"model.architecture",
+                                          "model.layers",
                                           "model.hidden",
                                           "model.heads",
+                                          "model.kv_heads",
                                           "model.ffn_hidden",
                                           "model.seq_length",
                                           "model.vocab_size",
                                           "model.vocab_pad_multiple",
+                                          "model.norm_eps",
+                                          "model.rope_theta",
+                                          "model.tie_embeddings",
                                           "parallel.tensor",
                                           "parallel.pipeline",
                                           "parallel.data",
@@ -1410,7 +1415,7 @@ TEST_CASE("deck: the key table drives defaults, comparison and printing", "[io][
     INFO(json);
     CHECK(json.find('\n') == std::string::npos);
     CHECK(json.front() == '{');
-    CHECK_THAT(json, matches("\\{\"model\\.layers\": 4, \"model\\.hidden\": 128, .*, "
+    CHECK_THAT(json, matches("\\{\"model\\.architecture\": \"gpt2\", \"model\\.layers\": 4, \"model\\.hidden\": 128, .*, "
                              "\"run\\.dir\": \".*a \\\\\"quoted\\\\\" dir\", \"ranks\": 2\\}"));
     CHECK_THAT(json, has("\"optimizer.lr\": 0.003, "));
     CHECK_THAT(json, has("\"checkpoint.resume\": true, "));

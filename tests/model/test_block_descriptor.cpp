@@ -114,7 +114,9 @@ std::string join(const std::vector<std::string>& parts, const char* separator) {
 const char* symbol(ParameterDim d) {
   switch (d) {
     case ParameterDim::hidden: return "H";
-    case ParameterDim::qkv: return "3H";
+    case ParameterDim::qkv: return "3H";  // (nh + 2nkv)·d in general; the GPT-2 tables print 3H
+    case ParameterDim::kv: return "nkv·d";
+    case ParameterDim::ffn2: return "2F";
     case ParameterDim::ffn: return "F";
     case ParameterDim::vocab: return "V";
     case ParameterDim::seq: return "S";
@@ -132,6 +134,9 @@ const char* symbol(BufferDim d) {
     case BufferDim::h: return "h";
     case BufferDim::h_t: return "(h/t)";
     case BufferDim::qkv_t: return "(3h/t)";
+    case BufferDim::gqa_t: return "((a+2k)·h/a/t)";
+    case BufferDim::f2_t: return "(2f/t)";
+    case BufferDim::d_2: return "(h/2a)";
     case BufferDim::f_t: return "(f/t)";
     case BufferDim::a_t: return "(a/t)";
     case BufferDim::Na_t: return "N·(a/t)";
