@@ -81,7 +81,8 @@ HfGpt2Config read_hf_gpt2_config(const std::string& path) {
   };
   if (c.model_type != "gpt2")
     fail("model_type is " + (c.model_type.empty() ? std::string("missing") : "\"" + c.model_type + "\"") +
-         ": tptrain imports GPT-2 models (model_type \"gpt2\")");
+         ": a model.architecture = \"gpt2\" deck imports GPT-2 models (model_type \"gpt2\"; Llama models need a "
+         "\"llama\" deck)");
   for (const auto& [key, value] : {std::pair{"n_layer", c.n_layer}, std::pair{"n_embd", c.n_embd}, std::pair{"n_head", c.n_head},
                                    std::pair{"vocab_size", c.vocab_size}, std::pair{"n_positions", c.n_positions}})
     if (value == 0) fail(std::string("no ") + key);
