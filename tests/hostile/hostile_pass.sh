@@ -1728,6 +1728,50 @@ group_hf() {
     --set training.init_from="$d/imported.h5" --set training.steps=1
 }
 
+# ---- Hugging Face export and import of llama models (issue 23 item 5) ---------------------------
+
+# A llama version of the fixture deck (grouped-query attention, untied), exported as
+# LlamaForCausalLM; damaged or foreign variants are refused naming the tensor or the field,
+# variants Hugging Face's own files have (no prefix, rotary buffers) import to the same model.
+group_hf_llama() {
+  local fails=(k_proj_missing k_proj_as_q lm_head_missing config_kv_heads config_rope_theta config_rope_scaling
+    config_bias config_tied) sames=(no_prefix inv_freq) k any=""
+  for k in export gpt2_deck deck_kv_heads "${fails[@]}" "${sames[@]}"; do selected "hf_llama_$k" && any=yes; done
+  [ -n "$any" ] || return 0
+  local d=$WORK/hf_llama HF=$SRC/tests/hf LL=(--set model.architecture=llama --set model.kv_heads=2)
+  local ck=$RUNS/hf_llama_fixture/checkpoints/step_00000004.h5
+  mkdir -p "$d"
+  [ -f "$ck" ] || "${TRAIN[@]}" "${LL[@]}" --set run.dir="$RUNS/hf_llama_fixture" >"$d/train.log" 2>&1 ||
+    { note "cannot train the llama fixture (see $d/train.log): hf_llama cases skipped"; return 0; }
+  [ -f "$d/base/model.safetensors" ] || "$EXE" export "$ck" --format hf --out "$d/base" >"$d/base.log" 2>&1 ||
+    { note "cannot export the llama fixture (see $d/base.log): hf_llama cases skipped"; return 0; }
+  "${MPI[@]}" "$EXE" eval "$DECK" "${LL[@]}" --checkpoint "$ck" >"$d/eval.out" 2>&1
+  verify_llama_eval_same() {
+    local a b
+    a=$(eval_loss_of "$1.out") b=$(eval_loss_of "$d/eval.out")
+    [ -n "$a" ] && [ "$a" = "$b" ] && return 0
+    echo "eval exit 0 with ${a:-no eval_loss}, the llama fixture gives ${b:-nothing}"
+    return 1
+  }
+  local import_eval
+  run_case hf_llama_export ok verify=verify_hf_export -- "$EXE" export "$ck" --format hf --out "$d/ok"
+  run_case hf_llama_gpt2_deck fail -- "$EXE" import "$d/base" --deck "$DECK" --out "$d/gpt2.h5"
+  run_case hf_llama_deck_kv_heads fail -- "$EXE" import "$d/base" --deck "$DECK" --set model.architecture=llama \
+    --out "$d/kv.h5"
+  for k in "${fails[@]}"; do
+    selected "hf_llama_$k" || continue
+    "$PY" "$HF/hostile_hf.py" "$d/base" "$d/$k" "llama_$k" || { note "hostile_hf.py llama_$k failed"; continue; }
+    run_case "hf_llama_$k" fail -- "$EXE" import "$d/$k" --deck "$DECK" "${LL[@]}" --out "$d/$k.h5"
+  done
+  for k in "${sames[@]}"; do
+    selected "hf_llama_$k" || continue
+    "$PY" "$HF/hostile_hf.py" "$d/base" "$d/$k" "llama_$k" || { note "hostile_hf.py llama_$k failed"; continue; }
+    import_eval=$(printf '%q import %q --deck %q %s --out %q && %s %q eval %q %s --checkpoint %q' "$EXE" "$d/$k" \
+      "$DECK" "${LL[*]}" "$d/$k.h5" "$(printf '%q ' "${MPI[@]}")" "$EXE" "$DECK" "${LL[*]}" "$d/$k.h5")
+    run_case "hf_llama_$k" same verify=verify_llama_eval_same -- bash -c "$import_eval"
+  done
+}
+
 # ---- generation on GPT-2 BPE models (issue 21 item 4) -----------------------------------------
 
 # A tiny GPT-2-vocabulary model (2 ranks, tensor 2) trained on the repository's README tokenized
@@ -1919,6 +1963,7 @@ group_round2_fp16
 group_tokenize
 group_order
 group_hf
+group_hf_llama
 group_shards
 group_vpp
 group_llama
