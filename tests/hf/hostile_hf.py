@@ -145,7 +145,7 @@ elif kind == "llama_lm_head_missing":  # an untied model without its output laye
 elif kind == "llama_config_kv_heads":
     config(num_key_value_heads=4)
 elif kind == "llama_config_rope_theta":
-    config(rope_theta=10000.0)
+    config(rope_theta=500000.0)  # the fixture deck has the default 10000
 elif kind == "llama_config_rope_scaling":  # Llama 3.1's scaled RoPE: another function
     config(rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                          "original_max_position_embeddings": 8192})
