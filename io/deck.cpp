@@ -310,6 +310,7 @@ class DeckReader {
   void check_virtual_stages(const Deck& d);
   void check_tokenizer(const Deck& d);
   void check_tensor_core_shapes(const Deck& d);
+  void check_architecture(const Deck& d);
 
   std::string source_;
   fs::path cwd_;
@@ -860,6 +861,14 @@ Deck DeckReader::build() {
       m.ffn_hidden = static_cast<int>(f4);
     }
   }
+  if (Field& kv = field("model", "kv_heads"); !kv.node) {
+    kv.default_note = "model.heads";
+    m.kv_heads = m.heads;
+  }
+  if (Field& tie = field("model", "tie_embeddings"); !tie.node) {
+    tie.default_note = m.architecture == "llama" ? "false for llama" : "true for gpt2";
+    m.tie_embeddings = m.architecture != "llama";
+  }
   OptimizerConfig& o = d.optimizer;
   if (Field& min_lr = field("optimizer", "min_lr"); !min_lr.node) {
     o.min_lr = round_decimal(o.lr / 10);  // 10 % of the peak (GPT-3), whatever lr is
@@ -883,6 +892,7 @@ Deck DeckReader::build() {
   if (ok("model", "heads") && ok("parallel", "tensor"))
     check_multiple(term("model", "heads", m.heads), term("parallel", "tensor", p.tensor), m.heads,
                    p.tensor, "tensor parallelism gives each rank whole heads");
+  check_architecture(d);
   if (ok("model", "ffn_hidden") && ok("model", "hidden") && ok("parallel", "tensor"))
     check_multiple(term("model", "ffn_hidden", m.ffn_hidden), term("parallel", "tensor", p.tensor),
                    m.ffn_hidden, p.tensor,
@@ -926,6 +936,69 @@ Deck DeckReader::build() {
                     "a number");
   check_tensor_core_shapes(d);
   return d;
+}
+
+// The llama keys: grouped-query attention's kv_heads (whole key/value heads per tensor rank),
+// rotary embeddings' even head dimension; and the llama-only keys refused for gpt2 unless they
+// hold their defaults (a resolved gpt2 deck lists every key at its default and must load again).
+void DeckReader::check_architecture(const Deck& d) {
+  const ModelConfig& m = d.model;
+  const auto ok = [this](std::string_view key) { return field("model", key).ok; };
+  const auto term = [this](std::string_view section, std::string_view key, std::int64_t v) {
+    return Term{full_name(section, key), std::to_string(v), &field(section, key)};
+  };
+  if (!ok("architecture")) return;
+  const bool llama = m.architecture == "llama";
+  const Field& arch = field("model", "architecture");
+  const std::string arch_mention = fmt::format("model.architecture = \"{}\" ({})", m.architecture, where(arch));
+  if (ok("kv_heads") && ok("heads")) {
+    if (!llama && m.kv_heads != m.heads) {
+      bad(field("model", "kv_heads"),
+          fmt::format("model.heads = {} with {}: grouped-query attention (fewer key/value heads) needs "
+                      "model.architecture = \"llama\"",
+                      m.heads, arch_mention));
+      return;
+    }
+    if (m.heads % m.kv_heads != 0) {
+      check_multiple(term("model", "heads", m.heads), term("model", "kv_heads", m.kv_heads), m.heads, m.kv_heads,
+                     "grouped-query attention shares each key/value head among model.heads / model.kv_heads query heads");
+    } else if (field("parallel", "tensor").ok && (llama || m.kv_heads != m.heads)) {  // gpt2: the heads rule says it
+      const int t = d.parallel.tensor;
+      if (m.kv_heads % t != 0) {
+        int below = 1, above = 0;
+        for (int c = 1; c <= m.kv_heads; ++c)
+          if (m.kv_heads % c == 0) {
+            if (c < t) below = c;
+            if (c > t && above == 0) above = c;
+          }
+        const std::string nearest =
+            above > 0 ? fmt::format("parallel.tensor = {} or {}", below, above) : fmt::format("parallel.tensor = {}", below);
+        const Term tk = term("model", "kv_heads", m.kv_heads), tt = term("parallel", "tensor", t);
+        const std::string why = fmt::format(
+            "tensor parallelism gives each rank whole key/value heads; the nearest valid layouts are {} "
+            "(a divisor of model.kv_heads)",
+            nearest);
+        if (weight(*tt.field) > weight(*tk.field))
+          report_on(tt, fmt::format("a divisor of {}; {}", mention(tk, tt), why));
+        else
+          report_on(tk, fmt::format("a multiple of {}; {}", mention(tt, tk), why));
+      }
+    }
+  }
+  if (llama && ok("hidden") && ok("heads") && m.heads > 0 && m.hidden % m.heads == 0 && m.head_dim() % 2 != 0)
+    report_on(term("model", "heads", m.heads),
+              fmt::format("an even head dimension with {}: rotary embeddings rotate pairs of features, and "
+                          "model.hidden / model.heads = {} / {} = {} is odd",
+                          arch_mention, m.hidden, m.heads, m.head_dim()));
+  if (llama) return;
+  const auto llama_only = [&](std::string_view key, double value, double default_value, const char* what) {
+    Field& f = field("model", key);
+    if (f.node && f.ok && value != default_value)
+      bad(f, fmt::format("to be left out with {}: {}; it applies to model.architecture = \"llama\"", arch_mention,
+                         what));
+  };
+  llama_only("norm_eps", m.norm_eps, 1e-5, "GPT-2's LayerNorm uses 1e-5");
+  llama_only("rope_theta", m.rope_theta, 10000.0, "GPT-2 has learned position embeddings, no rotary ones");
 }
 
 // Tensor cores (and the CPU BLAS kernels' vector lanes) take GEMM dimensions in multiples of 8;

@@ -34,18 +34,24 @@ namespace tptrain::io {
 // ranges and the meaning of every key are in one table, io/deck_keys.cpp (and
 // docs/deck-reference.md).
 
-// [model]: GPT-2 shape.
+// [model]: the architecture ("gpt2" or "llama") and its shape.
 struct ModelConfig {
+  std::string architecture;  // "gpt2" or "llama"
   int layers{};
   int hidden{};      // H
   int heads{};       // head_dim = hidden / heads
+  int kv_heads{};    // key/value heads (grouped-query attention); 0 -> heads (a loaded deck holds the resolved value)
   int ffn_hidden{};  // F; 0 -> 4 * hidden (a loaded deck holds the resolved value)
   int seq_length{};  // S
   int vocab_size{};  // V, logical vocabulary
   int vocab_pad_multiple{};  // the padded vocabulary is a multiple of this times parallel.tensor
+  double norm_eps{};         // RMSNorm's epsilon (llama)
+  double rope_theta{};       // rotary embedding base (llama)
+  bool tie_embeddings{};     // output layer = word embedding (default: gpt2 yes, llama no)
 
   int head_dim() const;   // hidden / heads
   int ffn_width() const;  // ffn_hidden, or 4 * hidden when ffn_hidden == 0 (unresolved)
+  int kv_width() const;   // kv_heads, or heads when kv_heads == 0 (unresolved)
 };
 
 // [parallel]: world = tensor * pipeline * data ranks.

@@ -38,12 +38,20 @@ std::vector<DeckKey> make_keys() {
   const NumberRange positive{0.0, false, std::nullopt, {}};
   const NumberRange unit{0.0, true, 1.0, {}};
   return {
+      {"model", "architecture", text("gpt2"), Choice{{"gpt2", "llama"}},
+       "the block: \"gpt2\" (LayerNorm, biases, GELU, learned positions) or \"llama\" (RMSNorm, no biases, "
+       "SwiGLU, rotary embeddings, grouped-query attention, untied head)",
+       &member<&Deck::model, &M::architecture>},
       {"model", "layers", integer(4), at_least_1, "transformer blocks",
        &member<&Deck::model, &M::layers>},
       {"model", "hidden", integer(128), at_least_1, "model width H",
        &member<&Deck::model, &M::hidden>},
       {"model", "heads", integer(4), at_least_1, "attention heads; head_dim = hidden / heads",
        &member<&Deck::model, &M::heads>},
+      {"model", "kv_heads", Derived{"model.heads"}, IntRange{1, std::nullopt, "(leave it out for model.heads)"},
+       "key/value heads (grouped-query attention, llama): a divisor of model.heads and a multiple of "
+       "parallel.tensor; gpt2 needs model.heads",
+       &member<&Deck::model, &M::kv_heads>},
       {"model", "ffn_hidden", Derived{"4 * model.hidden"},
        IntRange{1, std::nullopt, "(leave it out for the default 4 * model.hidden)"}, "MLP width F",
        &member<&Deck::model, &M::ffn_hidden>},
@@ -56,6 +64,15 @@ std::vector<DeckKey> make_keys() {
        "the vocabulary is padded to a multiple of vocab_pad_multiple * parallel.tensor rows (Megatron's "
        "make-vocab-size-divisible-by), so that the logits GEMM has tensor-core shapes; padded rows are masked",
        &member<&Deck::model, &M::vocab_pad_multiple>},
+      {"model", "norm_eps", number(1e-5), NumberRange{0.0, false, 1.0, {}, false},
+       "llama: RMSNorm's epsilon (gpt2's LayerNorm uses 1e-5 always)",
+       &member<&Deck::model, &M::norm_eps>},
+      {"model", "rope_theta", number(10000.0), positive,
+       "llama: rotary embedding base theta (Llama 2: 10000, Llama 3: 500000)",
+       &member<&Deck::model, &M::rope_theta>},
+      {"model", "tie_embeddings", Derived{"true for gpt2, false for llama"}, AnyBoolean{},
+       "the output layer is the word embedding (tied) or its own lm_head/weight",
+       &member<&Deck::model, &M::tie_embeddings>},
 
       {"parallel", "tensor", integer(1), at_least_1, "Megatron tensor-parallel ranks",
        &member<&Deck::parallel, &P::tensor>},

@@ -78,4 +78,25 @@ std::map<std::string, std::optional<std::int64_t>> deck_text_integers(const std:
   return out;
 }
 
+std::map<std::string, std::optional<std::string>> deck_text_scalars(const std::string& text,
+                                                                    const std::string& section,
+                                                                    const std::vector<std::string>& keys) {
+  toml::table table;
+  try {
+    table = toml::parse(text);
+  } catch (const std::exception& e) {
+    throw std::runtime_error(std::string("cannot be parsed: ") + e.what());
+  }
+  std::map<std::string, std::optional<std::string>> out;
+  for (const auto& key : keys) {
+    const auto node = table[section][key];
+    if (const auto s = node.value<std::string>(); s && node.is_string()) out[key] = *s;
+    else if (node.is_boolean()) out[key] = *node.value<bool>() ? "true" : "false";
+    else if (node.is_integer()) out[key] = std::to_string(*node.value<std::int64_t>());
+    else if (node.is_floating_point()) out[key] = fmt::format("{}", *node.value<double>());
+    else out[key] = std::nullopt;
+  }
+  return out;
+}
+
 }  // namespace tptrain::io

@@ -27,4 +27,10 @@ std::map<std::string, std::optional<std::int64_t>> deck_text_integers(const std:
                                                                       const std::string& section,
                                                                       const std::vector<std::string>& keys);
 
+// The same for any scalar: the value as text (a string's contents, true/false, a number as fmt
+// prints it: it reads back to the same double), nullopt when absent or not a scalar.
+std::map<std::string, std::optional<std::string>> deck_text_scalars(const std::string& text,
+                                                                    const std::string& section,
+                                                                    const std::vector<std::string>& keys);
+
 }  // namespace tptrain::io

@@ -57,10 +57,11 @@ void add_json(JsonObject& o, std::string_view key, const Member& m) {
     o.string(key, m);
 }
 
-// ffn_hidden = 0 stands for 4 * hidden: compared and printed resolved.
+// ffn_hidden = 0 stands for 4 * hidden, kv_heads = 0 for heads: compared and printed resolved.
 Deck resolved(const Deck& d) {
   Deck r = d;
   r.model.ffn_hidden = r.model.ffn_width();
+  r.model.kv_heads = r.model.kv_width();
   return r;
 }
 
@@ -95,10 +96,12 @@ Deck::Deck() {
   // The derived defaults, from the defaults above (the parser derives them from given values).
   optimizer.min_lr = round_decimal(optimizer.lr / 10);
   checkpoint.dir = run.dir + "/checkpoints";
+  model.tie_embeddings = model.architecture != "llama";
 }
 
 int ModelConfig::head_dim() const { return heads > 0 ? hidden / heads : 0; }
 int ModelConfig::ffn_width() const { return ffn_hidden > 0 ? ffn_hidden : 4 * hidden; }
+int ModelConfig::kv_width() const { return kv_heads > 0 ? kv_heads : heads; }
 int ParallelConfig::world_size() const { return tensor * pipeline * data; }
 int Deck::grad_accum_steps() const {
   const int per_step = training.micro_batch * parallel.data;

@@ -47,6 +47,7 @@ template <class T> KOKKOS_INLINE_FUNCTION T exp(T x) { return TPTRAIN_MATH_NS::e
 template <class T> KOKKOS_INLINE_FUNCTION T log(T x) { return TPTRAIN_MATH_NS::log(x); }
 template <class T> KOKKOS_INLINE_FUNCTION T tanh(T x) { return TPTRAIN_MATH_NS::tanh(x); }
 template <class T> KOKKOS_INLINE_FUNCTION T cos(T x) { return TPTRAIN_MATH_NS::cos(x); }
+template <class T> KOKKOS_INLINE_FUNCTION T sin(T x) { return TPTRAIN_MATH_NS::sin(x); }
 template <class T> KOKKOS_INLINE_FUNCTION T fabs(T x) { return TPTRAIN_MATH_NS::fabs(x); }
 template <class T> KOKKOS_INLINE_FUNCTION T pow(T x, T y) { return TPTRAIN_MATH_NS::pow(x, y); }
 template <class T> KOKKOS_INLINE_FUNCTION bool isfinite(T x) { return TPTRAIN_MATH_NS::isfinite(x); }

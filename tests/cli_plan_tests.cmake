@@ -102,3 +102,15 @@ set_tests_properties(cli_plan_order_2147483644_ranks_nodes_of_3 PROPERTIES TIMEO
 tptrain_plan_test(cli_plan_gpt3_175b_virtual_stages 0
   "pipeline stage 0 of 16 \\(6 layers in 2 chunks of 3, 32 \\+ 16 = 48 micro-batches in flight\\).*33\\.4 days.*pipeline bubble +\\(p - 1\\)/\\(v m\\) = 15/\\(2 x 192\\) = 3\\.9 % of the ideal step, interleaved \\(1F1B without it: 7\\.8 %, inside the efficiency\\): 1\\.3 days saved.*\"pipeline_bubble\": 0\\.0390625, \"virtual_stages\": 2, \"pipeline_bubble_without_interleaving\": 0\\.078125, \"days_saved_by_interleaving\": 1\\.25"
   plan ${_input}/gpt3-175b.toml --set parallel.virtual_stages=2)
+
+# Llama (docs/planning.md, "Llama"): the two published parameter counts, exactly, from the
+# shipped decks, which fit their layouts on 80-GB GPUs; the JSON line has the formula's count too.
+tptrain_plan_test(cli_plan_llama2_7b 0
+  "model        llama: 32 layers, hidden 4096, 32 heads \\(32 key/value\\), ffn 11008 \\(SwiGLU\\), seq_length 4096, vocab 32000 \\(padded 32000\\), untied.*parameters   6\\.74 B: 6738415616 exactly \\(tptrain's tensors\\), 6738415616 by Llama's formula.*result: the deck fits\n\\{[^\n]*\"params\": 6738415616, [^\n]*\"params_llama_formula\": 6738415616, [^\n]*\"fits\": true"
+  plan ${_input}/llama2-7b.toml --gpu-memory 80)
+tptrain_plan_test(cli_plan_llama3_8b 0
+  "model        llama: 32 layers, hidden 4096, 32 heads \\(8 key/value\\), ffn 14336 \\(SwiGLU\\), seq_length 8192, vocab 128256 \\(padded 128256\\), untied; RMSNorm eps 1e-05, RoPE theta 500000.*parameters   8\\.03 B: 8030261248 exactly \\(tptrain's tensors\\), 8030261248 by Llama's formula.*result: the deck fits\n\\{[^\n]*\"params\": 8030261248, [^\n]*\"params_llama_formula\": 8030261248, [^\n]*\"fits\": true"
+  plan ${_input}/llama3-8b.toml --gpu-memory 80)
+# A layout the model cannot split: 8 key/value heads over 16 tensor ranks, named on the key.
+tptrain_plan_test(cli_plan_llama3_8b_kv_heads_tensor 1 "model\\.kv_heads"
+  plan ${_input}/llama3-8b.toml --set parallel.tensor=16 --set parallel.data=16)

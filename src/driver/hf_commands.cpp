@@ -1,5 +1,6 @@
-// `tptrain export` and `tptrain import`: a checkpoint as a Hugging Face GPT2LMHeadModel folder
-// (config.json + model.safetensors) and back (src/train/hf_gpt2.hpp has the mapping). MPI only
+// `tptrain export` and `tptrain import`: a checkpoint as a Hugging Face model folder
+// (config.json + model.safetensors: GPT2LMHeadModel or LlamaForCausalLM, by model.architecture)
+// and back (src/train/hf_format.hpp has the architecture's mapping). MPI only
 // because checkpoints are read and written with parallel HDF5; one rank does the work, any
 // number may take part (they hold no slabs).
 #include <fmt/format.h>
@@ -26,7 +27,7 @@
 #include "src/driver/mpi_session.hpp"
 #include "src/log.hpp"
 #include "src/train/deck_shape.hpp"
-#include "src/train/hf_gpt2.hpp"
+#include "src/train/hf_format.hpp"
 #include "src/train/model_checkpoint.hpp"
 
 namespace tptrain::driver {
@@ -95,13 +96,23 @@ void write_text_file(const std::string& path, const std::string& text) {
   if (ec) throw std::runtime_error("cannot rename " + io::display_path(tmp) + ": " + ec.message());
 }
 
-// The deck keys a tensor's shape comes from, with their HF config names: for shape messages.
-std::string shape_keys(const std::string& checkpoint_name) {
-  std::string keys = "model.hidden / n_embd";
-  if (checkpoint_name == "embedding/word") keys = "model.vocab_size / vocab_size, " + keys;
-  if (checkpoint_name == "embedding/position") keys = "model.seq_length / n_positions, " + keys;
-  if (checkpoint_name.find("/mlp/") != std::string::npos) keys += ", model.ffn_hidden / n_inner";
-  return keys;
+// The model's checkpoint tensors, each once, in checkpoint order, and for each HF tensor the
+// index of its checkpoint tensor (several HF tensors are rows of one: Llama's q|k|v, gate|up).
+struct CheckpointTensors {
+  std::vector<std::string> names;
+  std::vector<std::vector<std::uint64_t>> shapes;
+  std::vector<std::size_t> of_hf;
+};
+CheckpointTensors checkpoint_tensors(const std::vector<train::HfTensor>& tensors) {
+  CheckpointTensors c;
+  for (const train::HfTensor& t : tensors) {
+    if (c.names.empty() || c.names.back() != t.checkpoint_name) {
+      c.names.push_back(t.checkpoint_name);
+      c.shapes.push_back(t.checkpoint_shape);
+    }
+    c.of_hf.push_back(c.names.size() - 1);
+  }
+  return c;
 }
 
 }  // namespace
@@ -129,25 +140,28 @@ int export_checkpoint(const ExportOptions& o) {
     });
     // The logical tensors, whatever layout and precision wrote the checkpoint: the fp32 master
     // weights, whole (model_checkpoint.hpp).
-    const std::vector<train::HfTensor> tensors = train::hf_gpt2_tensors(shape);
-    std::vector<std::vector<float>> values(tensors.size());
+    const train::HfFormat format = train::hf_format(shape);
+    const CheckpointTensors ck = checkpoint_tensors(format.tensors);
+    std::vector<std::vector<float>> values(ck.names.size());
     std::vector<io::TensorShard> shards;
-    for (std::size_t i = 0; i < tensors.size(); ++i) {
-      if (rank == 0) values[i].resize(elements(tensors[i].checkpoint_shape));
-      shards.push_back(whole_on_rank_0("model/" + tensors[i].checkpoint_name, tensors[i].checkpoint_shape,
-                                       values[i].data(), rank));
+    for (std::size_t i = 0; i < ck.names.size(); ++i) {
+      if (rank == 0) values[i].resize(elements(ck.shapes[i]));
+      shards.push_back(whole_on_rank_0("model/" + ck.names[i], ck.shapes[i], values[i].data(), rank));
     }
     io::read_checkpoint(world, o.checkpoint, shards, true, io::ExtraDatasets::refused);
     std::uint64_t parameters = 0;
     on_every_rank(world, [&] {
       if (rank != 0) return;
-      std::vector<io::SafetensorsTensor> st;
-      for (std::size_t i = 0; i < tensors.size(); ++i) {
-        if (std::string bad = non_finite(tensors[i].checkpoint_name, values[i]); !bad.empty())
+      for (std::size_t i = 0; i < ck.names.size(); ++i)
+        if (std::string bad = non_finite(ck.names[i], values[i]); !bad.empty())
           throw std::runtime_error("checkpoint " + io::display_path(o.checkpoint) + ": " + bad + ": not exported");
-        const std::vector<float> hf = train::to_hf(tensors[i], values[i]);
-        std::vector<float>().swap(values[i]);
-        st.push_back({tensors[i].hf_name, io::SafetensorsDtype::F32, tensors[i].hf_shape(),
+      std::vector<io::SafetensorsTensor> st;
+      for (std::size_t i = 0; i < format.tensors.size(); ++i) {
+        const train::HfTensor& t = format.tensors[i];
+        const std::vector<float> hf = train::to_hf(t, values[ck.of_hf[i]]);
+        // The checkpoint tensor is not needed once its last HF piece is encoded.
+        if (i + 1 == format.tensors.size() || ck.of_hf[i + 1] != ck.of_hf[i]) std::vector<float>().swap(values[ck.of_hf[i]]);
+        st.push_back({t.hf_name, io::SafetensorsDtype::F32, t.hf_shape(),
                       io::safetensors_encode(hf.data(), hf.size(), io::SafetensorsDtype::F32)});
         parameters += hf.size();
       }
@@ -158,7 +172,7 @@ int export_checkpoint(const ExportOptions& o) {
                              {"source_checkpoint", o.checkpoint},
                              {"source_step", std::to_string(meta.step)}});
       try {
-        write_text_file((out / "config.json").string(), train::hf_gpt2_config(shape, shape.vocab_size >= 50257));
+        write_text_file((out / "config.json").string(), format.config_json);
       } catch (...) {  // half a model folder would block the next try ("already holds")
         std::error_code ignored;
         fs::remove(out / "model.safetensors", ignored);
@@ -166,9 +180,10 @@ int export_checkpoint(const ExportOptions& o) {
       }
     });
     log::infof("exported {} (step {}, written with tensor {} x pipeline {} x data {}, {}) to {}: {} tensors, {:.2f} M "
-               "parameters, float32, GPT2LMHeadModel layout (lm_head tied to transformer.wte)",
-               o.checkpoint, meta.step, meta.tp, meta.pp, meta.dp, meta.precision, o.out, tensors.size(),
-               parameters / 1e6);
+               "parameters, float32, {} layout{}",
+               o.checkpoint, meta.step, meta.tp, meta.pp, meta.dp, meta.precision, o.out, format.tensors.size(),
+               parameters / 1e6, format.architecture,
+               format.tied_to.empty() ? "" : " (lm_head tied to " + format.tied_to + ")");
   });
 }
 
@@ -186,42 +201,51 @@ int import_checkpoint(const ImportOptions& o) {
     model::GptShape shape = train::shape_of(*deck);
     shape.tensor = 1;  // the checkpoint's logical tensors do not depend on the layout
     shape.sequence_parallel = false;
-    const std::vector<train::HfTensor> tensors = train::hf_gpt2_tensors(shape);
-    std::vector<std::vector<float>> values(tensors.size());
+    const train::HfFormat format = train::hf_format(shape);
+    const std::vector<train::HfTensor>& tensors = format.tensors;
+    const CheckpointTensors ck = checkpoint_tensors(tensors);
+    std::vector<std::vector<float>> values(ck.names.size());
     std::uint64_t largest = 0;
-    for (const auto& t : tensors) largest = std::max(largest, elements(t.checkpoint_shape));
+    for (const auto& c : ck.shapes) largest = std::max(largest, elements(c));
     const fs::path dir(o.dir);
     on_every_rank(world, [&] {
       if (rank != 0) return;
       if (fs::exists(o.out))
         throw std::runtime_error("--out " + io::display_path(o.out) +
                                  " already exists: import does not overwrite (remove it or choose another name)");
-      const train::HfGpt2Config config = train::read_hf_gpt2_config((dir / "config.json").string());
-      if (std::string diff = train::hf_config_mismatch(config, shape); !diff.empty())
+      if (std::string diff = format.config_mismatch((dir / "config.json").string(), shape); !diff.empty())
         throw std::runtime_error("the Hugging Face model in " + io::display_path(o.dir) +
                                  " is not the model of the deck " + io::display_path(o.deck.deck) + ":\n" + diff);
       const io::SafetensorsReader file((dir / "model.safetensors").string());
       const std::string where = io::display_path(file.path());
-      // HF's own gpt2 has no "transformer." prefix; save_pretrained writes it. Both are accepted.
+      const std::string& prefix = format.prefix;
+      // Hugging Face's own base-model files have no prefix; save_pretrained writes it. Both are accepted.
+      const auto key_of = [&](const std::string& name) {
+        return name.rfind(prefix, 0) == 0 ? name.substr(prefix.size()) : name;
+      };
       std::map<std::string, std::string> by_key;  // name without the prefix -> name in the file
       std::vector<std::string> problems;
-      const std::regex buffer(R"(h\.[0-9]+\.attn\.(bias|masked_bias))");  // causal-mask buffers, not weights
+      const std::regex buffer(format.ignored_buffers);  // not weights
+      const std::string tied_head = "lm_head.weight";
       std::set<std::string> wanted;
-      for (const auto& t : tensors) wanted.insert(t.hf_name.substr(std::string("transformer.").size()));
+      for (const auto& t : tensors) wanted.insert(key_of(t.hf_name));
       for (const io::SafetensorsTensorInfo& t : file.tensors()) {
-        const std::string key = t.name.rfind("transformer.", 0) == 0 ? t.name.substr(12) : t.name;
+        const std::string key = key_of(t.name);
         if (std::regex_match(key, buffer)) continue;
         if (!by_key.emplace(key, t.name).second)
           problems.push_back(fmt::format("{}: both {} and {} are in the file", where, by_key[key], t.name));
-        if (!wanted.count(key) && key != "lm_head.weight")
-          problems.push_back(fmt::format("{}: {} is not a tensor of GPT-2 with the deck's shape (model.layers = {})",
-                                         where, t.name, shape.layers));
+        if (!wanted.count(key) && !(key == tied_head && !format.tied_to.empty()))
+          problems.push_back(fmt::format("{}: {} is not a tensor of {} with the deck's shape (model.layers = {})", where,
+                                         t.name, format.architecture, shape.layers));
       }
+      for (std::size_t i = 0; i < ck.names.size(); ++i) values[i].resize(elements(ck.shapes[i]));
       for (std::size_t i = 0; i < tensors.size(); ++i) {
         const train::HfTensor& t = tensors[i];
-        const auto it = by_key.find(t.hf_name.substr(12));
+        const auto it = by_key.find(key_of(t.hf_name));
         if (it == by_key.end()) {
-          problems.push_back(fmt::format("{}: no {} (with or without the prefix \"transformer.\")", where, t.hf_name));
+          problems.push_back(t.hf_name.rfind(prefix, 0) == 0
+                                 ? fmt::format("{}: no {} (with or without the prefix \"{}\")", where, t.hf_name, prefix)
+                                 : fmt::format("{}: no {}", where, t.hf_name));
           continue;
         }
         const io::SafetensorsTensorInfo& info = *file.find(it->second);
@@ -232,21 +256,22 @@ int import_checkpoint(const ImportOptions& o) {
                                                  info.shape[0] >= want[0]);
         if (!fits) {
           problems.push_back(fmt::format("{}: {} has shape {}, the deck needs {} ({})", where, it->second,
-                                         shape_text(info.shape), shape_text(want), shape_keys(t.checkpoint_name)));
+                                         shape_text(info.shape), shape_text(want), format.shape_keys(t.checkpoint_name)));
           continue;
         }
         std::vector<float> hf = file.read_float32(it->second);
         hf.resize(elements(want));
         if (std::string bad = non_finite(it->second, hf); !bad.empty()) problems.push_back(where + ": " + bad);
-        values[i] = train::from_hf(t, hf);
+        train::from_hf(t, hf, values[ck.of_hf[i]]);
       }
-      // A tied lm_head is a copy of wte; a different one is a model tptrain cannot hold.
-      if (const auto head = by_key.find("lm_head.weight"); head != by_key.end() && problems.empty()) {
+      // A tied lm_head is a copy of the word embedding; a different one is a model tptrain cannot hold.
+      if (const auto head = by_key.find(tied_head); head != by_key.end() && !format.tied_to.empty() && problems.empty()) {
         const std::vector<float> h = file.read_float32(head->second);
-        const std::vector<float>& wte = values.at(0);  // embedding/word: the first tensor of the model
-        if (h.size() != wte.size() || std::memcmp(h.data(), wte.data(), 4 * h.size()) != 0)
-          problems.push_back(where + ": lm_head.weight differs from transformer.wte.weight: tptrain's output layer "
-                             "is tied to the word embedding");
+        const std::vector<float>& word = values.at(0);  // embedding/word: the first tensor of the model
+        if (h.size() != word.size() || std::memcmp(h.data(), word.data(), 4 * h.size()) != 0)
+          problems.push_back(fmt::format("{}: {} differs from {}: tptrain's output layer is tied to the word embedding "
+                                         "(config.json tie_word_embeddings)",
+                                         where, head->second, format.tied_to));
       }
       if (!problems.empty()) {
         std::string all;
@@ -260,9 +285,9 @@ int import_checkpoint(const ImportOptions& o) {
     const std::vector<float> zeros(rank == 0 ? largest : 0, 0.0f);
     std::vector<io::TensorShard> shards;
     for (const char* group : {"model/", "optimizer/exp_avg/", "optimizer/exp_avg_sq/"})
-      for (std::size_t i = 0; i < tensors.size(); ++i) {
+      for (std::size_t i = 0; i < ck.names.size(); ++i) {
         float* data = std::string(group) == "model/" ? values[i].data() : const_cast<float*>(zeros.data());
-        shards.push_back(whole_on_rank_0(group + tensors[i].checkpoint_name, tensors[i].checkpoint_shape, data, rank));
+        shards.push_back(whole_on_rank_0(group + ck.names[i], ck.shapes[i], data, rank));
       }
     io::CheckpointMeta meta;
     meta.deck = deck->to_toml();
@@ -271,7 +296,7 @@ int import_checkpoint(const ImportOptions& o) {
     io::write_checkpoint(world, o.out, meta, shards);
     log::infof("imported {} into {}: {} tensors of the deck {} ({} layers, hidden {}, heads {}, vocab {}, seq {}), "
                "step 0; start a run from it with training.init_from",
-               o.dir, o.out, tensors.size(), o.deck.deck, shape.layers, shape.hidden, shape.heads, shape.vocab_size,
+               o.dir, o.out, ck.names.size(), o.deck.deck, shape.layers, shape.hidden, shape.heads, shape.vocab_size,
                shape.seq_length);
   });
 }

@@ -6,9 +6,13 @@
 #include <cmath>
 #include <cstdint>
 #include <exception>
+#include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "io/deck_text.hpp"
 
 namespace tptrain::driver {
 namespace {
@@ -58,6 +62,24 @@ void print_group_attrs(std::ostream& out, const char* path, const io::GroupSurve
   for (const auto& [name, text] : group.attributes) print_attr_line(out, name, text);
 }
 
+// The architecture and shape the deck states (model.architecture, issue 23): a deck from before
+// the key is a gpt2 one, tied, with kv_heads = heads.
+std::string model_line(const std::string& deck) {
+  std::map<std::string, std::optional<std::string>> v;
+  try {
+    v = io::deck_text_scalars(deck, "model",
+                              {"architecture", "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "tie_embeddings"});
+  } catch (const std::exception&) {
+    return "(the deck does not parse)";
+  }
+  const std::string arch = v["architecture"].value_or("gpt2");
+  const std::string heads = v["heads"].value_or("?");
+  const bool tied = v["tie_embeddings"].value_or(arch == "llama" ? "false" : "true") == "true";
+  return fmt::format("{}, {} layers, hidden {}, heads {}, kv_heads {}, ffn_hidden {}, {} embeddings", arch,
+                     v["layers"].value_or("?"), v["hidden"].value_or("?"), heads, v["kv_heads"].value_or(heads),
+                     v["ffn_hidden"].value_or("?"), tied ? "tied" : "untied");
+}
+
 // Root attributes as stored (each one that exists, described for people), then the deck's
 // first lines. The verdict on them is the survey's problems, not this function's.
 void print_root(std::ostream& out, const io::CheckpointSurvey& s) {
@@ -78,6 +100,7 @@ void print_root(std::ostream& out, const io::CheckpointSurvey& s) {
     return;
   }
   const std::string& deck = s.meta.deck;
+  print_attr_line(out, "model", model_line(deck));
   std::vector<std::string_view> lines;
   std::string_view rest(deck);
   while (!rest.empty()) {

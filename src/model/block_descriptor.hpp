@@ -1,4 +1,4 @@
-// One GPT-2 transformer block, described once (docs/design.md, "The block descriptor"): its
+// One transformer block — GPT-2's or llama's (GptShape::architecture) — described once (docs/design.md, "The block descriptor"): its
 // parameters and the buffers its forward and backward use. What reads it:
 //   the layers          make their Parameters from its rows (block_parameter) and list them in
 //                       its order (TransformerLayer::parameters), the order of the buckets;
@@ -45,11 +45,34 @@ inline constexpr ParameterRow kBlockParameters[] = {
 };
 inline constexpr std::size_t kBlockParameterCount = std::size(kBlockParameters);
 
+// The llama block (docs/design.md, "The llama block"): GPT-2's names where the role is the same,
+// no biases. ln_1 and ln_2 are RMSNorms (a weight only). attn/qkv/weight stacks
+// [Q: nh·d | K: nkv·d | V: nkv·d], each block split over the tensor ranks (a rank holds Q, K and V
+// of its heads); mlp/fc/weight stacks [gate: F | up: F], each split, so a rank's gate and up rows
+// are the same columns of the MLP. Hugging Face's initializer_range, 0.02, for every matrix.
+inline constexpr ParameterRow kLlamaBlockParameters[] = {
+    // name             shape                                        split                blocks SP sum  decay  init                  tied   block extents
+    {"ln_1/weight",      {ParameterDim::hidden},                     TensorSplit::replicated, 1, true,  false, {Init::constant, 1.0f}},
+    {"attn/qkv/weight",  {ParameterDim::qkv, ParameterDim::hidden},  TensorSplit::column,     3, false, true,  {Init::normal, 0.02f}, false,
+     {ParameterDim::hidden, ParameterDim::kv, ParameterDim::kv}},
+    {"attn/proj/weight", {ParameterDim::hidden, ParameterDim::hidden}, TensorSplit::row,      1, false, true,  {Init::normal, 0.02f}},
+    {"ln_2/weight",      {ParameterDim::hidden},                     TensorSplit::replicated, 1, true,  false, {Init::constant, 1.0f}},
+    {"mlp/fc/weight",    {ParameterDim::ffn2, ParameterDim::hidden}, TensorSplit::column,     2, false, true,  {Init::normal, 0.02f}, false,
+     {ParameterDim::ffn, ParameterDim::ffn}},
+    {"mlp/proj/weight",  {ParameterDim::hidden, ParameterDim::ffn},  TensorSplit::row,        1, false, true,  {Init::normal, 0.02f}},
+};
+
+// The block table of shape s's architecture, in checkpoint (and bucket) order.
+inline std::vector<ParameterRow> block_parameter_rows(const GptShape& s) {
+  if (s.llama()) return {std::begin(kLlamaBlockParameters), std::end(kLlamaBlockParameters)};
+  return {std::begin(kBlockParameters), std::end(kBlockParameters)};
+}
+
 // Block `layer`'s parameters for shape s, in the table's order, named layers/<layer>/<row>.
 inline std::vector<ParameterSpec> block_parameters(const GptShape& s, int layer) {
   std::vector<ParameterSpec> out;
   const std::string prefix = "layers/" + std::to_string(layer) + "/";
-  for (const ParameterRow& r : kBlockParameters) out.push_back(spec_of(r, s, prefix));
+  for (const ParameterRow& r : block_parameter_rows(s)) out.push_back(spec_of(r, s, prefix));
   return out;
 }
 
@@ -63,7 +86,7 @@ inline ParameterSpec block_parameter(const GptShape& s, const std::string& name)
     const std::size_t slash = row.find('/', 7);
     if (slash != std::string::npos) row = row.substr(slash + 1);
   }
-  for (const ParameterRow& r : kBlockParameters)
+  for (const ParameterRow& r : block_parameter_rows(s))
     if (row == r.name) return spec_of(r, s, name.substr(0, name.size() - row.size()));
   throw std::logic_error("tptrain: the block parameter " + name +
                          " has no row in the block descriptor (src/model/block_descriptor.hpp)");
@@ -82,8 +105,11 @@ enum class BufferDim {
   n,
   h,
   h_t,    // h/t: the rank's attention heads' width
-  qkv_t,  // 3h/t
+  qkv_t,  // 3h/t: Q, K and V of the rank's heads (the attention's layout)
+  gqa_t,  // (a + 2k)·(h/a)/t: llama's QKV output, k = kv_heads (= 3h/t without grouped-query attention)
   f_t,    // f/t
+  f2_t,   // 2f/t: SwiGLU's gate and up
+  d_2,    // h/(2a): half a head, the rotary tables' columns
   a_t,    // a/t: the rank's heads
   Na_t,   // N·(a/t): one row of scores per token and local head
   tile,   // min(s, 128): the attention backward's query rows per tile (kernels::attention_backward_tile_rows)
@@ -109,6 +135,7 @@ struct BufferRow {
   Element element;
   Lifetime lifetime;
   bool only_16_bit = false;  // allocated only when the storage type is bf16/fp16
+  bool only_grouped = false; // allocated only with grouped-query attention (kv_heads < heads)
 };
 
 // The buffers of one block (recompute.hpp says what each mode keeps). Not listed: the column-sum
@@ -143,6 +170,52 @@ inline constexpr BufferRow kBlockBuffers[] = {
     {"block.grad_2", "block backward buffer 2", {BufferDim::n, BufferDim::h}, Element::storage, Lifetime::scratch},
 };
 
+// The llama block's buffers. The attention kernels (kokkos_kernels/attention.hpp) take Q, K and V
+// of the rank's nh/t heads; with grouped-query attention the rank's nkv/t key/value heads are
+// expanded into that layout (attention.qkv_expanded, Hugging Face's repeat_kv) and the gradient
+// of each group summed back (attention.d_qkv_grouped). The rotary tables cos, sin [s, d/2] are
+// computed once per stage.
+inline constexpr BufferRow kLlamaBlockBuffers[] = {
+    {"x", "block input (the residual stream)", {BufferDim::n, BufferDim::h}, Element::storage, Lifetime::input},
+    {"/ln_1.rstd", "ln_1 1/rms", {BufferDim::n}, Element::fp32, Lifetime::saved},
+    {".a", "ln_1 output", {BufferDim::n, BufferDim::h}, Element::storage, Lifetime::saved},
+    {"/attn.qkv_out", "QKV output, q and k rotated", {BufferDim::N, BufferDim::gqa_t}, Element::storage, Lifetime::saved},
+    {"/attn.lse", "attention log Σ exp per score row", {BufferDim::Na_t}, Element::fp32, Lifetime::saved},
+    {"/attn.scores", "attention scores Q Kᵀ",
+     {BufferDim::b, BufferDim::a_t, BufferDim::s, BufferDim::s}, Element::storage, Lifetime::saved_if_none},
+    {"/attn.ctx", "attention context", {BufferDim::N, BufferDim::h_t}, Element::storage, Lifetime::saved},
+    {".x1", "x1 = x + attention", {BufferDim::n, BufferDim::h}, Element::storage, Lifetime::saved},
+    {"/ln_2.rstd", "ln_2 1/rms", {BufferDim::n}, Element::fp32, Lifetime::saved},
+    {".c", "ln_2 output", {BufferDim::n, BufferDim::h}, Element::storage, Lifetime::saved},
+    {"/mlp.h", "fc output: gate and up", {BufferDim::N, BufferDim::f2_t}, Element::storage, Lifetime::saved},
+    {"rope.cos", "rotary table cos(p·θ^(-2i/d))", {BufferDim::s, BufferDim::d_2}, Element::fp32, Lifetime::scratch},
+    {"rope.sin", "rotary table sin(p·θ^(-2i/d))", {BufferDim::s, BufferDim::d_2}, Element::fp32, Lifetime::scratch},
+    {"attention.qkv_expanded", "Q, K and V with the key/value heads repeated", {BufferDim::N, BufferDim::qkv_t},
+     Element::storage, Lifetime::scratch, false, true},
+    {"attention.probs", "attention probabilities (the softmax's buffer)",
+     {BufferDim::b, BufferDim::a_t, BufferDim::s, BufferDim::s}, Element::storage, Lifetime::scratch},
+    {"attention.dprobs_tile", "attention probabilities' gradient, one row tile",
+     {BufferDim::b, BufferDim::a_t, BufferDim::tile, BufferDim::s}, Element::storage, Lifetime::scratch},
+    {"attention.d_ctx", "context gradient", {BufferDim::N, BufferDim::h_t}, Element::storage, Lifetime::scratch},
+    {"attention.d_qkv", "QKV gradient", {BufferDim::N, BufferDim::qkv_t}, Element::storage, Lifetime::scratch},
+    {"attention.dk_sum", "dK summed over the backward's row tiles", {BufferDim::N, BufferDim::h_t}, Element::fp32,
+     Lifetime::scratch, true},
+    {"attention.d_qkv_grouped", "QKV gradient summed over each key/value group", {BufferDim::N, BufferDim::gqa_t},
+     Element::storage, Lifetime::scratch, false, true},
+    {"mlp.a", "silu(gate)·up", {BufferDim::N, BufferDim::f_t}, Element::storage, Lifetime::scratch},
+    {"mlp.da", "silu(gate)·up's gradient", {BufferDim::N, BufferDim::f_t}, Element::storage, Lifetime::scratch},
+    {"mlp.dh", "gate and up's gradient", {BufferDim::N, BufferDim::f2_t}, Element::storage, Lifetime::scratch},
+    {"block.out", "attention output, then MLP output", {BufferDim::n, BufferDim::h}, Element::storage, Lifetime::scratch},
+    {"block.grad_1", "block backward buffer 1", {BufferDim::n, BufferDim::h}, Element::storage, Lifetime::scratch},
+    {"block.grad_2", "block backward buffer 2", {BufferDim::n, BufferDim::h}, Element::storage, Lifetime::scratch},
+};
+
+// The buffer table of shape s's architecture.
+inline std::vector<BufferRow> block_buffer_rows(const GptShape& s) {
+  if (s.llama()) return {std::begin(kLlamaBlockBuffers), std::end(kLlamaBlockBuffers)};
+  return {std::begin(kBlockBuffers), std::end(kBlockBuffers)};
+}
+
 // Is buffer row r allocated per micro-batch in flight (per layer) under `mode`? The block input
 // always is; the saved set unless recompute = full; the scores only with none.
 inline bool kept_per_layer(const BufferRow& r, Recompute mode) {
@@ -163,12 +236,15 @@ inline bool in_recompute_working_set(const BufferRow& r, Recompute mode) {
 struct BlockSizes {
   std::int64_t b, s, h, f, a, t;
   bool sequence_parallel;  // the shape splits the sequence (GptShape::splits_sequence)
+  std::int64_t k = 0;      // key/value heads; 0: a (no grouped-query attention)
   std::int64_t N() const { return b * s; }
   std::int64_t n() const { return sequence_parallel ? N() / t : N(); }
+  std::int64_t kv() const { return k > 0 ? k : a; }
+  bool grouped() const { return kv() != a; }
 };
 inline BlockSizes block_sizes(const GptShape& shape, int micro_batch) {
-  return {micro_batch,     shape.seq_length, shape.hidden, shape.ffn_hidden,
-          shape.heads,     shape.tensor,     shape.splits_sequence()};
+  return {micro_batch,     shape.seq_length, shape.hidden,           shape.ffn_hidden,
+          shape.heads,     shape.tensor,     shape.splits_sequence(), shape.kv_head_count()};
 }
 
 inline std::int64_t extent(BufferDim d, const BlockSizes& z) {
@@ -180,7 +256,10 @@ inline std::int64_t extent(BufferDim d, const BlockSizes& z) {
     case BufferDim::h: return z.h;
     case BufferDim::h_t: return z.h / z.t;
     case BufferDim::qkv_t: return 3 * z.h / z.t;
+    case BufferDim::gqa_t: return (z.a + 2 * z.kv()) * (z.h / z.a) / z.t;
     case BufferDim::f_t: return z.f / z.t;
+    case BufferDim::f2_t: return 2 * z.f / z.t;
+    case BufferDim::d_2: return z.h / z.a / 2;
     case BufferDim::a_t: return z.a / z.t;
     case BufferDim::Na_t: return z.N() * (z.a / z.t);
     case BufferDim::tile: return z.s < 128 ? z.s : 128;
@@ -199,6 +278,7 @@ inline std::vector<std::int64_t> buffer_shape(const BufferRow& r, const BlockSiz
 }
 inline std::int64_t buffer_bytes(const BufferRow& r, const BlockSizes& z, int element_bytes) {
   if (r.only_16_bit && element_bytes >= 4) return 0;
+  if (r.only_grouped && !z.grouped()) return 0;
   std::int64_t n = r.element == Element::fp32 ? 4 : element_bytes;
   for (const std::int64_t d : buffer_shape(r, z)) n *= d;
   return n;

@@ -35,6 +35,9 @@ class GptInference {
   // most that many new rows.
   explicit GptInference(GptModel<T>& model) : model_(model), positions_(model.shape().seq_length) {
     const GptShape& s = model.shape();
+    if (s.llama())
+      throw std::invalid_argument("tptrain: generation is for model.architecture = \"gpt2\" so far: the KV cache "
+                                  "of a llama model (rotary, grouped-query attention) is not built yet");
     const CachedAttentionScratch<T> attention_scratch(s, positions_, positions_);
     for (int l = 0; l < model.local_layers(); ++l) {
       const std::string name = "layers/" + std::to_string(model.first_layer() + l);
@@ -102,7 +105,7 @@ class GptInference {
       }
       parallel::copy_to_tp_region_forward(tp, exec, x_f_);  // f: the tied output layer is column-parallel
       PhaseScope phase(Phase::gemm);
-      kernels::linear_forward(exec, x_f_, model_.word()->value_matrix(), logits_);
+      kernels::linear_forward(exec, x_f_, model_.output_weight()->value_matrix(), logits_);
     }
     position_ = p + n;
   }

@@ -1,6 +1,9 @@
 // GPT-2 with Megatron tensor parallelism (docs/design.md, "Model semantics"): token + position
 // embedding, `layers` pre-LN transformer blocks, final LayerNorm, logits through the tied word
-// embedding, mean next-token cross-entropy. Forward and backward are written by hand;
+// embedding, mean next-token cross-entropy. The same for a llama model (model.architecture;
+// "The llama block"): token embedding, pre-RMSNorm blocks, final RMSNorm, and with untied
+// embeddings (model.tie_embeddings = false, either architecture) the logits through the last
+// stage's own lm_head/weight, which has no copy elsewhere. Forward and backward are written by hand;
 // parameters hold gradients that accumulate over micro-batches until zero_grad().
 //
 // Pipeline parallelism: a GptModel object is ONE pipeline stage. Stage p of P holds the blocks
@@ -144,13 +147,18 @@ class GptModel {
         layers_.push_back(std::make_unique<TransformerLayer<T>>("layers/" + std::to_string(l), shape,
                                                                 micro_batch, tp, workspace_, recompute));
     if (stage.last()) {
-      ln_f_ = std::make_unique<LayerNorm<T>>(model_parameter(shape, "ln_f/weight"), model_parameter(shape, "ln_f/bias"),
-                                             tp, rows_, workspace_, shape_, tokens());
+      ln_f_ = std::make_unique<LayerNorm<T>>(
+          make_norm<T>(shape, [&](const std::string& n) { return model_parameter(shape, n); }, "ln_f", tp, rows_,
+                       workspace_, tokens(), SavedPlacement{}));
+      if (!shape.tie_embeddings)
+        lm_head_ = std::make_unique<Parameter<T>>(make_parameter<T>(
+            with_split(model_parameter(shape, "lm_head/weight"), TensorSplit::column, "the output layer"), tp));
       head_ = std::make_unique<VocabParallelCrossEntropy<T>>(shape, tokens(), tp, workspace_);
       head_->sp = sp;
       x_f_ = workspace_.matrix("ln_f.out", BufferCategory::activation, rows_, shape.hidden);
       // The tied output weight: embedding/word exactly as the first stage declares it.
-      if (!stage.first()) word_copy_ = std::make_unique<Parameter<T>>(VocabParallelEmbedding<T>(shape, tp).word);
+      if (!stage.first() && shape.tie_embeddings)
+        word_copy_ = std::make_unique<Parameter<T>>(VocabParallelEmbedding<T>(shape, tp).word);
     }
     slots_.resize(static_cast<std::size_t>(stage.chunks));
     for (int c = 0; c < stage.chunks; ++c) slots_[static_cast<std::size_t>(c)].push_back(make_slot(c, 0));
@@ -226,26 +234,26 @@ class GptModel {
   // gradient norm and checkpoint belong to the first stage).
   std::vector<Parameter<T>*> unique_parameters() {
     std::vector<Parameter<T>*> ps;
-    if (embedding_) {
-      ps.push_back(&embedding_->word);
-      ps.push_back(&embedding_->position);
-    }
+    if (embedding_)
+      for (Parameter<T>* p : embedding_->parameters()) ps.push_back(p);
     for (auto& layer : layers_)
       for (Parameter<T>* p : layer->parameters()) ps.push_back(p);
-    if (ln_f_) {
-      ps.push_back(&ln_f_->weight);
-      ps.push_back(&ln_f_->bias);
-    }
+    if (ln_f_)
+      for (Parameter<T>* p : ln_f_->parameters()) ps.push_back(p);
+    if (lm_head_) ps.push_back(lm_head_.get());
     return ps;
   }
   // The last stage's copy of embedding/word (nullptr unless pipeline > 1 and this is the last stage).
   Parameter<T>* tied_copy() { return word_copy_.get(); }
   bool is_tied_copy(const Parameter<T>* p) const { return p != nullptr && p == word_copy_.get(); }
-  // The word embedding this stage uses (first stage: its own; last stage: the tied copy).
+  // The word embedding this stage uses (first stage: its own; last stage: the tied copy; nullptr
+  // on a last stage with untied embeddings).
   Parameter<T>* word() {
     if (embedding_) return &embedding_->word;
     return word_copy_.get();
   }
+  // The output layer's weight [V_padded/tp, H] (last stage): the word embedding, or lm_head/weight.
+  Parameter<T>* output_weight() { return lm_head_ ? lm_head_.get() : word(); }
 
   // In the order backward finishes them: head (last stage), blocks from last to first,
   // embedding (first stage).
@@ -335,7 +343,7 @@ class GptModel {
         head_->loss_per_token(exec, tp_, targets);
         ++recomputed_heads_;
       }
-      head_->backward(exec, tp_, targets, x_f_, *word(), scale, grad_a_);
+      head_->backward(exec, tp_, targets, x_f_, *output_weight(), scale, grad_a_);
       head_slot_ = -1;  // the logits now hold their gradient (written in place)
       ln_f_->backward(exec, grad_a_, x.back(), grad_b_);
       done();
@@ -429,7 +437,7 @@ class GptModel {
   // ln_f and the local logits from the bound slot's stage output.
   void head_forward(const Exec& exec) {
     ln_f_->forward(exec, residual(bound_).back(), x_f_);
-    head_->logits_forward(exec, tp_, x_f_, *word());
+    head_->logits_forward(exec, tp_, x_f_, *output_weight());
     head_slot_ = bound_;
   }
 
@@ -494,14 +502,15 @@ class GptModel {
       buckets_.push_back(std::move(b));
     };
     if (stage_.last()) {
-      std::vector<Parameter<T>*> head{&ln_f_->weight, &ln_f_->bias};
+      std::vector<Parameter<T>*> head = ln_f_->parameters();
+      if (lm_head_) head.push_back(lm_head_.get());
       if (word_copy_) head.push_back(word_copy_.get());
       add("head", head);
     }
     for (int c = chunks(); c-- > 0;)
       for (int l = per_chunk_; l-- > 0;)
         add("layers/" + std::to_string(chunk_first_layer(c) + l), layers_[local(c, l)]->parameters());
-    if (embedding_) add("embedding", {&embedding_->word, &embedding_->position});
+    if (embedding_) add("embedding", embedding_->parameters());
   }
 
   GptShape shape_;
@@ -517,7 +526,8 @@ class GptModel {
   std::vector<std::unique_ptr<TransformerLayer<T>>> layers_;    // this stage's blocks
   std::unique_ptr<LayerNorm<T>> ln_f_;                          // last stage
   std::unique_ptr<VocabParallelCrossEntropy<T>> head_;          // last stage
-  std::unique_ptr<Parameter<T>> word_copy_;                     // last stage, pipeline > 1
+  std::unique_ptr<Parameter<T>> word_copy_;                     // last stage, pipeline > 1, tied
+  std::unique_ptr<Parameter<T>> lm_head_;                       // last stage, untied
   kernels::Matrix<T> x_f_;                    // [rows, H] ln_f out (last stage)
   kernels::Matrix<T> grad_a_, grad_b_;        // [rows, H] gradient ping-pong
   std::vector<std::vector<Slot>> slots_;      // per chunk: activation slots (see the header comment)

@@ -13,12 +13,20 @@
 
 namespace tptrain::model {
 
+// The block architecture (model.architecture; docs/design.md, "The llama block"):
+//   gpt2   pre-LayerNorm, biases, GELU MLP, learned position embedding, multi-head attention;
+//   llama  pre-RMSNorm, no biases, SwiGLU MLP, rotary position embedding (HF Llama's rotate-half
+//          convention) on q and k, grouped-query attention (kv_heads <= heads).
+enum class Architecture { gpt2, llama };
+inline const char* architecture_name(Architecture a) { return a == Architecture::llama ? "llama" : "gpt2"; }
+
 // Every field is set from the deck (train::shape_of, src/train/deck_shape.hpp), whose key table holds the defaults; the
 // initial values here only make a default-constructed shape the smallest valid one.
 struct GptShape {
   int layers = 1;
   int hidden = 1;      // H
   int heads = 1;       // nh
+  int kv_heads = 0;    // nkv: key/value heads (grouped-query attention); 0 stands for heads
   int ffn_hidden = 1;  // F
   int seq_length = 1;  // S
   int vocab_size = 1;  // V
@@ -30,10 +38,24 @@ struct GptShape {
   // would change nothing): between the tensor-parallel regions a rank holds n = N/t of the
   // N = micro_batch * seq_length tokens (parallel/mappings.hpp).
   bool sequence_parallel = false;
+  Architecture architecture = Architecture::gpt2;
+  // The output layer is the word embedding (GPT-2) or its own lm_head/weight (Llama's default).
+  bool tie_embeddings = true;
+  double norm_eps = 1e-5;       // RMSNorm's ε (llama; GPT-2's LayerNorm uses 1e-5 always)
+  double rope_theta = 10000.0;  // the rotary base θ (llama)
 
   static constexpr std::int64_t int_limit = std::numeric_limits<int>::max();
 
   int head_dim() const { return hidden / heads; }
+  bool llama() const { return architecture == Architecture::llama; }
+  int kv_head_count() const { return kv_heads > 0 ? kv_heads : heads; }
+  int local_kv_heads() const { return kv_head_count() / tensor; }
+  // Q, K and V stacked: (nh + 2·nkv)·d rows of the QKV weight (3H without grouped-query attention).
+  std::int64_t qkv_width() const { return (std::int64_t(heads) + 2 * std::int64_t(kv_head_count())) * head_dim(); }
+  std::int64_t kv_width() const { return std::int64_t(kv_head_count()) * head_dim(); }  // nkv·d
+  std::int64_t local_qkv_width() const { return qkv_width() / tensor; }
+  // The fc weight's rows: F (GELU) or gate and up stacked, 2F (SwiGLU).
+  std::int64_t fc_width() const { return llama() ? 2 * std::int64_t(ffn_hidden) : ffn_hidden; }
   // Megatron pads the vocabulary to a multiple of make-vocab-size-divisible-by (128) times the
   // TP size, so that every rank's block of the logits GEMM, V_padded/tp, is a multiple of the
   // pad (tensor cores want multiples of 8); padded logits are masked out. Checkpoints hold the
@@ -84,6 +106,24 @@ struct GptShape {
     positive("parallel.tensor", tensor);
     if (hidden % heads != 0 || heads % tensor != 0 || ffn_hidden % tensor != 0)
       throw std::invalid_argument("tptrain: model shape not divisible by the tensor-parallel size");
+    const int kv = kv_head_count();
+    if (kv < 1 || heads % kv != 0)
+      throw std::invalid_argument("tptrain: model.kv_heads = " + std::to_string(kv) +
+                                  ": expected a divisor of model.heads = " + std::to_string(heads) +
+                                  " (each key/value head serves heads / kv_heads query heads)");
+    if (kv % tensor != 0)
+      throw std::invalid_argument("tptrain: model.kv_heads = " + std::to_string(kv) +
+                                  " is not a multiple of parallel.tensor = " + std::to_string(tensor) +
+                                  " (tensor parallelism gives each rank whole key/value heads)");
+    if (!llama() && kv != heads)
+      throw std::invalid_argument("tptrain: model.kv_heads = " + std::to_string(kv) + " differs from model.heads = " +
+                                  std::to_string(heads) + ": grouped-query attention needs model.architecture = \"llama\"");
+    if (llama() && head_dim() % 2 != 0)
+      throw std::invalid_argument("tptrain: the head dimension model.hidden / model.heads = " +
+                                  std::to_string(head_dim()) +
+                                  " is odd: rotary embeddings (model.architecture = \"llama\") rotate pairs of features");
+    if (!(norm_eps > 0) || !(rope_theta > 0))
+      throw std::invalid_argument("tptrain: model.norm_eps and model.rope_theta must be positive");
     if (splits_sequence() && seq_length % tensor != 0)
       throw std::invalid_argument("tptrain: model.seq_length = " + std::to_string(seq_length) +
                                   " is not a multiple of parallel.tensor = " + std::to_string(tensor) +
@@ -94,6 +134,10 @@ struct GptShape {
       throw std::length_error("tptrain: 3 * model.hidden = " + std::to_string(qkv_rows) +
                               " QKV rows exceed the limit " + std::to_string(int_limit) +
                               " of a BLAS dimension (model.hidden <= " + std::to_string(int_limit / 3) + ")");
+    if (fc_width() > int_limit)
+      throw std::length_error("tptrain: 2 * model.ffn_hidden = " + std::to_string(fc_width()) +
+                              " gate and up rows exceed the limit " + std::to_string(int_limit) +
+                              " of a BLAS dimension");
     (void)padded_vocab();
   }
 

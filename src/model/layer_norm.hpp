@@ -1,4 +1,5 @@
-// LayerNorm (eps 1e-5, GPT-2 pre-LN), replicated on every TP rank: each rank normalises the same
+// LayerNorm (eps 1e-5, GPT-2 pre-LN), or RMSNorm (llama: a weight, no bias, eps model.norm_eps;
+// LayerNorm<T>::rms), replicated on every TP rank: each rank normalises the same
 // full-width input, so gamma/beta and their gradients stay identical across the group without
 // communication. With sequence parallelism each rank normalises only its own tokens: gamma and
 // beta stay replicated, their gradients become per-rank parts summed over the group
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "kokkos_kernels/layernorm.hpp"
+#include "kokkos_kernels/rmsnorm.hpp"
 #include "src/model/linear.hpp"
 #include "src/model/workspace.hpp"
 
@@ -18,19 +20,23 @@ namespace tptrain::model {
 template <class T>
 struct LayerNorm {
   using Acc = kx::acc_t<T>;
-  // What forward keeps for backward: the row statistics [rows], fp32 whatever T is.
+  // What forward keeps for backward: the row statistics [rows], fp32 whatever T is (RMSNorm:
+  // rstd only, mean empty).
   struct Saved {
     kernels::Vector<Acc> mean, rstd;
   };
   static Saved make_saved(Workspace<T>& ws, const std::string& name, std::int64_t rows,
-                          BufferCategory c = BufferCategory::activation) {
+                          BufferCategory c = BufferCategory::activation, bool rms = false) {
+    if (rms) return {{}, ws.template vector<Acc>(name + ".rstd", c, rows)};
     return {ws.template vector<Acc>(name + ".mean", c, rows), ws.template vector<Acc>(name + ".rstd", c, rows)};
   }
 
-  Parameter<T> weight, bias;  // [H], replicated
+  Parameter<T> weight, bias;  // [H], replicated (RMSNorm: bias empty)
   Saved saved;                // the set of the micro-batch being computed (the owner may rebind it)
   kernels::Vector<Acc> column_scratch;  // column_sums_scratch(); empty: allocated per backward
-  static constexpr double eps = 1e-5;
+  static constexpr double eps = 1e-5;   // LayerNorm's
+  bool rms = false;                     // RMSNorm
+  double rms_eps = 1e-5;                // RMSNorm's (model.norm_eps)
 
   // The layer's name, from its weight's: "layers/3/ln_1/weight" -> "layers/3/ln_1".
   static std::string name_of(const ParameterSpec& weight_spec) {
@@ -52,17 +58,32 @@ struct LayerNorm {
     column_scratch = column_sums_scratch(ws, shape, tokens);
   }
 
-  std::vector<Parameter<T>*> parameters() { return {&weight, &bias}; }
+  // RMSNorm: weight [H] only, replicated; ε = `norm_eps`.
+  LayerNorm(const ParameterSpec& weight_spec, double norm_eps, const Communicator& tp, std::int64_t rows,
+            Workspace<T>& ws, const GptShape& shape, std::int64_t tokens, const SavedPlacement& placement = {})
+      : weight(make_parameter<T>(with_split(weight_spec, TensorSplit::replicated, "RMSNorm"), tp)),
+        saved(make_saved(ws, placement.name_for(name_of(weight_spec)), rows, placement.category, true)),
+        rms(true),
+        rms_eps(norm_eps) {
+    column_scratch = column_sums_scratch(ws, shape, tokens);
+  }
+
+  std::vector<Parameter<T>*> parameters() {
+    if (rms) return {&weight};
+    return {&weight, &bias};
+  }
 
   template <class XV, class YV>
   void forward(const Exec& exec, const XV& x /*[rows, H]*/, const YV& y /*[rows, H]*/) {
     PhaseScope phase(Phase::norms_elementwise);
+    if (rms) return kernels::rmsnorm_forward(exec, x, weight.value_vector(), y, saved.rstd, Acc(rms_eps));
     kernels::layernorm_forward(exec, x, weight.value_vector(), bias.value_vector(), y, saved.mean, saved.rstd, Acc(eps));
   }
   // x1 = x + r (the residual stream, stored), y = LayerNorm(x1): one pass instead of two.
   template <class XV, class RV, class X1V, class YV>
   void forward_add(const Exec& exec, const XV& x, const RV& r, const X1V& x1, const YV& y) {
     PhaseScope phase(Phase::norms_elementwise);
+    if (rms) return kernels::add_rmsnorm_forward(exec, x, r, x1, weight.value_vector(), y, saved.rstd, Acc(rms_eps));
     kernels::add_layernorm_forward(exec, x, r, x1, weight.value_vector(), bias.value_vector(), y, saved.mean, saved.rstd, Acc(eps));
   }
 
@@ -93,6 +114,13 @@ struct LayerNorm {
   template <class DYV, class XV, class DXV>
   void backward(const Exec& exec, const DYV& dy, const XV& x, const DXV& dx /*[rows, H] overwritten*/) {
     PhaseScope phase(Phase::norms_elementwise);
+    if (rms) {
+      if (holds_column_sums(column_scratch, x.extent(0), x.extent(1), 1))
+        kernels::rmsnorm_backward(exec, dy, x, weight.value_vector(), saved.rstd, dx, weight.grad_vector(), column_scratch);
+      else
+        kernels::rmsnorm_backward(exec, dy, x, weight.value_vector(), saved.rstd, dx, weight.grad_vector());
+      return;
+    }
     if (holds_column_sums(column_scratch, x.extent(0), x.extent(1), 2))
       kernels::layernorm_backward(exec, dy, x, weight.value_vector(), saved.mean, saved.rstd, dx, weight.grad_vector(), bias.grad_vector(),
                                   column_scratch);
@@ -100,5 +128,14 @@ struct LayerNorm {
       kernels::layernorm_backward(exec, dy, x, weight.value_vector(), saved.mean, saved.rstd, dx, weight.grad_vector(), bias.grad_vector());
   }
 };
+
+// The block's norm `name` ("layers/3/ln_1", "ln_f") for shape s: LayerNorm (gpt2) or RMSNorm
+// (llama), its parameters from `spec` (block_parameter or model_parameter).
+template <class T, class SpecOf>
+LayerNorm<T> make_norm(const GptShape& s, const SpecOf& spec, const std::string& name, const Communicator& tp,
+                       std::int64_t rows, Workspace<T>& ws, std::int64_t tokens, const SavedPlacement& placement) {
+  if (s.llama()) return LayerNorm<T>(spec(name + "/weight"), s.norm_eps, tp, rows, ws, s, tokens, placement);
+  return LayerNorm<T>(spec(name + "/weight"), spec(name + "/bias"), tp, rows, ws, s, tokens, placement);
+}
 
 }  // namespace tptrain::model

@@ -34,7 +34,9 @@ Parameter<T> make_parameter(const ParameterSpec& spec, const Communicator& tp) {
   p.name = spec.name;
   p.shape = spec.shape;
   p.saved_rows = spec.saved_rows;
-  p.sharding = Sharding{spec.split_dim(), spec.blocks};
+  p.sharding = spec.split_dim() < 0 ? Sharding{}
+                                    : Sharding::of(spec.split_dim(), spec.blocks, spec.block_extents,
+                                                   spec.shape[static_cast<std::size_t>(spec.split_dim())]);
   p.tp_rank = tp.rank();
   p.tp_size = tp.size();
   p.weight_decay = spec.weight_decay;
@@ -116,12 +118,21 @@ struct ColumnParallelLinear {
   kernels::Vector<kx::acc_t<T>> column_scratch;  // column_sums_scratch(); empty: allocated per backward
   SequenceParallelBuffers<T> sp;                 // enabled: x and dx are [n, in] token shards
 
+  bool has_bias = true;  // false: no bias (llama); `bias` is then an empty Parameter
+
   // weight [out, in] and bias [out], both split by columns (TensorSplit::column).
   ColumnParallelLinear(const ParameterSpec& weight_spec, const ParameterSpec& bias_spec, const Communicator& tp)
       : weight(make_parameter<T>(with_split(weight_spec, TensorSplit::column, "ColumnParallelLinear"), tp)),
         bias(make_parameter<T>(with_split(bias_spec, TensorSplit::column, "ColumnParallelLinear"), tp)) {}
+  // Without a bias.
+  ColumnParallelLinear(const ParameterSpec& weight_spec, const Communicator& tp)
+      : weight(make_parameter<T>(with_split(weight_spec, TensorSplit::column, "ColumnParallelLinear"), tp)),
+        has_bias(false) {}
 
-  std::vector<Parameter<T>*> parameters() { return {&weight, &bias}; }
+  std::vector<Parameter<T>*> parameters() {
+    if (!has_bias) return {&weight};
+    return {&weight, &bias};
+  }
 
   template <class XV, class YV>
   void forward(const Exec& exec, Communicator& tp, const XV& x /*[N or n, in]*/, const YV& y /*[N, out/tp]*/) {
@@ -134,7 +145,7 @@ struct ColumnParallelLinear {
       PhaseScope phase(Phase::gemm);
       kernels::linear_forward(exec, x, weight.value_matrix(), y);
     }
-    if (skip_bias_add) return;
+    if (skip_bias_add || !has_bias) return;
     PhaseScope phase(Phase::norms_elementwise);
     kernels::bias_add(exec, y, bias.value_vector());
   }
@@ -155,7 +166,7 @@ struct ColumnParallelLinear {
     // f: the all-reduce of dx runs (on NCCL, on the communication stream) while the weight and
     // bias gradients, which do not read dx, are computed; only what reads dx waits for it.
     parallel::Request dx_sum = parallel::copy_to_tp_region_backward_start(tp, exec, dx);
-    if (bias_gradient) {
+    if (bias_gradient && has_bias) {
       PhaseScope phase(Phase::norms_elementwise);
       model::bias_gradient(exec, dy, bias.grad_vector(), column_scratch);
     }
@@ -186,7 +197,7 @@ struct ColumnParallelLinear {
     }
     parallel::Request dx_sum =
         parallel::gather_from_sequence_parallel_region_backward_start(tp, exec, sp.partial, dx);
-    if (bias_gradient) {
+    if (bias_gradient && has_bias) {
       PhaseScope phase(Phase::norms_elementwise);
       model::bias_gradient(exec, dy, bias.grad_vector(), column_scratch);
     }
@@ -214,8 +225,17 @@ struct RowParallelLinear {
   RowParallelLinear(const ParameterSpec& weight_spec, const ParameterSpec& bias_spec, const Communicator& tp)
       : weight(make_parameter<T>(with_split(weight_spec, TensorSplit::row, "RowParallelLinear"), tp)),
         bias(make_parameter<T>(with_split(bias_spec, TensorSplit::replicated, "RowParallelLinear"), tp)) {}
+  // Without a bias (llama).
+  RowParallelLinear(const ParameterSpec& weight_spec, const Communicator& tp)
+      : weight(make_parameter<T>(with_split(weight_spec, TensorSplit::row, "RowParallelLinear"), tp)),
+        has_bias(false) {}
 
-  std::vector<Parameter<T>*> parameters() { return {&weight, &bias}; }
+  bool has_bias = true;
+
+  std::vector<Parameter<T>*> parameters() {
+    if (!has_bias) return {&weight};
+    return {&weight, &bias};
+  }
 
   // add_bias = false: Megatron's skip_bias_add for this call; the caller fuses the bias into its
   // next kernel (TransformerLayer: into the residual add).
@@ -235,7 +255,7 @@ struct RowParallelLinear {
       }
       parallel::reduce_from_tp_region_forward(tp, exec, y);  // g: all-reduce partial sums
     }
-    if (!add_bias) return;
+    if (!add_bias || !has_bias) return;
     PhaseScope phase(Phase::norms_elementwise);
     kernels::bias_add(exec, y, bias.value_vector());
   }
@@ -243,7 +263,7 @@ struct RowParallelLinear {
   template <class DYV, class XV, class DXV>
   void backward(const Exec& exec, Communicator& tp, const DYV& dy /*[N or n, out]*/, const XV& x /*[N, in/tp]*/,
                 const DXV& dx /*[N, in/tp]*/) {
-    {
+    if (has_bias) {
       // Same dy on every rank: the bias gradient stays replicated; with sequence parallelism
       // it covers this rank's tokens (summed over the group later, sequence_parallel_gradient).
       PhaseScope phase(Phase::norms_elementwise);

@@ -3,12 +3,18 @@
 // heads), causal attention of the local heads with no communication, output projection
 // row-parallel (its all-reduce is g). Its parameters are the block descriptor's attn/ rows
 // (src/model/block_descriptor.hpp), named after the layer: "<block>/attn/qkv/weight", ...
+// Llama (docs/design.md, "The llama block"): no biases; q and k rotated in the QKV output
+// (RoPE, rotate-half); with grouped-query attention the rank's QKV output holds Q of its nh/t
+// heads and K, V of its nkv/t heads, copied into the attention's layout (repeat_kv) before the
+// attention kernels, whose gradient is summed back per group.
 #pragma once
 
 #include <string>
 #include <vector>
 
 #include "kokkos_kernels/attention.hpp"
+#include "kokkos_kernels/repeat_kv.hpp"
+#include "kokkos_kernels/rope.hpp"
 #include "src/model/block_descriptor.hpp"
 #include "src/model/gpt_shape.hpp"
 #include "src/model/linear.hpp"
@@ -21,13 +27,13 @@ template <class T>
 struct ParallelAttention {
   // What forward keeps for backward (src/model/recompute.hpp).
   struct Saved {
-    kernels::Matrix<T> qkv_out;         // [N, 3*H/tp]
+    kernels::Matrix<T> qkv_out;         // [N, 3*H/tp] (llama: [N, (nh + 2nkv)/tp * d], q and k rotated)
     kernels::Vector<kx::acc_t<T>> lse;  // [B*nh/tp*S] log Σ exp of each score row (the softmax's normaliser), fp32
     kernels::Matrix<T> ctx;             // [N, H/tp] attention output before proj
     kernels::Tensor4<T> scores;         // [B, nh/tp, S, S] raw Q Kᵀ, recompute = none only (else empty)
   };
   Saved make_saved(Workspace<T>& ws, const std::string& name, BufferCategory c = BufferCategory::activation) const {
-    Saved s{ws.matrix(name + ".qkv_out", c, tokens(), 3 * std::int64_t(nh_local) * d),
+    Saved s{ws.matrix(name + ".qkv_out", c, tokens(), (std::int64_t(nh_local) + 2 * nkv_local) * d),
             ws.template vector<kx::acc_t<T>>(name + ".lse", c, tokens() * nh_local),
             ws.matrix(name + ".ctx", c, tokens(), std::int64_t(nh_local) * d),
             {}};
@@ -38,6 +44,8 @@ struct ParallelAttention {
   ColumnParallelLinear<T> qkv;  // H -> 3H, 3 blocks
   RowParallelLinear<T> proj;    // H -> H
   int B, S, nh_local, d;
+  int nkv_local;                // key/value heads of this rank (= nh_local without grouped-query attention)
+  bool rotary;                  // llama: RoPE on q and k
   Recompute recompute;
   Saved saved;                  // the set of the micro-batch being computed (the owner may rebind it)
   // Shared by every layer of the stage: with recompute = selective or full the probabilities
@@ -51,12 +59,23 @@ struct ParallelAttention {
   // bf16/fp16 only: dK summed over the backward's query row tiles in fp32, rounded once (empty
   // in fp32, where d_qkv itself accumulates in fp32).
   kernels::Matrix<kx::acc_t<T>> dk_sum;  // [N, H/tp]
+  // Llama: the rotary tables [S, d/2] (one pair per stage), and with grouped-query attention
+  // Q, K, V expanded to nh_local heads and the gradient of the grouped buffer.
+  kernels::Matrix<kx::acc_t<T>> rope_cos, rope_sin;
+  kernels::Matrix<T> qkv_expanded;   // [N, 3*H/tp]
+  kernels::Matrix<T> d_qkv_grouped;  // [N, (nh + 2nkv)/tp * d]
+  bool grouped() const { return nkv_local != nh_local; }
 
   ParallelAttention(const std::string& name, const GptShape& s, int batch, const Communicator& tp, Workspace<T>& ws,
                     Recompute mode = Recompute::selective, const SavedPlacement& placement = {})
-      : qkv(block_parameter(s, name + "/qkv/weight"), block_parameter(s, name + "/qkv/bias"), tp),
-        proj(block_parameter(s, name + "/proj/weight"), block_parameter(s, name + "/proj/bias"), tp),
-        B(batch), S(s.seq_length), nh_local(s.local_heads()), d(s.head_dim()), recompute(mode),
+      : qkv(s.llama() ? ColumnParallelLinear<T>(block_parameter(s, name + "/qkv/weight"), tp)
+                      : ColumnParallelLinear<T>(block_parameter(s, name + "/qkv/weight"),
+                                                block_parameter(s, name + "/qkv/bias"), tp)),
+        proj(s.llama() ? RowParallelLinear<T>(block_parameter(s, name + "/proj/weight"), tp)
+                       : RowParallelLinear<T>(block_parameter(s, name + "/proj/weight"),
+                                              block_parameter(s, name + "/proj/bias"), tp)),
+        B(batch), S(s.seq_length), nh_local(s.local_heads()), d(s.head_dim()), nkv_local(s.local_kv_heads()),
+        rotary(s.llama()), recompute(mode),
         saved(make_saved(ws, placement.name_for(name), placement.category)),
         probs(ws.tensor4("attention.probs", BufferCategory::scratch, batch, nh_local, S, S)),
         dprobs(ws.tensor4("attention.dprobs_tile", BufferCategory::scratch, batch, nh_local,
@@ -66,6 +85,15 @@ struct ParallelAttention {
     qkv.sp = proj.sp = sequence_parallel_buffers(ws, s, tokens());
     if constexpr (kx::is_half_v<T>)
       dk_sum = ws.template matrix<kx::acc_t<T>>("attention.dk_sum", BufferCategory::scratch, tokens(), s.local_hidden());
+    if (rotary) {
+      rope_cos = ws.template matrix<kx::acc_t<T>>("rope.cos", BufferCategory::scratch, S, d / 2);
+      rope_sin = ws.template matrix<kx::acc_t<T>>("rope.sin", BufferCategory::scratch, S, d / 2);
+      kernels::rope_tables(Exec(), rope_cos, rope_sin, s.rope_theta);  // the same values for every layer
+    }
+    if (grouped()) {
+      qkv_expanded = ws.matrix("attention.qkv_expanded", BufferCategory::scratch, tokens(), 3 * std::int64_t(s.local_hidden()));
+      d_qkv_grouped = ws.matrix("attention.d_qkv_grouped", BufferCategory::scratch, tokens(), s.local_qkv_width());
+    }
   }
 
   std::int64_t tokens() const { return std::int64_t(B) * S; }
@@ -81,11 +109,15 @@ struct ParallelAttention {
   void forward(const Exec& exec, Communicator& tp, const XV& x /*[N or n, H]*/, const YV& y /*[N or n, H]*/,
                const bool add_proj_bias = true) {
     qkv.forward(exec, tp, x, saved.qkv_out);
+    if (rotary) {
+      PhaseScope phase(Phase::norms_elementwise);
+      kernels::rope_forward(exec, saved.qkv_out, rope_cos, rope_sin, nh_local + nkv_local);
+    }
     {
       PhaseScope phase(Phase::attention);
       // dprobs, free during a forward, holds the batched path's GEMM pointer tables.
-      kernels::attention_forward(exec, saved.qkv_out, saved.ctx, probs, saved.lse, B, S, nh_local, d, saved.scores,
-                                 dprobs);
+      kernels::attention_forward(exec, attention_input(exec), saved.ctx, probs, saved.lse, B, S, nh_local, d,
+                                 saved.scores, dprobs);
     }
     proj.forward(exec, tp, saved.ctx, y, add_proj_bias);
   }
@@ -100,9 +132,27 @@ struct ParallelAttention {
     {
       PhaseScope phase(Phase::attention);
       // recompute = none: saved.scores holds Q Kᵀ, and the backward skips that GEMM
-      kernels::attention_backward(exec, d_ctx, saved.qkv_out, saved.lse, d_qkv, probs, dprobs, dk_sum, saved.scores);
+      kernels::attention_backward(exec, d_ctx, attention_input(exec), saved.lse, d_qkv, probs, dprobs, dk_sum,
+                                  saved.scores);
     }
-    qkv.backward(exec, tp, d_qkv, x, dx);
+    if (!rotary) return qkv.backward(exec, tp, d_qkv, x, dx);
+    {
+      PhaseScope phase(Phase::norms_elementwise);
+      if (grouped()) kernels::repeat_kv_backward(exec, d_qkv, d_qkv_grouped, nh_local, nkv_local, d);
+      kernels::rope_backward(exec, grouped() ? d_qkv_grouped : d_qkv, rope_cos, rope_sin, nh_local + nkv_local);
+    }
+    qkv.backward(exec, tp, grouped() ? d_qkv_grouped : d_qkv, x, dx);
+  }
+
+ private:
+  // Q, K and V of the rank's nh_local heads as the attention kernels take them: the QKV output,
+  // or with grouped-query attention its copy with the key/value heads repeated (made again in
+  // the backward: the scratch holds another layer's by then).
+  kernels::Matrix<T> attention_input(const Exec& exec) {
+    if (!grouped()) return saved.qkv_out;
+    PhaseScope phase(Phase::norms_elementwise);
+    kernels::repeat_kv_forward(exec, saved.qkv_out, qkv_expanded, nh_local, nkv_local, d);
+    return qkv_expanded;
   }
 };
 

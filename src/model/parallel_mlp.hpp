@@ -1,12 +1,15 @@
 // Megatron ParallelMLP: fc column-parallel (H -> F/tp), GELU on the local slice (elementwise, so
 // no communication), proj row-parallel (F/tp -> H, all-reduce g). Its parameters are the block
 // descriptor's mlp/ rows (src/model/block_descriptor.hpp): "<block>/mlp/fc/weight", ...
+// Llama's SwiGLU: fc is gate and up stacked ([N, 2F/tp]: this rank's slice of gate, then the same
+// slice of up), a = silu(gate)·up on the slice, proj (down) row-parallel; no biases.
 #pragma once
 
 #include <string>
 #include <vector>
 
 #include "kokkos_kernels/gelu.hpp"
+#include "kokkos_kernels/swiglu.hpp"
 #include "src/model/block_descriptor.hpp"
 #include "src/model/gpt_shape.hpp"
 #include "src/model/linear.hpp"
@@ -18,11 +21,12 @@ template <class T>
 struct ParallelMLP {
   // What forward keeps for backward.
   struct Saved {
-    kernels::Matrix<T> h;    // [N, F/tp] fc output (pre-GELU)
-    kernels::Matrix<T> sig;  // [N, F/tp] σ(2u(h)) of the GELU: the backward needs no exp
+    kernels::Matrix<T> h;    // [N, F/tp] fc output (pre-GELU); llama: [N, 2F/tp] gate and up
+    kernels::Matrix<T> sig;  // [N, F/tp] σ(2u(h)) of the GELU: the backward needs no exp (llama: empty)
   };
   static Saved make_saved(Workspace<T>& ws, const std::string& name, std::int64_t tokens, const GptShape& s,
                           BufferCategory c = BufferCategory::activation) {
+    if (s.llama()) return {ws.matrix(name + ".h", c, tokens, 2 * std::int64_t(s.local_ffn())), {}};
     return {ws.matrix(name + ".h", c, tokens, s.local_ffn()), ws.matrix(name + ".sigmoid", c, tokens, s.local_ffn())};
   }
 
@@ -30,15 +34,23 @@ struct ParallelMLP {
   RowParallelLinear<T> proj;
   Saved saved;             // the set of the micro-batch being computed (the owner may rebind it)
   kernels::Matrix<T> a;    // [N, F/tp] shared scratch: GELU output (again h·σ in the backward)
-  kernels::Matrix<T> da;   // [N, F/tp] shared scratch: dL/da, then dL/dh in place
+  kernels::Matrix<T> da;   // [N, F/tp] shared scratch: dL/da, then dL/dh in place (llama: dL/da)
+  kernels::Matrix<T> dh;   // llama: [N, 2F/tp] shared scratch: dL/d(gate, up)
+  bool swiglu;
 
   ParallelMLP(const std::string& name, const GptShape& s, std::int64_t tokens, const Communicator& tp,
               Workspace<T>& ws, const SavedPlacement& placement = {})
-      : fc(block_parameter(s, name + "/fc/weight"), block_parameter(s, name + "/fc/bias"), tp),
-        proj(block_parameter(s, name + "/proj/weight"), block_parameter(s, name + "/proj/bias"), tp),
+      : fc(s.llama() ? ColumnParallelLinear<T>(block_parameter(s, name + "/fc/weight"), tp)
+                     : ColumnParallelLinear<T>(block_parameter(s, name + "/fc/weight"),
+                                               block_parameter(s, name + "/fc/bias"), tp)),
+        proj(s.llama() ? RowParallelLinear<T>(block_parameter(s, name + "/proj/weight"), tp)
+                       : RowParallelLinear<T>(block_parameter(s, name + "/proj/weight"),
+                                              block_parameter(s, name + "/proj/bias"), tp)),
         saved(make_saved(ws, placement.name_for(name), tokens, s, placement.category)),
         a(ws.matrix("mlp.a", BufferCategory::scratch, tokens, s.local_ffn())),
-        da(ws.matrix("mlp.da", BufferCategory::scratch, tokens, s.local_ffn())) {
+        da(ws.matrix("mlp.da", BufferCategory::scratch, tokens, s.local_ffn())),
+        swiglu(s.llama()) {
+    if (swiglu) dh = ws.matrix("mlp.dh", BufferCategory::scratch, tokens, 2 * std::int64_t(s.local_ffn()));
     fc.skip_bias_add = true;  // added by the fused bias + GELU
     fc.column_scratch = proj.column_scratch = column_sums_scratch(ws, s, tokens);
     fc.sp = proj.sp = sequence_parallel_buffers(ws, s, tokens);
@@ -57,13 +69,27 @@ struct ParallelMLP {
     fc.forward(exec, tp, x, saved.h);
     {
       PhaseScope phase(Phase::norms_elementwise);
-      kernels::bias_gelu_forward(exec, saved.h, fc.bias.value_vector(), a, saved.sig);
+      if (swiglu) kernels::silu_mul_forward(exec, saved.h, a);
+      else kernels::bias_gelu_forward(exec, saved.h, fc.bias.value_vector(), a, saved.sig);
     }
     proj.forward(exec, tp, a, y, add_proj_bias);
   }
 
   template <class DYV, class XV, class DXV>
   void backward(const Exec& exec, Communicator& tp, const DYV& dy, const XV& x, const DXV& dx) {
+    if (swiglu) {
+      {
+        PhaseScope phase(Phase::norms_elementwise);
+        kernels::silu_mul_forward(exec, saved.h, a);  // the scratch holds another layer's by now
+      }
+      proj.backward(exec, tp, dy, a, da);
+      {
+        PhaseScope phase(Phase::norms_elementwise);
+        kernels::silu_mul_backward(exec, da, saved.h, dh);
+      }
+      fc.backward(exec, tp, dh, x, dx);
+      return;
+    }
     {
       PhaseScope phase(Phase::norms_elementwise);
       kernels::gelu_from_sigmoid(exec, saved.h, saved.sig, a);  // the scratch holds another layer's by now

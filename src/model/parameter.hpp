@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -21,11 +22,48 @@
 namespace tptrain::model {
 
 // How a logical tensor is split over the TP group. The split dimension is seen as `blocks`
-// equal blocks, each divided evenly over the ranks; a rank's local tensor is its part of every
-// block, block after block. QKV uses 3 blocks (its Q, K and V rows for the rank's heads).
+// consecutive blocks, each divided evenly over the ranks; a rank's local tensor is its part of
+// every block, block after block. GPT-2's QKV has 3 equal blocks (its Q, K and V rows for the
+// rank's heads); llama's QKV 3 unequal ones with grouped-query attention ([Q nh·d | K nkv·d |
+// V nkv·d]) and its fc 2 ([gate F | up F]: each rank the same column slice of both).
 struct Sharding {
+  static constexpr int max_blocks = 3;
   int dim = -1;     // -1: replicated on every TP rank
   int blocks = 1;
+  std::int64_t extent[max_blocks] = {0, 0, 0};  // logical extent of each block along dim
+
+  // `extents` empty: `blocks` equal blocks of `global` (the logical extent of dim).
+  static Sharding of(int dim, int blocks, const std::vector<std::int64_t>& extents, std::int64_t global) {
+    Sharding s;
+    s.dim = dim;
+    s.blocks = blocks;
+    if (blocks < 1 || blocks > max_blocks || (!extents.empty() && extents.size() != std::size_t(blocks)))
+      throw std::logic_error("tptrain: a tensor split into " + std::to_string(blocks) + " blocks (at most " +
+                             std::to_string(max_blocks) + ")");
+    for (int b = 0; b < blocks; ++b) s.extent[b] = extents.empty() ? global / blocks : extents[std::size_t(b)];
+    return s;
+  }
+  // A rank's index `local` along dim (of tp_size ranks) → the logical index.
+  KOKKOS_INLINE_FUNCTION std::int64_t logical_index(std::int64_t local, std::int64_t tp_rank,
+                                                    std::int64_t tp_size) const {
+    std::int64_t start = 0;
+    for (int b = 0; b < blocks && b < max_blocks; ++b) {
+      const std::int64_t here = extent[b] / tp_size;
+      if (local < here || b == blocks - 1) return start + tp_rank * here + local;
+      local -= here;
+      start += extent[b];
+    }
+    return start + local;
+  }
+  // The local index one past the end of the block that holds local index `local`.
+  KOKKOS_INLINE_FUNCTION std::int64_t local_block_end(std::int64_t local, std::int64_t tp_size) const {
+    std::int64_t end = 0;
+    for (int b = 0; b < blocks && b < max_blocks; ++b) {
+      end += extent[b] / tp_size;
+      if (local < end) return end;
+    }
+    return end;
+  }
 };
 
 template <class T>
@@ -61,12 +99,7 @@ struct Parameter {
     return s;
   }
   // Local row r (or column for a column split) → logical index along the split dimension.
-  std::int64_t logical_index(std::int64_t local) const {
-    const std::int64_t global = shape[static_cast<std::size_t>(sharding.dim)];
-    const std::int64_t block_global = global / sharding.blocks;
-    const std::int64_t block_local = block_global / tp_size;
-    return (local / block_local) * block_global + tp_rank * block_local + local % block_local;
-  }
+  std::int64_t logical_index(std::int64_t local) const { return sharding.logical_index(local, tp_rank, tp_size); }
 
   template <class U>
   kernels::MatrixUnmanaged<U> matrix(const kernels::Vector<U>& v) const {

@@ -41,10 +41,8 @@ void initialise(Parameter<T>& p, std::uint64_t seed) {
   const int dim = p.sharding.dim;
   const std::int64_t cols_local = p.cols();
   const std::int64_t cols_global = p.shape.size() > 1 ? p.shape[1] : 1;
-  const std::int64_t split_global = dim >= 0 ? p.shape[static_cast<std::size_t>(dim)] : 1;
-  const std::int64_t block_global = split_global / p.sharding.blocks;
-  const std::int64_t block_local = block_global / p.tp_size;
-  const std::int64_t tp_rank = p.tp_rank;
+  const Sharding sharding = p.sharding;
+  const std::int64_t tp_rank = p.tp_rank, tp_size = p.tp_size;
   const std::int64_t saved_rows = p.saved_rows;
   const double stddev = p.init_std;
   const Acc constant = static_cast<Acc>(p.init_const);
@@ -53,11 +51,8 @@ void initialise(Parameter<T>& p, std::uint64_t seed) {
       "tptrain::model::initialise", kernels::detail::range(kx::ExecSpace(), n),
       KOKKOS_LAMBDA(const std::int64_t i) {
         std::int64_t row = i / cols_local, col = i % cols_local;
-        const auto logical = [&](std::int64_t local) {
-          return (local / block_local) * block_global + tp_rank * block_local + local % block_local;
-        };
-        if (dim == 0) row = logical(row);
-        if (dim == 1) col = logical(col);
+        if (dim == 0) row = sharding.logical_index(row, tp_rank, tp_size);
+        if (dim == 1) col = sharding.logical_index(col, tp_rank, tp_size);
         if (row >= saved_rows) {  // vocabulary padding: stays zero forever
           value(i) = Acc(0);
           return;

@@ -18,8 +18,10 @@ namespace tptrain::model {
 enum class ParameterDim {
   none,    // (the unused second dimension of a vector)
   hidden,  // H
-  qkv,     // 3H: Q, K and V stacked
+  qkv,     // (nh + 2·nkv)·d: Q, K and V stacked (3H without grouped-query attention)
+  kv,      // nkv·d: the K (or V) rows of the QKV weight
   ffn,     // F
+  ffn2,    // 2F: SwiGLU's gate and up stacked
   vocab,   // V, allocated padded to a multiple of vocab_pad_multiple * tensor (GptShape::padded_vocab)
   seq,     // S
 };
@@ -43,7 +45,7 @@ struct ParameterRow {
   const char* name;           // its checkpoint path under /model; a block's row: under layers/<i>/
   ParameterDim shape[2];      // logical, [out, in] for a weight; a vector leaves the second none
   TensorSplit split;
-  int blocks;                 // a column split of stacked blocks splits each block (QKV: 3)
+  int blocks;                 // a column split of stacked blocks splits each block (QKV: 3, gate|up: 2)
   bool sequence_parallel_sum; // with sequence parallelism each rank holds the gradient of its own tokens,
                               // summed over the group (LayerNorms, row-parallel biases)
   bool weight_decay;          // AdamW decays matrices, not biases or LayerNorms
@@ -51,6 +53,9 @@ struct ParameterRow {
   // The last pipeline stage holds a copy too (the output layer tied to the word embedding), not
   // written to checkpoints: it has the same name, hence the same initial values.
   bool tied_output_copy = false;
+  // The blocks' logical extents along the split dimension when they differ (llama's QKV with
+  // grouped-query attention: Q, K, V); none: `blocks` equal blocks.
+  ParameterDim block_dims[3] = {ParameterDim::none, ParameterDim::none, ParameterDim::none};
 };
 
 // A row for one shape: everything a layer needs to make the Parameter.
@@ -60,6 +65,7 @@ struct ParameterSpec {
   std::int64_t saved_rows = 0;        // rows that exist logically, and in checkpoints (< shape[0] when padded)
   TensorSplit split = TensorSplit::replicated;
   int blocks = 1;
+  std::vector<std::int64_t> block_extents;  // logical extent of each block along the split; empty: equal blocks
   bool sequence_parallel_gradient = false;  // the row's sequence_parallel_sum, when the shape splits sequences
   bool weight_decay = false;
   float init_std = 0.0f;  // 0: the constant init_const
@@ -84,8 +90,10 @@ struct ParameterSpec {
 inline std::int64_t extent(ParameterDim d, const GptShape& s) {
   switch (d) {
     case ParameterDim::hidden: return s.hidden;
-    case ParameterDim::qkv: return 3 * std::int64_t(s.hidden);
+    case ParameterDim::qkv: return s.qkv_width();
+    case ParameterDim::kv: return s.kv_width();
     case ParameterDim::ffn: return s.ffn_hidden;
+    case ParameterDim::ffn2: return 2 * std::int64_t(s.ffn_hidden);
     case ParameterDim::vocab: return s.padded_vocab();
     case ParameterDim::seq: return s.seq_length;
     case ParameterDim::none: break;
@@ -102,6 +110,8 @@ inline ParameterSpec spec_of(const ParameterRow& r, const GptShape& s, const std
   p.saved_rows = r.shape[0] == ParameterDim::vocab ? s.vocab_size : p.shape[0];
   p.split = r.split;
   p.blocks = r.blocks;
+  if (r.block_dims[0] != ParameterDim::none)
+    for (int b = 0; b < r.blocks; ++b) p.block_extents.push_back(extent(r.block_dims[b], s));
   p.sequence_parallel_gradient = r.sequence_parallel_sum && s.splits_sequence();
   p.weight_decay = r.weight_decay;
   // In float, as GPT-2's recipe was always computed here: the same bits as before the table.

@@ -1,4 +1,6 @@
-// One GPT-2 block, pre-LayerNorm:  x1 = x + attn(ln_1(x));  y = x1 + mlp(ln_2(x1)).
+// One block, pre-norm:  x1 = x + attn(ln_1(x));  y = x1 + mlp(ln_2(x1)): GPT-2's (LayerNorm, GELU
+// MLP) or llama's (RMSNorm, rotary grouped-query attention, SwiGLU MLP; docs/design.md, "The
+// llama block"), by the shape's architecture.
 // With sequence parallelism x, y, the LayerNorms and the residual adds work on this rank's
 // [n, H] tokens (n = N/t) and the attention and MLP gather and reduce-scatter them
 // (Korthikanti et al. 2022, Figure 5). Its parameters and buffers are the rows of the block
@@ -51,13 +53,11 @@ struct TransformerLayer {
 
   TransformerLayer(const std::string& name, const GptShape& s, int batch, const Communicator& tp, Workspace<T>& ws,
                    Recompute recompute, const SavedPlacement& placement)
-      : ln_1(block_parameter(s, name + "/ln_1/weight"), block_parameter(s, name + "/ln_1/bias"), tp,
-             s.sequence_rows(tokens(s, batch)), ws, s, tokens(s, batch),
-             SavedPlacement{placement.prefix + "/ln_1", placement.category}),
+      : ln_1(make_norm<T>(s, block_spec(s), name + "/ln_1", tp, s.sequence_rows(tokens(s, batch)), ws,
+                          tokens(s, batch), SavedPlacement{placement.prefix + "/ln_1", placement.category})),
         attn(name + "/attn", s, batch, tp, ws, recompute, SavedPlacement{placement.prefix + "/attn", placement.category}),
-        ln_2(block_parameter(s, name + "/ln_2/weight"), block_parameter(s, name + "/ln_2/bias"), tp,
-             s.sequence_rows(tokens(s, batch)), ws, s, tokens(s, batch),
-             SavedPlacement{placement.prefix + "/ln_2", placement.category}),
+        ln_2(make_norm<T>(s, block_spec(s), name + "/ln_2", tp, s.sequence_rows(tokens(s, batch)), ws,
+                          tokens(s, batch), SavedPlacement{placement.prefix + "/ln_2", placement.category})),
         mlp(name + "/mlp", s, tokens(s, batch), tp, ws, SavedPlacement{placement.prefix + "/mlp", placement.category}),
         a(ws.matrix(placement.prefix + ".a", placement.category, s.sequence_rows(tokens(s, batch)), s.hidden)),
         x1(ws.matrix(placement.prefix + ".x1", placement.category, s.sequence_rows(tokens(s, batch)), s.hidden)),
@@ -70,13 +70,16 @@ struct TransformerLayer {
   }
 
   static std::int64_t tokens(const GptShape& s, int batch) { return std::int64_t(batch) * s.seq_length; }
+  static auto block_spec(const GptShape& s) {
+    return [&s](const std::string& name) { return block_parameter(s, name); };
+  }
 
   // The set the constructor allocated (what the layer is bound to first).
   Saved current() const { return {ln_1.saved, ln_2.saved, attn.saved, mlp.saved, a, x1, c}; }
   // Another set, named `prefix` + buffer name, in category c.
   Saved make_saved(Workspace<T>& ws, const std::string& prefix, BufferCategory cat) const {
-    return {LayerNorm<T>::make_saved(ws, prefix + "/ln_1", rows_, cat),
-            LayerNorm<T>::make_saved(ws, prefix + "/ln_2", rows_, cat),
+    return {LayerNorm<T>::make_saved(ws, prefix + "/ln_1", rows_, cat, shape_.llama()),
+            LayerNorm<T>::make_saved(ws, prefix + "/ln_2", rows_, cat, shape_.llama()),
             attn.make_saved(ws, prefix + "/attn", cat),
             ParallelMLP<T>::make_saved(ws, prefix + "/mlp", tokens_, shape_, cat),
             ws.matrix(prefix + ".a", cat, rows_, shape_.hidden),
@@ -93,7 +96,7 @@ struct TransformerLayer {
     c = s.c;
   }
 
-  // Every parameter of the block once, in the descriptor's order (kBlockParameters): the
+  // Every parameter of the block once, in the descriptor's order (block_parameter_rows): the
   // checkpoint's and the bucket's. Throws std::logic_error when the sublayers hold a parameter
   // the descriptor lacks or lack one it lists.
   std::vector<Parameter<T>*> parameters() {
@@ -103,7 +106,7 @@ struct TransformerLayer {
       held.insert(held.end(), part.begin(), part.end());
     std::vector<Parameter<T>*> ordered;
     const std::string prefix = name_ + "/";
-    for (const ParameterRow& row : kBlockParameters) {
+    for (const ParameterRow& row : block_parameter_rows(shape_)) {
       const auto it =
           std::find_if(held.begin(), held.end(), [&](const Parameter<T>* p) { return p->name == prefix + row.name; });
       if (it == held.end())

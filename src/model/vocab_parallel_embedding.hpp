@@ -3,7 +3,8 @@
 // row in. The learned position embedding is replicated and added after the reduction (adding
 // it before would count it tp times). With sequence parallelism the all-reduce becomes a
 // reduce-scatter (reduce_scatter_to_sequence_parallel_region): each rank keeps the sum of its own
-// [n, H] tokens, and adds the position rows of those tokens.
+// [n, H] tokens, and adds the position rows of those tokens. Llama has no position embedding
+// (positions enter as rotations of q and k).
 #pragma once
 
 #include "kokkos_kernels/embedding.hpp"
@@ -16,7 +17,8 @@ namespace tptrain::model {
 template <class T>
 struct VocabParallelEmbedding {
   Parameter<T> word;      // [V_padded/tp, H]; logical [V, H] in checkpoints
-  Parameter<T> position;  // [S, H], replicated
+  Parameter<T> position;  // [S, H], replicated (gpt2 only)
+  bool has_position;
   int S;
   std::int64_t vocab_start;
   int tp_rank;
@@ -25,8 +27,11 @@ struct VocabParallelEmbedding {
   VocabParallelEmbedding(const GptShape& s, const Communicator& tp)
       : word(make_parameter<T>(with_split(model_parameter(s, "embedding/word"), TensorSplit::column,
                                           "VocabParallelEmbedding"), tp)),
-        position(make_parameter<T>(with_split(model_parameter(s, "embedding/position"), TensorSplit::replicated,
-                                              "VocabParallelEmbedding"), tp)),
+        position(s.llama() ? Parameter<T>{}
+                           : make_parameter<T>(with_split(model_parameter(s, "embedding/position"),
+                                                          TensorSplit::replicated, "VocabParallelEmbedding"),
+                                               tp)),
+        has_position(!s.llama()),
         S(s.seq_length),
         vocab_start(s.vocab_start(tp.rank())),
         tp_rank(tp.rank()) {}
@@ -46,8 +51,14 @@ struct VocabParallelEmbedding {
       }
       parallel::reduce_from_tp_region_forward(tp, exec, y);
     }
+    if (!has_position) return;
     PhaseScope phase(Phase::norms_elementwise);
     kernels::position_embedding_add(exec, position.value_matrix(), S, y, first_row(y));
+  }
+
+  std::vector<Parameter<T>*> parameters() {
+    if (!has_position) return {&word};
+    return {&word, &position};
   }
 
   // `segments`: the micro-batch's tokens grouped by id (train::MicroBatchQueue), so
@@ -74,7 +85,7 @@ struct VocabParallelEmbedding {
   void gradients(const Exec& exec, const kernels::TokenSegments& segments, const DYV& dy /*[N, H]*/) {
     PhaseScope phase(Phase::norms_elementwise);
     kernels::embedding_backward_masked(exec, segments, dy, vocab_start, word.grad_matrix());
-    kernels::position_embedding_backward(exec, dy, S, position.grad_matrix());
+    if (has_position) kernels::position_embedding_backward(exec, dy, S, position.grad_matrix());
   }
 };
 

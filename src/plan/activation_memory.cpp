@@ -11,7 +11,7 @@ namespace {
 
 model::BlockSizes sizes(const Config& c) {
   const model::GptShape& m = c.shape;
-  return {c.micro_batch, m.seq_length, m.hidden, m.ffn_hidden, m.heads, m.tensor, c.sequence_parallel};
+  return {c.micro_batch, m.seq_length, m.hidden, m.ffn_hidden, m.heads, m.tensor, c.sequence_parallel, m.kv_head_count()};
 }
 constexpr std::int64_t kStatistic = 4;  // fp32
 
@@ -19,6 +19,7 @@ constexpr std::int64_t kStatistic = 4;  // fp32
 // bits (N = b·s of two 32-bit deck values) except N·a/t, which is multiplied here.
 Count checked_buffer_bytes(const model::BufferRow& r, const model::BlockSizes& z, int element_bytes) {
   if (r.only_16_bit && element_bytes >= 4) return 0;
+  if (r.only_grouped && !z.grouped()) return 0;
   Count n = r.element == model::Element::fp32 ? 4 : element_bytes;
   for (const model::BufferDim d : r.shape)
     n *= d == model::BufferDim::Na_t ? Count(z.N()) * (z.a / z.t) : Count(model::extent(d, z));
@@ -30,7 +31,7 @@ template <class Keep>
 std::vector<Buffer> block_buffers(const Config& c, Keep keep) {
   const model::BlockSizes z = sizes(c);
   std::vector<Buffer> out;
-  for (const model::BufferRow& r : model::kBlockBuffers)
+  for (const model::BufferRow& r : model::block_buffer_rows(c.shape))
     if (keep(r)) out.push_back({r.what, checked_buffer_bytes(r, z, c.element_bytes())});
   return out;
 }
@@ -81,7 +82,10 @@ std::int64_t chunked_activation_bytes(const Config& c, int chunk_layers, const s
 std::int64_t received_gradient_bytes(const Config& c, int buffers) { return Count(buffers) * sequence_rows_by_hidden(c); }
 
 std::int64_t final_norm_output(const Config& c) { return sequence_rows_by_hidden(c); }
-std::int64_t final_norm_statistics(const Config& c) { return 2 * Count(sizes(c).n()) * kStatistic; }
+// LayerNorm keeps its mean and 1/σ, RMSNorm (llama) its 1/rms alone.
+std::int64_t final_norm_statistics(const Config& c) {
+  return (c.shape.llama() ? 1 : 2) * Count(sizes(c).n()) * kStatistic;
+}
 std::int64_t logits_and_gradient(const Config& c) {  // one buffer: the gradient is written over the logits
   return Count(sizes(c).N()) * c.shape.local_vocab() * c.element_bytes();
 }
@@ -89,7 +93,7 @@ std::int64_t loss_vectors(const Config& c) { return 4 * Count(sizes(c).N()) * kS
 
 std::vector<Buffer> head_buffers(const Config& c) {
   return {{"ln_f.out", final_norm_output(c)},
-          {"ln_f.mean_rstd", final_norm_statistics(c)},
+          {c.shape.llama() ? "ln_f.rstd" : "ln_f.mean_rstd", final_norm_statistics(c)},
           {"logits, overwritten by their gradient", logits_and_gradient(c)},
           {"loss vectors", loss_vectors(c)}};
 }

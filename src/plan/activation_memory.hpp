@@ -4,7 +4,7 @@
 // block's buffers change, its table row changes and nothing here; the stage's and the head's own
 // tensors are one function each.
 //
-// Notation (bytes): b micro_batch, s seq_length, h hidden, f ffn_hidden, a heads, t tensor,
+// Notation (bytes): b micro_batch, s seq_length, h hidden, f ffn_hidden, a heads, k kv_heads, t tensor,
 // N = b·s tokens of a micro-batch, n = N/t with sequence parallelism (else N), e bytes per
 // activation element (4 fp32, 2 bf16/fp16); statistics are fp32 (4 bytes) in every precision.
 // tptrain has no dropout, so there are no dropout masks (Korthikanti et al. 2022 count them:
@@ -56,7 +56,7 @@ std::int64_t received_gradient_bytes(const Config& c, int buffers);
 
 // ---- the last stage's head, once (not per micro-batch in flight) ---------------------------------
 std::int64_t final_norm_output(const Config& c);       // ln_f output [n, h]·e
-std::int64_t final_norm_statistics(const Config& c);   // 2·n·4
+std::int64_t final_norm_statistics(const Config& c);   // 2·n·4 (LayerNorm), n·4 (RMSNorm)
 std::int64_t logits_and_gradient(const Config& c);     // [N, V_pad/t]·e, dlogits in place
 std::int64_t loss_vectors(const Config& c);            // row max, Σexp, target logit, loss: 4·[N]·4
 std::vector<Buffer> head_buffers(const Config& c);

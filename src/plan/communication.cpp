@@ -47,7 +47,9 @@ StepCommunication stage_communication(const Config& c, int stage, std::int64_t s
   out.data = c.distributed_optimizer ? all_gather_bytes(n * 4, c.data) + all_gather_bytes(n * e, c.data)
                                      : all_reduce_bytes(n * 4, c.data);
 
-  if (P > 1 && (first || last)) out.embedding = all_reduce_bytes(double(m.local_vocab()) * m.hidden * 4, 2);
+  // The tied word embedding's two copies sum their gradients; an untied lm_head has none to share.
+  if (P > 1 && (first || last) && m.tie_embeddings)
+    out.embedding = all_reduce_bytes(double(m.local_vocab()) * m.hidden * 4, 2);
   return out;
 }
 

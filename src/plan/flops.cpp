@@ -8,8 +8,8 @@ double narayanan_flops_per_iteration(double B, double s, double l, double h, dou
   return 96.0 * B * s * l * h * h * (1.0 + s / (6.0 * h) + V / (16.0 * l * h));
 }
 
-double block_forward_flops(double B, double s, double h, double f) {
-  return B * s * train::block_forward_flops_per_token(s, h, f);
+double block_forward_flops(double B, const model::GptShape& shape) {
+  return B * shape.seq_length * train::block_forward_flops_per_token(shape);
 }
 
 double attention_core_forward_flops(double B, double s, double h) { return 4.0 * B * s * s * h; }
@@ -19,7 +19,7 @@ double logits_forward_flops(double B, double s, double h, double V) { return 2.0
 double flops_per_iteration(const Config& c, Recompute r) {
   const model::GptShape& m = c.shape;
   const double B = c.global_batch, s = m.seq_length, h = m.hidden, l = m.layers;
-  const double block = block_forward_flops(B, s, h, m.ffn_hidden);
+  const double block = block_forward_flops(B, m);
   const double logits = logits_forward_flops(B, s, h, m.padded_vocab());
   switch (r) {
     case Recompute::full: return 4.0 * l * block + 3.0 * logits;

@@ -24,8 +24,8 @@ Count local_elements(const model::ParameterSpec& p, int tensor) {
 }
 
 // The elements of every table row for shape s, counted by `count`.
-template <std::size_t rows, class Counter>
-Count sum(const model::ParameterRow (&table)[rows], const model::GptShape& s, Counter count) {
+template <class Counter>
+Count sum(const std::vector<model::ParameterRow>& table, const model::GptShape& s, Counter count) {
   Count n = 0;
   for (const model::ParameterRow& r : table) n += count(model::spec_of(r, s));
   return n;
@@ -37,12 +37,18 @@ double narayanan_parameters(double l, double h, double V, double s) {
   return 12.0 * l * h * h * (1.0 + 13.0 / (12.0 * h) + (V + s) / (12.0 * l * h));
 }
 
+double llama_parameters(double l, double h, double a, double k, double f, double V, bool tied) {
+  const double d = h / a;
+  const double block = 2 * h + h * (a + 2 * k) * d + a * d * h + 3 * h * f;
+  return V * h * (tied ? 1 : 2) + l * block + h;
+}
+
 // The embedding, `layers` blocks and the head, without enumerating the blocks: plan time does
 // not grow with the depth.
 std::int64_t exact_parameters(const model::GptShape& s) {
-  return sum(model::kEmbeddingParameters, s, logical_elements) +
-         Count(s.layers) * sum(model::kBlockParameters, s, logical_elements) +
-         sum(model::kHeadParameters, s, logical_elements);
+  return sum(model::embedding_parameter_rows(s), s, logical_elements) +
+         Count(s.layers) * sum(model::block_parameter_rows(s), s, logical_elements) +
+         sum(model::head_parameter_rows(s), s, logical_elements);
 }
 
 std::int64_t StageParameters::of(int stage) const {
@@ -58,9 +64,10 @@ StageParameters stage_parameters(const model::GptShape& s, int stages) {
                                 std::to_string(stages) + " pipeline stages");
   const auto local = [&](const model::ParameterSpec& p) { return local_elements(p, s.tensor); };
   const auto tied_copy = [&](const model::ParameterSpec& p) { return p.tied_output_copy ? local(p) : Count(0); };
-  const Count blocks = Count(s.layers / stages) * sum(model::kBlockParameters, s, local);
-  const Count embeddings = sum(model::kEmbeddingParameters, s, local);
-  const Count head = sum(model::kHeadParameters, s, local);
+  const std::vector<model::ParameterRow> embedding_rows = model::embedding_parameter_rows(s);
+  const Count blocks = Count(s.layers / stages) * sum(model::block_parameter_rows(s), s, local);
+  const Count embeddings = sum(embedding_rows, s, local);
+  const Count head = sum(model::head_parameter_rows(s), s, local);
   StageParameters n;
   n.stages = stages;
   n.middle = blocks;
@@ -68,8 +75,9 @@ StageParameters stage_parameters(const model::GptShape& s, int stages) {
     n.first = n.last = embeddings + blocks + head;
   } else {
     n.first = embeddings + blocks;
-    // The last stage: ln_f and the tied output layer's copy of the word embedding.
-    n.last = blocks + head + sum(model::kEmbeddingParameters, s, tied_copy);
+    // The last stage: ln_f, the output layer (untied: lm_head/weight, among the head's rows) and
+    // the tied output layer's copy of the word embedding.
+    n.last = blocks + head + sum(embedding_rows, s, tied_copy);
   }
   return n;
 }

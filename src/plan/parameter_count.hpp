@@ -1,7 +1,8 @@
 // How many parameters a model has, and how many one rank holds (docs/planning.md, "Parameters").
 //
-// Two counts of the whole model: Narayanan et al. 2021 eq. 2 (the closed form the Megatron-LM
-// paper reports, which assumes ffn_hidden = 4·hidden) and the exact count of the tensors tptrain
+// Counts of the whole model by formula — Narayanan et al. 2021 eq. 2 (the closed form the
+// Megatron-LM paper reports for GPT, which assumes ffn_hidden = 4·hidden), Llama's (llama decks) —
+// and the exact count of the tensors tptrain
 // builds, from the model's descriptor tables (src/model/model_parameters.hpp and the block
 // descriptor, src/model/block_descriptor.hpp), which the checkpoints are written from too. Per
 // rank: the tensors of one pipeline stage, each split over the tensor-parallel group as its
@@ -20,14 +21,23 @@ namespace tptrain::plan {
 // Megatron-LM", eq. 2: P = 12·l·h²·(1 + 13/(12h) + (V + s)/(12·l·h)).
 double narayanan_parameters(double layers, double hidden, double vocab, double seq_length);
 
+// A Llama's parameters by formula (Touvron et al. 2023; Hugging Face's LlamaForCausalLM): l layers
+// of h·(a + 2k)·d (q, k, v projections; k key/value heads, d = h/a), a·d·h (o_proj), 3·h·f (gate,
+// up, down) and 2h (two RMSNorm weights); the V×h embedding, the V×h lm_head unless tied, the
+// final RMSNorm's h. No biases, no position embedding. Llama-2-7B: 6,738,415,616; Llama-3-8B:
+// 8,030,261,248.
+double llama_parameters(double layers, double hidden, double heads, double kv_heads, double ffn_hidden, double vocab,
+                        bool tied);
+
 // Every element of model::logical_tensors(s): the unpadded vocabulary, the word embedding once.
-// For ffn_hidden = 4·hidden this is eq. 2 plus the 2·h of the final LayerNorm. Like every count
-// of src/plan/, throws plan::Overflow beyond 2^63 − 1 (src/plan/count.hpp).
+// For GPT-2 with ffn_hidden = 4·hidden this is eq. 2 plus the 2·h of the final LayerNorm; for
+// llama it is llama_parameters. Like every count of src/plan/, throws plan::Overflow beyond
+// 2^63 − 1 (src/plan/count.hpp).
 std::int64_t exact_parameters(const model::GptShape& s);
 
 // Elements one tensor-parallel rank of each pipeline stage holds: its blocks; the first stage
-// the embeddings; the last stage ln_f and, when it is not also the first, the tied copy of the
-// word embedding (src/model/gpt_model.hpp). A split tensor counts its allocated elements: the
+// the embeddings; the last stage ln_f, an untied lm_head and, when it is not also the first, the
+// tied copy of the word embedding (src/model/gpt_model.hpp). A split tensor counts its allocated elements: the
 // word embedding's padded vocabulary rows. Every stage between the first and the last holds the
 // same, so three numbers say it for any pipeline size.
 struct StageParameters {

@@ -258,6 +258,9 @@ Plan make_plan(const Config& c, const Hardware& hw_in, double deck_tokens, const
   const model::GptShape& m = c.shape;
 
   p.parameters_eq2 = narayanan_parameters(m.layers, m.hidden, m.padded_vocab(), m.seq_length);
+  if (m.llama())
+    p.parameters_llama = llama_parameters(m.layers, m.hidden, m.heads, m.kv_head_count(), m.ffn_hidden, m.vocab_size,
+                                          m.tie_embeddings);
   p.parameters = counted(c, "the parameter count", false, [&] { return exact_parameters(m); });
   const StageParameters per_stage = counted(c, "the parameter count of a pipeline stage", false,
                                             [&] { return stage_parameters(m, c.pipeline); });
@@ -348,8 +351,14 @@ std::string report(const Plan& p) {
   const auto line = [&](const std::string& s) { out += s + "\n"; };
 
   line(fmt::format("# tptrain plan {}", io::display_path(p.deck)));
-  line(fmt::format("model        {} layers, hidden {}, {} heads, ffn {}, seq_length {}, vocab {} (padded {})", m.layers,
-                   m.hidden, m.heads, m.ffn_hidden, m.seq_length, m.vocab_size, m.padded_vocab()));
+  if (m.llama())
+    line(fmt::format("model        llama: {} layers, hidden {}, {} heads ({} key/value), ffn {} (SwiGLU), seq_length {}, "
+                     "vocab {} (padded {}), {}; RMSNorm eps {:g}, RoPE theta {:g}",
+                     m.layers, m.hidden, m.heads, m.kv_head_count(), m.ffn_hidden, m.seq_length, m.vocab_size,
+                     m.padded_vocab(), m.tie_embeddings ? "tied" : "untied", m.norm_eps, m.rope_theta));
+  else
+    line(fmt::format("model        {} layers, hidden {}, {} heads, ffn {}, seq_length {}, vocab {} (padded {})", m.layers,
+                     m.hidden, m.heads, m.ffn_hidden, m.seq_length, m.vocab_size, m.padded_vocab()));
   line(fmt::format("layout       tensor {} x pipeline {} x data {} = {} GPUs, order {}; {} given, {} per node", m.tensor,
                    c.pipeline, c.data, c.world(), parallel::rank_order_name(c.order), p.gpus,
                    p.hardware.gpus_per_node));
@@ -357,8 +366,13 @@ std::string report(const Plan& p) {
                    "{} micro-batches of {} per data-parallel rank",
                    precision, recompute_name(c.recompute), yes_no(c.sequence_parallel), yes_no(c.distributed_optimizer),
                    c.global_batch, c.micro_batches(), c.micro_batch));
-  line(fmt::format("parameters   {:.2f} B: {} exactly (tptrain's tensors), {:.2f} B by Narayanan et al. 2021 eq. 2",
-                   p.parameters / 1e9, p.parameters, p.parameters_eq2 / 1e9));
+  if (m.llama())
+    line(fmt::format("parameters   {:.2f} B: {} exactly (tptrain's tensors), {:.0f} by Llama's formula "
+                     "(l(h(a+2k)d + adh + 3hf + 2h) + {}Vh + h)",
+                     p.parameters / 1e9, p.parameters, p.parameters_llama, m.tie_embeddings ? "" : "2"));
+  else
+    line(fmt::format("parameters   {:.2f} B: {} exactly (tptrain's tensors), {:.2f} B by Narayanan et al. 2021 eq. 2",
+                     p.parameters / 1e9, p.parameters, p.parameters_eq2 / 1e9));
   line("");
   std::string chunks, kept = std::to_string(r.in_flight);
   if (c.virtual_stages > 1) {
@@ -397,9 +411,10 @@ std::string report(const Plan& p) {
                    human_bytes(p.layer_activation_bytes)));
   line("");
   line("compute");
-  line(fmt::format("  FLOPs per iteration  {:.3e} with recompute {} (none {:.3e}, selective {:.3e}, full {:.3e}; "
-                   "Narayanan eq. 3: {:.3e})",
-                   p.flops, recompute_name(c.recompute), p.flops_none, p.flops_selective, p.flops_full, p.flops_eq3));
+  line(fmt::format("  FLOPs per iteration  {:.3e} with recompute {} (none {:.3e}, selective {:.3e}, full {:.3e}{})",
+                   p.flops, recompute_name(c.recompute), p.flops_none, p.flops_selective, p.flops_full,
+                   m.llama() ? "; SwiGLU and grouped-query attention"  // eq. 3 is GPT's, f = 4h
+                             : fmt::format("; Narayanan eq. 3: {:.3e}", p.flops_eq3)));
   line(fmt::format("  achieved             {:.1f} TFLOP/s per GPU = peak {:g} x efficiency {:g}", p.achieved_flops / 1e12,
                    p.hardware.peak_tflops, p.hardware.efficiency));
   line(fmt::format("  time per iteration   {:.2f} s on {} GPUs", p.seconds_per_iteration, c.world()));
@@ -490,6 +505,7 @@ io::JsonObject json_of(const Plan& p) {
   io::JsonObject o;
   o.string("deck", p.deck).integer("gpus", p.gpus).integer("tensor", c.tensor()).integer("pipeline", c.pipeline);
   o.integer("data", c.data).integer("params", p.parameters).number("params_narayanan_eq2", p.parameters_eq2, fixed(0));
+  if (c.shape.llama()) o.number("params_llama_formula", p.parameters_llama, fixed(0));
   o.integer("most_loaded_stage", r.stage);
   o.object("memory_bytes", io::JsonObject()
                                .integer("weights", pb.weights)

@@ -75,6 +75,7 @@ struct Plan {
   double tokens = 0;
 
   double parameters_eq2 = 0;     // Narayanan et al. 2021 eq. 2 (padded vocabulary)
+  double parameters_llama = 0;   // llama decks: Llama's formula (llama_parameters; logical vocabulary)
   std::int64_t parameters = 0;   // exact, model::logical_tensors
   RankMemory memory;             // the most loaded rank
   std::int64_t layer_activation_bytes = 0;  // one layer, one micro-batch, kept

@@ -10,6 +10,8 @@ namespace tptrain::plan {
 std::string Config::layout_problem() const {
   const model::GptShape& s = shape;
   if (s.heads % s.tensor != 0) return fmt::format("model.heads = {} is not a multiple of parallel.tensor = {}", s.heads, s.tensor);
+  if (s.kv_head_count() % s.tensor != 0)
+    return fmt::format("model.kv_heads = {} is not a multiple of parallel.tensor = {}", s.kv_head_count(), s.tensor);
   if (s.ffn_hidden % s.tensor != 0)
     return fmt::format("model.ffn_hidden = {} is not a multiple of parallel.tensor = {}", s.ffn_hidden, s.tensor);
   if (s.layers % pipeline != 0)

@@ -11,9 +11,9 @@ namespace tptrain::train {
 GemmShape largest_model_gemm(const model::GptShape& s, int micro_batch) {
   const std::int64_t N = std::int64_t(micro_batch) * s.seq_length, H = s.hidden;
   const GemmShape candidates[] = {
-      {N, 3 * std::int64_t(s.local_hidden()), H, "attention QKV"},
+      {N, s.local_qkv_width(), H, "attention QKV"},
       {N, H, s.local_hidden(), "attention projection"},
-      {N, s.local_ffn(), H, "MLP fc"},
+      {N, s.fc_width() / s.tensor, H, s.llama() ? "MLP gate|up" : "MLP fc"},
       {N, H, s.local_ffn(), "MLP projection"},
       {N, s.local_vocab(), H, "logits"},
   };

@@ -9,7 +9,7 @@ namespace tptrain::train {
 template <class T>
 GradientReducer<T>::GradientReducer(model::GptModel<T>& model, parallel::Communicator& dp)
     : model_(model), dp_(dp) {
-  if (model.stage().size == 1 || model.word() == nullptr) return;
+  if (model.stage().size == 1 || model.word() == nullptr || !model.shape().tie_embeddings) return;
   const auto& buckets = model.buckets();
   for (std::size_t b = 0; b < buckets.size(); ++b)
     for (const model::Parameter<T>* p : buckets[b].params)

@@ -36,12 +36,16 @@ constexpr Row kBlockRows[] = {
     {"mlp/proj/weight", "mlp.c_proj.weight", true},   {"mlp/proj/bias", "mlp.c_proj.bias", false},
 };
 
-// [rows, cols] row-major -> its transpose [cols, rows].
-std::vector<float> transpose(const std::vector<float>& x, std::uint64_t rows, std::uint64_t cols) {
-  std::vector<float> y(x.size());
-  for (std::uint64_t r = 0; r < rows; ++r)
-    for (std::uint64_t c = 0; c < cols; ++c) y[c * rows + r] = x[r * cols + c];
-  return y;
+// The table's pieces of checkpoint tensor `name`: one whole tensor each.
+std::vector<HfPiece> gpt2_pieces(const model::GptShape&, const std::string& name) {
+  for (const Row& r : kModelRows)
+    if (name == r.checkpoint) return {{r.hf, 0, r.transposed}};
+  const BlockName block = split_block_name(name);
+  if (block.layer >= 0)
+    for (const Row& r : kBlockRows)
+      if (block.row == r.checkpoint)
+        return {{"transformer.h." + std::to_string(block.layer) + "." + r.hf, 0, r.transposed}};
+  return {};
 }
 
 // GELU's tanh form under HF's names (transformers' ACT2FN): the function tptrain computes.
@@ -49,43 +53,8 @@ constexpr const char* kTanhGelu[] = {"gelu_new", "gelu_pytorch_tanh"};
 
 }  // namespace
 
-std::vector<std::uint64_t> HfTensor::hf_shape() const {
-  if (!transposed) return checkpoint_shape;
-  return {checkpoint_shape.at(1), checkpoint_shape.at(0)};
-}
-
 std::vector<HfTensor> hf_gpt2_tensors(const model::GptShape& shape) {
-  std::vector<HfTensor> out;
-  for (const model::LogicalTensor& t : model::logical_tensors(shape)) {
-    HfTensor h;
-    h.checkpoint_name = t.name;
-    for (auto d : t.shape) h.checkpoint_shape.push_back(static_cast<std::uint64_t>(d));
-    for (const Row& r : kModelRows)
-      if (t.name == r.checkpoint) h.hf_name = r.hf, h.transposed = r.transposed;
-    if (h.hf_name.empty() && t.name.rfind("layers/", 0) == 0) {
-      const std::size_t slash = t.name.find('/', 7);
-      const std::string layer = t.name.substr(7, slash - 7), rest = t.name.substr(slash + 1);
-      for (const Row& r : kBlockRows)
-        if (rest == r.checkpoint) h.hf_name = "transformer.h." + layer + "." + r.hf, h.transposed = r.transposed;
-    }
-    if (h.hf_name.empty())
-      throw std::logic_error("tptrain: the model tensor " + t.name +
-                             " has no Hugging Face name (src/train/hf_gpt2.cpp, kModelRows/kBlockRows)");
-    if (h.transposed && h.checkpoint_shape.size() != 2)
-      throw std::logic_error("tptrain: " + t.name + " is transposed for Hugging Face but is not a matrix");
-    out.push_back(std::move(h));
-  }
-  return out;
-}
-
-std::vector<float> to_hf(const HfTensor& t, const std::vector<float>& checkpoint_values) {
-  if (!t.transposed) return checkpoint_values;
-  return transpose(checkpoint_values, t.checkpoint_shape[0], t.checkpoint_shape[1]);
-}
-
-std::vector<float> from_hf(const HfTensor& t, const std::vector<float>& hf_values) {
-  if (!t.transposed) return hf_values;
-  return transpose(hf_values, t.checkpoint_shape[1], t.checkpoint_shape[0]);
+  return hf_tensors(shape, gpt2_pieces, "src/train/hf_gpt2.cpp, kModelRows/kBlockRows");
 }
 
 std::string hf_gpt2_config(const model::GptShape& s, bool gpt2_vocabulary) {
@@ -112,7 +81,8 @@ HfGpt2Config read_hf_gpt2_config(const std::string& path) {
   };
   if (c.model_type != "gpt2")
     fail("model_type is " + (c.model_type.empty() ? std::string("missing") : "\"" + c.model_type + "\"") +
-         ": tptrain imports GPT-2 models (model_type \"gpt2\")");
+         ": a model.architecture = \"gpt2\" deck imports GPT-2 models (model_type \"gpt2\"; Llama models need a "
+         "\"llama\" deck)");
   for (const auto& [key, value] : {std::pair{"n_layer", c.n_layer}, std::pair{"n_embd", c.n_embd}, std::pair{"n_head", c.n_head},
                                    std::pair{"vocab_size", c.vocab_size}, std::pair{"n_positions", c.n_positions}})
     if (value == 0) fail(std::string("no ") + key);

@@ -1,7 +1,7 @@
 // tptrain's GPT-2 as Hugging Face's GPT2LMHeadModel (docs/checkpoints.md, "Hugging Face export
 // and import"): which checkpoint dataset is which HF tensor, in which orientation, and the
 // config.json that describes the same model (its file format: io/hf_gpt2_config.hpp). Both
-// directions use this one table.
+// directions use this one table (walked by src/train/hf_tensors.hpp).
 //
 // The two models compute the same function: pre-LN blocks, LayerNorm eps 1e-5, GELU in its tanh
 // form (HF "gelu_new"), attention scaled by 1/sqrt(head_dim) with the causal mask, the output
@@ -19,25 +19,14 @@
 #include <vector>
 
 #include "src/model/gpt_shape.hpp"
+#include "src/train/hf_tensors.hpp"
 
 namespace tptrain::train {
 
-struct HfTensor {
-  std::string hf_name;                       // "transformer.h.0.attn.c_attn.weight"
-  std::string checkpoint_name;               // "layers/0/attn/qkv/weight" (the dataset under /model)
-  std::vector<std::uint64_t> checkpoint_shape;  // [3H, H]
-  bool transposed = false;                   // HF holds the transpose: a Conv1D weight, [in, out]
-  std::vector<std::uint64_t> hf_shape() const;  // [H, 3H]
-};
-
-// Every tensor of the model, in checkpoint order (model::logical_tensors). Throws
-// std::logic_error for a model tensor the table does not map: a new parameter of the block needs
-// its HF name here before export and import accept it.
+// Every tensor of the model, in checkpoint order (src/train/hf_tensors.hpp): one HF tensor per
+// checkpoint tensor, the four block weights transposed. Throws std::logic_error for a model
+// tensor the table does not map.
 std::vector<HfTensor> hf_gpt2_tensors(const model::GptShape& shape);
-
-// The elements in the other orientation: checkpoint order -> HF order (to_hf) and back.
-std::vector<float> to_hf(const HfTensor& t, const std::vector<float>& checkpoint_values);
-std::vector<float> from_hf(const HfTensor& t, const std::vector<float>& hf_values);
 
 // GPT2LMHeadModel's config.json for `shape` (pretty-printed JSON). `gpt2_vocabulary`: the model
 // uses GPT-2's tokenizer, so <|endoftext|> = 50256 is its bos/eos token.

@@ -195,6 +195,28 @@ model::GptShape checkpoint_model_shape(const std::string& deck_text) {
       shape.*field = static_cast<int>(*value);
   }
   if (!missing.empty()) throw std::runtime_error("its deck attribute lacks a valid " + missing);
+  // The architecture keys (issue 23): a deck from before them is a gpt2 one, tied, kv_heads = heads.
+  std::map<std::string, std::optional<std::string>> arch;
+  try {
+    arch = io::deck_text_scalars(deck_text, "model",
+                                 {"architecture", "kv_heads", "tie_embeddings", "norm_eps", "rope_theta"});
+  } catch (const std::exception& e) {
+    throw std::runtime_error(std::string("its deck attribute ") + e.what());
+  }
+  const std::string name = arch["architecture"].value_or("gpt2");
+  if (name != "gpt2" && name != "llama")
+    throw std::runtime_error("its deck attribute names model.architecture = \"" + name +
+                             "\", expected \"gpt2\" or \"llama\"");
+  shape.architecture = name == "llama" ? model::Architecture::llama : model::Architecture::gpt2;
+  shape.tie_embeddings = arch["tie_embeddings"].value_or(shape.llama() ? "false" : "true") == "true";
+  try {
+    shape.kv_heads = arch["kv_heads"] ? std::stoi(*arch["kv_heads"]) : shape.heads;
+    if (arch["norm_eps"]) shape.norm_eps = std::stod(*arch["norm_eps"]);
+    if (arch["rope_theta"]) shape.rope_theta = std::stod(*arch["rope_theta"]);
+  } catch (const std::exception&) {
+    throw std::runtime_error("its deck attribute lacks a valid model.kv_heads, model.norm_eps or model.rope_theta");
+  }
+  if (shape.kv_heads < 1) throw std::runtime_error("its deck attribute lacks a valid model.kv_heads");
   return shape;
 }
 
@@ -220,9 +242,18 @@ void check_model_shape(const io::CheckpointMeta& meta, const model::GptShape& mi
     throw std::runtime_error("checkpoint " + io::display_path(path) + ": the model it holds is unknown: " + e.what());
   }
   std::string problems;
+  if (saved.architecture != mine.architecture)
+    problems += fmt::format("\n  model.architecture: the checkpoint has \"{}\", the deck has \"{}\"",
+                            model::architecture_name(saved.architecture), model::architecture_name(mine.architecture));
   for (const auto& [key, field] : kShapeKeys)
     if (saved.*field != mine.*field)
       problems += fmt::format("\n  model.{}: the checkpoint has {}, the deck has {}", key, saved.*field, mine.*field);
+  if (saved.kv_head_count() != mine.kv_head_count())
+    problems += fmt::format("\n  model.kv_heads: the checkpoint has {}, the deck has {}", saved.kv_head_count(),
+                            mine.kv_head_count());
+  if (saved.tie_embeddings != mine.tie_embeddings)
+    problems += fmt::format("\n  model.tie_embeddings: the checkpoint has {}, the deck has {}", saved.tie_embeddings,
+                            mine.tie_embeddings);
   if (!problems.empty())
     throw std::runtime_error("checkpoint " + io::display_path(path) +
                              " holds a different model than the deck describes:" + problems);

@@ -46,14 +46,13 @@ std::vector<io::Hyperslab> slabs_of(const model::Parameter<T>& p, std::int64_t b
     slabs.push_back(std::move(s));
   };
   const int dim = p.sharding.dim;
-  const std::int64_t block_local =
-      dim < 0 ? 0 : p.local_shape()[static_cast<std::size_t>(dim)] / p.sharding.blocks;
+  const auto block_end = [&](std::int64_t local) { return p.sharding.local_block_end(local, p.tp_size); };
   // Local rows [r0, r1) x local columns [c0, c1) (several rows only with whole rows), as logical boxes.
   const auto local_box = [&](std::int64_t r0, std::int64_t r1, std::int64_t c0, std::int64_t c1) {
     if (dim < 0) return box(r0, r1 - r0, c0, c1 - c0);
     if (dim == 0) {
       for (std::int64_t r = r0; r < r1;) {
-        const std::int64_t stop = std::min(r1, (r / block_local + 1) * block_local);
+        const std::int64_t stop = std::min(r1, block_end(r));
         box(p.logical_index(r), stop - r, c0, c1 - c0);
         r = stop;
       }
@@ -62,7 +61,7 @@ std::vector<io::Hyperslab> slabs_of(const model::Parameter<T>& p, std::int64_t b
     const bool one_run = p.sharding.blocks == 1;  // whole rows stay one box only if each row is one run
     for (std::int64_t r = r0; r < r1; r = one_run ? r1 : r + 1)
       for (std::int64_t c = c0; c < c1;) {
-        const std::int64_t stop = std::min(c1, (c / block_local + 1) * block_local);
+        const std::int64_t stop = std::min(c1, block_end(c));
         box(r, one_run ? r1 - r0 : 1, p.logical_index(c), stop - c);
         c = stop;
       }

@@ -121,6 +121,8 @@ TEST_CASE("inspect describes a checkpoint", "[io][checkpoint][inspect][mpi]") {
     CHECK(contains(text, "tokens_seen  20480"));
     CHECK(contains(text, "tp 2, pp 1, dp 1"));
     CHECK(contains(text, "deck         31 bytes, 3 lines:"));
+    // The architecture from the deck: one without model.architecture is a tied gpt2.
+    CHECK(contains(text, "model        gpt2, 2 layers, hidden 32, heads ?, kv_heads ?, ffn_hidden ?, tied embeddings"));
     CHECK(contains(text, "    | hidden = 32"));
     CHECK(contains(text, "/train\n  data_step    20\n  seed         1234\n  step         20\n"));
     CHECK(contains(text, "/optimizer\n  step         20\n"));

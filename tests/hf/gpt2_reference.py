@@ -2,7 +2,7 @@
 """An independent GPT-2 for `tptrain export --format hf` (docs/checkpoints.md).
 
 Reads a Hugging Face GPT2LMHeadModel folder itself -- config.json and model.safetensors, whose
-header is parsed here with json, its tensors taken with numpy -- and computes, in float64 with
+header is parsed with json, its tensors taken with numpy (hf_files.py) -- and computes, in float64 with
 PyTorch, the mean next-token loss over the evaluation windows `tptrain eval` uses: window j is
 tokens [j*S, j*S+S] of the data file (S inputs, each predicting the next token). It shares no
 code with tptrain, so an export whose names, orientation or q|k|v order were wrong would give
@@ -15,49 +15,16 @@ not installed (ctest SKIP_RETURN_CODE).
 import argparse
 import json
 import math
-import struct
 import sys
 
 try:
-    import numpy as np
+    import numpy as np  # noqa: F401 (hf_files needs it)
     import torch
 except ImportError as e:
     print("gpt2_reference.py: skipped: %s (Debian: python3-torch, which brings numpy)" % e, file=sys.stderr)
     sys.exit(77)
 
-DTYPES = {"F32": np.float32, "F16": np.float16, "F64": np.float64}
-
-
-def read_safetensors(path):
-    """name -> float64 tensor, from the format's own description (8-byte length, JSON, data)."""
-    with open(path, "rb") as f:
-        blob = f.read()
-    (n,) = struct.unpack("<Q", blob[:8])
-    header = json.loads(blob[8:8 + n])
-    data = memoryview(blob)[8 + n:]
-    out = {}
-    for name, entry in header.items():
-        if name == "__metadata__":
-            continue
-        begin, end = entry["data_offsets"]
-        if entry["dtype"] == "BF16":  # numpy has no bfloat16: its 16 bits are a float32's upper half
-            raw = np.frombuffer(data[begin:end], dtype="<u2").astype(np.uint32) << 16
-            array = raw.view(np.float32)
-        else:
-            array = np.frombuffer(data[begin:end], dtype=np.dtype(DTYPES[entry["dtype"]]).newbyteorder("<"))
-        out[name] = torch.from_numpy(array.astype(np.float64).reshape(entry["shape"]))
-    # Hugging Face's own gpt2 names its tensors without the "transformer." prefix.
-    return {k[len("transformer."):] if k.startswith("transformer.") else k: v for k, v in out.items()}
-
-
-def read_tokens(path):
-    with open(path, "rb") as f:
-        blob = f.read()
-    if path.endswith(".bin"):  # llm.c: 256 int32 header (magic 20240520, version, count), then uint16
-        header = np.frombuffer(blob[:1024], dtype="<i4")
-        assert header[0] == 20240520, "not an llm.c token shard"
-        return np.frombuffer(blob[1024:], dtype="<u2")[: header[2]].astype(np.int64)
-    return np.frombuffer(blob, dtype=np.uint8).astype(np.int64)
+from hf_files import mean_window_loss, read_safetensors, read_tokens
 
 
 def gelu_tanh(x):
@@ -65,7 +32,7 @@ def gelu_tanh(x):
 
 
 def forward_loss(w, config, tokens, targets):
-    """Mean cross-entropy of one window: GPT-2 as Radford et al. 2019 and transformers' modeling_gpt2."""
+    """Summed cross-entropy of one window: GPT-2 as Radford et al. 2019 and transformers' modeling_gpt2."""
     T = tokens.shape[0]
     H, nh = config["n_embd"], config["n_head"]
     d = H // nh
@@ -102,16 +69,10 @@ def main():
         config = json.load(f)
     assert config["model_type"] == "gpt2" and config["activation_function"] in ("gelu_new", "gelu_pytorch_tanh")
     assert config.get("tie_word_embeddings", True)
-    w = read_safetensors(args.model_dir + "/model.safetensors")
-    data = read_tokens(args.data)
-    S = config["n_positions"]
-    total = 0.0
-    with torch.no_grad():
-        for j in range(args.windows):
-            window = torch.from_numpy(data[j * S: j * S + S + 1].copy())
-            assert window.shape[0] == S + 1, "the data holds fewer than %d windows" % args.windows
-            total += forward_loss(w, config, window[:-1], window[1:])
-    print(json.dumps({"loss": total / (args.windows * S), "windows": args.windows, "tokens": args.windows * S}))
+    # Hugging Face's own gpt2 names its tensors without the "transformer." prefix.
+    w = read_safetensors(args.model_dir + "/model.safetensors", "transformer.")
+    print(mean_window_loss(read_tokens(args.data), config["n_positions"], args.windows,
+                           lambda tokens, targets: forward_loss(w, config, tokens, targets)))
 
 
 if __name__ == "__main__":

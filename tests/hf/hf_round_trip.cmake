@@ -3,10 +3,14 @@
 #     export with the deck; the imported weights must be the trained ones bit for bit
 #     (same_weights.py), and inspect must pass the imported file.
 #   MODE=init_from: training.init_from starts from the imported weights exactly; a resume wins.
-#   MODE=reference: the export evaluated by an independent PyTorch GPT-2 (gpt2_reference.py) gives
-#     `tptrain eval`'s loss of the checkpoint within 1e-5 (fp32); skipped, saying so, without PyTorch.
+#   MODE=reference: the export evaluated by an independent PyTorch model (REF: gpt2_reference.py,
+#     llama_reference.py) gives `tptrain eval`'s loss of the checkpoint within 1e-5 (fp32); skipped,
+#     saying so, without PyTorch.
 #   cmake -DMODE=... -DEXE=tptrain "-DMPI=mpiexec|flags|-n" -DRANKS=2 "-DSETS=--set|parallel.tensor=2"
-#         -DPY=/usr/bin/python3 -DHF=tests/hf -DDECK=tests/hf/small.toml -DDIR=work -P hf_round_trip.cmake
+#         -DPY=/usr/bin/python3 -DHF=tests/hf -DDECK=tests/hf/small.toml -DDIR=work
+#         [-DREF=llama_reference "-DFIELDS=model_type=llama|num_hidden_layers=2|..."] -P hf_round_trip.cmake
+# FIELDS: what config.json must hold, key=value (|-separated; a value that is not a number, true or
+# false is a JSON string); GPT-2's small.toml's by default.
 cmake_minimum_required(VERSION 3.16)
 
 set(RUN_TIMEOUT 180)
@@ -14,6 +18,10 @@ include(${CMAKE_CURRENT_LIST_DIR}/../run_command.cmake)
 
 string(REPLACE "|" ";" SETS "${SETS}")  # |-separated lists
 string(REPLACE "|" ";" MPI "${MPI}")
+string(REPLACE "|" ";" FIELDS "${FIELDS}")
+if(NOT REF)
+  set(REF gpt2_reference)
+endif()
 set(ck ${DIR}/ck/step_00000004.h5)
 if(RANKS EQUAL 1)
   set(launch ${EXE})
@@ -33,8 +41,19 @@ if(MODE STREQUAL "round_trip")
   if(SETS MATCHES "model.vocab_size=([0-9]+)")
     set(vocab ${CMAKE_MATCH_1})
   endif()
-  foreach(field "\"model_type\": \"gpt2\"" "\"n_layer\": 2" "\"n_embd\": 32" "\"n_head\": 4" "\"n_inner\": 128"
-                "\"n_positions\": 16" "\"vocab_size\": ${vocab}" "\"activation_function\": \"gelu_new\"" "\"tie_word_embeddings\": true")
+  if(NOT FIELDS)
+    set(FIELDS model_type=gpt2 n_layer=2 n_embd=32 n_head=4 n_inner=128 n_positions=16 activation_function=gelu_new
+               tie_word_embeddings=true)
+  endif()
+  foreach(pair ${FIELDS} vocab_size=${vocab})
+    string(REGEX MATCH "^([^=]+)=(.*)$" _ "${pair}")
+    set(key ${CMAKE_MATCH_1})
+    set(value ${CMAKE_MATCH_2})
+    if(value MATCHES "^([0-9.eE+-]+|true|false)$")
+      set(field "\"${key}\": ${value}")
+    else()
+      set(field "\"${key}\": \"${value}\"")
+    endif()
     string(FIND "${config}" "${field}" at)
     if(at LESS 0)
       message(FATAL_ERROR "config.json lacks ${field}:\n${config}")
@@ -50,7 +69,11 @@ if(MODE STREQUAL "round_trip")
 elseif(MODE STREQUAL "reference")
   execute_process(COMMAND ${PY} -c "import torch" RESULT_VARIABLE no_torch OUTPUT_QUIET ERROR_QUIET)
   if(no_torch)
-    message("gpt2_reference: skipped: PyTorch is not installed for ${PY} (Debian: python3-torch, jobs/setup-deps.sh)")
+    message("${REF}: skipped: PyTorch is not installed for ${PY} (Debian: python3-torch, jobs/setup-deps.sh)")
+    return()
+  endif()
+  if(NOT EXISTS ${ck})  # the round trip was skipped (a build that does not train the model): nothing to compare
+    message("${REF}: skipped: ${ck} was not trained (its round-trip test was skipped)")
     return()
   endif()
   # tptrain's loss in fp32 whatever precision trained it (eval reads the fp32 master weights).
@@ -58,7 +81,7 @@ elseif(MODE STREQUAL "reference")
       --set training.precision=fp32)
   string(REGEX MATCH "\"eval_loss\": ([0-9.eE+-]+)" _ "${output}")
   set(tptrain_loss ${CMAKE_MATCH_1})
-  run(ok ${PY} ${HF}/gpt2_reference.py ${DIR}/hf ${HF}/../data/cli/corpus.txt --windows 4)
+  run(ok ${PY} ${HF}/${REF}.py ${DIR}/hf ${HF}/../data/cli/corpus.txt --windows 4)
   string(REGEX MATCH "\"loss\": ([0-9.eE+-]+)" _ "${output}")
   set(reference_loss ${CMAKE_MATCH_1})
   if(tptrain_loss STREQUAL "" OR reference_loss STREQUAL "")

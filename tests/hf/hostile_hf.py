@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """hostile_hf.py SRC_DIR DST_DIR KIND: a copy of an exported Hugging Face folder (config.json +
-model.safetensors) damaged or varied one way, for the hostile pass (group_hf in
-tests/hostile/hostile_pass.sh). The safetensors file is rewritten with json and struct, not with
+model.safetensors) damaged or varied one way, for the hostile pass (group_hf and group_hf_llama
+in tests/hostile/hostile_pass.sh; the llama_* kinds take a LlamaForCausalLM export). The safetensors file is rewritten with json and struct, not with
 tptrain's writer."""
 import json
 import os
@@ -43,7 +43,7 @@ def add_tensor(name, shape, payload):
     data.extend(payload)
 
 
-wte = header["transformer.wte.weight"]
+wte = header.get("transformer.wte.weight")
 if kind == "truncated":
     write(json.dumps(header), data[:-100])
 elif kind == "length_huge":
@@ -126,6 +126,33 @@ elif kind == "config_wider":
     config(n_embd=64)
 elif kind == "config_not_gpt2":
     config(model_type="llama")
+elif kind == "llama_no_prefix":  # a base LlamaModel's names: no "model." (lm_head keeps its own)
+    write(json.dumps({k[len("model."):] if k.startswith("model.") else k: v for k, v in header.items()}), data)
+elif kind == "llama_inv_freq":  # the rotary buffers older transformers saved with the weights
+    for layer in range(2):
+        add_tensor("model.layers.%d.self_attn.rotary_emb.inv_freq" % layer, [2], struct.pack("<2f", 1, 0.5))
+    write(json.dumps(header), data)
+elif kind == "llama_k_proj_missing":
+    del header["model.layers.1.self_attn.k_proj.weight"]
+    write(json.dumps(header), data)  # leaves a gap: refused as a file, or as a model
+elif kind == "llama_k_proj_as_q":  # k_proj with q_proj's rows (multi-head attention's shape)
+    k = header["model.layers.0.self_attn.k_proj.weight"]
+    k["shape"] = [k["shape"][0] * 2, k["shape"][1]]
+    write(json.dumps(header), data)
+elif kind == "llama_lm_head_missing":  # an untied model without its output layer
+    del header["lm_head.weight"]
+    write(json.dumps(header), data)
+elif kind == "llama_config_kv_heads":
+    config(num_key_value_heads=4)
+elif kind == "llama_config_rope_theta":
+    config(rope_theta=500000.0)  # the fixture deck has the default 10000
+elif kind == "llama_config_rope_scaling":  # Llama 3.1's scaled RoPE: another function
+    config(rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                         "original_max_position_embeddings": 8192})
+elif kind == "llama_config_bias":
+    config(attention_bias=True)
+elif kind == "llama_config_tied":
+    config(tie_word_embeddings=True)
 elif kind == "safetensors_missing":
     os.remove(path)
 elif kind == "safetensors_directory":

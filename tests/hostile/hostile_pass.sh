@@ -207,6 +207,11 @@ classify() {
     *) outcome="clean error" ;;
     esac
     msg=$errline
+    # A refused case's verify checks the refusal (the error names the key, nothing was left behind).
+    if [ "$outcome" = "clean error" ] && [ -n "$verify" ]; then
+      local why
+      if ! why=$($verify "$log" 2>&1); then outcome="SILENT WRONG" msg="$errline; but: $why"; fi
+    fi
   else
     outcome="NO MESSAGE" msg="rc $rc, no error line; last output: $(last_line "$err")"
   fi
@@ -593,6 +598,47 @@ model.layers=2 # comment|any
 EOF
   run_case set_syntax_newline_in_value fail -- "$EXE" check "$DECK" --set $'model.layers=2\nhidden = 64'
   run_case set_syntax_train_lr_1e999 fail -- "${TRAIN[@]}" --set optimizer.lr=1e999 $(rundir set_lr)
+}
+
+# Llama decks (model.architecture, issue 23): each bad combination is refused by `check` with an
+# error that names the key; verify_names_key checks the first error line names it.
+names_key() { # KEY LOG: the error names KEY
+  grep -aq "$1" "$2.err" && return 0
+  echo "the error does not name $1: $(first_error "$2.err" "$2.out")"
+  return 1
+}
+verify_names_kv_heads() { names_key model.kv_heads "$1"; }
+verify_names_tensor_layouts() { names_key 'nearest valid layouts are parallel.tensor' "$1"; }
+verify_names_head_dim() { names_key 'even head dimension' "$1"; }
+verify_names_norm_eps() { names_key model.norm_eps "$1"; }
+verify_names_rope_theta() { names_key model.rope_theta "$1"; }
+verify_names_architecture() { names_key model.architecture "$1"; }
+group_llama() {
+  local L=(--set model.architecture=llama)
+  run_case llama_check_valid ok -- "$EXE" check "$DECK" "${L[@]}" --set model.kv_heads=2
+  run_case llama_kv_heads_not_divisor fail verify=verify_names_kv_heads -- "$EXE" check "$DECK" "${L[@]}" \
+    --set model.kv_heads=3
+  run_case llama_kv_heads_zero fail verify=verify_names_kv_heads -- "$EXE" check "$DECK" "${L[@]}" --set model.kv_heads=0
+  run_case llama_kv_heads_above_heads fail verify=verify_names_kv_heads -- "$EXE" check "$DECK" "${L[@]}" \
+    --set model.kv_heads=8
+  run_case llama_kv_heads_tensor fail verify=verify_names_tensor_layouts -- "$EXE" check "$DECK" "${L[@]}" \
+    --set model.kv_heads=1
+  run_case llama_kv_heads_tensor_3 fail verify=verify_names_tensor_layouts -- "$EXE" check "$DECK" "${L[@]}" \
+    --set model.heads=8 --set model.kv_heads=4 --set parallel.tensor=3
+  run_case llama_odd_head_dim fail verify=verify_names_head_dim -- "$EXE" check "$DECK" "${L[@]}" \
+    --set model.hidden=36 --set model.kv_heads=2
+  run_case llama_rope_theta_zero fail verify=verify_names_rope_theta -- "$EXE" check "$DECK" "${L[@]}" \
+    --set model.rope_theta=0
+  run_case llama_norm_eps_negative fail verify=verify_names_norm_eps -- "$EXE" check "$DECK" "${L[@]}" \
+    --set model.norm_eps=-1
+  run_case llama_architecture_unknown fail verify=verify_names_architecture -- "$EXE" check "$DECK" \
+    --set model.architecture=llama3
+  run_case llama_gpt2_kv_heads fail verify=verify_names_kv_heads -- "$EXE" check "$DECK" --set model.kv_heads=2
+  run_case llama_gpt2_rope_theta fail verify=verify_names_rope_theta -- "$EXE" check "$DECK" \
+    --set model.rope_theta=500000
+  run_case llama_gpt2_norm_eps fail verify=verify_names_norm_eps -- "$EXE" check "$DECK" --set model.norm_eps=1e-6
+  run_case llama_gpt2_defaults_ok ok -- "$EXE" check "$DECK" --set model.rope_theta=10000 --set model.norm_eps=1e-5 \
+    --set model.kv_heads=4 --set model.tie_embeddings=true
 }
 
 group_world() {
@@ -1682,6 +1728,50 @@ group_hf() {
     --set training.init_from="$d/imported.h5" --set training.steps=1
 }
 
+# ---- Hugging Face export and import of llama models (issue 23 item 5) ---------------------------
+
+# A llama version of the fixture deck (grouped-query attention, untied), exported as
+# LlamaForCausalLM; damaged or foreign variants are refused naming the tensor or the field,
+# variants Hugging Face's own files have (no prefix, rotary buffers) import to the same model.
+group_hf_llama() {
+  local fails=(k_proj_missing k_proj_as_q lm_head_missing config_kv_heads config_rope_theta config_rope_scaling
+    config_bias config_tied) sames=(no_prefix inv_freq) k any=""
+  for k in export gpt2_deck deck_kv_heads "${fails[@]}" "${sames[@]}"; do selected "hf_llama_$k" && any=yes; done
+  [ -n "$any" ] || return 0
+  local d=$WORK/hf_llama HF=$SRC/tests/hf LL=(--set model.architecture=llama --set model.kv_heads=2)
+  local ck=$RUNS/hf_llama_fixture/checkpoints/step_00000004.h5
+  mkdir -p "$d"
+  [ -f "$ck" ] || "${TRAIN[@]}" "${LL[@]}" --set run.dir="$RUNS/hf_llama_fixture" >"$d/train.log" 2>&1 ||
+    { note "cannot train the llama fixture (see $d/train.log): hf_llama cases skipped"; return 0; }
+  [ -f "$d/base/model.safetensors" ] || "$EXE" export "$ck" --format hf --out "$d/base" >"$d/base.log" 2>&1 ||
+    { note "cannot export the llama fixture (see $d/base.log): hf_llama cases skipped"; return 0; }
+  "${MPI[@]}" "$EXE" eval "$DECK" "${LL[@]}" --checkpoint "$ck" >"$d/eval.out" 2>&1
+  verify_llama_eval_same() {
+    local a b
+    a=$(eval_loss_of "$1.out") b=$(eval_loss_of "$d/eval.out")
+    [ -n "$a" ] && [ "$a" = "$b" ] && return 0
+    echo "eval exit 0 with ${a:-no eval_loss}, the llama fixture gives ${b:-nothing}"
+    return 1
+  }
+  local import_eval
+  run_case hf_llama_export ok verify=verify_hf_export -- "$EXE" export "$ck" --format hf --out "$d/ok"
+  run_case hf_llama_gpt2_deck fail -- "$EXE" import "$d/base" --deck "$DECK" --out "$d/gpt2.h5"
+  run_case hf_llama_deck_kv_heads fail -- "$EXE" import "$d/base" --deck "$DECK" --set model.architecture=llama \
+    --out "$d/kv.h5"
+  for k in "${fails[@]}"; do
+    selected "hf_llama_$k" || continue
+    "$PY" "$HF/hostile_hf.py" "$d/base" "$d/$k" "llama_$k" || { note "hostile_hf.py llama_$k failed"; continue; }
+    run_case "hf_llama_$k" fail -- "$EXE" import "$d/$k" --deck "$DECK" "${LL[@]}" --out "$d/$k.h5"
+  done
+  for k in "${sames[@]}"; do
+    selected "hf_llama_$k" || continue
+    "$PY" "$HF/hostile_hf.py" "$d/base" "$d/$k" "llama_$k" || { note "hostile_hf.py llama_$k failed"; continue; }
+    import_eval=$(printf '%q import %q --deck %q %s --out %q && %s %q eval %q %s --checkpoint %q' "$EXE" "$d/$k" \
+      "$DECK" "${LL[*]}" "$d/$k.h5" "$(printf '%q ' "${MPI[@]}")" "$EXE" "$DECK" "${LL[*]}" "$d/$k.h5")
+    run_case "hf_llama_$k" same verify=verify_llama_eval_same -- bash -c "$import_eval"
+  done
+}
+
 # ---- generation on GPT-2 BPE models (issue 21 item 4) -----------------------------------------
 
 # A tiny GPT-2-vocabulary model (2 ranks, tensor 2) trained on the repository's README tokenized
@@ -1881,9 +1971,11 @@ group_round2_fp16
 group_tokenize
 group_order
 group_hf
+group_hf_llama
 group_shards
 group_vpp
 group_bench_attention
+group_llama
 run_kill rank1
 run_kill rank0
 run_kill mpiexec

@@ -897,13 +897,18 @@ TEST_CASE("deck: relative paths follow the deck file; --set paths follow the wor
 
 TEST_CASE("deck: to_toml writes every key in table order and round-trips", "[io][deck]") {
   Fixture fx;
-  const std::vector<std::string> order = {"model.layers",
+  const std::vector<std::string> order = {"model.architecture",
+                                          "model.layers",
                                           "model.hidden",
                                           "model.heads",
+                                          "model.kv_heads",
                                           "model.ffn_hidden",
                                           "model.seq_length",
                                           "model.vocab_size",
                                           "model.vocab_pad_multiple",
+                                          "model.norm_eps",
+                                          "model.rope_theta",
+                                          "model.tie_embeddings",
                                           "parallel.tensor",
                                           "parallel.pipeline",
                                           "parallel.data",
@@ -1324,6 +1329,65 @@ std::vector<std::string> tiny_problems(const std::string& text) {
 
 }  // namespace
 
+TEST_CASE("deck: llama keys, their defaults and their errors name the key", "[io][deck][llama]") {
+  Fixture fx;
+  const std::string llama = make_deck({{"model.architecture", "\"llama\""}});
+  SECTION("defaults: gpt2 tied with kv_heads = heads; llama untied") {
+    const Deck g = fx.parse(make_deck());
+    CHECK(g.model.architecture == "gpt2");
+    CHECK(g.model.kv_heads == 4);
+    CHECK(g.model.tie_embeddings);
+    CHECK(g.model.norm_eps == 1e-5);
+    CHECK(g.model.rope_theta == 10000.0);
+    const Deck l = fx.parse(llama, {"model.kv_heads=2", "model.rope_theta=500000"});
+    CHECK(l.model.architecture == "llama");
+    CHECK(l.model.kv_heads == 2);
+    CHECK(!l.model.tie_embeddings);
+    CHECK(l.model.rope_theta == 500000.0);
+    // The resolved decks load back to themselves (a gpt2 one lists the llama keys at their defaults).
+    CHECK(fx.parse(g.to_toml()) == g);
+    CHECK(fx.parse(l.to_toml()) == l);
+  }
+  SECTION("kv_heads must divide heads") {
+    const std::string p = join(fx.problems(llama, {"model.kv_heads=3"}));
+    CHECK_THAT(p, has("model.kv_heads = 3: expected a divisor of model.heads = 4"));
+  }
+  SECTION("kv_heads must be a multiple of the tensor size: the nearest valid layouts are named") {
+    const std::string p = join(fx.problems(make_deck({{"model.architecture", "\"llama\""}, {"model.heads", "8"}}),
+                                           {"model.kv_heads=4", "parallel.tensor=3"}));
+    INFO(p);
+    CHECK_THAT(p, has("model.kv_heads = 4: expected a multiple of parallel.tensor = 3"));
+    CHECK_THAT(p, has("the nearest valid layouts are parallel.tensor = 2 or 4"));
+    const std::string q = join(fx.problems(llama, {"model.kv_heads=1"}));  // tensor 2 in the example deck
+    CHECK_THAT(q, has("model.kv_heads = 1: expected a multiple of parallel.tensor = 2"));
+    CHECK_THAT(q, has("the nearest valid layouts are parallel.tensor = 1"));
+  }
+  SECTION("rotary embeddings need an even head dimension") {
+    const std::string p = join(fx.problems(llama, {"model.hidden=36", "model.kv_heads=2"}));
+    INFO(p);
+    CHECK_THAT(p, has("model.heads = 4"));
+    CHECK_THAT(p, has("an even head dimension"));
+    CHECK_THAT(p, has("36 / 4 = 9 is odd"));
+  }
+  SECTION("llama keys set for gpt2 are refused, naming the key") {
+    CHECK_THAT(join(fx.problems(make_deck(), {"model.kv_heads=2"})),
+               has("model.kv_heads = 2: expected model.heads = 4 with model.architecture = \"gpt2\""));
+    const std::string theta = join(fx.problems(make_deck(), {"model.rope_theta=500000"}));
+    CHECK_THAT(theta, has("model.rope_theta = 500000"));
+    CHECK_THAT(theta, has("expected to be left out with model.architecture = \"gpt2\""));
+    const std::string eps = join(fx.problems(make_deck(), {"model.norm_eps=1e-6"}));
+    CHECK_THAT(eps, has("model.norm_eps = 1e-"));
+    CHECK_THAT(eps, has("expected to be left out with model.architecture = \"gpt2\""));
+    // At their defaults they are what a resolved gpt2 deck lists: accepted.
+    CHECK_NOTHROW(fx.parse(make_deck(), {"model.rope_theta=10000", "model.norm_eps=1e-5", "model.kv_heads=4"}));
+    // An untied GPT-2 is allowed.
+    CHECK(!fx.parse(make_deck(), {"model.tie_embeddings=false"}).model.tie_embeddings);
+  }
+  SECTION("an unknown architecture") {
+    CHECK_THAT(join(fx.problems(make_deck(), {"model.architecture=llama3"})), has("model.architecture"));
+  }
+}
+
 TEST_CASE("deck: README.md, docs/deck-reference.md and input/tiny.toml document every key",
           "[io][deck]") {
   const fs::path src(TPTRAIN_SOURCE_DIR);
@@ -1410,7 +1474,7 @@ TEST_CASE("deck: the key table drives defaults, comparison and printing", "[io][
     INFO(json);
     CHECK(json.find('\n') == std::string::npos);
     CHECK(json.front() == '{');
-    CHECK_THAT(json, matches("\\{\"model\\.layers\": 4, \"model\\.hidden\": 128, .*, "
+    CHECK_THAT(json, matches("\\{\"model\\.architecture\": \"gpt2\", \"model\\.layers\": 4, \"model\\.hidden\": 128, .*, "
                              "\"run\\.dir\": \".*a \\\\\"quoted\\\\\" dir\", \"ranks\": 2\\}"));
     CHECK_THAT(json, has("\"optimizer.lr\": 0.003, "));
     CHECK_THAT(json, has("\"checkpoint.resume\": true, "));

@@ -44,6 +44,20 @@ model::GptShape distinct_shape(int t, bool sequence_parallel) {
   s.sequence_parallel = sequence_parallel;
   return s;
 }
+// The same as a llama model: grouped-query attention with 2 key/value heads where the tensor size
+// allows (t <= 2; at t = 4 every rank needs a whole key/value head: 4), untied embeddings.
+model::GptShape llama_shape(int t, bool sequence_parallel) {
+  model::GptShape s = distinct_shape(t, sequence_parallel);
+  s.architecture = model::Architecture::llama;
+  s.kv_heads = t <= 2 ? 2 : 4;
+  s.tie_embeddings = false;
+  return s;
+}
+std::vector<model::GptShape> shapes(int t, bool sequence_parallel) {
+  model::GptShape untied = distinct_shape(t, sequence_parallel);
+  untied.tie_embeddings = false;
+  return {distinct_shape(t, sequence_parallel), llama_shape(t, sequence_parallel), untied};
+}
 
 // Every buffer of stage `stage` of a model, against the descriptor: each row where it must be,
 // and nothing else besides the stage's and the head's own tensors.
@@ -63,7 +77,7 @@ void check_buffers(const model::GptShape& shape, int micro_batch, Recompute mode
     INFO("buffer " << name << " (" << r.what << ")");
     described.insert(name);
     const auto it = entries.find(name);
-    if (r.only_16_bit && sizeof(T) >= 4) {
+    if ((r.only_16_bit && sizeof(T) >= 4) || (r.only_grouped && !z.grouped())) {
       CHECK(it == entries.end());
       return;
     }
@@ -72,7 +86,7 @@ void check_buffers(const model::GptShape& shape, int micro_batch, Recompute mode
     CHECK(static_cast<std::int64_t>(it->second.bytes) == model::buffer_bytes(r, z, sizeof(T)));
     CHECK(it->second.category == category);
   };
-  for (const BufferRow& r : model::kBlockBuffers) {
+  for (const BufferRow& r : model::block_buffer_rows(shape)) {
     if (r.lifetime == Lifetime::scratch) {
       expect(r.name, r, model::BufferCategory::scratch);
       continue;
@@ -114,7 +128,9 @@ std::string join(const std::vector<std::string>& parts, const char* separator) {
 const char* symbol(ParameterDim d) {
   switch (d) {
     case ParameterDim::hidden: return "H";
-    case ParameterDim::qkv: return "3H";
+    case ParameterDim::qkv: return "3H";  // (nh + 2nkv)·d in general; the GPT-2 tables print 3H
+    case ParameterDim::kv: return "nkv·d";
+    case ParameterDim::ffn2: return "2F";
     case ParameterDim::ffn: return "F";
     case ParameterDim::vocab: return "V";
     case ParameterDim::seq: return "S";
@@ -132,6 +148,9 @@ const char* symbol(BufferDim d) {
     case BufferDim::h: return "h";
     case BufferDim::h_t: return "(h/t)";
     case BufferDim::qkv_t: return "(3h/t)";
+    case BufferDim::gqa_t: return "((a+2k)·h/a/t)";
+    case BufferDim::f2_t: return "(2f/t)";
+    case BufferDim::d_2: return "(h/2a)";
     case BufferDim::f_t: return "(f/t)";
     case BufferDim::a_t: return "(a/t)";
     case BufferDim::Na_t: return "N·(a/t)";
@@ -265,14 +284,16 @@ TEST_CASE("block descriptor: every parameter the layers make is its row, in its 
     if (t > 4) continue;
     auto tp = test::tp_group(t);
     for (const bool sp : {false, true}) {
-      const model::GptShape shape = distinct_shape(t, sp);
-      INFO("tensor " << t << (sp ? ", sequence parallel" : ""));
+      for (const model::GptShape& shape : shapes(t, sp)) {
+      INFO("tensor " << t << (sp ? ", sequence parallel" : "") << ", " << model::architecture_name(shape.architecture)
+                     << (shape.tie_embeddings ? ", tied" : ", untied"));
       model::GptModel<float> m(shape, kBatch, *tp, 1);
       const std::vector<model::LogicalTensor> logical = model::logical_tensors(shape);
       const auto params = m.parameters();
       REQUIRE(params.size() == logical.size());
-      REQUIRE(logical.size() == std::size(model::kEmbeddingParameters) + model::kBlockParameterCount * shape.layers +
-                                   std::size(model::kHeadParameters));
+      REQUIRE(logical.size() == model::embedding_parameter_rows(shape).size() +
+                                   model::block_parameter_rows(shape).size() * shape.layers +
+                                   model::head_parameter_rows(shape).size());
       for (std::size_t i = 0; i < params.size(); ++i) {
         const model::Parameter<float>& p = *params[i];
         const model::ParameterSpec spec = model::model_parameter(shape, logical[i].name);
@@ -282,14 +303,24 @@ TEST_CASE("block descriptor: every parameter the layers make is its row, in its 
         CHECK(p.saved_rows == spec.saved_rows);
         CHECK(p.sharding.dim == spec.split_dim());
         CHECK(p.sharding.blocks == spec.blocks);
+        for (int b = 0; b < spec.blocks && p.sharding.dim >= 0; ++b)
+          CHECK(p.sharding.extent[b] == (spec.block_extents.empty() ? spec.shape[std::size_t(spec.split_dim())] / spec.blocks
+                                                                    : spec.block_extents[std::size_t(b)]));
         CHECK(p.local_size() == spec.local_elements(t));
         CHECK(p.weight_decay == spec.weight_decay);
         CHECK(p.init_std == spec.init_std);
         CHECK(p.init_const == spec.init_const);
         CHECK(p.sequence_parallel_gradient == spec.sequence_parallel_gradient);
       }
+      }
     }
   }
+  // Llama's unequal QKV blocks: [Q 32 | K 16 | V 16] rows of a 4-head, 2-key/value-head model.
+  const model::ParameterSpec qkv = model::block_parameter(llama_shape(1, false), "layers/0/attn/qkv/weight");
+  CHECK(qkv.shape == std::vector<std::int64_t>{64, 32});
+  CHECK(qkv.block_extents == std::vector<std::int64_t>{32, 16, 16});
+  CHECK(model::block_parameter(llama_shape(1, false), "layers/0/mlp/fc/weight").block_extents ==
+        std::vector<std::int64_t>{48, 48});
   // Each block's bucket holds the block's parameters in the descriptor's order.
   auto self = test::tp_group(1);
   model::GptModel<float> m(distinct_shape(1, false), kBatch, *self, 1);
@@ -320,9 +351,9 @@ TEST_CASE("block descriptor: every buffer a model stage allocates is its row, or
     for (const bool sp : {false, true})
       for (const Recompute mode : {Recompute::none, Recompute::selective, Recompute::full})
         for (const int slots : {1, 3})
-          for (const int stages : {1, 2}) {
-            const model::GptShape shape = distinct_shape(t, sp);
-            INFO("tensor " << t << (sp ? ", sequence parallel" : "") << ", recompute " << model::recompute_name(mode)
+          for (const int stages : {1, 2})
+            for (const model::GptShape& shape : shapes(t, sp)) {
+            INFO(model::architecture_name(shape.architecture) << ", tensor " << t << (sp ? ", sequence parallel" : "") << ", recompute " << model::recompute_name(mode)
                            << ", " << slots << " micro-batches in flight, " << stages << " stages");
             for (int stage = 0; stage < stages; ++stage) {
               check_buffers<float>(shape, kBatch, mode, {stage, stages}, slots, *tp);

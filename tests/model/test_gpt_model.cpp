@@ -15,10 +15,18 @@ namespace {
 // `sequence_parallel`: with parallel.sequence_parallel (seq_length 4, which every tensor size
 // divides), the gradients of the parameters that see a rank's tokens only summed over the group
 // as the trainer sums them.
+// `llama`: the tiny shape as a llama model (RMSNorm, rotary grouped-query attention with 2
+// key/value heads where the tensor size allows, SwiGLU, untied head).
 template <class T>
-void check_gradients_by_finite_differences(int tp_size, bool sequence_parallel = false) {
+void check_gradients_by_finite_differences(int tp_size, bool sequence_parallel = false, bool llama = false) {
   auto tp = test::tp_group(tp_size);
   auto shape = test::tiny_shape(tp_size);
+  if (llama) {
+    shape.architecture = model::Architecture::llama;
+    shape.kv_heads = tp_size <= 2 ? 2 : 4;
+    shape.tie_embeddings = false;
+    shape.rope_theta = 100.0;  // large angles at the tiny sequence's few positions
+  }
   if (sequence_parallel) {
     shape.seq_length = 4;
     shape.sequence_parallel = true;
@@ -82,6 +90,18 @@ TEST_CASE("GPT model gradients match finite differences (double)", "[model][grad
     if (test::world_size() % tp != 0) continue;
     INFO("tensor = " << tp);
     check_gradients_by_finite_differences<double>(tp);
+  }
+}
+
+TEST_CASE("llama model gradients match finite differences (double)", "[model][gradcheck][llama][mpi]") {
+  for (int tp : {1, 2, 4}) {
+    if (test::world_size() % tp != 0) continue;
+    INFO("tensor = " << tp);
+    check_gradients_by_finite_differences<double>(tp, false, true);
+    if (tp > 1) {
+      INFO("sequence parallel");
+      check_gradients_by_finite_differences<double>(tp, true, true);
+    }
   }
 }
 

@@ -139,6 +139,20 @@ void check_values_are_rounded_masters(model::GptModel<T>& m, const State& state)
 
 }  // namespace
 
+TEST_CASE("a split of unequal blocks gives each rank its slice of every block", "[train][checkpoint][zero]") {
+  // Llama's QKV with 4 query heads and 2 key/value heads of d = 2: [Q 8 | K 4 | V 4] rows over 2 ranks.
+  const model::Sharding s = model::Sharding::of(0, 3, {8, 4, 4}, 16);
+  const std::vector<std::int64_t> rank0{0, 1, 2, 3, 8, 9, 12, 13}, rank1{4, 5, 6, 7, 10, 11, 14, 15};
+  for (std::int64_t i = 0; i < 8; ++i) {
+    CHECK(s.logical_index(i, 0, 2) == rank0[std::size_t(i)]);
+    CHECK(s.logical_index(i, 1, 2) == rank1[std::size_t(i)]);
+  }
+  CHECK(s.local_block_end(0, 2) == 4);
+  CHECK(s.local_block_end(4, 2) == 6);
+  CHECK(s.local_block_end(7, 2) == 8);
+  CHECK_THROWS_AS(model::Sharding::of(0, 4, {}, 16), std::logic_error);  // more blocks than a Sharding holds
+}
+
 TEST_CASE("slabs of a range of local elements are those elements, in storage order", "[train][checkpoint][zero]") {
   // Parameters of every kind of split, each on every TP rank, over every range [begin, end).
   struct Kind {
@@ -146,19 +160,26 @@ TEST_CASE("slabs of a range of local elements are those elements, in storage ord
     std::int64_t saved_rows;
     model::Sharding sharding;
   };
+  const auto split = [](int dim, int blocks, std::int64_t global, std::vector<std::int64_t> extents = {}) {
+    return model::Sharding::of(dim, blocks, extents, global);
+  };
   const std::vector<Kind> kinds{
-      {{6, 4}, 6, {-1, 1}},  // replicated (LayerNorm-like 2-D stand-in)
-      {{5}, 5, {-1, 1}},     // replicated 1-D
-      {{12, 4}, 12, {0, 3}}, // QKV weight: three row blocks
-      {{12}, 12, {0, 3}},    // QKV bias
-      {{8, 3}, 7, {0, 1}},   // word embedding with one padding row
-      {{4, 8}, 4, {1, 1}},   // row-parallel weight: columns split
-      {{3, 12}, 3, {1, 3}},  // columns split in three blocks (no such layer; the general case)
+      {{6, 4}, 6, {}},                     // replicated (LayerNorm-like 2-D stand-in)
+      {{5}, 5, {}},                        // replicated 1-D
+      {{12, 4}, 12, split(0, 3, 12)},      // QKV weight: three row blocks
+      {{12}, 12, split(0, 3, 12)},         // QKV bias
+      {{16, 4}, 16, split(0, 3, 16, {8, 4, 4})},  // llama's QKV with grouped-query attention: [Q | K | V] unequal
+      {{8, 4}, 8, split(0, 2, 8)},         // llama's gate and up
+      {{8, 3}, 7, split(0, 1, 8)},         // word embedding with one padding row
+      {{4, 8}, 4, split(1, 1, 8)},         // row-parallel weight: columns split
+      {{3, 12}, 3, split(1, 3, 12)},       // columns split in three blocks (no such layer; the general case)
+      {{3, 16}, 3, split(1, 3, 16, {4, 8, 4})},  // and in unequal ones
   };
   for (const Kind& k : kinds)
     for (int tp_size : {1, 2, 4}) {
-      if (k.sharding.dim >= 0 && k.shape[static_cast<std::size_t>(k.sharding.dim)] % (tp_size * k.sharding.blocks) != 0)
-        continue;
+      bool divides = true;
+      for (int b = 0; b < k.sharding.blocks && k.sharding.dim >= 0; ++b) divides = divides && k.sharding.extent[b] % tp_size == 0;
+      if (!divides) continue;
       for (int tp_rank = 0; tp_rank < tp_size; ++tp_rank) {
         model::Parameter<float> p;
         p.name = "p";

@@ -1,0 +1,108 @@
+#include "io/hf_config.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <limits>
+#include <stdexcept>
+
+#include "io/path_text.hpp"
+
+namespace tptrain::io {
+
+struct HfConfigFields::Json {
+  nlohmann::json j;
+};
+
+HfConfigFields::HfConfigFields(const std::string& path) : path_(path), json_(std::make_unique<Json>()) {
+  std::ifstream in(path);
+  if (!in) fail("cannot be read");
+  try {
+    json_->j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    fail(std::string("not valid JSON: ") + e.what());
+  }
+  if (!json_->j.is_object()) fail("not a JSON object");
+}
+
+HfConfigFields::~HfConfigFields() = default;
+
+void HfConfigFields::fail(const std::string& what) const {
+  throw std::runtime_error("Hugging Face config " + display_path(path_) + ": " + what);
+}
+
+bool HfConfigFields::has(const char* key) const { return json_->j.contains(key); }
+bool HfConfigFields::is_null(const char* key) const { return has(key) && json_->j[key].is_null(); }
+
+std::optional<int> HfConfigFields::positive(const char* key) const {
+  if (!has(key) || is_null(key)) return std::nullopt;
+  const nlohmann::json& v = json_->j[key];
+  if (!v.is_number_integer() || v.get<std::int64_t>() < 1 || v.get<std::int64_t>() > std::numeric_limits<int>::max())
+    fail(std::string(key) + " = " + v.dump() + ": expected a positive integer");
+  return v.get<int>();
+}
+
+void HfConfigFields::text(const char* key, std::string* out) const {
+  if (!has(key)) return;
+  if (!json_->j[key].is_string()) fail(std::string(key) + " = " + json_->j[key].dump() + ": expected a string");
+  *out = json_->j[key].get<std::string>();
+}
+
+void HfConfigFields::flag(const char* key, bool* out) const {
+  if (!has(key)) return;
+  if (!json_->j[key].is_boolean()) fail(std::string(key) + " = " + json_->j[key].dump() + ": expected true or false");
+  *out = json_->j[key].get<bool>();
+}
+
+void HfConfigFields::number(const char* key, double* out) const {
+  if (!has(key)) return;
+  if (!json_->j[key].is_number()) fail(std::string(key) + " = " + json_->j[key].dump() + ": expected a number");
+  *out = json_->j[key].get<double>();
+}
+
+std::optional<int> HfConfigFields::integer(const char* key) const {
+  if (!has(key) || !json_->j[key].is_number_integer()) return std::nullopt;
+  const std::int64_t v = json_->j[key].get<std::int64_t>();
+  if (v < std::numeric_limits<int>::min() || v > std::numeric_limits<int>::max()) return std::nullopt;
+  return static_cast<int>(v);
+}
+
+struct HfConfigWriter::Json {
+  nlohmann::ordered_json j;
+};
+
+HfConfigWriter::HfConfigWriter() : json_(std::make_unique<Json>()) {}
+HfConfigWriter::~HfConfigWriter() = default;
+
+HfConfigWriter& HfConfigWriter::set(const char* key, int value) {
+  json_->j[key] = value;
+  return *this;
+}
+HfConfigWriter& HfConfigWriter::set(const char* key, double value) {
+  json_->j[key] = value;
+  return *this;
+}
+HfConfigWriter& HfConfigWriter::set(const char* key, bool value) {
+  json_->j[key] = value;
+  return *this;
+}
+HfConfigWriter& HfConfigWriter::set(const char* key, const char* value) { return set(key, std::string(value)); }
+HfConfigWriter& HfConfigWriter::set(const char* key, const std::string& value) {
+  json_->j[key] = value;
+  return *this;
+}
+HfConfigWriter& HfConfigWriter::set(const char* key, const std::vector<std::string>& values) {
+  json_->j[key] = values;
+  return *this;
+}
+HfConfigWriter& HfConfigWriter::set(const char* key, std::optional<int> value) {
+  if (value)
+    json_->j[key] = *value;
+  else
+    json_->j[key] = nullptr;
+  return *this;
+}
+
+std::string HfConfigWriter::text() const { return json_->j.dump(2) + "\n"; }
+
+}  // namespace tptrain::io

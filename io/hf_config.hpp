@@ -1,0 +1,64 @@
+// config.json of a Hugging Face model as a file, whatever the architecture: a JSON object whose
+// fields are read by type, each failure naming the file and the field, and written as
+// save_pretrained writes it (pretty-printed, fields in the order given). Which fields a config
+// class has, and their defaults, is the architecture's file format (io/hf_gpt2_config.hpp,
+// io/hf_llama_config.hpp); whether a config describes a model tptrain computes is the caller's
+// (src/train/hf_*.hpp). JSON is parsed here, in host-only io/ (nlohmann-json), never in a header.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace tptrain::io {
+
+// The fields of one config.json. Every read leaves its output alone when the field is absent
+// (the caller's default), and throws std::runtime_error "Hugging Face config <path>: <what>" when
+// it has another type.
+class HfConfigFields {
+ public:
+  // Reads and parses `path`: it must be one JSON object.
+  explicit HfConfigFields(const std::string& path);
+  ~HfConfigFields();
+
+  bool has(const char* key) const;  // present, null included
+  bool is_null(const char* key) const;
+  // A positive integer that fits in an int; nullopt when absent or null.
+  std::optional<int> positive(const char* key) const;
+  void text(const char* key, std::string* out) const;
+  void flag(const char* key, bool* out) const;
+  void number(const char* key, double* out) const;
+  // Any integer; nullopt when absent or not an integer (token ids, which some configs give as lists).
+  std::optional<int> integer(const char* key) const;
+
+  [[noreturn]] void fail(const std::string& what) const;
+
+ private:
+  struct Json;
+  std::string path_;
+  std::unique_ptr<Json> json_;
+};
+
+// A config.json to write, field by field in order.
+class HfConfigWriter {
+ public:
+  HfConfigWriter();
+  ~HfConfigWriter();
+  HfConfigWriter& set(const char* key, int value);
+  HfConfigWriter& set(const char* key, double value);
+  HfConfigWriter& set(const char* key, bool value);
+  HfConfigWriter& set(const char* key, const char* value);
+  HfConfigWriter& set(const char* key, const std::string& value);
+  HfConfigWriter& set(const char* key, const std::vector<std::string>& values);
+  HfConfigWriter& set(const char* key, std::optional<int> value);  // null when empty
+  // Pretty-printed with an indent of 2, as save_pretrained writes it, ending in a newline.
+  std::string text() const;
+
+ private:
+  struct Json;
+  std::unique_ptr<Json> json_;
+};
+
+}  // namespace tptrain::io

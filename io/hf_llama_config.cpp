@@ -1,0 +1,62 @@
+#include "io/hf_llama_config.hpp"
+
+#include "io/hf_config.hpp"
+
+namespace tptrain::io {
+
+std::string llama_config_text(const LlamaConfigFile& c) {
+  HfConfigWriter w;  // in save_pretrained's order: keys sorted
+  w.set("architectures", std::vector<std::string>{"LlamaForCausalLM"});
+  w.set("attention_bias", c.attention_bias);
+  w.set("attention_dropout", c.attention_dropout);
+  w.set("bos_token_id", c.bos_token_id);
+  w.set("eos_token_id", c.eos_token_id);
+  w.set("head_dim", c.head_dim);
+  w.set("hidden_act", c.hidden_act);
+  w.set("hidden_size", c.hidden_size);
+  w.set("initializer_range", 0.02);
+  w.set("intermediate_size", c.intermediate_size);
+  w.set("max_position_embeddings", c.max_position_embeddings);
+  w.set("mlp_bias", c.mlp_bias);
+  w.set("model_type", c.model_type);
+  w.set("num_attention_heads", c.num_attention_heads);
+  w.set("num_hidden_layers", c.num_hidden_layers);
+  w.set("num_key_value_heads", c.num_key_value_heads);
+  w.set("pretraining_tp", c.pretraining_tp);
+  w.set("rms_norm_eps", c.rms_norm_eps);
+  w.set("rope_scaling", std::optional<int>());  // null: none
+  w.set("rope_theta", c.rope_theta);
+  w.set("tie_word_embeddings", c.tie_word_embeddings);
+  w.set("torch_dtype", "float32");
+  w.set("use_cache", true);
+  w.set("vocab_size", c.vocab_size);
+  return w.text();
+}
+
+LlamaConfigFile read_llama_config(const std::string& path) {
+  const HfConfigFields f(path);
+  LlamaConfigFile c;
+  f.text("model_type", &c.model_type);
+  c.num_hidden_layers = f.positive("num_hidden_layers").value_or(0);
+  c.hidden_size = f.positive("hidden_size").value_or(0);
+  c.num_attention_heads = f.positive("num_attention_heads").value_or(0);
+  c.intermediate_size = f.positive("intermediate_size").value_or(0);
+  c.vocab_size = f.positive("vocab_size").value_or(0);
+  c.max_position_embeddings = f.positive("max_position_embeddings").value_or(0);
+  c.num_key_value_heads = f.positive("num_key_value_heads");
+  c.head_dim = f.positive("head_dim");
+  f.text("hidden_act", &c.hidden_act);
+  f.number("rms_norm_eps", &c.rms_norm_eps);
+  f.number("rope_theta", &c.rope_theta);
+  c.rope_scaling = f.has("rope_scaling") && !f.is_null("rope_scaling");
+  f.flag("tie_word_embeddings", &c.tie_word_embeddings);
+  f.flag("attention_bias", &c.attention_bias);
+  f.flag("mlp_bias", &c.mlp_bias);
+  f.number("attention_dropout", &c.attention_dropout);
+  c.pretraining_tp = f.positive("pretraining_tp").value_or(1);
+  c.bos_token_id = f.integer("bos_token_id");
+  c.eos_token_id = f.integer("eos_token_id");
+  return c;
+}
+
+}  // namespace tptrain::io

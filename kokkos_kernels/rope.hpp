@@ -1,0 +1,82 @@
+// Rotary position embedding (Su et al. 2021) on the q and k heads of a QKV buffer, in Hugging
+// Face Llama's rotate-half convention (docs/design.md, "The llama block"): within a head of d
+// features, feature i pairs with feature i + d/2 (i < d/2), and at position p
+//   x'_i       = x_i cos(p·ω_i) − x_{i+d/2} sin(p·ω_i)
+//   x'_{i+d/2} = x_{i+d/2} cos(p·ω_i) + x_i sin(p·ω_i),     ω_i = θ^(−2i/d).
+// The backward applies the transposed rotation (the angle negated) to the gradient.
+// The tables cos, sin [S, d/2] are computed once (rope_tables, in double, stored in the tables'
+// type) and read by every layer. Row r of a [N, ·] buffer is token r of a micro-batch of
+// sequences of S tokens: position r mod S.
+// Precision: the buffer may hold kx::bf16 / kx::fp16; each rotated pair is computed in acc_t of
+// it (float) from the stored values and rounded once.
+#pragma once
+
+#include "kokkos_kernels/compat.hpp"
+#include "kokkos_kernels/detail.hpp"
+
+namespace tptrain::kernels {
+
+// cos(p·ω_i), sin(p·ω_i) for p < S (rows), i < d/2 (columns), d = 2 · columns.
+template <class Exec, class CV, class SV>
+void rope_tables(const Exec& exec, const CV& cos, const SV& sin, const double theta) {
+  detail::check_view<Exec, CV, 2>();
+  detail::check_view<Exec, SV, 2>();
+  detail::check_writable<CV>();
+  detail::check_writable<SV>();
+  detail::require(cos.extent(0) == sin.extent(0) && cos.extent(1) == sin.extent(1) && cos.extent(1) > 0,
+                  "rope_tables", "cos and sin must both be [S, d/2] with d >= 2");
+  detail::require(theta > 0, "rope_tables", "theta must be positive");
+  const double d = 2.0 * static_cast<double>(cos.extent(1));
+  Kokkos::parallel_for(
+      "tptrain::kernels::rope_tables", detail::range2d(exec, cos.extent(0), cos.extent(1)),
+      KOKKOS_LAMBDA(const std::int64_t p, const std::int64_t i) {
+        const double angle = static_cast<double>(p) * kx::pow(theta, -2.0 * static_cast<double>(i) / d);
+        cos(p, i) = kx::cos(angle);
+        sin(p, i) = kx::sin(angle);
+      });
+}
+
+namespace detail {
+// Rotates columns [0, heads·d) of x in place by +angle (sign 1) or −angle (sign −1).
+template <class Exec, class XV, class CV, class SV>
+void rope_rotate(const Exec& exec, const XV& x, const CV& cos, const SV& sin, const std::int64_t heads,
+                 const double sign, const char* kernel) {
+  check_view<Exec, XV, 2>();
+  check_view<Exec, CV, 2>();
+  check_view<Exec, SV, 2>();
+  check_writable<XV>();
+  const std::int64_t half = cos.extent(1), d = 2 * half, s = cos.extent(0);
+  require(sin.extent(0) == cos.extent(0) && sin.extent(1) == cos.extent(1) && half > 0, kernel,
+          "cos and sin must both be [S, d/2]");
+  require(heads >= 0 && heads * d <= static_cast<std::int64_t>(x.extent(1)), kernel,
+          "the rotated heads must lie within the buffer's columns");
+  require(s > 0 && x.extent(0) % static_cast<std::size_t>(s) == 0, kernel,
+          "the buffer's rows must be whole sequences of S tokens");
+  using T = kx::acc_t<typename XV::non_const_value_type>;
+  const T sg = static_cast<T>(sign);
+  Kokkos::parallel_for(
+      std::string("tptrain::kernels::") + kernel, range2d(exec, x.extent(0), heads * half),
+      KOKKOS_LAMBDA(const std::int64_t r, const std::int64_t k) {
+        const std::int64_t h = k / half, i = k % half, p = r % s;
+        const std::int64_t a = h * d + i, b = a + half;
+        const T c = static_cast<T>(cos(p, i)), sn = sg * static_cast<T>(sin(p, i));
+        const T xa = static_cast<T>(x(r, a)), xb = static_cast<T>(x(r, b));
+        x(r, a) = xa * c - xb * sn;
+        x(r, b) = xb * c + xa * sn;
+      });
+}
+}  // namespace detail
+
+// Rotates the first `heads` heads of d = 2·cos.extent(1) features of qkv [N, ·] in place: with
+// the layout [Q heads | K heads | V heads] and heads = q heads + k heads, q and k.
+template <class Exec, class XV, class CV, class SV>
+void rope_forward(const Exec& exec, const XV& qkv, const CV& cos, const SV& sin, const std::int64_t heads) {
+  detail::rope_rotate(exec, qkv, cos, sin, heads, 1.0, "rope_forward");
+}
+// The gradient through rope_forward, in place on the gradient of the same buffer.
+template <class Exec, class XV, class CV, class SV>
+void rope_backward(const Exec& exec, const XV& d_qkv, const CV& cos, const SV& sin, const std::int64_t heads) {
+  detail::rope_rotate(exec, d_qkv, cos, sin, heads, -1.0, "rope_backward");
+}
+
+}  // namespace tptrain::kernels

@@ -1,0 +1,184 @@
+// `tptrain plan` for llama decks (docs/planning.md, "Llama"): the published parameter counts of
+// Llama-2-7B and Llama-3-8B from the model's own tables and from Llama's formula, with the padded
+// vocabulary kept out of the logical count; the FLOPs of SwiGLU and grouped-query attention
+// against the model's tensor list; the activation inventory buffer by buffer and against what a
+// llama model stage allocates; the shipped llama decks fit 80 GB GPUs.
+#include "catch.hpp"
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "io/deck.hpp"
+#include "src/model/gpt_model.hpp"
+#include "src/plan/activation_memory.hpp"
+#include "src/plan/flops.hpp"
+#include "src/plan/parameter_count.hpp"
+#include "src/plan/plan.hpp"
+#include "src/train/model_flops.hpp"
+#include "tests/mpi_test_util.hpp"
+#include "tests/train/train_test_util.hpp"
+
+using namespace tptrain;
+using namespace tptrain::plan;
+
+namespace {
+
+model::GptShape llama(int layers, int hidden, int heads, int kv_heads, int ffn, int vocab, int seq) {
+  model::GptShape s;
+  s.architecture = model::Architecture::llama;
+  s.tie_embeddings = false;
+  s.layers = layers;
+  s.hidden = hidden;
+  s.heads = heads;
+  s.kv_heads = kv_heads;
+  s.ffn_hidden = ffn;
+  s.vocab_size = vocab;
+  s.seq_length = seq;
+  s.vocab_pad_multiple = 128;
+  return s;
+}
+model::GptShape llama2_7b() { return llama(32, 4096, 32, 32, 11008, 32000, 4096); }
+model::GptShape llama3_8b() { return llama(32, 4096, 32, 8, 14336, 128256, 8192); }
+
+double formula(const model::GptShape& s) {
+  return llama_parameters(s.layers, s.hidden, s.heads, s.kv_head_count(), s.ffn_hidden, s.vocab_size,
+                          s.tie_embeddings);
+}
+
+io::Deck shipped(const std::string& name) {
+  return io::load_deck(std::string(TPTRAIN_SOURCE_DIR) + "/input/" + name, {}, io::DataFiles::may_be_absent);
+}
+
+// A small llama configuration whose buffers are easy to count by hand: h 32, a 4 (d 8), k 2,
+// f 48, s 16, b 2.
+Config small_llama(int tensor, bool sp, Recompute r, const std::string& precision, int kv_heads = 2) {
+  Config c;
+  c.shape = llama(4, 32, 4, kv_heads, 48, 250, 16);
+  c.shape.vocab_pad_multiple = 8;
+  c.shape.tensor = tensor;
+  c.pipeline = 2;
+  c.data = 2;
+  c.global_batch = 16;
+  c.micro_batch = 2;
+  c.sequence_parallel = sp;
+  c.recompute = r;
+  c.precision = precision;
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("plan: Llama-2-7B and Llama-3-8B parameters, exactly and by formula", "[plan][llama]") {
+  CHECK(exact_parameters(llama2_7b()) == 6738415616);
+  CHECK(formula(llama2_7b()) == 6738415616.0);
+  CHECK(exact_parameters(llama3_8b()) == 8030261248);
+  CHECK(formula(llama3_8b()) == 8030261248.0);
+  // Padding never enters the logical count: with tensor 2 and a pad multiple of 48, 32000 is
+  // allocated as 32064 rows (a multiple of 96) in the embedding and in lm_head.
+  model::GptShape padded = llama2_7b();
+  padded.vocab_pad_multiple = 48;
+  padded.tensor = 2;
+  REQUIRE(padded.padded_vocab() == 32064);
+  const double unpadded = formula(padded);
+  CHECK(double(exact_parameters(padded)) == unpadded);
+  // ... but the ranks allocate it: both [V_pad/t, H] tensors; the norms are replicated.
+  const StageParameters one = stage_parameters(padded, 1);
+  const StageParameters two = stage_parameters(padded, 2);
+  const std::int64_t replicated = 32 * 2 * 4096 + 4096;
+  CHECK(2 * one.first == std::int64_t(unpadded) + replicated - 2 * 32000 * 4096 + 2 * 32064 * 4096);
+  // Untied: the last stage holds lm_head and the final norm, no copy of the embedding.
+  CHECK(two.first + two.last == one.first);
+  // Tied (as Llama 3.2's small models): one V x H tensor less, and a copy on the last stage.
+  model::GptShape tied = llama3_8b();
+  tied.tie_embeddings = true;
+  CHECK(exact_parameters(tied) == 8030261248 - 128256 * 4096);
+  CHECK(double(exact_parameters(tied)) == formula(tied));
+  const StageParameters tied_two = stage_parameters(tied, 2);
+  CHECK(tied_two.first + tied_two.last == stage_parameters(tied, 1).first + 128256 * 4096);
+  // The formula against the model's tensor list, for a grouped shape with odd sizes.
+  const model::GptShape odd = llama(3, 48, 6, 3, 200, 1000, 7);
+  double listed = 0;
+  for (const model::LogicalTensor& t : model::logical_tensors(odd)) {
+    double n = 1;
+    for (const std::int64_t d : t.shape) n *= double(d);
+    listed += n;
+  }
+  CHECK(listed == formula(odd));
+  CHECK(double(exact_parameters(odd)) == listed);
+}
+
+TEST_CASE("plan: the shipped Llama decks plan with their exact counts and fit 80 GB GPUs", "[plan][llama]") {
+  Hardware a100;  // 8 GPUs per node, 80 GiB
+  for (const auto& [name, parameters] :
+       {std::pair{"llama2-7b.toml", std::int64_t(6738415616)}, std::pair{"llama3-8b.toml", std::int64_t(8030261248)}}) {
+    INFO(name);
+    const Plan p = make_plan(shipped(name), a100);
+    CHECK(p.parameters == parameters);
+    CHECK(p.parameters_llama == double(parameters));
+    INFO(report(p));
+    CHECK(p.ok());
+    CHECK(p.notes.empty());
+    CHECK(p.memory.total() < std::int64_t(80) << 30);
+    CHECK_THAT(report(p), Catch::Matchers::Contains(std::to_string(parameters) + " exactly"));
+  }
+}
+
+TEST_CASE("plan: a llama block's FLOPs are its weights' and the attention's", "[plan][llama][bench]") {
+  // The block's GEMMs counted from the model's own tensor list: 2 FLOPs per weight element and
+  // token; the attention products 4·S·H whatever kv_heads is (the query heads' products).
+  for (const int kv : {8, 2, 1}) {
+    model::GptShape s = llama(1, 64, 8, kv, 176, 300, 32);
+    INFO("kv_heads " << kv);
+    double weights = 0;
+    for (const model::LogicalTensor& t : model::logical_tensors(s))
+      if (t.shape.size() == 2 && t.name.rfind("layers/", 0) == 0) weights += double(t.shape[0]) * double(t.shape[1]);
+    const double B = 3, S = s.seq_length;
+    CHECK(block_forward_flops(B, s) == Approx(2 * B * S * weights + 4 * B * S * S * s.hidden).epsilon(1e-14));
+    // Grouped-query attention: K and V are kv/heads of Q's width.
+    CHECK(weights == 64.0 * (64 + 2 * 8 * kv) + 64 * 64 + 3 * 64 * 176);
+    // MFU's N: every parameter but the untied word embedding (a lookup); lm_head is the logits GEMM.
+    s.layers = 2;
+    CHECK(train::flops_parameters(s) == double(exact_parameters(s)) - 300.0 * 64);
+    CHECK(train::training_flops_per_token(s) == 6 * train::flops_parameters(s) + 12.0 * 2 * 32 * 64);
+    // A recomputed forward is a third of the training FLOPs but the norms' weights (6N counts
+    // them by convention, the forward's GEMMs do not): 2 per block and the final one.
+    CHECK(train::forward_flops_per_token(s, 2, true) * 3 + 6.0 * (2 * 2 + 1) * 64 ==
+          Approx(train::training_flops_per_token(s)).epsilon(1e-14));
+  }
+  // Llama-2-7B: 6N with N = 6.74 B less the embedding's 131 M.
+  CHECK(train::flops_parameters(llama2_7b()) == 6738415616.0 - 32000.0 * 4096);
+}
+
+TEST_CASE("plan: llama's activation inventory, buffer by buffer", "[plan][llama]") {
+  // b 2, s 16, h 32, f 48, a 4, k 2, d 8; N = 32 tokens.
+  const std::int64_t N = 32, h = 32, f = 48, b = 2, s = 16, a = 4, k = 2, d = 8;
+  for (const std::string precision : {"fp32", "bf16"}) {
+    const std::int64_t e = precision == "fp32" ? 4 : 2;
+    for (const int t : {1, 2}) {
+      INFO(precision << " tensor " << t);
+      const std::int64_t scores = b * (a / t) * s * s * e;
+      const auto kept = [&](std::int64_t n) {  // n: tokens of the replicated (or sequence-split) tensors
+        return 4 * n * h * e + 2 * n * 4                                         // x, ln_1, x1, ln_2; RMSNorm 1/rms
+               + N * ((a + 2 * k) * d / t) * e + N * (a / t) * 4 + N * (h / t) * e  // q|k|v (GQA), lse, context
+               + N * (2 * f / t) * e;                                             // gate|up
+      };
+      CHECK(total_bytes(layer_activations(small_llama(t, false, Recompute::none, precision))) == kept(N) + scores);
+      CHECK(total_bytes(layer_activations(small_llama(t, false, Recompute::selective, precision))) == kept(N));
+      CHECK(total_bytes(layer_activations(small_llama(t, true, Recompute::selective, precision))) == kept(N / t));
+      const Config full = small_llama(t, true, Recompute::full, precision);
+      CHECK(total_bytes(layer_activations(full)) == (N / t) * h * e);
+      CHECK(total_bytes(recompute_working_set(full)) == kept(N / t) - (N / t) * h * e);
+      // Without grouping the QKV output is 3h/t wide, as GPT-2's.
+      const Config mha = small_llama(t, false, Recompute::selective, precision, 4);
+      CHECK(total_bytes(layer_activations(mha)) == kept(N) + N * (2 * 2 * d / t) * e);
+      // The head: ln_f output and its 1/rms (RMSNorm: no mean), the logits, 4 loss vectors.
+      const std::int64_t vocab_padded = (250 + 8 * t - 1) / (8 * t) * (8 * t);
+      CHECK(total_bytes(head_buffers(small_llama(t, false, Recompute::none, precision))) ==
+            N * h * e + N * 4 + N * (vocab_padded / t) * e + 4 * N * 4);
+    }
+  }
+}
+
