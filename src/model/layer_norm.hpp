@@ -8,6 +8,7 @@
 
 #include <string>
 #include <utility>
+#include <stdexcept>
 #include <vector>
 
 #include "kokkos_kernels/layernorm.hpp"
@@ -91,6 +92,10 @@ struct LayerNorm {
   template <class XV, class RV, class RBV, class X1V, class YV>
   void forward_add_bias(const Exec& exec, const XV& x, const RV& r, const RBV& r_bias, const X1V& x1, const YV& y) {
     PhaseScope phase(Phase::norms_elementwise);
+    if (rms) {  // llama's branches have no bias (parallel_attention.hpp)
+      if (r_bias.size() != 0) throw std::logic_error("tptrain: RMSNorm::forward_add_bias: llama's residual branches have no bias");
+      return kernels::add_rmsnorm_forward(exec, x, r, x1, weight.value_vector(), y, saved.rstd, Acc(rms_eps));
+    }
     kernels::add_bias_layernorm_forward(exec, x, r, r_bias, x1, weight.value_vector(), bias.value_vector(), y,
                                         saved.mean, saved.rstd, Acc(eps));
   }
@@ -98,6 +103,11 @@ struct LayerNorm {
   // dx = the gradient through the LayerNorm + residual (the block input's residual path), one pass.
   template <class DYV, class XV, class ResV, class DXV>
   void backward_add(const Exec& exec, const DYV& dy, const XV& x, const ResV& residual, const DXV& dx) {
+    if (rms) {  // RMSNorm has no fused form: its backward, then the residual path (one launch more)
+      backward(exec, dy, x, dx);
+      PhaseScope phase(Phase::norms_elementwise);
+      return kernels::add_inplace(exec, dx, residual);
+    }
     PhaseScope phase(Phase::norms_elementwise);
     if (holds_column_sums(column_scratch, x.extent(0), x.extent(1), 2)) {
       kernels::layernorm_backward_add(exec, dy, x, weight.value_vector(), saved.mean, saved.rstd, residual, dx,

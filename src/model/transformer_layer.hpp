@@ -130,10 +130,13 @@ struct TransformerLayer {
     kernels::launch_count::SiteScope site(forward_site);
     ln_1.forward(exec, x, a);
     attn.forward(exec, tp, a, out, /*add_proj_bias=*/false);
-    ln_2.forward_add_bias(exec, x, out, attn.proj.bias.value_vector(), x1, c);  // x1 = x + attention, c = ln_2(x1)
+    // x1 = x + attention, c = ln_2(x1); llama's projections have no bias
+    if (attn.proj.has_bias) ln_2.forward_add_bias(exec, x, out, attn.proj.bias.value_vector(), x1, c);
+    else ln_2.forward_add(exec, x, out, x1, c);
     mlp.forward(exec, tp, c, out, /*add_proj_bias=*/false);
     PhaseScope phase(Phase::norms_elementwise);
-    kernels::bias_residual_add(exec, x1, out, mlp.proj.bias.value_vector(), y);  // y = x1 + mlp
+    if (mlp.proj.has_bias) kernels::bias_residual_add(exec, x1, out, mlp.proj.bias.value_vector(), y);  // y = x1 + mlp
+    else kernels::add(exec, x1, out, y);
   }
 
   // dx = dL/dx from dy = dL/dy (dx overwritten).
