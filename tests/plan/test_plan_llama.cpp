@@ -182,3 +182,60 @@ TEST_CASE("plan: llama's activation inventory, buffer by buffer", "[plan][llama]
   }
 }
 
+// The plan's llama inventory is the model's, byte for byte (as "plan: the activation inventory
+// is what a model stage allocates" for GPT-2): every buffer a llama model stage allocates is
+// counted, every recompute mode, with and without sequence parallelism and grouping, fp32 and
+// bf16. The rotary tables are the stage's scratch.
+TEST_CASE("plan: the llama inventory is what a llama model stage allocates", "[plan][llama][mpi]") {
+  const int n = test::world_size();
+  for (const int t : {1, n}) {
+    if (t > 2) continue;
+    auto tp = test::tp_group(t);
+    for (const std::string precision : {"fp32", "bf16"})
+      for (const bool sp : {false, true})
+        for (const int kv : {2, 4})
+          for (const Recompute r : {Recompute::none, Recompute::selective, Recompute::full}) {
+            Config c = small_llama(t, sp, r, precision, kv);
+            c.shape.sequence_parallel = sp;
+            INFO("tensor " << t << ", " << precision << (sp ? ", sequence parallel" : "") << ", kv_heads " << kv
+                           << ", recompute " << recompute_name(r));
+            const auto count = [&](auto tag) {
+              using T = decltype(tag);
+              model::GptModel<T> m(c.shape, c.micro_batch, *tp, 1, model::PipelineStage{}, r);
+              m.reserve_slots(2);
+              std::size_t column_sums = 0;
+              for (const auto& e : m.workspace().entries())
+                if (e.name == "column_sums") column_sums += e.bytes;
+              return static_cast<std::int64_t>(m.workspace().total_bytes() - column_sums);
+            };
+            const std::int64_t measured = precision == "fp32" ? count(float()) : count(kx::bf16());
+            const std::int64_t planned = stage_activation_bytes(c, c.shape.layers, 2) + total_bytes(head_buffers(c)) +
+                                         total_bytes(workspace_buffers(c));
+            CHECK(planned == measured);
+          }
+  }
+}
+
+// Each rank's llama parameters and their bytes are what a TrainingRun allocates (untied: lm_head
+// on the last stage; tied: the embedding's copy there).
+TEST_CASE("plan: each rank's llama parameters equal what a TrainingRun allocates", "[plan][llama][mpi]") {
+  const int n = test::world_size();
+  for (int tensor = 1; tensor <= std::min(n, 2); tensor *= 2)
+    for (const bool tied : {false, true}) {
+      const int pipeline = n / tensor;
+      io::Deck deck = test::pipeline_deck(tensor, pipeline, 1, 2);
+      deck.model.architecture = "llama";
+      deck.model.kv_heads = 2;
+      deck.model.tie_embeddings = tied;
+      deck.model.vocab_size = 250;
+      INFO("tensor " << tensor << " x pipeline " << pipeline << (tied ? ", tied" : ", untied"));
+      parallel::Topology topo(MPI_COMM_WORLD, parallel::Layout{tensor, pipeline, 1});
+      train::RunOptions options;
+      options.synthetic_tokens = 4096;
+      const Config c = config_of(deck);
+      const StageParameters stages = stage_parameters(c.shape, pipeline);
+      train::TrainingRun<float> run(deck, topo, options);
+      CHECK(run.parameter_memory().parameters == stages.of(topo.coords().pp));
+      CHECK(std::int64_t(run.parameter_memory().total()) == parameter_bytes(stages.of(topo.coords().pp), c).total());
+    }
+}
