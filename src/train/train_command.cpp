@@ -53,9 +53,11 @@ int train_as(const io::Deck& deck, const parallel::Topology& topo) {
   std::int64_t params = 0;  // logical elements, each counted once (sum over the pipeline stages)
   for (auto* p : run->model().unique_parameters()) params += (p->replicated() ? 1 : p->tp_size) * p->local_size();
   params = parallel::all_reduce_scalar(topo.pp(), params, parallel::ReduceOp::sum);
-  log::infof("model: {} layers, hidden {}, heads {}, ffn {}, seq {}, vocab {} (padded {}): {:.2f} M parameters",
-             shape.layers, shape.hidden, shape.heads, shape.ffn_hidden, shape.seq_length, shape.vocab_size,
-             shape.padded_vocab(), params / 1e6);
+  log::infof("model: {}, {} layers, hidden {}, heads {} (kv {}), ffn {}, seq {}, vocab {} (padded {}){}: {:.2f} M "
+             "parameters",
+             model::architecture_name(shape.architecture), shape.layers, shape.hidden, shape.heads,
+             shape.kv_head_count(), shape.ffn_hidden, shape.seq_length, shape.vocab_size, shape.padded_vocab(),
+             shape.tie_embeddings ? "" : ", untied", params / 1e6);
   log::infof("training: {} steps of {} sequences ({} micro-batches of {} per data-parallel rank), {} tokens/step",
              tc.steps, tc.global_batch, run->micro_batches(), tc.micro_batch, run->tokens_per_step());
   log::info(run->memory_report());

@@ -149,6 +149,25 @@ TEST_CASE("llama bf16: every layout gives the one-rank loss, gradients and gradi
   }
 }
 
+// fp16 at step 0 (the loss scale multiplies the loss; the gradients are unscaled by the
+// optimizer step, not here, so they are compared scaled alike on every layout).
+TEST_CASE("llama fp16: every layout gives the one-rank loss and gradients at step 0", "[llama][layouts][mixed][mpi]") {
+  const auto fp16_deck = [](int t, int p, int d) {
+    io::Deck deck = llama_deck(t, p, d, 4);
+    deck.training.precision = "fp16";
+    deck.training.loss_scale_initial = 1024.0;  // 2^32 overflows fp16 at the first step (a skipped step, by design)
+    return deck;
+  };
+  const Gradients ref = gradients_of<kx::fp16>(fp16_deck(1, 1, 1), MPI_COMM_SELF, 0);
+  for (const auto& l : layouts_of_world()) {
+    INFO("tensor " << l.tensor << " x pipeline " << l.pipeline << " x data " << l.data);
+    if (l.tensor == 1)
+      check_against<kx::fp16>(ref, fp16_deck(l.tensor, l.pipeline, l.data), 0, 1e-6, 1e-6);
+    else
+      check_against<kx::fp16>(ref, fp16_deck(l.tensor, l.pipeline, l.data), 0, 4e-3, 1e-4);
+  }
+}
+
 TEST_CASE("llama: a checkpoint saved with one layout resumes under another, bit for bit", "[llama][checkpoint][mpi]") {
   const int n = test::world_size();
   const int steps = 6, k = 3;
