@@ -188,8 +188,7 @@ void rmsnorm_backward(const Exec& exec, const DYV& dy, const XV& x, const WV& w,
   using T = kx::acc_t<typename DWV::non_const_value_type>;
   using SV = Kokkos::View<T*, typename Exec::memory_space>;
   const std::int64_t needed = column_sums_workspace_size(x.extent(0), x.extent(1), 1);
-  SV workspace(Kokkos::view_alloc(Kokkos::WithoutInitializing, "tptrain::kernels::rmsnorm_backward_workspace"),
-               static_cast<std::size_t>(needed));
+  SV workspace("tptrain::kernels::rmsnorm_backward_workspace", static_cast<std::size_t>(needed));  // zeroed counts
   rmsnorm_backward(exec, dy, x, w, rstd, dx, dw, workspace);
   if (needed > 0) kx::fence(exec, "tptrain::kernels::rmsnorm_backward: free workspace");
 }
