@@ -107,7 +107,9 @@ tt::HostVec fd_vjp(const std::function<tt::HostVec(const tt::HostVec&)>& f, cons
 TEMPLATE_TEST_CASE("rmsnorm forward and backward against a double reference", "[kernels][llama]", float, kx::bf16) {
   using T = TestType;
   using A = kx::acc_t<T>;
-  const auto [N, H] = GENERATE(std::make_pair(5, 24), std::make_pair(1, 2), std::make_pair(70, 8));
+  // Not a structured binding: lambdas below capture N and H (C++20 only; nvcc warns #3357-D).
+  const auto shape = GENERATE(std::make_pair(5, 24), std::make_pair(1, 2), std::make_pair(70, 8));
+  const int N = shape.first, H = shape.second;
   INFO("N=" << N << " H=" << H);
   const double eps = 1e-5;
   std::mt19937 rng(7);
@@ -219,7 +221,8 @@ TEMPLATE_TEST_CASE("grouped-query attention: repeat_kv around the attention kern
                    "[kernels][llama]", float, kx::bf16) {
   using T = TestType;
   using A = kx::acc_t<T>;
-  const auto [nh, nkv] = GENERATE(std::make_pair(4, 2), std::make_pair(4, 1), std::make_pair(2, 2));
+  const auto heads = GENERATE(std::make_pair(4, 2), std::make_pair(4, 1), std::make_pair(2, 2));
+  const int nh = heads.first, nkv = heads.second;  // captured below: no structured binding (C++20)
   INFO("nh=" << nh << " nkv=" << nkv);
   const int B = 2, S = 5, d = 4, N = B * S;
   const int grouped_cols = (nh + 2 * nkv) * d, full_cols = 3 * nh * d;
