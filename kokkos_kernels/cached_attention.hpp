@@ -101,15 +101,16 @@ void cached_attention_forward(const Exec& exec, const QKV& qkv /*[n, 3*Hl]*/, co
             Kokkos::TeamThreadRange(team, seen),
             [&](const std::int64_t j, A& acc) { acc = kx::max(acc, A(scores(h, i, j))); }, Kokkos::Max<A>(smax));
         const A xmax = scale * smax;
-        A sum = 0;
-        Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(team, seen),
-            [&](const std::int64_t j, A& acc) { acc += kx::exp(scale * A(scores(h, i, j)) - xmax); }, sum);
+        // team_sum / team_for, and no select in a loop that computes an exp: vectorised on
+        // host backends (detail::team_for).
+        const A sum = detail::team_sum<Exec, A>(
+            team, 0, seen, [&](const std::int64_t j) { return kx::exp(scale * A(scores(h, i, j)) - xmax); });
         team.team_barrier();  // every thread has read its raw scores before any is replaced
         const A inv = A(1) / sum;  // sum >= 1: the max entry contributes exp(0)
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, keys), [&](const std::int64_t j) {
-          scores(h, i, j) = j < seen ? T(kx::exp(scale * A(scores(h, i, j)) - xmax) * inv) : T(0);
+        detail::team_for<Exec>(team, 0, seen, [&](const std::int64_t j) {
+          scores(h, i, j) = T(kx::exp(scale * A(scores(h, i, j)) - xmax) * inv);
         });
+        detail::team_for<Exec>(team, seen, keys, [&](const std::int64_t j) { scores(h, i, j) = T(0); });
       });
   // O_h = P_h V_h: into columns [h*d, h*d + d) of out.
   batched_gemm<Exec, T>(exec, 'N', 'N', n, d, keys, A(1), scores.data(), ls,

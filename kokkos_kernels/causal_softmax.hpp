@@ -83,6 +83,7 @@ void causal_softmax_forward(const Exec& exec, const SV& scores, const PV& probs,
   constexpr bool can_cache = detail::scratch_rows<Exec>();
   const auto row_teams = detail::row_teams(exec, rows, row_bytes, "causal_softmax_forward");
   const bool fits = row_teams.cached;
+  const bool in_place = scores.data() == probs.data();
   Kokkos::parallel_for(
       "tptrain::kernels::causal_softmax_forward", row_teams.policy, KOKKOS_LAMBDA(const member& team) {
         const bool cached = can_cache && fits;
@@ -103,35 +104,50 @@ void causal_softmax_forward(const Exec& exec, const SV& scores, const PV& probs,
         team.team_barrier();  // every read of the raw scores is done before they are replaced (in place)
         const T xmax = scale * smax;
         T sum = 0;
-        Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(team, S),
-            [&](const std::int64_t j, T& acc) {
-              const T e =
-                  j <= i ? kx::exp(scale * (cached ? buf(j) : T(scores(b, h, i, j))) - xmax)
-                         : T(0);
-              if (!cached) {
-                if (!recompute_exp) probs(b, h, i, j) = e;
-              } else if (j <= i) {
-                buf(j) = e;
-              }
-              acc += e;
-            },
-            sum);
-        team.team_barrier();  // the ranges differ: another thread may have written exp
-        const T inv = T(1) / sum;  // sum >= 1: the max entry contributes exp(0)
-        if (cached) {
+        if (cached) {  // the row's raw scores, then its exps, in team scratch
+          Kokkos::parallel_reduce(
+              Kokkos::TeamThreadRange(team, S),
+              [&](const std::int64_t j, T& acc) {
+                const T e = j <= i ? kx::exp(scale * buf(j) - xmax) : T(0);
+                if (j <= i) buf(j) = e;
+                acc += e;
+              },
+              sum);
+          team.team_barrier();  // the ranges differ: another thread may have written exp
+          const T inv = T(1) / sum;  // sum >= 1: the max entry contributes exp(0) = 1
           Kokkos::parallel_for(Kokkos::TeamThreadRange(team, S), [&](const std::int64_t j) {
             probs(b, h, i, j) = j <= i ? buf(j) * inv : T(0);
           });
-        } else if (recompute_exp) {
-          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, S), [&](const std::int64_t j) {
-            T p = 0;  // masked entries may hold anything: not read
-            if (j <= i) p = kx::exp(scale * T(scores(b, h, i, j)) - xmax) * inv;
-            probs(b, h, i, j) = p;
+        } else if (recompute_exp) {  // as below, without writing the exps
+          sum = detail::team_sum<Exec, T>(team, 0, i + 1, [&](const std::int64_t j) {
+            return kx::exp(scale * T(scores(b, h, i, j)) - xmax);
           });
+          team.team_barrier();  // every thread has read its raw scores before any is replaced
+          const T inv = T(1) / sum;
+          detail::team_for<Exec>(team, 0, i + 1, [&](const std::int64_t j) {
+            probs(b, h, i, j) = kx::exp(scale * T(scores(b, h, i, j)) - xmax) * inv;
+          });
+          detail::team_for<Exec>(team, i + 1, S, [&](const std::int64_t j) { probs(b, h, i, j) = 0; });
         } else {
-          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, i + 1),
-                               [&](const std::int64_t j) { probs(b, h, i, j) *= inv; });
+          // The exps into probs while they are summed (detail::team_sum: host compilers
+          // vectorise the exp, and the sum keeps its order), then the normalisation and the
+          // masked zeros in loops of their own: no select in a loop that computes an exp. In place on probs' row through one pointer: with two (the same row
+          // when in place) GCC's run-time overlap check picks the scalar loop. Out of place
+          // (recompute = none), the raw scores are copied over first.
+          auto* const prow = &probs(b, h, i, 0);
+          if (!in_place) {
+            detail::team_for<Exec>(team, 0, i + 1, [&](const std::int64_t j) { prow[j] = scores(b, h, i, j); });
+            team.team_barrier();
+          }
+          sum = detail::team_sum<Exec, T>(team, 0, i + 1, [&](const std::int64_t j) {
+            const T e = kx::exp(scale * T(prow[j]) - xmax);
+            prow[j] = e;
+            return e;
+          });
+          team.team_barrier();
+          const T inv = T(1) / sum;  // sum >= 1: the max entry contributes exp(0) = 1
+          detail::team_for<Exec>(team, 0, i + 1, [&](const std::int64_t j) { probs(b, h, i, j) *= inv; });
+          detail::team_for<Exec>(team, i + 1, S, [&](const std::int64_t j) { probs(b, h, i, j) = 0; });
         }
         Kokkos::single(Kokkos::PerTeam(team), [&]() { lse(r) = xmax + kx::log(sum); });
       });
@@ -167,9 +183,12 @@ void causal_softmax_recompute(const Exec& exec, const PV& scores, const LV& lse,
         const detail::AttentionRow row = detail::attention_row(r, S, nh);
         const std::int64_t b = row.b, h = row.h, i = row.i;
         const T l = lse(r);
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, S), [&](const std::int64_t j) {
-          scores(b, h, i, j) = j <= i ? kx::exp(scale * T(scores(b, h, i, j)) - l) : T(0);
+        // Two loops, not a select: a loop that computes its exp under a condition is not
+        // vectorised on the host (detail::team_for).
+        detail::team_for<Exec>(team, 0, i + 1, [&](const std::int64_t j) {
+          scores(b, h, i, j) = kx::exp(scale * T(scores(b, h, i, j)) - l);
         });
+        detail::team_for<Exec>(team, i + 1, S, [&](const std::int64_t j) { scores(b, h, i, j) = 0; });
       });
 }
 

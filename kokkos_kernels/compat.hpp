@@ -44,6 +44,68 @@ using StagingSpace = Kokkos::HostSpace;
 
 template <class T> KOKKOS_INLINE_FUNCTION T sqrt(T x) { return TPTRAIN_MATH_NS::sqrt(x); }
 template <class T> KOKKOS_INLINE_FUNCTION T exp(T x) { return TPTRAIN_MATH_NS::exp(x); }
+
+namespace detail {
+// exp of a float in arithmetic only (Cephes expf: x = n ln2 + r, |r| <= ln2/2, a degree-7
+// polynomial for exp(r), times 2^n built from its bits), within 1 ulp of exp over the whole float
+// range (tests/kokkos_kernels/test_exp.cpp sweeps it). Why not libm's expf on the host: a call per
+// element, so no loop that calls it is ever vectorised (GCC vectorises libm only under
+// -ffast-math), and exp is the bulk of GELU, the attention softmax and the loss on CPUs. This has
+// no call and no branch: GCC vectorises a loop over it at -O3 with plain SSE2 (2x libm per element
+// on one core). Hence also the range checks on the bits, selected by masks: float comparisons
+// under GCC's default -ftrapping-math, and selects whose arms it can fold to constants, become
+// branches, which stop the vectoriser. Nothing here raises FE_INVALID (tests trap it).
+// exp(0) = 1 exactly (the softmax relies on its row maximum contributing exactly 1);
+// x > 88.7228 gives +inf, x < -103.972 gives 0, NaN stays NaN.
+KOKKOS_INLINE_FUNCTION std::uint32_t mask_if(const bool c) { return 0u - static_cast<std::uint32_t>(c); }
+KOKKOS_INLINE_FUNCTION std::uint32_t select_bits(const std::uint32_t m, const std::uint32_t a,
+                                                 const std::uint32_t b) {
+  return (a & m) | (b & ~m);
+}
+KOKKOS_FORCEINLINE_FUNCTION float exp_float_arithmetic(const float x) {
+  constexpr std::uint32_t hi = 0x42b17217u;  // 88.72283: the largest float whose exp is finite
+  constexpr std::uint32_t lo = 0xc2cff1b4u;  // -103.97208: the smallest whose exp is not 0
+  const std::uint32_t k = float_bits(x);
+  const std::uint32_t nan = mask_if((k & 0x7fffffffu) > 0x7f800000u);
+  const std::uint32_t above = mask_if(static_cast<std::int32_t>(k) > static_cast<std::int32_t>(hi)) & ~nan;
+  const std::uint32_t below = mask_if(k > lo) & ~nan;  // negative floats: larger bits, smaller value
+  // Out of range: 89 (whose exp overflows to +inf below) or -104 (whose exp rounds to 0). NaN
+  // flows through r into the result; n is computed from 0 instead (converting NaN to int is
+  // undefined and raises FE_INVALID).
+  const std::uint32_t kc = select_bits(above, 0x42b20000u, select_bits(below, 0xc2d00000u, k));
+  const float xc = bits_float(kc);
+  const float xn = bits_float(kc & ~nan);
+  // n = round(x / ln2) by the 1.5·2^23 trick (SSE2 has no rounding instruction): |x/ln2| < 2^22.
+  constexpr float round_magic = 12582912.0f;
+  const float fn = (xn * 1.44269504088896341f + round_magic) - round_magic;
+  // r = x - n ln2 with ln2 split in two (the first part has 9 bits, so n·C1 is exact).
+  const float r = (xc - fn * 0.693359375f) - fn * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  const float er = p * (r * r) + r + 1.0f;
+  // 2^n for n in [-150, 128] as 2^n1 · 2^n2, both normal (n1 = floor(n/2), n2 = n - n1); the
+  // last product rounds once, into the subnormals or to +inf where exp does.
+  const std::int32_t n = static_cast<std::int32_t>(fn);
+  const std::int32_t n1 = n >> 1;
+  const std::int32_t n2 = n - n1;
+  return er * bits_float(static_cast<std::uint32_t>(n1 + 127) << 23) *
+         bits_float(static_cast<std::uint32_t>(n2 + 127) << 23);
+}
+}  // namespace detail
+
+// float: the arithmetic exp on the host, the device's own expf (a few instructions on the SFU)
+// in device code.
+KOKKOS_FORCEINLINE_FUNCTION float exp(const float x) {
+#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__) || defined(__SYCL_DEVICE_ONLY__)
+  return TPTRAIN_MATH_NS::exp(x);
+#else
+  return detail::exp_float_arithmetic(x);
+#endif
+}
 template <class T> KOKKOS_INLINE_FUNCTION T log(T x) { return TPTRAIN_MATH_NS::log(x); }
 template <class T> KOKKOS_INLINE_FUNCTION T tanh(T x) { return TPTRAIN_MATH_NS::tanh(x); }
 template <class T> KOKKOS_INLINE_FUNCTION T cos(T x) { return TPTRAIN_MATH_NS::cos(x); }

@@ -76,13 +76,9 @@ void row_sum_exp(const Exec& exec,
       KOKKOS_LAMBDA(const member& team) {
         const std::int64_t i = team.league_rank();
         const T m = kx::convert_to<T>(rowmax(i));
-        T sum = 0;
-        Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(team, valid_cols),
-            [&](const std::int64_t j, T& acc) {
-              acc += kx::exp(kx::convert_to<T>(logits(i, j)) - m);
-            },
-            sum);
+        const T sum = detail::team_sum<Exec, T>(team, 0, valid_cols, [&](const std::int64_t j) {
+          return kx::exp(kx::convert_to<T>(logits(i, j)) - m);
+        });
         Kokkos::single(Kokkos::PerTeam(team), [&]() { sumexp(i) = sum; });
       });
 }
@@ -143,7 +139,7 @@ void cross_entropy_loss(const Exec& exec,
 // dlogits(i, j) = scale · (exp(logits(i, j) - rowmax(i)) / sumexp(i) - [vocab_start + j ==
 // targets(i)]) for j < valid_cols, 0 for padding columns (overwritten). rowmax/sumexp global.
 // scale is typically 1 / (number of tokens in the global batch) for a mean loss.
-// dlogits may be logits itself (in place): each element is read once, by the thread that writes it.
+// dlogits may be logits itself (in place, as the loss head calls it) or a separate view.
 template <class Exec, class LV, class MV, class SV, class TV, class DV>
 void cross_entropy_backward(const Exec& exec,
                             const LV& logits,   // [N, Vl]
@@ -167,18 +163,36 @@ void cross_entropy_backward(const Exec& exec,
   detail::require(valid_cols >= 0 && static_cast<std::size_t>(valid_cols) <= logits.extent(1),
                   "cross_entropy_backward", "need 0 <= valid_cols <= logits.extent(1)");
   using T = kx::acc_t<typename DV::non_const_value_type>;
+  using member = typename detail::Teams<Exec>::member_type;
+  const std::int64_t cols = logits.extent(1);
+  const bool in_place = static_cast<const void*>(dlogits.data()) == static_cast<const void*>(logits.data());
+  // A team per row: the softmax of the valid columns in one loop without a select or a branch
+  // (detail::team_for: vectorised on host backends, exp included), the padding zeros in another,
+  // and the target's -1 afterwards, from its logit read before the row is overwritten.
   Kokkos::parallel_for(
-      "tptrain::kernels::cross_entropy_backward",
-      detail::range2d(exec, logits.extent(0), logits.extent(1)),
-      KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t j) {
-        T g = 0;
-        if (j < valid_cols) {
-          g = kx::exp(kx::convert_to<T>(logits(i, j)) - kx::convert_to<T>(rowmax(i))) /
-              kx::convert_to<T>(sumexp(i));
-          if (vocab_start + j == static_cast<std::int64_t>(targets(i))) g -= T(1);
-          g *= scale;
+      "tptrain::kernels::cross_entropy_backward", detail::teams(exec, n, "cross_entropy_backward"),
+      KOKKOS_LAMBDA(const member& team) {
+        const std::int64_t i = team.league_rank();
+        const T m = kx::convert_to<T>(rowmax(i));
+        const T s = kx::convert_to<T>(sumexp(i));
+        const std::int64_t tcol = static_cast<std::int64_t>(targets(i)) - vocab_start;
+        const bool mine = tcol >= 0 && tcol < valid_cols;
+        const T tl = mine ? kx::convert_to<T>(logits(i, tcol)) : T(0);
+        team.team_barrier();  // in place: every thread has read the target logit before any write
+        auto* const drow = &dlogits(i, 0);
+        if (in_place) {  // one pointer: GCC's overlap check would send two to the scalar loop
+          detail::team_for<Exec>(team, 0, valid_cols, [&](const std::int64_t j) {
+            drow[j] = kx::exp(kx::convert_to<T>(drow[j]) - m) / s * scale;
+          });
+        } else {
+          detail::team_for<Exec>(team, 0, valid_cols, [&](const std::int64_t j) {
+            drow[j] = kx::exp(kx::convert_to<T>(logits(i, j)) - m) / s * scale;
+          });
         }
-        dlogits(i, j) = g;
+        detail::team_for<Exec>(team, valid_cols, cols, [&](const std::int64_t j) { drow[j] = T(0); });
+        team.team_barrier();
+        if (mine)
+          Kokkos::single(Kokkos::PerTeam(team), [&]() { drow[tcol] = (kx::exp(tl - m) / s - T(1)) * scale; });
       });
 }
 

@@ -81,6 +81,59 @@ constexpr bool scratch_rows() {
   return !Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename Exec::memory_space>::accessible;
 }
 
+// parallel_for over [begin, end) of a TeamThreadRange that host compilers vectorise. Kokkos'
+// host teams step their loops by the team size, a stride known only at run time, and GCC
+// vectorises none of them; a one-thread team on a host backend (every Serial team) runs a
+// unit-stride loop instead. For the loops that compute an exp (kx::exp of a float is vectorisable
+// arithmetic): the softmax rows of attention, the loss rows. Same iterations, same order.
+template <class Exec>
+constexpr bool serial_teams() {
+#if defined(KOKKOS_ENABLE_SERIAL)
+  return std::is_same<Exec, Kokkos::Serial>::value;
+#else
+  return false;
+#endif
+}
+template <class Exec, class Member, class F>
+KOKKOS_FORCEINLINE_FUNCTION void team_for(const Member& team, const std::int64_t begin,
+                                          const std::int64_t end, const F& f) {
+  if constexpr (!scratch_rows<Exec>()) {
+    // Serial's teams have one thread: no Kokkos loop beside the plain one, which GCC would
+    // otherwise merge with it (into a loop it does not vectorise either).
+    if (serial_teams<Exec>() || team.team_size() == 1) {
+      for (std::int64_t j = begin; j < end; ++j) f(j);
+      return;
+    }
+  }
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(team, begin, end), f);
+}
+
+// Σ_{begin <= j < end} f(j) over a TeamThreadRange, as a T. On a one-thread host team the f(j)
+// of 16 consecutive j are computed in one loop that GCC vectorises, then added one by one: the
+// same sum, bit for bit, as the plain loop in j order (a float sum itself is never vectorised
+// without -ffast-math, and neither is anything computed in its loop).
+template <class Exec, class T, class Member, class F>
+KOKKOS_FORCEINLINE_FUNCTION T team_sum(const Member& team, const std::int64_t begin,
+                                       const std::int64_t end, const F& f) {
+  T sum = 0;
+  if constexpr (!scratch_rows<Exec>()) {
+    if (serial_teams<Exec>() || team.team_size() == 1) {
+      constexpr int width = 16;
+      std::int64_t j = begin;
+      for (; j + width <= end; j += width) {
+        T v[width];
+        for (int k = 0; k < width; ++k) v[k] = f(j + k);
+        for (int k = 0; k < width; ++k) sum += v[k];
+      }
+      for (; j < end; ++j) sum += f(j);
+      return sum;
+    }
+  }
+  Kokkos::parallel_reduce(
+      Kokkos::TeamThreadRange(team, begin, end), [&](const std::int64_t j, T& acc) { acc += f(j); }, sum);
+  return sum;
+}
+
 // Whether `bytes` of level-0 scratch fit in one team of Exec (team_scratch_limit() >= 0: that
 // limit instead, so that GPU tests can force the global-memory path).
 template <class Exec>
