@@ -5,7 +5,6 @@
 // ±inf and NaN. NaN and the comparisons are done on bits: the test main traps FE_INVALID.
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <vector>
 
 #include "catch.hpp"
@@ -16,16 +15,8 @@ namespace kx = tptrain::kx;
 
 namespace {
 
-std::uint32_t bits_of(const float f) {
-  std::uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  return u;
-}
-float float_of(const std::uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-}
+using kx::detail::bits_float;
+using kx::detail::float_bits;
 
 // kx::exp of every x, computed by a kernel on the test's execution space.
 std::vector<float> exp_on_device(const std::vector<float>& x) {
@@ -58,10 +49,10 @@ constexpr std::uint32_t underflow_bits = 0xc2cff1b4u;  // -103.97208: exp rounds
 TEST_CASE("kx::exp of a float is within 1 ulp of exp over its whole finite range", "[exp][kernels]") {
   std::vector<float> x;
   // Positive floats up to the overflow threshold, negative ones down to the underflow one.
-  for (std::uint32_t u = 0; u <= overflow_bits; u += 251) x.push_back(float_of(u));
-  for (std::uint32_t u = 0x80000000u; u <= underflow_bits; u += 251) x.push_back(float_of(u));
-  x.push_back(float_of(overflow_bits));
-  x.push_back(float_of(underflow_bits));
+  for (std::uint32_t u = 0; u <= overflow_bits; u += 251) x.push_back(bits_float(u));
+  for (std::uint32_t u = 0x80000000u; u <= underflow_bits; u += 251) x.push_back(bits_float(u));
+  x.push_back(bits_float(overflow_bits));
+  x.push_back(bits_float(underflow_bits));
   const std::vector<float> y = exp_on_device(x);
   double worst = 0;
   float worst_x = 0;
@@ -81,24 +72,24 @@ TEST_CASE("kx::exp of a float is within 1 ulp of exp over its whole finite range
 TEST_CASE("kx::exp of a float at the edges: 1, +inf, 0, NaN", "[exp][kernels]") {
   const std::vector<float> x = {0.0f,
                                 -0.0f,
-                                float_of(overflow_bits),
-                                float_of(overflow_bits + 1),
-                                float_of(underflow_bits),
-                                float_of(underflow_bits + 1),
-                                float_of(0x7f800000u),   // +inf
-                                float_of(0xff800000u),   // -inf
-                                float_of(0x7fc00000u),   // +NaN
-                                float_of(0xffc00001u)};  // -NaN
+                                bits_float(overflow_bits),
+                                bits_float(overflow_bits + 1),
+                                bits_float(underflow_bits),
+                                bits_float(underflow_bits + 1),
+                                bits_float(0x7f800000u),   // +inf
+                                bits_float(0xff800000u),   // -inf
+                                bits_float(0x7fc00000u),   // +NaN
+                                bits_float(0xffc00001u)};  // -NaN
   const std::vector<float> y = exp_on_device(x);
-  CHECK(bits_of(y[0]) == bits_of(1.0f));  // exactly: the softmax's row maximum contributes 1
-  CHECK(bits_of(y[1]) == bits_of(1.0f));
-  CHECK(bits_of(y[2]) < 0x7f800000u);  // finite
-  CHECK(bits_of(y[2]) > 0x7f7f0000u);  // and within 1 % of FLT_MAX
-  CHECK(bits_of(y[3]) == 0x7f800000u);
-  CHECK(bits_of(y[4]) == 1u);  // 2^-149, the smallest subnormal
-  CHECK(bits_of(y[5]) == 0u);
-  CHECK(bits_of(y[6]) == 0x7f800000u);
-  CHECK(bits_of(y[7]) == 0u);
-  CHECK((bits_of(y[8]) & 0x7fffffffu) > 0x7f800000u);
-  CHECK((bits_of(y[9]) & 0x7fffffffu) > 0x7f800000u);
+  CHECK(float_bits(y[0]) == float_bits(1.0f));  // exactly: the softmax's row maximum contributes 1
+  CHECK(float_bits(y[1]) == float_bits(1.0f));
+  CHECK(float_bits(y[2]) < 0x7f800000u);  // finite
+  CHECK(float_bits(y[2]) > 0x7f7f0000u);  // and within 1 % of FLT_MAX
+  CHECK(float_bits(y[3]) == 0x7f800000u);
+  CHECK(float_bits(y[4]) == 1u);  // 2^-149, the smallest subnormal
+  CHECK(float_bits(y[5]) == 0u);
+  CHECK(float_bits(y[6]) == 0x7f800000u);
+  CHECK(float_bits(y[7]) == 0u);
+  CHECK((float_bits(y[8]) & 0x7fffffffu) > 0x7f800000u);
+  CHECK((float_bits(y[9]) & 0x7fffffffu) > 0x7f800000u);
 }
