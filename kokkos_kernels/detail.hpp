@@ -77,7 +77,7 @@ inline std::size_t scratch_row_bytes(const std::int64_t n) {
 // branch in the inner loops slowed the row kernels down (docs/design.md, "Throughput
 // measurement").
 template <class Exec>
-constexpr bool scratch_rows() {
+KOKKOS_INLINE_FUNCTION constexpr bool scratch_rows() {  // callable in kernels (team_for)
   return !Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename Exec::memory_space>::accessible;
 }
 
@@ -87,7 +87,7 @@ constexpr bool scratch_rows() {
 // unit-stride loop instead. For the loops that compute an exp (kx::exp of a float is vectorisable
 // arithmetic): the softmax rows of attention, the loss rows. Same iterations, same order.
 template <class Exec>
-constexpr bool serial_teams() {
+KOKKOS_INLINE_FUNCTION constexpr bool serial_teams() {
 #if defined(KOKKOS_ENABLE_SERIAL)
   return std::is_same<Exec, Kokkos::Serial>::value;
 #else
