@@ -44,6 +44,15 @@ std::string quoted(std::string_view s) {
   return out;
 }
 
+// The deck's text as a table; a parse error becomes "cannot be parsed: ..." (the caller names the file).
+toml::table parse_deck_text(const std::string& text) {
+  try {
+    return toml::parse(text);
+  } catch (const std::exception& e) {
+    throw std::runtime_error(std::string("cannot be parsed: ") + e.what());
+  }
+}
+
 }  // namespace
 
 std::string toml_float(double v) {
@@ -67,12 +76,7 @@ double round_decimal(double v) {
 std::map<std::string, std::optional<std::int64_t>> deck_text_integers(const std::string& text,
                                                                       const std::string& section,
                                                                       const std::vector<std::string>& keys) {
-  toml::table table;
-  try {
-    table = toml::parse(text);
-  } catch (const std::exception& e) {
-    throw std::runtime_error(std::string("cannot be parsed: ") + e.what());
-  }
+  const toml::table table = parse_deck_text(text);
   std::map<std::string, std::optional<std::int64_t>> out;
   for (const auto& key : keys) out[key] = table[section][key].value<std::int64_t>();
   return out;
@@ -81,12 +85,7 @@ std::map<std::string, std::optional<std::int64_t>> deck_text_integers(const std:
 std::map<std::string, std::optional<std::string>> deck_text_scalars(const std::string& text,
                                                                     const std::string& section,
                                                                     const std::vector<std::string>& keys) {
-  toml::table table;
-  try {
-    table = toml::parse(text);
-  } catch (const std::exception& e) {
-    throw std::runtime_error(std::string("cannot be parsed: ") + e.what());
-  }
+  const toml::table table = parse_deck_text(text);
   std::map<std::string, std::optional<std::string>> out;
   for (const auto& key : keys) {
     const auto node = table[section][key];
