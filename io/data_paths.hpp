@@ -2,9 +2,12 @@
 // the files a glob pattern matches (docs/design.md, "Datasets"). Used by the deck checks and by
 // the dataset itself, so both see the same list in the same order.
 //
-//   a folder     every entry whose name ends in .bin or .txt (any case) and does not start with
-//                '.'; a folder holding both train_*.bin and valid_*.bin (tptrain tokenize's
-//                output) is refused: training on it would train on the validation shards too.
+//   a folder     every file whose name ends in .bin or .txt (any case) and does not start with
+//                '.' (subfolders are skipped); a folder that mixes a validation split with other
+//                files is refused: training on it would train on the validation shards too. A
+//                validation file is one with a word (a run of letters, any case) val, valid,
+//                validation, eval, test, dev or heldout in its name: tptrain tokenize's
+//                valid_*.bin, llm.c's fineweb_val_*.bin, VALID.bin.
 //   a pattern    a value that names nothing that exists and holds *, ? or [ is a glob(3)
 //                pattern; every match is kept, whatever its name (the dataset refuses one that
 //                is not a token file, by name).

@@ -309,6 +309,18 @@ class DeckReader {
   void check_not_above(const Term& low, const Term& high, std::string_view kind);
   void check_virtual_stages(const Deck& d);
   void check_tokenizer(const Deck& d);
+  void check_valid_apart_from_train(const Deck& d);
+  // Whether the command reads the files of data.<key> (train, valid; io/deck.hpp, DataFiles).
+  bool reads_data_key(std::string_view key) const {
+    switch (data_files_) {
+      case DataFiles::required:
+      case DataFiles::may_be_absent: return true;
+      case DataFiles::validation: return key != "train";
+      case DataFiles::tokenizer_only: return key != "train" && key != "valid";
+      case DataFiles::ignored: break;
+    }
+    return false;
+  }
   void check_tensor_core_shapes(const Deck& d);
   void check_architecture(const Deck& d);
 
@@ -671,7 +683,7 @@ void DeckReader::check_data_set(Field& f, const std::string& resolved, const Dat
 // default already in `d`, resolved when it is a path.
 void DeckReader::read_key(const DeckKey& k, Deck& d) {
   Field& f = fields_.at(k.name());
-  const bool ignored = data_files_ == DataFiles::ignored && k.section == std::string_view("data");
+  const bool ignored = k.section == std::string_view("data") && !reads_data_key(k.key);
   if (!f.node) {
     if (std::holds_alternative<Required>(k.default_value) && !ignored) {
       add_problem(Origin{From::Default, source_, 0},
@@ -795,6 +807,27 @@ void DeckReader::check_not_above(const Term& low, const Term& high, std::string_
 
 // data.tokenizer = "gpt2": its token ids must fit model.vocab_size, and its two files must be in
 // data.tokenizer_dir. A missing file is, like a missing data file, a warning for check and plan.
+// A validation file that is also a training file (the same file, by identity: another name, a
+// link or a folder that holds it) measures the model on what it trained on.
+void DeckReader::check_valid_apart_from_train(const Deck& d) {
+  Field& train = field("data", "train");
+  Field& valid = field("data", "valid");
+  if (!reads_data_key("train") || !reads_data_key("valid") || !train.ok || !valid.ok || !valid.node || d.data.valid.empty() ||
+      d.data.train.empty())
+    return;
+  const std::vector<std::string> training = expand_data_paths(d.data.train).files;
+  for (const std::string& v : expand_data_paths(d.data.valid).files)
+    for (const std::string& t : training) {
+      std::error_code ec;
+      if (!fs::equivalent(v, t, ec) || ec) continue;
+      bad(valid, fmt::format("validation data apart from the training data, but {} is also {} (data.train = {}, {}): "
+                             "the evaluation would measure the model on tokens it trained on",
+                             display_path(v), v == t ? "a training file" : "training file " + display_path(t),
+                             display_path(d.data.train), where(train)));
+      return;
+    }
+}
+
 void DeckReader::check_tokenizer(const Deck& d) {
   Field& tokenizer = field("data", "tokenizer");
   Field& dir = field("data", "tokenizer_dir");
@@ -907,6 +940,7 @@ Deck DeckReader::build() {
                    "parallel.sequence_parallel = true splits every sequence evenly over the tensor-parallel ranks");
   check_batch(d);
   check_tokenizer(d);
+  check_valid_apart_from_train(d);
   if (ok("parallel", "tensor") && ok("parallel", "pipeline") && ok("parallel", "data")) {
     const std::int64_t world = static_cast<std::int64_t>(p.tensor) * p.pipeline * p.data;
     if (world > kIntMax) {

@@ -116,6 +116,7 @@ struct CheckpointConfig {
   int interval{};
   int keep{};
   bool resume{};
+  bool overwrite{};  // a start from step 0 may delete an earlier run's checkpoints and metrics
 };
 
 // [run]
@@ -182,8 +183,11 @@ inline constexpr std::uint64_t kMaxDeckBytes = 1u << 20;
 // to `warnings` ("deck.toml:42: data.train = ...: ... does not exist"), not an error, and so is
 // a glob pattern that matches nothing; a file that exists and cannot be read (a FIFO, no
 // permission) or a wrong extension stays an error. A folder or pattern (io/data_paths.hpp) is
-// checked file by file.
-enum class DataFiles { required, ignored, may_be_absent };
+// checked file by file. A command checks what it reads: with DataFiles::validation (`tptrain
+// eval` on the deck's data.valid) only data.valid, with DataFiles::tokenizer_only (`eval --data`,
+// `generate`) no data file; data.train may then be missing, and the tokenizer's vocabulary
+// (data.tokenizer = "gpt2") is still checked.
+enum class DataFiles { required, ignored, may_be_absent, validation, tokenizer_only };
 Deck load_deck(const std::string& path, const std::vector<std::string>& overrides = {},
                DataFiles data_files = DataFiles::required, std::vector<std::string>* warnings = nullptr);
 

@@ -195,6 +195,11 @@ std::vector<DeckKey> make_keys() {
       {"checkpoint", "resume", boolean(false), AnyBoolean{},
        "continue from the newest checkpoint in checkpoint.dir",
        &member<&Deck::checkpoint, &C::resume>},
+      {"checkpoint", "overwrite", boolean(false), AnyBoolean{},
+       "a run that starts from step 0 where an earlier run left checkpoints (checkpoint.dir) or "
+       "metrics.jsonl (run.dir) deletes them first; false: such a start is refused (train --fresh sets "
+       "it with checkpoint.resume = false)",
+       &member<&Deck::checkpoint, &C::overwrite>},
 
       {"run", "dir", text("runs/default"), PathRule{false, false}, "run outputs",
        &member<&Deck::run, &R::dir>},

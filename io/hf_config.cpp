@@ -6,6 +6,7 @@
 #include <limits>
 #include <stdexcept>
 
+#include "io/deck_path.hpp"
 #include "io/path_text.hpp"
 
 namespace tptrain::io {
@@ -15,6 +16,8 @@ struct HfConfigFields::Json {
 };
 
 HfConfigFields::HfConfigFields(const std::string& path) : path_(path), json_(std::make_unique<Json>()) {
+  // Before the stream: a folder or a FIFO would "open" and fail (or block) in the parser.
+  if (const std::string problem = regular_file_problem(path); !problem.empty()) fail(problem);
   std::ifstream in(path);
   if (!in) fail("cannot be read");
   try {

@@ -282,7 +282,8 @@ void write_safetensors(const std::string& path, const std::vector<SafetensorsTen
     header[t.name] = {{"dtype", dtype_name(t.dtype)}, {"shape", t.shape}, {"data_offsets", {at, at + bytes}}};
     at += bytes;
   }
-  std::string text = header.dump();
+  // Bytes that are not UTF-8 (a file name in the metadata) are written as U+FFFD: JSON is UTF-8.
+  std::string text = header.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   text.append((8 - text.size() % 8) % 8, ' ');  // the data starts 8-byte aligned, as the Python writer does
   const std::string tmp = path + ".tmp";
   {

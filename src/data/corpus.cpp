@@ -91,12 +91,27 @@ std::size_t Corpus::file_at(std::uint64_t x) const {
   return static_cast<std::size_t>(std::upper_bound(start_.begin(), start_.end() - 1, x) - start_.begin()) - 1;
 }
 
+DataError Corpus::shrunk(std::size_t file) const {
+  return DataError("input '" + io::display_path(files_[file].path) + "' is shorter than when tokenize started (" +
+                   std::to_string(files_[file].size) + " bytes): it changed while it was read");
+}
+
 std::string Corpus::read_bytes(std::size_t file, std::uint64_t offset, std::uint64_t length) const {
   std::string bytes = ReadOnlyFile(files_[file].path).read(offset, length);
-  if (bytes.size() != length)
-    throw DataError("input '" + io::display_path(files_[file].path) + "' is shorter than when tokenize started (" +
-                    std::to_string(files_[file].size) + " bytes): it changed while it was read");
+  if (bytes.size() != length) throw shrunk(file);
   return bytes;
+}
+
+void Corpus::check_unchanged() const {
+  for (std::size_t f = 0; f < files_.size(); ++f) {
+    std::uint64_t size = 0;
+    const std::string problem = io::regular_file_problem(files_[f].path, &size);
+    if (!problem.empty())
+      throw DataError("input '" + io::display_path(files_[f].path) + "' " + problem + " since tokenize started");
+    if (size != files_[f].size)
+      throw DataError("input '" + io::display_path(files_[f].path) + "' has " + std::to_string(size) +
+                      " bytes, " + std::to_string(files_[f].size) + " when tokenize started: it changed while it was read");
+  }
 }
 
 std::uint64_t Corpus::cut_at_or_after(std::uint64_t x) const {
@@ -110,7 +125,11 @@ std::uint64_t Corpus::cut_at_or_after(std::uint64_t x) const {
   // (text), so blocks start that far back and overlap by as much.
   const std::uint64_t back = file.json_lines ? 1 : 2;
   for (std::uint64_t from = o < back ? 0 : o - back; from < file.size; from += kScanBlock - back) {
-    const std::string b = in.read(from, std::min<std::uint64_t>(kScanBlock, file.size - from));
+    const std::uint64_t want = std::min<std::uint64_t>(kScanBlock, file.size - from);
+    const std::string b = in.read(from, want);
+    // A file cut while tokenize runs: the cuts past its new end would all fall at its old end,
+    // so no segment would read (and notice) the missing bytes.
+    if (b.size() != want) throw shrunk(f);
     for (std::size_t i = 0; i + back < b.size(); ++i) {
       const std::uint64_t c = from + i + back;
       const bool cut = file.json_lines ? b[i] == '\n' : starts_piece(b[i]) && b[i + 1] == '\n' && starts_piece(b[i + 2]);

@@ -21,6 +21,8 @@
 #include <string_view>
 #include <vector>
 
+#include "src/data/data_error.hpp"
+
 namespace tptrain::data {
 
 struct CorpusFile {
@@ -59,12 +61,17 @@ class Corpus {
   // file that changed size since it was opened.
   void read(std::uint64_t begin, std::uint64_t end, const std::function<void(const DocumentPart&)>& part) const;
 
+  // Throws DataError naming the first file whose size is not the one it had when opened (or that
+  // is gone): the shards of a tokenize hold the inputs as they were, or are not published.
+  void check_unchanged() const;
+
   // "FILE, byte offset N" (and ", line L" for JSON Lines), for messages.
   std::string where(std::size_t file, std::uint64_t offset) const;
 
  private:
   std::size_t file_at(std::uint64_t x) const;  // the file holding stream offset x < total_
   std::string read_bytes(std::size_t file, std::uint64_t offset, std::uint64_t length) const;
+  DataError shrunk(std::size_t file) const;  // "FILE is shorter than when tokenize started"
 
   std::vector<CorpusFile> files_;
   std::vector<std::uint64_t> start_;  // stream offset of each file; start_.back() = total_

@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 namespace tptrain::data {
 
@@ -36,10 +37,25 @@ class MappedFile {
   // those up to kRelease bytes either side (a fault maps its neighbours too: "fault-around").
   void release(std::uint64_t offset, std::uint64_t bytes) const;
 
+  // Runs read(), which reads this mapping. A file cut shorter under the mapping (truncated while
+  // the job runs) makes such a read fault with SIGBUS; here that is a DataError "data file
+  // 'PATH': became shorter than its N bytes while it was read" instead of the end of the
+  // process. An exception read() throws passes through. read() must hold no object that needs
+  // its destructor run: a fault leaves it by siglongjmp.
+  template <class Read>
+  void read_guarded(Read&& read) const {
+    using R = std::remove_reference_t<Read>;
+    if (!guarded([](void* r) { (*static_cast<R*>(r))(); }, &read)) fail_truncated();
+  }
+
   // 2 MiB: the largest fault-around window Linux allows with 4 KiB pages (default 64 KiB).
   static constexpr std::uint64_t kRelease = std::uint64_t{2} << 20;
 
  private:
+  bool guarded(void (*read)(void*), void* context) const;  // false: read faulted in this mapping
+  [[noreturn]] void fail_truncated() const;
+
+  std::string path_;
   unsigned char* data_ = nullptr;
   std::uint64_t size_ = 0;
 };

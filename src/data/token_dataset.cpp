@@ -29,6 +29,15 @@ struct TokenDataset::File {
     const unsigned char* p = tokens + i * static_cast<std::size_t>(width);
     return width == 1 ? p[0] : static_cast<std::int32_t>(p[0] | (p[1] << 8));
   }
+  // Runs read(), which reads this file's tokens; a file cut shorter under its mapping is a
+  // DataError naming it (MappedFile::read_guarded), not a bus error.
+  template <class Read>
+  void read(Read&& r) const {
+    if (map)
+      map->read_guarded(r);
+    else
+      r();
+  }
   // Drops the pages that reading tokens [i, i + n) mapped (mapped_file.hpp).
   void release(std::size_t i, std::size_t n) const {
     if (map) map->release(token_offset + i * static_cast<std::size_t>(width), n * static_cast<std::size_t>(width));
@@ -196,7 +205,7 @@ std::int32_t TokenDataset::operator[](std::size_t i) const {
     fail(path_, "token index " + std::to_string(i) + " out of range (size " + std::to_string(size_) + ")");
   std::int32_t value = 0;
   for_pieces(i, 1, [&](const File& f, std::size_t at, std::size_t) {
-    value = f.token(at);
+    f.read([&] { value = f.token(at); });
     f.release(at, 1);
     if (value >= vocab_size_) token_out_of_vocabulary(f.path, value, at, vocab_size_);
   });
@@ -223,32 +232,52 @@ void TokenDataset::copy_sequence(std::size_t offset, int seq_length, std::int32_
   const std::size_t s = static_cast<std::size_t>(seq_length);
   std::size_t j = 0;  // position in the sequence, 0 .. s
   for_pieces(offset, s + 1, [&](const File& f, std::size_t at, std::size_t take) {
-    for (std::size_t i = 0; i < take; ++i, ++j) {
-      const std::int32_t t = f.token(at + i);
-      if (t >= vocab_size_) {
-        f.release(at, take);
-        token_out_of_vocabulary(f.path, t, at + i, vocab_size_);
+    std::size_t bad = take;  // the first token outside the vocabulary, reported after the read
+    std::int32_t value = 0;
+    f.read([&] {
+      for (std::size_t i = 0; i < take; ++i, ++j) {
+        const std::int32_t t = f.token(at + i);
+        if (t >= vocab_size_) {
+          bad = i;
+          value = t;
+          return;
+        }
+        if (j < s) inputs[j] = t;
+        if (j > 0) targets[j - 1] = t;
       }
-      if (j < s) inputs[j] = t;
-      if (j > 0) targets[j - 1] = t;
-    }
+    });
     f.release(at, take);
+    if (bad < take) token_out_of_vocabulary(f.path, value, at + bad, vocab_size_);
   });
 }
 
 void TokenDataset::check_tokens(const File& f, std::size_t at, std::size_t n) const {
-  for (std::size_t i = 0; i < n; ++i)
-    if (const std::int32_t t = f.token(at + i); t >= vocab_size_) {
-      f.release(at, n);
-      token_out_of_vocabulary(f.path, t, at + i, vocab_size_);
-    }
+  std::size_t bad = n;
+  std::int32_t value = 0;
+  f.read([&] {
+    for (std::size_t i = 0; i < n; ++i)
+      if (const std::int32_t t = f.token(at + i); t >= vocab_size_) {
+        bad = i;
+        value = t;
+        return;
+      }
+  });
   f.release(at, n);
+  if (bad < n) token_out_of_vocabulary(f.path, value, at + bad, vocab_size_);
 }
 
 void TokenDataset::check_sequence(std::size_t offset, int seq_length) const {
   check_range(offset, seq_length);
   for_pieces(offset, static_cast<std::size_t>(seq_length) + 1,
              [&](const File& f, std::size_t at, std::size_t take) { check_tokens(f, at, take); });
+}
+
+std::string other_tokenizer_warning(const TokenDataset& d, const std::string& what, const std::string& tokenizer) {
+  if (d.vocabulary().tokenizer == 0) return {};
+  if (shard_vocabulary(tokenizer, 1).tokenizer == d.vocabulary().tokenizer) return {};
+  return fmt::format("{} = {}: its shards were tokenized with {}, but data.tokenizer = \"{}\": generate and eval will "
+                     "encode and decode with {} (set data.tokenizer to the shards' tokenizer)",
+                     what, d.path(), describe(d.vocabulary()), tokenizer, tokenizer);
 }
 
 }  // namespace tptrain::data

@@ -110,4 +110,9 @@ class TokenDataset {
   ShardVocabulary vocabulary_;
 };
 
+// "" when the shards of `d` record no tokenizer or that of data.tokenizer = `tokenizer`; else
+// the warning that `what` (the key or option that named them) holds another tokenizer's tokens:
+// generate and eval would encode and decode them with the wrong one.
+std::string other_tokenizer_warning(const TokenDataset& d, const std::string& what, const std::string& tokenizer);
+
 }  // namespace tptrain::data

@@ -90,7 +90,7 @@ class JobSession {
 io::Deck load_deck_on_every_rank(const DeckOptions& o) {
   std::optional<io::Deck> deck;
   try {
-    parallel::on_every_rank(MPI_COMM_WORLD, [&] { deck = io::load_deck(o.deck, o.overrides, o.data_files ? io::DataFiles::required : io::DataFiles::ignored);
+    parallel::on_every_rank(MPI_COMM_WORLD, [&] { deck = io::load_deck(o.deck, o.overrides, o.data_files);
     });
   } catch (const parallel::AgreedError& e) {
     throw parallel::AgreedError("invalid deck " + o.deck + ":\n" + e.what());
@@ -262,20 +262,24 @@ int train(const DeckOptions& o) {
 
 int bench(const DeckOptions& o, const BenchOptions& b) {
   DeckOptions deck = o;
-  deck.data_files = false;
+  deck.data_files = io::DataFiles::ignored;  // synthetic tokens
   return run_job(deck, [&](const io::Deck& d, const parallel::Topology& topo) {
     print_rank_map(topo);
     return train::run_bench(d, topo, train::BenchOptions{b.steps, b.warmup, b.phases, b.attention});
   });
 }
 
-int eval(const DeckOptions& o, const EvalOptions& e) {
+int eval(const DeckOptions& options, const EvalOptions& e) {
+  DeckOptions o = options;  // reads data.valid, or --data instead of it
+  o.data_files = e.data.empty() ? io::DataFiles::validation : io::DataFiles::tokenizer_only;
   return run_job(o, [&](const io::Deck& deck, const parallel::Topology& topo) {
     return train::run_eval(deck, topo, e.checkpoint, e.data, e.windows);
   });
 }
 
-int generate(const DeckOptions& o, const GenerateOptions& g) {
+int generate(const DeckOptions& options, const GenerateOptions& g) {
+  DeckOptions o = options;  // reads no data file
+  o.data_files = io::DataFiles::tokenizer_only;
   return run_job(o, [&](const io::Deck& deck, const parallel::Topology& topo) {
     return train::run_generate(deck, topo, g.checkpoint,
                                train::SampleOptions{g.prompt, g.tokens, g.temperature, g.top_k, g.seed, !g.no_kv_cache,

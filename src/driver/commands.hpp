@@ -8,12 +8,14 @@
 #include <string>
 #include <vector>
 
+#include "io/deck.hpp"
+
 namespace tptrain::driver {
 
 struct DeckOptions {
   std::string deck;
   std::vector<std::string> overrides;  // --set section.key=value
-  bool data_files = true;              // false: [data] unused (bench), its files not checked
+  io::DataFiles data_files = io::DataFiles::required;  // which data files the command reads (io/deck.hpp)
 };
 
 // The bounds keep a typing slip (--warmup 100000) from occupying the allocation for hours; long

@@ -115,6 +115,19 @@ CheckpointTensors checkpoint_tensors(const std::vector<train::HfTensor>& tensors
   return c;
 }
 
+// The Hugging Face form of `shape`, or the same error on every rank (`what`: whose model).
+train::HfFormat hf_format_on_every_rank(MPI_Comm world, const model::GptShape& shape, const std::string& what) {
+  std::optional<train::HfFormat> format;
+  on_every_rank(world, [&] {
+    try {
+      format = train::hf_format(shape);
+    } catch (const std::exception& e) {
+      throw std::runtime_error(what + ": no Hugging Face form: " + e.what());
+    }
+  });
+  return *format;
+}
+
 }  // namespace
 
 int export_checkpoint(const ExportOptions& o) {
@@ -136,11 +149,11 @@ int export_checkpoint(const ExportOptions& o) {
         if (fs::exists(out / name))
           throw std::runtime_error("--out " + io::display_path(o.out) + " already holds " + name +
                                    ": export does not overwrite (remove it or choose another folder)");
-      fs::create_directories(out);
     });
     // The logical tensors, whatever layout and precision wrote the checkpoint: the fp32 master
-    // weights, whole (model_checkpoint.hpp).
-    const train::HfFormat format = train::hf_format(shape);
+    // weights, whole (model_checkpoint.hpp). A model without a Hugging Face form is refused on
+    // every rank alike.
+    const train::HfFormat format = hf_format_on_every_rank(world, shape, "checkpoint " + io::display_path(o.checkpoint));
     const CheckpointTensors ck = checkpoint_tensors(format.tensors);
     std::vector<std::vector<float>> values(ck.names.size());
     std::vector<io::TensorShard> shards;
@@ -165,17 +178,22 @@ int export_checkpoint(const ExportOptions& o) {
                       io::safetensors_encode(hf.data(), hf.size(), io::SafetensorsDtype::F32)});
         parameters += hf.size();
       }
-      // "format": "pt" is what transformers' from_pretrained asks of a safetensors file.
-      io::write_safetensors((out / "model.safetensors").string(), st,
-                            {{"format", "pt"},
-                             {"producer", "tptrain"},
-                             {"source_checkpoint", o.checkpoint},
-                             {"source_step", std::to_string(meta.step)}});
+      // The folder is made only now that everything is read and checked: a failed export leaves
+      // none behind (nor half a model folder, which would block the next try: "already holds").
+      std::error_code ec;
+      const bool made = !fs::exists(out, ec) && fs::create_directories(out);
       try {
+        // "format": "pt" is what transformers' from_pretrained asks of a safetensors file.
+        io::write_safetensors((out / "model.safetensors").string(), st,
+                              {{"format", "pt"},
+                               {"producer", "tptrain"},
+                               {"source_checkpoint", o.checkpoint},
+                               {"source_step", std::to_string(meta.step)}});
         write_text_file((out / "config.json").string(), format.config_json);
-      } catch (...) {  // half a model folder would block the next try ("already holds")
+      } catch (...) {
         std::error_code ignored;
         fs::remove(out / "model.safetensors", ignored);
+        if (made) fs::remove(out, ignored);
         throw;
       }
     });
@@ -201,7 +219,7 @@ int import_checkpoint(const ImportOptions& o) {
     model::GptShape shape = train::shape_of(*deck);
     shape.tensor = 1;  // the checkpoint's logical tensors do not depend on the layout
     shape.sequence_parallel = false;
-    const train::HfFormat format = train::hf_format(shape);
+    const train::HfFormat format = hf_format_on_every_rank(world, shape, "the deck " + io::display_path(o.deck.deck));
     const std::vector<train::HfTensor>& tensors = format.tensors;
     const CheckpointTensors ck = checkpoint_tensors(tensors);
     std::vector<std::vector<float>> values(ck.names.size());

@@ -200,6 +200,7 @@ int run_tokenize(const TokenizeOptions& o, const MpiSession& mpi, bool& created_
         problems += (problems.empty() ? "" : "\n") + std::string("input '") + io::display_path(corpus->files()[f].path) +
                     "' holds no document: every line is blank or has an empty \"text\"";
     if (!problems.empty()) throw data::DataError(problems);
+    corpus->check_unchanged();  // every rank: the files it read are the files it opened
     if (written <= o.valid_tokens)
       throw data::DataError(fmt::format("the inputs hold {} tokens, and --valid-tokens {} leaves none for training",
                                         written, o.valid_tokens));

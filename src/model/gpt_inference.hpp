@@ -37,7 +37,8 @@ class GptInference {
     const GptShape& s = model.shape();
     if (s.llama())
       throw std::invalid_argument("tptrain: generation is for model.architecture = \"gpt2\" so far: the KV cache "
-                                  "of a llama model (rotary, grouped-query attention) is not built yet");
+                                  "of a llama model (rotary, grouped-query attention) is not built yet; generate --no-kv-cache "
+                                  "samples with the full forward for every token");
     const CachedAttentionScratch<T> attention_scratch(s, positions_, positions_);
     for (int l = 0; l < model.local_layers(); ++l) {
       const std::string name = "layers/" + std::to_string(model.first_layer() + l);

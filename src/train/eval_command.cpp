@@ -67,6 +67,10 @@ int eval_as(const io::Deck& deck, const parallel::Topology& topo, const std::str
         if (path.empty())
           throw std::runtime_error("no evaluation data: the deck has no data.valid and no --data was given");
         data = std::make_unique<data::TokenDataset>(data::TokenDataset::open(path, shape.vocab_size));
+        if (std::string w = data::other_tokenizer_warning(*data, data_path.empty() ? "data.valid" : "--data",
+                                                          deck.data.tokenizer);
+            !w.empty() && topo.world_rank() == 0)
+          log::warning(w);
         const auto available = static_cast<std::int64_t>(data->num_windows(shape.seq_length));
         if (available < n)
           throw std::runtime_error(fmt::format("{} holds {} windows of {} tokens, {} were asked for", path,

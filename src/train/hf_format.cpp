@@ -13,7 +13,8 @@ std::string gpt2_config_mismatch(const std::string& path, const model::GptShape&
 
 std::string gpt2_shape_keys(const std::string& checkpoint_name) {
   std::string keys = "model.hidden / n_embd";
-  if (checkpoint_name == "embedding/word") keys = "model.vocab_size / vocab_size, " + keys;
+  if (checkpoint_name == "embedding/word" || checkpoint_name == "lm_head/weight")
+    keys = "model.vocab_size / vocab_size, " + keys;
   if (checkpoint_name == "embedding/position") keys = "model.seq_length / n_positions, " + keys;
   if (checkpoint_name.find("/mlp/") != std::string::npos) keys += ", model.ffn_hidden / n_inner";
   return keys;
@@ -25,7 +26,7 @@ HfFormat gpt2_format(const model::GptShape& shape) {
   f.model_type = "gpt2";
   f.prefix = "transformer.";
   f.ignored_buffers = R"(h\.[0-9]+\.attn\.(bias|masked_bias))";
-  f.tied_to = "transformer.wte.weight";
+  if (shape.tie_embeddings) f.tied_to = "transformer.wte.weight";
   f.tensors = hf_gpt2_tensors(shape);
   // GPT-2's tokenizer (a vocabulary of 50257 or its padding): <|endoftext|> is bos and eos.
   f.config_json = hf_gpt2_config(shape, shape.vocab_size >= 50257);

@@ -26,6 +26,7 @@ constexpr Row kModelRows[] = {
     {"embedding/position", "transformer.wpe.weight", false},
     {"ln_f/weight", "transformer.ln_f.weight", false},
     {"ln_f/bias", "transformer.ln_f.bias", false},
+    {"lm_head/weight", "lm_head.weight", false},  // untied only (tie_word_embeddings = false)
 };
 constexpr Row kBlockRows[] = {
     {"ln_1/weight", "ln_1.weight", false},           {"ln_1/bias", "ln_1.bias", false},
@@ -70,6 +71,7 @@ std::string hf_gpt2_config(const model::GptShape& s, bool gpt2_vocabulary) {
   c.layer_norm_epsilon = model::LayerNorm<float>::eps;
   // tptrain trains without dropout; HF's defaults (0.1) would train the export differently.
   c.resid_pdrop = c.embd_pdrop = c.attn_pdrop = 0.0;
+  c.tie_word_embeddings = s.tie_embeddings;
   if (gpt2_vocabulary) c.bos_token_id = c.eos_token_id = 50256;
   return io::gpt2_config_text(c);
 }
@@ -96,7 +98,6 @@ HfGpt2Config read_hf_gpt2_config(const std::string& path) {
   const auto flag = [&](const char* key, bool value, bool expected, const char* why) {
     if (value != expected) fail(fmt::format("{} = {}: {}", key, value, why));
   };
-  flag("tie_word_embeddings", c.tie_word_embeddings, true, "tptrain's output layer is the word embedding (tied)");
   flag("scale_attn_weights", c.scale_attn_weights, true, "tptrain scales attention scores by 1/sqrt(head_dim)");
   flag("scale_attn_by_inverse_layer_idx", c.scale_attn_by_inverse_layer_idx, false,
        "tptrain does not scale attention by the layer index");
@@ -108,6 +109,7 @@ HfGpt2Config read_hf_gpt2_config(const std::string& path) {
   h.vocab_size = c.vocab_size;
   h.n_positions = c.n_positions;
   h.n_inner = c.n_inner ? *c.n_inner : 4 * c.n_embd;  // GPT2Config's default
+  h.tie_embeddings = c.tie_word_embeddings;
   return h;
 }
 
@@ -122,6 +124,9 @@ std::string hf_config_mismatch(const HfGpt2Config& h, const model::GptShape& s) 
   compare("n_head", h.n_head, "model.heads", s.heads);
   compare("n_inner", h.n_inner, "model.ffn_hidden", s.ffn_hidden);
   compare("vocab_size", h.vocab_size, "model.vocab_size", s.vocab_size);
+  if (h.tie_embeddings != s.tie_embeddings)
+    out += fmt::format("{}config.json tie_word_embeddings = {}, the deck's model.tie_embeddings = {}", out.empty() ? "" : "\n",
+                       h.tie_embeddings, s.tie_embeddings);
   if (h.n_positions < s.seq_length)
     out += fmt::format("{}config.json n_positions = {} is less than the deck's model.seq_length = {}",
                        out.empty() ? "" : "\n", h.n_positions, s.seq_length);

@@ -35,9 +35,10 @@ std::string hf_gpt2_config(const model::GptShape& shape, bool gpt2_vocabulary);
 // What import needs from a config.json, checked to describe a model tptrain computes exactly.
 struct HfGpt2Config {
   int n_layer = 0, n_embd = 0, n_head = 0, n_inner = 0, vocab_size = 0, n_positions = 0;
+  bool tie_embeddings = true;  // tie_word_embeddings; false: lm_head.weight of its own
 };
 // Reads and checks `path`: model_type gpt2, activation_function gelu_new (or its other names
-// for the tanh form), layer_norm_epsilon 1e-5, tied embeddings, no per-layer attention scaling;
+// for the tanh form), layer_norm_epsilon 1e-5, no per-layer attention scaling;
 // n_inner null means 4 * n_embd. Throws std::runtime_error naming the file and the field.
 HfGpt2Config read_hf_gpt2_config(const std::string& path);
 

@@ -308,9 +308,8 @@ std::int64_t step_of_name(const std::string& name) {
   return step;
 }
 
-// Complete checkpoints of `dir`, oldest first. A directory that does not exist holds none; one
-// that cannot be listed is an error (resuming from step 0 instead would silently throw away
-// the run's progress, and pruning would silently keep everything).
+}  // namespace
+
 std::vector<std::string> complete_checkpoints(const std::string& dir) {
   std::error_code ec;
   if (!std::filesystem::exists(dir, ec) && !ec) return {};
@@ -335,8 +334,6 @@ std::vector<std::string> complete_checkpoints(const std::string& dir) {
   return paths;
 }
 
-}  // namespace
-
 std::string newest_checkpoint(MPI_Comm comm, const std::string& dir) {
   int rank = 0;
   TPTRAIN_MPI_CHECK(MPI_Comm_rank(comm, &rank));
@@ -353,7 +350,7 @@ std::string newest_checkpoint(MPI_Comm comm, const std::string& dir) {
   return newest;
 }
 
-void prune_checkpoints(MPI_Comm comm, const std::string& dir, int keep) {
+void prune_checkpoints(MPI_Comm comm, const std::string& dir, int keep, const RunIdentity& run) {
   int rank = 0;
   TPTRAIN_MPI_CHECK(MPI_Comm_rank(comm, &rank));
   if (rank != 0) return;
@@ -364,10 +361,22 @@ void prune_checkpoints(MPI_Comm comm, const std::string& dir, int keep) {
     log::warning(std::string("not pruning old checkpoints: ") + e.what());
     return;
   }
-  for (std::size_t i = 0; i + static_cast<std::size_t>(keep) < all.size(); ++i) {
+  // This run's own, by /train/run_id: a checkpoint another run wrote (copied in, or left by a
+  // run before checkpoint.overwrite) is never rotated away, whatever its step.
+  std::vector<std::string> own;
+  for (const std::string& path : all) {
+    try {
+      const io::CheckpointMeta meta = io::read_checkpoint_meta(MPI_COMM_SELF, path);
+      const auto id = meta.train.find(kRunIdAttribute);
+      if (run.owns(id == meta.train.end() ? 0 : id->second)) own.push_back(path);
+    } catch (const std::exception& e) {  // unreadable: not known to be this run's, so kept
+      log::warning("not pruning " + io::display_path(path) + ": " + e.what());
+    }
+  }
+  for (std::size_t i = 0; i + static_cast<std::size_t>(keep) < own.size(); ++i) {
     std::error_code ec;
-    std::filesystem::remove(all[i], ec);
-    if (ec) log::warning("could not delete old checkpoint " + all[i] + ": " + ec.message());
+    std::filesystem::remove(own[i], ec);
+    if (ec) log::warning("could not delete old checkpoint " + own[i] + ": " + ec.message());
   }
 }
 

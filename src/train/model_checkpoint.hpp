@@ -17,6 +17,7 @@
 #include "io/deck.hpp"
 #include "src/model/gpt_model.hpp"
 #include "src/parallel/topology.hpp"
+#include "src/train/run_ownership.hpp"
 
 namespace tptrain::train {
 
@@ -138,7 +139,14 @@ io::CheckpointMeta load_weights(model::GptModel<T>& model, const parallel::Topol
 // a directory that cannot be listed throws AgreedError on every rank.
 std::string newest_checkpoint(MPI_Comm comm, const std::string& dir);
 
-// Rank 0 deletes all but the newest `keep` complete checkpoints of `dir`.
-void prune_checkpoints(MPI_Comm comm, const std::string& dir, int keep);
+// Complete checkpoints of `dir` (step_<8 or more digits>.h5, regular files), oldest first; on the
+// calling rank alone. A directory that does not exist holds none; one that cannot be listed is
+// an error (resuming from step 0 instead would silently throw away the run's progress, and
+// pruning would silently keep everything).
+std::vector<std::string> complete_checkpoints(const std::string& dir);
+
+// Rank 0 deletes all but the newest `keep` complete checkpoints of `dir` that belong to `run`
+// (src/train/run_ownership.hpp); other runs' checkpoints are left alone.
+void prune_checkpoints(MPI_Comm comm, const std::string& dir, int keep, const RunIdentity& run);
 
 }  // namespace tptrain::train

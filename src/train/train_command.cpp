@@ -14,6 +14,7 @@
 #include "src/train/memory_metrics.hpp"
 #include "src/train/model_checkpoint.hpp"
 #include "src/train/precision_dispatch.hpp"
+#include "src/train/run_ownership.hpp"
 #include "src/train/training_run.hpp"
 #include "src/util/stop_signal.hpp"
 
@@ -45,6 +46,13 @@ int train_as(const io::Deck& deck, const parallel::Topology& topo) {
   on_every_rank(topo.world(), [&] {
     if (topo.world_rank() != 0) io::prepare_writable_directory(deck.checkpoint.dir, "checkpoint.dir");
   });
+  // The checkpoint this run resumes from, if asked for and present; a run that starts from step 0
+  // instead claims the folders first, before the model is built (run_ownership.hpp).
+  const std::string latest = deck.checkpoint.resume ? newest_checkpoint(topo.world(), deck.checkpoint.dir) : "";
+  if (latest.empty())
+    on_every_rank(topo.world(), [&] {
+      if (topo.world_rank() == 0) claim_run_directories(deck);
+    });
 
   std::unique_ptr<TrainingRun<T>> run;
   on_every_rank(topo.world(), [&] { run = std::make_unique<TrainingRun<T>>(deck, topo); });
@@ -79,13 +87,13 @@ int train_as(const io::Deck& deck, const parallel::Topology& topo) {
   // Weights, AdamW moments and the step are all that is needed: the data order and the
   // learning rate are pure functions of (seed, step).
   std::int64_t first_step = 0;
-  std::string resumed_from;
+  const std::string& resumed_from = latest;
+  RunIdentity identity;
   if (deck.checkpoint.resume) {
-    const std::string latest = newest_checkpoint(topo.world(), deck.checkpoint.dir);
-    resumed_from = latest;
     if (!latest.empty()) {
       io::CheckpointMeta meta;
       on_every_rank(topo.world(), [&] { meta = load_weights(run->model(), topo, latest, true); });
+      identity = resumed_run_identity(topo.world(), meta.train);
       first_step = meta.step;
       log::infof("resuming from {} (step {}, written with tensor {} x pipeline {} x data {})", latest, meta.step,
                  meta.tp, meta.pp, meta.dp);
@@ -109,6 +117,7 @@ int train_as(const io::Deck& deck, const parallel::Topology& topo) {
       log::infof("checkpoint.resume: no checkpoint in {}, starting from step 0", deck.checkpoint.dir);
     }
   }
+  if (latest.empty()) identity = new_run_identity(topo.world());
   // A start from other weights (fine-tuning): the weights only; the step, the AdamW moments, the
   // loss scale and the data order start afresh. A run that resumes has its own newer weights.
   if (const std::string& init = deck.training.init_from; !init.empty()) {
@@ -156,8 +165,10 @@ int train_as(const io::Deck& deck, const parallel::Topology& topo) {
   std::int64_t end_step = tc.steps;  // earlier when a stop signal ends the run
   int stopped_by = 0;                // that signal
   const auto write_checkpoint = [&](std::int64_t done) {  // collective: the checkpoint after `done` steps
-    save_checkpoint(run->model(), deck, topo, done, done * run->tokens_per_step(), run->train_state());
-    prune_checkpoints(topo.world(), deck.checkpoint.dir, deck.checkpoint.keep);
+    std::map<std::string, std::int64_t> state = run->train_state();
+    state[kRunIdAttribute] = identity.id;
+    save_checkpoint(run->model(), deck, topo, done, done * run->tokens_per_step(), state);
+    prune_checkpoints(topo.world(), deck.checkpoint.dir, deck.checkpoint.keep, identity);
   };
   for (std::int64_t step = first_step; step < tc.steps; ++step) {
     // Not agreed on: a step is full of collectives, so a failure on some ranks only cannot wait

@@ -91,15 +91,6 @@ std::unique_ptr<data::TokenDataset> open_data(const std::string& path, int vocab
 // Shards that record their tokenizer (`tptrain tokenize` writes it into the header) under a deck
 // that names another: training does not read the tokenizer, but generate and eval's bits per
 // byte decode with data.tokenizer, so the mismatch is said now rather than found in a sample.
-void warn_other_tokenizer(const data::TokenDataset* d, const char* key, const std::string& tokenizer) {
-  if (d == nullptr || d->vocabulary().tokenizer == 0) return;
-  const data::ShardVocabulary deck = data::shard_vocabulary(tokenizer, 1);
-  if (deck.tokenizer == d->vocabulary().tokenizer) return;
-  log::warning(fmt::format("{} = {}: its shards were tokenized with {}, but data.tokenizer = \"{}\": generate and "
-                           "eval will encode and decode with {} (set data.tokenizer to the shards' tokenizer)",
-                           key, d->path(), data::describe(d->vocabulary()), tokenizer, tokenizer));
-}
-
 // optimizer.distributed: every data-parallel rank holds one shard of the optimizer state.
 model::OptimizerSharding optimizer_sharding(const io::Deck& deck, const parallel::Topology& topo) {
   if (!deck.optimizer.distributed) return {};
@@ -131,8 +122,12 @@ TrainingRun<T>::TrainingRun(const io::Deck& deck, const parallel::Topology& topo
       optimizer_(model_, &topo.dp()),
       tokens_per_step_(std::int64_t(deck.training.global_batch) * deck.model.seq_length) {
   if (topo.world_rank() == 0) {
-    warn_other_tokenizer(options.synthetic_tokens > 0 ? nullptr : train_.get(), "data.train", deck.data.tokenizer);
-    warn_other_tokenizer(valid_.get(), "data.valid", deck.data.tokenizer);
+    if (options.synthetic_tokens == 0)
+      if (std::string w = data::other_tokenizer_warning(*train_, "data.train", deck.data.tokenizer); !w.empty())
+        log::warning(w);
+    if (valid_)
+      if (std::string w = data::other_tokenizer_warning(*valid_, "data.valid", deck.data.tokenizer); !w.empty())
+        log::warning(w);
   }
   if (valid_) {
     eval_windows_ = std::min<std::int64_t>(deck.training.eval_windows,
@@ -344,6 +339,12 @@ void TrainingRun<T>::restore_train_state(const std::map<std::string, std::int64_
 template <class T>
 double TrainingRun<T>::evaluate() {
   if (!valid_ || eval_windows_ == 0) return std::nan("");
+  // Read once on every rank before the evaluation's collectives, as a step's sequences are: a
+  // file cut under the job since the start is one agreed error, not one rank's abort.
+  parallel::on_every_rank(topo_.world(), [&] {
+    for (std::int64_t j = 0; j < eval_windows_; ++j)
+      valid_->check_sequence(static_cast<std::size_t>(j) * model_.shape().seq_length, model_.shape().seq_length);
+  });
   return train::evaluate(model_, *valid_, eval_windows_, topo_.pp());
 }
 

@@ -129,6 +129,32 @@ TEST_CASE("corpus: bad input names the file, the byte offset and the line", "[da
              tptrain::test::contains("line 1: not a JSON line"));
 }
 
+// An input cut shorter while tokenize runs (issue 30: a 58 MB JSONL truncated at 0.8 s gave exit 0
+// and a shard of what had been read): the cut points past the new end used to fall at the old
+// end, so no segment read the missing bytes; now finding them is the error, and the sizes are
+// checked again before the shards are published.
+TEST_CASE("corpus: an input that shrinks while it is read is an error naming it", "[data]") {
+  ScratchDir dir("tptrain_corpus_shrinks");
+  std::string text;
+  for (int i = 0; i < 4000; ++i) text += "line " + std::to_string(i) + "\n";
+  put_bytes(dir.file("a.txt"), text);
+  put_bytes(dir.file("b.jsonl"), "{\"text\": \"x\"}\n{\"text\": \"y\"}\n");
+  const Corpus c({dir.file("a.txt"), dir.file("b.jsonl")});
+  CHECK_NOTHROW(c.check_unchanged());
+  const std::uint64_t cut = c.cut_at_or_after(text.size() / 2);
+  REQUIRE(cut > 0);
+  REQUIRE(cut < text.size());
+  put_bytes(dir.file("a.txt"), text.substr(0, text.size() / 4));  // truncated under the reader
+  CHECK_THAT(error_of([&] { c.cut_at_or_after(text.size() / 2); }),
+             tptrain::test::contains("a.txt' is shorter than when tokenize started") &&
+                 tptrain::test::contains("it changed while it was read"));
+  CHECK_THAT(error_of([&] { c.check_unchanged(); }),
+             tptrain::test::contains("a.txt' has " + std::to_string(text.size() / 4) + " bytes, " +
+                                     std::to_string(text.size()) + " when tokenize started"));
+  put_bytes(dir.file("a.txt"), text + "more\n");  // grown: not the file that was read either
+  CHECK_THAT(error_of([&] { c.check_unchanged(); }), tptrain::test::contains("it changed while it was read"));
+}
+
 // The claim of src/data/corpus.hpp: cutting at a cut point changes no GPT-2 token.
 TEST_CASE("corpus: GPT-2 tokens of any split at cut points equal those of the whole", "[.][gpt2]") {
   ScratchDir dir("tptrain_corpus");

@@ -12,6 +12,8 @@
 #include <system_error>
 #include <vector>
 
+#include <unistd.h>
+
 #include "catch.hpp"
 #include "src/data/batch_sampler.hpp"
 #include "src/data/token_dataset.hpp"
@@ -152,6 +154,32 @@ TEST_CASE("txt dataset: every byte is a token, read as unsigned", "[data]") {
     CHECK(contains(msg, "vocab_size 128"));
   }
   CHECK_NOTHROW(TokenDataset::open(path, 128, bytes.size() - 1));  // one byte more than checked at open
+}
+
+// A shard cut shorter under a running job (issue 30: train and eval --data died of SIGBUS, exit
+// 135, with a backtrace): the read that faults is a DataError naming the file; the process lives.
+TEST_CASE("datasets: a file truncated under its mapping is an error naming it, not SIGBUS", "[data]") {
+  TempDir dir;
+  const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  const std::string txt = write_text_corpus(dir, 8 * page, "cut.txt");
+  const TokenDataset ds = TokenDataset::open(txt, 256, 0);  // nothing read at open
+  std::vector<std::int32_t> in(16), out(16);
+  ds.copy_sequence(0, 16, in.data(), out.data());
+  REQUIRE(::truncate(txt.c_str(), static_cast<off_t>(page)) == 0);
+  for (const std::string& msg :
+       {error_of([&] { ds.copy_sequence(6 * page, 16, in.data(), out.data()); }),
+        error_of([&] { ds.check_sequence(5 * page, 16); }), error_of([&] { ds[7 * page]; })}) {
+    CHECK(contains(msg, txt));
+    CHECK(contains(msg, "became shorter than its " + std::to_string(8 * page) + " bytes while it was read"));
+  }
+  ds.copy_sequence(0, 16, in.data(), out.data());  // what is still there reads as before
+
+  const std::vector<std::uint16_t> tokens(4 * page, 7);
+  const std::string bin = dir.file("cut.bin");
+  write_bytes(bin, shard_bytes(tokens));
+  const TokenDataset shard = TokenDataset::open(bin, 50257, 0);
+  REQUIRE(::truncate(bin.c_str(), 2048) == 0);
+  CHECK(contains(error_of([&] { shard.check_sequence(3 * page, 16); }), "cut.bin': became shorter"));
 }
 
 TEST_CASE("bin dataset: a valid llm.c shard round-trips", "[data]") {

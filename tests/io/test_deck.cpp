@@ -4,6 +4,7 @@
 // (No toml++ here: toml++ 3.3 does not compile under nvcc, which CUDA builds may use for tests.)
 #include "catch.hpp"
 
+#include "io/data_paths.hpp"
 #include "io/deck.hpp"
 #include "io/deck_keys.hpp"
 #include "io/deck_path.hpp"
@@ -34,6 +35,7 @@
 namespace fs = std::filesystem;
 using tptrain::io::Deck;
 using tptrain::io::DataFiles;
+using tptrain::io::expand_data_paths;
 using tptrain::io::DeckError;
 using tptrain::io::load_deck;
 using tptrain::io::parse_deck;
@@ -702,10 +704,49 @@ TEST_CASE("deck: data files must exist, be readable and end in .txt or .bin", "[
                    norm(fx.dir.path() / "shards.bin") + " is a folder with no .bin or .txt file in it"));
     fx.dir.write("shards.bin/train_000000.bin", std::string(1024, '\0'));
     CHECK(fx.parse(make_deck({{"data.train", "\"shards.bin\""}})).data.train == norm(fx.dir.path() / "shards.bin"));
-    fs::create_directories(fx.dir.path() / "shards.bin/train_000001.bin");  // not a regular file
-    CHECK_THAT(fx.problem(make_deck({{"data.train", "\"shards.bin\""}})),
-               has("but " + norm(fx.dir.path() / "shards.bin/train_000001.bin") +
-                   " (one of 2 files the folder holds) is a directory"));
+    // A subfolder is skipped whatever its name (docs/deck-reference.md), x.bin/ too (issue 30).
+    fs::create_directories(fx.dir.path() / "shards.bin/train_000001.bin");
+    CHECK(expand_data_paths(norm(fx.dir.path() / "shards.bin")).files ==
+          std::vector<std::string>{norm(fx.dir.path() / "shards.bin/train_000000.bin")});
+    CHECK_NOTHROW(fx.parse(make_deck({{"data.train", "\"shards.bin\""}})));
+  }
+  SECTION("validation data is never training data") {
+    // DIR holds train.bin and valid.bin (the names input/gpt2-small.toml uses): data.train = DIR
+    // with data.valid = DIR/valid.bin trained on the validation file.
+    fx.dir.write("mixed/train.bin", std::string(1024, '\0'));
+    fx.dir.write("mixed/valid.bin", std::string(1024, '\0'));
+    const auto both = fx.problems(make_deck({{"data.train", "\"mixed\""}, {"data.valid", "\"mixed/valid.bin\""}}));
+    CHECK_THAT(join(both), has("data.train = \"mixed\": expected a folder of readable .txt or .bin token files, but " +
+                               norm(fx.dir.path() / "mixed") +
+                               " is a folder that mixes a validation split (valid.bin) with other files (train.bin): "
+                               "name one kind with a pattern, e.g. \"" +
+                               norm(fx.dir.path() / "mixed/train.bin") + "\""));
+    // The same file under another name (a link) or in a pattern: refused on data.valid, naming it.
+    fs::create_symlink(fx.dir.path() / "train.txt", fx.dir.path() / "held_out.txt");
+    CHECK_THAT(fx.problem(make_deck({{"data.valid", "\"held_out.txt\""}})),
+               has("data.valid = \"held_out.txt\": expected validation data apart from the training data, but " +
+                   norm(fx.dir.path() / "held_out.txt") + " is also training file " + norm(fx.dir.path() / "train.txt")));
+    CHECK_THAT(fx.problem(make_deck({{"data.valid", "\"train.txt\""}})),
+               has("is also a training file (data.train = " + norm(fx.dir.path() / "train.txt")));
+    fx.dir.write("set/a_000000.bin", std::string(1024, '\0'));
+    fx.dir.write("set/a_000001.bin", std::string(1024, '\0'));
+    CHECK_THAT(fx.problem(make_deck({{"data.train", "\"set\""}, {"data.valid", "\"set/a_000001.bin\""}})),
+               has("data.valid = \"set/a_000001.bin\": expected validation data apart from the training data"));
+    // Validation names beyond tokenize's valid_ prefix: llm.c's, upper case, test/dev splits.
+    for (const char* name : {"fineweb_val_000000.bin", "VALID.bin", "tinystories_test.bin", "Dev-00.bin"}) {
+      INFO(name);
+      const std::string folder = std::string("family_") + name;
+      fx.dir.write(folder + "/fineweb_train_000001.bin", std::string(1024, '\0'));
+      fx.dir.write(folder + "/" + name, std::string(1024, '\0'));
+      CHECK_THAT(fx.problem(make_deck({{"data.train", "\"" + folder + "\""}})),
+                 has("mixes a validation split (" + std::string(name) + ")") &&
+                     has("e.g. \"" + norm(fx.dir.path() / folder / "fineweb_train_*.bin") + "\""));
+    }
+    // Words, not substrings: "contest", "device", "interval" are no split names.
+    fx.dir.write("words/contest_000000.bin", std::string(1024, '\0'));
+    fx.dir.write("words/device_logs.bin", std::string(1024, '\0'));
+    fx.dir.write("words/interval.bin", std::string(1024, '\0'));
+    CHECK(expand_data_paths(norm(fx.dir.path() / "words")).problem.empty());
   }
   SECTION("a glob pattern: kept as written (resolved), refused when it matches nothing") {
     fx.dir.write("train_000000.bin", std::string(1024, '\0'));
@@ -949,6 +990,7 @@ TEST_CASE("deck: to_toml writes every key in table order and round-trips", "[io]
                                           "checkpoint.interval",
                                           "checkpoint.keep",
                                           "checkpoint.resume",
+                                          "checkpoint.overwrite",
                                           "run.dir"};
   auto keys_in = [](const std::string& toml_text) {
     std::vector<std::string> keys;
@@ -1320,7 +1362,10 @@ std::vector<std::string> tiny_problems(const std::string& text) {
     bool found = false;
     for (const std::string& l : lines) {
       if (l.rfind("[", 0) == 0) section = l.substr(1, l.find(']') - 1);
-      if (section == k.section && l.rfind(std::string(k.key) + " ", 0) == 0) found = true;
+      // Listed, or (a key the deck's architecture leaves out: kv_heads for gpt2) commented out.
+      if (section == k.section &&
+          (l.rfind(std::string(k.key) + " ", 0) == 0 || l.rfind("# " + std::string(k.key) + " = ", 0) == 0))
+        found = true;
     }
     if (!found) problems.push_back("input/tiny.toml does not list " + k.name());
   }
@@ -1605,4 +1650,39 @@ TEST_CASE("deck: --set numbers that no TOML number holds are out of range, not s
   CHECK_THAT(fx.problem(text, {"optimizer.lr=fast"}), has("(got a string)"));
   // A later --set that TOML can read replaces it.
   CHECK(fx.parse(text, {"optimizer.lr=1e999", "optimizer.lr=1e-3"}).optimizer.lr == 1e-3);
+}
+
+// A new user's first experiment, --set model.heads=H, works on every shipped deck without naming
+// a key they never set: a gpt2 deck leaves model.kv_heads out (its default is model.heads), and a
+// llama deck's key/value heads are its own design (H is then a multiple of them).
+TEST_CASE("deck: --set model.heads works on every shipped deck", "[io][deck]") {
+  const fs::path input = fs::path(TPTRAIN_SOURCE_DIR) / "input";
+  std::vector<fs::path> decks;
+  for (const fs::path& dir : {input, input / "bench"})
+    for (const auto& entry : fs::directory_iterator(dir))
+      if (entry.path().extension() == ".toml") decks.push_back(entry.path());
+  REQUIRE(decks.size() >= 15);
+  for (const fs::path& path : decks) {
+    DYNAMIC_SECTION(path.filename().string()) {
+      const Deck d = load_deck(path.string(), {}, DataFiles::may_be_absent);
+      const bool llama = d.model.architecture == "llama";
+      bool kv_in_file = false;
+      for (const std::string& l : lines_of(read_text(path))) kv_in_file = kv_in_file || l.rfind("kv_heads", 0) == 0;
+      if (!llama) CHECK_FALSE(kv_in_file);
+      const auto fits = [&](int h) {
+        return h % d.parallel.tensor == 0 && d.model.hidden % h == 0 && (!kv_in_file || h % d.model.kv_heads == 0) &&
+               (!llama || d.model.hidden / h % 2 == 0);
+      };
+      int heads = 0;
+      for (int h = d.model.heads - 1; h >= 1 && heads == 0; --h)
+        if (fits(h)) heads = h;
+      for (int h = d.model.heads + 1; heads == 0 && h <= d.model.hidden; ++h)
+        if (fits(h)) heads = h;
+      REQUIRE(heads > 0);
+      INFO("--set model.heads=" << heads);
+      std::vector<std::string> warnings;
+      CHECK(load_deck(path.string(), {"model.heads=" + std::to_string(heads)}, DataFiles::may_be_absent, &warnings)
+                .model.heads == heads);
+    }
+  }
 }

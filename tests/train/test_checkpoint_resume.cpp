@@ -162,18 +162,33 @@ TEST_CASE("resuming after step k gives the loss curve of the run that never stop
   for (int s = k; s < steps; ++s) CHECK(second.step(s).loss == straight[static_cast<std::size_t>(s)]);  // bit for bit
 }
 
+namespace {
+
+// Rank 0 writes an empty checkpoint (metadata only) of step `step` with /train/run_id = `run_id`
+// (none for 0: a checkpoint of an older tptrain).
+void labelled_checkpoint(const std::string& dir, std::int64_t step, std::int64_t run_id) {
+  if (test::world_rank() != 0) return;
+  io::CheckpointMeta meta;
+  meta.step = step;
+  meta.deck = "[model]\n";
+  meta.train = {{"step", step}};
+  if (run_id != 0) meta.train[train::kRunIdAttribute] = run_id;
+  io::write_checkpoint(MPI_COMM_SELF, train::checkpoint_path(dir, step), meta, {});
+}
+
+}  // namespace
+
 TEST_CASE("newest complete checkpoint ignores temporaries; pruning keeps the newest", "[train][checkpoint][mpi]") {
   test::SharedTempDir dir;
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   CHECK(train::newest_checkpoint(MPI_COMM_WORLD, dir.path()).empty());
+  for (int step : {2, 10, 9}) labelled_checkpoint(dir.path(), step, 7);
   if (rank == 0)
-    for (const char* name : {"step_00000002.h5", "step_00000010.h5", "step_00000009.h5", "step_00000011.h5.tmp",
-                             "notes.txt"})
-      std::ofstream(fs::path(dir.path()) / name) << "x";
+    for (const char* name : {"step_00000011.h5.tmp", "notes.txt"}) std::ofstream(fs::path(dir.path()) / name) << "x";
   MPI_Barrier(MPI_COMM_WORLD);
   CHECK(train::newest_checkpoint(MPI_COMM_WORLD, dir.path()) == train::checkpoint_path(dir.path(), 10));
-  train::prune_checkpoints(MPI_COMM_WORLD, dir.path(), 2);
+  train::prune_checkpoints(MPI_COMM_WORLD, dir.path(), 2, train::RunIdentity{7, false});
   MPI_Barrier(MPI_COMM_WORLD);
   CHECK_FALSE(fs::exists(fs::path(dir.path()) / "step_00000002.h5"));
   CHECK(fs::exists(fs::path(dir.path()) / "step_00000009.h5"));
@@ -181,15 +196,51 @@ TEST_CASE("newest complete checkpoint ignores temporaries; pruning keeps the new
   CHECK(fs::exists(fs::path(dir.path()) / "step_00000011.h5.tmp"));  // not ours to delete
 }
 
+// Issue 30: a second run in the same checkpoint.dir (another seed, steps 1-3) used to rotate
+// away as "older" the first run's steps 8-10, or they its own. Only the writing run's own
+// checkpoints (by /train/run_id) count for checkpoint.keep.
+TEST_CASE("pruning deletes only the checkpoints of the run that writes", "[train][checkpoint][mpi]") {
+  test::SharedTempDir dir;
+  for (int step : {8, 9, 10}) labelled_checkpoint(dir.path(), step, 111);  // another run, newer steps
+  labelled_checkpoint(dir.path(), 4, 0);                                     // an older tptrain's
+  for (int step : {1, 2, 3}) labelled_checkpoint(dir.path(), step, 222);
+  if (test::world_rank() == 0) std::ofstream(train::checkpoint_path(dir.path(), 5)) << "not HDF5";
+  MPI_Barrier(MPI_COMM_WORLD);
+  train::prune_checkpoints(MPI_COMM_WORLD, dir.path(), 2, train::RunIdentity{222, false});
+  MPI_Barrier(MPI_COMM_WORLD);
+  const auto exists = [&](std::int64_t step) { return fs::exists(train::checkpoint_path(dir.path(), step)); };
+  CHECK_FALSE(exists(1));
+  for (int step : {2, 3, 4, 5, 8, 9, 10}) CHECK(exists(step));  // 5: unreadable, so not known to be ours
+  // A run resumed from a checkpoint without an id owns those too (it continues that run).
+  labelled_checkpoint(dir.path(), 6, 333);
+  MPI_Barrier(MPI_COMM_WORLD);
+  train::prune_checkpoints(MPI_COMM_WORLD, dir.path(), 1, train::RunIdentity{333, true});
+  MPI_Barrier(MPI_COMM_WORLD);
+  CHECK_FALSE(exists(4));
+  for (int step : {2, 3, 6, 8, 9, 10}) CHECK(exists(step));
+  // The run ids: a new run draws one (the same on every rank, positive); a resumed run keeps its
+  // checkpoint's.
+  const train::RunIdentity fresh = train::new_run_identity(MPI_COMM_WORLD);
+  CHECK(fresh.id > 0);
+  std::int64_t lo = fresh.id, hi = fresh.id;
+  MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_INT64_T, MPI_MIN, MPI_COMM_WORLD);
+  MPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD);
+  CHECK(lo == hi);
+  CHECK(train::new_run_identity(MPI_COMM_WORLD).id != fresh.id);
+  const train::RunIdentity resumed = train::resumed_run_identity(MPI_COMM_WORLD, {{"step", 3}, {"run_id", 222}});
+  CHECK(resumed.id == 222);
+  CHECK_FALSE(resumed.owns_unlabelled);
+  CHECK(train::resumed_run_identity(MPI_COMM_WORLD, {{"step", 3}}).owns_unlabelled);
+}
+
 TEST_CASE("steps of nine and more digits are checkpoints too, ordered by number", "[train][checkpoint][mpi]") {
   test::SharedTempDir dir;
-  if (test::world_rank() == 0)
-    for (std::int64_t step : {std::int64_t{99999999}, std::int64_t{100000000}, std::int64_t{123456789012}})
-      std::ofstream(train::checkpoint_path(dir.path(), step)) << "x";
+  for (std::int64_t step : {std::int64_t{99999999}, std::int64_t{100000000}, std::int64_t{123456789012}})
+    labelled_checkpoint(dir.path(), step, 5);
   MPI_Barrier(MPI_COMM_WORLD);
   CHECK(train::checkpoint_path(dir.path(), 100000000) == (fs::path(dir.path()) / "step_100000000.h5").string());
   CHECK(train::newest_checkpoint(MPI_COMM_WORLD, dir.path()) == train::checkpoint_path(dir.path(), 123456789012));
-  train::prune_checkpoints(MPI_COMM_WORLD, dir.path(), 1);
+  train::prune_checkpoints(MPI_COMM_WORLD, dir.path(), 1, train::RunIdentity{5, false});
   MPI_Barrier(MPI_COMM_WORLD);
   CHECK_FALSE(fs::exists(train::checkpoint_path(dir.path(), 99999999)));
   CHECK_FALSE(fs::exists(train::checkpoint_path(dir.path(), 100000000)));

@@ -56,7 +56,7 @@ min_lr = 1e-3
 warmup_steps = {}
 [data]
 train = "corpus.txt"
-valid = "corpus.txt"
+valid = "corpus_valid.txt"
 {}
 )", tensor, data, steps, std::min(2, steps), extra);
   return io::parse_deck(text, "small.toml", std::string(TPTRAIN_SOURCE_DIR) + "/tests/data/cli");
