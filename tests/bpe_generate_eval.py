@@ -147,6 +147,7 @@ for layout in (["--set", "parallel.tensor=2"], ["--set", "parallel.tensor=1", "-
 
 # ---- a byte-level model: bits per byte = nats / ln 2 ----
 shutil.copy(os.path.join(src, "README.md"), os.path.join(work, "readme.txt"))
+shutil.copy(os.path.join(src, "README.md"), os.path.join(work, "readme_valid.txt"))  # not the training file
 byt = deck("bytes.toml", """
 [model]
 layers = 2
@@ -161,7 +162,7 @@ steps = 2
 warmup_steps = 1
 [data]
 train = "readme.txt"
-valid = "readme.txt"
+valid = "readme_valid.txt"
 [run]
 dir = "run_bytes"
 [checkpoint]

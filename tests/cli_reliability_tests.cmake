@@ -55,7 +55,7 @@ tptrain_mpi2_fails_once(cli_too_large_generate "error[^\n]*(alloc|memory)" "tptr
 set_tests_properties(cli_too_large_eval cli_too_large_generate PROPERTIES FIXTURES_REQUIRED small_run TIMEOUT 60)
 
 # Cases of several commands each (tests/reliability_cases.sh).
-foreach(case lock diverge nan_eval stream extra_layer fp16_overflow fp16_saved_scale)
+foreach(case lock diverge nan_eval stream extra_layer fp16_overflow fp16_saved_scale earlier_run)
   add_test(NAME cli_reliability_${case}
            COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/reliability_cases.sh ${case} ${_rel}/${case}
                    ${_decks}/valid.toml ${_ck4} $<TARGET_FILE:tptrain> ${_mpi2})

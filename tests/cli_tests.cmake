@@ -34,7 +34,8 @@ set_tests_properties(cli_world_size_mismatch PROPERTIES TIMEOUT 30)
 # tensor = 2 and with tensor = 1 (resharding on load): the two losses must agree, and generate.
 set(_run ${CMAKE_CURRENT_BINARY_DIR}/cli_run)
 set(_mpi2 ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 ${TPTRAIN_MPIEXEC_FLAGS})
-set(_sets --set run.dir=${_run} --set checkpoint.dir=${_run}/ck --set checkpoint.resume=false)
+set(_sets --set run.dir=${_run} --set checkpoint.dir=${_run}/ck --set checkpoint.resume=false
+          --set checkpoint.overwrite=true)  # a fresh run each time the suite runs
 add_test(NAME cli_train_small COMMAND ${CMAKE_COMMAND} -E env OPENBLAS_NUM_THREADS=1
          ${_mpi2} $<TARGET_FILE:tptrain> train ${_decks}/valid.toml ${_sets})
 set_tests_properties(cli_train_small PROPERTIES FIXTURES_SETUP small_run TIMEOUT 120

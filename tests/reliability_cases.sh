@@ -9,6 +9,9 @@
 #   fp16_overflow  a finite checkpoint whose fp16 forward overflows (ln_f weight * 1e6): resume stops
 #              with an error (not every step skipped and exit 0), generate refuses the NaN logits,
 #              eval the NaN loss; a run that skips every step says so
+#   earlier_run  a run from step 0 on an earlier run's folders is refused (its files untouched), also
+#              for a training.init_from among them; --fresh deletes them, saying so; checkpoint.keep
+#              rotates only the writing run's checkpoints (by /train/run_id)
 #   fp16_saved_scale  a checkpoint with a bad saved loss scale is refused naming the file and the
 #              attribute, every rank exiting 1 (no abort, no source location); a saved scale below
 #              a raised training.loss_scale_min starts at that minimum, and the overflow message
@@ -59,10 +62,15 @@ lock)
   kill -KILL "$owner"
   wait $first
   [ -s "$work/run/tptrain.lock" ] || fail "expected the killed run's lock file to stay behind (stale)"
-  "${mpi2[@]}" "$exe" train "$deck" "${run[@]}" --set training.steps=2 >"$work/third.log" 2>&1 ||
-    { cat "$work/third.log"; fail "the run after the killed one did not take over its stale lock"; }
+  # Run again as a requeued job is (checkpoint.resume = true): the killed run left metrics.jsonl
+  # but no checkpoint, so this run starts from step 0 and keeps that file aside, saying so.
+  "${mpi2[@]}" "$exe" train "$deck" "${run[@]}" --set checkpoint.resume=true --set training.steps=2 \
+    >"$work/third.log" 2>&1 || { cat "$work/third.log"; fail "the run after the killed one did not take over its stale lock"; }
   cat "$work/third.log"
   grep -q "taking over the stale lock" "$work/third.log" || fail "the stale lock was not reported"
+  grep -q "no checkpoint to resume from: the metrics.jsonl of that earlier start is kept as [^ ]*/run/metrics.jsonl.[0-9TZ]*" \
+    "$work/third.log" || fail "the killed run's metrics.jsonl was not kept aside"
+  ls "$work"/run/metrics.jsonl.* >/dev/null || fail "no metrics.jsonl.* kept"
   [ ! -e "$work/run/tptrain.lock" ] || fail "a finished run left its lock file"
   ;;
 diverge)
@@ -161,6 +169,53 @@ fp16_saved_scale)
     "step 5: the fp16 gradients overflow even at the smallest loss scale, 1073741824 \\(training.loss_scale_min = 1073741824\\)" \
     "${mpi2[@]}" "$exe" train "$deck" "${fp16[@]}" --set training.loss_scale_min=1073741824 \
     --set run.dir="$work/high" --set checkpoint.dir="$work/high/ck"
+  ;;
+earlier_run)
+  # Issue 30: a second run on the same folders (checkpoint.resume = false, another seed, fewer
+  # steps) replaced the first run's checkpoints, truncated its metrics.jsonl and let
+  # checkpoint.keep rotate its steps 8-10 away; a later resume then continued the wrong run.
+  run=(--set run.dir="$work/run" --set checkpoint.dir="$work/run/ck" --set checkpoint.interval=1
+       --set checkpoint.keep=3 --set training.log_interval=1 --set checkpoint.resume=false)
+  "${mpi2[@]}" "$exe" train "$deck" "${run[@]}" --set training.steps=10 >"$work/first.log" 2>&1 ||
+    { cat "$work/first.log"; fail "the first run failed"; }
+  (cd "$work/run" && sha256sum metrics.jsonl ck/*.h5) >"$work/first.sha256"
+  cat "$work/first.sha256"
+  expect_fail "$work/second.log" \
+    "checkpoint.dir = [^ ]*/run/ck holds 3 checkpoints of an earlier run \\(step_00000008.h5, step_00000009.h5 and step_00000010.h5\\), and run.dir = [^ ]*/run holds the metrics.jsonl of an earlier run; this run starts from step 0 \\(checkpoint.resume = false\\)" \
+    "${mpi2[@]}" "$exe" train "$deck" "${run[@]}" --set training.steps=3 --set training.seed=7
+  no_abort "$work/second.log"
+  grep -q "checkpoint.overwrite = true (tptrain train --fresh)" "$work/second.log" || fail "no way out named"
+  # A fine-tuning start from one of them, overwrite or not: refused, the checkpoint kept.
+  for fresh in "" --fresh; do
+    expect_fail "$work/init$fresh.log" "training.init_from = [^ ]*/run/ck/step_00000010.h5 is one of them" \
+      "${mpi2[@]}" "$exe" train "$deck" "${run[@]}" $fresh --set training.steps=3 \
+      --set training.init_from="$work/run/ck/step_00000010.h5"
+  done
+  # A metrics.jsonl alone (no checkpoint) is an earlier run's too.
+  mkdir -p "$work/metrics_only"
+  cp "$work/run/metrics.jsonl" "$work/metrics_only/"
+  expect_fail "$work/metrics_only.log" "run.dir = [^ ]*/metrics_only holds the metrics.jsonl of an earlier run; this run starts from step 0" \
+    "${mpi2[@]}" "$exe" train "$deck" --set run.dir="$work/metrics_only" --set checkpoint.dir="$work/metrics_only/ck" \
+    --set checkpoint.resume=false --set training.steps=1
+  cmp -s "$work/run/metrics.jsonl" "$work/metrics_only/metrics.jsonl" || fail "the refused run changed metrics.jsonl"
+  (cd "$work/run" && sha256sum -c --quiet "$work/first.sha256") || fail "a refused run changed the first run's files"
+  # --fresh: the earlier run's files go, said so; the new run's are all there is.
+  cp "$work/run/ck/step_00000010.h5" "$work/foreign.h5"
+  "${mpi2[@]}" "$exe" train "$deck" "${run[@]}" --fresh --set training.steps=3 --set training.seed=7 \
+    >"$work/fresh.log" 2>&1 || { cat "$work/fresh.log"; fail "train --fresh failed"; }
+  grep -q "checkpoint.overwrite = true: .* holds 3 checkpoints of an earlier run .*: deleted, this run starts anew" \
+    "$work/fresh.log" || { cat "$work/fresh.log"; fail "--fresh did not say what it deleted"; }
+  [ "$(cd "$work/run/ck" && echo *.h5)" = "step_00000001.h5 step_00000002.h5 step_00000003.h5" ] ||
+    fail "after --fresh: $(ls "$work/run/ck")"
+  [ "$(wc -l <"$work/run/metrics.jsonl")" -eq 3 ] || fail "metrics.jsonl of the fresh run: $(wc -l <"$work/run/metrics.jsonl") records"
+  # Rotation keeps another run's checkpoint (copied in), whatever its step; resume continues this run.
+  cp "$work/foreign.h5" "$work/run/ck/step_00000000.h5"
+  "${mpi2[@]}" "$exe" train "$deck" "${run[@]}" --set checkpoint.resume=true --set training.steps=6 \
+    --set training.seed=7 >"$work/resume.log" 2>&1 || { cat "$work/resume.log"; fail "the resume failed"; }
+  grep -q "resuming from [^ ]*/run/ck/step_00000003.h5" "$work/resume.log" || fail "did not resume from step 3"
+  [ "$(cd "$work/run/ck" && echo *.h5)" = "step_00000000.h5 step_00000004.h5 step_00000005.h5 step_00000006.h5" ] ||
+    fail "after the resume: $(ls "$work/run/ck")"
+  cmp -s "$work/foreign.h5" "$work/run/ck/step_00000000.h5" || fail "the other run's checkpoint changed"
   ;;
 *) fail "unknown case $case_name" ;;
 esac

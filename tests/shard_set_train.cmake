@@ -84,6 +84,26 @@ if(NOT output MATCHES "data\\.train = [^\n]*folder: its shards were tokenized wi
   message(FATAL_ERROR "byte shards under data.tokenizer = gpt2: no warning naming data.train and both tokenizers")
 endif()
 
+# eval warns as train does (issue 30: it printed a loss without a word), and reads only the data it
+# evaluates: --data, or data.valid; generate reads none. A data.train that does not exist here
+# (a cluster path) is not looked at.
+set(nowhere --set data.train=${DIR}/nowhere/train.bin)
+run(ok ${EXE} eval ${DATA}/cli/valid.toml ${sets} --set parallel.data=1 --set data.tokenizer=gpt2
+    --set model.vocab_size=50257 --checkpoint ${DIR}/run_other_tokenizer/checkpoints/step_00000001.h5
+    --data ${DIR}/folder --windows 2 ${nowhere} --set data.valid=${DIR}/nowhere/valid.bin)
+if(NOT output MATCHES "--data = [^\n]*folder: its shards were tokenized with bytes, 256 tokens, but data\\.tokenizer = \"gpt2\"")
+  message(FATAL_ERROR "eval --data of byte shards under data.tokenizer = gpt2: no warning")
+endif()
+run(ok ${EXE} eval ${DATA}/cli/valid.toml ${sets} --set parallel.data=1 --checkpoint ${DIR}/run_one/ck/step_00000004.h5
+    --windows 2 ${nowhere} --set data.valid=${DIR}/one/valid_000000.bin)
+run(ok ${EXE} generate ${DATA}/cli/valid.toml ${sets} --set parallel.data=1 --checkpoint ${DIR}/run_one/ck/step_00000004.h5
+    --prompt x --tokens 2 ${nowhere} --set data.valid=${DIR}/nowhere/valid.bin)
+run(fail ${EXE} eval ${DATA}/cli/valid.toml ${sets} --set parallel.data=1 --checkpoint ${DIR}/run_one/ck/step_00000004.h5
+    --windows 2 --set data.valid=${DIR}/nowhere/valid.bin)
+if(NOT output MATCHES "data\\.valid = [^\n]*nowhere/valid\\.bin")
+  message(FATAL_ERROR "eval on a data.valid that does not exist: no message naming data.valid")
+endif()
+
 # A token outside the vocabulary in a dataset too large to check at open (over 64 MiB): found by
 # the step's check on every rank and reported once, agreed (not a rank aborting the job alone);
 # in the validation set, when the run is built. Letters A..J are tokens 65..74 < vocab_size 100.

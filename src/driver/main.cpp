@@ -155,6 +155,10 @@ int main(int argc, char** argv) {
 
   auto* train_cmd = app.add_subcommand("train", "train the model of a deck (run under mpiexec)");
   add_deck_options(*train_cmd, deck);
+  bool fresh = false;
+  train_cmd->add_flag("--fresh", fresh,
+                      "start a new run from step 0, deleting the checkpoints and metrics.jsonl an earlier run left in "
+                      "checkpoint.dir and run.dir (--set checkpoint.resume=false --set checkpoint.overwrite=true)");
 
   BenchOptions bench_opts;
   auto* bench_cmd = app.add_subcommand(
@@ -331,7 +335,10 @@ int main(int argc, char** argv) {
     if (const int signal = tptrain::util::restore_stop_signals(); signal != 0) std::raise(signal);
   if (*check_cmd) return check(deck, check_output);
   if (*plan_cmd) return plan(deck, plan_opts);
-  if (*train_cmd) return train(deck);
+  if (*train_cmd) {
+    if (fresh) deck.overrides.insert(deck.overrides.end(), {"checkpoint.resume=false", "checkpoint.overwrite=true"});
+    return train(deck);
+  }
   if (*bench_cmd) return bench(deck, bench_opts);
   if (*eval_cmd) return eval(deck, eval_opts);
   if (*gen_cmd) return generate(deck, gen_opts);

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <ctime>
 #include <filesystem>
 #include <random>
 #include <stdexcept>
@@ -47,6 +48,16 @@ std::string first_names(const std::vector<std::string>& paths) {
   return out;
 }
 
+// 20261202T133100Z: when a file was set aside, in its name.
+std::string utc_stamp() {
+  const std::time_t now = std::time(nullptr);
+  std::tm utc{};
+  gmtime_r(&now, &utc);
+  char text[32];
+  std::strftime(text, sizeof text, "%Y%m%dT%H%M%SZ", &utc);
+  return text;
+}
+
 bool same_file(const std::string& a, const std::string& b) {
   std::error_code ec;
   return fs::equivalent(a, b, ec) && !ec;
@@ -88,17 +99,32 @@ void claim_run_directories(const io::Deck& deck) {
   for (const std::string& path : earlier.checkpoints)
     if (!init.empty() && same_file(init, path))
       throw std::runtime_error(fmt::format(
-          "{}; training.init_from = {} is one of them: a new run there would {} it. Copy it out of checkpoint.dir "
+          "{}; training.init_from = {} is one of them: a new run there would {}. Copy it out of checkpoint.dir "
           "and point training.init_from at the copy, or set another checkpoint.dir",
-          found, io::display_path(init), deck.checkpoint.overwrite ? "delete (checkpoint.overwrite = true)" : "replace or rotate away"));
+          found, io::display_path(init),
+          deck.checkpoint.overwrite ? "delete it (checkpoint.overwrite = true)" : "replace it or rotate it away"));
+  // checkpoint.resume = true, no checkpoint, yet a metrics.jsonl: a start of this deck that died
+  // before its first checkpoint (a requeued job killed hard). Its records are set aside, not
+  // replaced, so that the requeue runs and nothing is lost.
+  if (deck.checkpoint.resume && earlier.checkpoints.empty() && !deck.checkpoint.overwrite) {
+    const std::string kept = earlier.metrics + "." + utc_stamp();
+    std::error_code ec;
+    fs::rename(earlier.metrics, kept, ec);
+    if (ec)
+      throw std::runtime_error("cannot keep " + io::display_path(earlier.metrics) + " aside as " +
+                               io::display_path(kept) + ": " + ec.message());
+    log::warning(fmt::format("checkpoint.resume = true, but checkpoint.dir = {} holds no checkpoint to resume from: the "
+                             "{} of that earlier start is kept as {}, and this run starts from step 0",
+                             io::display_path(deck.checkpoint.dir), io::MetricsWriter::kFileName,
+                             io::display_path(kept)));
+    return;
+  }
   if (!deck.checkpoint.overwrite)
     throw std::runtime_error(fmt::format(
-        "{}; this run starts from step 0 ({}) and would replace its files or rotate them away. Continue that run "
-        "with checkpoint.resume = true, give this run other folders (run.dir, checkpoint.dir), or delete them and "
-        "start anew with checkpoint.overwrite = true (tptrain train --fresh)",
-        found,
-        deck.checkpoint.resume ? "checkpoint.resume = true, but there is no checkpoint to resume from"
-                               : "checkpoint.resume = false"));
+        "{}; this run starts from step 0 (checkpoint.resume = false) and would replace its files or rotate them "
+        "away. Continue that run with checkpoint.resume = true, give this run other folders (run.dir, "
+        "checkpoint.dir), or delete them and start anew with checkpoint.overwrite = true (tptrain train --fresh)",
+        found));
   for (const std::string& path : earlier.checkpoints) {
     std::error_code ec;
     fs::remove(path, ec);

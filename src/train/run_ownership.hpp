@@ -47,7 +47,9 @@ EarlierRunFiles earlier_run_files(const io::Deck& deck);
 // Rank 0 of a new run, before step 1: without checkpoint.overwrite an earlier run's files are a
 // refusal (std::runtime_error naming them and the ways out); with it they are deleted, and said
 // so. A training.init_from among them is refused either way: deleting it would lose it, and
-// keeping it would leave a stranger's newer checkpoint for a later resume to pick.
+// keeping it would leave a stranger's newer checkpoint for a later resume to pick. With
+// checkpoint.resume = true and only a metrics.jsonl (a start that died before its first
+// checkpoint, requeued), that file is renamed metrics.jsonl.<UTC time> and the run goes on.
 void claim_run_directories(const io::Deck& deck);
 
 }  // namespace tptrain::train

@@ -55,7 +55,9 @@ def forward_loss(w, config, tokens, targets):
         y = (torch.softmax(scores, dim=-1) @ v).transpose(0, 1).reshape(T, H)
         x = x + conv1d(y, p + "attn.c_proj")
         x = x + conv1d(gelu_tanh(conv1d(ln(x, p + "ln_2"), p + "mlp.c_fc")), p + "mlp.c_proj")
-    logits = ln(x, "ln_f") @ w["wte.weight"].T  # lm_head tied to wte
+    # lm_head: tied to wte, or (tie_word_embeddings = false) a tensor of its own.
+    head = w["wte.weight"] if config.get("tie_word_embeddings", True) else w["lm_head.weight"]
+    logits = ln(x, "ln_f") @ head.T
     return torch.nn.functional.cross_entropy(logits, targets, reduction="sum").item()
 
 
@@ -68,7 +70,6 @@ def main():
     with open(args.model_dir + "/config.json") as f:
         config = json.load(f)
     assert config["model_type"] == "gpt2" and config["activation_function"] in ("gelu_new", "gelu_pytorch_tanh")
-    assert config.get("tie_word_embeddings", True)
     # Hugging Face's own gpt2 names its tensors without the "transformer." prefix.
     w = read_safetensors(args.model_dir + "/model.safetensors", "transformer.")
     print(mean_window_loss(read_tokens(args.data), config["n_positions"], args.windows,

@@ -115,6 +115,15 @@ TEST_CASE("safetensors: what the writer writes reads back bit for bit, with an a
                     Contains("'short'") && Contains("needs 8 bytes, 4 were given"));
 }
 
+// A source path that is not UTF-8 (issue 30: export failed with nlohmann-json's raw exception,
+// naming no file): JSON holds UTF-8, so such bytes are written as U+FFFD.
+TEST_CASE("safetensors: metadata that is not UTF-8 is written with replacement characters", "[io][safetensors]") {
+  tptrain::test::ScratchDir dir("safetensors_utf8");
+  const std::string path = dir.file("out.safetensors");
+  write_safetensors(path, {}, {{"source_checkpoint", "/runs/caf\xE9/step_00000004.h5"}});
+  CHECK(SafetensorsReader(path).metadata().at("source_checkpoint") == "/runs/caf\xEF\xBF\xBD/step_00000004.h5");
+}
+
 TEST_CASE("safetensors: hostile files are refused, naming the file and the tensor", "[io][safetensors]") {
   tptrain::test::ScratchDir dir("safetensors");
   const std::string data = floats({1, 2});

@@ -2,6 +2,8 @@
 // HF name and Conv1D orientation, config.json says the model tptrain computes and reads back, and
 // configs of models tptrain does not compute are refused by field. The numbers themselves are held
 // to an independent PyTorch GPT-2 by tests/hf/ (cli_hf_reference_*).
+#include <filesystem>
+
 #include "catch.hpp"
 
 #include <fstream>
@@ -112,7 +114,6 @@ TEST_CASE("hf_gpt2: config.json describes the model and reads back; other models
   const std::vector<std::pair<std::string, std::string>> refused{
       {R"(,"activation_function":"gelu"})", "activation_function = \"gelu\""},
       {R"(,"layer_norm_epsilon":1e-6})", "layer_norm_epsilon = 1e-06"},
-      {R"(,"tie_word_embeddings":false})", "tie_word_embeddings = false"},
       {R"(,"scale_attn_by_inverse_layer_idx":true})", "scale_attn_by_inverse_layer_idx = true"},
       {R"(,"n_head":0})", "n_head = 0: expected a positive integer"},
       {R"(,"activation_function":5})", "activation_function = 5: expected a string"},
@@ -123,6 +124,27 @@ TEST_CASE("hf_gpt2: config.json describes the model and reads back; other models
     CHECK_THROWS_WITH(train::read_hf_gpt2_config(write(dir, base + extra)), Contains(message) && Contains("config.json"));
   }
   CHECK_THROWS_WITH(train::read_hf_gpt2_config(write(dir, R"({"model_type":"llama"})")), Contains("model_type is \"llama\""));
+  // An untied GPT-2 (issue 30: export aborted on lm_head/weight): config.json says so, reads back,
+  // and must agree with the deck's model.tie_embeddings; the head is HF's lm_head.weight.
+  model::GptShape untied = s;
+  untied.tie_embeddings = false;
+  CHECK_THAT(train::hf_gpt2_config(untied, false), Contains("\"tie_word_embeddings\": false"));
+  const train::HfGpt2Config u = train::read_hf_gpt2_config(write(dir, base + R"(,"tie_word_embeddings":false})"));
+  CHECK_FALSE(u.tie_embeddings);
+  model::GptShape tiny = s;
+  tiny.layers = 1, tiny.hidden = 8, tiny.heads = 2, tiny.ffn_hidden = 32, tiny.vocab_size = 5, tiny.seq_length = 4;
+  CHECK_THAT(train::hf_config_mismatch(u, tiny),
+             Contains("config.json tie_word_embeddings = false, the deck's model.tie_embeddings = true"));
+  tiny.tie_embeddings = false;
+  CHECK(train::hf_config_mismatch(u, tiny).empty());
+  bool head = false;
+  for (const auto& t : train::hf_gpt2_tensors(untied))
+    if (t.checkpoint_name == "lm_head/weight") head = t.hf_name == "lm_head.weight" && !t.transposed;
+  CHECK(head);
+  // A config.json that is not a file is refused by name (it gave "basic_filebuf::underflow").
+  std::filesystem::create_directories(dir.file("folder.json"));
+  CHECK_THROWS_WITH(train::read_hf_gpt2_config(dir.file("folder.json")),
+                    Contains("Hugging Face config ") && Contains("folder.json") && Contains("is a directory"));
   CHECK_THROWS_WITH(train::read_hf_gpt2_config(write(dir, R"({"model_type":"gpt2"})")), Contains("no n_layer"));
   CHECK_THROWS_WITH(train::read_hf_gpt2_config(write(dir, "{")), Contains("not valid JSON"));
   CHECK_THROWS_WITH(train::read_hf_gpt2_config(dir.file("absent.json")), Contains("absent.json"));
