@@ -1,5 +1,6 @@
 #include "src/train/training_run.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <type_traits>
@@ -202,14 +203,22 @@ double TrainingRun<T>::compute_gradients(std::int64_t step) {
   // above fp16's smallest normal; the optimizer divides it out (a power of two: exact).
   const float scale = 1.0f / static_cast<float>(tokens_per_step_) *
                       static_cast<float>(scaler_ ? scaler_->scale() : 1.0);
-  // Tokens are checked against the vocabulary where they are read (token_dataset.hpp), and the
-  // micro-batches are read between collectives: check this rank's sequences first, agreed.
+  // Tokens are checked where they are read (token_dataset.hpp: the vocabulary, a file cut under
+  // the job), and the pipeline takes micro-batches between collectives: every micro-batch of this
+  // rank is read first, agreed.
   util::note_host_wait(util::HostWait::host_scalar_reduce);  // the agreement's MPI_Allreduce
-  parallel::on_every_rank(topo_.world(), [&] { sampler_->check_step(step); });
   const int M = micro_batches();
+  const std::size_t rows = static_cast<std::size_t>(deck_.training.micro_batch) * deck_.model.seq_length;
+  step_inputs_.resize(rows * static_cast<std::size_t>(M));
+  step_targets_.resize(rows * static_cast<std::size_t>(M));
+  parallel::on_every_rank(topo_.world(), [&] {
+    for (int m = 0; m < M; ++m)
+      sampler_->micro_batch(step, m, &step_inputs_[rows * m], &step_targets_[rows * m]);
+  });
   // Once per micro-batch (the pipeline keeps it on the device until its backward).
   const auto sample = [&](int m, std::int32_t* inputs, std::int32_t* targets) {
-    sampler_->micro_batch(step, m, inputs, targets);
+    std::copy_n(&step_inputs_[rows * m], rows, inputs);
+    std::copy_n(&step_targets_[rows * m], rows, targets);
   };
   // Data parallelism: a bucket's gradients are final once the LAST micro-batch's backward has
   // passed it; its all-reduce then runs while the backward goes on.

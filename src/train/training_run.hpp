@@ -6,6 +6,7 @@
 
 #include <map>
 #include <memory>
+#include <vector>
 #include <optional>
 #include <string>
 
@@ -142,6 +143,10 @@ class TrainingRun {
   RunOptions options_;
   std::unique_ptr<data::TokenDataset> train_, valid_;
   std::unique_ptr<data::BatchSampler> sampler_;
+  // This rank's tokens of the current step, every micro-batch, read before the step in a phase
+  // all ranks agree on: the pipeline takes them between collectives, where a failed read (a
+  // token >= vocab_size, a data file cut under the job) could not be agreed.
+  std::vector<std::int32_t> step_inputs_, step_targets_;
   Model model_;
   LrSchedule schedule_;
   AdamWConfig adamw_;
