@@ -44,7 +44,8 @@
 #
 # --peak-bf16 TF: the dense bf16 peak to use when this GPU's model is not in the table (H200 and
 #   H100 SXM 989, H100 NVL 835, H100 PCIe 756, L40S 362, A100 312 TFLOP/s); it overrides the table.
-# --test-filter SPEC: a Catch2 test spec added to each test's arguments (default none on a GPU).
+# --test-filter SPEC: a Catch2 test spec added to each test's arguments (default none on a GPU;
+#   all: none, also in a rehearsal).
 # --quick: 1 timed step, no warm-up, budget 100 s, test filter "[precision][gemm]" (the ctest
 #   test's rehearsal).
 # --rehearse: the same run on a CPU bundle (jobs/pack-device-bundle.sh build), here: the script
@@ -52,7 +53,7 @@
 #   srun, h5dump, ... that fail the run when called (the GPU machine has none), requires a fresh
 #   --out (default a new folder), shrinks the benches to small shapes (--set; the same step names
 #   and result files), skips the CUDA checks with a note, runs PyTorch on the CPU when it is
-#   importable, and test filter "[precision]"; budget 300 s.
+#   importable, and test filter "[kernels]"; budget 300 s.
 # --dry-run: the prerequisites alone, then the plan; nothing is run.
 # Environment: TPTRAIN_LAUNCH (default empty: one rank without a launcher, an MPI singleton),
 # TPTRAIN_CHECK_TESTS (the tests.tsv names to run, an extended regex, default ^unit),
@@ -137,6 +138,7 @@ EOF
   done
   exec env -i PATH="$work/stub-bin:/usr/bin:/bin" HOME="$work" TMPDIR="$work" LANG=C.UTF-8 \
     DEVICE_CHECK_STRIPPED=1 ${TPTRAIN_CHECK_TESTS:+TPTRAIN_CHECK_TESTS="$TPTRAIN_CHECK_TESTS"} \
+    ${TPTRAIN_LAUNCH:+TPTRAIN_LAUNCH="$TPTRAIN_LAUNCH"} ${DEVICE_CHECK_PHASES:+DEVICE_CHECK_PHASES="$DEVICE_CHECK_PHASES"} \
     /bin/bash "$script" "${args[@]}" --bundle "$bundle" --out "$out" --work "$work"
 fi
 
@@ -146,11 +148,11 @@ if [ "$quick" = 1 ]; then
   [ "$test_filter" != - ] || test_filter="[precision][gemm]"
 elif [ "$rehearse" = 1 ]; then
   budget=${budget:-300} steps=${steps:-2} warmup=1
-  [ "$test_filter" != - ] || test_filter="[precision]"
+  [ "$test_filter" != - ] || test_filter="[kernels]"
 else
   budget=${budget:-480} steps=${steps:-3} warmup=1
 fi
-[ "$test_filter" != - ] || test_filter=""
+[ "$test_filter" != - ] && [ "$test_filter" != all ] || test_filter=""
 out=${out:-$root/runs/device-check}
 mkdir -p "$out" || exit 1
 out=$(cd "$out" && pwd)
@@ -438,6 +440,7 @@ run_step() {
   [ "$status" = ok ] || failed+=("$name")
   local tail_line
   tail_line=$(grep -E 'test cases|All tests passed|error:|Error' "$work/$name.log" | tail -n 1)
+  [ -n "$tail_line" ] || tail_line=$(grep -v '^[[:space:]]*$' "$work/$name.log" | tail -n 1 | cut -c1-300)
   printf '=== %s: %s (exit %s, %s s)\n' "$name" "$status" "$rc" "$took" >>"$out/steps.log"
   say "$name: $status (exit $rc, $took s of $b)"
   record step="$name" kind="$kind" status="$status" n:exit="$rc" n:seconds="$took" n:budget_s="$b" \
@@ -504,7 +507,7 @@ fi
 
 if [ -s "$work/forbidden-calls" ]; then
   failed+=("stripped-environment")
-  record step=stripped-environment kind=rehearsal status=failed note="called what the GPU machine lacks: $(sort -u "$work/forbidden-calls" | cut -d' ' -f1 | tr '\n' ' ')"
+  record step=stripped-environment kind=rehearsal status=failed note="called what the GPU machine lacks: $(cut -d' ' -f1 "$work/forbidden-calls" | sort -u | tr '\n' ' ')"
 elif [ "$rehearse" = 1 ]; then
   record step=stripped-environment kind=rehearsal status=ok note="nothing called mpiexec, mpirun, srun, h5dump, cmake, ..."
 fi
