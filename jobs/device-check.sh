@@ -256,7 +256,10 @@ if command -v nvidia-smi >/dev/null 2>&1; then
   else
     gpu_name=$(timeout -s KILL 30 nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
     gpu_name=${gpu_name:-unknown (nvidia-smi: $gpu_line)}
+    gpu_cc=$(timeout -s KILL 30 nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1 | tr -d ' .')
+    [[ "$gpu_cc" =~ ^[0-9]+$ ]] || gpu_cc=""
   fi
+  [ -n "$gpu_cc" ] || notes+=("nvidia-smi gave no compute capability: the bundle's cuda_arch is not checked against the GPU")
   echo "  gpu          $gpu_line"
 elif [ "$rehearse" = 1 ]; then
   echo "  gpu          rehearsal: none (no nvidia-smi)"

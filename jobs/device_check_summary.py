@@ -38,6 +38,13 @@ def fmt(x, spec, width):
     return format(x, spec).rjust(width) if x is not None else "-".rjust(width)
 
 
+def number(x):
+    try:
+        return float(x)
+    except ValueError:
+        return None  # [N/A]
+
+
 def gpu_samples(path):
     """Per step: the nvidia-smi samples taken while it ran (clocks.sm, power.draw, memory.used)."""
     steps, current = {}, None
@@ -54,10 +61,11 @@ def gpu_samples(path):
             note = line[2:]
         elif current and not line.startswith("#"):
             f = [x.strip() for x in line.split(",")]
-            try:
-                steps[current].append((float(f[1]), float(f[3]), float(f[6])))
-            except (IndexError, ValueError):
-                pass  # [N/A] or a cut line
+            if len(f) < 7:
+                continue  # a cut line
+            sample = (number(f[1]), number(f[3]), number(f[6]))
+            if sample[0] is not None:
+                steps[current].append(sample)
     return steps, note
 
 
@@ -167,8 +175,10 @@ def main():
         for name, s in samples.items():
             if s:
                 sm = [x[0] for x in s]
-                w(f"  {name:<21} {statistics.median(sm):6.0f} / {max(sm):6.0f}   {max(x[1] for x in s):6.0f} W"
-                  f"   {max(x[2] for x in s):8.0f} MiB")
+                power = [x[1] for x in s if x[1] is not None]
+                mem = [x[2] for x in s if x[2] is not None]
+                w(f"  {name:<21} {statistics.median(sm):6.0f} / {max(sm):6.0f}   "
+                  f"{fmt(max(power) if power else None, '.0f', 6)} W   {fmt(max(mem) if mem else None, '.0f', 8)} MiB")
     elif note:
         w("")
         w(f"GPU samples: {note}")
