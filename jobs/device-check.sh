@@ -1,419 +1,528 @@
 #!/bin/bash
-# The prepared GPU check, for a machine with one NVIDIA GPU (e.g. an H200 with 16 cores) and no
-# internet. Two ways to give it tptrain (README, "The device check on a bare GPU machine"):
-#   --bundle DIR  a folder made elsewhere by jobs/pack-device-bundle.sh from a CUDA build (tptrain,
-#                 its test binaries and every library they need but glibc's and CUDA's): nothing
-#                 is built, and the machine needs only the GPU driver, the CUDA libraries (toolkit
-#                 or PyTorch's nvidia-* wheels) and Python; estimated 5-7 minutes on an H200
-#                 (tests 1-3, benchmarks 3-4; not yet measured)
-#   (default)     build here: needs the CUDA toolkit, CMake, a C++17 compiler, MPI, parallel HDF5
-#                 and tptrain's header libraries on the machine (README, "Building on a cluster")
+# The prepared GPU check, for a machine lent with one NVIDIA GPU (e.g. an H200 with CUDA 13 and
+# PyTorch), no package registry and a few minutes (at most 10 a command, start included). It runs
+# a BUNDLE and builds nothing: tptrain, its test binaries and their libraries, packed where the
+# CUDA toolkit, Kokkos and MPI are (README, "The device check on a bare GPU machine"):
 #
-#   0. prerequisites  each tool found or missing (with what provides it), NCCL and PyTorch found
-#              or not; with --bundle, its MANIFEST, glibc, and every library of its programs
-#              resolved (ldd); a missing requirement stops here, before anything runs
-#   1. gpu     what the machine has (nvidia-smi, nvcc)
-#   2. build   (not with --bundle) tptrain for CUDA (jobs/check-cuda-build.sh with
-#              TPTRAIN_WARNINGS=report: warnings are listed, not fatal, since this run measures;
-#              without NCCL it builds with TPTRAIN_ENABLE_NCCL=OFF and says so), unless --build
-#              gives an existing CUDA build of it; Kokkos comes from --kokkos PREFIX (an install
-#              with CUDA; Kokkos Kernels there too, or at --kernels PREFIX), or is built first from
-#              sources placed beside the repository (../kokkos and ../kokkos-kernels, or
-#              --kokkos-src/--kernels-src; CUDA 13 needs Kokkos >= 4.7.01)
-#   3. tests   on the CUDA backend: `unit` (the whole single-rank suite on Kokkos::Cuda,
-#              collectives on NCCL) and `unit_serial` (kernels and layers on Kokkos::Serial);
-#              ctest in a build, the bundle's tests.tsv with --bundle
-#   4. bench   `tptrain bench` for GPT-2 124M and the GPT-3 1.3B shape (L24 H2048 A16 S2048) at
-#              tensor 1, fp32 and bf16, and the same steps in PyTorch when it is importable with
-#              CUDA: the deck as tptrain ran it (`tptrain check --json`), so the same batch,
-#              micro-batches, padded vocabulary and precision (bf16 under autocast), eager with
-#              SDPA attention
-#   5. summary tokens/s; MFU against the GPU's dense peak (--peak-fp32 / --peak-bf16 TFLOP/s;
-#              H200/H100 SXM: 67 / 989) and against the cuBLAS GEMM rate measured in the same run;
-#              also written to OUT/summary.txt
+#   jobs/check-cuda-build.sh $KOKKOS $KOKKOS build-cuda     # the CUDA build, zero warnings
+#   jobs/pack-device-bundle.sh build-cuda device-bundle      # MANIFEST, libraries, tests.tsv
+#   jobs/device-check.sh --bundle device-bundle --dry-run    # every library resolves; the plan
 #
-#   jobs/device-check.sh [--bundle DIR | --build DIR | --kokkos PREFIX [--kernels PREFIX]]
-#                        [--kokkos-src DIR] [--kernels-src DIR] [--out DIR] [--steps N]
-#                        [--peak-fp32 TF] [--peak-bf16 TF] [--no-torch] [--dry-run]
+#   jobs/device-check.sh --bundle DIR [--out DIR] [--work DIR] [--budget S] [--steps N]
+#                        [--peak-bf16 TF] [--no-torch] [--test-filter SPEC] [--quick]
+#                        [--rehearse] [--dry-run]
 #
-# --dry-run: the prerequisites step alone (a missing GPU is reported, not fatal), then the
-# commands the other steps would run; nothing is built, tested or timed.
-# Every step prints its name first; the first one that fails ends the script with
-# "device-check: FAILED at step <name>" and exit status 1, so a half-run check cannot pass as a
-# whole one. Logs and JSON lines go to --out (default runs/device-check/).
-# Environment: TPTRAIN_LAUNCH (default empty: one rank started without a launcher, as MPI's
-# singleton; e.g. "srun -n 1" or "mpiexec -n 1"), CUDA_HOME (default /usr/local/cuda),
-# TPTRAIN_CHECK_TESTS (the test names of step 3, an extended regex, default ^unit),
-# TPTRAIN_TEST_TIMEOUT (seconds per test with --bundle; default each test's ctest TIMEOUT),
-# DEVICE_CHECK_PHASES (1 = `tptrain bench --phases`: as many steps again timed phase by phase,
-# fenced at every phase boundary; tokens/s and MFU come from the unfenced steps either way).
+# Numbers first; each step under `timeout -s KILL` with its own budget (seconds), all of them
+# within --budget (default 480: 8 minutes):
+#   0. prerequisites  MANIFEST (refused unless CUDA for this GPU's architecture with cuBLAS in
+#              Kokkos Kernels), glibc, every library resolved (ldd, the bundle's env.sh), Python,
+#              PyTorch, NCCL (without it: MPI fallback, said so); the GPU (nvidia-smi: name,
+#              compute capability, clocks) and its nominal dense bf16 peak. A refusal stops here.
+#   1. smoke-124m-bf16    30   tptrain bench, GPT-2 124M, bf16, batch 8, 2 steps
+#   2. tptrain-1.3b-bf16  150  input/bench/gpt3-1.3b.toml in bf16 (batch 8 in micro-batches of 2,
+#      torch-1.3b-bf16    110  sequence 2048), then jobs/bench_torch.py on the deck as tptrain
+#                              ran it (`tptrain check --json`): the same batch, micro-batch,
+#                              sequence, padded vocabulary and precision (autocast bf16, SDPA)
+#   3. tptrain-124m-bf16  45   GPT-2 124M bf16, batch 8, and the same in PyTorch
+#      torch-124m-bf16    45
+#   4. test-NAME          rest the bundle's tests.tsv (^unit: the suite on Kokkos::Cuda, unit_serial)
+# A failing or killed step is recorded and the next one runs; the exit status is 1 when any step
+# failed (the summary names them), 0 otherwise. Skipped steps (no PyTorch, no time left) do not
+# fail the run but are listed.
+#
+# Results, written to --out (default runs/device-check/) the moment they exist, so that a run
+# killed at the device tool's limit still returns them (few files, names the tool returns):
+#   summary.txt       rewritten after every step: GPU, clocks, bundle, the table (tokens/s, MFU
+#                     against the nominal dense bf16 peak and against the cuBLAS bf16 GEMM peak
+#                     measured in the same run, PyTorch beside tptrain), failures
+#   results.jsonl     one line per step: status, exit, seconds, budget, the step's JSON result
+#   steps.log         every step's output, one after another
+#   device-check.log  this script's own output
+#   gpu.csv           nvidia-smi samples (SM clock, power, memory) each second, step by step
+# Scratch (an unpacked xz bundle, decks, the tests' working folder) goes to --work (default a
+# new folder under TMPDIR), never to --out.
+#
+# --peak-bf16 TF: the dense bf16 peak to use when this GPU's model is not in the table (H200 and
+#   H100 SXM 989, H100 NVL 835, H100 PCIe 756, L40S 362, A100 312 TFLOP/s); it overrides the table.
+# --test-filter SPEC: a Catch2 test spec added to each test's arguments (default none on a GPU;
+#   all: none, also in a rehearsal).
+# --quick: 1 timed step, no warm-up, budget 100 s, test filter "[precision][gemm]" (the ctest
+#   test's rehearsal).
+# --rehearse: the same run on a CPU bundle (jobs/pack-device-bundle.sh build), here: the script
+#   re-executes itself under `env -i` with PATH=/usr/bin:/bin behind stubs of mpiexec, mpirun,
+#   srun, h5dump, ... that fail the run when called (the GPU machine has none), requires a fresh
+#   --out (default a new folder), shrinks the benches to small shapes (--set; the same step names
+#   and result files), skips the CUDA checks with a note, runs PyTorch on the CPU when it is
+#   importable, and test filter "[kernels]"; budget 300 s.
+# --dry-run: the prerequisites alone, then the plan; nothing is run.
+# Environment: TPTRAIN_LAUNCH (default empty: one rank without a launcher, an MPI singleton),
+# TPTRAIN_CHECK_TESTS (the tests.tsv names to run, an extended regex, default ^unit),
+# DEVICE_CHECK_PHASES=1 (`tptrain bench --phases` for the 1.3B step).
 # shellcheck disable=SC2015  # `[ A ] && [ B ] || C`: C runs when either test fails, as meant
-set -euo pipefail
+# shellcheck disable=SC2016  # bash -c '...': expanded by that shell, from its arguments
+set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+script="$root/jobs/device-check.sh"
+orig_args=("$@")
 
-bundle="" build="" kokkos="" kernels="" kokkos_src="$root/../kokkos" kernels_src="$root/../kokkos-kernels"
-out="$root/runs/device-check" steps=3 peak_fp32=67 peak_bf16=989 torch=1 dry_run=0
+pack_help() {
+  cat >&2 <<EOF
+device-check: it builds nothing on the GPU machine (a build there takes over 10 minutes and needs
+MPI and HDF5). Pack a bundle where CUDA, Kokkos (with Kokkos Kernels and cuBLAS) and MPI are:
+  jobs/check-cuda-build.sh \$KOKKOS \$KOKKOS build-cuda
+  jobs/pack-device-bundle.sh build-cuda device-bundle
+  jobs/device-check.sh --bundle device-bundle --dry-run
+and run jobs/device-check.sh --bundle device-bundle there (README, "The device check on a bare GPU machine").
+EOF
+}
 need() {  # need OPTION ARGS...: a usage error naming the option unless a value follows it
   [ $# -ge 2 ] && [ -n "$2" ] || { echo "device-check: $1 needs a value (--help lists the options)" >&2; exit 2; }
 }
+bundle="" out="" work="" budget="" steps="" peak_bf16="" torch=1 dry_run=0 rehearse=0 quick=0 test_filter="-"
 while [ $# -gt 0 ]; do
   case "$1" in
     --bundle) need "$@"; bundle=$2; shift 2 ;;
-    --build) need "$@"; build=$2; shift 2 ;;
-    --kokkos) need "$@"; kokkos=$2; shift 2 ;;
-    --kernels) need "$@"; kernels=$2; shift 2 ;;
-    --kokkos-src) need "$@"; kokkos_src=$2; shift 2 ;;
-    --kernels-src) need "$@"; kernels_src=$2; shift 2 ;;
     --out) need "$@"; out=$2; shift 2 ;;
+    --work) need "$@"; work=$2; shift 2 ;;
+    --budget) need "$@"; budget=$2; shift 2 ;;
     --steps) need "$@"; steps=$2; shift 2 ;;
-    --peak-fp32) need "$@"; peak_fp32=$2; shift 2 ;;
     --peak-bf16) need "$@"; peak_bf16=$2; shift 2 ;;
+    --test-filter) need "$@"; test_filter=$2; shift 2 ;;
     --no-torch) torch=0; shift ;;
+    --quick) quick=1; shift ;;
+    --rehearse) rehearse=1; shift ;;
     --dry-run) dry_run=1; shift ;;
+    --build|--kokkos|--kernels|--kokkos-src|--kernels-src)
+      echo "device-check: $1 is gone: the check runs a bundle only" >&2; pack_help; exit 2 ;;
     -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     *) echo "device-check: unknown argument '$1' (--help lists them)" >&2; exit 2 ;;
   esac
 done
-if [ -n "$bundle" ] && [ -n "$build$kokkos$kernels" ]; then
-  echo "device-check: --bundle brings its own build: it does not combine with --build, --kokkos or --kernels" >&2
-  exit 2
+[ -n "$bundle" ] || { echo "device-check: --bundle DIR is required" >&2; pack_help; exit 2; }
+[ -d "$bundle" ] || { echo "device-check: no bundle at $bundle" >&2; pack_help; exit 2; }
+for n in "$budget" "$steps" "$peak_bf16"; do
+  [ -z "$n" ] || [[ "$n" =~ ^[0-9]+([.][0-9]+)?$ ]] || { echo "device-check: '$n' is not a number" >&2; exit 2; }
+done
+
+# --- rehearsal: the same script again, in the environment of a bare machine ------------------
+if [ "$rehearse" = 1 ] && [ "${DEVICE_CHECK_STRIPPED:-0}" != 1 ]; then
+  if [ -z "$out" ]; then
+    out=$(mktemp -d "${TMPDIR:-/tmp}/device-check-rehearsal.XXXXXX")
+  elif [ -e "$out" ] && [ -n "$(ls -A "$out" 2>/dev/null)" ]; then
+    echo "device-check: --rehearse wants a fresh --out: $out is not empty" >&2
+    exit 2
+  fi
+  mkdir -p "$out"
+  out=$(cd "$out" && pwd)
+  bundle=$(cd "$bundle" && pwd)
+  [ -n "$work" ] || work=$(mktemp -d "${TMPDIR:-/tmp}/device-check-work.XXXXXX")
+  mkdir -p "$work/stub-bin"
+  work=$(cd "$work" && pwd)
+  # What the GPU machine lacks: a call to any of these fails the rehearsal (forbidden-calls).
+  for t in mpiexec mpirun orterun srun prterun h5dump h5ls h5pcc h5cc mpicc mpicxx ompi_info cmake ctest nvcc; do
+    cat >"$work/stub-bin/$t" <<EOF
+#!/bin/sh
+echo "device-check: rehearsal: $t was called (\$*): the GPU machine has none" >&2
+echo "$t \$*" >>"$work/forbidden-calls"
+exit 127
+EOF
+    chmod +x "$work/stub-bin/$t"
+  done
+  echo "device-check: rehearsal: env -i, PATH=$work/stub-bin:/usr/bin:/bin, out $out, work $work"
+  args=()
+  skip=0
+  for a in "${orig_args[@]}"; do  # --out, --bundle and --work as resolved here
+    if [ "$skip" = 1 ]; then skip=0; continue; fi
+    case "$a" in --out|--bundle|--work) skip=1; continue ;; esac
+    args+=("$a")
+  done
+  exec env -i PATH="$work/stub-bin:/usr/bin:/bin" HOME="$work" TMPDIR="$work" LANG=C.UTF-8 \
+    DEVICE_CHECK_STRIPPED=1 ${TPTRAIN_CHECK_TESTS:+TPTRAIN_CHECK_TESTS="$TPTRAIN_CHECK_TESTS"} \
+    ${TPTRAIN_LAUNCH:+TPTRAIN_LAUNCH="$TPTRAIN_LAUNCH"} ${DEVICE_CHECK_PHASES:+DEVICE_CHECK_PHASES="$DEVICE_CHECK_PHASES"} \
+    /bin/bash "$script" "${args[@]}" --bundle "$bundle" --out "$out" --work "$work"
 fi
-mkdir -p "$out"
+
+# --- defaults -----------------------------------------------------------------------------------
+if [ "$quick" = 1 ]; then
+  budget=${budget:-100} steps=${steps:-1} warmup=0
+  [ "$test_filter" != - ] || test_filter="[precision][gemm]"
+elif [ "$rehearse" = 1 ]; then
+  budget=${budget:-300} steps=${steps:-2} warmup=1
+  [ "$test_filter" != - ] || test_filter="[kernels]"
+else
+  budget=${budget:-480} steps=${steps:-3} warmup=1
+fi
+[ "$test_filter" != - ] && [ "$test_filter" != all ] || test_filter=""
+out=${out:-$root/runs/device-check}
+mkdir -p "$out" || exit 1
 out=$(cd "$out" && pwd)
-export PATH="${CUDA_HOME:-/usr/local/cuda}/bin:$PATH"
-jobs=$(nproc 2>/dev/null || echo 4)
+if [ -z "$work" ]; then
+  work=$(mktemp -d "${TMPDIR:-/tmp}/device-check-work.XXXXXX") || exit 1
+fi
+mkdir -p "$work" && work=$(cd "$work" && pwd)
+bundle=$(cd "$bundle" && pwd)
+case "$work/" in "$out"/*) echo "device-check: --work must not be inside --out" >&2; exit 2 ;; esac
+start=$SECONDS
+deadline=$((start + ${budget%.*}))
+
+# The result files, fresh; this script's output also goes to device-check.log as it comes.
+for f in summary.txt results.jsonl steps.log device-check.log gpu.csv; do : >"$out/$f"; done
+exec > >(tee -a "$out/device-check.log") 2>&1
+[ "$rehearse" = 1 ] || export PATH="${CUDA_HOME:-/usr/local/cuda}/bin:$PATH"
 # shellcheck disable=SC2206  # split on purpose: "srun -n 1" is a command and its arguments
 launch=(${TPTRAIN_LAUNCH:-})
+sampler=""
+cleanup() { [ -z "$sampler" ] || kill "$sampler" 2>/dev/null; }
+trap cleanup EXIT
 
-current="setup"
-step() {  # step NAME: announce it; a failure from here on names it
-  current=$1
-  echo
-  echo "=== device-check: $current ($(date -u +%H:%M:%S)) ==="
+say() { echo "device-check: $*"; }
+section() { echo; echo "=== device-check: $1 ($(date -u +%H:%M:%S), $((SECONDS - start)) s) ==="; }
+# record KEY=VALUE...: one line of results.jsonl (values are strings; n:KEY=VALUE a number,
+# j:KEY=FILE the last JSON line in FILE that starts with {"bench" or {"torch"; null when none).
+record() {
+  python3 - "$@" >>"$out/results.jsonl" <<'EOF'
+import json, sys
+rec = {}
+for arg in sys.argv[1:]:
+    key, _, value = arg.partition("=")
+    if key.startswith("n:"):
+        try:
+            rec[key[2:]] = float(value) if "." in value else int(value)
+        except ValueError:
+            rec[key[2:]] = None
+    elif key.startswith("j:"):
+        found = None
+        try:
+            for line in open(value, errors="replace"):
+                if line.startswith('{"bench"') or line.startswith('{"torch"'):
+                    try:
+                        found = json.loads(line)
+                    except ValueError:
+                        pass
+        except OSError:
+            pass
+        rec[key[2:]] = found
+    else:
+        rec[key] = value
+print(json.dumps(rec), flush=True)
+EOF
 }
-# shellcheck disable=SC2154  # rc is assigned inside the trap
-trap 'rc=$?; [ $rc -eq 0 ] || echo "device-check: FAILED at step $current (exit $rc); logs in $out" >&2' EXIT
-logged() {  # logged LOG COMMAND...: COMMAND's output appended to LOG; on failure its tail is shown
-  local log=$1
-  shift
-  "$@" >>"$log" 2>&1 || { local rc=$?; tail -n 30 "$log" >&2; echo "device-check: '$1' failed (exit $rc; all of it in $log)" >&2; return $rc; }
+summarize() {  # summary.txt from results.jsonl (atomic, so a kill never leaves half a file)
+  python3 "$root/jobs/device_check_summary.py" "$out/results.jsonl" "$out/gpu.csv" >"$out/.summary.txt.new" 2>&1 &&
+    mv -f "$out/.summary.txt.new" "$out/summary.txt"
 }
-start=$SECONDS
 
-step prerequisites
-# Nothing is installed from here: such a machine has no package registry. With --bundle: the GPU
-# driver, the CUDA libraries the bundle names (toolkit or PyTorch's wheels), glibc as new as its
-# MANIFEST says, Python 3 (the summary). Building here: also the CUDA toolkit, CMake (with make
-# or ninja), a C++17 host compiler, MPI and parallel HDF5, and tptrain's header libraries (toml++,
-# CLI11, fmt, nlohmann-json, PCRE2, Catch2), found by CMake at configure (README, "Building on a
-# cluster", names each module or Spack package); Kokkos and Kokkos Kernels as --kokkos PREFIX or
-# sources (above). Optional: NCCL (without it the collectives fall back to MPI, loudly), a host
-# BLAS (Kokkos Kernels' host GEMMs; without it tptrain's own loop), PyTorch (the comparison).
-in_env() { "$@"; }  # runs tptrain in its environment: the bundle's, or as it is
-missing=0
-need_tool() {  # need_tool NAME WHAT: found or missing, with what provides it
-  if command -v "$1" >/dev/null 2>&1; then printf '  %-12s %s\n' "$1" "$(command -v "$1")"
-  else printf '  %-12s MISSING: %s\n' "$1" "$2"; missing=1; fi
-}
-need_tool nvidia-smi "the NVIDIA driver"
-need_tool python3 "Python 3 (the summary; PyTorch for the comparison)"
-if [ -z "$bundle$build" ]; then  # building here; a prebuilt --build or --bundle needs no compiler
-  need_tool nvcc "the CUDA toolkit (CUDA_HOME, default /usr/local/cuda)"
-  need_tool cmake "CMake >= 3.16 (pip install cmake)"
-  if command -v ninja >/dev/null 2>&1; then
-    need_tool ninja "Ninja"
-  else
-    need_tool make "make or ninja (pip install ninja)"
-  fi
-  need_tool "${CXX:-g++}" "a C++17 host compiler (CXX)"
-  need_tool mpicc "MPI (module load openmpi; spack install openmpi)"
-  hdf5_parallel=""
-  for h in "${HDF5_ROOT:-}/include" /usr/include/hdf5/openmpi /usr/include/hdf5/mpich /usr/include /usr/local/include; do
-    [ -f "$h/H5pubconf.h" ] && grep -q '^#define H5_HAVE_PARALLEL 1' "$h/H5pubconf.h" && { hdf5_parallel=$h; break; }
+section prerequisites
+command -v python3 >/dev/null 2>&1 || { say "python3 is missing: it writes the results (and runs PyTorch)"; exit 1; }
+if [ "$rehearse" = 1 ]; then
+  say "rehearsal: stripped environment: PATH=$PATH"
+  for t in mpiexec mpirun h5dump; do
+    printf '  %-12s %s\n' "$t" "$(command -v "$t" || echo none)"
   done
-  if [ -n "$hdf5_parallel" ] || command -v h5pcc >/dev/null 2>&1; then
-    printf '  %-12s %s\n' hdf5 "parallel: ${hdf5_parallel:-$(command -v h5pcc)}"
-  else
-    printf '  %-12s MISSING: %s\n' hdf5 "a parallel HDF5 (HDF5_ROOT; module load hdf5/parallel; spack install hdf5+mpi)"
-    missing=1
-  fi
 fi
-# NCCL: the header and the library in one place, which the configure step is then pointed at.
-nccl_root=""
-for d in "${NCCL_ROOT:-}" "${CUDA_HOME:-/usr/local/cuda}" /usr /usr/local; do
-  [ -n "$d" ] && [ -f "$d/include/nccl.h" ] || continue
-  for l in lib lib64 lib/x86_64-linux-gnu; do
-    [ -e "$d/$l/libnccl.so" ] && { nccl_root=$d; break 2; }
-  done
-done
-if [ -n "$bundle" ]; then
-  :  # reported with the bundle below
-elif [ -n "$nccl_root" ]; then
-  echo "  nccl         $nccl_root (include/nccl.h, libnccl.so)"
-else
-  echo "  nccl         NOT FOUND (nccl.h and libnccl.so under NCCL_ROOT, CUDA_HOME, /usr or /usr/local): device collectives fall back to MPI"
-fi
-torch_ok=0
-if python3 -c "import torch" >/dev/null 2>&1; then
-  echo "  torch        $(python3 -c 'import sys, torch; print(torch.__version__, "on Python", sys.version.split()[0])')"
-  torch_ok=1
-else
-  echo "  torch        not importable: no PyTorch comparison"
-fi
-
-if [ -n "$bundle" ]; then
-  bundle=$(cd "$bundle" && pwd)
-  [ -f "$bundle/MANIFEST" ] && [ -f "$bundle/env.sh" ] ||
-    { echo "device-check: $bundle is not a bundle of jobs/pack-device-bundle.sh (no MANIFEST or env.sh)" >&2; exit 1; }
-  manifest() { sed -n "s/^$1=//p" "$bundle/MANIFEST"; }
-  if [ "$(manifest compressed)" = xz ]; then  # unpacked once into the output folder
-    if [ ! -f "$out/bundle/MANIFEST" ] || ! cmp -s "$bundle/MANIFEST" "$out/bundle/MANIFEST"; then
-      rm -rf "$out/bundle"
-      cp -r "$bundle" "$out/bundle"
-      find "$out/bundle" -name '*.xz' -print0 | xargs -0 -r python3 -c '
+refusals=()  # reasons not to run: a bundle the GPU cannot use, a library that does not resolve
+notes=()     # said in the summary, do not stop the run
+[ -f "$bundle/MANIFEST" ] && [ -f "$bundle/env.sh" ] ||
+  { say "$bundle is not a bundle of jobs/pack-device-bundle.sh (no MANIFEST or env.sh)"; pack_help; exit 1; }
+manifest() { sed -n "s/^$1=//p" "$bundle/MANIFEST" | head -n 1; }
+if [ "$(manifest compressed)" = xz ]; then  # unpacked into the work folder
+  rm -rf "$work/bundle"
+  cp -r "$bundle" "$work/bundle"
+  find "$work/bundle" -name '*.xz' -print0 | xargs -0 -r python3 -c '
 import lzma, os, shutil, sys
 for packed in sys.argv[1:]:
     with lzma.open(packed) as src, open(packed[:-3], "wb") as dst:
         shutil.copyfileobj(src, dst)
     shutil.copymode(packed, packed[:-3])
-    os.remove(packed)'
-    fi
-    echo "  bundle       unpacked (xz) into $out/bundle"
-    bundle="$out/bundle"
-  fi
-  [ -x "$bundle/bin/tptrain-bin" ] || { echo "device-check: $bundle has no bin/tptrain-bin" >&2; exit 1; }
-  echo "  bundle       $bundle: tptrain $(manifest commit), built $(manifest created) in $(manifest build_dir), NCCL $(manifest nccl)"
-  # Its environment (LD_LIBRARY_PATH with its libstdc++, zlib, OpenSSL, ...; OPAL_PREFIX) is given
-  # to its programs alone: Python and PyTorch keep the machine's libraries.
-  # shellcheck source=/dev/null  # written by jobs/pack-device-bundle.sh
-  in_env() { (. "$bundle/env.sh" && exec "$@"); }
-  glibc_have=$(getconf GNU_LIBC_VERSION 2>/dev/null | awk '{print $2}')
-  glibc_need=$(manifest glibc_min)
-  if [ -n "$glibc_need" ] && [ "$(printf '%s\n%s\n' "$glibc_need" "${glibc_have:-0}" | sort -V | head -n 1)" != "$glibc_need" ]; then
-    printf '  %-12s MISSING: glibc %s here, the bundle needs >= %s (pack it on an older system)\n' glibc "${glibc_have:-unknown}" "$glibc_need"
-    missing=1
-  else
-    printf '  %-12s %s (the bundle needs >= %s)\n' glibc "${glibc_have:-unknown}" "${glibc_need:-?}"
-  fi
-  for f in "$bundle"/bin/*; do
-    [ "$(head -c 4 "$f" | tail -c 3)" = ELF ] || continue
-    unresolved=$(in_env ldd "$f" 2>&1 | awk '/not found/ {print $1}' | sort -u | tr '\n' ' ') || true  # static: not dynamic
-    if [ -n "$unresolved" ]; then
-      printf '  %-12s MISSING libraries: %s(CUDA ones: CUDA_HOME/lib64 or PyTorch'"'"'s nvidia-* wheels; libcuda: the driver)\n' "$(basename "$f")" "$unresolved"
-      missing=1
-    fi
-  done
-  for soname in $(manifest cuda_libraries); do
-    printf '  %-12s %s\n' "${soname%%.so*}" "$(in_env ldd "$bundle/bin/tptrain-bin" | awk -v s="$soname" '$1 == s {print $3, $4}')"
-  done
-  # The test binaries read the source tree's data at the path they were built with; point that
-  # path at this checkout when nothing is there (the machine is bare; root may create it).
-  source_dir=$(manifest source_dir)
-  if [ -n "$source_dir" ] && [ ! -e "$source_dir" ]; then
-    if [ "$dry_run" = 0 ] && mkdir -p "$(dirname "$source_dir")" 2>/dev/null && ln -s "$root" "$source_dir" 2>/dev/null; then
-      echo "  sources      $source_dir -> $root (the tests' built-in data path)"
-    else
-      echo "  sources      $source_dir (the tests' built-in data path) is absent and cannot be made: tests that read tests/data fail"
-    fi
-  elif [ -n "$source_dir" ] && [ "$(cd "$source_dir" && pwd -P)" != "$(cd "$root" && pwd -P)" ]; then
-    echo "  sources      WARNING: the tests read $source_dir, not this checkout ($root)"
-  fi
+    os.remove(packed)' || { say "could not unpack the xz files of $bundle"; exit 1; }
+  say "bundle unpacked (xz) into $work/bundle"
+  bundle="$work/bundle"
 fi
-if [ "$missing" != 0 ]; then
-  if [ "$dry_run" = 1 ]; then
-    echo "device-check: (dry run) requirements are missing (above); a real run stops here"
+[ -x "$bundle/bin/tptrain-bin" ] && [ -x "$bundle/bin/tptrain" ] || { say "$bundle has no bin/tptrain"; exit 1; }
+exe="$bundle/bin/tptrain"
+backends=$(manifest kokkos_backends) cuda_arch=$(manifest cuda_arch) tpls=$(manifest kernels_tpls) nccl=$(manifest nccl)
+echo "  bundle       $bundle: tptrain $(manifest commit), built $(manifest created) in $(manifest build_dir)"
+echo "  kokkos       $(manifest kokkos_version): backends ${backends:-?}, arch $(manifest kokkos_arch)${cuda_arch:+ (sm_$cuda_arch)}; Kokkos Kernels TPLs ${tpls:-?}"
+[ -n "$backends" ] || refusals+=("its MANIFEST does not name the Kokkos backends (packed before they were recorded): pack it again")
+
+# The GPU: name, compute capability, clocks (the peak table needs the name).
+gpu_name="rehearsal: none" gpu_cc="" gpu_line=""
+if command -v nvidia-smi >/dev/null 2>&1; then
+  q=name,compute_cap,memory.total,driver_version,clocks.max.sm,clocks.sm,clocks.max.memory,power.limit
+  if gpu_line=$(timeout -s KILL 30 nvidia-smi --query-gpu=$q --format=csv,noheader 2>&1 | head -n 1) &&
+     [ "$(tr -cd , <<<"$gpu_line" | wc -c)" -ge 7 ]; then
+    gpu_name=$(cut -d, -f1 <<<"$gpu_line" | sed 's/^ *//; s/ *$//')
+    gpu_cc=$(cut -d, -f2 <<<"$gpu_line" | tr -d ' .')
   else
-    echo "device-check: requirements are missing (above)" >&2
+    gpu_name=$(timeout -s KILL 30 nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
+    gpu_name=${gpu_name:-unknown (nvidia-smi: $gpu_line)}
+    gpu_cc=$(timeout -s KILL 30 nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1 | tr -d ' .')
+    [[ "$gpu_cc" =~ ^[0-9]+$ ]] || gpu_cc=""
+  fi
+  [ -n "$gpu_cc" ] || notes+=("nvidia-smi gave no compute capability: the bundle's cuda_arch is not checked against the GPU")
+  echo "  gpu          $gpu_line"
+elif [ "$rehearse" = 1 ]; then
+  echo "  gpu          rehearsal: none (no nvidia-smi)"
+else
+  echo "  gpu          none: nvidia-smi is missing (the NVIDIA driver)"
+  refusals+=("no GPU: nvidia-smi is missing (the NVIDIA driver)")
+fi
+
+# The bundle must be a CUDA build for this GPU with cuBLAS as Kokkos Kernels' GEMM.
+if [ "$rehearse" = 1 ]; then
+  notes+=("rehearsal: the CUDA checks (backend CUDA, sm_ of the GPU, cuBLAS in Kokkos Kernels) are skipped: this bundle is ${backends:-?}; a GPU run refuses it")
+  say "${notes[-1]}"
+else
+  [[ " $backends " == *" CUDA "* ]] || refusals+=("the bundle is not a CUDA build (Kokkos backends: ${backends:-?})")
+  if [ -z "$cuda_arch" ]; then
+    refusals+=("its MANIFEST names no CUDA architecture (cuda_arch)")
+  elif [ -n "$gpu_cc" ] && [ "$gpu_cc" != "$cuda_arch" ]; then
+    refusals+=("the bundle is built for sm_$cuda_arch, this GPU ($gpu_name) is sm_$gpu_cc: pack one with its Kokkos_ARCH")
+  fi
+  [[ " $tpls " == *" CUBLAS "* ]] || refusals+=("Kokkos Kernels has no cuBLAS (TPLs: ${tpls:-?}): its GEMMs would not be cuBLAS's (KokkosKernels_ENABLE_TPL_CUBLAS=ON)")
+fi
+if [ "$nccl" = ON ]; then
+  echo "  nccl         in the bundle (the machine's libnccl)"
+else
+  notes+=("no NCCL in this bundle: device collectives fall back to MPI (host-staged); one rank runs none, so the figures are unaffected")
+  echo "  nccl         ${notes[-1]}"
+fi
+
+# Its environment (env.sh: LD_LIBRARY_PATH with its libraries, OPAL_PREFIX) is its programs'
+# alone: Python and PyTorch keep the machine's libraries.
+# shellcheck source=/dev/null  # written by jobs/pack-device-bundle.sh
+in_env() { (. "$bundle/env.sh" && exec "$@"); }
+glibc_have=$(getconf GNU_LIBC_VERSION 2>/dev/null | awk '{print $2}')
+glibc_need=$(manifest glibc_min)
+if [ -n "$glibc_need" ] && [ "$(printf '%s\n%s\n' "$glibc_need" "${glibc_have:-0}" | sort -V | head -n 1)" != "$glibc_need" ]; then
+  refusals+=("glibc ${glibc_have:-unknown} here, the bundle needs >= $glibc_need (pack it on an older system)")
+fi
+printf '  %-12s %s (the bundle needs >= %s)\n' glibc "${glibc_have:-unknown}" "${glibc_need:-?}"
+# Every library of every program resolves, from the bundle or the machine's glibc and CUDA.
+system_re='^(ld-linux[^/]*|linux-vdso|libc|libm|libdl|libpthread|librt|libresolv|libutil|libmvec)\.so'
+cuda_re='^lib(cuda|cudart|cublas|cublasLt|nccl|nvrtc|nvJitLink|cufft|curand|cusparse|cusolver|nvidia-[a-z-]*)\.so'
+bundle_real=$(cd "$bundle" && pwd -P)
+for f in "$bundle"/bin/*; do
+  [ "$(head -c 4 "$f" | tail -c 3)" = ELF ] || continue
+  deps=$(in_env ldd "$f" 2>&1) || true  # a static program: "not a dynamic executable"
+  unresolved=$(awk '/not found/ {print $1}' <<<"$deps" | sort -u | tr '\n' ' ')
+  [ -z "$unresolved" ] || refusals+=("$(basename "$f") needs libraries not found: $unresolved(CUDA ones: CUDA_HOME/lib64 or PyTorch's nvidia-* wheels; libcuda: the driver)")
+  outside=$(awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' <<<"$deps" | while read -r so path; do
+      [[ "$so" =~ $system_re || "$so" =~ $cuda_re ]] && continue
+      real=$(readlink -f "$path")
+      [[ "$real" == "$bundle_real"/* ]] || printf '%s ' "$so"
+    done)
+  if [ -n "$outside" ]; then
+    if [ "$rehearse" = 1 ]; then
+      refusals+=("$(basename "$f") loads from outside the bundle: $outside(the bundle is not self-contained)")
+    else
+      notes+=("$(basename "$f") loads the machine's $outside")
+    fi
+  fi
+done
+for soname in $(manifest cuda_libraries); do
+  printf '  %-12s %s\n' "${soname%%.so*}" "$(in_env ldd "$bundle/bin/tptrain-bin" 2>/dev/null | awk -v s="$soname" '$1 == s {print $3}')"
+done
+version=$(timeout -s KILL 60 bash -c '. "$1/env.sh" && exec "$2" --version' _ "$bundle" "$exe" 2>&1 | head -n 3)
+echo "  tptrain      $(head -n 1 <<<"$version")"
+
+torch_ok=0 torch_version="" torch_device=cpu
+[ "$rehearse" = 1 ] || torch_device=cuda
+if [ "$torch" = 0 ]; then
+  echo "  torch        --no-torch"
+elif torch_version=$(timeout -s KILL 60 python3 -c "
+import sys, torch
+ok = '$torch_device' == 'cpu' or torch.cuda.is_available()
+print(torch.__version__, 'CUDA', torch.version.cuda, 'on Python', sys.version.split()[0], '' if ok else '(no CUDA device)')
+sys.exit(0 if ok else 1)" 2>/dev/null); then
+  torch_ok=1
+  echo "  torch        $torch_version"
+else
+  echo "  torch        not importable${torch_version:+ with CUDA ($torch_version)}: the PyTorch steps are skipped"
+  notes+=("PyTorch not importable${torch_version:+ with CUDA}: no comparison")
+fi
+
+# The tests read the source tree's data at the path they were built with; point that path at
+# this checkout when nothing is there (the machine is bare; root may create it).
+source_dir=$(manifest source_dir)
+if [ -n "$source_dir" ] && [ ! -e "$source_dir" ]; then
+  if [ "$dry_run" = 0 ] && mkdir -p "$(dirname "$source_dir")" 2>/dev/null && ln -s "$root" "$source_dir" 2>/dev/null; then
+    echo "  sources      $source_dir -> $root (the tests' built-in data path)"
+  else
+    notes+=("the tests' data path $source_dir is absent and cannot be made: tests that read tests/data fail")
+  fi
+elif [ -n "$source_dir" ] && [ "$(cd "$source_dir" && pwd -P)" != "$(cd "$root" && pwd -P)" ]; then
+  echo "  sources      the tests read $source_dir, not this checkout ($root)"
+fi
+
+record step=machine status="$([ ${#refusals[@]} -eq 0 ] && echo ok || echo refused)" gpu="$gpu_name" gpu_query="$gpu_line" gpu_cc="$gpu_cc" \
+  peak_bf16_tflops="$peak_bf16" rehearsal="$rehearse" quick="$quick" budget_s="$budget" \
+  bundle="$bundle" commit="$(manifest commit)" kokkos_backends="$backends" kokkos_arch="$(manifest kokkos_arch)" \
+  cuda_arch="$cuda_arch" kernels_tpls="$tpls" nccl="$nccl" glibc="$glibc_have" glibc_min="$glibc_need" \
+  torch="${torch_version:-none}" tptrain_version="$(head -n 1 <<<"$version")" \
+  refusals="$(printf '%s\n' ${refusals[@]+"${refusals[@]}"})" notes="$(printf '%s\n' ${notes[@]+"${notes[@]}"})"
+summarize
+if [ ${#refusals[@]} -gt 0 ]; then
+  for r in "${refusals[@]}"; do say "REFUSED: $r"; done
+  if [ "$dry_run" = 0 ]; then
+    say "FAILED: the bundle cannot run here (above; $out/summary.txt)"
     exit 1
   fi
 fi
 
+# --- the steps ------------------------------------------------------------------------------
+# Benchmark shapes: the decks on a GPU; in a rehearsal, small ones with the same step names.
+deck124="$root/input/bench/gpt2-124m.toml" deck13="$root/input/bench/gpt3-1.3b.toml"
+set124=(--set training.global_batch=8 --set training.micro_batch=8 --set training.precision=bf16)
+set13=(--set training.precision=bf16)
+if [ "$rehearse" = 1 ]; then
+  small=(--set model.layers=2 --set model.heads=4 --set model.vocab_size=512)
+  set124+=("${small[@]}" --set model.hidden=64 --set model.ffn_hidden=256 --set model.seq_length=64
+           --set training.global_batch=2 --set training.micro_batch=2)
+  set13+=("${small[@]}" --set model.hidden=128 --set model.ffn_hidden=512 --set model.seq_length=128
+          --set training.global_batch=4 --set training.micro_batch=2)
+  export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1  # tptrain and PyTorch alike, one core each
+fi
+phases=()
+[ "${DEVICE_CHECK_PHASES:-0}" = 1 ] && phases=(--phases)
+tests_re=${TPTRAIN_CHECK_TESTS:-^unit}
+
 if [ "$dry_run" = 1 ]; then
-  step "dry run: the plan"
-  if [ -n "$bundle" ]; then
-    echo "build: none (--bundle $bundle)"
-    echo "tests (tests.tsv, names matching ${TPTRAIN_CHECK_TESTS:-^unit}):"
-    awk -F '\t' -v re="${TPTRAIN_CHECK_TESTS:-^unit}" '$1 ~ re { printf "  %s: %s %s (timeout %s s; %s)\n", $1, $4, $5, $2, $3 }' "$bundle/tests.tsv"
-    exe="$bundle/bin/tptrain"
-  else
-    echo "build: ${build:-jobs/check-cuda-build.sh with Kokkos ${kokkos:-built from $kokkos_src and $kernels_src}}"
-    echo "tests: ctest -R '${TPTRAIN_CHECK_TESTS:-^unit}' --no-tests=error"
-    exe="${build:-$out/build-cuda}/tptrain"
-  fi
-  echo "bench: ${launch[*]:+${launch[*]} }$exe bench DECK --steps $steps --warmup 1 for gpt2-124m (batch 8) and gpt3-1.3b, fp32 and bf16"
-  [ "$torch" = 1 ] && [ "$torch_ok" = 1 ] && echo "torch: jobs/bench_torch.py --resolved (tptrain check DECK --json) --device cuda for each"
+  section "dry run: the plan (budget $budget s)"
+  echo "smoke-124m-bf16   30 s: tptrain bench gpt2-124m ${set124[*]} --steps 2 --warmup 1"
+  echo "tptrain-1.3b-bf16 150 s: tptrain bench gpt3-1.3b ${set13[*]} --steps $steps --warmup $warmup"
+  [ "$torch_ok" = 1 ] && echo "torch-1.3b-bf16   110 s: jobs/bench_torch.py --resolved (tptrain check --json) --device $torch_device"
+  echo "tptrain-124m-bf16 45 s, torch-124m-bf16 45 s: the same for gpt2-124m"
+  echo "tests (tests.tsv, names matching $tests_re${test_filter:+, Catch2 filter $test_filter}), the time left:"
+  awk -F '\t' -v re="$tests_re" '$1 ~ re { printf "  test-%s: %s %s (at most %s s)\n", $1, $4, $5, $2 }' "$bundle/tests.tsv"
   exit 0
 fi
 
-step gpu
-nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv,noheader ||
-  { echo "device-check: nvidia-smi found no GPU" >&2; exit 1; }
-gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)
-if [ -n "$bundle" ] && [ -n "$(manifest cuda_arch)" ]; then
-  cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -n 1 | tr -d .)
-  [ "$cc" = "$(manifest cuda_arch)" ] ||
-    { echo "device-check: the bundle is built for sm_$(manifest cuda_arch) (Kokkos_ARCH_*), this GPU is sm_$cc: pack one built for it" >&2; exit 1; }
-fi
-nvcc --version 2>/dev/null | tail -n 2 || echo "(nvcc not on PATH: only a prebuilt --build or --bundle can run)"
-
-# Ninja when there is one (and the tree is new: a generator cannot change in a configured tree).
-generator() {  # generator BUILD_DIR: CMake's -G arguments for that tree
-  if [ ! -f "$1/CMakeCache.txt" ] && command -v ninja >/dev/null 2>&1; then echo "-G Ninja"; fi
-}
-if [ -n "$bundle" ]; then
-  exe="$bundle/bin/tptrain"
+# The GPU's clocks, power and memory each second, with a marker line before each step.
+if command -v nvidia-smi >/dev/null 2>&1; then
+  echo "# timestamp, clocks.sm MHz, clocks.mem MHz, power.draw W, temperature.gpu C, utilization.gpu %, memory.used MiB" >>"$out/gpu.csv"
+  nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,utilization.gpu,memory.used \
+    --format=csv,noheader,nounits -lms 1000 >>"$out/gpu.csv" 2>/dev/null &
+  sampler=$!
 else
-  if [ -z "$build" ]; then
-    if [ -z "$kokkos" ]; then
-      step build-kokkos
-      # Kokkos and Kokkos Kernels (CUDA 13 needs Kokkos >= 4.7.01) from the source trees beside
-      # the repository: CUDA + Serial, the architecture of this GPU (also as -arch for
-      # nvcc_wrapper, whose default sm_70 CUDA 13 rejects), cuBLAS as Kokkos Kernels' GEMM.
-      [ -f "$kokkos_src/CMakeLists.txt" ] && [ -f "$kernels_src/CMakeLists.txt" ] ||
-        { echo "device-check: no Kokkos sources at $kokkos_src and $kernels_src (or give --kokkos PREFIX, --build DIR or --bundle DIR)" >&2; exit 1; }
-      cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -n 1 | tr -d .)
-      case "$cc" in
-        90) arch=Kokkos_ARCH_HOPPER90 ;; 80) arch=Kokkos_ARCH_AMPERE80 ;; 89) arch=Kokkos_ARCH_ADA89 ;;
-        100) arch=Kokkos_ARCH_BLACKWELL100 ;; *) echo "device-check: compute capability $cc: add its Kokkos_ARCH" >&2; exit 1 ;;
-      esac
-      # A host BLAS is optional: without one tptrain's host GEMMs use their own loop.
-      host_blas=OFF
-      ldconfig -p 2>/dev/null | grep -Eq 'lib(open)?blas\.so ' && host_blas=ON
-      echo "Kokkos from $kokkos_src, Kokkos Kernels from $kernels_src: $arch, host BLAS $host_blas (logs: $out/kokkos.log, $out/kernels.log)"
-      kokkos="$out/kokkos-install"
-      # shellcheck disable=SC2046  # generator: none or two words
-      logged "$out/kokkos.log" cmake -S "$kokkos_src" -B "$out/kokkos-build" $(generator "$out/kokkos-build") \
-        -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_STANDARD=17 \
-        -DCMAKE_CXX_COMPILER="$kokkos_src/bin/nvcc_wrapper" -DCMAKE_CXX_FLAGS="-arch=sm_$cc" -DCMAKE_INSTALL_PREFIX="$kokkos" \
-        -DKokkos_ENABLE_CUDA=ON -DKokkos_ENABLE_CUDA_LAMBDA=ON -DKokkos_ENABLE_SERIAL=ON -D$arch=ON -DBUILD_SHARED_LIBS=ON
-      logged "$out/kokkos.log" cmake --build "$out/kokkos-build" -j "$jobs"
-      logged "$out/kokkos.log" cmake --install "$out/kokkos-build"
-      # shellcheck disable=SC2046
-      logged "$out/kernels.log" cmake -S "$kernels_src" -B "$out/kernels-build" $(generator "$out/kernels-build") \
-        -DCMAKE_BUILD_TYPE=Release \
-        -DCMAKE_CXX_COMPILER="$kokkos_src/bin/nvcc_wrapper" -DCMAKE_CXX_FLAGS="-arch=sm_$cc" \
-        -DCMAKE_INSTALL_PREFIX="$kokkos" -DKokkos_ROOT="$kokkos" \
-        -DKokkosKernels_ENABLE_TPL_CUBLAS=ON -DKokkosKernels_ENABLE_TPL_BLAS=$host_blas \
-        -DKokkosKernels_ENABLE_TPL_CUSPARSE=OFF -DKokkosKernels_ENABLE_TPL_CUSOLVER=OFF \
-        -DKokkosKernels_ENABLE_ALL_COMPONENTS=OFF -DKokkosKernels_ENABLE_COMPONENT_BLAS=ON \
-        -DKokkosKernels_ADD_DEFAULT_ETI=OFF -DBUILD_SHARED_LIBS=ON
-      logged "$out/kernels.log" cmake --build "$out/kernels-build" -j "$jobs"
-      logged "$out/kernels.log" cmake --install "$out/kernels-build"
-    fi
-    step build-tptrain
-    build="$out/build-cuda"
-    cmake_args="$(generator "$build") ${TPTRAIN_CMAKE_ARGS:-}"
-    if [ -z "$nccl_root" ]; then
-      echo "device-check: WARNING: no NCCL: building with TPTRAIN_ENABLE_NCCL=OFF; every collective goes through MPI (host-staged), so the figures below are not NCCL's" >&2
-      cmake_args="$cmake_args -DTPTRAIN_ENABLE_NCCL=OFF"
-    else
-      cmake_args="$cmake_args -DNCCL_ROOT=$nccl_root"
-    fi
-    # Warnings are reported, not fatal: this run measures; jobs/check-cuda-build.sh alone is the gate.
-    TPTRAIN_WARNINGS=report TPTRAIN_CMAKE_ARGS="$cmake_args" TPTRAIN_BUILD_JOBS=$jobs \
-      "$root/jobs/check-cuda-build.sh" "$kokkos" "${kernels:-$kokkos}" "$build"
+  echo "# rehearsal: none (no nvidia-smi): no GPU samples" >>"$out/gpu.csv"
+fi
+
+failed=() skipped=()
+# run_step NAME BUDGET KIND COMMAND...: COMMAND under `timeout -s KILL` for at most BUDGET s (less
+# when the run's budget is nearly spent), its output appended to steps.log as it comes; then its
+# line in results.jsonl and a new summary.txt. KIND: bench, torch or test.
+run_step() {
+  local name=$1 want=$2 kind=$3
+  shift 3
+  local left=$((deadline - SECONDS - 5)) b=$want
+  [ "$left" -lt "$b" ] && b=$left
+  if [ "$b" -lt 5 ]; then
+    section "$name"
+    say "$name skipped: the run's budget of $budget s is spent"
+    skipped+=("$name")
+    record step="$name" kind="$kind" status=skipped note="no time left of the run's $budget s" n:budget_s=0
+    summarize
+    return 0
   fi
-  build=$(cd "$build" && pwd)
-  exe="$build/tptrain"
-fi
-[ -x "$exe" ] || { echo "device-check: no tptrain executable at $exe" >&2; exit 1; }
-in_env "$exe" --version
-
-step tests
-# Single-process entries only: one GPU cannot hold two NCCL ranks of one communicator.
-tests_re=${TPTRAIN_CHECK_TESTS:-^unit}
-if [ -n "$bundle" ]; then
-  # ctest's list as the bundle carries it: name, timeout, environment, program, arguments.
-  mkdir -p "$out/tests"
-  : >"$out/ctest.log"
-  ran=0 failed=""
-  while IFS=$'\t' read -r name timeout_s envs program args; do
-    [[ "$name" =~ $tests_re ]] || continue
-    timeout_s=${TPTRAIN_TEST_TIMEOUT:-$timeout_s}
-    ran=$((ran + 1))
-    echo "--- $name: $program $args" | tee -a "$out/ctest.log"
-    env_list=()
-    [ "$envs" = - ] || IFS=';' read -r -a env_list <<<"$envs"
-    # shellcheck disable=SC2086  # the arguments as ctest split them (none hold blanks)
-    if (cd "$out/tests" && in_env env ${env_list[@]+"${env_list[@]}"} timeout "$timeout_s" "$bundle/$program" $args) \
-         >"$out/test-$name.log" 2>&1; then
-      result="passed"
-    else
-      result="FAILED (exit $?)"
-      failed="$failed $name"
-      tail -n 40 "$out/test-$name.log" >&2
-    fi
-    cat "$out/test-$name.log" >>"$out/ctest.log"
-    echo "    $result ($out/test-$name.log)" | tee -a "$out/ctest.log"
-  done <"$bundle/tests.tsv"
-  [ "$ran" -gt 0 ] || { echo "device-check: no test of the bundle matches '$tests_re'" >&2; exit 1; }
-  [ -z "$failed" ] || { echo "device-check: tests failed:$failed" >&2; exit 1; }
-else
-  (cd "$build" && ctest -R "$tests_re" --no-tests=error --output-on-failure --timeout 600) 2>&1 | tee "$out/ctest.log"
-fi
-
-bench_deck() {  # bench_deck NAME DECK [--set ...]: tptrain bench, then PyTorch on the same shape
-  local name=$1 deck=$2
-  shift 2
-  step "bench $name"
-  local phases=()
-  [ "${DEVICE_CHECK_PHASES:-0}" = 1 ] && phases=(--phases)
-  in_env ${launch[@]+"${launch[@]}"} "$exe" bench "$deck" --steps "$steps" --warmup 1 ${phases[@]+"${phases[@]}"} "$@" 2>&1 |
-    tee "$out/bench-$name.log"
-  grep '^{"bench"' "$out/bench-$name.log" | tail -n 1 | sed "s/^{\"bench\": \"[^\"]*\"/{\"bench\": \"$name\"/" >>"$out/bench.jsonl"
-  if [ "$torch" = 1 ] && python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
-    step "torch $name"
-    # The deck as tptrain ran it (--set included): the same batch, micro-batch, padded
-    # vocabulary and precision.
-    in_env "$exe" check "$deck" "$@" --json >"$out/deck-$name.json"
-    PYTHONUNBUFFERED=1 python3 "$root/jobs/bench_torch.py" --resolved "$out/deck-$name.json" --name "$name" \
-      --device cuda --steps "$steps" --warmup 1 2>&1 | tee "$out/torch-$name.log"
-    grep '^{"torch"' "$out/torch-$name.log" | tail -n 1 >>"$out/torch.jsonl"
+  section "$name (budget $b s)"
+  echo "# step $name $(date -u +%H:%M:%S)" >>"$out/gpu.csv"
+  local shown=("$@")  # the command without the wrapper that gives it the bundle's environment
+  if [ "$1" = bash ] && [ "$2" = -c ]; then
+    shown=("${@:6}")
+    [ "${shown[0]}" != "$work/tests" ] || shown=("${shown[@]:1}")
   fi
+  printf '\n=== %s (budget %s s): %s\n' "$name" "$b" "${shown[*]}" >>"$out/steps.log"
+  local t0=$SECONDS rc status
+  timeout -s KILL "$b" "$@" </dev/null 2>&1 | tee -a "$out/steps.log" >"$work/$name.log"
+  rc=${PIPESTATUS[0]}
+  local took=$((SECONDS - t0))
+  if [ "$rc" = 0 ]; then status=ok
+  elif [ "$rc" = 137 ] && [ "$took" -ge "$((b - 1))" ]; then status=killed
+  else status=failed; fi
+  [ "$status" = ok ] || failed+=("$name")
+  local tail_line
+  tail_line=$(grep -E 'test cases|All tests passed|error:|Error' "$work/$name.log" | tail -n 1)
+  [ -n "$tail_line" ] || tail_line=$(grep -v '^[[:space:]]*$' "$work/$name.log" | tail -n 1 | cut -c1-300)
+  printf '=== %s: %s (exit %s, %s s)\n' "$name" "$status" "$rc" "$took" >>"$out/steps.log"
+  say "$name: $status (exit $rc, $took s of $b)"
+  record step="$name" kind="$kind" status="$status" n:exit="$rc" n:seconds="$took" n:budget_s="$b" \
+    command="${shown[*]}" last_line="$tail_line" j:result="$work/$name.log"
+  summarize
 }
-: >"$out/bench.jsonl"
-: >"$out/torch.jsonl"
-bench_deck gpt2-124m-fp32 "$root/input/bench/gpt2-124m.toml" --set training.global_batch=8 --set training.micro_batch=8
-bench_deck gpt3-1.3b-fp32 "$root/input/bench/gpt3-1.3b.toml"
-# bf16 when this tptrain accepts it (asked of a small deck whose every other key is valid, so
-# that only the precision can be refused; any other refusal is a failure).
-if bf16=$(in_env "$exe" check "$root/tests/data/cli/bench.toml" --set "data.train=$root/tests/data/cli/corpus.txt" \
-           --set training.precision=bf16 2>&1); then
-  bench_deck gpt2-124m-bf16 "$root/input/bench/gpt2-124m.toml" --set training.global_batch=8 \
-    --set training.micro_batch=8 --set training.precision=bf16
-  bench_deck gpt3-1.3b-bf16 "$root/input/bench/gpt3-1.3b.toml" --set training.precision=bf16
-elif grep -q 'training.precision' <<<"$bf16"; then
-  echo "device-check: bf16 skipped: $(grep 'training.precision' <<<"$bf16" | head -n 1)"
-else
-  echo "$bf16" >&2
-  false
+skip_step() {  # skip_step NAME KIND REASON
+  skipped+=("$1")
+  say "$1 skipped: $3"
+  record step="$1" kind="$2" status=skipped note="$3"
+  summarize
+}
+# A bundle program in the bundle's environment, as a command that timeout can run.
+in_bundle=(bash -c '. "$1/env.sh" && shift && exec "$@"' _ "$bundle")
+torch_step() {  # torch_step NAME BUDGET STEPS DECK SETS...: PyTorch on the deck as tptrain runs it
+  local name=$1 want=$2 n=$3 deck=$4
+  shift 4
+  if [ "$torch_ok" != 1 ]; then
+    skip_step "$name" torch "PyTorch not importable${torch_version:+ with CUDA}"
+    return 0
+  fi
+  if ! timeout -s KILL 60 "${in_bundle[@]}" "$exe" check "$deck" "$@" --json \
+       >"$work/$name.deck.json" 2>"$work/$name.deck.err" </dev/null; then
+    failed+=("$name")
+    say "$name: tptrain check --json failed: $(tail -n 2 "$work/$name.deck.err")"
+    record step="$name" kind=torch status=failed note="tptrain check --json failed: $(tail -n 2 "$work/$name.deck.err")"
+    summarize
+    return 0
+  fi
+  run_step "$name" "$want" torch env PYTHONUNBUFFERED=1 python3 "$root/jobs/bench_torch.py" \
+    --resolved "$work/$name.deck.json" --name "$name" --device "$torch_device" --steps "$n" --warmup "$warmup" \
+    --threads "${OMP_NUM_THREADS:-8}"
+}
+bench=("${in_bundle[@]}" ${launch[@]+"${launch[@]}"} "$exe" bench)
+
+cd "$work" || exit 1
+run_step smoke-124m-bf16 30 bench "${bench[@]}" "$deck124" "${set124[@]}" \
+  --steps "$([ "$quick" = 1 ] && echo 1 || echo 2)" --warmup "$warmup"
+run_step tptrain-1.3b-bf16 150 bench "${bench[@]}" "$deck13" "${set13[@]}" --steps "$steps" --warmup "$warmup" \
+  ${phases[@]+"${phases[@]}"}
+torch_step torch-1.3b-bf16 110 "$steps" "$deck13" "${set13[@]}"
+run_step tptrain-124m-bf16 45 bench "${bench[@]}" "$deck124" "${set124[@]}" --steps "$((steps + 2))" --warmup "$warmup"
+torch_step torch-124m-bf16 45 "$((steps + 2))" "$deck124" "${set124[@]}"
+
+# The tests: ctest's list as the bundle carries it (name, timeout, environment, program, args),
+# each in the time left (at most its ctest TIMEOUT).
+mkdir -p "$work/tests"
+ran=0
+while IFS=$'\t' read -r name timeout_s envs program args; do
+  [[ "$name" =~ $tests_re ]] || continue
+  ran=$((ran + 1))
+  env_list=()
+  [ "$envs" = - ] || IFS=';' read -r -a env_list <<<"$envs"
+  # shellcheck disable=SC2206  # the arguments as ctest split them (none hold blanks)
+  arg_list=($args)
+  [ -z "$test_filter" ] || arg_list+=("$test_filter")
+  run_step "test-$name" "$timeout_s" test bash -c 'cd "$2" && . "$1/env.sh" && shift 2 && exec "$@"' _ \
+    "$bundle" "$work/tests" env ${env_list[@]+"${env_list[@]}"} "$bundle/$program" ${arg_list[@]+"${arg_list[@]}"}
+done <"$bundle/tests.tsv"
+if [ "$ran" = 0 ]; then
+  failed+=("tests")
+  record step=tests kind=test status=failed note="no test of the bundle's tests.tsv matches $tests_re"
 fi
 
-step summary
-python3 - "$out/bench.jsonl" "$out/torch.jsonl" "$peak_fp32" "$peak_bf16" "$gpu" <<'EOF' | tee "$out/summary.txt"
-import json, sys
-bench_file, torch_file, peak32, peak16, gpu = sys.argv[1], sys.argv[2], float(sys.argv[3]), float(sys.argv[4]), sys.argv[5]
-torch = {}
-for line in open(torch_file):
-    t = json.loads(line)
-    torch[t["torch"]] = t
-rows = [json.loads(line) for line in open(bench_file)]
-if not rows:
-    sys.exit("device-check: no bench results")
-print(f"GPU: {gpu}; dense peak {peak32:g} TFLOP/s fp32, {peak16:g} bf16 (datasheet)")
-print(f"{'run':<18} {'params':>8} {'tokens/s':>10} {'model TF/s':>10} {'GEMM TF/s':>10} "
-      f"{'MFU peak':>9} {'MFU GEMM':>9} {'torch tok/s':>11} {'ratio':>6}")
-for r in rows:
-    name = r["bench"]
-    peak = peak16 if "bf16" in name else peak32
-    tf = (r["model_flops_per_s_per_rank"] or 0) / 1e12
-    t = torch.get(name)
-    tt = f"{t['tokens_per_s']:11.0f}" if t else f"{'-':>11}"
-    ratio = f"{(r['tokens_per_s'] or 0) / t['tokens_per_s']:6.2f}" if t else f"{'-':>6}"
-    print(f"{name:<18} {r['parameters'] / 1e6:7.0f}M {r['tokens_per_s'] or 0:10.0f} {tf:10.1f} "
-          f"{(r['gemm_peak_flops_per_rank'] or 0) / 1e12:10.1f} {100 * tf / peak:8.1f}% {100 * (r['mfu'] or 0):8.1f}% {tt} {ratio}")
-    # phases_s: only from `tptrain bench --phases` (its own, fenced steps; DEVICE_CHECK_PHASES=1).
-    phases = ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in (r.get("phases_s") or {}).items() if v > 5e-4)
-    print(f"{'':<18} step {r['step_s'] * 1e3:.0f} ms: {phases or 'phases not timed'}")
-EOF
-echo "device-check: OK in $((SECONDS - start)) s ($out)"
+if [ -s "$work/forbidden-calls" ]; then
+  failed+=("stripped-environment")
+  record step=stripped-environment kind=rehearsal status=failed note="called what the GPU machine lacks: $(cut -d' ' -f1 "$work/forbidden-calls" | sort -u | tr '\n' ' ')"
+elif [ "$rehearse" = 1 ]; then
+  record step=stripped-environment kind=rehearsal status=ok note="nothing called mpiexec, mpirun, srun, h5dump, cmake, ..."
+fi
+cleanup
+sampler=""
+record step=end status="$([ ${#failed[@]} -eq 0 ] && echo ok || echo failed)" n:seconds=$((SECONDS - start)) \
+  failed="${failed[*]:-}" skipped="${skipped[*]:-}"
+summarize
+section summary
+cat "$out/summary.txt"
+if [ ${#failed[@]} -gt 0 ]; then
+  say "FAILED: ${failed[*]} ($((SECONDS - start)) s; $out)"
+  exit 1
+fi
+say "OK in $((SECONDS - start)) s${skipped[*]:+ (skipped: ${skipped[*]})} ($out)"

@@ -1,7 +1,8 @@
 #!/bin/bash
 # Packs a build of tptrain into a self-contained folder for a machine that cannot build it (a
 # bare GPU machine: CUDA driver and toolkit, Python, but no MPI, HDF5 or Debian libraries), so that
-# `jobs/device-check.sh --bundle DIR` there runs the tests and benchmarks without building:
+# `jobs/device-check.sh --bundle DIR` there runs the benchmarks and tests without building (a CPU
+# build gives a CPU bundle for `jobs/device-check.sh --rehearse`):
 #
 #   jobs/pack-device-bundle.sh BUILD_DIR [OUT_DIR]      (OUT_DIR defaults to device-bundle/)
 #
@@ -18,13 +19,21 @@
 #              build links Open MPI): one rank runs as an MPI singleton, with no mpiexec or orted
 #   tests.tsv  the test step as commands (name, timeout, environment, program, arguments),
 #              ctest's own list with the build's paths replaced by the bundle's
-#   MANIFEST   where it came from and what it needs of the machine (glibc, CUDA libraries)
+#   MANIFEST   where it came from and what it needs of the machine: kokkos_backends (SERIAL
+#              OPENMP CUDA ...), kokkos_arch, cuda_arch (90 for KOKKOS_ARCH_HOPPER90), kernels_tpls
+#              (BLAS CUBLAS ...), read from the KokkosCore_config.h / KokkosKernels_config.h of
+#              the installs in the build's CMakeCache; nccl; glibc_min (the newest GLIBC_x.y any
+#              bundled ELF file needs, objdump -T) and glibc_min_needed_by; the CUDA libraries.
+#              device-check refuses a bundle that is not CUDA for its GPU with cuBLAS.
 #   env.sh     `. DIR/env.sh` sets LD_LIBRARY_PATH (the bundle first, then the machine's CUDA
 #              libraries: CUDA_HOME, /usr/local/cuda, PyTorch's nvidia-* wheels), OPAL_PREFIX
 #              and the Open MPI settings of a singleton run
-# It prints the size: every path that travels to a lent GPU machine (the repository and the carried
-# paths together) must fit in 64 MiB; over 56 MiB (or with TPTRAIN_BUNDLE_XZ=1; never with 0) the
-# files over 1 MiB are stored xz-compressed, and device-check unpacks them. BLAS: TPTRAIN_BUNDLE_BLAS=openblas (default; 36 MB with
+# It prints the size of the bundle and, with the repository's (tracked and unignored files: what
+# travels with it), the total: everything that travels to a lent GPU machine must fit in 64 MiB.
+# Over TPTRAIN_BUNDLE_MAX_MIB (default 56; 0: no limit, for a bundle that stays here) together,
+# or with TPTRAIN_BUNDLE_XZ=1 (never with 0), the files over 1 MiB are stored xz-compressed, and
+# device-check unpacks them; still over the limit, the packing fails (exit 1, the folder stays).
+# BLAS: TPTRAIN_BUNDLE_BLAS=openblas (default; 36 MB with
 # Debian's OpenBLAS) or reference (Debian's libblas3, 0.5 MB, in OpenBLAS's place: a CUDA build's
 # host BLAS calls are the Serial-backend tests' small GEMMs; its bench reports no OpenBLAS core).
 set -euo pipefail
@@ -175,16 +184,61 @@ done
 
 rm "$out/rpath.cmake"
 
-# The newest glibc symbol version any bundled file asks for: the machine's glibc must be as new.
-glibc_max=$(for f in "$out"/bin/* "$out"/lib/* ${ompi_plugins:+"$ompi_plugins"/*}; do objdump -T "$f" 2>/dev/null; done |
-            grep -o 'GLIBC_[0-9][0-9.]*' | sed 's/GLIBC_//' | sort -u -V | tail -n 1)
+# The newest glibc symbol version any bundled ELF file asks for (objdump -T: its dynamic
+# symbols' GLIBC_x.y versions), and which file: the machine's glibc must be at least as new.
+glibc_max="" glibc_file=""
+for f in "$out"/bin/* "$out"/lib/* ${ompi_plugins:+"$ompi_plugins"/*}; do
+  [[ "$(head -c 4 "$f" | tail -c 3)" == ELF ]] || continue
+  v=$(objdump -T "$f" 2>/dev/null | grep -o 'GLIBC_[0-9][0-9.]*' | sed 's/GLIBC_//' | sort -u -V | tail -n 1 || true)  # a static program: none
+  [[ -n "$v" ]] || continue
+  if [[ -z "$glibc_max" || "$(printf '%s\n%s\n' "$glibc_max" "$v" | sort -V | tail -n 1)" != "$glibc_max" ]]; then
+    glibc_max=$v glibc_file=${f#"$out"/}
+  fi
+done
+[[ -n "$glibc_max" ]] || die "no GLIBC_ symbol version in the bundle's ELF files (objdump -T): cannot say which glibc it needs"
 nccl=OFF
 [[ " $cuda_needed " == *" libnccl.so."* ]] && nccl=ON
 commit=$(git -C "$source_dir" rev-parse --short HEAD 2>/dev/null || echo unknown)
+# What the build was compiled against, from the configuration headers of the Kokkos and Kokkos
+# Kernels it found (CMakeCache's Kokkos_DIR / KokkosKernels_DIR: PREFIX/lib/cmake/Kokkos,
+# PREFIX/lib/x86_64-linux-gnu/cmake/Kokkos, Trilinos' include/trilinos): the backends
+# (KOKKOS_ENABLE_CUDA, ...), the architectures (KOKKOS_ARCH_HOPPER90: cuda_arch 90) and Kokkos
+# Kernels' TPLs (KOKKOSKERNELS_ENABLE_TPL_CUBLAS: CUBLAS). device-check refuses a bundle that is
+# not CUDA for the GPU's architecture with cuBLAS.
+find_config() {  # find_config CMAKE_DIR HEADER: the header of the install that holds CMAKE_DIR
+  local d=$1 _up inc
+  for _up in 1 2 3 4 5 6; do
+    d=$(dirname "$d")
+    for inc in "$d/include" "$d/include/trilinos" "$d/include/kokkos"; do
+      [[ -f "$inc/$2" ]] && { echo "$inc/$2"; return 0; }
+    done
+  done
+  return 1
+}
+cache() { sed -n "s/^$1:[A-Z]*=//p" "$build/CMakeCache.txt" | head -n 1; }
+kokkos_config=$(find_config "$(cache Kokkos_DIR)" KokkosCore_config.h) ||
+  die "no KokkosCore_config.h above Kokkos_DIR=$(cache Kokkos_DIR) (CMakeCache.txt): cannot say what the build is"
+kernels_dir=$(cache KokkosKernels_DIR)
+kernels_config=$(find_config "${kernels_dir:-$(cache Kokkos_DIR)}" KokkosKernels_config.h) ||
+  die "no KokkosKernels_config.h above KokkosKernels_DIR=$kernels_dir (CMakeCache.txt)"
+kokkos_version=$(sed -n 's/^#define KOKKOS_VERSION \([0-9]*\)$/\1/p' "$kokkos_config" | head -n 1)
+[[ -n "$kokkos_version" ]] && kokkos_version="$((kokkos_version / 10000)).$((kokkos_version / 100 % 100)).$((kokkos_version % 100))"
+backends=$(sed -n 's/^#define KOKKOS_ENABLE_\(SERIAL\|OPENMP\|THREADS\|CUDA\|HIP\|SYCL\|HPX\|OPENMPTARGET\|OPENACC\)$/\1/p' \
+           "$kokkos_config" | tr '\n' ' ' | sed 's/ $//')
+[[ -n "$backends" ]] || die "$kokkos_config names no Kokkos backend (KOKKOS_ENABLE_SERIAL, _OPENMP, _CUDA, ...)"
+kokkos_arch=$(sed -n 's/^#define KOKKOS_ARCH_\([A-Z0-9_]*\)$/\1/p' "$kokkos_config" | tr '\n' ' ' | sed 's/ $//')
 # The GPU architecture Kokkos compiled for (KOKKOS_ARCH_HOPPER90: 90), empty without CUDA.
-kokkos_dir=$(sed -n 's/^Kokkos_DIR:[A-Z]*=//p' "$build/CMakeCache.txt")
 cuda_arch=$(sed -n 's/^#define KOKKOS_ARCH_\(KEPLER\|MAXWELL\|PASCAL\|VOLTA\|TURING\|AMPERE\|ADA\|HOPPER\|BLACKWELL\)\([0-9][0-9]*\)$/\2/p' \
-            "$kokkos_dir/../../../include/KokkosCore_config.h" 2>/dev/null | head -n 1) || true
+            "$kokkos_config" | head -n 1)
+kernels_tpls=$(sed -n 's/^#define KOKKOSKERNELS_ENABLE_TPL_\([A-Z0-9_]*\)$/\1/p' "$kernels_config" | awk '!seen[$0]++' |
+              tr '\n' ' ' | sed 's/ $//')
+if [[ " $backends " == *" CUDA "* ]]; then
+  [[ -n "$cuda_arch" ]] || echo "pack-device-bundle: WARNING: a CUDA Kokkos without a KOKKOS_ARCH_<GPU> in $kokkos_config: device-check refuses it" >&2
+  [[ " $kernels_tpls " == *" CUBLAS "* ]] ||
+    echo "pack-device-bundle: WARNING: Kokkos Kernels without cuBLAS ($kernels_config: TPLs $kernels_tpls): device-check refuses it (KokkosKernels_ENABLE_TPL_CUBLAS=ON)" >&2
+else
+  echo "pack-device-bundle: note: Kokkos $backends, no CUDA: a CPU bundle (jobs/device-check.sh --rehearse runs it; a GPU run refuses it)"
+fi
 {
   echo "created=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
   echo "build_dir=$build"
@@ -192,8 +246,15 @@ cuda_arch=$(sed -n 's/^#define KOKKOS_ARCH_\(KEPLER\|MAXWELL\|PASCAL\|VOLTA\|TUR
   echo "commit=$commit"
   echo "tests_regex=$regex"
   echo "glibc_min=$glibc_max"
+  echo "glibc_min_needed_by=$glibc_file"
   echo "cuda_libraries=$cuda_needed"
+  echo "kokkos_version=$kokkos_version"
+  echo "kokkos_backends=$backends"
+  echo "kokkos_arch=$kokkos_arch"
   echo "cuda_arch=$cuda_arch"
+  echo "kokkos_config=$kokkos_config"
+  echo "kernels_tpls=$kernels_tpls"
+  echo "kernels_config=$kernels_config"
   echo "nccl=$nccl"
   echo "blas=$blas"
   echo "openmpi=${ompi_prefix:+yes}"
@@ -239,12 +300,31 @@ fi
 unset tptrain_lib tptrain_dir tptrain_cuda_path
 EOF
 
-# Over 56 MiB (the repository travels too, and 64 MiB is all that does), or with
-# TPTRAIN_BUNDLE_XZ=1, the files over 1 MiB are stored xz-compressed (OpenBLAS: 36 MB to 4):
-# device-check --bundle unpacks them into its output folder with Python's lzma before use.
+# What travels to a lent GPU machine is the repository (its tracked files and the untracked ones
+# git does not ignore) and the carried bundle, 64 MiB at most; 56 MiB leaves room (the device
+# tool counts its own way). Over TPTRAIN_BUNDLE_MAX_MIB (default 56) together, or with
+# TPTRAIN_BUNDLE_XZ=1 (never with 0), the files over 1 MiB are stored xz-compressed (OpenBLAS: 36
+# MB to 4): device-check unpacks them into its work folder with Python's lzma before use. Still
+# over it, the packing fails (the folder stays, to look at); TPTRAIN_BUNDLE_MAX_MIB=0: no limit
+# (a bundle that never travels, e.g. the rehearsal's).
+limit_mib=${TPTRAIN_BUNDLE_MAX_MIB:-56}
+[[ "$limit_mib" =~ ^[0-9]+$ ]] || die "TPTRAIN_BUNDLE_MAX_MIB=$limit_mib: expected a whole number of MiB"
+out_rel=""
+[[ "$out" == "$source_dir"/* ]] && out_rel=${out#"$source_dir"/}
+repo_size=$(git -C "$source_dir" ls-files -z --cached --others --exclude-standard 2>/dev/null |
+            { if [[ -n "$out_rel" ]]; then grep -zv "^$out_rel/"; else cat; fi; } |
+            (cd "$source_dir" && du -cb --files0-from=- 2>/dev/null) | tail -n 1 | cut -f1)
+if [[ -z "$repo_size" ]]; then
+  repo_size=$(du -sb --exclude=.git --exclude=build --exclude='build-*' --exclude=runs --exclude=data \
+              --exclude=device-bundle "$source_dir" | cut -f1)
+  echo "pack-device-bundle: note: $source_dir is not a git checkout: its size is estimated with du" >&2
+fi
 size=$(du -sb "$out" | cut -f1)
 compress=${TPTRAIN_BUNDLE_XZ:-auto}
-[[ "$compress" == auto ]] && { [[ $size -gt $((56 * 1048576)) ]] && compress=1 || compress=0; }
+if [[ "$compress" == auto ]]; then
+  compress=0
+  [[ "$limit_mib" != 0 && $((size + repo_size)) -gt $((limit_mib * 1048576)) ]] && compress=1
+fi
 if [[ "$compress" == 1 ]]; then
   command -v xz >/dev/null || die "the bundle is $((size / 1048576)) MiB and xz (xz-utils) is missing to compress it"
   echo "pack-device-bundle: $((size / 1048576)) MiB: compressing the files over 1 MiB (xz)"
@@ -254,9 +334,14 @@ else
   echo "compressed=no" >>"$out/MANIFEST"
 fi
 size=$(du -sb "$out" | cut -f1)
-echo "pack-device-bundle: $out: $((size / 1048576)) MiB ($size bytes), tests: $(cut -f1 "$out/tests.tsv" | tr '\n' ' ')"
-echo "pack-device-bundle: machine needs glibc >= $glibc_max and CUDA libraries: ${cuda_needed:-none}"
+total=$((size + repo_size))
+mib() { awk -v b="$1" 'BEGIN { printf "%.1f", b / 1048576 }'; }
+echo "size_bytes=$size" >>"$out/MANIFEST"
+echo "pack-device-bundle: $out: $(mib "$size") MiB ($size bytes); with the repository ($(mib "$repo_size") MiB): $(mib "$total") MiB$([[ "$limit_mib" == 0 ]] && echo " (no limit: TPTRAIN_BUNDLE_MAX_MIB=0)" || echo " of the $limit_mib MiB allowed")"
+echo "pack-device-bundle: tests: $(cut -f1 "$out/tests.tsv" | tr '\n' ' ')"
+echo "pack-device-bundle: Kokkos $kokkos_version $backends${cuda_arch:+ sm_$cuda_arch}; Kokkos Kernels TPLs: ${kernels_tpls:-none}; NCCL $nccl"
+echo "pack-device-bundle: machine needs glibc >= $glibc_max ($glibc_file) and CUDA libraries: ${cuda_needed:-none}"
 find "$out" -type f -printf '%s\t%P\n' | sort -n -r | head -n 12
-if [[ $size -gt $((60 * 1048576)) ]]; then
-  echo "pack-device-bundle: WARNING: over 60 MiB: with the repository it will not fit the 64 MiB a lent GPU machine takes (TPTRAIN_BUNDLE_BLAS=reference saves 4 MB compressed, 36 MB not)" >&2
+if [[ "$limit_mib" != 0 && $total -gt $((limit_mib * 1048576)) ]]; then
+  die "the repository and the bundle are $(mib "$total") MiB, over $limit_mib MiB: they will not travel to a lent GPU machine (TPTRAIN_BUNDLE_BLAS=reference saves 4 MB compressed, 36 MB not; TPTRAIN_BUNDLE_MAX_MIB=0 for a bundle that stays here)"
 fi
