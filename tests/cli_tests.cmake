@@ -121,7 +121,7 @@ add_test(NAME cli_bench_zero_steps COMMAND ${CMAKE_COMMAND} -DCMD=$<TARGET_FILE:
 set(_run_bf16 ${CMAKE_CURRENT_BINARY_DIR}/cli_run_bf16)
 add_test(NAME cli_train_bf16 COMMAND ${CMAKE_COMMAND} -E env OPENBLAS_NUM_THREADS=1
          ${_mpi2} $<TARGET_FILE:tptrain> train ${_decks}/valid.toml --set training.precision=bf16
-         --set run.dir=${_run_bf16} --set checkpoint.dir=${_run_bf16}/ck --set checkpoint.resume=false)
+         --set run.dir=${_run_bf16} --set checkpoint.dir=${_run_bf16}/ck --set checkpoint.resume=false --set checkpoint.overwrite=true)
 set_tests_properties(cli_train_bf16 PROPERTIES FIXTURES_SETUP bf16_run TIMEOUT 120
                      PASS_REGULAR_EXPRESSION "18 bytes each \\(bf16 weights 2, fp32 master 4.*checkpoint .*step_00000004.h5 written")
 # Memory at scale from the command line: sequence parallelism with full recomputation trains,
@@ -130,7 +130,7 @@ set(_run_sp ${CMAKE_CURRENT_BINARY_DIR}/cli_run_sp)
 add_test(NAME cli_train_sequence_parallel_full_recompute COMMAND ${CMAKE_COMMAND} -E env OPENBLAS_NUM_THREADS=1
          ${_mpi2} $<TARGET_FILE:tptrain> train ${_decks}/valid.toml --set parallel.tensor=2
          --set parallel.sequence_parallel=true --set training.recompute=full
-         --set run.dir=${_run_sp} --set checkpoint.dir=${_run_sp}/ck --set checkpoint.resume=false)
+         --set run.dir=${_run_sp} --set checkpoint.dir=${_run_sp}/ck --set checkpoint.resume=false --set checkpoint.overwrite=true)
 set_tests_properties(cli_train_sequence_parallel_full_recompute PROPERTIES FIXTURES_SETUP sp_run TIMEOUT 120
                      PASS_REGULAR_EXPRESSION "recompute = full, sequence parallel\\).*checkpoint .*step_00000004.h5 written")
 add_test(NAME cli_generate_sequence_parallel COMMAND ${_mpi2} $<TARGET_FILE:tptrain> generate ${_decks}/valid.toml
@@ -156,7 +156,7 @@ set(_run_zero ${CMAKE_CURRENT_BINARY_DIR}/cli_run_zero)
 add_test(NAME cli_train_distributed_optimizer COMMAND ${CMAKE_COMMAND} -E env OPENBLAS_NUM_THREADS=1
          ${_mpi2} $<TARGET_FILE:tptrain> train ${_decks}/valid.toml --set parallel.tensor=1 --set parallel.data=2
          --set optimizer.distributed=true --set training.precision=bf16
-         --set run.dir=${_run_zero} --set checkpoint.dir=${_run_zero}/ck --set checkpoint.resume=false)
+         --set run.dir=${_run_zero} --set checkpoint.dir=${_run_zero}/ck --set checkpoint.resume=false --set checkpoint.overwrite=true)
 set_tests_properties(cli_train_distributed_optimizer PROPERTIES FIXTURES_SETUP zero_run TIMEOUT 120
                      PASS_REGULAR_EXPRESSION "12 bytes each \\(bf16 weights 2, fp32 master 2, fp32 gradients 4, AdamW moments 4; distributed optimizer: master and moments sharded over 2 data-parallel ranks.*step_00000004.h5 written.*gradient reduce-scatter")
 add_test(NAME cli_eval_distributed_optimizer_checkpoint
@@ -167,7 +167,7 @@ set_tests_properties(cli_eval_distributed_optimizer_checkpoint PROPERTIES FIXTUR
 set(_run_fp16 ${CMAKE_CURRENT_BINARY_DIR}/cli_run_fp16)
 add_test(NAME cli_train_fp16 COMMAND ${CMAKE_COMMAND} -E env OPENBLAS_NUM_THREADS=1
          ${_mpi2} $<TARGET_FILE:tptrain> train ${_decks}/valid.toml --set training.precision=fp16
-         --set run.dir=${_run_fp16} --set checkpoint.dir=${_run_fp16}/ck --set checkpoint.resume=false)
+         --set run.dir=${_run_fp16} --set checkpoint.dir=${_run_fp16}/ck --set checkpoint.resume=false --set checkpoint.overwrite=true)
 set_tests_properties(cli_train_fp16 PROPERTIES TIMEOUT 120
                      PASS_REGULAR_EXPRESSION "\\| loss scale [0-9.e+]+ \\| skipped [0-9]+")
 add_test(NAME cli_bench_bf16
