@@ -1,7 +1,7 @@
 // The one place that knows which Kokkos / Kokkos Kernels version we are built against.
 // Debian ships Kokkos 3.4.01 (Trilinos 13.2); clusters have Kokkos >= 4 (often CUDA).
 // Differences handled here (docs/design.md, "Kokkos rules"): float/double math functions,
-// min/max, GEMM with an execution-space instance, labelled fences.
+// min/max, GEMM with an execution-space instance (and on views typed for it), labelled fences.
 #pragma once
 
 #include <Kokkos_Core.hpp>
@@ -134,6 +134,21 @@ inline void fence(const Exec& exec, const char* label) {
 // the default instance, so we fence the caller's instance first to keep the ordering honest.
 // float and double only: Kokkos Kernels runs its own slow kernel on 16-bit types instead of
 // cuBLAS, so 16-bit GEMMs go through kernels::batched_gemm (batched_gemm.hpp, gemm.hpp).
+//
+// The views are handed over re-typed as unmanaged views of the same data and layout on
+// Device<Exec, their memory space> (gemm_view). Kokkos Kernels picks the vendor BLAS only when
+// every view's device type is Device<Exec, space> of the execution space it runs on, and a
+// View<T**, HostSpace> carries the DEFAULT host execution space: in a Kokkos with OpenMP and
+// Serial, a GEMM on Kokkos::Serial over such views ran Kokkos Kernels' own team kernel
+// ("KokkosBlas::gemm[NT]", one Kokkos launch per GEMM and far slower than OpenBLAS) instead of
+// sgemm. Device views of a CUDA build are Device<Cuda, CudaSpace> already (cuBLAS either way).
+template <class Exec, class V>
+auto gemm_view(const V& v) {
+  return Kokkos::View<typename V::data_type, typename V::array_layout,
+                      Kokkos::Device<Exec, typename V::memory_space>,
+                      Kokkos::MemoryTraits<Kokkos::Unmanaged>>(v);
+}
+
 template <class Exec, class AV, class BV, class CV>
 inline void gemm(const Exec& exec, const char* transA, const char* transB,
                  typename CV::const_value_type alpha, const AV& A, const BV& B,
@@ -142,11 +157,14 @@ inline void gemm(const Exec& exec, const char* transA, const char* transB,
                     !is_half_v<typename CV::value_type>,
                 "tptrain::kx::gemm: 16-bit operands go through kernels::batched_gemm");
   kernels::launch_count::record(kernels::launch_count::Kind::blas);  // one cuBLAS / BLAS call
+  const auto a = gemm_view<Exec>(A);
+  const auto b = gemm_view<Exec>(B);
+  const auto c = gemm_view<Exec>(C);
 #if TPTRAIN_KOKKOS_4
-  KokkosBlas::gemm(exec, transA, transB, alpha, A, B, beta, C);
+  KokkosBlas::gemm(exec, transA, transB, alpha, a, b, beta, c);
 #else
   exec.fence();
-  KokkosBlas::gemm(transA, transB, alpha, A, B, beta, C);
+  KokkosBlas::gemm(transA, transB, alpha, a, b, beta, c);
 #endif
 }
 

@@ -22,8 +22,18 @@ using Range2D = Kokkos::MDRangePolicy<Exec, Kokkos::Rank<2>, Kokkos::IndexType<s
 template <class Exec>
 using Teams = Kokkos::TeamPolicy<Exec>;
 
+// Every policy below is built from extents checked here first: a negative one (an unsigned
+// extent that wrapped) would give an empty range under Kokkos 3.4, a "RangePolicy bounds error"
+// on std::cerr and an empty range under Kokkos 4 (an abort without its deprecated code).
+inline void require_extents(const std::int64_t n0, const std::int64_t n1 = 0) {
+  if (n0 < 0 || n1 < 0)
+    throw std::invalid_argument("tptrain::kernels: negative extent (" + std::to_string(n0 < 0 ? n0 : n1) +
+                                ") for an execution policy");
+}
+
 template <class Exec>
 inline Range<Exec> range(const Exec& exec, std::int64_t n) {
+  require_extents(n);
   return Range<Exec>(exec, 0, n);
 }
 
@@ -36,6 +46,7 @@ template <class Exec>
 inline Range2D<Exec> range2d(const Exec& exec, std::int64_t n0, std::int64_t n1) {
   using point = typename Range2D<Exec>::point_type;
   using tile = typename Range2D<Exec>::tile_type;
+  require_extents(n0, n1);
   if (std::is_same<typename Exec::memory_space, Kokkos::HostSpace>::value)
     return Range2D<Exec>(exec, point{{0, 0}}, point{{n0, n1}});
   const std::int64_t cols = n1 < 256 ? ((n1 + 31) / 32) * 32 : 256;

@@ -3,7 +3,11 @@
 // the order depends on N only, so any thread count, team size or backend gives these bits),
 // accumulation, workspace handling, and bitwise agreement across team sizes and column blocks.
 #include <algorithm>
+#include <iostream>
+#include <sstream>
 #include <stdexcept>
+#include <streambuf>
+#include <string>
 #include <type_traits>
 
 #include "catch.hpp"
@@ -22,6 +26,23 @@ using Exec = tptrain::kx::ExecSpace;
 namespace {
 
 using tptrain::kernels::test::TeamSizeGuard;
+
+// What is written to std::cerr while it lives. Kokkos 4 reports a policy built from a negative
+// or wrapped-around extent there ("Kokkos::RangePolicy bounds error", "... bound type error")
+// and then runs it as an empty range, so that only this makes such a policy fail a test: every
+// case below ends with CHECK(reports.text() == "").
+class CerrCapture {
+ public:
+  CerrCapture() : saved_(std::cerr.rdbuf(captured_.rdbuf())) {}
+  ~CerrCapture() { std::cerr.rdbuf(saved_); }
+  CerrCapture(const CerrCapture&) = delete;
+  CerrCapture& operator=(const CerrCapture&) = delete;
+  std::string text() const { return captured_.str(); }
+
+ private:
+  std::ostringstream captured_;  // (constructed before saved_ takes its buffer)
+  std::streambuf* saved_;
+};
 
 // The documented order in T: chunk c sums its rows from 0 in row order; a column's total is
 // chunk 0's sum plus the others in chunk order; then out += total.
@@ -70,6 +91,7 @@ TEST_CASE("column sum chunking depends on N only and bounds the workspace", "[ke
 
 TEMPLATE_TEST_CASE("column_sum matches a double reference and its documented order", "[kernels]",
                    float, double) {
+  CerrCapture reports;  // (checked at the end)
   using T = TestType;
   using M = tk::Matrix<T>;
   using V = tk::Vector<T>;
@@ -97,16 +119,21 @@ TEMPLATE_TEST_CASE("column_sum matches a double reference and its documented ord
   CHECK(tt::max_rel_err(got, ref, tt::max_abs(h0)) < tt::tol<T>() * (1 + N / 1000));
   CHECK(tt::bitwise_equal(got, replay));
 
-  // Caller-provided workspace, oversized, its partials dirty (the counts at its end start at 0,
-  // as a new View's do): the same bits, and the counts are 0 again afterwards.
+  // Caller-provided workspace, oversized, all but its counts dirty (the counts, the last C
+  // elements when there are two or more chunks and none otherwise, start at 0 as a new View's
+  // do): the same bits, and the counts are 0 again afterwards. (The dirty range is sized from
+  // column_sums_counts_size: ws_size - C wrapped around as a size_t for one chunk and C > 17,
+  // which Kokkos 4 reported as a RangePolicy bounds error in deep_copy.)
   const std::size_t ws_size = static_cast<std::size_t>(tk::column_sums_workspace_size(N, C) + 17);
+  const std::size_t counts = static_cast<std::size_t>(tk::column_sums_counts_size(N, C));
+  REQUIRE(counts <= ws_size);
   V ws("ws", ws_size);
-  Kokkos::deep_copy(Kokkos::subview(ws, std::make_pair(std::size_t(0), ws_size - C)), T(1e30));
+  Kokkos::deep_copy(Kokkos::subview(ws, std::make_pair(std::size_t(0), ws_size - counts)), T(1e30));
   auto out2 = tt::to_device<T>(h0);
   tk::column_sum(exec, x, out2, ws);
   CHECK(tt::bitwise_equal(tt::to_host(out2), got));
   const auto hws = tt::to_host(ws);
-  for (std::size_t i = ws_size - C; i < ws_size; ++i) CHECK(hws[i] == 0.0);
+  for (std::size_t i = ws_size - counts; i < ws_size; ++i) CHECK(hws[i] == 0.0);
 
   // One column per work item (the GPU loop structure): the same bits.
   auto out3 = tt::to_device<T>(h0);
@@ -117,9 +144,11 @@ TEMPLATE_TEST_CASE("column_sum matches a double reference and its documented ord
   auto db = tt::to_device<T>(h0);
   tk::bias_backward(exec, x, db, ws);
   CHECK(tt::bitwise_equal(tt::to_host(db), got));
+  CHECK(reports.text() == "");  // no Kokkos report of a bad policy (CerrCapture)
 }
 
 TEST_CASE("column sums refuse a short workspace before touching the output", "[kernels]") {
+  CerrCapture reports;  // (checked at the end)
   using T = float;
   Exec exec;
   std::mt19937 rng(8);
@@ -136,9 +165,11 @@ TEST_CASE("column sums refuse a short workspace before touching the output", "[k
   CHECK_THROWS_AS(tk::layernorm_backward(exec, dy, x, db, mean, rstd, dx, db, dbeta, ln_ws),
                   std::invalid_argument);
   CHECK(tt::bitwise_equal(tt::to_host(db), h0));
+  CHECK(reports.text() == "");  // no Kokkos report of a bad policy (CerrCapture)
 }
 
 TEMPLATE_TEST_CASE("layernorm parameter gradients over many chunks", "[kernels]", float, double) {
+  CerrCapture reports;  // (checked at the end)
   using T = TestType;
   using M = tk::Matrix<T>;
   using V = tk::Vector<T>;
@@ -189,10 +220,12 @@ TEMPLATE_TEST_CASE("layernorm parameter gradients over many chunks", "[kernels]"
     CHECK(tt::bitwise_equal(tt::to_host(db2), got_db));
     CHECK(tt::max_rel_err(tt::to_host(dx2), rb.dx, 1.0) < tt::tol<T>());
   }
+  CHECK(reports.text() == "");  // no Kokkos report of a bad policy (CerrCapture)
 }
 
 TEMPLATE_TEST_CASE("token-segment embedding backward over a vocabulary split", "[kernels]", float,
                    double) {
+  CerrCapture reports;  // (checked at the end)
   using T = TestType;
   using M = tk::Matrix<T>;
   Exec exec;
@@ -259,4 +292,15 @@ TEMPLATE_TEST_CASE("token-segment embedding backward over a vocabulary split", "
     M dw("dw", V, H);
     CHECK_THROWS_AS(tk::embedding_backward_masked(exec, seg, dy, 0, dw), std::invalid_argument);
   }
+  CHECK(reports.text() == "");  // no Kokkos report of a bad policy (CerrCapture)
+}
+
+TEST_CASE("kernel policies refuse a negative extent before Kokkos sees it", "[kernels]") {
+  CerrCapture reports;
+  Exec exec;
+  CHECK_THROWS_AS(tk::detail::range(exec, -133), std::invalid_argument);
+  CHECK_THROWS_AS(tk::detail::range2d(exec, 4, -1), std::invalid_argument);
+  CHECK_THROWS_AS(tk::detail::range2d(exec, -1, 4), std::invalid_argument);
+  CHECK(tk::detail::range(exec, 0).end() == 0);
+  CHECK(reports.text() == "");
 }

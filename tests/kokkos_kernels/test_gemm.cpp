@@ -4,6 +4,7 @@
 
 #include "catch.hpp"
 #include "kokkos_kernels/gemm.hpp"
+#include "kokkos_kernels/launch_count.hpp"
 #include "reference.hpp"
 #include "test_util.hpp"
 
@@ -116,6 +117,42 @@ TEST_CASE("linear kernels accept unmanaged views and strided subviews", "[kernel
   tk::linear_forward(exec, xs, Wd, y2);
   exec.fence();
   CHECK(tt::max_rel_err(tt::to_host(y2), ref_y) < tt::tol<T>());
+}
+
+// Whichever Kokkos backend this test binary runs on (kx::ExecSpace: the default one, or Serial in
+// an OpenMP + Serial Kokkos, unit_serial), a LayoutRight float/double GEMM is one call of the
+// vendor BLAS and launches no Kokkos kernel: kx::gemm types its views for that execution space
+// (compat.hpp, gemm_view), without which Kokkos Kernels ran its own team kernel on Serial.
+TEMPLATE_TEST_CASE("linear GEMMs go to the vendor BLAS: one call each, no Kokkos kernel", "[kernels][launches]",
+                   float, double) {
+  using T = TestType;
+  using Exec = tptrain::kx::ExecSpace;
+  constexpr bool host = std::is_same<Exec::memory_space, Kokkos::HostSpace>::value;
+#if defined(KOKKOSKERNELS_ENABLE_TPL_BLAS)
+  constexpr bool host_blas = true;
+#else
+  constexpr bool host_blas = false;
+#endif
+#if defined(KOKKOS_ENABLE_CUDA) && defined(KOKKOSKERNELS_ENABLE_TPL_CUBLAS)
+  constexpr bool device_blas = std::is_same<Exec, Kokkos::Cuda>::value;
+#else
+  constexpr bool device_blas = false;
+#endif
+  if (!(host ? host_blas : device_blas)) {
+    WARN("no vendor BLAS for this backend in Kokkos Kernels: its own GEMM kernel runs instead");
+    return;
+  }
+  Exec exec;
+  tk::Matrix<T> x("x", 40, 24), W("W", 16, 24), y("y", 40, 16), dx("dx", 40, 24), dW("dW", 16, 24);
+  exec.fence();
+  namespace lc = tk::launch_count;
+  tk::LaunchCounting counting;
+  tk::linear_forward(exec, x, W, y);
+  tk::linear_backward_input(exec, y, W, dx);
+  tk::linear_backward_weight(exec, y, x, dW);
+  exec.fence();
+  CHECK(lc::total().blas == 3);
+  CHECK(lc::total().kernels == 0);
 }
 
 TEST_CASE("linear kernels reject mismatched shapes", "[kernels]") {
