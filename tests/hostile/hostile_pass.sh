@@ -60,8 +60,8 @@ CASEDIR=$OUT/cases FIX=$OUT/fix RUNS=$OUT/runs WORK=$OUT/work MNT=$OUT/mnt
 for m in "$MNT"/*; do mountpoint -q "$m" 2>/dev/null && umount "$m"; done
 rm -rf "$CASEDIR" "$FIX" "$RUNS" "$WORK" "$MNT" "$OUT/table.md" "$OUT/table.md.notes"
 mkdir -p "$CASEDIR" "$FIX" "$RUNS" "$WORK" "$MNT"
-DECK=$FIX/valid.toml # a copy of tests/data/cli/valid.toml next to its corpus.txt
-cp "$SRC/tests/data/cli/valid.toml" "$SRC/tests/data/cli/corpus.txt" "$FIX/"
+DECK=$FIX/valid.toml # a copy of tests/data/cli/valid.toml next to its corpus.txt and corpus_valid.txt
+cp "$SRC/tests/data/cli/valid.toml" "$SRC/tests/data/cli/corpus.txt" "$SRC/tests/data/cli/corpus_valid.txt" "$FIX/"
 
 # ---- bookkeeping ------------------------------------------------------------------------------
 
@@ -395,7 +395,7 @@ mkdeck() { # NAME: the deck text on stdin -> $FIX/decks/NAME.toml (path on stdou
   echo "$FIX/decks/$1.toml"
 }
 # valid.toml with one sed edit, as a new deck
-deck_sed() { sed "$2" "$DECK" | sed 's#= "corpus.txt"#= "../corpus.txt"#' | mkdeck "$1"; }
+deck_sed() { sed "$2" "$DECK" | sed 's#= "corpus.txt"#= "../corpus.txt"#; s#= "corpus_valid.txt"#= "../corpus_valid.txt"#' | mkdeck "$1"; }
 
 LONGNAME=$(printf 'c%.0s' $(seq 300))
 LONGPATH=$FIX$(for _ in $(seq 25); do printf '/%s' "$(printf 'd%.0s' $(seq 199))"; done)/x.txt # ~5000 chars
@@ -1895,8 +1895,10 @@ group_shards() {
   fi
   local T=("${TRAIN[@]}" --set training.steps=2)
   run_case shards_glob ok -- "${T[@]}" --set data.train="$S/set/train_*.bin" $(rundir shards_glob)
-  run_case shards_folder ok -- "${T[@]}" --set data.train="$S/set" --set data.valid="$S/set/train_00000[12].bin" \
-    $(rundir shards_folder)
+  run_case shards_folder ok -- "${T[@]}" --set data.train="$S/set" $(rundir shards_folder)
+  # Validation files that are training files too (issue 30): refused, naming them.
+  run_case shards_valid_in_train fail -- "${T[@]}" --set data.train="$S/set" --set data.valid="$S/set/train_00000[12].bin" \
+    $(rundir shards_valid_in_train)
   run_case shards_llmc_and_recorded ok -- "${T[@]}" --set data.train="$S/llmc_mix" $(rundir shards_llmc)
   run_case shards_bad_glob fail -- "${T[@]}" --set data.train="$S/set/trian_*.bin" $(rundir shards_bad_glob)
   run_case shards_bad_glob_valid fail -- "${T[@]}" --set data.valid="$S/nowhere/*.bin" $(rundir shards_bad_glob_v)
