@@ -156,8 +156,10 @@ fi
 out=${out:-$root/runs/device-check}
 mkdir -p "$out" || exit 1
 out=$(cd "$out" && pwd)
+made_work=0  # a scratch folder of our own (an unpacked bundle is over 100 MiB): removed at exit
 if [ -z "$work" ]; then
   work=$(mktemp -d "${TMPDIR:-/tmp}/device-check-work.XXXXXX") || exit 1
+  made_work=1
 fi
 mkdir -p "$work" && work=$(cd "$work" && pwd)
 bundle=$(cd "$bundle" && pwd)
@@ -172,7 +174,10 @@ exec > >(tee -a "$out/device-check.log") 2>&1
 # shellcheck disable=SC2206  # split on purpose: "srun -n 1" is a command and its arguments
 launch=(${TPTRAIN_LAUNCH:-})
 sampler=""
-cleanup() { [ -z "$sampler" ] || kill "$sampler" 2>/dev/null; }
+cleanup() {
+  [ -z "$sampler" ] || kill "$sampler" 2>/dev/null
+  [ "$made_work" = 0 ] || rm -rf "$work"
+}
 trap cleanup EXIT
 
 say() { echo "device-check: $*"; }
@@ -246,7 +251,7 @@ echo "  kokkos       $(manifest kokkos_version): backends ${backends:-?}, arch $
 [ -n "$backends" ] || refusals+=("its MANIFEST does not name the Kokkos backends (packed before they were recorded): pack it again")
 
 # The GPU: name, compute capability, clocks (the peak table needs the name).
-gpu_name="rehearsal: none" gpu_cc="" gpu_line=""
+gpu_name="none" gpu_cc="" gpu_line=""
 if command -v nvidia-smi >/dev/null 2>&1; then
   q=name,compute_cap,memory.total,driver_version,clocks.max.sm,clocks.sm,clocks.max.memory,power.limit
   if gpu_line=$(timeout -s KILL 30 nvidia-smi --query-gpu=$q --format=csv,noheader 2>&1 | head -n 1) &&
@@ -262,6 +267,7 @@ if command -v nvidia-smi >/dev/null 2>&1; then
   [ -n "$gpu_cc" ] || notes+=("nvidia-smi gave no compute capability: the bundle's cuda_arch is not checked against the GPU")
   echo "  gpu          $gpu_line"
 elif [ "$rehearse" = 1 ]; then
+  gpu_name="rehearsal: none"
   echo "  gpu          rehearsal: none (no nvidia-smi)"
 else
   echo "  gpu          none: nvidia-smi is missing (the NVIDIA driver)"
@@ -395,6 +401,9 @@ if [ "$dry_run" = 1 ]; then
   echo "tptrain-124m-bf16 45 s, torch-124m-bf16 45 s: the same for gpt2-124m"
   echo "tests (tests.tsv, names matching $tests_re${test_filter:+, Catch2 filter $test_filter}), the time left:"
   awk -F '\t' -v re="$tests_re" '$1 ~ re { printf "  test-%s: %s %s (at most %s s)\n", $1, $4, $5, $2 }' "$bundle/tests.tsv"
+  record step=end status="$([ ${#refusals[@]} -eq 0 ] && echo ok || echo refused)" n:seconds=$((SECONDS - start)) \
+    dry_run=yes
+  summarize
   exit 0
 fi
 

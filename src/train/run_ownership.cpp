@@ -77,9 +77,10 @@ EarlierRunFiles earlier_run_files(const io::Deck& deck) {
   EarlierRunFiles files;
   files.checkpoints = complete_checkpoints(deck.checkpoint.dir);
   const fs::path metrics = fs::path(deck.run.dir) / io::MetricsWriter::kFileName;
+  // Records are in a regular file; anything else by that name (a FIFO, a folder) is the metrics
+  // writer's refusal to make, with its own reason.
   std::error_code ec;
-  if (fs::exists(fs::symlink_status(metrics, ec)) && !(fs::is_regular_file(metrics, ec) && fs::file_size(metrics, ec) == 0))
-    files.metrics = metrics.string();
+  if (fs::is_regular_file(metrics, ec) && fs::file_size(metrics, ec) > 0 && !ec) files.metrics = metrics.string();
   return files;
 }
 
