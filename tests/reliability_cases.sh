@@ -3,7 +3,8 @@
 #   lock       two runs on one run.dir: the second is refused naming the first; after the first
 #              is killed, its stale lock is reported and taken over
 #   diverge    a diverging run stops without publishing non-finite weights as a checkpoint
-#   nan_eval   a checkpoint holding NaN (valid checksums) is refused by eval and generate
+#   nan_eval   a checkpoint holding NaN (valid checksums) is refused by eval, generate and export
+#              (which leaves no --out folder)
 #   stream     generate prints tokens as they come (--tokens 2147483647, stopped after 8 s)
 #   extra_layer  a checkpoint with one layer group more than its deck is refused by eval and inspect
 #   fp16_overflow  a finite checkpoint whose fp16 forward overflows (ln_f weight * 1e6): resume stops
@@ -90,6 +91,11 @@ nan_eval)
     "${mpi2[@]}" "$exe" generate "$deck" --checkpoint "$work/nan.h5" --prompt x --tokens 4
   "$exe" inspect "$work/nan.h5" >"$work/inspect.log" 2>&1 && { cat "$work/inspect.log"; fail "inspect passed a NaN checkpoint"; }
   grep -q "model/ln_f/weight: holds non-finite values (1 NaN)" "$work/inspect.log" || fail "inspect did not name the NaN"
+  # export refuses it too, and leaves no --out folder behind (issue 30: an empty one was left).
+  expect_fail "$work/export.log" "ln_f/weight holds nan at element 0: not exported" \
+    "$exe" export "$work/nan.h5" --format hf --out "$work/nan_hf"
+  no_abort "$work/export.log"
+  [ ! -e "$work/nan_hf" ] || fail "a failed export left $work/nan_hf behind"
   ;;
 stream)
   timeout -s TERM 8 "${mpi2[@]}" "$exe" generate "$deck" --checkpoint "$checkpoint" --prompt "It is" \
