@@ -72,12 +72,6 @@ std::size_t BatchSampler::sequence_offset(std::int64_t step, int global_index) c
   return static_cast<std::size_t>(mulhi64(h, starts));
 }
 
-void BatchSampler::check_step(std::int64_t step) const {
-  const int first = dp_rank_ * (global_batch_ / dp_size_);
-  for (int g = first; g < first + global_batch_ / dp_size_; ++g)
-    data_->check_sequence(sequence_offset(step, g), seq_length_);
-}
-
 void BatchSampler::micro_batch(std::int64_t step, int m, std::int32_t* inputs,
                                std::int32_t* targets) const {
   if (m < 0 || m >= micro_batches_per_step_)

@@ -42,13 +42,10 @@ class BatchSampler {
 
   // Fills inputs and targets, each micro_batch * seq_length ints, row-major
   // [micro_batch, seq_length]; targets are the inputs shifted by one token.
-  // Throws DataError if step < 0 or m is outside [0, micro_batches_per_step()).
+  // Throws DataError if step < 0 or m is outside [0, micro_batches_per_step()), and what the
+  // dataset's reads throw (a token >= vocab_size, a file cut under the job): the trainer reads
+  // every micro-batch of a step in a phase all ranks agree on, before the step's collectives.
   void micro_batch(std::int64_t step, int m, std::int32_t* inputs, std::int32_t* targets) const;
-
-  // Reads this rank's sequences of `step` (all its micro-batches) and throws the DataError that
-  // micro_batch() would (a token >= vocab_size): the trainer calls it in a phase all ranks agree
-  // on before the step, since micro_batch() runs between collectives.
-  void check_step(std::int64_t step) const;
 
   // Start of global sequence global_index of `step` (see the formula above); exposed for tests.
   // Throws DataError if step < 0 or global_index is outside [0, global_batch).

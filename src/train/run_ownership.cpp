@@ -126,17 +126,12 @@ void claim_run_directories(const io::Deck& deck) {
         "away. Continue that run with checkpoint.resume = true, give this run other folders (run.dir, "
         "checkpoint.dir), or delete them and start anew with checkpoint.overwrite = true (tptrain train --fresh)",
         found));
-  for (const std::string& path : earlier.checkpoints) {
+  std::vector<std::string> doomed = earlier.checkpoints;
+  if (!earlier.metrics.empty()) doomed.push_back(earlier.metrics);
+  for (const std::string& path : doomed) {
     std::error_code ec;
     fs::remove(path, ec);
     if (ec) throw std::runtime_error("checkpoint.overwrite = true: cannot delete " + io::display_path(path) + ": " + ec.message());
-  }
-  if (!earlier.metrics.empty()) {
-    std::error_code ec;
-    fs::remove(earlier.metrics, ec);
-    if (ec)
-      throw std::runtime_error("checkpoint.overwrite = true: cannot delete " + io::display_path(earlier.metrics) + ": " +
-                               ec.message());
   }
   log::warning(fmt::format("checkpoint.overwrite = true: {}: deleted, this run starts anew", found));
 }

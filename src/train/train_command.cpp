@@ -87,7 +87,6 @@ int train_as(const io::Deck& deck, const parallel::Topology& topo) {
   // Weights, AdamW moments and the step are all that is needed: the data order and the
   // learning rate are pure functions of (seed, step).
   std::int64_t first_step = 0;
-  const std::string& resumed_from = latest;
   RunIdentity identity;
   if (deck.checkpoint.resume) {
     if (!latest.empty()) {
@@ -121,8 +120,8 @@ int train_as(const io::Deck& deck, const parallel::Topology& topo) {
   // A start from other weights (fine-tuning): the weights only; the step, the AdamW moments, the
   // loss scale and the data order start afresh. A run that resumes has its own newer weights.
   if (const std::string& init = deck.training.init_from; !init.empty()) {
-    if (!resumed_from.empty()) {
-      log::infof("training.init_from = {} is not used: the run resumes from {}", init, resumed_from);
+    if (!latest.empty()) {
+      log::infof("training.init_from = {} is not used: the run resumes from {}", init, latest);
     } else {
       io::CheckpointMeta meta;
       on_every_rank(topo.world(), [&] {

@@ -135,8 +135,7 @@ TrainingRun<T>::TrainingRun(const io::Deck& deck, const parallel::Topology& topo
                                            static_cast<std::int64_t>(valid_->num_windows(deck.model.seq_length)));
     // Every evaluation reads the same windows: a token outside the vocabulary is found here, in
     // the agreed construction, not between the collectives of an evaluation.
-    for (std::int64_t j = 0; j < eval_windows_; ++j)
-      valid_->check_sequence(static_cast<std::size_t>(j) * deck.model.seq_length, deck.model.seq_length);
+    check_eval_windows();
   }
   if constexpr (std::is_same<T, kx::fp16>::value) {
     const auto& t = deck.training;
@@ -346,14 +345,17 @@ void TrainingRun<T>::restore_train_state(const std::map<std::string, std::int64_
 }
 
 template <class T>
+void TrainingRun<T>::check_eval_windows() const {
+  const int S = deck_.model.seq_length;
+  for (std::int64_t j = 0; j < eval_windows_; ++j) valid_->check_sequence(static_cast<std::size_t>(j) * S, S);
+}
+
+template <class T>
 double TrainingRun<T>::evaluate() {
   if (!valid_ || eval_windows_ == 0) return std::nan("");
   // Read once on every rank before the evaluation's collectives, as a step's sequences are: a
   // file cut under the job since the start is one agreed error, not one rank's abort.
-  parallel::on_every_rank(topo_.world(), [&] {
-    for (std::int64_t j = 0; j < eval_windows_; ++j)
-      valid_->check_sequence(static_cast<std::size_t>(j) * model_.shape().seq_length, model_.shape().seq_length);
-  });
+  parallel::on_every_rank(topo_.world(), [&] { check_eval_windows(); });
   return train::evaluate(model_, *valid_, eval_windows_, topo_.pp());
 }
 

@@ -138,6 +138,8 @@ class TrainingRun {
   std::string memory_report() const;
 
  private:
+  // Reads the evaluation's windows of data.valid, throwing what reading them throws.
+  void check_eval_windows() const;
   const io::Deck& deck_;
   const parallel::Topology& topo_;
   RunOptions options_;
