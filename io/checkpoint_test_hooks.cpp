@@ -2,15 +2,15 @@
 
 #include <csignal>
 #include <cstdio>
-#include <cstdlib>
+
+#include "base/test_hooks.hpp"
 
 namespace tptrain::io::detail {
 
 void kill_if_testing_crash_at_step(std::int64_t step) {
-  const char* at = std::getenv("TPTRAIN_TEST_KILL_IN_CHECKPOINT");
-  if (at == nullptr || std::strtoll(at, nullptr, 10) != step) return;
-  std::fprintf(stderr, "tptrain: TPTRAIN_TEST_KILL_IN_CHECKPOINT=%s: killing the job mid-write\n",
-               at);
+  if (test_hooks().kill_in_checkpoint != step) return;
+  std::fprintf(stderr, "tptrain: test hook kill_in_checkpoint=%lld: killing the job mid-write\n",
+               static_cast<long long>(step));
   std::fflush(stderr);
   std::raise(SIGKILL);
 }

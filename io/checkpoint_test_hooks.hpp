@@ -6,8 +6,9 @@
 
 namespace tptrain::io::detail {
 
-// With TPTRAIN_TEST_KILL_IN_CHECKPOINT=<step> in the environment and `step` equal to it, kills
-// the process with SIGKILL (no clean-up). Does nothing otherwise.
+// With the test hook kill_in_checkpoint (base/test_hooks.hpp; --test-hook
+// kill_in_checkpoint=STEP) equal to `step`, kills the process with SIGKILL (no clean-up).
+// Does nothing otherwise.
 void kill_if_testing_crash_at_step(std::int64_t step);
 
 }  // namespace tptrain::io::detail

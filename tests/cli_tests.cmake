@@ -98,11 +98,10 @@ set_tests_properties(cli_bench_launches PROPERTIES TIMEOUT 60 PASS_REGULAR_EXPRE
   "launches per layer: forward [0-9.]+ \\+ [0-9.]+ BLAS.*\"launches\": \\{\"attention_path\": \"batched\", \"per_step\": \\{\"kernels\": [1-9][0-9]*, \"blas\": [1-9][0-9]*, \"kernels_and_blas\": [1-9][0-9]*, \"collectives\": [1-9][0-9]*\\}, \"per_layer_forward\": \\{\"kernels\": [1-9][0-9.]*, \"blas\": [1-9][0-9.]*, \"kernels_and_blas\": [1-9][0-9.]*, \"collectives\": [1-9]")
 # Interleaved 1F1B in bench with the fixed-time test hook (docs/planning.md, "The bubble,
 # measured"): the bubble (p - 1)/(v m) = 1/4, the predicted and measured step, in the JSON too.
-# (The blanket test environment below replaces ENVIRONMENT: env(1) sets the hook for mpiexec.)
 add_test(NAME cli_bench_virtual_stages_hook
-         COMMAND ${CMAKE_COMMAND} -DCMD=env
-         "-DARGS=TPTRAIN_TEST_LAYER_SECONDS=0.01;${MPIEXEC_EXECUTABLE};${MPIEXEC_NUMPROC_FLAG};2;${TPTRAIN_MPIEXEC_FLAGS};$<TARGET_FILE:tptrain>;bench;${_decks}/bench.toml;--set;parallel.tensor=1;--set;parallel.pipeline=2;--set;model.layers=4;--set;parallel.virtual_stages=2;--steps;1;--warmup;0"
-         "-DREGEX=pipeline: 2 stages x 2 virtual stages, 2 micro-batches: bubble \\(p - 1\\)/\\(v m\\) = 25\\.0 %; with TPTRAIN_TEST_LAYER_SECONDS = 0\\.01: predicted step 0\\.1500 s = 0\\.1200 s x \\(1 \\+ bubble\\), measured [0-9.]+ s.*\"virtual_stages\": 2, \"pipeline_bubble\": 0\\.25,"
+         COMMAND ${CMAKE_COMMAND} -DCMD=${MPIEXEC_EXECUTABLE}
+         "-DARGS=${MPIEXEC_NUMPROC_FLAG};2;${TPTRAIN_MPIEXEC_FLAGS};$<TARGET_FILE:tptrain>;bench;${_decks}/bench.toml;--set;parallel.tensor=1;--set;parallel.pipeline=2;--set;model.layers=4;--set;parallel.virtual_stages=2;--steps;1;--warmup;0;--test-hook;layer_seconds=0.01"
+         "-DREGEX=pipeline: 2 stages x 2 virtual stages, 2 micro-batches: bubble \\(p - 1\\)/\\(v m\\) = 25\\.0 %; with the test hook layer_seconds = 0\\.01: predicted step 0\\.1500 s = 0\\.1200 s x \\(1 \\+ bubble\\), measured [0-9.]+ s.*\"virtual_stages\": 2, \"pipeline_bubble\": 0\\.25,"
          -P ${CMAKE_CURRENT_SOURCE_DIR}/run_expect.cmake)
 set_tests_properties(cli_bench_virtual_stages_hook PROPERTIES TIMEOUT 60)
 # --kokkos-* flags reach Kokkos::initialize (its help text) and the job still runs.

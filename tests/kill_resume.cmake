@@ -12,7 +12,7 @@ if(NOT rc EQUAL 0)
 endif()
 
 set(run --set run.dir=${DIR}/run --set checkpoint.dir=${DIR}/run/ck)
-execute_process(COMMAND ${CMAKE_COMMAND} -E env TPTRAIN_TEST_KILL_IN_CHECKPOINT=4 ${MPI2} ${EXE} ${common} ${run}
+execute_process(COMMAND ${MPI2} ${EXE} ${common} ${run} --test-hook kill_in_checkpoint=4
                 RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 120)
 message("killed run (rc ${rc}):\n${out}${err}")
 if(rc EQUAL 0)

@@ -10,9 +10,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "base/test_hooks.hpp"
 #include "io/data_paths.hpp"
 #include "io/deck_path.hpp"
 #include "io/path_text.hpp"
@@ -132,6 +134,15 @@ void add_deck_options(CLI::App& cmd, tptrain::driver::DeckOptions& o) {
       ->allow_extra_args(false);
 }
 
+// --test-hook NAME=VALUE (base/test_hooks.hpp): for the tests, hidden from --help (an empty
+// group). Parsed after the command line (main): a misspelt hook is a usage error, not a test
+// that silently passes. (Not a CLI11 check: CLI11 names a hidden option "" in its messages.)
+void add_test_hook_option(CLI::App& cmd, std::vector<std::string>& hooks) {
+  cmd.add_option("--test-hook", hooks, "a test hook NAME=VALUE (base/test_hooks.hpp; repeatable)")
+      ->allow_extra_args(false)
+      ->group("");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -150,11 +161,13 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", version_string());
 
   DeckOptions deck;
+  std::vector<std::string> test_hooks;
   EvalOptions eval_opts;
   GenerateOptions gen_opts;
 
   auto* train_cmd = app.add_subcommand("train", "train the model of a deck (run under mpiexec)");
   add_deck_options(*train_cmd, deck);
+  add_test_hook_option(*train_cmd, test_hooks);
   bool fresh = false;
   train_cmd->add_flag("--fresh", fresh,
                       "start a new run from step 0, deleting the checkpoints and metrics.jsonl an earlier run left in "
@@ -167,6 +180,7 @@ int main(int argc, char** argv) {
       "model FLOP/s, the GEMM peak measured in the same run, MFU and HFU, with --phases the step time by "
       "phase (run under mpiexec like train; one JSON line at the end)");
   add_deck_options(*bench_cmd, deck);
+  add_test_hook_option(*bench_cmd, test_hooks);
   bench_cmd->add_option("--steps", bench_opts.steps, fmt::format("timed steps (at most {})", BenchOptions::max_steps))
       ->check(integer_at_least(1, BenchOptions::max_steps))
       ->capture_default_str();
@@ -187,6 +201,7 @@ int main(int argc, char** argv) {
 
   auto* eval_cmd = app.add_subcommand("eval", "mean loss of a checkpoint over evaluation windows");
   add_deck_options(*eval_cmd, deck);
+  add_test_hook_option(*eval_cmd, test_hooks);
   eval_cmd->add_option("--checkpoint", eval_opts.checkpoint, "checkpoint file (.h5)")
       ->required()
       ->check(readable_file());
@@ -199,6 +214,7 @@ int main(int argc, char** argv) {
 
   auto* gen_cmd = app.add_subcommand("generate", "sample text from a checkpoint");
   add_deck_options(*gen_cmd, deck);
+  add_test_hook_option(*gen_cmd, test_hooks);
   gen_cmd->add_option("--checkpoint", gen_opts.checkpoint, "checkpoint file (.h5)")
       ->required()
       ->check(readable_file());
@@ -328,6 +344,15 @@ int main(int argc, char** argv) {
     // Under mpiexec every rank parses the same arguments: one message, every rank exits.
     const int rc = launcher_rank() == 0 ? app.exit(e) : e.get_exit_code();
     return rc == 0 ? 0 : 2;
+  }
+
+  try {
+    tptrain::TestHooks hooks;
+    for (const std::string& h : test_hooks) tptrain::parse_test_hook(h, hooks);
+    tptrain::set_test_hooks(hooks);
+  } catch (const std::invalid_argument& e) {
+    if (launcher_rank() == 0) std::fprintf(stderr, "%s\n", e.what());  // as CLI11 reports a bad option
+    return 2;
   }
 
   // Only train has something to save on a stop signal; the others end on it as they always did.

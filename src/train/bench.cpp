@@ -10,6 +10,7 @@
 
 #include "base/agreement.hpp"
 #include "base/mpi_check.hpp"
+#include "base/test_hooks.hpp"
 #include "io/deck_text.hpp"
 #include "io/json_line.hpp"
 #include "kokkos_kernels/attention_path.hpp"
@@ -285,10 +286,10 @@ int bench_as(const io::Deck& deck_in, const parallel::Topology& topo, const Benc
     const double bubble = double(P - 1) / (double(v) * M);
     table += fmt::format("  pipeline: {} stages x {} virtual stage{}, {} micro-batches: bubble (p - 1)/(v m) = {:.1f} %",
                          P, v, v == 1 ? "" : "s", M, 100 * bubble);
-    if (const double t = test_layer_seconds(); t > 0) {
+    if (const double t = test_hooks().layer_seconds; t > 0) {
       // The test hook's compute alone: every layer 1 t forward + 2 t backward per micro-batch.
       const double ideal = double(M) * (shape.layers / P) * 3 * t;
-      table += fmt::format("; with TPTRAIN_TEST_LAYER_SECONDS = {:g}: predicted step {:.4f} s = {:.4f} s x (1 + "
+      table += fmt::format("; with the test hook layer_seconds = {:g}: predicted step {:.4f} s = {:.4f} s x (1 + "
                            "bubble), measured {:.4f} s, bubble measured {:.1f} %",
                            t, ideal * (1 + bubble), ideal, step_s, 100 * (step_s / ideal - 1));
     }

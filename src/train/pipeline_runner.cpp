@@ -10,29 +10,19 @@
 #include <thread>
 #include <stdexcept>
 
+#include "base/test_hooks.hpp"
 #include "src/parallel/collectives.hpp"
 #include "src/util/host_waits.hpp"
 #include "src/util/phases.hpp"
 
 namespace tptrain::train {
 
-double test_layer_seconds() {
-  static const double seconds = [] {
-    const char* s = std::getenv("TPTRAIN_TEST_LAYER_SECONDS");
-    if (s == nullptr || *s == '\0') return 0.0;
-    char* end = nullptr;
-    const double t = std::strtod(s, &end);
-    if (end == s || *end != '\0' || !(t >= 0) || t > 60)
-      throw std::invalid_argument(std::string("TPTRAIN_TEST_LAYER_SECONDS = '") + s +
-                                  "': expected seconds per layer between 0 and 60 (a test hook)");
-    return t;
-  }();
-  return seconds;
-}
-
 namespace {
+// The test hook layer_seconds = t (> 0, base/test_hooks.hpp): every forward of a chunk also
+// sleeps t per block, every backward 2t per block, so that measured step times show the
+// schedule's bubble above the noise of a shared machine (docs/planning.md, "The bubble, measured").
 void sleep_for_layers(const kx::ExecSpace& exec, int layers, double factor) {
-  const double t = test_layer_seconds();
+  const double t = test_hooks().layer_seconds;
   if (t <= 0) return;
   exec.fence();  // the compute first, then the hook's time: as if the layers took that long
   std::this_thread::sleep_for(std::chrono::duration<double>(t * layers * factor));

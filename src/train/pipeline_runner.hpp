@@ -48,11 +48,6 @@
 
 namespace tptrain::train {
 
-// The test hook TPTRAIN_TEST_LAYER_SECONDS = t (> 0): every forward of a chunk also sleeps t per
-// block, every backward 2t per block, so that measured step times show the schedule's bubble
-// above the noise of a shared machine (docs/planning.md, "The bubble, measured"). 0 when unset.
-double test_layer_seconds();
-
 struct PipelineStats {
   double p2p_wait_s = 0;       // time in communication ops (includes the pipeline bubble)
 };

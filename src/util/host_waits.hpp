@@ -5,7 +5,7 @@
 // (a fence before MPI reads a buffer, the wait of a request). Not counted: fences that are
 // no-ops on host backends and do not exist on a GPU (TokenSegments::build's and the micro-batch
 // queue's on host memory, Kokkos 3.4's fence before a BLAS call), the test hook
-// TPTRAIN_TEST_LAYER_SECONDS, and bench --phases' fences (PhaseClock::fences()).
+// layer_seconds (base/test_hooks.hpp), and bench --phases' fences (PhaseClock::fences()).
 // Host-side state of one process; not thread-safe (the training loop is one thread).
 #pragma once
 

@@ -1123,7 +1123,7 @@ run_kill() { # WHAT: rank0 | rank1 | mpiexec
   run_case "${name}_resume" ok timeout=120 verify=verify_resumed -- "${LONG_CMD[@]}"
 }
 
-# TPTRAIN_TEST_KILL_IN_CHECKPOINT=<step>: the job is SIGKILLed while writing that step's
+# --test-hook kill_in_checkpoint=<step>: the job is SIGKILLed while writing that step's
 # checkpoint; the previous one must stay intact and the resumed loss curve must equal the
 # uninterrupted one.
 run_kill_in_checkpoint() {
@@ -1135,7 +1135,7 @@ run_kill_in_checkpoint() {
   CASES=.
   run_case run_kill_in_ckpt_reference ok -- "${TRAIN[@]}" "${common[@]}" --set run.dir="$ref"
   CASES=$save
-  run_case run_kill_in_ckpt_step4 killed -- env TPTRAIN_TEST_KILL_IN_CHECKPOINT=4 "${TRAIN[@]}" "${common[@]}" --set run.dir="$d"
+  run_case run_kill_in_ckpt_step4 killed -- "${TRAIN[@]}" "${common[@]}" --set run.dir="$d" --test-hook kill_in_checkpoint=4
   local files
   files=$(cd "$d/checkpoints" 2>/dev/null && ls | tr '\n' ' ')
   new_log run_kill_in_ckpt_step4_files
@@ -1147,7 +1147,7 @@ run_kill_in_checkpoint() {
   KILL_REF=$ref/metrics.jsonl
   run_case run_kill_in_ckpt_step4_resume ok verify=verify_curve -- "${TRAIN[@]}" "${common[@]}" --set run.dir="$d"
   local d2=$RUNS/kill_ck2
-  run_case run_kill_in_ckpt_step2 killed -- env TPTRAIN_TEST_KILL_IN_CHECKPOINT=2 "${TRAIN[@]}" "${common[@]}" --set run.dir="$d2"
+  run_case run_kill_in_ckpt_step2 killed -- "${TRAIN[@]}" "${common[@]}" --set run.dir="$d2" --test-hook kill_in_checkpoint=2
   run_case run_kill_in_ckpt_step2_resume ok verify=verify_curve -- "${TRAIN[@]}" "${common[@]}" --set run.dir="$d2"
 }
 curve() { grep -aoE '"step": [0-9]+, "loss": [^,]+' "$1" 2>/dev/null; }

@@ -1,0 +1,49 @@
+#include "base/test_hooks.hpp"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <stdexcept>
+
+namespace tptrain {
+
+namespace {
+
+TestHooks& hooks_in_force() {
+  static TestHooks hooks;
+  return hooks;
+}
+
+[[noreturn]] void refuse(const std::string& name_value, const std::string& expected) {
+  throw std::invalid_argument("--test-hook " + name_value + ": expected " + expected);
+}
+
+}  // namespace
+
+const TestHooks& test_hooks() { return hooks_in_force(); }
+
+void set_test_hooks(const TestHooks& hooks) { hooks_in_force() = hooks; }
+
+void parse_test_hook(const std::string& name_value, TestHooks& hooks) {
+  const std::size_t eq = name_value.find('=');
+  const std::string name = name_value.substr(0, eq);
+  const std::string value = eq == std::string::npos ? std::string() : name_value.substr(eq + 1);
+  const char* begin = value.c_str();
+  char* end = nullptr;
+  errno = 0;
+  if (name == "kill_in_checkpoint") {
+    const long long step = std::strtoll(begin, &end, 10);
+    if (eq == std::string::npos || end == begin || *end != '\0' || errno != 0 || step < 0)
+      refuse(name_value, "kill_in_checkpoint=STEP, a checkpoint's step (an integer >= 0)");
+    hooks.kill_in_checkpoint = step;
+  } else if (name == "layer_seconds") {
+    const double t = std::strtod(begin, &end);
+    if (eq == std::string::npos || end == begin || *end != '\0' || !std::isfinite(t) || t < 0 || t > 60)
+      refuse(name_value, "layer_seconds=T, seconds per layer from 0 to 60");
+    hooks.layer_seconds = t;
+  } else {
+    refuse(name_value, "NAME=VALUE with NAME one of kill_in_checkpoint, layer_seconds");
+  }
+}
+
+}  // namespace tptrain
