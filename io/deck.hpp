@@ -62,6 +62,8 @@ struct ParallelConfig {
   bool sequence_parallel{};  // Megatron sequence parallelism over the tensor-parallel group
   std::string order;         // rank order: "tp-pp-dp" or "tp-dp-pp" (src/parallel/topology_rank_map.hpp)
   int virtual_stages{};      // model chunks per pipeline rank (interleaved 1F1B); 1: none
+  bool nccl_pipeline_lanes{};     // NCCL: a lane per pipeline flow (src/parallel/communicator.hpp)
+  std::string mpi_device_memory;  // "auto", "on" or "off": MPI handed device pointers
 
   int world_size() const;  // tensor * pipeline * data
 };
@@ -117,6 +119,7 @@ struct CheckpointConfig {
   int keep{};
   bool resume{};
   bool overwrite{};  // a start from step 0 may delete an earlier run's checkpoints and metrics
+  double metadata_timeout_s{};  // io/read_watchdog.hpp
 };
 
 // [run]

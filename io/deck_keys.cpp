@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "io/deck.hpp"
+#include "io/read_watchdog.hpp"
 
 namespace tptrain::io {
 
@@ -93,6 +94,16 @@ std::vector<DeckKey> make_keys() {
        "(p - 1)/m to (p - 1)/(v m) for v times the point-to-point messages; > 1 needs parallel.pipeline > 1, "
        "model.layers a multiple of pipeline * virtual_stages and micro-batches per step a multiple of pipeline",
        &member<&Deck::parallel, &P::virtual_stages>},
+      {"parallel", "nccl_pipeline_lanes", boolean(true), AnyBoolean{},
+       "NCCL builds: the pipeline's transfers on a lane (an NCCL communicator and stream) per flow, so that "
+       "the flows do not wait for each other; false: one in-order queue (a fallback for a system where "
+       "concurrent NCCL communicators misbehave); MPI builds ignore it",
+       &member<&Deck::parallel, &P::nccl_pipeline_lanes>},
+      {"parallel", "mpi_device_memory", text("auto"), Choice{{"auto", "on", "off"}},
+       "MPI backend on a GPU: whether MPI is handed device pointers (CUDA-aware MPI); \"auto\" asks the MPI "
+       "library, \"on\"/\"off\" override its answer (off: staged through pinned host buffers, e.g. for a "
+       "library that reports support but crashes on it); host builds ignore it",
+       &member<&Deck::parallel, &P::mpi_device_memory>},
 
       {"training", "global_batch", integer(16), at_least_1,
        "sequences per optimizer step, over all data-parallel ranks",
@@ -200,6 +211,10 @@ std::vector<DeckKey> make_keys() {
        "metrics.jsonl (run.dir) deletes them first; false: such a start is refused (train --fresh sets "
        "it with checkpoint.resume = false)",
        &member<&Deck::checkpoint, &C::overwrite>},
+      {"checkpoint", "metadata_timeout_s", number(ReadWatchdog::kDefaultSeconds), positive,
+       "seconds a checkpoint's metadata read may take before the job ends with an error (a corrupt HDF5 "
+       "file can make libhdf5 loop; io/read_watchdog.hpp)",
+       &member<&Deck::checkpoint, &C::metadata_timeout_s>},
 
       {"run", "dir", text("runs/default"), PathRule{false, false}, "run outputs",
        &member<&Deck::run, &R::dir>},

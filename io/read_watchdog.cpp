@@ -3,8 +3,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cmath>
 #include <cstdio>
-#include <cstdlib>
+#include <stdexcept>
+#include <string>
 
 namespace tptrain::io {
 
@@ -27,13 +30,18 @@ extern "C" void crashed_in_hdf5(int signal) {
 
 }  // namespace
 
-double ReadWatchdog::configured_seconds() {
-  if (const char* env = std::getenv("TPTRAIN_METADATA_TIMEOUT_S")) {
-    char* end = nullptr;
-    const double v = std::strtod(env, &end);
-    if (end != env && v > 0) return v;
-  }
-  return kDefaultSeconds;
+namespace {
+// Atomic: a watchdog may be made on another thread than the one that read the deck.
+std::atomic<double> g_configured_seconds{ReadWatchdog::kDefaultSeconds};
+}  // namespace
+
+double ReadWatchdog::configured_seconds() { return g_configured_seconds.load(); }
+
+void ReadWatchdog::set_configured_seconds(double seconds) {
+  if (!(seconds > 0) || !std::isfinite(seconds))
+    throw std::invalid_argument("tptrain: ReadWatchdog: checkpoint.metadata_timeout_s = " + std::to_string(seconds) +
+                                ": expected a positive number of seconds");
+  g_configured_seconds.store(seconds);
 }
 
 ReadWatchdog::ReadWatchdog(const std::string& path, double seconds)

@@ -10,8 +10,10 @@
 // and ends the process with exit status 1 (_exit: the stuck thread holds HDF5's locks, so no
 // clean shutdown is possible; under mpiexec the launcher then ends the other ranks).
 //
-// The limit is kDefaultSeconds, or TPTRAIN_METADATA_TIMEOUT_S from the environment (seconds,
-// > 0). kick() restarts the clock, for readers that make progress in bounded steps.
+// The limit is kDefaultSeconds, or what set_configured_seconds made it: the driver passes the
+// deck's checkpoint.metadata_timeout_s once, after reading the deck (src/driver/commands.cpp;
+// commands without a deck, inspect and export, keep the default). kick() restarts the clock,
+// for readers that make progress in bounded steps.
 //
 // Other corruptions make libhdf5 read out of bounds (a variable-length string whose global-heap
 // length is damaged is memcpy'd past its buffer): no check before the call sees that either. So
@@ -37,7 +39,7 @@ class ReadWatchdog {
  public:
   static constexpr double kDefaultSeconds = 120;
 
-  // Starts the clock for reading `path`; seconds <= 0 means the default (or the environment).
+  // Starts the clock for reading `path`; seconds <= 0 means configured_seconds().
   explicit ReadWatchdog(const std::string& path, double seconds = 0);
   ~ReadWatchdog();
   ReadWatchdog(const ReadWatchdog&) = delete;
@@ -46,8 +48,10 @@ class ReadWatchdog {
   void kick();
   double seconds() const { return seconds_; }
 
-  // The limit in force: TPTRAIN_METADATA_TIMEOUT_S when set to a positive number, else the default.
+  // The limit of the watchdogs made from now on: kDefaultSeconds until set (seconds > 0, else
+  // std::invalid_argument; the deck has checked the key). Process-wide: one deck per process.
   static double configured_seconds();
+  static void set_configured_seconds(double seconds);
 
  private:
   void watch();

@@ -13,6 +13,7 @@
 #include "base/mpi_check.hpp"
 #include "io/deck.hpp"
 #include "io/path_text.hpp"
+#include "io/read_watchdog.hpp"
 #include "io/writable_directory.hpp"
 #include "src/driver/inspect.hpp"
 #include "src/log.hpp"
@@ -102,7 +103,8 @@ io::Deck load_deck_on_every_rank(const DeckOptions& o) {
 std::optional<parallel::Topology> make_topology(const io::Deck& deck) {
   const parallel::Layout layout = parallel::layout_of(deck);
   try {
-    return std::optional<parallel::Topology>(std::in_place, MPI_COMM_WORLD, layout);
+    return std::optional<parallel::Topology>(std::in_place, MPI_COMM_WORLD, layout,
+                                             parallel::communicator_options_of(deck));
   } catch (const parallel::TopologyError& e) {
     if (log::rank() == 0) log::error(e.what());
     return std::nullopt;
@@ -243,6 +245,8 @@ int run_job(const DeckOptions& o, Job&& job) {
   JobSession session;
   return with_agreed_failures([&] {
     const io::Deck deck = load_deck_on_every_rank(o);
+    // Before any checkpoint is read: the deck's limit for every metadata read of this process.
+    io::ReadWatchdog::set_configured_seconds(deck.checkpoint.metadata_timeout_s);
     const auto topo = make_topology(deck);
     if (!topo) return 1;
     return job(deck, *topo);

@@ -19,6 +19,7 @@
 #include "io/deck_path.hpp"
 #include "io/path_text.hpp"
 #include "src/driver/commands.hpp"
+#include "src/driver/retired_environment.hpp"
 #include "src/util/stop_signal.hpp"
 
 namespace {
@@ -354,6 +355,7 @@ int main(int argc, char** argv) {
     if (launcher_rank() == 0) std::fprintf(stderr, "%s\n", e.what());  // as CLI11 reports a bad option
     return 2;
   }
+  if (launcher_rank() == 0) warn_of_retired_environment();
 
   // Only train has something to save on a stop signal; the others end on it as they always did.
   if (!*train_cmd)

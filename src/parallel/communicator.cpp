@@ -113,12 +113,12 @@ Communicator::~Communicator() {
 
 void Communicator::barrier() const { TPTRAIN_MPI_CHECK(MPI_Barrier(comm_)); }
 
-std::unique_ptr<Communicator> make_communicator(MPI_Comm comm) {
+std::unique_ptr<Communicator> make_communicator(MPI_Comm comm, const CommunicatorOptions& options) {
 #if defined(TPTRAIN_NCCL_BACKEND)
   if (std::is_same<kx::ExecSpace, Kokkos::Cuda>::value)
-    return std::make_unique<NcclCommunicator>(comm);
+    return std::make_unique<NcclCommunicator>(comm, options.lanes);
 #endif
-  return std::make_unique<MpiCommunicator>(comm);
+  return std::make_unique<MpiCommunicator>(comm, options.mpi_device_memory);
 }
 
 }  // namespace tptrain::parallel

@@ -174,8 +174,22 @@ class Communicator {
   StagingPool staging_;
 };
 
+// The deck's choices for the backends (parallel.nccl_pipeline_lanes, parallel.mpi_device_memory;
+// topology_of_deck.hpp reads them), passed down rather than read from the environment. The
+// defaults are the deck's defaults.
+struct CommunicatorOptions {
+  // NCCL: whether open_lanes opens lanes. false: it opens none, and the pipeline keeps its one
+  // in-order queue (a fallback for a system where concurrent NCCL communicators misbehave).
+  bool lanes = true;
+  // MPI with device memory: whether MPI is handed device pointers. ask: as the library reports
+  // it (mpi_communicator.hpp); yes/no: the deck overrides that answer (e.g. a library that
+  // reports support but crashes on it).
+  enum class DeviceMemory { ask, yes, no };
+  DeviceMemory mpi_device_memory = DeviceMemory::ask;
+};
+
 // The backend for a group: NCCL when built with it and Kokkos runs on CUDA, MPI otherwise.
 // Takes ownership of `comm`.
-std::unique_ptr<Communicator> make_communicator(MPI_Comm comm);
+std::unique_ptr<Communicator> make_communicator(MPI_Comm comm, const CommunicatorOptions& options = {});
 
 }  // namespace tptrain::parallel

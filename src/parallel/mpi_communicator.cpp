@@ -3,7 +3,6 @@
 #include <climits>
 #include <cmath>
 #include <cstdlib>
-#include <cstring>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -107,8 +106,6 @@ MPI_Op mpi_op(ReduceOp op, DataType type) {
 }
 
 bool mpi_supports_device_memory() {
-  if (const char* forced = std::getenv("TPTRAIN_MPI_DEVICE_MEMORY"))
-    return std::strcmp(forced, "0") != 0 && forced[0] != '\0';
 #if defined(MPIX_CUDA_AWARE_SUPPORT) && MPIX_CUDA_AWARE_SUPPORT
   return MPIX_Query_cuda_support() == 1;
 #elif defined(MPIX_GPU_SUPPORT_CUDA)
@@ -119,11 +116,14 @@ bool mpi_supports_device_memory() {
 #endif
 }
 
-MpiCommunicator::MpiCommunicator(MPI_Comm comm) : Communicator(comm) {
+MpiCommunicator::MpiCommunicator(MPI_Comm comm, CommunicatorOptions::DeviceMemory device_memory)
+    : Communicator(comm) {
   // Only a device memory space makes the question matter; every rank of a job runs the same
-  // library, so the answer is the same on every rank of the group.
+  // library and reads the same deck, so the answer is the same on every rank of the group.
+  using DeviceMemory = CommunicatorOptions::DeviceMemory;
   if (!Kokkos::SpaceAccessibility<Kokkos::HostSpace, kx::MemSpace>::accessible)
-    device_memory_ = mpi_supports_device_memory();
+    device_memory_ = device_memory == DeviceMemory::ask ? mpi_supports_device_memory()
+                                                        : device_memory == DeviceMemory::yes;
 }
 
 namespace {

@@ -19,13 +19,14 @@ MPI_Datatype mpi_type(DataType type);
 MPI_Op mpi_op(ReduceOp op, DataType type);
 
 // Whether the MPI library takes device pointers (CUDA-aware MPI), as the library reports it
-// (Open MPI: MPIX_Query_cuda_support; MPICH: MPIX_GPU_query_support). TPTRAIN_MPI_DEVICE_MEMORY=0
-// or 1 overrides the answer (e.g. a library that reports support but crashes on it).
+// (Open MPI: MPIX_Query_cuda_support; MPICH: MPIX_GPU_query_support). The deck's
+// parallel.mpi_device_memory may override the answer (CommunicatorOptions::DeviceMemory).
 bool mpi_supports_device_memory();
 
 class MpiCommunicator final : public Communicator {
  public:
-  explicit MpiCommunicator(MPI_Comm comm);
+  explicit MpiCommunicator(MPI_Comm comm,
+                           CommunicatorOptions::DeviceMemory device_memory = CommunicatorOptions::DeviceMemory::ask);
 
   // Host buffers only, unless the data lives in host-accessible memory anyway or the library
   // is CUDA-aware.

@@ -75,7 +75,7 @@ void destroy(ncclComm_t nccl, cudaStream_t stream) {
 
 }  // namespace
 
-NcclCommunicator::NcclCommunicator(MPI_Comm comm) : Communicator(comm) {
+NcclCommunicator::NcclCommunicator(MPI_Comm comm, bool lanes) : Communicator(comm), lanes_allowed_(lanes) {
   nccl_ = init_nccl(comm_, rank_, size_);
   stream_ = new_stream();
 }
@@ -86,6 +86,7 @@ NcclCommunicator::~NcclCommunicator() {
 }
 
 int NcclCommunicator::open_lanes(int count) {
+  if (!lanes_allowed_) return 0;  // the same deck on every rank: every rank opens none
   // Collective: every rank of the group opens the same lanes in the same order.
   while (static_cast<int>(lanes_.size()) < count) lanes_.push_back(Lane{init_nccl(comm_, rank_, size_), new_stream()});
   return count;

@@ -33,7 +33,8 @@ namespace tptrain::parallel {
 
 class NcclCommunicator final : public Communicator {
  public:
-  explicit NcclCommunicator(MPI_Comm comm);
+  // lanes = false: open_lanes opens none (CommunicatorOptions::lanes).
+  explicit NcclCommunicator(MPI_Comm comm, bool lanes = true);
   ~NcclCommunicator() override;
 
   bool needs_host_memory() const override { return false; }
@@ -68,6 +69,7 @@ class NcclCommunicator final : public Communicator {
   cudaStream_t stream_ = nullptr;
   int group_depth_ = 0;
   std::vector<Lane> lanes_;
+  bool lanes_allowed_ = true;  // parallel.nccl_pipeline_lanes
   // Shared with the completions of pending Requests, which give their events back.
   std::shared_ptr<CudaEventPool> events_ = std::make_shared<CudaEventPool>();
 };

@@ -17,16 +17,17 @@ std::string world_size_problem(int world_size, const Layout& layout) {
 namespace {
 
 // Ranks with the same `color` form a group, ordered by `key`.
-std::unique_ptr<Communicator> split(MPI_Comm world, int color, int key) {
+std::unique_ptr<Communicator> split(MPI_Comm world, int color, int key, const CommunicatorOptions& options) {
   MPI_Comm comm = MPI_COMM_NULL;
   TPTRAIN_MPI_CHECK(MPI_Comm_split(world, color, key, &comm));
   if (comm == MPI_COMM_NULL) return nullptr;
-  return make_communicator(comm);
+  return make_communicator(comm, options);
 }
 
 }  // namespace
 
-Topology::Topology(MPI_Comm world, const Layout& layout) : world_(world), layout_(layout) {
+Topology::Topology(MPI_Comm world, const Layout& layout, const CommunicatorOptions& options)
+    : world_(world), layout_(layout) {
   if (layout.tensor < 1 || layout.pipeline < 1 || layout.data < 1)
     throw TopologyError("tensor, pipeline and data must all be >= 1");
   int size = 0;
@@ -38,11 +39,11 @@ Topology::Topology(MPI_Comm world, const Layout& layout) : world_(world), layout
   coords_ = coordinates_of(world_rank_, layout);
   const int T = layout.tensor, P = layout.pipeline;
   // Colour = the coordinates the group does not vary over; key = the one it does.
-  tp_ = split(world, coords_.pp + P * coords_.dp, coords_.tp);
-  pp_ = split(world, coords_.tp + T * coords_.dp, coords_.pp);
-  dp_ = split(world, coords_.tp + T * coords_.pp, coords_.dp);
+  tp_ = split(world, coords_.pp + P * coords_.dp, coords_.tp, options);
+  pp_ = split(world, coords_.tp + T * coords_.dp, coords_.pp, options);
+  dp_ = split(world, coords_.tp + T * coords_.pp, coords_.dp, options);
   const bool on_edge = is_first_stage() || is_last_stage();
-  embedding_ = split(world, on_edge ? coords_.tp + T * coords_.dp : MPI_UNDEFINED, coords_.pp);
+  embedding_ = split(world, on_edge ? coords_.tp + T * coords_.dp : MPI_UNDEFINED, coords_.pp, options);
 }
 
 Communicator& Topology::embedding() const {

@@ -41,7 +41,8 @@ class Topology {
  public:
   // Collective over `world`. Throws TopologyError on every rank when the world size does not
   // match the layout (no communication happens before the check, so nobody can hang).
-  Topology(MPI_Comm world, const Layout& layout);
+  // `options`: the deck's backend choices for every group (topology_of_deck.hpp).
+  Topology(MPI_Comm world, const Layout& layout, const CommunicatorOptions& options = {});
 
   const Layout& layout() const { return layout_; }
   const Coordinates& coords() const { return coords_; }

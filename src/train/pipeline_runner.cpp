@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
 #include <map>
 #include <set>
 #include <tuple>
@@ -33,12 +32,11 @@ namespace {
 // How the PP backend matches transfers. MPI keeps a request per transfer, matched by tag. A
 // backend with a communication stream (NCCL) runs its groups in order on it; with a lane per
 // flow (Communicator::open_lanes, collective: every rank of the group gets here) the flows do
-// not wait for each other. TPTRAIN_NCCL_PIPELINE_LANES=0 keeps the one in-order queue (a
-// fallback, e.g. for a system where concurrent NCCL communicators misbehave).
+// not wait for each other. A communicator made with parallel.nccl_pipeline_lanes = false opens
+// none and keeps the one in-order queue (a fallback, e.g. for a system where concurrent NCCL
+// communicators misbehave; src/parallel/communicator.hpp, CommunicatorOptions).
 Matching matching_of(parallel::Communicator& pp) {
   if (pp.communication_stream() == nullptr) return Matching::by_tag;
-  const char* lanes_env = std::getenv("TPTRAIN_NCCL_PIPELINE_LANES");
-  if (lanes_env != nullptr && std::string(lanes_env) == "0") return Matching::stream_order;
   const int lanes = pipeline_lanes(pp.size());
   return lanes > 0 && pp.open_lanes(lanes) == lanes ? Matching::per_flow : Matching::stream_order;
 }

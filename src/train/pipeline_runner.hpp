@@ -19,7 +19,7 @@
 // call on its flow's communicator and stream, pipeline_lane; the lanes are opened and connected
 // when the runner is built, collectively) one compute earlier, as its own group, wherever that
 // needs no more activation slots or gradient buffers, so that it is in flight during that
-// compute too; on NCCL in one queue (TPTRAIN_NCCL_PIPELINE_LANES=0), and on lanes while bench
+// compute too; on NCCL in one queue (parallel.nccl_pipeline_lanes = false), and on lanes while bench
 // --phases fences the device, where Megatron posts it, with the sends after the compute before
 // its use. The ops differ, the computes and their order do not: the gradients are bitwise the
 // same on every backend and with the waits right after their posts.

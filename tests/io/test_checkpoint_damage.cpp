@@ -31,6 +31,7 @@
 #include "catch.hpp"
 #include "tests/test_helpers.hpp"
 #include "io/checkpoint_file.hpp"
+#include "io/read_watchdog.hpp"
 #include "src/driver/inspect.hpp"
 #include "tests/io/checkpoint_tensors.hpp"
 #include "tests/mpi_test_util.hpp"
@@ -99,7 +100,7 @@ Outcome examine(const std::string& path, double watchdog_s, double limit_s) {
   if (pid == 0) {
     // A flipped mantissa can make a signalling NaN; the suite traps FE_INVALID, a user does not.
     fedisableexcept(FE_ALL_EXCEPT);
-    ::setenv("TPTRAIN_METADATA_TIMEOUT_S", std::to_string(watchdog_s).c_str(), 1);
+    tptrain::io::ReadWatchdog::set_configured_seconds(watchdog_s);  // as the driver does from the deck
     std::ostringstream out, err;
     // What the sample's model holds (the driver derives this from the checkpoint's deck).
     const tptrain::io::ExpectedDatasets expected = [](const std::string&) {

@@ -956,6 +956,8 @@ TEST_CASE("deck: to_toml writes every key in table order and round-trips", "[io]
                                           "parallel.sequence_parallel",
                                           "parallel.order",
                                           "parallel.virtual_stages",
+                                          "parallel.nccl_pipeline_lanes",
+                                          "parallel.mpi_device_memory",
                                           "training.global_batch",
                                           "training.micro_batch",
                                           "training.steps",
@@ -991,6 +993,7 @@ TEST_CASE("deck: to_toml writes every key in table order and round-trips", "[io]
                                           "checkpoint.keep",
                                           "checkpoint.resume",
                                           "checkpoint.overwrite",
+                                          "checkpoint.metadata_timeout_s",
                                           "run.dir"};
   auto keys_in = [](const std::string& toml_text) {
     std::vector<std::string> keys;

@@ -6,6 +6,7 @@
 #include "catch.hpp"
 #include "src/parallel/collectives.hpp"
 #include "src/parallel/topology.hpp"
+#include "src/parallel/topology_of_deck.hpp"
 #include "tests/mpi_test_util.hpp"
 
 using namespace tptrain::parallel;
@@ -176,4 +177,17 @@ TEST_CASE("group communicators hold exactly the ranks of their group", "[paralle
       CHECK_THAT(topo.describe(), tptrain::test::contains("tp " + std::to_string(c.tp)));
     }
   }
+}
+
+TEST_CASE("communicator options: the deck's backend keys", "[parallel][topology]") {
+  tptrain::io::Deck deck;  // every key at its default
+  using DeviceMemory = CommunicatorOptions::DeviceMemory;
+  CHECK(communicator_options_of(deck).lanes);
+  CHECK(communicator_options_of(deck).mpi_device_memory == DeviceMemory::ask);
+  deck.parallel.nccl_pipeline_lanes = false;
+  deck.parallel.mpi_device_memory = "off";
+  CHECK(!communicator_options_of(deck).lanes);
+  CHECK(communicator_options_of(deck).mpi_device_memory == DeviceMemory::no);
+  deck.parallel.mpi_device_memory = "on";
+  CHECK(communicator_options_of(deck).mpi_device_memory == DeviceMemory::yes);
 }
