@@ -254,14 +254,14 @@ echo "  kokkos       $(manifest kokkos_version): backends ${backends:-?}, arch $
 gpu_name="none" gpu_cc="" gpu_line=""
 if command -v nvidia-smi >/dev/null 2>&1; then
   q=name,compute_cap,memory.total,driver_version,clocks.max.sm,clocks.sm,clocks.max.memory,power.limit
-  if gpu_line=$(timeout -s KILL 30 nvidia-smi --query-gpu=$q --format=csv,noheader 2>&1 | head -n 1) &&
+  if gpu_line=$(timeout -s KILL 30 nvidia-smi --query-gpu=$q --format=csv,noheader 2>&1 | sed -n 1p) &&
      [ "$(tr -cd , <<<"$gpu_line" | wc -c)" -ge 7 ]; then
     gpu_name=$(cut -d, -f1 <<<"$gpu_line" | sed 's/^ *//; s/ *$//')
     gpu_cc=$(cut -d, -f2 <<<"$gpu_line" | tr -d ' .')
   else
-    gpu_name=$(timeout -s KILL 30 nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
+    gpu_name=$(timeout -s KILL 30 nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | sed -n 1p)
     gpu_name=${gpu_name:-unknown (nvidia-smi: $gpu_line)}
-    gpu_cc=$(timeout -s KILL 30 nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1 | tr -d ' .')
+    gpu_cc=$(timeout -s KILL 30 nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | sed -n 1p | tr -d ' .')
     [[ "$gpu_cc" =~ ^[0-9]+$ ]] || gpu_cc=""
   fi
   [ -n "$gpu_cc" ] || notes+=("nvidia-smi gave no compute capability: the bundle's cuda_arch is not checked against the GPU")

@@ -341,7 +341,7 @@ echo "pack-device-bundle: $out: $(mib "$size") MiB ($size bytes); with the repos
 echo "pack-device-bundle: tests: $(cut -f1 "$out/tests.tsv" | tr '\n' ' ')"
 echo "pack-device-bundle: Kokkos $kokkos_version $backends${cuda_arch:+ sm_$cuda_arch}; Kokkos Kernels TPLs: ${kernels_tpls:-none}; NCCL $nccl"
 echo "pack-device-bundle: machine needs glibc >= $glibc_max ($glibc_file) and CUDA libraries: ${cuda_needed:-none}"
-find "$out" -type f -printf '%s\t%P\n' | sort -n -r | head -n 12
+find "$out" -type f -printf '%s\t%P\n' | sort -n -r | sed -n 1,12p  # sed, not head: head leaves sort a SIGPIPE, fatal under pipefail
 if [[ "$limit_mib" != 0 && $total -gt $((limit_mib * 1048576)) ]]; then
   die "the repository and the bundle are $(mib "$total") MiB, over $limit_mib MiB: they will not travel to a lent GPU machine (TPTRAIN_BUNDLE_BLAS=reference saves 4 MB compressed, 36 MB not; TPTRAIN_BUNDLE_MAX_MIB=0 for a bundle that stays here)"
 fi
