@@ -109,9 +109,12 @@ std::size_t edit_distance(std::string_view a_in, std::string_view b_in) {
 
 constexpr std::size_t kMaxSuggestDistance = 2;
 
-// Closest valid key for an unknown `section.key`: same section first (distance <= 2), then the
-// same name in another section (a key put in the wrong section). "" when nothing is close.
+// Closest valid key for an unknown `section.key`: the same name in another section first (a key
+// put in the wrong section: model.lr is optimizer.lr, not model.mlp), then the closest key of the
+// same section (distance <= 2). "" when nothing is close.
 std::string suggest_key(std::string_view section, std::string_view key) {
+  for (const DeckKey& k : deck_keys())
+    if (k.section != section && edit_distance(key, k.key) == 0) return full_name(k.section, k.key);
   std::string best;
   std::size_t best_d = kMaxSuggestDistance + 1;
   for (const DeckKey& k : deck_keys()) {
@@ -119,10 +122,7 @@ std::string suggest_key(std::string_view section, std::string_view key) {
     const std::size_t d = edit_distance(key, k.key);
     if (d < best_d) best_d = d, best = full_name(k.section, k.key);
   }
-  if (!best.empty()) return best;
-  for (const DeckKey& k : deck_keys())
-    if (edit_distance(key, k.key) == 0) return full_name(k.section, k.key);
-  return {};
+  return best;
 }
 
 // For a key written outside any section (or a --set without a section).
@@ -898,9 +898,23 @@ Deck DeckReader::build() {
     kv.default_note = "model.heads";
     m.kv_heads = m.heads;
   }
-  if (Field& tie = field("model", "tie_embeddings"); !tie.node) {
-    tie.default_note = m.architecture == "llama" ? "false for llama" : "true for gpt2";
-    m.tie_embeddings = m.architecture != "llama";
+  // The block specification's choices the deck leaves out: the preset's (base/block_spec.hpp).
+  if (field("model", "architecture").ok) {
+    ModelConfig preset = m;
+    preset.take_preset_defaults();
+    const std::string note = "of model.architecture = \"" + m.architecture + "\"";
+    const auto from_preset = [&](std::string_view key, auto ModelConfig::*member) {
+      if (Field& f = field("model", key); !f.node) {
+        f.default_note = note;
+        m.*member = preset.*member;
+      }
+    };
+    from_preset("norm", &ModelConfig::norm);
+    from_preset("mlp", &ModelConfig::mlp);
+    from_preset("position", &ModelConfig::position);
+    from_preset("qkv_bias", &ModelConfig::qkv_bias);
+    from_preset("linear_bias", &ModelConfig::linear_bias);
+    from_preset("tie_embeddings", &ModelConfig::tie_embeddings);
   }
   OptimizerConfig& o = d.optimizer;
   if (Field& min_lr = field("optimizer", "min_lr"); !min_lr.node) {
@@ -972,31 +986,25 @@ Deck DeckReader::build() {
   return d;
 }
 
-// The llama keys: grouped-query attention's kv_heads (whole key/value heads per tensor rank),
-// rotary embeddings' even head dimension; and the llama-only keys refused for gpt2 unless they
-// hold their defaults (a resolved gpt2 deck lists every key at its default and must load again).
+// The block specification's rules (base/block_spec.hpp): grouped-query attention's kv_heads
+// (whole key/value heads per tensor rank), rotary embeddings' even head dimension, LayerNorm's
+// bias; and the keys of a choice the specification does not make (model.norm_eps without
+// RMSNorm, model.rope_theta without rotary positions) refused unless they hold their defaults (a
+// resolved deck lists every key at its default and must load again).
 void DeckReader::check_architecture(const Deck& d) {
   const ModelConfig& m = d.model;
   const auto ok = [this](std::string_view key) { return field("model", key).ok; };
   const auto term = [this](std::string_view section, std::string_view key, std::int64_t v) {
     return Term{full_name(section, key), std::to_string(v), &field(section, key)};
   };
-  if (!ok("architecture")) return;
-  const bool llama = m.architecture == "llama";
-  const Field& arch = field("model", "architecture");
-  const std::string arch_mention = fmt::format("model.architecture = \"{}\" ({})", m.architecture, where(arch));
+  const auto mention_of = [this](std::string_view key, const std::string& value) {
+    return fmt::format("model.{} = \"{}\" ({})", key, value, where(field("model", key)));
+  };
   if (ok("kv_heads") && ok("heads")) {
-    if (!llama && m.kv_heads != m.heads) {
-      bad(field("model", "kv_heads"),
-          fmt::format("model.heads = {} with {}: grouped-query attention (fewer key/value heads) needs "
-                      "model.architecture = \"llama\"",
-                      m.heads, arch_mention));
-      return;
-    }
     if (m.heads % m.kv_heads != 0) {
       check_multiple(term("model", "heads", m.heads), term("model", "kv_heads", m.kv_heads), m.heads, m.kv_heads,
                      "grouped-query attention shares each key/value head among model.heads / model.kv_heads query heads");
-    } else if (field("parallel", "tensor").ok && (llama || m.kv_heads != m.heads)) {  // gpt2: the heads rule says it
+    } else if (field("parallel", "tensor").ok && m.kv_heads != m.heads) {  // kv_heads = heads: the heads rule says it
       const int t = d.parallel.tensor;
       if (m.kv_heads % t != 0) {
         int below = 1, above = 0;
@@ -1019,20 +1027,28 @@ void DeckReader::check_architecture(const Deck& d) {
       }
     }
   }
-  if (llama && ok("hidden") && ok("heads") && m.heads > 0 && m.hidden % m.heads == 0 && m.head_dim() % 2 != 0)
+  const bool rope = ok("position") && m.position == "rope";
+  if (rope && ok("hidden") && ok("heads") && m.heads > 0 && m.hidden % m.heads == 0 && m.head_dim() % 2 != 0)
     report_on(term("model", "heads", m.heads),
               fmt::format("an even head dimension with {}: rotary embeddings rotate pairs of features, and "
                           "model.hidden / model.heads = {} / {} = {} is odd",
-                          arch_mention, m.hidden, m.heads, m.head_dim()));
-  if (llama) return;
-  const auto llama_only = [&](std::string_view key, double value, double default_value, const char* what) {
+                          mention_of("position", m.position), m.hidden, m.heads, m.head_dim()));
+  if (ok("norm") && ok("linear_bias") && m.norm == "layernorm" && !m.linear_bias)
+    report_on(Term{"model.linear_bias", "false", &field("model", "linear_bias")},  // maybe the preset's
+              fmt::format("true with {}: LayerNorm carries a bias; a block without biases uses model.norm = "
+                          "\"rmsnorm\"",
+                          mention_of("norm", m.norm)));
+  const auto unused = [&](std::string_view key, double value, double default_value, std::string_view choice,
+                          const char* what) {
     Field& f = field("model", key);
     if (f.node && f.ok && value != default_value)
-      bad(f, fmt::format("to be left out with {}: {}; it applies to model.architecture = \"llama\"", arch_mention,
+      bad(f, fmt::format("to be left out with {}: {}", mention_of(choice, choice == "norm" ? m.norm : m.position),
                          what));
   };
-  llama_only("norm_eps", m.norm_eps, 1e-5, "GPT-2's LayerNorm uses 1e-5");
-  llama_only("rope_theta", m.rope_theta, 10000.0, "GPT-2 has learned position embeddings, no rotary ones");
+  if (ok("norm") && m.norm != "rmsnorm")
+    unused("norm_eps", m.norm_eps, 1e-5, "norm", "LayerNorm uses 1e-5; model.norm_eps is RMSNorm's");
+  if (ok("position") && !rope)
+    unused("rope_theta", m.rope_theta, 10000.0, "position", "learned positions have no rotary base");
 }
 
 // Tensor cores (and the CPU BLAS kernels' vector lanes) take GEMM dimensions in multiples of 8;

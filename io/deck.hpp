@@ -34,9 +34,15 @@ namespace tptrain::io {
 // ranges and the meaning of every key are in one table, io/deck_keys.cpp (and
 // docs/deck-reference.md).
 
-// [model]: the architecture ("gpt2" or "llama") and its shape.
+// [model]: the architecture (a preset of the block specification, base/block_spec.hpp: "gpt2",
+// "llama"), the choices that override it, and the shape.
 struct ModelConfig {
-  std::string architecture;  // "gpt2" or "llama"
+  std::string architecture;  // the preset
+  std::string norm;          // "layernorm" | "rmsnorm" (default: the preset's)
+  std::string mlp;           // "gelu" | "swiglu"
+  std::string position;      // "learned" | "rope"
+  bool qkv_bias{};           // biases of q, k and v
+  bool linear_bias{};        // biases of the other projections and of LayerNorm
   int layers{};
   int hidden{};      // H
   int heads{};       // head_dim = hidden / heads
@@ -45,13 +51,16 @@ struct ModelConfig {
   int seq_length{};  // S
   int vocab_size{};  // V, logical vocabulary
   int vocab_pad_multiple{};  // the padded vocabulary is a multiple of this times parallel.tensor
-  double norm_eps{};         // RMSNorm's epsilon (llama)
-  double rope_theta{};       // rotary embedding base (llama)
-  bool tie_embeddings{};     // output layer = word embedding (default: gpt2 yes, llama no)
+  double norm_eps{};         // RMSNorm's epsilon (model.norm = rmsnorm)
+  double rope_theta{};       // rotary embedding base (model.position = rope)
+  bool tie_embeddings{};     // output layer = word embedding (default: the preset's)
 
   int head_dim() const;   // hidden / heads
   int ffn_width() const;  // ffn_hidden, or 4 * hidden when ffn_hidden == 0 (unresolved)
   int kv_width() const;   // kv_heads, or heads when kv_heads == 0 (unresolved)
+  // Sets the keys the preset `architecture` gives defaults to (norm, mlp, position, the biases,
+  // tie_embeddings) to the preset's values; false when it names no preset.
+  bool take_preset_defaults();
 };
 
 // [parallel]: world = tensor * pipeline * data ranks.

@@ -2,9 +2,12 @@
 // deck and of the tables in README.md and docs/deck-reference.md.
 #include "io/deck_keys.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <limits>
 
+#include "base/block_spec.hpp"
 #include "io/deck.hpp"
 #include "io/read_watchdog.hpp"
 
@@ -32,6 +35,27 @@ using D = DataConfig;
 using C = CheckpointConfig;
 using R = RunConfig;
 
+// model.architecture's values: the presets' names (base/block_spec.hpp).
+Choice preset_choice() {
+  std::size_t n = 0;
+  const model::BlockPreset* p = model::block_presets(n);
+  Choice c;
+  for (std::size_t i = 0; i < n; ++i) c.values.push_back(p[i].name);
+  return c;
+}
+
+// model.architecture's meaning, from the presets' own descriptions.
+const std::string& architecture_doc() {
+  static const std::string doc = [] {
+    std::size_t n = 0;
+    const model::BlockPreset* p = model::block_presets(n);
+    std::string d = "the block specification's preset (base/block_spec.hpp): ";
+    for (std::size_t i = 0; i < n; ++i) d += fmt::format("{}\"{}\" ({})", i ? ", " : "", p[i].name, p[i].what);
+    return d + "; the five keys below override its choices";
+  }();
+  return doc;
+}
+
 std::vector<DeckKey> make_keys() {
   const IntRange at_least_1{1, std::nullopt, {}};
   const IntRange at_least_0{0, std::nullopt, {}};
@@ -39,10 +63,24 @@ std::vector<DeckKey> make_keys() {
   const NumberRange positive{0.0, false, std::nullopt, {}};
   const NumberRange unit{0.0, true, 1.0, {}};
   return {
-      {"model", "architecture", text("gpt2"), Choice{{"gpt2", "llama"}},
-       "the block: \"gpt2\" (LayerNorm, biases, GELU, learned positions) or \"llama\" (RMSNorm, no biases, "
-       "SwiGLU, rotary embeddings, grouped-query attention, untied head)",
+      {"model", "architecture", text("gpt2"), preset_choice(), architecture_doc(),
        &member<&Deck::model, &M::architecture>},
+      {"model", "norm", Derived{"the preset's"}, Choice{{"layernorm", "rmsnorm"}},
+       "the blocks' and the final norm: LayerNorm (weight and bias, epsilon 1e-5) or RMSNorm (weight, "
+       "model.norm_eps)",
+       &member<&Deck::model, &M::norm>},
+      {"model", "mlp", Derived{"the preset's"}, Choice{{"gelu", "swiglu"}},
+       "the MLP: fc, GELU (tanh), proj; or SwiGLU: silu(gate) * up, down (gate and up of model.ffn_hidden each)",
+       &member<&Deck::model, &M::mlp>},
+      {"model", "position", Derived{"the preset's"}, Choice{{"learned", "rope"}},
+       "positions: a learned [seq_length, hidden] embedding, or rotary embeddings of q and k (model.rope_theta)",
+       &member<&Deck::model, &M::position>},
+      {"model", "qkv_bias", Derived{"the preset's"}, AnyBoolean{}, "biases on the q, k and v projections",
+       &member<&Deck::model, &M::qkv_bias>},
+      {"model", "linear_bias", Derived{"the preset's"}, AnyBoolean{},
+       "biases on the attention output and MLP projections; LayerNorm always has its bias (model.norm = "
+       "\"layernorm\" needs linear_bias = true)",
+       &member<&Deck::model, &M::linear_bias>},
       {"model", "layers", integer(4), at_least_1, "transformer blocks",
        &member<&Deck::model, &M::layers>},
       {"model", "hidden", integer(128), at_least_1, "model width H",
@@ -50,8 +88,8 @@ std::vector<DeckKey> make_keys() {
       {"model", "heads", integer(4), at_least_1, "attention heads; head_dim = hidden / heads",
        &member<&Deck::model, &M::heads>},
       {"model", "kv_heads", Derived{"model.heads"}, IntRange{1, std::nullopt, "(leave it out for model.heads)"},
-       "key/value heads (grouped-query attention, llama): a divisor of model.heads and a multiple of "
-       "parallel.tensor; gpt2 needs model.heads",
+       "key/value heads (grouped-query attention): a divisor of model.heads and a multiple of "
+       "parallel.tensor",
        &member<&Deck::model, &M::kv_heads>},
       {"model", "ffn_hidden", Derived{"4 * model.hidden"},
        IntRange{1, std::nullopt, "(leave it out for the default 4 * model.hidden)"}, "MLP width F",
@@ -66,12 +104,12 @@ std::vector<DeckKey> make_keys() {
        "make-vocab-size-divisible-by), so that the logits GEMM has tensor-core shapes; padded rows are masked",
        &member<&Deck::model, &M::vocab_pad_multiple>},
       {"model", "norm_eps", number(1e-5), NumberRange{0.0, false, 1.0, {}, false},
-       "llama: RMSNorm's epsilon (gpt2's LayerNorm uses 1e-5 always)",
+       "RMSNorm's epsilon (model.norm = \"rmsnorm\"; LayerNorm uses 1e-5 always)",
        &member<&Deck::model, &M::norm_eps>},
       {"model", "rope_theta", number(10000.0), positive,
-       "llama: rotary embedding base theta (Llama 2: 10000, Llama 3: 500000)",
+       "rotary embedding base theta (model.position = \"rope\"; Llama 2: 10000, Llama 3: 500000)",
        &member<&Deck::model, &M::rope_theta>},
-      {"model", "tie_embeddings", Derived{"true for gpt2, false for llama"}, AnyBoolean{},
+      {"model", "tie_embeddings", Derived{"the preset's"}, AnyBoolean{},
        "the output layer is the word embedding (tied) or its own lm_head/weight",
        &member<&Deck::model, &M::tie_embeddings>},
 

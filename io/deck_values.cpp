@@ -5,6 +5,7 @@
 #include <string>
 #include <type_traits>
 
+#include "base/block_spec.hpp"
 #include "io/deck.hpp"
 #include "io/deck_keys.hpp"
 #include "io/deck_text.hpp"
@@ -96,7 +97,19 @@ Deck::Deck() {
   // The derived defaults, from the defaults above (the parser derives them from given values).
   optimizer.min_lr = round_decimal(optimizer.lr / 10);
   checkpoint.dir = run.dir + "/checkpoints";
-  model.tie_embeddings = model.architecture != "llama";
+  model.take_preset_defaults();
+}
+
+bool ModelConfig::take_preset_defaults() {
+  const model::BlockPreset* p = model::block_preset(architecture);
+  if (!p) return false;
+  norm = model::norm_name(p->spec.norm);
+  mlp = model::mlp_name(p->spec.mlp);
+  position = model::position_name(p->spec.position);
+  qkv_bias = p->spec.qkv_bias;
+  linear_bias = p->spec.linear_bias;
+  tie_embeddings = p->spec.tie_embeddings;
+  return true;
 }
 
 int ModelConfig::head_dim() const { return heads > 0 ? hidden / heads : 0; }

@@ -71,7 +71,7 @@ tptrain_plan_test(cli_plan_bytes_beyond_64_bits 1
   --set model.layers=2)
 # Plan time does not grow with the layers or the GPUs per node (2,000,000 layers took over a
 # minute, a node of 2^31 - 1 GPUs 12 s): a few seconds at most on a loaded machine.
-tptrain_plan_test(cli_plan_2000000_layers 1 "model        2000000 layers, .*\n\\{\"deck\": [^\n]*\"params\": 25408008768, "
+tptrain_plan_test(cli_plan_2000000_layers 1 "model        gpt2: 2000000 layers, .*\n\\{\"deck\": [^\n]*\"params\": 25408008768, "
   plan ${_decks}/valid.toml --set model.layers=2000000)
 tptrain_plan_test(cli_plan_node_of_2147483647_gpus 1 "wrong GPU count: .*nearest layouts of 4 GPUs that fit"
   plan ${_decks}/valid.toml --gpus 4 --gpus-per-node 2147483647)
@@ -106,7 +106,7 @@ tptrain_plan_test(cli_plan_gpt3_175b_virtual_stages 0
 # Llama (docs/planning.md, "Llama"): the two published parameter counts, exactly, from the
 # shipped decks, which fit their layouts on 80-GB GPUs; the JSON line has the formula's count too.
 tptrain_plan_test(cli_plan_llama2_7b 0
-  "model        llama: 32 layers, hidden 4096, 32 heads \\(32 key/value\\), ffn 11008 \\(SwiGLU\\), seq_length 4096, vocab 32000 \\(padded 32000\\), untied.*parameters   6\\.74 B: 6738415616 exactly \\(tptrain's tensors\\), 6738415616 by Llama's formula.*result: the deck fits\n\\{[^\n]*\"params\": 6738415616, [^\n]*\"params_llama_formula\": 6738415616, [^\n]*\"fits\": true"
+  "model        llama: 32 layers, hidden 4096, 32 heads \\(32 key/value\\), ffn 11008 \\(SwiGLU\\), seq_length 4096, vocab 32000 \\(padded 32000\\), untied; RMSNorm eps 1e-05, RoPE theta 10000; biases none.*parameters   6\\.74 B: 6738415616 exactly \\(tptrain's tensors\\), 6738415616 by Llama's formula.*result: the deck fits\n\\{[^\n]*\"params\": 6738415616, [^\n]*\"params_llama_formula\": 6738415616, [^\n]*\"fits\": true"
   plan ${_input}/llama2-7b.toml --gpu-memory 80)
 tptrain_plan_test(cli_plan_llama3_8b 0
   "model        llama: 32 layers, hidden 4096, 32 heads \\(8 key/value\\), ffn 14336 \\(SwiGLU\\), seq_length 8192, vocab 128256 \\(padded 128256\\), untied; RMSNorm eps 1e-05, RoPE theta 500000.*parameters   8\\.03 B: 8030261248 exactly \\(tptrain's tensors\\), 8030261248 by Llama's formula.*result: the deck fits\n\\{[^\n]*\"params\": 8030261248, [^\n]*\"params_llama_formula\": 8030261248, [^\n]*\"fits\": true"

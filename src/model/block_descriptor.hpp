@@ -1,4 +1,4 @@
-// One transformer block — GPT-2's or llama's (GptShape::architecture) — described once (docs/design.md, "The block descriptor"): its
+// One transformer block — of any block specification (base/block_spec.hpp) — described once (docs/design.md, "The block descriptor"): its
 // parameters and the buffers its forward and backward use. What reads it:
 //   the layers          make their Parameters from its rows (block_parameter) and list them in
 //                       its order (TransformerLayer::parameters), the order of the buckets;
@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <iterator>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -25,47 +26,77 @@ namespace tptrain::model {
 
 // ---- parameters ------------------------------------------------------------------------------
 
-// In checkpoint order, which is also the order of the block's gradient bucket (a changed order
-// moves parameters within the bucket's flat buffers, hence the distributed optimizer's shards).
-// GPT-2 scales the residual projections' initial values by 1/√(2L).
+// Every row a block may hold, in checkpoint order, which is also the order of the block's gradient
+// bucket (a changed order moves parameters within the bucket's flat buffers, hence the
+// distributed optimizer's shards). A specification holds the rows whose `needs` it meets
+// (parameter_spec.hpp): GPT-2 all but the SwiGLU rows; Llama the weights of RMSNorm, attention
+// and SwiGLU (and attn/qkv/bias with model.qkv_bias). attn/qkv stacks [Q: nh·d | K: nkv·d | V: nkv·d],
+// each block split over the tensor ranks (a rank holds Q, K and V of its heads); SwiGLU's
+// mlp/fc stacks [gate: F | up: F], each split, so a rank's gate and up rows are the same columns
+// of the MLP. residual_normal: GPT-2's 1/√(2L) on the residual projections when the
+// specification scales them (BlockSpec::scaled_residual_init), else σ itself.
+#define TPTRAIN_QKV_BLOCKS {ParameterDim::hidden, ParameterDim::kv, ParameterDim::kv}
+#define TPTRAIN_GATE_UP_BLOCKS {ParameterDim::ffn, ParameterDim::ffn, ParameterDim::none}
+#define TPTRAIN_NO_BLOCKS {ParameterDim::none, ParameterDim::none, ParameterDim::none}
+#define TPTRAIN_HF(gpt2, gpt2_t, llama) {HfName{gpt2, gpt2_t}, HfName{llama, false}}
 inline constexpr ParameterRow kBlockParameters[] = {
-    // name             shape                                       split                blocks SP sum  decay  init
-    {"ln_1/weight",      {ParameterDim::hidden},                    TensorSplit::replicated, 1, true,  false, {Init::constant, 1.0f}},
-    {"ln_1/bias",        {ParameterDim::hidden},                    TensorSplit::replicated, 1, true,  false, {Init::constant, 0.0f}},
-    {"attn/qkv/weight",  {ParameterDim::qkv, ParameterDim::hidden}, TensorSplit::column,     3, false, true,  {Init::normal, 0.02f}},
-    {"attn/qkv/bias",    {ParameterDim::qkv},                       TensorSplit::column,     3, false, false, {Init::constant, 0.0f}},
-    {"attn/proj/weight", {ParameterDim::hidden, ParameterDim::hidden}, TensorSplit::row,     1, false, true,  {Init::residual_normal, 0.02f}},
-    {"attn/proj/bias",   {ParameterDim::hidden},                    TensorSplit::replicated, 1, true,  false, {Init::constant, 0.0f}},
-    {"ln_2/weight",      {ParameterDim::hidden},                    TensorSplit::replicated, 1, true,  false, {Init::constant, 1.0f}},
-    {"ln_2/bias",        {ParameterDim::hidden},                    TensorSplit::replicated, 1, true,  false, {Init::constant, 0.0f}},
-    {"mlp/fc/weight",    {ParameterDim::ffn, ParameterDim::hidden}, TensorSplit::column,     1, false, true,  {Init::normal, 0.02f}},
-    {"mlp/fc/bias",      {ParameterDim::ffn},                       TensorSplit::column,     1, false, false, {Init::constant, 0.0f}},
-    {"mlp/proj/weight",  {ParameterDim::hidden, ParameterDim::ffn}, TensorSplit::row,        1, false, true,  {Init::residual_normal, 0.02f}},
-    {"mlp/proj/bias",    {ParameterDim::hidden},                    TensorSplit::replicated, 1, true,  false, {Init::constant, 0.0f}},
+    // name, shape, split, blocks, SP sum, decay, init, tied, block extents, needs, Hugging Face names
+    {"ln_1/weight", {ParameterDim::hidden}, TensorSplit::replicated, 1, true, false, {Init::constant, 1.0f}, false,
+     TPTRAIN_NO_BLOCKS, always,
+     TPTRAIN_HF("transformer.h.{i}.ln_1.weight", false, "model.layers.{i}.input_layernorm.weight")},
+    {"ln_1/bias", {ParameterDim::hidden}, TensorSplit::replicated, 1, true, false, {Init::constant, 0.0f}, false,
+     TPTRAIN_NO_BLOCKS, needs_norm_bias, TPTRAIN_HF("transformer.h.{i}.ln_1.bias", false, nullptr)},
+    {"attn/qkv/weight", {ParameterDim::qkv, ParameterDim::hidden}, TensorSplit::column, 3, false, true,
+     {Init::normal, 0.02f}, false, TPTRAIN_QKV_BLOCKS, always,
+     TPTRAIN_HF("transformer.h.{i}.attn.c_attn.weight", true,
+                "model.layers.{i}.self_attn.q_proj.weight|model.layers.{i}.self_attn.k_proj.weight|"
+                "model.layers.{i}.self_attn.v_proj.weight")},
+    {"attn/qkv/bias", {ParameterDim::qkv}, TensorSplit::column, 3, false, false, {Init::constant, 0.0f}, false,
+     TPTRAIN_QKV_BLOCKS, needs_qkv_bias,
+     TPTRAIN_HF("transformer.h.{i}.attn.c_attn.bias", false,
+                "model.layers.{i}.self_attn.q_proj.bias|model.layers.{i}.self_attn.k_proj.bias|"
+                "model.layers.{i}.self_attn.v_proj.bias")},
+    {"attn/proj/weight", {ParameterDim::hidden, ParameterDim::hidden}, TensorSplit::row, 1, false, true,
+     {Init::residual_normal, 0.02f}, false, TPTRAIN_NO_BLOCKS, always,
+     TPTRAIN_HF("transformer.h.{i}.attn.c_proj.weight", true, "model.layers.{i}.self_attn.o_proj.weight")},
+    {"attn/proj/bias", {ParameterDim::hidden}, TensorSplit::replicated, 1, true, false, {Init::constant, 0.0f}, false,
+     TPTRAIN_NO_BLOCKS, needs_linear_bias,
+     TPTRAIN_HF("transformer.h.{i}.attn.c_proj.bias", false, "model.layers.{i}.self_attn.o_proj.bias")},
+    {"ln_2/weight", {ParameterDim::hidden}, TensorSplit::replicated, 1, true, false, {Init::constant, 1.0f}, false,
+     TPTRAIN_NO_BLOCKS, always,
+     TPTRAIN_HF("transformer.h.{i}.ln_2.weight", false, "model.layers.{i}.post_attention_layernorm.weight")},
+    {"ln_2/bias", {ParameterDim::hidden}, TensorSplit::replicated, 1, true, false, {Init::constant, 0.0f}, false,
+     TPTRAIN_NO_BLOCKS, needs_norm_bias, TPTRAIN_HF("transformer.h.{i}.ln_2.bias", false, nullptr)},
+    {"mlp/fc/weight", {ParameterDim::ffn, ParameterDim::hidden}, TensorSplit::column, 1, false, true,
+     {Init::normal, 0.02f}, false, TPTRAIN_NO_BLOCKS, needs_gelu,
+     TPTRAIN_HF("transformer.h.{i}.mlp.c_fc.weight", true, nullptr)},
+    {"mlp/fc/weight", {ParameterDim::ffn2, ParameterDim::hidden}, TensorSplit::column, 2, false, true,
+     {Init::normal, 0.02f}, false, TPTRAIN_GATE_UP_BLOCKS, needs_swiglu,
+     TPTRAIN_HF(nullptr, false, "model.layers.{i}.mlp.gate_proj.weight|model.layers.{i}.mlp.up_proj.weight")},
+    {"mlp/fc/bias", {ParameterDim::ffn}, TensorSplit::column, 1, false, false, {Init::constant, 0.0f}, false,
+     TPTRAIN_NO_BLOCKS, needs_gelu | needs_linear_bias, TPTRAIN_HF("transformer.h.{i}.mlp.c_fc.bias", false, nullptr)},
+    {"mlp/fc/bias", {ParameterDim::ffn2}, TensorSplit::column, 2, false, false, {Init::constant, 0.0f}, false,
+     TPTRAIN_GATE_UP_BLOCKS, needs_swiglu | needs_linear_bias,
+     TPTRAIN_HF(nullptr, false, "model.layers.{i}.mlp.gate_proj.bias|model.layers.{i}.mlp.up_proj.bias")},
+    {"mlp/proj/weight", {ParameterDim::hidden, ParameterDim::ffn}, TensorSplit::row, 1, false, true,
+     {Init::residual_normal, 0.02f}, false, TPTRAIN_NO_BLOCKS, always,
+     TPTRAIN_HF("transformer.h.{i}.mlp.c_proj.weight", true, "model.layers.{i}.mlp.down_proj.weight")},
+    {"mlp/proj/bias", {ParameterDim::hidden}, TensorSplit::replicated, 1, true, false, {Init::constant, 0.0f}, false,
+     TPTRAIN_NO_BLOCKS, needs_linear_bias,
+     TPTRAIN_HF("transformer.h.{i}.mlp.c_proj.bias", false, "model.layers.{i}.mlp.down_proj.bias")},
 };
-inline constexpr std::size_t kBlockParameterCount = std::size(kBlockParameters);
+#undef TPTRAIN_QKV_BLOCKS
+#undef TPTRAIN_GATE_UP_BLOCKS
+#undef TPTRAIN_NO_BLOCKS
+#undef TPTRAIN_HF
+inline constexpr std::size_t kBlockParameterRows = std::size(kBlockParameters);
 
-// The llama block (docs/design.md, "The llama block"): GPT-2's names where the role is the same,
-// no biases. ln_1 and ln_2 are RMSNorms (a weight only). attn/qkv/weight stacks
-// [Q: nh·d | K: nkv·d | V: nkv·d], each block split over the tensor ranks (a rank holds Q, K and V
-// of its heads); mlp/fc/weight stacks [gate: F | up: F], each split, so a rank's gate and up rows
-// are the same columns of the MLP. Hugging Face's initializer_range, 0.02, for every matrix.
-inline constexpr ParameterRow kLlamaBlockParameters[] = {
-    // name             shape                                        split                blocks SP sum  decay  init                  tied   block extents
-    {"ln_1/weight",      {ParameterDim::hidden},                     TensorSplit::replicated, 1, true,  false, {Init::constant, 1.0f}},
-    {"attn/qkv/weight",  {ParameterDim::qkv, ParameterDim::hidden},  TensorSplit::column,     3, false, true,  {Init::normal, 0.02f}, false,
-     {ParameterDim::hidden, ParameterDim::kv, ParameterDim::kv}},
-    {"attn/proj/weight", {ParameterDim::hidden, ParameterDim::hidden}, TensorSplit::row,      1, false, true,  {Init::normal, 0.02f}},
-    {"ln_2/weight",      {ParameterDim::hidden},                     TensorSplit::replicated, 1, true,  false, {Init::constant, 1.0f}},
-    {"mlp/fc/weight",    {ParameterDim::ffn2, ParameterDim::hidden}, TensorSplit::column,     2, false, true,  {Init::normal, 0.02f}, false,
-     {ParameterDim::ffn, ParameterDim::ffn}},
-    {"mlp/proj/weight",  {ParameterDim::hidden, ParameterDim::ffn},  TensorSplit::row,        1, false, true,  {Init::normal, 0.02f}},
-};
-
-// The block table of shape s's architecture, in checkpoint (and bucket) order.
+// The rows shape s's specification holds, in checkpoint (and bucket) order.
 inline std::vector<ParameterRow> block_parameter_rows(const GptShape& s) {
-  if (s.llama()) return {std::begin(kLlamaBlockParameters), std::end(kLlamaBlockParameters)};
-  return {std::begin(kBlockParameters), std::end(kBlockParameters)};
+  std::vector<ParameterRow> rows;
+  for (const ParameterRow& r : kBlockParameters)
+    if (holds(r.needs, s)) rows.push_back(r);
+  return rows;
 }
 
 // Block `layer`'s parameters for shape s, in the table's order, named layers/<layer>/<row>.
@@ -90,6 +121,14 @@ inline ParameterSpec block_parameter(const GptShape& s, const std::string& name)
     if (row == r.name) return spec_of(r, s, name.substr(0, name.size() - row.size()));
   throw std::logic_error("tptrain: the block parameter " + name +
                          " has no row in the block descriptor (src/model/block_descriptor.hpp)");
+}
+
+// The row `name` when shape s's specification holds it (a bias it may leave out), else nothing.
+inline std::optional<ParameterSpec> block_parameter_if_held(const GptShape& s, const std::string& name) {
+  const std::string row = name.rfind("layers/", 0) == 0 ? name.substr(name.find('/', 7) + 1) : name;
+  for (const ParameterRow& r : block_parameter_rows(s))
+    if (row == r.name) return block_parameter(s, name);
+  return std::nullopt;
 }
 
 // ---- buffers ---------------------------------------------------------------------------------
@@ -135,63 +174,43 @@ struct BufferRow {
   Element element;
   Lifetime lifetime;
   bool only_16_bit = false;  // allocated only when the storage type is bf16/fp16
-  bool only_grouped = false; // allocated only with grouped-query attention (kv_heads < heads)
+  unsigned needs = always;   // the specifications that allocate it (Needs, parameter_spec.hpp)
 };
 
-// The buffers of one block (recompute.hpp says what each mode keeps). Not listed: the column-sum
-// partials of the bias and LayerNorm gradients (one small stage buffer, column_sums_scratch).
+// The buffers of a block (recompute.hpp says what each mode keeps); a specification allocates the
+// rows whose `needs` it meets. Not listed: the column-sum partials of the bias and norm gradients
+// (one small stage buffer, column_sums_scratch). The attention kernels (kokkos_kernels/attention.hpp)
+// take Q, K and V of the rank's nh/t heads; with grouped-query attention the rank's nkv/t
+// key/value heads are expanded into that layout (attention.qkv_expanded, Hugging Face's
+// repeat_kv) and the gradient of each group summed back (attention.d_qkv_grouped). The rotary
+// tables cos, sin [s, d/2] are computed once per stage.
 inline constexpr BufferRow kBlockBuffers[] = {
     {"x", "block input (the residual stream)", {BufferDim::n, BufferDim::h}, Element::storage, Lifetime::input},
-    {"/ln_1.mean", "ln_1 mean", {BufferDim::n}, Element::fp32, Lifetime::saved},
-    {"/ln_1.rstd", "ln_1 1/σ", {BufferDim::n}, Element::fp32, Lifetime::saved},
+    {"/ln_1.mean", "ln_1 mean", {BufferDim::n}, Element::fp32, Lifetime::saved, false, needs_layernorm},
+    {"/ln_1.rstd", "ln_1 1/σ (RMSNorm: 1/rms)", {BufferDim::n}, Element::fp32, Lifetime::saved},
     {".a", "ln_1 output", {BufferDim::n, BufferDim::h}, Element::storage, Lifetime::saved},
-    {"/attn.qkv_out", "QKV output", {BufferDim::N, BufferDim::qkv_t}, Element::storage, Lifetime::saved},
+    {"/attn.qkv_out", "QKV output (rotary: q and k rotated)", {BufferDim::N, BufferDim::gqa_t}, Element::storage,
+     Lifetime::saved},
     {"/attn.lse", "attention log Σ exp per score row", {BufferDim::Na_t}, Element::fp32, Lifetime::saved},
     {"/attn.scores", "attention scores Q Kᵀ",
      {BufferDim::b, BufferDim::a_t, BufferDim::s, BufferDim::s}, Element::storage, Lifetime::saved_if_none},
     {"/attn.ctx", "attention context", {BufferDim::N, BufferDim::h_t}, Element::storage, Lifetime::saved},
     {".x1", "x1 = x + attention", {BufferDim::n, BufferDim::h}, Element::storage, Lifetime::saved},
-    {"/ln_2.mean", "ln_2 mean", {BufferDim::n}, Element::fp32, Lifetime::saved},
-    {"/ln_2.rstd", "ln_2 1/σ", {BufferDim::n}, Element::fp32, Lifetime::saved},
+    {"/ln_2.mean", "ln_2 mean", {BufferDim::n}, Element::fp32, Lifetime::saved, false, needs_layernorm},
+    {"/ln_2.rstd", "ln_2 1/σ (RMSNorm: 1/rms)", {BufferDim::n}, Element::fp32, Lifetime::saved},
     {".c", "ln_2 output", {BufferDim::n, BufferDim::h}, Element::storage, Lifetime::saved},
-    {"/mlp.h", "fc output (GELU input)", {BufferDim::N, BufferDim::f_t}, Element::storage, Lifetime::saved},
-    {"/mlp.sigmoid", "GELU sigmoid", {BufferDim::N, BufferDim::f_t}, Element::storage, Lifetime::saved},
-    {"attention.probs", "attention probabilities (the softmax's buffer)",
-     {BufferDim::b, BufferDim::a_t, BufferDim::s, BufferDim::s}, Element::storage, Lifetime::scratch},
-    {"attention.dprobs_tile", "attention probabilities' gradient, one row tile",
-     {BufferDim::b, BufferDim::a_t, BufferDim::tile, BufferDim::s}, Element::storage, Lifetime::scratch},
-    {"attention.d_qkv", "QKV gradient (its Q block holds the context gradient first)", {BufferDim::N, BufferDim::qkv_t}, Element::storage, Lifetime::scratch},
-    {"attention.dk_sum", "dK summed over the backward's row tiles", {BufferDim::N, BufferDim::h_t}, Element::fp32,
-     Lifetime::scratch, true},
-    {"mlp.a", "GELU output", {BufferDim::N, BufferDim::f_t}, Element::storage, Lifetime::scratch},
-    {"mlp.da", "GELU output's gradient", {BufferDim::N, BufferDim::f_t}, Element::storage, Lifetime::scratch},
-    {"block.out", "attention output, then MLP output", {BufferDim::n, BufferDim::h}, Element::storage, Lifetime::scratch},
-    {"block.grad_1", "block backward buffer 1", {BufferDim::n, BufferDim::h}, Element::storage, Lifetime::scratch},
-    {"block.grad_2", "block backward buffer 2", {BufferDim::n, BufferDim::h}, Element::storage, Lifetime::scratch},
-};
-
-// The llama block's buffers. The attention kernels (kokkos_kernels/attention.hpp) take Q, K and V
-// of the rank's nh/t heads; with grouped-query attention the rank's nkv/t key/value heads are
-// expanded into that layout (attention.qkv_expanded, Hugging Face's repeat_kv) and the gradient
-// of each group summed back (attention.d_qkv_grouped). The rotary tables cos, sin [s, d/2] are
-// computed once per stage.
-inline constexpr BufferRow kLlamaBlockBuffers[] = {
-    {"x", "block input (the residual stream)", {BufferDim::n, BufferDim::h}, Element::storage, Lifetime::input},
-    {"/ln_1.rstd", "ln_1 1/rms", {BufferDim::n}, Element::fp32, Lifetime::saved},
-    {".a", "ln_1 output", {BufferDim::n, BufferDim::h}, Element::storage, Lifetime::saved},
-    {"/attn.qkv_out", "QKV output, q and k rotated", {BufferDim::N, BufferDim::gqa_t}, Element::storage, Lifetime::saved},
-    {"/attn.lse", "attention log Σ exp per score row", {BufferDim::Na_t}, Element::fp32, Lifetime::saved},
-    {"/attn.scores", "attention scores Q Kᵀ",
-     {BufferDim::b, BufferDim::a_t, BufferDim::s, BufferDim::s}, Element::storage, Lifetime::saved_if_none},
-    {"/attn.ctx", "attention context", {BufferDim::N, BufferDim::h_t}, Element::storage, Lifetime::saved},
-    {".x1", "x1 = x + attention", {BufferDim::n, BufferDim::h}, Element::storage, Lifetime::saved},
-    {"/ln_2.rstd", "ln_2 1/rms", {BufferDim::n}, Element::fp32, Lifetime::saved},
-    {".c", "ln_2 output", {BufferDim::n, BufferDim::h}, Element::storage, Lifetime::saved},
-    {"/mlp.h", "fc output: gate and up", {BufferDim::N, BufferDim::f2_t}, Element::storage, Lifetime::saved},
-    {"rope.cos", "rotary table cos(p·θ^(-2i/d))", {BufferDim::s, BufferDim::d_2}, Element::fp32, Lifetime::scratch},
-    {"rope.sin", "rotary table sin(p·θ^(-2i/d))", {BufferDim::s, BufferDim::d_2}, Element::fp32, Lifetime::scratch},
+    {"/mlp.h", "fc output (GELU input)", {BufferDim::N, BufferDim::f_t}, Element::storage, Lifetime::saved, false,
+     needs_gelu},
+    {"/mlp.h", "fc output: gate and up", {BufferDim::N, BufferDim::f2_t}, Element::storage, Lifetime::saved, false,
+     needs_swiglu},
+    {"/mlp.sigmoid", "GELU sigmoid", {BufferDim::N, BufferDim::f_t}, Element::storage, Lifetime::saved, false,
+     needs_gelu},
+    {"rope.cos", "rotary table cos(p·θ^(-2i/d))", {BufferDim::s, BufferDim::d_2}, Element::fp32, Lifetime::scratch,
+     false, needs_rope},
+    {"rope.sin", "rotary table sin(p·θ^(-2i/d))", {BufferDim::s, BufferDim::d_2}, Element::fp32, Lifetime::scratch,
+     false, needs_rope},
     {"attention.qkv_expanded", "Q, K and V with the key/value heads repeated", {BufferDim::N, BufferDim::qkv_t},
-     Element::storage, Lifetime::scratch, false, true},
+     Element::storage, Lifetime::scratch, false, needs_grouped},
     {"attention.probs", "attention probabilities (the softmax's buffer)",
      {BufferDim::b, BufferDim::a_t, BufferDim::s, BufferDim::s}, Element::storage, Lifetime::scratch},
     {"attention.dprobs_tile", "attention probabilities' gradient, one row tile",
@@ -200,19 +219,22 @@ inline constexpr BufferRow kLlamaBlockBuffers[] = {
     {"attention.dk_sum", "dK summed over the backward's row tiles", {BufferDim::N, BufferDim::h_t}, Element::fp32,
      Lifetime::scratch, true},
     {"attention.d_qkv_grouped", "QKV gradient summed over each key/value group", {BufferDim::N, BufferDim::gqa_t},
-     Element::storage, Lifetime::scratch, false, true},
-    {"mlp.a", "silu(gate)·up", {BufferDim::N, BufferDim::f_t}, Element::storage, Lifetime::scratch},
-    {"mlp.da", "silu(gate)·up's gradient", {BufferDim::N, BufferDim::f_t}, Element::storage, Lifetime::scratch},
-    {"mlp.dh", "gate and up's gradient", {BufferDim::N, BufferDim::f2_t}, Element::storage, Lifetime::scratch},
+     Element::storage, Lifetime::scratch, false, needs_grouped},
+    {"mlp.a", "MLP activation: GELU(h), or silu(gate)·up", {BufferDim::N, BufferDim::f_t}, Element::storage, Lifetime::scratch},
+    {"mlp.da", "the activation's gradient", {BufferDim::N, BufferDim::f_t}, Element::storage, Lifetime::scratch},
+    {"mlp.dh", "gate and up's gradient", {BufferDim::N, BufferDim::f2_t}, Element::storage, Lifetime::scratch, false,
+     needs_swiglu},
     {"block.out", "attention output, then MLP output", {BufferDim::n, BufferDim::h}, Element::storage, Lifetime::scratch},
     {"block.grad_1", "block backward buffer 1", {BufferDim::n, BufferDim::h}, Element::storage, Lifetime::scratch},
     {"block.grad_2", "block backward buffer 2", {BufferDim::n, BufferDim::h}, Element::storage, Lifetime::scratch},
 };
 
-// The buffer table of shape s's architecture.
+// The buffer rows shape s's specification allocates.
 inline std::vector<BufferRow> block_buffer_rows(const GptShape& s) {
-  if (s.llama()) return {std::begin(kLlamaBlockBuffers), std::end(kLlamaBlockBuffers)};
-  return {std::begin(kBlockBuffers), std::end(kBlockBuffers)};
+  std::vector<BufferRow> rows;
+  for (const BufferRow& r : kBlockBuffers)
+    if (holds(r.needs, s)) rows.push_back(r);
+  return rows;
 }
 
 // Is buffer row r allocated per micro-batch in flight (per layer) under `mode`? The block input
@@ -277,7 +299,6 @@ inline std::vector<std::int64_t> buffer_shape(const BufferRow& r, const BlockSiz
 }
 inline std::int64_t buffer_bytes(const BufferRow& r, const BlockSizes& z, int element_bytes) {
   if (r.only_16_bit && element_bytes >= 4) return 0;
-  if (r.only_grouped && !z.grouped()) return 0;
   std::int64_t n = r.element == Element::fp32 ? 4 : element_bytes;
   for (const std::int64_t d : buffer_shape(r, z)) n *= d;
   return n;

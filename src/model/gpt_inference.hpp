@@ -35,10 +35,10 @@ class GptInference {
   // most that many new rows.
   explicit GptInference(GptModel<T>& model) : model_(model), positions_(model.shape().seq_length) {
     const GptShape& s = model.shape();
-    if (s.llama())
-      throw std::invalid_argument("tptrain: generation is for model.architecture = \"gpt2\" so far: the KV cache "
-                                  "of a llama model (rotary, grouped-query attention) is not built yet; generate --no-kv-cache "
-                                  "samples with the full forward for every token");
+    if (s.rms() || s.swiglu() || s.rotary() || !s.qkv_bias || !s.linear_bias || s.kv_head_count() != s.heads)
+      throw std::invalid_argument("tptrain: the KV cache is built for GPT-2's block so far (LayerNorm, GELU, biases, "
+                                  "learned positions, multi-head attention), not for model.architecture = \"" +
+                                  s.architecture + "\"; generate --no-kv-cache samples with the full forward for every token");
     const CachedAttentionScratch<T> attention_scratch(s, positions_, positions_);
     for (int l = 0; l < model.local_layers(); ++l) {
       const std::string name = "layers/" + std::to_string(model.first_layer() + l);

@@ -1,8 +1,7 @@
-// GPT-2 with Megatron tensor parallelism (docs/design.md, "Model semantics"): token + position
-// embedding, `layers` pre-LN transformer blocks, final LayerNorm, logits through the tied word
-// embedding, mean next-token cross-entropy. The same for a llama model (model.architecture;
-// "The llama block"): token embedding, pre-RMSNorm blocks, final RMSNorm, and with untied
-// embeddings (model.tie_embeddings = false, either architecture) the logits through the last
+// A GPT-style model of any block specification with Megatron tensor parallelism (docs/design.md,
+// "Model semantics", "The block specification"): token embedding (+ learned positions), `layers`
+// pre-norm transformer blocks, a final norm, mean next-token cross-entropy; the logits through the
+// tied word embedding, or untied (model.tie_embeddings = false) through the last
 // stage's own lm_head/weight, which has no copy elsewhere. Forward and backward are written by hand;
 // parameters hold gradients that accumulate over micro-batches until zero_grad().
 //

@@ -11,22 +11,18 @@
 #include <stdexcept>
 #include <string>
 
+#include "base/block_spec.hpp"
+
 namespace tptrain::model {
 
-// The block architecture (model.architecture; docs/design.md, "The llama block"):
-//   gpt2   pre-LayerNorm, biases, GELU MLP, learned position embedding, multi-head attention;
-//   llama  pre-RMSNorm, no biases, SwiGLU MLP, rotary position embedding (HF Llama's rotate-half
-//          convention) on q and k, grouped-query attention (kv_heads <= heads).
-enum class Architecture { gpt2, llama };
-inline const char* architecture_name(Architecture a) { return a == Architecture::llama ? "llama" : "gpt2"; }
-
+// The block's choices are its BlockSpec (base/block_spec.hpp: norm, MLP, positions, biases,
+// key/value heads, tied head, ε, θ); the shape adds the sizes and the tensor-parallel layout.
 // Every field is set from the deck (train::shape_of, src/train/deck_shape.hpp), whose key table holds the defaults; the
 // initial values here only make a default-constructed shape the smallest valid one.
-struct GptShape {
+struct GptShape : BlockSpec {
   int layers = 1;
   int hidden = 1;      // H
   int heads = 1;       // nh
-  int kv_heads = 0;    // nkv: key/value heads (grouped-query attention); 0 stands for heads
   int ffn_hidden = 1;  // F
   int seq_length = 1;  // S
   int vocab_size = 1;  // V
@@ -38,16 +34,11 @@ struct GptShape {
   // would change nothing): between the tensor-parallel regions a rank holds n = N/t of the
   // N = micro_batch * seq_length tokens (parallel/mappings.hpp).
   bool sequence_parallel = false;
-  Architecture architecture = Architecture::gpt2;
-  // The output layer is the word embedding (GPT-2) or its own lm_head/weight (Llama's default).
-  bool tie_embeddings = true;
-  double norm_eps = 1e-5;       // RMSNorm's ε (llama; GPT-2's LayerNorm uses 1e-5 always)
-  double rope_theta = 10000.0;  // the rotary base θ (llama)
 
   static constexpr std::int64_t int_limit = std::numeric_limits<int>::max();
 
   int head_dim() const { return hidden / heads; }
-  bool llama() const { return architecture == Architecture::llama; }
+  const BlockSpec& spec() const { return *this; }
   int kv_head_count() const { return kv_heads > 0 ? kv_heads : heads; }
   int local_kv_heads() const { return kv_head_count() / tensor; }
   // Q, K and V stacked: (nh + 2·nkv)·d rows of the QKV weight (3H without grouped-query attention).
@@ -55,7 +46,7 @@ struct GptShape {
   std::int64_t kv_width() const { return std::int64_t(kv_head_count()) * head_dim(); }  // nkv·d
   std::int64_t local_qkv_width() const { return qkv_width() / tensor; }
   // The fc weight's rows: F (GELU) or gate and up stacked, 2F (SwiGLU).
-  std::int64_t fc_width() const { return llama() ? 2 * std::int64_t(ffn_hidden) : ffn_hidden; }
+  std::int64_t fc_width() const { return swiglu() ? 2 * std::int64_t(ffn_hidden) : ffn_hidden; }
   // Megatron pads the vocabulary to a multiple of make-vocab-size-divisible-by (128) times the
   // TP size, so that every rank's block of the logits GEMM, V_padded/tp, is a multiple of the
   // pad (tensor cores want multiples of 8); padded logits are masked out. Checkpoints hold the
@@ -115,13 +106,13 @@ struct GptShape {
       throw std::invalid_argument("tptrain: model.kv_heads = " + std::to_string(kv) +
                                   " is not a multiple of parallel.tensor = " + std::to_string(tensor) +
                                   " (tensor parallelism gives each rank whole key/value heads)");
-    if (!llama() && kv != heads)
-      throw std::invalid_argument("tptrain: model.kv_heads = " + std::to_string(kv) + " differs from model.heads = " +
-                                  std::to_string(heads) + ": grouped-query attention needs model.architecture = \"llama\"");
-    if (llama() && head_dim() % 2 != 0)
+    if (rotary() && head_dim() % 2 != 0)
       throw std::invalid_argument("tptrain: the head dimension model.hidden / model.heads = " +
                                   std::to_string(head_dim()) +
-                                  " is odd: rotary embeddings (model.architecture = \"llama\") rotate pairs of features");
+                                  " is odd: rotary embeddings (model.position = \"rope\") rotate pairs of features");
+    if (norm == Norm::layernorm && !linear_bias)
+      throw std::invalid_argument("tptrain: model.norm = \"layernorm\" with model.linear_bias = false: LayerNorm "
+                                  "carries a bias β; without biases use model.norm = \"rmsnorm\"");
     if (!(norm_eps > 0) || !(rope_theta > 0))
       throw std::invalid_argument("tptrain: model.norm_eps and model.rope_theta must be positive");
     if (splits_sequence() && seq_length % tensor != 0)

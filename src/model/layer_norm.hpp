@@ -144,7 +144,7 @@ struct LayerNorm {
 template <class T, class SpecOf>
 LayerNorm<T> make_norm(const GptShape& s, const SpecOf& spec, const std::string& name, const Communicator& tp,
                        std::int64_t rows, Workspace<T>& ws, std::int64_t tokens, const SavedPlacement& placement) {
-  if (s.llama()) return LayerNorm<T>(spec(name + "/weight"), s.norm_eps, tp, rows, ws, s, tokens, placement);
+  if (s.rms()) return LayerNorm<T>(spec(name + "/weight"), s.norm_eps, tp, rows, ws, s, tokens, placement);
   return LayerNorm<T>(spec(name + "/weight"), spec(name + "/bias"), tp, rows, ws, s, tokens, placement);
 }
 

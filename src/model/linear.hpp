@@ -5,6 +5,7 @@
 // over the TP group instead of f's identity and g's all-reduce (parallel/mappings.hpp).
 #pragma once
 
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -286,5 +287,11 @@ struct RowParallelLinear {
     kernels::linear_backward_input(exec, dy, weight.value_matrix(), dx);
   }
 };
+
+// A linear layer with its bias when the block specification holds one (block_parameter_if_held).
+template <class Layer>
+Layer linear_of(const ParameterSpec& weight, const std::optional<ParameterSpec>& bias, const Communicator& tp) {
+  return bias ? Layer(weight, *bias, tp) : Layer(weight, tp);
+}
 
 }  // namespace tptrain::model

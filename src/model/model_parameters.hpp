@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -11,41 +12,41 @@
 
 namespace tptrain::model {
 
-// GPT-2's rows (embedding_parameter_rows and head_parameter_rows give a shape's). On the first
-// pipeline stage. With model.tie_embeddings the output layer is the word embedding.
+// On the first pipeline stage: the word embedding (with model.tie_embeddings also the output
+// layer: a copy on the last stage) and the learned position embedding (rotary specifications
+// rotate q and k instead). Hugging Face names as in block_descriptor.hpp.
 inline constexpr ParameterRow kEmbeddingParameters[] = {
     {"embedding/word", {ParameterDim::vocab, ParameterDim::hidden}, TensorSplit::column, 1, false, true,
-     {Init::normal, 0.02f}, true},
+     {Init::normal, 0.02f}, true, {}, always, {HfName{"transformer.wte.weight"}, HfName{"model.embed_tokens.weight"}}},
     {"embedding/position", {ParameterDim::seq, ParameterDim::hidden}, TensorSplit::replicated, 1, false, true,
-     {Init::normal, 0.01f}},
+     {Init::normal, 0.01f}, false, {}, needs_learned, {HfName{"transformer.wpe.weight"}, HfName{}}},
 };
-// On the last pipeline stage: the final LayerNorm.
+// On the last pipeline stage: the final norm and, untied, the output layer's own [V padded, H]
+// weight, split by vocabulary rows as the word embedding is.
 inline constexpr ParameterRow kHeadParameters[] = {
-    {"ln_f/weight", {ParameterDim::hidden}, TensorSplit::replicated, 1, true, false, {Init::constant, 1.0f}},
-    {"ln_f/bias", {ParameterDim::hidden}, TensorSplit::replicated, 1, true, false, {Init::constant, 0.0f}},
+    {"ln_f/weight", {ParameterDim::hidden}, TensorSplit::replicated, 1, true, false, {Init::constant, 1.0f}, false,
+     {}, always, {HfName{"transformer.ln_f.weight"}, HfName{"model.norm.weight"}}},
+    {"ln_f/bias", {ParameterDim::hidden}, TensorSplit::replicated, 1, true, false, {Init::constant, 0.0f}, false,
+     {}, needs_norm_bias, {HfName{"transformer.ln_f.bias"}, HfName{}}},
+    {"lm_head/weight", {ParameterDim::vocab, ParameterDim::hidden}, TensorSplit::column, 1, false, true,
+     {Init::normal, 0.02f}, false, {}, needs_untied, {HfName{"lm_head.weight"}, HfName{"lm_head.weight"}}},
 };
 
-// The untied output layer (model.tie_embeddings = false; Llama's default): its own
-// [V padded, H] weight, split by vocabulary rows as the word embedding is.
-inline constexpr ParameterRow kUntiedHeadParameter = {
-    "lm_head/weight", {ParameterDim::vocab, ParameterDim::hidden}, TensorSplit::column, 1, false, true,
-    {Init::normal, 0.02f}};
-
-// The first stage's rows for shape s: the word embedding (with a tied copy on the last stage
-// only when tied) and, for GPT-2, the learned position embedding (llama rotates q and k instead).
+// The first stage's rows for shape s (the word embedding's tied copy only when tied).
 inline std::vector<ParameterRow> embedding_parameter_rows(const GptShape& s) {
-  ParameterRow word = kEmbeddingParameters[0];
-  word.tied_output_copy = s.tie_embeddings;
-  std::vector<ParameterRow> rows{word};
-  if (!s.llama()) rows.push_back(kEmbeddingParameters[1]);
+  std::vector<ParameterRow> rows;
+  for (ParameterRow r : kEmbeddingParameters)
+    if (holds(r.needs, s)) {
+      r.tied_output_copy = r.tied_output_copy && s.tie_embeddings;
+      rows.push_back(r);
+    }
   return rows;
 }
-// The last stage's rows for shape s: the final norm (GPT-2's LayerNorm: weight and bias; llama's
-// RMSNorm: weight) and, untied, lm_head/weight.
+// The last stage's rows for shape s.
 inline std::vector<ParameterRow> head_parameter_rows(const GptShape& s) {
-  std::vector<ParameterRow> rows{kHeadParameters[0]};
-  if (!s.llama()) rows.push_back(kHeadParameters[1]);
-  if (!s.tie_embeddings) rows.push_back(kUntiedHeadParameter);
+  std::vector<ParameterRow> rows;
+  for (const ParameterRow& r : kHeadParameters)
+    if (holds(r.needs, s)) rows.push_back(r);
   return rows;
 }
 
@@ -64,6 +65,20 @@ struct LogicalTensor {
   std::string name;
   std::vector<std::int64_t> shape;
 };
+// The row of the model parameter `name` ("embedding/word", "layers/3/attn/qkv/weight") that shape
+// s's specification holds, or nothing.
+inline std::optional<ParameterRow> model_parameter_row(const GptShape& s, const std::string& name) {
+  for (const ParameterRow& r : embedding_parameter_rows(s))
+    if (name == r.name) return r;
+  for (const ParameterRow& r : head_parameter_rows(s))
+    if (name == r.name) return r;
+  if (name.rfind("layers/", 0) != 0 || name.find('/', 7) == std::string::npos) return std::nullopt;
+  const std::string row = name.substr(name.find('/', 7) + 1);
+  for (const ParameterRow& r : block_parameter_rows(s))
+    if (row == r.name) return r;
+  return std::nullopt;
+}
+
 inline std::vector<LogicalTensor> logical_tensors(const GptShape& s) {
   std::vector<LogicalTensor> t;
   const auto add = [&](const ParameterSpec& p) { t.push_back({p.name, p.logical_shape()}); };

@@ -3,8 +3,8 @@
 // heads), causal attention of the local heads with no communication, output projection
 // row-parallel (its all-reduce is g). Its parameters are the block descriptor's attn/ rows
 // (src/model/block_descriptor.hpp), named after the layer: "<block>/attn/qkv/weight", ...
-// Llama (docs/design.md, "The llama block"): no biases; q and k rotated in the QKV output
-// (RoPE, rotate-half); with grouped-query attention the rank's QKV output holds Q of its nh/t
+// By the block specification: the biases it holds; with rotary positions q and k rotated in the
+// QKV output (RoPE, rotate-half); with grouped-query attention the rank's QKV output holds Q of its nh/t
 // heads and K, V of its nkv/t heads, copied into the attention's layout (repeat_kv) before the
 // attention kernels, whose gradient is summed back per group.
 #pragma once
@@ -68,14 +68,12 @@ struct ParallelAttention {
 
   ParallelAttention(const std::string& name, const GptShape& s, int batch, const Communicator& tp, Workspace<T>& ws,
                     Recompute mode = Recompute::selective, const SavedPlacement& placement = {})
-      : qkv(s.llama() ? ColumnParallelLinear<T>(block_parameter(s, name + "/qkv/weight"), tp)
-                      : ColumnParallelLinear<T>(block_parameter(s, name + "/qkv/weight"),
-                                                block_parameter(s, name + "/qkv/bias"), tp)),
-        proj(s.llama() ? RowParallelLinear<T>(block_parameter(s, name + "/proj/weight"), tp)
-                       : RowParallelLinear<T>(block_parameter(s, name + "/proj/weight"),
-                                              block_parameter(s, name + "/proj/bias"), tp)),
+      : qkv(linear_of<ColumnParallelLinear<T>>(block_parameter(s, name + "/qkv/weight"),
+                                                block_parameter_if_held(s, name + "/qkv/bias"), tp)),
+        proj(linear_of<RowParallelLinear<T>>(block_parameter(s, name + "/proj/weight"),
+                                             block_parameter_if_held(s, name + "/proj/bias"), tp)),
         B(batch), S(s.seq_length), nh_local(s.local_heads()), d(s.head_dim()), nkv_local(s.local_kv_heads()),
-        rotary(s.llama()), recompute(mode),
+        rotary(s.rotary()), recompute(mode),
         saved(make_saved(ws, placement.name_for(name), placement.category)),
         probs(ws.tensor4("attention.probs", BufferCategory::scratch, batch, nh_local, S, S)),
         dprobs(ws.tensor4("attention.dprobs_tile", BufferCategory::scratch, batch, nh_local,
@@ -135,11 +133,12 @@ struct ParallelAttention {
       kernels::attention_backward(exec, d_ctx, attention_input(exec), saved.lse, d_qkv, probs, dprobs, dk_sum,
                                   saved.scores);
     }
-    if (!rotary) return qkv.backward(exec, tp, d_qkv, x, dx);
+    if (!rotary && !grouped()) return qkv.backward(exec, tp, d_qkv, x, dx);
     {
       PhaseScope phase(Phase::norms_elementwise);
       if (grouped()) kernels::repeat_kv_backward(exec, d_qkv, d_qkv_grouped, nh_local, nkv_local, d);
-      kernels::rope_backward(exec, grouped() ? d_qkv_grouped : d_qkv, rope_cos, rope_sin, nh_local + nkv_local);
+      if (rotary)
+        kernels::rope_backward(exec, grouped() ? d_qkv_grouped : d_qkv, rope_cos, rope_sin, nh_local + nkv_local);
     }
     qkv.backward(exec, tp, grouped() ? d_qkv_grouped : d_qkv, x, dx);
   }

@@ -1,8 +1,9 @@
 // Megatron ParallelMLP: fc column-parallel (H -> F/tp), GELU on the local slice (elementwise, so
 // no communication), proj row-parallel (F/tp -> H, all-reduce g). Its parameters are the block
 // descriptor's mlp/ rows (src/model/block_descriptor.hpp): "<block>/mlp/fc/weight", ...
-// Llama's SwiGLU: fc is gate and up stacked ([N, 2F/tp]: this rank's slice of gate, then the same
-// slice of up), a = silu(gate)·up on the slice, proj (down) row-parallel; no biases.
+// SwiGLU (model.mlp = "swiglu", Shazeer 2020): fc is gate and up stacked ([N, 2F/tp]: this rank's
+// slice of gate, then the same slice of up), a = silu(gate)·up on the slice, proj (down)
+// row-parallel. The biases are the specification's (model.linear_bias).
 #pragma once
 
 #include <string>
@@ -26,7 +27,7 @@ struct ParallelMLP {
   };
   static Saved make_saved(Workspace<T>& ws, const std::string& name, std::int64_t tokens, const GptShape& s,
                           BufferCategory c = BufferCategory::activation) {
-    if (s.llama()) return {ws.matrix(name + ".h", c, tokens, 2 * std::int64_t(s.local_ffn())), {}};
+    if (s.swiglu()) return {ws.matrix(name + ".h", c, tokens, 2 * std::int64_t(s.local_ffn())), {}};
     return {ws.matrix(name + ".h", c, tokens, s.local_ffn()), ws.matrix(name + ".sigmoid", c, tokens, s.local_ffn())};
   }
 
@@ -40,18 +41,16 @@ struct ParallelMLP {
 
   ParallelMLP(const std::string& name, const GptShape& s, std::int64_t tokens, const Communicator& tp,
               Workspace<T>& ws, const SavedPlacement& placement = {})
-      : fc(s.llama() ? ColumnParallelLinear<T>(block_parameter(s, name + "/fc/weight"), tp)
-                     : ColumnParallelLinear<T>(block_parameter(s, name + "/fc/weight"),
-                                               block_parameter(s, name + "/fc/bias"), tp)),
-        proj(s.llama() ? RowParallelLinear<T>(block_parameter(s, name + "/proj/weight"), tp)
-                       : RowParallelLinear<T>(block_parameter(s, name + "/proj/weight"),
-                                              block_parameter(s, name + "/proj/bias"), tp)),
+      : fc(linear_of<ColumnParallelLinear<T>>(block_parameter(s, name + "/fc/weight"),
+                                               block_parameter_if_held(s, name + "/fc/bias"), tp)),
+        proj(linear_of<RowParallelLinear<T>>(block_parameter(s, name + "/proj/weight"),
+                                             block_parameter_if_held(s, name + "/proj/bias"), tp)),
         saved(make_saved(ws, placement.name_for(name), tokens, s, placement.category)),
         a(ws.matrix("mlp.a", BufferCategory::scratch, tokens, s.local_ffn())),
         da(ws.matrix("mlp.da", BufferCategory::scratch, tokens, s.local_ffn())),
-        swiglu(s.llama()) {
+        swiglu(s.swiglu()) {
     if (swiglu) dh = ws.matrix("mlp.dh", BufferCategory::scratch, tokens, 2 * std::int64_t(s.local_ffn()));
-    fc.skip_bias_add = true;  // added by the fused bias + GELU
+    fc.skip_bias_add = !swiglu;  // GELU: added by the fused bias + GELU; SwiGLU: by fc itself
     fc.column_scratch = proj.column_scratch = column_sums_scratch(ws, s, tokens);
     fc.sp = proj.sp = sequence_parallel_buffers(ws, s, tokens);
   }

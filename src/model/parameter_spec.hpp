@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "src/model/gpt_shape.hpp"
@@ -40,6 +41,55 @@ struct Init {
   float value = 0.0f;  // normal: the standard deviation; residual_normal: the same before ÷ √(2L); constant: it
 };
 
+// Which block specifications hold a row (base/block_spec.hpp): every flag set must hold.
+enum Needs : unsigned {
+  always = 0,
+  needs_norm_bias = 1u << 0,    // LayerNorm's β
+  needs_qkv_bias = 1u << 1,     // model.qkv_bias
+  needs_linear_bias = 1u << 2,  // model.linear_bias: the other projections' biases
+  needs_gelu = 1u << 3,         // model.mlp = gelu
+  needs_swiglu = 1u << 4,       // model.mlp = swiglu
+  needs_learned = 1u << 5,      // model.position = learned
+  needs_rope = 1u << 6,         // model.position = rope
+  needs_untied = 1u << 7,       // model.tie_embeddings = false
+  needs_layernorm = 1u << 8,    // model.norm = layernorm (its mean; buffers)
+  needs_grouped = 1u << 9,      // kv_heads < heads (buffers)
+};
+inline bool holds(unsigned needs, const GptShape& s) {
+  const unsigned have = (s.norm_bias() ? needs_norm_bias : 0u) | (s.qkv_bias ? needs_qkv_bias : 0u) |
+                        (s.linear_bias ? needs_linear_bias : 0u) | (s.swiglu() ? needs_swiglu : needs_gelu) |
+                        (s.rotary() ? needs_rope : needs_learned) | (s.tie_embeddings ? 0u : needs_untied) |
+                        (s.rms() ? 0u : needs_layernorm) | (s.kv_head_count() != s.heads ? needs_grouped : 0u);
+  return (needs & have) == needs;
+}
+
+// The choices `needs` asks for, as deck settings ("mlp = \"swiglu\" and linear_bias"); "" for
+// always. The docs' tables and messages print it.
+inline std::string needs_text(unsigned needs) {
+  static const std::pair<unsigned, const char*> words[] = {
+      {needs_norm_bias, "norm = \"layernorm\""}, {needs_layernorm, "norm = \"layernorm\""},
+      {needs_qkv_bias, "qkv_bias"},              {needs_linear_bias, "linear_bias"},
+      {needs_gelu, "mlp = \"gelu\""},            {needs_swiglu, "mlp = \"swiglu\""},
+      {needs_learned, "position = \"learned\""}, {needs_rope, "position = \"rope\""},
+      {needs_untied, "tie_embeddings = false"},  {needs_grouped, "kv_heads < heads"},
+  };
+  std::string out;
+  for (const auto& [flag, word] : words)
+    if ((needs & flag) != 0 && out.find(word) == std::string::npos) out += (out.empty() ? "" : " and ") + std::string(word);
+  return out;
+}
+
+// A row's Hugging Face tensor names, in the two naming families the Hugging Face presets use
+// (src/checkpoint/hf_presets.cpp): GPT2LMHeadModel's and LlamaForCausalLM's.
+// "{i}" stands for the layer. A row of `blocks` stacked blocks that HF keeps apart (q|k|v,
+// gate|up) names one tensor per block, separated by '|'. `transposed`: HF holds [in, out]
+// (GPT-2's Conv1D). nullptr: the family has no such tensor (the export refuses the model).
+struct HfName {
+  const char* pattern = nullptr;
+  bool transposed = false;
+};
+enum class HfNaming { gpt2, llama };
+
 // One row of a descriptor table.
 struct ParameterRow {
   const char* name;           // its checkpoint path under /model; a block's row: under layers/<i>/
@@ -56,6 +106,8 @@ struct ParameterRow {
   // The blocks' logical extents along the split dimension when they differ (llama's QKV with
   // grouped-query attention: Q, K, V); none: `blocks` equal blocks.
   ParameterDim block_dims[3] = {ParameterDim::none, ParameterDim::none, ParameterDim::none};
+  unsigned needs = always;             // the specifications that hold it (Needs)
+  HfName hf[2] = {};                   // by HfNaming
 };
 
 // A row for one shape: everything a layer needs to make the Parameter.
@@ -116,7 +168,8 @@ inline ParameterSpec spec_of(const ParameterRow& r, const GptShape& s, const std
   p.weight_decay = r.weight_decay;
   // In float, as GPT-2's recipe was always computed here: the same bits as before the table.
   if (r.init.kind == Init::normal) p.init_std = r.init.value;
-  if (r.init.kind == Init::residual_normal) p.init_std = r.init.value / std::sqrt(2.0f * s.layers);
+  if (r.init.kind == Init::residual_normal)
+    p.init_std = s.scaled_residual_init ? r.init.value / std::sqrt(2.0f * s.layers) : r.init.value;
   if (r.init.kind == Init::constant) p.init_const = r.init.value;
   p.tied_output_copy = r.tied_output_copy;
   return p;

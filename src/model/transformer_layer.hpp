@@ -1,6 +1,6 @@
-// One block, pre-norm:  x1 = x + attn(ln_1(x));  y = x1 + mlp(ln_2(x1)): GPT-2's (LayerNorm, GELU
-// MLP) or llama's (RMSNorm, rotary grouped-query attention, SwiGLU MLP; docs/design.md, "The
-// llama block"), by the shape's architecture.
+// One block, pre-norm:  x1 = x + attn(ln_1(x));  y = x1 + mlp(ln_2(x1)), of the shape's block
+// specification (base/block_spec.hpp; docs/design.md, "The block specification"): LayerNorm or
+// RMSNorm, learned or rotary positions, GELU or SwiGLU MLP, the biases it holds.
 // With sequence parallelism x, y, the LayerNorms and the residual adds work on this rank's
 // [n, H] tokens (n = N/t) and the attention and MLP gather and reduce-scatter them
 // (Korthikanti et al. 2022, Figure 5). Its parameters and buffers are the rows of the block
@@ -78,8 +78,8 @@ struct TransformerLayer {
   Saved current() const { return {ln_1.saved, ln_2.saved, attn.saved, mlp.saved, a, x1, c}; }
   // Another set, named `prefix` + buffer name, in category c.
   Saved make_saved(Workspace<T>& ws, const std::string& prefix, BufferCategory cat) const {
-    return {LayerNorm<T>::make_saved(ws, prefix + "/ln_1", rows_, cat, shape_.llama()),
-            LayerNorm<T>::make_saved(ws, prefix + "/ln_2", rows_, cat, shape_.llama()),
+    return {LayerNorm<T>::make_saved(ws, prefix + "/ln_1", rows_, cat, shape_.rms()),
+            LayerNorm<T>::make_saved(ws, prefix + "/ln_2", rows_, cat, shape_.rms()),
             attn.make_saved(ws, prefix + "/attn", cat),
             ParallelMLP<T>::make_saved(ws, prefix + "/mlp", tokens_, shape_, cat),
             ws.matrix(prefix + ".a", cat, rows_, shape_.hidden),

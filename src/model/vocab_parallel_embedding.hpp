@@ -27,11 +27,11 @@ struct VocabParallelEmbedding {
   VocabParallelEmbedding(const GptShape& s, const Communicator& tp)
       : word(make_parameter<T>(with_split(model_parameter(s, "embedding/word"), TensorSplit::column,
                                           "VocabParallelEmbedding"), tp)),
-        position(s.llama() ? Parameter<T>{}
+        position(s.rotary() ? Parameter<T>{}
                            : make_parameter<T>(with_split(model_parameter(s, "embedding/position"),
                                                           TensorSplit::replicated, "VocabParallelEmbedding"),
                                                tp)),
-        has_position(!s.llama()),
+        has_position(!s.rotary()),
         S(s.seq_length),
         vocab_start(s.vocab_start(tp.rank())),
         tp_rank(tp.rank()) {}

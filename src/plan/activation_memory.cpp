@@ -19,7 +19,6 @@ constexpr std::int64_t kStatistic = 4;  // fp32
 // bits (N = b·s of two 32-bit deck values) except N·a/t, which is multiplied here.
 Count checked_buffer_bytes(const model::BufferRow& r, const model::BlockSizes& z, int element_bytes) {
   if (r.only_16_bit && element_bytes >= 4) return 0;
-  if (r.only_grouped && !z.grouped()) return 0;
   Count n = r.element == model::Element::fp32 ? 4 : element_bytes;
   for (const model::BufferDim d : r.shape)
     n *= d == model::BufferDim::Na_t ? Count(z.N()) * (z.a / z.t) : Count(model::extent(d, z));
@@ -82,9 +81,9 @@ std::int64_t chunked_activation_bytes(const Config& c, int chunk_layers, const s
 std::int64_t received_gradient_bytes(const Config& c, int buffers) { return Count(buffers) * sequence_rows_by_hidden(c); }
 
 std::int64_t final_norm_output(const Config& c) { return sequence_rows_by_hidden(c); }
-// LayerNorm keeps its mean and 1/σ, RMSNorm (llama) its 1/rms alone.
+// LayerNorm keeps its mean and 1/σ, RMSNorm its 1/rms alone.
 std::int64_t final_norm_statistics(const Config& c) {
-  return (c.shape.llama() ? 1 : 2) * Count(sizes(c).n()) * kStatistic;
+  return (c.shape.rms() ? 1 : 2) * Count(sizes(c).n()) * kStatistic;
 }
 std::int64_t logits_and_gradient(const Config& c) {  // one buffer: the gradient is written over the logits
   return Count(sizes(c).N()) * c.shape.local_vocab() * c.element_bytes();
@@ -93,7 +92,7 @@ std::int64_t loss_vectors(const Config& c) { return 4 * Count(sizes(c).N()) * kS
 
 std::vector<Buffer> head_buffers(const Config& c) {
   return {{"ln_f.out", final_norm_output(c)},
-          {c.shape.llama() ? "ln_f.rstd" : "ln_f.mean_rstd", final_norm_statistics(c)},
+          {c.shape.rms() ? "ln_f.rstd" : "ln_f.mean_rstd", final_norm_statistics(c)},
           {"logits, overwritten by their gradient", logits_and_gradient(c)},
           {"loss vectors", loss_vectors(c)}};
 }

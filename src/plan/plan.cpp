@@ -36,6 +36,16 @@ std::string human_bytes(double bytes) {
 
 std::string yes_no(bool b) { return b ? "on" : "off"; }
 
+// The published formulas hold for the blocks they were written for: Llama's (Touvron et al.
+// 2023: RMSNorm, SwiGLU, no biases) and GPT's (Narayanan et al. 2021 eq. 2 and 3: LayerNorm,
+// GELU, biases, multi-head attention). Other specifications get the exact count alone.
+bool llama_formula_applies(const model::GptShape& m) {
+  return m.rms() && m.swiglu() && !m.qkv_bias && !m.linear_bias;
+}
+bool gpt_formula_applies(const model::GptShape& m) {
+  return !m.rms() && !m.swiglu() && m.qkv_bias && m.linear_bias && m.kv_head_count() == m.heads;
+}
+
 void check_hardware(const Hardware& hw) {
   const auto positive = [](const char* option, double v) {
     if (!(v > 0) || !std::isfinite(v))
@@ -258,7 +268,7 @@ Plan make_plan(const Config& c, const Hardware& hw_in, double deck_tokens, const
   const model::GptShape& m = c.shape;
 
   p.parameters_eq2 = narayanan_parameters(m.layers, m.hidden, m.padded_vocab(), m.seq_length);
-  if (m.llama())
+  if (llama_formula_applies(m))
     p.parameters_llama = llama_parameters(m.layers, m.hidden, m.heads, m.kv_head_count(), m.ffn_hidden, m.vocab_size,
                                           m.tie_embeddings);
   p.parameters = counted(c, "the parameter count", false, [&] { return exact_parameters(m); });
@@ -351,14 +361,18 @@ std::string report(const Plan& p) {
   const auto line = [&](const std::string& s) { out += s + "\n"; };
 
   line(fmt::format("# tptrain plan {}", io::display_path(p.deck)));
-  if (m.llama())
-    line(fmt::format("model        llama: {} layers, hidden {}, {} heads ({} key/value), ffn {} (SwiGLU), seq_length {}, "
-                     "vocab {} (padded {}), {}; RMSNorm eps {:g}, RoPE theta {:g}",
-                     m.layers, m.hidden, m.heads, m.kv_head_count(), m.ffn_hidden, m.seq_length, m.vocab_size,
-                     m.padded_vocab(), m.tie_embeddings ? "tied" : "untied", m.norm_eps, m.rope_theta));
-  else
-    line(fmt::format("model        {} layers, hidden {}, {} heads, ffn {}, seq_length {}, vocab {} (padded {})", m.layers,
-                     m.hidden, m.heads, m.ffn_hidden, m.seq_length, m.vocab_size, m.padded_vocab()));
+  const std::string biases = m.qkv_bias && m.linear_bias ? "all"
+                             : m.qkv_bias                ? "q/k/v only"
+                             : m.linear_bias             ? "all but q/k/v"
+                                                         : "none";
+  line(fmt::format("model        {}: {} layers, hidden {}, {} heads ({} key/value), ffn {} ({}), seq_length {}, "
+                   "vocab {} (padded {}), {}; {} eps {:g}, {}; biases {}",
+                   m.architecture, m.layers, m.hidden, m.heads, m.kv_head_count(), m.ffn_hidden,
+                   m.swiglu() ? "SwiGLU" : "GELU", m.seq_length, m.vocab_size, m.padded_vocab(),
+                   m.tie_embeddings ? "tied" : "untied", m.rms() ? "RMSNorm" : "LayerNorm",
+                   m.rms() ? m.norm_eps : 1e-5,
+                   m.rotary() ? fmt::format("RoPE theta {:g}", m.rope_theta) : std::string("learned positions"),
+                   biases));
   line(fmt::format("layout       tensor {} x pipeline {} x data {} = {} GPUs, order {}; {} given, {} per node", m.tensor,
                    c.pipeline, c.data, c.world(), parallel::rank_order_name(c.order), p.gpus,
                    p.hardware.gpus_per_node));
@@ -366,7 +380,7 @@ std::string report(const Plan& p) {
                    "{} micro-batches of {} per data-parallel rank",
                    precision, recompute_name(c.recompute), yes_no(c.sequence_parallel), yes_no(c.distributed_optimizer),
                    c.global_batch, c.micro_batches(), c.micro_batch));
-  if (m.llama())
+  if (llama_formula_applies(m))
     line(fmt::format("parameters   {:.2f} B: {} exactly (tptrain's tensors), {:.0f} by Llama's formula "
                      "(l(h(a+2k)d + adh + 3hf + 2h) + {}Vh + h)",
                      p.parameters / 1e9, p.parameters, p.parameters_llama, m.tie_embeddings ? "" : "2"));
@@ -413,8 +427,8 @@ std::string report(const Plan& p) {
   line("compute");
   line(fmt::format("  FLOPs per iteration  {:.3e} with recompute {} (none {:.3e}, selective {:.3e}, full {:.3e}{})",
                    p.flops, recompute_name(c.recompute), p.flops_none, p.flops_selective, p.flops_full,
-                   m.llama() ? "; SwiGLU and grouped-query attention"  // eq. 3 is GPT's, f = 4h
-                             : fmt::format("; Narayanan eq. 3: {:.3e}", p.flops_eq3)));
+                   !gpt_formula_applies(m) ? std::string("; not GPT's block, no eq. 3")  // eq. 3: GPT's, f = 4h
+                                           : fmt::format("; Narayanan eq. 3: {:.3e}", p.flops_eq3)));
   line(fmt::format("  achieved             {:.1f} TFLOP/s per GPU = peak {:g} x efficiency {:g}", p.achieved_flops / 1e12,
                    p.hardware.peak_tflops, p.hardware.efficiency));
   line(fmt::format("  time per iteration   {:.2f} s on {} GPUs", p.seconds_per_iteration, c.world()));
@@ -505,7 +519,7 @@ io::JsonObject json_of(const Plan& p) {
   io::JsonObject o;
   o.string("deck", p.deck).integer("gpus", p.gpus).integer("tensor", c.tensor()).integer("pipeline", c.pipeline);
   o.integer("data", c.data).integer("params", p.parameters).number("params_narayanan_eq2", p.parameters_eq2, fixed(0));
-  if (c.shape.llama()) o.number("params_llama_formula", p.parameters_llama, fixed(0));
+  if (llama_formula_applies(c.shape)) o.number("params_llama_formula", p.parameters_llama, fixed(0));
   o.integer("most_loaded_stage", r.stage);
   o.object("memory_bytes", io::JsonObject()
                                .integer("weights", pb.weights)

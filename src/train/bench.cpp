@@ -146,7 +146,7 @@ int bench_as(const io::Deck& deck_in, const parallel::Topology& topo, const Benc
   const GemmShape model_gemm = largest_model_gemm(shape, deck.training.micro_batch);
   log::infof("bench: {} {} layers, hidden {}, heads {}{}, ffn {}, seq {}, vocab {}; batch {} (micro-batch {}); "
              "tensor {} x pipeline {} x data {}; {} threads per rank; {} warm-up + {} timed steps{}",
-             model::architecture_name(shape.architecture), shape.layers, shape.hidden, shape.heads,
+             shape.architecture, shape.layers, shape.hidden, shape.heads,
              shape.kv_head_count() != shape.heads ? fmt::format(" ({} key/value)", shape.kv_head_count()) : "",
              shape.ffn_hidden, shape.seq_length, shape.vocab_size,
              deck.training.global_batch, deck.training.micro_batch, topo.layout().tensor, topo.layout().pipeline,
@@ -330,7 +330,7 @@ int bench_as(const io::Deck& deck_in, const parallel::Topology& topo, const Benc
       .number("pipeline_bubble",
               double(topo.layout().pipeline - 1) / (double(m.chunks()) * run->micro_batches()), io::digits(6));
   json.integer("threads", threads_per_rank()).integer("steps", o.steps).integer("warmup", o.warmup);
-  json.string("architecture", model::architecture_name(shape.architecture));
+  json.string("architecture", shape.architecture);
   json.integer("layers", shape.layers).integer("hidden", shape.hidden).integer("heads", shape.heads);
   json.integer("kv_heads", shape.kv_head_count()).integer("ffn_hidden", shape.ffn_hidden);
   json.integer("seq_length", shape.seq_length).integer("vocab_size", shape.vocab_size);

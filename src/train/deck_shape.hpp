@@ -13,10 +13,15 @@ inline model::GptShape shape_of(const io::Deck& deck) {
   s.layers = deck.model.layers;
   s.hidden = deck.model.hidden;
   s.heads = deck.model.heads;
-  s.architecture = deck.model.architecture == "llama" ? model::Architecture::llama : model::Architecture::gpt2;
-  // GPT-2 has no grouped-query attention (the deck refuses kv_heads != heads for it): heads,
-  // also for a deck whose heads changed after it was read.
-  s.kv_heads = s.llama() ? deck.model.kv_width() : deck.model.heads;
+  model::BlockSpec& spec = s;
+  if (const model::BlockPreset* p = model::block_preset(deck.model.architecture)) spec = p->spec;
+  // The deck's choices (a loaded deck holds them resolved, the preset's where it left them out).
+  s.norm = model::norm_of(deck.model.norm).value_or(s.norm);
+  s.mlp = model::mlp_of(deck.model.mlp).value_or(s.mlp);
+  s.position = model::position_of(deck.model.position).value_or(s.position);
+  s.qkv_bias = deck.model.qkv_bias;
+  s.linear_bias = deck.model.linear_bias;
+  s.kv_heads = deck.model.kv_width();
   s.tie_embeddings = deck.model.tie_embeddings;
   s.norm_eps = deck.model.norm_eps;
   s.rope_theta = deck.model.rope_theta;

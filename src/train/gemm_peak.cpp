@@ -13,7 +13,7 @@ GemmShape largest_model_gemm(const model::GptShape& s, int micro_batch) {
   const GemmShape candidates[] = {
       {N, s.local_qkv_width(), H, "attention QKV"},
       {N, H, s.local_hidden(), "attention projection"},
-      {N, s.fc_width() / s.tensor, H, s.llama() ? "MLP gate|up" : "MLP fc"},
+      {N, s.fc_width() / s.tensor, H, s.swiglu() ? "MLP gate|up" : "MLP fc"},
       {N, H, s.local_ffn(), "MLP projection"},
       {N, s.local_vocab(), H, "logits"},
   };

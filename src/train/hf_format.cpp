@@ -65,6 +65,6 @@ HfFormat llama_format(const model::GptShape& shape) {
 
 }  // namespace
 
-HfFormat hf_format(const model::GptShape& shape) { return shape.llama() ? llama_format(shape) : gpt2_format(shape); }
+HfFormat hf_format(const model::GptShape& shape) { return shape.rms() ? llama_format(shape) : gpt2_format(shape); }
 
 }  // namespace tptrain::train

@@ -195,20 +195,38 @@ model::GptShape checkpoint_model_shape(const std::string& deck_text) {
       shape.*field = static_cast<int>(*value);
   }
   if (!missing.empty()) throw std::runtime_error("its deck attribute lacks a valid " + missing);
-  // The architecture keys (issue 23): a deck from before them is a gpt2 one, tied, kv_heads = heads.
+  // The block specification's keys: a deck from before model.architecture (issue 23) is a gpt2
+  // one, tied, kv_heads = heads; one from before the choice keys (issue 31) has its preset's.
   std::map<std::string, std::optional<std::string>> arch;
   try {
     arch = io::deck_text_scalars(deck_text, "model",
-                                 {"architecture", "kv_heads", "tie_embeddings", "norm_eps", "rope_theta"});
+                                 {"architecture", "kv_heads", "tie_embeddings", "norm_eps", "rope_theta", "norm", "mlp",
+                                  "position", "qkv_bias", "linear_bias"});
   } catch (const std::exception& e) {
     throw std::runtime_error(std::string("its deck attribute ") + e.what());
   }
   const std::string name = arch["architecture"].value_or("gpt2");
-  if (name != "gpt2" && name != "llama")
-    throw std::runtime_error("its deck attribute names model.architecture = \"" + name +
-                             "\", expected \"gpt2\" or \"llama\"");
-  shape.architecture = name == "llama" ? model::Architecture::llama : model::Architecture::gpt2;
-  shape.tie_embeddings = arch["tie_embeddings"].value_or(shape.llama() ? "false" : "true") == "true";
+  const model::BlockPreset* preset = model::block_preset(name);
+  if (!preset)
+    throw std::runtime_error("its deck attribute names model.architecture = \"" + name + "\", expected one of " +
+                             model::block_preset_names());
+  static_cast<model::BlockSpec&>(shape) = preset->spec;
+  const auto choice = [&](const char* key, auto parse, auto& member) {
+    if (!arch[key]) return;
+    const auto value = parse(*arch[key]);
+    if (!value) throw std::runtime_error(std::string("its deck attribute has an unknown model.") + key + " = \"" +
+                                         *arch[key] + "\"");
+    member = *value;
+  };
+  choice("norm", model::norm_of, shape.norm);
+  choice("mlp", model::mlp_of, shape.mlp);
+  choice("position", model::position_of, shape.position);
+  const auto boolean = [&](const char* key, bool& member) {
+    if (arch[key]) member = *arch[key] == "true";
+  };
+  boolean("qkv_bias", shape.qkv_bias);
+  boolean("linear_bias", shape.linear_bias);
+  boolean("tie_embeddings", shape.tie_embeddings);
   try {
     shape.kv_heads = arch["kv_heads"] ? std::stoi(*arch["kv_heads"]) : shape.heads;
     if (arch["norm_eps"]) shape.norm_eps = std::stod(*arch["norm_eps"]);
@@ -242,9 +260,16 @@ void check_model_shape(const io::CheckpointMeta& meta, const model::GptShape& mi
     throw std::runtime_error("checkpoint " + io::display_path(path) + ": the model it holds is unknown: " + e.what());
   }
   std::string problems;
-  if (saved.architecture != mine.architecture)
-    problems += fmt::format("\n  model.architecture: the checkpoint has \"{}\", the deck has \"{}\"",
-                            model::architecture_name(saved.architecture), model::architecture_name(mine.architecture));
+  // The block specification's choices, not the preset's name: a deck that spells out a preset's
+  // choices under another name holds the same tensors.
+  const auto differs = [&](const char* key, const std::string& a, const std::string& b) {
+    if (a != b) problems += fmt::format("\n  model.{}: the checkpoint has {}, the deck has {}", key, a, b);
+  };
+  differs("norm", model::norm_name(saved.norm), model::norm_name(mine.norm));
+  differs("mlp", model::mlp_name(saved.mlp), model::mlp_name(mine.mlp));
+  differs("position", model::position_name(saved.position), model::position_name(mine.position));
+  differs("qkv_bias", saved.qkv_bias ? "true" : "false", mine.qkv_bias ? "true" : "false");
+  differs("linear_bias", saved.linear_bias ? "true" : "false", mine.linear_bias ? "true" : "false");
   for (const auto& [key, field] : kShapeKeys)
     if (saved.*field != mine.*field)
       problems += fmt::format("\n  model.{}: the checkpoint has {}, the deck has {}", key, saved.*field, mine.*field);

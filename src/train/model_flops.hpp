@@ -42,15 +42,17 @@ inline double training_flops_per_token(const model::GptShape& s) {
   return 6.0 * flops_parameters(s) + 12.0 * s.layers * double(s.seq_length) * s.hidden;
 }
 
-// One transformer block's forward per token: its GEMMs, 2 FLOPs per weight element, and the two
-// attention products over the full S×S square, 4·S·H. GPT-2: QKV 3H², projection H², MLP 2HF.
-// Llama: Q H², K and V H·nkv·d each, o_proj H², gate, up and down 3HF. The one formula of a
-// block's cost, for the bench and for src/plan.
+// One transformer block's forward per token: its GEMMs, 2 FLOPs per weight element of the
+// specification's matrices (the block descriptor's two-dimensional rows), and the two attention
+// products over the full S×S square, 4·S·H. GPT-2: QKV 3H², projection H², MLP 2HF; Llama: Q H²,
+// K and V H·nkv·d each, o_proj H², gate, up and down 3HF (tests/train/test_model_flops.cpp holds
+// them to these published formulas). The one formula of a block's cost, for the bench and src/plan.
 inline double block_forward_flops_per_token(const model::GptShape& s) {
-  const double S = s.seq_length, H = s.hidden, F = s.ffn_hidden;
-  if (!s.llama()) return 2.0 * (4 * H * H + 2 * H * F) + 4.0 * S * H;
-  const double kv = static_cast<double>(s.kv_width());
-  return 2.0 * (H * (H + 2 * kv) + H * H + 3 * H * F) + 4.0 * S * H;
+  double weights = 0;
+  for (const model::ParameterRow& r : model::block_parameter_rows(s))
+    if (r.shape[1] != model::ParameterDim::none)
+      weights += static_cast<double>(model::extent(r.shape[0], s)) * static_cast<double>(model::extent(r.shape[1], s));
+  return 2.0 * weights + 4.0 * double(s.seq_length) * s.hidden;
 }
 
 // One forward of `layers` blocks (and, on the stages that have them, the head), per token: the

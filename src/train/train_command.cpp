@@ -63,7 +63,7 @@ int train_as(const io::Deck& deck, const parallel::Topology& topo) {
   params = parallel::all_reduce_scalar(topo.pp(), params, parallel::ReduceOp::sum);
   log::infof("model: {}, {} layers, hidden {}, heads {} (kv {}), ffn {}, seq {}, vocab {} (padded {}){}: {:.2f} M "
              "parameters",
-             model::architecture_name(shape.architecture), shape.layers, shape.hidden, shape.heads,
+             shape.architecture, shape.layers, shape.hidden, shape.heads,
              shape.kv_head_count(), shape.ffn_hidden, shape.seq_length, shape.vocab_size, shape.padded_vocab(),
              shape.tie_embeddings ? "" : ", untied", params / 1e6);
   log::infof("training: {} steps of {} sequences ({} micro-batches of {} per data-parallel rank), {} tokens/step",

@@ -939,6 +939,11 @@ TEST_CASE("deck: relative paths follow the deck file; --set paths follow the wor
 TEST_CASE("deck: to_toml writes every key in table order and round-trips", "[io][deck]") {
   Fixture fx;
   const std::vector<std::string> order = {"model.architecture",
+                                          "model.norm",
+                                          "model.mlp",
+                                          "model.position",
+                                          "model.qkv_bias",
+                                          "model.linear_bias",
                                           "model.layers",
                                           "model.hidden",
                                           "model.heads",
@@ -1417,15 +1422,23 @@ TEST_CASE("deck: llama keys, their defaults and their errors name the key", "[io
     CHECK_THAT(p, has("an even head dimension"));
     CHECK_THAT(p, has("36 / 4 = 9 is odd"));
   }
-  SECTION("llama keys set for gpt2 are refused, naming the key") {
-    CHECK_THAT(join(fx.problems(make_deck(), {"model.kv_heads=2"})),
-               has("model.kv_heads = 2: expected model.heads = 4 with model.architecture = \"gpt2\""));
+  SECTION("keys of a choice the specification does not make are refused, naming the choice") {
+    // Grouped-query attention is a choice of any specification, gpt2's too.
+    CHECK(fx.parse(make_deck(), {"model.kv_heads=2"}).model.kv_heads == 2);
     const std::string theta = join(fx.problems(make_deck(), {"model.rope_theta=500000"}));
     CHECK_THAT(theta, has("model.rope_theta = 500000"));
-    CHECK_THAT(theta, has("expected to be left out with model.architecture = \"gpt2\""));
+    CHECK_THAT(theta, has("expected to be left out with model.position = \"learned\""));
     const std::string eps = join(fx.problems(make_deck(), {"model.norm_eps=1e-6"}));
     CHECK_THAT(eps, has("model.norm_eps = 1e-"));
-    CHECK_THAT(eps, has("expected to be left out with model.architecture = \"gpt2\""));
+    CHECK_THAT(eps, has("expected to be left out with model.norm = \"layernorm\""));
+    // gpt2 with rotary positions takes a θ; llama with LayerNorm needs its biases.
+    CHECK(fx.parse(make_deck(), {"model.position=\"rope\"", "model.rope_theta=500000"}).model.rope_theta == 500000.0);
+    const std::string bias = join(fx.problems(llama, {"model.norm=\"layernorm\""}));
+    INFO(bias);
+    CHECK_THAT(bias, has("model.linear_bias = false (default of model.architecture = \"llama\""));
+    CHECK_THAT(bias, has("expected true with model.norm = \"layernorm\""));
+    CHECK(fx.parse(llama, {"model.norm=\"layernorm\"", "model.linear_bias=true", "model.kv_heads=2"}).model.norm ==
+          "layernorm");
     // At their defaults they are what a resolved gpt2 deck lists: accepted.
     CHECK_NOTHROW(fx.parse(make_deck(), {"model.rope_theta=10000", "model.norm_eps=1e-5", "model.kv_heads=4"}));
     // An untied GPT-2 is allowed.
@@ -1522,7 +1535,7 @@ TEST_CASE("deck: the key table drives defaults, comparison and printing", "[io][
     INFO(json);
     CHECK(json.find('\n') == std::string::npos);
     CHECK(json.front() == '{');
-    CHECK_THAT(json, matches("\\{\"model\\.architecture\": \"gpt2\", \"model\\.layers\": 4, \"model\\.hidden\": 128, .*, "
+    CHECK_THAT(json, matches("\\{\"model\\.architecture\": \"gpt2\", \"model\\.norm\": \"layernorm\", .*\"model\\.layers\": 4, \"model\\.hidden\": 128, .*, "
                              "\"run\\.dir\": \".*a \\\\\"quoted\\\\\" dir\", \"ranks\": 2\\}"));
     CHECK_THAT(json, has("\"optimizer.lr\": 0.003, "));
     CHECK_THAT(json, has("\"checkpoint.resume\": true, "));

@@ -48,7 +48,7 @@ model::GptShape distinct_shape(int t, bool sequence_parallel) {
 // allows (t <= 2; at t = 4 every rank needs a whole key/value head: 4), untied embeddings.
 model::GptShape llama_shape(int t, bool sequence_parallel) {
   model::GptShape s = distinct_shape(t, sequence_parallel);
-  s.architecture = model::Architecture::llama;
+  static_cast<model::BlockSpec&>(s) = model::block_preset("llama")->spec;
   s.kv_heads = t <= 2 ? 2 : 4;
   s.tie_embeddings = false;
   return s;
@@ -77,7 +77,7 @@ void check_buffers(const model::GptShape& shape, int micro_batch, Recompute mode
     INFO("buffer " << name << " (" << r.what << ")");
     described.insert(name);
     const auto it = entries.find(name);
-    if ((r.only_16_bit && sizeof(T) >= 4) || (r.only_grouped && !z.grouped())) {
+    if (r.only_16_bit && sizeof(T) >= 4) {
       CHECK(it == entries.end());
       return;
     }
@@ -128,7 +128,7 @@ std::string join(const std::vector<std::string>& parts, const char* separator) {
 const char* symbol(ParameterDim d) {
   switch (d) {
     case ParameterDim::hidden: return "H";
-    case ParameterDim::qkv: return "3H";  // (nh + 2nkv)·d in general; the GPT-2 tables print 3H
+    case ParameterDim::qkv: return "(nh+2nkv)·d";  // 3H without grouped-query attention
     case ParameterDim::kv: return "nkv·d";
     case ParameterDim::ffn2: return "2F";
     case ParameterDim::ffn: return "F";
@@ -187,31 +187,63 @@ std::string init_text(const model::Init& i) {
   return "";
 }
 
-std::string parameter_line(const std::string& prefix, const ParameterRow& r) {
-  return fmt::format("| `{}{}` | {} | {} | {} | {} | {} |", prefix, r.name, shape_text(r), split_text(r),
-                     r.sequence_parallel_sum ? "yes" : "no", r.weight_decay ? "yes" : "no", init_text(r.init));
+std::string held_text(unsigned needs) {
+  const std::string t = model::needs_text(needs);
+  return t.empty() ? "always" : "`" + t + "`";
 }
 
-// docs/design.md: every tensor of the model, with its descriptor row.
+std::string parameter_line(const std::string& prefix, const ParameterRow& r) {
+  return fmt::format("| `{}{}` | {} | {} | {} | {} | {} | {} |", prefix, r.name, shape_text(r), split_text(r),
+                     r.sequence_parallel_sum ? "yes" : "no", r.weight_decay ? "yes" : "no", init_text(r.init),
+                     held_text(r.needs));
+}
+
+// Every row of the three tables, with its prefix (the embedding, the blocks, the head).
+template <class F>
+void for_each_row(F&& f) {
+  for (const ParameterRow& r : model::kEmbeddingParameters) f("", r);
+  for (const ParameterRow& r : model::kBlockParameters) f("layers/<i>/", r);
+  for (const ParameterRow& r : model::kHeadParameters) f("", r);
+}
+
+// docs/design.md: every tensor a model may hold, with its descriptor row and the choices of the
+// block specification that hold it.
 std::string model_tensor_table() {
   std::string t =
       "| tensor | logical shape | tensor-parallel split | gradient summed over the sequence-parallel group "
-      "| weight decay | initial value |\n|---|---|---|---|---|---|\n";
-  for (const ParameterRow& r : model::kEmbeddingParameters) t += parameter_line("", r) + "\n";
-  for (const ParameterRow& r : model::kBlockParameters) t += parameter_line("layers/<i>/", r) + "\n";
-  for (const ParameterRow& r : model::kHeadParameters) t += parameter_line("", r) + "\n";
+      "| weight decay | initial value | held when |\n|---|---|---|---|---|---|---|\n";
+  for_each_row([&](const std::string& prefix, const ParameterRow& r) { t += parameter_line(prefix, r) + "\n"; });
+  return t;
+}
+
+// docs/design.md: each row's Hugging Face names, in the two naming families.
+std::string hf_name_table() {
+  std::string t = "| tensor | held when | GPT2LMHeadModel | LlamaForCausalLM |\n|---|---|---|---|\n";
+  const auto name = [](const model::HfName& n) {
+    if (n.pattern == nullptr) return std::string("—");
+    std::string out;
+    std::string p = n.pattern;
+    for (std::size_t at = 0;;) {
+      const std::size_t bar = p.find('|', at);
+      out += (out.empty() ? "" : ", ") + std::string("`") + p.substr(at, bar - at) + "`";
+      if (bar == std::string::npos) break;
+      at = bar + 1;
+    }
+    return out + (n.transposed ? " (transposed)" : "");
+  };
+  for_each_row([&](const std::string& prefix, const ParameterRow& r) {
+    t += fmt::format("| `{}{}` | {} | {} | {} |\n", prefix, r.name, held_text(r.needs),
+                     name(r.hf[int(model::HfNaming::gpt2)]), name(r.hf[int(model::HfNaming::llama)]));
+  });
   return t;
 }
 
 // docs/checkpoints.md: the datasets under /model.
 std::string checkpoint_dataset_table() {
-  std::string t = "| dataset under `/model` | shape |\n|---|---|\n";
-  const auto line = [&](const std::string& prefix, const ParameterRow& r) {
-    t += fmt::format("| `{}{}` | {} |\n", prefix, r.name, shape_text(r));
-  };
-  for (const ParameterRow& r : model::kEmbeddingParameters) line("", r);
-  for (const ParameterRow& r : model::kBlockParameters) line("layers/<i>/", r);
-  for (const ParameterRow& r : model::kHeadParameters) line("", r);
+  std::string t = "| dataset under `/model` | shape | held when |\n|---|---|---|\n";
+  for_each_row([&](const std::string& prefix, const ParameterRow& r) {
+    t += fmt::format("| `{}{}` | {} | {} |\n", prefix, r.name, shape_text(r), held_text(r.needs));
+  });
   return t;
 }
 
@@ -235,16 +267,18 @@ std::string kept_text(const BufferRow& r) {
 
 // docs/planning.md: what a block keeps per micro-batch, and its share of the stage's workspace.
 std::string block_activation_table() {
-  std::string t = "| buffer | bytes | kept with recompute |\n|---|---|---|\n";
+  std::string t = "| buffer | bytes | kept with recompute | allocated when |\n|---|---|---|---|\n";
   for (const BufferRow& r : model::kBlockBuffers)
-    if (r.lifetime != Lifetime::scratch) t += fmt::format("| {} | {} | {} |\n", r.what, bytes_text(r), kept_text(r));
+    if (r.lifetime != Lifetime::scratch)
+      t += fmt::format("| {} | {} | {} | {} |\n", r.what, bytes_text(r), kept_text(r), held_text(r.needs));
   return t;
 }
 std::string block_scratch_table() {
-  std::string t = "| buffer | bytes |\n|---|---|\n";
+  std::string t = "| buffer | bytes | allocated when |\n|---|---|---|\n";
   for (const BufferRow& r : model::kBlockBuffers)
     if (r.lifetime == Lifetime::scratch)
-      t += fmt::format("| {} | {}{} |\n", r.what, bytes_text(r), r.only_16_bit ? " (bf16/fp16 only)" : "");
+      t += fmt::format("| {} | {} | {}{} |\n", r.what, bytes_text(r), held_text(r.needs),
+                       r.only_16_bit ? " (bf16/fp16 only)" : "");
   return t;
 }
 
@@ -285,7 +319,7 @@ TEST_CASE("block descriptor: every parameter the layers make is its row, in its 
     auto tp = test::tp_group(t);
     for (const bool sp : {false, true}) {
       for (const model::GptShape& shape : shapes(t, sp)) {
-      INFO("tensor " << t << (sp ? ", sequence parallel" : "") << ", " << model::architecture_name(shape.architecture)
+      INFO("tensor " << t << (sp ? ", sequence parallel" : "") << ", " << shape.architecture
                      << (shape.tie_embeddings ? ", tied" : ", untied"));
       model::GptModel<float> m(shape, kBatch, *tp, 1);
       const std::vector<model::LogicalTensor> logical = model::logical_tensors(shape);
@@ -326,9 +360,10 @@ TEST_CASE("block descriptor: every parameter the layers make is its row, in its 
   model::GptModel<float> m(distinct_shape(1, false), kBatch, *self, 1);
   for (const auto& bucket : m.buckets()) {
     if (bucket.name.rfind("layers/", 0) != 0) continue;
-    REQUIRE(bucket.params.size() == model::kBlockParameterCount);
+    const std::vector<ParameterRow> rows = model::block_parameter_rows(distinct_shape(1, false));
+    REQUIRE(bucket.params.size() == rows.size());
     for (std::size_t i = 0; i < bucket.params.size(); ++i)
-      CHECK(bucket.params[i]->name == bucket.name + "/" + model::kBlockParameters[i].name);
+      CHECK(bucket.params[i]->name == bucket.name + "/" + rows[i].name);
   }
 }
 
@@ -353,7 +388,7 @@ TEST_CASE("block descriptor: every buffer a model stage allocates is its row, or
         for (const int slots : {1, 3})
           for (const int stages : {1, 2})
             for (const model::GptShape& shape : shapes(t, sp)) {
-            INFO(model::architecture_name(shape.architecture) << ", tensor " << t << (sp ? ", sequence parallel" : "") << ", recompute " << model::recompute_name(mode)
+            INFO(shape.architecture << ", tensor " << t << (sp ? ", sequence parallel" : "") << ", recompute " << model::recompute_name(mode)
                            << ", " << slots << " micro-batches in flight, " << stages << " stages");
             for (int stage = 0; stage < stages; ++stage) {
               check_buffers<float>(shape, kBatch, mode, {stage, stages}, slots, *tp);
@@ -365,6 +400,7 @@ TEST_CASE("block descriptor: every buffer a model stage allocates is its row, or
 
 TEST_CASE("block descriptor: the docs' tables are its rows", "[model][docs]") {
   check_generated("design.md", "model tensors", model_tensor_table());
+  check_generated("design.md", "Hugging Face names", hf_name_table());
   check_generated("checkpoints.md", "checkpoint datasets", checkpoint_dataset_table());
   check_generated("planning.md", "block activations", block_activation_table());
   check_generated("planning.md", "block workspace", block_scratch_table());

@@ -22,7 +22,7 @@ void check_gradients_by_finite_differences(int tp_size, bool sequence_parallel =
   auto tp = test::tp_group(tp_size);
   auto shape = test::tiny_shape(tp_size);
   if (llama) {
-    shape.architecture = model::Architecture::llama;
+    static_cast<model::BlockSpec&>(shape) = model::block_preset("llama")->spec;
     shape.kv_heads = tp_size <= 2 ? 2 : 4;
     shape.tie_embeddings = false;
     shape.rope_theta = 100.0;  // large angles at the tiny sequence's few positions

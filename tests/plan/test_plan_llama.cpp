@@ -28,7 +28,7 @@ namespace {
 
 model::GptShape llama(int layers, int hidden, int heads, int kv_heads, int ffn, int vocab, int seq) {
   model::GptShape s;
-  s.architecture = model::Architecture::llama;
+  static_cast<model::BlockSpec&>(s) = model::block_preset("llama")->spec;
   s.tie_embeddings = false;
   s.layers = layers;
   s.hidden = hidden;
@@ -225,6 +225,7 @@ TEST_CASE("plan: each rank's llama parameters equal what a TrainingRun allocates
       const int pipeline = n / tensor;
       io::Deck deck = test::pipeline_deck(tensor, pipeline, 1, 2);
       deck.model.architecture = "llama";
+      deck.model.take_preset_defaults();
       deck.model.kv_heads = 2;
       deck.model.tie_embeddings = tied;
       deck.model.vocab_size = 250;

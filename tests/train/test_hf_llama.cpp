@@ -21,7 +21,7 @@ namespace {
 
 model::GptShape llama_shape() {
   model::GptShape s;
-  s.architecture = model::Architecture::llama;
+  static_cast<model::BlockSpec&>(s) = model::block_preset("llama")->spec;
   s.tie_embeddings = false;
   s.layers = 3;
   s.hidden = 16;

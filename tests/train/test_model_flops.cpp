@@ -27,6 +27,26 @@ TEST_CASE("model FLOPs per token: 6N + 12LSH, N without the position embedding",
         Approx(train::forward_flops_per_token(s, 12, false)));
 }
 
+// A block's FLOPs come from the block descriptor's matrices (model_flops.hpp); the published
+// formulas are the independent check: GPT-2 2(4H² + 2HF) + 4SH, Llama 2(H(H + 2·nkv·d) + H² + 3HF)
+// + 4SH (grouped-query K and V, three SwiGLU matrices), and a specification between them (GPT-2
+// with SwiGLU) the sum of its parts.
+TEST_CASE("block FLOPs from the rows equal GPT-2's and Llama's formulas", "[bench]") {
+  model::GptShape g;  // GPT-2 124M
+  g.layers = 12, g.hidden = 768, g.heads = 12, g.ffn_hidden = 3072, g.seq_length = 1024, g.vocab_size = 50257;
+  const double H = 768, F = 3072, S = 1024;
+  CHECK(train::block_forward_flops_per_token(g) == 2.0 * (4 * H * H + 2 * H * F) + 4.0 * S * H);
+  model::GptShape l;  // Llama 3 8B
+  static_cast<model::BlockSpec&>(l) = model::block_preset("llama")->spec;
+  l.layers = 32, l.hidden = 4096, l.heads = 32, l.kv_heads = 8, l.ffn_hidden = 14336, l.seq_length = 8192;
+  l.vocab_size = 128256;
+  const double h = 4096, f = 14336, s = 8192, kv = 8 * 128;
+  CHECK(train::block_forward_flops_per_token(l) == 2.0 * (h * (h + 2 * kv) + h * h + 3 * h * f) + 4.0 * s * h);
+  model::GptShape gs = g;
+  gs.mlp = model::Mlp::swiglu;
+  CHECK(train::block_forward_flops_per_token(gs) == 2.0 * (4 * H * H + 3 * H * F) + 4.0 * S * H);
+}
+
 // HFU (tptrain bench) adds what recomputation runs again to the model FLOPs; MFU never does. The
 // counters come from the model's own backward, the FLOPs from the formulas above: recompute =
 // none recomputes nothing (HFU = MFU), selective recomputes Q Kᵀ in every block's backward, full

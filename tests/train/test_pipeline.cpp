@@ -137,7 +137,7 @@ TEST_CASE("a model stage holds its layers, the embedding and the head where they
         CHECK(word(stage.tied_copy()) == first_word);  // the same initial values
       } else {
         CHECK(stage.tied_copy() == nullptr);
-        CHECK(stage.parameters().size() == model::kBlockParameterCount * 4 / static_cast<std::size_t>(P));
+        CHECK(stage.parameters().size() == model::block_parameter_rows(stage.shape()).size() * 4 / static_cast<std::size_t>(P));
       }
     }
     CHECK(unique_count == params.size());  // every logical parameter on exactly one stage

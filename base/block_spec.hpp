@@ -1,0 +1,115 @@
+// The block specification (docs/design.md, "The block specification"): the choices a transformer
+// block is made of, as a value — what Megatron-Core's TransformerConfig holds (normalization,
+// gated_linear_unit, add_bias_linear, position_embedding_type, num_query_groups). An architecture
+// (model.architecture) is a named preset of it; the deck may override each choice
+// (model.norm, model.mlp, model.position, model.qkv_bias, model.linear_bias).
+//
+// Plain data, no Kokkos, no MPI: the deck (io/) resolves its keys from it, the model (src/model/)
+// derives its parameter and buffer rows, FLOPs and Hugging Face names from it, the planner counts
+// from it. Adding an architecture is a row of kBlockPresets (plus its Hugging Face preset,
+// src/checkpoint/hf_presets.cpp, when it has one), a deck and tests.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace tptrain::model {
+
+enum class Norm { layernorm, rmsnorm };  // LayerNorm (weight and bias) or RMSNorm (weight)
+enum class Mlp { gelu, swiglu };         // fc, GELU (tanh), proj; or gate|up, silu(gate)·up, down
+enum class Position { learned, rope };   // a learned [S, H] embedding added to the tokens, or q and k rotated
+
+inline const char* norm_name(Norm n) { return n == Norm::rmsnorm ? "rmsnorm" : "layernorm"; }
+inline const char* mlp_name(Mlp m) { return m == Mlp::swiglu ? "swiglu" : "gelu"; }
+inline const char* position_name(Position p) { return p == Position::rope ? "rope" : "learned"; }
+inline std::optional<Norm> norm_of(std::string_view s) {
+  if (s == "layernorm") return Norm::layernorm;
+  if (s == "rmsnorm") return Norm::rmsnorm;
+  return std::nullopt;
+}
+inline std::optional<Mlp> mlp_of(std::string_view s) {
+  if (s == "gelu") return Mlp::gelu;
+  if (s == "swiglu") return Mlp::swiglu;
+  return std::nullopt;
+}
+inline std::optional<Position> position_of(std::string_view s) {
+  if (s == "learned") return Position::learned;
+  if (s == "rope") return Position::rope;
+  return std::nullopt;
+}
+
+struct BlockSpec {
+  std::string architecture = "gpt2";  // the preset it started from (model.architecture)
+  Norm norm = Norm::layernorm;
+  double norm_eps = 1e-5;             // the norm's ε (model.norm_eps)
+  Mlp mlp = Mlp::gelu;
+  Position position = Position::learned;
+  double rope_theta = 10000.0;        // the rotary base θ (position = rope; model.rope_theta)
+  bool qkv_bias = true;               // a bias on the QKV projection (model.qkv_bias)
+  // Biases on the other projections (attention output, MLP) and on the norm when it has one
+  // (LayerNorm): model.linear_bias.
+  bool linear_bias = true;
+  int kv_heads = 0;                   // key/value heads (grouped-query attention); 0 stands for heads
+  bool tie_embeddings = true;         // the output layer is the word embedding, or its own lm_head/weight
+  // GPT-2 scales the residual projections' initial values by 1/√(2L) (Radford et al. 2019, 2.3);
+  // Hugging Face's Llama initialises every matrix with the same σ. A preset's choice.
+  bool scaled_residual_init = true;
+
+  bool rms() const { return norm == Norm::rmsnorm; }
+  bool swiglu() const { return mlp == Mlp::swiglu; }
+  bool rotary() const { return position == Position::rope; }
+  bool norm_bias() const { return norm == Norm::layernorm; }
+};
+
+// The named architectures. Their fields are the defaults of the deck's keys.
+struct BlockPreset {
+  const char* name;
+  const char* what;  // for the key table and messages
+  BlockSpec spec;
+};
+
+inline BlockSpec make_spec(const char* name, Norm norm, Mlp mlp, Position position, bool qkv_bias, bool linear_bias,
+                           bool tie_embeddings, bool scaled_residual_init) {
+  BlockSpec s;
+  s.architecture = name;
+  s.norm = norm;
+  s.mlp = mlp;
+  s.position = position;
+  s.qkv_bias = qkv_bias;
+  s.linear_bias = linear_bias;
+  s.tie_embeddings = tie_embeddings;
+  s.scaled_residual_init = scaled_residual_init;
+  return s;
+}
+
+inline const BlockPreset* block_presets(std::size_t& count) {
+  static const BlockPreset presets[] = {
+      {"gpt2", "LayerNorm, biases, GELU, learned positions, tied head (GPT2LMHeadModel)",
+       make_spec("gpt2", Norm::layernorm, Mlp::gelu, Position::learned, true, true, true, true)},
+      {"llama", "RMSNorm, no biases, SwiGLU, rotary positions, grouped-query attention, untied head (LlamaForCausalLM)",
+       make_spec("llama", Norm::rmsnorm, Mlp::swiglu, Position::rope, false, false, false, false)},
+  };
+  count = sizeof(presets) / sizeof(presets[0]);
+  return presets;
+}
+
+// The preset `name`, or nullptr.
+inline const BlockPreset* block_preset(std::string_view name) {
+  std::size_t n = 0;
+  const BlockPreset* p = block_presets(n);
+  for (std::size_t i = 0; i < n; ++i)
+    if (name == p[i].name) return &p[i];
+  return nullptr;
+}
+
+// "gpt2", "llama": the names model.architecture takes, comma-separated (messages).
+inline std::string block_preset_names() {
+  std::size_t n = 0;
+  const BlockPreset* p = block_presets(n);
+  std::string out;
+  for (std::size_t i = 0; i < n; ++i) out += (i ? ", " : "") + std::string("\"") + p[i].name + "\"";
+  return out;
+}
+
+}  // namespace tptrain::model
