@@ -6,7 +6,7 @@ namespace tptrain::io {
 
 std::string llama_config_text(const LlamaConfigFile& c) {
   HfConfigWriter w;  // in save_pretrained's order: keys sorted
-  w.set("architectures", std::vector<std::string>{"LlamaForCausalLM"});
+  w.set("architectures", std::vector<std::string>{c.architecture});
   w.set("attention_bias", c.attention_bias);
   w.set("attention_dropout", c.attention_dropout);
   w.set("bos_token_id", c.bos_token_id);
@@ -29,6 +29,7 @@ std::string llama_config_text(const LlamaConfigFile& c) {
   w.set("tie_word_embeddings", c.tie_word_embeddings);
   w.set("torch_dtype", "float32");
   w.set("use_cache", true);
+  w.set("use_sliding_window", c.use_sliding_window);
   w.set("vocab_size", c.vocab_size);
   return w.text();
 }
@@ -52,6 +53,7 @@ LlamaConfigFile read_llama_config(const std::string& path) {
   f.flag("tie_word_embeddings", &c.tie_word_embeddings);
   f.flag("attention_bias", &c.attention_bias);
   f.flag("mlp_bias", &c.mlp_bias);
+  f.flag("use_sliding_window", &c.use_sliding_window);
   f.number("attention_dropout", &c.attention_dropout);
   c.pretraining_tp = f.positive("pretraining_tp").value_or(1);
   c.bos_token_id = f.integer("bos_token_id");

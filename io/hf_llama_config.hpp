@@ -10,6 +10,7 @@
 namespace tptrain::io {
 
 struct LlamaConfigFile {
+  std::string architecture = "LlamaForCausalLM";  // written as architectures[0]
   std::string model_type;  // "" when absent
   // 0 when absent (LlamaConfig has defaults for them, Llama-2-7B's, but a file that leaves the
   // model's shape out describes no particular model).
@@ -23,13 +24,14 @@ struct LlamaConfigFile {
   bool rope_scaling = false;  // a rope_scaling object is present (not null)
   bool tie_word_embeddings = false;
   bool attention_bias = false, mlp_bias = false;
+  bool use_sliding_window = false;  // Qwen2Config's sliding-window attention
   double attention_dropout = 0.0;
   int pretraining_tp = 1;
   std::optional<int> bos_token_id, eos_token_id;
 };
 
 // The config as save_pretrained writes it (pretty-printed, keys sorted, architectures
-// LlamaForCausalLM, torch_dtype float32, rope_scaling null), every field above included.
+// [architecture], torch_dtype float32, rope_scaling null), every field above included.
 std::string llama_config_text(const LlamaConfigFile& config);
 
 // Reads `path`: a JSON object; the sizes positive integers when present, num_key_value_heads and

@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "base/block_spec.hpp"
 #include "io/deck_text.hpp"
 
 namespace tptrain::driver {
@@ -62,22 +63,39 @@ void print_group_attrs(std::ostream& out, const char* path, const io::GroupSurve
   for (const auto& [name, text] : group.attributes) print_attr_line(out, name, text);
 }
 
-// The architecture and shape the deck states (model.architecture, issue 23): a deck from before
-// the key is a gpt2 one, tied, with kv_heads = heads.
+// The block specification and shape the deck states: a deck from before model.architecture
+// (issue 23) is a gpt2 one, tied, with kv_heads = heads; the choices it leaves out are its
+// preset's (base/block_spec.hpp). The choices are shown where they differ from the preset's.
 std::string model_line(const std::string& deck) {
   std::map<std::string, std::optional<std::string>> v;
   try {
     v = io::deck_text_scalars(deck, "model",
-                              {"architecture", "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "tie_embeddings"});
+                              {"architecture", "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "tie_embeddings",
+                               "norm", "mlp", "position", "qkv_bias", "linear_bias"});
   } catch (const std::exception&) {
     return "(the deck does not parse)";
   }
   const std::string arch = v["architecture"].value_or("gpt2");
+  const model::BlockPreset* preset = model::block_preset(arch);
+  std::string changed;
+  if (preset != nullptr) {
+    const model::BlockSpec& p = preset->spec;
+    const auto differs = [&](const char* key, const std::string& preset_value) {
+      if (v[key] && *v[key] != preset_value) changed += fmt::format("{}{} {}", changed.empty() ? "" : ", ", key, *v[key]);
+    };
+    differs("norm", model::norm_name(p.norm));
+    differs("mlp", model::mlp_name(p.mlp));
+    differs("position", model::position_name(p.position));
+    differs("qkv_bias", p.qkv_bias ? "true" : "false");
+    differs("linear_bias", p.linear_bias ? "true" : "false");
+  }
   const std::string heads = v["heads"].value_or("?");
-  const bool tied = v["tie_embeddings"].value_or(arch == "llama" ? "false" : "true") == "true";
-  return fmt::format("{}, {} layers, hidden {}, heads {}, kv_heads {}, ffn_hidden {}, {} embeddings", arch,
-                     v["layers"].value_or("?"), v["hidden"].value_or("?"), heads, v["kv_heads"].value_or(heads),
-                     v["ffn_hidden"].value_or("?"), tied ? "tied" : "untied");
+  const bool preset_tied = preset == nullptr || preset->spec.tie_embeddings;
+  const bool tied = v["tie_embeddings"].value_or(preset_tied ? "true" : "false") == "true";
+  return fmt::format("{}{}, {} layers, hidden {}, heads {}, kv_heads {}, ffn_hidden {}, {} embeddings", arch,
+                     changed.empty() ? "" : " (" + changed + ")", v["layers"].value_or("?"),
+                     v["hidden"].value_or("?"), heads, v["kv_heads"].value_or(heads), v["ffn_hidden"].value_or("?"),
+                     tied ? "tied" : "untied");
 }
 
 // Root attributes as stored (each one that exists, described for people), then the deck's

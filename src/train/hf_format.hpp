@@ -1,9 +1,11 @@
 // A model's Hugging Face form, whichever architecture it is (docs/checkpoints.md, "Hugging Face
 // export and import"): what `tptrain export` and `tptrain import` (src/driver/hf_commands.cpp)
-// need besides the file formats, gathered from the architecture's own file (src/train/hf_gpt2.hpp
-// for GPT2LMHeadModel, src/train/hf_llama.hpp for LlamaForCausalLM).
+// need besides the file formats, gathered from the shape's Hugging Face preset
+// (src/train/hf_presets.hpp), the rows' names and the config family's file (src/train/hf_gpt2.hpp,
+// src/train/hf_llama.hpp).
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -29,12 +31,13 @@ struct HfFormat {
   // Reads and checks config.json at `path` against the deck's shape: throws std::runtime_error
   // for a config of a model tptrain does not compute (naming the file and the field); returns ""
   // when it describes the deck's model, else one line per field that differs.
-  std::string (*config_mismatch)(const std::string& path, const model::GptShape& shape) = nullptr;
+  std::function<std::string(const std::string& path, const model::GptShape& shape)> config_mismatch;
   // The deck keys and config fields a checkpoint tensor's shape comes from, for messages.
   std::string (*shape_keys)(const std::string& checkpoint_name) = nullptr;
 };
 
-// The form of the shape's architecture (model.architecture).
+// The form of the shape's block specification; throws std::runtime_error when no Hugging Face
+// preset computes it (hf_preset_of).
 HfFormat hf_format(const model::GptShape& shape);
 
 }  // namespace tptrain::train

@@ -14,49 +14,10 @@ namespace tptrain::train {
 
 namespace {
 
-// Checkpoint name (after layers/<i>/ for a block's) -> HF name (after transformer.h.<i>. for a
-// block's), and whether HF holds the transpose (Conv1D weights).
-struct Row {
-  const char* checkpoint;
-  const char* hf;
-  bool transposed;
-};
-constexpr Row kModelRows[] = {
-    {"embedding/word", "transformer.wte.weight", false},
-    {"embedding/position", "transformer.wpe.weight", false},
-    {"ln_f/weight", "transformer.ln_f.weight", false},
-    {"ln_f/bias", "transformer.ln_f.bias", false},
-    {"lm_head/weight", "lm_head.weight", false},  // untied only (tie_word_embeddings = false)
-};
-constexpr Row kBlockRows[] = {
-    {"ln_1/weight", "ln_1.weight", false},           {"ln_1/bias", "ln_1.bias", false},
-    {"attn/qkv/weight", "attn.c_attn.weight", true},  {"attn/qkv/bias", "attn.c_attn.bias", false},
-    {"attn/proj/weight", "attn.c_proj.weight", true}, {"attn/proj/bias", "attn.c_proj.bias", false},
-    {"ln_2/weight", "ln_2.weight", false},           {"ln_2/bias", "ln_2.bias", false},
-    {"mlp/fc/weight", "mlp.c_fc.weight", true},       {"mlp/fc/bias", "mlp.c_fc.bias", false},
-    {"mlp/proj/weight", "mlp.c_proj.weight", true},   {"mlp/proj/bias", "mlp.c_proj.bias", false},
-};
-
-// The table's pieces of checkpoint tensor `name`: one whole tensor each.
-std::vector<HfPiece> gpt2_pieces(const model::GptShape&, const std::string& name) {
-  for (const Row& r : kModelRows)
-    if (name == r.checkpoint) return {{r.hf, 0, r.transposed}};
-  const BlockName block = split_block_name(name);
-  if (block.layer >= 0)
-    for (const Row& r : kBlockRows)
-      if (block.row == r.checkpoint)
-        return {{"transformer.h." + std::to_string(block.layer) + "." + r.hf, 0, r.transposed}};
-  return {};
-}
-
 // GELU's tanh form under HF's names (transformers' ACT2FN): the function tptrain computes.
 constexpr const char* kTanhGelu[] = {"gelu_new", "gelu_pytorch_tanh"};
 
 }  // namespace
-
-std::vector<HfTensor> hf_gpt2_tensors(const model::GptShape& shape) {
-  return hf_tensors(shape, gpt2_pieces, "src/train/hf_gpt2.cpp, kModelRows/kBlockRows");
-}
 
 std::string hf_gpt2_config(const model::GptShape& s, bool gpt2_vocabulary) {
   io::Gpt2ConfigFile c;

@@ -26,8 +26,6 @@ namespace tptrain::train {
 // Every tensor of the model, in checkpoint order (src/train/hf_tensors.hpp): one HF tensor per
 // checkpoint tensor, the four block weights transposed. Throws std::logic_error for a model
 // tensor the table does not map.
-std::vector<HfTensor> hf_gpt2_tensors(const model::GptShape& shape);
-
 // GPT2LMHeadModel's config.json for `shape` (pretty-printed JSON). `gpt2_vocabulary`: the model
 // uses GPT-2's tokenizer, so <|endoftext|> = 50256 is its bos/eos token.
 std::string hf_gpt2_config(const model::GptShape& shape, bool gpt2_vocabulary);

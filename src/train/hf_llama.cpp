@@ -12,40 +12,15 @@ namespace tptrain::train {
 
 namespace {
 
-// The table's pieces of checkpoint tensor `name`: the fused rows split into HF's projections.
-std::vector<HfPiece> llama_pieces(const model::GptShape& s, const std::string& name) {
-  if (name == "embedding/word") return {{"model.embed_tokens.weight"}};
-  if (name == "ln_f/weight") return {{"model.norm.weight"}};
-  if (name == "lm_head/weight") return {{"lm_head.weight"}};
-  const BlockName block = split_block_name(name);
-  if (block.layer < 0) return {};
-  const std::string p = "model.layers." + std::to_string(block.layer) + ".";
-  const auto q_rows = static_cast<std::uint64_t>(s.heads) * static_cast<std::uint64_t>(s.head_dim());
-  const auto kv_rows = static_cast<std::uint64_t>(s.kv_width());
-  const auto f = static_cast<std::uint64_t>(s.ffn_hidden);
-  if (block.row == "ln_1/weight") return {{p + "input_layernorm.weight"}};
-  if (block.row == "attn/qkv/weight")
-    return {{p + "self_attn.q_proj.weight", q_rows}, {p + "self_attn.k_proj.weight", kv_rows},
-            {p + "self_attn.v_proj.weight", kv_rows}};
-  if (block.row == "attn/proj/weight") return {{p + "self_attn.o_proj.weight"}};
-  if (block.row == "ln_2/weight") return {{p + "post_attention_layernorm.weight"}};
-  if (block.row == "mlp/fc/weight") return {{p + "mlp.gate_proj.weight", f}, {p + "mlp.up_proj.weight", f}};
-  if (block.row == "mlp/proj/weight") return {{p + "mlp.down_proj.weight"}};
-  return {};
-}
-
 // Two configs' ε or θ: the same number, up to the last digits of a decimal round trip.
 bool same(double a, double b) { return std::abs(a - b) <= 1e-12 * std::max(std::abs(a), std::abs(b)); }
 
 }  // namespace
 
-std::vector<HfTensor> hf_llama_tensors(const model::GptShape& shape) {
-  return hf_tensors(shape, llama_pieces, "src/train/hf_llama.cpp, llama_pieces");
-}
-
-std::string hf_llama_config(const model::GptShape& s) {
+std::string hf_llama_config(const model::GptShape& s, const HfPreset& preset) {
   io::LlamaConfigFile c;
-  c.model_type = "llama";
+  c.architecture = preset.architecture;
+  c.model_type = preset.model_type;
   c.num_hidden_layers = s.layers;
   c.hidden_size = s.hidden;
   c.num_attention_heads = s.heads;
@@ -60,14 +35,15 @@ std::string hf_llama_config(const model::GptShape& s) {
   return io::llama_config_text(c);
 }
 
-HfLlamaConfig read_hf_llama_config(const std::string& path) {
+HfLlamaConfig read_hf_llama_config(const std::string& path, const HfPreset& preset) {
   const io::LlamaConfigFile c = io::read_llama_config(path);
   const auto fail = [&](const std::string& what) {
     throw std::runtime_error("Hugging Face config " + io::display_path(path) + ": " + what);
   };
-  if (c.model_type != "llama")
+  if (c.model_type != preset.model_type)
     fail("model_type is " + (c.model_type.empty() ? std::string("missing") : "\"" + c.model_type + "\"") +
-         ": a model.architecture = \"llama\" deck imports Llama models (model_type \"llama\")");
+         fmt::format(": a model.architecture = \"{}\" deck imports {} models (model_type \"{}\")", preset.block_preset,
+                     preset.architecture, preset.model_type));
   for (const auto& [key, value] :
        {std::pair{"num_hidden_layers", c.num_hidden_layers}, std::pair{"hidden_size", c.hidden_size},
         std::pair{"num_attention_heads", c.num_attention_heads}, std::pair{"intermediate_size", c.intermediate_size},
@@ -75,8 +51,11 @@ HfLlamaConfig read_hf_llama_config(const std::string& path) {
     if (value == 0) fail(std::string("no ") + key);
   if (c.hidden_act != "silu")
     fail("hidden_act = \"" + c.hidden_act + "\": tptrain's SwiGLU uses silu, another activation would give another model");
+  // LlamaConfig's bias switches (q, k, v and o; the MLP); Qwen2Config has none (q, k and v always).
   if (c.attention_bias) fail("attention_bias = true: tptrain's llama has no biases");
   if (c.mlp_bias) fail("mlp_bias = true: tptrain's llama has no biases");
+  if (c.use_sliding_window)
+    fail("use_sliding_window = true: tptrain's attention is causal over the whole sequence, without a window");
   if (c.rope_scaling)
     fail("rope_scaling is set: tptrain's rotary embeddings are unscaled (rope_scaling null), as Llama 2's and the base "
          "Llama 3's");

@@ -1,6 +1,7 @@
-// tptrain's llama (model.architecture = "llama") as Hugging Face's LlamaForCausalLM
-// (docs/checkpoints.md, "Llama"): which checkpoint rows are which HF tensor, and the config.json
-// that describes the same model (its file format: io/hf_llama_config.hpp).
+// The config.json of Hugging Face's Llama family (LlamaForCausalLM, and the presets of
+// src/train/hf_presets.cpp that share LlamaConfig's fields) for a tptrain model of that block
+// specification (docs/checkpoints.md, "Llama"); its file format: io/hf_llama_config.hpp. Which
+// checkpoint rows are which HF tensor is the rows' own (model::ParameterRow::hf).
 //
 // The two models compute the same function: pre-RMSNorm blocks (ε = model.norm_eps /
 // rms_norm_eps), rotary embeddings on q and k with base model.rope_theta / rope_theta in HF's
@@ -22,17 +23,13 @@
 #include <vector>
 
 #include "src/model/gpt_shape.hpp"
-#include "src/train/hf_tensors.hpp"
+#include "src/train/hf_presets.hpp"
 
 namespace tptrain::train {
 
-// Every HF tensor of the model, in checkpoint order (src/train/hf_tensors.hpp). Throws
-// std::logic_error for a model tensor the table does not map.
-std::vector<HfTensor> hf_llama_tensors(const model::GptShape& shape);
-
-// LlamaForCausalLM's config.json for `shape` (pretty-printed JSON). max_position_embeddings is
+// The preset's config.json for `shape` (pretty-printed JSON). max_position_embeddings is
 // the deck's model.seq_length, the context the model was trained with.
-std::string hf_llama_config(const model::GptShape& shape);
+std::string hf_llama_config(const model::GptShape& shape, const HfPreset& preset);
 
 // What import needs from a config.json, checked to describe a model tptrain computes exactly.
 struct HfLlamaConfig {
@@ -40,10 +37,10 @@ struct HfLlamaConfig {
   double norm_eps = 0, rope_theta = 0;
   bool tie_embeddings = false;
 };
-// Reads and checks `path`: model_type llama, hidden_act silu, no attention or MLP biases, no
-// rope_scaling, head_dim (when given) hidden_size / num_attention_heads; num_key_value_heads null
+// Reads and checks `path`: the preset's model_type, hidden_act silu, no attention or MLP biases, no
+// sliding window, no rope_scaling, head_dim (when given) hidden_size / num_attention_heads; num_key_value_heads null
 // means num_attention_heads. Throws std::runtime_error naming the file and the field.
-HfLlamaConfig read_hf_llama_config(const std::string& path);
+HfLlamaConfig read_hf_llama_config(const std::string& path, const HfPreset& preset);
 
 // The deck's keys against the config's fields: "" if they agree, else one line per difference,
 // naming both ("config.json num_key_value_heads = 8, the deck's model.kv_heads = 32").

@@ -1,5 +1,6 @@
 #include "src/train/hf_tensors.hpp"
 
+#include <optional>
 #include <stdexcept>
 
 #include "src/model/model_parameters.hpp"
@@ -13,6 +14,20 @@ std::uint64_t row_elements(const std::vector<std::uint64_t>& shape) {
   std::uint64_t n = 1;
   for (std::size_t i = 1; i < shape.size(); ++i) n *= shape[i];
   return n;
+}
+
+// The names of a pattern ("model.layers.{i}.self_attn.q_proj.weight|..."): one per '|' piece,
+// "{i}" the layer.
+std::vector<std::string> hf_names(const std::string& pattern, int layer) {
+  std::vector<std::string> names;
+  for (std::size_t at = 0;;) {
+    const std::size_t bar = pattern.find('|', at);
+    std::string name = pattern.substr(at, bar == std::string::npos ? std::string::npos : bar - at);
+    if (const std::size_t i = name.find("{i}"); i != std::string::npos) name.replace(i, 3, std::to_string(layer));
+    names.push_back(std::move(name));
+    if (bar == std::string::npos) return names;
+    at = bar + 1;
+  }
 }
 
 }  // namespace
@@ -33,33 +48,39 @@ BlockName split_block_name(const std::string& name) {
   return {std::stoi(name.substr(7, slash - 7)), name.substr(slash + 1)};
 }
 
-std::vector<HfTensor> hf_tensors(const model::GptShape& shape, HfPieces pieces, const char* table) {
+std::vector<HfTensor> hf_tensors(const model::GptShape& shape, model::HfNaming naming) {
   std::vector<HfTensor> out;
   for (const model::LogicalTensor& t : model::logical_tensors(shape)) {
     std::vector<std::uint64_t> checkpoint_shape;
     for (const auto d : t.shape) checkpoint_shape.push_back(static_cast<std::uint64_t>(d));
-    const std::uint64_t all_rows = checkpoint_shape.empty() ? 1 : checkpoint_shape[0];
-    const std::vector<HfPiece> parts = pieces(shape, t.name);
-    if (parts.empty())
-      throw std::logic_error("tptrain: the model tensor " + t.name + " has no Hugging Face name (" + table + ")");
-    std::uint64_t row = 0;
-    for (const HfPiece& p : parts) {
+    const std::optional<model::ParameterRow> row = model::model_parameter_row(shape, t.name);
+    const char* pattern = row ? row->hf[static_cast<int>(naming)].pattern : nullptr;
+    if (pattern == nullptr)
+      throw std::logic_error("tptrain: the model tensor " + t.name +
+                             " has no Hugging Face name in this family (its row's hf, src/model/block_descriptor.hpp)");
+    const std::vector<std::string> names = hf_names(pattern, split_block_name(t.name).layer);
+    const bool transposed = row->hf[static_cast<int>(naming)].transposed;
+    if (transposed && (checkpoint_shape.size() != 2 || names.size() != 1))
+      throw std::logic_error("tptrain: " + t.name + " is transposed for Hugging Face but is not one whole matrix");
+    if (names.size() != 1 && names.size() != static_cast<std::size_t>(row->blocks))
+      throw std::logic_error("tptrain: " + t.name + " has " + std::to_string(row->blocks) + " blocks but " +
+                             std::to_string(names.size()) + " Hugging Face names");
+    // A stacked row's blocks: their extents when they differ (Q, K, V), else equal parts.
+    const model::ParameterSpec spec = model::spec_of(*row, shape);
+    std::uint64_t begin = 0;
+    for (std::size_t b = 0; b < names.size(); ++b) {
       HfTensor h;
-      h.hf_name = p.hf_name;
+      h.hf_name = names[b];
       h.checkpoint_name = t.name;
       h.checkpoint_shape = checkpoint_shape;
-      h.row_begin = row;
-      h.rows = p.rows == 0 ? all_rows : p.rows;
-      h.transposed = p.transposed;
-      if (h.transposed && (checkpoint_shape.size() != 2 || parts.size() != 1))
-        throw std::logic_error("tptrain: " + t.name + " is transposed for Hugging Face but is not one whole matrix (" +
-                               table + ")");
-      row += h.rows;
+      h.row_begin = begin;
+      h.rows = names.size() == 1                ? checkpoint_shape.at(0)
+               : spec.block_extents.empty() ? checkpoint_shape.at(0) / names.size()
+                                            : static_cast<std::uint64_t>(spec.block_extents[b]);
+      h.transposed = transposed;
+      begin += h.rows;
       out.push_back(std::move(h));
     }
-    if (row != all_rows)
-      throw std::logic_error("tptrain: the Hugging Face pieces of " + t.name + " hold " + std::to_string(row) +
-                             " of its " + std::to_string(all_rows) + " rows (" + table + ")");
   }
   return out;
 }

@@ -1,10 +1,10 @@
 // Which checkpoint dataset is which Hugging Face tensor, for any architecture (docs/checkpoints.md,
-// "Hugging Face export and import"). An architecture's table (src/train/hf_gpt2.cpp,
-// src/train/hf_llama.cpp) names, for each row of the model's parameter tables, the HF tensor or
-// tensors it is: one whole tensor, possibly transposed (GPT-2's Conv1D weights), or consecutive
-// blocks of its rows (Llama's q|k|v and gate|up, which tptrain fuses into one matrix and HF keeps
-// apart). This file walks the model's logical tensors through such a table and moves the elements
-// both ways; both directions use the one list it makes.
+// "Hugging Face export and import"). Each row of the model's parameter tables names, in each
+// naming family (model::HfNaming), the HF tensor or tensors it is: one whole tensor, possibly
+// transposed (GPT-2's Conv1D weights), or consecutive blocks of its rows (Llama's q|k|v and
+// gate|up, which tptrain fuses into one matrix and HF keeps apart). This file walks the model's
+// logical tensors through those names and moves the elements both ways; both directions use the
+// one list it makes.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "src/model/gpt_shape.hpp"
+#include "src/model/parameter_spec.hpp"
 
 namespace tptrain::train {
 
@@ -26,22 +27,12 @@ struct HfTensor {
   std::uint64_t elements() const;
 };
 
-// One HF tensor a checkpoint tensor is made of. `rows` 0: all of them (the only piece).
-struct HfPiece {
-  std::string hf_name;
-  std::uint64_t rows = 0;
-  bool transposed = false;
-};
-
-// An architecture's table: the pieces of the checkpoint tensor `name` (the whole dataset name,
-// "layers/3/attn/qkv/weight"), in row order; empty when the table does not map it.
-using HfPieces = std::vector<HfPiece> (*)(const model::GptShape& shape, const std::string& name);
-
-// Every HF tensor of the model, in checkpoint order (model::logical_tensors) and, within a
-// checkpoint tensor, in row order. Throws std::logic_error for a model tensor the table does not
-// map, pieces that do not cover its rows exactly, or a transposed piece that is not a whole
-// matrix: a new parameter needs its HF name before export and import accept it.
-std::vector<HfTensor> hf_tensors(const model::GptShape& shape, HfPieces pieces, const char* table);
+// Every HF tensor of the model under the rows' names of `naming` (model::ParameterRow::hf), in
+// checkpoint order (model::logical_tensors) and, within a checkpoint tensor, in row order: a
+// stacked row (q|k|v, gate|up) gives one HF tensor per block. Throws std::logic_error for a model
+// tensor without a name in that family or a transposed name that is not one whole matrix: a new
+// parameter needs its HF names before export and import accept it.
+std::vector<HfTensor> hf_tensors(const model::GptShape& shape, model::HfNaming naming);
 
 // The layer index and row name of a block's dataset ("layers/3/attn/qkv/weight" -> 3,
 // "attn/qkv/weight"); -1 and the name itself for a model-level one.

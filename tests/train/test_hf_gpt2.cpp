@@ -13,6 +13,7 @@
 #include "data/scratch_dir.hpp"
 #include "src/model/model_parameters.hpp"
 #include "src/train/hf_gpt2.hpp"
+#include "src/train/hf_tensors.hpp"
 
 using namespace tptrain;
 using Catch::Matchers::Contains;
@@ -40,7 +41,7 @@ std::string write(const test::ScratchDir& dir, const std::string& text) {
 
 TEST_CASE("hf_gpt2: every model tensor has GPT2LMHeadModel's name and shape", "[train][hf]") {
   const model::GptShape s = small_shape();
-  const auto tensors = train::hf_gpt2_tensors(s);
+  const auto tensors = train::hf_tensors(s, model::HfNaming::gpt2);
   REQUIRE(tensors.size() == model::logical_tensors(s).size());
   std::map<std::string, std::vector<std::uint64_t>> hf;
   for (const auto& t : tensors) hf[t.hf_name] = t.hf_shape();
@@ -63,7 +64,7 @@ TEST_CASE("hf_gpt2: every model tensor has GPT2LMHeadModel's name and shape", "[
 }
 
 TEST_CASE("hf_gpt2: Conv1D weights are the transpose of the checkpoint's [out, in]; both ways", "[train][hf]") {
-  const auto tensors = train::hf_gpt2_tensors(small_shape());
+  const auto tensors = train::hf_tensors(small_shape(), model::HfNaming::gpt2);
   for (const auto& t : tensors) {
     std::uint64_t n = 1;
     for (auto d : t.checkpoint_shape) n *= d;
@@ -138,7 +139,7 @@ TEST_CASE("hf_gpt2: config.json describes the model and reads back; other models
   tiny.tie_embeddings = false;
   CHECK(train::hf_config_mismatch(u, tiny).empty());
   bool head = false;
-  for (const auto& t : train::hf_gpt2_tensors(untied))
+  for (const auto& t : train::hf_tensors(untied, model::HfNaming::gpt2))
     if (t.checkpoint_name == "lm_head/weight") head = t.hf_name == "lm_head.weight" && !t.transposed;
   CHECK(head);
   // A config.json that is not a file is refused by name (it gave "basic_filebuf::underflow").

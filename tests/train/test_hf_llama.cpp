@@ -35,6 +35,8 @@ model::GptShape llama_shape() {
   return s;
 }
 
+const train::HfPreset& llama_preset() { return train::hf_preset_of(llama_shape()); }
+
 std::string write(const test::ScratchDir& dir, const std::string& text) {
   const std::string path = dir.file("config.json");
   std::ofstream(path) << text;
@@ -45,7 +47,7 @@ std::string write(const test::ScratchDir& dir, const std::string& text) {
 
 TEST_CASE("hf_llama: every model tensor is LlamaForCausalLM's, q|k|v and gate|up split by rows", "[train][hf]") {
   const model::GptShape s = llama_shape();
-  const auto tensors = train::hf_llama_tensors(s);
+  const auto tensors = train::hf_tensors(s, model::HfNaming::llama);
   std::map<std::string, train::HfTensor> hf;
   for (const auto& t : tensors) hf[t.hf_name] = t;
   REQUIRE(hf.size() == tensors.size());  // no name twice
@@ -79,14 +81,14 @@ TEST_CASE("hf_llama: every model tensor is LlamaForCausalLM's, q|k|v and gate|up
   // lm_head in a file must equal.
   model::GptShape tied = s;
   tied.tie_embeddings = true;
-  for (const auto& t : train::hf_llama_tensors(tied)) CHECK(t.hf_name != "lm_head.weight");
+  for (const auto& t : train::hf_tensors(tied, model::HfNaming::llama)) CHECK(t.hf_name != "lm_head.weight");
   CHECK(train::hf_format(tied).tied_to == "model.embed_tokens.weight");
   CHECK(train::hf_format(s).tied_to.empty());
   CHECK(train::hf_format(s).prefix == "model.");
 }
 
 TEST_CASE("hf_llama: the pieces of a fused tensor are its rows, and go back in place", "[train][hf]") {
-  const auto tensors = train::hf_llama_tensors(llama_shape());
+  const auto tensors = train::hf_tensors(llama_shape(), model::HfNaming::llama);
   std::map<std::string, std::vector<float>> checkpoint;
   for (const auto& t : tensors) {
     std::uint64_t n = 1;
@@ -113,14 +115,14 @@ TEST_CASE("hf_llama: the pieces of a fused tensor are its rows, and go back in p
 TEST_CASE("hf_llama: config.json describes the model and reads back; other models are refused", "[train][hf]") {
   test::ScratchDir dir("hf_llama_config");
   const model::GptShape s = llama_shape();
-  const std::string text = train::hf_llama_config(s);
+  const std::string text = train::hf_llama_config(s, train::hf_preset_of(s));
   CHECK_THAT(text, Contains("\"LlamaForCausalLM\"") && Contains("\"model_type\": \"llama\"") &&
                        Contains("\"num_key_value_heads\": 2") && Contains("\"intermediate_size\": 40") &&
                        Contains("\"rope_theta\": 500000.0") && Contains("\"rms_norm_eps\": 1e-06") &&
                        Contains("\"tie_word_embeddings\": false") && Contains("\"hidden_act\": \"silu\"") &&
                        Contains("\"max_position_embeddings\": 5") && Contains("\"rope_scaling\": null") &&
                        Contains("\"head_dim\": 4"));
-  const train::HfLlamaConfig c = train::read_hf_llama_config(write(dir, text));
+  const train::HfLlamaConfig c = train::read_hf_llama_config(write(dir, text), llama_preset());
   CHECK(c.layers == 3);
   CHECK(c.kv_heads == 2);
   CHECK(train::hf_config_mismatch(c, s).empty());
@@ -136,7 +138,7 @@ TEST_CASE("hf_llama: config.json describes the model and reads back; other model
   // 10000, rms_norm_eps 1e-6, untied.
   const std::string base = R"({"model_type":"llama","num_hidden_layers":1,"hidden_size":8,"num_attention_heads":2,)"
                            R"("intermediate_size":24,"vocab_size":5,"max_position_embeddings":4)";
-  const train::HfLlamaConfig d = train::read_hf_llama_config(write(dir, base + R"(,"num_key_value_heads":null})"));
+  const train::HfLlamaConfig d = train::read_hf_llama_config(write(dir, base + R"(,"num_key_value_heads":null})"), llama_preset());
   CHECK(d.kv_heads == 2);
   CHECK(d.rope_theta == 10000.0);
   CHECK(d.norm_eps == 1e-6);
@@ -152,8 +154,8 @@ TEST_CASE("hf_llama: config.json describes the model and reads back; other model
   };
   for (const auto& [extra, message] : refused) {
     CAPTURE(extra);
-    CHECK_THROWS_WITH(train::read_hf_llama_config(write(dir, base + extra)), Contains(message) && Contains("config.json"));
+    CHECK_THROWS_WITH(train::read_hf_llama_config(write(dir, base + extra), llama_preset()), Contains(message) && Contains("config.json"));
   }
-  CHECK_THROWS_WITH(train::read_hf_llama_config(write(dir, R"({"model_type":"gpt2"})")), Contains("model_type is \"gpt2\""));
-  CHECK_THROWS_WITH(train::read_hf_llama_config(write(dir, R"({"model_type":"llama"})")), Contains("no num_hidden_layers"));
+  CHECK_THROWS_WITH(train::read_hf_llama_config(write(dir, R"({"model_type":"gpt2"})"), llama_preset()), Contains("model_type is \"gpt2\""));
+  CHECK_THROWS_WITH(train::read_hf_llama_config(write(dir, R"({"model_type":"llama"})"), llama_preset()), Contains("no num_hidden_layers"));
 }
