@@ -997,6 +997,9 @@ void DeckReader::check_architecture(const Deck& d) {
   const auto term = [this](std::string_view section, std::string_view key, std::int64_t v) {
     return Term{full_name(section, key), std::to_string(v), &field(section, key)};
   };
+  // Without a preset the choices left out have no value to check against: the architecture's
+  // own problem is the one to report.
+  if (!ok("architecture")) return;
   const auto mention_of = [this](std::string_view key, const std::string& value) {
     return fmt::format("model.{} = \"{}\" ({})", key, value, where(field("model", key)));
   };

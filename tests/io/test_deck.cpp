@@ -1446,6 +1446,10 @@ TEST_CASE("deck: llama keys, their defaults and their errors name the key", "[io
   }
   SECTION("an unknown architecture") {
     CHECK_THAT(join(fx.problems(make_deck(), {"model.architecture=llama3"})), has("model.architecture"));
+    // Its keys are not judged by another preset's choices (the default gpt2's LayerNorm).
+    const std::string p = join(fx.problems(make_deck(), {"model.architecture=\"mistral\"", "model.norm_eps=1e-6"}));
+    CHECK_THAT(p, has("model.architecture = \"mistral\": expected one of"));
+    CHECK_THAT(p, !has("model.norm_eps"));
   }
 }
 
