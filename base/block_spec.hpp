@@ -89,6 +89,8 @@ inline const BlockPreset* block_presets(std::size_t& count) {
        make_spec("gpt2", Norm::layernorm, Mlp::gelu, Position::learned, true, true, true, true)},
       {"llama", "RMSNorm, no biases, SwiGLU, rotary positions, grouped-query attention, untied head (LlamaForCausalLM)",
        make_spec("llama", Norm::rmsnorm, Mlp::swiglu, Position::rope, false, false, false, false)},
+      {"qwen2", "llama with q/k/v biases (Qwen2ForCausalLM)",
+       make_spec("qwen2", Norm::rmsnorm, Mlp::swiglu, Position::rope, true, false, false, false)},
   };
   count = sizeof(presets) / sizeof(presets[0]);
   return presets;
@@ -103,7 +105,7 @@ inline const BlockPreset* block_preset(std::string_view name) {
   return nullptr;
 }
 
-// "gpt2", "llama": the names model.architecture takes, comma-separated (messages).
+// "gpt2", "llama", "qwen2": the names model.architecture takes, comma-separated (messages).
 inline std::string block_preset_names() {
   std::size_t n = 0;
   const BlockPreset* p = block_presets(n);

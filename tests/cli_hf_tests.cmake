@@ -58,6 +58,27 @@ foreach(layout "llama_tensor2;2;--set|parallel.tensor=2|--set|model.vocab_size=2
   set_tests_properties(cli_hf_reference_${name} PROPERTIES FIXTURES_REQUIRED hf_${name} TIMEOUT 300
                        SKIP_REGULAR_EXPRESSION "llama_reference: skipped;trains only the tied gpt2 block")
 endforeach()
+# Qwen2 (Qwen2ForCausalLM), a preset of the block specification alone: the same round trip and an
+# independent PyTorch Qwen2 (tests/hf/qwen2_reference.py) on tests/hf/qwen2_small.toml, whose
+# q/k/v biases are split over 2 tensor ranks in one layout and over 2 pipeline stages in bf16 in
+# the other.
+set(_qwen2_fields "model_type=qwen2|num_hidden_layers=2|hidden_size=32|num_attention_heads=4|num_key_value_heads=2|intermediate_size=48|max_position_embeddings=16|rms_norm_eps=1e-06|rope_theta=1000000.0|hidden_act=silu|use_sliding_window=false|tie_word_embeddings=false")
+foreach(layout "qwen2_tensor2;2;--set|parallel.tensor=2|--set|model.vocab_size=257"
+               "qwen2_pipeline2_bf16;2;--set|parallel.pipeline=2|--set|training.precision=bf16")
+  list(GET layout 0 name)
+  list(GET layout 1 ranks)
+  list(GET layout 2 sets)
+  set(_args -DEXE=$<TARGET_FILE:tptrain> -DMPI=${_hf_mpi} -DRANKS=${ranks} "-DSETS=${sets}" -DPY=/usr/bin/python3
+            -DHF=${_hf} -DDECK=${_hf}/qwen2_small.toml -DDIR=${CMAKE_CURRENT_BINARY_DIR}/hf_${name}
+            -DREF=qwen2_reference "-DFIELDS=${_qwen2_fields}")
+  add_test(NAME cli_hf_round_trip_${name} COMMAND ${CMAKE_COMMAND} -DMODE=round_trip ${_args}
+           -P ${_hf}/hf_round_trip.cmake)
+  set_tests_properties(cli_hf_round_trip_${name} PROPERTIES FIXTURES_SETUP hf_${name} TIMEOUT 300)
+  add_test(NAME cli_hf_reference_${name} COMMAND ${CMAKE_COMMAND} -DMODE=reference ${_args}
+           -P ${_hf}/hf_round_trip.cmake)
+  set_tests_properties(cli_hf_reference_${name} PROPERTIES FIXTURES_REQUIRED hf_${name} TIMEOUT 300
+                       SKIP_REGULAR_EXPRESSION "qwen2_reference: skipped")
+endforeach()
 # The reference's RoPE is Hugging Face's rotate-half, which is Meta's adjacent-pair RoPE after HF's
 # q/k row permutation (docs/checkpoints.md, "Llama").
 add_test(NAME hf_llama_reference_conventions COMMAND /usr/bin/python3 ${_hf}/llama_conventions.py)

@@ -14,6 +14,9 @@ const std::vector<HfPreset>& hf_presets() {
        R"(h\.[0-9]+\.attn\.(bias|masked_bias))"},
       {"LlamaForCausalLM", "llama", "llama", model::HfNaming::llama, HfConfigFamily::llama, "model.",
        R"(layers\.[0-9]+\.self_attn\.rotary_emb\.inv_freq)"},  // older transformers saved it
+      // Qwen2Config has LlamaConfig's fields for what tptrain computes; q, k and v carry biases.
+      {"Qwen2ForCausalLM", "qwen2", "qwen2", model::HfNaming::llama, HfConfigFamily::llama, "model.",
+       R"(layers\.[0-9]+\.self_attn\.rotary_emb\.inv_freq)"},
   };
   return presets;
 }

@@ -44,19 +44,23 @@ model::GptShape distinct_shape(int t, bool sequence_parallel) {
   s.sequence_parallel = sequence_parallel;
   return s;
 }
-// The same as a llama model: grouped-query attention with 2 key/value heads where the tensor size
-// allows (t <= 2; at t = 4 every rank needs a whole key/value head: 4), untied embeddings.
-model::GptShape llama_shape(int t, bool sequence_parallel) {
-  model::GptShape s = distinct_shape(t, sequence_parallel);
-  static_cast<model::BlockSpec&>(s) = model::block_preset("llama")->spec;
-  s.kv_heads = t <= 2 ? 2 : 4;
-  s.tie_embeddings = false;
-  return s;
-}
+// Every preset of the block specification (base/block_spec.hpp) on that shape, those with rotary
+// positions with grouped-query attention (2 key/value heads where the tensor size allows, t <= 2;
+// at t = 4 every rank needs a whole key/value head: 4); and GPT-2 untied.
 std::vector<model::GptShape> shapes(int t, bool sequence_parallel) {
+  std::vector<model::GptShape> out;
+  std::size_t n = 0;
+  const model::BlockPreset* presets = model::block_presets(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    model::GptShape s = distinct_shape(t, sequence_parallel);
+    static_cast<model::BlockSpec&>(s) = presets[i].spec;
+    if (s.rotary()) s.kv_heads = t <= 2 ? 2 : 4;
+    out.push_back(s);
+  }
   model::GptShape untied = distinct_shape(t, sequence_parallel);
   untied.tie_embeddings = false;
-  return {distinct_shape(t, sequence_parallel), llama_shape(t, sequence_parallel), untied};
+  out.push_back(untied);
+  return out;
 }
 
 // Every buffer of stage `stage` of a model, against the descriptor: each row where it must be,
@@ -218,7 +222,7 @@ std::string model_tensor_table() {
 
 // docs/design.md: each row's Hugging Face names, in the two naming families.
 std::string hf_name_table() {
-  std::string t = "| tensor | held when | GPT2LMHeadModel | LlamaForCausalLM |\n|---|---|---|---|\n";
+  std::string t = "| tensor | held when | GPT2LMHeadModel | LlamaForCausalLM, Qwen2ForCausalLM |\n|---|---|---|---|\n";
   const auto name = [](const model::HfName& n) {
     if (n.pattern == nullptr) return std::string("—");
     std::string out;
@@ -350,11 +354,12 @@ TEST_CASE("block descriptor: every parameter the layers make is its row, in its 
     }
   }
   // Llama's unequal QKV blocks: [Q 32 | K 16 | V 16] rows of a 4-head, 2-key/value-head model.
-  const model::ParameterSpec qkv = model::block_parameter(llama_shape(1, false), "layers/0/attn/qkv/weight");
+  const model::GptShape llama = shapes(1, false).at(1);
+  REQUIRE(llama.architecture == "llama");
+  const model::ParameterSpec qkv = model::block_parameter(llama, "layers/0/attn/qkv/weight");
   CHECK(qkv.shape == std::vector<std::int64_t>{64, 32});
   CHECK(qkv.block_extents == std::vector<std::int64_t>{32, 16, 16});
-  CHECK(model::block_parameter(llama_shape(1, false), "layers/0/mlp/fc/weight").block_extents ==
-        std::vector<std::int64_t>{48, 48});
+  CHECK(model::block_parameter(llama, "layers/0/mlp/fc/weight").block_extents == std::vector<std::int64_t>{48, 48});
   // Each block's bucket holds the block's parameters in the descriptor's order.
   auto self = test::tp_group(1);
   model::GptModel<float> m(distinct_shape(1, false), kBatch, *self, 1);
