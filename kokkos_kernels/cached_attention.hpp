@@ -2,13 +2,17 @@
 // src/model/kv_cache.hpp): the forward of attention.hpp for the rows at positions [p, p + n) of
 // one sequence, whose keys and values for positions [0, p) were stored by earlier calls.
 //
-// qkv [n, 3*Hl] as in attention.hpp (columns [Q | K | V], local head h at h*d inside each block);
-// the caches k_cache, v_cache [nh_local, P, d] hold position j of head h at (h, j, :), P >= p + n
-// the most positions they can hold. Per local head h, with scale = 1/sqrt(d):
-//   K_h[p:p+n), V_h[p:p+n) = the new rows' K and V      (kv_cache_append)
-//   S = Q_h K_h[0:p+n)ᵀ                                 (one strided-batched GEMM over the heads)
+// qkv [n, (nh + 2·nkv)·d] as the QKV layer writes it (columns [Q: nh heads | K: nkv | V: nkv],
+// local head h at h*d inside each block; nkv = nh without grouped-query attention); the caches
+// k_cache, v_cache [nkv, P, d] hold position j of key/value head g at (g, j, :), P >= p + n the
+// most positions they can hold: nkv·d per token, not nh·d. Query head h reads key/value head
+// g = h / (nh/nkv), Hugging Face's repeat_kv without the copy. Per query head h, with
+// scale = 1/sqrt(d):
+//   K_g[p:p+n), V_g[p:p+n) = the new rows' K and V      (kv_cache_append)
+//   S = Q_h K_g[0:p+n)ᵀ                                 (strided-batched GEMMs: one over the heads,
+//                                                        or one per key/value head over its group)
 //   P_ij = exp(scale S_ij - max) / Σ for j <= p + i, 0 otherwise
-//   O_h = P V_h[0:p+n)                                  (one strided-batched GEMM over the heads)
+//   O_h = P V_g[0:p+n)
 // The softmax has the arithmetic of causal_softmax_forward (max of the raw scores, then
 // exp(scale s - scale max), normalised by one reciprocal), so a row's output equals the full
 // forward's for the same row up to the GEMMs' summation order.
@@ -27,35 +31,48 @@
 
 namespace tptrain::kernels {
 
+namespace detail {
+// The query heads nh of qkv [n, (nh + 2·nkv)·d] for caches of nkv heads of d features; 0 when the
+// columns do not fit that layout or nkv does not divide nh.
+inline std::int64_t cached_query_heads(std::size_t qkv_columns, std::int64_t nkv, std::int64_t d) {
+  if (nkv < 1 || d < 1 || qkv_columns % static_cast<std::size_t>(d) != 0) return 0;
+  const std::int64_t nh = static_cast<std::int64_t>(qkv_columns) / d - 2 * nkv;
+  return nh >= nkv && nh % nkv == 0 ? nh : 0;
+}
+}  // namespace detail
+
 // K and V of the n rows of qkv into positions [p, p + n) of the caches.
 template <class Exec, class QKV, class CV>
-void kv_cache_append(const Exec& exec, const QKV& qkv /*[n, 3*Hl]*/, const CV& k_cache /*[nh, P, d]*/,
-                     const CV& v_cache /*[nh, P, d]*/, const std::int64_t p) {
+void kv_cache_append(const Exec& exec, const QKV& qkv /*[n, (nh + 2 nkv) d]*/, const CV& k_cache /*[nkv, P, d]*/,
+                     const CV& v_cache /*[nkv, P, d]*/, const std::int64_t p) {
   detail::check_view<Exec, QKV, 2>();
   detail::check_view<Exec, CV, 3>();
   detail::check_writable<CV>();
-  const std::int64_t n = qkv.extent(0), nh = k_cache.extent(0), P = k_cache.extent(1), d = k_cache.extent(2);
-  detail::require(qkv.extent(1) == static_cast<std::size_t>(3 * nh * d) && v_cache.extent(0) == k_cache.extent(0) &&
-                      v_cache.extent(1) == k_cache.extent(1) && v_cache.extent(2) == k_cache.extent(2),
-                  "kv_cache_append", "shapes must be qkv[n, 3*nh*d], k_cache and v_cache [nh, P, d]");
+  const std::int64_t n = qkv.extent(0), nkv = k_cache.extent(0), P = k_cache.extent(1), d = k_cache.extent(2);
+  const std::int64_t nh = detail::cached_query_heads(qkv.extent(1), nkv, d);
+  detail::require(nh > 0 && v_cache.extent(0) == k_cache.extent(0) && v_cache.extent(1) == k_cache.extent(1) &&
+                      v_cache.extent(2) == k_cache.extent(2),
+                  "kv_cache_append",
+                  "shapes must be qkv[n, (nh + 2*nkv)*d] with nkv dividing nh, k_cache and v_cache [nkv, P, d]");
   detail::require(p >= 0 && p + n <= P, "kv_cache_append", "positions [p, p + n) must lie inside the cache");
   if (n == 0) return;
-  const std::int64_t hl = nh * d;
+  const std::int64_t k0 = nh * d, v0 = (nh + nkv) * d, kvl = nkv * d;
   Kokkos::parallel_for(
-      "tptrain::kernels::kv_cache_append", detail::range2d(exec, n, hl),
+      "tptrain::kernels::kv_cache_append", detail::range2d(exec, n, kvl),
       KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t c) {
-        const std::int64_t h = c / d, e = c % d;
-        k_cache(h, p + i, e) = qkv(i, hl + c);
-        v_cache(h, p + i, e) = qkv(i, 2 * hl + c);
+        const std::int64_t g = c / d, e = c % d;
+        k_cache(g, p + i, e) = qkv(i, k0 + c);
+        v_cache(g, p + i, e) = qkv(i, v0 + c);
       });
 }
 
 // out [n, Hl] = attention of the n query rows of qkv at positions [p, p + n) over the cached keys
 // and values [0, p + n) (kv_cache_append must have stored the new rows' first).
 template <class Exec, class QKV, class CV, class SV, class OV>
-void cached_attention_forward(const Exec& exec, const QKV& qkv /*[n, 3*Hl]*/, const CV& k_cache /*[nh, P, d]*/,
-                              const CV& v_cache /*[nh, P, d]*/, const std::int64_t p,
-                              const SV& scores /*[nh, >= n, >= p + n] workspace*/, const OV& out /*[n, Hl]*/) {
+void cached_attention_forward(const Exec& exec, const QKV& qkv /*[n, (nh + 2 nkv) d]*/,
+                              const CV& k_cache /*[nkv, P, d]*/, const CV& v_cache /*[nkv, P, d]*/,
+                              const std::int64_t p, const SV& scores /*[nh, >= n, >= p + n] workspace*/,
+                              const OV& out /*[n, nh d]*/) {
   detail::check_view<Exec, QKV, 2>();
   detail::check_view<Exec, CV, 3>();
   detail::check_view<Exec, SV, 3>();
@@ -69,12 +86,13 @@ void cached_attention_forward(const Exec& exec, const QKV& qkv /*[n, 3*Hl]*/, co
                     std::is_same<typename SV::non_const_value_type, T>::value,
                 "tptrain::kernels::cached_attention_forward: qkv, caches, scores and out hold one value type");
   const char* kernel = "cached_attention_forward";
-  const std::int64_t n = qkv.extent(0), nh = k_cache.extent(0), P = k_cache.extent(1), d = k_cache.extent(2);
-  const std::int64_t hl = nh * d, keys = p + n;
-  detail::require(qkv.extent(1) == static_cast<std::size_t>(3 * hl) && out.extent(0) == qkv.extent(0) &&
-                      out.extent(1) == static_cast<std::size_t>(hl) && v_cache.extent(0) == k_cache.extent(0) &&
-                      v_cache.extent(1) == k_cache.extent(1) && v_cache.extent(2) == k_cache.extent(2),
-                  kernel, "shapes must be qkv[n, 3*nh*d], caches [nh, P, d], out[n, nh*d]");
+  const std::int64_t n = qkv.extent(0), nkv = k_cache.extent(0), P = k_cache.extent(1), d = k_cache.extent(2);
+  const std::int64_t nh = detail::cached_query_heads(qkv.extent(1), nkv, d);
+  const std::int64_t hl = nh * d, keys = p + n, group = nh > 0 ? nh / nkv : 1;
+  detail::require(nh > 0 && out.extent(0) == qkv.extent(0) && out.extent(1) == static_cast<std::size_t>(hl) &&
+                      v_cache.extent(0) == k_cache.extent(0) && v_cache.extent(1) == k_cache.extent(1) &&
+                      v_cache.extent(2) == k_cache.extent(2),
+                  kernel, "shapes must be qkv[n, (nh + 2*nkv)*d] with nkv dividing nh, caches [nkv, P, d], out[n, nh*d]");
   detail::require(p >= 0 && keys <= P, kernel, "positions [p, p + n) must lie inside the cache");
   detail::require(scores.extent(0) == static_cast<std::size_t>(nh) && scores.extent(1) >= static_cast<std::size_t>(n) &&
                       scores.extent(2) >= static_cast<std::size_t>(keys),
@@ -86,10 +104,17 @@ void cached_attention_forward(const Exec& exec, const QKV& qkv /*[n, 3*Hl]*/, co
   detail::require_blas_int(keys, kernel, "p + n");
   if (n == 0) return;
   const std::int64_t lq = qkv.stride(0), lc = k_cache.stride(1), ls = scores.stride(1), lo = out.stride(0);
-  // S_h = Q_h K_hᵀ over the heads: Q_h is columns [h*d, h*d + d) of qkv, K_h rows [0, keys) of the cache.
-  batched_gemm<Exec, T>(exec, 'N', 'T', n, keys, d, A(1), qkv.data(), lq, d, k_cache.data(), lc,
-                        static_cast<std::int64_t>(k_cache.stride(0)), A(0), scores.data(), ls,
-                        static_cast<std::int64_t>(scores.stride(0)), nh);
+  const std::int64_t cs = k_cache.stride(0), ss = scores.stride(0);
+  // S_h = Q_h K_gᵀ: Q_h is columns [h*d, h*d + d) of qkv, K_g rows [0, keys) of the cache. Without
+  // grouped-query attention one GEMM batched over the heads; with it one per key/value head, its
+  // batch the group of query heads that read it (K's batch stride 0).
+  if (group == 1)
+    batched_gemm<Exec, T>(exec, 'N', 'T', n, keys, d, A(1), qkv.data(), lq, d, k_cache.data(), lc, cs, A(0),
+                          scores.data(), ls, ss, nh);
+  else
+    for (std::int64_t g = 0; g < nkv; ++g)
+      batched_gemm<Exec, T>(exec, 'N', 'T', n, keys, d, A(1), qkv.data() + g * group * d, lq, d,
+                            k_cache.data() + g * cs, lc, 0, A(0), scores.data() + g * group * ss, ls, ss, group);
   const A scale = A(1) / kx::sqrt(static_cast<A>(d));
   using member = typename detail::Teams<Exec>::member_type;
   Kokkos::parallel_for(
@@ -112,10 +137,15 @@ void cached_attention_forward(const Exec& exec, const QKV& qkv /*[n, 3*Hl]*/, co
         });
         detail::team_for<Exec>(team, seen, keys, [&](const std::int64_t j) { scores(h, i, j) = T(0); });
       });
-  // O_h = P_h V_h: into columns [h*d, h*d + d) of out.
-  batched_gemm<Exec, T>(exec, 'N', 'N', n, d, keys, A(1), scores.data(), ls,
-                        static_cast<std::int64_t>(scores.stride(0)), v_cache.data(), lc,
-                        static_cast<std::int64_t>(v_cache.stride(0)), A(0), out.data(), lo, d, nh);
+  // O_h = P_h V_g: into columns [h*d, h*d + d) of out.
+  const std::int64_t vs = v_cache.stride(0);
+  if (group == 1)
+    batched_gemm<Exec, T>(exec, 'N', 'N', n, d, keys, A(1), scores.data(), ls, ss, v_cache.data(), lc, vs, A(0),
+                          out.data(), lo, d, nh);
+  else
+    for (std::int64_t g = 0; g < nkv; ++g)
+      batched_gemm<Exec, T>(exec, 'N', 'N', n, d, keys, A(1), scores.data() + g * group * ss, ls, ss,
+                            v_cache.data() + g * vs, lc, 0, A(0), out.data() + g * group * d, lo, d, group);
 }
 
 }  // namespace tptrain::kernels

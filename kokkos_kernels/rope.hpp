@@ -37,10 +37,11 @@ void rope_tables(const Exec& exec, const CV& cos, const SV& sin, const double th
 }
 
 namespace detail {
-// Rotates columns [0, heads·d) of x in place by +angle (sign 1) or −angle (sign −1).
+// Rotates columns [0, heads·d) of x in place by +angle (sign 1) or −angle (sign −1). Row r is
+// at position r mod S, or with first >= 0 at position first + r (rows of one sequence).
 template <class Exec, class XV, class CV, class SV>
 void rope_rotate(const Exec& exec, const XV& x, const CV& cos, const SV& sin, const std::int64_t heads,
-                 const double sign, const char* kernel) {
+                 const double sign, const char* kernel, const std::int64_t first = -1) {
   check_view<Exec, XV, 2>();
   check_view<Exec, CV, 2>();
   check_view<Exec, SV, 2>();
@@ -50,14 +51,18 @@ void rope_rotate(const Exec& exec, const XV& x, const CV& cos, const SV& sin, co
           "cos and sin must both be [S, d/2]");
   require(heads >= 0 && heads * d <= static_cast<std::int64_t>(x.extent(1)), kernel,
           "the rotated heads must lie within the buffer's columns");
-  require(s > 0 && x.extent(0) % static_cast<std::size_t>(s) == 0, kernel,
-          "the buffer's rows must be whole sequences of S tokens");
+  if (first < 0)
+    require(s > 0 && x.extent(0) % static_cast<std::size_t>(s) == 0, kernel,
+            "the buffer's rows must be whole sequences of S tokens");
+  else
+    require(first + static_cast<std::int64_t>(x.extent(0)) <= s, kernel,
+            "positions [first, first + rows) must lie within the tables' S positions");
   using T = kx::acc_t<typename XV::non_const_value_type>;
   const T sg = static_cast<T>(sign);
   Kokkos::parallel_for(
       std::string("tptrain::kernels::") + kernel, range2d(exec, x.extent(0), heads * half),
       KOKKOS_LAMBDA(const std::int64_t r, const std::int64_t k) {
-        const std::int64_t h = k / half, i = k % half, p = r % s;
+        const std::int64_t h = k / half, i = k % half, p = first < 0 ? r % s : first + r;
         const std::int64_t a = h * d + i, b = a + half;
         const T c = static_cast<T>(cos(p, i)), sn = sg * static_cast<T>(sin(p, i));
         const T xa = static_cast<T>(x(r, a)), xb = static_cast<T>(x(r, b));
@@ -72,6 +77,14 @@ void rope_rotate(const Exec& exec, const XV& x, const CV& cos, const SV& sin, co
 template <class Exec, class XV, class CV, class SV>
 void rope_forward(const Exec& exec, const XV& qkv, const CV& cos, const SV& sin, const std::int64_t heads) {
   detail::rope_rotate(exec, qkv, cos, sin, heads, 1.0, "rope_forward");
+}
+// rope_forward for the rows of one sequence at positions [first, first + rows): generation's new
+// rows after `first` cached ones (src/model/kv_cache.hpp).
+template <class Exec, class XV, class CV, class SV>
+void rope_forward_at(const Exec& exec, const XV& qkv, const CV& cos, const SV& sin, const std::int64_t heads,
+                     const std::int64_t first) {
+  detail::require(first >= 0, "rope_forward_at", "the first position must be >= 0");
+  detail::rope_rotate(exec, qkv, cos, sin, heads, 1.0, "rope_forward_at", first);
 }
 // The gradient through rope_forward, in place on the gradient of the same buffer.
 template <class Exec, class XV, class CV, class SV>

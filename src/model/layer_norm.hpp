@@ -77,27 +77,37 @@ struct LayerNorm {
   template <class XV, class YV>
   void forward(const Exec& exec, const XV& x /*[rows, H]*/, const YV& y /*[rows, H]*/) {
     PhaseScope phase(Phase::norms_elementwise);
-    if (rms) return kernels::rmsnorm_forward(exec, x, weight.value_vector(), y, saved.rstd, Acc(rms_eps));
-    kernels::layernorm_forward(exec, x, weight.value_vector(), bias.value_vector(), y, saved.mean, saved.rstd, Acc(eps));
+    const Saved st = stats_of(x.extent(0));
+    if (rms) return kernels::rmsnorm_forward(exec, x, weight.value_vector(), y, st.rstd, Acc(rms_eps));
+    kernels::layernorm_forward(exec, x, weight.value_vector(), bias.value_vector(), y, st.mean, st.rstd, Acc(eps));
   }
   // x1 = x + r (the residual stream, stored), y = LayerNorm(x1): one pass instead of two.
   template <class XV, class RV, class X1V, class YV>
   void forward_add(const Exec& exec, const XV& x, const RV& r, const X1V& x1, const YV& y) {
     PhaseScope phase(Phase::norms_elementwise);
-    if (rms) return kernels::add_rmsnorm_forward(exec, x, r, x1, weight.value_vector(), y, saved.rstd, Acc(rms_eps));
-    kernels::add_layernorm_forward(exec, x, r, x1, weight.value_vector(), bias.value_vector(), y, saved.mean, saved.rstd, Acc(eps));
+    const Saved st = stats_of(x.extent(0));
+    if (rms) return kernels::add_rmsnorm_forward(exec, x, r, x1, weight.value_vector(), y, st.rstd, Acc(rms_eps));
+    kernels::add_layernorm_forward(exec, x, r, x1, weight.value_vector(), bias.value_vector(), y, st.mean, st.rstd, Acc(eps));
   }
 
   // x1 = x + (r + r_bias) for a residual branch r whose bias its layer left out, y = LayerNorm(x1).
   template <class XV, class RV, class RBV, class X1V, class YV>
   void forward_add_bias(const Exec& exec, const XV& x, const RV& r, const RBV& r_bias, const X1V& x1, const YV& y) {
     PhaseScope phase(Phase::norms_elementwise);
+    const Saved st = stats_of(x.extent(0));
     if (rms) {  // llama's branches have no bias (parallel_attention.hpp)
       if (r_bias.size() != 0) throw std::logic_error("tptrain: RMSNorm::forward_add_bias: llama's residual branches have no bias");
-      return kernels::add_rmsnorm_forward(exec, x, r, x1, weight.value_vector(), y, saved.rstd, Acc(rms_eps));
+      return kernels::add_rmsnorm_forward(exec, x, r, x1, weight.value_vector(), y, st.rstd, Acc(rms_eps));
     }
-    kernels::add_bias_layernorm_forward(exec, x, r, r_bias, x1, weight.value_vector(), bias.value_vector(), y,
-                                        saved.mean, saved.rstd, Acc(eps));
+    kernels::add_bias_layernorm_forward(exec, x, r, r_bias, x1, weight.value_vector(), bias.value_vector(), y, st.mean,
+                                        st.rstd, Acc(eps));
+  }
+
+  // The statistics of the forward's rows: all of saved's, or the first of them when the forward
+  // runs on fewer rows than the layer was built for (generation, first_rows).
+  Saved stats_of(std::size_t rows) const {
+    const auto n = static_cast<std::int64_t>(rows);
+    return {saved.mean.size() == 0 ? saved.mean : first_rows(saved.mean, n), first_rows(saved.rstd, n)};
   }
 
   // dx = the gradient through the LayerNorm + residual (the block input's residual path), one pass.

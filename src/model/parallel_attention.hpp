@@ -13,10 +13,12 @@
 #include <vector>
 
 #include "kokkos_kernels/attention.hpp"
+#include "kokkos_kernels/cached_attention.hpp"
 #include "kokkos_kernels/repeat_kv.hpp"
 #include "kokkos_kernels/rope.hpp"
 #include "src/model/block_descriptor.hpp"
 #include "src/model/gpt_shape.hpp"
+#include "src/model/kv_cache.hpp"
 #include "src/model/linear.hpp"
 #include "src/model/recompute.hpp"
 #include "src/model/workspace.hpp"
@@ -103,21 +105,37 @@ struct ParallelAttention {
 
   // add_proj_bias = false: y is left without the output projection's bias, which the caller
   // fuses into its residual add (TransformerLayer).
+  // With a cache step (generation, kv_cache.hpp) x holds n new rows of one sequence at positions
+  // [p, p + n): the same projections, computed in the leading rows of the layer's buffers, with
+  // q and k rotated at their positions, K and V appended to the cache and the attention of the n
+  // rows over the cached [0, p + n) (kernels/cached_attention.hpp; its scores in the stage's
+  // probabilities buffer, [nh/tp, S, S] of its first micro-batch sequence).
   template <class XV, class YV>
   void forward(const Exec& exec, Communicator& tp, const XV& x /*[N or n, H]*/, const YV& y /*[N or n, H]*/,
-               const bool add_proj_bias = true) {
-    qkv.forward(exec, tp, x, saved.qkv_out);
+               const bool add_proj_bias = true, const CacheStep<T>* step = nullptr) {
+    if (step && qkv.sp.enabled())
+      throw std::logic_error("tptrain: ParallelAttention: the cached forward runs without sequence parallelism");
+    const std::int64_t n = step ? static_cast<std::int64_t>(x.extent(0)) : tokens();
+    const kernels::Matrix<T> qkv_out = first_rows(saved.qkv_out, n), ctx = first_rows(saved.ctx, n);
+    qkv.forward(exec, tp, x, qkv_out);
     if (rotary) {
       PhaseScope phase(Phase::norms_elementwise);
-      kernels::rope_forward(exec, saved.qkv_out, rope_cos, rope_sin, nh_local + nkv_local);
+      if (step) kernels::rope_forward_at(exec, qkv_out, rope_cos, rope_sin, nh_local + nkv_local, step->position);
+      else kernels::rope_forward(exec, qkv_out, rope_cos, rope_sin, nh_local + nkv_local);
     }
     {
       PhaseScope phase(Phase::attention);
-      // dprobs, free during a forward, holds the batched path's GEMM pointer tables.
-      kernels::attention_forward(exec, attention_input(exec), saved.ctx, probs, saved.lse, B, S, nh_local, d,
-                                 saved.scores, dprobs);
+      if (step) {
+        kernels::kv_cache_append(exec, qkv_out, step->cache->k, step->cache->v, step->position);
+        kernels::cached_attention_forward(exec, qkv_out, step->cache->k, step->cache->v, step->position,
+                                          Kokkos::subview(probs, 0, Kokkos::ALL(), Kokkos::ALL(), Kokkos::ALL()), ctx);
+      } else {
+        // dprobs, free during a forward, holds the batched path's GEMM pointer tables.
+        kernels::attention_forward(exec, attention_input(exec), saved.ctx, probs, saved.lse, B, S, nh_local, d,
+                                   saved.scores, dprobs);
+      }
     }
-    proj.forward(exec, tp, saved.ctx, y, add_proj_bias);
+    proj.forward(exec, tp, ctx, y, add_proj_bias);
   }
 
   template <class DYV, class XV, class DXV>

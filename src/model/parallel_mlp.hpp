@@ -63,15 +63,19 @@ struct ParallelMLP {
 
   // add_proj_bias = false: y is left without proj's bias, which the caller fuses into its
   // residual add (TransformerLayer).
+  // x has the layer's rows, or fewer without sequence parallelism (generation's new tokens,
+  // computed in the leading rows of the buffers).
   template <class XV, class YV>
   void forward(const Exec& exec, Communicator& tp, const XV& x, const YV& y, const bool add_proj_bias = true) {
-    fc.forward(exec, tp, x, saved.h);
+    const auto n = fc.sp.enabled() ? static_cast<std::int64_t>(saved.h.extent(0)) : static_cast<std::int64_t>(x.extent(0));
+    const kernels::Matrix<T> h = first_rows(saved.h, n), act = first_rows(a, n);
+    fc.forward(exec, tp, x, h);
     {
       PhaseScope phase(Phase::norms_elementwise);
-      if (swiglu) kernels::silu_mul_forward(exec, saved.h, a);
-      else kernels::bias_gelu_forward(exec, saved.h, fc.bias.value_vector(), a, saved.sig);
+      if (swiglu) kernels::silu_mul_forward(exec, h, act);
+      else kernels::bias_gelu_forward(exec, h, fc.bias.value_vector(), act, first_rows(saved.sig, n));
     }
-    proj.forward(exec, tp, a, y, add_proj_bias);
+    proj.forward(exec, tp, act, y, add_proj_bias);
   }
 
   template <class DYV, class XV, class DXV>

@@ -125,18 +125,25 @@ struct TransformerLayer {
   // and per layer backward from them.
   static constexpr int forward_site = 1, backward_site = 2;
 
+  // The one forward of the block, for training, evaluation and generation: with a cache step
+  // (kv_cache.hpp) x holds generation's n new rows of one sequence, computed in the leading rows
+  // of the block's buffers, its attention over the cached positions.
   template <class XV, class YV>
-  void forward(const Exec& exec, Communicator& tp, const XV& x /*[rows, H]*/, const YV& y /*[rows, H]*/) {
+  void forward(const Exec& exec, Communicator& tp, const XV& x /*[rows, H]*/, const YV& y /*[rows, H]*/,
+               const CacheStep<T>* step = nullptr) {
     kernels::launch_count::SiteScope site(forward_site);
-    ln_1.forward(exec, x, a);
-    attn.forward(exec, tp, a, out, /*add_proj_bias=*/false);
-    // x1 = x + attention, c = ln_2(x1); llama's projections have no bias
-    if (attn.proj.has_bias) ln_2.forward_add_bias(exec, x, out, attn.proj.bias.value_vector(), x1, c);
-    else ln_2.forward_add(exec, x, out, x1, c);
-    mlp.forward(exec, tp, c, out, /*add_proj_bias=*/false);
+    const auto n = static_cast<std::int64_t>(x.extent(0));
+    const kernels::Matrix<T> a_n = first_rows(a, n), x1_n = first_rows(x1, n), c_n = first_rows(c, n),
+                             out_n = first_rows(out, n);
+    ln_1.forward(exec, x, a_n);
+    attn.forward(exec, tp, a_n, out_n, /*add_proj_bias=*/false, step);
+    // x1 = x + attention, c = ln_2(x1); without linear biases the projection has none to add
+    if (attn.proj.has_bias) ln_2.forward_add_bias(exec, x, out_n, attn.proj.bias.value_vector(), x1_n, c_n);
+    else ln_2.forward_add(exec, x, out_n, x1_n, c_n);
+    mlp.forward(exec, tp, c_n, out_n, /*add_proj_bias=*/false);
     PhaseScope phase(Phase::norms_elementwise);
-    if (mlp.proj.has_bias) kernels::bias_residual_add(exec, x1, out, mlp.proj.bias.value_vector(), y);  // y = x1 + mlp
-    else kernels::add(exec, x1, out, y);
+    if (mlp.proj.has_bias) kernels::bias_residual_add(exec, x1_n, out_n, mlp.proj.bias.value_vector(), y);  // y = x1 + mlp
+    else kernels::add(exec, x1_n, out_n, y);
   }
 
   // dx = dL/dx from dy = dL/dy (dx overwritten).

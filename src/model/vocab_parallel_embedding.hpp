@@ -37,7 +37,10 @@ struct VocabParallelEmbedding {
         tp_rank(tp.rank()) {}
 
   template <class TV, class YV>
-  void forward(const Exec& exec, Communicator& tp, const TV& tokens /*[N]*/, const YV& y /*[N or n, H]*/) {
+  // first_position >= 0: the rows are one sequence's tokens from that position on (generation's
+  // new tokens after the cached ones); else the micro-batch's, row r at position r mod S.
+  void forward(const Exec& exec, Communicator& tp, const TV& tokens /*[N]*/, const YV& y /*[N or n, H]*/,
+               const std::int64_t first_position = -1) {
     if (sp.enabled()) {
       {
         PhaseScope phase(Phase::norms_elementwise);
@@ -53,7 +56,8 @@ struct VocabParallelEmbedding {
     }
     if (!has_position) return;
     PhaseScope phase(Phase::norms_elementwise);
-    kernels::position_embedding_add(exec, position.value_matrix(), S, y, first_row(y));
+    kernels::position_embedding_add(exec, position.value_matrix(), S, y,
+                                    first_position >= 0 ? first_position : first_row(y));
   }
 
   std::vector<Parameter<T>*> parameters() {

@@ -20,6 +20,7 @@
 #include <map>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kokkos_kernels/views.hpp"
@@ -131,5 +132,19 @@ class Workspace {
   std::vector<Entry> entries_;
   std::map<std::string, Shared> scratch_;
 };
+
+// The first n rows of a buffer sized for a micro-batch: a layer's forward on fewer rows than it
+// was built for (generation's new tokens, kv_cache.hpp) computes in the leading rows of its own
+// buffers. n = the buffer's rows is the buffer itself.
+template <class T>
+kernels::Matrix<T> first_rows(const kernels::Matrix<T>& m, std::int64_t n) {
+  if (n == static_cast<std::int64_t>(m.extent(0))) return m;
+  return Kokkos::subview(m, std::make_pair(std::int64_t(0), n), Kokkos::ALL());
+}
+template <class T>
+kernels::Vector<T> first_rows(const kernels::Vector<T>& v, std::int64_t n) {
+  if (n == static_cast<std::int64_t>(v.extent(0))) return v;
+  return Kokkos::subview(v, std::make_pair(std::int64_t(0), n));
+}
 
 }  // namespace tptrain::model

@@ -104,7 +104,10 @@ Generation generate_tokens(const io::Deck& deck, const parallel::Topology& topo,
                            std::optional<std::int32_t> end_of_text, int sample_below,
                            const std::function<void(std::int32_t)>& on_token) {
   using Model = model::GptModel<T>;
-  const model::GptShape shape = shape_of(deck);
+  // Generation holds every row of its few new tokens on every tensor rank: no sequence
+  // parallelism (the same sums; the cached forward needs it, the full one is as exact).
+  model::GptShape shape = shape_of(deck);
+  shape.sequence_parallel = false;
   if (context.empty()) throw std::invalid_argument("tptrain: generate_tokens: an empty context");
   for (std::int32_t t : context)  // the same context on every rank: the same verdict everywhere
     if (t < 0 || t >= shape.vocab_size)
@@ -120,13 +123,14 @@ Generation generate_tokens(const io::Deck& deck, const parallel::Topology& topo,
   Model& model = *model_ptr;
   on_every_rank(topo.world(), [&] { load_weights(model, topo, checkpoint); });
   if (o.kv_cache) on_every_rank(topo.world(), [&] { cache = std::make_unique<model::GptInference<T>>(model); });
+  Generation g;
+  if (cache) g.kv_cache_bytes = cache->cache_bytes();
   const std::int64_t S = shape.seq_length;
   parallel::Communicator& pp = topo.pp();
   const int stage = pp.rank();
   Sampler<T> sampler(model, topo, checkpoint, o, std::min(sample_below, shape.vocab_size));
   kernels::Vector<T> row("generate.row", shape.local_vocab());
   DeviceBatch batch(static_cast<int>(S));  // the full forward's window, and the cache's new tokens
-  Generation g;
   std::size_t window = 0;        // the model sees context[window, end)
   std::size_t cached_from = 0;   // where the cache's window starts
   const Clock::time_point start = Clock::now();
@@ -235,13 +239,15 @@ int run_generate(const io::Deck& deck, const parallel::Topology& topo, const std
                  "generate: %zu tokens%s (prompt %zu tokens, %s, %d context restart%s): first token %.3f s, then %.2f "
                  "tokens/s (%.4f s per token)\n",
                  g.tokens.size(), g.stopped_at_end_of_text ? ", stopped at <|endoftext|>" : "", prompt_tokens,
-                 o.kv_cache ? "KV cache" : "full forward per token", g.refills, g.refills == 1 ? "" : "s",
-                 g.first_token_seconds, rate, rate > 0 ? 1.0 / rate : 0.0);
+                 o.kv_cache ? fmt::format("KV cache of {:.2f} MiB per rank", g.kv_cache_bytes / 1048576.0).c_str()
+                            : "full forward per token",
+                 g.refills, g.refills == 1 ? "" : "s", g.first_token_seconds, rate, rate > 0 ? 1.0 / rate : 0.0);
     std::fprintf(stderr, "%s\n",
                  io::JsonObject()
                      .integer("generated_tokens", g.tokens.size())
                      .integer("prompt_tokens", prompt_tokens)
                      .boolean("kv_cache", o.kv_cache)
+                     .integer("kv_cache_bytes_per_rank", g.kv_cache_bytes)
                      .boolean("stopped_at_end_of_text", g.stopped_at_end_of_text)
                      .integer("context_restarts", g.refills)
                      .number("first_token_seconds", g.first_token_seconds, io::digits(6))

@@ -33,6 +33,9 @@ struct Generation {
   int refills = 0;                   // times the context reached model.seq_length (see below)
   double first_token_seconds = 0;    // the prompt's forward and the first token
   double next_tokens_seconds = 0;    // every later token
+  // This rank's key/value caches (2 × its layers × model.seq_length × kv_heads/tensor × head dim
+  // × the element size; every stage holds as many layers); 0 without --kv-cache.
+  std::int64_t kv_cache_bytes = 0;
 };
 
 // Continues `context` (token ids, the same on every rank, none >= model.vocab_size, at least

@@ -10,6 +10,8 @@
 #include "catch.hpp"
 #include "kokkos_kernels/attention.hpp"
 #include "kokkos_kernels/cached_attention.hpp"
+#include "kokkos_kernels/repeat_kv.hpp"
+#include "kokkos_kernels/rope.hpp"
 #include "src/model/gpt_inference.hpp"
 #include "tests/model/model_test_util.hpp"
 
@@ -77,10 +79,16 @@ namespace {
 
 // The largest difference between the incremental forward's last-row logits and the full
 // forward's logits of that row, over every position of the sequence, fed in blocks `blocks`.
-double incremental_vs_full(int tp_size, bool sequence_parallel, const std::vector<std::int64_t>& blocks) {
+// The preset's block (base/block_spec.hpp); rotary ones with grouped-query attention (2 key/value
+// heads for 4 query heads, 4 on 4 tensor ranks). The full forward may split sequences; the
+// generation model never does (generate builds it without), and holds the same weights.
+double incremental_vs_full(const char* preset, int tp_size, bool sequence_parallel,
+                           const std::vector<std::int64_t>& blocks) {
   auto tp = test::tp_group(tp_size);
   const kx::ExecSpace exec;
   model::GptShape shape = test::tiny_shape(tp_size);
+  static_cast<model::BlockSpec&>(shape) = model::block_preset(preset)->spec;
+  if (shape.rotary()) shape.kv_heads = std::max(2, tp_size);
   shape.seq_length = 12;
   shape.sequence_parallel = sequence_parallel;
   model::GptModel<float> m(shape, 1, *tp, 3);
@@ -90,7 +98,13 @@ double incremental_vs_full(int tp_size, bool sequence_parallel, const std::vecto
   const std::vector<double> full = host_values(m.local_logits());  // [S, V_padded/tp]
   const std::size_t V = static_cast<std::size_t>(shape.local_vocab());
 
-  model::GptInference<float> inference(m);
+  model::GptShape whole = shape;
+  whole.sequence_parallel = false;
+  model::GptModel<float> g(whole, 1, *tp, 3);
+  test::randomise(g, 0.4f, 17);
+  model::GptInference<float> inference(g);
+  // K and V of kv_heads heads per token and layer on this rank: 2 · layers · S · kv/t · d · 4 bytes.
+  CHECK(inference.cache_bytes() == 2LL * shape.layers * shape.seq_length * shape.local_kv_heads() * shape.head_dim() * 4);
   double worst = 0;
   for (int pass = 0; pass < 2; ++pass) {  // again after reset(): the cache is overwritten, not appended to
     inference.reset();
@@ -114,14 +128,79 @@ double incremental_vs_full(int tp_size, bool sequence_parallel, const std::vecto
 }  // namespace
 
 TEST_CASE("the incremental forward with a KV cache gives the full forward's logits", "[model][kv_cache][mpi]") {
-  for (int tp : {1, 2, 4}) {
-    if (test::world_size() % tp != 0) continue;
-    for (bool sp : {false, true}) {
-      if (sp && tp == 1) continue;
-      INFO("tensor " << tp << (sp ? ", sequence parallel" : ""));
-      CHECK(incremental_vs_full(tp, sp, {5, 1, 1, 1, 3, 1}) <= 1e-5);
-      CHECK(incremental_vs_full(tp, sp, {12}) <= 1e-5);
-      CHECK(incremental_vs_full(tp, sp, {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}) <= 1e-5);
+  std::size_t count = 0;
+  const model::BlockPreset* presets = model::block_presets(count);
+  for (std::size_t i = 0; i < count; ++i)
+    for (int tp : {1, 2, 4}) {
+      if (test::world_size() % tp != 0) continue;
+      for (bool sp : {false, true}) {
+        if (sp && tp == 1) continue;
+        const char* preset = presets[i].name;
+        INFO(preset << ", tensor " << tp << (sp ? ", sequence parallel" : ""));
+        CHECK(incremental_vs_full(preset, tp, sp, {5, 1, 1, 1, 3, 1}) <= 1e-5);
+        CHECK(incremental_vs_full(preset, tp, sp, {12}) <= 1e-5);
+        CHECK(incremental_vs_full(preset, tp, sp, {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}) <= 1e-5);
+      }
     }
+}
+
+TEST_CASE("the incremental forward refuses a model that splits sequences", "[model][kv_cache][mpi]") {
+  if (test::world_size() < 2) return;
+  auto tp = test::tp_group(2);
+  model::GptShape shape = test::tiny_shape(2);
+  shape.seq_length = 12;
+  shape.sequence_parallel = true;
+  model::GptModel<float> m(shape, 1, *tp, 3);
+  CHECK_THROWS_WITH(model::GptInference<float>(m), Catch::Contains("without sequence parallelism"));
+}
+
+// Grouped-query attention: a cache of nkv key/value heads read by nh query heads (head h by
+// key/value head h / (nh/nkv)) equals the training attention on Q, K and V expanded by repeat_kv;
+// and the rotary embedding of rows at an offset equals the training one at their positions.
+TEST_CASE("cached attention of a grouped cache equals the expanded training attention", "[model][kv_cache]") {
+  const kx::ExecSpace exec;
+  const std::int64_t S = 29, nh = 6, nkv = 2, d = 4, width = (nh + 2 * nkv) * d;
+  kernels::Matrix<float> grouped("grouped", S, width), expanded("expanded", S, 3 * nh * d), out("out", S, nh * d);
+  {
+    auto h = Kokkos::create_mirror_view(grouped);
+    std::mt19937 gen(11);
+    std::normal_distribution<float> normal(0.0f, 1.5f);
+    for (std::int64_t i = 0; i < S; ++i)
+      for (std::int64_t j = 0; j < width; ++j) h(i, j) = normal(gen);
+    Kokkos::deep_copy(grouped, h);
   }
+  // Rotary positions: the whole sequence at once, and in blocks at their offsets.
+  kernels::Matrix<float> cos("cos", S, d / 2), sin("sin", S, d / 2), blocks("blocks", S, width);
+  kernels::rope_tables(exec, cos, sin, 10000.0);
+  Kokkos::deep_copy(blocks, grouped);
+  kernels::rope_forward(exec, grouped, cos, sin, nh + nkv);
+  std::int64_t p = 0;
+  for (std::int64_t n : {7, 1, 1, 20}) {
+    kernels::rope_forward_at(exec, Kokkos::subview(blocks, std::make_pair(p, p + n), Kokkos::ALL()), cos, sin, nh + nkv, p);
+    p += n;
+  }
+  CHECK(max_abs_difference(host_values(blocks), host_values(grouped)) <= 1e-6);
+  CHECK_THROWS_WITH(kernels::rope_forward_at(exec, Kokkos::subview(blocks, std::make_pair(0, 2), Kokkos::ALL()), cos,
+                                             sin, nh + nkv, S - 1),
+                    Catch::Contains("within the tables"));
+
+  kernels::repeat_kv_forward(exec, grouped, expanded, nh, nkv, d);
+  kernels::Vector<float> lse("lse", S * nh);
+  kernels::attention_forward(exec, expanded, out, lse, 1, S, nh, d);
+  const std::vector<double> want = host_values(out);
+  Kokkos::View<float***, Kokkos::LayoutRight, kx::MemSpace> k("k", nkv, S, d), v("v", nkv, S, d), scores("s", nh, S, S);
+  kernels::Matrix<float> got("got", S, nh * d);
+  p = 0;
+  for (std::int64_t n : {13, 1, 1, 5, 1, 8}) {
+    const auto rows = std::make_pair(p, p + n);
+    const auto q = Kokkos::subview(grouped, rows, Kokkos::ALL());
+    kernels::kv_cache_append(exec, q, k, v, p);
+    kernels::cached_attention_forward(exec, q, k, v, p, scores, Kokkos::subview(got, rows, Kokkos::ALL()));
+    p += n;
+  }
+  REQUIRE(p == S);
+  CHECK(max_abs_difference(host_values(got), want) <= 1e-5);
+  // A cache whose heads do not divide the query heads is refused.
+  Kokkos::View<float***, Kokkos::LayoutRight, kx::MemSpace> k4("k4", 4, S, d);
+  CHECK_THROWS_WITH(kernels::kv_cache_append(exec, grouped, k4, k4, 0), Catch::Contains("nkv dividing nh"));
 }

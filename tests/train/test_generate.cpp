@@ -1,6 +1,7 @@
-// Generation with a KV cache equals the full forward per token (src/train/generate_command.hpp):
-// greedy and seeded samples of a checkpoint, token for token, on one rank and on the layouts of the
-// world (tensor, pipeline, data), with a context that passes model.seq_length several times (the
+// Generation with a KV cache equals the full forward per token (src/train/generate_command.hpp),
+// for every preset of the block specification (gpt2; llama and qwen2 with rotary positions offset
+// by the cache and grouped-query attention): greedy and seeded samples of a checkpoint, token for
+// token, on one rank and on the layouts of the world (tensor, pipeline, data), with a context that passes model.seq_length several times (the
 // window restarts at the last S/2 tokens on both paths).
 #include <algorithm>
 #include <set>
@@ -34,12 +35,30 @@ train::Generation greedy(const io::Deck& deck, const parallel::Topology& topo, c
   return train::generate_tokens<float>(deck, topo, file, prompt, o, end_of_text, deck.model.vocab_size);
 }
 
+// The small pipeline deck with the block of `preset` (base/block_spec.hpp); the rotary ones with
+// grouped-query attention (8 query heads, 4 key/value heads: whole ones on up to 4 tensor ranks).
+io::Deck preset_deck(const char* preset, int tensor, int pipeline, int data, const std::string& extra) {
+  io::Deck deck = test::pipeline_deck(tensor, pipeline, data, 3, 8, extra);
+  deck.model.architecture = preset;
+  deck.model.take_preset_defaults();  // a deck built in code: the preset's choices, as the parser sets them
+  if (deck.model.position == "rope") {
+    deck.model.heads = 8;
+    deck.model.kv_heads = 4;
+  }
+  return deck;
+}
+
 }  // namespace
 
 TEST_CASE("greedy generation with the KV cache equals the full forward, token for token", "[generate][mpi]") {
+  std::size_t count = 0;
+  const model::BlockPreset* presets = model::block_presets(count);
+  for (std::size_t i = 0; i < count; ++i) {
+  const char* preset = presets[i].name;
+  INFO(preset);
   test::SharedTempDir dir;
   const std::string extra = "[checkpoint]\ndir = \"" + dir.path() + "\"\nkeep = 10\n";
-  const io::Deck ref_deck = test::pipeline_deck(1, 1, 1, 3, 8, extra);
+  const io::Deck ref_deck = preset_deck(preset, 1, 1, 1, extra);
   if (test::world_rank() == 0) {  // a few steps on the test corpus: samples of a model, not of random weights
     parallel::Topology self(MPI_COMM_SELF, parallel::Layout{});
     train::TrainingRun run(ref_deck, self);
@@ -75,7 +94,7 @@ TEST_CASE("greedy generation with the KV cache equals the full forward, token fo
     if (l.tensor * l.pipeline * l.data == test::world_size()) layouts.push_back(l);
   for (const Layout& l : layouts) {
     INFO("tensor " << l.tensor << " x pipeline " << l.pipeline << " x data " << l.data);
-    const io::Deck deck = test::pipeline_deck(l.tensor, l.pipeline, l.data, 3, 8, extra);
+    const io::Deck deck = preset_deck(preset, l.tensor, l.pipeline, l.data, extra);
     parallel::Topology topo(MPI_COMM_WORLD, test::layout_of(deck));
     for (bool kv : {false, true}) {
       INFO((kv ? "KV cache" : "full forward"));
@@ -84,5 +103,6 @@ TEST_CASE("greedy generation with the KV cache equals the full forward, token fo
       CHECK(g.refills == 3);
       CHECK(greedy(deck, topo, file, kv, std::nullopt, 1.0).tokens == sampled.tokens);
     }
+  }
   }
 }
