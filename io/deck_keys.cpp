@@ -1,5 +1,5 @@
 // The table of deck keys (see io/deck_keys.hpp). The order of rows is the order of the resolved
-// deck and of the tables in README.md and docs/deck-reference.md.
+// deck and of the tables in docs/deck-reference.md, which tests/io/test_deck.cpp prints from them.
 #include "io/deck_keys.hpp"
 
 #include <fmt/format.h>

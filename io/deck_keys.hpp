@@ -2,8 +2,8 @@
 // where the value lives in a Deck. Parsing and validation (io/deck.cpp), the defaults of a
 // default-constructed Deck, Deck::to_toml(), Deck::to_json() and operator== all walk this
 // table, so a new key is a member in its section struct (io/deck.hpp) plus one row in
-// io/deck_keys.cpp. tests/io/test_deck.cpp fails until README.md, docs/deck-reference.md and
-// input/tiny.toml name it too.
+// io/deck_keys.cpp. tests/io/test_deck.cpp fails until input/tiny.toml names it and the tables of
+// docs/deck-reference.md, printed from this table, are regenerated (TPTRAIN_UPDATE_DOCS=1).
 #pragma once
 
 #include <cstdint>

@@ -4,8 +4,8 @@
 #
 #   jobs/check-cuda-build.sh KOKKOS_PREFIX [KOKKOS_KERNELS_PREFIX] [BUILD_DIR]
 #
-# KOKKOS_PREFIX is a Kokkos install with Kokkos_ENABLE_CUDA (README, "Building on a cluster":
-# how to get one); KOKKOS_KERNELS_PREFIX defaults to it. BUILD_DIR defaults to build-cuda/.
+# KOKKOS_PREFIX is a Kokkos install with Kokkos_ENABLE_CUDA (docs/cluster.md, "Building on a
+# cluster": how to get one); KOKKOS_KERNELS_PREFIX defaults to it. BUILD_DIR defaults to build-cuda/.
 # NCCL is found through NCCL_ROOT or the CUDA toolkit's include/lib directories.
 #
 # The project is configured with the HOST compiler (CMAKE_CXX_COMPILER = g++): Kokkos' compile

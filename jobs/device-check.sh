@@ -2,7 +2,7 @@
 # The prepared GPU check, for a machine lent with one NVIDIA GPU (e.g. an H200 with CUDA 13 and
 # PyTorch), no package registry and a few minutes (at most 10 a command, start included). It runs
 # a BUNDLE and builds nothing: tptrain, its test binaries and their libraries, packed where the
-# CUDA toolkit, Kokkos and MPI are (README, "The device check on a bare GPU machine"):
+# CUDA toolkit, Kokkos and MPI are (docs/cluster.md, "The device check on a bare GPU machine"):
 #
 #   jobs/check-cuda-build.sh $KOKKOS $KOKKOS build-cuda     # the CUDA build, zero warnings
 #   jobs/pack-device-bundle.sh build-cuda device-bundle      # MANIFEST, libraries, tests.tsv
@@ -72,7 +72,7 @@ MPI and HDF5). Pack a bundle where CUDA, Kokkos (with Kokkos Kernels and cuBLAS)
   jobs/check-cuda-build.sh \$KOKKOS \$KOKKOS build-cuda
   jobs/pack-device-bundle.sh build-cuda device-bundle
   jobs/device-check.sh --bundle device-bundle --dry-run
-and run jobs/device-check.sh --bundle device-bundle there (README, "The device check on a bare GPU machine").
+and run jobs/device-check.sh --bundle device-bundle there (docs/cluster.md, "The device check on a bare GPU machine").
 EOF
 }
 need() {  # need OPTION ARGS...: a usage error naming the option unless a value follows it

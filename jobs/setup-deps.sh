@@ -94,7 +94,7 @@ for entry in "${missing[@]}"; do
 done
 cat >&2 <<'MSG'
 Either ask an administrator to install the Debian packages above, or provide them with your
-site's modules or Spack (see README, "Building on a cluster"), e.g.
+site's modules or Spack (see docs/cluster.md, "Building on a cluster"), e.g.
   module load cmake gcc openmpi hdf5/parallel kokkos kokkos-kernels
   spack env activate jobs/spack && spack install
 and then run again with TPTRAIN_SKIP_SETUP=1 so that CMake finds them.

@@ -966,7 +966,7 @@ group_ck_sealed() {
 }
 
 # Defect 12 of issue 20: a resume under another layout is not bit for bit; its losses must stay
-# within the tolerance the README states (1e-5 relative in fp32, 1e-4 in fp16) of the resume
+# within the tolerance docs/checkpoints.md states (1e-5 relative in fp32, 1e-4 in fp16) of the resume
 # under the layout that wrote the checkpoint.
 resume_close() { # LOG: the run's metrics.jsonl against $RESUME_REF within $RESUME_TOL
   grep -aq 'resuming from' "$1.out" || { echo "exit 0 without 'resuming from': started over"; return 1; }

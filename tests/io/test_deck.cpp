@@ -4,6 +4,8 @@
 // (No toml++ here: toml++ 3.3 does not compile under nvcc, which CUDA builds may use for tests.)
 #include "catch.hpp"
 
+#include <fmt/format.h>
+
 #include "io/data_paths.hpp"
 #include "io/deck.hpp"
 #include "io/deck_keys.hpp"
@@ -15,6 +17,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -1272,32 +1275,6 @@ std::vector<std::string> cells(const std::string& row) {
   return out;
 }
 
-// Whether a documented default (a table cell: `4`, 3e-3, "fp32", `false`) states the table's
-// default. Derived defaults and required keys are described in words: any text passes.
-bool states_default(const DeckKey& k, std::string cell) {
-  cell.erase(std::remove(cell.begin(), cell.end(), '`'), cell.end());
-  return std::visit(
-      [&](const auto& v) {
-        using V = std::decay_t<decltype(v)>;
-        if constexpr (std::is_same_v<V, std::int64_t>) {
-          return cell == std::to_string(v);
-        } else if constexpr (std::is_same_v<V, double>) {
-          char* end = nullptr;
-          const double x = std::strtod(cell.c_str(), &end);
-          return end && *end == '\0' && !cell.empty() && x == v;
-        } else if constexpr (std::is_same_v<V, bool>) {
-          return cell == (v ? "true" : "false");
-        } else if constexpr (std::is_same_v<V, std::string_view>) {
-          if (cell.size() >= 2 && cell.front() == '"' && cell.back() == '"')
-            cell = cell.substr(1, cell.size() - 2);
-          return cell == v;
-        } else {
-          return true;
-        }
-      },
-      k.default_value);
-}
-
 std::string type_word(KeyType t) {
   switch (t) {
     case KeyType::Integer:
@@ -1314,51 +1291,114 @@ std::string type_word(KeyType t) {
   return "?";
 }
 
-// README.md's key table: a row "| `section.key` | default | meaning |" for every key.
-std::vector<std::string> readme_problems(const std::string& text) {
-  std::vector<std::string> problems;
-  const auto lines = lines_of(text);
-  for (const DeckKey& k : deck_keys()) {
-    const std::string start = "| `" + k.name() + "` |";
-    const auto row = std::find_if(lines.begin(), lines.end(),
-                                  [&](const std::string& l) { return l.rfind(start, 0) == 0; });
-    if (row == lines.end()) {
-      problems.push_back("README.md has no row for " + k.name());
-      continue;
-    }
-    const auto c = cells(*row);
-    if (c.size() < 3 || !states_default(k, c[1]))
-      problems.push_back("README.md: the default of " + k.name() + " is not the table's: " + *row);
-  }
-  return problems;
+// A number as the reference writes it: 2^64 rather than 1.8446744073709552e+19.
+std::string number_text(double x) {
+  int e = 0;
+  if (x > 0 && std::frexp(x, &e) == 0.5 && (e - 1 >= 10 || e - 1 <= -10)) return fmt::format("2^{}", e - 1);
+  return fmt::format("{}", x);
 }
 
-// docs/deck-reference.md: under "### `[section]`", a row "| `key` | type | default | ..." for
-// every key of the section.
-std::vector<std::string> reference_problems(const std::string& text) {
-  std::vector<std::string> problems;
-  const auto lines = lines_of(text);
-  for (const DeckKey& k : deck_keys()) {
-    const std::string heading = "### `[" + std::string(k.section) + "]`";
-    auto it = std::find_if(lines.begin(), lines.end(),
-                           [&](const std::string& l) { return l.rfind(heading, 0) == 0; });
-    if (it == lines.end()) {
-      problems.push_back("docs/deck-reference.md has no section " + heading);
-      continue;
-    }
-    const std::string start = "| `" + std::string(k.key) + "` |";
-    for (++it; it != lines.end() && it->rfind("#", 0) != 0; ++it)
-      if (it->rfind(start, 0) == 0) break;
-    if (it == lines.end() || it->rfind(start, 0) != 0) {
-      problems.push_back("docs/deck-reference.md has no row for " + k.name() + " under " + heading);
-      continue;
-    }
-    const auto c = cells(*it);
-    if (c.size() < 5 || c[1] != type_word(k.type()) || !states_default(k, c[2]))
-      problems.push_back("docs/deck-reference.md: the type or default of " + k.name() +
-                         " is not the table's: " + *it);
+std::string code(std::string_view s) { return "`" + std::string(s) + "`"; }
+
+// A key's default as a table cell.
+std::string default_text(const DeckKey& k) {
+  return std::visit(
+      [](const auto& v) -> std::string {
+        using V = std::decay_t<decltype(v)>;
+        if constexpr (std::is_same_v<V, std::int64_t>) {
+          return code(std::to_string(v));
+        } else if constexpr (std::is_same_v<V, double>) {
+          return code(number_text(v));
+        } else if constexpr (std::is_same_v<V, bool>) {
+          return code(v ? "true" : "false");
+        } else if constexpr (std::is_same_v<V, std::string_view>) {
+          return code("\"" + std::string(v) + "\"");
+        } else if constexpr (std::is_same_v<V, tptrain::io::Derived>) {
+          // "4 * model.hidden", "<run.dir>/checkpoints" as code; words ("the preset's") as words.
+          return v.how.find_first_of(".<*/") == std::string_view::npos ? std::string(v.how) : code(v.how);
+        } else {
+          return "**required**";
+        }
+      },
+      k.default_value);
+}
+
+std::string with_note(std::string text, std::string_view note) {
+  if (!note.empty()) text += " " + std::string(note);
+  return text;
+}
+
+// A key's valid values (its rule) as a table cell; rules between keys are the reference's own
+// section.
+std::string rule_text(const DeckKey& k) {
+  return std::visit(
+      [](const auto& r) -> std::string {
+        using R = std::decay_t<decltype(r)>;
+        if constexpr (std::is_same_v<R, tptrain::io::IntRange>) {
+          return with_note(r.hi ? fmt::format("{} to {}", r.lo, *r.hi) : fmt::format("≥ {}", r.lo), r.note);
+        } else if constexpr (std::is_same_v<R, tptrain::io::NumberRange>) {
+          if (!r.hi) return with_note(fmt::format("{} {}", r.lo_inclusive ? "≥" : ">", number_text(r.lo)), r.note);
+          return with_note(fmt::format("in {}{}, {}{}", r.lo_inclusive ? "[" : "(", number_text(r.lo),
+                                       number_text(*r.hi), r.hi_inclusive ? "]" : ")"),
+                           r.note);
+        } else if constexpr (std::is_same_v<R, tptrain::io::Choice>) {
+          std::string t;
+          for (std::string_view v : r.values) t += (t.empty() ? "" : ", ") + code("\"" + std::string(v) + "\"");
+          return t;
+        } else if constexpr (std::is_same_v<R, tptrain::io::PathRule>) {
+          const std::string what = r.data_file ? "a `.txt` or `.bin` file, a folder or a glob pattern of them"
+                                               : "a path";
+          return r.allow_empty ? "`\"\"` (none) or " + what : what;
+        } else {
+          return "`true`, `false`";
+        }
+      },
+      k.rule);
+}
+
+// A table cell's text: a '|' would end the cell.
+std::string cell_text(std::string_view s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '|') out += '\\';
+    out += c;
   }
-  return problems;
+  return out;
+}
+
+// docs/deck-reference.md's table of one section's keys, printed from io/deck_keys.cpp.
+std::string key_table(std::string_view section) {
+  std::string t = "| key | type | default | valid | meaning |\n|---|---|---|---|---|\n";
+  for (const DeckKey& k : deck_keys())
+    if (k.section == section)
+      t += fmt::format("| {} | {} | {} | {} | {} |\n", code(k.key), type_word(k.type()), cell_text(default_text(k)),
+                       cell_text(rule_text(k)), cell_text(k.doc));
+  return t;
+}
+
+std::string table_name(std::string_view section) { return "deck keys [" + std::string(section) + "]"; }
+
+// The problem with the text between "<!-- generated: NAME ... -->" and
+// "<!-- end of generated: NAME -->" in `text` (the document `file`), or "" when it is `table`.
+// `fixed`, when given, receives the text with the table in place.
+std::string generated_problem(const std::string& file, const std::string& text, const std::string& name,
+                              const std::string& table, std::string* fixed = nullptr) {
+  const std::string begin_mark = "<!-- generated: " + name + " ",
+                    end_mark = "<!-- end of generated: " + name + " -->";
+  const std::size_t begin = text.find(begin_mark);
+  const std::size_t start = begin == std::string::npos ? begin : text.find("-->\n", begin);
+  const std::size_t end = start == std::string::npos ? start : text.find(end_mark, start);
+  if (end == std::string::npos)
+    return fmt::format("{} has no block \"{}...-->\" ... \"{}\" for the table {} (add the two lines, then "
+                       "regenerate it)",
+                       file, begin_mark, end_mark, name);
+  const std::string found = text.substr(start + 4, end - start - 4);
+  if (found == table) return "";
+  if (fixed) *fixed = text.substr(0, start + 4) + table + text.substr(end);
+  return fmt::format("{}: the table {} is not io/deck_keys.cpp's rows; regenerate it with "
+                     "TPTRAIN_UPDATE_DOCS=1 build/tests/tptrain_tests \"[deck]\" (it rewrites the table in "
+                     "place; then review and commit the file). Expected:\n{}",
+                     file, name, table);
 }
 
 // input/tiny.toml lists every key (with its default in a comment).
@@ -1453,35 +1493,57 @@ TEST_CASE("deck: llama keys, their defaults and their errors name the key", "[io
   }
 }
 
-TEST_CASE("deck: README.md, docs/deck-reference.md and input/tiny.toml document every key",
-          "[io][deck]") {
+TEST_CASE("deck: docs/deck-reference.md's key tables are io/deck_keys.cpp's rows; input/tiny.toml lists every key",
+          "[io][deck][docs]") {
   const fs::path src(TPTRAIN_SOURCE_DIR);
-  const std::string readme = read_text(src / "README.md");
-  const std::string reference = read_text(src / "docs/deck-reference.md");
+  const fs::path reference_path = src / "docs/deck-reference.md";
+  std::string reference = read_text(reference_path);
   const std::string tiny = read_text(src / "input/tiny.toml");
-  REQUIRE(!readme.empty());
+  const std::string readme = read_text(src / "README.md");
   REQUIRE(!reference.empty());
   REQUIRE(!tiny.empty());
-  CHECK(join(readme_problems(readme)).empty());
-  CHECK(join(reference_problems(reference)).empty());
+  // The README keeps no key table of its own (it would drift): it links to the reference.
+  CHECK_THAT(readme, has("docs/deck-reference.md"));
+  for (std::string_view section : tptrain::io::deck_sections()) {
+    std::string fixed;
+    const std::string problem =
+        generated_problem("docs/deck-reference.md", reference, table_name(section), key_table(section), &fixed);
+    if (!problem.empty() && !fixed.empty() && std::getenv("TPTRAIN_UPDATE_DOCS") != nullptr) {
+      reference = fixed;
+      std::ofstream(reference_path, std::ios::binary) << reference;
+      WARN(reference_path.string() << ": rewrote the table " << table_name(section));
+      continue;
+    }
+    INFO(problem);
+    CHECK(problem.empty());
+  }
   CHECK(join(tiny_problems(tiny)).empty());
 
-  SECTION("a key missing from a document is found") {
+  SECTION("a stale or missing table, and a key missing from input/tiny.toml, are found") {
     auto without = [](const std::string& text, const std::string& row_start) {
       std::string out;
       for (const std::string& l : lines_of(text))
         if (l.rfind(row_start, 0) != 0) out += l + "\n";
       return out;
     };
-    CHECK_THAT(join(readme_problems(without(readme, "| `optimizer.beta2` |"))),
-               has("README.md has no row for optimizer.beta2"));
-    CHECK_THAT(join(reference_problems(without(reference, "| `eval_windows` |"))),
-               has("no row for training.eval_windows"));
+    const std::string table = key_table("training");
+    CHECK_THAT(table, has("| `eval_windows` | integer | `16` | ≥ 1 |"));
+    CHECK_THAT(key_table("data"), has("| `train` | string (path) | **required** |"));
+    CHECK_THAT(key_table("model"), has("| `ffn_hidden` | integer | `4 * model.hidden` |"));
+    CHECK_THAT(key_table("training"), has("| `loss_scale_initial` | number | `2^32` | in (0, 2^64] (at most 2^64) |"));
+    const std::string doc = "x\n<!-- generated: " + table_name("training") + " (a test) -->\n" + table +
+                            "<!-- end of generated: " + table_name("training") + " -->\ny\n";
+    CHECK(generated_problem("doc.md", doc, table_name("training"), table).empty());
+    std::string fixed;
+    const std::string stale = without(doc, "| `eval_windows` |");
+    const std::string p = generated_problem("doc.md", stale, table_name("training"), table, &fixed);
+    CHECK_THAT(p, has("doc.md: the table deck keys [training] is not io/deck_keys.cpp's rows"));
+    CHECK_THAT(p, has("TPTRAIN_UPDATE_DOCS=1 build/tests/tptrain_tests \"[deck]\""));
+    CHECK(fixed == doc);
+    CHECK_THAT(generated_problem("doc.md", "no table\n", table_name("run"), key_table("run")),
+               has("doc.md has no block \"<!-- generated: deck keys [run] ...-->\""));
     CHECK_THAT(join(tiny_problems(without(tiny, "keep "))),
                has("input/tiny.toml does not list checkpoint.keep"));
-    std::string stale = readme;
-    stale.replace(stale.find("| `training.steps` | 300 |"), 26, "| `training.steps` | 301 |");
-    CHECK_THAT(join(readme_problems(stale)), has("the default of training.steps"));
   }
 }
 

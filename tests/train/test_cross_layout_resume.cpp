@@ -1,6 +1,7 @@
-// Resuming under another layout in bf16 and fp16 (README, "Checkpoints and analysis"): the
-// weights, moments and loss-scaler state load bit for bit, and the losses that follow stay within
-// 1e-4 relative of the run that never stopped, the tolerance the bf16 layouts are already held to
+// Resuming under another layout in bf16 and fp16 (docs/checkpoints.md, "Writing, resuming and
+// what protects a run"): the weights, moments and loss-scaler state load bit for bit, and the
+// losses that follow stay within 1e-4 relative of the run that never stopped, the tolerance the
+// bf16 layouts are already held to
 // (tests/train/test_pipeline.cpp; fp32 resumes there within 1e-5). Two layouts differ only in the
 // order of their sums and, with tensor parallelism in 16 bits, in where partial sums are rounded
 // (each rank rounds its partial sum, where one rank rounds the whole): up to one ulp in some
