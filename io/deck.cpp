@@ -2,6 +2,8 @@
 // See io/deck.hpp for the contract and docs/deck-reference.md for every key.
 #include "io/deck.hpp"
 
+#include "base/layout_rules.hpp"
+
 #include "io/data_paths.hpp"
 #include "io/deck_keys.hpp"
 #include "io/deck_path.hpp"
@@ -308,6 +310,7 @@ class DeckReader {
   void check_batch(const Deck& d);
   void check_not_above(const Term& low, const Term& high, std::string_view kind);
   void check_virtual_stages(const Deck& d);
+  void report(const rules::Problem& p);
   void check_tokenizer(const Deck& d);
   void check_valid_apart_from_train(const Deck& d);
   // Whether the command reads the files of data.<key> (train, valid; io/deck.hpp, DataFiles).
@@ -766,35 +769,27 @@ void DeckReader::check_batch(const Deck& d) {
 // groups of parallel.pipeline (the schedule's rule; reported on parallel.virtual_stages, the
 // key that asks for it).
 void DeckReader::check_virtual_stages(const Deck& d) {
-  const Field& vs = field("parallel", "virtual_stages");
-  const int v = d.parallel.virtual_stages;
-  if (!vs.ok || v == 1) return;
-  const Term tv{"parallel.virtual_stages", std::to_string(v), &vs};
-  const Field& pp = field("parallel", "pipeline");
-  if (!pp.ok) return;
-  const int p = d.parallel.pipeline;
-  if (p == 1) {
-    report_on(tv, "1 with parallel.pipeline = 1: model chunks interleave over the ranks of a pipeline "
-                  "(set parallel.pipeline > 1, or leave parallel.virtual_stages out)");
-    return;
+  if (!field("parallel", "virtual_stages").ok || !field("parallel", "pipeline").ok) return;
+  const std::int64_t layers = field("model", "layers").ok ? d.model.layers : 0;
+  std::int64_t micro_batches = 0;  // unknown, or not whole (check_batch says so)
+  if (field("training", "global_batch").ok && field("training", "micro_batch").ok && field("parallel", "data").ok) {
+    const std::int64_t per_step = std::int64_t(d.training.micro_batch) * d.parallel.data;
+    if (d.training.global_batch % per_step == 0) micro_batches = d.training.global_batch / per_step;
   }
-  if (const Field& l = field("model", "layers"); l.ok && d.model.layers % (std::int64_t(p) * v) != 0)
-    report_on(tv, fmt::format("a divisor of model.layers / parallel.pipeline: model.layers = {} must be a multiple of "
-                              "parallel.pipeline * parallel.virtual_stages = {} * {} = {}, each chunk holding the "
-                              "same number of layers",
-                              d.model.layers, p, v, std::int64_t(p) * v));
-  const Field& gb = field("training", "global_batch");
-  const Field& mb = field("training", "micro_batch");
-  const Field& dp = field("parallel", "data");
-  if (!gb.ok || !mb.ok || !dp.ok) return;
-  const std::int64_t per_step = std::int64_t(d.training.micro_batch) * d.parallel.data;
-  if (d.training.global_batch % per_step != 0) return;  // check_batch says so
-  const std::int64_t m = d.training.global_batch / per_step;
-  if (m % p != 0)
-    report_on(tv, fmt::format("1 with {} micro-batches per step (training.global_batch / (training.micro_batch * "
-                              "parallel.data) = {} / ({} * {})): the interleaved schedule runs micro-batches in "
-                              "groups of parallel.pipeline = {}, so they must be a multiple of it",
-                              m, d.training.global_batch, d.training.micro_batch, d.parallel.data, p));
+  for (const rules::Problem& p :
+       rules::interleave_problems(layers, d.parallel.pipeline, d.parallel.virtual_stages, micro_batches))
+    report(p);
+}
+
+// A rule's problem (base/layout_rules.hpp) at its keys' places: a divisibility blamed on the more
+// deliberately set of its two keys (check_multiple), a statement on its subject.
+void DeckReader::report(const rules::Problem& p) {
+  const auto term = [this](const rules::KeyValue& kv) {
+    const std::size_t dot = kv.key.find('.');
+    return Term{kv.key, std::to_string(kv.value), &field(kv.key.substr(0, dot), kv.key.substr(dot + 1))};
+  };
+  if (p.divisibility()) return check_multiple(term(p.subject), term(p.divisor), p.subject.value, p.divisor.value, p.why);
+  report_on(term(p.subject), p.expected);
 }
 
 // low <= high, reported on the more deliberate of the two. `kind`: "an integer" or "a number".
@@ -1003,33 +998,11 @@ void DeckReader::check_architecture(const Deck& d) {
   const auto mention_of = [this](std::string_view key, const std::string& value) {
     return fmt::format("model.{} = \"{}\" ({})", key, value, where(field("model", key)));
   };
-  if (ok("kv_heads") && ok("heads")) {
-    if (m.heads % m.kv_heads != 0) {
-      check_multiple(term("model", "heads", m.heads), term("model", "kv_heads", m.kv_heads), m.heads, m.kv_heads,
-                     "grouped-query attention shares each key/value head among model.heads / model.kv_heads query heads");
-    } else if (field("parallel", "tensor").ok && m.kv_heads != m.heads) {  // kv_heads = heads: the heads rule says it
-      const int t = d.parallel.tensor;
-      if (m.kv_heads % t != 0) {
-        int below = 1, above = 0;
-        for (int c = 1; c <= m.kv_heads; ++c)
-          if (m.kv_heads % c == 0) {
-            if (c < t) below = c;
-            if (c > t && above == 0) above = c;
-          }
-        const std::string nearest =
-            above > 0 ? fmt::format("parallel.tensor = {} or {}", below, above) : fmt::format("parallel.tensor = {}", below);
-        const Term tk = term("model", "kv_heads", m.kv_heads), tt = term("parallel", "tensor", t);
-        const std::string why = fmt::format(
-            "tensor parallelism gives each rank whole key/value heads; the nearest valid layouts are {} "
-            "(a divisor of model.kv_heads)",
-            nearest);
-        if (weight(*tt.field) > weight(*tk.field))
-          report_on(tt, fmt::format("a divisor of {}; {}", mention(tk, tt), why));
-        else
-          report_on(tk, fmt::format("a multiple of {}; {}", mention(tt, tk), why));
-      }
-    }
-  }
+  // Grouped-query attention's rule is the layout's (base/layout_rules.hpp); the tensor half
+  // needs a valid parallel.tensor.
+  if (ok("kv_heads") && ok("heads"))
+    for (const rules::Problem& p : rules::kv_head_problems(m.heads, m.kv_heads, field("parallel", "tensor").ok ? d.parallel.tensor : 1))
+      report(p);
   const bool rope = ok("position") && m.position == "rope";
   if (rope && ok("hidden") && ok("heads") && m.heads > 0 && m.hidden % m.heads == 0 && m.head_dim() % 2 != 0)
     report_on(term("model", "heads", m.heads),

@@ -122,19 +122,15 @@ class GptModel {
     if (sharding.size < 1 || sharding.rank < 0 || sharding.rank >= sharding.size)
       throw std::invalid_argument("tptrain: optimizer shard " + std::to_string(sharding.rank) + " of " +
                                   std::to_string(sharding.size) + " does not exist");
-    if (stage.chunks < 1 || (stage.chunks > 1 && stage.size < 2))
-      throw std::invalid_argument("tptrain: " + std::to_string(stage.chunks) + " model chunks on " +
-                                  std::to_string(stage.size) +
-                                  " pipeline stages (parallel.virtual_stages > 1 needs parallel.pipeline > 1)");
+    if (stage.chunks < 1)
+      throw std::invalid_argument("tptrain: " + std::to_string(stage.chunks) + " model chunks: expected >= 1");
     if (shape.layers % stage.size != 0)
       throw std::invalid_argument("tptrain: " + std::to_string(shape.layers) + " layers cannot be split evenly over " +
                                   std::to_string(stage.size) +
                                   " pipeline stages (model.layers must be a multiple of parallel.pipeline)");
-    if (shape.layers % (stage.size * stage.chunks) != 0)
-      throw std::invalid_argument("tptrain: " + std::to_string(shape.layers) + " layers cannot be split evenly over " +
-                                  std::to_string(stage.size) + " pipeline stages x " + std::to_string(stage.chunks) +
-                                  " virtual stages (model.layers must be a multiple of parallel.pipeline * "
-                                  "parallel.virtual_stages)");
+    // The interleaved schedule's chunks: its rule (base/layout_rules.hpp).
+    for (const rules::Problem& p : rules::interleave_problems(shape.layers, stage.size, stage.chunks, 0))
+      throw std::invalid_argument("tptrain: " + p.text());
     per_chunk_ = shape.layers / (stage.size * stage.chunks);
     const SequenceParallelBuffers<T> sp = sequence_parallel_buffers(workspace_, shape, tokens());
     if (stage.first()) {

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "base/block_spec.hpp"
+#include "base/layout_rules.hpp"
 
 namespace tptrain::model {
 
@@ -98,14 +99,9 @@ struct GptShape : BlockSpec {
     if (hidden % heads != 0 || heads % tensor != 0 || ffn_hidden % tensor != 0)
       throw std::invalid_argument("tptrain: model shape not divisible by the tensor-parallel size");
     const int kv = kv_head_count();
-    if (kv < 1 || heads % kv != 0)
-      throw std::invalid_argument("tptrain: model.kv_heads = " + std::to_string(kv) +
-                                  ": expected a divisor of model.heads = " + std::to_string(heads) +
-                                  " (each key/value head serves heads / kv_heads query heads)");
-    if (kv % tensor != 0)
-      throw std::invalid_argument("tptrain: model.kv_heads = " + std::to_string(kv) +
-                                  " is not a multiple of parallel.tensor = " + std::to_string(tensor) +
-                                  " (tensor parallelism gives each rank whole key/value heads)");
+    if (kv < 1) throw std::invalid_argument("tptrain: model.kv_heads = " + std::to_string(kv) + ": expected >= 1");
+    for (const rules::Problem& p : rules::kv_head_problems(heads, kv, tensor))
+      throw std::invalid_argument("tptrain: " + p.text());
     if (rotary() && head_dim() % 2 != 0)
       throw std::invalid_argument("tptrain: the head dimension model.hidden / model.heads = " +
                                   std::to_string(head_dim()) +

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <fmt/format.h>
 
+#include "base/layout_rules.hpp"
 #include "src/train/deck_shape.hpp"
 
 namespace tptrain::plan {
@@ -10,8 +11,7 @@ namespace tptrain::plan {
 std::string Config::layout_problem() const {
   const model::GptShape& s = shape;
   if (s.heads % s.tensor != 0) return fmt::format("model.heads = {} is not a multiple of parallel.tensor = {}", s.heads, s.tensor);
-  if (s.kv_head_count() % s.tensor != 0)
-    return fmt::format("model.kv_heads = {} is not a multiple of parallel.tensor = {}", s.kv_head_count(), s.tensor);
+  for (const rules::Problem& p : rules::kv_head_problems(s.heads, s.kv_head_count(), s.tensor)) return p.text();
   if (s.ffn_hidden % s.tensor != 0)
     return fmt::format("model.ffn_hidden = {} is not a multiple of parallel.tensor = {}", s.ffn_hidden, s.tensor);
   if (s.layers % pipeline != 0)
@@ -19,16 +19,8 @@ std::string Config::layout_problem() const {
   if (global_batch % (std::int64_t(micro_batch) * data) != 0)
     return fmt::format("training.global_batch = {} is not a multiple of micro_batch * data = {} * {}", global_batch,
                        micro_batch, data);
-  if (virtual_stages > 1) {
-    if (pipeline == 1) return fmt::format("parallel.virtual_stages = {} needs parallel.pipeline > 1", virtual_stages);
-    if (s.layers % (std::int64_t(pipeline) * virtual_stages) != 0)
-      return fmt::format("model.layers = {} is not a multiple of parallel.pipeline * parallel.virtual_stages = {} * {}",
-                         s.layers, pipeline, virtual_stages);
-    if (micro_batches() % pipeline != 0)
-      return fmt::format("{} micro-batches per step is not a multiple of parallel.pipeline = {} (interleaved schedule, "
-                         "parallel.virtual_stages = {})",
-                         micro_batches(), pipeline, virtual_stages);
-  }
+  for (const rules::Problem& p : rules::interleave_problems(s.layers, pipeline, virtual_stages, micro_batches()))
+    return p.text();
   if (sequence_parallel && s.seq_length % s.tensor != 0)
     return fmt::format("model.seq_length = {} is not a multiple of parallel.tensor = {} (sequence parallelism)",
                        s.seq_length, s.tensor);

@@ -420,7 +420,7 @@ TEST_CASE("a model stage of v chunks holds virtual stages c·p + r", "[pipeline]
   CHECK_THROWS_WITH(model::GptModel<float>(shape, 1, *self, 5, model::PipelineStage{0, 2, 3}),
                     test::contains("multiple of parallel.pipeline * parallel.virtual_stages"));
   CHECK_THROWS_WITH(model::GptModel<float>(shape, 1, *self, 5, model::PipelineStage{0, 1, 2}),
-                    test::contains("parallel.virtual_stages > 1 needs parallel.pipeline > 1"));
+                    test::contains("parallel.virtual_stages = 2: expected 1 with parallel.pipeline = 1"));
   const int P = 2, v = 2;
   std::set<std::string> names;
   for (int r = 0; r < P; ++r) {

@@ -1,0 +1,114 @@
+// The rules a parallel layout must meet, each stated once, by its owner, as data (issue 31,
+// "deck rules live with their owners"): tensor parallelism's whole key/value heads per rank and
+// the interleaved schedule's chunks and micro-batch groups. A rule returns its problems, each
+// naming the keys it involves; the readers word them for their place:
+//   the deck (io/deck.cpp)               at the file:line of the key to blame, with "did you
+//                                        mean"-grade detail (the nearest valid layouts);
+//   the model (GptShape::validate,       as std::invalid_argument text for a shape or a stage
+//     GptModel's pipeline stage)         built in code;
+//   the planner (src/plan/plan_config)   as the reason a candidate layout is skipped;
+//   the schedule (schedule_problem)      as the reason it refuses counts.
+// Plain data, no Kokkos, no MPI: io/ and src/ both read it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+namespace tptrain::rules {
+
+struct KeyValue {
+  std::string key;  // "parallel.tensor"
+  std::int64_t value = 0;
+};
+
+// One broken rule. A divisibility (divisor set): subject must be a multiple of divisor, and the
+// deck blames whichever of the two the user set more deliberately, as "a multiple of" or "a
+// divisor of"; `why` says what the rule is for. Otherwise `expected` is what the subject must be.
+struct Problem {
+  KeyValue subject;
+  KeyValue divisor{};  // key empty: not a divisibility
+  std::string expected;  // (a statement) "1 with parallel.pipeline = 1: ..."
+  std::string why;       // (a divisibility) "tensor parallelism gives each rank whole key/value heads; ..."
+
+  bool divisibility() const { return !divisor.key.empty(); }
+  // The problem on one line, for an exception or the planner: "model.kv_heads = 4 is not a
+  // multiple of parallel.tensor = 3 (tensor parallelism gives ...)".
+  std::string text() const {
+    if (divisibility())
+      return fmt::format("{} = {} is not a multiple of {} = {} ({})", subject.key, subject.value, divisor.key,
+                         divisor.value, why);
+    return fmt::format("{} = {}: expected {}", subject.key, subject.value, expected);
+  }
+
+  static Problem statement(KeyValue subject, std::string expected) {
+    Problem p;
+    p.subject = std::move(subject);
+    p.expected = std::move(expected);
+    return p;
+  }
+  static Problem divisible(KeyValue dividend, KeyValue divisor, std::string why) {
+    Problem p;
+    p.subject = std::move(dividend);
+    p.divisor = std::move(divisor);
+    p.why = std::move(why);
+    return p;
+  }
+};
+
+// Grouped-query attention's key/value heads (model.kv_heads, kv <= heads): each serves heads / kv
+// query heads, and tensor parallelism gives each rank whole ones, so kv divides heads and is a
+// multiple of the tensor size. With kv = heads the second is the heads' own rule (heads a
+// multiple of parallel.tensor), not stated here.
+inline std::vector<Problem> kv_head_problems(std::int64_t heads, std::int64_t kv_heads, std::int64_t tensor) {
+  if (heads < 1 || kv_heads < 1 || tensor < 1) return {};
+  if (heads % kv_heads != 0)
+    return {Problem::divisible({"model.heads", heads}, {"model.kv_heads", kv_heads},
+                               "grouped-query attention shares each key/value head among model.heads / "
+                               "model.kv_heads query heads")};
+  if (kv_heads == heads || kv_heads % tensor == 0) return {};
+  std::int64_t below = 1, above = 0;  // the tensor sizes nearest to `tensor` that divide kv_heads
+  for (std::int64_t c = 1; c <= kv_heads; ++c)
+    if (kv_heads % c == 0) {
+      if (c < tensor) below = c;
+      if (c > tensor && above == 0) above = c;
+    }
+  const std::string nearest = above > 0 ? fmt::format("parallel.tensor = {} or {}", below, above)
+                                        : fmt::format("parallel.tensor = {}", below);
+  return {Problem::divisible({"model.kv_heads", kv_heads}, {"parallel.tensor", tensor},
+                             fmt::format("tensor parallelism gives each rank whole key/value heads; the nearest "
+                                         "valid layouts are {} (a divisor of model.kv_heads)",
+                                         nearest))};
+}
+
+// The interleaved 1F1B schedule (parallel.virtual_stages = v > 1; src/train/pipeline_schedule.hpp,
+// Narayanan et al. 2021, section 2.2): a pipeline to interleave over, v chunks of whole layers on
+// every rank, and the step's micro-batches in groups of parallel.pipeline (micro_batches < 1:
+// not known yet). Reported on parallel.virtual_stages, the key that asks for it.
+inline std::vector<Problem> interleave_problems(std::int64_t layers, std::int64_t pipeline, std::int64_t virtual_stages,
+                                                std::int64_t micro_batches) {
+  if (virtual_stages <= 1 || pipeline < 1) return {};
+  const KeyValue v{"parallel.virtual_stages", virtual_stages};
+  if (pipeline == 1)
+    return {Problem::statement(v, "1 with parallel.pipeline = 1: model chunks interleave over the ranks of a pipeline "
+                                  "(set parallel.pipeline > 1, or leave parallel.virtual_stages out)")};
+  std::vector<Problem> out;
+  if (layers > 0 && layers % (pipeline * virtual_stages) != 0)
+    out.push_back(Problem::statement(
+        v, fmt::format("a divisor of model.layers / parallel.pipeline: model.layers = {} must be a multiple of "
+                       "parallel.pipeline * parallel.virtual_stages = {} * {} = {}, each chunk holding the same "
+                       "number of layers",
+                       layers, pipeline, virtual_stages, pipeline * virtual_stages)));
+  if (micro_batches > 0 && micro_batches % pipeline != 0)
+    out.push_back(Problem::statement(
+        v, fmt::format("1 with {} micro-batches per step (training.global_batch / (training.micro_batch * "
+                       "parallel.data)): the interleaved schedule runs micro-batches in groups of "
+                       "parallel.pipeline = {}, so they must be a multiple of it",
+                       micro_batches, pipeline)));
+  return out;
+}
+
+}  // namespace tptrain::rules
