@@ -84,7 +84,7 @@ inline std::vector<Problem> kv_head_problems(std::int64_t heads, std::int64_t kv
                                          nearest))};
 }
 
-// The interleaved 1F1B schedule (parallel.virtual_stages = v > 1; src/train/pipeline_schedule.hpp,
+// The interleaved 1F1B schedule (parallel.virtual_stages = v > 1; src/schedule/pipeline_schedule.hpp,
 // Narayanan et al. 2021, section 2.2): a pipeline to interleave over, v chunks of whole layers on
 // every rank, and the step's micro-batches in groups of parallel.pipeline (micro_batches < 1:
 // not known yet). Reported on parallel.virtual_stages, the key that asks for it.

@@ -764,7 +764,7 @@ void DeckReader::check_batch(const Deck& d) {
   }
 }
 
-// parallel.virtual_stages = v > 1 (interleaved 1F1B, src/train/pipeline_schedule.hpp): a pipeline
+// parallel.virtual_stages = v > 1 (interleaved 1F1B, src/schedule/pipeline_schedule.hpp): a pipeline
 // to interleave over, v chunks of whole layers on every rank, and micro-batches per step in
 // groups of parallel.pipeline (the schedule's rule; reported on parallel.virtual_stages, the
 // key that asks for it).

@@ -3,7 +3,7 @@
 // save_pretrained writes it (pretty-printed, fields in the order given). Which fields a config
 // class has, and their defaults, is the architecture's file format (io/hf_gpt2_config.hpp,
 // io/hf_llama_config.hpp); whether a config describes a model tptrain computes is the caller's
-// (src/train/hf_*.hpp). JSON is parsed here, in host-only io/ (nlohmann-json), never in a header.
+// (src/checkpoint/hf_*.hpp). JSON is parsed here, in host-only io/ (nlohmann-json), never in a header.
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,6 @@
 // config.json of a Hugging Face GPT-2 (transformers' GPT2Config) as a file format: its fields,
 // their JSON types and GPT2Config's defaults for the ones a file leaves out. Whether a config
-// describes a model tptrain computes is the caller's question (src/train/hf_gpt2.hpp); this layer
+// describes a model tptrain computes is the caller's question (src/checkpoint/hf_gpt2.hpp); this layer
 // knows the file, not the model's math. Read and written through io/hf_config.hpp.
 #pragma once
 

@@ -1,6 +1,6 @@
 // config.json of a Hugging Face Llama (transformers' LlamaConfig) as a file format: its fields,
 // their JSON types and LlamaConfig's defaults for the ones a file leaves out. Whether a config
-// describes a model tptrain computes is the caller's question (src/train/hf_llama.hpp); this
+// describes a model tptrain computes is the caller's question (src/checkpoint/hf_llama.hpp); this
 // layer knows the file, not the model's math. Read and written through io/hf_config.hpp.
 #pragma once
 

@@ -16,17 +16,17 @@
 #include "io/read_watchdog.hpp"
 #include "io/writable_directory.hpp"
 #include "src/driver/inspect.hpp"
-#include "src/log.hpp"
+#include "src/util/log.hpp"
 #include "src/parallel/collectives.hpp"
 #include "src/parallel/device_binding.hpp"
 #include "src/parallel/topology.hpp"
 #include "src/parallel/topology_of_deck.hpp"
 #include "src/plan/plan.hpp"
-#include "src/train/bench.hpp"
-#include "src/train/model_checkpoint.hpp"
-#include "src/train/eval_command.hpp"
-#include "src/train/generate_command.hpp"
-#include "src/train/train_command.hpp"
+#include "src/driver/bench.hpp"
+#include "src/checkpoint/model_checkpoint.hpp"
+#include "src/driver/eval_command.hpp"
+#include "src/driver/generate_command.hpp"
+#include "src/driver/train_command.hpp"
 #include "src/util/memory_ledger.hpp"
 #include "src/util/stop_signal.hpp"
 
@@ -222,7 +222,7 @@ int inspect(const std::string& file) {
   // The datasets the checkpoint's own deck implies, so that a missing, extra or reshaped layer
   // fails inspect as it would fail a load.
   const io::ExpectedDatasets expected = [](const std::string& deck) {
-    return train::checkpoint_datasets(train::checkpoint_model_shape(deck));
+    return checkpoint::checkpoint_datasets(checkpoint::checkpoint_model_shape(deck));
   };
   const int rc = inspect_checkpoint(file, std::cout, err, expected);
   std::cout.flush();
@@ -260,7 +260,7 @@ int train(const DeckOptions& o) {
   return run_job(o, [](const io::Deck& deck, const parallel::Topology& topo) {
     log::info("# resolved deck\n" + deck.to_toml());
     print_rank_map(topo);
-    return train::run_training(deck, topo);
+    return driver::run_training(deck, topo);
   });
 }
 
@@ -269,7 +269,7 @@ int bench(const DeckOptions& o, const BenchOptions& b) {
   deck.data_files = io::DataFiles::ignored;  // synthetic tokens
   return run_job(deck, [&](const io::Deck& d, const parallel::Topology& topo) {
     print_rank_map(topo);
-    return train::run_bench(d, topo, train::BenchOptions{b.steps, b.warmup, b.phases, b.attention});
+    return run_bench(d, topo, b);
   });
 }
 
@@ -277,7 +277,7 @@ int eval(const DeckOptions& options, const EvalOptions& e) {
   DeckOptions o = options;  // reads data.valid, or --data instead of it
   o.data_files = e.data.empty() ? io::DataFiles::validation : io::DataFiles::tokenizer_only;
   return run_job(o, [&](const io::Deck& deck, const parallel::Topology& topo) {
-    return train::run_eval(deck, topo, e.checkpoint, e.data, e.windows);
+    return driver::run_eval(deck, topo, e.checkpoint, e.data, e.windows);
   });
 }
 
@@ -285,8 +285,8 @@ int generate(const DeckOptions& options, const GenerateOptions& g) {
   DeckOptions o = options;  // reads no data file
   o.data_files = io::DataFiles::tokenizer_only;
   return run_job(o, [&](const io::Deck& deck, const parallel::Topology& topo) {
-    return train::run_generate(deck, topo, g.checkpoint,
-                               train::SampleOptions{g.prompt, g.tokens, g.temperature, g.top_k, g.seed, !g.no_kv_cache,
+    return driver::run_generate(deck, topo, g.checkpoint,
+                               driver::SampleOptions{g.prompt, g.tokens, g.temperature, g.top_k, g.seed, !g.no_kv_cache,
                                                     g.ignore_eos});
   });
 }

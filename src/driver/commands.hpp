@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "io/deck.hpp"
+#include "src/driver/bench.hpp"
 
 namespace tptrain::driver {
 
@@ -16,17 +17,6 @@ struct DeckOptions {
   std::string deck;
   std::vector<std::string> overrides;  // --set section.key=value
   io::DataFiles data_files = io::DataFiles::required;  // which data files the command reads (io/deck.hpp)
-};
-
-// The bounds keep a typing slip (--warmup 100000) from occupying the allocation for hours; long
-// runs print their progress (src/train/bench.cpp).
-struct BenchOptions {
-  static constexpr int max_steps = 100000;  // timed steps
-  static constexpr int max_warmup = 1000;   // untimed steps before them: a few are enough
-  int steps = 10;
-  int warmup = 2;
-  bool phases = false;  // --phases
-  std::string attention = "default";  // --attention: default, batched or causal_tiles
 };
 
 struct EvalOptions {

@@ -1,6 +1,6 @@
 // `tptrain export` and `tptrain import`: a checkpoint as a Hugging Face model folder
 // (config.json + model.safetensors: GPT2LMHeadModel or LlamaForCausalLM, by model.architecture)
-// and back (src/train/hf_format.hpp has the architecture's mapping). MPI only
+// and back (src/checkpoint/hf_format.hpp has the architecture's mapping). MPI only
 // because checkpoints are read and written with parallel HDF5; one rank does the work, any
 // number may take part (they hold no slabs).
 #include <fmt/format.h>
@@ -25,10 +25,10 @@
 #include "io/safetensors.hpp"
 #include "src/driver/commands.hpp"
 #include "src/driver/mpi_session.hpp"
-#include "src/log.hpp"
-#include "src/train/deck_shape.hpp"
-#include "src/train/hf_format.hpp"
-#include "src/train/model_checkpoint.hpp"
+#include "src/util/log.hpp"
+#include "src/model/shape_of_deck.hpp"
+#include "src/checkpoint/hf_format.hpp"
+#include "src/checkpoint/model_checkpoint.hpp"
 
 namespace tptrain::driver {
 
@@ -103,9 +103,9 @@ struct CheckpointTensors {
   std::vector<std::vector<std::uint64_t>> shapes;
   std::vector<std::size_t> of_hf;
 };
-CheckpointTensors checkpoint_tensors(const std::vector<train::HfTensor>& tensors) {
+CheckpointTensors checkpoint_tensors(const std::vector<checkpoint::HfTensor>& tensors) {
   CheckpointTensors c;
-  for (const train::HfTensor& t : tensors) {
+  for (const checkpoint::HfTensor& t : tensors) {
     if (c.names.empty() || c.names.back() != t.checkpoint_name) {
       c.names.push_back(t.checkpoint_name);
       c.shapes.push_back(t.checkpoint_shape);
@@ -116,11 +116,11 @@ CheckpointTensors checkpoint_tensors(const std::vector<train::HfTensor>& tensors
 }
 
 // The Hugging Face form of `shape`, or the same error on every rank (`what`: whose model).
-train::HfFormat hf_format_on_every_rank(MPI_Comm world, const model::GptShape& shape, const std::string& what) {
-  std::optional<train::HfFormat> format;
+checkpoint::HfFormat hf_format_on_every_rank(MPI_Comm world, const model::GptShape& shape, const std::string& what) {
+  std::optional<checkpoint::HfFormat> format;
   on_every_rank(world, [&] {
     try {
-      format = train::hf_format(shape);
+      format = checkpoint::hf_format(shape);
     } catch (const std::exception& e) {
       throw std::runtime_error(what + ": no Hugging Face form: " + e.what());
     }
@@ -137,7 +137,7 @@ int export_checkpoint(const ExportOptions& o) {
     model::GptShape shape;
     on_every_rank(world, [&] {
       try {
-        shape = train::checkpoint_model_shape(meta.deck);
+        shape = checkpoint::checkpoint_model_shape(meta.deck);
       } catch (const std::exception& e) {
         throw std::runtime_error("checkpoint " + io::display_path(o.checkpoint) + ": " + e.what());
       }
@@ -153,7 +153,7 @@ int export_checkpoint(const ExportOptions& o) {
     // The logical tensors, whatever layout and precision wrote the checkpoint: the fp32 master
     // weights, whole (model_checkpoint.hpp). A model without a Hugging Face form is refused on
     // every rank alike.
-    const train::HfFormat format = hf_format_on_every_rank(world, shape, "checkpoint " + io::display_path(o.checkpoint));
+    const checkpoint::HfFormat format = hf_format_on_every_rank(world, shape, "checkpoint " + io::display_path(o.checkpoint));
     const CheckpointTensors ck = checkpoint_tensors(format.tensors);
     std::vector<std::vector<float>> values(ck.names.size());
     std::vector<io::TensorShard> shards;
@@ -170,8 +170,8 @@ int export_checkpoint(const ExportOptions& o) {
           throw std::runtime_error("checkpoint " + io::display_path(o.checkpoint) + ": " + bad + ": not exported");
       std::vector<io::SafetensorsTensor> st;
       for (std::size_t i = 0; i < format.tensors.size(); ++i) {
-        const train::HfTensor& t = format.tensors[i];
-        const std::vector<float> hf = train::to_hf(t, values[ck.of_hf[i]]);
+        const checkpoint::HfTensor& t = format.tensors[i];
+        const std::vector<float> hf = checkpoint::to_hf(t, values[ck.of_hf[i]]);
         // The checkpoint tensor is not needed once its last HF piece is encoded.
         if (i + 1 == format.tensors.size() || ck.of_hf[i + 1] != ck.of_hf[i]) std::vector<float>().swap(values[ck.of_hf[i]]);
         st.push_back({t.hf_name, io::SafetensorsDtype::F32, t.hf_shape(),
@@ -216,11 +216,11 @@ int import_checkpoint(const ImportOptions& o) {
         throw std::runtime_error("invalid deck " + io::display_path(o.deck.deck) + ":\n" + e.what());
       }
     });
-    model::GptShape shape = train::shape_of(*deck);
+    model::GptShape shape = model::shape_of(*deck);
     shape.tensor = 1;  // the checkpoint's logical tensors do not depend on the layout
     shape.sequence_parallel = false;
-    const train::HfFormat format = hf_format_on_every_rank(world, shape, "the deck " + io::display_path(o.deck.deck));
-    const std::vector<train::HfTensor>& tensors = format.tensors;
+    const checkpoint::HfFormat format = hf_format_on_every_rank(world, shape, "the deck " + io::display_path(o.deck.deck));
+    const std::vector<checkpoint::HfTensor>& tensors = format.tensors;
     const CheckpointTensors ck = checkpoint_tensors(tensors);
     std::vector<std::vector<float>> values(ck.names.size());
     std::uint64_t largest = 0;
@@ -258,7 +258,7 @@ int import_checkpoint(const ImportOptions& o) {
       }
       for (std::size_t i = 0; i < ck.names.size(); ++i) values[i].resize(elements(ck.shapes[i]));
       for (std::size_t i = 0; i < tensors.size(); ++i) {
-        const train::HfTensor& t = tensors[i];
+        const checkpoint::HfTensor& t = tensors[i];
         const auto it = by_key.find(key_of(t.hf_name));
         if (it == by_key.end()) {
           problems.push_back(t.hf_name.rfind(prefix, 0) == 0
@@ -280,7 +280,7 @@ int import_checkpoint(const ImportOptions& o) {
         std::vector<float> hf = file.read_float32(it->second);
         hf.resize(elements(want));
         if (std::string bad = non_finite(it->second, hf); !bad.empty()) problems.push_back(where + ": " + bad);
-        train::from_hf(t, hf, values[ck.of_hf[i]]);
+        checkpoint::from_hf(t, hf, values[ck.of_hf[i]]);
       }
       // A tied lm_head is a copy of the word embedding; a different one is a model tptrain cannot hold.
       if (const auto head = by_key.find(tied_head); head != by_key.end() && !format.tied_to.empty() && problems.empty()) {

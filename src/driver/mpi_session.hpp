@@ -9,7 +9,7 @@
 
 #include "base/agreement.hpp"
 #include "base/mpi_check.hpp"
-#include "src/log.hpp"
+#include "src/util/log.hpp"
 
 namespace tptrain::driver {
 

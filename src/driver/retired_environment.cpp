@@ -2,7 +2,7 @@
 
 #include <cstdlib>
 
-#include "src/log.hpp"
+#include "src/util/log.hpp"
 
 namespace tptrain::driver {
 

@@ -29,7 +29,7 @@
 #include "src/data/token_dataset.hpp"
 #include "src/driver/commands.hpp"
 #include "src/driver/mpi_session.hpp"
-#include "src/log.hpp"
+#include "src/util/log.hpp"
 #include "base/agreement.hpp"
 #include "base/mpi_check.hpp"
 #include "text/gpt2_files.hpp"

@@ -13,7 +13,7 @@
 //
 // Lanes (open_lanes): further NCCL communicators over the same ranks, each with its own stream,
 // for point-to-point transfers that must not queue behind each other (the pipeline's flows,
-// train::Matching::per_flow). A transfer on a lane is one NCCL call on that lane's stream,
+// schedule::Matching::per_flow). A transfer on a lane is one NCCL call on that lane's stream,
 // never inside a group: NCCL joins every stream of a group ("Mixing multiple streams within the
 // same ncclGroupStart/End() group"), which would serialise the lanes again.
 #pragma once

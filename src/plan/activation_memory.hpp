@@ -48,7 +48,7 @@ std::int64_t stage_output(const Config& c);
 // in_flight · (layers · layer_activations + stage_output) + recompute_working_set.
 std::int64_t stage_activation_bytes(const Config& c, int layers, int in_flight);
 // The same for a rank of v chunks of `chunk_layers` blocks each, chunk k keeping slots[k]
-// micro-batches (train::schedule_memory): Σ_k slots[k] · (chunk_layers · layer_activations +
+// micro-batches (schedule::schedule_memory): Σ_k slots[k] · (chunk_layers · layer_activations +
 // stage_output) + recompute_working_set.
 std::int64_t chunked_activation_bytes(const Config& c, int chunk_layers, const std::vector<int>& slots);
 // The buffers [n, h]·e an interleaved schedule receives gradients into (GptModel::reserve_received_gradients).

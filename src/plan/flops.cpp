@@ -1,6 +1,6 @@
 #include "src/plan/flops.hpp"
 
-#include "src/train/model_flops.hpp"
+#include "src/model/model_flops.hpp"
 
 namespace tptrain::plan {
 
@@ -9,7 +9,7 @@ double narayanan_flops_per_iteration(double B, double s, double l, double h, dou
 }
 
 double block_forward_flops(double B, const model::GptShape& shape) {
-  return B * shape.seq_length * train::block_forward_flops_per_token(shape);
+  return B * shape.seq_length * model::block_forward_flops_per_token(shape);
 }
 
 double attention_core_forward_flops(double B, double s, double h) { return 4.0 * B * s * s * h; }

@@ -22,7 +22,7 @@ double narayanan_flops_per_iteration(double B, double s, double l, double h, dou
 // one block's GEMMs — GPT-2: QKV 6Bsh², projection 2Bsh², MLP 4Bshf; llama: Q 2Bsh², K and V
 // 2Bsh·(k·d) each (k kv_heads, d head dimension), o_proj 2Bsh², gate, up and down 6Bshf — and its
 // attention core 4Bs²h (QKᵀ and P·V, 2Bs²h each, the same with grouped-query attention: the
-// query heads' products); the logits 2BshV (train::block_forward_flops_per_token).
+// query heads' products); the logits 2BshV (model::block_forward_flops_per_token).
 double block_forward_flops(double B, const model::GptShape& shape);
 double attention_core_forward_flops(double B, double s, double h);
 double logits_forward_flops(double B, double s, double h, double V);

@@ -15,7 +15,7 @@
 #include "src/plan/flops.hpp"
 #include "src/plan/korthikanti.hpp"
 #include "src/plan/parameter_count.hpp"
-#include "src/train/pipeline_schedule.hpp"
+#include "src/schedule/schedule_memory.hpp"
 
 namespace tptrain::plan {
 
@@ -224,9 +224,9 @@ RankMemory rank_memory(const Config& c, const StageParameters& stage_parameters,
   RankMemory m;
   m.stage = stage;
   m.layers = c.shape.layers / P;
-  // The schedule's own counts (train::schedule_memory), as the run reserves them.
-  const train::ScheduleMemory kept =
-      train::schedule_memory(train::Schedule::one_f_one_b, train::PipelinePlace{stage, P, c.virtual_stages},
+  // The schedule's own counts (schedule::schedule_memory), as the run reserves them.
+  const schedule::ScheduleMemory kept =
+      schedule::schedule_memory(schedule::Schedule::one_f_one_b, schedule::PipelinePlace{stage, P, c.virtual_stages},
                              c.micro_batches());
   m.chunk_slots = kept.slots;
   m.in_flight = kept.total_slots();

@@ -4,7 +4,7 @@
 #include <fmt/format.h>
 
 #include "base/layout_rules.hpp"
-#include "src/train/deck_shape.hpp"
+#include "src/model/shape_of_deck.hpp"
 
 namespace tptrain::plan {
 
@@ -29,7 +29,7 @@ std::string Config::layout_problem() const {
 
 Config config_of(const io::Deck& d) {
   Config c;
-  c.shape = train::shape_of(d);
+  c.shape = model::shape_of(d);
   // Config::sequence_parallel is the plan's switch (the layout search varies it, with the tensor
   // size); the shape's copy would make GptShape::validate judge candidates by the deck's choice.
   c.shape.sequence_parallel = false;

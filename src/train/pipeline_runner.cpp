@@ -11,10 +11,16 @@
 
 #include "base/test_hooks.hpp"
 #include "src/parallel/collectives.hpp"
+#include "src/schedule/schedule_memory.hpp"
+#include "src/schedule/transport.hpp"
 #include "src/util/host_waits.hpp"
 #include "src/util/phases.hpp"
 
 namespace tptrain::train {
+
+using schedule::pipeline_lane;
+using schedule::pipeline_lanes;
+using schedule::ScheduleMemory;
 
 namespace {
 // The test hook layer_seconds = t (> 0, base/test_hooks.hpp): every forward of a chunk also
@@ -132,7 +138,7 @@ double PipelineRunner<T>::run(const kx::ExecSpace& exec, int micro_batches, floa
   const PipelinePlace where = place();
   // bench --phases fences the whole device at every phase boundary, which on NCCL waits for
   // every transfer posted so far: a receive posted early would then be waited for before the
-  // compute its own data needs (train::simulate finds the deadlock; Megatron's places finish).
+  // compute its own data needs (schedule::simulate finds the deadlock; Megatron's places finish).
   // While the phases are timed the receives keep those places, still on their lanes.
   const Matching placement =
       matching_ == Matching::per_flow && util::PhaseClock::instance().timing() ? Matching::stream_order : matching_;

@@ -4,7 +4,7 @@
 // posted group one operation (on NCCL, one ncclGroupStart/End).
 //
 // Overlap: a group is posted where the schedule puts it and completed (wait_all_on) only at the
-// schedule's `wait`, just before the first op that needs it (pipeline_schedule.cpp, overlapped):
+// schedule's `wait`, just before the first op that needs it (src/schedule/overlap.hpp, overlapped):
 //   - a received activation: before the forward of its micro-batch and chunk;
 //   - a received gradient: before the backward of its micro-batch and chunk;
 //   - a sent input gradient: before the next backward (which overwrites the model's gradient
@@ -44,9 +44,16 @@
 #include "src/model/gpt_model.hpp"
 #include "src/parallel/communicator.hpp"
 #include "src/train/micro_batches.hpp"
-#include "src/train/pipeline_schedule.hpp"
+#include "src/schedule/pipeline_schedule.hpp"
 
 namespace tptrain::train {
+
+// The schedule's vocabulary (src/schedule): the runner executes its ops.
+using schedule::Matching;
+using schedule::PipelineOp;
+using schedule::PipelinePlace;
+using schedule::PipelineTransfer;
+using schedule::Schedule;
 
 struct PipelineStats {
   double p2p_wait_s = 0;       // time in communication ops (includes the pipeline bubble)

@@ -9,7 +9,7 @@
 #include "base/agreement.hpp"
 #include "base/mpi_check.hpp"
 #include "src/data/shard_header.hpp"
-#include "src/log.hpp"
+#include "src/util/log.hpp"
 #include "src/train/memory_metrics.hpp"
 #include "src/util/host_waits.hpp"
 #include "src/util/phases.hpp"
@@ -112,7 +112,7 @@ TrainingRun<T>::TrainingRun(const io::Deck& deck, const parallel::Topology& topo
       sampler_(std::make_unique<data::BatchSampler>(*train_, deck.model.seq_length, deck.training.global_batch,
                                                     deck.training.micro_batch, topo.coords().dp,
                                                     topo.layout().data, deck.training.seed)),
-      model_(shape_of(deck), deck.training.micro_batch, topo.tp(), deck.training.seed,
+      model_(model::shape_of(deck), deck.training.micro_batch, topo.tp(), deck.training.seed,
              model::PipelineStage{topo.coords().pp, topo.layout().pipeline, std::max(1, deck.parallel.virtual_stages)},
              model::recompute_from_name(deck.training.recompute), optimizer_sharding(deck, topo)),
       schedule_{deck.optimizer.lr, deck.optimizer.min_lr, deck.optimizer.warmup_steps, deck.training.steps,

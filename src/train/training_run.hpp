@@ -14,8 +14,8 @@
 #include "src/data/batch_sampler.hpp"
 #include "src/data/token_dataset.hpp"
 #include "src/model/gpt_model.hpp"
+#include "src/model/shape_of_deck.hpp"
 #include "src/parallel/topology.hpp"
-#include "src/train/deck_shape.hpp"
 #include "src/train/device_batch.hpp"
 #include "src/train/gradient_reducer.hpp"
 #include "src/train/loss_scaler.hpp"
@@ -24,7 +24,6 @@
 #include "src/train/pipeline_runner.hpp"
 
 namespace tptrain::train {
-
 
 // A non-finite loss or gradient norm ends the run: throws parallel::AgreedError (the values are
 // global reductions, the same on every rank) naming the step (1-based).

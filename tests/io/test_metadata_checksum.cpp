@@ -33,7 +33,7 @@ namespace {
 using tptrain::test::Tensor;
 
 // What the trainer writes: the layout, and in /train the data position, the seed and an fp16
-// run's loss-scaler state (src/train/model_checkpoint.cpp, TrainingRun::train_state).
+// run's loss-scaler state (src/checkpoint/model_checkpoint.cpp, TrainingRun::train_state).
 CheckpointMeta sample_meta() {
   CheckpointMeta m;
   m.step = 12;

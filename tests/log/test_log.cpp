@@ -7,7 +7,7 @@
 #include <sstream>
 
 #include "catch.hpp"
-#include "src/log.hpp"
+#include "src/util/log.hpp"
 #include "tests/mpi_test_util.hpp"
 
 namespace {

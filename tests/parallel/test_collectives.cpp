@@ -9,7 +9,7 @@
 #include "catch.hpp"
 #include "src/parallel/collectives.hpp"
 #include "src/parallel/mpi_communicator.hpp"
-#include "src/train/pipeline_schedule.hpp"
+#include "src/schedule/transport.hpp"
 #if defined(TPTRAIN_HAVE_NCCL) && defined(KOKKOS_ENABLE_CUDA) && !defined(TPTRAIN_EXEC_SPACE)
 #include "src/parallel/nccl_communicator.hpp"
 #endif
@@ -214,22 +214,22 @@ TEST_CASE("a grouped exchange around a ring completes for the consumer instance"
 
 // Lanes (Communicator::open_lanes): each rank posts its receive from the left before its send to
 // the right, not grouped. In one NCCL queue every rank's receive would hold back its send: a ring
-// of waits. On the pipeline's lanes (train::pipeline_lane: the flow's sender decides) the receive
+// of waits. On the pipeline's lanes (schedule::pipeline_lane: the flow's sender decides) the receive
 // and the send are on different lanes and both complete; MPI opens none and matches by tag.
 TEST_CASE("lanes: a receive posted before the send behind it completes", "[parallel][collectives][mpi]") {
   auto comm = world_comm();
   const int r = comm->rank(), n = comm->size();
   if (n < 2) return;  // a transfer to itself is NCCL's invalid usage outside a group
-  const int lanes = comm->open_lanes(train::pipeline_lanes(n));
+  const int lanes = comm->open_lanes(schedule::pipeline_lanes(n));
   CHECK((lanes == 0) == (std::string(comm->backend_name()) == "mpi"));
-  CHECK(comm->open_lanes(train::pipeline_lanes(n)) == lanes);  // again: nothing more to open
+  CHECK(comm->open_lanes(schedule::pipeline_lanes(n)) == lanes);  // again: nothing more to open
   const kx::ExecSpace exec;
   Kokkos::View<float*, kx::MemSpace> out("out", 64), in("in", 64);
   Kokkos::deep_copy(out, static_cast<float>(r));
   const int left = (r + n - 1) % n, right = (r + 1) % n;
   for (int round = 0; round < 3; ++round) {  // in order on each lane, round after round
-    Request received = irecv(*comm, exec, in, left, 7, lanes > 0 ? train::pipeline_lane(left, n, 0) : -1);
-    Request sent = isend(*comm, exec, out, right, 7, lanes > 0 ? train::pipeline_lane(r, n, 0) : -1);
+    Request received = irecv(*comm, exec, in, left, 7, lanes > 0 ? schedule::pipeline_lane(left, n, 0) : -1);
+    Request sent = isend(*comm, exec, out, right, 7, lanes > 0 ? schedule::pipeline_lane(r, n, 0) : -1);
     received.wait_on(exec);
     sent.wait_on(exec);
     auto h = on_host(in);

@@ -484,7 +484,7 @@ TEST_CASE("plan: a CPU run's measured peak memory is the plan's", "[plan][memory
 
 // Interleaved 1F1B (parallel.virtual_stages = 2): each rank's activation slots per chunk, its
 // received-gradient buffers and every byte of its activations, head and workspace are what the
-// plan counts from the schedule (train::schedule_memory), as for one chunk above.
+// plan counts from the schedule (schedule::schedule_memory), as for one chunk above.
 TEST_CASE("plan: with virtual stages each rank allocates the plan's activation, head and workspace bytes",
           "[plan][interleaved][mpi]") {
   const int n = test::world_size();

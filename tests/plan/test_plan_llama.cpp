@@ -17,7 +17,7 @@
 #include "src/plan/flops.hpp"
 #include "src/plan/parameter_count.hpp"
 #include "src/plan/plan.hpp"
-#include "src/train/model_flops.hpp"
+#include "src/model/model_flops.hpp"
 #include "tests/mpi_test_util.hpp"
 #include "tests/train/train_test_util.hpp"
 
@@ -141,15 +141,15 @@ TEST_CASE("plan: a llama block's FLOPs are its weights' and the attention's", "[
     CHECK(weights == 64.0 * (64 + 2 * 8 * kv) + 64 * 64 + 3 * 64 * 176);
     // MFU's N: every parameter but the untied word embedding (a lookup); lm_head is the logits GEMM.
     s.layers = 2;
-    CHECK(train::flops_parameters(s) == double(exact_parameters(s)) - 300.0 * 64);
-    CHECK(train::training_flops_per_token(s) == 6 * train::flops_parameters(s) + 12.0 * 2 * 32 * 64);
+    CHECK(model::flops_parameters(s) == double(exact_parameters(s)) - 300.0 * 64);
+    CHECK(model::training_flops_per_token(s) == 6 * model::flops_parameters(s) + 12.0 * 2 * 32 * 64);
     // A recomputed forward is a third of the training FLOPs but the norms' weights (6N counts
     // them by convention, the forward's GEMMs do not): 2 per block and the final one.
-    CHECK(train::forward_flops_per_token(s, 2, true) * 3 + 6.0 * (2 * 2 + 1) * 64 ==
-          Approx(train::training_flops_per_token(s)).epsilon(1e-14));
+    CHECK(model::forward_flops_per_token(s, 2, true) * 3 + 6.0 * (2 * 2 + 1) * 64 ==
+          Approx(model::training_flops_per_token(s)).epsilon(1e-14));
   }
   // Llama-2-7B: 6N with N = 6.74 B less the embedding's 131 M.
-  CHECK(train::flops_parameters(llama2_7b()) == 6738415616.0 - 32000.0 * 4096);
+  CHECK(model::flops_parameters(llama2_7b()) == 6738415616.0 - 32000.0 * 4096);
 }
 
 TEST_CASE("plan: llama's activation inventory, buffer by buffer", "[plan][llama]") {

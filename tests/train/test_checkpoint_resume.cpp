@@ -6,7 +6,7 @@
 #include <unistd.h>
 
 #include "catch.hpp"
-#include "src/train/model_checkpoint.hpp"
+#include "src/checkpoint/model_checkpoint.hpp"
 #include "tests/model/model_test_util.hpp"
 #include "tests/train/train_test_util.hpp"
 
@@ -47,8 +47,8 @@ TEST_CASE("checkpoint round trip is bitwise, and loads under every other layout"
     parallel::Topology topo(MPI_COMM_WORLD, parallel::Layout{save_tp, 1, n / save_tp});
     train::TrainingRun run(deck, topo);
     for (int s = 0; s < 3; ++s) run.step(s);
-    train::save_checkpoint(run.model(), deck, topo, 3, 0);
-    const std::string file = train::checkpoint_path(dir.path(), 3);
+    checkpoint::save_checkpoint(run.model(), deck, topo, 3, 0);
+    const std::string file = checkpoint::checkpoint_path(dir.path(), 3);
     const auto saved = logical_state(run.model(), topo.tp(), true);
     const double saved_eval = run.evaluate();
 
@@ -58,7 +58,7 @@ TEST_CASE("checkpoint round trip is bitwise, and loads under every other layout"
       const io::Deck deck2 = test::small_deck(load_tp, n / load_tp, 3, extra);
       parallel::Topology topo2(MPI_COMM_WORLD, parallel::Layout{load_tp, 1, n / load_tp});
       train::TrainingRun run2(deck2, topo2);
-      const io::CheckpointMeta meta = train::load_weights(run2.model(), topo2, file, true);
+      const io::CheckpointMeta meta = checkpoint::load_weights(run2.model(), topo2, file, true);
       CHECK(meta.step == 3);
       CHECK(meta.tp == save_tp);
       CHECK(logical_state(run2.model(), topo2.tp(), true) == saved);  // bitwise
@@ -91,8 +91,8 @@ TEST_CASE("a checkpoint written with another vocabulary padding loads with the s
     train::TrainingRun run(deck, topo);
     REQUIRE(run.model().shape().padded_vocab() == (257 + save_tp - 1) / save_tp * save_tp);  // 257, 258, 260
     for (int s = 0; s < 3; ++s) run.step(s);
-    train::save_checkpoint(run.model(), deck, topo, 3, 0);
-    const std::string file = train::checkpoint_path(dir.path(), 3);
+    checkpoint::save_checkpoint(run.model(), deck, topo, 3, 0);
+    const std::string file = checkpoint::checkpoint_path(dir.path(), 3);
     const auto saved = logical_state(run.model(), topo.tp(), true);
     const double saved_eval = run.evaluate();
     for (int load_tp = 1; load_tp <= n; load_tp *= 2) {
@@ -104,7 +104,7 @@ TEST_CASE("a checkpoint written with another vocabulary padding loads with the s
       train::TrainingRun run2(deck2, topo2);
       const int m = 128 * load_tp;
       REQUIRE(run2.model().shape().padded_vocab() == (257 + m - 1) / m * m);  // 384, 512, 512
-      const io::CheckpointMeta meta = train::load_weights(run2.model(), topo2, file, true);
+      const io::CheckpointMeta meta = checkpoint::load_weights(run2.model(), topo2, file, true);
       CHECK(meta.step == 3);
       CHECK(logical_state(run2.model(), topo2.tp(), true) == saved);  // bitwise
       const double eval = run2.evaluate();
@@ -121,18 +121,18 @@ TEST_CASE("a model shape that differs from the checkpoint is refused by name", "
   const io::Deck deck = test::small_deck(n, 1, 2, checkpoint_section(dir.path()));
   parallel::Topology topo(MPI_COMM_WORLD, parallel::Layout{n, 1, 1});
   train::TrainingRun run(deck, topo);
-  train::save_checkpoint(run.model(), deck, topo, 1, 0);
+  checkpoint::save_checkpoint(run.model(), deck, topo, 1, 0);
   io::Deck wider = deck;
   wider.model.ffn_hidden = 128;
   train::TrainingRun other(wider, topo);
-  CHECK_THROWS_WITH(train::load_weights(other.model(), topo, train::checkpoint_path(dir.path(), 1)),
+  CHECK_THROWS_WITH(checkpoint::load_weights(other.model(), topo, checkpoint::checkpoint_path(dir.path(), 1)),
                     test::contains("holds a different model") &&
                         test::contains("model.ffn_hidden: the checkpoint has 64, the deck has 128"));
   // Shapes that give the same tensors are told apart too: 8 heads of 4 or 4 heads of 8 have
   // the same QKV weight, and fewer layers would silently read the first layers of a deeper model.
   const auto refused = [&](io::Deck changed, const std::string& message) {
     train::TrainingRun same_tensors(changed, topo);
-    CHECK_THROWS_WITH(train::load_weights(same_tensors.model(), topo, train::checkpoint_path(dir.path(), 1)),
+    CHECK_THROWS_WITH(checkpoint::load_weights(same_tensors.model(), topo, checkpoint::checkpoint_path(dir.path(), 1)),
                       test::contains(message));
   };
   io::Deck more_heads = deck, fewer_layers = deck;
@@ -153,12 +153,12 @@ TEST_CASE("resuming after step k gives the loss curve of the run that never stop
   {
     train::TrainingRun first(deck, topo);
     for (int s = 0; s < k; ++s) CHECK(first.step(s).loss == straight[static_cast<std::size_t>(s)]);
-    train::save_checkpoint(first.model(), deck, topo, k, 0);
+    checkpoint::save_checkpoint(first.model(), deck, topo, k, 0);
   }
   train::TrainingRun second(deck, topo);
-  const std::string latest = train::newest_checkpoint(MPI_COMM_WORLD, dir.path());
-  REQUIRE(latest == train::checkpoint_path(dir.path(), k));
-  CHECK(train::load_weights(second.model(), topo, latest, true).step == k);
+  const std::string latest = checkpoint::newest_checkpoint(MPI_COMM_WORLD, dir.path());
+  REQUIRE(latest == checkpoint::checkpoint_path(dir.path(), k));
+  CHECK(checkpoint::load_weights(second.model(), topo, latest, true).step == k);
   for (int s = k; s < steps; ++s) CHECK(second.step(s).loss == straight[static_cast<std::size_t>(s)]);  // bit for bit
 }
 
@@ -172,8 +172,8 @@ void labelled_checkpoint(const std::string& dir, std::int64_t step, std::int64_t
   meta.step = step;
   meta.deck = "[model]\n";
   meta.train = {{"step", step}};
-  if (run_id != 0) meta.train[train::kRunIdAttribute] = run_id;
-  io::write_checkpoint(MPI_COMM_SELF, train::checkpoint_path(dir, step), meta, {});
+  if (run_id != 0) meta.train[checkpoint::kRunIdAttribute] = run_id;
+  io::write_checkpoint(MPI_COMM_SELF, checkpoint::checkpoint_path(dir, step), meta, {});
 }
 
 }  // namespace
@@ -182,13 +182,13 @@ TEST_CASE("newest complete checkpoint ignores temporaries; pruning keeps the new
   test::SharedTempDir dir;
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  CHECK(train::newest_checkpoint(MPI_COMM_WORLD, dir.path()).empty());
+  CHECK(checkpoint::newest_checkpoint(MPI_COMM_WORLD, dir.path()).empty());
   for (int step : {2, 10, 9}) labelled_checkpoint(dir.path(), step, 7);
   if (rank == 0)
     for (const char* name : {"step_00000011.h5.tmp", "notes.txt"}) std::ofstream(fs::path(dir.path()) / name) << "x";
   MPI_Barrier(MPI_COMM_WORLD);
-  CHECK(train::newest_checkpoint(MPI_COMM_WORLD, dir.path()) == train::checkpoint_path(dir.path(), 10));
-  train::prune_checkpoints(MPI_COMM_WORLD, dir.path(), 2, train::RunIdentity{7, false});
+  CHECK(checkpoint::newest_checkpoint(MPI_COMM_WORLD, dir.path()) == checkpoint::checkpoint_path(dir.path(), 10));
+  checkpoint::prune_checkpoints(MPI_COMM_WORLD, dir.path(), 2, checkpoint::RunIdentity{7, false});
   MPI_Barrier(MPI_COMM_WORLD);
   CHECK_FALSE(fs::exists(fs::path(dir.path()) / "step_00000002.h5"));
   CHECK(fs::exists(fs::path(dir.path()) / "step_00000009.h5"));
@@ -204,33 +204,33 @@ TEST_CASE("pruning deletes only the checkpoints of the run that writes", "[train
   for (int step : {8, 9, 10}) labelled_checkpoint(dir.path(), step, 111);  // another run, newer steps
   labelled_checkpoint(dir.path(), 4, 0);                                     // an older tptrain's
   for (int step : {1, 2, 3}) labelled_checkpoint(dir.path(), step, 222);
-  if (test::world_rank() == 0) std::ofstream(train::checkpoint_path(dir.path(), 5)) << "not HDF5";
+  if (test::world_rank() == 0) std::ofstream(checkpoint::checkpoint_path(dir.path(), 5)) << "not HDF5";
   MPI_Barrier(MPI_COMM_WORLD);
-  train::prune_checkpoints(MPI_COMM_WORLD, dir.path(), 2, train::RunIdentity{222, false});
+  checkpoint::prune_checkpoints(MPI_COMM_WORLD, dir.path(), 2, checkpoint::RunIdentity{222, false});
   MPI_Barrier(MPI_COMM_WORLD);
-  const auto exists = [&](std::int64_t step) { return fs::exists(train::checkpoint_path(dir.path(), step)); };
+  const auto exists = [&](std::int64_t step) { return fs::exists(checkpoint::checkpoint_path(dir.path(), step)); };
   CHECK_FALSE(exists(1));
   for (int step : {2, 3, 4, 5, 8, 9, 10}) CHECK(exists(step));  // 5: unreadable, so not known to be ours
   // A run resumed from a checkpoint without an id owns those too (it continues that run).
   labelled_checkpoint(dir.path(), 6, 333);
   MPI_Barrier(MPI_COMM_WORLD);
-  train::prune_checkpoints(MPI_COMM_WORLD, dir.path(), 1, train::RunIdentity{333, true});
+  checkpoint::prune_checkpoints(MPI_COMM_WORLD, dir.path(), 1, checkpoint::RunIdentity{333, true});
   MPI_Barrier(MPI_COMM_WORLD);
   CHECK_FALSE(exists(4));
   for (int step : {2, 3, 6, 8, 9, 10}) CHECK(exists(step));
   // The run ids: a new run draws one (the same on every rank, positive); a resumed run keeps its
   // checkpoint's.
-  const train::RunIdentity fresh = train::new_run_identity(MPI_COMM_WORLD);
+  const checkpoint::RunIdentity fresh = checkpoint::new_run_identity(MPI_COMM_WORLD);
   CHECK(fresh.id > 0);
   std::int64_t lo = fresh.id, hi = fresh.id;
   MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_INT64_T, MPI_MIN, MPI_COMM_WORLD);
   MPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD);
   CHECK(lo == hi);
-  CHECK(train::new_run_identity(MPI_COMM_WORLD).id != fresh.id);
-  const train::RunIdentity resumed = train::resumed_run_identity(MPI_COMM_WORLD, {{"step", 3}, {"run_id", 222}});
+  CHECK(checkpoint::new_run_identity(MPI_COMM_WORLD).id != fresh.id);
+  const checkpoint::RunIdentity resumed = checkpoint::resumed_run_identity(MPI_COMM_WORLD, {{"step", 3}, {"run_id", 222}});
   CHECK(resumed.id == 222);
   CHECK_FALSE(resumed.owns_unlabelled);
-  CHECK(train::resumed_run_identity(MPI_COMM_WORLD, {{"step", 3}}).owns_unlabelled);
+  CHECK(checkpoint::resumed_run_identity(MPI_COMM_WORLD, {{"step", 3}}).owns_unlabelled);
 }
 
 TEST_CASE("steps of nine and more digits are checkpoints too, ordered by number", "[train][checkpoint][mpi]") {
@@ -238,13 +238,13 @@ TEST_CASE("steps of nine and more digits are checkpoints too, ordered by number"
   for (std::int64_t step : {std::int64_t{99999999}, std::int64_t{100000000}, std::int64_t{123456789012}})
     labelled_checkpoint(dir.path(), step, 5);
   MPI_Barrier(MPI_COMM_WORLD);
-  CHECK(train::checkpoint_path(dir.path(), 100000000) == (fs::path(dir.path()) / "step_100000000.h5").string());
-  CHECK(train::newest_checkpoint(MPI_COMM_WORLD, dir.path()) == train::checkpoint_path(dir.path(), 123456789012));
-  train::prune_checkpoints(MPI_COMM_WORLD, dir.path(), 1, train::RunIdentity{5, false});
+  CHECK(checkpoint::checkpoint_path(dir.path(), 100000000) == (fs::path(dir.path()) / "step_100000000.h5").string());
+  CHECK(checkpoint::newest_checkpoint(MPI_COMM_WORLD, dir.path()) == checkpoint::checkpoint_path(dir.path(), 123456789012));
+  checkpoint::prune_checkpoints(MPI_COMM_WORLD, dir.path(), 1, checkpoint::RunIdentity{5, false});
   MPI_Barrier(MPI_COMM_WORLD);
-  CHECK_FALSE(fs::exists(train::checkpoint_path(dir.path(), 99999999)));
-  CHECK_FALSE(fs::exists(train::checkpoint_path(dir.path(), 100000000)));
-  CHECK(fs::exists(train::checkpoint_path(dir.path(), 123456789012)));
+  CHECK_FALSE(fs::exists(checkpoint::checkpoint_path(dir.path(), 99999999)));
+  CHECK_FALSE(fs::exists(checkpoint::checkpoint_path(dir.path(), 100000000)));
+  CHECK(fs::exists(checkpoint::checkpoint_path(dir.path(), 123456789012)));
 }
 
 TEST_CASE("a checkpoint directory that cannot be listed fails on every rank", "[train][checkpoint][mpi]") {
@@ -253,7 +253,7 @@ TEST_CASE("a checkpoint directory that cannot be listed fails on every rank", "[
   if (test::world_rank() == 0) std::ofstream(not_a_dir) << "x";
   MPI_Barrier(MPI_COMM_WORLD);
   // Not "no checkpoint, start from step 0": that would silently discard the run's progress.
-  CHECK_THROWS_WITH(train::newest_checkpoint(MPI_COMM_WORLD, not_a_dir),
+  CHECK_THROWS_WITH(checkpoint::newest_checkpoint(MPI_COMM_WORLD, not_a_dir),
                     test::contains("cannot list its checkpoints") && test::contains("Not a directory"));
-  CHECK(train::newest_checkpoint(MPI_COMM_WORLD, not_a_dir + "_missing").empty());  // a new run
+  CHECK(checkpoint::newest_checkpoint(MPI_COMM_WORLD, not_a_dir + "_missing").empty());  // a new run
 }

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "catch.hpp"
-#include "src/train/model_checkpoint.hpp"
+#include "src/checkpoint/model_checkpoint.hpp"
 #include "tests/train/train_test_util.hpp"
 
 using namespace tptrain;
@@ -41,12 +41,12 @@ void resume_under_data_parallelism(const std::string& precision) {
     train::TrainingRun<T> run(saving, saving_topo);
     for (int s = 0; s < steps; ++s) {
       straight.push_back(run.step(s));
-      if (s + 1 == k) train::save_checkpoint(run.model(), saving, saving_topo, k, 0, run.train_state());
+      if (s + 1 == k) checkpoint::save_checkpoint(run.model(), saving, saving_topo, k, 0, run.train_state());
     }
   }
   parallel::Topology topo(MPI_COMM_WORLD, test::layout_of(resuming));
   train::TrainingRun<T> run(resuming, topo);
-  const io::CheckpointMeta meta = train::load_weights(run.model(), topo, train::checkpoint_path(dir.path(), k), true);
+  const io::CheckpointMeta meta = checkpoint::load_weights(run.model(), topo, checkpoint::checkpoint_path(dir.path(), k), true);
   CHECK(meta.tp == n);
   run.restore_train_state(meta.train);
   double worst = 0.0;

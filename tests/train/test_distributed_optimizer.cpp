@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "catch.hpp"
-#include "src/train/model_checkpoint.hpp"
+#include "src/checkpoint/model_checkpoint.hpp"
 #include "src/train/training_run.hpp"
 #include "tests/train/per_parameter_optimizer.hpp"
 #include "tests/train/train_test_util.hpp"
@@ -196,7 +196,7 @@ TEST_CASE("slabs of a range of local elements are those elements, in storage ord
               if (const std::int64_t l = logical_element(p, i); l >= 0) want.push_back(l);
             std::vector<std::int64_t> got;  // the slabs' elements, slab after slab, row-major
             const std::int64_t cols = p.shape.size() > 1 ? p.shape[1] : 1;
-            for (const io::Hyperslab& s : train::slabs_of(p, begin, end)) {
+            for (const io::Hyperslab& s : checkpoint::slabs_of(p, begin, end)) {
               const auto c0 = s.start.size() > 1 ? static_cast<std::int64_t>(s.start[1]) : 0;
               const auto nc = s.count.size() > 1 ? static_cast<std::int64_t>(s.count[1]) : 1;
               for (std::int64_t r = 0; r < static_cast<std::int64_t>(s.count[0]); ++r)
@@ -322,7 +322,7 @@ TEST_CASE("distributed optimizer: its checkpoints load without it, and plain one
         INFO("tensor " << l.tensor << " x pipeline " << l.pipeline << " x data " << l.data << ", " << precision
                        << ", saved " << (save_distributed ? "with" : "without") << " the distributed optimizer");
         const int file_step = 100 * ++id + k;
-        const std::string file = train::checkpoint_path(dir.path(), file_step);
+        const std::string file = checkpoint::checkpoint_path(dir.path(), file_step);
         const auto exercise = [&](auto tag) {
           using T = decltype(tag);
           State saved;
@@ -332,7 +332,7 @@ TEST_CASE("distributed optimizer: its checkpoints load without it, and plain one
             train::TrainingRun<T> run(deck, topo);
             for (int s = 0; s < k; ++s) run.step(s);
             saved = logical_state(run.model());
-            train::save_checkpoint(run.model(), deck, topo, file_step, 0);
+            checkpoint::save_checkpoint(run.model(), deck, topo, file_step, 0);
           }
           // The file holds exactly the state of the run that wrote it, every element: read on
           // one rank as a whole plain model.
@@ -340,7 +340,7 @@ TEST_CASE("distributed optimizer: its checkpoints load without it, and plain one
             const io::Deck deck = deck_of({1, 1, 1}, false, precision, k, extra);
             parallel::Topology self(MPI_COMM_SELF, parallel::Layout{});
             train::TrainingRun<T> whole(deck, self);
-            train::load_weights(whole.model(), self, file, true);
+            checkpoint::load_weights(whole.model(), self, file, true);
             State file_state;  // this rank's whole model, element by element (no MPI over the world)
             for (const auto& b : whole.model().buckets()) {
               auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), b.master);
@@ -368,7 +368,7 @@ TEST_CASE("distributed optimizer: its checkpoints load without it, and plain one
           const io::Deck deck = deck_of(l, !save_distributed, precision, k, extra);
           parallel::Topology topo(MPI_COMM_WORLD, layout_of(deck));
           train::TrainingRun<T> run(deck, topo);
-          train::load_weights(run.model(), topo, file, true);
+          checkpoint::load_weights(run.model(), topo, file, true);
           const State loaded = logical_state(run.model());
           check_state(loaded, saved, 0.0);
           check_values_are_rounded_masters(run.model(), loaded);

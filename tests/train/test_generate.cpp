@@ -1,4 +1,4 @@
-// Generation with a KV cache equals the full forward per token (src/train/generate_command.hpp),
+// Generation with a KV cache equals the full forward per token (src/driver/generate_command.hpp),
 // for every preset of the block specification (gpt2; llama and qwen2 with rotary positions offset
 // by the cache and grouped-query attention): greedy and seeded samples of a checkpoint, token for
 // token, on one rank and on the layouts of the world (tensor, pipeline, data), with a context that passes model.seq_length several times (the
@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "catch.hpp"
-#include "src/train/generate_command.hpp"
-#include "src/train/model_checkpoint.hpp"
+#include "src/driver/generate_command.hpp"
+#include "src/checkpoint/model_checkpoint.hpp"
 #include "tests/train/train_test_util.hpp"
 
 using namespace tptrain;
@@ -24,15 +24,15 @@ struct Layout {
 // 17, 26 and 35 (keeping 8 tokens each time).
 // temperature 0: greedy (the tiny model's greedy sample repeats a token or two); 1: sampled with
 // a seed, varied, the same draws on both paths as long as their logits agree.
-train::Generation greedy(const io::Deck& deck, const parallel::Topology& topo, const std::string& file, bool kv_cache,
+driver::Generation greedy(const io::Deck& deck, const parallel::Topology& topo, const std::string& file, bool kv_cache,
                          std::optional<std::int32_t> end_of_text = std::nullopt, double temperature = 0) {
-  train::SampleOptions o;
+  driver::SampleOptions o;
   o.tokens = 30;
   o.temperature = temperature;
   o.seed = 2024;
   o.kv_cache = kv_cache;
   const std::vector<std::int32_t> prompt{'I', 't', ' ', 'i', 's', ' ', 'a', ' ', 't', 'r'};
-  return train::generate_tokens<float>(deck, topo, file, prompt, o, end_of_text, deck.model.vocab_size);
+  return driver::generate_tokens<float>(deck, topo, file, prompt, o, end_of_text, deck.model.vocab_size);
 }
 
 // The small pipeline deck with the block of `preset` (base/block_spec.hpp); the rotary ones with
@@ -63,19 +63,19 @@ TEST_CASE("greedy generation with the KV cache equals the full forward, token fo
     parallel::Topology self(MPI_COMM_SELF, parallel::Layout{});
     train::TrainingRun run(ref_deck, self);
     for (int s = 0; s < 3; ++s) run.step(s);
-    train::save_checkpoint(run.model(), ref_deck, self, 3, 0);
+    checkpoint::save_checkpoint(run.model(), ref_deck, self, 3, 0);
   }
   MPI_Barrier(MPI_COMM_WORLD);
-  const std::string file = train::checkpoint_path(dir.path(), 3);
+  const std::string file = checkpoint::checkpoint_path(dir.path(), 3);
 
   parallel::Topology self(MPI_COMM_SELF, parallel::Layout{});
-  const train::Generation full = greedy(ref_deck, self, file, false);
-  const train::Generation cached = greedy(ref_deck, self, file, true);
+  const driver::Generation full = greedy(ref_deck, self, file, false);
+  const driver::Generation cached = greedy(ref_deck, self, file, true);
   REQUIRE(full.tokens.size() == 30);
   CHECK(full.refills == 3);
   CHECK(cached.refills == 3);
   CHECK(cached.tokens == full.tokens);
-  const train::Generation sampled = greedy(ref_deck, self, file, false, std::nullopt, 1.0);
+  const driver::Generation sampled = greedy(ref_deck, self, file, false, std::nullopt, 1.0);
   CHECK(std::set<std::int32_t>(sampled.tokens.begin(), sampled.tokens.end()).size() >= 8);  // could show a difference
   CHECK(greedy(ref_deck, self, file, true, std::nullopt, 1.0).tokens == sampled.tokens);
 
@@ -84,7 +84,7 @@ TEST_CASE("greedy generation with the KV cache equals the full forward, token fo
   const auto stop = std::find(full.tokens.begin(), full.tokens.end(), eot);
   const std::vector<std::int32_t> before(full.tokens.begin(), stop);
   for (bool kv : {false, true}) {
-    const train::Generation g = greedy(ref_deck, self, file, kv, eot);
+    const driver::Generation g = greedy(ref_deck, self, file, kv, eot);
     CHECK(g.stopped_at_end_of_text);
     CHECK(g.tokens == before);
   }
@@ -98,7 +98,7 @@ TEST_CASE("greedy generation with the KV cache equals the full forward, token fo
     parallel::Topology topo(MPI_COMM_WORLD, test::layout_of(deck));
     for (bool kv : {false, true}) {
       INFO((kv ? "KV cache" : "full forward"));
-      const train::Generation g = greedy(deck, topo, file, kv);
+      const driver::Generation g = greedy(deck, topo, file, kv);
       CHECK(g.tokens == full.tokens);
       CHECK(g.refills == 3);
       CHECK(greedy(deck, topo, file, kv, std::nullopt, 1.0).tokens == sampled.tokens);

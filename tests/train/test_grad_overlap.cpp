@@ -35,7 +35,7 @@ struct TracedStep {
 
 TracedStep traced_step(const io::Deck& deck, bool overlap) {
   parallel::Topology topo(MPI_COMM_WORLD, parallel::Layout{1, 1, deck.parallel.data});
-  train::TrainingRun run(deck, topo, train::RunOptions{train::Schedule::one_f_one_b, overlap});
+  train::TrainingRun run(deck, topo, train::RunOptions{schedule::Schedule::one_f_one_b, overlap});
   TracedStep out;
   Kokkos::Tools::Experimental::set_begin_parallel_for_callback(on_kernel);
   Kokkos::Tools::Experimental::set_begin_parallel_reduce_callback(on_kernel);

@@ -1,4 +1,4 @@
-// The checkpoint <-> GPT2LMHeadModel table (src/train/hf_gpt2.hpp): every model tensor has its
+// The checkpoint <-> GPT2LMHeadModel table (src/checkpoint/hf_gpt2.hpp): every model tensor has its
 // HF name and Conv1D orientation, config.json says the model tptrain computes and reads back, and
 // configs of models tptrain does not compute are refused by field. The numbers themselves are held
 // to an independent PyTorch GPT-2 by tests/hf/ (cli_hf_reference_*).
@@ -12,8 +12,8 @@
 
 #include "data/scratch_dir.hpp"
 #include "src/model/model_parameters.hpp"
-#include "src/train/hf_gpt2.hpp"
-#include "src/train/hf_tensors.hpp"
+#include "src/checkpoint/hf_gpt2.hpp"
+#include "src/checkpoint/hf_tensors.hpp"
 
 using namespace tptrain;
 using Catch::Matchers::Contains;
@@ -41,7 +41,7 @@ std::string write(const test::ScratchDir& dir, const std::string& text) {
 
 TEST_CASE("hf_gpt2: every model tensor has GPT2LMHeadModel's name and shape", "[train][hf]") {
   const model::GptShape s = small_shape();
-  const auto tensors = train::hf_tensors(s, model::HfNaming::gpt2);
+  const auto tensors = checkpoint::hf_tensors(s, model::HfNaming::gpt2);
   REQUIRE(tensors.size() == model::logical_tensors(s).size());
   std::map<std::string, std::vector<std::uint64_t>> hf;
   for (const auto& t : tensors) hf[t.hf_name] = t.hf_shape();
@@ -64,15 +64,15 @@ TEST_CASE("hf_gpt2: every model tensor has GPT2LMHeadModel's name and shape", "[
 }
 
 TEST_CASE("hf_gpt2: Conv1D weights are the transpose of the checkpoint's [out, in]; both ways", "[train][hf]") {
-  const auto tensors = train::hf_tensors(small_shape(), model::HfNaming::gpt2);
+  const auto tensors = checkpoint::hf_tensors(small_shape(), model::HfNaming::gpt2);
   for (const auto& t : tensors) {
     std::uint64_t n = 1;
     for (auto d : t.checkpoint_shape) n *= d;
     std::vector<float> x(n);
     for (std::uint64_t i = 0; i < n; ++i) x[i] = static_cast<float>(i);
-    const std::vector<float> h = train::to_hf(t, x);
+    const std::vector<float> h = checkpoint::to_hf(t, x);
     std::vector<float> back(n, -1.0f);
-    train::from_hf(t, h, back);
+    checkpoint::from_hf(t, h, back);
     CHECK(back == x);
     if (!t.transposed) {
       CHECK(h == x);
@@ -89,26 +89,26 @@ TEST_CASE("hf_gpt2: Conv1D weights are the transpose of the checkpoint's [out, i
 TEST_CASE("hf_gpt2: config.json describes the model and reads back; other models are refused", "[train][hf]") {
   test::ScratchDir dir("hf_config");
   model::GptShape s = small_shape();
-  const std::string text = train::hf_gpt2_config(s, false);
+  const std::string text = checkpoint::hf_gpt2_config(s, false);
   CHECK_THAT(text, Contains("\"activation_function\": \"gelu_new\"") && Contains("\"layer_norm_epsilon\": 1e-05") &&
                        Contains("\"tie_word_embeddings\": true") && Contains("\"GPT2LMHeadModel\""));
   CHECK_THAT(text, !Contains("eos_token_id"));
-  CHECK_THAT(train::hf_gpt2_config(s, true), Contains("\"eos_token_id\": 50256"));
-  const train::HfGpt2Config c = train::read_hf_gpt2_config(write(dir, text));
+  CHECK_THAT(checkpoint::hf_gpt2_config(s, true), Contains("\"eos_token_id\": 50256"));
+  const checkpoint::HfGpt2Config c = checkpoint::read_hf_gpt2_config(write(dir, text));
   CHECK(c.n_layer == 3);
   CHECK(c.n_inner == 40);
-  CHECK(train::hf_config_mismatch(c, s).empty());
+  CHECK(checkpoint::hf_config_mismatch(c, s).empty());
   // More positions than the deck's context are fine; fewer, or another width, are not.
   model::GptShape other = s;
   other.seq_length = 4;
-  CHECK(train::hf_config_mismatch(c, other).empty());
+  CHECK(checkpoint::hf_config_mismatch(c, other).empty());
   other.seq_length = 6;
   other.hidden = 16;
-  const std::string diff = train::hf_config_mismatch(c, other);
+  const std::string diff = checkpoint::hf_config_mismatch(c, other);
   CHECK_THAT(diff, Contains("config.json n_embd = 8, the deck's model.hidden = 16"));
   CHECK_THAT(diff, Contains("n_positions = 5 is less than the deck's model.seq_length = 6"));
   // n_inner null is GPT2Config's 4 * n_embd.
-  CHECK(train::read_hf_gpt2_config(write(dir, R"({"model_type":"gpt2","n_layer":1,"n_embd":8,"n_head":2,)"
+  CHECK(checkpoint::read_hf_gpt2_config(write(dir, R"({"model_type":"gpt2","n_layer":1,"n_embd":8,"n_head":2,)"
                                                 R"("vocab_size":5,"n_positions":4,"n_inner":null})"))
             .n_inner == 32);
   const std::string base = R"({"model_type":"gpt2","n_layer":1,"n_embd":8,"n_head":2,"vocab_size":5,"n_positions":4)";
@@ -122,31 +122,31 @@ TEST_CASE("hf_gpt2: config.json describes the model and reads back; other models
   };
   for (const auto& [extra, message] : refused) {
     CAPTURE(extra);
-    CHECK_THROWS_WITH(train::read_hf_gpt2_config(write(dir, base + extra)), Contains(message) && Contains("config.json"));
+    CHECK_THROWS_WITH(checkpoint::read_hf_gpt2_config(write(dir, base + extra)), Contains(message) && Contains("config.json"));
   }
-  CHECK_THROWS_WITH(train::read_hf_gpt2_config(write(dir, R"({"model_type":"llama"})")), Contains("model_type is \"llama\""));
+  CHECK_THROWS_WITH(checkpoint::read_hf_gpt2_config(write(dir, R"({"model_type":"llama"})")), Contains("model_type is \"llama\""));
   // An untied GPT-2 (issue 30: export aborted on lm_head/weight): config.json says so, reads back,
   // and must agree with the deck's model.tie_embeddings; the head is HF's lm_head.weight.
   model::GptShape untied = s;
   untied.tie_embeddings = false;
-  CHECK_THAT(train::hf_gpt2_config(untied, false), Contains("\"tie_word_embeddings\": false"));
-  const train::HfGpt2Config u = train::read_hf_gpt2_config(write(dir, base + R"(,"tie_word_embeddings":false})"));
+  CHECK_THAT(checkpoint::hf_gpt2_config(untied, false), Contains("\"tie_word_embeddings\": false"));
+  const checkpoint::HfGpt2Config u = checkpoint::read_hf_gpt2_config(write(dir, base + R"(,"tie_word_embeddings":false})"));
   CHECK_FALSE(u.tie_embeddings);
   model::GptShape tiny = s;
   tiny.layers = 1, tiny.hidden = 8, tiny.heads = 2, tiny.ffn_hidden = 32, tiny.vocab_size = 5, tiny.seq_length = 4;
-  CHECK_THAT(train::hf_config_mismatch(u, tiny),
+  CHECK_THAT(checkpoint::hf_config_mismatch(u, tiny),
              Contains("config.json tie_word_embeddings = false, the deck's model.tie_embeddings = true"));
   tiny.tie_embeddings = false;
-  CHECK(train::hf_config_mismatch(u, tiny).empty());
+  CHECK(checkpoint::hf_config_mismatch(u, tiny).empty());
   bool head = false;
-  for (const auto& t : train::hf_tensors(untied, model::HfNaming::gpt2))
+  for (const auto& t : checkpoint::hf_tensors(untied, model::HfNaming::gpt2))
     if (t.checkpoint_name == "lm_head/weight") head = t.hf_name == "lm_head.weight" && !t.transposed;
   CHECK(head);
   // A config.json that is not a file is refused by name (it gave "basic_filebuf::underflow").
   std::filesystem::create_directories(dir.file("folder.json"));
-  CHECK_THROWS_WITH(train::read_hf_gpt2_config(dir.file("folder.json")),
+  CHECK_THROWS_WITH(checkpoint::read_hf_gpt2_config(dir.file("folder.json")),
                     Contains("Hugging Face config ") && Contains("folder.json") && Contains("is a directory"));
-  CHECK_THROWS_WITH(train::read_hf_gpt2_config(write(dir, R"({"model_type":"gpt2"})")), Contains("no n_layer"));
-  CHECK_THROWS_WITH(train::read_hf_gpt2_config(write(dir, "{")), Contains("not valid JSON"));
-  CHECK_THROWS_WITH(train::read_hf_gpt2_config(dir.file("absent.json")), Contains("absent.json"));
+  CHECK_THROWS_WITH(checkpoint::read_hf_gpt2_config(write(dir, R"({"model_type":"gpt2"})")), Contains("no n_layer"));
+  CHECK_THROWS_WITH(checkpoint::read_hf_gpt2_config(write(dir, "{")), Contains("not valid JSON"));
+  CHECK_THROWS_WITH(checkpoint::read_hf_gpt2_config(dir.file("absent.json")), Contains("absent.json"));
 }

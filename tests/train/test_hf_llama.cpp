@@ -1,4 +1,4 @@
-// The checkpoint <-> LlamaForCausalLM table (src/train/hf_llama.hpp): the fused attn/qkv and
+// The checkpoint <-> LlamaForCausalLM table (src/checkpoint/hf_llama.hpp): the fused attn/qkv and
 // mlp/fc rows are HF's q|k|v and gate|up projections, in that order, with grouped-query
 // attention's narrower k and v; nothing is transposed or permuted; config.json says the model
 // tptrain computes and reads back, and configs of models tptrain does not compute are refused by
@@ -11,8 +11,8 @@
 
 #include "data/scratch_dir.hpp"
 #include "src/model/model_parameters.hpp"
-#include "src/train/hf_format.hpp"
-#include "src/train/hf_llama.hpp"
+#include "src/checkpoint/hf_format.hpp"
+#include "src/checkpoint/hf_llama.hpp"
 
 using namespace tptrain;
 using Catch::Matchers::Contains;
@@ -35,7 +35,7 @@ model::GptShape llama_shape() {
   return s;
 }
 
-const train::HfPreset& llama_preset() { return train::hf_preset_of(llama_shape()); }
+const checkpoint::HfPreset& llama_preset() { return checkpoint::hf_preset_of(llama_shape()); }
 
 std::string write(const test::ScratchDir& dir, const std::string& text) {
   const std::string path = dir.file("config.json");
@@ -47,8 +47,8 @@ std::string write(const test::ScratchDir& dir, const std::string& text) {
 
 TEST_CASE("hf_llama: every model tensor is LlamaForCausalLM's, q|k|v and gate|up split by rows", "[train][hf]") {
   const model::GptShape s = llama_shape();
-  const auto tensors = train::hf_tensors(s, model::HfNaming::llama);
-  std::map<std::string, train::HfTensor> hf;
+  const auto tensors = checkpoint::hf_tensors(s, model::HfNaming::llama);
+  std::map<std::string, checkpoint::HfTensor> hf;
   for (const auto& t : tensors) hf[t.hf_name] = t;
   REQUIRE(hf.size() == tensors.size());  // no name twice
   // 3 model-level tensors and, per block, 2 norms + q, k, v, o + gate, up, down.
@@ -60,17 +60,17 @@ TEST_CASE("hf_llama: every model tensor is LlamaForCausalLM's, q|k|v and gate|up
   CHECK(hf.at("model.layers.2.input_layernorm.weight").hf_shape() == V{16});
   CHECK(hf.at("model.layers.2.post_attention_layernorm.weight").hf_shape() == V{16});
   // [Q: nh·d | K: nkv·d | V: nkv·d] = [16 | 8 | 8] rows of the checkpoint's [32, 16].
-  const train::HfTensor& q = hf.at("model.layers.1.self_attn.q_proj.weight");
-  const train::HfTensor& k = hf.at("model.layers.1.self_attn.k_proj.weight");
-  const train::HfTensor& v = hf.at("model.layers.1.self_attn.v_proj.weight");
+  const checkpoint::HfTensor& q = hf.at("model.layers.1.self_attn.q_proj.weight");
+  const checkpoint::HfTensor& k = hf.at("model.layers.1.self_attn.k_proj.weight");
+  const checkpoint::HfTensor& v = hf.at("model.layers.1.self_attn.v_proj.weight");
   CHECK(q.checkpoint_name == "layers/1/attn/qkv/weight");
   CHECK(q.checkpoint_shape == V{32, 16});
   CHECK((q.row_begin == 0 && q.hf_shape() == V{16, 16}));
   CHECK((k.row_begin == 16 && k.hf_shape() == V{8, 16}));
   CHECK((v.row_begin == 24 && v.hf_shape() == V{8, 16}));
   CHECK(hf.at("model.layers.0.self_attn.o_proj.weight").hf_shape() == V{16, 16});
-  const train::HfTensor& gate = hf.at("model.layers.0.mlp.gate_proj.weight");
-  const train::HfTensor& up = hf.at("model.layers.0.mlp.up_proj.weight");
+  const checkpoint::HfTensor& gate = hf.at("model.layers.0.mlp.gate_proj.weight");
+  const checkpoint::HfTensor& up = hf.at("model.layers.0.mlp.up_proj.weight");
   CHECK(gate.checkpoint_name == "layers/0/mlp/fc/weight");
   CHECK((gate.row_begin == 0 && gate.hf_shape() == V{40, 16}));
   CHECK((up.row_begin == 40 && up.hf_shape() == V{40, 16}));
@@ -81,14 +81,14 @@ TEST_CASE("hf_llama: every model tensor is LlamaForCausalLM's, q|k|v and gate|up
   // lm_head in a file must equal.
   model::GptShape tied = s;
   tied.tie_embeddings = true;
-  for (const auto& t : train::hf_tensors(tied, model::HfNaming::llama)) CHECK(t.hf_name != "lm_head.weight");
-  CHECK(train::hf_format(tied).tied_to == "model.embed_tokens.weight");
-  CHECK(train::hf_format(s).tied_to.empty());
-  CHECK(train::hf_format(s).prefix == "model.");
+  for (const auto& t : checkpoint::hf_tensors(tied, model::HfNaming::llama)) CHECK(t.hf_name != "lm_head.weight");
+  CHECK(checkpoint::hf_format(tied).tied_to == "model.embed_tokens.weight");
+  CHECK(checkpoint::hf_format(s).tied_to.empty());
+  CHECK(checkpoint::hf_format(s).prefix == "model.");
 }
 
 TEST_CASE("hf_llama: the pieces of a fused tensor are its rows, and go back in place", "[train][hf]") {
-  const auto tensors = train::hf_tensors(llama_shape(), model::HfNaming::llama);
+  const auto tensors = checkpoint::hf_tensors(llama_shape(), model::HfNaming::llama);
   std::map<std::string, std::vector<float>> checkpoint;
   for (const auto& t : tensors) {
     std::uint64_t n = 1;
@@ -100,14 +100,14 @@ TEST_CASE("hf_llama: the pieces of a fused tensor are its rows, and go back in p
   std::map<std::string, std::vector<float>> rebuilt;
   for (const auto& t : tensors) {
     const std::vector<float>& x = checkpoint.at(t.checkpoint_name);
-    const std::vector<float> h = train::to_hf(t, x);
+    const std::vector<float> h = checkpoint::to_hf(t, x);
     const std::uint64_t width = t.checkpoint_shape.size() > 1 ? t.checkpoint_shape[1] : 1;
     REQUIRE(h.size() == t.elements());
     // Element (r, c) of the HF tensor is row row_begin + r of the checkpoint's.
     for (std::uint64_t i = 0; i < h.size(); ++i) REQUIRE(h[i] == x[t.row_begin * width + i]);
     std::vector<float>& back = rebuilt[t.checkpoint_name];
     back.resize(x.size(), -1.0f);
-    train::from_hf(t, h, back);
+    checkpoint::from_hf(t, h, back);
   }
   CHECK(rebuilt == checkpoint);  // every row written back, by exactly its piece
 }
@@ -115,22 +115,22 @@ TEST_CASE("hf_llama: the pieces of a fused tensor are its rows, and go back in p
 TEST_CASE("hf_llama: config.json describes the model and reads back; other models are refused", "[train][hf]") {
   test::ScratchDir dir("hf_llama_config");
   const model::GptShape s = llama_shape();
-  const std::string text = train::hf_llama_config(s, train::hf_preset_of(s));
+  const std::string text = checkpoint::hf_llama_config(s, checkpoint::hf_preset_of(s));
   CHECK_THAT(text, Contains("\"LlamaForCausalLM\"") && Contains("\"model_type\": \"llama\"") &&
                        Contains("\"num_key_value_heads\": 2") && Contains("\"intermediate_size\": 40") &&
                        Contains("\"rope_theta\": 500000.0") && Contains("\"rms_norm_eps\": 1e-06") &&
                        Contains("\"tie_word_embeddings\": false") && Contains("\"hidden_act\": \"silu\"") &&
                        Contains("\"max_position_embeddings\": 5") && Contains("\"rope_scaling\": null") &&
                        Contains("\"head_dim\": 4"));
-  const train::HfLlamaConfig c = train::read_hf_llama_config(write(dir, text), llama_preset());
+  const checkpoint::HfLlamaConfig c = checkpoint::read_hf_llama_config(write(dir, text), llama_preset());
   CHECK(c.layers == 3);
   CHECK(c.kv_heads == 2);
-  CHECK(train::hf_config_mismatch(c, s).empty());
+  CHECK(checkpoint::hf_config_mismatch(c, s).empty());
   model::GptShape other = s;
   other.kv_heads = 4;
   other.rope_theta = 10000.0;
   other.tie_embeddings = true;
-  const std::string diff = train::hf_config_mismatch(c, other);
+  const std::string diff = checkpoint::hf_config_mismatch(c, other);
   CHECK_THAT(diff, Contains("config.json num_key_value_heads = 2, the deck's model.kv_heads = 4"));
   CHECK_THAT(diff, Contains("config.json rope_theta = 500000, the deck's model.rope_theta = 10000"));
   CHECK_THAT(diff, Contains("config.json tie_word_embeddings = false, the deck's model.tie_embeddings = true"));
@@ -138,7 +138,7 @@ TEST_CASE("hf_llama: config.json describes the model and reads back; other model
   // 10000, rms_norm_eps 1e-6, untied.
   const std::string base = R"({"model_type":"llama","num_hidden_layers":1,"hidden_size":8,"num_attention_heads":2,)"
                            R"("intermediate_size":24,"vocab_size":5,"max_position_embeddings":4)";
-  const train::HfLlamaConfig d = train::read_hf_llama_config(write(dir, base + R"(,"num_key_value_heads":null})"), llama_preset());
+  const checkpoint::HfLlamaConfig d = checkpoint::read_hf_llama_config(write(dir, base + R"(,"num_key_value_heads":null})"), llama_preset());
   CHECK(d.kv_heads == 2);
   CHECK(d.rope_theta == 10000.0);
   CHECK(d.norm_eps == 1e-6);
@@ -154,8 +154,8 @@ TEST_CASE("hf_llama: config.json describes the model and reads back; other model
   };
   for (const auto& [extra, message] : refused) {
     CAPTURE(extra);
-    CHECK_THROWS_WITH(train::read_hf_llama_config(write(dir, base + extra), llama_preset()), Contains(message) && Contains("config.json"));
+    CHECK_THROWS_WITH(checkpoint::read_hf_llama_config(write(dir, base + extra), llama_preset()), Contains(message) && Contains("config.json"));
   }
-  CHECK_THROWS_WITH(train::read_hf_llama_config(write(dir, R"({"model_type":"gpt2"})"), llama_preset()), Contains("model_type is \"gpt2\""));
-  CHECK_THROWS_WITH(train::read_hf_llama_config(write(dir, R"({"model_type":"llama"})"), llama_preset()), Contains("no num_hidden_layers"));
+  CHECK_THROWS_WITH(checkpoint::read_hf_llama_config(write(dir, R"({"model_type":"gpt2"})"), llama_preset()), Contains("model_type is \"gpt2\""));
+  CHECK_THROWS_WITH(checkpoint::read_hf_llama_config(write(dir, R"({"model_type":"llama"})"), llama_preset()), Contains("no num_hidden_layers"));
 }

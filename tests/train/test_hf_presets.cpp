@@ -1,10 +1,10 @@
-// The Hugging Face presets (src/train/hf_presets.cpp): each is the form of its block preset, and a
+// The Hugging Face presets (src/checkpoint/hf_presets.cpp): each is the form of its block preset, and a
 // block specification no Hugging Face architecture computes is refused by name, not exported
 // under names that would compute another model.
 #include "catch.hpp"
 #include "src/model/model_parameters.hpp"
-#include "src/train/hf_format.hpp"
-#include "src/train/hf_presets.hpp"
+#include "src/checkpoint/hf_format.hpp"
+#include "src/checkpoint/hf_presets.hpp"
 
 using namespace tptrain;
 using Catch::Matchers::Contains;
@@ -21,19 +21,19 @@ model::GptShape shape_of_preset(const char* name) {
 }  // namespace
 
 TEST_CASE("hf presets: each block preset's form, every tensor named, biases included", "[train][hf]") {
-  for (const train::HfPreset& p : train::hf_presets()) {
+  for (const checkpoint::HfPreset& p : checkpoint::hf_presets()) {
     INFO(p.architecture);
     REQUIRE(model::block_preset(p.block_preset) != nullptr);
     const model::GptShape s = shape_of_preset(p.block_preset);
-    CHECK(&train::hf_preset_of(s) == &p);
-    const train::HfFormat f = train::hf_format(s);
+    CHECK(&checkpoint::hf_preset_of(s) == &p);
+    const checkpoint::HfFormat f = checkpoint::hf_format(s);
     CHECK(f.architecture == p.architecture);
     CHECK_THAT(f.config_json, Contains(std::string("\"") + p.architecture + "\"") &&
                                   Contains(std::string("\"model_type\": \"") + p.model_type + "\""));
     // Every checkpoint tensor is named, each of its rows once.
     std::size_t rows = 0, expected = 0;
     for (const model::LogicalTensor& t : model::logical_tensors(s)) expected += static_cast<std::size_t>(t.shape[0]);
-    for (const train::HfTensor& t : f.tensors) {
+    for (const checkpoint::HfTensor& t : f.tensors) {
       CHECK(t.hf_name.find("{i}") == std::string::npos);
       rows += t.rows;
     }
@@ -41,7 +41,7 @@ TEST_CASE("hf presets: each block preset's form, every tensor named, biases incl
     // Tied, the head is the word embedding's tensor.
     model::GptShape tied = s;
     tied.tie_embeddings = true;
-    CHECK(train::hf_format(tied).tied_to == model::kEmbeddingParameters[0].hf[static_cast<int>(p.naming)].pattern);
+    CHECK(checkpoint::hf_format(tied).tied_to == model::kEmbeddingParameters[0].hf[static_cast<int>(p.naming)].pattern);
   }
 }
 
@@ -49,10 +49,10 @@ TEST_CASE("hf presets: a specification no Hugging Face architecture computes is 
           "[train][hf]") {
   model::GptShape s = shape_of_preset("gpt2");
   s.position = model::Position::rope;  // a valid tptrain model; GPT2LMHeadModel has learned positions
-  CHECK_THROWS_WITH(train::hf_format(s), Contains("model.position = \"rope\"") &&
+  CHECK_THROWS_WITH(checkpoint::hf_format(s), Contains("model.position = \"rope\"") &&
                                              Contains("GPT2LMHeadModel (model.architecture = \"gpt2\")") &&
                                              Contains("LlamaForCausalLM (model.architecture = \"llama\")"));
   model::GptShape biased = shape_of_preset("llama");
   biased.linear_bias = true;
-  CHECK_THROWS_WITH(train::hf_format(biased), Contains("model.linear_bias = true"));
+  CHECK_THROWS_WITH(checkpoint::hf_format(biased), Contains("model.linear_bias = true"));
 }

@@ -13,8 +13,11 @@
 #include <tuple>
 
 #include "catch.hpp"
-#include "src/train/model_checkpoint.hpp"
-#include "src/train/pipeline_schedule.hpp"
+#include "src/checkpoint/model_checkpoint.hpp"
+#include "src/schedule/pipeline_schedule.hpp"
+#include "tests/schedule/pipeline_simulator.hpp"
+#include "src/schedule/schedule_memory.hpp"
+#include "src/schedule/transport.hpp"
 #include "src/train/training_run.hpp"
 #include "tests/model/model_test_util.hpp"
 #include "tests/train/train_test_util.hpp"
@@ -26,10 +29,10 @@ using test::check_close;
 using test::gradients_of;
 using test::layout_of;
 using test::logical_by_name;
-using train::Matching;
-using train::PipelineOp;
-using train::PipelinePlace;
-using train::Schedule;
+using schedule::Matching;
+using schedule::PipelineOp;
+using schedule::PipelinePlace;
+using schedule::Schedule;
 
 namespace {
 
@@ -68,30 +71,30 @@ TEST_CASE("interleaved 1F1B: every allowed schedule is deadlock-free; the rules 
           for (const auto& [overlap, matching] : std::vector<std::pair<bool, Matching>>{
                    {false, Matching::stream_order}, {true, Matching::stream_order}, {true, Matching::by_tag},
                    {true, Matching::per_flow}}) {
-            INFO("p " << p << ", v " << v << ", m " << m << ", " << train::schedule_name(s) << ", overlap " << overlap
-                      << ", " << train::matching_name(matching));
-            const std::string why = train::schedule_problem(s, p, m, v);
+            INFO("p " << p << ", v " << v << ", m " << m << ", " << schedule::schedule_name(s) << ", overlap " << overlap
+                      << ", " << schedule::matching_name(matching));
+            const std::string why = schedule::schedule_problem(s, p, m, v);
             const bool allowed = v == 1 || (p > 1 && s == Schedule::one_f_one_b && m % p == 0);
             CHECK(why.empty() == allowed);
             if (!allowed) {
-              CHECK_THROWS_AS(train::pipeline_ops(s, PipelinePlace{0, p, v}, m), std::invalid_argument);
+              CHECK_THROWS_AS(schedule::pipeline_ops(s, PipelinePlace{0, p, v}, m), std::invalid_argument);
               continue;
             }
-            CHECK(train::simulate_pipeline(s, p, m, v, overlap, matching) == "");
+            CHECK(schedule::simulate_pipeline(s, p, m, v, overlap, matching) == "");
             ++checked;
             // Every chunk runs its backwards in micro-batch order (the gradients accumulate in
             // the order of one rank).
             for (int r = 0; r < p; ++r) {
               std::vector<int> next(static_cast<std::size_t>(v), 0);
-              for (const PipelineOp& op : train::pipeline_ops(s, PipelinePlace{r, p, v}, m, overlap, matching))
+              for (const PipelineOp& op : schedule::pipeline_ops(s, PipelinePlace{r, p, v}, m, overlap, matching))
                 if (op.kind == PipelineOp::backward) CHECK(op.micro_batch == next[static_cast<std::size_t>(op.chunk)]++);
               for (int n : next) CHECK(n == m);
             }
           }
   CHECK(checked > 750);
-  CHECK_THAT(train::schedule_problem(Schedule::one_f_one_b, 1, 4, 2), Catch::Matchers::Contains("parallel.pipeline > 1"));
-  CHECK_THAT(train::schedule_problem(Schedule::one_f_one_b, 4, 6, 2),
-             Catch::Matchers::Contains("not a multiple of parallel.pipeline = 4"));
+  CHECK_THAT(schedule::schedule_problem(Schedule::one_f_one_b, 1, 4, 2), Catch::Matchers::Contains("parallel.pipeline > 1"));
+  CHECK_THAT(schedule::schedule_problem(Schedule::one_f_one_b, 4, 6, 2),
+             Catch::Matchers::Contains("in groups of parallel.pipeline = 4"));
 }
 
 namespace {
@@ -102,7 +105,7 @@ PipelineOp compute(PipelineOp::Kind kind, int chunk, int m) {
   op.micro_batch = m;
   return op;
 }
-PipelineOp post(int group, std::vector<train::PipelineTransfer> transfers) {
+PipelineOp post(int group, std::vector<schedule::PipelineTransfer> transfers) {
   PipelineOp op;
   op.kind = PipelineOp::post;
   op.group = group;
@@ -119,17 +122,17 @@ PipelineOp wait(int group) {
 
 TEST_CASE("the simulator finds deadlocks, orders NCCL would mismatch, and data used before it arrives",
           "[pipeline][interleaved]") {
-  using T = train::PipelineTransfer;
+  using T = schedule::PipelineTransfer;
   // Two ranks, one micro-batch, one chunk, as 1F1B runs it: finishes.
   const std::vector<PipelineOp> first{compute(PipelineOp::forward, 0, 0), post(0, {T{+1, true, 0, 0, 0}}), wait(0),
                                       post(1, {T{+1, false, 1, 0, 0}}), wait(1), compute(PipelineOp::backward, 0, 0)};
   const std::vector<PipelineOp> second{post(0, {T{-1, false, 0, 0, 0}}), wait(0), compute(PipelineOp::forward, 0, 0),
                                        compute(PipelineOp::backward, 0, 0), post(1, {T{-1, true, 1, 0, 0}}), wait(1)};
-  CHECK(train::simulate({first, second}, 1, 1).problem == "");
+  CHECK(schedule::simulate({first, second}, 1, 1).problem == "");
   // Rank 0 waits for the gradient before it sends the activation: a deadlock.
   std::vector<PipelineOp> swapped{compute(PipelineOp::forward, 0, 0), post(0, {T{+1, false, 1, 0, 0}}), wait(0),
                                   post(1, {T{+1, true, 0, 0, 0}}), wait(1), compute(PipelineOp::backward, 0, 0)};
-  CHECK_THAT(train::simulate({swapped, second}, 1, 1).problem, Catch::Matchers::Contains("deadlock"));
+  CHECK_THAT(schedule::simulate({swapped, second}, 1, 1).problem, Catch::Matchers::Contains("deadlock"));
   // Two micro-batches sent in one order and received in the other (tags would match them on
   // MPI; NCCL pairs by order): refused.
   const std::vector<PipelineOp> sender{compute(PipelineOp::forward, 0, 0), compute(PipelineOp::forward, 0, 1),
@@ -140,37 +143,37 @@ TEST_CASE("the simulator finds deadlocks, orders NCCL would mismatch, and data u
                                    compute(PipelineOp::forward, 0, 0), compute(PipelineOp::forward, 0, 1),
                                    compute(PipelineOp::backward, 0, 0), post(1, {T{-1, true, 1, 0, 0}}), wait(1),
                                    compute(PipelineOp::backward, 0, 1), post(2, {T{-1, true, 1, 1, 0}}), wait(2)};
-  CHECK_THAT(train::simulate({sender, receiver}, 2, 1).problem, Catch::Matchers::Contains("another order"));
+  CHECK_THAT(schedule::simulate({sender, receiver}, 2, 1).problem, Catch::Matchers::Contains("another order"));
   std::swap(receiver[0].transfers[0], receiver[0].transfers[1]);
-  CHECK(train::simulate({sender, receiver}, 2, 1).problem == "");
+  CHECK(schedule::simulate({sender, receiver}, 2, 1).problem == "");
   // A forward whose input was received but not waited for.
   std::vector<PipelineOp> unwaited = second;
   std::swap(unwaited[1], unwaited[2]);
-  CHECK_THAT(train::simulate({first, unwaited}, 1, 1).problem, Catch::Matchers::Contains("without its input"));
+  CHECK_THAT(schedule::simulate({first, unwaited}, 1, 1).problem, Catch::Matchers::Contains("without its input"));
 }
 
 TEST_CASE("by tag (MPI) a receive posted before the group its peer needs first completes; NCCL's order deadlocks",
           "[pipeline][interleaved]") {
-  using T = train::PipelineTransfer;
+  using T = schedule::PipelineTransfer;
   // Rank 0 posts the receive of the gradient before it sends the activation the gradient needs.
   const std::vector<PipelineOp> early{compute(PipelineOp::forward, 0, 0), post(0, {T{+1, false, 1, 0, 0}}),
                                       post(1, {T{+1, true, 0, 0, 0}}), wait(1), wait(0),
                                       compute(PipelineOp::backward, 0, 0)};
   const std::vector<PipelineOp> second{post(0, {T{-1, false, 0, 0, 0}}), wait(0), compute(PipelineOp::forward, 0, 0),
                                        compute(PipelineOp::backward, 0, 0), post(1, {T{-1, true, 1, 0, 0}}), wait(1)};
-  CHECK(train::simulate({early, second}, 1, 1, 1, 2, Matching::by_tag).problem == "");
-  CHECK_THAT(train::simulate({early, second}, 1, 1, 1, 2, Matching::stream_order).problem,
+  CHECK(schedule::simulate({early, second}, 1, 1, 1, 2, Matching::by_tag).problem == "");
+  CHECK_THAT(schedule::simulate({early, second}, 1, 1, 1, 2, Matching::stream_order).problem,
              Catch::Matchers::Contains("deadlock"));
   // Waiting for the receive before posting the send deadlocks under both.
   const std::vector<PipelineOp> blocked{compute(PipelineOp::forward, 0, 0), post(0, {T{+1, false, 1, 0, 0}}), wait(0),
                                         post(1, {T{+1, true, 0, 0, 0}}), wait(1), compute(PipelineOp::backward, 0, 0)};
-  CHECK_THAT(train::simulate({blocked, second}, 1, 1, 1, 2, Matching::by_tag).problem,
+  CHECK_THAT(schedule::simulate({blocked, second}, 1, 1, 1, 2, Matching::by_tag).problem,
              Catch::Matchers::Contains("deadlock"));
   // With p = 2 both neighbours are one rank: a receive "from the next rank" carries the tag of
   // the activation rank 0 sends forward, and MPI would hand it over; the simulator refuses.
   std::vector<PipelineOp> wrong_side = second;
   wrong_side[0].transfers[0].peer = +1;
-  CHECK_THAT(train::simulate({early, wrong_side}, 1, 1, 1, 2, Matching::by_tag).problem,
+  CHECK_THAT(schedule::simulate({early, wrong_side}, 1, 1, 1, 2, Matching::by_tag).problem,
              Catch::Matchers::Contains("with the tag"));
   // Two micro-batches received in another order than sent: tags match them on MPI.
   const std::vector<PipelineOp> sender{compute(PipelineOp::forward, 0, 0), compute(PipelineOp::forward, 0, 1),
@@ -182,7 +185,7 @@ TEST_CASE("by tag (MPI) a receive posted before the group its peer needs first c
                                          compute(PipelineOp::backward, 0, 0), post(1, {T{-1, true, 1, 0, 0}}),
                                          wait(1), compute(PipelineOp::backward, 0, 1),
                                          post(2, {T{-1, true, 1, 1, 0}}), wait(2)};
-  CHECK(train::simulate({sender, receiver}, 2, 1, 1, 2, Matching::by_tag).problem == "");
+  CHECK(schedule::simulate({sender, receiver}, 2, 1, 1, 2, Matching::by_tag).problem == "");
   // The model's one gradient buffer: a backward must not overwrite an input gradient still being
   // sent, and with v = 1 a gradient must not be received into it while it holds another.
   using F = PipelineOp;
@@ -196,14 +199,14 @@ TEST_CASE("by tag (MPI) a receive posted before the group its peer needs first c
                                            post(2, {T{-1, false, 0, 1, 0}}), wait(2), compute(F::forward, 0, 1),
                                            wait(1), compute(F::backward, 0, 1), post(3, {T{-1, true, 1, 1, 0}}),
                                            wait(3)};
-  CHECK(train::simulate({first_stage, last_stage}, 2, 1, 1, 2, Matching::by_tag).problem == "");
+  CHECK(schedule::simulate({first_stage, last_stage}, 2, 1, 1, 2, Matching::by_tag).problem == "");
   std::vector<PipelineOp> overwrites = last_stage;
   std::swap(overwrites[8], overwrites[9]);  // the second backward before the first gradient is sent
-  CHECK_THAT(train::simulate({first_stage, overwrites}, 2, 1, 1, 2, Matching::by_tag).problem,
+  CHECK_THAT(schedule::simulate({first_stage, overwrites}, 2, 1, 1, 2, Matching::by_tag).problem,
              Catch::Matchers::Contains("overwrites the gradient buffer"));
   std::vector<PipelineOp> two_in_one = first_stage;
   std::rotate(two_in_one.begin() + 8, two_in_one.begin() + 9, two_in_one.begin() + 10);  // receive 1 before backward 0
-  CHECK_THAT(train::simulate({two_in_one, last_stage}, 2, 1, 1, 2, Matching::by_tag).problem,
+  CHECK_THAT(schedule::simulate({two_in_one, last_stage}, 2, 1, 1, 2, Matching::by_tag).problem,
              Catch::Matchers::Contains("while it holds another gradient"));
   // The schedules' early receives are why the two backends get different ops: under NCCL's rule
   // they deadlock (all-forward-all-backward: the first stage's early receive of the first
@@ -212,19 +215,19 @@ TEST_CASE("by tag (MPI) a receive posted before the group its peer needs first c
            {Schedule::all_forward_all_backward, 4, 8, 1},
            {Schedule::one_f_one_b, 4, 8, 2},
            {Schedule::one_f_one_b, 2, 1, 1}}) {
-    INFO(train::schedule_name(s) << ", p " << p << ", v " << v << ", m " << m);
+    INFO(schedule::schedule_name(s) << ", p " << p << ", v " << v << ", m " << m);
     std::vector<std::vector<PipelineOp>> ops;
     for (int r = 0; r < p; ++r)
-      ops.push_back(train::pipeline_ops(s, PipelinePlace{r, p, v}, m, true, Matching::by_tag));
-    CHECK(train::simulate(ops, m, v, 1, 2, Matching::by_tag).problem == "");
-    CHECK(train::simulate(ops, m, v, 1, 2, Matching::stream_order).problem != "");
+      ops.push_back(schedule::pipeline_ops(s, PipelinePlace{r, p, v}, m, true, Matching::by_tag));
+    CHECK(schedule::simulate(ops, m, v, 1, 2, Matching::by_tag).problem == "");
+    CHECK(schedule::simulate(ops, m, v, 1, 2, Matching::stream_order).problem != "");
     // With a lane per flow (NCCL lanes) an early receive holds back nothing the peer needs.
-    CHECK(train::simulate(ops, m, v, 1, 2, Matching::per_flow).problem == "");
+    CHECK(schedule::simulate(ops, m, v, 1, 2, Matching::per_flow).problem == "");
   }
   // Lanes: the rank-0 early receive completes as by tag; NCCL still pairs a lane's transfers by
   // order, so micro-batches received in another order than sent are refused.
-  CHECK(train::simulate({early, second}, 1, 1, 1, 2, Matching::per_flow).problem == "");
-  CHECK_THAT(train::simulate({sender, receiver}, 2, 1, 1, 2, Matching::per_flow).problem,
+  CHECK(schedule::simulate({early, second}, 1, 1, 1, 2, Matching::per_flow).problem == "");
+  CHECK_THAT(schedule::simulate({sender, receiver}, 2, 1, 1, 2, Matching::per_flow).problem,
              Catch::Matchers::Contains("matches a lane's transfers by order"));
 }
 
@@ -253,14 +256,14 @@ TEST_CASE("by tag (MPI) receives are posted before the compute that precedes the
     for (int v = 1; v <= 4; ++v)
       for (int m = p; m <= 4 * p; m += p)
         for (const Schedule s : {Schedule::one_f_one_b, Schedule::all_forward_all_backward}) {
-          if (!train::schedule_problem(s, p, m, v).empty()) continue;
-          INFO("p " << p << ", v " << v << ", m " << m << ", " << train::schedule_name(s));
+          if (!schedule::schedule_problem(s, p, m, v).empty()) continue;
+          INFO("p " << p << ", v " << v << ", m " << m << ", " << schedule::schedule_name(s));
           int nccl = 0, mpi = 0;
           for (int r = 0; r < p; ++r) {
             INFO("rank " << r);
             const PipelinePlace place{r, p, v};
-            const int in_order = receives_overlapping_compute(train::pipeline_ops(s, place, m));
-            const int by_tag = receives_overlapping_compute(train::pipeline_ops(s, place, m, true, Matching::by_tag));
+            const int in_order = receives_overlapping_compute(schedule::pipeline_ops(s, place, m));
+            const int by_tag = receives_overlapping_compute(schedule::pipeline_ops(s, place, m, true, Matching::by_tag));
             CHECK(by_tag >= in_order);
             nccl += in_order;
             mpi += by_tag;
@@ -272,11 +275,11 @@ TEST_CASE("by tag (MPI) receives are posted before the compute that precedes the
 TEST_CASE("pipeline lanes: on every rank each lane carries one flow, and both ends of a flow use its lane",
           "[pipeline][interleaved]") {
   for (int p = 2; p <= 9; ++p) {
-    CHECK(train::pipeline_lanes(p) == (p % 2 == 1 ? 6 : 4));
+    CHECK(schedule::pipeline_lanes(p) == (p % 2 == 1 ? 6 : 4));
     for (int d = 0; d < 2; ++d)
       for (int s = 0; s < p; ++s) {  // neighbours around the ring differ
-        CHECK(train::pipeline_lane(s, p, d) != train::pipeline_lane((s + 1) % p, p, d));
-        CHECK(train::pipeline_lane(s, p, d) < train::pipeline_lanes(p));
+        CHECK(schedule::pipeline_lane(s, p, d) != schedule::pipeline_lane((s + 1) % p, p, d));
+        CHECK(schedule::pipeline_lane(s, p, d) < schedule::pipeline_lanes(p));
       }
     for (int v = 1; v <= 2; ++v)
       for (int r = 0; r < p; ++r) {
@@ -284,10 +287,10 @@ TEST_CASE("pipeline lanes: on every rank each lane carries one flow, and both en
         // lane -> the flows (sender, receiver, direction) this rank sends or receives on it
         std::map<int, std::set<std::tuple<int, int, int>>> flows_on;
         for (const PipelineOp& op :
-             train::pipeline_ops(Schedule::one_f_one_b, PipelinePlace{r, p, v}, 2 * p, true, Matching::per_flow))
+             schedule::pipeline_ops(Schedule::one_f_one_b, PipelinePlace{r, p, v}, 2 * p, true, Matching::per_flow))
           for (const auto& t : op.transfers) {
             const int peer = (r + t.peer + p) % p, sender = t.send ? r : peer, receiver = t.send ? peer : r;
-            flows_on[train::pipeline_lane(sender, p, t.direction)].insert({sender, receiver, t.direction});
+            flows_on[schedule::pipeline_lane(sender, p, t.direction)].insert({sender, receiver, t.direction});
           }
         CHECK(!flows_on.empty());
         for (const auto& [lane, flows] : flows_on) {
@@ -296,7 +299,7 @@ TEST_CASE("pipeline lanes: on every rank each lane carries one flow, and both en
         }
       }
   }
-  CHECK(train::pipeline_lanes(1) == 0);
+  CHECK(schedule::pipeline_lanes(1) == 0);
 }
 
 namespace {
@@ -321,12 +324,12 @@ TEST_CASE("with lanes, Megatron's receive places finish when the host waits for 
     for (int v = 1; v <= 4; ++v)
       for (int m = 1; m <= 4 * p + 3; ++m)
         for (const Schedule s : {Schedule::one_f_one_b, Schedule::all_forward_all_backward}) {
-          if (!train::schedule_problem(s, p, m, v).empty()) continue;
-          INFO("p " << p << ", v " << v << ", m " << m << ", " << train::schedule_name(s));
+          if (!schedule::schedule_problem(s, p, m, v).empty()) continue;
+          INFO("p " << p << ", v " << v << ", m " << m << ", " << schedule::schedule_name(s));
           std::vector<std::vector<PipelineOp>> ops;
           for (int r = 0; r < p; ++r)
-            ops.push_back(waits_at_once(train::pipeline_ops(s, PipelinePlace{r, p, v}, m)));
-          CHECK(train::simulate(ops, m, v, 1, 2, Matching::per_flow).problem == "");
+            ops.push_back(waits_at_once(schedule::pipeline_ops(s, PipelinePlace{r, p, v}, m)));
+          CHECK(schedule::simulate(ops, m, v, 1, 2, Matching::per_flow).problem == "");
           ++checked;
         }
   CHECK(checked > 250);
@@ -335,9 +338,9 @@ TEST_CASE("with lanes, Megatron's receive places finish when the host waits for 
   // rank 0's gradient receive before its forward).
   std::vector<std::vector<PipelineOp>> early;
   for (int r = 0; r < 2; ++r)
-    early.push_back(waits_at_once(train::pipeline_ops(Schedule::one_f_one_b, PipelinePlace{r, 2, 1}, 1, true,
+    early.push_back(waits_at_once(schedule::pipeline_ops(Schedule::one_f_one_b, PipelinePlace{r, 2, 1}, 1, true,
                                                       Matching::per_flow)));
-  CHECK_THAT(train::simulate(early, 1, 1, 1, 2, Matching::per_flow).problem, Catch::Matchers::Contains("deadlock"));
+  CHECK_THAT(schedule::simulate(early, 1, 1, 1, 2, Matching::per_flow).problem, Catch::Matchers::Contains("deadlock"));
 }
 
 TEST_CASE("the simulated bubble is (p - 1)/(v m)", "[pipeline][interleaved]") {
@@ -349,9 +352,9 @@ TEST_CASE("the simulated bubble is (p - 1)/(v m)", "[pipeline][interleaved]") {
                    {true, Matching::per_flow}})
           for (const double backward : {1.0, 2.0}) {
             INFO("p " << p << ", v " << v << ", m " << m << ", overlap " << overlap << ", t_b/t_f " << backward
-                      << ", " << train::matching_name(matching));
-            const train::PipelineSimulation sim =
-                train::simulate(Schedule::one_f_one_b, p, m, v, overlap, 1.0, backward, matching);
+                      << ", " << schedule::matching_name(matching));
+            const schedule::PipelineSimulation sim =
+                schedule::simulate(Schedule::one_f_one_b, p, m, v, overlap, 1.0, backward, matching);
             REQUIRE(sim.problem == "");
             CHECK(sim.busy_time == m * v * (1.0 + backward));
             CHECK(std::fabs(sim.bubble() - double(p - 1) / (v * m)) < 1e-12);
@@ -361,16 +364,16 @@ TEST_CASE("the simulated bubble is (p - 1)/(v m)", "[pipeline][interleaved]") {
   for (const auto& [p, m, v] : std::vector<std::array<int, 3>>{{16, 192, 2}, {16, 64, 3}, {12, 36, 4}, {32, 64, 2}}) {
     INFO("p " << p << ", v " << v << ", m " << m);
     for (const Matching matching : {Matching::stream_order, Matching::by_tag, Matching::per_flow}) {
-      const train::PipelineSimulation sim = train::simulate(Schedule::one_f_one_b, p, m, v, true, 1, 2, matching);
+      const schedule::PipelineSimulation sim = schedule::simulate(Schedule::one_f_one_b, p, m, v, true, 1, 2, matching);
       REQUIRE(sim.problem == "");
       CHECK(std::fabs(sim.bubble() - double(p - 1) / (v * m)) < 1e-12);
     }
   }
   // All-forward-all-backward has the same bubble (p − 1)/m; fewer micro-batches than stages more.
-  CHECK(std::fabs(train::simulate(Schedule::all_forward_all_backward, 4, 8, 1).bubble() - 3.0 / 8) < 1e-12);
-  CHECK(std::fabs(train::simulate(Schedule::all_forward_all_backward, 4, 8, 1, true, 1, 2, Matching::by_tag).bubble() -
+  CHECK(std::fabs(schedule::simulate(Schedule::all_forward_all_backward, 4, 8, 1).bubble() - 3.0 / 8) < 1e-12);
+  CHECK(std::fabs(schedule::simulate(Schedule::all_forward_all_backward, 4, 8, 1, true, 1, 2, Matching::by_tag).bubble() -
                   3.0 / 8) < 1e-12);
-  CHECK(train::simulate(Schedule::one_f_one_b, 4, 2, 1).bubble() > 3.0 / 2 - 1e-12);
+  CHECK(schedule::simulate(Schedule::one_f_one_b, 4, 2, 1).bubble() > 3.0 / 2 - 1e-12);
 }
 
 TEST_CASE("interleaved 1F1B keeps per chunk what schedule_memory says, for any number of micro-batches",
@@ -383,16 +386,16 @@ TEST_CASE("interleaved 1F1B keeps per chunk what schedule_memory says, for any n
                    {false, Matching::stream_order}, {true, Matching::stream_order}, {true, Matching::by_tag},
                    {true, Matching::per_flow}}) {
             INFO("p " << p << ", v " << v << ", rank " << r << ", m " << m << ", overlap " << overlap
-                      << ", " << train::matching_name(matching));
+                      << ", " << schedule::matching_name(matching));
             const PipelinePlace place{r, p, v};
-            const auto ops = train::pipeline_ops(Schedule::one_f_one_b, place, m, overlap, matching);
-            const train::ScheduleMemory memory =
-                train::schedule_memory(Schedule::one_f_one_b, place, m, overlap, matching);
+            const auto ops = schedule::pipeline_ops(Schedule::one_f_one_b, place, m, overlap, matching);
+            const schedule::ScheduleMemory memory =
+                schedule::schedule_memory(Schedule::one_f_one_b, place, m, overlap, matching);
             REQUIRE(static_cast<int>(memory.slots.size()) == v);
-            for (int c = 0; c < v; ++c) CHECK(memory.slots[static_cast<std::size_t>(c)] == train::peak_in_flight(ops, c));
-            CHECK(memory.received_gradients == (v > 1 ? train::peak_received_gradients(ops) : 0));
+            for (int c = 0; c < v; ++c) CHECK(memory.slots[static_cast<std::size_t>(c)] == schedule::peak_in_flight(ops, c));
+            CHECK(memory.received_gradients == (v > 1 ? schedule::peak_received_gradients(ops) : 0));
             // Early receives cost nothing: the plan (which assumes NCCL) holds for MPI runs too.
-            const train::ScheduleMemory nccl = train::schedule_memory(Schedule::one_f_one_b, place, m);
+            const schedule::ScheduleMemory nccl = schedule::schedule_memory(Schedule::one_f_one_b, place, m);
             CHECK(memory.slots == nccl.slots);
             CHECK(memory.received_gradients == nccl.received_gradients);
           }
@@ -402,15 +405,15 @@ TEST_CASE("interleaved 1F1B keeps per chunk what schedule_memory says, for any n
     for (int r = 0; r < p; ++r)
       for (int m = 1; m <= 4 * p + 3; ++m)
         for (const Schedule s : {Schedule::one_f_one_b, Schedule::all_forward_all_backward}) {
-          INFO(train::schedule_name(s) << ", p " << p << ", rank " << r << ", m " << m);
+          INFO(schedule::schedule_name(s) << ", p " << p << ", rank " << r << ", m " << m);
           const PipelinePlace place{r, p, 1};
-          const auto ops = train::pipeline_ops(s, place, m, true, Matching::by_tag);
-          const train::ScheduleMemory nccl = train::schedule_memory(s, place, m);
-          CHECK(train::peak_in_flight(ops) == nccl.slots.at(0));
-          CHECK(train::schedule_memory(s, place, m, true, Matching::by_tag).slots == nccl.slots);
+          const auto ops = schedule::pipeline_ops(s, place, m, true, Matching::by_tag);
+          const schedule::ScheduleMemory nccl = schedule::schedule_memory(s, place, m);
+          CHECK(schedule::peak_in_flight(ops) == nccl.slots.at(0));
+          CHECK(schedule::schedule_memory(s, place, m, true, Matching::by_tag).slots == nccl.slots);
         }
   // Rank 0 keeps the most: p·2 micro-batches on its first chunk once m >= 2p (Megatron's warm-up).
-  CHECK(train::schedule_memory(Schedule::one_f_one_b, PipelinePlace{0, 4, 2}, 192).slots == std::vector<int>{8, 4});
+  CHECK(schedule::schedule_memory(Schedule::one_f_one_b, PipelinePlace{0, 4, 2}, 192).slots == std::vector<int>{8, 4});
 }
 
 TEST_CASE("a model stage of v chunks holds virtual stages c·p + r", "[pipeline][interleaved][model]") {
@@ -581,17 +584,17 @@ TEST_CASE("a checkpoint of an interleaved run loads into v = 1 and back", "[pipe
       parallel::Topology topo(MPI_COMM_WORLD, layout_of(deck));
       train::TrainingRun run(deck, topo);
       for (int s = 0; s < k; ++s) run.step(s);
-      train::save_checkpoint(run.model(), deck, topo, file_step, 0);
+      checkpoint::save_checkpoint(run.model(), deck, topo, file_step, 0);
     }
-    const std::string file = train::checkpoint_path(dir.path(), file_step);
+    const std::string file = checkpoint::checkpoint_path(dir.path(), file_step);
     const io::Deck deck = interleaved_deck(load.tensor, load.pipeline, load.data, load.v, steps, layers, extra);
     parallel::Topology topo(MPI_COMM_WORLD, layout_of(deck));
     train::TrainingRun run(deck, topo);
-    train::load_weights(run.model(), topo, file, true);
+    checkpoint::load_weights(run.model(), topo, file, true);
     {
       parallel::Topology self(MPI_COMM_SELF, parallel::Layout{});
       train::TrainingRun whole(ref_deck, self);
-      train::load_weights(whole.model(), self, file, true);
+      checkpoint::load_weights(whole.model(), self, file, true);
       const Named want = logical_by_name(whole.model(), self.tp(), false);
       for (const auto& [name, got] : logical_by_name(run.model(), topo.tp(), false)) {
         INFO(name);
@@ -611,8 +614,8 @@ TEST_CASE("docs/design.md draws the interleaved schedule the simulator runs (p =
   std::ifstream in(std::string(TPTRAIN_SOURCE_DIR) + "/docs/design.md");
   REQUIRE(in);
   const std::string doc((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const std::string interleaved = train::draw(train::simulate(Schedule::one_f_one_b, 2, 4, 2, true, 1, 1));
-  const std::string plain = train::draw(train::simulate(Schedule::one_f_one_b, 2, 4, 1, true, 2, 2));
+  const std::string interleaved = schedule::draw(schedule::simulate(Schedule::one_f_one_b, 2, 4, 2, true, 1, 1));
+  const std::string plain = schedule::draw(schedule::simulate(Schedule::one_f_one_b, 2, 4, 1, true, 2, 2));
   INFO(interleaved << plain);
   CHECK(doc.find("```\n" + interleaved + "```") != std::string::npos);
   CHECK(doc.find("```\n" + plain + "```") != std::string::npos);
@@ -626,7 +629,7 @@ TEST_CASE("deferred transfer waits and early receives give the gradients of wait
   for (const int v : {1, 2})
     for (const Schedule schedule : {Schedule::one_f_one_b, Schedule::all_forward_all_backward}) {
       if (v > 1 && (schedule != Schedule::one_f_one_b || n == 1)) continue;  // v > 1 needs 2 stages
-      INFO(train::schedule_name(schedule) << " on " << n << " stages, v = " << v);
+      INFO(schedule::schedule_name(schedule) << " on " << n << " stages, v = " << v);
       const io::Deck deck = interleaved_deck(1, n, 1, v, 4, 2 * n * v);
       train::RunOptions overlapped{schedule, true}, at_once{schedule, true};
       at_once.overlap_pipeline_transfers = false;

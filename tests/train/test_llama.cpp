@@ -8,7 +8,7 @@
 #include <mpi.h>
 
 #include "catch.hpp"
-#include "src/train/model_checkpoint.hpp"
+#include "src/checkpoint/model_checkpoint.hpp"
 #include "src/train/training_run.hpp"
 #include "tests/model/model_test_util.hpp"
 #include "tests/train/train_test_util.hpp"
@@ -52,7 +52,7 @@ std::vector<LayoutCase> layouts_of_world() {
 
 template <class T = float>
 void check_against(const Gradients& ref, const io::Deck& deck, int step, double tol = 1e-5, double loss_tol = 1e-5,
-                   train::Schedule schedule = train::Schedule::one_f_one_b) {
+                   schedule::Schedule schedule = schedule::Schedule::one_f_one_b) {
   const Gradients got = gradients_of<T>(deck, MPI_COMM_WORLD, step, schedule);
   INFO("step " << step << ": loss " << got.loss << " vs " << ref.loss << ", norm " << got.norm << " vs " << ref.norm);
   CHECK(std::fabs(got.loss - ref.loss) <= loss_tol * std::fabs(ref.loss));
@@ -100,7 +100,7 @@ TEST_CASE("llama: every layout gives the one-rank loss, gradients and gradient n
     check_against(ref[1], llama_deck(l.tensor, l.pipeline, l.data, 4), 2, 1e-4);
     if (l.pipeline > 1) {  // all-forward-all-backward as well as 1F1B
       check_against(ref[0], llama_deck(l.tensor, l.pipeline, l.data, 4), 0, 1e-5, 1e-5,
-                    train::Schedule::all_forward_all_backward);
+                    schedule::Schedule::all_forward_all_backward);
     }
     if (l.tensor > 1) {  // sequence parallelism
       io::Deck sp = llama_deck(l.tensor, l.pipeline, l.data, 4);
@@ -190,17 +190,17 @@ TEST_CASE("llama: a checkpoint saved with one layout resumes under another, bit 
       parallel::Topology topo(MPI_COMM_WORLD, layout_of(deck));
       train::TrainingRun run(deck, topo);
       for (int s = 0; s < k; ++s) run.step(s);
-      train::save_checkpoint(run.model(), deck, topo, file_step, 0);
+      checkpoint::save_checkpoint(run.model(), deck, topo, file_step, 0);
     }
-    const std::string file = train::checkpoint_path(dir.path(), file_step);
+    const std::string file = checkpoint::checkpoint_path(dir.path(), file_step);
     const io::Deck deck = llama_deck(load.tensor, load.pipeline, load.data, steps, extra);
     parallel::Topology topo(MPI_COMM_WORLD, layout_of(deck));
     train::TrainingRun run(deck, topo);
-    train::load_weights(run.model(), topo, file, true);
+    checkpoint::load_weights(run.model(), topo, file, true);
     {  // bitwise the file's tensors: the whole model read on one rank
       parallel::Topology self(MPI_COMM_SELF, parallel::Layout{});
       train::TrainingRun whole(ref_deck, self);
-      train::load_weights(whole.model(), self, file, true);
+      checkpoint::load_weights(whole.model(), self, file, true);
       const Named want = logical_by_name(whole.model(), self.tp(), false);
       for (const auto& [name, got] : logical_by_name(run.model(), topo.tp(), false)) {
         INFO(name);
@@ -224,13 +224,13 @@ TEST_CASE("a llama checkpoint is refused by a gpt2 deck and the reverse, naming 
   const int step = 1 + test::world_rank();  // a file per rank when several run this test
   {
     train::TrainingRun run(llama, self);
-    train::save_checkpoint(run.model(), llama, self, step, 0);
+    checkpoint::save_checkpoint(run.model(), llama, self, step, 0);
   }
   io::Deck gpt2 = test::pipeline_deck(1, 1, 1, 2, 8, extra);
   train::TrainingRun run(gpt2, self);
-  CHECK_THROWS_WITH(train::load_weights(run.model(), self, train::checkpoint_path(dir.path(), step)),
+  CHECK_THROWS_WITH(checkpoint::load_weights(run.model(), self, checkpoint::checkpoint_path(dir.path(), step)),
                     test::contains("model.norm: the checkpoint has rmsnorm, the deck has layernorm"));
-  const model::GptShape shape = train::checkpoint_model_shape(llama.to_toml());
+  const model::GptShape shape = checkpoint::checkpoint_model_shape(llama.to_toml());
   CHECK(shape.architecture == "llama");
   CHECK(shape.rms());
   CHECK(shape.swiglu());
@@ -241,7 +241,7 @@ TEST_CASE("a llama checkpoint is refused by a gpt2 deck and the reverse, naming 
   CHECK(shape.rope_theta == 500000.0);
   CHECK(shape.norm_eps == 1e-6);
   // A deck from before model.architecture: gpt2, tied, kv_heads = heads.
-  const model::GptShape old = train::checkpoint_model_shape(
+  const model::GptShape old = checkpoint::checkpoint_model_shape(
       "[model]\nlayers = 2\nhidden = 32\nheads = 4\nffn_hidden = 64\nvocab_size = 256\nseq_length = 16\n");
   CHECK(old.architecture == "gpt2");
   CHECK(!old.rms());

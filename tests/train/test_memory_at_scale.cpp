@@ -87,10 +87,10 @@ TEST_CASE("every recompute mode gives the gradients of recompute = none bit for 
   for (std::size_t i = 0; i < layouts.size(); ++i) {
     const Layout& l = layouts[i];
     const bool sp = i >= plain;
-    for (auto schedule : {train::Schedule::one_f_one_b, train::Schedule::all_forward_all_backward}) {
-      if (l.pipeline == 1 && schedule != train::Schedule::one_f_one_b) continue;
+    for (auto schedule : {schedule::Schedule::one_f_one_b, schedule::Schedule::all_forward_all_backward}) {
+      if (l.pipeline == 1 && schedule != schedule::Schedule::one_f_one_b) continue;
       INFO("tensor " << l.tensor << " x pipeline " << l.pipeline << " x data " << l.data
-                     << (sp ? ", sequence parallel" : "") << ", " << train::schedule_name(schedule));
+                     << (sp ? ", sequence parallel" : "") << ", " << schedule::schedule_name(schedule));
       // Step 1: after an optimizer step, so that the weights are no longer the initial ones.
       const test::Gradients none = test::gradients_of(deck_of(l, sp, "none"), MPI_COMM_WORLD, 1, schedule);
       for (const char* mode : {"selective", "full"}) {
@@ -108,7 +108,7 @@ TEST_CASE("what each recompute mode and sequence parallelism keep for the backwa
   // One stage of 4 blocks, micro-batch 2, S = 16, H = 32, 4 heads, F = 64 (the small deck), fp32.
   auto self = test::tp_group(1);
   const io::Deck deck = deck_of({1, 1, 1}, false);
-  const model::GptShape shape = train::shape_of(deck);
+  const model::GptShape shape = model::shape_of(deck);
   const auto saved = [&](model::Recompute r, int slots) {
     model::GptModel<float> m(shape, 2, *self, 1, model::PipelineStage{}, r);
     m.reserve_slots(slots);

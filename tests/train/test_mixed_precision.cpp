@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "catch.hpp"
-#include "src/train/model_checkpoint.hpp"
+#include "src/checkpoint/model_checkpoint.hpp"
 #include "src/train/training_run.hpp"
 #include "tests/model/model_test_util.hpp"
 #include "tests/train/train_test_util.hpp"
@@ -177,29 +177,29 @@ TEST_CASE("bf16 checkpoints resume bit for bit and load into fp32 runs, and the 
   {
     train::TrainingRun<kx::bf16> first(bf16_deck, topo);
     for (int s = 0; s < k; ++s) first.step(s);
-    train::save_checkpoint(first.model(), bf16_deck, topo, k, 0, first.train_state());
+    checkpoint::save_checkpoint(first.model(), bf16_deck, topo, k, 0, first.train_state());
     for (const auto& b : first.model().buckets())
       for (double x : host_values(b.master)) master.push_back(x);
   }
-  const std::string file = train::checkpoint_path(dir.path(), k);
+  const std::string file = checkpoint::checkpoint_path(dir.path(), k);
   {  // bf16 resumes bit for bit
     train::TrainingRun<kx::bf16> second(bf16_deck, topo);
-    const io::CheckpointMeta meta = train::load_weights(second.model(), topo, file, true);
+    const io::CheckpointMeta meta = checkpoint::load_weights(second.model(), topo, file, true);
     CHECK(meta.precision == "bf16");
     for (int s = k; s < steps; ++s) CHECK(second.step(s).loss == straight[static_cast<std::size_t>(s)]);
   }
   {  // an fp32 run reads the fp32 master weights exactly
     train::TrainingRun<float> fp32(fp32_deck, topo);
-    train::load_weights(fp32.model(), topo, file, true);
+    checkpoint::load_weights(fp32.model(), topo, file, true);
     std::vector<double> weights;
     for (const auto& b : fp32.model().buckets())
       for (double x : host_values(b.values)) weights.push_back(x);
     CHECK(weights == master);
-    train::save_checkpoint(fp32.model(), fp32_deck, topo, 100 + k, 0);
+    checkpoint::save_checkpoint(fp32.model(), fp32_deck, topo, 100 + k, 0);
   }
   {  // and a bf16 run reads an fp32 checkpoint: its master is the file, its compute copy the rounding
     train::TrainingRun<kx::bf16> back(bf16_deck, topo);
-    const io::CheckpointMeta meta = train::load_weights(back.model(), topo, train::checkpoint_path(dir.path(), 100 + k));
+    const io::CheckpointMeta meta = checkpoint::load_weights(back.model(), topo, checkpoint::checkpoint_path(dir.path(), 100 + k));
     CHECK(meta.precision == "fp32");
     std::vector<double> got;
     std::size_t unrounded = 0;
@@ -240,10 +240,10 @@ TEST_CASE("fp16 resumes bit for bit: the loss scaler's state travels in the chec
   {
     train::TrainingRun<kx::fp16> first(deck, topo);
     for (int s = 0; s < k; ++s) first.step(s);
-    train::save_checkpoint(first.model(), deck, topo, k, 0, first.train_state());
+    checkpoint::save_checkpoint(first.model(), deck, topo, k, 0, first.train_state());
   }
   train::TrainingRun<kx::fp16> second(deck, topo);
-  const io::CheckpointMeta meta = train::load_weights(second.model(), topo, train::checkpoint_path(dir.path(), k), true);
+  const io::CheckpointMeta meta = checkpoint::load_weights(second.model(), topo, checkpoint::checkpoint_path(dir.path(), k), true);
   CHECK(meta.precision == "fp16");
   second.restore_train_state(meta.train);
   for (int s = k; s < steps; ++s) {

@@ -1,8 +1,8 @@
 // The model FLOP count behind MFU (tptrain bench): GPT-2 124M's published figures; the
 // recomputed FLOPs behind HFU.
 #include "catch.hpp"
-#include "src/train/deck_shape.hpp"
-#include "src/train/model_flops.hpp"
+#include "src/model/shape_of_deck.hpp"
+#include "src/model/model_flops.hpp"
 #include "src/util/phases.hpp"
 #include "tests/train/train_test_util.hpp"
 
@@ -17,14 +17,14 @@ TEST_CASE("model FLOPs per token: 6N + 12LSH, N without the position embedding",
   s.seq_length = 1024;
   s.vocab_size = 50257;
   // 124,439,808 parameters (PyTorch's count of GPT-2 small) less the 1024 x 768 position embedding.
-  CHECK(train::flops_parameters(s) == 124439808.0 - 1024.0 * 768.0);
-  CHECK(train::training_flops_per_token(s) == 6.0 * 123653376.0 + 12.0 * 12 * 1024 * 768);
+  CHECK(model::flops_parameters(s) == 124439808.0 - 1024.0 * 768.0);
+  CHECK(model::training_flops_per_token(s) == 6.0 * 123653376.0 + 12.0 * 12 * 1024 * 768);
   // A recomputed forward is a third of the training step's matrix work, less what the forward
   // does not multiply: biases and LayerNorm weights (about 0.1 % of N here).
-  const double forward = train::forward_flops_per_token(s, 12, true);
-  CHECK(forward * 3 == Approx(train::training_flops_per_token(s)).epsilon(2e-3));
-  CHECK(train::forward_flops_per_token(s, 6, false) * 2 ==
-        Approx(train::forward_flops_per_token(s, 12, false)));
+  const double forward = model::forward_flops_per_token(s, 12, true);
+  CHECK(forward * 3 == Approx(model::training_flops_per_token(s)).epsilon(2e-3));
+  CHECK(model::forward_flops_per_token(s, 6, false) * 2 ==
+        Approx(model::forward_flops_per_token(s, 12, false)));
 }
 
 // A block's FLOPs come from the block descriptor's matrices (model_flops.hpp); the published
@@ -35,16 +35,16 @@ TEST_CASE("block FLOPs from the rows equal GPT-2's and Llama's formulas", "[benc
   model::GptShape g;  // GPT-2 124M
   g.layers = 12, g.hidden = 768, g.heads = 12, g.ffn_hidden = 3072, g.seq_length = 1024, g.vocab_size = 50257;
   const double H = 768, F = 3072, S = 1024;
-  CHECK(train::block_forward_flops_per_token(g) == 2.0 * (4 * H * H + 2 * H * F) + 4.0 * S * H);
+  CHECK(model::block_forward_flops_per_token(g) == 2.0 * (4 * H * H + 2 * H * F) + 4.0 * S * H);
   model::GptShape l;  // Llama 3 8B
   static_cast<model::BlockSpec&>(l) = model::block_preset("llama")->spec;
   l.layers = 32, l.hidden = 4096, l.heads = 32, l.kv_heads = 8, l.ffn_hidden = 14336, l.seq_length = 8192;
   l.vocab_size = 128256;
   const double h = 4096, f = 14336, s = 8192, kv = 8 * 128;
-  CHECK(train::block_forward_flops_per_token(l) == 2.0 * (h * (h + 2 * kv) + h * h + 3 * h * f) + 4.0 * s * h);
+  CHECK(model::block_forward_flops_per_token(l) == 2.0 * (h * (h + 2 * kv) + h * h + 3 * h * f) + 4.0 * s * h);
   model::GptShape gs = g;
   gs.mlp = model::Mlp::swiglu;
-  CHECK(train::block_forward_flops_per_token(gs) == 2.0 * (4 * H * H + 3 * H * F) + 4.0 * S * H);
+  CHECK(model::block_forward_flops_per_token(gs) == 2.0 * (4 * H * H + 3 * H * F) + 4.0 * S * H);
 }
 
 // HFU (tptrain bench) adds what recomputation runs again to the model FLOPs; MFU never does. The
@@ -62,7 +62,7 @@ TEST_CASE("HFU counts selective and full recomputation; untimed phases issue no 
     deck.training.recompute = mode;
     parallel::Topology topo(MPI_COMM_WORLD, test::layout_of(deck));
     train::TrainingRun<float> run(deck, topo);
-    const model::GptShape shape = train::shape_of(deck);
+    const model::GptShape shape = model::shape_of(deck);
     auto& m = run.model();
     const std::int64_t fences = clock.fences();
     run.step(0);
@@ -73,14 +73,14 @@ TEST_CASE("HFU counts selective and full recomputation; untimed phases issue no 
     CHECK(double(m.recomputed_scores()) == scores);
     CHECK(double(m.recomputed_blocks()) == blocks);
     CHECK(m.recomputed_heads() == 0);
-    const train::Recomputed r{double(m.recomputed_blocks()), double(m.recomputed_heads()),
+    const model::Recomputed r{double(m.recomputed_blocks()), double(m.recomputed_heads()),
                               double(m.recomputed_scores())};
     const double S = shape.seq_length, H = shape.hidden, F = shape.ffn_hidden;
     const double tokens = double(m.tokens());  // per micro-batch
     const double expected = tokens * (scores * 2 * S * H + blocks * (2 * (4 * H * H + 2 * H * F) + 4 * S * H));
-    CHECK(train::recomputed_flops(shape, m.tokens(), r) == Approx(expected));
-    if (mode == "none") CHECK(train::recomputed_flops(shape, m.tokens(), r) == 0.0);  // HFU = MFU
-    else CHECK(train::recomputed_flops(shape, m.tokens(), r) > 0.0);                  // HFU > MFU
+    CHECK(model::recomputed_flops(shape, m.tokens(), r) == Approx(expected));
+    if (mode == "none") CHECK(model::recomputed_flops(shape, m.tokens(), r) == 0.0);  // HFU = MFU
+    else CHECK(model::recomputed_flops(shape, m.tokens(), r) > 0.0);                  // HFU > MFU
     // Timing on: every phase boundary fences the device.
     clock.set_timing(true);
     run.step(1);

@@ -11,8 +11,10 @@
 #include <unistd.h>
 
 #include "catch.hpp"
-#include "src/train/model_checkpoint.hpp"
-#include "src/train/pipeline_schedule.hpp"
+#include "src/checkpoint/model_checkpoint.hpp"
+#include "src/schedule/pipeline_schedule.hpp"
+#include "tests/schedule/pipeline_simulator.hpp"
+#include "src/schedule/schedule_memory.hpp"
 #include "src/train/training_run.hpp"
 #include "src/util/host_waits.hpp"
 #include "tests/model/model_test_util.hpp"
@@ -62,29 +64,29 @@ TEST_CASE("pipeline schedules are deadlock-free and bound the micro-batches in f
   for (int P = 1; P <= 6; ++P)
     for (int M = 1; M <= 17; ++M) {
       INFO(P << " stages, " << M << " micro-batches");
-      CHECK(train::simulate_pipeline(train::Schedule::one_f_one_b, P, M) == "");
-      CHECK(train::simulate_pipeline(train::Schedule::all_forward_all_backward, P, M) == "");
+      CHECK(schedule::simulate_pipeline(schedule::Schedule::one_f_one_b, P, M) == "");
+      CHECK(schedule::simulate_pipeline(schedule::Schedule::all_forward_all_backward, P, M) == "");
       for (int s = 0; s < P; ++s) {
-        CHECK(train::peak_in_flight(train::pipeline_ops(train::Schedule::one_f_one_b, s, P, M)) ==
+        CHECK(schedule::peak_in_flight(schedule::pipeline_ops(schedule::Schedule::one_f_one_b, s, P, M)) ==
               std::min(P - s, M));
-        CHECK(train::peak_in_flight(train::pipeline_ops(train::Schedule::all_forward_all_backward, s, P, M)) == M);
+        CHECK(schedule::peak_in_flight(schedule::pipeline_ops(schedule::Schedule::all_forward_all_backward, s, P, M)) == M);
       }
     }
   // One stage: forward and backward alternate, as without a pipeline.
-  const auto ops = train::pipeline_ops(train::Schedule::one_f_one_b, 0, 1, 3);
+  const auto ops = schedule::pipeline_ops(schedule::Schedule::one_f_one_b, 0, 1, 3);
   REQUIRE(ops.size() == 6);
   for (std::size_t i = 0; i < ops.size(); ++i) {
-    CHECK(ops[i].kind == (i % 2 == 0 ? train::PipelineOp::forward : train::PipelineOp::backward));
+    CHECK(ops[i].kind == (i % 2 == 0 ? schedule::PipelineOp::forward : schedule::PipelineOp::backward));
     CHECK(ops[i].micro_batch == static_cast<int>(i / 2));
   }
   // Backwards run in micro-batch order under both schedules (identical gradient accumulation).
-  for (auto schedule : {train::Schedule::one_f_one_b, train::Schedule::all_forward_all_backward}) {
+  for (auto schedule : {schedule::Schedule::one_f_one_b, schedule::Schedule::all_forward_all_backward}) {
     int next = 0;
-    for (const auto& op : train::pipeline_ops(schedule, 1, 4, 9))
-      if (op.kind == train::PipelineOp::backward) CHECK(op.micro_batch == next++);
+    for (const auto& op : schedule::pipeline_ops(schedule, 1, 4, 9))
+      if (op.kind == schedule::PipelineOp::backward) CHECK(op.micro_batch == next++);
     CHECK(next == 9);
   }
-  CHECK_THROWS(train::pipeline_ops(train::Schedule::one_f_one_b, 2, 2, 4));
+  CHECK_THROWS(schedule::pipeline_ops(schedule::Schedule::one_f_one_b, 2, 2, 4));
 }
 
 TEST_CASE("a model stage holds its layers, the embedding and the head where they belong", "[pipeline][model]") {
@@ -194,8 +196,8 @@ TEST_CASE("1F1B and all-forward-all-backward give identical gradients", "[pipeli
     const io::Deck deck = test::pipeline_deck(tensor, n / tensor, 1, 4);
     INFO("tensor " << tensor << " x pipeline " << n / tensor);
     parallel::Topology topo(MPI_COMM_WORLD, layout_of(deck));
-    train::TrainingRun a(deck, topo, train::RunOptions{train::Schedule::one_f_one_b, true});
-    train::TrainingRun b(deck, topo, train::RunOptions{train::Schedule::all_forward_all_backward, true});
+    train::TrainingRun a(deck, topo, train::RunOptions{schedule::Schedule::one_f_one_b, true});
+    train::TrainingRun b(deck, topo, train::RunOptions{schedule::Schedule::all_forward_all_backward, true});
     const double loss_a = a.compute_gradients(1);
     const double loss_b = b.compute_gradients(1);
     CHECK(loss_a == loss_b);
@@ -223,8 +225,8 @@ TEST_CASE("1F1B and all-forward-all-backward give identical gradients", "[pipeli
 
 TEST_CASE("each micro-batch is sampled once per step, on the stages that read tokens", "[pipeline][mpi]") {
   const int n = test::world_size();
-  for (const train::Schedule schedule : {train::Schedule::one_f_one_b, train::Schedule::all_forward_all_backward}) {
-    INFO(train::schedule_name(schedule) << " on " << n << " stages");
+  for (const schedule::Schedule schedule : {schedule::Schedule::one_f_one_b, schedule::Schedule::all_forward_all_backward}) {
+    INFO(schedule::schedule_name(schedule) << " on " << n << " stages");
     const io::Deck deck = test::pipeline_deck(1, n, 1, 4, 4 * n);  // 2n micro-batches
     parallel::Topology topo(MPI_COMM_WORLD, layout_of(deck));
     train::TrainingRun run(deck, topo, train::RunOptions{schedule, true});
@@ -248,11 +250,11 @@ TEST_CASE("a training step waits on the host where docs/design.md says", "[pipel
   const io::Deck deck = test::pipeline_deck(1, n, 1, 4, 4 * n);
   parallel::Topology topo(MPI_COMM_WORLD, layout_of(deck));
   train::TrainingRun run(deck, topo);
-  REQUIRE(run.pipeline().matching() == train::Matching::by_tag);  // the MPI backend
+  REQUIRE(run.pipeline().matching() == schedule::Matching::by_tag);  // the MPI backend
   const int stage = topo.coords().pp, M = run.micro_batches();
   std::int64_t transfers = 0;
-  for (const train::PipelineOp& op : train::pipeline_ops(train::Schedule::one_f_one_b, run.pipeline().place(), M,
-                                                         true, train::Matching::by_tag))
+  for (const schedule::PipelineOp& op : schedule::pipeline_ops(schedule::Schedule::one_f_one_b, run.pipeline().place(), M,
+                                                         true, schedule::Matching::by_tag))
     transfers += static_cast<std::int64_t>(op.transfers.size());
   const std::int64_t embedding_group = n > 1 && (stage == 0 || stage == n - 1) ? 1 : 0;
   using W = util::HostWait;
@@ -334,18 +336,18 @@ TEST_CASE("a checkpoint saved with one layout resumes under another", "[pipeline
       parallel::Topology topo(MPI_COMM_WORLD, layout_of(deck));
       train::TrainingRun run(deck, topo);
       for (int s = 0; s < k; ++s) run.step(s);
-      train::save_checkpoint(run.model(), deck, topo, file_step, 0);
+      checkpoint::save_checkpoint(run.model(), deck, topo, file_step, 0);
     }
-    const std::string file = train::checkpoint_path(dir.path(), file_step);
+    const std::string file = checkpoint::checkpoint_path(dir.path(), file_step);
     const io::Deck deck = test::pipeline_deck(load.tensor, load.pipeline, load.data, steps, 8, extra);
     parallel::Topology topo(MPI_COMM_WORLD, layout_of(deck));
     train::TrainingRun run(deck, topo);
-    CHECK(train::load_weights(run.model(), topo, file, true).pp == save.pipeline);
+    CHECK(checkpoint::load_weights(run.model(), topo, file, true).pp == save.pipeline);
     // Bitwise the tensors of the file: compare with the whole model read on one rank.
     {
       parallel::Topology self(MPI_COMM_SELF, parallel::Layout{});
       train::TrainingRun whole(ref_deck, self);
-      train::load_weights(whole.model(), self, file, true);
+      checkpoint::load_weights(whole.model(), self, file, true);
       const Named want = logical_by_name(whole.model(), self.tp(), false);
       for (const auto& [name, got] : logical_by_name(run.model(), topo.tp(), false)) {
         INFO(name);
@@ -364,20 +366,20 @@ TEST_CASE("a checkpoint saved with one layout resumes under another", "[pipeline
 TEST_CASE("report: activation memory of the pipeline schedules (tiny deck)", "[.report]") {
   const io::Deck deck = io::load_deck(std::string(TPTRAIN_SOURCE_DIR) + "/input/tiny.toml");
   auto self = test::tp_group(1);
-  model::GptShape shape = train::shape_of(deck);
+  model::GptShape shape = model::shape_of(deck);
   shape.tensor = 1;
   const double MiB = 1048576.0;
   for (auto recompute : {model::Recompute::none, model::Recompute::selective, model::Recompute::full})
     for (int P : {2, 4})
       for (int M : {4, 16})
-        for (auto schedule : {train::Schedule::one_f_one_b, train::Schedule::all_forward_all_backward}) {
+        for (auto schedule : {schedule::Schedule::one_f_one_b, schedule::Schedule::all_forward_all_backward}) {
           std::string line = fmt::format("{:9} P={} M={:2} {:24}:", model::recompute_name(recompute), P, M,
-                                         train::schedule_name(schedule));
+                                         schedule::schedule_name(schedule));
           std::size_t worst = 0;
           for (int s = 0; s < P; ++s) {
             model::GptModel<float> stage(shape, deck.training.micro_batch, *self, 1, model::PipelineStage{s, P},
                                          recompute);
-            const int in_flight = train::peak_in_flight(train::pipeline_ops(schedule, s, P, M));
+            const int in_flight = schedule::peak_in_flight(schedule::pipeline_ops(schedule, s, P, M));
             stage.reserve_slots(in_flight);
             line += fmt::format(" | stage {}: {} in flight, {:.2f} MiB", s, in_flight, stage.activation_bytes() / MiB);
             worst = std::max(worst, stage.activation_bytes());
@@ -401,7 +403,7 @@ TEST_CASE("bench: data-parallel all-reduce overlap (tiny deck, data = world)", "
   double exposed[2] = {0, 0};
   std::string buckets;
   for (bool overlap : {false, true}) {
-    train::TrainingRun run(deck, topo, train::RunOptions{train::Schedule::one_f_one_b, overlap});
+    train::TrainingRun run(deck, topo, train::RunOptions{schedule::Schedule::one_f_one_b, overlap});
     run.step(0);  // warm-up
     std::vector<double> waits;
     std::vector<double> by_bucket_before = run.reduction_stats().wait_by_bucket_s;

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "catch.hpp"
-#include "src/train/model_checkpoint.hpp"
+#include "src/checkpoint/model_checkpoint.hpp"
 #include "tests/train/train_test_util.hpp"
 
 using namespace tptrain;
@@ -136,18 +136,18 @@ TEST_CASE("a checkpoint does not depend on the rank order", "[train][order][chec
       parallel::Topology topo(MPI_COMM_WORLD, test::layout_of(deck));
       train::TrainingRun run(deck, topo);
       for (int s = 0; s < k; ++s) run.step(s);
-      train::save_checkpoint(run.model(), deck, topo, file_step, 0);
+      checkpoint::save_checkpoint(run.model(), deck, topo, file_step, 0);
     }
-    const std::string file = train::checkpoint_path(dir.path(), file_step);
+    const std::string file = checkpoint::checkpoint_path(dir.path(), file_step);
     const io::Deck deck = ordered_deck(l, load, steps, extra);
     parallel::Topology topo(MPI_COMM_WORLD, test::layout_of(deck));
     train::TrainingRun run(deck, topo);
-    train::load_weights(run.model(), topo, file, true);
+    checkpoint::load_weights(run.model(), topo, file, true);
     // Bitwise the tensors of the file: compare with the whole model read on one rank.
     {
       parallel::Topology self(MPI_COMM_SELF, parallel::Layout{});
       train::TrainingRun whole(ref_deck, self);
-      train::load_weights(whole.model(), self, file, true);
+      checkpoint::load_weights(whole.model(), self, file, true);
       const Named want = test::logical_by_name(whole.model(), self.tp(), false);
       for (const auto& [name, got] : test::logical_by_name(run.model(), topo.tp(), false)) {
         INFO(name);

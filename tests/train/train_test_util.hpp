@@ -122,7 +122,7 @@ struct Gradients {
 
 template <class T = float>
 Gradients gradients_of(const io::Deck& deck, MPI_Comm comm, int step,
-                       train::Schedule schedule = train::Schedule::one_f_one_b) {
+                       schedule::Schedule schedule = schedule::Schedule::one_f_one_b) {
   parallel::Topology topo(comm, layout_of(deck));
   train::TrainingRun<T> run(deck, topo, train::RunOptions{schedule, true});
   for (int s = 0; s < step; ++s) run.step(s);

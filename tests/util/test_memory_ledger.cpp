@@ -11,7 +11,7 @@
 
 #include "catch.hpp"
 #include "src/train/memory_metrics.hpp"
-#include "src/train/model_checkpoint.hpp"
+#include "src/checkpoint/model_checkpoint.hpp"
 #include "src/train/training_run.hpp"
 #include "src/util/memory_ledger.hpp"
 #include "src/util/resident_memory.hpp"
@@ -196,7 +196,7 @@ TEST_CASE("a checkpoint's host copies are booked under checkpoint and released a
   auto& ledger = util::memory_ledger();
   ledger.reset_high_water();
   const Delta d;
-  train::save_checkpoint(run.model(), deck, topo, 1, 0);
+  checkpoint::save_checkpoint(run.model(), deck, topo, 1, 0);
   CHECK(d[MemoryCategory::checkpoint] == 0);
   // The fp32 master weights and both moments, once each, on the host while the file is written.
   const train::ParameterMemory pm = run.parameter_memory();

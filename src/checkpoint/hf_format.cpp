@@ -1,0 +1,62 @@
+#include "src/checkpoint/hf_format.hpp"
+
+#include "src/model/model_parameters.hpp"
+#include "src/checkpoint/hf_gpt2.hpp"
+#include "src/checkpoint/hf_llama.hpp"
+
+namespace tptrain::checkpoint {
+
+namespace {
+
+std::string gpt2_shape_keys(const std::string& checkpoint_name) {
+  std::string keys = "model.hidden / n_embd";
+  if (checkpoint_name == "embedding/word" || checkpoint_name == "lm_head/weight")
+    keys = "model.vocab_size / vocab_size, " + keys;
+  if (checkpoint_name == "embedding/position") keys = "model.seq_length / n_positions, " + keys;
+  if (checkpoint_name.find("/mlp/") != std::string::npos) keys += ", model.ffn_hidden / n_inner";
+  return keys;
+}
+
+std::string llama_shape_keys(const std::string& checkpoint_name) {
+  std::string keys = "model.hidden / hidden_size";
+  if (checkpoint_name == "embedding/word" || checkpoint_name == "lm_head/weight")
+    keys = "model.vocab_size / vocab_size, " + keys;
+  if (checkpoint_name.find("/attn/") != std::string::npos)
+    keys += ", model.heads / num_attention_heads, model.kv_heads / num_key_value_heads";
+  if (checkpoint_name.find("/mlp/") != std::string::npos) keys += ", model.ffn_hidden / intermediate_size";
+  return keys;
+}
+
+}  // namespace
+
+HfFormat hf_format(const model::GptShape& shape) {
+  const HfPreset& preset = hf_preset_of(shape);
+  HfFormat f;
+  f.architecture = preset.architecture;
+  f.model_type = preset.model_type;
+  f.prefix = preset.prefix;
+  f.ignored_buffers = preset.ignored_buffers;
+  // Tied, the output layer is the word embedding's HF tensor.
+  if (shape.tie_embeddings) f.tied_to = model::kEmbeddingParameters[0].hf[static_cast<int>(preset.naming)].pattern;
+  f.tensors = hf_tensors(shape, preset.naming);
+  switch (preset.config) {
+    case HfConfigFamily::gpt2:
+      // GPT-2's tokenizer (a vocabulary of 50257 or its padding): <|endoftext|> is bos and eos.
+      f.config_json = hf_gpt2_config(shape, shape.vocab_size >= 50257);
+      f.config_mismatch = [](const std::string& path, const model::GptShape& s) {
+        return hf_config_mismatch(read_hf_gpt2_config(path), s);
+      };
+      f.shape_keys = gpt2_shape_keys;
+      break;
+    case HfConfigFamily::llama:
+      f.config_json = hf_llama_config(shape, preset);
+      f.config_mismatch = [&preset](const std::string& path, const model::GptShape& s) {
+        return hf_config_mismatch(read_hf_llama_config(path, preset), s);
+      };
+      f.shape_keys = llama_shape_keys;
+      break;
+  }
+  return f;
+}
+
+}  // namespace tptrain::checkpoint

@@ -1,0 +1,43 @@
+// A model's Hugging Face form, whichever architecture it is (docs/checkpoints.md, "Hugging Face
+// export and import"): what `tptrain export` and `tptrain import` (src/driver/hf_commands.cpp)
+// need besides the file formats, gathered from the shape's Hugging Face preset
+// (src/checkpoint/hf_presets.hpp), the rows' names and the config family's file (src/checkpoint/hf_gpt2.hpp,
+// src/checkpoint/hf_llama.hpp).
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "src/model/gpt_shape.hpp"
+#include "src/checkpoint/hf_tensors.hpp"
+
+namespace tptrain::checkpoint {
+
+struct HfFormat {
+  std::string architecture;  // "GPT2LMHeadModel": for messages
+  std::string model_type;    // "gpt2"
+  // The base model's prefix of every key but lm_head's ("transformer.", "model."): Hugging Face's
+  // own files of a base model leave it out, save_pretrained writes it; import takes both.
+  std::string prefix;
+  // Keys (after the prefix) of buffers a file may hold besides the weights, which import skips
+  // (an ECMAScript regex): GPT-2's causal masks, old Llama files' rotary inv_freq.
+  std::string ignored_buffers;
+  // The output layer is the word embedding: an lm_head.weight in the file must equal this HF
+  // tensor bit for bit (it is not written). "" when lm_head is a tensor of its own.
+  std::string tied_to;
+  std::vector<HfTensor> tensors;  // in checkpoint order
+  std::string config_json;        // what export writes as config.json
+  // Reads and checks config.json at `path` against the deck's shape: throws std::runtime_error
+  // for a config of a model tptrain does not compute (naming the file and the field); returns ""
+  // when it describes the deck's model, else one line per field that differs.
+  std::function<std::string(const std::string& path, const model::GptShape& shape)> config_mismatch;
+  // The deck keys and config fields a checkpoint tensor's shape comes from, for messages.
+  std::string (*shape_keys)(const std::string& checkpoint_name) = nullptr;
+};
+
+// The form of the shape's block specification; throws std::runtime_error when no Hugging Face
+// preset computes it (hf_preset_of).
+HfFormat hf_format(const model::GptShape& shape);
+
+}  // namespace tptrain::checkpoint

@@ -1,0 +1,52 @@
+#include "src/checkpoint/hf_presets.hpp"
+
+#include <fmt/format.h>
+
+#include <stdexcept>
+
+#include "base/block_spec.hpp"
+
+namespace tptrain::checkpoint {
+
+const std::vector<HfPreset>& hf_presets() {
+  static const std::vector<HfPreset> presets = {
+      {"GPT2LMHeadModel", "gpt2", "gpt2", model::HfNaming::gpt2, HfConfigFamily::gpt2, "transformer.",
+       R"(h\.[0-9]+\.attn\.(bias|masked_bias))"},
+      {"LlamaForCausalLM", "llama", "llama", model::HfNaming::llama, HfConfigFamily::llama, "model.",
+       R"(layers\.[0-9]+\.self_attn\.rotary_emb\.inv_freq)"},  // older transformers saved it
+      // Qwen2Config has LlamaConfig's fields for what tptrain computes; q, k and v carry biases.
+      {"Qwen2ForCausalLM", "qwen2", "qwen2", model::HfNaming::llama, HfConfigFamily::llama, "model.",
+       R"(layers\.[0-9]+\.self_attn\.rotary_emb\.inv_freq)"},
+  };
+  return presets;
+}
+
+namespace {
+
+bool same_choices(const model::BlockSpec& a, const model::BlockSpec& b) {
+  return a.norm == b.norm && a.mlp == b.mlp && a.position == b.position && a.qkv_bias == b.qkv_bias &&
+         a.linear_bias == b.linear_bias;
+}
+
+std::string choices_text(const model::BlockSpec& s) {
+  return fmt::format("model.norm = \"{}\", model.mlp = \"{}\", model.position = \"{}\", model.qkv_bias = {}, "
+                     "model.linear_bias = {}",
+                     model::norm_name(s.norm), model::mlp_name(s.mlp), model::position_name(s.position), s.qkv_bias,
+                     s.linear_bias);
+}
+
+}  // namespace
+
+const HfPreset& hf_preset_of(const model::GptShape& shape) {
+  std::string known;
+  for (const HfPreset& p : hf_presets()) {
+    const model::BlockPreset* block = model::block_preset(p.block_preset);
+    if (block != nullptr && same_choices(shape, block->spec)) return p;
+    known += fmt::format("{}{} (model.architecture = \"{}\")", known.empty() ? "" : ", ", p.architecture,
+                         p.block_preset);
+  }
+  throw std::runtime_error(fmt::format("no Hugging Face architecture computes the block {}; those tptrain knows: {}",
+                                       choices_text(shape), known));
+}
+
+}  // namespace tptrain::checkpoint

@@ -1,0 +1,110 @@
+#include "src/checkpoint/hf_tensors.hpp"
+
+#include <optional>
+#include <stdexcept>
+
+#include "src/model/model_parameters.hpp"
+
+namespace tptrain::checkpoint {
+
+namespace {
+
+// Elements of one row: the product of every dimension but the first.
+std::uint64_t row_elements(const std::vector<std::uint64_t>& shape) {
+  std::uint64_t n = 1;
+  for (std::size_t i = 1; i < shape.size(); ++i) n *= shape[i];
+  return n;
+}
+
+// The names of a pattern ("model.layers.{i}.self_attn.q_proj.weight|..."): one per '|' piece,
+// "{i}" the layer.
+std::vector<std::string> hf_names(const std::string& pattern, int layer) {
+  std::vector<std::string> names;
+  for (std::size_t at = 0;;) {
+    const std::size_t bar = pattern.find('|', at);
+    std::string name = pattern.substr(at, bar == std::string::npos ? std::string::npos : bar - at);
+    if (const std::size_t i = name.find("{i}"); i != std::string::npos) name.replace(i, 3, std::to_string(layer));
+    names.push_back(std::move(name));
+    if (bar == std::string::npos) return names;
+    at = bar + 1;
+  }
+}
+
+}  // namespace
+
+std::vector<std::uint64_t> HfTensor::hf_shape() const {
+  std::vector<std::uint64_t> shape = checkpoint_shape;
+  if (!shape.empty()) shape[0] = rows;
+  if (transposed) return {shape.at(1), shape.at(0)};
+  return shape;
+}
+
+std::uint64_t HfTensor::elements() const { return rows * row_elements(checkpoint_shape); }
+
+BlockName split_block_name(const std::string& name) {
+  if (name.rfind("layers/", 0) != 0) return {-1, name};
+  const std::size_t slash = name.find('/', 7);
+  if (slash == std::string::npos) return {-1, name};
+  return {std::stoi(name.substr(7, slash - 7)), name.substr(slash + 1)};
+}
+
+std::vector<HfTensor> hf_tensors(const model::GptShape& shape, model::HfNaming naming) {
+  std::vector<HfTensor> out;
+  for (const model::LogicalTensor& t : model::logical_tensors(shape)) {
+    std::vector<std::uint64_t> checkpoint_shape;
+    for (const auto d : t.shape) checkpoint_shape.push_back(static_cast<std::uint64_t>(d));
+    const std::optional<model::ParameterRow> row = model::model_parameter_row(shape, t.name);
+    const char* pattern = row ? row->hf[static_cast<int>(naming)].pattern : nullptr;
+    if (pattern == nullptr)
+      throw std::logic_error("tptrain: the model tensor " + t.name +
+                             " has no Hugging Face name in this family (its row's hf, src/model/block_descriptor.hpp)");
+    const std::vector<std::string> names = hf_names(pattern, split_block_name(t.name).layer);
+    const bool transposed = row->hf[static_cast<int>(naming)].transposed;
+    if (transposed && (checkpoint_shape.size() != 2 || names.size() != 1))
+      throw std::logic_error("tptrain: " + t.name + " is transposed for Hugging Face but is not one whole matrix");
+    if (names.size() != 1 && names.size() != static_cast<std::size_t>(row->blocks))
+      throw std::logic_error("tptrain: " + t.name + " has " + std::to_string(row->blocks) + " blocks but " +
+                             std::to_string(names.size()) + " Hugging Face names");
+    // A stacked row's blocks: their extents when they differ (Q, K, V), else equal parts.
+    const model::ParameterSpec spec = model::spec_of(*row, shape);
+    std::uint64_t begin = 0;
+    for (std::size_t b = 0; b < names.size(); ++b) {
+      HfTensor h;
+      h.hf_name = names[b];
+      h.checkpoint_name = t.name;
+      h.checkpoint_shape = checkpoint_shape;
+      h.row_begin = begin;
+      h.rows = names.size() == 1                ? checkpoint_shape.at(0)
+               : spec.block_extents.empty() ? checkpoint_shape.at(0) / names.size()
+                                            : static_cast<std::uint64_t>(spec.block_extents[b]);
+      h.transposed = transposed;
+      begin += h.rows;
+      out.push_back(std::move(h));
+    }
+  }
+  return out;
+}
+
+std::vector<float> to_hf(const HfTensor& t, const std::vector<float>& checkpoint_values) {
+  const std::uint64_t width = row_elements(t.checkpoint_shape);
+  const auto first = checkpoint_values.begin() + static_cast<std::ptrdiff_t>(t.row_begin * width);
+  std::vector<float> rows(first, first + static_cast<std::ptrdiff_t>(t.rows * width));
+  if (!t.transposed) return rows;
+  std::vector<float> y(rows.size());  // [rows, width] -> [width, rows]
+  for (std::uint64_t r = 0; r < t.rows; ++r)
+    for (std::uint64_t c = 0; c < width; ++c) y[c * t.rows + r] = rows[r * width + c];
+  return y;
+}
+
+void from_hf(const HfTensor& t, const std::vector<float>& hf_values, std::vector<float>& checkpoint_values) {
+  const std::uint64_t width = row_elements(t.checkpoint_shape);
+  float* rows = checkpoint_values.data() + t.row_begin * width;
+  if (!t.transposed) {
+    for (std::uint64_t i = 0; i < t.rows * width; ++i) rows[i] = hf_values[i];
+    return;
+  }
+  for (std::uint64_t c = 0; c < width; ++c)  // [width, rows] -> [rows, width]
+    for (std::uint64_t r = 0; r < t.rows; ++r) rows[r * width + c] = hf_values[c * t.rows + r];
+}
+
+}  // namespace tptrain::checkpoint

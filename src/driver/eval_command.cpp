@@ -1,0 +1,120 @@
+#include "src/driver/eval_command.hpp"
+
+#include <cmath>
+#include <vector>
+
+#include "base/agreement.hpp"
+#include "io/json_line.hpp"
+#include "src/util/log.hpp"
+#include "src/checkpoint/model_checkpoint.hpp"
+#include "src/driver/precision_dispatch.hpp"
+#include "src/train/training_run.hpp"
+#include "text/tokenizer.hpp"
+
+namespace tptrain::driver {
+
+namespace {
+
+using parallel::on_every_rank;
+
+// The UTF-8 bytes the target tokens of the first `windows` windows stand for, in the deck's
+// tokenizer: bits per byte = total nats / (ln 2 · bytes) compares models whose tokens differ
+// (a byte-level model's token is one byte; a GPT-2 token about four). Without a count (a target
+// token the tokenizer does not have, e.g. GPT-2 shards under the default data.tokenizer =
+// "bytes"), `why` says so and eval reports nats per token only.
+struct TargetBytes {
+  std::int64_t bytes = 0;
+  std::string why;  // non-empty: no count
+};
+TargetBytes target_bytes(const io::Deck& deck, const data::TokenDataset& data, std::int64_t windows, int S,
+                         const std::string& path) {
+  const std::unique_ptr<text::Tokenizer> tokenizer = text::make_tokenizer(deck.data.tokenizer, deck.data.tokenizer_dir);
+  std::vector<std::int64_t> length(tokenizer->vocab_size());
+  for (std::size_t t = 0; t < length.size(); ++t)
+    length[t] = static_cast<std::int64_t>(tokenizer->decode({static_cast<text::Token>(t)}).size());
+  std::vector<std::int32_t> inputs(static_cast<std::size_t>(S)), targets(static_cast<std::size_t>(S));
+  TargetBytes r;
+  // Every window is read here, even after a token without a count: reading checks each token
+  // against model.vocab_size (data sets too large to check at open are checked where read), and
+  // this runs on every rank at once, so a bad token is one agreed error, not one rank's abort in
+  // the evaluation's collectives.
+  for (std::int64_t j = 0; j < windows; ++j) {
+    data.window(static_cast<std::size_t>(j), S, inputs.data(), targets.data());
+    for (std::int32_t t : targets) {
+      if (!r.why.empty()) break;
+      if (t < 0 || static_cast<std::size_t>(t) >= length.size())
+        r.why = fmt::format("{} window {} has token {}, which the {} tokenizer (data.tokenizer) does not have (ids "
+                            "0..{}){}",
+                            path, j, t, tokenizer->name(), length.size() - 1,
+                            deck.data.tokenizer == "bytes" ? "; for GPT-2 tokens set data.tokenizer = \"gpt2\"" : "");
+      else
+        r.bytes += length[static_cast<std::size_t>(t)];
+    }
+  }
+  if (!r.why.empty()) r.bytes = 0;
+  return r;
+}
+
+template <class T>
+int eval_as(const io::Deck& deck, const parallel::Topology& topo, const std::string& checkpoint,
+            const std::string& data_path, int windows) {
+  using Model = model::GptModel<T>;
+  const model::GptShape shape = model::shape_of(deck);
+  const std::string path = data_path.empty() ? deck.data.valid : data_path;
+  std::unique_ptr<data::TokenDataset> data;
+  const std::int64_t n = windows > 0 ? windows : deck.training.eval_windows;
+  on_every_rank(topo.world(), [&] {
+        if (path.empty())
+          throw std::runtime_error("no evaluation data: the deck has no data.valid and no --data was given");
+        data = std::make_unique<data::TokenDataset>(data::TokenDataset::open(path, shape.vocab_size));
+        if (std::string w = data::other_tokenizer_warning(*data, data_path.empty() ? "data.valid" : "--data",
+                                                          deck.data.tokenizer);
+            !w.empty() && topo.world_rank() == 0)
+          log::warning(w);
+        const auto available = static_cast<std::int64_t>(data->num_windows(shape.seq_length));
+        if (available < n)
+          throw std::runtime_error(fmt::format("{} holds {} windows of {} tokens, {} were asked for", path,
+                                               available, shape.seq_length + 1, n));
+  });
+  std::unique_ptr<Model> model;  // may not fit: reported like any other failure, on every rank
+  on_every_rank(topo.world(), [&] {
+    model = std::make_unique<Model>(shape, deck.training.micro_batch, topo.tp(), deck.training.seed, model::PipelineStage{topo.coords().pp, topo.layout().pipeline});
+  });
+  io::CheckpointMeta meta;
+  on_every_rank(topo.world(), [&] { meta = checkpoint::load_weights(*model, topo, checkpoint); });
+  TargetBytes counted;
+  on_every_rank(topo.world(), [&] { counted = target_bytes(deck, *data, n, shape.seq_length, path); });
+  const double loss = train::evaluate(*model, *data, n, topo.pp());
+  if (!std::isfinite(loss))  // JSON has no NaN: a non-finite loss is an error, not a result
+    throw parallel::AgreedError(fmt::format("eval: checkpoint {}: the mean loss is {} (not finite)", checkpoint, loss));
+  const std::int64_t tokens = n * shape.seq_length;
+  io::JsonObject json;
+  json.number("eval_loss", loss, io::digits(9)).number("nats_per_token", loss, io::digits(9));
+  if (counted.why.empty()) {
+    const double bits_per_byte =
+        loss * static_cast<double>(tokens) / (std::log(2.0) * static_cast<double>(counted.bytes));
+    log::infof("eval: checkpoint {} (step {}), {} windows of {} tokens from {}: mean loss {:.6f} nats/token, "
+               "{:.6f} bits/byte ({} tokens of {} bytes, data.tokenizer = \"{}\")",
+               checkpoint, meta.step, n, shape.seq_length, path, loss, bits_per_byte, tokens, counted.bytes,
+               deck.data.tokenizer);
+    json.number("bits_per_byte", bits_per_byte, io::digits(9));
+  } else {
+    log::infof("eval: checkpoint {} (step {}), {} windows of {} tokens from {}: mean loss {:.6f} nats/token",
+               checkpoint, meta.step, n, shape.seq_length, path, loss);
+    if (log::rank() <= 0) log::warning("eval: no bits per byte: " + counted.why);
+  }
+  json.integer("windows", n).integer("tokens", tokens);
+  if (counted.why.empty()) json.integer("bytes", counted.bytes);
+  log::info(json.text());
+  return 0;
+}
+
+}  // namespace
+
+int run_eval(const io::Deck& deck, const parallel::Topology& topo, const std::string& checkpoint,
+             const std::string& data, int windows) {
+  return with_precision(deck.training.precision,
+                        [&](auto t) { return eval_as<decltype(t)>(deck, topo, checkpoint, data, windows); });
+}
+
+}  // namespace tptrain::driver

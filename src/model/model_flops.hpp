@@ -1,0 +1,86 @@
+// Model FLOPs of a training step: what MFU divides by (Chowdhery et al. 2022, PaLM appendix B;
+// Narayanan et al. 2021, Megatron-LM section 5.1). Per token, without recomputation:
+//   6·N + 12·L·S·H
+// N: every logical parameter that takes part in a matrix product, by the usual convention with the
+// biases and norm weights: all of them but the position embedding and, when the output layer is
+// untied (llama's default), the word embedding, both lookups. The tied word embedding counts once,
+// through the logits GEMM; an untied lm_head/weight is that GEMM. 6 = 2 (multiply-add) x 3
+// (forward, input gradient, weight gradient). For llama N holds SwiGLU's three matrices (3·H·F per
+// block) and grouped-query attention's narrower K and V (H·nkv·d each). 12·L·S·H: the two
+// attention products QKᵀ and P·V, 2·S·H FLOPs each per token and layer in the forward (nh·d = H
+// query features; grouped-query attention shares K and V between heads, not the products), times
+// 3. The full S x S square is counted, as the GEMMs compute it (causality masks half of it
+// afterwards).
+// Recomputation is not in the model FLOPs (MFU) but in the hardware FLOPs (HFU, Korthikanti et
+// al. 2022 section 6.3): a forward run again adds 2·N_stage + 4·L_stage·S·H per token on that
+// stage, and every block backward without kept scores (recompute = selective and full) first
+// recomputes Q Kᵀ: 2·S·H per token and block.
+#pragma once
+
+#include <cstdint>
+
+#include "src/model/gpt_model.hpp"
+
+namespace tptrain::model {
+
+inline constexpr const char* kModelFlopsFormula =
+    "6*N + 12*L*S*H per token (N without the position embedding, and without the word embedding when untied)";
+
+// N above: the logical tensors of the model (the checkpoint's), without the lookups.
+inline double flops_parameters(const model::GptShape& s) {
+  double n = 0;
+  for (const model::LogicalTensor& t : model::logical_tensors(s)) {
+    if (t.name == "embedding/position" || (t.name == "embedding/word" && !s.tie_embeddings)) continue;
+    double size = 1;
+    for (const std::int64_t d : t.shape) size *= static_cast<double>(d);
+    n += size;
+  }
+  return n;
+}
+
+inline double training_flops_per_token(const model::GptShape& s) {
+  return 6.0 * flops_parameters(s) + 12.0 * s.layers * double(s.seq_length) * s.hidden;
+}
+
+// One transformer block's forward per token: its GEMMs, 2 FLOPs per weight element of the
+// specification's matrices (the block descriptor's two-dimensional rows), and the two attention
+// products over the full S×S square, 4·S·H. GPT-2: QKV 3H², projection H², MLP 2HF; Llama: Q H²,
+// K and V H·nkv·d each, o_proj H², gate, up and down 3HF (tests/train/test_model_flops.cpp holds
+// them to these published formulas). The one formula of a block's cost, for the bench and src/plan.
+inline double block_forward_flops_per_token(const model::GptShape& s) {
+  double weights = 0;
+  for (const model::ParameterRow& r : model::block_parameter_rows(s))
+    if (r.shape[1] != model::ParameterDim::none)
+      weights += static_cast<double>(model::extent(r.shape[0], s)) * static_cast<double>(model::extent(r.shape[1], s));
+  return 2.0 * weights + 4.0 * double(s.seq_length) * s.hidden;
+}
+
+// One forward of `layers` blocks (and, on the stages that have them, the head), per token: the
+// cost of recomputing a stage's forward before its backward.
+inline double forward_flops_per_token(const model::GptShape& s, int layers, bool with_head) {
+  return layers * block_forward_flops_per_token(s) + (with_head ? 2.0 * double(s.vocab_size) * s.hidden : 0.0);
+}
+
+// Q Kᵀ again, per token, for a block's backward that did not keep the scores (the full S×S
+// square, as training_flops_per_token counts it).
+inline double recomputed_scores_flops_per_token(const model::GptShape& s) {
+  return 2.0 * double(s.seq_length) * s.hidden;
+}
+
+// What one rank's model recomputed in a step (GptModel's recomputed_* counters, per step).
+struct Recomputed {
+  double blocks = 0;  // block forwards run again (recompute = full)
+  double heads = 0;   // heads (ln_f, logits, loss) run again on a last stage
+  double scores = 0;  // block backwards that recomputed Q Kᵀ (recompute = selective or full)
+};
+
+// The hardware FLOPs beyond the model FLOPs of one rank's step, `tokens` tokens per micro-batch
+// (each recomputed piece is split over the tensor-parallel ranks).
+inline double recomputed_flops(const model::GptShape& s, std::int64_t tokens, const Recomputed& r) {
+  return static_cast<double>(tokens) *
+         (r.blocks * forward_flops_per_token(s, 1, false) + r.heads * forward_flops_per_token(s, 0, true) +
+          r.scores * recomputed_scores_flops_per_token(s)) /
+         s.tensor;
+}
+
+}  // namespace tptrain::model

@@ -1,0 +1,37 @@
+// The model shape a deck describes: its [model] keys, the tensor-parallel size and sequence
+// parallelism. Shared by training (the model each rank builds) and planning (src/plan), which
+// must not pull in the training layer.
+#pragma once
+
+#include "io/deck.hpp"
+#include "src/model/gpt_shape.hpp"
+
+namespace tptrain::model {
+
+inline model::GptShape shape_of(const io::Deck& deck) {
+  model::GptShape s;
+  s.layers = deck.model.layers;
+  s.hidden = deck.model.hidden;
+  s.heads = deck.model.heads;
+  model::BlockSpec& spec = s;
+  if (const model::BlockPreset* p = model::block_preset(deck.model.architecture)) spec = p->spec;
+  // The deck's choices (a loaded deck holds them resolved, the preset's where it left them out).
+  s.norm = model::norm_of(deck.model.norm).value_or(s.norm);
+  s.mlp = model::mlp_of(deck.model.mlp).value_or(s.mlp);
+  s.position = model::position_of(deck.model.position).value_or(s.position);
+  s.qkv_bias = deck.model.qkv_bias;
+  s.linear_bias = deck.model.linear_bias;
+  s.kv_heads = deck.model.kv_width();
+  s.tie_embeddings = deck.model.tie_embeddings;
+  s.norm_eps = deck.model.norm_eps;
+  s.rope_theta = deck.model.rope_theta;
+  s.ffn_hidden = deck.model.ffn_width();  // ffn_hidden, resolved in a loaded deck
+  s.seq_length = deck.model.seq_length;
+  s.vocab_size = deck.model.vocab_size;
+  s.vocab_pad_multiple = deck.model.vocab_pad_multiple;
+  s.tensor = deck.parallel.tensor;
+  s.sequence_parallel = deck.parallel.sequence_parallel;
+  return s;
+}
+
+}  // namespace tptrain::model
