@@ -10,9 +10,15 @@
 // src/checkpoint/hf_presets.cpp, when it has one), a deck and tests.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "base/rules.hpp"
 
 namespace tptrain::model {
 
@@ -111,6 +117,59 @@ inline std::string block_preset_names() {
   const BlockPreset* p = block_presets(n);
   std::string out;
   for (std::size_t i = 0; i < n; ++i) out += (i ? ", " : "") + std::string("\"") + p[i].name + "\"";
+  return out;
+}
+
+// The specification's own rules (base/rules.hpp), stated once: the deck reports them at the
+// keys' places, GptShape::validate throws them. Each takes only the choices it binds, so that
+// the deck can ask it as soon as those keys are valid.
+
+// Rotary embeddings rotate pairs of features: the head dimension hidden / heads must be even.
+inline std::vector<rules::Problem> rotary_problems(Position position, std::int64_t hidden, std::int64_t heads) {
+  if (position != Position::rope || heads < 1 || hidden % heads != 0 || (hidden / heads) % 2 == 0) return {};
+  return {rules::Problem::statement(
+      {"model.heads", heads},
+      fmt::format("an even head dimension with {{model.position}}: rotary embeddings rotate pairs of features, "
+                  "and model.hidden / model.heads = {} / {} = {} is odd",
+                  hidden, heads, hidden / heads),
+      {{"model.position", 0, "\"rope\""}})};
+}
+
+// LayerNorm carries a bias β: a block without biases uses RMSNorm. Reported on
+// model.linear_bias, which may be the preset's.
+inline std::vector<rules::Problem> norm_bias_problems(Norm norm, bool linear_bias) {
+  if (norm != Norm::layernorm || linear_bias) return {};
+  return {rules::Problem::statement({"model.linear_bias", 0, "false"},
+                                    "true with {model.norm}: LayerNorm carries a bias; a block without biases "
+                                    "uses model.norm = \"rmsnorm\"",
+                                    {{"model.norm", 0, "\"layernorm\""}})};
+}
+
+// model.norm_eps is RMSNorm's (LayerNorm uses 1e-5) and model.rope_theta rotary's: with the
+// other choice each stays at its default, so that a resolved deck loads again.
+inline std::vector<rules::Problem> unused_choice_problems(Norm norm, double norm_eps, Position position,
+                                                          double rope_theta) {
+  std::vector<rules::Problem> out;
+  const BlockSpec defaults;
+  if (norm != Norm::rmsnorm && norm_eps != defaults.norm_eps)
+    out.push_back(rules::Problem::statement({"model.norm_eps", 0, fmt::format("{}", norm_eps)},
+                                            "to be left out with {model.norm}: LayerNorm uses 1e-5; model.norm_eps "
+                                            "is RMSNorm's",
+                                            {{"model.norm", 0, fmt::format("\"{}\"", norm_name(norm))}}));
+  if (position != Position::rope && rope_theta != defaults.rope_theta)
+    out.push_back(rules::Problem::statement({"model.rope_theta", 0, fmt::format("{}", rope_theta)},
+                                            "to be left out with {model.position}: learned positions have no "
+                                            "rotary base",
+                                            {{"model.position", 0, fmt::format("\"{}\"", position_name(position))}}));
+  return out;
+}
+
+// Every rule of the specification, for a block of `hidden` features in `heads` heads.
+inline std::vector<rules::Problem> block_spec_problems(const BlockSpec& s, std::int64_t hidden, std::int64_t heads) {
+  std::vector<rules::Problem> out = rotary_problems(s.position, hidden, heads);
+  for (rules::Problem& p : norm_bias_problems(s.norm, s.linear_bias)) out.push_back(std::move(p));
+  for (rules::Problem& p : unused_choice_problems(s.norm, s.norm_eps, s.position, s.rope_theta))
+    out.push_back(std::move(p));
   return out;
 }
 

@@ -1,7 +1,7 @@
-// The rules a parallel layout must meet, each stated once, by its owner, as data (issue 31,
-// "deck rules live with their owners"): tensor parallelism's whole key/value heads per rank and
-// the interleaved schedule's chunks and micro-batch groups. A rule returns its problems, each
-// naming the keys it involves; the readers word them for their place:
+// The rules a parallel layout must meet, each stated once, as data (base/rules.hpp): tensor
+// parallelism's whole key/value heads per rank and the interleaved schedule's chunks and
+// micro-batch groups. A rule returns its problems, each naming the keys it involves; the readers
+// word them for their place:
 //   the deck (io/deck.cpp)               at the file:line of the key to blame, with "did you
 //                                        mean"-grade detail (the nearest valid layouts);
 //   the model (GptShape::validate,       as std::invalid_argument text for a shape or a stage
@@ -13,51 +13,13 @@
 
 #include <cstdint>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
 
+#include "base/rules.hpp"
+
 namespace tptrain::rules {
-
-struct KeyValue {
-  std::string key;  // "parallel.tensor"
-  std::int64_t value = 0;
-};
-
-// One broken rule. A divisibility (divisor set): subject must be a multiple of divisor, and the
-// deck blames whichever of the two the user set more deliberately, as "a multiple of" or "a
-// divisor of"; `why` says what the rule is for. Otherwise `expected` is what the subject must be.
-struct Problem {
-  KeyValue subject;
-  KeyValue divisor{};  // key empty: not a divisibility
-  std::string expected;  // (a statement) "1 with parallel.pipeline = 1: ..."
-  std::string why;       // (a divisibility) "tensor parallelism gives each rank whole key/value heads; ..."
-
-  bool divisibility() const { return !divisor.key.empty(); }
-  // The problem on one line, for an exception or the planner: "model.kv_heads = 4 is not a
-  // multiple of parallel.tensor = 3 (tensor parallelism gives ...)".
-  std::string text() const {
-    if (divisibility())
-      return fmt::format("{} = {} is not a multiple of {} = {} ({})", subject.key, subject.value, divisor.key,
-                         divisor.value, why);
-    return fmt::format("{} = {}: expected {}", subject.key, subject.value, expected);
-  }
-
-  static Problem statement(KeyValue subject, std::string expected) {
-    Problem p;
-    p.subject = std::move(subject);
-    p.expected = std::move(expected);
-    return p;
-  }
-  static Problem divisible(KeyValue dividend, KeyValue divisor, std::string why) {
-    Problem p;
-    p.subject = std::move(dividend);
-    p.divisor = std::move(divisor);
-    p.why = std::move(why);
-    return p;
-  }
-};
 
 // Grouped-query attention's key/value heads (model.kv_heads, kv <= heads): each serves heads / kv
 // query heads, and tensor parallelism gives each rank whole ones, so kv divides heads and is a

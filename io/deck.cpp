@@ -2,6 +2,7 @@
 // See io/deck.hpp for the contract and docs/deck-reference.md for every key.
 #include "io/deck.hpp"
 
+#include "base/block_spec.hpp"
 #include "base/layout_rules.hpp"
 
 #include "io/data_paths.hpp"
@@ -786,10 +787,11 @@ void DeckReader::check_virtual_stages(const Deck& d) {
 void DeckReader::report(const rules::Problem& p) {
   const auto term = [this](const rules::KeyValue& kv) {
     const std::size_t dot = kv.key.find('.');
-    return Term{kv.key, std::to_string(kv.value), &field(kv.key.substr(0, dot), kv.key.substr(dot + 1))};
+    return Term{kv.key, kv.value_text(), &field(kv.key.substr(0, dot), kv.key.substr(dot + 1))};
   };
   if (p.divisibility()) return check_multiple(term(p.subject), term(p.divisor), p.subject.value, p.divisor.value, p.why);
-  report_on(term(p.subject), p.expected);
+  const Term subject = term(p.subject);
+  report_on(subject, p.expected_text([&](const rules::KeyValue& kv) { return mention(term(kv), subject); }));
 }
 
 // low <= high, reported on the more deliberate of the two. `kind`: "an integer" or "a number".
@@ -989,42 +991,26 @@ Deck DeckReader::build() {
 void DeckReader::check_architecture(const Deck& d) {
   const ModelConfig& m = d.model;
   const auto ok = [this](std::string_view key) { return field("model", key).ok; };
-  const auto term = [this](std::string_view section, std::string_view key, std::int64_t v) {
-    return Term{full_name(section, key), std::to_string(v), &field(section, key)};
-  };
   // Without a preset the choices left out have no value to check against: the architecture's
   // own problem is the one to report.
   if (!ok("architecture")) return;
-  const auto mention_of = [this](std::string_view key, const std::string& value) {
-    return fmt::format("model.{} = \"{}\" ({})", key, value, where(field("model", key)));
-  };
   // Grouped-query attention's rule is the layout's (base/layout_rules.hpp); the tensor half
   // needs a valid parallel.tensor.
   if (ok("kv_heads") && ok("heads"))
     for (const rules::Problem& p : rules::kv_head_problems(m.heads, m.kv_heads, field("parallel", "tensor").ok ? d.parallel.tensor : 1))
       report(p);
-  const bool rope = ok("position") && m.position == "rope";
-  if (rope && ok("hidden") && ok("heads") && m.heads > 0 && m.hidden % m.heads == 0 && m.head_dim() % 2 != 0)
-    report_on(term("model", "heads", m.heads),
-              fmt::format("an even head dimension with {}: rotary embeddings rotate pairs of features, and "
-                          "model.hidden / model.heads = {} / {} = {} is odd",
-                          mention_of("position", m.position), m.hidden, m.heads, m.head_dim()));
-  if (ok("norm") && ok("linear_bias") && m.norm == "layernorm" && !m.linear_bias)
-    report_on(Term{"model.linear_bias", "false", &field("model", "linear_bias")},  // maybe the preset's
-              fmt::format("true with {}: LayerNorm carries a bias; a block without biases uses model.norm = "
-                          "\"rmsnorm\"",
-                          mention_of("norm", m.norm)));
-  const auto unused = [&](std::string_view key, double value, double default_value, std::string_view choice,
-                          const char* what) {
-    Field& f = field("model", key);
-    if (f.node && f.ok && value != default_value)
-      bad(f, fmt::format("to be left out with {}: {}", mention_of(choice, choice == "norm" ? m.norm : m.position),
-                         what));
-  };
-  if (ok("norm") && m.norm != "rmsnorm")
-    unused("norm_eps", m.norm_eps, 1e-5, "norm", "LayerNorm uses 1e-5; model.norm_eps is RMSNorm's");
-  if (ok("position") && !rope)
-    unused("rope_theta", m.rope_theta, 10000.0, "position", "learned positions have no rotary base");
+  // The specification's rules (base/block_spec.hpp), each once the keys it binds are valid.
+  const bool norm_ok = ok("norm") && model::norm_of(m.norm).has_value();
+  const bool position_ok = ok("position") && model::position_of(m.position).has_value();
+  const model::Norm norm = model::norm_of(m.norm).value_or(model::Norm::layernorm);
+  const model::Position position = model::position_of(m.position).value_or(model::Position::learned);
+  if (position_ok && ok("hidden") && ok("heads"))
+    for (const rules::Problem& p : model::rotary_problems(position, m.hidden, m.heads)) report(p);
+  if (norm_ok && ok("linear_bias"))
+    for (const rules::Problem& p : model::norm_bias_problems(norm, m.linear_bias)) report(p);
+  if (norm_ok && position_ok && ok("norm_eps") && ok("rope_theta"))
+    for (const rules::Problem& p : model::unused_choice_problems(norm, m.norm_eps, position, m.rope_theta))
+      report(p);
 }
 
 // Tensor cores (and the CPU BLAS kernels' vector lanes) take GEMM dimensions in multiples of 8;

@@ -18,7 +18,7 @@ namespace tptrain::model {
 
 // The block's choices are its BlockSpec (base/block_spec.hpp: norm, MLP, positions, biases,
 // key/value heads, tied head, ε, θ); the shape adds the sizes and the tensor-parallel layout.
-// Every field is set from the deck (train::shape_of, src/model/shape_of_deck.hpp), whose key table holds the defaults; the
+// Every field is set from the deck (model::shape_of, src/model/shape_of_deck.hpp), whose key table holds the defaults; the
 // initial values here only make a default-constructed shape the smallest valid one.
 struct GptShape : BlockSpec {
   int layers = 1;
@@ -102,13 +102,8 @@ struct GptShape : BlockSpec {
     if (kv < 1) throw std::invalid_argument("tptrain: model.kv_heads = " + std::to_string(kv) + ": expected >= 1");
     for (const rules::Problem& p : rules::kv_head_problems(heads, kv, tensor))
       throw std::invalid_argument("tptrain: " + p.text());
-    if (rotary() && head_dim() % 2 != 0)
-      throw std::invalid_argument("tptrain: the head dimension model.hidden / model.heads = " +
-                                  std::to_string(head_dim()) +
-                                  " is odd: rotary embeddings (model.position = \"rope\") rotate pairs of features");
-    if (norm == Norm::layernorm && !linear_bias)
-      throw std::invalid_argument("tptrain: model.norm = \"layernorm\" with model.linear_bias = false: LayerNorm "
-                                  "carries a bias β; without biases use model.norm = \"rmsnorm\"");
+    for (const rules::Problem& p : block_spec_problems(*this, hidden, heads))
+      throw std::invalid_argument("tptrain: " + p.text());
     if (!(norm_eps > 0) || !(rope_theta > 0))
       throw std::invalid_argument("tptrain: model.norm_eps and model.rope_theta must be positive");
     if (splits_sequence() && seq_length % tensor != 0)
