@@ -187,8 +187,9 @@ int bench_as(const io::Deck& deck_in, const parallel::Topology& topo, const Benc
         util::HostWaits::instance().counts()[static_cast<std::size_t>(k)] - waits_before[static_cast<std::size_t>(k)];
   const double step_s = reduce_over(world, seconds, MPI_MAX) / o.steps;
   const auto per_step = [&](std::int64_t now, std::int64_t before) { return static_cast<double>(now - before) / o.steps; };
-  const model::Recomputed recomputed{per_step(m.recomputed_blocks(), blocks_before), per_step(m.recomputed_heads(), heads_before),
-                              per_step(m.recomputed_scores(), scores_before)};
+  const model::Recomputed recomputed{per_step(m.recomputed_blocks(), blocks_before),
+                                     per_step(m.recomputed_heads(), heads_before),
+                                     per_step(m.recomputed_scores(), scores_before)};
   // Before the GEMM peak's own matrices are allocated: the memory of training steps only.
   const train::NamedBytes measured = train::measured_memory_fields(world, true);
 
@@ -337,7 +338,8 @@ int bench_as(const io::Deck& deck_in, const parallel::Topology& topo, const Benc
   json.integer("global_batch", deck.training.global_batch).integer("micro_batch", deck.training.micro_batch);
   json.number("parameters", model::flops_parameters(shape), io::fixed(0));
   json.number("tokens_per_s", tokens_per_s, io::digits(6)).number("step_s", step_s, io::digits(6));
-  json.number("model_flops_per_token", flops_per_token, io::digits(6)).string("flops_formula", model::kModelFlopsFormula);
+  json.number("model_flops_per_token", flops_per_token, io::digits(6))
+      .string("flops_formula", model::kModelFlopsFormula);
   json.number("recompute_flops_per_step", recompute_flops, io::digits(6));
   json.number("model_flops_per_s_per_rank", flops_per_s_per_rank, io::digits(6));
   json.number("gemm_peak_flops_per_rank", peak, io::digits(6));

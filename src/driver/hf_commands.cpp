@@ -153,7 +153,8 @@ int export_checkpoint(const ExportOptions& o) {
     // The logical tensors, whatever layout and precision wrote the checkpoint: the fp32 master
     // weights, whole (model_checkpoint.hpp). A model without a Hugging Face form is refused on
     // every rank alike.
-    const checkpoint::HfFormat format = hf_format_on_every_rank(world, shape, "checkpoint " + io::display_path(o.checkpoint));
+    const checkpoint::HfFormat format =
+        hf_format_on_every_rank(world, shape, "checkpoint " + io::display_path(o.checkpoint));
     const CheckpointTensors ck = checkpoint_tensors(format.tensors);
     std::vector<std::vector<float>> values(ck.names.size());
     std::vector<io::TensorShard> shards;
@@ -219,7 +220,8 @@ int import_checkpoint(const ImportOptions& o) {
     model::GptShape shape = model::shape_of(*deck);
     shape.tensor = 1;  // the checkpoint's logical tensors do not depend on the layout
     shape.sequence_parallel = false;
-    const checkpoint::HfFormat format = hf_format_on_every_rank(world, shape, "the deck " + io::display_path(o.deck.deck));
+    const checkpoint::HfFormat format =
+        hf_format_on_every_rank(world, shape, "the deck " + io::display_path(o.deck.deck));
     const std::vector<checkpoint::HfTensor>& tensors = format.tensors;
     const CheckpointTensors ck = checkpoint_tensors(tensors);
     std::vector<std::vector<float>> values(ck.names.size());

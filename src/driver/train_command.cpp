@@ -48,7 +48,8 @@ int train_as(const io::Deck& deck, const parallel::Topology& topo) {
   });
   // The checkpoint this run resumes from, if asked for and present; a run that starts from step 0
   // instead claims the folders first, before the model is built (run_ownership.hpp).
-  const std::string latest = deck.checkpoint.resume ? checkpoint::newest_checkpoint(topo.world(), deck.checkpoint.dir) : "";
+  const std::string latest =
+      deck.checkpoint.resume ? checkpoint::newest_checkpoint(topo.world(), deck.checkpoint.dir) : "";
   if (latest.empty())
     on_every_rank(topo.world(), [&] {
       if (topo.world_rank() == 0) checkpoint::claim_run_directories(deck);

@@ -18,8 +18,9 @@ namespace tptrain::model {
 
 // The block's choices are its BlockSpec (base/block_spec.hpp: norm, MLP, positions, biases,
 // key/value heads, tied head, ε, θ); the shape adds the sizes and the tensor-parallel layout.
-// Every field is set from the deck (model::shape_of, src/model/shape_of_deck.hpp), whose key table holds the defaults; the
-// initial values here only make a default-constructed shape the smallest valid one.
+// Every field is set from the deck (model::shape_of, shape_of_deck.hpp), whose key table holds
+// the defaults; the initial values here only make a default-constructed shape the smallest valid
+// one.
 struct GptShape : BlockSpec {
   int layers = 1;
   int hidden = 1;      // H

@@ -32,10 +32,12 @@ TEST_CASE("block spec rules: rotary embeddings need an even head dimension", "[b
   CHECK(odd[0].subject.value == 4);
   REQUIRE(odd[0].mentions.size() == 1);
   CHECK(odd[0].mentions[0].key == "model.position");
-  CHECK_THAT(odd[0].text(), Contains("model.heads = 4: expected an even head dimension with model.position = \"rope\"") &&
-                                Contains("36 / 4 = 9 is odd"));
+  CHECK_THAT(odd[0].text(),
+             Contains("model.heads = 4: expected an even head dimension with model.position = \"rope\"") &&
+                 Contains("36 / 4 = 9 is odd"));
   // The deck writes the mentioned key its own way (with where it was set).
-  CHECK_THAT(odd[0].expected_text([](const rules::KeyValue& kv) { return kv.key + " = " + kv.value_text() + " (line 3)"; }),
+  const auto located = [](const rules::KeyValue& kv) { return kv.key + " = " + kv.value_text() + " (line 3)"; };
+  CHECK_THAT(odd[0].expected_text(located),
              Contains("with model.position = \"rope\" (line 3): rotary"));
 }
 
@@ -53,7 +55,8 @@ TEST_CASE("block spec rules: a choice's keys stay at their defaults without it",
   CHECK(model::unused_choice_problems(Norm::layernorm, 1e-5, Position::learned, 10000.0).empty());
   const auto both = model::unused_choice_problems(Norm::layernorm, 1e-6, Position::learned, 5e5);
   REQUIRE(both.size() == 2);
-  CHECK_THAT(both[0].text(), Contains("model.norm_eps = 1e-06: expected to be left out with model.norm = \"layernorm\""));
+  CHECK_THAT(both[0].text(),
+             Contains("model.norm_eps = 1e-06: expected to be left out with model.norm = \"layernorm\""));
   CHECK_THAT(both[1].text(),
              Contains("model.rope_theta = 500000: expected to be left out with model.position = \"learned\""));
 }
