@@ -10,7 +10,8 @@
 #   jobs/shard-rss.sh SIZE_MB[@STEPS] [SIZE_MB[@STEPS]...]      STEPS default 200
 #
 # Environment: MAX_SPREAD_MIB (when set: exit 1 unless the peaks of all runs lie within that
-# many MiB of each other: the ctest data_shard_rss_flat), TPTRAIN_BUILD_DIR (default
+# many MiB of each other: the ctests data_shard_rss_flat and data_shard_rss_flat_v2),
+# SHARD_VERSION (1: uint16 tokens, the default; 2: uint32 tokens), TPTRAIN_BUILD_DIR (default
 # <repo>/build) or TPTRAIN_BIN, TMPDIR.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -19,6 +20,8 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 exe=${TPTRAIN_BIN:-${TPTRAIN_BUILD_DIR:-$root/build}/tptrain}
 [ -x "$exe" ] || { echo "shard-rss: $exe not found: build first (jobs/build.sh)" >&2; exit 1; }
 [ $# -gt 0 ] || { echo "usage: jobs/shard-rss.sh SIZE_MB[@STEPS] [SIZE_MB[@STEPS]...]" >&2; exit 2; }
+version=${SHARD_VERSION:-1}
+case "$version" in 1|2) ;; *) echo "shard-rss: SHARD_VERSION=$version: expected 1 (uint16) or 2 (uint32)" >&2; exit 2;; esac
 work=$(mktemp -d "${TMPDIR:-/tmp}/tptrain-shard-rss.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 
@@ -31,17 +34,19 @@ for arg in "$@"; do
   rm -rf "$set_dir" "$work/run"
   mkdir -p "$set_dir"
   # Shards of at most 1 GiB (the header's int32 count allows 4 GiB), the last one smaller.
-  /usr/bin/python3 - "$set_dir" "$mib" <<'EOF'
+  /usr/bin/python3 - "$set_dir" "$mib" "$version" <<'EOF'
 import struct, sys
-folder, total = sys.argv[1], int(sys.argv[2]) * 2**20 // 2   # tokens
-per, k = 2**29, 0
+folder, version = sys.argv[1], int(sys.argv[3])
+width = 2 if version == 1 else 4             # bytes per token
+total = int(sys.argv[2]) * 2**20 // width    # tokens
+per, k = 2**30 // width, 0
 while total > 0:
     n = min(per, total)
     header = [0] * 256
-    header[0:5] = [20240520, 1, n, 256, 1]   # magic, version, count, vocabulary: bytes, 256
+    header[0:5] = [20240520, version, n, 256, 1]   # magic, version, count, vocabulary: bytes, 256
     with open(f"{folder}/train_{k:06d}.bin", "wb") as f:
         f.write(struct.pack("<256i", *header))
-        f.truncate(1024 + 2 * n)             # a hole: tokens read as 0, no disk used
+        f.truncate(1024 + width * n)               # a hole: tokens read as 0, no disk used
     total -= n
     k += 1
 EOF

@@ -15,3 +15,17 @@ set_tests_properties(cli_train_shard_set PROPERTIES TIMEOUT 300 ENVIRONMENT "${T
 add_test(NAME data_shard_rss_flat COMMAND ${PROJECT_SOURCE_DIR}/jobs/shard-rss.sh 256@1000 2048@20 2048@1000)
 set_tests_properties(data_shard_rss_flat PROPERTIES TIMEOUT 120
                      ENVIRONMENT "MAX_SPREAD_MIB=8;TPTRAIN_BIN=$<TARGET_FILE:tptrain>;TMPDIR=${CMAKE_CURRENT_BINARY_DIR}")
+# The same with version-2 shards (uint32 tokens): 2 GiB of them in two shards.
+add_test(NAME data_shard_rss_flat_v2 COMMAND ${PROJECT_SOURCE_DIR}/jobs/shard-rss.sh 256@200 2048@200)
+set_tests_properties(data_shard_rss_flat_v2 PROPERTIES TIMEOUT 120
+                     ENVIRONMENT "SHARD_VERSION=2;MAX_SPREAD_MIB=8;TPTRAIN_BIN=$<TARGET_FILE:tptrain>;TMPDIR=${CMAKE_CURRENT_BINARY_DIR}")
+
+# Version-2 shards (uint32 ids) train Llama 3's vocabulary (input/llama3-tiny.toml) and resume
+# bit for bit; a set mixing versions is refused by key (shards_v2_train.cmake).
+add_test(NAME cli_train_shards_v2
+         COMMAND ${CMAKE_COMMAND} -DEXE=$<TARGET_FILE:tptrain>
+                 "-DMPI2=${MPIEXEC_EXECUTABLE};${MPIEXEC_NUMPROC_FLAG};2;${TPTRAIN_MPIEXEC_FLAGS}"
+                 -DPY=/usr/bin/python3 -DDECK=${PROJECT_SOURCE_DIR}/input/llama3-tiny.toml
+                 -DDATA=${CMAKE_CURRENT_SOURCE_DIR}/data -DDIR=${CMAKE_CURRENT_BINARY_DIR}/shards_v2_train
+                 -P ${CMAKE_CURRENT_SOURCE_DIR}/shards_v2_train.cmake)
+set_tests_properties(cli_train_shards_v2 PROPERTIES TIMEOUT 300 ENVIRONMENT "${TPTRAIN_TEST_ENV}")

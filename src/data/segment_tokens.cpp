@@ -26,7 +26,7 @@ SegmentTokens tokenize_segment(const Corpus& corpus, std::uint64_t begin, std::u
       if (const auto eot = tokenizer.end_of_text()) tokens.push_back(*eot);
     }
     tokenizer.encode_ordinary(part.text, tokens);
-    for (const text::Token t : tokens) out.tokens.push_back(static_cast<std::uint16_t>(t));  // < 65536: the caller checks
+    for (const text::Token t : tokens) out.tokens.push_back(static_cast<std::uint32_t>(t));
   });
   return out;
 }

@@ -15,7 +15,7 @@
 namespace tptrain::data {
 
 struct SegmentTokens {
-  std::vector<std::uint16_t> tokens;  // llm.c shards hold uint16 (the caller checks vocab_size)
+  std::vector<std::uint32_t> tokens;  // as the tokenizer gave them (the shard writer narrows to its version)
   std::uint64_t documents = 0;        // documents that start in the segment
   std::uint64_t empty_documents = 0;  // JSON lines whose "text" is "" (skipped: no tokens at all)
 };

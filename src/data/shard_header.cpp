@@ -44,6 +44,10 @@ ShardVocabulary shard_vocabulary(std::string_view tokenizer_name, std::size_t vo
   throw DataError(fmt::format("tokenizer '{}' has no id for shard headers (src/data/shard_header.cpp)", tokenizer_name));
 }
 
+std::string describe_version(std::int32_t version) {
+  return fmt::format("version {} ({} tokens)", version, version == kShardVersionU32 ? "uint32" : "uint16");
+}
+
 std::string describe(const ShardVocabulary& v) {
   if (!v.recorded()) return "not recorded";
   for (const Tokenizer& t : kTokenizers)
@@ -56,31 +60,40 @@ ShardHeader parse_shard_header(const unsigned char* header, std::uint64_t file_b
   if (magic != kShardMagic)
     fail(path, fmt::format("bad magic number {}, expected {} (not an llm.c token shard)", magic, kShardMagic));
   const std::int32_t version = load_le32(header + 4);
-  if (version != kShardVersion)
-    fail(path, fmt::format("unsupported shard version {}, expected {} (uint16 tokens)", version, kShardVersion));
+  if (version != kShardVersionU16 && version != kShardVersionU32)
+    fail(path, fmt::format("unsupported shard version {}, expected {} (uint16 tokens) or {} (uint32 tokens)", version,
+                           kShardVersionU16, kShardVersionU32));
   const std::int32_t count = load_le32(header + 8);
   if (count < 0) fail(path, fmt::format("negative token count {} in the header", count));
   if (count == 0) fail(path, "the shard holds no tokens (header token count is 0)");
-  const std::uint64_t expected = kShardHeaderBytes + 2 * static_cast<std::uint64_t>(count);
+  const std::uint64_t width = static_cast<std::uint64_t>(shard_token_bytes(version));
+  const std::uint64_t expected = kShardHeaderBytes + width * static_cast<std::uint64_t>(count);
   if (file_bytes != expected)
-    fail(path, fmt::format("file is {} its header claims{}: header says {} tokens = {} bytes, file has {} bytes",
+    fail(path, fmt::format("file is {} its header claims{}: header says {} tokens of {} bytes ({}) = {} bytes, file "
+                           "has {} bytes",
                            file_bytes < expected ? "shorter than" : "longer than",
-                           file_bytes < expected ? " (truncated)" : "", count, expected, file_bytes));
+                           file_bytes < expected ? " (truncated)" : "", count, width, describe_version(version),
+                           expected, file_bytes));
   ShardHeader h;
   h.tokens = static_cast<std::uint64_t>(count);
+  h.version = version;
   h.vocabulary.size = load_le32(header + 4 * kShardVocabSizeInt);
   h.vocabulary.tokenizer = load_le32(header + 4 * kShardTokenizerInt);
   if (h.vocabulary.size < 0 || (h.vocabulary.recorded() && h.vocabulary.size == 0))
     fail(path, fmt::format("header[{}] records vocabulary size {}, expected a positive size (or 0 with header[{}] = 0: "
                            "not recorded)",
                            kShardVocabSizeInt, h.vocabulary.size, kShardTokenizerInt));
+  if (version == kShardVersionU16 && h.vocabulary.size > 65536)
+    fail(path, fmt::format("header records the vocabulary {} in {}, which holds ids up to 65535 only (a larger "
+                           "vocabulary needs version {}, uint32 tokens)",
+                           describe(h.vocabulary), describe_version(version), kShardVersionU32));
   return h;
 }
 
-void format_shard_header(unsigned char* header, std::int32_t tokens, const ShardVocabulary& v) {
+void format_shard_header(unsigned char* header, std::int32_t tokens, const ShardVocabulary& v, std::int32_t version) {
   std::memset(header, 0, kShardHeaderBytes);
   store_le32(header, kShardMagic);
-  store_le32(header + 4, kShardVersion);
+  store_le32(header + 4, version);
   store_le32(header + 8, tokens);
   store_le32(header + 4 * kShardVocabSizeInt, v.size);
   store_le32(header + 4 * kShardTokenizerInt, v.tokenizer);

@@ -70,6 +70,9 @@ std::vector<ShardFile> shard_files(const ShardLayout& layout, std::uint64_t tota
 ShardWriter::ShardWriter(std::string dir, ShardLayout layout) : dir_(std::move(dir)), layout_(layout) {
   if (layout_.shard_tokens == 0 || layout_.shard_tokens > kMaxShardTokens)
     throw DataError(fmt::format("tokens per shard must be 1 .. {}, got {}", kMaxShardTokens, layout_.shard_tokens));
+  if (layout_.version != kShardVersionU16 && layout_.version != kShardVersionU32)
+    throw DataError(fmt::format("shard version {}: expected {} or {}", layout_.version, kShardVersionU16,
+                                kShardVersionU32));
 }
 
 ShardWriter::~ShardWriter() {
@@ -86,18 +89,18 @@ int ShardWriter::file(const std::string& name) {
   return fd;
 }
 
-void ShardWriter::write(std::uint64_t first, const std::uint16_t* tokens, std::size_t n) {
+void ShardWriter::write(std::uint64_t first, const std::uint32_t* tokens, std::size_t n) {
+  const std::size_t width = static_cast<std::size_t>(shard_token_bytes(layout_.version));
   std::vector<unsigned char> bytes;
   for (std::size_t i = 0; i < n;) {
     const Place p = place_of(layout_, first + i);
     const std::size_t run = static_cast<std::size_t>(std::min<std::uint64_t>(p.room, n - i));
-    bytes.resize(2 * run);
-    for (std::size_t k = 0; k < run; ++k) {  // little-endian whatever the host
-      bytes[2 * k] = static_cast<unsigned char>(tokens[i + k] & 0xFF);
-      bytes[2 * k + 1] = static_cast<unsigned char>(tokens[i + k] >> 8);
-    }
+    bytes.resize(width * run);
+    for (std::size_t k = 0; k < run; ++k)  // little-endian whatever the host
+      for (std::size_t b = 0; b < width; ++b)
+        bytes[width * k + b] = static_cast<unsigned char>(tokens[i + k] >> (8 * b));
     write_all(file(p.name), (std::filesystem::path(dir_) / p.name).string(), bytes.data(), bytes.size(),
-              kHeaderBytes + 2 * p.index);
+              kHeaderBytes + width * p.index);
     i += run;
   }
 }
@@ -120,14 +123,15 @@ void write_shard_headers(const std::string& dir, const ShardLayout& layout, std:
     const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
     if (fd < 0) fail(path, "cannot open to write its header", errno);
     struct stat st {};
-    const std::uint64_t expected = kHeaderBytes + 2 * shard.tokens;
+    const std::uint64_t expected =
+        kHeaderBytes + static_cast<std::uint64_t>(shard_token_bytes(layout.version)) * shard.tokens;
     if (::fstat(fd, &st) != 0 || static_cast<std::uint64_t>(st.st_size) != expected) {
       ::close(fd);
       throw DataError(fmt::format("output '{}' is {} bytes, expected {} for {} tokens: some tokens were not written",
                                   io::display_path(path), st.st_size, expected, shard.tokens));
     }
     unsigned char header[kHeaderBytes];
-    format_shard_header(header, static_cast<std::int32_t>(shard.tokens), layout.vocabulary);
+    format_shard_header(header, static_cast<std::int32_t>(shard.tokens), layout.vocabulary, layout.version);
     try {
       write_all(fd, path, header, sizeof header, 0);
     } catch (...) {

@@ -20,6 +20,7 @@ struct ShardLayout {
   std::uint64_t valid_tokens = 0;  // 0: no validation shards
   std::uint64_t shard_tokens = 0;  // at most kMaxShardTokens
   ShardVocabulary vocabulary;      // recorded in every header (shard_header.hpp)
+  std::int32_t version = kShardVersionU16;  // 1: uint16 tokens, 2: uint32 (shard_version_for)
 };
 
 // The llm.c header stores the token count as an int32.
@@ -42,9 +43,10 @@ class ShardWriter {
   ShardWriter(const ShardWriter&) = delete;
   ShardWriter& operator=(const ShardWriter&) = delete;
 
-  // Writes stream tokens [first, first + n) (little-endian uint16). Throws DataError naming the
-  // file for a failed open or write (a full disk: "No space left on device").
-  void write(std::uint64_t first, const std::uint16_t* tokens, std::size_t n);
+  // Writes stream tokens [first, first + n) (little-endian, uint16 or uint32 as the layout's
+  // version says). Throws DataError naming the file for a failed open or write (a full disk: "No
+  // space left on device").
+  void write(std::uint64_t first, const std::uint32_t* tokens, std::size_t n);
   // Closes every file; throws DataError for a failed close (data that never reached the disk).
   void close();
 
@@ -56,8 +58,8 @@ class ShardWriter {
   std::map<std::string, int> open_;  // name -> descriptor
 };
 
-// Writes the llm.c header (magic, version 1, token count, the layout's vocabulary) of every shard of `total` tokens in
-// `dir`, once all tokens are written. Throws DataError naming the file.
+// Writes the llm.c header (magic, the layout's version, token count, its vocabulary) of every
+// shard of `total` tokens in `dir`, once all tokens are written. Throws DataError naming the file.
 void write_shard_headers(const std::string& dir, const ShardLayout& layout, std::uint64_t total);
 
 }  // namespace tptrain::data

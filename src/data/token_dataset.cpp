@@ -21,13 +21,19 @@ struct TokenDataset::File {
   std::vector<unsigned char> owned;
   const unsigned char* tokens = nullptr;
   std::uint64_t token_offset = 0;  // byte offset of the first token in the file
-  int width = 2;
+  int width = 2;          // bytes per token: 1 (.txt), 2 or 4 (.bin version 1 or 2)
+  std::int32_t version = 0;  // .bin: the shard version
   std::size_t first = 0;  // stream index of its first token
   std::size_t count = 0;
 
   std::int32_t token(std::size_t i) const {
     const unsigned char* p = tokens + i * static_cast<std::size_t>(width);
-    return width == 1 ? p[0] : static_cast<std::int32_t>(p[0] | (p[1] << 8));
+    if (width == 1) return p[0];
+    if (width == 2) return static_cast<std::int32_t>(p[0] | (p[1] << 8));
+    // An id above INT32_MAX reads as INT32_MAX: no vocabulary holds it, so the check refuses it.
+    const std::uint32_t u = static_cast<std::uint32_t>(p[0]) | static_cast<std::uint32_t>(p[1]) << 8 |
+                            static_cast<std::uint32_t>(p[2]) << 16 | static_cast<std::uint32_t>(p[3]) << 24;
+    return u > 0x7FFFFFFFu ? 0x7FFFFFFF : static_cast<std::int32_t>(u);
   }
   // Runs read(), which reads this file's tokens; a file cut shorter under its mapping is a
   // DataError naming it (MappedFile::read_guarded), not a bus error.
@@ -92,9 +98,16 @@ TokenDataset TokenDataset::open(const std::string& spec, int vocab_size, std::ui
                                f.map->size(), kShardHeaderBytes));
       const ShardHeader h = parse_shard_header(f.map->data(), f.map->size(), path);
       f.map->release(0, kShardHeaderBytes);
-      f.width = 2;
+      f.width = h.token_bytes();
+      f.version = h.version;
       f.token_offset = kShardHeaderBytes;
       f.count = h.tokens;
+      if (!ds.files_.empty() && ds.files_.front().width != 1 && ds.files_.front().version != f.version)
+        throw DataError(fmt::format("data '{}' mixes shard versions: '{}' is {}, '{}' is {}: one version per set "
+                                    "(tokenize the set again with one tokenizer)",
+                                    io::display_path(spec), io::display_path(ds.files_.front().path),
+                                    describe_version(ds.files_.front().version), io::display_path(path),
+                                    describe_version(f.version)));
       if (h.vocabulary.recorded()) {
         if (recorded.empty()) {
           ds.vocabulary_ = h.vocabulary;
@@ -110,7 +123,7 @@ TokenDataset TokenDataset::open(const std::string& spec, int vocab_size, std::ui
                                  describe(h.vocabulary), vocab_size, h.vocabulary.size));
       }
     }
-    if (!ds.files_.empty() && ds.files_.front().width != f.width) {
+    if (!ds.files_.empty() && (ds.files_.front().width == 1) != (f.width == 1)) {
       const File& txt = f.width == 1 ? f : ds.files_.front();
       const File& bin = f.width == 1 ? ds.files_.front() : f;
       throw DataError(fmt::format("data '{}' mixes .txt files (byte tokens), e.g. '{}', with .bin shards (llm.c "
@@ -134,17 +147,19 @@ TokenDataset TokenDataset::open(const std::string& spec, int vocab_size, std::ui
 
 TokenDataset TokenDataset::synthetic(std::size_t n, int vocab_size, std::uint64_t seed) {
   if (vocab_size <= 0) fail("(synthetic)", "vocab_size must be positive, got " + std::to_string(vocab_size));
-  const std::uint64_t range = std::min<std::uint64_t>(static_cast<std::uint64_t>(vocab_size), 65536);
+  const std::uint64_t range = static_cast<std::uint64_t>(vocab_size);
   TokenDataset ds;
   ds.path_ = "(synthetic)";
   ds.vocab_size_ = vocab_size;
   File f;
   f.path = ds.path_;
-  f.owned.resize(2 * n);
+  f.width = shard_token_bytes(shard_version_for(range));  // as a shard of that vocabulary holds them
+  f.owned.resize(static_cast<std::size_t>(f.width) * n);
   for (std::size_t i = 0; i < n; ++i) {
-    const auto t = static_cast<std::uint16_t>(util::splitmix64(seed ^ (0x5EEDull << 32) ^ i) % range);
-    f.owned[2 * i] = static_cast<unsigned char>(t & 0xFF);
-    f.owned[2 * i + 1] = static_cast<unsigned char>(t >> 8);
+    const auto t = static_cast<std::uint32_t>(util::splitmix64(seed ^ (0x5EEDull << 32) ^ i) % range);
+    for (int b = 0; b < f.width; ++b)
+      f.owned[static_cast<std::size_t>(f.width) * i + static_cast<std::size_t>(b)] =
+          static_cast<unsigned char>(t >> (8 * b));
   }
   f.tokens = f.owned.data();
   f.count = n;

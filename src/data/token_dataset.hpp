@@ -4,7 +4,8 @@
 // Two formats:
 //   .txt  every byte is one token (vocab 256); bytes > 127 are tokens 128..255.
 //   .bin  an llm.c token shard (src/data/shard_header.hpp): a header of 256 little-endian int32,
-//         then `token count` little-endian uint16 tokens, and nothing after them.
+//         then `token count` little-endian tokens, uint16 (version 1) or uint32 (version 2), and
+//         nothing after them. A set holds one version.
 //
 // A set (a folder, or a glob pattern: io/data_paths.hpp) is the concatenation of its files in
 // name order: token i of the set is token i - first(k) of the file k that holds it. Sequences
@@ -48,14 +49,14 @@ class TokenDataset {
   // vocab_size <= 0, empty file (or a shard with no tokens), wrong magic (found vs expected),
   // wrong version, a file whose size differs from what its header claims (truncated: both
   // sizes); a set mixing .txt and .bin files, or shards whose headers record different
-  // vocabularies (both files and both vocabularies); a recorded vocabulary larger than
+  // vocabularies (both files and both vocabularies) or shard versions; a recorded vocabulary larger than
   // vocab_size; for a dataset checked at open, a token >= vocab_size.
   // `check_at_open_bytes`: the largest dataset (token bytes, all files) whose tokens are checked
   // at open.
   static TokenDataset open(const std::string& spec, int vocab_size,
                            std::uint64_t check_at_open_bytes = kCheckAtOpenBytes);
   static constexpr std::uint64_t kCheckAtOpenBytes = std::uint64_t{64} << 20;
-  // `n` tokens drawn uniformly from [0, min(vocab_size, 65536)) by splitmix64 from `seed`
+  // `n` tokens drawn uniformly from [0, vocab_size) by splitmix64 from `seed`
   // (benchmarks: the same tokens on every rank and platform), held in memory. path() is
   // "(synthetic)".
   static TokenDataset synthetic(std::size_t n, int vocab_size, std::uint64_t seed);

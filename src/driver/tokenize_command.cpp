@@ -63,10 +63,6 @@ std::unique_ptr<text::Tokenizer> load_tokenizer(const TokenizeOptions& o) {
                             (o.tokenizer_dir.empty() ? ", or name another folder with --tokenizer-dir" : ""));
   }
   auto tokenizer = text::make_tokenizer(o.tokenizer, o.tokenizer_dir);
-  if (tokenizer->vocab_size() > 65536)
-    throw data::DataError(fmt::format("the {} tokenizer has {} tokens: llm.c shards (version 1) hold uint16 tokens, at "
-                                      "most 65536 (docs/design.md, \"Tokenization\")",
-                                      tokenizer->name(), tokenizer->vocab_size()));
   return tokenizer;
 }
 
@@ -142,7 +138,9 @@ int run_tokenize(const TokenizeOptions& o, const MpiSession& mpi, bool& created_
   });
   created_partial = true;
   const std::string partial = (fs::path(o.out) / kPartialDir).string();
-  const data::ShardLayout layout{o.valid_tokens, o.shard_tokens, vocabulary};
+  // Version 1 (uint16, llm.c's own) while the ids fit, version 2 (uint32) above 65536 ids.
+  const data::ShardLayout layout{o.valid_tokens, o.shard_tokens, vocabulary,
+                                 data::shard_version_for(tokenizer->vocab_size())};
   std::optional<data::ShardWriter> writer;
   phase([&] { writer.emplace(partial, layout); });
 

@@ -49,7 +49,7 @@ std::string error_of(const std::function<void()>& f) {
   return "(no DataError)";
 }
 
-std::vector<std::uint16_t> tokens(const Corpus& c, std::uint64_t begin, std::uint64_t end,
+std::vector<std::uint32_t> tokens(const Corpus& c, std::uint64_t begin, std::uint64_t end,
                                   tptrain::text::Tokenizer& t) {
   std::vector<std::uint64_t> per_file(c.files().size());
   return tptrain::data::tokenize_segment(c, begin, end, t, per_file).tokens;

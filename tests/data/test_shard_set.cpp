@@ -25,41 +25,41 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::vector<std::uint16_t> stream(std::size_t n, std::uint32_t vocab = 50257) {
-  std::vector<std::uint16_t> t(n);
+std::vector<std::uint32_t> stream(std::size_t n, std::uint32_t vocab = 50257) {
+  std::vector<std::uint32_t> t(n);
   std::uint32_t x = 2024;
   for (auto& v : t) {
     x = x * 1664525u + 1013904223u;
-    v = static_cast<std::uint16_t>((x >> 8) % vocab);
+    v = (x >> 8) % vocab;
   }
   return t;
 }
 
-// An llm.c shard of `tokens` with header ints `extra` (index -> value) set, written directly.
-void write_shard(const std::string& path, const std::vector<std::uint16_t>& tokens,
-                 std::vector<std::pair<int, std::int32_t>> extra = {}) {
-  std::vector<unsigned char> b(1024 + 2 * tokens.size(), 0);
+// An llm.c shard of `tokens` with header ints `extra` (index -> value) set, written directly,
+// in shard version `version` (1: uint16 tokens, 2: uint32).
+void write_shard(const std::string& path, const std::vector<std::uint32_t>& tokens,
+                 std::vector<std::pair<int, std::int32_t>> extra = {}, std::int32_t version = kShardVersionU16) {
+  const std::size_t width = static_cast<std::size_t>(shard_token_bytes(version));
+  std::vector<unsigned char> b(1024 + width * tokens.size(), 0);
   const auto put = [&](int at, std::int32_t v) {
     const auto u = static_cast<std::uint32_t>(v);
     for (int k = 0; k < 4; ++k) b[4 * at + k] = static_cast<unsigned char>(u >> (8 * k));
   };
   put(0, kShardMagic);
-  put(1, kShardVersion);
+  put(1, version);
   put(2, static_cast<std::int32_t>(tokens.size()));
   for (const auto& [at, v] : extra) put(at, v);
-  for (std::size_t i = 0; i < tokens.size(); ++i) {
-    b[1024 + 2 * i] = static_cast<unsigned char>(tokens[i] & 0xFF);
-    b[1024 + 2 * i + 1] = static_cast<unsigned char>(tokens[i] >> 8);
-  }
+  for (std::size_t i = 0; i < tokens.size(); ++i)
+    for (std::size_t k = 0; k < width; ++k) b[1024 + width * i + k] = static_cast<unsigned char>(tokens[i] >> (8 * k));
   std::ofstream out(path, std::ios::binary);
   out.write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
   REQUIRE(out.good());
 }
 
 // `tokens` cut into shards of `shard_tokens` the way tptrain tokenize cuts them (ShardWriter).
-void write_set(const std::string& dir, const std::vector<std::uint16_t>& tokens, std::uint64_t shard_tokens,
+void write_set(const std::string& dir, const std::vector<std::uint32_t>& tokens, std::uint64_t shard_tokens,
                ShardVocabulary vocabulary = {}) {
-  const ShardLayout layout{0, shard_tokens, vocabulary};
+  const ShardLayout layout{0, shard_tokens, vocabulary, shard_version_for(vocabulary.recorded() ? vocabulary.size : 65536)};
   ShardWriter w(dir, layout);
   w.write(0, tokens.data(), tokens.size());
   w.close();
@@ -119,7 +119,7 @@ TEST_CASE("shard set: a folder and a pattern read as the stream, in name order",
       CHECK(fs::path(ds.file_path(k)).filename() == fmt::format("train_{:06d}.bin", k));
       CHECK(ds.file_first_token(k) == 97 * k);
     }
-    for (std::size_t i = 0; i < tokens.size(); ++i) REQUIRE(ds[i] == tokens[i]);
+    for (std::size_t i = 0; i < tokens.size(); ++i) REQUIRE(ds[i] == static_cast<std::int32_t>(tokens[i]));
     CHECK_FALSE(ds.vocabulary().recorded());
   }
   // Byte order, not the locale's collation: "B" sorts before "a".
@@ -147,8 +147,8 @@ TEST_CASE("shard set: sequences and windows cross shards; a set samples as its s
     std::vector<std::int32_t> in(seq), tg(seq);
     set.copy_sequence(offset, seq, in.data(), tg.data());
     for (int t = 0; t < seq; ++t) {
-      REQUIRE(in[t] == tokens[offset + t]);
-      REQUIRE(tg[t] == tokens[offset + t + 1]);
+      REQUIRE(in[t] == static_cast<std::int32_t>(tokens[offset + t]));
+      REQUIRE(tg[t] == static_cast<std::int32_t>(tokens[offset + t + 1]));
     }
   }
 
@@ -169,8 +169,8 @@ TEST_CASE("shard set: sequences and windows cross shards; a set samples as its s
       one.window(j, seq, b.data(), bt.data());
       REQUIRE(a == b);
       REQUIRE(at == bt);
-      REQUIRE(a[0] == tokens[j * seq]);
-      REQUIRE(at[seq - 1] == tokens[j * seq + seq]);
+      REQUIRE(a[0] == static_cast<std::int32_t>(tokens[j * seq]));
+      REQUIRE(at[seq - 1] == static_cast<std::int32_t>(tokens[j * seq + seq]));
     }
   }
 }
@@ -321,10 +321,24 @@ TEST_CASE("shard set: every bad set is refused by name", "[data]") {
     CHECK(contains(msg, "bad magic number 20240801, expected 20240520"));
   }
   SECTION("a shard with the wrong version") {
-    write_shard(dir.file("train_000002.bin"), {1, 2, 3}, {{1, 2}});
+    write_shard(dir.file("train_000002.bin"), {1, 2, 3}, {{1, 3}});
     const std::string msg = error_of([&] { TokenDataset::open(dir.path(), 50257); });
     CHECK(contains(msg, dir.file("train_000002.bin")));
-    CHECK(contains(msg, "version 2, expected 1"));
+    CHECK(contains(msg, "unsupported shard version 3, expected 1 (uint16 tokens) or 2 (uint32 tokens)"));
+  }
+  SECTION("shards of two versions name both files and both versions") {
+    write_shard(dir.file("train_000003.bin"), {1, 2, 3}, {{3, 50257}, {4, 2}}, kShardVersionU32);
+    const std::string msg = error_of([&] { TokenDataset::open(dir.path(), 50257); });
+    CHECK(contains(msg, "mixes shard versions"));
+    CHECK(contains(msg, dir.file("train_000000.bin") + "' is version 1 (uint16 tokens)"));
+    CHECK(contains(msg, dir.file("train_000003.bin") + "' is version 2 (uint32 tokens)"));
+  }
+  SECTION("a version-1 header that records a vocabulary uint16 cannot hold") {
+    ScratchDir big("tptrain_shard_set");
+    write_shard(big.file("train_000000.bin"), {1, 2, 3}, {{3, 100277}, {4, 2}});
+    const std::string msg = error_of([&] { TokenDataset::open(big.path(), 100277); });
+    CHECK(contains(msg, big.file("train_000000.bin")));
+    CHECK(contains(msg, "in version 1 (uint16 tokens), which holds ids up to 65535 only"));
   }
   SECTION("shards of two vocabularies name both files and both vocabularies") {
     write_shard(dir.file("train_000003.bin"), {1, 2, 3}, {{3, 256}, {4, 1}});
@@ -349,8 +363,27 @@ TEST_CASE("shard set: every bad set is refused by name", "[data]") {
     CHECK(contains(msg, dir.file("train_notes.md")));
     CHECK(contains(msg, "unknown extension '.md'"));
   }
+  SECTION("version 2: a truncated shard and a token outside the vocabulary") {
+    ScratchDir v2("tptrain_shard_set");
+    std::vector<std::uint32_t> ids = stream(100, 128256);
+    ids[41] = 128256;  // one past Llama 3's vocabulary
+    write_shard(v2.file("train_000000.bin"), ids, {{3, 128256}, {4, 2}}, kShardVersionU32);
+    CHECK(contains(error_of([&] { TokenDataset::open(v2.path(), 128256); }),
+                   "token 128256 at index 41 is >= vocab_size 128256"));
+    ids[41] = 0x80000001u;  // above INT32_MAX: refused, not read as a negative id
+    write_shard(v2.file("train_000000.bin"), ids, {{3, 128256}, {4, 2}}, kShardVersionU32);
+    CHECK(contains(error_of([&] { TokenDataset::open(v2.path(), 128256); }), "at index 41 is >= vocab_size 128256"));
+    ids[41] = 128255;
+    write_shard(v2.file("train_000000.bin"), ids, {{3, 128256}, {4, 2}}, kShardVersionU32);
+    CHECK(TokenDataset::open(v2.path(), 128256)[41] == 128255);
+    fs::resize_file(v2.file("train_000000.bin"), 1024 + 4 * 100 - 2);
+    const std::string msg = error_of([&] { TokenDataset::open(v2.path(), 128256); });
+    CHECK(contains(msg, v2.file("train_000000.bin")));
+    CHECK(contains(msg, "shorter than its header claims (truncated): header says 100 tokens of 4 bytes (version 2 "
+                        "(uint32 tokens)) = 1424 bytes, file has 1422 bytes"));
+  }
   SECTION("a token outside the vocabulary names its file and its index in that file") {
-    std::vector<std::uint16_t> bad(50, 7);
+    std::vector<std::uint32_t> bad(50, 7);
     bad[17] = 60000;
     write_shard(dir.file("train_000003.bin"), bad);
     CHECK(contains(error_of([&] { TokenDataset::open(dir.path(), 50257); }), "token 60000 at index 17"));

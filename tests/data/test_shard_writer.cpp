@@ -26,9 +26,9 @@ std::vector<std::string> names(const std::vector<ShardFile>& files) {
   return out;
 }
 
-std::vector<std::uint16_t> stream(std::size_t n) {
-  std::vector<std::uint16_t> t(n);
-  for (std::size_t i = 0; i < n; ++i) t[i] = static_cast<std::uint16_t>((i * 7919 + 13) % 65536);
+std::vector<std::uint32_t> stream(std::size_t n, std::uint32_t vocab = 65536) {
+  std::vector<std::uint32_t> t(n);
+  for (std::size_t i = 0; i < n; ++i) t[i] = static_cast<std::uint32_t>((i * 7919 + 13) % vocab);
   return t;
 }
 
@@ -36,18 +36,18 @@ std::vector<std::uint16_t> stream(std::size_t n) {
 
 TEST_CASE("shards: valid first, then train, each full but the last", "[data]") {
   using V = std::vector<std::string>;
-  CHECK(names(shard_files({5, 10, {}}, 33)) ==
+  CHECK(names(shard_files({5, 10, {}, kShardVersionU16}, 33)) ==
         V{"valid_000000.bin:5", "train_000000.bin:10", "train_000001.bin:10", "train_000002.bin:8"});
-  CHECK(names(shard_files({0, 10, {}}, 20)) == V{"train_000000.bin:10", "train_000001.bin:10"});
-  CHECK(names(shard_files({25, 10, {}}, 30)) ==
+  CHECK(names(shard_files({0, 10, {}, kShardVersionU16}, 20)) == V{"train_000000.bin:10", "train_000001.bin:10"});
+  CHECK(names(shard_files({25, 10, {}, kShardVersionU16}, 30)) ==
         V{"valid_000000.bin:10", "valid_000001.bin:10", "valid_000002.bin:5", "train_000000.bin:5"});
-  CHECK(names(shard_files({40, 10, {}}, 30)).size() == 3);  // all valid: the caller refuses that
-  CHECK_THROWS_AS(ShardWriter("/tmp", ShardLayout{0, 0, {}}), DataError);
-  CHECK_THROWS_AS(ShardWriter("/tmp", ShardLayout{0, kMaxShardTokens + 1, {}}), DataError);
+  CHECK(names(shard_files({40, 10, {}, kShardVersionU16}, 30)).size() == 3);  // all valid: the caller refuses that
+  CHECK_THROWS_AS(ShardWriter("/tmp", ShardLayout{0, 0, {}, kShardVersionU16}), DataError);
+  CHECK_THROWS_AS(ShardWriter("/tmp", ShardLayout{0, kMaxShardTokens + 1, {}, kShardVersionU16}), DataError);
 }
 
 TEST_CASE("shards: ranges written in any order, by several writers, give one writer's files", "[data]") {
-  const ShardLayout layout{37, 100, {}};
+  const ShardLayout layout{37, 100, {}, kShardVersionU16};
   const auto tokens = stream(1234);
   ScratchDir one("tptrain_shards"), many("tptrain_shards");
   {
@@ -73,20 +73,62 @@ TEST_CASE("shards: ranges written in any order, by several writers, give one wri
   }
   write_shard_headers(one.path(), layout, tokens.size());
   write_shard_headers(many.path(), layout, tokens.size());
-  std::vector<std::uint16_t> read_back;
+  std::vector<std::uint32_t> read_back;
   for (const ShardFile& f : shard_files(layout, tokens.size())) {
     INFO(f.name);
     REQUIRE(file_bytes(many.file(f.name)) == file_bytes(one.file(f.name)));
     // The reader of training data takes them: header, size and tokens.
     const TokenDataset ds = TokenDataset::open(many.file(f.name), 65536);
     REQUIRE(ds.size() == f.tokens);
-    for (std::size_t i = 0; i < ds.size(); ++i) read_back.push_back(static_cast<std::uint16_t>(ds[i]));
+    for (std::size_t i = 0; i < ds.size(); ++i) read_back.push_back(static_cast<std::uint32_t>(ds[i]));
   }
   CHECK(read_back == tokens);
 }
 
+TEST_CASE("shards: version 2 holds uint32 ids, written and read back by every reader", "[data]") {
+  CHECK(shard_version_for(256) == kShardVersionU16);
+  CHECK(shard_version_for(50257) == kShardVersionU16);
+  CHECK(shard_version_for(65536) == kShardVersionU16);  // ids 0 .. 65535 fit uint16
+  CHECK(shard_version_for(65537) == kShardVersionU32);
+  CHECK(shard_version_for(200019) == kShardVersionU32);
+  const ShardLayout layout{50, 100, shard_vocabulary("gpt2", 200019), kShardVersionU32};
+  const auto tokens = stream(345, 200019);
+  ScratchDir dir("tptrain_shards");
+  {
+    ShardWriter w(dir.path(), layout);
+    w.write(0, tokens.data(), 200);
+    w.write(200, tokens.data() + 200, tokens.size() - 200);
+    w.close();
+  }
+  write_shard_headers(dir.path(), layout, tokens.size());
+  const std::string first = file_bytes(dir.file("valid_000000.bin"));
+  REQUIRE(first.size() == 1024 + 4 * 50);
+  const auto byte = [&](std::size_t i) { return static_cast<std::uint32_t>(static_cast<unsigned char>(first[i])); };
+  CHECK(byte(4) == 2);  // header[1], little-endian
+  // Token 7 of the stream, little-endian uint32 after the header.
+  const std::uint32_t t7 = byte(1024 + 28) | byte(1024 + 29) << 8 | byte(1024 + 30) << 16 | byte(1024 + 31) << 24;
+  CHECK(t7 == tokens[7]);
+  std::vector<std::uint32_t> read_back;
+  bool above_uint16 = false;
+  for (const ShardFile& f : shard_files(layout, tokens.size())) {
+    const TokenDataset ds = TokenDataset::open(dir.file(f.name), 200019);
+    for (std::size_t i = 0; i < ds.size(); ++i) {
+      read_back.push_back(static_cast<std::uint32_t>(ds[i]));
+      above_uint16 = above_uint16 || ds[i] > 65535;
+    }
+  }
+  CHECK(read_back == tokens);
+  CHECK(above_uint16);
+  // The set as one stream, through the sequence copy training uses.
+  const TokenDataset set = TokenDataset::open(dir.file("train_*.bin"), 200019);
+  std::vector<std::int32_t> in(16), out(16);
+  set.copy_sequence(90, 16, in.data(), out.data());
+  for (std::size_t i = 0; i < 16; ++i) CHECK(static_cast<std::uint32_t>(in[i]) == tokens[50 + 90 + i]);
+  CHECK_THROWS_AS(ShardWriter(dir.path(), ShardLayout{0, 10, {}, 3}), DataError);
+}
+
 TEST_CASE("shards: a header is refused when tokens are missing", "[data]") {
-  const ShardLayout layout{0, 10, {}};
+  const ShardLayout layout{0, 10, {}, kShardVersionU16};
   const auto tokens = stream(25);
   ScratchDir dir("tptrain_shards");
   ShardWriter w(dir.path(), layout);

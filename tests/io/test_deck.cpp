@@ -1259,22 +1259,6 @@ std::vector<std::string> lines_of(const std::string& text) {
   return lines;
 }
 
-// The cells of a Markdown table row "| a | b | c |", trimmed.
-std::vector<std::string> cells(const std::string& row) {
-  std::vector<std::string> out;
-  std::string cell;
-  for (std::size_t i = 1; i < row.size(); ++i) {
-    if (row[i] == '|') {
-      const auto a = cell.find_first_not_of(' '), b = cell.find_last_not_of(' ');
-      out.push_back(a == std::string::npos ? "" : cell.substr(a, b - a + 1));
-      cell.clear();
-    } else {
-      cell += row[i];
-    }
-  }
-  return out;
-}
-
 std::string type_word(KeyType t) {
   switch (t) {
     case KeyType::Integer:
