@@ -36,13 +36,19 @@ void parse_test_hook(const std::string& name_value, TestHooks& hooks) {
     if (eq == std::string::npos || end == begin || *end != '\0' || errno != 0 || step < 0)
       refuse(name_value, "kill_in_checkpoint=STEP, a checkpoint's step (an integer >= 0)");
     hooks.kill_in_checkpoint = step;
+  } else if (name == "spike_at_step" || name == "nonfinite_from_step") {
+    const long long step = std::strtoll(begin, &end, 10);
+    if (eq == std::string::npos || end == begin || *end != '\0' || errno != 0 || step < 1)
+      refuse(name_value, name + "=STEP, an optimizer step (an integer >= 1)");
+    (name == "spike_at_step" ? hooks.spike_at_step : hooks.nonfinite_from_step) = step;
   } else if (name == "layer_seconds") {
     const double t = std::strtod(begin, &end);
     if (eq == std::string::npos || end == begin || *end != '\0' || !std::isfinite(t) || t < 0 || t > 60)
       refuse(name_value, "layer_seconds=T, seconds per layer from 0 to 60");
     hooks.layer_seconds = t;
   } else {
-    refuse(name_value, "NAME=VALUE with NAME one of kill_in_checkpoint, layer_seconds");
+    refuse(name_value,
+           "NAME=VALUE with NAME one of kill_in_checkpoint, layer_seconds, spike_at_step, nonfinite_from_step");
   }
 }
 

@@ -20,6 +20,11 @@ struct TestHooks {
   // layer_seconds=T: every forward of a pipeline chunk also sleeps T per layer, every backward
   // 2T (src/train/pipeline_runner.hpp), so that the bubble can be measured on any machine. 0: none.
   double layer_seconds = 0;
+  // spike_at_step=STEP: the gradients of that optimizer step (1-based) come out 1000 times too
+  // large (src/train/training_run.cpp), a planted gradient-norm spike. -1: never.
+  std::int64_t spike_at_step = -1;
+  // nonfinite_from_step=STEP: from that step (1-based) on, every step's gradients are NaN. -1: never.
+  std::int64_t nonfinite_from_step = -1;
 };
 
 // The hooks in force (all off unless set).

@@ -97,6 +97,11 @@ struct TrainingConfig {
   int eval_interval{};
   int eval_windows{};
   std::string init_from;  // a checkpoint whose weights start the run ("" = the seeded initialisation)
+  // Spike and non-finite skipping (src/train/spike_detector.hpp).
+  bool skip_spikes{};
+  double spike_zscore{};
+  int spike_window{};
+  int max_skipped_steps{};
 };
 
 // [optimizer]: AdamW, linear warmup then decay to min_lr.

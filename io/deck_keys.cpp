@@ -194,6 +194,21 @@ std::vector<DeckKey> make_keys() {
       {"training", "eval_windows", integer(16), at_least_1,
        "validation windows of seq_length tokens per evaluation",
        &member<&Deck::training, &T::eval_windows>},
+      {"training", "skip_spikes", boolean(false), AnyBoolean{},
+       "skip an optimizer step whose loss or gradient norm is a spike (more than training.spike_zscore "
+       "standard deviations above the mean of the last training.spike_window accepted steps) or not finite, "
+       "as llm.c does; the step's batch is consumed",
+       &member<&Deck::training, &T::skip_spikes>},
+      {"training", "spike_zscore", number(6.0), NumberRange{0.0, false, std::nullopt, {}},
+       "training.skip_spikes: how many standard deviations above the window's mean a spike is",
+       &member<&Deck::training, &T::spike_zscore>},
+      {"training", "spike_window", integer(100), IntRange{2, 1000, {}},
+       "training.skip_spikes: accepted steps whose loss and gradient norm make the mean (spikes are judged "
+       "once the window is full)",
+       &member<&Deck::training, &T::spike_window>},
+      {"training", "max_skipped_steps", integer(10), at_least_1,
+       "training.skip_spikes: the run stops with exit 1 at this many skipped steps in a row",
+       &member<&Deck::training, &T::max_skipped_steps>},
       {"training", "init_from", text(""), PathRule{true, false},
        "a checkpoint whose weights start the run (e.g. from tptrain import): weights only, step 0, fresh "
        "optimizer and data order; \"\" = initialise from training.seed; a checkpoint to resume from wins",

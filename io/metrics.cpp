@@ -14,7 +14,12 @@ std::string to_json(const MetricsRecord& r) {
   o.number("grad_norm", r.grad_norm, digits(17)).number("tokens_per_s", r.tokens_per_s, fixed(1));
   if (r.eval_loss) o.number("eval_loss", *r.eval_loss, digits(17));
   if (r.loss_scale) o.number("loss_scale", *r.loss_scale, digits(17));
-  if (r.skipped) o.integer("skipped", *r.skipped);
+  if (r.skip_reason) {
+    o.boolean("skipped", true).string("skip_reason", *r.skip_reason);
+    if (r.skipped) o.integer("overflow_skipped", *r.skipped);
+  } else if (r.skipped) {
+    o.integer("skipped", *r.skipped);
+  }
   for (const auto& [name, value] : r.fields) o.integer(name, value);
   return o.text();
 }

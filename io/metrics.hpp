@@ -21,6 +21,9 @@ struct MetricsRecord {
   // Further integer fields, written last in this order under the caller's names (io/ does not
   // know what they mean; the trainer's are the measured memory, mem_<category>_bytes, ...).
   std::vector<std::pair<std::string, std::int64_t>> fields;
+  // training.skip_spikes: this step did not update the weights, and why ("skipped": true,
+  // "skip_reason": ...; an fp16 run's count above is then "overflow_skipped").
+  std::optional<std::string> skip_reason;
 };
 
 // JSON line of a record: {"step": 10, "loss": ..., "lr": ..., "grad_norm": ..., "tokens_per_s": ...[, "eval_loss": ...]

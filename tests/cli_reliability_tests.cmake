@@ -107,3 +107,12 @@ foreach(case cut_line bad_line size_limit)
                    ${_decks}/valid.toml $<TARGET_FILE:tptrain> ${_mpi2})
   set_tests_properties(cli_metrics_${case} PROPERTIES TIMEOUT 180)
 endforeach()
+
+# Spike and non-finite skipping (training.skip_spikes): a planted spike skipped and resumed
+# exactly, NaN gradients stopping the run at training.max_skipped_steps (spike_skipping.cmake).
+add_test(NAME cli_spike_skipping
+         COMMAND ${CMAKE_COMMAND} -DEXE=$<TARGET_FILE:tptrain>
+                 "-DMPI2=${MPIEXEC_EXECUTABLE};${MPIEXEC_NUMPROC_FLAG};2;${TPTRAIN_MPIEXEC_FLAGS}"
+                 -DDECK=${CMAKE_CURRENT_SOURCE_DIR}/data/cli/valid.toml -DDIR=${CMAKE_CURRENT_BINARY_DIR}/spike_skipping
+                 -P ${CMAKE_CURRENT_SOURCE_DIR}/spike_skipping.cmake)
+set_tests_properties(cli_spike_skipping PROPERTIES TIMEOUT 300)

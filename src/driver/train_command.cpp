@@ -176,7 +176,12 @@ int train_as(const io::Deck& deck, const parallel::Topology& topo) {
     // non-finite loss, an fp16 overflow at the smallest scale) are AgreedErrors.
     const train::StepResult r = run->step(step);
     window_tokens += run->tokens_per_step();
-    if (r.skipped) {
+    const bool spike = r.skipped && !r.skip_reason.empty();  // training.skip_spikes
+    if (spike) {
+      log::warning(fmt::format("step {}: skipped ({} in a row, training.max_skipped_steps = {}), the weights are not "
+                               "updated: {}",
+                               step + 1, r.skipped_in_a_row, tc.max_skipped_steps, r.skip_reason));
+    } else if (r.skipped) {
       ++skipped;
       ++skipped_in_run;
       log::infof("step {}: fp16 gradients overflowed at loss scale {:g}: step skipped, the loss scale is now {:g}",
@@ -184,7 +189,8 @@ int train_as(const io::Deck& deck, const parallel::Topology& topo) {
     }
 
     const bool last = step + 1 == tc.steps;
-    const bool log_now = (step + 1) % tc.log_interval == 0 || step == 0 || last;
+    // A spike-skipped step always gets its record ("skipped": true).
+    const bool log_now = (step + 1) % tc.log_interval == 0 || step == 0 || last || spike;
     const bool eval_now = run->eval_windows() > 0 && tc.eval_interval > 0 &&
                           ((step + 1) % tc.eval_interval == 0 || last);
     if (log_now || eval_now) {
@@ -194,8 +200,11 @@ int train_as(const io::Deck& deck, const parallel::Topology& topo) {
       const double elapsed = std::chrono::duration<double>(now - start).count();
       const double eta =
           elapsed / static_cast<double>(step + 1 - first_step) * static_cast<double>(tc.steps - step - 1);
-      io::MetricsRecord rec{step + 1, r.loss, r.lr, r.grad_norm, tok_s, std::nullopt, std::nullopt, std::nullopt, {}};
-      const std::string norm = r.skipped ? std::string("overflow") : fmt::format("{:.3f}", r.grad_norm);
+      io::MetricsRecord rec{step + 1, r.loss, r.lr, r.grad_norm, tok_s, std::nullopt, std::nullopt, std::nullopt, {}, std::nullopt};
+      if (spike) rec.skip_reason = r.skip_reason;
+      const std::string norm = spike       ? fmt::format("{:.3f} (skipped)", r.grad_norm)
+                               : r.skipped ? std::string("overflow")
+                                           : fmt::format("{:.3f}", r.grad_norm);
       std::string line = fmt::format("step {:>6}/{} | loss {:.4f} | lr {:.3e} | grad norm {} | {:.0f} tok/s | ETA {}",
                                      step + 1, tc.steps, r.loss, r.lr, norm, tok_s, format_duration(eta));
       if (run->loss_scaler() != nullptr) {

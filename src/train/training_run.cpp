@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <type_traits>
 #include <fmt/format.h>
 
 #include "base/agreement.hpp"
 #include "base/mpi_check.hpp"
+#include "base/test_hooks.hpp"
 #include "src/data/shard_header.hpp"
 #include "src/util/log.hpp"
 #include "src/train/memory_metrics.hpp"
@@ -142,6 +144,8 @@ TrainingRun<T>::TrainingRun(const io::Deck& deck, const parallel::Topology& topo
     scaler_.emplace(LossScalerConfig{t.loss_scale_initial, t.loss_scale_growth_factor, t.loss_scale_backoff_factor,
                                      t.loss_scale_window, t.loss_scale_hysteresis, t.loss_scale_min});
   }
+  if (deck.training.skip_spikes)
+    spikes_.emplace(SpikeConfig{deck.training.spike_zscore, deck.training.spike_window, deck.training.max_skipped_steps});
   pipeline_.reserve(micro_batches());  // every activation slot allocated before the first step
   const int P = topo.layout().pipeline;
   if (micro_batches() < P && topo.world_rank() == 0)
@@ -200,8 +204,11 @@ double TrainingRun<T>::compute_gradients(std::int64_t step) {
   // so summing the data-parallel ranks' gradients gives the full gradient.
   // fp16: the loss is multiplied by the loss scale, so that small activation gradients stay
   // above fp16's smallest normal; the optimizer divides it out (a power of two: exact).
-  const float scale = 1.0f / static_cast<float>(tokens_per_step_) *
-                      static_cast<float>(scaler_ ? scaler_->scale() : 1.0);
+  float scale = 1.0f / static_cast<float>(tokens_per_step_) * static_cast<float>(scaler_ ? scaler_->scale() : 1.0);
+  // Test hooks (base/test_hooks.hpp): a planted gradient spike, or NaN gradients from a step on.
+  if (test_hooks().spike_at_step == step + 1) scale *= 1000.0f;
+  if (test_hooks().nonfinite_from_step > 0 && step + 1 >= test_hooks().nonfinite_from_step)
+    scale = std::numeric_limits<float>::quiet_NaN();
   // Tokens are checked where they are read (token_dataset.hpp: the vocabulary, a file cut under
   // the job), and the pipeline takes micro-batches between collectives: every micro-batch of this
   // rank is read first, agreed.
@@ -293,6 +300,21 @@ StepResult TrainingRun<T>::update(std::int64_t step, double loss) {
     }
     r.grad_norm /= r.loss_scale;
   }
+  if (spikes_) {
+    // The loss and the norm are global reductions: every rank decides the same.
+    r.skip_reason = spikes_->judge(r.loss, r.grad_norm);
+    if (!r.skip_reason.empty()) {
+      r.skipped = true;
+      r.skipped_in_a_row = spikes_->skip();
+      if (r.skipped_in_a_row >= deck_.training.max_skipped_steps)
+        throw parallel::AgreedError(fmt::format(
+            "step {}: {} steps in a row were skipped (training.max_skipped_steps = {}), the last because {}: "
+            "stopping the run; its last checkpoint holds the weights before them (try a lower optimizer.lr)",
+            step + 1, spikes_->skipped_in_a_row(), deck_.training.max_skipped_steps, r.skip_reason));
+      return r;
+    }
+    spikes_->accept(r.loss, r.grad_norm);
+  }
   check_finite(step + 1, r.loss, r.grad_norm);
   const double clip = deck_.training.grad_clip;
   // As PyTorch's clip_grad_norm_, folded into AdamW's reading of the gradients (with the loss
@@ -305,18 +327,23 @@ StepResult TrainingRun<T>::update(std::int64_t step, double loss) {
 
 template <class T>
 std::map<std::string, std::int64_t> TrainingRun<T>::train_state() const {
-  if (!scaler_) return {};
+  std::map<std::string, std::int64_t> out = spikes_ ? spikes_->state() : std::map<std::string, std::int64_t>{};
+  if (!scaler_) return out;
   const LossScalerState s = scaler_->get_state();
   std::int64_t bits = 0;  // the scale exactly: /train attributes are int64
   static_assert(sizeof(bits) == sizeof(s.scale), "the loss scale is a double");
   std::memcpy(&bits, &s.scale, sizeof bits);
-  return {{"loss_scale_bits", bits},
-          {"loss_scale_growth_tracker", s.growth_tracker},
-          {"loss_scale_hysteresis_tracker", s.hysteresis_tracker}};
+  out["loss_scale_bits"] = bits;
+  out["loss_scale_growth_tracker"] = s.growth_tracker;
+  out["loss_scale_hysteresis_tracker"] = s.hysteresis_tracker;
+  return out;
 }
 
 template <class T>
 void TrainingRun<T>::restore_train_state(const std::map<std::string, std::int64_t>& saved) {
+  if (spikes_ && !spikes_->restore(saved) && topo_.world_rank() == 0)
+    log::warning("the checkpoint holds no spike-detector window (it was written without training.skip_spikes): "
+                 "spikes are judged again after a warm-up of training.spike_window steps");
   if (!scaler_) return;
   const auto bits = saved.find("loss_scale_bits");
   const auto growth = saved.find("loss_scale_growth_tracker");

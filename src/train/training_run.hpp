@@ -22,6 +22,7 @@
 #include "src/train/lr_schedule.hpp"
 #include "src/train/optimizer.hpp"
 #include "src/train/pipeline_runner.hpp"
+#include "src/train/spike_detector.hpp"
 
 namespace tptrain::train {
 
@@ -52,7 +53,9 @@ struct StepResult {
   double grad_norm = 0;  // before clipping (of the unscaled gradients)
   double lr = 0;
   double loss_scale = 1;  // the scale this step's backward ran with (fp16; 1 otherwise)
-  bool skipped = false;   // fp16: the gradients overflowed, the weights were not updated
+  bool skipped = false;   // the weights were not updated: an fp16 overflow, or a spike (skip_reason)
+  std::string skip_reason;  // training.skip_spikes: why the step was skipped ("" for an fp16 overflow)
+  int skipped_in_a_row = 0;  // training.skip_spikes: this step's run of skips
 };
 
 // This rank's parameter memory by category, read from the buffers the model allocated
@@ -101,11 +104,13 @@ class TrainingRun {
   // the dynamic loss scaler; a step whose gradients hold Inf/NaN on any rank is skipped on every
   // rank (weights and moments untouched) and the scaler told. Throws parallel::AgreedError (the
   // run stops) for a non-finite loss or norm, and with fp16 for a non-finite loss (no loss scale
-  // changes the forward) or an overflow at training.loss_scale_min.
+  // changes the forward) or an overflow at training.loss_scale_min. With training.skip_spikes a
+  // spike or a non-finite loss or norm skips the step instead (spike_detector.hpp), and
+  // training.max_skipped_steps skips in a row stop the run (AgreedError).
   StepResult update(std::int64_t step, double loss);
 
   // What exact resumption needs besides weights and moments, as /train checkpoint attributes
-  // (the fp16 loss scaler's state; empty otherwise), and its restoration: the scale clamped to
+  // (the fp16 loss scaler's state, the spike detector's window; empty otherwise), and its restoration: the scale clamped to
   // this run's [training.loss_scale_min, 2^64] (said on rank 0); std::invalid_argument naming the
   // attribute for a scale or count no run writes. The attributes are the same on every rank.
   std::map<std::string, std::int64_t> train_state() const;
@@ -157,6 +162,7 @@ class TrainingRun {
   std::int64_t tokens_per_step_ = 0;
   std::int64_t eval_windows_ = 0;
   std::optional<DynamicLossScaler> scaler_;  // fp16 only
+  std::optional<SpikeDetector> spikes_;      // training.skip_spikes only
 };
 
 }  // namespace tptrain::train

@@ -40,7 +40,16 @@ TEST_CASE("test hooks: a bad one names the hook and what it expects", "[base][te
         "--test-hook layer_seconds=61: expected layer_seconds=T, seconds per layer from 0 to 60");
   CHECK(refusal("layer_seconds=nan").find("from 0 to 60") != std::string::npos);
   CHECK(refusal("layer_second=1") ==
-        "--test-hook layer_second=1: expected NAME=VALUE with NAME one of kill_in_checkpoint, layer_seconds");
+        "--test-hook layer_second=1: expected NAME=VALUE with NAME one of kill_in_checkpoint, layer_seconds, "
+            "spike_at_step, nonfinite_from_step");
+  CHECK(refusal("spike_at_step=0") ==
+        "--test-hook spike_at_step=0: expected spike_at_step=STEP, an optimizer step (an integer >= 1)");
+  CHECK(refusal("nonfinite_from_step=x").find("nonfinite_from_step=STEP") != std::string::npos);
+  TestHooks h;
+  tptrain::parse_test_hook("spike_at_step=7", h);
+  tptrain::parse_test_hook("nonfinite_from_step=3", h);
+  CHECK(h.spike_at_step == 7);
+  CHECK(h.nonfinite_from_step == 3);
 }
 
 TEST_CASE("test hooks: a scope sets them and puts the previous ones back", "[base][test_hooks]") {
