@@ -1,5 +1,7 @@
 #include "src/data/segment_tokens.hpp"
 
+#include <type_traits>
+
 #include "src/data/token_dataset.hpp"  // DataError
 #include "text/utf8.hpp"
 
@@ -26,7 +28,8 @@ SegmentTokens tokenize_segment(const Corpus& corpus, std::uint64_t begin, std::u
       if (const auto eot = tokenizer.end_of_text()) tokens.push_back(*eot);
     }
     tokenizer.encode_ordinary(part.text, tokens);
-    for (const text::Token t : tokens) out.tokens.push_back(static_cast<std::uint32_t>(t));
+    static_assert(std::is_same_v<text::Token, std::uint32_t>, "segments hold the tokenizer's ids as they are");
+    out.tokens.insert(out.tokens.end(), tokens.begin(), tokens.end());
   });
   return out;
 }

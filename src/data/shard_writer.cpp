@@ -96,9 +96,21 @@ void ShardWriter::write(std::uint64_t first, const std::uint32_t* tokens, std::s
     const Place p = place_of(layout_, first + i);
     const std::size_t run = static_cast<std::size_t>(std::min<std::uint64_t>(p.room, n - i));
     bytes.resize(width * run);
-    for (std::size_t k = 0; k < run; ++k)  // little-endian whatever the host
-      for (std::size_t b = 0; b < width; ++b)
-        bytes[width * k + b] = static_cast<unsigned char>(tokens[i + k] >> (8 * b));
+    unsigned char* out = bytes.data();
+    const std::uint32_t* in = tokens + i;
+    if (width == 2) {  // little-endian whatever the host; one loop per width, no inner loop
+      for (std::size_t k = 0; k < run; ++k) {
+        out[2 * k] = static_cast<unsigned char>(in[k]);
+        out[2 * k + 1] = static_cast<unsigned char>(in[k] >> 8);
+      }
+    } else {
+      for (std::size_t k = 0; k < run; ++k) {
+        out[4 * k] = static_cast<unsigned char>(in[k]);
+        out[4 * k + 1] = static_cast<unsigned char>(in[k] >> 8);
+        out[4 * k + 2] = static_cast<unsigned char>(in[k] >> 16);
+        out[4 * k + 3] = static_cast<unsigned char>(in[k] >> 24);
+      }
+    }
     write_all(file(p.name), (std::filesystem::path(dir_) / p.name).string(), bytes.data(), bytes.size(),
               kHeaderBytes + width * p.index);
     i += run;
