@@ -18,3 +18,16 @@ function(run expect)
   endif()
   set(output "${out}${err}" PARENT_SCOPE)
 endfunction()
+
+# metrics_steps(OUT FILE LINES FIELDS): the records of metrics.jsonl FILE whose text matches the
+# regex LINES, each cut to the part matching FIELDS ("\"step\": [0-9]+, \"loss\": ..."), as a
+# list in OUT: two runs' curves compare as text, every digit.
+function(metrics_steps out file lines fields)
+  file(STRINGS ${file} records REGEX "${lines}")
+  set(values "")
+  foreach(record IN LISTS records)
+    string(REGEX MATCH "${fields}" kv "${record}")
+    list(APPEND values "${kv}")
+  endforeach()
+  set(${out} "${values}" PARENT_SCOPE)
+endfunction()

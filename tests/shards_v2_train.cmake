@@ -34,25 +34,17 @@ set(sets --set data.train=${DIR}/shards/train_*.bin --set data.valid=${DIR}/shar
          --set optimizer.decay=constant)  # a schedule that does not depend on training.steps (4 or 8)
 run(ok ${MPI2} ${EXE} train ${DECK} ${sets} --set training.steps=8 --set run.dir=${DIR}/whole
     --set checkpoint.dir=${DIR}/whole/ck)
-string(REGEX MATCHALL "step +[0-9]+ [^\n]*loss [0-9.]+" whole "${output}")
 run(ok ${MPI2} ${EXE} train ${DECK} ${sets} --set training.steps=4 --set run.dir=${DIR}/halves
     --set checkpoint.dir=${DIR}/halves/ck)
-string(REGEX MATCHALL "step +[0-9]+ [^\n]*loss [0-9.]+" first "${output}")
 run(ok ${MPI2} ${EXE} train ${DECK} ${sets} --set training.steps=8 --set run.dir=${DIR}/halves
     --set checkpoint.dir=${DIR}/halves/ck)
 if(NOT output MATCHES "resuming from")
   message(FATAL_ERROR "the second half did not resume")
 endif()
-string(REGEX MATCHALL "step +[0-9]+ [^\n]*loss [0-9.]+" second "${output}")
 
 # The losses of metrics.jsonl, whole and halves, compared as text (every digit).
 foreach(run whole halves)
-  file(STRINGS ${DIR}/${run}/metrics.jsonl lines REGEX "\"loss\"")
-  set(${run}_losses "")
-  foreach(line IN LISTS lines)
-    string(REGEX MATCH "\"step\": [0-9]+, \"loss\": [-0-9.e]+" kv "${line}")
-    list(APPEND ${run}_losses "${kv}")
-  endforeach()
+  metrics_steps(${run}_losses ${DIR}/${run}/metrics.jsonl "\"loss\"" "\"step\": [0-9]+, \"loss\": [-0-9.e]+")
 endforeach()
 list(LENGTH whole_losses n)
 if(n LESS 8)
