@@ -57,9 +57,17 @@ std::string describe(const ShardVocabulary& v) {
 
 ShardHeader parse_shard_header(const unsigned char* header, std::uint64_t file_bytes, const std::string& path) {
   const std::int32_t magic = load_le32(header);
-  if (magic != kShardMagic)
-    fail(path, fmt::format("bad magic number {}, expected {} (not an llm.c token shard)", magic, kShardMagic));
-  const std::int32_t version = load_le32(header + 4);
+  std::int32_t version = load_le32(header + 4);
+  if (magic == kLlmcLlama3Magic) {
+    if (version != kLlmcLlama3Version)
+      fail(path, fmt::format("magic number {} (llm.c's Llama 3 shards) with version {}: expected version {}",
+                             magic, version, kLlmcLlama3Version));
+    version = kShardVersionU32;  // the same uint32 payload
+  } else if (magic != kShardMagic) {
+    fail(path, fmt::format("bad magic number {}, expected {} (an llm.c token shard; {} with version {}: llm.c's "
+                           "Llama 3 shards)",
+                           magic, kShardMagic, kLlmcLlama3Magic, kLlmcLlama3Version));
+  }
   if (version != kShardVersionU16 && version != kShardVersionU32)
     fail(path, fmt::format("unsupported shard version {}, expected {} (uint16 tokens) or {} (uint32 tokens)", version,
                            kShardVersionU16, kShardVersionU32));

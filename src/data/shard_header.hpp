@@ -20,6 +20,10 @@
 namespace tptrain::data {
 
 inline constexpr std::int32_t kShardMagic = 20240520;
+// llm.c's own shards of Llama 3 tokens (dev/data/data_common.py): magic 20240801, version 7,
+// uint32 tokens. Read as version 2 (the same payload); never written.
+inline constexpr std::int32_t kLlmcLlama3Magic = 20240801;
+inline constexpr std::int32_t kLlmcLlama3Version = 7;
 inline constexpr std::int32_t kShardVersionU16 = 1;
 inline constexpr std::int32_t kShardVersionU32 = 2;
 inline constexpr std::size_t kShardHeaderInts = 256;  // header size in int32 (1024 bytes)
@@ -61,7 +65,7 @@ struct ShardHeader {
 };
 
 // Checks the kShardHeaderBytes at `header` of a file of `file_bytes` bytes: magic, version (1 or
-// 2), a positive token count, and a file size of exactly header + token_bytes * count bytes (a
+// 2; llm.c's Llama 3 header, magic 20240801 version 7, reads as version 2), a positive token count, and a file size of exactly header + token_bytes * count bytes (a
 // truncated or overlong file is refused with both sizes); a version-1 header recording a
 // vocabulary of more than 65536 ids, which uint16 cannot hold, is refused too. Throws DataError
 // starting "data file 'PATH': ".

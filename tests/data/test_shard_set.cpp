@@ -315,10 +315,10 @@ TEST_CASE("shard set: every bad set is refused by name", "[data]") {
     CHECK(contains(msg, "1218 bytes"));
   }
   SECTION("a shard with the wrong magic names the file, found and expected") {
-    write_shard(dir.file("train_000002.bin"), {1, 2, 3}, {{0, 20240801}});
+    write_shard(dir.file("train_000002.bin"), {1, 2, 3}, {{0, 20240802}});
     const std::string msg = error_of([&] { TokenDataset::open(dir.file("train_*"), 50257); });
     CHECK(contains(msg, dir.file("train_000002.bin")));
-    CHECK(contains(msg, "bad magic number 20240801, expected 20240520"));
+    CHECK(contains(msg, "bad magic number 20240802, expected 20240520"));
   }
   SECTION("a shard with the wrong version") {
     write_shard(dir.file("train_000002.bin"), {1, 2, 3}, {{1, 3}});
@@ -332,6 +332,18 @@ TEST_CASE("shard set: every bad set is refused by name", "[data]") {
     CHECK(contains(msg, "mixes shard versions"));
     CHECK(contains(msg, dir.file("train_000000.bin") + "' is version 1 (uint16 tokens)"));
     CHECK(contains(msg, dir.file("train_000003.bin") + "' is version 2 (uint32 tokens)"));
+  }
+  SECTION("llm.c's own Llama 3 shards (magic 20240801, version 7) read as version 2") {
+    ScratchDir l3("tptrain_shard_set");
+    const std::vector<std::uint32_t> ids = stream(64, 128256);
+    write_shard(l3.file("train_000000.bin"), ids, {{0, 20240801}, {1, 7}}, kShardVersionU32);
+    write_shard(l3.file("train_000001.bin"), ids, {}, kShardVersionU32);  // tptrain's own version 2 beside it
+    const TokenDataset ds = TokenDataset::open(l3.path(), 128256);
+    REQUIRE(ds.size() == 128);
+    for (std::size_t i = 0; i < 64; ++i) REQUIRE(ds[i] == static_cast<std::int32_t>(ids[i]));
+    write_shard(l3.file("train_000001.bin"), ids, {{0, 20240801}, {1, 1}}, kShardVersionU32);
+    CHECK(contains(error_of([&] { TokenDataset::open(l3.path(), 128256); }),
+                   "magic number 20240801 (llm.c's Llama 3 shards) with version 1: expected version 7"));
   }
   SECTION("a version-1 header that records a vocabulary uint16 cannot hold") {
     ScratchDir big("tptrain_shard_set");
