@@ -41,6 +41,15 @@ void parse_test_hook(const std::string& name_value, TestHooks& hooks) {
     if (eq == std::string::npos || end == begin || *end != '\0' || errno != 0 || step < 1)
       refuse(name_value, name + "=STEP, an optimizer step (an integer >= 1)");
     (name == "spike_at_step" ? hooks.spike_at_step : hooks.nonfinite_from_step) = step;
+  } else if (name == "slow_rank") {
+    const long long rank = std::strtoll(begin, &end, 10);
+    const bool colon = end != begin && *end == ':';
+    const double t = colon ? std::strtod(end + 1, &end) : 0.0;
+    if (eq == std::string::npos || !colon || *end != '\0' || errno != 0 || rank < 0 || rank > 1000000 ||
+        !std::isfinite(t) || t <= 0 || t > 60)
+      refuse(name_value, "slow_rank=RANK:SECONDS, a world rank and seconds per step from 0 to 60");
+    hooks.slow_rank = static_cast<int>(rank);
+    hooks.slow_rank_seconds = t;
   } else if (name == "layer_seconds") {
     const double t = std::strtod(begin, &end);
     if (eq == std::string::npos || end == begin || *end != '\0' || !std::isfinite(t) || t < 0 || t > 60)
@@ -48,7 +57,8 @@ void parse_test_hook(const std::string& name_value, TestHooks& hooks) {
     hooks.layer_seconds = t;
   } else {
     refuse(name_value,
-           "NAME=VALUE with NAME one of kill_in_checkpoint, layer_seconds, spike_at_step, nonfinite_from_step");
+           "NAME=VALUE with NAME one of kill_in_checkpoint, layer_seconds, spike_at_step, nonfinite_from_step, "
+           "slow_rank");
   }
 }
 

@@ -25,6 +25,11 @@ struct TestHooks {
   std::int64_t spike_at_step = -1;
   // nonfinite_from_step=STEP: from that step (1-based) on, every step's gradients are NaN. -1: never.
   std::int64_t nonfinite_from_step = -1;
+  // slow_rank=RANK:SECONDS: world rank RANK sleeps SECONDS in every step, after reading its
+  // batch and before the forward (src/train/training_run.cpp), so that the others wait for it:
+  // a straggler. -1: none.
+  int slow_rank = -1;
+  double slow_rank_seconds = 0;
 };
 
 // The hooks in force (all off unless set).

@@ -102,6 +102,9 @@ struct TrainingConfig {
   double spike_zscore{};
   int spike_window{};
   int max_skipped_steps{};
+  // The straggler report (src/train/straggler_report.hpp).
+  double straggler_factor{};
+  int straggler_intervals{};
 };
 
 // [optimizer]: AdamW, linear warmup then decay to min_lr.

@@ -209,6 +209,13 @@ std::vector<DeckKey> make_keys() {
       {"training", "max_skipped_steps", integer(10), at_least_1,
        "training.skip_spikes: the run stops with exit 1 at this many skipped steps in a row",
        &member<&Deck::training, &T::max_skipped_steps>},
+      {"training", "straggler_factor", number(1.5), NumberRange{1.0, false, std::nullopt, {}},
+       "a rank whose step time (its own work, the waits for other ranks left out) exceeds this times the "
+       "median for training.straggler_intervals log intervals in a row gets a warning naming its host and GPU",
+       &member<&Deck::training, &T::straggler_factor>},
+      {"training", "straggler_intervals", integer(3), at_least_1,
+       "log intervals in a row a rank must be slow for the straggler warning",
+       &member<&Deck::training, &T::straggler_intervals>},
       {"training", "init_from", text(""), PathRule{true, false},
        "a checkpoint whose weights start the run (e.g. from tptrain import): weights only, step 0, fresh "
        "optimizer and data order; \"\" = initialise from training.seed; a checkpoint to resume from wins",

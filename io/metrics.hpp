@@ -24,6 +24,13 @@ struct MetricsRecord {
   // training.skip_spikes: this step did not update the weights, and why ("skipped": true,
   // "skip_reason": ...; an fp16 run's count above is then "overflow_skipped").
   std::optional<std::string> skip_reason;
+  // The straggler report over the log interval (src/train/straggler_report.hpp): the slowest
+  // rank, its step time and the median over the ranks, in seconds of their own work per step.
+  struct StepTimes {
+    std::int64_t max_rank = 0;
+    double max_s = 0, median_s = 0;
+  };
+  std::optional<StepTimes> step_times;
 };
 
 // JSON line of a record: {"step": 10, "loss": ..., "lr": ..., "grad_norm": ..., "tokens_per_s": ...[, "eval_loss": ...]

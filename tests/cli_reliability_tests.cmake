@@ -116,3 +116,12 @@ add_test(NAME cli_spike_skipping
                  -DDECK=${CMAKE_CURRENT_SOURCE_DIR}/data/cli/valid.toml -DDIR=${CMAKE_CURRENT_BINARY_DIR}/spike_skipping
                  -P ${CMAKE_CURRENT_SOURCE_DIR}/spike_skipping.cmake)
 set_tests_properties(cli_spike_skipping PROPERTIES TIMEOUT 300)
+
+# The straggler report: a rank made slow (test hook slow_rank) is named on every log line and in
+# metrics.jsonl, and warned about with its host (straggler_report.cmake).
+add_test(NAME cli_straggler_report
+         COMMAND ${CMAKE_COMMAND} -DEXE=$<TARGET_FILE:tptrain>
+                 "-DMPI2=${MPIEXEC_EXECUTABLE};${MPIEXEC_NUMPROC_FLAG};2;${TPTRAIN_MPIEXEC_FLAGS}"
+                 -DDECK=${CMAKE_CURRENT_SOURCE_DIR}/data/cli/valid.toml -DDIR=${CMAKE_CURRENT_BINARY_DIR}/straggler_report
+                 -P ${CMAKE_CURRENT_SOURCE_DIR}/straggler_report.cmake)
+set_tests_properties(cli_straggler_report PROPERTIES TIMEOUT 300)

@@ -1,5 +1,6 @@
 #include "src/driver/train_command.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 
@@ -10,12 +11,14 @@
 #include "io/requeue_marker.hpp"
 #include "io/run_lock.hpp"
 #include "io/writable_directory.hpp"
-#include "src/util/log.hpp"
-#include "src/train/memory_metrics.hpp"
 #include "src/checkpoint/model_checkpoint.hpp"
-#include "src/driver/precision_dispatch.hpp"
 #include "src/checkpoint/run_ownership.hpp"
+#include "src/driver/precision_dispatch.hpp"
+#include "src/train/memory_metrics.hpp"
+#include "src/train/straggler_report.hpp"
 #include "src/train/training_run.hpp"
+#include "src/util/host_waits.hpp"
+#include "src/util/log.hpp"
 #include "src/util/stop_signal.hpp"
 
 namespace tptrain::driver {
@@ -160,6 +163,11 @@ int train_as(const io::Deck& deck, const parallel::Topology& topo) {
   const auto start = std::chrono::steady_clock::now();
   auto window_start = start;
   std::int64_t window_tokens = 0;
+  // The straggler report: per log interval, each rank's own work per step (the interval less
+  // its host's waits for other ranks), gathered once.
+  train::StragglerReport stragglers(topo.world(), tc.straggler_factor, tc.straggler_intervals);
+  double window_waits = util::CommunicationClock::instance().seconds();
+  std::int64_t window_steps = 0;
   std::int64_t skipped = 0;  // fp16 steps skipped since the last metrics line
   std::int64_t skipped_in_run = 0;
   std::int64_t end_step = tc.steps;  // earlier when a stop signal ends the run
@@ -176,6 +184,7 @@ int train_as(const io::Deck& deck, const parallel::Topology& topo) {
     // non-finite loss, an fp16 overflow at the smallest scale) are AgreedErrors.
     const train::StepResult r = run->step(step);
     window_tokens += run->tokens_per_step();
+    ++window_steps;
     const bool spike = r.skipped && !r.skip_reason.empty();  // training.skip_spikes
     if (spike) {
       log::warning(fmt::format("step {}: skipped ({} in a row, training.max_skipped_steps = {}), the weights are not "
@@ -196,12 +205,17 @@ int train_as(const io::Deck& deck, const parallel::Topology& topo) {
     if (log_now || eval_now) {
       kx::ExecSpace().fence();
       const auto now = std::chrono::steady_clock::now();
-      const double tok_s = window_tokens / std::chrono::duration<double>(now - window_start).count();
+      const double window_s = std::chrono::duration<double>(now - window_start).count();
+      const double tok_s = window_tokens / window_s;
+      const double waited = util::CommunicationClock::instance().seconds() - window_waits;
+      const train::StepTimes times =
+          stragglers.gather(std::max(0.0, window_s - waited) / static_cast<double>(window_steps));
       const double elapsed = std::chrono::duration<double>(now - start).count();
       const double eta =
           elapsed / static_cast<double>(step + 1 - first_step) * static_cast<double>(tc.steps - step - 1);
-      io::MetricsRecord rec{step + 1, r.loss, r.lr, r.grad_norm, tok_s, std::nullopt, std::nullopt, std::nullopt, {}, std::nullopt};
+      io::MetricsRecord rec{step + 1, r.loss, r.lr, r.grad_norm, tok_s, std::nullopt, std::nullopt, std::nullopt, {}, std::nullopt, std::nullopt};
       if (spike) rec.skip_reason = r.skip_reason;
+      rec.step_times = io::MetricsRecord::StepTimes{times.max_rank, times.max_s, times.median_s};
       const std::string norm = spike       ? fmt::format("{:.3f} (skipped)", r.grad_norm)
                                : r.skipped ? std::string("overflow")
                                            : fmt::format("{:.3f}", r.grad_norm);
@@ -213,6 +227,9 @@ int train_as(const io::Deck& deck, const parallel::Topology& topo) {
         line += fmt::format(" | loss scale {:g} | skipped {}", r.loss_scale, skipped);
         skipped = 0;
       }
+      if (topo.world_size() > 1)
+        line += fmt::format(" | slowest rank {} {:.3f} s/step (median {:.3f})", times.max_rank, times.max_s,
+                            times.median_s);
       if (eval_now) {
         rec.eval_loss = run->evaluate();
         line += fmt::format(" | eval loss {:.4f}", *rec.eval_loss);
@@ -220,8 +237,11 @@ int train_as(const io::Deck& deck, const parallel::Topology& topo) {
       log::info(line);
       rec.fields = train::measured_memory_fields(topo.world());  // collective: every rank logs the same steps
       on_metrics([&] { metrics->write(rec); });
+      if (const std::string w = stragglers.warning(times); !w.empty()) log::warning(w);
       window_tokens = 0;
+      window_steps = 0;
       window_start = std::chrono::steady_clock::now();
+      window_waits = util::CommunicationClock::instance().seconds();
     }
     const bool checkpoint_now = last || (deck.checkpoint.interval > 0 && (step + 1) % deck.checkpoint.interval == 0);
     if (checkpoint_now) write_checkpoint(step + 1);

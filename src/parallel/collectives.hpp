@@ -224,7 +224,7 @@ void recv(Communicator& comm, const kx::ExecSpace& exec, const View& v, int peer
 template <class T>
 T all_reduce_scalar(const Communicator& comm, T value, ReduceOp op) {
   if (comm.size() == 1) return value;
-  util::note_host_wait(util::HostWait::host_scalar_reduce);
+  const util::CommunicationWait timed(util::HostWait::host_scalar_reduce);
   TPTRAIN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &value, 1, mpi_type(data_type_of<T>()),
                                   mpi_op(op, data_type_of<T>()), comm.mpi_comm()));
   return value;

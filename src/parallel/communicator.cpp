@@ -56,7 +56,7 @@ Request& Request::operator=(Request&& other) noexcept {
 
 void Request::wait() {
   if (!wait_) return;
-  util::note_host_wait(util::HostWait::request_wait);
+  const util::CommunicationWait timed(util::HostWait::request_wait);
   auto wait = std::move(wait_);
   wait_ = nullptr;
   wait_on_ = nullptr;

@@ -1,9 +1,11 @@
 #include "src/train/training_run.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <thread>
 #include <type_traits>
 #include <fmt/format.h>
 
@@ -237,6 +239,10 @@ double TrainingRun<T>::compute_gradients(std::int64_t step) {
     else
       reducer_.progress();
   };
+  // Test hook slow_rank (base/test_hooks.hpp): this rank's work takes longer; the others wait for
+  // it in the step's communication.
+  if (test_hooks().slow_rank == topo_.world_rank() && test_hooks().slow_rank_seconds > 0)
+    std::this_thread::sleep_for(std::chrono::duration<double>(test_hooks().slow_rank_seconds));
   double loss_sum = pipeline_.run(exec, M, scale, sample, bucket_done);
   {
     util::PhaseScope phase(util::Phase::dp_comm);
@@ -285,8 +291,10 @@ StepResult TrainingRun<T>::update(std::int64_t step, double loss) {
     // an overflow in a sharded tensor before the DP reduction; a replicated tensor's squares are
     // not summed over TP, and DP replicas do not reduce the norm: one flag over the world.
     int overflow_flag = std::isfinite(r.grad_norm) ? 0 : 1;
-    util::note_host_wait(util::HostWait::host_scalar_reduce);
-    TPTRAIN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &overflow_flag, 1, MPI_INT, MPI_MAX, topo_.world()));
+    {
+      const util::CommunicationWait timed(util::HostWait::host_scalar_reduce);
+      TPTRAIN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &overflow_flag, 1, MPI_INT, MPI_MAX, topo_.world()));
+    }
     const bool overflow = overflow_flag != 0;
     if (overflow && r.loss_scale <= scaler_->config().min)
       throw parallel::AgreedError(fmt::format(

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <array>
+#include <chrono>
 #include <cstdint>
 
 namespace tptrain::util {
@@ -53,5 +54,38 @@ class HostWaits {
 };
 
 inline void note_host_wait(HostWait w) { HostWaits::instance().note(w); }
+
+// Seconds the host has spent blocked waiting for other ranks: the communication waits above
+// (a request's wait, a blocking reduction of host values), timed by CommunicationWait. A rank's
+// step time less this is its own work, which the straggler report compares across ranks
+// (src/train/straggler_report.hpp). On NCCL the device waits for the peers, not the host, so
+// the figure is the MPI backend's.
+class CommunicationClock {
+ public:
+  static CommunicationClock& instance() {
+    static CommunicationClock clock;
+    return clock;
+  }
+  void add(double s) { seconds_ += s; }
+  double seconds() const { return seconds_; }
+
+ private:
+  double seconds_ = 0;
+};
+
+// Counts the wait (note_host_wait) and times it for its lifetime.
+class CommunicationWait {
+ public:
+  explicit CommunicationWait(HostWait w) : start_(std::chrono::steady_clock::now()) { note_host_wait(w); }
+  ~CommunicationWait() {
+    CommunicationClock::instance().add(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count());
+  }
+  CommunicationWait(const CommunicationWait&) = delete;
+  CommunicationWait& operator=(const CommunicationWait&) = delete;
+
+ private:
+  std::chrono::steady_clock::time_point start_;
+};
 
 }  // namespace tptrain::util

@@ -41,7 +41,7 @@ TEST_CASE("test hooks: a bad one names the hook and what it expects", "[base][te
   CHECK(refusal("layer_seconds=nan").find("from 0 to 60") != std::string::npos);
   CHECK(refusal("layer_second=1") ==
         "--test-hook layer_second=1: expected NAME=VALUE with NAME one of kill_in_checkpoint, layer_seconds, "
-            "spike_at_step, nonfinite_from_step");
+            "spike_at_step, nonfinite_from_step, slow_rank");
   CHECK(refusal("spike_at_step=0") ==
         "--test-hook spike_at_step=0: expected spike_at_step=STEP, an optimizer step (an integer >= 1)");
   CHECK(refusal("nonfinite_from_step=x").find("nonfinite_from_step=STEP") != std::string::npos);
@@ -50,6 +50,11 @@ TEST_CASE("test hooks: a bad one names the hook and what it expects", "[base][te
   tptrain::parse_test_hook("nonfinite_from_step=3", h);
   CHECK(h.spike_at_step == 7);
   CHECK(h.nonfinite_from_step == 3);
+  tptrain::parse_test_hook("slow_rank=1:0.25", h);
+  CHECK(h.slow_rank == 1);
+  CHECK(h.slow_rank_seconds == 0.25);
+  CHECK(refusal("slow_rank=1").find("slow_rank=RANK:SECONDS") != std::string::npos);
+  CHECK(refusal("slow_rank=1:0").find("slow_rank=RANK:SECONDS") != std::string::npos);
 }
 
 TEST_CASE("test hooks: a scope sets them and puts the previous ones back", "[base][test_hooks]") {

@@ -986,6 +986,8 @@ TEST_CASE("deck: to_toml writes every key in table order and round-trips", "[io]
                                           "training.spike_zscore",
                                           "training.spike_window",
                                           "training.max_skipped_steps",
+                                          "training.straggler_factor",
+                                          "training.straggler_intervals",
                                           "training.init_from",
                                           "optimizer.lr",
                                           "optimizer.min_lr",

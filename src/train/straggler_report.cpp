@@ -1,0 +1,76 @@
+#include "src/train/straggler_report.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+
+#include "base/mpi_check.hpp"
+#include "src/parallel/device_binding.hpp"
+
+namespace tptrain::train {
+
+StragglerReport::StragglerReport(MPI_Comm world, double factor, int intervals)
+    : world_(world), factor_(factor), intervals_(intervals) {
+  int size = 1;
+  TPTRAIN_MPI_CHECK(MPI_Comm_size(world, &size));
+  std::array<char, MPI_MAX_PROCESSOR_NAME> name{};
+  int length = 0;
+  TPTRAIN_MPI_CHECK(MPI_Get_processor_name(name.data(), &length));
+  std::vector<char> names(static_cast<std::size_t>(size) * MPI_MAX_PROCESSOR_NAME);
+  TPTRAIN_MPI_CHECK(MPI_Allgather(name.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR, names.data(), MPI_MAX_PROCESSOR_NAME,
+                                  MPI_CHAR, world));
+  for (int r = 0; r < size; ++r) {
+    const char* n = names.data() + static_cast<std::size_t>(r) * MPI_MAX_PROCESSOR_NAME;
+    hosts_.emplace_back(n, strnlen(n, MPI_MAX_PROCESSOR_NAME));
+  }
+  const parallel::NodePlacement placement = parallel::node_placement(world);
+  int gpu = parallel::device_for(placement.local_rank, parallel::visible_devices());
+  gpus_.resize(static_cast<std::size_t>(size));
+  TPTRAIN_MPI_CHECK(MPI_Allgather(&gpu, 1, MPI_INT, gpus_.data(), 1, MPI_INT, world));
+}
+
+StepTimes StragglerReport::of(const std::vector<double>& times) {
+  StepTimes t;
+  if (times.empty()) return t;
+  t.max_rank = static_cast<int>(std::max_element(times.begin(), times.end()) - times.begin());
+  t.max_s = times[static_cast<std::size_t>(t.max_rank)];
+  std::vector<double> sorted = times;
+  std::sort(sorted.begin(), sorted.end());
+  const std::size_t n = sorted.size();
+  t.median_s = n % 2 == 1 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
+  return t;
+}
+
+StepTimes StragglerReport::gather(double step_s) {
+  std::vector<double> times(hosts_.size());
+  TPTRAIN_MPI_CHECK(MPI_Allgather(&step_s, 1, MPI_DOUBLE, times.data(), 1, MPI_DOUBLE, world_));
+  return of(times);
+}
+
+std::string StragglerReport::where(int rank) const {
+  const std::size_t r = static_cast<std::size_t>(rank);
+  if (r >= hosts_.size()) return "unknown";
+  return gpus_[r] >= 0 ? fmt::format("host {}, GPU {}", hosts_[r], gpus_[r]) : fmt::format("host {}, no GPU", hosts_[r]);
+}
+
+std::string StragglerReport::warning(const StepTimes& t) {
+  const bool slow = hosts_.size() > 1 && t.median_s > 0 && t.max_s > factor_ * t.median_s;
+  if (!slow || t.max_rank != slow_rank_) {
+    slow_rank_ = slow ? t.max_rank : -1;
+    slow_count_ = slow ? 1 : 0;
+    warned_ = false;
+  } else {
+    ++slow_count_;
+  }
+  if (!slow || warned_ || slow_count_ < intervals_) return {};
+  warned_ = true;
+  return fmt::format("rank {} ({}) is a straggler: {:.4f} s of its own work per step against a median of {:.4f} s "
+                     "({:.1f}x) for {} log intervals in a row (training.straggler_factor = {:g}, "
+                     "training.straggler_intervals = {}); the other ranks wait for it at every step",
+                     t.max_rank, where(t.max_rank), t.max_s, t.median_s, t.max_s / t.median_s, slow_count_, factor_,
+                     intervals_);
+}
+
+}  // namespace tptrain::train
