@@ -22,7 +22,8 @@ std::string to_json(const MetricsRecord& r) {
   }
   if (r.step_times) {
     o.integer("step_time_max_rank", r.step_times->max_rank);
-    o.number("step_time_max_s", r.step_times->max_s, digits(6)).number("step_time_median_s", r.step_times->median_s, digits(6));
+    o.number("step_time_max_s", r.step_times->max_s, digits(6));
+    o.number("step_time_median_s", r.step_times->median_s, digits(6));
   }
   for (const auto& [name, value] : r.fields) o.integer(name, value);
   return o.text();

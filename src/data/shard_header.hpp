@@ -65,10 +65,10 @@ struct ShardHeader {
 };
 
 // Checks the kShardHeaderBytes at `header` of a file of `file_bytes` bytes: magic, version (1 or
-// 2; llm.c's Llama 3 header, magic 20240801 version 7, reads as version 2), a positive token count, and a file size of exactly header + token_bytes * count bytes (a
-// truncated or overlong file is refused with both sizes); a version-1 header recording a
-// vocabulary of more than 65536 ids, which uint16 cannot hold, is refused too. Throws DataError
-// starting "data file 'PATH': ".
+// 2; llm.c's Llama 3 header, magic 20240801 version 7, reads as version 2), a positive token
+// count, and a file size of exactly header + token_bytes * count bytes (a truncated or overlong
+// file is refused with both sizes); a version-1 header recording a vocabulary of more than 65536
+// ids, which uint16 cannot hold, is refused too. Throws DataError starting "data file 'PATH': ".
 ShardHeader parse_shard_header(const unsigned char* header, std::uint64_t file_bytes, const std::string& path);
 
 // Writes a header of `tokens` tokens of vocabulary `v` in shard version `version` into the

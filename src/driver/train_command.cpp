@@ -213,7 +213,8 @@ int train_as(const io::Deck& deck, const parallel::Topology& topo) {
       const double elapsed = std::chrono::duration<double>(now - start).count();
       const double eta =
           elapsed / static_cast<double>(step + 1 - first_step) * static_cast<double>(tc.steps - step - 1);
-      io::MetricsRecord rec{step + 1, r.loss, r.lr, r.grad_norm, tok_s, std::nullopt, std::nullopt, std::nullopt, {}, std::nullopt, std::nullopt};
+      io::MetricsRecord rec{step + 1, r.loss,       r.lr,         r.grad_norm,  tok_s, std::nullopt,
+                            std::nullopt, std::nullopt, {},           std::nullopt, std::nullopt};
       if (spike) rec.skip_reason = r.skip_reason;
       rec.step_times = io::MetricsRecord::StepTimes{times.max_rank, times.max_s, times.median_s};
       const std::string norm = spike       ? fmt::format("{:.3f} (skipped)", r.grad_norm)

@@ -52,7 +52,8 @@ StepTimes StragglerReport::gather(double step_s) {
 std::string StragglerReport::where(int rank) const {
   const std::size_t r = static_cast<std::size_t>(rank);
   if (r >= hosts_.size()) return "unknown";
-  return gpus_[r] >= 0 ? fmt::format("host {}, GPU {}", hosts_[r], gpus_[r]) : fmt::format("host {}, no GPU", hosts_[r]);
+  if (gpus_[r] < 0) return fmt::format("host {}, no GPU", hosts_[r]);
+  return fmt::format("host {}, GPU {}", hosts_[r], gpus_[r]);
 }
 
 std::string StragglerReport::warning(const StepTimes& t) {

@@ -147,7 +147,8 @@ TrainingRun<T>::TrainingRun(const io::Deck& deck, const parallel::Topology& topo
                                      t.loss_scale_window, t.loss_scale_hysteresis, t.loss_scale_min});
   }
   if (deck.training.skip_spikes)
-    spikes_.emplace(SpikeConfig{deck.training.spike_zscore, deck.training.spike_window, deck.training.max_skipped_steps});
+    spikes_.emplace(
+        SpikeConfig{deck.training.spike_zscore, deck.training.spike_window, deck.training.max_skipped_steps});
   pipeline_.reserve(micro_batches());  // every activation slot allocated before the first step
   const int P = topo.layout().pipeline;
   if (micro_batches() < P && topo.world_rank() == 0)

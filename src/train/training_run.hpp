@@ -110,9 +110,10 @@ class TrainingRun {
   StepResult update(std::int64_t step, double loss);
 
   // What exact resumption needs besides weights and moments, as /train checkpoint attributes
-  // (the fp16 loss scaler's state, the spike detector's window; empty otherwise), and its restoration: the scale clamped to
-  // this run's [training.loss_scale_min, 2^64] (said on rank 0); std::invalid_argument naming the
-  // attribute for a scale or count no run writes. The attributes are the same on every rank.
+  // (the fp16 loss scaler's state, the spike detector's window; empty otherwise), and its
+  // restoration: the scale clamped to this run's [training.loss_scale_min, 2^64] (said on rank
+  // 0); std::invalid_argument naming the attribute for a scale or count no run writes. The
+  // attributes are the same on every rank.
   std::map<std::string, std::int64_t> train_state() const;
   void restore_train_state(const std::map<std::string, std::int64_t>& saved);
   // The loss scaler of an fp16 run (nullptr otherwise).

@@ -59,7 +59,8 @@ void write_shard(const std::string& path, const std::vector<std::uint32_t>& toke
 // `tokens` cut into shards of `shard_tokens` the way tptrain tokenize cuts them (ShardWriter).
 void write_set(const std::string& dir, const std::vector<std::uint32_t>& tokens, std::uint64_t shard_tokens,
                ShardVocabulary vocabulary = {}) {
-  const ShardLayout layout{0, shard_tokens, vocabulary, shard_version_for(vocabulary.recorded() ? vocabulary.size : 65536)};
+  const std::size_t ids = vocabulary.recorded() ? static_cast<std::size_t>(vocabulary.size) : 65536;
+  const ShardLayout layout{0, shard_tokens, vocabulary, shard_version_for(ids)};
   ShardWriter w(dir, layout);
   w.write(0, tokens.data(), tokens.size());
   w.close();
