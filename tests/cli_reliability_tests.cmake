@@ -108,20 +108,15 @@ foreach(case cut_line bad_line size_limit)
   set_tests_properties(cli_metrics_${case} PROPERTIES TIMEOUT 180)
 endforeach()
 
-# Spike and non-finite skipping (training.skip_spikes): a planted spike skipped and resumed
-# exactly, NaN gradients stopping the run at training.max_skipped_steps (spike_skipping.cmake).
-add_test(NAME cli_spike_skipping
-         COMMAND ${CMAKE_COMMAND} -DEXE=$<TARGET_FILE:tptrain>
-                 "-DMPI2=${MPIEXEC_EXECUTABLE};${MPIEXEC_NUMPROC_FLAG};2;${TPTRAIN_MPIEXEC_FLAGS}"
-                 -DDECK=${CMAKE_CURRENT_SOURCE_DIR}/data/cli/valid.toml -DDIR=${CMAKE_CURRENT_BINARY_DIR}/spike_skipping
-                 -P ${CMAKE_CURRENT_SOURCE_DIR}/spike_skipping.cmake)
-set_tests_properties(cli_spike_skipping PROPERTIES TIMEOUT 300)
-
-# The straggler report: a rank made slow (test hook slow_rank) is named on every log line and in
-# metrics.jsonl, and warned about with its host (straggler_report.cmake).
-add_test(NAME cli_straggler_report
-         COMMAND ${CMAKE_COMMAND} -DEXE=$<TARGET_FILE:tptrain>
-                 "-DMPI2=${MPIEXEC_EXECUTABLE};${MPIEXEC_NUMPROC_FLAG};2;${TPTRAIN_MPIEXEC_FLAGS}"
-                 -DDECK=${CMAKE_CURRENT_SOURCE_DIR}/data/cli/valid.toml -DDIR=${CMAKE_CURRENT_BINARY_DIR}/straggler_report
-                 -P ${CMAKE_CURRENT_SOURCE_DIR}/straggler_report.cmake)
-set_tests_properties(cli_straggler_report PROPERTIES TIMEOUT 300)
+# Spike and non-finite skipping (training.skip_spikes: a planted spike skipped and resumed
+# exactly, NaN gradients stopping the run at training.max_skipped_steps; spike_skipping.cmake)
+# and the straggler report (a rank made slow by the test hook slow_rank named on every log line
+# and in metrics.jsonl, and warned about with its host; straggler_report.cmake), on 2 ranks.
+foreach(case spike_skipping straggler_report)
+  add_test(NAME cli_${case}
+           COMMAND ${CMAKE_COMMAND} -DEXE=$<TARGET_FILE:tptrain>
+                   "-DMPI2=${MPIEXEC_EXECUTABLE};${MPIEXEC_NUMPROC_FLAG};2;${TPTRAIN_MPIEXEC_FLAGS}"
+                   -DDECK=${CMAKE_CURRENT_SOURCE_DIR}/data/cli/valid.toml -DDIR=${CMAKE_CURRENT_BINARY_DIR}/${case}
+                   -P ${CMAKE_CURRENT_SOURCE_DIR}/${case}.cmake)
+  set_tests_properties(cli_${case} PROPERTIES TIMEOUT 300)
+endforeach()
