@@ -7,7 +7,6 @@
 #include <iostream>
 #include <optional>
 #include <sstream>
-#include <unistd.h>
 
 #include "base/agreement.hpp"
 #include "base/mpi_check.hpp"
@@ -114,11 +113,7 @@ std::optional<parallel::Topology> make_topology(const io::Deck& deck) {
 // Rank 0 prints the rank map: every rank's coordinates, host and device; and warns when a
 // tensor-parallel group spans nodes or ranks share a GPU.
 void print_rank_map(const parallel::Topology& topo) {
-  char host[64] = {};
-  gethostname(host, sizeof(host) - 1);
-  std::vector<char> hosts(static_cast<std::size_t>(topo.world_size()) * sizeof(host));
-  TPTRAIN_MPI_CHECK(
-      MPI_Gather(host, sizeof(host), MPI_CHAR, hosts.data(), sizeof(host), MPI_CHAR, 0, topo.world()));
+  const std::vector<std::string> hosts = parallel::host_names(topo.world());
   const Placement& p = placement();
   std::vector<int> devices(static_cast<std::size_t>(topo.world_size()));
   TPTRAIN_MPI_CHECK(MPI_Gather(&p.device, 1, MPI_INT, devices.data(), 1, MPI_INT, 0, topo.world()));
@@ -131,7 +126,7 @@ void print_rank_map(const parallel::Topology& topo) {
     const auto c = parallel::coordinates_of(r, L);
     const int d = devices[static_cast<std::size_t>(r)];
     log::infof("  rank {:>4}  tp {:>3}  pp {:>3}  dp {:>4}  on {} node {}{}", r, c.tp, c.pp, c.dp,
-               &hosts[static_cast<std::size_t>(r) * sizeof(host)], p.node.node_of_rank[static_cast<std::size_t>(r)],
+               hosts[static_cast<std::size_t>(r)], p.node.node_of_rank[static_cast<std::size_t>(r)],
                d >= 0 ? fmt::format(" gpu {}", d) : std::string());
   }
   if (const std::string spans = parallel::tensor_groups_spanning_nodes(L, p.node.node_of_rank); !spans.empty())
@@ -145,6 +140,8 @@ void print_rank_map(const parallel::Topology& topo) {
 }  // namespace
 
 void set_kokkos_arguments(std::vector<std::string> args) { kokkos_arguments() = std::move(args); }
+
+int rank_device() { return placement().device; }
 
 std::string version_string() {
   return fmt::format("tptrain {} (Kokkos {}.{}.{}, {}, MPI {}.{})", TPTRAIN_VERSION,

@@ -100,4 +100,8 @@ std::string version_string();
 // --kokkos-device-id=N), passed to Kokkos::initialize by every MPI job.
 void set_kokkos_arguments(std::vector<std::string> args);
 
+// The GPU this rank drives, as the job's start-up bound it (-1 without GPUs): what the rank map
+// prints, and the straggler report names.
+int rank_device();
+
 }  // namespace tptrain::driver

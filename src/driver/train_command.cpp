@@ -13,6 +13,7 @@
 #include "io/writable_directory.hpp"
 #include "src/checkpoint/model_checkpoint.hpp"
 #include "src/checkpoint/run_ownership.hpp"
+#include "src/driver/commands.hpp"
 #include "src/driver/precision_dispatch.hpp"
 #include "src/train/memory_metrics.hpp"
 #include "src/train/straggler_report.hpp"
@@ -165,7 +166,7 @@ int train_as(const io::Deck& deck, const parallel::Topology& topo) {
   std::int64_t window_tokens = 0;
   // The straggler report: per log interval, each rank's own work per step (the interval less
   // its host's waits for other ranks), gathered once.
-  train::StragglerReport stragglers(topo.world(), tc.straggler_factor, tc.straggler_intervals);
+  train::StragglerReport stragglers(topo.world(), tc.straggler_factor, tc.straggler_intervals, rank_device());
   double window_waits = util::CommunicationClock::instance().seconds();
   std::int64_t window_steps = 0;
   std::int64_t skipped = 0;  // fp16 steps skipped since the last metrics line

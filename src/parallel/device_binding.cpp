@@ -2,6 +2,7 @@
 
 #include <Kokkos_Core.hpp>
 #include <algorithm>
+#include <unistd.h>
 #include <fmt/format.h>
 
 #if defined(KOKKOS_ENABLE_CUDA)
@@ -38,6 +39,18 @@ NodePlacement node_placement(MPI_Comm world) {
         static_cast<int>(std::lower_bound(leaders.begin(), leaders.end(), leader_of[r]) - leaders.begin());
   p.node = p.node_of_rank[static_cast<std::size_t>(world_rank)];
   return p;
+}
+
+std::vector<std::string> host_names(MPI_Comm world) {
+  int size = 1;
+  TPTRAIN_MPI_CHECK(MPI_Comm_size(world, &size));
+  char host[64] = {};
+  gethostname(host, sizeof(host) - 1);
+  std::vector<char> all(static_cast<std::size_t>(size) * sizeof(host));
+  TPTRAIN_MPI_CHECK(MPI_Allgather(host, sizeof(host), MPI_CHAR, all.data(), sizeof(host), MPI_CHAR, world));
+  std::vector<std::string> out;
+  for (int r = 0; r < size; ++r) out.emplace_back(&all[static_cast<std::size_t>(r) * sizeof(host)]);
+  return out;
 }
 
 int visible_devices() {

@@ -26,6 +26,10 @@ struct NodePlacement {
 // Collective over `world`.
 NodePlacement node_placement(MPI_Comm world);
 
+// Every world rank's host name (gethostname, at most 63 bytes), on every rank. Collective over
+// `world`: the rank map and the straggler report name hosts the same way.
+std::vector<std::string> host_names(MPI_Comm world);
+
 // GPUs this process can see (0 without a GPU backend). Creates no device context, so it can be
 // asked before Kokkos::initialize.
 int visible_devices();

@@ -29,14 +29,13 @@ namespace tptrain::train {
 struct SpikeConfig {
   double zscore = 6.0;
   int window = 100;
-  int max_skipped = 10;  // skips in a row that stop the run
 };
 
 class SpikeDetector {
  public:
   explicit SpikeDetector(SpikeConfig config) : config_(config) {
-    if (config_.window < 2 || !(config_.zscore > 0) || config_.max_skipped < 1)
-      throw std::invalid_argument("tptrain: spike detector: window >= 2, zscore > 0 and max_skipped >= 1 expected");
+    if (config_.window < 2 || !(config_.zscore > 0))
+      throw std::invalid_argument("tptrain: spike detector: window >= 2 and zscore > 0 expected");
   }
 
   // "" if the step may update the weights, else why not ("the gradient norm 41.2 is 9.3 standard
@@ -59,10 +58,10 @@ class SpikeDetector {
     }
     skipped_in_a_row_ = 0;
   }
-  // A skipped step; returns how many in a row that makes.
+  // A skipped step; returns how many in a row that makes (training.max_skipped_steps of them
+  // stop the run: the training run's decision).
   int skip() { return ++skipped_in_a_row_; }
   int skipped_in_a_row() const { return skipped_in_a_row_; }
-  const SpikeConfig& config() const { return config_; }
 
   // The state as /train attributes (int64: the doubles' bit patterns).
   std::map<std::string, std::int64_t> state() const {

@@ -3,31 +3,16 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <array>
-#include <cstring>
 
 #include "base/mpi_check.hpp"
 #include "src/parallel/device_binding.hpp"
 
 namespace tptrain::train {
 
-StragglerReport::StragglerReport(MPI_Comm world, double factor, int intervals)
+StragglerReport::StragglerReport(MPI_Comm world, double factor, int intervals, int gpu)
     : world_(world), factor_(factor), intervals_(intervals) {
-  int size = 1;
-  TPTRAIN_MPI_CHECK(MPI_Comm_size(world, &size));
-  std::array<char, MPI_MAX_PROCESSOR_NAME> name{};
-  int length = 0;
-  TPTRAIN_MPI_CHECK(MPI_Get_processor_name(name.data(), &length));
-  std::vector<char> names(static_cast<std::size_t>(size) * MPI_MAX_PROCESSOR_NAME);
-  TPTRAIN_MPI_CHECK(MPI_Allgather(name.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR, names.data(), MPI_MAX_PROCESSOR_NAME,
-                                  MPI_CHAR, world));
-  for (int r = 0; r < size; ++r) {
-    const char* n = names.data() + static_cast<std::size_t>(r) * MPI_MAX_PROCESSOR_NAME;
-    hosts_.emplace_back(n, strnlen(n, MPI_MAX_PROCESSOR_NAME));
-  }
-  const parallel::NodePlacement placement = parallel::node_placement(world);
-  int gpu = parallel::device_for(placement.local_rank, parallel::visible_devices());
-  gpus_.resize(static_cast<std::size_t>(size));
+  hosts_ = parallel::host_names(world);
+  gpus_.resize(hosts_.size());
   TPTRAIN_MPI_CHECK(MPI_Allgather(&gpu, 1, MPI_INT, gpus_.data(), 1, MPI_INT, world));
 }
 

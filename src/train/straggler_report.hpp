@@ -6,7 +6,7 @@
 //
 // One MPI_Allgather of one double per rank per log interval, on the host: every rank gets the
 // same figures. A rank above factor × the median for `intervals` log intervals in a row gets a
-// warning naming its world rank, host and GPU (found once, at construction).
+// warning naming its world rank, host and GPU (gathered once, at construction).
 //
 // On NCCL the device, not the host, waits for the peers, so the host sees no waits and every
 // rank's step time is the wall time: the report then names no straggler (docs/design.md,
@@ -29,8 +29,9 @@ struct StepTimes {
 
 class StragglerReport {
  public:
-  // Collective over `world`: gathers every rank's host name and GPU.
-  StragglerReport(MPI_Comm world, double factor, int intervals);
+  // Collective over `world`: gathers every rank's host name and `gpu`, the device this rank
+  // drives (-1: none).
+  StragglerReport(MPI_Comm world, double factor, int intervals, int gpu);
 
   // Collective over `world`: this rank's step time (seconds of its own work per step in the
   // interval) against every rank's.

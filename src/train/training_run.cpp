@@ -147,8 +147,7 @@ TrainingRun<T>::TrainingRun(const io::Deck& deck, const parallel::Topology& topo
                                      t.loss_scale_window, t.loss_scale_hysteresis, t.loss_scale_min});
   }
   if (deck.training.skip_spikes)
-    spikes_.emplace(
-        SpikeConfig{deck.training.spike_zscore, deck.training.spike_window, deck.training.max_skipped_steps});
+    spikes_.emplace(SpikeConfig{deck.training.spike_zscore, deck.training.spike_window});
   pipeline_.reserve(micro_batches());  // every activation slot allocated before the first step
   const int P = topo.layout().pipeline;
   if (micro_batches() < P && topo.world_rank() == 0)
@@ -319,7 +318,7 @@ StepResult TrainingRun<T>::update(std::int64_t step, double loss) {
         throw parallel::AgreedError(fmt::format(
             "step {}: {} steps in a row were skipped (training.max_skipped_steps = {}), the last because {}: "
             "stopping the run; its last checkpoint holds the weights before them (try a lower optimizer.lr)",
-            step + 1, spikes_->skipped_in_a_row(), deck_.training.max_skipped_steps, r.skip_reason));
+            step + 1, r.skipped_in_a_row, deck_.training.max_skipped_steps, r.skip_reason));
       return r;
     }
     spikes_->accept(r.loss, r.grad_norm);

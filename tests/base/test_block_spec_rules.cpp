@@ -7,6 +7,7 @@
 
 #include "catch.hpp"
 #include "src/model/gpt_shape.hpp"
+#include "tests/model/model_test_util.hpp"
 
 using namespace tptrain;
 using Catch::Matchers::Contains;
@@ -62,13 +63,8 @@ TEST_CASE("block spec rules: a choice's keys stay at their defaults without it",
 }
 
 TEST_CASE("block spec rules: a shape built in code is refused with the same words", "[base][rules][model]") {
-  model::GptShape s;
-  s.layers = 1;
-  s.hidden = 36;
-  s.heads = 4;
-  s.ffn_hidden = 144;
-  s.seq_length = 8;
-  s.vocab_size = 64;
+  model::GptShape s = tptrain::test::tiny_shape(1);
+  s.hidden = 36;  // 4 heads of 9 features
   CHECK_NOTHROW(s.validate());
   s.position = Position::rope;
   CHECK_THROWS_WITH(s.validate(), Contains("an even head dimension") && Contains("36 / 4 = 9 is odd"));

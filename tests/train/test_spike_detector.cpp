@@ -24,7 +24,7 @@ double zscore(double x, const std::vector<double>& w) {
 }  // namespace
 
 TEST_CASE("spike detector: a z-score above the threshold skips, once the window is full", "[train]") {
-  SpikeDetector d(SpikeConfig{3.0, 4, 10});
+  SpikeDetector d(SpikeConfig{3.0, 4});
   const std::vector<double> losses = {2.0, 2.1, 1.9, 2.05};
   const std::vector<double> norms = {1.0, 1.2, 0.9, 1.1};
   // The warm-up: even a huge value is accepted while the window fills.
@@ -57,27 +57,27 @@ TEST_CASE("spike detector: a z-score above the threshold skips, once the window 
 }
 
 TEST_CASE("spike detector: non-finite values always skip, a flat window judges nothing", "[train]") {
-  SpikeDetector d(SpikeConfig{6.0, 2, 3});
+  SpikeDetector d(SpikeConfig{6.0, 2});
   const double nan = std::numeric_limits<double>::quiet_NaN();
   CHECK_THAT(d.judge(1.0, nan), Catch::Matchers::Contains("not finite"));
   CHECK_THAT(d.judge(std::numeric_limits<double>::infinity(), 1.0), Catch::Matchers::Contains("not finite"));
   d.accept(1.0, 1.0);
   d.accept(1.0, 1.0);
   CHECK(d.judge(50.0, 50.0).empty());  // deviation 0: no z-score, as llm.c's detector
-  CHECK_THROWS(SpikeDetector(SpikeConfig{6.0, 1, 3}));
-  CHECK_THROWS(SpikeDetector(SpikeConfig{0.0, 4, 3}));
+  CHECK_THROWS(SpikeDetector(SpikeConfig{6.0, 1}));
+  CHECK_THROWS(SpikeDetector(SpikeConfig{0.0, 4}));
 }
 
 TEST_CASE("spike detector: the state round-trips bit for bit and keeps the newest of a longer window", "[train]") {
-  SpikeDetector a(SpikeConfig{3.0, 5, 10});
+  SpikeDetector a(SpikeConfig{3.0, 5});
   for (int i = 0; i < 7; ++i) a.accept(0.1 * i + 1.0 / 3.0, 0.7 + 0.01 * i);
   a.skip();
-  SpikeDetector b(SpikeConfig{3.0, 5, 10});
+  SpikeDetector b(SpikeConfig{3.0, 5});
   REQUIRE(b.restore(a.state()));
   CHECK(b.state() == a.state());
   CHECK(b.skipped_in_a_row() == 1);
   CHECK(b.judge(10.0, 0.72) == a.judge(10.0, 0.72));
-  SpikeDetector shorter(SpikeConfig{3.0, 3, 10});
+  SpikeDetector shorter(SpikeConfig{3.0, 3});
   REQUIRE(shorter.restore(a.state()));
   CHECK(shorter.state().at("spike_window_size") == 3);
   CHECK(shorter.state().at("spike_loss_0000") == a.state().at("spike_loss_0002"));

@@ -19,7 +19,7 @@ TEST_CASE("straggler report: the slowest rank and the median", "[train]") {
   CHECK(even.median_s == Approx(0.115));
   CHECK(StragglerReport::of({0.2}).max_rank == 0);
   // On one rank (MPI_COMM_SELF) nobody is a straggler, however long the run.
-  StragglerReport self(MPI_COMM_SELF, 1.5, 1);
+  StragglerReport self(MPI_COMM_SELF, 1.5, 1, -1);
   const StepTimes t = self.gather(0.25);
   CHECK(t.max_s == 0.25);
   CHECK(t.median_s == 0.25);
