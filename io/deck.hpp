@@ -92,6 +92,7 @@ struct TrainingConfig {
   double loss_scale_growth_factor{};
   double loss_scale_backoff_factor{};
   std::string recompute;  // "none", "selective" or "full"
+  std::string attention;  // "default", "flash" or "batched" (model::shape_of resolves default)
   double grad_clip{};
   int log_interval{};
   int eval_interval{};

@@ -185,6 +185,10 @@ std::vector<DeckKey> make_keys() {
        "activation recomputation: none keeps every activation, selective recomputes the attention core (the "
        "S^2 part), full keeps only each block's input and recomputes the block in the backward",
        &member<&Deck::training, &T::recompute>},
+      {"training", "attention", text("default"), Choice{{"default", "flash", "batched"}},
+       "attention core: flash (tiled online softmax, no S^2 buffer; the default on CPUs) or batched (GEMMs over "
+       "stored S^2 scores; the default on GPUs until measured); default: the backend's choice",
+       &member<&Deck::training, &T::attention>},
       {"training", "grad_clip", number(1.0), NumberRange{0.0, true, std::nullopt, "(0 = off)"},
        "global gradient-norm clip", &member<&Deck::training, &T::grad_clip>},
       {"training", "log_interval", integer(10), at_least_1, "steps between metric lines",

@@ -1,8 +1,10 @@
-// Causal multi-head self-attention of the LOCAL heads of a tensor-parallel rank: the forward and
-// backward drivers, which check the shapes and run one of two paths (attention_path.hpp): the
-// causal-tile GEMMs of attention_gemm.hpp around the fused softmax passes of causal_softmax.hpp
-// (described below; host backends), or the fixed number of large calls of attention_batched.hpp
-// (device backends), with the same results to rounding.
+// The batched attention core (attention_path.hpp; the model's alternative to flash_attention.hpp,
+// the CUDA default): causal multi-head self-attention of the LOCAL heads of a tensor-parallel rank
+// over stored S×S scores. The forward and backward drivers check the shapes and run one of two
+// GEMM forms: the fixed number of large calls of attention_batched.hpp (unless the process asks
+// for causal tiles, attention_path.hpp), or the causal-tile GEMMs of attention_gemm.hpp around the
+// fused softmax passes of causal_softmax.hpp (described below; a test reference, and the fallback
+// without a pointer-table workspace), with the same results to rounding.
 //
 // qkv [B*S, 3*Hl], Hl = nh_local*d, columns [Q of local heads | K of local heads | V of local
 // heads]; local head h occupies columns h*d .. h*d+d-1 inside each block. Row t = b*S + s.
@@ -143,7 +145,7 @@ void attention_forward(const Exec& exec,
   detail::require_blas_int(probs.stride(2), kernel, "probs.stride(2)");
   detail::require_blas_int(S, kernel, "S");
   if (B == 0 || S == 0) return;
-  if (attention_path<Exec>() == AttentionPath::batched && detail::holds_pointer_tables<Exec>(workspace, B, nh)) {
+  if (attention_path<Exec>() != AttentionPath::causal_tiles && detail::holds_pointer_tables<Exec>(workspace, B, nh)) {
     attention_forward_batched(exec, qkv, out, probs, lse, B, S, nh, d, kept_scores, keep, workspace);
     return;
   }
@@ -336,7 +338,7 @@ void attention_backward(const Exec& exec,
                         const KV& kept_scores) {    // [B, nh_local, S, S] or empty
   const bool kept = kept_scores.size() > 0;
   const std::int64_t B = probs.extent(0), nh = probs.extent(1), S = probs.extent(2);
-  const bool batched = attention_path<Exec>() == AttentionPath::batched && S >= 2 && probs.span_is_contiguous() &&
+  const bool batched = attention_path<Exec>() != AttentionPath::causal_tiles && S >= 2 && probs.span_is_contiguous() &&
                        probs.stride(2) == static_cast<std::size_t>(S) &&
                        probs.stride(1) == static_cast<std::size_t>(S * S) && qkv.stride(0) == dqkv.stride(0) &&
                        detail::holds_pointer_tables<Exec>(dprobs_tile, B, nh);

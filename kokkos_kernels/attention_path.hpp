@@ -1,13 +1,17 @@
-// Which of the two attention implementations (attention.hpp) a process runs:
-//   causal_tiles  the GEMMs walk 128-row causal tiles and loop over min(batch, heads), skipping
-//                 the masked half of the S² work (attention_gemm.hpp); many small calls
-//   batched       a fixed number of large calls over every (batch, head) pair, the full S×S
-//                 square, whatever S, B and the head count (attention_batched.hpp)
-// The default follows the execution space: batched on device backends (a GPU pays per launch,
-// ~5 µs of host time each, and has the flops to spare), causal tiles on host backends, where a
-// call costs little and the skipped flops are time (docs/design.md, "Attention paths", has the
-// CPU figures). The override lets a CPU test or bench run the device path: the launch budget
-// test counts the CUDA path's launches that way. Host-only state, read when a pass starts.
+// Which attention core a process runs:
+//   flash         flash_attention.hpp: tiled over query and key blocks with an online softmax, no
+//                 S×S buffer; the default on host backends, where it is faster than the GEMMs over
+//                 stored scores (docs/design.md, "Attention")
+//   batched       attention_batched.hpp: a fixed number of large strided-batched GEMMs over every
+//                 (batch, head) pair and the full S×S square; the default on device backends (a
+//                 GPU pays per launch, ~5 µs of host time each, and has the flops to spare) until
+//                 a GPU measurement says otherwise
+//   causal_tiles  attention.hpp's 128-row causal tile GEMMs: a test reference, and the batched
+//                 driver's fallback when it has no room for its pointer tables
+// The model takes flash or not from its shape (GptShape::flash_attention, the deck's
+// training.attention); this process-wide choice says which GEMM form attention.hpp runs (tests,
+// and `bench --attention batched` on a CPU: the launch budget test counts the CUDA path's
+// launches that way). Host-only state, read when a pass starts.
 #pragma once
 
 #include <optional>
@@ -18,10 +22,10 @@
 
 namespace tptrain::kernels {
 
-enum class AttentionPath { causal_tiles, batched };
+enum class AttentionPath { flash, batched, causal_tiles };
 
 inline const char* attention_path_name(AttentionPath p) {
-  return p == AttentionPath::batched ? "batched" : "causal_tiles";
+  return p == AttentionPath::flash ? "flash" : p == AttentionPath::batched ? "batched" : "causal_tiles";
 }
 
 // Process-wide override (empty: the default of the execution space).
@@ -32,7 +36,7 @@ inline std::optional<AttentionPath>& attention_path_override() {
 
 template <class Exec>
 AttentionPath default_attention_path() {
-  return std::is_same<typename Exec::memory_space, Kokkos::HostSpace>::value ? AttentionPath::causal_tiles
+  return std::is_same<typename Exec::memory_space, Kokkos::HostSpace>::value ? AttentionPath::flash
                                                                             : AttentionPath::batched;
 }
 

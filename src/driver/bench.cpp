@@ -127,12 +127,17 @@ int bench_as(const io::Deck& deck_in, const parallel::Topology& topo, const Benc
   io::Deck deck = deck_in;
   deck.training.steps = o.warmup + (o.phases ? 2 : 1) * o.steps + 1;  // + 1: the counted step
   deck.optimizer.warmup_steps = std::min(deck.optimizer.warmup_steps, deck.training.steps);
+  // --attention: the deck's training.attention, or the batched core in its causal-tile GEMM form
+  // (the former CPU path, kept as a reference to measure against).
+  if (o.attention != "default") deck.training.attention = o.attention == "flash" ? "flash" : "batched";
   const model::GptShape shape = model::shape_of(deck);
   const MPI_Comm world = topo.world();
   std::optional<kernels::AttentionPath> attention_choice;
   if (o.attention == "batched") attention_choice = kernels::AttentionPath::batched;
   else if (o.attention == "causal_tiles") attention_choice = kernels::AttentionPath::causal_tiles;
   const kernels::AttentionPathScope attention_path(attention_choice);
+  const char* attention_name =
+      shape.flash_attention ? "flash" : kernels::attention_path_name(kernels::attention_path<kx::ExecSpace>());
 
   // Enough synthetic tokens that sequences rarely repeat within a step.
   train::RunOptions options;
@@ -296,7 +301,7 @@ int bench_as(const io::Deck& deck_in, const parallel::Topology& topo, const Benc
     }
     table += "\n";
   }
-  table += fmt::format("  attention path: {}\n", kernels::attention_path_name(kernels::attention_path<kx::ExecSpace>()));
+  table += fmt::format("  attention path: {}\n", attention_name);
   table += fmt::format("  launches per optimizer step (rank 0, one counted step): {} kernels + {} BLAS = {}; {} "
                        "collectives\n",
                        launches.step.kernels, launches.step.blas, launches.step.compute(), launches.step.collectives);
@@ -308,7 +313,7 @@ int bench_as(const io::Deck& deck_in, const parallel::Topology& topo, const Benc
   log::info(table);
 
   io::JsonObject launches_json;
-  launches_json.string("attention_path", kernels::attention_path_name(kernels::attention_path<kx::ExecSpace>()));
+  launches_json.string("attention_path", attention_name);
   launches_json.object("per_step", launch_json(launches.step));
   launches_json.object("per_layer_forward", launch_json(launches.forward));
   launches_json.object("per_layer_backward", launch_json(launches.backward));

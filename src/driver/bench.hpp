@@ -22,8 +22,8 @@ struct BenchOptions {
   int steps = 10;   // timed optimizer steps
   int warmup = 2;   // untimed steps first (allocation, first touch, BLAS start-up)
   bool phases = false;  // then `steps` more steps timed phase by phase (fenced at every phase boundary)
-  // Attention path (kernels/attention_path.hpp): "default" (that of the execution space),
-  // "batched" or "causal_tiles".
+  // Attention core (kernels/attention_path.hpp): "default" (the deck's training.attention),
+  // "flash", "batched" or "causal_tiles" (the batched core in causal-tile GEMMs).
   std::string attention = "default";
 };
 

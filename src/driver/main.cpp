@@ -195,9 +195,10 @@ int main(int argc, char** argv) {
                       "and MFU never include those fences)");
   bench_cmd
       ->add_option("--attention", bench_opts.attention,
-                   "attention path: default (batched on GPUs, causal tiles on CPUs), batched (the GPU path, also "
-                   "on a CPU) or causal_tiles")
-      ->check(CLI::IsMember({"default", "batched", "causal_tiles"}))
+                   "attention core (overrides training.attention): default (the deck's; batched on GPUs, flash on "
+                   "CPUs), flash, batched (the GPU path, also on a CPU) or causal_tiles (the batched core in the "
+                   "former CPU path's causal-tile GEMMs, a reference)")
+      ->check(CLI::IsMember({"default", "flash", "batched", "causal_tiles"}))
       ->capture_default_str();
 
   auto* eval_cmd = app.add_subcommand("eval", "mean loss of a checkpoint over evaluation windows");

@@ -146,6 +146,7 @@ enum class BufferDim {
   h_t,    // h/t: the rank's attention heads' width
   qkv_t,  // 3h/t: Q, K and V of the rank's heads (the attention's layout)
   gqa_t,  // (a + 2k)·(h/a)/t: llama's QKV output, k = kv_heads (= 3h/t without grouped-query attention)
+  kv2_t,  // 2k·(h/a)/t: K and V of the rank's key/value heads
   f_t,    // f/t
   f2_t,   // 2f/t: SwiGLU's gate and up
   d_2,    // h/(2a): half a head, the rotary tables' columns
@@ -179,11 +180,14 @@ struct BufferRow {
 
 // The buffers of a block (recompute.hpp says what each mode keeps); a specification allocates the
 // rows whose `needs` it meets. Not listed: the column-sum partials of the bias and norm gradients
-// (one small stage buffer, column_sums_scratch). The attention kernels (kokkos_kernels/attention.hpp)
-// take Q, K and V of the rank's nh/t heads; with grouped-query attention the rank's nkv/t
-// key/value heads are expanded into that layout (attention.qkv_expanded, Hugging Face's
-// repeat_kv) and the gradient of each group summed back (attention.d_qkv_grouped). The rotary
-// tables cos, sin [s, d/2] are computed once per stage.
+// (one small stage buffer, column_sums_scratch), and flash attention's block tiles, which live in
+// Kokkos team scratch (kernels::flash_backward_scratch_elements(d) acc_t values per team, whatever
+// S). Flash attention (kokkos_kernels/flash_attention.hpp) keeps no S×S buffer and reads the rank's
+// nkv/t key/value heads in place. The batched core (kokkos_kernels/attention.hpp) takes Q, K and V
+// of the rank's nh/t heads; with grouped-query attention the key/value heads are expanded into
+// that layout (attention.qkv_expanded, Hugging Face's repeat_kv) and the gradient of each group
+// summed back (attention.d_qkv_grouped). The rotary tables cos, sin [s, d/2] are computed once per
+// stage.
 inline constexpr BufferRow kBlockBuffers[] = {
     {"x", "block input (the residual stream)", {BufferDim::n, BufferDim::h}, Element::storage, Lifetime::input},
     {"/ln_1.mean", "ln_1 mean", {BufferDim::n}, Element::fp32, Lifetime::saved, false, needs_layernorm},
@@ -192,8 +196,9 @@ inline constexpr BufferRow kBlockBuffers[] = {
     {"/attn.qkv_out", "QKV output (rotary: q and k rotated)", {BufferDim::N, BufferDim::gqa_t}, Element::storage,
      Lifetime::saved},
     {"/attn.lse", "attention log Σ exp per score row", {BufferDim::Na_t}, Element::fp32, Lifetime::saved},
-    {"/attn.scores", "attention scores Q Kᵀ",
-     {BufferDim::b, BufferDim::a_t, BufferDim::s, BufferDim::s}, Element::storage, Lifetime::saved_if_none},
+    {"/attn.scores", "attention scores Q Kᵀ (batched core)",
+     {BufferDim::b, BufferDim::a_t, BufferDim::s, BufferDim::s}, Element::storage, Lifetime::saved_if_none, false,
+     needs_batched},
     {"/attn.ctx", "attention context", {BufferDim::N, BufferDim::h_t}, Element::storage, Lifetime::saved},
     {".x1", "x1 = x + attention", {BufferDim::n, BufferDim::h}, Element::storage, Lifetime::saved},
     {"/ln_2.mean", "ln_2 mean", {BufferDim::n}, Element::fp32, Lifetime::saved, false, needs_layernorm},
@@ -209,17 +214,24 @@ inline constexpr BufferRow kBlockBuffers[] = {
      false, needs_rope},
     {"rope.sin", "rotary table sin(p·θ^(-2i/d))", {BufferDim::s, BufferDim::d_2}, Element::fp32, Lifetime::scratch,
      false, needs_rope},
-    {"attention.qkv_expanded", "Q, K and V with the key/value heads repeated", {BufferDim::N, BufferDim::qkv_t},
-     Element::storage, Lifetime::scratch, false, needs_grouped},
-    {"attention.probs", "attention probabilities (the softmax's buffer)",
-     {BufferDim::b, BufferDim::a_t, BufferDim::s, BufferDim::s}, Element::storage, Lifetime::scratch},
-    {"attention.dprobs_tile", "attention probabilities' gradient, one row tile",
-     {BufferDim::b, BufferDim::a_t, BufferDim::tile, BufferDim::s}, Element::storage, Lifetime::scratch},
-    {"attention.d_qkv", "QKV gradient (its Q block holds the context gradient first)", {BufferDim::N, BufferDim::qkv_t}, Element::storage, Lifetime::scratch},
+    {"attention.qkv_expanded", "Q, K and V with the key/value heads repeated (batched core)",
+     {BufferDim::N, BufferDim::qkv_t}, Element::storage, Lifetime::scratch, false, needs_grouped | needs_batched},
+    {"attention.probs", "attention probabilities (the batched core's softmax buffer)",
+     {BufferDim::b, BufferDim::a_t, BufferDim::s, BufferDim::s}, Element::storage, Lifetime::scratch, false,
+     needs_batched},
+    {"attention.dprobs_tile", "attention probabilities' gradient, one row tile (batched core)",
+     {BufferDim::b, BufferDim::a_t, BufferDim::tile, BufferDim::s}, Element::storage, Lifetime::scratch, false,
+     needs_batched},
+    {"attention.d_qkv", "QKV gradient (its Q block holds the context gradient first)", {BufferDim::N, BufferDim::gqa_t},
+     Element::storage, Lifetime::scratch, false, needs_flash},
+    {"attention.dkv_sum", "dK and dV summed over the query heads and blocks", {BufferDim::N, BufferDim::kv2_t},
+     Element::fp32, Lifetime::scratch, true, needs_flash},
+    {"attention.d_qkv", "QKV gradient (its Q block holds the context gradient first)", {BufferDim::N, BufferDim::qkv_t},
+     Element::storage, Lifetime::scratch, false, needs_batched},
     {"attention.dk_sum", "dK summed over the backward's row tiles", {BufferDim::N, BufferDim::h_t}, Element::fp32,
-     Lifetime::scratch, true},
-    {"attention.d_qkv_grouped", "QKV gradient summed over each key/value group", {BufferDim::N, BufferDim::gqa_t},
-     Element::storage, Lifetime::scratch, false, needs_grouped},
+     Lifetime::scratch, true, needs_batched},
+    {"attention.d_qkv_grouped", "QKV gradient summed over each key/value group (batched core)",
+     {BufferDim::N, BufferDim::gqa_t}, Element::storage, Lifetime::scratch, false, needs_grouped | needs_batched},
     {"mlp.a", "MLP activation: GELU(h), or silu(gate)·up", {BufferDim::N, BufferDim::f_t}, Element::storage, Lifetime::scratch},
     {"mlp.da", "the activation's gradient", {BufferDim::N, BufferDim::f_t}, Element::storage, Lifetime::scratch},
     {"mlp.dh", "gate and up's gradient", {BufferDim::N, BufferDim::f2_t}, Element::storage, Lifetime::scratch, false,
@@ -278,6 +290,7 @@ inline std::int64_t extent(BufferDim d, const BlockSizes& z) {
     case BufferDim::h_t: return z.h / z.t;
     case BufferDim::qkv_t: return 3 * z.h / z.t;
     case BufferDim::gqa_t: return (z.a + 2 * z.kv()) * (z.h / z.a) / z.t;
+    case BufferDim::kv2_t: return 2 * z.kv() * (z.h / z.a) / z.t;
     case BufferDim::f_t: return z.f / z.t;
     case BufferDim::f2_t: return 2 * z.f / z.t;
     case BufferDim::d_2: return z.h / z.a / 2;

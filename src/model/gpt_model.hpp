@@ -352,7 +352,9 @@ class GptModel {
         ++recomputed_blocks_;
       }
       layer.backward(exec, tp_, grad_b_, x[l], grad_a_);
-      if (recompute_ != Recompute::none) ++recomputed_scores_;  // ParallelAttention::backward's Q Kᵀ
+      // ParallelAttention::backward's Q Kᵀ: the batched core's unless it kept the scores, flash's
+      // block scores always (it keeps none)
+      if (recompute_ != Recompute::none || shape_.flash_attention) ++recomputed_scores_;
       std::swap(grad_a_, grad_b_);
       done();
     }

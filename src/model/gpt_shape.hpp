@@ -36,6 +36,9 @@ struct GptShape : BlockSpec {
   // would change nothing): between the tensor-parallel regions a rank holds n = N/t of the
   // N = micro_batch * seq_length tokens (parallel/mappings.hpp).
   bool sequence_parallel = false;
+  // The attention core (training.attention; src/model/parallel_attention.hpp): flash, or the
+  // batched GEMMs over S×S scores. It decides the attention's buffers (block_descriptor.hpp).
+  bool flash_attention = true;
 
   static constexpr std::int64_t int_limit = std::numeric_limits<int>::max();
 

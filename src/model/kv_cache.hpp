@@ -39,6 +39,7 @@ template <class T>
 struct CacheStep {
   KvCache<T>* cache;
   std::int64_t position;
+  kernels::Tokens doc_start;  // [n]: the first position of each new row's document (empty: none)
 };
 
 }  // namespace tptrain::model

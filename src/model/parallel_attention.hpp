@@ -4,16 +4,22 @@
 // row-parallel (its all-reduce is g). Its parameters are the block descriptor's attn/ rows
 // (src/model/block_descriptor.hpp), named after the layer: "<block>/attn/qkv/weight", ...
 // By the block specification: the biases it holds; with rotary positions q and k rotated in the
-// QKV output (RoPE, rotate-half); with grouped-query attention the rank's QKV output holds Q of its nh/t
-// heads and K, V of its nkv/t heads, copied into the attention's layout (repeat_kv) before the
-// attention kernels, whose gradient is summed back per group.
+// QKV output (RoPE, rotate-half). The attention core is one of two (GptShape::flash_attention,
+// the deck's training.attention; docs/design.md, "Attention"):
+//   flash    kokkos_kernels/flash_attention.hpp: tiled, online softmax, no S×S buffer; grouped-
+//            query attention reads the rank's nkv/t key/value heads in place; document masks;
+//            the same kernel serves the cached generation step
+//   batched  kokkos_kernels/attention.hpp's strided-batched GEMMs over [B, nh/t, S, S] scores
+//            (the CUDA default until measured): with grouped-query attention the key/value heads
+//            are copied into the attention's layout (repeat_kv) and their gradient summed back
 #pragma once
 
 #include <string>
 #include <vector>
 
 #include "kokkos_kernels/attention.hpp"
-#include "kokkos_kernels/cached_attention.hpp"
+#include "kokkos_kernels/flash_attention.hpp"
+#include "kokkos_kernels/kv_cache_append.hpp"
 #include "kokkos_kernels/repeat_kv.hpp"
 #include "kokkos_kernels/rope.hpp"
 #include "src/model/block_descriptor.hpp"
@@ -29,17 +35,17 @@ template <class T>
 struct ParallelAttention {
   // What forward keeps for backward (src/model/recompute.hpp).
   struct Saved {
-    kernels::Matrix<T> qkv_out;         // [N, 3*H/tp] (llama: [N, (nh + 2nkv)/tp * d], q and k rotated)
+    kernels::Matrix<T> qkv_out;         // [N, (nh + 2nkv)/tp * d] (rotary: q and k rotated)
     kernels::Vector<kx::acc_t<T>> lse;  // [B*nh/tp*S] log Σ exp of each score row (the softmax's normaliser), fp32
     kernels::Matrix<T> ctx;             // [N, H/tp] attention output before proj
-    kernels::Tensor4<T> scores;         // [B, nh/tp, S, S] raw Q Kᵀ, recompute = none only (else empty)
+    kernels::Tensor4<T> scores;         // batched, recompute = none only: [B, nh/tp, S, S] raw Q Kᵀ (else empty)
   };
   Saved make_saved(Workspace<T>& ws, const std::string& name, BufferCategory c = BufferCategory::activation) const {
     Saved s{ws.matrix(name + ".qkv_out", c, tokens(), (std::int64_t(nh_local) + 2 * nkv_local) * d),
             ws.template vector<kx::acc_t<T>>(name + ".lse", c, tokens() * nh_local),
             ws.matrix(name + ".ctx", c, tokens(), std::int64_t(nh_local) * d),
             {}};
-    if (recompute == Recompute::none) s.scores = ws.tensor4(name + ".scores", c, B, nh_local, S, S);
+    if (!flash && recompute == Recompute::none) s.scores = ws.tensor4(name + ".scores", c, B, nh_local, S, S);
     return s;
   }
 
@@ -48,24 +54,30 @@ struct ParallelAttention {
   int B, S, nh_local, d;
   int nkv_local;                // key/value heads of this rank (= nh_local without grouped-query attention)
   bool rotary;                  // llama: RoPE on q and k
+  bool flash;                   // the attention core (GptShape::flash_attention)
   Recompute recompute;
   Saved saved;                  // the set of the micro-batch being computed (the owner may rebind it)
-  // Shared by every layer of the stage: with recompute = selective or full the probabilities
-  // are not kept from forward to backward but recomputed there from Q, K and lse (one QKᵀ GEMM),
-  // and the backward walks query row tiles, so a stage holds one [B, nh/tp, S, S] buffer plus one
-  // [B, nh/tp, tile, S] row-tile buffer (tile = kernels::attention_backward_tile_rows(S),
-  // min(S, 128)) instead of score buffers per layer.
+  kernels::Matrix<T> d_qkv;     // [N, (nh + 2nkv)/tp * d] (batched: [N, 3*H/tp]); its Q block holds dO first
+  // Flash, bf16/fp16 only: dK and dV summed in fp32 over the query heads and blocks, rounded once.
+  kernels::Matrix<kx::acc_t<T>> dkv_sum;  // [N, 2 * nkv/tp * d]
+  // Document masks (data.document_mask): the first position of each token's document, [N], set by
+  // the model for the micro-batch (empty: none).
+  kernels::Tokens doc_start;
+  // The batched core's buffers, shared by every layer of the stage: with recompute = selective
+  // or full the probabilities are not kept from forward to backward but recomputed there from Q,
+  // K and lse (one QKᵀ GEMM), and the backward walks query row tiles, so a stage holds one
+  // [B, nh/tp, S, S] buffer plus one [B, nh/tp, tile, S] row-tile buffer (tile =
+  // kernels::attention_backward_tile_rows(S), min(S, 128)) instead of score buffers per layer.
   kernels::Tensor4<T> probs;    // [B, nh/tp, S, S] scores / probabilities
   kernels::Tensor4<T> dprobs;   // [B, nh/tp, tile, S] their gradient, one row tile (backward)
-  kernels::Matrix<T> d_qkv;     // [N, 3*H/tp]; its Q block holds the context gradient first
-  // bf16/fp16 only: dK summed over the backward's query row tiles in fp32, rounded once (empty
-  // in fp32, where d_qkv itself accumulates in fp32).
+  // bf16/fp16 only: dK summed over the backward's query row tiles in fp32, rounded once.
   kernels::Matrix<kx::acc_t<T>> dk_sum;  // [N, H/tp]
-  // Llama: the rotary tables [S, d/2] (one pair per stage), and with grouped-query attention
-  // Q, K, V expanded to nh_local heads and the gradient of the grouped buffer.
-  kernels::Matrix<kx::acc_t<T>> rope_cos, rope_sin;
+  // Grouped-query attention on the batched core: Q, K, V expanded to nh_local heads and the
+  // gradient of the grouped buffer.
   kernels::Matrix<T> qkv_expanded;   // [N, 3*H/tp]
   kernels::Matrix<T> d_qkv_grouped;  // [N, (nh + 2nkv)/tp * d]
+  // Rotary positions: the tables [S, d/2] (one pair per stage).
+  kernels::Matrix<kx::acc_t<T>> rope_cos, rope_sin;
   bool grouped() const { return nkv_local != nh_local; }
 
   ParallelAttention(const std::string& name, const GptShape& s, int batch, const Communicator& tp, Workspace<T>& ws,
@@ -75,24 +87,31 @@ struct ParallelAttention {
         proj(linear_of<RowParallelLinear<T>>(block_parameter(s, name + "/proj/weight"),
                                              block_parameter_if_held(s, name + "/proj/bias"), tp)),
         B(batch), S(s.seq_length), nh_local(s.local_heads()), d(s.head_dim()), nkv_local(s.local_kv_heads()),
-        rotary(s.rotary()), recompute(mode),
-        saved(make_saved(ws, placement.name_for(name), placement.category)),
-        probs(ws.tensor4("attention.probs", BufferCategory::scratch, batch, nh_local, S, S)),
-        dprobs(ws.tensor4("attention.dprobs_tile", BufferCategory::scratch, batch, nh_local,
-                          kernels::attention_backward_tile_rows(S), S)),
-        d_qkv(ws.matrix("attention.d_qkv", BufferCategory::scratch, tokens(), 3 * std::int64_t(s.local_hidden()))) {
+        rotary(s.rotary()), flash(s.flash_attention), recompute(mode),
+        saved(make_saved(ws, placement.name_for(name), placement.category)) {
     qkv.column_scratch = proj.column_scratch = column_sums_scratch(ws, s, tokens());
     qkv.sp = proj.sp = sequence_parallel_buffers(ws, s, tokens());
-    if constexpr (kx::is_half_v<T>)
-      dk_sum = ws.template matrix<kx::acc_t<T>>("attention.dk_sum", BufferCategory::scratch, tokens(), s.local_hidden());
+    if (flash) {
+      d_qkv = ws.matrix("attention.d_qkv", BufferCategory::scratch, tokens(), s.local_qkv_width());
+      if constexpr (kx::is_half_v<T>)
+        dkv_sum = ws.template matrix<kx::acc_t<T>>("attention.dkv_sum", BufferCategory::scratch, tokens(),
+                                                   2 * std::int64_t(nkv_local) * d);
+    } else {
+      probs = ws.tensor4("attention.probs", BufferCategory::scratch, batch, nh_local, S, S);
+      dprobs = ws.tensor4("attention.dprobs_tile", BufferCategory::scratch, batch, nh_local,
+                          kernels::attention_backward_tile_rows(S), S);
+      d_qkv = ws.matrix("attention.d_qkv", BufferCategory::scratch, tokens(), 3 * std::int64_t(s.local_hidden()));
+      if constexpr (kx::is_half_v<T>)
+        dk_sum = ws.template matrix<kx::acc_t<T>>("attention.dk_sum", BufferCategory::scratch, tokens(), s.local_hidden());
+      if (grouped()) {
+        qkv_expanded = ws.matrix("attention.qkv_expanded", BufferCategory::scratch, tokens(), 3 * std::int64_t(s.local_hidden()));
+        d_qkv_grouped = ws.matrix("attention.d_qkv_grouped", BufferCategory::scratch, tokens(), s.local_qkv_width());
+      }
+    }
     if (rotary) {
       rope_cos = ws.template matrix<kx::acc_t<T>>("rope.cos", BufferCategory::scratch, S, d / 2);
       rope_sin = ws.template matrix<kx::acc_t<T>>("rope.sin", BufferCategory::scratch, S, d / 2);
       kernels::rope_tables(Exec(), rope_cos, rope_sin, s.rope_theta);  // the same values for every layer
-    }
-    if (grouped()) {
-      qkv_expanded = ws.matrix("attention.qkv_expanded", BufferCategory::scratch, tokens(), 3 * std::int64_t(s.local_hidden()));
-      d_qkv_grouped = ws.matrix("attention.d_qkv_grouped", BufferCategory::scratch, tokens(), s.local_qkv_width());
     }
   }
 
@@ -107,9 +126,8 @@ struct ParallelAttention {
   // fuses into its residual add (TransformerLayer).
   // With a cache step (generation, kv_cache.hpp) x holds n new rows of one sequence at positions
   // [p, p + n): the same projections, computed in the leading rows of the layer's buffers, with
-  // q and k rotated at their positions, K and V appended to the cache and the attention of the n
-  // rows over the cached [0, p + n) (kernels/cached_attention.hpp; its scores in the stage's
-  // probabilities buffer, [nh/tp, S, S] of its first micro-batch sequence).
+  // q and k rotated at their positions, K and V appended to the cache and flash attention of the
+  // n rows over the cached [0, p + n) (whatever the training core; its lse in saved.lse).
   template <class XV, class YV>
   void forward(const Exec& exec, Communicator& tp, const XV& x /*[N or n, H]*/, const YV& y /*[N or n, H]*/,
                const bool add_proj_bias = true, const CacheStep<T>* step = nullptr) {
@@ -127,8 +145,11 @@ struct ParallelAttention {
       PhaseScope phase(Phase::attention);
       if (step) {
         kernels::kv_cache_append(exec, qkv_out, step->cache->k, step->cache->v, step->position);
-        kernels::cached_attention_forward(exec, qkv_out, step->cache->k, step->cache->v, step->position,
-                                          Kokkos::subview(probs, 0, Kokkos::ALL(), Kokkos::ALL(), Kokkos::ALL()), ctx);
+        kernels::flash_attention_cached_forward(exec, qkv_out, step->cache->k, step->cache->v, step->position, ctx,
+                                                saved.lse, step->doc_start);
+      } else if (flash) {
+        kernels::flash_attention_forward(exec, saved.qkv_out, saved.ctx, saved.lse, B, S, nh_local, nkv_local, d,
+                                         doc_start);
       } else {
         // dprobs, free during a forward, holds the batched path's GEMM pointer tables.
         kernels::attention_forward(exec, attention_input(exec), saved.ctx, probs, saved.lse, B, S, nh_local, d,
@@ -140,29 +161,32 @@ struct ParallelAttention {
 
   template <class DYV, class XV, class DXV>
   void backward(const Exec& exec, Communicator& tp, const DYV& dy, const XV& x, const DXV& dx) {
-    // The context gradient dO goes to d_qkv's Q block (no buffer of its own): the attention
-    // backward reads each query row of dO before it writes that row's dQ, and with dO at the
-    // leading dimension of Q, K and V the batched path pairs its GEMMs (attention_batched.hpp).
+    // The context gradient dO goes to d_qkv's Q block (no buffer of its own): both cores read
+    // each query block of dO before they write its dQ, and with dO at the leading dimension of
+    // Q, K and V the batched path pairs its GEMMs (attention_batched.hpp).
     const auto d_ctx = Kokkos::subview(d_qkv, Kokkos::ALL(), std::make_pair(std::int64_t(0), std::int64_t(nh_local) * d));
     proj.backward(exec, tp, dy, saved.ctx, d_ctx);
     {
       PhaseScope phase(Phase::attention);
-      // recompute = none: saved.scores holds Q Kᵀ, and the backward skips that GEMM
-      kernels::attention_backward(exec, d_ctx, attention_input(exec), saved.lse, d_qkv, probs, dprobs, dk_sum,
-                                  saved.scores);
+      if (flash)
+        kernels::flash_attention_backward(exec, d_ctx, saved.qkv_out, saved.ctx, saved.lse, d_qkv, doc_start, dkv_sum,
+                                          B, S, nh_local, nkv_local, d);
+      else  // recompute = none: saved.scores holds Q Kᵀ, and the backward skips that GEMM
+        kernels::attention_backward(exec, d_ctx, attention_input(exec), saved.lse, d_qkv, probs, dprobs, dk_sum,
+                                    saved.scores);
     }
-    if (!rotary && !grouped()) return qkv.backward(exec, tp, d_qkv, x, dx);
+    const bool expanded = !flash && grouped();
+    if (!rotary && !expanded) return qkv.backward(exec, tp, d_qkv, x, dx);
     {
       PhaseScope phase(Phase::norms_elementwise);
-      if (grouped()) kernels::repeat_kv_backward(exec, d_qkv, d_qkv_grouped, nh_local, nkv_local, d);
-      if (rotary)
-        kernels::rope_backward(exec, grouped() ? d_qkv_grouped : d_qkv, rope_cos, rope_sin, nh_local + nkv_local);
+      if (expanded) kernels::repeat_kv_backward(exec, d_qkv, d_qkv_grouped, nh_local, nkv_local, d);
+      if (rotary) kernels::rope_backward(exec, expanded ? d_qkv_grouped : d_qkv, rope_cos, rope_sin, nh_local + nkv_local);
     }
-    qkv.backward(exec, tp, grouped() ? d_qkv_grouped : d_qkv, x, dx);
+    qkv.backward(exec, tp, expanded ? d_qkv_grouped : d_qkv, x, dx);
   }
 
  private:
-  // Q, K and V of the rank's nh_local heads as the attention kernels take them: the QKV output,
+  // Q, K and V of the rank's nh_local heads as the batched core takes them: the QKV output,
   // or with grouped-query attention its copy with the key/value heads repeated (made again in
   // the backward: the scratch holds another layer's by then).
   kernels::Matrix<T> attention_input(const Exec& exec) {

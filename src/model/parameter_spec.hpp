@@ -54,12 +54,15 @@ enum Needs : unsigned {
   needs_untied = 1u << 7,       // model.tie_embeddings = false
   needs_layernorm = 1u << 8,    // model.norm = layernorm (its mean; buffers)
   needs_grouped = 1u << 9,      // kv_heads < heads (buffers)
+  needs_flash = 1u << 10,       // training.attention = flash (buffers)
+  needs_batched = 1u << 11,     // training.attention = batched (buffers)
 };
 inline bool holds(unsigned needs, const GptShape& s) {
   const unsigned have = (s.norm_bias() ? needs_norm_bias : 0u) | (s.qkv_bias ? needs_qkv_bias : 0u) |
                         (s.linear_bias ? needs_linear_bias : 0u) | (s.swiglu() ? needs_swiglu : needs_gelu) |
                         (s.rotary() ? needs_rope : needs_learned) | (s.tie_embeddings ? 0u : needs_untied) |
-                        (s.rms() ? 0u : needs_layernorm) | (s.kv_head_count() != s.heads ? needs_grouped : 0u);
+                        (s.rms() ? 0u : needs_layernorm) | (s.kv_head_count() != s.heads ? needs_grouped : 0u) |
+                        (s.flash_attention ? needs_flash : needs_batched);
   return (needs & have) == needs;
 }
 
@@ -72,6 +75,7 @@ inline std::string needs_text(unsigned needs) {
       {needs_gelu, "mlp = \"gelu\""},            {needs_swiglu, "mlp = \"swiglu\""},
       {needs_learned, "position = \"learned\""}, {needs_rope, "position = \"rope\""},
       {needs_untied, "tie_embeddings = false"},  {needs_grouped, "kv_heads < heads"},
+      {needs_flash, "attention = \"flash\""},  {needs_batched, "attention = \"batched\""},
   };
   std::string out;
   for (const auto& [flag, word] : words)

@@ -4,6 +4,8 @@
 #pragma once
 
 #include "io/deck.hpp"
+#include "kokkos_kernels/attention_path.hpp"
+#include "kokkos_kernels/views.hpp"
 #include "src/model/gpt_shape.hpp"
 
 namespace tptrain::model {
@@ -31,6 +33,11 @@ inline model::GptShape shape_of(const io::Deck& deck) {
   s.vocab_pad_multiple = deck.model.vocab_pad_multiple;
   s.tensor = deck.parallel.tensor;
   s.sequence_parallel = deck.parallel.sequence_parallel;
+  // training.attention = default: the choice of the backend this binary runs (flash on host
+  // backends, batched on GPUs; kernels::default_attention_path).
+  s.flash_attention = deck.training.attention == "flash" ||
+                      (deck.training.attention != "batched" &&
+                       kernels::default_attention_path<kx::ExecSpace>() == kernels::AttentionPath::flash);
   return s;
 }
 

@@ -978,6 +978,7 @@ TEST_CASE("deck: to_toml writes every key in table order and round-trips", "[io]
                                           "training.loss_scale_growth_factor",
                                           "training.loss_scale_backoff_factor",
                                           "training.recompute",
+                                          "training.attention",
                                           "training.grad_clip",
                                           "training.log_interval",
                                           "training.eval_interval",

@@ -1,4 +1,4 @@
-// A transformer layer on the two attention paths (kokkos_kernels/attention_path.hpp): the batched
+// A transformer layer on the three attention paths (kokkos_kernels/attention_path.hpp): the batched
 // device path, run here on the host, gives the causal-tile path's output, input gradient and
 // parameter gradients, in every recompute mode, with the model's own buffers (the context
 // gradient in d_qkv's Q block, the pointer tables in the row-tile buffer).
@@ -40,9 +40,11 @@ Mat random_matrix(const char* label, std::int64_t rows, std::int64_t cols, unsig
   return m;
 }
 
-LayerResult run_layer(kernels::AttentionPath path, model::Recompute recompute) {
+LayerResult run_layer(kernels::AttentionPath path, model::Recompute recompute, int kv_heads = 0) {
   const kernels::AttentionPathScope scope(path);
   model::GptShape s;
+  s.flash_attention = path == kernels::AttentionPath::flash;
+  s.kv_heads = kv_heads;
   s.layers = 1;
   s.hidden = 64;
   s.heads = 4;
@@ -85,15 +87,24 @@ double max_rel(const std::vector<double>& a, const std::vector<double>& b) {
 
 }  // namespace
 
-TEST_CASE("a transformer layer gives the same results on both attention paths", "[model][attention_paths]") {
-  for (model::Recompute r : {model::Recompute::selective, model::Recompute::none, model::Recompute::full}) {
-    INFO("recompute " << model::recompute_name(r));
-    const LayerResult tiled = run_layer(kernels::AttentionPath::causal_tiles, r);
-    const LayerResult batched = run_layer(kernels::AttentionPath::batched, r);
-    REQUIRE(tiled.y.size() == batched.y.size());
-    REQUIRE(tiled.grads.size() == batched.grads.size());
-    CHECK(max_rel(batched.y, tiled.y) < 1e-5);
-    CHECK(max_rel(batched.dx, tiled.dx) < 1e-4);
-    CHECK(max_rel(batched.grads, tiled.grads) < 1e-4);
-  }
+TEST_CASE("a transformer layer gives the same results on every attention path", "[model][attention_paths]") {
+  // Flash attention against the batched core in both GEMM forms; with grouped-query attention
+  // (2 key/value heads for 4 query heads) flash reads K and V in place, the batched core copies
+  // them (repeat_kv).
+  for (const int kv_heads : {0, 2})
+    for (model::Recompute r : {model::Recompute::selective, model::Recompute::none, model::Recompute::full}) {
+      INFO("recompute " << model::recompute_name(r) << ", kv_heads " << kv_heads);
+      const LayerResult tiled = run_layer(kernels::AttentionPath::causal_tiles, r, kv_heads);
+      const LayerResult batched = run_layer(kernels::AttentionPath::batched, r, kv_heads);
+      const LayerResult flash = run_layer(kernels::AttentionPath::flash, r, kv_heads);
+      REQUIRE(tiled.y.size() == batched.y.size());
+      REQUIRE(tiled.grads.size() == batched.grads.size());
+      REQUIRE(flash.grads.size() == batched.grads.size());
+      CHECK(max_rel(batched.y, tiled.y) < 1e-5);
+      CHECK(max_rel(batched.dx, tiled.dx) < 1e-4);
+      CHECK(max_rel(batched.grads, tiled.grads) < 1e-4);
+      CHECK(max_rel(flash.y, tiled.y) < 1e-5);
+      CHECK(max_rel(flash.dx, tiled.dx) < 1e-4);
+      CHECK(max_rel(flash.grads, tiled.grads) < 1e-4);
+    }
 }

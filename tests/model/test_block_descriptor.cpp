@@ -153,6 +153,7 @@ const char* symbol(BufferDim d) {
     case BufferDim::h_t: return "(h/t)";
     case BufferDim::qkv_t: return "(3h/t)";
     case BufferDim::gqa_t: return "((a+2k)·h/a/t)";
+    case BufferDim::kv2_t: return "(2k·h/a/t)";
     case BufferDim::f2_t: return "(2f/t)";
     case BufferDim::d_2: return "(h/2a)";
     case BufferDim::f_t: return "(f/t)";

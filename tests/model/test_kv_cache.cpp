@@ -9,7 +9,8 @@
 
 #include "catch.hpp"
 #include "kokkos_kernels/attention.hpp"
-#include "kokkos_kernels/cached_attention.hpp"
+#include "kokkos_kernels/flash_attention.hpp"
+#include "kokkos_kernels/kv_cache_append.hpp"
 #include "kokkos_kernels/repeat_kv.hpp"
 #include "kokkos_kernels/rope.hpp"
 #include "src/model/gpt_inference.hpp"
@@ -39,7 +40,7 @@ double max_abs_difference(const std::vector<double>& a, const std::vector<double
 
 }  // namespace
 
-TEST_CASE("cached attention equals the training attention for the same rows", "[model][kv_cache]") {
+TEST_CASE("cached flash attention equals the batched training attention for the same rows", "[model][kv_cache]") {
   const kx::ExecSpace exec;
   const std::int64_t S = 37, nh = 3, d = 8, hl = nh * d;
   kernels::Matrix<float> qkv("qkv", S, 3 * hl), out("out", S, hl);
@@ -56,7 +57,8 @@ TEST_CASE("cached attention equals the training attention for the same rows", "[
   const std::vector<double> want = host_values(out);
 
   // Blocks of new rows as generation makes them: a prefill of 13, single rows, a block of 5, ...
-  Kokkos::View<float***, Kokkos::LayoutRight, kx::MemSpace> k("k", nh, S, d), v("v", nh, S, d), scores("s", nh, S, S);
+  Kokkos::View<float***, Kokkos::LayoutRight, kx::MemSpace> k("k", nh, S, d), v("v", nh, S, d);
+  kernels::Vector<float> scores("lse_workspace", S * nh);
   kernels::Matrix<float> got("got", S, hl);
   std::int64_t p = 0;
   for (std::int64_t n : {13, 1, 1, 5, 1, 16}) {
@@ -64,7 +66,8 @@ TEST_CASE("cached attention equals the training attention for the same rows", "[
     const auto rows = std::make_pair(p, p + n);
     const auto q = Kokkos::subview(qkv, rows, Kokkos::ALL());
     kernels::kv_cache_append(exec, q, k, v, p);
-    kernels::cached_attention_forward(exec, q, k, v, p, scores, Kokkos::subview(got, rows, Kokkos::ALL()));
+    kernels::flash_attention_cached_forward(exec, q, k, v, p, Kokkos::subview(got, rows, Kokkos::ALL()), scores,
+                                            kernels::Tokens());
     p += n;
   }
   REQUIRE(p == S);
@@ -157,7 +160,7 @@ TEST_CASE("the incremental forward refuses a model that splits sequences", "[mod
 // Grouped-query attention: a cache of nkv key/value heads read by nh query heads (head h by
 // key/value head h / (nh/nkv)) equals the training attention on Q, K and V expanded by repeat_kv;
 // and the rotary embedding of rows at an offset equals the training one at their positions.
-TEST_CASE("cached attention of a grouped cache equals the expanded training attention", "[model][kv_cache]") {
+TEST_CASE("cached flash attention of a grouped cache equals the expanded batched attention", "[model][kv_cache]") {
   const kx::ExecSpace exec;
   const std::int64_t S = 29, nh = 6, nkv = 2, d = 4, width = (nh + 2 * nkv) * d;
   kernels::Matrix<float> grouped("grouped", S, width), expanded("expanded", S, 3 * nh * d), out("out", S, nh * d);
@@ -188,14 +191,16 @@ TEST_CASE("cached attention of a grouped cache equals the expanded training atte
   kernels::Vector<float> lse("lse", S * nh);
   kernels::attention_forward(exec, expanded, out, lse, 1, S, nh, d);
   const std::vector<double> want = host_values(out);
-  Kokkos::View<float***, Kokkos::LayoutRight, kx::MemSpace> k("k", nkv, S, d), v("v", nkv, S, d), scores("s", nh, S, S);
+  Kokkos::View<float***, Kokkos::LayoutRight, kx::MemSpace> k("k", nkv, S, d), v("v", nkv, S, d);
+  kernels::Vector<float> scores("lse_workspace", S * nh);
   kernels::Matrix<float> got("got", S, nh * d);
   p = 0;
   for (std::int64_t n : {13, 1, 1, 5, 1, 8}) {
     const auto rows = std::make_pair(p, p + n);
     const auto q = Kokkos::subview(grouped, rows, Kokkos::ALL());
     kernels::kv_cache_append(exec, q, k, v, p);
-    kernels::cached_attention_forward(exec, q, k, v, p, scores, Kokkos::subview(got, rows, Kokkos::ALL()));
+    kernels::flash_attention_cached_forward(exec, q, k, v, p, Kokkos::subview(got, rows, Kokkos::ALL()), scores,
+                                            kernels::Tokens());
     p += n;
   }
   REQUIRE(p == S);

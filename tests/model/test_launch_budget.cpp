@@ -23,8 +23,9 @@ struct LayerCounts {
   kernels::LaunchCounts forward, backward;
 };
 
-model::GptShape budget_shape(int heads, int seq) {
+model::GptShape budget_shape(int heads, int seq, bool flash = false) {
   model::GptShape s;
+  s.flash_attention = flash;
   s.layers = 1;
   s.hidden = 64;
   s.heads = heads;
@@ -84,6 +85,19 @@ TEST_CASE("a transformer layer stays within the launch budget on the device path
     CHECK(ra.forward.compute() == rb.forward.compute());
     CHECK(ra.backward.compute() == rb.backward.compute());
   }
+}
+
+TEST_CASE("a transformer layer on flash attention stays within the launch budget", "[launches]") {
+  // One kernel for the attention forward and one for its backward, whatever S, batch and heads.
+  const LayerCounts a = count_layer(budget_shape(4, 48, true), 2, model::Recompute::selective);
+  const LayerCounts b = count_layer(budget_shape(8, 160, true), 3, model::Recompute::selective);
+  const LayerCounts batched = count_layer(budget_shape(4, 48), 2, model::Recompute::selective);
+  INFO("flash: forward " << a.forward.kernels << " kernels + " << a.forward.blas << " BLAS, backward "
+                         << a.backward.kernels << " kernels + " << a.backward.blas << " BLAS");
+  CHECK(a.forward.compute() + a.backward.compute() <= kBudget);
+  CHECK(a.forward.compute() == b.forward.compute());
+  CHECK(a.backward.compute() == b.backward.compute());
+  CHECK(a.forward.compute() + a.backward.compute() <= batched.forward.compute() + batched.backward.compute());
 }
 
 TEST_CASE("the causal-tile path's launches grow with S, batch and heads (what the budget rules out)", "[launches]") {

@@ -72,8 +72,10 @@ Config gpt3_175b() {
 }
 
 // A small configuration whose buffers are easy to count by hand.
-Config small(int tensor, bool sp, Recompute r, const std::string& precision = "fp32") {
+// flash = false: the batched attention core, whose S×S buffers the paper's inventory counts.
+Config small(int tensor, bool sp, Recompute r, const std::string& precision = "fp32", bool flash = false) {
   Config c;
+  c.shape.flash_attention = flash;
   c.shape.layers = 4;
   c.shape.hidden = 32;
   c.shape.heads = 4;
@@ -229,6 +231,9 @@ TEST_CASE("plan: tptrain's activation inventory, buffer by buffer", "[plan]") {
       CHECK(total_bytes(layer_activations(small(t, false, Recompute::selective, precision))) == kept(N));
       CHECK(total_bytes(layer_activations(small(t, true, Recompute::selective, precision))) == kept(N / t));
       CHECK(total_bytes(layer_activations(small(t, true, Recompute::none, precision))) == kept(N / t) + scores);
+      // Flash attention keeps no scores: recompute = none keeps what selective keeps.
+      CHECK(total_bytes(layer_activations(small(t, false, Recompute::none, precision, true))) == kept(N));
+      CHECK(total_bytes(layer_activations(small(t, true, Recompute::none, precision, true))) == kept(N / t));
       const Config full = small(t, true, Recompute::full, precision);
       CHECK(total_bytes(layer_activations(full)) == (N / t) * h * e);
       CHECK(total_bytes(recompute_working_set(full)) == kept(N / t) - (N / t) * h * e);
@@ -253,6 +258,9 @@ TEST_CASE("plan: tptrain's activation inventory, buffer by buffer", "[plan]") {
           const std::int64_t scratch = 2 * scores + (N * (3 * h / t) + 2 * N * (f / t) + 3 * n * h) * e + dk_sum;
           CHECK(total_bytes(block_scratch(c)) == scratch);
           CHECK(total_bytes(workspace_buffers(c)) == scratch + 2 * n * h * e + (sp && t > 1 ? 2 * N * h * e : 0));
+          // Flash: no S×S buffers; bf16 sums dK and dV in fp32 ([N, 2h/t]) instead of dK alone.
+          const Config fc = small(t, sp, r, precision, true);
+          CHECK(total_bytes(block_scratch(fc)) == scratch - 2 * scores + dk_sum);
         }
     }
   }
@@ -425,11 +433,13 @@ TEST_CASE("plan: the activation inventory is what a model stage allocates", "[pl
     for (const std::string precision : {"fp32", "bf16"})
       for (const bool sp : {false, true})
         for (const Recompute r : {Recompute::none, Recompute::selective, Recompute::full})
-          for (const int slots : {1, 3}) {
-            Config c = small(t, sp, r, precision);
+          for (const int slots : {1, 3})
+            for (const bool flash : {false, true}) {
+            Config c = small(t, sp, r, precision, flash);
             c.shape.sequence_parallel = sp;
             INFO("tensor " << t << ", " << precision << (sp ? ", sequence parallel" : "") << ", recompute "
-                           << recompute_name(r) << ", " << slots << " micro-batches in flight");
+                           << recompute_name(r) << ", " << slots << " micro-batches in flight"
+                           << (flash ? ", flash" : ", batched"));
             const auto count = [&](auto tag) {
               using T = decltype(tag);
               model::GptModel<T> m(c.shape, c.micro_batch, *tp, 1, model::PipelineStage{}, r);

@@ -54,9 +54,12 @@ io::Deck shipped(const std::string& name) {
 
 // A small llama configuration whose buffers are easy to count by hand: h 32, a 4 (d 8), k 2,
 // f 48, s 16, b 2.
-Config small_llama(int tensor, bool sp, Recompute r, const std::string& precision, int kv_heads = 2) {
+// flash = false: the batched attention core (its S×S buffers and repeat_kv copies counted).
+Config small_llama(int tensor, bool sp, Recompute r, const std::string& precision, int kv_heads = 2,
+                   bool flash = false) {
   Config c;
   c.shape = llama(4, 32, 4, kv_heads, 48, 250, 16);
+  c.shape.flash_attention = flash;
   c.shape.vocab_pad_multiple = 8;
   c.shape.tensor = tensor;
   c.pipeline = 2;
@@ -194,11 +197,12 @@ TEST_CASE("plan: the llama inventory is what a llama model stage allocates", "[p
     for (const std::string precision : {"fp32", "bf16"})
       for (const bool sp : {false, true})
         for (const int kv : {2, 4})
-          for (const Recompute r : {Recompute::none, Recompute::selective, Recompute::full}) {
-            Config c = small_llama(t, sp, r, precision, kv);
+          for (const Recompute r : {Recompute::none, Recompute::selective, Recompute::full})
+            for (const bool flash : {false, true}) {
+            Config c = small_llama(t, sp, r, precision, kv, flash);
             c.shape.sequence_parallel = sp;
             INFO("tensor " << t << ", " << precision << (sp ? ", sequence parallel" : "") << ", kv_heads " << kv
-                           << ", recompute " << recompute_name(r));
+                           << ", recompute " << recompute_name(r) << (flash ? ", flash" : ", batched"));
             const auto count = [&](auto tag) {
               using T = decltype(tag);
               model::GptModel<T> m(c.shape, c.micro_batch, *tp, 1, model::PipelineStage{}, r);

@@ -201,8 +201,9 @@ TEST_CASE("plan: counts beyond 2^63 - 1 are refused, naming the key, never wrapp
   c.shape.hidden = 715827882;
   why = refusal(c);
   CHECK_THAT(why, test::contains("model.hidden = 715827882 is too large: the byte count of a rank"));
-  // The attention scores of a long sequence: micro_batch·(heads/tensor)·seq²·4 bytes.
+  // The batched core's attention scores of a long sequence: micro_batch·(heads/tensor)·seq²·4 bytes.
   c = tiny(2, 1);
+  c.shape.flash_attention = false;
   c.shape.seq_length = 2147483646;
   c.shape.heads = 2;
   c.shape.hidden = 1024;

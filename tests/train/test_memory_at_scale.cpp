@@ -108,7 +108,8 @@ TEST_CASE("what each recompute mode and sequence parallelism keep for the backwa
   // One stage of 4 blocks, micro-batch 2, S = 16, H = 32, 4 heads, F = 64 (the small deck), fp32.
   auto self = test::tp_group(1);
   const io::Deck deck = deck_of({1, 1, 1}, false);
-  const model::GptShape shape = model::shape_of(deck);
+  model::GptShape shape = model::shape_of(deck);
+  shape.flash_attention = false;  // the batched core: recompute = none keeps its S×S scores
   const auto saved = [&](model::Recompute r, int slots) {
     model::GptModel<float> m(shape, 2, *self, 1, model::PipelineStage{}, r);
     m.reserve_slots(slots);
@@ -123,6 +124,11 @@ TEST_CASE("what each recompute mode and sequence parallelism keep for the backwa
   const std::size_t head = 4 * N * H + 4 * 2 * N;  // ln_f out and its mean/rstd (logits are "stage" tensors)
   CHECK(saved(model::Recompute::selective, 1) == L * block + 4 * N * H /*stage output*/ + head);
   CHECK(saved(model::Recompute::none, 1) == L * (block + scores) + 4 * N * H + head);
+  {  // flash attention keeps no scores: none keeps what selective keeps
+    shape.flash_attention = true;
+    CHECK(saved(model::Recompute::none, 1) == L * block + 4 * N * H + head);
+    shape.flash_attention = false;
+  }
   // full: the residual stream (L block inputs + the stage output) and ln_f out; the blocks share
   // one saved set, a scratch buffer.
   CHECK(saved(model::Recompute::full, 1) == (L + 1) * 4 * N * H + head);

@@ -1,0 +1,447 @@
+// Flash attention (Dao, "FlashAttention-2", 2023): causal multi-head attention of the local heads
+// of a tensor-parallel rank, tiled over query and key blocks with an online softmax, so that no
+// S × S buffer exists; the one attention algorithm of training, eval and generation against the
+// key/value cache.
+//
+// Per query head h (key/value head g = h / (nh / nkv): grouped-query attention reads its key/value
+// head in place, Hugging Face's repeat_kv without the copy), query rows at positions q0 + i,
+// keys at positions j in [0, Sk), scale = 1/sqrt(d):
+//   visible(i, j) = doc_i <= j <= q0 + i     (doc_i = 0, or the first position of row i's document)
+//   forward, per query block, over the key blocks it sees (a running max m and sum l per row):
+//     S = Q Kᵀ;  m' = max(m, scale·max_j S);  P = exp(scale S - m');  l = l·exp(m - m') + Σ P
+//     O = O·exp(m - m') + P V;   finally O /= l,  lse = m + log l   (the backward's only state)
+//   backward (one pass per (batch, key/value head): its query heads, their query blocks, the key
+//   blocks each sees), D_i = Σ_e dO_ie O_ie:
+//     P = exp(scale Q Kᵀ - lse);  dP = dO Vᵀ;  dS = scale P ∘ (dP - D)
+//     dQ += dS K (per query block, in scratch, written once);  dK += dSᵀ Q;  dV += Pᵀ dO
+// Causality and documents at block granularity: a query block [r0, r1) visits the key blocks of
+// [doc_{r0}, q0 + r1) only (doc is non-decreasing along a sequence, so doc_{r0} is the block's
+// least), so the blocks above the diagonal and those wholly before the block's documents are
+// never computed; within a visited block the invisible entries are skipped row by row.
+//
+// Teams: the forward one per (batch, query head, query block of 64 rows); the backward one per
+// (batch, key/value head), which owns dK and dV of its key/value head (the sum over the group and
+// over the query blocks happens there, in order: deterministic, no atomics). Each team's tiles
+// live in team scratch (level 0 when they fit, else level 1): 5 tiles of 64 × d' and 64 × 64 in
+// the forward, 10 in the backward, d' = d rounded up to 16, independent of S. The block products
+// are flash_block.hpp's.
+//
+// Precision: Q, K, V, O, dO and the gradients hold the storage type T (float, double, bf16,
+// fp16); the tiles, scores, running max and sum, D and lse are acc_t<T> (fp32 for 16-bit T), and
+// each output is rounded once. dK and dV are summed in acc_t: in the outputs themselves when T is
+// acc_t, else in the caller's acc_t buffers, rounded into dK and dV at the team's end.
+//
+// Operands are addressed through FlashHeads (pointer and strides), so that Q, K and V can be
+// column blocks of the QKV output [B·S, (nh + 2 nkv)·d] or the key/value cache [nkv, P, d].
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#include "kokkos_kernels/compat.hpp"
+#include "kokkos_kernels/detail.hpp"
+#include "kokkos_kernels/flash_block.hpp"
+#include "kokkos_kernels/views.hpp"
+
+namespace tptrain::kernels {
+
+// Element e of (batch b, head h, position j) at p[b·batch + h·head + j·row + e] (unit stride in e).
+template <class T>
+struct FlashHeads {
+  T* p = nullptr;
+  std::int64_t row = 0, batch = 0, head = 0;
+  KOKKOS_INLINE_FUNCTION T* at(const std::int64_t b, const std::int64_t h, const std::int64_t j) const {
+    return p + b * batch + h * head + j * row;
+  }
+};
+
+// B sequences of Sq query rows at positions q0 .. q0 + Sq - 1 against keys at 0 .. Sk - 1 (training:
+// q0 = 0, Sq = Sk = S; a cached generation step: q0 = p, Sq = n, Sk = p + n).
+struct FlashShape {
+  std::int64_t B = 0, Sq = 0, Sk = 0, nh = 1, nkv = 1, d = 1, q0 = 0;
+};
+
+inline constexpr std::int64_t flash_block_rows = 64;  // query and key rows per block
+
+namespace detail {
+
+template <class F>
+using FlashScratch = Kokkos::View<F*, Kokkos::MemoryUnmanaged>;
+
+inline void check_flash_shape(const FlashShape& s, const char* kernel) {
+  require(s.B >= 0 && s.Sq >= 0 && s.Sk >= 0 && s.nh > 0 && s.nkv > 0 && s.d > 0 && s.q0 >= 0, kernel,
+          "need B, Sq, Sk, q0 >= 0 and nh, nkv, d > 0");
+  require(s.nh % s.nkv == 0, kernel, "the key/value heads nkv must divide the query heads nh");
+  require(s.q0 + s.Sq <= s.Sk, kernel, "every query position q0 + i must have its key (q0 + Sq <= Sk)");
+}
+
+// Level-0 team scratch when `bytes` fit, else level 1 (global memory per team).
+template <class Exec>
+inline int flash_scratch_level(const std::size_t bytes) {
+  return fits_team_scratch<Exec>(bytes) ? 0 : 1;
+}
+
+// The visible key range [lo, hi) of query row i (position pos) inside key block [c0, c0 + cols),
+// as offsets from c0 (hi <= lo: none).
+struct KeyRange {
+  std::int64_t lo, hi;
+};
+KOKKOS_INLINE_FUNCTION KeyRange visible_keys(const std::int64_t doc, const std::int64_t pos, const std::int64_t c0,
+                                             const std::int64_t cols) {
+  const std::int64_t lo = doc > c0 ? doc - c0 : 0;
+  const std::int64_t hi = pos + 1 - c0 < cols ? pos + 1 - c0 : cols;
+  return {lo, hi};
+}
+
+}  // namespace detail
+
+// Scratch floats per team of the forward and backward for head dim d (docs, planner).
+inline std::int64_t flash_forward_scratch_elements(const std::int64_t d) {
+  const std::int64_t dp = detail::flash_padded(d), b = flash_block_rows;
+  return 4 * b * dp + b * b + 2 * b;
+}
+inline std::int64_t flash_backward_scratch_elements(const std::int64_t d) {
+  const std::int64_t dp = detail::flash_padded(d), b = flash_block_rows;
+  return 7 * b * dp + 2 * b * b + 2 * b;
+}
+
+// O and lse ((b·nh + h)·Sq + i) of every query row. doc: nullptr, or doc[b·Sq + i] the first key
+// position of query row i's document (non-decreasing in i, <= q0 + i).
+template <class Exec, class T>
+void flash_attention_forward(const Exec& exec, const FlashShape& s, const FlashHeads<const T>& q,
+                             const FlashHeads<const T>& k, const FlashHeads<const T>& v, const FlashHeads<T>& o,
+                             kx::acc_t<T>* lse, const std::int32_t* doc) {
+  using F = kx::acc_t<T>;
+  const char* kernel = "flash_attention_forward";
+  detail::check_flash_shape(s, kernel);
+  const std::int64_t Bq = flash_block_rows, Bk = flash_block_rows;
+  const std::int64_t nq = (s.Sq + Bq - 1) / Bq;
+  const auto policy_size = detail::league_size<Exec>(s.B * s.nh * nq, kernel);
+  if (s.B == 0 || s.Sq == 0) return;
+  const std::int64_t d = s.d, dp = detail::flash_padded(d), nh = s.nh, Sq = s.Sq, Sk = s.Sk, q0 = s.q0;
+  const std::int64_t group = s.nh / s.nkv;
+  const std::size_t bytes = detail::FlashScratch<F>::shmem_size(flash_forward_scratch_elements(d));
+  const int level = detail::flash_scratch_level<Exec>(bytes);
+  auto policy = detail::teams(exec, policy_size, kernel);
+  policy.set_scratch_size(level, Kokkos::PerTeam(bytes));
+  const F scale = F(1) / kx::sqrt(static_cast<F>(d));
+  using member = typename detail::Teams<Exec>::member_type;
+  Kokkos::parallel_for(
+      "tptrain::kernels::flash_attention_forward", policy, KOKKOS_LAMBDA(const member& team) {
+        const std::int64_t r = team.league_rank();
+        const std::int64_t qb = r % nq, h = (r / nq) % nh, b = r / (nq * nh), g = h / group;
+        const std::int64_t r0 = qb * Bq, rows = kx::min(Bq, Sq - r0), Mr = (rows + 3) / 4 * 4;
+        F* const Qs = detail::FlashScratch<F>(team.team_scratch(level), flash_forward_scratch_elements(d)).data();
+        F* const Kt = Qs + Bq * dp;  // [dp][Bk]
+        F* const Vs = Kt + dp * Bk;  // [Bk][dp]
+        F* const Os = Vs + Bk * dp;  // [Bq][dp]
+        F* const Ss = Os + Bq * dp;  // [Bq][Bk]
+        F* const mrow = Ss + Bq * Bk;
+        F* const lrow = mrow + Bq;
+        detail::team_for<Exec>(team, 0, 4 * Bq * dp, [&](const std::int64_t e) { Qs[e] = 0; });
+        detail::team_for<Exec>(team, 0, Bq * Bk, [&](const std::int64_t e) { Ss[e] = 0; });
+        detail::team_for<Exec>(team, 0, Bq, [&](const std::int64_t i) { lrow[i] = mrow[i] = 0; });
+        team.team_barrier();
+        detail::team_for<Exec>(team, 0, rows * d, [&](const std::int64_t e) {
+          const std::int64_t i = e / d, c = e % d;
+          Qs[i * dp + c] = F(q.at(b, h, r0 + i)[c]);
+        });
+        const std::int64_t kend = kx::min(Sk, q0 + r0 + rows);
+        const std::int64_t kbeg = doc ? std::int64_t(doc[b * Sq + r0]) : 0;
+        for (std::int64_t c0 = kbeg / Bk * Bk; c0 < kend; c0 += Bk) {
+          const std::int64_t cols = kx::min(Bk, kend - c0);
+          team.team_barrier();  // the previous block's P V is done with Vs and Ss
+          detail::team_for<Exec>(team, 0, cols * d, [&](const std::int64_t e) {
+            const std::int64_t j = e / d, c = e % d;
+            Kt[c * Bk + j] = F(k.at(b, g, c0 + j)[c]);
+            Vs[j * dp + c] = F(v.at(b, g, c0 + j)[c]);
+          });
+          team.team_barrier();
+          detail::flash_block<Exec>(team, Mr, cols, d, Qs, dp, 1, Kt, Bk, Ss, Bk, false);
+          // The online softmax of each row over its visible keys of the block (one thread a row).
+          detail::team_for<Exec>(team, 0, rows, [&](const std::int64_t i) {
+            F* const srow = Ss + i * Bk;
+            const detail::KeyRange kr =
+                detail::visible_keys(doc ? doc[b * Sq + r0 + i] : 0, q0 + r0 + i, c0, cols);
+            for (std::int64_t j = 0; j < kx::min(kr.lo, Bk); ++j) srow[j] = 0;
+            for (std::int64_t j = kx::max(kr.hi, kr.lo); j < Bk; ++j) srow[j] = 0;
+            if (kr.hi <= kr.lo) return;
+            F smax = srow[kr.lo];
+            for (std::int64_t j = kr.lo + 1; j < kr.hi; ++j) smax = kx::max(smax, srow[j]);
+            const bool first = lrow[i] == F(0);
+            const F mnew = first ? scale * smax : kx::max(mrow[i], scale * smax);
+            F sum = 0;
+            {
+              constexpr int width = 16;  // as detail::team_sum: the exps vectorise, the sum keeps its order
+              std::int64_t j = kr.lo;
+              for (; j + width <= kr.hi; j += width) {
+                F e[width];
+                for (int u = 0; u < width; ++u) e[u] = kx::exp(scale * srow[j + u] - mnew);
+                for (int u = 0; u < width; ++u) {
+                  srow[j + u] = e[u];
+                  sum += e[u];
+                }
+              }
+              for (; j < kr.hi; ++j) {
+                srow[j] = kx::exp(scale * srow[j] - mnew);
+                sum += srow[j];
+              }
+            }
+            const F corr = first ? F(0) : kx::exp(mrow[i] - mnew);
+            lrow[i] = lrow[i] * corr + sum;
+            mrow[i] = mnew;
+            if (!first)
+              for (std::int64_t c = 0; c < d; ++c) Os[i * dp + c] *= corr;
+          });
+          team.team_barrier();
+          detail::flash_block<Exec>(team, Mr, d, cols, Ss, Bk, 1, Vs, dp, Os, dp, true);
+        }
+        team.team_barrier();
+        detail::team_for<Exec>(team, 0, rows * d, [&](const std::int64_t e) {
+          const std::int64_t i = e / d, c = e % d;
+          o.at(b, h, r0 + i)[c] = T(Os[i * dp + c] / lrow[i]);
+        });
+        detail::team_for<Exec>(team, 0, rows, [&](const std::int64_t i) {
+          lse[(b * nh + h) * Sq + r0 + i] = mrow[i] + kx::log(lrow[i]);
+        });
+      });
+}
+
+// dQ, dK, dV from dO, the forward's inputs, O and lse. dq may be the storage of dO (the model
+// writes dO into the Q block of its QKV gradient): each query block's dO is read into scratch
+// before its dQ is written, and only that block's team touches those rows and columns. dk_acc,
+// dv_acc: where dK and dV are summed in acc_t<T> (dk, dv themselves when T is acc_t<T>).
+template <class Exec, class T>
+void flash_attention_backward(const Exec& exec, const FlashShape& s, const FlashHeads<const T>& q,
+                              const FlashHeads<const T>& k, const FlashHeads<const T>& v,
+                              const FlashHeads<const T>& o, const FlashHeads<const T>& dout,
+                              const kx::acc_t<T>* lse, const std::int32_t* doc, const FlashHeads<T>& dq,
+                              const FlashHeads<T>& dk, const FlashHeads<T>& dv,
+                              const FlashHeads<kx::acc_t<T>>& dk_acc, const FlashHeads<kx::acc_t<T>>& dv_acc) {
+  using F = kx::acc_t<T>;
+  const char* kernel = "flash_attention_backward";
+  detail::check_flash_shape(s, kernel);
+  const auto teams_n = detail::league_size<Exec>(s.B * s.nkv, kernel);
+  if (s.B == 0 || s.Sk == 0) return;
+  const std::int64_t Bq = flash_block_rows, Bk = flash_block_rows;
+  const std::int64_t nq = (s.Sq + Bq - 1) / Bq;
+  const std::int64_t d = s.d, dp = detail::flash_padded(d), nh = s.nh, Sq = s.Sq, Sk = s.Sk, q0 = s.q0;
+  const std::int64_t group = s.nh / s.nkv;
+  const bool round_kv = !std::is_same<T, F>::value || dk_acc.p != reinterpret_cast<F*>(dk.p);
+  const std::size_t bytes = detail::FlashScratch<F>::shmem_size(flash_backward_scratch_elements(d));
+  const int level = detail::flash_scratch_level<Exec>(bytes);
+  auto policy = detail::teams(exec, teams_n, kernel);
+  policy.set_scratch_size(level, Kokkos::PerTeam(bytes));
+  const F scale = F(1) / kx::sqrt(static_cast<F>(d));
+  using member = typename detail::Teams<Exec>::member_type;
+  Kokkos::parallel_for(
+      "tptrain::kernels::flash_attention_backward", policy, KOKKOS_LAMBDA(const member& team) {
+        const std::int64_t b = team.league_rank() / s.nkv, g = team.league_rank() % s.nkv;
+        F* const Qs = detail::FlashScratch<F>(team.team_scratch(level), flash_backward_scratch_elements(d)).data();
+        F* const dOs = Qs + Bq * dp;   // [Bq][dp]
+        F* const dQs = dOs + Bq * dp;  // [Bq][dp]
+        F* const Ks = dQs + Bq * dp;   // [Bk][dp]
+        F* const Ts = Ks + Bk * dp;    // [Bk][dp]: this block's dK, then dV
+        F* const Kt = Ts + Bk * dp;    // [dp][Bk]
+        F* const Vt = Kt + dp * Bk;    // [dp][Bk]
+        F* const Ps = Vt + dp * Bk;    // [Bq][Bk]
+        F* const dSs = Ps + Bq * Bk;   // [Bq][Bk]
+        F* const lrow = dSs + Bq * Bk;
+        F* const Drow = lrow + Bq;
+        detail::team_for<Exec>(team, 0, 7 * Bq * dp, [&](const std::int64_t e) { Qs[e] = 0; });
+        detail::team_for<Exec>(team, 0, Sk * d, [&](const std::int64_t e) {
+          dk_acc.at(b, g, e / d)[e % d] = 0;
+          dv_acc.at(b, g, e / d)[e % d] = 0;
+        });
+        for (std::int64_t hh = 0; hh < group; ++hh) {
+          const std::int64_t h = g * group + hh;
+          for (std::int64_t qb = 0; qb < nq; ++qb) {
+            const std::int64_t r0 = qb * Bq, rows = kx::min(Bq, Sq - r0), Mr = (rows + 3) / 4 * 4;
+            team.team_barrier();  // the previous block's products are done with the tiles
+            detail::team_for<Exec>(team, 0, rows * d, [&](const std::int64_t e) {
+              const std::int64_t i = e / d, c = e % d;
+              Qs[i * dp + c] = F(q.at(b, h, r0 + i)[c]);
+              dOs[i * dp + c] = F(dout.at(b, h, r0 + i)[c]);
+              dQs[i * dp + c] = 0;
+            });
+            detail::team_for<Exec>(team, rows * dp, Bq * dp, [&](const std::int64_t e) {
+              Qs[e] = dOs[e] = dQs[e] = 0;  // the last block's padding rows
+            });
+            detail::team_for<Exec>(team, 0, rows, [&](const std::int64_t i) {
+              F D = 0;
+              for (std::int64_t c = 0; c < d; ++c) D += F(dout.at(b, h, r0 + i)[c]) * F(o.at(b, h, r0 + i)[c]);
+              Drow[i] = D;
+              lrow[i] = lse[(b * nh + h) * Sq + r0 + i];
+            });
+            const std::int64_t kend = kx::min(Sk, q0 + r0 + rows);
+            const std::int64_t kbeg = doc ? std::int64_t(doc[b * Sq + r0]) : 0;
+            for (std::int64_t c0 = kbeg / Bk * Bk; c0 < kend; c0 += Bk) {
+              const std::int64_t cols = kx::min(Bk, kend - c0), Mc = (cols + 3) / 4 * 4;
+              team.team_barrier();
+              detail::team_for<Exec>(team, 0, cols * d, [&](const std::int64_t e) {
+                const std::int64_t j = e / d, c = e % d;
+                const F kv = F(k.at(b, g, c0 + j)[c]);
+                Ks[j * dp + c] = kv;
+                Kt[c * Bk + j] = kv;
+                Vt[c * Bk + j] = F(v.at(b, g, c0 + j)[c]);
+              });
+              detail::team_for<Exec>(team, cols * dp, Bk * dp, [&](const std::int64_t e) { Ks[e] = 0; });
+              team.team_barrier();
+              detail::flash_block<Exec>(team, Mr, cols, d, Qs, dp, 1, Kt, Bk, Ps, Bk, false);
+              detail::flash_block<Exec>(team, Mr, cols, d, dOs, dp, 1, Vt, Bk, dSs, Bk, false);
+              detail::team_for<Exec>(team, 0, Bq, [&](const std::int64_t i) {
+                F* const prow = Ps + i * Bk;
+                F* const dsrow = dSs + i * Bk;
+                const detail::KeyRange kr = i < rows ? detail::visible_keys(doc ? doc[b * Sq + r0 + i] : 0,
+                                                                            q0 + r0 + i, c0, cols)
+                                                     : detail::KeyRange{0, 0};
+                const std::int64_t lo = kx::min(kr.lo, Bk), hi = kx::max(kr.hi, lo);
+                for (std::int64_t j = 0; j < lo; ++j) prow[j] = dsrow[j] = 0;
+                for (std::int64_t j = hi; j < Bk; ++j) prow[j] = dsrow[j] = 0;
+                const F l = lrow[i], D = Drow[i];
+                for (std::int64_t j = lo; j < hi; ++j) {
+                  const F p = kx::exp(scale * prow[j] - l);
+                  prow[j] = p;
+                  dsrow[j] = scale * p * (dsrow[j] - D);
+                }
+              });
+              team.team_barrier();
+              detail::flash_block<Exec>(team, Mr, d, cols, dSs, Bk, 1, Ks, dp, dQs, dp, true);
+              // dK of the block: dSᵀ Q (A(m = key j, k = query i) = dS[i][j]), added to the sum.
+              detail::flash_block<Exec>(team, Mc, d, rows, dSs, 1, Bk, Qs, dp, Ts, dp, false);
+              detail::team_for<Exec>(team, 0, cols * d, [&](const std::int64_t e) {
+                const std::int64_t j = e / d, c = e % d;
+                dk_acc.at(b, g, c0 + j)[c] += Ts[j * dp + c];
+              });
+              team.team_barrier();
+              detail::flash_block<Exec>(team, Mc, d, rows, Ps, 1, Bk, dOs, dp, Ts, dp, false);
+              detail::team_for<Exec>(team, 0, cols * d, [&](const std::int64_t e) {
+                const std::int64_t j = e / d, c = e % d;
+                dv_acc.at(b, g, c0 + j)[c] += Ts[j * dp + c];
+              });
+            }
+            team.team_barrier();
+            detail::team_for<Exec>(team, 0, rows * d, [&](const std::int64_t e) {
+              const std::int64_t i = e / d, c = e % d;
+              dq.at(b, h, r0 + i)[c] = T(dQs[i * dp + c]);
+            });
+          }
+        }
+        team.team_barrier();
+        if (round_kv)
+          detail::team_for<Exec>(team, 0, Sk * d, [&](const std::int64_t e) {
+            const std::int64_t j = e / d, c = e % d;
+            dk.at(b, g, j)[c] = T(dk_acc.at(b, g, j)[c]);
+            dv.at(b, g, j)[c] = T(dv_acc.at(b, g, j)[c]);
+          });
+      });
+}
+
+// ---- the model's operands -------------------------------------------------------------------
+// Q, K, V of qkv [B·S, (nh + 2 nkv)·d] (the QKV layer's output: Q of the nh heads, then K and V of
+// the nkv key/value heads) and the heads of a [B·S, nh·d] context.
+template <class T, class V>
+FlashHeads<T> qkv_heads(const V& qkv, const std::int64_t block_offset, const std::int64_t S,
+                        const std::int64_t d) {
+  const std::int64_t ld = qkv.stride(0);
+  return {const_cast<T*>(qkv.data()) + block_offset, ld, S * ld, d};
+}
+
+// Training and eval: every sequence against itself (q0 = 0). doc: empty, or [B·S] document starts.
+template <class Exec, class QKV, class OV, class LV, class DV>
+void flash_attention_forward(const Exec& exec, const QKV& qkv, const OV& out, const LV& lse, const std::int64_t B,
+                             const std::int64_t S, const std::int64_t nh, const std::int64_t nkv,
+                             const std::int64_t d, const DV& doc) {
+  using T = typename OV::non_const_value_type;
+  detail::check_view<Exec, QKV, 2>();
+  detail::check_view<Exec, OV, 2>();
+  detail::check_view<Exec, LV, 1>();
+  const char* kernel = "flash_attention_forward";
+  detail::require(B >= 0 && S >= 0 && nh > 0 && nkv > 0 && d > 0, kernel, "need B, S >= 0 and nh, nkv, d > 0");
+  detail::require(qkv.extent(0) == std::size_t(B * S) && qkv.extent(1) == std::size_t((nh + 2 * nkv) * d) &&
+                      out.extent(0) == std::size_t(B * S) && out.extent(1) == std::size_t(nh * d),
+                  kernel, "shapes must be qkv[B*S, (nh + 2*nkv)*d], out[B*S, nh*d]");
+  detail::require(lse.extent(0) == std::size_t(B * nh * S), kernel, "lse must be [B*nh*S]");
+  detail::require(doc.size() == 0 || doc.extent(0) == std::size_t(B * S), kernel, "doc must be empty or [B*S]");
+  detail::require((qkv.stride(1) == 1 || qkv.extent(1) <= 1) && (out.stride(1) == 1 || out.extent(1) <= 1), kernel,
+                  "qkv and out rows must be contiguous");
+  const FlashShape s{B, S, S, nh, nkv, d, 0};
+  flash_attention_forward<Exec, T>(exec, s, qkv_heads<const T>(qkv, 0, S, d), qkv_heads<const T>(qkv, nh * d, S, d),
+                                   qkv_heads<const T>(qkv, (nh + nkv) * d, S, d), qkv_heads<T>(out, 0, S, d),
+                                   lse.data(), doc.size() ? doc.data() : nullptr);
+}
+
+// dqkv [B·S, (nh + 2 nkv)·d] is overwritten (all three blocks); dout may be its Q block. dkv_sum
+// [B·S, 2·nkv·d] in acc_t: where dK and dV are summed for 16-bit T (empty for float and double).
+template <class Exec, class DOV, class QKV, class OV, class LV, class DV, class DQKV, class SV>
+void flash_attention_backward(const Exec& exec, const DOV& dout, const QKV& qkv, const OV& out, const LV& lse,
+                              const DQKV& dqkv, const DV& doc, const SV& dkv_sum, const std::int64_t B,
+                              const std::int64_t S, const std::int64_t nh, const std::int64_t nkv,
+                              const std::int64_t d) {
+  using T = typename DQKV::non_const_value_type;
+  using F = kx::acc_t<T>;
+  detail::check_view<Exec, DOV, 2>();
+  detail::check_view<Exec, QKV, 2>();
+  detail::check_view<Exec, DQKV, 2>();
+  const char* kernel = "flash_attention_backward";
+  const auto rows = std::size_t(B * S);
+  detail::require(qkv.extent(0) == rows && dqkv.extent(0) == rows && dout.extent(0) == rows &&
+                      out.extent(0) == rows && qkv.extent(1) == std::size_t((nh + 2 * nkv) * d) &&
+                      dqkv.extent(1) == qkv.extent(1) && dout.extent(1) == std::size_t(nh * d) &&
+                      out.extent(1) == std::size_t(nh * d),
+                  kernel, "shapes must be dout, out [B*S, nh*d] and qkv, dqkv [B*S, (nh + 2*nkv)*d]");
+  detail::require(lse.extent(0) == std::size_t(B * nh * S), kernel, "lse must be [B*nh*S]");
+  detail::require(doc.size() == 0 || doc.extent(0) == rows, kernel, "doc must be empty or [B*S]");
+  constexpr bool sums_apart = !std::is_same<T, F>::value;
+  if (sums_apart)
+    detail::require(dkv_sum.extent(0) == rows && dkv_sum.extent(1) == std::size_t(2 * nkv * d), kernel,
+                    "dkv_sum must be [B*S, 2*nkv*d] for 16-bit types");
+  const FlashShape s{B, S, S, nh, nkv, d, 0};
+  const auto dk = qkv_heads<T>(dqkv, nh * d, S, d), dv = qkv_heads<T>(dqkv, (nh + nkv) * d, S, d);
+  FlashHeads<F> dk_acc, dv_acc;
+  if constexpr (sums_apart) {
+    dk_acc = qkv_heads<F>(dkv_sum, 0, S, d);
+    dv_acc = qkv_heads<F>(dkv_sum, nkv * d, S, d);
+  } else {
+    dk_acc = {dk.p, dk.row, dk.batch, dk.head};
+    dv_acc = {dv.p, dv.row, dv.batch, dv.head};
+  }
+  flash_attention_backward<Exec, T>(exec, s, qkv_heads<const T>(qkv, 0, S, d), qkv_heads<const T>(qkv, nh * d, S, d),
+                                    qkv_heads<const T>(qkv, (nh + nkv) * d, S, d), qkv_heads<const T>(out, 0, S, d),
+                                    qkv_heads<const T>(dout, 0, S, d), lse.data(),
+                                    doc.size() ? doc.data() : nullptr, qkv_heads<T>(dqkv, 0, S, d), dk, dv, dk_acc,
+                                    dv_acc);
+}
+
+// Generation with the key/value cache (src/model/kv_cache.hpp): the n rows of qkv [n, (nh + 2 nkv)·d]
+// at positions [p, p + n) of one sequence against the cached keys and values [0, p + n) of
+// k_cache, v_cache [nkv, P, d] (kv_cache_append stored the new rows' first). lse [nh·n] is a
+// workspace. doc: empty, or [n] the first position of each row's document.
+template <class Exec, class QKV, class CV, class OV, class LV, class DV>
+void flash_attention_cached_forward(const Exec& exec, const QKV& qkv, const CV& k_cache, const CV& v_cache,
+                                    const std::int64_t p, const OV& out, const LV& lse, const DV& doc) {
+  using T = typename OV::non_const_value_type;
+  detail::check_view<Exec, QKV, 2>();
+  detail::check_view<Exec, CV, 3>();
+  detail::check_view<Exec, OV, 2>();
+  const char* kernel = "flash_attention_cached_forward";
+  const std::int64_t n = qkv.extent(0), nkv = k_cache.extent(0), P = k_cache.extent(1), d = k_cache.extent(2);
+  detail::require(d > 0 && nkv > 0 && qkv.extent(1) % std::size_t(d) == 0, kernel,
+                  "qkv must be [n, (nh + 2*nkv)*d] for caches [nkv, P, d]");
+  const std::int64_t nh = std::int64_t(qkv.extent(1)) / d - 2 * nkv;
+  detail::require(nh >= nkv && nh % nkv == 0 && out.extent(0) == std::size_t(n) &&
+                      out.extent(1) == std::size_t(nh * d) && v_cache.extent(0) == k_cache.extent(0) &&
+                      v_cache.extent(1) == k_cache.extent(1) && v_cache.extent(2) == k_cache.extent(2),
+                  kernel, "shapes must be qkv[n, (nh + 2*nkv)*d] with nkv dividing nh, caches [nkv, P, d], out[n, nh*d]");
+  detail::require(p >= 0 && p + n <= P, kernel, "positions [p, p + n) must lie inside the cache");
+  detail::require(lse.extent(0) >= std::size_t(nh * n), kernel, "lse must hold nh*n values");
+  detail::require(doc.size() == 0 || doc.extent(0) == std::size_t(n), kernel, "doc must be empty or [n]");
+  const FlashShape s{1, n, p + n, nh, nkv, d, p};
+  const auto cache = [&](const CV& c) {
+    return FlashHeads<const T>{c.data(), std::int64_t(c.stride(1)), 0, std::int64_t(c.stride(0))};
+  };
+  flash_attention_forward<Exec, T>(exec, s, qkv_heads<const T>(qkv, 0, n, d), cache(k_cache), cache(v_cache),
+                                   qkv_heads<T>(out, 0, n, d), lse.data(), doc.size() ? doc.data() : nullptr);
+}
+
+}  // namespace tptrain::kernels

@@ -1,0 +1,239 @@
+// Flash attention (kokkos_kernels/flash_attention.hpp) against a naive double reference: forward
+// (O, lse) and backward (dQ, dK, dV) over causal and document masks, grouped-query attention with
+// 1, 2 and 4 query heads per key/value head, S not a multiple of the 64-row block, S = 1, a long
+// row (S = 8192), fp32, double, bf16 and fp16, teams of several threads, level-1 scratch, and
+// query rows at an offset against a longer key range (the KV-cache step).
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "catch.hpp"
+#include "kokkos_kernels/flash_attention.hpp"
+#include "test_util.hpp"
+
+namespace tk = tptrain::kernels;
+namespace tt = tptrain::kernels::test;
+namespace kx = tptrain::kx;
+
+namespace {
+
+using Exec = kx::ExecSpace;
+
+struct Case {
+  int B, S, nh, nkv, d;
+  bool documents;
+};
+
+// Document starts of each row: documents begin at the positions `starts` of every sequence
+// (position 0 always begins one: the first, partial document).
+std::vector<std::int32_t> document_starts(const Case& c, std::mt19937& rng) {
+  std::vector<std::int32_t> doc(std::size_t(c.B) * c.S, 0);
+  if (!c.documents) return doc;
+  std::uniform_int_distribution<int> coin(0, 40);
+  for (int b = 0; b < c.B; ++b) {
+    int start = 0;
+    for (int i = 0; i < c.S; ++i) {
+      if (i > 0 && coin(rng) == 0) start = i;
+      doc[std::size_t(b) * c.S + i] = start;
+    }
+  }
+  return doc;
+}
+
+struct Reference {
+  tt::HostVec out, lse, dq, dk, dv;
+};
+
+// Naive attention in double on host data laid out as the kernels take it.
+Reference naive(const Case& c, const tt::HostVec& qkv, const tt::HostVec& dout, const std::vector<std::int32_t>& doc) {
+  const int B = c.B, S = c.S, nh = c.nh, nkv = c.nkv, d = c.d, W = (nh + 2 * nkv) * d, group = nh / nkv;
+  const double scale = 1.0 / std::sqrt(double(d));
+  Reference r;
+  r.out.assign(std::size_t(B) * S * nh * d, 0.0);
+  r.lse.assign(std::size_t(B) * nh * S, 0.0);
+  r.dq.assign(std::size_t(B) * S * nh * d, 0.0);
+  r.dk.assign(std::size_t(B) * S * nkv * d, 0.0);
+  r.dv.assign(std::size_t(B) * S * nkv * d, 0.0);
+  auto Q = [&](int b, int h, int i, int e) { return qkv[(std::size_t(b) * S + i) * W + h * d + e]; };
+  auto K = [&](int b, int g, int j, int e) { return qkv[(std::size_t(b) * S + j) * W + (nh + g) * d + e]; };
+  auto V = [&](int b, int g, int j, int e) { return qkv[(std::size_t(b) * S + j) * W + (nh + nkv + g) * d + e]; };
+  for (int b = 0; b < B; ++b)
+    for (int h = 0; h < nh; ++h) {
+      const int g = h / group;
+      for (int i = 0; i < S; ++i) {
+        const int lo = doc[std::size_t(b) * S + i];
+        std::vector<double> s(i + 1, 0.0), p(i + 1, 0.0), dp(i + 1, 0.0);
+        double mx = -1e300;
+        for (int j = lo; j <= i; ++j) {
+          for (int e = 0; e < d; ++e) s[j] += Q(b, h, i, e) * K(b, g, j, e);
+          s[j] *= scale;
+          mx = std::max(mx, s[j]);
+        }
+        double sum = 0;
+        for (int j = lo; j <= i; ++j) sum += std::exp(s[j] - mx);
+        r.lse[(std::size_t(b) * nh + h) * S + i] = mx + std::log(sum);
+        const std::size_t orow = (std::size_t(b) * S + i) * nh * d + h * d;
+        for (int j = lo; j <= i; ++j) {
+          p[j] = std::exp(s[j] - mx) / sum;
+          for (int e = 0; e < d; ++e) r.out[orow + e] += p[j] * V(b, g, j, e);
+        }
+        double D = 0;
+        for (int j = lo; j <= i; ++j) {
+          for (int e = 0; e < d; ++e) dp[j] += dout[orow + e] * V(b, g, j, e);
+          D += p[j] * dp[j];
+        }
+        for (int j = lo; j <= i; ++j) {
+          const double ds = p[j] * (dp[j] - D);
+          const std::size_t krow = (std::size_t(b) * S + j) * nkv * d + g * d;
+          for (int e = 0; e < d; ++e) {
+            r.dq[orow + e] += scale * ds * K(b, g, j, e);
+            r.dk[krow + e] += scale * ds * Q(b, h, i, e);
+            r.dv[krow + e] += p[j] * dout[orow + e];
+          }
+        }
+      }
+    }
+  return r;
+}
+
+// Columns [c0, c0 + n) of a host [rows, W] matrix.
+tt::HostVec columns(const tt::HostVec& m, std::size_t rows, std::size_t W, std::size_t c0, std::size_t n) {
+  tt::HostVec out(rows * n);
+  for (std::size_t r = 0; r < rows; ++r)
+    for (std::size_t c = 0; c < n; ++c) out[r * n + c] = m[r * W + c0 + c];
+  return out;
+}
+
+struct Result {
+  tt::HostVec out, lse, dq, dk, dv;
+};
+
+template <class T>
+Result run_flash(const Case& c, const tt::HostVec& qkv_h, const tt::HostVec& dout_h,
+                 const std::vector<std::int32_t>& doc_h, bool dout_in_dq = false) {
+  using A = kx::acc_t<T>;
+  const std::size_t N = std::size_t(c.B) * c.S, W = std::size_t(c.nh + 2 * c.nkv) * c.d, Hl = std::size_t(c.nh) * c.d;
+  auto qkv = tt::to_device<T>(qkv_h, N, W);
+  tk::Matrix<T> out("out", N, Hl);
+  tk::Vector<A> lse("lse", N * c.nh);
+  Kokkos::View<std::int32_t*, kx::MemSpace> doc;
+  if (c.documents) {
+    doc = Kokkos::View<std::int32_t*, kx::MemSpace>("doc", N);
+    auto m = Kokkos::create_mirror_view(doc);
+    for (std::size_t i = 0; i < N; ++i) m(i) = doc_h[i];
+    Kokkos::deep_copy(doc, m);
+  }
+  const Exec exec;
+  tk::flash_attention_forward(exec, qkv, out, lse, c.B, c.S, c.nh, c.nkv, c.d, doc);
+  tk::Matrix<T> dqkv("dqkv", N, W);
+  Kokkos::View<A**, Kokkos::LayoutRight, kx::MemSpace> dkv_sum;
+  if constexpr (kx::is_half_v<T>) dkv_sum = decltype(dkv_sum)("dkv_sum", N, 2 * std::size_t(c.nkv) * c.d);
+  if (dout_in_dq) {  // the model's aliasing: dO in the Q block of dqkv
+    auto dq_block = Kokkos::subview(dqkv, Kokkos::ALL(), std::make_pair(std::size_t(0), Hl));
+    Kokkos::deep_copy(dq_block, tt::to_device<T>(dout_h, N, Hl));
+    tk::flash_attention_backward(exec, dq_block, qkv, out, lse, dqkv, doc, dkv_sum, c.B, c.S, c.nh, c.nkv, c.d);
+  } else {
+    auto dout = tt::to_device<T>(dout_h, N, Hl);
+    tk::flash_attention_backward(exec, dout, qkv, out, lse, dqkv, doc, dkv_sum, c.B, c.S, c.nh, c.nkv, c.d);
+  }
+  Kokkos::fence();
+  const tt::HostVec g = tt::to_host(dqkv);
+  const std::size_t kvl = std::size_t(c.nkv) * c.d;
+  return {tt::to_host(out), tt::to_host(lse), columns(g, N, W, 0, Hl), columns(g, N, W, Hl, kvl),
+          columns(g, N, W, Hl + kvl, kvl)};
+}
+
+template <class T>
+void check_case(const Case& c, double tolerance, unsigned seed = 7, bool dout_in_dq = false) {
+  std::mt19937 rng(seed);
+  const std::size_t N = std::size_t(c.B) * c.S;
+  const tt::HostVec qkv = tt::random_vec<T>(rng, N * (c.nh + 2 * c.nkv) * c.d, -2.0, 2.0);
+  const tt::HostVec dout = tt::random_vec<T>(rng, N * c.nh * c.d);
+  const std::vector<std::int32_t> doc = document_starts(c, rng);
+  const Reference ref = naive(c, qkv, dout, doc);
+  const Result got = run_flash<T>(c, qkv, dout, doc, dout_in_dq);
+  INFO("B " << c.B << " S " << c.S << " nh " << c.nh << " nkv " << c.nkv << " d " << c.d << " documents "
+            << c.documents);
+  CHECK(tt::max_rel_err(got.out, ref.out) < tolerance);
+  CHECK(tt::max_rel_err(got.lse, ref.lse) < tolerance);
+  CHECK(tt::max_rel_err(got.dq, ref.dq) < tolerance);
+  CHECK(tt::max_rel_err(got.dk, ref.dk) < tolerance);
+  CHECK(tt::max_rel_err(got.dv, ref.dv) < tolerance);
+}
+
+}  // namespace
+
+TEST_CASE("flash attention equals naive attention: causal, GQA, S across the block", "[kernels][flash]") {
+  for (const Case& c : {Case{1, 1, 1, 1, 8, false}, Case{2, 5, 2, 2, 8, false}, Case{1, 64, 4, 4, 16, false},
+                        Case{2, 100, 4, 2, 16, false}, Case{1, 130, 4, 1, 20, false}, Case{1, 129, 2, 1, 64, false},
+                        Case{1, 200, 8, 2, 32, false}})
+    check_case<float>(c, 2e-5);
+  check_case<double>(Case{2, 70, 4, 2, 12, false}, 1e-12);
+}
+
+TEST_CASE("flash attention: document masks", "[kernels][flash]") {
+  for (const Case& c : {Case{2, 150, 4, 2, 16, true}, Case{1, 300, 2, 1, 8, true}, Case{3, 64, 4, 4, 16, true}})
+    check_case<float>(c, 2e-5);
+}
+
+TEST_CASE("flash attention: bf16 and fp16 with fp32 statistics", "[kernels][flash]") {
+  check_case<kx::bf16>(Case{2, 90, 4, 2, 16, true}, 1.5 * tt::tol<kx::bf16>());
+  check_case<kx::fp16>(Case{1, 130, 4, 1, 16, false}, 2 * tt::tol<kx::fp16>());
+}
+
+TEST_CASE("flash attention: dO in the Q block of dqkv, as the model passes it", "[kernels][flash]") {
+  check_case<float>(Case{2, 150, 4, 2, 16, true}, 2e-5, 11, true);
+}
+
+TEST_CASE("flash attention: teams of several threads and level-1 scratch", "[kernels][flash]") {
+  const Exec exec;
+  for (const int ts : tt::team_sizes(exec)) {
+    tt::TeamSizeGuard guard(ts);
+    check_case<float>(Case{2, 100, 4, 2, 16, true}, 2e-5);
+  }
+  tt::ScratchLimitGuard level1(0);
+  check_case<float>(Case{1, 70, 2, 1, 16, false}, 2e-5);
+}
+
+TEST_CASE("flash attention: a long row (S = 8192)", "[kernels][flash][long]") {
+  check_case<float>(Case{1, 8192, 1, 1, 16, false}, 1e-4);
+}
+
+TEST_CASE("flash attention: query rows at an offset, the KV-cache step", "[kernels][flash]") {
+  // Rows [p, p + n) of a sequence of Sk positions: equal to those rows of the full attention.
+  const int Sk = 150, nh = 4, nkv = 2, d = 16, W = (nh + 2 * nkv) * d;
+  std::mt19937 rng(3);
+  const Case full{1, Sk, nh, nkv, d, false};
+  const tt::HostVec qkv = tt::random_vec<float>(rng, std::size_t(Sk) * W);
+  const std::vector<std::int32_t> doc(Sk, 0);
+  const Reference ref = naive(full, qkv, tt::HostVec(std::size_t(Sk) * nh * d, 0.0), doc);
+  auto qkv_d = tt::to_device<float>(qkv, Sk, W);
+  for (const int p : {0, 63, 64, 149}) {
+    const int n = Sk - p;
+    auto rows = Kokkos::subview(qkv_d, std::make_pair(p, Sk), Kokkos::ALL());
+    tk::Matrix<float> out("out", n, nh * d);
+    tk::Vector<float> lse("lse", std::size_t(n) * nh);
+    const tk::FlashShape s{1, n, Sk, nh, nkv, d, p};
+    const auto heads = [&](std::int64_t offset) { return tk::qkv_heads<const float>(qkv_d, offset, Sk, d); };
+    tk::flash_attention_forward<Exec, float>(Exec(), s, tk::qkv_heads<const float>(rows, 0, n, d), heads(nh * d),
+                                             heads((nh + nkv) * d), tk::qkv_heads<float>(out, 0, n, d), lse.data(),
+                                             nullptr);
+    Kokkos::fence();
+    const tt::HostVec got = tt::to_host(out);
+    const tt::HostVec want(ref.out.begin() + std::size_t(p) * nh * d, ref.out.end());
+    INFO("p " << p);
+    CHECK(tt::max_rel_err(got, want) < 2e-5);
+  }
+}
+
+TEST_CASE("flash attention: refused shapes", "[kernels][flash]") {
+  tk::Matrix<float> qkv("qkv", 8, 3 * 16), out("out", 8, 16);
+  tk::Vector<float> lse("lse", 8 * 2);
+  Kokkos::View<std::int32_t*, kx::MemSpace> doc;
+  CHECK_THROWS(tk::flash_attention_forward(Exec(), qkv, out, lse, 1, 8, 2, 2, 16, doc));    // qkv too narrow
+  CHECK_THROWS(tk::flash_attention_forward(Exec(), qkv, out, lse, 1, 8, 3, 2, 8, doc));     // nkv ∤ nh
+  tk::Matrix<float> qkv2("qkv", 8, 4 * 8), out2("out", 8, 8);
+  CHECK_NOTHROW(tk::flash_attention_forward(Exec(), qkv2, out, lse, 1, 8, 2, 1, 8, doc));
+  CHECK_THROWS(tk::flash_attention_forward(Exec(), qkv2, out2, lse, 1, 8, 2, 1, 8, doc));   // out too narrow
+}
