@@ -11,6 +11,7 @@
 #include "io/deck_text.hpp"
 #include "io/path_text.hpp"
 #include "text/gpt2_files.hpp"
+#include "text/tokenizer.hpp"
 
 #include <fmt/format.h>
 #include <toml++/toml.h>
@@ -313,6 +314,7 @@ class DeckReader {
   void check_virtual_stages(const Deck& d);
   void report(const rules::Problem& p);
   void check_tokenizer(const Deck& d);
+  void check_documents(const Deck& d);
   void check_valid_apart_from_train(const Deck& d);
   // Whether the command reads the files of data.<key> (train, valid; io/deck.hpp, DataFiles).
   bool reads_data_key(std::string_view key) const {
@@ -825,6 +827,26 @@ void DeckReader::check_valid_apart_from_train(const Deck& d) {
     }
 }
 
+// Documents in packed sequences start at the tokenizer's end-of-text token; flash attention alone
+// has the document mask.
+void DeckReader::check_documents(const Deck& d) {
+  Field& tokenizer = field("data", "tokenizer");
+  for (const char* key : {"document_mask", "reset_positions"}) {
+    Field& f = field("data", key);
+    const bool on = std::string(key) == "document_mask" ? d.data.document_mask : d.data.reset_positions;
+    if (!on || !f.ok || !tokenizer.ok || text::end_of_text_of(d.data.tokenizer)) continue;
+    bad(f, fmt::format("false with data.tokenizer = \"{}\" ({}): documents start at <|endoftext|>, which byte-level "
+                       "tokens do not have",
+                       d.data.tokenizer, where(tokenizer)));
+  }
+  Field& mask = field("data", "document_mask");
+  Field& attention = field("training", "attention");
+  if (d.data.document_mask && mask.ok && attention.ok && d.training.attention == "batched")
+    bad(attention, fmt::format("\"flash\" or \"default\" with data.document_mask = true ({}): the batched "
+                               "attention core has no document mask",
+                               where(mask)));
+}
+
 void DeckReader::check_tokenizer(const Deck& d) {
   Field& tokenizer = field("data", "tokenizer");
   Field& dir = field("data", "tokenizer_dir");
@@ -951,6 +973,7 @@ Deck DeckReader::build() {
                    "parallel.sequence_parallel = true splits every sequence evenly over the tensor-parallel ranks");
   check_batch(d);
   check_tokenizer(d);
+  check_documents(d);
   check_valid_apart_from_train(d);
   if (ok("parallel", "tensor") && ok("parallel", "pipeline") && ok("parallel", "data")) {
     const std::int64_t world = static_cast<std::int64_t>(p.tensor) * p.pipeline * p.data;

@@ -128,6 +128,10 @@ struct DataConfig {
   std::string valid;          // "" = no validation set
   std::string tokenizer;      // "bytes" or "gpt2" (text/tokenizer.hpp)
   std::string tokenizer_dir;  // GPT-2's vocabulary folder; "" = text::default_gpt2_dir()
+  // Documents packed into sequences (src/data/document_starts.hpp): attention stays within a
+  // document; position ids restart at each document.
+  bool document_mask{};
+  bool reset_positions{};
 };
 
 // [checkpoint]

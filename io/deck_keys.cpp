@@ -260,6 +260,14 @@ std::vector<DeckKey> make_keys() {
        "folder of GPT-2's encoder.json and vocab.bpe (\"\" = the cache folder that jobs/setup-deps.sh fills, "
        "${XDG_CACHE_HOME:-$HOME/.cache}/tptrain/gpt2)",
        &member<&Deck::data, &D::tokenizer_dir>},
+      {"data", "document_mask", boolean(false), AnyBoolean{},
+       "attention stays within each document of a packed sequence: a token sees the tokens from its "
+       "document's <|endoftext|> on (flash attention; not with data.tokenizer = \"bytes\")",
+       &member<&Deck::data, &D::document_mask>},
+      {"data", "reset_positions", boolean(false), AnyBoolean{},
+       "position ids (learned or rotary) restart at 0 at each document's <|endoftext|>; the first, "
+       "partial document of a sequence starts at 0 (not with data.tokenizer = \"bytes\")",
+       &member<&Deck::data, &D::reset_positions>},
 
       {"checkpoint", "dir", Derived{"<run.dir>/checkpoints"}, PathRule{false, false},
        "checkpoint folder", &member<&Deck::checkpoint, &C::dir>},

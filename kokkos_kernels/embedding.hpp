@@ -16,6 +16,7 @@
 
 #include "kokkos_kernels/compat.hpp"
 #include "kokkos_kernels/detail.hpp"
+#include "kokkos_kernels/views.hpp"
 
 namespace tptrain::kernels {
 
@@ -44,22 +45,29 @@ void embedding_forward_masked(const Exec& exec,
 }
 
 // y(t, :) += wpe((first_row + t) % S, :). y is rows [first_row, first_row + rows) of the
-// [B*S, H] token rows (a sequence-parallel shard; all of them by default).
+// [B*S, H] token rows (a sequence-parallel shard; all of them by default). positions (may be
+// empty): the position id of each of the B*S rows (each < S), used instead of the row's place
+// (documents whose positions restart, data.reset_positions).
 template <class Exec, class PV, class YV>
 void position_embedding_add(const Exec& exec,
                             const PV& wpe,  // [S_max >= S, H] position rows
                             const std::int64_t S,
                             const YV& y,    // [rows, H] in/out
-                            const std::int64_t first_row = 0) {
+                            const std::int64_t first_row = 0, const Tokens& positions = Tokens()) {
   detail::check_view<Exec, PV, 2>();
   detail::check_view<Exec, YV, 2>();
   detail::check_writable<YV>();
   detail::require(S > 0 && wpe.extent(0) >= static_cast<std::size_t>(S) &&
                       wpe.extent(1) == y.extent(1) && first_row >= 0,
                   "position_embedding_add", "shapes must be wpe[>=S,H], y[rows,H], first_row >= 0");
+  detail::require(positions.size() == 0 || positions.extent(0) >= first_row + y.extent(0), "position_embedding_add",
+                  "positions must hold a position for every row");
+  const bool given = positions.size() > 0;
   Kokkos::parallel_for(
       "tptrain::kernels::position_embedding_add", detail::range2d(exec, y.extent(0), y.extent(1)),
-      KOKKOS_LAMBDA(const std::int64_t t, const std::int64_t h) { y(t, h) += wpe((first_row + t) % S, h); });
+      KOKKOS_LAMBDA(const std::int64_t t, const std::int64_t h) {
+        y(t, h) += wpe(given ? std::int64_t(positions(first_row + t)) : (first_row + t) % S, h);
+      });
 }
 
 // The token positions of a micro-batch grouped by token id, for a word-embedding backward that

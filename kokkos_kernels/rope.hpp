@@ -6,13 +6,15 @@
 // The backward applies the transposed rotation (the angle negated) to the gradient.
 // The tables cos, sin [S, d/2] are computed once (rope_tables, in double, stored in the tables'
 // type) and read by every layer. Row r of a [N, ·] buffer is token r of a micro-batch of
-// sequences of S tokens: position r mod S.
+// sequences of S tokens: position r mod S, or positions(r) where the caller gives position ids
+// (documents whose positions restart, data.reset_positions).
 // Precision: the buffer may hold kx::bf16 / kx::fp16; each rotated pair is computed in acc_t of
 // it (float) from the stored values and rounded once.
 #pragma once
 
 #include "kokkos_kernels/compat.hpp"
 #include "kokkos_kernels/detail.hpp"
+#include "kokkos_kernels/views.hpp"
 
 namespace tptrain::kernels {
 
@@ -38,10 +40,12 @@ void rope_tables(const Exec& exec, const CV& cos, const SV& sin, const double th
 
 namespace detail {
 // Rotates columns [0, heads·d) of x in place by +angle (sign 1) or −angle (sign −1). Row r is
-// at position r mod S, or with first >= 0 at position first + r (rows of one sequence).
+// at position r mod S, or with first >= 0 at position first + r (rows of one sequence), or with
+// positions given (non-empty, [rows], each < S) at positions(r).
 template <class Exec, class XV, class CV, class SV>
 void rope_rotate(const Exec& exec, const XV& x, const CV& cos, const SV& sin, const std::int64_t heads,
-                 const double sign, const char* kernel, const std::int64_t first = -1) {
+                 const double sign, const char* kernel, const std::int64_t first = -1,
+                 const Tokens& positions = Tokens()) {
   check_view<Exec, XV, 2>();
   check_view<Exec, CV, 2>();
   check_view<Exec, SV, 2>();
@@ -51,7 +55,9 @@ void rope_rotate(const Exec& exec, const XV& x, const CV& cos, const SV& sin, co
           "cos and sin must both be [S, d/2]");
   require(heads >= 0 && heads * d <= static_cast<std::int64_t>(x.extent(1)), kernel,
           "the rotated heads must lie within the buffer's columns");
-  if (first < 0)
+  if (positions.size() > 0)
+    require(positions.extent(0) == x.extent(0), kernel, "positions must hold one position per row");
+  else if (first < 0)
     require(s > 0 && x.extent(0) % static_cast<std::size_t>(s) == 0, kernel,
             "the buffer's rows must be whole sequences of S tokens");
   else
@@ -62,7 +68,8 @@ void rope_rotate(const Exec& exec, const XV& x, const CV& cos, const SV& sin, co
   Kokkos::parallel_for(
       std::string("tptrain::kernels::") + kernel, range2d(exec, x.extent(0), heads * half),
       KOKKOS_LAMBDA(const std::int64_t r, const std::int64_t k) {
-        const std::int64_t h = k / half, i = k % half, p = first < 0 ? r % s : first + r;
+        const bool given = positions.extent(0) > 0;
+        const std::int64_t h = k / half, i = k % half, p = given ? positions(r) : first < 0 ? r % s : first + r;
         const std::int64_t a = h * d + i, b = a + half;
         const T c = static_cast<T>(cos(p, i)), sn = sg * static_cast<T>(sin(p, i));
         const T xa = static_cast<T>(x(r, a)), xb = static_cast<T>(x(r, b));
@@ -74,9 +81,11 @@ void rope_rotate(const Exec& exec, const XV& x, const CV& cos, const SV& sin, co
 
 // Rotates the first `heads` heads of d = 2·cos.extent(1) features of qkv [N, ·] in place: with
 // the layout [Q heads | K heads | V heads] and heads = q heads + k heads, q and k.
+// positions (may be empty): each row's position id, [N], each < S.
 template <class Exec, class XV, class CV, class SV>
-void rope_forward(const Exec& exec, const XV& qkv, const CV& cos, const SV& sin, const std::int64_t heads) {
-  detail::rope_rotate(exec, qkv, cos, sin, heads, 1.0, "rope_forward");
+void rope_forward(const Exec& exec, const XV& qkv, const CV& cos, const SV& sin, const std::int64_t heads,
+                  const Tokens& positions = Tokens()) {
+  detail::rope_rotate(exec, qkv, cos, sin, heads, 1.0, "rope_forward", -1, positions);
 }
 // rope_forward for the rows of one sequence at positions [first, first + rows): generation's new
 // rows after `first` cached ones (src/model/kv_cache.hpp).
@@ -88,8 +97,9 @@ void rope_forward_at(const Exec& exec, const XV& qkv, const CV& cos, const SV& s
 }
 // The gradient through rope_forward, in place on the gradient of the same buffer.
 template <class Exec, class XV, class CV, class SV>
-void rope_backward(const Exec& exec, const XV& d_qkv, const CV& cos, const SV& sin, const std::int64_t heads) {
-  detail::rope_rotate(exec, d_qkv, cos, sin, heads, -1.0, "rope_backward");
+void rope_backward(const Exec& exec, const XV& d_qkv, const CV& cos, const SV& sin, const std::int64_t heads,
+                   const Tokens& positions = Tokens()) {
+  detail::rope_rotate(exec, d_qkv, cos, sin, heads, -1.0, "rope_backward", -1, positions);
 }
 
 }  // namespace tptrain::kernels

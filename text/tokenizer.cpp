@@ -18,6 +18,11 @@ const std::vector<std::string_view>& tokenizer_names() {
   return names;
 }
 
+std::optional<Token> end_of_text_of(std::string_view name) {
+  if (name == "gpt2") return Token(50256);  // the last of openai/gpt-2's 50257 tokens
+  return std::nullopt;
+}
+
 std::unique_ptr<Tokenizer> make_tokenizer(std::string_view name, const std::string& gpt2_dir) {
   if (name == "bytes") return std::make_unique<ByteTokenizer>();
   if (name == "gpt2") {

@@ -43,4 +43,9 @@ std::unique_ptr<Tokenizer> make_tokenizer(std::string_view name, const std::stri
 // The names make_tokenizer knows.
 const std::vector<std::string_view>& tokenizer_names();
 
+// The end-of-text token of the tokenizer called `name` without loading its files (documents in
+// packed sequences, data.document_mask): GPT-2's <|endoftext|> 50256; none for "bytes" or an
+// unknown name. Equal to make_tokenizer(name)->end_of_text() (tests/text).
+std::optional<Token> end_of_text_of(std::string_view name);
+
 }  // namespace tptrain::text

@@ -84,7 +84,7 @@ int eval_as(const io::Deck& deck, const parallel::Topology& topo, const std::str
   on_every_rank(topo.world(), [&] { meta = checkpoint::load_weights(*model, topo, checkpoint); });
   TargetBytes counted;
   on_every_rank(topo.world(), [&] { counted = target_bytes(deck, *data, n, shape.seq_length, path); });
-  const double loss = train::evaluate(*model, *data, n, topo.pp());
+  const double loss = train::evaluate(*model, *data, n, topo.pp(), train::documents_of(deck));
   if (!std::isfinite(loss))  // JSON has no NaN: a non-finite loss is an error, not a result
     throw parallel::AgreedError(fmt::format("eval: checkpoint {}: the mean loss is {} (not finite)", checkpoint, loss));
   const std::int64_t tokens = n * shape.seq_length;

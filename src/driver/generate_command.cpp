@@ -13,6 +13,7 @@
 #include "src/model/gpt_inference.hpp"
 #include "src/checkpoint/model_checkpoint.hpp"
 #include "src/driver/precision_dispatch.hpp"
+#include "src/data/document_starts.hpp"
 #include "src/train/training_run.hpp"
 #include "text/text_error.hpp"
 #include "text/tokenizer.hpp"
@@ -130,7 +131,18 @@ Generation generate_tokens(const io::Deck& deck, const parallel::Topology& topo,
   const int stage = pp.rank();
   Sampler<T> sampler(model, topo, checkpoint, o, std::min(sample_below, shape.vocab_size));
   kernels::Vector<T> row("generate.row", shape.local_vocab());
-  train::DeviceBatch batch(static_cast<int>(S));  // the full forward's window, and the cache's new tokens
+  // Packed documents (data.document_mask, data.reset_positions): a document starts at each
+  // <|endoftext|> of the window, prompt or generated, so a new one starts after the model emits it.
+  const train::Documents documents = train::documents_of(deck);
+  train::DeviceBatch batch(static_cast<int>(S), documents);  // the full forward's window, and the cache's new tokens
+  if (documents.any()) model.bind_documents(batch.doc_start, batch.positions, nullptr);
+  // The cached rows' documents, by absolute position in the window.
+  std::vector<std::int32_t> window_doc(static_cast<std::size_t>(S)), window_position(static_cast<std::size_t>(S));
+  kernels::Tokens step_doc, step_position;
+  if (cache && documents.any()) {
+    step_doc = kernels::Tokens("generate.doc_start", S);
+    step_position = kernels::Tokens("generate.positions", S);
+  }
   std::size_t window = 0;        // the model sees context[window, end)
   std::size_t cached_from = 0;   // where the cache's window starts
   const Clock::time_point start = Clock::now();
@@ -151,7 +163,21 @@ Generation generate_tokens(const io::Deck& deck, const parallel::Topology& topo,
       std::copy(context.begin() + from, context.end(), batch.h_inputs.begin());
       batch.upload(exec);
       if (stage > 0) parallel::recv(pp, exec, cache->stage_input(n), stage - 1, 0);
-      cache->forward(exec, Kokkos::subview(batch.inputs, std::make_pair(std::int64_t(0), n)));
+      const auto rows = std::make_pair(std::int64_t(0), n);
+      if (documents.any()) {
+        const std::int64_t p = cache->position(), len = end - static_cast<std::ptrdiff_t>(window);
+        data::document_starts(context.data() + window, 1, len, documents.end_of_text, window_doc.data(),
+                              window_position.data());
+        using Host = Kokkos::View<const int*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+        Kokkos::deep_copy(exec, Kokkos::subview(step_doc, rows), Host(window_doc.data() + p, std::size_t(n)));
+        Kokkos::deep_copy(exec, Kokkos::subview(step_position, rows), Host(window_position.data() + p, std::size_t(n)));
+        cache->forward(exec, Kokkos::subview(batch.inputs, rows),
+                       documents.mask ? kernels::Tokens(Kokkos::subview(step_doc, rows)) : kernels::Tokens(),
+                       documents.reset_positions ? kernels::Tokens(Kokkos::subview(step_position, rows))
+                                                 : kernels::Tokens());
+      } else {
+        cache->forward(exec, Kokkos::subview(batch.inputs, rows));
+      }
       if (!model.is_last_stage()) parallel::send(pp, exec, cache->stage_output(n), stage + 1, 0);
       if (model.is_last_stage()) Kokkos::deep_copy(exec, row, cache->last_logits());
     } else {

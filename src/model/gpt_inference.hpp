@@ -66,16 +66,29 @@ class GptInference {
   // (first stage, from `tokens`; other stages read stage_input(n)), the stage's blocks, and on
   // the last stage the final norm and the logits of the last row. Throws std::length_error when
   // the rows do not fit in the cache.
+  // Packed documents (data.document_mask, data.reset_positions): doc_start [n], the absolute
+  // position of each new row's document start, and positions [n], each row's position in its
+  // document (empty views: none; the caller derives them from the tokens, src/data/document_starts.hpp).
   template <class TV>
-  void forward(const Exec& exec, const TV& tokens /*[n] on the device*/) {
+  void forward(const Exec& exec, const TV& tokens /*[n] on the device*/, const kernels::Tokens& doc_start = {},
+               const kernels::Tokens& positions = {}) {
     const std::int64_t n = static_cast<std::int64_t>(tokens.extent(0)), p = position_;
     if (n < 1 || p + n > positions_)
       throw std::length_error("tptrain: GptInference: positions [" + std::to_string(p) + ", " + std::to_string(p + n) +
                               ") do not fit in a cache of " + std::to_string(positions_) + " positions");
     Communicator& tp = model_.tp();
-    if (VocabParallelEmbedding<T>* e = model_.embedding()) e->forward(exec, tp, tokens, stage_input(n), p);
+    if (VocabParallelEmbedding<T>* e = model_.embedding()) {
+      if (positions.size() > 0) {  // the rows' positions within their documents
+        const auto kept = e->documents;
+        e->documents = {positions, nullptr};
+        e->forward(exec, tp, tokens, stage_input(n));
+        e->documents = kept;
+      } else {
+        e->forward(exec, tp, tokens, stage_input(n), p);
+      }
+    }
     for (std::size_t l = 0; l < caches_.size(); ++l) {
-      const CacheStep<T> step{&caches_[l], p};
+      const CacheStep<T> step{&caches_[l], p, doc_start, positions};
       model_.layer(static_cast<int>(l))
           .forward(exec, tp, first_rows(residual_[l % 2], n), first_rows(residual_[(l + 1) % 2], n), &step);
     }

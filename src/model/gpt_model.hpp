@@ -162,6 +162,19 @@ class GptModel {
   }
 
   const GptShape& shape() const { return shape_; }
+  // The documents of the micro-batch computed next (its forward and its backward; empty views:
+  // none): data.document_mask's first position of each token's document [N], data.reset_positions'
+  // position of each token in its document [N] and the tokens grouped by it (the learned position
+  // gradient). Every block's attention and the embedding read them; the caller binds them again
+  // before each micro-batch's forward and backward (train::PipelineRunner).
+  void bind_documents(const kernels::Tokens& doc_start, const kernels::Tokens& positions,
+                      const kernels::TokenSegments* position_segments) {
+    for (auto& layer : layers_) {
+      layer->attn.doc_start = doc_start;
+      layer->attn.positions = positions;
+    }
+    if (embedding_) embedding_->documents = {positions, position_segments};
+  }
   int micro_batch() const { return batch_; }
   std::int64_t tokens() const { return std::int64_t(batch_) * shape_.seq_length; }
   Communicator& tp() const { return tp_; }

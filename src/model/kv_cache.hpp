@@ -40,6 +40,7 @@ struct CacheStep {
   KvCache<T>* cache;
   std::int64_t position;
   kernels::Tokens doc_start;  // [n]: the first position of each new row's document (empty: none)
+  kernels::Tokens positions;  // [n]: each new row's position in its document (empty: its place p + i)
 };
 
 }  // namespace tptrain::model

@@ -60,9 +60,10 @@ struct ParallelAttention {
   kernels::Matrix<T> d_qkv;     // [N, (nh + 2nkv)/tp * d] (batched: [N, 3*H/tp]); its Q block holds dO first
   // Flash, bf16/fp16 only: dK and dV summed in fp32 over the query heads and blocks, rounded once.
   kernels::Matrix<kx::acc_t<T>> dkv_sum;  // [N, 2 * nkv/tp * d]
-  // Document masks (data.document_mask): the first position of each token's document, [N], set by
-  // the model for the micro-batch (empty: none).
-  kernels::Tokens doc_start;
+  // The micro-batch's documents, set by the model (GptModel::bind_documents; empty: none):
+  // data.document_mask, the first position of each token's document [N]; data.reset_positions,
+  // each token's position in its document [N] (the rotary angle's position).
+  kernels::Tokens doc_start, positions;
   // The batched core's buffers, shared by every layer of the stage: with recompute = selective
   // or full the probabilities are not kept from forward to backward but recomputed there from Q,
   // K and lse (one QKᵀ GEMM), and the backward walks query row tiles, so a stage holds one
@@ -138,8 +139,10 @@ struct ParallelAttention {
     qkv.forward(exec, tp, x, qkv_out);
     if (rotary) {
       PhaseScope phase(Phase::norms_elementwise);
-      if (step) kernels::rope_forward_at(exec, qkv_out, rope_cos, rope_sin, nh_local + nkv_local, step->position);
-      else kernels::rope_forward(exec, qkv_out, rope_cos, rope_sin, nh_local + nkv_local);
+      if (step && step->positions.size() > 0)
+        kernels::rope_forward(exec, qkv_out, rope_cos, rope_sin, nh_local + nkv_local, step->positions);
+      else if (step) kernels::rope_forward_at(exec, qkv_out, rope_cos, rope_sin, nh_local + nkv_local, step->position);
+      else kernels::rope_forward(exec, qkv_out, rope_cos, rope_sin, nh_local + nkv_local, positions);
     }
     {
       PhaseScope phase(Phase::attention);
@@ -180,7 +183,9 @@ struct ParallelAttention {
     {
       PhaseScope phase(Phase::norms_elementwise);
       if (expanded) kernels::repeat_kv_backward(exec, d_qkv, d_qkv_grouped, nh_local, nkv_local, d);
-      if (rotary) kernels::rope_backward(exec, expanded ? d_qkv_grouped : d_qkv, rope_cos, rope_sin, nh_local + nkv_local);
+      if (rotary)
+        kernels::rope_backward(exec, expanded ? d_qkv_grouped : d_qkv, rope_cos, rope_sin, nh_local + nkv_local,
+                               positions);
     }
     qkv.backward(exec, tp, expanded ? d_qkv_grouped : d_qkv, x, dx);
   }

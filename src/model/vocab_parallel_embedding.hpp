@@ -57,8 +57,18 @@ struct VocabParallelEmbedding {
     if (!has_position) return;
     PhaseScope phase(Phase::norms_elementwise);
     kernels::position_embedding_add(exec, position.value_matrix(), S, y,
-                                    first_position >= 0 ? first_position : first_row(y));
+                                    first_position >= 0 ? first_position : first_row(y),
+                                    first_position >= 0 ? kernels::Tokens() : documents.positions);
   }
+
+  // The micro-batch's document positions (data.reset_positions; empty views: positions are the
+  // rows' places in their sequences): the position ids [N] and the rows grouped by them, so that
+  // the position gradient sums each id's rows in a fixed order (as the word gradient does).
+  struct DocumentPositions {
+    kernels::Tokens positions;
+    const kernels::TokenSegments* segments = nullptr;
+  };
+  DocumentPositions documents;
 
   std::vector<Parameter<T>*> parameters() {
     if (!has_position) return {&word};
@@ -89,7 +99,9 @@ struct VocabParallelEmbedding {
   void gradients(const Exec& exec, const kernels::TokenSegments& segments, const DYV& dy /*[N, H]*/) {
     PhaseScope phase(Phase::norms_elementwise);
     kernels::embedding_backward_masked(exec, segments, dy, vocab_start, word.grad_matrix());
-    if (has_position) kernels::position_embedding_backward(exec, dy, S, position.grad_matrix());
+    if (!has_position) return;
+    if (documents.segments) kernels::embedding_backward_masked(exec, *documents.segments, dy, 0, position.grad_matrix());
+    else kernels::position_embedding_backward(exec, dy, S, position.grad_matrix());
   }
 };
 

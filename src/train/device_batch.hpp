@@ -7,16 +7,32 @@
 #include <vector>
 
 #include "kokkos_kernels/views.hpp"
+#include "src/data/document_starts.hpp"
+#include "src/train/documents.hpp"
 
 namespace tptrain::train {
 
 struct DeviceBatch {
   kernels::Tokens inputs, targets;                 // [B*S] on the device
   std::vector<std::int32_t> h_inputs, h_targets;   // [B*S] on the host
+  // Packed documents (documents.hpp; empty unless asked for): each token's document start and
+  // position in its document, derived from the inputs at upload.
+  Documents documents;
+  kernels::Tokens doc_start, positions;
+  std::vector<std::int32_t> h_doc_start, h_positions;
 
-  explicit DeviceBatch(std::int64_t n)
+  explicit DeviceBatch(std::int64_t n, const Documents& d = {})
       : inputs("batch.inputs", n), targets("batch.targets", n),
-        h_inputs(static_cast<std::size_t>(n)), h_targets(static_cast<std::size_t>(n)) {}
+        h_inputs(static_cast<std::size_t>(n)), h_targets(static_cast<std::size_t>(n)), documents(d) {
+    if (documents.any() && documents.mask) {
+      doc_start = kernels::Tokens("batch.doc_start", n);
+      h_doc_start.resize(static_cast<std::size_t>(n));
+    }
+    if (documents.any() && documents.reset_positions) {
+      positions = kernels::Tokens("batch.positions", n);
+      h_positions.resize(static_cast<std::size_t>(n));
+    }
+  }
 
   // Stream-ordered on exec: the kernels of the previous batch that still read the device ids run
   // first; no fence. The host vectors are pageable memory, which the copy has consumed when it
@@ -25,6 +41,13 @@ struct DeviceBatch {
     using Host = Kokkos::View<const int*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
     Kokkos::deep_copy(exec, inputs, Host(h_inputs.data(), h_inputs.size()));
     Kokkos::deep_copy(exec, targets, Host(h_targets.data(), h_targets.size()));
+    if (!documents.any()) return;
+    data::document_starts(h_inputs.data(), static_cast<std::int64_t>(h_inputs.size()) / documents.seq_length,
+                          documents.seq_length, documents.end_of_text,
+                          h_doc_start.empty() ? nullptr : h_doc_start.data(),
+                          h_positions.empty() ? nullptr : h_positions.data());
+    if (!h_doc_start.empty()) Kokkos::deep_copy(exec, doc_start, Host(h_doc_start.data(), h_doc_start.size()));
+    if (!h_positions.empty()) Kokkos::deep_copy(exec, positions, Host(h_positions.data(), h_positions.size()));
   }
 };
 

@@ -4,6 +4,7 @@
 #include <string>
 #include <type_traits>
 
+#include "src/data/document_starts.hpp"
 #include "src/util/host_waits.hpp"
 
 #if defined(KOKKOS_ENABLE_CUDA)
@@ -40,20 +41,29 @@ struct MicroBatchQueue::Entry {
   // The host side of inputs and targets: pinned on CUDA; on host execution spaces (also in a
   // CUDA build) the device views themselves (create_mirror_view), so that nothing is copied.
   using Staging = std::conditional_t<host_memory(), kx::MemSpace, kx::StagingSpace>;
-  Kokkos::View<int*, Staging> h_inputs, h_targets;
+  Kokkos::View<int*, Staging> h_inputs, h_targets, h_doc_start, h_positions;
   int micro_batch = -1;  // the micro-batch it holds, -1: free
   bool copies_queued = false;  // copies that read the host buffers were queued
 #if defined(KOKKOS_ENABLE_CUDA)
   cudaEvent_t copied = nullptr;  // recorded after them
 #endif
 
-  Entry(std::int64_t tokens, bool group_tokens) {
+  Entry(std::int64_t tokens, bool group_tokens, const Documents& documents) {
     const auto n = static_cast<std::size_t>(tokens);
     batch.inputs = kernels::Tokens(Kokkos::view_alloc(Kokkos::WithoutInitializing, "batch.inputs"), n);
     batch.targets = kernels::Tokens(Kokkos::view_alloc(Kokkos::WithoutInitializing, "batch.targets"), n);
     h_inputs = Kokkos::create_mirror_view(Staging(), batch.inputs);
     h_targets = Kokkos::create_mirror_view(Staging(), batch.targets);
     if (group_tokens) batch.segments.reserve(tokens);
+    if (documents.any() && documents.mask) {
+      batch.doc_start = kernels::Tokens(Kokkos::view_alloc(Kokkos::WithoutInitializing, "batch.doc_start"), n);
+      h_doc_start = Kokkos::create_mirror_view(Staging(), batch.doc_start);
+    }
+    if (documents.any() && documents.reset_positions) {
+      batch.positions = kernels::Tokens(Kokkos::view_alloc(Kokkos::WithoutInitializing, "batch.positions"), n);
+      h_positions = Kokkos::create_mirror_view(Staging(), batch.positions);
+      if (documents.group_positions) batch.position_segments.reserve(tokens);
+    }
 #if defined(KOKKOS_ENABLE_CUDA)
     if (cuda_events()) cuda_check(cudaEventCreateWithFlags(&copied, cudaEventDisableTiming), "cudaEventCreate");
 #endif
@@ -93,12 +103,13 @@ struct MicroBatchQueue::Entry {
   }
 };
 
-MicroBatchQueue::MicroBatchQueue(std::int64_t tokens, bool group_tokens) : tokens_(tokens), group_tokens_(group_tokens) {}
+MicroBatchQueue::MicroBatchQueue(std::int64_t tokens, bool group_tokens, const Documents& documents)
+    : tokens_(tokens), group_tokens_(group_tokens), documents_(documents) {}
 
 MicroBatchQueue::~MicroBatchQueue() = default;
 
 void MicroBatchQueue::reserve(int entries) {
-  while (static_cast<int>(entries_.size()) < entries) entries_.push_back(std::make_unique<Entry>(tokens_, group_tokens_));
+  while (static_cast<int>(entries_.size()) < entries) entries_.push_back(std::make_unique<Entry>(tokens_, group_tokens_, documents_));
 }
 
 void MicroBatchQueue::begin_step(Sample sample, int micro_batches) {
@@ -125,6 +136,14 @@ MicroBatchQueue::Entry& MicroBatchQueue::fill(const kx::ExecSpace& exec, int m) 
   Kokkos::deep_copy(exec, e->batch.inputs, e->h_inputs);
   Kokkos::deep_copy(exec, e->batch.targets, e->h_targets);
   if (group_tokens_) e->batch.segments.build(exec, e->h_inputs.data(), tokens_);
+  if (documents_.any()) {
+    data::document_starts(e->h_inputs.data(), tokens_ / documents_.seq_length, documents_.seq_length,
+                          documents_.end_of_text, e->h_doc_start.data(), e->h_positions.data());
+    if (e->batch.doc_start.size() > 0) Kokkos::deep_copy(exec, e->batch.doc_start, e->h_doc_start);
+    if (e->batch.positions.size() > 0) Kokkos::deep_copy(exec, e->batch.positions, e->h_positions);
+    if (documents_.reset_positions && documents_.group_positions)
+      e->batch.position_segments.build(exec, e->h_positions.data(), tokens_);
+  }
   e->record_copies(exec);
   e->micro_batch = m;
   return *e;

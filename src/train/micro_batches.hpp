@@ -24,6 +24,7 @@
 
 #include "kokkos_kernels/embedding.hpp"
 #include "kokkos_kernels/views.hpp"
+#include "src/train/documents.hpp"
 
 namespace tptrain::train {
 
@@ -31,7 +32,13 @@ namespace tptrain::train {
 struct TrainingBatch {
   kernels::Tokens inputs, targets;  // [B*S]
   kernels::TokenSegments segments;  // of the inputs, when the queue groups them (first stage)
+  // Packed documents (data::document_starts; empty unless the queue's Documents ask for them):
+  // the first position of each token's document, its position within it, and the tokens
+  // grouped by that position (the learned position embedding's gradient, first stage).
+  kernels::Tokens doc_start, positions;  // [B*S]
+  kernels::TokenSegments position_segments;
 };
+
 
 class MicroBatchQueue {
  public:
@@ -40,7 +47,7 @@ class MicroBatchQueue {
 
   // `tokens`: B*S per micro-batch; `group_tokens`: build the segments (a rank holding the
   // embedding). No entries until reserve().
-  MicroBatchQueue(std::int64_t tokens, bool group_tokens);
+  MicroBatchQueue(std::int64_t tokens, bool group_tokens, const Documents& documents = {});
   ~MicroBatchQueue();
   MicroBatchQueue(const MicroBatchQueue&) = delete;
   MicroBatchQueue& operator=(const MicroBatchQueue&) = delete;
@@ -70,6 +77,7 @@ class MicroBatchQueue {
   std::vector<std::unique_ptr<Entry>> entries_;
   std::int64_t tokens_;
   bool group_tokens_;
+  Documents documents_;
   Sample sample_;
   int micro_batches_ = 0;
   std::int64_t samples_ = 0;

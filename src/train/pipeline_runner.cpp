@@ -48,15 +48,25 @@ Matching matching_of(parallel::Communicator& pp) {
 }
 }  // namespace
 
+// The queue's documents: the learned position gradient of reset positions needs the tokens
+// grouped by position where the embedding is.
+template <class T>
+Documents queue_documents(const model::GptModel<T>& model, Documents d) {
+  d.seq_length = model.shape().seq_length;
+  d.group_positions = d.reset_positions && model.chunk_has_embedding(0) && !model.shape().rotary();
+  return d;
+}
+
 template <class T>
 PipelineRunner<T>::PipelineRunner(model::GptModel<T>& model, parallel::Communicator& pp, Schedule schedule,
-                                  bool overlap)
+                                  bool overlap, const Documents& documents)
     : model_(model),
       pp_(pp),
       schedule_(schedule),
       overlap_(overlap),
       matching_(matching_of(pp)),
-      batches_(model.tokens(), model.chunk_has_embedding(0)) {
+      documents_(documents.any()),
+      batches_(model.tokens(), model.chunk_has_embedding(0), queue_documents(model, documents)) {
   if (pp.size() != model.stage().size || pp.rank() != model.stage().rank)
     throw std::logic_error("tptrain: PipelineRunner: the model is not the stage of this rank in the PP group");
   if (matching_ == Matching::per_flow) connect_lanes();
@@ -101,9 +111,22 @@ void PipelineRunner<T>::reserve(int micro_batches) {
   // micro-batch is sampled and uploaded during the current forward.
   int in_flight = 0;
   for (int c = 0; c < model_.chunks(); ++c)
-    if (model_.chunk_has_embedding(c) || model_.chunk_has_head(c))
+    if (uses_tokens(c))
       in_flight = std::max(in_flight, memory.slots[static_cast<std::size_t>(c)]);
   if (in_flight > 0) batches_.reserve(in_flight + 1);
+}
+
+template <class T>
+bool PipelineRunner<T>::uses_tokens(int chunk) const {
+  return documents_ || model_.chunk_has_embedding(chunk) || model_.chunk_has_head(chunk);
+}
+
+// Micro-batch b's documents for chunk c's next forward or backward.
+template <class T>
+void PipelineRunner<T>::bind_documents(int chunk, const TrainingBatch& b) {
+  if (!documents_) return;
+  const bool grouped = b.position_segments.capacity() > 0 && model_.chunk_has_embedding(chunk);
+  model_.bind_documents(b.doc_start, b.positions, grouped ? &b.position_segments : nullptr);
 }
 
 // The slot of micro-batch m of a chunk from its first use (receiving its input, or its forward
@@ -158,11 +181,12 @@ double PipelineRunner<T>::run(const kx::ExecSpace& exec, int micro_batches, floa
   Kokkos::deep_copy(exec, loss_total_, 0.0);
   for (const PipelineOp& op : ops) {
     const int c = op.chunk, m = op.micro_batch;
-    const bool uses_tokens = model_.chunk_has_embedding(c) || model_.chunk_has_head(c);
+    const bool tokens = uses_tokens(c);
     if (op.kind == PipelineOp::forward) {
       model_.bind_slot(acquire_slot(c, m), c);
-      if (uses_tokens) {
+      if (tokens) {
         const TrainingBatch& b = batches_.get(exec, m);
+        bind_documents(c, b);
         model_.forward(exec, b.inputs, b.targets, loss_total_);
         // A token chunk forwards its micro-batches in order: the next one's sampling (host) runs
         // while this forward's kernels do, its upload is queued behind them.
@@ -183,8 +207,9 @@ double PipelineRunner<T>::run(const kx::ExecSpace& exec, int micro_batches, floa
       const std::function<void(std::size_t)> done = [&](std::size_t b) {
         if (bucket_done) bucket_done(m, b);
       };
-      if (uses_tokens) {
+      if (tokens) {
         const TrainingBatch& b = batches_.get(exec, m);  // kept since its forward: not sampled again
+        bind_documents(c, b);
         model_.backward(exec, model_.chunk_has_embedding(c) ? &b.segments : nullptr, b.targets, scale, done);
         batches_.release(m);
       } else {

@@ -63,7 +63,11 @@ struct PipelineStats {
 template <class T>
 class PipelineRunner {
  public:
-  PipelineRunner(model::GptModel<T>& model, parallel::Communicator& pp, Schedule schedule, bool overlap = true);
+  // `documents`: what the micro-batches' packed documents need (data.document_mask,
+  // data.reset_positions): with any, every chunk reads its micro-batch (the attention of every
+  // block masks by document), not only those holding the embedding or the head.
+  PipelineRunner(model::GptModel<T>& model, parallel::Communicator& pp, Schedule schedule, bool overlap = true,
+                 const Documents& documents = {});
 
   // Forward and backward of micro-batches 0..M-1 with loss scale `scale`. `sample(m, inputs,
   // targets)` writes the tokens/targets of micro-batch m into host memory; it is called once per
@@ -92,6 +96,8 @@ class PipelineRunner {
 
  private:
   void connect_lanes();
+  bool uses_tokens(int chunk) const;
+  void bind_documents(int chunk, const TrainingBatch& b);
   int acquire_slot(int chunk, int m);
   int acquire_received(int chunk, int m);
 
@@ -100,6 +106,7 @@ class PipelineRunner {
   Schedule schedule_;
   bool overlap_;
   Matching matching_;
+  bool documents_;
   std::vector<std::vector<int>> free_;         // per chunk: free activation slots
   std::vector<std::vector<int>> slot_of_;      // per chunk: micro-batch -> activation slot
   std::vector<int> free_received_;             // free received-gradient buffers (v > 1)

@@ -51,11 +51,12 @@ namespace {
 
 template <class T>
 double evaluate_impl(model::GptModel<T>& model, const data::TokenDataset& data, std::int64_t windows,
-                     parallel::Communicator* pp) {
+                     parallel::Communicator* pp, const Documents& documents) {
   const kx::ExecSpace exec;
   const int S = model.shape().seq_length;
   const int B = model.micro_batch();
-  DeviceBatch batch(model.tokens());
+  DeviceBatch batch(model.tokens(), documents);
+  if (documents.any()) model.bind_documents(batch.doc_start, batch.positions, nullptr);
   double sum = 0.0;
   for (std::int64_t first = 0; first < windows; first += B) {
     const std::int64_t rows = std::min<std::int64_t>(B, windows - first);
@@ -75,16 +76,17 @@ double evaluate_impl(model::GptModel<T>& model, const data::TokenDataset& data, 
 }  // namespace
 
 template <class T>
-double evaluate(model::GptModel<T>& model, const data::TokenDataset& data, std::int64_t windows) {
+double evaluate(model::GptModel<T>& model, const data::TokenDataset& data, std::int64_t windows,
+                const Documents& documents) {
   if (model.stage().size != 1)
     throw std::logic_error("tptrain: evaluate: a pipeline stage needs its PP group");
-  return evaluate_impl(model, data, windows, nullptr);
+  return evaluate_impl(model, data, windows, nullptr, documents);
 }
 
 template <class T>
 double evaluate(model::GptModel<T>& model, const data::TokenDataset& data, std::int64_t windows,
-                parallel::Communicator& pp) {
-  return evaluate_impl(model, data, windows, &pp);
+                parallel::Communicator& pp, const Documents& documents) {
+  return evaluate_impl(model, data, windows, &pp, documents);
 }
 
 namespace {
@@ -122,7 +124,7 @@ TrainingRun<T>::TrainingRun(const io::Deck& deck, const parallel::Topology& topo
       schedule_{deck.optimizer.lr, deck.optimizer.min_lr, deck.optimizer.warmup_steps, deck.training.steps,
                 deck.optimizer.decay},
       adamw_{deck.optimizer.beta1, deck.optimizer.beta2, deck.optimizer.eps, deck.optimizer.weight_decay},
-      pipeline_(model_, topo.pp(), options.schedule, options.overlap_pipeline_transfers),
+      pipeline_(model_, topo.pp(), options.schedule, options.overlap_pipeline_transfers, documents_of(deck)),
       reducer_(model_, topo.dp()),
       optimizer_(model_, &topo.dp()),
       tokens_per_step_(std::int64_t(deck.training.global_batch) * deck.model.seq_length) {
@@ -391,14 +393,14 @@ double TrainingRun<T>::evaluate() {
   // Read once on every rank before the evaluation's collectives, as a step's sequences are: a
   // file cut under the job since the start is one agreed error, not one rank's abort.
   parallel::on_every_rank(topo_.world(), [&] { check_eval_windows(); });
-  return train::evaluate(model_, *valid_, eval_windows_, topo_.pp());
+  return train::evaluate(model_, *valid_, eval_windows_, topo_.pp(), documents_of(deck_));
 }
 
 #define TPTRAIN_TRAINING_INSTANCES(T)                                                                        \
   template class TrainingRun<T>;                                                                             \
-  template double evaluate(model::GptModel<T>&, const data::TokenDataset&, std::int64_t);                    \
+  template double evaluate(model::GptModel<T>&, const data::TokenDataset&, std::int64_t, const Documents&);  \
   template double evaluate(model::GptModel<T>&, const data::TokenDataset&, std::int64_t,                     \
-                           parallel::Communicator&);                                                         \
+                           parallel::Communicator&, const Documents&);                                       \
   template double pipeline_forward(model::GptModel<T>&, parallel::Communicator&, const kx::ExecSpace&,       \
                                    const kernels::Tokens&, const kernels::Tokens*, std::int64_t);
 TPTRAIN_TRAINING_INSTANCES(float)

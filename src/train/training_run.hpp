@@ -33,11 +33,13 @@ void check_finite(std::int64_t step, double loss, double grad_norm);
 // Mean loss over the first `windows` evaluation windows of `data` (docs/design.md, "Data": window j covers
 // tokens [j*S, j*S+S]), in batches of the model's micro-batch size. With a PP group, collective
 // over it: the activations go stage to stage and every stage returns the last stage's loss.
-template <class T>
-double evaluate(model::GptModel<T>& model, const data::TokenDataset& data, std::int64_t windows);
+// `documents`: the packed documents' masks and positions (data.document_mask, reset_positions).
 template <class T>
 double evaluate(model::GptModel<T>& model, const data::TokenDataset& data, std::int64_t windows,
-                parallel::Communicator& pp);
+                const Documents& documents = {});
+template <class T>
+double evaluate(model::GptModel<T>& model, const data::TokenDataset& data, std::int64_t windows,
+                parallel::Communicator& pp, const Documents& documents = {});
 
 // Forward only through the pipeline (evaluation, generation), collective over `pp`: a
 // non-first stage receives its input from the previous stage, a non-last stage sends its

@@ -76,6 +76,8 @@ TEST_CASE("GPT-2 tokenizer: known encodings", "[.][gpt2]") {
   CHECK(t.name() == "gpt2");
   CHECK(t.vocab_size() == 50257);
   CHECK(t.end_of_text() == std::optional<Token>(50256));
+  CHECK(t.end_of_text() == tptrain::text::end_of_text_of("gpt2"));  // the id the model's document masks use
+  CHECK_FALSE(tptrain::text::end_of_text_of("bytes"));
   CHECK(t.encode("Hello world") == T{15496, 995});
   CHECK(t.encode(" the") == T{262});
   CHECK(t.encode("\n\n") == T{628});
