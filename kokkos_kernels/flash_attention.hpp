@@ -79,10 +79,20 @@ inline void check_flash_shape(const FlashShape& s, const char* kernel) {
   require(s.q0 + s.Sq <= s.Sk, kernel, "every query position q0 + i must have its key (q0 + Sq <= Sk)");
 }
 
-// Level-0 team scratch when `bytes` fit, else level 1 (global memory per team).
+// A league of flash teams, each with `elements` acc_t values of team scratch: level 0 when they
+// fit, else level 1 (global memory per team).
 template <class Exec>
-inline int flash_scratch_level(const std::size_t bytes) {
-  return fits_team_scratch<Exec>(bytes) ? 0 : 1;
+struct FlashLaunch {
+  Teams<Exec> policy;
+  int level;
+};
+template <class Exec, class F>
+FlashLaunch<Exec> flash_launch(const Exec& exec, const std::int64_t league, const std::int64_t elements,
+                               const char* kernel) {
+  const std::size_t bytes = FlashScratch<F>::shmem_size(elements);
+  FlashLaunch<Exec> l{teams(exec, league, kernel), fits_team_scratch<Exec>(bytes) ? 0 : 1};
+  l.policy.set_scratch_size(l.level, Kokkos::PerTeam(bytes));
+  return l;
 }
 
 // The visible key range [lo, hi) of query row i (position pos) inside key block [c0, c0 + cols),
@@ -124,18 +134,17 @@ void flash_attention_forward(const Exec& exec, const FlashShape& s, const FlashH
   if (s.B == 0 || s.Sq == 0) return;
   const std::int64_t d = s.d, dp = detail::flash_padded(d), nh = s.nh, Sq = s.Sq, Sk = s.Sk, q0 = s.q0;
   const std::int64_t group = s.nh / s.nkv;
-  const std::size_t bytes = detail::FlashScratch<F>::shmem_size(flash_forward_scratch_elements(d));
-  const int level = detail::flash_scratch_level<Exec>(bytes);
-  auto policy = detail::teams(exec, policy_size, kernel);
-  policy.set_scratch_size(level, Kokkos::PerTeam(bytes));
+  const std::int64_t elements = flash_forward_scratch_elements(d);
+  const auto launch = detail::flash_launch<Exec, F>(exec, policy_size, elements, kernel);
+  const int level = launch.level;
   const F scale = F(1) / kx::sqrt(static_cast<F>(d));
   using member = typename detail::Teams<Exec>::member_type;
   Kokkos::parallel_for(
-      "tptrain::kernels::flash_attention_forward", policy, KOKKOS_LAMBDA(const member& team) {
+      "tptrain::kernels::flash_attention_forward", launch.policy, KOKKOS_LAMBDA(const member& team) {
         const std::int64_t r = team.league_rank();
         const std::int64_t qb = r % nq, h = (r / nq) % nh, b = r / (nq * nh), g = h / group;
         const std::int64_t r0 = qb * Bq, rows = kx::min(Bq, Sq - r0), Mr = (rows + 3) / 4 * 4;
-        F* const Qs = detail::FlashScratch<F>(team.team_scratch(level), flash_forward_scratch_elements(d)).data();
+        F* const Qs = detail::FlashScratch<F>(team.team_scratch(level), elements).data();
         F* const Kt = Qs + Bq * dp;  // [dp][Bk]
         F* const Vs = Kt + dp * Bk;  // [Bk][dp]
         F* const Os = Vs + Bk * dp;  // [Bq][dp]
@@ -237,16 +246,15 @@ void flash_attention_backward(const Exec& exec, const FlashShape& s, const Flash
   const std::int64_t d = s.d, dp = detail::flash_padded(d), nh = s.nh, Sq = s.Sq, Sk = s.Sk, q0 = s.q0;
   const std::int64_t group = s.nh / s.nkv;
   const bool round_kv = !std::is_same<T, F>::value || dk_acc.p != reinterpret_cast<F*>(dk.p);
-  const std::size_t bytes = detail::FlashScratch<F>::shmem_size(flash_backward_scratch_elements(d));
-  const int level = detail::flash_scratch_level<Exec>(bytes);
-  auto policy = detail::teams(exec, teams_n, kernel);
-  policy.set_scratch_size(level, Kokkos::PerTeam(bytes));
+  const std::int64_t elements = flash_backward_scratch_elements(d);
+  const auto launch = detail::flash_launch<Exec, F>(exec, teams_n, elements, kernel);
+  const int level = launch.level;
   const F scale = F(1) / kx::sqrt(static_cast<F>(d));
   using member = typename detail::Teams<Exec>::member_type;
   Kokkos::parallel_for(
-      "tptrain::kernels::flash_attention_backward", policy, KOKKOS_LAMBDA(const member& team) {
+      "tptrain::kernels::flash_attention_backward", launch.policy, KOKKOS_LAMBDA(const member& team) {
         const std::int64_t b = team.league_rank() / s.nkv, g = team.league_rank() % s.nkv;
-        F* const Qs = detail::FlashScratch<F>(team.team_scratch(level), flash_backward_scratch_elements(d)).data();
+        F* const Qs = detail::FlashScratch<F>(team.team_scratch(level), elements).data();
         F* const dOs = Qs + Bq * dp;   // [Bq][dp]
         F* const dQs = dOs + Bq * dp;  // [Bq][dp]
         F* const Ks = dQs + Bq * dp;   // [Bk][dp]

@@ -262,6 +262,15 @@ int bench_as(const io::Deck& deck_in, const parallel::Topology& topo, const Benc
   table += fmt::format("  model FLOPs: {} = {:.4g} GFLOP/token{}\n", model::kModelFlopsFormula, flops_per_token / 1e9,
                        recompute_flops > 0 ? fmt::format(" + {:.4g} GFLOP/step recomputed", recompute_flops / 1e9) : "");
   table += fmt::format("  model FLOP/s per rank: {:.2f} GFLOP/s\n", flops_per_s_per_rank / 1e9);
+  {  // what the attention core runs, against the full square the model FLOPs count for it
+    const double sequences = double(m.micro_batch()) * run->micro_batches() * m.local_layers();
+    const double executed =
+        sequences * model::attention_flops_per_sequence(shape, deck.training.recompute == "none");
+    const double counted = sequences * 12.0 * double(shape.seq_length) * shape.seq_length * shape.hidden / shape.tensor;
+    table += fmt::format("  attention ({}) executes {:.4g} GFLOP per step on rank 0, {:.0f} % of the S x S square the "
+                         "model FLOPs count\n",
+                         attention_name, executed / 1e9, 100.0 * executed / counted);
+  }
   table += fmt::format("  GEMM peak per rank: {:.2f} GFLOP/s ({} [{}x{}x{}]: {:.2f}; square 2048: {:.2f})\n", peak / 1e9,
                        model_gemm.what, model_gemm.m, model_gemm.n, model_gemm.k, model_gemm_rate / 1e9, square_rate / 1e9);
   table += fmt::format("  MFU: {:.1f} % of the GEMM peak{}\n", 100.0 * mfu,
