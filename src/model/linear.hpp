@@ -280,6 +280,7 @@ struct RowParallelLinear {
   }
 
  private:
+  // The weight gradient first: dx may be x's storage (ParallelMLP writes dL/da over a).
   template <class DYV, class XV, class DXV>
   void input_and_weight_gradients(const Exec& exec, const DYV& dy, const XV& x, const DXV& dx) {
     PhaseScope phase(Phase::gemm);

@@ -35,7 +35,10 @@ struct ParallelMLP {
   RowParallelLinear<T> proj;
   Saved saved;             // the set of the micro-batch being computed (the owner may rebind it)
   kernels::Matrix<T> a;    // [N, F/tp] shared scratch: GELU output (again h·σ in the backward)
-  kernels::Matrix<T> da;   // [N, F/tp] shared scratch: dL/da, then dL/dh in place (llama: dL/da)
+  // [N, F/tp]: dL/da, then dL/dh in place (llama: dL/da), written over `a`: the projection's
+  // backward reads a for its weight gradient before it writes its input gradient
+  // (RowParallelLinear::input_and_weight_gradients), and nothing reads a after that.
+  kernels::Matrix<T> da;
   kernels::Matrix<T> dh;   // llama: [N, 2F/tp] shared scratch: dL/d(gate, up)
   bool swiglu;
 
@@ -47,7 +50,7 @@ struct ParallelMLP {
                                              block_parameter_if_held(s, name + "/proj/bias"), tp)),
         saved(make_saved(ws, placement.name_for(name), tokens, s, placement.category)),
         a(ws.matrix("mlp.a", BufferCategory::scratch, tokens, s.local_ffn())),
-        da(ws.matrix("mlp.da", BufferCategory::scratch, tokens, s.local_ffn())),
+        da(a),
         swiglu(s.swiglu()) {
     if (swiglu) dh = ws.matrix("mlp.dh", BufferCategory::scratch, tokens, 2 * std::int64_t(s.local_ffn()));
     fc.skip_bias_add = !swiglu;  // GELU: added by the fused bias + GELU; SwiGLU: by fc itself

@@ -247,7 +247,8 @@ TEST_CASE("plan: tptrain's activation inventory, buffer by buffer", "[plan]") {
             N * h * e + 2 * N * 4 + N * (vocab_padded / t) * e + 4 * N * 4);
       // Workspace, in every mode: the softmax's scores buffer (recompute = none copies the kept scores into
       // it) and the backward's row tile (s = 16 < 128 rows: as large); the attention (d_qkv, whose Q
-      // block holds the context gradient first), MLP and block gradient buffers; bf16 also the fp32
+      // block holds the context gradient first), the MLP activation (its gradient written over it)
+      // and the block gradient buffers; bf16 also the fp32
       // dK sum. The stage adds its gradient ping-pong, and with
       // sequence parallelism the gathered and partial [N, h].
       const std::int64_t dk_sum = e < 4 ? N * (h / t) * 4 : 0;
@@ -255,7 +256,7 @@ TEST_CASE("plan: tptrain's activation inventory, buffer by buffer", "[plan]") {
         for (const bool sp : {false, true}) {
           const Config c = small(t, sp, r, precision);
           const std::int64_t n = sp ? N / t : N;
-          const std::int64_t scratch = 2 * scores + (N * (3 * h / t) + 2 * N * (f / t) + 3 * n * h) * e + dk_sum;
+          const std::int64_t scratch = 2 * scores + (N * (3 * h / t) + N * (f / t) + 3 * n * h) * e + dk_sum;
           CHECK(total_bytes(block_scratch(c)) == scratch);
           CHECK(total_bytes(workspace_buffers(c)) == scratch + 2 * n * h * e + (sp && t > 1 ? 2 * N * h * e : 0));
           // Flash: no S×S buffers; bf16 sums dK and dV in fp32 ([N, 2h/t]) instead of dK alone.
