@@ -133,13 +133,17 @@ Generation generate_tokens(const io::Deck& deck, const parallel::Topology& topo,
   kernels::Vector<T> row("generate.row", shape.local_vocab());
   // Packed documents (data.document_mask, data.reset_positions): a document starts at each
   // <|endoftext|> of the window, prompt or generated, so a new one starts after the model emits it.
+  // The full forward's batch derives them at upload; the cache's new rows take theirs from the
+  // window (by absolute position), so that batch then derives none.
   const train::Documents documents = train::documents_of(deck);
-  train::DeviceBatch batch(static_cast<int>(S), documents);  // the full forward's window, and the cache's new tokens
-  if (documents.any()) model.bind_documents(batch.doc_start, batch.positions, nullptr);
-  // The cached rows' documents, by absolute position in the window.
-  std::vector<std::int32_t> window_doc(static_cast<std::size_t>(S)), window_position(static_cast<std::size_t>(S));
+  // The full forward's window, and the cache's new tokens.
+  train::DeviceBatch batch(static_cast<int>(S), cache ? train::Documents{} : documents);
+  if (!cache && documents.any()) model.bind_documents(batch.doc_start, batch.positions, nullptr);
+  std::vector<std::int32_t> window_doc, window_position;
   kernels::Tokens step_doc, step_position;
   if (cache && documents.any()) {
+    window_doc.resize(static_cast<std::size_t>(S));
+    window_position.resize(static_cast<std::size_t>(S));
     step_doc = kernels::Tokens("generate.doc_start", S);
     step_position = kernels::Tokens("generate.positions", S);
   }

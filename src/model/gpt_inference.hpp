@@ -77,16 +77,7 @@ class GptInference {
       throw std::length_error("tptrain: GptInference: positions [" + std::to_string(p) + ", " + std::to_string(p + n) +
                               ") do not fit in a cache of " + std::to_string(positions_) + " positions");
     Communicator& tp = model_.tp();
-    if (VocabParallelEmbedding<T>* e = model_.embedding()) {
-      if (positions.size() > 0) {  // the rows' positions within their documents
-        const auto kept = e->documents;
-        e->documents = {positions, nullptr};
-        e->forward(exec, tp, tokens, stage_input(n));
-        e->documents = kept;
-      } else {
-        e->forward(exec, tp, tokens, stage_input(n), p);
-      }
-    }
+    if (VocabParallelEmbedding<T>* e = model_.embedding()) e->forward(exec, tp, tokens, stage_input(n), p, positions);
     for (std::size_t l = 0; l < caches_.size(); ++l) {
       const CacheStep<T> step{&caches_[l], p, doc_start, positions};
       model_.layer(static_cast<int>(l))

@@ -38,9 +38,10 @@ struct VocabParallelEmbedding {
 
   template <class TV, class YV>
   // first_position >= 0: the rows are one sequence's tokens from that position on (generation's
-  // new tokens after the cached ones); else the micro-batch's, row r at position r mod S.
+  // new tokens after the cached ones), or with `positions` [n] at those positions within their
+  // documents; else the micro-batch's, row r at position r mod S or at the bound documents'.
   void forward(const Exec& exec, Communicator& tp, const TV& tokens /*[N]*/, const YV& y /*[N or n, H]*/,
-               const std::int64_t first_position = -1) {
+               const std::int64_t first_position = -1, const kernels::Tokens& positions = {}) {
     if (sp.enabled()) {
       {
         PhaseScope phase(Phase::norms_elementwise);
@@ -56,9 +57,10 @@ struct VocabParallelEmbedding {
     }
     if (!has_position) return;
     PhaseScope phase(Phase::norms_elementwise);
+    const bool cached = first_position >= 0;
+    const kernels::Tokens& ids = cached ? positions : documents.positions;  // empty: each row's place
     kernels::position_embedding_add(exec, position.value_matrix(), S, y,
-                                    first_position >= 0 ? first_position : first_row(y),
-                                    first_position >= 0 ? kernels::Tokens() : documents.positions);
+                                    cached && ids.size() == 0 ? first_position : first_row(y), ids);
   }
 
   // The micro-batch's document positions (data.reset_positions; empty views: positions are the

@@ -7,7 +7,6 @@
 #include <vector>
 
 #include "kokkos_kernels/views.hpp"
-#include "src/data/document_starts.hpp"
 #include "src/train/documents.hpp"
 
 namespace tptrain::train {
@@ -42,10 +41,9 @@ struct DeviceBatch {
     Kokkos::deep_copy(exec, inputs, Host(h_inputs.data(), h_inputs.size()));
     Kokkos::deep_copy(exec, targets, Host(h_targets.data(), h_targets.size()));
     if (!documents.any()) return;
-    data::document_starts(h_inputs.data(), static_cast<std::int64_t>(h_inputs.size()) / documents.seq_length,
-                          documents.seq_length, documents.end_of_text,
-                          h_doc_start.empty() ? nullptr : h_doc_start.data(),
-                          h_positions.empty() ? nullptr : h_positions.data());
+    documents.derive(h_inputs.data(), static_cast<std::int64_t>(h_inputs.size()),
+                     h_doc_start.empty() ? nullptr : h_doc_start.data(),
+                     h_positions.empty() ? nullptr : h_positions.data());
     if (!h_doc_start.empty()) Kokkos::deep_copy(exec, doc_start, Host(h_doc_start.data(), h_doc_start.size()));
     if (!h_positions.empty()) Kokkos::deep_copy(exec, positions, Host(h_positions.data(), h_positions.size()));
   }

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "io/deck.hpp"
+#include "src/data/document_starts.hpp"
 #include "text/tokenizer.hpp"
 
 namespace tptrain::train {
@@ -15,8 +16,14 @@ struct Documents {
   std::int64_t seq_length = 0;
   bool mask = false;             // each token's document start (flash attention's document mask)
   bool reset_positions = false;  // each token's position in its document
-  bool group_positions = false;  // the tokens grouped by that position (learned position gradient)
+  bool group_positions = false;  // with reset_positions: the tokens grouped by that position
+                                 // (the learned position gradient, where the embedding is)
   bool any() const { return end_of_text >= 0 && (mask || reset_positions); }
+  // The document starts and positions of n tokens, whole sequences of seq_length (either output
+  // may be nullptr).
+  void derive(const std::int32_t* inputs, std::int64_t n, std::int32_t* doc_start, std::int32_t* position) const {
+    data::document_starts(inputs, n / seq_length, seq_length, end_of_text, doc_start, position);
+  }
 };
 
 inline Documents documents_of(const io::Deck& deck) {

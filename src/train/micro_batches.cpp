@@ -4,7 +4,6 @@
 #include <string>
 #include <type_traits>
 
-#include "src/data/document_starts.hpp"
 #include "src/util/host_waits.hpp"
 
 #if defined(KOKKOS_ENABLE_CUDA)
@@ -137,12 +136,10 @@ MicroBatchQueue::Entry& MicroBatchQueue::fill(const kx::ExecSpace& exec, int m) 
   Kokkos::deep_copy(exec, e->batch.targets, e->h_targets);
   if (group_tokens_) e->batch.segments.build(exec, e->h_inputs.data(), tokens_);
   if (documents_.any()) {
-    data::document_starts(e->h_inputs.data(), tokens_ / documents_.seq_length, documents_.seq_length,
-                          documents_.end_of_text, e->h_doc_start.data(), e->h_positions.data());
+    documents_.derive(e->h_inputs.data(), tokens_, e->h_doc_start.data(), e->h_positions.data());
     if (e->batch.doc_start.size() > 0) Kokkos::deep_copy(exec, e->batch.doc_start, e->h_doc_start);
     if (e->batch.positions.size() > 0) Kokkos::deep_copy(exec, e->batch.positions, e->h_positions);
-    if (documents_.reset_positions && documents_.group_positions)
-      e->batch.position_segments.build(exec, e->h_positions.data(), tokens_);
+    if (documents_.group_positions) e->batch.position_segments.build(exec, e->h_positions.data(), tokens_);
   }
   e->record_copies(exec);
   e->micro_batch = m;
