@@ -839,12 +839,6 @@ void DeckReader::check_documents(const Deck& d) {
                        "tokens do not have",
                        d.data.tokenizer, where(tokenizer)));
   }
-  Field& mask = field("data", "document_mask");
-  Field& attention = field("training", "attention");
-  if (d.data.document_mask && mask.ok && attention.ok && d.training.attention == "batched")
-    bad(attention, fmt::format("\"flash\" or \"default\" with data.document_mask = true ({}): the batched "
-                               "attention core has no document mask",
-                               where(mask)));
 }
 
 void DeckReader::check_tokenizer(const Deck& d) {

@@ -73,6 +73,15 @@ bool holds_pointer_tables(const WV& workspace, std::int64_t B, std::int64_t nh) 
 
 }  // namespace detail
 
+// Grouped-query attention and document masks (both optional): query head h reads key/value head
+// h / (nh_local / kv_heads) of qkv [B*S, (nh_local + 2 kv_heads)·d] in place (Hugging Face's
+// repeat_kv without the copy), and doc[b·S + i] is the first position row i attends to
+// (data.document_mask: the start of its document).
+struct AttentionOptions {
+  std::int64_t kv_heads = 0;          // 0: as many as the query heads
+  const std::int32_t* doc = nullptr;  // [B·S], or none
+};
+
 // Rows of the backward's row-tile buffer dprobs_tile [B, nh_local, tile, S] for sequence length
 // S: the causal tile, min(S, 128).
 inline std::int64_t attention_backward_tile_rows(std::int64_t S) { return detail::causal_tile(S); }
@@ -95,7 +104,8 @@ void attention_forward(const Exec& exec,
                        const PV& probs,   // [B, nh_local, S, S] workspace
                        const LV& lse,     // [B*nh_local*S] out
                        const std::int64_t B, const std::int64_t S, const std::int64_t nh_local,
-                       const std::int64_t d, const KV& kept_scores, const WV& workspace) {
+                       const std::int64_t d, const KV& kept_scores, const WV& workspace,
+                       const AttentionOptions& options = {}) {
   detail::check_view<Exec, QKV, 2>();
   detail::check_view<Exec, OV, 2>();
   detail::check_view<Exec, PV, 4>();
@@ -113,12 +123,13 @@ void attention_forward(const Exec& exec,
   const char* kernel = "attention_forward";
   detail::require(B >= 0 && S >= 0 && nh_local > 0 && d > 0, kernel,
                   "need B, S >= 0 and nh_local, d > 0");
-  const std::int64_t nh = nh_local, hl = nh * d;
+  const std::int64_t nh = nh_local, hl = nh * d, nkv = options.kv_heads > 0 ? options.kv_heads : nh;
+  detail::require(nh % nkv == 0, kernel, "the key/value heads must divide the query heads");
   detail::require(qkv.extent(0) == static_cast<std::size_t>(B * S) &&
-                      qkv.extent(1) == static_cast<std::size_t>(3 * hl) &&
+                      qkv.extent(1) == static_cast<std::size_t>((nh + 2 * nkv) * d) &&
                       out.extent(0) == static_cast<std::size_t>(B * S) &&
                       out.extent(1) == static_cast<std::size_t>(hl),
-                  kernel, "shapes must be qkv[B*S, 3*nh_local*d], out[B*S, nh_local*d]");
+                  kernel, "shapes must be qkv[B*S, (nh_local + 2*kv_heads)*d], out[B*S, nh_local*d]");
   detail::require(probs.extent(0) == static_cast<std::size_t>(B) &&
                       probs.extent(1) == static_cast<std::size_t>(nh) &&
                       probs.extent(2) == static_cast<std::size_t>(S) &&
@@ -146,21 +157,26 @@ void attention_forward(const Exec& exec,
   detail::require_blas_int(S, kernel, "S");
   if (B == 0 || S == 0) return;
   if (attention_path<Exec>() != AttentionPath::causal_tiles && detail::holds_pointer_tables<Exec>(workspace, B, nh)) {
-    attention_forward_batched(exec, qkv, out, probs, lse, B, S, nh, d, kept_scores, keep, workspace);
+    attention_forward_batched(exec, qkv, out, probs, lse, B, S, nh, nkv, d, kept_scores, keep, workspace, options.doc);
     return;
   }
+  // Causal tiles: with grouped-query attention each GEMM runs once per group member j, over the
+  // nkv key/value heads (detail::group_member).
   const A scale = A(1) / kx::sqrt(static_cast<A>(d));
-  const auto Q = detail::qkv_block(qkv, 0, S, d, hl), K = detail::qkv_block(qkv, 1, S, d, hl),
-             V = detail::qkv_block(qkv, 2, S, d, hl);
-  const auto P = detail::score_matrices(probs);
-  if (keep) {  // the GEMM writes the kept buffer, the softmax reads it into probs
-    detail::causal_scores_gemm(exec, Q, K, detail::score_matrices(kept_scores), S, d, B, nh);
-    causal_softmax_forward(exec, kept_scores, probs, lse, scale);
-  } else {
-    detail::causal_scores_gemm(exec, Q, K, P, S, d, B, nh);
-    causal_softmax_forward(exec, probs, lse, scale);
-  }
-  detail::causal_rows_gemm(exec, P, V, detail::head_columns(out, S, d), S, d, B, nh);
+  const std::int64_t g = nh / nkv;
+  const auto Q = detail::qkv_block(qkv, 0, S, d), K = detail::qkv_block(qkv, hl, S, d),
+             V = detail::qkv_block(qkv, hl + nkv * d, S, d);
+  const auto P = detail::score_matrices(probs), O = detail::head_columns(out, S, d);
+  const auto scores = keep ? detail::score_matrices(kept_scores) : P;  // keep: the GEMM writes the kept buffer
+  for (std::int64_t j = 0; j < g; ++j)
+    detail::causal_scores_gemm(exec, detail::group_member(Q, j, g), K, detail::group_member(scores, j, g), S, d, B,
+                               nkv);
+  if (keep)
+    causal_softmax_forward(exec, kept_scores, probs, lse, scale, options.doc);
+  else
+    causal_softmax_forward(exec, probs, lse, scale, options.doc);
+  for (std::int64_t j = 0; j < g; ++j)
+    detail::causal_rows_gemm(exec, detail::group_member(P, j, g), V, detail::group_member(O, j, g), S, d, B, nkv);
 }
 
 // The same without a workspace: the causal-tile path.
@@ -200,22 +216,24 @@ void attention_forward(const Exec& exec, const QKV& qkv, const OV& out, const LV
 // not read); dprobs_tile [B, nh_local, >= min(S, tile_rows), S] is the row-tile workspace.
 // B, nh_local, S come from probs, d = dout.extent(1) / nh_local.
 //
-// dk_sum (16-bit T only; may be empty): an [B*S, Hl] acc_t<T> workspace in which dK is summed
-// over the query row tiles in fp32 and rounded into dqkv once, as an untiled backward would.
-// Without it a 16-bit dK is rounded once per tile (ceil(S / tile_rows) times).
+// dkv_sum (16-bit T only; may be empty): an [B*S, 2·kv_heads·d] acc_t workspace in which dK
+// (columns [0, kv_heads·d)) and dV are summed in fp32 over the query row tiles and the group's
+// query heads, and rounded into dqkv once. Without it a 16-bit dK is rounded once per tile and
+// group member.
 // scores_kept: probs holds the raw scores Q Kᵀ that attention_forward kept (kept_scores), so
 // the Q Kᵀ GEMM is skipped; P is rebuilt from them in place either way.
 template <class Exec, class DOV, class QKV, class LV, class DQKV, class PV, class DPV, class DKV>
 void attention_backward_tiled(const Exec& exec,
                               const DOV& dout,          // [B*S, Hl]
-                              const QKV& qkv,           // [B*S, 3*Hl] forward input
+                              const QKV& qkv,           // [B*S, (nh + 2 nkv)·d] forward input
                               const LV& lse,            // [B*nh_local*S] from attention_forward
-                              const DQKV& dqkv,         // [B*S, 3*Hl] out (overwritten)
+                              const DQKV& dqkv,         // [B*S, (nh + 2 nkv)·d] out (overwritten)
                               const PV& probs,          // [B, nh_local, S, S] workspace (or kept scores)
                               const DPV& dprobs_tile,   // [B, nh_local, >= tile, S] workspace
                               const std::int64_t tile_rows,
-                              const DKV& dk_sum,        // [B*S, Hl] acc_t workspace, or empty
-                              const bool scores_kept = false, const bool check_only = false) {
+                              const DKV& dkv_sum,       // [B*S, 2·nkv·d] acc_t workspace, or empty
+                              const bool scores_kept = false, const bool check_only = false,
+                              const AttentionOptions& options = {}) {
   detail::check_view<Exec, DOV, 2>();
   detail::check_view<Exec, QKV, 2>();
   detail::check_view<Exec, LV, 1>();
@@ -239,6 +257,8 @@ void attention_backward_tiled(const Exec& exec,
   const std::int64_t B = probs.extent(0), nh = probs.extent(1), S = probs.extent(2);
   detail::require(nh > 0 && probs.extent(3) == static_cast<std::size_t>(S), kernel,
                   "probs must be [B, nh_local>0, S, S]");
+  const std::int64_t nkv = options.kv_heads > 0 ? options.kv_heads : nh;
+  detail::require(nh % nkv == 0, kernel, "the key/value heads must divide the query heads");
   detail::require(tile_rows >= 1, kernel, "the row tile must be >= 1");
   const std::int64_t tile = kx::min(S, tile_rows);
   detail::require(dprobs_tile.extent(0) == probs.extent(0) &&
@@ -250,21 +270,21 @@ void attention_backward_tiled(const Exec& exec,
   const std::int64_t d = hl / nh;
   detail::require(d > 0 && d * nh == hl, kernel, "dout.extent(1) must be nh_local*d with d > 0");
   const auto rows = static_cast<std::size_t>(B * S);
+  const auto width = static_cast<std::size_t>((nh + 2 * nkv) * d);
   detail::require(dout.extent(0) == rows && qkv.extent(0) == rows && dqkv.extent(0) == rows &&
-                      qkv.extent(1) == static_cast<std::size_t>(3 * hl) &&
-                      dqkv.extent(1) == static_cast<std::size_t>(3 * hl),
-                  kernel, "shapes must be dout[B*S,Hl], qkv,dqkv[B*S,3*Hl]");
+                      qkv.extent(1) == width && dqkv.extent(1) == width,
+                  kernel, "shapes must be dout[B*S,Hl], qkv,dqkv[B*S,(nh_local + 2*kv_heads)*d]");
   detail::require(lse.extent(0) == static_cast<std::size_t>(B * nh * S), kernel,
                   "lse must be [B*nh_local*S]");
   static_assert(std::is_same<typename DKV::non_const_value_type, A>::value,
-                "tptrain::kernels::attention_backward: dk_sum holds acc_t of the value type");
-  const bool sum_dk = kx::is_half_v<T> && dk_sum.extent(0) > 0;
-  if (sum_dk) {
+                "tptrain::kernels::attention_backward: dkv_sum holds acc_t of the value type");
+  const bool summed = kx::is_half_v<T> && dkv_sum.extent(0) > 0;
+  if (summed) {
     detail::check_view<Exec, DKV, 2>();
-    detail::require(dk_sum.extent(0) == rows && dk_sum.extent(1) == static_cast<std::size_t>(hl), kernel,
-                    "dk_sum must be [B*S, Hl]");
-    detail::require_unit_last_stride(dk_sum, kernel, "dk_sum rows must be contiguous");
-    detail::require_blas_int(dk_sum.stride(0), kernel, "dk_sum.stride(0)");
+    detail::require(dkv_sum.extent(0) == rows && dkv_sum.extent(1) == static_cast<std::size_t>(2 * nkv * d), kernel,
+                    "dkv_sum must be [B*S, 2*kv_heads*d]");
+    detail::require_unit_last_stride(dkv_sum, kernel, "dkv_sum rows must be contiguous");
+    detail::require_blas_int(dkv_sum.stride(0), kernel, "dkv_sum.stride(0)");
   }
   detail::require_unit_last_stride(dout, kernel, "dout rows must be contiguous");
   detail::require_unit_last_stride(qkv, kernel, "qkv rows must be contiguous");
@@ -281,34 +301,45 @@ void attention_backward_tiled(const Exec& exec,
   detail::require_blas_int(S, kernel, "S");
   if (B == 0 || S == 0 || check_only) return;
   const A scale = A(1) / kx::sqrt(static_cast<A>(d));
-  const auto Q = detail::qkv_block(qkv, 0, S, d, hl), K = detail::qkv_block(qkv, 1, S, d, hl),
-             V = detail::qkv_block(qkv, 2, S, d, hl);
-  const auto dQ = detail::qkv_block(dqkv, 0, S, d, hl), dK = detail::qkv_block(dqkv, 1, S, d, hl),
-             dV = detail::qkv_block(dqkv, 2, S, d, hl);
+  const std::int64_t g = nh / nkv;
+  const auto Q = detail::qkv_block(qkv, 0, S, d), K = detail::qkv_block(qkv, hl, S, d),
+             V = detail::qkv_block(qkv, hl + nkv * d, S, d);
+  const auto dQ = detail::qkv_block(dqkv, 0, S, d), dK = detail::qkv_block(dqkv, hl, S, d),
+             dV = detail::qkv_block(dqkv, hl + nkv * d, S, d);
   const auto dO = detail::head_columns(dout, S, d);
   const auto P = detail::score_matrices(probs), dS = detail::score_matrices(dprobs_tile);
-  if (!scores_kept) detail::causal_scores_gemm(exec, Q, K, P, S, d, B, nh);
-  causal_softmax_recompute(exec, probs, lse, scale);
-  detail::causal_cols_gemm(exec, P, dO, dV, S, d, B, nh);
-  // Query row tiles, last first: the last tile sees every key, so its dK GEMM (beta = 0)
-  // initialises all of dK and the earlier, shorter tiles accumulate onto it (beta = 1).
-  const std::int64_t tiles = (S + tile - 1) / tile;
-  for (std::int64_t t = tiles - 1; t >= 0; --t) {
-    const std::int64_t r0 = t * tile, r1 = kx::min(S, r0 + tile), n = r1 - r0;
-    detail::per_head_gemm(exec, 'N', 'T', n, r1, d, dO.at(r0, 0), V, dS, B, nh);
-    causal_softmax_backward_rows(exec, probs, dprobs_tile, r0, r1, scale);
-    detail::per_head_gemm(exec, 'N', 'N', n, d, r1, dS, K, dQ.at(r0, 0), B, nh);
-    if (sum_dk)
-      detail::per_head_gemm(exec, 'T', 'N', r1, d, n, dS, Q.at(r0, 0), detail::head_columns(dk_sum, S, d), B,
-                            nh, t == tiles - 1 ? A(0) : A(1));
-    else
-      detail::per_head_gemm(exec, 'T', 'N', r1, d, n, dS, Q.at(r0, 0), dK, B, nh, t == tiles - 1 ? A(0) : A(1));
+  const auto member = [g](const auto& m, std::int64_t j) { return detail::group_member(m, j, g); };
+  // dK and dV of a key/value head sum over the group's members (beta = 1 after the first).
+  const auto backward = [&](const auto& dKt, const auto& dVt) {
+    if (!scores_kept)
+      for (std::int64_t j = 0; j < g; ++j) detail::causal_scores_gemm(exec, member(Q, j), K, member(P, j), S, d, B, nkv);
+    causal_softmax_recompute(exec, probs, lse, scale, options.doc);
+    for (std::int64_t j = 0; j < g; ++j)
+      detail::causal_cols_gemm(exec, member(P, j), member(dO, j), dVt, S, d, B, nkv, j == 0 ? A(0) : A(1));
+    // Query row tiles, last first: the last tile sees every key, so its dK GEMM (beta = 0)
+    // initialises all of dK and the earlier, shorter tiles accumulate onto it (beta = 1).
+    const std::int64_t tiles = (S + tile - 1) / tile;
+    for (std::int64_t t = tiles - 1; t >= 0; --t) {
+      const std::int64_t r0 = t * tile, r1 = kx::min(S, r0 + tile), n = r1 - r0;
+      for (std::int64_t j = 0; j < g; ++j)
+        detail::per_head_gemm(exec, 'N', 'T', n, r1, d, member(dO, j).at(r0, 0), V, member(dS, j), B, nkv);
+      causal_softmax_backward_rows(exec, probs, dprobs_tile, r0, r1, scale, options.doc);
+      for (std::int64_t j = 0; j < g; ++j) {
+        detail::per_head_gemm(exec, 'N', 'N', n, d, r1, member(dS, j), K, member(dQ, j).at(r0, 0), B, nkv);
+        detail::per_head_gemm(exec, 'T', 'N', r1, d, n, member(dS, j), member(Q, j).at(r0, 0), dKt, B, nkv,
+                              t == tiles - 1 && j == 0 ? A(0) : A(1));
+      }
+    }
+  };
+  if (summed) {
+    backward(detail::qkv_block(dkv_sum, 0, S, d), detail::qkv_block(dkv_sum, nkv * d, S, d));
+    convert(exec, dkv_sum, Kokkos::subview(dqkv, Kokkos::ALL(), std::make_pair(hl, hl + 2 * nkv * d)));
+  } else {
+    backward(dK, dV);
   }
-  if (sum_dk)
-    convert(exec, dk_sum, Kokkos::subview(dqkv, Kokkos::ALL(), std::make_pair(hl, 2 * hl)));
 }
 
-// The same without a dK workspace.
+// The same without a dK/dV workspace.
 template <class Exec, class DOV, class QKV, class LV, class DQKV, class PV, class DPV>
 void attention_backward_tiled(const Exec& exec, const DOV& dout, const QKV& qkv, const LV& lse,
                               const DQKV& dqkv, const PV& probs, const DPV& dprobs_tile,
@@ -323,19 +354,20 @@ void attention_backward_tiled(const Exec& exec, const DOV& dout, const QKV& qkv,
 // The path is attention_path<Exec>(): batched (attention_batched.hpp) when the buffers allow it
 // (S >= 2, probs LayoutRight-contiguous, qkv and dqkv of one row pitch, dprobs_tile large enough
 // for the pointer tables), else causal tiles. dout may be dqkv's Q block (columns [0, Hl)): both
-// paths read each query row of dO before they write its dQ; the model passes it so. kept_scores (may be empty): the raw scores attention_forward kept (recompute
-// none); probs is then a free workspace (the tiled path does not need it). dk_sum as for
-// attention_backward_tiled (the batched path does not use it).
+// paths read each query row of dO before they write its dQ; the model passes it so. kept_scores
+// (may be empty): the raw scores attention_forward kept (recompute none); probs is then a free
+// workspace (the tiled path does not need it). dkv_sum as for attention_backward_tiled.
 template <class Exec, class DOV, class QKV, class LV, class DQKV, class PV, class DPV, class DKV, class KV>
 void attention_backward(const Exec& exec,
                         const DOV& dout,            // [B*S, Hl]
-                        const QKV& qkv,             // [B*S, 3*Hl] forward input
+                        const QKV& qkv,             // [B*S, (nh + 2 nkv)·d] forward input
                         const LV& lse,              // [B*nh_local*S] from attention_forward
-                        const DQKV& dqkv,           // [B*S, 3*Hl] out (overwritten)
+                        const DQKV& dqkv,           // [B*S, (nh + 2 nkv)·d] out (overwritten)
                         const PV& probs,            // [B, nh_local, S, S] workspace
                         const DPV& dprobs_tile,     // [B, nh_local, tile, S] workspace
-                        const DKV& dk_sum,          // [B*S, Hl] acc_t workspace, or empty
-                        const KV& kept_scores) {    // [B, nh_local, S, S] or empty
+                        const DKV& dkv_sum,         // [B*S, 2·nkv·d] acc_t workspace, or empty
+                        const KV& kept_scores,      // [B, nh_local, S, S] or empty
+                        const AttentionOptions& options = {}) {
   const bool kept = kept_scores.size() > 0;
   const std::int64_t B = probs.extent(0), nh = probs.extent(1), S = probs.extent(2);
   const bool batched = attention_path<Exec>() != AttentionPath::causal_tiles && S >= 2 && probs.span_is_contiguous() &&
@@ -345,21 +377,23 @@ void attention_backward(const Exec& exec,
   if (!batched) {
     if (kept)
       attention_backward_tiled(exec, dout, qkv, lse, dqkv, kept_scores, dprobs_tile, attention_backward_tile_rows(S),
-                               dk_sum, true);
+                               dkv_sum, true, false, options);
     else
-      attention_backward_tiled(exec, dout, qkv, lse, dqkv, probs, dprobs_tile, attention_backward_tile_rows(S), dk_sum,
-                               false);
+      attention_backward_tiled(exec, dout, qkv, lse, dqkv, probs, dprobs_tile, attention_backward_tile_rows(S),
+                               dkv_sum, false, false, options);
     return;
   }
   // The tiled driver's checks (shapes, types, sizes), with a 1-row tile and nothing run: the
   // batched path then works on shapes that are known good.
-  attention_backward_tiled(exec, dout, qkv, lse, dqkv, probs, dprobs_tile, 1, dk_sum, false, /*check_only=*/true);
+  attention_backward_tiled(exec, dout, qkv, lse, dqkv, probs, dprobs_tile, 1, dkv_sum, false, /*check_only=*/true,
+                           options);
   if (kept)
     for (int r = 0; r < 4; ++r)
       detail::require(kept_scores.extent(r) == probs.extent(r), "attention_backward",
                       "kept_scores must have the shape of probs");
   if (B == 0 || S == 0) return;
-  attention_backward_batched(exec, dout, qkv, lse, dqkv, probs, kept_scores, kept, dprobs_tile);
+  attention_backward_batched(exec, dout, qkv, lse, dqkv, probs, kept_scores, kept, dprobs_tile,
+                             options.kv_heads > 0 ? options.kv_heads : nh, dkv_sum, options.doc);
 }
 
 template <class Exec, class DOV, class QKV, class LV, class DQKV, class PV, class DPV>

@@ -39,62 +39,101 @@
 #include "kokkos_kernels/causal_softmax.hpp"
 #include "kokkos_kernels/compat.hpp"
 #include "kokkos_kernels/detail.hpp"
+#include "kokkos_kernels/elementwise.hpp"
 #include "kokkos_kernels/pointer_batched_gemm.hpp"
 
 namespace tptrain::kernels {
 
 namespace detail {
 
-// Pointer-table columns one fill kernel writes: column c, pair p = b*nh + h gets
-// base[c] + b*batch_stride[c] + h*head_stride[c] at table[c*pairs + p].
-constexpr int max_pointer_columns = 20;
+// Pointer-table columns one fill kernel writes. Column c holds one matrix pointer per (batch b,
+// query head h = kv·g + j, g query heads per key/value head): base + b·batch_stride +
+// (key/value column ? kv : h)·head_stride bytes, at table index offset + j·sj + b·sb + kv·sk.
+// A column in pair order (sj = 1, sb = nh, sk = g) lists the pairs b·nh + h; a column in member
+// order lists, for each group member j, the B·nkv pairs (b, kv) with that member, so that one
+// call covers the query heads of a member, and two columns interleaved by member (sj = 2·B·nkv)
+// make one operand list of a paired call per member.
+constexpr int max_pointer_columns = 24;
 
-template <class T>
 struct PointerColumns {
-  T* base[max_pointer_columns];
+  unsigned char* base[max_pointer_columns];
   std::int64_t batch_stride[max_pointer_columns];
   std::int64_t head_stride[max_pointer_columns];
+  bool kv_head[max_pointer_columns];
+  std::int64_t offset[max_pointer_columns], sj[max_pointer_columns], sb[max_pointer_columns],
+      sk[max_pointer_columns];
   int count = 0;
-  void add(const HeadMatrices<T>& m) {
-    base[count] = m.p;
-    batch_stride[count] = m.batch_stride;
-    head_stride[count] = m.head_stride;
+  std::int64_t entries = 0;  // table entries in all
+  std::int64_t B, nh, nkv;
+  PointerColumns(std::int64_t batches, std::int64_t heads, std::int64_t kv_heads)
+      : B(batches), nh(heads), nkv(kv_heads) {}
+  std::int64_t pairs() const { return B * nh; }
+  std::int64_t group() const { return nh / nkv; }
+  // A column in pair order; returns its first table index.
+  template <class U>
+  std::int64_t add(const HeadMatrices<U>& m, bool kv = false) {
+    const std::int64_t first = entries;
+    put(m, kv, first, 1, nh, group());
+    entries += pairs();
+    return first;
+  }
+  // Two columns interleaved by member (one operand list per member of 2·B·nkv pointers: the first
+  // column's B·nkv, then the second's); returns the first table index.
+  template <class U, class V>
+  std::int64_t add_members(const HeadMatrices<U>& first_list, bool first_kv, const HeadMatrices<V>& second_list,
+                           bool second_kv) {
+    const std::int64_t first = entries, members = B * nkv;
+    put(first_list, first_kv, first, 2 * members, nkv, 1);
+    put(second_list, second_kv, first + members, 2 * members, nkv, 1);
+    entries += 2 * pairs();
+    return first;
+  }
+
+ private:
+  template <class U>
+  void put(const HeadMatrices<U>& m, bool kv, std::int64_t off, std::int64_t j, std::int64_t b, std::int64_t k) {
+    base[count] = reinterpret_cast<unsigned char*>(const_cast<std::remove_const_t<U>*>(m.p));
+    batch_stride[count] = m.batch_stride * std::int64_t(sizeof(U));
+    head_stride[count] = m.head_stride * std::int64_t(sizeof(U));
+    kv_head[count] = kv;
+    offset[count] = off;
+    sj[count] = j;
+    sb[count] = b;
+    sk[count] = k;
     ++count;
   }
 };
 
-// The same matrices with const taken off: the tables hold T*, and cuBLAS takes them as const
-// where it only reads.
-template <class T>
-HeadMatrices<std::remove_const_t<T>> mutable_heads(const HeadMatrices<T>& m) {
-  return {const_cast<std::remove_const_t<T>*>(m.p), m.ld, m.batch_stride, m.head_stride};
-}
-
-template <class Exec, class T>
-void fill_pointer_tables(const Exec& exec, const PointerColumns<T>& cols, T** table,
-                         const std::int64_t batches, const std::int64_t heads) {
-  const std::int64_t pairs = batches * heads;
+template <class Exec>
+void fill_pointer_tables(const Exec& exec, const PointerColumns& cols, void** table) {
+  const std::int64_t pairs = cols.pairs(), nh = cols.nh, g = cols.group();
   Kokkos::parallel_for(
       "tptrain::kernels::attention_pointer_tables", range(exec, pairs * cols.count),
       KOKKOS_LAMBDA(const std::int64_t i) {
-        const std::int64_t c = i / pairs, p = i % pairs, b = p / heads, h = p % heads;
-        table[i] = cols.base[c] + b * cols.batch_stride[c] + h * cols.head_stride[c];
+        const std::int64_t c = i / pairs, p = i % pairs, b = p / nh, h = p % nh, kv = h / g, j = h % g;
+        table[cols.offset[c] + j * cols.sj[c] + b * cols.sb[c] + kv * cols.sk[c]] =
+            cols.base[c] + b * cols.batch_stride[c] + (cols.kv_head[c] ? kv : h) * cols.head_stride[c];
       });
+}
+
+template <class U>
+U* const* pointers(void** table, std::int64_t index) {
+  return reinterpret_cast<U* const*>(table + index);
 }
 
 inline std::int64_t batched_split_row(std::int64_t S) { return (S + 1) / 2; }
 
 // Fused softmax backward of one query row chunk: rows [r0, r0 + nr), keys [0, nc), for every
 // pair. In: the chunk's raw scores Q Kᵀ (unscaled) in `P` and dP in `dP`. Out, in place:
-// P_ij = exp(scale S_ij - lse_i) for j <= i (0 beyond), and
-// dS_ij = scale P_ij (dP_ij - Σ_l P_il dP_il) for j <= i (0 beyond); the same arithmetic as
+// P_ij = exp(scale S_ij - lse_i) for doc_i <= j <= i (0 elsewhere), and
+// dS_ij = scale P_ij (dP_ij - Σ_l P_il dP_il) there (0 elsewhere); the same arithmetic as
 // causal_softmax_recompute followed by causal_softmax_backward_rows (P rounded to the storage
 // type before it is used). One team per row, team reductions: deterministic.
 template <class Exec, class T, class LV>
 void softmax_backward_chunk(const Exec& exec, const HeadMatrices<T>& P, const HeadMatrices<T>& dP,
                             const LV& lse, const std::int64_t batches, const std::int64_t heads,
                             const std::int64_t S, const std::int64_t r0, const std::int64_t nr,
-                            const std::int64_t nc, const kx::acc_t<T> scale) {
+                            const std::int64_t nc, const kx::acc_t<T> scale, const std::int32_t* doc) {
   using A = kx::acc_t<T>;
   using member = typename Teams<Exec>::member_type;
   const std::int64_t rows = batches * heads * nr;
@@ -103,13 +142,13 @@ void softmax_backward_chunk(const Exec& exec, const HeadMatrices<T>& P, const He
       "tptrain::kernels::attention_softmax_backward", policy, KOKKOS_LAMBDA(const member& team) {
         const std::int64_t r = team.league_rank();
         const std::int64_t pair = r / nr, t = r % nr, i = r0 + t;
-        const std::int64_t b = pair / heads, h = pair % heads;
+        const std::int64_t b = pair / heads, h = pair % heads, lo = doc ? std::int64_t(doc[b * S + i]) : 0;
         T* const prow = P.p + b * P.batch_stride + h * P.head_stride + t * P.ld;
         T* const drow = dP.p + b * dP.batch_stride + h * dP.head_stride + t * dP.ld;
         const A l = lse(pair * S + i);
         A dot = 0;
         Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(team, i + 1),
+            Kokkos::TeamThreadRange(team, lo, i + 1),
             [&](const std::int64_t j, A& acc) {
               const T p = T(kx::exp(scale * A(prow[j]) - l));
               prow[j] = p;
@@ -118,7 +157,7 @@ void softmax_backward_chunk(const Exec& exec, const HeadMatrices<T>& P, const He
             dot);
         team.team_barrier();  // every P of the row is written and every dP read
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, nc), [&](const std::int64_t j) {
-          if (j <= i) {
+          if (lo <= j && j <= i) {
             drow[j] = T(scale * A(prow[j]) * (A(drow[j]) - dot));
           } else {
             prow[j] = T(0);
@@ -130,43 +169,47 @@ void softmax_backward_chunk(const Exec& exec, const HeadMatrices<T>& P, const He
 
 }  // namespace detail
 
-// Pointers the batched path keeps in its workspace (the forward needs 6 columns, the backward 22).
+// Pointers the batched path keeps in its workspace (the forward needs 6 columns, the backward 24).
 inline std::int64_t batched_attention_pointer_bytes(std::int64_t batches, std::int64_t heads) {
   return detail::max_pointer_columns * batches * heads * static_cast<std::int64_t>(sizeof(void*));
 }
 
-// Forward over shapes attention_forward has checked (attention.hpp). With `keep`, S = Q Kᵀ
-// goes to kept_scores and the softmax reads it from there into probs.
+// Forward over shapes attention_forward has checked (attention.hpp): qkv [B·S, (nh + 2 nkv)·d],
+// query head h reading key/value head h / (nh / nkv) in place (its K and V pointers repeated in
+// the tables). With `keep`, S = Q Kᵀ goes to kept_scores and the softmax reads it from there
+// into probs. doc: nullptr, or [B·S] document starts.
 template <class Exec, class QKV, class OV, class PV, class LV, class KV, class WV>
 void attention_forward_batched(const Exec& exec, const QKV& qkv, const OV& out, const PV& probs,
                                const LV& lse, const std::int64_t B, const std::int64_t S,
-                               const std::int64_t nh, const std::int64_t d, const KV& kept_scores,
-                               const bool keep, const WV& workspace) {
+                               const std::int64_t nh, const std::int64_t nkv, const std::int64_t d,
+                               const KV& kept_scores, const bool keep, const WV& workspace,
+                               const std::int32_t* doc) {
   using T = typename OV::non_const_value_type;
   using A = kx::acc_t<T>;
-  const std::int64_t pairs = B * nh, hl = nh * d;
+  const std::int64_t pairs = B * nh;
   const A scale = A(1) / kx::sqrt(static_cast<A>(d));
-  const auto Q = detail::qkv_block(qkv, 0, S, d, hl), K = detail::qkv_block(qkv, 1, S, d, hl),
-             V = detail::qkv_block(qkv, 2, S, d, hl);
+  const auto Q = detail::qkv_block(qkv, 0, S, d), K = detail::qkv_block(qkv, nh * d, S, d),
+             V = detail::qkv_block(qkv, (nh + nkv) * d, S, d);
   const auto P = detail::score_matrices(probs), O = detail::head_columns(out, S, d);
   const auto scores = keep ? detail::score_matrices(kept_scores) : P;
-  T** const table = reinterpret_cast<T**>(workspace.data());
-  detail::PointerColumns<T> cols;
-  for (const auto& m : {detail::mutable_heads(Q), detail::mutable_heads(K), scores, P,
-                        detail::mutable_heads(V), O})
-    cols.add(m);
-  detail::fill_pointer_tables(exec, cols, table, B, nh);
-  pointer_batched_gemm<Exec, T, T>(exec, 'N', 'T', S, S, d, A(1), table, Q.ld, table + pairs, K.ld,
-                                   A(0), table + 2 * pairs, scores.ld, pairs);
+  void** const table = reinterpret_cast<void**>(workspace.data());
+  detail::PointerColumns cols(B, nh, nkv);
+  const std::int64_t q = cols.add(Q), k = cols.add(K, true), s = cols.add(scores), p = cols.add(P),
+                     v = cols.add(V, true), o = cols.add(O);
+  detail::fill_pointer_tables(exec, cols, table);
+  pointer_batched_gemm<Exec, T, T>(exec, 'N', 'T', S, S, d, A(1), detail::pointers<T>(table, q), Q.ld,
+                                   detail::pointers<T>(table, k), K.ld, A(0), detail::pointers<T>(table, s),
+                                   scores.ld, pairs);
   if (keep)
-    causal_softmax_forward(exec, kept_scores, probs, lse, scale);
+    causal_softmax_forward(exec, kept_scores, probs, lse, scale, doc);
   else
-    causal_softmax_forward(exec, probs, lse, scale);
-  pointer_batched_gemm<Exec, T, T>(exec, 'N', 'N', S, d, S, A(1), table + 3 * pairs, P.ld,
-                                   table + 4 * pairs, V.ld, A(0), table + 5 * pairs, O.ld, pairs);
+    causal_softmax_forward(exec, probs, lse, scale, doc);
+  pointer_batched_gemm<Exec, T, T>(exec, 'N', 'N', S, d, S, A(1), detail::pointers<T>(table, p), P.ld,
+                                   detail::pointers<T>(table, v), V.ld, A(0), detail::pointers<T>(table, o), O.ld,
+                                   pairs);
 }
 
-// Whether dout is dqkv's Q block (columns [0, Hl) of each row): the model's layout, in which
+// Whether dout is dqkv's Q block (columns [0, nh·d) of each row): the model's layout, in which
 // dO shares the leading dimension of Q, K and V.
 template <class DOV, class DQKV>
 bool dout_in_q_block(const DOV& dout, const DQKV& dqkv) {
@@ -179,23 +222,28 @@ bool dout_in_q_block(const DOV& dout, const DQKV& dqkv) {
 // `kept`; then rebuilt into P in place) or empty. dout is read from dqkv's Q block: where the
 // model puts it (dout_in_q_block), else it is copied there first (one more kernel). Each query
 // row of dO is read before that row's dQ is written (dQ is the last product of its chunk).
-template <class Exec, class DOV, class QKV, class LV, class DQKV, class PV, class KV, class WV>
+// dkv_sum (may be empty): [B·S, 2·nkv·d] acc_t, where dK and dV are summed (then rounded into
+// dqkv once) for 16-bit T.
+// Grouped-query attention: dV and dK of a key/value head are sums over its g query heads, so their
+// product runs once per group member (g calls, each over the B·nkv pairs of that member, adding
+// to the previous): no two entries of one call write the same matrix.
+template <class Exec, class DOV, class QKV, class LV, class DQKV, class PV, class KV, class WV, class SV>
 void attention_backward_batched(const Exec& exec, const DOV& dout, const QKV& qkv, const LV& lse,
                                 const DQKV& dqkv, const PV& probs, const KV& kept_scores,
-                                const bool kept, const WV& workspace) {
+                                const bool kept, const WV& workspace, const std::int64_t nkv, const SV& dkv_sum,
+                                const std::int32_t* doc) {
   using T = typename DQKV::non_const_value_type;
   using A = kx::acc_t<T>;
   const std::int64_t B = probs.extent(0), nh = probs.extent(1), S = probs.extent(2);
-  const std::int64_t hl = dout.extent(1), d = hl / nh, pairs = B * nh;
+  const std::int64_t hl = dout.extent(1), d = hl / nh, pairs = B * nh, g = nh / nkv;
   const A scale = A(1) / kx::sqrt(static_cast<A>(d));
   if (!dout_in_q_block(dout, dqkv))
     Kokkos::deep_copy(exec, Kokkos::subview(dqkv, Kokkos::ALL(), std::make_pair(std::int64_t(0), hl)), dout);
-  const auto Q = detail::mutable_heads(detail::qkv_block(qkv, 0, S, d, hl)),
-             K = detail::mutable_heads(detail::qkv_block(qkv, 1, S, d, hl)),
-             V = detail::mutable_heads(detail::qkv_block(qkv, 2, S, d, hl));
-  const auto dQ = detail::qkv_block(dqkv, 0, S, d, hl), dK = detail::qkv_block(dqkv, 1, S, d, hl),
-             dV = detail::qkv_block(dqkv, 2, S, d, hl);
+  const auto Q = detail::qkv_block(qkv, 0, S, d), K = detail::qkv_block(qkv, nh * d, S, d),
+             V = detail::qkv_block(qkv, (nh + nkv) * d, S, d);
+  const auto dQ = detail::qkv_block(dqkv, 0, S, d);
   const auto dO = dQ;  // dO lives where dQ goes
+  const bool summed = kx::is_half_v<T> && dkv_sum.extent(0) > 0;
   const auto slot = detail::score_matrices(probs);  // each pair's S² slot (contiguous, checked)
 
   struct Chunk {
@@ -215,36 +263,66 @@ void attention_backward_batched(const Exec& exec, const DOV& dout, const QKV& qk
     chunks[n_chunks++] = {h, S - h, S, part(S, 0), part(S, (S - h) * S)};
     chunks[n_chunks++] = {0, h, h, part(h, 0), part(h, h * h)};
   }
-  // Per chunk 10 columns; consecutive ones are the operand lists of one call (Q, K, V, dO and
-  // dQ, dK, dV share one leading dimension, the row pitch of qkv / dqkv):
-  //   [S | dP]  = [Q | dO] [K | V]ᵀ     A 0-1, B 2-3, C 4-5   (kept scores: A 1, B 3, C 5)
-  //   [dV | dK] = [P | dS]ᵀ [dO | Q]    A 4-5, B 6-7, C 8-9   (+= for the second chunk)
-  //   dQ        = dS K                  A 5,   B 2,   C 1     (overwrites the chunk's dO rows)
-  T** const table = reinterpret_cast<T**>(workspace.data());
-  detail::PointerColumns<T> cols;
+  // Per chunk, the operand lists of its calls (Q, K, V, dO and dQ, dK, dV share one leading
+  // dimension, the row pitch of qkv / dqkv; with dkv_sum, dK and dV have its pitch):
+  //   [S | dP]  = [Q | dO] [K | V]ᵀ     pair order, 2·B·nh entries each  (kept scores: dP alone)
+  //   [dV | dK] += [P | dS]ᵀ [dO | Q]   member order, one call of 2·B·nkv per member
+  //   dQ        = dS K                  pair order (overwrites the chunk's dO rows)
+  void** const table = reinterpret_cast<void**>(workspace.data());
+  detail::PointerColumns cols(B, nh, nkv);
+  struct Lists {
+    std::int64_t qdo, kv, sdp, pds, doq, dvdk;
+  };
+  Lists lists[2];
   for (int c = 0; c < n_chunks; ++c) {
     const Chunk& k = chunks[c];
-    for (const auto& m : {Q.at(k.r0, 0), dO.at(k.r0, 0), K, V, k.P, k.dP, dO.at(k.r0, 0), Q.at(k.r0, 0), dV, dK})
-      cols.add(m);
-  }
-  detail::fill_pointer_tables(exec, cols, table, B, nh);
-  const std::int64_t ld = Q.ld;
-  for (int c = 0; c < n_chunks; ++c) {
-    const Chunk& k = chunks[c];
-    T** const col = table + c * 10 * pairs;
-    auto at = [&](int column) { return col + column * pairs; };
-    if (kept)
-      pointer_batched_gemm<Exec, T, T>(exec, 'N', 'T', k.nr, k.nc, d, A(1), at(1), ld, at(3), ld, A(0), at(5),
-                                       k.dP.ld, pairs);
+    Lists& l = lists[c];
+    l.qdo = cols.add(Q.at(k.r0, 0));
+    cols.add(dO.at(k.r0, 0));
+    l.kv = cols.add(K, true);
+    cols.add(V, true);
+    l.sdp = cols.add(k.P);
+    cols.add(k.dP);
+    l.pds = cols.add_members(k.P, false, k.dP, false);
+    l.doq = cols.add_members(dO.at(k.r0, 0), false, Q.at(k.r0, 0), false);
+    if (summed)
+      l.dvdk = cols.add_members(detail::qkv_block(dkv_sum, nkv * d, S, d), true, detail::qkv_block(dkv_sum, 0, S, d),
+                                true);
     else
-      pointer_batched_gemm<Exec, T, T>(exec, 'N', 'T', k.nr, k.nc, d, A(1), at(0), ld, at(2), ld, A(0), at(4),
-                                       k.P.ld, 2 * pairs);
-    detail::softmax_backward_chunk(exec, k.P, k.dP, lse, B, nh, S, k.r0, k.nr, k.nc, scale);
-    pointer_batched_gemm<Exec, T, T>(exec, 'T', 'N', k.nc, d, k.nr, A(1), at(4), k.P.ld, at(6), ld,
-                                     c == 0 ? A(0) : A(1), at(8), ld, 2 * pairs);
-    pointer_batched_gemm<Exec, T, T>(exec, 'N', 'N', k.nr, d, k.nc, A(1), at(5), k.dP.ld, at(2), ld, A(0), at(1),
-                                     ld, pairs);
+      l.dvdk = cols.add_members(detail::qkv_block(dqkv, (nh + nkv) * d, S, d), true,
+                                detail::qkv_block(dqkv, nh * d, S, d), true);
   }
+  detail::fill_pointer_tables(exec, cols, table);
+  const std::int64_t ld = Q.ld, members = B * nkv;
+  for (int c = 0; c < n_chunks; ++c) {
+    const Chunk& k = chunks[c];
+    const Lists& l = lists[c];
+    if (kept)
+      pointer_batched_gemm<Exec, T, T>(exec, 'N', 'T', k.nr, k.nc, d, A(1), detail::pointers<T>(table, l.qdo + pairs),
+                                       ld, detail::pointers<T>(table, l.kv + pairs), ld, A(0),
+                                       detail::pointers<T>(table, l.sdp + pairs), k.dP.ld, pairs);
+    else
+      pointer_batched_gemm<Exec, T, T>(exec, 'N', 'T', k.nr, k.nc, d, A(1), detail::pointers<T>(table, l.qdo), ld,
+                                       detail::pointers<T>(table, l.kv), ld, A(0), detail::pointers<T>(table, l.sdp),
+                                       k.P.ld, 2 * pairs);
+    detail::softmax_backward_chunk(exec, k.P, k.dP, lse, B, nh, S, k.r0, k.nr, k.nc, scale, doc);
+    for (std::int64_t j = 0; j < g; ++j) {
+      const A beta = c == 0 && j == 0 ? A(0) : A(1);
+      const std::int64_t at = j * 2 * members;
+      if (summed)
+        pointer_batched_gemm<Exec, T, A>(exec, 'T', 'N', k.nc, d, k.nr, A(1), detail::pointers<T>(table, l.pds + at),
+                                         k.P.ld, detail::pointers<T>(table, l.doq + at), ld, beta,
+                                         detail::pointers<A>(table, l.dvdk + at), dkv_sum.stride(0), 2 * members);
+      else
+        pointer_batched_gemm<Exec, T, T>(exec, 'T', 'N', k.nc, d, k.nr, A(1), detail::pointers<T>(table, l.pds + at),
+                                         k.P.ld, detail::pointers<T>(table, l.doq + at), ld, beta,
+                                         detail::pointers<T>(table, l.dvdk + at), ld, 2 * members);
+    }
+    pointer_batched_gemm<Exec, T, T>(exec, 'N', 'N', k.nr, d, k.nc, A(1), detail::pointers<T>(table, l.sdp + pairs),
+                                     k.dP.ld, detail::pointers<T>(table, l.kv), ld, A(0),
+                                     detail::pointers<T>(table, l.qdo + pairs), ld, pairs);
+  }
+  if (summed) convert(exec, dkv_sum, Kokkos::subview(dqkv, Kokkos::ALL(), std::make_pair(nh * d, (nh + 2 * nkv) * d)));
 }
 
 }  // namespace tptrain::kernels

@@ -39,12 +39,20 @@ struct HeadMatrices {
   }
 };
 
-// Q, K or V (block 0, 1, 2) of every (b, h) inside qkv [B*S, 3*Hl]: head h is a column slice.
+// Q, K or V of every (b, h) inside qkv [B*S, (nh + 2 nkv)·d] (or a gradient of that layout): the
+// block starting at column `offset` (0, nh·d, (nh + nkv)·d); head h is a column slice of it.
 template <class V>
-HeadMatrices<typename V::value_type> qkv_block(const V& v, std::int64_t block, std::int64_t S,
-                                               std::int64_t d, std::int64_t hl) {
+HeadMatrices<typename V::value_type> qkv_block(const V& v, std::int64_t offset, std::int64_t S, std::int64_t d) {
   const std::int64_t ld = v.stride(0);
-  return {v.data() + block * hl, ld, S * ld, d};
+  return {v.data() + offset, ld, S * ld, d};
+}
+
+// Grouped-query attention's member j of each group of g query heads (heads kv·g + j for every
+// key/value head kv): the matrices of a per-head operand (Q, the scores, the output) as nkv heads,
+// so that a GEMM over the nkv key/value heads pairs member j of each group with its K and V.
+template <class T>
+HeadMatrices<T> group_member(const HeadMatrices<T>& m, std::int64_t j, std::int64_t g) {
+  return {m.p + j * m.head_stride, m.ld, m.batch_stride, m.head_stride * g};
 }
 
 // Heads of out / dout [B*S, Hl].
@@ -108,16 +116,16 @@ void causal_rows_gemm(const Exec& exec, const HeadMatrices<TA>& P, const HeadMat
   }
 }
 
-// dV = Pᵀ dO (or dK = dSᵀ Q): key tile [c0, c1) sums over the queries [c0, S) that see it.
+// dV (+)= Pᵀ dO (or dK = dSᵀ Q): key tile [c0, c1) sums over the queries [c0, S) that see it.
 template <class Exec, class T, class TA, class TB>
 void causal_cols_gemm(const Exec& exec, const HeadMatrices<TA>& P, const HeadMatrices<TB>& X,
                       const HeadMatrices<T>& Y, std::int64_t S, std::int64_t d,
-                      std::int64_t batches, std::int64_t heads) {
+                      std::int64_t batches, std::int64_t heads, const kx::acc_t<T> beta = 0) {
   const std::int64_t tile = causal_tile(S);
   for (std::int64_t c0 = 0; c0 < S; c0 += tile) {
     const std::int64_t c1 = kx::min(S, c0 + tile);
     per_head_gemm(exec, 'T', 'N', c1 - c0, d, S - c0, P.at(c0, c0), X.at(c0, 0), Y.at(c0, 0),
-                  batches, heads);
+                  batches, heads, beta);
   }
 }
 

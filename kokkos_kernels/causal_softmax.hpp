@@ -1,8 +1,11 @@
 // The fused row passes of causal attention (attention.hpp) over the [B, nh, S, S] scores:
 // mask + scale + softmax (saving each row's log normaliser lse), the probabilities rebuilt from
 // lse, and the softmax backward of a tile of query rows.
-//   P_ij = exp(scale S_ij - lse_i) for j <= i, 0 otherwise,  lse_i = log Σ_{j<=i} exp(scale S_ij)
+//   P_ij = exp(scale S_ij - lse_i) for doc_i <= j <= i, 0 otherwise,
+//   lse_i = log Σ_{doc_i<=j<=i} exp(scale S_ij)
 //   dS_ij = scale P_ij (dP_ij - Σ_l P_il dP_il)  (softmax Jacobian, masked 0)
+// doc (optional, nullptr: 0 for every row): doc[b·S + i] the first position of row i's document
+// (data.document_mask; non-decreasing along a sequence, <= i).
 //
 // One Kokkos team per row (b, h, i) with team reductions: no atomics, so results are bitwise
 // reproducible for a fixed team size. The passes that read a row twice or more keep it in team
@@ -52,7 +55,8 @@ void check_scores(const PV& probs, const char* kernel) {
 // keeps them for the backward); the arithmetic is the same either way.
 template <class Exec, class SV, class PV, class LV>
 void causal_softmax_forward(const Exec& exec, const SV& scores, const PV& probs, const LV& lse,
-                            const kx::acc_t<typename PV::non_const_value_type> scale) {
+                            const kx::acc_t<typename PV::non_const_value_type> scale,
+                            const std::int32_t* doc = nullptr) {
   detail::check_view<Exec, SV, 4>();
   detail::check_view<Exec, PV, 4>();
   detail::check_view<Exec, LV, 1>();
@@ -89,12 +93,12 @@ void causal_softmax_forward(const Exec& exec, const SV& scores, const PV& probs,
         const bool cached = can_cache && fits;
         const std::int64_t r = team.league_rank();
         const detail::AttentionRow row = detail::attention_row(r, S, nh);
-        const std::int64_t b = row.b, h = row.h, i = row.i;
+        const std::int64_t b = row.b, h = row.h, i = row.i, lo = doc ? std::int64_t(doc[b * S + i]) : 0;
         const Row buf = cached ? Row(team.team_scratch(0), S) : Row();
         // scale > 0, and rounding is monotone: max_j fl(scale·s_j) = fl(scale·max_j s_j).
         T smax = 0;
         Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(team, i + 1),
+            Kokkos::TeamThreadRange(team, lo, i + 1),
             [&](const std::int64_t j, T& acc) {
               const T s = scores(b, h, i, j);
               if (cached) buf(j) = s;
@@ -108,25 +112,27 @@ void causal_softmax_forward(const Exec& exec, const SV& scores, const PV& probs,
           Kokkos::parallel_reduce(
               Kokkos::TeamThreadRange(team, S),
               [&](const std::int64_t j, T& acc) {
-                const T e = j <= i ? kx::exp(scale * buf(j) - xmax) : T(0);
-                if (j <= i) buf(j) = e;
+                const bool seen = lo <= j && j <= i;
+                const T e = seen ? kx::exp(scale * buf(j) - xmax) : T(0);
+                if (seen) buf(j) = e;
                 acc += e;
               },
               sum);
           team.team_barrier();  // the ranges differ: another thread may have written exp
           const T inv = T(1) / sum;  // sum >= 1: the max entry contributes exp(0) = 1
           Kokkos::parallel_for(Kokkos::TeamThreadRange(team, S), [&](const std::int64_t j) {
-            probs(b, h, i, j) = j <= i ? buf(j) * inv : T(0);
+            probs(b, h, i, j) = lo <= j && j <= i ? buf(j) * inv : T(0);
           });
         } else if (recompute_exp) {  // as below, without writing the exps
-          sum = detail::team_sum<Exec, T>(team, 0, i + 1, [&](const std::int64_t j) {
+          sum = detail::team_sum<Exec, T>(team, lo, i + 1, [&](const std::int64_t j) {
             return kx::exp(scale * T(scores(b, h, i, j)) - xmax);
           });
           team.team_barrier();  // every thread has read its raw scores before any is replaced
           const T inv = T(1) / sum;
-          detail::team_for<Exec>(team, 0, i + 1, [&](const std::int64_t j) {
+          detail::team_for<Exec>(team, lo, i + 1, [&](const std::int64_t j) {
             probs(b, h, i, j) = kx::exp(scale * T(scores(b, h, i, j)) - xmax) * inv;
           });
+          detail::team_for<Exec>(team, 0, lo, [&](const std::int64_t j) { probs(b, h, i, j) = 0; });
           detail::team_for<Exec>(team, i + 1, S, [&](const std::int64_t j) { probs(b, h, i, j) = 0; });
         } else {
           // The exps into probs while they are summed (detail::team_sum: host compilers
@@ -136,17 +142,18 @@ void causal_softmax_forward(const Exec& exec, const SV& scores, const PV& probs,
           // (recompute = none), the raw scores are copied over first.
           auto* const prow = &probs(b, h, i, 0);
           if (!in_place) {
-            detail::team_for<Exec>(team, 0, i + 1, [&](const std::int64_t j) { prow[j] = scores(b, h, i, j); });
+            detail::team_for<Exec>(team, lo, i + 1, [&](const std::int64_t j) { prow[j] = scores(b, h, i, j); });
             team.team_barrier();
           }
-          sum = detail::team_sum<Exec, T>(team, 0, i + 1, [&](const std::int64_t j) {
+          sum = detail::team_sum<Exec, T>(team, lo, i + 1, [&](const std::int64_t j) {
             const T e = kx::exp(scale * T(prow[j]) - xmax);
             prow[j] = e;
             return e;
           });
           team.team_barrier();
           const T inv = T(1) / sum;  // sum >= 1: the max entry contributes exp(0) = 1
-          detail::team_for<Exec>(team, 0, i + 1, [&](const std::int64_t j) { probs(b, h, i, j) *= inv; });
+          detail::team_for<Exec>(team, lo, i + 1, [&](const std::int64_t j) { probs(b, h, i, j) *= inv; });
+          detail::team_for<Exec>(team, 0, lo, [&](const std::int64_t j) { probs(b, h, i, j) = 0; });
           detail::team_for<Exec>(team, i + 1, S, [&](const std::int64_t j) { probs(b, h, i, j) = 0; });
         }
         Kokkos::single(Kokkos::PerTeam(team), [&]() { lse(r) = xmax + kx::log(sum); });
@@ -156,8 +163,9 @@ void causal_softmax_forward(const Exec& exec, const SV& scores, const PV& probs,
 // In place on scores: they become the probabilities.
 template <class Exec, class PV, class LV>
 void causal_softmax_forward(const Exec& exec, const PV& scores, const LV& lse,
-                            const kx::acc_t<typename PV::non_const_value_type> scale) {
-  causal_softmax_forward(exec, scores, scores, lse, scale);
+                            const kx::acc_t<typename PV::non_const_value_type> scale,
+                            const std::int32_t* doc = nullptr) {
+  causal_softmax_forward(exec, scores, scores, lse, scale, doc);
 }
 
 // In place on scores [B, nh, S, S] = Q Kᵀ (unscaled), with lse from causal_softmax_forward:
@@ -165,7 +173,8 @@ void causal_softmax_forward(const Exec& exec, const PV& scores, const LV& lse,
 // rounding).
 template <class Exec, class PV, class LV>
 void causal_softmax_recompute(const Exec& exec, const PV& scores, const LV& lse,
-                              const kx::acc_t<typename PV::non_const_value_type> scale) {
+                              const kx::acc_t<typename PV::non_const_value_type> scale,
+                              const std::int32_t* doc = nullptr) {
   detail::check_view<Exec, PV, 4>();
   detail::check_view<Exec, LV, 1>();
   detail::check_writable<PV>();
@@ -181,27 +190,30 @@ void causal_softmax_recompute(const Exec& exec, const PV& scores, const LV& lse,
       "tptrain::kernels::causal_softmax_recompute", policy, KOKKOS_LAMBDA(const member& team) {
         const std::int64_t r = team.league_rank();
         const detail::AttentionRow row = detail::attention_row(r, S, nh);
-        const std::int64_t b = row.b, h = row.h, i = row.i;
+        const std::int64_t b = row.b, h = row.h, i = row.i, lo = doc ? std::int64_t(doc[b * S + i]) : 0;
         const T l = lse(r);
-        // Two loops, not a select: a loop that computes its exp under a condition is not
+        // Loops of their own, not a select: a loop that computes its exp under a condition is not
         // vectorised on the host (detail::team_for).
-        detail::team_for<Exec>(team, 0, i + 1, [&](const std::int64_t j) {
+        detail::team_for<Exec>(team, lo, i + 1, [&](const std::int64_t j) {
           scores(b, h, i, j) = kx::exp(scale * T(scores(b, h, i, j)) - l);
         });
+        detail::team_for<Exec>(team, 0, lo, [&](const std::int64_t j) { scores(b, h, i, j) = 0; });
         detail::team_for<Exec>(team, i + 1, S, [&](const std::int64_t j) { scores(b, h, i, j) = 0; });
       });
 }
 
 // Softmax backward of query rows [r0, r1), in place on a row-tile buffer dprobs_tile
 // [B, nh, >= r1 - r0, S] whose row i - r0 holds query i: dP in, dS out, with
-//   dS_ij = scale · P_ij (dP_ij - Σ_{l<=i} P_il dP_il)   for j <= i, 0 for i < j < r1,
+//   dS_ij = scale · P_ij (dP_ij - Σ_{doc_i<=l<=i} P_il dP_il)   for doc_i <= j <= i, 0 for the
+//   other j < r1,
 // the gradient wrt the unscaled scores Q Kᵀ (scale folded in, so dQ = dS K and dK = dSᵀ Q).
 // P comes from probs [B, nh, S, S] (rows r0..r1-1). Only the columns j < r1 of each tile row
 // are read (j <= i) or written; columns r1.. and tile rows r1 - r0.. are left alone.
 template <class Exec, class PV, class DPV>
 void causal_softmax_backward_rows(const Exec& exec, const PV& probs, const DPV& dprobs_tile,
                                   const std::int64_t r0, const std::int64_t r1,
-                                  const kx::acc_t<typename DPV::non_const_value_type> scale) {
+                                  const kx::acc_t<typename DPV::non_const_value_type> scale,
+                                  const std::int32_t* doc = nullptr) {
   detail::check_view<Exec, PV, 4>();
   detail::check_view<Exec, DPV, 4>();
   detail::check_writable<DPV>();
@@ -235,7 +247,7 @@ void causal_softmax_backward_rows(const Exec& exec, const PV& probs, const DPV& 
         const bool cached = can_cache && fits;
         // League rank (b*nh + h)*n + t: tile row t is query i = r0 + t.
         const detail::AttentionRow row = detail::attention_row(team.league_rank(), n, nh);
-        const std::int64_t b = row.b, h = row.h, t = row.i, i = r0 + t;
+        const std::int64_t b = row.b, h = row.h, t = row.i, i = r0 + t, lo = doc ? std::int64_t(doc[b * S + i]) : 0;
         const detail::ScratchRow<Exec, PT> pbuf =
             cached ? detail::ScratchRow<Exec, PT>(team.team_scratch(0), r1)
                    : detail::ScratchRow<Exec, PT>();
@@ -244,7 +256,7 @@ void causal_softmax_backward_rows(const Exec& exec, const PV& probs, const DPV& 
                    : detail::ScratchRow<Exec, DT>();
         T dot = 0;
         Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(team, i + 1),
+            Kokkos::TeamThreadRange(team, lo, i + 1),
             [&](const std::int64_t j, T& acc) {
               const PT p = probs(b, h, i, j);
               const DT dp = dprobs_tile(b, h, t, j);
@@ -257,7 +269,7 @@ void causal_softmax_backward_rows(const Exec& exec, const PV& probs, const DPV& 
             dot);
         team.team_barrier();  // every read of dP is done before it is replaced
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, r1), [&](const std::int64_t j) {
-          if (j > i) {
+          if (j > i || j < lo) {
             dprobs_tile(b, h, t, j) = T(0);
           } else if (cached) {
             dprobs_tile(b, h, t, j) = scale * pbuf(j) * (dpbuf(j) - dot);
@@ -272,7 +284,8 @@ void causal_softmax_backward_rows(const Exec& exec, const PV& probs, const DPV& 
 // every entry is written, the masked ones 0).
 template <class Exec, class PV, class DPV>
 void causal_softmax_backward(const Exec& exec, const PV& probs, const DPV& dprobs,
-                             const kx::acc_t<typename DPV::non_const_value_type> scale) {
+                             const kx::acc_t<typename DPV::non_const_value_type> scale,
+                             const std::int32_t* doc = nullptr) {
   detail::check_view<Exec, PV, 4>();
   detail::check_view<Exec, DPV, 4>();
   detail::check_scores(probs, "causal_softmax_backward");
@@ -280,7 +293,7 @@ void causal_softmax_backward(const Exec& exec, const PV& probs, const DPV& dprob
     detail::require(dprobs.extent(r) == probs.extent(r), "causal_softmax_backward",
                     "dprobs must have the shape of probs");
   causal_softmax_backward_rows(exec, probs, dprobs, 0, static_cast<std::int64_t>(probs.extent(2)),
-                               scale);
+                               scale, doc);
 }
 
 }  // namespace tptrain::kernels

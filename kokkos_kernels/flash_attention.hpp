@@ -10,27 +10,31 @@
 //   forward, per query block, over the key blocks it sees (a running max m and sum l per row):
 //     S = Q Kᵀ;  m' = max(m, scale·max_j S);  P = exp(scale S - m');  l = l·exp(m - m') + Σ P
 //     O = O·exp(m - m') + P V;   finally O /= l,  lse = m + log l   (the backward's only state)
-//   backward (one pass per (batch, key/value head): its query heads, their query blocks, the key
-//   blocks each sees), D_i = Σ_e dO_ie O_ie:
+//   backward (one pass per (batch, key/value head) over the key blocks; per key block its query
+//   heads' query blocks that see it), D_i = Σ_e dO_ie O_ie (computed once per row):
 //     P = exp(scale Q Kᵀ - lse);  dP = dO Vᵀ;  dS = scale P ∘ (dP - D)
-//     dQ += dS K (per query block, in scratch, written once);  dK += dSᵀ Q;  dV += Pᵀ dO
+//     dK += dSᵀ Q;  dV += Pᵀ dO (the key block's, in scratch, written once);  dQ += dS K
 // Causality and documents at block granularity: a query block [r0, r1) visits the key blocks of
 // [doc_{r0}, q0 + r1) only (doc is non-decreasing along a sequence, so doc_{r0} is the block's
-// least), so the blocks above the diagonal and those wholly before the block's documents are
-// never computed; within a visited block the invisible entries are skipped row by row.
+// least), and a key block [c0, c1) the query rows of [c0, first row whose document starts at or
+// after c1): the blocks above the diagonal and those wholly outside the rows' documents are never
+// computed; within a visited block the invisible entries are skipped row by row.
 //
-// Blocks: 256 query rows (flash_query_rows) against 64 keys (flash_key_rows). Teams: the forward
-// one per (batch, query head, query block); the backward one per (batch, key/value head), which
-// owns dK and dV of its key/value head (the sum over the group and over the query blocks happens
-// there, in order: deterministic, no atomics). Each team's tiles live in team scratch (level 0
-// when they fit, else level 1): flash_forward_scratch_elements(d) and
-// flash_backward_scratch_elements(d) values, d' = d rounded up to 16, independent of S. The block
-// products are flash_block.hpp's.
+// Blocks and teams: the forward's team, one per (batch, query head, query block of 256 rows,
+// flash_query_rows), streams the key blocks (64, flash_key_rows); the backward's team, one per
+// (batch, key/value head), walks the key blocks (256, flash_backward_key_rows) in order and
+// streams, for each, the query blocks (64, flash_backward_query_rows) of its group's query heads.
+// It owns dK and dV of its key/value head (summed over the group and the query blocks in scratch:
+// no buffer of the sequence's size, no atomics) and dQ of its query heads, summed over the key
+// blocks in the caller's acc_t buffer dq_sum, in order: deterministic. A row sees no key after its
+// own position, so its dQ is complete, and written, once the key block holding that position is
+// done. Each team's tiles live in team scratch (level 0 when they fit, else level 1):
+// flash_forward_scratch_elements(d) and flash_backward_scratch_elements(d) values, d' = d rounded
+// up to 16, independent of S. The block products are flash_block.hpp's.
 //
 // Precision: Q, K, V, O, dO and the gradients hold the storage type T (float, double, bf16,
-// fp16); the tiles, scores, running max and sum, D and lse are acc_t<T> (fp32 for 16-bit T), and
-// each output is rounded once. dK and dV are summed in acc_t: in the outputs themselves when T is
-// acc_t, else in the caller's acc_t buffers, rounded into dK and dV at the team's end.
+// fp16); the tiles, scores, running max and sum, D, lse and the dQ sums are acc_t<T> (fp32 for
+// 16-bit T), and each output is rounded once.
 //
 // Operands are addressed through FlashHeads (pointer and strides), so that Q, K and V can be
 // column blocks of the QKV output [B·S, (nh + 2 nkv)·d] or the key/value cache [nkv, P, d].
@@ -62,13 +66,17 @@ struct FlashShape {
   std::int64_t B = 0, Sq = 0, Sk = 0, nh = 1, nkv = 1, d = 1, q0 = 0;
 };
 
-// Rows of a query block and of a key block. Every (query block, key block) pair loads the key and
-// value tiles again, which beside the products cost the most on a CPU: 256 query rows load them a
-// quarter as often per FLOP as 64 (GPT-2 124M, S = 4096: attention 1.99 s at 64 rows, 1.5 at 128,
-// about 1.45 at 256 per layer, before the micro-kernel's FMAs). Key blocks of 64 keep the
-// diagonal's waste and the tiles small.
+// Rows of a query block and of a key block. The forward's team holds a query block and streams
+// the key blocks; every (query block, key block) pair loads the key and value tiles again, which
+// beside the products cost the most on a CPU: 256 query rows load them a quarter as often per
+// FLOP as 64 (GPT-2 124M, S = 4096: attention 1.99 s at 64 rows, 1.5 at 128, about 1.45 at 256
+// per layer, before the micro-kernel's FMAs). Key blocks of 64 keep the diagonal's waste and the
+// tiles small. The backward's team holds a key block (whose dK and dV it sums) and streams the
+// query blocks: the same sizes, the roles swapped.
 inline constexpr std::int64_t flash_query_rows = 256;
 inline constexpr std::int64_t flash_key_rows = 64;
+inline constexpr std::int64_t flash_backward_key_rows = 256;
+inline constexpr std::int64_t flash_backward_query_rows = 64;
 
 namespace detail {
 
@@ -118,10 +126,9 @@ inline std::int64_t flash_forward_scratch_elements(const std::int64_t d) {
   return 2 * q * dp + 2 * k * dp + q * k + 2 * q;  // Q, O; Kᵀ, V; S; max, sum
 }
 inline std::int64_t flash_backward_scratch_elements(const std::int64_t d) {
-  const std::int64_t dp = detail::flash_padded(d), q = flash_query_rows, k = flash_key_rows;
-  return 3 * q * dp + 4 * k * dp + 2 * q * k + 2 * q;  // Q, dO, dQ; K, dK|dV, Kᵀ, Vᵀ; P, dS; lse, D
+  const std::int64_t dp = detail::flash_padded(d), q = flash_backward_query_rows, k = flash_backward_key_rows;
+  return 3 * k * dp + 2 * dp * k + 3 * q * dp + 2 * q * k + 2 * q;  // K, dK, dV; Kᵀ, Vᵀ; Q, dO, dQ; P, dS; lse, D
 }
-
 // O and lse ((b·nh + h)·Sq + i) of every query row. doc: nullptr, or doc[b·Sq + i] the first key
 // position of query row i's document (non-decreasing in i, <= q0 + i).
 template <class Exec, class T>
@@ -228,27 +235,27 @@ void flash_attention_forward(const Exec& exec, const FlashShape& s, const FlashH
       });
 }
 
-// dQ, dK, dV from dO, the forward's inputs, O and lse. dq may be the storage of dO (the model
-// writes dO into the Q block of its QKV gradient): each query block's dO is read into scratch
-// before its dQ is written, and only that block's team touches those rows and columns. dk_acc,
-// dv_acc: where dK and dV are summed in acc_t<T> (dk, dv themselves when T is acc_t<T>).
+// dQ, dK, dV from dO, the forward's inputs, O and lse (q0 = 0 and Sq = Sk: training). dq may be
+// the storage of dO (the model writes dO into the Q block of its QKV gradient): a row's dQ is
+// written once the key block holding its position is done, after which no block reads its dO.
+// dq_sum: where dQ is summed in acc_t over the key blocks, [B, nh, Sq] rows of d; delta: the
+// rows' D = Σ_e dO_ie O_ie, (b·nh + h)·Sq + i, computed here (both workspaces, overwritten).
 template <class Exec, class T>
 void flash_attention_backward(const Exec& exec, const FlashShape& s, const FlashHeads<const T>& q,
                               const FlashHeads<const T>& k, const FlashHeads<const T>& v,
                               const FlashHeads<const T>& o, const FlashHeads<const T>& dout,
                               const kx::acc_t<T>* lse, const std::int32_t* doc, const FlashHeads<T>& dq,
                               const FlashHeads<T>& dk, const FlashHeads<T>& dv,
-                              const FlashHeads<kx::acc_t<T>>& dk_acc, const FlashHeads<kx::acc_t<T>>& dv_acc) {
+                              const FlashHeads<kx::acc_t<T>>& dq_sum, kx::acc_t<T>* delta) {
   using F = kx::acc_t<T>;
   const char* kernel = "flash_attention_backward";
   detail::check_flash_shape(s, kernel);
+  detail::require(s.q0 == 0 && s.Sq == s.Sk, kernel, "the backward takes every sequence against itself (q0 = 0, Sq = Sk)");
   const auto teams_n = detail::league_size<Exec>(s.B * s.nkv, kernel);
   if (s.B == 0 || s.Sk == 0) return;
-  const std::int64_t Bq = flash_query_rows, Bk = flash_key_rows;
-  const std::int64_t nq = (s.Sq + Bq - 1) / Bq;
-  const std::int64_t d = s.d, dp = detail::flash_padded(d), nh = s.nh, Sq = s.Sq, Sk = s.Sk, q0 = s.q0;
+  const std::int64_t Bq = flash_backward_query_rows, Bk = flash_backward_key_rows;
+  const std::int64_t d = s.d, dp = detail::flash_padded(d), nh = s.nh, S = s.Sq;
   const std::int64_t group = s.nh / s.nkv;
-  const bool round_kv = !std::is_same<T, F>::value || dk_acc.p != reinterpret_cast<F*>(dk.p);
   const std::int64_t elements = flash_backward_scratch_elements(d);
   const auto launch = detail::flash_launch<Exec, F>(exec, teams_n, elements, kernel);
   const int level = launch.level;
@@ -257,61 +264,73 @@ void flash_attention_backward(const Exec& exec, const FlashShape& s, const Flash
   Kokkos::parallel_for(
       "tptrain::kernels::flash_attention_backward", launch.policy, KOKKOS_LAMBDA(const member& team) {
         const std::int64_t b = team.league_rank() / s.nkv, g = team.league_rank() % s.nkv;
-        F* const Qs = detail::FlashScratch<F>(team.team_scratch(level), elements).data();
+        F* const Ks = detail::FlashScratch<F>(team.team_scratch(level), elements).data();
+        F* const dKs = Ks + Bk * dp;   // [Bk][dp]
+        F* const dVs = dKs + Bk * dp;  // [Bk][dp]
+        F* const Kt = dVs + Bk * dp;   // [dp][Bk]
+        F* const Vt = Kt + dp * Bk;    // [dp][Bk]
+        F* const Qs = Vt + dp * Bk;    // [Bq][dp]
         F* const dOs = Qs + Bq * dp;   // [Bq][dp]
         F* const dQs = dOs + Bq * dp;  // [Bq][dp]
-        F* const Ks = dQs + Bq * dp;   // [Bk][dp]
-        F* const Ts = Ks + Bk * dp;    // [Bk][dp]: this block's dK, then dV
-        F* const Kt = Ts + Bk * dp;    // [dp][Bk]
-        F* const Vt = Kt + dp * Bk;    // [dp][Bk]
-        F* const Ps = Vt + dp * Bk;    // [Bq][Bk]
+        F* const Ps = dQs + Bq * dp;   // [Bq][Bk]
         F* const dSs = Ps + Bq * Bk;   // [Bq][Bk]
         F* const lrow = dSs + Bq * Bk;
         F* const Drow = lrow + Bq;
-        detail::team_for<Exec>(team, 0, 3 * Bq * dp + 4 * Bk * dp, [&](const std::int64_t e) { Qs[e] = 0; });
-        detail::tile_for<Exec>(team, Sk, d, [&](const std::int64_t j, const std::int64_t c) {
-          dk_acc.at(b, g, j)[c] = 0;
-          dv_acc.at(b, g, j)[c] = 0;
-        });
-        for (std::int64_t hh = 0; hh < group; ++hh) {
-          const std::int64_t h = g * group + hh;
-          for (std::int64_t qb = 0; qb < nq; ++qb) {
-            const std::int64_t r0 = qb * Bq, rows = kx::min(Bq, Sq - r0), Mr = (rows + 3) / 4 * 4;
-            team.team_barrier();  // the previous block's products are done with the tiles
-            detail::tile_for<Exec>(team, rows, d, [&](const std::int64_t i, const std::int64_t c) {
-              Qs[i * dp + c] = F(q.at(b, h, r0 + i)[c]);
-              dOs[i * dp + c] = F(dout.at(b, h, r0 + i)[c]);
-              dQs[i * dp + c] = 0;
-            });
-            detail::team_for<Exec>(team, rows * dp, Bq * dp, [&](const std::int64_t e) {
-              Qs[e] = dOs[e] = dQs[e] = 0;  // the last block's padding rows
-            });
-            detail::team_for<Exec>(team, 0, rows, [&](const std::int64_t i) {
-              F D = 0;
-              for (std::int64_t c = 0; c < d; ++c) D += F(dout.at(b, h, r0 + i)[c]) * F(o.at(b, h, r0 + i)[c]);
-              Drow[i] = D;
-              lrow[i] = lse[(b * nh + h) * Sq + r0 + i];
-            });
-            const std::int64_t kend = kx::min(Sk, q0 + r0 + rows);
-            const std::int64_t kbeg = doc ? std::int64_t(doc[b * Sq + r0]) : 0;
-            for (std::int64_t c0 = kbeg / Bk * Bk; c0 < kend; c0 += Bk) {
-              const std::int64_t cols = kx::min(Bk, kend - c0), Mc = (cols + 3) / 4 * 4;
-              team.team_barrier();
-              detail::tile_for<Exec>(team, cols, d, [&](const std::int64_t j, const std::int64_t c) {
-                const F kv = F(k.at(b, g, c0 + j)[c]);
-                Ks[j * dp + c] = kv;
-                Kt[c * Bk + j] = kv;
-                Vt[c * Bk + j] = F(v.at(b, g, c0 + j)[c]);
+        detail::team_for<Exec>(team, 0, elements, [&](const std::int64_t e) { Ks[e] = 0; });
+        // The group's dQ sums start at 0, and D of each of its rows is computed once.
+        for (std::int64_t h = g * group; h < (g + 1) * group; ++h) {
+          detail::tile_for<Exec>(team, S, d, [&](const std::int64_t i, const std::int64_t c) { dq_sum.at(b, h, i)[c] = 0; });
+          detail::team_for<Exec>(team, 0, S, [&](const std::int64_t i) {
+            F D = 0;
+            for (std::int64_t c = 0; c < d; ++c) D += F(dout.at(b, h, i)[c]) * F(o.at(b, h, i)[c]);
+            delta[(b * nh + h) * S + i] = D;
+          });
+        }
+        for (std::int64_t c0 = 0; c0 < S; c0 += Bk) {
+          const std::int64_t cols = kx::min(Bk, S - c0), Mc = (cols + 3) / 4 * 4, c1 = c0 + cols;
+          // The rows that see a key of the block: i >= c0 with doc_i < c1, a range [c0, iend) as
+          // doc is non-decreasing (found by bisection).
+          std::int64_t iend = S;
+          if (doc) {
+            std::int64_t lo = c0, hi = S;
+            while (lo < hi) {
+              const std::int64_t mid = lo + (hi - lo) / 2;
+              if (doc[b * S + mid] < c1) lo = mid + 1;
+              else hi = mid;
+            }
+            iend = lo;
+          }
+          team.team_barrier();  // the previous block's dK, dV and dQ are written out
+          detail::tile_for<Exec>(team, cols, d, [&](const std::int64_t j, const std::int64_t c) {
+            const F kv = F(k.at(b, g, c0 + j)[c]);
+            Ks[j * dp + c] = kv;
+            Kt[c * Bk + j] = kv;
+            Vt[c * Bk + j] = F(v.at(b, g, c0 + j)[c]);
+          });
+          detail::team_for<Exec>(team, 0, 2 * Bk * dp, [&](const std::int64_t e) { dKs[e] = 0; });
+          for (std::int64_t h = g * group; h < (g + 1) * group; ++h) {
+            for (std::int64_t r0 = c0; r0 < iend; r0 += Bq) {
+              const std::int64_t rows = kx::min(Bq, S - r0), Mr = (rows + 3) / 4 * 4;
+              team.team_barrier();  // the previous query block's products are done with the tiles
+              detail::tile_for<Exec>(team, rows, d, [&](const std::int64_t i, const std::int64_t c) {
+                Qs[i * dp + c] = F(q.at(b, h, r0 + i)[c]);
+                dOs[i * dp + c] = F(dout.at(b, h, r0 + i)[c]);
+                dQs[i * dp + c] = dq_sum.at(b, h, r0 + i)[c];
               });
-              detail::team_for<Exec>(team, cols * dp, Bk * dp, [&](const std::int64_t e) { Ks[e] = 0; });
+              detail::team_for<Exec>(team, rows * dp, Bq * dp, [&](const std::int64_t e) {
+                Qs[e] = dOs[e] = 0;  // the last block's padding rows
+              });
+              detail::team_for<Exec>(team, 0, rows, [&](const std::int64_t i) {
+                lrow[i] = lse[(b * nh + h) * S + r0 + i];
+                Drow[i] = delta[(b * nh + h) * S + r0 + i];
+              });
               team.team_barrier();
               detail::flash_block<Exec>(team, Mr, cols, d, Qs, dp, 1, Kt, Bk, Ps, Bk, false);
               detail::flash_block<Exec>(team, Mr, cols, d, dOs, dp, 1, Vt, Bk, dSs, Bk, false);
               detail::team_for<Exec>(team, 0, Bq, [&](const std::int64_t i) {
                 F* const prow = Ps + i * Bk;
                 F* const dsrow = dSs + i * Bk;
-                const detail::KeyRange kr = i < rows ? detail::visible_keys(doc ? doc[b * Sq + r0 + i] : 0,
-                                                                            q0 + r0 + i, c0, cols)
+                const detail::KeyRange kr = i < rows ? detail::visible_keys(doc ? doc[b * S + r0 + i] : 0, r0 + i, c0, cols)
                                                      : detail::KeyRange{0, 0};
                 const std::int64_t lo = kx::min(kr.lo, Bk), hi = kx::max(kr.hi, lo);
                 for (std::int64_t j = 0; j < lo; ++j) prow[j] = dsrow[j] = 0;
@@ -325,29 +344,26 @@ void flash_attention_backward(const Exec& exec, const FlashShape& s, const Flash
               });
               team.team_barrier();
               detail::flash_block<Exec>(team, Mr, d, cols, dSs, Bk, 1, Ks, dp, dQs, dp, true);
-              // dK of the block: dSᵀ Q (A(m = key j, k = query i) = dS[i][j]), added to the sum.
-              detail::flash_block<Exec>(team, Mc, d, rows, dSs, 1, Bk, Qs, dp, Ts, dp, false);
-              detail::tile_for<Exec>(team, cols, d, [&](const std::int64_t j, const std::int64_t c) {
-                dk_acc.at(b, g, c0 + j)[c] += Ts[j * dp + c];
-              });
-              team.team_barrier();
-              detail::flash_block<Exec>(team, Mc, d, rows, Ps, 1, Bk, dOs, dp, Ts, dp, false);
-              detail::tile_for<Exec>(team, cols, d, [&](const std::int64_t j, const std::int64_t c) {
-                dv_acc.at(b, g, c0 + j)[c] += Ts[j * dp + c];
+              // dK += dSᵀ Q and dV += Pᵀ dO (A(m = key j, k = query i) = dS[i][j]).
+              detail::flash_block<Exec>(team, Mc, d, rows, dSs, 1, Bk, Qs, dp, dKs, dp, true);
+              detail::flash_block<Exec>(team, Mc, d, rows, Ps, 1, Bk, dOs, dp, dVs, dp, true);
+              detail::tile_for<Exec>(team, rows, d, [&](const std::int64_t i, const std::int64_t c) {
+                dq_sum.at(b, h, r0 + i)[c] = dQs[i * dp + c];
               });
             }
-            team.team_barrier();
-            detail::tile_for<Exec>(team, rows, d, [&](const std::int64_t i, const std::int64_t c) {
-              dq.at(b, h, r0 + i)[c] = T(dQs[i * dp + c]);
-            });
           }
-        }
-        team.team_barrier();
-        if (round_kv)
-          detail::tile_for<Exec>(team, Sk, d, [&](const std::int64_t j, const std::int64_t c) {
-            dk.at(b, g, j)[c] = T(dk_acc.at(b, g, j)[c]);
-            dv.at(b, g, j)[c] = T(dv_acc.at(b, g, j)[c]);
+          team.team_barrier();
+          // The block's keys are done, and so are the rows at its positions: no later block is
+          // seen by them, so their dQ is complete and their dO read for the last time.
+          detail::tile_for<Exec>(team, cols, d, [&](const std::int64_t j, const std::int64_t c) {
+            dk.at(b, g, c0 + j)[c] = T(dKs[j * dp + c]);
+            dv.at(b, g, c0 + j)[c] = T(dVs[j * dp + c]);
           });
+          for (std::int64_t h = g * group; h < (g + 1) * group; ++h)
+            detail::tile_for<Exec>(team, cols, d, [&](const std::int64_t i, const std::int64_t c) {
+              dq.at(b, h, c0 + i)[c] = T(dq_sum.at(b, h, c0 + i)[c]);
+            });
+        }
       });
 }
 
@@ -385,18 +401,23 @@ void flash_attention_forward(const Exec& exec, const QKV& qkv, const OV& out, co
                                    lse.data(), doc.size() ? doc.data() : nullptr);
 }
 
-// dqkv [B·S, (nh + 2 nkv)·d] is overwritten (all three blocks); dout may be its Q block. dkv_sum
-// [B·S, 2·nkv·d] in acc_t: where dK and dV are summed for 16-bit T (empty for float and double).
-template <class Exec, class DOV, class QKV, class OV, class LV, class DV, class DQKV, class SV>
+// dqkv [B·S, (nh + 2 nkv)·d] is overwritten (all three blocks); dout may be its Q block. The
+// workspaces (acc_t, overwritten): dq_sum [B·S, nh·d], where dQ is summed over the key blocks;
+// delta [B·nh·S], the rows' D.
+template <class Exec, class DOV, class QKV, class OV, class LV, class DV, class DQKV, class SV, class WV>
 void flash_attention_backward(const Exec& exec, const DOV& dout, const QKV& qkv, const OV& out, const LV& lse,
-                              const DQKV& dqkv, const DV& doc, const SV& dkv_sum, const std::int64_t B,
-                              const std::int64_t S, const std::int64_t nh, const std::int64_t nkv,
-                              const std::int64_t d) {
+                              const DQKV& dqkv, const DV& doc, const SV& dq_sum, const WV& delta,
+                              const std::int64_t B, const std::int64_t S, const std::int64_t nh,
+                              const std::int64_t nkv, const std::int64_t d) {
   using T = typename DQKV::non_const_value_type;
   using F = kx::acc_t<T>;
   detail::check_view<Exec, DOV, 2>();
   detail::check_view<Exec, QKV, 2>();
   detail::check_view<Exec, DQKV, 2>();
+  detail::check_view<Exec, SV, 2>();
+  detail::check_view<Exec, WV, 1>();
+  static_assert(std::is_same<typename SV::value_type, F>::value && std::is_same<typename WV::value_type, F>::value,
+                "tptrain::kernels::flash_attention_backward: dq_sum and delta hold acc_t of the value type");
   const char* kernel = "flash_attention_backward";
   const auto rows = std::size_t(B * S);
   detail::require(qkv.extent(0) == rows && dqkv.extent(0) == rows && dout.extent(0) == rows &&
@@ -406,25 +427,17 @@ void flash_attention_backward(const Exec& exec, const DOV& dout, const QKV& qkv,
                   kernel, "shapes must be dout, out [B*S, nh*d] and qkv, dqkv [B*S, (nh + 2*nkv)*d]");
   detail::require(lse.extent(0) == std::size_t(B * nh * S), kernel, "lse must be [B*nh*S]");
   detail::require(doc.size() == 0 || doc.extent(0) == rows, kernel, "doc must be empty or [B*S]");
-  constexpr bool sums_apart = !std::is_same<T, F>::value;
-  if (sums_apart)
-    detail::require(dkv_sum.extent(0) == rows && dkv_sum.extent(1) == std::size_t(2 * nkv * d), kernel,
-                    "dkv_sum must be [B*S, 2*nkv*d] for 16-bit types");
+  detail::require(dq_sum.extent(0) == rows && dq_sum.extent(1) == std::size_t(nh * d) &&
+                      (dq_sum.stride(1) == 1 || dq_sum.extent(1) <= 1),
+                  kernel, "dq_sum must be [B*S, nh*d] with contiguous rows");
+  detail::require(delta.extent(0) == std::size_t(B * nh * S), kernel, "delta must be [B*nh*S]");
   const FlashShape s{B, S, S, nh, nkv, d, 0};
-  const auto dk = qkv_heads<T>(dqkv, nh * d, S, d), dv = qkv_heads<T>(dqkv, (nh + nkv) * d, S, d);
-  FlashHeads<F> dk_acc, dv_acc;
-  if constexpr (sums_apart) {
-    dk_acc = qkv_heads<F>(dkv_sum, 0, S, d);
-    dv_acc = qkv_heads<F>(dkv_sum, nkv * d, S, d);
-  } else {
-    dk_acc = {dk.p, dk.row, dk.batch, dk.head};
-    dv_acc = {dv.p, dv.row, dv.batch, dv.head};
-  }
   flash_attention_backward<Exec, T>(exec, s, qkv_heads<const T>(qkv, 0, S, d), qkv_heads<const T>(qkv, nh * d, S, d),
                                     qkv_heads<const T>(qkv, (nh + nkv) * d, S, d), qkv_heads<const T>(out, 0, S, d),
                                     qkv_heads<const T>(dout, 0, S, d), lse.data(),
-                                    doc.size() ? doc.data() : nullptr, qkv_heads<T>(dqkv, 0, S, d), dk, dv, dk_acc,
-                                    dv_acc);
+                                    doc.size() ? doc.data() : nullptr, qkv_heads<T>(dqkv, 0, S, d),
+                                    qkv_heads<T>(dqkv, nh * d, S, d), qkv_heads<T>(dqkv, (nh + nkv) * d, S, d),
+                                    qkv_heads<F>(dq_sum, 0, S, d), delta.data());
 }
 
 // Generation with the key/value cache (src/model/kv_cache.hpp): the n rows of qkv [n, (nh + 2 nkv)·d]

@@ -17,7 +17,6 @@
 #include "kokkos_kernels/layernorm.hpp"
 #include "kokkos_kernels/loss_sum.hpp"
 #include "kokkos_kernels/reductions.hpp"
-#include "kokkos_kernels/repeat_kv.hpp"
 #include "kokkos_kernels/rmsnorm.hpp"
 #include "kokkos_kernels/rope.hpp"
 #include "kokkos_kernels/swiglu.hpp"

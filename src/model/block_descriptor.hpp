@@ -11,6 +11,7 @@
 // scratch buffer is a row here plus its allocation in the layer.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <iterator>
 #include <optional>
@@ -21,6 +22,7 @@
 #include "src/model/gpt_shape.hpp"
 #include "src/model/parameter_spec.hpp"
 #include "src/model/recompute.hpp"
+#include "src/model/scratch_phase.hpp"
 
 namespace tptrain::model {
 
@@ -144,7 +146,6 @@ enum class BufferDim {
   n,
   h,
   h_t,    // h/t: the rank's attention heads' width
-  qkv_t,  // 3h/t: Q, K and V of the rank's heads (the attention's layout)
   gqa_t,  // (a + 2k)·(h/a)/t: llama's QKV output, k = kv_heads (= 3h/t without grouped-query attention)
   kv2_t,  // 2k·(h/a)/t: K and V of the rank's key/value heads
   f_t,    // f/t
@@ -176,18 +177,17 @@ struct BufferRow {
   Lifetime lifetime;
   bool only_16_bit = false;  // allocated only when the storage type is bf16/fp16
   unsigned needs = always;   // the specifications that allocate it (Needs, parameter_spec.hpp)
+  ScratchPhase phase = ScratchPhase::block;  // scratch: the part of the block it serves (workspace.hpp)
 };
 
 // The buffers of a block (recompute.hpp says what each mode keeps); a specification allocates the
 // rows whose `needs` it meets. Not listed: the column-sum partials of the bias and norm gradients
 // (one small stage buffer, column_sums_scratch), and flash attention's block tiles, which live in
 // Kokkos team scratch (kernels::flash_backward_scratch_elements(d) acc_t values per team, whatever
-// S). Flash attention (kokkos_kernels/flash_attention.hpp) keeps no S×S buffer and reads the rank's
-// nkv/t key/value heads in place. The batched core (kokkos_kernels/attention.hpp) takes Q, K and V
-// of the rank's nh/t heads; with grouped-query attention the key/value heads are expanded into
-// that layout (attention.qkv_expanded, Hugging Face's repeat_kv) and the gradient of each group
-// summed back (attention.d_qkv_grouped). The rotary tables cos, sin [s, d/2] are computed once per
-// stage.
+// S). Both attention cores (kokkos_kernels/flash_attention.hpp, attention.hpp) read the rank's
+// nkv/t key/value heads in place from the QKV output; flash keeps no S×S buffer. The rotary tables
+// cos, sin [s, d/2] are computed once per stage. Scratch rows of the attention and of the MLP share
+// one region (ScratchPhase, phase_region_bytes).
 inline constexpr BufferRow kBlockBuffers[] = {
     {"x", "block input (the residual stream)", {BufferDim::n, BufferDim::h}, Element::storage, Lifetime::input},
     {"/ln_1.mean", "ln_1 mean", {BufferDim::n}, Element::fp32, Lifetime::saved, false, needs_layernorm},
@@ -214,28 +214,24 @@ inline constexpr BufferRow kBlockBuffers[] = {
      false, needs_rope},
     {"rope.sin", "rotary table sin(p·θ^(-2i/d))", {BufferDim::s, BufferDim::d_2}, Element::fp32, Lifetime::scratch,
      false, needs_rope},
-    {"attention.qkv_expanded", "Q, K and V with the key/value heads repeated (batched core)",
-     {BufferDim::N, BufferDim::qkv_t}, Element::storage, Lifetime::scratch, false, needs_grouped | needs_batched},
     {"attention.probs", "attention probabilities (the batched core's softmax buffer)",
      {BufferDim::b, BufferDim::a_t, BufferDim::s, BufferDim::s}, Element::storage, Lifetime::scratch, false,
-     needs_batched},
+     needs_batched, ScratchPhase::attention},
     {"attention.dprobs_tile", "attention probabilities' gradient, one row tile (batched core)",
      {BufferDim::b, BufferDim::a_t, BufferDim::tile, BufferDim::s}, Element::storage, Lifetime::scratch, false,
-     needs_batched},
+     needs_batched, ScratchPhase::attention},
     {"attention.d_qkv", "QKV gradient (its Q block holds the context gradient first)", {BufferDim::N, BufferDim::gqa_t},
-     Element::storage, Lifetime::scratch, false, needs_flash},
-    {"attention.dkv_sum", "dK and dV summed over the query heads and blocks", {BufferDim::N, BufferDim::kv2_t},
-     Element::fp32, Lifetime::scratch, true, needs_flash},
-    {"attention.d_qkv", "QKV gradient (its Q block holds the context gradient first)", {BufferDim::N, BufferDim::qkv_t},
-     Element::storage, Lifetime::scratch, false, needs_batched},
-    {"attention.dk_sum", "dK summed over the backward's row tiles", {BufferDim::N, BufferDim::h_t}, Element::fp32,
-     Lifetime::scratch, true, needs_batched},
-    {"attention.d_qkv_grouped", "QKV gradient summed over each key/value group (batched core)",
-     {BufferDim::N, BufferDim::gqa_t}, Element::storage, Lifetime::scratch, false, needs_grouped | needs_batched},
+     Element::storage, Lifetime::scratch, false, always, ScratchPhase::attention},
+    {"attention.dq_sum", "dQ summed over the key blocks (flash)", {BufferDim::N, BufferDim::h_t}, Element::fp32,
+     Lifetime::scratch, false, needs_flash, ScratchPhase::attention},
+    {"attention.delta", "D = Σ dO ∘ O per score row (flash)", {BufferDim::Na_t}, Element::fp32, Lifetime::scratch,
+     false, needs_flash, ScratchPhase::attention},
+    {"attention.dkv_sum", "dK and dV summed over the row tiles and the group's heads (batched core)",
+     {BufferDim::N, BufferDim::kv2_t}, Element::fp32, Lifetime::scratch, true, needs_batched, ScratchPhase::attention},
     {"mlp.a", "MLP activation: GELU(h), or silu(gate)·up; in the backward its gradient (written over it)",
-     {BufferDim::N, BufferDim::f_t}, Element::storage, Lifetime::scratch},
+     {BufferDim::N, BufferDim::f_t}, Element::storage, Lifetime::scratch, false, always, ScratchPhase::mlp},
     {"mlp.dh", "gate and up's gradient", {BufferDim::N, BufferDim::f2_t}, Element::storage, Lifetime::scratch, false,
-     needs_swiglu},
+     needs_swiglu, ScratchPhase::mlp},
     {"block.out", "attention output, then MLP output", {BufferDim::n, BufferDim::h}, Element::storage, Lifetime::scratch},
     {"block.grad_1", "block backward buffer 1", {BufferDim::n, BufferDim::h}, Element::storage, Lifetime::scratch},
     {"block.grad_2", "block backward buffer 2", {BufferDim::n, BufferDim::h}, Element::storage, Lifetime::scratch},
@@ -288,7 +284,6 @@ inline std::int64_t extent(BufferDim d, const BlockSizes& z) {
     case BufferDim::n: return z.n();
     case BufferDim::h: return z.h;
     case BufferDim::h_t: return z.h / z.t;
-    case BufferDim::qkv_t: return 3 * z.h / z.t;
     case BufferDim::gqa_t: return (z.a + 2 * z.kv()) * (z.h / z.a) / z.t;
     case BufferDim::kv2_t: return 2 * z.kv() * (z.h / z.a) / z.t;
     case BufferDim::f_t: return z.f / z.t;
@@ -312,9 +307,19 @@ inline std::vector<std::int64_t> buffer_shape(const BufferRow& r, const BlockSiz
 }
 inline std::int64_t buffer_bytes(const BufferRow& r, const BlockSizes& z, int element_bytes) {
   if (r.only_16_bit && element_bytes >= 4) return 0;
-  std::int64_t n = r.element == Element::fp32 ? 4 : element_bytes;
+  std::int64_t n = r.element == Element::fp32 ? std::max(4, element_bytes) : element_bytes;  // fp64: acc_t is double
   for (const std::int64_t d : buffer_shape(r, z)) n *= d;
   return n;
+}
+
+// The shared region of a block's attention and MLP scratch (ScratchPhase, workspace.hpp): the
+// larger part, each of its buffers starting on kPhaseAlignment.
+inline std::int64_t phase_region_bytes(const GptShape& s, const BlockSizes& z, int element_bytes) {
+  std::int64_t part[3] = {0, 0, 0};
+  for (const BufferRow& r : block_buffer_rows(s))
+    if (r.lifetime == Lifetime::scratch && r.phase != ScratchPhase::block)
+      part[static_cast<int>(r.phase)] += std::int64_t(phase_aligned(std::size_t(buffer_bytes(r, z, element_bytes))));
+  return std::max(part[1], part[2]);
 }
 
 }  // namespace tptrain::model

@@ -114,6 +114,7 @@ class GptModel {
            PipelineStage stage = {}, Recompute recompute = Recompute::selective, OptimizerSharding sharding = {})
       : shape_(validated(shape, micro_batch)), batch_(micro_batch), tp_(tp), stage_(stage), recompute_(recompute),
         sharding_(sharding), rows_(shape.sequence_rows(tokens())),
+        workspace_(std::size_t(phase_region_bytes(shape_, block_sizes(shape_, micro_batch), int(sizeof(T))))),
         grad_a_(workspace_.matrix("grad_a", BufferCategory::stage, rows_, shape.hidden)),
         grad_b_(workspace_.matrix("grad_b", BufferCategory::stage, rows_, shape.hidden)) {
     if (stage.size < 1 || stage.rank < 0 || stage.rank >= stage.size)
@@ -530,7 +531,8 @@ class GptModel {
   Recompute recompute_;
   OptimizerSharding sharding_;
   std::int64_t rows_;       // sequence_rows()
-  Workspace<T> workspace_;  // before every member that takes buffers from it
+  Workspace<T> workspace_;  // before every member that takes buffers from it; the blocks' attention and MLP
+                            // scratch in one shared region (block_descriptor.hpp's phase_region_bytes)
   int per_chunk_ = 0;        // blocks per chunk
   std::unique_ptr<VocabParallelEmbedding<T>> embedding_;        // first stage
   std::vector<std::unique_ptr<TransformerLayer<T>>> layers_;    // this stage's blocks

@@ -71,21 +71,23 @@ inline double recomputed_scores_flops_per_token(const model::GptShape& s) {
 
 // The attention core's FLOPs for one sequence, one layer and the heads of a tensor rank, forward
 // and backward, as the core executes them (the model FLOPs count the full S×S square: 12·S²·H per
-// sequence and layer). Flash (kokkos_kernels/flash_attention.hpp) visits, for each query block of
-// 256 rows, the keys up to its last row: 2·d FLOPs per visited score for each of Q Kᵀ and P V
-// forward, and Q Kᵀ, dO Vᵀ, dS K, dSᵀ Q, Pᵀ dO backward (14·d). The batched core computes the full
+// sequence and layer). Flash (kokkos_kernels/flash_attention.hpp) visits in the forward, for each
+// query block of 256 rows, the keys up to its last row, and in the backward, for each key block of
+// 256 keys, the query rows from its first on: 2·d FLOPs per visited score for each of Q Kᵀ and P V
+// forward, and Q Kᵀ, dO Vᵀ, dS K, dSᵀ Q, Pᵀ dO backward. The batched core computes the full
 // square: Q Kᵀ, P V forward; dO Vᵀ, dS K, dSᵀ Q, Pᵀ dO backward, and Q Kᵀ again unless recompute
 // = none kept the scores (10 or 12·d).
 inline double attention_flops_per_sequence(const model::GptShape& s, bool scores_kept) {
   const double d = s.head_dim(), heads = s.local_heads(), S = s.seq_length;
   if (!s.flash_attention) return (scores_kept ? 10.0 : 12.0) * d * S * S * heads;
-  constexpr double query_rows = 256;  // kernels::flash_query_rows
-  double visited = 0;
-  for (double r0 = 0; r0 < S; r0 += query_rows) {
-    const double rows = std::min(query_rows, S - r0);
-    visited += rows * (r0 + rows);
+  constexpr double block = 256;  // kernels::flash_query_rows, kernels::flash_backward_key_rows
+  double forward = 0, backward = 0;
+  for (double r0 = 0; r0 < S; r0 += block) {
+    const double rows = std::min(block, S - r0);
+    forward += rows * (r0 + rows);
+    backward += rows * (S - r0);
   }
-  return 14.0 * d * visited * heads;
+  return (4.0 * forward + 10.0 * backward) * d * heads;
 }
 
 // What one rank's model recomputed in a step (GptModel's recomputed_* counters, per step).

@@ -9,9 +9,9 @@
 //   flash    kokkos_kernels/flash_attention.hpp: tiled, online softmax, no S×S buffer; grouped-
 //            query attention reads the rank's nkv/t key/value heads in place; document masks;
 //            the same kernel serves the cached generation step
-//   batched  kokkos_kernels/attention.hpp's strided-batched GEMMs over [B, nh/t, S, S] scores
-//            (the CUDA default until measured): with grouped-query attention the key/value heads
-//            are copied into the attention's layout (repeat_kv) and their gradient summed back
+//   batched  kokkos_kernels/attention.hpp's batched GEMMs over [B, nh/t, S, S] scores (the CUDA
+//            default until measured): the same operands, grouped-query attention's key/value heads
+//            read in place through the GEMMs' pointer tables, and document masks in its softmax
 #pragma once
 
 #include <string>
@@ -20,7 +20,6 @@
 #include "kokkos_kernels/attention.hpp"
 #include "kokkos_kernels/flash_attention.hpp"
 #include "kokkos_kernels/kv_cache_append.hpp"
-#include "kokkos_kernels/repeat_kv.hpp"
 #include "kokkos_kernels/rope.hpp"
 #include "src/model/block_descriptor.hpp"
 #include "src/model/gpt_shape.hpp"
@@ -57,9 +56,11 @@ struct ParallelAttention {
   bool flash;                   // the attention core (GptShape::flash_attention)
   Recompute recompute;
   Saved saved;                  // the set of the micro-batch being computed (the owner may rebind it)
-  kernels::Matrix<T> d_qkv;     // [N, (nh + 2nkv)/tp * d] (batched: [N, 3*H/tp]); its Q block holds dO first
-  // Flash, bf16/fp16 only: dK and dV summed in fp32 over the query heads and blocks, rounded once.
-  kernels::Matrix<kx::acc_t<T>> dkv_sum;  // [N, 2 * nkv/tp * d]
+  kernels::Matrix<T> d_qkv;     // [N, (nh + 2nkv)/tp * d]; its Q block holds dO first
+  // Flash: dQ summed in fp32 over the key blocks (rounded once into d_qkv), and each row's
+  // D = Σ dO ∘ O (kernels::flash_attention_backward's workspaces).
+  kernels::Matrix<kx::acc_t<T>> dq_sum;  // [N, nh/tp * d]
+  kernels::Vector<kx::acc_t<T>> delta;   // [B * nh/tp * S]
   // The micro-batch's documents, set by the model (GptModel::bind_documents; empty: none):
   // data.document_mask, the first position of each token's document [N]; data.reset_positions,
   // each token's position in its document [N] (the rotary angle's position).
@@ -71,12 +72,9 @@ struct ParallelAttention {
   // kernels::attention_backward_tile_rows(S), min(S, 128)) instead of score buffers per layer.
   kernels::Tensor4<T> probs;    // [B, nh/tp, S, S] scores / probabilities
   kernels::Tensor4<T> dprobs;   // [B, nh/tp, tile, S] their gradient, one row tile (backward)
-  // bf16/fp16 only: dK summed over the backward's query row tiles in fp32, rounded once.
-  kernels::Matrix<kx::acc_t<T>> dk_sum;  // [N, H/tp]
-  // Grouped-query attention on the batched core: Q, K, V expanded to nh_local heads and the
-  // gradient of the grouped buffer.
-  kernels::Matrix<T> qkv_expanded;   // [N, 3*H/tp]
-  kernels::Matrix<T> d_qkv_grouped;  // [N, (nh + 2nkv)/tp * d]
+  // bf16/fp16 only: dK and dV summed over the backward's query row tiles and the group's query
+  // heads in fp32, rounded once.
+  kernels::Matrix<kx::acc_t<T>> dkv_sum;  // [N, 2 * nkv/tp * d]
   // Rotary positions: the tables [S, d/2] (one pair per stage).
   kernels::Matrix<kx::acc_t<T>> rope_cos, rope_sin;
   bool grouped() const { return nkv_local != nh_local; }
@@ -92,22 +90,19 @@ struct ParallelAttention {
         saved(make_saved(ws, placement.name_for(name), placement.category)) {
     qkv.column_scratch = proj.column_scratch = column_sums_scratch(ws, s, tokens());
     qkv.sp = proj.sp = sequence_parallel_buffers(ws, s, tokens());
+    const ScratchPhase part = ScratchPhase::attention;  // shares its memory with the MLP's scratch
+    d_qkv = ws.matrix("attention.d_qkv", BufferCategory::scratch, tokens(), s.local_qkv_width(), part);
     if (flash) {
-      d_qkv = ws.matrix("attention.d_qkv", BufferCategory::scratch, tokens(), s.local_qkv_width());
+      dq_sum = ws.template matrix<kx::acc_t<T>>("attention.dq_sum", BufferCategory::scratch, tokens(),
+                                                std::int64_t(nh_local) * d, part);
+      delta = ws.template vector<kx::acc_t<T>>("attention.delta", BufferCategory::scratch, tokens() * nh_local, part);
+    } else {
+      probs = ws.tensor4("attention.probs", BufferCategory::scratch, batch, nh_local, S, S, part);
+      dprobs = ws.tensor4("attention.dprobs_tile", BufferCategory::scratch, batch, nh_local,
+                          kernels::attention_backward_tile_rows(S), S, part);
       if constexpr (kx::is_half_v<T>)
         dkv_sum = ws.template matrix<kx::acc_t<T>>("attention.dkv_sum", BufferCategory::scratch, tokens(),
-                                                   2 * std::int64_t(nkv_local) * d);
-    } else {
-      probs = ws.tensor4("attention.probs", BufferCategory::scratch, batch, nh_local, S, S);
-      dprobs = ws.tensor4("attention.dprobs_tile", BufferCategory::scratch, batch, nh_local,
-                          kernels::attention_backward_tile_rows(S), S);
-      d_qkv = ws.matrix("attention.d_qkv", BufferCategory::scratch, tokens(), 3 * std::int64_t(s.local_hidden()));
-      if constexpr (kx::is_half_v<T>)
-        dk_sum = ws.template matrix<kx::acc_t<T>>("attention.dk_sum", BufferCategory::scratch, tokens(), s.local_hidden());
-      if (grouped()) {
-        qkv_expanded = ws.matrix("attention.qkv_expanded", BufferCategory::scratch, tokens(), 3 * std::int64_t(s.local_hidden()));
-        d_qkv_grouped = ws.matrix("attention.d_qkv_grouped", BufferCategory::scratch, tokens(), s.local_qkv_width());
-      }
+                                                   2 * std::int64_t(nkv_local) * d, part);
     }
     if (rotary) {
       rope_cos = ws.template matrix<kx::acc_t<T>>("rope.cos", BufferCategory::scratch, S, d / 2);
@@ -155,8 +150,8 @@ struct ParallelAttention {
                                          doc_start);
       } else {
         // dprobs, free during a forward, holds the batched path's GEMM pointer tables.
-        kernels::attention_forward(exec, attention_input(exec), saved.ctx, probs, saved.lse, B, S, nh_local, d,
-                                   saved.scores, dprobs);
+        kernels::attention_forward(exec, saved.qkv_out, saved.ctx, probs, saved.lse, B, S, nh_local, d, saved.scores,
+                                   dprobs, batched_options());
       }
     }
     proj.forward(exec, tp, ctx, y, add_proj_bias);
@@ -172,33 +167,22 @@ struct ParallelAttention {
     {
       PhaseScope phase(Phase::attention);
       if (flash)
-        kernels::flash_attention_backward(exec, d_ctx, saved.qkv_out, saved.ctx, saved.lse, d_qkv, doc_start, dkv_sum,
-                                          B, S, nh_local, nkv_local, d);
+        kernels::flash_attention_backward(exec, d_ctx, saved.qkv_out, saved.ctx, saved.lse, d_qkv, doc_start, dq_sum,
+                                          delta, B, S, nh_local, nkv_local, d);
       else  // recompute = none: saved.scores holds Q Kᵀ, and the backward skips that GEMM
-        kernels::attention_backward(exec, d_ctx, attention_input(exec), saved.lse, d_qkv, probs, dprobs, dk_sum,
-                                    saved.scores);
+        kernels::attention_backward(exec, d_ctx, saved.qkv_out, saved.lse, d_qkv, probs, dprobs, dkv_sum,
+                                    saved.scores, batched_options());
     }
-    const bool expanded = !flash && grouped();
-    if (!rotary && !expanded) return qkv.backward(exec, tp, d_qkv, x, dx);
-    {
+    if (rotary) {
       PhaseScope phase(Phase::norms_elementwise);
-      if (expanded) kernels::repeat_kv_backward(exec, d_qkv, d_qkv_grouped, nh_local, nkv_local, d);
-      if (rotary)
-        kernels::rope_backward(exec, expanded ? d_qkv_grouped : d_qkv, rope_cos, rope_sin, nh_local + nkv_local,
-                               positions);
+      kernels::rope_backward(exec, d_qkv, rope_cos, rope_sin, nh_local + nkv_local, positions);
     }
-    qkv.backward(exec, tp, expanded ? d_qkv_grouped : d_qkv, x, dx);
+    qkv.backward(exec, tp, d_qkv, x, dx);
   }
 
  private:
-  // Q, K and V of the rank's nh_local heads as the batched core takes them: the QKV output,
-  // or with grouped-query attention its copy with the key/value heads repeated (made again in
-  // the backward: the scratch holds another layer's by then).
-  kernels::Matrix<T> attention_input(const Exec& exec) {
-    if (!grouped()) return saved.qkv_out;
-    PhaseScope phase(Phase::norms_elementwise);
-    kernels::repeat_kv_forward(exec, saved.qkv_out, qkv_expanded, nh_local, nkv_local, d);
-    return qkv_expanded;
+  kernels::AttentionOptions batched_options() const {
+    return {nkv_local, doc_start.size() > 0 ? doc_start.data() : nullptr};
   }
 };
 

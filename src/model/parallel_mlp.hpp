@@ -49,10 +49,10 @@ struct ParallelMLP {
         proj(linear_of<RowParallelLinear<T>>(block_parameter(s, name + "/proj/weight"),
                                              block_parameter_if_held(s, name + "/proj/bias"), tp)),
         saved(make_saved(ws, placement.name_for(name), tokens, s, placement.category)),
-        a(ws.matrix("mlp.a", BufferCategory::scratch, tokens, s.local_ffn())),
+        a(ws.matrix("mlp.a", BufferCategory::scratch, tokens, s.local_ffn(), ScratchPhase::mlp)),
         da(a),
         swiglu(s.swiglu()) {
-    if (swiglu) dh = ws.matrix("mlp.dh", BufferCategory::scratch, tokens, 2 * std::int64_t(s.local_ffn()));
+    if (swiglu) dh = ws.matrix("mlp.dh", BufferCategory::scratch, tokens, 2 * std::int64_t(s.local_ffn()), ScratchPhase::mlp);
     fc.skip_bias_add = !swiglu;  // GELU: added by the fused bias + GELU; SwiGLU: by fc itself
     fc.column_scratch = proj.column_scratch = column_sums_scratch(ws, s, tokens);
     fc.sp = proj.sp = sequence_parallel_buffers(ws, s, tokens);

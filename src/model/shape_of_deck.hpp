@@ -34,12 +34,10 @@ inline model::GptShape shape_of(const io::Deck& deck) {
   s.tensor = deck.parallel.tensor;
   s.sequence_parallel = deck.parallel.sequence_parallel;
   // training.attention = default: the choice of the backend this binary runs (flash on host
-  // backends, batched on GPUs; kernels::default_attention_path), and flash wherever documents are
-  // masked (the batched core has no document mask).
+  // backends, batched on GPUs; kernels::default_attention_path). Both cores mask documents.
   s.flash_attention = deck.training.attention == "flash" ||
                       (deck.training.attention != "batched" &&
-                       (deck.data.document_mask ||
-                        kernels::default_attention_path<kx::ExecSpace>() == kernels::AttentionPath::flash));
+                       kernels::default_attention_path<kx::ExecSpace>() == kernels::AttentionPath::flash);
   return s;
 }
 

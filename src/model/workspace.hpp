@@ -24,11 +24,13 @@
 #include <vector>
 
 #include "kokkos_kernels/views.hpp"
+#include "src/model/scratch_phase.hpp"
 #include "src/util/memory_category.hpp"
 
 namespace tptrain::model {
 
 enum class BufferCategory { activation, stage, scratch };
+
 
 // Where a layer's saved-for-backward buffers go: their name prefix (empty: the layer's name) and
 // category. With recompute = full every block gets the same scratch placement, so the blocks share
@@ -51,55 +53,79 @@ class Workspace {
     BufferCategory category;
     std::vector<std::int64_t> shape;
     std::size_t bytes;
+    bool in_region = false;  // a part's scratch inside the shared region (its bytes are the region's)
   };
 
+  // phase_bytes: the shared region of the attention's and the MLP's scratch (0: none, each such
+  // buffer its own allocation, as for a layer built outside a model). The region is allocated
+  // when first used, and no part may outgrow it.
+  explicit Workspace(std::size_t phase_bytes = 0) : phase_bytes_(phase_bytes) {}
+
   template <class U = T>
-  kernels::Vector<U> vector(const std::string& name, BufferCategory c, std::int64_t n) {
-    return get<kernels::Vector<U>>(name, c, {n});
+  kernels::Vector<U> vector(const std::string& name, BufferCategory c, std::int64_t n,
+                            ScratchPhase p = ScratchPhase::block) {
+    return get<kernels::Vector<U>>(name, c, {n}, p);
   }
   template <class U = T>
-  kernels::Matrix<U> matrix(const std::string& name, BufferCategory c, std::int64_t rows, std::int64_t cols) {
-    return get<kernels::Matrix<U>>(name, c, {rows, cols});
+  kernels::Matrix<U> matrix(const std::string& name, BufferCategory c, std::int64_t rows, std::int64_t cols,
+                            ScratchPhase p = ScratchPhase::block) {
+    return get<kernels::Matrix<U>>(name, c, {rows, cols}, p);
   }
   template <class U = T>
   kernels::Tensor4<U> tensor4(const std::string& name, BufferCategory c, std::int64_t n0, std::int64_t n1,
-                              std::int64_t n2, std::int64_t n3) {
-    return get<kernels::Tensor4<U>>(name, c, {n0, n1, n2, n3});
+                              std::int64_t n2, std::int64_t n3, ScratchPhase p = ScratchPhase::block) {
+    return get<kernels::Tensor4<U>>(name, c, {n0, n1, n2, n3}, p);
   }
 
   // One entry per allocation (a shared scratch buffer once), in the order of allocation.
   const std::vector<Entry>& entries() const { return entries_; }
   std::size_t bytes(BufferCategory c) const {
     std::size_t n = 0;
-    for (const Entry& e : entries_) n += e.category == c ? e.bytes : 0;
+    for (const Entry& e : entries_) n += e.category == c && !e.in_region ? e.bytes : 0;
     return n;
   }
   std::size_t total_bytes() const {
     std::size_t n = 0;
-    for (const Entry& e : entries_) n += e.bytes;
+    for (const Entry& e : entries_) n += e.in_region ? 0 : e.bytes;
     return n;
   }
 
  private:
   template <class V>
-  V get(const std::string& name, BufferCategory c, std::vector<std::int64_t> shape) {
+  V get(const std::string& name, BufferCategory c, std::vector<std::int64_t> shape, ScratchPhase p) {
     using U = typename V::non_const_value_type;
     util::MemoryCategoryScope as(c == BufferCategory::scratch ? util::MemoryCategory::workspace
                                                               : util::MemoryCategory::activations);
     std::size_t count = 1;
     for (std::int64_t s : shape) count *= static_cast<std::size_t>(s);
+    const std::size_t bytes = count * sizeof(U);
     if (c == BufferCategory::scratch) {
       const auto it = scratch_.find(name);
       if (it != scratch_.end()) {
         const Entry& e = entries_[it->second.entry];
-        if (e.shape != shape || e.bytes != count * sizeof(U))
+        if (e.shape != shape || e.bytes != bytes)
           throw std::logic_error("tptrain: shared scratch buffer " + name + " requested with two shapes or types");
         return view_of<V>(it->second.storage, shape);
       }
     }
-    entries_.push_back(Entry{name, c, shape, count * sizeof(U)});
+    const bool in_region = c == BufferCategory::scratch && p != ScratchPhase::block && phase_bytes_ > 0;
+    std::size_t& used = phase_used_[static_cast<int>(p)];
+    if (in_region && used + bytes > phase_bytes_)
+      throw std::logic_error("tptrain: scratch buffer " + name + " does not fit in the block's shared region of " +
+                             std::to_string(phase_bytes_) + " bytes (src/model/block_descriptor.hpp)");
+    entries_.push_back(Entry{name, c, shape, bytes, in_region});
     if (c != BufferCategory::scratch) return allocate<V>(name, shape);
-    Bytes storage(name, count * sizeof(U));
+    Bytes storage;
+    if (in_region) {
+      if (region_.size() == 0) {
+        entries_.insert(entries_.end() - 1, Entry{"block.phase_scratch", c, {std::int64_t(phase_bytes_)}, phase_bytes_});
+        region_ = Bytes("block.phase_scratch", phase_bytes_);
+      }
+      storage = Kokkos::subview(region_, std::make_pair(used, used + bytes));
+      used += phase_aligned(bytes);
+    } else {
+      storage = Bytes(name, bytes);
+    }
     scratch_.emplace(name, Shared{storage, entries_.size() - 1});
     return view_of<V>(storage, shape);
   }
@@ -131,6 +157,9 @@ class Workspace {
   };
   std::vector<Entry> entries_;
   std::map<std::string, Shared> scratch_;
+  std::size_t phase_bytes_;
+  Bytes region_;
+  std::size_t phase_used_[3] = {0, 0, 0};  // bytes each part holds in the region
 };
 
 // The first n rows of a buffer sized for a micro-batch: a layer's forward on fewer rows than it

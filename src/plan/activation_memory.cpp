@@ -19,7 +19,7 @@ constexpr std::int64_t kStatistic = 4;  // fp32
 // bits (N = b·s of two 32-bit deck values) except N·a/t, which is multiplied here.
 Count checked_buffer_bytes(const model::BufferRow& r, const model::BlockSizes& z, int element_bytes) {
   if (r.only_16_bit && element_bytes >= 4) return 0;
-  Count n = r.element == model::Element::fp32 ? 4 : element_bytes;
+  Count n = r.element == model::Element::fp32 ? std::max(4, element_bytes) : element_bytes;
   for (const model::BufferDim d : r.shape)
     n *= d == model::BufferDim::Na_t ? Count(z.N()) * (z.a / z.t) : Count(model::extent(d, z));
   return n;
@@ -97,8 +97,23 @@ std::vector<Buffer> head_buffers(const Config& c) {
           {"loss vectors", loss_vectors(c)}};
 }
 
+// The block's own scratch, then the attention's and the MLP's in their shared region (the larger
+// part, each buffer aligned as the Workspace places it: model::phase_region_bytes, checked).
 std::vector<Buffer> block_scratch(const Config& c) {
-  return block_buffers(c, [](const model::BufferRow& r) { return r.lifetime == model::Lifetime::scratch; });
+  std::vector<Buffer> out = block_buffers(c, [](const model::BufferRow& r) {
+    return r.lifetime == model::Lifetime::scratch && r.phase == model::ScratchPhase::block;
+  });
+  const model::BlockSizes z = sizes(c);
+  Count part[3] = {0, 0, 0};
+  for (const model::BufferRow& r : model::block_buffer_rows(c.shape))
+    if (r.lifetime == model::Lifetime::scratch && r.phase != model::ScratchPhase::block) {
+      const Count aligned = (checked_buffer_bytes(r, z, c.element_bytes()) + Count(model::kPhaseAlignment - 1)) /
+                            Count(model::kPhaseAlignment) * Count(model::kPhaseAlignment);
+      part[static_cast<int>(r.phase)] += aligned;
+    }
+  out.push_back({"the attention's and the MLP's scratch, one region (the larger part)",
+                 std::max<std::int64_t>(part[1], part[2])});
+  return out;
 }
 std::int64_t stage_gradients(const Config& c) { return 2 * sequence_rows_by_hidden(c); }
 std::int64_t sequence_parallel_buffers(const Config& c) {

@@ -62,9 +62,12 @@ std::int64_t loss_vectors(const Config& c);            // row max, Σexp, target
 std::vector<Buffer> head_buffers(const Config& c);
 
 // ---- workspace: scratch shared by all layers of a stage -------------------------------------------
-// The block descriptor's scratch buffers (attention probabilities and their row tile, the
-// attention, MLP and block gradient buffers; bf16/fp16 also the fp32 dK sum), besides the
-// column-sum partials of the bias and LayerNorm gradients (under 1 % of a layer's activations).
+// The block descriptor's scratch buffers: the block's own (its output and gradient buffers, the
+// rotary tables), and one region shared by the attention's (flash: the QKV gradient, the fp32 dQ
+// sum and D; batched: the probabilities, their row tile, the QKV gradient, bf16/fp16 the fp32 dK
+// sum) and the MLP's (its activation, SwiGLU's gate and up gradient), as large as the larger;
+// besides the column-sum partials of the bias and LayerNorm gradients (under 1 % of a layer's
+// activations).
 std::vector<Buffer> block_scratch(const Config& c);
 std::int64_t stage_gradients(const Config& c);            // the stage's gradient ping-pong 2·[n, h]·e
 std::int64_t sequence_parallel_buffers(const Config& c);  // gathered and partial [N, h]·e with SP

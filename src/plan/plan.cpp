@@ -414,7 +414,9 @@ std::string report(const Plan& p) {
                   human_bytes(p.layer_activation_bytes),
                   working_set > 0 ? fmt::format(" + {} recompute working set", human_bytes(working_set)) : ""));
   row("logits", r.head, r.head > 0 ? "ln_f output, logits (their gradient in place), loss vectors" : "(on the last stage)");
-  row("workspace", r.workspace, "attention gradients (batched core: scores and backward row tile), gradient and sequence-parallel buffers");
+  row("workspace", r.workspace,
+      fmt::format("{} attention's and the MLP's scratch in one region, block, gradient and sequence-parallel buffers",
+                  c.shape.flash_attention ? "flash (no S x S buffer):" : "batched (S x S scores and their row tile):"));
   row("total", r.total(),
       fmt::format("{:.1f} bytes per parameter + activations; --gpu-memory {:g} GiB: {}", per_param,
                   p.hardware.gpu_memory_gib,

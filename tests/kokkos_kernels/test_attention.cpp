@@ -479,7 +479,7 @@ TEMPLATE_TEST_CASE("attention backward from kept scores equals the recomputing b
   const int tile = static_cast<int>(tk::attention_backward_tile_rows(s.S));
   tk::Tensor4<T> probs("probs", s.B, s.nh, s.S, s.S), kept("kept", s.B, s.nh, s.S, s.S),
       dprobs("dprobs", s.B, s.nh, tile, s.S);
-  tk::Matrix<A> dk_sum("dk_sum", rows, Hl);
+  tk::Matrix<A> dk_sum("dkv_sum", rows, 2 * Hl);
   tk::Matrix<T> out1("out1", rows, Hl), out2("out2", rows, Hl), dqkv1("dqkv1", rows, 3 * Hl),
       dqkv2("dqkv2", rows, 3 * Hl);
   tk::Vector<A> lse1("lse1", static_cast<std::size_t>(rows) * s.nh), lse2("lse2", static_cast<std::size_t>(rows) * s.nh);

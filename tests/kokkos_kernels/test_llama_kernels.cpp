@@ -1,13 +1,13 @@
 // The llama block's kernels (issue 23, item 3) against naive double references, forward and
 // backward, in fp32 and bf16: RMSNorm (rmsnorm.hpp), SiLU·mul (swiglu.hpp), rotary embeddings in
-// the rotate-half convention (rope.hpp) and grouped-query attention (repeat_kv.hpp around the
+// the rotate-half convention (rope.hpp) and grouped-query attention (repeat_kv_reference.hpp around the
 // attention kernels). Every backward is checked against central finite differences of the double
 // reference forward, which shares no formula with the kernel's backward.
 #include <cmath>
 
 #include "catch.hpp"
 #include "kokkos_kernels/attention.hpp"
-#include "kokkos_kernels/repeat_kv.hpp"
+#include "repeat_kv_reference.hpp"
 #include "kokkos_kernels/rmsnorm.hpp"
 #include "kokkos_kernels/rope.hpp"
 #include "kokkos_kernels/swiglu.hpp"

@@ -457,7 +457,7 @@ TEST_CASE("bf16 attention backward: dK summed over query row tiles in fp32 is ro
   auto dout = tt::to_device<H>(tt::random_vec<H>(rng, static_cast<std::size_t>(B) * S * Hl), B * S, Hl);
   tk::Matrix<H> out("out", B * S, Hl), one("one", B * S, 3 * Hl), summed("summed", B * S, 3 * Hl),
       rounded("rounded", B * S, 3 * Hl);
-  tk::Matrix<float> dk_sum("dk_sum", B * S, Hl);
+  tk::Matrix<float> dk_sum("dkv_sum", B * S, 2 * Hl);
   tk::Vector<float> lse("lse", B * nh * S);
   tk::Tensor4<H> probs("probs", B, nh, S, S), dprobs("dprobs", B, nh, S, S);
   tk::attention_forward(exec, qkv, out, lse, B, S, nh, d);

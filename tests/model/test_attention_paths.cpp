@@ -89,8 +89,7 @@ double max_rel(const std::vector<double>& a, const std::vector<double>& b) {
 
 TEST_CASE("a transformer layer gives the same results on every attention path", "[model][attention_paths]") {
   // Flash attention against the batched core in both GEMM forms; with grouped-query attention
-  // (2 key/value heads for 4 query heads) flash reads K and V in place, the batched core copies
-  // them (repeat_kv).
+  // (2 key/value heads for 4 query heads) every core reads K and V in place.
   for (const int kv_heads : {0, 2})
     for (model::Recompute r : {model::Recompute::selective, model::Recompute::none, model::Recompute::full}) {
       INFO("recompute " << model::recompute_name(r) << ", kv_heads " << kv_heads);

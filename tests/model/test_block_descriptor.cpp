@@ -111,6 +111,12 @@ void check_buffers(const model::GptShape& shape, int micro_batch, Recompute mode
   // block), the gradient ping-pong, the loss head, the shared sequence-parallel and column-sum
   // buffers. Anything else is a block buffer the descriptor lacks.
   const std::string output = "residual." + std::to_string(m.first_layer() + m.local_layers());
+  // The attention's and the MLP's scratch: one region, as large as the larger part.
+  const auto region = entries.find("block.phase_scratch");
+  if (region != entries.end()) {
+    described.insert(region->first);
+    CHECK(static_cast<std::int64_t>(region->second.bytes) == model::phase_region_bytes(shape, z, sizeof(T)));
+  }
   for (const auto& [name, e] : entries) {
     if (described.count(name) != 0) continue;
     const bool own = name.rfind(output, 0) == 0 || name == "grad_a" || name == "grad_b" || name == "column_sums" ||
@@ -151,9 +157,8 @@ const char* symbol(BufferDim d) {
     case BufferDim::n: return "n";
     case BufferDim::h: return "h";
     case BufferDim::h_t: return "(h/t)";
-    case BufferDim::qkv_t: return "(3h/t)";
-    case BufferDim::gqa_t: return "((a+2k)·h/a/t)";
     case BufferDim::kv2_t: return "(2k·h/a/t)";
+    case BufferDim::gqa_t: return "((a+2k)·h/a/t)";
     case BufferDim::f2_t: return "(2f/t)";
     case BufferDim::d_2: return "(h/2a)";
     case BufferDim::f_t: return "(f/t)";
@@ -279,11 +284,14 @@ std::string block_activation_table() {
   return t;
 }
 std::string block_scratch_table() {
-  std::string t = "| buffer | bytes | allocated when |\n|---|---|---|\n";
+  std::string t = "| buffer | bytes | allocated when | part |\n|---|---|---|---|\n";
   for (const BufferRow& r : model::kBlockBuffers)
     if (r.lifetime == Lifetime::scratch)
-      t += fmt::format("| {} | {} | {}{} |\n", r.what, bytes_text(r), held_text(r.needs),
-                       r.only_16_bit ? " (bf16/fp16 only)" : "");
+      t += fmt::format("| {} | {} | {}{} | {} |\n", r.what, bytes_text(r), held_text(r.needs),
+                       r.only_16_bit ? " (bf16/fp16 only)" : "",
+                       r.phase == model::ScratchPhase::block       ? "block"
+                       : r.phase == model::ScratchPhase::attention ? "attention"
+                                                                   : "MLP");
   return t;
 }
 

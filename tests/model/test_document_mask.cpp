@@ -1,7 +1,8 @@
 // Packed documents (data.document_mask with data.reset_positions): a sequence holding the tail of
 // one document and a whole second one, opened by its end-of-text token, gives each document's
 // logits and loss as if it were alone in a sequence of its own, for learned positions (GPT-2) and
-// rotary ones with grouped-query attention (Llama), and its gradients match finite differences
+// rotary ones with grouped-query attention (Llama), on both attention cores (flash and batched),
+// and its gradients match finite differences
 // (the position gradient grouped by document position included); without the masks it does not.
 #include <algorithm>
 #include <cmath>
@@ -78,14 +79,15 @@ double max_diff(const std::vector<double>& a, std::size_t a0, const std::vector<
 }  // namespace
 
 TEST_CASE("packed documents give each document's logits and loss as if alone", "[model][documents]") {
-  for (const char* preset : {"gpt2", "llama"}) {
-    INFO(preset);
+  for (const char* preset : {"gpt2", "llama"})
+  for (const bool flash : {true, false}) {
+    INFO(preset << (flash ? ", flash" : ", batched core"));
     auto tp = test::tp_group(1);
     model::GptShape shape = test::tiny_shape(1);
     static_cast<model::BlockSpec&>(shape) = model::block_preset(preset)->spec;
     if (shape.rotary()) shape.kv_heads = 2;
     shape.seq_length = S;
-    shape.flash_attention = true;
+    shape.flash_attention = flash;
     model::GptModel<double> m(shape, 1, *tp, 3);
     test::randomise(m, 0.4f, 17);
     // Document A's tail at positions 0..6, then document B: <|endoftext|> at 7 and 8 more tokens.

@@ -11,7 +11,7 @@
 #include "kokkos_kernels/attention.hpp"
 #include "kokkos_kernels/flash_attention.hpp"
 #include "kokkos_kernels/kv_cache_append.hpp"
-#include "kokkos_kernels/repeat_kv.hpp"
+#include "tests/kokkos_kernels/repeat_kv_reference.hpp"
 #include "kokkos_kernels/rope.hpp"
 #include "src/model/gpt_inference.hpp"
 #include "tests/model/model_test_util.hpp"

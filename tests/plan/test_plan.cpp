@@ -245,23 +245,27 @@ TEST_CASE("plan: tptrain's activation inventory, buffer by buffer", "[plan]") {
       const std::int64_t vocab_padded = (250 + 8 * t - 1) / (8 * t) * (8 * t);  // vocab_pad_multiple 8
       CHECK(total_bytes(head_buffers(small(t, false, Recompute::none, precision))) ==
             N * h * e + 2 * N * 4 + N * (vocab_padded / t) * e + 4 * N * 4);
-      // Workspace, in every mode: the softmax's scores buffer (recompute = none copies the kept scores into
-      // it) and the backward's row tile (s = 16 < 128 rows: as large); the attention (d_qkv, whose Q
-      // block holds the context gradient first), the MLP activation (its gradient written over it)
-      // and the block gradient buffers; bf16 also the fp32
-      // dK sum. The stage adds its gradient ping-pong, and with
+      // Workspace, in every mode: the block's output and gradient buffers, and one region shared by
+      // the attention's scratch and the MLP's activation (its gradient written over it), each
+      // buffer starting on 128 bytes. The batched attention's: the softmax's scores buffer
+      // (recompute = none copies the kept scores into it), the backward's row tile (s = 16 < 128
+      // rows: as large), d_qkv (whose Q block holds the context gradient first) and bf16's fp32 dK
+      // and dV sums; flash's: d_qkv, the fp32 dQ sum and D. The stage adds its gradient ping-pong, and with
       // sequence parallelism the gathered and partial [N, h].
-      const std::int64_t dk_sum = e < 4 ? N * (h / t) * 4 : 0;
+      const auto aligned = [](std::int64_t bytes) { return (bytes + 127) / 128 * 128; };
+      const std::int64_t dkv_sum = e < 4 ? aligned(N * (2 * h / t) * 4) : 0;
+      const std::int64_t batched_part = 2 * aligned(scores) + aligned(N * (3 * h / t) * e) + dkv_sum;
+      const std::int64_t flash_part = aligned(N * (3 * h / t) * e) + aligned(N * (h / t) * 4) + aligned(N * (a / t) * 4);
+      const std::int64_t mlp_part = aligned(N * (f / t) * e);
       for (const Recompute r : {Recompute::none, Recompute::selective, Recompute::full})
         for (const bool sp : {false, true}) {
           const Config c = small(t, sp, r, precision);
           const std::int64_t n = sp ? N / t : N;
-          const std::int64_t scratch = 2 * scores + (N * (3 * h / t) + N * (f / t) + 3 * n * h) * e + dk_sum;
+          const std::int64_t scratch = 3 * n * h * e + std::max(batched_part, mlp_part);
           CHECK(total_bytes(block_scratch(c)) == scratch);
           CHECK(total_bytes(workspace_buffers(c)) == scratch + 2 * n * h * e + (sp && t > 1 ? 2 * N * h * e : 0));
-          // Flash: no S×S buffers; bf16 sums dK and dV in fp32 ([N, 2h/t]) instead of dK alone.
           const Config fc = small(t, sp, r, precision, true);
-          CHECK(total_bytes(block_scratch(fc)) == scratch - 2 * scores + dk_sum);
+          CHECK(total_bytes(block_scratch(fc)) == 3 * n * h * e + std::max(flash_part, mlp_part));
         }
     }
   }

@@ -54,7 +54,7 @@ io::Deck shipped(const std::string& name) {
 
 // A small llama configuration whose buffers are easy to count by hand: h 32, a 4 (d 8), k 2,
 // f 48, s 16, b 2.
-// flash = false: the batched attention core (its S×S buffers and repeat_kv copies counted).
+// flash = false: the batched attention core (its S×S buffers counted).
 Config small_llama(int tensor, bool sp, Recompute r, const std::string& precision, int kv_heads = 2,
                    bool flash = false) {
   Config c;

@@ -47,11 +47,12 @@ io::Deck deck_for(int tensor, int pipeline, int data, const std::string& extra =
 }
 
 // Bytes of the Workspace's buffers of category c as Kokkos allocates them: each rounded up to a
-// multiple of 8 (Workspace::bytes counts elements × size).
+// multiple of 8 (Workspace::bytes counts elements × size); the buffers inside the blocks' shared
+// region are the region's allocation.
 template <class T>
 std::size_t allocated_bytes(const model::Workspace<T>& ws, model::BufferCategory c) {
   std::size_t n = 0;
-  for (const auto& e : ws.entries()) n += e.category == c ? (e.bytes + 7) / 8 * 8 : 0;
+  for (const auto& e : ws.entries()) n += e.category == c && !e.in_region ? (e.bytes + 7) / 8 * 8 : 0;
   return n;
 }
 

@@ -1,9 +1,9 @@
-// Grouped-query attention's key/value sharing (Ainslie et al. 2023; Hugging Face's repeat_kv):
-// query head h uses key/value head h / g, g = q_heads / kv_heads. The attention kernels
-// (attention.hpp) take Q, K and V of q_heads heads each; repeat_kv_forward copies a grouped
-// buffer [N, (q_heads + 2·kv_heads)·d] (Q, then K, then V) into that layout [N, 3·q_heads·d], and
-// repeat_kv_backward sums the gradient of each group's copies back, in acc_t (float for
-// 16-bit), rounded once. (A later attention that reads a group's K and V in place drops the copy.)
+// Grouped-query attention's key/value sharing by copy (Ainslie et al. 2023; Hugging Face's
+// repeat_kv), a test reference: query head h uses key/value head h / g, g = q_heads / kv_heads.
+// repeat_kv_forward copies a grouped buffer [N, (q_heads + 2·kv_heads)·d] (Q, then K, then V) into
+// the multi-head layout [N, 3·q_heads·d], and repeat_kv_backward sums the gradient of each group's
+// copies back, in acc_t (float for 16-bit), rounded once. The attention cores read the grouped
+// buffer in place; the tests compare them with multi-head attention on the copy.
 // Views: rank 2, any layout, managed or unmanaged, subviews; no aliasing.
 #pragma once
 
