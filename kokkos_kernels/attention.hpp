@@ -6,11 +6,13 @@
 // fused softmax passes of causal_softmax.hpp (described below; a test reference, and the fallback
 // without a pointer-table workspace), with the same results to rounding.
 //
-// qkv [B*S, 3*Hl], Hl = nh_local*d, columns [Q of local heads | K of local heads | V of local
-// heads]; local head h occupies columns h*d .. h*d+d-1 inside each block. Row t = b*S + s.
-// Per (b, h), with scale = 1/sqrt(d):
+// qkv [B*S, (nh + 2 nkv)·d], nh = nh_local, nkv = the rank's key/value heads (AttentionOptions;
+// nh without grouped-query attention), columns [Q of the nh heads | K of the nkv | V of the nkv];
+// head h occupies columns h*d .. h*d+d-1 inside its block, and query head h reads key/value head
+// h / (nh/nkv) in place. Row t = b*S + s. Per (b, h), with scale = 1/sqrt(d) and doc_i the first
+// position row i sees (0, or its document's start with AttentionOptions::doc):
 //   S = Q Kᵀ                                       (GEMM into the probs workspace)
-//   P_ij = exp(scale S_ij - lse_i) for j <= i, 0 otherwise,  lse_i = log Σ_{j<=i} exp(scale S_ij)
+//   P_ij = exp(scale S_ij - lse_i) for doc_i <= j <= i, 0 otherwise,  lse_i = log Σ exp(scale S_ij)
 //   O = P V                                        (GEMM into out)
 // Backward (the probabilities are recomputed from lse: callers share one probs buffer across
 // layers, so nothing of size S² survives between forward and backward):
@@ -20,14 +22,16 @@
 //     dS_ij = scale P_ij (dP_ij - Σ_l P_il dP_il)  (softmax Jacobian, masked 0)
 //     dQ[r0, r1) = dS K[0, r1);  dK[0, r1) += dSᵀ Q[r0, r1)
 //   The tiles run last to first, so the first one (which covers every key row) initialises dK
-//   with beta = 0 and the others accumulate with beta = 1: a fixed order, deterministic.
+//   with beta = 0 and the others accumulate with beta = 1: a fixed order, deterministic. With
+//   grouped-query attention each GEMM runs once per group member (detail::group_member), over the
+//   nkv key/value heads, and dK and dV accumulate over the members in order.
 // Results are bitwise reproducible for a fixed team size and a fixed GEMM backend.
 //
 // Precision: qkv, out, the scores / probabilities and their gradients share one storage type T
 // (float, double, kx::bf16 or kx::fp16: Megatron keeps the S×S scores in the compute type); lse
-// holds acc_t<T>. The dK of a backward with several query row tiles is accumulated over the tiles
-// (beta = 1): in an fp32 workspace when the caller gives one (dk_sum; the model does), else in
-// dqkv itself, which for 16-bit T rounds it once per tile (ceil(S / 128) times).
+// holds acc_t<T>. dK and dV, sums over query row tiles (or chunks) and group members, are
+// accumulated in an fp32 workspace when the caller gives one (dkv_sum; the model does), else in
+// dqkv itself, which for 16-bit T rounds them once per term.
 // Views: qkv/out/dout/dqkv rank 2, probs rank 4 ([B, nh_local, S, S]) and the backward's
 // dprobs_tile rank 4 ([B, nh_local, >= tile, S]), any layout whose last index has stride 1
 // (LayoutRight views, row-range subviews): the GEMMs address them through data() and strides.

@@ -1,14 +1,20 @@
 // Causal attention in a fixed number of large calls (the device path, attention_path.hpp): every
 // GEMM covers all B·nh (batch, head) pairs at once through pointer tables
 // (pointer_batched_gemm.hpp; why pointers and not a relayout: see there), and the softmax passes
-// are one fused kernel each. Launches per call, whatever S, B and the head count:
+// are one fused kernel each. Launches per call, whatever S and B (g = nh / nkv query heads per
+// key/value head, 1 without grouped-query attention):
 //   forward   4: pointer tables, S = Q Kᵀ, scale+mask+softmax (causal_softmax_forward), O = P V
-//   backward  9 (recompute selective / full): pointer tables, then for each of two fixed query
-//             row chunks: [S | dP] = [Q | dO] [K | V]ᵀ, fused softmax backward, [dV | dK] +=
-//             [P | dS]ᵀ [dO | Q], dQ = dS K
-//             5 (recompute none, the raw scores kept): one chunk, and its first GEMM is dP only.
+//   backward  7 + 2g (recompute selective / full): pointer tables, then for each of two fixed
+//             query row chunks: [S | dP] = [Q | dO] [K | V]ᵀ, fused softmax backward, g times
+//             [dV | dK] += [P | dS]ᵀ [dO | Q] (one group member each), dQ = dS K
+//             4 + g (recompute none, the raw scores kept): one chunk, and its first GEMM is dP only
+//             16-bit with dkv_sum: one more, the fp32 dK and dV rounded into dqkv.
+// Grouped-query attention without copies: a query head's K and V pointers are its key/value
+// head's. Only the dV | dK product writes per key/value head, and the g query heads of a group
+// would write one matrix in one call: its tables list the pairs by group member, one call each.
 // The GEMMs do the full S×S square (the masked half too: a GPU has the flops, and it keeps each
-// product one call); the softmax passes write the masked entries as 0.
+// product one call); the softmax passes write the masked entries (causal and, with doc, outside
+// the row's document) as 0.
 //
 // Memory: no more than the tiled path's workspaces (attention.hpp). The backward needs P and dP
 // at once, but the stage holds one [B, nh, S, S] probs buffer (plus the kept scores with
@@ -18,11 +24,11 @@
 //            sees a key beyond it),              2h² <= S²          (h = ceil(S/2), S >= 2)
 // Chunk 2 runs first: its dV / dK GEMM covers every key and initialises dV and dK (beta 0);
 // chunk 1 adds its part (beta 1). With recompute none P is rebuilt in place of the kept scores
-// and dP goes to probs: one chunk. The pointer tables (20·B·nh pointers) live in the backward's
+// and dP goes to probs: one chunk. The pointer tables (24·B·nh pointers) live in the backward's
 // row-tile buffer dprobs_tile, which this path does not otherwise use; the forward uses it too
 // (it is a stage scratch buffer, free during a forward).
-// 16-bit: dV and dK are rounded twice (once per chunk; the tiled path rounds dK once per row
-// tile into dqkv, or once through dk_sum); every sum runs in fp32.
+// 16-bit: dV and dK are summed in the caller's fp32 dkv_sum (cuBLAS writes fp32 from bf16
+// operands) and rounded once; without it they are rounded once per chunk and group member.
 // dO is read from dqkv's Q block, where the model's output projection writes it (else it is
 // copied there first, one more kernel): Q, K, V, dO, dQ, dK and dV then share one row pitch, so
 // S and dP, and dV and dK, are one call each (cuBLAS takes one leading dimension per operand

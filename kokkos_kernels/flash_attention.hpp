@@ -175,7 +175,9 @@ void flash_attention_forward(const Exec& exec, const FlashShape& s, const FlashH
           team.team_barrier();  // the previous block's P V is done with Vs and Ss
           detail::tile_for<Exec>(team, cols, d, [&](const std::int64_t j, const std::int64_t c) {
             Kt[c * Bk + j] = F(k.at(b, g, c0 + j)[c]);
-            Vs[j * dp + c] = F(v.at(b, g, c0 + j)[c]);
+          });
+          detail::tile_for<Exec>(team, cols, d, [&](const std::int64_t j, const std::int64_t c) {
+            Vs[j * dp + c] = F(v.at(b, g, c0 + j)[c]);  // a loop of its own: a contiguous copy, vectorised
           });
           team.team_barrier();
           detail::flash_block<Exec>(team, Mr, cols, d, Qs, dp, 1, Kt, Bk, Ss, Bk, false);
@@ -312,9 +314,15 @@ void flash_attention_backward(const Exec& exec, const FlashShape& s, const Flash
             for (std::int64_t r0 = c0; r0 < iend; r0 += Bq) {
               const std::int64_t rows = kx::min(Bq, S - r0), Mr = (rows + 3) / 4 * 4;
               team.team_barrier();  // the previous query block's products are done with the tiles
+              // One tile a loop: each a contiguous copy per row, which vectorises (the tiles are
+              // streamed from memory once per key block).
               detail::tile_for<Exec>(team, rows, d, [&](const std::int64_t i, const std::int64_t c) {
                 Qs[i * dp + c] = F(q.at(b, h, r0 + i)[c]);
+              });
+              detail::tile_for<Exec>(team, rows, d, [&](const std::int64_t i, const std::int64_t c) {
                 dOs[i * dp + c] = F(dout.at(b, h, r0 + i)[c]);
+              });
+              detail::tile_for<Exec>(team, rows, d, [&](const std::int64_t i, const std::int64_t c) {
                 dQs[i * dp + c] = dq_sum.at(b, h, r0 + i)[c];
               });
               detail::team_for<Exec>(team, rows * dp, Bq * dp, [&](const std::int64_t e) {

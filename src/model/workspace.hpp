@@ -9,7 +9,8 @@
 //               output, the loss head's logits
 //   scratch     valid only inside one layer's forward or backward, hence ONE buffer per name
 //               shared by every layer of the stage (llm.c's scratch reuse): requested again under
-//               the same name, the same allocation comes back
+//               the same name, the same allocation comes back. A block's attention and MLP
+//               scratch (ScratchPhase) share one region as large as the larger part.
 // Buffers are allocated when requested (layer construction), never in the training loop.
 // A buffer holds the stage's storage type T unless asked for another (U): with mixed precision
 // the activations are bf16/fp16 while LayerNorm statistics, the loss head's row statistics and

@@ -333,9 +333,9 @@ TEST_CASE("flash attention: a query block never reads keys after its last row (t
 
 TEST_CASE("flash attention backward: a key block never reaches query rows before it (the causal skip)",
           "[kernels][flash]") {
-  // As above, K and V NaN from the key block boundary p on: the dQ of the rows before p, which
-  // see no key from p on, still equals the reference; a key block that visited the earlier rows
-  // would add its masked 0 · NaN there.
+  // Q and dO NaN before the key block boundary p: dK and dV of the keys from p on, which only the
+  // rows from p on see, still equal the reference; a key block that visited the earlier rows would
+  // add its masked 0 · NaN there.
 #if defined(__GLIBC__)
   struct InvalidAllowed {
     int was = fedisableexcept(FE_INVALID);
@@ -346,20 +346,22 @@ TEST_CASE("flash attention backward: a key block never reaches query rows before
   } allowed;
 #endif
   const Case c{1, 600, 2, 1, 16, false};
-  const int p = int(tk::flash_backward_key_rows), W = (c.nh + 2 * c.nkv) * c.d, Hl = c.nh * c.d;
+  const int p = int(tk::flash_backward_key_rows), W = (c.nh + 2 * c.nkv) * c.d, Hl = c.nh * c.d, kvl = c.nkv * c.d;
   REQUIRE(p < c.S);
   std::mt19937 rng(13);
   tt::HostVec qkv = tt::random_vec<float>(rng, std::size_t(c.S) * W);
-  const tt::HostVec dout = tt::random_vec<float>(rng, std::size_t(c.S) * Hl);
+  tt::HostVec dout = tt::random_vec<float>(rng, std::size_t(c.S) * Hl);
   const std::vector<std::int32_t> doc(c.S, 0);
   const Reference ref = naive(c, qkv, dout, doc);
-  for (int j = p; j < c.S; ++j)
-    for (int e = Hl; e < W; ++e) qkv[std::size_t(j) * W + e] = std::numeric_limits<double>::quiet_NaN();
+  for (int i = 0; i < p; ++i)
+    for (int e = 0; e < Hl; ++e)
+      qkv[std::size_t(i) * W + e] = dout[std::size_t(i) * Hl + e] = std::numeric_limits<double>::quiet_NaN();
   const Result got = run_flash<float>(c, qkv, dout, doc);
-  const std::size_t before = std::size_t(p) * Hl;
-  CHECK(std::all_of(got.dq.begin(), got.dq.begin() + before, [](double x) { return std::isfinite(x); }));
-  CHECK(tt::max_rel_err(tt::HostVec(got.dq.begin(), got.dq.begin() + before),
-                        tt::HostVec(ref.dq.begin(), ref.dq.begin() + before)) < 2e-5);
+  const std::size_t from = std::size_t(p) * kvl;
+  for (const auto& [g, r] : {std::make_pair(&got.dk, &ref.dk), std::make_pair(&got.dv, &ref.dv)}) {
+    CHECK(std::all_of(g->begin() + from, g->end(), [](double x) { return std::isfinite(x); }));
+    CHECK(tt::max_rel_err(tt::HostVec(g->begin() + from, g->end()), tt::HostVec(r->begin() + from, r->end())) < 2e-5);
+  }
 }
 
 TEST_CASE("the batched core: grouped-query attention and document masks, both GEMM forms", "[kernels][attention]") {
