@@ -80,9 +80,6 @@ inline constexpr std::int64_t flash_backward_query_rows = 64;
 
 namespace detail {
 
-template <class F>
-using FlashScratch = Kokkos::View<F*, Kokkos::MemoryUnmanaged>;
-
 inline void check_flash_shape(const FlashShape& s, const char* kernel) {
   require(s.B >= 0 && s.Sq >= 0 && s.Sk >= 0 && s.nh > 0 && s.nkv > 0 && s.d > 0 && s.q0 >= 0, kernel,
           "need B, Sq, Sk, q0 >= 0 and nh, nkv, d > 0");
@@ -100,7 +97,7 @@ struct FlashLaunch {
 template <class Exec, class F>
 FlashLaunch<Exec> flash_launch(const Exec& exec, const std::int64_t league, const std::int64_t elements,
                                const char* kernel) {
-  const std::size_t bytes = FlashScratch<F>::shmem_size(elements);
+  const std::size_t bytes = scratch_row_bytes<Exec, F>(elements);
   FlashLaunch<Exec> l{teams(exec, league, kernel), fits_team_scratch<Exec>(bytes) ? 0 : 1};
   l.policy.set_scratch_size(l.level, Kokkos::PerTeam(bytes));
   return l;
@@ -154,7 +151,7 @@ void flash_attention_forward(const Exec& exec, const FlashShape& s, const FlashH
         const std::int64_t r = team.league_rank();
         const std::int64_t qb = r % nq, h = (r / nq) % nh, b = r / (nq * nh), g = h / group;
         const std::int64_t r0 = qb * Bq, rows = kx::min(Bq, Sq - r0), Mr = (rows + 3) / 4 * 4;
-        F* const Qs = detail::FlashScratch<F>(team.team_scratch(level), elements).data();
+        F* const Qs = detail::ScratchRow<Exec, F>(team.team_scratch(level), elements).data();
         F* const Kt = Qs + Bq * dp;  // [dp][Bk]
         F* const Vs = Kt + dp * Bk;  // [Bk][dp]
         F* const Os = Vs + Bk * dp;  // [Bq][dp]
@@ -266,7 +263,7 @@ void flash_attention_backward(const Exec& exec, const FlashShape& s, const Flash
   Kokkos::parallel_for(
       "tptrain::kernels::flash_attention_backward", launch.policy, KOKKOS_LAMBDA(const member& team) {
         const std::int64_t b = team.league_rank() / s.nkv, g = team.league_rank() % s.nkv;
-        F* const Ks = detail::FlashScratch<F>(team.team_scratch(level), elements).data();
+        F* const Ks = detail::ScratchRow<Exec, F>(team.team_scratch(level), elements).data();
         F* const dKs = Ks + Bk * dp;   // [Bk][dp]
         F* const dVs = dKs + Bk * dp;  // [Bk][dp]
         F* const Kt = dVs + Bk * dp;   // [dp][Bk]

@@ -479,18 +479,18 @@ TEMPLATE_TEST_CASE("attention backward from kept scores equals the recomputing b
   const int tile = static_cast<int>(tk::attention_backward_tile_rows(s.S));
   tk::Tensor4<T> probs("probs", s.B, s.nh, s.S, s.S), kept("kept", s.B, s.nh, s.S, s.S),
       dprobs("dprobs", s.B, s.nh, tile, s.S);
-  tk::Matrix<A> dk_sum("dkv_sum", rows, 2 * Hl);
+  tk::Matrix<A> dkv_sum("dkv_sum", rows, 2 * Hl);
   tk::Matrix<T> out1("out1", rows, Hl), out2("out2", rows, Hl), dqkv1("dqkv1", rows, 3 * Hl),
       dqkv2("dqkv2", rows, 3 * Hl);
   tk::Vector<A> lse1("lse1", static_cast<std::size_t>(rows) * s.nh), lse2("lse2", static_cast<std::size_t>(rows) * s.nh);
   // Recomputing: the forward's probabilities are gone before the backward.
   tk::attention_forward(exec, qkv, out1, probs, lse1, s.B, s.S, s.nh, s.d);
   Kokkos::deep_copy(probs, T(std::numeric_limits<float>::quiet_NaN()));
-  tk::attention_backward_tiled(exec, dout, qkv, lse1, dqkv1, probs, dprobs, tile, dk_sum);
+  tk::attention_backward_tiled(exec, dout, qkv, lse1, dqkv1, probs, dprobs, tile, dkv_sum);
   // Kept: the shared probs buffer is overwritten in between (another layer), the kept scores are not.
   tk::attention_forward(exec, qkv, out2, probs, lse2, s.B, s.S, s.nh, s.d, kept);
   Kokkos::deep_copy(probs, T(std::numeric_limits<float>::quiet_NaN()));
-  tk::attention_backward_tiled(exec, dout, qkv, lse2, dqkv2, kept, dprobs, tile, dk_sum, true);
+  tk::attention_backward_tiled(exec, dout, qkv, lse2, dqkv2, kept, dprobs, tile, dkv_sum, true);
   exec.fence();
   CHECK(tt::bitwise_equal(tt::to_host(out1), tt::to_host(out2)));
   CHECK(tt::bitwise_equal(tt::to_host(lse1), tt::to_host(lse2)));

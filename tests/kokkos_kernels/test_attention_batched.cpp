@@ -56,8 +56,8 @@ Result run_path(tk::AttentionPath path, bool keep, const AttnShape& s, const tt:
   const auto dout = Kokkos::subview(dqkv, Kokkos::ALL(), std::make_pair(0, Hl));
   Kokkos::deep_copy(dout, tt::to_device<T>(hdout, rows, Hl));
   tk::Vector<A> lse("lse", static_cast<std::size_t>(rows) * s.nh);
-  tk::Matrix<A> dk_sum;
-  if constexpr (tptrain::kx::is_half_v<T>) dk_sum = tk::Matrix<A>("dkv_sum", rows, 2 * Hl);
+  tk::Matrix<A> dkv_sum;
+  if constexpr (tptrain::kx::is_half_v<T>) dkv_sum = tk::Matrix<A>("dkv_sum", rows, 2 * Hl);
   Result r;
   {
     tk::LaunchCounting counting;
@@ -67,7 +67,7 @@ Result run_path(tk::AttentionPath path, bool keep, const AttnShape& s, const tt:
     Kokkos::deep_copy(probs, nan);  // another layer's forward in between: probs is not state
     Kokkos::deep_copy(dprobs, nan);
     const tk::LaunchCounts before = tk::launch_count::total();
-    tk::attention_backward(exec, dout, qkv, lse, dqkv, probs, dprobs, dk_sum, kept);
+    tk::attention_backward(exec, dout, qkv, lse, dqkv, probs, dprobs, dkv_sum, kept);
     exec.fence();
     r.backward = tk::launch_count::total() - before;
   }

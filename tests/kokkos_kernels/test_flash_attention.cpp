@@ -193,6 +193,17 @@ Result run_batched_core(const Case& c, const tt::HostVec& qkv_h, const tt::HostV
           columns(g, N, W, Hl + kvl, kvl)};
 }
 
+// The suite traps invalid operations; the causal-skip tests compute with NaN on purpose.
+struct InvalidAllowed {
+#if defined(__GLIBC__)
+  int was = fedisableexcept(FE_INVALID);
+  ~InvalidAllowed() {
+    feclearexcept(FE_INVALID);
+    if (was & FE_INVALID) feenableexcept(FE_INVALID);
+  }
+#endif
+};
+
 enum class Core { flash, batched, causal_tiles, batched_kept };
 
 template <class T>
@@ -301,15 +312,7 @@ TEST_CASE("flash attention: a query block never reads keys after its last row (t
   // equal the reference, which they could not if any of their blocks touched a later key (a
   // masked score's 0 times a NaN value is NaN). The later rows compute with NaN: the suite's
   // trap on invalid operations is off meanwhile.
-#if defined(__GLIBC__)
-  struct InvalidAllowed {
-    int was = fedisableexcept(FE_INVALID);
-    ~InvalidAllowed() {
-      feclearexcept(FE_INVALID);
-      if (was & FE_INVALID) feenableexcept(FE_INVALID);
-    }
-  } allowed;
-#endif
+  const InvalidAllowed allowed;
   const Case c{1, 600, 2, 1, 16, false};
   const int p = int(tk::flash_query_rows) * 2, W = (c.nh + 2 * c.nkv) * c.d;
   REQUIRE(p < c.S);
@@ -336,15 +339,7 @@ TEST_CASE("flash attention backward: a key block never reaches query rows before
   // Q and dO NaN before the key block boundary p: dK and dV of the keys from p on, which only the
   // rows from p on see, still equal the reference; a key block that visited the earlier rows would
   // add its masked 0 · NaN there.
-#if defined(__GLIBC__)
-  struct InvalidAllowed {
-    int was = fedisableexcept(FE_INVALID);
-    ~InvalidAllowed() {
-      feclearexcept(FE_INVALID);
-      if (was & FE_INVALID) feenableexcept(FE_INVALID);
-    }
-  } allowed;
-#endif
+  const InvalidAllowed allowed;
   const Case c{1, 600, 2, 1, 16, false};
   const int p = int(tk::flash_backward_key_rows), W = (c.nh + 2 * c.nkv) * c.d, Hl = c.nh * c.d, kvl = c.nkv * c.d;
   REQUIRE(p < c.S);

@@ -457,12 +457,12 @@ TEST_CASE("bf16 attention backward: dK summed over query row tiles in fp32 is ro
   auto dout = tt::to_device<H>(tt::random_vec<H>(rng, static_cast<std::size_t>(B) * S * Hl), B * S, Hl);
   tk::Matrix<H> out("out", B * S, Hl), one("one", B * S, 3 * Hl), summed("summed", B * S, 3 * Hl),
       rounded("rounded", B * S, 3 * Hl);
-  tk::Matrix<float> dk_sum("dkv_sum", B * S, 2 * Hl);
+  tk::Matrix<float> dkv_sum("dkv_sum", B * S, 2 * Hl);
   tk::Vector<float> lse("lse", B * nh * S);
   tk::Tensor4<H> probs("probs", B, nh, S, S), dprobs("dprobs", B, nh, S, S);
   tk::attention_forward(exec, qkv, out, lse, B, S, nh, d);
   tk::attention_backward_tiled(exec, dout, qkv, lse, one, probs, dprobs, S);
-  tk::attention_backward_tiled(exec, dout, qkv, lse, summed, probs, dprobs, 1, dk_sum);
+  tk::attention_backward_tiled(exec, dout, qkv, lse, summed, probs, dprobs, 1, dkv_sum);
   tk::attention_backward_tiled(exec, dout, qkv, lse, rounded, probs, dprobs, 1);
   exec.fence();
   const auto h_one = tt::to_host(one), h_summed = tt::to_host(summed), h_rounded = tt::to_host(rounded);
