@@ -111,6 +111,17 @@ tt::HostVec columns(const tt::HostVec& m, std::size_t rows, std::size_t W, std::
   return out;
 }
 
+// The document starts on the device (empty without documents).
+Kokkos::View<std::int32_t*, kx::MemSpace> device_documents(const Case& c, const std::vector<std::int32_t>& doc_h) {
+  Kokkos::View<std::int32_t*, kx::MemSpace> doc;
+  if (!c.documents) return doc;
+  doc = Kokkos::View<std::int32_t*, kx::MemSpace>("doc", doc_h.size());
+  auto m = Kokkos::create_mirror_view(doc);
+  for (std::size_t i = 0; i < doc_h.size(); ++i) m(i) = doc_h[i];
+  Kokkos::deep_copy(doc, m);
+  return doc;
+}
+
 struct Result {
   tt::HostVec out, lse, dq, dk, dv;
 };
@@ -123,13 +134,7 @@ Result run_flash(const Case& c, const tt::HostVec& qkv_h, const tt::HostVec& dou
   auto qkv = tt::to_device<T>(qkv_h, N, W);
   tk::Matrix<T> out("out", N, Hl);
   tk::Vector<A> lse("lse", N * c.nh);
-  Kokkos::View<std::int32_t*, kx::MemSpace> doc;
-  if (c.documents) {
-    doc = Kokkos::View<std::int32_t*, kx::MemSpace>("doc", N);
-    auto m = Kokkos::create_mirror_view(doc);
-    for (std::size_t i = 0; i < N; ++i) m(i) = doc_h[i];
-    Kokkos::deep_copy(doc, m);
-  }
+  const auto doc = device_documents(c, doc_h);
   const Exec exec;
   tk::flash_attention_forward(exec, qkv, out, lse, c.B, c.S, c.nh, c.nkv, c.d, doc);
   tk::Matrix<T> dqkv("dqkv", N, W);
@@ -168,13 +173,7 @@ Result run_batched_core(const Case& c, const tt::HostVec& qkv_h, const tt::HostV
   const T nan = T(std::numeric_limits<float>::quiet_NaN());
   Kokkos::deep_copy(probs, nan);
   Kokkos::deep_copy(dprobs, nan);
-  Kokkos::View<std::int32_t*, kx::MemSpace> doc;
-  if (c.documents) {
-    doc = Kokkos::View<std::int32_t*, kx::MemSpace>("doc", N);
-    auto m = Kokkos::create_mirror_view(doc);
-    for (std::size_t i = 0; i < N; ++i) m(i) = doc_h[i];
-    Kokkos::deep_copy(doc, m);
-  }
+  const auto doc = device_documents(c, doc_h);
   const tk::AttentionOptions options{c.nkv, c.documents ? doc.data() : nullptr};
   const Exec exec;
   tk::attention_forward(exec, qkv, out, probs, lse, c.B, c.S, c.nh, c.d, kept, dprobs, options);
