@@ -262,7 +262,7 @@ std::vector<DeckKey> make_keys() {
        &member<&Deck::data, &D::tokenizer_dir>},
       {"data", "document_mask", boolean(false), AnyBoolean{},
        "attention stays within each document of a packed sequence: a token sees the tokens from its "
-       "document's <|endoftext|> on (flash attention; not with data.tokenizer = \"bytes\")",
+       "document's <|endoftext|> on (either attention core; not with data.tokenizer = \"bytes\")",
        &member<&Deck::data, &D::document_mask>},
       {"data", "reset_positions", boolean(false), AnyBoolean{},
        "position ids (learned or rotary) restart at 0 at each document's <|endoftext|>; the first, "
