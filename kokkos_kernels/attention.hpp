@@ -84,6 +84,7 @@ bool holds_pointer_tables(const WV& workspace, std::int64_t B, std::int64_t nh) 
 struct AttentionOptions {
   std::int64_t kv_heads = 0;          // 0: as many as the query heads
   const std::int32_t* doc = nullptr;  // [B·S], or none
+  std::int64_t kv_heads_for(std::int64_t nh) const { return kv_heads > 0 ? kv_heads : nh; }
 };
 
 // Rows of the backward's row-tile buffer dprobs_tile [B, nh_local, tile, S] for sequence length
@@ -127,7 +128,7 @@ void attention_forward(const Exec& exec,
   const char* kernel = "attention_forward";
   detail::require(B >= 0 && S >= 0 && nh_local > 0 && d > 0, kernel,
                   "need B, S >= 0 and nh_local, d > 0");
-  const std::int64_t nh = nh_local, hl = nh * d, nkv = options.kv_heads > 0 ? options.kv_heads : nh;
+  const std::int64_t nh = nh_local, hl = nh * d, nkv = options.kv_heads_for(nh);
   detail::require(nh % nkv == 0, kernel, "the key/value heads must divide the query heads");
   detail::require(qkv.extent(0) == static_cast<std::size_t>(B * S) &&
                       qkv.extent(1) == static_cast<std::size_t>((nh + 2 * nkv) * d) &&
@@ -261,7 +262,7 @@ void attention_backward_tiled(const Exec& exec,
   const std::int64_t B = probs.extent(0), nh = probs.extent(1), S = probs.extent(2);
   detail::require(nh > 0 && probs.extent(3) == static_cast<std::size_t>(S), kernel,
                   "probs must be [B, nh_local>0, S, S]");
-  const std::int64_t nkv = options.kv_heads > 0 ? options.kv_heads : nh;
+  const std::int64_t nkv = options.kv_heads_for(nh);
   detail::require(nh % nkv == 0, kernel, "the key/value heads must divide the query heads");
   detail::require(tile_rows >= 1, kernel, "the row tile must be >= 1");
   const std::int64_t tile = kx::min(S, tile_rows);
@@ -397,7 +398,7 @@ void attention_backward(const Exec& exec,
                       "kept_scores must have the shape of probs");
   if (B == 0 || S == 0) return;
   attention_backward_batched(exec, dout, qkv, lse, dqkv, probs, kept_scores, kept, dprobs_tile,
-                             options.kv_heads > 0 ? options.kv_heads : nh, dkv_sum, options.doc);
+                             options.kv_heads_for(nh), dkv_sum, options.doc);
 }
 
 template <class Exec, class DOV, class QKV, class LV, class DQKV, class PV, class DPV>

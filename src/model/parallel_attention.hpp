@@ -77,7 +77,6 @@ struct ParallelAttention {
   kernels::Matrix<kx::acc_t<T>> dkv_sum;  // [N, 2 * nkv/tp * d]
   // Rotary positions: the tables [S, d/2] (one pair per stage).
   kernels::Matrix<kx::acc_t<T>> rope_cos, rope_sin;
-  bool grouped() const { return nkv_local != nh_local; }
 
   ParallelAttention(const std::string& name, const GptShape& s, int batch, const Communicator& tp, Workspace<T>& ws,
                     Recompute mode = Recompute::selective, const SavedPlacement& placement = {})
