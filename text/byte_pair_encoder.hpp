@@ -1,6 +1,6 @@
-// Byte-pair encoding of one pre-token (Sennrich et al. 2016, as in GPT-2's encoder.py bpe()):
-// start from the one-byte tokens and repeatedly merge the adjacent pair of lowest merge rank,
-// every non-overlapping occurrence from left to right, until no adjacent pair has a rank.
+// Byte-pair encoding of one pre-token with GPT-2's merge table (as in GPT-2's encoder.py bpe()):
+// the merge loop of text/byte_pair_merge.hpp, where two adjacent parts merge when the table has
+// their pair of tokens, at the pair's line in vocab.bpe.
 #pragma once
 
 #include <array>
@@ -9,6 +9,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "text/byte_pair_merge.hpp"
 #include "text/gpt2_vocabulary.hpp"
 
 namespace tptrain::text {
@@ -17,17 +18,10 @@ class BytePairEncoder {
  public:
   explicit BytePairEncoder(const Gpt2Vocabulary& vocabulary);
 
-  // Appends the tokens of `piece` (any bytes) to `out`. O(n log n) in the piece's length, so a
-  // megabyte without a break (a run of letters or spaces) costs no more than its size suggests.
+  // Appends the tokens of `piece` (any bytes) to `out`.
   void encode(std::string_view piece, std::vector<std::uint32_t>& out) const;
 
  private:
-  struct RankedMerge {
-    std::uint32_t rank;
-    std::uint32_t merged;
-  };
-  const RankedMerge* find(std::uint32_t left, std::uint32_t right) const;
-
   std::array<std::uint32_t, 256> byte_token_;
   std::unordered_map<std::uint64_t, RankedMerge> merges_;  // (left << 32 | right) -> rank, merged
 };

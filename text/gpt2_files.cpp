@@ -1,19 +1,12 @@
 #include "text/gpt2_files.hpp"
 
-#include <cstdlib>
 #include <filesystem>
+
+#include "text/cache_dir.hpp"
 
 namespace tptrain::text {
 
-std::string default_gpt2_dir() {
-  namespace fs = std::filesystem;
-  const char* cache = std::getenv("XDG_CACHE_HOME");
-  // The XDG base-directory rules: an empty or relative XDG_CACHE_HOME is ignored.
-  if (cache && *cache && fs::path(cache).is_absolute()) return (fs::path(cache) / "tptrain" / "gpt2").string();
-  const char* home = std::getenv("HOME");
-  if (home && *home) return (fs::path(home) / ".cache" / "tptrain" / "gpt2").string();
-  return {};
-}
+std::string default_gpt2_dir() { return tptrain_cache_dir("gpt2"); }
 
 std::string gpt2_dir_or_default(const std::string& dir) { return dir.empty() ? default_gpt2_dir() : dir; }
 

@@ -16,16 +16,7 @@ void Gpt2Tokenizer::encode_piece(std::string_view piece, std::vector<Token>& out
     out.push_back(vocabulary_.byte_token[static_cast<unsigned char>(piece[0])]);
     return;
   }
-  std::string key(piece);
-  if (const auto it = cache_.find(key); it != cache_.end()) {
-    out.insert(out.end(), it->second.begin(), it->second.end());
-    return;
-  }
-  std::vector<Token> tokens;
-  merges_.encode(piece, tokens);
-  out.insert(out.end(), tokens.begin(), tokens.end());
-  if (cache_.size() >= kCacheEntries) cache_.clear();
-  cache_.emplace(std::move(key), std::move(tokens));
+  cache_.encode(piece, out, [&](std::string_view p, std::vector<Token>& tokens) { merges_.encode(p, tokens); });
 }
 
 void Gpt2Tokenizer::encode_ordinary(std::string_view text, std::vector<Token>& out) {

@@ -5,10 +5,10 @@
 #pragma once
 
 #include <string>
-#include <unordered_map>
 
 #include "text/byte_pair_encoder.hpp"
 #include "text/gpt2_vocabulary.hpp"
+#include "text/piece_cache.hpp"
 #include "text/pretokenizer.hpp"
 #include "text/tokenizer.hpp"
 
@@ -26,17 +26,13 @@ class Gpt2Tokenizer final : public Tokenizer {
   std::vector<Token> encode(std::string_view text) override;
   std::string decode(const std::vector<Token>& tokens) const override;
 
-  // Pre-tokens whose merges are remembered (natural text repeats its words: most pre-tokens are
-  // found here instead of being merged again). The cache is emptied when it reaches this size.
-  static constexpr std::size_t kCacheEntries = std::size_t{1} << 18;
-
  private:
   void encode_piece(std::string_view piece, std::vector<Token>& out);
 
   Gpt2Vocabulary vocabulary_;
   Pretokenizer pretokenizer_;
   BytePairEncoder merges_;
-  std::unordered_map<std::string, std::vector<Token>> cache_;
+  PieceCache cache_;
 };
 
 }  // namespace tptrain::text

@@ -6,10 +6,27 @@
 namespace tptrain::text {
 namespace {
 
-// GPT-2's pattern with \s spelled as White_Space (see the header) and \S as its complement.
+// The patterns of the header, with \s spelled as White_Space and \S as its complement.
 constexpr std::string_view kGpt2Pattern =
     R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\p{White_Space}\p{L}\p{N}]+)"
     R"(|\p{White_Space}+(?!\P{White_Space})|\p{White_Space}+)";
+constexpr std::string_view kCl100kPattern =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\p{White_Space}\p{L}\p{N}]+[\r\n]*)"
+    R"(|\p{White_Space}*[\r\n]+|\p{White_Space}+(?!\P{White_Space})|\p{White_Space}+)";
+constexpr std::string_view kO200kPattern =
+    R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?)"
+    R"(|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?)"
+    R"(|\p{N}{1,3}| ?[^\p{White_Space}\p{L}\p{N}]+[\r\n/]*)"
+    R"(|\p{White_Space}*[\r\n]+|\p{White_Space}+(?!\P{White_Space})|\p{White_Space}+)";
+
+std::string_view pattern_text(SplitPattern p) {
+  switch (p) {
+    case SplitPattern::cl100k: return kCl100kPattern;
+    case SplitPattern::o200k: return kO200kPattern;
+    case SplitPattern::gpt2: break;
+  }
+  return kGpt2Pattern;
+}
 
 }  // namespace
 
@@ -18,14 +35,24 @@ struct Pretokenizer::Compiled {
   ~Compiled() { pcre2_code_free(code); }
 };
 
-Pretokenizer::Pretokenizer() : compiled_(std::make_unique<Compiled>()) {
+std::string_view split_pattern_name(SplitPattern p) {
+  switch (p) {
+    case SplitPattern::cl100k: return "cl100k";
+    case SplitPattern::o200k: return "o200k";
+    case SplitPattern::gpt2: break;
+  }
+  return "gpt2";
+}
+
+Pretokenizer::Pretokenizer(SplitPattern pattern) : compiled_(std::make_unique<Compiled>()) {
   int error = 0;
   PCRE2_SIZE offset = 0;
-  compiled_->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(kGpt2Pattern.data()), kGpt2Pattern.size(),
-                                  PCRE2_UTF | PCRE2_UCP, &error, &offset, nullptr);
+  const std::string_view text = pattern_text(pattern);
+  compiled_->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(), PCRE2_UTF | PCRE2_UCP,
+                                  &error, &offset, nullptr);
   if (!compiled_->code)
-    throw TextError("cannot compile GPT-2's pre-tokenization pattern at offset " + std::to_string(offset) + ": " +
-                    pcre2_message(error));
+    throw TextError("cannot compile the " + std::string(split_pattern_name(pattern)) +
+                    " pre-tokenization pattern at offset " + std::to_string(offset) + ": " + pcre2_message(error));
   // Without JIT support (a PCRE2 built without it) matching still works, only slower.
   pcre2_jit_compile(compiled_->code, PCRE2_JIT_COMPLETE);
 }
