@@ -11,6 +11,8 @@
 #include "io/deck_text.hpp"
 #include "io/path_text.hpp"
 #include "text/gpt2_files.hpp"
+#include "text/tiktoken_encoding.hpp"
+#include "text/tiktoken_ranks.hpp"
 #include "text/tokenizer.hpp"
 
 #include <fmt/format.h>
@@ -313,6 +315,7 @@ class DeckReader {
   void check_not_above(const Term& low, const Term& high, std::string_view kind);
   void check_virtual_stages(const Deck& d);
   void report(const rules::Problem& p);
+  void check_tokenizer_pattern(const Deck& d);
   void check_tokenizer(const Deck& d);
   void check_documents(const Deck& d);
   void check_valid_apart_from_train(const Deck& d);
@@ -583,8 +586,14 @@ void DeckReader::read_choice(Field& f, const Choice& c, std::string& out) {
     out = s;
     return;
   }
+  const std::string_view prefix = c.path_prefix;
+  if (!prefix.empty() && s.size() > prefix.size() && s.compare(0, prefix.size(), prefix) == 0) {
+    out = std::string(prefix) + resolve(s.substr(prefix.size()), f);
+    return;
+  }
   std::vector<std::string> valid;
   for (std::string_view v : values) valid.push_back(toml_string(v));
+  if (!prefix.empty()) valid.push_back(toml_string(std::string(prefix) + "PATH"));
   const std::string valid_text = valid.size() == 1 ? valid[0] : "one of " + join(valid, ", ");
   std::string hint;
   std::size_t best_d = kMaxSuggestDistance + 1;
@@ -592,6 +601,9 @@ void DeckReader::read_choice(Field& f, const Choice& c, std::string& out) {
     const std::size_t d = edit_distance(s, v);
     if (d < best_d) best_d = d, hint = toml_string(v);
   }
+  // A value given by its start ("cl100k" for "cl100k_base").
+  for (std::string_view v : values)
+    if (hint.empty() && s.size() >= 3 && v.substr(0, s.size()) == s) hint = toml_string(v);
   bad(f, fmt::format("{}{}", valid_text, hint.empty() ? "" : " (did you mean " + hint + "?)"));
 }
 
@@ -834,46 +846,101 @@ void DeckReader::check_documents(const Deck& d) {
   for (const char* key : {"document_mask", "reset_positions"}) {
     Field& f = field("data", key);
     const bool on = std::string(key) == "document_mask" ? d.data.document_mask : d.data.reset_positions;
-    if (!on || !f.ok || !tokenizer.ok || text::end_of_text_of(d.data.tokenizer)) continue;
+    if (!on || !f.ok || !tokenizer.ok || d.data.tokenizer != "bytes") continue;
     bad(f, fmt::format("false with data.tokenizer = \"{}\" ({}): documents start at <|endoftext|>, which byte-level "
                        "tokens do not have",
                        d.data.tokenizer, where(tokenizer)));
   }
 }
 
+// data.tokenizer_pattern goes with "tiktoken:PATH", which needs it.
+void DeckReader::check_tokenizer_pattern(const Deck& d) {
+  Field& tokenizer = field("data", "tokenizer");
+  Field& pattern = field("data", "tokenizer_pattern");
+  if (!tokenizer.ok || !pattern.ok) return;
+  const bool rank_file = !text::tiktoken_file_of(d.data.tokenizer).empty();
+  if (rank_file && d.data.tokenizer_pattern.empty())
+    bad(tokenizer, "a tokenizer with its pre-tokenization pattern: a tiktoken rank file needs data.tokenizer_pattern = "
+                   "\"cl100k\", \"o200k\" or \"llama3\" (Llama 3's tokenizer.model: \"llama3\")");
+  if (!rank_file && !d.data.tokenizer_pattern.empty())
+    bad(pattern, fmt::format("\"\" with data.tokenizer = \"{}\" ({}), which has its own pattern: a pattern goes with "
+                             "\"tiktoken:PATH\" only",
+                             d.data.tokenizer, where(tokenizer)));
+}
+
+// The token ids of data.tokenizer must fit model.vocab_size, and its files (GPT-2's two, a
+// tiktoken rank file) must be readable. A missing file is, like a missing data file, a warning
+// for check and plan.
 void DeckReader::check_tokenizer(const Deck& d) {
   Field& tokenizer = field("data", "tokenizer");
   Field& dir = field("data", "tokenizer_dir");
-  if (d.data.tokenizer != "gpt2" || !tokenizer.ok) return;
-  if (Field& vocab = field("model", "vocab_size"); vocab.ok && d.model.vocab_size < text::kGpt2VocabSize) {
-    const Term tv{"model.vocab_size", std::to_string(d.model.vocab_size), &vocab};
-    const Term tt{"data.tokenizer", "\"gpt2\"", &tokenizer};
-    if (weight(tokenizer) > weight(vocab))
-      report_on(tt, fmt::format("a tokenizer whose tokens fit {}; \"gpt2\" has {} (ids 0..{})", mention(tv, tt),
-                                text::kGpt2VocabSize, text::kGpt2VocabSize - 1));
-    else
-      report_on(tv, fmt::format("an integer >= {} with {}: GPT-2's tokens are 0..{}", text::kGpt2VocabSize,
-                                mention(tt, tv), text::kGpt2VocabSize - 1));
+  Field& pattern = field("data", "tokenizer_pattern");
+  if (d.data.tokenizer == "bytes" || !tokenizer.ok || !dir.ok || !pattern.ok) return;
+  const bool gpt2 = d.data.tokenizer == "gpt2";
+  const bool rank_file = !text::tiktoken_file_of(d.data.tokenizer).empty();
+  if (rank_file && d.data.tokenizer_pattern.empty()) return;  // check_tokenizer_pattern said so
+  std::string folder;
+  std::vector<std::string> paths;
+  try {
+    if (gpt2) {
+      folder = text::gpt2_dir_or_default(d.data.tokenizer_dir);
+      if (!folder.empty()) paths = text::gpt2_file_paths(folder);
+    } else if (rank_file) {
+      paths = {text::tiktoken_ranks_path(d.data.tokenizer, {})};
+    } else {
+      folder = d.data.tokenizer_dir.empty() ? text::default_tiktoken_dir() : d.data.tokenizer_dir;
+      if (!folder.empty()) paths = {text::tiktoken_ranks_path(d.data.tokenizer, folder)};
+    }
+  } catch (const std::exception& e) {
+    bad(tokenizer, e.what());
+    return;
   }
-  if (data_files_ == DataFiles::ignored || !dir.ok) return;
-  const std::string folder = text::gpt2_dir_or_default(d.data.tokenizer_dir);
-  Field& subject = dir.node ? dir : tokenizer;
-  if (folder.empty()) {
-    bad(subject, "a folder for GPT-2's vocabulary, but neither XDG_CACHE_HOME nor HOME is set: set data.tokenizer_dir");
+  Field& subject = dir.node && !rank_file ? dir : tokenizer;
+  // The ids: known for the named tokenizers, counted in the file for a rank file that is there.
+  std::optional<std::size_t> ids;
+  if (gpt2) ids = text::kGpt2VocabSize;
+  if (const auto ranks = text::named_tiktoken_ranks(d.data.tokenizer))
+    ids = text::tiktoken_encoding(d.data.tokenizer, {}, folder, *ranks).vocab_size;
+  if (rank_file && regular_file_problem(paths[0]).empty()) {
+    try {
+      ids = text::tiktoken_encoding(d.data.tokenizer, d.data.tokenizer_pattern, {},
+                                    text::count_tiktoken_ranks(paths[0])).vocab_size;
+    } catch (const std::exception& e) {
+      bad(tokenizer, e.what());
+      return;
+    }
+  }
+  if (Field& vocab = field("model", "vocab_size"); ids && vocab.ok && static_cast<std::size_t>(d.model.vocab_size) < *ids) {
+    const Term tv{"model.vocab_size", std::to_string(d.model.vocab_size), &vocab};
+    const Term tt{"data.tokenizer", toml_string(d.data.tokenizer), &tokenizer};
+    if (weight(tokenizer) > weight(vocab))
+      report_on(tt, fmt::format("a tokenizer whose tokens fit {}; {} has {} (ids 0..{})", mention(tv, tt),
+                                toml_string(d.data.tokenizer), *ids, *ids - 1));
+    else
+      report_on(tv, fmt::format("an integer >= {} with {}: its tokens are 0..{}", *ids, mention(tt, tv), *ids - 1));
+  }
+  if (data_files_ == DataFiles::ignored) return;
+  const std::string what = gpt2 ? "GPT-2's encoder.json and vocab.bpe"
+                           : rank_file ? "the tiktoken rank file"
+                                       : d.data.tokenizer + "'s rank file " + d.data.tokenizer + ".tiktoken";
+  const std::string hint = gpt2 ? text::gpt2_files_hint() : rank_file ? std::string() : text::tiktoken_files_hint();
+  if (!rank_file && folder.empty()) {
+    bad(subject, "a folder for " + what + ", but neither XDG_CACHE_HOME nor HOME is set: set data.tokenizer_dir");
     return;
   }
   std::vector<std::string> why;
   bool all_absent = true;
-  for (const std::string& path : text::gpt2_file_paths(folder))
+  for (const std::string& path : paths)
     if (std::string problem = regular_file_problem(path); !problem.empty()) {
       all_absent = all_absent && problem == errno_problem(ENOENT);
       why.push_back(display_path(path) + " " + problem);
     }
   if (why.empty()) return;
   const std::string expected =
-      fmt::format("GPT-2's encoder.json and vocab.bpe in {}, but {}; {}{}",
-                  dir.node ? "that folder" : "data.tokenizer_dir (default " + display_path(folder) + ")", join(why, " and "),
-                  text::gpt2_files_hint(), dir.node ? "" : ", or set data.tokenizer_dir");
+      rank_file ? fmt::format("{}, but {}", what, join(why, " and "))
+                : fmt::format("{} in {}, but {}; {}{}", what,
+                              dir.node ? "that folder" : "data.tokenizer_dir (default " + display_path(folder) + ")",
+                              join(why, " and "), hint, dir.node ? "" : ", or set data.tokenizer_dir");
   if (data_files_ == DataFiles::may_be_absent && all_absent) {
     warnings_.push_back(Problem{subject.origin, fmt::format("{} = {}: {} (needed by train, eval and generate, not by "
                                                             "check and plan)",
@@ -966,6 +1033,7 @@ Deck DeckReader::build() {
                    m.seq_length, p.tensor,
                    "parallel.sequence_parallel = true splits every sequence evenly over the tensor-parallel ranks");
   check_batch(d);
+  check_tokenizer_pattern(d);
   check_tokenizer(d);
   check_documents(d);
   check_valid_apart_from_train(d);

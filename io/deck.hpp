@@ -126,8 +126,11 @@ struct OptimizerConfig {
 struct DataConfig {
   std::string train;
   std::string valid;          // "" = no validation set
-  std::string tokenizer;      // "bytes" or "gpt2" (text/tokenizer.hpp)
-  std::string tokenizer_dir;  // GPT-2's vocabulary folder; "" = text::default_gpt2_dir()
+  // "bytes", "gpt2", "cl100k_base", "o200k_base" or "tiktoken:PATH", PATH absolute
+  // (text/tokenizer.hpp)
+  std::string tokenizer;
+  std::string tokenizer_dir;      // the tokenizer's files; "" = its cache folder
+  std::string tokenizer_pattern;  // "tiktoken:PATH"'s: "cl100k", "o200k" or "llama3"
   // Documents packed into sequences (src/data/document_starts.hpp): attention stays within a
   // document; position ids restart at each document.
   bool document_mask{};

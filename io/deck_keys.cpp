@@ -252,14 +252,21 @@ std::vector<DeckKey> make_keys() {
        &member<&Deck::data, &D::train>},
       {"data", "valid", text(""), PathRule{true, true}, "validation tokens (\"\" = none)",
        &member<&Deck::data, &D::valid>},
-      {"data", "tokenizer", text("bytes"), Choice{{"bytes", "gpt2"}},
-       "how text becomes tokens: \"bytes\" (byte b is token b) or \"gpt2\" (GPT-2's byte-level BPE, "
-       "needs model.vocab_size >= 50257 and its vocabulary files)",
+      {"data", "tokenizer", text("bytes"), Choice{{"bytes", "gpt2", "cl100k_base", "o200k_base"}, "tiktoken:"},
+       "how text becomes tokens: \"bytes\" (byte b is token b), \"gpt2\" (GPT-2's byte-level BPE, 50,257 ids), "
+       "tiktoken's \"cl100k_base\" (100,277 ids) or \"o200k_base\" (200,019 ids), or \"tiktoken:PATH\", a "
+       "tiktoken rank file (Llama 3's tokenizer.model) relative to the deck's folder, with "
+       "data.tokenizer_pattern; model.vocab_size must hold the tokenizer's ids",
        &member<&Deck::data, &D::tokenizer>},
       {"data", "tokenizer_dir", text(""), PathRule{true, false},
-       "folder of GPT-2's encoder.json and vocab.bpe (\"\" = the cache folder that jobs/setup-deps.sh fills, "
-       "${XDG_CACHE_HOME:-$HOME/.cache}/tptrain/gpt2)",
+       "folder of GPT-2's encoder.json and vocab.bpe, or of cl100k_base.tiktoken and o200k_base.tiktoken "
+       "(\"\" = the cache folder that jobs/setup-deps.sh fills, ${XDG_CACHE_HOME:-$HOME/.cache}/tptrain/gpt2 "
+       "or .../tiktoken)",
        &member<&Deck::data, &D::tokenizer_dir>},
+      {"data", "tokenizer_pattern", text(""), Choice{{"", "cl100k", "o200k", "llama3"}},
+       "pre-tokenization pattern of data.tokenizer = \"tiktoken:PATH\" (required there, \"\" otherwise): "
+       "\"cl100k\", \"o200k\" or \"llama3\" (cl100k's pattern with Llama 3's 256 special tokens)",
+       &member<&Deck::data, &D::tokenizer_pattern>},
       {"data", "document_mask", boolean(false), AnyBoolean{},
        "attention stays within each document of a packed sequence: a token sees the tokens from its "
        "document's <|endoftext|> on (either attention core; not with data.tokenizer = \"bytes\")",

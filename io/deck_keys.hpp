@@ -32,7 +32,11 @@ struct NumberRange {
   bool hi_inclusive = false;
 };
 struct Choice {
+  Choice() = default;
+  Choice(std::vector<std::string_view> v, std::string_view prefix = {}) : values(std::move(v)), path_prefix(prefix) {}
   std::vector<std::string_view> values;  // in the order messages list them
+  // Also valid: "<prefix>PATH", PATH relative to the deck's folder ("tiktoken:PATH"); "" = none.
+  std::string_view path_prefix;
 };
 struct PathRule {
   bool allow_empty = false;  // "" means "none"

@@ -14,7 +14,13 @@ struct Tokenizer {
   std::int32_t id;
   std::string_view name;
 };
-constexpr Tokenizer kTokenizers[] = {{1, "bytes"}, {2, "gpt2"}};
+// "tiktoken:PATH" records 5 whatever the file (the vocabulary size tells files apart).
+constexpr Tokenizer kTokenizers[] = {{1, "bytes"}, {2, "gpt2"}, {3, "cl100k_base"}, {4, "o200k_base"}, {5, "tiktoken:"}};
+
+std::string_view header_name(std::string_view tokenizer_name) {
+  constexpr std::string_view file = "tiktoken:";
+  return tokenizer_name.substr(0, file.size()) == file ? file : tokenizer_name;
+}
 
 // Little-endian loads and stores, independent of the host byte order.
 std::int32_t load_le32(const unsigned char* p) {
@@ -40,7 +46,7 @@ ShardVocabulary shard_vocabulary(std::string_view tokenizer_name, std::size_t vo
   if (vocab_size == 0 || vocab_size > static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max()))
     throw DataError(fmt::format("a shard header records vocabulary sizes 1 .. 2^31 - 1, not {}", vocab_size));
   for (const Tokenizer& t : kTokenizers)
-    if (t.name == tokenizer_name) return {static_cast<std::int32_t>(vocab_size), t.id};
+    if (t.name == header_name(tokenizer_name)) return {static_cast<std::int32_t>(vocab_size), t.id};
   throw DataError(fmt::format("tokenizer '{}' has no id for shard headers (src/data/shard_header.cpp)", tokenizer_name));
 }
 
@@ -51,7 +57,7 @@ std::string describe_version(std::int32_t version) {
 std::string describe(const ShardVocabulary& v) {
   if (!v.recorded()) return "not recorded";
   for (const Tokenizer& t : kTokenizers)
-    if (t.id == v.tokenizer) return fmt::format("{}, {} tokens", t.name, v.size);
+    if (t.id == v.tokenizer) return fmt::format("{}, {} tokens", t.name == "tiktoken:" ? "a tiktoken rank file" : t.name, v.size);
   return fmt::format("tokenizer id {}, {} tokens", v.tokenizer, v.size);
 }
 

@@ -4,7 +4,8 @@
 //              tokens (vocabularies of more than 65536 ids: cl100k, o200k, Llama 3)
 //   header[2]  token count
 //   header[3]  tptrain: the vocabulary size the tokens were made with (50257 for GPT-2)
-//   header[4]  tptrain: the tokenizer, 1 = "bytes", 2 = "gpt2"
+//   header[4]  tptrain: the tokenizer, 1 = "bytes", 2 = "gpt2", 3 = "cl100k_base",
+//              4 = "o200k_base", 5 = "tiktoken:PATH" (any rank file)
 // llm.c writes header[3..255] as zeros and never reads them, so a shard written here is still an
 // llm.c shard, and an llm.c shard reads here as "vocabulary not recorded". Ids are never reused:
 // a new tokenizer gets the next number.
@@ -50,7 +51,7 @@ inline int shard_token_bytes(std::int32_t version) { return version == kShardVer
 // "version 1 (uint16 tokens)".
 std::string describe_version(std::int32_t version);
 
-// The vocabulary of tokenizer `name` ("bytes", "gpt2") with `vocab_size` token ids. Throws
+// The vocabulary of tokenizer `name` ("bytes", "gpt2", "cl100k_base", "tiktoken:PATH", ...) with `vocab_size` token ids. Throws
 // DataError for a tokenizer without an id (give it the next one above) or a size past int32.
 ShardVocabulary shard_vocabulary(std::string_view tokenizer_name, std::size_t vocab_size);
 

@@ -43,7 +43,8 @@ struct TokenizeOptions {
   std::vector<std::string> inputs;
   std::string out;
   std::string tokenizer = "gpt2";
-  std::string tokenizer_dir;                          // "" = text::default_gpt2_dir()
+  std::string tokenizer_dir;      // "" = the tokenizer's cache folder (text/tokenizer.hpp)
+  std::string tokenizer_pattern;  // of "tiktoken:PATH": "cl100k", "o200k" or "llama3"
   std::uint64_t shard_tokens = 100000000;             // llm.c's shards of FineWeb: 1e8 tokens
   std::uint64_t valid_tokens = 0;                     // the first ones go to valid_*.bin
   std::uint64_t segment_bytes = std::uint64_t{8} << 20;  // input per rank and round

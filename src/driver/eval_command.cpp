@@ -28,10 +28,13 @@ struct TargetBytes {
 };
 TargetBytes target_bytes(const io::Deck& deck, const data::TokenDataset& data, std::int64_t windows, int S,
                          const std::string& path) {
-  const std::unique_ptr<text::Tokenizer> tokenizer = text::make_tokenizer(deck.data.tokenizer, deck.data.tokenizer_dir);
-  std::vector<std::int64_t> length(tokenizer->vocab_size());
+  const std::unique_ptr<text::Tokenizer> tokenizer = text::make_tokenizer(deck.data.tokenizer, deck.data.tokenizer_dir,
+                                                                          deck.data.tokenizer_pattern);
+  // -1: an id in a gap of the encoding (cl100k_base's 100256), which no tokenized text holds.
+  std::vector<std::int64_t> length(tokenizer->vocab_size(), -1);
   for (std::size_t t = 0; t < length.size(); ++t)
-    length[t] = static_cast<std::int64_t>(tokenizer->decode({static_cast<text::Token>(t)}).size());
+    if (tokenizer->has_token(static_cast<text::Token>(t)))
+      length[t] = static_cast<std::int64_t>(tokenizer->decode({static_cast<text::Token>(t)}).size());
   std::vector<std::int32_t> inputs(static_cast<std::size_t>(S)), targets(static_cast<std::size_t>(S));
   TargetBytes r;
   // Every window is read here, even after a token without a count: reading checks each token
@@ -42,7 +45,7 @@ TargetBytes target_bytes(const io::Deck& deck, const data::TokenDataset& data, s
     data.window(static_cast<std::size_t>(j), S, inputs.data(), targets.data());
     for (std::int32_t t : targets) {
       if (!r.why.empty()) break;
-      if (t < 0 || static_cast<std::size_t>(t) >= length.size())
+      if (t < 0 || static_cast<std::size_t>(t) >= length.size() || length[static_cast<std::size_t>(t)] < 0)
         r.why = fmt::format("{} window {} has token {}, which the {} tokenizer (data.tokenizer) does not have (ids "
                             "0..{}){}",
                             path, j, t, tokenizer->name(), length.size() - 1,

@@ -225,7 +225,9 @@ int run_generate(const io::Deck& deck, const parallel::Topology& topo, const std
   // rank, so is the verdict on it.
   std::unique_ptr<text::Tokenizer> tokenizer;
   std::vector<std::int32_t> context;
-  on_every_rank(topo.world(), [&] { tokenizer = text::make_tokenizer(deck.data.tokenizer, deck.data.tokenizer_dir); });
+  on_every_rank(topo.world(), [&] {
+    tokenizer = text::make_tokenizer(deck.data.tokenizer, deck.data.tokenizer_dir, deck.data.tokenizer_pattern);
+  });
   try {
     for (text::Token t : tokenizer->encode(o.prompt)) context.push_back(static_cast<std::int32_t>(t));
   } catch (const text::TextError& e) {
@@ -246,7 +248,9 @@ int run_generate(const io::Deck& deck, const parallel::Topology& topo, const std
   };
   const auto on_token = [&](std::int32_t t) {
     show_prompt();
-    log::stream(out.push(tokenizer->decode({static_cast<text::Token>(t)})));
+    // An id in a gap of the encoding (an untrained model may sample one) stands for no text.
+    if (tokenizer->has_token(static_cast<text::Token>(t)))
+      log::stream(out.push(tokenizer->decode({static_cast<text::Token>(t)})));
   };
   const std::optional<std::int32_t> end_of_text = eot ? std::optional<std::int32_t>(static_cast<std::int32_t>(*eot))
                                                       : std::nullopt;

@@ -21,6 +21,8 @@
 #include "src/driver/commands.hpp"
 #include "src/driver/retired_environment.hpp"
 #include "src/util/stop_signal.hpp"
+#include "text/tiktoken_encoding.hpp"
+#include "text/tokenizer.hpp"
 
 namespace {
 
@@ -292,11 +294,25 @@ int main(int argc, char** argv) {
   tokenize_cmd->add_option("inputs", tokenize_opts.inputs, "input files, in order")->required();
   tokenize_cmd->add_option("--out", tokenize_opts.out, "output folder (created; shards already there are not overwritten)")
       ->required();
-  tokenize_cmd->add_option("--tokenizer", tokenize_opts.tokenizer, "\"gpt2\" (GPT-2 BPE) or \"bytes\"")
-      ->check(CLI::IsMember({"gpt2", "bytes"}))
+  tokenize_cmd
+      ->add_option("--tokenizer", tokenize_opts.tokenizer,
+                   "\"gpt2\" (GPT-2 BPE), \"cl100k_base\", \"o200k_base\", \"tiktoken:PATH\" (a tiktoken rank file, "
+                   "with --tokenizer-pattern) or \"bytes\"")
+      ->check(CLI::Validator(
+          [](std::string& v) -> std::string {
+            for (std::string_view name : tptrain::text::tokenizer_names())
+              if (v == name) return {};
+            if (v.size() > tptrain::text::kTiktokenFilePrefix.size() && v.rfind(tptrain::text::kTiktokenFilePrefix, 0) == 0) return {};
+            return "expected \"bytes\", \"gpt2\", \"cl100k_base\", \"o200k_base\" or \"tiktoken:PATH\", got \"" + v + "\"";
+          },
+          "TOKENIZER"))
       ->capture_default_str();
+  tokenize_cmd->add_option("--tokenizer-pattern", tokenize_opts.tokenizer_pattern,
+                           "pre-tokenization pattern of --tokenizer tiktoken:PATH: \"cl100k\", \"o200k\" or \"llama3\"")
+      ->check(CLI::IsMember({"cl100k", "o200k", "llama3"}));
   tokenize_cmd->add_option("--tokenizer-dir", tokenize_opts.tokenizer_dir,
-                           "folder of GPT-2's encoder.json and vocab.bpe (default: the cache folder jobs/setup-deps.sh fills)");
+                           "folder of GPT-2's encoder.json and vocab.bpe, or of cl100k_base.tiktoken and o200k_base.tiktoken "
+                           "(default: the cache folders jobs/setup-deps.sh fills)");
   tokenize_cmd->add_option("--shard-tokens", tokenize_opts.shard_tokens, "tokens per shard")
       ->check(integer_at_least(1))
       ->capture_default_str();

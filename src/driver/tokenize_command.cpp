@@ -33,6 +33,7 @@
 #include "base/agreement.hpp"
 #include "base/mpi_check.hpp"
 #include "text/gpt2_files.hpp"
+#include "text/tiktoken_encoding.hpp"
 #include "text/tokenizer.hpp"
 
 namespace tptrain::driver {
@@ -61,9 +62,14 @@ std::unique_ptr<text::Tokenizer> load_tokenizer(const TokenizeOptions& o) {
     if (!missing.empty())
       throw data::DataError("GPT-2's vocabulary: " + missing + "; " + text::gpt2_files_hint() +
                             (o.tokenizer_dir.empty() ? ", or name another folder with --tokenizer-dir" : ""));
+  } else if (text::named_tiktoken_ranks(o.tokenizer)) {
+    const std::string path = text::tiktoken_ranks_path(o.tokenizer, o.tokenizer_dir);
+    if (const std::string problem = io::regular_file_problem(path); !problem.empty())
+      throw data::DataError(o.tokenizer + "'s rank file " + io::display_path(path) + " " + problem + "; " +
+                            text::tiktoken_files_hint() +
+                            (o.tokenizer_dir.empty() ? ", or name another folder with --tokenizer-dir" : ""));
   }
-  auto tokenizer = text::make_tokenizer(o.tokenizer, o.tokenizer_dir);
-  return tokenizer;
+  return text::make_tokenizer(o.tokenizer, o.tokenizer_dir, o.tokenizer_pattern);
 }
 
 // Rank 0: DIR exists, holds no shards (tokenize never overwrites), and has an empty partial folder.

@@ -1003,6 +1003,7 @@ TEST_CASE("deck: to_toml writes every key in table order and round-trips", "[io]
                                           "data.valid",
                                           "data.tokenizer",
                                           "data.tokenizer_dir",
+                                          "data.tokenizer_pattern",
                                           "data.document_mask",
                                           "data.reset_positions",
                                           "checkpoint.dir",

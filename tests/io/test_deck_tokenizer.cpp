@@ -1,5 +1,6 @@
-// The deck keys of the tokenizer: data.tokenizer ("bytes" | "gpt2") and data.tokenizer_dir, with
-// the checks a "gpt2" deck gets (its files, model.vocab_size).
+// The deck keys of the tokenizer: data.tokenizer ("bytes" | "gpt2" | "cl100k_base" | "o200k_base" |
+// "tiktoken:PATH"), data.tokenizer_dir and data.tokenizer_pattern, with the checks a BPE deck
+// gets (its files, model.vocab_size, the pattern).
 #include <cstdlib>
 #include <filesystem>
 #include <optional>
@@ -61,7 +62,8 @@ TEST_CASE("deck tokenizer: \"bytes\" by default, every existing deck unchanged",
   CHECK(d.data.tokenizer_dir.empty());
   CHECK(Deck().data.tokenizer == "bytes");
   CHECK_THAT(error_of(write_deck(dir, "", "tokenizer = \"gpt3\"")),
-             tptrain::test::contains("data.tokenizer = \"gpt3\": expected one of \"bytes\", \"gpt2\" (did you mean \"gpt2\"?)"));
+             tptrain::test::contains("data.tokenizer = \"gpt3\": expected one of \"bytes\", \"gpt2\", \"cl100k_base\", \"o200k_base\", "
+                                             "\"tiktoken:PATH\" (did you mean \"gpt2\"?)"));
 }
 
 TEST_CASE("deck tokenizer: \"gpt2\" needs its two files, named when missing", "[io][deck]") {
@@ -103,7 +105,7 @@ TEST_CASE("deck tokenizer: \"gpt2\" needs model.vocab_size >= 50257", "[io][deck
   put_bytes(dir.file("vocab/vocab.bpe"), "");
   CHECK_THAT(error_of(write_deck(dir, "vocab_size = 256", "tokenizer = \"gpt2\"\ntokenizer_dir = \"vocab\"")),
              tptrain::test::contains("deck.toml:2: model.vocab_size = 256: expected an integer >= 50257 with "
-                                     "data.tokenizer = \"gpt2\" (line 5): GPT-2's tokens are 0..50256"));
+                                     "data.tokenizer = \"gpt2\" (line 5): its tokens are 0..50256"));
   // The key changed on the command line is the one reported.
   try {
     load_deck(write_deck(dir, "vocab_size = 256", "tokenizer_dir = \"vocab\""), {"data.tokenizer=gpt2"});
@@ -121,4 +123,53 @@ TEST_CASE("deck tokenizer: \"gpt2\" needs model.vocab_size >= 50257", "[io][deck
     CHECK_THAT(std::string(e.what()), tptrain::test::contains("--set model.vocab_size=50000: model.vocab_size = 50000: "
                                                               "expected an integer >= 50257 with data.tokenizer"));
   }
+}
+
+TEST_CASE("deck tokenizer: tiktoken's encodings need their rank files and their ids in model.vocab_size",
+          "[io][deck]") {
+  ScratchDir dir("tptrain_deck_tok");
+  const CacheHome cache(dir.file("cache"));
+  // No rank file: an error for train, a warning for check and plan.
+  const std::string deck = write_deck(dir, "vocab_size = 100277", "tokenizer = \"cl100k_base\"");
+  CHECK_THAT(error_of(deck), tptrain::test::contains(
+                                 "data.tokenizer = \"cl100k_base\": expected cl100k_base's rank file cl100k_base.tiktoken "
+                                 "in data.tokenizer_dir (default " + dir.file("cache/tptrain/tiktoken") + ")"));
+  CHECK_THAT(error_of(deck), tptrain::test::contains("jobs/fetch-tiktoken-ranks.sh"));
+  CHECK(error_of(deck, DataFiles::may_be_absent).empty());
+  CHECK_THAT(error_of(write_deck(dir, "vocab_size = 200000", "tokenizer = \"o200k_base\""), DataFiles::may_be_absent),
+             tptrain::test::contains("model.vocab_size = 200000: expected an integer >= 200019 with data.tokenizer = "
+                                     "\"o200k_base\" (line 5): its tokens are 0..200018"));
+  CHECK_THAT(error_of(write_deck(dir, "vocab_size = 100277", "tokenizer = \"cl100k\"")),
+             tptrain::test::contains("(did you mean \"cl100k_base\"?)"));
+  CHECK_THAT(error_of(write_deck(dir, "vocab_size = 100277", "tokenizer = \"cl100k_base\"\ntokenizer_pattern = \"o200k\""),
+                      DataFiles::may_be_absent),
+             tptrain::test::contains("data.tokenizer_pattern = \"o200k\": expected \"\" with data.tokenizer = "
+                                     "\"cl100k_base\" (" + dir.file("deck.toml") + ":5), which has its own pattern"));
+}
+
+TEST_CASE("deck tokenizer: \"tiktoken:PATH\" is relative to the deck and needs data.tokenizer_pattern", "[io][deck]") {
+  ScratchDir dir("tptrain_deck_tok");
+  std::string ranks;
+  const char* alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  for (int b = 0; b < 256; ++b)
+    ranks += std::string{alphabet[b >> 2], alphabet[(b & 3) << 4], '=', '='} + " " + std::to_string(b) + "\n";
+  put_bytes(dir.file("tokenizer.model"), ranks);
+  const Deck d = load_deck(write_deck(dir, "vocab_size = 512", "tokenizer = \"tiktoken:tokenizer.model\"\n"
+                                                              "tokenizer_pattern = \"llama3\""));
+  CHECK(d.data.tokenizer == "tiktoken:" + dir.file("tokenizer.model"));
+  CHECK(d.data.tokenizer_pattern == "llama3");
+  CHECK_THAT(error_of(write_deck(dir, "vocab_size = 511", "tokenizer = \"tiktoken:tokenizer.model\"\n"
+                                                          "tokenizer_pattern = \"llama3\"")),
+             tptrain::test::contains("model.vocab_size = 511: expected an integer >= 512 with data.tokenizer = \"tiktoken:" +
+                                     dir.file("tokenizer.model") + "\""));
+  CHECK(error_of(write_deck(dir, "vocab_size = 257", "tokenizer = \"tiktoken:tokenizer.model\"\n"
+                                                     "tokenizer_pattern = \"cl100k\"")).empty());
+  CHECK_THAT(error_of(write_deck(dir, "vocab_size = 512", "tokenizer = \"tiktoken:tokenizer.model\"")),
+             tptrain::test::contains("a tiktoken rank file needs data.tokenizer_pattern"));
+  CHECK_THAT(error_of(write_deck(dir, "vocab_size = 512", "tokenizer = \"tiktoken:none.model\"\n"
+                                                          "tokenizer_pattern = \"llama3\"")),
+             tptrain::test::contains("expected the tiktoken rank file, but " + dir.file("none.model")));
+  CHECK_THAT(error_of(write_deck(dir, "vocab_size = 512", "tokenizer = \"tiktoken:tokenizer.model\"\n"
+                                                          "tokenizer_pattern = \"llama2\"")),
+             tptrain::test::contains("data.tokenizer_pattern = \"llama2\": expected one of"));
 }
