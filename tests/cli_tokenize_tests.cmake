@@ -13,12 +13,25 @@ add_test(NAME text_gpt2 COMMAND tptrain_tests "[gpt2]")
 set_tests_properties(text_gpt2 PROPERTIES FIXTURES_REQUIRED gpt2_vocab TIMEOUT 300
                      SKIP_REGULAR_EXPRESSION "${_no_vocabulary}")
 
-# Token for token against js-tiktoken (skipped, saying why, without node and npm).
+# tiktoken's cl100k_base and o200k_base ranks (jobs/fetch-tiktoken-ranks.sh, as gpt2_vocab).
+add_test(NAME tiktoken_ranks COMMAND ${PROJECT_SOURCE_DIR}/jobs/fetch-tiktoken-ranks.sh)
+set_tests_properties(tiktoken_ranks PROPERTIES FIXTURES_SETUP tiktoken_ranks SKIP_RETURN_CODE 77 TIMEOUT 300)
+set(_no_ranks "fetch-tiktoken-ranks|cannot read the rank file")
+
+# Token for token against tiktoken's core (skipped, saying why, without node and npm).
 add_test(NAME text_tiktoken
          COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/text/compare_tiktoken.sh $<TARGET_FILE:tptrain_tests>
-                 $<TARGET_FILE:tptrain> ${_text}/gpt2_corpus.txt ${CMAKE_CURRENT_BINARY_DIR}/tiktoken)
+                 $<TARGET_FILE:tptrain> gpt2 ${_text}/gpt2_corpus.txt ${CMAKE_CURRENT_BINARY_DIR}/tiktoken)
 set_tests_properties(text_tiktoken PROPERTIES FIXTURES_REQUIRED gpt2_vocab SKIP_RETURN_CODE 77 TIMEOUT 300
                      SKIP_REGULAR_EXPRESSION "${_no_vocabulary}")
+foreach(_encoding cl100k_base o200k_base)
+  add_test(NAME text_tiktoken_${_encoding}
+           COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/text/compare_tiktoken.sh $<TARGET_FILE:tptrain_tests>
+                   $<TARGET_FILE:tptrain> ${_encoding} ${_text}/tiktoken_corpus.txt
+                   ${CMAKE_CURRENT_BINARY_DIR}/tiktoken_${_encoding})
+  set_tests_properties(text_tiktoken_${_encoding} PROPERTIES FIXTURES_REQUIRED tiktoken_ranks SKIP_RETURN_CODE 77
+                       TIMEOUT 300 SKIP_REGULAR_EXPRESSION "${_no_ranks}")
+endforeach()
 
 # The same shards on 1, 2 and 4 ranks; no overwriting; nothing left by a failed run.
 add_test(NAME cli_tokenize_ranks
