@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The main job of the README: installs what is missing, builds, prepares the fortunes corpus
-# (and its GPT-2 BPE shards when the deck reads data/fortunes-gpt2), trains the model of DECK
+# (and its BPE shards when the deck reads data/fortunes-TOKENIZER), trains the model of DECK
 # (default input/tiny.toml) under mpiexec with as many ranks as the deck's [parallel] layout
 # needs, then prints a sample from the final checkpoint.
 #   jobs/run-local.sh [DECK] [--set section.key=value ...]
@@ -15,9 +15,11 @@ shift $(( $# > 0 ? 1 : 0 ))
 . "$root/jobs/env.sh"
 "$root/jobs/prepare-data.sh"
 exe=${TPTRAIN_BUILD_DIR:-$root/build}/tptrain
-# A deck that reads the fortunes' GPT-2 shards gets them made first (the deck check below wants
+# A deck that reads the fortunes' BPE shards gets them made first (the deck check below wants
 # its data files to exist).
-if grep -q 'fortunes-gpt2' "$deck"; then TPTRAIN_BIN=$exe "$root/jobs/prepare-bpe-data.sh"; fi
+for tokenizer in gpt2 cl100k_base o200k_base; do
+  if grep -q "fortunes-$tokenizer" "$deck"; then TPTRAIN_BIN=$exe "$root/jobs/prepare-bpe-data.sh" "$tokenizer"; fi
+done
 
 # `tptrain check` validates the deck (no MPI): --ranks prints the rank count alone, --json the
 # resolved deck as one JSON object, where the checkpoint folder is read from.
@@ -25,11 +27,14 @@ ranks=$("$exe" check "$deck" "$@" --ranks)
 resolved=$("$exe" check "$deck" "$@" --json)
 field() { /usr/bin/python3 -c 'import json, sys; print(json.loads(sys.argv[1])[sys.argv[2]])' "$resolved" "$1"; }
 ckdir=$(field checkpoint.dir)
-# GPT-2's BPE attaches a word's leading space to the word: a BPE prompt ends before the space.
+# A BPE (GPT-2's, tiktoken's) attaches a word's leading space to the word: a BPE prompt ends
+# before the space.
 # A fortune often ends within a few tokens; --ignore-eos shows several, <|endoftext|> between them.
 prompt="The "
 extra=()
-if [ "$(field data.tokenizer)" = gpt2 ]; then prompt="The"; extra=(--ignore-eos); fi
+case "$(field data.tokenizer)" in
+  gpt2 | cl100k_base | o200k_base | tiktoken:*) prompt="The"; extra=(--ignore-eos) ;;
+esac
 
 cores=$(nproc 2>/dev/null || echo 1)
 flags=()

@@ -33,6 +33,15 @@ foreach(_encoding cl100k_base o200k_base)
                        TIMEOUT 300 SKIP_REGULAR_EXPRESSION "${_no_ranks}")
 endforeach()
 
+# input/llama-o200k-tiny.toml on o200k_base shards: tokenize, train on 2 ranks, eval (bits per
+# byte from the rank file), generate readable text (tests/llama_o200k_end_to_end.py).
+add_test(NAME cli_llama_o200k_end_to_end
+         COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/llama_o200k_end_to_end.py $<TARGET_FILE:tptrain>
+                 ${CMAKE_CURRENT_BINARY_DIR}/llama_o200k ${PROJECT_SOURCE_DIR}
+                 ${MPIEXEC_EXECUTABLE} ${TPTRAIN_MPIEXEC_FLAGS})
+set_tests_properties(cli_llama_o200k_end_to_end PROPERTIES FIXTURES_REQUIRED tiktoken_ranks SKIP_RETURN_CODE 77
+                     TIMEOUT 600 ENVIRONMENT "${TPTRAIN_TEST_ENV}")
+
 # The same shards on 1, 2 and 4 ranks; no overwriting; nothing left by a failed run.
 add_test(NAME cli_tokenize_ranks
          COMMAND ${CMAKE_COMMAND} -DEXE=$<TARGET_FILE:tptrain>
