@@ -226,6 +226,7 @@ struct Field {
   bool ok = true;            // the given value passed its own checks (or is the default)
   std::string default_note;  // how the default was derived, for messages ("4 * model.hidden")
   std::string out_of_range;  // a --set number no TOML number holds ("1e999"), as typed
+  std::string label;         // messages name this instead of the key: "data.train[1].path"
 };
 
 // A term in a cross-key rule (divisibility, ordering).
@@ -269,7 +270,7 @@ class DeckReader {
   }
   void bad(Field& f, const std::string& expected) {
     f.ok = false;
-    add_problem(f.origin, fmt::format("{} = {}: expected {}", f.def->name(),
+    add_problem(f.origin, fmt::format("{} = {}: expected {}", f.label.empty() ? f.def->name() : f.label,
                                       f.out_of_range.empty() ? show(*f.node) : f.out_of_range,
                                       expected));
   }
@@ -282,6 +283,7 @@ class DeckReader {
   bool read_string(Field& f, std::string& out);
   void read_choice(Field& f, const Choice& c, std::string& out);
   bool read_path(Field& f, const PathRule& r, std::string& out);
+  void read_sources(Field& f, const PathRule& r, DataSources& out, bool check_files);
   std::string resolve(const std::string& path, const Field& f) const;
   void check_data_file(Field& f, const std::string& resolved);
   void check_data_set(Field& f, const std::string& resolved, const DataPaths& paths);
@@ -408,7 +410,9 @@ void DeckReader::apply_overrides(const std::vector<std::string>& overrides) {
     try {
       toml::table t = toml::parse("v = " + rhs, std::string_view{"--set"});
       if (t.size() == 1 && t.contains("v")) {
-        parsed = !is_text(*def) || t.get("v")->is_string();
+        // data.train / data.valid also take a blend: --set 'data.train=[{path = "a/", weight = 2}, ...]'.
+        const bool blend = std::holds_alternative<DataSources& (*)(Deck&)>(def->ref) && t.get("v")->is_array();
+        parsed = !is_text(*def) || t.get("v")->is_string() || blend;
         if (parsed) *holder = std::move(t);
       }
     } catch (const toml::parse_error&) {
@@ -697,6 +701,74 @@ void DeckReader::check_data_set(Field& f, const std::string& resolved, const Dat
   }
 }
 
+// data.train / data.valid (io/data_sources.hpp): a path, or a blend, an array of {path, weight}
+// tables. Each entry is checked as a path alone is, and messages name the entry
+// ("data.train[1].weight = -1: expected ..."). A one-entry blend is that path (weight 1).
+void DeckReader::read_sources(Field& f, const PathRule& r, DataSources& out, bool check_files) {
+  const toml::array* entries = f.node->as_array();
+  if (!entries) {
+    std::string path;
+    if (!read_path(f, r, path)) return;
+    out = DataSources(path);
+    if (check_files && !path.empty()) check_data_file(f, path);
+    return;
+  }
+  if (entries->empty()) {
+    bad(f, "a path, or a blend of at least one {path = \"...\", weight = ...} table (got an empty array)");
+    return;
+  }
+  DataSources blend;
+  for (std::size_t i = 0; i < entries->size(); ++i) {
+    const toml::node& e = *entries->get(i);
+    Field entry = f;
+    entry.node = &e;
+    entry.label = fmt::format("{}[{}]", f.def->name(), i);
+    const toml::table* t = e.as_table();
+    if (!t) {
+      bad(entry, "a table {path = \"...\", weight = ...} (got " + type_phrase(e) + ")");
+      f.ok = false;
+      continue;
+    }
+    for (auto&& [key, value] : *t)
+      if (key.str() != "path" && key.str() != "weight") {
+        Field unknown = entry;
+        unknown.node = &value;
+        unknown.label = fmt::format("{}.{}", entry.label, key.str());
+        bad(unknown, "a key of a blend entry, path or weight (unknown key)");
+        f.ok = false;
+      }
+    DataSource source;
+    Field path = entry;
+    path.label = entry.label + ".path";
+    path.node = t->get("path");
+    Field weight = entry;
+    weight.label = entry.label + ".weight";
+    weight.node = t->get("weight");
+    if (!path.node) {
+      add_problem(f.origin, fmt::format("{} = {}: expected a table with a path (the entry has none)", entry.label, show(e)));
+      f.ok = false;
+    } else if (read_path(path, PathRule{false, r.data_file}, source.path) && check_files) {
+      check_data_file(path, source.path);
+    }
+    if (!weight.node) {
+      add_problem(f.origin, fmt::format("{} = {}: expected a table with a weight (the entry has none)", entry.label, show(e)));
+      f.ok = false;
+    } else if (const auto* v = weight.node->as_floating_point(); v || weight.node->as_integer()) {
+      source.weight = v ? v->get() : static_cast<double>(weight.node->as_integer()->get());
+      // isfinite first: an ordered comparison with NaN raises FE_INVALID (trapped in the tests).
+      if (!std::isfinite(source.weight) || source.weight <= 0.0)
+        bad(weight, "a finite weight > 0 (each sequence comes from an entry with probability weight / sum of weights)");
+    } else {
+      bad(weight, "a number > 0 (got " + type_phrase(*weight.node) + ")");
+    }
+    if (!path.ok || !weight.ok) f.ok = false;
+    blend.sources.push_back(std::move(source));
+  }
+  if (!f.ok) return;
+  if (blend.size() == 1) blend.sources.front().weight = 1.0;
+  out = std::move(blend);
+}
+
 // The key's value as given (its own checks), into its member of `d`; a key not given keeps the
 // default already in `d`, resolved when it is a path.
 void DeckReader::read_key(const DeckKey& k, Deck& d) {
@@ -709,8 +781,11 @@ void DeckReader::read_key(const DeckKey& k, Deck& d) {
       f.ok = false;
     } else if (k.type() == KeyType::Path) {
       visit_member(d, k, [&](auto& m) {
-        if constexpr (std::is_same_v<std::decay_t<decltype(m)>, std::string>)
+        if constexpr (std::is_same_v<std::decay_t<decltype(m)>, std::string>) {
           if (!m.empty()) m = resolve(m, f);
+        } else if constexpr (std::is_same_v<std::decay_t<decltype(m)>, DataSources>) {
+          for (DataSource& e : m.sources) e.path = resolve(e.path, f);
+        }
       });
     }
     return;
@@ -730,6 +805,7 @@ void DeckReader::read_key(const DeckKey& k, Deck& d) {
           } else if constexpr (std::is_same_v<Rule, PathRule>) {
             if constexpr (std::is_same_v<Member, std::string>)
               if (read_path(f, rule, m) && rule.data_file && !m.empty() && !ignored) check_data_file(f, m);
+            if constexpr (std::is_same_v<Member, DataSources>) read_sources(f, rule, m, rule.data_file && !ignored);
           } else if constexpr (std::is_same_v<Member, bool>) {
             read_bool(f, m);
           }
@@ -826,15 +902,24 @@ void DeckReader::check_valid_apart_from_train(const Deck& d) {
   if (!reads_data_key("train") || !reads_data_key("valid") || !train.ok || !valid.ok || !valid.node || d.data.valid.empty() ||
       d.data.train.empty())
     return;
-  const std::vector<std::string> training = expand_data_paths(d.data.train).files;
-  for (const std::string& v : expand_data_paths(d.data.valid).files)
+  std::vector<std::string> training, validation;
+  for (const DataSource& e : d.data.train.sources) {
+    const std::vector<std::string> files = expand_data_paths(e.path).files;
+    training.insert(training.end(), files.begin(), files.end());
+  }
+  for (const DataSource& e : d.data.valid.sources) {
+    const std::vector<std::string> files = expand_data_paths(e.path).files;
+    validation.insert(validation.end(), files.begin(), files.end());
+  }
+  for (const std::string& v : validation)
     for (const std::string& t : training) {
       std::error_code ec;
       if (!fs::equivalent(v, t, ec) || ec) continue;
       bad(valid, fmt::format("validation data apart from the training data, but {} is also {} (data.train = {}, {}): "
                              "the evaluation would measure the model on tokens it trained on",
                              display_path(v), v == t ? "a training file" : "training file " + display_path(t),
-                             display_path(d.data.train), where(train)));
+                             d.data.train.is_blend() ? d.data.train.text() : display_path(d.data.train.sources[0].path),
+                             where(train)));
       return;
     }
 }

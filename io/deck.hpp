@@ -26,6 +26,7 @@
 #include <string_view>
 #include <vector>
 
+#include "io/data_sources.hpp"
 #include "io/path_text.hpp"  // display_path(), for messages that name a deck
 
 namespace tptrain::io {
@@ -124,8 +125,8 @@ struct OptimizerConfig {
 // [data]: .txt (byte-level tokens) or .bin (llm.c token shard) files, one or a folder or glob
 // pattern of them (io/data_paths.hpp), and the tokenizer of its text.
 struct DataConfig {
-  std::string train;
-  std::string valid;          // "" = no validation set
+  DataSources train;  // one path or a weighted blend (io/data_sources.hpp)
+  DataSources valid;  // empty = no validation set; a blend is evaluated per source
   // "bytes", "gpt2", "cl100k_base", "o200k_base" or "tiktoken:PATH", PATH absolute
   // (text/tokenizer.hpp)
   std::string tokenizer;

@@ -248,9 +248,12 @@ std::vector<DeckKey> make_keys() {
 
       {"data", "train", Required{}, PathRule{false, true},
        "the training data, a .txt file (byte-level tokens) or a .bin llm.c token shard, or a folder "
-       "or glob pattern of them (one stream, in name order), relative to the deck's folder",
+       "or glob pattern of them (one stream, in name order), relative to the deck's folder; or a weighted blend "
+       "of such paths, [{path = ..., weight = ...}, ...]: each sequence comes from entry i with probability "
+       "weight_i / sum of weights",
        &member<&Deck::data, &D::train>},
-      {"data", "valid", text(""), PathRule{true, true}, "validation tokens (\"\" = none)",
+      {"data", "valid", text(""), PathRule{true, true},
+       "validation tokens (\"\" = none), a path or a blend as data.train (evaluated per entry, eval_loss weighted)",
        &member<&Deck::data, &D::valid>},
       {"data", "tokenizer", text("bytes"), Choice{{"bytes", "gpt2", "cl100k_base", "o200k_base"}, "tiktoken:"},
        "how text becomes tokens: \"bytes\" (byte b is token b), \"gpt2\" (GPT-2's byte-level BPE, 50,257 ids), "

@@ -17,6 +17,7 @@
 namespace tptrain::io {
 
 struct Deck;
+struct DataSources;
 
 // Valid values of a key. `note` is appended to the range in messages ("(0 = off)").
 struct IntRange {
@@ -54,8 +55,9 @@ struct Required {};
 using KeyDefault = std::variant<std::int64_t, double, std::string_view, bool, Derived, Required>;
 
 // Where the value lives in a Deck.
+// data.train and data.valid are DataSources (io/data_sources.hpp): a path or a weighted blend.
 using KeyRef = std::variant<int& (*)(Deck&), std::uint64_t& (*)(Deck&), double& (*)(Deck&),
-                            std::string& (*)(Deck&), bool& (*)(Deck&)>;
+                            std::string& (*)(Deck&), bool& (*)(Deck&), DataSources& (*)(Deck&)>;
 
 enum class KeyType { Integer, Number, String, Path, Boolean };
 
@@ -78,7 +80,8 @@ const std::vector<std::string_view>& deck_sections();
 // nullptr when there is no such key.
 const DeckKey* find_deck_key(std::string_view section, std::string_view key);
 
-// Calls f with the key's member of `d` (int&, std::uint64_t&, double&, std::string& or bool&).
+// Calls f with the key's member of `d` (int&, std::uint64_t&, double&, std::string&, bool& or
+// DataSources&).
 template <class F>
 void visit_member(Deck& d, const DeckKey& k, F&& f) {
   std::visit([&](auto ref) { f(ref(d)); }, k.ref);

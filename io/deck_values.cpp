@@ -26,7 +26,7 @@ void assign_default(Member& m, const KeyDefault& def) {
           if constexpr (std::is_same_v<V, std::int64_t>) m = static_cast<Member>(v);
         } else if constexpr (std::is_same_v<Member, double>) {
           if constexpr (std::is_same_v<V, double>) m = v;
-        } else if constexpr (std::is_same_v<Member, std::string>) {
+        } else if constexpr (std::is_same_v<Member, std::string> || std::is_same_v<Member, DataSources>) {
           if constexpr (std::is_same_v<V, std::string_view>) m = std::string(v);
         }
       },
@@ -41,6 +41,8 @@ std::string toml_value(const Member& m) {
     return std::to_string(m);
   else if constexpr (std::is_same_v<Member, double>)
     return toml_float(m);
+  else if constexpr (std::is_same_v<Member, DataSources>)
+    return m.text();  // a path, or the blend's inline array of tables
   else
     return toml_string(m);
 }
@@ -54,7 +56,15 @@ void add_json(JsonObject& o, std::string_view key, const Member& m) {
     o.integer(key, m);
   else if constexpr (std::is_same_v<Member, double>)
     o.number(key, m);  // finite: the loader refuses others
-  else
+  else if constexpr (std::is_same_v<Member, DataSources>) {
+    if (!m.is_blend()) {
+      o.string(key, m.empty() ? std::string() : m.sources.front().path);
+      return;
+    }
+    std::vector<JsonObject> entries;  // [{"path": ..., "weight": ...}, ...]
+    for (const DataSource& e : m.sources) entries.push_back(JsonObject().string("path", e.path).number("weight", e.weight));
+    o.objects(key, entries);
+  } else
     o.string(key, m);
 }
 

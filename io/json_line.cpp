@@ -117,6 +117,15 @@ JsonObject& JsonObject::strings(std::string_view key, const std::vector<std::str
   return member(key, list + "]");
 }
 
+JsonObject& JsonObject::numbers(std::string_view key, const std::vector<double>& v, NumberFormat format) {
+  std::string list = "[";
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if (!std::isfinite(v[i])) non_finite_.emplace_back(fmt::format("{}[{}]", key, i), v[i]);
+    list += (i ? ", " : "") + json_number(v[i], format);
+  }
+  return member(key, list + "]");
+}
+
 JsonObject& JsonObject::objects(std::string_view key, const std::vector<JsonObject>& v) {
   std::string list = "[";
   for (std::size_t i = 0; i < v.size(); ++i) {

@@ -52,6 +52,7 @@ class JsonObject {
   JsonObject& boolean(std::string_view key, bool v);
   JsonObject& object(std::string_view key, const JsonObject& v);
   JsonObject& strings(std::string_view key, const std::vector<std::string>& v);
+  JsonObject& numbers(std::string_view key, const std::vector<double>& v, NumberFormat format = {});
   JsonObject& objects(std::string_view key, const std::vector<JsonObject>& v);
 
   // {"key": value, ...}

@@ -13,6 +13,7 @@ std::string to_json(const MetricsRecord& r) {
   o.integer("step", r.step).number("loss", r.loss, digits(17)).number("lr", r.lr, digits(17));
   o.number("grad_norm", r.grad_norm, digits(17)).number("tokens_per_s", r.tokens_per_s, fixed(1));
   if (r.eval_loss) o.number("eval_loss", *r.eval_loss, digits(17));
+  if (!r.eval_loss_by_dataset.empty()) o.numbers("eval_loss_by_dataset", r.eval_loss_by_dataset, digits(17));
   if (r.loss_scale) o.number("loss_scale", *r.loss_scale, digits(17));
   if (r.skip_reason) {
     o.boolean("skipped", true).string("skip_reason", *r.skip_reason);
@@ -24,6 +25,10 @@ std::string to_json(const MetricsRecord& r) {
     o.integer("step_time_max_rank", r.step_times->max_rank);
     o.number("step_time_max_s", r.step_times->max_s, digits(6));
     o.number("step_time_median_s", r.step_times->median_s, digits(6));
+  }
+  if (!r.data_share.empty()) {
+    o.numbers("data_share", r.data_share, digits(6));
+    o.numbers("data_epochs", r.data_epochs, digits(6));
   }
   for (const auto& [name, value] : r.fields) o.integer(name, value);
   return o.text();

@@ -31,6 +31,11 @@ struct MetricsRecord {
     double max_s = 0, median_s = 0;
   };
   std::optional<StepTimes> step_times;
+  // Per dataset of data.train (one entry without a blend): the share of the sequences drawn so
+  // far and the epochs (tokens drawn / the dataset's tokens); "data_share", "data_epochs".
+  std::vector<double> data_share, data_epochs;
+  // A data.valid blend's loss per dataset ("eval_loss_by_dataset"), with eval_loss their weighted mean.
+  std::vector<double> eval_loss_by_dataset;
 };
 
 // JSON line of a record: {"step": 10, "loss": ..., "lr": ..., "grad_norm": ..., "tokens_per_s": ...[, "eval_loss": ...]

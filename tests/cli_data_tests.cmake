@@ -29,3 +29,12 @@ add_test(NAME cli_train_shards_v2
                  -DDATA=${CMAKE_CURRENT_SOURCE_DIR}/data -DDIR=${CMAKE_CURRENT_BINARY_DIR}/shards_v2_train
                  -P ${CMAKE_CURRENT_SOURCE_DIR}/shards_v2_train.cmake)
 set_tests_properties(cli_train_shards_v2 PROPERTIES TIMEOUT 300 ENVIRONMENT "${TPTRAIN_TEST_ENV}")
+
+# Weighted blends (data.train / data.valid as arrays of {path, weight}): shares within 0.03 of
+# 0.8 / 0.2 over 200 steps, the same on 1 and 2 ranks and across a resume; eval per dataset;
+# bad blends refused by entry (data_blend_train.py).
+add_test(NAME cli_data_blend
+         COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/data_blend_train.py $<TARGET_FILE:tptrain>
+                 ${CMAKE_CURRENT_BINARY_DIR}/data_blend ${CMAKE_CURRENT_SOURCE_DIR}/data/cli
+                 ${MPIEXEC_EXECUTABLE} ${TPTRAIN_MPIEXEC_FLAGS})
+set_tests_properties(cli_data_blend PROPERTIES TIMEOUT 600 ENVIRONMENT "${TPTRAIN_TEST_ENV}")

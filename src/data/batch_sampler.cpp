@@ -1,6 +1,7 @@
 #include "src/data/batch_sampler.hpp"
 
 #include <string>
+#include <utility>
 
 #include "base/splitmix64.hpp"
 
@@ -28,9 +29,39 @@ std::uint64_t mulhi64(std::uint64_t a, std::uint64_t b) {
 
 }  // namespace
 
+// Salt of the blend's dataset draw, so that it is not the offset's hash (any odd constant; this
+// one is the fractional part of sqrt(2)).
+constexpr std::uint64_t kBlendSalt = 0x6A09E667F3BCC909ull;
+
 BatchSampler::BatchSampler(const TokenDataset& data, int seq_length, int global_batch,
                            int micro_batch, int dp_rank, int dp_size, std::uint64_t seed)
-    : data_(&data),
+    : BatchSampler({&data}, {1.0}, {"data file '" + data.path() + "'"}, seq_length, global_batch, micro_batch,
+                   dp_rank, dp_size, seed) {}
+
+namespace {
+std::vector<const TokenDataset*> datasets_of(const DataBlend& blend) {
+  std::vector<const TokenDataset*> out;
+  for (std::size_t i = 0; i < blend.size(); ++i) out.push_back(&blend.dataset(i));
+  return out;
+}
+std::vector<std::string> names_of(const DataBlend& blend) {
+  std::vector<std::string> out;
+  for (std::size_t i = 0; i < blend.size(); ++i)
+    out.push_back(blend.size() > 1 ? blend.name(i) : "data file '" + blend.dataset(i).path() + "'");
+  return out;
+}
+}  // namespace
+
+BatchSampler::BatchSampler(const DataBlend& blend, int seq_length, int global_batch, int micro_batch,
+                           int dp_rank, int dp_size, std::uint64_t seed)
+    : BatchSampler(datasets_of(blend), blend.cumulative(), names_of(blend), seq_length, global_batch, micro_batch,
+                   dp_rank, dp_size, seed) {}
+
+BatchSampler::BatchSampler(std::vector<const TokenDataset*> data, std::vector<double> cumulative,
+                           std::vector<std::string> names, int seq_length, int global_batch, int micro_batch,
+                           int dp_rank, int dp_size, std::uint64_t seed)
+    : data_(std::move(data)),
+      cumulative_(std::move(cumulative)),
       seq_length_(seq_length),
       global_batch_(global_batch),
       micro_batch_(micro_batch),
@@ -51,24 +82,45 @@ BatchSampler::BatchSampler(const TokenDataset& data, int seq_length, int global_
          std::to_string(micro_batch) + " x data-parallel size " + std::to_string(dp_size) +
          " = " + std::to_string(per_round));
   micro_batches_per_step_ = static_cast<int>(global_batch / per_round);
-  if (data.size() < static_cast<std::size_t>(seq_length) + 1)
-    throw DataError("data file '" + data.path() + "': " + std::to_string(data.size()) +
-                    " tokens, too few for one training sequence of seq_length " +
-                    std::to_string(seq_length) + " (needs " + std::to_string(seq_length + 1LL) +
-                    ")");
+  for (std::size_t i = 0; i < data_.size(); ++i)
+    if (data_[i]->size() < static_cast<std::size_t>(seq_length) + 1)
+      throw DataError(names[i] + ": " + std::to_string(data_[i]->size()) +
+                      " tokens, too few for one training sequence of seq_length " + std::to_string(seq_length) +
+                      " (needs " + std::to_string(seq_length + 1LL) + ")");
 }
 
-std::size_t BatchSampler::sequence_offset(std::int64_t step, int global_index) const {
+std::uint64_t BatchSampler::sequence_hash(std::int64_t step, int global_index) const {
   if (step < 0) fail("step must be >= 0, got " + std::to_string(step));
   if (global_index < 0 || global_index >= global_batch_)
     fail("global sequence index " + std::to_string(global_index) + " outside [0, " +
          std::to_string(global_batch_) + ")");
-  // Valid starts: 0 .. size - seq_length - 1 (each sequence needs seq_length + 1 tokens).
-  const std::uint64_t starts =
-      static_cast<std::uint64_t>(data_->size()) - static_cast<std::uint64_t>(seq_length_);
   std::uint64_t h = mix(seed_);
   h = mix(h ^ static_cast<std::uint64_t>(step));
-  h = mix(h ^ static_cast<std::uint64_t>(global_index));
+  return mix(h ^ static_cast<std::uint64_t>(global_index));
+}
+
+std::size_t BatchSampler::dataset_of(std::uint64_t h) const {
+  return data_.size() == 1 ? 0 : pick_dataset(cumulative_, mix(h ^ kBlendSalt));
+}
+
+std::size_t BatchSampler::sequence_dataset(std::int64_t step, int global_index) const {
+  return dataset_of(sequence_hash(step, global_index));
+}
+
+void BatchSampler::count_datasets(std::int64_t step, std::vector<std::int64_t>& counts) const {
+  counts.resize(data_.size(), 0);
+  if (data_.size() == 1) {
+    counts[0] += global_batch_;
+    return;
+  }
+  for (int g = 0; g < global_batch_; ++g) ++counts[sequence_dataset(step, g)];
+}
+
+std::size_t BatchSampler::sequence_offset(std::int64_t step, int global_index) const {
+  const std::uint64_t h = sequence_hash(step, global_index);
+  // Valid starts: 0 .. size - seq_length - 1 (each sequence needs seq_length + 1 tokens).
+  const std::uint64_t starts =
+      static_cast<std::uint64_t>(data_[dataset_of(h)]->size()) - static_cast<std::uint64_t>(seq_length_);
   return static_cast<std::size_t>(mulhi64(h, starts));
 }
 
@@ -82,7 +134,8 @@ void BatchSampler::micro_batch(std::int64_t step, int m, std::int32_t* inputs,
   for (int row = 0; row < micro_batch_; ++row) {
     const std::size_t offset = sequence_offset(step, first + row);
     const std::size_t at = static_cast<std::size_t>(row) * s;
-    data_->copy_sequence(offset, seq_length_, inputs + at, targets + at);  // [row, 0:S]
+    const TokenDataset& d = *data_[sequence_dataset(step, first + row)];
+    d.copy_sequence(offset, seq_length_, inputs + at, targets + at);  // [row, 0:S]
   }
 }
 

@@ -12,6 +12,11 @@
 // every shard in name order (token_dataset.hpp), so a sequence may run from one shard into the
 // next, and a dataset that is one file samples exactly as before shards existed.
 //
+// A blend (src/data/data_blend.hpp) first draws the dataset of the sequence from the same hash:
+//     dataset(seed, step, g) = pick_dataset(cumulative shares, mix(h ^ kBlendSalt))
+// and the offset is then mulhi64(h, N_dataset). With one dataset there is no draw, and the
+// offsets are those of before blends existed.
+//
 // Nothing depends on what was sampled before: a step's batch is a pure function of
 // (seed, step), so resuming at step k only needs k, and every (tensor, pipeline, data) layout
 // sees the same sequences in the same global order.
@@ -24,6 +29,9 @@
 #include <cstddef>
 #include <cstdint>
 
+#include <vector>
+
+#include "src/data/data_blend.hpp"
 #include "src/data/token_dataset.hpp"
 
 namespace tptrain::data {
@@ -35,6 +43,9 @@ class BatchSampler {
   // positive, if dp_rank is outside [0, dp_size), or if global_batch is not a multiple of
   // micro_batch * dp_size.
   BatchSampler(const TokenDataset& data, int seq_length, int global_batch, int micro_batch,
+               int dp_rank, int dp_size, std::uint64_t seed);
+  // The same over a blend (which must outlive the sampler); the size check names the dataset.
+  BatchSampler(const DataBlend& blend, int seq_length, int global_batch, int micro_batch,
                int dp_rank, int dp_size, std::uint64_t seed);
 
   // Gradient-accumulation steps: global_batch / (micro_batch * dp_size).
@@ -50,9 +61,21 @@ class BatchSampler {
   // Start of global sequence global_index of `step` (see the formula above); exposed for tests.
   // Throws DataError if step < 0 or global_index is outside [0, global_batch).
   std::size_t sequence_offset(std::int64_t step, int global_index) const;
+  // The dataset of the blend that global sequence global_index of `step` comes from (0 for one
+  // dataset). Same preconditions as sequence_offset.
+  std::size_t sequence_dataset(std::int64_t step, int global_index) const;
+  // Adds to counts[i] (one per dataset) the sequences of the whole global batch of `step` that
+  // dataset i gives: the same on every rank, without communication (training's data_share).
+  void count_datasets(std::int64_t step, std::vector<std::int64_t>& counts) const;
 
  private:
-  const TokenDataset* data_;
+  BatchSampler(std::vector<const TokenDataset*> data, std::vector<double> cumulative,
+               std::vector<std::string> names, int seq_length, int global_batch, int micro_batch, int dp_rank,
+               int dp_size, std::uint64_t seed);
+  std::uint64_t sequence_hash(std::int64_t step, int global_index) const;
+  std::size_t dataset_of(std::uint64_t h) const;
+  std::vector<const TokenDataset*> data_;
+  std::vector<double> cumulative_;  // DataBlend::cumulative()
   int seq_length_;
   int global_batch_;
   int micro_batch_;

@@ -287,6 +287,8 @@ void TokenDataset::check_sequence(std::size_t offset, int seq_length) const {
              [&](const File& f, std::size_t at, std::size_t take) { check_tokens(f, at, take); });
 }
 
+std::int32_t TokenDataset::shard_version() const { return files_.empty() ? 0 : files_.front().version; }
+
 std::string other_tokenizer_warning(const TokenDataset& d, const std::string& what, const std::string& tokenizer) {
   if (d.vocabulary().tokenizer == 0) return {};
   if (shard_vocabulary(tokenizer, 1).tokenizer == d.vocabulary().tokenizer) return {};

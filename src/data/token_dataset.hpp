@@ -76,6 +76,8 @@ class TokenDataset {
   std::size_t file_first_token(std::size_t k) const;
   // The vocabulary the .bin headers record (not recorded: llm.c's shards, .txt files).
   const ShardVocabulary& vocabulary() const { return vocabulary_; }
+  // The shards' version (1: uint16, 2: uint32 tokens); 0 for .txt files (byte tokens).
+  std::int32_t shard_version() const;
 
   // Number of whole evaluation windows of length seq_length: (size - 1) / seq_length
   // (0 when the data holds fewer than seq_length + 1 tokens). Throws if seq_length <= 0.

@@ -8,6 +8,7 @@
 #include "src/util/log.hpp"
 #include "src/checkpoint/model_checkpoint.hpp"
 #include "src/driver/precision_dispatch.hpp"
+#include "src/data/data_blend.hpp"
 #include "src/train/training_run.hpp"
 #include "text/tokenizer.hpp"
 
@@ -63,21 +64,26 @@ int eval_as(const io::Deck& deck, const parallel::Topology& topo, const std::str
             const std::string& data_path, int windows) {
   using Model = model::GptModel<T>;
   const model::GptShape shape = model::shape_of(deck);
-  const std::string path = data_path.empty() ? deck.data.valid : data_path;
-  std::unique_ptr<data::TokenDataset> data;
+  // --data names one path; the deck's data.valid may be a blend, evaluated per dataset.
+  const io::DataSources sources = data_path.empty() ? deck.data.valid : io::DataSources(data_path);
+  const std::string key = data_path.empty() ? "data.valid" : "--data";
+  std::unique_ptr<data::DataBlend> data;
   const std::int64_t n = windows > 0 ? windows : deck.training.eval_windows;
   on_every_rank(topo.world(), [&] {
-        if (path.empty())
-          throw std::runtime_error("no evaluation data: the deck has no data.valid and no --data was given");
-        data = std::make_unique<data::TokenDataset>(data::TokenDataset::open(path, shape.vocab_size));
-        if (std::string w = data::other_tokenizer_warning(*data, data_path.empty() ? "data.valid" : "--data",
-                                                          deck.data.tokenizer);
-            !w.empty() && topo.world_rank() == 0)
-          log::warning(w);
-        const auto available = static_cast<std::int64_t>(data->num_windows(shape.seq_length));
-        if (available < n)
-          throw std::runtime_error(fmt::format("{} holds {} windows of {} tokens, {} were asked for", path,
-                                               available, shape.seq_length + 1, n));
+    if (sources.empty())
+      throw std::runtime_error("no evaluation data: the deck has no data.valid and no --data was given");
+    data = std::make_unique<data::DataBlend>(data::DataBlend::open(sources, key, shape.vocab_size));
+    for (std::size_t i = 0; i < data->size(); ++i) {
+      const data::TokenDataset& d = data->dataset(i);
+      const std::string name = data->size() > 1 ? data->name(i) : d.path();
+      if (std::string w = data::other_tokenizer_warning(d, data->size() > 1 ? name : key, deck.data.tokenizer);
+          !w.empty() && topo.world_rank() == 0)
+        log::warning(w);
+      const auto available = static_cast<std::int64_t>(d.num_windows(shape.seq_length));
+      if (available < n)
+        throw std::runtime_error(fmt::format("{} holds {} windows of {} tokens, {} were asked for", name, available,
+                                             shape.seq_length + 1, n));
+    }
   });
   std::unique_ptr<Model> model;  // may not fit: reported like any other failure, on every rank
   on_every_rank(topo.world(), [&] {
@@ -85,29 +91,50 @@ int eval_as(const io::Deck& deck, const parallel::Topology& topo, const std::str
   });
   io::CheckpointMeta meta;
   on_every_rank(topo.world(), [&] { meta = checkpoint::load_weights(*model, topo, checkpoint); });
-  TargetBytes counted;
-  on_every_rank(topo.world(), [&] { counted = target_bytes(deck, *data, n, shape.seq_length, path); });
-  const double loss = train::evaluate(*model, *data, n, topo.pp(), train::documents_of(deck));
-  if (!std::isfinite(loss))  // JSON has no NaN: a non-finite loss is an error, not a result
-    throw parallel::AgreedError(fmt::format("eval: checkpoint {}: the mean loss is {} (not finite)", checkpoint, loss));
   const std::int64_t tokens = n * shape.seq_length;
+  double loss = 0.0;  // a blend's: the mean of its datasets' weighted by their shares
+  std::vector<double> losses, bits;  // per dataset
+  std::int64_t bytes = 0;             // all datasets' target bytes
+  bool all_bits = true;
+  for (std::size_t i = 0; i < data->size(); ++i) {
+    const data::TokenDataset& d = data->dataset(i);
+    TargetBytes counted;
+    on_every_rank(topo.world(), [&] { counted = target_bytes(deck, d, n, shape.seq_length, d.path()); });
+    const double l = train::evaluate(*model, d, n, topo.pp(), train::documents_of(deck));
+    if (!std::isfinite(l))  // JSON has no NaN: a non-finite loss is an error, not a result
+      throw parallel::AgreedError(fmt::format("eval: checkpoint {}: the mean loss on {} is {} (not finite)",
+                                              checkpoint, d.path(), l));
+    losses.push_back(l);
+    loss += data->share(i) * l;
+    const std::string what = data->size() > 1 ? data->name(i) : d.path();
+    if (counted.why.empty()) {
+      bits.push_back(l * static_cast<double>(tokens) / (std::log(2.0) * static_cast<double>(counted.bytes)));
+      log::infof("eval: checkpoint {} (step {}), {} windows of {} tokens from {}: mean loss {:.6f} nats/token, "
+                 "{:.6f} bits/byte ({} tokens of {} bytes, data.tokenizer = \"{}\")",
+                 checkpoint, meta.step, n, shape.seq_length, what, l, bits.back(), tokens, counted.bytes,
+                 deck.data.tokenizer);
+      bytes += counted.bytes;
+    } else {
+      all_bits = false;
+      bits.push_back(std::nan(""));
+      log::infof("eval: checkpoint {} (step {}), {} windows of {} tokens from {}: mean loss {:.6f} nats/token",
+                 checkpoint, meta.step, n, shape.seq_length, what, l);
+      if (log::rank() <= 0) log::warning("eval: no bits per byte: " + counted.why);
+    }
+  }
   io::JsonObject json;
   json.number("eval_loss", loss, io::digits(9)).number("nats_per_token", loss, io::digits(9));
-  if (counted.why.empty()) {
-    const double bits_per_byte =
-        loss * static_cast<double>(tokens) / (std::log(2.0) * static_cast<double>(counted.bytes));
-    log::infof("eval: checkpoint {} (step {}), {} windows of {} tokens from {}: mean loss {:.6f} nats/token, "
-               "{:.6f} bits/byte ({} tokens of {} bytes, data.tokenizer = \"{}\")",
-               checkpoint, meta.step, n, shape.seq_length, path, loss, bits_per_byte, tokens, counted.bytes,
-               deck.data.tokenizer);
-    json.number("bits_per_byte", bits_per_byte, io::digits(9));
+  if (data->size() == 1) {
+    if (all_bits) json.number("bits_per_byte", bits[0], io::digits(9));
   } else {
-    log::infof("eval: checkpoint {} (step {}), {} windows of {} tokens from {}: mean loss {:.6f} nats/token",
-               checkpoint, meta.step, n, shape.seq_length, path, loss);
-    if (log::rank() <= 0) log::warning("eval: no bits per byte: " + counted.why);
+    std::vector<double> shares;
+    for (std::size_t i = 0; i < data->size(); ++i) shares.push_back(data->share(i));
+    log::infof("eval: the blend's mean loss, weighted {:.4g}: {:.6f} nats/token", fmt::join(shares, " / "), loss);
+    json.numbers("eval_loss_by_dataset", losses, io::digits(9));
+    if (all_bits) json.numbers("bits_per_byte_by_dataset", bits, io::digits(9));
   }
   json.integer("windows", n).integer("tokens", tokens);
-  if (counted.why.empty()) json.integer("bytes", counted.bytes);
+  if (data->size() == 1 && all_bits) json.integer("bytes", bytes);
   log::info(json.text());
   return 0;
 }

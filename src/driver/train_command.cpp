@@ -4,6 +4,8 @@
 #include <chrono>
 #include <cmath>
 
+#include <fmt/format.h>
+
 #include "base/agreement.hpp"
 #include "io/metrics.hpp"
 #include "io/metrics_writer.hpp"
@@ -31,6 +33,12 @@ using parallel::on_every_rank;
 std::string format_duration(double seconds) {
   const long s = std::lround(seconds);
   return s >= 3600 ? fmt::format("{}h{:02}m", s / 3600, s / 60 % 60) : fmt::format("{}m{:02}s", s / 60, s % 60);
+}
+
+// "0.80 / 0.20 of sequences, 0.01 / 0.30 epochs": a blend's use so far, for the progress line.
+template <class DataUse>
+std::string data_use_text(const DataUse& use) {
+  return fmt::format("{:.2f} of sequences, {:.3g} epochs", fmt::join(use.share, " / "), fmt::join(use.epochs, " / "));
 }
 
 template <class T>
@@ -214,8 +222,12 @@ int train_as(const io::Deck& deck, const parallel::Topology& topo) {
       const double elapsed = std::chrono::duration<double>(now - start).count();
       const double eta =
           elapsed / static_cast<double>(step + 1 - first_step) * static_cast<double>(tc.steps - step - 1);
-      io::MetricsRecord rec{step + 1, r.loss,       r.lr,         r.grad_norm,  tok_s, std::nullopt,
-                            std::nullopt, std::nullopt, {},           std::nullopt, std::nullopt};
+      io::MetricsRecord rec;
+      rec.step = step + 1;
+      rec.loss = r.loss;
+      rec.lr = r.lr;
+      rec.grad_norm = r.grad_norm;
+      rec.tokens_per_s = tok_s;
       if (spike) rec.skip_reason = r.skip_reason;
       rec.step_times = io::MetricsRecord::StepTimes{times.max_rank, times.max_s, times.median_s};
       const std::string norm = spike       ? fmt::format("{:.3f} (skipped)", r.grad_norm)
@@ -232,9 +244,17 @@ int train_as(const io::Deck& deck, const parallel::Topology& topo) {
       if (topo.world_size() > 1)
         line += fmt::format(" | slowest rank {} {:.3f} s/step (median {:.3f})", times.max_rank, times.max_s,
                             times.median_s);
+      const typename train::TrainingRun<T>::DataUse use = run->data_use(step + 1);
+      rec.data_share = use.share;
+      rec.data_epochs = use.epochs;
+      if (use.share.size() > 1) line += " | data " + data_use_text(use);
       if (eval_now) {
         rec.eval_loss = run->evaluate();
         line += fmt::format(" | eval loss {:.4f}", *rec.eval_loss);
+        if (run->eval_loss_by_dataset().size() > 1) {
+          rec.eval_loss_by_dataset = run->eval_loss_by_dataset();
+          line += fmt::format(" ({:.4f})", fmt::join(rec.eval_loss_by_dataset, " / "));
+        }
       }
       log::info(line);
       rec.fields = train::measured_memory_fields(topo.world());  // collective: every rank logs the same steps

@@ -90,9 +90,9 @@ double evaluate(model::GptModel<T>& model, const data::TokenDataset& data, std::
 }
 
 namespace {
-std::unique_ptr<data::TokenDataset> open_data(const std::string& path, int vocab) {
-  if (path.empty()) return nullptr;
-  return std::make_unique<data::TokenDataset>(data::TokenDataset::open(path, vocab));
+std::unique_ptr<data::DataBlend> open_data(const io::DataSources& sources, const std::string& key, int vocab) {
+  if (sources.empty()) return nullptr;
+  return std::make_unique<data::DataBlend>(data::DataBlend::open(sources, key, vocab));
 }
 
 // Shards that record their tokenizer (`tptrain tokenize` writes it into the header) under a deck
@@ -111,10 +111,10 @@ TrainingRun<T>::TrainingRun(const io::Deck& deck, const parallel::Topology& topo
       topo_(topo),
       options_(options),
       train_(options.synthetic_tokens > 0
-                 ? std::make_unique<data::TokenDataset>(data::TokenDataset::synthetic(
+                 ? std::make_unique<data::DataBlend>(data::TokenDataset::synthetic(
                        static_cast<std::size_t>(options.synthetic_tokens), deck.model.vocab_size, deck.training.seed))
-                 : open_data(deck.data.train, deck.model.vocab_size)),
-      valid_(options.synthetic_tokens > 0 ? nullptr : open_data(deck.data.valid, deck.model.vocab_size)),
+                 : open_data(deck.data.train, "data.train", deck.model.vocab_size)),
+      valid_(options.synthetic_tokens > 0 ? nullptr : open_data(deck.data.valid, "data.valid", deck.model.vocab_size)),
       sampler_(std::make_unique<data::BatchSampler>(*train_, deck.model.seq_length, deck.training.global_batch,
                                                     deck.training.micro_batch, topo.coords().dp,
                                                     topo.layout().data, deck.training.seed)),
@@ -129,16 +129,17 @@ TrainingRun<T>::TrainingRun(const io::Deck& deck, const parallel::Topology& topo
       optimizer_(model_, &topo.dp()),
       tokens_per_step_(std::int64_t(deck.training.global_batch) * deck.model.seq_length) {
   if (topo.world_rank() == 0) {
-    if (options.synthetic_tokens == 0)
-      if (std::string w = data::other_tokenizer_warning(*train_, "data.train", deck.data.tokenizer); !w.empty())
-        log::warning(w);
-    if (valid_)
-      if (std::string w = data::other_tokenizer_warning(*valid_, "data.valid", deck.data.tokenizer); !w.empty())
-        log::warning(w);
+    for (const data::DataBlend* blend : {options.synthetic_tokens == 0 ? train_.get() : nullptr, valid_.get()})
+      for (std::size_t i = 0; blend != nullptr && i < blend->size(); ++i)
+        if (std::string w = data::other_tokenizer_warning(blend->dataset(i), blend->name(i), deck.data.tokenizer);
+            !w.empty())
+          log::warning(w);
   }
   if (valid_) {
-    eval_windows_ = std::min<std::int64_t>(deck.training.eval_windows,
-                                           static_cast<std::int64_t>(valid_->num_windows(deck.model.seq_length)));
+    eval_windows_ = deck.training.eval_windows;
+    for (std::size_t i = 0; i < valid_->size(); ++i)
+      eval_windows_ = std::min<std::int64_t>(
+          eval_windows_, static_cast<std::int64_t>(valid_->dataset(i).num_windows(deck.model.seq_length)));
     // Every evaluation reads the same windows: a token outside the vocabulary is found here, in
     // the agreed construction, not between the collectives of an evaluation.
     check_eval_windows();
@@ -384,7 +385,24 @@ void TrainingRun<T>::restore_train_state(const std::map<std::string, std::int64_
 template <class T>
 void TrainingRun<T>::check_eval_windows() const {
   const int S = deck_.model.seq_length;
-  for (std::int64_t j = 0; j < eval_windows_; ++j) valid_->check_sequence(static_cast<std::size_t>(j) * S, S);
+  for (std::size_t i = 0; i < valid_->size(); ++i)
+    for (std::int64_t j = 0; j < eval_windows_; ++j)
+      valid_->dataset(i).check_sequence(static_cast<std::size_t>(j) * S, S);
+}
+
+template <class T>
+typename TrainingRun<T>::DataUse TrainingRun<T>::data_use(std::int64_t steps_done) {
+  if (steps_done < drawn_steps_) drawn_.clear(), drawn_steps_ = 0;
+  drawn_.resize(train_->size(), 0);
+  for (; drawn_steps_ < steps_done; ++drawn_steps_) sampler_->count_datasets(drawn_steps_, drawn_);
+  DataUse use;
+  const double total = static_cast<double>(steps_done) * deck_.training.global_batch;
+  for (std::size_t i = 0; i < drawn_.size(); ++i) {
+    const auto n = static_cast<double>(drawn_[i]);
+    use.share.push_back(total > 0 ? n / total : 0.0);
+    use.epochs.push_back(n * deck_.model.seq_length / static_cast<double>(train_->dataset(i).size()));
+  }
+  return use;
 }
 
 template <class T>
@@ -393,7 +411,14 @@ double TrainingRun<T>::evaluate() {
   // Read once on every rank before the evaluation's collectives, as a step's sequences are: a
   // file cut under the job since the start is one agreed error, not one rank's abort.
   parallel::on_every_rank(topo_.world(), [&] { check_eval_windows(); });
-  return train::evaluate(model_, *valid_, eval_windows_, topo_.pp(), documents_of(deck_));
+  eval_by_dataset_.clear();
+  double loss = 0.0;
+  for (std::size_t i = 0; i < valid_->size(); ++i) {
+    eval_by_dataset_.push_back(
+        train::evaluate(model_, valid_->dataset(i), eval_windows_, topo_.pp(), documents_of(deck_)));
+    loss += valid_->share(i) * eval_by_dataset_.back();
+  }
+  return valid_->size() == 1 ? eval_by_dataset_.front() : loss;
 }
 
 #define TPTRAIN_TRAINING_INSTANCES(T)                                                                        \

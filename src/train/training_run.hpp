@@ -12,6 +12,7 @@
 
 #include "io/deck.hpp"
 #include "src/data/batch_sampler.hpp"
+#include "src/data/data_blend.hpp"
 #include "src/data/token_dataset.hpp"
 #include "src/model/gpt_model.hpp"
 #include "src/model/shape_of_deck.hpp"
@@ -130,8 +131,22 @@ class TrainingRun {
   double compute_gradients(std::int64_t step);
 
   // Mean validation loss over training.eval_windows windows (0 windows: no validation data).
+  // A data.valid blend is evaluated per dataset (each its first eval_windows windows) and the
+  // loss is the mean weighted by the blend's shares; eval_loss_by_dataset() has each dataset's.
   double evaluate();
+  const std::vector<double>& eval_loss_by_dataset() const { return eval_by_dataset_; }
+  // Windows per validation dataset (the fewest a dataset holds, at most training.eval_windows).
   std::int64_t eval_windows() const { return eval_windows_; }
+
+  // How the training data has been used after `steps_done` optimizer steps, per dataset of
+  // data.train (one entry without a blend): the share of the sequences drawn so far, and the
+  // epochs, tokens drawn (sequences x seq_length) over the dataset's tokens. A pure function of
+  // the sampler's (seed, step), counted on every rank alone, and the same after a resume.
+  struct DataUse {
+    std::vector<double> share, epochs;
+  };
+  DataUse data_use(std::int64_t steps_done);
+  std::size_t train_datasets() const { return train_->size(); }
 
   Model& model() { return model_; }
   std::int64_t tokens_per_step() const { return tokens_per_step_; }
@@ -150,8 +165,11 @@ class TrainingRun {
   const io::Deck& deck_;
   const parallel::Topology& topo_;
   RunOptions options_;
-  std::unique_ptr<data::TokenDataset> train_, valid_;
+  std::unique_ptr<data::DataBlend> train_, valid_;
   std::unique_ptr<data::BatchSampler> sampler_;
+  std::vector<std::int64_t> drawn_;  // sequences per training dataset in steps [0, drawn_steps_)
+  std::int64_t drawn_steps_ = 0;
+  std::vector<double> eval_by_dataset_;
   // This rank's tokens of the current step, every micro-batch, read before the step in a phase
   // all ranks agree on: the pipeline takes them between collectives, where a failed read (a
   // token >= vocab_size, a data file cut under the job) could not be agreed.

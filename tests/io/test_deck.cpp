@@ -920,7 +920,7 @@ TEST_CASE("deck: relative paths follow the deck file; --set paths follow the wor
     const Deck d =
         load_deck(deck_file.string(), {"data.train=" + rel.string(), "run.dir=somewhere"});
     CHECK(d.data.train == norm(fs::current_path() / rel));
-    CHECK(fs::equivalent(d.data.train, fx.dir.path() / "train.txt"));
+    CHECK(fs::equivalent(d.data.train.sources.at(0).path, fx.dir.path() / "train.txt"));
     CHECK(d.run.dir == norm(fs::current_path() / "somewhere"));
     // The same relative text that works in the file fails on the command line (unless the
     // working directory happens to be the deck's folder).
@@ -1340,7 +1340,7 @@ std::string rule_text(const DeckKey& k) {
           for (std::string_view v : r.values) t += (t.empty() ? "" : ", ") + code("\"" + std::string(v) + "\"");
           return t;
         } else if constexpr (std::is_same_v<R, tptrain::io::PathRule>) {
-          const std::string what = r.data_file ? "a `.txt` or `.bin` file, a folder or a glob pattern of them"
+          const std::string what = r.data_file ? "a `.txt` or `.bin` file, a folder or a glob pattern of them, or a blend `[{path, weight}, ...]` of such"
                                                : "a path";
           return r.allow_empty ? "`\"\"` (none) or " + what : what;
         } else {
@@ -1564,8 +1564,9 @@ TEST_CASE("deck: the key table drives defaults, comparison and printing", "[io][
               CHECK(std::is_same_v<Member, bool>);
               if constexpr (std::is_same_v<Member, bool>) CHECK(m == v);
             } else if constexpr (std::is_same_v<V, std::string_view>) {
-              CHECK(std::is_same_v<Member, std::string>);
+              CHECK((std::is_same_v<Member, std::string> || std::is_same_v<Member, tptrain::io::DataSources>));
               if constexpr (std::is_same_v<Member, std::string>) CHECK(m == v);
+              if constexpr (std::is_same_v<Member, tptrain::io::DataSources>) CHECK(m == std::string(v));
             }
           },
           k.default_value);
@@ -1578,6 +1579,8 @@ TEST_CASE("deck: the key table drives defaults, comparison and printing", "[io][
         m = !m;
       else if constexpr (std::is_same_v<Member, std::string>)
         m += "x";
+      else if constexpr (std::is_same_v<Member, tptrain::io::DataSources>)
+        m.sources.push_back({"x", 1.0});
       else
         m = m + 1;
     });
@@ -1776,4 +1779,62 @@ TEST_CASE("deck: document masks and restarted positions need an end-of-text toke
   CHECK(d.data.document_mask);
   gpt2.push_back({"training.attention", "\"batched\""});
   CHECK(tptrain::io::parse_deck(make_deck(gpt2), "deck.toml", fx.dir.str(), {}, DataFiles::ignored).data.document_mask);
+}
+
+TEST_CASE("deck: data.train and data.valid take weighted blends", "[io][deck][blend]") {
+  Fixture fx;
+  fx.dir.write("b.txt", "another dataset\n");
+  const std::string blend = "[{path = \"train.txt\", weight = 0.7}, {path = \"b.txt\", weight = 3}]";
+  const Deck d = fx.parse("[data]\ntrain = " + blend + "\nvalid = [{path = \"valid.txt\", weight = 2}]\n");
+  REQUIRE(d.data.train.size() == 2);
+  CHECK(d.data.train.is_blend());
+  CHECK(d.data.train.sources[0].path == norm(fx.dir.path() / "train.txt"));
+  CHECK(d.data.train.sources[0].weight == 0.7);
+  CHECK(d.data.train.sources[1].path == norm(fx.dir.path() / "b.txt"));
+  CHECK(d.data.train.sources[1].weight == 3.0);
+  // A one-entry blend is its path, weight 1.
+  CHECK(d.data.valid == norm(fx.dir.path() / "valid.txt"));
+  CHECK_FALSE(d.data.valid.is_blend());
+  // [[data.train]] tables, and --set with an inline array, read the same.
+  const Deck tables = fx.parse(
+      "[[data.train]]\npath = \"train.txt\"\nweight = 0.7\n[[data.train]]\npath = \"b.txt\"\nweight = 3\n"
+      "[data]\nvalid = \"valid.txt\"\n");
+  CHECK(tables.data.train == d.data.train);
+  const Deck set = fx.parse("[data]\ntrain = \"valid.txt\"\n",
+                            {"data.train=[{path = \"" + (fx.dir.path() / "train.txt").string() +
+                             "\", weight = 0.7}, {path = \"" + (fx.dir.path() / "b.txt").string() + "\", weight = 3}]"});
+  CHECK(set.data.train == d.data.train);
+  // The resolved deck prints the blend and reads back to it; JSON has it as a list of objects.
+  CHECK_THAT(d.to_toml(), Catch::Contains("train = [{path = \"" + norm(fx.dir.path() / "train.txt") +
+                                          "\", weight = 0.7}, {path = "));
+  CHECK(fx.parse(d.to_toml()) == d);
+  CHECK_THAT(d.to_json(), Catch::Contains("\"data.train\": [{\"path\": \"" + norm(fx.dir.path() / "train.txt") +
+                                          "\", \"weight\": 0.7}, {\"path\": "));
+}
+
+TEST_CASE("deck: bad blends are refused naming the entry", "[io][deck][blend]") {
+  Fixture fx;
+  const auto with = [&](const std::string& value) { return fx.problems("[data]\ntrain = " + value + "\n"); };
+  const auto has_one = [&](const std::vector<std::string>& p, const std::string& text) {
+    INFO(join(p));
+    CHECK(std::any_of(p.begin(), p.end(), [&](const std::string& s) { return s.find(text) != std::string::npos; }));
+  };
+  has_one(with("[]"), "deck.toml:2: data.train = []: expected a path, or a blend of at least one");
+  has_one(with("[{path = \"train.txt\", weight = 0}]"), "data.train[0].weight = 0: expected a finite weight > 0");
+  has_one(with("[{path = \"train.txt\", weight = -0.5}]"), "data.train[0].weight = -0.5: expected a finite weight > 0");
+  has_one(with("[{path = \"train.txt\", weight = 1}, {path = \"valid.txt\", weight = nan}]"),
+          "data.train[1].weight = nan: expected a finite weight > 0");
+  has_one(with("[{path = \"train.txt\", weight = inf}]"), "data.train[0].weight = inf: expected a finite weight > 0");
+  has_one(with("[{path = \"train.txt\", weight = \"1\"}]"), "data.train[0].weight = \"1\": expected a number > 0");
+  has_one(with("[{path = \"train.txt\"}]"), "data.train[0] = {...}: expected a table with a weight");
+  has_one(with("[{weight = 1}]"), "data.train[0] = {...}: expected a table with a path");
+  has_one(with("[{path = \"train.txt\", weight = 1, wieght = 2}]"), "data.train[0].wieght = 2: expected a key of a blend entry");
+  has_one(with("[\"train.txt\"]"), "data.train[0] = \"train.txt\": expected a table {path = \"...\", weight = ...}");
+  has_one(with("[{path = \"train.txt\", weight = 1}, {path = \"missing.txt\", weight = 1}]"),
+          "data.train[1].path = \"missing.txt\": expected an existing, readable");
+  has_one(with("[{path = \"\", weight = 1}]"), "data.train[0].path = \"\": expected a non-empty path");
+  // Validation data inside a blend's training files is refused as for one path.
+  has_one(fx.problems("[data]\ntrain = [{path = \"train.txt\", weight = 1}, {path = \"valid.txt\", weight = 1}]\n"
+                      "valid = \"valid.txt\"\n"),
+          "data.valid = \"valid.txt\": expected validation data apart from the training data");
 }

@@ -1,0 +1,67 @@
+#include "src/data/data_blend.hpp"
+
+#include <fmt/format.h>
+
+#include <stdexcept>
+#include <utility>
+
+#include "io/path_text.hpp"
+
+namespace tptrain::data {
+
+namespace {
+
+// The kind of token a dataset holds, for the blend's one-kind rule.
+std::string kind_of(const TokenDataset& d) {
+  if (d.shard_version() == 0) return "byte tokens (.txt)";
+  std::string s = describe_version(d.shard_version());
+  if (d.vocabulary().recorded()) s += ", " + describe(d.vocabulary());
+  return s;
+}
+
+}  // namespace
+
+DataBlend::DataBlend(TokenDataset single) {
+  datasets_.push_back(std::move(single));
+  cumulative_ = {1.0};
+  names_ = {"data"};
+}
+
+DataBlend DataBlend::open(const io::DataSources& sources, const std::string& key, int vocab_size) {
+  if (sources.empty()) throw std::invalid_argument("tptrain: DataBlend::open: " + key + " names no data");
+  DataBlend b;
+  double total = 0.0;
+  for (const io::DataSource& s : sources.sources) total += s.weight;
+  double running = 0.0;
+  for (std::size_t i = 0; i < sources.size(); ++i) {
+    const std::string name = io::source_name(key, sources, i);
+    try {
+      b.datasets_.push_back(TokenDataset::open(sources.sources[i].path, vocab_size));
+    } catch (const DataError& e) {
+      if (!sources.is_blend()) throw;
+      throw DataError(fmt::format("{}: {}", name, e.what()));
+    }
+    running += sources.sources[i].weight;
+    b.cumulative_.push_back(running / total);
+    b.names_.push_back(name);
+    const TokenDataset& first = b.datasets_.front();
+    const TokenDataset& d = b.datasets_.back();
+    const bool same_vocabulary = !first.vocabulary().recorded() || !d.vocabulary().recorded() ||
+                                 first.vocabulary().tokenizer == d.vocabulary().tokenizer;
+    if (d.shard_version() != first.shard_version() || !same_vocabulary)
+      throw DataError(fmt::format("{} holds {}, but {} holds {}: a blend holds one kind of token (tokenize every "
+                                  "entry with one tokenizer)",
+                                  name, kind_of(d), b.names_.front(), kind_of(first)));
+  }
+  b.cumulative_.back() = 1.0;  // whatever the rounding of the running sums
+  return b;
+}
+
+std::size_t pick_dataset(const std::vector<double>& cumulative, std::uint64_t u) {
+  const double x = static_cast<double>(u >> 11) * 0x1p-53;
+  for (std::size_t i = 0; i + 1 < cumulative.size(); ++i)
+    if (x < cumulative[i]) return i;
+  return cumulative.size() - 1;
+}
+
+}  // namespace tptrain::data
