@@ -33,9 +33,18 @@ void parse_test_hook(const std::string& name_value, TestHooks& hooks) {
   errno = 0;
   if (name == "kill_in_checkpoint") {
     const long long step = std::strtoll(begin, &end, 10);
-    if (eq == std::string::npos || end == begin || *end != '\0' || errno != 0 || step < 0)
-      refuse(name_value, "kill_in_checkpoint=STEP, a checkpoint's step (an integer >= 0)");
+    const std::string at = end != begin && *end == '@' ? std::string(end + 1) : std::string("data");
+    const bool point = at == "created" || at == "data" || at == "rename";
+    if (eq == std::string::npos || end == begin || (*end != '\0' && *end != '@') || errno != 0 || step < 0 || !point)
+      refuse(name_value, "kill_in_checkpoint=STEP[@POINT], a checkpoint's step (an integer >= 0) and where: "
+                         "created, data or rename");
     hooks.kill_in_checkpoint = step;
+    hooks.kill_in_checkpoint_at = at;
+  } else if (name == "fail_in_checkpoint") {
+    const long long step = std::strtoll(begin, &end, 10);
+    if (eq == std::string::npos || end == begin || *end != '\0' || errno != 0 || step < 0)
+      refuse(name_value, "fail_in_checkpoint=STEP, a checkpoint's step (an integer >= 0)");
+    hooks.fail_in_checkpoint = step;
   } else if (name == "spike_at_step" || name == "nonfinite_from_step") {
     const long long step = std::strtoll(begin, &end, 10);
     if (eq == std::string::npos || end == begin || *end != '\0' || errno != 0 || step < 1)
@@ -50,6 +59,11 @@ void parse_test_hook(const std::string& name_value, TestHooks& hooks) {
       refuse(name_value, "slow_rank=RANK:SECONDS, a world rank and seconds per step from 0 to 60");
     hooks.slow_rank = static_cast<int>(rank);
     hooks.slow_rank_seconds = t;
+  } else if (name == "checkpoint_seconds") {
+    const double t = std::strtod(begin, &end);
+    if (eq == std::string::npos || end == begin || *end != '\0' || !std::isfinite(t) || t < 0 || t > 60)
+      refuse(name_value, "checkpoint_seconds=T, seconds per checkpoint write from 0 to 60");
+    hooks.checkpoint_seconds = t;
   } else if (name == "layer_seconds") {
     const double t = std::strtod(begin, &end);
     if (eq == std::string::npos || end == begin || *end != '\0' || !std::isfinite(t) || t < 0 || t > 60)
@@ -57,7 +71,8 @@ void parse_test_hook(const std::string& name_value, TestHooks& hooks) {
     hooks.layer_seconds = t;
   } else {
     refuse(name_value,
-           "NAME=VALUE with NAME one of kill_in_checkpoint, layer_seconds, spike_at_step, nonfinite_from_step, "
+           "NAME=VALUE with NAME one of kill_in_checkpoint, fail_in_checkpoint, checkpoint_seconds, layer_seconds, "
+           "spike_at_step, nonfinite_from_step, "
            "slow_rank");
   }
 }

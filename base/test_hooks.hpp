@@ -14,9 +14,18 @@
 namespace tptrain {
 
 struct TestHooks {
-  // kill_in_checkpoint=STEP: SIGKILL the process halfway through writing the checkpoint of that
-  // step (io/checkpoint_test_hooks.hpp), as a wall-clock limit would. -1: never.
+  // kill_in_checkpoint=STEP[@POINT]: SIGKILL the process while it writes the checkpoint of that
+  // step (io/checkpoint_test_hooks.hpp), as a wall-clock limit would: at POINT "created" (the
+  // temporary file made, nothing in it), "data" (halfway through the tensors; the default) or
+  // "rename" (the file complete, not yet given its name). -1: never.
   std::int64_t kill_in_checkpoint = -1;
+  std::string kill_in_checkpoint_at = "data";
+  // fail_in_checkpoint=STEP: the write of that step's checkpoint fails on world rank 0 in its
+  // data phase, as a full disk would (tests of the agreed error). -1: never.
+  std::int64_t fail_in_checkpoint = -1;
+  // checkpoint_seconds=T: every checkpoint write first sleeps T (on the writer's thread when
+  // checkpoint.async), so that the next checkpoint finds it in flight. 0: none.
+  double checkpoint_seconds = 0;
   // layer_seconds=T: every forward of a pipeline chunk also sleeps T per layer, every backward
   // 2T (src/train/pipeline_runner.hpp), so that the bubble can be measured on any machine. 0: none.
   double layer_seconds = 0;

@@ -344,6 +344,7 @@ void write_checkpoint(MPI_Comm comm, const std::string& path, const CheckpointMe
     fail_clean(m);
   }
 
+  kill_if_testing_crash_at_step(meta.step, "created");
   // From here every error path closes the datasets, then the file, then removes it.
   std::vector<Handle> dsets(tensors.size());
   auto abandon = [&](const std::string& m) {
@@ -381,9 +382,10 @@ void write_checkpoint(MPI_Comm comm, const std::string& path, const CheckpointMe
   // 4: data.
   const std::size_t half = tensors.size() / 2;
   for (std::size_t i = 0; i < tensors.size(); ++i) {
-    if (i == half) kill_if_testing_crash_at_step(meta.step);
+    if (i == half) kill_if_testing_crash_at_step(meta.step, "data");
     transfer(dsets[i].get(), tensors[i], plans[i], rounds[i], pl.dxpl.get(), true, st);
   }
+  if (st.ok()) st.error = failure_if_testing(meta.step);
   add_write_reason(st, tmp);
   if (std::string m = parallel::agree_on_error(comm, st.error); !m.empty()) abandon(m);
 
@@ -415,6 +417,7 @@ void write_checkpoint(MPI_Comm comm, const std::string& path, const CheckpointMe
   add_write_reason(st, tmp);
   if (std::string m = parallel::agree_on_error(comm, st.error); !m.empty()) fail_clean(m);
 
+  kill_if_testing_crash_at_step(meta.step, "rename");
   // 6: rank 0 gives the complete file its name; the agreement is the final barrier.
   if (std::string m = parallel::agree_on_error(
           comm, c.rank == 0 ? publish(tmp, path) : std::string());

@@ -146,6 +146,7 @@ struct CheckpointConfig {
   bool resume{};
   bool overwrite{};  // a start from step 0 may delete an earlier run's checkpoints and metrics
   double metadata_timeout_s{};  // io/read_watchdog.hpp
+  bool async{};  // written by a background thread (src/checkpoint/checkpoint_writer.hpp)
 };
 
 // [run]

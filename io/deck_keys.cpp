@@ -297,6 +297,10 @@ std::vector<DeckKey> make_keys() {
        "seconds a checkpoint's metadata read may take before the job ends with an error (a corrupt HDF5 "
        "file can make libhdf5 loop; io/read_watchdog.hpp)",
        &member<&Deck::checkpoint, &C::metadata_timeout_s>},
+      {"checkpoint", "async", boolean(false), AnyBoolean{},
+       "write checkpoints in the background: the state is copied to host buffers and training goes on "
+       "while a thread writes the file (at most one write in flight; exit and stop signals wait for it)",
+       &member<&Deck::checkpoint, &C::async>},
 
       {"run", "dir", text("runs/default"), PathRule{false, false}, "run outputs",
        &member<&Deck::run, &R::dir>},

@@ -97,6 +97,11 @@ foreach(case usr1 term_rank0 slurm_cpu launcher_term launcher_only startup)
                    ${_decks}/valid.toml $<TARGET_FILE:tptrain> ${_mpi2})
   set_tests_properties(cli_signal_${case} PROPERTIES TIMEOUT 180)
 endforeach()
+# The same stop with checkpoint.async = true: the requeue exit waits for the background write.
+add_test(NAME cli_signal_usr1_async
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/signal_requeue.sh usr1 ${_rel}/signal_usr1_async
+                 ${_decks}/valid.toml $<TARGET_FILE:tptrain> ${_mpi2})
+set_tests_properties(cli_signal_usr1_async PROPERTIES TIMEOUT 180 ENVIRONMENT "SIGNAL_SETS=--set checkpoint.async=true")
 
 # metrics.jsonl: a cut last line is dropped on resume, any other bad line is refused with the
 # file and the line, a write past a file size limit stops the run with the reason

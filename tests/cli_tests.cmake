@@ -74,6 +74,14 @@ add_test(NAME cli_kill_and_resume
                  -P ${CMAKE_CURRENT_SOURCE_DIR}/kill_resume.cmake)
 set_tests_properties(cli_kill_and_resume PROPERTIES TIMEOUT 300)
 
+# checkpoint.async: the same files as synchronous writes under every layout kind, one write in
+# flight, SIGKILL at three points of a background write, a failed one (tests/async_checkpoint.py).
+add_test(NAME cli_async_checkpoint
+         COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/async_checkpoint.py $<TARGET_FILE:tptrain>
+                 ${CMAKE_CURRENT_BINARY_DIR}/async_checkpoint ${CMAKE_CURRENT_SOURCE_DIR}/data/cli
+                 ${MPIEXEC_EXECUTABLE} ${TPTRAIN_MPIEXEC_FLAGS})
+set_tests_properties(cli_async_checkpoint PROPERTIES TIMEOUT 600 SKIP_RETURN_CODE 77 ENVIRONMENT "${TPTRAIN_TEST_ENV}")
+
 # `tptrain bench --phases` on 2 ranks with a deck that has no [data]: the report and exactly one
 # JSON line with MFU and every phase; `--steps 0` is a usage error.
 add_test(NAME cli_bench_tensor2

@@ -39,6 +39,10 @@ export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 
 train=(train "$deck" --set training.log_interval=1 --set optimizer.decay=constant
        --set training.eval_interval=0 --set checkpoint.interval=0)
+# SIGNAL_SETS: more --set options for every run (cli_signal_usr1_async: checkpoint.async = true,
+# whose stop must wait for the background write before the requeue exit).
+read -r -a extra_sets <<<"${SIGNAL_SETS:-}"
+train+=("${extra_sets[@]}")
 run=(--set run.dir="$work/run" --set checkpoint.dir="$work/run/ck")
 long=(--set training.steps=1000000)
 

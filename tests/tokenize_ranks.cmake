@@ -53,6 +53,21 @@ run(ok ${EXE} tokenize ${inputs} --out ${DIR}/bytes1 --tokenizer bytes --shard-t
 run(ok ${MPI} 3 ${EXE} tokenize ${inputs} --out ${DIR}/bytes3 --tokenizer bytes --shard-tokens 500 --segment-bytes 50)
 same_shards(${DIR}/bytes1 ${DIR}/bytes3)
 
+# tiktoken's o200k_base too (version-2 shards, uint32 ids), when jobs/fetch-tiktoken-ranks.sh has
+# put its rank file in the cache.
+if(DEFINED ENV{XDG_CACHE_HOME})
+  set(ranks $ENV{XDG_CACHE_HOME}/tptrain/tiktoken/o200k_base.tiktoken)
+else()
+  set(ranks $ENV{HOME}/.cache/tptrain/tiktoken/o200k_base.tiktoken)
+endif()
+if(EXISTS ${ranks})
+  run(ok ${EXE} tokenize ${inputs} --out ${DIR}/o200k1 --tokenizer o200k_base --shard-tokens 100 --valid-tokens 150)
+  run(ok ${MPI} 3 ${EXE} tokenize ${inputs} --out ${DIR}/o200k3 --tokenizer o200k_base ${small})
+  same_shards(${DIR}/o200k1 ${DIR}/o200k3)
+else()
+  message(STATUS "${ranks} is missing: o200k_base not compared")
+endif()
+
 # Shards already there are not overwritten.
 run(fail ${EXE} tokenize ${inputs} --out ${DIR}/reference)
 if(NOT output MATCHES "already holds train_000000.bin and [0-9]+ more shards: tokenize does not overwrite shards")

@@ -99,6 +99,12 @@ void CheckpointTensors::download() {
   for (std::size_t i = 0; i < device_.size(); ++i) Kokkos::deep_copy(host_[i], device_[i]);
 }
 
+std::size_t CheckpointTensors::host_bytes() const {
+  std::size_t n = 0;
+  for (const auto& h : host_) n += h.span() * sizeof(float);
+  return n;
+}
+
 void CheckpointTensors::upload() {
   for (std::size_t i = 0; i < device_.size(); ++i) Kokkos::deep_copy(device_[i], host_[i]);
 }
@@ -115,9 +121,11 @@ std::string CheckpointTensors::first_non_finite() const {
 
 namespace {
 // Size of a checkpoint file in MB (10^6 bytes), as rank 0 sees it (for the bandwidth log line).
-double file_megabytes(const parallel::Topology& topo, const std::string& path) {
+double file_megabytes(MPI_Comm comm, const std::string& path) {
   std::error_code ec;
-  if (topo.world_rank() != 0) return 0.0;
+  int rank = 0;
+  TPTRAIN_MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  if (rank != 0) return 0.0;
   const auto bytes = std::filesystem::file_size(path, ec);
   return ec ? 0.0 : static_cast<double>(bytes) / 1e6;
 }
@@ -130,12 +138,15 @@ std::string checkpoint_path(const std::string& dir, std::int64_t step) {
 }
 
 template <class T>
-void save_checkpoint(model::GptModel<T>& model, const io::Deck& deck, const parallel::Topology& topo,
-                     std::int64_t step, std::int64_t tokens_seen, const std::map<std::string, std::int64_t>& train_state) {
+PreparedCheckpoint prepare_checkpoint(model::GptModel<T>& model, const io::Deck& deck, const parallel::Topology& topo,
+                                      std::int64_t step, std::int64_t tokens_seen,
+                                      const std::map<std::string, std::int64_t>& train_state) {
   // Phase 1 (local, then agreed): the directory exists (it was proven writable before step 1,
   // but it may have been removed since), and the weights are finite. A diverging run must
   // never publish Inf/NaN weights as its newest checkpoint: resume and eval would pick it up.
-  CheckpointTensors t(model, topo, true);
+  PreparedCheckpoint c;
+  c.tensors = std::make_unique<CheckpointTensors>(model, topo, true);
+  CheckpointTensors& t = *c.tensors;
   parallel::on_every_rank(topo.world(), [&] {
     if (topo.world_rank() == 0) std::filesystem::create_directories(deck.checkpoint.dir);
     t.download();
@@ -145,7 +156,7 @@ void save_checkpoint(model::GptModel<T>& model, const io::Deck& deck, const para
           "in {} is from before); lower optimizer.lr or raise optimizer.warmup_steps",
           step, bad, io::display_path(deck.checkpoint.dir)));
   });
-  io::CheckpointMeta meta;
+  io::CheckpointMeta& meta = c.meta;
   meta.step = step;
   meta.tokens_seen = tokens_seen;
   meta.deck = deck.to_toml();
@@ -158,11 +169,22 @@ void save_checkpoint(model::GptModel<T>& model, const io::Deck& deck, const para
   meta.train = {{"step", step}, {"seed", static_cast<std::int64_t>(deck.training.seed)}, {"data_step", step}};
   meta.train.insert(train_state.begin(), train_state.end());
   meta.precision = kx::precision_name<T>();
-  const std::string path = checkpoint_path(deck.checkpoint.dir, step);
+  c.path = checkpoint_path(deck.checkpoint.dir, step);
+  return c;
+}
+
+void write_prepared(MPI_Comm comm, PreparedCheckpoint& c) {
   const auto t0 = std::chrono::steady_clock::now();
-  io::write_checkpoint(topo.world(), path, meta, t.shards());
+  io::write_checkpoint(comm, c.path, c.meta, c.tensors->shards());
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  log::infof("checkpoint {} written in {:.2f} s ({:.0f} MB/s)", path, s, file_megabytes(topo, path) / s);
+  log::infof("checkpoint {} written in {:.2f} s ({:.0f} MB/s)", c.path, s, file_megabytes(comm, c.path) / s);
+}
+
+template <class T>
+void save_checkpoint(model::GptModel<T>& model, const io::Deck& deck, const parallel::Topology& topo,
+                     std::int64_t step, std::int64_t tokens_seen, const std::map<std::string, std::int64_t>& train_state) {
+  PreparedCheckpoint c = prepare_checkpoint(model, deck, topo, step, tokens_seen, train_state);
+  write_prepared(topo.world(), c);
 }
 
 namespace {
@@ -408,6 +430,9 @@ void prune_checkpoints(MPI_Comm comm, const std::string& dir, int keep, const Ru
 // The precisions a run can train in (training.precision).
 #define TPTRAIN_CHECKPOINT_INSTANCES(T)                                                                   \
   template CheckpointTensors::CheckpointTensors(model::GptModel<T>&, const parallel::Topology&, bool);   \
+  template PreparedCheckpoint prepare_checkpoint(model::GptModel<T>&, const io::Deck&,                    \
+                                                 const parallel::Topology&, std::int64_t, std::int64_t,   \
+                                                 const std::map<std::string, std::int64_t>&);             \
   template void save_checkpoint(model::GptModel<T>&, const io::Deck&, const parallel::Topology&,          \
                                 std::int64_t, std::int64_t, const std::map<std::string, std::int64_t>&); \
   template io::CheckpointMeta load_weights(model::GptModel<T>&, const parallel::Topology&, const std::string&, bool);

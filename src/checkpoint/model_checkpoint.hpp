@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -86,6 +87,14 @@ std::vector<io::Hyperslab> slabs_of(const model::Parameter<T>& p, std::int64_t b
 // (the weights themselves in an fp32 run), whatever the compute precision, read from the
 // buckets (model::GradBucket). With a distributed optimizer every data-parallel rank writes and
 // reads the part of each tensor that its shard of the bucket holds; the file is the same.
+// Where the host copies live: pinned memory on CUDA, which the device copies into at full
+// bus speed and which an asynchronous write reads while training goes on.
+#ifdef KOKKOS_ENABLE_CUDA
+using CheckpointHostSpace = Kokkos::CudaHostPinnedSpace;
+#else
+using CheckpointHostSpace = Kokkos::HostSpace;
+#endif
+
 class CheckpointTensors {
  public:
   template <class T>
@@ -93,6 +102,7 @@ class CheckpointTensors {
   std::vector<io::TensorShard>& shards() { return shards_; }
   void download();  // device -> host buffers
   void upload();    // host buffers -> device
+  std::size_t host_bytes() const;  // of the host buffers
   // "" when every host buffer is finite, else which tensor holds what where.
   std::string first_non_finite() const;
 
@@ -101,7 +111,7 @@ class CheckpointTensors {
   void add(const std::string& name, const model::Parameter<T>& p, std::int64_t begin, std::int64_t end,
            const kernels::Vector<float>& v, bool writer);
   std::vector<io::TensorShard> shards_;
-  std::vector<Kokkos::View<float*, Kokkos::HostSpace>> host_;
+  std::vector<Kokkos::View<float*, CheckpointHostSpace>> host_;
   std::vector<kernels::Vector<float>> device_;
 };
 
@@ -115,9 +125,28 @@ std::map<std::string, std::vector<std::uint64_t>> checkpoint_datasets(const mode
 // <checkpoint.dir>/step_<8-digit step>.h5
 std::string checkpoint_path(const std::string& dir, std::int64_t step);
 
-// Collective over the world: weights, moments and metadata of `step`. Refuses (AgreedError on
-// every rank) non-finite weights or moments. `train_state`: more /train attributes that exact
-// resumption needs (the fp16 loss scaler's state).
+// A checkpoint whose state has been copied to host buffers, ready to be written: what an
+// asynchronous write holds while training goes on (src/checkpoint/checkpoint_writer.hpp).
+struct PreparedCheckpoint {
+  std::unique_ptr<CheckpointTensors> tensors;
+  io::CheckpointMeta meta;
+  std::string path;
+};
+
+// Collective over the world: copies weights and moments of `step` to host buffers and checks
+// them, with the checkpoint folder made. Refuses (AgreedError on every rank) non-finite weights
+// or moments. `train_state`: more /train attributes that exact resumption needs (the fp16 loss
+// scaler's state).
+template <class T>
+PreparedCheckpoint prepare_checkpoint(model::GptModel<T>& model, const io::Deck& deck, const parallel::Topology& topo,
+                                      std::int64_t step, std::int64_t tokens_seen,
+                                      const std::map<std::string, std::int64_t>& train_state = {});
+// Collective over `comm` (the world's ranks, or a duplicate of the world): writes a prepared
+// checkpoint (io::write_checkpoint: CheckpointError on every rank on failure) and logs it.
+// Touches no Kokkos, only the host buffers: safe on a thread of its own.
+void write_prepared(MPI_Comm comm, PreparedCheckpoint& c);
+
+// Both, at once: the synchronous checkpoint.
 template <class T>
 void save_checkpoint(model::GptModel<T>& model, const io::Deck& deck, const parallel::Topology& topo,
                      std::int64_t step, std::int64_t tokens_seen,

@@ -58,7 +58,7 @@ Placement& placement() {
 
 // MPI first (the member), then Kokkos on this rank's device; torn down in reverse order.
 class JobSession {
-  MpiSession mpi_;
+  MpiSession mpi_{MPI_THREAD_MULTIPLE};
 
  public:
   JobSession() {

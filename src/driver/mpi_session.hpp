@@ -15,10 +15,14 @@ namespace tptrain::driver {
 
 class MpiSession {
  public:
-  MpiSession() {
+  // `threads`: the MPI thread level asked for. The commands that train ask for
+  // MPI_THREAD_MULTIPLE: an asynchronous checkpoint's thread writes through MPI-IO while the
+  // main thread's collectives go on (src/checkpoint/checkpoint_writer.hpp reads what was given).
+  explicit MpiSession(int threads = MPI_THREAD_SINGLE) {
     int argc = 0;
     char** argv = nullptr;
-    TPTRAIN_MPI_CHECK(MPI_Init(&argc, &argv));
+    int provided = MPI_THREAD_SINGLE;
+    TPTRAIN_MPI_CHECK(MPI_Init_thread(&argc, &argv, threads, &provided));
     TPTRAIN_MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
     TPTRAIN_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
     TPTRAIN_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size));

@@ -13,6 +13,7 @@
 #include "io/requeue_marker.hpp"
 #include "io/run_lock.hpp"
 #include "io/writable_directory.hpp"
+#include "src/checkpoint/checkpoint_writer.hpp"
 #include "src/checkpoint/model_checkpoint.hpp"
 #include "src/checkpoint/run_ownership.hpp"
 #include "src/driver/commands.hpp"
@@ -181,11 +182,12 @@ int train_as(const io::Deck& deck, const parallel::Topology& topo) {
   std::int64_t skipped_in_run = 0;
   std::int64_t end_step = tc.steps;  // earlier when a stop signal ends the run
   int stopped_by = 0;                // that signal
+  // checkpoint.async: written by a thread while the steps go on (src/checkpoint/checkpoint_writer.hpp).
+  checkpoint::CheckpointWriter writer(deck, topo, identity);
   const auto write_checkpoint = [&](std::int64_t done) {  // collective: the checkpoint after `done` steps
     std::map<std::string, std::int64_t> state = run->train_state();
     state[checkpoint::kRunIdAttribute] = identity.id;
-    checkpoint::save_checkpoint(run->model(), deck, topo, done, done * run->tokens_per_step(), state);
-    checkpoint::prune_checkpoints(topo.world(), deck.checkpoint.dir, deck.checkpoint.keep, identity);
+    writer.save(run->model(), done, done * run->tokens_per_step(), state);
   };
   for (std::int64_t step = first_step; step < tc.steps; ++step) {
     // Not agreed on: a step is full of collectives, so a failure on some ranks only cannot wait
@@ -278,6 +280,11 @@ int train_as(const io::Deck& deck, const parallel::Topology& topo) {
       break;
     }
   }
+  // The run ends, or is requeued, only with its last checkpoint written: an asynchronous write
+  // still in flight is waited for (and its failure is this run's, as a synchronous one's).
+  if (writer.in_flight() >= 0 && topo.world_rank() == 0)
+    log::infof("waiting for the checkpoint write of step {} to finish", writer.in_flight());
+  writer.wait();
   on_metrics([&] { metrics->close(); });
   if (stopped_by != 0) {
     if (topo.world_rank() == 0) {

@@ -11,6 +11,7 @@ ParameterBytes parameter_bytes(std::int64_t parameters, const Config& c) {
   b.master = c.element_bytes() == 4 ? Count(0) : shard * 4;  // fp32: the master is the weights
   b.gradients = n * 4;
   b.optimizer = shard * 8;
+  b.checkpoint_host = shard * 12;
   return b;
 }
 

@@ -421,6 +421,10 @@ std::string report(const Plan& p) {
       fmt::format("{:.1f} bytes per parameter + activations; --gpu-memory {:g} GiB: {}", per_param,
                   p.hardware.gpu_memory_gib,
                   p.fits ? "fits" : "DOES NOT FIT"));
+  row("checkpoint (host)", pb.checkpoint_host,
+      fmt::format("not in the total: host memory a checkpoint copies the fp32 master and moments to{}",
+                  c.async_checkpoint ? ", held while the next steps train (checkpoint.async)"
+                                     : ", for the write (checkpoint.async holds it while the next steps train)"));
   line(fmt::format("  (Korthikanti et al. 2022 Table 2, {}, 16-bit with dropout: {} per layer and micro-batch; "
                    "tptrain keeps {})",
                    korthikanti_case_name(korthikanti_case(c)), human_bytes(p.korthikanti_layer_bytes),
@@ -531,7 +535,8 @@ io::JsonObject json_of(const Plan& p) {
                                .integer("activations", r.activations)
                                .integer("logits", r.head)
                                .integer("workspace", r.workspace)
-                               .integer("total", r.total()));
+                               .integer("total", r.total())
+                               .integer("checkpoint_host", pb.checkpoint_host));
   o.number("gpu_memory_bytes", p.hardware.gpu_memory_gib * kGiB, fixed(0));
   o.number("flops_per_iteration", p.flops, exponent(6));
   o.object("flops_per_iteration_by_recompute", io::JsonObject()

@@ -42,6 +42,7 @@ Config config_of(const io::Deck& d) {
   c.precision = d.training.precision;
   c.recompute = model::recompute_from_name(d.training.recompute);
   c.distributed_optimizer = d.optimizer.distributed;
+  c.async_checkpoint = d.checkpoint.async;
   c.order = parallel::rank_order_from_name(d.parallel.order);
   return c;
 }

@@ -28,20 +28,33 @@ TEST_CASE("test hooks: parsed from NAME=VALUE", "[base][test_hooks]") {
   parse_test_hook("kill_in_checkpoint=4", h);
   parse_test_hook("layer_seconds=0.01", h);
   CHECK(h.kill_in_checkpoint == 4);
+  CHECK(h.kill_in_checkpoint_at == "data");
   CHECK(h.layer_seconds == 0.01);
+  parse_test_hook("kill_in_checkpoint=6@rename", h);
+  CHECK(h.kill_in_checkpoint == 6);
+  CHECK(h.kill_in_checkpoint_at == "rename");
+  CHECK(h.fail_in_checkpoint == -1);
+  parse_test_hook("fail_in_checkpoint=2", h);
+  CHECK(h.fail_in_checkpoint == 2);
+  parse_test_hook("checkpoint_seconds=0.5", h);
+  CHECK(h.checkpoint_seconds == 0.5);
+  CHECK(refusal("checkpoint_seconds=-1").find("from 0 to 60") != std::string::npos);
 }
 
 TEST_CASE("test hooks: a bad one names the hook and what it expects", "[base][test_hooks]") {
   CHECK(refusal("kill_in_checkpoint=x") ==
-        "--test-hook kill_in_checkpoint=x: expected kill_in_checkpoint=STEP, a checkpoint's step (an integer >= 0)");
+        "--test-hook kill_in_checkpoint=x: expected kill_in_checkpoint=STEP[@POINT], a checkpoint's step (an "
+        "integer >= 0) and where: created, data or rename");
+  CHECK(refusal("kill_in_checkpoint=3@later").find("created, data or rename") != std::string::npos);
+  CHECK(refusal("fail_in_checkpoint=x").find("fail_in_checkpoint=STEP") != std::string::npos);
   CHECK(refusal("kill_in_checkpoint=-1").find("an integer >= 0") != std::string::npos);
   CHECK(refusal("kill_in_checkpoint").find("kill_in_checkpoint=STEP") != std::string::npos);
   CHECK(refusal("layer_seconds=61") ==
         "--test-hook layer_seconds=61: expected layer_seconds=T, seconds per layer from 0 to 60");
   CHECK(refusal("layer_seconds=nan").find("from 0 to 60") != std::string::npos);
   CHECK(refusal("layer_second=1") ==
-        "--test-hook layer_second=1: expected NAME=VALUE with NAME one of kill_in_checkpoint, layer_seconds, "
-            "spike_at_step, nonfinite_from_step, slow_rank");
+        "--test-hook layer_second=1: expected NAME=VALUE with NAME one of kill_in_checkpoint, fail_in_checkpoint, "
+            "checkpoint_seconds, layer_seconds, spike_at_step, nonfinite_from_step, slow_rank");
   CHECK(refusal("spike_at_step=0") ==
         "--test-hook spike_at_step=0: expected spike_at_step=STEP, an optimizer step (an integer >= 1)");
   CHECK(refusal("nonfinite_from_step=x").find("nonfinite_from_step=STEP") != std::string::npos);

@@ -1012,6 +1012,7 @@ TEST_CASE("deck: to_toml writes every key in table order and round-trips", "[io]
                                           "checkpoint.resume",
                                           "checkpoint.overwrite",
                                           "checkpoint.metadata_timeout_s",
+                                          "checkpoint.async",
                                           "run.dir"};
   auto keys_in = [](const std::string& toml_text) {
     std::vector<std::string> keys;
