@@ -95,3 +95,36 @@ TEST_CASE("UTF-8: PCRE2's check finds the first bad byte", "[text]") {
   }
   CHECK(calls == 0);
 }
+
+// o200k's ASCII matcher (pretokenizer.cpp) against PCRE2 alone: the same pieces on random text
+// that mixes ASCII words of both cases, contractions, digits, punctuation, every ASCII space and
+// line break with the non-ASCII characters that could change a piece: letters of both cases and
+// other scripts, a combining mark, ſ (folds to s: 'ſ is a contraction), non-ASCII digits, spaces
+// and symbols.
+TEST_CASE("pre-tokenizer: o200k's ASCII matcher gives PCRE2's pieces", "[text]") {
+  const Pretokenizer fast(SplitPattern::o200k, Pretokenizer::Matcher::ascii_fast_path);
+  const Pretokenizer reference(SplitPattern::o200k, Pretokenizer::Matcher::pcre2_only);
+  const std::vector<std::string> atoms{
+      "a", "b", "z", "A", "Q", "Z", "Hello", "WORLD", "camelCase", "'", "'s", "'S", "'re", "'VE", "'ll", "'d",
+      "'m", "'t", "'x", "0", "7", "123", "4567", " ", "  ", "\t", "\n", "\r\n", "\r", "\v", "\f", ".", ",", "!",
+      "?", "/", "(", ")", "-", "_", "\"", "#", "\x01", "\x7f", "\xc3\xa9" /* é */, "\xc3\x89" /* É */,
+      "\xc5\xbf" /* ſ */, "\xcc\x81" /* combining acute */, "\xd9\xa3" /* ٣ */, "\xc2\xb2" /* ² */,
+      "\xc2\xa0" /* NBSP */, "\xc2\x85" /* NEL */, "\xe2\x80\x9c" /* “ */, "\xe4\xb8\xad" /* 中 */,
+      "\xd0\x96" /* Ж */, "\xf0\x9f\x98\x80" /* 😀 */, "\xe2\x80\x8d" /* ZWJ */, "\xe3\x80\x80" /* ideographic space */};
+  std::mt19937 rng(20261205);
+  std::uniform_int_distribution<std::size_t> pick(0, atoms.size() - 1), length(1, 40);
+  const auto split = [](const Pretokenizer& p, const std::string& text) {
+    std::vector<std::string> out;
+    p.split(text, [&](std::string_view piece) { out.emplace_back(piece); });
+    return out;
+  };
+  for (int trial = 0; trial < 20000; ++trial) {
+    std::string text;
+    for (std::size_t n = length(rng); n > 0; --n) text += atoms[pick(rng)];
+    INFO(text);
+    REQUIRE(split(fast, text) == split(reference, text));
+  }
+  // And the plain cases, written out.
+  CHECK(split(fast, "x HelloWorld it's IT'S 12345 a...b !!/\n\n  c\t") ==
+        V{"x", " Hello", "World", " it's", " IT'S", " ", "123", "45", " a", "...", "b", " !!/\n\n", " ", " c", "\t"});
+}
