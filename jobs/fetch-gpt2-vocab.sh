@@ -19,16 +19,9 @@ tarball_sha256=099b008c7f88f4a61ca1743c2348a8228f20179c8915609b6ea82a5c3a04421c
 encoder_sha256=196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783
 merges_sha256=1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5
 
-if [ $# -gt 0 ]; then
-  dir=$1
-elif [ -n "${XDG_CACHE_HOME:-}" ] && [ "${XDG_CACHE_HOME#/}" != "$XDG_CACHE_HOME" ]; then
-  dir=$XDG_CACHE_HOME/tptrain/gpt2
-elif [ -n "${HOME:-}" ]; then
-  dir=$HOME/.cache/tptrain/gpt2
-else
-  echo "fetch-gpt2-vocab: neither XDG_CACHE_HOME nor HOME is set: name the folder (jobs/fetch-gpt2-vocab.sh DIR)" >&2
-  exit 1
-fi
+# shellcheck source=jobs/cache-dir.sh
+. "$(dirname "${BASH_SOURCE[0]}")/cache-dir.sh"
+dir=$(cache_dir fetch-gpt2-vocab gpt2 "$@") || exit 1
 
 die() { echo "fetch-gpt2-vocab: error: $*" >&2; exit 1; }
 sha_of() { sha256sum "$1" | cut -d' ' -f1; }

@@ -23,16 +23,9 @@ declare -A file_sha256=(
   [o200k_base]=446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d
 )
 
-if [ $# -gt 0 ]; then
-  dir=$1
-elif [ -n "${XDG_CACHE_HOME:-}" ] && [ "${XDG_CACHE_HOME#/}" != "$XDG_CACHE_HOME" ]; then
-  dir=$XDG_CACHE_HOME/tptrain/tiktoken
-elif [ -n "${HOME:-}" ]; then
-  dir=$HOME/.cache/tptrain/tiktoken
-else
-  echo "fetch-tiktoken-ranks: neither XDG_CACHE_HOME nor HOME is set: name the folder (jobs/fetch-tiktoken-ranks.sh DIR)" >&2
-  exit 1
-fi
+# shellcheck source=jobs/cache-dir.sh
+. "$(dirname "${BASH_SOURCE[0]}")/cache-dir.sh"
+dir=$(cache_dir fetch-tiktoken-ranks tiktoken "$@") || exit 1
 
 die() { echo "fetch-tiktoken-ranks: error: $*" >&2; exit 1; }
 sha_of() { sha256sum "$1" | cut -d' ' -f1; }

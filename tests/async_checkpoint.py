@@ -21,8 +21,10 @@ import glob
 import json
 import os
 import shutil
-import subprocess
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cli_script import fail, output, run  # noqa: E402
 
 try:
     import h5py
@@ -35,11 +37,6 @@ exe, work, corpus_dir = sys.argv[1], sys.argv[2], sys.argv[3]
 mpi = sys.argv[4:] + ["-n", "2"]
 shutil.rmtree(work, ignore_errors=True)
 os.makedirs(work)
-
-
-def fail(message):
-    print("MISMATCH:", message)
-    sys.exit(1)
 
 
 deck = os.path.join(work, "small.toml")
@@ -73,11 +70,8 @@ def train(name, sets, hooks=(), ok=True, resume=False):
                   "--set", f"checkpoint.resume={'true' if resume else 'false'}", *sets]
     for h in hooks:
         args += ["--test-hook", h]
-    p = subprocess.run(args, capture_output=True, timeout=240)
-    out = p.stdout.decode(errors="replace") + p.stderr.decode(errors="replace")
-    if ok and p.returncode != 0:
-        fail(f"FAILED ({p.returncode}): {' '.join(args)}\n{out}")
-    return p.returncode, out
+    p = run(args, ok=True if ok else None, timeout=240)
+    return p.returncode, output(p)
 
 
 def losses(name):
@@ -142,16 +136,16 @@ print("in flight: the next checkpoint and the end waited, and said so")
 # SIGKILL at three points of the background write of step 4; resume from step 2.
 train("ref", [])
 for point in ("created", "data", "rename"):
-    run = f"kill_{point}"
-    rc, out = train(run, ["--set", "checkpoint.async=true"], [f"kill_in_checkpoint=4@{point}"], ok=False)
+    killed = f"kill_{point}"
+    rc, out = train(killed, ["--set", "checkpoint.async=true"], [f"kill_in_checkpoint=4@{point}"], ok=False)
     if rc == 0 or f"kill_in_checkpoint=4@{point}" not in out:
         fail(f"{point}: the run was not killed while writing step 4 (rc {rc}):\n{out}")
-    ck = sorted(os.path.basename(p) for p in glob.glob(f"{work}/{run}/ck/step_*.h5"))
+    ck = sorted(os.path.basename(p) for p in glob.glob(f"{work}/{killed}/ck/step_*.h5"))
     if ck != ["step_00000002.h5"]:
         fail(f"{point}: after the kill the checkpoints are {ck}, expected step 2 alone")
-    train(run, ["--set", "checkpoint.async=true"], resume=True)
-    if losses(run) != losses("ref"):
-        fail(f"{point}: the resumed losses {losses(run)} differ from the uninterrupted {losses('ref')}")
+    train(killed, ["--set", "checkpoint.async=true"], resume=True)
+    if losses(killed) != losses("ref"):
+        fail(f"{point}: the resumed losses {losses(killed)} differ from the uninterrupted {losses('ref')}")
     print(f"killed at '{point}': step 2 intact, resumed bit for bit")
 
 # A failed background write: the synchronous run's error and exit status; step 2 stays.

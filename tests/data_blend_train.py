@@ -20,8 +20,10 @@ import json
 import os
 import shutil
 import struct
-import subprocess
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cli_script import fail, output, run  # noqa: E402
 
 exe, work, corpus_dir = sys.argv[1], sys.argv[2], sys.argv[3]
 mpi = sys.argv[4:]
@@ -29,19 +31,8 @@ shutil.rmtree(work, ignore_errors=True)
 os.makedirs(work)
 
 
-def fail(message):
-    print("MISMATCH:", message)
-    sys.exit(1)
-
-
-def run(args, ok=True):
-    p = subprocess.run(args, capture_output=True, timeout=280)
-    out = p.stdout.decode(errors="replace") + p.stderr.decode(errors="replace")
-    if ok and p.returncode != 0:
-        fail(f"FAILED ({p.returncode}): {' '.join(args)}\n{out}")
-    if not ok and p.returncode == 0:
-        fail(f"expected a failure: {' '.join(args)}\n{out}")
-    return out
+def run_text(args, ok=True):
+    return output(run(args, ok))
 
 
 text = open(os.path.join(corpus_dir, "corpus.txt"), "rb").read()
@@ -140,7 +131,7 @@ ck = os.path.join(work, "one", "ck", "step_00000200.h5")
 
 
 def eval_json(*extra):
-    out = run([exe, "eval", deck, "--checkpoint", ck, "--windows", "4", *extra])
+    out = run_text([exe, "eval", deck, "--checkpoint", ck, "--windows", "4", *extra])
     return json.loads([l for l in out.splitlines() if l.startswith("{")][-1])
 
 
@@ -174,7 +165,7 @@ bad = [
      "data.train[1] {path = "),
 ]
 for value, expected in bad:
-    out = run(mpi + ["-n", "1", exe, "train", deck, "--set", f"data.train={value}", "--set",
+    out = run_text(mpi + ["-n", "1", exe, "train", deck, "--set", f"data.train={value}", "--set",
                      f"run.dir={work}/bad", "--set", f"checkpoint.dir={work}/bad/ck", "--set", "training.steps=12"],
               ok=False)
     if expected not in out:

@@ -22,8 +22,10 @@ import math
 import os
 import shutil
 import struct
-import subprocess
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cli_script import fail, json_line, run  # noqa: E402
 
 exe, work, src = sys.argv[1], sys.argv[2], sys.argv[3]
 mpi = sys.argv[4:]
@@ -39,26 +41,6 @@ if not all(os.path.isfile(f) for f in corpus):
 shutil.rmtree(work, ignore_errors=True)
 os.makedirs(work)
 VOCAB, SPECIALS = 200019, {199999: b"<|endoftext|>", 200018: b"<|endofprompt|>"}
-
-
-def run(args):
-    p = subprocess.run(args, capture_output=True, timeout=280)
-    if p.returncode != 0:
-        sys.exit(f"FAILED ({p.returncode}): {' '.join(args)}\n{p.stdout.decode(errors='replace')}\n"
-                 f"{p.stderr.decode(errors='replace')}")
-    return p
-
-
-def fail(message):
-    print("MISMATCH:", message)
-    sys.exit(1)
-
-
-def json_line(text):
-    lines = [l for l in text.splitlines() if l.startswith("{")]
-    if len(lines) != 1:
-        fail(f"expected one JSON line, got {len(lines)} in:\n{text}")
-    return json.loads(lines[0])
 
 
 def read_shard(path):
