@@ -22,6 +22,9 @@ import struct
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cli_script import fail, json_line  # noqa: E402
+
 exe, work, src = sys.argv[1], sys.argv[2], sys.argv[3]
 mpi = sys.argv[4:]
 vocab_dir = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.join(os.environ["HOME"], ".cache"), "tptrain", "gpt2")
@@ -40,23 +43,11 @@ def run(args, expect_ok=True):
     return p
 
 
-def fail(message):
-    print("MISMATCH:", message)
-    sys.exit(1)
-
-
 def deck(name, text):
     path = os.path.join(work, name)
     with open(path, "w") as f:
         f.write(text)
     return path
-
-
-def json_line(text):
-    lines = [l for l in text.splitlines() if l.startswith("{")]
-    if len(lines) != 1:
-        fail(f"expected one JSON line, got {len(lines)} in:\n{text}")
-    return json.loads(lines[0])
 
 
 # ---- a GPT-2 BPE model ----

@@ -1,5 +1,6 @@
 """What the command-line test scripts share (data_blend_train.py, async_checkpoint.py,
-llama_o200k_end_to_end.py): running tptrain, failing with a message, its one JSON line."""
+llama_o200k_end_to_end.py, bpe_generate_eval.py): running tptrain, failing with a message, its
+one JSON line."""
 import json
 import subprocess
 import sys
