@@ -48,17 +48,22 @@ void CheckpointWriter::save(model::GptModel<T>& model, std::int64_t step, std::i
     // At most one write in flight: this checkpoint's host copy waits for the last one's.
     const bool busy = !finished_.load() && topo_.world_rank() == 0;
     if (busy) log::infof("checkpoint of step {}: waiting for the write of step {}, still in flight", step, step_);
-    const auto t0 = std::chrono::steady_clock::now();
+    const auto waited = std::chrono::steady_clock::now();
     wait();
     if (busy)
       log::infof("checkpoint of step {}: waited {:.2f} s for the write of the last one", step,
-                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - waited).count());
   }
+  const auto t0 = std::chrono::steady_clock::now();
   PreparedCheckpoint c = prepare_checkpoint(model, deck_, topo_, step, tokens_seen, train_state);
   if (!asynchronous()) {
     write_and_prune(topo_.world(), c);
     return;
   }
+  if (topo_.world_rank() == 0)
+    log::infof("checkpoint of step {}: {:.0f} MB of state copied to host buffers in {:.2f} s; written in the background",
+               step, static_cast<double>(c.tensors->host_bytes()) / 1e6,
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   pending_ = std::move(c);
   step_ = step;
   failure_ = nullptr;

@@ -102,6 +102,7 @@ class CheckpointTensors {
   std::vector<io::TensorShard>& shards() { return shards_; }
   void download();  // device -> host buffers
   void upload();    // host buffers -> device
+  void clear();     // host buffers := 0
   std::size_t host_bytes() const;  // of the host buffers
   // "" when every host buffer is finite, else which tensor holds what where.
   std::string first_non_finite() const;

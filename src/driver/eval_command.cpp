@@ -102,8 +102,8 @@ int eval_as(const io::Deck& deck, const parallel::Topology& topo, const std::str
     on_every_rank(topo.world(), [&] { counted = target_bytes(deck, d, n, shape.seq_length, d.path()); });
     const double l = train::evaluate(*model, d, n, topo.pp(), train::documents_of(deck));
     if (!std::isfinite(l))  // JSON has no NaN: a non-finite loss is an error, not a result
-      throw parallel::AgreedError(fmt::format("eval: checkpoint {}: the mean loss on {} is {} (not finite)",
-                                              checkpoint, d.path(), l));
+      throw parallel::AgreedError(fmt::format("eval: checkpoint {}: the mean loss is {} (not finite){}", checkpoint, l,
+                                              data->size() > 1 ? " on " + data->name(i) : std::string()));
     losses.push_back(l);
     loss += data->share(i) * l;
     const std::string what = data->size() > 1 ? data->name(i) : d.path();
