@@ -126,6 +126,10 @@ JsonObject& JsonObject::numbers(std::string_view key, const std::vector<double>&
   return member(key, list + "]");
 }
 
+JsonObject& JsonObject::integers(std::string_view key, const std::vector<std::int64_t>& v) {
+  return member(key, fmt::format("[{}]", fmt::join(v, ", ")));
+}
+
 JsonObject& JsonObject::objects(std::string_view key, const std::vector<JsonObject>& v) {
   std::string list = "[";
   for (std::size_t i = 0; i < v.size(); ++i) {

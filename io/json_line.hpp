@@ -53,6 +53,7 @@ class JsonObject {
   JsonObject& object(std::string_view key, const JsonObject& v);
   JsonObject& strings(std::string_view key, const std::vector<std::string>& v);
   JsonObject& numbers(std::string_view key, const std::vector<double>& v, NumberFormat format = {});
+  JsonObject& integers(std::string_view key, const std::vector<std::int64_t>& v);
   JsonObject& objects(std::string_view key, const std::vector<JsonObject>& v);
 
   // {"key": value, ...}

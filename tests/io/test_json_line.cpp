@@ -60,6 +60,8 @@ TEST_CASE("JsonObject: the layout of tptrain's lines, nulls remembered with thei
   CHECK(o.non_finite()[1].first == "suggestions[0].days");
   CHECK(describe_non_finite(o) == "memory.rate = inf, suggestions[0].days = nan");
   CHECK(JsonObject().text() == "{}");
+  CHECK(JsonObject().integers("tokens", {50256, 0, -1}).integers("none", {}).text() ==
+        R"({"tokens": [50256, 0, -1], "none": []})");
 }
 
 TEST_CASE("metrics.jsonl: a loss, eval loss or loss scale that is not finite is null", "[io][json][metrics]") {
