@@ -297,6 +297,10 @@ class GptModel {
     head_forward(exec);
   }
   const kernels::Matrix<T>& local_logits() const { return head_->logits; }
+  // [N] the next-token loss of each token, -log p(target), of the last forward with targets, in
+  // fp32 and the same on every TP rank (the last stage's; the vocab-parallel cross entropy's own
+  // result, so no rank gathers the logits): multiple-choice scoring sums it over an ending's tokens.
+  const kernels::Vector<kx::acc_t<T>>& token_losses() const { return head_->loss; }
 
   // The inference entry point (src/model/gpt_inference.hpp, generation with a KV cache) runs
   // this stage's layers on its own buffers: the first stage's embedding, block l of the stage
