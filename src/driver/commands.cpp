@@ -271,9 +271,10 @@ int bench(const DeckOptions& o, const BenchOptions& b) {
 }
 
 int eval(const DeckOptions& options, const EvalOptions& e) {
-  DeckOptions o = options;  // reads data.valid, or --data instead of it
-  o.data_files = e.data.empty() ? io::DataFiles::validation : io::DataFiles::tokenizer_only;
+  DeckOptions o = options;  // reads data.valid, or --data or --tasks instead of it
+  o.data_files = e.data.empty() && e.tasks.empty() ? io::DataFiles::validation : io::DataFiles::tokenizer_only;
   return run_job(o, [&](const io::Deck& deck, const parallel::Topology& topo) {
+    if (!e.tasks.empty()) return driver::run_eval_tasks(deck, topo, e.checkpoint, {e.tasks, e.tasks_scores});
     return driver::run_eval(deck, topo, e.checkpoint, e.data, e.windows);
   });
 }

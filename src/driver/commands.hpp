@@ -23,6 +23,8 @@ struct EvalOptions {
   std::string checkpoint;
   std::string data;  // empty: the deck's data.valid
   int windows = 0;   // 0: the deck's training.eval_windows
+  std::string tasks;         // a multiple-choice task file: scored instead of the loss
+  std::string tasks_scores;  // with tasks: each example's scores go here
 };
 
 struct GenerateOptions {

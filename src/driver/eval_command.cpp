@@ -7,6 +7,7 @@
 #include "io/json_line.hpp"
 #include "src/util/log.hpp"
 #include "src/checkpoint/model_checkpoint.hpp"
+#include "src/driver/multiple_choice.hpp"
 #include "src/driver/precision_dispatch.hpp"
 #include "src/data/data_blend.hpp"
 #include "src/train/training_run.hpp"
@@ -59,6 +60,49 @@ TargetBytes target_bytes(const io::Deck& deck, const data::TokenDataset& data, s
   return r;
 }
 
+// The deck's model with the checkpoint's weights; it may not fit, or the file may not load:
+// reported like any other failure, on every rank.
+template <class T>
+std::unique_ptr<model::GptModel<T>> load_model(const io::Deck& deck, const parallel::Topology& topo,
+                                               const std::string& checkpoint, io::CheckpointMeta& meta) {
+  std::unique_ptr<model::GptModel<T>> model;
+  on_every_rank(topo.world(), [&] {
+    model = std::make_unique<model::GptModel<T>>(model::shape_of(deck), deck.training.micro_batch, topo.tp(),
+                                                 deck.training.seed,
+                                                 model::PipelineStage{topo.coords().pp, topo.layout().pipeline});
+  });
+  on_every_rank(topo.world(), [&] { meta = checkpoint::load_weights(*model, topo, checkpoint); });
+  return model;
+}
+
+template <class T>
+int eval_tasks_as(const io::Deck& deck, const parallel::Topology& topo, const std::string& checkpoint,
+                  const TaskOptions& o) {
+  // The file first: a bad line is said before minutes of loading a large model.
+  std::unique_ptr<MultipleChoiceTasks> tasks;
+  on_every_rank(topo.world(), [&] { tasks = std::make_unique<MultipleChoiceTasks>(load_multiple_choice_tasks(deck, o.tasks)); });
+  io::CheckpointMeta meta;
+  const std::unique_ptr<model::GptModel<T>> model = load_model<T>(deck, topo, checkpoint, meta);
+  const MultipleChoiceResult r = score_multiple_choice(*model, topo, *tasks, train::documents_of(deck));
+  log::infof("eval: checkpoint {} (step {}), {} examples of {}: mc_accuracy {:.6f} ({} right), mc_accuracy_norm "
+             "{:.6f} ({} right; per UTF-8 byte of the ending); {} of {} endings scored with their context cut to "
+             "model.seq_length = {} tokens",
+             checkpoint, meta.step, r.examples, o.tasks, r.accuracy(), r.correct, r.accuracy_norm(), r.correct_norm,
+             tasks->truncated, tasks->rows.size(), deck.model.seq_length);
+  if (!o.scores.empty())
+    on_every_rank(topo.world(), [&] {
+      if (topo.world_rank() == 0) write_multiple_choice_scores(o.scores, *tasks, r);
+    });
+  log::info(io::JsonObject()
+                .number("mc_accuracy", r.accuracy(), io::digits(9))
+                .number("mc_accuracy_norm", r.accuracy_norm(), io::digits(9))
+                .integer("examples", r.examples)
+                .integer("endings", tasks->rows.size())
+                .integer("truncated", tasks->truncated)
+                .text());
+  return 0;
+}
+
 template <class T>
 int eval_as(const io::Deck& deck, const parallel::Topology& topo, const std::string& checkpoint,
             const std::string& data_path, int windows) {
@@ -85,12 +129,8 @@ int eval_as(const io::Deck& deck, const parallel::Topology& topo, const std::str
                                              shape.seq_length + 1, n));
     }
   });
-  std::unique_ptr<Model> model;  // may not fit: reported like any other failure, on every rank
-  on_every_rank(topo.world(), [&] {
-    model = std::make_unique<Model>(shape, deck.training.micro_batch, topo.tp(), deck.training.seed, model::PipelineStage{topo.coords().pp, topo.layout().pipeline});
-  });
   io::CheckpointMeta meta;
-  on_every_rank(topo.world(), [&] { meta = checkpoint::load_weights(*model, topo, checkpoint); });
+  const std::unique_ptr<Model> model = load_model<T>(deck, topo, checkpoint, meta);
   const std::int64_t tokens = n * shape.seq_length;
   double loss = 0.0;  // a blend's: the mean of its datasets' weighted by their shares
   std::vector<double> losses, bits;  // per dataset
@@ -140,6 +180,12 @@ int eval_as(const io::Deck& deck, const parallel::Topology& topo, const std::str
 }
 
 }  // namespace
+
+int run_eval_tasks(const io::Deck& deck, const parallel::Topology& topo, const std::string& checkpoint,
+                   const TaskOptions& tasks) {
+  return with_precision(deck.training.precision,
+                        [&](auto t) { return eval_tasks_as<decltype(t)>(deck, topo, checkpoint, tasks); });
+}
 
 int run_eval(const io::Deck& deck, const parallel::Topology& topo, const std::string& checkpoint,
              const std::string& data, int windows) {

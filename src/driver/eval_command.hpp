@@ -17,4 +17,13 @@ namespace tptrain::driver {
 int run_eval(const io::Deck& deck, const parallel::Topology& topo, const std::string& checkpoint,
              const std::string& data, int windows);
 
+// `eval --tasks`: multiple-choice accuracy (src/driver/multiple_choice.hpp) instead of the loss.
+struct TaskOptions {
+  std::string tasks;   // the task file (JSON Lines)
+  std::string scores;  // "" or where rank 0 writes each example's scores (--tasks-scores)
+};
+// Prints mc_accuracy, mc_accuracy_norm and the counts, also as one JSON line; 0, or 1 for a bad file.
+int run_eval_tasks(const io::Deck& deck, const parallel::Topology& topo, const std::string& checkpoint,
+                   const TaskOptions& tasks);
+
 }  // namespace tptrain::driver

@@ -209,12 +209,23 @@ int main(int argc, char** argv) {
   eval_cmd->add_option("--checkpoint", eval_opts.checkpoint, "checkpoint file (.h5)")
       ->required()
       ->check(readable_file());
-  eval_cmd->add_option("--data", eval_opts.data,
-                       "token file, folder or glob pattern of shards (default: the deck's data.valid)")
-      ->check(readable_data());
-  eval_cmd->add_option("--windows", eval_opts.windows,
-                       "number of windows (default: training.eval_windows)")
-      ->check(integer_at_least(1));
+  auto* eval_data = eval_cmd->add_option("--data", eval_opts.data,
+                                         "token file, folder or glob pattern of shards (default: the deck's data.valid)")
+                        ->check(readable_data());
+  auto* eval_windows = eval_cmd->add_option("--windows", eval_opts.windows,
+                                            "number of windows (default: training.eval_windows)")
+                           ->check(integer_at_least(1));
+  auto* eval_tasks =
+      eval_cmd
+          ->add_option("--tasks", eval_opts.tasks,
+                       "multiple-choice task file, JSON Lines of {\"context\": ..., \"endings\": [...], \"label\": k}: "
+                       "mc_accuracy and mc_accuracy_norm instead of the loss")
+          ->check(readable_file())
+          ->excludes(eval_data)
+          ->excludes(eval_windows);
+  eval_cmd->add_option("--tasks-scores", eval_opts.tasks_scores,
+                       "with --tasks: write each example's log-likelihoods and scored tokens to this file (JSON Lines)")
+      ->needs(eval_tasks);
 
   auto* gen_cmd = app.add_subcommand("generate", "sample text from a checkpoint");
   add_deck_options(*gen_cmd, deck);
