@@ -98,6 +98,10 @@ struct TrainingConfig {
   int log_interval{};
   int eval_interval{};
   int eval_windows{};
+  // Multiple-choice evaluation during training (src/driver/multiple_choice.hpp): the task file
+  // ("" = none) and the steps between scorings (0 = never).
+  std::string tasks;
+  int tasks_interval{};
   std::string init_from;  // a checkpoint whose weights start the run ("" = the seeded initialisation)
   // Spike and non-finite skipping (src/train/spike_detector.hpp).
   bool skip_spikes{};

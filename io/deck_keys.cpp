@@ -198,6 +198,13 @@ std::vector<DeckKey> make_keys() {
       {"training", "eval_windows", integer(16), at_least_1,
        "validation windows of seq_length tokens per evaluation",
        &member<&Deck::training, &T::eval_windows>},
+      {"training", "tasks", text(""), PathRule{true, false},
+       "a multiple-choice task file (JSON Lines of {\"context\", \"endings\", \"label\"}, as tptrain eval --tasks "
+       "reads) scored every training.tasks_interval steps and at the last: mc_accuracy, mc_accuracy_norm and "
+       "mc_examples in metrics.jsonl; \"\" = none",
+       &member<&Deck::training, &T::tasks>},
+      {"training", "tasks_interval", integer(0), IntRange{0, std::nullopt, "(0 = never)"},
+       "steps between multiple-choice evaluations on training.tasks", &member<&Deck::training, &T::tasks_interval>},
       {"training", "skip_spikes", boolean(false), AnyBoolean{},
        "skip an optimizer step whose loss or gradient norm is a spike (more than training.spike_zscore "
        "standard deviations above the mean of the last training.spike_window accepted steps) or not finite, "

@@ -14,6 +14,10 @@ std::string to_json(const MetricsRecord& r) {
   o.number("grad_norm", r.grad_norm, digits(17)).number("tokens_per_s", r.tokens_per_s, fixed(1));
   if (r.eval_loss) o.number("eval_loss", *r.eval_loss, digits(17));
   if (!r.eval_loss_by_dataset.empty()) o.numbers("eval_loss_by_dataset", r.eval_loss_by_dataset, digits(17));
+  if (r.mc) {
+    o.number("mc_accuracy", r.mc->accuracy, digits(17)).number("mc_accuracy_norm", r.mc->accuracy_norm, digits(17));
+    o.integer("mc_examples", r.mc->examples);
+  }
   if (r.loss_scale) o.number("loss_scale", *r.loss_scale, digits(17));
   if (r.skip_reason) {
     o.boolean("skipped", true).string("skip_reason", *r.skip_reason);

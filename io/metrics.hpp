@@ -14,6 +14,13 @@ struct MetricsRecord {
   std::int64_t step = 0;
   double loss = 0, lr = 0, grad_norm = 0, tokens_per_s = 0;
   std::optional<double> eval_loss;
+  // training.tasks on its steps: the multiple-choice accuracy, per byte, and the examples scored
+  // ("mc_accuracy", "mc_accuracy_norm", "mc_examples").
+  struct MultipleChoice {
+    double accuracy = 0, accuracy_norm = 0;
+    std::int64_t examples = 0;
+  };
+  std::optional<MultipleChoice> mc;
   // fp16 runs: the loss scale of the step and how many steps since the previous record were
   // skipped because their gradients overflowed.
   std::optional<double> loss_scale;
@@ -39,6 +46,7 @@ struct MetricsRecord {
 };
 
 // JSON line of a record: {"step": 10, "loss": ..., "lr": ..., "grad_norm": ..., "tokens_per_s": ...[, "eval_loss": ...]
+// [, "mc_accuracy": ..., "mc_accuracy_norm": ..., "mc_examples": ...]
 // [, "loss_scale": ..., "skipped": ...][, "<field>": <integer>, ...]}. A value that is not finite (the
 // loss or grad_norm of an fp16 step that overflowed) is null (io/json_line.hpp).
 std::string to_json(const MetricsRecord& r);

@@ -17,6 +17,7 @@
 #include "src/checkpoint/model_checkpoint.hpp"
 #include "src/checkpoint/run_ownership.hpp"
 #include "src/driver/commands.hpp"
+#include "src/driver/multiple_choice.hpp"
 #include "src/driver/precision_dispatch.hpp"
 #include "src/train/memory_metrics.hpp"
 #include "src/train/straggler_report.hpp"
@@ -45,6 +46,15 @@ std::string data_use_text(const DataUse& use) {
 template <class T>
 int train_as(const io::Deck& deck, const parallel::Topology& topo) {
   const auto& tc = deck.training;
+  // The multiple-choice tasks, read and tokenized once, before anything is written: a bad line
+  // stops the run now, not at the first scoring hours later.
+  std::unique_ptr<MultipleChoiceTasks> tasks;
+  if (!tc.tasks.empty() && tc.tasks_interval > 0)
+    on_every_rank(topo.world(), [&] {
+      tasks = std::make_unique<MultipleChoiceTasks>(load_multiple_choice_tasks(deck, tc.tasks));
+    });
+  else if (!tc.tasks.empty())
+    log::warning("training.tasks is set but training.tasks_interval = 0: the tasks are not scored");
   // Before any work: the output directories are writable, so that hours of training never end
   // in a checkpoint that cannot be written. Rank 0 creates them and owns them for the run; then
   // the other ranks, which write their slabs of every checkpoint, try checkpoint.dir too.
@@ -213,7 +223,8 @@ int train_as(const io::Deck& deck, const parallel::Topology& topo) {
     const bool log_now = (step + 1) % tc.log_interval == 0 || step == 0 || last || spike;
     const bool eval_now = run->eval_windows() > 0 && tc.eval_interval > 0 &&
                           ((step + 1) % tc.eval_interval == 0 || last);
-    if (log_now || eval_now) {
+    const bool tasks_now = tasks && ((step + 1) % tc.tasks_interval == 0 || last);
+    if (log_now || eval_now || tasks_now) {
       kx::ExecSpace().fence();
       const auto now = std::chrono::steady_clock::now();
       const double window_s = std::chrono::duration<double>(now - window_start).count();
@@ -257,6 +268,13 @@ int train_as(const io::Deck& deck, const parallel::Topology& topo) {
           rec.eval_loss_by_dataset = run->eval_loss_by_dataset();
           line += fmt::format(" ({:.4f})", fmt::join(rec.eval_loss_by_dataset, " / "));
         }
+      }
+      if (tasks_now) {
+        const MultipleChoiceResult mc =
+            score_multiple_choice(run->model(), topo, *tasks, train::documents_of(deck));
+        rec.mc = io::MetricsRecord::MultipleChoice{mc.accuracy(), mc.accuracy_norm(), mc.examples};
+        line += fmt::format(" | mc accuracy {:.4f} (norm {:.4f}, {} examples)", mc.accuracy(), mc.accuracy_norm(),
+                            mc.examples);
       }
       log::info(line);
       rec.fields = train::measured_memory_fields(topo.world());  // collective: every rank logs the same steps

@@ -983,6 +983,8 @@ TEST_CASE("deck: to_toml writes every key in table order and round-trips", "[io]
                                           "training.log_interval",
                                           "training.eval_interval",
                                           "training.eval_windows",
+                                          "training.tasks",
+                                          "training.tasks_interval",
                                           "training.skip_spikes",
                                           "training.spike_zscore",
                                           "training.spike_window",

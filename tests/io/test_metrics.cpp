@@ -18,17 +18,34 @@
 #include "tests/mpi_test_util.hpp"
 #include "tests/test_helpers.hpp"
 
-TEST_CASE("a metrics record ends with the caller's integer fields, in order", "[io][metrics]") {
+namespace {
+tptrain::io::MetricsRecord record_of_step(std::int64_t step) {
   tptrain::io::MetricsRecord r;
-  r.step = 3;
+  r.step = step;
   r.loss = 2.5;
   r.lr = 1e-3;
   r.grad_norm = 0.5;
   r.tokens_per_s = 1000;
+  return r;
+}
+}  // namespace
+
+TEST_CASE("a metrics record ends with the caller's integer fields, in order", "[io][metrics]") {
+  tptrain::io::MetricsRecord r = record_of_step(3);
   CHECK(tptrain::io::to_json(r) == R"({"step": 3, "loss": 2.5, "lr": 0.001, "grad_norm": 0.5, "tokens_per_s": 1000.0})");
   r.fields = {{"mem_weights_bytes", 123456789012}, {"mem_peak_bytes", 0}, {"odd \"name\"", -1}};
   CHECK(tptrain::io::to_json(r) == R"({"step": 3, "loss": 2.5, "lr": 0.001, "grad_norm": 0.5, "tokens_per_s": 1000.0, )"
                                    R"("mem_weights_bytes": 123456789012, "mem_peak_bytes": 0, "odd \"name\"": -1})");
+}
+
+TEST_CASE("a metrics record of a multiple-choice step has mc_accuracy, mc_accuracy_norm and mc_examples",
+          "[io][metrics]") {
+  tptrain::io::MetricsRecord r = record_of_step(4);
+  r.eval_loss = 3.0;
+  r.mc = tptrain::io::MetricsRecord::MultipleChoice{0.35, 0.4, 20};
+  CHECK(tptrain::io::to_json(r) == R"({"step": 4, "loss": 2.5, "lr": 0.001, "grad_norm": 0.5, "tokens_per_s": 1000.0, )"
+                                   R"("eval_loss": 3, "mc_accuracy": 0.34999999999999998, "mc_accuracy_norm": )"
+                                   R"(0.40000000000000002, "mc_examples": 20})");
 }
 
 // ---- resuming: what is kept of metrics.jsonl (io/metrics_resume.hpp) ------------------------
