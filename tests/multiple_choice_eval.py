@@ -28,6 +28,8 @@ import shutil
 import subprocess
 import sys
 
+from cli_script import fail, json_line, output, run
+
 try:
     import numpy as np  # noqa: F401 (hf_files needs it)
     import torch
@@ -45,26 +47,6 @@ from hf_files import read_safetensors  # noqa: E402
 shutil.rmtree(work, ignore_errors=True)
 os.makedirs(work)
 TOL = 1e-5
-
-
-def run(args, expect_ok=True):
-    p = subprocess.run(args, capture_output=True, timeout=300)
-    if expect_ok and p.returncode != 0:
-        sys.exit(f"FAILED ({p.returncode}): {' '.join(args)}\n{p.stdout.decode(errors='replace')}\n"
-                 f"{p.stderr.decode(errors='replace')}")
-    return p
-
-
-def fail(message):
-    print("MISMATCH:", message)
-    sys.exit(1)
-
-
-def json_line(text):
-    lines = [l for l in text.splitlines() if l.startswith("{")]
-    if len(lines) != 1:
-        fail(f"expected one JSON line, got {len(lines)} in:\n{text}")
-    return json.loads(lines[0])
 
 
 def write(name, text):
@@ -308,8 +290,8 @@ elif case == "in-loop":
                      [exe, "train", deck, "--set", f"training.tasks={bad}", "--set", "training.tasks_interval=5",
                       "--set", "parallel.tensor=2", "--set", f"run.dir={work}/run_bad",
                       "--set", f"checkpoint.dir={work}/ck_bad"]):
-            p = run(mpi + ["-n", "2"] + args, expect_ok=False)
-            text = p.stdout.decode(errors="replace") + p.stderr.decode(errors="replace")
+            p = run(mpi + ["-n", "2"] + args, ok=False)
+            text = output(p)
             if p.returncode != 1 or message not in text:
                 fail(f"{args[1]} with {line}: exit {p.returncode}, expected 1 and {message!r} in:\n{text}")
             if args[1] == "train" and "step      1/" in text:
