@@ -19,6 +19,7 @@
 #include "src/driver/commands.hpp"
 #include "src/driver/multiple_choice.hpp"
 #include "src/driver/precision_dispatch.hpp"
+#include "src/parallel/device_wait_clock.hpp"
 #include "src/train/memory_metrics.hpp"
 #include "src/train/straggler_report.hpp"
 #include "src/train/training_run.hpp"
@@ -186,6 +187,7 @@ int train_as(const io::Deck& deck, const parallel::Topology& topo) {
   // The straggler report: per log interval, each rank's own work per step (the interval less
   // its host's waits for other ranks), gathered once.
   train::StragglerReport stragglers(topo.world(), tc.straggler_factor, tc.straggler_intervals, rank_device());
+  parallel::time_device_waits();  // NCCL: the device's waits for other ranks count as the host's do
   double window_waits = util::CommunicationClock::instance().seconds();
   std::int64_t window_steps = 0;
   std::int64_t skipped = 0;  // fp16 steps skipped since the last metrics line
@@ -226,6 +228,7 @@ int train_as(const io::Deck& deck, const parallel::Topology& topo) {
     const bool tasks_now = tasks && ((step + 1) % tc.tasks_interval == 0 || last);
     if (log_now || eval_now || tasks_now) {
       kx::ExecSpace().fence();
+      parallel::collect_device_waits();  // into the communication clock, before it is read
       const auto now = std::chrono::steady_clock::now();
       const double window_s = std::chrono::duration<double>(now - window_start).count();
       const double tok_s = window_tokens / window_s;

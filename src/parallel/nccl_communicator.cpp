@@ -6,6 +6,7 @@
 #include <string>
 
 #include "base/mpi_check.hpp"
+#include "src/parallel/device_wait_clock.hpp"
 
 #define TPTRAIN_NCCL_CHECK(call)                                                          \
   do {                                                                                    \
@@ -110,7 +111,8 @@ Request NcclCommunicator::completion(cudaStream_t stream) {
         events->release(done);
       },
       [done, events](const kx::ExecSpace& consumer) {
-        TPTRAIN_CUDA_CHECK(cudaStreamWaitEvent(consumer.cuda_stream(), done, 0));
+        // The consumer's stream waits for the other ranks here: timed for the straggler report.
+        DeviceWaitClock::instance().wait(consumer.cuda_stream(), done);
         events->release(done);
       });
 }

@@ -58,8 +58,8 @@ inline void note_host_wait(HostWait w) { HostWaits::instance().note(w); }
 // Seconds the host has spent blocked waiting for other ranks: the communication waits above
 // (a request's wait, a blocking reduction of host values), timed by CommunicationWait. A rank's
 // step time less this is its own work, which the straggler report compares across ranks
-// (src/train/straggler_report.hpp). On NCCL the device waits for the peers, not the host, so
-// the figure is the MPI backend's.
+// (src/train/straggler_report.hpp). On NCCL the device waits for the peers, not the host:
+// src/parallel/device_wait_clock.hpp adds the device's waits here once per log interval.
 class CommunicationClock {
  public:
   static CommunicationClock& instance() {
