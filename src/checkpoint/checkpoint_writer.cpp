@@ -31,6 +31,7 @@ CheckpointWriter::~CheckpointWriter() {
   } catch (const std::exception& e) {
     if (topo_.world_rank() == 0) log::error(e.what());
   }
+  spare_.reset();  // the host buffers go, on the thread that made them
   if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
 }
 
@@ -55,7 +56,7 @@ void CheckpointWriter::save(model::GptModel<T>& model, std::int64_t step, std::i
                  std::chrono::duration<double>(std::chrono::steady_clock::now() - waited).count());
   }
   const auto t0 = std::chrono::steady_clock::now();
-  PreparedCheckpoint c = prepare_checkpoint(model, deck_, topo_, step, tokens_seen, train_state);
+  PreparedCheckpoint c = prepare_checkpoint(model, deck_, topo_, step, tokens_seen, train_state, std::move(spare_));
   if (!asynchronous()) {
     write_and_prune(topo_.world(), c);
     return;
@@ -81,7 +82,8 @@ void CheckpointWriter::save(model::GptModel<T>& model, std::int64_t step, std::i
 void CheckpointWriter::wait() {
   if (!thread_.joinable()) return;
   thread_.join();
-  pending_ = PreparedCheckpoint{};  // the host buffers go, on the thread that made them
+  spare_ = std::move(pending_.tensors);  // filled again by the next checkpoint
+  pending_ = PreparedCheckpoint{};
   step_ = -1;
   if (std::exception_ptr f = std::exchange(failure_, nullptr)) std::rethrow_exception(f);
 }

@@ -17,7 +17,8 @@
 // wait() (the run's end, a stop signal before the requeue) and the destructor. A failed write
 // is the CheckpointError it is today, agreed on every rank by io::write_checkpoint; it surfaces
 // at that wait, on every rank, and the previous checkpoint is untouched (the new file never got
-// its name). The host buffers are freed on the main thread after the thread is joined.
+// its name). The host buffers stay with the writer, on the main thread, and the next checkpoint
+// fills them again: the host copy is held from the first asynchronous checkpoint on.
 #pragma once
 
 #include <mpi.h>
@@ -68,6 +69,9 @@ class CheckpointWriter {
   MPI_Comm comm_ = MPI_COMM_NULL;  // the writer thread's duplicate of the world
   std::thread thread_;
   PreparedCheckpoint pending_;  // owned here, freed on the main thread after the join
+  // The host buffers of the last write, kept for the next (asynchronous writes only: a
+  // synchronous checkpoint frees them at once, as before).
+  std::unique_ptr<CheckpointTensors> spare_;
   std::exception_ptr failure_;
   std::atomic<bool> finished_{false};  // the thread is done (joined or not): no wait to announce
   std::int64_t step_ = -1;

@@ -144,12 +144,13 @@ std::string checkpoint_path(const std::string& dir, std::int64_t step) {
 template <class T>
 PreparedCheckpoint prepare_checkpoint(model::GptModel<T>& model, const io::Deck& deck, const parallel::Topology& topo,
                                       std::int64_t step, std::int64_t tokens_seen,
-                                      const std::map<std::string, std::int64_t>& train_state) {
+                                      const std::map<std::string, std::int64_t>& train_state,
+                                      std::unique_ptr<CheckpointTensors> reuse) {
   // Phase 1 (local, then agreed): the directory exists (it was proven writable before step 1,
   // but it may have been removed since), and the weights are finite. A diverging run must
   // never publish Inf/NaN weights as its newest checkpoint: resume and eval would pick it up.
   PreparedCheckpoint c;
-  c.tensors = std::make_unique<CheckpointTensors>(model, topo, true);
+  c.tensors = reuse ? std::move(reuse) : std::make_unique<CheckpointTensors>(model, topo, true);
   CheckpointTensors& t = *c.tensors;
   parallel::on_every_rank(topo.world(), [&] {
     if (topo.world_rank() == 0) std::filesystem::create_directories(deck.checkpoint.dir);
@@ -439,7 +440,8 @@ void prune_checkpoints(MPI_Comm comm, const std::string& dir, int keep, const Ru
   template CheckpointTensors::CheckpointTensors(model::GptModel<T>&, const parallel::Topology&, bool);   \
   template PreparedCheckpoint prepare_checkpoint(model::GptModel<T>&, const io::Deck&,                    \
                                                  const parallel::Topology&, std::int64_t, std::int64_t,   \
-                                                 const std::map<std::string, std::int64_t>&);             \
+                                                 const std::map<std::string, std::int64_t>&,              \
+                                                 std::unique_ptr<CheckpointTensors>);                     \
   template void save_checkpoint(model::GptModel<T>&, const io::Deck&, const parallel::Topology&,          \
                                 std::int64_t, std::int64_t, const std::map<std::string, std::int64_t>&); \
   template io::CheckpointMeta load_weights(model::GptModel<T>&, const parallel::Topology&, const std::string&, bool);

@@ -137,11 +137,13 @@ struct PreparedCheckpoint {
 // Collective over the world: copies weights and moments of `step` to host buffers and checks
 // them, with the checkpoint folder made. Refuses (AgreedError on every rank) non-finite weights
 // or moments. `train_state`: more /train attributes that exact resumption needs (the fp16 loss
-// scaler's state).
+// scaler's state). `reuse`: the buffers of an earlier checkpoint of this model, filled again
+// instead of allocated (an asynchronous writer keeps them: pinned memory is slow to allocate).
 template <class T>
 PreparedCheckpoint prepare_checkpoint(model::GptModel<T>& model, const io::Deck& deck, const parallel::Topology& topo,
                                       std::int64_t step, std::int64_t tokens_seen,
-                                      const std::map<std::string, std::int64_t>& train_state = {});
+                                      const std::map<std::string, std::int64_t>& train_state = {},
+                                      std::unique_ptr<CheckpointTensors> reuse = nullptr);
 // Collective over `comm` (the world's ranks, or a duplicate of the world): writes a prepared
 // checkpoint (io::write_checkpoint: CheckpointError on every rank on failure) and logs it.
 // Touches no Kokkos, only the host buffers: safe on a thread of its own.

@@ -25,8 +25,8 @@ struct ParameterBytes {
   std::int64_t optimizer = 0;  // AdamW's two fp32 moments
   std::int64_t total() const { return Count(weights) + master + gradients + optimizer; }
   // Host memory, not the device's: a checkpoint's copy of the fp32 master weights and both
-  // moments of this rank's shard, held while the file is written (the next steps with
-  // checkpoint.async; pinned on CUDA).
+  // moments of this rank's shard, held while the file is written (from the first checkpoint on
+  // with checkpoint.async; pinned on CUDA).
   std::int64_t checkpoint_host = 0;
 };
 

@@ -423,8 +423,8 @@ std::string report(const Plan& p) {
                   p.fits ? "fits" : "DOES NOT FIT"));
   row("checkpoint (host)", pb.checkpoint_host,
       fmt::format("not in the total: host memory a checkpoint copies the fp32 master and moments to{}",
-                  c.async_checkpoint ? ", held while the next steps train (checkpoint.async)"
-                                     : ", for the write (checkpoint.async holds it while the next steps train)"));
+                  c.async_checkpoint ? ", held from the first checkpoint on (checkpoint.async)"
+                                     : ", for the write (checkpoint.async holds it from the first checkpoint on)"));
   line(fmt::format("  (Korthikanti et al. 2022 Table 2, {}, 16-bit with dropout: {} per layer and micro-batch; "
                    "tptrain keeps {})",
                    korthikanti_case_name(korthikanti_case(c)), human_bytes(p.korthikanti_layer_bytes),
