@@ -53,8 +53,8 @@ class CheckpointWriter {
   template <class T>
   void save(model::GptModel<T>& model, std::int64_t step, std::int64_t tokens_seen,
             const std::map<std::string, std::int64_t>& train_state);
-  // Collective: returns when no write is in flight; rethrows the failure of the last one (a
-  // CheckpointError, the same on every rank).
+  // Returns when no write is in flight; rethrows the failure of the last one (a CheckpointError,
+  // agreed by the write itself: the same on every rank, so no further communication is needed).
   void wait();
 
   bool asynchronous() const { return comm_ != MPI_COMM_NULL; }
