@@ -22,14 +22,17 @@ namespace tptrain::parallel {
 
 class CudaEventPool {
  public:
-  CudaEventPool() = default;
+  // `flags` of the events it creates: no timing by default (the ordering events); the straggler
+  // report's clock (device_wait_clock.hpp) times its waits with cudaEventDefault.
+  explicit CudaEventPool(unsigned flags = cudaEventDisableTiming) : flags_(flags) {}
   CudaEventPool(const CudaEventPool&) = delete;
   CudaEventPool& operator=(const CudaEventPool&) = delete;
   ~CudaEventPool() {
     for (cudaEvent_t e : free_) cudaEventDestroy(e);
   }
 
-  // A free event (created if there is none; timing off: the cheapest kind to record and wait on).
+  // A free event (created if there is none; by default timing off: the cheapest kind to record
+  // and wait on).
   cudaEvent_t acquire() {
     if (!free_.empty()) {
       const cudaEvent_t e = free_.back();
@@ -37,7 +40,7 @@ class CudaEventPool {
       return e;
     }
     cudaEvent_t e = nullptr;
-    const cudaError_t rc = cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
+    const cudaError_t rc = cudaEventCreateWithFlags(&e, flags_);
     if (rc != cudaSuccess) throw std::runtime_error(std::string("tptrain: cudaEventCreateWithFlags: ") + cudaGetErrorString(rc));
     ++created_;
     return e;
@@ -49,6 +52,7 @@ class CudaEventPool {
   std::size_t created() const { return created_; }
 
  private:
+  unsigned flags_;
   std::vector<cudaEvent_t> free_;
   std::size_t created_ = 0;
 };

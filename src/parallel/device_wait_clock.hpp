@@ -12,7 +12,7 @@
 // backends. Off (the default: eval, generate, bench never collect), the wait is the plain
 // cudaStreamWaitEvent and records nothing.
 //
-// One thread (the training loop) uses it; events are created when none is free and kept.
+// One thread (the training loop) uses it; its events come from a pool of its own.
 #pragma once
 
 #include <Kokkos_Macros.hpp>
@@ -27,6 +27,8 @@
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "src/parallel/cuda_event_pool.hpp"
 
 namespace tptrain::parallel {
 
@@ -44,7 +46,7 @@ class DeviceWaitClock {
       check(cudaStreamWaitEvent(stream, done, 0), "cudaStreamWaitEvent");
       return;
     }
-    const cudaEvent_t begin = acquire(), end = acquire();
+    const cudaEvent_t begin = events_.acquire(), end = events_.acquire();
     check(cudaEventRecord(begin, stream), "cudaEventRecord");
     check(cudaStreamWaitEvent(stream, done, 0), "cudaStreamWaitEvent");
     check(cudaEventRecord(end, stream), "cudaEventRecord");
@@ -59,8 +61,8 @@ class DeviceWaitClock {
       float ms = 0;
       check(cudaEventElapsedTime(&ms, begin, end), "cudaEventElapsedTime");
       seconds += static_cast<double>(ms) * 1e-3;
-      free_.push_back(begin);
-      free_.push_back(end);
+      events_.release(begin);
+      events_.release(end);
     }
     pending_.clear();
     util::CommunicationClock::instance().add(seconds);
@@ -72,19 +74,9 @@ class DeviceWaitClock {
   static void check(cudaError_t rc, const char* call) {
     if (rc != cudaSuccess) throw std::runtime_error(std::string("tptrain: ") + call + ": " + cudaGetErrorString(rc));
   }
-  cudaEvent_t acquire() {
-    if (!free_.empty()) {
-      const cudaEvent_t e = free_.back();
-      free_.pop_back();
-      return e;
-    }
-    cudaEvent_t e = nullptr;
-    check(cudaEventCreate(&e), "cudaEventCreate");  // with timing, unlike the ordering events
-    return e;
-  }
   bool on_ = false;
   std::vector<std::pair<cudaEvent_t, cudaEvent_t>> pending_;
-  std::vector<cudaEvent_t> free_;
+  CudaEventPool events_{cudaEventDefault};  // with timing, unlike the ordering events
 };
 
 inline void time_device_waits() { DeviceWaitClock::instance().turn_on(); }
