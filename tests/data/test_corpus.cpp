@@ -13,6 +13,7 @@
 #include "tests/text/gpt2_vocabulary_dir.hpp"
 #include "text/byte_tokenizer.hpp"
 #include "text/tokenizer.hpp"
+#include "tests/data/data_error_of.hpp"
 
 using tptrain::data::Corpus;
 using tptrain::data::DataError;
@@ -40,14 +41,7 @@ std::vector<Part> parts(const Corpus& c, std::uint64_t begin, std::uint64_t end)
   return out;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const DataError& e) {
-    return e.what();
-  }
-  return "(no DataError)";
-}
+using tptrain::test::data_error_of;
 
 std::vector<std::uint32_t> tokens(const Corpus& c, std::uint64_t begin, std::uint64_t end,
                                   tptrain::text::Tokenizer& t) {
@@ -105,27 +99,27 @@ TEST_CASE("corpus: bad input names the file, the byte offset and the line", "[da
   ScratchDir dir("tptrain_corpus");
   put_bytes(dir.file("empty.txt"), "");
   put_bytes(dir.file("ok.txt"), "fine\n");
-  CHECK_THAT(error_of([&] { Corpus({dir.file("ok.txt"), dir.file("empty.txt"), dir.file("none.txt")}); }),
+  CHECK_THAT(data_error_of([&] { Corpus({dir.file("ok.txt"), dir.file("empty.txt"), dir.file("none.txt")}); }),
              tptrain::test::contains("empty.txt' is empty") && tptrain::test::contains("none.txt' does not exist"));
-  CHECK_THAT(error_of([&] { Corpus({dir.path()}); }), tptrain::test::contains("is a directory"));
+  CHECK_THAT(data_error_of([&] { Corpus({dir.path()}); }), tptrain::test::contains("is a directory"));
 
   put_bytes(dir.file("bad.txt"), "good line\nbad \xFF byte\n");
   const Corpus text({dir.file("ok.txt"), dir.file("bad.txt")});
   tptrain::text::ByteTokenizer bytes;
-  CHECK_THAT(error_of([&] { tokens(text, 0, text.total_bytes(), bytes); }),
+  CHECK_THAT(data_error_of([&] { tokens(text, 0, text.total_bytes(), bytes); }),
              tptrain::test::contains("bad.txt', byte offset 14: not valid UTF-8"));
 
   put_bytes(dir.file("d.jsonl"), "{\"text\": \"a\"}\n[1, 2]\n");
-  CHECK_THAT(error_of([&] { Corpus c({dir.file("d.jsonl")}); tokens(c, 0, c.total_bytes(), bytes); }),
+  CHECK_THAT(data_error_of([&] { Corpus c({dir.file("d.jsonl")}); tokens(c, 0, c.total_bytes(), bytes); }),
              tptrain::test::contains("d.jsonl', byte offset 14, line 2: expected a JSON object with a string \"text\", got a JSON array"));
   put_bytes(dir.file("e.jsonl"), "{\"text\": 5}\n");
-  CHECK_THAT(error_of([&] { Corpus c({dir.file("e.jsonl")}); tokens(c, 0, c.total_bytes(), bytes); }),
+  CHECK_THAT(data_error_of([&] { Corpus c({dir.file("e.jsonl")}); tokens(c, 0, c.total_bytes(), bytes); }),
              tptrain::test::contains("line 1: expected a JSON object with a string \"text\", got \"text\" of type number"));
   put_bytes(dir.file("f.jsonl"), "\n{\"text\": \"ok\"}\n{\"text\": \"caf\xE9\"}\n");
-  CHECK_THAT(error_of([&] { Corpus c({dir.file("f.jsonl")}); tokens(c, 0, c.total_bytes(), bytes); }),
+  CHECK_THAT(data_error_of([&] { Corpus c({dir.file("f.jsonl")}); tokens(c, 0, c.total_bytes(), bytes); }),
              tptrain::test::contains("f.jsonl', byte offset 29, line 3: not valid UTF-8"));
   put_bytes(dir.file("g.jsonl"), "{\"text\": \"unterminated}\n");
-  CHECK_THAT(error_of([&] { Corpus c({dir.file("g.jsonl")}); tokens(c, 0, c.total_bytes(), bytes); }),
+  CHECK_THAT(data_error_of([&] { Corpus c({dir.file("g.jsonl")}); tokens(c, 0, c.total_bytes(), bytes); }),
              tptrain::test::contains("line 1: not a JSON line"));
 }
 
@@ -145,14 +139,14 @@ TEST_CASE("corpus: an input that shrinks while it is read is an error naming it"
   REQUIRE(cut > 0);
   REQUIRE(cut < text.size());
   put_bytes(dir.file("a.txt"), text.substr(0, text.size() / 4));  // truncated under the reader
-  CHECK_THAT(error_of([&] { c.cut_at_or_after(text.size() / 2); }),
+  CHECK_THAT(data_error_of([&] { c.cut_at_or_after(text.size() / 2); }),
              tptrain::test::contains("a.txt' is shorter than when tokenize started") &&
                  tptrain::test::contains("it changed while it was read"));
-  CHECK_THAT(error_of([&] { c.check_unchanged(); }),
+  CHECK_THAT(data_error_of([&] { c.check_unchanged(); }),
              tptrain::test::contains("a.txt' has " + std::to_string(text.size() / 4) + " bytes, " +
                                      std::to_string(text.size()) + " when tokenize started"));
   put_bytes(dir.file("a.txt"), text + "more\n");  // grown: not the file that was read either
-  CHECK_THAT(error_of([&] { c.check_unchanged(); }), tptrain::test::contains("it changed while it was read"));
+  CHECK_THAT(data_error_of([&] { c.check_unchanged(); }), tptrain::test::contains("it changed while it was read"));
 }
 
 // The claim of src/data/corpus.hpp: cutting at a cut point changes no GPT-2 token.

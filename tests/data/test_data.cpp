@@ -17,6 +17,7 @@
 #include "catch.hpp"
 #include "src/data/batch_sampler.hpp"
 #include "src/data/token_dataset.hpp"
+#include "tests/data/data_error_of.hpp"
 
 namespace {
 
@@ -77,16 +78,7 @@ std::vector<unsigned char> shard_bytes(const std::vector<std::uint16_t>& tokens,
   return b;
 }
 
-// The message of the DataError thrown by f, or "<no DataError>".
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const DataError& e) {
-    return e.what();
-  }
-  return "<no DataError>";
-}
+using tptrain::test::data_error_of;
 
 bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
@@ -147,7 +139,7 @@ TEST_CASE("txt dataset: every byte is a token, read as unsigned", "[data]") {
   // open for a small dataset, else when the token is read (token_dataset.hpp).
   const TokenDataset narrow = TokenDataset::open(path, 128, 0);
   CHECK(narrow[2] == 127);
-  for (const std::string& msg : {error_of([&] { TokenDataset::open(path, 128); }), error_of([&] { narrow[3]; })}) {
+  for (const std::string& msg : {data_error_of([&] { TokenDataset::open(path, 128); }), data_error_of([&] { narrow[3]; })}) {
     CHECK(contains(msg, path));
     CHECK(contains(msg, "token 128"));
     CHECK(contains(msg, "index 3"));
@@ -167,8 +159,8 @@ TEST_CASE("datasets: a file truncated under its mapping is an error naming it, n
   ds.copy_sequence(0, 16, in.data(), out.data());
   REQUIRE(::truncate(txt.c_str(), static_cast<off_t>(page)) == 0);
   for (const std::string& msg :
-       {error_of([&] { ds.copy_sequence(6 * page, 16, in.data(), out.data()); }),
-        error_of([&] { ds.check_sequence(5 * page, 16); }), error_of([&] { ds[7 * page]; })}) {
+       {data_error_of([&] { ds.copy_sequence(6 * page, 16, in.data(), out.data()); }),
+        data_error_of([&] { ds.check_sequence(5 * page, 16); }), data_error_of([&] { ds[7 * page]; })}) {
     CHECK(contains(msg, txt));
     CHECK(contains(msg, "became shorter than its " + std::to_string(8 * page) + " bytes while it was read"));
   }
@@ -179,7 +171,7 @@ TEST_CASE("datasets: a file truncated under its mapping is an error naming it, n
   write_bytes(bin, shard_bytes(tokens));
   const TokenDataset shard = TokenDataset::open(bin, 50257, 0);
   REQUIRE(::truncate(bin.c_str(), 2048) == 0);
-  CHECK(contains(error_of([&] { shard.check_sequence(3 * page, 16); }), "cut.bin': became shorter"));
+  CHECK(contains(data_error_of([&] { shard.check_sequence(3 * page, 16); }), "cut.bin': became shorter"));
 }
 
 TEST_CASE("bin dataset: a valid llm.c shard round-trips", "[data]") {
@@ -207,7 +199,7 @@ TEST_CASE("bin dataset: every malformed shard is a clear error", "[data]") {
   SECTION("bad magic names found and expected values") {
     const std::string path = dir.file("magic.bin");
     write_bytes(path, shard_bytes(tokens, 20240521));
-    const std::string msg = error_of([&] { TokenDataset::open(path, 256); });
+    const std::string msg = data_error_of([&] { TokenDataset::open(path, 256); });
     CHECK(contains(msg, path));
     CHECK(contains(msg, "magic"));
     CHECK(contains(msg, "20240521"));
@@ -216,14 +208,14 @@ TEST_CASE("bin dataset: every malformed shard is a clear error", "[data]") {
   SECTION("bad version") {
     const std::string path = dir.file("version.bin");
     write_bytes(path, shard_bytes(tokens, 20240520, 2));
-    const std::string msg = error_of([&] { TokenDataset::open(path, 256); });
+    const std::string msg = data_error_of([&] { TokenDataset::open(path, 256); });
     CHECK(contains(msg, path));
     CHECK(contains(msg, "version 2"));
   }
   SECTION("truncated: header claims more tokens than present") {
     const std::string path = dir.file("short.bin");
     write_bytes(path, shard_bytes(tokens, 20240520, 1, 150));  // 100 present, 150 claimed
-    const std::string msg = error_of([&] { TokenDataset::open(path, 256); });
+    const std::string msg = data_error_of([&] { TokenDataset::open(path, 256); });
     CHECK(contains(msg, path));
     CHECK(contains(msg, "shorter"));
     CHECK(contains(msg, "1324"));  // 1024 + 2*150 claimed
@@ -232,7 +224,7 @@ TEST_CASE("bin dataset: every malformed shard is a clear error", "[data]") {
   SECTION("trailing bytes beyond the claimed tokens") {
     const std::string path = dir.file("long.bin");
     write_bytes(path, shard_bytes(tokens, 20240520, 1, 60));
-    const std::string msg = error_of([&] { TokenDataset::open(path, 256); });
+    const std::string msg = data_error_of([&] { TokenDataset::open(path, 256); });
     CHECK(contains(msg, "longer"));
     CHECK(contains(msg, "1144"));
     CHECK(contains(msg, "1224"));
@@ -242,7 +234,7 @@ TEST_CASE("bin dataset: every malformed shard is a clear error", "[data]") {
     std::vector<unsigned char> b = shard_bytes(tokens);
     b.resize(100);
     write_bytes(path, b);
-    const std::string msg = error_of([&] { TokenDataset::open(path, 256); });
+    const std::string msg = data_error_of([&] { TokenDataset::open(path, 256); });
     CHECK(contains(msg, path));
     CHECK(contains(msg, "header"));
     CHECK(contains(msg, "100 bytes"));
@@ -257,11 +249,11 @@ TEST_CASE("bin dataset: every malformed shard is a clear error", "[data]") {
     std::vector<std::int32_t> in(100), tg(100);
     CHECK_NOTHROW(ds.copy_sequence(0, 40, in.data(), tg.data()));  // tokens 0..40
     CHECK_NOTHROW(ds.check_sequence(43, 50));
-    for (const std::string& msg : {error_of([&] { TokenDataset::open(path, 256); }),  // small: at open
-                                   error_of([&] { ds.copy_sequence(0, 42, in.data(), tg.data()); }),
-                                   error_of([&] { ds.copy_sequence(42, 1, in.data(), tg.data()); }),
-                                   error_of([&] { ds.check_sequence(30, 20); }),
-                                   error_of([&] { ds.window(1, 40, in.data(), tg.data()); })}) {
+    for (const std::string& msg : {data_error_of([&] { TokenDataset::open(path, 256); }),  // small: at open
+                                   data_error_of([&] { ds.copy_sequence(0, 42, in.data(), tg.data()); }),
+                                   data_error_of([&] { ds.copy_sequence(42, 1, in.data(), tg.data()); }),
+                                   data_error_of([&] { ds.check_sequence(30, 20); }),
+                                   data_error_of([&] { ds.window(1, 40, in.data(), tg.data()); })}) {
       CHECK(contains(msg, path));
       CHECK(contains(msg, "token 300"));
       CHECK(contains(msg, "index 42"));
@@ -273,7 +265,7 @@ TEST_CASE("bin dataset: every malformed shard is a clear error", "[data]") {
   SECTION("a shard with zero tokens") {
     const std::string path = dir.file("zero.bin");
     write_bytes(path, shard_bytes({}));
-    const std::string msg = error_of([&] { TokenDataset::open(path, 256); });
+    const std::string msg = data_error_of([&] { TokenDataset::open(path, 256); });
     CHECK(contains(msg, path));
     CHECK(contains(msg, "no tokens"));
   }
@@ -282,13 +274,13 @@ TEST_CASE("bin dataset: every malformed shard is a clear error", "[data]") {
 TEST_CASE("datasets: missing, empty and unknown files are clear errors", "[data]") {
   TempDir dir;
   const std::string missing = dir.file("nowhere.txt");
-  std::string msg = error_of([&] { TokenDataset::open(missing, 256); });
+  std::string msg = data_error_of([&] { TokenDataset::open(missing, 256); });
   CHECK(contains(msg, missing));
   CHECK(contains(msg, "no such file"));
 
   const std::string folder = dir.file("folder.txt");  // a folder is a set: this one is empty
   fs::create_directory(folder);
-  msg = error_of([&] { TokenDataset::open(folder, 256); });
+  msg = data_error_of([&] { TokenDataset::open(folder, 256); });
   CHECK(contains(msg, folder));
   CHECK(contains(msg, "folder with no .bin or .txt file"));
 
@@ -296,12 +288,12 @@ TEST_CASE("datasets: missing, empty and unknown files are clear errors", "[data]
   const std::string empty_bin = dir.file("empty.bin");
   write_bytes(empty_txt, {});
   write_bytes(empty_bin, {});
-  CHECK(contains(error_of([&] { TokenDataset::open(empty_txt, 256); }), "empty file"));
-  CHECK(contains(error_of([&] { TokenDataset::open(empty_bin, 256); }), "empty file"));
+  CHECK(contains(data_error_of([&] { TokenDataset::open(empty_txt, 256); }), "empty file"));
+  CHECK(contains(data_error_of([&] { TokenDataset::open(empty_bin, 256); }), "empty file"));
 
   const std::string other = dir.file("tokens.dat");
   write_bytes(other, {1, 2, 3});
-  msg = error_of([&] { TokenDataset::open(other, 256); });
+  msg = data_error_of([&] { TokenDataset::open(other, 256); });
   CHECK(contains(msg, other));
   CHECK(contains(msg, "unknown extension '.dat'"));
 
@@ -309,9 +301,9 @@ TEST_CASE("datasets: missing, empty and unknown files are clear errors", "[data]
   write_bytes(upper, {1, 2, 3});
   CHECK(TokenDataset::open(upper, 256).size() == 3);
 
-  CHECK(contains(error_of([&] { TokenDataset::open(upper, 0); }), "vocab_size"));
+  CHECK(contains(data_error_of([&] { TokenDataset::open(upper, 0); }), "vocab_size"));
   write_bytes(dir.file("tokens"), {1, 2, 3});
-  CHECK(contains(error_of([&] { TokenDataset::open(dir.file("tokens"), 256); }), "unknown extension ''"));
+  CHECK(contains(data_error_of([&] { TokenDataset::open(dir.file("tokens"), 256); }), "unknown extension ''"));
 }
 
 TEST_CASE("evaluation windows: count, contents and range", "[data]") {
@@ -335,7 +327,7 @@ TEST_CASE("evaluation windows: count, contents and range", "[data]") {
   CHECK(std::vector<std::int32_t>(in, in + 3) == std::vector<std::int32_t>{'6', '7', '8'});
   CHECK(std::vector<std::int32_t>(tg, tg + 3) == std::vector<std::int32_t>{'7', '8', '9'});
 
-  const std::string msg = error_of([&] { ds.window(3, 3, in, tg); });
+  const std::string msg = data_error_of([&] { ds.window(3, 3, in, tg); });
   CHECK(contains(msg, path));
   CHECK(contains(msg, "window 3"));
   CHECK_THROWS_AS(ds.window(0, 10, in, tg), DataError);
@@ -497,12 +489,12 @@ TEST_CASE("batch sampler: invalid configurations are clear errors", "[data]") {
   TempDir dir;
   const TokenDataset ds = TokenDataset::open(write_text_corpus(dir, 100, "small.txt"), 256);
 
-  std::string msg = error_of([&] { BatchSampler(ds, 100, 8, 1, 0, 1, 1); });  // needs 101
+  std::string msg = data_error_of([&] { BatchSampler(ds, 100, 8, 1, 0, 1, 1); });  // needs 101
   CHECK(contains(msg, ds.path()));
   CHECK(contains(msg, "101"));
   CHECK_NOTHROW(BatchSampler(ds, 99, 8, 1, 0, 1, 1));
 
-  msg = error_of([&] { BatchSampler(ds, 8, 8, 3, 0, 1, 1); });
+  msg = data_error_of([&] { BatchSampler(ds, 8, 8, 3, 0, 1, 1); });
   CHECK(contains(msg, "not a multiple"));
   CHECK_THROWS_AS(BatchSampler(ds, 8, 8, 2, 0, 3, 1), DataError);   // 8 % (2*3)
   CHECK_THROWS_AS(BatchSampler(ds, 8, 8, 1, 4, 4, 1), DataError);   // dp_rank == dp_size

@@ -2,7 +2,6 @@
 #include <cmath>
 #include <cstdint>
 #include <fstream>
-#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -11,6 +10,7 @@
 #include "io/data_sources.hpp"
 #include "src/data/batch_sampler.hpp"
 #include "src/data/data_blend.hpp"
+#include "tests/data/data_error_of.hpp"
 #include "tests/data/scratch_dir.hpp"
 
 namespace {
@@ -35,14 +35,7 @@ DataSources blend_of(std::vector<std::pair<std::string, double>> entries) {
   return d;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const DataError& e) {
-    return e.what();
-  }
-  return "<no DataError>";
-}
+using tptrain::test::data_error_of;
 
 }  // namespace
 
@@ -122,14 +115,14 @@ TEST_CASE("blend: mixed kinds of tokens and short datasets are refused naming th
     const std::vector<std::uint16_t> tokens(100, 7);
     out.write(reinterpret_cast<const char*>(tokens.data()), 200);
   }
-  std::string msg = error_of([&] { DataBlend::open(blend_of({{a, 1.0}, {shard, 1.0}}), "data.train", 256); });
+  std::string msg = data_error_of([&] { DataBlend::open(blend_of({{a, 1.0}, {shard, 1.0}}), "data.train", 256); });
   CHECK_THAT(msg, Catch::Contains("data.train[1] {path = \"" + shard + "\", weight = 1.0} holds version 1"));
   CHECK_THAT(msg, Catch::Contains("but data.train[0] {path = \"" + a + "\", weight = 1.0} holds byte tokens"));
-  msg = error_of([&] { DataBlend::open(blend_of({{a, 1.0}, {dir.file("none.txt"), 1.0}}), "data.valid", 256); });
+  msg = data_error_of([&] { DataBlend::open(blend_of({{a, 1.0}, {dir.file("none.txt"), 1.0}}), "data.valid", 256); });
   CHECK_THAT(msg, Catch::StartsWith("data.valid[1] {path = "));
   const std::string small = text_file(dir, "small.txt", 10, 'b');
   const DataBlend b = DataBlend::open(blend_of({{a, 1.0}, {small, 1.0}}), "data.train", 256);
-  msg = error_of([&] { BatchSampler(b, 16, 8, 8, 0, 1, 1); });
+  msg = data_error_of([&] { BatchSampler(b, 16, 8, 8, 0, 1, 1); });
   CHECK_THAT(msg, Catch::StartsWith("data.train[1] {path = "));
   CHECK_THAT(msg, Catch::Contains("10 tokens, too few for one training sequence of seq_length 16"));
 }

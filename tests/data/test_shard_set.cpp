@@ -17,6 +17,7 @@
 #include "src/data/shard_writer.hpp"
 #include "src/data/token_dataset.hpp"
 #include "tests/data/scratch_dir.hpp"
+#include "tests/data/data_error_of.hpp"
 
 using namespace tptrain::data;
 using tptrain::test::ScratchDir;
@@ -67,15 +68,7 @@ void write_set(const std::string& dir, const std::vector<std::uint32_t>& tokens,
   write_shard_headers(dir, layout, tokens.size());
 }
 
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const DataError& e) {
-    return e.what();
-  }
-  return "<no DataError>";
-}
+using tptrain::test::data_error_of;
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
@@ -268,10 +261,10 @@ TEST_CASE("shard set: the vocabulary a shard header records", "[data]") {
   CHECK(ds.vocabulary() == shard_vocabulary("gpt2", 50257));
   CHECK(describe(ds.vocabulary()) == "gpt2, 50257 tokens");
   CHECK(describe(shard_vocabulary("bytes", 256)) == "bytes, 256 tokens");
-  CHECK(contains(error_of([] { shard_vocabulary("sentencepiece", 32000); }), "no id"));
+  CHECK(contains(data_error_of([] { shard_vocabulary("sentencepiece", 32000); }), "no id"));
 
   // A model smaller than the recorded vocabulary is refused at open, naming both sizes.
-  const std::string msg = error_of([&] { TokenDataset::open(dir.path(), 50000); });
+  const std::string msg = data_error_of([&] { TokenDataset::open(dir.path(), 50000); });
   CHECK(contains(msg, "train_000000.bin"));
   CHECK(contains(msg, "gpt2, 50257 tokens"));
   CHECK(contains(msg, "vocab_size 50000"));
@@ -289,27 +282,27 @@ TEST_CASE("shard set: every bad set is refused by name", "[data]") {
 
   SECTION("a pattern that matches nothing names the pattern") {
     const std::string pattern = dir.file("trian_*.bin");
-    const std::string msg = error_of([&] { TokenDataset::open(pattern, 50257); });
+    const std::string msg = data_error_of([&] { TokenDataset::open(pattern, 50257); });
     CHECK(contains(msg, "data '" + pattern + "'"));
     CHECK(contains(msg, "matches no file"));
   }
   SECTION("a folder with no token file") {
     ScratchDir empty("tptrain_shard_set");
     std::ofstream(empty.file("notes.md")) << "x";
-    const std::string msg = error_of([&] { TokenDataset::open(empty.path(), 50257); });
+    const std::string msg = data_error_of([&] { TokenDataset::open(empty.path(), 50257); });
     CHECK(contains(msg, empty.path()));
     CHECK(contains(msg, "no .bin or .txt file"));
   }
   SECTION("a folder of both train and valid shards (tokenize's output) names a pattern to use") {
     write_shard(dir.file("valid_000000.bin"), {1, 2});
-    const std::string msg = error_of([&] { TokenDataset::open(dir.path(), 50257); });
+    const std::string msg = data_error_of([&] { TokenDataset::open(dir.path(), 50257); });
     CHECK(contains(msg, "both train_*.bin and valid_*.bin"));
     CHECK(contains(msg, dir.file("train_*.bin")));
     CHECK(TokenDataset::open(dir.file("valid_*.bin"), 50257).size() == 2);
   }
   SECTION("a truncated shard names the file and both sizes") {
     fs::resize_file(dir.file("train_000001.bin"), 1024 + 2 * 100 - 6);
-    const std::string msg = error_of([&] { TokenDataset::open(dir.path(), 50257); });
+    const std::string msg = data_error_of([&] { TokenDataset::open(dir.path(), 50257); });
     CHECK(contains(msg, dir.file("train_000001.bin")));
     CHECK(contains(msg, "truncated"));
     CHECK(contains(msg, "1224 bytes"));
@@ -317,19 +310,19 @@ TEST_CASE("shard set: every bad set is refused by name", "[data]") {
   }
   SECTION("a shard with the wrong magic names the file, found and expected") {
     write_shard(dir.file("train_000002.bin"), {1, 2, 3}, {{0, 20240802}});
-    const std::string msg = error_of([&] { TokenDataset::open(dir.file("train_*"), 50257); });
+    const std::string msg = data_error_of([&] { TokenDataset::open(dir.file("train_*"), 50257); });
     CHECK(contains(msg, dir.file("train_000002.bin")));
     CHECK(contains(msg, "bad magic number 20240802, expected 20240520"));
   }
   SECTION("a shard with the wrong version") {
     write_shard(dir.file("train_000002.bin"), {1, 2, 3}, {{1, 3}});
-    const std::string msg = error_of([&] { TokenDataset::open(dir.path(), 50257); });
+    const std::string msg = data_error_of([&] { TokenDataset::open(dir.path(), 50257); });
     CHECK(contains(msg, dir.file("train_000002.bin")));
     CHECK(contains(msg, "unsupported shard version 3, expected 1 (uint16 tokens) or 2 (uint32 tokens)"));
   }
   SECTION("shards of two versions name both files and both versions") {
     write_shard(dir.file("train_000003.bin"), {1, 2, 3}, {{3, 50257}, {4, 2}}, kShardVersionU32);
-    const std::string msg = error_of([&] { TokenDataset::open(dir.path(), 50257); });
+    const std::string msg = data_error_of([&] { TokenDataset::open(dir.path(), 50257); });
     CHECK(contains(msg, "mixes shard versions"));
     CHECK(contains(msg, dir.file("train_000000.bin") + "' is version 1 (uint16 tokens)"));
     CHECK(contains(msg, dir.file("train_000003.bin") + "' is version 2 (uint32 tokens)"));
@@ -343,36 +336,36 @@ TEST_CASE("shard set: every bad set is refused by name", "[data]") {
     REQUIRE(ds.size() == 128);
     for (std::size_t i = 0; i < 64; ++i) REQUIRE(ds[i] == static_cast<std::int32_t>(ids[i]));
     write_shard(l3.file("train_000001.bin"), ids, {{0, 20240801}, {1, 1}}, kShardVersionU32);
-    CHECK(contains(error_of([&] { TokenDataset::open(l3.path(), 128256); }),
+    CHECK(contains(data_error_of([&] { TokenDataset::open(l3.path(), 128256); }),
                    "magic number 20240801 (llm.c's Llama 3 shards) with version 1: expected version 7"));
   }
   SECTION("a version-1 header that records a vocabulary uint16 cannot hold") {
     ScratchDir big("tptrain_shard_set");
     write_shard(big.file("train_000000.bin"), {1, 2, 3}, {{3, 100277}, {4, 2}});
-    const std::string msg = error_of([&] { TokenDataset::open(big.path(), 100277); });
+    const std::string msg = data_error_of([&] { TokenDataset::open(big.path(), 100277); });
     CHECK(contains(msg, big.file("train_000000.bin")));
     CHECK(contains(msg, "in version 1 (uint16 tokens), which holds ids up to 65535 only"));
   }
   SECTION("shards of two vocabularies name both files and both vocabularies") {
     write_shard(dir.file("train_000003.bin"), {1, 2, 3}, {{3, 256}, {4, 1}});
-    const std::string msg = error_of([&] { TokenDataset::open(dir.path(), 50257); });
+    const std::string msg = data_error_of([&] { TokenDataset::open(dir.path(), 50257); });
     CHECK(contains(msg, "mixes vocabularies"));
     CHECK(contains(msg, dir.file("train_000000.bin") + "' records gpt2, 50257 tokens"));
     CHECK(contains(msg, dir.file("train_000003.bin") + "' records bytes, 256 tokens"));
   }
   SECTION("the same size from another tokenizer is another vocabulary") {
     write_shard(dir.file("train_000003.bin"), {1, 2, 3}, {{3, 50257}, {4, 9}});
-    CHECK(contains(error_of([&] { TokenDataset::open(dir.path(), 50257); }), "records tokenizer id 9, 50257 tokens"));
+    CHECK(contains(data_error_of([&] { TokenDataset::open(dir.path(), 50257); }), "records tokenizer id 9, 50257 tokens"));
   }
   SECTION(".txt and .bin in one set") {
     std::ofstream(dir.file("train_000003.txt")) << "bytes";
-    const std::string msg = error_of([&] { TokenDataset::open(dir.path(), 50257); });
+    const std::string msg = data_error_of([&] { TokenDataset::open(dir.path(), 50257); });
     CHECK(contains(msg, "mixes .txt files"));
     CHECK(contains(msg, dir.file("train_000003.txt")));
   }
   SECTION("a pattern matching a file that is not a token file names it") {
     std::ofstream(dir.file("train_notes.md")) << "x";
-    const std::string msg = error_of([&] { TokenDataset::open(dir.file("train_*"), 50257); });
+    const std::string msg = data_error_of([&] { TokenDataset::open(dir.file("train_*"), 50257); });
     CHECK(contains(msg, dir.file("train_notes.md")));
     CHECK(contains(msg, "unknown extension '.md'"));
   }
@@ -381,16 +374,16 @@ TEST_CASE("shard set: every bad set is refused by name", "[data]") {
     std::vector<std::uint32_t> ids = stream(100, 128256);
     ids[41] = 128256;  // one past Llama 3's vocabulary
     write_shard(v2.file("train_000000.bin"), ids, {{3, 128256}, {4, 2}}, kShardVersionU32);
-    CHECK(contains(error_of([&] { TokenDataset::open(v2.path(), 128256); }),
+    CHECK(contains(data_error_of([&] { TokenDataset::open(v2.path(), 128256); }),
                    "token 128256 at index 41 is >= vocab_size 128256"));
     ids[41] = 0x80000001u;  // above INT32_MAX: refused, not read as a negative id
     write_shard(v2.file("train_000000.bin"), ids, {{3, 128256}, {4, 2}}, kShardVersionU32);
-    CHECK(contains(error_of([&] { TokenDataset::open(v2.path(), 128256); }), "at index 41 is >= vocab_size 128256"));
+    CHECK(contains(data_error_of([&] { TokenDataset::open(v2.path(), 128256); }), "at index 41 is >= vocab_size 128256"));
     ids[41] = 128255;
     write_shard(v2.file("train_000000.bin"), ids, {{3, 128256}, {4, 2}}, kShardVersionU32);
     CHECK(TokenDataset::open(v2.path(), 128256)[41] == 128255);
     fs::resize_file(v2.file("train_000000.bin"), 1024 + 4 * 100 - 2);
-    const std::string msg = error_of([&] { TokenDataset::open(v2.path(), 128256); });
+    const std::string msg = data_error_of([&] { TokenDataset::open(v2.path(), 128256); });
     CHECK(contains(msg, v2.file("train_000000.bin")));
     CHECK(contains(msg, "shorter than its header claims (truncated): header says 100 tokens of 4 bytes (version 2 "
                         "(uint32 tokens)) = 1424 bytes, file has 1422 bytes"));
@@ -399,16 +392,16 @@ TEST_CASE("shard set: every bad set is refused by name", "[data]") {
     std::vector<std::uint32_t> bad(50, 7);
     bad[17] = 60000;
     write_shard(dir.file("train_000003.bin"), bad);
-    CHECK(contains(error_of([&] { TokenDataset::open(dir.path(), 50257); }), "token 60000 at index 17"));
+    CHECK(contains(data_error_of([&] { TokenDataset::open(dir.path(), 50257); }), "token 60000 at index 17"));
     const TokenDataset ds = TokenDataset::open(dir.path(), 50257, 0);  // as if large: open reads no token
     std::vector<std::int32_t> in(40), tg(40);
-    const std::string msg = error_of([&] { ds.copy_sequence(290, 40, in.data(), tg.data()); });
+    const std::string msg = data_error_of([&] { ds.copy_sequence(290, 40, in.data(), tg.data()); });
     CHECK(contains(msg, dir.file("train_000003.bin")));
     CHECK(contains(msg, "token 60000 at index 17 is >= vocab_size 50257"));
-    CHECK(error_of([&] { ds.check_sequence(290, 40); }) == msg);
+    CHECK(data_error_of([&] { ds.check_sequence(290, 40); }) == msg);
     const BatchSampler s(ds, 40, 64, 64, 0, 1, 3);
     std::vector<std::int32_t> batch_in(64 * 40), batch_tg(batch_in.size());
-    CHECK(contains(error_of([&] {
+    CHECK(contains(data_error_of([&] {
                      for (std::int64_t step = 0; step < 100; ++step) s.micro_batch(step, 0, batch_in.data(), batch_tg.data());
                    }),
                    "token 60000"));
