@@ -40,7 +40,7 @@ struct DataSources {
   friend bool operator==(const DataSources& a, const std::string& path) { return a == DataSources(path); }
 };
 
-// "data.train[1] (path = "code/", weight = 0.3)" for source i of the key `key`; just `key` when
+// "data.train[1] {path = "code/", weight = 0.3}" for source i of the key `key`; just `key` when
 // the value is a single path.
 std::string source_name(const std::string& key, const DataSources& d, std::size_t i);
 

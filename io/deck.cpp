@@ -902,16 +902,16 @@ void DeckReader::check_valid_apart_from_train(const Deck& d) {
   if (!reads_data_key("train") || !reads_data_key("valid") || !train.ok || !valid.ok || !valid.node || d.data.valid.empty() ||
       d.data.train.empty())
     return;
-  std::vector<std::string> training, validation;
-  for (const DataSource& e : d.data.train.sources) {
-    const std::vector<std::string> files = expand_data_paths(e.path).files;
-    training.insert(training.end(), files.begin(), files.end());
-  }
-  for (const DataSource& e : d.data.valid.sources) {
-    const std::vector<std::string> files = expand_data_paths(e.path).files;
-    validation.insert(validation.end(), files.begin(), files.end());
-  }
-  for (const std::string& v : validation)
+  const auto files_of = [](const DataSources& value) {  // of every entry of a blend
+    std::vector<std::string> all;
+    for (const DataSource& e : value.sources) {
+      const std::vector<std::string> files = expand_data_paths(e.path).files;
+      all.insert(all.end(), files.begin(), files.end());
+    }
+    return all;
+  };
+  const std::vector<std::string> training = files_of(d.data.train);
+  for (const std::string& v : files_of(d.data.valid))
     for (const std::string& t : training) {
       std::error_code ec;
       if (!fs::equivalent(v, t, ec) || ec) continue;

@@ -29,6 +29,8 @@ std::optional<Token> end_of_text_of(std::string_view name) {
   return std::nullopt;
 }
 
+Token document_start(const Tokenizer& tokenizer) { return tokenizer.end_of_text().value_or(Token('\n')); }
+
 std::unique_ptr<Tokenizer> make_tokenizer(std::string_view name, const std::string& dir, std::string_view pattern) {
   const auto no_pattern = [&] {
     if (!pattern.empty())

@@ -58,4 +58,9 @@ const std::vector<std::string_view>& tokenizer_names();
 // make_tokenizer(name)->end_of_text() (tests/text).
 std::optional<Token> end_of_text_of(std::string_view name);
 
+// The token a model is given before an empty text (generate's empty prompt, a multiple-choice
+// example without context): the end-of-text token, after which a document starts, or a newline
+// for a tokenizer without one (bytes).
+Token document_start(const Tokenizer& tokenizer);
+
 }  // namespace tptrain::text

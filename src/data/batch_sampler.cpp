@@ -27,16 +27,19 @@ std::uint64_t mulhi64(std::uint64_t a, std::uint64_t b) {
   throw DataError("batch sampler: " + problem);
 }
 
-}  // namespace
+// A dataset that is not an entry of a blend, in messages.
+std::string file_name(const TokenDataset& d) { return "data file '" + d.path() + "'"; }
 
 // Salt of the blend's dataset draw, so that it is not the offset's hash (any odd constant; this
 // one is the fractional part of sqrt(2)).
 constexpr std::uint64_t kBlendSalt = 0x6A09E667F3BCC909ull;
 
+}  // namespace
+
 BatchSampler::BatchSampler(const TokenDataset& data, int seq_length, int global_batch,
                            int micro_batch, int dp_rank, int dp_size, std::uint64_t seed)
-    : BatchSampler({&data}, {1.0}, {"data file '" + data.path() + "'"}, seq_length, global_batch, micro_batch,
-                   dp_rank, dp_size, seed) {}
+    : BatchSampler({&data}, {1.0}, {file_name(data)}, seq_length, global_batch, micro_batch, dp_rank, dp_size,
+                   seed) {}
 
 namespace {
 std::vector<const TokenDataset*> datasets_of(const DataBlend& blend) {
@@ -47,7 +50,7 @@ std::vector<const TokenDataset*> datasets_of(const DataBlend& blend) {
 std::vector<std::string> names_of(const DataBlend& blend) {
   std::vector<std::string> out;
   for (std::size_t i = 0; i < blend.size(); ++i)
-    out.push_back(blend.size() > 1 ? blend.name(i) : "data file '" + blend.dataset(i).path() + "'");
+    out.push_back(blend.size() > 1 ? blend.name(i) : file_name(blend.dataset(i)));
   return out;
 }
 }  // namespace
@@ -116,12 +119,17 @@ void BatchSampler::count_datasets(std::int64_t step, std::vector<std::int64_t>& 
   for (int g = 0; g < global_batch_; ++g) ++counts[sequence_dataset(step, g)];
 }
 
-std::size_t BatchSampler::sequence_offset(std::int64_t step, int global_index) const {
+BatchSampler::Source BatchSampler::sequence_source(std::int64_t step, int global_index) const {
   const std::uint64_t h = sequence_hash(step, global_index);
+  const std::size_t dataset = dataset_of(h);
   // Valid starts: 0 .. size - seq_length - 1 (each sequence needs seq_length + 1 tokens).
   const std::uint64_t starts =
-      static_cast<std::uint64_t>(data_[dataset_of(h)]->size()) - static_cast<std::uint64_t>(seq_length_);
-  return static_cast<std::size_t>(mulhi64(h, starts));
+      static_cast<std::uint64_t>(data_[dataset]->size()) - static_cast<std::uint64_t>(seq_length_);
+  return {dataset, static_cast<std::size_t>(mulhi64(h, starts))};
+}
+
+std::size_t BatchSampler::sequence_offset(std::int64_t step, int global_index) const {
+  return sequence_source(step, global_index).offset;
 }
 
 void BatchSampler::micro_batch(std::int64_t step, int m, std::int32_t* inputs,
@@ -132,10 +140,9 @@ void BatchSampler::micro_batch(std::int64_t step, int m, std::int32_t* inputs,
   const int first = dp_rank_ * (global_batch_ / dp_size_) + m * micro_batch_;
   const std::size_t s = static_cast<std::size_t>(seq_length_);
   for (int row = 0; row < micro_batch_; ++row) {
-    const std::size_t offset = sequence_offset(step, first + row);
+    const Source source = sequence_source(step, first + row);
     const std::size_t at = static_cast<std::size_t>(row) * s;
-    const TokenDataset& d = *data_[sequence_dataset(step, first + row)];
-    d.copy_sequence(offset, seq_length_, inputs + at, targets + at);  // [row, 0:S]
+    data_[source.dataset]->copy_sequence(source.offset, seq_length_, inputs + at, targets + at);  // [row, 0:S]
   }
 }
 

@@ -73,6 +73,11 @@ class BatchSampler {
                std::vector<std::string> names, int seq_length, int global_batch, int micro_batch, int dp_rank,
                int dp_size, std::uint64_t seed);
   std::uint64_t sequence_hash(std::int64_t step, int global_index) const;
+  // Both of a sequence, from one hash.
+  struct Source {
+    std::size_t dataset, offset;
+  };
+  Source sequence_source(std::int64_t step, int global_index) const;
   std::size_t dataset_of(std::uint64_t h) const;
   std::vector<const TokenDataset*> data_;
   std::vector<double> cumulative_;  // DataBlend::cumulative()

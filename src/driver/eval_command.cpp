@@ -112,6 +112,8 @@ int eval_as(const io::Deck& deck, const parallel::Topology& topo, const std::str
   const io::DataSources sources = data_path.empty() ? deck.data.valid : io::DataSources(data_path);
   const std::string key = data_path.empty() ? "data.valid" : "--data";
   std::unique_ptr<data::DataBlend> data;
+  // In messages: a blend's entry as the deck wrote it, a lone dataset by its path.
+  const auto dataset_name = [&](std::size_t i) { return data->size() > 1 ? data->name(i) : data->dataset(i).path(); };
   const std::int64_t n = windows > 0 ? windows : deck.training.eval_windows;
   on_every_rank(topo.world(), [&] {
     if (sources.empty())
@@ -119,7 +121,7 @@ int eval_as(const io::Deck& deck, const parallel::Topology& topo, const std::str
     data = std::make_unique<data::DataBlend>(data::DataBlend::open(sources, key, shape.vocab_size));
     for (std::size_t i = 0; i < data->size(); ++i) {
       const data::TokenDataset& d = data->dataset(i);
-      const std::string name = data->size() > 1 ? data->name(i) : d.path();
+      const std::string name = dataset_name(i);
       if (std::string w = data::other_tokenizer_warning(d, data->size() > 1 ? name : key, deck.data.tokenizer);
           !w.empty() && topo.world_rank() == 0)
         log::warning(w);
@@ -146,7 +148,7 @@ int eval_as(const io::Deck& deck, const parallel::Topology& topo, const std::str
                                               data->size() > 1 ? " on " + data->name(i) : std::string()));
     losses.push_back(l);
     loss += data->share(i) * l;
-    const std::string what = data->size() > 1 ? data->name(i) : d.path();
+    const std::string what = dataset_name(i);
     if (counted.why.empty()) {
       bits.push_back(l * static_cast<double>(tokens) / (std::log(2.0) * static_cast<double>(counted.bytes)));
       log::infof("eval: checkpoint {} (step {}), {} windows of {} tokens from {}: mean loss {:.6f} nats/token, "

@@ -236,7 +236,7 @@ int run_generate(const io::Deck& deck, const parallel::Topology& topo, const std
   }
   const std::optional<text::Token> eot = tokenizer->end_of_text();
   // An empty prompt starts a document: GPT-2's <|endoftext|>, or a newline for byte tokens.
-  if (context.empty()) context.push_back(eot ? static_cast<std::int32_t>(*eot) : '\n');
+  if (context.empty()) context.push_back(static_cast<std::int32_t>(text::document_start(*tokenizer)));
   const std::size_t prompt_tokens = context.size();
   // Streamed as it comes: a long sample shows progress, and a killed run keeps what it made.
   // The prompt first, once the model is loaded (its messages come before).

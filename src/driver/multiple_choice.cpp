@@ -61,8 +61,7 @@ ChoiceRow choice_row(const std::string& context_text, const std::string& ending_
   ChoiceRow row;
   std::vector<std::int32_t> continuation;
   if (context.empty()) {
-    const std::optional<text::Token> eot = tokenizer.end_of_text();
-    row.tokens.push_back(eot ? static_cast<std::int32_t>(*eot) : '\n');
+    row.tokens.push_back(static_cast<std::int32_t>(text::document_start(tokenizer)));
     continuation = encode(tokenizer, ending);
   } else {
     // Not encode(ending) alone: BPE merges across the boundary, and lm-eval scores the tokens the

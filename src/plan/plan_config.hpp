@@ -28,7 +28,7 @@ struct Config {
   std::string precision = "fp32";  // "fp32", "bf16", "fp16"
   Recompute recompute = Recompute::none;
   bool distributed_optimizer = false;
-  bool async_checkpoint = false;  // checkpoint.async: the host copy lives through the next steps
+  bool async_checkpoint = false;  // checkpoint.async: the host copy is kept from the first checkpoint on
   parallel::RankOrder order = parallel::RankOrder::tp_pp_dp;  // parallel.order
 
   int tensor() const { return shape.tensor; }

@@ -146,7 +146,6 @@ class TrainingRun {
     std::vector<double> share, epochs;
   };
   DataUse data_use(std::int64_t steps_done);
-  std::size_t train_datasets() const { return train_->size(); }
 
   Model& model() { return model_; }
   std::int64_t tokens_per_step() const { return tokens_per_step_; }
