@@ -320,6 +320,7 @@ class DeckReader {
   void check_tokenizer_pattern(const Deck& d);
   void check_tokenizer(const Deck& d);
   void check_documents(const Deck& d);
+  void check_context(const Deck& d);
   void check_valid_apart_from_train(const Deck& d);
   // Whether the command reads the files of data.<key> (train, valid; io/deck.hpp, DataFiles).
   bool reads_data_key(std::string_view key) const {
@@ -924,6 +925,34 @@ void DeckReader::check_valid_apart_from_train(const Deck& d) {
     }
 }
 
+// Context parallelism (parallel.context = C > 1, src/model/ring_attention.hpp) cuts every sequence
+// into 2C chunks and runs flash attention per block of the ring; what it does not run yet is
+// refused here, on parallel.context.
+void DeckReader::check_context(const Deck& d) {
+  Field& cp = field("parallel", "context");
+  if (!cp.ok || d.parallel.context <= 1) return;
+  const int C = d.parallel.context;
+  Field& seq = field("model", "seq_length");
+  if (seq.ok && d.model.seq_length % (2 * C) != 0)
+    bad(seq, fmt::format("a multiple of 2 * parallel.context = {} ({}): context parallelism cuts every sequence "
+                         "into 2 * parallel.context chunks",
+                         2 * C, where(cp)));
+  else if (seq.ok && d.parallel.sequence_parallel && field("parallel", "tensor").ok &&
+           (d.model.seq_length / C) % d.parallel.tensor != 0)
+    bad(seq, fmt::format("a multiple of parallel.context * parallel.tensor = {} * {} with "
+                         "parallel.sequence_parallel = true: each context rank's tokens are split over the tensor "
+                         "ranks",
+                         C, d.parallel.tensor));
+  if (field("training", "attention").ok && d.training.attention == "batched")
+    bad(cp, fmt::format("1 with training.attention = \"batched\" ({}): ring attention runs flash attention per "
+                        "block (set training.attention = \"flash\" or \"default\")",
+                        where(field("training", "attention"))));
+  if (field("training", "tasks").ok && !d.training.tasks.empty())
+    bad(cp, fmt::format("1 with training.tasks ({}): multiple-choice scoring runs without context parallelism "
+                        "(score the checkpoints with tptrain eval --tasks --set parallel.context=1)",
+                        where(field("training", "tasks"))));
+}
+
 // Documents in packed sequences start at the tokenizer's end-of-text token; flash attention alone
 // has the document mask.
 void DeckReader::check_documents(const Deck& d) {
@@ -1121,9 +1150,10 @@ Deck DeckReader::build() {
   check_tokenizer_pattern(d);
   check_tokenizer(d);
   check_documents(d);
+  check_context(d);
   check_valid_apart_from_train(d);
-  if (ok("parallel", "tensor") && ok("parallel", "pipeline") && ok("parallel", "data")) {
-    const std::int64_t world = static_cast<std::int64_t>(p.tensor) * p.pipeline * p.data;
+  if (ok("parallel", "tensor") && ok("parallel", "pipeline") && ok("parallel", "data") && ok("parallel", "context")) {
+    const std::int64_t world = static_cast<std::int64_t>(p.tensor) * p.context * p.pipeline * p.data;
     if (world > kIntMax) {
       const Term tt = term("parallel", "tensor", p.tensor),
                  tp = term("parallel", "pipeline", p.pipeline),
@@ -1131,7 +1161,7 @@ Deck DeckReader::build() {
       const Term* s = &tt;
       if (weight(*tp.field) > weight(*s->field)) s = &tp;
       if (weight(*td.field) > weight(*s->field)) s = &td;
-      report_on(*s, fmt::format("parallel.tensor * parallel.pipeline * parallel.data = {} ranks "
+      report_on(*s, fmt::format("parallel.tensor * parallel.context * parallel.pipeline * parallel.data = {} ranks "
                                 "to be <= {}",
                                 world, kIntMax));
     }

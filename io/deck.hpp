@@ -64,18 +64,19 @@ struct ModelConfig {
   bool take_preset_defaults();
 };
 
-// [parallel]: world = tensor * pipeline * data ranks.
+// [parallel]: world = tensor * context * pipeline * data ranks.
 struct ParallelConfig {
   int tensor{};
+  int context{};             // context parallelism: ranks that split each sequence (ring attention)
   int pipeline{};
   int data{};
   bool sequence_parallel{};  // Megatron sequence parallelism over the tensor-parallel group
-  std::string order;         // rank order: "tp-pp-dp" or "tp-dp-pp" (src/parallel/topology_rank_map.hpp)
+  std::string order;         // rank order: "tp-pp-dp" or "tp-dp-pp", or with "cp" after "tp" (src/parallel/topology_rank_map.hpp)
   int virtual_stages{};      // model chunks per pipeline rank (interleaved 1F1B); 1: none
   bool nccl_pipeline_lanes{};     // NCCL: a lane per pipeline flow (src/parallel/communicator.hpp)
   std::string mpi_device_memory;  // "auto", "on" or "off": MPI handed device pointers
 
-  int world_size() const;  // tensor * pipeline * data
+  int world_size() const;  // tensor * context * pipeline * data
 };
 
 // [training]
@@ -179,7 +180,7 @@ struct Deck {
   // Deck (operator== below).
   std::string to_toml() const;
   // The same as one line of JSON: {"model.layers": 4, ..., "run.dir": "...", "ranks": 2}, where
-  // "ranks" is tensor * pipeline * data.
+  // "ranks" is tensor * context * pipeline * data.
   std::string to_json() const;
 };
 

@@ -115,6 +115,11 @@ std::vector<DeckKey> make_keys() {
 
       {"parallel", "tensor", integer(1), at_least_1, "Megatron tensor-parallel ranks",
        &member<&Deck::parallel, &P::tensor>},
+      {"parallel", "context", integer(1), at_least_1,
+       "context-parallel ranks (ring attention, Megatron-Core's context parallelism): each sequence is cut into "
+       "2 * context chunks, a rank computes chunks r and 2 * context - 1 - r, and the keys and values travel the "
+       "ring of the context group; needs model.seq_length divisible by 2 * context and training.attention = \"flash\"",
+       &member<&Deck::parallel, &P::context>},
       {"parallel", "pipeline", integer(1), at_least_1, "pipeline stages",
        &member<&Deck::parallel, &P::pipeline>},
       {"parallel", "data", integer(1), at_least_1, "data-parallel replicas",
@@ -123,9 +128,10 @@ std::vector<DeckKey> make_keys() {
        "split LayerNorm, residual and dropout-free activations along the sequence over the tensor-parallel "
        "group (Korthikanti et al. 2022); needs model.seq_length divisible by parallel.tensor",
        &member<&Deck::parallel, &P::sequence_parallel>},
-      {"parallel", "order", text("tp-pp-dp"), Choice{{"tp-pp-dp", "tp-dp-pp"}},
+      {"parallel", "order", text("tp-pp-dp"), Choice{{"tp-pp-dp", "tp-dp-pp", "tp-cp-pp-dp", "tp-cp-dp-pp"}},
        "rank order, fastest axis first: tp-pp-dp (pipeline stages of a replica on neighbouring ranks) or "
-       "tp-dp-pp (Megatron's: data-parallel replicas on neighbouring ranks, pipeline slowest)",
+       "tp-dp-pp (Megatron's: data-parallel replicas on neighbouring ranks, pipeline slowest); the context "
+       "axis always follows tensor, and the orders may be spelled with it: tp-cp-pp-dp, tp-cp-dp-pp",
        &member<&Deck::parallel, &P::order>},
       {"parallel", "virtual_stages", integer(1), at_least_1,
        "model chunks per pipeline rank (interleaved 1F1B, Narayanan et al. 2021): the bubble shrinks from "

@@ -125,7 +125,7 @@ bool ModelConfig::take_preset_defaults() {
 int ModelConfig::head_dim() const { return heads > 0 ? hidden / heads : 0; }
 int ModelConfig::ffn_width() const { return ffn_hidden > 0 ? ffn_hidden : 4 * hidden; }
 int ModelConfig::kv_width() const { return kv_heads > 0 ? kv_heads : heads; }
-int ParallelConfig::world_size() const { return tensor * pipeline * data; }
+int ParallelConfig::world_size() const { return tensor * context * pipeline * data; }
 int Deck::grad_accum_steps() const {
   const int per_step = training.micro_batch * parallel.data;
   return per_step > 0 ? training.global_batch / per_step : 0;
@@ -175,7 +175,7 @@ std::string Deck::to_json() const {
   const Deck r = resolved(*this);
   JsonObject o;
   for (const DeckKey& k : deck_keys()) visit_member(r, k, [&](const auto& m) { add_json(o, k.name(), m); });
-  o.integer("ranks", static_cast<long long>(parallel.tensor) * parallel.pipeline * parallel.data);
+  o.integer("ranks", static_cast<long long>(parallel.tensor) * parallel.context * parallel.pipeline * parallel.data);
   return o.text();
 }
 

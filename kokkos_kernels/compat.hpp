@@ -4,6 +4,8 @@
 // min/max, GEMM with an execution-space instance (and on views typed for it), labelled fences.
 #pragma once
 
+#include <cmath>
+
 #include <Kokkos_Core.hpp>
 #include <KokkosBlas3_gemm.hpp>
 
@@ -115,6 +117,8 @@ template <class T> KOKKOS_INLINE_FUNCTION T pow(T x, T y) { return TPTRAIN_MATH_
 template <class T> KOKKOS_INLINE_FUNCTION bool isfinite(T x) { return TPTRAIN_MATH_NS::isfinite(x); }
 template <class T> KOKKOS_INLINE_FUNCTION T max(T a, T b) { return a < b ? b : a; }
 template <class T> KOKKOS_INLINE_FUNCTION T min(T a, T b) { return b < a ? b : a; }
+// +inf of a float type (HUGE_VAL: a constant, usable in device code).
+template <class T> KOKKOS_INLINE_FUNCTION T infinity() { return static_cast<T>(HUGE_VAL); }
 
 #undef TPTRAIN_MATH_NS
 

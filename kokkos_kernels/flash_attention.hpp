@@ -60,10 +60,13 @@ struct FlashHeads {
   }
 };
 
-// B sequences of Sq query rows at positions q0 .. q0 + Sq - 1 against keys at 0 .. Sk - 1 (training:
-// q0 = 0, Sq = Sk = S; a cached generation step: q0 = p, Sq = n, Sk = p + n).
+// B sequences of Sq query rows at positions q0 .. q0 + Sq - 1 against keys at k0 .. k0 + Sk - 1
+// (training: q0 = k0 = 0, Sq = Sk = S; a cached generation step: q0 = p, Sq = n, Sk = p + n; ring
+// attention, src/model/ring_attention.hpp: one chunk of the sequence against another, at their
+// global positions). doc_stride: the distance between sequences in doc (0: Sq).
 struct FlashShape {
-  std::int64_t B = 0, Sq = 0, Sk = 0, nh = 1, nkv = 1, d = 1, q0 = 0;
+  std::int64_t B = 0, Sq = 0, Sk = 0, nh = 1, nkv = 1, d = 1, q0 = 0, k0 = 0, doc_stride = 0;
+  std::int64_t doc_batch() const { return doc_stride > 0 ? doc_stride : Sq; }
 };
 
 // Rows of a query block and of a key block. The forward's team holds a query block and streams
@@ -81,10 +84,12 @@ inline constexpr std::int64_t flash_backward_query_rows = 64;
 namespace detail {
 
 inline void check_flash_shape(const FlashShape& s, const char* kernel) {
-  require(s.B >= 0 && s.Sq >= 0 && s.Sk >= 0 && s.nh > 0 && s.nkv > 0 && s.d > 0 && s.q0 >= 0, kernel,
-          "need B, Sq, Sk, q0 >= 0 and nh, nkv, d > 0");
+  require(s.B >= 0 && s.Sq >= 0 && s.Sk >= 0 && s.nh > 0 && s.nkv > 0 && s.d > 0 && s.q0 >= 0 && s.k0 >= 0 &&
+              s.doc_stride >= 0,
+          kernel, "need B, Sq, Sk, q0, k0 >= 0 and nh, nkv, d > 0");
   require(s.nh % s.nkv == 0, kernel, "the key/value heads nkv must divide the query heads nh");
-  require(s.q0 + s.Sq <= s.Sk, kernel, "every query position q0 + i must have its key (q0 + Sq <= Sk)");
+  // Keys need not reach the queries' positions (ring attention's chunk pairs): a row that sees
+  // no key ends with O = 0 and lse = -inf.
 }
 
 // A league of flash teams, each with `elements` acc_t values of team scratch: level 0 when they
@@ -126,20 +131,27 @@ inline std::int64_t flash_backward_scratch_elements(const std::int64_t d) {
   const std::int64_t dp = detail::flash_padded(d), q = flash_backward_query_rows, k = flash_backward_key_rows;
   return 3 * k * dp + 2 * dp * k + 3 * q * dp + 2 * q * k + 2 * q;  // K, dK, dV; Kᵀ, Vᵀ; Q, dO, dQ; P, dS; lse, D
 }
-// O and lse ((b·nh + h)·Sq + i) of every query row. doc: nullptr, or doc[b·Sq + i] the first key
-// position of query row i's document (non-decreasing in i, <= q0 + i).
-template <class Exec, class T>
+// O and lse ((b·nh + h)·Sq + i) of every query row. doc: nullptr, or doc[b·doc_batch + i] the first
+// key position of query row i's document (non-decreasing in i, <= q0 + i).
+// resume (ring attention): o (acc_t) and lse hold the attention of the rows over other keys
+// already, and end with it over those keys and these: the online softmax starts from m = lse,
+// l = 1, O = o (Milakov & Gimelshein 2018's merge of partial softmaxes). A row that has seen no
+// key keeps lse = -inf and o = 0 (not 0/0).
+template <class Exec, class T, class OT = T>
 void flash_attention_forward(const Exec& exec, const FlashShape& s, const FlashHeads<const T>& q,
-                             const FlashHeads<const T>& k, const FlashHeads<const T>& v, const FlashHeads<T>& o,
-                             kx::acc_t<T>* lse, const std::int32_t* doc) {
+                             const FlashHeads<const T>& k, const FlashHeads<const T>& v, const FlashHeads<OT>& o,
+                             kx::acc_t<T>* lse, const std::int32_t* doc, const bool resume = false) {
   using F = kx::acc_t<T>;
+  static_assert(std::is_same<OT, T>::value || std::is_same<OT, F>::value,
+                "tptrain::kernels::flash_attention_forward: O holds the storage type or acc_t");
   const char* kernel = "flash_attention_forward";
   detail::check_flash_shape(s, kernel);
   const std::int64_t Bq = flash_query_rows, Bk = flash_key_rows;
   const std::int64_t nq = (s.Sq + Bq - 1) / Bq;
   const auto policy_size = detail::league_size<Exec>(s.B * s.nh * nq, kernel);
   if (s.B == 0 || s.Sq == 0) return;
-  const std::int64_t d = s.d, dp = detail::flash_padded(d), nh = s.nh, Sq = s.Sq, Sk = s.Sk, q0 = s.q0;
+  const std::int64_t d = s.d, dp = detail::flash_padded(d), nh = s.nh, Sq = s.Sq, Sk = s.Sk, q0 = s.q0, k0 = s.k0;
+  const std::int64_t ds = s.doc_batch();
   const std::int64_t group = s.nh / s.nkv;
   const std::int64_t elements = flash_forward_scratch_elements(d);
   const auto launch = detail::flash_launch<Exec, F>(exec, policy_size, elements, kernel);
@@ -165,8 +177,21 @@ void flash_attention_forward(const Exec& exec, const FlashShape& s, const FlashH
         detail::tile_for<Exec>(team, rows, d, [&](const std::int64_t i, const std::int64_t c) {
           Qs[i * dp + c] = F(q.at(b, h, r0 + i)[c]);
         });
-        const std::int64_t kend = kx::min(Sk, q0 + r0 + rows);
-        const std::int64_t kbeg = doc ? std::int64_t(doc[b * Sq + r0]) : 0;
+        if (resume) {  // the state of the keys seen before: m = lse, l = 1 (0: none), O
+          team.team_barrier();
+          detail::team_for<Exec>(team, 0, rows, [&](const std::int64_t i) {
+            const F l = lse[(b * nh + h) * Sq + r0 + i];
+            const bool seen = l > -kx::infinity<F>();
+            mrow[i] = seen ? l : F(0);
+            lrow[i] = seen ? F(1) : F(0);
+          });
+          detail::tile_for<Exec>(team, rows, d, [&](const std::int64_t i, const std::int64_t c) {
+            Os[i * dp + c] = F(o.at(b, h, r0 + i)[c]);
+          });
+        }
+        // Keys (local index) up to the block's last row's position, from its first row's document.
+        const std::int64_t kend = kx::min(Sk, q0 + r0 + rows - k0);
+        const std::int64_t kbeg = doc ? kx::max(std::int64_t(doc[b * ds + r0]) - k0, std::int64_t(0)) : 0;
         for (std::int64_t c0 = kbeg / Bk * Bk; c0 < kend; c0 += Bk) {
           const std::int64_t cols = kx::min(Bk, kend - c0);
           team.team_barrier();  // the previous block's P V is done with Vs and Ss
@@ -182,7 +207,7 @@ void flash_attention_forward(const Exec& exec, const FlashShape& s, const FlashH
           detail::team_for<Exec>(team, 0, rows, [&](const std::int64_t i) {
             F* const srow = Ss + i * Bk;
             const detail::KeyRange kr =
-                detail::visible_keys(doc ? doc[b * Sq + r0 + i] : 0, q0 + r0 + i, c0, cols);
+                detail::visible_keys(doc ? doc[b * ds + r0 + i] : 0, q0 + r0 + i, k0 + c0, cols);
             for (std::int64_t j = 0; j < kx::min(kr.lo, Bk); ++j) srow[j] = 0;
             for (std::int64_t j = kx::max(kr.hi, kr.lo); j < Bk; ++j) srow[j] = 0;
             if (kr.hi <= kr.lo) return;
@@ -226,36 +251,46 @@ void flash_attention_forward(const Exec& exec, const FlashShape& s, const FlashH
         }
         team.team_barrier();
         detail::tile_for<Exec>(team, rows, d, [&](const std::int64_t i, const std::int64_t c) {
-          o.at(b, h, r0 + i)[c] = T(Os[i * dp + c] / lrow[i]);
+          o.at(b, h, r0 + i)[c] = lrow[i] > F(0) ? OT(Os[i * dp + c] / lrow[i]) : OT(0);
         });
         detail::team_for<Exec>(team, 0, rows, [&](const std::int64_t i) {
-          lse[(b * nh + h) * Sq + r0 + i] = mrow[i] + kx::log(lrow[i]);
+          lse[(b * nh + h) * Sq + r0 + i] = lrow[i] > F(0) ? mrow[i] + kx::log(lrow[i]) : -kx::infinity<F>();
         });
       });
 }
 
-// dQ, dK, dV from dO, the forward's inputs, O and lse (q0 = 0 and Sq = Sk: training). dq may be
-// the storage of dO (the model writes dO into the Q block of its QKV gradient): a row's dQ is
+// dQ, dK, dV from dO, the forward's inputs, O and lse (q0 = k0 = 0 and Sq = Sk: training). dq may
+// be the storage of dO (the model writes dO into the Q block of its QKV gradient): a row's dQ is
 // written once the key block holding its position is done, after which no block reads its dO.
 // dq_sum: where dQ is summed in acc_t over the key blocks, [B, nh, Sq] rows of d; delta: the
 // rows' D = Σ_e dO_ie O_ie, (b·nh + h)·Sq + i, computed here (both workspaces, overwritten).
-template <class Exec, class T>
+// accumulate (ring attention: one chunk of queries against one chunk of keys, any q0, k0): delta
+// holds D already (flash_attention_delta), dQ is added to dq_sum (not written to dq, which is
+// unused), and dK, dV (acc_t, DKT = F) are added to dk and dv; o is unused.
+template <class Exec, class T, class DKT = T>
 void flash_attention_backward(const Exec& exec, const FlashShape& s, const FlashHeads<const T>& q,
                               const FlashHeads<const T>& k, const FlashHeads<const T>& v,
                               const FlashHeads<const T>& o, const FlashHeads<const T>& dout,
                               const kx::acc_t<T>* lse, const std::int32_t* doc, const FlashHeads<T>& dq,
-                              const FlashHeads<T>& dk, const FlashHeads<T>& dv,
-                              const FlashHeads<kx::acc_t<T>>& dq_sum, kx::acc_t<T>* delta) {
+                              const FlashHeads<DKT>& dk, const FlashHeads<DKT>& dv,
+                              const FlashHeads<kx::acc_t<T>>& dq_sum, kx::acc_t<T>* delta,
+                              const bool accumulate = false) {
   using F = kx::acc_t<T>;
+  static_assert(std::is_same<DKT, T>::value || std::is_same<DKT, F>::value,
+                "tptrain::kernels::flash_attention_backward: dK and dV hold the storage type or acc_t");
   const char* kernel = "flash_attention_backward";
   detail::check_flash_shape(s, kernel);
-  detail::require(s.q0 == 0 && s.Sq == s.Sk, kernel, "the backward takes every sequence against itself (q0 = 0, Sq = Sk)");
+  detail::require(accumulate || (s.q0 == 0 && s.k0 == 0 && s.Sq == s.Sk), kernel,
+                  "the backward takes every sequence against itself (q0 = k0 = 0, Sq = Sk) unless it accumulates");
   const auto teams_n = detail::league_size<Exec>(s.B * s.nkv, kernel);
   if (s.B == 0 || s.Sk == 0) return;
   const std::int64_t Bq = flash_backward_query_rows, Bk = flash_backward_key_rows;
-  const std::int64_t d = s.d, dp = detail::flash_padded(d), nh = s.nh, S = s.Sq;
+  const std::int64_t d = s.d, dp = detail::flash_padded(d), nh = s.nh, S = s.Sq, Sk = s.Sk, q0 = s.q0, k0 = s.k0;
+  const std::int64_t ds = s.doc_batch();
   const std::int64_t group = s.nh / s.nkv;
   const std::int64_t elements = flash_backward_scratch_elements(d);
+  // The key blocks some query row sees: positions up to the last row's.
+  const std::int64_t kend = kx::min(Sk, q0 + S - k0);
   const auto launch = detail::flash_launch<Exec, F>(exec, teams_n, elements, kernel);
   const int level = launch.level;
   const F scale = F(1) / kx::sqrt(static_cast<F>(d));
@@ -277,7 +312,7 @@ void flash_attention_backward(const Exec& exec, const FlashShape& s, const Flash
         F* const Drow = lrow + Bq;
         detail::team_for<Exec>(team, 0, elements, [&](const std::int64_t e) { Ks[e] = 0; });
         // The group's dQ sums start at 0, and D of each of its rows is computed once.
-        for (std::int64_t h = g * group; h < (g + 1) * group; ++h) {
+        for (std::int64_t h = g * group; h < (g + 1) * group && !accumulate; ++h) {
           detail::tile_for<Exec>(team, S, d, [&](const std::int64_t i, const std::int64_t c) { dq_sum.at(b, h, i)[c] = 0; });
           detail::team_for<Exec>(team, 0, S, [&](const std::int64_t i) {
             F D = 0;
@@ -285,16 +320,17 @@ void flash_attention_backward(const Exec& exec, const FlashShape& s, const Flash
             delta[(b * nh + h) * S + i] = D;
           });
         }
-        for (std::int64_t c0 = 0; c0 < S; c0 += Bk) {
-          const std::int64_t cols = kx::min(Bk, S - c0), Mc = (cols + 3) / 4 * 4, c1 = c0 + cols;
-          // The rows that see a key of the block: i >= c0 with doc_i < c1, a range [c0, iend) as
-          // doc is non-decreasing (found by bisection).
+        for (std::int64_t c0 = 0; c0 < kend; c0 += Bk) {
+          const std::int64_t cols = kx::min(Bk, Sk - c0), Mc = (cols + 3) / 4 * 4, c1 = c0 + cols;
+          // The rows that see a key of the block: position q0 + i >= k0 + c0 with doc_i < k0 + c1, a
+          // range [ibeg, iend) as doc is non-decreasing (found by bisection).
+          const std::int64_t ibeg = kx::max(k0 + c0 - q0, std::int64_t(0));
           std::int64_t iend = S;
           if (doc) {
-            std::int64_t lo = c0, hi = S;
+            std::int64_t lo = ibeg, hi = S;
             while (lo < hi) {
               const std::int64_t mid = lo + (hi - lo) / 2;
-              if (doc[b * S + mid] < c1) lo = mid + 1;
+              if (doc[b * ds + mid] < k0 + c1) lo = mid + 1;
               else hi = mid;
             }
             iend = lo;
@@ -308,7 +344,7 @@ void flash_attention_backward(const Exec& exec, const FlashShape& s, const Flash
           });
           detail::team_for<Exec>(team, 0, 2 * Bk * dp, [&](const std::int64_t e) { dKs[e] = 0; });
           for (std::int64_t h = g * group; h < (g + 1) * group; ++h) {
-            for (std::int64_t r0 = c0; r0 < iend; r0 += Bq) {
+            for (std::int64_t r0 = ibeg; r0 < iend; r0 += Bq) {
               const std::int64_t rows = kx::min(Bq, S - r0), Mr = (rows + 3) / 4 * 4;
               team.team_barrier();  // the previous query block's products are done with the tiles
               // One tile a loop: each a contiguous copy per row, which vectorises (the tiles are
@@ -335,8 +371,9 @@ void flash_attention_backward(const Exec& exec, const FlashShape& s, const Flash
               detail::team_for<Exec>(team, 0, Bq, [&](const std::int64_t i) {
                 F* const prow = Ps + i * Bk;
                 F* const dsrow = dSs + i * Bk;
-                const detail::KeyRange kr = i < rows ? detail::visible_keys(doc ? doc[b * S + r0 + i] : 0, r0 + i, c0, cols)
-                                                     : detail::KeyRange{0, 0};
+                const detail::KeyRange kr =
+                    i < rows ? detail::visible_keys(doc ? doc[b * ds + r0 + i] : 0, q0 + r0 + i, k0 + c0, cols)
+                             : detail::KeyRange{0, 0};
                 const std::int64_t lo = kx::min(kr.lo, Bk), hi = kx::max(kr.hi, lo);
                 for (std::int64_t j = 0; j < lo; ++j) prow[j] = dsrow[j] = 0;
                 for (std::int64_t j = hi; j < Bk; ++j) prow[j] = dsrow[j] = 0;
@@ -358,17 +395,41 @@ void flash_attention_backward(const Exec& exec, const FlashShape& s, const Flash
             }
           }
           team.team_barrier();
+          if (accumulate) {
+            detail::tile_for<Exec>(team, cols, d, [&](const std::int64_t j, const std::int64_t c) {
+              dk.at(b, g, c0 + j)[c] += DKT(dKs[j * dp + c]);
+              dv.at(b, g, c0 + j)[c] += DKT(dVs[j * dp + c]);
+            });
+            continue;
+          }
           // The block's keys are done, and so are the rows at its positions: no later block is
           // seen by them, so their dQ is complete and their dO read for the last time.
           detail::tile_for<Exec>(team, cols, d, [&](const std::int64_t j, const std::int64_t c) {
-            dk.at(b, g, c0 + j)[c] = T(dKs[j * dp + c]);
-            dv.at(b, g, c0 + j)[c] = T(dVs[j * dp + c]);
+            dk.at(b, g, c0 + j)[c] = DKT(dKs[j * dp + c]);
+            dv.at(b, g, c0 + j)[c] = DKT(dVs[j * dp + c]);
           });
           for (std::int64_t h = g * group; h < (g + 1) * group; ++h)
             detail::tile_for<Exec>(team, cols, d, [&](const std::int64_t i, const std::int64_t c) {
               dq.at(b, h, c0 + i)[c] = T(dq_sum.at(b, h, c0 + i)[c]);
             });
         }
+      });
+}
+
+// D_i = Σ_e dO_ie O_ie of every query row, at (b·nh + h)·Sq + i: the accumulating backward's delta
+// (the same sum, in the same order, as the backward computes for itself).
+template <class Exec, class T>
+void flash_attention_delta(const Exec& exec, const FlashShape& s, const FlashHeads<const T>& o,
+                           const FlashHeads<const T>& dout, kx::acc_t<T>* delta) {
+  using F = kx::acc_t<T>;
+  detail::check_flash_shape(s, "flash_attention_delta");
+  const std::int64_t nh = s.nh, Sq = s.Sq, d = s.d;
+  Kokkos::parallel_for(
+      "tptrain::kernels::flash_attention_delta", detail::range(exec, s.B * nh * Sq), KOKKOS_LAMBDA(const std::int64_t r) {
+        const std::int64_t i = r % Sq, h = (r / Sq) % nh, b = r / (Sq * nh);
+        F D = 0;
+        for (std::int64_t c = 0; c < d; ++c) D += F(dout.at(b, h, i)[c]) * F(o.at(b, h, i)[c]);
+        delta[r] = D;
       });
 }
 

@@ -21,9 +21,10 @@ namespace tptrain::checkpoint {
 template <class T>
 CheckpointTensors::CheckpointTensors(model::GptModel<T>& m, const parallel::Topology& topo,
                                      bool with_moments) {
-  // DP replicas hold identical copies: data rank 0 writes. The shards of a distributed
-  // optimizer are disjoint parts: every data rank writes its own.
-  const bool writer = m.optimizer_sharding().distributed() || topo.coords().dp == 0;
+  // DP replicas and context ranks hold identical copies: data and context rank 0 write. The
+  // shards of a distributed optimizer (over data x context) are disjoint parts: every rank writes
+  // its own.
+  const bool writer = m.optimizer_sharding().distributed() || (topo.coords().dp == 0 && topo.coords().cp == 0);
   // Every rank lists every tensor of the model, in the same order (the file layer's calls are
   // collective); a pipeline stage holds slabs of its own tensors only. The last stage's tied
   // copy of embedding/word is read like the first stage's but never written (once is enough).
@@ -341,7 +342,7 @@ io::CheckpointMeta load_weights(model::GptModel<T>& model, const parallel::Topol
       throw std::runtime_error("checkpoint " + io::display_path(path) + " holds non-finite values: " + bad);
   });
   t.upload();
-  train::values_from_master(kx::ExecSpace(), model, topo.dp());
+  train::values_from_master(kx::ExecSpace(), model, topo.dp_cp());
   return meta;
 }
 

@@ -119,13 +119,16 @@ void print_rank_map(const parallel::Topology& topo) {
   TPTRAIN_MPI_CHECK(MPI_Gather(&p.device, 1, MPI_INT, devices.data(), 1, MPI_INT, 0, topo.world()));
   if (topo.world_rank() != 0) return;
   const auto& L = topo.layout();
-  log::infof("ranks: {} = tensor {} x pipeline {} x data {}, order {}, on {} node{} (backend {}, Kokkos {})",
-             topo.world_size(), L.tensor, L.pipeline, L.data, parallel::rank_order_name(L.order), p.node.nodes,
-             p.node.nodes == 1 ? "" : "s", topo.tp().backend_name(), kx::ExecSpace::name());
+  const bool cp = L.context > 1;
+  log::infof("ranks: {} = tensor {} x {}pipeline {} x data {}, order {}, on {} node{} (backend {}, Kokkos {})",
+             topo.world_size(), L.tensor, cp ? fmt::format("context {} x ", L.context) : std::string(), L.pipeline,
+             L.data, cp ? parallel::rank_order_name_with_context(L.order) : parallel::rank_order_name(L.order),
+             p.node.nodes, p.node.nodes == 1 ? "" : "s", topo.tp().backend_name(), kx::ExecSpace::name());
   for (int r = 0; r < topo.world_size(); ++r) {
     const auto c = parallel::coordinates_of(r, L);
     const int d = devices[static_cast<std::size_t>(r)];
-    log::infof("  rank {:>4}  tp {:>3}  pp {:>3}  dp {:>4}  on {} node {}{}", r, c.tp, c.pp, c.dp,
+    log::infof("  rank {:>4}  tp {:>3}{}  pp {:>3}  dp {:>4}  on {} node {}{}", r, c.tp,
+               cp ? fmt::format("  cp {:>3}", c.cp) : std::string(), c.pp, c.dp,
                hosts[static_cast<std::size_t>(r)], p.node.node_of_rank[static_cast<std::size_t>(r)],
                d >= 0 ? fmt::format(" gpu {}", d) : std::string());
   }
@@ -283,6 +286,12 @@ int generate(const DeckOptions& options, const GenerateOptions& g) {
   DeckOptions o = options;  // reads no data file
   o.data_files = io::DataFiles::tokenizer_only;
   return run_job(o, [&](const io::Deck& deck, const parallel::Topology& topo) {
+    if (deck.parallel.context > 1)  // the same deck on every rank: the same verdict
+      throw parallel::AgreedError(fmt::format(
+          "generate runs without context parallelism (parallel.context = {} in the deck): its key/value cache and its "
+          "new tokens are one sequence on one rank; run it with --set parallel.context=1 (checkpoints load under "
+          "any layout)",
+          deck.parallel.context));
     return driver::run_generate(deck, topo, g.checkpoint,
                                driver::SampleOptions{g.prompt, g.tokens, g.temperature, g.top_k, g.seed, !g.no_kv_cache,
                                                     g.ignore_eos});

@@ -69,7 +69,8 @@ std::unique_ptr<model::GptModel<T>> load_model(const io::Deck& deck, const paral
   on_every_rank(topo.world(), [&] {
     model = std::make_unique<model::GptModel<T>>(model::shape_of(deck), deck.training.micro_batch, topo.tp(),
                                                  deck.training.seed,
-                                                 model::PipelineStage{topo.coords().pp, topo.layout().pipeline});
+                                                 model::PipelineStage{topo.coords().pp, topo.layout().pipeline},
+                                                 model::Recompute::selective, model::OptimizerSharding{}, &topo.cp());
   });
   on_every_rank(topo.world(), [&] { meta = checkpoint::load_weights(*model, topo, checkpoint); });
   return model;
@@ -78,6 +79,9 @@ std::unique_ptr<model::GptModel<T>> load_model(const io::Deck& deck, const paral
 template <class T>
 int eval_tasks_as(const io::Deck& deck, const parallel::Topology& topo, const std::string& checkpoint,
                   const TaskOptions& o) {
+  if (topo.layout().context > 1)  // the same deck on every rank: the same verdict
+    throw parallel::AgreedError("eval --tasks scores endings without context parallelism: run it with parallel.context = 1 "
+                             "(--set parallel.context=1), the checkpoint loads under any layout");
   // The file first: a bad line is said before minutes of loading a large model.
   std::unique_ptr<MultipleChoiceTasks> tasks;
   on_every_rank(topo.world(), [&] { tasks = std::make_unique<MultipleChoiceTasks>(load_multiple_choice_tasks(deck, o.tasks)); });

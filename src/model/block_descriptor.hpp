@@ -136,18 +136,19 @@ inline std::optional<ParameterSpec> block_parameter_if_held(const GptShape& s, c
 // ---- buffers ---------------------------------------------------------------------------------
 
 // The sizes of a block's buffers, by symbol (docs/planning.md's notation): b micro_batch,
-// s seq_length, h hidden, f ffn_hidden, a heads, t tensor, N = b·s tokens, n = N/t with sequence
+// s the rank's tokens of a sequence (seq_length, or seq_length / C with context parallelism), h hidden, f ffn_hidden, a heads, t tensor, N = b·s tokens, n = N/t with sequence
 // parallelism (else N): the rows of the residual stream and the LayerNorms.
 enum class BufferDim {
   none,
   b,
   s,
+  S,      // seq_length, the whole sequence (the rotary tables: positions are global)
   N,
   n,
   h,
   h_t,    // h/t: the rank's attention heads' width
   gqa_t,  // (a + 2k)·(h/a)/t: llama's QKV output, k = kv_heads (= 3h/t without grouped-query attention)
-  kv2_t,  // 2k·(h/a)/t: K and V of the rank's key/value heads
+  kv2_t,  // 2k·(h/a)/t: K and V of the rank's key/value heads (ring attention's travelling block)
   f_t,    // f/t
   f2_t,   // 2f/t: SwiGLU's gate and up
   d_2,    // h/(2a): half a head, the rotary tables' columns
@@ -210,9 +211,9 @@ inline constexpr BufferRow kBlockBuffers[] = {
      needs_swiglu},
     {"/mlp.sigmoid", "GELU sigmoid", {BufferDim::N, BufferDim::f_t}, Element::storage, Lifetime::saved, false,
      needs_gelu},
-    {"rope.cos", "rotary table cos(p·θ^(-2i/d))", {BufferDim::s, BufferDim::d_2}, Element::fp32, Lifetime::scratch,
+    {"rope.cos", "rotary table cos(p·θ^(-2i/d))", {BufferDim::S, BufferDim::d_2}, Element::fp32, Lifetime::scratch,
      false, needs_rope},
-    {"rope.sin", "rotary table sin(p·θ^(-2i/d))", {BufferDim::s, BufferDim::d_2}, Element::fp32, Lifetime::scratch,
+    {"rope.sin", "rotary table sin(p·θ^(-2i/d))", {BufferDim::S, BufferDim::d_2}, Element::fp32, Lifetime::scratch,
      false, needs_rope},
     {"attention.probs", "attention probabilities (the batched core's softmax buffer)",
      {BufferDim::b, BufferDim::a_t, BufferDim::s, BufferDim::s}, Element::storage, Lifetime::scratch, false,
@@ -232,6 +233,18 @@ inline constexpr BufferRow kBlockBuffers[] = {
      {BufferDim::N, BufferDim::f_t}, Element::storage, Lifetime::scratch, false, always, ScratchPhase::mlp},
     {"mlp.dh", "gate and up's gradient", {BufferDim::N, BufferDim::f2_t}, Element::storage, Lifetime::scratch, false,
      needs_swiglu, ScratchPhase::mlp},
+    {"ring.kv_0", "ring attention: K and V of the block held", {BufferDim::N, BufferDim::kv2_t}, Element::storage,
+     Lifetime::scratch, false, needs_context, ScratchPhase::attention},
+    {"ring.kv_1", "ring attention: K and V of the block arriving", {BufferDim::N, BufferDim::kv2_t}, Element::storage,
+     Lifetime::scratch, false, needs_context, ScratchPhase::attention},
+    {"ring.o_sum", "ring attention: the output merged over the blocks", {BufferDim::N, BufferDim::h_t}, Element::fp32,
+     Lifetime::scratch, false, needs_context, ScratchPhase::attention},
+    {"ring.dkv_0", "ring attention: a block's dK and dV sums", {BufferDim::N, BufferDim::kv2_t}, Element::fp32,
+     Lifetime::scratch, false, needs_context, ScratchPhase::attention},
+    {"ring.dkv_1", "ring attention: the previous block's sums, while sent", {BufferDim::N, BufferDim::kv2_t},
+     Element::fp32, Lifetime::scratch, false, needs_context, ScratchPhase::attention},
+    {"ring.dkv_in", "ring attention: the sums arriving", {BufferDim::N, BufferDim::kv2_t}, Element::fp32,
+     Lifetime::scratch, false, needs_context, ScratchPhase::attention},
     {"block.out", "attention output, then MLP output", {BufferDim::n, BufferDim::h}, Element::storage, Lifetime::scratch},
     {"block.grad_1", "block backward buffer 1", {BufferDim::n, BufferDim::h}, Element::storage, Lifetime::scratch},
     {"block.grad_2", "block backward buffer 2", {BufferDim::n, BufferDim::h}, Element::storage, Lifetime::scratch},
@@ -266,20 +279,23 @@ struct BlockSizes {
   std::int64_t b, s, h, f, a, t;
   bool sequence_parallel;  // the shape splits the sequence (GptShape::splits_sequence)
   std::int64_t k = 0;      // key/value heads; 0: a (no grouped-query attention)
+  std::int64_t whole = 0;  // the whole sequence S; 0: s (no context parallelism)
   std::int64_t N() const { return b * s; }
   std::int64_t n() const { return sequence_parallel ? N() / t : N(); }
   std::int64_t kv() const { return k > 0 ? k : a; }
   bool grouped() const { return kv() != a; }
 };
 inline BlockSizes block_sizes(const GptShape& shape, int micro_batch) {
-  return {micro_batch,     shape.seq_length, shape.hidden,           shape.ffn_hidden,
-          shape.heads,     shape.tensor,     shape.splits_sequence(), shape.kv_head_count()};
+  return {micro_batch,  shape.local_seq_length(), shape.hidden,           shape.ffn_hidden,
+          shape.heads,  shape.tensor,             shape.splits_sequence(), shape.kv_head_count(),
+          shape.seq_length};
 }
 
 inline std::int64_t extent(BufferDim d, const BlockSizes& z) {
   switch (d) {
     case BufferDim::b: return z.b;
     case BufferDim::s: return z.s;
+    case BufferDim::S: return z.whole > 0 ? z.whole : z.s;
     case BufferDim::N: return z.N();
     case BufferDim::n: return z.n();
     case BufferDim::h: return z.h;

@@ -110,8 +110,10 @@ class GptModel {
   // std::length_error, before allocating anything, if a dimension does not fit in an int
   // (GptShape::validate).
   // `sharding`: the distributed optimizer's split of the buckets' optimizer state.
+  // `context`: the context group (bind_context), needed when shape.context > 1.
   GptModel(const GptShape& shape, int micro_batch, Communicator& tp, std::uint64_t seed,
-           PipelineStage stage = {}, Recompute recompute = Recompute::selective, OptimizerSharding sharding = {})
+           PipelineStage stage = {}, Recompute recompute = Recompute::selective, OptimizerSharding sharding = {},
+           Communicator* context = nullptr)
       : shape_(validated(shape, micro_batch)), batch_(micro_batch), tp_(tp), stage_(stage), recompute_(recompute),
         sharding_(sharding), rows_(shape.sequence_rows(tokens())),
         workspace_(std::size_t(phase_region_bytes(shape_, block_sizes(shape_, micro_batch), int(sizeof(T))))),
@@ -160,6 +162,10 @@ class GptModel {
     for (int c = 0; c < stage.chunks; ++c) slots_[static_cast<std::size_t>(c)].push_back(make_slot(c, 0));
     bind_slot(0);
     make_buckets(seed);
+    if (context != nullptr) bind_context(*context);
+    else if (shape.context > 1)
+      throw std::invalid_argument("tptrain: parallel.context = " + std::to_string(shape.context) +
+                                  " needs the context group");
   }
 
   const GptShape& shape() const { return shape_; }
@@ -176,8 +182,23 @@ class GptModel {
     }
     if (embedding_) embedding_->documents = {positions, position_segments};
   }
+  // Context parallelism (shape().context = C > 1): the context group the attention rings over
+  // (Topology::cp(), C ranks), whose rank says which chunks of each sequence this rank computes.
+  // Before the first forward; the micro-batches then hold those chunks' rows
+  // (train::Documents::take_rows) with their global positions bound (bind_documents).
+  void bind_context(Communicator& cp) {
+    if (cp.size() != shape_.context)
+      throw std::invalid_argument("tptrain: the context group has " + std::to_string(cp.size()) +
+                                  " ranks, the model's parallel.context is " + std::to_string(shape_.context));
+    context_ = ContextChunks{cp.rank(), cp.size(), shape_.seq_length};
+    context_group_ = &cp;
+    for (auto& layer : layers_) layer->attn.context = &cp;
+  }
+  ContextChunks context_chunks() const { return context_; }
+  Communicator* context_group() const { return context_group_; }  // null before bind_context
   int micro_batch() const { return batch_; }
-  std::int64_t tokens() const { return std::int64_t(batch_) * shape_.seq_length; }
+  // The rank's rows of a micro-batch: B·S, or B·S/C with context parallelism.
+  std::int64_t tokens() const { return std::int64_t(batch_) * shape_.local_seq_length(); }
   Communicator& tp() const { return tp_; }
   const PipelineStage& stage() const { return stage_; }
   const OptimizerSharding& optimizer_sharding() const { return sharding_; }
@@ -533,6 +554,8 @@ class GptModel {
   Communicator& tp_;
   PipelineStage stage_;
   Recompute recompute_;
+  ContextChunks context_{0, 1, 0};  // bind_context
+  Communicator* context_group_ = nullptr;
   OptimizerSharding sharding_;
   std::int64_t rows_;       // sequence_rows()
   Workspace<T> workspace_;  // before every member that takes buffers from it; the blocks' attention and MLP

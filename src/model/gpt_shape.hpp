@@ -39,6 +39,11 @@ struct GptShape : BlockSpec {
   // The attention core (training.attention; src/model/parallel_attention.hpp): flash, or the
   // batched GEMMs over S×S scores. It decides the attention's buffers (block_descriptor.hpp).
   bool flash_attention = true;
+  // Context parallelism (parallel.context = C): each rank computes 2 chunks of S/(2C) tokens of
+  // every sequence (base/context_chunks.hpp) and its attention rings over the context group
+  // (src/model/ring_attention.hpp). seq_length stays S, the sequence the parameters (learned
+  // positions) and the rotary tables cover; the rank's buffers hold local_seq_length() rows of it.
+  int context = 1;
 
   static constexpr std::int64_t int_limit = std::numeric_limits<int>::max();
 
@@ -74,6 +79,8 @@ struct GptShape : BlockSpec {
   int local_hidden() const { return hidden / tensor; }           // Hl = local heads * d
   int local_ffn() const { return ffn_hidden / tensor; }
   bool splits_sequence() const { return sequence_parallel && tensor > 1; }
+  // The tokens of a sequence on one rank: S, or S/C with context parallelism.
+  int local_seq_length() const { return seq_length / context; }
   // Token rows of the residual stream and LayerNorm on one rank, for `tokens` tokens.
   std::int64_t sequence_rows(std::int64_t tokens) const { return splits_sequence() ? tokens / tensor : tokens; }
   // < padded_vocab() for every rank of the group, so it fits as well.
@@ -100,6 +107,14 @@ struct GptShape : BlockSpec {
     positive("model.vocab_size", vocab_size);
     positive("model.vocab_pad_multiple", vocab_pad_multiple);
     positive("parallel.tensor", tensor);
+    positive("parallel.context", context);
+    if (context > 1 && seq_length % (2 * context) != 0)
+      throw std::invalid_argument("tptrain: model.seq_length = " + std::to_string(seq_length) +
+                                  " is not a multiple of 2 * parallel.context = " + std::to_string(2 * context) +
+                                  " (context parallelism cuts every sequence into 2 * parallel.context chunks)");
+    if (context > 1 && !flash_attention)
+      throw std::invalid_argument("tptrain: parallel.context > 1 runs flash attention only (set training.attention = "
+                                  "\"flash\")");
     if (hidden % heads != 0 || heads % tensor != 0 || ffn_hidden % tensor != 0)
       throw std::invalid_argument("tptrain: model shape not divisible by the tensor-parallel size");
     const int kv = kv_head_count();
@@ -110,9 +125,10 @@ struct GptShape : BlockSpec {
       throw std::invalid_argument("tptrain: " + p.text());
     if (!(norm_eps > 0) || !(rope_theta > 0))
       throw std::invalid_argument("tptrain: model.norm_eps and model.rope_theta must be positive");
-    if (splits_sequence() && seq_length % tensor != 0)
-      throw std::invalid_argument("tptrain: model.seq_length = " + std::to_string(seq_length) +
-                                  " is not a multiple of parallel.tensor = " + std::to_string(tensor) +
+    if (splits_sequence() && local_seq_length() % tensor != 0)
+      throw std::invalid_argument("tptrain: model.seq_length" + std::string(context > 1 ? " / parallel.context" : "") +
+                                  " = " + std::to_string(local_seq_length()) + " is not a multiple of parallel.tensor = " +
+                                  std::to_string(tensor) +
                                   " (parallel.sequence_parallel splits every sequence over the tensor-parallel ranks)");
     // The QKV weight has 3H rows (logical and, with tensor = 1, local: a BLAS dimension).
     const std::int64_t qkv_rows = 3 * std::int64_t(hidden);
@@ -135,7 +151,7 @@ struct GptShape : BlockSpec {
     if (micro_batch < 1)
       throw std::invalid_argument("tptrain: training.micro_batch = " + std::to_string(micro_batch) +
                                   ": expected a positive size");
-    const std::int64_t tokens = std::int64_t(micro_batch) * seq_length;
+    const std::int64_t tokens = std::int64_t(micro_batch) * local_seq_length();
     if (tokens > int_limit)
       throw std::length_error("tptrain: training.micro_batch * model.seq_length = " +
                               std::to_string(micro_batch) + " * " + std::to_string(seq_length) + " = " +

@@ -12,6 +12,9 @@
 //   batched  kokkos_kernels/attention.hpp's batched GEMMs over [B, nh/t, S, S] scores (the CUDA
 //            default until measured): the same operands, grouped-query attention's key/value heads
 //            read in place through the GEMMs' pointer tables, and document masks in its softmax
+// With context parallelism (GptShape::context > 1) the rank holds two chunks of each sequence and
+// the core is ring attention over the context group (src/model/ring_attention.hpp), flash
+// attention per block; its rows' positions (rotary angles, causality) are global.
 #pragma once
 
 #include <string>
@@ -26,6 +29,7 @@
 #include "src/model/kv_cache.hpp"
 #include "src/model/linear.hpp"
 #include "src/model/recompute.hpp"
+#include "src/model/ring_attention.hpp"
 #include "src/model/workspace.hpp"
 
 namespace tptrain::model {
@@ -75,8 +79,12 @@ struct ParallelAttention {
   // bf16/fp16 only: dK and dV summed over the backward's query row tiles and the group's query
   // heads in fp32, rounded once.
   kernels::Matrix<kx::acc_t<T>> dkv_sum;  // [N, 2 * nkv/tp * d]
-  // Rotary positions: the tables [S, d/2] (one pair per stage).
+  // Rotary positions: the tables [S, d/2] (one pair per stage; S the whole sequence).
   kernels::Matrix<kx::acc_t<T>> rope_cos, rope_sin;
+  // Context parallelism: the ring (its buffers) and the context group (set by the model,
+  // GptModel::bind_context); with it `positions` holds every row's global position.
+  RingAttention<T> ring;
+  Communicator* context = nullptr;
 
   ParallelAttention(const std::string& name, const GptShape& s, int batch, const Communicator& tp, Workspace<T>& ws,
                     Recompute mode = Recompute::selective, const SavedPlacement& placement = {})
@@ -84,7 +92,7 @@ struct ParallelAttention {
                                                 block_parameter_if_held(s, name + "/qkv/bias"), tp)),
         proj(linear_of<RowParallelLinear<T>>(block_parameter(s, name + "/proj/weight"),
                                              block_parameter_if_held(s, name + "/proj/bias"), tp)),
-        B(batch), S(s.seq_length), nh_local(s.local_heads()), d(s.head_dim()), nkv_local(s.local_kv_heads()),
+        B(batch), S(s.local_seq_length()), nh_local(s.local_heads()), d(s.head_dim()), nkv_local(s.local_kv_heads()),
         rotary(s.rotary()), flash(s.flash_attention), recompute(mode),
         saved(make_saved(ws, placement.name_for(name), placement.category)) {
     qkv.column_scratch = proj.column_scratch = column_sums_scratch(ws, s, tokens());
@@ -103,9 +111,11 @@ struct ParallelAttention {
         dkv_sum = ws.template matrix<kx::acc_t<T>>("attention.dkv_sum", BufferCategory::scratch, tokens(),
                                                    2 * std::int64_t(nkv_local) * d, part);
     }
+    if (s.context > 1)
+      ring = RingAttention<T>(ContextChunks{0, s.context, s.seq_length}, batch, nh_local, nkv_local, d, ws);
     if (rotary) {
-      rope_cos = ws.template matrix<kx::acc_t<T>>("rope.cos", BufferCategory::scratch, S, d / 2);
-      rope_sin = ws.template matrix<kx::acc_t<T>>("rope.sin", BufferCategory::scratch, S, d / 2);
+      rope_cos = ws.template matrix<kx::acc_t<T>>("rope.cos", BufferCategory::scratch, s.seq_length, d / 2);
+      rope_sin = ws.template matrix<kx::acc_t<T>>("rope.sin", BufferCategory::scratch, s.seq_length, d / 2);
       kernels::rope_tables(Exec(), rope_cos, rope_sin, s.rope_theta);  // the same values for every layer
     }
   }
@@ -128,6 +138,9 @@ struct ParallelAttention {
                const bool add_proj_bias = true, const CacheStep<T>* step = nullptr) {
     if (step && qkv.sp.enabled())
       throw std::logic_error("tptrain: ParallelAttention: the cached forward runs without sequence parallelism");
+    if (ring.chunks.split() && (step || context == nullptr || positions.size() == 0))
+      throw std::logic_error("tptrain: ParallelAttention: context parallelism needs the context group and every "
+                             "row's global position, and has no cached forward");
     const std::int64_t n = step ? static_cast<std::int64_t>(x.extent(0)) : tokens();
     const kernels::Matrix<T> qkv_out = first_rows(saved.qkv_out, n), ctx = first_rows(saved.ctx, n);
     qkv.forward(exec, tp, x, qkv_out);
@@ -144,6 +157,9 @@ struct ParallelAttention {
         kernels::kv_cache_append(exec, qkv_out, step->cache->k, step->cache->v, step->position);
         kernels::flash_attention_cached_forward(exec, qkv_out, step->cache->k, step->cache->v, step->position, ctx,
                                                 saved.lse, step->doc_start);
+      } else if (ring.chunks.split()) {
+        ring.chunks.rank = context->rank();
+        ring.forward(exec, *context, saved.qkv_out, saved.ctx, saved.lse, doc_start);
       } else if (flash) {
         kernels::flash_attention_forward(exec, saved.qkv_out, saved.ctx, saved.lse, B, S, nh_local, nkv_local, d,
                                          doc_start);
@@ -165,7 +181,9 @@ struct ParallelAttention {
     proj.backward(exec, tp, dy, saved.ctx, d_ctx);
     {
       PhaseScope phase(Phase::attention);
-      if (flash)
+      if (ring.chunks.split())
+        ring.backward(exec, *context, d_ctx, saved.qkv_out, saved.ctx, saved.lse, d_qkv, doc_start, dq_sum, delta);
+      else if (flash)
         kernels::flash_attention_backward(exec, d_ctx, saved.qkv_out, saved.ctx, saved.lse, d_qkv, doc_start, dq_sum,
                                           delta, B, S, nh_local, nkv_local, d);
       else  // recompute = none: saved.scores holds Q Kᵀ, and the backward skips that GEMM

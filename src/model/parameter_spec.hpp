@@ -56,13 +56,14 @@ enum Needs : unsigned {
   needs_grouped = 1u << 9,      // kv_heads < heads (buffers)
   needs_flash = 1u << 10,       // training.attention = flash (buffers)
   needs_batched = 1u << 11,     // training.attention = batched (buffers)
+  needs_context = 1u << 12,     // parallel.context > 1: ring attention (buffers)
 };
 inline bool holds(unsigned needs, const GptShape& s) {
   const unsigned have = (s.norm_bias() ? needs_norm_bias : 0u) | (s.qkv_bias ? needs_qkv_bias : 0u) |
                         (s.linear_bias ? needs_linear_bias : 0u) | (s.swiglu() ? needs_swiglu : needs_gelu) |
                         (s.rotary() ? needs_rope : needs_learned) | (s.tie_embeddings ? 0u : needs_untied) |
                         (s.rms() ? 0u : needs_layernorm) | (s.kv_head_count() != s.heads ? needs_grouped : 0u) |
-                        (s.flash_attention ? needs_flash : needs_batched);
+                        (s.flash_attention ? needs_flash : needs_batched) | (s.context > 1 ? needs_context : 0u);
   return (needs & have) == needs;
 }
 
@@ -76,6 +77,7 @@ inline std::string needs_text(unsigned needs) {
       {needs_learned, "position = \"learned\""}, {needs_rope, "position = \"rope\""},
       {needs_untied, "tie_embeddings = false"},  {needs_grouped, "kv_heads < heads"},
       {needs_flash, "attention = \"flash\""},  {needs_batched, "attention = \"batched\""},
+      {needs_context, "parallel.context > 1"},
   };
   std::string out;
   for (const auto& [flag, word] : words)

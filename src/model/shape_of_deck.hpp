@@ -33,11 +33,14 @@ inline model::GptShape shape_of(const io::Deck& deck) {
   s.vocab_pad_multiple = deck.model.vocab_pad_multiple;
   s.tensor = deck.parallel.tensor;
   s.sequence_parallel = deck.parallel.sequence_parallel;
+  s.context = deck.parallel.context;
   // training.attention = default: the choice of the backend this binary runs (flash on host
   // backends, batched on GPUs; kernels::default_attention_path). Both cores mask documents.
+  // Context parallelism's ring runs flash attention whatever the backend.
   s.flash_attention = deck.training.attention == "flash" ||
                       (deck.training.attention != "batched" &&
-                       kernels::default_attention_path<kx::ExecSpace>() == kernels::AttentionPath::flash);
+                       (deck.parallel.context > 1 ||
+                        kernels::default_attention_path<kx::ExecSpace>() == kernels::AttentionPath::flash));
   return s;
 }
 

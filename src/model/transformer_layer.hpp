@@ -40,7 +40,7 @@ struct TransformerLayer {
   kernels::Matrix<T> a, x1, c;  // [rows, H] of the bound Saved set (bind)
   kernels::Matrix<T> out;       // [rows, H] shared scratch: attention, then MLP output before its residual add
   kernels::Matrix<T> g1, g2;    // [rows, H] shared backward scratch
-  std::int64_t tokens_, rows_;  // N = micro_batch * seq_length; rows = N, or N/t with sequence parallelism
+  std::int64_t tokens_, rows_;  // N = micro_batch * local_seq_length; rows = N, or N/t with sequence parallelism
   GptShape shape_;
   std::string name_;            // "layers/<i>"
 
@@ -69,7 +69,7 @@ struct TransformerLayer {
     (void)parameters();  // a parameter without a descriptor row, or a row without its parameter, fails here
   }
 
-  static std::int64_t tokens(const GptShape& s, int batch) { return std::int64_t(batch) * s.seq_length; }
+  static std::int64_t tokens(const GptShape& s, int batch) { return std::int64_t(batch) * s.local_seq_length(); }
   static auto block_spec(const GptShape& s) {
     return [&s](const std::string& name) { return block_parameter(s, name); };
   }

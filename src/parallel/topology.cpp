@@ -6,10 +6,12 @@ namespace tptrain::parallel {
 
 std::string world_size_problem(int world_size, const Layout& layout) {
   if (world_size == layout.world_size()) return "";
+  const bool cp = layout.context > 1;
   return "mpiexec started " + std::to_string(world_size) + " rank" + (world_size == 1 ? "" : "s") +
-         " but the deck's [parallel] layout needs tensor x pipeline x data = " +
-         std::to_string(layout.tensor) + " x " + std::to_string(layout.pipeline) + " x " +
-         std::to_string(layout.data) + " = " + std::to_string(layout.world_size()) +
+         " but the deck's [parallel] layout needs tensor x " + (cp ? "context x " : "") + "pipeline x data = " +
+         std::to_string(layout.tensor) + " x " + (cp ? std::to_string(layout.context) + " x " : "") +
+         std::to_string(layout.pipeline) + " x " + std::to_string(layout.data) + " = " +
+         std::to_string(layout.world_size()) +
          " ranks; run with `mpiexec -n " + std::to_string(layout.world_size()) +
          "` or change [parallel]";
 }
@@ -28,8 +30,8 @@ std::unique_ptr<Communicator> split(MPI_Comm world, int color, int key, const Co
 
 Topology::Topology(MPI_Comm world, const Layout& layout, const CommunicatorOptions& options)
     : world_(world), layout_(layout) {
-  if (layout.tensor < 1 || layout.pipeline < 1 || layout.data < 1)
-    throw TopologyError("tensor, pipeline and data must all be >= 1");
+  if (layout.tensor < 1 || layout.pipeline < 1 || layout.data < 1 || layout.context < 1)
+    throw TopologyError("tensor, context, pipeline and data must all be >= 1");
   int size = 0;
   TPTRAIN_MPI_CHECK(MPI_Comm_rank(world, &world_rank_));
   TPTRAIN_MPI_CHECK(MPI_Comm_size(world, &size));
@@ -37,13 +39,21 @@ Topology::Topology(MPI_Comm world, const Layout& layout, const CommunicatorOptio
   if (!problem.empty()) throw TopologyError(problem);
 
   coords_ = coordinates_of(world_rank_, layout);
-  const int T = layout.tensor, P = layout.pipeline;
+  const int T = layout.tensor, P = layout.pipeline, C = layout.context, D = layout.data;
+  const Coordinates& c = coords_;
   // Colour = the coordinates the group does not vary over; key = the one it does.
-  tp_ = split(world, coords_.pp + P * coords_.dp, coords_.tp, options);
-  pp_ = split(world, coords_.tp + T * coords_.dp, coords_.pp, options);
-  dp_ = split(world, coords_.tp + T * coords_.pp, coords_.dp, options);
+  tp_ = split(world, c.cp + C * (c.pp + P * c.dp), c.tp, options);
+  pp_ = split(world, c.tp + T * (c.cp + C * c.dp), c.pp, options);
+  dp_ = split(world, c.tp + T * (c.cp + C * c.pp), c.dp, options);
+  if (C > 1) {
+    cp_ = split(world, c.tp + T * (c.pp + P * c.dp), c.cp, options);
+    dp_cp_ = split(world, c.tp + T * c.pp, c.cp + C * c.dp, options);
+  } else {
+    cp_ = split(world, world_rank_, 0, options);  // the rank alone
+  }
+  (void)D;
   const bool on_edge = is_first_stage() || is_last_stage();
-  embedding_ = split(world, on_edge ? coords_.tp + T * coords_.dp : MPI_UNDEFINED, coords_.pp, options);
+  embedding_ = split(world, on_edge ? c.tp + T * (c.cp + C * c.dp) : MPI_UNDEFINED, c.pp, options);
 }
 
 Communicator& Topology::embedding() const {
@@ -54,7 +64,8 @@ Communicator& Topology::embedding() const {
 }
 
 std::string Topology::describe() const {
-  return "rank " + std::to_string(world_rank_) + " (tp " + std::to_string(coords_.tp) + ", pp " +
+  return "rank " + std::to_string(world_rank_) + " (tp " + std::to_string(coords_.tp) +
+         (layout_.context > 1 ? ", cp " + std::to_string(coords_.cp) : std::string()) + ", pp " +
          std::to_string(coords_.pp) + ", dp " + std::to_string(coords_.dp) + ")";
 }
 

@@ -1,6 +1,13 @@
-// The rank grid: world = tensor x pipeline x data in the deck's rank order (parallel.order; the
-// map itself is src/parallel/topology_rank_map.hpp, docs/design.md "Rank layout"), and the
-// communicators of each group. This is the one place that builds it.
+// The rank grid: world = tensor x context x pipeline x data in the deck's rank order
+// (parallel.order; the map itself is src/parallel/topology_rank_map.hpp, docs/design.md "Rank
+// layout"), and the communicators of each group. This is the one place that builds it.
+//
+// Context parallelism (parallel.context = C > 1) adds two groups: the context group (same tp,
+// pp, dp; ordered by cp), the ring that ring attention passes K and V around
+// (src/model/ring_attention.hpp), and the data-and-context group (same tp and pp; ordered by
+// dp·C + cp), over which gradients are summed and the distributed optimizer is sharded: each
+// context rank computed the gradient of its chunks' tokens, as a data-parallel replica does of its
+// sequences (Megatron's data_parallel_group_with_cp). With C = 1 that group is the data group.
 //
 // Worked example (Megatron's parallel_state.py explains the same grid): 16 ranks,
 // tensor 2, pipeline 4, data 2, order tp-pp-dp. Global rank r has tp = r % 2, pp = (r / 2) % 4,
@@ -34,7 +41,8 @@ class TopologyError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// "mpiexec started N ranks but the deck asks for tensor x pipeline x data = M" — empty if fine.
+// "mpiexec started N ranks but the deck asks for tensor x context x pipeline x data = M" — empty
+// if fine.
 std::string world_size_problem(int world_size, const Layout& layout);
 
 class Topology {
@@ -53,6 +61,10 @@ class Topology {
   Communicator& tp() const { return *tp_; }
   Communicator& pp() const { return *pp_; }
   Communicator& dp() const { return *dp_; }
+  Communicator& cp() const { return *cp_; }
+  // Data x context: the group of the gradient sum and of the optimizer's shards (dp() when
+  // context = 1).
+  Communicator& dp_cp() const { return dp_cp_ ? *dp_cp_ : *dp_; }
   // Only on the first and last pipeline stage; throws elsewhere.
   Communicator& embedding() const;
   bool in_embedding_group() const { return static_cast<bool>(embedding_); }
@@ -60,7 +72,7 @@ class Topology {
   bool is_first_stage() const { return coords_.pp == 0; }
   bool is_last_stage() const { return coords_.pp == layout_.pipeline - 1; }
 
-  // "rank 5 (tp 1, pp 2, dp 0)"
+  // "rank 5 (tp 1, pp 2, dp 0)", with ", cp 1" after tp under context parallelism
   std::string describe() const;
 
  private:
@@ -68,7 +80,7 @@ class Topology {
   Layout layout_;
   Coordinates coords_;
   int world_rank_ = 0;
-  std::unique_ptr<Communicator> tp_, pp_, dp_, embedding_;
+  std::unique_ptr<Communicator> tp_, pp_, dp_, cp_, dp_cp_, embedding_;
 };
 
 }  // namespace tptrain::parallel

@@ -6,23 +6,28 @@ std::string_view rank_order_name(RankOrder order) {
   return order == RankOrder::tp_dp_pp ? "tp-dp-pp" : "tp-pp-dp";
 }
 
+std::string_view rank_order_name_with_context(RankOrder order) {
+  return order == RankOrder::tp_dp_pp ? "tp-cp-dp-pp" : "tp-cp-pp-dp";
+}
+
 RankOrder rank_order_from_name(std::string_view name) {
-  if (name == "tp-pp-dp") return RankOrder::tp_pp_dp;
-  if (name == "tp-dp-pp") return RankOrder::tp_dp_pp;
+  if (name == "tp-pp-dp" || name == "tp-cp-pp-dp") return RankOrder::tp_pp_dp;
+  if (name == "tp-dp-pp" || name == "tp-cp-dp-pp") return RankOrder::tp_dp_pp;
   throw std::invalid_argument("parallel.order = \"" + std::string(name) +
-                              "\": expected \"tp-pp-dp\" or \"tp-dp-pp\"");
+                              "\": expected \"tp-pp-dp\" or \"tp-dp-pp\" (also spelled \"tp-cp-pp-dp\", \"tp-cp-dp-pp\")");
 }
 
 Strides strides_of(const Layout& layout) {
-  const long long T = layout.tensor, P = layout.pipeline, D = layout.data;
-  if (layout.order == RankOrder::tp_dp_pp) return {1, T * D, T};
-  return {1, T, T * P};
+  const long long TC = static_cast<long long>(layout.tensor) * layout.context, P = layout.pipeline, D = layout.data;
+  if (layout.order == RankOrder::tp_dp_pp) return {1, TC * D, TC, layout.tensor};
+  return {1, TC, TC * P, layout.tensor};
 }
 
 Coordinates coordinates_of(int world_rank, const Layout& layout) {
   Coordinates c;
   c.tp = world_rank % layout.tensor;
-  const int rest = world_rank / layout.tensor;
+  c.cp = (world_rank / layout.tensor) % layout.context;
+  const int rest = world_rank / (layout.tensor * layout.context);
   if (layout.order == RankOrder::tp_dp_pp) {
     c.dp = rest % layout.data;
     c.pp = rest / layout.data;
@@ -34,8 +39,8 @@ Coordinates coordinates_of(int world_rank, const Layout& layout) {
 }
 
 int world_rank_of(const Coordinates& c, const Layout& layout) {
-  if (layout.order == RankOrder::tp_dp_pp) return c.tp + layout.tensor * (c.dp + layout.data * c.pp);
-  return c.tp + layout.tensor * (c.pp + layout.pipeline * c.dp);
+  const int outer = layout.order == RankOrder::tp_dp_pp ? c.dp + layout.data * c.pp : c.pp + layout.pipeline * c.dp;
+  return c.tp + layout.tensor * (c.cp + layout.context * outer);
 }
 
 }  // namespace tptrain::parallel

@@ -54,11 +54,11 @@ struct MicroBatchQueue::Entry {
     h_inputs = Kokkos::create_mirror_view(Staging(), batch.inputs);
     h_targets = Kokkos::create_mirror_view(Staging(), batch.targets);
     if (group_tokens) batch.segments.reserve(tokens);
-    if (documents.any() && documents.mask) {
+    if (documents.doc_starts()) {
       batch.doc_start = kernels::Tokens(Kokkos::view_alloc(Kokkos::WithoutInitializing, "batch.doc_start"), n);
       h_doc_start = Kokkos::create_mirror_view(Staging(), batch.doc_start);
     }
-    if (documents.any() && documents.reset_positions) {
+    if (documents.positions()) {
       batch.positions = kernels::Tokens(Kokkos::view_alloc(Kokkos::WithoutInitializing, "batch.positions"), n);
       h_positions = Kokkos::create_mirror_view(Staging(), batch.positions);
       if (documents.group_positions) batch.position_segments.reserve(tokens);
@@ -129,14 +129,26 @@ MicroBatchQueue::Entry& MicroBatchQueue::fill(const kx::ExecSpace& exec, int m) 
     throw std::logic_error("tptrain: MicroBatchQueue: micro-batch " + std::to_string(m) + " finds all " +
                            std::to_string(entries_.size()) + " entries in flight");
   e->host_buffers_free(exec);
-  sample_(m, e->h_inputs.data(), e->h_targets.data());
+  if (documents_.context.split()) {
+    // Context parallelism: whole sequences sampled, the rank's chunks of them kept.
+    const std::int64_t sequences = tokens_ / documents_.local_length();
+    full_inputs_.resize(static_cast<std::size_t>(sequences * documents_.seq_length));
+    full_targets_.resize(full_inputs_.size());
+    sample_(m, full_inputs_.data(), full_targets_.data());
+    documents_.take_rows(sequences, full_inputs_.data(), full_targets_.data(), e->h_inputs.data(), e->h_targets.data(),
+                         e->h_doc_start.size() ? e->h_doc_start.data() : nullptr,
+                         e->h_positions.size() ? e->h_positions.data() : nullptr, full_documents_);
+  } else {
+    sample_(m, e->h_inputs.data(), e->h_targets.data());
+    if (documents_.any())
+      documents_.derive(e->h_inputs.data(), tokens_, e->h_doc_start.data(), e->h_positions.data());
+  }
   ++samples_;
   // Stream-ordered on exec, after the kernels that still read the entry's previous tokens.
   Kokkos::deep_copy(exec, e->batch.inputs, e->h_inputs);
   Kokkos::deep_copy(exec, e->batch.targets, e->h_targets);
   if (group_tokens_) e->batch.segments.build(exec, e->h_inputs.data(), tokens_);
   if (documents_.any()) {
-    documents_.derive(e->h_inputs.data(), tokens_, e->h_doc_start.data(), e->h_positions.data());
     if (e->batch.doc_start.size() > 0) Kokkos::deep_copy(exec, e->batch.doc_start, e->h_doc_start);
     if (e->batch.positions.size() > 0) Kokkos::deep_copy(exec, e->batch.positions, e->h_positions);
     if (documents_.group_positions) e->batch.position_segments.build(exec, e->h_positions.data(), tokens_);

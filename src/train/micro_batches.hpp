@@ -42,7 +42,8 @@ struct TrainingBatch {
 
 class MicroBatchQueue {
  public:
-  // Writes micro-batch m's inputs and targets (tokens values each) into host memory.
+  // Writes micro-batch m's inputs and targets (its whole sequences: B·seq_length values each) into
+  // host memory.
   using Sample = std::function<void(int m, std::int32_t* inputs, std::int32_t* targets)>;
 
   // `tokens`: B*S per micro-batch; `group_tokens`: build the segments (a rank holding the
@@ -75,10 +76,12 @@ class MicroBatchQueue {
   Entry& fill(const kx::ExecSpace& exec, int m);
 
   std::vector<std::unique_ptr<Entry>> entries_;
-  std::int64_t tokens_;
+  std::int64_t tokens_;  // the rank's rows of a micro-batch (context parallelism: B·2c)
   bool group_tokens_;
   Documents documents_;
   Sample sample_;
+  // Context parallelism: the whole sequences sampled, and their documents (Documents::take_rows).
+  std::vector<std::int32_t> full_inputs_, full_targets_, full_documents_;
   int micro_batches_ = 0;
   std::int64_t samples_ = 0;
 };

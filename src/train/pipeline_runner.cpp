@@ -48,12 +48,14 @@ Matching matching_of(parallel::Communicator& pp) {
 }
 }  // namespace
 
-// The queue's documents: the learned position gradient of reset positions needs the tokens
-// grouped by position where the embedding is.
+// The queue's documents: the rank's chunks of each sequence (context parallelism); the learned
+// position gradient of positions other than the rows' places needs the tokens grouped by position
+// where the embedding is.
 template <class T>
 Documents queue_documents(const model::GptModel<T>& model, Documents d) {
   d.seq_length = model.shape().seq_length;
-  d.group_positions = d.reset_positions && model.chunk_has_embedding(0) && !model.shape().rotary();
+  d.context = model.context_chunks();
+  d.group_positions = d.positions() && model.chunk_has_embedding(0) && !model.shape().rotary();
   return d;
 }
 
@@ -65,7 +67,7 @@ PipelineRunner<T>::PipelineRunner(model::GptModel<T>& model, parallel::Communica
       schedule_(schedule),
       overlap_(overlap),
       matching_(matching_of(pp)),
-      documents_(documents.any()),
+      documents_(queue_documents(model, documents).any()),
       batches_(model.tokens(), model.chunk_has_embedding(0), queue_documents(model, documents)) {
   if (pp.size() != model.stage().size || pp.rank() != model.stage().rank)
     throw std::logic_error("tptrain: PipelineRunner: the model is not the stage of this rank in the PP group");

@@ -55,8 +55,11 @@ double evaluate_impl(model::GptModel<T>& model, const data::TokenDataset& data, 
   const kx::ExecSpace exec;
   const int S = model.shape().seq_length;
   const int B = model.micro_batch();
-  DeviceBatch batch(model.tokens(), documents);
-  if (documents.any()) model.bind_documents(batch.doc_start, batch.positions, nullptr);
+  Documents docs = documents;
+  docs.seq_length = S;
+  docs.context = model.context_chunks();  // the rank's chunks of each window (context parallelism)
+  DeviceBatch batch(model.tokens(), docs);
+  if (docs.any()) model.bind_documents(batch.doc_start, batch.positions, nullptr);
   double sum = 0.0;
   for (std::int64_t first = 0; first < windows; first += B) {
     const std::int64_t rows = std::min<std::int64_t>(B, windows - first);
@@ -66,10 +69,13 @@ double evaluate_impl(model::GptModel<T>& model, const data::TokenDataset& data, 
                   &batch.h_targets[static_cast<std::size_t>(b) * S]);
     }
     batch.upload(exec);
-    sum += pp ? pipeline_forward(model, *pp, exec, batch.inputs, &batch.targets, rows * S)
-              : model.forward(exec, batch.inputs, batch.targets, rows * S);
+    const std::int64_t count = rows * docs.local_length();  // the rank's rows of the windows counted
+    sum += pp ? pipeline_forward(model, *pp, exec, batch.inputs, &batch.targets, count)
+              : model.forward(exec, batch.inputs, batch.targets, count);
   }
   if (pp) sum = parallel::all_reduce_scalar(*pp, sum, parallel::ReduceOp::sum);  // the last stage's
+  if (docs.context.split())  // each context rank's chunks
+    sum = parallel::all_reduce_scalar(*model.context_group(), sum, parallel::ReduceOp::sum);
   return sum / static_cast<double>(windows * S);
 }
 
@@ -98,10 +104,10 @@ std::unique_ptr<data::DataBlend> open_data(const io::DataSources& sources, const
 // Shards that record their tokenizer (`tptrain tokenize` writes it into the header) under a deck
 // that names another: training does not read the tokenizer, but generate and eval's bits per
 // byte decode with data.tokenizer, so the mismatch is said now rather than found in a sample.
-// optimizer.distributed: every data-parallel rank holds one shard of the optimizer state.
+// optimizer.distributed: every rank of the data x context group holds one shard of the optimizer state.
 model::OptimizerSharding optimizer_sharding(const io::Deck& deck, const parallel::Topology& topo) {
   if (!deck.optimizer.distributed) return {};
-  return {topo.coords().dp, topo.layout().data};
+  return {topo.dp_cp().rank(), topo.dp_cp().size()};
 }
 }  // namespace
 
@@ -120,13 +126,13 @@ TrainingRun<T>::TrainingRun(const io::Deck& deck, const parallel::Topology& topo
                                                     topo.layout().data, deck.training.seed)),
       model_(model::shape_of(deck), deck.training.micro_batch, topo.tp(), deck.training.seed,
              model::PipelineStage{topo.coords().pp, topo.layout().pipeline, std::max(1, deck.parallel.virtual_stages)},
-             model::recompute_from_name(deck.training.recompute), optimizer_sharding(deck, topo)),
+             model::recompute_from_name(deck.training.recompute), optimizer_sharding(deck, topo), &topo.cp()),
       schedule_{deck.optimizer.lr, deck.optimizer.min_lr, deck.optimizer.warmup_steps, deck.training.steps,
                 deck.optimizer.decay},
       adamw_{deck.optimizer.beta1, deck.optimizer.beta2, deck.optimizer.eps, deck.optimizer.weight_decay},
       pipeline_(model_, topo.pp(), options.schedule, options.overlap_pipeline_transfers, documents_of(deck)),
-      reducer_(model_, topo.dp()),
-      optimizer_(model_, &topo.dp()),
+      reducer_(model_, topo.dp_cp()),
+      optimizer_(model_, &topo.dp_cp()),
       tokens_per_step_(std::int64_t(deck.training.global_batch) * deck.model.seq_length) {
   if (topo.world_rank() == 0) {
     for (const data::DataBlend* blend : {options.synthetic_tokens == 0 ? train_.get() : nullptr, valid_.get()})
@@ -260,7 +266,7 @@ double TrainingRun<T>::compute_gradients(std::int64_t step) {
   }
   // The last stage has the loss; every rank reports it.
   loss_sum = parallel::all_reduce_scalar(topo_.pp(), loss_sum, parallel::ReduceOp::sum);
-  loss_sum = parallel::all_reduce_scalar(topo_.dp(), loss_sum, parallel::ReduceOp::sum);
+  loss_sum = parallel::all_reduce_scalar(topo_.dp_cp(), loss_sum, parallel::ReduceOp::sum);
   return loss_sum / static_cast<double>(tokens_per_step_);
 }
 

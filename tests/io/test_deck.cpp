@@ -959,6 +959,7 @@ TEST_CASE("deck: to_toml writes every key in table order and round-trips", "[io]
                                           "model.rope_theta",
                                           "model.tie_embeddings",
                                           "parallel.tensor",
+                                          "parallel.context",
                                           "parallel.pipeline",
                                           "parallel.data",
                                           "parallel.sequence_parallel",
