@@ -42,6 +42,11 @@
 
 namespace tptrain::model {
 
+using Exec = kx::ExecSpace;  // as the layers (linear.hpp)
+using parallel::Communicator;
+using util::Phase;
+using util::PhaseScope;
+
 template <class T>
 struct RingAttention {
   using F = kx::acc_t<T>;

@@ -125,6 +125,68 @@ TEST_CASE("ring attention over the context group equals flash attention of the w
     check_case(k, *cp);
 }
 
+// L = Σ w ∘ O over every rank's rows: the ring's dQ, dK and dV (at rows of both chunks, of the
+// first and the last context rank, with documents) are L's central differences.
+TEST_CASE("ring attention's gradients are finite differences of its output", "[mpi][ring]") {
+  if (test::world_size() < 2) return;
+  MPI_Comm comm = MPI_COMM_NULL;
+  MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+  const std::unique_ptr<parallel::Communicator> cp = parallel::make_communicator(comm);
+  const int C = cp->size(), B = 1, d = 4, nh = 2, nkv = 1, c = 3;
+  const ContextChunks chunks{cp->rank(), C, std::int64_t(2) * C * c};
+  const std::int64_t S = chunks.sequence, L = chunks.local(), W = (nh + 2 * nkv) * d;
+  const Exec exec;
+  kernels::Matrix<Real> qkv = random_matrix(B * S, W, 21);
+  const kernels::Matrix<Real> w = random_matrix(B * S, std::int64_t(nh) * d, 22), w_local = local_rows(w, chunks, B);
+  kernels::Tokens doc("doc", B * L);
+  {
+    auto h = Kokkos::create_mirror_view(doc);
+    for (std::int64_t i = 0; i < L; ++i) h(i) = chunks.position(i) >= c + 1 ? std::int32_t(c + 1) : 0;
+    Kokkos::deep_copy(doc, h);
+  }
+  model::Workspace<Real> ws;
+  model::RingAttention<Real> ring(chunks, B, nh, nkv, d, ws);
+  kernels::Matrix<Real> ctx("ctx", B * L, std::int64_t(nh) * d), d_qkv("d_qkv", B * L, W),
+      dq_sum("dq_sum", B * L, std::int64_t(nh) * d);
+  kernels::Vector<Real> lse("lse", B * nh * L), delta("delta", B * nh * L);
+  const auto loss = [&]() {
+    ring.forward(exec, *cp, local_rows(qkv, chunks, B), ctx, lse, doc);
+    exec.fence();
+    const auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), ctx);
+    const auto hw = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), w_local);
+    double sum = 0;
+    for (std::size_t i = 0; i < h.extent(0); ++i)
+      for (std::size_t e = 0; e < h.extent(1); ++e) sum += hw(i, e) * h(i, e);
+    MPI_Allreduce(MPI_IN_PLACE, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    return sum;
+  };
+  (void)loss();
+  ring.backward(exec, *cp, w_local, local_rows(qkv, chunks, B), ctx, lse, d_qkv, doc, dq_sum, delta);
+  exec.fence();
+  const auto g = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), d_qkv);
+  auto hq = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), qkv);
+  // Rows: the first of the sequence, one inside a document that starts in another chunk, the last.
+  for (const std::int64_t row : {std::int64_t(0), std::int64_t(c + 2), S - 1})
+    for (const std::int64_t col : {std::int64_t(1), std::int64_t(nh) * d + 2, W - 1}) {  // Q, K, V
+      double analytic = 0;  // held by the rank whose chunk has the row
+      for (std::int64_t i = 0; i < L; ++i)
+        if (chunks.position(i) == row) analytic = g(i, col);
+      MPI_Allreduce(MPI_IN_PLACE, &analytic, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+      const double x = hq(row, col), h = 1e-5;
+      hq(row, col) = x + h;
+      Kokkos::deep_copy(qkv, hq);
+      const double up = loss();
+      hq(row, col) = x - h;
+      Kokkos::deep_copy(qkv, hq);
+      const double down = loss();
+      hq(row, col) = x;
+      Kokkos::deep_copy(qkv, hq);
+      const double numeric = (up - down) / (2 * h);
+      INFO("row " << row << ", column " << col << ": analytic " << analytic << ", numeric " << numeric);
+      CHECK(std::abs(analytic - numeric) <= 1e-7 * std::max(1.0, std::abs(numeric)));
+    }
+}
+
 // The chunks: 2C of c tokens, rank r holding r and 2C - 1 - r; every position once over the ranks.
 TEST_CASE("context chunks: rank r holds chunks r and 2C - 1 - r, every position once", "[ring]") {
   for (int C : {1, 2, 3, 4}) {
