@@ -139,3 +139,31 @@ tptrain_expect_fail(cli_check_virtual_stages_micro_batches
   --set parallel.virtual_stages=2 --set training.global_batch=6)
 tptrain_expect_fail(cli_check_virtual_stages_zero "parallel\\.virtual_stages = 0: expected an integer >= 1"
   check ${_decks}/valid.toml --set parallel.virtual_stages=0)
+
+# parallel.context (ring attention): its rules, each named on a key (tests/data/cli/valid.toml:
+# seq_length 16, tensor 2, heads 4).
+tptrain_expect_fail(cli_check_context_seq_length
+  "model\\.seq_length = 16: expected a multiple of 2 \\* parallel\\.context = 6 \\(--set parallel\\.context=3\\)"
+  check ${_decks}/valid.toml --set parallel.context=3)
+tptrain_expect_fail(cli_check_context_sequence_parallel
+  "model\\.seq_length = 24: expected a multiple of parallel\\.context \\* parallel\\.tensor = 4 \\* 4 with parallel\\.sequence_parallel = true"
+  check ${_decks}/valid.toml --set parallel.tensor=4 --set model.seq_length=24 --set parallel.context=4
+  --set parallel.sequence_parallel=true)
+tptrain_expect_fail(cli_check_context_batched_attention
+  "parallel\\.context = 2: expected 1 with training\\.attention = \"batched\""
+  check ${_decks}/valid.toml --set parallel.context=2 --set training.attention=batched)
+tptrain_expect_fail(cli_check_context_tasks
+  "parallel\\.context = 2: expected 1 with training\\.tasks .*tptrain eval --tasks --set parallel\\.context=1"
+  check ${_decks}/valid.toml --set parallel.context=2 --set training.tasks=corpus.txt)
+tptrain_expect_fail(cli_check_context_zero "parallel\\.context = 0: expected an integer >= 1"
+  check ${_decks}/valid.toml --set parallel.context=0)
+add_test(NAME cli_check_context_ranks COMMAND tptrain check ${_decks}/valid.toml --set parallel.context=2)
+set_tests_properties(cli_check_context_ranks PROPERTIES
+  PASS_REGULAR_EXPRESSION "valid \\(needs 4 MPI ranks: tensor 2 x context 2 x pipeline 1 x data 1\\)")
+# 3 ranks for tensor 1 x context 2: every rank exits non-zero, one message naming the context axis.
+add_test(NAME cli_context_world_size_mismatch
+         COMMAND ${CMAKE_COMMAND} -DCMD=${MPIEXEC_EXECUTABLE}
+         "-DARGS=${MPIEXEC_NUMPROC_FLAG};3;${TPTRAIN_MPIEXEC_FLAGS};$<TARGET_FILE:tptrain>;train;${_decks}/valid.toml;--set;parallel.tensor=1;--set;parallel.context=2"
+         -DEXPECT_FAIL=1 "-DREGEX=started 3 ranks but .*tensor x context x pipeline x data = 1 x 2 x 1 x 1 = 2 ranks"
+         -DCOUNT_REGEX=started -DCOUNT=1 -P ${CMAKE_CURRENT_SOURCE_DIR}/run_expect.cmake)
+set_tests_properties(cli_context_world_size_mismatch PROPERTIES TIMEOUT 60)

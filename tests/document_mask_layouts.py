@@ -6,11 +6,13 @@
 Tokenizes 300 of Debian's fortunes with the gpt2 tokenizer (every fortune a document opened by
 <|endoftext|>), trains a tiny model for 5 steps with data.document_mask and
 data.reset_positions on 1 rank, on pipeline 2, interleaved pipeline 2 x 2, tensor 2 with
-sequence parallelism and data 2, and checks:
+sequence parallelism, data 2 and context 2 and 4 (ring attention: documents cross the chunks),
+and checks:
   * every layout's losses and eval loss equal the single rank's (relative 1e-6: the reductions
     sum in another order);
   * without the keys the losses differ (the masks change what a token sees);
-  * eval of the masked run's checkpoint under pipeline 2 prints the run's last eval loss;
+  * eval of the masked run's checkpoint under pipeline 2 and under context 2 prints the run's last
+    eval loss; generate under context 2 is refused with a clear error;
   * generate with the KV cache on the masked model prints the text of --no-kv-cache past an
     <|endoftext|> in the prompt (--ignore-eos), where a new document starts.
 Prints what it checks; exits 1 on the first mismatch. Exit 77 (skipped) without the vocabulary
@@ -108,7 +110,9 @@ print("1 rank:", one)
 for name, ranks, sets in [("pipeline", 2, ["parallel.pipeline=2"]),
                           ("interleaved", 2, ["parallel.pipeline=2", "parallel.virtual_stages=2"]),
                           ("tensor", 2, ["parallel.tensor=2", "parallel.sequence_parallel=true"]),
-                          ("data", 2, ["parallel.data=2"])]:
+                          ("data", 2, ["parallel.data=2"]),
+                          ("context", 2, ["parallel.context=2"]),
+                          ("context 4", 4, ["parallel.context=4"])]:
     got = losses(name, ranks, *sets)
     worst = max(abs(a - b) / abs(b) for a, b in zip(got, one))
     print(f"{name}: relative difference {worst:.2e}")
@@ -127,6 +131,18 @@ evaluated = json.loads(lines[-1])["eval_loss"]
 if abs(evaluated - one[-1]) > 1e-6 * abs(one[-1]):
     fail(f"eval under pipeline 2 gave {evaluated}, the run's eval {one[-1]}")
 print("eval under pipeline 2:", evaluated)
+lines = [l for l in run(mpi + ["-n", "2", exe, "eval", deck, "--checkpoint", ck, "--windows", "4", "--set",
+                               "parallel.context=2", *masks]).splitlines() if l.startswith("{")]
+evaluated = json.loads(lines[-1])["eval_loss"]
+if abs(evaluated - one[-1]) > 1e-6 * abs(one[-1]):
+    fail(f"eval under context 2 gave {evaluated}, the run's eval {one[-1]}")
+print("eval under context 2:", evaluated)
+p = subprocess.run(mpi + ["-n", "2", exe, "generate", deck, "--checkpoint", ck, "--prompt", "Art", "--set",
+                          "parallel.context=2"], capture_output=True, timeout=240)
+said = p.stdout.decode(errors="replace") + p.stderr.decode(errors="replace")
+if p.returncode == 0 or "generate runs without context parallelism" not in said:
+    fail(f"generate under context 2 was not refused clearly (exit {p.returncode}):\n{said}")
+print("generate under context 2: refused")
 
 prompt = "Art is long.<|endoftext|>A computer"
 texts = []

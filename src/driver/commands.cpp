@@ -205,8 +205,10 @@ int check(const DeckOptions& o, CheckOutput output) {
     } else if (output == CheckOutput::json) {
       std::printf("%s\n", deck.to_json().c_str());
     } else {
-      std::printf("# %s: valid (needs %d MPI ranks: tensor %d x pipeline %d x data %d)\n",
-                  io::display_path(o.deck).c_str(), deck.parallel.world_size(), deck.parallel.tensor,
+      const std::string context =
+          deck.parallel.context > 1 ? fmt::format(" x context {}", deck.parallel.context) : std::string();
+      std::printf("# %s: valid (needs %d MPI ranks: tensor %d%s x pipeline %d x data %d)\n",
+                  io::display_path(o.deck).c_str(), deck.parallel.world_size(), deck.parallel.tensor, context.c_str(),
                   deck.parallel.pipeline, deck.parallel.data);
       std::fputs(deck.to_toml().c_str(), stdout);
     }
