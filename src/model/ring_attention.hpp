@@ -24,9 +24,11 @@
 // dQ is summed over the steps in dq_sum (acc_t) and rounded once.
 //
 // Grouped-query attention moves the rank's nkv key/value heads only. Document masks use each
-// row's global document start (a document may begin in another rank's chunk). Transfers:
-// MPI isend/irecv matched by tag; NCCL one group (send and receive) per step on the context
-// group's stream, posted in the same order on every rank (tests/schedule proves the ring).
+// row's global document start (a document may begin in another rank's chunk). The order of
+// posts, computes and waits is src/schedule/ring_schedule.hpp's, which
+// tests/schedule/ring_simulator proves deadlock-free: MPI isend/irecv matched by tag; NCCL one
+// group (send and receive) per transfer on the context group's own stream, posted in the same
+// order on every rank (no lanes: a lane's transfers cannot be grouped, and a ring's must be).
 #pragma once
 
 #include <cstdint>
@@ -38,6 +40,7 @@
 #include "kokkos_kernels/flash_attention.hpp"
 #include "src/model/workspace.hpp"
 #include "src/parallel/collectives.hpp"
+#include "src/schedule/ring_schedule.hpp"
 #include "src/util/phases.hpp"
 
 namespace tptrain::model {
@@ -50,7 +53,7 @@ using util::PhaseScope;
 template <class T>
 struct RingAttention {
   using F = kx::acc_t<T>;
-  static constexpr int kv_tag = 1, dkv_tag = 2;
+  static constexpr int kv_tag = 1, sums_tag = 2;
 
   ContextChunks chunks;  // the rank's chunks (rank, size C, S)
   int B = 0, nh = 0, nkv = 0, d = 0;
@@ -83,21 +86,20 @@ struct RingAttention {
       kernels::fill(exec, lse, -kx::infinity<F>());
       pack_kv(exec, qkv, kv[0]);
     }
-    for (int i = 0; i < C; ++i) {
-      std::vector<parallel::Request> transfer;
-      if (i + 1 < C) transfer = pass_on(exec, cp, kv[i % 2], kv[(i + 1) % 2], kv_tag);
-      {
+    Groups groups;
+    for (const schedule::RingOp& op : schedule::ring_forward_ops(C)) {
+      if (op.kind == schedule::RingOp::compute) {
         PhaseScope phase(Phase::attention);
-        const int j = (r - i + C) % C;
-        for_each_block(j, [&](int qh, int kh, const kernels::FlashShape& s) {
-          kernels::flash_attention_forward<Exec, T, F>(exec, s, query(qkv, qh), key(kv[i % 2], kh, 0),
-                                                       key(kv[i % 2], kh, nkv), o_heads(o_sum, qh), lse_of(lse, qh),
-                                                       doc_of(doc, qh), /*resume=*/true);
+        const kernels::Matrix<T>& block = kv[op.step % 2];
+        for_each_block((r - op.step + C) % C, [&](int qh, int kh, const kernels::FlashShape& s) {
+          kernels::flash_attention_forward<Exec, T, F>(exec, s, query(qkv, qh), key(block, kh, 0), key(block, kh, nkv),
+                                                       o_heads(o_sum, qh), lse_of(lse, qh), doc_of(doc, qh),
+                                                       /*resume=*/true);
           parallel::progress(cp);
         });
+      } else {
+        transfer(exec, cp, op, groups);
       }
-      PhaseScope phase(Phase::cp_comm);
-      parallel::wait_all_on(transfer.data(), transfer.size(), exec);
     }
     PhaseScope phase(Phase::attention);
     kernels::convert(exec, o_sum, ctx);
@@ -120,41 +122,29 @@ struct RingAttention {
       kernels::fill(exec, dq_sum, F(0));
       pack_kv(exec, qkv, kv[0]);
     }
-    std::vector<parallel::Request> sums;  // the dK, dV sums passed on last step
-    for (int i = 0; i < C; ++i) {
-      std::vector<parallel::Request> transfer;
-      if (i + 1 < C) transfer = pass_on(exec, cp, kv[i % 2], kv[(i + 1) % 2], kv_tag);
-      const kernels::Matrix<F>& mine = dkv[i % 2];
-      {
+    Groups groups;
+    for (const schedule::RingOp& op : schedule::ring_backward_ops(C)) {
+      if (op.kind == schedule::RingOp::compute) {
         PhaseScope phase(Phase::attention);
+        const kernels::Matrix<T>& block = kv[op.step % 2];
+        const kernels::Matrix<F>& mine = dkv[op.step % 2];
         kernels::fill(exec, mine, F(0));
-        const int j = (r - i + C) % C;
-        for_each_block(j, [&](int qh, int kh, const kernels::FlashShape& s) {
+        for_each_block((r - op.step + C) % C, [&](int qh, int kh, const kernels::FlashShape& s) {
           kernels::flash_attention_backward<Exec, T, F>(
-              exec, s, query(qkv, qh), key(kv[i % 2], kh, 0), key(kv[i % 2], kh, nkv), query(qkv, qh),
+              exec, s, query(qkv, qh), key(block, kh, 0), key(block, kh, nkv), query(qkv, qh),
               heads<const T>(d_ctx, qh, 0), lse_of(lse, qh), doc_of(doc, qh), kernels::FlashHeads<T>{},
               heads<F>(mine, kh, 0), heads<F>(mine, kh, nkv), heads<F>(dq_sum, qh, 0),
               delta.data() + qh * std::int64_t(B) * nh * c, /*accumulate=*/true);
           parallel::progress(cp);
         });
-      }
-      {
-        PhaseScope phase(Phase::cp_comm);
-        parallel::wait_all_on(sums.data(), sums.size(), exec);
-      }
-      if (i > 0) {
+      } else if (op.kind == schedule::RingOp::add_sums) {
         PhaseScope phase(Phase::attention);
-        kernels::add_inplace(exec, mine, dkv_in);  // the block's sums from the ranks before
+        kernels::add_inplace(exec, dkv[op.step % 2], dkv_in);  // the block's sums from the ranks before
+      } else {
+        transfer(exec, cp, op, groups);
       }
-      sums = pass_on(exec, cp, mine, dkv_in, dkv_tag);
-      PhaseScope phase(Phase::cp_comm);
-      parallel::wait_all_on(transfer.data(), transfer.size(), exec);
     }
-    {
-      PhaseScope phase(Phase::cp_comm);
-      parallel::wait_all_on(sums.data(), sums.size(), exec);  // this rank's own block's sums, complete
-    }
-    PhaseScope phase(Phase::attention);
+    PhaseScope phase(Phase::attention);  // dkv_in: this rank's own block's sums, complete
     const std::int64_t qw = std::int64_t(nh) * d, w = qw + 2 * std::int64_t(nkv) * d;
     kernels::convert(exec, dkv_in, Kokkos::subview(d_qkv, Kokkos::ALL(), std::make_pair(qw, w)));
     kernels::convert(exec, dq_sum, Kokkos::subview(d_qkv, Kokkos::ALL(), std::make_pair(std::int64_t(0), qw)));
@@ -207,17 +197,31 @@ struct RingAttention {
     kernels::copy(exec, Kokkos::subview(qkv, Kokkos::ALL(), std::make_pair(qw, qw + 2 * std::int64_t(nkv) * d)), block);
   }
 
-  // Sends `out` to the next rank of the ring and receives `in` from the previous one: one group
-  // (NCCL: both progress together, so the ring cannot deadlock).
-  template <class V>
-  static std::vector<parallel::Request> pass_on(const Exec& exec, Communicator& cp, const V& out, const V& in, int tag) {
+  // A post or a wait of the schedule (src/schedule/ring_schedule.hpp). A post sends to the next
+  // rank of the ring and receives from the previous one, as one group (NCCL: both progress
+  // together, so the ring cannot wait on itself): the kv flow the block held into the other kv
+  // buffer, the sums flow this step's dK, dV sums into dkv_in. A wait is the exposed part of the
+  // transfer: cp_comm.
+  using Groups = std::vector<std::vector<parallel::Request>>;
+  void transfer(const Exec& exec, Communicator& cp, const schedule::RingOp& op, Groups& groups) {
+    const auto g = static_cast<std::size_t>(op.group);
+    if (op.kind == schedule::RingOp::wait) {
+      PhaseScope phase(Phase::cp_comm);
+      parallel::wait_all_on(groups[g].data(), groups[g].size(), exec);
+      return;
+    }
+    if (groups.size() <= g) groups.resize(g + 1);
     const int C = cp.size(), next = (cp.rank() + 1) % C, prev = (cp.rank() + C - 1) % C;
-    std::vector<parallel::Request> r;
+    std::vector<parallel::Request>& r = groups[g];
     cp.group_start(exec);
-    r.push_back(parallel::isend(cp, exec, out, next, tag));
-    r.push_back(parallel::irecv(cp, exec, in, prev, tag));
+    if (op.flow == schedule::RingFlow::kv) {
+      r.push_back(parallel::isend(cp, exec, kv[op.step % 2], next, kv_tag));
+      r.push_back(parallel::irecv(cp, exec, kv[(op.step + 1) % 2], prev, kv_tag));
+    } else {
+      r.push_back(parallel::isend(cp, exec, dkv[op.step % 2], next, sums_tag));
+      r.push_back(parallel::irecv(cp, exec, dkv_in, prev, sums_tag));
+    }
     r.push_back(cp.group_end());
-    return r;
   }
 };
 
