@@ -150,11 +150,13 @@ int bench_as(const io::Deck& deck_in, const parallel::Topology& topo, const Benc
   if (!gemms_on_host()) blas.warning.clear();  // cuBLAS does the GEMMs: the host BLAS does not matter
   const GemmShape model_gemm = largest_model_gemm(shape, deck.training.micro_batch);
   log::infof("bench: {} {} layers, hidden {}, heads {}{}, ffn {}, seq {}, vocab {}; batch {} (micro-batch {}); "
-             "tensor {} x pipeline {} x data {}; {} threads per rank; {} warm-up + {} timed steps{}",
+             "tensor {}{} x pipeline {} x data {}; {} threads per rank; {} warm-up + {} timed steps{}",
              shape.architecture, shape.layers, shape.hidden, shape.heads,
              shape.kv_head_count() != shape.heads ? fmt::format(" ({} key/value)", shape.kv_head_count()) : "",
              shape.ffn_hidden, shape.seq_length, shape.vocab_size,
-             deck.training.global_batch, deck.training.micro_batch, topo.layout().tensor, topo.layout().pipeline,
+             deck.training.global_batch, deck.training.micro_batch, topo.layout().tensor,
+             topo.layout().context > 1 ? fmt::format(" x context {}", topo.layout().context) : std::string(),
+             topo.layout().pipeline,
              topo.layout().data, threads_per_rank(), o.warmup, o.steps,
              o.phases ? fmt::format(" + {} steps timed by phase", o.steps) : std::string());
   log::infof("bench: BLAS {}{}{}, CPU {}; Kokkos {}", blas.library, blas.core.empty() ? "" : " (kernels " + blas.core + ")",
@@ -340,6 +342,7 @@ int bench_as(const io::Deck& deck_in, const parallel::Topology& topo, const Benc
   for (const auto& [name, bytes] : measured) memory_json.integer(name, bytes);  // train/memory_metrics.hpp
   io::JsonObject json;
   json.string("bench", stem).integer("ranks", topo.world_size()).integer("tensor", topo.layout().tensor);
+  json.integer("context", topo.layout().context);
   json.integer("pipeline", topo.layout().pipeline).integer("data", topo.layout().data);
   json.integer("virtual_stages", m.chunks())
       .number("pipeline_bubble",
