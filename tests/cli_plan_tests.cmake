@@ -16,7 +16,7 @@ tptrain_plan_test(cli_plan_gpt3_175b 0
   plan ${_input}/gpt3-175b.toml --gpus-per-node 8 --gpu-memory 80 --peak-tflops 312)
 # The seed's deck on its "1024 A100 GPUs": the rank count AND the memory, then what would fit.
 tptrain_plan_test(cli_plan_gpt3_175b_seed 1
-  "problem: wrong GPU count: the deck needs tensor 8 x pipeline 16 x data 32 = 4096 GPUs, but 1024 are given \\(--gpus\\).*problem: does not fit: the most loaded rank \\(pipeline stage 0\\) needs [0-9.]+ GiB, more than --gpu-memory 80 GiB.*nearest layouts of 1024 GPUs that fit.*--set parallel\\.data=8"
+  "problem: wrong GPU count: the deck needs tensor 8 x context 1 x pipeline 16 x data 32 = 4096 GPUs, but 1024 are given \\(--gpus\\).*problem: does not fit: the most loaded rank \\(pipeline stage 0\\) needs [0-9.]+ GiB, more than --gpu-memory 80 GiB.*nearest layouts of 1024 GPUs that fit.*--set parallel\\.data=8"
   plan ${_input}/gpt3-175b-seed.toml --gpus 1024 --gpus-per-node 8 --gpu-memory 80)
 # Its launch script's tensor 8 x pipeline 4 on 32 GPUs: the GPU count is right, the memory is not.
 tptrain_plan_test(cli_plan_gpt3_175b_seed_32_gpus 1
@@ -82,7 +82,7 @@ set_tests_properties(cli_plan_2000000_layers cli_plan_node_of_2147483647_gpus PR
 # replicas, whose data-parallel rings then cross half as often; the data bytes outweigh the
 # pipeline's, so Megatron's order wins.
 tptrain_plan_test(cli_plan_order_recommended 0
-  "  tp-pp-dp \\(deck\\) +0 B +[0-9.]+ GiB +[0-9.]+ GiB +[0-9.]+ GiB +[0-9.]+ GiB\n  tp-dp-pp +0 B [^\n]*\n  recommended: --set parallel\\.order=tp-dp-pp \\([0-9.]+ GiB across nodes per step instead of [0-9.]+ GiB\\).*\"order\": \"tp-pp-dp\", \"cross_node_bytes_per_step\": \\{\"tp-pp-dp\": \\{\"tensor\": 0, \"pipeline\": [0-9]+, \"data\": [0-9]+, \"embedding\": [0-9]+, \"total\": [0-9]+\\}, \"tp-dp-pp\": \\{[^}]*\\}\\}, \"recommended_order\": \"tp-dp-pp\""
+  "  tp-pp-dp \\(deck\\) +0 B +0 B +[0-9.]+ GiB +[0-9.]+ GiB +[0-9.]+ GiB +[0-9.]+ GiB\n  tp-dp-pp +0 B +0 B [^\n]*\n  recommended: --set parallel\\.order=tp-dp-pp \\([0-9.]+ GiB across nodes per step instead of [0-9.]+ GiB\\).*\"order\": \"tp-pp-dp\", \"cross_node_bytes_per_step\": \\{\"tp-pp-dp\": \\{\"tensor\": 0, \"context\": 0, \"pipeline\": [0-9]+, \"data\": [0-9]+, \"embedding\": [0-9]+, \"total\": [0-9]+\\}, \"tp-dp-pp\": \\{[^}]*\\}\\}, \"recommended_order\": \"tp-dp-pp\""
   plan ${_input}/gpt3-175b.toml --gpus-per-node 8 --set parallel.tensor=4 --set parallel.data=16)
 tptrain_plan_test(cli_plan_order_of_the_deck 0
   "layout [^\n]*, order tp-dp-pp;.*  tp-dp-pp \\(deck\\) [^\n]*\n  recommended: parallel\\.order = \"tp-dp-pp\", the deck's .*\"order\": \"tp-dp-pp\",[^\n]*\"recommended_order\": \"tp-dp-pp\""
@@ -114,3 +114,14 @@ tptrain_plan_test(cli_plan_llama3_8b 0
 # A layout the model cannot split: 8 key/value heads over 16 tensor ranks, named on the key.
 tptrain_plan_test(cli_plan_llama3_8b_kv_heads_tensor 1 "model\\.kv_heads"
   plan ${_input}/llama3-8b.toml --set parallel.tensor=16 --set parallel.data=16)
+
+# Context parallelism (docs/planning.md, "Context parallelism"): Llama-3-8B at 131072 tokens on
+# tensor 8 x context 8 fits, each rank holding 16384 tokens; the ring's bytes are a row of their
+# own. Without context parallelism on tensor 4 it does not fit, and the nearest layouts that do
+# split the sequence.
+tptrain_plan_test(cli_plan_llama3_8b_128k 0
+  "layout       tensor 8 x context 8 x pipeline 1 x data 1 = 64 GPUs, order tp-cp-pp-dp; 64 given, 8 per node; 16384 tokens of each sequence per rank \\(2 chunks of 8192\\).*  context   \\(   8 ranks\\)   240\\.00 GiB   ring attention: .*  data      \\(   8 ranks\\)   [0-9.]+ GiB   the gradients over data 1 x context 8.*result: the deck fits\n\\{[^\n]*\"tensor\": 8, \"context\": 8, \"pipeline\": 1, \"data\": 1, [^\n]*\"communication_bytes_per_step\": \\{\"tensor\": [0-9]+, \"context\": 257698037760, [^\n]*\"fits\": true"
+  plan ${_input}/llama3-8b-128k.toml --gpu-memory 80)
+tptrain_plan_test(cli_plan_llama3_8b_128k_without_context 1
+  "problem: does not fit: .*nearest layouts of 64 GPUs that fit.*--set parallel\\.context=4 --set parallel\\.data=4"
+  plan ${_input}/llama3-8b-128k.toml --set parallel.tensor=4 --set parallel.context=1 --set parallel.data=16)

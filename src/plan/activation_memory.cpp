@@ -9,9 +9,12 @@ namespace tptrain::plan {
 
 namespace {
 
+// The block descriptor's sizes for one micro-batch on one rank: s the rank's tokens of a sequence
+// (seq_length / C with context parallelism), the whole sequence S for the rotary tables.
 model::BlockSizes sizes(const Config& c) {
   const model::GptShape& m = c.shape;
-  return {c.micro_batch, m.seq_length, m.hidden, m.ffn_hidden, m.heads, m.tensor, c.sequence_parallel, m.kv_head_count()};
+  return {c.micro_batch, m.local_seq_length(), m.hidden,         m.ffn_hidden,  m.heads,
+          m.tensor,      c.sequence_parallel,  m.kv_head_count(), m.seq_length};
 }
 constexpr std::int64_t kStatistic = 4;  // fp32
 

@@ -4,8 +4,9 @@
 // block's buffers change, its table row changes and nothing here; the stage's and the head's own
 // tensors are one function each.
 //
-// Notation (bytes): b micro_batch, s seq_length, h hidden, f ffn_hidden, a heads, k kv_heads, t tensor,
-// N = b·s tokens of a micro-batch, n = N/t with sequence parallelism (else N), e bytes per
+// Notation (bytes): b micro_batch, s the rank's tokens of a sequence (seq_length, or seq_length / C
+// with context parallelism: parallel.context = C), h hidden, f ffn_hidden, a heads, k kv_heads, t tensor,
+// N = b·s tokens of a micro-batch on the rank, n = N/t with sequence parallelism (else N), e bytes per
 // activation element (4 fp32, 2 bf16/fp16); statistics are fp32 (4 bytes) in every precision.
 // tptrain has no dropout, so there are no dropout masks (Korthikanti et al. 2022 count them:
 // src/plan/korthikanti.hpp).
@@ -63,9 +64,11 @@ std::vector<Buffer> head_buffers(const Config& c);
 
 // ---- workspace: scratch shared by all layers of a stage -------------------------------------------
 // The block descriptor's scratch buffers: the block's own (its output and gradient buffers, the
-// rotary tables), and one region shared by the attention's (flash: the QKV gradient, the fp32 dQ
-// sum and D; batched: the probabilities, their row tile, the QKV gradient, bf16/fp16 the fp32 dK
-// sum) and the MLP's (its activation, SwiGLU's gate and up gradient), as large as the larger;
+// rotary tables, [S, d/2] over the whole sequence), and one region shared by the attention's
+// (flash: the QKV gradient, the fp32 dQ sum and D; batched: the probabilities, their row tile, the
+// QKV gradient, bf16/fp16 the fp32 dK sum; with context parallelism also ring attention's two K,V
+// blocks, its fp32 output sum and three fp32 dK,dV sums) and the MLP's (its activation, SwiGLU's
+// gate and up gradient), as large as the larger;
 // besides the column-sum partials of the bias and LayerNorm gradients (under 1 % of a layer's
 // activations).
 std::vector<Buffer> block_scratch(const Config& c);

@@ -4,14 +4,39 @@
 
 namespace tptrain::plan {
 
-double all_reduce_bytes(double bytes, int ranks) { return ranks <= 1 ? 0.0 : 2.0 * (ranks - 1) / ranks * bytes; }
-double all_gather_bytes(double bytes, int ranks) { return ranks <= 1 ? 0.0 : double(ranks - 1) / ranks * bytes; }
+double all_reduce_bytes(double bytes, std::int64_t ranks) {
+  return ranks <= 1 ? 0.0 : 2.0 * double(ranks - 1) / double(ranks) * bytes;
+}
+double all_gather_bytes(double bytes, std::int64_t ranks) {
+  return ranks <= 1 ? 0.0 : double(ranks - 1) / double(ranks) * bytes;
+}
+
+namespace {
+
+// N: the tokens of a micro-batch on one rank, b·S/C.
+double local_tokens(const Config& c) { return double(c.micro_batch) * c.shape.local_seq_length(); }
+
+}  // namespace
 
 double pipeline_link_bytes(const Config& c) {
   const model::GptShape& m = c.shape;
-  const double N = double(c.micro_batch) * m.seq_length;
+  const double N = local_tokens(c);
   const double boundary = (c.sequence_parallel ? N / m.tensor : N) * m.hidden * c.element_bytes();
   return 2 * double(c.micro_batches()) * boundary;
+}
+
+double context_kv_block_bytes(const Config& c) {
+  return local_tokens(c) * 2.0 * c.shape.local_kv_heads() * c.shape.head_dim() * c.element_bytes();
+}
+
+double context_layer_bytes(const Config& c) {
+  const int C = c.shape.context;
+  if (C <= 1) return 0.0;
+  // The K,V block in the storage type; its dK, dV sums in fp32 (4 bytes, as the block's e at most).
+  const double kv = context_kv_block_bytes(c), dkv = kv / c.element_bytes() * 4;
+  const double forward = (C - 1) * kv;
+  const double backward = (C - 1) * kv + C * dkv;
+  return forward + backward + (c.recompute == Recompute::full ? forward : 0.0);
 }
 
 StepCommunication stage_communication(const Config& c, int stage, std::int64_t stage_parameters) {
@@ -19,7 +44,7 @@ StepCommunication stage_communication(const Config& c, int stage, std::int64_t s
   const int t = m.tensor, P = c.pipeline;
   const bool first = stage == 0, last = stage == P - 1, sp = c.sequence_parallel;
   const double e = c.element_bytes();
-  const double N = double(c.micro_batch) * m.seq_length;
+  const double N = local_tokens(c);
   const double A = N * m.hidden * e;  // one [N, h] activation
   const double layers = double(m.layers) / P;
   const double M = c.micro_batches();
@@ -42,10 +67,14 @@ StepCommunication stage_communication(const Config& c, int stage, std::int64_t s
   const int v = c.virtual_stages;
   out.pipeline = pipeline_link_bytes(c) / 2 * ((last ? v - 1 : v) + (first ? v - 1 : v));
 
-  // Data parallel, once per step.
+  // Context parallel: ring attention's blocks, every layer of the stage, every micro-batch.
+  out.context = M * layers * context_layer_bytes(c);
+
+  // Data parallel (over data x context), once per step.
   const double n = double(stage_parameters);
-  out.data = c.distributed_optimizer ? all_gather_bytes(n * 4, c.data) + all_gather_bytes(n * e, c.data)
-                                     : all_reduce_bytes(n * 4, c.data);
+  const std::int64_t d = c.data_context();
+  out.data = c.distributed_optimizer ? all_gather_bytes(n * 4, d) + all_gather_bytes(n * e, d)
+                                     : all_reduce_bytes(n * 4, d);
 
   // The tied word embedding's two copies sum their gradients; an untied lm_head has none to share.
   if (P > 1 && (first || last) && m.tie_embeddings)
@@ -60,6 +89,7 @@ StepCommunication busiest_communication(const Config& c, const StageParameters& 
     most.tensor = std::max(most.tensor, s.tensor);
     most.pipeline = std::max(most.pipeline, s.pipeline);
     most.data = std::max(most.data, s.data);
+    most.context = std::max(most.context, s.context);
     most.embedding = std::max(most.embedding, s.embedding);
   }
   return most;

@@ -4,6 +4,7 @@
 // (S the gathered size) (k−1)/k·S. Small reductions (gradient norm, loss, overflow flags) are
 // left out.
 //
+// N = b·s is a micro-batch's tokens on one rank (s = seq_length / C with context parallelism).
 // Tensor-parallel group, per micro-batch and layer, A = [N, h]·e:
 //   forward   2 all-reduces (g after the attention and MLP projections);
 //             with sequence parallelism 2 all-gathers + 2 reduce-scatters: the same bytes
@@ -15,7 +16,14 @@
 // all-reduces (last stage).
 // Pipeline group: per micro-batch the stage output [n, h]·e to the next stage and its gradient
 // to the previous one.
-// Data-parallel group, once per step: the stage's fp32 gradients all-reduced, or with the
+// Context-parallel group (parallel.context = C > 1; src/model/ring_attention.hpp), per
+// micro-batch and layer, point to point around the ring, KV = [N, 2·(k/t)·d]·e the rank's keys
+// and values (k kv_heads, d head dim):
+//   forward   C − 1 sends of a KV block
+//   backward  C − 1 sends of a KV block, and C of its dK, dV sums (fp32, [N, 2·(k/t)·d]·4)
+//   full recomputation runs the forward's ring once more.
+// Data-parallel group, once per step, over data x context ranks (the gradient's group: each
+// context rank computed its chunks' part): the stage's fp32 gradients all-reduced, or with the
 // distributed optimizer reduce-scattered (fp32) and the updated weights all-gathered (in the
 // compute precision).
 // Embedding group (first and last stage, pipeline > 1): the word embedding's fp32 gradient
@@ -29,15 +37,22 @@
 
 namespace tptrain::plan {
 
-double all_reduce_bytes(double bytes, int ranks);  // sent per rank, ring
-double all_gather_bytes(double bytes, int ranks);  // also a reduce-scatter; `bytes` the full size
+double all_reduce_bytes(double bytes, std::int64_t ranks);  // sent per rank, ring
+double all_gather_bytes(double bytes, std::int64_t ranks);  // also a reduce-scatter; `bytes` the full size
 
 struct StepCommunication {
   double tensor = 0;     // bytes sent per rank per step over the tensor-parallel group
+  double context = 0;    // ... around the context-parallel ring (ring attention)
   double pipeline = 0;   // ... to the neighbouring stages
-  double data = 0;       // ... over the data-parallel group
+  double data = 0;       // ... over the data x context group (the gradients)
   double embedding = 0;  // ... over the embedding group (first and last stage)
 };
+
+// One K,V block of ring attention: [N, 2·(k/t)·d]·e, the rank's keys and values of a micro-batch.
+double context_kv_block_bytes(const Config& c);
+// Bytes one rank sends around the context ring for one layer and one micro-batch (forward,
+// backward and, with full recomputation, the forward again); 0 without context parallelism.
+double context_layer_bytes(const Config& c);
 
 // Bytes two neighbouring pipeline stages exchange per step, both directions together: every
 // micro-batch's stage output forward and its gradient backward.

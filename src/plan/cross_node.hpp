@@ -3,15 +3,23 @@
 // floor(r / g), as srun and mpiexec place them by default and as the runtime's warning
 // (src/parallel/device_binding.hpp) assumes.
 //
-// A collective's ring (tensor, data and embedding groups) enters and leaves each node of its
-// group once, as NCCL builds its rings: a group spanning n > 1 nodes sends n times its per-rank
-// bytes (src/plan/communication.hpp) across node boundaries, one that stays in a node nothing.
-// A pipeline group sends pipeline_link_bytes across for each pair of neighbouring stages on
-// different nodes.
+// A collective's ring (tensor, data x context and embedding groups) enters and leaves each node of
+// its group once, as NCCL builds its rings: a group spanning n > 1 nodes sends n times its
+// per-rank bytes (src/plan/communication.hpp) across node boundaries, one that stays in a node
+// nothing. The context group's point-to-point ring (ring attention: rank i sends to i + 1 mod C)
+// does the same: its members are T ranks apart in increasing order, so the ring crosses once per
+// node boundary between its first and last member and once more on its way back. A pipeline
+// group sends pipeline_link_bytes across for each pair of neighbouring stages on different nodes.
 //
 // Counted by formula, not by enumerating ranks: the first ranks of a kind of group form a lattice
-// base + e1·u + e2·i (u < n1, i < n2), and what crosses is a sum of floor((x + c)/g) over it:
-// O(min(n1, n2) · log) — at most √(2^31) ≈ 46341 steps of a Euclid-like sum, whatever the GPUs.
+// base + e1·u + e2·i + e3·w (u < n1, i < n2, w < n3), and what crosses is a sum of
+// floor((x + c)/g) over it. Axes that continue one another (e_a·n_a = e_b: the context axis and the
+// one after it in the rank order, tensor and context) merge into one; a Euclid-like floor sum
+// runs along the longest axis and a loop over the others: O(min(n1, n2) · log) — at most
+// √(2^31) ≈ 46341 steps — for every lattice with two axes left, which is every one but the data x
+// context groups of the middle stages under tp-cp-pp-dp (tensor x (pipeline − 2) x data first
+// ranks: at most (2^31)^(2/3) ≈ 1.7 million steps, a few for the layouts people run). The context
+// groups are counted over all stages at once, whose ranks send the same around their rings.
 #pragma once
 
 #include <cstdint>
@@ -28,24 +36,32 @@ namespace tptrain::plan {
 // libraries: Euclid's algorithm on (a, m)).
 Count floor_sum(Count n, Count m, Count a, Count b);
 
-// Groups of one kind: their first ranks base + e1·u + e2·i (u < n1, i < n2), each group the
-// ranks first + j·stride, j < members.
+// Groups of one kind: their first ranks base + e1·u + e2·i + e3·w (u < n1, i < n2, w < n3), each
+// group the ranks first + j·stride, j < members.
 struct GroupLattice {
   std::int64_t base = 0, e1 = 0, n1 = 1, e2 = 0, n2 = 1;
   std::int64_t stride = 1;
   std::int64_t members = 1;
+  std::int64_t e3 = 0, n3 = 1;
 };
 
 // Ring edges across node boundaries, summed over the groups (a group on n > 1 nodes: n).
 Count ring_crossings(const GroupLattice& groups, std::int64_t gpus_per_node);
 // Pairs of neighbouring members on different nodes, summed over the groups (pipeline stages).
 Count chain_crossings(const GroupLattice& groups, std::int64_t gpus_per_node);
+// Ring edges across node boundaries of groups made of `blocks` blocks: the members of a group are
+// first + j·stride + k·block_stride (j < members, k < blocks; (members − 1)·stride < block_stride),
+// first over `groups`' lattice, which must leave its third axis free (n3 = 1) unless the members
+// are evenly spaced. The data x context group under tp-cp-pp-dp: C context ranks T apart, D
+// blocks of them T·C·P apart.
+Count blocked_ring_crossings(const GroupLattice& groups, std::int64_t block_stride, std::int64_t blocks,
+                             std::int64_t gpus_per_node);
 
 // Bytes per step, over all ranks, that cross node boundaries in each group.
 struct CrossNodeBytes {
   parallel::RankOrder order = parallel::RankOrder::tp_pp_dp;
-  double tensor = 0, pipeline = 0, data = 0, embedding = 0;
-  double total() const { return tensor + pipeline + data + embedding; }
+  double tensor = 0, context = 0, pipeline = 0, data = 0, embedding = 0;
+  double total() const { return tensor + context + pipeline + data + embedding; }
 };
 
 CrossNodeBytes cross_node_bytes(const Config& c, const StageParameters& stage_parameters, parallel::RankOrder order,

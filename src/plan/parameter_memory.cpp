@@ -4,7 +4,7 @@ namespace tptrain::plan {
 
 ParameterBytes parameter_bytes(std::int64_t parameters, const Config& c) {
   const Count n = parameters;
-  const Count d = c.distributed_optimizer ? c.data : 1;
+  const Count d = c.distributed_optimizer ? Count(c.data_context()) : Count(1);  // sharded over data x context
   const Count shard = (n + d - 1) / d;  // the optimizer state's share of this rank
   ParameterBytes b;
   b.weights = n * c.element_bytes();

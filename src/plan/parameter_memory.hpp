@@ -5,9 +5,10 @@
 //   fp32        weights 4 + gradients 4 + AdamW moments 8                  = 16 bytes per parameter
 //   bf16, fp16  weights 2 + fp32 master 4 + fp32 gradients 4 + moments 8   = 18
 //
-// With the distributed optimizer (optimizer.distributed, ZeRO-1) over d data-parallel ranks each
-// rank keeps 1/d of the optimizer's own state: the moments, and with 16-bit weights the fp32
-// master: fp32 8 + 8/d bytes, bf16/fp16 6 + 12/d (Megatron-LM's distributed optimizer table).
+// With the distributed optimizer (optimizer.distributed, ZeRO-1) over d ranks — data x context:
+// the group gradients are summed over (src/parallel/topology.hpp, dp_cp) — each rank keeps 1/d of
+// the optimizer's own state: the moments, and with 16-bit weights the fp32 master: fp32 8 + 8/d
+// bytes, bf16/fp16 6 + 12/d (Megatron-LM's distributed optimizer table).
 // A shard is ⌈n/d⌉ elements.
 #pragma once
 

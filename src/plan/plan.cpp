@@ -36,6 +36,12 @@ std::string human_bytes(double bytes) {
 
 std::string yes_no(bool b) { return b ? "on" : "off"; }
 
+// parallel.order as the report spells it: with the context axis under context parallelism.
+std::string order_name(const Config& c, parallel::RankOrder order) {
+  return std::string(c.context() > 1 ? parallel::rank_order_name_with_context(order)
+                                      : parallel::rank_order_name(order));
+}
+
 // The published formulas hold for the blocks they were written for: Llama's (Touvron et al.
 // 2023: RMSNorm, SwiGLU, no biases) and GPT's (Narayanan et al. 2021 eq. 2 and 3: LayerNorm,
 // GELU, biases, multi-head attention). Other specifications get the exact count alone.
@@ -76,6 +82,7 @@ double days_of(const Config& c, const Hardware& hw, double tokens) {
 std::vector<std::string> changes(const Config& deck, const Config& c) {
   std::vector<std::string> out;
   if (c.tensor() != deck.tensor()) out.push_back(fmt::format("parallel.tensor={}", c.tensor()));
+  if (c.context() != deck.context()) out.push_back(fmt::format("parallel.context={}", c.context()));
   if (c.pipeline != deck.pipeline) out.push_back(fmt::format("parallel.pipeline={}", c.pipeline));
   if (c.data != deck.data) out.push_back(fmt::format("parallel.data={}", c.data));
   if (c.sequence_parallel != deck.sequence_parallel)
@@ -100,10 +107,18 @@ std::vector<int> divisors(int n) {
   return low;
 }
 
-// The most (tensor, pipeline) pairs the layout search tries, those nearest the deck's first: a
-// bound on its time whatever the GPU count and the divisors of the layers (the shipped decks have
-// a few dozen pairs).
-constexpr std::size_t kMaxLayoutPairs = 256;
+// The most (tensor, context, pipeline) layouts the layout search tries, those nearest the deck's
+// first, and the most context sizes it considers: a bound on its time whatever the GPU count and
+// the divisors of the layers and the sequence (the shipped decks have a few dozen layouts).
+constexpr std::size_t kMaxLayouts = 256;
+constexpr std::size_t kMaxContexts = 32;
+
+// The values nearest `deck` first, by the ratio to it: |log(v / deck)|.
+void nearest_first(std::vector<int>& values, int deck) {
+  std::stable_sort(values.begin(), values.end(), [&](int a, int b) {
+    return std::fabs(std::log(double(a) / deck)) < std::fabs(std::log(double(b) / deck));
+  });
+}
 
 // Fewest keys changed first, then the shortest training (a figure that is not a number last),
 // then the least memory.
@@ -115,9 +130,11 @@ bool nearer(const Suggestion& a, const Suggestion& b) {
 }
 
 // The layouts for `gpus` GPUs that fit, nearest first. What varies: tensor (a divisor of the
-// node's GPUs, so that a tensor group stays in a node), pipeline (a divisor of the layers), data
-// (the rest), sequence parallelism, the recomputation, the distributed optimizer, micro_batch (the
-// deck's or 1) and, for an fp32 deck, bf16.
+// node's GPUs, so that a tensor group stays in a node), context (a divisor of the GPUs that cuts
+// the sequence into 2·context chunks; 1 when the deck's attention or tasks rule ring attention
+// out), pipeline (a divisor of the layers), data (the rest), sequence parallelism, the
+// recomputation, the distributed optimizer, micro_batch (the deck's or 1) and, for an fp32 deck,
+// bf16.
 std::vector<Suggestion> nearest_fitting(const Config& deck, const Hardware& hw, std::int64_t gpus, double tokens,
                                         std::size_t count) {
   std::vector<int> tensors;
@@ -125,20 +142,36 @@ std::vector<Suggestion> nearest_fitting(const Config& deck, const Hardware& hw, 
     if (gpus % t == 0) tensors.push_back(t);
   if (gpus % deck.tensor() == 0 && std::find(tensors.begin(), tensors.end(), deck.tensor()) == tensors.end())
     tensors.push_back(deck.tensor());
+  // seq_length % (2·context) == 0: the divisors of seq_length / 2.
+  std::vector<int> contexts{1};
+  if (deck.context_allowed && deck.shape.seq_length % 2 == 0)
+    for (const int cp : divisors(deck.shape.seq_length / 2))
+      if (cp > 1 && gpus % cp == 0) contexts.push_back(cp);
+  if (gpus % deck.context() == 0 && std::find(contexts.begin(), contexts.end(), deck.context()) == contexts.end())
+    contexts.push_back(deck.context());
+  nearest_first(contexts, deck.context());
+  if (contexts.size() > kMaxContexts) contexts.resize(kMaxContexts);
   const std::vector<int> pipelines = divisors(deck.shape.layers);
-  std::vector<std::pair<int, int>> pairs;  // (tensor, pipeline) whose product divides the GPUs
+  struct Sizes {
+    int tensor, context, pipeline;
+  };
+  std::vector<Sizes> layouts;  // whose product divides the GPUs
   for (const int t : tensors)
-    for (const int p : pipelines)
-      if (gpus % (std::int64_t(t) * p) == 0 && gpus / (std::int64_t(t) * p) <= std::numeric_limits<int>::max())
-        pairs.emplace_back(t, p);
-  if (pairs.size() > kMaxLayoutPairs) {
-    const auto distance = [&](const std::pair<int, int>& x) {
-      return std::fabs(std::log(double(x.first) / deck.tensor())) +
-             std::fabs(std::log(double(x.second) / deck.pipeline));
+    for (const int cp : contexts) {
+      const std::int64_t tc = std::int64_t(t) * cp;
+      if (gpus % tc != 0) continue;
+      for (const int p : pipelines)
+        if (gpus % (tc * p) == 0 && gpus / (tc * p) <= std::numeric_limits<int>::max()) layouts.push_back({t, cp, p});
+    }
+  if (layouts.size() > kMaxLayouts) {
+    const auto distance = [&](const Sizes& x) {
+      return std::fabs(std::log(double(x.tensor) / deck.tensor())) +
+             std::fabs(std::log(double(x.context) / deck.context())) +
+             std::fabs(std::log(double(x.pipeline) / deck.pipeline));
     };
-    std::stable_sort(pairs.begin(), pairs.end(),
-                     [&](const auto& a, const auto& b) { return distance(a) < distance(b); });
-    pairs.resize(kMaxLayoutPairs);
+    std::stable_sort(layouts.begin(), layouts.end(),
+                     [&](const Sizes& a, const Sizes& b) { return distance(a) < distance(b); });
+    layouts.resize(kMaxLayouts);
   }
   std::vector<int> micro_batches{deck.micro_batch};
   if (deck.micro_batch != 1) micro_batches.push_back(1);
@@ -147,10 +180,11 @@ std::vector<Suggestion> nearest_fitting(const Config& deck, const Hardware& hw, 
   const double limit = hw.gpu_memory_gib * kGiB;
 
   std::vector<Suggestion> found;
-  for (const auto& [t, p] : pairs) {
-    const std::int64_t d = gpus / (std::int64_t(t) * p);
+  for (const auto& [t, cp, p] : layouts) {
+    const std::int64_t d = gpus / (std::int64_t(t) * cp * p);
     Config c = deck;
     c.shape.tensor = t;
+    c.set_context(cp);
     c.pipeline = p;
     c.data = static_cast<int>(d);
     std::optional<StageParameters> parameters;
@@ -160,7 +194,7 @@ std::vector<Suggestion> nearest_fitting(const Config& deck, const Hardware& hw, 
           for (const Recompute r : {Recompute::none, Recompute::selective, Recompute::full})
             for (const bool dist : {deck.distributed_optimizer, !deck.distributed_optimizer}) {
               if (sp && t == 1 && !deck.sequence_parallel) continue;  // nothing to split
-              if (dist && d == 1 && !deck.distributed_optimizer) continue;
+              if (dist && c.data_context() == 1 && !deck.distributed_optimizer) continue;
               c.micro_batch = mb;
               c.precision = precision;
               c.sequence_parallel = sp;
@@ -278,7 +312,7 @@ Plan make_plan(const Config& c, const Hardware& hw_in, double deck_tokens, const
   p.layer_activation_bytes =
       counted(c, "the byte count of a layer's activations", true, [&] { return total_bytes(layer_activations(c)); });
   p.korthikanti_layer_bytes =
-      korthikanti_table2(korthikanti_case(c), m.seq_length, c.micro_batch, m.hidden, m.heads, m.tensor);
+      korthikanti_table2(korthikanti_case(c), m.local_seq_length(), c.micro_batch, m.hidden, m.heads, m.tensor);
 
   p.flops_none = flops_per_iteration(c, Recompute::none);
   p.flops_selective = flops_per_iteration(c, Recompute::selective);
@@ -311,9 +345,9 @@ Plan make_plan(const Config& c, const Hardware& hw_in, double deck_tokens, const
     if (x.total() < deck_order->total()) p.recommended_order = x.order;
 
   if (p.gpus != c.world())
-    p.problems.push_back(fmt::format("wrong GPU count: the deck needs tensor {} x pipeline {} x data {} = {} GPUs, "
-                                     "but {} are given (--gpus)",
-                                     c.tensor(), c.pipeline, c.data, c.world(), p.gpus));
+    p.problems.push_back(fmt::format("wrong GPU count: the deck needs tensor {} x context {} x pipeline {} x data {} "
+                                     "= {} GPUs, but {} are given (--gpus)",
+                                     c.tensor(), c.context(), c.pipeline, c.data, c.world(), p.gpus));
   p.fits = double(p.memory.total()) <= p.hardware.gpu_memory_gib * kGiB;
   if (!p.fits)
     p.problems.push_back(fmt::format(
@@ -373,9 +407,13 @@ std::string report(const Plan& p) {
                    m.rms() ? m.norm_eps : 1e-5,
                    m.rotary() ? fmt::format("RoPE theta {:g}", m.rope_theta) : std::string("learned positions"),
                    biases));
-  line(fmt::format("layout       tensor {} x pipeline {} x data {} = {} GPUs, order {}; {} given, {} per node", m.tensor,
-                   c.pipeline, c.data, c.world(), parallel::rank_order_name(c.order), p.gpus,
-                   p.hardware.gpus_per_node));
+  line(fmt::format("layout       tensor {} x context {} x pipeline {} x data {} = {} GPUs, order {}; {} given, {} per "
+                   "node{}",
+                   m.tensor, m.context, c.pipeline, c.data, c.world(), order_name(c, c.order), p.gpus,
+                   p.hardware.gpus_per_node,
+                   m.context > 1 ? fmt::format("; {} tokens of each sequence per rank (2 chunks of {})",
+                                               m.local_seq_length(), m.seq_length / (2 * m.context))
+                                 : std::string()));
   line(fmt::format("training     {}, recompute {}, sequence parallel {}, distributed optimizer {}; global batch {} = "
                    "{} micro-batches of {} per data-parallel rank",
                    precision, recompute_name(c.recompute), yes_no(c.sequence_parallel), yes_no(c.distributed_optimizer),
@@ -406,8 +444,10 @@ std::string report(const Plan& p) {
   row("master weights", pb.master, precision == "fp32" ? "none: the fp32 weights are the master" : "fp32");
   row("gradients", pb.gradients, "fp32");
   row("optimizer state", pb.optimizer,
-      c.distributed_optimizer ? fmt::format("AdamW moments, fp32, 1/{} of them (distributed optimizer)", c.data)
-                              : "AdamW moments, fp32");
+      c.distributed_optimizer
+          ? fmt::format("AdamW moments, fp32, 1/{} of them (distributed optimizer{})", c.data_context(),
+                        c.context() > 1 ? fmt::format(", over data {} x context {}", c.data, c.context()) : "")
+          : "AdamW moments, fp32");
   const std::int64_t working_set = total_bytes(recompute_working_set(c));
   row("activations", r.activations,
       fmt::format("{} layers x {} micro-batches x {} per layer{}", r.layers / c.virtual_stages, r.in_flight,
@@ -425,10 +465,11 @@ std::string report(const Plan& p) {
       fmt::format("not in the total: host memory a checkpoint copies the fp32 master and moments to{}",
                   c.async_checkpoint ? ", held from the first checkpoint on (checkpoint.async)"
                                      : ", for the write (checkpoint.async holds it from the first checkpoint on)"));
-  line(fmt::format("  (Korthikanti et al. 2022 Table 2, {}, 16-bit with dropout: {} per layer and micro-batch; "
+  line(fmt::format("  (Korthikanti et al. 2022 Table 2, {}, 16-bit with dropout{}: {} per layer and micro-batch; "
                    "tptrain keeps {})",
-                   korthikanti_case_name(korthikanti_case(c)), human_bytes(p.korthikanti_layer_bytes),
-                   human_bytes(p.layer_activation_bytes)));
+                   korthikanti_case_name(korthikanti_case(c)),
+                   m.context > 1 ? fmt::format(", s = {} tokens per rank", m.local_seq_length()) : "",
+                   human_bytes(p.korthikanti_layer_bytes), human_bytes(p.layer_activation_bytes)));
   line("");
   line("compute");
   line(fmt::format("  FLOPs per iteration  {:.3e} with recompute {} (none {:.3e}, selective {:.3e}, full {:.3e}{})",
@@ -455,20 +496,30 @@ std::string report(const Plan& p) {
   line("communication per step: bytes one rank sends (ring algorithms; the busiest stage)");
   const StepCommunication& x = p.communication;
   line(fmt::format("  tensor    ({:>4} ranks)   {}", m.tensor, human_bytes(x.tensor)));
+  line(fmt::format("  context   ({:>4} ranks)   {}{}", m.context, human_bytes(x.context),
+                   m.context > 1 ? fmt::format("   ring attention: per layer and micro-batch {} K,V blocks of {} "
+                                               "forward, {} and {} fp32 dK,dV sums backward{}",
+                                               m.context - 1, human_bytes(context_kv_block_bytes(c)),
+                                               m.context - 1, m.context,
+                                               c.recompute == Recompute::full ? ", the forward's again (recompute full)"
+                                                                              : "")
+                                 : std::string()));
   line(fmt::format("  pipeline  ({:>4} stages)  {}", c.pipeline, human_bytes(x.pipeline)));
-  line(fmt::format("  data      ({:>4} ranks)   {}", c.data, human_bytes(x.data)));
+  line(fmt::format("  data      ({:>4} ranks)   {}{}", c.data_context(), human_bytes(x.data),
+                   m.context > 1 ? fmt::format("   the gradients over data {} x context {}", c.data, m.context)
+                                 : std::string()));
   line(fmt::format("  embedding (first + last) {}", human_bytes(x.embedding)));
   line("");
   line(fmt::format("across nodes per step: bytes all ranks send to another node (nodes of {} GPUs, ranks placed node "
                    "by node; a ring enters and leaves each node of its group once)",
                    p.hardware.gpus_per_node));
-  line(fmt::format("  {:<16}{:>14}{:>14}{:>14}{:>14}{:>14}", "parallel.order", "tensor", "pipeline", "data", "embedding",
-                   "total"));
+  line(fmt::format("  {:<19}{:>14}{:>14}{:>14}{:>14}{:>14}{:>14}", "parallel.order", "tensor", "context", "pipeline",
+                   "data", "embedding", "total"));
   for (const CrossNodeBytes& o : p.cross_node)
-    line(fmt::format("  {:<16}{:>14}{:>14}{:>14}{:>14}{:>14}",
-                     fmt::format("{}{}", parallel::rank_order_name(o.order), o.order == c.order ? " (deck)" : ""),
-                     human_bytes(o.tensor), human_bytes(o.pipeline), human_bytes(o.data), human_bytes(o.embedding),
-                     human_bytes(o.total())));
+    line(fmt::format("  {:<19}{:>14}{:>14}{:>14}{:>14}{:>14}{:>14}",
+                     fmt::format("{}{}", order_name(c, o.order), o.order == c.order ? " (deck)" : ""),
+                     human_bytes(o.tensor), human_bytes(o.context), human_bytes(o.pipeline), human_bytes(o.data),
+                     human_bytes(o.embedding), human_bytes(o.total())));
   {
     const auto total_of = [&](parallel::RankOrder order) {
       for (const CrossNodeBytes& o : p.cross_node)
@@ -477,13 +528,13 @@ std::string report(const Plan& p) {
     };
     const double deck_total = total_of(c.order), best = total_of(p.recommended_order);
     if (p.recommended_order == c.order)
-      line(fmt::format("  recommended: parallel.order = \"{}\", the deck's ({})", parallel::rank_order_name(c.order),
+      line(fmt::format("  recommended: parallel.order = \"{}\", the deck's ({})", order_name(c, c.order),
                        deck_total == 0 ? "nothing crosses a node"
                                        : fmt::format("{} across nodes per step; the other order sends no less",
                                                      human_bytes(deck_total))));
     else
       line(fmt::format("  recommended: --set parallel.order={} ({} across nodes per step instead of {})",
-                       parallel::rank_order_name(p.recommended_order), human_bytes(best), human_bytes(deck_total)));
+                       order_name(c, p.recommended_order), human_bytes(best), human_bytes(deck_total)));
   }
   line("");
   for (const std::string& n : p.notes) line("note: " + n);
@@ -494,8 +545,8 @@ std::string report(const Plan& p) {
     for (const std::string& problem : p.problems) line("  problem: " + problem);
     if (p.suggestions.empty()) {
       line(fmt::format("no layout of {} GPUs both suits the model (heads, layers and the global batch divide) and "
-                       "fits {:g} GiB per GPU (tried tensor, pipeline, data, sequence parallel, recompute, distributed "
-                       "optimizer, micro_batch 1, bf16)",
+                       "fits {:g} GiB per GPU (tried tensor, context, pipeline, data, sequence parallel, recompute, "
+                       "distributed optimizer, micro_batch 1, bf16)",
                        p.gpus, p.hardware.gpu_memory_gib));
     } else {
       line(fmt::format("nearest layouts of {} GPUs that fit (fewest changes first):", p.gpus));
@@ -523,7 +574,8 @@ io::JsonObject json_of(const Plan& p) {
                               .integer("memory_bytes", s.bytes)
                               .number("training_days", s.days, digits(6)));
   io::JsonObject o;
-  o.string("deck", p.deck).integer("gpus", p.gpus).integer("tensor", c.tensor()).integer("pipeline", c.pipeline);
+  o.string("deck", p.deck).integer("gpus", p.gpus).integer("tensor", c.tensor()).integer("context", c.context());
+  o.integer("pipeline", c.pipeline);
   o.integer("data", c.data).integer("params", p.parameters).number("params_narayanan_eq2", p.parameters_eq2, fixed(0));
   if (llama_formula_applies(c.shape)) o.number("params_llama_formula", p.parameters_llama, fixed(0));
   o.integer("most_loaded_stage", r.stage);
@@ -553,6 +605,7 @@ io::JsonObject json_of(const Plan& p) {
       .number("days_saved_by_interleaving", p.days_saved_by_interleaving, digits(6));
   o.object("communication_bytes_per_step", io::JsonObject()
                                                .number("tensor", p.communication.tensor, fixed(0))
+                                               .number("context", p.communication.context, fixed(0))
                                                .number("pipeline", p.communication.pipeline, fixed(0))
                                                .number("data", p.communication.data, fixed(0))
                                                .number("embedding", p.communication.embedding, fixed(0)));
@@ -561,6 +614,7 @@ io::JsonObject json_of(const Plan& p) {
   for (const CrossNodeBytes& x : p.cross_node)
     cross.object(parallel::rank_order_name(x.order), io::JsonObject()
                                                          .number("tensor", x.tensor, fixed(0))
+                                                         .number("context", x.context, fixed(0))
                                                          .number("pipeline", x.pipeline, fixed(0))
                                                          .number("data", x.data, fixed(0))
                                                          .number("embedding", x.embedding, fixed(0))

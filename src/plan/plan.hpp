@@ -3,9 +3,11 @@
 //
 // The report: parameter counts, the memory of the most loaded rank by category, FLOPs per
 // iteration, time per iteration and for the whole run, the pipeline bubble, the bytes each
-// communicator moves per step and, for each rank order, the bytes that cross nodes, and the problems that make the deck not run as written (a GPU
-// count other than tensor × pipeline × data, a rank that does not fit in GPU memory), each with
-// the nearest layouts that would fit.
+// communicator moves per step (tensor, context, pipeline, data x context, embedding) and, for each
+// rank order, the bytes that cross nodes, and the problems that make the deck not run as written
+// (a GPU count other than tensor × context × pipeline × data, a rank that does not fit in GPU
+// memory), each with the nearest layouts that would fit. With context parallelism every figure is
+// a rank's, which holds seq_length / context tokens of each sequence.
 #pragma once
 
 #include <cstdint>
@@ -24,7 +26,7 @@ namespace tptrain::plan {
 
 // The machine and the run, from the command line (0 = the default named).
 struct Hardware {
-  std::int64_t gpus = 0;      // GPUs of the allocation; 0: the deck's tensor × pipeline × data
+  std::int64_t gpus = 0;      // GPUs of the allocation; 0: the deck's tensor × context × pipeline × data
   int gpus_per_node = 8;
   double gpu_memory_gib = 80;
   double peak_tflops = 0;     // dense peak per GPU; 0: default_peak_tflops(precision)
@@ -62,7 +64,7 @@ RankMemory most_loaded_rank(const Config& c);
 // A layout that fits, near the deck's: the keys to change and what it would need and take.
 struct Suggestion {
   Config config;
-  std::vector<std::string> sets;  // "parallel.data=8", ... (for --set)
+  std::vector<std::string> sets;  // "parallel.context=4", "parallel.data=8", ... (for --set)
   std::int64_t bytes = 0;         // most loaded rank
   double days = 0;
 };

@@ -21,9 +21,21 @@ std::string Config::layout_problem() const {
                        micro_batch, data);
   for (const rules::Problem& p : rules::interleave_problems(s.layers, pipeline, virtual_stages, micro_batches()))
     return p.text();
-  if (sequence_parallel && s.seq_length % s.tensor != 0)
-    return fmt::format("model.seq_length = {} is not a multiple of parallel.tensor = {} (sequence parallelism)",
-                       s.seq_length, s.tensor);
+  if (s.context < 1) return fmt::format("parallel.context = {}: expected an integer >= 1", s.context);
+  if (s.context > 1 && s.seq_length % (2 * s.context) != 0)
+    return fmt::format("model.seq_length = {} is not a multiple of 2 * parallel.context = {} (context parallelism "
+                       "cuts every sequence into 2 * parallel.context chunks)",
+                       s.seq_length, 2 * s.context);
+  if (s.context > 1 && !context_allowed)
+    return fmt::format("parallel.context = {}: ring attention runs flash attention and no training.tasks",
+                       s.context);
+  if (sequence_parallel && s.local_seq_length() % s.tensor != 0)
+    return s.context > 1 ? fmt::format("model.seq_length / parallel.context = {} / {} is not a multiple of "
+                                       "parallel.tensor = {} (sequence parallelism)",
+                                       s.seq_length, s.context, s.tensor)
+                         : fmt::format("model.seq_length = {} is not a multiple of parallel.tensor = {} (sequence "
+                                       "parallelism)",
+                                       s.seq_length, s.tensor);
   return {};
 }
 
@@ -44,6 +56,11 @@ Config config_of(const io::Deck& d) {
   c.distributed_optimizer = d.optimizer.distributed;
   c.async_checkpoint = d.checkpoint.async;
   c.order = parallel::rank_order_from_name(d.parallel.order);
+  // shape_of has set shape.context (parallel.context) and the attention core it implies.
+  c.context_allowed = d.training.attention != "batched" && d.training.tasks.empty();
+  io::Deck one = d;
+  one.parallel.context = 1;
+  c.flash_without_context = model::shape_of(one).flash_attention;
   return c;
 }
 

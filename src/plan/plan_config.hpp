@@ -18,7 +18,7 @@ using model::Recompute;
 using model::recompute_name;
 
 struct Config {
-  model::GptShape shape;  // [model] and parallel.tensor
+  model::GptShape shape;  // [model], parallel.tensor and parallel.context (shape.context)
   int pipeline = 1;
   int virtual_stages = 1;  // model chunks per pipeline rank (interleaved 1F1B)
   int data = 1;
@@ -30,10 +30,27 @@ struct Config {
   bool distributed_optimizer = false;
   bool async_checkpoint = false;  // checkpoint.async: the host copy is kept from the first checkpoint on
   parallel::RankOrder order = parallel::RankOrder::tp_pp_dp;  // parallel.order
+  // What the layout search may do with parallel.context (ring attention runs flash attention and
+  // no multiple-choice tasks): whether > 1 is allowed (training.attention is not "batched", no
+  // training.tasks), and the attention core the deck gets with parallel.context = 1
+  // (model::shape_of: "default" is the backend's choice).
+  bool context_allowed = true;
+  bool flash_without_context = true;
 
   int tensor() const { return shape.tensor; }
-  std::int64_t world() const { return std::int64_t(shape.tensor) * pipeline * data; }
-  // M: micro-batches per step on one data-parallel rank (gradient accumulation).
+  int context() const { return shape.context; }
+  // tensor x context x pipeline x data.
+  std::int64_t world() const { return std::int64_t(shape.tensor) * shape.context * pipeline * data; }
+  // The ranks gradients are summed over and the distributed optimizer is sharded over: data x
+  // context (Megatron's data-parallel group with context parallelism).
+  std::int64_t data_context() const { return std::int64_t(data) * shape.context; }
+  // Sets parallel.context and the attention core it implies (model::shape_of: flash with C > 1).
+  void set_context(int cp) {
+    shape.context = cp;
+    shape.flash_attention = cp > 1 || flash_without_context;
+  }
+  // M: micro-batches per step on one data-parallel rank (gradient accumulation). The ranks of a
+  // context group share their micro-batches (each holds 2 of the 2C chunks of every sequence).
   int micro_batches() const { return global_batch / (micro_batch * data); }
   // Bytes of one activation element: 4 (fp32) or 2 (bf16, fp16). Statistics are fp32 always.
   int element_bytes() const { return precision == "fp32" ? 4 : 2; }

@@ -349,8 +349,8 @@ TEST_CASE("plan: the shipped GPT-3 175B decks: Megatron's fits, the seed's is re
     CHECK_FALSE(p.ok());
     CHECK_FALSE(p.fits);
     REQUIRE(p.problems.size() == 2);
-    CHECK(mentions(p.problems, "wrong GPU count: the deck needs tensor 8 x pipeline 16 x data 32 = 4096 GPUs, but "
-                               "1024 are given"));
+    CHECK(mentions(p.problems, "wrong GPU count: the deck needs tensor 8 x context 1 x pipeline 16 x data 32 = 4096 "
+                               "GPUs, but 1024 are given"));
     CHECK(mentions(p.problems, "does not fit: the most loaded rank (pipeline stage 0) needs"));
     REQUIRE_FALSE(p.suggestions.empty());
     for (const Suggestion& s : p.suggestions) {

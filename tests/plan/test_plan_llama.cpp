@@ -116,7 +116,8 @@ TEST_CASE("plan: Llama-2-7B and Llama-3-8B parameters, exactly and by formula", 
 TEST_CASE("plan: the shipped Llama decks plan with their exact counts and fit 80 GB GPUs", "[plan][llama]") {
   Hardware a100;  // 8 GPUs per node, 80 GiB
   for (const auto& [name, parameters] :
-       {std::pair{"llama2-7b.toml", std::int64_t(6738415616)}, std::pair{"llama3-8b.toml", std::int64_t(8030261248)}}) {
+       {std::pair{"llama2-7b.toml", std::int64_t(6738415616)}, std::pair{"llama3-8b.toml", std::int64_t(8030261248)},
+        std::pair{"llama3-8b-128k.toml", std::int64_t(8030261248)}}) {  // the last with parallel.context = 8
     INFO(name);
     const Plan p = make_plan(shipped(name), a100);
     CHECK(p.parameters == parameters);
