@@ -153,6 +153,7 @@ const char* symbol(BufferDim d) {
   switch (d) {
     case BufferDim::b: return "b";
     case BufferDim::s: return "s";
+    case BufferDim::S: return "S";
     case BufferDim::N: return "N";
     case BufferDim::n: return "n";
     case BufferDim::h: return "h";
