@@ -125,18 +125,13 @@ print("without the masks:", plain)
 
 ck = os.path.join(work, "one", "ck", "step_00000005.h5")
 masks = ["--set", "data.document_mask=true", "--set", "data.reset_positions=true"]
-lines = [l for l in run(mpi + ["-n", "2", exe, "eval", deck, "--checkpoint", ck, "--windows", "4", "--set",
-                               "parallel.pipeline=2", *masks]).splitlines() if l.startswith("{")]
-evaluated = json.loads(lines[-1])["eval_loss"]
-if abs(evaluated - one[-1]) > 1e-6 * abs(one[-1]):
-    fail(f"eval under pipeline 2 gave {evaluated}, the run's eval {one[-1]}")
-print("eval under pipeline 2:", evaluated)
-lines = [l for l in run(mpi + ["-n", "2", exe, "eval", deck, "--checkpoint", ck, "--windows", "4", "--set",
-                               "parallel.context=2", *masks]).splitlines() if l.startswith("{")]
-evaluated = json.loads(lines[-1])["eval_loss"]
-if abs(evaluated - one[-1]) > 1e-6 * abs(one[-1]):
-    fail(f"eval under context 2 gave {evaluated}, the run's eval {one[-1]}")
-print("eval under context 2:", evaluated)
+for layout in ("pipeline", "context"):
+    lines = [l for l in run(mpi + ["-n", "2", exe, "eval", deck, "--checkpoint", ck, "--windows", "4", "--set",
+                                   f"parallel.{layout}=2", *masks]).splitlines() if l.startswith("{")]
+    evaluated = json.loads(lines[-1])["eval_loss"]
+    if abs(evaluated - one[-1]) > 1e-6 * abs(one[-1]):
+        fail(f"eval under {layout} 2 gave {evaluated}, the run's eval {one[-1]}")
+    print(f"eval under {layout} 2:", evaluated)
 p = subprocess.run(mpi + ["-n", "2", exe, "generate", deck, "--checkpoint", ck, "--prompt", "Art", "--set",
                           "parallel.context=2"], capture_output=True, timeout=240)
 said = p.stdout.decode(errors="replace") + p.stderr.decode(errors="replace")

@@ -22,6 +22,7 @@
 #include "src/plan/plan.hpp"
 #include "src/util/memory_ledger.hpp"
 #include "tests/mpi_test_util.hpp"
+#include "tests/plan/plan_test_util.hpp"
 #include "tests/train/train_test_util.hpp"
 
 using namespace tptrain;
@@ -445,19 +446,7 @@ TEST_CASE("plan: the activation inventory is what a model stage allocates", "[pl
             INFO("tensor " << t << ", " << precision << (sp ? ", sequence parallel" : "") << ", recompute "
                            << recompute_name(r) << ", " << slots << " micro-batches in flight"
                            << (flash ? ", flash" : ", batched"));
-            const auto count = [&](auto tag) {
-              using T = decltype(tag);
-              model::GptModel<T> m(c.shape, c.micro_batch, *tp, 1, model::PipelineStage{}, r);
-              m.reserve_slots(slots);
-              std::size_t column_sums = 0;
-              for (const auto& e : m.workspace().entries())
-                if (e.name == "column_sums") column_sums += e.bytes;
-              return static_cast<std::int64_t>(m.workspace().total_bytes() - column_sums);
-            };
-            const std::int64_t measured = precision == "fp32" ? count(float()) : count(kx::bf16());
-            const std::int64_t planned = stage_activation_bytes(c, c.shape.layers, slots) +
-                                         total_bytes(head_buffers(c)) + total_bytes(workspace_buffers(c));
-            CHECK(planned == measured);
+            CHECK(test::planned_stage_bytes(c, slots) == test::allocated_stage_bytes(c, *tp, nullptr, r, slots));
           }
   }
 }
