@@ -10,11 +10,10 @@
 // r − 1) runs during the step's blocks.
 //
 // Causality by chunk: query chunk q sees key chunk k < q whole, k = q causally, k > q not at all.
-// With the load-balanced chunks a remote block j < r meets only the first query chunk... in
-// detail: j < r: both query chunks against key chunk j (the other key chunk, 2C − 1 − j, is
-// after both); j > r: the second query chunk, 2C − 1 − r, against both key chunks. So every step
-// after the first computes two c × c blocks, the first step (own block) two causal diagonals
-// and one full block: the work is even over the ranks. Masked chunk pairs are not computed; every
+// With the load-balanced chunks, a remote block j < r: both query chunks against key chunk j (the
+// other key chunk, 2C − 1 − j, is after both); j > r: the second query chunk, 2C − 1 − r, against
+// both key chunks. So every step after the first computes two c × c blocks, the first step (own
+// block) two causal diagonals and one full block: the work is even over the ranks. Masked chunk pairs are not computed; every
 // block travels the whole ring, since some rank needs each of its chunks.
 //
 // Backward: D = Σ dO ∘ O per row once; the same ring of K and V, and with each block its dK and

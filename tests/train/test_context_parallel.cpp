@@ -2,8 +2,8 @@
 // the sequence over 2 or 4 ranks reproduces the one-rank loss curve — alone, with tensor and
 // sequence parallelism, with pipeline stages (also interleaved), with data parallelism and the
 // distributed optimizer over data x context, with Llama's grouped-query attention and rotary
-// positions, full recompute and bf16 — and its checkpoints load under other context sizes bit for
-// bit.
+// positions, full recompute, bf16 and fp16 — and its checkpoints load under other context sizes
+// bit for bit.
 #include <cmath>
 #include <string>
 #include <vector>
@@ -69,19 +69,23 @@ TEST_CASE("context parallelism: every layout reproduces the one-rank loss curve"
   }
 }
 
-TEST_CASE("context parallelism: bf16 follows the one-rank bf16 curve", "[train][context][mixed][mpi]") {
+TEST_CASE("context parallelism: bf16 and fp16 follow the one-rank curves", "[train][context][mixed][mpi]") {
   const int n = test::world_size();
   if (n < 2) return;
   const int steps = 10;
-  io::Deck one = context_deck({"one rank", 1, 1, 1, 1, ""}, steps, true);
-  one.training.precision = "bf16";
-  io::Deck split = context_deck({"context", 1, n, 1, 1, ""}, steps, true);
-  split.training.precision = "bf16";
-  const auto reference = test::loss_curve<kx::bf16>(one, MPI_COMM_SELF, steps);
-  const auto curve = test::loss_curve<kx::bf16>(split, MPI_COMM_WORLD, steps);
-  // The ring merges O in fp32 and rounds it once, as the one-rank core does; what differs is the
-  // order of the fp32 sums (the merge), which moves a bf16 rounding now and then.
-  check_curve(curve, reference, 2e-3);
+  for (const std::string precision : {"bf16", "fp16"}) {
+    INFO(precision);
+    const test::OverflowAllowed overflow;  // fp16's first steps overflow at the initial loss scale
+    io::Deck one = context_deck({"one rank", 1, 1, 1, 1, ""}, steps, true);
+    io::Deck split = context_deck({"context", 1, n, 1, 1, ""}, steps, true);
+    one.training.precision = split.training.precision = precision;
+    const auto curve_of = [&](const io::Deck& d, MPI_Comm comm) {
+      return precision == "bf16" ? test::loss_curve<kx::bf16>(d, comm, steps) : test::loss_curve<kx::fp16>(d, comm, steps);
+    };
+    // The ring merges O in fp32 and rounds it once, as the one-rank core does; what differs is the
+    // order of the fp32 sums (the merge), which moves a 16-bit rounding now and then.
+    check_curve(curve_of(split, MPI_COMM_WORLD), curve_of(one, MPI_COMM_SELF), 2e-3);
+  }
 }
 
 // The logical weights and AdamW moments of a run, in parameter order, on every rank.

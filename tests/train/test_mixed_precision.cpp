@@ -43,17 +43,6 @@ std::vector<double> all_weights(train::TrainingRun<T>& run) {
   return out;
 }
 
-// fp16 overflows on purpose here (Inf - Inf in a backward is the event the loss scaler exists
-// for): the suite's FE_INVALID / FE_DIVBYZERO traps (tests/main.cpp) are off while it trains.
-struct OverflowAllowed {
-#if defined(__GLIBC__)
-  int trapped = fedisableexcept(FE_INVALID | FE_DIVBYZERO);
-  ~OverflowAllowed() {
-    if (trapped > 0) feenableexcept(trapped);
-  }
-#endif
-};
-
 }  // namespace
 
 TEST_CASE("mixed precision keeps fp32 master weights, gradients and moments: 18 bytes per parameter",
@@ -220,7 +209,7 @@ TEST_CASE("fp16 resumes bit for bit: the loss scaler's state travels in the chec
   test::SharedTempDir dir;
   const std::string extra = "[checkpoint]\ndir = \"" + dir.path() + "\"\nkeep = 10\n";
   const int steps = 8, k = 5;
-  const OverflowAllowed overflow;
+  const test::OverflowAllowed overflow;
   io::Deck deck = deck_in("fp16", 1, n, steps, extra);
   // Overflows at the start (the scale comes down from 2^24 with hysteresis 2), then a growth
   // window of 2 clean steps: the state at step k is none of the initial values.
@@ -276,7 +265,7 @@ TEST_CASE("fp16: an overflow at the smallest loss scale stops the run on every r
 TEST_CASE("fp16: a non-finite loss stops the run on every rank (no loss scale changes the forward)",
           "[train][mixed][mpi]") {
   const int n = test::world_size();
-  const OverflowAllowed overflow;
+  const test::OverflowAllowed overflow;
   io::Deck deck = deck_in("fp16", 1, n, 4);
   parallel::Topology topo(MPI_COMM_WORLD, parallel::Layout{1, 1, n});
   train::TrainingRun<kx::fp16> run(deck, topo);
@@ -296,7 +285,7 @@ TEST_CASE("fp16: a non-finite loss stops the run on every rank (no loss scale ch
 TEST_CASE("fp16: a restored loss scale below a raised loss_scale_min starts at the minimum, and an overflow there "
           "names the scale used", "[train][mixed][mpi]") {
   const int n = test::world_size();
-  const OverflowAllowed overflow;
+  const test::OverflowAllowed overflow;
   io::Deck deck = deck_in("fp16", 1, n, 4);
   deck.training.loss_scale_min = 0x1p30;  // the checkpoint's run had 1 and came down to 2^24
   parallel::Topology topo(MPI_COMM_WORLD, parallel::Layout{1, 1, n});
