@@ -5,7 +5,6 @@
 #include "catch.hpp"
 
 #include <algorithm>
-#include <cfenv>
 #include <cstdint>
 #include <limits>
 #include <stdexcept>
@@ -18,6 +17,7 @@
 #include "src/plan/count.hpp"
 #include "src/plan/parameter_count.hpp"
 #include "src/plan/plan.hpp"
+#include "tests/test_helpers.hpp"
 
 using namespace tptrain;
 using namespace tptrain::plan;
@@ -75,17 +75,6 @@ std::vector<std::int64_t> stage_parameters_by_tensor(const model::GptShape& s, i
   }
   return n;
 }
-
-// What a user's extreme numbers do (x / 0 = inf, 0 x inf = NaN), without the suite's FE_INVALID and
-// FE_DIVBYZERO traps (tests/main.cpp).
-struct DivisionByZeroAllowed {
-#if defined(__GLIBC__)
-  int trapped = fedisableexcept(FE_INVALID | FE_DIVBYZERO);
-  ~DivisionByZeroAllowed() {
-    if (trapped > 0) feenableexcept(trapped);
-  }
-#endif
-};
 
 std::string refusal(const Config& c, const Hardware& hw = {}) {
   try {
@@ -234,7 +223,7 @@ TEST_CASE("plan: a figure beyond a double is null in the JSON, and the report sa
   hw.efficiency = 1e-300;
   hw.gpus = 4;
   {
-    const DivisionByZeroAllowed allowed;
+    const test::FloatingPointTrapsOff allowed;  // a user's extreme numbers: x / 0 = inf, 0 x inf = NaN
     p = make_plan(tiny(2, 1), hw, 1e9);
   }
   REQUIRE_FALSE(p.suggestions.empty());

@@ -1,7 +1,6 @@
 // Mixed-precision training (bf16/fp16 compute, fp32 master weights, gradients and moments):
 // memory per parameter, the compute copy rounded from the master, bf16 against fp32, the fp16
 // loss scaler skipping an overflowing step on every rank, and checkpoints across precisions.
-#include <cfenv>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -209,7 +208,7 @@ TEST_CASE("fp16 resumes bit for bit: the loss scaler's state travels in the chec
   test::SharedTempDir dir;
   const std::string extra = "[checkpoint]\ndir = \"" + dir.path() + "\"\nkeep = 10\n";
   const int steps = 8, k = 5;
-  const test::OverflowAllowed overflow;
+  const test::FloatingPointTrapsOff overflow;
   io::Deck deck = deck_in("fp16", 1, n, steps, extra);
   // Overflows at the start (the scale comes down from 2^24 with hysteresis 2), then a growth
   // window of 2 clean steps: the state at step k is none of the initial values.
@@ -265,7 +264,7 @@ TEST_CASE("fp16: an overflow at the smallest loss scale stops the run on every r
 TEST_CASE("fp16: a non-finite loss stops the run on every rank (no loss scale changes the forward)",
           "[train][mixed][mpi]") {
   const int n = test::world_size();
-  const test::OverflowAllowed overflow;
+  const test::FloatingPointTrapsOff overflow;
   io::Deck deck = deck_in("fp16", 1, n, 4);
   parallel::Topology topo(MPI_COMM_WORLD, parallel::Layout{1, 1, n});
   train::TrainingRun<kx::fp16> run(deck, topo);
@@ -285,7 +284,7 @@ TEST_CASE("fp16: a non-finite loss stops the run on every rank (no loss scale ch
 TEST_CASE("fp16: a restored loss scale below a raised loss_scale_min starts at the minimum, and an overflow there "
           "names the scale used", "[train][mixed][mpi]") {
   const int n = test::world_size();
-  const test::OverflowAllowed overflow;
+  const test::FloatingPointTrapsOff overflow;
   io::Deck deck = deck_in("fp16", 1, n, 4);
   deck.training.loss_scale_min = 0x1p30;  // the checkpoint's run had 1 and came down to 2^24
   parallel::Topology topo(MPI_COMM_WORLD, parallel::Layout{1, 1, n});

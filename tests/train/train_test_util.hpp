@@ -2,7 +2,6 @@
 #pragma once
 
 #include <algorithm>
-#include <cfenv>
 #include <cmath>
 #include <fmt/format.h>
 #include <map>
@@ -16,20 +15,10 @@
 #include "src/train/training_run.hpp"
 #include "tests/model/model_test_util.hpp"
 #include "tests/mpi_test_util.hpp"
+#include "tests/test_helpers.hpp"
 #include "tests/train/per_parameter_optimizer.hpp"
 
 namespace tptrain::test {
-
-// fp16 overflows on purpose (Inf - Inf in a backward is the event the loss scaler exists for):
-// the suite's FE_INVALID / FE_DIVBYZERO traps (tests/main.cpp) are off while an fp16 run trains.
-struct OverflowAllowed {
-#if defined(__GLIBC__)
-  int trapped = fedisableexcept(FE_INVALID | FE_DIVBYZERO);
-  ~OverflowAllowed() {
-    if (trapped > 0) feenableexcept(trapped);
-  }
-#endif
-};
 
 // The tied copies of the word embedding, one on each rank of the embedding group (the first and
 // the last pipeline stage), are bit-identical: their element-wise minimum and maximum over the
