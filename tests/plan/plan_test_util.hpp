@@ -1,5 +1,6 @@
-// What the plan tests hold the planner's buffers to: the bytes a model stage of a plan's config
-// allocates, and the bytes the planner counts for it.
+// What the plan tests share: Llama shapes and a small Llama configuration whose buffers are easy
+// to count by hand, and what they hold the planner's buffers to: the bytes a model stage of a
+// plan's config allocates, and the bytes the planner counts for it.
 #pragma once
 
 #include <cstdint>
@@ -10,6 +11,41 @@
 #include "src/plan/plan_config.hpp"
 
 namespace tptrain::test {
+
+inline model::GptShape llama(int layers, int hidden, int heads, int kv_heads, int ffn, int vocab, int seq) {
+  model::GptShape s;
+  static_cast<model::BlockSpec&>(s) = model::block_preset("llama")->spec;
+  s.tie_embeddings = false;
+  s.layers = layers;
+  s.hidden = hidden;
+  s.heads = heads;
+  s.kv_heads = kv_heads;
+  s.ffn_hidden = ffn;
+  s.vocab_size = vocab;
+  s.seq_length = seq;
+  s.vocab_pad_multiple = 128;
+  return s;
+}
+
+// A small llama configuration whose buffers are easy to count by hand: h 32, a 4 (d 8), k 2,
+// f 48, s 16 (seq_length), b 2, pipeline 2, data 2.
+// flash = false: the batched attention core (its S×S buffers counted).
+inline plan::Config small_llama(int tensor, bool sp, model::Recompute r, const std::string& precision,
+                                int kv_heads = 2, bool flash = false, int seq_length = 16) {
+  plan::Config c;
+  c.shape = llama(4, 32, 4, kv_heads, 48, 250, seq_length);
+  c.shape.flash_attention = flash;
+  c.shape.vocab_pad_multiple = 8;
+  c.shape.tensor = tensor;
+  c.pipeline = 2;
+  c.data = 2;
+  c.global_batch = 16;
+  c.micro_batch = 2;
+  c.sequence_parallel = sp;
+  c.recompute = r;
+  c.precision = precision;
+  return c;
+}
 
 // The workspace of stage 0 of config c's model, built on this rank of `tp` (and `cp` under
 // context parallelism) with `slots` micro-batches in flight, in c's precision; without the

@@ -29,30 +29,11 @@ using namespace tptrain::plan;
 
 namespace {
 
-// A small llama block whose buffers are easy to count by hand: h 32, a 4 (d 8), k 2 key/value
-// heads, f 48, S 64, b 2, tensor 2; flash attention (ring attention runs it).
+// The plan tests' small llama (tests/plan/plan_test_util.hpp) at S 64, tensor 2 with sequence
+// parallelism, bf16, flash attention (ring attention runs it), over `context` ranks.
 Config small_llama(int context, int seq_length = 64) {
-  Config c;
-  static_cast<model::BlockSpec&>(c.shape) = model::block_preset("llama")->spec;
-  c.shape.tie_embeddings = false;
-  c.shape.layers = 4;
-  c.shape.hidden = 32;
-  c.shape.heads = 4;
-  c.shape.kv_heads = 2;
-  c.shape.ffn_hidden = 48;
-  c.shape.seq_length = seq_length;
-  c.shape.vocab_size = 250;
-  c.shape.vocab_pad_multiple = 8;
-  c.shape.tensor = 2;
-  c.shape.flash_attention = true;
+  Config c = test::small_llama(2, true, Recompute::selective, "bf16", 2, true, seq_length);
   c.shape.context = context;
-  c.pipeline = 2;
-  c.data = 2;
-  c.global_batch = 16;
-  c.micro_batch = 2;
-  c.sequence_parallel = true;
-  c.recompute = Recompute::selective;
-  c.precision = "bf16";
   return c;
 }
 

@@ -19,6 +19,7 @@
 #include "src/plan/plan.hpp"
 #include "src/model/model_flops.hpp"
 #include "tests/mpi_test_util.hpp"
+#include "tests/plan/plan_test_util.hpp"
 #include "tests/train/train_test_util.hpp"
 
 using namespace tptrain;
@@ -26,20 +27,9 @@ using namespace tptrain::plan;
 
 namespace {
 
-model::GptShape llama(int layers, int hidden, int heads, int kv_heads, int ffn, int vocab, int seq) {
-  model::GptShape s;
-  static_cast<model::BlockSpec&>(s) = model::block_preset("llama")->spec;
-  s.tie_embeddings = false;
-  s.layers = layers;
-  s.hidden = hidden;
-  s.heads = heads;
-  s.kv_heads = kv_heads;
-  s.ffn_hidden = ffn;
-  s.vocab_size = vocab;
-  s.seq_length = seq;
-  s.vocab_pad_multiple = 128;
-  return s;
-}
+using test::llama;
+using test::small_llama;
+
 model::GptShape llama2_7b() { return llama(32, 4096, 32, 32, 11008, 32000, 4096); }
 model::GptShape llama3_8b() { return llama(32, 4096, 32, 8, 14336, 128256, 8192); }
 
@@ -50,26 +40,6 @@ double formula(const model::GptShape& s) {
 
 io::Deck shipped(const std::string& name) {
   return io::load_deck(std::string(TPTRAIN_SOURCE_DIR) + "/input/" + name, {}, io::DataFiles::may_be_absent);
-}
-
-// A small llama configuration whose buffers are easy to count by hand: h 32, a 4 (d 8), k 2,
-// f 48, s 16, b 2.
-// flash = false: the batched attention core (its S×S buffers counted).
-Config small_llama(int tensor, bool sp, Recompute r, const std::string& precision, int kv_heads = 2,
-                   bool flash = false) {
-  Config c;
-  c.shape = llama(4, 32, 4, kv_heads, 48, 250, 16);
-  c.shape.flash_attention = flash;
-  c.shape.vocab_pad_multiple = 8;
-  c.shape.tensor = tensor;
-  c.pipeline = 2;
-  c.data = 2;
-  c.global_batch = 16;
-  c.micro_batch = 2;
-  c.sequence_parallel = sp;
-  c.recompute = r;
-  c.precision = precision;
-  return c;
 }
 
 }  // namespace
