@@ -3,12 +3,25 @@
 // must not pull in the training layer.
 #pragma once
 
+#include <string>
+
 #include "io/deck.hpp"
 #include "kokkos_kernels/attention_path.hpp"
 #include "kokkos_kernels/views.hpp"
 #include "src/model/gpt_shape.hpp"
 
 namespace tptrain::model {
+
+// Whether training.attention = `attention` with parallel.context = `context` runs flash attention
+// (GptShape::flash_attention): "flash" and "batched" as named; "default" flash under context
+// parallelism (ring attention runs flash per block), else the choice of the backend this binary
+// runs (`backend_flash`: flash on host backends, batched on GPUs; kernels::default_attention_path).
+// Both cores mask documents.
+inline bool flash_attention_of(const std::string& attention, int context,
+                               bool backend_flash = kernels::default_attention_path<kx::ExecSpace>() ==
+                                                    kernels::AttentionPath::flash) {
+  return attention == "flash" || (attention != "batched" && (context > 1 || backend_flash));
+}
 
 inline model::GptShape shape_of(const io::Deck& deck) {
   model::GptShape s;
@@ -34,13 +47,7 @@ inline model::GptShape shape_of(const io::Deck& deck) {
   s.tensor = deck.parallel.tensor;
   s.sequence_parallel = deck.parallel.sequence_parallel;
   s.context = deck.parallel.context;
-  // training.attention = default: the choice of the backend this binary runs (flash on host
-  // backends, batched on GPUs; kernels::default_attention_path). Both cores mask documents.
-  // Context parallelism's ring runs flash attention whatever the backend.
-  s.flash_attention = deck.training.attention == "flash" ||
-                      (deck.training.attention != "batched" &&
-                       (deck.parallel.context > 1 ||
-                        kernels::default_attention_path<kx::ExecSpace>() == kernels::AttentionPath::flash));
+  s.flash_attention = flash_attention_of(deck.training.attention, deck.parallel.context);
   return s;
 }
 

@@ -58,10 +58,13 @@ Config config_of(const io::Deck& d) {
   c.order = parallel::rank_order_from_name(d.parallel.order);
   // shape_of has set shape.context (parallel.context) and the attention core it implies.
   c.context_allowed = d.training.attention != "batched" && d.training.tasks.empty();
-  io::Deck one = d;
-  one.parallel.context = 1;
-  c.flash_without_context = model::shape_of(one).flash_attention;
+  c.attention = d.training.attention;
   return c;
+}
+
+void Config::set_context(int cp) {
+  shape.context = cp;
+  shape.flash_attention = model::flash_attention_of(attention, cp);
 }
 
 }  // namespace tptrain::plan

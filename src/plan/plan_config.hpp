@@ -32,10 +32,10 @@ struct Config {
   parallel::RankOrder order = parallel::RankOrder::tp_pp_dp;  // parallel.order
   // What the layout search may do with parallel.context (ring attention runs flash attention and
   // no multiple-choice tasks): whether > 1 is allowed (training.attention is not "batched", no
-  // training.tasks), and the attention core the deck gets with parallel.context = 1
-  // (model::shape_of: "default" is the backend's choice).
+  // training.tasks); and training.attention, which with parallel.context gives the attention core
+  // (model::flash_attention_of).
   bool context_allowed = true;
-  bool flash_without_context = true;
+  std::string attention = "default";
 
   int tensor() const { return shape.tensor; }
   int context() const { return shape.context; }
@@ -44,11 +44,9 @@ struct Config {
   // The ranks gradients are summed over and the distributed optimizer is sharded over: data x
   // context (Megatron's data-parallel group with context parallelism).
   std::int64_t data_context() const { return std::int64_t(data) * shape.context; }
-  // Sets parallel.context and the attention core it implies (model::shape_of: flash with C > 1).
-  void set_context(int cp) {
-    shape.context = cp;
-    shape.flash_attention = cp > 1 || flash_without_context;
-  }
+  // Sets parallel.context and the attention core it implies (model::flash_attention_of, as
+  // model::shape_of: flash with C > 1).
+  void set_context(int cp);
   // M: micro-batches per step on one data-parallel rank (gradient accumulation). The ranks of a
   // context group share their micro-batches (each holds 2 of the 2C chunks of every sequence).
   int micro_batches() const { return global_batch / (micro_batch * data); }

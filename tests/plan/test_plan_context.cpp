@@ -16,6 +16,7 @@
 
 #include "io/deck.hpp"
 #include "src/model/gpt_model.hpp"
+#include "src/model/shape_of_deck.hpp"
 #include "src/parallel/topology.hpp"
 #include "src/plan/activation_memory.hpp"
 #include "src/plan/communication.hpp"
@@ -228,11 +229,16 @@ TEST_CASE("plan: the layout rules of context parallelism", "[plan][context]") {
   batched.context_allowed = false;
   batched.set_context(2);
   CHECK_THAT(batched.layout_problem(), Catch::Contains("parallel.context = 2: ring attention"));
-  // set_context picks the attention core as model::shape_of does: flash with context > 1.
+  // set_context picks the attention core as model::shape_of does (model::flash_attention_of):
+  // "default" is flash with context > 1 whatever the backend's default, the backend's otherwise.
+  CHECK_FALSE(model::flash_attention_of("default", 1, /*backend_flash=*/false));
+  CHECK(model::flash_attention_of("default", 2, /*backend_flash=*/false));
+  CHECK_FALSE(model::flash_attention_of("batched", 1, /*backend_flash=*/true));
   Config core = small_llama(1);
-  core.flash_without_context = false;
+  core.attention = "batched";
   core.set_context(1);
   CHECK_FALSE(core.shape.flash_attention);
+  core.attention = "default";
   core.set_context(2);
   CHECK(core.shape.flash_attention);
 }
