@@ -190,11 +190,13 @@ class GptModel {
     if (cp.size() != shape_.context)
       throw std::invalid_argument("tptrain: the context group has " + std::to_string(cp.size()) +
                                   " ranks, the model's parallel.context is " + std::to_string(shape_.context));
-    context_ = ContextChunks{cp.rank(), cp.size(), shape_.seq_length};
     context_group_ = &cp;
-    for (auto& layer : layers_) layer->attn.context = &cp;
+    for (auto& layer : layers_) layer->attn.bind_context(cp);
   }
-  ContextChunks context_chunks() const { return context_; }
+  ContextChunks context_chunks() const {
+    return context_group_ ? ContextChunks{context_group_->rank(), context_group_->size(), shape_.seq_length}
+                          : ContextChunks{0, 1, shape_.seq_length};
+  }
   Communicator* context_group() const { return context_group_; }  // null before bind_context
   int micro_batch() const { return batch_; }
   // The rank's rows of a micro-batch: B·S, or B·S/C with context parallelism.
@@ -554,8 +556,7 @@ class GptModel {
   Communicator& tp_;
   PipelineStage stage_;
   Recompute recompute_;
-  ContextChunks context_{0, 1, 0};  // bind_context
-  Communicator* context_group_ = nullptr;
+  Communicator* context_group_ = nullptr;  // bind_context
   OptimizerSharding sharding_;
   std::int64_t rows_;       // sequence_rows()
   Workspace<T> workspace_;  // before every member that takes buffers from it; the blocks' attention and MLP

@@ -81,10 +81,14 @@ struct ParallelAttention {
   kernels::Matrix<kx::acc_t<T>> dkv_sum;  // [N, 2 * nkv/tp * d]
   // Rotary positions: the tables [S, d/2] (one pair per stage; S the whole sequence).
   kernels::Matrix<kx::acc_t<T>> rope_cos, rope_sin;
-  // Context parallelism: the ring (its buffers) and the context group (set by the model,
-  // GptModel::bind_context); with it `positions` holds every row's global position.
+  // Context parallelism: the ring (its buffers and this rank's chunks) and the context group
+  // (bind_context); with it `positions` holds every row's global position.
   RingAttention<T> ring;
   Communicator* context = nullptr;
+  void bind_context(Communicator& cp) {
+    context = &cp;
+    ring.chunks.rank = cp.rank();
+  }
 
   ParallelAttention(const std::string& name, const GptShape& s, int batch, const Communicator& tp, Workspace<T>& ws,
                     Recompute mode = Recompute::selective, const SavedPlacement& placement = {})
@@ -158,7 +162,6 @@ struct ParallelAttention {
         kernels::flash_attention_cached_forward(exec, qkv_out, step->cache->k, step->cache->v, step->position, ctx,
                                                 saved.lse, step->doc_start);
       } else if (ring.chunks.split()) {
-        ring.chunks.rank = context->rank();
         ring.forward(exec, *context, saved.qkv_out, saved.ctx, saved.lse, doc_start);
       } else if (flash) {
         kernels::flash_attention_forward(exec, saved.qkv_out, saved.ctx, saved.lse, B, S, nh_local, nkv_local, d,

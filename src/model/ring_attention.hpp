@@ -54,7 +54,7 @@ struct RingAttention {
   using F = kx::acc_t<T>;
   static constexpr int kv_tag = 1, sums_tag = 2;
 
-  ContextChunks chunks;  // the rank's chunks (rank, size C, S)
+  ContextChunks chunks;  // the rank's chunks: its rank and the size C of the context group it rings over, S
   int B = 0, nh = 0, nkv = 0, d = 0;
   kernels::Matrix<T> kv[2];    // [N, 2 nkv d]: K then V of the block held, and of the one arriving
   kernels::Matrix<F> o_sum;    // [N, nh d]: the merged output (forward)
@@ -78,7 +78,7 @@ struct RingAttention {
   // output [N, (nh + 2 nkv) d]; doc: empty, or each row's global document start [N].
   template <class QKV, class OV, class LV, class DV>
   void forward(const Exec& exec, Communicator& cp, const QKV& qkv, const OV& ctx, const LV& lse, const DV& doc) {
-    const int C = cp.size(), r = cp.rank();
+    const int C = chunks.size, r = chunks.rank;  // the context group's (cp's)
     {
       PhaseScope phase(Phase::attention);
       kernels::fill(exec, o_sum, F(0));
@@ -109,7 +109,7 @@ struct RingAttention {
   template <class DOV, class QKV, class OV, class LV, class DV, class DQKV, class SV, class WV>
   void backward(const Exec& exec, Communicator& cp, const DOV& d_ctx, const QKV& qkv, const OV& ctx, const LV& lse,
                 const DQKV& d_qkv, const DV& doc, const SV& dq_sum, const WV& delta) {
-    const int C = cp.size(), r = cp.rank();
+    const int C = chunks.size, r = chunks.rank;  // the context group's (cp's)
     const std::int64_t c = chunks.chunk();
     {
       PhaseScope phase(Phase::attention);
@@ -210,7 +210,7 @@ struct RingAttention {
       return;
     }
     if (groups.size() <= g) groups.resize(g + 1);
-    const int C = cp.size(), next = (cp.rank() + 1) % C, prev = (cp.rank() + C - 1) % C;
+    const int C = chunks.size, next = (chunks.rank + 1) % C, prev = (chunks.rank + C - 1) % C;
     std::vector<parallel::Request>& r = groups[g];
     cp.group_start(exec);
     if (op.flow == schedule::RingFlow::kv) {

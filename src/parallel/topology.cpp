@@ -39,7 +39,7 @@ Topology::Topology(MPI_Comm world, const Layout& layout, const CommunicatorOptio
   if (!problem.empty()) throw TopologyError(problem);
 
   coords_ = coordinates_of(world_rank_, layout);
-  const int T = layout.tensor, P = layout.pipeline, C = layout.context, D = layout.data;
+  const int T = layout.tensor, P = layout.pipeline, C = layout.context;
   const Coordinates& c = coords_;
   // Colour = the coordinates the group does not vary over; key = the one it does.
   tp_ = split(world, c.cp + C * (c.pp + P * c.dp), c.tp, options);
@@ -48,10 +48,7 @@ Topology::Topology(MPI_Comm world, const Layout& layout, const CommunicatorOptio
   if (C > 1) {
     cp_ = split(world, c.tp + T * (c.pp + P * c.dp), c.cp, options);
     dp_cp_ = split(world, c.tp + T * c.pp, c.cp + C * c.dp, options);
-  } else {
-    cp_ = split(world, world_rank_, 0, options);  // the rank alone
   }
-  (void)D;
   const bool on_edge = is_first_stage() || is_last_stage();
   embedding_ = split(world, on_edge ? c.tp + T * (c.cp + C * c.dp) : MPI_UNDEFINED, c.pp, options);
 }

@@ -61,7 +61,8 @@ class Topology {
   Communicator& tp() const { return *tp_; }
   Communicator& pp() const { return *pp_; }
   Communicator& dp() const { return *dp_; }
-  Communicator& cp() const { return *cp_; }
+  // The context group, or null without context parallelism (context = 1: no group is built).
+  Communicator* cp() const { return cp_.get(); }
   // Data x context: the group of the gradient sum and of the optimizer's shards (dp() when
   // context = 1).
   Communicator& dp_cp() const { return dp_cp_ ? *dp_cp_ : *dp_; }

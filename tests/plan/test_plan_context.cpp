@@ -198,7 +198,7 @@ TEST_CASE("plan: with context parallelism the inventory is what a model stage al
                                 << slots << " micro-batches in flight");
               REQUIRE(c.layout_problem().empty());
               CHECK(test::planned_stage_bytes(c, slots) ==
-                    test::allocated_stage_bytes(c, topo.tp(), &topo.cp(), r, slots));
+                    test::allocated_stage_bytes(c, topo.tp(), topo.cp(), r, slots));
             }
   }
 }
