@@ -23,11 +23,13 @@
 namespace tptrain::model {
 
 enum class Norm { layernorm, rmsnorm };  // LayerNorm (weight and bias) or RMSNorm (weight)
-enum class Mlp { gelu, swiglu };         // fc, GELU (tanh), proj; or gate|up, silu(gate)·up, down
+// fc, GELU (tanh), proj; or gate|up, silu(gate)·up, down; or a mixture of SwiGLU experts, each
+// token through k of E of them (Mixtral; src/model/mixture_of_experts.hpp)
+enum class Mlp { gelu, swiglu, moe };
 enum class Position { learned, rope };   // a learned [S, H] embedding added to the tokens, or q and k rotated
 
 inline const char* norm_name(Norm n) { return n == Norm::rmsnorm ? "rmsnorm" : "layernorm"; }
-inline const char* mlp_name(Mlp m) { return m == Mlp::swiglu ? "swiglu" : "gelu"; }
+inline const char* mlp_name(Mlp m) { return m == Mlp::moe ? "moe" : m == Mlp::swiglu ? "swiglu" : "gelu"; }
 inline const char* position_name(Position p) { return p == Position::rope ? "rope" : "learned"; }
 inline std::optional<Norm> norm_of(std::string_view s) {
   if (s == "layernorm") return Norm::layernorm;
@@ -37,6 +39,7 @@ inline std::optional<Norm> norm_of(std::string_view s) {
 inline std::optional<Mlp> mlp_of(std::string_view s) {
   if (s == "gelu") return Mlp::gelu;
   if (s == "swiglu") return Mlp::swiglu;
+  if (s == "moe") return Mlp::moe;
   return std::nullopt;
 }
 inline std::optional<Position> position_of(std::string_view s) {
@@ -61,9 +64,18 @@ struct BlockSpec {
   // GPT-2 scales the residual projections' initial values by 1/√(2L) (Radford et al. 2019, 2.3);
   // Hugging Face's Llama initialises every matrix with the same σ. A preset's choice.
   bool scaled_residual_init = true;
+  // The mixture of experts (mlp = moe; Mixtral, Jiang et al. 2024): E SwiGLU experts of
+  // ffn_hidden each (model.experts), k of them per token (model.experts_per_token), chosen by a
+  // router and weighted by its softmax renormalised over the k. Dropless unless a capacity factor
+  // c > 0 (model.moe_capacity_factor) caps each expert at ceil(c·k·N/E) of a micro-batch's N tokens.
+  int experts = 8;
+  int experts_per_token = 2;
+  double moe_capacity_factor = 0.0;
 
   bool rms() const { return norm == Norm::rmsnorm; }
-  bool swiglu() const { return mlp == Mlp::swiglu; }
+  bool swiglu() const { return mlp == Mlp::swiglu; }  // the dense SwiGLU MLP
+  bool moe() const { return mlp == Mlp::moe; }
+  bool gated() const { return mlp != Mlp::gelu; }      // gate|up, silu(gate)·up: SwiGLU, or each expert
   bool rotary() const { return position == Position::rope; }
   bool norm_bias() const { return norm == Norm::layernorm; }
 };
@@ -97,6 +109,8 @@ inline const BlockPreset* block_presets(std::size_t& count) {
        make_spec("llama", Norm::rmsnorm, Mlp::swiglu, Position::rope, false, false, false, false)},
       {"qwen2", "llama with q/k/v biases (Qwen2ForCausalLM)",
        make_spec("qwen2", Norm::rmsnorm, Mlp::swiglu, Position::rope, true, false, false, false)},
+      {"mixtral", "llama with a mixture of SwiGLU experts as its MLP, top-k routed (MixtralForCausalLM)",
+       make_spec("mixtral", Norm::rmsnorm, Mlp::moe, Position::rope, false, false, false, false)},
   };
   count = sizeof(presets) / sizeof(presets[0]);
   return presets;
@@ -164,9 +178,44 @@ inline std::vector<rules::Problem> unused_choice_problems(Norm norm, double norm
   return out;
 }
 
+// The mixture of experts: k of E experts per token (1 <= k <= E); its experts have no biases;
+// model.experts, model.experts_per_token and model.moe_capacity_factor are its keys, left at their
+// defaults by the other MLPs (as norm_eps and rope_theta above).
+inline std::vector<rules::Problem> moe_problems(Mlp mlp, bool linear_bias, std::int64_t experts,
+                                                std::int64_t experts_per_token, double capacity_factor) {
+  std::vector<rules::Problem> out;
+  const BlockSpec defaults;
+  if (mlp != Mlp::moe) {
+    const auto unused = [&](const char* key, std::string value) {
+      out.push_back(rules::Problem::statement({key, 0, std::move(value)},
+                                              "to be left out with {model.mlp}: it is the mixture of experts' "
+                                              "(model.mlp = \"moe\")",
+                                              {{"model.mlp", 0, fmt::format("\"{}\"", mlp_name(mlp))}}));
+    };
+    if (experts != defaults.experts) unused("model.experts", std::to_string(experts));
+    if (experts_per_token != defaults.experts_per_token)
+      unused("model.experts_per_token", std::to_string(experts_per_token));
+    if (capacity_factor != defaults.moe_capacity_factor)
+      unused("model.moe_capacity_factor", fmt::format("{}", capacity_factor));
+    return out;
+  }
+  if (experts_per_token > experts)
+    out.push_back(rules::Problem::statement({"model.experts_per_token", experts_per_token},
+                                            fmt::format("at most model.experts = {}: each token goes to k "
+                                                        "different experts",
+                                                        experts)));
+  if (linear_bias)
+    out.push_back(rules::Problem::statement({"model.linear_bias", 0, "true"},
+                                            "false with {model.mlp}: the experts have no biases (Mixtral)",
+                                            {{"model.mlp", 0, "\"moe\""}}));
+  return out;
+}
+
 // Every rule of the specification, for a block of `hidden` features in `heads` heads.
 inline std::vector<rules::Problem> block_spec_problems(const BlockSpec& s, std::int64_t hidden, std::int64_t heads) {
   std::vector<rules::Problem> out = rotary_problems(s.position, hidden, heads);
+  for (rules::Problem& p : moe_problems(s.mlp, s.linear_bias, s.experts, s.experts_per_token, s.moe_capacity_factor))
+    out.push_back(std::move(p));
   for (rules::Problem& p : norm_bias_problems(s.norm, s.linear_bias)) out.push_back(std::move(p));
   for (rules::Problem& p : unused_choice_problems(s.norm, s.norm_eps, s.position, s.rope_theta))
     out.push_back(std::move(p));

@@ -55,6 +55,11 @@ struct ModelConfig {
   double norm_eps{};         // RMSNorm's epsilon (model.norm = rmsnorm)
   double rope_theta{};       // rotary embedding base (model.position = rope)
   bool tie_embeddings{};     // output layer = word embedding (default: the preset's)
+  // The mixture of experts (model.mlp = "moe"; base/block_spec.hpp): E experts, k per token, and
+  // a capacity factor (0: dropless).
+  int experts{};
+  int experts_per_token{};
+  double moe_capacity_factor{};
 
   int head_dim() const;   // hidden / heads
   int ffn_width() const;  // ffn_hidden, or 4 * hidden when ffn_hidden == 0 (unresolved)
@@ -68,6 +73,7 @@ struct ModelConfig {
 struct ParallelConfig {
   int tensor{};
   int context{};             // context parallelism: ranks that split each sequence (ring attention)
+  int expert{};              // expert parallelism: ranks, taken from the data-parallel ones, that split the experts
   int pipeline{};
   int data{};
   bool sequence_parallel{};  // Megatron sequence parallelism over the tensor-parallel group
@@ -96,6 +102,10 @@ struct TrainingConfig {
   std::string recompute;  // "none", "selective" or "full"
   std::string attention;  // "default", "flash" or "batched" (model::shape_of resolves default)
   double grad_clip{};
+  // The mixture of experts' losses (src/model/mixture_of_experts.hpp): the load-balancing loss's
+  // and the router z-loss's coefficients.
+  double moe_aux_loss_coeff{};
+  double moe_z_loss_coeff{};
   int log_interval{};
   int eval_interval{};
   int eval_windows{};

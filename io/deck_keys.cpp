@@ -69,8 +69,9 @@ std::vector<DeckKey> make_keys() {
        "the blocks' and the final norm: LayerNorm (weight and bias, epsilon 1e-5) or RMSNorm (weight, "
        "model.norm_eps)",
        &member<&Deck::model, &M::norm>},
-      {"model", "mlp", Derived{"the preset's"}, Choice{{"gelu", "swiglu"}},
-       "the MLP: fc, GELU (tanh), proj; or SwiGLU: silu(gate) * up, down (gate and up of model.ffn_hidden each)",
+      {"model", "mlp", Derived{"the preset's"}, Choice{{"gelu", "swiglu", "moe"}},
+       "the MLP: fc, GELU (tanh), proj; or SwiGLU: silu(gate) * up, down (gate and up of model.ffn_hidden each); "
+       "or moe: a mixture of model.experts SwiGLU experts, each token through model.experts_per_token of them",
        &member<&Deck::model, &M::mlp>},
       {"model", "position", Derived{"the preset's"}, Choice{{"learned", "rope"}},
        "positions: a learned [seq_length, hidden] embedding, or rotary embeddings of q and k (model.rope_theta)",
@@ -112,6 +113,17 @@ std::vector<DeckKey> make_keys() {
       {"model", "tie_embeddings", Derived{"the preset's"}, AnyBoolean{},
        "the output layer is the word embedding (tied) or its own lm_head/weight",
        &member<&Deck::model, &M::tie_embeddings>},
+      {"model", "experts", integer(8), at_least_1,
+       "model.mlp = \"moe\": experts E per block, each a SwiGLU of model.ffn_hidden (Mixtral: 8)",
+       &member<&Deck::model, &M::experts>},
+      {"model", "experts_per_token", integer(2), at_least_1,
+       "model.mlp = \"moe\": experts k each token goes through (top k of the router's softmax, their "
+       "probabilities renormalised to sum to 1; Mixtral: 2)",
+       &member<&Deck::model, &M::experts_per_token>},
+      {"model", "moe_capacity_factor", number(0.0), NumberRange{0.0, true, std::nullopt, "(0 = dropless)"},
+       "model.mlp = \"moe\": 0 runs dropless (every token reaches its k experts); c > 0 caps each expert at "
+       "ceil(c * k * tokens / experts) of a micro-batch's tokens and drops the rest (counted in metrics)",
+       &member<&Deck::model, &M::moe_capacity_factor>},
 
       {"parallel", "tensor", integer(1), at_least_1, "Megatron tensor-parallel ranks",
        &member<&Deck::parallel, &P::tensor>},
@@ -120,6 +132,11 @@ std::vector<DeckKey> make_keys() {
        "2 * context chunks, a rank computes chunks r and 2 * context - 1 - r, and the keys and values travel the "
        "ring of the context group; needs model.seq_length divisible by 2 * context and training.attention = \"flash\"",
        &member<&Deck::parallel, &P::context>},
+      {"parallel", "expert", integer(1), at_least_1,
+       "expert-parallel ranks (model.mlp = \"moe\"): taken from the data-parallel ranks (a divisor of "
+       "parallel.data), they split each block's experts (model.experts a multiple of it) and exchange tokens by "
+       "all-to-all; expert gradients are averaged over the data / expert ranks that hold the same experts",
+       &member<&Deck::parallel, &P::expert>},
       {"parallel", "pipeline", integer(1), at_least_1, "pipeline stages",
        &member<&Deck::parallel, &P::pipeline>},
       {"parallel", "data", integer(1), at_least_1, "data-parallel replicas",
@@ -197,6 +214,14 @@ std::vector<DeckKey> make_keys() {
        &member<&Deck::training, &T::attention>},
       {"training", "grad_clip", number(1.0), NumberRange{0.0, true, std::nullopt, "(0 = off)"},
        "global gradient-norm clip", &member<&Deck::training, &T::grad_clip>},
+      {"training", "moe_aux_loss_coeff", number(0.02), non_negative,
+       "model.mlp = \"moe\": weight of the load-balancing loss E * sum_e f_e * P_e (Switch, Mixtral), averaged "
+       "over the blocks, added to the training loss (logged apart as moe_aux_loss)",
+       &member<&Deck::training, &T::moe_aux_loss_coeff>},
+      {"training", "moe_z_loss_coeff", number(0.0), non_negative,
+       "model.mlp = \"moe\": weight of the router z-loss mean((log sum exp logits)^2) (ST-MoE), averaged over "
+       "the blocks (0 = off; logged as moe_z_loss)",
+       &member<&Deck::training, &T::moe_z_loss_coeff>},
       {"training", "log_interval", integer(10), at_least_1, "steps between metric lines",
        &member<&Deck::training, &T::log_interval>},
       {"training", "eval_interval", integer(100), IntRange{0, std::nullopt, "(0 = never)"},

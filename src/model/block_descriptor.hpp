@@ -41,6 +41,7 @@ namespace tptrain::model {
 #define TPTRAIN_GATE_UP_BLOCKS {ParameterDim::ffn, ParameterDim::ffn, ParameterDim::none}
 #define TPTRAIN_NO_BLOCKS {ParameterDim::none, ParameterDim::none, ParameterDim::none}
 #define TPTRAIN_HF(gpt2, gpt2_t, llama) {HfName{gpt2, gpt2_t}, HfName{llama, false}}
+// (a per-expert row's "{e}" is expanded by block_parameter_rows)
 inline constexpr ParameterRow kBlockParameters[] = {
     // name, shape, split, blocks, SP sum, decay, init, tied, block extents, needs, Hugging Face names
     {"ln_1/weight", {ParameterDim::hidden}, TensorSplit::replicated, 1, true, false, {Init::constant, 1.0f}, false,
@@ -81,11 +82,30 @@ inline constexpr ParameterRow kBlockParameters[] = {
      TPTRAIN_GATE_UP_BLOCKS, needs_swiglu | needs_linear_bias,
      TPTRAIN_HF(nullptr, false, "model.layers.{i}.mlp.gate_proj.bias|model.layers.{i}.mlp.up_proj.bias")},
     {"mlp/proj/weight", {ParameterDim::hidden, ParameterDim::ffn}, TensorSplit::row, 1, false, true,
-     {Init::residual_normal, 0.02f}, false, TPTRAIN_NO_BLOCKS, always,
-     TPTRAIN_HF("transformer.h.{i}.mlp.c_proj.weight", true, "model.layers.{i}.mlp.down_proj.weight")},
+     {Init::residual_normal, 0.02f}, false, TPTRAIN_NO_BLOCKS, needs_gelu,
+     TPTRAIN_HF("transformer.h.{i}.mlp.c_proj.weight", true, nullptr)},
+    {"mlp/proj/weight", {ParameterDim::hidden, ParameterDim::ffn}, TensorSplit::row, 1, false, true,
+     {Init::residual_normal, 0.02f}, false, TPTRAIN_NO_BLOCKS, needs_swiglu,
+     TPTRAIN_HF(nullptr, false, "model.layers.{i}.mlp.down_proj.weight")},
     {"mlp/proj/bias", {ParameterDim::hidden}, TensorSplit::replicated, 1, true, false, {Init::constant, 0.0f}, false,
      TPTRAIN_NO_BLOCKS, needs_linear_bias,
      TPTRAIN_HF("transformer.h.{i}.mlp.c_proj.bias", false, "model.layers.{i}.mlp.down_proj.bias")},
+    // The mixture of experts (src/model/mixture_of_experts.hpp): the router, replicated over the
+    // tensor ranks (every rank routes the same tokens), and each expert's SwiGLU split over them as
+    // the dense one is. An expert-parallel rank holds the experts of its share only
+    // (held_by_expert_rank).
+    {"mlp/router/weight", {ParameterDim::experts, ParameterDim::hidden}, TensorSplit::replicated, 1, false, true,
+     {Init::normal, 0.02f}, false, TPTRAIN_NO_BLOCKS, needs_moe,
+     TPTRAIN_HF(nullptr, false, "model.layers.{i}.block_sparse_moe.gate.weight")},
+    {"mlp/experts/{e}/fc/weight", {ParameterDim::ffn2, ParameterDim::hidden}, TensorSplit::column, 2, false, true,
+     {Init::normal, 0.02f}, false, TPTRAIN_GATE_UP_BLOCKS, needs_moe,
+     TPTRAIN_HF(nullptr, false,
+                "model.layers.{i}.block_sparse_moe.experts.{e}.w1.weight|"
+                "model.layers.{i}.block_sparse_moe.experts.{e}.w3.weight"),
+     true},
+    {"mlp/experts/{e}/proj/weight", {ParameterDim::hidden, ParameterDim::ffn}, TensorSplit::row, 1, false, true,
+     {Init::residual_normal, 0.02f}, false, TPTRAIN_NO_BLOCKS, needs_moe,
+     TPTRAIN_HF(nullptr, false, "model.layers.{i}.block_sparse_moe.experts.{e}.w2.weight"), true},
 };
 #undef TPTRAIN_QKV_BLOCKS
 #undef TPTRAIN_GATE_UP_BLOCKS
@@ -93,12 +113,39 @@ inline constexpr ParameterRow kBlockParameters[] = {
 #undef TPTRAIN_HF
 inline constexpr std::size_t kBlockParameterRows = std::size(kBlockParameters);
 
-// The rows shape s's specification holds, in checkpoint (and bucket) order.
+// The rows shape s's specification holds, in checkpoint (and bucket) order. The rows of each
+// expert (ParameterRow::per_expert, consecutive in the table) are expanded expert by expert:
+// mlp/experts/0/fc/weight, mlp/experts/0/proj/weight, mlp/experts/1/fc/weight, ...
 inline std::vector<ParameterRow> block_parameter_rows(const GptShape& s) {
   std::vector<ParameterRow> rows;
-  for (const ParameterRow& r : kBlockParameters)
-    if (holds(r.needs, s)) rows.push_back(r);
+  const std::size_t n = kBlockParameterRows;
+  for (std::size_t i = 0; i < n; ++i) {
+    const ParameterRow& r = kBlockParameters[i];
+    if (!holds(r.needs, s)) continue;
+    if (!r.per_expert) {
+      rows.push_back(r);
+      continue;
+    }
+    std::size_t end = i;
+    while (end < n && kBlockParameters[end].per_expert) ++end;
+    for (int e = 0; e < s.experts; ++e)
+      for (std::size_t j = i; j < end; ++j) rows.push_back(expert_row(kBlockParameters[j], e));
+    i = end - 1;
+  }
   return rows;
+}
+
+// The expert a block parameter row belongs to ("mlp/experts/<e>/..."), or -1 (a dense row).
+inline int expert_of_row(const std::string& row) {
+  static const std::string prefix = "mlp/experts/";
+  if (row.rfind(prefix, 0) != 0) return -1;
+  return std::stoi(row.substr(prefix.size()));
+}
+// Whether expert-parallel rank `ep_rank` holds block parameter row `row`: every dense row, and
+// the rows of its experts [first_expert(ep_rank), + local_experts()).
+inline bool held_by_expert_rank(const GptShape& s, const std::string& row, int ep_rank) {
+  const int e = expert_of_row(row);
+  return e < 0 || (e >= s.first_expert(ep_rank) && e < s.first_expert(ep_rank) + s.local_experts());
 }
 
 // Block `layer`'s parameters for shape s, in the table's order, named layers/<layer>/<row>.

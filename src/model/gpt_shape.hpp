@@ -44,6 +44,10 @@ struct GptShape : BlockSpec {
   // (src/model/ring_attention.hpp). seq_length stays S, the sequence the parameters (learned
   // positions) and the rotary tables cover; the rank's buffers hold local_seq_length() rows of it.
   int context = 1;
+  // Expert parallelism (parallel.expert = ep, model.mlp = "moe"): the E experts of every block
+  // are split over ep ranks taken from the data-parallel ones, E/ep each
+  // (src/model/mixture_of_experts.hpp); tokens travel to their experts by all-to-all.
+  int expert_parallel = 1;
 
   static constexpr std::int64_t int_limit = std::numeric_limits<int>::max();
 
@@ -55,8 +59,12 @@ struct GptShape : BlockSpec {
   std::int64_t qkv_width() const { return (std::int64_t(heads) + 2 * std::int64_t(kv_head_count())) * head_dim(); }
   std::int64_t kv_width() const { return std::int64_t(kv_head_count()) * head_dim(); }  // nkv·d
   std::int64_t local_qkv_width() const { return qkv_width() / tensor; }
-  // The fc weight's rows: F (GELU) or gate and up stacked, 2F (SwiGLU).
-  std::int64_t fc_width() const { return swiglu() ? 2 * std::int64_t(ffn_hidden) : ffn_hidden; }
+  // The fc weight's rows: F (GELU) or gate and up stacked, 2F (SwiGLU, and each expert of a mixture).
+  std::int64_t fc_width() const { return gated() ? 2 * std::int64_t(ffn_hidden) : ffn_hidden; }
+  // The experts one rank holds: E / ep (0 without a mixture of experts), and the first of them
+  // on expert-parallel rank r.
+  int local_experts() const { return moe() ? experts / expert_parallel : 0; }
+  int first_expert(int ep_rank) const { return ep_rank * local_experts(); }
   // Megatron pads the vocabulary to a multiple of make-vocab-size-divisible-by (128) times the
   // TP size, so that every rank's block of the logits GEMM, V_padded/tp, is a multiple of the
   // pad (tensor cores want multiples of 8); padded logits are masked out. Checkpoints hold the
@@ -108,6 +116,20 @@ struct GptShape : BlockSpec {
     positive("model.vocab_pad_multiple", vocab_pad_multiple);
     positive("parallel.tensor", tensor);
     positive("parallel.context", context);
+    positive("parallel.expert", expert_parallel);
+    if (moe()) {
+      positive("model.experts", experts);
+      positive("model.experts_per_token", experts_per_token);
+      if (!(moe_capacity_factor >= 0))
+        throw std::invalid_argument("tptrain: model.moe_capacity_factor must be >= 0 (0: dropless)");
+      if (experts % expert_parallel != 0)
+        throw std::invalid_argument("tptrain: model.experts = " + std::to_string(experts) +
+                                    " is not a multiple of parallel.expert = " + std::to_string(expert_parallel) +
+                                    " (expert parallelism gives each rank the same number of experts)");
+    } else if (expert_parallel > 1) {
+      throw std::invalid_argument("tptrain: parallel.expert = " + std::to_string(expert_parallel) +
+                                  " needs model.mlp = \"moe\" (it splits the experts)");
+    }
     if (context > 1 && seq_length % (2 * context) != 0)
       throw std::invalid_argument("tptrain: model.seq_length = " + std::to_string(seq_length) +
                                   " is not a multiple of 2 * parallel.context = " + std::to_string(2 * context) +

@@ -6,6 +6,8 @@
 
 #include <cmath>
 #include <cstdint>
+#include <mutex>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -25,6 +27,7 @@ enum class ParameterDim {
   ffn2,    // 2F: SwiGLU's gate and up stacked
   vocab,   // V, allocated padded to a multiple of vocab_pad_multiple * tensor (GptShape::padded_vocab)
   seq,     // S
+  experts, // E: the router's rows (model.mlp = moe)
 };
 
 // How a tensor is split over the tensor-parallel group (Megatron-LM section 3).
@@ -57,10 +60,12 @@ enum Needs : unsigned {
   needs_flash = 1u << 10,       // training.attention = flash (buffers)
   needs_batched = 1u << 11,     // training.attention = batched (buffers)
   needs_context = 1u << 12,     // parallel.context > 1: ring attention (buffers)
+  needs_moe = 1u << 13,         // model.mlp = moe
 };
 inline bool holds(unsigned needs, const GptShape& s) {
   const unsigned have = (s.norm_bias() ? needs_norm_bias : 0u) | (s.qkv_bias ? needs_qkv_bias : 0u) |
-                        (s.linear_bias ? needs_linear_bias : 0u) | (s.swiglu() ? needs_swiglu : needs_gelu) |
+                        (s.linear_bias ? needs_linear_bias : 0u) |
+                        (s.moe() ? needs_moe : s.swiglu() ? needs_swiglu : needs_gelu) |
                         (s.rotary() ? needs_rope : needs_learned) | (s.tie_embeddings ? 0u : needs_untied) |
                         (s.rms() ? 0u : needs_layernorm) | (s.kv_head_count() != s.heads ? needs_grouped : 0u) |
                         (s.flash_attention ? needs_flash : needs_batched) | (s.context > 1 ? needs_context : 0u);
@@ -77,7 +82,7 @@ inline std::string needs_text(unsigned needs) {
       {needs_learned, "position = \"learned\""}, {needs_rope, "position = \"rope\""},
       {needs_untied, "tie_embeddings = false"},  {needs_grouped, "kv_heads < heads"},
       {needs_flash, "attention = \"flash\""},  {needs_batched, "attention = \"batched\""},
-      {needs_context, "parallel.context > 1"},
+      {needs_context, "parallel.context > 1"},   {needs_moe, "mlp = \"moe\""},
   };
   std::string out;
   for (const auto& [flag, word] : words)
@@ -114,7 +119,33 @@ struct ParameterRow {
   ParameterDim block_dims[3] = {ParameterDim::none, ParameterDim::none, ParameterDim::none};
   unsigned needs = always;             // the specifications that hold it (Needs)
   HfName hf[2] = {};                   // by HfNaming
+  // A row of each expert of a mixture: "{e}" in its name (and Hugging Face names) stands for the
+  // expert, 0 .. E − 1 (block_parameter_rows expands it, expert by expert).
+  bool per_expert = false;
 };
+
+// Row r (per_expert) of expert e: "{e}" replaced in its name and Hugging Face names. The
+// expanded names are kept for the program's life (a ParameterRow holds C strings): one set per
+// expert and row, whatever the number of models built.
+inline const char* interned_name(const std::string& name) {
+  static std::mutex mutex;
+  static std::set<std::string> names;
+  const std::lock_guard<std::mutex> lock(mutex);
+  return names.insert(name).first->c_str();
+}
+inline ParameterRow expert_row(const ParameterRow& r, int e) {
+  const auto expand = [e](const char* pattern) -> const char* {
+    if (pattern == nullptr) return nullptr;
+    std::string s = pattern;
+    for (std::size_t at = s.find("{e}"); at != std::string::npos; at = s.find("{e}", at))
+      s.replace(at, 3, std::to_string(e));
+    return interned_name(s);
+  };
+  ParameterRow out = r;
+  out.name = expand(r.name);
+  for (HfName& h : out.hf) h.pattern = expand(h.pattern);
+  return out;
+}
 
 // A row for one shape: everything a layer needs to make the Parameter.
 struct ParameterSpec {
@@ -154,6 +185,7 @@ inline std::int64_t extent(ParameterDim d, const GptShape& s) {
     case ParameterDim::ffn2: return 2 * std::int64_t(s.ffn_hidden);
     case ParameterDim::vocab: return s.padded_vocab();
     case ParameterDim::seq: return s.seq_length;
+    case ParameterDim::experts: return s.experts;
     case ParameterDim::none: break;
   }
   return 1;

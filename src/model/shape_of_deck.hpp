@@ -38,6 +38,9 @@ inline model::GptShape shape_of(const io::Deck& deck) {
   s.linear_bias = deck.model.linear_bias;
   s.kv_heads = deck.model.kv_width();
   s.tie_embeddings = deck.model.tie_embeddings;
+  s.experts = deck.model.experts;
+  s.experts_per_token = deck.model.experts_per_token;
+  s.moe_capacity_factor = deck.model.moe_capacity_factor;
   s.norm_eps = deck.model.norm_eps;
   s.rope_theta = deck.model.rope_theta;
   s.ffn_hidden = deck.model.ffn_width();  // ffn_hidden, resolved in a loaded deck
@@ -47,6 +50,7 @@ inline model::GptShape shape_of(const io::Deck& deck) {
   s.tensor = deck.parallel.tensor;
   s.sequence_parallel = deck.parallel.sequence_parallel;
   s.context = deck.parallel.context;
+  s.expert_parallel = deck.parallel.expert;
   s.flash_attention = flash_attention_of(deck.training.attention, deck.parallel.context);
   return s;
 }
