@@ -10,7 +10,8 @@ namespace tptrain::parallel {
 
 inline Layout layout_of(const io::Deck& deck) {
   return Layout{deck.parallel.tensor, deck.parallel.pipeline, deck.parallel.data,
-                rank_order_from_name(deck.parallel.order), deck.parallel.context};
+                rank_order_from_name(deck.parallel.order), deck.parallel.context,
+                deck.parallel.expert};
 }
 
 // The backend choices of a deck's [parallel] section (the deck has validated them).

@@ -35,6 +35,9 @@ Coordinates coordinates_of(int world_rank, const Layout& layout) {
     c.pp = rest % layout.pipeline;
     c.dp = rest / layout.pipeline;
   }
+  const int E = layout.expert > 0 ? layout.expert : 1;
+  c.ep = c.dp % E;
+  c.edp = c.dp / E;
   return c;
 }
 

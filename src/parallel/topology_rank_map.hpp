@@ -36,14 +36,24 @@ struct Layout {
   int data = 1;
   RankOrder order = RankOrder::tp_pp_dp;
   int context = 1;  // parallel.context: ranks that split each sequence (context parallelism)
+  // parallel.expert: expert parallelism, a divisor of data. It takes its ranks from the
+  // data-parallel ones (Megatron) and does not multiply the world: expert = E splits each data
+  // group's consecutive replicas into expert-parallel groups of E (src/parallel/topology.hpp).
+  int expert = 1;
   int world_size() const { return tensor * context * pipeline * data; }
 };
 
+// A rank's place on each axis. ep and edp are not axes of their own but dp split by the expert
+// size: ep = dp % expert (the rank in its expert-parallel group), edp = dp / expert (the
+// expert-data rank, which of the data / expert expert-parallel groups of its data group it is in).
+// coordinates_of fills them; world_rank_of reads only tp, cp, pp and dp.
 struct Coordinates {
   int tp = 0;
   int pp = 0;
   int dp = 0;
   int cp = 0;
+  int ep = 0;
+  int edp = 0;
 };
 
 // World ranks between neighbours along each axis: a group of that axis is the ranks
