@@ -38,6 +38,14 @@ struct MetricsRecord {
     double max_s = 0, median_s = 0;
   };
   std::optional<StepTimes> step_times;
+  // A mixture of experts (model.mlp = moe): "moe_aux_loss", "moe_z_loss", "moe_load_max_over_mean",
+  // "moe_dropped" and "moe_tokens_per_expert" (a list, expert by expert).
+  struct Moe {
+    double aux_loss = 0, z_loss = 0, load_max_over_mean = 0;
+    std::int64_t dropped = 0;
+    std::vector<std::int64_t> tokens_per_expert;
+  };
+  std::optional<Moe> moe;
   // Per dataset of data.train (one entry without a blend): the share of the sequences drawn so
   // far and the epochs (tokens drawn / the dataset's tokens); "data_share", "data_epochs".
   std::vector<double> data_share, data_epochs;

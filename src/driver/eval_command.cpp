@@ -70,7 +70,8 @@ std::unique_ptr<model::GptModel<T>> load_model(const io::Deck& deck, const paral
     model = std::make_unique<model::GptModel<T>>(model::shape_of(deck), deck.training.micro_batch, topo.tp(),
                                                  deck.training.seed,
                                                  model::PipelineStage{topo.coords().pp, topo.layout().pipeline},
-                                                 model::Recompute::selective, model::OptimizerSharding{}, topo.cp());
+                                                 model::Recompute::selective, model::OptimizerSharding{}, topo.cp(),
+                                                 &topo.ep());
   });
   on_every_rank(topo.world(), [&] { meta = checkpoint::load_weights(*model, topo, checkpoint); });
   return model;

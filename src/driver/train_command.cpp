@@ -279,6 +279,12 @@ int train_as(const io::Deck& deck, const parallel::Topology& topo) {
         line += fmt::format(" | mc accuracy {:.4f} (norm {:.4f}, {} examples)", mc.accuracy(), mc.accuracy_norm(),
                             mc.examples);
       }
+      if (const std::optional<train::MoeMetrics> moe = run->take_moe_metrics()) {  // collective
+        rec.moe = io::MetricsRecord::Moe{moe->aux_loss, moe->z_loss, moe->load_max_over_mean, moe->dropped,
+                                         moe->tokens_per_expert};
+        line += fmt::format(" | moe aux {:.4f}, load max/mean {:.2f}", moe->aux_loss, moe->load_max_over_mean);
+        if (deck.model.moe_capacity_factor > 0) line += fmt::format(", dropped {}", moe->dropped);
+      }
       log::info(line);
       rec.fields = train::measured_memory_fields(topo.world());  // collective: every rank logs the same steps
       on_metrics([&] { metrics->write(rec); });

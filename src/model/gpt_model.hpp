@@ -95,6 +95,11 @@ struct GradBucket {
   std::int64_t shard_begin = 0, shard_end = 0;       // this rank's shard of grads/values
   kernels::Vector<Acc> master, exp_avg, exp_avg_sq;  // [shard_end - shard_begin]
   std::int64_t used = 0;                             // elements before the padding
+  // A mixture of experts' experts of one block (model.mlp = moe): summed, and with a distributed
+  // optimizer sharded, over the expert-data group instead of the data group (Topology::expert_dp).
+  bool expert = false;
+  int shards = 1;  // the optimizer's shards of this bucket (the sharding it was made with)
+  bool sharded() const { return shards > 1; }
   // With sequence parallelism: the leading elements of grads, those of the parameters whose
   // gradients are summed over the TP group (placed first); 0 without it.
   std::int64_t sequence_parallel_elements = 0;
@@ -111,11 +116,14 @@ class GptModel {
   // (GptShape::validate).
   // `sharding`: the distributed optimizer's split of the buckets' optimizer state.
   // `context`: the context group (bind_context), needed when shape.context > 1.
+  // `expert`: the expert-parallel group (Topology::ep), needed when shape.expert_parallel > 1, and
+  // `expert_sharding` the distributed optimizer's split of the expert buckets (over the
+  // expert-data group; size 1: none).
   GptModel(const GptShape& shape, int micro_batch, Communicator& tp, std::uint64_t seed,
            PipelineStage stage = {}, Recompute recompute = Recompute::selective, OptimizerSharding sharding = {},
-           Communicator* context = nullptr)
+           Communicator* context = nullptr, Communicator* expert = nullptr, OptimizerSharding expert_sharding = {})
       : shape_(validated(shape, micro_batch)), batch_(micro_batch), tp_(tp), stage_(stage), recompute_(recompute),
-        sharding_(sharding), rows_(shape.sequence_rows(tokens())),
+        sharding_(sharding), expert_sharding_(expert_sharding), rows_(shape.sequence_rows(tokens())),
         workspace_(std::size_t(phase_region_bytes(shape_, block_sizes(shape_, micro_batch), int(sizeof(T))))),
         grad_a_(workspace_.matrix("grad_a", BufferCategory::stage, rows_, shape.hidden)),
         grad_b_(workspace_.matrix("grad_b", BufferCategory::stage, rows_, shape.hidden)) {
@@ -135,6 +143,10 @@ class GptModel {
     for (const rules::Problem& p : rules::interleave_problems(shape.layers, stage.size, stage.chunks, 0))
       throw std::invalid_argument("tptrain: " + p.text());
     per_chunk_ = shape.layers / (stage.size * stage.chunks);
+    if (shape.expert_parallel > 1 && (expert == nullptr || expert->size() != shape.expert_parallel))
+      throw std::invalid_argument("tptrain: parallel.expert = " + std::to_string(shape.expert_parallel) +
+                                  " needs its expert group of as many ranks");
+    const int ep_rank = expert != nullptr ? expert->rank() : 0;
     const SequenceParallelBuffers<T> sp = sequence_parallel_buffers(workspace_, shape, tokens());
     if (stage.first()) {
       embedding_ = std::make_unique<VocabParallelEmbedding<T>>(shape, tp);
@@ -143,7 +155,13 @@ class GptModel {
     for (int c = 0; c < stage.chunks; ++c)
       for (int l = chunk_first_layer(c); l < chunk_first_layer(c) + per_chunk_; ++l)
         layers_.push_back(std::make_unique<TransformerLayer<T>>("layers/" + std::to_string(l), shape,
-                                                                micro_batch, tp, workspace_, recompute));
+                                                                micro_batch, tp, workspace_, recompute, ep_rank));
+    for (auto& layer : layers_) {
+      if (!layer->moe) continue;
+      if (expert != nullptr) layer->moe->bind_expert_group(*expert);
+      // recompute = full: the blocks share one saved set, the routes included
+      if (recompute == Recompute::full) layer->moe->saved = layers_.front()->moe->saved;
+    }
     if (stage.last()) {
       ln_f_ = std::make_unique<LayerNorm<T>>(
           make_norm<T>(shape, [&](const std::string& n) { return model_parameter(shape, n); }, "ln_f", tp, rows_,
@@ -204,6 +222,24 @@ class GptModel {
   Communicator& tp() const { return tp_; }
   const PipelineStage& stage() const { return stage_; }
   const OptimizerSharding& optimizer_sharding() const { return sharding_; }
+  const OptimizerSharding& expert_optimizer_sharding() const { return expert_sharding_; }
+  // Whether the stage has buckets of experts (model.mlp = moe; GradBucket::expert).
+  bool has_expert_buckets() const { return shape_.moe() && !layers_.empty(); }
+
+  // The mixture of experts' loss coefficients (training.moe_aux_loss_coeff, moe_z_loss_coeff):
+  // 0 until set, the losses then add no gradient.
+  void set_moe_loss_weights(const MoeLossWeights& w) {
+    for (auto& layer : layers_)
+      if (layer->moe) layer->moe->loss_weights = w;
+  }
+  // The routing statistics of this stage's blocks since the last call (MoeStatistics), summed.
+  MoeStatistics take_moe_statistics() {
+    MoeStatistics s;
+    s.tokens_per_expert.assign(static_cast<std::size_t>(shape_.moe() ? shape_.experts : 0), 0);
+    for (auto& layer : layers_)
+      if (layer->moe) s.add(layer->moe->take_statistics());
+    return s;
+  }
   bool is_first_stage() const { return stage_.first(); }
   bool is_last_stage() const { return stage_.last(); }
   // The first block of chunk 0 and of chunk c (global index), the blocks of a chunk, of the stage.
@@ -367,7 +403,9 @@ class GptModel {
                                   "(kernels::TokenSegments, as train::MicroBatchQueue builds them)");
     // The buckets are in backward order: the head, then the chunks from the last down, each
     // from its last block down, then the embedding.
-    std::size_t b = chunk_has_head(c) ? 0 : (stage_.last() ? 1u : 0u) + std::size_t(chunks() - 1 - c) * per_chunk_;
+    const std::size_t per_block = shape_.moe() ? 2 : 1;  // a block's dense bucket, then its experts'
+    std::size_t b = chunk_has_head(c) ? 0
+                                      : (stage_.last() ? 1u : 0u) + std::size_t(chunks() - 1 - c) * per_chunk_ * per_block;
     const auto done = [&] {
       if (bucket_done) bucket_done(b);
       ++b;
@@ -386,10 +424,14 @@ class GptModel {
     }  // else grad_b_ holds dL/d(stage output), filled by the caller
     for (std::size_t l = static_cast<std::size_t>(per_chunk_); l-- > 0;) {
       TransformerLayer<T>& layer = *layers_[local(c, static_cast<int>(l))];
+      // The mixture's losses weigh as the micro-batch's mean token loss does: scale per token.
+      if (layer.moe) layer.moe->micro_batch_weight = scale * kx::acc_t<T>(tokens());
       if (recompute_ == Recompute::full) {
         // The block's forward again from its kept input, into the shared saved set; its
         // output (already in x[l + 1]) goes to grad_a_, which the backward then overwrites.
+        if (layer.moe) layer.moe->record = false;  // its routing was counted by the first forward
         layer.forward(exec, tp_, x[l], grad_a_);
+        if (layer.moe) layer.moe->record = true;
         ++recomputed_blocks_;
       }
       layer.backward(exec, tp_, grad_b_, x[l], grad_a_);
@@ -397,7 +439,7 @@ class GptModel {
       // block scores always (it keeps none)
       if (recompute_ != Recompute::none || shape_.flash_attention) ++recomputed_scores_;
       std::swap(grad_a_, grad_b_);
-      done();
+      for (std::size_t k = 0; k < per_block; ++k) done();
     }
     if (chunk_has_embedding(c)) {
       embedding_->backward(exec, tp_, *segments, grad_b_);
@@ -483,11 +525,14 @@ class GptModel {
   // the parameters get their initial values.
   void make_buckets(std::uint64_t seed) {
     using Acc = kx::acc_t<T>;
-    const bool split = sharding_.distributed();
-    const auto add = [&](std::string name, std::vector<Parameter<T>*> params) {
+    const auto add = [&](std::string name, std::vector<Parameter<T>*> params, bool expert = false) {
+      const OptimizerSharding& sharding = expert ? expert_sharding_ : sharding_;
+      const bool split = sharding.distributed();
       GradBucket<T> b;
       b.name = std::move(name);
       b.params = std::move(params);
+      b.expert = expert;
+      b.shards = sharding.size;
       // Sequence parallelism: the gradients summed over the TP group (LayerNorm, row-parallel
       // biases) come first, so that one all-reduce of the bucket's leading elements sums them all
       // (sum_sequence_parallel_gradients), not one all-reduce per parameter.
@@ -498,8 +543,8 @@ class GptModel {
         b.used += p->local_size();
         if (shape_.splits_sequence() && p->sequence_parallel_gradient) b.sequence_parallel_elements += p->local_size();
       }
-      const std::int64_t d = sharding_.size, shard = (b.used + d - 1) / d;
-      b.shard_begin = split ? sharding_.rank * shard : 0;
+      const std::int64_t d = sharding.size, shard = (b.used + d - 1) / d;
+      b.shard_begin = split ? sharding.rank * shard : 0;
       b.shard_end = split ? b.shard_begin + shard : b.used;
       const std::int64_t total = split ? d * shard : b.used;
       const std::int64_t owned = b.shard_end - b.shard_begin;
@@ -546,8 +591,14 @@ class GptModel {
       add("head", head);
     }
     for (int c = chunks(); c-- > 0;)
-      for (int l = per_chunk_; l-- > 0;)
-        add("layers/" + std::to_string(chunk_first_layer(c) + l), layers_[local(c, l)]->parameters());
+      for (int l = per_chunk_; l-- > 0;) {
+        const std::string name = "layers/" + std::to_string(chunk_first_layer(c) + l);
+        std::vector<Parameter<T>*> dense, experts;
+        for (Parameter<T>* p : layers_[local(c, l)]->parameters())
+          (MixtureOfExperts<T>::is_expert_parameter(p) ? experts : dense).push_back(p);
+        add(name, dense);
+        if (shape_.moe()) add(name + "/experts", experts, true);
+      }
     if (embedding_) add("embedding", embedding_->parameters());
   }
 
@@ -558,6 +609,7 @@ class GptModel {
   Recompute recompute_;
   Communicator* context_group_ = nullptr;  // bind_context
   OptimizerSharding sharding_;
+  OptimizerSharding expert_sharding_;  // the expert buckets' (over the expert-data group)
   std::int64_t rows_;       // sequence_rows()
   Workspace<T> workspace_;  // before every member that takes buffers from it; the blocks' attention and MLP
                             // scratch in one shared region (block_descriptor.hpp's phase_region_bytes)

@@ -13,6 +13,7 @@
 #include <string>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "base/mpi_check.hpp"
 #include "kokkos_kernels/launch_count.hpp"
@@ -189,6 +190,59 @@ Request irecv(Communicator& comm, const kx::ExecSpace& exec, const View& v, int 
     return detail::start_counted(comm, exec, Operation{Collective::recv, nullptr, p, v.size(), data_type_of<detail::value_t<View>>(),
                                       ReduceOp::sum, peer, tag, lane});
   });
+}
+
+// All-to-all of contiguous blocks (communicator.hpp, Collective::all_to_all): send holds, in rank
+// order, send_counts[r] elements for rank r; recv receives, in rank order, recv_counts[q] elements
+// from rank q. The counts (elements) must agree pairwise: exchange them with all_to_all_counts.
+template <class SendView, class RecvView>
+Request iall_to_all(Communicator& comm, const kx::ExecSpace& exec, const SendView& send,
+                    const std::vector<std::size_t>& send_counts, const RecvView& recv,
+                    const std::vector<std::size_t>& recv_counts) {
+  detail::require_contiguous(send, "all_to_all");
+  detail::require_contiguous(recv, "all_to_all");
+  const auto n = static_cast<std::size_t>(comm.size());
+  if (send_counts.size() != n || recv_counts.size() != n)
+    throw std::invalid_argument("tptrain: all_to_all: " + std::to_string(send_counts.size()) + " send and " +
+                                std::to_string(recv_counts.size()) + " receive counts for a group of " +
+                                std::to_string(n));
+  std::vector<std::size_t> send_offsets(n, 0), recv_offsets(n, 0);
+  for (std::size_t r = 1; r < n; ++r) {
+    send_offsets[r] = send_offsets[r - 1] + send_counts[r - 1];
+    recv_offsets[r] = recv_offsets[r - 1] + recv_counts[r - 1];
+  }
+  if (send_offsets[n - 1] + send_counts[n - 1] > send.span() || recv_offsets[n - 1] + recv_counts[n - 1] > recv.span())
+    throw std::invalid_argument("tptrain: all_to_all: the counts exceed the buffers '" + send.label() + "' or '" +
+                                recv.label() + "'");
+  using V = detail::value_t<SendView>;
+  static_assert(std::is_same<V, detail::value_t<RecvView>>::value, "tptrain: all_to_all moves one element type");
+  return detail::with_buffer(comm, exec, recv, false, true, [&](auto* precv) {
+    return detail::with_buffer(comm, exec, send, true, false, [&](auto* psend) {
+      Operation op{Collective::all_to_all, psend, precv, 0, data_type_of<V>()};
+      op.send_counts = send_counts.data();
+      op.send_offsets = send_offsets.data();
+      op.recv_counts = recv_counts.data();
+      op.recv_offsets = recv_offsets.data();
+      return detail::start_counted(comm, exec, op);
+    });
+  });
+}
+
+// Host counts of an all-to-all: `send` holds size() blocks of `block` values, block r for rank r;
+// the result holds size() blocks, block q from rank q. Blocking (MPI_Alltoall over the group's MPI
+// communicator, whatever the device backend), as the sizes of the payload that follows must be
+// known on the host.
+inline std::vector<std::int64_t> all_to_all_counts(const Communicator& comm, const std::vector<std::int64_t>& send) {
+  if (comm.size() == 1) return send;
+  const std::size_t block = send.size() / static_cast<std::size_t>(comm.size());
+  if (block * static_cast<std::size_t>(comm.size()) != send.size())
+    throw std::invalid_argument("tptrain: all_to_all_counts: " + std::to_string(send.size()) +
+                                " counts are not blocks for a group of " + std::to_string(comm.size()));
+  std::vector<std::int64_t> recv(send.size());
+  const util::CommunicationWait timed(util::HostWait::host_scalar_reduce);
+  TPTRAIN_MPI_CHECK(MPI_Alltoall(send.data(), static_cast<int>(block), MPI_INT64_T, recv.data(),
+                                 static_cast<int>(block), MPI_INT64_T, comm.mpi_comm()));
+  return recv;
 }
 
 // Forms that complete the operation for `exec` (Request::wait_on): work queued on exec after the

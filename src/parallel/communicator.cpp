@@ -33,6 +33,7 @@ const char* collective_name(Collective c) {
     case Collective::broadcast: return "broadcast";
     case Collective::send: return "send";
     case Collective::recv: return "recv";
+    case Collective::all_to_all: return "all_to_all";
   }
   return "collective";
 }

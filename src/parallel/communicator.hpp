@@ -95,9 +95,15 @@ void wait_all_on(Request* requests, std::size_t count, const kx::ExecSpace& cons
 //   broadcast       recv, in place: every rank ends with rank `peer`'s recv
 //   send            send to rank `peer` with `tag`
 //   recv            recv from rank `peer` with `tag`
+//   all_to_all      every rank r sends send[send_offsets[r] ..+ send_counts[r]) to rank r, which
+//                   receives it in recv[recv_offsets[q] ..+ recv_counts[q]) (q the sender): the
+//                   expert dispatch and combine of a mixture of experts (MPI_Ialltoallv; NCCL a
+//                   group of ncclSend/ncclRecv, one pair per peer). The four host arrays of size()
+//                   elements (counts and offsets in elements) are read during the call only; the
+//                   counts must agree pairwise (all_to_all_counts exchanges them first)
 //
 // NCCL has no tags: messages between a pair are matched in issue order.
-enum class Collective { all_reduce, all_gather, reduce_scatter, broadcast, send, recv };
+enum class Collective { all_reduce, all_gather, reduce_scatter, broadcast, send, recv, all_to_all };
 // "all_reduce", "all_gather", ... (for messages).
 const char* collective_name(Collective c);
 
@@ -111,6 +117,11 @@ struct Operation {
   int peer = 0;                 // broadcast: the root; send, recv: the other rank
   int tag = 0;                  // send, recv
   int lane = -1;                // send, recv: a lane of open_lanes(), -1: none (the group's queue)
+  // all_to_all: per peer, in elements
+  const std::size_t* send_counts = nullptr;
+  const std::size_t* send_offsets = nullptr;
+  const std::size_t* recv_counts = nullptr;
+  const std::size_t* recv_offsets = nullptr;
 };
 
 class Communicator {

@@ -6,6 +6,7 @@
 #include <mutex>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #if defined(OPEN_MPI) && defined(__has_include)
 #if __has_include(<mpi-ext.h>)
@@ -206,6 +207,22 @@ Request MpiCommunicator::start(const kx::ExecSpace& exec, const Operation& o) {
     case Collective::recv:
       TPTRAIN_MPI_CHECK(MPI_Irecv(o.recv, n, type, o.peer, o.tag, comm_, req.get()));
       return pending(req, "MPI_Irecv");
+    case Collective::all_to_all: {
+      // MPI reads the count and offset arrays until the operation completes: the Request keeps
+      // its own int copies (MPI_Ialltoallv takes int counts and displacements).
+      auto table = std::make_shared<std::vector<int>>(4 * static_cast<std::size_t>(size_));
+      const std::size_t* from[4] = {o.send_counts, o.send_offsets, o.recv_counts, o.recv_offsets};
+      for (int part = 0; part < 4; ++part)
+        for (int r = 0; r < size_; ++r)
+          (*table)[static_cast<std::size_t>(part * size_ + r)] = mpi_count(from[part][r], "all_to_all");
+      int* t = table->data();
+      TPTRAIN_MPI_CHECK(MPI_Ialltoallv(o.send, t, t + size_, type, o.recv, t + 2 * size_, t + 3 * size_, type, comm_,
+                                       req.get()));
+      return Request([req, table]() {
+        const int rc = MPI_Wait(req.get(), MPI_STATUS_IGNORE);
+        if (rc != MPI_SUCCESS) abort_job("MPI_Ialltoallv", __FILE__, __LINE__, mpi_error_string(rc));
+      });
+    }
   }
   throw std::logic_error("tptrain: MpiCommunicator::start: unknown operation");
 }

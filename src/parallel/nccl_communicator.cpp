@@ -165,6 +165,23 @@ Request NcclCommunicator::start_on_lane(const kx::ExecSpace& exec, const Operati
 
 Request NcclCommunicator::start(const kx::ExecSpace& exec, const Operation& o) {
   if (o.lane >= 0) return start_on_lane(exec, o);
+  if (o.kind == Collective::all_to_all) {
+    // One send and one receive per peer in one group on the communication stream (NCCL has no
+    // all-to-all-v of its own; this is how its documentation composes one).
+    const std::size_t bytes = size_of(o.type);
+    const auto* send = static_cast<const char*>(o.send);
+    auto* recv = static_cast<char*>(o.recv);
+    group_start(exec);
+    for (int peer = 0; peer < size_; ++peer) {
+      if (o.send_counts[peer] > 0)
+        TPTRAIN_NCCL_CHECK(ncclSend(send + o.send_offsets[peer] * bytes, o.send_counts[peer], nccl_type(o.type), peer,
+                                    nccl_, stream_));
+      if (o.recv_counts[peer] > 0)
+        TPTRAIN_NCCL_CHECK(ncclRecv(recv + o.recv_offsets[peer] * bytes, o.recv_counts[peer], nccl_type(o.type), peer,
+                                    nccl_, stream_));
+    }
+    return group_end();
+  }
   return issue(exec, [&]() -> ncclResult_t {
     switch (o.kind) {
       case Collective::all_reduce:
@@ -181,6 +198,7 @@ Request NcclCommunicator::start(const kx::ExecSpace& exec, const Operation& o) {
         return ncclSend(o.send, o.count, nccl_type(o.type), o.peer, nccl_, stream_);
       case Collective::recv:
         return ncclRecv(o.recv, o.count, nccl_type(o.type), o.peer, nccl_, stream_);
+      case Collective::all_to_all: break;  // above
     }
     return ncclInvalidArgument;
   });

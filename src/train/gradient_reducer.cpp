@@ -7,8 +7,11 @@
 namespace tptrain::train {
 
 template <class T>
-GradientReducer<T>::GradientReducer(model::GptModel<T>& model, parallel::Communicator& dp)
-    : model_(model), dp_(dp) {
+GradientReducer<T>::GradientReducer(model::GptModel<T>& model, parallel::Communicator& dp,
+                                    parallel::Communicator* expert_dp)
+    : model_(model), dp_(dp), expert_dp_(expert_dp) {
+  if (model.has_expert_buckets() && expert_dp == nullptr)
+    throw std::logic_error("tptrain: GradientReducer: a mixture of experts needs the expert-data group");
   if (model.stage().size == 1 || model.word() == nullptr || !model.shape().tie_embeddings) return;
   const auto& buckets = model.buckets();
   for (std::size_t b = 0; b < buckets.size(); ++b)
@@ -22,13 +25,14 @@ void GradientReducer<T>::launch(const kx::ExecSpace& exec, std::size_t bucket) {
   if (launched_.size() != buckets.size()) launched_.assign(buckets.size(), false);
   if (launched_[bucket]) return;
   launched_[bucket] = true;
-  if (dp_.size() == 1) return;
+  parallel::Communicator& group = buckets[bucket].expert ? *expert_dp_ : dp_;
+  if (group.size() == 1) return;
   // A named Kokkos region marks the start for profilers (and for the test that the reduction
   // starts before the backward of the next bucket runs).
-  const bool scatter = model_.optimizer_sharding().distributed() && bucket != tied_bucket_;
+  const bool scatter = buckets[bucket].sharded() && bucket != tied_bucket_;
   Kokkos::Profiling::pushRegion(scatter ? reduce_scatter_region_name : launch_region_name);
-  pending_.push_back(scatter ? parallel::ireduce_scatter_in_place(dp_, exec, buckets[bucket].grads, parallel::ReduceOp::sum)
-                             : parallel::iall_reduce(dp_, exec, buckets[bucket].grads, parallel::ReduceOp::sum));
+  pending_.push_back(scatter ? parallel::ireduce_scatter_in_place(group, exec, buckets[bucket].grads, parallel::ReduceOp::sum)
+                             : parallel::iall_reduce(group, exec, buckets[bucket].grads, parallel::ReduceOp::sum));
   Kokkos::Profiling::popRegion();
   pending_bucket_.push_back(bucket);
   ++stats_.messages;
@@ -39,7 +43,9 @@ void GradientReducer<T>::launch(const kx::ExecSpace& exec, std::size_t bucket) {
 
 template <class T>
 void GradientReducer<T>::progress() {
-  if (!pending_.empty()) parallel::progress(dp_);
+  if (pending_.empty()) return;
+  parallel::progress(dp_);
+  if (expert_dp_ != nullptr) parallel::progress(*expert_dp_);
 }
 
 template <class T>

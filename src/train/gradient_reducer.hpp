@@ -16,6 +16,10 @@
 // option); after a reduce-scatter the two stages would hold different elements of it (the copy
 // sits at other offsets of other buckets there). This way the sum is also the plain one, in the
 // same order, so both copies stay identical bit for bit.
+//
+// A mixture of experts' buckets (GradBucket::expert) hold gradients of the experts this rank
+// holds, which only the ranks of its expert-data group share (Topology::expert_dp: data / ep x
+// context): they are reduced, and reduce-scattered when their bucket is sharded, over that group.
 #pragma once
 
 #include <cstddef>
@@ -34,7 +38,8 @@ class GradientReducer {
   static constexpr const char* launch_region_name = "tptrain::dp_all_reduce_start";
   static constexpr const char* reduce_scatter_region_name = "tptrain::dp_reduce_scatter_start";
 
-  GradientReducer(model::GptModel<T>& model, parallel::Communicator& dp);
+  // `expert_dp`: the expert-data group, needed when the model has expert buckets.
+  GradientReducer(model::GptModel<T>& model, parallel::Communicator& dp, parallel::Communicator* expert_dp = nullptr);
   void launch(const kx::ExecSpace& exec, std::size_t bucket);
   void progress();  // let MPI advance the pending reductions
   // After the backward: launches every bucket not launched yet, waits for all of them.
@@ -51,6 +56,7 @@ class GradientReducer {
  private:
   model::GptModel<T>& model_;
   parallel::Communicator& dp_;
+  parallel::Communicator* expert_dp_;
   std::size_t tied_bucket_ = SIZE_MAX;  // the bucket holding a tied word embedding copy (pipeline > 1)
   std::vector<parallel::Request> pending_;
   std::vector<std::size_t> pending_bucket_;

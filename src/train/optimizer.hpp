@@ -31,11 +31,14 @@ struct AdamWConfig {
 // Every compute copy from the fp32 master weights (after a checkpoint set them): rounded (bf16,
 // fp16), and with a distributed optimizer, whose ranks hold one shard of the masters each,
 // all-gathered over the data-parallel group `dp` as at the end of a step.
+// `expert_dp`: the expert-data group, over which the expert buckets are sharded (model.mlp = moe).
 template <class T>
-void values_from_master(const kx::ExecSpace& exec, model::GptModel<T>& model, parallel::Communicator& dp) {
+void values_from_master(const kx::ExecSpace& exec, model::GptModel<T>& model, parallel::Communicator& dp,
+                        parallel::Communicator* expert_dp = nullptr) {
   model.round_compute_copy(exec);
-  if (!model.optimizer_sharding().distributed()) return;
-  for (auto& bucket : model.buckets()) parallel::iall_gather_in_place(dp, exec, bucket.values).wait_on(exec);
+  for (auto& bucket : model.buckets())
+    if (bucket.sharded())
+      parallel::iall_gather_in_place(bucket.expert ? *expert_dp : dp, exec, bucket.values).wait_on(exec);
 }
 
 // The optimizer step over a model stage's buckets (model::GradBucket: values, gradients and
@@ -54,13 +57,24 @@ class BucketOptimizer {
  public:
   // `dp`: the data-parallel group; needed (rank and size those of the model's sharding) when
   // the model has a distributed optimizer.
-  explicit BucketOptimizer(model::GptModel<T>& model, parallel::Communicator* dp = nullptr)
-      : model_(model), dp_(dp), sums_("tptrain::BucketOptimizer::sums", model.buckets().size(), 2),
+  // A mixture of experts (model.mlp = moe): `ep`, the expert-parallel group, whose ranks hold
+  // different experts (their squares add over it), and `expert_dp`, the expert-data group, over
+  // which the expert buckets are sharded.
+  explicit BucketOptimizer(model::GptModel<T>& model, parallel::Communicator* dp = nullptr,
+                           parallel::Communicator* ep = nullptr, parallel::Communicator* expert_dp = nullptr)
+      : model_(model), dp_(dp), ep_(ep), expert_dp_(expert_dp),
+        sums_("tptrain::BucketOptimizer::sums", model.buckets().size(), 2),
         host_sums_(Kokkos::create_mirror_view(sums_)) {
     const model::OptimizerSharding& shards = model.optimizer_sharding();
     if (shards.distributed() && (dp == nullptr || dp->size() != shards.size || dp->rank() != shards.rank))
       throw std::logic_error("tptrain: BucketOptimizer: the model's optimizer shards are not the ranks of the "
                              "data-parallel group it was given");
+    const model::OptimizerSharding& expert_shards = model.expert_optimizer_sharding();
+    if (model.has_expert_buckets() &&
+        (ep == nullptr || expert_dp == nullptr ||
+         (expert_shards.distributed() && (expert_dp->size() != expert_shards.size || expert_dp->rank() != expert_shards.rank))))
+      throw std::logic_error("tptrain: BucketOptimizer: a mixture of experts needs its expert group and the "
+                             "expert-data group of its optimizer shards");
     for (const auto& bucket : model.buckets()) {
       std::vector<kernels::FlatSegment> table;
       for (std::size_t i = 0; i < bucket.params.size(); ++i) {
@@ -68,7 +82,7 @@ class BucketOptimizer {
         table.push_back({bucket.offsets[i], bucket.offsets[i] + p->local_size(), p->weight_decay, p->replicated(),
                          !model.is_tied_copy(p)});
       }
-      if (shards.distributed()) {
+      if (bucket.sharded()) {
         table.push_back({bucket.used, static_cast<std::int64_t>(bucket.grads.extent(0)), false, false, false});  // padding
         table = kernels::segments_in_range(table, bucket.shard_begin, bucket.shard_end);
       }
@@ -80,7 +94,8 @@ class BucketOptimizer {
   // bit: per bucket {sharded, replicated} squares on the device, copied to the host once, the
   // sharded sum reduced over TP, the stage's total over PP. DP replicas hold the same gradients
   // and are not added; with a distributed optimizer each DP rank holds its own shard and both
-  // sums are added over DP first.
+  // sums are added over DP first. Expert buckets: their sums over the expert-data group when
+  // sharded, then over the expert group (each of its ranks holds other experts).
   double grad_norm(const kx::ExecSpace& exec, parallel::Communicator& tp, parallel::Communicator& pp) {
     auto& buckets = model_.buckets();
     for (std::size_t b = 0; b < buckets.size(); ++b)
@@ -89,14 +104,23 @@ class BucketOptimizer {
     util::note_host_wait(util::HostWait::norm_to_host);  // the one copy of the norm's sums in a step
     Kokkos::deep_copy(exec, host_sums_, sums_);
     exec.fence();
-    double sharded = 0.0, replicated = 0.0;
+    double sharded = 0.0, replicated = 0.0, experts = 0.0;
     for (std::size_t b = 0; b < buckets.size(); ++b) {
+      if (buckets[b].expert) {
+        experts += host_sums_(b, 0) + host_sums_(b, 1);  // tensor-split: no replicated expert parameter
+        continue;
+      }
       sharded += host_sums_(b, 0);
       replicated += host_sums_(b, 1);
     }
     if (model_.optimizer_sharding().distributed()) {
       sharded = parallel::all_reduce_scalar(*dp_, sharded, parallel::ReduceOp::sum);
       replicated = parallel::all_reduce_scalar(*dp_, replicated, parallel::ReduceOp::sum);
+    }
+    if (model_.has_expert_buckets()) {
+      if (model_.expert_optimizer_sharding().distributed())
+        experts = parallel::all_reduce_scalar(*expert_dp_, experts, parallel::ReduceOp::sum);
+      sharded += parallel::all_reduce_scalar(*ep_, experts, parallel::ReduceOp::sum);
     }
     sharded = parallel::all_reduce_scalar(tp, sharded, parallel::ReduceOp::sum);
     return std::sqrt(parallel::all_reduce_scalar(pp, sharded + replicated, parallel::ReduceOp::sum));
@@ -117,8 +141,8 @@ class BucketOptimizer {
                                    segments_[b], lr, c.beta1, c.beta2, c.eps, c.weight_decay, step,
                                    kx::acc_t<T>(grad_scale));
       if constexpr (model::Parameter<T>::has_master_copy) kernels::convert(exec, bucket.master, bucket.shard_values());
-      if (model_.optimizer_sharding().distributed())
-        gathers.push_back(parallel::iall_gather_in_place(*dp_, exec, bucket.values));
+      if (bucket.sharded())
+        gathers.push_back(parallel::iall_gather_in_place(bucket.expert ? *expert_dp_ : *dp_, exec, bucket.values));
     }
     parallel::wait_all_on(gathers.data(), gathers.size(), exec);
   }
@@ -126,6 +150,8 @@ class BucketOptimizer {
  private:
   model::GptModel<T>& model_;
   parallel::Communicator* dp_ = nullptr;
+  parallel::Communicator* ep_ = nullptr;
+  parallel::Communicator* expert_dp_ = nullptr;
   std::vector<kernels::FlatSegments<kx::ExecSpace>> segments_;
   Kokkos::View<double**, Kokkos::LayoutRight, kx::MemSpace> sums_;  // [buckets, 2]
   typename Kokkos::View<double**, Kokkos::LayoutRight, kx::MemSpace>::HostMirror host_sums_;

@@ -109,6 +109,11 @@ model::OptimizerSharding optimizer_sharding(const io::Deck& deck, const parallel
   if (!deck.optimizer.distributed) return {};
   return {topo.dp_cp().rank(), topo.dp_cp().size()};
 }
+// The expert buckets' shards (model.mlp = moe): over the expert-data group.
+model::OptimizerSharding expert_optimizer_sharding(const io::Deck& deck, const parallel::Topology& topo) {
+  if (!deck.optimizer.distributed) return {};
+  return {topo.expert_dp().rank(), topo.expert_dp().size()};
+}
 }  // namespace
 
 template <class T>
@@ -126,13 +131,14 @@ TrainingRun<T>::TrainingRun(const io::Deck& deck, const parallel::Topology& topo
                                                     topo.layout().data, deck.training.seed)),
       model_(model::shape_of(deck), deck.training.micro_batch, topo.tp(), deck.training.seed,
              model::PipelineStage{topo.coords().pp, topo.layout().pipeline, std::max(1, deck.parallel.virtual_stages)},
-             model::recompute_from_name(deck.training.recompute), optimizer_sharding(deck, topo), topo.cp()),
+             model::recompute_from_name(deck.training.recompute), optimizer_sharding(deck, topo), topo.cp(),
+             &topo.ep(), expert_optimizer_sharding(deck, topo)),
       schedule_{deck.optimizer.lr, deck.optimizer.min_lr, deck.optimizer.warmup_steps, deck.training.steps,
                 deck.optimizer.decay},
       adamw_{deck.optimizer.beta1, deck.optimizer.beta2, deck.optimizer.eps, deck.optimizer.weight_decay},
       pipeline_(model_, topo.pp(), options.schedule, options.overlap_pipeline_transfers, documents_of(deck)),
-      reducer_(model_, topo.dp_cp()),
-      optimizer_(model_, &topo.dp_cp()),
+      reducer_(model_, topo.dp_cp(), &topo.expert_dp()),
+      optimizer_(model_, &topo.dp_cp(), &topo.ep(), &topo.expert_dp()),
       tokens_per_step_(std::int64_t(deck.training.global_batch) * deck.model.seq_length) {
   if (topo.world_rank() == 0) {
     for (const data::DataBlend* blend : {options.synthetic_tokens == 0 ? train_.get() : nullptr, valid_.get()})
@@ -157,6 +163,7 @@ TrainingRun<T>::TrainingRun(const io::Deck& deck, const parallel::Topology& topo
   }
   if (deck.training.skip_spikes)
     spikes_.emplace(SpikeConfig{deck.training.spike_zscore, deck.training.spike_window});
+  model_.set_moe_loss_weights({deck.training.moe_aux_loss_coeff, deck.training.moe_z_loss_coeff});
   pipeline_.reserve(micro_batches());  // every activation slot allocated before the first step
   const int P = topo.layout().pipeline;
   if (micro_batches() < P && topo.world_rank() == 0)
@@ -409,6 +416,34 @@ typename TrainingRun<T>::DataUse TrainingRun<T>::data_use(std::int64_t steps_don
     use.epochs.push_back(n * deck_.model.seq_length / static_cast<double>(train_->dataset(i).size()));
   }
   return use;
+}
+
+template <class T>
+std::optional<MoeMetrics> TrainingRun<T>::take_moe_metrics() {
+  if (!model_.shape().moe()) return std::nullopt;
+  model::MoeStatistics s = model_.take_moe_statistics();
+  // The tensor ranks of a group route the same tokens: summed over the stages and the data x
+  // context ranks only.
+  std::vector<double> v{s.aux_loss_sum, s.z_loss_sum, double(s.samples), double(s.dropped)};
+  for (const std::int64_t c : s.tokens_per_expert) v.push_back(double(c));
+  for (parallel::Communicator* group : {&topo_.pp(), &topo_.dp_cp()})
+    if (group->size() > 1)
+      TPTRAIN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, v.data(), static_cast<int>(v.size()), MPI_DOUBLE, MPI_SUM,
+                                      group->mpi_comm()));
+  MoeMetrics m;
+  const double samples = std::max(1.0, v[2]);
+  m.aux_loss = v[0] / samples;
+  m.z_loss = v[1] / samples;
+  m.dropped = static_cast<std::int64_t>(v[3]);
+  double total = 0, most = 0;
+  for (std::size_t e = 4; e < v.size(); ++e) {
+    m.tokens_per_expert.push_back(static_cast<std::int64_t>(v[e]));
+    total += v[e];
+    most = std::max(most, v[e]);
+  }
+  const double mean = total / std::max<double>(1.0, double(v.size() - 4));
+  m.load_max_over_mean = mean > 0 ? most / mean : 0.0;
+  return m;
 }
 
 template <class T>

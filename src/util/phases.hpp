@@ -31,6 +31,7 @@ enum class Phase : int {
   tp_comm,            // tensor-parallel all-reduces (f, g and the loss's)
   dp_comm,            // data-parallel gradient all-reduce not hidden by the backward
   cp_comm,            // ring attention's K/V transfers not hidden by its blocks (context parallelism)
+  ep_comm,            // the mixture of experts' all-to-alls: dispatch and combine (expert parallelism)
   pipeline_wait,      // pipeline transfers and bubble, tied-embedding gradient sum
   other,              // everything else in a step (data loading, host bookkeeping)
 };
@@ -38,8 +39,8 @@ inline constexpr int kPhaseCount = static_cast<int>(Phase::other) + 1;
 
 inline const char* phase_name(Phase p) {
   static constexpr const char* names[kPhaseCount] = {
-      "gemm", "attention", "norms_elementwise", "loss", "optimizer", "tp_comm", "dp_comm", "cp_comm", "pipeline_wait",
-      "other"};
+      "gemm", "attention", "norms_elementwise", "loss", "optimizer", "tp_comm", "dp_comm", "cp_comm", "ep_comm",
+      "pipeline_wait", "other"};
   return names[static_cast<int>(p)];
 }
 
@@ -77,7 +78,8 @@ class PhaseClock {
   static const char* region_name(Phase p) {
     static constexpr const char* names[kPhaseCount] = {
         "tptrain::gemm",    "tptrain::attention", "tptrain::norms_elementwise", "tptrain::loss",
-        "tptrain::optimizer", "tptrain::tp_comm", "tptrain::dp_comm", "tptrain::cp_comm", "tptrain::pipeline_wait",
+        "tptrain::optimizer", "tptrain::tp_comm", "tptrain::dp_comm", "tptrain::cp_comm", "tptrain::ep_comm",
+        "tptrain::pipeline_wait",
         "tptrain::other"};
     return names[static_cast<int>(p)];
   }

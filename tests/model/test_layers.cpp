@@ -652,3 +652,152 @@ TEST_CASE("sequence-parallel layers: gradients match finite differences", "[mode
   SECTION("LayerNorm") { for_each_layout(layer_norm_sp_case); }
   SECTION("TransformerLayer") { for_each_layout(transformer_layer_sp_case); }
 }
+
+// ---- the mixture of experts (src/model/mixture_of_experts.hpp) -------------------------------
+
+namespace {
+
+model::GptShape moe_shape(int tp, double capacity = 0.0, bool sequence_parallel = false) {
+  model::GptShape s = sequence_parallel ? sequence_parallel_shape(tp) : test::tiny_shape(tp);
+  s.layers = 1;  // the losses' block average is then the block's own
+  s.mlp = model::Mlp::moe;
+  s.linear_bias = false;
+  s.experts = 4;
+  s.experts_per_token = 2;
+  s.moe_capacity_factor = capacity;
+  return s;
+}
+
+// The smallest gap, over the tokens, between the k-th and the (k+1)-th router probability: a
+// finite difference is only meaningful when no perturbation can change a token's top k.
+double top_k_gap(const model::MixtureOfExperts<Real>& layer) {
+  auto p = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), layer.saved->probs);
+  const int E = layer.shape_.experts, k = layer.shape_.experts_per_token;
+  double gap = 1.0;
+  for (std::size_t t = 0; t < p.extent(0); ++t) {
+    std::vector<double> row(static_cast<std::size_t>(E));
+    for (int e = 0; e < E; ++e) row[e] = p(t, e);
+    std::sort(row.rbegin(), row.rend());
+    if (k < E) gap = std::min(gap, row[k - 1] - row[k]);
+  }
+  return gap;
+}
+
+// L = Σ w ⊙ y + a · aux + z · z_loss, the losses' gradients through the layer's own weights.
+double moe_case(int tp_size, double capacity, bool sequence_parallel) {
+  auto tp = test::tp_group(tp_size);
+  const kx::ExecSpace exec;
+  const auto shape = moe_shape(tp_size, capacity, sequence_parallel);
+  const std::int64_t N = std::int64_t(kBatch) * shape.seq_length, H = shape.hidden;
+  const auto [first, n] = sequence_parallel ? token_shard(*tp) : std::make_pair(std::int64_t(0), N);
+  model::Workspace<Real> ws;
+  model::MixtureOfExperts<Real> layer("mlp", shape, N, *tp, ws, 0);
+  layer.loss_weights = {0.1, 0.05};
+  layer.micro_batch_weight = 1.0;
+  const auto params = layer.parameters();
+  std::uint64_t seed = 70;
+  for (auto* p : params) randomise(*p, ++seed, 0.3f);
+  Mat x = logical_matrix("x", n, H, H, same_column, 170, 1.0, 0.0, first);
+  Mat w = logical_matrix("w", n, H, H, same_column, 270, 1.0, 0.0, first);
+  Mat y("y", n, H), dx("dx", n, H);
+  auto objective = [&] {
+    layer.forward(exec, *tp, x, y);
+    const model::MoeStatistics s = layer.take_statistics();
+    return weighted_sum(*tp, y, w, sequence_parallel) + 0.1 * s.aux_loss_sum + 0.05 * s.z_loss_sum;
+  };
+  const double L = objective();
+  INFO("the top-k gap " << top_k_gap(layer) << " must exceed the perturbations' effect");
+  REQUIRE(top_k_gap(layer) > 1e-3);
+  layer.backward(exec, *tp, copy_of(w), x, dx);
+  std::vector<Probe> probes;
+  for (auto* p : params) probes.push_back(probe(*p));
+  probes.push_back(probe("x", x, dx, !sequence_parallel));
+  report(sequence_parallel ? "MixtureOfExperts, sequence parallel" : "MixtureOfExperts", tp_size,
+         check_gradients(*tp, probes, objective, 70, 8));
+  return L;
+}
+
+}  // namespace
+
+TEST_CASE("MixtureOfExperts gradients match finite differences", "[model][layers][moe][mpi]") {
+  SECTION("dropless") { for_each_layout([](int tp) { return moe_case(tp, 0.0, false); }); }
+  SECTION("capacity factor 0.75: some copies dropped") {
+    for_each_layout([](int tp) { return moe_case(tp, 0.75, false); });
+  }
+  SECTION("sequence parallel") { for_each_layout([](int tp) { return moe_case(tp, 0.0, true); }); }
+}
+
+// Mixtral's block written plainly on the host (modeling_mixtral's MixtralSparseMoeBlock, in
+// double): the layer's output and its load-balancing loss against it, and the dropless count.
+TEST_CASE("MixtureOfExperts equals a plain Mixtral block; dropless keeps k copies per token",
+          "[model][layers][moe]") {
+  auto tp = test::tp_group(1);
+  const kx::ExecSpace exec;
+  const auto shape = moe_shape(1);
+  const int E = shape.experts, k = shape.experts_per_token, F = shape.ffn_hidden;
+  const std::int64_t N = std::int64_t(kBatch) * shape.seq_length, H = shape.hidden;
+  model::Workspace<Real> ws;
+  model::MixtureOfExperts<Real> layer("mlp", shape, N, *tp, ws, 0);
+  std::uint64_t seed = 80;
+  for (auto* p : layer.parameters()) randomise(*p, ++seed, 0.3f);
+  Mat x = logical_matrix("x", N, H, H, same_column, 180, 1.0);
+  Mat y("y", N, H);
+  layer.forward(exec, *tp, x, y);
+  const model::MoeStatistics stats = layer.take_statistics();
+  const auto host = [](const auto& v) { return Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), v); };
+  auto hx = host(x), hy = host(y);
+  auto wr = host(layer.router.value);
+  double worst = 0.0;
+  std::vector<double> routed(E, 0.0), mean_p(E, 0.0);
+  for (std::int64_t t = 0; t < N; ++t) {
+    std::vector<double> logit(E), p(E);
+    double m = -1e300, sum = 0.0;
+    for (int e = 0; e < E; ++e) {
+      logit[e] = 0.0;
+      for (std::int64_t h = 0; h < H; ++h) logit[e] += hx(t, h) * wr(e * H + h);
+      m = std::max(m, logit[e]);
+    }
+    for (int e = 0; e < E; ++e) sum += std::exp(logit[e] - m);
+    for (int e = 0; e < E; ++e) p[e] = std::exp(logit[e] - m) / sum;
+    std::vector<int> order(E);
+    for (int e = 0; e < E; ++e) order[e] = e;
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return p[a] > p[b]; });
+    double chosen = 0.0;
+    for (int j = 0; j < k; ++j) chosen += p[order[j]];
+    std::vector<double> out(H, 0.0);
+    for (int j = 0; j < k; ++j) {
+      const int e = order[j];
+      routed[e] += 1;
+      auto w13 = host(layer.fc[e].value), w2 = host(layer.proj[e].value);  // [2F, H] gate|up, [H, F]
+      std::vector<double> act(F);
+      for (int f = 0; f < F; ++f) {
+        double g = 0.0, u = 0.0;
+        for (std::int64_t h = 0; h < H; ++h) {
+          g += w13(f * H + h) * hx(t, h);
+          u += w13((F + f) * H + h) * hx(t, h);
+        }
+        act[f] = g / (1.0 + std::exp(-g)) * u;
+      }
+      for (std::int64_t h = 0; h < H; ++h) {
+        double d = 0.0;
+        for (int f = 0; f < F; ++f) d += w2(h * F + f) * act[f];
+        out[h] += p[e] / chosen * d;  // renormalised over the top k
+      }
+    }
+    for (std::int64_t h = 0; h < H; ++h) worst = std::max(worst, std::fabs(out[h] - hy(t, h)));
+    for (int e = 0; e < E; ++e) mean_p[e] += p[e] / double(N);
+  }
+  INFO("largest difference from the plain block: " << worst);
+  CHECK(worst < 1e-12);
+  double aux = 0.0;
+  for (int e = 0; e < E; ++e) aux += double(E) * routed[e] / double(N) * mean_p[e];
+  CHECK(std::fabs(stats.aux_loss_sum - aux) < 1e-12);
+  std::int64_t copies = 0;
+  for (int e = 0; e < E; ++e) {
+    CHECK(stats.tokens_per_expert[e] == static_cast<std::int64_t>(routed[e]));
+    copies += stats.tokens_per_expert[e];
+  }
+  CHECK(copies == k * N);  // dropless: no copy lost
+  CHECK(stats.dropped == 0);
+  CHECK(layer.saved->kept == k * N);
+}
