@@ -32,6 +32,10 @@ Topology::Topology(MPI_Comm world, const Layout& layout, const CommunicatorOptio
     : world_(world), layout_(layout) {
   if (layout.tensor < 1 || layout.pipeline < 1 || layout.data < 1 || layout.context < 1)
     throw TopologyError("tensor, context, pipeline and data must all be >= 1");
+  if (layout.expert < 1 || layout.data % layout.expert != 0)
+    throw TopologyError("parallel.expert = " + std::to_string(layout.expert) +
+                        " must be a divisor of parallel.data = " + std::to_string(layout.data) +
+                        ": expert parallelism takes its ranks from the data-parallel ones");
   int size = 0;
   TPTRAIN_MPI_CHECK(MPI_Comm_rank(world, &world_rank_));
   TPTRAIN_MPI_CHECK(MPI_Comm_size(world, &size));
@@ -49,6 +53,10 @@ Topology::Topology(MPI_Comm world, const Layout& layout, const CommunicatorOptio
     cp_ = split(world, c.tp + T * (c.pp + P * c.dp), c.cp, options);
     dp_cp_ = split(world, c.tp + T * c.pp, c.cp + C * c.dp, options);
   }
+  // Expert parallelism: ep = dp % E, edp = dp / E. The expert group is built with E = 1 too (each
+  // rank alone, as the tensor group is with tensor = 1); the expert-data group is then dp_cp().
+  ep_ = split(world, c.tp + T * (c.cp + C * (c.pp + P * c.edp)), c.ep, options);
+  if (layout.expert > 1) expert_dp_ = split(world, c.tp + T * (c.pp + P * c.ep), c.cp + C * c.edp, options);
   const bool on_edge = is_first_stage() || is_last_stage();
   embedding_ = split(world, on_edge ? c.tp + T * (c.cp + C * c.dp) : MPI_UNDEFINED, c.pp, options);
 }
@@ -63,7 +71,8 @@ Communicator& Topology::embedding() const {
 std::string Topology::describe() const {
   return "rank " + std::to_string(world_rank_) + " (tp " + std::to_string(coords_.tp) +
          (layout_.context > 1 ? ", cp " + std::to_string(coords_.cp) : std::string()) + ", pp " +
-         std::to_string(coords_.pp) + ", dp " + std::to_string(coords_.dp) + ")";
+         std::to_string(coords_.pp) + ", dp " + std::to_string(coords_.dp) +
+         (layout_.expert > 1 ? ", ep " + std::to_string(coords_.ep) : std::string()) + ")";
 }
 
 }  // namespace tptrain::parallel

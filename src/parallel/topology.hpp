@@ -23,6 +23,25 @@
 //   embedding groups: {0,12} {1,13} {2,14} {3,15}
 // Ranks in the middle stages belong to no embedding group. With pipeline = 1 the embedding
 // group of a rank is the rank itself (the tied embedding and output share one copy).
+//
+// Expert parallelism (parallel.expert = E > 1, a divisor of data D; the mixture of experts,
+// src/model/mixture_of_experts.hpp) takes its ranks from the data-parallel ones, as Megatron does,
+// and adds no ranks: E consecutive data ranks of a data group form an expert-parallel group, which
+// splits the experts among its ranks and exchanges tokens all-to-all. A rank's expert rank is
+// ep = dp % E and its expert-data rank edp = dp / E (Coordinates::ep, edp). Two groups:
+//   the expert-parallel group, ep() (same tp, cp, pp and edp; ordered by ep; size E): the
+//     all-to-all of the token dispatch and combine. With E = 1 it is the rank alone.
+//   the expert-data group, expert_dp() (same tp, pp and ep; ordered by edp·C + cp; size D/E·C):
+//     the ranks that hold the same experts, over which the experts' gradients are summed and
+//     their optimizer state sharded, as dp_cp() does for every other parameter (Megatron's
+//     expert_data_parallel_group). With E = 1 it is dp_cp() itself.
+// Worked example: 8 ranks, tensor 2, data 4, expert 2, order tp-pp-dp (pipeline 1, context 1).
+// Rank r has tp = r % 2, dp = r / 2, so ep = dp % 2 and edp = dp / 2:
+//   DP groups:            {0,2,4,6} {1,3,5,7}
+//   expert groups, ep():  {0,2} {4,6} {1,3} {5,7}      (dp 0,1 and dp 2,3 of each DP group)
+//   expert-data groups, expert_dp(): {0,4} {2,6} {1,5} {3,7}  (same ep: dp 0,2 and dp 1,3)
+// Each expert group holds every expert once (model.experts / E on each rank); its ranks run
+// different replicas' sequences, so the dense parameters' gradients are still summed over dp_cp().
 #pragma once
 
 #include <memory>
@@ -48,7 +67,8 @@ std::string world_size_problem(int world_size, const Layout& layout);
 class Topology {
  public:
   // Collective over `world`. Throws TopologyError on every rank when the world size does not
-  // match the layout (no communication happens before the check, so nobody can hang).
+  // match the layout or expert does not divide data (no communication happens before the checks,
+  // so nobody can hang).
   // `options`: the deck's backend choices for every group (topology_of_deck.hpp).
   Topology(MPI_Comm world, const Layout& layout, const CommunicatorOptions& options = {});
 
@@ -66,6 +86,12 @@ class Topology {
   // Data x context: the group of the gradient sum and of the optimizer's shards (dp() when
   // context = 1).
   Communicator& dp_cp() const { return dp_cp_ ? *dp_cp_ : *dp_; }
+  // Expert parallelism (the header comment): the expert-parallel group (size parallel.expert,
+  // ordered by coords().ep; the rank alone when expert = 1) and the expert-data group (size
+  // data / expert · context, ordered by coords().edp · context + coords().cp; dp_cp() when
+  // expert = 1), over which the experts' gradients are summed and their optimizer state sharded.
+  Communicator& ep() const { return *ep_; }
+  Communicator& expert_dp() const { return expert_dp_ ? *expert_dp_ : dp_cp(); }
   // Only on the first and last pipeline stage; throws elsewhere.
   Communicator& embedding() const;
   bool in_embedding_group() const { return static_cast<bool>(embedding_); }
@@ -73,7 +99,8 @@ class Topology {
   bool is_first_stage() const { return coords_.pp == 0; }
   bool is_last_stage() const { return coords_.pp == layout_.pipeline - 1; }
 
-  // "rank 5 (tp 1, pp 2, dp 0)", with ", cp 1" after tp under context parallelism
+  // "rank 5 (tp 1, pp 2, dp 0)", with ", cp 1" after tp under context parallelism and ", ep 0"
+  // after dp under expert parallelism
   std::string describe() const;
 
  private:
@@ -81,7 +108,7 @@ class Topology {
   Layout layout_;
   Coordinates coords_;
   int world_rank_ = 0;
-  std::unique_ptr<Communicator> tp_, pp_, dp_, cp_, dp_cp_, embedding_;
+  std::unique_ptr<Communicator> tp_, pp_, dp_, cp_, dp_cp_, ep_, expert_dp_, embedding_;
 };
 
 }  // namespace tptrain::parallel

@@ -179,6 +179,132 @@ TEST_CASE("group communicators hold exactly the ranks of their group", "[paralle
   }
 }
 
+TEST_CASE("coordinates: expert parallelism splits the data coordinate", "[parallel][topology]") {
+  // The worked example of topology.hpp: 8 ranks, tensor 2, data 4, expert 2.
+  const Layout L{2, 1, 4, RankOrder::tp_pp_dp, 1, 2};
+  CHECK(L.world_size() == 8);  // expert parallelism adds no ranks
+  const Coordinates c5 = coordinates_of(5, L);  // tp 1, dp 2
+  CHECK(c5.dp == 2);
+  CHECK(c5.ep == 0);
+  CHECK(c5.edp == 1);
+  const Coordinates c6 = coordinates_of(6, L);  // tp 0, dp 3
+  CHECK(c6.ep == 1);
+  CHECK(c6.edp == 1);
+  for (const RankOrder order : {RankOrder::tp_pp_dp, RankOrder::tp_dp_pp})
+    for (const int E : {1, 2, 3, 6}) {
+      const Layout M{2, 2, 6, order, 2, E};
+      for (int r = 0; r < M.world_size(); ++r) {
+        const Coordinates k = coordinates_of(r, M);
+        REQUIRE(k.ep == k.dp % E);
+        REQUIRE(k.edp == k.dp / E);
+        REQUIRE(world_rank_of(k, M) == r);
+      }
+    }
+  // Without expert parallelism every rank is expert rank 0 and its own expert-data rank.
+  const Coordinates d = coordinates_of(7, Layout{2, 1, 4});
+  CHECK(d.ep == 0);
+  CHECK(d.edp == d.dp);
+}
+
+// The world ranks of my group as a bit set (one bit per world rank), from the arithmetic alone:
+// 'e' the expert-parallel group (same tp, cp, pp, edp), 'x' the expert-data group (same tp, pp, ep).
+static std::int64_t expected_expert_members(const Layout& L, const Coordinates& me, char group) {
+  std::int64_t bits = 0;
+  for (int r = 0; r < L.world_size(); ++r) {
+    const Coordinates c = coordinates_of(r, L);
+    const bool same = group == 'e' ? (c.tp == me.tp && c.cp == me.cp && c.pp == me.pp && c.edp == me.edp)
+                                   : (c.tp == me.tp && c.pp == me.pp && c.ep == me.ep);
+    if (same) bits |= std::int64_t{1} << r;
+  }
+  return bits;
+}
+
+static std::int64_t members(const Communicator& group) {
+  return all_reduce_scalar<std::int64_t>(group, std::int64_t{1} << world_rank(), ReduceOp::sum);
+}
+
+TEST_CASE("expert groups hold exactly the ranks of their group", "[parallel][topology][mpi]") {
+  const int n = world_size();
+  REQUIRE(n < 63);
+  const int me = world_rank();
+  int layouts = 0;
+  for (const RankOrder order : {RankOrder::tp_pp_dp, RankOrder::tp_dp_pp})
+    for (int t = 1; t <= n; ++t)
+      for (int cp = 1; t * cp <= n; ++cp)
+        for (int p = 1; t * cp * p <= n; ++p) {
+          if (n % (t * cp * p) != 0) continue;
+          const int d = n / (t * cp * p);
+          for (int e = 1; e <= d; ++e) {
+            if (d % e != 0) continue;
+            const Layout L{t, p, d, order, cp, e};
+            INFO("layout tensor " << t << " context " << cp << " pipeline " << p << " data " << d << " expert " << e
+                                  << ", order " << rank_order_name(order));
+            Topology topo(MPI_COMM_WORLD, L);
+            ++layouts;
+            const Coordinates c = topo.coords();
+            CHECK(c.ep == c.dp % e);
+            CHECK(c.edp == c.dp / e);
+            CHECK(topo.ep().size() == e);
+            CHECK(topo.ep().rank() == c.ep);
+            CHECK(topo.expert_dp().size() == d / e * cp);
+            CHECK(topo.expert_dp().rank() == c.edp * cp + c.cp);
+            CHECK(members(topo.ep()) == expected_expert_members(L, c, 'e'));
+            CHECK(members(topo.expert_dp()) == expected_expert_members(L, c, 'x'));
+            if (e == 1) {
+              CHECK(&topo.expert_dp() == &topo.dp_cp());
+              CHECK(members(topo.ep()) == (std::int64_t{1} << me));
+              CHECK_THAT(topo.describe(), !tptrain::test::contains(", ep "));
+            } else {
+              CHECK_THAT(topo.describe(), tptrain::test::contains(", ep " + std::to_string(c.ep) + ")"));
+            }
+          }
+        }
+  CHECK(layouts >= 2);
+}
+
+TEST_CASE("expert groups on four ranks: data 4 expert 2, tensor 2 data 2 expert 2", "[parallel][topology][mpi]") {
+  if (world_size() != 4) return;  // mpi_4
+  const int me = world_rank();
+  auto bits = [](std::initializer_list<int> ranks) {
+    std::int64_t b = 0;
+    for (const int r : ranks) b |= std::int64_t{1} << r;
+    return b;
+  };
+  {  // data 4, expert 2: dp = r, expert groups {0,1} {2,3}, expert-data groups {0,2} {1,3}
+    Topology topo(MPI_COMM_WORLD, Layout{1, 1, 4, RankOrder::tp_pp_dp, 1, 2});
+    CHECK(members(topo.ep()) == (me < 2 ? bits({0, 1}) : bits({2, 3})));
+    CHECK(topo.ep().rank() == me % 2);
+    CHECK(members(topo.expert_dp()) == (me % 2 == 0 ? bits({0, 2}) : bits({1, 3})));
+    CHECK(topo.expert_dp().rank() == me / 2);
+    CHECK(members(topo.dp()) == bits({0, 1, 2, 3}));
+  }
+  {  // tensor 2, data 2, expert 2: tp = r % 2, dp = ep = r / 2; expert groups {0,2} {1,3}, each
+     // rank its own expert-data group (every expert on one rank of the group)
+    Topology topo(MPI_COMM_WORLD, Layout{2, 1, 2, RankOrder::tp_pp_dp, 1, 2});
+    CHECK(members(topo.ep()) == (me % 2 == 0 ? bits({0, 2}) : bits({1, 3})));
+    CHECK(topo.ep().rank() == me / 2);
+    CHECK(topo.expert_dp().size() == 1);
+    CHECK(members(topo.expert_dp()) == bits({me}));
+  }
+  {  // context 2, data 2, expert 2: cp = r % 2, dp = r / 2; expert groups {0,2} {1,3}, expert-data
+     // groups {0,1} {2,3} (the context ranks of one replica hold the same experts)
+    Topology topo(MPI_COMM_WORLD, Layout{1, 1, 2, RankOrder::tp_pp_dp, 2, 2});
+    CHECK(members(topo.ep()) == (me % 2 == 0 ? bits({0, 2}) : bits({1, 3})));
+    CHECK(members(topo.expert_dp()) == (me < 2 ? bits({0, 1}) : bits({2, 3})));
+    CHECK(topo.expert_dp().rank() == me % 2);
+  }
+}
+
+TEST_CASE("an expert size that does not divide data throws on every rank", "[parallel][topology][mpi]") {
+  const int n = world_size();
+  CHECK_THROWS_WITH(Topology(MPI_COMM_WORLD, Layout{1, 1, n, RankOrder::tp_pp_dp, 1, n + 1}),
+                    tptrain::test::contains("must be a divisor of parallel.data"));
+  CHECK_THROWS_AS(Topology(MPI_COMM_WORLD, Layout{1, 1, n, RankOrder::tp_pp_dp, 1, 0}), TopologyError);
+  int sum = 1;
+  MPI_Allreduce(MPI_IN_PLACE, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  CHECK(sum == n);
+}
+
 TEST_CASE("communicator options: the deck's backend keys", "[parallel][topology]") {
   tptrain::io::Deck deck;  // every key at its default
   using DeviceMemory = CommunicatorOptions::DeviceMemory;
