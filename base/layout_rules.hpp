@@ -1,7 +1,7 @@
 // The rules a parallel layout must meet, each stated once, as data (base/rules.hpp): tensor
-// parallelism's whole key/value heads per rank and the interleaved schedule's chunks and
-// micro-batch groups. A rule returns its problems, each naming the keys it involves; the readers
-// word them for their place:
+// parallelism's whole key/value heads per rank, the interleaved schedule's chunks and
+// micro-batch groups, and expert parallelism's ranks and whole experts. A rule returns its
+// problems, each naming the keys it involves; the readers word them for their place:
 //   the deck (io/deck.cpp)               at the file:line of the key to blame, with "did you
 //                                        mean"-grade detail (the nearest valid layouts);
 //   the model (GptShape::validate,       as std::invalid_argument text for a shape or a stage
@@ -70,6 +70,31 @@ inline std::vector<Problem> interleave_problems(std::int64_t layers, std::int64_
                        "parallel.data)): the interleaved schedule runs micro-batches in groups of "
                        "parallel.pipeline = {}, so they must be a multiple of it",
                        micro_batches, pipeline)));
+  return out;
+}
+
+// Expert parallelism (parallel.expert = ep; src/parallel/topology.hpp): it splits a mixture of
+// experts' model.experts experts (moe: model.mlp = "moe") over ep ranks taken from the
+// data-parallel ones (Megatron), so ep > 1 needs a mixture of experts, ep divides parallel.data
+// and each rank holds model.experts / ep whole experts. experts, data < 1: not known yet (that
+// half is not checked).
+inline std::vector<Problem> expert_problems(bool moe, std::int64_t experts, std::int64_t expert, std::int64_t data) {
+  if (expert < 1) return {};
+  if (!moe) {
+    if (expert == 1) return {};
+    return {Problem::statement({"parallel.expert", expert},
+                               "1 without a mixture of experts: expert parallelism splits the experts of model.mlp "
+                               "= \"moe\" over ranks (set model.mlp = \"moe\", or leave parallel.expert out)")};
+  }
+  std::vector<Problem> out;
+  if (data > 0 && data % expert != 0)
+    out.push_back(Problem::divisible({"parallel.data", data}, {"parallel.expert", expert},
+                                     "expert parallelism takes its ranks from the data-parallel ones: each "
+                                     "expert-parallel group is parallel.expert consecutive data-parallel ranks"));
+  if (experts > 0 && experts % expert != 0)
+    out.push_back(Problem::divisible({"model.experts", experts}, {"parallel.expert", expert},
+                                     "expert parallelism gives each rank model.experts / parallel.expert whole "
+                                     "experts"));
   return out;
 }
 

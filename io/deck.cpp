@@ -321,6 +321,7 @@ class DeckReader {
   void check_tokenizer(const Deck& d);
   void check_documents(const Deck& d);
   void check_context(const Deck& d);
+  void check_experts(const Deck& d);
   void check_valid_apart_from_train(const Deck& d);
   // Whether the command reads the files of data.<key> (train, valid; io/deck.hpp, DataFiles).
   bool reads_data_key(std::string_view key) const {
@@ -1151,6 +1152,7 @@ Deck DeckReader::build() {
   check_tokenizer(d);
   check_documents(d);
   check_context(d);
+  check_experts(d);
   check_valid_apart_from_train(d);
   if (ok("parallel", "tensor") && ok("parallel", "pipeline") && ok("parallel", "data") && ok("parallel", "context")) {
     const std::int64_t world = static_cast<std::int64_t>(p.tensor) * p.context * p.pipeline * p.data;
@@ -1185,9 +1187,10 @@ Deck DeckReader::build() {
 
 // The block specification's rules (base/block_spec.hpp): grouped-query attention's kv_heads
 // (whole key/value heads per tensor rank), rotary embeddings' even head dimension, LayerNorm's
-// bias; and the keys of a choice the specification does not make (model.norm_eps without
-// RMSNorm, model.rope_theta without rotary positions) refused unless they hold their defaults (a
-// resolved deck lists every key at its default and must load again).
+// bias, the mixture of experts' k <= E and bias-free experts; and the keys of a choice the
+// specification does not make (model.norm_eps without RMSNorm, model.rope_theta without rotary
+// positions, model.experts and its kin without model.mlp = "moe") refused unless they hold their
+// defaults (a resolved deck lists every key at its default and must load again).
 void DeckReader::check_architecture(const Deck& d) {
   const ModelConfig& m = d.model;
   const auto ok = [this](std::string_view key) { return field("model", key).ok; };
@@ -1211,6 +1214,40 @@ void DeckReader::check_architecture(const Deck& d) {
   if (norm_ok && position_ok && ok("norm_eps") && ok("rope_theta"))
     for (const rules::Problem& p : model::unused_choice_problems(norm, m.norm_eps, position, m.rope_theta))
       report(p);
+  const std::optional<model::Mlp> mlp = ok("mlp") ? model::mlp_of(m.mlp) : std::nullopt;
+  if (mlp && ok("linear_bias") && ok("experts") && ok("experts_per_token") && ok("moe_capacity_factor"))
+    for (const rules::Problem& p :
+         model::moe_problems(*mlp, m.linear_bias, m.experts, m.experts_per_token, m.moe_capacity_factor))
+      report(p);
+}
+
+// Expert parallelism's layout rule (base/layout_rules.hpp: a mixture of experts, parallel.expert
+// dividing parallel.data and model.experts), each half once its keys are valid; and the mixture
+// of experts' loss weights, like its model keys (model::moe_problems), left at their defaults
+// without one (a resolved deck lists them).
+void DeckReader::check_experts(const Deck& d) {
+  Field& mlp_field = field("model", "mlp");
+  const std::optional<model::Mlp> mlp = mlp_field.ok ? model::mlp_of(d.model.mlp) : std::nullopt;
+  if (!mlp) return;
+  const bool moe = *mlp == model::Mlp::moe;
+  if (field("parallel", "expert").ok)
+    for (const rules::Problem& p :
+         rules::expert_problems(moe, field("model", "experts").ok ? d.model.experts : 0, d.parallel.expert,
+                                field("parallel", "data").ok ? d.parallel.data : 0))
+      report(p);
+  if (moe) return;
+  static const Deck defaults;
+  const auto unused = [&](std::string_view key, double value, double fallback, std::string_view what) {
+    if (!field("training", key).ok || value == fallback) return;
+    report(rules::Problem::statement({full_name("training", key), 0, toml_float(value)},
+                                     fmt::format("to be left out with {{model.mlp}}: it weights the mixture of "
+                                                 "experts' {} (model.mlp = \"moe\")",
+                                                 what),
+                                     {{"model.mlp", 0, fmt::format("\"{}\"", d.model.mlp)}}));
+  };
+  unused("moe_aux_loss_coeff", d.training.moe_aux_loss_coeff, defaults.training.moe_aux_loss_coeff,
+         "load-balancing loss");
+  unused("moe_z_loss_coeff", d.training.moe_z_loss_coeff, defaults.training.moe_z_loss_coeff, "router z-loss");
 }
 
 // Tensor cores (and the CPU BLAS kernels' vector lanes) take GEMM dimensions in multiples of 8;

@@ -167,3 +167,38 @@ add_test(NAME cli_context_world_size_mismatch
          -DEXPECT_FAIL=1 "-DREGEX=started 3 ranks but .*tensor x context x pipeline x data = 1 x 2 x 1 x 1 = 2 ranks"
          -DCOUNT_REGEX=started -DCOUNT=1 -P ${CMAKE_CURRENT_SOURCE_DIR}/run_expect.cmake)
 set_tests_properties(cli_context_world_size_mismatch PROPERTIES TIMEOUT 60)
+
+# The mixture of experts (model.mlp = "moe") and expert parallelism (parallel.expert): each rule
+# named on a key (tests/data/cli/valid.toml: a gpt2 deck, tensor 2, data 1, global batch 4 of
+# micro-batches of 2).
+tptrain_expect_fail(cli_check_expert_without_moe
+  "parallel\\.expert = 2: expected 1 without a mixture of experts"
+  check ${_decks}/valid.toml --set parallel.data=2 --set parallel.expert=2)
+tptrain_expect_fail(cli_check_expert_divides_data
+  "parallel\\.data = 2: expected a multiple of parallel\\.expert = 4 \\(--set parallel\\.expert=4\\); expert parallelism takes its ranks from the data-parallel ones"
+  check ${_decks}/valid.toml --set model.architecture=mixtral --set parallel.data=2 --set parallel.expert=4)
+tptrain_expect_fail(cli_check_experts_multiple_of_expert
+  "model\\.experts = 3: expected a multiple of parallel\\.expert = 2 .*whole experts"
+  check ${_decks}/valid.toml --set model.architecture=mixtral --set model.experts=3 --set parallel.data=2
+  --set parallel.expert=2)
+tptrain_expect_fail(cli_check_experts_per_token_above_experts
+  "model\\.experts_per_token = 3: expected at most model\\.experts = 2"
+  check ${_decks}/valid.toml --set model.architecture=mixtral --set model.experts=2 --set model.experts_per_token=3)
+tptrain_expect_fail(cli_check_moe_linear_bias
+  "model\\.linear_bias = true: expected false with model\\.mlp = \"moe\""
+  check ${_decks}/valid.toml --set model.architecture=mixtral --set model.linear_bias=true)
+tptrain_expect_fail(cli_check_experts_without_moe
+  "model\\.experts = 4: expected to be left out with model\\.mlp = \"gelu\""
+  check ${_decks}/valid.toml --set model.experts=4)
+tptrain_expect_fail(cli_check_moe_aux_loss_without_moe
+  "training\\.moe_aux_loss_coeff = 0\\.1: expected to be left out with model\\.mlp = \"gelu\""
+  check ${_decks}/valid.toml --set training.moe_aux_loss_coeff=0.1)
+tptrain_expect_fail(cli_check_expert_zero "parallel\\.expert = 0: expected an integer >= 1"
+  check ${_decks}/valid.toml --set parallel.expert=0)
+# input/mixtral-tiny.toml: data 2, expert 2 on 2 ranks (expert parallelism adds none).
+add_test(NAME cli_check_mixtral_tiny COMMAND tptrain check ${PROJECT_SOURCE_DIR}/input/mixtral-tiny.toml)
+set_tests_properties(cli_check_mixtral_tiny PROPERTIES TIMEOUT 30
+  PASS_REGULAR_EXPRESSION "valid \\(needs 2 MPI ranks: tensor 1 x pipeline 1 x data 2")
+add_test(NAME cli_check_expert_ranks COMMAND tptrain check ${_decks}/valid.toml --ranks
+         --set model.architecture=mixtral --set parallel.data=2 --set parallel.expert=2)
+set_tests_properties(cli_check_expert_ranks PROPERTIES PASS_REGULAR_EXPRESSION "^4\n$" TIMEOUT 30)

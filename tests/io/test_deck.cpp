@@ -958,8 +958,12 @@ TEST_CASE("deck: to_toml writes every key in table order and round-trips", "[io]
                                           "model.norm_eps",
                                           "model.rope_theta",
                                           "model.tie_embeddings",
+                                          "model.experts",
+                                          "model.experts_per_token",
+                                          "model.moe_capacity_factor",
                                           "parallel.tensor",
                                           "parallel.context",
+                                          "parallel.expert",
                                           "parallel.pipeline",
                                           "parallel.data",
                                           "parallel.sequence_parallel",
@@ -981,6 +985,8 @@ TEST_CASE("deck: to_toml writes every key in table order and round-trips", "[io]
                                           "training.recompute",
                                           "training.attention",
                                           "training.grad_clip",
+                                          "training.moe_aux_loss_coeff",
+                                          "training.moe_z_loss_coeff",
                                           "training.log_interval",
                                           "training.eval_interval",
                                           "training.eval_windows",
@@ -1488,6 +1494,79 @@ TEST_CASE("deck: llama keys, their defaults and their errors name the key", "[io
     const std::string p = join(fx.problems(make_deck(), {"model.architecture=\"mistral\"", "model.norm_eps=1e-6"}));
     CHECK_THAT(p, has("model.architecture = \"mistral\": expected one of"));
     CHECK_THAT(p, !has("model.norm_eps"));
+  }
+}
+
+TEST_CASE("deck: the mixture of experts' keys and expert parallelism, each error on its key", "[io][deck][moe]") {
+  Fixture fx;
+  // The example deck: tensor 2, data 1, global batch 16 of micro-batches of 4.
+  const std::string mixtral = make_deck({{"model.architecture", "\"mixtral\""}});
+  SECTION("defaults: 8 experts, top 2, dropless, no expert parallelism; resolved decks load back") {
+    const Deck m = fx.parse(mixtral);
+    CHECK(m.model.mlp == "moe");
+    CHECK(!m.model.linear_bias);
+    CHECK(m.model.experts == 8);
+    CHECK(m.model.experts_per_token == 2);
+    CHECK(m.model.moe_capacity_factor == 0.0);
+    CHECK(m.parallel.expert == 1);
+    CHECK(m.training.moe_aux_loss_coeff == 0.02);
+    CHECK(m.training.moe_z_loss_coeff == 0.0);
+    CHECK(fx.parse(m.to_toml()) == m);
+    // A gpt2 deck lists the mixture's keys at their defaults: accepted.
+    const Deck g = fx.parse(make_deck());
+    CHECK(fx.parse(g.to_toml()) == g);
+    const Deck e = fx.parse(mixtral, {"parallel.data=2", "parallel.expert=2", "model.experts=4",
+                                      "training.moe_z_loss_coeff=0.001"});
+    CHECK(e.parallel.expert == 2);
+    CHECK(e.model.experts == 4);
+    CHECK(fx.parse(e.to_toml()) == e);
+    // An expert group as wide as the data group, and experts as many as its ranks.
+    CHECK(fx.parse(mixtral, {"parallel.data=4", "parallel.expert=4", "model.experts=4"}).parallel.expert == 4);
+  }
+  SECTION("experts_per_token at most experts") {
+    CHECK_THAT(fx.problem(mixtral, {"model.experts=2", "model.experts_per_token=3"}),
+               has("model.experts_per_token = 3: expected at most model.experts = 2"));
+    CHECK(fx.parse(mixtral, {"model.experts=2", "model.experts_per_token=2"}).model.experts_per_token == 2);
+  }
+  SECTION("the experts have no biases") {
+    CHECK_THAT(fx.problem(mixtral, {"model.linear_bias=true"}),
+               has("model.linear_bias = true: expected false with model.mlp = \"moe\""));
+  }
+  SECTION("the mixture's keys are refused with another MLP, naming it") {
+    const std::string p = fx.problem(make_deck({{"model.experts", "4"}}));
+    CHECK_THAT(p, has("deck.toml:"));
+    CHECK_THAT(p, has("model.experts = 4: expected to be left out with model.mlp = \"gelu\""));
+    CHECK_THAT(fx.problem(make_deck(), {"model.moe_capacity_factor=1.25"}),
+               has("model.moe_capacity_factor = 1.25: expected to be left out with model.mlp"));
+    const std::string aux = fx.problem(make_deck(), {"training.moe_aux_loss_coeff=0.1"});
+    CHECK_THAT(aux, has("training.moe_aux_loss_coeff = 0.1: expected to be left out with model.mlp = \"gelu\""));
+    CHECK_THAT(aux, has("load-balancing loss"));
+    CHECK_THAT(fx.problem(make_deck({{"model.architecture", "\"llama\""}}), {"training.moe_z_loss_coeff=0.001"}),
+               has("training.moe_z_loss_coeff = 0.001: expected to be left out with model.mlp = \"swiglu\""));
+    // At their defaults (what a resolved deck lists) they are accepted.
+    CHECK_NOTHROW(fx.parse(make_deck(), {"model.experts=8", "model.experts_per_token=2", "model.moe_capacity_factor=0",
+                                         "training.moe_aux_loss_coeff=0.02", "training.moe_z_loss_coeff=0"}));
+  }
+  SECTION("parallel.expert > 1 needs a mixture of experts") {
+    CHECK_THAT(fx.problem(make_deck(), {"parallel.data=2", "parallel.expert=2"}),
+               has("parallel.expert = 2: expected 1 without a mixture of experts"));
+  }
+  SECTION("parallel.expert divides parallel.data") {
+    const std::string p = fx.problem(mixtral, {"parallel.data=2", "parallel.expert=4"});
+    CHECK_THAT(p, has("parallel.data = 2: expected a multiple of parallel.expert = 4 (--set parallel.expert=4)"));
+    CHECK_THAT(p, has("expert parallelism takes its ranks from the data-parallel ones"));
+    // Set in the file, the data size blamed on parallel.expert set on the command line.
+    const std::string q = fx.problem(make_deck({{"model.architecture", "\"mixtral\""}, {"parallel.data", "2"}}),
+                                     {"parallel.expert=4"});
+    CHECK_THAT(q, has("parallel.expert = 4: expected a divisor of parallel.data = 2"));
+  }
+  SECTION("model.experts a multiple of parallel.expert") {
+    const std::string p = fx.problem(mixtral, {"parallel.data=2", "parallel.expert=2", "model.experts=3"});
+    CHECK_THAT(p, has("model.experts = 3: expected a multiple of parallel.expert = 2"));
+    CHECK_THAT(p, has("whole experts"));
+    // The default 8 experts over 3 expert ranks: blamed on the key that was set.
+    const std::string q = join(fx.problems(mixtral, {"parallel.data=3", "parallel.expert=3", "training.global_batch=12"}));
+    CHECK_THAT(q, has("parallel.expert = 3: expected a divisor of model.experts = 8 (default)"));
   }
 }
 
