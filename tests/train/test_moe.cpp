@@ -77,8 +77,10 @@ TEST_CASE("mixture of experts: bf16 under expert parallelism follows the one-ran
   io::Deck one = moe_deck({"one rank", 1, 1, 1, 1, ""}, steps);
   io::Deck split = moe_deck({"expert", 1, 1, n, n, ""}, steps);
   one.training.precision = split.training.precision = "bf16";
+  // The fp32 gradient sums run in another order (over the data ranks, per source chunk of an
+  // expert): a bf16 rounding of the weights moves now and then, as under data parallelism alone.
   check_curve(test::loss_curve<kx::bf16>(split, MPI_COMM_WORLD, steps),
-              test::loss_curve<kx::bf16>(one, MPI_COMM_SELF, steps), 1e-5);
+              test::loss_curve<kx::bf16>(one, MPI_COMM_SELF, steps), 2e-3);
 }
 
 TEST_CASE("mixture of experts: the routing metrics count every copy once", "[train][moe][mpi]") {
