@@ -27,9 +27,18 @@ std::string llama_shape_keys(const std::string& checkpoint_name) {
   return keys;
 }
 
+// Mixtral's: Llama's, the router's rows are the experts, and only the experts' tensors are ffn wide.
+std::string mixtral_shape_keys(const std::string& checkpoint_name) {
+  if (checkpoint_name.find("/mlp/router/") != std::string::npos)
+    return "model.experts / num_local_experts, model.hidden / hidden_size";
+  if (checkpoint_name.find("/mlp/experts/") != std::string::npos)
+    return "model.hidden / hidden_size, model.ffn_hidden / intermediate_size";
+  return llama_shape_keys(checkpoint_name);
+}
+
 }  // namespace
 
-HfFormat hf_format(const model::GptShape& shape) {
+HfFormat hf_format(const model::GptShape& shape, const HfTrainingChoices& training) {
   const HfPreset& preset = hf_preset_of(shape);
   HfFormat f;
   f.architecture = preset.architecture;
@@ -54,6 +63,13 @@ HfFormat hf_format(const model::GptShape& shape) {
         return hf_config_mismatch(read_hf_llama_config(path, preset), s);
       };
       f.shape_keys = llama_shape_keys;
+      break;
+    case HfConfigFamily::mixtral:
+      f.config_json = hf_llama_config(shape, preset, training.moe_aux_loss_coeff);
+      f.config_mismatch = [&preset](const std::string& path, const model::GptShape& s) {
+        return hf_config_mismatch(read_hf_llama_config(path, preset), s);
+      };
+      f.shape_keys = mixtral_shape_keys;
       break;
   }
   return f;

@@ -2,10 +2,11 @@
 // export and import"): what `tptrain export` and `tptrain import` (src/driver/hf_commands.cpp)
 // need besides the file formats, gathered from the shape's Hugging Face preset
 // (src/checkpoint/hf_presets.hpp), the rows' names and the config family's file (src/checkpoint/hf_gpt2.hpp,
-// src/checkpoint/hf_llama.hpp).
+// src/checkpoint/hf_llama.hpp, which has Mixtral's too).
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -36,8 +37,15 @@ struct HfFormat {
   std::string (*shape_keys)(const std::string& checkpoint_name) = nullptr;
 };
 
+// What a config.json records of the training besides the model's function: the deck's choices a
+// Hugging Face config has a field for (Mixtral's router_aux_loss_coef, training.moe_aux_loss_coeff).
+// Absent: the config class's default.
+struct HfTrainingChoices {
+  std::optional<double> moe_aux_loss_coeff;
+};
+
 // The form of the shape's block specification; throws std::runtime_error when no Hugging Face
 // preset computes it (hf_preset_of).
-HfFormat hf_format(const model::GptShape& shape);
+HfFormat hf_format(const model::GptShape& shape, const HfTrainingChoices& training = {});
 
 }  // namespace tptrain::checkpoint

@@ -17,7 +17,8 @@ bool same(double a, double b) { return std::abs(a - b) <= 1e-12 * std::max(std::
 
 }  // namespace
 
-std::string hf_llama_config(const model::GptShape& s, const HfPreset& preset) {
+std::string hf_llama_config(const model::GptShape& s, const HfPreset& preset,
+                            std::optional<double> router_aux_loss_coef) {
   io::LlamaConfigFile c;
   c.architecture = preset.architecture;
   c.model_type = preset.model_type;
@@ -32,7 +33,11 @@ std::string hf_llama_config(const model::GptShape& s, const HfPreset& preset) {
   c.rms_norm_eps = s.norm_eps;
   c.rope_theta = s.rope_theta;
   c.tie_word_embeddings = s.tie_embeddings;
-  return io::llama_config_text(c);
+  if (preset.config != HfConfigFamily::mixtral) return io::llama_config_text(c);
+  c.num_local_experts = s.experts;
+  c.num_experts_per_tok = s.experts_per_token;
+  if (router_aux_loss_coef) c.router_aux_loss_coef = *router_aux_loss_coef;
+  return io::mixtral_config_text(c);
 }
 
 HfLlamaConfig read_hf_llama_config(const std::string& path, const HfPreset& preset) {
@@ -66,6 +71,22 @@ HfLlamaConfig read_hf_llama_config(const std::string& path, const HfPreset& pres
     fail(fmt::format("head_dim = {}: tptrain's head dimension is hidden_size / num_attention_heads = {}", *c.head_dim,
                      c.hidden_size / c.num_attention_heads));
   HfLlamaConfig h;
+  if (preset.config == HfConfigFamily::mixtral) {
+    // MixtralConfig defaults them to Mixtral-8x7B's 8 and 2; a file that leaves them out names no
+    // particular mixture (as one without hidden_size), so both must be there.
+    if (!c.num_local_experts)
+      fail("no num_local_experts: a MixtralForCausalLM config gives its experts per block (the deck's model.experts)");
+    if (!c.num_experts_per_tok)
+      fail("no num_experts_per_tok: a MixtralForCausalLM config gives the experts each token goes through (the "
+           "deck's model.experts_per_token)");
+    if (*c.num_experts_per_tok > *c.num_local_experts)
+      fail(fmt::format("num_experts_per_tok = {} exceeds num_local_experts = {}: each token goes through k different "
+                       "experts of the E",
+                       *c.num_experts_per_tok, *c.num_local_experts));
+    h.experts = *c.num_local_experts;
+    h.experts_per_token = *c.num_experts_per_tok;
+    h.sliding_window = c.sliding_window;
+  }
   h.layers = c.num_hidden_layers;
   h.hidden = c.hidden_size;
   h.heads = c.num_attention_heads;
@@ -96,6 +117,15 @@ std::string hf_config_mismatch(const HfLlamaConfig& h, const model::GptShape& s)
     line(fmt::format("config.json rms_norm_eps = {}, the deck's model.norm_eps = {}", h.norm_eps, s.norm_eps));
   if (!same(h.rope_theta, s.rope_theta))
     line(fmt::format("config.json rope_theta = {}, the deck's model.rope_theta = {}", h.rope_theta, s.rope_theta));
+  if (s.moe()) {
+    compare("num_local_experts", h.experts, "model.experts", s.experts);
+    compare("num_experts_per_tok", h.experts_per_token, "model.experts_per_token", s.experts_per_token);
+    // A window of W keys hides key j from query i when i − j >= W: never within S <= W tokens.
+    if (h.sliding_window && *h.sliding_window < s.seq_length)
+      line(fmt::format("config.json sliding_window = {} is shorter than the deck's model.seq_length = {}: tptrain's "
+                       "attention is causal over the whole sequence, without a window",
+                       *h.sliding_window, s.seq_length));
+  }
   return out;
 }
 

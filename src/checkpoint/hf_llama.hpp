@@ -17,8 +17,16 @@
 // owning rows h·d … h·d+d−1 of its block, whatever tensor-parallel layout wrote it, which are
 // q_proj, k_proj and v_proj in that order; mlp/fc/weight stacks [gate: F | up: F], gate_proj and
 // up_proj.
+//
+// Mixtral (MixtralForCausalLM, HfConfigFamily::mixtral) is this model with a mixture of E SwiGLU
+// experts as the MLP (docs/checkpoints.md, "Mixtral"): router logits x·Wgᵀ (block_sparse_moe.gate,
+// [E, H], the checkpoint's mlp/router/weight), their softmax over the E experts, the top k
+// renormalised to sum to 1, and the weighted sum of those experts' down(silu(gate(x)) · up(x));
+// expert e's mlp/experts/e/fc/weight stacks [gate: F | up: F], its w1 and w3, and
+// mlp/experts/e/proj/weight is its w2. Dropless, as HF's MixtralSparseMoeBlock.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,22 +36,33 @@
 namespace tptrain::checkpoint {
 
 // The preset's config.json for `shape` (pretty-printed JSON). max_position_embeddings is
-// the deck's model.seq_length, the context the model was trained with.
-std::string hf_llama_config(const model::GptShape& shape, const HfPreset& preset);
+// the deck's model.seq_length, the context the model was trained with. A mixtral preset's
+// config (MixtralConfig's fields) carries num_local_experts = model.experts, num_experts_per_tok
+// = model.experts_per_token and router_aux_loss_coef (MixtralConfig's 0.001 when not given).
+std::string hf_llama_config(const model::GptShape& shape, const HfPreset& preset,
+                            std::optional<double> router_aux_loss_coef = std::nullopt);
 
 // What import needs from a config.json, checked to describe a model tptrain computes exactly.
 struct HfLlamaConfig {
   int layers = 0, hidden = 0, heads = 0, kv_heads = 0, ffn_hidden = 0, vocab_size = 0, positions = 0;
   double norm_eps = 0, rope_theta = 0;
   bool tie_embeddings = false;
+  // Mixtral's: E and k (0 for the others), and the attention window (none: nullopt).
+  int experts = 0, experts_per_token = 0;
+  std::optional<int> sliding_window;
 };
 // Reads and checks `path`: the preset's model_type, hidden_act silu, no attention or MLP biases, no
 // sliding window, no rope_scaling, head_dim (when given) hidden_size / num_attention_heads; num_key_value_heads null
-// means num_attention_heads. Throws std::runtime_error naming the file and the field.
+// means num_attention_heads. A mixtral preset's file must give num_local_experts and
+// num_experts_per_tok, k <= E (MixtralConfig's defaults, 8 and 2, are one model's: a file without
+// them is refused); its sliding_window is checked against the deck (hf_config_mismatch). Throws
+// std::runtime_error naming the file and the field.
 HfLlamaConfig read_hf_llama_config(const std::string& path, const HfPreset& preset);
 
 // The deck's keys against the config's fields: "" if they agree, else one line per difference,
-// naming both ("config.json num_key_value_heads = 8, the deck's model.kv_heads = 32").
+// naming both ("config.json num_key_value_heads = 8, the deck's model.kv_heads = 32"). A
+// mixture of experts' deck compares num_local_experts and num_experts_per_tok, and refuses a
+// sliding_window shorter than its model.seq_length (one as long or longer never hides a key).
 std::string hf_config_mismatch(const HfLlamaConfig& config, const model::GptShape& shape);
 
 }  // namespace tptrain::checkpoint

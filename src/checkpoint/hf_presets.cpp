@@ -17,6 +17,10 @@ const std::vector<HfPreset>& hf_presets() {
       // Qwen2Config has LlamaConfig's fields for what tptrain computes; q, k and v carry biases.
       {"Qwen2ForCausalLM", "qwen2", "qwen2", model::HfNaming::llama, HfConfigFamily::llama, "model.",
        R"(layers\.[0-9]+\.self_attn\.rotary_emb\.inv_freq)"},
+      // Llama's attention with a mixture of SwiGLU experts as the MLP: the router is
+      // block_sparse_moe.gate, expert e's gate|up and down are experts.e.w1|w3 and w2.
+      {"MixtralForCausalLM", "mixtral", "mixtral", model::HfNaming::llama, HfConfigFamily::mixtral, "model.",
+       R"(layers\.[0-9]+\.self_attn\.rotary_emb\.inv_freq)"},
   };
   return presets;
 }

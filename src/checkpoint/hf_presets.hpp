@@ -1,6 +1,6 @@
 // The Hugging Face architectures tptrain exports to and imports from, as data (docs/checkpoints.md,
 // "Hugging Face export and import"). Each is a block preset (base/block_spec.hpp) under one of the
-// descriptor rows' naming families (model::ParameterRow::hf) with one of two config.json families;
+// descriptor rows' naming families (model::ParameterRow::hf) with one of three config.json families;
 // adding an architecture Hugging Face knows is a row of hf_presets() (src/checkpoint/hf_presets.cpp).
 #pragma once
 
@@ -12,9 +12,11 @@
 
 namespace tptrain::checkpoint {
 
-// Whose config.json fields: GPT2Config's (io/hf_gpt2_config.hpp) or LlamaConfig's
-// (io/hf_llama_config.hpp; Qwen2Config has the same ones for what tptrain computes).
-enum class HfConfigFamily { gpt2, llama };
+// Whose config.json fields: GPT2Config's (io/hf_gpt2_config.hpp), LlamaConfig's
+// (io/hf_llama_config.hpp; Qwen2Config has the same ones for what tptrain computes) or
+// MixtralConfig's (LlamaConfig's for attention, norms and positions, plus the mixture of experts:
+// io/hf_llama_config.hpp too).
+enum class HfConfigFamily { gpt2, llama, mixtral };
 
 struct HfPreset {
   const char* architecture;  // config.json's architectures[0], "LlamaForCausalLM"

@@ -1,5 +1,6 @@
 // `tptrain export` and `tptrain import`: a checkpoint as a Hugging Face model folder
-// (config.json + model.safetensors: GPT2LMHeadModel or LlamaForCausalLM, by model.architecture)
+// (config.json + model.safetensors: GPT2LMHeadModel, LlamaForCausalLM, Qwen2ForCausalLM or
+// MixtralForCausalLM, by model.architecture)
 // and back (src/checkpoint/hf_format.hpp has the architecture's mapping). MPI only
 // because checkpoints are read and written with parallel HDF5; one rank does the work, any
 // number may take part (they hold no slabs).
@@ -21,6 +22,7 @@
 #include "base/mpi_check.hpp"
 #include "io/checkpoint_file.hpp"
 #include "io/deck.hpp"
+#include "io/deck_text.hpp"
 #include "io/path_text.hpp"
 #include "io/safetensors.hpp"
 #include "src/driver/commands.hpp"
@@ -116,16 +118,41 @@ CheckpointTensors checkpoint_tensors(const std::vector<checkpoint::HfTensor>& te
 }
 
 // The Hugging Face form of `shape`, or the same error on every rank (`what`: whose model).
-checkpoint::HfFormat hf_format_on_every_rank(MPI_Comm world, const model::GptShape& shape, const std::string& what) {
+checkpoint::HfFormat hf_format_on_every_rank(MPI_Comm world, const model::GptShape& shape, const std::string& what,
+                                             const checkpoint::HfTrainingChoices& training = {}) {
   std::optional<checkpoint::HfFormat> format;
   on_every_rank(world, [&] {
     try {
-      format = checkpoint::hf_format(shape);
+      format = checkpoint::hf_format(shape, training);
     } catch (const std::exception& e) {
       throw std::runtime_error(what + ": no Hugging Face form: " + e.what());
     }
   });
   return *format;
+}
+
+// A mixture of experts' keys from the checkpoint's deck attribute (E, k, the capacity factor and
+// the load-balancing loss's weight, which config.json records as router_aux_loss_coef): what
+// checkpoint_model_shape does not read. Absent keys keep the shape's (the deck's defaults).
+checkpoint::HfTrainingChoices read_moe_choices(const std::string& deck_text, model::GptShape& shape) {
+  checkpoint::HfTrainingChoices training;
+  if (!shape.moe()) return training;
+  const auto model = io::deck_text_scalars(deck_text, "model", {"experts", "experts_per_token", "moe_capacity_factor"});
+  const auto train = io::deck_text_scalars(deck_text, "training", {"moe_aux_loss_coeff"});
+  try {
+    if (const auto& e = model.at("experts")) shape.experts = std::stoi(*e);
+    if (const auto& k = model.at("experts_per_token")) shape.experts_per_token = std::stoi(*k);
+    if (const auto& c = model.at("moe_capacity_factor")) shape.moe_capacity_factor = std::stod(*c);
+    if (const auto& a = train.at("moe_aux_loss_coeff")) training.moe_aux_loss_coeff = std::stod(*a);
+  } catch (const std::exception&) {
+    throw std::runtime_error("its deck attribute lacks a valid model.experts, model.experts_per_token, "
+                             "model.moe_capacity_factor or training.moe_aux_loss_coeff");
+  }
+  if (shape.experts < 1 || shape.experts_per_token < 1 || shape.experts_per_token > shape.experts)
+    throw std::runtime_error(fmt::format("its deck attribute has model.experts = {} and model.experts_per_token = {}: "
+                                         "expected 1 <= experts_per_token <= experts",
+                                         shape.experts, shape.experts_per_token));
+  return training;
 }
 
 }  // namespace
@@ -135,9 +162,11 @@ int export_checkpoint(const ExportOptions& o) {
     const MPI_Comm world = MPI_COMM_WORLD;
     const io::CheckpointMeta meta = io::read_checkpoint_meta(world, o.checkpoint);
     model::GptShape shape;
+    checkpoint::HfTrainingChoices training;
     on_every_rank(world, [&] {
       try {
         shape = checkpoint::checkpoint_model_shape(meta.deck);
+        training = read_moe_choices(meta.deck, shape);
       } catch (const std::exception& e) {
         throw std::runtime_error("checkpoint " + io::display_path(o.checkpoint) + ": " + e.what());
       }
@@ -154,7 +183,12 @@ int export_checkpoint(const ExportOptions& o) {
     // weights, whole (model_checkpoint.hpp). A model without a Hugging Face form is refused on
     // every rank alike.
     const checkpoint::HfFormat format =
-        hf_format_on_every_rank(world, shape, "checkpoint " + io::display_path(o.checkpoint));
+        hf_format_on_every_rank(world, shape, "checkpoint " + io::display_path(o.checkpoint), training);
+    if (shape.moe() && shape.moe_capacity_factor > 0 && rank == 0)
+      log::warning(fmt::format("{} was trained with model.moe_capacity_factor = {}: {} is dropless (every token "
+                               "reaches its {} experts), as tptrain is without a capacity; the run that dropped "
+                               "tokens computed another function",
+                               o.checkpoint, shape.moe_capacity_factor, format.architecture, shape.experts_per_token));
     const CheckpointTensors ck = checkpoint_tensors(format.tensors);
     std::vector<std::vector<float>> values(ck.names.size());
     std::vector<io::TensorShard> shards;
@@ -255,8 +289,9 @@ int import_checkpoint(const ImportOptions& o) {
         if (!by_key.emplace(key, t.name).second)
           problems.push_back(fmt::format("{}: both {} and {} are in the file", where, by_key[key], t.name));
         if (!wanted.count(key) && !(key == tied_head && !format.tied_to.empty()))
-          problems.push_back(fmt::format("{}: {} is not a tensor of {} with the deck's shape (model.layers = {})", where,
-                                         t.name, format.architecture, shape.layers));
+          problems.push_back(fmt::format("{}: {} is not a tensor of {} with the deck's shape (model.layers = {}{})", where,
+                                         t.name, format.architecture, shape.layers,
+                                         shape.moe() ? fmt::format(", model.experts = {}", shape.experts) : ""));
       }
       for (std::size_t i = 0; i < ck.names.size(); ++i) values[i].resize(elements(ck.shapes[i]));
       for (std::size_t i = 0; i < tensors.size(); ++i) {
@@ -314,10 +349,11 @@ int import_checkpoint(const ImportOptions& o) {
     meta.precision = "fp32";  // the tensors; the deck says how a run computes with them
     meta.train = {{"step", 0}, {"seed", static_cast<std::int64_t>(deck->training.seed)}, {"data_step", 0}};
     io::write_checkpoint(world, o.out, meta, shards);
-    log::infof("imported {} into {}: {} tensors of the deck {} ({} layers, hidden {}, heads {}, vocab {}, seq {}), "
+    log::infof("imported {} into {}: {} tensors of the deck {} ({} layers, hidden {}, heads {}, vocab {}, seq {}{}), "
                "step 0; start a run from it with training.init_from",
                o.dir, o.out, ck.names.size(), o.deck.deck, shape.layers, shape.hidden, shape.heads, shape.vocab_size,
-               shape.seq_length);
+               shape.seq_length,
+               shape.moe() ? fmt::format(", {} experts, {} per token", shape.experts, shape.experts_per_token) : "");
   });
 }
 
