@@ -83,3 +83,57 @@ endforeach()
 # q/k row permutation (docs/checkpoints.md, "Llama").
 add_test(NAME hf_llama_reference_conventions COMMAND /usr/bin/python3 ${_hf}/llama_conventions.py)
 set_tests_properties(hf_llama_reference_conventions PROPERTIES TIMEOUT 60 SKIP_RETURN_CODE 77)
+# Mixtral (MixtralForCausalLM): the same round trip and an independent PyTorch Mixtral
+# (tests/hf/mixtral_reference.py, from transformers' modeling_mixtral) on tests/hf/mixtral_small.toml
+# (4 experts, top 2, grouped-query attention, untied): expert parallelism over 2 ranks (each holds 2
+# of the experts), tensor 2 (every expert split, a vocabulary of 257), pipeline 2 in bf16.
+set(_mixtral_fields "model_type=mixtral|num_hidden_layers=2|hidden_size=32|num_attention_heads=4|num_key_value_heads=2|intermediate_size=24|max_position_embeddings=16|rms_norm_eps=1e-05|rope_theta=1000000.0|hidden_act=silu|num_local_experts=4|num_experts_per_tok=2|router_aux_loss_coef=0.01|tie_word_embeddings=false")
+foreach(layout "mixtral_expert2;2;--set|parallel.data=2|--set|parallel.expert=2"
+               "mixtral_tensor2;2;--set|parallel.tensor=2|--set|model.vocab_size=257"
+               "mixtral_pipeline2_bf16;2;--set|parallel.pipeline=2|--set|training.precision=bf16")
+  list(GET layout 0 name)
+  list(GET layout 1 ranks)
+  list(GET layout 2 sets)
+  set(_args -DEXE=$<TARGET_FILE:tptrain> -DMPI=${_hf_mpi} -DRANKS=${ranks} "-DSETS=${sets}" -DPY=/usr/bin/python3
+            -DHF=${_hf} -DDECK=${_hf}/mixtral_small.toml -DDIR=${CMAKE_CURRENT_BINARY_DIR}/hf_${name}
+            -DREF=mixtral_reference "-DFIELDS=${_mixtral_fields}")
+  add_test(NAME cli_hf_round_trip_${name} COMMAND ${CMAKE_COMMAND} -DMODE=round_trip ${_args}
+           -P ${_hf}/hf_round_trip.cmake)
+  set_tests_properties(cli_hf_round_trip_${name} PROPERTIES FIXTURES_SETUP hf_${name} TIMEOUT 300)
+  add_test(NAME cli_hf_reference_${name} COMMAND ${CMAKE_COMMAND} -DMODE=reference ${_args}
+           -P ${_hf}/hf_round_trip.cmake)
+  set_tests_properties(cli_hf_reference_${name} PROPERTIES FIXTURES_REQUIRED hf_${name} TIMEOUT 300
+                       SKIP_REGULAR_EXPRESSION "mixtral_reference: skipped")
+  if(name STREQUAL "mixtral_expert2")
+    add_test(NAME cli_hf_init_from_${name} COMMAND ${CMAKE_COMMAND} -DMODE=init_from ${_args} -P ${_hf}/hf_round_trip.cmake)
+    set_tests_properties(cli_hf_init_from_${name} PROPERTIES FIXTURES_REQUIRED hf_${name} TIMEOUT 300)
+  endif()
+endforeach()
+# Mixtral folders import refuses, naming the field or tensor (tests/hf/hostile_hf.py's mixtral_*
+# kinds, on the expert-parallel export), and one it takes (a window the sequences never reach).
+foreach(case
+    "mixtral_config_no_experts;config.json: no num_local_experts"
+    "mixtral_config_no_top_k;config.json: no num_experts_per_tok"
+    "mixtral_config_top_k_above_experts;num_experts_per_tok = 5 exceeds num_local_experts = 4"
+    "mixtral_config_experts;config.json num_local_experts = 8, the deck's model.experts = 4"
+    "mixtral_config_top_k;config.json num_experts_per_tok = 1, the deck's model.experts_per_token = 2"
+    "mixtral_config_sliding_window;sliding_window = 8 is shorter than the deck's model.seq_length = 16"
+    "mixtral_config_not_mixtral;model_type is \"llama\""
+    "mixtral_expert_missing;no model.layers.1.block_sparse_moe.experts.3.w2.weight"
+    "mixtral_expert_extra;experts.4.w1.weight is not a tensor of MixtralForCausalLM"
+    "mixtral_router_transposed;gate.weight has shape .32, 4., the deck needs .4, 32. .model.experts / num_local_experts"
+    "mixtral_dense_mlp;model.layers.1.mlp.gate_proj.weight is not a tensor"
+    "mixtral_config_wide_window;")
+  list(GET case 0 kind)
+  list(GET case 1 expect)
+  set(_accepted 0)
+  if(expect STREQUAL "")
+    set(_accepted 1)
+  endif()
+  add_test(NAME cli_hf_import_${kind}
+           COMMAND ${CMAKE_COMMAND} -DEXE=$<TARGET_FILE:tptrain> -DPY=/usr/bin/python3 -DHF=${_hf}
+                   -DDECK=${_hf}/mixtral_small.toml -DSRC=${CMAKE_CURRENT_BINARY_DIR}/hf_mixtral_expert2/hf
+                   -DDIR=${CMAKE_CURRENT_BINARY_DIR}/hf_mixtral_refused -DKIND=${kind} "-DEXPECT=${expect}"
+                   -DACCEPTED=${_accepted} -P ${_hf}/hf_import_refused.cmake)
+  set_tests_properties(cli_hf_import_${kind} PROPERTIES FIXTURES_REQUIRED hf_mixtral_expert2 TIMEOUT 120)
+endforeach()

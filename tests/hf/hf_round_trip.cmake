@@ -4,7 +4,7 @@
 #     (same_weights.py), and inspect must pass the imported file.
 #   MODE=init_from: training.init_from starts from the imported weights exactly; a resume wins.
 #   MODE=reference: the export evaluated by an independent PyTorch model (REF: gpt2_reference.py,
-#     llama_reference.py) gives `tptrain eval`'s loss of the checkpoint within 1e-5 (fp32); skipped,
+#     llama_reference.py, qwen2_reference.py, mixtral_reference.py) gives `tptrain eval`'s loss of the checkpoint within 1e-5 (fp32); skipped,
 #     saying so, without PyTorch.
 #   cmake -DMODE=... -DEXE=tptrain "-DMPI=mpiexec|flags|-n" -DRANKS=2 "-DSETS=--set|parallel.tensor=2"
 #         -DPY=/usr/bin/python3 -DHF=tests/hf -DDECK=tests/hf/small.toml -DDIR=work
@@ -76,9 +76,10 @@ elseif(MODE STREQUAL "reference")
     message("${REF}: skipped: ${ck} was not trained (its round-trip test was skipped)")
     return()
   endif()
-  # tptrain's loss in fp32 whatever precision trained it (eval reads the fp32 master weights).
+  # tptrain's loss in fp32 whatever precision trained it (eval reads the fp32 master weights), on
+  # one rank whatever layout trained it.
   run(ok ${EXE} eval ${DECK} --checkpoint ${ck} --windows 4 ${SETS} --set parallel.tensor=1 --set parallel.pipeline=1
-      --set training.precision=fp32)
+      --set parallel.data=1 --set parallel.expert=1 --set training.precision=fp32)
   string(REGEX MATCH "\"eval_loss\": ([0-9.eE+-]+)" _ "${output}")
   set(tptrain_loss ${CMAKE_MATCH_1})
   run(ok ${PY} ${HF}/${REF}.py ${DIR}/hf ${HF}/../data/cli/corpus.txt --windows 4)

@@ -1,8 +1,10 @@
 #!/usr/bin/python3
 """hostile_hf.py SRC_DIR DST_DIR KIND: a copy of an exported Hugging Face folder (config.json +
 model.safetensors) damaged or varied one way, for the hostile pass (group_hf and group_hf_llama
-in tests/hostile/hostile_pass.sh; the llama_* kinds take a LlamaForCausalLM export). The safetensors file is rewritten with json and struct, not with
-tptrain's writer."""
+in tests/hostile/hostile_pass.sh; the llama_* kinds take a LlamaForCausalLM export) and the
+refused imports of tests/cli_hf_tests.cmake (the mixtral_* kinds take a MixtralForCausalLM export
+of tests/hf/mixtral_small.toml: 2 layers, 4 experts, top 2). The safetensors file is rewritten
+with json and struct, not with tptrain's writer."""
 import json
 import os
 import shutil
@@ -43,7 +45,36 @@ def add_tensor(name, shape, payload):
     data.extend(payload)
 
 
+def rewrite(drop=(), add=()):
+    """The file without the tensors `drop` and with `add` ((name, shape, payload) ...), packed
+    again: a valid file whose model lacks or has more tensors."""
+    out, body = {}, bytearray()
+    for name, t in sorted(header.items(), key=lambda kv: kv[1]["data_offsets"][0] if "data_offsets" in kv[1] else -1):
+        if name == "__metadata__":
+            out[name] = t
+            continue
+        if name in drop:
+            continue
+        b, e = t["data_offsets"]
+        out[name] = {"dtype": t["dtype"], "shape": t["shape"], "data_offsets": [len(body), len(body) + e - b]}
+        body += data[b:e]
+    for name, shape, payload in add:
+        out[name] = {"dtype": "F32", "shape": shape, "data_offsets": [len(body), len(body) + len(payload)]}
+        body += payload
+    write(json.dumps(out), body)
+
+
+def drop_config(*keys):
+    with open(os.path.join(dst, "config.json")) as f:
+        c = json.load(f)
+    for key in keys:
+        del c[key]
+    with open(os.path.join(dst, "config.json"), "w") as f:
+        json.dump(c, f)
+
+
 wte = header.get("transformer.wte.weight")
+moe = "model.layers.%d.block_sparse_moe."
 if kind == "truncated":
     write(json.dumps(header), data[:-100])
 elif kind == "length_huge":
@@ -153,6 +184,34 @@ elif kind == "llama_config_bias":
     config(attention_bias=True)
 elif kind == "llama_config_tied":
     config(tie_word_embeddings=True)
+elif kind == "mixtral_config_no_experts":  # MixtralConfig would take Mixtral-8x7B's 8
+    drop_config("num_local_experts")
+elif kind == "mixtral_config_no_top_k":
+    drop_config("num_experts_per_tok")
+elif kind == "mixtral_config_top_k_above_experts":
+    config(num_experts_per_tok=5)  # of 4
+elif kind == "mixtral_config_experts":  # another mixture than the deck's (and the file's tensors)
+    config(num_local_experts=8)
+elif kind == "mixtral_config_top_k":
+    config(num_experts_per_tok=1)
+elif kind == "mixtral_config_sliding_window":  # a window shorter than the deck's 16 positions
+    config(sliding_window=8)
+elif kind == "mixtral_config_wide_window":  # a window the deck's sequences never reach: the same model
+    config(sliding_window=4096)
+elif kind == "mixtral_config_not_mixtral":
+    config(model_type="llama", architectures=["LlamaForCausalLM"])
+elif kind == "mixtral_expert_missing":  # the file stays valid; the model lacks expert 3's w2 in block 1
+    rewrite(drop=[moe % 1 + "experts.3.w2.weight"])
+elif kind == "mixtral_expert_extra":  # a fifth expert in block 0
+    rewrite(add=[(moe % 0 + "experts.4.w1.weight", [24, 32], struct.pack("<f", 0.01) * (24 * 32))])
+elif kind == "mixtral_router_transposed":  # the gate as [H, E]
+    g = header[moe % 0 + "gate.weight"]
+    g["shape"] = [g["shape"][1], g["shape"][0]]
+    write(json.dumps(header), data)
+elif kind == "mixtral_dense_mlp":  # a LlamaForCausalLM's MLP names where the mixture's are
+    rewrite(drop=[name for name in header if ".block_sparse_moe." in name and name.startswith(moe % 1)],
+            add=[("model.layers.1.mlp.%s_proj.weight" % p, shape, struct.pack("<f", 0.01) * (shape[0] * shape[1]))
+                 for p, shape in (("gate", [24, 32]), ("up", [24, 32]), ("down", [32, 24]))])
 elif kind == "safetensors_missing":
     os.remove(path)
 elif kind == "safetensors_directory":
