@@ -233,7 +233,8 @@ model::GptShape checkpoint_model_shape(const std::string& deck_text) {
   try {
     arch = io::deck_text_scalars(deck_text, "model",
                                  {"architecture", "kv_heads", "tie_embeddings", "norm_eps", "rope_theta", "norm", "mlp",
-                                  "position", "qkv_bias", "linear_bias"});
+                                  "position", "qkv_bias", "linear_bias", "experts", "experts_per_token",
+                                  "moe_capacity_factor"});
   } catch (const std::exception& e) {
     throw std::runtime_error(std::string("its deck attribute ") + e.what());
   }
@@ -263,9 +264,16 @@ model::GptShape checkpoint_model_shape(const std::string& deck_text) {
     shape.kv_heads = arch["kv_heads"] ? std::stoi(*arch["kv_heads"]) : shape.heads;
     if (arch["norm_eps"]) shape.norm_eps = std::stod(*arch["norm_eps"]);
     if (arch["rope_theta"]) shape.rope_theta = std::stod(*arch["rope_theta"]);
+    // The mixture of experts' (a deck from before them has none: the defaults, unused by its MLP)
+    if (arch["experts"]) shape.experts = std::stoi(*arch["experts"]);
+    if (arch["experts_per_token"]) shape.experts_per_token = std::stoi(*arch["experts_per_token"]);
+    if (arch["moe_capacity_factor"]) shape.moe_capacity_factor = std::stod(*arch["moe_capacity_factor"]);
   } catch (const std::exception&) {
-    throw std::runtime_error("its deck attribute lacks a valid model.kv_heads, model.norm_eps or model.rope_theta");
+    throw std::runtime_error("its deck attribute lacks a valid model.kv_heads, model.norm_eps, model.rope_theta, "
+                             "model.experts or model.experts_per_token");
   }
+  if (shape.moe() && (shape.experts < 1 || shape.experts_per_token < 1 || shape.experts_per_token > shape.experts))
+    throw std::runtime_error("its deck attribute lacks a valid model.experts and model.experts_per_token");
   if (shape.kv_heads < 1) throw std::runtime_error("its deck attribute lacks a valid model.kv_heads");
   return shape;
 }
@@ -308,6 +316,9 @@ void check_model_shape(const io::CheckpointMeta& meta, const model::GptShape& mi
   if (saved.kv_head_count() != mine.kv_head_count())
     problems += fmt::format("\n  model.kv_heads: the checkpoint has {}, the deck has {}", saved.kv_head_count(),
                             mine.kv_head_count());
+  if (saved.moe() && mine.moe() && (saved.experts != mine.experts || saved.experts_per_token != mine.experts_per_token))
+    problems += fmt::format("\n  model.experts, model.experts_per_token: the checkpoint has {}, {}, the deck has {}, {}",
+                            saved.experts, saved.experts_per_token, mine.experts, mine.experts_per_token);
   if (saved.tie_embeddings != mine.tie_embeddings)
     problems += fmt::format("\n  model.tie_embeddings: the checkpoint has {}, the deck has {}", saved.tie_embeddings,
                             mine.tie_embeddings);

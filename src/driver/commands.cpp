@@ -207,9 +207,11 @@ int check(const DeckOptions& o, CheckOutput output) {
     } else {
       const std::string context =
           deck.parallel.context > 1 ? fmt::format(" x context {}", deck.parallel.context) : std::string();
-      std::printf("# %s: valid (needs %d MPI ranks: tensor %d%s x pipeline %d x data %d)\n",
+      const std::string expert =
+          deck.parallel.expert > 1 ? fmt::format(", of which expert {}", deck.parallel.expert) : std::string();
+      std::printf("# %s: valid (needs %d MPI ranks: tensor %d%s x pipeline %d x data %d%s)\n",
                   io::display_path(o.deck).c_str(), deck.parallel.world_size(), deck.parallel.tensor, context.c_str(),
-                  deck.parallel.pipeline, deck.parallel.data);
+                  deck.parallel.pipeline, deck.parallel.data, expert.c_str());
       std::fputs(deck.to_toml().c_str(), stdout);
     }
     return 0;

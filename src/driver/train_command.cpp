@@ -273,6 +273,7 @@ int train_as(const io::Deck& deck, const parallel::Topology& topo) {
         }
       }
       if (tasks_now) {
+        const model::MoeRecordingPaused not_training(run->model());
         const MultipleChoiceResult mc =
             score_multiple_choice(run->model(), topo, *tasks, train::documents_of(deck));
         rec.mc = io::MetricsRecord::MultipleChoice{mc.accuracy(), mc.accuracy_norm(), mc.examples};

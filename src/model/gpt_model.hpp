@@ -232,6 +232,11 @@ class GptModel {
     for (auto& layer : layers_)
       if (layer->moe) layer->moe->loss_weights = w;
   }
+  // Whether the blocks' forwards add to the routing statistics (not in an evaluation).
+  void record_moe_statistics(bool on) {
+    for (auto& layer : layers_)
+      if (layer->moe) layer->moe->record = on;
+  }
   // The routing statistics of this stage's blocks since the last call (MoeStatistics), summed.
   MoeStatistics take_moe_statistics() {
     MoeStatistics s;
@@ -628,6 +633,16 @@ class GptModel {
   int head_slot_ = -1;                        // the slot whose forward the head holds (last stage)
   std::int64_t recomputed_blocks_ = 0, recomputed_heads_ = 0, recomputed_scores_ = 0;
   std::vector<GradBucket<T>> buckets_;
+};
+
+// Evaluation and scoring forwards, not counted in the routing statistics of training.
+template <class T>
+struct MoeRecordingPaused {
+  explicit MoeRecordingPaused(GptModel<T>& m) : model(m) { model.record_moe_statistics(false); }
+  ~MoeRecordingPaused() { model.record_moe_statistics(true); }
+  MoeRecordingPaused(const MoeRecordingPaused&) = delete;
+  MoeRecordingPaused& operator=(const MoeRecordingPaused&) = delete;
+  GptModel<T>& model;
 };
 
 }  // namespace tptrain::model

@@ -453,6 +453,7 @@ double TrainingRun<T>::evaluate() {
   // file cut under the job since the start is one agreed error, not one rank's abort.
   parallel::on_every_rank(topo_.world(), [&] { check_eval_windows(); });
   eval_by_dataset_.clear();
+  const model::MoeRecordingPaused not_training(model_);  // the routing metrics are the training steps'
   double loss = 0.0;
   for (std::size_t i = 0; i < valid_->size(); ++i) {
     eval_by_dataset_.push_back(
