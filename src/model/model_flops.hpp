@@ -11,6 +11,11 @@
 // query features; grouped-query attention shares K and V between heads, not the products), times
 // 3. The full S x S square is counted, as the GEMMs compute it (causality masks half of it
 // afterwards).
+// A mixture of experts (model.mlp = "moe"): a token runs through K = experts_per_token of the E
+// experts, so N holds K experts' matrices per block (its active parameters) and the router's
+// [E, H] (its logits x·Wrᵀ are a GEMM, in fp32); the other E − K experts do no work for it. Under
+// expert parallelism a rank runs, at balanced load, N·K rows of its own tokens' worth through its
+// experts: the FLOPs per token do not depend on parallel.expert.
 // Recomputation is not in the model FLOPs (MFU) but in the hardware FLOPs (HFU, Korthikanti et
 // al. 2022 section 6.3): a forward run again adds 2·N_stage + 4·L_stage·S·H per token on that
 // stage, and every block backward without kept scores (recompute = selective and full) first
@@ -20,19 +25,36 @@
 #include <algorithm>
 
 #include <cstdint>
+#include <string>
 
 #include "src/model/gpt_model.hpp"
 
 namespace tptrain::model {
 
 inline constexpr const char* kModelFlopsFormula =
-    "6*N + 12*L*S*H per token (N without the position embedding, and without the word embedding when untied)";
+    "6*N + 12*L*S*H per token (N without the position embedding, and without the word embedding when untied; "
+    "with a mixture of experts the router and K of the E experts per block)";
 
-// N above: the logical tensors of the model (the checkpoint's), without the lookups.
+// Whether a block's parameter (a row name, or a tensor's "layers/<i>/<row>") belongs to an expert
+// a token does not run: experts K .. E − 1 of a mixture (all experts are alike, so counting the
+// first K counts K experts' work).
+inline bool inactive_expert(const model::GptShape& s, const std::string& name) {
+  if (!s.moe()) return false;
+  std::string row = name;
+  if (row.rfind("layers/", 0) == 0) {
+    const std::size_t slash = row.find('/', 7);
+    if (slash != std::string::npos) row = row.substr(slash + 1);
+  }
+  return model::expert_of_row(row) >= s.experts_per_token;
+}
+
+// N above: the logical tensors of the model (the checkpoint's), without the lookups and, with a
+// mixture of experts, without the experts beyond K in each block (its active parameters).
 inline double flops_parameters(const model::GptShape& s) {
   double n = 0;
   for (const model::LogicalTensor& t : model::logical_tensors(s)) {
     if (t.name == "embedding/position" || (t.name == "embedding/word" && !s.tie_embeddings)) continue;
+    if (inactive_expert(s, t.name)) continue;
     double size = 1;
     for (const std::int64_t d : t.shape) size *= static_cast<double>(d);
     n += size;
@@ -48,11 +70,12 @@ inline double training_flops_per_token(const model::GptShape& s) {
 // specification's matrices (the block descriptor's two-dimensional rows), and the two attention
 // products over the full S×S square, 4·S·H. GPT-2: QKV 3H², projection H², MLP 2HF; Llama: Q H²,
 // K and V H·nkv·d each, o_proj H², gate, up and down 3HF (tests/train/test_model_flops.cpp holds
-// them to these published formulas). The one formula of a block's cost, for the bench and src/plan.
+// them to these published formulas); a mixture of experts: the router E·H and K experts' 3HF. The
+// one formula of a block's cost, for the bench and src/plan.
 inline double block_forward_flops_per_token(const model::GptShape& s) {
   double weights = 0;
   for (const model::ParameterRow& r : model::block_parameter_rows(s))
-    if (r.shape[1] != model::ParameterDim::none)
+    if (r.shape[1] != model::ParameterDim::none && !inactive_expert(s, r.name))
       weights += static_cast<double>(model::extent(r.shape[0], s)) * static_cast<double>(model::extent(r.shape[1], s));
   return 2.0 * weights + 4.0 * double(s.seq_length) * s.hidden;
 }

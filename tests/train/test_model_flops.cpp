@@ -90,3 +90,34 @@ TEST_CASE("HFU counts selective and full recomputation; untimed phases issue no 
     CHECK(clock.fences() > fences);
   }
 }
+
+// A mixture of experts (model.mlp = "moe"): a token runs K of the E experts, so a block costs the
+// dense SwiGLU block with K times its MLP, plus the router's [E, H] GEMM; the other experts'
+// parameters are not in N (Mixtral-8x7B: tests/plan/test_plan_moe.cpp).
+TEST_CASE("model FLOPs of a mixture of experts: the router and K of the E experts", "[bench]") {
+  model::GptShape dense;
+  static_cast<model::BlockSpec&>(dense) = model::block_preset("llama")->spec;
+  dense.tie_embeddings = false;
+  dense.layers = 2, dense.hidden = 64, dense.heads = 4, dense.kv_heads = 2, dense.ffn_hidden = 96;
+  dense.seq_length = 32, dense.vocab_size = 128;
+  const double H = 64, F = 96, S = 32, V = 128;
+  for (const int E : {1, 4, 8})
+    for (int K = 1; K <= E; K *= 2) {
+      INFO(E << " experts, " << K << " per token");
+      model::GptShape moe = dense;
+      moe.mlp = model::Mlp::moe;  // the mixtral preset: llama's block with a mixture of SwiGLU experts
+      moe.experts = E;
+      moe.experts_per_token = K;
+      CHECK(model::block_forward_flops_per_token(moe) ==
+            model::block_forward_flops_per_token(dense) + 2.0 * (K - 1) * 3 * H * F + 2.0 * E * H);
+      CHECK(model::flops_parameters(moe) == model::flops_parameters(dense) + 2.0 * ((K - 1) * 3 * H * F + E * H));
+      CHECK(model::training_flops_per_token(moe) == 6.0 * model::flops_parameters(moe) + 12.0 * 2 * S * H);
+      // Only the first K experts of a block count; which K does not matter, they are alike.
+      CHECK(model::inactive_expert(moe, "layers/1/mlp/experts/" + std::to_string(E - 1) + "/fc/weight") == (K < E));
+      CHECK_FALSE(model::inactive_expert(moe, "mlp/experts/0/proj/weight"));
+      CHECK_FALSE(model::inactive_expert(moe, "layers/0/mlp/router/weight"));
+    }
+  // The dense block's N: q|k|v [128, 64], o_proj, gate|up|down, two norms; ln_f; lm_head (the
+  // untied word embedding is a lookup).
+  CHECK(model::flops_parameters(dense) == 2.0 * (128 * H + H * H + 3 * H * F + 2 * H) + H + V * H);
+}
