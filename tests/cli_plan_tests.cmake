@@ -125,3 +125,15 @@ tptrain_plan_test(cli_plan_llama3_8b_128k 0
 tptrain_plan_test(cli_plan_llama3_8b_128k_without_context 1
   "problem: does not fit: .*nearest layouts of 64 GPUs that fit.*--set parallel\\.context=4 --set parallel\\.data=4"
   plan ${_input}/llama3-8b-128k.toml --set parallel.tensor=4 --set parallel.context=1 --set parallel.data=16)
+
+# A mixture of experts (docs/planning.md, "Mixture of experts"): Mixtral-8x7B's published count
+# exactly, its active count, the expert group's share of the experts, the all-to-all row and the
+# expert columns across nodes (inside a node under the deck's tp-dp-pp); the JSON line's MoE keys.
+tptrain_plan_test(cli_plan_mixtral_8x7b 0
+  "ffn 14336 \\(MoE: 8 SwiGLU experts, 2 per token\\).*layout       tensor 1 x context 1 x pipeline 4 x data 16 \\(expert 8: 1 of the 8 experts of a block per rank\\) = 64 GPUs.*parameters   46\\.70 B: 46702792704 exactly \\(tptrain's tensors\\), 46702792704 by Mixtral's formula.*active       12\\.88 B per token: 12879925248 .*  expert    \\(   8 ranks\\)   112\\.00 GiB   all-to-all: .*  tp-dp-pp \\(deck\\) +0 B +0 B +0 B .*result: the deck fits\n\\{[^\n]*\"data\": 16, \"expert\": 8, [^\n]*\"params\": 46702792704, [^\n]*\"params_moe_formula\": 46702792704, \"params_active\": 12879925248, [^\n]*\"fits\": true"
+  plan ${_input}/mixtral-8x7b.toml --gpu-memory 80 --peak-tflops 989)
+# Without expert parallelism each rank holds all 8 experts of its blocks (99.7 GiB): on 48-GiB GPUs
+# the nearest layout splits them again (44.7 GiB).
+tptrain_plan_test(cli_plan_mixtral_8x7b_expert_search 1
+  "problem: does not fit: .*nearest layouts of 64 GPUs that fit \\(fewest changes first\\):\n  44\\.7 GiB per rank, [0-9.]+ days: --set parallel\\.expert=8\n"
+  plan ${_input}/mixtral-8x7b.toml --set parallel.expert=1 --gpu-memory 48)

@@ -1,6 +1,7 @@
 #include "src/plan/activation_memory.hpp"
 
 #include <algorithm>
+#include <utility>
 
 #include "src/model/block_descriptor.hpp"
 #include "src/plan/count.hpp"
@@ -48,7 +49,45 @@ Count tokens_by_hidden(const Config& c) {
   return Count(z.N()) * z.h * c.element_bytes();
 }
 
+// R = N·K: the copies of a micro-batch's tokens, the rows a rank's experts run at balanced load.
+Count routed_rows(const Config& c) { return Count(sizes(c).N()) * c.shape.experts_per_token; }
+// fp32 numbers (the router's, the routes'): acc_t, 4 bytes (8 with fp64 storage).
+std::int64_t accumulator_bytes(const Config& c) { return std::max(4, c.element_bytes()); }
+
 }  // namespace
+
+std::vector<Buffer> moe_saved_buffers(const Config& c) {
+  if (!c.moe()) return {};
+  const model::GptShape& m = c.shape;
+  const Count N = sizes(c).N(), R = routed_rows(c), E = m.experts, K = m.experts_per_token;
+  const Count e = c.element_bytes(), acc = accumulator_bytes(c), f_t = m.local_ffn();
+  return {{"MoE router probabilities [N, E] fp32", N * E * acc},
+          {"MoE router log sum exp [N] fp32", N * acc},
+          {"MoE routes: expert and row of each copy [N, K] int32, twice", 2 * N * K * 4},
+          {"MoE routes: weight of each copy [N, K] fp32", N * K * acc},
+          {"MoE expert input rows [N K, h]", R * m.hidden * e},
+          {"MoE experts' gate and up [N K, 2f/t]", R * (2 * f_t) * e},
+          {"MoE expert outputs back home [N K, h]", R * m.hidden * e}};
+}
+
+std::vector<Buffer> moe_scratch(const Config& c) {
+  if (!c.moe()) return {};
+  const model::GptShape& m = c.shape;
+  const Count N = sizes(c).N(), R = routed_rows(c), E = m.experts, K = m.experts_per_token;
+  const Count e = c.element_bytes(), acc = accumulator_bytes(c), f_t = m.local_ffn(), rows = R * m.hidden * e;
+  const bool ep = c.expert() > 1, sp = c.sequence_parallel && m.tensor > 1;
+  return {{"MoE silu(gate) up [N K, f/t]", R * f_t * e},
+          {"MoE silu(gate) up's gradient [N K, f/t]", R * f_t * e},
+          {"MoE gate and up's gradient [N K, 2f/t]", R * (2 * f_t) * e},
+          {"MoE input rows' gradient [N K, h]", rows},
+          {"MoE sorted copies before the dispatch [N K, h] (expert parallel)", ep ? rows : Count(0)},
+          {"MoE expert outputs before the combine [N K, h] (expert parallel)", ep ? rows : Count(0)},
+          {"MoE output gradient rows [N K, h] (expert parallel)", ep ? rows : Count(0)},
+          {"MoE output gradient gathered [N, h] (sequence parallel)", sp ? N * m.hidden * e : Count(0)},
+          {"MoE routing weights' gradient [N, K] fp32", N * K * acc},
+          {"MoE router logits' gradient [N, E] fp32", N * E * acc},
+          {"MoE router statistics [E + 1] and load-balancing gradient [E] fp32", (2 * E + 1) * acc}};
+}
 
 std::int64_t total_bytes(const std::vector<Buffer>& buffers) {
   Count n = 0;
@@ -57,11 +96,19 @@ std::int64_t total_bytes(const std::vector<Buffer>& buffers) {
 }
 
 std::vector<Buffer> layer_activations(const Config& c) {
-  return block_buffers(c, [&](const model::BufferRow& r) { return model::kept_per_layer(r, c.recompute); });
+  std::vector<Buffer> out =
+      block_buffers(c, [&](const model::BufferRow& r) { return model::kept_per_layer(r, c.recompute); });
+  if (c.recompute != Recompute::full)
+    for (Buffer& b : moe_saved_buffers(c)) out.push_back(std::move(b));
+  return out;
 }
 
 std::vector<Buffer> recompute_working_set(const Config& c) {
-  return block_buffers(c, [&](const model::BufferRow& r) { return model::in_recompute_working_set(r, c.recompute); });
+  std::vector<Buffer> out =
+      block_buffers(c, [&](const model::BufferRow& r) { return model::in_recompute_working_set(r, c.recompute); });
+  if (c.recompute == Recompute::full)
+    for (Buffer& b : moe_saved_buffers(c)) out.push_back(std::move(b));
+  return out;
 }
 
 int micro_batches_in_flight(int stage, int stages, int micro_batches) {
@@ -101,7 +148,9 @@ std::vector<Buffer> head_buffers(const Config& c) {
 }
 
 // The block's own scratch, then the attention's and the MLP's in their shared region (the larger
-// part, each buffer aligned as the Workspace places it: model::phase_region_bytes, checked).
+// part, each buffer aligned as the Workspace places it: model::phase_region_bytes, checked). A
+// mixture of experts builds no dense MLP: the region is the attention's, and its own scratch
+// follows.
 std::vector<Buffer> block_scratch(const Config& c) {
   std::vector<Buffer> out = block_buffers(c, [](const model::BufferRow& r) {
     return r.lifetime == model::Lifetime::scratch && r.phase == model::ScratchPhase::block;
@@ -109,13 +158,16 @@ std::vector<Buffer> block_scratch(const Config& c) {
   const model::BlockSizes z = sizes(c);
   Count part[3] = {0, 0, 0};
   for (const model::BufferRow& r : model::block_buffer_rows(c.shape))
-    if (r.lifetime == model::Lifetime::scratch && r.phase != model::ScratchPhase::block) {
+    if (r.lifetime == model::Lifetime::scratch && r.phase != model::ScratchPhase::block &&
+        !(c.moe() && r.phase == model::ScratchPhase::mlp)) {
       const Count aligned = (checked_buffer_bytes(r, z, c.element_bytes()) + Count(model::kPhaseAlignment - 1)) /
                             Count(model::kPhaseAlignment) * Count(model::kPhaseAlignment);
       part[static_cast<int>(r.phase)] += aligned;
     }
-  out.push_back({"the attention's and the MLP's scratch, one region (the larger part)",
+  out.push_back({c.moe() ? "the attention's scratch (its region; no dense MLP)"
+                          : "the attention's and the MLP's scratch, one region (the larger part)",
                  std::max<std::int64_t>(part[1], part[2])});
+  for (Buffer& b : moe_scratch(c)) out.push_back(std::move(b));
   return out;
 }
 std::int64_t stage_gradients(const Config& c) { return 2 * sequence_rows_by_hidden(c); }

@@ -27,6 +27,30 @@ struct Buffer {
 };
 std::int64_t total_bytes(const std::vector<Buffer>& buffers);
 
+// ---- the mixture of experts (model.mlp = "moe"; src/model/mixture_of_experts.hpp) ---------------
+// Its buffers at balanced load, every expert receiving N·K/E of the copies: each rank then runs
+// R = N·K rows through its experts whatever parallel.expert is (it sends (ep − 1)/ep of its copies
+// away and receives as many). N = b·s is every token of the micro-batch on the rank (the router
+// and the experts see all N tokens, gathered first with sequence parallelism), K experts_per_token,
+// E experts, f/t an expert's SwiGLU columns on the rank; fp32 for the router's and the routes'
+// numbers. A skewed routing needs more: a rank may receive up to ep·N·K rows, and the model's row
+// buffers grow to the largest load seen.
+//
+// Kept per layer and micro-batch (the dense MLP's gate|up in their place), recompute none or
+// selective; with full once per stage, in the recompute working set:
+//   router probabilities [N, E]·4, their log Σ exp [N]·4, the routes' expert and row [N, K]·4 each
+//   (int32) and weight [N, K]·4; the expert input rows [R, h]·e, their gate|up [R, 2f/t]·e and the
+//   expert outputs back home [R, h]·e.
+std::vector<Buffer> moe_saved_buffers(const Config& c);
+// Scratch, once per stage (the dense MLP's part of the shared region is not allocated):
+//   silu(gate)·up [R, f/t]·e and its gradient [R, f/t]·e, the gate|up gradient [R, 2f/t]·e, the
+//   input rows' gradient [R, h]·e; with parallel.expert > 1 also the sorted copies before the
+//   dispatch, the expert outputs before the combine and the output gradients' rows, [R, h]·e each;
+//   with sequence parallelism the output gradient gathered [N, h]·e; fp32 the routing weights'
+//   gradient [N, K], the router logits' gradient [N, E], its statistics [E + 1] and the
+//   load-balancing gradient [E].
+std::vector<Buffer> moe_scratch(const Config& c);
+
 // ---- kept by one transformer layer for one micro-batch ------------------------------------------
 // The block descriptor's buffers (src/model/block_descriptor.hpp, kBlockBuffers: their shapes,
 // element types and lifetimes). What one layer keeps for one micro-batch between its forward and
@@ -34,6 +58,7 @@ std::int64_t total_bytes(const std::vector<Buffer>& buffers);
 //   none       the block input and the saved set, the attention scores included;
 //   selective  the same without the scores (the backward recomputes them);
 //   full       the block input only (the backward re-runs the block's forward).
+// With a mixture of experts also moe_saved_buffers (none, selective).
 std::vector<Buffer> layer_activations(const Config& c);
 // With recompute = full: the working set of the layer being recomputed (the selective set),
 // allocated once per stage and shared by its layers. Empty otherwise.
@@ -69,6 +94,7 @@ std::vector<Buffer> head_buffers(const Config& c);
 // QKV gradient, bf16/fp16 the fp32 dK sum; with context parallelism also ring attention's two K,V
 // blocks, its fp32 output sum and three fp32 dK,dV sums) and the MLP's (its activation, SwiGLU's
 // gate and up gradient), as large as the larger;
+// with a mixture of experts the attention's part alone, and moe_scratch besides;
 // besides the column-sum partials of the bias and LayerNorm gradients (under 1 % of a layer's
 // activations).
 std::vector<Buffer> block_scratch(const Config& c);

@@ -39,7 +39,23 @@ double context_layer_bytes(const Config& c) {
   return forward + backward + (c.recompute == Recompute::full ? forward : 0.0);
 }
 
-StepCommunication stage_communication(const Config& c, int stage, std::int64_t stage_parameters) {
+double expert_all_to_all_bytes(const Config& c) {
+  return c.moe() ? local_tokens(c) * c.shape.experts_per_token * c.shape.hidden * c.element_bytes() : 0.0;
+}
+
+int expert_all_to_alls(const Config& c) {
+  if (!c.moe() || c.expert() <= 1) return 0;
+  return 4 + (c.recompute == Recompute::full ? 2 : 0);
+}
+
+double expert_layer_bytes(const Config& c) {
+  const int ep = c.expert();
+  if (ep <= 1) return 0.0;
+  return expert_all_to_alls(c) * expert_all_to_all_bytes(c) * double(ep - 1) / double(ep);
+}
+
+StepCommunication stage_communication(const Config& c, int stage, std::int64_t stage_parameters,
+                                      std::int64_t expert_parameters) {
   const model::GptShape& m = c.shape;
   const int t = m.tensor, P = c.pipeline;
   const bool first = stage == 0, last = stage == P - 1, sp = c.sequence_parallel;
@@ -53,7 +69,9 @@ StepCommunication stage_communication(const Config& c, int stage, std::int64_t s
   // Tensor-parallel group, per micro-batch.
   const double forward = 2 * all_reduce_bytes(A, t);  // = 2 all-gathers + 2 reduce-scatters with SP
   const double backward = 2 * all_reduce_bytes(A, t) + (sp ? 2 * all_gather_bytes(A, t) : 0.0);
-  const double per_layer = forward + backward + (c.recompute == Recompute::full ? forward : 0.0);
+  // A mixture of experts: the routing weights' gradient [N, K] fp32, all-reduced in the backward.
+  const double moe = c.moe() ? all_reduce_bytes(N * c.shape.experts_per_token * 4, t) : 0.0;
+  const double per_layer = forward + backward + moe + (c.recompute == Recompute::full ? forward : 0.0);
   double per_micro_batch = layers * per_layer;
   if (first) per_micro_batch += sp ? 2 * all_gather_bytes(A, t) : all_reduce_bytes(A, t);  // embedding g
   if (last)
@@ -70,11 +88,16 @@ StepCommunication stage_communication(const Config& c, int stage, std::int64_t s
   // Context parallel: ring attention's blocks, every layer of the stage, every micro-batch.
   out.context = M * layers * context_layer_bytes(c);
 
-  // Data parallel (over data x context), once per step.
-  const double n = double(stage_parameters);
-  const std::int64_t d = c.data_context();
-  out.data = c.distributed_optimizer ? all_gather_bytes(n * 4, d) + all_gather_bytes(n * e, d)
-                                     : all_reduce_bytes(n * 4, d);
+  // Expert parallel: the all-to-alls, every layer of the stage, every micro-batch.
+  out.expert = M * layers * expert_layer_bytes(c);
+
+  // Data parallel (over data x context), once per step; the experts' gradients over the
+  // expert-data group.
+  const auto gradients = [&](double n, std::int64_t d) {
+    return c.distributed_optimizer ? all_gather_bytes(n * 4, d) + all_gather_bytes(n * e, d) : all_reduce_bytes(n * 4, d);
+  };
+  out.data = gradients(double(stage_parameters) - double(expert_parameters), c.data_context());
+  out.expert_data = gradients(double(expert_parameters), c.expert_data_context());
 
   // The tied word embedding's two copies sum their gradients; an untied lm_head has none to share.
   if (P > 1 && (first || last) && m.tie_embeddings)
@@ -85,12 +108,14 @@ StepCommunication stage_communication(const Config& c, int stage, std::int64_t s
 StepCommunication busiest_communication(const Config& c, const StageParameters& stage_parameters) {
   StepCommunication most;
   for (const int p : {0, std::min(1, c.pipeline - 1), c.pipeline - 1}) {
-    const StepCommunication s = stage_communication(c, p, stage_parameters.of(p));
+    const StepCommunication s = stage_communication(c, p, stage_parameters.of(p), stage_parameters.experts);
     most.tensor = std::max(most.tensor, s.tensor);
     most.pipeline = std::max(most.pipeline, s.pipeline);
     most.data = std::max(most.data, s.data);
     most.context = std::max(most.context, s.context);
     most.embedding = std::max(most.embedding, s.embedding);
+    most.expert = std::max(most.expert, s.expert);
+    most.expert_data = std::max(most.expert_data, s.expert_data);
   }
   return most;
 }

@@ -127,6 +127,78 @@ Count blocked_ring_crossings(const GroupLattice& l, std::int64_t block_stride, s
   return span < g ? changes * 2 : changes + groups_of(l);
 }
 
+namespace {
+
+// Σ_b c_b² over the residues b mod `stride` of L consecutive ranks: L mod stride residues appear
+// ⌊L/stride⌋ + 1 times, the others ⌊L/stride⌋ times.
+Count residue_squares(Count length, Count stride) {
+  const Count q = length / stride, r = Count(length % stride);
+  return r * (q + 1) * (q + 1) + (stride - r) * q * q;
+}
+
+// The same over the pieces of [s, s + length) cut by the multiples of `small` (o = s mod small).
+Count block_squares(Count offset, Count length, Count small, Count stride) {
+  const Count first = offset == 0 ? small : small - offset;  // the distance to the first cut
+  if (first >= length) return residue_squares(length, stride);
+  const Count rest = length - first;
+  return residue_squares(first, stride) + (rest / small) * residue_squares(small, stride) +
+         residue_squares(Count(rest % small), stride);
+}
+
+std::int64_t gcd(std::int64_t a, std::int64_t b) {
+  while (b != 0) a = std::exchange(b, a % b);
+  return a;
+}
+
+// Groups of blocks (blocked_ring_crossings) over a lattice of three axes: a loop over the
+// shortest, the other two left to blocked_ring_crossings.
+Count blocked_ring_crossings_3(GroupLattice l, std::int64_t block_stride, std::int64_t blocks, std::int64_t g) {
+  if (l.n1 <= l.n2 && l.n1 <= l.n3) {
+    std::swap(l.e1, l.e3);
+    std::swap(l.n1, l.n3);
+  } else if (l.n2 <= l.n3) {
+    std::swap(l.e2, l.e3);
+    std::swap(l.n2, l.n3);
+  }
+  Count sum = 0;
+  GroupLattice one = l;
+  one.e3 = 0;
+  one.n3 = 1;
+  for (std::int64_t w = 0; w < l.n3; ++w) {
+    one.base = Count(l.base) + Count(l.e3) * w;
+    sum += blocked_ring_crossings(one, block_stride, blocks, g);
+  }
+  return sum;
+}
+
+}  // namespace
+
+Count all_to_all_crossings(std::int64_t world, std::int64_t stride, std::int64_t members, std::int64_t g) {
+  if (g < 1 || stride < 1 || members < 1) throw std::invalid_argument("tptrain: plan: all_to_all_crossings of an empty group");
+  const Count A = Count(stride) * members;
+  if (members == 1 || world <= 0) return 0;
+  if (world % A != 0) throw std::logic_error("tptrain: plan: expert groups do not tile the ranks");
+  // Ordered pairs in all groups, less those on one node (each member with itself included).
+  const Count all = Count(world) * members;
+  const Count big = std::max<std::int64_t>(A, g), small = std::min<std::int64_t>(A, g);
+  const Count full = Count(world) / big, last = Count(world % big);
+  const Count period = small / gcd(big, small);
+  const Count step = Count(big % small);
+  Count same = 0, offset = 0;
+  for (Count k = 0; k < std::min<std::int64_t>(full, period); k = k + 1) {
+    const Count repeats = (full - 1 - k) / period + 1;
+    same += repeats * block_squares(offset, big, small, stride);
+    offset = Count((offset + step) % small);
+  }
+  if (last > 0) {
+    // A last, shorter block: world is a multiple of A, so the coarser cut is the node's (big = g)
+    // and the block starts at full·g <= world.
+    const Count start = Count((full * big) % small);
+    same += block_squares(start, last, small, stride);
+  }
+  return all - same;
+}
+
 CrossNodeBytes cross_node_bytes(const Config& c, const StageParameters& stage_parameters, parallel::RankOrder order,
                                 std::int64_t g) {
   if (g < 1) throw std::invalid_argument("tptrain: plan: gpus per node must be >= 1");
@@ -145,9 +217,10 @@ CrossNodeBytes cross_node_bytes(const Config& c, const StageParameters& stage_pa
   std::vector<Stages> stages{{0, 1, 0}};
   if (P > 2) stages.push_back({1, P - 2, 1});
   if (P > 1) stages.push_back({P - 1, 1, int(P - 1)});
+  const std::int64_t ep = c.expert();
   for (const Stages& st : stages) {
     const StepCommunication per_rank =
-        stage_communication(c, st.representative, stage_parameters.of(st.representative));
+        stage_communication(c, st.representative, stage_parameters.of(st.representative), stage_parameters.experts);
     const std::int64_t base = st.first * s.pipeline;
     // Tensor groups: first ranks cp·σc + pp·σp + dp·σd, members 1 apart.
     const GroupLattice tensor{base, s.context, C, s.pipeline, st.count, 1, T, s.data, D};
@@ -156,6 +229,19 @@ CrossNodeBytes cross_node_bytes(const Config& c, const StageParameters& stage_pa
     const GroupLattice data_blocks{base, 1, T, s.pipeline, st.count, s.context, C};
     out.tensor += double(ring_crossings(tensor, g)) * per_rank.tensor;
     out.data += double(blocked_ring_crossings(data_blocks, s.data, D, g)) * per_rank.data;
+    // Expert-data groups: first ranks tp + pp·σp + e·σd (e < ep, the expert rank); members
+    // cp·σc + q·ep·σd: D / ep blocks of C.
+    if (per_rank.expert_data > 0) {
+      const GroupLattice expert_blocks{base, 1, T, s.pipeline, st.count, s.context, C, s.data, ep};
+      out.expert_data +=
+          double(blocked_ring_crossings_3(expert_blocks, Count(s.data) * ep, D / ep, g)) * per_rank.expert_data;
+    }
+  }
+  // Expert groups' all-to-alls: every rank of every stage sends the same; a member's bytes go to
+  // the ep − 1 others in equal parts.
+  if (ep > 1) {
+    const double per_rank = stage_communication(c, 0, stage_parameters.of(0), stage_parameters.experts).expert;
+    out.expert = double(all_to_all_crossings(c.world(), s.data, ep, g)) * per_rank / double(ep - 1);
   }
   // Context groups: first ranks tp + pp·σp + dp·σd, members σc = T apart, every stage at once (a
   // rank of any stage sends the same around its ring: the stages hold as many layers).

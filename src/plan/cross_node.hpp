@@ -20,6 +20,13 @@
 // context groups of the middle stages under tp-cp-pp-dp (tensor x (pipeline − 2) x data first
 // ranks: at most (2^31)^(2/3) ≈ 1.7 million steps, a few for the layouts people run). The context
 // groups are counted over all stages at once, whose ranks send the same around their rings.
+//
+// A mixture of experts (parallel.expert = ep > 1): each expert group's all-to-all sends every
+// member's bytes to each other member in equal parts, so what crosses is the pairs of members on
+// different nodes (all_to_all_crossings) times a member's bytes for one other member; the
+// expert-data groups (the experts' gradients: C context ranks T apart, data / ep blocks of them
+// ep·σd apart) are rings of blocks, as the data x context groups, over the ep ranks of each expert
+// group besides.
 #pragma once
 
 #include <cstdint>
@@ -57,11 +64,24 @@ Count chain_crossings(const GroupLattice& groups, std::int64_t gpus_per_node);
 Count blocked_ring_crossings(const GroupLattice& groups, std::int64_t block_stride, std::int64_t blocks,
                              std::int64_t gpus_per_node);
 
+// The expert-parallel groups' all-to-alls: over `world` ranks, the groups {b + stride·(members·q + j),
+// j < members} for every b < stride and q (world a multiple of stride·members: in both rank orders
+// the expert groups of every stage, stride the data axis's). Returns the ordered pairs (sender,
+// receiver) of a group's members on different nodes, summed over the groups: members · (members −
+// 1) per group when stride ≥ g, none for a group inside a node. By formula: the pairs on one node
+// are those of an interval of ranks inside one node and one block of stride·members ranks, which
+// hold c_b ranks of each residue b mod stride, L mod stride residues ⌊L/stride⌋ + 1 times and the
+// others ⌊L/stride⌋ times (L the interval's length, whatever its start); the intervals are cut by
+// the multiples of g and of stride·members, periodic in the coarser with period the finer /
+// gcd: O(min(world / coarser, finer)) ≤ O(√world) steps.
+Count all_to_all_crossings(std::int64_t world, std::int64_t stride, std::int64_t members, std::int64_t gpus_per_node);
+
 // Bytes per step, over all ranks, that cross node boundaries in each group.
 struct CrossNodeBytes {
   parallel::RankOrder order = parallel::RankOrder::tp_pp_dp;
   double tensor = 0, context = 0, pipeline = 0, data = 0, embedding = 0;
-  double total() const { return tensor + context + pipeline + data + embedding; }
+  double expert = 0, expert_data = 0;  // a mixture of experts: the all-to-alls, the experts' gradients
+  double total() const { return tensor + context + pipeline + data + embedding + expert + expert_data; }
 };
 
 CrossNodeBytes cross_node_bytes(const Config& c, const StageParameters& stage_parameters, parallel::RankOrder order,

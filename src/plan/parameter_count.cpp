@@ -1,6 +1,7 @@
 #include "src/plan/parameter_count.hpp"
 
 #include <stdexcept>
+#include <string>
 
 #include "src/model/model_parameters.hpp"
 #include "src/plan/count.hpp"
@@ -31,6 +32,15 @@ Count sum(const std::vector<model::ParameterRow>& table, const model::GptShape& 
   return n;
 }
 
+// The elements of the rows of shape s's block that `keep` selects (by row name), counted by `count`.
+template <class Keep, class Counter>
+Count block_sum(const model::GptShape& s, Keep keep, Counter count) {
+  Count n = 0;
+  for (const model::ParameterRow& r : model::block_parameter_rows(s))
+    if (keep(std::string(r.name))) n += count(model::spec_of(r, s));
+  return n;
+}
+
 }  // namespace
 
 double narayanan_parameters(double l, double h, double V, double s) {
@@ -43,12 +53,32 @@ double llama_parameters(double l, double h, double a, double k, double f, double
   return V * h * (tied ? 1 : 2) + l * block + h;
 }
 
+double moe_parameters(double l, double h, double a, double k, double f, double E, double K, double V, bool tied) {
+  const double d = h / a;
+  const double block = 2 * h + h * (a + 2 * k) * d + a * d * h + K * 3 * h * f + E * h;
+  return V * h * (tied ? 1 : 2) + l * block + h;
+}
+
 // The embedding, `layers` blocks and the head, without enumerating the blocks: plan time does
 // not grow with the depth.
 std::int64_t exact_parameters(const model::GptShape& s) {
   return sum(model::embedding_parameter_rows(s), s, logical_elements) +
          Count(s.layers) * sum(model::block_parameter_rows(s), s, logical_elements) +
          sum(model::head_parameter_rows(s), s, logical_elements);
+}
+
+std::int64_t active_parameters(const model::GptShape& s) {
+  if (!s.moe()) return exact_parameters(s);
+  // Every row but those of the experts K, K + 1, ..., E − 1.
+  const Count block = block_sum(
+      s, [&](const std::string& row) { return model::expert_of_row(row) < s.experts_per_token; }, logical_elements);
+  return sum(model::embedding_parameter_rows(s), s, logical_elements) + Count(s.layers) * block +
+         sum(model::head_parameter_rows(s), s, logical_elements);
+}
+
+std::int64_t expert_parameters(const model::GptShape& s) {
+  if (!s.moe()) return 0;
+  return block_sum(s, [](const std::string& row) { return model::expert_of_row(row) == 0; }, logical_elements);
 }
 
 std::int64_t StageParameters::of(int stage) const {
@@ -65,11 +95,17 @@ StageParameters stage_parameters(const model::GptShape& s, int stages) {
   const auto local = [&](const model::ParameterSpec& p) { return local_elements(p, s.tensor); };
   const auto tied_copy = [&](const model::ParameterSpec& p) { return p.tied_output_copy ? local(p) : Count(0); };
   const std::vector<model::ParameterRow> embedding_rows = model::embedding_parameter_rows(s);
-  const Count blocks = Count(s.layers / stages) * sum(model::block_parameter_rows(s), s, local);
+  // The rows expert-parallel rank 0 holds: every dense row and its E / ep experts (every rank as many).
+  const Count per_block = block_sum(s, [&](const std::string& row) { return model::held_by_expert_rank(s, row, 0); }, local);
+  const Count experts_per_block = block_sum(
+      s, [&](const std::string& row) { return model::expert_of_row(row) >= 0 && model::held_by_expert_rank(s, row, 0); },
+      local);
+  const Count blocks = Count(s.layers / stages) * per_block;
   const Count embeddings = sum(embedding_rows, s, local);
   const Count head = sum(model::head_parameter_rows(s), s, local);
   StageParameters n;
   n.stages = stages;
+  n.experts = Count(s.layers / stages) * experts_per_block;
   n.middle = blocks;
   if (stages == 1) {
     n.first = n.last = embeddings + blocks + head;

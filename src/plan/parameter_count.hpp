@@ -29,21 +29,46 @@ double narayanan_parameters(double layers, double hidden, double vocab, double s
 double llama_parameters(double layers, double hidden, double heads, double kv_heads, double ffn_hidden, double vocab,
                         bool tied);
 
+// A mixture of experts' parameters by formula (Mixtral, Jiang et al. 2024; Hugging Face's
+// MixtralForCausalLM): llama's block with E SwiGLU experts of f each (3·h·f apiece) and the router's
+// E·h in place of its MLP, of which `routed` (K) experts count:
+// l·(h·(a + 2k)·d + a·d·h + K·3·h·f + E·h + 2h) + 2·V·h + h (V·h tied). K = E: every parameter;
+// K = experts_per_token: the active ones (below). Mixtral-8x7B (l 32, h 4096, a 32, k 8, f 14336,
+// E 8, V 32000): 46,702,792,704, and 12,879,925,248 active with K = 2.
+double moe_parameters(double layers, double hidden, double heads, double kv_heads, double ffn_hidden, double experts,
+                      double routed, double vocab, bool tied);
+
 // Every element of model::logical_tensors(s): the unpadded vocabulary, the word embedding once.
 // For GPT-2 with ffn_hidden = 4·hidden this is eq. 2 plus the 2·h of the final LayerNorm; for
 // llama it is llama_parameters. Like every count of src/plan/, throws plan::Overflow beyond
 // 2^63 − 1 (src/plan/count.hpp).
 std::int64_t exact_parameters(const model::GptShape& s);
 
+// The parameters one token's forward reads (a mixture of experts' "active parameters"): every
+// tensor of exact_parameters but, in each block, the experts beyond the K = experts_per_token a
+// token is routed to (all experts are alike, so which K does not matter); the router counts. For a
+// dense MLP, exact_parameters.
+std::int64_t active_parameters(const model::GptShape& s);
+
+// One block's parameters of one expert (its gate|up and down: 3·h·f for SwiGLU experts); 0 without
+// a mixture of experts.
+std::int64_t expert_parameters(const model::GptShape& s);
+
 // Elements one tensor-parallel rank of each pipeline stage holds: its blocks; the first stage
 // the embeddings; the last stage ln_f, an untied lm_head and, when it is not also the first, the
 // tied copy of the word embedding (src/model/gpt_model.hpp). A split tensor counts its allocated elements: the
 // word embedding's padded vocabulary rows. Every stage between the first and the last holds the
-// same, so three numbers say it for any pipeline size.
+// same, so three numbers say it for any pipeline size. With a mixture of experts a rank holds the
+// experts of its expert-parallel rank only, model.experts / parallel.expert per block (every
+// expert-parallel rank as many): `experts` of each stage's counts are theirs, the same on every
+// stage (the stages hold as many blocks); their gradients are summed and their optimizer state
+// sharded over the expert-data group instead of data x context (src/plan/parameter_memory.hpp).
 struct StageParameters {
   int stages = 1;
   std::int64_t first = 0, middle = 0, last = 0;
+  std::int64_t experts = 0;  // of each stage's count: the experts' (0 without a mixture of experts)
   std::int64_t of(int stage) const;  // throws std::out_of_range for a stage that does not exist
+  std::int64_t dense_of(int stage) const { return of(stage) - experts; }
 };
 StageParameters stage_parameters(const model::GptShape& s, int stages);
 

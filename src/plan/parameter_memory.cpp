@@ -2,16 +2,21 @@
 
 namespace tptrain::plan {
 
-ParameterBytes parameter_bytes(std::int64_t parameters, const Config& c) {
-  const Count n = parameters;
-  const Count d = c.distributed_optimizer ? Count(c.data_context()) : Count(1);  // sharded over data x context
-  const Count shard = (n + d - 1) / d;  // the optimizer state's share of this rank
+ParameterBytes parameter_bytes(std::int64_t parameters, const Config& c, std::int64_t expert_parameters) {
+  const Count n = parameters, experts = expert_parameters, dense = n - experts;
+  // The optimizer state's share of this rank: ⌈n/d⌉ of each group's parameters, the dense ones
+  // sharded over data x context, the experts' over the expert-data group.
+  const auto shard = [&](Count elements, std::int64_t group) {
+    const Count d = c.distributed_optimizer ? Count(group) : Count(1);
+    return (elements + d - 1) / d;
+  };
+  const Count sharded = shard(dense, c.data_context()) + (experts > 0 ? shard(experts, c.expert_data_context()) : Count(0));
   ParameterBytes b;
   b.weights = n * c.element_bytes();
-  b.master = c.element_bytes() == 4 ? Count(0) : shard * 4;  // fp32: the master is the weights
+  b.master = c.element_bytes() == 4 ? Count(0) : sharded * 4;  // fp32: the master is the weights
   b.gradients = n * 4;
-  b.optimizer = shard * 8;
-  b.checkpoint_host = shard * 12;
+  b.optimizer = sharded * 8;
+  b.checkpoint_host = sharded * 12;
   return b;
 }
 

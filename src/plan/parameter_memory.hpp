@@ -10,6 +10,11 @@
 // the optimizer's own state: the moments, and with 16-bit weights the fp32 master: fp32 8 + 8/d
 // bytes, bf16/fp16 6 + 12/d (Megatron-LM's distributed optimizer table).
 // A shard is ⌈n/d⌉ elements.
+//
+// A mixture of experts' expert parameters (parallel.expert = ep) are summed over the expert-data
+// group instead — the data / ep ranks that hold the same experts, x context — and the distributed
+// optimizer shards them over it: the dense parameters' state is 1/(d·C) per rank, the experts'
+// 1/((d/ep)·C) (Config::expert_data_context). Weights and gradients are whole either way.
 #pragma once
 
 #include <cstdint>
@@ -31,7 +36,9 @@ struct ParameterBytes {
   std::int64_t checkpoint_host = 0;
 };
 
-// One rank holding `parameters` elements under c's precision and optimizer.
-ParameterBytes parameter_bytes(std::int64_t parameters, const Config& c);
+// One rank holding `parameters` elements under c's precision and optimizer, `expert_parameters` of
+// them experts' (the state of the rest sharded over data x context, theirs over the expert-data
+// group).
+ParameterBytes parameter_bytes(std::int64_t parameters, const Config& c, std::int64_t expert_parameters = 0);
 
 }  // namespace tptrain::plan

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numeric>
 #include <optional>
 #include <stdexcept>
 #include <utility>
@@ -49,7 +50,15 @@ bool llama_formula_applies(const model::GptShape& m) {
   return m.rms() && m.swiglu() && !m.qkv_bias && !m.linear_bias;
 }
 bool gpt_formula_applies(const model::GptShape& m) {
-  return !m.rms() && !m.swiglu() && m.qkv_bias && m.linear_bias && m.kv_head_count() == m.heads;
+  return !m.rms() && !m.swiglu() && !m.moe() && m.qkv_bias && m.linear_bias && m.kv_head_count() == m.heads;
+}
+// Mixtral's (Jiang et al. 2024): llama's block with a mixture of SwiGLU experts as its MLP.
+bool moe_formula_applies(const model::GptShape& m) { return m.rms() && m.moe() && !m.qkv_bias && !m.linear_bias; }
+
+// The MLP as the report's model line names it ("MoE: 8 SwiGLU experts, 2 per token").
+std::string mlp_text(const model::GptShape& m) {
+  if (m.moe()) return fmt::format("MoE: {} SwiGLU experts, {} per token", m.experts, m.experts_per_token);
+  return m.swiglu() ? "SwiGLU" : "GELU";
 }
 
 void check_hardware(const Hardware& hw) {
@@ -85,6 +94,7 @@ std::vector<std::string> changes(const Config& deck, const Config& c) {
   if (c.context() != deck.context()) out.push_back(fmt::format("parallel.context={}", c.context()));
   if (c.pipeline != deck.pipeline) out.push_back(fmt::format("parallel.pipeline={}", c.pipeline));
   if (c.data != deck.data) out.push_back(fmt::format("parallel.data={}", c.data));
+  if (c.expert() != deck.expert()) out.push_back(fmt::format("parallel.expert={}", c.expert()));
   if (c.sequence_parallel != deck.sequence_parallel)
     out.push_back(fmt::format("parallel.sequence_parallel={}", c.sequence_parallel));
   if (c.micro_batch != deck.micro_batch) out.push_back(fmt::format("training.micro_batch={}", c.micro_batch));
@@ -112,6 +122,8 @@ std::vector<int> divisors(int n) {
 // the divisors of the layers and the sequence (the shipped decks have a few dozen layouts).
 constexpr std::size_t kMaxLayouts = 256;
 constexpr std::size_t kMaxContexts = 32;
+// The most expert-parallel sizes it tries per layout (a mixture of 8 experts has 4).
+constexpr std::size_t kMaxExperts = 8;
 
 // The values nearest `deck` first, by the ratio to it: |log(v / deck)|.
 void nearest_first(std::vector<int>& values, int deck) {
@@ -132,9 +144,10 @@ bool nearer(const Suggestion& a, const Suggestion& b) {
 // The layouts for `gpus` GPUs that fit, nearest first. What varies: tensor (a divisor of the
 // node's GPUs, so that a tensor group stays in a node), context (a divisor of the GPUs that cuts
 // the sequence into 2·context chunks; 1 when the deck's attention or tasks rule ring attention
-// out), pipeline (a divisor of the layers), data (the rest), sequence parallelism, the
-// recomputation, the distributed optimizer, micro_batch (the deck's or 1) and, for an fp32 deck,
-// bf16.
+// out), pipeline (a divisor of the layers), data (the rest), with a mixture of experts
+// parallel.expert (a divisor of data and of model.experts, at most kMaxExperts of them, those
+// nearest the deck's first), sequence parallelism, the recomputation, the distributed optimizer,
+// micro_batch (the deck's or 1) and, for an fp32 deck, bf16.
 std::vector<Suggestion> nearest_fitting(const Config& deck, const Hardware& hw, std::int64_t gpus, double tokens,
                                         std::size_t count) {
   std::vector<int> tensors;
@@ -187,30 +200,41 @@ std::vector<Suggestion> nearest_fitting(const Config& deck, const Hardware& hw, 
     c.set_context(cp);
     c.pipeline = p;
     c.data = static_cast<int>(d);
-    std::optional<StageParameters> parameters;
-    for (const int mb : micro_batches)
-      for (const std::string& precision : precisions)
-        for (const bool sp : {deck.sequence_parallel, !deck.sequence_parallel})
-          for (const Recompute r : {Recompute::none, Recompute::selective, Recompute::full})
-            for (const bool dist : {deck.distributed_optimizer, !deck.distributed_optimizer}) {
-              if (sp && t == 1 && !deck.sequence_parallel) continue;  // nothing to split
-              if (dist && c.data_context() == 1 && !deck.distributed_optimizer) continue;
-              c.micro_batch = mb;
-              c.precision = precision;
-              c.sequence_parallel = sp;
-              c.recompute = r;
-              c.distributed_optimizer = dist;
-              if (!c.layout_problem().empty()) continue;
-              std::int64_t most = 0;
-              try {
-                if (!parameters) parameters = stage_parameters(c.shape, p);
-                most = most_loaded_rank(c, *parameters).total();
-              } catch (const Overflow&) {
-                continue;  // more than 2^63 − 1 bytes: fits no GPU
+    // parallel.expert: 1 without a mixture of experts, else the divisors of data that divide the
+    // experts (of their greatest common divisor).
+    std::vector<int> experts{1};
+    if (deck.moe()) {
+      experts = divisors(std::gcd(static_cast<int>(d), deck.shape.experts));
+      nearest_first(experts, deck.expert());
+      if (experts.size() > kMaxExperts) experts.resize(kMaxExperts);
+    }
+    for (const int ep : experts) {
+      c.shape.expert_parallel = ep;
+      std::optional<StageParameters> parameters;
+      for (const int mb : micro_batches)
+        for (const std::string& precision : precisions)
+          for (const bool sp : {deck.sequence_parallel, !deck.sequence_parallel})
+            for (const Recompute r : {Recompute::none, Recompute::selective, Recompute::full})
+              for (const bool dist : {deck.distributed_optimizer, !deck.distributed_optimizer}) {
+                if (sp && t == 1 && !deck.sequence_parallel) continue;  // nothing to split
+                if (dist && c.data_context() == 1 && !deck.distributed_optimizer) continue;
+                c.micro_batch = mb;
+                c.precision = precision;
+                c.sequence_parallel = sp;
+                c.recompute = r;
+                c.distributed_optimizer = dist;
+                if (!c.layout_problem().empty()) continue;
+                std::int64_t most = 0;
+                try {
+                  if (!parameters) parameters = stage_parameters(c.shape, p);
+                  most = most_loaded_rank(c, *parameters).total();
+                } catch (const Overflow&) {
+                  continue;  // more than 2^63 − 1 bytes: fits no GPU
+                }
+                if (double(most) > limit) continue;
+                found.push_back(Suggestion{c, changes(deck, c), most, days_of(c, hw, tokens)});
               }
-              if (double(most) > limit) continue;
-              found.push_back(Suggestion{c, changes(deck, c), most, days_of(c, hw, tokens)});
-            }
+    }
   }
   std::sort(found.begin(), found.end(), nearer);
   if (found.size() > count) found.resize(count);
@@ -224,6 +248,7 @@ std::string beyond_64_bits(const Config& c, const std::string& figure, bool acti
   std::vector<std::pair<std::string, int>> keys{{"model.hidden", m.hidden},         {"model.layers", m.layers},
                                                 {"model.ffn_hidden", m.ffn_hidden}, {"model.vocab_size", m.vocab_size},
                                                 {"model.seq_length", m.seq_length}};
+  if (m.moe()) keys.emplace_back("model.experts", m.experts);
   if (activations) {
     keys.emplace_back("model.heads", m.heads);
     keys.emplace_back("training.micro_batch", c.micro_batch);
@@ -266,7 +291,8 @@ RankMemory rank_memory(const Config& c, const StageParameters& stage_parameters,
   m.in_flight = kept.total_slots();
   m.received_gradients = kept.received_gradients;
   m.parameters = stage_parameters.of(stage);
-  m.parameter_bytes = parameter_bytes(m.parameters, c);
+  m.expert_parameters = stage_parameters.experts;
+  m.parameter_bytes = parameter_bytes(m.parameters, c, stage_parameters.experts);
   m.activations = chunked_activation_bytes(c, m.layers / c.virtual_stages, m.chunk_slots);
   m.head = stage == P - 1 ? total_bytes(head_buffers(c)) : 0;
   m.workspace = total_bytes(workspace_buffers(c)) + received_gradient_bytes(c, m.received_gradients);
@@ -306,6 +332,14 @@ Plan make_plan(const Config& c, const Hardware& hw_in, double deck_tokens, const
     p.parameters_llama = llama_parameters(m.layers, m.hidden, m.heads, m.kv_head_count(), m.ffn_hidden, m.vocab_size,
                                           m.tie_embeddings);
   p.parameters = counted(c, "the parameter count", false, [&] { return exact_parameters(m); });
+  p.active_parameters = counted(c, "the active parameter count", false, [&] { return active_parameters(m); });
+  p.active_parameters_formula = double(p.active_parameters);
+  if (m.moe()) {
+    p.parameters_moe = moe_parameters(m.layers, m.hidden, m.heads, m.kv_head_count(), m.ffn_hidden, m.experts,
+                                      m.experts, m.vocab_size, m.tie_embeddings);
+    p.active_parameters_formula = moe_parameters(m.layers, m.hidden, m.heads, m.kv_head_count(), m.ffn_hidden,
+                                                 m.experts, m.experts_per_token, m.vocab_size, m.tie_embeddings);
+  }
   const StageParameters per_stage = counted(c, "the parameter count of a pipeline stage", false,
                                             [&] { return stage_parameters(m, c.pipeline); });
   p.memory = counted(c, "the byte count of a rank", true, [&] { return most_loaded_rank(c, per_stage); });
@@ -330,10 +364,12 @@ Plan make_plan(const Config& c, const Hardware& hw_in, double deck_tokens, const
   p.training_days = p.iterations * p.seconds_per_iteration / kSecondsPerDay;
   // (1 / interleaving - 1) > 0 with v > 1 (which needs p > 1): no inf - inf for a run of inf days.
   if (c.virtual_stages > 1) p.days_saved_by_interleaving = p.training_days * (1 / interleaving - 1);
-  p.training_days_eq4 = narayanan_training_seconds(p.tokens, double(p.parameters), double(c.world()), p.achieved_flops,
+  // Eq. 4 and 6NT count the parameters a token's work touches: a mixture's active ones.
+  p.training_days_eq4 = narayanan_training_seconds(p.tokens, double(p.active_parameters), double(c.world()),
+                                                   p.achieved_flops,
                                                    c.recompute == Recompute::full) /
                         kSecondsPerDay;
-  p.total_flops_6nt = six_n_t(double(p.parameters), p.tokens);
+  p.total_flops_6nt = six_n_t(double(p.active_parameters), p.tokens);
   p.communication = busiest_communication(c, per_stage);
   const CrossNodeBytes* deck_order = nullptr;
   for (const parallel::RankOrder order : {parallel::RankOrder::tp_pp_dp, parallel::RankOrder::tp_dp_pp})
@@ -402,14 +438,18 @@ std::string report(const Plan& p) {
   line(fmt::format("model        {}: {} layers, hidden {}, {} heads ({} key/value), ffn {} ({}), seq_length {}, "
                    "vocab {} (padded {}), {}; {} eps {:g}, {}; biases {}",
                    m.architecture, m.layers, m.hidden, m.heads, m.kv_head_count(), m.ffn_hidden,
-                   m.swiglu() ? "SwiGLU" : "GELU", m.seq_length, m.vocab_size, m.padded_vocab(),
+                   mlp_text(m), m.seq_length, m.vocab_size, m.padded_vocab(),
                    m.tie_embeddings ? "tied" : "untied", m.rms() ? "RMSNorm" : "LayerNorm",
                    m.rms() ? m.norm_eps : 1e-5,
                    m.rotary() ? fmt::format("RoPE theta {:g}", m.rope_theta) : std::string("learned positions"),
                    biases));
-  line(fmt::format("layout       tensor {} x context {} x pipeline {} x data {} = {} GPUs, order {}; {} given, {} per "
+  line(fmt::format("layout       tensor {} x context {} x pipeline {} x data {}{} = {} GPUs, order {}; {} given, {} per "
                    "node{}",
-                   m.tensor, m.context, c.pipeline, c.data, c.world(), order_name(c, c.order), p.gpus,
+                   m.tensor, m.context, c.pipeline, c.data,
+                   m.moe() ? fmt::format(" (expert {}: {} of the {} experts of a block per rank)", c.expert(),
+                                         m.local_experts(), m.experts)
+                           : std::string(),
+                   c.world(), order_name(c, c.order), p.gpus,
                    p.hardware.gpus_per_node,
                    m.context > 1 ? fmt::format("; {} tokens of each sequence per rank (2 chunks of {})",
                                                m.local_seq_length(), m.seq_length / (2 * m.context))
@@ -422,9 +462,23 @@ std::string report(const Plan& p) {
     line(fmt::format("parameters   {:.2f} B: {} exactly (tptrain's tensors), {:.0f} by Llama's formula "
                      "(l(h(a+2k)d + adh + 3hf + 2h) + {}Vh + h)",
                      p.parameters / 1e9, p.parameters, p.parameters_llama, m.tie_embeddings ? "" : "2"));
+  else if (moe_formula_applies(m))
+    line(fmt::format("parameters   {:.2f} B: {} exactly (tptrain's tensors), {:.0f} by Mixtral's formula "
+                     "(l(h(a+2k)d + adh + 3Ehf + Eh + 2h) + {}Vh + h, E = {} experts)",
+                     p.parameters / 1e9, p.parameters, p.parameters_moe, m.tie_embeddings ? "" : "2", m.experts));
+  else if (m.moe())
+    line(fmt::format("parameters   {:.2f} B: {} exactly (tptrain's tensors)", p.parameters / 1e9, p.parameters));
   else
     line(fmt::format("parameters   {:.2f} B: {} exactly (tptrain's tensors), {:.2f} B by Narayanan et al. 2021 eq. 2",
                      p.parameters / 1e9, p.parameters, p.parameters_eq2 / 1e9));
+  if (m.moe())
+    line(fmt::format("active       {:.2f} B per token: {} (every tensor but the experts a token skips: the router and "
+                     "K = {} of the E = {} experts per block{})",
+                     p.active_parameters / 1e9, p.active_parameters, m.experts_per_token, m.experts,
+                     moe_formula_applies(m)
+                         ? fmt::format("; {:.0f} by l(h(a+2k)d + adh + 3Khf + Eh + 2h) + {}Vh + h",
+                                       p.active_parameters_formula, m.tie_embeddings ? "" : "2")
+                         : std::string()));
   line("");
   std::string chunks, kept = std::to_string(r.in_flight);
   if (c.virtual_stages > 1) {
@@ -440,14 +494,20 @@ std::string report(const Plan& p) {
     line(fmt::format("  {:<17}{:>10.2f} GiB   {}", what, gib(bytes), note));
   };
   const double per_param = r.parameters > 0 ? double(pb.total()) / double(r.parameters) : 0.0;
-  row("weights", pb.weights, fmt::format("{} parameters on this rank, {}", r.parameters, precision));
+  row("weights", pb.weights,
+      m.moe() ? fmt::format("{} parameters on this rank, {} of them its {} of {} experts in each of its {} blocks, {}",
+                            r.parameters, r.expert_parameters, m.local_experts(), m.experts, r.layers, precision)
+              : fmt::format("{} parameters on this rank, {}", r.parameters, precision));
   row("master weights", pb.master, precision == "fp32" ? "none: the fp32 weights are the master" : "fp32");
   row("gradients", pb.gradients, "fp32");
   row("optimizer state", pb.optimizer,
-      c.distributed_optimizer
-          ? fmt::format("AdamW moments, fp32, 1/{} of them (distributed optimizer{})", c.data_context(),
-                        c.context() > 1 ? fmt::format(", over data {} x context {}", c.data, c.context()) : "")
-          : "AdamW moments, fp32");
+      !c.distributed_optimizer ? std::string("AdamW moments, fp32")
+      : m.moe()
+          ? fmt::format("AdamW moments, fp32, 1/{} of the dense ones' and 1/{} of the experts' (distributed optimizer, "
+                        "over data x context and the expert-data group)",
+                        c.data_context(), c.expert_data_context())
+          : fmt::format("AdamW moments, fp32, 1/{} of them (distributed optimizer{})", c.data_context(),
+                        c.context() > 1 ? fmt::format(", over data {} x context {}", c.data, c.context()) : ""));
   const std::int64_t working_set = total_bytes(recompute_working_set(c));
   row("activations", r.activations,
       fmt::format("{} layers x {} micro-batches x {} per layer{}", r.layers / c.virtual_stages, r.in_flight,
@@ -455,8 +515,10 @@ std::string report(const Plan& p) {
                   working_set > 0 ? fmt::format(" + {} recompute working set", human_bytes(working_set)) : ""));
   row("logits", r.head, r.head > 0 ? "ln_f output, logits (their gradient in place), loss vectors" : "(on the last stage)");
   row("workspace", r.workspace,
-      fmt::format("{} attention's and the MLP's scratch in one region, block, gradient and sequence-parallel buffers",
-                  c.shape.flash_attention ? "flash (no S x S buffer):" : "batched (S x S scores and their row tile):"));
+      fmt::format("{} {}, block, gradient and sequence-parallel buffers",
+                  c.shape.flash_attention ? "flash (no S x S buffer):" : "batched (S x S scores and their row tile):",
+                  c.moe() ? "the attention's scratch, the experts' rows and the router's gradients"
+                          : "attention's and the MLP's scratch in one region"));
   row("total", r.total(),
       fmt::format("{:.1f} bytes per parameter + activations; --gpu-memory {:g} GiB: {}", per_param,
                   p.hardware.gpu_memory_gib,
@@ -504,22 +566,51 @@ std::string report(const Plan& p) {
                                                c.recompute == Recompute::full ? ", the forward's again (recompute full)"
                                                                               : "")
                                  : std::string()));
+  if (m.moe())
+    line(fmt::format("  expert    ({:>4} ranks)   {}{}", c.expert(), human_bytes(x.expert),
+                     c.expert() > 1
+                         ? fmt::format("   all-to-all: per layer and micro-batch {} all-to-alls of the N K = {} token "
+                                       "copies ({}), (ep - 1)/ep = {}/{} of each to other ranks (2 forward, 2 "
+                                       "backward{})",
+                                       expert_all_to_alls(c),
+                                       std::int64_t(c.micro_batch) * m.local_seq_length() * m.experts_per_token,
+                                       human_bytes(expert_all_to_all_bytes(c)), c.expert() - 1, c.expert(),
+                                       c.recompute == Recompute::full ? ", the forward's 2 again (recompute full)" : "")
+                         : std::string("   every rank holds every expert: no all-to-all")));
   line(fmt::format("  pipeline  ({:>4} stages)  {}", c.pipeline, human_bytes(x.pipeline)));
   line(fmt::format("  data      ({:>4} ranks)   {}{}", c.data_context(), human_bytes(x.data),
-                   m.context > 1 ? fmt::format("   the gradients over data {} x context {}", c.data, m.context)
-                                 : std::string()));
+                   m.moe() ? std::string("   the dense parameters' gradients") +
+                                 (m.context > 1 ? fmt::format(", over data {} x context {}", c.data, m.context) : "")
+                   : m.context > 1 ? fmt::format("   the gradients over data {} x context {}", c.data, m.context)
+                                   : std::string()));
+  if (m.moe())
+    line(fmt::format("  expert data ({:>4} ranks) {}   the experts' gradients, over the data / expert = {} ranks "
+                     "that hold the same experts{}",
+                     c.expert_data_context(), human_bytes(x.expert_data), c.data / c.expert(),
+                     m.context > 1 ? fmt::format(" x context {}", m.context) : ""));
   line(fmt::format("  embedding (first + last) {}", human_bytes(x.embedding)));
   line("");
   line(fmt::format("across nodes per step: bytes all ranks send to another node (nodes of {} GPUs, ranks placed node "
                    "by node; a ring enters and leaves each node of its group once)",
                    p.hardware.gpus_per_node));
-  line(fmt::format("  {:<19}{:>14}{:>14}{:>14}{:>14}{:>14}{:>14}", "parallel.order", "tensor", "context", "pipeline",
-                   "data", "embedding", "total"));
-  for (const CrossNodeBytes& o : p.cross_node)
-    line(fmt::format("  {:<19}{:>14}{:>14}{:>14}{:>14}{:>14}{:>14}",
-                     fmt::format("{}{}", order_name(c, o.order), o.order == c.order ? " (deck)" : ""),
-                     human_bytes(o.tensor), human_bytes(o.context), human_bytes(o.pipeline), human_bytes(o.data),
-                     human_bytes(o.embedding), human_bytes(o.total())));
+  if (m.moe()) {  // the expert groups' columns too
+    line(fmt::format("  {:<19}{:>14}{:>14}{:>14}{:>14}{:>14}{:>14}{:>14}{:>14}", "parallel.order", "tensor", "context",
+                     "expert", "pipeline", "data", "expert data", "embedding", "total"));
+    for (const CrossNodeBytes& o : p.cross_node)
+      line(fmt::format("  {:<19}{:>14}{:>14}{:>14}{:>14}{:>14}{:>14}{:>14}{:>14}",
+                       fmt::format("{}{}", order_name(c, o.order), o.order == c.order ? " (deck)" : ""),
+                       human_bytes(o.tensor), human_bytes(o.context), human_bytes(o.expert), human_bytes(o.pipeline),
+                       human_bytes(o.data), human_bytes(o.expert_data), human_bytes(o.embedding),
+                       human_bytes(o.total())));
+  } else {
+    line(fmt::format("  {:<19}{:>14}{:>14}{:>14}{:>14}{:>14}{:>14}", "parallel.order", "tensor", "context", "pipeline",
+                     "data", "embedding", "total"));
+    for (const CrossNodeBytes& o : p.cross_node)
+      line(fmt::format("  {:<19}{:>14}{:>14}{:>14}{:>14}{:>14}{:>14}",
+                       fmt::format("{}{}", order_name(c, o.order), o.order == c.order ? " (deck)" : ""),
+                       human_bytes(o.tensor), human_bytes(o.context), human_bytes(o.pipeline), human_bytes(o.data),
+                       human_bytes(o.embedding), human_bytes(o.total())));
+  }
   {
     const auto total_of = [&](parallel::RankOrder order) {
       for (const CrossNodeBytes& o : p.cross_node)
@@ -576,8 +667,20 @@ io::JsonObject json_of(const Plan& p) {
   io::JsonObject o;
   o.string("deck", p.deck).integer("gpus", p.gpus).integer("tensor", c.tensor()).integer("context", c.context());
   o.integer("pipeline", c.pipeline);
-  o.integer("data", c.data).integer("params", p.parameters).number("params_narayanan_eq2", p.parameters_eq2, fixed(0));
+  o.integer("data", c.data);
+  if (c.moe())
+    o.integer("expert", c.expert())
+        .integer("experts", c.shape.experts)
+        .integer("experts_per_token", c.shape.experts_per_token)
+        .integer("experts_per_rank", c.shape.local_experts());
+  o.integer("params", p.parameters).number("params_narayanan_eq2", p.parameters_eq2, fixed(0));
   if (llama_formula_applies(c.shape)) o.number("params_llama_formula", p.parameters_llama, fixed(0));
+  if (moe_formula_applies(c.shape)) o.number("params_moe_formula", p.parameters_moe, fixed(0));
+  if (c.moe()) {
+    o.integer("params_active", p.active_parameters);
+    if (moe_formula_applies(c.shape)) o.number("params_active_formula", p.active_parameters_formula, fixed(0));
+    o.integer("params_on_rank", r.parameters).integer("expert_params_on_rank", r.expert_parameters);
+  }
   o.integer("most_loaded_stage", r.stage);
   o.object("memory_bytes", io::JsonObject()
                                .integer("weights", pb.weights)
@@ -603,22 +706,24 @@ io::JsonObject json_of(const Plan& p) {
   o.integer("virtual_stages", c.virtual_stages)
       .number("pipeline_bubble_without_interleaving", p.bubble_without_interleaving, digits(6))
       .number("days_saved_by_interleaving", p.days_saved_by_interleaving, digits(6));
-  o.object("communication_bytes_per_step", io::JsonObject()
-                                               .number("tensor", p.communication.tensor, fixed(0))
-                                               .number("context", p.communication.context, fixed(0))
-                                               .number("pipeline", p.communication.pipeline, fixed(0))
-                                               .number("data", p.communication.data, fixed(0))
-                                               .number("embedding", p.communication.embedding, fixed(0)));
+  io::JsonObject communication;
+  communication.number("tensor", p.communication.tensor, fixed(0)).number("context", p.communication.context, fixed(0));
+  if (c.moe()) communication.number("expert", p.communication.expert, fixed(0));
+  communication.number("pipeline", p.communication.pipeline, fixed(0)).number("data", p.communication.data, fixed(0));
+  if (c.moe()) communication.number("expert_data", p.communication.expert_data, fixed(0));
+  communication.number("embedding", p.communication.embedding, fixed(0));
+  o.object("communication_bytes_per_step", communication);
   o.string("order", parallel::rank_order_name(c.order));
   io::JsonObject cross;
-  for (const CrossNodeBytes& x : p.cross_node)
-    cross.object(parallel::rank_order_name(x.order), io::JsonObject()
-                                                         .number("tensor", x.tensor, fixed(0))
-                                                         .number("context", x.context, fixed(0))
-                                                         .number("pipeline", x.pipeline, fixed(0))
-                                                         .number("data", x.data, fixed(0))
-                                                         .number("embedding", x.embedding, fixed(0))
-                                                         .number("total", x.total(), fixed(0)));
+  for (const CrossNodeBytes& x : p.cross_node) {
+    io::JsonObject groups;
+    groups.number("tensor", x.tensor, fixed(0)).number("context", x.context, fixed(0));
+    if (c.moe()) groups.number("expert", x.expert, fixed(0));
+    groups.number("pipeline", x.pipeline, fixed(0)).number("data", x.data, fixed(0));
+    if (c.moe()) groups.number("expert_data", x.expert_data, fixed(0));
+    groups.number("embedding", x.embedding, fixed(0)).number("total", x.total(), fixed(0));
+    cross.object(parallel::rank_order_name(x.order), groups);
+  }
   o.object("cross_node_bytes_per_step", cross);
   o.string("recommended_order", parallel::rank_order_name(p.recommended_order));
   o.boolean("fits", p.fits).strings("problems", p.problems).objects("suggestions", suggestions);

@@ -7,7 +7,9 @@
 // rank order, the bytes that cross nodes, and the problems that make the deck not run as written
 // (a GPU count other than tensor × context × pipeline × data, a rank that does not fit in GPU
 // memory), each with the nearest layouts that would fit. With context parallelism every figure is
-// a rank's, which holds seq_length / context tokens of each sequence.
+// a rank's, which holds seq_length / context tokens of each sequence. With a mixture of experts
+// (model.mlp = "moe") also the active parameters, FLOPs of K of the E experts, a rank's share of
+// the experts (parallel.expert), the all-to-all bytes and the experts' gradient bytes.
 #pragma once
 
 #include <cstdint>
@@ -47,6 +49,7 @@ struct RankMemory {
   std::vector<int> chunk_slots;  // per model chunk (parallel.virtual_stages): micro-batches kept
   int received_gradients = 0;    // interleaved schedule: buffers received gradients wait in
   std::int64_t parameters = 0;
+  std::int64_t expert_parameters = 0;  // of them, its experts' (a mixture of experts)
   ParameterBytes parameter_bytes;
   std::int64_t activations = 0;  // layers · in_flight · per layer + recompute working set
   std::int64_t head = 0;         // last stage: ln_f output, logits (their gradient in place), loss vectors
@@ -78,7 +81,12 @@ struct Plan {
 
   double parameters_eq2 = 0;     // Narayanan et al. 2021 eq. 2 (padded vocabulary)
   double parameters_llama = 0;   // llama decks: Llama's formula (llama_parameters; logical vocabulary)
+  double parameters_moe = 0;     // mixture-of-experts decks: Mixtral's formula (moe_parameters)
   std::int64_t parameters = 0;   // exact, model::logical_tensors
+  // The parameters a token's forward reads: with a mixture of experts the router and K of the E
+  // experts per block (active_parameters, and Mixtral's formula with K experts); = parameters else.
+  std::int64_t active_parameters = 0;
+  double active_parameters_formula = 0;
   RankMemory memory;             // the most loaded rank
   std::int64_t layer_activation_bytes = 0;  // one layer, one micro-batch, kept
   double korthikanti_layer_bytes = 0;       // Korthikanti et al. 2022 Table 2 for the same configuration

@@ -14,6 +14,7 @@ std::string Config::layout_problem() const {
   for (const rules::Problem& p : rules::kv_head_problems(s.heads, s.kv_head_count(), s.tensor)) return p.text();
   if (s.ffn_hidden % s.tensor != 0)
     return fmt::format("model.ffn_hidden = {} is not a multiple of parallel.tensor = {}", s.ffn_hidden, s.tensor);
+  for (const std::string& why : expert_problems()) return why;
   if (s.layers % pipeline != 0)
     return fmt::format("model.layers = {} is not a multiple of parallel.pipeline = {}", s.layers, pipeline);
   if (global_batch % (std::int64_t(micro_batch) * data) != 0)
@@ -37,6 +38,15 @@ std::string Config::layout_problem() const {
                                        "parallelism)",
                                        s.seq_length, s.tensor);
   return {};
+}
+
+std::vector<std::string> Config::expert_problems() const {
+  const model::GptShape& s = shape;
+  if (s.expert_parallel < 1) return {fmt::format("parallel.expert = {}: expected an integer >= 1", s.expert_parallel)};
+  std::vector<std::string> out;
+  for (const rules::Problem& p : rules::expert_problems(s.moe(), s.experts, s.expert_parallel, data))
+    out.push_back(p.text());
+  return out;
 }
 
 Config config_of(const io::Deck& d) {

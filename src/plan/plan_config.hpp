@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "io/deck.hpp"
 #include "src/model/gpt_shape.hpp"
@@ -18,7 +19,8 @@ using model::Recompute;
 using model::recompute_name;
 
 struct Config {
-  model::GptShape shape;  // [model], parallel.tensor and parallel.context (shape.context)
+  model::GptShape shape;  // [model], parallel.tensor, parallel.context and parallel.expert (shape.context,
+                          // shape.expert_parallel)
   int pipeline = 1;
   int virtual_stages = 1;  // model chunks per pipeline rank (interleaved 1F1B)
   int data = 1;
@@ -39,11 +41,19 @@ struct Config {
 
   int tensor() const { return shape.tensor; }
   int context() const { return shape.context; }
+  // parallel.expert (model.mlp = "moe"): ranks taken from the data-parallel ones, consecutive data
+  // ranks (ep rank = dp % expert), that split every block's experts and exchange tokens by all-to-all.
+  int expert() const { return shape.expert_parallel; }
+  bool moe() const { return shape.moe(); }
   // tensor x context x pipeline x data.
   std::int64_t world() const { return std::int64_t(shape.tensor) * shape.context * pipeline * data; }
   // The ranks gradients are summed over and the distributed optimizer is sharded over: data x
   // context (Megatron's data-parallel group with context parallelism).
   std::int64_t data_context() const { return std::int64_t(data) * shape.context; }
+  // The ranks an expert's gradients are summed over and its optimizer state is sharded over: the
+  // data ranks that hold the same experts (data / expert of them) x context. data_context() without
+  // expert parallelism.
+  std::int64_t expert_data_context() const { return std::int64_t(data / expert()) * shape.context; }
   // Sets parallel.context and the attention core it implies (model::flash_attention_of, as
   // model::shape_of: flash with C > 1).
   void set_context(int cp);
@@ -55,6 +65,10 @@ struct Config {
   // What the deck loader checks between these keys (divisibility), for layouts made up by the
   // planner: "" when valid, else the first rule broken, in words.
   std::string layout_problem() const;
+  // Expert parallelism's rules (parallel.expert = ep; rules::expert_problems, base/layout_rules.hpp):
+  // ep > 1 needs a mixture of experts, divides parallel.data, and model.experts is a multiple of
+  // it. Empty when they hold.
+  std::vector<std::string> expert_problems() const;
 };
 
 Config config_of(const io::Deck& deck);
