@@ -118,8 +118,10 @@ Generation generate_tokens(const io::Deck& deck, const parallel::Topology& topo,
   std::unique_ptr<Model> model_ptr;
   std::unique_ptr<model::GptInference<T>> cache;
   on_every_rank(topo.world(), [&] {
+    // Every rank runs the same tokens, so the experts' all-to-alls match at any parallel.expert.
     model_ptr = std::make_unique<Model>(shape, 1, topo.tp(), deck.training.seed,
-                                        model::PipelineStage{topo.coords().pp, topo.layout().pipeline});
+                                        model::PipelineStage{topo.coords().pp, topo.layout().pipeline},
+                                        model::Recompute::selective, model::OptimizerSharding{}, nullptr, &topo.ep());
   });
   Model& model = *model_ptr;
   on_every_rank(topo.world(), [&] { checkpoint::load_weights(model, topo, checkpoint); });

@@ -228,6 +228,9 @@ struct BufferRow {
   ScratchPhase phase = ScratchPhase::block;  // scratch: the part of the block it serves (workspace.hpp)
 };
 
+// A mixture of experts (model.mlp = moe) allocates none of the MLP's rows below: its routes and
+// routed rows depend on the routing and grow with the load (src/model/mixture_of_experts.hpp,
+// outside the workspace); the planner counts them at balanced load (src/plan/activation_memory.cpp).
 // The buffers of a block (recompute.hpp says what each mode keeps); a specification allocates the
 // rows whose `needs` it meets. Not listed: the column-sum partials of the bias and norm gradients
 // (one small stage buffer, column_sums_scratch), and flash attention's block tiles, which live in
@@ -276,8 +279,10 @@ inline constexpr BufferRow kBlockBuffers[] = {
      false, needs_flash, ScratchPhase::attention},
     {"attention.dkv_sum", "dK and dV summed over the row tiles and the group's heads (batched core)",
      {BufferDim::N, BufferDim::kv2_t}, Element::fp32, Lifetime::scratch, true, needs_batched, ScratchPhase::attention},
-    {"mlp.a", "MLP activation: GELU(h), or silu(gate)·up; in the backward its gradient (written over it)",
-     {BufferDim::N, BufferDim::f_t}, Element::storage, Lifetime::scratch, false, always, ScratchPhase::mlp},
+    {"mlp.a", "MLP activation: GELU(h); in the backward its gradient (written over it)",
+     {BufferDim::N, BufferDim::f_t}, Element::storage, Lifetime::scratch, false, needs_gelu, ScratchPhase::mlp},
+    {"mlp.a", "MLP activation: silu(gate)·up; in the backward its gradient (written over it)",
+     {BufferDim::N, BufferDim::f_t}, Element::storage, Lifetime::scratch, false, needs_swiglu, ScratchPhase::mlp},
     {"mlp.dh", "gate and up's gradient", {BufferDim::N, BufferDim::f2_t}, Element::storage, Lifetime::scratch, false,
      needs_swiglu, ScratchPhase::mlp},
     {"ring.kv_0", "ring attention: K and V of the block held", {BufferDim::N, BufferDim::kv2_t}, Element::storage,

@@ -159,7 +159,8 @@ class GptModel {
     for (auto& layer : layers_) {
       if (!layer->moe) continue;
       if (expert != nullptr) layer->moe->bind_expert_group(*expert);
-      // recompute = full: the blocks share one saved set, the routes included
+      // The blocks share the routed rows' scratch, and with recompute = full one saved set
+      layer->moe->scratch = layers_.front()->moe->scratch;
       if (recompute == Recompute::full) layer->moe->saved = layers_.front()->moe->saved;
     }
     if (stage.last()) {

@@ -137,8 +137,11 @@ struct MixtureOfExperts {
   Acc layer_weight = 1;          // 1 / layers: the losses are averaged over the blocks
   bool record = true;            // add this forward's routing to the statistics (not a recomputation)
   MoeStatistics stats;
-  // scratch, shared by the micro-batches
-  GrowingRows<T> sorted, a, da, dh, expert_out, d_rows, d_in;
+  // Scratch of the routed rows, shared by the micro-batches and (GptModel) by the stage's blocks.
+  struct Scratch {
+    GrowingRows<T> sorted, a, da, dh, expert_out, d_rows, d_in;
+  };
+  std::shared_ptr<Scratch> scratch;
   kernels::Matrix<T> dy_gathered;        // [N, H] with sequence parallelism
   kernels::Matrix<Acc> dweight, dlogits;  // [N, k], [N, E]
   kernels::Vector<Acc> router_stats, aux_gradient;  // [E + 1], [E]
@@ -159,13 +162,13 @@ struct MixtureOfExperts {
     }
     saved = make_saved(placement.name_for(name));
     const std::int64_t H = s.hidden, f = s.local_ffn();
-    sorted = {{}, "moe.sorted", H};
-    a = {{}, "moe.a", f};
-    da = {{}, "moe.da", f};
-    dh = {{}, "moe.dh", 2 * f};
-    expert_out = {{}, "moe.expert_out", H};
-    d_rows = {{}, "moe.d_rows", H};
-    d_in = {{}, "moe.d_in", H};
+    scratch = std::make_shared<Scratch>(Scratch{{{}, "moe.sorted", H},
+                                                {{}, "moe.a", f},
+                                                {{}, "moe.da", f},
+                                                {{}, "moe.dh", 2 * f},
+                                                {{}, "moe.expert_out", H},
+                                                {{}, "moe.d_rows", H},
+                                                {{}, "moe.d_in", H}});
     sp = sequence_parallel_buffers(ws, s, tokens);
     if (sp.enabled()) dy_gathered = ws.matrix("moe.dy_gathered", BufferCategory::scratch, tokens, H);
     dweight = ws.template matrix<Acc>("moe.dweight", BufferCategory::scratch, tokens, s.experts_per_token);
@@ -204,6 +207,7 @@ struct MixtureOfExperts {
   template <class XV, class YV>
   void forward(const Exec& exec, Communicator& tp, const XV& x, const YV& y) {
     Routes& r = *saved;
+    Scratch& w = *scratch;
     if (ep_size_ > 1 && ep_ == nullptr)
       throw std::logic_error("tptrain: a mixture of experts over parallel.expert = " + std::to_string(ep_size_) +
                              " ranks without its expert group (bind_expert_group)");
@@ -229,12 +233,12 @@ struct MixtureOfExperts {
     kernels::Matrix<T> in = r.in.rows(received_rows(r));
     {
       PhaseScope phase(Phase::norms_elementwise);
-      kernels::moe_permute(exec, xg, pos, ep_ ? sorted.rows(r.kept) : in);
+      kernels::moe_permute(exec, xg, pos, ep_ ? w.sorted.rows(r.kept) : in);
     }
-    if (ep_) exchange(exec, sorted.rows(r.kept), r.send_rows, in, r.recv_rows);
+    if (ep_) exchange(exec, w.sorted.rows(r.kept), r.send_rows, in, r.recv_rows);
     // The experts: one GEMM per (source, expert) chunk of rows.
-    kernels::Matrix<T> h = r.h.rows(in.extent(0)), act = a.rows(in.extent(0));
-    kernels::Matrix<T> out = ep_ ? expert_out.rows(in.extent(0)) : r.out.rows(r.kept);
+    kernels::Matrix<T> h = r.h.rows(in.extent(0)), act = w.a.rows(in.extent(0));
+    kernels::Matrix<T> out = ep_ ? w.expert_out.rows(in.extent(0)) : r.out.rows(r.kept);
     for_each_chunk(r, [&](std::size_t e, std::int64_t begin, std::int64_t end) {
       PhaseScope phase(Phase::gemm);
       kernels::linear_forward(exec, rows_of(in, begin, end), fc[e].value_matrix(), rows_of(h, begin, end));
@@ -257,6 +261,7 @@ struct MixtureOfExperts {
   template <class DYV, class XV, class DXV>
   void backward(const Exec& exec, Communicator& tp, const DYV& dy, const XV& x, const DXV& dx) {
     Routes& r = *saved;
+    Scratch& w = *scratch;
     kernels::Matrix<T> dyg = dy;
     if (sp.enabled()) {
       parallel::reduce_scatter_to_sequence_parallel_region_backward(tp, exec, dy, dy_gathered);  // all-gather
@@ -269,7 +274,7 @@ struct MixtureOfExperts {
     const Index pos = Kokkos::subview(r.pos, std::make_pair(std::int64_t(0), n), Kokkos::ALL());
     const kernels::Matrix<Acc> dw = first_rows(dweight, n);
     // Through the weighted sum: each copy's output gradient, and the weights' (partial over tensor).
-    kernels::Matrix<T> d_sorted = ep_ ? d_rows.rows(r.kept) : d_in.rows(r.kept);
+    kernels::Matrix<T> d_sorted = ep_ ? w.d_rows.rows(r.kept) : w.d_in.rows(r.kept);
     {
       PhaseScope phase(Phase::norms_elementwise);
       kernels::moe_combine_backward(exec, dyg, r.out.rows(r.kept), pos, weight, d_sorted, dw);
@@ -277,11 +282,11 @@ struct MixtureOfExperts {
     parallel::all_reduce(tp, exec, dw, parallel::ReduceOp::sum);
     // To the experts, as the forward's dispatch.
     kernels::Matrix<T> in = r.in.rows(received_rows(r));
-    kernels::Matrix<T> d_out = ep_ ? d_in.rows(in.extent(0)) : d_sorted;
+    kernels::Matrix<T> d_out = ep_ ? w.d_in.rows(in.extent(0)) : d_sorted;
     if (ep_) exchange(exec, d_sorted, r.send_rows, d_out, r.recv_rows);
     // Each expert's SwiGLU backward; d_out's rows become the input gradients of the rows.
-    kernels::Matrix<T> h = r.h.rows(in.extent(0)), act = a.rows(in.extent(0)), d_act = da.rows(in.extent(0)),
-                       d_h = dh.rows(in.extent(0));
+    kernels::Matrix<T> h = r.h.rows(in.extent(0)), act = w.a.rows(in.extent(0)), d_act = w.da.rows(in.extent(0)),
+                       d_h = w.dh.rows(in.extent(0));
     for_each_chunk(r, [&](std::size_t e, std::int64_t begin, std::int64_t end) {
       const auto d_o = rows_of(d_out, begin, end), x_e = rows_of(in, begin, end), h_e = rows_of(h, begin, end);
       const auto a_e = rows_of(act, begin, end), da_e = rows_of(d_act, begin, end), dh_e = rows_of(d_h, begin, end);
@@ -294,7 +299,7 @@ struct MixtureOfExperts {
       kernels::linear_backward_input(exec, dh_e, fc[e].value_matrix(), d_o);
     });
     // The input gradients home, summed over each token's copies (a partial sum over tensor).
-    kernels::Matrix<T> d_home = ep_ ? d_rows.rows(r.kept) : d_out;
+    kernels::Matrix<T> d_home = ep_ ? w.d_rows.rows(r.kept) : d_out;
     if (ep_) exchange(exec, d_out, r.recv_rows, d_home, r.send_rows);
     kernels::Matrix<T> xg = x, dxg = dx;
     if (sp.enabled()) {

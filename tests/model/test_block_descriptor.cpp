@@ -144,6 +144,7 @@ const char* symbol(ParameterDim d) {
     case ParameterDim::ffn: return "F";
     case ParameterDim::vocab: return "V";
     case ParameterDim::seq: return "S";
+    case ParameterDim::experts: return "E";
     case ParameterDim::none: break;
   }
   return "";
