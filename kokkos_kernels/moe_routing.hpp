@@ -80,21 +80,23 @@ void moe_permute(const Exec& exec, const XV& x, const IV& pos, const RV& rows) {
       });
 }
 
-// y[t] = Σ_j w(t, j) · rows[pos(t, j)] over the kept slots (y overwritten).
+// y[t] = Σ_j w(t, j) · rows[pos(t, j)] over the kept slots (y overwritten); `weighted` = false:
+// w = 1, the backward of moe_permute (each token's input gradient, the sum over its copies).
 template <class Exec, class RV, class IV, class WV, class YV>
-void moe_combine(const Exec& exec, const RV& rows, const IV& pos, const WV& weight, const YV& y) {
+void moe_combine(const Exec& exec, const RV& rows, const IV& pos, const WV& weight, const YV& y,
+                 const bool weighted = true) {
   detail::require(pos.extent(0) == y.extent(0) && rows.extent(1) == y.extent(1) && weight.extent(0) == pos.extent(0) &&
                       weight.extent(1) == pos.extent(1),
                   "moe_combine", "shapes must be rows[R,H], pos and weight [N,k], y[N,H]");
   using A = typename WV::non_const_value_type;
   const std::int64_t k = pos.extent(1);
   Kokkos::parallel_for(
-      "tptrain::kernels::moe_combine", detail::range2d(exec, y.extent(0), y.extent(1)),
-      KOKKOS_LAMBDA(const std::int64_t t, const std::int64_t h) {
+      weighted ? "tptrain::kernels::moe_combine" : "tptrain::kernels::moe_permute_backward",
+      detail::range2d(exec, y.extent(0), y.extent(1)), KOKKOS_LAMBDA(const std::int64_t t, const std::int64_t h) {
         A s = 0;
         for (std::int64_t j = 0; j < k; ++j) {
           const int p = pos(t, j);
-          if (p >= 0) s += weight(t, j) * static_cast<A>(rows(p, h));
+          if (p >= 0) s += (weighted ? weight(t, j) : A(1)) * static_cast<A>(rows(p, h));
         }
         y(t, h) = s;
       });
@@ -130,25 +132,6 @@ void moe_combine_backward(const Exec& exec, const DYV& dy, const RV& rows, const
               Kokkos::TeamThreadRange(team, H),
               [&](const std::int64_t h, A& sum) { sum += static_cast<A>(dy(t, h)) * static_cast<A>(rows(p, h)); }, d);
         Kokkos::single(Kokkos::PerTeam(team), [&]() { dweight(t, j) = d; });
-      });
-}
-
-// The backward of moe_permute: dx[t] = Σ_j drows[pos(t, j)] over the kept slots (dx overwritten).
-template <class Exec, class DRV, class IV, class DXV>
-void moe_permute_backward(const Exec& exec, const DRV& drows, const IV& pos, const DXV& dx) {
-  detail::require(pos.extent(0) == dx.extent(0) && drows.extent(1) == dx.extent(1), "moe_permute_backward",
-                  "shapes must be drows[R,H], pos[N,k], dx[N,H]");
-  using A = kx::acc_t<typename DXV::non_const_value_type>;
-  const std::int64_t k = pos.extent(1);
-  Kokkos::parallel_for(
-      "tptrain::kernels::moe_permute_backward", detail::range2d(exec, dx.extent(0), dx.extent(1)),
-      KOKKOS_LAMBDA(const std::int64_t t, const std::int64_t h) {
-        A s = 0;
-        for (std::int64_t j = 0; j < k; ++j) {
-          const int p = pos(t, j);
-          if (p >= 0) s += static_cast<A>(drows(p, h));
-        }
-        dx(t, h) = s;
       });
 }
 

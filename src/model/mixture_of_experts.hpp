@@ -73,22 +73,32 @@ struct MoeStatistics {
   }
 };
 
-// Rows whose number depends on the routing: reallocated (larger) when a micro-batch needs more.
-// Under expert parallelism a rank may receive up to ep·N·k rows; the buffers grow to the largest
-// load seen, not to that bound.
+// Rows whose number depends on the routing: allocated for the balanced load N·k when the layer is
+// built (the most a rank has without expert parallelism, dropless), reallocated larger when a
+// micro-batch needs more. Under expert parallelism a rank may receive up to ep·N·k rows; the
+// buffers grow to the largest load seen (by half again at least, so that an imbalance that
+// creeps up reallocates a few times, not every step), not to that bound.
 template <class U>
 struct GrowingRows {
   kernels::Matrix<U> storage;
   std::string name;
   std::int64_t cols = 0;
+  GrowingRows() = default;
+  GrowingRows(std::string label, std::int64_t columns, std::int64_t reserve) : name(std::move(label)), cols(columns) {
+    (void)rows(reserve);
+  }
   kernels::Matrix<U> rows(std::int64_t n) {
-    if (n > static_cast<std::int64_t>(storage.extent(0))) {
+    const auto held = static_cast<std::int64_t>(storage.extent(0));
+    if (n > held || storage.extent(1) == 0) {
       util::MemoryCategoryScope as(util::MemoryCategory::activations);
-      const std::int64_t grown = std::max<std::int64_t>(n, static_cast<std::int64_t>(storage.extent(0)) * 5 / 4);
-      storage = kernels::Matrix<U>(Kokkos::view_alloc(Kokkos::WithoutInitializing, name), grown, cols);
+      storage = Matrix(Kokkos::view_alloc(Kokkos::WithoutInitializing, name),
+                       held == 0 ? n : std::max<std::int64_t>(n, held * 3 / 2), cols);
     }
     return first_rows(storage, n);
   }
+
+ private:
+  using Matrix = kernels::Matrix<U>;
 };
 
 template <class T>
@@ -118,9 +128,10 @@ struct MixtureOfExperts {
     r->expert = Index(name + ".route_expert", tokens_, shape_.experts_per_token);
     r->pos = Index(name + ".route_row", tokens_, shape_.experts_per_token);
     r->weight = kernels::Matrix<Acc>(name + ".route_weight", tokens_, shape_.experts_per_token);
-    r->in = {{}, name + ".expert_in", shape_.hidden};
-    r->h = {{}, name + ".expert_h", 2 * std::int64_t(shape_.local_ffn())};
-    r->out = {{}, name + ".expert_out", shape_.hidden};
+    const std::int64_t balanced = tokens_ * shape_.experts_per_token;
+    r->in = GrowingRows<T>(name + ".expert_in", shape_.hidden, balanced);
+    r->h = GrowingRows<T>(name + ".expert_h", 2 * std::int64_t(shape_.local_ffn()), balanced);
+    r->out = GrowingRows<T>(name + ".expert_out", shape_.hidden, balanced);
     return r;
   }
 
@@ -162,13 +173,11 @@ struct MixtureOfExperts {
     }
     saved = make_saved(placement.name_for(name));
     const std::int64_t H = s.hidden, f = s.local_ffn();
-    scratch = std::make_shared<Scratch>(Scratch{{{}, "moe.sorted", H},
-                                                {{}, "moe.a", f},
-                                                {{}, "moe.da", f},
-                                                {{}, "moe.dh", 2 * f},
-                                                {{}, "moe.expert_out", H},
-                                                {{}, "moe.d_rows", H},
-                                                {{}, "moe.d_in", H}});
+    // Allocated at first use: a model gives its blocks the first block's (GptModel).
+    scratch = std::make_shared<Scratch>(Scratch{GrowingRows<T>("moe.sorted", H, 0), GrowingRows<T>("moe.a", f, 0),
+                                                GrowingRows<T>("moe.da", f, 0), GrowingRows<T>("moe.dh", 2 * f, 0),
+                                                GrowingRows<T>("moe.expert_out", H, 0),
+                                                GrowingRows<T>("moe.d_rows", H, 0), GrowingRows<T>("moe.d_in", H, 0)});
     sp = sequence_parallel_buffers(ws, s, tokens);
     if (sp.enabled()) dy_gathered = ws.matrix("moe.dy_gathered", BufferCategory::scratch, tokens, H);
     dweight = ws.template matrix<Acc>("moe.dweight", BufferCategory::scratch, tokens, s.experts_per_token);
@@ -219,10 +228,7 @@ struct MixtureOfExperts {
       xg = x;
     }
     const std::int64_t n = xg.extent(0);
-    const auto probs = first_rows(r.probs, n), weight = first_rows(r.weight, n);
-    const auto lse = first_rows(r.lse, n);
-    const Index expert = Kokkos::subview(r.expert, std::make_pair(std::int64_t(0), n), Kokkos::ALL());
-    const Index pos = Kokkos::subview(r.pos, std::make_pair(std::int64_t(0), n), Kokkos::ALL());
+    const auto [probs, lse, expert, pos, weight] = routes_of(r, n);
     {
       PhaseScope phase(Phase::norms_elementwise);
       kernels::moe_route(exec, xg, router.value_matrix(), probs, lse, expert, weight);
@@ -268,10 +274,7 @@ struct MixtureOfExperts {
       dyg = dy_gathered;
     }
     const std::int64_t n = dyg.extent(0);
-    const auto probs = first_rows(r.probs, n), weight = first_rows(r.weight, n);
-    const auto lse = first_rows(r.lse, n);
-    const Index expert = Kokkos::subview(r.expert, std::make_pair(std::int64_t(0), n), Kokkos::ALL());
-    const Index pos = Kokkos::subview(r.pos, std::make_pair(std::int64_t(0), n), Kokkos::ALL());
+    const auto [probs, lse, expert, pos, weight] = routes_of(r, n);
     const kernels::Matrix<Acc> dw = first_rows(dweight, n);
     // Through the weighted sum: each copy's output gradient, and the weights' (partial over tensor).
     kernels::Matrix<T> d_sorted = ep_ ? w.d_rows.rows(r.kept) : w.d_in.rows(r.kept);
@@ -318,7 +321,7 @@ struct MixtureOfExperts {
     const Acc z = Acc(loss_weights.z * 2.0 / double(n)) * scale;
     {
       PhaseScope phase(Phase::norms_elementwise);
-      kernels::moe_permute_backward(exec, d_home, pos, dxg);
+      kernels::moe_combine(exec, d_home, pos, weight, dxg, /*weighted=*/false);  // moe_permute's backward
       kernels::moe_router_backward(exec, probs, lse, expert, weight, dw, aux_gradient, z, first_rows(dlogits, n));
       kernels::moe_router_linear_backward(exec, first_rows(dlogits, n), xg, router.value_matrix(),
                                           router.grad_matrix(), dxg, tp.rank() == 0);
@@ -338,6 +341,18 @@ struct MixtureOfExperts {
   }
 
  private:
+  // The routes of the first n tokens (all of them in training; generation's new tokens).
+  struct RouteViews {
+    kernels::Matrix<Acc> probs;
+    kernels::Vector<Acc> lse;
+    Index expert, pos;
+    kernels::Matrix<Acc> weight;
+  };
+  static RouteViews routes_of(const Routes& r, std::int64_t n) {
+    const auto tokens = std::make_pair(std::int64_t(0), n);
+    return {first_rows(r.probs, n), first_rows(r.lse, n), Kokkos::subview(r.expert, tokens, Kokkos::ALL()),
+            Kokkos::subview(r.pos, tokens, Kokkos::ALL()), first_rows(r.weight, n)};
+  }
   static kernels::Matrix<T> rows_of(const kernels::Matrix<T>& m, std::int64_t begin, std::int64_t end) {
     return Kokkos::subview(m, std::make_pair(begin, end), Kokkos::ALL());
   }
