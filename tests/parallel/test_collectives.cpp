@@ -470,3 +470,39 @@ TEMPLATE_TEST_CASE("16-bit all_gather and broadcast and send/recv move the bits 
   auto hi = on_host(in);
   for (int i = 0; i < 16; ++i) CHECK(hi(i).bits == bits((r + n - 1) % n, i));
 }
+
+// Rank r sends (r + q) % 3 elements to rank q (zero for some pairs), each element naming its
+// sender, its receiver and its index: every block arrives whole, in rank order, where the counts
+// say; and all_to_all_counts exchanges the counts themselves.
+TEST_CASE("all_to_all moves uneven blocks, empty ones included", "[parallel][collectives][moe][mpi]") {
+  auto comm = world_comm();
+  const kx::ExecSpace exec;
+  const int r = comm->rank(), n = comm->size();
+  const auto count = [](int from, int to) { return static_cast<std::size_t>((from + to) % 3); };
+  std::vector<std::int64_t> send_counts(static_cast<std::size_t>(n));
+  std::vector<std::size_t> sc(static_cast<std::size_t>(n)), rc(static_cast<std::size_t>(n));
+  std::size_t send_total = 0, recv_total = 0;
+  for (int q = 0; q < n; ++q) {
+    sc[q] = count(r, q);
+    rc[q] = count(q, r);
+    send_counts[q] = static_cast<std::int64_t>(sc[q]);
+    send_total += sc[q];
+    recv_total += rc[q];
+  }
+  const std::vector<std::int64_t> received = all_to_all_counts(*comm, send_counts);
+  for (int q = 0; q < n; ++q) CHECK(received[q] == static_cast<std::int64_t>(rc[q]));
+  Kokkos::View<double*, kx::MemSpace> send("send", std::max<std::size_t>(send_total, 1));
+  Kokkos::View<double*, kx::MemSpace> recv("recv", std::max<std::size_t>(recv_total, 1));
+  auto hs = Kokkos::create_mirror_view(send);
+  std::size_t at = 0;
+  for (int q = 0; q < n; ++q)
+    for (std::size_t i = 0; i < sc[q]; ++i) hs(at++) = 1000.0 * r + 10.0 * q + double(i);
+  Kokkos::deep_copy(send, hs);
+  iall_to_all(*comm, exec, send, sc, recv, rc).wait_on(exec);
+  auto hr = on_host(recv);
+  at = 0;
+  for (int q = 0; q < n; ++q)
+    for (std::size_t i = 0; i < rc[q]; ++i) CHECK(hr(at++) == 1000.0 * q + 10.0 * r + double(i));
+  std::vector<std::size_t> wrong(static_cast<std::size_t>(n) + 1, 0);
+  CHECK_THROWS_AS(iall_to_all(*comm, exec, send, wrong, recv, rc), std::invalid_argument);
+}

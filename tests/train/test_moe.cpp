@@ -1,8 +1,8 @@
 // The mixture of experts under every kind of parallelism (model.mlp = "moe";
 // src/model/mixture_of_experts.hpp): expert parallelism over 2 and 4 ranks, with tensor and
 // sequence parallelism, with pipeline stages, with the distributed optimizer, with full recompute
-// and a capacity factor reproduces the one-rank loss curve within 1e-5 over 10 steps; bf16 follows
-// its one-rank curve; the routing metrics count every copy; and a checkpoint written under one
+// and a capacity factor reproduces the one-rank loss curve within 1e-5 over 10 steps; bf16 and fp16
+// follow their one-rank curves; the routing metrics count every copy; and a checkpoint written under one
 // expert layout loads under others.
 #include <cmath>
 #include <string>
@@ -70,17 +70,24 @@ TEST_CASE("mixture of experts: every expert layout reproduces the one-rank loss 
   }
 }
 
-TEST_CASE("mixture of experts: bf16 under expert parallelism follows the one-rank curve", "[train][moe][mixed][mpi]") {
+TEST_CASE("mixture of experts: bf16 and fp16 under expert parallelism follow the one-rank curves",
+          "[train][moe][mixed][mpi]") {
   const int n = test::world_size();
   if (n < 2) return;
   const int steps = 10;
-  io::Deck one = moe_deck({"one rank", 1, 1, 1, 1, ""}, steps);
-  io::Deck split = moe_deck({"expert", 1, 1, n, n, ""}, steps);
-  one.training.precision = split.training.precision = "bf16";
-  // The fp32 gradient sums run in another order (over the data ranks, per source chunk of an
-  // expert): a bf16 rounding of the weights moves now and then, as under data parallelism alone.
-  check_curve(test::loss_curve<kx::bf16>(split, MPI_COMM_WORLD, steps),
-              test::loss_curve<kx::bf16>(one, MPI_COMM_SELF, steps), 2e-3);
+  for (const std::string precision : {"bf16", "fp16"}) {
+    INFO(precision);
+    const test::FloatingPointTrapsOff overflow;  // fp16's first steps overflow at the initial loss scale
+    io::Deck one = moe_deck({"one rank", 1, 1, 1, 1, ""}, steps);
+    io::Deck split = moe_deck({"expert", 1, 1, n, n, ""}, steps);
+    one.training.precision = split.training.precision = precision;
+    const auto curve_of = [&](const io::Deck& d, MPI_Comm comm) {
+      return precision == "bf16" ? test::loss_curve<kx::bf16>(d, comm, steps) : test::loss_curve<kx::fp16>(d, comm, steps);
+    };
+    // The fp32 gradient sums run in another order (over the data ranks, per source chunk of an
+    // expert): a 16-bit rounding of the weights moves now and then, as under data parallelism alone.
+    check_curve(curve_of(split, MPI_COMM_WORLD), curve_of(one, MPI_COMM_SELF), 2e-3);
+  }
 }
 
 TEST_CASE("mixture of experts: the routing metrics count every copy once", "[train][moe][mpi]") {
