@@ -148,14 +148,16 @@ struct MixtureOfExperts {
   Acc layer_weight = 1;          // 1 / layers: the losses are averaged over the blocks
   bool record = true;            // add this forward's routing to the statistics (not a recomputation)
   MoeStatistics stats;
-  // Scratch of the routed rows, shared by the micro-batches and (GptModel) by the stage's blocks.
+  // Scratch of the routed rows and the router, shared by the micro-batches and (GptModel) by the
+  // stage's blocks, allocated at the first forward: like the routed rows it lives outside the
+  // workspace (the planner counts it, src/plan/activation_memory.cpp).
   struct Scratch {
     GrowingRows<T> sorted, a, da, dh, expert_out, d_rows, d_in;
+    kernels::Matrix<T> dy_gathered;                   // [N, H] with sequence parallelism
+    kernels::Matrix<Acc> dweight, dlogits;            // [N, k], [N, E]
+    kernels::Vector<Acc> router_stats, aux_gradient;  // [E + 1], [E]
   };
   std::shared_ptr<Scratch> scratch;
-  kernels::Matrix<T> dy_gathered;        // [N, H] with sequence parallelism
-  kernels::Matrix<Acc> dweight, dlogits;  // [N, k], [N, E]
-  kernels::Vector<Acc> router_stats, aux_gradient;  // [E + 1], [E]
 
   MixtureOfExperts(const std::string& name, const GptShape& s, std::int64_t tokens, const Communicator& tp,
                    Workspace<T>& ws, int ep_rank, const SavedPlacement& placement = {})
@@ -179,11 +181,6 @@ struct MixtureOfExperts {
                                                 GrowingRows<T>("moe.expert_out", H, 0),
                                                 GrowingRows<T>("moe.d_rows", H, 0), GrowingRows<T>("moe.d_in", H, 0)});
     sp = sequence_parallel_buffers(ws, s, tokens);
-    if (sp.enabled()) dy_gathered = ws.matrix("moe.dy_gathered", BufferCategory::scratch, tokens, H);
-    dweight = ws.template matrix<Acc>("moe.dweight", BufferCategory::scratch, tokens, s.experts_per_token);
-    dlogits = ws.template matrix<Acc>("moe.dlogits", BufferCategory::scratch, tokens, s.experts);
-    router_stats = ws.template vector<Acc>("moe.router_stats", BufferCategory::scratch, s.experts + 1);
-    aux_gradient = ws.template vector<Acc>("moe.aux_gradient", BufferCategory::scratch, s.experts);
     stats.tokens_per_expert.assign(static_cast<std::size_t>(s.experts), 0);
   }
 
@@ -216,7 +213,7 @@ struct MixtureOfExperts {
   template <class XV, class YV>
   void forward(const Exec& exec, Communicator& tp, const XV& x, const YV& y) {
     Routes& r = *saved;
-    Scratch& w = *scratch;
+    Scratch& w = allocated(*scratch);
     if (ep_size_ > 1 && ep_ == nullptr)
       throw std::logic_error("tptrain: a mixture of experts over parallel.expert = " + std::to_string(ep_size_) +
                              " ranks without its expert group (bind_expert_group)");
@@ -232,9 +229,9 @@ struct MixtureOfExperts {
     {
       PhaseScope phase(Phase::norms_elementwise);
       kernels::moe_route(exec, xg, router.value_matrix(), probs, lse, expert, weight);
-      kernels::moe_router_statistics(exec, probs, lse, router_stats);
+      kernels::moe_router_statistics(exec, probs, lse, w.router_stats);
     }
-    sort_copies(exec, r, expert, pos, n);
+    sort_copies(exec, r, w, expert, pos, n);
     // Dispatch: the copies in expert order, to their experts' ranks.
     kernels::Matrix<T> in = r.in.rows(received_rows(r));
     {
@@ -267,15 +264,15 @@ struct MixtureOfExperts {
   template <class DYV, class XV, class DXV>
   void backward(const Exec& exec, Communicator& tp, const DYV& dy, const XV& x, const DXV& dx) {
     Routes& r = *saved;
-    Scratch& w = *scratch;
+    Scratch& w = allocated(*scratch);
     kernels::Matrix<T> dyg = dy;
     if (sp.enabled()) {
-      parallel::reduce_scatter_to_sequence_parallel_region_backward(tp, exec, dy, dy_gathered);  // all-gather
-      dyg = dy_gathered;
+      parallel::reduce_scatter_to_sequence_parallel_region_backward(tp, exec, dy, w.dy_gathered);  // all-gather
+      dyg = w.dy_gathered;
     }
     const std::int64_t n = dyg.extent(0);
     const auto [probs, lse, expert, pos, weight] = routes_of(r, n);
-    const kernels::Matrix<Acc> dw = first_rows(dweight, n);
+    const kernels::Matrix<Acc> dw = first_rows(w.dweight, n);
     // Through the weighted sum: each copy's output gradient, and the weights' (partial over tensor).
     kernels::Matrix<T> d_sorted = ep_ ? w.d_rows.rows(r.kept) : w.d_in.rows(r.kept);
     {
@@ -314,7 +311,7 @@ struct MixtureOfExperts {
     const Acc scale = micro_batch_weight * layer_weight;
     std::vector<Acc> aux(r.aux_gradient.size());
     for (std::size_t e = 0; e < aux.size(); ++e) aux[e] = Acc(loss_weights.aux * r.aux_gradient[e]) * scale;
-    Kokkos::deep_copy(exec, aux_gradient,
+    Kokkos::deep_copy(exec, w.aux_gradient,
                       Kokkos::View<const Acc*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(aux.data(),
                                                                                                       aux.size()));
     exec.fence();  // `aux` is a temporary
@@ -322,8 +319,8 @@ struct MixtureOfExperts {
     {
       PhaseScope phase(Phase::norms_elementwise);
       kernels::moe_combine(exec, d_home, pos, weight, dxg, /*weighted=*/false);  // moe_permute's backward
-      kernels::moe_router_backward(exec, probs, lse, expert, weight, dw, aux_gradient, z, first_rows(dlogits, n));
-      kernels::moe_router_linear_backward(exec, first_rows(dlogits, n), xg, router.value_matrix(),
+      kernels::moe_router_backward(exec, probs, lse, expert, weight, dw, w.aux_gradient, z, first_rows(w.dlogits, n));
+      kernels::moe_router_linear_backward(exec, first_rows(w.dlogits, n), xg, router.value_matrix(),
                                           router.grad_matrix(), dxg, tp.rank() == 0);
     }
     if (sp.enabled())
@@ -341,6 +338,17 @@ struct MixtureOfExperts {
   }
 
  private:
+  Scratch& allocated(Scratch& w) const {
+    if (w.router_stats.extent(0) > 0) return w;
+    util::MemoryCategoryScope as(util::MemoryCategory::workspace);
+    const int E = shape_.experts;
+    if (sp.enabled()) w.dy_gathered = kernels::Matrix<T>("moe.dy_gathered", tokens_, shape_.hidden);
+    w.dweight = kernels::Matrix<Acc>("moe.dweight", tokens_, shape_.experts_per_token);
+    w.dlogits = kernels::Matrix<Acc>("moe.dlogits", tokens_, E);
+    w.router_stats = kernels::Vector<Acc>("moe.router_stats", E + 1);
+    w.aux_gradient = kernels::Vector<Acc>("moe.aux_gradient", E);
+    return w;
+  }
   // The routes of the first n tokens (all of them in training; generation's new tokens).
   struct RouteViews {
     kernels::Matrix<Acc> probs;
@@ -365,10 +373,11 @@ struct MixtureOfExperts {
   // The positions of the copies sorted by expert (token order within an expert; beyond a
   // capacity dropped), on the host: the all-to-all's counts need them there, and the order is
   // then the same on every backend. Also the statistics and the load-balancing loss's f.
-  void sort_copies(const Exec& exec, Routes& r, const Index& expert, const Index& pos, std::int64_t n) {
+  void sort_copies(const Exec& exec, Routes& r, const Scratch& w, const Index& expert, const Index& pos,
+                   std::int64_t n) {
     const int E = shape_.experts, k = shape_.experts_per_token;
     auto expert_h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), expert);
-    auto stats_h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), router_stats);
+    auto stats_h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), w.router_stats);
     std::vector<std::int64_t> routed(static_cast<std::size_t>(E), 0);
     for (std::int64_t t = 0; t < n; ++t)
       for (int j = 0; j < k; ++j) ++routed[static_cast<std::size_t>(expert_h(t, j))];
