@@ -176,10 +176,15 @@ struct MixtureOfExperts {
     saved = make_saved(placement.name_for(name));
     const std::int64_t H = s.hidden, f = s.local_ffn();
     // Allocated at first use: a model gives its blocks the first block's (GptModel).
-    scratch = std::make_shared<Scratch>(Scratch{GrowingRows<T>("moe.sorted", H, 0), GrowingRows<T>("moe.a", f, 0),
-                                                GrowingRows<T>("moe.da", f, 0), GrowingRows<T>("moe.dh", 2 * f, 0),
-                                                GrowingRows<T>("moe.expert_out", H, 0),
-                                                GrowingRows<T>("moe.d_rows", H, 0), GrowingRows<T>("moe.d_in", H, 0)});
+    scratch = std::make_shared<Scratch>();
+    Scratch& w = *scratch;
+    w.sorted = GrowingRows<T>("moe.sorted", H, 0);
+    w.a = GrowingRows<T>("moe.a", f, 0);
+    w.da = GrowingRows<T>("moe.da", f, 0);
+    w.dh = GrowingRows<T>("moe.dh", 2 * f, 0);
+    w.expert_out = GrowingRows<T>("moe.expert_out", H, 0);
+    w.d_rows = GrowingRows<T>("moe.d_rows", H, 0);
+    w.d_in = GrowingRows<T>("moe.d_in", H, 0);
     sp = sequence_parallel_buffers(ws, s, tokens);
     stats.tokens_per_expert.assign(static_cast<std::size_t>(s.experts), 0);
   }
