@@ -26,6 +26,7 @@
 #include "src/plan/parameter_count.hpp"
 #include "src/plan/parameter_memory.hpp"
 #include "src/plan/plan.hpp"
+#include "tests/plan/plan_test_util.hpp"
 
 using namespace tptrain;
 using namespace tptrain::plan;
@@ -33,21 +34,14 @@ using parallel::RankOrder;
 
 namespace {
 
+// The llama block of test::llama with the mixture of experts as its MLP: the mixtral preset.
 model::GptShape mixtral(int layers, int hidden, int heads, int kv_heads, int ffn, int experts, int per_token, int vocab,
                         int seq) {
-  model::GptShape s;
-  static_cast<model::BlockSpec&>(s) = model::block_preset("mixtral")->spec;
-  s.tie_embeddings = false;
-  s.layers = layers;
-  s.hidden = hidden;
-  s.heads = heads;
-  s.kv_heads = kv_heads;
-  s.ffn_hidden = ffn;
+  model::GptShape s = test::llama(layers, hidden, heads, kv_heads, ffn, vocab, seq);
+  s.architecture = "mixtral";
+  s.mlp = model::Mlp::moe;
   s.experts = experts;
   s.experts_per_token = per_token;
-  s.vocab_size = vocab;
-  s.seq_length = seq;
-  s.vocab_pad_multiple = 128;
   return s;
 }
 
