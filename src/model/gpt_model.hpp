@@ -210,7 +210,10 @@ class GptModel {
       throw std::invalid_argument("tptrain: the context group has " + std::to_string(cp.size()) +
                                   " ranks, the model's parallel.context is " + std::to_string(shape_.context));
     context_group_ = &cp;
-    for (auto& layer : layers_) layer->attn.bind_context(cp);
+    for (auto& layer : layers_) {
+      layer->attn.bind_context(cp);
+      if (layer->moe) layer->moe->bind_context_group(cp);
+    }
   }
   ContextChunks context_chunks() const {
     return context_group_ ? ContextChunks{context_group_->rank(), context_group_->size(), shape_.seq_length}
@@ -430,8 +433,10 @@ class GptModel {
     }  // else grad_b_ holds dL/d(stage output), filled by the caller
     for (std::size_t l = static_cast<std::size_t>(per_chunk_); l-- > 0;) {
       TransformerLayer<T>& layer = *layers_[local(c, static_cast<int>(l))];
-      // The mixture's losses weigh as the micro-batch's mean token loss does: scale per token.
-      if (layer.moe) layer.moe->micro_batch_weight = scale * kx::acc_t<T>(tokens());
+      // The mixture's losses weigh as the micro-batch's mean token loss does: scale per token, over
+      // the whole micro-batch (its losses are the context group's, and their gradients are summed
+      // over it as the token losses' are).
+      if (layer.moe) layer.moe->micro_batch_weight = scale * kx::acc_t<T>(tokens() * shape_.context);
       if (recompute_ == Recompute::full) {
         // The block's forward again from its kept input, into the shared saved set; its
         // output (already in x[l + 1]) goes to grad_a_, which the backward then overwrites.

@@ -28,8 +28,12 @@
 // The load-balancing loss (Switch eq. 4, Mixtral's router_aux_loss_coef) E · Σ_e f_e · P_e, f_e the
 // fraction of the micro-batch's tokens routed to e (Σ_e f_e = k, as Hugging Face counts it), P_e the
 // mean router probability, and the router z-loss mean_t (log Σ_e exp logit)² (ST-MoE, Zoph et al.
-// 2022) are computed per block over the rank's tokens of the micro-batch and averaged over the
-// blocks; they add gradients to the router only (f carries none). loss_weights says how much.
+// 2022) are computed per block over the micro-batch's tokens and averaged over the blocks; they
+// add gradients to the router only (f carries none). loss_weights says how much. Under context
+// parallelism a rank routes only its chunks of the sequences: the counts, the probability sums and
+// the lse² sum are summed over the context group first (as Megatron-Core reduces them over tensor ×
+// context), so that f, P and both losses are the whole micro-batch's and equal the one-rank run's.
+// A capacity, by contrast, applies to each rank's own tokens.
 #pragma once
 
 #include <algorithm>
@@ -113,6 +117,7 @@ struct MixtureOfExperts {
     Index expert, pos;            // [N, k]: the slot's expert and its row among the sorted copies (-1: dropped)
     kernels::Matrix<Acc> weight;  // [N, k]
     std::vector<double> aux_gradient;  // [E] host: E · f_e / N (the load-balancing loss's dL/dp_e, unweighted)
+    double loss_tokens = 0;            // N of the losses' means: the micro-batch's tokens over the context group
     std::int64_t kept = 0;             // sorted copies (rows) on this rank
     std::vector<std::size_t> send_rows, recv_rows;  // [ep]: rows sent to / received from each rank
     std::vector<std::int64_t> chunk_rows;           // [ep · E/ep]: received rows by (source, local expert)
@@ -139,6 +144,7 @@ struct MixtureOfExperts {
   std::int64_t tokens_;  // N: the micro-batch's tokens (all of them with sequence parallelism)
   int ep_rank_ = 0, ep_size_ = 1;
   Communicator* ep_ = nullptr;  // the expert-parallel group (null: ep = 1)
+  Communicator* cp_ = nullptr;  // the context group (null: parallel.context = 1)
   Parameter<T> router;          // [E, H], replicated
   std::vector<Parameter<T>> fc, proj;  // the rank's experts: [2F/t, H] gate|up, [H, F/t] down
   Saved saved;
@@ -196,6 +202,9 @@ struct MixtureOfExperts {
                                   std::to_string(ep_rank_) + " of parallel.expert = " + std::to_string(ep_size_));
     ep_ = ep.size() > 1 ? &ep : nullptr;
   }
+
+  // The group over which the losses' statistics are summed (GptModel::bind_context).
+  void bind_context_group(Communicator& cp) { cp_ = cp.size() > 1 ? &cp : nullptr; }
 
   // The router, then each local expert's gate|up and down: the block descriptor's order.
   std::vector<Parameter<T>*> parameters() {
@@ -320,7 +329,7 @@ struct MixtureOfExperts {
                       Kokkos::View<const Acc*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(aux.data(),
                                                                                                       aux.size()));
     exec.fence();  // `aux` is a temporary
-    const Acc z = Acc(loss_weights.z * 2.0 / double(n)) * scale;
+    const Acc z = Acc(loss_weights.z * 2.0 / r.loss_tokens) * scale;
     {
       PhaseScope phase(Phase::norms_elementwise);
       kernels::moe_combine(exec, d_home, pos, weight, dxg, /*weighted=*/false);  // moe_permute's backward
@@ -386,10 +395,7 @@ struct MixtureOfExperts {
     std::vector<std::int64_t> routed(static_cast<std::size_t>(E), 0);
     for (std::int64_t t = 0; t < n; ++t)
       for (int j = 0; j < k; ++j) ++routed[static_cast<std::size_t>(expert_h(t, j))];
-    const std::int64_t capacity =
-        shape_.moe_capacity_factor > 0
-            ? static_cast<std::int64_t>(std::ceil(shape_.moe_capacity_factor * double(k) * double(n) / double(E)))
-            : n * k;
+    const std::int64_t capacity = expert_capacity(n);
     std::vector<std::int64_t> offset(static_cast<std::size_t>(E) + 1, 0);
     for (int e = 0; e < E; ++e) offset[e + 1] = offset[e] + std::min(routed[e], capacity);
     r.kept = offset[E];
@@ -403,16 +409,28 @@ struct MixtureOfExperts {
       }
     Kokkos::deep_copy(exec, pos, pos_h);
     exec.fence();  // pos_h is a temporary
-    // f_e = routed_e / n; the loss E · Σ f_e P_e and its gradient E · f_e / n for every p(t, e).
+    // Over the context group: the copies routed to each expert, the probability sums, the lse²
+    // sum and the tokens, [E | E | 1 | 1].
+    std::vector<double> sums(2 * static_cast<std::size_t>(E) + 2);
+    for (int e = 0; e < E; ++e) {
+      sums[e] = double(routed[e]);
+      sums[E + e] = double(stats_h(e)) * double(n);
+    }
+    sums[2 * E] = double(stats_h(E));
+    sums[2 * E + 1] = double(n);
+    if (cp_) parallel::all_reduce_host(*cp_, sums, parallel::ReduceOp::sum);
+    const double N = sums[2 * E + 1];
+    r.loss_tokens = N;
+    // f_e = routed_e / N; the loss E · Σ f_e P_e and its gradient E · f_e / N for every p(t, e).
     r.aux_gradient.assign(static_cast<std::size_t>(E), 0.0);
     double aux = 0;
     for (int e = 0; e < E; ++e) {
-      aux += double(E) * double(routed[e]) / double(n) * double(stats_h(e));
-      r.aux_gradient[e] = double(E) * double(routed[e]) / double(n) / double(n);
+      aux += double(E) * (sums[e] / N) * (sums[E + e] / N);
+      r.aux_gradient[e] = double(E) * sums[e] / N / N;
     }
     if (record) {
       stats.aux_loss_sum += aux;
-      stats.z_loss_sum += double(stats_h(E)) / double(n);
+      stats.z_loss_sum += sums[2 * E] / N;
       ++stats.samples;
       for (int e = 0; e < E; ++e) stats.tokens_per_expert[e] += routed[e];
       stats.dropped += n * k - r.kept;
@@ -429,6 +447,17 @@ struct MixtureOfExperts {
     r.recv_rows.assign(static_cast<std::size_t>(ep_size_), 0);
     for (int q = 0; q < ep_size_; ++q)
       for (int e = 0; e < El; ++e) r.recv_rows[q] += static_cast<std::size_t>(r.chunk_rows[q * El + e]);
+  }
+
+  // The copies an expert keeps of n tokens: ceil(c·k·n/E), or all of them (n·k) when dropless or
+  // when the capacity is at least that (in double, so that a huge factor means dropless, not an
+  // overflowed integer).
+  std::int64_t expert_capacity(std::int64_t n) const {
+    const std::int64_t copies = n * shape_.experts_per_token;
+    if (!(shape_.moe_capacity_factor > 0)) return copies;
+    const double capacity =
+        std::ceil(shape_.moe_capacity_factor * double(shape_.experts_per_token) * double(n) / double(shape_.experts));
+    return capacity < double(copies) ? static_cast<std::int64_t>(capacity) : copies;
   }
 
   // Rows [n, H] by rank: send_rows[r] rows to rank r, recv_rows[q] from rank q (elements = rows·H).

@@ -284,6 +284,16 @@ T all_reduce_scalar(const Communicator& comm, T value, ReduceOp op) {
   return value;
 }
 
+// Host vectors (statistics of a few values per rank): the element-wise all-reduce of
+// all_reduce_scalar, in place.
+template <class T>
+void all_reduce_host(const Communicator& comm, std::vector<T>& values, ReduceOp op) {
+  if (comm.size() == 1 || values.empty()) return;
+  const util::CommunicationWait timed(util::HostWait::host_scalar_reduce);
+  TPTRAIN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, values.data(), static_cast<int>(values.size()),
+                                  mpi_type(data_type_of<T>()), mpi_op(op, data_type_of<T>()), comm.mpi_comm()));
+}
+
 // Lets the MPI library advance pending non-blocking operations of the group (MPI progresses
 // e.g. a large MPI_Iallreduce only inside MPI calls; call this between compute phases so that
 // communication overlaps them). No effect on a device backend's own streams.

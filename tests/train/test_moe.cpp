@@ -1,9 +1,11 @@
 // The mixture of experts under every kind of parallelism (model.mlp = "moe";
 // src/model/mixture_of_experts.hpp): expert parallelism over 2 and 4 ranks, with tensor and
 // sequence parallelism, with pipeline stages, with the distributed optimizer, with full recompute
-// and a capacity factor reproduces the one-rank loss curve within 1e-5 over 10 steps; bf16 and fp16
-// follow their one-rank curves; the routing metrics count every copy; and a checkpoint written under one
-// expert layout loads under others.
+// and a capacity factor reproduces the one-rank loss curve within 1e-5 over 10 steps, and so does
+// context parallelism (whose ranks sum the load-balancing and z losses' statistics); bf16 and fp16
+// follow their one-rank curves; the routing metrics count every copy, and a capacity factor too
+// large for an integer is dropless; and a checkpoint written under one expert layout loads under
+// others.
 #include <cmath>
 #include <string>
 #include <vector>
@@ -19,6 +21,7 @@ struct ExpertLayout {
   const char* name;
   int tensor, pipeline, data, expert;
   std::string sets;  // "sp", "zero", "full"
+  int context = 1;
 };
 
 // The small deck (tests/train/train_test_util.hpp) as a Mixtral: 4 blocks of 4 experts, top 2.
@@ -31,6 +34,7 @@ io::Deck moe_deck(const ExpertLayout& l, int steps, double capacity = 0.0) {
   deck.model.experts_per_token = 2;
   deck.model.moe_capacity_factor = capacity;
   deck.parallel.expert = l.expert;
+  deck.parallel.context = l.context;
   deck.training.moe_z_loss_coeff = 1e-3;
   if (l.sets == "sp") deck.parallel.sequence_parallel = true;
   if (l.sets == "zero") deck.optimizer.distributed = true;
@@ -53,8 +57,12 @@ std::vector<ExpertLayout> layouts(int n) {
             {"expert 2 x tensor 2, sequence parallel", 2, 1, 2, 2, "sp"},
             {"expert 2 x pipeline 2", 1, 2, 2, 2, ""},
             {"expert 2 of data 4, distributed optimizer", 1, 1, 4, 2, "zero"},
-            {"expert 4, recompute = full", 1, 1, 4, 4, "full"}};
-  return {{"expert 2 (data 2)", 1, 1, 2, 2, ""}, {"expert 2, distributed optimizer", 1, 1, 2, 2, "zero"}};
+            {"expert 4, recompute = full", 1, 1, 4, 4, "full"},
+            {"context 2 x expert 2 (data 2)", 1, 1, 2, 2, "", 2},
+            {"context 2 x tensor 2, sequence parallel", 2, 1, 1, 1, "sp", 2}};
+  return {{"expert 2 (data 2)", 1, 1, 2, 2, ""},
+          {"expert 2, distributed optimizer", 1, 1, 2, 2, "zero"},
+          {"context 2", 1, 1, 1, 1, "", 2}};
 }
 
 TEST_CASE("mixture of experts: every expert layout reproduces the one-rank loss curve", "[train][moe][mpi]") {
@@ -64,6 +72,8 @@ TEST_CASE("mixture of experts: every expert layout reproduces the one-rank loss 
   for (const double capacity : {0.0, 1.0}) {
     const auto reference = test::loss_curve(moe_deck({"one rank", 1, 1, 1, 1, ""}, steps, capacity), MPI_COMM_SELF, steps);
     for (const ExpertLayout& l : layouts(n)) {
+      // A capacity applies to each rank's tokens: a context rank keeps ceil(c·k·N/E) of its chunks'.
+      if (capacity > 0 && l.context > 1) continue;
       INFO(l.name << (capacity > 0 ? ", capacity factor 1" : ", dropless"));
       check_curve(test::loss_curve(moe_deck(l, steps, capacity), MPI_COMM_WORLD, steps), reference, 1e-5);
     }
@@ -92,22 +102,27 @@ TEST_CASE("mixture of experts: bf16 and fp16 under expert parallelism follow the
 
 TEST_CASE("mixture of experts: the routing metrics count every copy once", "[train][moe][mpi]") {
   const int n = test::world_size();
-  io::Deck deck = moe_deck({"expert", 1, 1, n, n, ""}, 2);
-  parallel::Topology topo(MPI_COMM_WORLD, parallel::layout_of(deck));
-  train::TrainingRun<float> run(deck, topo);
-  run.step(0);
-  const std::optional<train::MoeMetrics> m = run.take_moe_metrics();
-  REQUIRE(m);
-  // Dropless: every token of the step reaches k experts in every block.
-  std::int64_t copies = 0;
-  for (const std::int64_t c : m->tokens_per_expert) copies += c;
-  const std::int64_t tokens = std::int64_t(deck.training.global_batch) * deck.model.seq_length;
-  CHECK(copies == tokens * deck.model.experts_per_token * deck.model.layers);
-  CHECK(m->dropped == 0);
-  CHECK(m->load_max_over_mean >= 1.0);
-  // E · Σ f_e P_e with Σ f_e = k: k when the router is uniform, more when it is not.
-  CHECK(m->aux_loss >= 0.5 * deck.model.experts_per_token);
-  CHECK(m->aux_loss < deck.model.experts);
+  // Dropless, and capacities at or beyond the copies a rank routes, whose ceil(c·k·N/E) does not
+  // fit an integer: dropless too (they once dropped every copy).
+  for (const double capacity : {0.0, 1e18, 1e300}) {
+    INFO("capacity factor " << capacity);
+    io::Deck deck = moe_deck({"expert", 1, 1, n, n, ""}, 2, capacity);
+    parallel::Topology topo(MPI_COMM_WORLD, parallel::layout_of(deck));
+    train::TrainingRun<float> run(deck, topo);
+    run.step(0);
+    const std::optional<train::MoeMetrics> m = run.take_moe_metrics();
+    REQUIRE(m);
+    // Dropless: every token of the step reaches k experts in every block.
+    std::int64_t copies = 0;
+    for (const std::int64_t c : m->tokens_per_expert) copies += c;
+    const std::int64_t tokens = std::int64_t(deck.training.global_batch) * deck.model.seq_length;
+    CHECK(copies == tokens * deck.model.experts_per_token * deck.model.layers);
+    CHECK(m->dropped == 0);
+    CHECK(m->load_max_over_mean >= 1.0);
+    // E · Σ f_e P_e with Σ f_e = k: k when the router is uniform, more when it is not.
+    CHECK(m->aux_loss >= 0.5 * deck.model.experts_per_token);
+    CHECK(m->aux_loss < deck.model.experts);
+  }
 }
 
 TEST_CASE("mixture of experts: a checkpoint loads under other expert layouts", "[train][moe][checkpoint][mpi]") {
