@@ -287,6 +287,7 @@ int eval(const DeckOptions& options, const EvalOptions& e) {
 }
 
 int generate(const DeckOptions& options, const GenerateOptions& g) {
+  log::keep_stdout_for_data();  // stdout is the sample: the checkpoint's and the ranks' lines go to stderr
   DeckOptions o = options;  // reads no data file
   o.data_files = io::DataFiles::tokenizer_only;
   return run_job(o, [&](const io::Deck& deck, const parallel::Topology& topo) {

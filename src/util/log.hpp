@@ -10,8 +10,11 @@ namespace tptrain::log {
 void set_rank(int world_rank);
 int rank();
 
-// Printed by rank 0 (or the only process) on stdout.
+// Printed by rank 0 (or the only process) on stdout, or on stderr once stdout carries data.
 void info(const std::string& line);
+// For a command whose stdout is its result (generate's text): from now on info() lines go to
+// stderr, so that `tptrain generate ... > out.txt` holds the text alone; stream() stays on stdout.
+void keep_stdout_for_data();
 // `text` as it is (no newline added), by rank 0, flushed at once: output that arrives piece
 // by piece, like generated tokens.
 void stream(const std::string& text);
