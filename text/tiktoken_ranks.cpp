@@ -3,9 +3,9 @@
 #include <array>
 #include <cerrno>
 #include <charconv>
+#include <cstdint>
 #include <cstring>
 #include <fstream>
-#include <limits>
 #include <sstream>
 #include <string_view>
 #include <unordered_map>
@@ -79,11 +79,22 @@ bool decode_base64(std::string_view text, std::string& bytes) {
   return true;
 }
 
-std::vector<std::string> read_tiktoken_ranks(const std::string& path) {
-  const std::string text = read_file(path);
-  std::vector<std::string> token_bytes;
-  std::vector<std::size_t> line_of_rank;  // 0: not given
+std::string read_rank_file(const std::string& path) { return read_file(path); }
+
+std::vector<std::string> parse_tiktoken_ranks(std::string_view text, const std::string& path) {
+  // The ranks must be 0 .. N-1 for the N tokens of the file (ids are ranks, and the special
+  // tokens follow the last), so a rank >= N is refused on its own line, and every table below is
+  // sized by the lines, never by a rank the file claims: a rank of 2^31 is an error, not 80 GB.
+  std::size_t n = 0;
+  for_lines(text, [&](std::size_t, std::string_view) { ++n; });
+  if (n == 0) throw TextError("the rank file " + path + " holds no tokens");
+  if (n > kMaxTiktokenRanks)
+    throw TextError("the rank file " + path + " holds " + std::to_string(n) + " tokens, more than the " +
+                    std::to_string(kMaxTiktokenRanks) + " that 32-bit token ids leave room for");
+  std::vector<std::string> token_bytes(n);
+  std::vector<std::size_t> line_of_rank(n, 0);  // 0: not given
   std::unordered_map<std::string, std::size_t> line_of_token;
+  line_of_token.reserve(n);
   std::string bytes;
   for_lines(text, [&](std::size_t number, std::string_view line) {
     const std::string where = path + ":" + std::to_string(number) + ": ";
@@ -91,18 +102,17 @@ std::vector<std::string> read_tiktoken_ranks(const std::string& path) {
     if (space == std::string_view::npos || line.find(' ', space + 1) != std::string_view::npos)
       throw TextError(where + "expected \"BASE64 RANK\" (a token and its rank, one space between), got " + shown(line));
     const std::string_view token = line.substr(0, space), rank_text = line.substr(space + 1);
-    std::size_t rank = 0;
+    std::uint64_t rank = 0;  // a rank of 20 digits or more is out of range, not malformed
     const auto [end, ec] = std::from_chars(rank_text.data(), rank_text.data() + rank_text.size(), rank);
-    if (ec != std::errc() || end != rank_text.data() + rank_text.size() || rank_text.empty() ||
-        rank >= std::numeric_limits<std::uint32_t>::max())
-      throw TextError(where + "the rank " + shown(rank_text) + " is not a non-negative integer below 2^32 - 1");
+    if ((ec != std::errc() && ec != std::errc::result_out_of_range) || end != rank_text.data() + rank_text.size() ||
+        rank_text.empty())
+      throw TextError(where + "the rank " + shown(rank_text) + " is not a non-negative integer");
+    if (ec == std::errc::result_out_of_range || rank >= n)
+      throw TextError(where + "the rank " + shown(rank_text) + " is out of range: a file of " + std::to_string(n) +
+                      " tokens has the ranks 0 .. " + std::to_string(n - 1) + ", each once");
     if (!decode_base64(token, bytes))
       throw TextError(where + "the token " + shown(token) +
                       " is not base64 (RFC 4648: A-Z a-z 0-9 + /, a multiple of 4 characters, = padding at the end)");
-    if (rank >= line_of_rank.size()) {
-      line_of_rank.resize(rank + 1, 0);
-      token_bytes.resize(rank + 1);
-    }
     if (line_of_rank[rank] != 0)
       throw TextError(where + "rank " + std::to_string(rank) + " is already given on line " +
                       std::to_string(line_of_rank[rank]));
@@ -111,15 +121,15 @@ std::vector<std::string> read_tiktoken_ranks(const std::string& path) {
     line_of_rank[rank] = number;
     token_bytes[rank] = bytes;
   });
-  if (token_bytes.empty()) throw TextError("the rank file " + path + " holds no tokens");
-  for (std::size_t rank = 0; rank < line_of_rank.size(); ++rank)
-    if (line_of_rank[rank] == 0)
-      throw TextError(path + ": no token has rank " + std::to_string(rank) + " (ranks are 0 .. " +
-                      std::to_string(token_bytes.size() - 1) + ", each once)");
+  // N distinct ranks below N: every rank is given, no gap to look for.
   for (unsigned b = 0; b < 256; ++b)
     if (!line_of_token.count(std::string(1, static_cast<char>(b))))
       throw TextError(path + ": no token for the byte " + std::to_string(b) + " (every byte needs one)");
   return token_bytes;
+}
+
+std::vector<std::string> read_tiktoken_ranks(const std::string& path) {
+  return parse_tiktoken_ranks(read_rank_file(path), path);
 }
 
 std::size_t count_tiktoken_ranks(const std::string& path) {

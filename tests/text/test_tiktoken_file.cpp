@@ -1,6 +1,11 @@
 // tiktoken rank files (text/tiktoken_ranks.hpp) and the tokenizer built on one
 // (text/tiktoken_tokenizer.hpp, data.tokenizer = "tiktoken:PATH"), on small files written here:
 // no download needed. The named encodings against tiktoken itself: tests/text/test_tiktoken.cpp.
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <fstream>
 #include <random>
 #include <string>
 #include <vector>
@@ -65,6 +70,28 @@ std::string error_of(F&& f) {
   }
   return "";
 }
+
+// While it lives, the process may map only `headroom` bytes more than it maps now (RLIMIT_AS), so
+// that a table sized by a rank a file claims fails here, as std::bad_alloc, instead of taking the
+// machine's memory.
+class AddressSpaceCap {
+ public:
+  explicit AddressSpaceCap(rlim_t headroom) {
+    REQUIRE(getrlimit(RLIMIT_AS, &saved_) == 0);
+    std::ifstream statm("/proc/self/statm");
+    rlim_t pages = 0;
+    REQUIRE(statm >> pages);
+    rlimit cap = saved_;
+    cap.rlim_cur = std::min(saved_.rlim_max, pages * static_cast<rlim_t>(sysconf(_SC_PAGESIZE)) + headroom);
+    REQUIRE(setrlimit(RLIMIT_AS, &cap) == 0);
+  }
+  ~AddressSpaceCap() { setrlimit(RLIMIT_AS, &saved_); }
+  AddressSpaceCap(const AddressSpaceCap&) = delete;
+  AddressSpaceCap& operator=(const AddressSpaceCap&) = delete;
+
+ private:
+  rlimit saved_{};
+};
 
 std::vector<std::string> pieces(SplitPattern p, const std::string& text) {
   const Pretokenizer pretokenizer(p);
@@ -167,13 +194,33 @@ TEST_CASE("tiktoken rank file: hostile files are refused naming the line", "[tex
   CHECK(mentions(error_of_ranks(good + "YWJj  268\n"), "expected \"BASE64 RANK\""));
   CHECK(mentions(error_of_ranks(good + "YWJj -1\n"), "the rank \"-1\" is not a non-negative integer"));
   CHECK(mentions(error_of_ranks(good + "YWJj 12x\n"), "the rank \"12x\""));
-  CHECK(mentions(error_of_ranks(good + "YWJj 300\n"), "no token has rank 268"));
+  CHECK(mentions(error_of_ranks(good + "YWJj 300\n"),
+                 ":269: the rank \"300\" is out of range: a file of 269 tokens has the ranks 0 .. 268, each once"));
+  CHECK(mentions(error_of_ranks(good + "YWJj 99999999999999999999999\n"),
+                 ":269: the rank \"99999999999999999999999\" is out of range"));
   CHECK(mentions(error_of_ranks(base64("zz") + " 0\n" + rank_file({}).substr(7)), "no token for the byte 0"));
   CHECK(mentions(error_of_ranks(""), "holds no tokens"));
   CHECK(mentions(error_of_ranks(std::string("\r\n\n")), "holds no tokens"));
   CHECK(error_of_ranks(good + "\r\n").empty());  // CRLF and blank lines are fine
   CHECK(mentions(error_of([] { read_tiktoken_ranks("/nonexistent/x.tiktoken"); }),
                  "cannot read the rank file /nonexistent/x.tiktoken"));
+}
+
+TEST_CASE("tiktoken rank file: a huge rank is refused at its line, before anything is sized by it", "[text]") {
+  // Ranks are 0 .. N-1, so a file of 269 lines has nothing to do with a rank of 2^31: the error
+  // names file:line, under a cap of 256 MiB more address space, where a table of 2^31 (or 10^9,
+  // or 10^8) entries cannot be allocated.
+  const std::string good = rank_file(kMerges);
+  for (const char* rank : {"2147483648", "2147483647", "1000000000", "100000000", "4294967295"}) {
+    INFO(rank);
+    std::string error;
+    {
+      const AddressSpaceCap cap(256u << 20);
+      error = error_of_ranks(good + "YWJj " + rank + "\n");
+    }
+    CHECK(mentions(error, "ranks.tiktoken:269: the rank \"" + std::string(rank) +
+                              "\" is out of range: a file of 269 tokens has the ranks 0 .. 268, each once"));
+  }
 }
 
 TEST_CASE("pre-tokenizer: cl100k's and o200k's pieces", "[text]") {
