@@ -85,7 +85,7 @@ find_package(tomlplusplus REQUIRED)
 find_package(CLI11 REQUIRED)
 find_package(fmt REQUIRED)
 
-# --- text: PCRE2 (Unicode classes of GPT-2's pre-tokenizer, UTF-8 checks), nlohmann-json ------
+# --- text: PCRE2 (Unicode classes of GPT-2's pre-tokenizer, UTF-8 checks), nlohmann-json, libcrypto
 find_package(PkgConfig QUIET)
 if(PKG_CONFIG_FOUND)
   pkg_check_modules(TPTRAIN_PCRE2 QUIET IMPORTED_TARGET libpcre2-8)
@@ -105,6 +105,12 @@ if(NOT nlohmann_json_FOUND)
 endif()
 add_library(tptrain_json INTERFACE)
 target_link_libraries(tptrain_json INTERFACE nlohmann_json::nlohmann_json)
+# OpenSSL's libcrypto: the SHA-256 of tiktoken's named rank files (text/sha256.hpp).
+find_package(OpenSSL QUIET COMPONENTS Crypto)
+if(NOT TARGET OpenSSL::Crypto)
+  message(FATAL_ERROR "tptrain: OpenSSL's libcrypto is missing (the SHA-256 check of tiktoken's rank files). "
+                      "Debian: libssl-dev (jobs/setup-deps.sh); Spack: openssl; or set OPENSSL_ROOT_DIR.")
+endif()
 
 # --- CUDA toolkit, cuBLAS, NCCL: only when Kokkos has CUDA ----------------------------------
 set(TPTRAIN_HAVE_NCCL OFF)

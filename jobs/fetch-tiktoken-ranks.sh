@@ -18,6 +18,8 @@ set -euo pipefail
 
 version=1.0.22
 tarball_sha256=67ae64fbbe889ff19b74d4e95a16da403b24aee6a506b74a9b84908a5d6f15a1
+# OpenAI's digests are also in text/tiktoken_encoding.cpp, which checks every named rank file
+# tptrain reads against them; tests/text/test_tiktoken_file.cpp holds the two tables equal.
 declare -A file_sha256=(
   [cl100k_base]=223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7
   [o200k_base]=446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d

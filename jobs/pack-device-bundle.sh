@@ -11,10 +11,10 @@
 #   bin/       tptrain, tptrain-bin and the test binaries of TPTRAIN_CHECK_TESTS (the ctest -R
 #              regex of device-check's test step, default ^unit), stripped, RPATH $ORIGIN/../lib
 #   lib/       every shared library they need that a bare machine may lack: Kokkos, Kokkos
-#              Kernels, MPI, HDF5, BLAS, toml++, fmt, PCRE2, libstdc++ and their own needs. Not
-#              bundled, because the GPU machine's driver and toolkit provide them (and they are
-#              far too large to travel): glibc's libraries and the CUDA ones (libcuda, libcudart,
-#              cuBLAS, NCCL, ...); env.sh finds those there.
+#              Kernels, MPI, HDF5, BLAS, toml++, fmt, PCRE2, libcrypto, libstdc++ and their own
+#              needs. Not bundled, because the GPU machine's driver and toolkit provide them (and
+#              they are far too large to travel): glibc's libraries and the CUDA ones (libcuda,
+#              libcudart, cuBLAS, NCCL, ...); env.sh finds those there.
 #   openmpi/   Open MPI's plugins and help texts, found at run time through OPAL_PREFIX (when the
 #              build links Open MPI): one rank runs as an MPI singleton, with no mpiexec or orted
 #   tests.tsv  the test step as commands (name, timeout, environment, program, arguments),

@@ -32,6 +32,7 @@ PACKAGES=(
   "libcli11-dev|CLI11 (spack install cli11)"
   "libpcre2-dev|PCRE2 (spack install pcre2)"
   "nlohmann-json3-dev|nlohmann-json (spack install nlohmann-json)"
+  "libssl-dev|OpenSSL's libcrypto, the SHA-256 check of tiktoken's rank files (spack install openssl)"
   "libfmt-dev|fmt (spack install fmt)"
   "fortunes|the fortunes corpus used by input/tiny.toml"
   "python3-h5py|h5py, for io/checkpoint_stats.py (pip install h5py)"

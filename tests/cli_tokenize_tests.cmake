@@ -51,13 +51,14 @@ add_test(NAME cli_tokenize_ranks
 set_tests_properties(cli_tokenize_ranks PROPERTIES FIXTURES_REQUIRED gpt2_vocab TIMEOUT 300
                      SKIP_REGULAR_EXPRESSION "${_no_vocabulary}")
 
-# Hostile tiktoken rank files: a huge rank (file:line, in little memory), on 1 and 2 ranks.
+# Hostile tiktoken rank files: a huge rank (file:line, in little memory), an edited
+# cl100k_base.tiktoken (its SHA-256), on 1 and 2 ranks.
 add_test(NAME cli_tokenize_rank_files
          COMMAND ${CMAKE_COMMAND} -DEXE=$<TARGET_FILE:tptrain>
                  "-DMPI=${MPIEXEC_EXECUTABLE};${TPTRAIN_MPIEXEC_FLAGS};${MPIEXEC_NUMPROC_FLAG}"
                  -DDATA=${CMAKE_CURRENT_SOURCE_DIR}/data -DDIR=${CMAKE_CURRENT_BINARY_DIR}/tokenize_rank_files
                  -P ${CMAKE_CURRENT_SOURCE_DIR}/tokenize_rank_files.cmake)
-set_tests_properties(cli_tokenize_rank_files PROPERTIES TIMEOUT 300)
+set_tests_properties(cli_tokenize_rank_files PROPERTIES FIXTURES_REQUIRED tiktoken_ranks TIMEOUT 300)
 
 # Bad input: a clear message naming the file (and the byte offset, the line), exit 1.
 set(_out ${CMAKE_CURRENT_BINARY_DIR}/tokenize_errors)

@@ -1,6 +1,9 @@
-# `tptrain tokenize` on hostile tiktoken rank files, on 1 and 2 ranks, one message each: a valid
-# file whose last rank is 2^31 (or 2^31 - 1, 10^9) is named with its file and line, under a 1 GiB
-# address-space cap (ulimit -v), where a table sized by that rank cannot live.
+# `tptrain tokenize` on hostile tiktoken rank files, on 1 and 2 ranks, one message each:
+#   * a valid file whose last rank is 2^31 (or 2^31 - 1, 10^9) is named with its file and line,
+#     under a 1 GiB address-space cap (ulimit -v), where a table sized by that rank cannot live;
+#   * an edited cl100k_base.tiktoken (OpenAI's, two ranks swapped) read through --tokenizer-dir
+#     is refused by its SHA-256 (when jobs/fetch-tiktoken-ranks.sh has put OpenAI's file in the
+#     cache; said and skipped otherwise).
 #   cmake -DEXE=tptrain "-DMPI=mpiexec;flags...;-n" -DDATA=tests/data -DDIR=work -P tokenize_rank_files.cmake
 cmake_minimum_required(VERSION 3.16)
 file(REMOVE_RECURSE ${DIR})
@@ -44,3 +47,28 @@ foreach(rank 2147483648 2147483647 1000000000)
   endforeach()
 endforeach()
 
+if(DEFINED ENV{XDG_CACHE_HOME})
+  set(openai $ENV{XDG_CACHE_HOME}/tptrain/tiktoken/cl100k_base.tiktoken)
+else()
+  set(openai $ENV{HOME}/.cache/tptrain/tiktoken/cl100k_base.tiktoken)
+endif()
+if(NOT EXISTS ${openai})
+  message(STATUS "${openai} is missing: the edited copy of cl100k_base not tried")
+  return()
+endif()
+file(READ ${openai} text)
+string(SUBSTRING "${text}" 0 14 head)
+if(NOT head STREQUAL "IQ== 0\nIg== 1\n")
+  message(FATAL_ERROR "${openai} does not start with the ranks of \"!\" and \"\\\"\"")
+endif()
+string(SUBSTRING "${text}" 14 -1 rest)
+file(MAKE_DIRECTORY ${DIR}/edited)
+file(WRITE ${DIR}/edited/cl100k_base.tiktoken "IQ== 1\nIg== 0\n${rest}")
+foreach(launcher ${EXE} "${two_ranks}")
+  string(REPLACE "|" ";" launcher "${launcher}")
+  run(fail ${launcher} tokenize ${input} --out ${DIR}/edited_out --tokenizer cl100k_base --tokenizer-dir ${DIR}/edited)
+  fails_once_with("edited/cl100k_base.tiktoken is not OpenAI's cl100k_base rank file: its SHA-256 is [0-9a-f]+, expected 223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7")
+  if(EXISTS ${DIR}/edited_out/train_000000.bin)
+    message(FATAL_ERROR "shards written from the edited file")
+  endif()
+endforeach()

@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "text/cache_dir.hpp"
+#include "text/sha256.hpp"
 #include "text/text_error.hpp"
 
 namespace tptrain::text {
@@ -11,6 +12,9 @@ namespace {
 struct NamedEncoding {
   std::string_view name;
   std::size_t ranks;
+  // Of OpenAI's rank file, as tiktoken checks it (expected_hash); also in
+  // jobs/fetch-tiktoken-ranks.sh, which a test holds equal.
+  std::string_view sha256;
   SplitPattern pattern;
   std::vector<std::pair<std::string, Token>> special_tokens;  // the first separates documents
 };
@@ -20,13 +24,18 @@ const std::vector<NamedEncoding>& named_encodings() {
   static const std::vector<NamedEncoding> named{
       {"cl100k_base",
        100256,
+       "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7",
        SplitPattern::cl100k,
        {{"<|endoftext|>", 100257},
         {"<|fim_prefix|>", 100258},
         {"<|fim_middle|>", 100259},
         {"<|fim_suffix|>", 100260},
         {"<|endofprompt|>", 100276}}},
-      {"o200k_base", 199998, SplitPattern::o200k, {{"<|endoftext|>", 199999}, {"<|endofprompt|>", 200018}}},
+      {"o200k_base",
+       199998,
+       "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d",
+       SplitPattern::o200k,
+       {{"<|endoftext|>", 199999}, {"<|endofprompt|>", 200018}}},
   };
   return named;
 }
@@ -86,6 +95,24 @@ std::optional<SplitPattern> split_pattern_named(std::string_view pattern) {
 std::optional<std::size_t> named_tiktoken_ranks(std::string_view name) {
   if (const NamedEncoding* e = find_named(name)) return e->ranks;
   return std::nullopt;
+}
+
+std::optional<std::string_view> named_tiktoken_sha256(std::string_view name) {
+  if (const NamedEncoding* e = find_named(name)) return e->sha256;
+  return std::nullopt;
+}
+
+void check_named_tiktoken_file(std::string_view name, const std::string& path, std::string_view bytes) {
+  const NamedEncoding* named = find_named(name);
+  if (!named) return;
+  const std::string got = sha256_hex(bytes);
+  if (got == named->sha256) return;
+  const std::string folder = std::filesystem::path(path).parent_path().string();
+  throw TextError(path + " is not OpenAI's " + std::string(name) + " rank file: its SHA-256 is " + got +
+                  ", expected " + std::string(named->sha256) + " (an edited, truncated or other file under that " +
+                  "name). Fetch the right one with jobs/fetch-tiktoken-ranks.sh " + (folder.empty() ? "." : folder) +
+                  ", or use ranks of your own as the tokenizer \"tiktoken:" + path +
+                  "\" with the pre-tokenization pattern \"" + std::string(split_pattern_name(named->pattern)) + "\"");
 }
 
 std::string default_tiktoken_dir() { return tptrain_cache_dir("tiktoken"); }

@@ -13,6 +13,10 @@
 //                    <|eot_id|> N + 9, <|reserved_special_token_K|>; 128,256 ids for Llama 3),
 //                    or "cl100k" / "o200k" (that pattern and one special token, <|endoftext|> N).
 //
+// The named encodings' rank files must be OpenAI's, byte for byte (the SHA-256 that tiktoken
+// checks, tiktoken_ext/openai_public.py), wherever they are read from; ranks of one's own, an
+// edited copy included, go by "tiktoken:PATH".
+//
 // The token that separates documents (Tokenizer::end_of_text, written before each document by
 // `tptrain tokenize`, where data.document_mask starts a document) is <|endoftext|>, and
 // <|begin_of_text|> for "llama3", as Llama 3 starts every document with it.
@@ -63,6 +67,15 @@ void check_tiktoken_pattern(std::string_view name, std::string_view pattern);
 std::string tiktoken_ranks_path(std::string_view name, const std::string& dir);
 // The ranks of the named encodings (100,256 and 199,998); nothing for "tiktoken:PATH".
 std::optional<std::size_t> named_tiktoken_ranks(std::string_view name);
+
+// The SHA-256 of the named encodings' rank files, OpenAI's (64 hex digits); nothing for
+// "tiktoken:PATH".
+std::optional<std::string_view> named_tiktoken_sha256(std::string_view name);
+// For a named encoding, throws TextError unless `bytes`, the rank file read from `path` (wherever
+// that is: the cache folder, data.tokenizer_dir, --tokenizer-dir), have the published SHA-256:
+// the message names the file, the encoding, both digests and how to get the right file. Nothing
+// for "tiktoken:PATH", whose ranks are the user's own.
+void check_named_tiktoken_file(std::string_view name, const std::string& path, std::string_view bytes);
 
 // ${XDG_CACHE_HOME:-$HOME/.cache}/tptrain/tiktoken, where jobs/fetch-tiktoken-ranks.sh puts
 // cl100k_base.tiktoken and o200k_base.tiktoken; "" when neither variable is set.

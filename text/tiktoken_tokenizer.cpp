@@ -9,7 +9,10 @@ namespace tptrain::text {
 TiktokenTokenizer::TiktokenTokenizer(std::string_view name, std::string_view pattern, const std::string& dir)
     : TiktokenTokenizer(name, pattern, dir, [&] {
         check_tiktoken_pattern(name, pattern);  // before reading a file of millions of lines
-        return read_tiktoken_ranks(tiktoken_ranks_path(name, dir));
+        const std::string path = tiktoken_ranks_path(name, dir);
+        const std::string text = read_rank_file(path);
+        check_named_tiktoken_file(name, path, text);  // the bytes parsed are the bytes hashed
+        return parse_tiktoken_ranks(text, path);
       }()) {}
 
 TiktokenTokenizer::TiktokenTokenizer(std::string_view name, std::string_view pattern, const std::string& dir,

@@ -17,7 +17,8 @@ namespace tptrain::text {
 
 class TiktokenTokenizer final : public Tokenizer {
  public:
-  // Reads the encoding's rank file. Throws TextError naming the file and the problem.
+  // Reads the encoding's rank file, which must be OpenAI's for a named encoding. Throws TextError
+  // naming the file and the problem.
   TiktokenTokenizer(std::string_view name, std::string_view pattern, const std::string& dir);
 
   std::string_view name() const override { return encoding_.name; }

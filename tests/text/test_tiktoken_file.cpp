@@ -5,8 +5,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <random>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -14,13 +16,16 @@
 #include "tests/data/scratch_dir.hpp"
 #include "tests/test_helpers.hpp"
 #include "text/pretokenizer.hpp"
+#include "text/sha256.hpp"
 #include "text/text_error.hpp"
+#include "text/tiktoken_encoding.hpp"
 #include "text/tiktoken_ranks.hpp"
 #include "text/tiktoken_tokenizer.hpp"
 #include "text/utf8.hpp"
 #include "text/tokenizer.hpp"
 
 using namespace tptrain::text;
+using tptrain::test::file_bytes;
 using tptrain::test::mentions;
 using tptrain::test::put_bytes;
 using tptrain::test::ScratchDir;
@@ -92,6 +97,13 @@ class AddressSpaceCap {
  private:
   rlimit saved_{};
 };
+
+// A file of cl100k_base's 100,256 valid ranks that are not OpenAI's.
+std::string ranks_of_cl100k_size() {
+  std::vector<std::string> merges;
+  for (int i = 0; i < 100256 - 256; ++i) merges.push_back("t" + std::to_string(i));
+  return rank_file(merges);
+}
 
 std::vector<std::string> pieces(SplitPattern p, const std::string& text) {
   const Pretokenizer pretokenizer(p);
@@ -177,7 +189,8 @@ TEST_CASE("tiktoken tokenizers: names and patterns are checked", "[text]") {
   CHECK(mentions(error_of([&] { make_tokenizer("sentencepiece"); }), "unknown tokenizer \"sentencepiece\""));
   // cl100k_base from a folder whose file is not OpenAI's.
   put_bytes(dir.file("cl100k_base.tiktoken"), rank_file(kMerges));
-  CHECK(mentions(error_of([&] { make_tokenizer("cl100k_base", dir.path()); }), "holds 268 tokens, cl100k_base has 100256"));
+  CHECK(mentions(error_of([&] { make_tokenizer("cl100k_base", dir.path()); }),
+                 "is not OpenAI's cl100k_base rank file"));
   CHECK(mentions(error_of([&] { make_tokenizer("o200k_base", dir.path()); }), "cannot read the rank file"));
   CHECK(end_of_text_of("cl100k_base") == Token(100257));
   CHECK(end_of_text_of("o200k_base") == Token(199999));
@@ -221,6 +234,72 @@ TEST_CASE("tiktoken rank file: a huge rank is refused at its line, before anythi
     CHECK(mentions(error, "ranks.tiktoken:269: the rank \"" + std::string(rank) +
                               "\" is out of range: a file of 269 tokens has the ranks 0 .. 268, each once"));
   }
+}
+
+TEST_CASE("SHA-256: FIPS 180-4's examples", "[text]") {
+  CHECK(sha256_hex("") == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  CHECK(sha256_hex("abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  CHECK(sha256_hex("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq") ==
+        "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+}
+
+TEST_CASE("tiktoken named encodings: the file must be OpenAI's, wherever it is read from", "[text]") {
+  ScratchDir dir("tiktoken_digest");
+  const std::string path = dir.file("cl100k_base.tiktoken");
+  put_bytes(path, ranks_of_cl100k_size());  // the right count of valid ranks, not OpenAI's
+  const std::string error = error_of([&] { make_tokenizer("cl100k_base", dir.path()); });
+  INFO(error);
+  CHECK(mentions(error, path + " is not OpenAI's cl100k_base rank file: its SHA-256 is " +
+                            sha256_hex(file_bytes(path)) + ", expected " +
+                            std::string(*named_tiktoken_sha256("cl100k_base"))));
+  CHECK(mentions(error, "jobs/fetch-tiktoken-ranks.sh " + dir.path()));
+  CHECK(mentions(error, "\"tiktoken:" + path + "\" with the pre-tokenization pattern \"cl100k\""));
+  // The same ranks by path are the user's own: no digest to match.
+  CHECK(make_tokenizer("tiktoken:" + path, {}, "cl100k")->vocab_size() == 100257);
+  put_bytes(dir.file("o200k_base.tiktoken"), rank_file(kMerges));
+  CHECK(mentions(error_of([&] { make_tokenizer("o200k_base", dir.path()); }), "is not OpenAI's o200k_base rank file"));
+}
+
+TEST_CASE("tiktoken named encodings: OpenAI's files pass, one with two ranks swapped does not", "[text]") {
+  const std::string cache = default_tiktoken_dir();
+  bool any = false;
+  for (std::string_view name : tokenizer_names()) {
+    if (!named_tiktoken_ranks(name)) continue;
+    const std::string path = cache + "/" + std::string(name) + ".tiktoken";
+    if (!std::filesystem::exists(path)) continue;
+    any = true;
+    INFO(path);
+    CHECK_NOTHROW(check_named_tiktoken_file(name, path, read_rank_file(path)));
+  }
+  const std::string cl100k = cache + "/cl100k_base.tiktoken";
+  if (!any || !std::filesystem::exists(cl100k)) {
+    WARN("OpenAI's rank files are not in " + cache + " (jobs/fetch-tiktoken-ranks.sh): not checked");
+    return;
+  }
+  std::string text = file_bytes(cl100k);
+  REQUIRE(text.compare(0, 14, "IQ== 0\nIg== 1\n") == 0);  // "!" and "\"", ranks 0 and 1
+  text.replace(0, 14, "IQ== 1\nIg== 0\n");
+  ScratchDir dir("tiktoken_swapped");
+  const std::string path = dir.file("cl100k_base.tiktoken");
+  put_bytes(path, text);
+  CHECK(mentions(error_of([&] { make_tokenizer("cl100k_base", dir.path()); }),
+                 path + " is not OpenAI's cl100k_base rank file: its SHA-256 is " + sha256_hex(text)));
+  CHECK(parse_tiktoken_ranks(text, path).size() == 100256);  // otherwise a valid rank file
+}
+
+TEST_CASE("tiktoken named encodings: the digests are those jobs/fetch-tiktoken-ranks.sh checks", "[text]") {
+  const std::string script = file_bytes(TPTRAIN_SOURCE_DIR "/jobs/fetch-tiktoken-ranks.sh");
+  const std::regex entry(R"(\[([a-z0-9_]+)\]=([0-9a-f]{64}))");
+  std::vector<std::string> in_script;
+  for (std::sregex_iterator it(script.begin(), script.end(), entry), end; it != end; ++it) {
+    const std::string name = (*it)[1], digest = (*it)[2];
+    INFO(name);
+    in_script.push_back(name);
+    REQUIRE(named_tiktoken_sha256(name));
+    CHECK(*named_tiktoken_sha256(name) == digest);
+  }
+  for (std::string_view name : tokenizer_names())
+    if (named_tiktoken_ranks(name)) CHECK(std::count(in_script.begin(), in_script.end(), name) == 1);
 }
 
 TEST_CASE("pre-tokenizer: cl100k's and o200k's pieces", "[text]") {
