@@ -132,6 +132,21 @@ tptrain_plan_test(cli_plan_llama3_8b_128k_without_context 1
 tptrain_plan_test(cli_plan_mixtral_8x7b 0
   "ffn 14336 \\(MoE: 8 SwiGLU experts, 2 per token\\).*layout       tensor 1 x context 1 x pipeline 4 x data 16 \\(expert 8: 1 of the 8 experts of a block per rank\\) = 64 GPUs.*parameters   46\\.70 B: 46702792704 exactly \\(tptrain's tensors\\), 46702792704 by Mixtral's formula.*active       12\\.88 B per token: 12879925248 .*  expert    \\(   8 ranks\\)   112\\.00 GiB   all-to-all: .*  tp-dp-pp \\(deck\\) +0 B +0 B +0 B .*result: the deck fits\n\\{[^\n]*\"data\": 16, \"expert\": 8, [^\n]*\"params\": 46702792704, [^\n]*\"params_moe_formula\": 46702792704, \"params_active\": 12879925248, [^\n]*\"fits\": true"
   plan ${_input}/mixtral-8x7b.toml --gpu-memory 80 --peak-tflops 989)
+# Plan time and memory do not grow with the experts (65536 experts on 65536 ranks took over 2
+# minutes, quadratic in experts x expert ranks; 2^31 - 1 experts 24 GB and a bad_alloc): the plan
+# and its layout search in a few seconds (the count the formula's, a rank's experts 32 x 3hf), and
+# a count beyond 64 bits refused by name within 2 GB of data (ulimit -d, not -v: a GPU runtime
+# reserves address space).
+tptrain_plan_test(cli_plan_65536_experts 1
+  "\\(expert 65536: 1 of the 65536 experts of a block per rank\\) = 65536 GPUs.*parameters   369446\\.10 B: 369446101454848 exactly \\(tptrain's tensors\\), 369446101454848 by Mixtral's formula.*5637144576 of them its 1 of 65536 experts in each of its 32 blocks.*problem: does not fit: .*no layout of 65536 GPUs both suits the model"
+  plan ${_input}/mixtral-8x7b.toml --set model.experts=65536 --set parallel.expert=65536 --set parallel.data=65536
+  --set parallel.pipeline=1 --set training.global_batch=65536)
+add_test(NAME cli_plan_2147483647_experts COMMAND ${CMAKE_COMMAND} -DCMD=sh
+  "-DARGS=-c;ulimit -d 2000000 && exec $<TARGET_FILE:tptrain> plan ${_input}/mixtral-8x7b.toml --set model.experts=2147483647 --set parallel.expert=1"
+  -DEXPECT_FAIL=1
+  "-DREGEX=model\\.experts = 2147483647 is too large: the parameter count \\(with [^\n]*\\) exceeds 2\\^63 - 1"
+  -P ${CMAKE_CURRENT_SOURCE_DIR}/run_expect.cmake)
+set_tests_properties(cli_plan_65536_experts cli_plan_2147483647_experts PROPERTIES TIMEOUT 5)
 # Without expert parallelism each rank holds all 8 experts of its blocks (99.7 GiB): on 48-GiB GPUs
 # the nearest layout splits them again (44.7 GiB).
 tptrain_plan_test(cli_plan_mixtral_8x7b_expert_search 1

@@ -135,6 +135,18 @@ inline std::vector<ParameterRow> block_parameter_rows(const GptShape& s) {
   return rows;
 }
 
+// The rows shape s's specification holds, in the table's order, each expert's rows once and
+// unexpanded ("{e}" left in their names; ParameterRow::per_expert marks them). Every expert's rows
+// have the same shapes, so a count over the block is its dense rows plus E (or E / ep, or k) times
+// one expert's: the planner counts that way (src/plan/parameter_count.cpp, model_flops.hpp), in
+// time and memory independent of model.experts, where block_parameter_rows makes E copies.
+inline std::vector<ParameterRow> block_parameter_kinds(const GptShape& s) {
+  std::vector<ParameterRow> rows;
+  for (const ParameterRow& r : kBlockParameters)
+    if (holds(r.needs, s)) rows.push_back(r);
+  return rows;
+}
+
 // The expert a block parameter row belongs to ("mlp/experts/<e>/..."), or -1 (a dense row).
 inline int expert_of_row(const std::string& row) {
   static const std::string prefix = "mlp/experts/";

@@ -72,11 +72,15 @@ inline double training_flops_per_token(const model::GptShape& s) {
 // K and V H·nkv·d each, o_proj H², gate, up and down 3HF (tests/train/test_model_flops.cpp holds
 // them to these published formulas); a mixture of experts: the router E·H and K experts' 3HF. The
 // one formula of a block's cost, for the bench and src/plan.
+// Counted from the table's rows, an expert's K times (block_parameter_kinds): its time does not
+// grow with model.experts.
 inline double block_forward_flops_per_token(const model::GptShape& s) {
+  const double routed = s.moe() ? std::min(s.experts_per_token, s.experts) : 0;
   double weights = 0;
-  for (const model::ParameterRow& r : model::block_parameter_rows(s))
-    if (r.shape[1] != model::ParameterDim::none && !inactive_expert(s, r.name))
-      weights += static_cast<double>(model::extent(r.shape[0], s)) * static_cast<double>(model::extent(r.shape[1], s));
+  for (const model::ParameterRow& r : model::block_parameter_kinds(s))
+    if (r.shape[1] != model::ParameterDim::none)
+      weights += (r.per_expert ? routed : 1.0) * static_cast<double>(model::extent(r.shape[0], s)) *
+                 static_cast<double>(model::extent(r.shape[1], s));
   return 2.0 * weights + 4.0 * double(s.seq_length) * s.hidden;
 }
 

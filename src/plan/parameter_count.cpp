@@ -1,5 +1,6 @@
 #include "src/plan/parameter_count.hpp"
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -32,14 +33,24 @@ Count sum(const std::vector<model::ParameterRow>& table, const model::GptShape& 
   return n;
 }
 
-// The elements of the rows of shape s's block that `keep` selects (by row name), counted by `count`.
-template <class Keep, class Counter>
-Count block_sum(const model::GptShape& s, Keep keep, Counter count) {
-  Count n = 0;
-  for (const model::ParameterRow& r : model::block_parameter_rows(s))
-    if (keep(std::string(r.name))) n += count(model::spec_of(r, s));
+// One block's elements, counted by `count`: its dense rows, and the rows of one expert (0 without
+// a mixture of experts). Every expert's rows have the same shapes, so n experts hold n times
+// one's: counted from the table's rows (block_parameter_kinds), never from E expanded copies,
+// plan time and memory do not grow with model.experts.
+struct BlockElements {
+  Count dense = 0, expert = 0;
+  Count with_experts(Count experts) const { return dense + experts * expert; }
+};
+template <class Counter>
+BlockElements block_elements(const model::GptShape& s, Counter count) {
+  BlockElements n;
+  for (const model::ParameterRow& r : model::block_parameter_kinds(s))
+    (r.per_expert ? n.expert : n.dense) += count(model::spec_of(r, s));
   return n;
 }
+
+// The experts of a block a count takes: all E, or none without a mixture of experts.
+Count all_experts(const model::GptShape& s) { return s.moe() ? s.experts : 0; }
 
 }  // namespace
 
@@ -59,26 +70,26 @@ double moe_parameters(double l, double h, double a, double k, double f, double E
   return V * h * (tied ? 1 : 2) + l * block + h;
 }
 
-// The embedding, `layers` blocks and the head, without enumerating the blocks: plan time does
-// not grow with the depth.
+// The embedding, `layers` blocks and the head, without enumerating the blocks or the experts:
+// plan time does not grow with the depth or model.experts.
 std::int64_t exact_parameters(const model::GptShape& s) {
   return sum(model::embedding_parameter_rows(s), s, logical_elements) +
-         Count(s.layers) * sum(model::block_parameter_rows(s), s, logical_elements) +
+         Count(s.layers) * block_elements(s, logical_elements).with_experts(all_experts(s)) +
          sum(model::head_parameter_rows(s), s, logical_elements);
 }
 
 std::int64_t active_parameters(const model::GptShape& s) {
   if (!s.moe()) return exact_parameters(s);
   // Every row but those of the experts K, K + 1, ..., E − 1.
-  const Count block = block_sum(
-      s, [&](const std::string& row) { return model::expert_of_row(row) < s.experts_per_token; }, logical_elements);
-  return sum(model::embedding_parameter_rows(s), s, logical_elements) + Count(s.layers) * block +
+  const Count routed = std::min(s.experts_per_token, s.experts);
+  return sum(model::embedding_parameter_rows(s), s, logical_elements) +
+         Count(s.layers) * block_elements(s, logical_elements).with_experts(routed) +
          sum(model::head_parameter_rows(s), s, logical_elements);
 }
 
 std::int64_t expert_parameters(const model::GptShape& s) {
   if (!s.moe()) return 0;
-  return block_sum(s, [](const std::string& row) { return model::expert_of_row(row) == 0; }, logical_elements);
+  return block_elements(s, logical_elements).expert;
 }
 
 std::int64_t StageParameters::of(int stage) const {
@@ -95,12 +106,10 @@ StageParameters stage_parameters(const model::GptShape& s, int stages) {
   const auto local = [&](const model::ParameterSpec& p) { return local_elements(p, s.tensor); };
   const auto tied_copy = [&](const model::ParameterSpec& p) { return p.tied_output_copy ? local(p) : Count(0); };
   const std::vector<model::ParameterRow> embedding_rows = model::embedding_parameter_rows(s);
-  // The rows expert-parallel rank 0 holds: every dense row and its E / ep experts (every rank as many).
-  const Count per_block = block_sum(s, [&](const std::string& row) { return model::held_by_expert_rank(s, row, 0); }, local);
-  const Count experts_per_block = block_sum(
-      s, [&](const std::string& row) { return model::expert_of_row(row) >= 0 && model::held_by_expert_rank(s, row, 0); },
-      local);
-  const Count blocks = Count(s.layers / stages) * per_block;
+  // The rows an expert-parallel rank holds: every dense row and its E / ep experts (every rank as many).
+  const BlockElements block = block_elements(s, local);
+  const Count experts_per_block = Count(s.local_experts()) * block.expert;
+  const Count blocks = Count(s.layers / stages) * (block.dense + experts_per_block);
   const Count embeddings = sum(embedding_rows, s, local);
   const Count head = sum(model::head_parameter_rows(s), s, local);
   StageParameters n;

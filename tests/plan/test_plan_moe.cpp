@@ -414,3 +414,50 @@ TEST_CASE("plan: the layout search varies parallel.expert", "[plan][moe]") {
   c.shape.expert_parallel = 2;
   CHECK(c.layout_problem().find("parallel.expert = 2: expected 1 without a mixture of experts") != std::string::npos);
 }
+
+TEST_CASE("plan: E experts count E times one expert's rows in time independent of E", "[plan][moe]") {
+  // The counts take one expert's rows from the descriptor's table and multiply them
+  // (block_parameter_kinds); they expanded E copies of the rows, O(E) time and memory per count,
+  // called for every layout the search tries: 2^20 experts took seconds here, 2^31 - 1 a bad_alloc.
+  const auto counted_by_rows = [](const model::GptShape& s, int ep_rank) {
+    std::int64_t n = 0;  // the expanded rows, as the model builds them (src/model/transformer_layer.hpp)
+    for (const model::ParameterRow& r : model::block_parameter_rows(s))
+      if (model::held_by_expert_rank(s, r.name, ep_rank)) n += model::spec_of(r, s).local_elements(s.tensor);
+    return n;
+  };
+  const std::int64_t l = 4, h = 32, f = 48, one = 3 * h * f;  // an expert: gate|up [2f, h], down [h, f]
+  model::GptShape few = mixtral(4, 32, 4, 2, 48, 4, 2, 250, 16);
+  few.tensor = 2;
+  few.expert_parallel = 4;
+  // The table's counts against the expanded rows, on every expert rank of a small mixture.
+  model::GptShape some = few;
+  some.experts = 64;
+  for (int r = 0; r < 4; ++r) CHECK(counted_by_rows(some, r) * (l / 2) == stage_parameters(some, 2).middle);
+  CHECK(stage_parameters(some, 2).experts == (l / 2) * 16 * one / 2);
+
+  const auto start = std::chrono::steady_clock::now();
+  model::GptShape many = few;
+  many.experts = 1 << 20;
+  many.expert_parallel = 1 << 10;
+  const std::int64_t more = many.experts - few.experts;
+  CHECK(expert_parameters(many) == one);
+  // Every block: the experts' rows and the router's [E, h].
+  CHECK(exact_parameters(many) - exact_parameters(few) == l * more * (one + h));
+  CHECK(active_parameters(many) - active_parameters(few) == l * more * h);
+  // A rank: its E / ep = 1024 experts, split over the 2 tensor ranks; the router whole.
+  const StageParameters sp = stage_parameters(many, 2), sp_few = stage_parameters(few, 2);
+  CHECK(sp.experts == (l / 2) * 1024 * one / 2);
+  CHECK(sp.dense_of(1) - sp_few.dense_of(1) == (l / 2) * more * h);
+  CHECK(model::block_forward_flops_per_token(many) - model::block_forward_flops_per_token(few) == 2.0 * more * h);
+  // The whole plan of 2^16 experts on 2^16 expert ranks, without the layout search (the CLI test
+  // cli_plan_65536_experts runs it).
+  Config c = small_moe(1, 1 << 16);
+  c.shape.experts = 1 << 16;
+  c.data = 1 << 16;
+  c.pipeline = 1;
+  c.global_batch = c.data * c.micro_batch;
+  const Plan p = make_plan(c, Hardware{}, 1e9, "", false);
+  CHECK(p.memory.expert_parameters == l * one);
+  CHECK(p.parameters == exact_parameters(c.shape));
+  CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < 1.0);
+}
