@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cmath>
 #include <stdexcept>
 #include <utility>
 
@@ -30,8 +32,21 @@ DataBlend::DataBlend(TokenDataset single) {
 DataBlend DataBlend::open(const io::DataSources& sources, const std::string& key, int vocab_size) {
   if (sources.empty()) throw std::invalid_argument("tptrain: DataBlend::open: " + key + " names no data");
   DataBlend b;
+  // Scaled by the power of two 2^-e that brings the largest weight into [0.5, 1): no sum of the
+  // terms overflows (it is below the number of entries), and a power of two scales exactly, so
+  // every share is the one the unscaled sums give wherever those do not overflow.
+  double largest = 0.0;
+  for (std::size_t i = 0; i < sources.size(); ++i) {
+    const double w = sources.sources[i].weight;
+    if (!(std::isfinite(w) && w > 0))  // the deck's rule; here for callers that build sources themselves
+      throw std::invalid_argument(fmt::format("tptrain: DataBlend::open: {}: weight {}: expected a finite weight > 0",
+                                              io::source_name(key, sources, i), w));
+    largest = std::max(largest, w);
+  }
+  int exponent = 0;
+  std::frexp(largest, &exponent);
   double total = 0.0;
-  for (const io::DataSource& s : sources.sources) total += s.weight;
+  for (const io::DataSource& s : sources.sources) total += std::ldexp(s.weight, -exponent);
   double running = 0.0;
   for (std::size_t i = 0; i < sources.size(); ++i) {
     const std::string name = io::source_name(key, sources, i);
@@ -41,7 +56,7 @@ DataBlend DataBlend::open(const io::DataSources& sources, const std::string& key
       if (!sources.is_blend()) throw;
       throw DataError(fmt::format("{}: {}", name, e.what()));
     }
-    running += sources.sources[i].weight;
+    running += std::ldexp(sources.sources[i].weight, -exponent);
     b.cumulative_.push_back(running / total);
     b.names_.push_back(name);
     const TokenDataset& first = b.datasets_.front();

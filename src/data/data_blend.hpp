@@ -1,8 +1,11 @@
 // A weighted blend of token datasets: data.train or data.valid written as an array of
 // {path, weight} tables (io/data_sources.hpp). Megatron's, nanotron's and torchtitan's blends:
 // sequence g of a step comes from dataset i with probability weight_i / sum of the weights,
-// drawn by the batch sampler from (seed, step, g) alone (src/data/batch_sampler.hpp), so a blend
-// is as layout-invariant and as exact on resume as one dataset.
+// with every weight first scaled by the power of two that brings the largest into [0.5, 1), so
+// that weights near the largest double (1e308 + 1e308 = Inf) give the shares they say (and all
+// others exactly the shares of the unscaled sums); drawn by the batch sampler from (seed, step,
+// g) alone (src/data/batch_sampler.hpp), so a blend is as layout-invariant and as exact on
+// resume as one dataset.
 //
 // The datasets of a blend hold one kind of token: the same format (byte tokens of .txt files or
 // llm.c shards), one shard version and one recorded tokenizer. A blend mixing them is refused at

@@ -89,6 +89,27 @@ TEST_CASE("blend: shares within 0.03 of the weights, pure in (seed, step), layou
   }
 }
 
+TEST_CASE("blend: weights whose sum overflows a double still give the shares they say", "[data][blend]") {
+  // Issue 49: 1.5e308 + 1.5e308 is Inf, and w / Inf = 0 put every draw on the last entry.
+  tptrain::test::ScratchDir dir("tptrain_blend");
+  const std::string a = text_file(dir, "a.txt", 4096, 'a'), b = text_file(dir, "b.txt", 4096, 'b'),
+                    c = text_file(dir, "c.txt", 4096, 'c');
+  const DataBlend two = DataBlend::open(blend_of({{a, 1.5e308}, {b, 1.5e308}}), "data.valid", 256);
+  CHECK(two.share(0) == 0.5);
+  CHECK(two.share(1) == 0.5);
+  const DataBlend three = DataBlend::open(blend_of({{a, 1e308}, {b, 1e308}, {c, 1e308}}), "data.train", 256);
+  for (std::size_t i = 0; i < 3; ++i) CHECK(three.share(i) == Approx(1.0 / 3).epsilon(1e-15));
+  CHECK(three.cumulative().back() == 1.0);
+  // The largest and the smallest weights together: the small share is the ratio, not 0 or NaN.
+  const DataBlend wide = DataBlend::open(blend_of({{a, 1.7e308}, {b, 1.7e300}}), "data.train", 256);
+  CHECK(wide.share(1) == Approx(1e-8).epsilon(1e-6));  // a difference of running sums near 1
+  // And the draws follow: about a third of 3 x 400 sequences from each.
+  const BatchSampler sampler(three, 16, 8, 8, 0, 1, 7);
+  std::vector<std::int64_t> counts;
+  for (std::int64_t step = 0; step < 150; ++step) sampler.count_datasets(step, counts);
+  for (const std::int64_t n : counts) CHECK(std::abs(static_cast<double>(n) / 1200.0 - 1.0 / 3) <= 0.05);
+}
+
 TEST_CASE("blend: one dataset samples as the plain dataset", "[data][blend]") {
   tptrain::test::ScratchDir dir("tptrain_blend");
   const std::string a = text_file(dir, "a.txt", 4096, 'a');
