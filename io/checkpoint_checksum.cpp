@@ -22,6 +22,8 @@ std::vector<SealedAttribute> sealed_attributes(const CheckpointMeta& meta) {
       {"dp", "dp=" + std::to_string(meta.dp) + "\n"}};
   for (const auto& [name, value] : meta.train)
     sealed.push_back({"train/" + name, "train." + name + "=" + std::to_string(value) + "\n"});
+  for (const auto& [name, value] : detail::blend_attribute_texts(meta.blend))
+    sealed.push_back({"train/blend/" + name, "train.blend." + name + "=" + value + "\n"});
   sealed.push_back({"deck", "deck=" + meta.deck});
   return sealed;
 }

@@ -112,6 +112,18 @@ CheckpointMeta broadcast_meta(const Comm& c, const CheckpointMeta& in) {
     TPTRAIN_MPI_CHECK(MPI_Bcast(&value, 1, MPI_LONG_LONG, 0, c.comm));
     m.train[name] = value;
   }
+  long long counts[2] = {static_cast<long long>(in.blend.entries.size()), in.blend.sequences};
+  TPTRAIN_MPI_CHECK(MPI_Bcast(counts, 2, MPI_LONG_LONG, 0, c.comm));
+  m.blend.entries.resize(static_cast<std::size_t>(counts[0]));
+  m.blend.sequences = counts[1];
+  for (BlendEntryRecord& e : m.blend.entries) {
+    broadcast_string(c, e.path, 0);
+    long long numbers[2] = {e.tokens, e.drawn};
+    TPTRAIN_MPI_CHECK(MPI_Bcast(numbers, 2, MPI_LONG_LONG, 0, c.comm));
+    TPTRAIN_MPI_CHECK(MPI_Bcast(&e.weight, 1, MPI_DOUBLE, 0, c.comm));
+    e.tokens = numbers[0];
+    e.drawn = numbers[1];
+  }
   return m;
 }
 
@@ -162,6 +174,7 @@ void write_meta(hid_t file, const CheckpointMeta& meta, Status& st) {
   for (const auto& [name, value] : meta.train)
     h5::write_attr(train.get(), name.c_str(), H5T_STD_I64LE, H5T_NATIVE_INT64, &value, st,
                    "/train/");
+  write_blend(train.get(), meta.blend, st);
   if (st.ok()) TPTRAIN_H5(st, H5Gclose(train.release()), "group /train");
 }
 
@@ -169,6 +182,7 @@ void write_meta(hid_t file, const CheckpointMeta& meta, Status& st) {
 // structures and the global heap that holds the strings.
 std::uint64_t size_bound(const CheckpointMeta& meta, const std::vector<TensorShard>& tensors) {
   std::uint64_t bytes = (std::uint64_t{64} << 10) + 2 * meta.deck.size() + 128 * meta.train.size();
+  for (const BlendEntryRecord& e : meta.blend.entries) bytes += 512 + 2 * e.path.size();
   for (const TensorShard& t : tensors) {
     std::uint64_t n = 4;
     for (std::uint64_t d : t.global_shape) n *= d;

@@ -13,6 +13,8 @@
 //                    metadata_checksum)
 //   group /train     one int64 attribute per entry of CheckpointMeta::train (e.g. step, seed,
 //                    data_step); always present, possibly without attributes
+//   group /train/blend  CheckpointMeta::blend, data.train's record (io/checkpoint_blend.hpp);
+//                    absent when empty (and in checkpoints from before it)
 //   datasets         float32 (little-endian IEEE), contiguous, full global shape, at the
 //                    slash-separated path given by TensorShard::name (groups created as needed),
 //                    each with the uint64 attribute checksum_splitmix64_sum (see checksum_term)
@@ -47,6 +49,7 @@
 
 #include "base/agreement.hpp"
 #include "base/splitmix64.hpp"
+#include "io/checkpoint_blend.hpp"
 
 namespace tptrain::io {
 
@@ -89,6 +92,9 @@ struct CheckpointMeta {
   // What exact resumption needs besides the tensors (e.g. "step", "seed", "data_step"): the int64
   // attributes of group /train, by name. Names are non-empty and contain no NUL character.
   std::map<std::string, std::int64_t> train;
+  // data.train's entries and the sequences drawn from each (group /train/blend); empty when not
+  // recorded (checkpoints from before the record; files written without a training run).
+  BlendRecord blend;
 };
 
 // ---- checksums ----------------------------------------------------------------------------------
@@ -113,9 +119,11 @@ std::uint64_t checksum_run(const float* data, std::uint64_t n, std::uint64_t fir
 // silently as another run's state. It seals the attributes sealed_attributes() lists: every root
 // attribute but format (checked by value), format_version (which selects this recipe), precision
 // (informational, and in the sealed deck text) and the checksum itself; and every /train
-// attribute. It hashes the text "format_version=2\n" followed by their lines,
-// "step=S\ntokens_seen=N\ntp=T\npp=P\ndp=D\n" + "train.<name>=<v>\n" for each /train attribute
-// in name order + "deck=" + the deck text, as
+// attribute, and every /train/blend attribute when there is that group. It hashes the text
+// "format_version=2\n" followed by their lines, "step=S\ntokens_seen=N\ntp=T\npp=P\ndp=D\n" +
+// "train.<name>=<v>\n" for each /train attribute in name order + "train.blend.<name>=<v>\n" for
+// each /train/blend attribute in the order of detail::blend_attribute_texts (none without the
+// group, so that the files from before it hash as they did) + "deck=" + the deck text, as
 //   h = 0; for each 8-byte little-endian word w of the text (the last one zero-padded):
 //   h = splitmix64(h ^ w); then h = splitmix64(h ^ length in bytes).
 inline constexpr char kMetadataChecksumAttribute[] = "metadata_checksum_splitmix64";

@@ -142,6 +142,7 @@ CheckpointMeta check_root(hid_t file, std::vector<std::string>& problems) {
       }
       return 0;
     });
+  if (train.valid()) meta.blend = read_blend(train.get(), problems);
   // format_version 2 seals the metadata: checked once everything it covers has been read. A file
   // that says version 1 but carries the seal is checked too, so that one changed byte in
   // format_version cannot switch the check off.

@@ -24,9 +24,10 @@ inline constexpr char kFormat[] = "tptrain-checkpoint";
 inline constexpr std::int64_t kFormatVersion = 2;
 inline constexpr std::int64_t kOldestFormatVersion = 1;
 
-// Root attributes (format, format_version, step, tokens_seen, tp, pp, dp, deck) and the group
-// /train with its integer attributes. A missing or foreign format stops the checks there (the
-// file is not a tptrain checkpoint; the rest would only be noise). Returns what could be read.
+// Root attributes (format, format_version, step, tokens_seen, tp, pp, dp, deck), the group
+// /train with its integer attributes and, when present, /train/blend (io/checkpoint_blend.hpp).
+// A missing or foreign format stops the checks there (the file is not a tptrain checkpoint; the
+// rest would only be noise). Returns what could be read.
 CheckpointMeta check_root(hid_t file, std::vector<std::string>& problems);
 
 // Opens dataset `name` and checks that it is a float32 dataset (with shape *want_shape when

@@ -76,6 +76,16 @@ std::optional<std::uint64_t> read_u64_attr(hid_t loc, const char* name, Status& 
   return value;
 }
 
+std::optional<double> read_float_attr(hid_t loc, const char* name, Status& st, std::string_view where) {
+  if (!st.ok()) return std::nullopt;
+  Handle type;
+  Handle attr = open_scalar_attr(loc, name, H5T_FLOAT, "a single number", type, st, where);
+  double value = 0;
+  if (st.ok()) TPTRAIN_H5(st, H5Aread(attr.get(), H5T_NATIVE_DOUBLE, &value), attr_what(where, name));
+  if (!st.ok()) return std::nullopt;
+  return value;
+}
+
 std::optional<std::string> read_string_attr(hid_t loc, const char* name, Status& st,
                                             std::string_view where) {
   if (!st.ok()) return std::nullopt;

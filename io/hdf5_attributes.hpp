@@ -41,6 +41,9 @@ std::optional<std::int64_t> read_int_attr(hid_t loc, const char* name, Status& s
 std::optional<std::uint64_t> read_u64_attr(hid_t loc, const char* name, Status& st,
                                            std::string_view where = {});
 
+// A single floating-point number (any size), as a double.
+std::optional<double> read_float_attr(hid_t loc, const char* name, Status& st, std::string_view where = {});
+
 // A single string, fixed-length or variable-length, of at most kMaxStringAttributeBytes.
 // Fixed-length strings are sized from the type (checked against the bound and the attribute's
 // storage size) before anything is read.

@@ -14,6 +14,7 @@
 
 #include "base/block_spec.hpp"
 #include "io/deck_text.hpp"
+#include "io/path_text.hpp"
 
 namespace tptrain::driver {
 namespace {
@@ -61,6 +62,20 @@ void print_group_attrs(std::ostream& out, const char* path, const io::GroupSurve
   }
   if (group.attributes.empty()) out << "  (no attributes)\n";
   for (const auto& [name, text] : group.attributes) print_attr_line(out, name, text);
+}
+
+// /train/blend, data.train's record (io/checkpoint_blend.hpp), one line per entry; nothing for a
+// checkpoint without one (written before the record, or not by a training run).
+void print_blend(std::ostream& out, const io::BlendRecord& blend) {
+  if (blend.empty()) return;
+  out << "/train/blend (data.train; " << grouped(static_cast<std::uint64_t>(blend.sequences))
+      << " sequences drawn)\n";
+  for (std::size_t i = 0; i < blend.entries.size(); ++i) {
+    const io::BlendEntryRecord& e = blend.entries[i];
+    out << fmt::format("  [{}] \"{}\": weight {}, {} tokens, {} sequences drawn\n", i, io::display_path(e.path),
+                       e.weight, grouped(static_cast<std::uint64_t>(e.tokens)),
+                       grouped(static_cast<std::uint64_t>(e.drawn)));
+  }
 }
 
 // The block specification and shape the deck states: a deck from before model.architecture
@@ -189,6 +204,7 @@ int inspect_checkpoint(const std::string& path, std::ostream& out, std::ostream&
   out << '\n';
   print_root(out, s);
   print_group_attrs(out, "train", s.train);
+  print_blend(out, s.meta.blend);
   print_group_attrs(out, "optimizer", s.optimizer);
   if (!s.list_error.empty()) {
     err << s.list_error << '\n';

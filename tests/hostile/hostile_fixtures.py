@@ -57,6 +57,18 @@ def metadata_checksum(f):
     text = "format_version=2\n" + "".join(f"{k}={int(a[k])}\n" for k in ("step", "tokens_seen", "tp", "pp", "dp"))
     train = f["train"].attrs if "train" in f else {}
     text += "".join(f"train.{k}={int(train[k])}\n" for k in sorted(train))
+    if "train/blend" in f:  # data.train's record (io/checkpoint_blend.hpp)
+        import struct
+        b = f["train/blend"].attrs
+        text += f"train.blend.sequences={int(b['sequences'])}\n"
+        i = 0
+        while f"path_{i}" in b:
+            path = b[f"path_{i}"]
+            bits = struct.unpack("<Q", struct.pack("<d", float(b[f"weight_{i}"])))[0]
+            text += (f"train.blend.path_{i}={path.decode() if isinstance(path, bytes) else str(path)}\n"
+                     f"train.blend.tokens_{i}={int(b[f'tokens_{i}'])}\ntrain.blend.weight_{i}={bits:016x}\n"
+                     f"train.blend.drawn_{i}={int(b[f'drawn_{i}'])}\n")
+            i += 1
     deck = a["deck"]
     text += "deck=" + (deck.decode() if isinstance(deck, bytes) else str(deck))
     data = text.encode()

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <iomanip>
 #include <map>
 #include <set>
 #include <sstream>
@@ -33,7 +34,8 @@ namespace {
 using tptrain::test::Tensor;
 
 // What the trainer writes: the layout, and in /train the data position, the seed and an fp16
-// run's loss-scaler state (src/checkpoint/model_checkpoint.cpp, TrainingRun::train_state).
+// run's loss-scaler state (src/checkpoint/model_checkpoint.cpp, TrainingRun::train_state), and
+// data.train's record in /train/blend (TrainingRun::data_record).
 CheckpointMeta sample_meta() {
   CheckpointMeta m;
   m.step = 12;
@@ -49,6 +51,8 @@ CheckpointMeta sample_meta() {
              {"loss_scale_bits", 4688247212092686336},  // 2^16 as a double's bits
              {"loss_scale_growth_tracker", 3},
              {"loss_scale_hysteresis_tracker", 1}};
+  m.blend.entries = {{"/data/web/train.bin", 1000000, 3, 70}, {"/data/code/", 40000, 0.25, 26}};
+  m.blend.sequences = 96;
   return m;
 }
 
@@ -59,7 +63,8 @@ std::vector<Tensor> sample_tensors() {
   return ts;
 }
 
-// Root and /train attributes of the file, as paths ("step", "train/seed").
+// Root, /train and /train/blend attributes of the file, as paths ("step", "train/seed",
+// "train/blend/path_0").
 std::set<std::string> attributes_in(const std::string& path) {
   std::set<std::string> names;
   const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
@@ -70,13 +75,19 @@ std::set<std::string> attributes_in(const std::string& path) {
   REQUIRE(g >= 0);
   for (const std::string& n : h5::attribute_names(g, st, "/train/")) names.insert("train/" + n);
   H5Gclose(g);
+  if (H5Lexists(f, "train/blend", H5P_DEFAULT) > 0) {
+    const hid_t b = H5Gopen2(f, "train/blend", H5P_DEFAULT);
+    REQUIRE(b >= 0);
+    for (const std::string& n : h5::attribute_names(b, st, "/train/blend/")) names.insert("train/blend/" + n);
+    H5Gclose(b);
+  }
   H5Fclose(f);
   REQUIRE(st.ok());
   return names;
 }
 
 // Gives attribute `path` another valid value of the same type: an integer + 1 (a layout of 2
-// stays a valid layout), a string with one byte changed.
+// stays a valid layout), a number x 2 (a blend's weight), a string with one byte changed.
 void change_attribute(const std::string& file, const std::string& path) {
   const hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
   REQUIRE(f >= 0);
@@ -97,6 +108,12 @@ void change_attribute(const std::string& file, const std::string& path) {
     ++v;
     REQUIRE(H5Awrite(a, H5T_NATIVE_LLONG, &v) >= 0);
     H5Aclose(a);
+  } else if (cls == H5T_FLOAT) {
+    double v = 0;
+    REQUIRE(H5Aread(a, H5T_NATIVE_DOUBLE, &v) >= 0);
+    v *= 2;
+    REQUIRE(H5Awrite(a, H5T_NATIVE_DOUBLE, &v) >= 0);
+    H5Aclose(a);
   } else if (cls == H5T_STRING) {
     H5Aclose(a);
     std::string text = h5::read_string_attr(loc, name.c_str(), st).value_or("");
@@ -106,7 +123,7 @@ void change_attribute(const std::string& file, const std::string& path) {
     h5::write_string_attr(loc, name.c_str(), text, st);
   } else {
     H5Aclose(a);
-    FAIL("attribute " << path << " is neither an integer nor a string: this test cannot change it");
+    FAIL("attribute " << path << " is neither a number nor a string: this test cannot change it");
   }
   REQUIRE(st.ok());
   H5Oclose(loc);
@@ -211,6 +228,11 @@ TEST_CASE("every attribute the metadata checksum seals, changed alone, fails loa
     INFO("/train attribute " << entry.first << " is not sealed");
     CHECK(sealed_paths.count("train/" + entry.first) == 1);
   }
+  for (const char* path : {"train/blend/sequences", "train/blend/path_1", "train/blend/tokens_1",
+                           "train/blend/weight_1", "train/blend/drawn_1"}) {
+    INFO("/train/blend attribute " << path << " is not sealed");
+    CHECK(sealed_paths.count(path) == 1);
+  }
 
   for (const SealedAttribute& a : sealed) {
     const std::string path = sample.copy(file_name(a.path));
@@ -279,6 +301,15 @@ TEST_CASE("the metadata checksum is the documented recipe", "[io][checkpoint][ch
     text << "format_version=2\nstep=" << m.step << "\ntokens_seen=" << m.tokens_seen << "\ntp=" << m.tp
          << "\npp=" << m.pp << "\ndp=" << m.dp << "\n";
     for (const auto& [name, value] : m.train) text << "train." << name << "=" << value << "\n";
+    if (!m.blend.empty()) text << "train.blend.sequences=" << m.blend.sequences << "\n";
+    for (std::size_t i = 0; i < m.blend.entries.size(); ++i) {
+      const BlendEntryRecord& e = m.blend.entries[i];
+      std::uint64_t bits = 0;
+      std::memcpy(&bits, &e.weight, sizeof bits);
+      text << "train.blend.path_" << i << "=" << e.path << "\ntrain.blend.tokens_" << i << "=" << e.tokens
+           << "\ntrain.blend.weight_" << i << "=" << std::hex << std::setw(16) << std::setfill('0') << bits
+           << std::dec << "\ntrain.blend.drawn_" << i << "=" << e.drawn << "\n";
+    }
     text << "deck=" << m.deck;
     const std::string s = text.str();
     std::uint64_t h = 0;
@@ -291,6 +322,8 @@ TEST_CASE("the metadata checksum is the documented recipe", "[io][checkpoint][ch
     return splitmix(h ^ s.size());
   };
   CheckpointMeta m = sample_meta();
+  CHECK(metadata_checksum(m) == recipe(m));
+  m.blend = {};  // a file without /train/blend (every file from before it) hashes as it did
   CHECK(metadata_checksum(m) == recipe(m));
   m.train.clear();
   m.deck = "é";  // two bytes: one zero-padded word
