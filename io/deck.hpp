@@ -142,6 +142,9 @@ struct OptimizerConfig {
 struct DataConfig {
   DataSources train;  // one path or a weighted blend (io/data_sources.hpp)
   DataSources valid;  // empty = no validation set; a blend is evaluated per source
+  // A resume may continue under a data.train that differs from its checkpoint's record
+  // (src/data/blend_resume.hpp); without it such a resume is refused.
+  bool allow_blend_change{};
   // "bytes", "gpt2", "cl100k_base", "o200k_base" or "tiktoken:PATH", PATH absolute
   // (text/tokenizer.hpp)
   std::string tokenizer;

@@ -293,6 +293,11 @@ std::vector<DeckKey> make_keys() {
       {"data", "valid", text(""), PathRule{true, true},
        "validation tokens (\"\" = none), a path or a blend as data.train (evaluated per entry, eval_loss weighted)",
        &member<&Deck::data, &D::valid>},
+      {"data", "allow_blend_change", boolean(false), AnyBoolean{},
+       "a resume whose data.train differs from the one its checkpoint records (an entry added or removed, a "
+       "weight, a size in tokens, an order, a path) goes on, with a warning that lists the changes: the new "
+       "blend draws from the checkpoint's step on; without it such a resume is refused, naming the changes",
+       &member<&Deck::data, &D::allow_blend_change>},
       {"data", "tokenizer", text("bytes"), Choice{{"bytes", "gpt2", "cl100k_base", "o200k_base"}, "tiktoken:"},
        "how text becomes tokens: \"bytes\" (byte b is token b), \"gpt2\" (GPT-2's byte-level BPE, 50,257 ids), "
        "tiktoken's \"cl100k_base\" (100,277 ids) or \"o200k_base\" (200,019 ids), or \"tiktoken:PATH\", a "

@@ -32,7 +32,8 @@ set_tests_properties(cli_train_shards_v2 PROPERTIES TIMEOUT 300 ENVIRONMENT "${T
 
 # Weighted blends (data.train / data.valid as arrays of {path, weight}): shares within 0.03 of
 # 0.8 / 0.2 over 200 steps, the same on 1 and 2 ranks and across a resume; eval per dataset;
-# bad blends refused by entry (data_blend_train.py).
+# a resume under a changed blend refused, then allowed with data_share counting what was drawn;
+# weights whose sum overflows; bad blends refused by entry (data_blend_train.py).
 add_test(NAME cli_data_blend
          COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/data_blend_train.py $<TARGET_FILE:tptrain>
                  ${CMAKE_CURRENT_BINARY_DIR}/data_blend ${CMAKE_CURRENT_SOURCE_DIR}/data/cli

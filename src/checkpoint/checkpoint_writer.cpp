@@ -44,7 +44,7 @@ void CheckpointWriter::write_and_prune(MPI_Comm comm, PreparedCheckpoint& c) {
 
 template <class T>
 void CheckpointWriter::save(model::GptModel<T>& model, std::int64_t step, std::int64_t tokens_seen,
-                            const std::map<std::string, std::int64_t>& train_state) {
+                            const std::map<std::string, std::int64_t>& train_state, const io::BlendRecord& blend) {
   if (thread_.joinable()) {
     // At most one write in flight: this checkpoint's host copy waits for the last one's.
     const bool busy = !finished_.load() && topo_.world_rank() == 0;
@@ -56,7 +56,8 @@ void CheckpointWriter::save(model::GptModel<T>& model, std::int64_t step, std::i
                  std::chrono::duration<double>(std::chrono::steady_clock::now() - waited).count());
   }
   const auto t0 = std::chrono::steady_clock::now();
-  PreparedCheckpoint c = prepare_checkpoint(model, deck_, topo_, step, tokens_seen, train_state, std::move(spare_));
+  PreparedCheckpoint c =
+      prepare_checkpoint(model, deck_, topo_, step, tokens_seen, train_state, blend, std::move(spare_));
   if (!asynchronous()) {
     write_and_prune(topo_.world(), c);
     return;
@@ -90,7 +91,7 @@ void CheckpointWriter::wait() {
 
 #define TPTRAIN_WRITER_INSTANCES(T)                                                              \
   template void CheckpointWriter::save(model::GptModel<T>&, std::int64_t, std::int64_t, \
-                                       const std::map<std::string, std::int64_t>&);
+                                       const std::map<std::string, std::int64_t>&, const io::BlendRecord&);
 TPTRAIN_WRITER_INSTANCES(float)
 TPTRAIN_WRITER_INSTANCES(kx::bf16)
 TPTRAIN_WRITER_INSTANCES(kx::fp16)

@@ -2,8 +2,9 @@
 // (checkpoint.async; docs/design.md, "Asynchronous checkpoints").
 //
 // A checkpoint step copies the state (fp32 master weights, AdamW moments; the /train attributes:
-// scaler, spike window, data position = the step) to host buffers the checkpoint owns (pinned
-// on CUDA) and checks it, collectively, as a synchronous checkpoint does. Then:
+// scaler, spike window, data position = the step; /train/blend, data.train and the sequences
+// drawn per dataset) to host buffers the checkpoint owns (pinned on CUDA) and checks it,
+// collectively, as a synchronous checkpoint does. Then:
 // - synchronous: the file is written there and then (io::write_checkpoint over the world);
 // - asynchronous: a thread writes it with the same collective layout, the same phases and the
 //   same atomic rename, over a duplicate of the world communicator (its collectives never meet
@@ -52,7 +53,7 @@ class CheckpointWriter {
   // started, after waiting for the previous write.
   template <class T>
   void save(model::GptModel<T>& model, std::int64_t step, std::int64_t tokens_seen,
-            const std::map<std::string, std::int64_t>& train_state);
+            const std::map<std::string, std::int64_t>& train_state, const io::BlendRecord& blend = {});
   // Returns when no write is in flight; rethrows the failure of the last one (a CheckpointError,
   // agreed by the write itself: the same on every rank, so no further communication is needed).
   void wait();

@@ -150,7 +150,7 @@ template <class T>
 PreparedCheckpoint prepare_checkpoint(model::GptModel<T>& model, const io::Deck& deck, const parallel::Topology& topo,
                                       std::int64_t step, std::int64_t tokens_seen,
                                       const std::map<std::string, std::int64_t>& train_state,
-                                      std::unique_ptr<CheckpointTensors> reuse) {
+                                      const io::BlendRecord& blend, std::unique_ptr<CheckpointTensors> reuse) {
   // Phase 1 (local, then agreed): the directory exists (it was proven writable before step 1,
   // but it may have been removed since), and the weights are finite. A diverging run must
   // never publish Inf/NaN weights as its newest checkpoint: resume and eval would pick it up.
@@ -178,6 +178,7 @@ PreparedCheckpoint prepare_checkpoint(model::GptModel<T>& model, const io::Deck&
   // is the step.
   meta.train = {{"step", step}, {"seed", static_cast<std::int64_t>(deck.training.seed)}, {"data_step", step}};
   meta.train.insert(train_state.begin(), train_state.end());
+  meta.blend = blend;
   meta.precision = kx::precision_name<T>();
   c.path = checkpoint_path(deck.checkpoint.dir, step);
   return c;
@@ -192,8 +193,9 @@ void write_prepared(MPI_Comm comm, PreparedCheckpoint& c) {
 
 template <class T>
 void save_checkpoint(model::GptModel<T>& model, const io::Deck& deck, const parallel::Topology& topo,
-                     std::int64_t step, std::int64_t tokens_seen, const std::map<std::string, std::int64_t>& train_state) {
-  PreparedCheckpoint c = prepare_checkpoint(model, deck, topo, step, tokens_seen, train_state);
+                     std::int64_t step, std::int64_t tokens_seen, const std::map<std::string, std::int64_t>& train_state,
+                     const io::BlendRecord& blend) {
+  PreparedCheckpoint c = prepare_checkpoint(model, deck, topo, step, tokens_seen, train_state, blend);
   write_prepared(topo.world(), c);
 }
 
@@ -457,9 +459,10 @@ void prune_checkpoints(MPI_Comm comm, const std::string& dir, int keep, const Ru
   template PreparedCheckpoint prepare_checkpoint(model::GptModel<T>&, const io::Deck&,                    \
                                                  const parallel::Topology&, std::int64_t, std::int64_t,   \
                                                  const std::map<std::string, std::int64_t>&,              \
-                                                 std::unique_ptr<CheckpointTensors>);                     \
+                                                 const io::BlendRecord&, std::unique_ptr<CheckpointTensors>); \
   template void save_checkpoint(model::GptModel<T>&, const io::Deck&, const parallel::Topology&,          \
-                                std::int64_t, std::int64_t, const std::map<std::string, std::int64_t>&); \
+                                std::int64_t, std::int64_t, const std::map<std::string, std::int64_t>&,  \
+                                const io::BlendRecord&);                                                  \
   template io::CheckpointMeta load_weights(model::GptModel<T>&, const parallel::Topology&, const std::string&, bool);
 TPTRAIN_CHECKPOINT_INSTANCES(float)
 TPTRAIN_CHECKPOINT_INSTANCES(kx::bf16)

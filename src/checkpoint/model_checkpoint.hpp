@@ -137,12 +137,14 @@ struct PreparedCheckpoint {
 // Collective over the world: copies weights and moments of `step` to host buffers and checks
 // them, with the checkpoint folder made. Refuses (AgreedError on every rank) non-finite weights
 // or moments. `train_state`: more /train attributes that exact resumption needs (the fp16 loss
-// scaler's state). `reuse`: the buffers of an earlier checkpoint of this model, filled again
+// scaler's state); `blend`: data.train's record, /train/blend (TrainingRun::data_record; empty:
+// none written). `reuse`: the buffers of an earlier checkpoint of this model, filled again
 // instead of allocated (an asynchronous writer keeps them: pinned memory is slow to allocate).
 template <class T>
 PreparedCheckpoint prepare_checkpoint(model::GptModel<T>& model, const io::Deck& deck, const parallel::Topology& topo,
                                       std::int64_t step, std::int64_t tokens_seen,
                                       const std::map<std::string, std::int64_t>& train_state = {},
+                                      const io::BlendRecord& blend = {},
                                       std::unique_ptr<CheckpointTensors> reuse = nullptr);
 // Collective over `comm` (the world's ranks, or a duplicate of the world): writes a prepared
 // checkpoint (io::write_checkpoint: CheckpointError on every rank on failure) and logs it.
@@ -153,7 +155,7 @@ void write_prepared(MPI_Comm comm, PreparedCheckpoint& c);
 template <class T>
 void save_checkpoint(model::GptModel<T>& model, const io::Deck& deck, const parallel::Topology& topo,
                      std::int64_t step, std::int64_t tokens_seen,
-                     const std::map<std::string, std::int64_t>& train_state = {});
+                     const std::map<std::string, std::int64_t>& train_state = {}, const io::BlendRecord& blend = {});
 
 // Collective: this rank's shard of every weight — and with `with_moments` of the AdamW
 // moments — from any checkpoint, whatever layout wrote it (resharding). Throws (the same on

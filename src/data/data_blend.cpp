@@ -27,6 +27,8 @@ DataBlend::DataBlend(TokenDataset single) {
   datasets_.push_back(std::move(single));
   cumulative_ = {1.0};
   names_ = {"data"};
+  paths_ = {datasets_.front().path()};
+  weights_ = {1.0};
 }
 
 DataBlend DataBlend::open(const io::DataSources& sources, const std::string& key, int vocab_size) {
@@ -59,6 +61,8 @@ DataBlend DataBlend::open(const io::DataSources& sources, const std::string& key
     running += std::ldexp(sources.sources[i].weight, -exponent);
     b.cumulative_.push_back(running / total);
     b.names_.push_back(name);
+    b.paths_.push_back(sources.sources[i].path);
+    b.weights_.push_back(sources.sources[i].weight);
     const TokenDataset& first = b.datasets_.front();
     const TokenDataset& d = b.datasets_.back();
     const bool same_vocabulary = !first.vocabulary().recorded() || !d.vocabulary().recorded() ||
@@ -70,6 +74,13 @@ DataBlend DataBlend::open(const io::DataSources& sources, const std::string& key
   }
   b.cumulative_.back() = 1.0;  // whatever the rounding of the running sums
   return b;
+}
+
+io::BlendRecord DataBlend::record() const {
+  io::BlendRecord r;
+  for (std::size_t i = 0; i < datasets_.size(); ++i)
+    r.entries.push_back({paths_[i], static_cast<std::int64_t>(datasets_[i].size()), weights_[i], 0});
+  return r;
 }
 
 std::size_t pick_dataset(const std::vector<double>& cumulative, std::uint64_t u) {

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "io/checkpoint_blend.hpp"
 #include "io/data_sources.hpp"
 #include "src/data/token_dataset.hpp"
 
@@ -40,12 +41,17 @@ class DataBlend {
   // The running sums of the shares, the last exactly 1: dataset i takes the draws x in
   // [cumulative[i-1], cumulative[i]).
   const std::vector<double>& cumulative() const { return cumulative_; }
+  // What a checkpoint records of the blend (io/checkpoint_blend.hpp): each dataset's path (the
+  // deck's, resolved), tokens and weight (as the deck writes it); no sequences drawn yet.
+  io::BlendRecord record() const;
 
  private:
   DataBlend() = default;
   std::vector<TokenDataset> datasets_;
   std::vector<double> cumulative_;
   std::vector<std::string> names_;
+  std::vector<std::string> paths_;
+  std::vector<double> weights_;
 };
 
 // The dataset a uniform 64-bit draw `u` picks: the first i with x < cumulative[i], x = the top

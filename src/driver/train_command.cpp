@@ -44,6 +44,34 @@ std::string data_use_text(const DataUse& use) {
   return fmt::format("{:.2f} of sequences, {:.3g} epochs", fmt::join(use.share, " / "), fmt::join(use.epochs, " / "));
 }
 
+// A resume's data.train against its checkpoint's record (src/data/blend_resume.hpp): the same
+// on every rank, so a refusal is every rank's. A changed blend is refused unless
+// data.allow_blend_change: a deck edited by accident between two requeues would otherwise
+// change the data in silence, and a deliberate change (a curriculum) is one key away.
+template <class T>
+void check_blend(const io::Deck& deck, train::TrainingRun<T>& run, const io::CheckpointMeta& meta,
+                 const std::string& checkpoint) {
+  const std::vector<std::string> changes = run.resume_data_use(meta.blend, meta.step);
+  if (meta.blend.empty()) {
+    log::warning(fmt::format("checkpoint {} holds no record of data.train (/train/blend; an older tptrain wrote it): "
+                             "whether data.train changed since cannot be told; data_share and data_epochs are "
+                             "counted from step 0 with this deck's data.train",
+                             io::display_path(checkpoint)));
+    return;
+  }
+  if (changes.empty()) return;
+  const std::string list = fmt::format("  {}", fmt::join(changes, "\n  "));
+  if (!deck.data.allow_blend_change)
+    throw std::runtime_error(fmt::format(
+        "data.train differs from the blend that checkpoint {} records:\n{}\nthe data would change from step {} on; "
+        "set data.allow_blend_change = true to resume with this data.train, or restore the checkpoint's",
+        io::display_path(checkpoint), list, meta.step + 1));
+  log::warning(fmt::format("data.train differs from the blend that checkpoint {} records (data.allow_blend_change "
+                           "= true):\n{}\nthis data.train draws from step {} on; data_share and data_epochs keep "
+                           "the {} sequences drawn before",
+                           io::display_path(checkpoint), list, meta.step + 1, meta.blend.sequences));
+}
+
 template <class T>
 int train_as(const io::Deck& deck, const parallel::Topology& topo) {
   const auto& tc = deck.training;
@@ -110,7 +138,8 @@ int train_as(const io::Deck& deck, const parallel::Topology& topo) {
 
   // Resumption: the newest complete checkpoint of checkpoint.dir, if asked for and present.
   // Weights, AdamW moments and the step are all that is needed: the data order and the
-  // learning rate are pure functions of (seed, step).
+  // learning rate are pure functions of (seed, step). The blend's record (/train/blend) only
+  // carries the draw counts on and tells a changed data.train (check_blend).
   std::int64_t first_step = 0;
   checkpoint::RunIdentity identity;
   if (deck.checkpoint.resume) {
@@ -137,6 +166,7 @@ int train_as(const io::Deck& deck, const parallel::Topology& topo) {
         log::infof("the checkpoint is at step {} >= training.steps = {}: nothing to do", first_step, tc.steps);
         return 0;
       }
+      on_every_rank(topo.world(), [&] { check_blend(deck, *run, meta, latest); });
     } else {
       log::infof("checkpoint.resume: no checkpoint in {}, starting from step 0", deck.checkpoint.dir);
     }
@@ -199,7 +229,7 @@ int train_as(const io::Deck& deck, const parallel::Topology& topo) {
   const auto write_checkpoint = [&](std::int64_t done) {  // collective: the checkpoint after `done` steps
     std::map<std::string, std::int64_t> state = run->train_state();
     state[checkpoint::kRunIdAttribute] = identity.id;
-    writer.save(run->model(), done, done * run->tokens_per_step(), state);
+    writer.save(run->model(), done, done * run->tokens_per_step(), state, run->data_record(done));
   };
   for (std::int64_t step = first_step; step < tc.steps; ++step) {
     // Not agreed on: a step is full of collectives, so a failure on some ranks only cannot wait

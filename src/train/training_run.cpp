@@ -12,6 +12,7 @@
 #include "base/agreement.hpp"
 #include "base/mpi_check.hpp"
 #include "base/test_hooks.hpp"
+#include "src/data/blend_resume.hpp"
 #include "src/data/shard_header.hpp"
 #include "src/util/log.hpp"
 #include "src/train/memory_metrics.hpp"
@@ -404,12 +405,47 @@ void TrainingRun<T>::check_eval_windows() const {
 }
 
 template <class T>
+void TrainingRun<T>::count_draws(std::int64_t steps_done) {
+  if (start_drawn_.empty()) start_drawn_.assign(train_->size(), 0);
+  if (steps_done < drawn_steps_ || drawn_.empty()) {
+    drawn_ = start_drawn_;
+    drawn_steps_ = start_step_;
+    drawn_sequences_ = start_sequences_;
+  }
+  for (; drawn_steps_ < steps_done; ++drawn_steps_) {
+    sampler_->count_datasets(drawn_steps_, drawn_);
+    drawn_sequences_ += deck_.training.global_batch;
+  }
+}
+
+template <class T>
+io::BlendRecord TrainingRun<T>::data_record(std::int64_t steps_done) {
+  count_draws(steps_done);
+  io::BlendRecord r = train_->record();
+  for (std::size_t i = 0; i < r.entries.size(); ++i) r.entries[i].drawn = drawn_[i];
+  r.sequences = drawn_sequences_;
+  return r;
+}
+
+template <class T>
+std::vector<std::string> TrainingRun<T>::resume_data_use(const io::BlendRecord& saved, std::int64_t step) {
+  std::vector<std::string> changes;
+  if (saved.empty()) {
+    start_drawn_.assign(train_->size(), 0), start_step_ = 0, start_sequences_ = 0;
+  } else {
+    data::BlendResume r = data::resume_blend(saved, train_->record(), "data.train");
+    changes = std::move(r.changes);
+    start_drawn_ = std::move(r.drawn), start_step_ = step, start_sequences_ = r.sequences;
+  }
+  drawn_.clear();  // counted again from the new start
+  return changes;
+}
+
+template <class T>
 typename TrainingRun<T>::DataUse TrainingRun<T>::data_use(std::int64_t steps_done) {
-  if (steps_done < drawn_steps_) drawn_.clear(), drawn_steps_ = 0;
-  drawn_.resize(train_->size(), 0);
-  for (; drawn_steps_ < steps_done; ++drawn_steps_) sampler_->count_datasets(drawn_steps_, drawn_);
+  count_draws(steps_done);
   DataUse use;
-  const double total = static_cast<double>(steps_done) * deck_.training.global_batch;
+  const auto total = static_cast<double>(drawn_sequences_);
   for (std::size_t i = 0; i < drawn_.size(); ++i) {
     const auto n = static_cast<double>(drawn_[i]);
     use.share.push_back(total > 0 ? n / total : 0.0);

@@ -149,13 +149,23 @@ class TrainingRun {
   std::int64_t eval_windows() const { return eval_windows_; }
 
   // How the training data has been used after `steps_done` optimizer steps, per dataset of
-  // data.train (one entry without a blend): the share of the sequences drawn so far, and the
-  // epochs, tokens drawn (sequences x seq_length) over the dataset's tokens. A pure function of
-  // the sampler's (seed, step), counted on every rank alone, and the same after a resume.
+  // data.train (one entry without a blend), cumulative from step 0: the share of all sequences
+  // drawn so far that came from it, and its epochs, tokens drawn (sequences x seq_length) over
+  // its tokens. Counted on every rank alone from the sampler's (seed, step) draws, from step 0
+  // or from the counts of the checkpoint the run resumed from (resume_data_use): a resume with
+  // a changed blend keeps what the steps before it drew, and the new weights count from there.
   struct DataUse {
     std::vector<double> share, epochs;
   };
   DataUse data_use(std::int64_t steps_done);
+  // data.train as the checkpoint after `steps_done` steps records it (io/checkpoint_blend.hpp):
+  // each entry's path, tokens and weight, and the sequences drawn from it so far.
+  io::BlendRecord data_record(std::int64_t steps_done);
+  // The counts of data_use continue from a checkpoint of step `step` whose record is `saved`;
+  // returns how data.train differs from it (data::resume_blend), empty when it does not. An
+  // empty record (a checkpoint from before the record) cannot be compared: the counts then
+  // start from step 0 under this deck's blend, as they did before.
+  std::vector<std::string> resume_data_use(const io::BlendRecord& saved, std::int64_t step);
 
   Model& model() { return model_; }
   // Collective over the world (every rank logs the same steps); nothing without a mixture of experts.
@@ -178,8 +188,15 @@ class TrainingRun {
   RunOptions options_;
   std::unique_ptr<data::DataBlend> train_, valid_;
   std::unique_ptr<data::BatchSampler> sampler_;
+  // Brings the counts below to `steps_done` steps.
+  void count_draws(std::int64_t steps_done);
   std::vector<std::int64_t> drawn_;  // sequences per training dataset in steps [0, drawn_steps_)
   std::int64_t drawn_steps_ = 0;
+  std::int64_t drawn_sequences_ = 0;  // all of those steps' sequences, from entries a resume removed too
+  // Where the counts start: step 0 with none drawn, or the resumed checkpoint's step and counts.
+  std::vector<std::int64_t> start_drawn_;
+  std::int64_t start_step_ = 0;
+  std::int64_t start_sequences_ = 0;
   std::vector<double> eval_by_dataset_;
   // This rank's tokens of the current step, every micro-batch, read before the step in a phase
   // all ranks agree on: the pipeline takes them between collectives, where a failed read (a

@@ -9,6 +9,7 @@
 #include "catch.hpp"
 #include "io/data_sources.hpp"
 #include "src/data/batch_sampler.hpp"
+#include "src/data/blend_resume.hpp"
 #include "src/data/data_blend.hpp"
 #include "tests/data/data_error_of.hpp"
 #include "tests/data/scratch_dir.hpp"
@@ -146,4 +147,45 @@ TEST_CASE("blend: mixed kinds of tokens and short datasets are refused naming th
   msg = data_error_of([&] { BatchSampler(b, 16, 8, 8, 0, 1, 1); });
   CHECK_THAT(msg, Catch::StartsWith("data.train[1] {path = "));
   CHECK_THAT(msg, Catch::Contains("10 tokens, too few for one training sequence of seq_length 16"));
+}
+
+TEST_CASE("blend resume: every change of data.train named, the draws carried over by path", "[data][blend]") {
+  using tptrain::data::resume_blend;
+  using tptrain::io::BlendRecord;
+  BlendRecord saved;
+  saved.entries = {{"/d/a.txt", 4096, 3, 30}, {"/d/b.txt", 2048, 4, 40}, {"/d/z.txt", 300, 2, 10}};
+  saved.sequences = 85;  // 5 from an entry an earlier resume removed
+  SECTION("the same blend: no change, every count as recorded") {
+    BlendRecord now = saved;
+    for (auto& e : now.entries) e.drawn = 0;
+    const auto r = resume_blend(saved, now, "data.train");
+    CHECK(r.changes.empty());
+    CHECK(r.drawn == std::vector<std::int64_t>{30, 40, 10});
+    CHECK(r.sequences == 85);
+  }
+  SECTION("weights, sizes, order, paths, added and removed entries") {
+    BlendRecord now;
+    now.entries = {{"/d/b.txt", 2048, 99, 0},   // was [1], weight 4 -> 99
+                   {"/e/x.txt", 4096, 3, 0},    // at [1] where the checkpoint's [1] (b) moved away: added
+                   {"/d/a.txt", 8192, 3, 0},    // was [0], grew
+                   {"/d/c.txt", 512, 1, 0}};    // added
+    const auto r = resume_blend(saved, now, "data.train");
+    CHECK(r.drawn == std::vector<std::int64_t>{40, 0, 30, 0});
+    CHECK(r.sequences == 85);
+    CHECK(r.changes == std::vector<std::string>{
+                           "data.train[0] \"/d/b.txt\": was data.train[1], weight 4 -> 99",
+                           "data.train[1] \"/e/x.txt\": added (weight 3, 4096 tokens)",
+                           "data.train[2] \"/d/a.txt\": was data.train[0], 4096 -> 8192 tokens",
+                           "data.train[3] \"/d/c.txt\": added (weight 1, 512 tokens)",
+                           "\"/d/z.txt\" (data.train[2] of the checkpoint, weight 2, 300 tokens): removed (10 sequences "
+                           "were drawn from it)"});
+  }
+  SECTION("a file moved: matched by its index, its draws kept") {
+    BlendRecord now = saved;
+    now.entries[2].path = "/scratch/z.txt";
+    for (auto& e : now.entries) e.drawn = 0;
+    const auto r = resume_blend(saved, now, "data.train");
+    CHECK(r.drawn == std::vector<std::int64_t>{30, 40, 10});
+    CHECK(r.changes == std::vector<std::string>{"data.train[2] \"/scratch/z.txt\": path was \"/d/z.txt\""});
+  }
 }

@@ -1010,6 +1010,7 @@ TEST_CASE("deck: to_toml writes every key in table order and round-trips", "[io]
                                           "optimizer.distributed",
                                           "data.train",
                                           "data.valid",
+                                          "data.allow_blend_change",
                                           "data.tokenizer",
                                           "data.tokenizer_dir",
                                           "data.tokenizer_pattern",

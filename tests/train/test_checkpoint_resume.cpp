@@ -7,6 +7,8 @@
 
 #include "catch.hpp"
 #include "src/checkpoint/model_checkpoint.hpp"
+#include "src/data/batch_sampler.hpp"
+#include "src/data/data_blend.hpp"
 #include "tests/model/model_test_util.hpp"
 #include "tests/train/train_test_util.hpp"
 
@@ -160,6 +162,68 @@ TEST_CASE("resuming after step k gives the loss curve of the run that never stop
   REQUIRE(latest == checkpoint::checkpoint_path(dir.path(), k));
   CHECK(checkpoint::load_weights(second.model(), topo, latest, true).step == k);
   for (int s = k; s < steps; ++s) CHECK(second.step(s).loss == straight[static_cast<std::size_t>(s)]);  // bit for bit
+}
+
+// Issue 49: data_share and data_epochs after a resume count what was drawn, before and after a
+// change of the blend, not the new blend's draws from step 0; and the changes are named.
+TEST_CASE("a resume continues the blend's draw counts from the checkpoint; a changed blend counts from there on",
+          "[train][resume][blend][mpi]") {
+  const int n = test::world_size();
+  test::SharedTempDir dir;
+  const int steps = 6, k = 2;
+  io::Deck deck = test::small_deck(n, 1, steps, checkpoint_section(dir.path()));
+  const std::string a = deck.data.train.sources.at(0).path, b = deck.data.valid.sources.at(0).path;
+  deck.data.train.sources = {{a, 3.0}, {b, 4.0}};
+  io::Deck changed = deck;
+  changed.data.train.sources = {{a, 1.0}, {b, 99.0}};
+  parallel::Topology topo(MPI_COMM_WORLD, parallel::Layout{n, 1, 1});
+  const std::int64_t batch = deck.training.global_batch;
+
+  train::TrainingRun first(deck, topo);
+  const train::TrainingRun<float>::DataUse straight = first.data_use(steps);
+  const io::BlendRecord record = first.data_record(k);
+  REQUIRE(record.entries.size() == 2);
+  CHECK(record.entries[0].path == a);
+  CHECK(record.entries[1].weight == 4.0);
+  CHECK(record.sequences == k * batch);
+  CHECK(record.entries[0].drawn + record.entries[1].drawn == k * batch);
+  checkpoint::save_checkpoint(first.model(), deck, topo, k, 0, {}, record);
+  const std::string file = checkpoint::checkpoint_path(dir.path(), k);
+
+  // The same blend: the counts of the run that never stopped.
+  train::TrainingRun same(deck, topo);
+  const io::CheckpointMeta meta = checkpoint::load_weights(same.model(), topo, file, true);
+  CHECK(meta.blend == record);
+  CHECK(same.resume_data_use(meta.blend, k).empty());
+  CHECK(same.data_use(steps).share == straight.share);
+  CHECK(same.data_use(steps).epochs == straight.epochs);
+
+  // 3:4 -> 1:99: the checkpoint's counts, then the new blend's draws of steps k .. steps-1,
+  // counted here by a sampler of the new blend alone.
+  train::TrainingRun resumed(changed, topo);
+  CHECK(resumed.resume_data_use(meta.blend, k) ==
+        std::vector<std::string>{"data.train[0] \"" + a + "\": weight 3 -> 1",
+                                 "data.train[1] \"" + b + "\": weight 4 -> 99"});
+  const data::DataBlend blend = data::DataBlend::open(changed.data.train, "data.train", 256);
+  const data::BatchSampler sampler(blend, changed.model.seq_length, static_cast<int>(batch),
+                                   changed.training.micro_batch, 0, 1, changed.training.seed);
+  std::vector<std::int64_t> want = {record.entries[0].drawn, record.entries[1].drawn};
+  for (std::int64_t s = k; s < steps; ++s) sampler.count_datasets(s, want);
+  const train::TrainingRun<float>::DataUse use = resumed.data_use(steps);
+  for (std::size_t i = 0; i < 2; ++i) {
+    CHECK(use.share[i] == static_cast<double>(want[i]) / static_cast<double>(steps * batch));
+    CHECK(use.epochs[i] == static_cast<double>(want[i]) * changed.model.seq_length /
+                               static_cast<double>(blend.dataset(i).size()));
+  }
+  CHECK(use.share != straight.share);  // the new weights did count from step k on
+
+  // A checkpoint without a record (from before it): nothing to compare, the counts from step 0
+  // under the deck's blend.
+  train::TrainingRun old(changed, topo);
+  CHECK(old.resume_data_use(io::BlendRecord{}, k).empty());
+  std::vector<std::int64_t> from_zero;
+  for (std::int64_t s = 0; s < steps; ++s) sampler.count_datasets(s, from_zero);
+  CHECK(old.data_use(steps).share[1] == static_cast<double>(from_zero[1]) / static_cast<double>(steps * batch));
 }
 
 namespace {
