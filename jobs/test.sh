@@ -9,4 +9,12 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 . "$root/jobs/env.sh"
 build=${TPTRAIN_BUILD_DIR:-$root/build}
 cd "$build"
-ctest --output-on-failure "$@"
+# ctest's lines kept, to end with the ten slowest tests: the suite must stay under 10 minutes
+# of ctest on 2 cores, and a new slow test shows at once.
+mkdir -p Testing
+log=Testing/ctest-output.log
+rc=0
+ctest --output-on-failure "$@" 2>&1 | tee "$log" || rc=$?
+echo "The ten slowest tests (s):"
+sed -nE 's/^.*Test +#[0-9]+: ([^ ]+) .* ([0-9.]+) sec$/\2 \1/p' "$log" | sort -rn | head -n 10 | sed 's/^/  /'
+exit "$rc"
