@@ -130,7 +130,8 @@ std::vector<DeckKey> make_keys() {
       {"parallel", "context", integer(1), at_least_1,
        "context-parallel ranks (ring attention, Megatron-Core's context parallelism): each sequence is cut into "
        "2 * context chunks, a rank computes chunks r and 2 * context - 1 - r, and the keys and values travel the "
-       "ring of the context group; needs model.seq_length divisible by 2 * context and training.attention = \"flash\"",
+       "ring of the context group; needs model.seq_length divisible by 2 * context and flash attention (training.attention "
+       "not \"batched\")",
        &member<&Deck::parallel, &P::context>},
       {"parallel", "expert", integer(1), at_least_1,
        "expert-parallel ranks (model.mlp = \"moe\"): taken from the data-parallel ranks (a divisor of "
@@ -210,7 +211,8 @@ std::vector<DeckKey> make_keys() {
        &member<&Deck::training, &T::recompute>},
       {"training", "attention", text("default"), Choice{{"default", "flash", "batched"}},
        "attention core: flash (tiled online softmax, no S^2 buffer; the default on CPUs) or batched (GEMMs over "
-       "stored S^2 scores; the default on GPUs until measured); default: the backend's choice",
+       "stored S^2 scores; the default on GPUs until measured); default: the backend's choice (flash under "
+       "parallel.context > 1)",
        &member<&Deck::training, &T::attention>},
       {"training", "grad_clip", number(1.0), NumberRange{0.0, true, std::nullopt, "(0 = off)"},
        "global gradient-norm clip", &member<&Deck::training, &T::grad_clip>},

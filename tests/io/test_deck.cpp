@@ -1349,6 +1349,7 @@ std::string rule_text(const DeckKey& k) {
         } else if constexpr (std::is_same_v<R, tptrain::io::Choice>) {
           std::string t;
           for (std::string_view v : r.values) t += (t.empty() ? "" : ", ") + code("\"" + std::string(v) + "\"");
+          if (!r.path_prefix.empty()) t += ", " + code("\"" + std::string(r.path_prefix) + "PATH\"");
           return t;
         } else if constexpr (std::is_same_v<R, tptrain::io::PathRule>) {
           const std::string what = r.data_file ? "a `.txt` or `.bin` file, a folder or a glob pattern of them, or a blend `[{path, weight}, ...]` of such"
@@ -1387,7 +1388,8 @@ std::string table_name(std::string_view section) { return "deck keys [" + std::s
 // "<!-- end of generated: NAME -->" in `text` (the document `file`), or "" when it is `table`.
 // `fixed`, when given, receives the text with the table in place.
 std::string generated_problem(const std::string& file, const std::string& text, const std::string& name,
-                              const std::string& table, std::string* fixed = nullptr) {
+                              const std::string& table, std::string* fixed = nullptr,
+                              std::string_view source = "io/deck_keys.cpp's rows") {
   const std::string begin_mark = "<!-- generated: " + name + " ",
                     end_mark = "<!-- end of generated: " + name + " -->";
   const std::size_t begin = text.find(begin_mark);
@@ -1400,10 +1402,10 @@ std::string generated_problem(const std::string& file, const std::string& text, 
   const std::string found = text.substr(start + 4, end - start - 4);
   if (found == table) return "";
   if (fixed) *fixed = text.substr(0, start + 4) + table + text.substr(end);
-  return fmt::format("{}: the table {} is not io/deck_keys.cpp's rows; regenerate it with "
+  return fmt::format("{}: the table {} is not {}; regenerate it with "
                      "TPTRAIN_UPDATE_DOCS=1 build/tests/tptrain_tests \"[deck]\" (it rewrites the table in "
                      "place; then review and commit the file). Expected:\n{}",
-                     file, name, table);
+                     file, name, source, table);
 }
 
 // input/tiny.toml lists every key (with its default in a comment).
@@ -1423,6 +1425,181 @@ std::vector<std::string> tiny_problems(const std::string& text) {
     if (!found) problems.push_back("input/tiny.toml does not list " + k.name());
   }
   return problems;
+}
+
+// The rules between keys (io/deck.cpp, DeckReader::build and the rules of base/ it reports), as
+// docs/deck-reference.md states them, each with --set overrides of the smallest deck that break
+// it; the reference's table shows what tptrain says to each, so a message cannot drift from it.
+struct RuleExample {
+  std::string_view rule;  // Markdown
+  std::vector<std::string> overrides;
+};
+
+const std::vector<RuleExample>& rule_examples() {
+  static const std::vector<RuleExample> rules = {
+      {"`model.hidden % model.heads == 0`", {"model.heads=3"}},
+      {"`model.heads % parallel.tensor == 0`", {"parallel.tensor=8"}},
+      {"`model.heads % model.kv_heads == 0`, `model.kv_heads % parallel.tensor == 0`", {"model.kv_heads=3"}},
+      {"`model.ffn_hidden % parallel.tensor == 0`", {"parallel.tensor=4", "model.ffn_hidden=6"}},
+      {"`model.layers % parallel.pipeline == 0`", {"parallel.pipeline=3"}},
+      {"with `parallel.virtual_stages > 1`: `parallel.pipeline > 1`", {"parallel.virtual_stages=2"}},
+      {"with `parallel.virtual_stages > 1`: `model.layers % (parallel.pipeline * parallel.virtual_stages) == 0`, "
+       "micro-batches per step `% parallel.pipeline == 0`",
+       {"parallel.pipeline=2", "parallel.virtual_stages=3"}},
+      {"with `parallel.sequence_parallel = true`: `model.seq_length % parallel.tensor == 0`",
+       {"parallel.sequence_parallel=true", "parallel.tensor=4", "model.seq_length=130"}},
+      {"`training.global_batch % (training.micro_batch * parallel.data) == 0`", {"parallel.data=3"}},
+      {"`parallel.tensor * parallel.context * parallel.pipeline * parallel.data <= 2147483647`",
+       {"parallel.pipeline=65536", "parallel.data=65536", "model.layers=65536", "training.global_batch=65536",
+        "training.micro_batch=1"}},
+      {"with `model.position = \"rope\"`: an even `model.hidden / model.heads`",
+       {"model.position=rope", "model.hidden=36"}},
+      {"with `model.norm = \"layernorm\"`: `model.linear_bias = true`", {"model.linear_bias=false"}},
+      {"`model.norm_eps` at its default without `model.norm = \"rmsnorm\"`, `model.rope_theta` at its default "
+       "without `model.position = \"rope\"`",
+       {"model.norm_eps=1e-6"}},
+      {"with `model.mlp = \"moe\"`: `model.experts_per_token <= model.experts`",
+       {"model.architecture=mixtral", "model.experts=2", "model.experts_per_token=3"}},
+      {"with `model.mlp = \"moe\"`: `model.linear_bias = false`", {"model.architecture=mixtral", "model.linear_bias=true"}},
+      {"`model.experts`, `model.experts_per_token`, `model.moe_capacity_factor` at their defaults without "
+       "`model.mlp = \"moe\"`",
+       {"model.experts=4"}},
+      {"`training.moe_aux_loss_coeff`, `training.moe_z_loss_coeff` at their defaults without `model.mlp = \"moe\"`",
+       {"training.moe_aux_loss_coeff=0.1"}},
+      {"`parallel.data % parallel.expert == 0`", {"model.architecture=mixtral", "parallel.expert=2"}},
+      {"`model.experts % parallel.expert == 0`",
+       {"model.architecture=mixtral", "parallel.data=3", "parallel.expert=3", "training.global_batch=12"}},
+      {"`parallel.expert == 1` without `model.mlp = \"moe\"`", {"parallel.data=2", "parallel.expert=2"}},
+      {"with `parallel.context > 1`: `model.seq_length % (2 * parallel.context) == 0`",
+       {"parallel.context=2", "model.seq_length=130"}},
+      {"with `parallel.context > 1` and `parallel.sequence_parallel = true`: `(model.seq_length / parallel.context) "
+       "% parallel.tensor == 0`",
+       {"parallel.context=2", "parallel.tensor=4", "parallel.sequence_parallel=true", "model.seq_length=132"}},
+      {"with `parallel.context > 1`: `training.attention` not `\"batched\"`",
+       {"parallel.context=2", "training.attention=batched"}},
+      {"with `parallel.context > 1`: no `training.tasks`", {"parallel.context=2", "training.tasks=tasks.jsonl"}},
+      {"`data.document_mask`, `data.reset_positions` not with `data.tokenizer = \"bytes\"`",
+       {"data.document_mask=true"}},
+      {"`data.tokenizer_pattern = \"\"` unless `data.tokenizer = \"tiktoken:PATH\"`", {"data.tokenizer_pattern=llama3"}},
+      {"`data.tokenizer = \"tiktoken:PATH\"` needs `data.tokenizer_pattern`", {"data.tokenizer=tiktoken:tokenizer.model"}},
+      {"`model.vocab_size` holds `data.tokenizer`'s ids", {"data.tokenizer=gpt2"}},
+      {"`optimizer.warmup_steps <= training.steps`", {"optimizer.warmup_steps=400"}},
+      {"`optimizer.min_lr <= optimizer.lr`", {"optimizer.min_lr=0.01"}},
+      {"`training.loss_scale_min <= training.loss_scale_initial`", {"training.loss_scale_min=1e10"}},
+  };
+  return rules;
+}
+
+// The problems of the smallest deck (data.train alone; the data files are not looked at) with
+// `overrides`; none when it loads.
+std::vector<std::string> smallest_deck_problems(const std::vector<std::string>& overrides) {
+  try {
+    (void)parse_deck("[data]\ntrain = \"train.txt\"\n", "deck.toml", fs::temp_directory_path().string(), overrides,
+                     DataFiles::ignored);
+  } catch (const DeckError& e) {
+    return e.problems();
+  }
+  return {};
+}
+
+std::string set_arguments(const std::vector<std::string>& overrides) {
+  std::string t;
+  for (const std::string& o : overrides) t += (t.empty() ? "--set " : " --set ") + o;
+  return t;
+}
+
+// A message without its origin ("--set model.heads=3: ", "deck.toml: "), which the table's
+// example column shows.
+std::string without_origin(const std::string& problem) {
+  const std::size_t colon = problem.find(": ");
+  return colon == std::string::npos ? problem : problem.substr(colon + 2);
+}
+
+// docs/deck-reference.md's table of the rules between keys: each rule, its example and what
+// tptrain says to it. `problems` receives the examples that break no rule or more than one, and
+// those whose message is on a key the rule does not name.
+std::string rule_table(std::vector<std::string>& problems) {
+  std::string t = "| rule | e.g. | what tptrain says |\n|---|---|---|\n";
+  for (const RuleExample& r : rule_examples()) {
+    const std::vector<std::string> found = smallest_deck_problems(r.overrides);
+    if (found.size() != 1)
+      problems.push_back(fmt::format("{} breaks {} rules, not 1: {}", set_arguments(r.overrides), found.size(),
+                                      join(found)));
+    // The message is reported on a key of the rule.
+    for (const std::string& p : found) {
+      const std::string message = without_origin(p);
+      const std::string subject = message.substr(0, message.find(" = "));
+      if (std::string_view(r.rule).find(subject) == std::string_view::npos)
+        problems.push_back(fmt::format("{}: the message is on {}, which the rule {} does not name: {}",
+                                        set_arguments(r.overrides), subject, r.rule, message));
+    }
+    std::string said;
+    for (const std::string& p : found) said += (said.empty() ? "" : "<br>") + code(without_origin(p));
+    t += fmt::format("| {} | {} | {} |\n", r.rule, code(set_arguments(r.overrides)), cell_text(said));
+  }
+  return t;
+}
+
+// The error example of docs/deck-reference.md ("Error messages"): a deck with a problem of every
+// kind, as `tptrain check` reports it, and its first lines, shortened, in the README.
+constexpr std::string_view kExampleDeck =
+    "[model]\n"
+    "layers = 4.0\n"
+    "hiden = 96\n"
+    "heads = 3\n"
+    "\n"
+    "[training]\n"
+    "precision = \"fp8\"\n"
+    "\n"
+    "[data]\n"
+    "train = \"missing.csv\"\n"
+    "\n"
+    "[modle]\n";
+const std::vector<std::string> kExampleSets = {"training.steps=0", "parallel.data=3"};
+
+std::vector<std::string> example_problems() {
+  try {
+    (void)parse_deck(kExampleDeck, "input/exp.toml", "/home/me/input", kExampleSets, DataFiles::required);
+  } catch (const DeckError& e) {
+    return e.problems();
+  }
+  return {};
+}
+
+std::string error_example() {
+  std::string t = "```toml\n# input/exp.toml\n" + std::string(kExampleDeck) + "```\n\n";
+  t += code("tptrain check input/exp.toml " + set_arguments(kExampleSets)) + " reports, after its line " +
+       code("tptrain: error: invalid deck input/exp.toml:") + ":\n\n```\n";
+  for (const std::string& p : example_problems()) t += p + "\n";
+  return t + "```\n";
+}
+
+std::string short_error_example() {
+  std::string t = "```\n";
+  const std::vector<std::string> all = example_problems();
+  for (std::size_t i = 0; i < std::min<std::size_t>(3, all.size()); ++i) {
+    std::string line = all[i];
+    if (line.size() > 100) line = line.substr(0, line.rfind(' ', 96)) + " ...";
+    t += line + "\n";
+  }
+  return t + "```\n";
+}
+
+// Checks the generated block `name` of the document at `path` (text in `text`); with
+// TPTRAIN_UPDATE_DOCS set, rewrites it in place instead.
+void check_generated(const fs::path& path, std::string& text, const std::string& name, const std::string& block,
+                     std::string_view source) {
+  std::string fixed;
+  const std::string file = path.lexically_relative(TPTRAIN_SOURCE_DIR).string();
+  const std::string problem = generated_problem(file, text, name, block, &fixed, source);
+  if (!problem.empty() && !fixed.empty() && std::getenv("TPTRAIN_UPDATE_DOCS") != nullptr) {
+    text = fixed;
+    std::ofstream(path, std::ios::binary) << text;
+    WARN(path.string() << ": rewrote the table " << name);
+    return;
+  }
+  INFO(problem);
+  CHECK(problem.empty());
 }
 
 }  // namespace
@@ -1571,7 +1748,8 @@ TEST_CASE("deck: the mixture of experts' keys and expert parallelism, each error
   }
 }
 
-TEST_CASE("deck: docs/deck-reference.md's key tables are io/deck_keys.cpp's rows; input/tiny.toml lists every key",
+TEST_CASE("deck: docs/deck-reference.md's key tables, rules and error example are printed from the code; "
+          "input/tiny.toml lists every key",
           "[io][deck][docs]") {
   const fs::path src(TPTRAIN_SOURCE_DIR);
   const fs::path reference_path = src / "docs/deck-reference.md";
@@ -1582,20 +1760,18 @@ TEST_CASE("deck: docs/deck-reference.md's key tables are io/deck_keys.cpp's rows
   REQUIRE(!tiny.empty());
   // The README keeps no key table of its own (it would drift): it links to the reference.
   CHECK_THAT(readme, has("docs/deck-reference.md"));
-  for (std::string_view section : tptrain::io::deck_sections()) {
-    std::string fixed;
-    const std::string problem =
-        generated_problem("docs/deck-reference.md", reference, table_name(section), key_table(section), &fixed);
-    if (!problem.empty() && !fixed.empty() && std::getenv("TPTRAIN_UPDATE_DOCS") != nullptr) {
-      reference = fixed;
-      std::ofstream(reference_path, std::ios::binary) << reference;
-      WARN(reference_path.string() << ": rewrote the table " << table_name(section));
-      continue;
-    }
-    INFO(problem);
-    CHECK(problem.empty());
-  }
-  CHECK(join(tiny_problems(tiny)).empty());
+  for (std::string_view section : tptrain::io::deck_sections())
+    check_generated(reference_path, reference, table_name(section), key_table(section), "io/deck_keys.cpp's rows");
+  CHECK(join(tiny_problems(tiny)) == "");
+  // The rules between keys, each with what tptrain says to its example, and the error example.
+  std::vector<std::string> rule_problems;
+  check_generated(reference_path, reference, "rules between keys", rule_table(rule_problems),
+                  "what tptrain says to its examples");
+  CHECK(join(rule_problems) == "");
+  check_generated(reference_path, reference, "error example", error_example(), "what tptrain says to the example");
+  std::string readme_text = readme;
+  check_generated(src / "README.md", readme_text, "error example", short_error_example(),
+                  "what tptrain says to docs/deck-reference.md's example");
 
   SECTION("a stale or missing table, and a key missing from input/tiny.toml, are found") {
     auto without = [](const std::string& text, const std::string& row_start) {
