@@ -5,6 +5,15 @@ set(_decks ${CMAKE_CURRENT_SOURCE_DIR}/data/cli)
 add_test(NAME cli_version COMMAND tptrain --version)
 set_tests_properties(cli_version PROPERTIES PASS_REGULAR_EXPRESSION "tptrain [0-9]+\\.[0-9]+")
 
+# docs/cli.md's usage names every subcommand and option of `--help`, and no other option; the
+# self-test drops a usage line, as a doc that fell behind a new option would.
+add_test(NAME cli_docs COMMAND ${CMAKE_COMMAND} -DEXE=$<TARGET_FILE:tptrain> -DDOC=${PROJECT_SOURCE_DIR}/docs/cli.md
+         -P ${CMAKE_CURRENT_SOURCE_DIR}/cli_docs.cmake)
+add_test(NAME cli_docs_selftest COMMAND ${CMAKE_COMMAND} -DEXE=$<TARGET_FILE:tptrain>
+         -DDOC=${PROJECT_SOURCE_DIR}/docs/cli.md "-DDROP=segment-bytes" -P ${CMAKE_CURRENT_SOURCE_DIR}/cli_docs.cmake)
+set_tests_properties(cli_docs_selftest PROPERTIES
+                     PASS_REGULAR_EXPRESSION "tptrain tokenize: --segment-bytes \\(in --help\\) is not on the usage lines")
+
 add_test(NAME cli_check_ok COMMAND tptrain check ${_decks}/valid.toml)
 set_tests_properties(cli_check_ok PROPERTIES PASS_REGULAR_EXPRESSION "valid \\(needs 2 MPI ranks")
 

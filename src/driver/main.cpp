@@ -159,7 +159,7 @@ int main(int argc, char** argv) {
   // metrics writers report with the file's name, instead of ending the process with a core dump.
   std::signal(SIGXFSZ, SIG_IGN);
   using namespace tptrain::driver;
-  CLI::App app{"tptrain: Megatron-style tensor/pipeline/data-parallel GPT training on Kokkos + MPI"};
+  CLI::App app{"tptrain: Megatron-style tensor/context/pipeline/data/expert-parallel GPT training on Kokkos + MPI"};
   app.require_subcommand(1);
   app.set_version_flag("--version", version_string());
 
@@ -270,7 +270,7 @@ int main(int argc, char** argv) {
       "pipeline bubble, bytes per communicator; exit 1, with the nearest layouts that fit, when the GPU count "
       "is wrong or a rank does not fit in GPU memory (last line: one JSON object)");
   add_deck_options(*plan_cmd, deck);
-  plan_cmd->add_option("--gpus", plan_opts.gpus, "GPUs of the allocation (default: tensor x pipeline x data)")
+  plan_cmd->add_option("--gpus", plan_opts.gpus, "GPUs of the allocation (default: tensor x context x pipeline x data)")
       ->check(integer_at_least(1));
   plan_cmd->add_option("--gpus-per-node", plan_opts.gpus_per_node, "GPUs per node")
       ->check(integer_at_least(1))
@@ -339,8 +339,8 @@ int main(int argc, char** argv) {
   ExportOptions export_opts;
   auto* export_cmd = app.add_subcommand(
       "export",
-      "a checkpoint (any layout, any precision) as a Hugging Face GPT2LMHeadModel folder: config.json + "
-      "model.safetensors (float32, lm_head tied to transformer.wte)");
+      "a checkpoint (any layout, any precision) as a Hugging Face model folder, GPT2LMHeadModel, LlamaForCausalLM, "
+      "Qwen2ForCausalLM or MixtralForCausalLM by model.architecture: config.json + model.safetensors (float32)");
   export_cmd->add_option("checkpoint", export_opts.checkpoint, "checkpoint file (.h5)")->required()->check(readable_file());
   export_cmd->add_option("--format", export_opts.format, "output format")
       ->check(CLI::IsMember({"hf"}))
@@ -351,8 +351,8 @@ int main(int argc, char** argv) {
   ImportOptions import_opts;
   auto* import_cmd = app.add_subcommand(
       "import",
-      "a Hugging Face GPT-2 folder (config.json + model.safetensors) as a step-0 checkpoint of the deck's model, "
-      "to start training from (training.init_from), evaluate or generate");
+      "a Hugging Face model folder (config.json + model.safetensors) of the deck's model.architecture as a step-0 "
+      "checkpoint of the deck's model, to start training from (training.init_from), evaluate or generate");
   import_cmd->add_option("dir", import_opts.dir, "folder of config.json and model.safetensors")->required();
   import_cmd->add_option("--deck", import_opts.deck.deck, "the deck whose model the weights are")->required();
   import_cmd->add_option("--set", import_opts.deck.overrides, "override a deck key, as for train")
