@@ -151,11 +151,13 @@ add_test(NAME cli_train_sequence_parallel_full_recompute COMMAND ${CMAKE_COMMAND
          --set run.dir=${_run_sp} --set checkpoint.dir=${_run_sp}/ck --set checkpoint.resume=false --set checkpoint.overwrite=true)
 set_tests_properties(cli_train_sequence_parallel_full_recompute PROPERTIES FIXTURES_SETUP sp_run TIMEOUT 120
                      PASS_REGULAR_EXPRESSION "recompute = full, sequence parallel\\).*checkpoint .*step_00000004.h5 written")
+# The sample's "It is" anywhere: stdout (the sample) and stderr (the log) reach ctest through
+# mpiexec as one stream, in no fixed order (cli_generate holds stdout apart).
 add_test(NAME cli_generate_sequence_parallel COMMAND ${_mpi2} $<TARGET_FILE:tptrain> generate ${_decks}/valid.toml
          --set parallel.tensor=2 --set parallel.sequence_parallel=true --checkpoint ${_run_sp}/ck/step_00000004.h5
          --prompt "It is" --tokens 8)
 set_tests_properties(cli_generate_sequence_parallel PROPERTIES FIXTURES_REQUIRED sp_run TIMEOUT 60
-                     PASS_REGULAR_EXPRESSION "(^|\n)It is")
+                     PASS_REGULAR_EXPRESSION "It is")
 add_test(NAME cli_eval_bf16_checkpoint_in_fp32 COMMAND ${_mpi2} $<TARGET_FILE:tptrain> eval ${_decks}/valid.toml
          --checkpoint ${_run_bf16}/ck/step_00000004.h5)
 set_tests_properties(cli_eval_bf16_checkpoint_in_fp32 PROPERTIES FIXTURES_REQUIRED bf16_run TIMEOUT 60
@@ -163,7 +165,7 @@ set_tests_properties(cli_eval_bf16_checkpoint_in_fp32 PROPERTIES FIXTURES_REQUIR
 add_test(NAME cli_generate_bf16 COMMAND ${_mpi2} $<TARGET_FILE:tptrain> generate ${_decks}/valid.toml
          --set training.precision=bf16 --checkpoint ${_run_bf16}/ck/step_00000004.h5 --prompt "It is" --tokens 8)
 set_tests_properties(cli_generate_bf16 PROPERTIES FIXTURES_REQUIRED bf16_run TIMEOUT 60
-                     PASS_REGULAR_EXPRESSION "(^|\n)It is")
+                     PASS_REGULAR_EXPRESSION "It is")
 add_test(NAME cli_inspect_bf16 COMMAND tptrain inspect ${_run_bf16}/ck/step_00000004.h5)
 set_tests_properties(cli_inspect_bf16 PROPERTIES FIXTURES_REQUIRED bf16_run TIMEOUT 60
                      PASS_REGULAR_EXPRESSION "precision *\"bf16\".*every checksum verifies")
