@@ -410,12 +410,13 @@ void TrainingRun<T>::count_draws(std::int64_t steps_done) {
   if (steps_done < drawn_steps_ || drawn_.empty()) {
     drawn_ = start_drawn_;
     drawn_steps_ = start_step_;
-    drawn_sequences_ = start_sequences_;
   }
-  for (; drawn_steps_ < steps_done; ++drawn_steps_) {
-    sampler_->count_datasets(drawn_steps_, drawn_);
-    drawn_sequences_ += deck_.training.global_batch;
-  }
+  for (; drawn_steps_ < steps_done; ++drawn_steps_) sampler_->count_datasets(drawn_steps_, drawn_);
+}
+
+template <class T>
+std::int64_t TrainingRun<T>::drawn_sequences() const {
+  return start_sequences_ + (drawn_steps_ - start_step_) * deck_.training.global_batch;
 }
 
 template <class T>
@@ -423,7 +424,7 @@ io::BlendRecord TrainingRun<T>::data_record(std::int64_t steps_done) {
   count_draws(steps_done);
   io::BlendRecord r = train_->record();
   for (std::size_t i = 0; i < r.entries.size(); ++i) r.entries[i].drawn = drawn_[i];
-  r.sequences = drawn_sequences_;
+  r.sequences = drawn_sequences();
   return r;
 }
 
@@ -445,7 +446,7 @@ template <class T>
 typename TrainingRun<T>::DataUse TrainingRun<T>::data_use(std::int64_t steps_done) {
   count_draws(steps_done);
   DataUse use;
-  const auto total = static_cast<double>(drawn_sequences_);
+  const auto total = static_cast<double>(drawn_sequences());
   for (std::size_t i = 0; i < drawn_.size(); ++i) {
     const auto n = static_cast<double>(drawn_[i]);
     use.share.push_back(total > 0 ? n / total : 0.0);

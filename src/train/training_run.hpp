@@ -192,7 +192,8 @@ class TrainingRun {
   void count_draws(std::int64_t steps_done);
   std::vector<std::int64_t> drawn_;  // sequences per training dataset in steps [0, drawn_steps_)
   std::int64_t drawn_steps_ = 0;
-  std::int64_t drawn_sequences_ = 0;  // all of those steps' sequences, from entries a resume removed too
+  // All sequences of steps [0, drawn_steps_), from entries a resume removed too.
+  std::int64_t drawn_sequences() const;
   // Where the counts start: step 0 with none drawn, or the resumed checkpoint's step and counts.
   std::vector<std::int64_t> start_drawn_;
   std::int64_t start_step_ = 0;
