@@ -6,6 +6,7 @@
 #include <limits>
 #include <string>
 
+#include "io/chrome_trace.hpp"
 #include "io/json_line.hpp"
 #include "io/metrics.hpp"
 
@@ -76,4 +77,19 @@ TEST_CASE("metrics.jsonl: a loss, eval loss or loss scale that is not finite is 
   r.skipped = 1;
   CHECK(to_json(r) == R"({"step": 7, "loss": null, "lr": 0.001, "grad_norm": null, "tokens_per_s": 10.0, )"
                       R"("eval_loss": null, "loss_scale": null, "skipped": 1})");
+}
+
+TEST_CASE("ChromeTrace: metadata names ranks and streams, spans are complete events", "[io][json][trace]") {
+  tptrain::io::ChromeTrace trace;
+  trace.track({1, 2, "tensor-parallel"});
+  trace.span({"all-reduce \"tp\"", "tensor", 1, 2, 10.5, 2.25});
+  const std::string j = trace.json();
+  CHECK(j.rfind("{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n", 0) == 0);
+  CHECK(j.find(R"({"name": "process_name", "ph": "M", "pid": 1, "tid": 0, "args": {"name": "rank 1"}})") !=
+        std::string::npos);
+  CHECK(j.find(R"({"name": "thread_name", "ph": "M", "pid": 1, "tid": 2, "args": {"name": "tensor-parallel"}})") !=
+        std::string::npos);
+  CHECK(j.find(R"({"name": "all-reduce \"tp\"", "cat": "tensor", "ph": "X", "pid": 1, "tid": 2, "ts": 10.500, )"
+               R"("dur": 2.250})") != std::string::npos);
+  CHECK_THROWS_WITH(trace.write("/nonexistent-dir/t.json"), Catch::Contains("/nonexistent-dir/t.json"));
 }
