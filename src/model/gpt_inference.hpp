@@ -39,7 +39,7 @@ class GptInference {
     util::MemoryCategoryScope as(util::MemoryCategory::workspace);
     for (auto& r : residual_) r = kernels::Matrix<T>("inference.residual", positions_, s.hidden);
     if (model.is_last_stage()) {
-      x_f_ = kernels::Matrix<T>("inference.ln_f", 1, s.hidden);
+      final_norm_out_ = kernels::Matrix<T>("inference.ln_f", 1, s.hidden);
       logits_ = kernels::Matrix<T>("inference.logits", 1, s.local_vocab());
     }
   }
@@ -85,10 +85,10 @@ class GptInference {
     }
     if (model_.is_last_stage()) {
       const auto last = Kokkos::subview(stage_output(n), std::make_pair(n - 1, n), Kokkos::ALL());
-      model_.final_norm()->forward(exec, last, x_f_);
-      parallel::copy_to_tp_region_forward(tp, exec, x_f_);  // f: the output layer is column-parallel
+      model_.final_norm()->forward(exec, last, final_norm_out_);
+      parallel::copy_to_tp_region_forward(tp, exec, final_norm_out_);  // f: the output layer is column-parallel
       PhaseScope phase(Phase::gemm);
-      kernels::linear_forward(exec, x_f_, model_.output_weight()->value_matrix(), logits_);
+      kernels::linear_forward(exec, final_norm_out_, model_.output_weight()->value_matrix(), logits_);
     }
     position_ = p + n;
   }
@@ -99,7 +99,7 @@ class GptInference {
   std::int64_t position_ = 0;
   std::vector<KvCache<T>> caches_;  // one per block of the stage
   kernels::Matrix<T> residual_[2];  // [positions, H] ping-pong: block l reads [l % 2], writes [(l + 1) % 2]
-  kernels::Matrix<T> x_f_;          // [1, H] the final norm of the last row (last stage)
+  kernels::Matrix<T> final_norm_out_;          // [1, H] the final norm of the last row (last stage)
   kernels::Matrix<T> logits_;       // [1, V_padded/tp] (last stage)
 };
 

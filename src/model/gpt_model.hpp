@@ -125,8 +125,8 @@ class GptModel {
       : shape_(validated(shape, micro_batch)), batch_(micro_batch), tp_(tp), stage_(stage), recompute_(recompute),
         sharding_(sharding), expert_sharding_(expert_sharding), rows_(shape.sequence_rows(tokens())),
         workspace_(std::size_t(phase_region_bytes(shape_, block_sizes(shape_, micro_batch), int(sizeof(T))))),
-        grad_a_(workspace_.matrix("grad_a", BufferCategory::stage, rows_, shape.hidden)),
-        grad_b_(workspace_.matrix("grad_b", BufferCategory::stage, rows_, shape.hidden)) {
+        residual_grad_(workspace_.matrix("residual_grad", BufferCategory::stage, rows_, shape.hidden)),
+        residual_grad_next_(workspace_.matrix("residual_grad_next", BufferCategory::stage, rows_, shape.hidden)) {
     if (stage.size < 1 || stage.rank < 0 || stage.rank >= stage.size)
       throw std::invalid_argument("tptrain: pipeline stage " + std::to_string(stage.rank) + " of " +
                                   std::to_string(stage.size) + " does not exist");
@@ -172,7 +172,7 @@ class GptModel {
             with_split(model_parameter(shape, "lm_head/weight"), TensorSplit::column, "the output layer"), tp));
       head_ = std::make_unique<VocabParallelCrossEntropy<T>>(shape, tokens(), tp, workspace_);
       head_->sp = sp;
-      x_f_ = workspace_.matrix("ln_f.out", BufferCategory::activation, rows_, shape.hidden);
+      final_norm_out_ = workspace_.matrix("ln_f.out", BufferCategory::activation, rows_, shape.hidden);
       // The tied output weight: embedding/word exactly as the first stage declares it.
       if (!stage.first() && shape.tie_embeddings)
         word_copy_ = std::make_unique<Parameter<T>>(VocabParallelEmbedding<T>(shape, tp).word);
@@ -283,7 +283,7 @@ class GptModel {
   // Makes forward and backward run chunk `chunk` on its slot k.
   void bind_slot(int k, int chunk = 0) {
     const Slot& slot = slots_.at(static_cast<std::size_t>(chunk)).at(static_cast<std::size_t>(k));
-    bound_ = k;
+    bound_slot_ = k;
     bound_chunk_ = chunk;
     if (recompute_ != Recompute::full)
       for (int l = 0; l < per_chunk_; ++l) layers_[local(chunk, l)]->bind(slot.layers[static_cast<std::size_t>(l)]);
@@ -346,9 +346,9 @@ class GptModel {
   kernels::Matrix<T> chunk_input(int c, int k) const { return residual(k, c).front(); }
   kernels::Matrix<T> chunk_output(int c, int k) const { return residual(k, c).back(); }
   // dL/d(stage output) [rows, H]: filled by the caller before backward on a non-last stage.
-  kernels::Matrix<T> output_grad() const { return grad_b_; }
+  kernels::Matrix<T> output_grad() const { return residual_grad_next_; }
   // dL/d(stage input) [rows, H] after backward on a non-first stage.
-  kernels::Matrix<T> input_grad() const { return grad_b_; }
+  kernels::Matrix<T> input_grad() const { return residual_grad_next_; }
 
   // Runs the bound chunk on the bound slot: embedding (first virtual stage, from tokens [N]) or
   // stage_input(), then its blocks; on the last virtual stage also ln_f and the local logits
@@ -356,7 +356,7 @@ class GptModel {
   // gradient over them).
   template <class TV>
   void forward_logits(const Exec& exec, const TV& tokens /*[N]*/) {
-    const std::vector<kernels::Matrix<T>>& x = residual(bound_);
+    const std::vector<kernels::Matrix<T>>& x = residual(bound_slot_);
     if (chunk_has_embedding(bound_chunk_)) embedding_->forward(exec, tp_, tokens, x[0]);
     for (int l = 0; l < per_chunk_; ++l)
       layers_[local(bound_chunk_, l)]->forward(exec, tp_, x[static_cast<std::size_t>(l)],
@@ -419,18 +419,18 @@ class GptModel {
       if (bucket_done) bucket_done(b);
       ++b;
     };
-    const std::vector<kernels::Matrix<T>>& x = residual(bound_);
+    const std::vector<kernels::Matrix<T>>& x = residual(bound_slot_);
     if (chunk_has_head(c)) {
-      if (head_slot_ != bound_) {  // another micro-batch's forward overwrote the head since
+      if (head_slot_ != bound_slot_) {  // another micro-batch's forward overwrote the head since
         head_forward(exec);
         head_->loss_per_token(exec, tp_, targets);
         ++recomputed_heads_;
       }
-      head_->backward(exec, tp_, targets, x_f_, *output_weight(), scale, grad_a_);
+      head_->backward(exec, tp_, targets, final_norm_out_, *output_weight(), scale, residual_grad_);
       head_slot_ = -1;  // the logits now hold their gradient (written in place)
-      ln_f_->backward(exec, grad_a_, x.back(), grad_b_);
+      ln_f_->backward(exec, residual_grad_, x.back(), residual_grad_next_);
       done();
-    }  // else grad_b_ holds dL/d(stage output), filled by the caller
+    }  // else residual_grad_next_ holds dL/d(stage output), filled by the caller
     for (std::size_t l = static_cast<std::size_t>(per_chunk_); l-- > 0;) {
       TransformerLayer<T>& layer = *layers_[local(c, static_cast<int>(l))];
       // The mixture's losses weigh as the micro-batch's mean token loss does: scale per token, over
@@ -439,23 +439,23 @@ class GptModel {
       if (layer.moe) layer.moe->micro_batch_weight = scale * kx::acc_t<T>(tokens() * shape_.context);
       if (recompute_ == Recompute::full) {
         // The block's forward again from its kept input, into the shared saved set; its
-        // output (already in x[l + 1]) goes to grad_a_, which the backward then overwrites.
+        // output (already in x[l + 1]) goes to residual_grad_, which the backward then overwrites.
         if (layer.moe) layer.moe->record = false;  // its routing was counted by the first forward
-        layer.forward(exec, tp_, x[l], grad_a_);
+        layer.forward(exec, tp_, x[l], residual_grad_);
         if (layer.moe) layer.moe->record = true;
         ++recomputed_blocks_;
       }
-      layer.backward(exec, tp_, grad_b_, x[l], grad_a_);
+      layer.backward(exec, tp_, residual_grad_next_, x[l], residual_grad_);
       // ParallelAttention::backward's Q Kᵀ: the batched core's unless it kept the scores, flash's
       // block scores always (it keeps none)
       if (recompute_ != Recompute::none || shape_.flash_attention) ++recomputed_scores_;
-      std::swap(grad_a_, grad_b_);
+      std::swap(residual_grad_, residual_grad_next_);
       for (std::size_t k = 0; k < per_block; ++k) done();
     }
     if (chunk_has_embedding(c)) {
-      embedding_->backward(exec, tp_, *segments, grad_b_);
+      embedding_->backward(exec, tp_, *segments, residual_grad_next_);
       done();
-    }  // else grad_b_ holds dL/d(stage input)
+    }  // else residual_grad_next_ holds dL/d(stage input)
   }
 
   // Rounds every compute copy from its fp32 master (after loading weights); nothing to do when
@@ -497,7 +497,7 @@ class GptModel {
   // The residual stream of slot k (bound slot for k < 0) of chunk c (the bound chunk for c < 0):
   // the chunk's layers + 1 of [rows, H].
   const std::vector<kernels::Matrix<T>>& residual(int k, int c = -1) const {
-    return slots_.at(static_cast<std::size_t>(c < 0 ? bound_chunk_ : c)).at(static_cast<std::size_t>(k < 0 ? bound_ : k)).residual;
+    return slots_.at(static_cast<std::size_t>(c < 0 ? bound_chunk_ : c)).at(static_cast<std::size_t>(k < 0 ? bound_slot_ : k)).residual;
   }
   // layers_ index of block l of chunk c.
   std::size_t local(int c, int l) const { return static_cast<std::size_t>(c * per_chunk_ + l); }
@@ -527,9 +527,9 @@ class GptModel {
 
   // ln_f and the local logits from the bound slot's stage output.
   void head_forward(const Exec& exec) {
-    ln_f_->forward(exec, residual(bound_).back(), x_f_);
-    head_->logits_forward(exec, tp_, x_f_, *output_weight());
-    head_slot_ = bound_;
+    ln_f_->forward(exec, residual(bound_slot_).back(), final_norm_out_);
+    head_->logits_forward(exec, tp_, final_norm_out_, *output_weight());
+    head_slot_ = bound_slot_;
   }
 
   // The flat buffers of each bucket (zeroed); each parameter's views become slices of them, and
@@ -631,11 +631,12 @@ class GptModel {
   std::unique_ptr<VocabParallelCrossEntropy<T>> head_;          // last stage
   std::unique_ptr<Parameter<T>> word_copy_;                     // last stage, pipeline > 1, tied
   std::unique_ptr<Parameter<T>> lm_head_;                       // last stage, untied
-  kernels::Matrix<T> x_f_;                    // [rows, H] ln_f out (last stage)
-  kernels::Matrix<T> grad_a_, grad_b_;        // [rows, H] gradient ping-pong
+  kernels::Matrix<T> final_norm_out_;  // [rows, H] ln_f out (last stage)
+  // [rows, H]: the residual stream's gradient, ping-ponged block by block (next: the one read)
+  kernels::Matrix<T> residual_grad_, residual_grad_next_;
   std::vector<std::vector<Slot>> slots_;      // per chunk: activation slots (see the header comment)
   std::vector<kernels::Matrix<T>> received_grads_;  // reserve_received_gradients
-  int bound_ = 0, bound_chunk_ = 0;
+  int bound_slot_ = 0, bound_chunk_ = 0;
   int head_slot_ = -1;                        // the slot whose forward the head holds (last stage)
   std::int64_t recomputed_blocks_ = 0, recomputed_heads_ = 0, recomputed_scores_ = 0;
   std::vector<GradBucket<T>> buckets_;

@@ -1,4 +1,4 @@
-// One block, pre-norm:  x1 = x + attn(ln_1(x));  y = x1 + mlp(ln_2(x1)), of the shape's block
+// One block, pre-norm:  after_attention = x + attn(ln_1(x));  y = after_attention + mlp(ln_2(after_attention)), of the shape's block
 // specification (base/block_spec.hpp; docs/design.md, "The block specification"): LayerNorm or
 // RMSNorm, learned or rotary positions, GELU or SwiGLU MLP or a mixture of SwiGLU experts
 // (mixture_of_experts.hpp), the biases it holds.
@@ -34,7 +34,7 @@ struct TransformerLayer {
     typename ParallelAttention<T>::Saved attn;
     typename ParallelMLP<T>::Saved mlp;
     typename MixtureOfExperts<T>::Saved moe;  // model.mlp = moe (mlp then empty)
-    kernels::Matrix<T> a, x1, c;  // [rows, H]: ln_1 out, residual after attention, ln_2 out
+    kernels::Matrix<T> attn_input, after_attention, mlp_input;  // [rows, H]: ln_1(x), x + attention, ln_2 of that
   };
 
   LayerNorm<T> ln_1;
@@ -42,9 +42,9 @@ struct TransformerLayer {
   LayerNorm<T> ln_2;
   std::optional<ParallelMLP<T>> mlp;       // the dense MLP (model.mlp = gelu, swiglu), or
   std::optional<MixtureOfExperts<T>> moe;  // the mixture of experts (model.mlp = moe)
-  kernels::Matrix<T> a, x1, c;  // [rows, H] of the bound Saved set (bind)
-  kernels::Matrix<T> out;       // [rows, H] shared scratch: attention, then MLP output before its residual add
-  kernels::Matrix<T> g1, g2;    // [rows, H] shared backward scratch
+  kernels::Matrix<T> attn_input, after_attention, mlp_input;  // [rows, H] of the bound Saved set (bind)
+  kernels::Matrix<T> sublayer_out;  // [rows, H] shared scratch: attention, then MLP output before its residual add
+  kernels::Matrix<T> grad_sublayer_input, grad_after_attention;  // [rows, H] shared backward scratch
   std::int64_t tokens_, rows_;  // N = micro_batch * local_seq_length; rows = N, or N/t with sequence parallelism
   GptShape shape_;
   std::string name_;            // "layers/<i>"
@@ -66,12 +66,12 @@ struct TransformerLayer {
         attn(name + "/attn", s, batch, tp, ws, recompute, SavedPlacement{placement.prefix + "/attn", placement.category}),
         ln_2(make_norm<T>(s, block_spec(s), name + "/ln_2", tp, s.sequence_rows(tokens(s, batch)), ws,
                           tokens(s, batch), SavedPlacement{placement.prefix + "/ln_2", placement.category})),
-        a(ws.matrix(placement.prefix + ".a", placement.category, s.sequence_rows(tokens(s, batch)), s.hidden)),
-        x1(ws.matrix(placement.prefix + ".x1", placement.category, s.sequence_rows(tokens(s, batch)), s.hidden)),
-        c(ws.matrix(placement.prefix + ".c", placement.category, s.sequence_rows(tokens(s, batch)), s.hidden)),
-        out(ws.matrix("block.out", BufferCategory::scratch, s.sequence_rows(tokens(s, batch)), s.hidden)),
-        g1(ws.matrix("block.grad_1", BufferCategory::scratch, s.sequence_rows(tokens(s, batch)), s.hidden)),
-        g2(ws.matrix("block.grad_2", BufferCategory::scratch, s.sequence_rows(tokens(s, batch)), s.hidden)),
+        attn_input(ws.matrix(placement.prefix + ".attn_input", placement.category, s.sequence_rows(tokens(s, batch)), s.hidden)),
+        after_attention(ws.matrix(placement.prefix + ".after_attention", placement.category, s.sequence_rows(tokens(s, batch)), s.hidden)),
+        mlp_input(ws.matrix(placement.prefix + ".mlp_input", placement.category, s.sequence_rows(tokens(s, batch)), s.hidden)),
+        sublayer_out(ws.matrix("block.sublayer_out", BufferCategory::scratch, s.sequence_rows(tokens(s, batch)), s.hidden)),
+        grad_sublayer_input(ws.matrix("block.grad_sublayer_input", BufferCategory::scratch, s.sequence_rows(tokens(s, batch)), s.hidden)),
+        grad_after_attention(ws.matrix("block.grad_after_attention", BufferCategory::scratch, s.sequence_rows(tokens(s, batch)), s.hidden)),
         tokens_(tokens(s, batch)), rows_(s.sequence_rows(tokens_)), shape_(s), name_(name), ep_rank_(ep_rank) {
     const SavedPlacement mlp_placement{placement.prefix + "/mlp", placement.category};
     if (s.moe()) moe.emplace(name + "/mlp", s, tokens_, tp, ws, ep_rank, mlp_placement);
@@ -87,7 +87,7 @@ struct TransformerLayer {
   // The set the constructor allocated (what the layer is bound to first).
   Saved current() const {
     return {ln_1.saved, ln_2.saved, attn.saved, mlp ? mlp->saved : typename ParallelMLP<T>::Saved{},
-            moe ? moe->saved : nullptr, a, x1, c};
+            moe ? moe->saved : nullptr, attn_input, after_attention, mlp_input};
   }
   // Another set, named `prefix` + buffer name, in category c.
   Saved make_saved(Workspace<T>& ws, const std::string& prefix, BufferCategory cat) const {
@@ -96,9 +96,9 @@ struct TransformerLayer {
             attn.make_saved(ws, prefix + "/attn", cat),
             mlp ? ParallelMLP<T>::make_saved(ws, prefix + "/mlp", tokens_, shape_, cat) : typename ParallelMLP<T>::Saved{},
             moe ? moe->make_saved(prefix + "/mlp") : nullptr,
-            ws.matrix(prefix + ".a", cat, rows_, shape_.hidden),
-            ws.matrix(prefix + ".x1", cat, rows_, shape_.hidden),
-            ws.matrix(prefix + ".c", cat, rows_, shape_.hidden)};
+            ws.matrix(prefix + ".attn_input", cat, rows_, shape_.hidden),
+            ws.matrix(prefix + ".after_attention", cat, rows_, shape_.hidden),
+            ws.matrix(prefix + ".mlp_input", cat, rows_, shape_.hidden)};
   }
   void bind(const Saved& s) {
     ln_1.saved = s.ln_1;
@@ -106,9 +106,9 @@ struct TransformerLayer {
     attn.saved = s.attn;
     if (mlp) mlp->saved = s.mlp;
     if (moe) moe->saved = s.moe;
-    a = s.a;
-    x1 = s.x1;
-    c = s.c;
+    attn_input = s.attn_input;
+    after_attention = s.after_attention;
+    mlp_input = s.mlp_input;
   }
 
   // Every parameter of the block once, in the descriptor's order (block_parameter_rows): the
@@ -149,30 +149,31 @@ struct TransformerLayer {
                const CacheStep<T>* step = nullptr) {
     kernels::launch_count::SiteScope site(forward_site);
     const auto n = static_cast<std::int64_t>(x.extent(0));
-    const kernels::Matrix<T> a_n = first_rows(a, n), x1_n = first_rows(x1, n), c_n = first_rows(c, n),
-                             out_n = first_rows(out, n);
-    ln_1.forward(exec, x, a_n);
-    attn.forward(exec, tp, a_n, out_n, /*add_proj_bias=*/false, step);
-    // x1 = x + attention, c = ln_2(x1); without linear biases the projection has none to add
-    if (attn.proj.has_bias) ln_2.forward_add_bias(exec, x, out_n, attn.proj.bias.value_vector(), x1_n, c_n);
-    else ln_2.forward_add(exec, x, out_n, x1_n, c_n);
-    if (moe) moe->forward(exec, tp, c_n, out_n);
-    else mlp->forward(exec, tp, c_n, out_n, /*add_proj_bias=*/false);
+    const kernels::Matrix<T> attn_input_n = first_rows(attn_input, n), after_attention_n = first_rows(after_attention, n), mlp_input_n = first_rows(mlp_input, n),
+                             sublayer_out_n = first_rows(sublayer_out, n);
+    ln_1.forward(exec, x, attn_input_n);
+    attn.forward(exec, tp, attn_input_n, sublayer_out_n, /*add_proj_bias=*/false, step);
+    // after_attention = x + attention, mlp_input = ln_2(after_attention); without linear biases the
+    // projection has none to add
+    if (attn.proj.has_bias) ln_2.forward_add_bias(exec, x, sublayer_out_n, attn.proj.bias.value_vector(), after_attention_n, mlp_input_n);
+    else ln_2.forward_add(exec, x, sublayer_out_n, after_attention_n, mlp_input_n);
+    if (moe) moe->forward(exec, tp, mlp_input_n, sublayer_out_n);
+    else mlp->forward(exec, tp, mlp_input_n, sublayer_out_n, /*add_proj_bias=*/false);
     PhaseScope phase(Phase::norms_elementwise);
     if (mlp && mlp->proj.has_bias)
-      kernels::bias_residual_add(exec, x1_n, out_n, mlp->proj.bias.value_vector(), y);  // y = x1 + mlp
-    else kernels::add(exec, x1_n, out_n, y);
+      kernels::bias_residual_add(exec, after_attention_n, sublayer_out_n, mlp->proj.bias.value_vector(), y);
+    else kernels::add(exec, after_attention_n, sublayer_out_n, y);
   }
 
   // dx = dL/dx from dy = dL/dy (dx overwritten).
   template <class DYV, class XV, class DXV>
   void backward(const Exec& exec, Communicator& tp, const DYV& dy, const XV& x, const DXV& dx) {
     kernels::launch_count::SiteScope site(backward_site);
-    if (moe) moe->backward(exec, tp, dy, c, g1);  // g1 = d c
-    else mlp->backward(exec, tp, dy, c, g1);
-    ln_2.backward_add(exec, g1, x1, dy, g2);  // g2 = d x1: through ln_2 plus the residual path
-    attn.backward(exec, tp, g2, a, g1);    // g1 = d a
-    ln_1.backward_add(exec, g1, x, g2, dx);
+    if (moe) moe->backward(exec, tp, dy, mlp_input, grad_sublayer_input);
+    else mlp->backward(exec, tp, dy, mlp_input, grad_sublayer_input);
+    ln_2.backward_add(exec, grad_sublayer_input, after_attention, dy, grad_after_attention);  // through ln_2 plus the residual path
+    attn.backward(exec, tp, grad_after_attention, attn_input, grad_sublayer_input);
+    ln_1.backward_add(exec, grad_sublayer_input, x, grad_after_attention, dx);
   }
 };
 

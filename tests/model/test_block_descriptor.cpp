@@ -119,7 +119,7 @@ void check_buffers(const model::GptShape& shape, int micro_batch, Recompute mode
   }
   for (const auto& [name, e] : entries) {
     if (described.count(name) != 0) continue;
-    const bool own = name.rfind(output, 0) == 0 || name == "grad_a" || name == "grad_b" || name == "column_sums" ||
+    const bool own = name.rfind(output, 0) == 0 || name == "residual_grad" || name == "residual_grad_next" || name == "column_sums" ||
                      name.rfind("ln_f.", 0) == 0 || name.rfind("lm_head.", 0) == 0 ||
                      name.rfind("sequence_parallel.", 0) == 0;
     INFO("buffer " << name << " is in no row of the block descriptor (src/model/block_descriptor.hpp)");
