@@ -118,6 +118,10 @@ struct ColumnParallelLinear {
   bool skip_bias_add = false;
   kernels::Vector<kx::acc_t<T>> column_scratch;  // column_sums_scratch(); empty: allocated per backward
   SequenceParallelBuffers<T> sp;                 // enabled: x and dx are [n, in] token shards
+  // An expert's layer (Megatron-Core's explicit_expert_comm): the mixture's token dispatcher
+  // gathers the tokens once for all experts and reduces their input gradients after them, so f
+  // and its backward all-reduce are not this layer's.
+  bool explicit_expert_comm = false;
 
   bool has_bias = true;  // false: no bias (llama); `bias` is then an empty Parameter
 
@@ -142,7 +146,7 @@ struct ColumnParallelLinear {
       PhaseScope phase(Phase::gemm);
       kernels::linear_forward(exec, sp.gathered, weight.value_matrix(), y);
     } else {
-      parallel::copy_to_tp_region_forward(tp, exec, x);  // f: identity
+      if (!explicit_expert_comm) parallel::copy_to_tp_region_forward(tp, exec, x);  // f: identity
       PhaseScope phase(Phase::gemm);
       kernels::linear_forward(exec, x, weight.value_matrix(), y);
     }
@@ -166,7 +170,8 @@ struct ColumnParallelLinear {
     }
     // f: the all-reduce of dx runs (on NCCL, on the communication stream) while the weight and
     // bias gradients, which do not read dx, are computed; only what reads dx waits for it.
-    parallel::Request dx_sum = parallel::copy_to_tp_region_backward_start(tp, exec, dx);
+    parallel::Request dx_sum =
+        explicit_expert_comm ? parallel::Request() : parallel::copy_to_tp_region_backward_start(tp, exec, dx);
     if (bias_gradient && has_bias) {
       PhaseScope phase(Phase::norms_elementwise);
       model::bias_gradient(exec, dy, bias.grad_vector(), column_scratch);
@@ -220,6 +225,9 @@ struct RowParallelLinear {
   Parameter<T> bias;    // [out], replicated
   kernels::Vector<kx::acc_t<T>> column_scratch;  // column_sums_scratch(); empty: allocated per backward
   SequenceParallelBuffers<T> sp;                 // enabled: y and dy are [n, out] token shards
+  // An expert's layer: its partial sums are weighted and reduced by the mixture's token
+  // dispatcher after all experts (ColumnParallelLinear::explicit_expert_comm), not by g here.
+  bool explicit_expert_comm = false;
 
   // weight [out, in] split by rows (TensorSplit::row); bias [out] replicated, and with sequence
   // parallelism added to this rank's tokens only (its spec's sequence_parallel_gradient).
@@ -254,7 +262,7 @@ struct RowParallelLinear {
         PhaseScope phase(Phase::gemm);
         kernels::linear_forward(exec, x, weight.value_matrix(), y);
       }
-      parallel::reduce_from_tp_region_forward(tp, exec, y);  // g: all-reduce partial sums
+      if (!explicit_expert_comm) parallel::reduce_from_tp_region_forward(tp, exec, y);  // g: all-reduce partial sums
     }
     if (!add_bias || !has_bias) return;
     PhaseScope phase(Phase::norms_elementwise);
@@ -274,7 +282,7 @@ struct RowParallelLinear {
       parallel::reduce_scatter_to_sequence_parallel_region_backward(tp, exec, dy, sp.gathered);
       input_and_weight_gradients(exec, sp.gathered, x, dx);
     } else {
-      parallel::reduce_from_tp_region_backward(tp, exec, dy);  // g: identity
+      if (!explicit_expert_comm) parallel::reduce_from_tp_region_backward(tp, exec, dy);  // g: identity
       input_and_weight_gradients(exec, dy, x, dx);
     }
   }

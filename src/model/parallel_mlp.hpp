@@ -4,6 +4,9 @@
 // SwiGLU (model.mlp = "swiglu", Shazeer 2020): fc is gate and up stacked ([N, 2F/tp]: this rank's
 // slice of gate, then the same slice of up), a = silu(gate)·up on the slice, proj (down)
 // row-parallel. The biases are the specification's (model.linear_bias).
+// Each expert of a mixture (mixture_of_experts.hpp) is this SwiGLU MLP too, built by expert():
+// the same layers and kernels on the rows the token dispatcher routes to it, its collectives the
+// dispatcher's.
 #pragma once
 
 #include <string>
@@ -58,6 +61,13 @@ struct ParallelMLP {
     fc.sp = proj.sp = sequence_parallel_buffers(ws, s, tokens);
   }
 
+  // A mixture's expert: gate|up and down without biases, no buffers of its own (its rows are the
+  // mixture's routed rows: forward_rows, backward_rows), and no collectives: the token
+  // dispatcher gathers the tokens before every expert and reduces the outputs after them.
+  static ParallelMLP expert(const ParameterSpec& gate_up, const ParameterSpec& down, const Communicator& tp) {
+    return ParallelMLP(gate_up, down, tp);
+  }
+
   std::vector<Parameter<T>*> parameters() {
     std::vector<Parameter<T>*> ps = fc.parameters();
     for (Parameter<T>* p : proj.parameters()) ps.push_back(p);
@@ -72,30 +82,49 @@ struct ParallelMLP {
   void forward(const Exec& exec, Communicator& tp, const XV& x, const YV& y, const bool add_proj_bias = true) {
     const auto n = fc.sp.enabled() ? static_cast<std::int64_t>(saved.h.extent(0)) : static_cast<std::int64_t>(x.extent(0));
     const kernels::Matrix<T> h = first_rows(saved.h, n), act = first_rows(a, n);
+    if (swiglu) return forward_rows(exec, tp, x, h, act, y, add_proj_bias);
     fc.forward(exec, tp, x, h);
     {
       PhaseScope phase(Phase::norms_elementwise);
-      if (swiglu) kernels::silu_mul_forward(exec, h, act);
-      else kernels::bias_gelu_forward(exec, h, fc.bias.value_vector(), act, first_rows(saved.sig, n));
+      kernels::bias_gelu_forward(exec, h, fc.bias.value_vector(), act, first_rows(saved.sig, n));
     }
     proj.forward(exec, tp, act, y, add_proj_bias);
   }
 
+  // SwiGLU on rows given with their buffers: h [rows, 2F/tp] = fc(x) (gate|up),
+  // act [rows, F/tp] = silu(gate)·up, y = proj(act).
+  template <class XV, class HV, class AV, class YV>
+  void forward_rows(const Exec& exec, Communicator& tp, const XV& x, const HV& h, const AV& act, const YV& y,
+                    const bool add_proj_bias = true) {
+    fc.forward(exec, tp, x, h);
+    {
+      PhaseScope phase(Phase::norms_elementwise);
+      kernels::silu_mul_forward(exec, h, act);
+    }
+    proj.forward(exec, tp, act, y, add_proj_bias);
+  }
+
+  // Its backward: dx from dy, h the forward's; act, d_act [rows, F/tp] and d_h [rows, 2F/tp]
+  // scratch (d_act may be act: the projection reads act before it writes d_act). dx may be dy's
+  // storage: nothing reads dy after the projection's backward.
+  template <class DYV, class XV, class HV, class AV, class DAV, class DHV, class DXV>
+  void backward_rows(const Exec& exec, Communicator& tp, const DYV& dy, const XV& x, const HV& h, const AV& act,
+                     const DAV& d_act, const DHV& d_h, const DXV& dx) {
+    {
+      PhaseScope phase(Phase::norms_elementwise);
+      kernels::silu_mul_forward(exec, h, act);  // the scratch holds another layer's by now
+    }
+    proj.backward(exec, tp, dy, act, d_act);
+    {
+      PhaseScope phase(Phase::norms_elementwise);
+      kernels::silu_mul_backward(exec, d_act, h, d_h);
+    }
+    fc.backward(exec, tp, d_h, x, dx);
+  }
+
   template <class DYV, class XV, class DXV>
   void backward(const Exec& exec, Communicator& tp, const DYV& dy, const XV& x, const DXV& dx) {
-    if (swiglu) {
-      {
-        PhaseScope phase(Phase::norms_elementwise);
-        kernels::silu_mul_forward(exec, saved.h, a);  // the scratch holds another layer's by now
-      }
-      proj.backward(exec, tp, dy, a, da);
-      {
-        PhaseScope phase(Phase::norms_elementwise);
-        kernels::silu_mul_backward(exec, da, saved.h, dh);
-      }
-      fc.backward(exec, tp, dh, x, dx);
-      return;
-    }
+    if (swiglu) return backward_rows(exec, tp, dy, x, saved.h, a, da, dh, dx);
     {
       PhaseScope phase(Phase::norms_elementwise);
       kernels::gelu_from_sigmoid(exec, saved.h, saved.sig, a);  // the scratch holds another layer's by now
@@ -114,6 +143,12 @@ struct ParallelMLP {
       }
     }
     fc.backward(exec, tp, da, x, dx, /*bias_gradient=*/false);
+  }
+
+ private:
+  ParallelMLP(const ParameterSpec& gate_up, const ParameterSpec& down, const Communicator& tp)
+      : fc(gate_up, tp), proj(down, tp), swiglu(true) {
+    fc.explicit_expert_comm = proj.explicit_expert_comm = true;
   }
 };
 

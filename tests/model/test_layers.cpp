@@ -671,7 +671,7 @@ model::GptShape moe_shape(int tp, double capacity = 0.0, bool sequence_parallel 
 // The smallest gap, over the tokens, between the k-th and the (k+1)-th router probability: a
 // finite difference is only meaningful when no perturbation can change a token's top k.
 double top_k_gap(const model::MixtureOfExperts<Real>& layer) {
-  auto p = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), layer.saved->probs);
+  auto p = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), layer.saved->routing.probs);
   const int E = layer.shape_.experts, k = layer.shape_.experts_per_token;
   double gap = 1.0;
   for (std::size_t t = 0; t < p.extent(0); ++t) {
@@ -746,7 +746,7 @@ TEST_CASE("MixtureOfExperts equals a plain Mixtral block; dropless keeps k copie
   const model::MoeStatistics stats = layer.take_statistics();
   const auto host = [](const auto& v) { return Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), v); };
   auto hx = host(x), hy = host(y);
-  auto wr = host(layer.router.value);
+  auto wr = host(layer.router.weight.value);
   double worst = 0.0;
   std::vector<double> routed(E, 0.0), mean_p(E, 0.0);
   for (std::int64_t t = 0; t < N; ++t) {
@@ -768,7 +768,7 @@ TEST_CASE("MixtureOfExperts equals a plain Mixtral block; dropless keeps k copie
     for (int j = 0; j < k; ++j) {
       const int e = order[j];
       routed[e] += 1;
-      auto w13 = host(layer.fc[e].value), w2 = host(layer.proj[e].value);  // [2F, H] gate|up, [H, F]
+      auto w13 = host(layer.experts[e].fc.weight.value), w2 = host(layer.experts[e].proj.weight.value);  // [2F, H] gate|up, [H, F]
       std::vector<double> act(F);
       for (int f = 0; f < F; ++f) {
         double g = 0.0, u = 0.0;
@@ -799,5 +799,5 @@ TEST_CASE("MixtureOfExperts equals a plain Mixtral block; dropless keeps k copie
   }
   CHECK(copies == k * N);  // dropless: no copy lost
   CHECK(stats.dropped == 0);
-  CHECK(layer.saved->kept == k * N);
+  CHECK(layer.saved->copies.kept == k * N);
 }
