@@ -116,8 +116,8 @@ plans = [
     ("plan --gpu-memory 1e300", [deck, "--gpu-memory", "1e300"], 0, "gpu_memory_bytes"),
     ("plan --tokens 1e308 --peak-tflops 1e-300", [deck, "--tokens", "1e308", "--peak-tflops", "1e-300"], 0,
      "training_days"),
-    ("plan with suggestions of NaN days", [deck, "--gpus", "4", "--tokens", "5e-324", "--peak-tflops", "1e-300",
-                                           "--efficiency", "1e-300"], 1, "suggestions[0].training_days"),
+    ("plan with suggestions of NaN days", [deck, "--gpus", "4", "--tokens", "5e-324", "--peak-tflops", "5e-324"], 1,
+     "suggestions[0].training_days"),
 ]
 for what, args, rc, null in plans:
     out, err = run(what, [exe, "plan"] + args, rc)

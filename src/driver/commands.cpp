@@ -20,7 +20,10 @@
 #include "src/parallel/device_binding.hpp"
 #include "src/parallel/topology.hpp"
 #include "src/parallel/topology_of_deck.hpp"
+#include "io/chrome_trace.hpp"
+#include "src/plan/layout_search.hpp"
 #include "src/plan/plan.hpp"
+#include "src/plan/step_simulation.hpp"
 #include "src/driver/bench.hpp"
 #include "src/checkpoint/model_checkpoint.hpp"
 #include "src/driver/eval_command.hpp"
@@ -173,15 +176,30 @@ int plan(const DeckOptions& o, const PlanOptions& options) {
     log::error("invalid deck " + io::display_path(o.deck) + ":\n" + e.what());
     return 1;
   }
+  plan::Hardware hw;
   try {
-    plan::Hardware hw;
+    if (!options.machine.empty()) hw.machine = plan::load_machine(options.machine);
+  } catch (const std::exception& e) {
+    log::error(std::string("invalid machine file: ") + e.what());
+    return 1;
+  }
+  try {
     hw.gpus = options.gpus;
     hw.gpus_per_node = options.gpus_per_node;
     hw.gpu_memory_gib = options.gpu_memory_gib;
     hw.peak_tflops = options.peak_tflops;
-    hw.efficiency = options.efficiency;
     hw.tokens = options.tokens;
     const plan::Plan p = plan::make_plan(deck, hw);
+    if (!options.trace.empty()) {
+      io::ChromeTrace trace;
+      plan::simulate_step(p.config, p.hardware.machine, &trace);
+      trace.write(options.trace);
+    }
+    if (options.search) {
+      const plan::SearchResult found = plan::search_layouts(p.config, p.hardware.machine, p.gpus, 5);
+      std::fputs(plan::search_report(found, p).c_str(), stdout);
+      return found.best.empty() ? 1 : 0;
+    }
     std::fputs(plan::report(p).c_str(), stdout);
     std::printf("%s\n", plan::report_json(p).c_str());
     return p.ok() ? 0 : 1;

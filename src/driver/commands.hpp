@@ -56,12 +56,14 @@ int tokenize(const TokenizeOptions& options);
 // `tptrain plan`: what the deck needs on the hardware described (src/plan/plan.hpp); no MPI, no
 // data files. 0 when it fits on the GPU count it needs, 1 otherwise (or for a bad deck).
 struct PlanOptions {
+  std::string machine;        // --machine FILE; empty: the built-in DGX A100 80 GB (input/machines/dgx-a100-80gb.toml)
   long long gpus = 0;         // 0: the deck's tensor x pipeline x data
-  int gpus_per_node = 8;
-  double gpu_memory_gib = 80;
-  double peak_tflops = 0;     // 0: by precision (A100: 312 bf16/fp16, 19.5 fp32)
-  double efficiency = 0.45;
+  int gpus_per_node = 0;      // 0: the machine's
+  double gpu_memory_gib = 0;  // 0: the machine's
+  double peak_tflops = 0;     // 0: the machine's, for the deck's precision
   double tokens = 0;          // 0: training.steps x global_batch x seq_length
+  bool search = false;        // --search: rank the fitting layouts by simulated step time
+  std::string trace;          // --trace FILE.json: the simulated step as a Chrome trace
 };
 int plan(const DeckOptions& options, const PlanOptions& plan);
 

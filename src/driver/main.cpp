@@ -81,7 +81,7 @@ CLI::Validator non_negative_number() {
       "NUMBER >= 0");
 }
 
-// --efficiency: a share of the peak, in (0, 1].
+// A positive number, at most `most` when given.
 CLI::Validator positive_number(double most = std::numeric_limits<double>::infinity()) {
   return CLI::Validator(
       [most](std::string& text) -> std::string {
@@ -272,19 +272,24 @@ int main(int argc, char** argv) {
   add_deck_options(*plan_cmd, deck);
   plan_cmd->add_option("--gpus", plan_opts.gpus, "GPUs of the allocation (default: tensor x context x pipeline x data)")
       ->check(integer_at_least(1));
-  plan_cmd->add_option("--gpus-per-node", plan_opts.gpus_per_node, "GPUs per node")
-      ->check(integer_at_least(1))
-      ->capture_default_str();
-  plan_cmd->add_option("--gpu-memory", plan_opts.gpu_memory_gib, "memory of one GPU in GiB")
-      ->check(positive_number())
-      ->capture_default_str();
-  plan_cmd->add_option("--peak-tflops", plan_opts.peak_tflops,
-                       "dense peak of one GPU in TFLOP/s (default: A100, 312 for bf16/fp16, 19.5 for fp32)")
+  plan_cmd->add_option("--machine", plan_opts.machine,
+                       "machine description (input/machines/*.toml, or bench --calibrate's) the step is simulated on "
+                       "(default: a DGX A100 80 GB, built in: input/machines/dgx-a100-80gb.toml)")
+      ->check(readable_file());
+  plan_cmd->add_option("--gpus-per-node", plan_opts.gpus_per_node, "GPUs per node (default: the machine's)")
+      ->check(integer_at_least(1));
+  plan_cmd->add_option("--gpu-memory", plan_opts.gpu_memory_gib, "memory of one GPU in GiB (default: the machine's)")
       ->check(positive_number());
-  plan_cmd->add_option("--efficiency", plan_opts.efficiency,
-                       "achieved share of the peak (Narayanan et al. 2021 reach 0.44-0.52 at scale)")
-      ->check(positive_number(1.0))
-      ->capture_default_str();
+  plan_cmd->add_option("--peak-tflops", plan_opts.peak_tflops,
+                       "dense peak of one GPU in TFLOP/s for the deck's precision (default: the machine's; "
+                       "A100: 312 for bf16/fp16, 19.5 for fp32)")
+      ->check(positive_number());
+  plan_cmd->add_flag("--search", plan_opts.search,
+                     "rank the layouts of the GPU count that fit by simulated step time (tensor, context, pipeline, "
+                     "virtual stages, data, expert, micro-batch, sequence parallelism, recompute, rank order); "
+                     "print the best 5 with their breakdowns, --set arguments and deck lines");
+  plan_cmd->add_option("--trace", plan_opts.trace,
+                       "write the simulated step (every simulated rank, every stream) as a Chrome trace (JSON) to FILE");
   plan_cmd->add_option("--tokens", plan_opts.tokens,
                        "training tokens, e.g. 300e9 (default: training.steps x global_batch x seq_length)")
       ->check(positive_number());

@@ -67,33 +67,37 @@ void check_hardware(const Hardware& hw) {
       throw std::invalid_argument(fmt::format("{} = {}: expected a positive number", option, v));
   };
   if (hw.gpus < 0) throw std::invalid_argument(fmt::format("--gpus = {}: expected a positive integer", hw.gpus));
-  positive("--gpus-per-node", hw.gpus_per_node);
-  positive("--gpu-memory", hw.gpu_memory_gib);
+  if (hw.gpus_per_node != 0) positive("--gpus-per-node", hw.gpus_per_node);
+  if (hw.gpu_memory_gib != 0) positive("--gpu-memory", hw.gpu_memory_gib);
   if (hw.peak_tflops != 0) positive("--peak-tflops", hw.peak_tflops);
-  positive("--efficiency", hw.efficiency);
-  if (hw.efficiency > 1)
-    throw std::invalid_argument(fmt::format("--efficiency = {}: expected a fraction of the peak, at most 1", hw.efficiency));
   if (hw.tokens < 0 || !std::isfinite(hw.tokens))
     throw std::invalid_argument(fmt::format("--tokens = {}: expected a positive number", hw.tokens));
 }
 
-double peak_of(const Hardware& hw, const Config& c) {
-  return hw.peak_tflops > 0 ? hw.peak_tflops : default_peak_tflops(c.precision);
+// Seconds of one simulated step, NaN where no schedule exists for the layout.
+double step_seconds_of(const Config& c, const Machine& m) {
+  try {
+    return simulate_step(c, m).step_seconds;
+  } catch (const std::invalid_argument&) {
+    return std::numeric_limits<double>::quiet_NaN();
+  }
 }
 
-double days_of(const Config& c, const Hardware& hw, double tokens) {
+double days_of(const Config& c, const Machine& m, double tokens) {
   const double iterations = tokens / (double(c.global_batch) * c.shape.seq_length);
-  const double seconds = flops_per_iteration(c, c.recompute) / (double(c.world()) * peak_of(hw, c) * 1e12 * hw.efficiency);
-  return iterations * seconds / kSecondsPerDay;
+  return iterations * step_seconds_of(c, m) / kSecondsPerDay;
 }
 
-// The keys by which `c` differs from `deck`, as --set arguments.
-std::vector<std::string> changes(const Config& deck, const Config& c) {
+}  // namespace
+
+std::vector<std::string> changed_keys(const Config& deck, const Config& c) {
   std::vector<std::string> out;
   if (c.tensor() != deck.tensor()) out.push_back(fmt::format("parallel.tensor={}", c.tensor()));
   if (c.context() != deck.context()) out.push_back(fmt::format("parallel.context={}", c.context()));
   if (c.pipeline != deck.pipeline) out.push_back(fmt::format("parallel.pipeline={}", c.pipeline));
+  if (c.virtual_stages != deck.virtual_stages) out.push_back(fmt::format("parallel.virtual_stages={}", c.virtual_stages));
   if (c.data != deck.data) out.push_back(fmt::format("parallel.data={}", c.data));
+  if (c.order != deck.order) out.push_back(fmt::format("parallel.order={}", parallel::rank_order_name(c.order)));
   if (c.expert() != deck.expert()) out.push_back(fmt::format("parallel.expert={}", c.expert()));
   if (c.sequence_parallel != deck.sequence_parallel)
     out.push_back(fmt::format("parallel.sequence_parallel={}", c.sequence_parallel));
@@ -104,6 +108,8 @@ std::vector<std::string> changes(const Config& deck, const Config& c) {
     out.push_back(fmt::format("optimizer.distributed={}", c.distributed_optimizer));
   return out;
 }
+
+namespace {
 
 // The divisors of n > 0, increasing: trial division up to √n, at most 46341 steps for an int.
 std::vector<int> divisors(int n) {
@@ -148,8 +154,8 @@ bool nearer(const Suggestion& a, const Suggestion& b) {
 // parallel.expert (a divisor of data and of model.experts, at most kMaxExperts of them, those
 // nearest the deck's first), sequence parallelism, the recomputation, the distributed optimizer,
 // micro_batch (the deck's or 1) and, for an fp32 deck, bf16.
-std::vector<Suggestion> nearest_fitting(const Config& deck, const Hardware& hw, std::int64_t gpus, double tokens,
-                                        std::size_t count) {
+std::vector<Suggestion> nearest_fitting(const Config& deck, const Hardware& hw, const Machine& machine,
+                                        std::int64_t gpus, double tokens, std::size_t count) {
   std::vector<int> tensors;
   for (const int t : divisors(hw.gpus_per_node))
     if (gpus % t == 0) tensors.push_back(t);
@@ -232,10 +238,18 @@ std::vector<Suggestion> nearest_fitting(const Config& deck, const Hardware& hw, 
                   continue;  // more than 2^63 − 1 bytes: fits no GPU
                 }
                 if (double(most) > limit) continue;
-                found.push_back(Suggestion{c, changes(deck, c), most, days_of(c, hw, tokens)});
+                found.push_back(Suggestion{c, changed_keys(deck, c), most, 0});
               }
     }
   }
+  // The days come from a simulated step: only for the suggestions with the fewest changes, enough
+  // of them to fill `count` (every one of the last number of changes taken).
+  std::stable_sort(found.begin(), found.end(),
+                   [](const Suggestion& a, const Suggestion& b) { return a.sets.size() < b.sets.size(); });
+  std::size_t kept = 0;
+  while (kept < found.size() && (kept < count || found[kept].sets.size() == found[kept - 1].sets.size())) ++kept;
+  found.resize(kept);
+  for (Suggestion& s : found) s.days = days_of(s.config, machine, tokens);
   std::sort(found.begin(), found.end(), nearer);
   if (found.size() > count) found.resize(count);
   return found;
@@ -276,7 +290,43 @@ io::JsonObject json_of(const Plan& p);
 
 }  // namespace
 
-double default_peak_tflops(const std::string& precision) { return precision == "fp32" ? 19.5 : 312.0; }
+std::string step_breakdown_text(const std::string& label, const StepBreakdown& b, double step) {
+  const auto part = [&](double x) { return fmt::format("{:.3f} s ({:.0f} %)", x, step > 0 ? 100 * x / step : 0.0); };
+  return fmt::format("{} compute {}, tensor {}, context {}, expert {}, pipeline bubble {}, data {}, optimizer {}",
+                     label, part(b.compute), part(b.tensor), part(b.context), part(b.expert), part(b.bubble),
+                     part(b.data), part(b.optimizer));
+}
+
+io::JsonObject step_breakdown_json(const StepBreakdown& b, double step) {
+  using io::digits;
+  return io::JsonObject()
+      .number("step", step, digits(6))
+      .number("compute", b.compute, digits(6))
+      .number("tensor", b.tensor, digits(6))
+      .number("context", b.context, digits(6))
+      .number("expert", b.expert, digits(6))
+      .number("pipeline_bubble", b.bubble, digits(6))
+      .number("data", b.data, digits(6))
+      .number("optimizer", b.optimizer, digits(6));
+}
+
+namespace {
+
+}  // namespace
+
+double default_peak_tflops(const std::string& precision) { return peak_flops(dgx_a100_80gb(), precision) / 1e12; }
+
+Machine resolved_machine(Hardware& hw, const std::string& precision) {
+  Machine m = hw.machine;
+  if (hw.gpus_per_node > 0) m.devices = hw.gpus_per_node;
+  if (hw.gpu_memory_gib > 0) m.memory_gib = hw.gpu_memory_gib;
+  if (hw.peak_tflops > 0) (precision == "bf16" ? m.peak_tflops_bf16 : precision == "fp16" ? m.peak_tflops_fp16 : m.peak_tflops_fp32) = hw.peak_tflops;
+  hw.gpus_per_node = m.devices;
+  hw.gpu_memory_gib = m.memory_gib;
+  hw.peak_tflops = peak_flops(m, precision) / 1e12;
+  hw.machine = m;
+  return m;
+}
 
 RankMemory rank_memory(const Config& c, const StageParameters& stage_parameters, int stage) {
   const int P = c.pipeline;
@@ -320,7 +370,7 @@ Plan make_plan(const Config& c, const Hardware& hw_in, double deck_tokens, const
   p.deck = deck_path;
   p.config = c;
   p.hardware = hw_in;
-  p.hardware.peak_tflops = peak_of(hw_in, c);
+  const Machine machine = resolved_machine(p.hardware, c.precision);
   p.gpus = hw_in.gpus > 0 ? hw_in.gpus : c.world();
   p.hardware.gpus = p.gpus;
   p.tokens = hw_in.tokens > 0 ? hw_in.tokens : deck_tokens;
@@ -353,17 +403,19 @@ Plan make_plan(const Config& c, const Hardware& hw_in, double deck_tokens, const
   p.flops_full = flops_per_iteration(c, Recompute::full);
   p.flops = flops_per_iteration(c, c.recompute);
   p.flops_eq3 = narayanan_flops_per_iteration(c.global_batch, m.seq_length, m.layers, m.hidden, m.padded_vocab());
-  p.achieved_flops = p.hardware.peak_tflops * 1e12 * p.hardware.efficiency;
   p.bubble_without_interleaving = double(c.pipeline - 1) / c.micro_batches();
   p.bubble = p.bubble_without_interleaving / c.virtual_stages;
-  // The efficiency is that of 1F1B without interleaving (the published runs'); v chunks take
-  // the bubble's share of the step down from (p − 1)/m to (p − 1)/(v·m).
-  const double interleaving = (1 + p.bubble) / (1 + p.bubble_without_interleaving);
-  p.seconds_per_iteration = p.flops / (double(c.world()) * p.achieved_flops) * interleaving;
+  p.simulation = simulate_step(c, machine);
+  p.seconds_per_iteration = p.simulation.step_seconds;
+  p.achieved_flops = p.flops / (double(c.world()) * p.seconds_per_iteration);
   p.iterations = p.tokens / (double(c.global_batch) * m.seq_length);
   p.training_days = p.iterations * p.seconds_per_iteration / kSecondsPerDay;
-  // (1 / interleaving - 1) > 0 with v > 1 (which needs p > 1): no inf - inf for a run of inf days.
-  if (c.virtual_stages > 1) p.days_saved_by_interleaving = p.training_days * (1 / interleaving - 1);
+  if (c.virtual_stages > 1) {
+    Config one = c;
+    one.virtual_stages = 1;
+    const double without = p.iterations * step_seconds_of(one, machine) / kSecondsPerDay;
+    if (without > p.training_days) p.days_saved_by_interleaving = without - p.training_days;
+  }
   // Eq. 4 and 6NT count the parameters a token's work touches: a mixture's active ones.
   p.training_days_eq4 = narayanan_training_seconds(p.tokens, double(p.active_parameters), double(c.world()),
                                                    p.achieved_flops,
@@ -373,7 +425,7 @@ Plan make_plan(const Config& c, const Hardware& hw_in, double deck_tokens, const
   p.communication = busiest_communication(c, per_stage);
   const CrossNodeBytes* deck_order = nullptr;
   for (const parallel::RankOrder order : {parallel::RankOrder::tp_pp_dp, parallel::RankOrder::tp_dp_pp})
-    p.cross_node.push_back(cross_node_bytes(c, per_stage, order, hw_in.gpus_per_node));
+    p.cross_node.push_back(cross_node_bytes(c, per_stage, order, p.hardware.gpus_per_node));
   for (const CrossNodeBytes& x : p.cross_node)
     if (x.order == c.order) deck_order = &x;
   p.recommended_order = c.order;
@@ -392,27 +444,27 @@ Plan make_plan(const Config& c, const Hardware& hw_in, double deck_tokens, const
         "workspace {:.1f} GiB)",
         p.memory.stage, gib(p.memory.total()), p.hardware.gpu_memory_gib, gib(p.memory.parameter_bytes.total()),
         gib(p.memory.activations), gib(p.memory.head), gib(p.memory.workspace)));
-  if (hw_in.gpus_per_node % m.tensor != 0)
+  const int gpus_per_node = p.hardware.gpus_per_node;
+  if (gpus_per_node % m.tensor != 0)
     p.notes.push_back(fmt::format("a tensor-parallel group of {} ranks does not fit in a node of {} GPUs: its "
                                   "all-reduces, several per layer, cross the network",
-                                  m.tensor, hw_in.gpus_per_node));
-  if (p.gpus % hw_in.gpus_per_node != 0 && p.gpus > hw_in.gpus_per_node)
-    p.notes.push_back(fmt::format("{} GPUs are not whole nodes of {}", p.gpus, hw_in.gpus_per_node));
+                                  m.tensor, gpus_per_node));
+  if (p.gpus % gpus_per_node != 0 && p.gpus > gpus_per_node)
+    p.notes.push_back(fmt::format("{} GPUs are not whole nodes of {}", p.gpus, gpus_per_node));
   if (c.micro_batches() < c.pipeline)
     p.notes.push_back(fmt::format("{} micro-batches per step on {} pipeline stages: most stages idle most of the time",
                                   c.micro_batches(), c.pipeline));
   if (suggest && !p.problems.empty()) {
-    Hardware hw = hw_in;
-    hw.gpus = p.gpus;
-    p.suggestions = nearest_fitting(c, hw, p.gpus, p.tokens, 5);
+    Hardware hw = p.hardware;
+    p.suggestions = nearest_fitting(c, hw, machine, p.gpus, p.tokens, 5);
   }
   // Extreme --tokens, --peak-tflops or --gpu-memory put a figure beyond a double: the JSON line
   // has null there (JSON has no infinity), and the report says why.
   if (const io::JsonObject json = json_of(p); !json.non_finite().empty())
     p.notes.push_back(fmt::format("{}: beyond the range of a double (with --tokens {:g}, --peak-tflops {:g}, "
-                                  "--efficiency {:g}, --gpu-memory {:g} GiB); null in the JSON line",
+                                  "--gpu-memory {:g} GiB); null in the JSON line",
                                   io::describe_non_finite(json), p.tokens, p.hardware.peak_tflops,
-                                  p.hardware.efficiency, p.hardware.gpu_memory_gib));
+                                  p.hardware.gpu_memory_gib));
   return p;
 }
 
@@ -538,22 +590,35 @@ std::string report(const Plan& p) {
                    p.flops, recompute_name(c.recompute), p.flops_none, p.flops_selective, p.flops_full,
                    !gpt_formula_applies(m) ? std::string("; not GPT's block, no eq. 3")  // eq. 3: GPT's, f = 4h
                                            : fmt::format("; Narayanan eq. 3: {:.3e}", p.flops_eq3)));
-  line(fmt::format("  achieved             {:.1f} TFLOP/s per GPU = peak {:g} x efficiency {:g}", p.achieved_flops / 1e12,
-                   p.hardware.peak_tflops, p.hardware.efficiency));
-  line(fmt::format("  time per iteration   {:.2f} s on {} GPUs", p.seconds_per_iteration, c.world()));
+  const StepSimulation& sim = p.simulation;
+  line(fmt::format("  machine              {} ({}): {} {:g} TFLOP/s {} peak, {:g} GB/s memory, {} per node, link {:g} "
+                   "GB/s, network {:g} GB/s per device",
+                   p.hardware.machine.name, io::display_path(p.hardware.machine.path), p.hardware.machine.device_name,
+                   p.hardware.peak_tflops, c.precision, p.hardware.machine.memory_bandwidth_gbs, p.hardware.gpus_per_node,
+                   p.hardware.machine.link_bandwidth_gbs, p.hardware.machine.network_bandwidth_gbs));
+  line(fmt::format("  time per iteration   {:.3f} s on {} GPUs (a simulated step: the schedule's ops on every stage)",
+                   p.seconds_per_iteration, c.world()));
+  line(fmt::format("  achieved             {:.1f} TFLOP/s per GPU with recomputation; MFU {:.1f} % (model FLOPs {:.3e} "
+                   "per step)",
+                   p.achieved_flops / 1e12, 100 * sim.mfu, sim.model_flops));
   line(fmt::format("  training             {:.4g} B tokens = {:.0f} iterations: {:.1f} days (eq. 4, {}TP/(nX): {:.1f} "
                    "days); 6NT = {:.3g} FLOPs",
                    p.tokens / 1e9, p.iterations, p.training_days, c.recompute == Recompute::full ? 8 : 6,
                    p.training_days_eq4, p.total_flops_6nt));
+  line(step_breakdown_text("  step, average rank  ", sim.average, sim.step_seconds));
+  line(step_breakdown_text(fmt::format("  most loaded rank {:<3}", sim.most_loaded.world_rank), sim.most_loaded,
+                           sim.step_seconds));
   if (c.virtual_stages == 1)
-    line(fmt::format("  pipeline bubble      (p - 1)/m = {}/{} = {:.1f} % of the ideal step (inside the efficiency)",
-                     c.pipeline - 1, c.micro_batches(), 100 * p.bubble));
+    line(fmt::format("  pipeline bubble      (p - 1)/m = {}/{} = {:.1f} % of the ideal step (closed form; simulated: "
+                     "{:.1f} % of the step idle on the average rank)",
+                     c.pipeline - 1, c.micro_batches(), 100 * p.bubble, 100 * sim.average.bubble / sim.step_seconds));
   else
     line(fmt::format("  pipeline bubble      (p - 1)/(v m) = {}/({} x {}) = {:.1f} % of the ideal step, interleaved "
-                     "(1F1B without it: {:.1f} %, inside the efficiency): {:.1f} days saved, for {} times the "
+                     "(1F1B without it: {:.1f} %; simulated: {:.1f} % idle): {:.1f} days saved, for {} times the "
                      "point-to-point messages",
                      c.pipeline - 1, c.virtual_stages, c.micro_batches(), 100 * p.bubble,
-                     100 * p.bubble_without_interleaving, p.days_saved_by_interleaving, c.virtual_stages));
+                     100 * p.bubble_without_interleaving, 100 * sim.average.bubble / sim.step_seconds,
+                     p.days_saved_by_interleaving, c.virtual_stages));
   line("");
   line("communication per step: bytes one rank sends (ring algorithms; the busiest stage)");
   const StepCommunication& x = p.communication;
@@ -698,7 +763,12 @@ io::JsonObject json_of(const Plan& p) {
                                                    .number("none", p.flops_none, exponent(6))
                                                    .number("selective", p.flops_selective, exponent(6))
                                                    .number("full", p.flops_full, exponent(6)));
-  o.number("peak_tflops", p.hardware.peak_tflops, digits(6)).number("efficiency", p.hardware.efficiency, digits(6));
+  o.string("machine", p.hardware.machine.name);
+  o.number("peak_tflops", p.hardware.peak_tflops, digits(6)).number("mfu", p.simulation.mfu, digits(6));
+  o.object("step_seconds", step_breakdown_json(p.simulation.average, p.simulation.step_seconds));
+  o.object("most_loaded_rank_seconds", step_breakdown_json(p.simulation.most_loaded, p.simulation.step_seconds)
+                                           .integer("rank", p.simulation.most_loaded.world_rank)
+                                           .integer("stage", p.simulation.most_loaded.stage));
   o.number("seconds_per_iteration", p.seconds_per_iteration, digits(6)).number("tokens", p.tokens, exponent(6));
   o.number("iterations", p.iterations, digits(6)).number("training_days", p.training_days, digits(6));
   o.number("training_days_eq4", p.training_days_eq4, digits(6));

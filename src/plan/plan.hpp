@@ -17,28 +17,38 @@
 #include <vector>
 
 #include "io/deck.hpp"
+#include "io/json_line.hpp"
 #include "src/plan/communication.hpp"
 #include "src/plan/count.hpp"
 #include "src/plan/cross_node.hpp"
+#include "src/plan/machine.hpp"
 #include "src/plan/parameter_count.hpp"
 #include "src/plan/parameter_memory.hpp"
 #include "src/plan/plan_config.hpp"
+#include "src/plan/step_simulation.hpp"
 
 namespace tptrain::plan {
 
-// The machine and the run, from the command line (0 = the default named).
+// The machine and the run, from the command line (0 = the machine's figure).
 struct Hardware {
+  Machine machine = dgx_a100_80gb();  // --machine FILE (src/plan/machine.hpp)
   std::int64_t gpus = 0;      // GPUs of the allocation; 0: the deck's tensor × context × pipeline × data
-  int gpus_per_node = 8;
-  double gpu_memory_gib = 80;
-  double peak_tflops = 0;     // dense peak per GPU; 0: default_peak_tflops(precision)
-  double efficiency = 0.45;   // achieved / peak (Narayanan et al. 2021 reach 0.44–0.52)
+  int gpus_per_node = 0;      // 0: the machine's [node] devices
+  double gpu_memory_gib = 0;  // 0: the machine's [device] memory_gib
+  double peak_tflops = 0;     // dense peak per GPU for the deck's precision; 0: the machine's
   double tokens = 0;          // training tokens; 0: training.steps × global_batch × seq_length
 };
 
-// A100 SXM dense peaks (NVIDIA's data sheet): 312 TFLOP/s bf16/fp16 tensor cores, 19.5 fp32 (tptrain's
-// fp32 GEMMs do not use TF32).
+// The machine with the command line's figures put in (--gpus-per-node, --gpu-memory, --peak-tflops
+// for `precision`), and those resolved in `hw`.
+Machine resolved_machine(Hardware& hw, const std::string& precision);
+
+// The default machine's dense peaks (A100 SXM, NVIDIA's data sheet): 312 TFLOP/s bf16/fp16 tensor
+// cores, 19.5 fp32 (tptrain's fp32 GEMMs do not use TF32).
 double default_peak_tflops(const std::string& precision);
+
+// The keys by which `c` differs from `deck`, as --set arguments ("parallel.tensor=4", ...).
+std::vector<std::string> changed_keys(const Config& deck, const Config& c);
 
 // One rank's memory: a rank of pipeline stage `stage` (every tensor- and data-parallel rank of a
 // stage holds the same).
@@ -94,7 +104,8 @@ struct Plan {
   double flops = 0;  // per iteration, with the deck's recomputation
   double flops_none = 0, flops_selective = 0, flops_full = 0;
   double flops_eq3 = 0;  // Narayanan eq. 3 as published (full recomputation, ffn = 4h)
-  double achieved_flops = 0;  // per GPU
+  StepSimulation simulation;  // one step, simulated on the machine (src/plan/step_simulation.hpp)
+  double achieved_flops = 0;  // per GPU: FLOPs per iteration (recomputation included) / (GPUs x step time)
   double seconds_per_iteration = 0;
   double iterations = 0;
   double training_days = 0;
@@ -102,8 +113,8 @@ struct Plan {
   double total_flops_6nt = 0;
   double bubble = 0;  // (p − 1)/(v·m)
   double bubble_without_interleaving = 0;  // (p − 1)/m
-  // Days the interleaved schedule saves against v = 1: the efficiency is taken as that of 1F1B
-  // without interleaving, so the step takes (1 + bubble)/(1 + bubble_without_interleaving) of it.
+  // Days the interleaved schedule saves against v = 1: the simulated run with one chunk per rank
+  // against this one.
   double days_saved_by_interleaving = 0;
   StepCommunication communication;
   // Bytes per step that cross node boundaries (--gpus-per-node, ranks placed node by node) under
@@ -130,6 +141,9 @@ Plan make_plan(const io::Deck& deck, const Hardware& hw);
 // figure beyond a double's range (from extreme --tokens, --peak-tflops or --gpu-memory) is null
 // in the JSON and the report says why.
 std::string report(const Plan& p);
+// "compute 1.234 s (80 %), tensor ..., optimizer ...": a simulated rank's step, by part.
+std::string step_breakdown_text(const std::string& label, const StepBreakdown& b, double step);
+io::JsonObject step_breakdown_json(const StepBreakdown& b, double step);
 std::string report_json(const Plan& p);
 
 }  // namespace tptrain::plan

@@ -1285,7 +1285,7 @@ group_round2_plan_json() {
   run_case r2_plan_tokens_1e308_peak_1e-300 ok verify=verify_json_null_days -- "${P[@]}" --tokens 1e308 \
     --peak-tflops 1e-300
   run_case r2_plan_days_nan_suggestions ok verify=verify_json_strict -- "${P1[@]}" --gpus 4 --tokens 5e-324 \
-    --peak-tflops 1e-300 --efficiency 1e-300
+    --peak-tflops 5e-324
   run_case r2_plan_layers_2000000 ok timeout=10 verify=verify_json_strict -- "${P[@]}" --set model.layers=2000000 \
     --gpu-memory 1000
   run_case r2_plan_layers_2000000_suggest ok timeout=10 verify=verify_json_strict -- "${P1[@]}" \

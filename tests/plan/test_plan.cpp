@@ -137,17 +137,23 @@ TEST_CASE("plan: GPT-3 175B on 1024 A100 at 140 TFLOP/s trains 300B tokens in ab
   CHECK(published > 33.5);
   CHECK(published < 34.5);
   CHECK(six_n_t(175e9, 300e9) == Approx(3.15e23));
-  // The same run from tptrain's exact count and eq. 3 (which adds the attention and logit terms).
-  const Config c = gpt3_175b();
+  // The same run from tptrain's exact count and eq. 3 (which adds the attention and logit terms),
+  // its time simulated on the default machine (a DGX A100 80 GB) with the batched attention core
+  // Megatron ran in 2021: within 20 % of the published 140 TFLOP/s per GPU (Narayanan et al. 2021
+  // Table 1, 1024 GPUs, full recomputation; docs/planning.md, "Validation": the model predicts
+  // 16 % more, what it ignores).
+  Config c = gpt3_175b();
+  c.set_context(1);
+  c.attention = "batched";
+  c.shape.flash_attention = false;
   Hardware hw;
-  hw.peak_tflops = 312;
-  hw.efficiency = 140.0 / 312;
   const Plan p = make_plan(c, hw, 300e9);
   CHECK(p.parameters == Approx(174.6e9).epsilon(0.001));
   CHECK(p.total_flops_6nt == Approx(3.14e23).epsilon(0.002));  // the seed's 6·N·T figure
-  CHECK(p.training_days_eq4 == Approx(33.8).epsilon(0.01));
-  CHECK(p.training_days > 33.5);
-  CHECK(p.training_days < 35.5);  // eq. 3's s/(6h) and V/(16lh) terms add 3 %
+  CHECK(p.achieved_flops == Approx(140e12).epsilon(0.20));
+  // Eq. 4 at the simulated speed: 8TP/(nX) against the simulated days, eq. 3's s/(6h) and
+  // V/(16lh) terms 3 % apart.
+  CHECK(p.training_days == Approx(p.training_days_eq4).epsilon(0.04));
   CHECK(p.flops == Approx(p.flops_eq3).epsilon(1e-12));
   CHECK(p.fits);
   CHECK(p.ok());
@@ -331,15 +337,13 @@ TEST_CASE("plan: each rank's parameters and their bytes equal what a TrainingRun
 }
 
 TEST_CASE("plan: the shipped GPT-3 175B decks: Megatron's fits, the seed's is refused for both reasons", "[plan]") {
-  Hardware a100;  // 8 GPUs per node, 80 GiB, 312 TFLOP/s bf16 at efficiency 0.45
-  a100.peak_tflops = 312;
+  Hardware a100;  // the default machine: a DGX A100 80 GB, 8 GPUs per node, 312 TFLOP/s bf16
   {
     const Plan p = make_plan(load_cluster_deck("gpt3-175b.toml"), a100);
     CHECK(p.ok());
     CHECK(p.gpus == 1024);
     CHECK(p.tokens == Approx(300e9).epsilon(1e-4));
-    CHECK(p.training_days > 33.5);
-    CHECK(p.training_days < 35.5);
+    CHECK(p.achieved_flops == Approx(140e12).epsilon(0.25));  // Narayanan et al. 2021: 140 TFLOP/s (flash here)
     CHECK(p.memory.stage == 0);
     CHECK(p.memory.total() < std::int64_t(80) << 30);
   }
@@ -417,11 +421,8 @@ TEST_CASE("plan: communication per step", "[plan]") {
 TEST_CASE("plan: hardware options out of range are refused, naming the option", "[plan]") {
   const Config c = gpt3_175b();
   Hardware hw;
-  hw.efficiency = 1.5;
-  CHECK_THROWS_WITH(make_plan(c, hw, 1e9), test::contains("--efficiency = 1.5"));
-  hw = Hardware{};
-  hw.gpu_memory_gib = 0;
-  CHECK_THROWS_WITH(make_plan(c, hw, 1e9), test::contains("--gpu-memory = 0"));
+  hw.gpu_memory_gib = -1;
+  CHECK_THROWS_WITH(make_plan(c, hw, 1e9), test::contains("--gpu-memory = -1"));
   Config bad = c;
   bad.data = 7;  // 1536 sequences do not split over 7 replicas
   CHECK_THROWS_WITH(make_plan(bad, Hardware{}, 1e9), test::contains("training.global_batch = 1536"));

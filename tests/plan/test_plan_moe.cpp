@@ -398,7 +398,9 @@ TEST_CASE("plan: the layout search varies parallel.expert", "[plan][moe]") {
   const Plan p = make_plan(deck, hw);
   REQUIRE_FALSE(p.fits);
   REQUIRE_FALSE(p.suggestions.empty());
-  CHECK(p.suggestions.front().sets == std::vector<std::string>{"parallel.expert=8"});
+  // One key changed, the experts split (8 or 4 ways: the faster simulated step first).
+  REQUIRE(p.suggestions.front().sets.size() == 1);
+  CHECK(p.suggestions.front().sets.front().rfind("parallel.expert=", 0) == 0);
   for (const Suggestion& s : p.suggestions) {
     INFO(s.sets.front());
     CHECK(s.config.layout_problem().empty());

@@ -219,8 +219,8 @@ TEST_CASE("plan: a figure beyond a double is null in the JSON, and the report sa
   CHECK(json.find("nan,") == std::string::npos);
   CHECK_THAT(report(p), test::contains("note: training_days = inf, training_days_eq4 = inf, total_flops_6nt = inf"));
   // Suggestions too: 0 x inf days is NaN, written null (and sorted last, not breaking the sort).
-  hw.tokens = 5e-324;  // 0 iterations of inf seconds
-  hw.efficiency = 1e-300;
+  hw.tokens = 5e-324;      // 0 iterations of inf seconds
+  hw.peak_tflops = 5e-324;  // 5e-312 FLOP/s: a step takes inf seconds
   hw.gpus = 4;
   {
     const test::FloatingPointTrapsOff allowed;  // a user's extreme numbers: x / 0 = inf, 0 x inf = NaN

@@ -1,0 +1,197 @@
+#include "io/machine_file.hpp"
+
+#include <fmt/format.h>
+#include <toml++/toml.h>
+
+#include <cmath>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+
+namespace tptrain::io {
+
+namespace {
+
+// "machine.toml:12: [device] peak_tflops_bf16": where a key is, for messages.
+std::string where(const std::string& source, const toml::node& n, const std::string& key) {
+  const auto line = n.source().begin.line;
+  return line > 0 ? fmt::format("{}:{}: {}", source, line, key) : fmt::format("{}: {}", source, key);
+}
+
+// One table's keys: each known key read by its setter; unknown and missing keys are errors.
+class TableReader {
+ public:
+  TableReader(const std::string& source, const toml::table& t, std::string name)
+      : source_(source), table_(t), name_(std::move(name)) {}
+
+  void number(const char* key, double& out, bool required, double least, bool strictly) {
+    known_.insert(key);
+    const toml::node* n = table_.get(key);
+    if (!n) {
+      if (required) missing(key, "a number");
+      return;
+    }
+    std::optional<double> v;
+    if (auto f = n->as_floating_point()) v = f->get();
+    if (auto i = n->as_integer()) v = double(i->get());
+    if (!v) throw std::invalid_argument(fmt::format("{}: expected a number", where(source_, *n, full(key))));
+    if (!std::isfinite(*v) || (strictly ? !(*v > least) : !(*v >= least)))
+      throw std::invalid_argument(fmt::format("{} = {}: expected a number {} {:g}", where(source_, *n, full(key)), *v,
+                                              strictly ? ">" : ">=", least));
+    out = *v;
+  }
+  void fraction(const char* key, double& out, bool required) {
+    number(key, out, required, 0, true);
+    if (const toml::node* n = table_.get(key); n && out > 1)
+      throw std::invalid_argument(
+          fmt::format("{} = {}: expected a fraction of the peak, in (0, 1]", where(source_, *n, full(key)), out));
+  }
+  void integer(const char* key, int& out, bool required) {
+    known_.insert(key);
+    const toml::node* n = table_.get(key);
+    if (!n) {
+      if (required) missing(key, "a positive integer");
+      return;
+    }
+    const auto i = n->as_integer();
+    if (!i || i->get() < 1 || i->get() > 1 << 30)
+      throw std::invalid_argument(fmt::format("{}: expected a positive integer", where(source_, *n, full(key))));
+    out = static_cast<int>(i->get());
+  }
+  void text(const char* key, std::string& out, bool required) {
+    known_.insert(key);
+    const toml::node* n = table_.get(key);
+    if (!n) {
+      if (required) missing(key, "a string");
+      return;
+    }
+    const auto s = n->as_string();
+    if (!s) throw std::invalid_argument(fmt::format("{}: expected a string", where(source_, *n, full(key))));
+    out = s->get();
+  }
+  void skip(const char* key) { known_.insert(key); }
+  // After every key was read: any other key is unknown.
+  void finish() const {
+    for (const auto& [k, n] : table_)
+      if (!known_.count(std::string(k.str())))
+        throw std::invalid_argument(fmt::format("{}: unknown key (known: {})", where(source_, n, full(std::string(k.str()))),
+                                                known_list()));
+  }
+
+ private:
+  std::string full(const std::string& key) const { return name_ + "." + key; }
+  std::string known_list() const {
+    std::string s;
+    for (const std::string& k : known_) s += (s.empty() ? "" : ", ") + k;
+    return s;
+  }
+  [[noreturn]] void missing(const char* key, const char* what) const {
+    throw std::invalid_argument(fmt::format("{}: {}: missing (expected {})", source_, full(key), what));
+  }
+  const std::string& source_;
+  const toml::table& table_;
+  std::string name_;
+  std::set<std::string> known_;
+};
+
+const toml::table& section(const std::string& source, const toml::table& root, const char* name) {
+  const toml::node* n = root.get(name);
+  if (!n) throw std::invalid_argument(fmt::format("{}: [{}]: missing section", source, name));
+  const toml::table* t = n->as_table();
+  if (!t) throw std::invalid_argument(fmt::format("{}: expected a table [{}]", where(source, *n, name), name));
+  return *t;
+}
+
+}  // namespace
+
+MachineFile parse_machine_file(const std::string& text, const std::string& source) {
+  toml::table root;
+  try {
+    root = toml::parse(text, std::string_view{source});
+  } catch (const toml::parse_error& e) {
+    throw std::invalid_argument(fmt::format("{}:{}: {}", source, e.source().begin.line, e.description()));
+  }
+  for (const auto& [k, n] : root) {
+    const std::string key(k.str());
+    if (key != "machine" && key != "device" && key != "node" && key != "network" && key != "gemm")
+      throw std::invalid_argument(
+          fmt::format("{}: unknown section (known: machine, device, node, network, gemm)", where(source, n, key)));
+  }
+  MachineFile m;
+  m.path = source;
+  {
+    TableReader r(source, section(source, root, "machine"), "machine");
+    r.text("name", m.name, true);
+    r.text("source", m.source, true);
+    r.finish();
+  }
+  {
+    TableReader r(source, section(source, root, "device"), "device");
+    r.text("name", m.device_name, true);
+    r.number("peak_tflops_bf16", m.peak_tflops_bf16, true, 0, true);
+    r.number("peak_tflops_fp16", m.peak_tflops_fp16, true, 0, true);
+    r.number("peak_tflops_fp32", m.peak_tflops_fp32, true, 0, true);
+    r.number("memory_gib", m.memory_gib, true, 0, true);
+    r.number("memory_bandwidth_gbs", m.memory_bandwidth_gbs, true, 0, true);
+    r.integer("compute_units", m.compute_units, true);
+    r.number("kernel_overhead_us", m.kernel_overhead_us, false, 0, false);
+    r.finish();
+  }
+  {
+    TableReader r(source, section(source, root, "node"), "node");
+    r.integer("devices", m.devices, true);
+    r.number("link_bandwidth_gbs", m.link_bandwidth_gbs, true, 0, true);
+    r.number("link_latency_us", m.link_latency_us, true, 0, false);
+    r.finish();
+  }
+  {
+    TableReader r(source, section(source, root, "network"), "network");
+    r.number("bandwidth_gbs", m.network_bandwidth_gbs, true, 0, true);
+    r.number("latency_us", m.network_latency_us, true, 0, false);
+    r.finish();
+  }
+  {
+    const toml::table& gemm = section(source, root, "gemm");
+    TableReader r(source, gemm, "gemm");
+    r.fraction("max_efficiency", m.max_efficiency, true);
+    r.integer("tile_m", m.tile_m, true);
+    r.integer("tile_n", m.tile_n, true);
+    r.fraction("attention_efficiency", m.attention_efficiency, false);
+    r.skip("measured");
+    r.finish();
+    if (const toml::node* n = gemm.get("measured")) {
+      const toml::array* rows = n->as_array();
+      if (!rows || !rows->is_array_of_tables())
+        throw std::invalid_argument(fmt::format("{}: expected [[gemm.measured]] tables", where(source, *n, "gemm.measured")));
+      for (const toml::node& row : *rows) {
+        MeasuredGemm g;
+        TableReader e(source, *row.as_table(), "gemm.measured");
+        e.text("precision", g.precision, true);
+        if (g.precision != "bf16" && g.precision != "fp16" && g.precision != "fp32")
+          throw std::invalid_argument(fmt::format("{} = \"{}\": expected \"bf16\", \"fp16\" or \"fp32\"",
+                                                  where(source, *row.as_table()->get("precision"), "gemm.measured.precision"),
+                                                  g.precision));
+        e.number("m", g.m, true, 1, false);
+        e.number("n", g.n, true, 1, false);
+        e.number("k", g.k, true, 1, false);
+        e.fraction("efficiency", g.efficiency, true);
+        e.finish();
+        m.measured.push_back(g);
+      }
+    }
+  }
+  return m;
+}
+
+MachineFile read_machine_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::invalid_argument(fmt::format("{}: cannot read the machine file", path));
+  std::ostringstream text;
+  text << in.rdbuf();
+  return parse_machine_file(text.str(), path);
+}
+
+}  // namespace tptrain::io

@@ -1,0 +1,54 @@
+// A machine description file (input/machines/*.toml; docs/planning.md, "The machine file"): the
+// figures of a device, a node and the network that `tptrain plan` simulates a step on, and that
+// `tptrain bench --calibrate` writes for the machine it runs on. Read and checked here, where
+// every TOML file of tptrain is read (toml++ is compiled by the host compiler only); the model of
+// time that uses them is src/plan/. Units are in the key names.
+//
+// A key the schema does not know, a missing required key, a value of the wrong type or out of its
+// range: std::invalid_argument naming the file, the line, the key and what was expected.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace tptrain::io {
+
+// One measured GEMM: achieved / peak for C[m, n] = A[m, k]·B[k, n] in `precision`.
+struct MeasuredGemm {
+  std::string precision;  // "bf16", "fp16", "fp32"
+  double m = 0, n = 0, k = 0;
+  double efficiency = 0;
+};
+
+struct MachineFile {
+  std::string path;  // where it was read from ("(built in)" for the default)
+  // [machine]
+  std::string name;
+  std::string source;
+  // [device]
+  std::string device_name;
+  double peak_tflops_bf16 = 0, peak_tflops_fp16 = 0, peak_tflops_fp32 = 0;  // dense, per device
+  double memory_gib = 0;
+  double memory_bandwidth_gbs = 0;  // 1e9 bytes/s
+  int compute_units = 1;
+  double kernel_overhead_us = 0;    // optional: time every kernel adds (launch, synchronisation)
+  // [node]
+  int devices = 1;
+  double link_bandwidth_gbs = 0;    // per device, per direction
+  double link_latency_us = 0;
+  // [network]
+  double network_bandwidth_gbs = 0;  // per device, per direction
+  double network_latency_us = 0;
+  // [gemm]
+  double max_efficiency = 0;
+  int tile_m = 1, tile_n = 1;
+  double attention_efficiency = 0;  // optional, of the peak; 0 in the file: 0.6 x max_efficiency
+  std::vector<MeasuredGemm> measured;
+};
+
+// Reads and checks `path`.
+MachineFile read_machine_file(const std::string& path);
+// The same from text (`source` names it in messages).
+MachineFile parse_machine_file(const std::string& text, const std::string& source);
+
+}  // namespace tptrain::io

@@ -1,0 +1,277 @@
+#include "src/plan/block_time.hpp"
+
+#include <algorithm>
+
+#include "src/model/model_flops.hpp"
+#include "src/plan/gemm_efficiency.hpp"
+#include "src/schedule/ring_schedule.hpp"
+
+namespace tptrain::plan {
+
+const char* stream_name(Stream s) {
+  switch (s) {
+    case Stream::compute: return "compute";
+    case Stream::tensor: return "tensor-parallel";
+    case Stream::context: return "context-parallel";
+    case Stream::expert: return "expert-parallel";
+    case Stream::pipeline: return "pipeline";
+    case Stream::data: return "data-parallel";
+  }
+  return "";
+}
+
+void Pass::add(const char* name, Stream s, double t) {
+  if (t <= 0) return;
+  kernels.push_back(Kernel{name, s, t});
+  on[static_cast<std::size_t>(s)] += t;
+  seconds += t;
+}
+
+void Pass::append(const Pass& other) {
+  for (const Kernel& k : other.kernels) add(k.name, k.stream, k.seconds);
+}
+
+namespace {
+
+struct Builder {
+  const Config& c;
+  const Machine& m;
+  const Spans& spans;
+  double e;  // bytes of an activation element
+
+  void gemm(Pass& p, const char* name, double rows, double cols, double inner, const std::string& precision) const {
+    p.add(name, Stream::compute, gemm_seconds(m, precision, GemmShape{rows, cols, inner}, precision == "fp32" ? 4 : e));
+  }
+  // Y[rows, cols] = X[rows, inner]·Wᵀ, forward.
+  void linear_forward(Pass& p, const char* name, double rows, double cols, double inner, int count = 1) const {
+    for (int i = 0; i < count; ++i) gemm(p, name, rows, cols, inner, c.precision);
+  }
+  // Its backward: dX = dY·W and dW = dYᵀ·X.
+  void linear_backward(Pass& p, const char* name, double rows, double cols, double inner, int count = 1) const {
+    for (int i = 0; i < count; ++i) {
+      gemm(p, name, rows, inner, cols, c.precision);
+      gemm(p, name, cols, inner, rows, c.precision);
+    }
+  }
+  void memory(Pass& p, const char* name, double bytes) const { p.add(name, Stream::compute, memory_seconds(m, bytes)); }
+  void attention(Pass& p, const char* name, double flops) const {
+    p.add(name, Stream::compute,
+          flops / (peak_flops(m, c.precision) * attention_efficiency(m)) + m.kernel_overhead_us * 1e-6);
+  }
+  // Tensor-parallel collectives of an [N, h] activation: an all-reduce, or with sequence
+  // parallelism an all-gather or a reduce-scatter (the same bytes each way).
+  void tensor_all_reduce(Pass& p, const char* name, double bytes) const {
+    if (c.tensor() > 1) p.add(name, Stream::tensor, all_reduce_seconds(m, spans.tensor, bytes));
+  }
+  void tensor_gather(Pass& p, const char* name, double bytes) const {
+    if (c.tensor() > 1) p.add(name, Stream::tensor, all_gather_seconds(m, spans.tensor, bytes));
+  }
+};
+
+// Ring attention's ops with their compute and transfers: the compute stream waits for a
+// transfer only where the schedule waits for it.
+void ring_attention(Pass& p, const std::vector<schedule::RingOp>& ops, double step_seconds, double add_seconds,
+                    double kv_seconds, double sums_seconds, const char* compute_name) {
+  double now = 0, stream_free = 0;
+  std::vector<double> done;
+  for (const schedule::RingOp& op : ops) {
+    switch (op.kind) {
+      case schedule::RingOp::post: {
+        const double start = std::max(now, stream_free);
+        stream_free = start + (op.flow == schedule::RingFlow::kv ? kv_seconds : sums_seconds);
+        if (op.group >= static_cast<int>(done.size())) done.resize(static_cast<std::size_t>(op.group) + 1);
+        done[static_cast<std::size_t>(op.group)] = stream_free;
+        break;
+      }
+      case schedule::RingOp::compute:
+        p.add(compute_name, Stream::compute, step_seconds);
+        now += step_seconds;
+        break;
+      case schedule::RingOp::add_sums:
+        p.add("ring add dK,dV", Stream::compute, add_seconds);
+        now += add_seconds;
+        break;
+      case schedule::RingOp::wait: {
+        const double until = done[static_cast<std::size_t>(op.group)];
+        if (until > now) {
+          p.add("ring wait", Stream::context, until - now);
+          now = until;
+        }
+        break;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+BlockTimes block_times(const Config& c, const Machine& m, const Spans& spans) {
+  // Config::sequence_parallel is the plan's switch (plan_config.hpp); the shape's copy is off.
+  model::GptShape s = c.shape;
+  s.sequence_parallel = c.sequence_parallel;
+  const Builder b{c, m, spans, double(c.element_bytes())};
+  const double t = s.tensor, e = c.element_bytes();
+  const double N = double(c.micro_batch) * s.local_seq_length();  // a micro-batch's tokens on the rank
+  const double n = s.splits_sequence() ? N / t : N;                // rows of the residual stream
+  const double h = s.hidden, d = s.head_dim();
+  const double qkv = double(s.local_qkv_width()), attn_out = double(s.local_heads()) * d;
+  const double f = s.local_ffn(), fc = double(s.fc_width()) / t;
+  const double activation = N * h * e;  // an [N, h] activation: what a tensor collective moves
+  const bool sp = s.splits_sequence();
+  BlockTimes out;
+
+  // Attention core FLOPs of the rank's micro-batch (its heads; its 2 of 2C chunks: 1/C of the pairs).
+  const bool scores_kept = c.recompute == Recompute::none;
+  const double core = model::attention_flops_per_sequence(s, scores_kept) * c.micro_batch / s.context;
+  // Forward's share: flash visits as many scores forward as backward (4·d and 10·d FLOPs per
+  // score); the batched core 4 of its 10 or 12.
+  const double forward_share = s.flash_attention ? 4.0 / 14.0 : 4.0 / (scores_kept ? 10.0 : 12.0);
+  const double core_forward = core * forward_share, core_backward = core - core_forward;
+  const double scores_bytes =
+      s.flash_attention ? 0.0 : 4.0 * c.micro_batch * s.local_heads() * double(s.local_seq_length()) * s.seq_length * e;
+
+  // The MLP: dense, or a mixture's local experts over R = N·K rows at balanced load.
+  const double R = s.moe() ? N * s.experts_per_token : N;
+  const double expert_rows = s.moe() ? R / s.local_experts() : N;
+  const int local_experts = s.moe() ? s.local_experts() : 1;
+  const double activation_bytes_per_row = (s.swiglu() || s.moe()) ? 3.0 * f * e : 2.0 * f * e;
+
+
+  // Written out once, forward then backward, so that each pass lists its kernels in order.
+  Pass fwd;
+  b.memory(fwd, "norm 1", 2.0 * n * h * e);
+  if (sp) b.tensor_gather(fwd, "all-gather (sequence parallel)", activation);
+  b.linear_forward(fwd, "qkv", N, qkv, h);
+  if (s.rotary()) b.memory(fwd, "rotary", 2.0 * N * qkv * e);
+  const double kv_bytes = N * 2.0 * s.local_kv_heads() * d * e;
+  const double kv_seconds = point_to_point_seconds(m, spans.context.nodes > 1, kv_bytes);
+  const double sums_seconds = point_to_point_seconds(m, spans.context.nodes > 1, N * 2.0 * s.local_kv_heads() * d * 4);
+  const auto attention_forward = [&](Pass& p) {
+    if (s.context > 1) {
+      Pass ring;
+      const double step = core_forward / s.context / (peak_flops(m, c.precision) * attention_efficiency(m)) +
+                          m.kernel_overhead_us * 1e-6;
+      ring_attention(ring, schedule::ring_forward_ops(s.context), step, 0, kv_seconds, 0, "attention (ring step)");
+      p.append(ring);
+    } else {
+      b.attention(p, "attention", core_forward);
+      if (scores_bytes > 0) b.memory(p, "softmax", scores_bytes);
+    }
+  };
+  attention_forward(fwd);
+  b.linear_forward(fwd, "attention projection", N, h, attn_out);
+  if (sp) b.tensor_gather(fwd, "reduce-scatter (sequence parallel)", activation);
+  else b.tensor_all_reduce(fwd, "all-reduce (tensor parallel)", activation);
+  b.memory(fwd, "residual add", 3.0 * n * h * e);
+  b.memory(fwd, "norm 2", 2.0 * n * h * e);
+  if (sp) b.tensor_gather(fwd, "all-gather (sequence parallel)", activation);
+  const double all_to_all = s.moe() && c.expert() > 1 ? all_to_all_seconds(m, spans.expert, R * h * e) : 0.0;
+  if (s.moe()) {
+    b.gemm(fwd, "router", N, s.experts, h, "fp32");
+    b.memory(fwd, "router softmax, top-k", 3.0 * N * s.experts * 4);
+    b.memory(fwd, "dispatch", 2.0 * R * h * e);
+    fwd.add("all-to-all (experts)", Stream::expert, all_to_all);
+    b.linear_forward(fwd, "expert gate|up", expert_rows, fc, h, local_experts);
+  } else {
+    b.linear_forward(fwd, "fc", N, fc, h);
+  }
+  b.memory(fwd, s.moe() || s.swiglu() ? "swiglu" : "gelu", R * activation_bytes_per_row);
+  b.linear_forward(fwd, s.moe() ? "expert down" : "fc2", expert_rows, h, f, local_experts);
+  if (s.moe()) {
+    fwd.add("all-to-all (experts)", Stream::expert, all_to_all);
+    b.memory(fwd, "combine", 2.0 * R * h * e);
+  }
+  if (sp) b.tensor_gather(fwd, "reduce-scatter (sequence parallel)", activation);
+  else b.tensor_all_reduce(fwd, "all-reduce (tensor parallel)", activation);
+  b.memory(fwd, "residual add", 3.0 * n * h * e);
+  out.forward = fwd;
+
+  Pass bwd;
+  if (c.recompute == Recompute::full) {
+    for (const Kernel& k : fwd.kernels) bwd.add(k.name, k.stream, k.seconds);  // the forward again
+  }
+  b.memory(bwd, "residual grad", 3.0 * n * h * e);
+  if (sp) b.tensor_gather(bwd, "all-gather (sequence parallel)", activation);
+  if (s.moe()) {
+    b.memory(bwd, "combine grad", 2.0 * R * h * e);
+    bwd.add("all-to-all (experts)", Stream::expert, all_to_all);
+  }
+  b.linear_backward(bwd, s.moe() ? "expert down grad" : "fc2 grad", expert_rows, h, f, local_experts);
+  b.memory(bwd, s.moe() || s.swiglu() ? "swiglu grad" : "gelu grad", 2.0 * R * activation_bytes_per_row);
+  if (sp) b.tensor_gather(bwd, "all-gather (norm 2 output again)", activation);
+  if (s.moe()) {
+    b.linear_backward(bwd, "expert gate|up grad", expert_rows, fc, h, local_experts);
+    bwd.add("all-to-all (experts)", Stream::expert, all_to_all);
+    b.memory(bwd, "dispatch grad", 2.0 * R * h * e);
+    b.gemm(bwd, "router grad", N, h, s.experts, "fp32");
+    b.gemm(bwd, "router grad", s.experts, h, N, "fp32");
+    if (c.tensor() > 1) bwd.add("all-reduce (routing weights)", Stream::tensor,
+                                all_reduce_seconds(m, spans.tensor, N * s.experts_per_token * 4.0));
+  } else {
+    b.linear_backward(bwd, "fc grad", N, fc, h);
+  }
+  if (sp) b.tensor_gather(bwd, "reduce-scatter (sequence parallel)", activation);
+  else b.tensor_all_reduce(bwd, "all-reduce (tensor parallel)", activation);
+  b.memory(bwd, "norm 2 grad", 4.0 * n * h * e);
+  if (sp) b.tensor_gather(bwd, "all-gather (sequence parallel)", activation);
+  b.linear_backward(bwd, "attention projection grad", N, h, attn_out);
+  if (s.context > 1) {
+    Pass ring;
+    const double step = core_backward / s.context / (peak_flops(m, c.precision) * attention_efficiency(m)) +
+                        m.kernel_overhead_us * 1e-6;
+    ring_attention(ring, schedule::ring_backward_ops(s.context), step,
+                   memory_seconds(m, 3.0 * N * 2.0 * s.local_kv_heads() * d * 4), kv_seconds, sums_seconds,
+                   "attention grad (ring step)");
+    bwd.append(ring);
+  } else {
+    b.attention(bwd, "attention grad", core_backward);
+    if (scores_bytes > 0) b.memory(bwd, "softmax grad", 1.5 * scores_bytes);
+  }
+  if (s.rotary()) b.memory(bwd, "rotary grad", 2.0 * N * qkv * e);
+  if (sp) b.tensor_gather(bwd, "all-gather (norm 1 output again)", activation);
+  b.linear_backward(bwd, "qkv grad", N, qkv, h);
+  if (sp) b.tensor_gather(bwd, "reduce-scatter (sequence parallel)", activation);
+  else b.tensor_all_reduce(bwd, "all-reduce (tensor parallel)", activation);
+  b.memory(bwd, "norm 1 grad", 4.0 * n * h * e);
+  b.memory(bwd, "residual grad", 3.0 * n * h * e);
+  out.backward = bwd;
+
+  // The embedding (first virtual stage): the lookup, then its tensor-parallel reduction (the
+  // vocabulary is split over the tensor ranks); backward the rows' gradients scattered back.
+  b.memory(out.embedding_forward, "embedding", 2.0 * N * h * e);
+  if (sp) b.tensor_gather(out.embedding_forward, "reduce-scatter (embedding)", activation);
+  else b.tensor_all_reduce(out.embedding_forward, "all-reduce (embedding)", activation);
+  if (sp) b.tensor_gather(out.embedding_backward, "all-gather (embedding grad)", activation);
+  b.memory(out.embedding_backward, "embedding grad", 3.0 * N * h * 4);
+
+  // The head (last virtual stage): ln_f, the logits over the rank's vocabulary rows, the
+  // vocabulary-parallel cross-entropy (three fp32 [N] all-reduces), and their backward.
+  const double V = s.local_vocab();
+  b.memory(out.head_forward, "final norm", 2.0 * n * h * e);
+  if (sp) b.tensor_gather(out.head_forward, "all-gather (sequence parallel)", activation);
+  b.linear_forward(out.head_forward, "logits", N, V, h);
+  b.memory(out.head_forward, "cross-entropy", 3.0 * N * V * e);
+  if (c.tensor() > 1)
+    out.head_forward.add("all-reduce (cross-entropy)", Stream::tensor, 3.0 * all_reduce_seconds(m, spans.tensor, N * 4.0));
+  b.memory(out.head_backward, "cross-entropy grad", 2.0 * N * V * e);
+  b.linear_backward(out.head_backward, "logits grad", N, V, h);
+  if (sp) b.tensor_gather(out.head_backward, "reduce-scatter (sequence parallel)", activation);
+  else b.tensor_all_reduce(out.head_backward, "all-reduce (logits grad)", activation);
+  b.memory(out.head_backward, "final norm grad", 4.0 * n * h * e);
+
+  // One block's matrices on a rank (the dense ones split over the tensor ranks, the rank's
+  // experts), its gradients fp32.
+  double dense = 0, expert = 0;
+  for (const model::ParameterRow& r : model::block_parameter_kinds(s)) {
+    double size = double(model::extent(r.shape[0], s));
+    if (r.shape[1] != model::ParameterDim::none) size *= double(model::extent(r.shape[1], s));
+    if (r.per_expert) expert += size * s.local_experts() / t;
+    else dense += r.split == model::TensorSplit::replicated ? size : size / t;
+  }
+  out.block_gradient_bytes = 4.0 * dense;
+  out.block_expert_gradient_bytes = 4.0 * expert;
+  out.pipeline_message_bytes = n * h * e;
+  return out;
+}
+
+}  // namespace tptrain::plan

@@ -1,0 +1,173 @@
+#include "src/plan/layout_search.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+#include "src/plan/count.hpp"
+#include "src/plan/parameter_count.hpp"
+#include "src/plan/plan.hpp"
+
+namespace tptrain::plan {
+
+namespace {
+
+std::vector<int> divisors_of(std::int64_t n) {
+  std::vector<int> low, high;
+  for (std::int64_t k = 1; k * k <= n; ++k)
+    if (n % k == 0) {
+      low.push_back(static_cast<int>(k));
+      if (k != n / k && n / k <= std::numeric_limits<int>::max()) high.push_back(static_cast<int>(n / k));
+    }
+  low.insert(low.end(), high.rbegin(), high.rend());
+  return low;
+}
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+}  // namespace
+
+SearchResult search_layouts(const Config& deck, const Machine& m, std::int64_t gpus, std::size_t count) {
+  SearchResult result;
+  std::vector<RankedLayout> fitting;
+  const double limit = m.memory_gib * kGiB;
+  std::vector<int> contexts{1};
+  if (deck.context_allowed && deck.shape.seq_length % 2 == 0)
+    for (const int cp : divisors_of(deck.shape.seq_length / 2))
+      if (cp > 1 && gpus % cp == 0 && cp <= 64) contexts.push_back(cp);
+  std::vector<int> micro_batches{1, 2, 4, 8};
+  if (std::find(micro_batches.begin(), micro_batches.end(), deck.micro_batch) == micro_batches.end())
+    micro_batches.push_back(deck.micro_batch);
+  for (const int t : divisors_of(m.devices)) {
+    if (gpus % t != 0) continue;
+    for (const int cp : contexts) {
+      if (gpus % (std::int64_t(t) * cp) != 0) continue;
+      for (const int p : divisors_of(deck.shape.layers)) {
+        const std::int64_t tcp = std::int64_t(t) * cp * p;
+        if (gpus % tcp != 0 || gpus / tcp > std::numeric_limits<int>::max()) continue;
+        const int d = static_cast<int>(gpus / tcp);
+        std::vector<int> experts{1};
+        if (deck.moe()) experts = divisors_of(std::gcd(d, deck.shape.experts));
+        for (const int ep : experts)
+          for (const int v : divisors_of(deck.shape.layers / p)) {
+            if (v > 1 && (p == 1 || v > 8)) continue;
+            for (const int mb : micro_batches) {
+              for (const bool sp : {false, true}) {
+                if (sp && t == 1) continue;
+                for (const Recompute r : {Recompute::none, Recompute::selective, Recompute::full})
+                  for (const parallel::RankOrder order : {parallel::RankOrder::tp_pp_dp, parallel::RankOrder::tp_dp_pp}) {
+                    if (order == parallel::RankOrder::tp_dp_pp && p == 1) continue;  // the same ranks
+                    Config c = deck;
+                    c.shape.tensor = t;
+                    c.set_context(cp);
+                    c.pipeline = p;
+                    c.virtual_stages = v;
+                    c.data = d;
+                    c.shape.expert_parallel = ep;
+                    c.micro_batch = mb;
+                    c.sequence_parallel = sp;
+                    c.recompute = r;
+                    c.order = order;
+                    c.distributed_optimizer = c.data_context() > 1;
+                    if (!c.layout_problem().empty()) continue;
+                    if (c.global_batch % (mb * d) != 0) continue;
+                    if (v > 1 && c.micro_batches() % p != 0) continue;
+                    std::int64_t bytes = 0;
+                    try {
+                      c.shape.validate(mb);
+                      bytes = most_loaded_rank(c).total();
+                    } catch (const std::exception&) {
+                      continue;
+                    }
+                    if (double(bytes) > limit) continue;
+                    fitting.push_back(RankedLayout{c, changed_keys(deck, c), bytes, {}});
+                  }
+              }
+            }
+          }
+      }
+    }
+  }
+  result.fitting = fitting.size();
+  std::vector<RankedLayout> simulated;
+  for (RankedLayout& l : fitting) {
+    if (simulated.size() >= kMaxSearched) break;
+    try {
+      l.simulation = simulate_step(l.config, m);
+    } catch (const std::invalid_argument&) {
+      continue;
+    }
+    simulated.push_back(std::move(l));
+  }
+  result.simulated = simulated.size();
+  std::stable_sort(simulated.begin(), simulated.end(), [](const RankedLayout& a, const RankedLayout& b) {
+    if (a.simulation.step_seconds != b.simulation.step_seconds) return a.simulation.step_seconds < b.simulation.step_seconds;
+    return a.sets.size() < b.sets.size();
+  });
+  if (simulated.size() > count) simulated.resize(count);
+  result.best = std::move(simulated);
+  return result;
+}
+
+std::string search_report(const SearchResult& found, const Plan& deck) {
+  std::string out;
+  const auto line = [&](const std::string& s) { out += s + "\n"; };
+  const Config& c = deck.config;
+  line(fmt::format("# tptrain plan --search {}: {} GPUs of {} ({} per node, {:g} GiB)", deck.deck, deck.gpus,
+                   deck.hardware.machine.name, deck.hardware.gpus_per_node, deck.hardware.gpu_memory_gib));
+  line(fmt::format("the deck: tensor {} x context {} x pipeline {} (virtual {}) x data {}: {:.3f} s per step, MFU {:.1f} %{}",
+                   c.tensor(), c.context(), c.pipeline, c.virtual_stages, c.data, deck.simulation.step_seconds,
+                   100 * deck.simulation.mfu, deck.fits ? "" : " (does not fit)"));
+  line(fmt::format("{} layouts fit, {} simulated; the fastest:", found.fitting, found.simulated));
+  int i = 0;
+  for (const RankedLayout& l : found.best) {
+    const Config& x = l.config;
+    const StepSimulation& s = l.simulation;
+    line("");
+    line(fmt::format("{}. {:.3f} s per step, MFU {:.1f} %, {:.1f} GiB on the most loaded rank: tensor {} x context {} x "
+                     "pipeline {} (virtual {}) x data {}{}, micro_batch {}, sequence parallel {}, recompute {}, order {}",
+                     ++i, s.step_seconds, 100 * s.mfu, double(l.bytes) / (1024.0 * 1024.0 * 1024.0), x.tensor(),
+                     x.context(), x.pipeline, x.virtual_stages, x.data,
+                     x.expert() > 1 ? fmt::format(" (expert {})", x.expert()) : std::string(), x.micro_batch,
+                     x.sequence_parallel ? "on" : "off", recompute_name(x.recompute),
+                     parallel::rank_order_name(x.order)));
+    line(step_breakdown_text("   average rank       ", s.average, s.step_seconds));
+    line(step_breakdown_text(fmt::format("   most loaded rank {:<3}", s.most_loaded.world_rank), s.most_loaded,
+                             s.step_seconds));
+    std::string sets;
+    for (const std::string& k : l.sets) sets += " --set " + k;
+    line("   " + (sets.empty() ? std::string("(the deck's layout)") : sets.substr(1)));
+    std::string lines = deck_lines(x);
+    std::string indented;
+    for (std::size_t a = 0, b; a < lines.size(); a = b + 1) {
+      b = lines.find('\n', a);
+      indented += "   | " + lines.substr(a, b - a) + "\n";
+    }
+    out += indented;
+  }
+  if (found.best.empty()) line("no layout of these GPUs fits");
+  return out;
+}
+
+std::string deck_lines(const Config& c) {
+  std::string out = "[parallel]\n";
+  out += fmt::format("tensor = {}\n", c.tensor());
+  if (c.context() > 1) out += fmt::format("context = {}\n", c.context());
+  out += fmt::format("pipeline = {}\n", c.pipeline);
+  if (c.virtual_stages > 1) out += fmt::format("virtual_stages = {}\n", c.virtual_stages);
+  out += fmt::format("data = {}\n", c.data);
+  if (c.expert() > 1) out += fmt::format("expert = {}\n", c.expert());
+  out += fmt::format("sequence_parallel = {}\n", c.sequence_parallel);
+  out += fmt::format("order = \"{}\"\n", parallel::rank_order_name(c.order));
+  out += "[training]\n";
+  out += fmt::format("micro_batch = {}\n", c.micro_batch);
+  out += fmt::format("recompute = \"{}\"\n", recompute_name(c.recompute));
+  out += "[optimizer]\n";
+  out += fmt::format("distributed = {}\n", c.distributed_optimizer);
+  return out;
+}
+
+}  // namespace tptrain::plan

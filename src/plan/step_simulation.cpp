@@ -1,0 +1,414 @@
+#include "src/plan/step_simulation.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+
+#include "src/model/model_flops.hpp"
+#include "src/plan/collective_cost.hpp"
+#include "src/plan/gemm_efficiency.hpp"
+#include "src/plan/parameter_count.hpp"
+#include "src/schedule/pipeline_schedule.hpp"
+
+namespace tptrain::plan {
+
+namespace {
+
+constexpr double kUs = 1e6;
+
+parallel::Layout layout_of(const Config& c) {
+  parallel::Layout l;
+  l.tensor = c.tensor();
+  l.pipeline = c.pipeline;
+  l.data = c.data;
+  l.order = c.order;
+  l.context = c.context();
+  l.expert = c.expert();
+  return l;
+}
+
+int world_rank(const parallel::Layout& l, int tp, int cp, int pp, int dp) {
+  parallel::Coordinates x;
+  x.tp = tp, x.cp = cp, x.pp = pp, x.dp = dp;
+  return parallel::world_rank_of(x, l);
+}
+
+// The most members of a group whose ranks are listed; a larger group's span is taken as that of
+// evenly spaced members (its axis's stride), which is what it is but for the context blocks of a
+// data x context group.
+constexpr std::int64_t kListedMembers = 1 << 16;
+
+GroupSpan strided_span(std::int64_t members, std::int64_t stride, int devices_per_node) {
+  const std::int64_t g = std::max(1, devices_per_node);
+  GroupSpan s;
+  s.members = members;
+  s.most_on_a_node = std::max<std::int64_t>(1, std::min(members, stride >= g ? 1 : (g + stride - 1) / stride));
+  s.nodes = (members + s.most_on_a_node - 1) / s.most_on_a_node;
+  return s;
+}
+
+// The spans of the groups of rank (tp 0, cp 0, dp 0) of `stage`.
+Spans spans_of_stage(const Config& c, int devices_per_node, int stage) {
+  const parallel::Layout l = layout_of(c);
+  const auto span = [&](auto&& ranks) { return span_of(ranks, devices_per_node); };
+  if (c.data_context() > kListedMembers || c.world() > std::numeric_limits<int>::max() / 2) {
+    const parallel::Strides st = parallel::strides_of(l);
+    Spans s;
+    s.tensor = strided_span(c.tensor(), 1, devices_per_node);
+    s.context = strided_span(c.context(), st.context, devices_per_node);
+    s.data = strided_span(c.data_context(), st.data, devices_per_node);
+    s.expert = strided_span(c.expert(), st.data, devices_per_node);
+    s.expert_data = strided_span(c.expert_data_context(), st.data * c.expert(), devices_per_node);
+    s.embedding = strided_span(c.pipeline > 1 ? 2 : 1, st.pipeline * (c.pipeline - 1), devices_per_node);
+    s.pipeline_next_across = s.pipeline_previous_across = st.pipeline * 1 >= devices_per_node;
+    return s;
+  }
+  std::vector<std::int64_t> r;
+  Spans s;
+  for (int tp = 0; tp < c.tensor(); ++tp) r.push_back(world_rank(l, tp, 0, stage, 0));
+  s.tensor = span(r);
+  r.clear();
+  for (int cp = 0; cp < c.context(); ++cp) r.push_back(world_rank(l, 0, cp, stage, 0));
+  s.context = span(r);
+  r.clear();
+  for (int dp = 0; dp < c.data; ++dp)
+    for (int cp = 0; cp < c.context(); ++cp) r.push_back(world_rank(l, 0, cp, stage, dp));
+  s.data = span(r);
+  r.clear();
+  for (int dp = 0; dp < c.expert(); ++dp) r.push_back(world_rank(l, 0, 0, stage, dp));
+  s.expert = span(r);
+  r.clear();
+  for (int dp = 0; dp < c.data; dp += c.expert())
+    for (int cp = 0; cp < c.context(); ++cp) r.push_back(world_rank(l, 0, cp, stage, dp));
+  s.expert_data = span(r);
+  s.embedding = span(std::vector<std::int64_t>{world_rank(l, 0, 0, 0, 0), world_rank(l, 0, 0, c.pipeline - 1, 0)});
+  const std::int64_t g = std::max(1, devices_per_node);
+  const std::int64_t here = world_rank(l, 0, 0, stage, 0) / g;
+  s.pipeline_next_across = world_rank(l, 0, 0, (stage + 1) % c.pipeline, 0) / g != here;
+  s.pipeline_previous_across = world_rank(l, 0, 0, (stage + c.pipeline - 1) % c.pipeline, 0) / g != here;
+  return s;
+}
+
+// A chunk's op: passes repeated (a block's, layers_per_chunk times), their seconds by stream.
+struct ChunkPass {
+  std::vector<std::pair<const Pass*, int>> pieces;
+  std::array<double, kStreams> on{};
+  double seconds = 0;
+  double kernels = 0;
+};
+
+struct Bucket {
+  double ready = 0;
+  double bytes = 0;         // fp32 gradients of the dense parameters
+  double expert_bytes = 0;  // of the experts'
+  bool tied = false;        // the tied word embedding's: all-reduced even when sharded
+};
+
+// One pipeline rank's state in the simulation.
+struct Rank {
+  int stage = 0;
+  int world_rank = 0;
+  Spans spans;
+  BlockTimes times;
+  std::vector<schedule::PipelineOp> ops;  // forwards and backwards, in order
+  std::size_t next = 0;
+  double now = 0;
+  double busy = 0;  // sum of its ops' durations
+  std::array<double, kStreams> on{};
+  double link_free[2] = {0, 0};  // to the next rank (activations), to the previous (gradients)
+  double data_free = 0;
+  std::vector<Bucket> buckets;
+  double sync_end = 0, data_exposed = 0, end = 0, optimizer = 0;
+};
+
+// model::training_flops_per_token, 6·N + 12·L·S·H, with N counted from one block's rows times the
+// layers (the model's function lists every layer's tensors: 2 million layers would take seconds):
+// a block's parameters (K of a mixture's experts), the word embedding or lm_head once (the
+// logits GEMM), the final norm.
+double model_flops_per_token(const model::GptShape& s) {
+  const double routed = s.moe() ? std::min(s.experts_per_token, s.experts) : 0;
+  double block = 0;
+  for (const model::ParameterRow& r : model::block_parameter_kinds(s)) {
+    double size = double(model::extent(r.shape[0], s));
+    if (r.shape[1] != model::ParameterDim::none) size *= double(model::extent(r.shape[1], s));
+    block += (r.per_expert ? routed : 1.0) * size;
+  }
+  const double n = double(s.layers) * block + double(s.vocab_size) * s.hidden + (s.rms() ? 1.0 : 2.0) * s.hidden;
+  return 6.0 * n + 12.0 * double(s.layers) * s.seq_length * s.hidden;
+}
+
+}  // namespace
+
+StepSimulation simulate_step(const Config& c, const Machine& m, io::ChromeTrace* trace) {
+  const int P = c.pipeline, v = c.virtual_stages, M = c.micro_batches();
+  const model::GptShape& s = c.shape;
+  if (M < 1) throw std::invalid_argument("the global batch holds no micro-batch per data-parallel rank");
+  if (const std::string why = schedule::schedule_problem(schedule::Schedule::one_f_one_b, P, M, v); !why.empty())
+    throw std::invalid_argument(why);
+  const int layers_per_chunk = s.layers / (P * v);
+  // At most kMaxOps ops per rank are simulated: beyond, the steady state (every stage running one
+  // forward and one backward per micro-batch) is extended by formula: each further micro-batch
+  // adds the slowest stage's forward + backward to the step (and its own to each rank's parts).
+  constexpr std::int64_t kMaxOps = 1 << 14;
+  int M_simulated = M;
+  if (std::int64_t(2) * M * v > kMaxOps) M_simulated = std::max(P, int(kMaxOps / (2 * v)) / P * P);
+  const int last_virtual = P * v - 1;
+  const parallel::Layout layout = layout_of(c);
+
+  std::vector<Rank> ranks(static_cast<std::size_t>(P));
+  for (int st = 0; st < P; ++st) {
+    Rank& r = ranks[static_cast<std::size_t>(st)];
+    r.stage = st;
+    r.world_rank = world_rank(layout, 0, 0, st, 0);
+    r.spans = spans_of_stage(c, m.devices, st);
+    r.times = block_times(c, m, r.spans);
+    for (const schedule::PipelineOp& op :
+         schedule::pipeline_ops(schedule::Schedule::one_f_one_b, schedule::PipelinePlace{st, P, v}, M_simulated))
+      if (op.kind == schedule::PipelineOp::forward || op.kind == schedule::PipelineOp::backward) r.ops.push_back(op);
+  }
+
+  // Arrival of each virtual stage's input (forward) and output gradient (backward), by micro-batch.
+  const std::size_t slots = static_cast<std::size_t>(P * v) * static_cast<std::size_t>(M_simulated);
+  std::vector<double> forward_in(slots, -1), backward_in(slots, -1);
+  const auto slot = [&](int vs, int mb) { return static_cast<std::size_t>(vs) * M_simulated + mb; };
+  // A chunk's op: the embedding, its blocks (one block's pass, repeated), the head.
+  const auto chunk_pass = [&](const Rank& r, int vs, bool forward) {
+    const BlockTimes& t = r.times;
+    ChunkPass p;
+    const auto add = [&](const Pass* x, int times) {
+      p.pieces.push_back({x, times});
+      p.seconds += x->seconds * times;
+      for (int k = 0; k < kStreams; ++k) p.on[static_cast<std::size_t>(k)] += x->on[static_cast<std::size_t>(k)] * times;
+      p.kernels += double(x->kernels.size()) * times;
+    };
+    if (forward) {
+      if (vs == 0) add(&t.embedding_forward, 1);
+      add(&t.forward, layers_per_chunk);
+      if (vs == last_virtual) add(&t.head_forward, 1);
+    } else {
+      if (vs == last_virtual) add(&t.head_backward, 1);
+      add(&t.backward, layers_per_chunk);
+      if (vs == 0) add(&t.embedding_backward, 1);
+    }
+    return p;
+  };
+  // Per (rank, chunk, direction), once: every micro-batch's op costs the same.
+  std::vector<ChunkPass> passes(static_cast<std::size_t>(P * v) * 2);
+  for (int st = 0; st < P; ++st)
+    for (int ch = 0; ch < v; ++ch) {
+      const int vs = ch * P + st;
+      passes[static_cast<std::size_t>(vs) * 2] = chunk_pass(ranks[static_cast<std::size_t>(st)], vs, true);
+      passes[static_cast<std::size_t>(vs) * 2 + 1] = chunk_pass(ranks[static_cast<std::size_t>(st)], vs, false);
+    }
+  // Whether the trace shows each kernel, or each op as one span (a step of very many ops).
+  double kernel_spans = 0;
+  for (const ChunkPass& p : passes) kernel_spans += p.kernels * M_simulated;
+  const bool expand = trace && kernel_spans <= 400000;
+
+  const double data_context = double(c.data_context()), expert_data = double(c.expert_data_context());
+  const auto reduce_seconds = [&](const Rank& r, const Bucket& b) {
+    double t = 0;
+    if (b.bytes > 0 && data_context > 1)
+      t += c.distributed_optimizer && !b.tied ? all_gather_seconds(m, r.spans.data, b.bytes)
+                                              : all_reduce_seconds(m, r.spans.data, b.bytes);
+    if (b.expert_bytes > 0 && expert_data > 1)
+      t += c.distributed_optimizer ? all_gather_seconds(m, r.spans.expert_data, b.expert_bytes)
+                                   : all_reduce_seconds(m, r.spans.expert_data, b.expert_bytes);
+    return t;
+  };
+  const double vocab_bytes = 4.0 * s.local_vocab() * double(s.hidden);
+  const bool tied_copies = P > 1 && s.tie_embeddings;
+
+  bool progress = true;
+  while (progress) {
+    progress = false;
+    for (Rank& r : ranks) {
+      while (r.next < r.ops.size()) {
+        const schedule::PipelineOp& op = r.ops[r.next];
+        const bool forward = op.kind == schedule::PipelineOp::forward;
+        const int vs = op.chunk * P + r.stage, mb = op.micro_batch;
+        double ready = 0;
+        if (forward && vs > 0) ready = forward_in[slot(vs, mb)];
+        if (!forward && vs < last_virtual) ready = backward_in[slot(vs, mb)];
+        if (ready < 0) break;  // its input has not been produced yet
+        const ChunkPass& pass = passes[static_cast<std::size_t>(vs) * 2 + (forward ? 0 : 1)];
+        const double start = std::max(r.now, ready), end = start + pass.seconds;
+        if (trace) {
+          if (expand) {
+            double t = start;
+            for (const auto& [piece, times] : pass.pieces)
+              for (int i = 0; i < times; ++i)
+                for (const Kernel& k : piece->kernels) {
+                  trace->span(io::TraceSpan{k.name, stream_name(k.stream), r.world_rank, static_cast<int>(k.stream),
+                                            t * kUs, k.seconds * kUs});
+                  t += k.seconds;
+                }
+          } else {
+            trace->span(io::TraceSpan{fmt::format("{} {}.{}", forward ? "forward" : "backward", mb, op.chunk), "compute",
+                                      r.world_rank, 0, start * kUs, pass.seconds * kUs});
+          }
+        }
+        r.now = end;
+        r.busy += pass.seconds;
+        for (int k = 0; k < kStreams; ++k) r.on[static_cast<std::size_t>(k)] += pass.on[static_cast<std::size_t>(k)];
+        // Its output to the neighbouring virtual stage, over the link (transfers in order).
+        if ((forward && vs < last_virtual) || (!forward && vs > 0)) {
+          const int direction = forward ? 0 : 1;
+          const bool across = forward ? r.spans.pipeline_next_across : r.spans.pipeline_previous_across;
+          const double t0 = std::max(end, r.link_free[direction]);
+          const double t1 = t0 + point_to_point_seconds(m, across, r.times.pipeline_message_bytes);
+          r.link_free[direction] = t1;
+          (forward ? forward_in[slot(vs + 1, mb)] : backward_in[slot(vs - 1, mb)]) = t1;
+          if (trace)
+            trace->span(io::TraceSpan{fmt::format("{} {}", forward ? "send activation" : "send gradient", mb), "pipeline",
+                                      r.world_rank, static_cast<int>(Stream::pipeline), t0 * kUs, (t1 - t0) * kUs});
+        }
+        // The last micro-batch's backward finishes the chunk's gradients, bucket by bucket.
+        if (!forward && mb == M_simulated - 1) {
+          double t = start;
+          if (vs == last_virtual) {
+            t += r.times.head_backward.seconds;
+            if (!s.tie_embeddings || P > 1) r.buckets.push_back(Bucket{t, s.tie_embeddings ? vocab_bytes : vocab_bytes, 0, tied_copies});
+          }
+          for (int l = 0; l < layers_per_chunk; ++l) {
+            t += r.times.backward.seconds;
+            r.buckets.push_back(Bucket{t, r.times.block_gradient_bytes, r.times.block_expert_gradient_bytes, false});
+          }
+          if (vs == 0) r.buckets.push_back(Bucket{end, vocab_bytes, 0, tied_copies});
+          for (Bucket& b : r.buckets) {
+            if (b.ready < 0) continue;  // launched already
+            const double d = reduce_seconds(r, b);
+            const double t0 = std::max(b.ready, r.data_free);
+            r.data_free = t0 + d;
+            if (trace && d > 0)
+              trace->span(io::TraceSpan{c.distributed_optimizer ? "reduce-scatter gradients" : "all-reduce gradients",
+                                        "data", r.world_rank, static_cast<int>(Stream::data), t0 * kUs, d * kUs});
+            b.ready = -1;
+          }
+        }
+        ++r.next;
+        progress = true;
+      }
+    }
+  }
+  for (const Rank& r : ranks)
+    if (r.next < r.ops.size())
+      throw std::logic_error(fmt::format("step simulation: stage {} stopped at op {} of {} (a schedule that waits on itself)",
+                                         r.stage, r.next, r.ops.size()));
+
+  if (M_simulated < M) {
+    double slowest = 0;
+    std::vector<double> per(ranks.size(), 0);
+    std::vector<std::array<double, kStreams>> per_on(ranks.size());
+    for (std::size_t i = 0; i < ranks.size(); ++i)
+      for (int ch = 0; ch < v; ++ch)
+        for (int dir = 0; dir < 2; ++dir) {
+          const ChunkPass& x = passes[static_cast<std::size_t>(ch * P + int(i)) * 2 + dir];
+          per[i] += x.seconds;
+          for (int k = 0; k < kStreams; ++k) per_on[i][static_cast<std::size_t>(k)] += x.on[static_cast<std::size_t>(k)];
+        }
+    for (const double x : per) slowest = std::max(slowest, x);
+    const double more = double(M - M_simulated);
+    for (std::size_t i = 0; i < ranks.size(); ++i) {
+      Rank& r = ranks[i];
+      r.now += more * slowest;
+      r.data_free += more * slowest;
+      r.busy += more * per[i];
+      for (int k = 0; k < kStreams; ++k) r.on[static_cast<std::size_t>(k)] += more * per_on[i][static_cast<std::size_t>(k)];
+    }
+  }
+  // After the backward: the reductions' tail, the tied embedding's sum, the gradient norm.
+  for (Rank& r : ranks) {
+    r.sync_end = std::max(r.now, r.data_free);
+    r.data_exposed = r.sync_end - r.now;
+  }
+  if (tied_copies) {
+    Rank& first = ranks.front();
+    Rank& last = ranks.back();
+    const double start = std::max(first.sync_end, last.sync_end);
+    const double d = all_reduce_seconds(m, first.spans.embedding, vocab_bytes);
+    for (Rank* r : {&first, &last}) {
+      if (trace)
+        trace->span(io::TraceSpan{"all-reduce tied embedding", "data", r->world_rank, static_cast<int>(Stream::data),
+                                  start * kUs, d * kUs});
+      r->data_exposed += start + d - r->sync_end;  // waiting for the other copy counts as the sum's
+      r->sync_end = start + d;
+    }
+  }
+  double joined = 0;
+  for (const Rank& r : ranks) joined = std::max(joined, r.sync_end);
+  // The gradient norm: one scalar all-reduced over every rank (latency only).
+  const GroupSpan world{c.world(), std::max<std::int64_t>(1, c.world() / std::max(1, m.devices)),
+                        std::min<std::int64_t>(c.world(), m.devices)};
+  joined += all_reduce_seconds(m, world, 8.0);
+
+  // AdamW, bucket by bucket; with the distributed optimizer each updated bucket is all-gathered
+  // (in the compute precision) while the next is updated.
+  const StageParameters parameters = stage_parameters(s, P);
+  const double bytes_per_parameter = c.precision == "fp32" ? 28.0 : 30.0;  // read w, g, m, v; write w, m, v (+ bf16 copy)
+  for (Rank& r : ranks) {
+    const double dense = double(parameters.dense_of(r.stage)), experts = double(parameters.experts);
+    const double shard_dense = c.distributed_optimizer ? dense / data_context : dense;
+    const double shard_experts = c.distributed_optimizer ? experts / expert_data : experts;
+    const int nb = std::max<int>(1, static_cast<int>(r.buckets.size()));
+    const double update = memory_seconds(m, (shard_dense + shard_experts) * bytes_per_parameter) +
+                          (nb - 1) * m.kernel_overhead_us * 1e-6;
+    double t = joined, gathers = joined;
+    for (int b = 0; b < nb; ++b) {
+      const double u = update / nb;
+      if (trace)
+        trace->span(io::TraceSpan{"optimizer", "compute", r.world_rank, 0, t * kUs, u * kUs});
+      t += u;
+      if (c.distributed_optimizer && data_context > 1) {
+        const double g = (all_gather_seconds(m, r.spans.data, dense / nb * c.element_bytes()) +
+                          (experts > 0 && expert_data > 1 ? all_gather_seconds(m, r.spans.expert_data, experts / nb * c.element_bytes()) : 0));
+        const double g0 = std::max(t, gathers);
+        gathers = g0 + g;
+        if (trace)
+          trace->span(io::TraceSpan{"all-gather parameters", "data", r.world_rank, static_cast<int>(Stream::data), g0 * kUs,
+                                    g * kUs});
+      }
+    }
+    r.optimizer = update;
+    r.end = std::max(t, gathers);
+    r.data_exposed += r.end - t;
+  }
+
+  StepSimulation out;
+  for (const Rank& r : ranks) out.step_seconds = std::max(out.step_seconds, r.end);
+  out.peak_flops = peak_flops(m, c.precision);
+  out.model_flops = model_flops_per_token(s) * double(c.global_batch) * s.seq_length;
+  out.mfu = out.model_flops / (out.step_seconds * double(c.world()) * out.peak_flops);
+  double least_idle = std::numeric_limits<double>::infinity();
+  for (const Rank& r : ranks) {
+    StepBreakdown b;
+    b.stage = r.stage;
+    b.world_rank = r.world_rank;
+    b.compute = r.on[static_cast<std::size_t>(Stream::compute)];
+    b.tensor = r.on[static_cast<std::size_t>(Stream::tensor)];
+    b.context = r.on[static_cast<std::size_t>(Stream::context)];
+    b.expert = r.on[static_cast<std::size_t>(Stream::expert)];
+    b.data = r.data_exposed;
+    b.optimizer = r.optimizer;
+    b.bubble = std::max(0.0, out.step_seconds - b.compute - b.tensor - b.context - b.expert - b.data - b.optimizer);
+    out.stages.push_back(b);
+    if (b.bubble < least_idle) least_idle = b.bubble, out.most_loaded = b;
+    out.average.compute += b.compute / P;
+    out.average.tensor += b.tensor / P;
+    out.average.context += b.context / P;
+    out.average.expert += b.expert / P;
+    out.average.bubble += b.bubble / P;
+    out.average.data += b.data / P;
+    out.average.optimizer += b.optimizer / P;
+  }
+  if (trace)
+    for (const Rank& r : ranks)
+      for (int k = 0; k < kStreams; ++k)
+        trace->track(io::TraceTrack{r.world_rank, k, stream_name(static_cast<Stream>(k))});
+  return out;
+}
+
+}  // namespace tptrain::plan

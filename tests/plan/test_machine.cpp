@@ -1,0 +1,110 @@
+// Machine files (input/machines/*.toml, io/machine_file.hpp): the shipped files read, the built-in
+// default equal to its file, and every error naming the file and the key.
+#include "catch.hpp"
+
+#include <string>
+
+#include "src/plan/machine.hpp"
+
+using namespace tptrain;
+using namespace tptrain::plan;
+
+namespace {
+
+std::string machine_path(const std::string& name) { return std::string(TPTRAIN_SOURCE_DIR) + "/input/machines/" + name; }
+
+const char* kValid = R"(
+[machine]
+name = "test"
+source = "made up"
+[device]
+name = "d"
+peak_tflops_bf16 = 100.0
+peak_tflops_fp16 = 100
+peak_tflops_fp32 = 10.0
+memory_gib = 16.0
+memory_bandwidth_gbs = 1000.0
+compute_units = 4
+[node]
+devices = 2
+link_bandwidth_gbs = 10.0
+link_latency_us = 1.0
+[network]
+bandwidth_gbs = 1.0
+latency_us = 2.0
+[gemm]
+max_efficiency = 0.5
+tile_m = 16
+tile_n = 16
+[[gemm.measured]]
+precision = "fp32"
+m = 64
+n = 64
+k = 64
+efficiency = 0.25
+)";
+
+std::string with(const std::string& from, const std::string& to) {
+  std::string s = kValid;
+  s.replace(s.find(from), from.size(), to);
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("machine files: the shipped ones read, the default equals its file", "[plan][machine]") {
+  for (const char* name : {"dgx-a100-80gb.toml", "dgx-h100.toml", "h200.toml", "gh200.toml"}) {
+    const Machine m = load_machine(machine_path(name));
+    CHECK(m.peak_tflops_bf16 > 300);
+    CHECK(!m.source.empty());
+  }
+  const Machine file = load_machine(machine_path("dgx-a100-80gb.toml"));
+  const Machine built = dgx_a100_80gb();
+  CHECK(file.name == built.name);
+  CHECK(file.source == built.source);
+  CHECK(file.device_name == built.device_name);
+  CHECK(file.peak_tflops_bf16 == built.peak_tflops_bf16);
+  CHECK(file.peak_tflops_fp16 == built.peak_tflops_fp16);
+  CHECK(file.peak_tflops_fp32 == built.peak_tflops_fp32);
+  CHECK(file.memory_gib == built.memory_gib);
+  CHECK(file.memory_bandwidth_gbs == built.memory_bandwidth_gbs);
+  CHECK(file.compute_units == built.compute_units);
+  CHECK(file.kernel_overhead_us == built.kernel_overhead_us);
+  CHECK(file.devices == built.devices);
+  CHECK(file.link_bandwidth_gbs == built.link_bandwidth_gbs);
+  CHECK(file.link_latency_us == built.link_latency_us);
+  CHECK(file.network_bandwidth_gbs == built.network_bandwidth_gbs);
+  CHECK(file.network_latency_us == built.network_latency_us);
+  CHECK(file.max_efficiency == built.max_efficiency);
+  CHECK(file.tile_m == built.tile_m);
+  CHECK(file.tile_n == built.tile_n);
+  CHECK(file.attention_efficiency == built.attention_efficiency);
+  CHECK(file.measured.empty());
+}
+
+TEST_CASE("machine files: a valid file, with the optional keys", "[plan][machine]") {
+  const Machine m = io::parse_machine_file(kValid, "cpu.toml");
+  CHECK(m.peak_tflops_fp16 == 100);
+  CHECK(m.kernel_overhead_us == 0);       // optional, default 0
+  CHECK(attention_efficiency(m) == Approx(0.3));  // default 0.6 x max_efficiency
+  REQUIRE(m.measured.size() == 1);
+  CHECK(m.measured[0].efficiency == 0.25);
+  const Machine o = io::parse_machine_file(
+      with("compute_units = 4", "compute_units = 4\nkernel_overhead_us = 7.5"), "cpu.toml");
+  CHECK(o.kernel_overhead_us == 7.5);
+}
+
+TEST_CASE("machine files: errors name the file and the key", "[plan][machine]") {
+  const auto fails = [](const std::string& text, const std::string& expected) {
+    CHECK_THROWS_WITH(io::parse_machine_file(text, "cpu.toml"), Catch::Contains(expected));
+  };
+  fails(with("tile_n = 16", "tile_n = 16\ntile_k = 4"), "cpu.toml:24: gemm.tile_k: unknown key");
+  fails(with("latency_us = 2.0", ""), "cpu.toml: network.latency_us: missing (expected a number)");
+  fails(with("memory_gib = 16.0", "memory_gib = \"16\""), "cpu.toml:10: device.memory_gib: expected a number");
+  fails(with("max_efficiency = 0.5", "max_efficiency = 1.5"), "gemm.max_efficiency = 1.5: expected a fraction");
+  fails(with("devices = 2", "devices = 0"), "node.devices: expected a positive integer");
+  fails(with("precision = \"fp32\"", "precision = \"fp8\""), "gemm.measured.precision = \"fp8\"");
+  fails(with("[network]", "[netwrk]"), "cpu.toml:17: netwrk: unknown section");
+  fails(with("[machine]", "[machine"), "cpu.toml:2:");
+  CHECK_THROWS_WITH(load_machine("/nonexistent/m.toml"), Catch::Contains("/nonexistent/m.toml: cannot read"));
+}

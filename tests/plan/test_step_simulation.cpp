@@ -1,0 +1,126 @@
+// The step simulation's logic on hand-worked cases (docs/planning.md, "The step simulation"): the
+// pipeline bubbles of 1F1B and of the interleaved schedule, a data-parallel bucket reduction
+// hidden by the backward but for its tail, a ring all-reduce's bytes and seconds, the GEMM model's
+// tile and wave quantisation and its measured correction.
+#include "catch.hpp"
+
+#include "src/plan/block_time.hpp"
+#include "src/plan/collective_cost.hpp"
+#include "src/plan/gemm_efficiency.hpp"
+#include "src/plan/step_simulation.hpp"
+#include "tests/plan/plan_test_util.hpp"
+
+using namespace tptrain;
+using namespace tptrain::plan;
+
+
+namespace {
+
+// A machine on which only the GEMMs and the attention take time: memory, links and network so
+// fast, and latencies 0, that memory-bound kernels and transfers cost nothing; one compute unit of
+// 1 x 1 tiles, so that every GEMM runs at max_efficiency (no quantisation: the head's narrow
+// logits GEMM costs its FLOPs' share, 8/(12·1024) of a block's).
+Machine compute_only() {
+  Machine m = dgx_a100_80gb();
+  m.compute_units = 1;
+  m.tile_m = m.tile_n = 1;
+  m.memory_bandwidth_gbs = 1e15;
+  m.link_bandwidth_gbs = m.network_bandwidth_gbs = 1e15;
+  m.link_latency_us = m.network_latency_us = 0;
+  m.kernel_overhead_us = 0;
+  return m;
+}
+
+// Every stage does the same work: 8 blocks of a wide model whose embedding and head are
+// negligible beside them (a vocabulary of 8 rows).
+Config even_stages(int pipeline, int virtual_stages, int micro_batches) {
+  Config c;
+  c.shape = test::llama(8, 1024, 16, 16, 4096, 8, 512);
+  c.shape.vocab_pad_multiple = 8;
+  c.pipeline = pipeline;
+  c.virtual_stages = virtual_stages;
+  c.data = 1;
+  c.micro_batch = 1;
+  c.global_batch = micro_batches;
+  c.precision = "bf16";
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("step simulation: 1F1B idles (p - 1)/m of the ideal step", "[plan][simulation]") {
+  // p = 4 stages, m = 8 micro-batches of F + B each: the step is (m + p - 1)(F + B), each rank
+  // busy m(F + B), idle (p - 1)(F + B): (p - 1)/m = 3/8 of its compute.
+  const StepSimulation s = simulate_step(even_stages(4, 1, 8), compute_only());
+  CHECK(s.average.bubble / s.average.compute == Approx(3.0 / 8).epsilon(0.02));
+  CHECK(s.step_seconds == Approx(s.average.compute * 11.0 / 8).epsilon(0.02));
+}
+
+TEST_CASE("step simulation: interleaving idles (p - 1)/(v m)", "[plan][simulation]") {
+  // v = 2 chunks per rank: the warm-up and cool-down are chunks of (F + B)/v, so (p - 1)/(v·m) =
+  // 3/16.
+  const StepSimulation s = simulate_step(even_stages(4, 2, 8), compute_only());
+  CHECK(s.average.bubble / s.average.compute == Approx(3.0 / 16).epsilon(0.03));
+  // And without pipelining there is no bubble.
+  const StepSimulation one = simulate_step(even_stages(1, 1, 8), compute_only());
+  CHECK(one.average.bubble == Approx(0).margin(1e-12));
+}
+
+TEST_CASE("step simulation: an overlapped bucket costs only its exposed tail", "[plan][simulation]") {
+  // One stage of 2 blocks, data 2, one micro-batch: the backward is [head][block 1][block 0]
+  // [embedding] of H, B, B, E seconds. Block 1's bucket (R seconds to all-reduce) launches after
+  // H + B, block 0's after H + 2B, the embedding's (Re) after H + 2B + E. With E < R < B block 1's
+  // reduction hides behind block 0's backward, block 0's runs past the embedding's backward by
+  // R − E, and the embedding's follows: the exposed tail is R − E + Re, not the 2R + Re of
+  // reductions after the backward.
+  Config c = even_stages(1, 1, 2);
+  c.shape.layers = 2;
+  c.data = 2;
+  Machine m = dgx_a100_80gb();  // the real links: the reductions take time
+  m.kernel_overhead_us = 0;
+  const StepSimulation s = simulate_step(c, m);
+  Spans spans;
+  spans.data = GroupSpan{2, 1, 2};
+  spans.tensor = spans.context = spans.expert = spans.expert_data = spans.embedding = GroupSpan{};
+  const BlockTimes t = block_times(c, m, spans);
+  const double R = all_reduce_seconds(m, spans.data, t.block_gradient_bytes);
+  const double Re = all_reduce_seconds(m, spans.data, 4.0 * c.shape.local_vocab() * c.shape.hidden);
+  const double B = t.backward.seconds, E = t.embedding_backward.seconds;
+  REQUIRE(E < R);
+  REQUIRE(R < B);
+  CHECK(s.average.data == Approx(R - E + Re).epsilon(1e-9));
+}
+
+TEST_CASE("collectives: a ring all-reduce sends 2(p - 1)/p of the buffer per rank", "[plan][simulation]") {
+  CHECK(ring_all_reduce_bytes(1000, 4) == Approx(1500));
+  CHECK(ring_all_reduce_bytes(1000, 8) == Approx(1750));
+  CHECK(ring_all_reduce_bytes(1000, 1) == 0);
+  Machine m = dgx_a100_80gb();
+  m.link_latency_us = 0;
+  // 8 ranks of one node at 300 GB/s: 1.75 GB in 1.75/300 s.
+  CHECK(ring_all_reduce_seconds(m, GroupSpan{8, 1, 8}, 1e9) == Approx(1.75 / 300));
+  // 8 ranks, one per node, 25 GB/s NICs: 1.75/25 s plus 14 network latencies.
+  m.network_latency_us = 5;
+  CHECK(ring_all_reduce_seconds(m, GroupSpan{8, 8, 1}, 1e9) == Approx(1.75 / 25 + 14 * 5e-6));
+  // A tiny buffer over many nodes: the tree's 2·log2(64) latencies beat the ring's 2·63.
+  CHECK(all_reduce_seconds(m, GroupSpan{64, 64, 1}, 8) == Approx(tree_all_reduce_seconds(m, GroupSpan{64, 64, 1}, 8)));
+  CHECK(tree_all_reduce_seconds(m, GroupSpan{64, 64, 1}, 8) < ring_all_reduce_seconds(m, GroupSpan{64, 64, 1}, 8));
+}
+
+TEST_CASE("GEMM model: tile and wave quantisation, the measured shape's correction", "[plan][simulation]") {
+  Machine m = dgx_a100_80gb();  // 108 SMs, tiles 128 x 256, max 0.80
+  // 108 tiles of 128 x 256: one full wave.
+  CHECK(gemm_efficiency(m, "bf16", GemmShape{128 * 12, 256 * 9, 4096}) == Approx(0.80));
+  // 109 tiles: two waves, 109/216 of them used.
+  CHECK(gemm_efficiency(m, "bf16", GemmShape{128 * 109, 256, 4096}) == Approx(0.80 * 109.0 / 216));
+  // Half a tile's rows: half of it padding.
+  CHECK(gemm_efficiency(m, "bf16", GemmShape{64, 256, 4096}) == Approx(0.80 * 0.5 / 108));
+  // A measured row: its shape is predicted as measured, others scaled by measured / modelled.
+  m.measured.push_back(io::MeasuredGemm{"bf16", 128 * 12, 256 * 9, 4096, 0.60});
+  CHECK(gemm_efficiency(m, "bf16", GemmShape{128 * 12, 256 * 9, 4096}) == Approx(0.60));
+  CHECK(gemm_efficiency(m, "bf16", GemmShape{128 * 109, 256, 4096}) == Approx(0.60 * 109.0 / 216));
+  CHECK(gemm_efficiency(m, "fp32", GemmShape{128 * 12, 256 * 9, 4096}) == Approx(0.80));  // no fp32 row
+  // The roofline: a GEMM of k = 1 moves more bytes than it computes.
+  const double t = gemm_seconds(m, "bf16", GemmShape{8192, 8192, 1}, 2);
+  CHECK(t == Approx((8192.0 * 8192 + 2 * 8192) * 2 / 2039e9));
+}
