@@ -194,6 +194,8 @@ int plan(const DeckOptions& o, const PlanOptions& options) {
       io::ChromeTrace trace;
       plan::simulate_step(p.config, p.hardware.machine, &trace);
       trace.write(options.trace);
+      if (const std::string note = plan::trace_note(p.config); !note.empty())
+        std::fprintf(stderr, "tptrain: note: %s\n", note.c_str());
     }
     if (options.search) {
       const plan::SearchResult found = plan::search_layouts(p.config, p.hardware.machine, p.gpus, 5);

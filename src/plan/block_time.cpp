@@ -1,6 +1,7 @@
 #include "src/plan/block_time.hpp"
 
 #include <algorithm>
+#include <string>
 
 #include "src/model/model_flops.hpp"
 #include "src/plan/gemm_efficiency.hpp"
@@ -127,6 +128,13 @@ BlockTimes block_times(const Config& c, const Machine& m, const Spans& spans) {
   // score); the batched core 4 of its 10 or 12.
   const double forward_share = s.flash_attention ? 4.0 / 14.0 : 4.0 / (scores_kept ? 10.0 : 12.0);
   const double core_forward = core * forward_share, core_backward = core - core_forward;
+  // The batched core is batched GEMMs, Q·Kᵀ [s, s] over k = head_dim and P·V [s, d] over k = s,
+  // one per head and sequence: costed by the GEMM model at their shapes (a k = 128 product is
+  // near the roofline's ridge: its scores' bytes weigh), not at flash's attention efficiency.
+  const double sq = double(s.local_seq_length()), sk = double(s.seq_length);
+  const double batched_seconds_per_flop =
+      (gemm_seconds(m, c.precision, GemmShape{sq, sk, d}, e) + gemm_seconds(m, c.precision, GemmShape{sq, d, sk}, e)) /
+      (4.0 * sq * sk * d);
   const double scores_bytes =
       s.flash_attention ? 0.0 : 4.0 * c.micro_batch * s.local_heads() * double(s.local_seq_length()) * s.seq_length * e;
 
@@ -153,9 +161,11 @@ BlockTimes block_times(const Config& c, const Machine& m, const Spans& spans) {
                           m.kernel_overhead_us * 1e-6;
       ring_attention(ring, schedule::ring_forward_ops(s.context), step, 0, kv_seconds, 0, "attention (ring step)");
       p.append(ring);
+    } else if (!s.flash_attention) {
+      p.add("attention (batched)", Stream::compute, core_forward * batched_seconds_per_flop);
+      b.memory(p, "softmax", scores_bytes);
     } else {
       b.attention(p, "attention", core_forward);
-      if (scores_bytes > 0) b.memory(p, "softmax", scores_bytes);
     }
   };
   attention_forward(fwd);
@@ -189,6 +199,24 @@ BlockTimes block_times(const Config& c, const Machine& m, const Spans& spans) {
   Pass bwd;
   if (c.recompute == Recompute::full) {
     for (const Kernel& k : fwd.kernels) bwd.add(k.name, k.stream, k.seconds);  // the forward again
+  } else if (c.recompute_alternate_gemms) {
+    // torchtitan's op-level selective checkpointing: every memory-bound kernel of the forward
+    // again, and every second GEMM in the order torchtitan's block runs them (wq, wk, wv, wo,
+    // w1, w3, w2: wk, wo and w3; a GELU block's qkv, proj, fc, fc2: proj and fc2).
+    for (const Kernel& k : fwd.kernels) {
+      const std::string name = k.name;
+      if (name == "norm 1" || name == "norm 2" || name == "rotary" || name == "residual add" || name == "swiglu" ||
+          name == "gelu")
+        bwd.add(k.name, k.stream, k.seconds);
+    }
+    if (s.swiglu()) {
+      b.linear_forward(bwd, "recompute k", N, double(s.local_kv_heads()) * d, h);
+      b.linear_forward(bwd, "recompute attention projection", N, h, attn_out);
+      b.linear_forward(bwd, "recompute up", expert_rows, f, h, local_experts);
+    } else {
+      b.linear_forward(bwd, "recompute attention projection", N, h, attn_out);
+      b.linear_forward(bwd, "recompute fc2", expert_rows, h, f, local_experts);
+    }
   }
   b.memory(bwd, "residual grad", 3.0 * n * h * e);
   if (sp) b.tensor_gather(bwd, "all-gather (sequence parallel)", activation);
@@ -223,9 +251,11 @@ BlockTimes block_times(const Config& c, const Machine& m, const Spans& spans) {
                    memory_seconds(m, 3.0 * N * 2.0 * s.local_kv_heads() * d * 4), kv_seconds, sums_seconds,
                    "attention grad (ring step)");
     bwd.append(ring);
+  } else if (!s.flash_attention) {
+    bwd.add("attention grad (batched)", Stream::compute, core_backward * batched_seconds_per_flop);
+    b.memory(bwd, "softmax grad", 1.5 * scores_bytes);
   } else {
     b.attention(bwd, "attention grad", core_backward);
-    if (scores_bytes > 0) b.memory(bwd, "softmax grad", 1.5 * scores_bytes);
   }
   if (s.rotary()) b.memory(bwd, "rotary grad", 2.0 * N * qkv * e);
   if (sp) b.tensor_gather(bwd, "all-gather (norm 1 output again)", activation);
@@ -270,6 +300,20 @@ BlockTimes block_times(const Config& c, const Machine& m, const Spans& spans) {
   }
   out.block_gradient_bytes = 4.0 * dense;
   out.block_expert_gradient_bytes = 4.0 * expert;
+  if (c.shard_parameters && c.data_context() > 1) {
+    const int layers = std::max(1, s.layers / (c.pipeline * c.virtual_stages));
+    const double gather = all_gather_seconds(m, spans.data, dense * e) + all_gather_seconds(m, spans.expert_data, expert * e);
+    const double scatter = all_gather_seconds(m, spans.data, 4.0 * dense) + all_gather_seconds(m, spans.expert_data, 4.0 * expert);
+    out.sharded_forward.add("all-gather weights (FSDP)", Stream::data,
+                            gather + (layers - 1) * std::max(0.0, gather - out.forward.seconds));
+    out.sharded_backward.add("all-gather weights, reduce-scatter gradients (FSDP)", Stream::data,
+                             gather + (layers - 1) * std::max(0.0, gather + scatter - out.backward.seconds) + scatter);
+    // The root module's: the word embedding and, untied, lm_head; the final norm beside them.
+    const double root = (s.tie_embeddings ? 1.0 : 2.0) * V * h + h;
+    out.embedding_forward.add("all-gather embedding and head (FSDP)", Stream::data, all_gather_seconds(m, spans.data, root * e));
+    out.embedding_backward.add("reduce-scatter embedding and head (FSDP)", Stream::data,
+                               all_gather_seconds(m, spans.data, root * 4.0));
+  }
   out.pipeline_message_bytes = n * h * e;
   return out;
 }

@@ -51,6 +51,13 @@ struct BlockTimes {
   Pass backward;  // its backward, the recomputed forward first (recompute = full)
   Pass embedding_forward, embedding_backward;  // the first virtual stage's
   Pass head_forward, head_backward;            // the last virtual stage's: ln_f, logits, loss
+  // FSDP / ZeRO-3 (Config::shard_parameters): what a chunk of `layers_per_chunk` blocks waits
+  // for of its weights' all-gathers (forward and backward) and its gradients' reduce-scatters,
+  // one block prefetched ahead of the one computing: the first block's gather, then each
+  // block's part the previous block's compute does not hide, then (backward) the last
+  // reduce-scatter. The embedding's and the head's weights (the root module's) are gathered in
+  // embedding_forward and their gradients reduce-scattered in embedding_backward.
+  Pass sharded_forward, sharded_backward;
   double block_gradient_bytes = 0;         // fp32 gradients of one block's dense parameters on a rank
   double block_expert_gradient_bytes = 0;  // ... of its experts'
   double pipeline_message_bytes = 0;       // a stage's output for one micro-batch ([n, h]·e)

@@ -92,23 +92,43 @@ SearchResult search_layouts(const Config& deck, const Machine& m, std::int64_t g
     }
   }
   result.fitting = fitting.size();
-  std::vector<RankedLayout> simulated;
-  for (RankedLayout& l : fitting) {
-    if (simulated.size() >= kMaxSearched) break;
+  // The first kMaxSearched that fit, simulated in the order of their compute-only bound
+  // (compute_lower_bound): once a layout's bound is slower than the count-th fastest step found,
+  // it and every layout after it cannot be among the fastest and are not simulated. The ranking
+  // is that of simulating them all: by step, then fewer changed keys, then enumeration order.
+  if (fitting.size() > kMaxSearched) fitting.resize(kMaxSearched);
+  struct Candidate {
+    double bound;
+    std::size_t index;
+  };
+  std::vector<Candidate> order;
+  order.reserve(fitting.size());
+  for (std::size_t i = 0; i < fitting.size(); ++i) order.push_back({compute_lower_bound(fitting[i].config, m), i});
+  std::sort(order.begin(), order.end(),
+            [](const Candidate& a, const Candidate& b) { return a.bound != b.bound ? a.bound < b.bound : a.index < b.index; });
+  const auto faster = [&](const std::pair<std::size_t, double>& a, const std::pair<std::size_t, double>& b) {
+    if (a.second != b.second) return a.second < b.second;
+    if (fitting[a.first].sets.size() != fitting[b.first].sets.size())
+      return fitting[a.first].sets.size() < fitting[b.first].sets.size();
+    return a.first < b.first;
+  };
+  std::vector<std::pair<std::size_t, double>> ranked;  // (index, step), the fastest `count` so far, sorted
+  std::size_t simulated = 0;
+  for (const Candidate& x : order) {
+    if (count > 0 && ranked.size() >= count && x.bound > ranked.back().second) break;
+    RankedLayout& l = fitting[x.index];
     try {
       l.simulation = simulate_step(l.config, m);
     } catch (const std::invalid_argument&) {
       continue;
     }
-    simulated.push_back(std::move(l));
+    ++simulated;
+    const std::pair<std::size_t, double> entry{x.index, l.simulation.step_seconds};
+    ranked.insert(std::upper_bound(ranked.begin(), ranked.end(), entry, faster), entry);
+    if (ranked.size() > count) ranked.pop_back();
   }
-  result.simulated = simulated.size();
-  std::stable_sort(simulated.begin(), simulated.end(), [](const RankedLayout& a, const RankedLayout& b) {
-    if (a.simulation.step_seconds != b.simulation.step_seconds) return a.simulation.step_seconds < b.simulation.step_seconds;
-    return a.sets.size() < b.sets.size();
-  });
-  if (simulated.size() > count) simulated.resize(count);
-  result.best = std::move(simulated);
+  result.simulated = simulated;
+  for (const auto& [index, step] : ranked) result.best.push_back(std::move(fitting[index]));
   return result;
 }
 
@@ -121,7 +141,8 @@ std::string search_report(const SearchResult& found, const Plan& deck) {
   line(fmt::format("the deck: tensor {} x context {} x pipeline {} (virtual {}) x data {}: {:.3f} s per step, MFU {:.1f} %{}",
                    c.tensor(), c.context(), c.pipeline, c.virtual_stages, c.data, deck.simulation.step_seconds,
                    100 * deck.simulation.mfu, deck.fits ? "" : " (does not fit)"));
-  line(fmt::format("{} layouts fit, {} simulated; the fastest:", found.fitting, found.simulated));
+  line(fmt::format("{} layouts fit, {} simulated (the others' compute alone is slower than the fastest found); the fastest:",
+                   found.fitting, found.simulated));
   int i = 0;
   for (const RankedLayout& l : found.best) {
     const Config& x = l.config;

@@ -9,8 +9,10 @@
 // data x context > 1 (it saves memory and, in the simulation, costs nothing: a reduce-scatter and
 // an all-gather move what an all-reduce does). The precision is the deck's.
 //
-// The search is bounded: at most kMaxSearched layouts are simulated, the cheapest to check
-// first (memory, then the simulation of the survivors).
+// The search is bounded: of the layouts that fit the memory (checked first, the cheapest), the
+// first kMaxSearched are candidates; they are simulated in the order of their compute-only bound
+// (compute_lower_bound) until that bound is slower than the count-th fastest step found, which
+// gives the ranking simulating them all would.
 #pragma once
 
 #include <cstdint>
@@ -34,7 +36,7 @@ struct RankedLayout {
 struct SearchResult {
   std::vector<RankedLayout> best;  // fastest first
   std::size_t fitting = 0;         // layouts that fit
-  std::size_t simulated = 0;       // of them simulated (at most kMaxSearched)
+  std::size_t simulated = 0;       // of them simulated (at most kMaxSearched; not those bounded out)
 };
 
 inline constexpr std::size_t kMaxSearched = 20000;

@@ -346,6 +346,10 @@ RankMemory rank_memory(const Config& c, const StageParameters& stage_parameters,
   m.activations = chunked_activation_bytes(c, m.layers / c.virtual_stages, m.chunk_slots);
   m.head = stage == P - 1 ? total_bytes(head_buffers(c)) : 0;
   m.workspace = total_bytes(workspace_buffers(c)) + received_gradient_bytes(c, m.received_gradients);
+  // FSDP / ZeRO-3: two blocks' weights gathered at once (the one computing, the one prefetched),
+  // a block taken as the stage's parameters per layer (its share of the embedding included).
+  if (c.shard_parameters && m.layers > 0)
+    m.workspace += 2 * (m.parameters / m.layers) * c.element_bytes();
   return m;
 }
 

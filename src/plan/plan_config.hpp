@@ -38,6 +38,16 @@ struct Config {
   // (model::flash_attention_of).
   bool context_allowed = true;
   std::string attention = "default";
+  // Modes of other trainers that tptrain does not have, for simulating their published runs
+  // (docs/planning.md, "Validation"); no deck key sets them.
+  // FSDP / ZeRO-3 over data x context: the weights and gradients are sharded as the optimizer
+  // state is, every block's weights all-gathered before its forward and again before its
+  // backward (prefetched one block ahead), its gradients reduce-scattered after its backward.
+  bool shard_parameters = false;
+  // torchtitan's op-level selective activation checkpointing: the outputs of the attention core
+  // and of every other GEMM of a block are kept; the backward runs the other GEMMs (the 2nd, 4th
+  // and 6th of wq, wk, wv, wo, w1, w3, w2: wk, wo, w3) and every memory-bound kernel again.
+  bool recompute_alternate_gemms = false;
 
   int tensor() const { return shape.tensor; }
   int context() const { return shape.context; }

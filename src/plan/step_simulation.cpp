@@ -186,11 +186,13 @@ StepSimulation simulate_step(const Config& c, const Machine& m, io::ChromeTrace*
     };
     if (forward) {
       if (vs == 0) add(&t.embedding_forward, 1);
+      if (!t.sharded_forward.kernels.empty()) add(&t.sharded_forward, 1);
       add(&t.forward, layers_per_chunk);
       if (vs == last_virtual) add(&t.head_forward, 1);
     } else {
       if (vs == last_virtual) add(&t.head_backward, 1);
       add(&t.backward, layers_per_chunk);
+      if (!t.sharded_backward.kernels.empty()) add(&t.sharded_backward, 1);
       if (vs == 0) add(&t.embedding_backward, 1);
     }
     return p;
@@ -203,10 +205,29 @@ StepSimulation simulate_step(const Config& c, const Machine& m, io::ChromeTrace*
       passes[static_cast<std::size_t>(vs) * 2] = chunk_pass(ranks[static_cast<std::size_t>(st)], vs, true);
       passes[static_cast<std::size_t>(vs) * 2 + 1] = chunk_pass(ranks[static_cast<std::size_t>(st)], vs, false);
     }
+  // The trace shows every rank of a stage (they run its timeline) up to kTraceEveryRankUpTo
+  // ranks in all; beyond, the stage's first rank alone.
+  std::vector<std::vector<int>> traced(static_cast<std::size_t>(P));
+  if (trace)
+    for (int st = 0; st < P; ++st) {
+      if (c.world() > kTraceEveryRankUpTo) {
+        traced[static_cast<std::size_t>(st)] = {world_rank(layout, 0, 0, st, 0)};
+        continue;
+      }
+      for (int dp = 0; dp < c.data; ++dp)
+        for (int cp = 0; cp < c.context(); ++cp)
+          for (int tp = 0; tp < c.tensor(); ++tp) traced[static_cast<std::size_t>(st)].push_back(world_rank(layout, tp, cp, st, dp));
+    }
+  const auto emit = [&](int stage, io::TraceSpan span) {
+    for (const int rank : traced[static_cast<std::size_t>(stage)]) {
+      span.rank = rank;
+      trace->span(span);
+    }
+  };
   // Whether the trace shows each kernel, or each op as one span (a step of very many ops).
   double kernel_spans = 0;
   for (const ChunkPass& p : passes) kernel_spans += p.kernels * M_simulated;
-  const bool expand = trace && kernel_spans <= 400000;
+  const bool expand = trace && kernel_spans * double(traced.front().size()) <= 400000;
 
   const double data_context = double(c.data_context()), expert_data = double(c.expert_data_context());
   const auto reduce_seconds = [&](const Rank& r, const Bucket& b) {
@@ -242,12 +263,12 @@ StepSimulation simulate_step(const Config& c, const Machine& m, io::ChromeTrace*
             for (const auto& [piece, times] : pass.pieces)
               for (int i = 0; i < times; ++i)
                 for (const Kernel& k : piece->kernels) {
-                  trace->span(io::TraceSpan{k.name, stream_name(k.stream), r.world_rank, static_cast<int>(k.stream),
+                  emit(r.stage, io::TraceSpan{k.name, stream_name(k.stream), r.world_rank, static_cast<int>(k.stream),
                                             t * kUs, k.seconds * kUs});
                   t += k.seconds;
                 }
           } else {
-            trace->span(io::TraceSpan{fmt::format("{} {}.{}", forward ? "forward" : "backward", mb, op.chunk), "compute",
+            emit(r.stage, io::TraceSpan{fmt::format("{} {}.{}", forward ? "forward" : "backward", mb, op.chunk), "compute",
                                       r.world_rank, 0, start * kUs, pass.seconds * kUs});
           }
         }
@@ -263,11 +284,12 @@ StepSimulation simulate_step(const Config& c, const Machine& m, io::ChromeTrace*
           r.link_free[direction] = t1;
           (forward ? forward_in[slot(vs + 1, mb)] : backward_in[slot(vs - 1, mb)]) = t1;
           if (trace)
-            trace->span(io::TraceSpan{fmt::format("{} {}", forward ? "send activation" : "send gradient", mb), "pipeline",
+            emit(r.stage, io::TraceSpan{fmt::format("{} {}", forward ? "send activation" : "send gradient", mb), "pipeline",
                                       r.world_rank, static_cast<int>(Stream::pipeline), t0 * kUs, (t1 - t0) * kUs});
         }
         // The last micro-batch's backward finishes the chunk's gradients, bucket by bucket.
-        if (!forward && mb == M_simulated - 1) {
+        // (FSDP reduce-scatters each block's gradients in its backward: sharded_backward.)
+        if (!forward && mb == M_simulated - 1 && !c.shard_parameters) {
           double t = start;
           if (vs == last_virtual) {
             t += r.times.head_backward.seconds;
@@ -284,7 +306,7 @@ StepSimulation simulate_step(const Config& c, const Machine& m, io::ChromeTrace*
             const double t0 = std::max(b.ready, r.data_free);
             r.data_free = t0 + d;
             if (trace && d > 0)
-              trace->span(io::TraceSpan{c.distributed_optimizer ? "reduce-scatter gradients" : "all-reduce gradients",
+              emit(r.stage, io::TraceSpan{c.distributed_optimizer ? "reduce-scatter gradients" : "all-reduce gradients",
                                         "data", r.world_rank, static_cast<int>(Stream::data), t0 * kUs, d * kUs});
             b.ready = -1;
           }
@@ -332,7 +354,7 @@ StepSimulation simulate_step(const Config& c, const Machine& m, io::ChromeTrace*
     const double d = all_reduce_seconds(m, first.spans.embedding, vocab_bytes);
     for (Rank* r : {&first, &last}) {
       if (trace)
-        trace->span(io::TraceSpan{"all-reduce tied embedding", "data", r->world_rank, static_cast<int>(Stream::data),
+        emit(r->stage, io::TraceSpan{"all-reduce tied embedding", "data", r->world_rank, static_cast<int>(Stream::data),
                                   start * kUs, d * kUs});
       r->data_exposed += start + d - r->sync_end;  // waiting for the other copy counts as the sum's
       r->sync_end = start + d;
@@ -351,8 +373,9 @@ StepSimulation simulate_step(const Config& c, const Machine& m, io::ChromeTrace*
   const double bytes_per_parameter = c.precision == "fp32" ? 28.0 : 30.0;  // read w, g, m, v; write w, m, v (+ bf16 copy)
   for (Rank& r : ranks) {
     const double dense = double(parameters.dense_of(r.stage)), experts = double(parameters.experts);
-    const double shard_dense = c.distributed_optimizer ? dense / data_context : dense;
-    const double shard_experts = c.distributed_optimizer ? experts / expert_data : experts;
+    const bool sharded = c.distributed_optimizer || c.shard_parameters;
+    const double shard_dense = sharded ? dense / data_context : dense;
+    const double shard_experts = sharded ? experts / expert_data : experts;
     const int nb = std::max<int>(1, static_cast<int>(r.buckets.size()));
     const double update = memory_seconds(m, (shard_dense + shard_experts) * bytes_per_parameter) +
                           (nb - 1) * m.kernel_overhead_us * 1e-6;
@@ -360,15 +383,15 @@ StepSimulation simulate_step(const Config& c, const Machine& m, io::ChromeTrace*
     for (int b = 0; b < nb; ++b) {
       const double u = update / nb;
       if (trace)
-        trace->span(io::TraceSpan{"optimizer", "compute", r.world_rank, 0, t * kUs, u * kUs});
+        emit(r.stage, io::TraceSpan{"optimizer", "compute", r.world_rank, 0, t * kUs, u * kUs});
       t += u;
-      if (c.distributed_optimizer && data_context > 1) {
+      if (c.distributed_optimizer && !c.shard_parameters && data_context > 1) {
         const double g = (all_gather_seconds(m, r.spans.data, dense / nb * c.element_bytes()) +
                           (experts > 0 && expert_data > 1 ? all_gather_seconds(m, r.spans.expert_data, experts / nb * c.element_bytes()) : 0));
         const double g0 = std::max(t, gathers);
         gathers = g0 + g;
         if (trace)
-          trace->span(io::TraceSpan{"all-gather parameters", "data", r.world_rank, static_cast<int>(Stream::data), g0 * kUs,
+          emit(r.stage, io::TraceSpan{"all-gather parameters", "data", r.world_rank, static_cast<int>(Stream::data), g0 * kUs,
                                     g * kUs});
       }
     }
@@ -391,7 +414,7 @@ StepSimulation simulate_step(const Config& c, const Machine& m, io::ChromeTrace*
     b.tensor = r.on[static_cast<std::size_t>(Stream::tensor)];
     b.context = r.on[static_cast<std::size_t>(Stream::context)];
     b.expert = r.on[static_cast<std::size_t>(Stream::expert)];
-    b.data = r.data_exposed;
+    b.data = r.data_exposed + r.on[static_cast<std::size_t>(Stream::data)];
     b.optimizer = r.optimizer;
     b.bubble = std::max(0.0, out.step_seconds - b.compute - b.tensor - b.context - b.expert - b.data - b.optimizer);
     out.stages.push_back(b);
@@ -406,9 +429,31 @@ StepSimulation simulate_step(const Config& c, const Machine& m, io::ChromeTrace*
   }
   if (trace)
     for (const Rank& r : ranks)
-      for (int k = 0; k < kStreams; ++k)
-        trace->track(io::TraceTrack{r.world_rank, k, stream_name(static_cast<Stream>(k))});
+      for (const int rank : traced[static_cast<std::size_t>(r.stage)])
+        for (int k = 0; k < kStreams; ++k) trace->track(io::TraceTrack{rank, k, stream_name(static_cast<Stream>(k))});
   return out;
+}
+
+}  // namespace tptrain::plan
+
+namespace tptrain::plan {
+
+double compute_lower_bound(const Config& c, const Machine& m) {
+  const BlockTimes t = block_times(c, m, Spans{});  // the compute stream does not depend on the spans
+  // A chunk's blocks forward and backward, F + B; the last stage cannot start before P − 1 chunk
+  // forwards have passed the stages before it, runs its M·v chunks of both, and its last backward
+  // then crosses P − 1 chunks back: (M·v + P − 1)·(F + B), 1F1B's bubble included.
+  const double chunk_layers = double(c.shape.layers / (c.pipeline * c.virtual_stages));
+  const auto compute = [](const Pass& p) { return p.on[static_cast<std::size_t>(Stream::compute)]; };
+  return (double(c.micro_batches()) * c.virtual_stages + c.pipeline - 1) * chunk_layers *
+         (compute(t.forward) + compute(t.backward));
+}
+
+std::string trace_note(const Config& c) {
+  if (c.world() <= kTraceEveryRankUpTo) return "";
+  return fmt::format("the trace shows one rank per pipeline stage ({} of {}): beyond {} ranks every tensor, context "
+                     "and data rank of a stage, which runs the same timeline, is left out",
+                     c.pipeline, c.world(), kTraceEveryRankUpTo);
 }
 
 }  // namespace tptrain::plan

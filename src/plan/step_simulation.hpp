@@ -24,6 +24,7 @@
 #pragma once
 
 #include <array>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -61,6 +62,18 @@ struct StepSimulation {
 // Throws std::invalid_argument when the pipeline schedule does not exist for the deck's counts
 // (schedule::schedule_problem: interleaving needs the micro-batches a multiple of the pipeline).
 // `trace`: when given, every simulated rank's compute, communicator and link spans are added.
+// The trace holds every rank, each of a stage with its stage's timeline (they run the same), for
+// worlds of up to kTraceEveryRankUpTo ranks; beyond, one rank per stage (trace_note says so).
 StepSimulation simulate_step(const Config& c, const Machine& m, io::ChromeTrace* trace = nullptr);
+
+inline constexpr std::int64_t kTraceEveryRankUpTo = 1024;
+
+// A bound the step time is never below: the blocks' kernels on the compute stream of the last
+// stage, (M·v + P − 1) chunks forward and backward, the pipeline's fill and drain included (its
+// embedding, head and communication left out). What
+// `plan --search` skips a layout by when the bound is slower than the best it has found.
+double compute_lower_bound(const Config& c, const Machine& m);
+// "" when the trace holds every rank, else a sentence saying which it holds.
+std::string trace_note(const Config& c);
 
 }  // namespace tptrain::plan

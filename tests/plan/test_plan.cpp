@@ -139,9 +139,9 @@ TEST_CASE("plan: GPT-3 175B on 1024 A100 at 140 TFLOP/s trains 300B tokens in ab
   CHECK(six_n_t(175e9, 300e9) == Approx(3.15e23));
   // The same run from tptrain's exact count and eq. 3 (which adds the attention and logit terms),
   // its time simulated on the default machine (a DGX A100 80 GB) with the batched attention core
-  // Megatron ran in 2021: within 20 % of the published 140 TFLOP/s per GPU (Narayanan et al. 2021
-  // Table 1, 1024 GPUs, full recomputation; docs/planning.md, "Validation": the model predicts
-  // 16 % more, what it ignores).
+  // Megatron ran in 2021 (costed as the batched GEMMs it is): within 15 % of the published 140
+  // TFLOP/s per GPU (Narayanan et al. 2021 Table 1, 1024 GPUs, full recomputation;
+  // docs/planning.md, "Validation").
   Config c = gpt3_175b();
   c.set_context(1);
   c.attention = "batched";
@@ -150,7 +150,7 @@ TEST_CASE("plan: GPT-3 175B on 1024 A100 at 140 TFLOP/s trains 300B tokens in ab
   const Plan p = make_plan(c, hw, 300e9);
   CHECK(p.parameters == Approx(174.6e9).epsilon(0.001));
   CHECK(p.total_flops_6nt == Approx(3.14e23).epsilon(0.002));  // the seed's 6·N·T figure
-  CHECK(p.achieved_flops == Approx(140e12).epsilon(0.20));
+  CHECK(p.achieved_flops == Approx(140e12).epsilon(0.15));
   // Eq. 4 at the simulated speed: 8TP/(nX) against the simulated days, eq. 3's s/(6h) and
   // V/(16lh) terms 3 % apart.
   CHECK(p.training_days == Approx(p.training_days_eq4).epsilon(0.04));

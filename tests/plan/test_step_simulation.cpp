@@ -4,6 +4,12 @@
 // tile and wave quantisation and its measured correction.
 #include "catch.hpp"
 
+#include <map>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "src/plan/block_time.hpp"
 #include "src/plan/collective_cost.hpp"
 #include "src/plan/gemm_efficiency.hpp"
@@ -123,4 +129,36 @@ TEST_CASE("GEMM model: tile and wave quantisation, the measured shape's correcti
   // The roofline: a GEMM of k = 1 moves more bytes than it computes.
   const double t = gemm_seconds(m, "bf16", GemmShape{8192, 8192, 1}, 2);
   CHECK(t == Approx((8192.0 * 8192 + 2 * 8192) * 2 / 2039e9));
+}
+
+TEST_CASE("step simulation: the trace shows every rank, each of a stage on its stage's timeline", "[plan][simulation]") {
+  // tensor 2 x pipeline 2 x data 2 = 8 ranks: every one has spans, on every stream's track, and
+  // the ranks of a stage have the same spans (they run the same ops at the same times).
+  Config c = even_stages(2, 1, 4);
+  c.shape.tensor = 2;
+  c.data = 2;
+  c.global_batch = 8;
+  io::ChromeTrace trace;
+  simulate_step(c, compute_only(), &trace);
+  std::map<int, std::vector<std::pair<double, std::string>>> by_rank;
+  for (const io::TraceSpan& s : trace.spans()) by_rank[s.rank].push_back({s.start_us, s.name});
+  REQUIRE(by_rank.size() == 8);
+  for (int r = 0; r < 8; ++r) CHECK(by_rank.count(r) == 1);
+  // Under tp-pp-dp, ranks 0, 1 (tensor) and 4, 5 (data) are stage 0's; 2, 3, 6, 7 stage 1's.
+  CHECK(by_rank[1] == by_rank[0]);
+  CHECK(by_rank[4] == by_rank[0]);
+  CHECK(by_rank[5] == by_rank[0]);
+  CHECK(by_rank[3] == by_rank[2]);
+  CHECK(by_rank[7] == by_rank[2]);
+  CHECK(by_rank[2] != by_rank[0]);
+  CHECK(trace_note(c).empty());
+  // Beyond kTraceEveryRankUpTo ranks: one rank per stage, and a note saying so.
+  c.data = 1024;
+  c.global_batch = 4096;
+  io::ChromeTrace big;
+  simulate_step(c, compute_only(), &big);
+  std::set<int> ranks;
+  for (const io::TraceSpan& s : big.spans()) ranks.insert(s.rank);
+  CHECK(ranks.size() == 2);
+  CHECK(trace_note(c).find("one rank per pipeline stage") != std::string::npos);
 }
