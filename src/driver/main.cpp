@@ -289,7 +289,7 @@ int main(int argc, char** argv) {
                      "virtual stages, data, expert, micro-batch, sequence parallelism, recompute, rank order); "
                      "print the best 5 with their breakdowns, --set arguments and deck lines");
   plan_cmd->add_option("--trace", plan_opts.trace,
-                       "write the simulated step (every simulated rank, every stream) as a Chrome trace (JSON) to FILE");
+                       "write the simulated step (every rank, one per stage beyond 1024; every stream) as a Chrome trace (JSON) to FILE");
   plan_cmd->add_option("--tokens", plan_opts.tokens,
                        "training tokens, e.g. 300e9 (default: training.steps x global_batch x seq_length)")
       ->check(positive_number());
