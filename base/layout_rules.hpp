@@ -1,6 +1,7 @@
-// The rules a parallel layout must meet, each stated once, as data (base/rules.hpp): tensor
-// parallelism's whole key/value heads per rank, the interleaved schedule's chunks and
-// micro-batch groups, and expert parallelism's ranks and whole experts. A rule returns its
+// The rules a parallel layout must meet, each stated once, as data (base/rules.hpp): heads of
+// whole features, tensor parallelism's whole heads, MLP slices and key/value heads per rank, the
+// pipeline's equal stages and the interleaved schedule's chunks and micro-batch groups, context
+// and sequence parallelism's token splits, and expert parallelism's ranks and whole experts. A rule returns its
 // problems, each naming the keys it involves; the readers word them for their place:
 //   the deck (io/deck.cpp)               at the file:line of the key to blame, with "did you
 //                                        mean"-grade detail (the nearest valid layouts);
@@ -20,6 +21,66 @@
 #include "base/rules.hpp"
 
 namespace tptrain::rules {
+
+// Attention heads: model.hidden features in model.heads heads of hidden / heads each.
+inline std::vector<Problem> head_problems(std::int64_t hidden, std::int64_t heads) {
+  if (hidden < 1 || heads < 1 || hidden % heads == 0) return {};
+  return {Problem::divisible({"model.hidden", hidden}, {"model.heads", heads},
+                             "each head has model.hidden / model.heads features")};
+}
+
+// Tensor parallelism (Megatron-LM section 3) gives each rank whole heads and an equal slice of
+// the MLP's width.
+inline std::vector<Problem> tensor_split_problems(std::int64_t heads, std::int64_t ffn_hidden, std::int64_t tensor) {
+  if (tensor < 1) return {};
+  std::vector<Problem> out;
+  if (heads > 0 && heads % tensor != 0)
+    out.push_back(Problem::divisible({"model.heads", heads}, {"parallel.tensor", tensor},
+                                     "tensor parallelism gives each rank whole heads"));
+  if (ffn_hidden > 0 && ffn_hidden % tensor != 0)
+    out.push_back(Problem::divisible({"model.ffn_hidden", ffn_hidden}, {"parallel.tensor", tensor},
+                                     "tensor parallelism splits the MLP width evenly across ranks"));
+  return out;
+}
+
+// Pipeline parallelism: every stage holds the same number of layers.
+inline std::vector<Problem> pipeline_problems(std::int64_t layers, std::int64_t pipeline) {
+  if (layers < 1 || pipeline < 1 || layers % pipeline == 0) return {};
+  return {Problem::divisible({"model.layers", layers}, {"parallel.pipeline", pipeline},
+                             "each pipeline stage holds the same number of layers")};
+}
+
+// Context parallelism (parallel.context = C; base/context_chunks.hpp) cuts every sequence into 2C
+// chunks, two per rank (the causal mask's load balance).
+inline std::vector<Problem> context_problems(std::int64_t seq_length, std::int64_t context) {
+  if (seq_length < 1 || context <= 1 || seq_length % (2 * context) == 0) return {};
+  return {Problem::statement({"model.seq_length", seq_length},
+                             fmt::format("a multiple of 2 * parallel.context = {} with {{parallel.context}}: context "
+                                         "parallelism cuts every sequence into 2 * parallel.context chunks",
+                                         2 * context),
+                             {{"parallel.context", context}})};
+}
+
+// Sequence parallelism (parallel.sequence_parallel, Korthikanti et al. 2022) splits a rank's
+// tokens of every sequence (seq_length / context of them) evenly over the tensor-parallel ranks.
+// Not judged while the context rule is broken.
+inline std::vector<Problem> sequence_parallel_problems(std::int64_t seq_length, std::int64_t context,
+                                                       std::int64_t tensor, bool sequence_parallel) {
+  if (!sequence_parallel || seq_length < 1 || context < 1 || tensor < 1) return {};
+  if (context == 1) {
+    if (seq_length % tensor == 0) return {};
+    return {Problem::divisible({"model.seq_length", seq_length}, {"parallel.tensor", tensor},
+                               "parallel.sequence_parallel = true splits every sequence evenly over the "
+                               "tensor-parallel ranks")};
+  }
+  if (!context_problems(seq_length, context).empty() || (seq_length / context) % tensor == 0) return {};
+  return {Problem::statement({"model.seq_length", seq_length},
+                             fmt::format("a multiple of parallel.context * parallel.tensor = {} with {{parallel.context}}, "
+                                         "{{parallel.tensor}} and parallel.sequence_parallel = true: each context "
+                                         "rank's tokens are split over the tensor ranks",
+                                         context * tensor),
+                             {{"parallel.context", context}, {"parallel.tensor", tensor}})};
+}
 
 // Grouped-query attention's key/value heads (model.kv_heads, kv <= heads): each serves heads / kv
 // query heads, and tensor parallelism gives each rank whole ones, so kv divides heads and is a

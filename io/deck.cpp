@@ -933,17 +933,8 @@ void DeckReader::check_context(const Deck& d) {
   Field& cp = field("parallel", "context");
   if (!cp.ok || d.parallel.context <= 1) return;
   const int C = d.parallel.context;
-  Field& seq = field("model", "seq_length");
-  if (seq.ok && d.model.seq_length % (2 * C) != 0)
-    bad(seq, fmt::format("a multiple of 2 * parallel.context = {} ({}): context parallelism cuts every sequence "
-                         "into 2 * parallel.context chunks",
-                         2 * C, where(cp)));
-  else if (seq.ok && d.parallel.sequence_parallel && field("parallel", "tensor").ok &&
-           (d.model.seq_length / C) % d.parallel.tensor != 0)
-    bad(seq, fmt::format("a multiple of parallel.context * parallel.tensor = {} * {} with "
-                         "parallel.sequence_parallel = true: each context rank's tokens are split over the tensor "
-                         "ranks",
-                         C, d.parallel.tensor));
+  if (field("model", "seq_length").ok)
+    for (const rules::Problem& p : rules::context_problems(d.model.seq_length, C)) report(p);
   if (field("training", "attention").ok && d.training.attention == "batched")
     bad(cp, fmt::format("1 with training.attention = \"batched\" ({}): ring attention runs flash attention per "
                         "block (set training.attention = \"flash\" or \"default\")",
@@ -1128,25 +1119,27 @@ Deck DeckReader::build() {
   auto ok = [this](std::string_view section, std::string_view key) {
     return field(section, key).ok;
   };
-  if (ok("model", "hidden") && ok("model", "heads"))
-    check_multiple(term("model", "hidden", m.hidden), term("model", "heads", m.heads), m.hidden,
-                   m.heads, "each head has model.hidden / model.heads features");
-  if (ok("model", "heads") && ok("parallel", "tensor"))
-    check_multiple(term("model", "heads", m.heads), term("parallel", "tensor", p.tensor), m.heads,
-                   p.tensor, "tensor parallelism gives each rank whole heads");
+  // The layout's rules (base/layout_rules.hpp), asked only with the values that passed their own
+  // checks (0: not known).
+  const auto known = [&ok](std::string_view section, std::string_view key, std::int64_t v) -> std::int64_t {
+    return ok(section, key) ? v : 0;
+  };
+  for (const rules::Problem& q : rules::head_problems(known("model", "hidden", m.hidden), known("model", "heads", m.heads)))
+    report(q);
+  const std::int64_t tensor = known("parallel", "tensor", p.tensor);
+  for (const rules::Problem& q : rules::tensor_split_problems(known("model", "heads", m.heads), 0, tensor)) report(q);
   check_architecture(d);
-  if (ok("model", "ffn_hidden") && ok("model", "hidden") && ok("parallel", "tensor"))
-    check_multiple(term("model", "ffn_hidden", m.ffn_hidden), term("parallel", "tensor", p.tensor),
-                   m.ffn_hidden, p.tensor,
-                   "tensor parallelism splits the MLP width evenly across ranks");
-  if (ok("model", "layers") && ok("parallel", "pipeline"))
-    check_multiple(term("model", "layers", m.layers), term("parallel", "pipeline", p.pipeline),
-                   m.layers, p.pipeline, "each pipeline stage holds the same number of layers");
+  if (ok("model", "hidden"))
+    for (const rules::Problem& q : rules::tensor_split_problems(0, known("model", "ffn_hidden", m.ffn_hidden), tensor))
+      report(q);
+  for (const rules::Problem& q :
+       rules::pipeline_problems(known("model", "layers", m.layers), known("parallel", "pipeline", p.pipeline)))
+    report(q);
   check_virtual_stages(d);
-  if (p.sequence_parallel && ok("model", "seq_length") && ok("parallel", "tensor"))
-    check_multiple(term("model", "seq_length", m.seq_length), term("parallel", "tensor", p.tensor),
-                   m.seq_length, p.tensor,
-                   "parallel.sequence_parallel = true splits every sequence evenly over the tensor-parallel ranks");
+  for (const rules::Problem& q :
+       rules::sequence_parallel_problems(known("model", "seq_length", m.seq_length),
+                                         known("parallel", "context", p.context), tensor, p.sequence_parallel))
+    report(q);
   check_batch(d);
   check_tokenizer_pattern(d);
   check_tokenizer(d);

@@ -135,11 +135,9 @@ class GptModel {
                                   std::to_string(sharding.size) + " does not exist");
     if (stage.chunks < 1)
       throw std::invalid_argument("tptrain: " + std::to_string(stage.chunks) + " model chunks: expected >= 1");
-    if (shape.layers % stage.size != 0)
-      throw std::invalid_argument("tptrain: " + std::to_string(shape.layers) + " layers cannot be split evenly over " +
-                                  std::to_string(stage.size) +
-                                  " pipeline stages (model.layers must be a multiple of parallel.pipeline)");
-    // The interleaved schedule's chunks: its rule (base/layout_rules.hpp).
+    // The pipeline's rules and the interleaved schedule's chunks (base/layout_rules.hpp).
+    for (const rules::Problem& p : rules::pipeline_problems(shape.layers, stage.size))
+      throw std::invalid_argument("tptrain: " + p.text());
     for (const rules::Problem& p : rules::interleave_problems(shape.layers, stage.size, stage.chunks, 0))
       throw std::invalid_argument("tptrain: " + p.text());
     per_chunk_ = shape.layers / (stage.size * stage.chunks);

@@ -122,23 +122,17 @@ struct GptShape : BlockSpec {
       positive("model.experts_per_token", experts_per_token);
       if (!(moe_capacity_factor >= 0))
         throw std::invalid_argument("tptrain: model.moe_capacity_factor must be >= 0 (0: dropless)");
-      if (experts % expert_parallel != 0)
-        throw std::invalid_argument("tptrain: model.experts = " + std::to_string(experts) +
-                                    " is not a multiple of parallel.expert = " + std::to_string(expert_parallel) +
-                                    " (expert parallelism gives each rank the same number of experts)");
-    } else if (expert_parallel > 1) {
-      throw std::invalid_argument("tptrain: parallel.expert = " + std::to_string(expert_parallel) +
-                                  " needs model.mlp = \"moe\" (it splits the experts)");
     }
-    if (context > 1 && seq_length % (2 * context) != 0)
-      throw std::invalid_argument("tptrain: model.seq_length = " + std::to_string(seq_length) +
-                                  " is not a multiple of 2 * parallel.context = " + std::to_string(2 * context) +
-                                  " (context parallelism cuts every sequence into 2 * parallel.context chunks)");
+    // The layout's rules, stated by their owner (base/layout_rules.hpp).
+    std::vector<rules::Problem> broken = rules::expert_problems(moe(), experts, expert_parallel, 0);
+    for (std::vector<rules::Problem> more :
+         {rules::context_problems(seq_length, context), rules::head_problems(hidden, heads),
+          rules::tensor_split_problems(heads, ffn_hidden, tensor)})
+      broken.insert(broken.end(), more.begin(), more.end());
+    for (const rules::Problem& p : broken) throw std::invalid_argument("tptrain: " + p.text());
     if (context > 1 && !flash_attention)
       throw std::invalid_argument("tptrain: parallel.context > 1 runs flash attention only (set training.attention = "
                                   "\"flash\")");
-    if (hidden % heads != 0 || heads % tensor != 0 || ffn_hidden % tensor != 0)
-      throw std::invalid_argument("tptrain: model shape not divisible by the tensor-parallel size");
     const int kv = kv_head_count();
     if (kv < 1) throw std::invalid_argument("tptrain: model.kv_heads = " + std::to_string(kv) + ": expected >= 1");
     for (const rules::Problem& p : rules::kv_head_problems(heads, kv, tensor))
@@ -147,11 +141,8 @@ struct GptShape : BlockSpec {
       throw std::invalid_argument("tptrain: " + p.text());
     if (!(norm_eps > 0) || !(rope_theta > 0))
       throw std::invalid_argument("tptrain: model.norm_eps and model.rope_theta must be positive");
-    if (splits_sequence() && local_seq_length() % tensor != 0)
-      throw std::invalid_argument("tptrain: model.seq_length" + std::string(context > 1 ? " / parallel.context" : "") +
-                                  " = " + std::to_string(local_seq_length()) + " is not a multiple of parallel.tensor = " +
-                                  std::to_string(tensor) +
-                                  " (parallel.sequence_parallel splits every sequence over the tensor-parallel ranks)");
+    for (const rules::Problem& p : rules::sequence_parallel_problems(seq_length, context, tensor, splits_sequence()))
+      throw std::invalid_argument("tptrain: " + p.text());
     // The QKV weight has 3H rows (logical and, with tensor = 1, local: a BLAS dimension).
     const std::int64_t qkv_rows = 3 * std::int64_t(hidden);
     if (qkv_rows > int_limit)

@@ -10,33 +10,24 @@ namespace tptrain::plan {
 
 std::string Config::layout_problem() const {
   const model::GptShape& s = shape;
-  if (s.heads % s.tensor != 0) return fmt::format("model.heads = {} is not a multiple of parallel.tensor = {}", s.heads, s.tensor);
+  // The layout's rules (base/layout_rules.hpp), in the deck's order.
+  for (const rules::Problem& p : rules::tensor_split_problems(s.heads, 0, s.tensor)) return p.text();
   for (const rules::Problem& p : rules::kv_head_problems(s.heads, s.kv_head_count(), s.tensor)) return p.text();
-  if (s.ffn_hidden % s.tensor != 0)
-    return fmt::format("model.ffn_hidden = {} is not a multiple of parallel.tensor = {}", s.ffn_hidden, s.tensor);
+  for (const rules::Problem& p : rules::tensor_split_problems(0, s.ffn_hidden, s.tensor)) return p.text();
   for (const std::string& why : expert_problems()) return why;
-  if (s.layers % pipeline != 0)
-    return fmt::format("model.layers = {} is not a multiple of parallel.pipeline = {}", s.layers, pipeline);
+  for (const rules::Problem& p : rules::pipeline_problems(s.layers, pipeline)) return p.text();
   if (global_batch % (std::int64_t(micro_batch) * data) != 0)
     return fmt::format("training.global_batch = {} is not a multiple of micro_batch * data = {} * {}", global_batch,
                        micro_batch, data);
   for (const rules::Problem& p : rules::interleave_problems(s.layers, pipeline, virtual_stages, micro_batches()))
     return p.text();
   if (s.context < 1) return fmt::format("parallel.context = {}: expected an integer >= 1", s.context);
-  if (s.context > 1 && s.seq_length % (2 * s.context) != 0)
-    return fmt::format("model.seq_length = {} is not a multiple of 2 * parallel.context = {} (context parallelism "
-                       "cuts every sequence into 2 * parallel.context chunks)",
-                       s.seq_length, 2 * s.context);
+  for (const rules::Problem& p : rules::context_problems(s.seq_length, s.context)) return p.text();
   if (s.context > 1 && !context_allowed)
     return fmt::format("parallel.context = {}: ring attention runs flash attention and no training.tasks",
                        s.context);
-  if (sequence_parallel && s.local_seq_length() % s.tensor != 0)
-    return s.context > 1 ? fmt::format("model.seq_length / parallel.context = {} / {} is not a multiple of "
-                                       "parallel.tensor = {} (sequence parallelism)",
-                                       s.seq_length, s.context, s.tensor)
-                         : fmt::format("model.seq_length = {} is not a multiple of parallel.tensor = {} (sequence "
-                                       "parallelism)",
-                                       s.seq_length, s.tensor);
+  for (const rules::Problem& p : rules::sequence_parallel_problems(s.seq_length, s.context, s.tensor, sequence_parallel))
+    return p.text();
   return {};
 }
 

@@ -208,7 +208,7 @@ TEST_CASE("plan: the layout rules of context parallelism", "[plan][context]") {
   CHECK(c.layout_problem().empty());
   c.set_context(3);  // 64 tokens in 6 chunks
   CHECK_THAT(c.layout_problem(),
-             Catch::Contains("model.seq_length = 64 is not a multiple of 2 * parallel.context = 6"));
+             Catch::Contains("model.seq_length = 64: expected a multiple of 2 * parallel.context = 6"));
   c.set_context(8);  // 8 tokens per rank, 4 rows per rank of tensor 2 with sequence parallelism
   CHECK(c.layout_problem().empty());
   c.shape.seq_length = 40;
@@ -220,8 +220,8 @@ TEST_CASE("plan: the layout rules of context parallelism", "[plan][context]") {
   c.shape.kv_heads = 8;
   c.shape.ffn_hidden = 64;
   c.shape.tensor = 8;
-  CHECK_THAT(c.layout_problem(), Catch::Contains("model.seq_length / parallel.context = 80 / 4 is not a multiple of "
-                                                 "parallel.tensor = 8"));
+  CHECK_THAT(c.layout_problem(), Catch::Contains("model.seq_length = 80: expected a multiple of parallel.context * "
+                                                 "parallel.tensor = 32 with parallel.context = 4, parallel.tensor = 8"));
   c.sequence_parallel = false;
   CHECK(c.layout_problem().empty());
   // A deck whose attention is batched (or that scores tasks) keeps context 1.

@@ -94,7 +94,7 @@ TEST_CASE("a model stage holds its layers, the embedding and the head where they
   model::GptShape shape = test::tiny_shape(1);
   shape.layers = 4;
   CHECK_THROWS_WITH(model::GptModel<float>(shape, 1, *self, 5, model::PipelineStage{0, 3}),
-                    test::contains("4 layers cannot be split evenly over 3 pipeline stages"));
+                    test::contains("model.layers = 4 is not a multiple of parallel.pipeline = 3"));
 
   model::GptModel<float> whole(shape, 2, *self, 5);
   // The checkpoint's tensor list is the whole model's parameter list (names, saved shapes).
