@@ -48,6 +48,9 @@ inline std::optional<Position> position_of(std::string_view s) {
   return std::nullopt;
 }
 
+// LayerNorm's ε (GPT-2's; not a deck key: model.norm_eps is RMSNorm's).
+inline constexpr double kLayerNormEps = 1e-5;
+
 struct BlockSpec {
   std::string architecture = "gpt2";  // the preset it started from (model.architecture)
   Norm norm = Norm::layernorm;

@@ -5,7 +5,10 @@
 #      folder its folder cannot reach along the arrows (file:line), and on a source file of src/
 #      outside every folder of the table;
 #   3. reads the library rows of src/CMakeLists.txt (tptrain_add_layers), and fails where a
-#      library of src/ links other folders of src/ than its arrows.
+#      library of src/ links other folders of src/ than its arrows;
+#   4. reads the table of sublayer kinds ("### Sublayer kinds"), and fails where a kind's file
+#      includes a file of src/model/ above the kinds or a kind it is not built from, and where a
+#      file other than the registry or a kind built from it includes a kind's file.
 # Run as
 #   cmake -DROOT=<source tree> -P tests/layering.cmake
 cmake_minimum_required(VERSION 3.16)
@@ -168,8 +171,102 @@ foreach(folder IN LISTS _folders)
   endif()
 endforeach()
 
+# 4. The sublayer kinds (docs/design.md, "Sublayer kinds"): rows "| kind | `file`, ... | kind, ... |".
+set(_registry "src/model/transformer_layer.hpp")
+set(_in_kinds OFF)
+set(_kinds "")
+set(_kind_files "")
+file(STRINGS ${ROOT}/docs/design.md _design_utf8 ENCODING UTF-8)  # the rows' "—" whole
+foreach(line IN LISTS _design_utf8)
+  if(line MATCHES "^#")
+    set(_in_kinds OFF)
+    if(line STREQUAL "### Sublayer kinds")
+      set(_in_kinds ON)
+    endif()
+  elseif(_in_kinds AND line MATCHES "^\\| ([a-z_0-9]+) \\| (`[^|]*`) \\|([^|]*)\\|[ \t]*$")
+    set(kind "${CMAKE_MATCH_1}")
+    set(from "${CMAKE_MATCH_3}")  # before string(REGEX) resets the matches
+    string(REGEX MATCHALL "`[^`]+`" files "${CMAKE_MATCH_2}")
+    string(REPLACE "`" "" files "${files}")
+    string(REGEX MATCHALL "[a-z_0-9]+" from "${from}")
+    list(APPEND _kinds ${kind})
+    set(_files_of_${kind} ${files})
+    set(_from_${kind} ${from})
+    foreach(f IN LISTS files)
+      if(NOT EXISTS ${ROOT}/${f})
+        string(APPEND _problems "  docs/design.md: kind ${kind} names ${f}, which does not exist\n")
+      endif()
+      list(APPEND _kind_files ${f})
+      set(_kind_of_${f} ${kind})
+    endforeach()
+  endif()
+endforeach()
+if(NOT _kinds AND EXISTS ${ROOT}/${_registry})
+  string(APPEND _problems "  docs/design.md: no table of sublayer kinds under \"### Sublayer kinds\"\n")
+endif()
+foreach(kind IN LISTS _kinds)
+  foreach(dep IN LISTS _from_${kind})
+    if(NOT dep IN_LIST _kinds)
+      string(APPEND _problems "  docs/design.md: kind ${kind} is built from ${dep}, which has no row of its own\n")
+    endif()
+  endforeach()
+endforeach()
+# The files of src/model/ above the kinds: the registry and every file that includes one above.
+file(GLOB _model_files RELATIVE ${ROOT} ${ROOT}/src/model/*.hpp ${ROOT}/src/model/*.cpp)
+set(_above ${_registry})
+set(_grew ON)
+while(_grew)
+  set(_grew OFF)
+  foreach(f IN LISTS _model_files)
+    if(f IN_LIST _above)
+      continue()
+    endif()
+    file(STRINGS ${ROOT}/${f} _lines REGEX "^[ \t]*#[ \t]*include[ \t]*\"src/model/")
+    foreach(line IN LISTS _lines)
+      string(REGEX REPLACE "^[ \t]*#[ \t]*include[ \t]*\"([^\"]*)\".*" "\\1" _path "${line}")
+      if(_path IN_LIST _above)
+        list(APPEND _above ${f})
+        set(_grew ON)
+        break()
+      endif()
+    endforeach()
+  endforeach()
+endwhile()
+# Every include of a kind's file, and every include a kind's file makes.
+file(GLOB_RECURSE _code RELATIVE ${ROOT} ${ROOT}/src/*.hpp ${ROOT}/src/*.cpp ${ROOT}/io/*.hpp ${ROOT}/io/*.cpp
+     ${ROOT}/base/*.hpp ${ROOT}/base/*.cpp ${ROOT}/kokkos_kernels/*.hpp)
+foreach(f IN LISTS _code)
+  set(_own "")
+  if(DEFINED _kind_of_${f})
+    set(_own ${_kind_of_${f}})
+  endif()
+  file(STRINGS ${ROOT}/${f} _lines REGEX "^[ \t]*#[ \t]*include[ \t]*\"src/model/")
+  if(NOT _lines)
+    continue()
+  endif()
+  file(STRINGS ${ROOT}/${f} _all)
+  foreach(line IN LISTS _lines)
+    string(REGEX REPLACE "^[ \t]*#[ \t]*include[ \t]*\"([^\"]*)\".*" "\\1" _path "${line}")
+    list(FIND _all "${line}" _index)
+    math(EXPR _line_number "${_index} + 1")
+    if(DEFINED _kind_of_${_path})
+      set(_target ${_kind_of_${_path}})
+      if(NOT f STREQUAL _registry AND NOT _own STREQUAL _target AND NOT (_own AND _target IN_LIST _from_${_own}))
+        string(APPEND _problems "  ${f}:${_line_number}: includes \"${_path}\", a file of the sublayer kind "
+                                "${_target}; only the registry (${_registry}) and the kinds built from ${_target} may\n")
+      endif()
+    elseif(_own AND _path IN_LIST _above)
+      string(APPEND _problems "  ${f}:${_line_number}: includes \"${_path}\", which composes the kinds; the kind "
+                              "${_own} may include only shared building blocks and the kinds it is built from\n")
+    endif()
+  endforeach()
+endforeach()
+
 if(_problems)
   message(FATAL_ERROR "against the layers of docs/design.md (\"Layers\"):\n${_problems}")
 endif()
 list(LENGTH _folders _n)
-message(STATUS "layering: ${_n} folders, a DAG; the includes of ${_files_checked} files and the libraries of src/ follow it")
+list(LENGTH _kinds _k)
+message(STATUS "layering: ${_n} folders, a DAG; the includes of ${_files_checked} files and the libraries of src/ "
+               "follow it; ${_k} sublayer kinds include only their building blocks and are included only by the "
+               "registry")

@@ -7,7 +7,6 @@
 
 #include "io/hf_gpt2_config.hpp"
 #include "io/path_text.hpp"
-#include "src/model/layer_norm.hpp"
 #include "src/model/model_parameters.hpp"
 
 namespace tptrain::checkpoint {
@@ -29,7 +28,7 @@ std::string hf_gpt2_config(const model::GptShape& s, bool gpt2_vocabulary) {
   c.n_head = s.heads;
   c.n_inner = s.ffn_hidden;
   c.activation_function = kTanhGelu[0];
-  c.layer_norm_epsilon = model::LayerNorm<float>::eps;
+  c.layer_norm_epsilon = model::kLayerNormEps;
   // tptrain trains without dropout; HF's defaults (0.1) would train the export differently.
   c.resid_pdrop = c.embd_pdrop = c.attn_pdrop = 0.0;
   c.tie_word_embeddings = s.tie_embeddings;
@@ -53,9 +52,9 @@ HfGpt2Config read_hf_gpt2_config(const std::string& path) {
     fail("activation_function = \"" + c.activation_function +
          "\": tptrain computes GELU's tanh form (\"gelu_new\" or \"gelu_pytorch_tanh\"), another activation would "
          "give another model");
-  if (std::abs(c.layer_norm_epsilon - model::LayerNorm<float>::eps) > 1e-12)
+  if (std::abs(c.layer_norm_epsilon - model::kLayerNormEps) > 1e-12)
     fail(fmt::format("layer_norm_epsilon = {}: tptrain's LayerNorm uses {}", c.layer_norm_epsilon,
-                     model::LayerNorm<float>::eps));
+                     model::kLayerNormEps));
   const auto flag = [&](const char* key, bool value, bool expected, const char* why) {
     if (value != expected) fail(fmt::format("{} = {}: {}", key, value, why));
   };
