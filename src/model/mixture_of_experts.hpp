@@ -7,7 +7,7 @@
 //                                            sent to the experts' ranks by all-to-all, the outputs
 //                                            brought back, weighted, summed and reduced over tensor;
 //   the experts:                             E SwiGLU MLPs (parallel_mlp.hpp, ParallelMLP::expert),
-//                                            each run once per chunk of rows it receives:
+//                                            each run once per source rank's run of rows:
 //                                            y[t] = Σ_j w_j · down_e(silu(gate_e x) · up_e x).
 // Tensor parallelism splits each expert as the dense SwiGLU is (gate|up column-parallel, down
 // row-parallel) and replicates the router; the dispatcher gathers the tokens at the entry and
@@ -149,7 +149,7 @@ struct MixtureOfExperts {
     const kernels::Matrix<T> h = r.expert_h.rows(received), act = w.act.rows(received);
     const kernels::Matrix<T> out =
         dispatcher.exchanges() ? w.expert_out.rows(received) : r.expert_out_home.rows(r.copies.kept);
-    dispatcher.for_each_chunk(r.copies, [&](std::size_t e, std::int64_t begin, std::int64_t end) {
+    dispatcher.for_each_received_run(r.copies, [&](std::size_t e, std::int64_t begin, std::int64_t end) {
       experts[e].forward_rows(exec, tp, rows_of(in, begin, end), rows_of(h, begin, end), rows_of(act, begin, end),
                               rows_of(out, begin, end));
     });
@@ -176,7 +176,7 @@ struct MixtureOfExperts {
     dispatcher.send_to_experts(exec, d_sorted, r.copies, d_out);
     const kernels::Matrix<T> h = r.expert_h.rows(received), act = w.act.rows(received),
                              d_act = w.d_act.rows(received), d_h = w.d_h.rows(received);
-    dispatcher.for_each_chunk(r.copies, [&](std::size_t e, std::int64_t begin, std::int64_t end) {
+    dispatcher.for_each_received_run(r.copies, [&](std::size_t e, std::int64_t begin, std::int64_t end) {
       const auto d_o = rows_of(d_out, begin, end);
       experts[e].backward_rows(exec, tp, d_o, rows_of(in, begin, end), rows_of(h, begin, end),
                                rows_of(act, begin, end), rows_of(d_act, begin, end), rows_of(d_h, begin, end), d_o);

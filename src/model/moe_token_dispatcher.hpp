@@ -15,7 +15,7 @@
 // [r·E/ep, (r+1)·E/ep). The sorted copies go to their experts' ranks by all-to-all (counts first,
 // on the host, then the rows) and the outputs come back by the inverse all-to-all (combine); the
 // backward sends the output gradients the same way and returns the input gradients. Received rows
-// are grouped by source rank, then expert: an expert runs once per source's chunk.
+// are grouped by source rank, then expert: an expert runs once per source rank's run of rows.
 #pragma once
 
 #include <algorithm>
@@ -68,7 +68,7 @@ struct AllToAllTokenDispatcher {
     std::int64_t tokens = 0;   // n of the micro-batch's N sorted (all of them, but in generation)
     std::int64_t kept = 0;     // sorted copies (rows) on this rank
     std::vector<std::size_t> send_rows, recv_rows;  // [ep]: rows sent to / received from each rank
-    std::vector<std::int64_t> chunk_rows;           // [ep · E/ep]: received rows by (source, local expert)
+    std::vector<std::int64_t> rows_by_source_expert;  // [ep · E/ep]: received rows by (source, local expert)
     // The copies routed to each expert [E] and those a capacity dropped: the router's losses and
     // the statistics read them.
     std::vector<std::int64_t> routed;
@@ -142,16 +142,17 @@ struct AllToAllTokenDispatcher {
       per_expert[e] = offset[e + 1] - offset[e];
       r.send_rows[static_cast<std::size_t>(e / local_experts)] += static_cast<std::size_t>(per_expert[e]);
     }
-    r.chunk_rows = ep_ ? parallel::all_to_all_counts(*ep_, per_expert) : per_expert;
+    r.rows_by_source_expert = ep_ ? parallel::all_to_all_counts(*ep_, per_expert) : per_expert;
     r.recv_rows.assign(static_cast<std::size_t>(ep_size), 0);
     for (int q = 0; q < ep_size; ++q)
-      for (int e = 0; e < local_experts; ++e) r.recv_rows[q] += static_cast<std::size_t>(r.chunk_rows[q * local_experts + e]);
+      for (int e = 0; e < local_experts; ++e)
+        r.recv_rows[q] += static_cast<std::size_t>(r.rows_by_source_expert[q * local_experts + e]);
   }
 
   // The rows this rank's experts receive.
   std::int64_t received_rows(const Routes& r) const {
     std::int64_t n = 0;
-    for (std::int64_t c : r.chunk_rows) n += c;
+    for (std::int64_t c : r.rows_by_source_expert) n += c;
     return n;
   }
 
@@ -234,14 +235,15 @@ struct AllToAllTokenDispatcher {
       parallel::copy_to_tp_region_backward_start(tp, exec, dx).wait_on(exec);
   }
 
-  // f(local expert, first row, end row) for each chunk of received rows: by source rank, then expert.
+  // f(local expert, first row, end row) for each run of received rows (one source rank's rows for
+  // one expert), by source rank, then expert.
   template <class F>
-  void for_each_chunk(const Routes& r, F f) const {
+  void for_each_received_run(const Routes& r, F f) const {
     std::int64_t begin = 0;
     for (int q = 0; q < (ep_ ? ep_size : 1); ++q)
       for (int e = 0; e < local_experts; ++e) {
         const std::int64_t rows =
-            r.chunk_rows[static_cast<std::size_t>(ep_ ? q * local_experts + e : first_expert + e)];
+            r.rows_by_source_expert[static_cast<std::size_t>(ep_ ? q * local_experts + e : first_expert + e)];
         if (rows > 0) f(static_cast<std::size_t>(e), begin, begin + rows);
         begin += rows;
       }
