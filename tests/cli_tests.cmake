@@ -123,6 +123,14 @@ add_test(NAME cli_bench_virtual_stages_hook
          "-DREGEX=pipeline: 2 stages x 2 virtual stages, 2 micro-batches: bubble \\(p - 1\\)/\\(v m\\) = 25\\.0 %; with the test hook layer_seconds = 0\\.01: predicted step 0\\.1500 s = 0\\.1200 s x \\(1 \\+ bubble\\), measured [0-9.]+ s.*\"virtual_stages\": 2, \"pipeline_bubble\": 0\\.25,"
          -P ${CMAKE_CURRENT_SOURCE_DIR}/run_expect.cmake)
 set_tests_properties(cli_bench_virtual_stages_hook PROPERTIES TIMEOUT 60)
+# bench --calibrate (the machine file: every key of the schema, in its type) and bench --trace (a
+# strict-JSON Chrome trace with the spans of tensor and interleaved-pipeline layouts) on
+# input/bench/tiny.toml, 1 and 2 ranks; unwritable paths named (tests/bench_calibrate_trace.py).
+add_test(NAME cli_bench_calibrate_trace
+         COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/bench_calibrate_trace.py $<TARGET_FILE:tptrain>
+                 ${CMAKE_CURRENT_BINARY_DIR}/bench_calibrate_trace ${PROJECT_SOURCE_DIR}
+                 ${MPIEXEC_EXECUTABLE} ${TPTRAIN_MPIEXEC_FLAGS})
+set_tests_properties(cli_bench_calibrate_trace PROPERTIES TIMEOUT 300 ENVIRONMENT "${TPTRAIN_TEST_ENV}")
 # --kokkos-* flags reach Kokkos::initialize (its help text) and the job still runs.
 add_test(NAME cli_kokkos_flags COMMAND ${CMAKE_COMMAND} -DCMD=$<TARGET_FILE:tptrain>
          "-DARGS=bench;${_decks}/bench.toml;--set;parallel.tensor=1;--kokkos-help;--steps;1;--warmup;0"

@@ -3,8 +3,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <optional>
 
@@ -13,10 +16,13 @@
 #include "base/test_hooks.hpp"
 #include "io/deck_text.hpp"
 #include "io/json_line.hpp"
+#include "io/path_text.hpp"
 #include "kokkos_kernels/attention_path.hpp"
 #include "kokkos_kernels/launch_count.hpp"
 #include "src/util/log.hpp"
 #include "src/parallel/collectives.hpp"
+#include "src/driver/bench_trace.hpp"
+#include "src/driver/calibrate.hpp"
 #include "src/driver/gemm_peak.hpp"
 #include "src/train/memory_metrics.hpp"
 #include "src/model/model_flops.hpp"
@@ -125,7 +131,8 @@ template <class T>
 int bench_as(const io::Deck& deck_in, const parallel::Topology& topo, const BenchOptions& o) {
   // The deck's run, cut to the benchmark's steps: the LR schedule spans them (warmup included).
   io::Deck deck = deck_in;
-  deck.training.steps = o.warmup + (o.phases ? 2 : 1) * o.steps + 1;  // + 1: the counted step
+  // + 1: the counted step; + 1: the traced one
+  deck.training.steps = o.warmup + (o.phases ? 2 : 1) * o.steps + 1 + (o.trace.empty() ? 0 : 1);
   deck.optimizer.warmup_steps = std::min(deck.optimizer.warmup_steps, deck.training.steps);
   // --attention: the deck's training.attention, or the batched core in its causal-tile GEMM form
   // (the former CPU path, kept as a reference to measure against).
@@ -138,6 +145,16 @@ int bench_as(const io::Deck& deck_in, const parallel::Topology& topo, const Benc
   const kernels::AttentionPathScope attention_path(attention_choice);
   const char* attention_name =
       shape.flash_attention ? "flash" : kernels::attention_path_name(kernels::attention_path<kx::ExecSpace>());
+
+  // Before the run is built and stepped: the trace can be written (rank 0 writes it).
+  if (!o.trace.empty())
+    parallel::on_every_rank(world, [&] {
+      if (topo.world_rank() != 0) return;
+      std::ofstream probe(o.trace, std::ios::app);
+      if (!probe)
+        throw std::runtime_error(fmt::format("bench --trace: cannot write the trace {}: {}", io::display_path(o.trace),
+                                             std::strerror(errno)));
+    });
 
   // Enough synthetic tokens that sequences rarely repeat within a step.
   train::RunOptions options;
@@ -218,6 +235,7 @@ int bench_as(const io::Deck& deck_in, const parallel::Topology& topo, const Benc
         o.steps;
     clock.set_timing(false);
   }
+  const util::PhaseClock::Seconds phase_seconds = clock.seconds();  // before --trace's step adds to them
 
   // One more step with launch counting on (not timed: counting calls a Kokkos Tools callback per
   // kernel, and Kokkos 4 fences before each such callback). This rank's counts; every rank of a layout issues alike up to its pipeline stage.
@@ -228,6 +246,23 @@ int bench_as(const io::Deck& deck_in, const parallel::Topology& topo, const Benc
     run->step(step++);
     Kokkos::fence();
     launches = launch_report();
+  }
+
+  // --trace: one more step, every phase boundary fenced and kept as an interval.
+  std::size_t traced_spans = 0;
+  if (!o.trace.empty()) {
+    std::vector<util::PhaseInterval> intervals;
+    barrier(world);
+    clock.record(&intervals);
+    clock.set_timing(true);
+    const double step_start =
+        std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+    run->step(step++);
+    Kokkos::fence();
+    clock.set_timing(false);
+    clock.record(nullptr);
+    traced_spans = intervals.size();
+    write_step_trace(world, topo.layout(), intervals, step_start, o.trace);
   }
 
   // Model FLOPs per step, over all ranks: the formula for every token. What recomputation runs
@@ -254,7 +289,7 @@ int bench_as(const io::Deck& deck_in, const parallel::Topology& topo, const Benc
   double phase_total = 0.0;
   if (o.phases)
     for (int p = 0; p < util::kPhaseCount; ++p) {
-      phases[static_cast<std::size_t>(p)] = mean_over(world, clock.seconds()[static_cast<std::size_t>(p)] / o.steps);
+      phases[static_cast<std::size_t>(p)] = mean_over(world, phase_seconds[static_cast<std::size_t>(p)] / o.steps);
       phase_total += phases[static_cast<std::size_t>(p)];
     }
 
@@ -312,6 +347,9 @@ int bench_as(const io::Deck& deck_in, const parallel::Topology& topo, const Benc
     }
     table += "\n";
   }
+  if (!o.trace.empty())
+    table += fmt::format("  trace of one more step (every phase boundary fenced): {} ({} intervals on rank 0)\n",
+                         io::display_path(o.trace), traced_spans);
   table += fmt::format("  attention path: {}\n", attention_name);
   table += fmt::format("  launches per optimizer step (rank 0, one counted step): {} kernels + {} BLAS = {}; {} "
                        "collectives\n",
@@ -375,6 +413,7 @@ int bench_as(const io::Deck& deck_in, const parallel::Topology& topo, const Benc
   json.boolean("phases", o.phases);
   // Only with --phases: the phase times and the step time of those fenced steps.
   if (o.phases) json.object("phases_s", phases_json).number("phases_step_s", phases_step_s, io::digits(6));
+  if (!o.trace.empty()) json.string("trace", o.trace);
   // A rate of a step or GEMM too short for the clock: null in the JSON (it has no infinity), said here.
   if (!json.non_finite().empty())
     log::info(fmt::format("bench: {} not finite (a time of 0 s measured?): null in the JSON line",
@@ -386,6 +425,7 @@ int bench_as(const io::Deck& deck_in, const parallel::Topology& topo, const Benc
 }  // namespace
 
 int run_bench(const io::Deck& deck, const parallel::Topology& topo, const BenchOptions& o) {
+  if (!o.calibrate.empty()) return run_calibrate(deck, topo, o.calibrate);
   return with_precision(deck.training.precision, [&](auto t) { return bench_as<decltype(t)>(deck, topo, o); });
 }
 

@@ -25,6 +25,12 @@ struct BenchOptions {
   // Attention core (kernels/attention_path.hpp): "default" (the deck's training.attention),
   // "flash", "batched" or "causal_tiles" (the batched core in causal-tile GEMMs).
   std::string attention = "default";
+  // --trace FILE.json: one more step, fenced at every phase boundary, written as a Chrome trace
+  // (bench_trace.hpp).
+  std::string trace;
+  // --calibrate OUT.toml: instead of timing steps, measure the machine and write its machine file
+  // (calibrate.hpp).
+  std::string calibrate;
 };
 
 // Collective over the world; rank 0 prints the report and one JSON line ({"bench": ...}).

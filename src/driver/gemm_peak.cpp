@@ -8,15 +8,19 @@
 
 namespace tptrain::driver {
 
-GemmShape largest_model_gemm(const model::GptShape& s, int micro_batch) {
+std::vector<GemmShape> model_gemms(const model::GptShape& s, int micro_batch) {
   const std::int64_t N = std::int64_t(micro_batch) * s.seq_length, H = s.hidden;
-  const GemmShape candidates[] = {
+  return {
       {N, s.local_qkv_width(), H, "attention QKV"},
       {N, H, s.local_hidden(), "attention projection"},
       {N, s.fc_width() / s.tensor, H, s.swiglu() ? "MLP gate|up" : "MLP fc"},
       {N, H, s.local_ffn(), "MLP projection"},
       {N, s.local_vocab(), H, "logits"},
   };
+}
+
+GemmShape largest_model_gemm(const model::GptShape& s, int micro_batch) {
+  const std::vector<GemmShape> candidates = model_gemms(s, micro_batch);
   GemmShape best = candidates[0];
   for (const GemmShape& g : candidates)
     if (g.flops() > best.flops()) best = g;

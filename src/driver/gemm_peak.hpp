@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "src/model/gpt_shape.hpp"
 
@@ -16,7 +17,11 @@ struct GemmShape {
   double flops() const { return 2.0 * double(m) * double(n) * double(k); }
 };
 
-// The largest (by FLOPs) GEMM of one micro-batch's forward on one tensor-parallel rank.
+// The GEMMs of one micro-batch's forward of a block and the logits on one tensor-parallel rank:
+// QKV, attention projection, MLP fc (gate|up), MLP projection, logits.
+std::vector<GemmShape> model_gemms(const model::GptShape& shape, int micro_batch);
+
+// The largest (by FLOPs) of them.
 GemmShape largest_model_gemm(const model::GptShape& shape, int micro_batch);
 
 // FLOP/s of the best of several runs of C = A·Bᵀ with A, B, C in T (float, kx::bf16, kx::fp16:

@@ -202,6 +202,16 @@ int main(int argc, char** argv) {
                    "former CPU path's causal-tile GEMMs, a reference)")
       ->check(CLI::IsMember({"default", "flash", "batched", "causal_tiles"}))
       ->capture_default_str();
+  auto* bench_trace = bench_cmd->add_option(
+      "--trace", bench_opts.trace,
+      "then one more step, every phase boundary fenced, written to this file as a Chrome trace (Perfetto, "
+      "chrome://tracing): a process per rank, a thread per stream (docs/benchmarks.md)");
+  bench_cmd
+      ->add_option("--calibrate", bench_opts.calibrate,
+                   "instead of timing steps, measure this machine (GEMM rates by shape, memory bandwidth, MPI latency "
+                   "and bandwidth between ranks 0 and 1 of the node) and write its machine file to this path, for "
+                   "plan --machine")
+      ->excludes(bench_trace);
 
   auto* eval_cmd = app.add_subcommand("eval", "mean loss of a checkpoint over evaluation windows");
   add_deck_options(*eval_cmd, deck);

@@ -185,6 +185,7 @@ double PipelineRunner<T>::run(const kx::ExecSpace& exec, int micro_batches, floa
     const int c = op.chunk, m = op.micro_batch;
     const bool tokens = uses_tokens(c);
     if (op.kind == PipelineOp::forward) {
+      const util::StepOpScope traced(util::StepOp::forward, m, c);  // bench --trace's label
       model_.bind_slot(acquire_slot(c, m), c);
       if (tokens) {
         const TrainingBatch& b = batches_.get(exec, m);
@@ -198,6 +199,7 @@ double PipelineRunner<T>::run(const kx::ExecSpace& exec, int micro_batches, floa
       }
       sleep_for_layers(exec, model_.chunk_layers(), 1.0);
     } else if (op.kind == PipelineOp::backward) {
+      const util::StepOpScope traced(util::StepOp::backward, m, c);
       int& slot = slot_of_[static_cast<std::size_t>(c)][static_cast<std::size_t>(m)];
       model_.bind_slot(slot, c);
       if (interleaved && !model_.chunk_has_head(c)) {

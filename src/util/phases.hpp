@@ -11,6 +11,11 @@
 // GPT-2 124M), so the bench measures tokens/s and MFU with timing off. Off, a phase costs a
 // region push/pop and nothing else (no fence); fences() counts the fences timing has issued.
 // Host-side state of one process (one rank); not thread-safe (the training loop is one thread).
+//
+// `bench --trace` records the same boundaries as a timeline: with record() on, every stretch of
+// wall time charged to a phase is also kept as an interval, labelled with the pipeline op it ran
+// in (StepOp: the forward or backward of a micro-batch on a model chunk, set by PipelineRunner),
+// so that the timeline says "forward mb 3 chunk 0" where the phase table says "gemm".
 #pragma once
 
 #include <Kokkos_Core.hpp>
@@ -44,6 +49,20 @@ inline const char* phase_name(Phase p) {
   return names[static_cast<int>(p)];
 }
 
+// The pipeline op a stretch of time belongs to (none: outside every forward and backward).
+struct StepOp {
+  enum Kind : int { none, forward, backward };
+  Kind kind = none;
+  int micro_batch = -1, chunk = -1;
+};
+
+// One stretch of wall time charged to `phase` (steady_clock seconds), inside `op`.
+struct PhaseInterval {
+  Phase phase = Phase::other;
+  StepOp op;
+  double start = 0, end = 0;
+};
+
 class PhaseClock {
  public:
   using Seconds = std::array<double, kPhaseCount>;
@@ -58,6 +77,15 @@ class PhaseClock {
   const Seconds& seconds() const { return seconds_; }
   void reset() { seconds_.fill(0.0); }
   std::int64_t fences() const { return fences_; }
+  // While timing, also appends every charged interval to `*out` (nullptr: stop recording).
+  void record(std::vector<PhaseInterval>* out) { record_ = out; }
+  const StepOp& op() const { return op_; }
+  // Enters or leaves a pipeline op: while timing, the time so far goes to the open phase under
+  // the op before (a fence), so that no interval spans two ops.
+  void set_op(StepOp op) {
+    if (timing_ && !open_.empty()) charge(open_.back(), fenced_now());
+    op_ = op;
+  }
 
   void enter(Phase p) {
     Kokkos::Profiling::pushRegion(region_name(p));
@@ -90,6 +118,7 @@ class PhaseClock {
   }
   void charge(Phase p, double now) {
     seconds_[static_cast<int>(p)] += now - since_;
+    if (record_ && now > since_) record_->push_back({p, op_, since_, now});
     since_ = now;
   }
 
@@ -98,6 +127,8 @@ class PhaseClock {
   std::vector<Phase> open_;
   double since_ = 0.0;
   std::int64_t fences_ = 0;
+  std::vector<PhaseInterval>* record_ = nullptr;
+  StepOp op_;
 };
 
 // Runs the enclosing scope as phase p.
@@ -107,6 +138,15 @@ class PhaseScope {
   ~PhaseScope() { PhaseClock::instance().leave(); }
   PhaseScope(const PhaseScope&) = delete;
   PhaseScope& operator=(const PhaseScope&) = delete;
+};
+
+// Runs the enclosing scope as a pipeline op (the forward or backward of micro-batch m on chunk c).
+class StepOpScope {
+ public:
+  StepOpScope(StepOp::Kind kind, int micro_batch, int chunk) { PhaseClock::instance().set_op({kind, micro_batch, chunk}); }
+  ~StepOpScope() { PhaseClock::instance().set_op({}); }
+  StepOpScope(const StepOpScope&) = delete;
+  StepOpScope& operator=(const StepOpScope&) = delete;
 };
 
 }  // namespace tptrain::util

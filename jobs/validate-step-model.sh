@@ -1,0 +1,160 @@
+#!/usr/bin/env bash
+# The planner's step-time model against this machine (issue 53, "Validation 1"): for each case
+# (a deck and a layout on 1, 2 or 4 ranks) the measured step time of `tptrain bench` and the
+# predicted one of `tptrain plan DECK --machine CALIBRATED.toml`, as a markdown table
+#   case | ranks | measured s | predicted s | error %
+# (error = predicted / measured - 1). Takes 5-10 minutes on a 2-core machine.
+#
+#   jobs/validate-step-model.sh [CASE-REGEX]     only the cases whose name matches
+#
+# The machine files: `bench --calibrate` on 1, 2 and 4 ranks (tiny.toml, data-parallel), each
+# case predicted with the file of its rank count: on a 2-core machine 4 ranks share the cores two
+# by two, and a rank's GEMM rate and memory bandwidth are those measured with as many ranks busy.
+#
+# Environment:
+#   VALIDATE_OUT      folder for the machine files, logs and results.tsv (default runs/validate/<date>)
+#   VALIDATE_MACHINE  one machine file for every case instead of calibrating
+#   VALIDATE_PLAN=0   measure only (no plan --machine): the predicted column says "-"
+#   OMP_NUM_THREADS, OPENBLAS_NUM_THREADS  threads per rank (default 1 each)
+#   TPTRAIN_BUILD_DIR (default <repo>/build) or TPTRAIN_BIN (the tptrain executable itself)
+# The steps per case are few (the bench's step time is the mean of them): tiny 5, small 3, 124M 1,
+# after 1 warm-up step.
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=jobs/env.sh
+. "$root/jobs/env.sh"
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-$OMP_NUM_THREADS}
+filter=${1:-.}
+
+exe=${TPTRAIN_BIN:-${TPTRAIN_BUILD_DIR:-$root/build}/tptrain}
+if [ ! -x "$exe" ]; then
+  echo "validate: no tptrain executable at $exe: build first: jobs/build.sh" >&2
+  exit 2
+fi
+py=$(command -v python3 || echo /usr/bin/python3)
+out=${VALIDATE_OUT:-$root/runs/validate/$(date +%Y%m%d-%H%M%S)}
+mkdir -p "$out"
+results=$out/results.tsv
+: >"$results"
+
+mpi_flags() {  # $1 = ranks
+  local cores
+  cores=$(nproc 2>/dev/null || echo 1)
+  if mpiexec --version 2>/dev/null | grep -q "Open MPI\|OpenRTE"; then
+    [ "$(id -u)" -eq 0 ] && printf '%s\n' --allow-run-as-root
+    [ "$1" -gt "$cores" ] && printf '%s\n' --oversubscribe
+    printf '%s\n' --bind-to none
+  fi
+  return 0
+}
+
+# The value of key $2 in the last JSON object of file $1 that has it ("" if none).
+json_value() {
+  "$py" - "$1" "$2" <<'PY'
+import json, sys
+dec, value = json.JSONDecoder(), ""
+for line in open(sys.argv[1], errors="replace"):
+    i = line.find("{")
+    if i < 0:
+        continue
+    try:
+        o = dec.raw_decode(line[i:].strip())[0]
+    except ValueError:
+        continue
+    if isinstance(o, dict) and sys.argv[2] in o:
+        value = o[sys.argv[2]]
+print(value)
+PY
+}
+
+tiny=$root/input/bench/tiny.toml small=$root/input/bench/small.toml m124=$root/input/bench/gpt2-124m.toml
+mixtral_tiny=$root/input/mixtral-tiny.toml mixtral_small=$root/input/bench/mixtral-small.toml
+# name | deck | steps | the --set arguments of the layout (ranks = tensor x context x pipeline x data)
+cases=(
+  "tiny 1 rank|$tiny|5|"
+  "tiny tensor 2|$tiny|5|parallel.tensor=2"
+  "tiny pipeline 2|$tiny|5|parallel.pipeline=2 training.micro_batch=4"
+  "tiny pipeline 2 x 2 virtual|$tiny|5|parallel.pipeline=2 parallel.virtual_stages=2 training.micro_batch=4"
+  "tiny data 2|$tiny|5|parallel.data=2 training.micro_batch=8"
+  "tiny context 2|$tiny|5|parallel.context=2"
+  "tiny tensor 2 x pipeline 2|$tiny|5|parallel.tensor=2 parallel.pipeline=2 training.micro_batch=4"
+  "tiny data 4|$tiny|5|parallel.data=4 training.micro_batch=4"
+  "small 1 rank|$small|3|"
+  "small tensor 2|$small|3|parallel.tensor=2"
+  "small pipeline 2|$small|3|parallel.pipeline=2 training.micro_batch=2"
+  "small pipeline 2 x 3 virtual|$small|3|parallel.pipeline=2 parallel.virtual_stages=3 training.micro_batch=2"
+  "small data 2|$small|3|parallel.data=2 training.micro_batch=4"
+  "small context 2|$small|3|parallel.context=2"
+  "small tensor 2 x data 2|$small|3|parallel.tensor=2 parallel.data=2 training.micro_batch=4"
+  "124M 1 rank|$m124|1|"
+  "124M tensor 2|$m124|1|parallel.tensor=2"
+  "mixtral-tiny expert 2 x data 2|$mixtral_tiny|5|"
+  "mixtral-small expert 4 x data 4|$mixtral_small|2|"
+)
+
+# The machine files, by rank count.
+declare -A machine
+calibrate() {  # $1 = ranks
+  local n=$1 file=$out/machine-$1.toml log=$out/calibrate-$1.log flags
+  mapfile -t flags < <(mpi_flags "$n")
+  echo "== calibrate on $n rank(s): $file" >&2
+  if mpiexec -n "$n" "${flags[@]}" "$exe" bench "$tiny" --set parallel.data="$n" \
+       --set training.micro_batch=$((16 / n)) --calibrate "$file" >"$log" 2>&1; then
+    machine[$n]=$file
+  else
+    echo "validate: calibration on $n rank(s) failed (log: $log)" >&2
+    machine[$n]=
+  fi
+}
+
+failed=0
+for entry in "${cases[@]}"; do
+  IFS='|' read -r name deck steps sets <<<"$entry"
+  [[ $name =~ $filter ]] || continue
+  args=()
+  for s in $sets; do args+=(--set "$s"); done
+  if ! ranks=$("$exe" check "$deck" "${args[@]}" --ranks 2>"$out/check.err"); then
+    echo "validate: $name: tptrain check failed: $(cat "$out/check.err")" >&2
+    failed=1
+    continue
+  fi
+  if [ -n "${VALIDATE_MACHINE:-}" ]; then
+    machine[$ranks]=$VALIDATE_MACHINE
+  elif [ -z "${machine[$ranks]+set}" ]; then
+    calibrate "$ranks"
+  fi
+  slug=$(echo "$name" | tr ' ' '-')
+  mapfile -t flags < <(mpi_flags "$ranks")
+  echo "== $name: mpiexec -n $ranks $exe bench $(basename "$deck") ${args[*]} --steps $steps --warmup 1" >&2
+  measured=
+  if mpiexec -n "$ranks" "${flags[@]}" "$exe" bench "$deck" "${args[@]}" --steps "$steps" --warmup 1 \
+       >"$out/$slug.bench.log" 2>&1; then
+    measured=$(json_value "$out/$slug.bench.log" step_s)
+  fi
+  [ -n "$measured" ] || { echo "validate: $name: bench failed (log: $out/$slug.bench.log)" >&2; failed=1; }
+  predicted=
+  if [ "${VALIDATE_PLAN:-1}" != 0 ] && [ -n "${machine[$ranks]}" ]; then
+    # plan exits 1 when the layout does not fit; its JSON line still has the time.
+    "$exe" plan "$deck" --machine "${machine[$ranks]}" "${args[@]}" >"$out/$slug.plan.log" 2>&1 || true
+    predicted=$(json_value "$out/$slug.plan.log" seconds_per_iteration)
+    [ -n "$predicted" ] || { echo "validate: $name: plan printed no seconds_per_iteration (log: $out/$slug.plan.log)" >&2; failed=1; }
+  fi
+  printf '%s\t%s\t%s\t%s\n' "$name" "$ranks" "${measured:--}" "${predicted:--}" | tee -a "$results" >&2
+done
+
+"$py" - "$results" <<'PY'
+import sys
+print("| case | ranks | measured s | predicted s | error % |")
+print("|---|---:|---:|---:|---:|")
+for line in open(sys.argv[1]):
+    name, ranks, measured, predicted = line.rstrip("\n").split("\t")
+    try:
+        error = f"{(float(predicted) / float(measured) - 1) * 100:+.1f}"
+    except ValueError:
+        error = "-"
+    fmt = lambda v: f"{float(v):.4f}" if v != "-" else "-"
+    print(f"| {name} | {ranks} | {fmt(measured)} | {fmt(predicted)} | {error} |")
+PY
+echo "validate: logs and machine files in $out" >&2
+exit $failed

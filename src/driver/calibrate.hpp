@@ -1,0 +1,32 @@
+// `tptrain bench --calibrate OUT.toml`: measures the machine the job runs on and writes its
+// machine file (docs/planning.md, "The machine file"; machine_toml.hpp), for `plan --machine`.
+//   - GEMM: the rate of C = A·Bᵀ through the model's GEMM seam (gemm_peak.hpp) for the deck's
+//     own GEMMs, those of the standard bench models (input/bench/tiny.toml, small.toml,
+//     gpt2-124m.toml) and a square 2048, every rank measuring at once as in training. The
+//     best rate is the precision's peak (so max_efficiency = 1), each shape a [[gemm.measured]]
+//     row of its rate over that peak. The deck's precision is measured on every shape, the other
+//     two on the square 2048 only.
+//   - memory: STREAM's triad (stream_triad.hpp), every rank at once: the bandwidth per rank.
+//   - node: the ranks of this node (MPI_Comm_split_type shared); latency and bandwidth of MPI
+//     between its ranks 0 and 1 by ping-pong (ping_pong.hpp). With one rank in the node nothing is
+//     measured: the file says so and carries the defaults below.
+//   - network: not measured: the node's link figures.
+#pragma once
+
+#include <string>
+
+#include "io/deck.hpp"
+#include "src/parallel/topology.hpp"
+
+namespace tptrain::driver {
+
+// Defaults written with one rank in the node (no ping-pong possible): MPI over shared memory on
+// a current x86 server, the order of magnitude the OSU latency and bandwidth tests report there.
+inline constexpr double kDefaultLinkLatencyUs = 1.0;
+inline constexpr double kDefaultLinkBandwidthGbs = 5.0;
+
+// Collective over the world; rank 0 writes `path` and prints a summary and one JSON line
+// ({"calibrate": ...}). Throws parallel::AgreedError naming the path when it cannot write it.
+int run_calibrate(const io::Deck& deck, const parallel::Topology& topo, const std::string& path);
+
+}  // namespace tptrain::driver
