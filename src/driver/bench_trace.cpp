@@ -32,6 +32,9 @@ Placement placement(Phase p) {
   }
 }
 
+// Shorter than this, host time outside every op and phase is not a span of its own.
+constexpr double kShortGap = 10e-6;
+
 // Per interval on the wire: phase, op kind, micro-batch, chunk, start and end (s from the step's start).
 constexpr int kFields = 6;
 
@@ -75,8 +78,15 @@ std::vector<io::TraceSpan> trace_spans(int rank, const std::vector<util::PhaseIn
     // bookkeeping, the loss's reductions to every rank; the norm's are the optimizer's).
     if (name.empty()) name = i.op.kind != util::StepOp::none ? step_op_name(i.op) : "other";
     const int s = static_cast<int>(where.stream);
-    if (last[s] >= 0 && last_end[s] == i.start && spans[static_cast<std::size_t>(last[s])].name == name) {
-      spans[static_cast<std::size_t>(last[s])].duration_us += (i.end - i.start) * 1e6;
+    // The host's bookkeeping between two ops (a microsecond or so, no op open): not a span.
+    const bool gap = i.op.kind == util::StepOp::none && name == "other";
+    if (gap && i.end - i.start < kShortGap) continue;
+    // The same work again on its stream after no other span, or after only such a gap: one span
+    // (a pipeline group's posts and its wait, one forward's GEMMs and norms).
+    const bool follows = last[s] >= 0 && last[s] + 1 == static_cast<int>(spans.size()) &&
+                         i.start - last_end[s] < kShortGap && spans[static_cast<std::size_t>(last[s])].name == name;
+    if (follows) {
+      spans[static_cast<std::size_t>(last[s])].duration_us = (i.end - step_start) * 1e6 - spans[static_cast<std::size_t>(last[s])].start_us;
     } else {
       spans.push_back({name, where.category, rank, s, (i.start - step_start) * 1e6, (i.end - i.start) * 1e6});
       last[s] = static_cast<int>(spans.size()) - 1;

@@ -47,8 +47,10 @@ TraceStreams trace_streams(const parallel::Layout& layout);
 
 // The spans of one rank's intervals (in the order recorded), times relative to `step_start`
 // (steady_clock seconds): each interval on its phase's stream and name (on compute, with the
-// op's name, where the layout lacks that stream), and intervals that follow each other without
-// a gap on the same stream under the same name merged into one span.
+// op's name, where the layout lacks that stream). An interval that follows the last span (of any
+// stream) on its stream under the same name, within 10 us, extends it; host time outside every op
+// and phase ("other") shorter than that is no span, so that a pipeline group's posts and wait,
+// split by the runner's bookkeeping, are one span.
 std::vector<io::TraceSpan> trace_spans(int rank, const std::vector<util::PhaseInterval>& intervals,
                                        double step_start, const TraceStreams& streams);
 

@@ -68,6 +68,31 @@ TEST_CASE("trace spans: a stream per communicator, touching intervals merged", "
   CHECK(driver::trace_streams(context2)[static_cast<int>(driver::TraceStream::data)]);
 }
 
+TEST_CASE("trace spans: host gaps under 10 us between ops are no spans", "[bench]") {
+  driver::TraceStreams all{};
+  all.fill(true);
+  const StepOp f1{StepOp::forward, 1, 0};
+  // A pipeline post, 2 us of bookkeeping, its wait, 2 us, a forward; then 20 us of host work (a
+  // span) and another wait: after a span of another name, not merged.
+  const std::vector<util::PhaseInterval> intervals = {
+      {Phase::pipeline_wait, {}, 0.0, 5e-6},      {Phase::other, {}, 5e-6, 7e-6},
+      {Phase::pipeline_wait, {}, 7e-6, 100e-6},   {Phase::other, {}, 100e-6, 102e-6},
+      {Phase::gemm, f1, 102e-6, 500e-6},          {Phase::other, {}, 500e-6, 520e-6},
+      {Phase::pipeline_wait, {}, 520e-6, 600e-6},
+  };
+  const std::vector<io::TraceSpan> s = driver::trace_spans(0, intervals, 0.0, all);
+  REQUIRE(s.size() == 4);
+  CHECK(s[0].name == "send/recv pipeline");
+  CHECK(s[0].start_us == Approx(0.0));
+  CHECK(s[0].duration_us == Approx(100.0));  // post, gap, wait
+  CHECK(s[1].name == "forward mb 1 chunk 0");
+  CHECK(s[1].start_us == Approx(102.0));
+  CHECK(s[2].name == "other");
+  CHECK(s[2].duration_us == Approx(20.0).margin(1e-6));
+  CHECK(s[3].name == "send/recv pipeline");
+  CHECK(s[3].start_us == Approx(520.0));
+}
+
 TEST_CASE("the phase clock records intervals under the op they ran in", "[bench]") {
   auto& clock = util::PhaseClock::instance();
   REQUIRE_FALSE(clock.timing());
