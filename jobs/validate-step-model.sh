@@ -15,9 +15,10 @@
 #   VALIDATE_OUT      folder for the machine files, logs and results.tsv (default runs/validate/<date>)
 #   VALIDATE_MACHINE  one machine file for every case instead of calibrating
 #   VALIDATE_PLAN=0   measure only (no plan --machine): the predicted column says "-"
+#   VALIDATE_PLAN_BIN the tptrain that runs `plan` (default: the same as bench's)
 #   OMP_NUM_THREADS, OPENBLAS_NUM_THREADS  threads per rank (default 1 each)
 #   TPTRAIN_BUILD_DIR (default <repo>/build) or TPTRAIN_BIN (the tptrain executable itself)
-# The steps per case are few (the bench's step time is the mean of them): tiny 5, small 3, 124M 1,
+# The steps per case are few (the bench's step time is the mean of them): tiny 10, small 4, 124M 2,
 # after 1 warm-up step.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -72,25 +73,25 @@ tiny=$root/input/bench/tiny.toml small=$root/input/bench/small.toml m124=$root/i
 mixtral_tiny=$root/input/mixtral-tiny.toml mixtral_small=$root/input/bench/mixtral-small.toml
 # name | deck | steps | the --set arguments of the layout (ranks = tensor x context x pipeline x data)
 cases=(
-  "tiny 1 rank|$tiny|5|"
-  "tiny tensor 2|$tiny|5|parallel.tensor=2"
-  "tiny pipeline 2|$tiny|5|parallel.pipeline=2 training.micro_batch=4"
-  "tiny pipeline 2 x 2 virtual|$tiny|5|parallel.pipeline=2 parallel.virtual_stages=2 training.micro_batch=4"
-  "tiny data 2|$tiny|5|parallel.data=2 training.micro_batch=8"
-  "tiny context 2|$tiny|5|parallel.context=2"
-  "tiny tensor 2 x pipeline 2|$tiny|5|parallel.tensor=2 parallel.pipeline=2 training.micro_batch=4"
-  "tiny data 4|$tiny|5|parallel.data=4 training.micro_batch=4"
-  "small 1 rank|$small|3|"
-  "small tensor 2|$small|3|parallel.tensor=2"
-  "small pipeline 2|$small|3|parallel.pipeline=2 training.micro_batch=2"
-  "small pipeline 2 x 3 virtual|$small|3|parallel.pipeline=2 parallel.virtual_stages=3 training.micro_batch=2"
-  "small data 2|$small|3|parallel.data=2 training.micro_batch=4"
-  "small context 2|$small|3|parallel.context=2"
-  "small tensor 2 x data 2|$small|3|parallel.tensor=2 parallel.data=2 training.micro_batch=4"
-  "124M 1 rank|$m124|1|"
-  "124M tensor 2|$m124|1|parallel.tensor=2"
-  "mixtral-tiny expert 2 x data 2|$mixtral_tiny|5|"
-  "mixtral-small expert 4 x data 4|$mixtral_small|2|"
+  "tiny 1 rank|$tiny|10|"
+  "tiny tensor 2|$tiny|10|parallel.tensor=2"
+  "tiny pipeline 2|$tiny|10|parallel.pipeline=2 training.micro_batch=4"
+  "tiny pipeline 2 x 2 virtual|$tiny|10|parallel.pipeline=2 parallel.virtual_stages=2 training.micro_batch=4"
+  "tiny data 2|$tiny|10|parallel.data=2 training.micro_batch=8"
+  "tiny context 2|$tiny|10|parallel.context=2"
+  "tiny tensor 2 x pipeline 2|$tiny|10|parallel.tensor=2 parallel.pipeline=2 training.micro_batch=4"
+  "tiny data 4|$tiny|10|parallel.data=4 training.micro_batch=4"
+  "small 1 rank|$small|4|"
+  "small tensor 2|$small|4|parallel.tensor=2"
+  "small pipeline 2|$small|4|parallel.pipeline=2 training.micro_batch=2"
+  "small pipeline 2 x 3 virtual|$small|4|parallel.pipeline=2 parallel.virtual_stages=3 training.micro_batch=2"
+  "small data 2|$small|4|parallel.data=2 training.micro_batch=4"
+  "small context 2|$small|4|parallel.context=2"
+  "small tensor 2 x data 2|$small|4|parallel.tensor=2 parallel.data=2 training.micro_batch=4"
+  "124M 1 rank|$m124|2|"
+  "124M tensor 2|$m124|2|parallel.tensor=2"
+  "mixtral-tiny expert 2 x data 2|$mixtral_tiny|10|"
+  "mixtral-small expert 4 x data 4|$mixtral_small|3|"
 )
 
 # The machine files, by rank count.
@@ -136,7 +137,7 @@ for entry in "${cases[@]}"; do
   predicted=
   if [ "${VALIDATE_PLAN:-1}" != 0 ] && [ -n "${machine[$ranks]}" ]; then
     # plan exits 1 when the layout does not fit; its JSON line still has the time.
-    "$exe" plan "$deck" --machine "${machine[$ranks]}" "${args[@]}" >"$out/$slug.plan.log" 2>&1 || true
+    "${VALIDATE_PLAN_BIN:-$exe}" plan "$deck" --machine "${machine[$ranks]}" "${args[@]}" >"$out/$slug.plan.log" 2>&1 || true
     predicted=$(json_value "$out/$slug.plan.log" seconds_per_iteration)
     [ -n "$predicted" ] || { echo "validate: $name: plan printed no seconds_per_iteration (log: $out/$slug.plan.log)" >&2; failed=1; }
   fi

@@ -46,6 +46,8 @@ SCHEMA = {
     "gemm": {"max_efficiency": float, "tile_m": int, "tile_n": int},
 }
 ROW = {"precision": str, "m": int, "n": int, "k": int, "efficiency": float}
+# The optional keys calibration measures (docs/planning.md: kernel_overhead_us, attention_efficiency).
+OPTIONAL = {"device": {"kernel_overhead_us": float}, "gemm": {"attention_efficiency": float}}
 
 
 def check_machine(path, ranks):
@@ -62,7 +64,12 @@ def check_machine(path, ranks):
                 fail(f"{path}: [{section}] {key} = {m[section][key]!r} is not a {kind.__name__}")
             if kind is float and not m[section][key] > 0:
                 fail(f"{path}: [{section}] {key} = {m[section][key]} is not > 0")
-        extra = set(m[section]) - set(keys) - ({"measured"} if section == "gemm" else set())
+        for key, kind in OPTIONAL.get(section, {}).items():
+            if type(m[section].get(key)) is not kind or not m[section][key] > 0:
+                fail(f"{path}: [{section}] {key} = {m[section].get(key)!r}: expected a measured {kind.__name__} > 0")
+        if not m["gemm"]["attention_efficiency"] <= 1:
+            fail(f"{path}: attention_efficiency {m['gemm']['attention_efficiency']} above 1")
+        extra = set(m[section]) - set(keys) - set(OPTIONAL.get(section, {})) - ({"measured"} if section == "gemm" else set())
         if extra:
             fail(f"{path}: [{section}] has keys outside the schema: {extra}")
     if set(m) != set(SCHEMA):

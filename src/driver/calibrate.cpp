@@ -17,8 +17,10 @@
 #include "io/json_line.hpp"
 #include "io/path_text.hpp"
 #include "kokkos_kernels/precision.hpp"
+#include "src/driver/attention_rate.hpp"
 #include "src/driver/device_facts.hpp"
 #include "src/driver/gemm_peak.hpp"
+#include "src/driver/kernel_overhead.hpp"
 #include "src/driver/machine_toml.hpp"
 #include "src/driver/ping_pong.hpp"
 #include "src/driver/precision_dispatch.hpp"
@@ -53,6 +55,17 @@ constexpr StandardModel kStandardModels[] = {
 // GFLOP, seconds per run on a CPU core); its row says the n it was measured at.
 constexpr double kMaxGemmFlops = 2e10;
 
+model::GptShape standard_shape(const StandardModel& s) {
+  model::GptShape shape;
+  shape.hidden = s.hidden;
+  shape.heads = s.heads;
+  shape.ffn_hidden = s.ffn;
+  shape.seq_length = s.seq;
+  shape.vocab_size = s.vocab;
+  shape.flash_attention = true;  // the CPU default
+  return shape;
+}
+
 struct Shape {
   GemmShape gemm;
   std::string label;  // "tiny: MLP fc"
@@ -73,15 +86,8 @@ std::vector<Shape> calibration_shapes(const io::Deck& deck) {
   };
   const model::GptShape own = model::shape_of(deck);
   for (const GemmShape& g : model_gemms(own, deck.training.micro_batch)) add(g, std::string("the deck: ") + g.what);
-  for (const StandardModel& s : kStandardModels) {
-    model::GptShape shape;
-    shape.hidden = s.hidden;
-    shape.heads = s.heads;
-    shape.ffn_hidden = s.ffn;
-    shape.seq_length = s.seq;
-    shape.vocab_size = s.vocab;
-    for (const GemmShape& g : model_gemms(shape, s.micro_batch)) add(g, fmt::format("{}: {}", s.name, g.what));
-  }
+  for (const StandardModel& s : kStandardModels)
+    for (const GemmShape& g : model_gemms(standard_shape(s), s.micro_batch)) add(g, fmt::format("{}: {}", s.name, g.what));
   add({2048, 2048, 2048, "square 2048"}, "square 2048");
   return shapes;
 }
@@ -99,6 +105,12 @@ template <class T>
 double rate_of(MPI_Comm world, const GemmShape& g) {
   TPTRAIN_MPI_CHECK(MPI_Barrier(world));  // every rank measures at once, as in training
   return mean_over(world, measure_gemm_flops<T>(g, 0.05, 2));
+}
+
+template <class T>
+double attention_rate_of(MPI_Comm world, const model::GptShape& shape, int micro_batch) {
+  TPTRAIN_MPI_CHECK(MPI_Barrier(world));
+  return mean_over(world, measure_attention_flops<T>(shape, micro_batch));
 }
 
 }  // namespace
@@ -136,6 +148,22 @@ int run_calibrate(const io::Deck& deck, const parallel::Topology& topo, const st
     if (other != precision)
       peaks[other] = with_precision(other, [&](auto t) { return rate_of<decltype(t)>(world, square); });
 
+  // The attention core: the deck's (its flash core at its micro-batch and tensor degree) gives
+  // attention_efficiency; the standard models' rates go into the file's comments.
+  const model::GptShape own = model::shape_of(deck);
+  const double deck_attention =
+      own.flash_attention ? with_precision(precision, [&](auto t) {
+        return attention_rate_of<decltype(t)>(world, own, deck.training.micro_batch);
+      })
+                          : 0.0;
+  std::vector<double> standard_attention;
+  for (const StandardModel& m : kStandardModels)
+    standard_attention.push_back(with_precision(precision, [&](auto t) {
+      return attention_rate_of<decltype(t)>(world, standard_shape(m), m.micro_batch);
+    }));
+
+  TPTRAIN_MPI_CHECK(MPI_Barrier(world));
+  const double kernel_us = mean_over(world, measure_kernel_overhead_us());
   TPTRAIN_MPI_CHECK(MPI_Barrier(world));
   const double triad = mean_over(world, measure_triad_bytes_per_s());
   const PingPong link = measure_ping_pong(node);
@@ -158,10 +186,12 @@ int run_calibrate(const io::Deck& deck, const parallel::Topology& topo, const st
     m.memory_gib = facts.memory_bytes / double(1 << 30);
     m.memory_bandwidth_gbs = triad / 1e9;
     m.compute_units = facts.compute_units;
+    m.kernel_overhead_us = kernel_us;
     m.device_note = fmt::format(
         "device: {} (peaks: the best GEMM rate per rank through tptrain's GEMM seam, all {} ranks measuring at once; "
         "{} on every shape below, the other precisions on a square 2048 GEMM)\n"
-        "memory_bandwidth_gbs: STREAM triad on Kokkos Views, every rank at once, per rank",
+        "memory_bandwidth_gbs: STREAM triad on Kokkos Views, every rank at once, per rank\n"
+        "kernel_overhead_us: a one-element Kokkos kernel launched 2000 times back to back, fenced once, per launch",
         host ? "one MPI rank (a CPU core's share of the node; memory_gib: the node's MemTotal over its ranks)"
              : "one GPU (cudaGetDeviceProperties)",
         topo.world_size(), precision);
@@ -195,6 +225,27 @@ int run_calibrate(const io::Deck& deck, const parallel::Topology& topo, const st
       m.gemm_note = "gemm: the peak is the best measured rate, so max_efficiency = 1; tile 128 x 128: not measured, a "
                     "typical cuBLAS output tile";
     }
+    // The attention core's rate over the peak (at most 1: a faster core than the best GEMM would
+    // be a measurement out of its regime).
+    std::string attention_note;
+    if (deck_attention > 0) {
+      m.attention_efficiency = std::min(1.0, deck_attention / peak);
+      attention_note = fmt::format(
+          "\nattention_efficiency: the flash attention core, forward + backward, of the deck ({} heads of {}, "
+          "sequence {}, micro-batch {}): {:.4g} GFLOP/s per rank (FLOPs as model::attention_flops_per_sequence "
+          "counts them)",
+          own.local_heads(), own.head_dim(), own.seq_length, deck.training.micro_batch, deck_attention / 1e9);
+    } else {
+      attention_note = "\nattention_efficiency: not measured (the deck's attention core is not flash)";
+    }
+    for (std::size_t i = 0; i < standard_attention.size(); ++i) {
+      const model::GptShape sm = standard_shape(kStandardModels[i]);
+      attention_note += fmt::format("\n  {} ({} heads of {}, sequence {}, micro-batch {}): {:.4g} GFLOP/s, {:.3g} of the peak",
+                                    kStandardModels[i].name, sm.heads, sm.head_dim(), sm.seq_length,
+                                    kStandardModels[i].micro_batch, standard_attention[i] / 1e9,
+                                    standard_attention[i] / peak);
+    }
+    m.gemm_note += attention_note;
     for (std::size_t i = 0; i < shapes.size(); ++i)
       m.measured.push_back({precision, shapes[i].gemm.m, shapes[i].gemm.n, shapes[i].gemm.k, rates[i] / peak,
                             fmt::format("{}: {:.4g} GFLOP/s per rank", shapes[i].label, rates[i] / 1e9)});
@@ -224,6 +275,8 @@ int run_calibrate(const io::Deck& deck, const parallel::Topology& topo, const st
     json.number("link_latency_us", m.link_latency_us, io::digits(6));
     json.number("link_bandwidth_gbs", m.link_bandwidth_gbs, io::digits(6));
     json.integer("gemm_shapes", static_cast<std::int64_t>(m.measured.size()));
+    json.number("attention_efficiency", m.attention_efficiency, io::digits(6));
+    json.number("kernel_overhead_us", m.kernel_overhead_us, io::digits(6));
     log::info(json.text());
   });
   return 0;

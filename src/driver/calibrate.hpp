@@ -6,6 +6,10 @@
 //     best rate is the precision's peak (so max_efficiency = 1), each shape a [[gemm.measured]]
 //     row of its rate over that peak. The deck's precision is measured on every shape, the other
 //     two on the square 2048 only.
+//   - attention: the flash core's rate, forward + backward, on the deck's attention
+//     (attention_rate.hpp): [gemm] attention_efficiency, its rate over the GEMM peak; the standard
+//     models' rates in the comments.
+//   - kernel_overhead_us: the time a kernel launch adds (kernel_overhead.hpp).
 //   - memory: STREAM's triad (stream_triad.hpp), every rank at once: the bandwidth per rank.
 //   - node: the ranks of this node (MPI_Comm_split_type shared); latency and bandwidth of MPI
 //     between its ranks 0 and 1 by ping-pong (ping_pong.hpp). With one rank in the node nothing is

@@ -44,7 +44,9 @@ std::string machine_toml(const MachineFile& m) {
   t += "peak_tflops_fp32 = " + num(m.peak_tflops_fp32) + "\n";
   t += "memory_gib = " + num(m.memory_gib) + "\n";
   t += "memory_bandwidth_gbs = " + num(m.memory_bandwidth_gbs) + "\n";
-  t += fmt::format("compute_units = {}\n\n", m.compute_units);
+  t += fmt::format("compute_units = {}\n", m.compute_units);
+  if (m.kernel_overhead_us >= 0) t += "kernel_overhead_us = " + num(m.kernel_overhead_us) + "\n";
+  t += "\n";
   t += comment(m.node_note);
   t += "[node]\n";
   t += fmt::format("devices = {}\n", m.node_devices);
@@ -58,6 +60,7 @@ std::string machine_toml(const MachineFile& m) {
   t += "[gemm]\n";
   t += "max_efficiency = " + num(m.max_efficiency) + "\n";
   t += fmt::format("tile_m = {}\ntile_n = {}\n", m.tile_m, m.tile_n);
+  if (m.attention_efficiency > 0) t += "attention_efficiency = " + num(m.attention_efficiency) + "\n";
   for (const MeasuredGemm& g : m.measured) {
     t += "\n";
     if (!g.comment.empty()) t += comment(g.comment);

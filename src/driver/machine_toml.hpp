@@ -21,17 +21,20 @@ struct MachineFile {
   double peak_tflops_bf16 = 0, peak_tflops_fp16 = 0, peak_tflops_fp32 = 0;
   double memory_gib = 0, memory_bandwidth_gbs = 0;
   int compute_units = 1;
+  double kernel_overhead_us = -1;  // optional: written when >= 0
   int node_devices = 1;
   double link_bandwidth_gbs = 0, link_latency_us = 0;
   double network_bandwidth_gbs = 0, network_latency_us = 0;
   double max_efficiency = 0;
   int tile_m = 1, tile_n = 1;
+  double attention_efficiency = 0;  // optional: written when > 0
   std::vector<MeasuredGemm> measured;
   // Comments above each section ("# ..." lines; may be empty).
   std::string device_note, node_note, network_note, gemm_note;
 };
 
-// The TOML text: [machine], [device], [node], [network], [gemm], then a [[gemm.measured]] table per
+// The TOML text: [machine], [device], [node], [network], [gemm] (with the optional keys
+// kernel_overhead_us and attention_efficiency when set), then a [[gemm.measured]] table per
 // measured GEMM. Strings as TOML basic strings; numbers with enough digits to read back.
 std::string machine_toml(const MachineFile& m);
 

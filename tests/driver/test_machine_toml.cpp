@@ -26,6 +26,10 @@ TEST_CASE("the machine file has every key of the schema, floats as floats", "[be
   m.max_efficiency = 1;
   m.device_note = "first line\nsecond line";
   m.measured.push_back({"fp32", 2048, 384, 128, 0.625, "tiny: attention QKV"});
+  CHECK(driver::machine_toml(m).find("kernel_overhead_us") == std::string::npos);  // optional, unset
+  CHECK(driver::machine_toml(m).find("attention_efficiency") == std::string::npos);
+  m.kernel_overhead_us = 0.25;
+  m.attention_efficiency = 0.2;
   const std::string t = driver::machine_toml(m);
   INFO(t);
   for (const char* line :
@@ -33,7 +37,8 @@ TEST_CASE("the machine file has every key of the schema, floats as floats", "[be
         "peak_tflops_bf16 = 0.05\n", "peak_tflops_fp16 = 0.04\n", "peak_tflops_fp32 = 3.0\n", "memory_gib = 64.0\n",
         "memory_bandwidth_gbs = 12.5\n", "compute_units = 1\n", "[node]\n", "devices = 2\n", "link_bandwidth_gbs = 6.0\n",
         "link_latency_us = 0.75\n", "[network]\n", "bandwidth_gbs = 6.0\n", "latency_us = 0.75\n", "[gemm]\n",
-        "max_efficiency = 1.0\n", "tile_m = 1\n", "tile_n = 1\n", "# first line\n# second line\n[device]\n",
+        "max_efficiency = 1.0\n", "tile_m = 1\n", "tile_n = 1\n", "compute_units = 1\nkernel_overhead_us = 0.25\n",
+        "tile_n = 1\nattention_efficiency = 0.2\n", "# first line\n# second line\n[device]\n",
         "# tiny: attention QKV\n[[gemm.measured]]\nprecision = \"fp32\"\nm = 2048\nn = 384\nk = 128\nefficiency = 0.625\n"})
     CHECK(t.find(line) != std::string::npos);
 }
