@@ -51,8 +51,9 @@ constexpr StandardModel kStandardModels[] = {
     {"small", 384, 6, 1536, 256, 256, 8},
     {"124M", 768, 12, 3072, 1024, 50257, 1},
 };
-// A GEMM above this many FLOPs is measured with n cut to fit (GPT-2's 50257-wide logits: 79
-// GFLOP, seconds per run on a CPU core); its row says the n it was measured at.
+// A GEMM above this many FLOPs is measured with its largest dimension cut to fit (GPT-2's
+// 50257-wide logits: 79 GFLOP, seconds per run on a CPU core); its row says the shape it was
+// measured at.
 constexpr double kMaxGemmFlops = 2e10;
 
 model::GptShape standard_shape(const StandardModel& s) {
@@ -74,8 +75,11 @@ struct Shape {
 std::vector<Shape> calibration_shapes(const io::Deck& deck) {
   std::vector<Shape> shapes;
   std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t>, std::size_t> seen;
-  const auto add = [&](GemmShape g, const std::string& label) {
-    if (g.flops() > kMaxGemmFlops) g.n = std::max<std::int64_t>(1, std::int64_t(kMaxGemmFlops / (2.0 * g.m * g.k)));
+  const auto add_one = [&](GemmShape g, const std::string& label) {
+    if (g.flops() > kMaxGemmFlops) {  // the largest dimension cut (the vocabulary's)
+      std::int64_t& big = g.m >= g.n && g.m >= g.k ? g.m : g.n >= g.k ? g.n : g.k;
+      big = std::max<std::int64_t>(1, std::int64_t(double(big) * kMaxGemmFlops / g.flops()));
+    }
     const auto key = std::make_tuple(g.m, g.n, g.k);
     if (auto it = seen.find(key); it != seen.end()) {
       shapes[it->second].label += ", " + label;
@@ -84,11 +88,17 @@ std::vector<Shape> calibration_shapes(const io::Deck& deck) {
     seen[key] = shapes.size();
     shapes.push_back({g, label});
   };
+  // A linear layer: its forward and its two backward GEMMs (dx, dW), shapes as the planner times them.
+  const auto add = [&](const GemmShape& g, const std::string& label) {
+    add_one(g, label);
+    add_one(backward_input_of(g), label + " (backward dx)");
+    add_one(backward_weight_of(g), label + " (backward dW)");
+  };
   const model::GptShape own = model::shape_of(deck);
   for (const GemmShape& g : model_gemms(own, deck.training.micro_batch)) add(g, std::string("the deck: ") + g.what);
   for (const StandardModel& s : kStandardModels)
     for (const GemmShape& g : model_gemms(standard_shape(s), s.micro_batch)) add(g, fmt::format("{}: {}", s.name, g.what));
-  add({2048, 2048, 2048, "square 2048"}, "square 2048");
+  add_one({2048, 2048, 2048, "square 2048"}, "square 2048");
   return shapes;
 }
 

@@ -1,7 +1,7 @@
 // `tptrain bench --calibrate OUT.toml`: measures the machine the job runs on and writes its
 // machine file (docs/planning.md, "The machine file"; machine_toml.hpp), for `plan --machine`.
-//   - GEMM: the rate of C = A·Bᵀ through the model's GEMM seam (gemm_peak.hpp) for the deck's
-//     own GEMMs, those of the standard bench models (input/bench/tiny.toml, small.toml,
+//   - GEMM: the rate through the model's GEMM seam (gemm_peak.hpp) of the deck's own linear
+//     layers, forward and both backward GEMMs (dx, dW), those of the standard bench models (input/bench/tiny.toml, small.toml,
 //     gpt2-124m.toml) and a square 2048, every rank measuring at once as in training. The
 //     best rate is the precision's peak (so max_efficiency = 1), each shape a [[gemm.measured]]
 //     row of its rate over that peak. The deck's precision is measured on every shape, the other

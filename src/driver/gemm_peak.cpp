@@ -1,6 +1,7 @@
 #include "src/driver/gemm_peak.hpp"
 
 #include <chrono>
+#include <functional>
 
 #include "kokkos_kernels/gemm.hpp"
 #include "kokkos_kernels/precision.hpp"
@@ -27,6 +28,22 @@ GemmShape largest_model_gemm(const model::GptShape& s, int micro_batch) {
   return best;
 }
 
+GemmShape backward_input_of(const GemmShape& f) { return {f.m, f.k, f.n, f.what, GemmPass::backward_input}; }
+GemmShape backward_weight_of(const GemmShape& f) { return {f.n, f.k, f.m, f.what, GemmPass::backward_weight}; }
+
+// Small, varied values: no denormals, no special cases a BLAS could shortcut. (Not in an unnamed
+// namespace: nvcc takes no extended lambda in a function template there.)
+template <class V>
+void fill_gemm_operand(const kx::ExecSpace& exec, const V& a, const std::int64_t salt) {
+  const std::int64_t cols = std::int64_t(a.extent(1));
+  Kokkos::parallel_for(
+      "tptrain::gemm_peak::fill",
+      Kokkos::RangePolicy<kx::ExecSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, std::int64_t(a.extent(0))),
+      KOKKOS_LAMBDA(const std::int64_t i) {
+        for (std::int64_t j = 0; j < cols; ++j) a(i, j) = 0.001f * float((i * salt + j * 13) % 17 + 1);
+      });
+}
+
 template double measure_gemm_flops<float>(const GemmShape&, double, int);
 template double measure_gemm_flops<kx::bf16>(const GemmShape&, double, int);
 template double measure_gemm_flops<kx::fp16>(const GemmShape&, double, int);
@@ -34,25 +51,31 @@ template double measure_gemm_flops<kx::fp16>(const GemmShape&, double, int);
 template <class T>
 double measure_gemm_flops(const GemmShape& g, double min_seconds, int min_runs) {
   const kx::ExecSpace exec;
-  const std::int64_t k = g.k;
-  kernels::Matrix<T> A("gemm_peak.A", g.m, g.k), B("gemm_peak.B", g.n, g.k), C("gemm_peak.C", g.m, g.n);
-  // Small, varied values: no denormals, no special cases a BLAS could shortcut.
-  Kokkos::parallel_for(
-      "tptrain::gemm_peak::fill", Kokkos::RangePolicy<kx::ExecSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, g.m),
-      KOKKOS_LAMBDA(const std::int64_t i) {
-        for (std::int64_t j = 0; j < k; ++j) A(i, j) = 0.001f * float((i * 7 + j * 13) % 17 + 1);
-      });
-  Kokkos::parallel_for(
-      "tptrain::gemm_peak::fill", Kokkos::RangePolicy<kx::ExecSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, g.n),
-      KOKKOS_LAMBDA(const std::int64_t i) {
-        for (std::int64_t j = 0; j < k; ++j) B(i, j) = 0.001f * float((i * 11 + j * 5) % 19 + 1);
-      });
-  kernels::linear_forward(exec, A, B, C);  // untimed: first-touch, BLAS thread start-up
+  // Operands by pass (gemm_peak.hpp): A the left factor as stored, B the right, C the product.
+  kernels::Matrix<T> A, B, C;
+  kernels::Matrix<kx::acc_t<T>> dW;
+  std::function<void()> gemm;
+  if (g.pass == GemmPass::forward) {
+    A = kernels::Matrix<T>("gemm_peak.x", g.m, g.k), B = kernels::Matrix<T>("gemm_peak.W", g.n, g.k);
+    C = kernels::Matrix<T>("gemm_peak.y", g.m, g.n);
+    gemm = [&] { kernels::linear_forward(exec, A, B, C); };
+  } else if (g.pass == GemmPass::backward_input) {
+    A = kernels::Matrix<T>("gemm_peak.dy", g.m, g.k), B = kernels::Matrix<T>("gemm_peak.W", g.k, g.n);
+    C = kernels::Matrix<T>("gemm_peak.dx", g.m, g.n);
+    gemm = [&] { kernels::linear_backward_input(exec, A, B, C); };
+  } else {
+    A = kernels::Matrix<T>("gemm_peak.dy", g.k, g.m), B = kernels::Matrix<T>("gemm_peak.x", g.k, g.n);
+    dW = kernels::Matrix<kx::acc_t<T>>("gemm_peak.dW", g.m, g.n);
+    gemm = [&] { kernels::linear_backward_weight(exec, A, B, dW); };
+  }
+  fill_gemm_operand(exec, A, 7);
+  fill_gemm_operand(exec, B, 11);
+  gemm();  // untimed: first-touch, BLAS thread start-up
   kx::fence(exec, "tptrain::gemm_peak");
   double best = 0.0, total = 0.0;
   for (int run = 0; run < min_runs || total < min_seconds; ++run) {
     const auto t0 = std::chrono::steady_clock::now();
-    kernels::linear_forward(exec, A, B, C);
+    gemm();
     kx::fence(exec, "tptrain::gemm_peak");
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     total += dt;

@@ -11,11 +11,23 @@
 
 namespace tptrain::driver {
 
+// Which GEMM of a linear layer (kokkos_kernels/gemm.hpp), each as C[m, n] over an inner k:
+//   forward          y = x·Wᵀ:   m = tokens, n = out, k = in
+//   backward_input   dx = dy·W:  m = tokens, n = in, k = out
+//   backward_weight  dW += dyᵀ·x: m = out, n = in, k = tokens
+// (the shapes the planner times a layer's forward and backward with).
+enum class GemmPass { forward, backward_input, backward_weight };
+
 struct GemmShape {
-  std::int64_t m = 0, n = 0, k = 0;  // C[m, n] = A[m, k] · B[n, k]ᵀ (a linear layer's forward)
+  std::int64_t m = 0, n = 0, k = 0;  // C[m, n], inner dimension k
   const char* what = "";
+  GemmPass pass = GemmPass::forward;
   double flops() const { return 2.0 * double(m) * double(n) * double(k); }
 };
+
+// The two backward GEMMs of the linear layer whose forward is `forward`.
+GemmShape backward_input_of(const GemmShape& forward);
+GemmShape backward_weight_of(const GemmShape& forward);
 
 // The GEMMs of one micro-batch's forward of a block and the logits on one tensor-parallel rank:
 // QKV, attention projection, MLP fc (gate|up), MLP projection, logits.
@@ -24,9 +36,10 @@ std::vector<GemmShape> model_gemms(const model::GptShape& shape, int micro_batch
 // The largest (by FLOPs) of them.
 GemmShape largest_model_gemm(const model::GptShape& shape, int micro_batch);
 
-// FLOP/s of the best of several runs of C = A·Bᵀ with A, B, C in T (float, kx::bf16, kx::fp16:
-// the training precision; 16-bit GEMMs accumulate in fp32 as the model's do), at least
-// `min_runs` runs and `min_seconds` in all, after one untimed run.
+// FLOP/s of the best of several runs of g's GEMM (its pass: kernels::linear_forward,
+// linear_backward_input or linear_backward_weight) with operands in T (float, kx::bf16, kx::fp16:
+// the training precision; 16-bit GEMMs accumulate in fp32 as the model's do, dW in fp32), at
+// least `min_runs` runs and `min_seconds` in all, after one untimed run.
 template <class T = float>
 double measure_gemm_flops(const GemmShape& g, double min_seconds = 0.3, int min_runs = 2);
 

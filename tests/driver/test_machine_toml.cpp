@@ -4,6 +4,7 @@
 
 #include "catch.hpp"
 #include "src/driver/device_facts.hpp"
+#include "src/driver/gemm_peak.hpp"
 #include "src/driver/machine_toml.hpp"
 
 using namespace tptrain;
@@ -49,4 +50,15 @@ TEST_CASE("the CPU model and the memory come from /proc texts", "[bench]") {
   CHECK(driver::cpu_model_of("processor\t: 0\n").empty());
   CHECK(driver::mem_total_bytes_of("MemTotal:        2048 kB\nMemFree:  1 kB\n") == 2048.0 * 1024);
   CHECK(driver::mem_total_bytes_of("") == 0.0);
+}
+
+TEST_CASE("a linear layer's backward GEMMs have the shapes the planner times", "[bench]") {
+  // tiny's QKV: 16 x 128 tokens, in 128, out 384.
+  const driver::GemmShape f{2048, 384, 128, "attention QKV"};
+  const driver::GemmShape dx = driver::backward_input_of(f), dw = driver::backward_weight_of(f);
+  CHECK((dx.m == 2048 && dx.n == 128 && dx.k == 384));  // dx[tokens, in] = dy[tokens, out]·W
+  CHECK(dx.pass == driver::GemmPass::backward_input);
+  CHECK((dw.m == 384 && dw.n == 128 && dw.k == 2048));  // dW[out, in] += dyᵀ·x over the tokens
+  CHECK(dw.pass == driver::GemmPass::backward_weight);
+  CHECK(dw.flops() == f.flops());
 }
