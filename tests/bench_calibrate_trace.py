@@ -7,7 +7,7 @@ On input/bench/tiny.toml:
   * --calibrate on 1 rank and on 2 (data 2): the machine file is TOML with every key of the schema
     (docs/planning.md, "The machine file") in its type, the deck's GEMMs among the measured rows
     (tiny's QKV: 16 x 128 tokens by 3 x 128 by 128), efficiencies in (0, 1] and 1 for the best,
-    the link measured on 2 ranks and said to be a default on 1;
+    the link measured on 2 ranks and said to be a default on 1; `plan --machine` reads it;
   * --trace on 1 rank, on pipeline 2 with 2 virtual stages, and on tensor 2: strict JSON (RFC 8259,
     no key twice, as tests/strict_json.py parses), a process per rank, named threads, the spans the
     layout must have ("forward mb 3 chunk 1", "send/recv pipeline", "all-reduce tensor",
@@ -108,6 +108,11 @@ for ranks, extra in ((1, []), (2, ["--set", "parallel.data=2", "--set", "trainin
     if j.get("calibrate") != path or j.get("node_devices") != ranks:
         fail(f"calibrate's JSON line: {j}")
     check_machine(path, ranks)
+    # The reader of machine files (io/machine_file.hpp, plan --machine) takes what calibration wrote.
+    plan = json_line(output(run([exe, "plan", deck, "--machine", path])))
+    if not plan.get("seconds_per_iteration", 0) > 0:
+        fail(f"plan --machine {path}: no seconds_per_iteration > 0 in {plan}")
+    print(f"plan --machine {path}: read, {plan['seconds_per_iteration']:.4g} s per iteration")
 
 
 def strict(text):

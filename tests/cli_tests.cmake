@@ -125,7 +125,8 @@ add_test(NAME cli_bench_virtual_stages_hook
 set_tests_properties(cli_bench_virtual_stages_hook PROPERTIES TIMEOUT 60)
 # bench --calibrate (the machine file: every key of the schema, in its type) and bench --trace (a
 # strict-JSON Chrome trace with the spans of tensor and interleaved-pipeline layouts) on
-# input/bench/tiny.toml, 1 and 2 ranks; unwritable paths named (tests/bench_calibrate_trace.py).
+# input/bench/tiny.toml, 1 and 2 ranks; plan --machine reads the file; unwritable paths named
+# (tests/bench_calibrate_trace.py).
 add_test(NAME cli_bench_calibrate_trace
          COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/bench_calibrate_trace.py $<TARGET_FILE:tptrain>
                  ${CMAKE_CURRENT_BINARY_DIR}/bench_calibrate_trace ${PROJECT_SOURCE_DIR}
