@@ -10,8 +10,8 @@ On input/bench/tiny.toml:
     the link measured on 2 ranks and said to be a default on 1; `plan --machine` reads it;
   * --trace on 1 rank, on pipeline 2 with 2 virtual stages, and on tensor 2: strict JSON (RFC 8259,
     no key twice, as tests/strict_json.py parses), a process per rank, named threads, the spans the
-    layout must have ("forward mb 3 chunk 1", "send/recv pipeline", "all-reduce tensor",
-    "optimizer") on the threads of docs/benchmarks.md;
+    layout must have ("forward 3.1", "send/recv pipeline", "all-reduce (tensor parallel)",
+    "optimizer", the names of plan --trace) on the threads of docs/benchmarks.md;
   * an unwritable --calibrate or --trace path: a failure that names the path, before any step.
 Prints what it checks; exits 1 on the first mismatch.
 """
@@ -162,18 +162,18 @@ path = os.path.join(work, "trace-1.json")
 j = json_line(output(mpirun(1, *base, "--trace", path)))
 if j.get("trace") != path:
     fail(f"bench's JSON line has no \"trace\": {path}: {j}")
-check_trace(path, 1, [("forward mb 0 chunk 0", 0), ("backward mb 0 chunk 0", 0), ("optimizer", 0)])
+check_trace(path, 1, [("forward 0.0", 0), ("backward 0.0", 0), ("optimizer", 0)])
 
 # Pipeline 2 x 2 virtual stages, 4 micro-batches: every rank forwards and backwards each on both chunks.
 path = os.path.join(work, "trace-pipeline.json")
 mpirun(2, *base, "--set", "parallel.pipeline=2", "--set", "parallel.virtual_stages=2", "--set",
        "training.micro_batch=4", "--trace", path)
-check_trace(path, 2, [(f"{d} mb {m} chunk {c}", 0) for d in ("forward", "backward") for m in range(4) for c in (0, 1)]
+check_trace(path, 2, [(f"{d} {m}.{c}", 0) for d in ("forward", "backward") for m in range(4) for c in (0, 1)]
             + [("send/recv pipeline", 4), ("optimizer", 0)])
 
 path = os.path.join(work, "trace-tensor.json")
 mpirun(2, *base, "--set", "parallel.tensor=2", "--trace", path)
-check_trace(path, 2, [("forward mb 0 chunk 0", 0), ("all-reduce tensor", 1)])
+check_trace(path, 2, [("forward 0.0", 0), ("all-reduce (tensor parallel)", 1)])
 
 # Unwritable paths: refused before any step, the path named.
 for option, name in (("--calibrate", "machine.toml"), ("--trace", "trace.json")):

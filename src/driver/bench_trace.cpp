@@ -19,14 +19,16 @@ struct Placement {
   const char* category;  // Perfetto colours by it
 };
 
-// The names are those the planner's simulation gives the same work (docs/planning.md).
+// The names and streams are those of the planner's simulated trace (src/plan/step_simulation.cpp,
+// block_time.cpp) where the work is the same; the pipeline's is not: the simulation shows each
+// transfer on the link, the measurement the rank's posts and waits, the bubble included.
 Placement placement(Phase p) {
   switch (p) {
-    case Phase::tp_comm: return {TraceStream::tensor, "all-reduce tensor", "tensor"};
-    case Phase::cp_comm: return {TraceStream::context, "send/recv context", "context"};
-    case Phase::ep_comm: return {TraceStream::expert, "all-to-all expert", "expert"};
+    case Phase::tp_comm: return {TraceStream::tensor, "all-reduce (tensor parallel)", "tensor"};
+    case Phase::cp_comm: return {TraceStream::context, "ring wait", "context"};
+    case Phase::ep_comm: return {TraceStream::expert, "all-to-all (experts)", "expert"};
     case Phase::pipeline_wait: return {TraceStream::pipeline, "send/recv pipeline", "pipeline"};
-    case Phase::dp_comm: return {TraceStream::data, "all-reduce data", "data"};
+    case Phase::dp_comm: return {TraceStream::data, "all-reduce gradients", "data"};
     case Phase::optimizer: return {TraceStream::compute, "optimizer", "optimizer"};
     default: return {TraceStream::compute, "", "compute"};  // gemm, attention, norms, loss, other
   }
@@ -48,8 +50,7 @@ const char* trace_stream_name(TraceStream s) {
 
 std::string step_op_name(const util::StepOp& op) {
   if (op.kind == util::StepOp::none) return "";
-  return fmt::format("{} mb {} chunk {}", op.kind == util::StepOp::forward ? "forward" : "backward", op.micro_batch,
-                     op.chunk);
+  return fmt::format("{} {}.{}", op.kind == util::StepOp::forward ? "forward" : "backward", op.micro_batch, op.chunk);
 }
 
 TraceStreams trace_streams(const parallel::Layout& l) {

@@ -3,13 +3,15 @@
 // and the simulated step open side by side in Perfetto.
 //
 // Layout: a process per world rank ("rank R"), a thread per stream of that rank:
-//   0 compute          forwards and backwards ("forward mb 3 chunk 0"), "optimizer", "other"
-//   1 tensor-parallel  "all-reduce tensor" (also the all-gathers and reduce-scatters of sequence
-//                      parallelism and the loss's reductions: the phase tp_comm)
-//   2 context-parallel "send/recv context" (ring attention's K/V transfers)
-//   3 expert-parallel  "all-to-all expert" (dispatch and combine)
+//   0 compute          forwards and backwards ("forward 3.0": micro-batch 3, chunk 0), "optimizer",
+//                      "other"
+//   1 tensor-parallel  "all-reduce (tensor parallel)" (also the all-gathers and reduce-scatters of
+//                      sequence parallelism and the loss's reductions: the phase tp_comm)
+//   2 context-parallel "ring wait" (ring attention's K/V transfers not hidden by its blocks)
+//   3 expert-parallel  "all-to-all (experts)" (dispatch and combine)
 //   4 pipeline         "send/recv pipeline" (posts and waits, the bubble included)
-//   5 data-parallel    "all-reduce data" (bucket reductions and their waits)
+//   5 data-parallel    "all-reduce gradients" (bucket reductions and their waits)
+// Streams, their numbers and names are those of `plan --trace` (src/plan/block_time.hpp, Stream).
 // Times are microseconds from the step's start on each rank (the ranks start it after a barrier).
 //
 // What is measured is host-side: PhaseClock (src/util/phases.hpp) fences the device at every phase
@@ -37,7 +39,7 @@ inline constexpr int kTraceStreamCount = static_cast<int>(TraceStream::data) + 1
 
 const char* trace_stream_name(TraceStream s);  // "compute", "tensor-parallel", ...
 
-// "forward mb 3 chunk 0", "backward mb 0 chunk 1"; "" for StepOp::none.
+// "forward 3.0", "backward 0.1" (micro-batch.chunk, as the simulated trace); "" for StepOp::none.
 std::string step_op_name(const util::StepOp& op);
 
 // Which streams a layout has: a communicator of one rank has no stream (its phase, entered for a

@@ -15,7 +15,7 @@
 // `bench --trace` records the same boundaries as a timeline: with record() on, every stretch of
 // wall time charged to a phase is also kept as an interval, labelled with the pipeline op it ran
 // in (StepOp: the forward or backward of a micro-batch on a model chunk, set by PipelineRunner),
-// so that the timeline says "forward mb 3 chunk 0" where the phase table says "gemm".
+// so that the timeline says "forward 3.0" where the phase table says "gemm".
 #pragma once
 
 #include <Kokkos_Core.hpp>

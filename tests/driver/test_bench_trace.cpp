@@ -12,9 +12,9 @@ using namespace tptrain;
 using util::Phase;
 using util::StepOp;
 
-TEST_CASE("step ops are named as the planner names them", "[bench]") {
-  CHECK(driver::step_op_name({StepOp::forward, 3, 0}) == "forward mb 3 chunk 0");
-  CHECK(driver::step_op_name({StepOp::backward, 0, 1}) == "backward mb 0 chunk 1");
+TEST_CASE("step ops are named as the simulated trace names them", "[bench]") {
+  CHECK(driver::step_op_name({StepOp::forward, 3, 0}) == "forward 3.0");
+  CHECK(driver::step_op_name({StepOp::backward, 0, 1}) == "backward 0.1");
   CHECK(driver::step_op_name({}).empty());
   CHECK(std::string(driver::trace_stream_name(driver::TraceStream::data)) == "data-parallel");
 }
@@ -40,12 +40,12 @@ TEST_CASE("trace spans: a stream per communicator, touching intervals merged", "
     CHECK(x.start_us == Approx(start_us));
     CHECK(x.duration_us == Approx(dur_us));
   };
-  is(s[0], "forward mb 0 chunk 0", 0, 0.0, 1.0e6);  // GEMM and attention: one span
-  is(s[1], "all-reduce tensor", 1, 1.0e6, 0.25e6);
-  is(s[2], "forward mb 0 chunk 0", 0, 1.25e6, 0.75e6);  // after the all-reduce: a span of its own
-  is(s[3], "backward mb 0 chunk 0", 0, 2.0e6, 1.0e6);   // touches the forward, another name
-  is(s[4], "all-reduce data", 5, 3.0e6, 0.5e6);
-  is(s[5], "backward mb 0 chunk 0", 0, 3.5e6, 0.5e6);
+  is(s[0], "forward 0.0", 0, 0.0, 1.0e6);  // GEMM and attention: one span
+  is(s[1], "all-reduce (tensor parallel)", 1, 1.0e6, 0.25e6);
+  is(s[2], "forward 0.0", 0, 1.25e6, 0.75e6);  // after the all-reduce: a span of its own
+  is(s[3], "backward 0.0", 0, 2.0e6, 1.0e6);   // touches the forward, another name
+  is(s[4], "all-reduce gradients", 5, 3.0e6, 0.5e6);
+  is(s[5], "backward 0.0", 0, 3.5e6, 0.5e6);
   is(s[6], "optimizer", 0, 4.0e6, 0.5e6);
   is(s[7], "other", 0, 4.5e6, 0.25e6);
   CHECK(s[1].category == "tensor");
@@ -59,9 +59,9 @@ TEST_CASE("trace spans: a stream per communicator, touching intervals merged", "
   CHECK(streams[static_cast<int>(driver::TraceStream::data)]);
   const std::vector<io::TraceSpan> t = driver::trace_spans(0, intervals, 10.0, streams);
   REQUIRE(t.size() == 6);
-  CHECK(t[0].name == "forward mb 0 chunk 0");
+  CHECK(t[0].name == "forward 0.0");
   CHECK(t[0].duration_us == Approx(2.0e6));
-  CHECK(t[2].name == "all-reduce data");
+  CHECK(t[2].name == "all-reduce gradients");
   // Context parallelism reduces the gradients over its ranks too: a data-parallel stream.
   parallel::Layout context2;
   context2.context = 2;
@@ -85,7 +85,7 @@ TEST_CASE("trace spans: host gaps under 10 us between ops are no spans", "[bench
   CHECK(s[0].name == "send/recv pipeline");
   CHECK(s[0].start_us == Approx(0.0));
   CHECK(s[0].duration_us == Approx(100.0));  // post, gap, wait
-  CHECK(s[1].name == "forward mb 1 chunk 0");
+  CHECK(s[1].name == "forward 1.0");
   CHECK(s[1].start_us == Approx(102.0));
   CHECK(s[2].name == "other");
   CHECK(s[2].duration_us == Approx(20.0).margin(1e-6));
