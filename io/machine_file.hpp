@@ -18,6 +18,7 @@ struct MeasuredGemm {
   std::string precision;  // "bf16", "fp16", "fp32"
   double m = 0, n = 0, k = 0;
   double efficiency = 0;
+  std::string comment;  // written above it (machine_file_toml): which GEMM this is
 };
 
 struct MachineFile {
@@ -44,7 +45,16 @@ struct MachineFile {
   int tile_m = 1, tile_n = 1;
   double attention_efficiency = 0;  // optional, of the peak; 0 in the file: 0.6 x max_efficiency
   std::vector<MeasuredGemm> measured;
+  // Comment lines written above each section (machine_file_toml): where its figures come from.
+  // The reader leaves them empty.
+  std::string device_note, node_note, network_note, gemm_note;
 };
+
+// The file's text, as `bench --calibrate` writes it: every key of the schema, each section after
+// its note as comment lines; the optional kernel_overhead_us and attention_efficiency when
+// positive (0 reads as their default). Numbers as TOML floats (3.0, not 3) of 6 significant
+// digits, which parse_machine_file reads back.
+std::string machine_file_toml(const MachineFile& m);
 
 // Reads and checks `path`.
 MachineFile read_machine_file(const std::string& path);

@@ -15,13 +15,13 @@
 #include "base/agreement.hpp"
 #include "base/mpi_check.hpp"
 #include "io/json_line.hpp"
+#include "io/machine_file.hpp"
 #include "io/path_text.hpp"
 #include "kokkos_kernels/precision.hpp"
 #include "src/driver/attention_rate.hpp"
 #include "src/driver/device_facts.hpp"
 #include "src/driver/gemm_peak.hpp"
 #include "src/driver/kernel_overhead.hpp"
-#include "src/driver/machine_toml.hpp"
 #include "src/driver/ping_pong.hpp"
 #include "src/driver/precision_dispatch.hpp"
 #include "src/driver/stream_triad.hpp"
@@ -182,7 +182,7 @@ int run_calibrate(const io::Deck& deck, const parallel::Topology& topo, const st
 
   parallel::on_every_rank(world, [&] {
     if (rank != 0) return;
-    MachineFile m;
+    io::MachineFile m;
     constexpr bool host = Kokkos::SpaceAccessibility<Kokkos::HostSpace, kx::MemSpace>::accessible;
     m.name = facts.cpu_model.empty() ? std::string("unknown CPU") : facts.cpu_model;
     if (!host) m.name = facts.name + " (host " + m.name + ")";
@@ -205,7 +205,7 @@ int run_calibrate(const io::Deck& deck, const parallel::Topology& topo, const st
         host ? "one MPI rank (a CPU core's share of the node; memory_gib: the node's MemTotal over its ranks)"
              : "one GPU (cudaGetDeviceProperties)",
         topo.world_size(), precision);
-    m.node_devices = node_ranks;
+    m.devices = node_ranks;
     if (link.measured) {
       m.link_latency_us = link.latency_us;
       m.link_bandwidth_gbs = link.bandwidth_gbs;
@@ -257,13 +257,14 @@ int run_calibrate(const io::Deck& deck, const parallel::Topology& topo, const st
     }
     m.gemm_note += attention_note;
     for (std::size_t i = 0; i < shapes.size(); ++i)
-      m.measured.push_back({precision, shapes[i].gemm.m, shapes[i].gemm.n, shapes[i].gemm.k, rates[i] / peak,
+      m.measured.push_back({precision, double(shapes[i].gemm.m), double(shapes[i].gemm.n), double(shapes[i].gemm.k),
+                            rates[i] / peak,
                             fmt::format("{}: {:.4g} GFLOP/s per rank", shapes[i].label, rates[i] / 1e9)});
     for (const auto& [p, rate] : peaks)
       if (p != precision)
-        m.measured.push_back({p, square.m, square.n, square.k, 1.0,
+        m.measured.push_back({p, double(square.m), double(square.n), double(square.k), 1.0,
                               fmt::format("square 2048 in {}: {:.4g} GFLOP/s per rank", p, rate / 1e9)});
-    const std::string text = machine_toml(m);
+    const std::string text = io::machine_file_toml(m);
     std::ofstream f(path, std::ios::binary | std::ios::trunc);
     if (f) f.write(text.data(), std::streamsize(text.size()));
     if (f) f.close();

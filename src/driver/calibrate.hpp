@@ -1,5 +1,5 @@
 // `tptrain bench --calibrate OUT.toml`: measures the machine the job runs on and writes its
-// machine file (docs/planning.md, "The machine file"; machine_toml.hpp), for `plan --machine`.
+// machine file (docs/planning.md, "The machine file"; io/machine_file.hpp), for `plan --machine`.
 //   - GEMM: the rate through the model's GEMM seam (gemm_peak.hpp) of the deck's own linear
 //     layers, forward and both backward GEMMs (dx, dW), those of the standard bench models (input/bench/tiny.toml, small.toml,
 //     gpt2-124m.toml) and a square 2048, every rank measuring at once as in training. The

@@ -1,16 +1,17 @@
-// bench --calibrate's machine file text (src/driver/machine_toml.hpp) and the system facts it
-// reads (src/driver/device_facts.hpp), on given texts.
+// bench --calibrate's machine file text (io/machine_file.hpp, machine_file_toml), read back by
+// the reader plan --machine uses, and the system facts it reads (src/driver/device_facts.hpp), on
+// given texts.
 #include <string>
 
 #include "catch.hpp"
 #include "src/driver/device_facts.hpp"
 #include "src/driver/gemm_peak.hpp"
-#include "src/driver/machine_toml.hpp"
+#include "io/machine_file.hpp"
 
 using namespace tptrain;
 
 TEST_CASE("the machine file has every key of the schema, floats as floats", "[bench]") {
-  driver::MachineFile m;
+  io::MachineFile m;
   m.name = "Xeon \"test\"";
   m.source = "measured";
   m.device_name = "one rank";
@@ -19,7 +20,7 @@ TEST_CASE("the machine file has every key of the schema, floats as floats", "[be
   m.peak_tflops_fp16 = 0.04;
   m.memory_gib = 64;
   m.memory_bandwidth_gbs = 12.5;
-  m.node_devices = 2;
+  m.devices = 2;
   m.link_bandwidth_gbs = 6;
   m.link_latency_us = 0.75;
   m.network_bandwidth_gbs = 6;
@@ -27,11 +28,11 @@ TEST_CASE("the machine file has every key of the schema, floats as floats", "[be
   m.max_efficiency = 1;
   m.device_note = "first line\nsecond line";
   m.measured.push_back({"fp32", 2048, 384, 128, 0.625, "tiny: attention QKV"});
-  CHECK(driver::machine_toml(m).find("kernel_overhead_us") == std::string::npos);  // optional, unset
-  CHECK(driver::machine_toml(m).find("attention_efficiency") == std::string::npos);
+  CHECK(io::machine_file_toml(m).find("kernel_overhead_us") == std::string::npos);  // optional, 0: the default
+  CHECK(io::machine_file_toml(m).find("attention_efficiency") == std::string::npos);
   m.kernel_overhead_us = 0.25;
   m.attention_efficiency = 0.2;
-  const std::string t = driver::machine_toml(m);
+  const std::string t = io::machine_file_toml(m);
   INFO(t);
   for (const char* line :
        {"[machine]\n", "name = \"Xeon \\\"test\\\"\"\n", "source = \"measured\"\n", "[device]\n", "name = \"one rank\"\n",
@@ -42,6 +43,18 @@ TEST_CASE("the machine file has every key of the schema, floats as floats", "[be
         "tile_n = 1\nattention_efficiency = 0.2\n", "# first line\n# second line\n[device]\n",
         "# tiny: attention QKV\n[[gemm.measured]]\nprecision = \"fp32\"\nm = 2048\nn = 384\nk = 128\nefficiency = 0.625\n"})
     CHECK(t.find(line) != std::string::npos);
+  // What plan --machine reads back is what was written.
+  const io::MachineFile r = io::parse_machine_file(t, "calibrated.toml");
+  CHECK(r.name == m.name);
+  CHECK(r.peak_tflops_fp32 == 3.0);
+  CHECK(r.peak_tflops_bf16 == 0.05);
+  CHECK(r.devices == 2);
+  CHECK(r.link_latency_us == 0.75);
+  CHECK(r.kernel_overhead_us == 0.25);
+  CHECK(r.attention_efficiency == 0.2);
+  REQUIRE(r.measured.size() == 1);
+  CHECK((r.measured[0].m == 2048 && r.measured[0].n == 384 && r.measured[0].k == 128));
+  CHECK(r.measured[0].efficiency == 0.625);
 }
 
 TEST_CASE("the CPU model and the memory come from /proc texts", "[bench]") {

@@ -122,7 +122,7 @@ TEST_CASE("GEMM model: tile and wave quantisation, the measured shape's correcti
   // Half a tile's rows: half of it padding.
   CHECK(gemm_efficiency(m, "bf16", GemmShape{64, 256, 4096}) == Approx(0.80 * 0.5 / 108));
   // A measured row: its shape is predicted as measured, others scaled by measured / modelled.
-  m.measured.push_back(io::MeasuredGemm{"bf16", 128 * 12, 256 * 9, 4096, 0.60});
+  m.measured.push_back(io::MeasuredGemm{"bf16", 128 * 12, 256 * 9, 4096, 0.60, ""});
   CHECK(gemm_efficiency(m, "bf16", GemmShape{128 * 12, 256 * 9, 4096}) == Approx(0.60));
   CHECK(gemm_efficiency(m, "bf16", GemmShape{128 * 109, 256, 4096}) == Approx(0.60 * 109.0 / 216));
   CHECK(gemm_efficiency(m, "fp32", GemmShape{128 * 12, 256 * 9, 4096}) == Approx(0.80));  // no fp32 row
