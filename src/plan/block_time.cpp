@@ -67,6 +67,49 @@ struct Builder {
   void tensor_gather(Pass& p, const char* name, double bytes) const {
     if (c.tensor() > 1) p.add(name, Stream::tensor, all_gather_seconds(m, spans.tensor, bytes));
   }
+  double gemm_time(double rows, double cols, double inner) const {
+    return gemm_seconds(m, c.precision, GemmShape{rows, cols, inner}, c.precision == "fp32" ? 4 : e);
+  }
+  bool splits_gemms() const {
+    return c.overlap_tensor_communication && c.sequence_parallel && c.tensor() > 1 && !c.shape.moe();
+  }
+  // A GEMM of `rows` rows that a split overlap runs as t GEMMs of rows/t each (one per chunk the
+  // ring brings or takes away), on up to kOverlapStreams compute streams at once (Transformer
+  // Engine's userbuffers: NVTE_COMM_OVERLAP_MAX_STREAMS, 3 by default): costed as t/3 GEMMs of
+  // 3·rows/t rows, so that the chunks' wave quantisation shows (512 rows of 4096 on tensor 8).
+  static constexpr double kOverlapStreams = 3;
+  double split_time(double rows, double cols, double inner) const {
+    if (!splits_gemms()) return gemm_time(rows, cols, inner);
+    const double t = c.tensor(), together = std::min(t, kOverlapStreams);
+    return t / together * gemm_time(rows * together / t, cols, inner);
+  }
+  void split_gemm(Pass& p, const char* name, double rows, double cols, double inner) const {
+    p.add(name, Stream::compute, split_time(rows, cols, inner));
+  }
+  // A sequence-parallel all-gather or reduce-scatter beside the GEMM `gemm` seconds long
+  // (Config::overlap_tensor_communication, Transformer Engine's userbuffers). `split`: the
+  // collective runs as t − 1 ring steps of c = comm/(t − 1) each, interleaved with t GEMM chunks
+  // of g = gemm/t: a gather's chunk waits only where its step is slower than the chunk before it,
+  // (t − 1)·max(0, c − g); a scatter adds its last step, after the last chunk (`last_step`).
+  // Otherwise (TE's "bulk" overlaps in the backward) the collective runs beside the whole GEMM:
+  // max(0, comm − gemm).
+  enum class Overlap { split_gather, split_scatter, bulk };
+  void tensor_overlapped(Pass& p, const char* name, double bytes, double gemm, Overlap how) const {
+    if (c.tensor() <= 1) return;
+    const double comm = all_gather_seconds(m, spans.tensor, bytes);
+    if (!c.overlap_tensor_communication || !c.sequence_parallel || c.shape.moe()) {
+      p.add(name, Stream::tensor, comm);
+      return;
+    }
+    const double t = c.tensor(), step = comm / (t - 1), chunk = how == Overlap::bulk ? gemm : gemm / t;
+    double exposed = 0;
+    switch (how) {
+      case Overlap::split_gather: exposed = (t - 1) * std::max(0.0, step - chunk); break;
+      case Overlap::split_scatter: exposed = step + (t - 1) * std::max(0.0, step - chunk); break;
+      case Overlap::bulk: exposed = std::max(0.0, comm - chunk); break;
+    }
+    p.add(name, Stream::tensor, exposed);
+  }
 };
 
 // Ring attention's ops with their compute and transfers: the compute stream waits for a
@@ -146,11 +189,28 @@ BlockTimes block_times(const Config& c, const Machine& m, const Spans& spans) {
 
 
   // Written out once, forward then backward, so that each pass lists its kernels in order.
+  using Overlap = Builder::Overlap;
+  // Eager PyTorch (Config::Kernels::eager) runs each elementwise op of torchtitan's Llama block
+  // (torchtitan/models/llama/model.py, 2024-12) as its own kernel; bytes per element:
+  // RMSNorm x.float() 2+4, pow(2) 4+4, mean 4, x·rsqrt 4+4, type_as 4+2, ·weight 2+2 = 36;
+  // rotary on q and k x.float() 2+4, the complex product 4+4, type_as 4+2 = 20; silu 2+2 and its
+  // product with w3's output 2+2+2 = 10 per element of f; a residual add 2+2+2. Grouped-query
+  // attention's repeat_kv copies K and V to every query head (expand, reshape: read k·d, write a·d
+  // each), and the attention's output is made contiguous again (transpose(1, 2).contiguous()). A
+  // backward reads each op's output gradient and saved inputs and writes its inputs' gradients:
+  // twice the forward's bytes, as the fused kernels' backward is counted below.
+  const bool eager = c.kernels == Config::Kernels::eager;
+  const double norm_bytes = eager ? 36.0 * n * h : 2.0 * n * h * e;
+  const double rotary_bytes = eager ? 20.0 * N * (s.local_heads() + s.local_kv_heads()) * d : 2.0 * N * qkv * e;
+  const double gated_bytes_per_row = eager ? 10.0 * f : 0.0;
   Pass fwd;
-  b.memory(fwd, "norm 1", 2.0 * n * h * e);
-  if (sp) b.tensor_gather(fwd, "all-gather (sequence parallel)", activation);
-  b.linear_forward(fwd, "qkv", N, qkv, h);
-  if (s.rotary()) b.memory(fwd, "rotary", 2.0 * N * qkv * e);
+  b.memory(fwd, "norm 1", norm_bytes);
+  const auto split_time = [&](double rows, double cols, double inner) { return b.split_time(rows, cols, inner); };
+  if (sp) b.tensor_overlapped(fwd, "all-gather (sequence parallel)", activation, split_time(N, qkv, h), Overlap::split_gather);
+  b.split_gemm(fwd, "qkv", N, qkv, h);
+  if (s.rotary()) b.memory(fwd, "rotary", rotary_bytes);
+  if (eager && s.local_kv_heads() < s.local_heads())
+    b.memory(fwd, "repeat kv", N * 2.0 * (s.local_kv_heads() + s.local_heads()) * d * e);
   const double kv_bytes = N * 2.0 * s.local_kv_heads() * d * e;
   const double kv_seconds = point_to_point_seconds(m, spans.context.nodes > 1, kv_bytes);
   const double sums_seconds = point_to_point_seconds(m, spans.context.nodes > 1, N * 2.0 * s.local_kv_heads() * d * 4);
@@ -169,12 +229,13 @@ BlockTimes block_times(const Config& c, const Machine& m, const Spans& spans) {
     }
   };
   attention_forward(fwd);
-  b.linear_forward(fwd, "attention projection", N, h, attn_out);
-  if (sp) b.tensor_gather(fwd, "reduce-scatter (sequence parallel)", activation);
+  if (eager) b.memory(fwd, "attention output contiguous", 2.0 * N * attn_out * e);
+  b.split_gemm(fwd, "attention projection", N, h, attn_out);
+  if (sp) b.tensor_overlapped(fwd, "reduce-scatter (sequence parallel)", activation, split_time(N, h, attn_out), Overlap::split_scatter);
   else b.tensor_all_reduce(fwd, "all-reduce (tensor parallel)", activation);
   b.memory(fwd, "residual add", 3.0 * n * h * e);
-  b.memory(fwd, "norm 2", 2.0 * n * h * e);
-  if (sp) b.tensor_gather(fwd, "all-gather (sequence parallel)", activation);
+  b.memory(fwd, "norm 2", norm_bytes);
+  if (sp) b.tensor_overlapped(fwd, "all-gather (sequence parallel)", activation, split_time(N, fc, h), Overlap::split_gather);
   const double all_to_all = s.moe() && c.expert() > 1 ? all_to_all_seconds(m, spans.expert, R * h * e) : 0.0;
   if (s.moe()) {
     b.gemm(fwd, "router", N, s.experts, h, "fp32");
@@ -183,15 +244,17 @@ BlockTimes block_times(const Config& c, const Machine& m, const Spans& spans) {
     fwd.add("all-to-all (experts)", Stream::expert, all_to_all);
     b.linear_forward(fwd, "expert gate|up", expert_rows, fc, h, local_experts);
   } else {
-    b.linear_forward(fwd, "fc", N, fc, h);
+    b.split_gemm(fwd, "fc", N, fc, h);
   }
-  b.memory(fwd, s.moe() || s.swiglu() ? "swiglu" : "gelu", R * activation_bytes_per_row);
-  b.linear_forward(fwd, s.moe() ? "expert down" : "fc2", expert_rows, h, f, local_experts);
+  const double gated_bytes = eager && s.swiglu() && !s.moe() ? R * gated_bytes_per_row : R * activation_bytes_per_row;
+  b.memory(fwd, s.moe() || s.swiglu() ? "swiglu" : "gelu", gated_bytes);
+  if (s.moe()) b.linear_forward(fwd, "expert down", expert_rows, h, f, local_experts);
+  else b.split_gemm(fwd, "fc2", N, h, f);
   if (s.moe()) {
     fwd.add("all-to-all (experts)", Stream::expert, all_to_all);
     b.memory(fwd, "combine", 2.0 * R * h * e);
   }
-  if (sp) b.tensor_gather(fwd, "reduce-scatter (sequence parallel)", activation);
+  if (sp) b.tensor_overlapped(fwd, "reduce-scatter (sequence parallel)", activation, split_time(N, h, f), Overlap::split_scatter);
   else b.tensor_all_reduce(fwd, "all-reduce (tensor parallel)", activation);
   b.memory(fwd, "residual add", 3.0 * n * h * e);
   out.forward = fwd;
@@ -206,7 +269,7 @@ BlockTimes block_times(const Config& c, const Machine& m, const Spans& spans) {
     for (const Kernel& k : fwd.kernels) {
       const std::string name = k.name;
       if (name == "norm 1" || name == "norm 2" || name == "rotary" || name == "residual add" || name == "swiglu" ||
-          name == "gelu")
+          name == "gelu" || name == "repeat kv" || name == "attention output contiguous")
         bwd.add(k.name, k.stream, k.seconds);
     }
     if (s.swiglu()) {
@@ -219,14 +282,19 @@ BlockTimes block_times(const Config& c, const Machine& m, const Spans& spans) {
     }
   }
   b.memory(bwd, "residual grad", 3.0 * n * h * e);
-  if (sp) b.tensor_gather(bwd, "all-gather (sequence parallel)", activation);
+  if (sp) b.tensor_overlapped(bwd, "all-gather (sequence parallel)", activation, split_time(N, f, h), Overlap::split_gather);
   if (s.moe()) {
     b.memory(bwd, "combine grad", 2.0 * R * h * e);
     bwd.add("all-to-all (experts)", Stream::expert, all_to_all);
   }
-  b.linear_backward(bwd, s.moe() ? "expert down grad" : "fc2 grad", expert_rows, h, f, local_experts);
-  b.memory(bwd, s.moe() || s.swiglu() ? "swiglu grad" : "gelu grad", 2.0 * R * activation_bytes_per_row);
-  if (sp) b.tensor_gather(bwd, "all-gather (norm 2 output again)", activation);
+  if (s.moe()) {
+    b.linear_backward(bwd, "expert down grad", expert_rows, h, f, local_experts);
+  } else {
+    b.split_gemm(bwd, "fc2 grad", N, f, h);  // dX, chunk by chunk as dY's rows arrive
+    b.gemm(bwd, "fc2 grad", h, f, N, c.precision);
+  }
+  b.memory(bwd, s.moe() || s.swiglu() ? "swiglu grad" : "gelu grad", 2.0 * gated_bytes);
+  if (sp) b.tensor_overlapped(bwd, "all-gather (norm 2 output again)", activation, b.gemm_time(N, h, fc), Overlap::bulk);
   if (s.moe()) {
     b.linear_backward(bwd, "expert gate|up grad", expert_rows, fc, h, local_experts);
     bwd.add("all-to-all (experts)", Stream::expert, all_to_all);
@@ -238,11 +306,13 @@ BlockTimes block_times(const Config& c, const Machine& m, const Spans& spans) {
   } else {
     b.linear_backward(bwd, "fc grad", N, fc, h);
   }
-  if (sp) b.tensor_gather(bwd, "reduce-scatter (sequence parallel)", activation);
+  if (sp) b.tensor_overlapped(bwd, "reduce-scatter (sequence parallel)", activation, b.gemm_time(fc, h, N), Overlap::bulk);
   else b.tensor_all_reduce(bwd, "all-reduce (tensor parallel)", activation);
-  b.memory(bwd, "norm 2 grad", 4.0 * n * h * e);
-  if (sp) b.tensor_gather(bwd, "all-gather (sequence parallel)", activation);
-  b.linear_backward(bwd, "attention projection grad", N, h, attn_out);
+  b.memory(bwd, "norm 2 grad", 2.0 * norm_bytes);
+  if (sp) b.tensor_overlapped(bwd, "all-gather (sequence parallel)", activation, split_time(N, attn_out, h), Overlap::split_gather);
+  b.split_gemm(bwd, "attention projection grad", N, attn_out, h);
+  b.gemm(bwd, "attention projection grad", h, attn_out, N, c.precision);
+  if (eager) b.memory(bwd, "attention output contiguous grad", 2.0 * N * attn_out * e);
   if (s.context > 1) {
     Pass ring;
     const double step = core_backward / s.context / (peak_flops(m, c.precision) * attention_efficiency(m)) +
@@ -257,12 +327,14 @@ BlockTimes block_times(const Config& c, const Machine& m, const Spans& spans) {
   } else {
     b.attention(bwd, "attention grad", core_backward);
   }
-  if (s.rotary()) b.memory(bwd, "rotary grad", 2.0 * N * qkv * e);
-  if (sp) b.tensor_gather(bwd, "all-gather (norm 1 output again)", activation);
+  if (eager && s.local_kv_heads() < s.local_heads())
+    b.memory(bwd, "repeat kv grad", 2.0 * N * 2.0 * (s.local_kv_heads() + s.local_heads()) * d * e);
+  if (s.rotary()) b.memory(bwd, "rotary grad", eager ? 2.0 * rotary_bytes : rotary_bytes);
+  if (sp) b.tensor_overlapped(bwd, "all-gather (norm 1 output again)", activation, b.gemm_time(N, h, qkv), Overlap::bulk);
   b.linear_backward(bwd, "qkv grad", N, qkv, h);
-  if (sp) b.tensor_gather(bwd, "reduce-scatter (sequence parallel)", activation);
+  if (sp) b.tensor_overlapped(bwd, "reduce-scatter (sequence parallel)", activation, b.gemm_time(qkv, h, N), Overlap::bulk);
   else b.tensor_all_reduce(bwd, "all-reduce (tensor parallel)", activation);
-  b.memory(bwd, "norm 1 grad", 4.0 * n * h * e);
+  b.memory(bwd, "norm 1 grad", 2.0 * norm_bytes);
   b.memory(bwd, "residual grad", 3.0 * n * h * e);
   out.backward = bwd;
 
@@ -277,17 +349,27 @@ BlockTimes block_times(const Config& c, const Machine& m, const Spans& spans) {
   // The head (last virtual stage): ln_f, the logits over the rank's vocabulary rows, the
   // vocabulary-parallel cross-entropy (three fp32 [N] all-reduces), and their backward.
   const double V = s.local_vocab();
-  b.memory(out.head_forward, "final norm", 2.0 * n * h * e);
+  b.memory(out.head_forward, "final norm", norm_bytes);
   if (sp) b.tensor_gather(out.head_forward, "all-gather (sequence parallel)", activation);
   b.linear_forward(out.head_forward, "logits", N, V, h);
-  b.memory(out.head_forward, "cross-entropy", 3.0 * N * V * e);
+  // Bytes per logit of the cross-entropy, forward and backward. tptrain's fused kernels: read
+  // the logits, write the softmax (3e), then read it and write the gradient (2e). Megatron-Core's
+  // vocab_parallel_cross_entropy (unfused, its default): .float() 2+4, max 4, − max in place 4+4,
+  // exp 4+4, sum 4, ÷ sum in place 4+4 = 38, the fp32 softmax kept; backward: mul_ by the loss
+  // gradient 4+4, the cast back to the logits' bf16 4+2 = 14. torchtitan's F.cross_entropy of
+  // pred.float(): the cast 2+4, log_softmax 4 (max, sum) + 4+4 = 18; backward: nll's scatter
+  // into zeros 4, log_softmax's 4+4+4, the cast back 4+2 = 22.
+  double entropy_forward = 3.0 * e, entropy_backward = 2.0 * e;
+  if (c.kernels == Config::Kernels::megatron_core) entropy_forward = 38, entropy_backward = 14;
+  if (eager) entropy_forward = 18, entropy_backward = 22;
+  b.memory(out.head_forward, "cross-entropy", entropy_forward * N * V);
   if (c.tensor() > 1)
     out.head_forward.add("all-reduce (cross-entropy)", Stream::tensor, 3.0 * all_reduce_seconds(m, spans.tensor, N * 4.0));
-  b.memory(out.head_backward, "cross-entropy grad", 2.0 * N * V * e);
+  b.memory(out.head_backward, "cross-entropy grad", entropy_backward * N * V);
   b.linear_backward(out.head_backward, "logits grad", N, V, h);
   if (sp) b.tensor_gather(out.head_backward, "reduce-scatter (sequence parallel)", activation);
   else b.tensor_all_reduce(out.head_backward, "all-reduce (logits grad)", activation);
-  b.memory(out.head_backward, "final norm grad", 4.0 * n * h * e);
+  b.memory(out.head_backward, "final norm grad", 2.0 * norm_bytes);
 
   // One block's matrices on a rank (the dense ones split over the tensor ranks, the rank's
   // experts), its gradients fp32.

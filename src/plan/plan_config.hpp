@@ -48,6 +48,17 @@ struct Config {
   // and of every other GEMM of a block are kept; the backward runs the other GEMMs (the 2nd, 4th
   // and 6th of wq, wk, wv, wo, w1, w3, w2: wk, wo, w3) and every memory-bound kernel again.
   bool recompute_alternate_gemms = false;
+  // Megatron-Core's --tp-comm-overlap (Transformer Engine's userbuffers): each sequence-parallel
+  // all-gather and reduce-scatter is split into tensor-size chunks and run beside the GEMM that
+  // consumes or produces it; the compute stream waits only for what the GEMM does not cover, and
+  // for one chunk that cannot overlap (the first gathered, the last scattered).
+  bool overlap_tensor_communication = false;
+  // Whose memory-bound kernels the step runs: tptrain's fused ones; Megatron-Core's (its
+  // vocabulary-parallel cross-entropy in fp32, unfused: megatron/core/tensor_parallel/
+  // cross_entropy.py); or eager PyTorch's (torchtitan without torch.compile: each elementwise op
+  // of the Llama block its own kernel, RMSNorm upcast to fp32, rotary through complex views).
+  enum class Kernels { tptrain, megatron_core, eager };
+  Kernels kernels = Kernels::tptrain;
 
   int tensor() const { return shape.tensor; }
   int context() const { return shape.context; }

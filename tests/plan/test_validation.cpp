@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <string>
+#include <tuple>
 
 #include "src/plan/machine.hpp"
 #include "src/plan/plan.hpp"
@@ -42,6 +43,8 @@ Config megatron_gpt(int heads, int hidden, int layers, int tensor, int pipeline,
   c.recompute = Recompute::selective;
   c.sequence_parallel = tensor > 1;
   c.distributed_optimizer = true;
+  c.overlap_tensor_communication = true;  // the README: --tp-comm-overlap
+  c.kernels = Config::Kernels::megatron_core;
   return c;
 }
 
@@ -67,9 +70,8 @@ TEST_CASE("validation: Megatron-Core weak scaling, 1.7B to 462B on 48 to 6144 H1
     const Config c = megatron_gpt(r.heads, r.hidden, r.layers, r.tensor, r.pipeline, r.data, r.batch);
     const StepSimulation s = simulate_step(c, h100);
     INFO(r.size << ": predicted MFU " << s.mfu << ", published " << r.mfu);
-    // The small models' GEMMs and kernels run below the model's efficiencies (predicted high);
-    // 32B's tensor group of 8 without pipelining waits for collectives Megatron-Core overlaps
-    // (--tp-comm-overlap, which the simulation does not model: predicted low).
+    // The small models run below the model's efficiencies (predicted high, +38 % and +29 %:
+    // docs/planning.md lists what was checked); 32B is predicted 17 % low.
     CHECK((std::abs(s.mfu / r.mfu - 1) <= 0.15) == r.within);
   }
 }
@@ -78,12 +80,13 @@ TEST_CASE("validation: Megatron-Core strong scaling of GPT-3 175B, 96 and 4608 H
   // The README: batch 1152, MFU 47 % on 96 GPUs and 42 % on 4608. The layouts are not published
   // for these two ends: tensor 8 x pipeline 12 x 4 virtual stages assumed (docs/planning.md).
   const Machine h100 = machine("dgx-h100.toml");
-  for (const auto& [data, mfu] : {std::pair<int, double>{1, 0.47}, std::pair<int, double>{48, 0.42}}) {
+  // With --tp-comm-overlap modelled the 96-GPU end is predicted 21 % high (docs/planning.md).
+  for (const auto& [data, mfu, within] : {std::tuple<int, double, bool>{1, 0.47, false}, std::tuple<int, double, bool>{48, 0.42, true}}) {
     Config c = megatron_gpt(96, 12288, 96, 8, 12, data, 1152);
     c.virtual_stages = 4;
     const StepSimulation s = simulate_step(c, h100);
     INFO("data " << data << ": predicted MFU " << s.mfu << ", published " << mfu);
-    CHECK(s.mfu == Approx(mfu).epsilon(0.15));
+    CHECK((std::abs(s.mfu / mfu - 1) <= 0.15) == within);
   }
 }
 
@@ -101,16 +104,16 @@ TEST_CASE("validation: torchtitan Llama 3.1 8B on 8 H100 (96 GB, 500 W), FSDP", 
   c.recompute = Recompute::selective;  // the memory plan's nearest mode
   c.recompute_alternate_gemms = true;  // what torchtitan's op-level policy recomputes
   c.shard_parameters = true;           // FSDP: ZeRO-3 over the 8 ranks
+  c.kernels = Config::Kernels::eager;  // no torch.compile: each elementwise op its own kernel
   const Machine m = machine("h100-96gb-hbm2e-500w.toml");
   const StepSimulation s = simulate_step(c, m);
   const double tokens_per_gpu = double(c.global_batch) * 8192 / s.step_seconds / 8;
   INFO("predicted " << tokens_per_gpu << " tokens/s per GPU, published 5762; step " << s.step_seconds << " s, compute "
                     << s.average.compute << " s, data " << s.average.data << " s");
-  // Not within ±15 %: predicted about 1.5 x (docs/planning.md, "Validation": the sustained clock
-  // under the 500 W limit, which torchtitan does not know either, and eager PyTorch's unfused
-  // kernels, which torch.compile alone speeds up by 16 %, are not modelled).
-  CHECK(tokens_per_gpu > 5762);
-  CHECK(tokens_per_gpu < 1.6 * 5762);
+  // Not within ±15 %: predicted 25 % high with eager PyTorch's unfused kernels modelled
+  // (docs/planning.md, "Validation": the sustained clock under the 500 W limit is not known).
+  CHECK(tokens_per_gpu > 1.15 * 5762);
+  CHECK(tokens_per_gpu < 1.3 * 5762);
   // Memory: with the weights, gradients and optimizer state sharded 8 ways the run fits the 96 GB
   // it ran on (torchtitan measured 82.4 GiB).
   const RankMemory r = most_loaded_rank(c);
