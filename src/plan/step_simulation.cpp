@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <stdexcept>
 
 #include "src/model/model_flops.hpp"
@@ -140,6 +141,23 @@ double model_flops_per_token(const model::GptShape& s) {
   return 6.0 * n + 12.0 * double(s.layers) * s.seq_length * s.hidden;
 }
 
+// A stage's forwards and backwards under 1F1B (interleaved), by (stage, pipeline, virtual
+// stages, micro-batches): `plan --search` simulates thousands of layouts that share a handful of
+// schedules, and building one is most of a small simulation's time. The cache is per thread and
+// emptied beyond kCachedSchedules entries, so that it stays bounded.
+const std::vector<schedule::PipelineOp>& compute_ops(int stage, int P, int v, int M) {
+  constexpr std::size_t kCachedSchedules = 4096;
+  thread_local std::map<std::array<int, 4>, std::vector<schedule::PipelineOp>> cache;
+  const std::array<int, 4> key{stage, P, v, M};
+  if (const auto it = cache.find(key); it != cache.end()) return it->second;
+  if (cache.size() >= kCachedSchedules) cache.clear();
+  std::vector<schedule::PipelineOp> ops;
+  for (const schedule::PipelineOp& op :
+       schedule::pipeline_ops(schedule::Schedule::one_f_one_b, schedule::PipelinePlace{stage, P, v}, M))
+    if (op.kind == schedule::PipelineOp::forward || op.kind == schedule::PipelineOp::backward) ops.push_back(op);
+  return cache.emplace(key, std::move(ops)).first->second;
+}
+
 }  // namespace
 
 StepSimulation simulate_step(const Config& c, const Machine& m, io::ChromeTrace* trace) {
@@ -165,9 +183,7 @@ StepSimulation simulate_step(const Config& c, const Machine& m, io::ChromeTrace*
     r.world_rank = world_rank(layout, 0, 0, st, 0);
     r.spans = spans_of_stage(c, m.devices, st);
     r.times = block_times(c, m, r.spans);
-    for (const schedule::PipelineOp& op :
-         schedule::pipeline_ops(schedule::Schedule::one_f_one_b, schedule::PipelinePlace{st, P, v}, M_simulated))
-      if (op.kind == schedule::PipelineOp::forward || op.kind == schedule::PipelineOp::backward) r.ops.push_back(op);
+    r.ops = compute_ops(st, P, v, M_simulated);
   }
 
   // Arrival of each virtual stage's input (forward) and output gradient (backward), by micro-batch.
