@@ -8,6 +8,7 @@
 #include "io/data_paths.hpp"
 #include "io/deck_keys.hpp"
 #include "io/deck_path.hpp"
+#include "io/deck_presets.hpp"
 #include "io/deck_text.hpp"
 #include "io/path_text.hpp"
 #include "text/gpt2_files.hpp"
@@ -1085,23 +1086,13 @@ Deck DeckReader::build() {
     m.kv_heads = m.heads;
   }
   // The block specification's choices the deck leaves out: the preset's (base/block_spec.hpp).
-  if (field("model", "architecture").ok) {
-    ModelConfig preset = m;
-    preset.take_preset_defaults();
-    const std::string note = "of model.architecture = \"" + m.architecture + "\"";
-    const auto from_preset = [&](std::string_view key, auto ModelConfig::*member) {
-      if (Field& f = field("model", key); !f.node) {
-        f.default_note = note;
-        m.*member = preset.*member;
-      }
-    };
-    from_preset("norm", &ModelConfig::norm);
-    from_preset("mlp", &ModelConfig::mlp);
-    from_preset("position", &ModelConfig::position);
-    from_preset("qkv_bias", &ModelConfig::qkv_bias);
-    from_preset("linear_bias", &ModelConfig::linear_bias);
-    from_preset("tie_embeddings", &ModelConfig::tie_embeddings);
-  }
+  if (field("model", "architecture").ok)
+    if (const model::BlockPreset* preset = model::block_preset(m.architecture))
+      for (const PresetDefault& k : preset_defaults())
+        if (Field& f = field("model", k.key); !f.node) {
+          f.default_note = "of model.architecture = \"" + m.architecture + "\"";
+          k.take(m, preset->spec);
+        }
   OptimizerConfig& o = d.optimizer;
   if (Field& min_lr = field("optimizer", "min_lr"); !min_lr.node) {
     o.min_lr = round_decimal(o.lr / 10);  // 10 % of the peak (GPT-3), whatever lr is

@@ -8,6 +8,7 @@
 #include "base/block_spec.hpp"
 #include "io/deck.hpp"
 #include "io/deck_keys.hpp"
+#include "io/deck_presets.hpp"
 #include "io/deck_text.hpp"
 #include "io/json_line.hpp"
 
@@ -113,12 +114,7 @@ Deck::Deck() {
 bool ModelConfig::take_preset_defaults() {
   const model::BlockPreset* p = model::block_preset(architecture);
   if (!p) return false;
-  norm = model::norm_name(p->spec.norm);
-  mlp = model::mlp_name(p->spec.mlp);
-  position = model::position_name(p->spec.position);
-  qkv_bias = p->spec.qkv_bias;
-  linear_bias = p->spec.linear_bias;
-  tie_embeddings = p->spec.tie_embeddings;
+  for (const PresetDefault& k : preset_defaults()) k.take(*this, p->spec);
   return true;
 }
 
