@@ -194,16 +194,15 @@ inline std::optional<ParameterSpec> block_parameter_if_held(const GptShape& s, c
 
 // ---- buffers ---------------------------------------------------------------------------------
 
-// The sizes of a block's buffers, by symbol (docs/planning.md's notation): b micro_batch,
-// s the rank's tokens of a sequence (seq_length, or seq_length / C with context parallelism), h hidden, f ffn_hidden, a heads, t tensor, N = b·s tokens, n = N/t with sequence
-// parallelism (else N): the rows of the residual stream and the LayerNorms.
+// The sizes of a block's buffers, each named for what it counts; docs/planning.md writes them in
+// its notation (in parentheses): micro_batch b, hidden h, ffn_hidden f, heads a, tensor t.
 enum class BufferDim {
   none,
   b,
-  s,
-  S,      // seq_length, the whole sequence (the rotary tables: positions are global)
-  N,
-  n,
+  local_seq,      // (s) the rank's tokens of a sequence: seq_length, or seq_length / C with context parallelism
+  seq,            // (S) seq_length, the whole sequence (the rotary tables: positions are global)
+  tokens,         // (N = b·s) the micro-batch's tokens on the rank
+  residual_rows,  // (n) the rows of the residual stream and the norms: N, or N/t with sequence parallelism
   h,
   h_t,    // h/t: the rank's attention heads' width
   gqa_t,  // (a + 2k)·(h/a)/t: llama's QKV output, k = kv_heads (= 3h/t without grouped-query attention)
@@ -212,7 +211,7 @@ enum class BufferDim {
   f2_t,   // 2f/t: SwiGLU's gate and up
   d_2,    // h/(2a): half a head, the rotary tables' columns
   a_t,    // a/t: the rank's heads
-  Na_t,   // N·(a/t): one row of scores per token and local head
+  token_heads_t,  // (N·(a/t)) one row of scores per token and local head
   tile,   // min(s, 128): the attention backward's query rows per tile (kernels::attention_backward_tile_rows)
 };
 
@@ -252,66 +251,66 @@ struct BufferRow {
 // cos, sin [s, d/2] are computed once per stage. Scratch rows of the attention and of the MLP share
 // one region (ScratchPhase, phase_region_bytes).
 inline constexpr BufferRow kBlockBuffers[] = {
-    {"x", "block input (the residual stream)", {BufferDim::n, BufferDim::h}, Element::storage, Lifetime::input},
-    {"/ln_1.mean", "ln_1 mean", {BufferDim::n}, Element::fp32, Lifetime::saved, false, needs_layernorm},
-    {"/ln_1.rstd", "ln_1 1/σ (RMSNorm: 1/rms)", {BufferDim::n}, Element::fp32, Lifetime::saved},
-    {".attn_input", "ln_1 output", {BufferDim::n, BufferDim::h}, Element::storage, Lifetime::saved},
-    {"/attn.qkv_out", "QKV output (rotary: q and k rotated)", {BufferDim::N, BufferDim::gqa_t}, Element::storage,
+    {"x", "block input (the residual stream)", {BufferDim::residual_rows, BufferDim::h}, Element::storage, Lifetime::input},
+    {"/ln_1.mean", "ln_1 mean", {BufferDim::residual_rows}, Element::fp32, Lifetime::saved, false, needs_layernorm},
+    {"/ln_1.rstd", "ln_1 1/σ (RMSNorm: 1/rms)", {BufferDim::residual_rows}, Element::fp32, Lifetime::saved},
+    {".attn_input", "ln_1 output", {BufferDim::residual_rows, BufferDim::h}, Element::storage, Lifetime::saved},
+    {"/attn.qkv_out", "QKV output (rotary: q and k rotated)", {BufferDim::tokens, BufferDim::gqa_t}, Element::storage,
      Lifetime::saved},
-    {"/attn.lse", "attention log Σ exp per score row", {BufferDim::Na_t}, Element::fp32, Lifetime::saved},
+    {"/attn.lse", "attention log Σ exp per score row", {BufferDim::token_heads_t}, Element::fp32, Lifetime::saved},
     {"/attn.scores", "attention scores Q Kᵀ (batched core)",
-     {BufferDim::b, BufferDim::a_t, BufferDim::s, BufferDim::s}, Element::storage, Lifetime::saved_if_none, false,
+     {BufferDim::b, BufferDim::a_t, BufferDim::local_seq, BufferDim::local_seq}, Element::storage, Lifetime::saved_if_none, false,
      needs_batched},
-    {"/attn.ctx", "attention context", {BufferDim::N, BufferDim::h_t}, Element::storage, Lifetime::saved},
-    {".after_attention", "x + attention", {BufferDim::n, BufferDim::h}, Element::storage, Lifetime::saved},
-    {"/ln_2.mean", "ln_2 mean", {BufferDim::n}, Element::fp32, Lifetime::saved, false, needs_layernorm},
-    {"/ln_2.rstd", "ln_2 1/σ (RMSNorm: 1/rms)", {BufferDim::n}, Element::fp32, Lifetime::saved},
-    {".mlp_input", "ln_2 output", {BufferDim::n, BufferDim::h}, Element::storage, Lifetime::saved},
-    {"/mlp.h", "fc output (GELU input)", {BufferDim::N, BufferDim::f_t}, Element::storage, Lifetime::saved, false,
+    {"/attn.ctx", "attention context", {BufferDim::tokens, BufferDim::h_t}, Element::storage, Lifetime::saved},
+    {".after_attention", "x + attention", {BufferDim::residual_rows, BufferDim::h}, Element::storage, Lifetime::saved},
+    {"/ln_2.mean", "ln_2 mean", {BufferDim::residual_rows}, Element::fp32, Lifetime::saved, false, needs_layernorm},
+    {"/ln_2.rstd", "ln_2 1/σ (RMSNorm: 1/rms)", {BufferDim::residual_rows}, Element::fp32, Lifetime::saved},
+    {".mlp_input", "ln_2 output", {BufferDim::residual_rows, BufferDim::h}, Element::storage, Lifetime::saved},
+    {"/mlp.h", "fc output (GELU input)", {BufferDim::tokens, BufferDim::f_t}, Element::storage, Lifetime::saved, false,
      needs_gelu},
-    {"/mlp.h", "fc output: gate and up", {BufferDim::N, BufferDim::f2_t}, Element::storage, Lifetime::saved, false,
+    {"/mlp.h", "fc output: gate and up", {BufferDim::tokens, BufferDim::f2_t}, Element::storage, Lifetime::saved, false,
      needs_swiglu},
-    {"/mlp.sigmoid", "GELU sigmoid", {BufferDim::N, BufferDim::f_t}, Element::storage, Lifetime::saved, false,
+    {"/mlp.sigmoid", "GELU sigmoid", {BufferDim::tokens, BufferDim::f_t}, Element::storage, Lifetime::saved, false,
      needs_gelu},
-    {"rope.cos", "rotary table cos(p·θ^(-2i/d))", {BufferDim::S, BufferDim::d_2}, Element::fp32, Lifetime::scratch,
+    {"rope.cos", "rotary table cos(p·θ^(-2i/d))", {BufferDim::seq, BufferDim::d_2}, Element::fp32, Lifetime::scratch,
      false, needs_rope},
-    {"rope.sin", "rotary table sin(p·θ^(-2i/d))", {BufferDim::S, BufferDim::d_2}, Element::fp32, Lifetime::scratch,
+    {"rope.sin", "rotary table sin(p·θ^(-2i/d))", {BufferDim::seq, BufferDim::d_2}, Element::fp32, Lifetime::scratch,
      false, needs_rope},
     {"attention.probs", "attention probabilities (the batched core's softmax buffer)",
-     {BufferDim::b, BufferDim::a_t, BufferDim::s, BufferDim::s}, Element::storage, Lifetime::scratch, false,
+     {BufferDim::b, BufferDim::a_t, BufferDim::local_seq, BufferDim::local_seq}, Element::storage, Lifetime::scratch, false,
      needs_batched, ScratchPhase::attention},
     {"attention.dprobs_tile", "attention probabilities' gradient, one row tile (batched core)",
-     {BufferDim::b, BufferDim::a_t, BufferDim::tile, BufferDim::s}, Element::storage, Lifetime::scratch, false,
+     {BufferDim::b, BufferDim::a_t, BufferDim::tile, BufferDim::local_seq}, Element::storage, Lifetime::scratch, false,
      needs_batched, ScratchPhase::attention},
-    {"attention.d_qkv", "QKV gradient (its Q block holds the context gradient first)", {BufferDim::N, BufferDim::gqa_t},
+    {"attention.d_qkv", "QKV gradient (its Q block holds the context gradient first)", {BufferDim::tokens, BufferDim::gqa_t},
      Element::storage, Lifetime::scratch, false, always, ScratchPhase::attention},
-    {"attention.dq_sum", "dQ summed over the key blocks (flash)", {BufferDim::N, BufferDim::h_t}, Element::fp32,
+    {"attention.dq_sum", "dQ summed over the key blocks (flash)", {BufferDim::tokens, BufferDim::h_t}, Element::fp32,
      Lifetime::scratch, false, needs_flash, ScratchPhase::attention},
-    {"attention.delta", "D = Σ dO ∘ O per score row (flash)", {BufferDim::Na_t}, Element::fp32, Lifetime::scratch,
+    {"attention.delta", "D = Σ dO ∘ O per score row (flash)", {BufferDim::token_heads_t}, Element::fp32, Lifetime::scratch,
      false, needs_flash, ScratchPhase::attention},
     {"attention.dkv_sum", "dK and dV summed over the row tiles and the group's heads (batched core)",
-     {BufferDim::N, BufferDim::kv2_t}, Element::fp32, Lifetime::scratch, true, needs_batched, ScratchPhase::attention},
+     {BufferDim::tokens, BufferDim::kv2_t}, Element::fp32, Lifetime::scratch, true, needs_batched, ScratchPhase::attention},
     {"mlp.a", "MLP activation: GELU(h); in the backward its gradient (written over it)",
-     {BufferDim::N, BufferDim::f_t}, Element::storage, Lifetime::scratch, false, needs_gelu, ScratchPhase::mlp},
+     {BufferDim::tokens, BufferDim::f_t}, Element::storage, Lifetime::scratch, false, needs_gelu, ScratchPhase::mlp},
     {"mlp.a", "MLP activation: silu(gate)·up; in the backward its gradient (written over it)",
-     {BufferDim::N, BufferDim::f_t}, Element::storage, Lifetime::scratch, false, needs_swiglu, ScratchPhase::mlp},
-    {"mlp.dh", "gate and up's gradient", {BufferDim::N, BufferDim::f2_t}, Element::storage, Lifetime::scratch, false,
+     {BufferDim::tokens, BufferDim::f_t}, Element::storage, Lifetime::scratch, false, needs_swiglu, ScratchPhase::mlp},
+    {"mlp.dh", "gate and up's gradient", {BufferDim::tokens, BufferDim::f2_t}, Element::storage, Lifetime::scratch, false,
      needs_swiglu, ScratchPhase::mlp},
-    {"ring.kv_0", "ring attention: K and V of the block held", {BufferDim::N, BufferDim::kv2_t}, Element::storage,
+    {"ring.kv_0", "ring attention: K and V of the block held", {BufferDim::tokens, BufferDim::kv2_t}, Element::storage,
      Lifetime::scratch, false, needs_context, ScratchPhase::attention},
-    {"ring.kv_1", "ring attention: K and V of the block arriving", {BufferDim::N, BufferDim::kv2_t}, Element::storage,
+    {"ring.kv_1", "ring attention: K and V of the block arriving", {BufferDim::tokens, BufferDim::kv2_t}, Element::storage,
      Lifetime::scratch, false, needs_context, ScratchPhase::attention},
-    {"ring.o_sum", "ring attention: the output merged over the blocks", {BufferDim::N, BufferDim::h_t}, Element::fp32,
+    {"ring.o_sum", "ring attention: the output merged over the blocks", {BufferDim::tokens, BufferDim::h_t}, Element::fp32,
      Lifetime::scratch, false, needs_context, ScratchPhase::attention},
-    {"ring.dkv_0", "ring attention: a block's dK and dV sums", {BufferDim::N, BufferDim::kv2_t}, Element::fp32,
+    {"ring.dkv_0", "ring attention: a block's dK and dV sums", {BufferDim::tokens, BufferDim::kv2_t}, Element::fp32,
      Lifetime::scratch, false, needs_context, ScratchPhase::attention},
-    {"ring.dkv_1", "ring attention: the previous block's sums, while sent", {BufferDim::N, BufferDim::kv2_t},
+    {"ring.dkv_1", "ring attention: the previous block's sums, while sent", {BufferDim::tokens, BufferDim::kv2_t},
      Element::fp32, Lifetime::scratch, false, needs_context, ScratchPhase::attention},
-    {"ring.dkv_in", "ring attention: the sums arriving", {BufferDim::N, BufferDim::kv2_t}, Element::fp32,
+    {"ring.dkv_in", "ring attention: the sums arriving", {BufferDim::tokens, BufferDim::kv2_t}, Element::fp32,
      Lifetime::scratch, false, needs_context, ScratchPhase::attention},
-    {"block.sublayer_out", "attention output, then MLP output", {BufferDim::n, BufferDim::h}, Element::storage, Lifetime::scratch},
-    {"block.grad_sublayer_input", "gradient of a sublayer's input", {BufferDim::n, BufferDim::h}, Element::storage, Lifetime::scratch},
-    {"block.grad_after_attention", "gradient of x + attention", {BufferDim::n, BufferDim::h}, Element::storage, Lifetime::scratch},
+    {"block.sublayer_out", "attention output, then MLP output", {BufferDim::residual_rows, BufferDim::h}, Element::storage, Lifetime::scratch},
+    {"block.grad_sublayer_input", "gradient of a sublayer's input", {BufferDim::residual_rows, BufferDim::h}, Element::storage, Lifetime::scratch},
+    {"block.grad_after_attention", "gradient of x + attention", {BufferDim::residual_rows, BufferDim::h}, Element::storage, Lifetime::scratch},
 };
 
 // The buffer rows shape s's specification allocates.
@@ -340,12 +339,12 @@ inline bool in_recompute_working_set(const BufferRow& r, Recompute mode) {
 
 // The sizes BufferDim stands for, for one micro-batch of a shape.
 struct BlockSizes {
-  std::int64_t b, s, h, f, a, t;
+  std::int64_t b, local_seq, h, f, a, t;
   bool sequence_parallel;  // the shape splits the sequence (GptShape::splits_sequence)
   std::int64_t k = 0;      // key/value heads; 0: a (no grouped-query attention)
-  std::int64_t whole = 0;  // the whole sequence S; 0: s (no context parallelism)
-  std::int64_t N() const { return b * s; }
-  std::int64_t n() const { return sequence_parallel ? N() / t : N(); }
+  std::int64_t seq = 0;    // the whole sequence; 0: local_seq (no context parallelism)
+  std::int64_t tokens() const { return b * local_seq; }
+  std::int64_t residual_rows() const { return sequence_parallel ? tokens() / t : tokens(); }
   std::int64_t kv() const { return k > 0 ? k : a; }
   bool grouped() const { return kv() != a; }
 };
@@ -358,10 +357,10 @@ inline BlockSizes block_sizes(const GptShape& shape, int micro_batch) {
 inline std::int64_t extent(BufferDim d, const BlockSizes& z) {
   switch (d) {
     case BufferDim::b: return z.b;
-    case BufferDim::s: return z.s;
-    case BufferDim::S: return z.whole > 0 ? z.whole : z.s;
-    case BufferDim::N: return z.N();
-    case BufferDim::n: return z.n();
+    case BufferDim::local_seq: return z.local_seq;
+    case BufferDim::seq: return z.seq > 0 ? z.seq : z.local_seq;
+    case BufferDim::tokens: return z.tokens();
+    case BufferDim::residual_rows: return z.residual_rows();
     case BufferDim::h: return z.h;
     case BufferDim::h_t: return z.h / z.t;
     case BufferDim::gqa_t: return (z.a + 2 * z.kv()) * (z.h / z.a) / z.t;
@@ -370,8 +369,8 @@ inline std::int64_t extent(BufferDim d, const BlockSizes& z) {
     case BufferDim::f2_t: return 2 * z.f / z.t;
     case BufferDim::d_2: return z.h / z.a / 2;
     case BufferDim::a_t: return z.a / z.t;
-    case BufferDim::Na_t: return z.N() * (z.a / z.t);
-    case BufferDim::tile: return z.s < 128 ? z.s : 128;
+    case BufferDim::token_heads_t: return z.tokens() * (z.a / z.t);
+    case BufferDim::tile: return z.local_seq < 128 ? z.local_seq : 128;
     case BufferDim::none: break;
   }
   return 1;

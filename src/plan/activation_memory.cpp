@@ -25,7 +25,7 @@ Count checked_buffer_bytes(const model::BufferRow& r, const model::BlockSizes& z
   if (r.only_16_bit && element_bytes >= 4) return 0;
   Count n = r.element == model::Element::fp32 ? std::max(4, element_bytes) : element_bytes;
   for (const model::BufferDim d : r.shape)
-    n *= d == model::BufferDim::Na_t ? Count(z.N()) * (z.a / z.t) : Count(model::extent(d, z));
+    n *= d == model::BufferDim::token_heads_t ? Count(z.tokens()) * (z.a / z.t) : Count(model::extent(d, z));
   return n;
 }
 
@@ -42,15 +42,15 @@ std::vector<Buffer> block_buffers(const Config& c, Keep keep) {
 // [n, h]·e and [N, h]·e: the stage's own tensors.
 Count sequence_rows_by_hidden(const Config& c) {
   const model::BlockSizes z = sizes(c);
-  return Count(z.n()) * z.h * c.element_bytes();
+  return Count(z.residual_rows()) * z.h * c.element_bytes();
 }
 Count tokens_by_hidden(const Config& c) {
   const model::BlockSizes z = sizes(c);
-  return Count(z.N()) * z.h * c.element_bytes();
+  return Count(z.tokens()) * z.h * c.element_bytes();
 }
 
 // R = N·K: the copies of a micro-batch's tokens, the rows a rank's experts run at balanced load.
-Count routed_rows(const Config& c) { return Count(sizes(c).N()) * c.shape.experts_per_token; }
+Count routed_rows(const Config& c) { return Count(sizes(c).tokens()) * c.shape.experts_per_token; }
 // fp32 numbers (the router's, the routes'): acc_t, 4 bytes (8 with fp64 storage).
 std::int64_t accumulator_bytes(const Config& c) { return std::max(4, c.element_bytes()); }
 
@@ -59,7 +59,7 @@ std::int64_t accumulator_bytes(const Config& c) { return std::max(4, c.element_b
 std::vector<Buffer> moe_saved_buffers(const Config& c) {
   if (!c.moe()) return {};
   const model::GptShape& m = c.shape;
-  const Count N = sizes(c).N(), R = routed_rows(c), E = m.experts, K = m.experts_per_token;
+  const Count N = sizes(c).tokens(), R = routed_rows(c), E = m.experts, K = m.experts_per_token;
   const Count e = c.element_bytes(), acc = accumulator_bytes(c), f_t = m.local_ffn();
   return {{"MoE router probabilities [N, E] fp32", N * E * acc},
           {"MoE router log sum exp [N] fp32", N * acc},
@@ -73,7 +73,7 @@ std::vector<Buffer> moe_saved_buffers(const Config& c) {
 std::vector<Buffer> moe_scratch(const Config& c) {
   if (!c.moe()) return {};
   const model::GptShape& m = c.shape;
-  const Count N = sizes(c).N(), R = routed_rows(c), E = m.experts, K = m.experts_per_token;
+  const Count N = sizes(c).tokens(), R = routed_rows(c), E = m.experts, K = m.experts_per_token;
   const Count e = c.element_bytes(), acc = accumulator_bytes(c), f_t = m.local_ffn(), rows = R * m.hidden * e;
   const bool ep = c.expert() > 1, sp = c.sequence_parallel && m.tensor > 1;
   return {{"MoE silu(gate) up [N K, f/t]", R * f_t * e},
@@ -133,12 +133,12 @@ std::int64_t received_gradient_bytes(const Config& c, int buffers) { return Coun
 std::int64_t final_norm_output(const Config& c) { return sequence_rows_by_hidden(c); }
 // LayerNorm keeps its mean and 1/σ, RMSNorm its 1/rms alone.
 std::int64_t final_norm_statistics(const Config& c) {
-  return (c.shape.rms() ? 1 : 2) * Count(sizes(c).n()) * kStatistic;
+  return (c.shape.rms() ? 1 : 2) * Count(sizes(c).residual_rows()) * kStatistic;
 }
 std::int64_t logits_and_gradient(const Config& c) {  // one buffer: the gradient is written over the logits
-  return Count(sizes(c).N()) * c.shape.local_vocab() * c.element_bytes();
+  return Count(sizes(c).tokens()) * c.shape.local_vocab() * c.element_bytes();
 }
-std::int64_t loss_vectors(const Config& c) { return 4 * Count(sizes(c).N()) * kStatistic; }
+std::int64_t loss_vectors(const Config& c) { return 4 * Count(sizes(c).tokens()) * kStatistic; }
 
 std::vector<Buffer> head_buffers(const Config& c) {
   return {{"ln_f.out", final_norm_output(c)},

@@ -153,10 +153,10 @@ const char* symbol(ParameterDim d) {
 const char* symbol(BufferDim d) {
   switch (d) {
     case BufferDim::b: return "b";
-    case BufferDim::s: return "s";
-    case BufferDim::S: return "S";
-    case BufferDim::N: return "N";
-    case BufferDim::n: return "n";
+    case BufferDim::local_seq: return "s";
+    case BufferDim::seq: return "S";
+    case BufferDim::tokens: return "N";
+    case BufferDim::residual_rows: return "n";
     case BufferDim::h: return "h";
     case BufferDim::h_t: return "(h/t)";
     case BufferDim::kv2_t: return "(2k·h/a/t)";
@@ -165,7 +165,7 @@ const char* symbol(BufferDim d) {
     case BufferDim::d_2: return "(h/2a)";
     case BufferDim::f_t: return "(f/t)";
     case BufferDim::a_t: return "(a/t)";
-    case BufferDim::Na_t: return "N·(a/t)";
+    case BufferDim::token_heads_t: return "N·(a/t)";
     case BufferDim::tile: return "min(s, 128)";
     case BufferDim::none: break;
   }
