@@ -46,7 +46,7 @@ HfFormat hf_format(const model::GptShape& shape, const HfTrainingChoices& traini
   f.prefix = preset.prefix;
   f.ignored_buffers = preset.ignored_buffers;
   // Tied, the output layer is the word embedding's HF tensor.
-  if (shape.tie_embeddings) f.tied_to = model::kEmbeddingParameters[0].hf[static_cast<int>(preset.naming)].pattern;
+  if (shape.tie_embeddings) f.tied_to = model::hf_name(model::kEmbeddingParameters[0], preset.naming).pattern;
   f.tensors = hf_tensors(shape, preset.naming);
   switch (preset.config) {
     case HfConfigFamily::gpt2:

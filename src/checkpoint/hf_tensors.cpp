@@ -54,12 +54,13 @@ std::vector<HfTensor> hf_tensors(const model::GptShape& shape, model::HfNaming n
     std::vector<std::uint64_t> checkpoint_shape;
     for (const auto d : t.shape) checkpoint_shape.push_back(static_cast<std::uint64_t>(d));
     const std::optional<model::ParameterRow> row = model::model_parameter_row(shape, t.name);
-    const char* pattern = row ? row->hf[static_cast<int>(naming)].pattern : nullptr;
+    const model::HfName hf = row ? model::hf_name(*row, naming) : model::HfName{};
+    const char* pattern = hf.pattern;
     if (pattern == nullptr)
       throw std::logic_error("tptrain: the model tensor " + t.name +
                              " has no Hugging Face name in this family (its row's hf, src/model/block_descriptor.hpp)");
     const std::vector<std::string> names = hf_names(pattern, split_block_name(t.name).layer);
-    const bool transposed = row->hf[static_cast<int>(naming)].transposed;
+    const bool transposed = hf.transposed;
     if (transposed && (checkpoint_shape.size() != 2 || names.size() != 1))
       throw std::logic_error("tptrain: " + t.name + " is transposed for Hugging Face but is not one whole matrix");
     if (names.size() != 1 && names.size() != static_cast<std::size_t>(row->blocks))

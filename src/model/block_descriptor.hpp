@@ -40,77 +40,83 @@ namespace tptrain::model {
 #define TPTRAIN_QKV_BLOCKS {ParameterDim::hidden, ParameterDim::kv, ParameterDim::kv}
 #define TPTRAIN_GATE_UP_BLOCKS {ParameterDim::ffn, ParameterDim::ffn, ParameterDim::none}
 #define TPTRAIN_NO_BLOCKS {ParameterDim::none, ParameterDim::none, ParameterDim::none}
-#define TPTRAIN_HF(gpt2, gpt2_t, llama) {HfName{gpt2, gpt2_t}, HfName{llama, false}}
 // (a per-expert row's "{e}" is expanded by block_parameter_rows)
 inline constexpr ParameterRow kBlockParameters[] = {
     // name, shape, split, blocks, SP sum, decay, init, tied, block extents, needs, Hugging Face names
     {"ln_1/weight", {ParameterDim::hidden}, TensorSplit::replicated, 1, true, false, {Init::constant, 1.0f}, false,
      TPTRAIN_NO_BLOCKS, always,
-     TPTRAIN_HF("transformer.h.{i}.ln_1.weight", false, "model.layers.{i}.input_layernorm.weight")},
+     "gpt2=transformer.h.{i}.ln_1.weight "
+     "llama=model.layers.{i}.input_layernorm.weight"},
     {"ln_1/bias", {ParameterDim::hidden}, TensorSplit::replicated, 1, true, false, {Init::constant, 0.0f}, false,
-     TPTRAIN_NO_BLOCKS, needs_norm_bias, TPTRAIN_HF("transformer.h.{i}.ln_1.bias", false, nullptr)},
+     TPTRAIN_NO_BLOCKS, needs_norm_bias, "gpt2=transformer.h.{i}.ln_1.bias"},
     {"attn/qkv/weight", {ParameterDim::qkv, ParameterDim::hidden}, TensorSplit::column, 3, false, true,
      {Init::normal, 0.02f}, false, TPTRAIN_QKV_BLOCKS, always,
-     TPTRAIN_HF("transformer.h.{i}.attn.c_attn.weight", true,
-                "model.layers.{i}.self_attn.q_proj.weight|model.layers.{i}.self_attn.k_proj.weight|"
-                "model.layers.{i}.self_attn.v_proj.weight")},
+     "gpt2^=transformer.h.{i}.attn.c_attn.weight "
+     "llama=model.layers.{i}.self_attn.q_proj.weight|"
+     "model.layers.{i}.self_attn.k_proj.weight|"
+     "model.layers.{i}.self_attn.v_proj.weight"},
     {"attn/qkv/bias", {ParameterDim::qkv}, TensorSplit::column, 3, false, false, {Init::constant, 0.0f}, false,
      TPTRAIN_QKV_BLOCKS, needs_qkv_bias,
-     TPTRAIN_HF("transformer.h.{i}.attn.c_attn.bias", false,
-                "model.layers.{i}.self_attn.q_proj.bias|model.layers.{i}.self_attn.k_proj.bias|"
-                "model.layers.{i}.self_attn.v_proj.bias")},
+     "gpt2=transformer.h.{i}.attn.c_attn.bias "
+     "llama=model.layers.{i}.self_attn.q_proj.bias|"
+     "model.layers.{i}.self_attn.k_proj.bias|"
+     "model.layers.{i}.self_attn.v_proj.bias"},
     {"attn/proj/weight", {ParameterDim::hidden, ParameterDim::hidden}, TensorSplit::row, 1, false, true,
      {Init::residual_normal, 0.02f}, false, TPTRAIN_NO_BLOCKS, always,
-     TPTRAIN_HF("transformer.h.{i}.attn.c_proj.weight", true, "model.layers.{i}.self_attn.o_proj.weight")},
+     "gpt2^=transformer.h.{i}.attn.c_proj.weight "
+     "llama=model.layers.{i}.self_attn.o_proj.weight"},
     {"attn/proj/bias", {ParameterDim::hidden}, TensorSplit::replicated, 1, true, false, {Init::constant, 0.0f}, false,
      TPTRAIN_NO_BLOCKS, needs_linear_bias,
-     TPTRAIN_HF("transformer.h.{i}.attn.c_proj.bias", false, "model.layers.{i}.self_attn.o_proj.bias")},
+     "gpt2=transformer.h.{i}.attn.c_proj.bias "
+     "llama=model.layers.{i}.self_attn.o_proj.bias"},
     {"ln_2/weight", {ParameterDim::hidden}, TensorSplit::replicated, 1, true, false, {Init::constant, 1.0f}, false,
      TPTRAIN_NO_BLOCKS, always,
-     TPTRAIN_HF("transformer.h.{i}.ln_2.weight", false, "model.layers.{i}.post_attention_layernorm.weight")},
+     "gpt2=transformer.h.{i}.ln_2.weight "
+     "llama=model.layers.{i}.post_attention_layernorm.weight"},
     {"ln_2/bias", {ParameterDim::hidden}, TensorSplit::replicated, 1, true, false, {Init::constant, 0.0f}, false,
-     TPTRAIN_NO_BLOCKS, needs_norm_bias, TPTRAIN_HF("transformer.h.{i}.ln_2.bias", false, nullptr)},
+     TPTRAIN_NO_BLOCKS, needs_norm_bias, "gpt2=transformer.h.{i}.ln_2.bias"},
     {"mlp/fc/weight", {ParameterDim::ffn, ParameterDim::hidden}, TensorSplit::column, 1, false, true,
      {Init::normal, 0.02f}, false, TPTRAIN_NO_BLOCKS, needs_gelu,
-     TPTRAIN_HF("transformer.h.{i}.mlp.c_fc.weight", true, nullptr)},
+     "gpt2^=transformer.h.{i}.mlp.c_fc.weight"},
     {"mlp/fc/weight", {ParameterDim::ffn2, ParameterDim::hidden}, TensorSplit::column, 2, false, true,
      {Init::normal, 0.02f}, false, TPTRAIN_GATE_UP_BLOCKS, needs_swiglu,
-     TPTRAIN_HF(nullptr, false, "model.layers.{i}.mlp.gate_proj.weight|model.layers.{i}.mlp.up_proj.weight")},
+     "llama=model.layers.{i}.mlp.gate_proj.weight|"
+     "model.layers.{i}.mlp.up_proj.weight"},
     {"mlp/fc/bias", {ParameterDim::ffn}, TensorSplit::column, 1, false, false, {Init::constant, 0.0f}, false,
-     TPTRAIN_NO_BLOCKS, needs_gelu | needs_linear_bias, TPTRAIN_HF("transformer.h.{i}.mlp.c_fc.bias", false, nullptr)},
+     TPTRAIN_NO_BLOCKS, needs_gelu | needs_linear_bias, "gpt2=transformer.h.{i}.mlp.c_fc.bias"},
     {"mlp/fc/bias", {ParameterDim::ffn2}, TensorSplit::column, 2, false, false, {Init::constant, 0.0f}, false,
      TPTRAIN_GATE_UP_BLOCKS, needs_swiglu | needs_linear_bias,
-     TPTRAIN_HF(nullptr, false, "model.layers.{i}.mlp.gate_proj.bias|model.layers.{i}.mlp.up_proj.bias")},
+     "llama=model.layers.{i}.mlp.gate_proj.bias|"
+     "model.layers.{i}.mlp.up_proj.bias"},
     {"mlp/proj/weight", {ParameterDim::hidden, ParameterDim::ffn}, TensorSplit::row, 1, false, true,
      {Init::residual_normal, 0.02f}, false, TPTRAIN_NO_BLOCKS, needs_gelu,
-     TPTRAIN_HF("transformer.h.{i}.mlp.c_proj.weight", true, nullptr)},
+     "gpt2^=transformer.h.{i}.mlp.c_proj.weight"},
     {"mlp/proj/weight", {ParameterDim::hidden, ParameterDim::ffn}, TensorSplit::row, 1, false, true,
      {Init::residual_normal, 0.02f}, false, TPTRAIN_NO_BLOCKS, needs_swiglu,
-     TPTRAIN_HF(nullptr, false, "model.layers.{i}.mlp.down_proj.weight")},
+     "llama=model.layers.{i}.mlp.down_proj.weight"},
     {"mlp/proj/bias", {ParameterDim::hidden}, TensorSplit::replicated, 1, true, false, {Init::constant, 0.0f}, false,
      TPTRAIN_NO_BLOCKS, needs_linear_bias,
-     TPTRAIN_HF("transformer.h.{i}.mlp.c_proj.bias", false, "model.layers.{i}.mlp.down_proj.bias")},
+     "gpt2=transformer.h.{i}.mlp.c_proj.bias "
+     "llama=model.layers.{i}.mlp.down_proj.bias"},
     // The mixture of experts (src/model/mixture_of_experts.hpp): the router, replicated over the
     // tensor ranks (every rank routes the same tokens), and each expert's SwiGLU split over them as
     // the dense one is. An expert-parallel rank holds the experts of its share only
     // (held_by_expert_rank).
     {"mlp/router/weight", {ParameterDim::experts, ParameterDim::hidden}, TensorSplit::replicated, 1, false, true,
      {Init::normal, 0.02f}, false, TPTRAIN_NO_BLOCKS, needs_moe,
-     TPTRAIN_HF(nullptr, false, "model.layers.{i}.block_sparse_moe.gate.weight")},
+     "llama=model.layers.{i}.block_sparse_moe.gate.weight"},
     {"mlp/experts/{e}/fc/weight", {ParameterDim::ffn2, ParameterDim::hidden}, TensorSplit::column, 2, false, true,
      {Init::normal, 0.02f}, false, TPTRAIN_GATE_UP_BLOCKS, needs_moe,
-     TPTRAIN_HF(nullptr, false,
-                "model.layers.{i}.block_sparse_moe.experts.{e}.w1.weight|"
-                "model.layers.{i}.block_sparse_moe.experts.{e}.w3.weight"),
+     "llama=model.layers.{i}.block_sparse_moe.experts.{e}.w1.weight|"
+     "model.layers.{i}.block_sparse_moe.experts.{e}.w3.weight",
      true},
     {"mlp/experts/{e}/proj/weight", {ParameterDim::hidden, ParameterDim::ffn}, TensorSplit::row, 1, false, true,
      {Init::residual_normal, 0.02f}, false, TPTRAIN_NO_BLOCKS, needs_moe,
-     TPTRAIN_HF(nullptr, false, "model.layers.{i}.block_sparse_moe.experts.{e}.w2.weight"), true},
+     "llama=model.layers.{i}.block_sparse_moe.experts.{e}.w2.weight", true},
 };
 #undef TPTRAIN_QKV_BLOCKS
 #undef TPTRAIN_GATE_UP_BLOCKS
 #undef TPTRAIN_NO_BLOCKS
-#undef TPTRAIN_HF
 inline constexpr std::size_t kBlockParameterRows = std::size(kBlockParameters);
 
 // The rows shape s's specification holds, in checkpoint (and bucket) order. The rows of each

@@ -17,19 +17,19 @@ namespace tptrain::model {
 // rotate q and k instead). Hugging Face names as in block_descriptor.hpp.
 inline constexpr ParameterRow kEmbeddingParameters[] = {
     {"embedding/word", {ParameterDim::vocab, ParameterDim::hidden}, TensorSplit::column, 1, false, true,
-     {Init::normal, 0.02f}, true, {}, always, {HfName{"transformer.wte.weight"}, HfName{"model.embed_tokens.weight"}}},
+     {Init::normal, 0.02f}, true, {}, always, "gpt2=transformer.wte.weight llama=model.embed_tokens.weight"},
     {"embedding/position", {ParameterDim::seq, ParameterDim::hidden}, TensorSplit::replicated, 1, false, true,
-     {Init::normal, 0.01f}, false, {}, needs_learned, {HfName{"transformer.wpe.weight"}, HfName{}}},
+     {Init::normal, 0.01f}, false, {}, needs_learned, "gpt2=transformer.wpe.weight"},
 };
 // On the last pipeline stage: the final norm and, untied, the output layer's own [V padded, H]
 // weight, split by vocabulary rows as the word embedding is.
 inline constexpr ParameterRow kHeadParameters[] = {
     {"ln_f/weight", {ParameterDim::hidden}, TensorSplit::replicated, 1, true, false, {Init::constant, 1.0f}, false,
-     {}, always, {HfName{"transformer.ln_f.weight"}, HfName{"model.norm.weight"}}},
+     {}, always, "gpt2=transformer.ln_f.weight llama=model.norm.weight"},
     {"ln_f/bias", {ParameterDim::hidden}, TensorSplit::replicated, 1, true, false, {Init::constant, 0.0f}, false,
-     {}, needs_norm_bias, {HfName{"transformer.ln_f.bias"}, HfName{}}},
+     {}, needs_norm_bias, "gpt2=transformer.ln_f.bias"},
     {"lm_head/weight", {ParameterDim::vocab, ParameterDim::hidden}, TensorSplit::column, 1, false, true,
-     {Init::normal, 0.02f}, false, {}, needs_untied, {HfName{"lm_head.weight"}, HfName{"lm_head.weight"}}},
+     {Init::normal, 0.02f}, false, {}, needs_untied, "gpt2=lm_head.weight llama=lm_head.weight"},
 };
 
 // The first stage's rows for shape s (the word embedding's tied copy only when tied).

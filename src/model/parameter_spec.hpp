@@ -90,16 +90,19 @@ inline std::string needs_text(unsigned needs) {
   return out;
 }
 
-// A row's Hugging Face tensor names, in the two naming families the Hugging Face presets use
-// (src/checkpoint/hf_presets.cpp): GPT2LMHeadModel's and LlamaForCausalLM's.
-// "{i}" stands for the layer. A row of `blocks` stacked blocks that HF keeps apart (q|k|v,
-// gate|up) names one tensor per block, separated by '|'. `transposed`: HF holds [in, out]
-// (GPT-2's Conv1D). nullptr: the family has no such tensor (the export refuses the model).
+// A row's Hugging Face tensor names are one text of entries "family=pattern", separated by
+// spaces, for each naming family the Hugging Face presets use (src/checkpoint/hf_presets.cpp:
+// GPT2LMHeadModel's "gpt2", LlamaForCausalLM's "llama") that has the tensor: a family without an
+// entry has none (the export refuses the model), and adding a family is adding entries.
+// "family^=pattern": Hugging Face holds it [in, out] (GPT-2's Conv1D). In a pattern "{i}" stands
+// for the layer, "{e}" for an expert, and '|' separates the tensors Hugging Face keeps apart of a
+// row of stacked blocks (q|k|v, gate|up).
+enum class HfNaming { gpt2, llama };
+inline const char* hf_naming_name(HfNaming n) { return n == HfNaming::gpt2 ? "gpt2" : "llama"; }
 struct HfName {
-  const char* pattern = nullptr;
+  const char* pattern = nullptr;  // nullptr: the family has no such tensor
   bool transposed = false;
 };
-enum class HfNaming { gpt2, llama };
 
 // One row of a descriptor table.
 struct ParameterRow {
@@ -118,7 +121,7 @@ struct ParameterRow {
   // grouped-query attention: Q, K, V); none: `blocks` equal blocks.
   ParameterDim block_dims[3] = {ParameterDim::none, ParameterDim::none, ParameterDim::none};
   unsigned needs = always;             // the specifications that hold it (Needs)
-  HfName hf[2] = {};                   // by HfNaming
+  const char* hf = "";                // Hugging Face names by naming family (above)
   // A row of each expert of a mixture: "{e}" in its name (and Hugging Face names) stands for the
   // expert, 0 .. E − 1 (block_parameter_rows expands it, expert by expert).
   bool per_expert = false;
@@ -143,8 +146,27 @@ inline ParameterRow expert_row(const ParameterRow& r, int e) {
   };
   ParameterRow out = r;
   out.name = expand(r.name);
-  for (HfName& h : out.hf) h.pattern = expand(h.pattern);
+  out.hf = expand(r.hf);
   return out;
+}
+
+// Row r's Hugging Face name in family n (its entry of r.hf).
+inline HfName hf_name(const ParameterRow& r, HfNaming n) {
+  const std::string family = hf_naming_name(n);
+  const std::string names = r.hf == nullptr ? "" : r.hf;
+  for (std::size_t at = 0; at < names.size();) {
+    std::size_t end = names.find(' ', at);
+    if (end == std::string::npos) end = names.size();
+    const std::string entry = names.substr(at, end - at);
+    const std::size_t eq = entry.find('=');
+    if (eq != std::string::npos) {
+      const bool transposed = eq > 0 && entry[eq - 1] == '^';
+      if (entry.substr(0, transposed ? eq - 1 : eq) == family)
+        return {interned_name(entry.substr(eq + 1)), transposed};
+    }
+    at = end + 1;
+  }
+  return {};
 }
 
 // A row for one shape: everything a layer needs to make the Parameter.

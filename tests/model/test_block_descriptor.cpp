@@ -245,7 +245,7 @@ std::string hf_name_table() {
   };
   for_each_row([&](const std::string& prefix, const ParameterRow& r) {
     t += fmt::format("| `{}{}` | {} | {} | {} |\n", prefix, r.name, held_text(r.needs),
-                     name(r.hf[int(model::HfNaming::gpt2)]), name(r.hf[int(model::HfNaming::llama)]));
+                     name(model::hf_name(r, model::HfNaming::gpt2)), name(model::hf_name(r, model::HfNaming::llama)));
   });
   return t;
 }

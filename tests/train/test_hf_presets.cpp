@@ -41,7 +41,7 @@ TEST_CASE("hf presets: each block preset's form, every tensor named, biases incl
     // Tied, the head is the word embedding's tensor.
     model::GptShape tied = s;
     tied.tie_embeddings = true;
-    CHECK(checkpoint::hf_format(tied).tied_to == model::kEmbeddingParameters[0].hf[static_cast<int>(p.naming)].pattern);
+    CHECK(checkpoint::hf_format(tied).tied_to == model::hf_name(model::kEmbeddingParameters[0], p.naming).pattern);
   }
 }
 
