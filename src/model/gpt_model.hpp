@@ -155,11 +155,8 @@ class GptModel {
         layers_.push_back(std::make_unique<TransformerLayer<T>>("layers/" + std::to_string(l), shape,
                                                                 micro_batch, tp, workspace_, recompute, ep_rank));
     for (auto& layer : layers_) {
-      if (!layer->moe) continue;
-      if (expert != nullptr) layer->moe->bind_expert_group(*expert);
-      // The blocks share the routed rows' scratch, and with recompute = full one saved set
-      layer->moe->scratch = layers_.front()->moe->scratch;
-      if (recompute == Recompute::full) layer->moe->saved = layers_.front()->moe->saved;
+      layer->bind_expert_group(expert);
+      layer->share_stage_buffers(*layers_.front(), recompute == Recompute::full);
     }
     if (stage.last()) {
       ln_f_ = std::make_unique<LayerNorm<T>>(
@@ -208,10 +205,7 @@ class GptModel {
       throw std::invalid_argument("tptrain: the context group has " + std::to_string(cp.size()) +
                                   " ranks, the model's parallel.context is " + std::to_string(shape_.context));
     context_group_ = &cp;
-    for (auto& layer : layers_) {
-      layer->attn.bind_context(cp);
-      if (layer->moe) layer->moe->bind_context_group(cp);
-    }
+    for (auto& layer : layers_) layer->bind_context_group(cp);
   }
   ContextChunks context_chunks() const {
     return context_group_ ? ContextChunks{context_group_->rank(), context_group_->size(), shape_.seq_length}
@@ -231,20 +225,17 @@ class GptModel {
   // The mixture of experts' loss coefficients (training.moe_aux_loss_coeff, moe_z_loss_coeff):
   // 0 until set, the losses then add no gradient.
   void set_moe_loss_weights(const MoeLossWeights& w) {
-    for (auto& layer : layers_)
-      if (layer->moe) layer->moe->loss_weights = w;
+    for (auto& layer : layers_) layer->set_auxiliary_loss_weights(w);
   }
   // Whether the blocks' forwards add to the routing statistics (not in an evaluation).
   void record_moe_statistics(bool on) {
-    for (auto& layer : layers_)
-      if (layer->moe) layer->moe->record = on;
+    for (auto& layer : layers_) layer->count_statistics(on);
   }
   // The routing statistics of this stage's blocks since the last call (MoeStatistics), summed.
   MoeStatistics take_moe_statistics() {
     MoeStatistics s;
     s.tokens_per_expert.assign(static_cast<std::size_t>(shape_.moe() ? shape_.experts : 0), 0);
-    for (auto& layer : layers_)
-      if (layer->moe) s.add(layer->moe->take_statistics());
+    for (auto& layer : layers_) layer->take_statistics(s);
     return s;
   }
   bool is_first_stage() const { return stage_.first(); }
@@ -434,13 +425,13 @@ class GptModel {
       // The mixture's losses weigh as the micro-batch's mean token loss does: scale per token, over
       // the whole micro-batch (its losses are the context group's, and their gradients are summed
       // over it as the token losses' are).
-      if (layer.moe) layer.moe->micro_batch_weight = scale * kx::acc_t<T>(tokens() * shape_.context);
+      layer.set_auxiliary_loss_scale(scale * kx::acc_t<T>(tokens() * shape_.context));
       if (recompute_ == Recompute::full) {
         // The block's forward again from its kept input, into the shared saved set; its
         // output (already in x[l + 1]) goes to residual_grad_, which the backward then overwrites.
-        if (layer.moe) layer.moe->record = false;  // its routing was counted by the first forward
+        layer.count_statistics(false);  // its routing was counted by the first forward
         layer.forward(exec, tp_, x[l], residual_grad_);
-        if (layer.moe) layer.moe->record = true;
+        layer.count_statistics(true);
         ++recomputed_blocks_;
       }
       layer.backward(exec, tp_, residual_grad_next_, x[l], residual_grad_);
@@ -604,7 +595,7 @@ class GptModel {
         const std::string name = "layers/" + std::to_string(chunk_first_layer(c) + l);
         std::vector<Parameter<T>*> dense, experts;
         for (Parameter<T>* p : layers_[local(c, l)]->parameters())
-          (MixtureOfExperts<T>::is_expert_parameter(p) ? experts : dense).push_back(p);
+          (TransformerLayer<T>::is_expert_parameter(p) ? experts : dense).push_back(p);
         add(name, dense);
         if (shape_.moe()) add(name + "/experts", experts, true);
       }

@@ -137,6 +137,45 @@ struct TransformerLayer {
     return ordered;
   }
 
+  // ---- what the model asks of every block, whatever kinds it holds ----------------------------
+  // (today the mixture of experts is the only kind that needs any of it)
+
+  // The groups a kind computes over besides the tensor group: the expert-parallel group (a
+  // mixture's all-to-all; null: parallel.expert = 1) and the context group (ring attention, a
+  // mixture's loss sums).
+  void bind_expert_group(Communicator* ep) {
+    if (moe && ep != nullptr) moe->bind_expert_group(*ep);
+  }
+  void bind_context_group(Communicator& cp) {
+    attn.bind_context(cp);
+    if (moe) moe->bind_context_group(cp);
+  }
+  // The scratch the stage's blocks share, and with recompute = full their one saved set: the
+  // first block's.
+  void share_stage_buffers(const TransformerLayer& first, bool saved_too) {
+    if (!moe) return;
+    moe->scratch = first.moe->scratch;
+    if (saved_too) moe->saved = first.moe->saved;
+  }
+  // Auxiliary losses (a mixture's load balancing and z-loss): their coefficients, and the
+  // gradient weight of this micro-batch's mean losses.
+  void set_auxiliary_loss_weights(const MoeLossWeights& w) {
+    if (moe) moe->loss_weights = w;
+  }
+  void set_auxiliary_loss_scale(kx::acc_t<T> micro_batch_weight) {
+    if (moe) moe->micro_batch_weight = micro_batch_weight;
+  }
+  // Whether forwards add to the statistics (not a recomputation, not an evaluation), and the
+  // statistics since the last call, added to s.
+  void count_statistics(bool on) {
+    if (moe) moe->record = on;
+  }
+  void take_statistics(MoeStatistics& s) {
+    if (moe) s.add(moe->take_statistics());
+  }
+  // Whether parameter p is summed over the expert-data group (a mixture's expert), not the data group.
+  static bool is_expert_parameter(const Parameter<T>* p) { return MixtureOfExperts<T>::is_expert_parameter(p); }
+
   // Launch-count sites (kernels/launch_count.hpp): a bench reports launches per layer forward
   // and per layer backward from them.
   static constexpr int forward_site = 1, backward_site = 2;
