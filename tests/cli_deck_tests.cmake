@@ -143,10 +143,10 @@ tptrain_expect_fail(cli_check_virtual_stages_zero "parallel\\.virtual_stages = 0
 # parallel.context (ring attention): its rules, each named on a key (tests/data/cli/valid.toml:
 # seq_length 16, tensor 2, heads 4).
 tptrain_expect_fail(cli_check_context_seq_length
-  "model\\.seq_length = 16: expected a multiple of 2 \\* parallel\\.context = 6 \\(--set parallel\\.context=3\\)"
+  "model\\.seq_length = 16: expected a multiple of 2 \\* parallel\\.context = 6 with parallel\\.context = 3 \\(--set parallel\\.context=3\\)"
   check ${_decks}/valid.toml --set parallel.context=3)
 tptrain_expect_fail(cli_check_context_sequence_parallel
-  "model\\.seq_length = 24: expected a multiple of parallel\\.context \\* parallel\\.tensor = 4 \\* 4 with parallel\\.sequence_parallel = true"
+  "model\\.seq_length = 24: expected a multiple of parallel\\.context \\* parallel\\.tensor = 16 with parallel\\.context = 4 \\(--set parallel\\.context=4\\), parallel\\.tensor = 4 \\(--set parallel\\.tensor=4\\) and parallel\\.sequence_parallel = true"
   check ${_decks}/valid.toml --set parallel.tensor=4 --set model.seq_length=24 --set parallel.context=4
   --set parallel.sequence_parallel=true)
 tptrain_expect_fail(cli_check_context_batched_attention
