@@ -33,6 +33,9 @@ struct MachineFile {
   double memory_bandwidth_gbs = 0;  // 1e9 bytes/s
   int compute_units = 1;
   double kernel_overhead_us = 0;    // optional: time every kernel adds (launch, synchronisation)
+  // optional: bytes/s (1e9) of tptrain's memory-bound kernels (norms, activations) as the planner
+  // counts their bytes; 0: memory_bandwidth_gbs (the triad) times them
+  double kernel_bandwidth_gbs = 0;
   // [node]
   int devices = 1;
   double link_bandwidth_gbs = 0;    // per device, per direction
@@ -51,8 +54,8 @@ struct MachineFile {
 };
 
 // The file's text, as `bench --calibrate` writes it: every key of the schema, each section after
-// its note as comment lines; the optional kernel_overhead_us and attention_efficiency when
-// positive (0 reads as their default). Numbers as TOML floats (3.0, not 3) of 6 significant
+// its note as comment lines; the optional kernel_overhead_us, kernel_bandwidth_gbs and
+// attention_efficiency when positive (0 reads as their default). Numbers as TOML floats (3.0, not 3) of 6 significant
 // digits, which parse_machine_file reads back.
 std::string machine_file_toml(const MachineFile& m);
 

@@ -7,9 +7,11 @@
 #
 #   jobs/validate-step-model.sh [CASE-REGEX]     only the cases whose name matches
 #
-# The machine files: `bench --calibrate` on 1, 2 and 4 ranks (tiny.toml, data-parallel), each
-# case predicted with the file of its rank count: on a 2-core machine 4 ranks share the cores two
-# by two, and a rank's GEMM rate and memory bandwidth are those measured with as many ranks busy.
+# The machine files: `bench --calibrate` once per deck and rank count, run with the first case of
+# that deck and rank count (its layout), each case predicted with the file of its deck and rank
+# count: on a 2-core machine 4 ranks share the cores two by two (calibrate scales the per-rank
+# rates by that share), and the memory-bound kernels' rate (kernel_bandwidth_gbs) is measured at
+# the deck's activations (tiny's fit a core's 2 MiB L2, small's and 124M's do not: 2-3x apart).
 #
 # Environment:
 #   VALIDATE_OUT      folder for the machine files, logs and results.tsv (default runs/validate/<date>)
@@ -94,18 +96,20 @@ cases=(
   "mixtral-small expert 4 x data 4|$mixtral_small|3|"
 )
 
-# The machine files, by rank count.
+# The machine files, by deck and rank count.
 declare -A machine
-calibrate() {  # $1 = ranks
-  local n=$1 file=$out/machine-$1.toml log=$out/calibrate-$1.log flags
+calibrate() {  # $1 = key (deck|ranks), $2 = ranks, $3 = deck, then the case's --set arguments
+  local key=$1 n=$2 deck=$3 flags slug
+  shift 3
+  slug=$(basename "$deck" .toml)-$n
+  local file=$out/machine-$slug.toml log=$out/calibrate-$slug.log
   mapfile -t flags < <(mpi_flags "$n")
-  echo "== calibrate on $n rank(s): $file" >&2
-  if mpiexec -n "$n" "${flags[@]}" "$exe" bench "$tiny" --set parallel.data="$n" \
-       --set training.micro_batch=$((16 / n)) --calibrate "$file" >"$log" 2>&1; then
-    machine[$n]=$file
+  echo "== calibrate $(basename "$deck") on $n rank(s): $file" >&2
+  if mpiexec -n "$n" "${flags[@]}" "$exe" bench "$deck" "$@" --calibrate "$file" >"$log" 2>&1; then
+    machine[$key]=$file
   else
-    echo "validate: calibration on $n rank(s) failed (log: $log)" >&2
-    machine[$n]=
+    echo "validate: calibration of $deck on $n rank(s) failed (log: $log)" >&2
+    machine[$key]=
   fi
 }
 
@@ -120,10 +124,11 @@ for entry in "${cases[@]}"; do
     failed=1
     continue
   fi
+  key="$deck|$ranks"
   if [ -n "${VALIDATE_MACHINE:-}" ]; then
-    machine[$ranks]=$VALIDATE_MACHINE
-  elif [ -z "${machine[$ranks]+set}" ]; then
-    calibrate "$ranks"
+    machine[$key]=$VALIDATE_MACHINE
+  elif [ -z "${machine[$key]+set}" ]; then
+    calibrate "$key" "$ranks" "$deck" "${args[@]}"
   fi
   slug=$(echo "$name" | tr ' ' '-')
   mapfile -t flags < <(mpi_flags "$ranks")
@@ -135,9 +140,9 @@ for entry in "${cases[@]}"; do
   fi
   [ -n "$measured" ] || { echo "validate: $name: bench failed (log: $out/$slug.bench.log)" >&2; failed=1; }
   predicted=
-  if [ "${VALIDATE_PLAN:-1}" != 0 ] && [ -n "${machine[$ranks]}" ]; then
+  if [ "${VALIDATE_PLAN:-1}" != 0 ] && [ -n "${machine[$key]}" ]; then
     # plan exits 1 when the layout does not fit; its JSON line still has the time.
-    "${VALIDATE_PLAN_BIN:-$exe}" plan "$deck" --machine "${machine[$ranks]}" "${args[@]}" >"$out/$slug.plan.log" 2>&1 || true
+    "${VALIDATE_PLAN_BIN:-$exe}" plan "$deck" --machine "${machine[$key]}" "${args[@]}" >"$out/$slug.plan.log" 2>&1 || true
     predicted=$(json_value "$out/$slug.plan.log" seconds_per_iteration)
     [ -n "$predicted" ] || { echo "validate: $name: plan printed no seconds_per_iteration (log: $out/$slug.plan.log)" >&2; failed=1; }
   fi

@@ -7,9 +7,13 @@
 #include <chrono>
 #include <cstring>
 #include <ctime>
+#ifdef __linux__
+#include <sched.h>
+#endif
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <thread>
 #include <tuple>
 
 #include "base/agreement.hpp"
@@ -19,9 +23,11 @@
 #include "io/path_text.hpp"
 #include "kokkos_kernels/precision.hpp"
 #include "src/driver/attention_rate.hpp"
+#include "src/driver/collective_latency.hpp"
 #include "src/driver/device_facts.hpp"
 #include "src/driver/gemm_peak.hpp"
 #include "src/driver/kernel_overhead.hpp"
+#include "src/driver/memory_kernel_rate.hpp"
 #include "src/driver/ping_pong.hpp"
 #include "src/driver/precision_dispatch.hpp"
 #include "src/driver/stream_triad.hpp"
@@ -31,6 +37,16 @@
 namespace tptrain::driver {
 
 namespace {
+
+// The cores this process may run on (its affinity mask; hardware_concurrency where there is none).
+int usable_cores() {
+#ifdef __linux__
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
+#endif
+  return std::max(1u, std::thread::hardware_concurrency());
+}
 
 double mean_over(MPI_Comm comm, double x) {
   int size = 1;
@@ -96,8 +112,19 @@ std::vector<Shape> calibration_shapes(const io::Deck& deck) {
   };
   const model::GptShape own = model::shape_of(deck);
   for (const GemmShape& g : model_gemms(own, deck.training.micro_batch)) add(g, std::string("the deck: ") + g.what);
+  // Each standard model also at tensor 2 and at a half and a quarter of its micro-batch (the
+  // layouts docs/measurements.md validates: tensor, pipeline and data parallelism split the rows
+  // or the columns, and a CPU GEMM's rate falls with them).
   for (const StandardModel& s : kStandardModels)
-    for (const GemmShape& g : model_gemms(standard_shape(s), s.micro_batch)) add(g, fmt::format("{}: {}", s.name, g.what));
+    for (const int tensor : {1, 2})
+      for (const int split : {1, 2, 4}) {
+        if (s.micro_batch % split != 0) continue;
+        model::GptShape shape = standard_shape(s);
+        shape.tensor = tensor;
+        const int mb = s.micro_batch / split;
+        for (const GemmShape& g : model_gemms(shape, mb))
+          add(g, fmt::format("{} (tensor {}, micro-batch {}): {}", s.name, tensor, mb, g.what));
+      }
   add_one({2048, 2048, 2048, "square 2048"}, "square 2048");
   return shapes;
 }
@@ -144,6 +171,7 @@ int run_calibrate(const io::Deck& deck, const parallel::Topology& topo, const st
   TPTRAIN_MPI_CHECK(MPI_Comm_size(node, &node_ranks));
   int nodes = node_ranks > 0 ? topo.world_size() / node_ranks : 1;
   const DeviceFacts facts = device_facts(node_ranks);
+  const int cores = usable_cores();
 
   // GEMMs: the deck's precision on every shape, the others on the square 2048.
   const std::string precision = deck.training.precision;
@@ -176,7 +204,20 @@ int run_calibrate(const io::Deck& deck, const parallel::Topology& topo, const st
   const double kernel_us = mean_over(world, measure_kernel_overhead_us());
   TPTRAIN_MPI_CHECK(MPI_Barrier(world));
   const double triad = mean_over(world, measure_triad_bytes_per_s());
+  // tptrain's norm and GELU kernels at the deck's micro-batch and at each standard model's:
+  // the deck's rate is the key, the others go into the comments.
+  const auto kernel_rate = [&](const model::GptShape& sh, int micro_batch) {
+    TPTRAIN_MPI_CHECK(MPI_Barrier(world));
+    const std::int64_t rows = std::int64_t(micro_batch) * sh.seq_length;
+    return mean_over(world, with_precision(precision, [&](auto t) {
+      return measure_memory_kernel_bytes_per_s<decltype(t)>(rows, sh.hidden, sh.ffn_hidden / sh.tensor);
+    }));
+  };
+  const double deck_kernel_rate = kernel_rate(own, deck.training.micro_batch);
+  std::vector<double> standard_kernel_rates;
+  for (const StandardModel& sm : kStandardModels) standard_kernel_rates.push_back(kernel_rate(standard_shape(sm), sm.micro_batch));
   const PingPong link = measure_ping_pong(node);
+  const double all_reduce_s = measure_all_reduce_latency_s(node);
   MPI_Comm_free(&node);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
@@ -190,28 +231,47 @@ int run_calibrate(const io::Deck& deck, const parallel::Topology& topo, const st
                            today_utc(), topo.world_size(), node_ranks, io::display_path(deck.source), precision,
                            kx::ExecSpace::name());
     m.device_name = facts.name;
-    m.peak_tflops_fp32 = peaks["fp32"] / 1e12;
-    m.peak_tflops_bf16 = peaks["bf16"] / 1e12;
-    m.peak_tflops_fp16 = peaks["fp16"] / 1e12;
+    // More ranks than cores on the node (4 ranks on 2 cores): every rate above is the best of
+    // short runs, each fitting in one scheduler time slice, so it is a core's; in training a
+    // rank holds a core cores/ranks of the time, and the per-rank rates are scaled by that share.
+    const double share = host ? std::min(1.0, double(cores) / double(node_ranks)) : 1.0;
+    m.peak_tflops_fp32 = share * peaks["fp32"] / 1e12;
+    m.peak_tflops_bf16 = share * peaks["bf16"] / 1e12;
+    m.peak_tflops_fp16 = share * peaks["fp16"] / 1e12;
     m.memory_gib = facts.memory_bytes / double(1 << 30);
-    m.memory_bandwidth_gbs = triad / 1e9;
+    m.memory_bandwidth_gbs = share * triad / 1e9;
     m.compute_units = facts.compute_units;
-    m.kernel_overhead_us = kernel_us;
+    m.kernel_overhead_us = kernel_us / share;
+    m.kernel_bandwidth_gbs = share * deck_kernel_rate / 1e9;
+    std::string kernel_rates;
+    for (std::size_t i = 0; i < standard_kernel_rates.size(); ++i)
+      kernel_rates += fmt::format("{}{} {:.4g} GB/s", i ? ", " : "", kStandardModels[i].name, standard_kernel_rates[i] / 1e9);
     m.device_note = fmt::format(
         "device: {} (peaks: the best GEMM rate per rank through tptrain's GEMM seam, all {} ranks measuring at once; "
         "{} on every shape below, the other precisions on a square 2048 GEMM)\n"
         "memory_bandwidth_gbs: STREAM triad on Kokkos Views, every rank at once, per rank\n"
-        "kernel_overhead_us: a one-element Kokkos kernel launched 2000 times back to back, fenced once, per launch",
+        "kernel_overhead_us: a one-element Kokkos kernel launched 2000 times back to back, fenced once, per launch\n"
+        "kernel_bandwidth_gbs: tptrain's LayerNorm and bias-GELU kernels, forward and backward, at the deck's "
+        "micro-batch, over the bytes the planner counts for them (6 x rows x (hidden + ffn) x element bytes); "
+        "the standard models: {}\n"
+        "time share: {} ranks on {} usable cores: every per-rank rate above multiplied by {:.3g} (the kernel overhead "
+        "divided by it), a rank holding a core that share of the time",
         host ? "one MPI rank (a CPU core's share of the node; memory_gib: the node's MemTotal over its ranks)"
              : "one GPU (cudaGetDeviceProperties)",
-        topo.world_size(), precision);
+        topo.world_size(), precision, kernel_rates, node_ranks, cores, share);
     m.devices = node_ranks;
     if (link.measured) {
-      m.link_latency_us = link.latency_us;
+      // The ring's latency per step as an all-reduce over every rank of the node meets it, where
+      // that is more than the ping-pong's (oversubscribed cores, MPI's collective algorithm).
+      const double per_step_us = all_reduce_s / (2.0 * double(node_ranks - 1)) * 1e6;
+      m.link_latency_us = std::max(link.latency_us, per_step_us);
       m.link_bandwidth_gbs = link.bandwidth_gbs;
-      m.node_note = "node: the ranks of this node (MPI_Comm_split_type shared); link: MPI ping-pong between its ranks 0 "
-                    "and 1 in host memory (latency: 8-byte messages, bandwidth: 4 MiB messages, half a round trip "
-                    "each)";
+      m.node_note = fmt::format(
+          "node: the ranks of this node (MPI_Comm_split_type shared); link: MPI ping-pong between its ranks 0 and 1 in "
+          "host memory (latency: 8-byte messages, bandwidth: 4 MiB messages, half a round trip each)\n"
+          "link_latency_us: the larger of the ping-pong's {:.3g} us and an 8-byte MPI_Allreduce over the node's {} "
+          "ranks, {:.3g} us mean, over the ring's 2(k - 1) = {} latencies: {:.3g} us",
+          link.latency_us, node_ranks, all_reduce_s * 1e6, 2 * (node_ranks - 1), per_step_us);
     } else {
       m.link_latency_us = kDefaultLinkLatencyUs;
       m.link_bandwidth_gbs = kDefaultLinkBandwidthGbs;
@@ -288,6 +348,7 @@ int run_calibrate(const io::Deck& deck, const parallel::Topology& topo, const st
     json.integer("gemm_shapes", static_cast<std::int64_t>(m.measured.size()));
     json.number("attention_efficiency", m.attention_efficiency, io::digits(6));
     json.number("kernel_overhead_us", m.kernel_overhead_us, io::digits(6));
+    json.number("kernel_bandwidth_gbs", m.kernel_bandwidth_gbs, io::digits(6));
     log::info(json.text());
   });
   return 0;

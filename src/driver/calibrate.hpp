@@ -1,8 +1,9 @@
 // `tptrain bench --calibrate OUT.toml`: measures the machine the job runs on and writes its
 // machine file (docs/planning.md, "The machine file"; io/machine_file.hpp), for `plan --machine`.
 //   - GEMM: the rate through the model's GEMM seam (gemm_peak.hpp) of the deck's own linear
-//     layers, forward and both backward GEMMs (dx, dW), those of the standard bench models (input/bench/tiny.toml, small.toml,
-//     gpt2-124m.toml) and a square 2048, every rank measuring at once as in training. The
+//     layers, forward and both backward GEMMs (dx, dW), those of the standard bench models
+//     (input/bench/tiny.toml, small.toml, gpt2-124m.toml; at tensor 1 and 2, at their micro-batch
+//     and at a half and a quarter of it) and a square 2048, every rank measuring at once as in training. The
 //     best rate is the precision's peak (so max_efficiency = 1), each shape a [[gemm.measured]]
 //     row of its rate over that peak. The deck's precision is measured on every shape, the other
 //     two on the square 2048 only.
@@ -11,8 +12,13 @@
 //     models' rates in the comments.
 //   - kernel_overhead_us: the time a kernel launch adds (kernel_overhead.hpp).
 //   - memory: STREAM's triad (stream_triad.hpp), every rank at once: the bandwidth per rank.
+//   - kernel_bandwidth_gbs: tptrain's LayerNorm and GELU kernels' bytes/s as the planner counts
+//     their bytes (memory_kernel_rate.hpp), at the deck's micro-batch.
+//   - oversubscription: with more ranks than usable cores on the node, the per-rank rates are
+//     scaled by cores/ranks (each measurement is a whole core's: it fits in a time slice).
 //   - node: the ranks of this node (MPI_Comm_split_type shared); latency and bandwidth of MPI
-//     between its ranks 0 and 1 by ping-pong (ping_pong.hpp). With one rank in the node nothing is
+//     between its ranks 0 and 1 by ping-pong (ping_pong.hpp), the latency raised to an 8-byte
+//     all-reduce's over 2(k - 1) where that is more (collective_latency.hpp). With one rank in the node nothing is
 //     measured: the file says so and carries the defaults below.
 //   - network: not measured: the node's link figures.
 #pragma once

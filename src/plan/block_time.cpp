@@ -241,6 +241,10 @@ BlockTimes block_times(const Config& c, const Machine& m, const Spans& spans) {
     b.gemm(fwd, "router", N, s.experts, h, "fp32");
     b.memory(fwd, "router softmax, top-k", 3.0 * N * s.experts * 4);
     b.memory(fwd, "dispatch", 2.0 * R * h * e);
+    // tptrain's dispatcher (src/model/moe_token_dispatcher.hpp) sends each rank's row counts
+    // first, on the host, then the rows: a second all-to-all, of a few bytes (its latency).
+    if (c.expert() > 1)
+      fwd.add("all-to-all counts (experts)", Stream::expert, all_to_all_seconds(m, spans.expert, 8.0 * c.expert()));
     fwd.add("all-to-all (experts)", Stream::expert, all_to_all);
     b.linear_forward(fwd, "expert gate|up", expert_rows, fc, h, local_experts);
   } else {

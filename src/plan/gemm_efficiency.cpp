@@ -44,7 +44,8 @@ double gemm_seconds(const Machine& machine, const std::string& precision, const 
 }
 
 double memory_seconds(const Machine& machine, double bytes) {
-  return bytes / (machine.memory_bandwidth_gbs * 1e9) + machine.kernel_overhead_us * 1e-6;
+  const double bandwidth = machine.kernel_bandwidth_gbs > 0 ? machine.kernel_bandwidth_gbs : machine.memory_bandwidth_gbs;
+  return bytes / (bandwidth * 1e9) + machine.kernel_overhead_us * 1e-6;
 }
 
 }  // namespace tptrain::plan

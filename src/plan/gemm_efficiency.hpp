@@ -31,7 +31,10 @@ double gemm_efficiency(const Machine& machine, const std::string& precision, con
 // memory bandwidth, plus the device's kernel overhead. `element_bytes` of A, B and C.
 double gemm_seconds(const Machine& machine, const std::string& precision, const GemmShape& g, double element_bytes);
 
-// Seconds for a memory-bound kernel that moves `bytes` (reads and writes), plus the kernel overhead.
+// Seconds for a memory-bound kernel that moves `bytes` (reads and writes), plus the kernel overhead:
+// at [device] kernel_bandwidth_gbs where the file has it (what tptrain's own norm and activation
+// kernels were measured to reach per byte: on a CPU core their arithmetic, not DRAM, bounds
+// them), else at memory_bandwidth_gbs.
 double memory_seconds(const Machine& machine, double bytes);
 
 }  // namespace tptrain::plan

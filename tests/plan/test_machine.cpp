@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "src/plan/gemm_efficiency.hpp"
 #include "src/plan/machine.hpp"
 
 using namespace tptrain;
@@ -92,6 +93,26 @@ TEST_CASE("machine files: a valid file, with the optional keys", "[plan][machine
   const Machine o = io::parse_machine_file(
       with("compute_units = 4", "compute_units = 4\nkernel_overhead_us = 7.5"), "cpu.toml");
   CHECK(o.kernel_overhead_us == 7.5);
+  CHECK(m.kernel_bandwidth_gbs == 0);  // optional: memory_bandwidth_gbs times the memory-bound kernels
+  const Machine k = io::parse_machine_file(
+      with("compute_units = 4", "compute_units = 4\nkernel_bandwidth_gbs = 2.5"), "cpu.toml");
+  CHECK(k.kernel_bandwidth_gbs == 2.5);
+}
+
+TEST_CASE("a memory-bound kernel runs at kernel_bandwidth_gbs where the file has it", "[plan][machine]") {
+  Machine m = io::parse_machine_file(kValid, "cpu.toml");
+  m.memory_bandwidth_gbs = 20;
+  m.kernel_overhead_us = 1;
+  // 1e8 bytes at the triad's 20 GB/s: 5 ms, and the 1 us launch.
+  CHECK(memory_seconds(m, 1e8) == Approx(0.005 + 1e-6));
+  // At a measured 4 GB/s for tptrain's own kernels: 25 ms.
+  m.kernel_bandwidth_gbs = 4;
+  CHECK(memory_seconds(m, 1e8) == Approx(0.025 + 1e-6));
+  // A GEMM's roofline still reads memory at the triad: 1 x 1 x 1e7 in fp32 moves 8e7 bytes (A and
+  // B), memory-bound at a 100 TFLOP/s peak: 4 ms at 20 GB/s, not 20 ms at 4.
+  m.peak_tflops_fp32 = 100;
+  m.measured.clear();
+  CHECK(gemm_seconds(m, "fp32", GemmShape{1, 1, 1e7}, 4) == Approx((4.0 * (1e7 + 1e7 + 1) / 20e9) + 1e-6).epsilon(1e-3));
 }
 
 TEST_CASE("machine files: errors name the file and the key", "[plan][machine]") {
