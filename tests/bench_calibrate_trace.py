@@ -46,8 +46,9 @@ SCHEMA = {
     "gemm": {"max_efficiency": float, "tile_m": int, "tile_n": int},
 }
 ROW = {"precision": str, "m": int, "n": int, "k": int, "efficiency": float}
-# The optional keys calibration measures (docs/planning.md: kernel_overhead_us, attention_efficiency).
-OPTIONAL = {"device": {"kernel_overhead_us": float}, "gemm": {"attention_efficiency": float}}
+# The optional keys calibration measures (docs/planning.md: kernel_overhead_us, kernel_bandwidth_gbs,
+# attention_efficiency).
+OPTIONAL = {"device": {"kernel_overhead_us": float, "kernel_bandwidth_gbs": float}, "gemm": {"attention_efficiency": float}}
 
 
 def check_machine(path, ranks):

@@ -71,6 +71,10 @@ constexpr StandardModel kStandardModels[] = {
 // 50257-wide logits: 79 GFLOP, seconds per run on a CPU core); its row says the shape it was
 // measured at.
 constexpr double kMaxGemmFlops = 2e10;
+// Written before each timed GEMM so that its operands come from memory, as in a training step
+// (other kernels ran since they were last touched): well beyond a core's L2 (2 MiB on this
+// machine's Xeon, 1-2 MiB on current server cores).
+constexpr std::int64_t kEvictBytes = std::int64_t(16) << 20;
 
 model::GptShape standard_shape(const StandardModel& s) {
   model::GptShape shape;
@@ -141,7 +145,8 @@ std::string today_utc() {
 template <class T>
 double rate_of(MPI_Comm world, const GemmShape& g) {
   TPTRAIN_MPI_CHECK(MPI_Barrier(world));  // every rank measures at once, as in training
-  return mean_over(world, measure_gemm_flops<T>(g, 0.05, 2));
+  // Cold operands: a buffer of kEvictBytes written before each run (gemm_peak.hpp).
+  return mean_over(world, measure_gemm_flops<T>(g, 0.05, 2, kEvictBytes));
 }
 
 template <class T>

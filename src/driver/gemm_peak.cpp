@@ -1,5 +1,6 @@
 #include "src/driver/gemm_peak.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <functional>
 
@@ -44,13 +45,15 @@ void fill_gemm_operand(const kx::ExecSpace& exec, const V& a, const std::int64_t
       });
 }
 
-template double measure_gemm_flops<float>(const GemmShape&, double, int);
-template double measure_gemm_flops<kx::bf16>(const GemmShape&, double, int);
-template double measure_gemm_flops<kx::fp16>(const GemmShape&, double, int);
+template double measure_gemm_flops<float>(const GemmShape&, double, int, std::int64_t);
+template double measure_gemm_flops<kx::bf16>(const GemmShape&, double, int, std::int64_t);
+template double measure_gemm_flops<kx::fp16>(const GemmShape&, double, int, std::int64_t);
 
 template <class T>
-double measure_gemm_flops(const GemmShape& g, double min_seconds, int min_runs) {
+double measure_gemm_flops(const GemmShape& g, double min_seconds, int min_runs, std::int64_t evict_bytes) {
   const kx::ExecSpace exec;
+  const std::int64_t evict_floats = std::max<std::int64_t>(0, evict_bytes / std::int64_t(sizeof(float)));
+  kernels::Vector<float> evict("gemm_peak.evict", static_cast<std::size_t>(evict_floats));
   // Operands by pass (gemm_peak.hpp): A the left factor as stored, B the right, C the product.
   kernels::Matrix<T> A, B, C;
   kernels::Matrix<kx::acc_t<T>> dW;
@@ -74,6 +77,14 @@ double measure_gemm_flops(const GemmShape& g, double min_seconds, int min_runs) 
   kx::fence(exec, "tptrain::gemm_peak");
   double best = 0.0, total = 0.0;
   for (int run = 0; run < min_runs || total < min_seconds; ++run) {
+    if (evict_floats > 0) {
+      const float v = float(run);
+      Kokkos::parallel_for(
+          "tptrain::gemm_peak::evict",
+          Kokkos::RangePolicy<kx::ExecSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, evict_floats),
+          KOKKOS_LAMBDA(const std::int64_t i) { evict(i) = v; });
+      kx::fence(exec, "tptrain::gemm_peak::evict");
+    }
     const auto t0 = std::chrono::steady_clock::now();
     gemm();
     kx::fence(exec, "tptrain::gemm_peak");

@@ -208,6 +208,9 @@ BlockTimes block_times(const Config& c, const Machine& m, const Spans& spans) {
   const auto split_time = [&](double rows, double cols, double inner) { return b.split_time(rows, cols, inner); };
   if (sp) b.tensor_overlapped(fwd, "all-gather (sequence parallel)", activation, split_time(N, qkv, h), Overlap::split_gather);
   b.split_gemm(fwd, "qkv", N, qkv, h);
+  // The QKV bias is its own kernel (src/model/linear.hpp's bias_add; the projection's and fc2's
+  // are fused into the residual add and norm that follow, fc's into the GELU).
+  if (s.qkv_bias) b.memory(fwd, "qkv bias", 2.0 * N * qkv * e);
   if (s.rotary()) b.memory(fwd, "rotary", rotary_bytes);
   if (eager && s.local_kv_heads() < s.local_heads())
     b.memory(fwd, "repeat kv", N * 2.0 * (s.local_kv_heads() + s.local_heads()) * d * e);
@@ -294,6 +297,7 @@ BlockTimes block_times(const Config& c, const Machine& m, const Spans& spans) {
   if (s.moe()) {
     b.linear_backward(bwd, "expert down grad", expert_rows, h, f, local_experts);
   } else {
+    if (s.linear_bias) b.memory(bwd, "fc2 bias grad", n * h * e);  // column sums of dY (bias_backward)
     b.split_gemm(bwd, "fc2 grad", N, f, h);  // dX, chunk by chunk as dY's rows arrive
     b.gemm(bwd, "fc2 grad", h, f, N, c.precision);
   }
@@ -314,6 +318,7 @@ BlockTimes block_times(const Config& c, const Machine& m, const Spans& spans) {
   else b.tensor_all_reduce(bwd, "all-reduce (tensor parallel)", activation);
   b.memory(bwd, "norm 2 grad", 2.0 * norm_bytes);
   if (sp) b.tensor_overlapped(bwd, "all-gather (sequence parallel)", activation, split_time(N, attn_out, h), Overlap::split_gather);
+  if (s.linear_bias) b.memory(bwd, "attention projection bias grad", n * h * e);
   b.split_gemm(bwd, "attention projection grad", N, attn_out, h);
   b.gemm(bwd, "attention projection grad", h, attn_out, N, c.precision);
   if (eager) b.memory(bwd, "attention output contiguous grad", 2.0 * N * attn_out * e);
@@ -336,6 +341,7 @@ BlockTimes block_times(const Config& c, const Machine& m, const Spans& spans) {
   if (s.rotary()) b.memory(bwd, "rotary grad", eager ? 2.0 * rotary_bytes : rotary_bytes);
   if (sp) b.tensor_overlapped(bwd, "all-gather (norm 1 output again)", activation, b.gemm_time(N, h, qkv), Overlap::bulk);
   b.linear_backward(bwd, "qkv grad", N, qkv, h);
+  if (s.qkv_bias) b.memory(bwd, "qkv bias grad", N * qkv * e);  // column sums of dY (bias_backward)
   if (sp) b.tensor_overlapped(bwd, "reduce-scatter (sequence parallel)", activation, b.gemm_time(qkv, h, N), Overlap::bulk);
   else b.tensor_all_reduce(bwd, "all-reduce (tensor parallel)", activation);
   b.memory(bwd, "norm 1 grad", 2.0 * norm_bytes);

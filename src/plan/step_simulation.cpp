@@ -393,8 +393,13 @@ StepSimulation simulate_step(const Config& c, const Machine& m, io::ChromeTrace*
     const double shard_dense = sharded ? dense / data_context : dense;
     const double shard_experts = sharded ? experts / expert_data : experts;
     const int nb = std::max<int>(1, static_cast<int>(r.buckets.size()));
+    // Besides AdamW's pass, two over the fp32 gradients that every step runs: the gradient norm
+    // (training.grad_clip; its scaling is folded into AdamW's read) reads the rank's shard, and
+    // zero_grad before the next step's backward writes all of the rank's gradients.
+    const double gradient_passes = memory_seconds(m, 4.0 * (shard_dense + shard_experts)) +
+                                   memory_seconds(m, 4.0 * (dense + experts));
     const double update = memory_seconds(m, (shard_dense + shard_experts) * bytes_per_parameter) +
-                          (nb - 1) * m.kernel_overhead_us * 1e-6;
+                          (nb - 1) * m.kernel_overhead_us * 1e-6 + gradient_passes;
     double t = joined, gathers = joined;
     for (int b = 0; b < nb; ++b) {
       const double u = update / nb;
