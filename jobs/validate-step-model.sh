@@ -113,6 +113,11 @@ calibrate() {  # $1 = key (deck|ranks), $2 = ranks, $3 = deck, then the case's -
   fi
 }
 
+# The load beside the run (other jobs on the cores make the measured steps slower than the
+# calibration's best-of rates; docs/measurements.md states it with the table).
+load() { echo "$1: $(date -u '+%Y-%m-%d %H:%M UTC'), load average $(cut -d' ' -f1-3 /proc/loadavg), $(nproc --all) cores"; }
+load start | tee "$out/load.txt" >&2
+
 failed=0
 for entry in "${cases[@]}"; do
   IFS='|' read -r name deck steps sets <<<"$entry"
@@ -162,5 +167,6 @@ for line in open(sys.argv[1]):
     fmt = lambda v: f"{float(v):.4f}" if v != "-" else "-"
     print(f"| {name} | {ranks} | {fmt(measured)} | {fmt(predicted)} | {error} |")
 PY
+load end | tee -a "$out/load.txt" >&2
 echo "validate: logs and machine files in $out" >&2
 exit $failed
