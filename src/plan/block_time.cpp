@@ -301,6 +301,11 @@ BlockTimes block_times(const Config& c, const Machine& m, const Spans& spans) {
     b.split_gemm(bwd, "fc2 grad", N, f, h);  // dX, chunk by chunk as dY's rows arrive
     b.gemm(bwd, "fc2 grad", h, f, N, c.precision);
   }
+  // tptrain's MLP does not keep the activation the projection's dW needs (its scratch holds
+  // another layer's by then): the backward computes it again from the saved input (and, GELU, the
+  // saved sigmoid) first (src/model/parallel_mlp.hpp): read 2, write 1 per element of f.
+  if (c.kernels == Config::Kernels::tptrain && c.recompute != Recompute::full)
+    b.memory(bwd, s.moe() || s.swiglu() ? "swiglu again" : "gelu again", R * 3.0 * f * e);
   b.memory(bwd, s.moe() || s.swiglu() ? "swiglu grad" : "gelu grad", 2.0 * gated_bytes);
   if (sp) b.tensor_overlapped(bwd, "all-gather (norm 2 output again)", activation, b.gemm_time(N, h, fc), Overlap::bulk);
   if (s.moe()) {
