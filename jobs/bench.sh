@@ -60,17 +60,6 @@ mkdir -p "$logs"
 run_jsonl=$(mktemp)          # this run's lines, for the table
 trap 'rm -f "$run_jsonl"' EXIT
 
-mpi_flags() {  # $1 = ranks
-  local cores
-  cores=$(nproc 2>/dev/null || echo 1)
-  if mpiexec --version 2>/dev/null | grep -q "Open MPI\|OpenRTE"; then
-    [ "$(id -u)" -eq 0 ] && printf '%s\n' --allow-run-as-root
-    [ "$1" -gt "$cores" ] && printf '%s\n' --oversubscribe
-    printf '%s\n' --bind-to none
-  fi
-  return 0
-}
-
 # Prints the JSON objects in file $1 whose text starts with $2 (e.g. '{"bench":'), one a line;
 # a line may carry a prefix such as "[0] " or a timestamp before the object.
 extract() {

@@ -18,3 +18,17 @@ fi
 # still on CPUs.
 export OMP_PROC_BIND=${OMP_PROC_BIND:-false}
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
+
+# The mpiexec flags a job script adds for `mpiexec -n $1` (one a line, for mapfile): under Open MPI
+# as root --allow-run-as-root, more ranks than cores --oversubscribe, and no binding (ranks of
+# several mpiexec calls would otherwise be bound to the same cores).
+mpi_flags() {  # $1 = ranks
+  local cores
+  cores=$(nproc 2>/dev/null || echo 1)
+  if mpiexec --version 2>/dev/null | grep -q "Open MPI\|OpenRTE"; then
+    [ "$(id -u)" -eq 0 ] && printf '%s\n' --allow-run-as-root
+    [ "$1" -gt "$cores" ] && printf '%s\n' --oversubscribe
+    printf '%s\n' --bind-to none
+  fi
+  return 0
+}

@@ -41,17 +41,6 @@ mkdir -p "$out"
 results=$out/results.tsv
 : >"$results"
 
-mpi_flags() {  # $1 = ranks
-  local cores
-  cores=$(nproc 2>/dev/null || echo 1)
-  if mpiexec --version 2>/dev/null | grep -q "Open MPI\|OpenRTE"; then
-    [ "$(id -u)" -eq 0 ] && printf '%s\n' --allow-run-as-root
-    [ "$1" -gt "$cores" ] && printf '%s\n' --oversubscribe
-    printf '%s\n' --bind-to none
-  fi
-  return 0
-}
-
 # The value of key $2 in the last JSON object of file $1 that has it ("" if none).
 json_value() {
   "$py" - "$1" "$2" <<'PY'
