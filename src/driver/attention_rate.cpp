@@ -1,11 +1,10 @@
 #include "src/driver/attention_rate.hpp"
 
-#include <chrono>
-
 #include "kokkos_kernels/flash_attention.hpp"
 #include "kokkos_kernels/precision.hpp"
 #include "kokkos_kernels/views.hpp"
 #include "src/model/model_flops.hpp"
+#include "src/driver/best_rate.hpp"
 
 namespace tptrain::driver {
 
@@ -40,15 +39,7 @@ double measure_attention_flops(const model::GptShape& shape, int micro_batch, do
   model::GptShape flash = shape;
   flash.flash_attention = true;
   const double flops = double(B) * model::attention_flops_per_sequence(flash, true);
-  double best = 0.0, total = 0.0;
-  for (int run = 0; run < min_runs || total < min_seconds; ++run) {
-    const auto t0 = std::chrono::steady_clock::now();
-    pass();
-    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    total += dt;
-    if (dt > 0 && flops / dt > best) best = flops / dt;
-  }
-  return best;
+  return best_rate(flops, min_runs, min_seconds, pass);
 }
 
 }  // namespace tptrain::driver

@@ -1,11 +1,10 @@
 #include "src/driver/memory_kernel_rate.hpp"
 
-#include <chrono>
-
 #include "kokkos_kernels/gelu.hpp"
 #include "kokkos_kernels/layernorm.hpp"
 #include "kokkos_kernels/precision.hpp"
 #include "kokkos_kernels/views.hpp"
+#include "src/driver/best_rate.hpp"
 
 namespace tptrain::driver {
 
@@ -52,15 +51,7 @@ double measure_memory_kernel_bytes_per_s(std::int64_t rows, std::int64_t hidden,
   pass();  // untimed: first touch
   const double e = sizeof(T);
   const double bytes = 3.0 * 2.0 * double(rows) * double(hidden) * e + 3.0 * 2.0 * double(rows) * double(ffn) * e;
-  double best = 0.0, total = 0.0;
-  for (int run = 0; run < min_runs || total < min_seconds; ++run) {
-    const auto t0 = std::chrono::steady_clock::now();
-    pass();
-    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    total += dt;
-    if (dt > 0 && bytes / dt > best) best = bytes / dt;
-  }
-  return best;
+  return best_rate(bytes, min_runs, min_seconds, pass);
 }
 
 }  // namespace tptrain::driver

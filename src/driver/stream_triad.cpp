@@ -1,8 +1,7 @@
 #include "src/driver/stream_triad.hpp"
 
-#include <chrono>
-
 #include "kokkos_kernels/views.hpp"
+#include "src/driver/best_rate.hpp"
 
 namespace tptrain::driver {
 
@@ -23,15 +22,7 @@ double measure_triad_bytes_per_s(std::int64_t elements, double min_seconds, int 
   };
   triad();  // untimed: first touch of a
   const double bytes = 3.0 * sizeof(double) * double(elements);
-  double best = 0.0, total = 0.0;
-  for (int run = 0; run < min_runs || total < min_seconds; ++run) {
-    const auto t0 = std::chrono::steady_clock::now();
-    triad();
-    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    total += dt;
-    if (dt > 0 && bytes / dt > best) best = bytes / dt;
-  }
-  return best;
+  return best_rate(bytes, min_runs, min_seconds, triad);
 }
 
 }  // namespace tptrain::driver
