@@ -126,7 +126,9 @@ set_tests_properties(cli_bench_virtual_stages_hook PROPERTIES TIMEOUT 60)
 # bench --calibrate (the machine file: every key of the schema, in its type) and bench --trace (a
 # strict-JSON Chrome trace with the spans of tensor and interleaved-pipeline layouts) on
 # input/bench/tiny.toml, 1 and 2 ranks; plan --machine reads the file; unwritable paths named
-# (tests/bench_calibrate_trace.py).
+# (tests/bench_calibrate_trace.py). About 50 s on 2 idle cores: each calibration times every GEMM
+# shape of the standard models (147) for a minimum time. To shrink: calibrate the deck's own
+# shapes only in the test, or share one calibration between the checks.
 add_test(NAME cli_bench_calibrate_trace
          COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/bench_calibrate_trace.py $<TARGET_FILE:tptrain>
                  ${CMAKE_CURRENT_BINARY_DIR}/bench_calibrate_trace ${PROJECT_SOURCE_DIR}
