@@ -74,6 +74,10 @@ struct BlockSpec {
   int experts = 8;
   int experts_per_token = 2;
   double moe_capacity_factor = 0.0;
+  // The weights of its load-balancing loss and router z-loss in the training loss
+  // (training.moe_aux_loss_coeff, training.moe_z_loss_coeff); 0: they add no gradient.
+  double moe_aux_loss_coeff = 0.0;
+  double moe_z_loss_coeff = 0.0;
 
   bool rms() const { return norm == Norm::rmsnorm; }
   bool swiglu() const { return mlp == Mlp::swiglu; }  // the dense SwiGLU MLP

@@ -34,10 +34,17 @@ std::string to_json(const MetricsRecord& r) {
     o.numbers("data_share", r.data_share, digits(6));
     o.numbers("data_epochs", r.data_epochs, digits(6));
   }
-  if (r.moe) {
-    o.number("moe_aux_loss", r.moe->aux_loss, digits(9)).number("moe_z_loss", r.moe->z_loss, digits(9));
-    o.number("moe_load_max_over_mean", r.moe->load_max_over_mean, digits(6)).integer("moe_dropped", r.moe->dropped);
-    o.integers("moe_tokens_per_expert", r.moe->tokens_per_expert);
+  for (const MetricsRecord::SublayerField& f : r.sublayer_fields) {
+    switch (f.form) {
+      case MetricsRecord::SublayerField::number: o.number(f.key, f.values.at(0), digits(f.digits)); break;
+      case MetricsRecord::SublayerField::integer: o.integer(f.key, static_cast<std::int64_t>(f.values.at(0))); break;
+      case MetricsRecord::SublayerField::integers: {
+        std::vector<std::int64_t> v;
+        for (const double x : f.values) v.push_back(static_cast<std::int64_t>(x));
+        o.integers(f.key, v);
+        break;
+      }
+    }
   }
   for (const auto& [name, value] : r.fields) o.integer(name, value);
   return o.text();

@@ -8,7 +8,8 @@
 #      library of src/ links other folders of src/ than its arrows;
 #   4. reads the table of sublayer kinds ("### Sublayer kinds"), and fails where a kind's file
 #      includes a file of src/model/ above the kinds or a kind it is not built from, and where a
-#      file other than the registry or a kind built from it includes a kind's file.
+#      file other than the registries (the kinds' modules' and their descriptions') or a kind built
+#      from it includes a kind's file.
 # Run as
 #   cmake -DROOT=<source tree> -P tests/layering.cmake
 cmake_minimum_required(VERSION 3.16)
@@ -172,7 +173,10 @@ foreach(folder IN LISTS _folders)
 endforeach()
 
 # 4. The sublayer kinds (docs/design.md, "Sublayer kinds"): rows "| kind | `file`, ... | kind, ... |".
+# The registry of the kinds' modules (which composes the block: the files that include it are
+# above the kinds) and the registry of their descriptions (a shared building block).
 set(_registry "src/model/transformer_layer.hpp")
+set(_registries ${_registry} "src/model/sublayer_kinds.hpp")
 set(_in_kinds OFF)
 set(_kinds "")
 set(_kind_files "")
@@ -251,9 +255,9 @@ foreach(f IN LISTS _code)
     math(EXPR _line_number "${_index} + 1")
     if(DEFINED _kind_of_${_path})
       set(_target ${_kind_of_${_path}})
-      if(NOT f STREQUAL _registry AND NOT _own STREQUAL _target AND NOT (_own AND _target IN_LIST _from_${_own}))
+      if(NOT f IN_LIST _registries AND NOT _own STREQUAL _target AND NOT (_own AND _target IN_LIST _from_${_own}))
         string(APPEND _problems "  ${f}:${_line_number}: includes \"${_path}\", a file of the sublayer kind "
-                                "${_target}; only the registry (${_registry}) and the kinds built from ${_target} may\n")
+                                "${_target}; only the registries (${_registries}) and the kinds built from ${_target} may\n")
       endif()
     elseif(_own AND _path IN_LIST _above)
       string(APPEND _problems "  ${f}:${_line_number}: includes \"${_path}\", which composes the kinds; the kind "

@@ -303,18 +303,16 @@ int train_as(const io::Deck& deck, const parallel::Topology& topo) {
         }
       }
       if (tasks_now) {
-        const model::MoeRecordingPaused not_training(run->model());
+        const model::StatisticsPaused not_training(run->model());
         const MultipleChoiceResult mc =
             score_multiple_choice(run->model(), topo, *tasks, train::documents_of(deck));
         rec.mc = io::MetricsRecord::MultipleChoice{mc.accuracy(), mc.accuracy_norm(), mc.examples};
         line += fmt::format(" | mc accuracy {:.4f} (norm {:.4f}, {} examples)", mc.accuracy(), mc.accuracy_norm(),
                             mc.examples);
       }
-      if (const std::optional<train::MoeMetrics> moe = run->take_moe_metrics()) {  // collective
-        rec.moe = io::MetricsRecord::Moe{moe->aux_loss, moe->z_loss, moe->load_max_over_mean, moe->dropped,
-                                         moe->tokens_per_expert};
-        line += fmt::format(" | moe aux {:.4f}, load max/mean {:.2f}", moe->aux_loss, moe->load_max_over_mean);
-        if (deck.model.moe_capacity_factor > 0) line += fmt::format(", dropped {}", moe->dropped);
+      for (const model::SublayerMetrics& m : run->take_sublayer_metrics()) {  // collective
+        rec.sublayer_fields.insert(rec.sublayer_fields.end(), m.fields.begin(), m.fields.end());
+        if (!m.summary.empty()) line += " | " + m.summary;
       }
       log::info(line);
       rec.fields = train::measured_memory_fields(topo.world());  // collective: every rank logs the same steps

@@ -23,24 +23,23 @@
 #include "src/model/parameter_spec.hpp"
 #include "src/model/recompute.hpp"
 #include "src/model/scratch_phase.hpp"
+#include "src/model/sublayer_kinds.hpp"
 
 namespace tptrain::model {
 
 // ---- parameters ------------------------------------------------------------------------------
 
-// Every row a block may hold, in checkpoint order, which is also the order of the block's gradient
-// bucket (a changed order moves parameters within the bucket's flat buffers, hence the
-// distributed optimizer's shards). A specification holds the rows whose `needs` it meets
-// (parameter_spec.hpp): GPT-2 all but the SwiGLU rows; Llama the weights of RMSNorm, attention
-// and SwiGLU (and attn/qkv/bias with model.qkv_bias). attn/qkv stacks [Q: nh·d | K: nkv·d | V: nkv·d],
-// each block split over the tensor ranks (a rank holds Q, K and V of its heads); SwiGLU's
-// mlp/fc stacks [gate: F | up: F], each split, so a rank's gate and up rows are the same columns
-// of the MLP. residual_normal: GPT-2's 1/√(2L) on the residual projections when the
-// specification scales them (BlockSpec::scaled_residual_init), else σ itself.
+// The rows of the block's own parts, the norms and the attention; the MLP's are its kind's
+// (sublayer_kinds.hpp: gelu_mlp_kind.hpp, swiglu_mlp_kind.hpp, moe_kind.hpp), after them. Together,
+// in checkpoint order, which is also the order of the block's gradient bucket (a changed order
+// moves parameters within the bucket's flat buffers, hence the distributed optimizer's shards). A
+// specification holds the rows whose `needs` it meets (parameter_spec.hpp): GPT-2 all of them;
+// Llama the weights of RMSNorm and attention (and attn/qkv/bias with model.qkv_bias).
+// attn/qkv stacks [Q: nh·d | K: nkv·d | V: nkv·d], each block split over the tensor ranks (a rank
+// holds Q, K and V of its heads). residual_normal: GPT-2's 1/√(2L) on the residual projections
+// when the specification scales them (BlockSpec::scaled_residual_init), else σ itself.
 #define TPTRAIN_QKV_BLOCKS {ParameterDim::hidden, ParameterDim::kv, ParameterDim::kv}
-#define TPTRAIN_GATE_UP_BLOCKS {ParameterDim::ffn, ParameterDim::ffn, ParameterDim::none}
 #define TPTRAIN_NO_BLOCKS {ParameterDim::none, ParameterDim::none, ParameterDim::none}
-// (a per-expert row's "{e}" is expanded by block_parameter_rows)
 inline constexpr ParameterRow kBlockParameters[] = {
     // name, shape, split, blocks, SP sum, decay, init, tied, block extents, needs, Hugging Face names
     {"ln_1/weight", {ParameterDim::hidden}, TensorSplit::replicated, 1, true, false, {Init::constant, 1.0f}, false,
@@ -75,81 +74,51 @@ inline constexpr ParameterRow kBlockParameters[] = {
      "llama=model.layers.{i}.post_attention_layernorm.weight"},
     {"ln_2/bias", {ParameterDim::hidden}, TensorSplit::replicated, 1, true, false, {Init::constant, 0.0f}, false,
      TPTRAIN_NO_BLOCKS, needs_norm_bias, "gpt2=transformer.h.{i}.ln_2.bias"},
-    {"mlp/fc/weight", {ParameterDim::ffn, ParameterDim::hidden}, TensorSplit::column, 1, false, true,
-     {Init::normal, 0.02f}, false, TPTRAIN_NO_BLOCKS, needs_gelu,
-     "gpt2^=transformer.h.{i}.mlp.c_fc.weight"},
-    {"mlp/fc/weight", {ParameterDim::ffn2, ParameterDim::hidden}, TensorSplit::column, 2, false, true,
-     {Init::normal, 0.02f}, false, TPTRAIN_GATE_UP_BLOCKS, needs_swiglu,
-     "llama=model.layers.{i}.mlp.gate_proj.weight|"
-     "model.layers.{i}.mlp.up_proj.weight"},
-    {"mlp/fc/bias", {ParameterDim::ffn}, TensorSplit::column, 1, false, false, {Init::constant, 0.0f}, false,
-     TPTRAIN_NO_BLOCKS, needs_gelu | needs_linear_bias, "gpt2=transformer.h.{i}.mlp.c_fc.bias"},
-    {"mlp/fc/bias", {ParameterDim::ffn2}, TensorSplit::column, 2, false, false, {Init::constant, 0.0f}, false,
-     TPTRAIN_GATE_UP_BLOCKS, needs_swiglu | needs_linear_bias,
-     "llama=model.layers.{i}.mlp.gate_proj.bias|"
-     "model.layers.{i}.mlp.up_proj.bias"},
-    {"mlp/proj/weight", {ParameterDim::hidden, ParameterDim::ffn}, TensorSplit::row, 1, false, true,
-     {Init::residual_normal, 0.02f}, false, TPTRAIN_NO_BLOCKS, needs_gelu,
-     "gpt2^=transformer.h.{i}.mlp.c_proj.weight"},
-    {"mlp/proj/weight", {ParameterDim::hidden, ParameterDim::ffn}, TensorSplit::row, 1, false, true,
-     {Init::residual_normal, 0.02f}, false, TPTRAIN_NO_BLOCKS, needs_swiglu,
-     "llama=model.layers.{i}.mlp.down_proj.weight"},
-    {"mlp/proj/bias", {ParameterDim::hidden}, TensorSplit::replicated, 1, true, false, {Init::constant, 0.0f}, false,
-     TPTRAIN_NO_BLOCKS, needs_linear_bias,
-     "gpt2=transformer.h.{i}.mlp.c_proj.bias "
-     "llama=model.layers.{i}.mlp.down_proj.bias"},
-    // The mixture of experts (src/model/mixture_of_experts.hpp): the router, replicated over the
-    // tensor ranks (every rank routes the same tokens), and each expert's SwiGLU split over them as
-    // the dense one is. An expert-parallel rank holds the experts of its share only
-    // (held_by_expert_rank).
-    {"mlp/router/weight", {ParameterDim::experts, ParameterDim::hidden}, TensorSplit::replicated, 1, false, true,
-     {Init::normal, 0.02f}, false, TPTRAIN_NO_BLOCKS, needs_moe,
-     "llama=model.layers.{i}.block_sparse_moe.gate.weight"},
-    {"mlp/experts/{e}/fc/weight", {ParameterDim::ffn2, ParameterDim::hidden}, TensorSplit::column, 2, false, true,
-     {Init::normal, 0.02f}, false, TPTRAIN_GATE_UP_BLOCKS, needs_moe,
-     "llama=model.layers.{i}.block_sparse_moe.experts.{e}.w1.weight|"
-     "model.layers.{i}.block_sparse_moe.experts.{e}.w3.weight",
-     true},
-    {"mlp/experts/{e}/proj/weight", {ParameterDim::hidden, ParameterDim::ffn}, TensorSplit::row, 1, false, true,
-     {Init::residual_normal, 0.02f}, false, TPTRAIN_NO_BLOCKS, needs_moe,
-     "llama=model.layers.{i}.block_sparse_moe.experts.{e}.w2.weight", true},
 };
 #undef TPTRAIN_QKV_BLOCKS
-#undef TPTRAIN_GATE_UP_BLOCKS
 #undef TPTRAIN_NO_BLOCKS
-inline constexpr std::size_t kBlockParameterRows = std::size(kBlockParameters);
+
+// The tables of the block's rows in checkpoint order: its own, then its kinds'.
+inline std::vector<RowSpan<ParameterRow>> block_parameter_tables(const GptShape& s) {
+  std::vector<RowSpan<ParameterRow>> tables{kBlockParameters};
+  for (const SublayerKind* k : kinds_of(s)) tables.push_back(k->parameters);
+  return tables;
+}
 
 // The rows shape s's specification holds, in checkpoint (and bucket) order. The rows of each
-// expert (ParameterRow::per_expert, consecutive in the table) are expanded expert by expert:
+// expert (ParameterRow::per_expert, consecutive in a table) are expanded expert by expert:
 // mlp/experts/0/fc/weight, mlp/experts/0/proj/weight, mlp/experts/1/fc/weight, ...
 inline std::vector<ParameterRow> block_parameter_rows(const GptShape& s) {
   std::vector<ParameterRow> rows;
-  const std::size_t n = kBlockParameterRows;
-  for (std::size_t i = 0; i < n; ++i) {
-    const ParameterRow& r = kBlockParameters[i];
-    if (!holds(r.needs, s)) continue;
-    if (!r.per_expert) {
-      rows.push_back(r);
-      continue;
+  for (const RowSpan<ParameterRow>& table : block_parameter_tables(s)) {
+    const std::size_t n = table.count;
+    for (std::size_t i = 0; i < n; ++i) {
+      const ParameterRow& r = table.first[i];
+      if (!holds(r.needs, s)) continue;
+      if (!r.per_expert) {
+        rows.push_back(r);
+        continue;
+      }
+      std::size_t end = i;
+      while (end < n && table.first[end].per_expert) ++end;
+      for (int e = 0; e < s.experts; ++e)
+        for (std::size_t j = i; j < end; ++j) rows.push_back(expert_row(table.first[j], e));
+      i = end - 1;
     }
-    std::size_t end = i;
-    while (end < n && kBlockParameters[end].per_expert) ++end;
-    for (int e = 0; e < s.experts; ++e)
-      for (std::size_t j = i; j < end; ++j) rows.push_back(expert_row(kBlockParameters[j], e));
-    i = end - 1;
   }
   return rows;
 }
 
-// The rows shape s's specification holds, in the table's order, each expert's rows once and
+// The rows shape s's specification holds, in the tables' order, each expert's rows once and
 // unexpanded ("{e}" left in their names; ParameterRow::per_expert marks them). Every expert's rows
 // have the same shapes, so a count over the block is its dense rows plus E (or E / ep, or k) times
 // one expert's: the planner counts that way (src/plan/parameter_count.cpp, model_flops.hpp), in
 // time and memory independent of model.experts, where block_parameter_rows makes E copies.
 inline std::vector<ParameterRow> block_parameter_kinds(const GptShape& s) {
   std::vector<ParameterRow> rows;
-  for (const ParameterRow& r : kBlockParameters)
-    if (holds(r.needs, s)) rows.push_back(r);
+  for (const RowSpan<ParameterRow>& table : block_parameter_tables(s))
+    for (const ParameterRow& r : table)
+      if (holds(r.needs, s)) rows.push_back(r);
   return rows;
 }
 
@@ -200,55 +169,7 @@ inline std::optional<ParameterSpec> block_parameter_if_held(const GptShape& s, c
 
 // ---- buffers ---------------------------------------------------------------------------------
 
-// The sizes of a block's buffers, each named for what it counts; docs/planning.md writes them in
-// its notation (in parentheses): micro_batch b, hidden h, ffn_hidden f, heads a, tensor t.
-enum class BufferDim {
-  none,
-  b,
-  local_seq,      // (s) the rank's tokens of a sequence: seq_length, or seq_length / C with context parallelism
-  seq,            // (S) seq_length, the whole sequence (the rotary tables: positions are global)
-  tokens,         // (N = b·s) the micro-batch's tokens on the rank
-  residual_rows,  // (n) the rows of the residual stream and the norms: N, or N/t with sequence parallelism
-  h,
-  h_t,    // h/t: the rank's attention heads' width
-  gqa_t,  // (a + 2k)·(h/a)/t: llama's QKV output, k = kv_heads (= 3h/t without grouped-query attention)
-  kv2_t,  // 2k·(h/a)/t: K and V of the rank's key/value heads (ring attention's travelling block)
-  f_t,    // f/t
-  f2_t,   // 2f/t: SwiGLU's gate and up
-  d_2,    // h/(2a): half a head, the rotary tables' columns
-  a_t,    // a/t: the rank's heads
-  token_heads_t,  // (N·(a/t)) one row of scores per token and local head
-  tile,   // min(s, 128): the attention backward's query rows per tile (kernels::attention_backward_tile_rows)
-};
-
-// What a buffer's element is: the run's storage type (4 bytes in fp32, 2 in bf16/fp16) or fp32
-// whatever it is (statistics and sums).
-enum class Element { storage, fp32 };
-
-// How long a buffer lives (the model's Workspace category, src/model/workspace.hpp):
-enum class Lifetime {
-  input,          // the block's input, kept in every recompute mode: the model's residual stream
-  saved,          // kept from the forward for the backward, one set per micro-batch in flight, with
-                  // recompute = none or selective; with full one set shared by the stage's blocks
-  saved_if_none,  // kept only with recompute = none (the attention scores: the S² part)
-  scratch,        // valid within one forward or backward: one buffer per name for the stage
-};
-
-struct BufferRow {
-  const char* name;        // the Workspace's name: after "layers/<i>" for saved buffers, whole for scratch
-  const char* what;
-  BufferDim shape[4];
-  Element element;
-  Lifetime lifetime;
-  bool only_16_bit = false;  // allocated only when the storage type is bf16/fp16
-  unsigned needs = always;   // the specifications that allocate it (Needs, parameter_spec.hpp)
-  ScratchPhase phase = ScratchPhase::block;  // scratch: the part of the block it serves (workspace.hpp)
-};
-
-// A mixture of experts (model.mlp = moe) allocates none of the MLP's rows below: its routes and
-// routed rows depend on the routing and grow with the load (src/model/mixture_of_experts.hpp,
-// outside the workspace); the planner counts them at balanced load (src/plan/activation_memory.cpp).
-// The buffers of a block (recompute.hpp says what each mode keeps); a specification allocates the
+// The buffers of a block's own parts (the MLP's are its kind's, sublayer_kinds.hpp) (recompute.hpp says what each mode keeps); a specification allocates the
 // rows whose `needs` it meets. Not listed: the column-sum partials of the bias and norm gradients
 // (one small stage buffer, column_sums_scratch), and flash attention's block tiles, which live in
 // Kokkos team scratch (kernels::flash_backward_scratch_elements(d) acc_t values per team, whatever
@@ -272,12 +193,6 @@ inline constexpr BufferRow kBlockBuffers[] = {
     {"/ln_2.mean", "ln_2 mean", {BufferDim::residual_rows}, Element::fp32, Lifetime::saved, false, needs_layernorm},
     {"/ln_2.rstd", "ln_2 1/σ (RMSNorm: 1/rms)", {BufferDim::residual_rows}, Element::fp32, Lifetime::saved},
     {".mlp_input", "ln_2 output", {BufferDim::residual_rows, BufferDim::h}, Element::storage, Lifetime::saved},
-    {"/mlp.h", "fc output (GELU input)", {BufferDim::tokens, BufferDim::f_t}, Element::storage, Lifetime::saved, false,
-     needs_gelu},
-    {"/mlp.h", "fc output: gate and up", {BufferDim::tokens, BufferDim::f2_t}, Element::storage, Lifetime::saved, false,
-     needs_swiglu},
-    {"/mlp.sigmoid", "GELU sigmoid", {BufferDim::tokens, BufferDim::f_t}, Element::storage, Lifetime::saved, false,
-     needs_gelu},
     {"rope.cos", "rotary table cos(p·θ^(-2i/d))", {BufferDim::seq, BufferDim::d_2}, Element::fp32, Lifetime::scratch,
      false, needs_rope},
     {"rope.sin", "rotary table sin(p·θ^(-2i/d))", {BufferDim::seq, BufferDim::d_2}, Element::fp32, Lifetime::scratch,
@@ -296,12 +211,6 @@ inline constexpr BufferRow kBlockBuffers[] = {
      false, needs_flash, ScratchPhase::attention},
     {"attention.dkv_sum", "dK and dV summed over the row tiles and the group's heads (batched core)",
      {BufferDim::tokens, BufferDim::kv2_t}, Element::fp32, Lifetime::scratch, true, needs_batched, ScratchPhase::attention},
-    {"mlp.a", "MLP activation: GELU(h); in the backward its gradient (written over it)",
-     {BufferDim::tokens, BufferDim::f_t}, Element::storage, Lifetime::scratch, false, needs_gelu, ScratchPhase::mlp},
-    {"mlp.a", "MLP activation: silu(gate)·up; in the backward its gradient (written over it)",
-     {BufferDim::tokens, BufferDim::f_t}, Element::storage, Lifetime::scratch, false, needs_swiglu, ScratchPhase::mlp},
-    {"mlp.dh", "gate and up's gradient", {BufferDim::tokens, BufferDim::f2_t}, Element::storage, Lifetime::scratch, false,
-     needs_swiglu, ScratchPhase::mlp},
     {"ring.kv_0", "ring attention: K and V of the block held", {BufferDim::tokens, BufferDim::kv2_t}, Element::storage,
      Lifetime::scratch, false, needs_context, ScratchPhase::attention},
     {"ring.kv_1", "ring attention: K and V of the block arriving", {BufferDim::tokens, BufferDim::kv2_t}, Element::storage,
@@ -319,11 +228,14 @@ inline constexpr BufferRow kBlockBuffers[] = {
     {"block.grad_after_attention", "gradient of x + attention", {BufferDim::residual_rows, BufferDim::h}, Element::storage, Lifetime::scratch},
 };
 
-// The buffer rows shape s's specification allocates.
+// The buffer rows shape s's specification allocates: the block's own, then its kinds'.
 inline std::vector<BufferRow> block_buffer_rows(const GptShape& s) {
   std::vector<BufferRow> rows;
-  for (const BufferRow& r : kBlockBuffers)
-    if (holds(r.needs, s)) rows.push_back(r);
+  std::vector<RowSpan<BufferRow>> tables{kBlockBuffers};
+  for (const SublayerKind* k : kinds_of(s)) tables.push_back(k->buffers);
+  for (const RowSpan<BufferRow>& table : tables)
+    for (const BufferRow& r : table)
+      if (holds(r.needs, s)) rows.push_back(r);
   return rows;
 }
 

@@ -157,6 +157,7 @@ class GptModel {
     for (auto& layer : layers_) {
       layer->bind_expert_group(expert);
       layer->share_stage_buffers(*layers_.front(), recompute == Recompute::full);
+      for (const Parameter<T>* p : layer->parameters()) expert_buckets_ = expert_buckets_ || layer->is_expert_parameter(p);
     }
     if (stage.last()) {
       ln_f_ = std::make_unique<LayerNorm<T>>(
@@ -219,22 +220,17 @@ class GptModel {
   const PipelineStage& stage() const { return stage_; }
   const OptimizerSharding& optimizer_sharding() const { return sharding_; }
   const OptimizerSharding& expert_optimizer_sharding() const { return expert_sharding_; }
-  // Whether the stage has buckets of experts (model.mlp = moe; GradBucket::expert).
-  bool has_expert_buckets() const { return shape_.moe() && !layers_.empty(); }
+  // Whether the stage's blocks hold experts (a mixture's), which have buckets of their own
+  // (GradBucket::expert).
+  bool has_expert_buckets() const { return expert_buckets_; }
 
-  // The mixture of experts' loss coefficients (training.moe_aux_loss_coeff, moe_z_loss_coeff):
-  // 0 until set, the losses then add no gradient.
-  void set_moe_loss_weights(const MoeLossWeights& w) {
-    for (auto& layer : layers_) layer->set_auxiliary_loss_weights(w);
-  }
-  // Whether the blocks' forwards add to the routing statistics (not in an evaluation).
-  void record_moe_statistics(bool on) {
+  // Whether the blocks' forwards add to their kinds' statistics (not in an evaluation).
+  void count_statistics(bool on) {
     for (auto& layer : layers_) layer->count_statistics(on);
   }
-  // The routing statistics of this stage's blocks since the last call (MoeStatistics), summed.
-  MoeStatistics take_moe_statistics() {
-    MoeStatistics s;
-    s.tokens_per_expert.assign(static_cast<std::size_t>(shape_.moe() ? shape_.experts : 0), 0);
+  // The statistics of this stage's blocks since the last call (sublayer_statistics.hpp), summed.
+  StatisticSums take_statistics() {
+    StatisticSums s;
     for (auto& layer : layers_) layer->take_statistics(s);
     return s;
   }
@@ -401,7 +397,7 @@ class GptModel {
                                   "(kernels::TokenSegments, as train::MicroBatchQueue builds them)");
     // The buckets are in backward order: the head, then the chunks from the last down, each
     // from its last block down, then the embedding.
-    const std::size_t per_block = shape_.moe() ? 2 : 1;  // a block's dense bucket, then its experts'
+    const std::size_t per_block = expert_buckets_ ? 2 : 1;  // a block's dense bucket, then its experts'
     std::size_t b = chunk_has_head(c) ? 0
                                       : (stage_.last() ? 1u : 0u) + std::size_t(chunks() - 1 - c) * per_chunk_ * per_block;
     const auto done = [&] {
@@ -595,9 +591,9 @@ class GptModel {
         const std::string name = "layers/" + std::to_string(chunk_first_layer(c) + l);
         std::vector<Parameter<T>*> dense, experts;
         for (Parameter<T>* p : layers_[local(c, l)]->parameters())
-          (TransformerLayer<T>::is_expert_parameter(p) ? experts : dense).push_back(p);
+          (layers_[local(c, l)]->is_expert_parameter(p) ? experts : dense).push_back(p);
         add(name, dense);
-        if (shape_.moe()) add(name + "/experts", experts, true);
+        if (expert_buckets_) add(name + "/experts", experts, true);
       }
     if (embedding_) add("embedding", embedding_->parameters());
   }
@@ -629,15 +625,16 @@ class GptModel {
   int head_slot_ = -1;                        // the slot whose forward the head holds (last stage)
   std::int64_t recomputed_blocks_ = 0, recomputed_heads_ = 0, recomputed_scores_ = 0;
   std::vector<GradBucket<T>> buckets_;
+  bool expert_buckets_ = false;  // has_expert_buckets
 };
 
-// Evaluation and scoring forwards, not counted in the routing statistics of training.
+// Evaluation and scoring forwards, not counted in the statistics of training.
 template <class T>
-struct MoeRecordingPaused {
-  explicit MoeRecordingPaused(GptModel<T>& m) : model(m) { model.record_moe_statistics(false); }
-  ~MoeRecordingPaused() { model.record_moe_statistics(true); }
-  MoeRecordingPaused(const MoeRecordingPaused&) = delete;
-  MoeRecordingPaused& operator=(const MoeRecordingPaused&) = delete;
+struct StatisticsPaused {
+  explicit StatisticsPaused(GptModel<T>& m) : model(m) { model.count_statistics(false); }
+  ~StatisticsPaused() { model.count_statistics(true); }
+  StatisticsPaused(const StatisticsPaused&) = delete;
+  StatisticsPaused& operator=(const StatisticsPaused&) = delete;
   GptModel<T>& model;
 };
 

@@ -6,7 +6,7 @@
 //   the token dispatcher (moe_token_dispatcher.hpp): each token's k copies sorted by expert and
 //                                            sent to the experts' ranks by all-to-all, the outputs
 //                                            brought back, weighted, summed and reduced over tensor;
-//   the experts:                             E SwiGLU MLPs (parallel_mlp.hpp, ParallelMLP::expert),
+//   the experts:                             E SwiGLU MLPs (swiglu_mlp.hpp, SwigluMlp::expert),
 //                                            each run once per source rank's run of rows:
 //                                            y[t] = Σ_j w_j · down_e(silu(gate_e x) · up_e x).
 // Tensor parallelism splits each expert as the dense SwiGLU is (gate|up column-parallel, down
@@ -30,13 +30,16 @@
 #include "src/model/linear.hpp"
 #include "src/model/moe_router.hpp"
 #include "src/model/moe_token_dispatcher.hpp"
-#include "src/model/parallel_mlp.hpp"
+#include "src/model/moe_kind.hpp"
+#include "src/model/sublayer.hpp"
+#include "src/model/swiglu_mlp.hpp"
 #include "src/model/workspace.hpp"
 
 namespace tptrain::model {
 
 template <class T>
-struct MixtureOfExperts {
+struct MixtureOfExperts final : MlpSublayer<T> {
+  using Matrix = kernels::Matrix<T>;
   using Acc = kx::acc_t<T>;
   using Router = TopKRouter<T>;
   using Dispatcher = AllToAllTokenDispatcher<T>;
@@ -71,9 +74,9 @@ struct MixtureOfExperts {
   std::int64_t tokens_;  // N: the micro-batch's tokens (all of them with sequence parallelism)
   Router router;
   Dispatcher dispatcher;
-  std::vector<ParallelMLP<T>> experts;  // the rank's experts
+  std::vector<SwigluMlp<T>> experts;  // the rank's experts
   Saved saved;
-  MoeLossWeights loss_weights;   // the trainer's coefficients; 0: the losses add no gradient
+  MoeLossWeights loss_weights;   // the specification's coefficients; 0: the losses add no gradient
   Acc micro_batch_weight = 0;    // the gradient weight of this micro-batch's mean losses (GptModel::backward)
   Acc layer_weight = 1;          // 1 / layers: the losses are averaged over the blocks
   bool record = true;            // add this forward's routing to the statistics (not a recomputation)
@@ -95,10 +98,11 @@ struct MixtureOfExperts {
         dispatcher(s, tokens, ws, ep_rank), layer_weight(Acc(1) / Acc(s.layers)) {
     for (int e = s.first_expert(ep_rank); e < s.first_expert(ep_rank) + s.local_experts(); ++e) {
       const std::string expert = name + "/experts/" + std::to_string(e);
-      experts.push_back(ParallelMLP<T>::expert(block_parameter(s, expert + "/fc/weight"),
+      experts.push_back(SwigluMlp<T>::expert(block_parameter(s, expert + "/fc/weight"),
                                                block_parameter(s, expert + "/proj/weight"), tp));
     }
     saved = make_saved(placement.name_for(name));
+    loss_weights = {s.moe_aux_loss_coeff, s.moe_z_loss_coeff};
     const std::int64_t H = s.hidden, f = s.local_ffn();
     // Allocated at first use: a model gives its blocks the first block's (GptModel).
     scratch = std::make_shared<Scratch>();
@@ -113,19 +117,19 @@ struct MixtureOfExperts {
     stats.tokens_per_expert.assign(static_cast<std::size_t>(s.experts), 0);
   }
 
-  void bind_expert_group(Communicator& ep) { dispatcher.bind_expert_group(ep); }
+  void bind_expert_group(Communicator& ep) override { dispatcher.bind_expert_group(ep); }
   // The group over which the losses' statistics are summed (GptModel::bind_context).
-  void bind_context_group(Communicator& cp) { router.cp_ = cp.size() > 1 ? &cp : nullptr; }
+  void bind_context_group(Communicator& cp) override { router.cp_ = cp.size() > 1 ? &cp : nullptr; }
 
   // The router, then each local expert's gate|up and down: the block descriptor's order.
-  std::vector<Parameter<T>*> parameters() {
+  std::vector<Parameter<T>*> parameters() override {
     std::vector<Parameter<T>*> ps{&router.weight};
-    for (ParallelMLP<T>& e : experts)
+    for (SwigluMlp<T>& e : experts)
       for (Parameter<T>* p : e.parameters()) ps.push_back(p);
     return ps;
   }
   // Whether p is an expert's (summed over the expert-data group, not the data group).
-  static bool is_expert_parameter(const Parameter<T>* p) { return expert_of_row(row_of(p->name)) >= 0; }
+  bool is_expert_parameter(const Parameter<T>* p) const override { return expert_of_row(row_of(p->name)) >= 0; }
   static std::string row_of(const std::string& name) {
     const std::size_t at = name.find("mlp/");
     return at == std::string::npos ? name : name.substr(at);
@@ -133,8 +137,7 @@ struct MixtureOfExperts {
 
   // y [rows, H] = the mixture's output for x [rows, H] (rows = N, or N/t with sequence parallelism;
   // fewer without it: generation's new tokens).
-  template <class XV, class YV>
-  void forward(const Exec& exec, Communicator& tp, const XV& x, const YV& y) {
+  void forward(const Exec& exec, Communicator& tp, const Matrix& x, const Matrix& y, bool = true) override {
     Routes& r = *saved;
     Scratch& w = allocated(*scratch);
     dispatcher.require_expert_group();
@@ -157,8 +160,7 @@ struct MixtureOfExperts {
   }
 
   // dx [rows, H] (overwritten) from dy [rows, H]; x is the forward's input.
-  template <class DYV, class XV, class DXV>
-  void backward(const Exec& exec, Communicator& tp, const DYV& dy, const XV& x, const DXV& dx) {
+  void backward(const Exec& exec, Communicator& tp, const Matrix& dy, const Matrix& x, const Matrix& dx) override {
     Routes& r = *saved;
     Scratch& w = allocated(*scratch);
     const std::int64_t n = r.copies.tokens, kept = r.copies.kept;
@@ -200,6 +202,30 @@ struct MixtureOfExperts {
     stats.tokens_per_expert.assign(static_cast<std::size_t>(shape_.experts), 0);
     return s;
   }
+  // ... as the sums its kind's metrics read (moe_kind.hpp, moe_metrics).
+  void take_statistics(StatisticSums& sums) override {
+    const MoeStatistics s = take_statistics();
+    sums.at("moe.aux_loss_sum", 1)[0] += s.aux_loss_sum;
+    sums.at("moe.z_loss_sum", 1)[0] += s.z_loss_sum;
+    sums.at("moe.samples", 1)[0] += double(s.samples);
+    sums.at("moe.dropped", 1)[0] += double(s.dropped);
+    std::vector<double>& load = sums.at("moe.tokens_per_expert", s.tokens_per_expert.size());
+    for (std::size_t e = 0; e < s.tokens_per_expert.size(); ++e) load[e] += double(s.tokens_per_expert[e]);
+  }
+  void count_statistics(bool on) override { record = on; }
+  void set_auxiliary_loss_scale(Acc micro_batch_weight_) override { micro_batch_weight = micro_batch_weight_; }
+  // The first block's scratch, and with recompute = full its routes (GptModel).
+  void share_stage_buffers(const MlpSublayer<T>& first, bool saved_too) override {
+    const auto& other = dynamic_cast<const MixtureOfExperts&>(first);
+    scratch = other.scratch;
+    if (saved_too) saved = other.saved;
+  }
+
+  std::shared_ptr<SublayerSaved> saved_set() const override { return box_saved(saved); }
+  std::shared_ptr<SublayerSaved> make_saved_set(Workspace<T>&, const std::string& prefix, BufferCategory) const override {
+    return box_saved(make_saved(prefix));
+  }
+  void bind(const std::shared_ptr<SublayerSaved>& s) override { saved = unbox_saved<Saved>(s); }
 
  private:
   Scratch& allocated(Scratch& w) const {

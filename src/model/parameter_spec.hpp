@@ -50,39 +50,34 @@ enum Needs : unsigned {
   needs_norm_bias = 1u << 0,    // LayerNorm's β
   needs_qkv_bias = 1u << 1,     // model.qkv_bias
   needs_linear_bias = 1u << 2,  // model.linear_bias: the other projections' biases
-  needs_gelu = 1u << 3,         // model.mlp = gelu
-  needs_swiglu = 1u << 4,       // model.mlp = swiglu
-  needs_learned = 1u << 5,      // model.position = learned
-  needs_rope = 1u << 6,         // model.position = rope
-  needs_untied = 1u << 7,       // model.tie_embeddings = false
-  needs_layernorm = 1u << 8,    // model.norm = layernorm (its mean; buffers)
-  needs_grouped = 1u << 9,      // kv_heads < heads (buffers)
-  needs_flash = 1u << 10,       // training.attention = flash (buffers)
-  needs_batched = 1u << 11,     // training.attention = batched (buffers)
-  needs_context = 1u << 12,     // parallel.context > 1: ring attention (buffers)
-  needs_moe = 1u << 13,         // model.mlp = moe
+  needs_learned = 1u << 3,      // model.position = learned
+  needs_rope = 1u << 4,         // model.position = rope
+  needs_untied = 1u << 5,       // model.tie_embeddings = false
+  needs_layernorm = 1u << 6,    // model.norm = layernorm (its mean; buffers)
+  needs_grouped = 1u << 7,      // kv_heads < heads (buffers)
+  needs_flash = 1u << 8,       // training.attention = flash (buffers)
+  needs_batched = 1u << 9,     // training.attention = batched (buffers)
+  needs_context = 1u << 10,     // parallel.context > 1: ring attention (buffers)
 };
 inline bool holds(unsigned needs, const GptShape& s) {
   const unsigned have = (s.norm_bias() ? needs_norm_bias : 0u) | (s.qkv_bias ? needs_qkv_bias : 0u) |
                         (s.linear_bias ? needs_linear_bias : 0u) |
-                        (s.moe() ? needs_moe : s.swiglu() ? needs_swiglu : needs_gelu) |
                         (s.rotary() ? needs_rope : needs_learned) | (s.tie_embeddings ? 0u : needs_untied) |
                         (s.rms() ? 0u : needs_layernorm) | (s.kv_head_count() != s.heads ? needs_grouped : 0u) |
                         (s.flash_attention ? needs_flash : needs_batched) | (s.context > 1 ? needs_context : 0u);
   return (needs & have) == needs;
 }
 
-// The choices `needs` asks for, as deck settings ("mlp = \"swiglu\" and linear_bias"); "" for
+// The choices `needs` asks for, as deck settings ("norm = \"layernorm\" and linear_bias"); "" for
 // always. The docs' tables and messages print it.
 inline std::string needs_text(unsigned needs) {
   static const std::pair<unsigned, const char*> words[] = {
       {needs_norm_bias, "norm = \"layernorm\""}, {needs_layernorm, "norm = \"layernorm\""},
       {needs_qkv_bias, "qkv_bias"},              {needs_linear_bias, "linear_bias"},
-      {needs_gelu, "mlp = \"gelu\""},            {needs_swiglu, "mlp = \"swiglu\""},
       {needs_learned, "position = \"learned\""}, {needs_rope, "position = \"rope\""},
       {needs_untied, "tie_embeddings = false"},  {needs_grouped, "kv_heads < heads"},
       {needs_flash, "attention = \"flash\""},  {needs_batched, "attention = \"batched\""},
-      {needs_context, "parallel.context > 1"},   {needs_moe, "mlp = \"moe\""},
+      {needs_context, "parallel.context > 1"},
   };
   std::string out;
   for (const auto& [flag, word] : words)

@@ -41,6 +41,8 @@ inline model::GptShape shape_of(const io::Deck& deck) {
   s.experts = deck.model.experts;
   s.experts_per_token = deck.model.experts_per_token;
   s.moe_capacity_factor = deck.model.moe_capacity_factor;
+  s.moe_aux_loss_coeff = deck.training.moe_aux_loss_coeff;
+  s.moe_z_loss_coeff = deck.training.moe_z_loss_coeff;
   s.norm_eps = deck.model.norm_eps;
   s.rope_theta = deck.model.rope_theta;
   s.ffn_hidden = deck.model.ffn_width();  // ffn_hidden, resolved in a loaded deck

@@ -1,7 +1,8 @@
 // One block, pre-norm:  after_attention = x + attn(ln_1(x));  y = after_attention + mlp(ln_2(after_attention)), of the shape's block
 // specification (base/block_spec.hpp; docs/design.md, "The block specification"): LayerNorm or
-// RMSNorm, learned or rotary positions, GELU or SwiGLU MLP or a mixture of SwiGLU experts
-// (mixture_of_experts.hpp), the biases it holds.
+// RMSNorm, learned or rotary positions, the biases it holds, and in its MLP slot the kind the
+// specification names (docs/design.md, "Sublayer kinds"), made by the registry below (make_mlp)
+// and driven through its slot's interface (sublayer.hpp).
 // With sequence parallelism x, y, the LayerNorms and the residual adds work on this rank's
 // [n, H] tokens (n = N/t) and the attention and MLP gather and reduce-scatter them
 // (Korthikanti et al. 2022, Figure 5). Its parameters and buffers are the rows of the block
@@ -9,6 +10,7 @@
 #pragma once
 
 #include <algorithm>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -17,13 +19,28 @@
 #include "kokkos_kernels/bias.hpp"
 #include "kokkos_kernels/launch_count.hpp"
 #include "src/model/block_descriptor.hpp"
+#include "src/model/gelu_mlp.hpp"
 #include "src/model/layer_norm.hpp"
 #include "src/model/mixture_of_experts.hpp"
 #include "src/model/parallel_attention.hpp"
-#include "src/model/parallel_mlp.hpp"
 #include "src/model/recompute.hpp"
+#include "src/model/sublayer.hpp"
+#include "src/model/swiglu_mlp.hpp"
 
 namespace tptrain::model {
+
+// The registry of the kinds' modules: the MLP of `kind` (sublayer_kinds.hpp holds their
+// descriptions). A new kind is a line here.
+template <class T>
+std::unique_ptr<MlpSublayer<T>> make_mlp(const SublayerKind& kind, const std::string& name, const GptShape& s,
+                                         std::int64_t tokens, const Communicator& tp, Workspace<T>& ws, int ep_rank,
+                                         const SavedPlacement& placement) {
+  if (&kind == &kGeluMlp) return std::make_unique<GeluMlp<T>>(name, s, tokens, tp, ws, placement);
+  if (&kind == &kSwigluMlp) return std::make_unique<SwigluMlp<T>>(name, s, tokens, tp, ws, placement);
+  if (&kind == &kMoeMlp) return std::make_unique<MixtureOfExperts<T>>(name, s, tokens, tp, ws, ep_rank, placement);
+  throw std::logic_error(std::string("tptrain: the MLP kind \"") + kind.name +
+                         "\" has no module in the registry (src/model/transformer_layer.hpp, make_mlp)");
+}
 
 template <class T>
 struct TransformerLayer {
@@ -32,16 +49,14 @@ struct TransformerLayer {
   struct Saved {
     typename LayerNorm<T>::Saved ln_1, ln_2;
     typename ParallelAttention<T>::Saved attn;
-    typename ParallelMLP<T>::Saved mlp;
-    typename MixtureOfExperts<T>::Saved moe;  // model.mlp = moe (mlp then empty)
+    std::shared_ptr<SublayerSaved> mlp;  // the MLP kind's own
     kernels::Matrix<T> attn_input, after_attention, mlp_input;  // [rows, H]: ln_1(x), x + attention, ln_2 of that
   };
 
   LayerNorm<T> ln_1;
   ParallelAttention<T> attn;
   LayerNorm<T> ln_2;
-  std::optional<ParallelMLP<T>> mlp;       // the dense MLP (model.mlp = gelu, swiglu), or
-  std::optional<MixtureOfExperts<T>> moe;  // the mixture of experts (model.mlp = moe)
+  std::unique_ptr<MlpSublayer<T>> mlp;  // of the specification's kind (model.mlp)
   kernels::Matrix<T> attn_input, after_attention, mlp_input;  // [rows, H] of the bound Saved set (bind)
   kernels::Matrix<T> sublayer_out;  // [rows, H] shared scratch: attention, then MLP output before its residual add
   kernels::Matrix<T> grad_sublayer_input, grad_after_attention;  // [rows, H] shared backward scratch
@@ -74,8 +89,7 @@ struct TransformerLayer {
         grad_after_attention(ws.matrix("block.grad_after_attention", BufferCategory::scratch, s.sequence_rows(tokens(s, batch)), s.hidden)),
         tokens_(tokens(s, batch)), rows_(s.sequence_rows(tokens_)), shape_(s), name_(name), ep_rank_(ep_rank) {
     const SavedPlacement mlp_placement{placement.prefix + "/mlp", placement.category};
-    if (s.moe()) moe.emplace(name + "/mlp", s, tokens_, tp, ws, ep_rank, mlp_placement);
-    else mlp.emplace(name + "/mlp", s, tokens_, tp, ws, mlp_placement);
+    mlp = make_mlp<T>(mlp_kind(s), name + "/mlp", s, tokens_, tp, ws, ep_rank, mlp_placement);
     (void)parameters();  // a parameter without a descriptor row, or a row without its parameter, fails here
   }
 
@@ -86,16 +100,14 @@ struct TransformerLayer {
 
   // The set the constructor allocated (what the layer is bound to first).
   Saved current() const {
-    return {ln_1.saved, ln_2.saved, attn.saved, mlp ? mlp->saved : typename ParallelMLP<T>::Saved{},
-            moe ? moe->saved : nullptr, attn_input, after_attention, mlp_input};
+    return {ln_1.saved, ln_2.saved, attn.saved, mlp->saved_set(), attn_input, after_attention, mlp_input};
   }
   // Another set, named `prefix` + buffer name, in category c.
   Saved make_saved(Workspace<T>& ws, const std::string& prefix, BufferCategory cat) const {
     return {LayerNorm<T>::make_saved(ws, prefix + "/ln_1", rows_, cat, shape_.rms()),
             LayerNorm<T>::make_saved(ws, prefix + "/ln_2", rows_, cat, shape_.rms()),
             attn.make_saved(ws, prefix + "/attn", cat),
-            mlp ? ParallelMLP<T>::make_saved(ws, prefix + "/mlp", tokens_, shape_, cat) : typename ParallelMLP<T>::Saved{},
-            moe ? moe->make_saved(prefix + "/mlp") : nullptr,
+            mlp->make_saved_set(ws, prefix + "/mlp", cat),
             ws.matrix(prefix + ".attn_input", cat, rows_, shape_.hidden),
             ws.matrix(prefix + ".after_attention", cat, rows_, shape_.hidden),
             ws.matrix(prefix + ".mlp_input", cat, rows_, shape_.hidden)};
@@ -104,8 +116,7 @@ struct TransformerLayer {
     ln_1.saved = s.ln_1;
     ln_2.saved = s.ln_2;
     attn.saved = s.attn;
-    if (mlp) mlp->saved = s.mlp;
-    if (moe) moe->saved = s.moe;
+    mlp->bind(s.mlp);
     attn_input = s.attn_input;
     after_attention = s.after_attention;
     mlp_input = s.mlp_input;
@@ -117,7 +128,7 @@ struct TransformerLayer {
   std::vector<Parameter<T>*> parameters() {
     std::vector<Parameter<T>*> held;
     for (const std::vector<Parameter<T>*>& part :
-         {ln_1.parameters(), attn.parameters(), ln_2.parameters(), mlp ? mlp->parameters() : moe->parameters()})
+         {ln_1.parameters(), attn.parameters(), ln_2.parameters(), mlp->parameters()})
       held.insert(held.end(), part.begin(), part.end());
     std::vector<Parameter<T>*> ordered;
     const std::string prefix = name_ + "/";
@@ -138,43 +149,29 @@ struct TransformerLayer {
   }
 
   // ---- what the model asks of every block, whatever kinds it holds ----------------------------
-  // (today the mixture of experts is the only kind that needs any of it)
 
-  // The groups a kind computes over besides the tensor group: the expert-parallel group (a
-  // mixture's all-to-all; null: parallel.expert = 1) and the context group (ring attention, a
-  // mixture's loss sums).
+  // The groups a kind computes over besides the tensor group: the expert-parallel group (null:
+  // parallel.expert = 1) and the context group (ring attention, sums over a sequence's chunks).
   void bind_expert_group(Communicator* ep) {
-    if (moe && ep != nullptr) moe->bind_expert_group(*ep);
+    if (ep != nullptr) mlp->bind_expert_group(*ep);
   }
   void bind_context_group(Communicator& cp) {
     attn.bind_context(cp);
-    if (moe) moe->bind_context_group(cp);
+    mlp->bind_context_group(cp);
   }
   // The scratch the stage's blocks share, and with recompute = full their one saved set: the
   // first block's.
   void share_stage_buffers(const TransformerLayer& first, bool saved_too) {
-    if (!moe) return;
-    moe->scratch = first.moe->scratch;
-    if (saved_too) moe->saved = first.moe->saved;
+    mlp->share_stage_buffers(*first.mlp, saved_too);
   }
-  // Auxiliary losses (a mixture's load balancing and z-loss): their coefficients, and the
-  // gradient weight of this micro-batch's mean losses.
-  void set_auxiliary_loss_weights(const MoeLossWeights& w) {
-    if (moe) moe->loss_weights = w;
-  }
-  void set_auxiliary_loss_scale(kx::acc_t<T> micro_batch_weight) {
-    if (moe) moe->micro_batch_weight = micro_batch_weight;
-  }
+  // The gradient weight of this micro-batch's mean auxiliary losses.
+  void set_auxiliary_loss_scale(kx::acc_t<T> micro_batch_weight) { mlp->set_auxiliary_loss_scale(micro_batch_weight); }
   // Whether forwards add to the statistics (not a recomputation, not an evaluation), and the
-  // statistics since the last call, added to s.
-  void count_statistics(bool on) {
-    if (moe) moe->record = on;
-  }
-  void take_statistics(MoeStatistics& s) {
-    if (moe) s.add(moe->take_statistics());
-  }
+  // statistics since the last call, added to s (sublayer_statistics.hpp).
+  void count_statistics(bool on) { mlp->count_statistics(on); }
+  void take_statistics(StatisticSums& s) { mlp->take_statistics(s); }
   // Whether parameter p is summed over the expert-data group (a mixture's expert), not the data group.
-  static bool is_expert_parameter(const Parameter<T>* p) { return MixtureOfExperts<T>::is_expert_parameter(p); }
+  bool is_expert_parameter(const Parameter<T>* p) const { return mlp->is_expert_parameter(p); }
 
   // Launch-count sites (kernels/launch_count.hpp): a bench reports launches per layer forward
   // and per layer backward from them.
@@ -196,11 +193,10 @@ struct TransformerLayer {
     // projection has none to add
     if (attn.proj.has_bias) ln_2.forward_add_bias(exec, x, sublayer_out_n, attn.proj.bias.value_vector(), after_attention_n, mlp_input_n);
     else ln_2.forward_add(exec, x, sublayer_out_n, after_attention_n, mlp_input_n);
-    if (moe) moe->forward(exec, tp, mlp_input_n, sublayer_out_n);
-    else mlp->forward(exec, tp, mlp_input_n, sublayer_out_n, /*add_proj_bias=*/false);
+    mlp->forward(exec, tp, mlp_input_n, sublayer_out_n, /*add_output_bias=*/false);
     PhaseScope phase(Phase::norms_elementwise);
-    if (mlp && mlp->proj.has_bias)
-      kernels::bias_residual_add(exec, after_attention_n, sublayer_out_n, mlp->proj.bias.value_vector(), y);
+    if (const Parameter<T>* bias = mlp->output_bias())
+      kernels::bias_residual_add(exec, after_attention_n, sublayer_out_n, bias->value_vector(), y);
     else kernels::add(exec, after_attention_n, sublayer_out_n, y);
   }
 
@@ -208,8 +204,7 @@ struct TransformerLayer {
   template <class DYV, class XV, class DXV>
   void backward(const Exec& exec, Communicator& tp, const DYV& dy, const XV& x, const DXV& dx) {
     kernels::launch_count::SiteScope site(backward_site);
-    if (moe) moe->backward(exec, tp, dy, mlp_input, grad_sublayer_input);
-    else mlp->backward(exec, tp, dy, mlp_input, grad_sublayer_input);
+    mlp->backward(exec, tp, dy, mlp_input, grad_sublayer_input);
     ln_2.backward_add(exec, grad_sublayer_input, after_attention, dy, grad_after_attention);  // through ln_2 plus the residual path
     attn.backward(exec, tp, grad_after_attention, attn_input, grad_sublayer_input);
     ln_1.backward_add(exec, grad_sublayer_input, x, grad_after_attention, dx);

@@ -164,7 +164,6 @@ TrainingRun<T>::TrainingRun(const io::Deck& deck, const parallel::Topology& topo
   }
   if (deck.training.skip_spikes)
     spikes_.emplace(SpikeConfig{deck.training.spike_zscore, deck.training.spike_window});
-  model_.set_moe_loss_weights({deck.training.moe_aux_loss_coeff, deck.training.moe_z_loss_coeff});
   pipeline_.reserve(micro_batches());  // every activation slot allocated before the first step
   const int P = topo.layout().pipeline;
   if (micro_batches() < P && topo.world_rank() == 0)
@@ -456,31 +455,18 @@ typename TrainingRun<T>::DataUse TrainingRun<T>::data_use(std::int64_t steps_don
 }
 
 template <class T>
-std::optional<MoeMetrics> TrainingRun<T>::take_moe_metrics() {
-  if (!model_.shape().moe()) return std::nullopt;
-  model::MoeStatistics s = model_.take_moe_statistics();
-  // The tensor ranks of a group route the same tokens: summed over the stages and the data x
-  // context ranks only.
-  std::vector<double> v{s.aux_loss_sum, s.z_loss_sum, double(s.samples), double(s.dropped)};
-  for (const std::int64_t c : s.tokens_per_expert) v.push_back(double(c));
+std::vector<model::SublayerMetrics> TrainingRun<T>::take_sublayer_metrics() {
+  model::StatisticSums s = model_.take_statistics();
+  if (s.empty()) return {};  // alike on every rank: the same kinds count the same sums
+  // The tensor ranks of a group compute the same statistics: summed over the stages and the data
+  // x context ranks only.
+  std::vector<double> v = s.flat();
   for (parallel::Communicator* group : {&topo_.pp(), &topo_.dp_cp()})
     if (group->size() > 1)
       TPTRAIN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, v.data(), static_cast<int>(v.size()), MPI_DOUBLE, MPI_SUM,
                                       group->mpi_comm()));
-  MoeMetrics m;
-  const double samples = std::max(1.0, v[2]);
-  m.aux_loss = v[0] / samples;
-  m.z_loss = v[1] / samples;
-  m.dropped = static_cast<std::int64_t>(v[3]);
-  double total = 0, most = 0;
-  for (std::size_t e = 4; e < v.size(); ++e) {
-    m.tokens_per_expert.push_back(static_cast<std::int64_t>(v[e]));
-    total += v[e];
-    most = std::max(most, v[e]);
-  }
-  const double mean = total / std::max<double>(1.0, double(v.size() - 4));
-  m.load_max_over_mean = mean > 0 ? most / mean : 0.0;
-  return m;
+  s.assign_flat(v);
+  return model::sublayer_metrics(model_.shape(), s);
 }
 
 template <class T>
@@ -490,7 +476,7 @@ double TrainingRun<T>::evaluate() {
   // file cut under the job since the start is one agreed error, not one rank's abort.
   parallel::on_every_rank(topo_.world(), [&] { check_eval_windows(); });
   eval_by_dataset_.clear();
-  const model::MoeRecordingPaused not_training(model_);  // the routing metrics are the training steps'
+  const model::StatisticsPaused not_training(model_);  // the kinds' statistics are the training steps'
   double loss = 0.0;
   for (std::size_t i = 0; i < valid_->size(); ++i) {
     eval_by_dataset_.push_back(

@@ -61,16 +61,6 @@ struct StepResult {
   int skipped_in_a_row = 0;  // training.skip_spikes: this step's run of skips
 };
 
-// The mixture of experts' routing since the last record (model.mlp = moe), over every rank:
-// the load-balancing and z losses (means over micro-batches, blocks and ranks, unweighted by their
-// coefficients), the copies each expert received (summed over the blocks), their largest over
-// their mean (1: balanced), and the copies a capacity dropped.
-struct MoeMetrics {
-  double aux_loss = 0, z_loss = 0, load_max_over_mean = 0;
-  std::int64_t dropped = 0;
-  std::vector<std::int64_t> tokens_per_expert;
-};
-
 // This rank's parameter memory by category, read from the buffers the model allocated
 // (GradBucket). Megatron's accounting: bf16 without a distributed optimizer is 2 bytes of
 // weights + 4 of gradients + 4 of fp32 master + 8 of moments = 18 per parameter; fp32 is 16.
@@ -168,8 +158,10 @@ class TrainingRun {
   std::vector<std::string> resume_data_use(const io::BlendRecord& saved, std::int64_t step);
 
   Model& model() { return model_; }
-  // Collective over the world (every rank logs the same steps); nothing without a mixture of experts.
-  std::optional<MoeMetrics> take_moe_metrics();
+  // The metrics of the block's sublayer kinds since the last call (a mixture's losses and loads;
+  // sublayer_statistics.hpp), summed over the stages and the data x context ranks. Collective
+  // over the world (every rank logs the same steps); empty when no kind counts any.
+  std::vector<model::SublayerMetrics> take_sublayer_metrics();
   std::int64_t tokens_per_step() const { return tokens_per_step_; }
   int micro_batches() const { return sampler_->micro_batches_per_step(); }
   PipelineRunner<T>& pipeline() { return pipeline_; }

@@ -199,23 +199,37 @@ std::string init_text(const model::Init& i) {
   return "";
 }
 
-std::string held_text(unsigned needs) {
-  const std::string t = model::needs_text(needs);
+// When a row is held: its kind's choice (model.mlp = "gelu"; none for the block's own rows) and
+// its needs.
+std::string held_text(unsigned needs, const model::SublayerKind* kind = nullptr) {
+  std::string t = kind ? fmt::format("{} = \"{}\"", model::slot_key(kind->slot), kind->name) : "";
+  const std::string more = model::needs_text(needs);
+  if (!more.empty()) t += (t.empty() ? "" : " and ") + more;
   return t.empty() ? "always" : "`" + t + "`";
 }
 
-std::string parameter_line(const std::string& prefix, const ParameterRow& r) {
+std::string parameter_line(const std::string& prefix, const ParameterRow& r, const std::string& held) {
   return fmt::format("| `{}{}` | {} | {} | {} | {} | {} | {} |", prefix, r.name, shape_text(r), split_text(r),
-                     r.sequence_parallel_sum ? "yes" : "no", r.weight_decay ? "yes" : "no", init_text(r.init),
-                     held_text(r.needs));
+                     r.sequence_parallel_sum ? "yes" : "no", r.weight_decay ? "yes" : "no", init_text(r.init), held);
 }
 
-// Every row of the three tables, with its prefix (the embedding, the blocks, the head).
+// Every row of the tables, with its prefix (the embedding, the blocks, the head) and when it is
+// held: the block's rows are its own and its kinds' (the registry's, sublayer_kinds.hpp).
 template <class F>
 void for_each_row(F&& f) {
-  for (const ParameterRow& r : model::kEmbeddingParameters) f("", r);
-  for (const ParameterRow& r : model::kBlockParameters) f("layers/<i>/", r);
-  for (const ParameterRow& r : model::kHeadParameters) f("", r);
+  for (const ParameterRow& r : model::kEmbeddingParameters) f("", r, held_text(r.needs));
+  for (const ParameterRow& r : model::kBlockParameters) f("layers/<i>/", r, held_text(r.needs));
+  for (const model::SublayerKind* k : model::kSublayerKinds)
+    for (const ParameterRow& r : k->parameters) f("layers/<i>/", r, held_text(r.needs, k));
+  for (const ParameterRow& r : model::kHeadParameters) f("", r, held_text(r.needs));
+}
+
+// Every buffer row of a block, with when it is allocated (as for_each_row).
+template <class F>
+void for_each_buffer_row(F&& f) {
+  for (const BufferRow& r : model::kBlockBuffers) f(r, held_text(r.needs));
+  for (const model::SublayerKind* k : model::kSublayerKinds)
+    for (const BufferRow& r : k->buffers) f(r, held_text(r.needs, k));
 }
 
 // docs/design.md: every tensor a model may hold, with its descriptor row and the choices of the
@@ -224,7 +238,9 @@ std::string model_tensor_table() {
   std::string t =
       "| tensor | logical shape | tensor-parallel split | gradient summed over the sequence-parallel group "
       "| weight decay | initial value | held when |\n|---|---|---|---|---|---|---|\n";
-  for_each_row([&](const std::string& prefix, const ParameterRow& r) { t += parameter_line(prefix, r) + "\n"; });
+  for_each_row([&](const std::string& prefix, const ParameterRow& r, const std::string& held) {
+    t += parameter_line(prefix, r, held) + "\n";
+  });
   return t;
 }
 
@@ -243,8 +259,8 @@ std::string hf_name_table() {
     }
     return out + (n.transposed ? " (transposed)" : "");
   };
-  for_each_row([&](const std::string& prefix, const ParameterRow& r) {
-    t += fmt::format("| `{}{}` | {} | {} | {} |\n", prefix, r.name, held_text(r.needs),
+  for_each_row([&](const std::string& prefix, const ParameterRow& r, const std::string& held) {
+    t += fmt::format("| `{}{}` | {} | {} | {} |\n", prefix, r.name, held,
                      name(model::hf_name(r, model::HfNaming::gpt2)), name(model::hf_name(r, model::HfNaming::llama)));
   });
   return t;
@@ -253,8 +269,8 @@ std::string hf_name_table() {
 // docs/checkpoints.md: the datasets under /model.
 std::string checkpoint_dataset_table() {
   std::string t = "| dataset under `/model` | shape | held when |\n|---|---|---|\n";
-  for_each_row([&](const std::string& prefix, const ParameterRow& r) {
-    t += fmt::format("| `{}{}` | {} | {} |\n", prefix, r.name, shape_text(r), held_text(r.needs));
+  for_each_row([&](const std::string& prefix, const ParameterRow& r, const std::string& held) {
+    t += fmt::format("| `{}{}` | {} | {} |\n", prefix, r.name, shape_text(r), held);
   });
   return t;
 }
@@ -280,20 +296,21 @@ std::string kept_text(const BufferRow& r) {
 // docs/planning.md: what a block keeps per micro-batch, and its share of the stage's workspace.
 std::string block_activation_table() {
   std::string t = "| buffer | bytes | kept with recompute | allocated when |\n|---|---|---|---|\n";
-  for (const BufferRow& r : model::kBlockBuffers)
+  for_each_buffer_row([&](const BufferRow& r, const std::string& held) {
     if (r.lifetime != Lifetime::scratch)
-      t += fmt::format("| {} | {} | {} | {} |\n", r.what, bytes_text(r), kept_text(r), held_text(r.needs));
+      t += fmt::format("| {} | {} | {} | {} |\n", r.what, bytes_text(r), kept_text(r), held);
+  });
   return t;
 }
 std::string block_scratch_table() {
   std::string t = "| buffer | bytes | allocated when | part |\n|---|---|---|---|\n";
-  for (const BufferRow& r : model::kBlockBuffers)
+  for_each_buffer_row([&](const BufferRow& r, const std::string& held) {
     if (r.lifetime == Lifetime::scratch)
-      t += fmt::format("| {} | {} | {}{} | {} |\n", r.what, bytes_text(r), held_text(r.needs),
-                       r.only_16_bit ? " (bf16/fp16 only)" : "",
+      t += fmt::format("| {} | {} | {}{} | {} |\n", r.what, bytes_text(r), held, r.only_16_bit ? " (bf16/fp16 only)" : "",
                        r.phase == model::ScratchPhase::block       ? "block"
                        : r.phase == model::ScratchPhase::attention ? "attention"
                                                                    : "MLP");
+  });
   return t;
 }
 

@@ -311,8 +311,8 @@ double mlp_case(int tp_size) {
   auto tp = test::tp_group(tp_size);
   const auto shape = test::tiny_shape(tp_size);
   model::Workspace<Real> ws;
-  model::ParallelMLP<Real> layer("mlp", shape, std::int64_t(kBatch) * shape.seq_length, *tp, ws);
-  return block_case("ParallelMLP", tp_size, layer, *tp, layer.parameters(), 30);
+  model::GeluMlp<Real> layer("mlp", shape, std::int64_t(kBatch) * shape.seq_length, *tp, ws);
+  return block_case("GeluMlp", tp_size, layer, *tp, layer.parameters(), 30);
 }
 
 double transformer_layer_case(int tp_size) {
@@ -549,7 +549,7 @@ TEST_CASE("ParallelAttention gradients match finite differences", "[model][layer
   for_each_layout(attention_case);
 }
 
-TEST_CASE("ParallelMLP gradients match finite differences", "[model][layers][mpi]") {
+TEST_CASE("GeluMlp gradients match finite differences", "[model][layers][mpi]") {
   for_each_layout(mlp_case);
 }
 
