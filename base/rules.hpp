@@ -1,6 +1,6 @@
 // A broken rule as data: the keys it involves and what was expected. The rules themselves live
 // with their owners (issue 31, "deck rules live with their owners"): the block specification's
-// in base/block_spec.hpp, the parallel layout's and the schedule's in base/layout_rules.hpp. A
+// in src/model/spec/block_spec.hpp, the parallel layout's and the schedule's in base/layout_rules.hpp. A
 // rule returns its problems; each reader words them for its place: the deck (io/deck.cpp) at the
 // file:line of the key to blame, the model and the schedule as std::invalid_argument text, the
 // planner as the reason a layout is skipped. Plain data: io/ and src/ both read it.

@@ -2,7 +2,7 @@
 // See io/deck.hpp for the contract and docs/deck-reference.md for every key.
 #include "io/deck.hpp"
 
-#include "base/block_spec.hpp"
+#include "src/model/spec/block_spec.hpp"
 #include "base/layout_rules.hpp"
 
 #include "io/data_paths.hpp"
@@ -1085,7 +1085,7 @@ Deck DeckReader::build() {
     kv.default_note = "model.heads";
     m.kv_heads = m.heads;
   }
-  // The block specification's choices the deck leaves out: the preset's (base/block_spec.hpp).
+  // The block specification's choices the deck leaves out: the preset's (src/model/spec/block_spec.hpp).
   if (field("model", "architecture").ok)
     if (const model::BlockPreset* preset = model::block_preset(m.architecture))
       for (const PresetDefault& k : preset_defaults())
@@ -1169,7 +1169,7 @@ Deck DeckReader::build() {
   return d;
 }
 
-// The block specification's rules (base/block_spec.hpp): grouped-query attention's kv_heads
+// The block specification's rules (src/model/spec/block_spec.hpp): grouped-query attention's kv_heads
 // (whole key/value heads per tensor rank), rotary embeddings' even head dimension, LayerNorm's
 // bias, the mixture of experts' k <= E and bias-free experts; and the keys of a choice the
 // specification does not make (model.norm_eps without RMSNorm, model.rope_theta without rotary
@@ -1186,7 +1186,7 @@ void DeckReader::check_architecture(const Deck& d) {
   if (ok("kv_heads") && ok("heads"))
     for (const rules::Problem& p : rules::kv_head_problems(m.heads, m.kv_heads, field("parallel", "tensor").ok ? d.parallel.tensor : 1))
       report(p);
-  // The specification's rules (base/block_spec.hpp), each once the keys it binds are valid.
+  // The specification's rules (src/model/spec/block_spec.hpp), each once the keys it binds are valid.
   const bool norm_ok = ok("norm") && model::norm_of(m.norm).has_value();
   const bool position_ok = ok("position") && model::position_of(m.position).has_value();
   const model::Norm norm = model::norm_of(m.norm).value_or(model::Norm::layernorm);

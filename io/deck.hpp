@@ -35,7 +35,7 @@ namespace tptrain::io {
 // ranges and the meaning of every key are in one table, io/deck_keys.cpp (and
 // docs/deck-reference.md).
 
-// [model]: the architecture (a preset of the block specification, base/block_spec.hpp: "gpt2",
+// [model]: the architecture (a preset of the block specification, src/model/spec/block_spec.hpp: "gpt2",
 // "llama"), the choices that override it, and the shape.
 struct ModelConfig {
   std::string architecture;  // the preset
@@ -55,7 +55,7 @@ struct ModelConfig {
   double norm_eps{};         // RMSNorm's epsilon (model.norm = rmsnorm)
   double rope_theta{};       // rotary embedding base (model.position = rope)
   bool tie_embeddings{};     // output layer = word embedding (default: the preset's)
-  // The mixture of experts (model.mlp = "moe"; base/block_spec.hpp): E experts, k per token, and
+  // The mixture of experts (model.mlp = "moe"; src/model/spec/block_spec.hpp): E experts, k per token, and
   // a capacity factor (0: dropless).
   int experts{};
   int experts_per_token{};

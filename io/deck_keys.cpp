@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <limits>
 
-#include "base/block_spec.hpp"
+#include "src/model/spec/block_spec.hpp"
 #include "io/deck.hpp"
 #include "io/read_watchdog.hpp"
 
@@ -35,7 +35,7 @@ using D = DataConfig;
 using C = CheckpointConfig;
 using R = RunConfig;
 
-// model.architecture's values: the presets' names (base/block_spec.hpp).
+// model.architecture's values: the presets' names (src/model/spec/block_spec.hpp).
 Choice preset_choice() {
   std::size_t n = 0;
   const model::BlockPreset* p = model::block_presets(n);
@@ -49,7 +49,7 @@ const std::string& architecture_doc() {
   static const std::string doc = [] {
     std::size_t n = 0;
     const model::BlockPreset* p = model::block_presets(n);
-    std::string d = "the block specification's preset (base/block_spec.hpp): ";
+    std::string d = "the block specification's preset (src/model/spec/block_spec.hpp): ";
     for (std::size_t i = 0; i < n; ++i) d += fmt::format("{}\"{}\" ({})", i ? ", " : "", p[i].name, p[i].what);
     return d + "; the five keys below override its choices";
   }();

@@ -1,4 +1,4 @@
-// The [model] keys whose defaults are the block preset's (model.architecture; base/block_spec.hpp),
+// The [model] keys whose defaults are the block preset's (model.architecture; src/model/spec/block_spec.hpp),
 // each with how the preset sets it: the one list that a default Deck (ModelConfig::
 // take_preset_defaults) and the parser (the keys a deck leaves out) both walk.
 #pragma once
@@ -6,7 +6,7 @@
 #include <string_view>
 #include <vector>
 
-#include "base/block_spec.hpp"
+#include "src/model/spec/block_spec.hpp"
 #include "io/deck.hpp"
 
 namespace tptrain::io {

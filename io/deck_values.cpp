@@ -5,7 +5,7 @@
 #include <string>
 #include <type_traits>
 
-#include "base/block_spec.hpp"
+#include "src/model/spec/block_spec.hpp"
 #include "io/deck.hpp"
 #include "io/deck_keys.hpp"
 #include "io/deck_presets.hpp"

@@ -34,11 +34,11 @@ std::string to_json(const MetricsRecord& r) {
     o.numbers("data_share", r.data_share, digits(6));
     o.numbers("data_epochs", r.data_epochs, digits(6));
   }
-  for (const MetricsRecord::SublayerField& f : r.sublayer_fields) {
+  for (const model::MetricField& f : r.sublayer_fields) {
     switch (f.form) {
-      case MetricsRecord::SublayerField::number: o.number(f.key, f.values.at(0), digits(f.digits)); break;
-      case MetricsRecord::SublayerField::integer: o.integer(f.key, static_cast<std::int64_t>(f.values.at(0))); break;
-      case MetricsRecord::SublayerField::integers: {
+      case model::MetricField::number: o.number(f.key, f.values.at(0), digits(f.digits)); break;
+      case model::MetricField::integer: o.integer(f.key, static_cast<std::int64_t>(f.values.at(0))); break;
+      case model::MetricField::integers: {
         std::vector<std::int64_t> v;
         for (const double x : f.values) v.push_back(static_cast<std::int64_t>(x));
         o.integers(f.key, v);

@@ -8,6 +8,8 @@
 #include <utility>
 #include <vector>
 
+#include "src/model/spec/sublayer_statistics.hpp"
+
 namespace tptrain::io {
 
 struct MetricsRecord {
@@ -38,18 +40,11 @@ struct MetricsRecord {
     double max_s = 0, median_s = 0;
   };
   std::optional<StepTimes> step_times;
-  // What the block's sublayer kinds measured over the interval (src/model/sublayer_statistics.hpp),
+  // What the block's sublayer kinds measured over the interval (src/model/spec/sublayer_statistics.hpp),
   // in the kinds' order; a mixture of experts gives "moe_aux_loss", "moe_z_loss",
   // "moe_load_max_over_mean", "moe_dropped" and "moe_tokens_per_expert" (a list, expert by expert).
   // The writer knows no kind: each field says its key and how it is written.
-  struct SublayerField {
-    enum Form { number, integer, integers };
-    std::string key;
-    std::vector<double> values;  // one for a number or an integer, the list for integers
-    Form form = number;
-    int digits = 17;             // significant digits of a number
-  };
-  std::vector<SublayerField> sublayer_fields;
+  std::vector<model::MetricField> sublayer_fields;
   // Per dataset of data.train (one entry without a blend): the share of the sequences drawn so
   // far and the epochs (tokens drawn / the dataset's tokens); "data_share", "data_epochs".
   std::vector<double> data_share, data_epochs;

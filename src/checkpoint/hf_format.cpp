@@ -1,6 +1,6 @@
 #include "src/checkpoint/hf_format.hpp"
 
-#include "src/model/model_parameters.hpp"
+#include "src/model/spec/model_parameters.hpp"
 #include "src/checkpoint/hf_gpt2.hpp"
 #include "src/checkpoint/hf_llama.hpp"
 

@@ -7,7 +7,7 @@
 
 #include "io/hf_gpt2_config.hpp"
 #include "io/path_text.hpp"
-#include "src/model/model_parameters.hpp"
+#include "src/model/spec/model_parameters.hpp"
 
 namespace tptrain::checkpoint {
 

@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "src/model/gpt_shape.hpp"
+#include "src/model/spec/gpt_shape.hpp"
 #include "src/checkpoint/hf_tensors.hpp"
 
 namespace tptrain::checkpoint {

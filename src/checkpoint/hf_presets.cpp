@@ -4,7 +4,7 @@
 
 #include <stdexcept>
 
-#include "base/block_spec.hpp"
+#include "src/model/spec/block_spec.hpp"
 
 namespace tptrain::checkpoint {
 

@@ -1,5 +1,5 @@
 // The Hugging Face architectures tptrain exports to and imports from, as data (docs/checkpoints.md,
-// "Hugging Face export and import"). Each is a block preset (base/block_spec.hpp) under one of the
+// "Hugging Face export and import"). Each is a block preset (src/model/spec/block_spec.hpp) under one of the
 // descriptor rows' naming families (model::ParameterRow::hf) with one of three config.json families;
 // adding an architecture Hugging Face knows is a row of hf_presets() (src/checkpoint/hf_presets.cpp).
 #pragma once
@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "src/model/gpt_shape.hpp"
-#include "src/model/parameter_spec.hpp"
+#include "src/model/spec/gpt_shape.hpp"
+#include "src/model/spec/parameter_spec.hpp"
 
 namespace tptrain::checkpoint {
 

@@ -3,7 +3,7 @@
 #include <optional>
 #include <stdexcept>
 
-#include "src/model/model_parameters.hpp"
+#include "src/model/spec/model_parameters.hpp"
 
 namespace tptrain::checkpoint {
 
@@ -58,7 +58,7 @@ std::vector<HfTensor> hf_tensors(const model::GptShape& shape, model::HfNaming n
     const char* pattern = hf.pattern;
     if (pattern == nullptr)
       throw std::logic_error("tptrain: the model tensor " + t.name +
-                             " has no Hugging Face name in this family (its row's hf, src/model/block_descriptor.hpp)");
+                             " has no Hugging Face name in this family (its row's hf, src/model/spec/block_descriptor.hpp)");
     const std::vector<std::string> names = hf_names(pattern, split_block_name(t.name).layer);
     const bool transposed = hf.transposed;
     if (transposed && (checkpoint_shape.size() != 2 || names.size() != 1))

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "src/model/gpt_shape.hpp"
-#include "src/model/parameter_spec.hpp"
+#include "src/model/spec/gpt_shape.hpp"
+#include "src/model/spec/parameter_spec.hpp"
 
 namespace tptrain::checkpoint {
 

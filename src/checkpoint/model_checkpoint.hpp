@@ -3,7 +3,7 @@
 // /optimizer/exp_avg_sq/<name> the AdamW moments. Replicated tensors are written by TP rank 0
 // only; a vocabulary-padded embedding writes only its real rows; DP replicas other than dp 0
 // write nothing. Every rank lists every tensor of the model (model::logical_tensors, from the
-// model's descriptor tables, src/model/block_descriptor.hpp); a pipeline stage has slabs only in
+// model's descriptor tables, src/model/spec/block_descriptor.hpp); a pipeline stage has slabs only in
 // its own, and the last stage's tied copy of embedding/word is read but not written (the first
 // stage writes it).
 #pragma once

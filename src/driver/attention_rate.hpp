@@ -5,7 +5,7 @@
 // that the planner, which counts them the same way, gets the measured time back.
 #pragma once
 
-#include "src/model/gpt_shape.hpp"
+#include "src/model/spec/gpt_shape.hpp"
 
 namespace tptrain::driver {
 

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "src/model/gpt_shape.hpp"
+#include "src/model/spec/gpt_shape.hpp"
 
 namespace tptrain::driver {
 

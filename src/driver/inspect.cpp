@@ -12,7 +12,7 @@
 #include <string_view>
 #include <vector>
 
-#include "base/block_spec.hpp"
+#include "src/model/spec/block_spec.hpp"
 #include "io/deck_text.hpp"
 #include "io/path_text.hpp"
 
@@ -80,7 +80,7 @@ void print_blend(std::ostream& out, const io::BlendRecord& blend) {
 
 // The block specification and shape the deck states: a deck from before model.architecture
 // (issue 23) is a gpt2 one, tied, with kv_heads = heads; the choices it leaves out are its
-// preset's (base/block_spec.hpp). The choices are shown where they differ from the preset's.
+// preset's (src/model/spec/block_spec.hpp). The choices are shown where they differ from the preset's.
 std::string model_line(const std::string& deck) {
   std::map<std::string, std::optional<std::string>> v;
   try {

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "kokkos_kernels/gelu.hpp"
-#include "src/model/block_descriptor.hpp"
-#include "src/model/gelu_mlp_kind.hpp"
+#include "src/model/spec/block_descriptor.hpp"
+#include "src/model/spec/gelu_mlp_kind.hpp"
 #include "src/model/linear.hpp"
 #include "src/model/sublayer.hpp"
 #include "src/model/workspace.hpp"

@@ -25,7 +25,7 @@
 //             a non-first stage leaves dL/d(input) in input_grad().
 // With sequence parallelism these are the rank's [n, H] token shards (n = N/t).
 //
-// Activation slots: the activations kept for backward (src/model/recompute.hpp) are kept per
+// Activation slots: the activations kept for backward (src/model/spec/recompute.hpp) are kept per
 // slot, one slot per micro-batch between its forward and its backward (a pipeline schedule
 // reserves as many as it has in flight; evaluation and a one-stage step use slot 0).
 // bind_slot(k) makes forward and backward use slot k. A slot holds the residual stream (each
@@ -48,9 +48,9 @@
 #include <utility>
 #include <vector>
 
-#include "src/model/gpt_shape.hpp"
-#include "src/model/model_parameters.hpp"
-#include "src/model/recompute.hpp"
+#include "src/model/spec/gpt_shape.hpp"
+#include "src/model/spec/model_parameters.hpp"
+#include "src/model/spec/recompute.hpp"
 #include "src/model/transformer_layer.hpp"
 #include "src/model/vocab_parallel_cross_entropy.hpp"
 #include "src/model/vocab_parallel_embedding.hpp"

@@ -35,7 +35,7 @@ struct LayerNorm {
   Parameter<T> weight, bias;  // [H], replicated (RMSNorm: bias empty)
   Saved saved;                // the set of the micro-batch being computed (the owner may rebind it)
   kernels::Vector<Acc> column_scratch;  // column_sums_scratch(); empty: allocated per backward
-  static constexpr double eps = kLayerNormEps;  // LayerNorm's (base/block_spec.hpp)
+  static constexpr double eps = kLayerNormEps;  // LayerNorm's (src/model/spec/block_spec.hpp)
   bool rms = false;                     // RMSNorm
   double rms_eps = 1e-5;                // RMSNorm's (model.norm_eps)
 

@@ -13,9 +13,9 @@
 #include "kokkos_kernels/bias.hpp"
 #include "kokkos_kernels/column_sums.hpp"
 #include "kokkos_kernels/gemm.hpp"
-#include "src/model/gpt_shape.hpp"
+#include "src/model/spec/gpt_shape.hpp"
 #include "src/model/parameter.hpp"
-#include "src/model/parameter_spec.hpp"
+#include "src/model/spec/parameter_spec.hpp"
 #include "src/model/workspace.hpp"
 #include "src/parallel/mappings.hpp"
 #include "src/util/phases.hpp"
@@ -27,7 +27,7 @@ using parallel::Communicator;
 using util::Phase;
 using util::PhaseScope;
 
-// The Parameter a descriptor row describes (src/model/parameter_spec.hpp), as rank tp.rank()
+// The Parameter a descriptor row describes (src/model/spec/parameter_spec.hpp), as rank tp.rank()
 // of the group holds it; its buffers come later (GptModel's buckets, or allocate_and_initialise).
 template <class T>
 Parameter<T> make_parameter(const ParameterSpec& spec, const Communicator& tp) {

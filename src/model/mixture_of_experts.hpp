@@ -25,12 +25,12 @@
 #include <string>
 #include <vector>
 
-#include "src/model/block_descriptor.hpp"
-#include "src/model/gpt_shape.hpp"
+#include "src/model/spec/block_descriptor.hpp"
+#include "src/model/spec/gpt_shape.hpp"
 #include "src/model/linear.hpp"
 #include "src/model/moe_router.hpp"
 #include "src/model/moe_token_dispatcher.hpp"
-#include "src/model/moe_kind.hpp"
+#include "src/model/spec/moe_kind.hpp"
 #include "src/model/sublayer.hpp"
 #include "src/model/swiglu_mlp.hpp"
 #include "src/model/workspace.hpp"

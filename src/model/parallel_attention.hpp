@@ -2,7 +2,7 @@
 // Q, K and V row blocks are each split over the TP group, so a rank holds Q, K and V of its
 // heads), causal attention of the local heads with no communication, output projection
 // row-parallel (its all-reduce is g). Its parameters are the block descriptor's attn/ rows
-// (src/model/block_descriptor.hpp), named after the layer: "<block>/attn/qkv/weight", ...
+// (src/model/spec/block_descriptor.hpp), named after the layer: "<block>/attn/qkv/weight", ...
 // By the block specification: the biases it holds; with rotary positions q and k rotated in the
 // QKV output (RoPE, rotate-half). The attention core is one of two (GptShape::flash_attention,
 // the deck's training.attention; docs/design.md, "Attention"):
@@ -24,11 +24,11 @@
 #include "kokkos_kernels/flash_attention.hpp"
 #include "kokkos_kernels/kv_cache_append.hpp"
 #include "kokkos_kernels/rope.hpp"
-#include "src/model/block_descriptor.hpp"
-#include "src/model/gpt_shape.hpp"
+#include "src/model/spec/block_descriptor.hpp"
+#include "src/model/spec/gpt_shape.hpp"
 #include "src/model/kv_cache.hpp"
 #include "src/model/linear.hpp"
-#include "src/model/recompute.hpp"
+#include "src/model/spec/recompute.hpp"
 #include "src/model/ring_attention.hpp"
 #include "src/model/workspace.hpp"
 
@@ -36,7 +36,7 @@ namespace tptrain::model {
 
 template <class T>
 struct ParallelAttention {
-  // What forward keeps for backward (src/model/recompute.hpp).
+  // What forward keeps for backward (src/model/spec/recompute.hpp).
   struct Saved {
     kernels::Matrix<T> qkv_out;         // [N, (nh + 2nkv)/tp * d] (rotary: q and k rotated)
     kernels::Vector<kx::acc_t<T>> lse;  // [B*nh/tp*S] log Σ exp of each score row (the softmax's normaliser), fp32

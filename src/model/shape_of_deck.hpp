@@ -8,7 +8,7 @@
 #include "io/deck.hpp"
 #include "kokkos_kernels/attention_path.hpp"
 #include "kokkos_kernels/views.hpp"
-#include "src/model/gpt_shape.hpp"
+#include "src/model/spec/gpt_shape.hpp"
 
 namespace tptrain::model {
 

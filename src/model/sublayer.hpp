@@ -15,7 +15,7 @@
 
 #include "kokkos_kernels/views.hpp"
 #include "src/model/parameter.hpp"
-#include "src/model/sublayer_statistics.hpp"
+#include "src/model/spec/sublayer_statistics.hpp"
 #include "src/model/workspace.hpp"
 #include "src/model/linear.hpp"
 

@@ -12,10 +12,10 @@
 #include <vector>
 
 #include "kokkos_kernels/swiglu.hpp"
-#include "src/model/block_descriptor.hpp"
+#include "src/model/spec/block_descriptor.hpp"
 #include "src/model/linear.hpp"
 #include "src/model/sublayer.hpp"
-#include "src/model/swiglu_mlp_kind.hpp"
+#include "src/model/spec/swiglu_mlp_kind.hpp"
 #include "src/model/workspace.hpp"
 
 namespace tptrain::model {

@@ -1,12 +1,12 @@
 // One block, pre-norm:  after_attention = x + attn(ln_1(x));  y = after_attention + mlp(ln_2(after_attention)), of the shape's block
-// specification (base/block_spec.hpp; docs/design.md, "The block specification"): LayerNorm or
+// specification (src/model/spec/block_spec.hpp; docs/design.md, "The block specification"): LayerNorm or
 // RMSNorm, learned or rotary positions, the biases it holds, and in its MLP slot the kind the
 // specification names (docs/design.md, "Sublayer kinds"), made by the registry below (make_mlp)
 // and driven through its slot's interface (sublayer.hpp).
 // With sequence parallelism x, y, the LayerNorms and the residual adds work on this rank's
 // [n, H] tokens (n = N/t) and the attention and MLP gather and reduce-scatter them
 // (Korthikanti et al. 2022, Figure 5). Its parameters and buffers are the rows of the block
-// descriptor (src/model/block_descriptor.hpp).
+// descriptor (src/model/spec/block_descriptor.hpp).
 #pragma once
 
 #include <algorithm>
@@ -18,12 +18,12 @@
 
 #include "kokkos_kernels/bias.hpp"
 #include "kokkos_kernels/launch_count.hpp"
-#include "src/model/block_descriptor.hpp"
+#include "src/model/spec/block_descriptor.hpp"
 #include "src/model/gelu_mlp.hpp"
 #include "src/model/layer_norm.hpp"
 #include "src/model/mixture_of_experts.hpp"
 #include "src/model/parallel_attention.hpp"
-#include "src/model/recompute.hpp"
+#include "src/model/spec/recompute.hpp"
 #include "src/model/sublayer.hpp"
 #include "src/model/swiglu_mlp.hpp"
 
@@ -144,7 +144,7 @@ struct TransformerLayer {
     if (ordered.size() != held.size())
       throw std::logic_error("tptrain: block " + name_ + " holds " + std::to_string(held.size()) +
                              " parameters, the block descriptor lists " + std::to_string(ordered.size()) +
-                             " (src/model/block_descriptor.hpp)");
+                             " (src/model/spec/block_descriptor.hpp)");
     return ordered;
   }
 

@@ -17,7 +17,7 @@
 #include "kokkos_kernels/cross_entropy.hpp"
 #include "kokkos_kernels/gemm.hpp"
 #include "kokkos_kernels/loss_sum.hpp"
-#include "src/model/gpt_shape.hpp"
+#include "src/model/spec/gpt_shape.hpp"
 #include "src/model/linear.hpp"
 #include "src/model/workspace.hpp"
 

@@ -8,9 +8,9 @@
 #pragma once
 
 #include "kokkos_kernels/embedding.hpp"
-#include "src/model/gpt_shape.hpp"
+#include "src/model/spec/gpt_shape.hpp"
 #include "src/model/linear.hpp"
-#include "src/model/model_parameters.hpp"
+#include "src/model/spec/model_parameters.hpp"
 
 namespace tptrain::model {
 

@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "kokkos_kernels/views.hpp"
-#include "src/model/scratch_phase.hpp"
+#include "src/model/spec/scratch_phase.hpp"
 #include "src/util/memory_category.hpp"
 
 namespace tptrain::model {
@@ -113,7 +113,7 @@ class Workspace {
     std::size_t& used = phase_used_[static_cast<int>(p)];
     if (in_region && used + bytes > phase_bytes_)
       throw std::logic_error("tptrain: scratch buffer " + name + " does not fit in the block's shared region of " +
-                             std::to_string(phase_bytes_) + " bytes (src/model/block_descriptor.hpp)");
+                             std::to_string(phase_bytes_) + " bytes (src/model/spec/block_descriptor.hpp)");
     entries_.push_back(Entry{name, c, shape, bytes, in_region});
     if (c != BufferCategory::scratch) return allocate<V>(name, shape);
     Bytes storage;

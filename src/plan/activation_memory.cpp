@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <utility>
 
-#include "src/model/block_descriptor.hpp"
+#include "src/model/spec/block_descriptor.hpp"
 #include "src/plan/count.hpp"
 
 namespace tptrain::plan {

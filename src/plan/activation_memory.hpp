@@ -1,6 +1,6 @@
 // Activation memory of one rank, buffer by buffer: tptrain's own inventory (docs/planning.md,
 // "Activations"), the formulas the measured memory of a run is checked against. A block's
-// buffers come from the block descriptor (src/model/block_descriptor.hpp), so that when the
+// buffers come from the block descriptor (src/model/spec/block_descriptor.hpp), so that when the
 // block's buffers change, its table row changes and nothing here; the stage's and the head's own
 // tensors are one function each.
 //
@@ -52,7 +52,7 @@ std::vector<Buffer> moe_saved_buffers(const Config& c);
 std::vector<Buffer> moe_scratch(const Config& c);
 
 // ---- kept by one transformer layer for one micro-batch ------------------------------------------
-// The block descriptor's buffers (src/model/block_descriptor.hpp, kBlockBuffers: their shapes,
+// The block descriptor's buffers (src/model/spec/block_descriptor.hpp, kBlockBuffers: their shapes,
 // element types and lifetimes). What one layer keeps for one micro-batch between its forward and
 // its backward:
 //   none       the block input and the saved set, the attention scores included;

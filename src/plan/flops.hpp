@@ -32,7 +32,7 @@ double logits_forward_flops(double B, double s, double h, double V);
 //   none       3·l·block + 3·logits                    (eq. 3 with 72 in place of 96 for the blocks)
 //   selective  the same + l·attention core
 //   full       4·l·block + 3·logits                    (eq. 3)
-// V is the padded vocabulary the logits GEMM computes (src/model/gpt_shape.hpp).
+// V is the padded vocabulary the logits GEMM computes (src/model/spec/gpt_shape.hpp).
 double flops_per_iteration(const Config& c, Recompute r);
 
 // Eq. 4: seconds to train on `tokens` with `parameters`, on `gpus` GPUs of `flops_per_gpu`

@@ -4,7 +4,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "src/model/model_parameters.hpp"
+#include "src/model/spec/model_parameters.hpp"
 #include "src/plan/count.hpp"
 
 namespace tptrain::plan {

@@ -3,8 +3,8 @@
 // Counts of the whole model by formula — Narayanan et al. 2021 eq. 2 (the closed form the
 // Megatron-LM paper reports for GPT, which assumes ffn_hidden = 4·hidden), Llama's (llama decks) —
 // and the exact count of the tensors tptrain
-// builds, from the model's descriptor tables (src/model/model_parameters.hpp and the block
-// descriptor, src/model/block_descriptor.hpp), which the checkpoints are written from too. Per
+// builds, from the model's descriptor tables (src/model/spec/model_parameters.hpp and the block
+// descriptor, src/model/spec/block_descriptor.hpp), which the checkpoints are written from too. Per
 // rank: the tensors of one pipeline stage, each split over the tensor-parallel group as its
 // descriptor row states.
 #pragma once
@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "src/model/gpt_shape.hpp"
+#include "src/model/spec/gpt_shape.hpp"
 
 namespace tptrain::plan {
 

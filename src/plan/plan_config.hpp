@@ -8,13 +8,13 @@
 #include <vector>
 
 #include "io/deck.hpp"
-#include "src/model/gpt_shape.hpp"
-#include "src/model/recompute.hpp"
+#include "src/model/spec/gpt_shape.hpp"
+#include "src/model/spec/recompute.hpp"
 #include "src/parallel/topology_rank_map.hpp"
 
 namespace tptrain::plan {
 
-// training.recompute (src/model/recompute.hpp): what the backward recomputes instead of keeping.
+// training.recompute (src/model/spec/recompute.hpp): what the backward recomputes instead of keeping.
 using model::Recompute;
 using model::recompute_name;
 

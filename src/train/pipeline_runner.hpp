@@ -31,7 +31,7 @@
 // Activation memory: each micro-batch between its forward and its backward keeps its own
 // activation slot in its chunk (GptModel::bind_slot): a chunk reserves as many slots as the
 // schedule has micro-batches in flight on it (from the receive of its input), and what a slot
-// holds is the choice of training.recompute (src/model/recompute.hpp). A received stage input
+// holds is the choice of training.recompute (src/model/spec/recompute.hpp). A received stage input
 // goes straight into its micro-batch's slot. With v > 1 a received gradient waits in one of
 // the model's received-gradient buffers (as many as the schedule has waiting at once) and is
 // copied into the model's output gradient before its backward; with v = 1 it is received there.

@@ -1,12 +1,12 @@
-// The block specification's own rules (base/block_spec.hpp), stated once and read by the deck
+// The block specification's own rules (src/model/spec/block_spec.hpp), stated once and read by the deck
 // and GptShape::validate: every preset meets them, each broken rule names its keys, and the
 // keys it mentions are written by the reader (base/rules.hpp).
-#include "base/block_spec.hpp"
+#include "src/model/spec/block_spec.hpp"
 
 #include <stdexcept>
 
 #include "catch.hpp"
-#include "src/model/gpt_shape.hpp"
+#include "src/model/spec/gpt_shape.hpp"
 #include "tests/model/model_test_util.hpp"
 
 using namespace tptrain;

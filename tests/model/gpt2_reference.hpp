@@ -23,7 +23,7 @@
 #include <string>
 #include <vector>
 
-#include "src/model/gpt_shape.hpp"
+#include "src/model/spec/gpt_shape.hpp"
 
 namespace tptrain::test {
 

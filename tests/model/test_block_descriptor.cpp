@@ -1,4 +1,4 @@
-// The block descriptor (src/model/block_descriptor.hpp) against what it describes: the
+// The block descriptor (src/model/spec/block_descriptor.hpp) against what it describes: the
 // Parameters the layers make, every buffer a model stage allocates (name, shape, bytes, category,
 // for each recompute mode, precision, sequence parallelism and micro-batches in flight), and the
 // docs' tables, which are its rows printed. TPTRAIN_UPDATE_DOCS=1 rewrites those tables in
@@ -15,8 +15,8 @@
 #include <fmt/format.h>
 
 #include "catch.hpp"
-#include "src/model/block_descriptor.hpp"
-#include "src/model/model_parameters.hpp"
+#include "src/model/spec/block_descriptor.hpp"
+#include "src/model/spec/model_parameters.hpp"
 #include "tests/model/model_test_util.hpp"
 
 using namespace tptrain;
@@ -44,7 +44,7 @@ model::GptShape distinct_shape(int t, bool sequence_parallel) {
   s.sequence_parallel = sequence_parallel;
   return s;
 }
-// Every preset of the block specification (base/block_spec.hpp) on that shape, those with rotary
+// Every preset of the block specification (src/model/spec/block_spec.hpp) on that shape, those with rotary
 // positions with grouped-query attention (2 key/value heads where the tensor size allows, t <= 2;
 // at t = 4 every rank needs a whole key/value head: 4); and GPT-2 untied.
 std::vector<model::GptShape> shapes(int t, bool sequence_parallel) {
@@ -122,7 +122,7 @@ void check_buffers(const model::GptShape& shape, int micro_batch, Recompute mode
     const bool own = name.rfind(output, 0) == 0 || name == "residual_grad" || name == "residual_grad_next" || name == "column_sums" ||
                      name.rfind("ln_f.", 0) == 0 || name.rfind("lm_head.", 0) == 0 ||
                      name.rfind("sequence_parallel.", 0) == 0;
-    INFO("buffer " << name << " is in no row of the block descriptor (src/model/block_descriptor.hpp)");
+    INFO("buffer " << name << " is in no row of the block descriptor (src/model/spec/block_descriptor.hpp)");
     CHECK(own);
   }
 }

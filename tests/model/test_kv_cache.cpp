@@ -82,7 +82,7 @@ namespace {
 
 // The largest difference between the incremental forward's last-row logits and the full
 // forward's logits of that row, over every position of the sequence, fed in blocks `blocks`.
-// The preset's block (base/block_spec.hpp); rotary ones with grouped-query attention (2 key/value
+// The preset's block (src/model/spec/block_spec.hpp); rotary ones with grouped-query attention (2 key/value
 // heads for 4 query heads, 4 on 4 tensor ranks). The full forward may split sequences; the
 // generation model never does (generate builds it without), and holds the same weights.
 double incremental_vs_full(const char* preset, int tp_size, bool sequence_parallel,

@@ -35,7 +35,7 @@ driver::Generation greedy(const io::Deck& deck, const parallel::Topology& topo, 
   return driver::generate_tokens<float>(deck, topo, file, prompt, o, end_of_text, deck.model.vocab_size);
 }
 
-// The small pipeline deck with the block of `preset` (base/block_spec.hpp); the rotary ones with
+// The small pipeline deck with the block of `preset` (src/model/spec/block_spec.hpp); the rotary ones with
 // grouped-query attention (8 query heads, 4 key/value heads: whole ones on up to 4 tensor ranks).
 io::Deck preset_deck(const char* preset, int tensor, int pipeline, int data, const std::string& extra) {
   io::Deck deck = test::pipeline_deck(tensor, pipeline, data, 3, 8, extra);

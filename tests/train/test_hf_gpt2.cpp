@@ -11,7 +11,7 @@
 #include <set>
 
 #include "data/scratch_dir.hpp"
-#include "src/model/model_parameters.hpp"
+#include "src/model/spec/model_parameters.hpp"
 #include "src/checkpoint/hf_gpt2.hpp"
 #include "src/checkpoint/hf_tensors.hpp"
 

@@ -11,7 +11,7 @@
 #include <map>
 
 #include "data/scratch_dir.hpp"
-#include "src/model/model_parameters.hpp"
+#include "src/model/spec/model_parameters.hpp"
 #include "src/checkpoint/hf_format.hpp"
 #include "src/checkpoint/hf_llama.hpp"
 

@@ -2,7 +2,7 @@
 // block specification no Hugging Face architecture computes is refused by name, not exported
 // under names that would compute another model.
 #include "catch.hpp"
-#include "src/model/model_parameters.hpp"
+#include "src/model/spec/model_parameters.hpp"
 #include "src/checkpoint/hf_format.hpp"
 #include "src/checkpoint/hf_presets.hpp"
 

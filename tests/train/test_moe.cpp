@@ -113,7 +113,7 @@ TEST_CASE("mixture of experts: the routing metrics count every copy once", "[tra
     const std::vector<model::SublayerMetrics> metrics = run.take_sublayer_metrics();
     REQUIRE(metrics.size() == 1);
     const auto field = [&](const std::string& key) {
-      for (const io::MetricsRecord::SublayerField& f : metrics[0].fields)
+      for (const model::MetricField& f : metrics[0].fields)
         if (f.key == key) return f.values;
       FAIL("no metric " << key);
       return std::vector<double>{};

@@ -1,5 +1,5 @@
 // Qwen2 (Qwen2ForCausalLM): the llama block with biases on q, k and v, added as a preset of the
-// block specification alone (base/block_spec.hpp). Its one layer the other presets lack, the
+// block specification alone (src/model/spec/block_spec.hpp). Its one layer the other presets lack, the
 // column-parallel attn/qkv/bias under grouped-query attention, against the one-rank run on every
 // layout of the world, with sequence parallelism (the bias gradient of a column-parallel layer
 // is local to each rank's heads, never summed over the sequence).

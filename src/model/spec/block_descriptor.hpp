@@ -1,4 +1,4 @@
-// One transformer block — of any block specification (base/block_spec.hpp) — described once (docs/design.md, "The block descriptor"): its
+// One transformer block — of any block specification (src/model/spec/block_spec.hpp) — described once (docs/design.md, "The block descriptor"): its
 // parameters and the buffers its forward and backward use. What reads it:
 //   the layers          make their Parameters from its rows (block_parameter) and list them in
 //                       its order (TransformerLayer::parameters), the order of the buckets;
@@ -19,11 +19,11 @@
 #include <string>
 #include <vector>
 
-#include "src/model/gpt_shape.hpp"
-#include "src/model/parameter_spec.hpp"
-#include "src/model/recompute.hpp"
-#include "src/model/scratch_phase.hpp"
-#include "src/model/sublayer_kinds.hpp"
+#include "src/model/spec/gpt_shape.hpp"
+#include "src/model/spec/parameter_spec.hpp"
+#include "src/model/spec/recompute.hpp"
+#include "src/model/spec/scratch_phase.hpp"
+#include "src/model/spec/sublayer_kinds.hpp"
 
 namespace tptrain::model {
 
@@ -156,7 +156,7 @@ inline ParameterSpec block_parameter(const GptShape& s, const std::string& name)
   for (const ParameterRow& r : block_parameter_rows(s))
     if (row == r.name) return spec_of(r, s, name.substr(0, name.size() - row.size()));
   throw std::logic_error("tptrain: the block parameter " + name +
-                         " has no row in the block descriptor (src/model/block_descriptor.hpp)");
+                         " has no row in the block descriptor (src/model/spec/block_descriptor.hpp)");
 }
 
 // The row `name` when shape s's specification holds it (a bias it may leave out), else nothing.

@@ -1,5 +1,5 @@
 // A model tensor described as plain data: the rows of the descriptor tables
-// (src/model/block_descriptor.hpp, src/model/model_parameters.hpp) and what a row becomes for one
+// (src/model/spec/block_descriptor.hpp, src/model/spec/model_parameters.hpp) and what a row becomes for one
 // shape (ParameterSpec), from which the layers make their Parameters, the checkpoint lists its
 // datasets and the planner counts a rank's elements. No Kokkos, no MPI: the planner reads it too.
 #pragma once
@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-#include "src/model/gpt_shape.hpp"
+#include "src/model/spec/gpt_shape.hpp"
 
 namespace tptrain::model {
 
@@ -44,7 +44,7 @@ struct Init {
   float value = 0.0f;  // normal: the standard deviation; residual_normal: the same before ÷ √(2L); constant: it
 };
 
-// Which block specifications hold a row (base/block_spec.hpp): every flag set must hold.
+// Which block specifications hold a row (src/model/spec/block_spec.hpp): every flag set must hold.
 enum Needs : unsigned {
   always = 0,
   needs_norm_bias = 1u << 0,    // LayerNorm's β

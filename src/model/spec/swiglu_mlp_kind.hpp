@@ -3,7 +3,7 @@
 // backward: swiglu_mlp.hpp. Each expert of a mixture (moe_kind.hpp) is this MLP too.
 #pragma once
 
-#include "src/model/sublayer_kind.hpp"
+#include "src/model/spec/sublayer_kind.hpp"
 
 namespace tptrain::model {
 

@@ -2,7 +2,7 @@
 // row-parallel F -> H. Its rows of the block descriptor; its forward and backward: gelu_mlp.hpp.
 #pragma once
 
-#include "src/model/sublayer_kind.hpp"
+#include "src/model/spec/sublayer_kind.hpp"
 
 namespace tptrain::model {
 

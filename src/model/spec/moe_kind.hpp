@@ -9,7 +9,7 @@
 
 #include <fmt/format.h>
 
-#include "src/model/sublayer_kind.hpp"
+#include "src/model/spec/sublayer_kind.hpp"
 
 namespace tptrain::model {
 
@@ -46,7 +46,7 @@ inline SublayerMetrics moe_metrics(const GptShape& s, const StatisticSums& sums)
   }
   const double mean = total / std::max<double>(1.0, double(load.size()));
   const double max_over_mean = mean > 0 ? most / mean : 0.0;
-  using Field = io::MetricsRecord::SublayerField;
+  using Field = model::MetricField;
   SublayerMetrics m;
   m.fields = {{"moe_aux_loss", {aux}, Field::number, 9},
               {"moe_z_loss", {z}, Field::number, 9},

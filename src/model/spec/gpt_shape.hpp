@@ -11,12 +11,12 @@
 #include <stdexcept>
 #include <string>
 
-#include "base/block_spec.hpp"
+#include "src/model/spec/block_spec.hpp"
 #include "base/layout_rules.hpp"
 
 namespace tptrain::model {
 
-// The block's choices are its BlockSpec (base/block_spec.hpp: norm, MLP, positions, biases,
+// The block's choices are its BlockSpec (src/model/spec/block_spec.hpp: norm, MLP, positions, biases,
 // key/value heads, tied head, ε, θ); the shape adds the sizes and the tensor-parallel layout.
 // Every field is set from the deck (model::shape_of, shape_of_deck.hpp), whose key table holds
 // the defaults; the initial values here only make a default-constructed shape the smallest valid

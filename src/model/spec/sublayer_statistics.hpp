@@ -2,15 +2,13 @@
 // loads), on its way to the log and metrics.jsonl through code that knows no kind: named sums,
 // added over the micro-batches and blocks of a rank (TransformerLayer::take_statistics), then over
 // the ranks (train::TrainingRun::take_sublayer_metrics), and turned into metrics by the kind that
-// counted them (SublayerKind::metrics, sublayer_kind.hpp). Plain data: no Kokkos, no MPI.
+// counted them (SublayerKind::metrics, sublayer_kind.hpp). Plain data: no Kokkos, no MPI, no io.
 #pragma once
 
 #include <cstddef>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include "io/metrics.hpp"
 
 namespace tptrain::model {
 
@@ -56,10 +54,20 @@ struct StatisticSums {
   }
 };
 
+// One metric of metrics.jsonl (io/metrics.hpp writes it knowing no kind): its key, its values
+// and how they are written.
+struct MetricField {
+  enum Form { number, integer, integers };
+  std::string key;
+  std::vector<double> values;  // one for a number or an integer, the list for integers
+  Form form = number;
+  int digits = 17;             // significant digits of a number
+};
+
 // A kind's metrics from its sums over every rank: the fields metrics.jsonl records and the
 // clause the training log adds to the step's line.
 struct SublayerMetrics {
-  std::vector<io::MetricsRecord::SublayerField> fields;
+  std::vector<MetricField> fields;
   std::string summary;
 };
 

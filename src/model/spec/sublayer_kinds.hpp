@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "src/model/gelu_mlp_kind.hpp"
-#include "src/model/moe_kind.hpp"
-#include "src/model/swiglu_mlp_kind.hpp"
+#include "src/model/spec/gelu_mlp_kind.hpp"
+#include "src/model/spec/moe_kind.hpp"
+#include "src/model/spec/swiglu_mlp_kind.hpp"
 
 namespace tptrain::model {
 
@@ -25,7 +25,7 @@ inline const SublayerKind& mlp_kind(const GptShape& s) {
   for (const SublayerKind* k : kSublayerKinds)
     if (k->slot == SublayerSlot::mlp && std::string(k->name) == mlp_name(s.mlp)) return *k;
   throw std::logic_error(std::string("tptrain: no sublayer kind \"") + mlp_name(s.mlp) +
-                         "\" for the MLP in the registry (src/model/sublayer_kinds.hpp)");
+                         "\" for the MLP in the registry (src/model/spec/sublayer_kinds.hpp)");
 }
 
 // Every kind the specification's block is made of, in the block's order.

@@ -1,12 +1,12 @@
 // A buffer of the model described as plain data: the rows of the block descriptor's buffer table
-// and of each sublayer kind's (src/model/block_descriptor.hpp), from which the layers allocate,
+// and of each sublayer kind's (src/model/spec/block_descriptor.hpp), from which the layers allocate,
 // the planner counts activation memory and the docs print their tables. No Kokkos, no MPI.
 #pragma once
 
 #include <cstdint>
 
-#include "src/model/parameter_spec.hpp"
-#include "src/model/scratch_phase.hpp"
+#include "src/model/spec/parameter_spec.hpp"
+#include "src/model/spec/scratch_phase.hpp"
 
 namespace tptrain::model {
 

@@ -8,10 +8,10 @@
 
 #include <cstddef>
 
-#include "src/model/buffer_spec.hpp"
-#include "src/model/gpt_shape.hpp"
-#include "src/model/parameter_spec.hpp"
-#include "src/model/sublayer_statistics.hpp"
+#include "src/model/spec/buffer_spec.hpp"
+#include "src/model/spec/gpt_shape.hpp"
+#include "src/model/spec/parameter_spec.hpp"
+#include "src/model/spec/sublayer_statistics.hpp"
 
 namespace tptrain::model {
 

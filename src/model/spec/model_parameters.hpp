@@ -1,5 +1,5 @@
 // Every parameter of the model, in checkpoint order: the embedding's, each block's (the block
-// descriptor, src/model/block_descriptor.hpp) and the head's — the one list the checkpoints'
+// descriptor, src/model/spec/block_descriptor.hpp) and the head's — the one list the checkpoints'
 // datasets (logical_tensors), the planner's counts and the layers' Parameters come from.
 #pragma once
 
@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "src/model/block_descriptor.hpp"
+#include "src/model/spec/block_descriptor.hpp"
 
 namespace tptrain::model {
 
