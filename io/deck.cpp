@@ -2,15 +2,15 @@
 // See io/deck.hpp for the contract and docs/deck-reference.md for every key.
 #include "io/deck.hpp"
 
-#include "src/model/spec/block_spec.hpp"
 #include "base/layout_rules.hpp"
 
 #include "io/data_paths.hpp"
 #include "io/deck_keys.hpp"
 #include "io/deck_path.hpp"
-#include "io/deck_presets.hpp"
 #include "io/deck_text.hpp"
 #include "io/path_text.hpp"
+#include "src/model/spec/block_spec.hpp"
+#include "src/model/spec/sublayer_kinds.hpp"
 #include "text/gpt2_files.hpp"
 #include "text/tiktoken_encoding.hpp"
 #include "text/tiktoken_ranks.hpp"
@@ -323,6 +323,7 @@ class DeckReader {
   void check_documents(const Deck& d);
   void check_context(const Deck& d);
   void check_experts(const Deck& d);
+  void check_unchosen_kind_keys(const Deck& d);
   void check_valid_apart_from_train(const Deck& d);
   // Whether the command reads the files of data.<key> (train, valid; io/deck.hpp, DataFiles).
   bool reads_data_key(std::string_view key) const {
@@ -1065,7 +1066,7 @@ Deck DeckReader::build() {
   for (const DeckKey& k : deck_keys()) read_key(k, d);
 
   // Defaults derived from other keys' values.
-  ModelConfig& m = d.model;
+  model::ModelShape& m = d.model;
   Field& ffn = field("model", "ffn_hidden");
   if (!ffn.node) {
     ffn.default_note = "4 * model.hidden";
@@ -1088,11 +1089,14 @@ Deck DeckReader::build() {
   // The block specification's choices the deck leaves out: the preset's (src/model/spec/block_spec.hpp).
   if (field("model", "architecture").ok)
     if (const model::BlockPreset* preset = model::block_preset(m.architecture))
-      for (const PresetDefault& k : preset_defaults())
+    {
+      for (const model::PresetChoice& k : model::preset_choices())
         if (Field& f = field("model", k.key); !f.node) {
           f.default_note = "of model.architecture = \"" + m.architecture + "\"";
           k.take(m, preset->spec);
         }
+      model::take_preset_fixed(m, preset->spec);
+    }
   OptimizerConfig& o = d.optimizer;
   if (Field& min_lr = field("optimizer", "min_lr"); !min_lr.node) {
     o.min_lr = round_decimal(o.lr / 10);  // 10 % of the peak (GPT-3), whatever lr is
@@ -1137,6 +1141,7 @@ Deck DeckReader::build() {
   check_documents(d);
   check_context(d);
   check_experts(d);
+  check_unchosen_kind_keys(d);
   check_valid_apart_from_train(d);
   if (ok("parallel", "tensor") && ok("parallel", "pipeline") && ok("parallel", "data") && ok("parallel", "context")) {
     const std::int64_t world = static_cast<std::int64_t>(p.tensor) * p.context * p.pipeline * p.data;
@@ -1176,7 +1181,7 @@ Deck DeckReader::build() {
 // positions, model.experts and its kin without model.mlp = "moe") refused unless they hold their
 // defaults (a resolved deck lists every key at its default and must load again).
 void DeckReader::check_architecture(const Deck& d) {
-  const ModelConfig& m = d.model;
+  const model::ModelShape& m = d.model;
   const auto ok = [this](std::string_view key) { return field("model", key).ok; };
   // Without a preset the choices left out have no value to check against: the architecture's
   // own problem is the one to report.
@@ -1187,57 +1192,58 @@ void DeckReader::check_architecture(const Deck& d) {
     for (const rules::Problem& p : rules::kv_head_problems(m.heads, m.kv_heads, field("parallel", "tensor").ok ? d.parallel.tensor : 1))
       report(p);
   // The specification's rules (src/model/spec/block_spec.hpp), each once the keys it binds are valid.
-  const bool norm_ok = ok("norm") && model::norm_of(m.norm).has_value();
-  const bool position_ok = ok("position") && model::position_of(m.position).has_value();
-  const model::Norm norm = model::norm_of(m.norm).value_or(model::Norm::layernorm);
-  const model::Position position = model::position_of(m.position).value_or(model::Position::learned);
-  if (position_ok && ok("hidden") && ok("heads"))
-    for (const rules::Problem& p : model::rotary_problems(position, m.hidden, m.heads)) report(p);
-  if (norm_ok && ok("linear_bias"))
-    for (const rules::Problem& p : model::norm_bias_problems(norm, m.linear_bias)) report(p);
-  if (norm_ok && position_ok && ok("norm_eps") && ok("rope_theta"))
-    for (const rules::Problem& p : model::unused_choice_problems(norm, m.norm_eps, position, m.rope_theta))
+  // (A key is ok once its value is one of its choices: model.mlp one of the registry's kinds.)
+  if (ok("position") && ok("hidden") && ok("heads"))
+    for (const rules::Problem& p : model::rotary_problems(m.position, m.hidden, m.heads)) report(p);
+  if (ok("norm") && ok("linear_bias"))
+    for (const rules::Problem& p : model::norm_bias_problems(m.norm, m.linear_bias)) report(p);
+  if (ok("norm") && ok("position") && ok("norm_eps") && ok("rope_theta"))
+    for (const rules::Problem& p : model::unused_choice_problems(m.norm, m.norm_eps, m.position, m.rope_theta))
       report(p);
-  const std::optional<model::Mlp> mlp = ok("mlp") ? model::mlp_of(m.mlp) : std::nullopt;
-  if (mlp && ok("linear_bias") && ok("experts") && ok("experts_per_token") && ok("moe_capacity_factor"))
-    for (const rules::Problem& p :
-         model::moe_problems(*mlp, m.linear_bias, m.experts, m.experts_per_token, m.moe_capacity_factor))
-      report(p);
+  // The rules of the kinds it chooses (each kind's own: src/model/spec/sublayer_kinds.hpp), once
+  // the slot's key, the kind's keys and the keys it binds are valid.
+  if (!ok("mlp")) return;
+  const model::SublayerKind& kind = model::mlp_kind(m);
+  bool kind_ok = true;
+  for (const model::KindKey& k : kind.keys) kind_ok = kind_ok && field(k.section, k.key).ok;
+  for (const char* key : kind.binds) kind_ok = kind_ok && ok(key);
+  if (kind_ok && kind.problems != nullptr)
+    for (const rules::Problem& p : kind.problems(m)) report(p);
+}
+
+// The keys of the kinds a deck does not choose: left out, or at their defaults (a resolved deck
+// lists every key).
+void DeckReader::check_unchosen_kind_keys(const Deck& d) {
+  for (const model::SublayerKind* kind : model::kSublayerKinds) {
+    const std::string slot = model::slot_key(kind->slot);
+    if (!field("model", slot).ok || model::slot_value(d.model, kind->slot) == kind->name) continue;
+    for (const model::KindKey& k : kind->keys) {
+      if (!field(k.section, k.key).ok) continue;
+      const double value = k.integer ? double(d.model.*k.integer) : d.model.*k.number;
+      if (value == k.default_value) continue;
+      report(rules::Problem::statement(
+          {full_name(k.section, k.key), 0, k.integer ? std::to_string(d.model.*k.integer) : toml_float(value)},
+          fmt::format("to be left out with {{model.{}}}: {} (model.{} = \"{}\")", slot, k.left_out, slot, kind->name),
+          {{"model." + slot, 0, fmt::format("\"{}\"", model::slot_value(d.model, kind->slot))}}));
+    }
+  }
 }
 
 // Expert parallelism's layout rule (base/layout_rules.hpp: a mixture of experts, parallel.expert
-// dividing parallel.data and model.experts), each half once its keys are valid; and the mixture
-// of experts' loss weights, like its model keys (model::moe_problems), left at their defaults
-// without one (a resolved deck lists them).
+// dividing parallel.data and model.experts), each half once its keys are valid.
 void DeckReader::check_experts(const Deck& d) {
-  Field& mlp_field = field("model", "mlp");
-  const std::optional<model::Mlp> mlp = mlp_field.ok ? model::mlp_of(d.model.mlp) : std::nullopt;
-  if (!mlp) return;
-  const bool moe = *mlp == model::Mlp::moe;
+  if (!field("model", "mlp").ok) return;
   if (field("parallel", "expert").ok)
     for (const rules::Problem& p :
-         rules::expert_problems(moe, field("model", "experts").ok ? d.model.experts : 0, d.parallel.expert,
+         rules::expert_problems(d.model.moe(), field("model", "experts").ok ? d.model.experts : 0, d.parallel.expert,
                                 field("parallel", "data").ok ? d.parallel.data : 0))
       report(p);
-  if (moe) return;
-  static const Deck defaults;
-  const auto unused = [&](std::string_view key, double value, double fallback, std::string_view what) {
-    if (!field("training", key).ok || value == fallback) return;
-    report(rules::Problem::statement({full_name("training", key), 0, toml_float(value)},
-                                     fmt::format("to be left out with {{model.mlp}}: it weights the mixture of "
-                                                 "experts' {} (model.mlp = \"moe\")",
-                                                 what),
-                                     {{"model.mlp", 0, fmt::format("\"{}\"", d.model.mlp)}}));
-  };
-  unused("moe_aux_loss_coeff", d.training.moe_aux_loss_coeff, defaults.training.moe_aux_loss_coeff,
-         "load-balancing loss");
-  unused("moe_z_loss_coeff", d.training.moe_z_loss_coeff, defaults.training.moe_z_loss_coeff, "router z-loss");
 }
 
 // Tensor cores (and the CPU BLAS kernels' vector lanes) take GEMM dimensions in multiples of 8;
 // other widths still train, slower: a warning for check and plan, not an error.
 void DeckReader::check_tensor_core_shapes(const Deck& d) {
-  const ModelConfig& m = d.model;
+  const model::ModelShape& m = d.model;
   const auto warn = [this](std::string_view key, const std::string& what, std::int64_t value) {
     Field& f = field("model", key);
     warnings_.push_back(Problem{f.origin, fmt::format("{} = {} is not a multiple of 8: GEMMs over it miss "

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "io/data_sources.hpp"
+#include "src/model/spec/gpt_shape.hpp"
 #include "io/path_text.hpp"  // display_path(), for messages that name a deck
 
 namespace tptrain::io {
@@ -35,48 +36,16 @@ namespace tptrain::io {
 // ranges and the meaning of every key are in one table, io/deck_keys.cpp (and
 // docs/deck-reference.md).
 
-// [model]: the architecture (a preset of the block specification, src/model/spec/block_spec.hpp: "gpt2",
-// "llama"), the choices that override it, and the shape.
-struct ModelConfig {
-  std::string architecture;  // the preset
-  std::string norm;          // "layernorm" | "rmsnorm" (default: the preset's)
-  std::string mlp;           // "gelu" | "swiglu"
-  std::string position;      // "learned" | "rope"
-  bool qkv_bias{};           // biases of q, k and v
-  bool linear_bias{};        // biases of the other projections and of LayerNorm
-  int layers{};
-  int hidden{};      // H
-  int heads{};       // head_dim = hidden / heads
-  int kv_heads{};    // key/value heads (grouped-query attention); 0 -> heads (a loaded deck holds the resolved value)
-  int ffn_hidden{};  // F; 0 -> 4 * hidden (a loaded deck holds the resolved value)
-  int seq_length{};  // S
-  int vocab_size{};  // V, logical vocabulary
-  int vocab_pad_multiple{};  // the padded vocabulary is a multiple of this times parallel.tensor
-  double norm_eps{};         // RMSNorm's epsilon (model.norm = rmsnorm)
-  double rope_theta{};       // rotary embedding base (model.position = rope)
-  bool tie_embeddings{};     // output layer = word embedding (default: the preset's)
-  // The mixture of experts (model.mlp = "moe"; src/model/spec/block_spec.hpp): E experts, k per token, and
-  // a capacity factor (0: dropless).
-  int experts{};
-  int experts_per_token{};
-  double moe_capacity_factor{};
+// [model] reads straight into the model's shape (src/model/spec/gpt_shape.hpp, ModelShape): the
+// architecture (a preset of the block specification, src/model/spec/block_spec.hpp: "gpt2",
+// "llama"), the choices that override it, and the sizes. A loaded deck holds model.ffn_hidden
+// and model.kv_heads resolved; one built in code may leave them 0 (4 * hidden, heads).
 
-  int head_dim() const;   // hidden / heads
-  int ffn_width() const;  // ffn_hidden, or 4 * hidden when ffn_hidden == 0 (unresolved)
-  int kv_width() const;   // kv_heads, or heads when kv_heads == 0 (unresolved)
-  // Sets the keys the preset `architecture` gives defaults to (norm, mlp, position, the biases,
-  // tie_embeddings) to the preset's values; false when it names no preset.
-  bool take_preset_defaults();
-};
-
-// [parallel]: world = tensor * context * pipeline * data ranks.
-struct ParallelConfig {
-  int tensor{};
-  int context{};             // context parallelism: ranks that split each sequence (ring attention)
-  int expert{};              // expert parallelism: ranks, taken from the data-parallel ones, that split the experts
+// [parallel]: world = tensor * context * pipeline * data ranks. Its tensor, context, expert and
+// sequence_parallel keys are the model's layout (model::ParallelLayout, the part a shape holds).
+struct ParallelConfig : model::ParallelLayout {
   int pipeline{};
   int data{};
-  bool sequence_parallel{};  // Megatron sequence parallelism over the tensor-parallel group
   std::string order;         // rank order: "tp-pp-dp" or "tp-dp-pp", or with "cp" after "tp" (src/parallel/topology_rank_map.hpp)
   int virtual_stages{};      // model chunks per pipeline rank (interleaved 1F1B); 1: none
   bool nccl_pipeline_lanes{};     // NCCL: a lane per pipeline flow (src/parallel/communicator.hpp)
@@ -102,10 +71,8 @@ struct TrainingConfig {
   std::string recompute;  // "none", "selective" or "full"
   std::string attention;  // "default", "flash" or "batched" (model::shape_of resolves default)
   double grad_clip{};
-  // The mixture of experts' losses (src/model/mixture_of_experts.hpp): the load-balancing loss's
-  // and the router z-loss's coefficients.
-  double moe_aux_loss_coeff{};
-  double moe_z_loss_coeff{};
+  // (training.moe_aux_loss_coeff and training.moe_z_loss_coeff weigh the mixture of experts' losses:
+  // their values live in the model's specification, model.moe_aux_loss_coeff, which the kind reads.)
   int log_interval{};
   int eval_interval{};
   int eval_windows{};
@@ -177,7 +144,7 @@ struct Deck {
   // checkpoint.dir = run.dir/checkpoints; ffn_hidden stays 0, "4 * hidden"); data.train empty.
   Deck();
 
-  ModelConfig model;
+  model::ModelShape model;
   ParallelConfig parallel;
   TrainingConfig training;
   OptimizerConfig optimizer;
@@ -199,7 +166,7 @@ struct Deck {
 
 // Equality of settings. Deck equality ignores `source` (where the settings came from, not what
 // they are), so a deck equals the deck parsed back from its to_toml().
-bool operator==(const ModelConfig& a, const ModelConfig& b);
+bool operator==(const model::ModelShape& a, const model::ModelShape& b);
 bool operator==(const ParallelConfig& a, const ParallelConfig& b);
 bool operator==(const TrainingConfig& a, const TrainingConfig& b);
 bool operator==(const OptimizerConfig& a, const OptimizerConfig& b);

@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "src/model/spec/block_spec.hpp"
+#include "src/model/spec/sublayer_kinds.hpp"
 #include "io/deck.hpp"
 #include "io/read_watchdog.hpp"
 
@@ -27,7 +28,7 @@ KeyDefault number(double v) { return v; }
 KeyDefault text(std::string_view v) { return v; }
 KeyDefault boolean(bool v) { return v; }
 
-using M = ModelConfig;
+using M = model::ModelShape;
 using P = ParallelConfig;
 using T = TrainingConfig;
 using O = OptimizerConfig;
@@ -56,6 +57,28 @@ const std::string& architecture_doc() {
   return doc;
 }
 
+// model.mlp's values: the MLP kinds of the registry (src/model/spec/sublayer_kinds.hpp), and
+// what each is, from the kinds' own descriptions.
+Choice mlp_choice() {
+  Choice c;
+  for (const model::SublayerKind* k : model::kSublayerKinds)
+    if (k->slot == model::SublayerSlot::mlp) c.values.emplace_back(k->name);
+  return c;
+}
+const std::string& mlp_doc() {
+  static const std::string doc = [] {
+    std::string d = "the MLP, a sublayer kind (src/model/spec/sublayer_kinds.hpp): ";
+    bool first = true;
+    for (const model::SublayerKind* k : model::kSublayerKinds)
+      if (k->slot == model::SublayerSlot::mlp) {
+        d += fmt::format("{}\"{}\" ({})", first ? "" : ", ", k->name, k->what);
+        first = false;
+      }
+    return d;
+  }();
+  return doc;
+}
+
 std::vector<DeckKey> make_keys() {
   const IntRange at_least_1{1, std::nullopt, {}};
   const IntRange at_least_0{0, std::nullopt, {}};
@@ -65,15 +88,14 @@ std::vector<DeckKey> make_keys() {
   return {
       {"model", "architecture", text("gpt2"), preset_choice(), architecture_doc(),
        &member<&Deck::model, &M::architecture>},
-      {"model", "norm", Derived{"the preset's"}, Choice{{"layernorm", "rmsnorm"}},
+      {"model", "norm", Derived{"the preset's"}, Choice{{std::begin(model::kNormNames), std::end(model::kNormNames)}},
        "the blocks' and the final norm: LayerNorm (weight and bias, epsilon 1e-5) or RMSNorm (weight, "
        "model.norm_eps)",
        &member<&Deck::model, &M::norm>},
-      {"model", "mlp", Derived{"the preset's"}, Choice{{"gelu", "swiglu", "moe"}},
-       "the MLP: fc, GELU (tanh), proj; or SwiGLU: silu(gate) * up, down (gate and up of model.ffn_hidden each); "
-       "or moe: a mixture of model.experts SwiGLU experts, each token through model.experts_per_token of them",
+      {"model", "mlp", Derived{"the preset's"}, mlp_choice(), mlp_doc(),
        &member<&Deck::model, &M::mlp>},
-      {"model", "position", Derived{"the preset's"}, Choice{{"learned", "rope"}},
+      {"model", "position", Derived{"the preset's"},
+       Choice{{std::begin(model::kPositionNames), std::end(model::kPositionNames)}},
        "positions: a learned [seq_length, hidden] embedding, or rotary embeddings of q and k (model.rope_theta)",
        &member<&Deck::model, &M::position>},
       {"model", "qkv_bias", Derived{"the preset's"}, AnyBoolean{}, "biases on the q, k and v projections",
@@ -113,17 +135,6 @@ std::vector<DeckKey> make_keys() {
       {"model", "tie_embeddings", Derived{"the preset's"}, AnyBoolean{},
        "the output layer is the word embedding (tied) or its own lm_head/weight",
        &member<&Deck::model, &M::tie_embeddings>},
-      {"model", "experts", integer(8), at_least_1,
-       "model.mlp = \"moe\": experts E per block, each a SwiGLU of model.ffn_hidden (Mixtral: 8)",
-       &member<&Deck::model, &M::experts>},
-      {"model", "experts_per_token", integer(2), at_least_1,
-       "model.mlp = \"moe\": experts k each token goes through (top k of the router's softmax, their "
-       "probabilities renormalised to sum to 1; Mixtral: 2)",
-       &member<&Deck::model, &M::experts_per_token>},
-      {"model", "moe_capacity_factor", number(0.0), NumberRange{0.0, true, std::nullopt, "(0 = dropless)"},
-       "model.mlp = \"moe\": 0 runs dropless (every token reaches its k experts); c > 0 caps each expert at "
-       "ceil(c * k * tokens / experts) of a micro-batch's tokens and drops the rest (counted in metrics)",
-       &member<&Deck::model, &M::moe_capacity_factor>},
 
       {"parallel", "tensor", integer(1), at_least_1, "Megatron tensor-parallel ranks",
        &member<&Deck::parallel, &P::tensor>},
@@ -216,14 +227,6 @@ std::vector<DeckKey> make_keys() {
        &member<&Deck::training, &T::attention>},
       {"training", "grad_clip", number(1.0), NumberRange{0.0, true, std::nullopt, "(0 = off)"},
        "global gradient-norm clip", &member<&Deck::training, &T::grad_clip>},
-      {"training", "moe_aux_loss_coeff", number(0.02), non_negative,
-       "model.mlp = \"moe\": weight of the load-balancing loss E * sum_e f_e * P_e (Switch, Mixtral), averaged "
-       "over the blocks, added to the training loss (logged apart as moe_aux_loss)",
-       &member<&Deck::training, &T::moe_aux_loss_coeff>},
-      {"training", "moe_z_loss_coeff", number(0.0), non_negative,
-       "model.mlp = \"moe\": weight of the router z-loss mean((log sum exp logits)^2) (ST-MoE), averaged over "
-       "the blocks (0 = off; logged as moe_z_loss)",
-       &member<&Deck::training, &T::moe_z_loss_coeff>},
       {"training", "log_interval", integer(10), at_least_1, "steps between metric lines",
        &member<&Deck::training, &T::log_interval>},
       {"training", "eval_interval", integer(100), IntRange{0, std::nullopt, "(0 = never)"},
@@ -364,8 +367,38 @@ KeyType DeckKey::type() const {
   return KeyType::Integer;
 }
 
+namespace {
+
+// A sublayer kind's key (its description's, src/model/spec/sublayer_kind.hpp) as a row.
+DeckKey kind_key(const model::KindKey& k) {
+  if (k.integer != nullptr)
+    return {k.section, k.key, integer(static_cast<std::int64_t>(k.default_value)),
+            IntRange{static_cast<std::int64_t>(k.lowest), std::nullopt, k.note}, k.doc, k.integer};
+  return {k.section, k.key, number(k.default_value), NumberRange{k.lowest, k.lowest_inclusive, std::nullopt, k.note},
+          k.doc, k.number};
+}
+
+// The table with the kinds' keys in it, in the registry's order: at the end of [model], and in
+// [training] (weights of terms of the training loss) after training.grad_clip.
+std::vector<DeckKey> with_kind_keys(std::vector<DeckKey> keys) {
+  std::string_view after_model, after_training = "grad_clip";
+  for (const DeckKey& k : keys)
+    if (k.section == "model") after_model = k.key;
+  for (const model::SublayerKind* kind : model::kSublayerKinds)
+    for (const model::KindKey& k : kind->keys) {
+      std::string_view& after = std::string_view(k.section) == "model" ? after_model : after_training;
+      const auto at = std::find_if(keys.begin(), keys.end(),
+                                   [&](const DeckKey& row) { return row.section == k.section && row.key == after; });
+      keys.insert(at == keys.end() ? at : at + 1, kind_key(k));
+      after = k.key;
+    }
+  return keys;
+}
+
+}  // namespace
+
 const std::vector<DeckKey>& deck_keys() {
-  static const std::vector<DeckKey> keys = make_keys();
+  static const std::vector<DeckKey> keys = with_kind_keys(make_keys());
   return keys;
 }
 

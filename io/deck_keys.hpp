@@ -10,9 +10,12 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <variant>
 #include <vector>
+
+#include "src/model/spec/gpt_shape.hpp"
 
 namespace tptrain::io {
 
@@ -54,10 +57,12 @@ struct Derived {
 struct Required {};
 using KeyDefault = std::variant<std::int64_t, double, std::string_view, bool, Derived, Required>;
 
-// Where the value lives in a Deck.
+// Where the value lives in a Deck: an accessor, or for a sublayer kind's key (its description's,
+// src/model/spec/sublayer_kind.hpp) a member of the model's specification, Deck::model.
 // data.train and data.valid are DataSources (io/data_sources.hpp): a path or a weighted blend.
 using KeyRef = std::variant<int& (*)(Deck&), std::uint64_t& (*)(Deck&), double& (*)(Deck&),
-                            std::string& (*)(Deck&), bool& (*)(Deck&), DataSources& (*)(Deck&)>;
+                            std::string& (*)(Deck&), bool& (*)(Deck&), DataSources& (*)(Deck&),
+                            int model::ModelShape::*, double model::ModelShape::*>;
 
 enum class KeyType { Integer, Number, String, Path, Boolean };
 
@@ -82,14 +87,21 @@ const DeckKey* find_deck_key(std::string_view section, std::string_view key);
 
 // Calls f with the key's member of `d` (int&, std::uint64_t&, double&, std::string&, bool& or
 // DataSources&).
+template <class D, class Ref>
+auto& key_member(D& d, Ref ref) {
+  if constexpr (std::is_member_object_pointer_v<Ref>)
+    return d.model.*ref;
+  else
+    return ref(d);
+}
 template <class F>
 void visit_member(Deck& d, const DeckKey& k, F&& f) {
-  std::visit([&](auto ref) { f(ref(d)); }, k.ref);
+  std::visit([&](auto ref) { f(key_member(d, ref)); }, k.ref);
 }
 template <class F>
 void visit_member(const Deck& d, const DeckKey& k, F&& f) {
   // The accessors take a Deck&; reading through them never writes.
-  std::visit([&](auto ref) { f(std::as_const(ref(const_cast<Deck&>(d)))); }, k.ref);
+  std::visit([&](auto ref) { f(std::as_const(key_member(const_cast<Deck&>(d), ref))); }, k.ref);
 }
 
 }  // namespace tptrain::io

@@ -8,7 +8,6 @@
 #include "src/model/spec/block_spec.hpp"
 #include "io/deck.hpp"
 #include "io/deck_keys.hpp"
-#include "io/deck_presets.hpp"
 #include "io/deck_text.hpp"
 #include "io/json_line.hpp"
 
@@ -73,7 +72,7 @@ void add_json(JsonObject& o, std::string_view key, const Member& m) {
 Deck resolved(const Deck& d) {
   Deck r = d;
   r.model.ffn_hidden = r.model.ffn_width();
-  r.model.kv_heads = r.model.kv_width();
+  r.model.kv_heads = r.model.kv_head_count();
   return r;
 }
 
@@ -108,26 +107,18 @@ Deck::Deck() {
   // The derived defaults, from the defaults above (the parser derives them from given values).
   optimizer.min_lr = round_decimal(optimizer.lr / 10);
   checkpoint.dir = run.dir + "/checkpoints";
+  model.ffn_hidden = 0;  // "4 * model.hidden" and "model.heads", until the parser resolves them
+  model.kv_heads = 0;
   model.take_preset_defaults();
 }
 
-bool ModelConfig::take_preset_defaults() {
-  const model::BlockPreset* p = model::block_preset(architecture);
-  if (!p) return false;
-  for (const PresetDefault& k : preset_defaults()) k.take(*this, p->spec);
-  return true;
-}
-
-int ModelConfig::head_dim() const { return heads > 0 ? hidden / heads : 0; }
-int ModelConfig::ffn_width() const { return ffn_hidden > 0 ? ffn_hidden : 4 * hidden; }
-int ModelConfig::kv_width() const { return kv_heads > 0 ? kv_heads : heads; }
 int ParallelConfig::world_size() const { return tensor * context * pipeline * data; }
 int Deck::grad_accum_steps() const {
   const int per_step = training.micro_batch * parallel.data;
   return per_step > 0 ? training.global_batch / per_step : 0;
 }
 
-bool operator==(const ModelConfig& a, const ModelConfig& b) {
+bool operator==(const model::ModelShape& a, const model::ModelShape& b) {
   return equal_section<&Deck::model>(a, b, "model");
 }
 bool operator==(const ParallelConfig& a, const ParallelConfig& b) {

@@ -35,7 +35,7 @@ bool same_choices(const model::BlockSpec& a, const model::BlockSpec& b) {
 std::string choices_text(const model::BlockSpec& s) {
   return fmt::format("model.norm = \"{}\", model.mlp = \"{}\", model.position = \"{}\", model.qkv_bias = {}, "
                      "model.linear_bias = {}",
-                     model::norm_name(s.norm), model::mlp_name(s.mlp), model::position_name(s.position), s.qkv_bias,
+                     s.norm, s.mlp, s.position, s.qkv_bias,
                      s.linear_bias);
 }
 

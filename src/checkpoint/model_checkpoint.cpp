@@ -246,16 +246,16 @@ model::GptShape checkpoint_model_shape(const std::string& deck_text) {
     throw std::runtime_error("its deck attribute names model.architecture = \"" + name + "\", expected one of " +
                              model::block_preset_names());
   static_cast<model::BlockSpec&>(shape) = preset->spec;
-  const auto choice = [&](const char* key, auto parse, auto& member) {
+  const auto choice = [&](const char* key, const std::vector<std::string>& names, std::string& member) {
     if (!arch[key]) return;
-    const auto value = parse(*arch[key]);
-    if (!value) throw std::runtime_error(std::string("its deck attribute has an unknown model.") + key + " = \"" +
-                                         *arch[key] + "\"");
-    member = *value;
+    if (std::find(names.begin(), names.end(), *arch[key]) == names.end())
+      throw std::runtime_error(std::string("its deck attribute has an unknown model.") + key + " = \"" +
+                               *arch[key] + "\"");
+    member = *arch[key];
   };
-  choice("norm", model::norm_of, shape.norm);
-  choice("mlp", model::mlp_of, shape.mlp);
-  choice("position", model::position_of, shape.position);
+  choice("norm", {std::begin(model::kNormNames), std::end(model::kNormNames)}, shape.norm);
+  choice("mlp", model::kind_names(model::SublayerSlot::mlp), shape.mlp);
+  choice("position", {std::begin(model::kPositionNames), std::end(model::kPositionNames)}, shape.position);
   const auto boolean = [&](const char* key, bool& member) {
     if (arch[key]) member = *arch[key] == "true";
   };
@@ -307,9 +307,9 @@ void check_model_shape(const io::CheckpointMeta& meta, const model::GptShape& mi
   const auto differs = [&](const char* key, const std::string& a, const std::string& b) {
     if (a != b) problems += fmt::format("\n  model.{}: the checkpoint has {}, the deck has {}", key, a, b);
   };
-  differs("norm", model::norm_name(saved.norm), model::norm_name(mine.norm));
-  differs("mlp", model::mlp_name(saved.mlp), model::mlp_name(mine.mlp));
-  differs("position", model::position_name(saved.position), model::position_name(mine.position));
+  differs("norm", saved.norm, mine.norm);
+  differs("mlp", saved.mlp, mine.mlp);
+  differs("position", saved.position, mine.position);
   differs("qkv_bias", saved.qkv_bias ? "true" : "false", mine.qkv_bias ? "true" : "false");
   differs("linear_bias", saved.linear_bias ? "true" : "false", mine.linear_bias ? "true" : "false");
   for (const auto& [key, field] : kShapeKeys)

@@ -98,9 +98,9 @@ std::string model_line(const std::string& deck) {
     const auto differs = [&](const char* key, const std::string& preset_value) {
       if (v[key] && *v[key] != preset_value) changed += fmt::format("{}{} {}", changed.empty() ? "" : ", ", key, *v[key]);
     };
-    differs("norm", model::norm_name(p.norm));
-    differs("mlp", model::mlp_name(p.mlp));
-    differs("position", model::position_name(p.position));
+    differs("norm", p.norm);
+    differs("mlp", p.mlp);
+    differs("position", p.position);
     differs("qkv_bias", p.qkv_bias ? "true" : "false");
     differs("linear_bias", p.linear_bias ? "true" : "false");
   }

@@ -116,7 +116,7 @@ class GptModel {
   // (GptShape::validate).
   // `sharding`: the distributed optimizer's split of the buckets' optimizer state.
   // `context`: the context group (bind_context), needed when shape.context > 1.
-  // `expert`: the expert-parallel group (Topology::ep), needed when shape.expert_parallel > 1, and
+  // `expert`: the expert-parallel group (Topology::ep), needed when shape.expert > 1, and
   // `expert_sharding` the distributed optimizer's split of the expert buckets (over the
   // expert-data group; size 1: none).
   GptModel(const GptShape& shape, int micro_batch, Communicator& tp, std::uint64_t seed,
@@ -141,8 +141,8 @@ class GptModel {
     for (const rules::Problem& p : rules::interleave_problems(shape.layers, stage.size, stage.chunks, 0))
       throw std::invalid_argument("tptrain: " + p.text());
     per_chunk_ = shape.layers / (stage.size * stage.chunks);
-    if (shape.expert_parallel > 1 && (expert == nullptr || expert->size() != shape.expert_parallel))
-      throw std::invalid_argument("tptrain: parallel.expert = " + std::to_string(shape.expert_parallel) +
+    if (shape.expert > 1 && (expert == nullptr || expert->size() != shape.expert))
+      throw std::invalid_argument("tptrain: parallel.expert = " + std::to_string(shape.expert) +
                                   " needs its expert group of as many ranks");
     const int ep_rank = expert != nullptr ? expert->rank() : 0;
     const SequenceParallelBuffers<T> sp = sequence_parallel_buffers(workspace_, shape, tokens());
@@ -476,6 +476,7 @@ class GptModel {
   // Runs in the member initialisers, so that a refused shape allocates nothing.
   static const GptShape& validated(const GptShape& shape, int micro_batch) {
     shape.validate(micro_batch);
+    for (const rules::Problem& p : sublayer_problems(shape)) throw std::invalid_argument("tptrain: " + p.text());
     return shape;
   }
 

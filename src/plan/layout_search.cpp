@@ -66,7 +66,7 @@ SearchResult search_layouts(const Config& deck, const Machine& m, std::int64_t g
                     c.pipeline = p;
                     c.virtual_stages = v;
                     c.data = d;
-                    c.shape.expert_parallel = ep;
+                    c.shape.expert = ep;
                     c.micro_batch = mb;
                     c.sequence_parallel = sp;
                     c.recompute = r;

@@ -12,6 +12,7 @@
 
 #include "io/json_line.hpp"
 #include "io/path_text.hpp"
+#include "src/model/spec/sublayer_kinds.hpp"
 #include "src/plan/activation_memory.hpp"
 #include "src/plan/flops.hpp"
 #include "src/plan/korthikanti.hpp"
@@ -215,7 +216,7 @@ std::vector<Suggestion> nearest_fitting(const Config& deck, const Hardware& hw, 
       if (experts.size() > kMaxExperts) experts.resize(kMaxExperts);
     }
     for (const int ep : experts) {
-      c.shape.expert_parallel = ep;
+      c.shape.expert = ep;
       std::optional<StageParameters> parameters;
       for (const int mb : micro_batches)
         for (const std::string& precision : precisions)
@@ -370,6 +371,7 @@ Plan make_plan(const Config& c, const Hardware& hw_in, double deck_tokens, const
   check_hardware(hw_in);
   if (const std::string why = c.layout_problem(); !why.empty()) throw std::invalid_argument("tptrain: plan: " + why);
   c.shape.validate(c.micro_batch);
+  for (const rules::Problem& r : model::sublayer_problems(c.shape)) throw std::invalid_argument("tptrain: plan: " + r.text());
   Plan p;
   p.deck = deck_path;
   p.config = c;

@@ -33,9 +33,9 @@ std::string Config::layout_problem() const {
 
 std::vector<std::string> Config::expert_problems() const {
   const model::GptShape& s = shape;
-  if (s.expert_parallel < 1) return {fmt::format("parallel.expert = {}: expected an integer >= 1", s.expert_parallel)};
+  if (s.expert < 1) return {fmt::format("parallel.expert = {}: expected an integer >= 1", s.expert)};
   std::vector<std::string> out;
-  for (const rules::Problem& p : rules::expert_problems(s.moe(), s.experts, s.expert_parallel, data))
+  for (const rules::Problem& p : rules::expert_problems(s.moe(), s.experts, s.expert, data))
     out.push_back(p.text());
   return out;
 }

@@ -20,7 +20,7 @@ using model::recompute_name;
 
 struct Config {
   model::GptShape shape;  // [model], parallel.tensor, parallel.context and parallel.expert (shape.context,
-                          // shape.expert_parallel)
+                          // shape.expert)
   int pipeline = 1;
   int virtual_stages = 1;  // model chunks per pipeline rank (interleaved 1F1B)
   int data = 1;
@@ -64,7 +64,7 @@ struct Config {
   int context() const { return shape.context; }
   // parallel.expert (model.mlp = "moe"): ranks taken from the data-parallel ones, consecutive data
   // ranks (ep rank = dp % expert), that split every block's experts and exchange tokens by all-to-all.
-  int expert() const { return shape.expert_parallel; }
+  int expert() const { return shape.expert; }
   bool moe() const { return shape.moe(); }
   // tensor x context x pipeline x data.
   std::int64_t world() const { return std::int64_t(shape.tensor) * shape.context * pipeline * data; }

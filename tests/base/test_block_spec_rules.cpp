@@ -11,8 +11,6 @@
 
 using namespace tptrain;
 using Catch::Matchers::Contains;
-using model::Norm;
-using model::Position;
 
 TEST_CASE("block spec rules: every preset meets them", "[base][rules]") {
   std::size_t count = 0;
@@ -25,9 +23,9 @@ TEST_CASE("block spec rules: every preset meets them", "[base][rules]") {
 }
 
 TEST_CASE("block spec rules: rotary embeddings need an even head dimension", "[base][rules]") {
-  CHECK(model::rotary_problems(Position::rope, 64, 4).empty());
-  CHECK(model::rotary_problems(Position::learned, 36, 4).empty());  // learned positions: any head dimension
-  const auto odd = model::rotary_problems(Position::rope, 36, 4);
+  CHECK(model::rotary_problems("rope", 64, 4).empty());
+  CHECK(model::rotary_problems("learned", 36, 4).empty());  // learned positions: any head dimension
+  const auto odd = model::rotary_problems("rope", 36, 4);
   REQUIRE(odd.size() == 1);
   CHECK(odd[0].subject.key == "model.heads");
   CHECK(odd[0].subject.value == 4);
@@ -43,18 +41,18 @@ TEST_CASE("block spec rules: rotary embeddings need an even head dimension", "[b
 }
 
 TEST_CASE("block spec rules: LayerNorm carries a bias", "[base][rules]") {
-  CHECK(model::norm_bias_problems(Norm::layernorm, true).empty());
-  CHECK(model::norm_bias_problems(Norm::rmsnorm, false).empty());
-  const auto p = model::norm_bias_problems(Norm::layernorm, false);
+  CHECK(model::norm_bias_problems("layernorm", true).empty());
+  CHECK(model::norm_bias_problems("rmsnorm", false).empty());
+  const auto p = model::norm_bias_problems("layernorm", false);
   REQUIRE(p.size() == 1);
   CHECK(p[0].subject.key == "model.linear_bias");
   CHECK_THAT(p[0].text(), Contains("model.linear_bias = false: expected true with model.norm = \"layernorm\""));
 }
 
 TEST_CASE("block spec rules: a choice's keys stay at their defaults without it", "[base][rules]") {
-  CHECK(model::unused_choice_problems(Norm::rmsnorm, 1e-6, Position::rope, 5e5).empty());
-  CHECK(model::unused_choice_problems(Norm::layernorm, 1e-5, Position::learned, 10000.0).empty());
-  const auto both = model::unused_choice_problems(Norm::layernorm, 1e-6, Position::learned, 5e5);
+  CHECK(model::unused_choice_problems("rmsnorm", 1e-6, "rope", 5e5).empty());
+  CHECK(model::unused_choice_problems("layernorm", 1e-5, "learned", 10000.0).empty());
+  const auto both = model::unused_choice_problems("layernorm", 1e-6, "learned", 5e5);
   REQUIRE(both.size() == 2);
   CHECK_THAT(both[0].text(),
              Contains("model.norm_eps = 1e-06: expected to be left out with model.norm = \"layernorm\""));
@@ -66,9 +64,9 @@ TEST_CASE("block spec rules: a shape built in code is refused with the same word
   model::GptShape s = tptrain::test::tiny_shape(1);
   s.hidden = 36;  // 4 heads of 9 features
   CHECK_NOTHROW(s.validate());
-  s.position = Position::rope;
+  s.position = "rope";
   CHECK_THROWS_WITH(s.validate(), Contains("an even head dimension") && Contains("36 / 4 = 9 is odd"));
-  s.position = Position::learned;
+  s.position = "learned";
   s.linear_bias = false;
   CHECK_THROWS_WITH(s.validate(), Contains("model.linear_bias = false: expected true with model.norm = \"layernorm\""));
   s.linear_bias = true;

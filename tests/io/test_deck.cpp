@@ -1687,8 +1687,8 @@ TEST_CASE("deck: the mixture of experts' keys and expert parallelism, each error
     CHECK(m.model.experts_per_token == 2);
     CHECK(m.model.moe_capacity_factor == 0.0);
     CHECK(m.parallel.expert == 1);
-    CHECK(m.training.moe_aux_loss_coeff == 0.02);
-    CHECK(m.training.moe_z_loss_coeff == 0.0);
+    CHECK(m.model.moe_aux_loss_coeff == 0.02);
+    CHECK(m.model.moe_z_loss_coeff == 0.0);
     CHECK(fx.parse(m.to_toml()) == m);
     // A gpt2 deck lists the mixture's keys at their defaults: accepted.
     const Deck g = fx.parse(make_deck());

@@ -660,7 +660,7 @@ namespace {
 model::GptShape moe_shape(int tp, double capacity = 0.0, bool sequence_parallel = false) {
   model::GptShape s = sequence_parallel ? sequence_parallel_shape(tp) : test::tiny_shape(tp);
   s.layers = 1;  // the losses' block average is then the block's own
-  s.mlp = model::Mlp::moe;
+  s.mlp = "moe";
   s.linear_bias = false;
   s.experts = 4;
   s.experts_per_token = 2;

@@ -39,7 +39,7 @@ model::GptShape mixtral(int layers, int hidden, int heads, int kv_heads, int ffn
                         int seq) {
   model::GptShape s = test::llama(layers, hidden, heads, kv_heads, ffn, vocab, seq);
   s.architecture = "mixtral";
-  s.mlp = model::Mlp::moe;
+  s.mlp = "moe";
   s.experts = experts;
   s.experts_per_token = per_token;
   return s;
@@ -56,7 +56,7 @@ Config small_moe(int tensor, int expert, bool sp = false, Recompute r = Recomput
   c.shape = mixtral(4, 32, 4, 2, 48, 4, 2, 250, 16);
   c.shape.vocab_pad_multiple = 8;
   c.shape.tensor = tensor;
-  c.shape.expert_parallel = expert;
+  c.shape.expert = expert;
   c.pipeline = 2;
   c.data = 4;
   c.global_batch = 16;
@@ -95,7 +95,7 @@ TEST_CASE("plan: Mixtral-8x7B has 46,702,792,704 parameters, 12,879,925,248 acti
   CHECK(exact_parameters(t4) == 46702792704);
   // A dense MLP has no inactive parameters.
   model::GptShape dense = s;
-  dense.mlp = model::Mlp::swiglu;
+  dense.mlp = "swiglu";
   CHECK(active_parameters(dense) == exact_parameters(dense));
   CHECK(expert_parameters(dense) == 0);
 }
@@ -152,7 +152,7 @@ TEST_CASE("plan: FLOPs count the router and K of the E experts", "[plan][moe][be
         Approx(3 * L * B * S * block + L * 4 * B * S * S * h + 3 * logits).epsilon(1e-12));
   CHECK(flops_per_iteration(c, Recompute::full) == Approx(4 * L * B * S * block + 3 * logits).epsilon(1e-12));
   // Expert parallelism moves the work, not its amount.
-  c.shape.expert_parallel = 8;
+  c.shape.expert = 8;
   CHECK(model::block_forward_flops_per_token(c.shape) == block);
   // All E experts per token would cost the dense model of the same parameters.
   model::GptShape all = s;
@@ -178,7 +178,7 @@ TEST_CASE("plan: a rank holds E / ep experts; their state is sharded over the ex
   std::int64_t previous_total = 0;
   for (const int ep : {1, 2, 4, 8}) {
     INFO("parallel.expert = " << ep);
-    c.shape.expert_parallel = ep;
+    c.shape.expert = ep;
     REQUIRE(c.layout_problem().empty());
     const StageParameters sp = stage_parameters(c.shape, c.pipeline);
     const std::int64_t experts = l * (8 / ep) * expert_on_rank;
@@ -203,7 +203,7 @@ TEST_CASE("plan: a rank holds E / ep experts; their state is sharded over the ex
   }
   // Without a distributed optimizer every rank keeps its experts' whole state: 18 bytes each.
   c.distributed_optimizer = false;
-  c.shape.expert_parallel = 8;
+  c.shape.expert = 8;
   const StageParameters sp = stage_parameters(c.shape, c.pipeline);
   CHECK(parameter_bytes(sp.of(0), c, sp.experts).total() == 18 * sp.of(0));
   // With context parallelism the groups are data x context and data / ep x context.
@@ -226,8 +226,8 @@ TEST_CASE("plan: the MoE buffers at balanced load, by hand", "[plan][moe]") {
         CHECK(total_bytes(moe_saved_buffers(c)) == saved);
         // The block's other kept buffers are the dense llama block's without its gate|up.
         Config dense = c;
-        dense.shape.mlp = model::Mlp::swiglu;
-        dense.shape.expert_parallel = 1;
+        dense.shape.mlp = "swiglu";
+        dense.shape.expert = 1;
         CHECK(total_bytes(layer_activations(c)) == total_bytes(layer_activations(dense)) - N * 2 * f_t * e + saved);
         // Scratch: silu(gate)·up and its gradient, gate|up's gradient, the input rows' gradient; with
         // expert parallelism three more [R, h] buffers; the gathered output gradient with sequence
@@ -305,7 +305,7 @@ Config small_layout(int T, int C, int P, int D, int ep) {
   c.shape = mixtral(6, 16, 4, 2, 8, 12, 2, 64, 8);
   c.shape.vocab_pad_multiple = 4;
   c.shape.tensor = T;
-  c.shape.expert_parallel = ep;
+  c.shape.expert = ep;
   c.pipeline = P;
   c.data = D;
   c.global_batch = 2 * 2 * D;
@@ -412,8 +412,8 @@ TEST_CASE("plan: the layout search varies parallel.expert", "[plan][moe]") {
   Config c = small_moe(1, 3);
   CHECK(c.layout_problem().find("parallel.data = 4 is not a multiple of parallel.expert = 3") != std::string::npos);
   c = small_moe(1, 1);
-  c.shape.mlp = model::Mlp::swiglu;
-  c.shape.expert_parallel = 2;
+  c.shape.mlp = "swiglu";
+  c.shape.expert = 2;
   CHECK(c.layout_problem().find("parallel.expert = 2: expected 1 without a mixture of experts") != std::string::npos);
 }
 
@@ -430,7 +430,7 @@ TEST_CASE("plan: E experts count E times one expert's rows in time independent o
   const std::int64_t l = 4, h = 32, f = 48, one = 3 * h * f;  // an expert: gate|up [2f, h], down [h, f]
   model::GptShape few = mixtral(4, 32, 4, 2, 48, 4, 2, 250, 16);
   few.tensor = 2;
-  few.expert_parallel = 4;
+  few.expert = 4;
   // The table's counts against the expanded rows, on every expert rank of a small mixture.
   model::GptShape some = few;
   some.experts = 64;
@@ -440,7 +440,7 @@ TEST_CASE("plan: E experts count E times one expert's rows in time independent o
   const auto start = std::chrono::steady_clock::now();
   model::GptShape many = few;
   many.experts = 1 << 20;
-  many.expert_parallel = 1 << 10;
+  many.expert = 1 << 10;
   const std::int64_t more = many.experts - few.experts;
   CHECK(expert_parameters(many) == one);
   // Every block: the experts' rows and the router's [E, h].

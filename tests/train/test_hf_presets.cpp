@@ -48,7 +48,7 @@ TEST_CASE("hf presets: each block preset's form, every tensor named, biases incl
 TEST_CASE("hf presets: a specification no Hugging Face architecture computes is refused by its choices",
           "[train][hf]") {
   model::GptShape s = shape_of_preset("gpt2");
-  s.position = model::Position::rope;  // a valid tptrain model; GPT2LMHeadModel has learned positions
+  s.position = "rope";  // a valid tptrain model; GPT2LMHeadModel has learned positions
   CHECK_THROWS_WITH(checkpoint::hf_format(s), Contains("model.position = \"rope\"") &&
                                              Contains("GPT2LMHeadModel (model.architecture = \"gpt2\")") &&
                                              Contains("LlamaForCausalLM (model.architecture = \"llama\")"));

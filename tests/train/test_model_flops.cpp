@@ -43,7 +43,7 @@ TEST_CASE("block FLOPs from the rows equal GPT-2's and Llama's formulas", "[benc
   const double h = 4096, f = 14336, s = 8192, kv = 8 * 128;
   CHECK(model::block_forward_flops_per_token(l) == 2.0 * (h * (h + 2 * kv) + h * h + 3 * h * f) + 4.0 * s * h);
   model::GptShape gs = g;
-  gs.mlp = model::Mlp::swiglu;
+  gs.mlp = "swiglu";
   CHECK(model::block_forward_flops_per_token(gs) == 2.0 * (4 * H * H + 3 * H * F) + 4.0 * S * H);
 }
 
@@ -105,7 +105,7 @@ TEST_CASE("model FLOPs of a mixture of experts: the router and K of the E expert
     for (int K = 1; K <= E; K *= 2) {
       INFO(E << " experts, " << K << " per token");
       model::GptShape moe = dense;
-      moe.mlp = model::Mlp::moe;  // the mixtral preset: llama's block with a mixture of SwiGLU experts
+      moe.mlp = "moe";  // the mixtral preset: llama's block with a mixture of SwiGLU experts
       moe.experts = E;
       moe.experts_per_token = K;
       CHECK(model::block_forward_flops_per_token(moe) ==

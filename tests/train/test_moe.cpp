@@ -35,7 +35,7 @@ io::Deck moe_deck(const ExpertLayout& l, int steps, double capacity = 0.0) {
   deck.model.moe_capacity_factor = capacity;
   deck.parallel.expert = l.expert;
   deck.parallel.context = l.context;
-  deck.training.moe_z_loss_coeff = 1e-3;
+  deck.model.moe_z_loss_coeff = 1e-3;
   if (l.sets == "sp") deck.parallel.sequence_parallel = true;
   if (l.sets == "zero") deck.optimizer.distributed = true;
   if (l.sets == "full") deck.training.recompute = "full";

@@ -16,44 +16,68 @@
 
 namespace tptrain::model {
 
-// The block's choices are its BlockSpec (src/model/spec/block_spec.hpp: norm, MLP, positions, biases,
-// key/value heads, tied head, ε, θ); the shape adds the sizes and the tensor-parallel layout.
-// Every field is set from the deck (model::shape_of, shape_of_deck.hpp), whose key table holds
-// the defaults; the initial values here only make a default-constructed shape the smallest valid
-// one.
-struct GptShape : BlockSpec {
+// A model is configured by three values, each read straight from its deck section by the deck's
+// key table (io/deck_keys.cpp): what the model is (ModelShape, [model]), how it is split over
+// the ranks it computes with (ParallelLayout, the model's part of [parallel]) and which kernels
+// compute it (KernelChoice, from [training]). GptShape is the three together: what a rank builds.
+
+// The model: its block specification (src/model/spec/block_spec.hpp: norm, MLP, positions,
+// biases, key/value heads, tied head, ε, θ, the mixture's sizes) and its sizes. The initial values
+// make a default-constructed shape the smallest valid one; the deck's defaults are its key table's.
+struct ModelShape : BlockSpec {
   int layers = 1;
   int hidden = 1;      // H
   int heads = 1;       // nh
-  int ffn_hidden = 1;  // F
+  int ffn_hidden = 1;  // F (0 in a deck not yet resolved: 4H)
   int seq_length = 1;  // S
   int vocab_size = 1;  // V
   // The padded vocabulary is a multiple of vocab_pad_multiple * tensor (model.vocab_pad_multiple;
   // 1 here, 128 by the deck's default).
   int vocab_pad_multiple = 1;
+
+  int head_dim() const { return heads > 0 ? hidden / heads : 0; }
+  int ffn_width() const { return ffn_hidden > 0 ? ffn_hidden : 4 * hidden; }   // F, resolved
+  int kv_head_count() const { return kv_heads > 0 ? kv_heads : heads; }       // 0 stands for heads
+  bool take_preset_defaults() { return model::take_preset_defaults(*this); }  // block_spec.hpp
+};
+
+// The layout the model computes under; pipeline and data parallelism, which the blocks do not see,
+// are the deck's own ([parallel], io::ParallelConfig extends this).
+struct ParallelLayout {
   int tensor = 1;      // TP size
-  // Megatron sequence parallelism (parallel.sequence_parallel; off for tensor = 1, where it
-  // would change nothing): between the tensor-parallel regions a rank holds n = N/t of the
-  // N = micro_batch * seq_length tokens (parallel/mappings.hpp).
-  bool sequence_parallel = false;
-  // The attention core (training.attention; src/model/parallel_attention.hpp): flash, or the
-  // batched GEMMs over S×S scores. It decides the attention's buffers (block_descriptor.hpp).
-  bool flash_attention = true;
   // Context parallelism (parallel.context = C): each rank computes 2 chunks of S/(2C) tokens of
   // every sequence (base/context_chunks.hpp) and its attention rings over the context group
   // (src/model/ring_attention.hpp). seq_length stays S, the sequence the parameters (learned
   // positions) and the rotary tables cover; the rank's buffers hold local_seq_length() rows of it.
   int context = 1;
-  // Expert parallelism (parallel.expert = ep, model.mlp = "moe"): the E experts of every block
+  // Expert parallelism (parallel.expert = ep, a mixture of experts): the E experts of every block
   // are split over ep ranks taken from the data-parallel ones, E/ep each
   // (src/model/mixture_of_experts.hpp); tokens travel to their experts by all-to-all.
-  int expert_parallel = 1;
+  int expert = 1;
+  // Megatron sequence parallelism (parallel.sequence_parallel; off for tensor = 1, where it
+  // would change nothing): between the tensor-parallel regions a rank holds n = N/t of the
+  // N = micro_batch * seq_length tokens (parallel/mappings.hpp).
+  bool sequence_parallel = false;
+};
+
+// The kernels that compute it.
+struct KernelChoice {
+  // The attention core (training.attention; src/model/parallel_attention.hpp): flash, or the
+  // batched GEMMs over S×S scores. It decides the attention's buffers (block_descriptor.hpp).
+  bool flash_attention = true;
+};
+
+struct GptShape : ModelShape, ParallelLayout, KernelChoice {
+  GptShape() = default;
+  // A deck not yet resolved may leave model.ffn_hidden at 0: 4H.
+  GptShape(const ModelShape& m, const ParallelLayout& p, const KernelChoice& k)
+      : ModelShape(m), ParallelLayout(p), KernelChoice(k) {
+    ffn_hidden = ffn_width();
+  }
 
   static constexpr std::int64_t int_limit = std::numeric_limits<int>::max();
 
-  int head_dim() const { return hidden / heads; }
   const BlockSpec& spec() const { return *this; }
-  int kv_head_count() const { return kv_heads > 0 ? kv_heads : heads; }
   int local_kv_heads() const { return kv_head_count() / tensor; }
   // Q, K and V stacked: (nh + 2·nkv)·d rows of the QKV weight (3H without grouped-query attention).
   std::int64_t qkv_width() const { return (std::int64_t(heads) + 2 * std::int64_t(kv_head_count())) * head_dim(); }
@@ -63,7 +87,7 @@ struct GptShape : BlockSpec {
   std::int64_t fc_width() const { return gated() ? 2 * std::int64_t(ffn_hidden) : ffn_hidden; }
   // The experts one rank holds: E / ep (0 without a mixture of experts), and the first of them
   // on expert-parallel rank r.
-  int local_experts() const { return moe() ? experts / expert_parallel : 0; }
+  int local_experts() const { return moe() ? experts / expert : 0; }
   int first_expert(int ep_rank) const { return ep_rank * local_experts(); }
   // Megatron pads the vocabulary to a multiple of make-vocab-size-divisible-by (128) times the
   // TP size, so that every rank's block of the logits GEMM, V_padded/tp, is a multiple of the
@@ -116,7 +140,7 @@ struct GptShape : BlockSpec {
     positive("model.vocab_pad_multiple", vocab_pad_multiple);
     positive("parallel.tensor", tensor);
     positive("parallel.context", context);
-    positive("parallel.expert", expert_parallel);
+    positive("parallel.expert", expert);
     if (moe()) {
       positive("model.experts", experts);
       positive("model.experts_per_token", experts_per_token);
@@ -124,7 +148,7 @@ struct GptShape : BlockSpec {
         throw std::invalid_argument("tptrain: model.moe_capacity_factor must be >= 0 (0: dropless)");
     }
     // The layout's rules, stated by their owner (base/layout_rules.hpp).
-    std::vector<rules::Problem> broken = rules::expert_problems(moe(), experts, expert_parallel, 0);
+    std::vector<rules::Problem> broken = rules::expert_problems(moe(), experts, expert, 0);
     for (std::vector<rules::Problem> more :
          {rules::context_problems(seq_length, context), rules::head_problems(hidden, heads),
           rules::tensor_split_problems(heads, ffn_hidden, tensor)})

@@ -58,11 +58,56 @@ inline SublayerMetrics moe_metrics(const GptShape& s, const StatisticSums& sums)
   return m;
 }
 
+// Its keys. The losses' weights are [training] keys: they weigh terms of the training loss.
+inline constexpr KindKey kMoeKeys[] = {
+    {"model", "experts", 8, 1, true, "", "model.mlp = \"moe\": experts E per block, each a SwiGLU of model.ffn_hidden (Mixtral: 8)",
+     "it is the mixture of experts'", &ModelShape::experts},
+    {"model", "experts_per_token", 2, 1, true, "",
+     "model.mlp = \"moe\": experts k each token goes through (top k of the router's softmax, their "
+     "probabilities renormalised to sum to 1; Mixtral: 2)",
+     "it is the mixture of experts'", &ModelShape::experts_per_token},
+    {"model", "moe_capacity_factor", 0.0, 0.0, true, "(0 = dropless)",
+     "model.mlp = \"moe\": 0 runs dropless (every token reaches its k experts); c > 0 caps each expert at "
+     "ceil(c * k * tokens / experts) of a micro-batch's tokens and drops the rest (counted in metrics)",
+     "it is the mixture of experts'", nullptr, &ModelShape::moe_capacity_factor},
+    {"training", "moe_aux_loss_coeff", 0.02, 0.0, true, "",
+     "model.mlp = \"moe\": weight of the load-balancing loss E * sum_e f_e * P_e (Switch, Mixtral), averaged "
+     "over the blocks, added to the training loss (logged apart as moe_aux_loss)",
+     "it weights the mixture of experts' load-balancing loss", nullptr, &ModelShape::moe_aux_loss_coeff},
+    {"training", "moe_z_loss_coeff", 0.0, 0.0, true, "",
+     "model.mlp = \"moe\": weight of the router z-loss mean((log sum exp logits)^2) (ST-MoE), averaged over "
+     "the blocks (0 = off; logged as moe_z_loss)",
+     "it weights the mixture of experts' router z-loss", nullptr, &ModelShape::moe_z_loss_coeff},
+};
+
+// Its rules: k of E experts per token (1 <= k <= E); its experts have no biases (Mixtral's).
+inline std::vector<rules::Problem> moe_problems(const ModelShape& s) {
+  std::vector<rules::Problem> out;
+  if (s.experts_per_token > s.experts)
+    out.push_back(rules::Problem::statement({"model.experts_per_token", s.experts_per_token},
+                                            fmt::format("at most model.experts = {}: each token goes to k "
+                                                        "different experts",
+                                                        s.experts)));
+  if (s.linear_bias)
+    out.push_back(rules::Problem::statement({"model.linear_bias", 0, "true"},
+                                            "false with {model.mlp}: the experts have no biases (Mixtral)",
+                                            {{"model.mlp", 0, "\"moe\""}}));
+  return out;
+}
+inline constexpr const char* kMoeBinds[] = {"linear_bias"};
+
 // No buffer of the workspace: its routes and routed rows depend on the routing and grow with the
 // load (mixture_of_experts.hpp); the planner counts them at balanced load
 // (src/plan/activation_memory.cpp).
-inline constexpr SublayerKind kMoeMlp{SublayerSlot::mlp, "moe",
-                                      "a mixture of SwiGLU experts, each token through k of E (Mixtral)",
-                                      kMoeParameters, {}, moe_metrics};
+inline constexpr SublayerKind kMoeMlp{SublayerSlot::mlp,
+                                      "moe",
+                                      "a mixture of model.experts SwiGLU experts, each token through "
+                                      "model.experts_per_token of them (Mixtral)",
+                                      kMoeParameters,
+                                      {},
+                                      moe_metrics,
+                                      kMoeKeys,
+                                      moe_problems,
+                                      kMoeBinds};
 
 }  // namespace tptrain::model

@@ -7,6 +7,10 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
+#include <vector>
+
+#include "base/rules.hpp"
 
 #include "src/model/spec/buffer_spec.hpp"
 #include "src/model/spec/gpt_shape.hpp"
@@ -30,6 +34,22 @@ struct RowSpan {
   const Row* end() const { return first + count; }
 };
 
+// A deck key a kind owns (docs/deck-reference.md lists it with the others; io/deck_keys.cpp takes
+// it into the key table): its value lives in the specification, which the kind reads. A deck that
+// chooses another kind for the slot leaves it out (or at its default: a resolved deck lists it).
+struct KindKey {
+  const char* section;       // "model", or "training" for a weight of the training loss
+  const char* key;
+  double default_value;
+  double lowest;             // the smallest valid value (integers: at least it)
+  bool lowest_inclusive;
+  const char* note;          // after the range in messages: "(0 = dropless)"; "" for none
+  const char* doc;           // what it means, one line
+  const char* left_out;      // why another kind leaves it out: "it is the mixture of experts'"
+  int ModelShape::*integer = nullptr;   // where its value lives: an integer, or
+  double ModelShape::*number = nullptr;  // a number
+};
+
 struct SublayerKind {
   SublayerSlot slot;
   const char* name;  // the deck's value of its slot's key (model.mlp = "gelu")
@@ -40,14 +60,26 @@ struct SublayerKind {
   RowSpan<BufferRow> buffers;  // what it allocates in the model's workspace
   // Its metrics from its statistics summed over the ranks (StatisticSums); null: it counts none.
   SublayerMetrics (*metrics)(const GptShape&, const StatisticSums&) = nullptr;
+  RowSpan<KindKey> keys;  // its deck keys
+  // Its rules, stated once: the deck (at the keys' lines), the model and the planner ask them
+  // (sublayer_kinds.hpp, sublayer_problems). The deck asks once its keys and the [model] keys
+  // named in `binds` are valid.
+  std::vector<rules::Problem> (*problems)(const ModelShape&) = nullptr;
+  RowSpan<const char*> binds;
 };
 
-// "mlp" for the docs' conditions: model.<slot key> = "<name>".
+// The [model] key that chooses the slot's kind ("mlp": model.mlp = "gelu"), and its value in s.
 inline const char* slot_key(SublayerSlot slot) {
   switch (slot) {
     case SublayerSlot::mlp: return "mlp";
   }
   return "";
+}
+inline const std::string& slot_value(const ModelShape& s, SublayerSlot slot) {
+  switch (slot) {
+    case SublayerSlot::mlp: break;
+  }
+  return s.mlp;
 }
 
 }  // namespace tptrain::model

@@ -21,15 +21,33 @@ inline constexpr const SublayerKind* kSublayerKinds[] = {
 };
 
 // The kind shape s's specification puts in its MLP slot (model.mlp).
-inline const SublayerKind& mlp_kind(const GptShape& s) {
+inline const SublayerKind& mlp_kind(const ModelShape& s) {
   for (const SublayerKind* k : kSublayerKinds)
-    if (k->slot == SublayerSlot::mlp && std::string(k->name) == mlp_name(s.mlp)) return *k;
-  throw std::logic_error(std::string("tptrain: no sublayer kind \"") + mlp_name(s.mlp) +
+    if (k->slot == SublayerSlot::mlp && k->name == s.mlp) return *k;
+  throw std::logic_error(std::string("tptrain: no sublayer kind \"") + s.mlp +
                          "\" for the MLP in the registry (src/model/spec/sublayer_kinds.hpp)");
 }
 
+// The names of the kinds that fill `slot`, in the registry's order (the deck's choices).
+inline std::vector<std::string> kind_names(SublayerSlot slot) {
+  std::vector<std::string> names;
+  for (const SublayerKind* k : kSublayerKinds)
+    if (k->slot == slot) names.emplace_back(k->name);
+  return names;
+}
+
 // Every kind the specification's block is made of, in the block's order.
-inline std::vector<const SublayerKind*> kinds_of(const GptShape& s) { return {&mlp_kind(s)}; }
+inline std::vector<const SublayerKind*> kinds_of(const ModelShape& s) { return {&mlp_kind(s)}; }
+
+// The rules of shape s's kinds (each kind's own, sublayer_kind.hpp): the deck reports them at
+// the keys' lines, the model and the planner throw them.
+inline std::vector<rules::Problem> sublayer_problems(const ModelShape& s) {
+  std::vector<rules::Problem> out;
+  for (const SublayerKind* k : kinds_of(s))
+    if (k->problems != nullptr)
+      for (rules::Problem& p : k->problems(s)) out.push_back(std::move(p));
+  return out;
+}
 
 // The metrics of shape s's kinds from their statistics summed over the ranks, kind by kind.
 inline std::vector<SublayerMetrics> sublayer_metrics(const GptShape& s, const StatisticSums& sums) {

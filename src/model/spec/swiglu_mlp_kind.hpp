@@ -35,7 +35,7 @@ inline constexpr BufferRow kSwigluMlpBuffers[] = {
      false, always, ScratchPhase::mlp},
 };
 
-inline constexpr SublayerKind kSwigluMlp{SublayerSlot::mlp, "swiglu", "gate|up, silu(gate)·up, down (Llama)",
+inline constexpr SublayerKind kSwigluMlp{SublayerSlot::mlp, "swiglu", "silu(gate) * up, down; gate and up of model.ffn_hidden each (Llama)",
                                          kSwigluMlpParameters, kSwigluMlpBuffers};
 
 }  // namespace tptrain::model
