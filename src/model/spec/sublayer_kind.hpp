@@ -60,12 +60,12 @@ struct SublayerKind {
   RowSpan<BufferRow> buffers;  // what it allocates in the model's workspace
   // Its metrics from its statistics summed over the ranks (StatisticSums); null: it counts none.
   SublayerMetrics (*metrics)(const GptShape&, const StatisticSums&) = nullptr;
-  RowSpan<KindKey> keys;  // its deck keys
+  RowSpan<KindKey> keys = {};  // its deck keys
   // Its rules, stated once: the deck (at the keys' lines), the model and the planner ask them
   // (sublayer_kinds.hpp, sublayer_problems). The deck asks once its keys and the [model] keys
   // named in `binds` are valid.
   std::vector<rules::Problem> (*problems)(const ModelShape&) = nullptr;
-  RowSpan<const char*> binds;
+  RowSpan<const char*> binds = {};
 };
 
 // The [model] key that chooses the slot's kind ("mlp": model.mlp = "gelu"), and its value in s.
