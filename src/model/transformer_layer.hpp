@@ -23,6 +23,7 @@
 #include "src/model/layer_norm.hpp"
 #include "src/model/mixture_of_experts.hpp"
 #include "src/model/parallel_attention.hpp"
+#include "src/model/relu2_mlp.hpp"
 #include "src/model/spec/recompute.hpp"
 #include "src/model/sublayer.hpp"
 #include "src/model/swiglu_mlp.hpp"
@@ -38,6 +39,7 @@ std::unique_ptr<MlpSublayer<T>> make_mlp(const SublayerKind& kind, const std::st
   if (&kind == &kGeluMlp) return std::make_unique<GeluMlp<T>>(name, s, tokens, tp, ws, placement);
   if (&kind == &kSwigluMlp) return std::make_unique<SwigluMlp<T>>(name, s, tokens, tp, ws, placement);
   if (&kind == &kMoeMlp) return std::make_unique<MixtureOfExperts<T>>(name, s, tokens, tp, ws, ep_rank, placement);
+  if (&kind == &kRelu2Mlp) return std::make_unique<Relu2Mlp<T>>(name, s, tokens, tp, ws, placement);
   throw std::logic_error(std::string("tptrain: the MLP kind \"") + kind.name +
                          "\" has no module in the registry (src/model/transformer_layer.hpp, make_mlp)");
 }

@@ -315,6 +315,15 @@ double mlp_case(int tp_size) {
   return block_case("GeluMlp", tp_size, layer, *tp, layer.parameters(), 30);
 }
 
+double relu2_mlp_case(int tp_size) {
+  auto tp = test::tp_group(tp_size);
+  auto shape = test::tiny_shape(tp_size);
+  shape.mlp = "relu2";
+  model::Workspace<Real> ws;
+  model::Relu2Mlp<Real> layer("mlp", shape, std::int64_t(kBatch) * shape.seq_length, *tp, ws);
+  return block_case("Relu2Mlp", tp_size, layer, *tp, layer.parameters(), 31);
+}
+
 double transformer_layer_case(int tp_size) {
   auto tp = test::tp_group(tp_size);
   model::Workspace<Real> ws;
@@ -551,6 +560,35 @@ TEST_CASE("ParallelAttention gradients match finite differences", "[model][layer
 
 TEST_CASE("GeluMlp gradients match finite differences", "[model][layers][mpi]") {
   for_each_layout(mlp_case);
+}
+
+// A kind added as its own files and a registry line (docs/design.md, "Sublayer kinds"): squared
+// ReLU against its definition, then the MLP's gradients, and a block made with it.
+TEST_CASE("Relu2Mlp: relu(h)² and its gradients match their definition and finite differences",
+          "[model][layers][mpi]") {
+  const kx::ExecSpace exec;
+  Mat h("h", 1, 5), a("a", 1, 5), da("da", 1, 5);
+  auto hh = Kokkos::create_mirror_view(h);
+  const Real in[5] = {-2.0, -0.5, 0.0, 0.5, 3.0};
+  for (int j = 0; j < 5; ++j) hh(0, j) = in[j];
+  Kokkos::deep_copy(h, hh);
+  Kokkos::deep_copy(da, Real(1));
+  kernels::squared_relu_forward(exec, h, a);
+  kernels::squared_relu_backward(exec, da, h, da);  // in place, as the MLP runs it
+  const auto ah = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), a);
+  const auto dh = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), da);
+  const Real want_a[5] = {0.0, 0.0, 0.0, 0.25, 9.0}, want_dh[5] = {0.0, 0.0, 0.0, 1.0, 6.0};
+  for (int j = 0; j < 5; ++j) {
+    CHECK(ah(0, j) == want_a[j]);
+    CHECK(dh(0, j) == want_dh[j]);
+  }
+  for_each_layout(relu2_mlp_case);
+  auto tp = test::tp_group(1);
+  auto shape = test::tiny_shape(1);
+  shape.mlp = "relu2";
+  model::Workspace<Real> ws;
+  model::TransformerLayer<Real> layer("layers/0", shape, kBatch, *tp, ws);
+  CHECK(layer.parameters().size() == model::block_parameter_rows(shape).size());
 }
 
 TEST_CASE("TransformerLayer gradients match finite differences", "[model][layers][mpi]") {

@@ -10,6 +10,7 @@
 
 #include "src/model/spec/gelu_mlp_kind.hpp"
 #include "src/model/spec/moe_kind.hpp"
+#include "src/model/spec/relu2_mlp_kind.hpp"
 #include "src/model/spec/swiglu_mlp_kind.hpp"
 
 namespace tptrain::model {
@@ -18,6 +19,7 @@ inline constexpr const SublayerKind* kSublayerKinds[] = {
     &kGeluMlp,
     &kSwigluMlp,
     &kMoeMlp,
+    &kRelu2Mlp,
 };
 
 // The kind shape s's specification puts in its MLP slot (model.mlp).
