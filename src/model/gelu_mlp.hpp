@@ -9,17 +9,16 @@
 #include <vector>
 
 #include "kokkos_kernels/gelu.hpp"
-#include "src/model/spec/block_descriptor.hpp"
+#include "src/model/dense_mlp_layers.hpp"
 #include "src/model/spec/gelu_mlp_kind.hpp"
-#include "src/model/linear.hpp"
-#include "src/model/sublayer.hpp"
-#include "src/model/workspace.hpp"
 
 namespace tptrain::model {
 
 template <class T>
-struct GeluMlp final : MlpSublayer<T> {
+struct GeluMlp final : DenseMlpLayers<T> {
   using Matrix = kernels::Matrix<T>;
+  using DenseMlpLayers<T>::fc;
+  using DenseMlpLayers<T>::proj;
   // What forward keeps for backward.
   struct Saved {
     Matrix h;    // [N, F/tp] fc output (pre-GELU)
@@ -30,43 +29,28 @@ struct GeluMlp final : MlpSublayer<T> {
     return {ws.matrix(name + ".h", c, tokens, s.local_ffn()), ws.matrix(name + ".sigmoid", c, tokens, s.local_ffn())};
   }
 
-  ColumnParallelLinear<T> fc;
-  RowParallelLinear<T> proj;
   Saved saved;  // the set of the micro-batch being computed (the owner may rebind it)
   Matrix a;     // [N, F/tp] shared scratch: GELU output (again h·σ in the backward)
   // [N, F/tp]: dL/da, then dL/dh in place, written over `a`: the projection's backward reads a for
   // its weight gradient before it writes its input gradient
   // (RowParallelLinear::input_and_weight_gradients), and nothing reads a after that.
   Matrix da;
-  std::int64_t tokens_;
-  GptShape shape_;
 
   GeluMlp(const std::string& name, const GptShape& s, std::int64_t tokens, const Communicator& tp, Workspace<T>& ws,
           const SavedPlacement& placement = {})
-      : fc(linear_of<ColumnParallelLinear<T>>(block_parameter(s, name + "/fc/weight"),
-                                               block_parameter_if_held(s, name + "/fc/bias"), tp)),
-        proj(linear_of<RowParallelLinear<T>>(block_parameter(s, name + "/proj/weight"),
-                                             block_parameter_if_held(s, name + "/proj/bias"), tp)),
+      : DenseMlpLayers<T>(name, s, tokens, tp),
         saved(make_saved(ws, placement.name_for(name), tokens, s, placement.category)),
         a(ws.matrix("mlp.a", BufferCategory::scratch, tokens, s.local_ffn(), ScratchPhase::mlp)),
-        da(a), tokens_(tokens), shape_(s) {
+        da(a) {
     fc.skip_bias_add = true;  // added by the fused bias + GELU
-    fc.column_scratch = proj.column_scratch = column_sums_scratch(ws, s, tokens);
-    fc.sp = proj.sp = sequence_parallel_buffers(ws, s, tokens);
+    this->attach_stage_buffers(ws);
   }
-
-  std::vector<Parameter<T>*> parameters() override {
-    std::vector<Parameter<T>*> ps = fc.parameters();
-    for (Parameter<T>* p : proj.parameters()) ps.push_back(p);
-    return ps;
-  }
-  const Parameter<T>* output_bias() const override { return proj.has_bias ? &proj.bias : nullptr; }
 
   // x has the layer's rows, or fewer without sequence parallelism (generation's new tokens,
   // computed in the leading rows of the buffers).
   void forward(const Exec& exec, Communicator& tp, const Matrix& x, const Matrix& y,
                bool add_output_bias = true) override {
-    const auto n = fc.sp.enabled() ? static_cast<std::int64_t>(saved.h.extent(0)) : static_cast<std::int64_t>(x.extent(0));
+    const std::int64_t n = this->forward_rows_of(x, saved.h);
     const Matrix h = first_rows(saved.h, n), act = first_rows(a, n);
     fc.forward(exec, tp, x, h);
     {
@@ -100,7 +84,7 @@ struct GeluMlp final : MlpSublayer<T> {
   std::shared_ptr<SublayerSaved> saved_set() const override { return box_saved(saved); }
   std::shared_ptr<SublayerSaved> make_saved_set(Workspace<T>& ws, const std::string& prefix,
                                                 BufferCategory c) const override {
-    return box_saved(make_saved(ws, prefix, tokens_, shape_, c));
+    return box_saved(make_saved(ws, prefix, this->tokens_, this->shape_, c));
   }
   void bind(const std::shared_ptr<SublayerSaved>& s) override { saved = unbox_saved<Saved>(s); }
 };

@@ -8,17 +8,16 @@
 #include <vector>
 
 #include "kokkos_kernels/squared_relu.hpp"
-#include "src/model/linear.hpp"
-#include "src/model/spec/block_descriptor.hpp"
+#include "src/model/dense_mlp_layers.hpp"
 #include "src/model/spec/relu2_mlp_kind.hpp"
-#include "src/model/sublayer.hpp"
-#include "src/model/workspace.hpp"
 
 namespace tptrain::model {
 
 template <class T>
-struct Relu2Mlp final : MlpSublayer<T> {
+struct Relu2Mlp final : DenseMlpLayers<T> {
   using Matrix = kernels::Matrix<T>;
+  using DenseMlpLayers<T>::fc;
+  using DenseMlpLayers<T>::proj;
   struct Saved {
     Matrix h;  // [N, F/tp] fc output
   };
@@ -27,39 +26,23 @@ struct Relu2Mlp final : MlpSublayer<T> {
     return {ws.matrix(name + ".h", c, tokens, s.local_ffn())};
   }
 
-  ColumnParallelLinear<T> fc;
-  RowParallelLinear<T> proj;
   Saved saved;  // the set of the micro-batch being computed (the owner may rebind it)
   // [N, F/tp] shared scratch: relu(h)² (again in the backward), then dL/da and dL/dh written over
   // it: the projection's backward reads a for its weight gradient before it writes its input
   // gradient (RowParallelLinear::input_and_weight_gradients).
   Matrix a;
-  std::int64_t tokens_;
-  GptShape shape_;
 
   Relu2Mlp(const std::string& name, const GptShape& s, std::int64_t tokens, const Communicator& tp, Workspace<T>& ws,
            const SavedPlacement& placement = {})
-      : fc(linear_of<ColumnParallelLinear<T>>(block_parameter(s, name + "/fc/weight"),
-                                               block_parameter_if_held(s, name + "/fc/bias"), tp)),
-        proj(linear_of<RowParallelLinear<T>>(block_parameter(s, name + "/proj/weight"),
-                                             block_parameter_if_held(s, name + "/proj/bias"), tp)),
+      : DenseMlpLayers<T>(name, s, tokens, tp),
         saved(make_saved(ws, placement.name_for(name), tokens, s, placement.category)),
-        a(ws.matrix("mlp.a", BufferCategory::scratch, tokens, s.local_ffn(), ScratchPhase::mlp)),
-        tokens_(tokens), shape_(s) {
-    fc.column_scratch = proj.column_scratch = column_sums_scratch(ws, s, tokens);
-    fc.sp = proj.sp = sequence_parallel_buffers(ws, s, tokens);
+        a(ws.matrix("mlp.a", BufferCategory::scratch, tokens, s.local_ffn(), ScratchPhase::mlp)) {
+    this->attach_stage_buffers(ws);
   }
-
-  std::vector<Parameter<T>*> parameters() override {
-    std::vector<Parameter<T>*> ps = fc.parameters();
-    for (Parameter<T>* p : proj.parameters()) ps.push_back(p);
-    return ps;
-  }
-  const Parameter<T>* output_bias() const override { return proj.has_bias ? &proj.bias : nullptr; }
 
   void forward(const Exec& exec, Communicator& tp, const Matrix& x, const Matrix& y,
                bool add_output_bias = true) override {
-    const auto n = fc.sp.enabled() ? static_cast<std::int64_t>(saved.h.extent(0)) : static_cast<std::int64_t>(x.extent(0));
+    const std::int64_t n = this->forward_rows_of(x, saved.h);
     const Matrix h = first_rows(saved.h, n), act = first_rows(a, n);
     fc.forward(exec, tp, x, h);
     {
@@ -85,7 +68,7 @@ struct Relu2Mlp final : MlpSublayer<T> {
   std::shared_ptr<SublayerSaved> saved_set() const override { return box_saved(saved); }
   std::shared_ptr<SublayerSaved> make_saved_set(Workspace<T>& ws, const std::string& prefix,
                                                 BufferCategory c) const override {
-    return box_saved(make_saved(ws, prefix, tokens_, shape_, c));
+    return box_saved(make_saved(ws, prefix, this->tokens_, this->shape_, c));
   }
   void bind(const std::shared_ptr<SublayerSaved>& s) override { saved = unbox_saved<Saved>(s); }
 };

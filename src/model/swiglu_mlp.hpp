@@ -12,17 +12,16 @@
 #include <vector>
 
 #include "kokkos_kernels/swiglu.hpp"
-#include "src/model/spec/block_descriptor.hpp"
-#include "src/model/linear.hpp"
-#include "src/model/sublayer.hpp"
+#include "src/model/dense_mlp_layers.hpp"
 #include "src/model/spec/swiglu_mlp_kind.hpp"
-#include "src/model/workspace.hpp"
 
 namespace tptrain::model {
 
 template <class T>
-struct SwigluMlp final : MlpSublayer<T> {
+struct SwigluMlp final : DenseMlpLayers<T> {
   using Matrix = kernels::Matrix<T>;
+  using DenseMlpLayers<T>::fc;
+  using DenseMlpLayers<T>::proj;
   struct Saved {
     Matrix h;  // [N, 2F/tp] fc output: gate and up
   };
@@ -31,29 +30,20 @@ struct SwigluMlp final : MlpSublayer<T> {
     return {ws.matrix(name + ".h", c, tokens, 2 * std::int64_t(s.local_ffn()))};
   }
 
-  ColumnParallelLinear<T> fc;
-  RowParallelLinear<T> proj;
   Saved saved;  // the set of the micro-batch being computed (the owner may rebind it)
   Matrix a;     // [N, F/tp] shared scratch: silu(gate)·up (again in the backward)
   Matrix da;    // [N, F/tp]: dL/da, written over `a` (see backward_rows)
   Matrix dh;    // [N, 2F/tp] shared scratch: dL/d(gate, up)
-  std::int64_t tokens_ = 0;
-  GptShape shape_;
 
   SwigluMlp(const std::string& name, const GptShape& s, std::int64_t tokens, const Communicator& tp, Workspace<T>& ws,
             const SavedPlacement& placement = {})
-      : fc(linear_of<ColumnParallelLinear<T>>(block_parameter(s, name + "/fc/weight"),
-                                               block_parameter_if_held(s, name + "/fc/bias"), tp)),
-        proj(linear_of<RowParallelLinear<T>>(block_parameter(s, name + "/proj/weight"),
-                                             block_parameter_if_held(s, name + "/proj/bias"), tp)),
+      : DenseMlpLayers<T>(name, s, tokens, tp),
         saved(make_saved(ws, placement.name_for(name), tokens, s, placement.category)),
         a(ws.matrix("mlp.a", BufferCategory::scratch, tokens, s.local_ffn(), ScratchPhase::mlp)),
         da(a),
-        dh(ws.matrix("mlp.dh", BufferCategory::scratch, tokens, 2 * std::int64_t(s.local_ffn()), ScratchPhase::mlp)),
-        tokens_(tokens), shape_(s) {
+        dh(ws.matrix("mlp.dh", BufferCategory::scratch, tokens, 2 * std::int64_t(s.local_ffn()), ScratchPhase::mlp)) {
     fc.skip_bias_add = false;  // fc adds its own bias (the gate's and the up's)
-    fc.column_scratch = proj.column_scratch = column_sums_scratch(ws, s, tokens);
-    fc.sp = proj.sp = sequence_parallel_buffers(ws, s, tokens);
+    this->attach_stage_buffers(ws);
   }
 
   // A mixture's expert: gate|up and down without biases, no buffers of its own (its rows are the
@@ -63,18 +53,11 @@ struct SwigluMlp final : MlpSublayer<T> {
     return SwigluMlp(gate_up, down, tp);
   }
 
-  std::vector<Parameter<T>*> parameters() override {
-    std::vector<Parameter<T>*> ps = fc.parameters();
-    for (Parameter<T>* p : proj.parameters()) ps.push_back(p);
-    return ps;
-  }
-  const Parameter<T>* output_bias() const override { return proj.has_bias ? &proj.bias : nullptr; }
-
   // x has the layer's rows, or fewer without sequence parallelism (generation's new tokens,
   // computed in the leading rows of the buffers).
   void forward(const Exec& exec, Communicator& tp, const Matrix& x, const Matrix& y,
                bool add_output_bias = true) override {
-    const auto n = fc.sp.enabled() ? static_cast<std::int64_t>(saved.h.extent(0)) : static_cast<std::int64_t>(x.extent(0));
+    const std::int64_t n = this->forward_rows_of(x, saved.h);
     forward_rows(exec, tp, x, first_rows(saved.h, n), first_rows(a, n), y, add_output_bias);
   }
   void backward(const Exec& exec, Communicator& tp, const Matrix& dy, const Matrix& x, const Matrix& dx) override {
@@ -116,13 +99,13 @@ struct SwigluMlp final : MlpSublayer<T> {
   std::shared_ptr<SublayerSaved> saved_set() const override { return box_saved(saved); }
   std::shared_ptr<SublayerSaved> make_saved_set(Workspace<T>& ws, const std::string& prefix,
                                                 BufferCategory c) const override {
-    return box_saved(make_saved(ws, prefix, tokens_, shape_, c));
+    return box_saved(make_saved(ws, prefix, this->tokens_, this->shape_, c));
   }
   void bind(const std::shared_ptr<SublayerSaved>& s) override { saved = unbox_saved<Saved>(s); }
 
  private:
   SwigluMlp(const ParameterSpec& gate_up, const ParameterSpec& down, const Communicator& tp)
-      : fc(gate_up, tp), proj(down, tp) {
+      : DenseMlpLayers<T>(gate_up, down, tp) {
     fc.explicit_expert_comm = proj.explicit_expert_comm = true;
   }
 };
