@@ -46,8 +46,10 @@ struct KindKey {
   const char* note;          // after the range in messages: "(0 = dropless)"; "" for none
   const char* doc;           // what it means, one line
   const char* left_out;      // why another kind leaves it out: "it is the mixture of experts'"
-  int ModelShape::*integer = nullptr;   // where its value lives: an integer, or
-  double ModelShape::*number = nullptr;  // a number
+  using IntegerMember = int ModelShape::*;
+  using NumberMember = double ModelShape::*;
+  IntegerMember integer = nullptr;  // where its value lives: an integer, or
+  NumberMember number = nullptr;    // a number
 };
 
 struct SublayerKind {
