@@ -1087,16 +1087,16 @@ Deck DeckReader::build() {
     m.kv_heads = m.heads;
   }
   // The block specification's choices the deck leaves out: the preset's (src/model/spec/block_spec.hpp).
-  if (field("model", "architecture").ok)
-    if (const model::BlockPreset* preset = model::block_preset(m.architecture))
-    {
-      for (const model::PresetChoice& k : model::preset_choices())
-        if (Field& f = field("model", k.key); !f.node) {
-          f.default_note = "of model.architecture = \"" + m.architecture + "\"";
-          k.take(m, preset->spec);
-        }
-      model::take_preset_fixed(m, preset->spec);
-    }
+  const model::BlockPreset* preset =
+      field("model", "architecture").ok ? model::block_preset(m.architecture) : nullptr;
+  if (preset != nullptr) {
+    for (const model::PresetChoice& k : model::preset_choices())
+      if (Field& f = field("model", k.key); !f.node) {
+        f.default_note = "of model.architecture = \"" + m.architecture + "\"";
+        k.take(m, preset->spec);
+      }
+    model::take_preset_fixed(m, preset->spec);
+  }
   OptimizerConfig& o = d.optimizer;
   if (Field& min_lr = field("optimizer", "min_lr"); !min_lr.node) {
     o.min_lr = round_decimal(o.lr / 10);  // 10 % of the peak (GPT-3), whatever lr is
@@ -1176,10 +1176,11 @@ Deck DeckReader::build() {
 
 // The block specification's rules (src/model/spec/block_spec.hpp): grouped-query attention's kv_heads
 // (whole key/value heads per tensor rank), rotary embeddings' even head dimension, LayerNorm's
-// bias, the mixture of experts' k <= E and bias-free experts; and the keys of a choice the
-// specification does not make (model.norm_eps without RMSNorm, model.rope_theta without rotary
-// positions, model.experts and its kin without model.mlp = "moe") refused unless they hold their
-// defaults (a resolved deck lists every key at its default and must load again).
+// bias, and the keys of a choice the specification does not make (model.norm_eps without RMSNorm,
+// model.rope_theta without rotary positions) refused unless they hold their defaults (a resolved
+// deck lists every key at its default and must load again); then the chosen kinds' own rules
+// (the mixture of experts' k <= E and bias-free experts). An unchosen kind's keys:
+// check_unchosen_kind_keys.
 void DeckReader::check_architecture(const Deck& d) {
   const model::ModelShape& m = d.model;
   const auto ok = [this](std::string_view key) { return field("model", key).ok; };
