@@ -323,7 +323,6 @@ class DeckReader {
   void check_documents(const Deck& d);
   void check_context(const Deck& d);
   void check_experts(const Deck& d);
-  void check_unchosen_kind_keys(const Deck& d);
   void check_valid_apart_from_train(const Deck& d);
   // Whether the command reads the files of data.<key> (train, valid; io/deck.hpp, DataFiles).
   bool reads_data_key(std::string_view key) const {
@@ -1141,7 +1140,6 @@ Deck DeckReader::build() {
   check_documents(d);
   check_context(d);
   check_experts(d);
-  check_unchosen_kind_keys(d);
   check_valid_apart_from_train(d);
   if (ok("parallel", "tensor") && ok("parallel", "pipeline") && ok("parallel", "data") && ok("parallel", "context")) {
     const std::int64_t world = static_cast<std::int64_t>(p.tensor) * p.context * p.pipeline * p.data;
@@ -1174,13 +1172,12 @@ Deck DeckReader::build() {
   return d;
 }
 
-// The block specification's rules (src/model/spec/block_spec.hpp): grouped-query attention's kv_heads
-// (whole key/value heads per tensor rank), rotary embeddings' even head dimension, LayerNorm's
-// bias, and the keys of a choice the specification does not make (model.norm_eps without RMSNorm,
-// model.rope_theta without rotary positions) refused unless they hold their defaults (a resolved
-// deck lists every key at its default and must load again); then the chosen kinds' own rules
-// (the mixture of experts' k <= E and bias-free experts). An unchosen kind's keys:
-// check_unchosen_kind_keys.
+// The block specification's rules: grouped-query attention's kv_heads (whole key/value heads per
+// tensor rank; the layout's rule), then the rules of the kinds it chooses, each kind's own
+// (src/model/spec/sublayer_kinds.hpp: LayerNorm's bias, rotary embeddings' even head dimension,
+// the mixture of experts' k <= E and bias-free experts), and the keys of the kinds it does not
+// choose left out or at their defaults (a resolved deck lists every key at its default and must
+// load again).
 void DeckReader::check_architecture(const Deck& d) {
   const model::ModelShape& m = d.model;
   const auto ok = [this](std::string_view key) { return field("model", key).ok; };
@@ -1192,41 +1189,25 @@ void DeckReader::check_architecture(const Deck& d) {
   if (ok("kv_heads") && ok("heads"))
     for (const rules::Problem& p : rules::kv_head_problems(m.heads, m.kv_heads, field("parallel", "tensor").ok ? d.parallel.tensor : 1))
       report(p);
-  // The specification's rules (src/model/spec/block_spec.hpp), each once the keys it binds are valid.
-  // (A key is ok once its value is one of its choices: model.mlp one of the registry's kinds.)
-  if (ok("position") && ok("hidden") && ok("heads"))
-    for (const rules::Problem& p : model::rotary_problems(m.position, m.hidden, m.heads)) report(p);
-  if (ok("norm") && ok("linear_bias"))
-    for (const rules::Problem& p : model::norm_bias_problems(m.norm, m.linear_bias)) report(p);
-  if (ok("norm") && ok("position") && ok("norm_eps") && ok("rope_theta"))
-    for (const rules::Problem& p : model::unused_choice_problems(m.norm, m.norm_eps, m.position, m.rope_theta))
-      report(p);
-  // The rules of the kinds it chooses (each kind's own: src/model/spec/sublayer_kinds.hpp), once
-  // the slot's key, the kind's keys and the keys it binds are valid.
-  if (!ok("mlp")) return;
-  const model::SublayerKind& kind = model::mlp_kind(m);
-  bool kind_ok = true;
-  for (const model::KindKey& k : kind.keys) kind_ok = kind_ok && field(k.section, k.key).ok;
-  for (const char* key : kind.binds) kind_ok = kind_ok && ok(key);
-  if (kind_ok && kind.problems != nullptr)
-    for (const rules::Problem& p : kind.problems(m)) report(p);
-}
-
-// The keys of the kinds a deck does not choose: left out, or at their defaults (a resolved deck
-// lists every key).
-void DeckReader::check_unchosen_kind_keys(const Deck& d) {
-  for (const model::SublayerKind* kind : model::kSublayerKinds) {
-    const std::string slot = model::slot_key(kind->slot);
-    if (!field("model", slot).ok || model::slot_value(d.model, kind->slot) == kind->name) continue;
-    for (const model::KindKey& k : kind->keys) {
-      if (!field(k.section, k.key).ok) continue;
-      const double value = k.integer ? double(d.model.*k.integer) : d.model.*k.number;
-      if (value == k.default_value) continue;
-      report(rules::Problem::statement(
-          {full_name(k.section, k.key), 0, k.integer ? std::to_string(d.model.*k.integer) : toml_float(value)},
-          fmt::format("to be left out with {{model.{}}}: {} (model.{} = \"{}\")", slot, k.left_out, slot, kind->name),
-          {{"model." + slot, 0, fmt::format("\"{}\"", model::slot_value(d.model, kind->slot))}}));
+  // Each chosen kind's rules once its slot's key, its keys and the keys it binds are valid (a
+  // slot's key is valid once its value is one of the registry's kinds).
+  bool slots_ok = true;
+  for (const model::SublayerSlot slot : model::kSublayerSlots) {
+    if (!ok(model::slot_key(slot))) {
+      slots_ok = false;
+      continue;
     }
+    const model::SublayerKind& kind = model::kind_in(slot, m);
+    bool kind_ok = true;
+    for (const model::KindKey& k : kind.keys) kind_ok = kind_ok && field(k.section, k.key).ok;
+    for (const char* key : kind.binds) kind_ok = kind_ok && ok(key);
+    if (kind_ok && kind.problems != nullptr)
+      for (const rules::Problem& p : kind.problems(m)) report(p);
+  }
+  if (!slots_ok) return;
+  for (const rules::Problem& p : model::unchosen_key_problems(m)) {
+    const std::string& key = p.subject.key;  // "model.experts", "training.moe_aux_loss_coeff"
+    if (field(key.substr(0, key.find('.')), key.substr(key.find('.') + 1)).ok) report(p);
   }
 }
 

@@ -5,7 +5,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
+#include <map>
+#include <optional>
+#include <string>
 
 #include "src/model/spec/block_spec.hpp"
 #include "src/model/spec/sublayer_kinds.hpp"
@@ -57,26 +61,26 @@ const std::string& architecture_doc() {
   return doc;
 }
 
-// model.mlp's values: the MLP kinds of the registry (src/model/spec/sublayer_kinds.hpp), and
-// what each is, from the kinds' own descriptions.
-Choice mlp_choice() {
+// The values of the key that chooses `slot`'s kind (model.norm, model.position, model.mlp): the
+// kinds of the registry (src/model/spec/sublayer_kinds.hpp), and what each is, from the kinds' own
+// descriptions.
+Choice slot_choice(model::SublayerSlot slot) {
   Choice c;
-  for (const model::SublayerKind* k : model::kSublayerKinds)
-    if (k->slot == model::SublayerSlot::mlp) c.values.emplace_back(k->name);
+  for (const std::string_view name : model::kind_names(slot)) c.values.emplace_back(name);
   return c;
 }
-const std::string& mlp_doc() {
-  static const std::string doc = [] {
-    std::string d = "the MLP, a sublayer kind (src/model/spec/sublayer_kinds.hpp): ";
-    bool first = true;
-    for (const model::SublayerKind* k : model::kSublayerKinds)
-      if (k->slot == model::SublayerSlot::mlp) {
-        d += fmt::format("{}\"{}\" ({})", first ? "" : ", ", k->name, k->what);
-        first = false;
-      }
-    return d;
-  }();
-  return doc;
+// (The docs live as long as the key table: one text per slot.)
+std::string_view slot_doc(model::SublayerSlot slot, std::string_view what) {
+  static std::map<model::SublayerSlot, std::string> docs;
+  std::string& d = docs[slot];
+  d = fmt::format("{}, a sublayer kind (src/model/spec/sublayer_kinds.hpp): ", what);
+  bool first = true;
+  for (const model::SublayerKind* k : model::kSublayerKinds)
+    if (k->slot == slot) {
+      d += fmt::format("{}\"{}\" ({})", first ? "" : ", ", k->name, k->what);
+      first = false;
+    }
+  return d;
 }
 
 std::vector<DeckKey> make_keys() {
@@ -88,16 +92,12 @@ std::vector<DeckKey> make_keys() {
   return {
       {"model", "architecture", text("gpt2"), preset_choice(), architecture_doc(),
        &member<&Deck::model, &M::architecture>},
-      {"model", "norm", Derived{"the preset's"}, Choice{{std::begin(model::kNormNames), std::end(model::kNormNames)}},
-       "the blocks' and the final norm: LayerNorm (weight and bias, epsilon 1e-5) or RMSNorm (weight, "
-       "model.norm_eps)",
-       &member<&Deck::model, &M::norm>},
-      {"model", "mlp", Derived{"the preset's"}, mlp_choice(), mlp_doc(),
-       &member<&Deck::model, &M::mlp>},
-      {"model", "position", Derived{"the preset's"},
-       Choice{{std::begin(model::kPositionNames), std::end(model::kPositionNames)}},
-       "positions: a learned [seq_length, hidden] embedding, or rotary embeddings of q and k (model.rope_theta)",
-       &member<&Deck::model, &M::position>},
+      {"model", "norm", Derived{"the preset's"}, slot_choice(model::SublayerSlot::norm),
+       slot_doc(model::SublayerSlot::norm, "the blocks' and the final norm"), &member<&Deck::model, &M::norm>},
+      {"model", "mlp", Derived{"the preset's"}, slot_choice(model::SublayerSlot::mlp),
+       slot_doc(model::SublayerSlot::mlp, "the MLP"), &member<&Deck::model, &M::mlp>},
+      {"model", "position", Derived{"the preset's"}, slot_choice(model::SublayerSlot::position),
+       slot_doc(model::SublayerSlot::position, "the positions"), &member<&Deck::model, &M::position>},
       {"model", "qkv_bias", Derived{"the preset's"}, AnyBoolean{}, "biases on the q, k and v projections",
        &member<&Deck::model, &M::qkv_bias>},
       {"model", "linear_bias", Derived{"the preset's"}, AnyBoolean{},
@@ -126,12 +126,6 @@ std::vector<DeckKey> make_keys() {
        "the vocabulary is padded to a multiple of vocab_pad_multiple * parallel.tensor rows (Megatron's "
        "make-vocab-size-divisible-by), so that the logits GEMM has tensor-core shapes; padded rows are masked",
        &member<&Deck::model, &M::vocab_pad_multiple>},
-      {"model", "norm_eps", number(1e-5), NumberRange{0.0, false, 1.0, {}, false},
-       "RMSNorm's epsilon (model.norm = \"rmsnorm\"; LayerNorm uses 1e-5 always)",
-       &member<&Deck::model, &M::norm_eps>},
-      {"model", "rope_theta", number(10000.0), positive,
-       "rotary embedding base theta (model.position = \"rope\"; Llama 2: 10000, Llama 3: 500000)",
-       &member<&Deck::model, &M::rope_theta>},
       {"model", "tie_embeddings", Derived{"the preset's"}, AnyBoolean{},
        "the output layer is the word embedding (tied) or its own lm_head/weight",
        &member<&Deck::model, &M::tie_embeddings>},
@@ -374,7 +368,8 @@ DeckKey kind_key(const model::KindKey& k) {
   if (k.integer != nullptr)
     return {k.section, k.key, integer(static_cast<std::int64_t>(k.default_value)),
             IntRange{static_cast<std::int64_t>(k.lowest), std::nullopt, k.note}, k.doc, k.integer};
-  return {k.section, k.key, number(k.default_value), NumberRange{k.lowest, k.lowest_inclusive, std::nullopt, k.note},
+  const std::optional<double> highest = std::isinf(k.highest) ? std::nullopt : std::optional<double>(k.highest);
+  return {k.section, k.key, number(k.default_value), NumberRange{k.lowest, k.lowest_inclusive, highest, k.note},
           k.doc, k.number};
 }
 

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <map>
 #include <optional>
+#include <string_view>
 #include <utility>
 
 #include "base/agreement.hpp"
@@ -231,12 +232,14 @@ model::GptShape checkpoint_model_shape(const std::string& deck_text) {
   if (!missing.empty()) throw std::runtime_error("its deck attribute lacks a valid " + missing);
   // The block specification's keys: a deck from before model.architecture (issue 23) is a gpt2
   // one, tied, kv_heads = heads; one from before the choice keys (issue 31) has its preset's.
+  std::vector<std::string> spec_keys = {"architecture", "kv_heads", "tie_embeddings", "qkv_bias", "linear_bias"};
+  for (const model::SublayerSlot slot : model::kSublayerSlots) spec_keys.emplace_back(model::slot_key(slot));
+  for (const model::SublayerKind* kind : model::kSublayerKinds)
+    for (const model::KindKey& k : kind->keys)
+      if (std::string_view(k.section) == "model") spec_keys.emplace_back(k.key);
   std::map<std::string, std::optional<std::string>> arch;
   try {
-    arch = io::deck_text_scalars(deck_text, "model",
-                                 {"architecture", "kv_heads", "tie_embeddings", "norm_eps", "rope_theta", "norm", "mlp",
-                                  "position", "qkv_bias", "linear_bias", "experts", "experts_per_token",
-                                  "moe_capacity_factor"});
+    arch = io::deck_text_scalars(deck_text, "model", spec_keys);
   } catch (const std::exception& e) {
     throw std::runtime_error(std::string("its deck attribute ") + e.what());
   }
@@ -246,36 +249,42 @@ model::GptShape checkpoint_model_shape(const std::string& deck_text) {
     throw std::runtime_error("its deck attribute names model.architecture = \"" + name + "\", expected one of " +
                              model::block_preset_names());
   static_cast<model::BlockSpec&>(shape) = preset->spec;
-  const auto choice = [&](const char* key, const std::vector<std::string>& names, std::string& member) {
-    if (!arch[key]) return;
+  for (const model::SublayerSlot slot : model::kSublayerSlots) {
+    const std::string key = model::slot_key(slot);
+    if (!arch[key]) continue;
+    const std::vector<std::string_view> names = model::kind_names(slot);
     if (std::find(names.begin(), names.end(), *arch[key]) == names.end())
-      throw std::runtime_error(std::string("its deck attribute has an unknown model.") + key + " = \"" +
-                               *arch[key] + "\"");
-    member = *arch[key];
-  };
-  choice("norm", {std::begin(model::kNormNames), std::end(model::kNormNames)}, shape.norm);
-  choice("mlp", model::kind_names(model::SublayerSlot::mlp), shape.mlp);
-  choice("position", {std::begin(model::kPositionNames), std::end(model::kPositionNames)}, shape.position);
+      throw std::runtime_error("its deck attribute has an unknown model." + key + " = \"" + *arch[key] + "\"");
+    model::slot_value(shape, slot) = *arch[key];
+  }
   const auto boolean = [&](const char* key, bool& member) {
     if (arch[key]) member = *arch[key] == "true";
   };
   boolean("qkv_bias", shape.qkv_bias);
   boolean("linear_bias", shape.linear_bias);
   boolean("tie_embeddings", shape.tie_embeddings);
+  // The kinds' keys: a deck from before a kind has none of its keys (their defaults, which the
+  // other kinds leave unused).
+  std::string key = "kv_heads";
   try {
-    shape.kv_heads = arch["kv_heads"] ? std::stoi(*arch["kv_heads"]) : shape.heads;
-    if (arch["norm_eps"]) shape.norm_eps = std::stod(*arch["norm_eps"]);
-    if (arch["rope_theta"]) shape.rope_theta = std::stod(*arch["rope_theta"]);
-    // The mixture of experts' (a deck from before them has none: the defaults, unused by its MLP)
-    if (arch["experts"]) shape.experts = std::stoi(*arch["experts"]);
-    if (arch["experts_per_token"]) shape.experts_per_token = std::stoi(*arch["experts_per_token"]);
-    if (arch["moe_capacity_factor"]) shape.moe_capacity_factor = std::stod(*arch["moe_capacity_factor"]);
+    shape.kv_heads = arch[key] ? std::stoi(*arch[key]) : shape.heads;
+    for (const model::SublayerKind* kind : model::kSublayerKinds)
+      for (const model::KindKey& k : kind->keys) {
+        key = k.key;
+        if (std::string_view(k.section) != "model" || !arch[key]) continue;
+        if (k.integer != nullptr) shape.*k.integer = std::stoi(*arch[key]);
+        else shape.*k.number = std::stod(*arch[key]);
+      }
   } catch (const std::exception&) {
-    throw std::runtime_error("its deck attribute lacks a valid model.kv_heads, model.norm_eps, model.rope_theta, "
-                             "model.experts or model.experts_per_token");
+    throw std::runtime_error("its deck attribute lacks a valid model." + key);
   }
-  if (shape.moe() && (shape.experts < 1 || shape.experts_per_token < 1 || shape.experts_per_token > shape.experts))
-    throw std::runtime_error("its deck attribute lacks a valid model.experts and model.experts_per_token");
+  // Its kinds' rules (their keys' ranges are the deck's, which wrote it)
+  for (const rules::Problem& p : model::sublayer_problems(shape))
+    throw std::runtime_error("its deck attribute breaks a rule of its model: " + p.text());
+  for (const model::SublayerKind* kind : model::kinds_of(shape))
+    for (const model::KindKey& k : kind->keys)
+      if (std::string_view(k.section) == "model" && k.integer != nullptr && shape.*k.integer < k.lowest)
+        throw std::runtime_error(std::string("its deck attribute lacks a valid model.") + k.key);
   if (shape.kv_heads < 1) throw std::runtime_error("its deck attribute lacks a valid model.kv_heads");
   return shape;
 }

@@ -147,7 +147,8 @@ class GptModel {
     const int ep_rank = expert != nullptr ? expert->rank() : 0;
     const SequenceParallelBuffers<T> sp = sequence_parallel_buffers(workspace_, shape, tokens());
     if (stage.first()) {
-      embedding_ = std::make_unique<VocabParallelEmbedding<T>>(shape, tp);
+      embedding_ = std::make_unique<VocabParallelEmbedding<T>>(
+          shape, tp, make_position<T>(shape, PositionPlace::embedding, tp, workspace_));
       embedding_->sp = sp;
     }
     for (int c = 0; c < stage.chunks; ++c)
@@ -160,9 +161,8 @@ class GptModel {
       for (const Parameter<T>* p : layer->parameters()) expert_buckets_ = expert_buckets_ || layer->is_expert_parameter(p);
     }
     if (stage.last()) {
-      ln_f_ = std::make_unique<LayerNorm<T>>(
-          make_norm<T>(shape, [&](const std::string& n) { return model_parameter(shape, n); }, "ln_f", tp, rows_,
-                       workspace_, tokens(), SavedPlacement{}));
+      ln_f_ = make_norm<T>(shape, [&](const std::string& n) { return model_parameter(shape, n); }, "ln_f", tp, rows_,
+                           workspace_, tokens(), SavedPlacement{});
       if (!shape.tie_embeddings)
         lm_head_ = std::make_unique<Parameter<T>>(make_parameter<T>(
             with_split(model_parameter(shape, "lm_head/weight"), TensorSplit::column, "the output layer"), tp));
@@ -181,6 +181,15 @@ class GptModel {
     else if (shape.context > 1)
       throw std::invalid_argument("tptrain: parallel.context = " + std::to_string(shape.context) +
                                   " needs the context group");
+  }
+
+  // The shape once it passes every check a model makes before it allocates: its sizes and
+  // layout (GptShape::validate) and its kinds' rules (sublayer_problems). The constructor runs it
+  // in the member initialisers, so that a refused shape allocates nothing.
+  static const GptShape& validated(const GptShape& shape, int micro_batch) {
+    shape.validate(micro_batch);
+    for (const rules::Problem& p : sublayer_problems(shape)) throw std::invalid_argument("tptrain: " + p.text());
+    return shape;
   }
 
   const GptShape& shape() const { return shape_; }
@@ -359,8 +368,11 @@ class GptModel {
   // this stage's layers on its own buffers: the first stage's embedding, block l of the stage
   // (global index first_layer() + l) and the last stage's ln_f (nullptr where the stage has none).
   VocabParallelEmbedding<T>* embedding() { return embedding_.get(); }
+  // Whether this stage's embedding adds the tokens' positions (a position kind that acts there:
+  // learned positions; their gradient groups the tokens by position id).
+  bool embedding_adds_positions() const { return embedding_ && embedding_->position; }
   TransformerLayer<T>& layer(int l) { return *layers_.at(static_cast<std::size_t>(l)); }
-  LayerNorm<T>* final_norm() { return ln_f_.get(); }
+  NormSublayer<T>* final_norm() { return ln_f_.get(); }
 
   // Sum over the micro-batch's tokens of the next-token loss (same on every TP rank; 0 on a
   // stage that is not the last); with count >= 0, over its first `count` tokens only.
@@ -473,12 +485,6 @@ class GptModel {
   const Workspace<T>& workspace() const { return workspace_; }
 
  private:
-  // Runs in the member initialisers, so that a refused shape allocates nothing.
-  static const GptShape& validated(const GptShape& shape, int micro_batch) {
-    shape.validate(micro_batch);
-    for (const rules::Problem& p : sublayer_problems(shape)) throw std::invalid_argument("tptrain: " + p.text());
-    return shape;
-  }
 
   // The residual stream of slot k (bound slot for k < 0) of chunk c (the bound chunk for c < 0):
   // the chunk's layers + 1 of [rows, H].
@@ -613,7 +619,7 @@ class GptModel {
   int per_chunk_ = 0;        // blocks per chunk
   std::unique_ptr<VocabParallelEmbedding<T>> embedding_;        // first stage
   std::vector<std::unique_ptr<TransformerLayer<T>>> layers_;    // this stage's blocks
-  std::unique_ptr<LayerNorm<T>> ln_f_;                          // last stage
+  std::unique_ptr<NormSublayer<T>> ln_f_;                         // last stage
   std::unique_ptr<VocabParallelCrossEntropy<T>> head_;          // last stage
   std::unique_ptr<Parameter<T>> word_copy_;                     // last stage, pipeline > 1, tied
   std::unique_ptr<Parameter<T>> lm_head_;                       // last stage, untied

@@ -3,9 +3,9 @@
 // heads), causal attention of the local heads with no communication, output projection
 // row-parallel (its all-reduce is g). Its parameters are the block descriptor's attn/ rows
 // (src/model/spec/block_descriptor.hpp), named after the layer: "<block>/attn/qkv/weight", ...
-// By the block specification: the biases it holds; with rotary positions q and k rotated in the
-// QKV output (RoPE, rotate-half). The attention core is one of two (GptShape::flash_attention,
-// the deck's training.attention; docs/design.md, "Attention"):
+// By the block specification: the biases it holds; q and k of the QKV output rotated by the
+// position kind when it acts here (rotary positions). The attention core is one of two
+// (GptShape::flash_attention, the deck's training.attention; docs/design.md, "Attention"):
 //   flash    kokkos_kernels/flash_attention.hpp: tiled, online softmax, no S×S buffer; grouped-
 //            query attention reads the rank's nkv/t key/value heads in place; document masks;
 //            the same kernel serves the cached generation step
@@ -17,19 +17,20 @@
 // attention per block; its rows' positions (rotary angles, causality) are global.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "kokkos_kernels/attention.hpp"
 #include "kokkos_kernels/flash_attention.hpp"
 #include "kokkos_kernels/kv_cache_append.hpp"
-#include "kokkos_kernels/rope.hpp"
 #include "src/model/spec/block_descriptor.hpp"
 #include "src/model/spec/gpt_shape.hpp"
 #include "src/model/kv_cache.hpp"
 #include "src/model/linear.hpp"
 #include "src/model/spec/recompute.hpp"
 #include "src/model/ring_attention.hpp"
+#include "src/model/sublayer.hpp"
 #include "src/model/workspace.hpp"
 
 namespace tptrain::model {
@@ -38,7 +39,7 @@ template <class T>
 struct ParallelAttention {
   // What forward keeps for backward (src/model/spec/recompute.hpp).
   struct Saved {
-    kernels::Matrix<T> qkv_out;         // [N, (nh + 2nkv)/tp * d] (rotary: q and k rotated)
+    kernels::Matrix<T> qkv_out;         // [N, (nh + 2nkv)/tp * d] (q and k rotated, where positions rotate)
     kernels::Vector<kx::acc_t<T>> lse;  // [B*nh/tp*S] log Σ exp of each score row (the softmax's normaliser), fp32
     kernels::Matrix<T> ctx;             // [N, H/tp] attention output before proj
     kernels::Tensor4<T> scores;         // batched, recompute = none only: [B, nh/tp, S, S] raw Q Kᵀ (else empty)
@@ -56,7 +57,6 @@ struct ParallelAttention {
   RowParallelLinear<T> proj;    // H -> H
   int B, S, nh_local, d;
   int nkv_local;                // key/value heads of this rank (= nh_local without grouped-query attention)
-  bool rotary;                  // llama: RoPE on q and k
   bool flash;                   // the attention core (GptShape::flash_attention)
   Recompute recompute;
   Saved saved;                  // the set of the micro-batch being computed (the owner may rebind it)
@@ -79,8 +79,9 @@ struct ParallelAttention {
   // bf16/fp16 only: dK and dV summed over the backward's query row tiles and the group's query
   // heads in fp32, rounded once.
   kernels::Matrix<kx::acc_t<T>> dkv_sum;  // [N, 2 * nkv/tp * d]
-  // Rotary positions: the tables [S, d/2] (one pair per stage; S the whole sequence).
-  kernels::Matrix<kx::acc_t<T>> rope_cos, rope_sin;
+  // The position kind's part in the attention (transformer_layer.hpp, make_position): q and k
+  // rotated (RoPE); null: positions act elsewhere (the embedding).
+  std::unique_ptr<PositionSublayer<T>> position;
   // Context parallelism: the ring (its buffers and this rank's chunks) and the context group
   // (bind_context); with it `positions` holds every row's global position.
   RingAttention<T> ring;
@@ -97,7 +98,7 @@ struct ParallelAttention {
         proj(linear_of<RowParallelLinear<T>>(block_parameter(s, name + "/proj/weight"),
                                              block_parameter_if_held(s, name + "/proj/bias"), tp)),
         B(batch), S(s.local_seq_length()), nh_local(s.local_heads()), d(s.head_dim()), nkv_local(s.local_kv_heads()),
-        rotary(s.rotary()), flash(s.flash_attention), recompute(mode),
+        flash(s.flash_attention), recompute(mode),
         saved(make_saved(ws, placement.name_for(name), placement.category)) {
     qkv.column_scratch = proj.column_scratch = column_sums_scratch(ws, s, tokens());
     qkv.sp = proj.sp = sequence_parallel_buffers(ws, s, tokens());
@@ -117,11 +118,6 @@ struct ParallelAttention {
     }
     if (s.context > 1)
       ring = RingAttention<T>(ContextChunks{0, s.context, s.seq_length}, batch, nh_local, nkv_local, d, ws);
-    if (rotary) {
-      rope_cos = ws.template matrix<kx::acc_t<T>>("rope.cos", BufferCategory::scratch, s.seq_length, d / 2);
-      rope_sin = ws.template matrix<kx::acc_t<T>>("rope.sin", BufferCategory::scratch, s.seq_length, d / 2);
-      kernels::rope_tables(Exec(), rope_cos, rope_sin, s.rope_theta);  // the same values for every layer
-    }
   }
 
   std::int64_t tokens() const { return std::int64_t(B) * S; }
@@ -148,12 +144,9 @@ struct ParallelAttention {
     const std::int64_t n = step ? static_cast<std::int64_t>(x.extent(0)) : tokens();
     const kernels::Matrix<T> qkv_out = first_rows(saved.qkv_out, n), ctx = first_rows(saved.ctx, n);
     qkv.forward(exec, tp, x, qkv_out);
-    if (rotary) {
-      PhaseScope phase(Phase::norms_elementwise);
-      if (step && step->positions.size() > 0)
-        kernels::rope_forward(exec, qkv_out, rope_cos, rope_sin, nh_local + nkv_local, step->positions);
-      else if (step) kernels::rope_forward_at(exec, qkv_out, rope_cos, rope_sin, nh_local + nkv_local, step->position);
-      else kernels::rope_forward(exec, qkv_out, rope_cos, rope_sin, nh_local + nkv_local, positions);
+    if (position) {
+      if (step) position->rotate(exec, qkv_out, nh_local + nkv_local, step->positions, step->position);
+      else position->rotate(exec, qkv_out, nh_local + nkv_local, positions);
     }
     {
       PhaseScope phase(Phase::attention);
@@ -193,10 +186,7 @@ struct ParallelAttention {
         kernels::attention_backward(exec, d_ctx, saved.qkv_out, saved.lse, d_qkv, probs, dprobs, dkv_sum,
                                     saved.scores, batched_options());
     }
-    if (rotary) {
-      PhaseScope phase(Phase::norms_elementwise);
-      kernels::rope_backward(exec, d_qkv, rope_cos, rope_sin, nh_local + nkv_local, positions);
-    }
+    if (position) position->rotate_backward(exec, d_qkv, nh_local + nkv_local, positions);
     qkv.backward(exec, tp, d_qkv, x, dx);
   }
 

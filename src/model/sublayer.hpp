@@ -1,7 +1,9 @@
-// What a block asks of the kind in its MLP slot, whatever the kind (docs/design.md, "Sublayer
-// kinds"): Megatron-Core's TransformerLayerSubmodules, as a C++ interface. The block
-// (transformer_layer.hpp) holds an MlpSublayer made by the registry from the specification's
-// kind; nothing outside the kind's files knows which kind it is.
+// What the model asks of the kinds in its slots, whatever the kind (docs/design.md, "Sublayer
+// kinds"): Megatron-Core's TransformerLayerSubmodules, as C++ interfaces, one per slot — the norm
+// (NormSublayer), the positions (PositionSublayer) and the MLP (MlpSublayer). The block
+// (transformer_layer.hpp) and the model (gpt_model.hpp) hold them, made by the registry
+// (sublayer_modules.hpp) from the specification's kinds; nothing outside a kind's files knows
+// which kind it is.
 //
 // Forward and backward run on the block's [rows, H] matrices (rows = N, or N/t with sequence
 // parallelism; fewer in generation: the new tokens, in the leading rows of the kind's buffers).
@@ -13,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "kokkos_kernels/embedding.hpp"
 #include "kokkos_kernels/views.hpp"
 #include "src/model/parameter.hpp"
 #include "src/model/spec/sublayer_statistics.hpp"
@@ -38,6 +41,68 @@ template <class S>
 const S& unbox_saved(const std::shared_ptr<SublayerSaved>& p) {
   return static_cast<const SavedSet<S>&>(*p).set;  // the block binds its own kinds' sets only
 }
+
+// A kind's place from its parameter's name: "layers/3/ln_1/weight" -> "layers/3/ln_1".
+inline std::string place_name_of(const ParameterSpec& spec) {
+  const std::size_t slash = spec.name.rfind('/');
+  return slash == std::string::npos ? spec.name : spec.name.substr(0, slash);
+}
+
+// A norm at one place (the block's ln_1, ln_2; the head's ln_f): replicated on every tensor rank,
+// each rank normalising its [rows, H] (with sequence parallelism its own tokens; its parameters'
+// gradients are then per-rank parts the model sums over the group). Its statistics of the rows
+// are its saved set.
+template <class T>
+struct NormSublayer {
+  using Matrix = kernels::Matrix<T>;
+  virtual ~NormSublayer() = default;
+  virtual std::vector<Parameter<T>*> parameters() = 0;
+
+  // y = norm(x) (y overwritten; it must not alias x).
+  virtual void forward(const Exec& exec, const Matrix& x, const Matrix& y) = 0;
+  // The residual add fused before it, one pass: x1 = x + r (+ r_bias: a residual branch's bias its
+  // layer left out; empty for none), y = norm(x1). r is scratch: a kind may add r_bias into it.
+  virtual void forward_add(const Exec& exec, const Matrix& x, const Matrix& r, const kernels::VectorUnmanaged<T>& r_bias,
+                           const Matrix& x1, const Matrix& y) = 0;
+  // dx from dy (dx overwritten); x is the forward's input.
+  virtual void backward(const Exec& exec, const Matrix& dy, const Matrix& x, const Matrix& dx) = 0;
+  // dx = the gradient through the norm plus `residual`, the residual path's gradient.
+  virtual void backward_add(const Exec& exec, const Matrix& dy, const Matrix& x, const Matrix& residual,
+                            const Matrix& dx) = 0;
+
+  // Its saved set, another one named `prefix` + buffer name in category c, and binding one.
+  virtual std::shared_ptr<SublayerSaved> saved_set() const = 0;
+  virtual std::shared_ptr<SublayerSaved> make_saved_set(Workspace<T>& ws, const std::string& prefix,
+                                                        BufferCategory c) const = 0;
+  virtual void bind(const std::shared_ptr<SublayerSaved>& s) = 0;
+};
+
+// The positions: what a token's place adds to the model. A kind acts at one of two places, the
+// embedding (a learned table added to the tokens) or every block's attention (q and k rotated), and
+// the registry makes it only where it acts (transformer_layer.hpp, make_position).
+template <class T>
+struct PositionSublayer {
+  using Matrix = kernels::Matrix<T>;
+  virtual ~PositionSublayer() = default;
+  virtual std::vector<Parameter<T>*> parameters() { return {}; }
+
+  // At the embedding: y [rows, H] += the rows' positions' rows. first_position >= 0: the rows are
+  // one sequence's tokens from that position on, or with `ids` at those positions; else the
+  // micro-batch's, row r at position (first_row + r) mod S, or at ids.
+  virtual void add_to_embedding(const Exec&, const Matrix& /*y*/, std::int64_t /*first_position*/,
+                                std::int64_t /*first_row*/, const kernels::Tokens& /*ids*/) {}
+  // Its parameters' gradient from dy [N, H] (every token's), `segments` the tokens grouped by
+  // position id (null: each row's place).
+  virtual void embedding_backward(const Exec&, const Matrix& /*dy*/, const kernels::TokenSegments* /*segments*/) {}
+
+  // In the attention: the `heads` leading heads of qkv [rows, heads·d] (q and k) rotated at the
+  // rows' positions: `ids`, or from first_position on (>= 0; generation), or each row's place.
+  virtual void rotate(const Exec&, const Matrix& /*qkv*/, std::int64_t /*heads*/, const kernels::Tokens& /*ids*/,
+                      std::int64_t /*first_position*/ = -1) {}
+  // Its backward: the gradient rotated back.
+  virtual void rotate_backward(const Exec&, const Matrix& /*d_qkv*/, std::int64_t /*heads*/,
+                               const kernels::Tokens& /*ids*/) {}
+};
 
 template <class T>
 struct MlpSublayer {

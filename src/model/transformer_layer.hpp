@@ -1,8 +1,8 @@
 // One block, pre-norm:  after_attention = x + attn(ln_1(x));  y = after_attention + mlp(ln_2(after_attention)), of the shape's block
-// specification (src/model/spec/block_spec.hpp; docs/design.md, "The block specification"): LayerNorm or
-// RMSNorm, learned or rotary positions, the biases it holds, and in its MLP slot the kind the
-// specification names (docs/design.md, "Sublayer kinds"), made by the registry below (make_mlp)
-// and driven through its slot's interface (sublayer.hpp).
+// specification (src/model/spec/block_spec.hpp; docs/design.md, "The block specification"): the
+// biases it holds, and in its norm and MLP slots the kinds the specification names (docs/design.md,
+// "Sublayer kinds"), made by the registry below (make_norm, make_mlp) and driven through their
+// slots' interfaces (sublayer.hpp).
 // With sequence parallelism x, y, the LayerNorms and the residual adds work on this rank's
 // [n, H] tokens (n = N/t) and the attention and MLP gather and reduce-scatter them
 // (Korthikanti et al. 2022, Figure 5). Its parameters and buffers are the rows of the block
@@ -19,19 +19,50 @@
 #include "kokkos_kernels/bias.hpp"
 #include "kokkos_kernels/launch_count.hpp"
 #include "src/model/spec/block_descriptor.hpp"
+#include "src/model/spec/model_parameters.hpp"
 #include "src/model/gelu_mlp.hpp"
 #include "src/model/layer_norm.hpp"
+#include "src/model/learned_position.hpp"
 #include "src/model/mixture_of_experts.hpp"
 #include "src/model/parallel_attention.hpp"
 #include "src/model/relu2_mlp.hpp"
+#include "src/model/rms_norm.hpp"
+#include "src/model/rotary_position.hpp"
 #include "src/model/spec/recompute.hpp"
 #include "src/model/sublayer.hpp"
 #include "src/model/swiglu_mlp.hpp"
 
 namespace tptrain::model {
 
-// The registry of the kinds' modules: the MLP of `kind` (sublayer_kinds.hpp holds their
-// descriptions). A new kind is a line here.
+// The registry of the kinds' modules (sublayer_kinds.hpp holds their descriptions): the norm of
+// shape s at the place named `name` ("layers/3/ln_1", "ln_f"; its parameters from `spec`:
+// block_parameter or model_parameter) and the MLP of `kind`. A new kind is a line here.
+template <class T, class SpecOf>
+std::unique_ptr<NormSublayer<T>> make_norm(const GptShape& s, const SpecOf& spec, const std::string& name,
+                                           const Communicator& tp, std::int64_t rows, Workspace<T>& ws,
+                                           std::int64_t tokens, const SavedPlacement& placement) {
+  const SublayerKind& kind = norm_kind(s);
+  if (&kind == &kLayerNorm)
+    return std::make_unique<LayerNorm<T>>(spec(name + "/weight"), spec(name + "/bias"), tp, rows, ws, s, tokens, placement);
+  if (&kind == &kRmsNorm)
+    return std::make_unique<RmsNorm<T>>(spec(name + "/weight"), s.norm_eps, tp, rows, ws, s, tokens, placement);
+  throw std::logic_error(std::string("tptrain: the norm kind \"") + kind.name +
+                         "\" has no module in the registry (src/model/transformer_layer.hpp, make_norm)");
+}
+// The positions of shape s where its kind acts (SublayerKind::in_attention): at the embedding
+// (learned) or in every attention (rotary); null at the other place.
+enum class PositionPlace { embedding, attention };
+template <class T>
+std::unique_ptr<PositionSublayer<T>> make_position(const GptShape& s, PositionPlace place, const Communicator& tp,
+                                                   Workspace<T>& ws) {
+  const SublayerKind& kind = position_kind(s);
+  if (kind.in_attention != (place == PositionPlace::attention)) return nullptr;
+  if (&kind == &kLearnedPosition)
+    return std::make_unique<LearnedPosition<T>>(model_parameter(s, "embedding/position"), s, tp);
+  if (&kind == &kRope) return std::make_unique<RotaryPosition<T>>(s, ws);
+  throw std::logic_error(std::string("tptrain: the position kind \"") + kind.name +
+                         "\" has no module in the registry (src/model/transformer_layer.hpp, make_position)");
+}
 template <class T>
 std::unique_ptr<MlpSublayer<T>> make_mlp(const SublayerKind& kind, const std::string& name, const GptShape& s,
                                          std::int64_t tokens, const Communicator& tp, Workspace<T>& ws, int ep_rank,
@@ -49,15 +80,15 @@ struct TransformerLayer {
   // Everything forward keeps for backward (besides the block input x, which the caller keeps):
   // one set per micro-batch in flight, or with recompute = full one set shared by every block.
   struct Saved {
-    typename LayerNorm<T>::Saved ln_1, ln_2;
+    std::shared_ptr<SublayerSaved> ln_1, ln_2;  // the norm kind's own
     typename ParallelAttention<T>::Saved attn;
     std::shared_ptr<SublayerSaved> mlp;  // the MLP kind's own
     kernels::Matrix<T> attn_input, after_attention, mlp_input;  // [rows, H]: ln_1(x), x + attention, ln_2 of that
   };
 
-  LayerNorm<T> ln_1;
+  std::unique_ptr<NormSublayer<T>> ln_1;  // of the specification's kind (model.norm)
   ParallelAttention<T> attn;
-  LayerNorm<T> ln_2;
+  std::unique_ptr<NormSublayer<T>> ln_2;
   std::unique_ptr<MlpSublayer<T>> mlp;  // of the specification's kind (model.mlp)
   kernels::Matrix<T> attn_input, after_attention, mlp_input;  // [rows, H] of the bound Saved set (bind)
   kernels::Matrix<T> sublayer_out;  // [rows, H] shared scratch: attention, then MLP output before its residual add
@@ -92,6 +123,7 @@ struct TransformerLayer {
         tokens_(tokens(s, batch)), rows_(s.sequence_rows(tokens_)), shape_(s), name_(name), ep_rank_(ep_rank) {
     const SavedPlacement mlp_placement{placement.prefix + "/mlp", placement.category};
     mlp = make_mlp<T>(mlp_kind(s), name + "/mlp", s, tokens_, tp, ws, ep_rank, mlp_placement);
+    attn.position = make_position<T>(s, PositionPlace::attention, tp, ws);
     (void)parameters();  // a parameter without a descriptor row, or a row without its parameter, fails here
   }
 
@@ -102,12 +134,12 @@ struct TransformerLayer {
 
   // The set the constructor allocated (what the layer is bound to first).
   Saved current() const {
-    return {ln_1.saved, ln_2.saved, attn.saved, mlp->saved_set(), attn_input, after_attention, mlp_input};
+    return {ln_1->saved_set(), ln_2->saved_set(), attn.saved, mlp->saved_set(), attn_input, after_attention, mlp_input};
   }
   // Another set, named `prefix` + buffer name, in category c.
   Saved make_saved(Workspace<T>& ws, const std::string& prefix, BufferCategory cat) const {
-    return {LayerNorm<T>::make_saved(ws, prefix + "/ln_1", rows_, cat, shape_.rms()),
-            LayerNorm<T>::make_saved(ws, prefix + "/ln_2", rows_, cat, shape_.rms()),
+    return {ln_1->make_saved_set(ws, prefix + "/ln_1", cat),
+            ln_2->make_saved_set(ws, prefix + "/ln_2", cat),
             attn.make_saved(ws, prefix + "/attn", cat),
             mlp->make_saved_set(ws, prefix + "/mlp", cat),
             ws.matrix(prefix + ".attn_input", cat, rows_, shape_.hidden),
@@ -115,8 +147,8 @@ struct TransformerLayer {
             ws.matrix(prefix + ".mlp_input", cat, rows_, shape_.hidden)};
   }
   void bind(const Saved& s) {
-    ln_1.saved = s.ln_1;
-    ln_2.saved = s.ln_2;
+    ln_1->bind(s.ln_1);
+    ln_2->bind(s.ln_2);
     attn.saved = s.attn;
     mlp->bind(s.mlp);
     attn_input = s.attn_input;
@@ -130,7 +162,7 @@ struct TransformerLayer {
   std::vector<Parameter<T>*> parameters() {
     std::vector<Parameter<T>*> held;
     for (const std::vector<Parameter<T>*>& part :
-         {ln_1.parameters(), attn.parameters(), ln_2.parameters(), mlp->parameters()})
+         {ln_1->parameters(), attn.parameters(), ln_2->parameters(), mlp->parameters()})
       held.insert(held.end(), part.begin(), part.end());
     std::vector<Parameter<T>*> ordered;
     const std::string prefix = name_ + "/";
@@ -189,12 +221,12 @@ struct TransformerLayer {
     const auto n = static_cast<std::int64_t>(x.extent(0));
     const kernels::Matrix<T> attn_input_n = first_rows(attn_input, n), after_attention_n = first_rows(after_attention, n), mlp_input_n = first_rows(mlp_input, n),
                              sublayer_out_n = first_rows(sublayer_out, n);
-    ln_1.forward(exec, x, attn_input_n);
+    ln_1->forward(exec, x, attn_input_n);
     attn.forward(exec, tp, attn_input_n, sublayer_out_n, /*add_proj_bias=*/false, step);
-    // after_attention = x + attention, mlp_input = ln_2(after_attention); without linear biases the
-    // projection has none to add
-    if (attn.proj.has_bias) ln_2.forward_add_bias(exec, x, sublayer_out_n, attn.proj.bias.value_vector(), after_attention_n, mlp_input_n);
-    else ln_2.forward_add(exec, x, sublayer_out_n, after_attention_n, mlp_input_n);
+    // after_attention = x + attention (+ its projection's bias, which it left out: none without
+    // linear biases), mlp_input = ln_2(after_attention)
+    ln_2->forward_add(exec, x, sublayer_out_n, attn.proj.has_bias ? attn.proj.bias.value_vector() : kernels::VectorUnmanaged<T>(),
+                      after_attention_n, mlp_input_n);
     mlp->forward(exec, tp, mlp_input_n, sublayer_out_n, /*add_output_bias=*/false);
     PhaseScope phase(Phase::norms_elementwise);
     if (const Parameter<T>* bias = mlp->output_bias())
@@ -207,9 +239,9 @@ struct TransformerLayer {
   void backward(const Exec& exec, Communicator& tp, const DYV& dy, const XV& x, const DXV& dx) {
     kernels::launch_count::SiteScope site(backward_site);
     mlp->backward(exec, tp, dy, mlp_input, grad_sublayer_input);
-    ln_2.backward_add(exec, grad_sublayer_input, after_attention, dy, grad_after_attention);  // through ln_2 plus the residual path
+    ln_2->backward_add(exec, grad_sublayer_input, after_attention, dy, grad_after_attention);  // through ln_2 plus the residual path
     attn.backward(exec, tp, grad_after_attention, attn_input, grad_sublayer_input);
-    ln_1.backward_add(exec, grad_sublayer_input, x, grad_after_attention, dx);
+    ln_1->backward_add(exec, grad_sublayer_input, x, grad_after_attention, dx);
   }
 };
 

@@ -1,38 +1,34 @@
 // Megatron VocabParallelEmbedding: each TP rank holds a contiguous block of (padded) vocabulary
 // rows; a token outside the block looks up zero, and the all-reduce g sums the one non-zero
-// row in. The learned position embedding is replicated and added after the reduction (adding
-// it before would count it tp times). With sequence parallelism the all-reduce becomes a
-// reduce-scatter (reduce_scatter_to_sequence_parallel_region): each rank keeps the sum of its own
-// [n, H] tokens, and adds the position rows of those tokens. Llama has no position embedding
-// (positions enter as rotations of q and k).
+// row in. With sequence parallelism the all-reduce becomes a reduce-scatter
+// (reduce_scatter_to_sequence_parallel_region): each rank keeps the sum of its own [n, H] tokens.
+// After the reduction the position kind adds what it adds at the embedding (learned positions: a
+// table's rows; rotary positions act in the attention instead and are not here).
 #pragma once
+
+#include <memory>
 
 #include "kokkos_kernels/embedding.hpp"
 #include "src/model/spec/gpt_shape.hpp"
 #include "src/model/linear.hpp"
 #include "src/model/spec/model_parameters.hpp"
+#include "src/model/sublayer.hpp"
 
 namespace tptrain::model {
 
 template <class T>
 struct VocabParallelEmbedding {
-  Parameter<T> word;      // [V_padded/tp, H]; logical [V, H] in checkpoints
-  Parameter<T> position;  // [S, H], replicated (gpt2 only)
-  bool has_position;
-  int S;
+  Parameter<T> word;  // [V_padded/tp, H]; logical [V, H] in checkpoints
+  // The position kind's part at the embedding (transformer_layer.hpp, make_position); null: none.
+  std::unique_ptr<PositionSublayer<T>> position;
   std::int64_t vocab_start;
   int tp_rank;
   SequenceParallelBuffers<T> sp;  // enabled: the output and its gradient are [n, H] token shards
 
-  VocabParallelEmbedding(const GptShape& s, const Communicator& tp)
+  VocabParallelEmbedding(const GptShape& s, const Communicator& tp, std::unique_ptr<PositionSublayer<T>> positions = nullptr)
       : word(make_parameter<T>(with_split(model_parameter(s, "embedding/word"), TensorSplit::column,
                                           "VocabParallelEmbedding"), tp)),
-        position(s.rotary() ? Parameter<T>{}
-                           : make_parameter<T>(with_split(model_parameter(s, "embedding/position"),
-                                                          TensorSplit::replicated, "VocabParallelEmbedding"),
-                                               tp)),
-        has_position(!s.rotary()),
-        S(s.seq_length),
+        position(std::move(positions)),
         vocab_start(s.vocab_start(tp.rank())),
         tp_rank(tp.rank()) {}
 
@@ -55,12 +51,9 @@ struct VocabParallelEmbedding {
       }
       parallel::reduce_from_tp_region_forward(tp, exec, y);
     }
-    if (!has_position) return;
-    PhaseScope phase(Phase::norms_elementwise);
-    const bool cached = first_position >= 0;
-    const kernels::Tokens& ids = cached ? positions : documents.positions;  // empty: each row's place
-    kernels::position_embedding_add(exec, position.value_matrix(), S, y,
-                                    cached && ids.size() == 0 ? first_position : first_row(y), ids);
+    if (!position) return;
+    const kernels::Tokens& ids = first_position >= 0 ? positions : documents.positions;  // empty: each row's place
+    position->add_to_embedding(exec, y, first_position, first_row(y), ids);
   }
 
   // The micro-batch's document positions (data.reset_positions; empty views: positions are the
@@ -73,8 +66,10 @@ struct VocabParallelEmbedding {
   DocumentPositions documents;
 
   std::vector<Parameter<T>*> parameters() {
-    if (!has_position) return {&word};
-    return {&word, &position};
+    std::vector<Parameter<T>*> ps{&word};
+    if (position)
+      for (Parameter<T>* p : position->parameters()) ps.push_back(p);
+    return ps;
   }
 
   // `segments`: the micro-batch's tokens grouped by id (train::MicroBatchQueue), so
@@ -101,9 +96,7 @@ struct VocabParallelEmbedding {
   void gradients(const Exec& exec, const kernels::TokenSegments& segments, const DYV& dy /*[N, H]*/) {
     PhaseScope phase(Phase::norms_elementwise);
     kernels::embedding_backward_masked(exec, segments, dy, vocab_start, word.grad_matrix());
-    if (!has_position) return;
-    if (documents.segments) kernels::embedding_backward_masked(exec, *documents.segments, dy, 0, position.grad_matrix());
-    else kernels::position_embedding_backward(exec, dy, S, position.grad_matrix());
+    if (position) position->embedding_backward(exec, dy, documents.segments);
   }
 };
 

@@ -1,9 +1,11 @@
 #include "src/plan/activation_memory.hpp"
 
 #include <algorithm>
+#include <string>
 #include <utility>
 
 #include "src/model/spec/block_descriptor.hpp"
+#include "src/model/spec/model_parameters.hpp"
 #include "src/plan/count.hpp"
 
 namespace tptrain::plan {
@@ -131,9 +133,19 @@ std::int64_t chunked_activation_bytes(const Config& c, int chunk_layers, const s
 std::int64_t received_gradient_bytes(const Config& c, int buffers) { return Count(buffers) * sequence_rows_by_hidden(c); }
 
 std::int64_t final_norm_output(const Config& c) { return sequence_rows_by_hidden(c); }
-// LayerNorm keeps its mean and 1/σ, RMSNorm its 1/rms alone.
+// The final norm's saved statistics (its kind's rows: LayerNorm its mean and 1/σ, RMSNorm its
+// 1/rms alone), and their name: "ln_f.mean_rstd".
 std::int64_t final_norm_statistics(const Config& c) {
-  return (c.shape.rms() ? 1 : 2) * Count(sizes(c).residual_rows()) * kStatistic;
+  return Count(model::kind_buffer_rows(c.shape, model::kFinalNormPlace).size()) * Count(sizes(c).residual_rows()) *
+         kStatistic;
+}
+std::string final_norm_statistics_name(const Config& c) {
+  std::string name;
+  for (const model::BufferRow& r : model::kind_buffer_rows(c.shape, model::kFinalNormPlace)) {
+    const std::string row = r.name;  // "/ln_f.mean"
+    name += (name.empty() ? row.substr(1) : "_" + row.substr(row.find('.') + 1));
+  }
+  return name;
 }
 std::int64_t logits_and_gradient(const Config& c) {  // one buffer: the gradient is written over the logits
   return Count(sizes(c).tokens()) * c.shape.local_vocab() * c.element_bytes();
@@ -142,7 +154,7 @@ std::int64_t loss_vectors(const Config& c) { return 4 * Count(sizes(c).tokens())
 
 std::vector<Buffer> head_buffers(const Config& c) {
   return {{"ln_f.out", final_norm_output(c)},
-          {c.shape.rms() ? "ln_f.rstd" : "ln_f.mean_rstd", final_norm_statistics(c)},
+          {final_norm_statistics_name(c), final_norm_statistics(c)},
           {"logits, overwritten by their gradient", logits_and_gradient(c)},
           {"loss vectors", loss_vectors(c)}};
 }

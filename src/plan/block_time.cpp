@@ -201,6 +201,8 @@ BlockTimes block_times(const Config& c, const Machine& m, const Spans& spans) {
   // twice the forward's bytes, as the fused kernels' backward is counted below.
   const bool eager = c.kernels == Config::Kernels::eager;
   const double norm_bytes = eager ? 36.0 * n * h : 2.0 * n * h * e;
+  // A position kind in the attention (rotary) is an elementwise pass over q and k.
+  const bool rotates = model::position_kind(s).in_attention;
   const double rotary_bytes = eager ? 20.0 * N * (s.local_heads() + s.local_kv_heads()) * d : 2.0 * N * qkv * e;
   const double gated_bytes_per_row = eager ? 10.0 * f : 0.0;
   Pass fwd;
@@ -211,7 +213,7 @@ BlockTimes block_times(const Config& c, const Machine& m, const Spans& spans) {
   // The QKV bias is its own kernel (src/model/linear.hpp's bias_add; the projection's and fc2's
   // are fused into the residual add and norm that follow, fc's into the GELU).
   if (s.qkv_bias) b.memory(fwd, "qkv bias", 2.0 * N * qkv * e);
-  if (s.rotary()) b.memory(fwd, "rotary", rotary_bytes);
+  if (rotates) b.memory(fwd, "rotary", rotary_bytes);
   if (eager && s.local_kv_heads() < s.local_heads())
     b.memory(fwd, "repeat kv", N * 2.0 * (s.local_kv_heads() + s.local_heads()) * d * e);
   const double kv_bytes = N * 2.0 * s.local_kv_heads() * d * e;
@@ -343,7 +345,7 @@ BlockTimes block_times(const Config& c, const Machine& m, const Spans& spans) {
   }
   if (eager && s.local_kv_heads() < s.local_heads())
     b.memory(bwd, "repeat kv grad", 2.0 * N * 2.0 * (s.local_kv_heads() + s.local_heads()) * d * e);
-  if (s.rotary()) b.memory(bwd, "rotary grad", eager ? 2.0 * rotary_bytes : rotary_bytes);
+  if (rotates) b.memory(bwd, "rotary grad", eager ? 2.0 * rotary_bytes : rotary_bytes);
   if (sp) b.tensor_overlapped(bwd, "all-gather (norm 1 output again)", activation, b.gemm_time(N, h, qkv), Overlap::bulk);
   b.linear_backward(bwd, "qkv grad", N, qkv, h);
   if (s.qkv_bias) b.memory(bwd, "qkv bias grad", N * qkv * e);  // column sums of dY (bias_backward)

@@ -45,22 +45,19 @@ std::string order_name(const Config& c, parallel::RankOrder order) {
 }
 
 // The published formulas hold for the blocks they were written for: Llama's (Touvron et al.
-// 2023: RMSNorm, SwiGLU, no biases) and GPT's (Narayanan et al. 2021 eq. 2 and 3: LayerNorm,
-// GELU, biases, multi-head attention). Other specifications get the exact count alone.
-bool llama_formula_applies(const model::GptShape& m) {
-  return m.rms() && m.swiglu() && !m.qkv_bias && !m.linear_bias;
+// 2023: RMSNorm, SwiGLU, no biases), GPT's (Narayanan et al. 2021 eq. 2 and 3: LayerNorm, GELU,
+// biases, multi-head attention) and Mixtral's (Jiang et al. 2024: llama's block with a mixture of
+// SwiGLU experts as its MLP): the blocks of those presets. Other specifications get the exact
+// count alone.
+bool block_of_preset(const model::GptShape& m, const char* name) {
+  const model::BlockSpec& p = model::block_preset(name)->spec;
+  return m.norm == p.norm && m.mlp == p.mlp && m.qkv_bias == p.qkv_bias && m.linear_bias == p.linear_bias;
 }
+bool llama_formula_applies(const model::GptShape& m) { return block_of_preset(m, "llama"); }
 bool gpt_formula_applies(const model::GptShape& m) {
-  return !m.rms() && !m.swiglu() && !m.moe() && m.qkv_bias && m.linear_bias && m.kv_head_count() == m.heads;
+  return block_of_preset(m, "gpt2") && m.kv_head_count() == m.heads;
 }
-// Mixtral's (Jiang et al. 2024): llama's block with a mixture of SwiGLU experts as its MLP.
-bool moe_formula_applies(const model::GptShape& m) { return m.rms() && m.moe() && !m.qkv_bias && !m.linear_bias; }
-
-// The MLP as the report's model line names it ("MoE: 8 SwiGLU experts, 2 per token").
-std::string mlp_text(const model::GptShape& m) {
-  if (m.moe()) return fmt::format("MoE: {} SwiGLU experts, {} per token", m.experts, m.experts_per_token);
-  return m.swiglu() ? "SwiGLU" : "GELU";
-}
+bool moe_formula_applies(const model::GptShape& m) { return block_of_preset(m, "mixtral"); }
 
 void check_hardware(const Hardware& hw) {
   const auto positive = [](const char* option, double v) {
@@ -494,13 +491,11 @@ std::string report(const Plan& p) {
                              : m.linear_bias             ? "all but q/k/v"
                                                          : "none";
   line(fmt::format("model        {}: {} layers, hidden {}, {} heads ({} key/value), ffn {} ({}), seq_length {}, "
-                   "vocab {} (padded {}), {}; {} eps {:g}, {}; biases {}",
+                   "vocab {} (padded {}), {}; {}, {}; biases {}",
                    m.architecture, m.layers, m.hidden, m.heads, m.kv_head_count(), m.ffn_hidden,
-                   mlp_text(m), m.seq_length, m.vocab_size, m.padded_vocab(),
-                   m.tie_embeddings ? "tied" : "untied", m.rms() ? "RMSNorm" : "LayerNorm",
-                   m.rms() ? m.norm_eps : 1e-5,
-                   m.rotary() ? fmt::format("RoPE theta {:g}", m.rope_theta) : std::string("learned positions"),
-                   biases));
+                   model::mlp_kind(m).label(m), m.seq_length, m.vocab_size, m.padded_vocab(),
+                   m.tie_embeddings ? "tied" : "untied", model::norm_kind(m).label(m),
+                   model::position_kind(m).label(m), biases));
   line(fmt::format("layout       tensor {} x context {} x pipeline {} x data {}{} = {} GPUs, order {}; {} given, {} per "
                    "node{}",
                    m.tensor, m.context, c.pipeline, c.data,

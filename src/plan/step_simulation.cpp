@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "src/model/model_flops.hpp"
+#include "src/model/spec/model_parameters.hpp"
 #include "src/plan/collective_cost.hpp"
 #include "src/plan/gemm_efficiency.hpp"
 #include "src/plan/parameter_count.hpp"
@@ -137,7 +138,10 @@ double model_flops_per_token(const model::GptShape& s) {
     if (r.shape[1] != model::ParameterDim::none) size *= double(model::extent(r.shape[1], s));
     block += (r.per_expert ? routed : 1.0) * size;
   }
-  const double n = double(s.layers) * block + double(s.vocab_size) * s.hidden + (s.rms() ? 1.0 : 2.0) * s.hidden;
+  double final_norm = 0;
+  for (const model::ParameterRow& r : model::kind_parameter_rows(s, model::kFinalNormPlace))
+    final_norm += double(model::extent(r.shape[0], s));
+  const double n = double(s.layers) * block + double(s.vocab_size) * s.hidden + final_norm;
   return 6.0 * n + 12.0 * double(s.layers) * s.seq_length * s.hidden;
 }
 

@@ -55,7 +55,7 @@ template <class T>
 Documents queue_documents(const model::GptModel<T>& model, Documents d) {
   d.seq_length = model.shape().seq_length;
   d.context = model.context_chunks();
-  d.group_positions = d.positions() && model.chunk_has_embedding(0) && !model.shape().rotary();
+  d.group_positions = d.positions() && model.chunk_has_embedding(0) && model.embedding_adds_positions();
   return d;
 }
 

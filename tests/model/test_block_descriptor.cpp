@@ -3,6 +3,7 @@
 // for each recompute mode, precision, sequence parallelism and micro-batches in flight), and the
 // docs' tables, which are its rows printed. TPTRAIN_UPDATE_DOCS=1 rewrites those tables in
 // place instead of failing (after a change to the descriptor).
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
@@ -54,7 +55,7 @@ std::vector<model::GptShape> shapes(int t, bool sequence_parallel) {
   for (std::size_t i = 0; i < n; ++i) {
     model::GptShape s = distinct_shape(t, sequence_parallel);
     static_cast<model::BlockSpec&>(s) = presets[i].spec;
-    if (s.rotary()) s.kv_heads = t <= 2 ? 2 : 4;
+    if (s.position == "rope") s.kv_heads = t <= 2 ? 2 : 4;
     out.push_back(s);
   }
   model::GptShape untied = distinct_shape(t, sequence_parallel);
@@ -214,13 +215,37 @@ std::string parameter_line(const std::string& prefix, const ParameterRow& r, con
 }
 
 // Every row of the tables, with its prefix (the embedding, the blocks, the head) and when it is
-// held: the block's rows are its own and its kinds' (the registry's, sublayer_kinds.hpp).
+// held, in the model's order: the kinds' rows (the registry's, sublayer_kinds.hpp) at their places.
 template <class F>
 void for_each_row(F&& f) {
+  // A row the slot's kinds share (a norm's weight: the same row, Hugging Face names included)
+  // once, held with any of them.
+  const auto kinds_at = [&](const model::SublayerPlace& place, const std::string& prefix) {
+    std::vector<std::pair<ParameterRow, std::string>> rows;
+    for (const model::SublayerKind* k : model::kSublayerKinds)
+      if (k->slot == place.slot)
+        for (const ParameterRow& r : k->parameters) {
+          const ParameterRow placed = model::placed_row(r, place);
+          const auto same = std::find_if(rows.begin(), rows.end(), [&](const auto& row) {
+            const ParameterRow& a = row.first;
+            return std::string(a.name) == placed.name && a.shape[0] == placed.shape[0] &&
+                   a.shape[1] == placed.shape[1] && a.split == placed.split &&
+                   a.sequence_parallel_sum == placed.sequence_parallel_sum && a.weight_decay == placed.weight_decay &&
+                   a.init.kind == placed.init.kind && a.init.value == placed.init.value &&
+                   std::string(a.hf) == placed.hf;
+          });
+          if (same == rows.end()) rows.emplace_back(placed, held_text(r.needs, k));
+          else same->second += " or " + held_text(r.needs, k);
+        }
+    for (const auto& [r, held] : rows) f(prefix, r, held);
+  };
   for (const ParameterRow& r : model::kEmbeddingParameters) f("", r, held_text(r.needs));
+  kinds_at(model::kEmbeddingPositionPlace, "");
+  kinds_at(model::kBlockNormPlaces[0], "layers/<i>/");
   for (const ParameterRow& r : model::kBlockParameters) f("layers/<i>/", r, held_text(r.needs));
-  for (const model::SublayerKind* k : model::kSublayerKinds)
-    for (const ParameterRow& r : k->parameters) f("layers/<i>/", r, held_text(r.needs, k));
+  kinds_at(model::kBlockNormPlaces[1], "layers/<i>/");
+  kinds_at(model::kBlockMlpPlace, "layers/<i>/");
+  kinds_at(model::kFinalNormPlace, "");
   for (const ParameterRow& r : model::kHeadParameters) f("", r, held_text(r.needs));
 }
 
@@ -228,8 +253,14 @@ void for_each_row(F&& f) {
 template <class F>
 void for_each_buffer_row(F&& f) {
   for (const BufferRow& r : model::kBlockBuffers) f(r, held_text(r.needs));
-  for (const model::SublayerKind* k : model::kSublayerKinds)
-    for (const BufferRow& r : k->buffers) f(r, held_text(r.needs, k));
+  for (const model::SublayerKind* k : model::kSublayerKinds) {
+    if (k->slot == model::SublayerSlot::norm) {
+      for (const model::SublayerPlace& place : model::kBlockNormPlaces)
+        for (const BufferRow& r : k->buffers) f(model::placed_row(r, place), held_text(r.needs, k));
+    } else {
+      for (const BufferRow& r : k->buffers) f(r, held_text(r.needs, k));
+    }
+  }
 }
 
 // docs/design.md: every tensor a model may hold, with its descriptor row and the choices of the

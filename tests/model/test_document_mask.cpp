@@ -85,7 +85,7 @@ TEST_CASE("packed documents give each document's logits and loss as if alone", "
     auto tp = test::tp_group(1);
     model::GptShape shape = test::tiny_shape(1);
     static_cast<model::BlockSpec&>(shape) = model::block_preset(preset)->spec;
-    if (shape.rotary()) shape.kv_heads = 2;
+    if (shape.position == "rope") shape.kv_heads = 2;
     shape.seq_length = S;
     shape.flash_attention = flash;
     model::GptModel<double> m(shape, 1, *tp, 3);

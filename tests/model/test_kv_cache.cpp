@@ -91,7 +91,7 @@ double incremental_vs_full(const char* preset, int tp_size, bool sequence_parall
   const kx::ExecSpace exec;
   model::GptShape shape = test::tiny_shape(tp_size);
   static_cast<model::BlockSpec&>(shape) = model::block_preset(preset)->spec;
-  if (shape.rotary()) shape.kv_heads = std::max(2, tp_size);
+  if (shape.position == "rope") shape.kv_heads = std::max(2, tp_size);
   shape.seq_length = 12;
   shape.sequence_parallel = sequence_parallel;
   model::GptModel<float> m(shape, 1, *tp, 3);

@@ -337,9 +337,11 @@ double embedding_case(int tp_size, int vocab) {
   auto shape = test::tiny_shape(tp_size);
   shape.vocab_size = vocab;
   const std::int64_t N = std::int64_t(kBatch) * shape.seq_length, H = shape.hidden;
-  model::VocabParallelEmbedding<Real> layer(shape, *tp);
+  model::VocabParallelEmbedding<Real> layer(
+      shape, *tp, std::make_unique<model::LearnedPosition<Real>>(model::model_parameter(shape, "embedding/position"), shape, *tp));
+  model::Parameter<Real>& position = *layer.position->parameters().at(0);
   randomise(layer.word, 50);
-  randomise(layer.position, 51);
+  randomise(position, 51);
   const auto batch = test::random_batch(kBatch, shape.seq_length, vocab, 52);
   const kernels::Tokens tokens = batch.first;
   Mat w = logical_matrix("w", N, H, H, same_column, 153, 1.0);
@@ -351,7 +353,7 @@ double embedding_case(int tp_size, int vocab) {
   const double L = objective();
   layer.backward(exec, *tp, test::segments_of(tokens), copy_of(w));
   report("VocabParallelEmbedding", tp_size,
-         check_gradients(*tp, {probe(layer.word), probe(layer.position)}, objective, 54, 8));
+         check_gradients(*tp, {probe(layer.word), probe(position)}, objective, 54, 8));
   return L;
 }
 
@@ -364,7 +366,6 @@ double output_case(int tp_size, int vocab) {
   const std::int64_t N = std::int64_t(kBatch) * shape.seq_length, H = shape.hidden;
   model::VocabParallelEmbedding<Real> embedding(shape, *tp);  // owner of the tied word matrix
   randomise(embedding.word, 60);
-  randomise(embedding.position, 61);
   model::Workspace<Real> ws;
   model::VocabParallelCrossEntropy<Real> head(shape, N, *tp, ws);
   const auto batch = test::random_batch(kBatch, shape.seq_length, vocab, 62);

@@ -232,9 +232,9 @@ TEST_CASE("a llama checkpoint is refused by a gpt2 deck and the reverse, naming 
                     test::contains("model.norm: the checkpoint has rmsnorm, the deck has layernorm"));
   const model::GptShape shape = checkpoint::checkpoint_model_shape(llama.to_toml());
   CHECK(shape.architecture == "llama");
-  CHECK(shape.rms());
+  CHECK(shape.norm == "rmsnorm");
   CHECK(shape.swiglu());
-  CHECK(shape.rotary());
+  CHECK(shape.position == "rope");
   CHECK(!shape.qkv_bias);
   CHECK(shape.kv_heads == 4);
   CHECK(!shape.tie_embeddings);
@@ -244,7 +244,7 @@ TEST_CASE("a llama checkpoint is refused by a gpt2 deck and the reverse, naming 
   const model::GptShape old = checkpoint::checkpoint_model_shape(
       "[model]\nlayers = 2\nhidden = 32\nheads = 4\nffn_hidden = 64\nvocab_size = 256\nseq_length = 16\n");
   CHECK(old.architecture == "gpt2");
-  CHECK(!old.rms());
+  CHECK(old.norm == "layernorm");
   CHECK(old.qkv_bias);
   CHECK(old.tie_embeddings);
   CHECK(old.kv_head_count() == 4);

@@ -29,12 +29,12 @@ namespace tptrain::model {
 
 // ---- parameters ------------------------------------------------------------------------------
 
-// The rows of the block's own parts, the norms and the attention; the MLP's are its kind's
-// (sublayer_kinds.hpp: gelu_mlp_kind.hpp, swiglu_mlp_kind.hpp, moe_kind.hpp), after them. Together,
-// in checkpoint order, which is also the order of the block's gradient bucket (a changed order
-// moves parameters within the bucket's flat buffers, hence the distributed optimizer's shards). A
-// specification holds the rows whose `needs` it meets (parameter_spec.hpp): GPT-2 all of them;
-// Llama the weights of RMSNorm and attention (and attn/qkv/bias with model.qkv_bias).
+// The rows of the block's own part, the attention; the norms' and the MLP's are their kinds'
+// (sublayer_kinds.hpp), at their places (block_parameter_tables). Together, in checkpoint order,
+// which is also the order of the block's gradient bucket (a changed order moves parameters within
+// the bucket's flat buffers, hence the distributed optimizer's shards). A specification holds the
+// rows whose `needs` it meets (parameter_spec.hpp): GPT-2 all of them; Llama the attention's
+// weights (and attn/qkv/bias with model.qkv_bias).
 // attn/qkv stacks [Q: nh·d | K: nkv·d | V: nkv·d], each block split over the tensor ranks (a rank
 // holds Q, K and V of its heads). residual_normal: GPT-2's 1/√(2L) on the residual projections
 // when the specification scales them (BlockSpec::scaled_residual_init), else σ itself.
@@ -42,12 +42,6 @@ namespace tptrain::model {
 #define TPTRAIN_NO_BLOCKS {ParameterDim::none, ParameterDim::none, ParameterDim::none}
 inline constexpr ParameterRow kBlockParameters[] = {
     // name, shape, split, blocks, SP sum, decay, init, tied, block extents, needs, Hugging Face names
-    {"ln_1/weight", {ParameterDim::hidden}, TensorSplit::replicated, 1, true, false, {Init::constant, 1.0f}, false,
-     TPTRAIN_NO_BLOCKS, always,
-     "gpt2=transformer.h.{i}.ln_1.weight "
-     "llama=model.layers.{i}.input_layernorm.weight"},
-    {"ln_1/bias", {ParameterDim::hidden}, TensorSplit::replicated, 1, true, false, {Init::constant, 0.0f}, false,
-     TPTRAIN_NO_BLOCKS, needs_norm_bias, "gpt2=transformer.h.{i}.ln_1.bias"},
     {"attn/qkv/weight", {ParameterDim::qkv, ParameterDim::hidden}, TensorSplit::column, 3, false, true,
      {Init::normal, 0.02f}, false, TPTRAIN_QKV_BLOCKS, always,
      "gpt2^=transformer.h.{i}.attn.c_attn.weight "
@@ -68,21 +62,37 @@ inline constexpr ParameterRow kBlockParameters[] = {
      TPTRAIN_NO_BLOCKS, needs_linear_bias,
      "gpt2=transformer.h.{i}.attn.c_proj.bias "
      "llama=model.layers.{i}.self_attn.o_proj.bias"},
-    {"ln_2/weight", {ParameterDim::hidden}, TensorSplit::replicated, 1, true, false, {Init::constant, 1.0f}, false,
-     TPTRAIN_NO_BLOCKS, always,
-     "gpt2=transformer.h.{i}.ln_2.weight "
-     "llama=model.layers.{i}.post_attention_layernorm.weight"},
-    {"ln_2/bias", {ParameterDim::hidden}, TensorSplit::replicated, 1, true, false, {Init::constant, 0.0f}, false,
-     TPTRAIN_NO_BLOCKS, needs_norm_bias, "gpt2=transformer.h.{i}.ln_2.bias"},
 };
 #undef TPTRAIN_QKV_BLOCKS
 #undef TPTRAIN_NO_BLOCKS
 
-// The tables of the block's rows in checkpoint order: its own, then its kinds'.
-inline std::vector<RowSpan<ParameterRow>> block_parameter_tables(const GptShape& s) {
-  std::vector<RowSpan<ParameterRow>> tables{kBlockParameters};
-  for (const SublayerKind* k : kinds_of(s)) tables.push_back(k->parameters);
-  return tables;
+// The places of the block its specification's kinds fill (sublayer_kind.hpp): its two norms
+// and its MLP, with their Hugging Face modules.
+inline constexpr SublayerPlace kBlockNormPlaces[] = {
+    {SublayerSlot::norm, "ln_1", "gpt2=transformer.h.{i}.ln_1 llama=model.layers.{i}.input_layernorm"},
+    {SublayerSlot::norm, "ln_2", "gpt2=transformer.h.{i}.ln_2 llama=model.layers.{i}.post_attention_layernorm"},
+};
+inline constexpr SublayerPlace kBlockMlpPlace{SublayerSlot::mlp, "mlp"};
+
+// The rows of the kind shape s's specification puts at `place`, placed there (placed_row).
+inline std::vector<ParameterRow> kind_parameter_rows(const ModelShape& s, const SublayerPlace& place) {
+  std::vector<ParameterRow> rows;
+  for (const ParameterRow& r : kind_in(place.slot, s).parameters) rows.push_back(placed_row(r, place));
+  return rows;
+}
+inline std::vector<BufferRow> kind_buffer_rows(const ModelShape& s, const SublayerPlace& place) {
+  std::vector<BufferRow> rows;
+  for (const BufferRow& r : kind_in(place.slot, s).buffers) rows.push_back(placed_row(r, place));
+  return rows;
+}
+
+// The tables of the block's rows in checkpoint order, the order of the pre-norm block
+// (transformer_layer.hpp): ln_1, the attention (the block's own rows), ln_2, the MLP.
+inline std::vector<std::vector<ParameterRow>> block_parameter_tables(const GptShape& s) {
+  return {kind_parameter_rows(s, kBlockNormPlaces[0]),
+          {std::begin(kBlockParameters), std::end(kBlockParameters)},
+          kind_parameter_rows(s, kBlockNormPlaces[1]),
+          kind_parameter_rows(s, kBlockMlpPlace)};
 }
 
 // The rows shape s's specification holds, in checkpoint (and bucket) order. The rows of each
@@ -90,19 +100,19 @@ inline std::vector<RowSpan<ParameterRow>> block_parameter_tables(const GptShape&
 // mlp/experts/0/fc/weight, mlp/experts/0/proj/weight, mlp/experts/1/fc/weight, ...
 inline std::vector<ParameterRow> block_parameter_rows(const GptShape& s) {
   std::vector<ParameterRow> rows;
-  for (const RowSpan<ParameterRow>& table : block_parameter_tables(s)) {
-    const std::size_t n = table.count;
+  for (const std::vector<ParameterRow>& table : block_parameter_tables(s)) {
+    const std::size_t n = table.size();
     for (std::size_t i = 0; i < n; ++i) {
-      const ParameterRow& r = table.first[i];
+      const ParameterRow& r = table[i];
       if (!holds(r.needs, s)) continue;
       if (!r.per_expert) {
         rows.push_back(r);
         continue;
       }
       std::size_t end = i;
-      while (end < n && table.first[end].per_expert) ++end;
+      while (end < n && table[end].per_expert) ++end;
       for (int e = 0; e < s.experts; ++e)
-        for (std::size_t j = i; j < end; ++j) rows.push_back(expert_row(table.first[j], e));
+        for (std::size_t j = i; j < end; ++j) rows.push_back(expert_row(table[j], e));
       i = end - 1;
     }
   }
@@ -116,7 +126,7 @@ inline std::vector<ParameterRow> block_parameter_rows(const GptShape& s) {
 // time and memory independent of model.experts, where block_parameter_rows makes E copies.
 inline std::vector<ParameterRow> block_parameter_kinds(const GptShape& s) {
   std::vector<ParameterRow> rows;
-  for (const RowSpan<ParameterRow>& table : block_parameter_tables(s))
+  for (const std::vector<ParameterRow>& table : block_parameter_tables(s))
     for (const ParameterRow& r : table)
       if (holds(r.needs, s)) rows.push_back(r);
   return rows;
@@ -179,8 +189,6 @@ inline std::optional<ParameterSpec> block_parameter_if_held(const GptShape& s, c
 // one region (ScratchPhase, phase_region_bytes).
 inline constexpr BufferRow kBlockBuffers[] = {
     {"x", "block input (the residual stream)", {BufferDim::residual_rows, BufferDim::h}, Element::storage, Lifetime::input},
-    {"/ln_1.mean", "ln_1 mean", {BufferDim::residual_rows}, Element::fp32, Lifetime::saved, false, needs_layernorm},
-    {"/ln_1.rstd", "ln_1 1/σ (RMSNorm: 1/rms)", {BufferDim::residual_rows}, Element::fp32, Lifetime::saved},
     {".attn_input", "ln_1 output", {BufferDim::residual_rows, BufferDim::h}, Element::storage, Lifetime::saved},
     {"/attn.qkv_out", "QKV output (rotary: q and k rotated)", {BufferDim::tokens, BufferDim::gqa_t}, Element::storage,
      Lifetime::saved},
@@ -190,13 +198,7 @@ inline constexpr BufferRow kBlockBuffers[] = {
      needs_batched},
     {"/attn.ctx", "attention context", {BufferDim::tokens, BufferDim::h_t}, Element::storage, Lifetime::saved},
     {".after_attention", "x + attention", {BufferDim::residual_rows, BufferDim::h}, Element::storage, Lifetime::saved},
-    {"/ln_2.mean", "ln_2 mean", {BufferDim::residual_rows}, Element::fp32, Lifetime::saved, false, needs_layernorm},
-    {"/ln_2.rstd", "ln_2 1/σ (RMSNorm: 1/rms)", {BufferDim::residual_rows}, Element::fp32, Lifetime::saved},
     {".mlp_input", "ln_2 output", {BufferDim::residual_rows, BufferDim::h}, Element::storage, Lifetime::saved},
-    {"rope.cos", "rotary table cos(p·θ^(-2i/d))", {BufferDim::seq, BufferDim::d_2}, Element::fp32, Lifetime::scratch,
-     false, needs_rope},
-    {"rope.sin", "rotary table sin(p·θ^(-2i/d))", {BufferDim::seq, BufferDim::d_2}, Element::fp32, Lifetime::scratch,
-     false, needs_rope},
     {"attention.probs", "attention probabilities (the batched core's softmax buffer)",
      {BufferDim::b, BufferDim::a_t, BufferDim::local_seq, BufferDim::local_seq}, Element::storage, Lifetime::scratch, false,
      needs_batched, ScratchPhase::attention},
@@ -228,13 +230,16 @@ inline constexpr BufferRow kBlockBuffers[] = {
     {"block.grad_after_attention", "gradient of x + attention", {BufferDim::residual_rows, BufferDim::h}, Element::storage, Lifetime::scratch},
 };
 
-// The buffer rows shape s's specification allocates: the block's own, then its kinds'.
+// The buffer rows shape s's specification allocates: the block's own, then its kinds' (the
+// norms' at their places, the positions' and the MLP's).
 inline std::vector<BufferRow> block_buffer_rows(const GptShape& s) {
   std::vector<BufferRow> rows;
-  std::vector<RowSpan<BufferRow>> tables{kBlockBuffers};
-  for (const SublayerKind* k : kinds_of(s)) tables.push_back(k->buffers);
-  for (const RowSpan<BufferRow>& table : tables)
-    for (const BufferRow& r : table)
+  for (const BufferRow& r : kBlockBuffers)
+    if (holds(r.needs, s)) rows.push_back(r);
+  for (const SublayerPlace& place : kBlockNormPlaces)
+    for (const BufferRow& r : kind_buffer_rows(s, place)) rows.push_back(r);
+  for (const SublayerKind* kind : {&position_kind(s), &mlp_kind(s)})
+    for (const BufferRow& r : kind->buffers)
       if (holds(r.needs, s)) rows.push_back(r);
   return rows;
 }

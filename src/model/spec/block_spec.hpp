@@ -22,16 +22,11 @@
 
 namespace tptrain::model {
 
-// The choices of a block's slots are names: the norm "layernorm" (weight and bias) or "rmsnorm"
-// (weight); the positions "learned" (a [S, H] embedding added to the tokens) or "rope" (q and k
-// rotated); the MLP a sublayer kind of the registry (src/model/spec/sublayer_kinds.hpp: "gelu",
-// "swiglu", "moe"), which the deck checks against it.
-inline constexpr const char* kNormNames[] = {"layernorm", "rmsnorm"};
-inline constexpr const char* kPositionNames[] = {"learned", "rope"};
-
-// LayerNorm's ε (GPT-2's; not a deck key: model.norm_eps is RMSNorm's).
-inline constexpr double kLayerNormEps = 1e-5;
-
+// The choices of a block's slots are the names of sublayer kinds (src/model/spec/sublayer_kinds.hpp,
+// which the deck checks them against): the norm ("layernorm", "rmsnorm"), the positions
+// ("learned", "rope") and the MLP ("gelu", "swiglu", "moe", ...). Each kind's own keys (model.norm_eps
+// of RMSNorm, model.rope_theta of rotary positions, the mixture's sizes) are fields here, read by
+// the kind.
 struct BlockSpec {
   std::string architecture = "gpt2";  // the preset it started from (model.architecture)
   std::string norm = "layernorm";
@@ -60,12 +55,9 @@ struct BlockSpec {
   double moe_aux_loss_coeff = 0.0;
   double moe_z_loss_coeff = 0.0;
 
-  bool rms() const { return norm == "rmsnorm"; }
   bool swiglu() const { return mlp == "swiglu"; }  // the dense SwiGLU MLP
   bool moe() const { return mlp == "moe"; }
   bool gated() const { return swiglu() || moe(); }  // gate|up, silu(gate)·up: SwiGLU, or each expert
-  bool rotary() const { return position == "rope"; }
-  bool norm_bias() const { return norm == "layernorm"; }
 };
 
 // The named architectures. Their fields are the defaults of the deck's keys.
@@ -149,61 +141,6 @@ inline std::string block_preset_names() {
   const BlockPreset* p = block_presets(n);
   std::string out;
   for (std::size_t i = 0; i < n; ++i) out += (i ? ", " : "") + std::string("\"") + p[i].name + "\"";
-  return out;
-}
-
-// The specification's own rules (base/rules.hpp), stated once: the deck reports them at the
-// keys' places, GptShape::validate throws them. Each takes only the choices it binds, so that
-// the deck can ask it as soon as those keys are valid.
-
-// Rotary embeddings rotate pairs of features: the head dimension hidden / heads must be even.
-inline std::vector<rules::Problem> rotary_problems(const std::string& position, std::int64_t hidden,
-                                                   std::int64_t heads) {
-  if (position != "rope" || heads < 1 || hidden % heads != 0 || (hidden / heads) % 2 == 0) return {};
-  return {rules::Problem::statement(
-      {"model.heads", heads},
-      fmt::format("an even head dimension with {{model.position}}: rotary embeddings rotate pairs of features, "
-                  "and model.hidden / model.heads = {} / {} = {} is odd",
-                  hidden, heads, hidden / heads),
-      {{"model.position", 0, "\"rope\""}})};
-}
-
-// LayerNorm carries a bias β: a block without biases uses RMSNorm. Reported on
-// model.linear_bias, which may be the preset's.
-inline std::vector<rules::Problem> norm_bias_problems(const std::string& norm, bool linear_bias) {
-  if (norm != "layernorm" || linear_bias) return {};
-  return {rules::Problem::statement({"model.linear_bias", 0, "false"},
-                                    "true with {model.norm}: LayerNorm carries a bias; a block without biases "
-                                    "uses model.norm = \"rmsnorm\"",
-                                    {{"model.norm", 0, "\"layernorm\""}})};
-}
-
-// model.norm_eps is RMSNorm's (LayerNorm uses 1e-5) and model.rope_theta rotary's: with the
-// other choice each stays at its default, so that a resolved deck loads again.
-inline std::vector<rules::Problem> unused_choice_problems(const std::string& norm, double norm_eps,
-                                                          const std::string& position, double rope_theta) {
-  std::vector<rules::Problem> out;
-  const BlockSpec defaults;
-  if (norm != "rmsnorm" && norm_eps != defaults.norm_eps)
-    out.push_back(rules::Problem::statement({"model.norm_eps", 0, fmt::format("{}", norm_eps)},
-                                            "to be left out with {model.norm}: LayerNorm uses 1e-5; model.norm_eps "
-                                            "is RMSNorm's",
-                                            {{"model.norm", 0, fmt::format("\"{}\"", norm)}}));
-  if (position != "rope" && rope_theta != defaults.rope_theta)
-    out.push_back(rules::Problem::statement({"model.rope_theta", 0, fmt::format("{}", rope_theta)},
-                                            "to be left out with {model.position}: learned positions have no "
-                                            "rotary base",
-                                            {{"model.position", 0, fmt::format("\"{}\"", position)}}));
-  return out;
-}
-
-// Every rule of the specification but its kinds' (sublayer_kinds.hpp, sublayer_problems), for a
-// block of `hidden` features in `heads` heads.
-inline std::vector<rules::Problem> block_spec_problems(const BlockSpec& s, std::int64_t hidden, std::int64_t heads) {
-  std::vector<rules::Problem> out = rotary_problems(s.position, hidden, heads);
-  for (rules::Problem& p : norm_bias_problems(s.norm, s.linear_bias)) out.push_back(std::move(p));
-  for (rules::Problem& p : unused_choice_problems(s.norm, s.norm_eps, s.position, s.rope_theta))
-    out.push_back(std::move(p));
   return out;
 }
 

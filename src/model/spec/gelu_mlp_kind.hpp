@@ -8,16 +8,16 @@ namespace tptrain::model {
 
 // name, shape, split, blocks, SP sum, decay, init, tied, block extents, needs, Hugging Face names
 inline constexpr ParameterRow kGeluMlpParameters[] = {
-    {"mlp/fc/weight", {ParameterDim::ffn, ParameterDim::hidden}, TensorSplit::column, 1, false, true,
+    {"{place}/fc/weight", {ParameterDim::ffn, ParameterDim::hidden}, TensorSplit::column, 1, false, true,
      {Init::normal, 0.02f}, false, {ParameterDim::none, ParameterDim::none, ParameterDim::none}, always,
      "gpt2^=transformer.h.{i}.mlp.c_fc.weight"},
-    {"mlp/fc/bias", {ParameterDim::ffn}, TensorSplit::column, 1, false, false, {Init::constant, 0.0f}, false,
+    {"{place}/fc/bias", {ParameterDim::ffn}, TensorSplit::column, 1, false, false, {Init::constant, 0.0f}, false,
      {ParameterDim::none, ParameterDim::none, ParameterDim::none}, needs_linear_bias,
      "gpt2=transformer.h.{i}.mlp.c_fc.bias"},
-    {"mlp/proj/weight", {ParameterDim::hidden, ParameterDim::ffn}, TensorSplit::row, 1, false, true,
+    {"{place}/proj/weight", {ParameterDim::hidden, ParameterDim::ffn}, TensorSplit::row, 1, false, true,
      {Init::residual_normal, 0.02f}, false, {ParameterDim::none, ParameterDim::none, ParameterDim::none}, always,
      "gpt2^=transformer.h.{i}.mlp.c_proj.weight"},
-    {"mlp/proj/bias", {ParameterDim::hidden}, TensorSplit::replicated, 1, true, false, {Init::constant, 0.0f}, false,
+    {"{place}/proj/bias", {ParameterDim::hidden}, TensorSplit::replicated, 1, true, false, {Init::constant, 0.0f}, false,
      {ParameterDim::none, ParameterDim::none, ParameterDim::none}, needs_linear_bias,
      "gpt2=transformer.h.{i}.mlp.c_proj.bias "
      "llama=model.layers.{i}.mlp.down_proj.bias"},
@@ -30,7 +30,8 @@ inline constexpr BufferRow kGeluMlpBuffers[] = {
      {BufferDim::tokens, BufferDim::f_t}, Element::storage, Lifetime::scratch, false, always, ScratchPhase::mlp},
 };
 
-inline constexpr SublayerKind kGeluMlp{SublayerSlot::mlp, "gelu", "fc, GELU (tanh), proj (GPT-2)",
-                                       kGeluMlpParameters, kGeluMlpBuffers};
+inline constexpr SublayerKind kGeluMlp{
+    SublayerSlot::mlp, "gelu", "fc, GELU (tanh), proj (GPT-2)", kGeluMlpParameters, kGeluMlpBuffers, nullptr, {}, nullptr,
+    {}, [](const ModelShape&) { return std::string("GELU"); }};
 
 }  // namespace tptrain::model

@@ -141,12 +141,6 @@ struct GptShape : ModelShape, ParallelLayout, KernelChoice {
     positive("parallel.tensor", tensor);
     positive("parallel.context", context);
     positive("parallel.expert", expert);
-    if (moe()) {
-      positive("model.experts", experts);
-      positive("model.experts_per_token", experts_per_token);
-      if (!(moe_capacity_factor >= 0))
-        throw std::invalid_argument("tptrain: model.moe_capacity_factor must be >= 0 (0: dropless)");
-    }
     // The layout's rules, stated by their owner (base/layout_rules.hpp).
     std::vector<rules::Problem> broken = rules::expert_problems(moe(), experts, expert, 0);
     for (std::vector<rules::Problem> more :
@@ -161,10 +155,6 @@ struct GptShape : ModelShape, ParallelLayout, KernelChoice {
     if (kv < 1) throw std::invalid_argument("tptrain: model.kv_heads = " + std::to_string(kv) + ": expected >= 1");
     for (const rules::Problem& p : rules::kv_head_problems(heads, kv, tensor))
       throw std::invalid_argument("tptrain: " + p.text());
-    for (const rules::Problem& p : block_spec_problems(*this, hidden, heads))
-      throw std::invalid_argument("tptrain: " + p.text());
-    if (!(norm_eps > 0) || !(rope_theta > 0))
-      throw std::invalid_argument("tptrain: model.norm_eps and model.rope_theta must be positive");
     for (const rules::Problem& p : rules::sequence_parallel_problems(seq_length, context, tensor, splits_sequence()))
       throw std::invalid_argument("tptrain: " + p.text());
     // The QKV weight has 3H rows (logical and, with tensor = 1, local: a BLAS dimension).

@@ -13,21 +13,17 @@
 namespace tptrain::model {
 
 // On the first pipeline stage: the word embedding (with model.tie_embeddings also the output
-// layer: a copy on the last stage) and the learned position embedding (rotary specifications
-// rotate q and k instead). Hugging Face names as in block_descriptor.hpp.
+// layer: a copy on the last stage), then the rows of the position kind (a learned embedding;
+// rotary positions have none). Hugging Face names as in block_descriptor.hpp.
 inline constexpr ParameterRow kEmbeddingParameters[] = {
     {"embedding/word", {ParameterDim::vocab, ParameterDim::hidden}, TensorSplit::column, 1, false, true,
      {Init::normal, 0.02f}, true, {}, always, "gpt2=transformer.wte.weight llama=model.embed_tokens.weight"},
-    {"embedding/position", {ParameterDim::seq, ParameterDim::hidden}, TensorSplit::replicated, 1, false, true,
-     {Init::normal, 0.01f}, false, {}, needs_learned, "gpt2=transformer.wpe.weight"},
 };
-// On the last pipeline stage: the final norm and, untied, the output layer's own [V padded, H]
-// weight, split by vocabulary rows as the word embedding is.
+inline constexpr SublayerPlace kEmbeddingPositionPlace{SublayerSlot::position, "embedding"};
+// On the last pipeline stage: the final norm's rows (its kind's) and, untied, the output layer's
+// own [V padded, H] weight, split by vocabulary rows as the word embedding is.
+inline constexpr SublayerPlace kFinalNormPlace{SublayerSlot::norm, "ln_f", "gpt2=transformer.ln_f llama=model.norm"};
 inline constexpr ParameterRow kHeadParameters[] = {
-    {"ln_f/weight", {ParameterDim::hidden}, TensorSplit::replicated, 1, true, false, {Init::constant, 1.0f}, false,
-     {}, always, "gpt2=transformer.ln_f.weight llama=model.norm.weight"},
-    {"ln_f/bias", {ParameterDim::hidden}, TensorSplit::replicated, 1, true, false, {Init::constant, 0.0f}, false,
-     {}, needs_norm_bias, "gpt2=transformer.ln_f.bias"},
     {"lm_head/weight", {ParameterDim::vocab, ParameterDim::hidden}, TensorSplit::column, 1, false, true,
      {Init::normal, 0.02f}, false, {}, needs_untied, "gpt2=lm_head.weight llama=lm_head.weight"},
 };
@@ -40,11 +36,12 @@ inline std::vector<ParameterRow> embedding_parameter_rows(const GptShape& s) {
       r.tied_output_copy = r.tied_output_copy && s.tie_embeddings;
       rows.push_back(r);
     }
+  for (const ParameterRow& r : kind_parameter_rows(s, kEmbeddingPositionPlace)) rows.push_back(r);
   return rows;
 }
 // The last stage's rows for shape s.
 inline std::vector<ParameterRow> head_parameter_rows(const GptShape& s) {
-  std::vector<ParameterRow> rows;
+  std::vector<ParameterRow> rows = kind_parameter_rows(s, kFinalNormPlace);
   for (const ParameterRow& r : kHeadParameters)
     if (holds(r.needs, s)) rows.push_back(r);
   return rows;

@@ -17,15 +17,15 @@ namespace tptrain::model {
 // expert's SwiGLU split over them as the dense one is (swiglu_mlp_kind.hpp). An expert-parallel
 // rank holds the experts of its share only (held_by_expert_rank, block_descriptor.hpp).
 inline constexpr ParameterRow kMoeParameters[] = {
-    {"mlp/router/weight", {ParameterDim::experts, ParameterDim::hidden}, TensorSplit::replicated, 1, false, true,
+    {"{place}/router/weight", {ParameterDim::experts, ParameterDim::hidden}, TensorSplit::replicated, 1, false, true,
      {Init::normal, 0.02f}, false, {ParameterDim::none, ParameterDim::none, ParameterDim::none}, always,
      "llama=model.layers.{i}.block_sparse_moe.gate.weight"},
-    {"mlp/experts/{e}/fc/weight", {ParameterDim::ffn2, ParameterDim::hidden}, TensorSplit::column, 2, false, true,
+    {"{place}/experts/{e}/fc/weight", {ParameterDim::ffn2, ParameterDim::hidden}, TensorSplit::column, 2, false, true,
      {Init::normal, 0.02f}, false, {ParameterDim::ffn, ParameterDim::ffn, ParameterDim::none}, always,
      "llama=model.layers.{i}.block_sparse_moe.experts.{e}.w1.weight|"
      "model.layers.{i}.block_sparse_moe.experts.{e}.w3.weight",
      true},
-    {"mlp/experts/{e}/proj/weight", {ParameterDim::hidden, ParameterDim::ffn}, TensorSplit::row, 1, false, true,
+    {"{place}/experts/{e}/proj/weight", {ParameterDim::hidden, ParameterDim::ffn}, TensorSplit::row, 1, false, true,
      {Init::residual_normal, 0.02f}, false, {ParameterDim::none, ParameterDim::none, ParameterDim::none}, always,
      "llama=model.layers.{i}.block_sparse_moe.experts.{e}.w2.weight", true},
 };
@@ -108,6 +108,10 @@ inline constexpr SublayerKind kMoeMlp{SublayerSlot::mlp,
                                       moe_metrics,
                                       kMoeKeys,
                                       moe_problems,
-                                      kMoeBinds};
+                                      kMoeBinds,
+                                      [](const ModelShape& s) {
+                                        return fmt::format("MoE: {} SwiGLU experts, {} per token", s.experts,
+                                                           s.experts_per_token);
+                                      }};
 
 }  // namespace tptrain::model

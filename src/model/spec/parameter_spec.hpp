@@ -47,36 +47,28 @@ struct Init {
 // Which block specifications hold a row (src/model/spec/block_spec.hpp): every flag set must hold.
 enum Needs : unsigned {
   always = 0,
-  needs_norm_bias = 1u << 0,    // LayerNorm's β
-  needs_qkv_bias = 1u << 1,     // model.qkv_bias
-  needs_linear_bias = 1u << 2,  // model.linear_bias: the other projections' biases
-  needs_learned = 1u << 3,      // model.position = learned
-  needs_rope = 1u << 4,         // model.position = rope
-  needs_untied = 1u << 5,       // model.tie_embeddings = false
-  needs_layernorm = 1u << 6,    // model.norm = layernorm (its mean; buffers)
-  needs_grouped = 1u << 7,      // kv_heads < heads (buffers)
-  needs_flash = 1u << 8,       // training.attention = flash (buffers)
-  needs_batched = 1u << 9,     // training.attention = batched (buffers)
-  needs_context = 1u << 10,     // parallel.context > 1: ring attention (buffers)
+  needs_qkv_bias = 1u << 0,     // model.qkv_bias
+  needs_linear_bias = 1u << 1,  // model.linear_bias: the other projections' biases
+  needs_untied = 1u << 2,       // model.tie_embeddings = false
+  needs_grouped = 1u << 3,      // kv_heads < heads (buffers)
+  needs_flash = 1u << 4,        // training.attention = flash (buffers)
+  needs_batched = 1u << 5,      // training.attention = batched (buffers)
+  needs_context = 1u << 6,      // parallel.context > 1: ring attention (buffers)
 };
 inline bool holds(unsigned needs, const GptShape& s) {
-  const unsigned have = (s.norm_bias() ? needs_norm_bias : 0u) | (s.qkv_bias ? needs_qkv_bias : 0u) |
-                        (s.linear_bias ? needs_linear_bias : 0u) |
-                        (s.rotary() ? needs_rope : needs_learned) | (s.tie_embeddings ? 0u : needs_untied) |
-                        (s.rms() ? 0u : needs_layernorm) | (s.kv_head_count() != s.heads ? needs_grouped : 0u) |
+  const unsigned have = (s.qkv_bias ? needs_qkv_bias : 0u) | (s.linear_bias ? needs_linear_bias : 0u) |
+                        (s.tie_embeddings ? 0u : needs_untied) | (s.kv_head_count() != s.heads ? needs_grouped : 0u) |
                         (s.flash_attention ? needs_flash : needs_batched) | (s.context > 1 ? needs_context : 0u);
   return (needs & have) == needs;
 }
 
-// The choices `needs` asks for, as deck settings ("norm = \"layernorm\" and linear_bias"); "" for
-// always. The docs' tables and messages print it.
+// The choices `needs` asks for, as deck settings ("qkv_bias and kv_heads < heads"); "" for always.
+// The docs' tables and messages print it.
 inline std::string needs_text(unsigned needs) {
   static const std::pair<unsigned, const char*> words[] = {
-      {needs_norm_bias, "norm = \"layernorm\""}, {needs_layernorm, "norm = \"layernorm\""},
       {needs_qkv_bias, "qkv_bias"},              {needs_linear_bias, "linear_bias"},
-      {needs_learned, "position = \"learned\""}, {needs_rope, "position = \"rope\""},
       {needs_untied, "tie_embeddings = false"},  {needs_grouped, "kv_heads < heads"},
-      {needs_flash, "attention = \"flash\""},  {needs_batched, "attention = \"batched\""},
+      {needs_flash, "attention = \"flash\""},    {needs_batched, "attention = \"batched\""},
       {needs_context, "parallel.context > 1"},
   };
   std::string out;
@@ -90,7 +82,8 @@ inline std::string needs_text(unsigned needs) {
 // GPT2LMHeadModel's "gpt2", LlamaForCausalLM's "llama") that has the tensor: a family without an
 // entry has none (the export refuses the model), and adding a family is adding entries.
 // "family^=pattern": Hugging Face holds it [in, out] (GPT-2's Conv1D). In a pattern "{i}" stands
-// for the layer, "{e}" for an expert, and '|' separates the tensors Hugging Face keeps apart of a
+// for the layer, "{e}" for an expert, "{module}" for the module of a kind's place (a norm's:
+// sublayer_kind.hpp, placed_row), and '|' separates the tensors Hugging Face keeps apart of a
 // row of stacked blocks (q|k|v, gate|up).
 enum class HfNaming { gpt2, llama };
 inline const char* hf_naming_name(HfNaming n) { return n == HfNaming::gpt2 ? "gpt2" : "llama"; }
@@ -122,22 +115,24 @@ struct ParameterRow {
   bool per_expert = false;
 };
 
-// Row r (per_expert) of expert e: "{e}" replaced in its name and Hugging Face names. The
-// expanded names are kept for the program's life (a ParameterRow holds C strings): one set per
-// expert and row, whatever the number of models built.
+// A name expanded from a row's pattern, kept for the program's life (a ParameterRow holds C
+// strings): one copy per distinct name, whatever the number of models built.
 inline const char* interned_name(const std::string& name) {
   static std::mutex mutex;
   static std::set<std::string> names;
   const std::lock_guard<std::mutex> lock(mutex);
   return names.insert(name).first->c_str();
 }
+// `text` with every `from` replaced by `to`.
+inline std::string replace_all(std::string text, const std::string& from, const std::string& to) {
+  for (std::size_t at = text.find(from); at != std::string::npos; at = text.find(from, at + to.size()))
+    text.replace(at, from.size(), to);
+  return text;
+}
+// Row r (per_expert) of expert e: "{e}" replaced in its name and Hugging Face names.
 inline ParameterRow expert_row(const ParameterRow& r, int e) {
   const auto expand = [e](const char* pattern) -> const char* {
-    if (pattern == nullptr) return nullptr;
-    std::string s = pattern;
-    for (std::size_t at = s.find("{e}"); at != std::string::npos; at = s.find("{e}", at))
-      s.replace(at, 3, std::to_string(e));
-    return interned_name(s);
+    return pattern == nullptr ? nullptr : interned_name(replace_all(pattern, "{e}", std::to_string(e)));
   };
   ParameterRow out = r;
   out.name = expand(r.name);
@@ -145,24 +140,30 @@ inline ParameterRow expert_row(const ParameterRow& r, int e) {
   return out;
 }
 
-// Row r's Hugging Face name in family n (its entry of r.hf).
-inline HfName hf_name(const ParameterRow& r, HfNaming n) {
-  const std::string family = hf_naming_name(n);
-  const std::string names = r.hf == nullptr ? "" : r.hf;
-  for (std::size_t at = 0; at < names.size();) {
-    std::size_t end = names.find(' ', at);
-    if (end == std::string::npos) end = names.size();
-    const std::string entry = names.substr(at, end - at);
-    const std::size_t eq = entry.find('=');
-    if (eq != std::string::npos) {
-      const bool transposed = eq > 0 && entry[eq - 1] == '^';
-      if (entry.substr(0, transposed ? eq - 1 : eq) == family)
-        return {interned_name(entry.substr(eq + 1)), transposed};
-    }
+// The entries "family=pattern" of a Hugging Face names text, and family's entry of it.
+inline std::vector<std::string> hf_entries(const char* names) {
+  std::vector<std::string> out;
+  const std::string text = names == nullptr ? "" : names;
+  for (std::size_t at = 0; at < text.size();) {
+    std::size_t end = text.find(' ', at);
+    if (end == std::string::npos) end = text.size();
+    if (end > at) out.push_back(text.substr(at, end - at));
     at = end + 1;
+  }
+  return out;
+}
+inline HfName hf_entry(const char* names, const std::string& family) {
+  for (const std::string& entry : hf_entries(names)) {
+    const std::size_t eq = entry.find('=');
+    if (eq == std::string::npos) continue;
+    const bool transposed = eq > 0 && entry[eq - 1] == '^';
+    if (entry.substr(0, transposed ? eq - 1 : eq) == family) return {interned_name(entry.substr(eq + 1)), transposed};
   }
   return {};
 }
+
+// Row r's Hugging Face name in family n (its entry of r.hf).
+inline HfName hf_name(const ParameterRow& r, HfNaming n) { return hf_entry(r.hf, hf_naming_name(n)); }
 
 // A row for one shape: everything a layer needs to make the Parameter.
 struct ParameterSpec {

@@ -8,13 +8,13 @@
 namespace tptrain::model {
 
 inline constexpr ParameterRow kRelu2MlpParameters[] = {
-    {"mlp/fc/weight", {ParameterDim::ffn, ParameterDim::hidden}, TensorSplit::column, 1, false, true,
+    {"{place}/fc/weight", {ParameterDim::ffn, ParameterDim::hidden}, TensorSplit::column, 1, false, true,
      {Init::normal, 0.02f}, false, {ParameterDim::none, ParameterDim::none, ParameterDim::none}, always, ""},
-    {"mlp/fc/bias", {ParameterDim::ffn}, TensorSplit::column, 1, false, false, {Init::constant, 0.0f}, false,
+    {"{place}/fc/bias", {ParameterDim::ffn}, TensorSplit::column, 1, false, false, {Init::constant, 0.0f}, false,
      {ParameterDim::none, ParameterDim::none, ParameterDim::none}, needs_linear_bias, ""},
-    {"mlp/proj/weight", {ParameterDim::hidden, ParameterDim::ffn}, TensorSplit::row, 1, false, true,
+    {"{place}/proj/weight", {ParameterDim::hidden, ParameterDim::ffn}, TensorSplit::row, 1, false, true,
      {Init::residual_normal, 0.02f}, false, {ParameterDim::none, ParameterDim::none, ParameterDim::none}, always, ""},
-    {"mlp/proj/bias", {ParameterDim::hidden}, TensorSplit::replicated, 1, true, false, {Init::constant, 0.0f}, false,
+    {"{place}/proj/bias", {ParameterDim::hidden}, TensorSplit::replicated, 1, true, false, {Init::constant, 0.0f}, false,
      {ParameterDim::none, ParameterDim::none, ParameterDim::none}, needs_linear_bias, ""},
 };
 
@@ -25,7 +25,8 @@ inline constexpr BufferRow kRelu2MlpBuffers[] = {
      {BufferDim::tokens, BufferDim::f_t}, Element::storage, Lifetime::scratch, false, always, ScratchPhase::mlp},
 };
 
-inline constexpr SublayerKind kRelu2Mlp{SublayerSlot::mlp, "relu2", "fc, relu(h)², proj (Primer, Nemotron-4)",
-                                        kRelu2MlpParameters, kRelu2MlpBuffers};
+inline constexpr SublayerKind kRelu2Mlp{
+    SublayerSlot::mlp, "relu2", "fc, relu(h)², proj (Primer, Nemotron-4)", kRelu2MlpParameters, kRelu2MlpBuffers,
+    nullptr, {}, nullptr, {}, [](const ModelShape&) { return std::string("squared ReLU"); }};
 
 }  // namespace tptrain::model

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstddef>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -19,8 +20,10 @@
 
 namespace tptrain::model {
 
-// The places of a block a kind can fill.
-enum class SublayerSlot { mlp };
+// The slots a kind can fill: the norms (each norm place of the block and the final one), the
+// positions (at the embedding, or inside the attention), the MLP.
+enum class SublayerSlot { norm, position, mlp };
+inline constexpr SublayerSlot kSublayerSlots[] = {SublayerSlot::norm, SublayerSlot::position, SublayerSlot::mlp};
 
 // A constexpr table seen as a range.
 template <class Row>
@@ -50,16 +53,17 @@ struct KindKey {
   using NumberMember = double ModelShape::*;
   IntegerMember integer = nullptr;  // where its value lives: an integer, or
   NumberMember number = nullptr;    // a number
+  double highest = std::numeric_limits<double>::infinity();  // a number's bound above, if any (exclusive)
 };
 
 struct SublayerKind {
   SublayerSlot slot;
   const char* name;  // the deck's value of its slot's key (model.mlp = "gelu")
   const char* what;  // for the docs and messages
-  // Its parameters in checkpoint (and bucket) order, named from the block ("mlp/fc/weight"); the
-  // rows of each expert (ParameterRow::per_expert) consecutive.
+  // Its parameters in checkpoint (and bucket) order, named from its place ("{place}/fc/weight":
+  // placed_row); the rows of each expert (ParameterRow::per_expert) consecutive.
   RowSpan<ParameterRow> parameters;
-  RowSpan<BufferRow> buffers;  // what it allocates in the model's workspace
+  RowSpan<BufferRow> buffers;  // what it allocates in the model's workspace ("{place}" as above)
   // Its metrics from its statistics summed over the ranks (StatisticSums); null: it counts none.
   SublayerMetrics (*metrics)(const GptShape&, const StatisticSums&) = nullptr;
   RowSpan<KindKey> keys = {};  // its deck keys
@@ -68,20 +72,70 @@ struct SublayerKind {
   // named in `binds` are valid.
   std::vector<rules::Problem> (*problems)(const ModelShape&) = nullptr;
   RowSpan<const char*> binds = {};
+  // Its name in reports (tptrain plan's model line): "SwiGLU", "RMSNorm eps 1e-05".
+  std::string (*label)(const ModelShape&) = nullptr;
+  // A position kind that acts in every attention (q and k rotated) rather than at the embedding:
+  // where the model places its module and the planner counts its passes.
+  bool in_attention = false;
 };
 
 // The [model] key that chooses the slot's kind ("mlp": model.mlp = "gelu"), and its value in s.
 inline const char* slot_key(SublayerSlot slot) {
   switch (slot) {
+    case SublayerSlot::norm: return "norm";
+    case SublayerSlot::position: return "position";
     case SublayerSlot::mlp: return "mlp";
   }
   return "";
 }
-inline const std::string& slot_value(const ModelShape& s, SublayerSlot slot) {
+inline std::string& slot_value(ModelShape& s, SublayerSlot slot) {
   switch (slot) {
+    case SublayerSlot::norm: return s.norm;
+    case SublayerSlot::position: return s.position;
     case SublayerSlot::mlp: break;
   }
   return s.mlp;
+}
+inline const std::string& slot_value(const ModelShape& s, SublayerSlot slot) {
+  return slot_value(const_cast<ModelShape&>(s), slot);  // the same member, read only
+}
+
+// A place of the model a kind fills (the block's, block_descriptor.hpp; the embedding's and the
+// head's, model_parameters.hpp): the slot, the name its parameters and buffers take for "{place}"
+// ("ln_1"), and its Hugging Face module per naming family, which takes the place of "{module}" in
+// the kind's Hugging Face names ("gpt2=transformer.h.{i}.ln_1 llama=model.layers.{i}.input_layernorm";
+// parameter_spec.hpp: a family the place lacks drops the entries that name the module).
+struct SublayerPlace {
+  SublayerSlot slot;
+  const char* name;
+  const char* hf_module = "";
+};
+
+// Row r of a kind at `place`: "{place}" in its name replaced by the place's name, "{module}" in
+// its Hugging Face names by the place's module of each family.
+inline ParameterRow placed_row(const ParameterRow& r, const SublayerPlace& place) {
+  ParameterRow out = r;
+  out.name = interned_name(replace_all(r.name, "{place}", place.name));
+  std::string hf;
+  for (const std::string& entry : hf_entries(r.hf)) {
+    if (entry.find("{module}") == std::string::npos) {
+      hf += (hf.empty() ? "" : " ") + entry;
+      continue;
+    }
+    const std::size_t eq = entry.find('=');
+    const std::string family = entry.substr(0, entry[eq - 1] == '^' ? eq - 1 : eq);
+    const HfName module = hf_entry(place.hf_module, family);
+    if (module.pattern != nullptr)
+      hf += (hf.empty() ? "" : " ") + replace_all(entry, "{module}", module.pattern);
+  }
+  out.hf = interned_name(hf);
+  return out;
+}
+inline BufferRow placed_row(const BufferRow& r, const SublayerPlace& place) {
+  BufferRow out = r;
+  out.name = interned_name(replace_all(r.name, "{place}", place.name));
+  out.what = interned_name(replace_all(r.what, "{place}", place.name));
+  return out;
 }
 
 }  // namespace tptrain::model

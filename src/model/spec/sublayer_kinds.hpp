@@ -4,50 +4,99 @@
 // src/model/transformer_layer.hpp. A new kind is a line here and a line there.
 #pragma once
 
+#include <cmath>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "src/model/spec/gelu_mlp_kind.hpp"
+#include "src/model/spec/layernorm_kind.hpp"
+#include "src/model/spec/learned_position_kind.hpp"
 #include "src/model/spec/moe_kind.hpp"
 #include "src/model/spec/relu2_mlp_kind.hpp"
+#include "src/model/spec/rmsnorm_kind.hpp"
+#include "src/model/spec/rope_kind.hpp"
 #include "src/model/spec/swiglu_mlp_kind.hpp"
 
 namespace tptrain::model {
 
 inline constexpr const SublayerKind* kSublayerKinds[] = {
-    &kGeluMlp,
-    &kSwigluMlp,
-    &kMoeMlp,
-    &kRelu2Mlp,
+    &kLayerNorm, &kRmsNorm,                            // model.norm
+    &kLearnedPosition, &kRope,                         // model.position
+    &kGeluMlp,   &kSwigluMlp, &kMoeMlp, &kRelu2Mlp,  // model.mlp
 };
 
-// The kind shape s's specification puts in its MLP slot (model.mlp).
-inline const SublayerKind& mlp_kind(const ModelShape& s) {
+// The kind shape s's specification puts in `slot` (model.norm, model.position, model.mlp).
+inline const SublayerKind& kind_in(SublayerSlot slot, const ModelShape& s) {
+  const std::string& name = slot_value(s, slot);
   for (const SublayerKind* k : kSublayerKinds)
-    if (k->slot == SublayerSlot::mlp && k->name == s.mlp) return *k;
-  throw std::logic_error(std::string("tptrain: no sublayer kind \"") + s.mlp +
-                         "\" for the MLP in the registry (src/model/spec/sublayer_kinds.hpp)");
+    if (k->slot == slot && k->name == name) return *k;
+  throw std::logic_error(std::string("tptrain: no sublayer kind \"") + name + "\" for model." + slot_key(slot) +
+                         " in the registry (src/model/spec/sublayer_kinds.hpp)");
 }
+inline const SublayerKind& norm_kind(const ModelShape& s) { return kind_in(SublayerSlot::norm, s); }
+inline const SublayerKind& position_kind(const ModelShape& s) { return kind_in(SublayerSlot::position, s); }
+inline const SublayerKind& mlp_kind(const ModelShape& s) { return kind_in(SublayerSlot::mlp, s); }
 
 // The names of the kinds that fill `slot`, in the registry's order (the deck's choices).
-inline std::vector<std::string> kind_names(SublayerSlot slot) {
-  std::vector<std::string> names;
+inline std::vector<std::string_view> kind_names(SublayerSlot slot) {
+  std::vector<std::string_view> names;
   for (const SublayerKind* k : kSublayerKinds)
     if (k->slot == slot) names.emplace_back(k->name);
   return names;
 }
 
-// Every kind the specification's block is made of, in the block's order.
-inline std::vector<const SublayerKind*> kinds_of(const ModelShape& s) { return {&mlp_kind(s)}; }
+// Every kind the specification chooses, a kind per slot, in the slots' order.
+inline std::vector<const SublayerKind*> kinds_of(const ModelShape& s) {
+  return {&norm_kind(s), &position_kind(s), &mlp_kind(s)};
+}
 
-// The rules of shape s's kinds (each kind's own, sublayer_kind.hpp): the deck reports them at
-// the keys' lines, the model and the planner throw them.
+// The value of kind key k in shape s, and as the deck writes it.
+inline double kind_key_value(const KindKey& k, const ModelShape& s) {
+  return k.integer != nullptr ? double(s.*k.integer) : s.*k.number;
+}
+inline std::string kind_key_text(const KindKey& k, const ModelShape& s) {
+  return k.integer != nullptr ? std::to_string(s.*k.integer) : fmt::format("{}", s.*k.number);
+}
+
+// The deck's rule for the keys of the kinds s does not choose: at their defaults (a deck leaves
+// them out; a resolved deck lists them at their defaults, and loads again). A shape built in code
+// keeps BlockSpec's defaults, which are not all the deck's.
+inline std::vector<rules::Problem> unchosen_key_problems(const ModelShape& s) {
+  std::vector<rules::Problem> out;
+  for (const SublayerKind* kind : kSublayerKinds) {
+    const std::string slot = slot_key(kind->slot);
+    if (slot_value(s, kind->slot) == kind->name) continue;
+    for (const KindKey& k : kind->keys)
+      if (kind_key_value(k, s) != k.default_value)
+        out.push_back(rules::Problem::statement(
+            {std::string(k.section) + "." + k.key, 0, kind_key_text(k, s)},
+            fmt::format("to be left out with {{model.{}}}: {} (model.{} = \"{}\")", slot, k.left_out, slot, kind->name),
+            {{"model." + slot, 0, fmt::format("\"{}\"", slot_value(s, kind->slot))}}));
+  }
+  return out;
+}
+
+// The rules of shape s's kinds, each kind's own (sublayer_kind.hpp), with its keys' ranges: the
+// model, the planner and a checkpoint's deck throw them. The deck reports each at its key's line
+// (io/deck.cpp): the ranges from its key table, then the kinds' problems.
 inline std::vector<rules::Problem> sublayer_problems(const ModelShape& s) {
   std::vector<rules::Problem> out;
-  for (const SublayerKind* k : kinds_of(s))
-    if (k->problems != nullptr)
-      for (rules::Problem& p : k->problems(s)) out.push_back(std::move(p));
+  for (const SublayerKind* kind : kinds_of(s)) {
+    for (const KindKey& k : kind->keys) {
+      const double v = kind_key_value(k, s);
+      if ((k.lowest_inclusive ? v >= k.lowest : v > k.lowest) && v < k.highest) continue;  // NaN fails
+      out.push_back(rules::Problem::statement(
+          {std::string(k.section) + "." + k.key, 0, kind_key_text(k, s)},
+          fmt::format("{} {}{}", k.lowest_inclusive ? "at least" : "above", k.lowest,
+                      std::isinf(k.highest) ? "" : fmt::format(" and below {}", k.highest))));
+    }
+    if (kind->problems != nullptr)
+      for (rules::Problem& p : kind->problems(s)) out.push_back(std::move(p));
+  }
   return out;
 }
 

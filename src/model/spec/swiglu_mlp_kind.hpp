@@ -10,18 +10,18 @@ namespace tptrain::model {
 // mlp/fc stacks [gate: F | up: F], each block split over the tensor ranks, so that a rank's gate
 // and up rows are the same columns of the MLP.
 inline constexpr ParameterRow kSwigluMlpParameters[] = {
-    {"mlp/fc/weight", {ParameterDim::ffn2, ParameterDim::hidden}, TensorSplit::column, 2, false, true,
+    {"{place}/fc/weight", {ParameterDim::ffn2, ParameterDim::hidden}, TensorSplit::column, 2, false, true,
      {Init::normal, 0.02f}, false, {ParameterDim::ffn, ParameterDim::ffn, ParameterDim::none}, always,
      "llama=model.layers.{i}.mlp.gate_proj.weight|"
      "model.layers.{i}.mlp.up_proj.weight"},
-    {"mlp/fc/bias", {ParameterDim::ffn2}, TensorSplit::column, 2, false, false, {Init::constant, 0.0f}, false,
+    {"{place}/fc/bias", {ParameterDim::ffn2}, TensorSplit::column, 2, false, false, {Init::constant, 0.0f}, false,
      {ParameterDim::ffn, ParameterDim::ffn, ParameterDim::none}, needs_linear_bias,
      "llama=model.layers.{i}.mlp.gate_proj.bias|"
      "model.layers.{i}.mlp.up_proj.bias"},
-    {"mlp/proj/weight", {ParameterDim::hidden, ParameterDim::ffn}, TensorSplit::row, 1, false, true,
+    {"{place}/proj/weight", {ParameterDim::hidden, ParameterDim::ffn}, TensorSplit::row, 1, false, true,
      {Init::residual_normal, 0.02f}, false, {ParameterDim::none, ParameterDim::none, ParameterDim::none}, always,
      "llama=model.layers.{i}.mlp.down_proj.weight"},
-    {"mlp/proj/bias", {ParameterDim::hidden}, TensorSplit::replicated, 1, true, false, {Init::constant, 0.0f}, false,
+    {"{place}/proj/bias", {ParameterDim::hidden}, TensorSplit::replicated, 1, true, false, {Init::constant, 0.0f}, false,
      {ParameterDim::none, ParameterDim::none, ParameterDim::none}, needs_linear_bias,
      "gpt2=transformer.h.{i}.mlp.c_proj.bias "
      "llama=model.layers.{i}.mlp.down_proj.bias"},
@@ -35,7 +35,15 @@ inline constexpr BufferRow kSwigluMlpBuffers[] = {
      false, always, ScratchPhase::mlp},
 };
 
-inline constexpr SublayerKind kSwigluMlp{SublayerSlot::mlp, "swiglu", "silu(gate) * up, down; gate and up of model.ffn_hidden each (Llama)",
-                                         kSwigluMlpParameters, kSwigluMlpBuffers};
+inline constexpr SublayerKind kSwigluMlp{SublayerSlot::mlp,
+                                         "swiglu",
+                                         "silu(gate) * up, down; gate and up of model.ffn_hidden each (Llama)",
+                                         kSwigluMlpParameters,
+                                         kSwigluMlpBuffers,
+                                         nullptr,
+                                         {},
+                                         nullptr,
+                                         {},
+                                         [](const ModelShape&) { return std::string("SwiGLU"); }};
 
 }  // namespace tptrain::model
