@@ -331,6 +331,19 @@ double transformer_layer_case(int tp_size) {
   return block_case("TransformerLayer", tp_size, layer, *tp, layer.parameters(), 40);
 }
 
+// RMSNorm, rotary positions and the SwiGLU MLP with linear biases: the attention projection's
+// bias added before ln_2's fused residual add (RmsNorm::forward_add).
+double rms_norm_with_biases_case(int tp_size) {
+  auto tp = test::tp_group(tp_size);
+  model::Workspace<Real> ws;
+  model::GptShape shape = test::tiny_shape(tp_size);
+  shape.norm = "rmsnorm";
+  shape.position = "rope";
+  shape.mlp = "swiglu";
+  model::TransformerLayer<Real> layer("layers/0", shape, kBatch, *tp, ws);
+  return block_case("TransformerLayer (RMSNorm, rope, SwiGLU, biases)", tp_size, layer, *tp, layer.parameters(), 41);
+}
+
 double embedding_case(int tp_size, int vocab) {
   auto tp = test::tp_group(tp_size);
   const kx::ExecSpace exec;
@@ -594,6 +607,10 @@ TEST_CASE("Relu2Mlp: relu(h)² and its gradients match their definition and fini
 
 TEST_CASE("TransformerLayer gradients match finite differences", "[model][layers][mpi]") {
   for_each_layout(transformer_layer_case);
+}
+
+TEST_CASE("TransformerLayer with RMSNorm and biases: gradients match finite differences", "[model][layers][mpi]") {
+  for_each_layout(rms_norm_with_biases_case);
 }
 
 TEST_CASE("VocabParallelEmbedding gradients match finite differences", "[model][layers][mpi]") {
