@@ -1217,8 +1217,8 @@ void DeckReader::check_experts(const Deck& d) {
   if (!field("model", "mlp").ok) return;
   if (field("parallel", "expert").ok)
     for (const rules::Problem& p :
-         rules::expert_problems(d.model.moe(), field("model", "experts").ok ? d.model.experts : 0, d.parallel.expert,
-                                field("parallel", "data").ok ? d.parallel.data : 0))
+         rules::expert_problems(model::holds_experts(d.model), field("model", "experts").ok ? d.model.experts : 0,
+                                d.parallel.expert, field("parallel", "data").ok ? d.parallel.data : 0))
       report(p);
 }
 

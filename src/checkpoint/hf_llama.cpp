@@ -7,6 +7,7 @@
 
 #include "io/hf_llama_config.hpp"
 #include "io/path_text.hpp"
+#include "src/model/spec/sublayer_kinds.hpp"
 
 namespace tptrain::checkpoint {
 
@@ -117,7 +118,7 @@ std::string hf_config_mismatch(const HfLlamaConfig& h, const model::GptShape& s)
     line(fmt::format("config.json rms_norm_eps = {}, the deck's model.norm_eps = {}", h.norm_eps, s.norm_eps));
   if (!same(h.rope_theta, s.rope_theta))
     line(fmt::format("config.json rope_theta = {}, the deck's model.rope_theta = {}", h.rope_theta, s.rope_theta));
-  if (s.moe()) {
+  if (model::holds_experts(s)) {
     compare("num_local_experts", h.experts, "model.experts", s.experts);
     compare("num_experts_per_tok", h.experts_per_token, "model.experts_per_token", s.experts_per_token);
     // A window of W keys hides key j from query i when i − j >= W: never within S <= W tokens.

@@ -327,7 +327,8 @@ void check_model_shape(const io::CheckpointMeta& meta, const model::GptShape& mi
   if (saved.kv_head_count() != mine.kv_head_count())
     problems += fmt::format("\n  model.kv_heads: the checkpoint has {}, the deck has {}", saved.kv_head_count(),
                             mine.kv_head_count());
-  if (saved.moe() && mine.moe() && (saved.experts != mine.experts || saved.experts_per_token != mine.experts_per_token))
+  if (model::holds_experts(saved) && model::holds_experts(mine) &&
+      (saved.experts != mine.experts || saved.experts_per_token != mine.experts_per_token))
     problems += fmt::format("\n  model.experts, model.experts_per_token: the checkpoint has {}, {}, the deck has {}, {}",
                             saved.experts, saved.experts_per_token, mine.experts, mine.experts_per_token);
   if (saved.tie_embeddings != mine.tie_embeddings)

@@ -7,6 +7,7 @@
 #include "kokkos_kernels/gemm.hpp"
 #include "kokkos_kernels/precision.hpp"
 #include "kokkos_kernels/views.hpp"
+#include "src/model/spec/sublayer_kinds.hpp"
 
 namespace tptrain::driver {
 
@@ -15,7 +16,7 @@ std::vector<GemmShape> model_gemms(const model::GptShape& s, int micro_batch) {
   return {
       {N, s.local_qkv_width(), H, "attention QKV"},
       {N, H, s.local_hidden(), "attention projection"},
-      {N, s.fc_width() / s.tensor, H, s.swiglu() ? "MLP gate|up" : "MLP fc"},
+      {N, model::mlp_fc_rows(s) / s.tensor, H, model::mlp_kind(s).mlp.gated ? "MLP gate|up" : "MLP fc"},
       {N, H, s.local_ffn(), "MLP projection"},
       {N, s.local_vocab(), H, "logits"},
   };

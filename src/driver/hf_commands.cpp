@@ -136,7 +136,7 @@ checkpoint::HfFormat hf_format_on_every_rank(MPI_Comm world, const model::GptSha
 // checkpoint_model_shape does not read. Absent keys keep the shape's (the deck's defaults).
 checkpoint::HfTrainingChoices read_moe_choices(const std::string& deck_text, model::GptShape& shape) {
   checkpoint::HfTrainingChoices training;
-  if (!shape.moe()) return training;
+  if (!model::holds_experts(shape)) return training;
   const auto model = io::deck_text_scalars(deck_text, "model", {"experts", "experts_per_token", "moe_capacity_factor"});
   const auto train = io::deck_text_scalars(deck_text, "training", {"moe_aux_loss_coeff"});
   try {
@@ -184,7 +184,7 @@ int export_checkpoint(const ExportOptions& o) {
     // every rank alike.
     const checkpoint::HfFormat format =
         hf_format_on_every_rank(world, shape, "checkpoint " + io::display_path(o.checkpoint), training);
-    if (shape.moe() && shape.moe_capacity_factor > 0 && rank == 0)
+    if (model::holds_experts(shape) && shape.moe_capacity_factor > 0 && rank == 0)
       log::warning(fmt::format("{} was trained with model.moe_capacity_factor = {}: {} is dropless (every token "
                                "reaches its {} experts), as tptrain is without a capacity; the run that dropped "
                                "tokens computed another function",
@@ -291,7 +291,7 @@ int import_checkpoint(const ImportOptions& o) {
         if (!wanted.count(key) && !(key == tied_head && !format.tied_to.empty()))
           problems.push_back(fmt::format("{}: {} is not a tensor of {} with the deck's shape (model.layers = {}{})", where,
                                          t.name, format.architecture, shape.layers,
-                                         shape.moe() ? fmt::format(", model.experts = {}", shape.experts) : ""));
+                                         model::holds_experts(shape) ? fmt::format(", model.experts = {}", shape.experts) : ""));
       }
       for (std::size_t i = 0; i < ck.names.size(); ++i) values[i].resize(elements(ck.shapes[i]));
       for (std::size_t i = 0; i < tensors.size(); ++i) {
@@ -353,7 +353,7 @@ int import_checkpoint(const ImportOptions& o) {
                "step 0; start a run from it with training.init_from",
                o.dir, o.out, ck.names.size(), o.deck.deck, shape.layers, shape.hidden, shape.heads, shape.vocab_size,
                shape.seq_length,
-               shape.moe() ? fmt::format(", {} experts, {} per token", shape.experts, shape.experts_per_token) : "");
+               model::holds_experts(shape) ? fmt::format(", {} experts, {} per token", shape.experts, shape.experts_per_token) : "");
   });
 }
 

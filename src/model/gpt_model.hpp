@@ -184,11 +184,11 @@ class GptModel {
   }
 
   // The shape once it passes every check a model makes before it allocates: its sizes and
-  // layout (GptShape::validate) and its kinds' rules (sublayer_problems). The constructor runs it
+  // layout (GptShape::validate) and what its kinds ask (validate_kinds). The constructor runs it
   // in the member initialisers, so that a refused shape allocates nothing.
   static const GptShape& validated(const GptShape& shape, int micro_batch) {
     shape.validate(micro_batch);
-    for (const rules::Problem& p : sublayer_problems(shape)) throw std::invalid_argument("tptrain: " + p.text());
+    validate_kinds(shape);
     return shape;
   }
 

@@ -96,7 +96,7 @@ struct MixtureOfExperts final : MlpSublayer<T> {
                    Workspace<T>& ws, int ep_rank, const SavedPlacement& placement = {})
       : shape_(s), tokens_(tokens), router(block_parameter(s, name + "/router/weight"), s, tp),
         dispatcher(s, tokens, ws, ep_rank), layer_weight(Acc(1) / Acc(s.layers)) {
-    for (int e = s.first_expert(ep_rank); e < s.first_expert(ep_rank) + s.local_experts(); ++e) {
+    for (int e = first_expert(s, ep_rank); e < first_expert(s, ep_rank) + local_experts(s); ++e) {
       const std::string expert = name + "/experts/" + std::to_string(e);
       experts.push_back(SwigluMlp<T>::expert(block_parameter(s, expert + "/fc/weight"),
                                                block_parameter(s, expert + "/proj/weight"), tp));

@@ -39,7 +39,6 @@ inline constexpr const char* kModelFlopsFormula =
 // a token does not run: experts K .. E − 1 of a mixture (all experts are alike, so counting the
 // first K counts K experts' work).
 inline bool inactive_expert(const model::GptShape& s, const std::string& name) {
-  if (!s.moe()) return false;
   std::string row = name;
   if (row.rfind("layers/", 0) == 0) {
     const std::size_t slash = row.find('/', 7);
@@ -75,7 +74,7 @@ inline double training_flops_per_token(const model::GptShape& s) {
 // Counted from the table's rows, an expert's K times (block_parameter_kinds): its time does not
 // grow with model.experts.
 inline double block_forward_flops_per_token(const model::GptShape& s) {
-  const double routed = s.moe() ? std::min(s.experts_per_token, s.experts) : 0;
+  const double routed = std::min(s.experts_per_token, s.experts);  // per_expert rows: a mixture's
   double weights = 0;
   for (const model::ParameterRow& r : model::block_parameter_kinds(s))
     if (r.shape[1] != model::ParameterDim::none)

@@ -83,8 +83,8 @@ struct AllToAllTokenDispatcher {
   SequenceParallelBuffers<T> sp;
 
   AllToAllTokenDispatcher(const GptShape& s, std::int64_t tokens, Workspace<T>& ws, int expert_rank)
-      : experts(s.experts), top_k(s.experts_per_token), local_experts(s.local_experts()),
-        first_expert(s.first_expert(expert_rank)), capacity_factor(s.moe_capacity_factor), hidden(s.hidden),
+      : experts(s.experts), top_k(s.experts_per_token), local_experts(model::local_experts(s)),
+        first_expert(model::first_expert(s, expert_rank)), capacity_factor(s.moe_capacity_factor), hidden(s.hidden),
         ep_rank(expert_rank), ep_size(s.expert), sp(sequence_parallel_buffers(ws, s, tokens)) {}
 
   void bind_expert_group(Communicator& ep) {

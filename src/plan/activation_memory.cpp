@@ -59,7 +59,7 @@ std::int64_t accumulator_bytes(const Config& c) { return std::max(4, c.element_b
 }  // namespace
 
 std::vector<Buffer> moe_saved_buffers(const Config& c) {
-  if (!c.moe()) return {};
+  if (!c.holds_experts()) return {};
   const model::GptShape& m = c.shape;
   const Count N = sizes(c).tokens(), R = routed_rows(c), E = m.experts, K = m.experts_per_token;
   const Count e = c.element_bytes(), acc = accumulator_bytes(c), f_t = m.local_ffn();
@@ -73,7 +73,7 @@ std::vector<Buffer> moe_saved_buffers(const Config& c) {
 }
 
 std::vector<Buffer> moe_scratch(const Config& c) {
-  if (!c.moe()) return {};
+  if (!c.holds_experts()) return {};
   const model::GptShape& m = c.shape;
   const Count N = sizes(c).tokens(), R = routed_rows(c), E = m.experts, K = m.experts_per_token;
   const Count e = c.element_bytes(), acc = accumulator_bytes(c), f_t = m.local_ffn(), rows = R * m.hidden * e;
@@ -171,12 +171,12 @@ std::vector<Buffer> block_scratch(const Config& c) {
   Count part[3] = {0, 0, 0};
   for (const model::BufferRow& r : model::block_buffer_rows(c.shape))
     if (r.lifetime == model::Lifetime::scratch && r.phase != model::ScratchPhase::block &&
-        !(c.moe() && r.phase == model::ScratchPhase::mlp)) {
+        !(c.holds_experts() && r.phase == model::ScratchPhase::mlp)) {
       const Count aligned = (checked_buffer_bytes(r, z, c.element_bytes()) + Count(model::kPhaseAlignment - 1)) /
                             Count(model::kPhaseAlignment) * Count(model::kPhaseAlignment);
       part[static_cast<int>(r.phase)] += aligned;
     }
-  out.push_back({c.moe() ? "the attention's scratch (its region; no dense MLP)"
+  out.push_back({c.holds_experts() ? "the attention's scratch (its region; no dense MLP)"
                           : "the attention's and the MLP's scratch, one region (the larger part)",
                  std::max<std::int64_t>(part[1], part[2])});
   for (Buffer& b : moe_scratch(c)) out.push_back(std::move(b));

@@ -71,7 +71,7 @@ struct Builder {
     return gemm_seconds(m, c.precision, GemmShape{rows, cols, inner}, c.precision == "fp32" ? 4 : e);
   }
   bool splits_gemms() const {
-    return c.overlap_tensor_communication && c.sequence_parallel && c.tensor() > 1 && !c.shape.moe();
+    return c.overlap_tensor_communication && c.sequence_parallel && c.tensor() > 1 && !c.holds_experts();
   }
   // A GEMM of `rows` rows that a split overlap runs as t GEMMs of rows/t each (one per chunk the
   // ring brings or takes away), on up to kOverlapStreams compute streams at once (Transformer
@@ -97,7 +97,7 @@ struct Builder {
   void tensor_overlapped(Pass& p, const char* name, double bytes, double gemm, Overlap how) const {
     if (c.tensor() <= 1) return;
     const double comm = all_gather_seconds(m, spans.tensor, bytes);
-    if (!c.overlap_tensor_communication || !c.sequence_parallel || c.shape.moe()) {
+    if (!c.overlap_tensor_communication || !c.sequence_parallel || c.holds_experts()) {
       p.add(name, Stream::tensor, comm);
       return;
     }
@@ -159,7 +159,7 @@ BlockTimes block_times(const Config& c, const Machine& m, const Spans& spans) {
   const double n = s.splits_sequence() ? N / t : N;                // rows of the residual stream
   const double h = s.hidden, d = s.head_dim();
   const double qkv = double(s.local_qkv_width()), attn_out = double(s.local_heads()) * d;
-  const double f = s.local_ffn(), fc = double(s.fc_width()) / t;
+  const double f = s.local_ffn(), fc = double(model::mlp_fc_rows(s)) / t;
   const double activation = N * h * e;  // an [N, h] activation: what a tensor collective moves
   const bool sp = s.splits_sequence();
   BlockTimes out;
@@ -181,11 +181,16 @@ BlockTimes block_times(const Config& c, const Machine& m, const Spans& spans) {
   const double scores_bytes =
       s.flash_attention ? 0.0 : 4.0 * c.micro_batch * s.local_heads() * double(s.local_seq_length()) * s.seq_length * e;
 
-  // The MLP: dense, or a mixture's local experts over R = N·K rows at balanced load.
-  const double R = s.moe() ? N * s.experts_per_token : N;
-  const double expert_rows = s.moe() ? R / s.local_experts() : N;
-  const int local_experts = s.moe() ? s.local_experts() : 1;
-  const double activation_bytes_per_row = (s.swiglu() || s.moe()) ? 3.0 * f * e : 2.0 * f * e;
+  // The MLP, by its kind's structure (model::MlpStructure): dense, or routed to the rank's experts
+  // over R = N·K rows at balanced load; its activation gated (reads gate and up) or not.
+  const model::MlpStructure& mlp = model::mlp_kind(s).mlp;
+  const char* act = mlp.activation;  // a kernel's name is a C string kept for the program's life
+  const char* act_again = model::interned_name(std::string(act) + " again");
+  const char* act_grad = model::interned_name(std::string(act) + " grad");
+  const double R = mlp.routed ? N * s.experts_per_token : N;
+  const double expert_rows = mlp.routed ? R / model::local_experts(s) : N;
+  const int local_experts = mlp.routed ? model::local_experts(s) : 1;
+  const double activation_bytes_per_row = mlp.gated ? 3.0 * f * e : 2.0 * f * e;
 
 
   // Written out once, forward then backward, so that each pass lists its kernels in order.
@@ -241,8 +246,8 @@ BlockTimes block_times(const Config& c, const Machine& m, const Spans& spans) {
   b.memory(fwd, "residual add", 3.0 * n * h * e);
   b.memory(fwd, "norm 2", norm_bytes);
   if (sp) b.tensor_overlapped(fwd, "all-gather (sequence parallel)", activation, split_time(N, fc, h), Overlap::split_gather);
-  const double all_to_all = s.moe() && c.expert() > 1 ? all_to_all_seconds(m, spans.expert, R * h * e) : 0.0;
-  if (s.moe()) {
+  const double all_to_all = mlp.routed && c.expert() > 1 ? all_to_all_seconds(m, spans.expert, R * h * e) : 0.0;
+  if (mlp.routed) {
     b.gemm(fwd, "router", N, s.experts, h, "fp32");
     b.memory(fwd, "router softmax, top-k", 3.0 * N * s.experts * 4);
     b.memory(fwd, "dispatch", 2.0 * R * h * e);
@@ -255,11 +260,12 @@ BlockTimes block_times(const Config& c, const Machine& m, const Spans& spans) {
   } else {
     b.split_gemm(fwd, "fc", N, fc, h);
   }
-  const double gated_bytes = eager && s.swiglu() && !s.moe() ? R * gated_bytes_per_row : R * activation_bytes_per_row;
-  b.memory(fwd, s.moe() || s.swiglu() ? "swiglu" : "gelu", gated_bytes);
-  if (s.moe()) b.linear_forward(fwd, "expert down", expert_rows, h, f, local_experts);
+  const double gated_bytes =
+      eager && mlp.gated && !mlp.routed ? R * gated_bytes_per_row : R * activation_bytes_per_row;
+  b.memory(fwd, act, gated_bytes);
+  if (mlp.routed) b.linear_forward(fwd, "expert down", expert_rows, h, f, local_experts);
   else b.split_gemm(fwd, "fc2", N, h, f);
-  if (s.moe()) {
+  if (mlp.routed) {
     fwd.add("all-to-all (experts)", Stream::expert, all_to_all);
     b.memory(fwd, "combine", 2.0 * R * h * e);
   }
@@ -277,11 +283,11 @@ BlockTimes block_times(const Config& c, const Machine& m, const Spans& spans) {
     // w1, w3, w2: wk, wo and w3; a GELU block's qkv, proj, fc, fc2: proj and fc2).
     for (const Kernel& k : fwd.kernels) {
       const std::string name = k.name;
-      if (name == "norm 1" || name == "norm 2" || name == "rotary" || name == "residual add" || name == "swiglu" ||
-          name == "gelu" || name == "repeat kv" || name == "attention output contiguous")
+      if (name == "norm 1" || name == "norm 2" || name == "rotary" || name == "residual add" || name == act ||
+          name == "repeat kv" || name == "attention output contiguous")
         bwd.add(k.name, k.stream, k.seconds);
     }
-    if (s.swiglu()) {
+    if (mlp.gated && !mlp.routed) {
       b.linear_forward(bwd, "recompute k", N, double(s.local_kv_heads()) * d, h);
       b.linear_forward(bwd, "recompute attention projection", N, h, attn_out);
       b.linear_forward(bwd, "recompute up", expert_rows, f, h, local_experts);
@@ -292,11 +298,11 @@ BlockTimes block_times(const Config& c, const Machine& m, const Spans& spans) {
   }
   b.memory(bwd, "residual grad", 3.0 * n * h * e);
   if (sp) b.tensor_overlapped(bwd, "all-gather (sequence parallel)", activation, split_time(N, f, h), Overlap::split_gather);
-  if (s.moe()) {
+  if (mlp.routed) {
     b.memory(bwd, "combine grad", 2.0 * R * h * e);
     bwd.add("all-to-all (experts)", Stream::expert, all_to_all);
   }
-  if (s.moe()) {
+  if (mlp.routed) {
     b.linear_backward(bwd, "expert down grad", expert_rows, h, f, local_experts);
   } else {
     if (s.linear_bias) b.memory(bwd, "fc2 bias grad", n * h * e);  // column sums of dY (bias_backward)
@@ -305,12 +311,12 @@ BlockTimes block_times(const Config& c, const Machine& m, const Spans& spans) {
   }
   // tptrain's MLP does not keep the activation the projection's dW needs (its scratch holds
   // another layer's by then): the backward computes it again from the saved input (and, GELU, the
-  // saved sigmoid) first (src/model/parallel_mlp.hpp): read 2, write 1 per element of f.
+  // saved sigmoid) first (src/model/dense_mlp_layers.hpp): read 2, write 1 per element of f.
   if (c.kernels == Config::Kernels::tptrain && c.recompute != Recompute::full)
-    b.memory(bwd, s.moe() || s.swiglu() ? "swiglu again" : "gelu again", R * 3.0 * f * e);
-  b.memory(bwd, s.moe() || s.swiglu() ? "swiglu grad" : "gelu grad", 2.0 * gated_bytes);
+    b.memory(bwd, act_again, R * 3.0 * f * e);
+  b.memory(bwd, act_grad, 2.0 * gated_bytes);
   if (sp) b.tensor_overlapped(bwd, "all-gather (norm 2 output again)", activation, b.gemm_time(N, h, fc), Overlap::bulk);
-  if (s.moe()) {
+  if (mlp.routed) {
     b.linear_backward(bwd, "expert gate|up grad", expert_rows, fc, h, local_experts);
     bwd.add("all-to-all (experts)", Stream::expert, all_to_all);
     b.memory(bwd, "dispatch grad", 2.0 * R * h * e);
@@ -394,7 +400,7 @@ BlockTimes block_times(const Config& c, const Machine& m, const Spans& spans) {
   for (const model::ParameterRow& r : model::block_parameter_kinds(s)) {
     double size = double(model::extent(r.shape[0], s));
     if (r.shape[1] != model::ParameterDim::none) size *= double(model::extent(r.shape[1], s));
-    if (r.per_expert) expert += size * s.local_experts() / t;
+    if (r.per_expert) expert += size * model::local_experts(s) / t;
     else dense += r.split == model::TensorSplit::replicated ? size : size / t;
   }
   out.block_gradient_bytes = 4.0 * dense;

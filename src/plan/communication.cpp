@@ -40,11 +40,11 @@ double context_layer_bytes(const Config& c) {
 }
 
 double expert_all_to_all_bytes(const Config& c) {
-  return c.moe() ? local_tokens(c) * c.shape.experts_per_token * c.shape.hidden * c.element_bytes() : 0.0;
+  return c.holds_experts() ? local_tokens(c) * c.shape.experts_per_token * c.shape.hidden * c.element_bytes() : 0.0;
 }
 
 int expert_all_to_alls(const Config& c) {
-  if (!c.moe() || c.expert() <= 1) return 0;
+  if (!c.holds_experts() || c.expert() <= 1) return 0;
   return 4 + (c.recompute == Recompute::full ? 2 : 0);
 }
 
@@ -70,7 +70,7 @@ StepCommunication stage_communication(const Config& c, int stage, std::int64_t s
   const double forward = 2 * all_reduce_bytes(A, t);  // = 2 all-gathers + 2 reduce-scatters with SP
   const double backward = 2 * all_reduce_bytes(A, t) + (sp ? 2 * all_gather_bytes(A, t) : 0.0);
   // A mixture of experts: the routing weights' gradient [N, K] fp32, all-reduced in the backward.
-  const double moe = c.moe() ? all_reduce_bytes(N * c.shape.experts_per_token * 4, t) : 0.0;
+  const double moe = c.holds_experts() ? all_reduce_bytes(N * c.shape.experts_per_token * 4, t) : 0.0;
   const double per_layer = forward + backward + moe + (c.recompute == Recompute::full ? forward : 0.0);
   double per_micro_batch = layers * per_layer;
   if (first) per_micro_batch += sp ? 2 * all_gather_bytes(A, t) : all_reduce_bytes(A, t);  // embedding g

@@ -50,7 +50,7 @@ SearchResult search_layouts(const Config& deck, const Machine& m, std::int64_t g
         if (gpus % tcp != 0 || gpus / tcp > std::numeric_limits<int>::max()) continue;
         const int d = static_cast<int>(gpus / tcp);
         std::vector<int> experts{1};
-        if (deck.moe()) experts = divisors_of(std::gcd(d, deck.shape.experts));
+        if (deck.holds_experts()) experts = divisors_of(std::gcd(d, deck.shape.experts));
         for (const int ep : experts)
           for (const int v : divisors_of(deck.shape.layers / p)) {
             if (v > 1 && (p == 1 || v > 8)) continue;
@@ -78,6 +78,7 @@ SearchResult search_layouts(const Config& deck, const Machine& m, std::int64_t g
                     std::int64_t bytes = 0;
                     try {
                       c.shape.validate(mb);
+                      model::validate_kinds(c.shape);
                       bytes = most_loaded_rank(c).total();
                     } catch (const std::exception&) {
                       continue;

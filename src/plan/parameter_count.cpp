@@ -50,7 +50,7 @@ BlockElements block_elements(const model::GptShape& s, Counter count) {
 }
 
 // The experts of a block a count takes: all E, or none without a mixture of experts.
-Count all_experts(const model::GptShape& s) { return s.moe() ? s.experts : 0; }
+Count all_experts(const model::GptShape& s) { return model::holds_experts(s) ? s.experts : 0; }
 
 }  // namespace
 
@@ -79,7 +79,7 @@ std::int64_t exact_parameters(const model::GptShape& s) {
 }
 
 std::int64_t active_parameters(const model::GptShape& s) {
-  if (!s.moe()) return exact_parameters(s);
+  if (!model::holds_experts(s)) return exact_parameters(s);
   // Every row but those of the experts K, K + 1, ..., E − 1.
   const Count routed = std::min(s.experts_per_token, s.experts);
   return sum(model::embedding_parameter_rows(s), s, logical_elements) +
@@ -88,7 +88,7 @@ std::int64_t active_parameters(const model::GptShape& s) {
 }
 
 std::int64_t expert_parameters(const model::GptShape& s) {
-  if (!s.moe()) return 0;
+  if (!model::holds_experts(s)) return 0;
   return block_elements(s, logical_elements).expert;
 }
 
@@ -108,7 +108,7 @@ StageParameters stage_parameters(const model::GptShape& s, int stages) {
   const std::vector<model::ParameterRow> embedding_rows = model::embedding_parameter_rows(s);
   // The rows an expert-parallel rank holds: every dense row and its E / ep experts (every rank as many).
   const BlockElements block = block_elements(s, local);
-  const Count experts_per_block = Count(s.local_experts()) * block.expert;
+  const Count experts_per_block = Count(model::local_experts(s)) * block.expert;
   const Count blocks = Count(s.layers / stages) * (block.dense + experts_per_block);
   const Count embeddings = sum(embedding_rows, s, local);
   const Count head = sum(model::head_parameter_rows(s), s, local);

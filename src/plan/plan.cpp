@@ -207,7 +207,7 @@ std::vector<Suggestion> nearest_fitting(const Config& deck, const Hardware& hw, 
     // parallel.expert: 1 without a mixture of experts, else the divisors of data that divide the
     // experts (of their greatest common divisor).
     std::vector<int> experts{1};
-    if (deck.moe()) {
+    if (deck.holds_experts()) {
       experts = divisors(std::gcd(static_cast<int>(d), deck.shape.experts));
       nearest_first(experts, deck.expert());
       if (experts.size() > kMaxExperts) experts.resize(kMaxExperts);
@@ -260,7 +260,7 @@ std::string beyond_64_bits(const Config& c, const std::string& figure, bool acti
   std::vector<std::pair<std::string, int>> keys{{"model.hidden", m.hidden},         {"model.layers", m.layers},
                                                 {"model.ffn_hidden", m.ffn_hidden}, {"model.vocab_size", m.vocab_size},
                                                 {"model.seq_length", m.seq_length}};
-  if (m.moe()) keys.emplace_back("model.experts", m.experts);
+  if (model::holds_experts(m)) keys.emplace_back("model.experts", m.experts);
   if (activations) {
     keys.emplace_back("model.heads", m.heads);
     keys.emplace_back("training.micro_batch", c.micro_batch);
@@ -368,7 +368,7 @@ Plan make_plan(const Config& c, const Hardware& hw_in, double deck_tokens, const
   check_hardware(hw_in);
   if (const std::string why = c.layout_problem(); !why.empty()) throw std::invalid_argument("tptrain: plan: " + why);
   c.shape.validate(c.micro_batch);
-  for (const rules::Problem& r : model::sublayer_problems(c.shape)) throw std::invalid_argument("tptrain: plan: " + r.text());
+  model::validate_kinds(c.shape);
   Plan p;
   p.deck = deck_path;
   p.config = c;
@@ -387,7 +387,7 @@ Plan make_plan(const Config& c, const Hardware& hw_in, double deck_tokens, const
   p.parameters = counted(c, "the parameter count", false, [&] { return exact_parameters(m); });
   p.active_parameters = counted(c, "the active parameter count", false, [&] { return active_parameters(m); });
   p.active_parameters_formula = double(p.active_parameters);
-  if (m.moe()) {
+  if (model::holds_experts(m)) {
     p.parameters_moe = moe_parameters(m.layers, m.hidden, m.heads, m.kv_head_count(), m.ffn_hidden, m.experts,
                                       m.experts, m.vocab_size, m.tie_embeddings);
     p.active_parameters_formula = moe_parameters(m.layers, m.hidden, m.heads, m.kv_head_count(), m.ffn_hidden,
@@ -499,8 +499,8 @@ std::string report(const Plan& p) {
   line(fmt::format("layout       tensor {} x context {} x pipeline {} x data {}{} = {} GPUs, order {}; {} given, {} per "
                    "node{}",
                    m.tensor, m.context, c.pipeline, c.data,
-                   m.moe() ? fmt::format(" (expert {}: {} of the {} experts of a block per rank)", c.expert(),
-                                         m.local_experts(), m.experts)
+                   model::holds_experts(m) ? fmt::format(" (expert {}: {} of the {} experts of a block per rank)", c.expert(),
+                                         model::local_experts(m), m.experts)
                            : std::string(),
                    c.world(), order_name(c, c.order), p.gpus,
                    p.hardware.gpus_per_node,
@@ -519,12 +519,12 @@ std::string report(const Plan& p) {
     line(fmt::format("parameters   {:.2f} B: {} exactly (tptrain's tensors), {:.0f} by Mixtral's formula "
                      "(l(h(a+2k)d + adh + 3Ehf + Eh + 2h) + {}Vh + h, E = {} experts)",
                      p.parameters / 1e9, p.parameters, p.parameters_moe, m.tie_embeddings ? "" : "2", m.experts));
-  else if (m.moe())
+  else if (model::holds_experts(m))
     line(fmt::format("parameters   {:.2f} B: {} exactly (tptrain's tensors)", p.parameters / 1e9, p.parameters));
   else
     line(fmt::format("parameters   {:.2f} B: {} exactly (tptrain's tensors), {:.2f} B by Narayanan et al. 2021 eq. 2",
                      p.parameters / 1e9, p.parameters, p.parameters_eq2 / 1e9));
-  if (m.moe())
+  if (model::holds_experts(m))
     line(fmt::format("active       {:.2f} B per token: {} (every tensor but the experts a token skips: the router and "
                      "K = {} of the E = {} experts per block{})",
                      p.active_parameters / 1e9, p.active_parameters, m.experts_per_token, m.experts,
@@ -548,14 +548,14 @@ std::string report(const Plan& p) {
   };
   const double per_param = r.parameters > 0 ? double(pb.total()) / double(r.parameters) : 0.0;
   row("weights", pb.weights,
-      m.moe() ? fmt::format("{} parameters on this rank, {} of them its {} of {} experts in each of its {} blocks, {}",
-                            r.parameters, r.expert_parameters, m.local_experts(), m.experts, r.layers, precision)
+      model::holds_experts(m) ? fmt::format("{} parameters on this rank, {} of them its {} of {} experts in each of its {} blocks, {}",
+                            r.parameters, r.expert_parameters, model::local_experts(m), m.experts, r.layers, precision)
               : fmt::format("{} parameters on this rank, {}", r.parameters, precision));
   row("master weights", pb.master, precision == "fp32" ? "none: the fp32 weights are the master" : "fp32");
   row("gradients", pb.gradients, "fp32");
   row("optimizer state", pb.optimizer,
       !c.distributed_optimizer ? std::string("AdamW moments, fp32")
-      : m.moe()
+      : model::holds_experts(m)
           ? fmt::format("AdamW moments, fp32, 1/{} of the dense ones' and 1/{} of the experts' (distributed optimizer, "
                         "over data x context and the expert-data group)",
                         c.data_context(), c.expert_data_context())
@@ -570,7 +570,7 @@ std::string report(const Plan& p) {
   row("workspace", r.workspace,
       fmt::format("{} {}, block, gradient and sequence-parallel buffers",
                   c.shape.flash_attention ? "flash (no S x S buffer):" : "batched (S x S scores and their row tile):",
-                  c.moe() ? "the attention's scratch, the experts' rows and the router's gradients"
+                  c.holds_experts() ? "the attention's scratch, the experts' rows and the router's gradients"
                           : "attention's and the MLP's scratch in one region"));
   row("total", r.total(),
       fmt::format("{:.1f} bytes per parameter + activations; --gpu-memory {:g} GiB: {}", per_param,
@@ -632,7 +632,7 @@ std::string report(const Plan& p) {
                                                c.recompute == Recompute::full ? ", the forward's again (recompute full)"
                                                                               : "")
                                  : std::string()));
-  if (m.moe())
+  if (model::holds_experts(m))
     line(fmt::format("  expert    ({:>4} ranks)   {}{}", c.expert(), human_bytes(x.expert),
                      c.expert() > 1
                          ? fmt::format("   all-to-all: per layer and micro-batch {} all-to-alls of the N K = {} token "
@@ -645,11 +645,11 @@ std::string report(const Plan& p) {
                          : std::string("   every rank holds every expert: no all-to-all")));
   line(fmt::format("  pipeline  ({:>4} stages)  {}", c.pipeline, human_bytes(x.pipeline)));
   line(fmt::format("  data      ({:>4} ranks)   {}{}", c.data_context(), human_bytes(x.data),
-                   m.moe() ? std::string("   the dense parameters' gradients") +
+                   model::holds_experts(m) ? std::string("   the dense parameters' gradients") +
                                  (m.context > 1 ? fmt::format(", over data {} x context {}", c.data, m.context) : "")
                    : m.context > 1 ? fmt::format("   the gradients over data {} x context {}", c.data, m.context)
                                    : std::string()));
-  if (m.moe())
+  if (model::holds_experts(m))
     line(fmt::format("  expert data ({:>4} ranks) {}   the experts' gradients, over the data / expert = {} ranks "
                      "that hold the same experts{}",
                      c.expert_data_context(), human_bytes(x.expert_data), c.data / c.expert(),
@@ -659,7 +659,7 @@ std::string report(const Plan& p) {
   line(fmt::format("across nodes per step: bytes all ranks send to another node (nodes of {} GPUs, ranks placed node "
                    "by node; a ring enters and leaves each node of its group once)",
                    p.hardware.gpus_per_node));
-  if (m.moe()) {  // the expert groups' columns too
+  if (model::holds_experts(m)) {  // the expert groups' columns too
     line(fmt::format("  {:<19}{:>14}{:>14}{:>14}{:>14}{:>14}{:>14}{:>14}{:>14}", "parallel.order", "tensor", "context",
                      "expert", "pipeline", "data", "expert data", "embedding", "total"));
     for (const CrossNodeBytes& o : p.cross_node)
@@ -734,15 +734,15 @@ io::JsonObject json_of(const Plan& p) {
   o.string("deck", p.deck).integer("gpus", p.gpus).integer("tensor", c.tensor()).integer("context", c.context());
   o.integer("pipeline", c.pipeline);
   o.integer("data", c.data);
-  if (c.moe())
+  if (c.holds_experts())
     o.integer("expert", c.expert())
         .integer("experts", c.shape.experts)
         .integer("experts_per_token", c.shape.experts_per_token)
-        .integer("experts_per_rank", c.shape.local_experts());
+        .integer("experts_per_rank", model::local_experts(c.shape));
   o.integer("params", p.parameters).number("params_narayanan_eq2", p.parameters_eq2, fixed(0));
   if (llama_formula_applies(c.shape)) o.number("params_llama_formula", p.parameters_llama, fixed(0));
   if (moe_formula_applies(c.shape)) o.number("params_moe_formula", p.parameters_moe, fixed(0));
-  if (c.moe()) {
+  if (c.holds_experts()) {
     o.integer("params_active", p.active_parameters);
     if (moe_formula_applies(c.shape)) o.number("params_active_formula", p.active_parameters_formula, fixed(0));
     o.integer("params_on_rank", r.parameters).integer("expert_params_on_rank", r.expert_parameters);
@@ -779,9 +779,9 @@ io::JsonObject json_of(const Plan& p) {
       .number("days_saved_by_interleaving", p.days_saved_by_interleaving, digits(6));
   io::JsonObject communication;
   communication.number("tensor", p.communication.tensor, fixed(0)).number("context", p.communication.context, fixed(0));
-  if (c.moe()) communication.number("expert", p.communication.expert, fixed(0));
+  if (c.holds_experts()) communication.number("expert", p.communication.expert, fixed(0));
   communication.number("pipeline", p.communication.pipeline, fixed(0)).number("data", p.communication.data, fixed(0));
-  if (c.moe()) communication.number("expert_data", p.communication.expert_data, fixed(0));
+  if (c.holds_experts()) communication.number("expert_data", p.communication.expert_data, fixed(0));
   communication.number("embedding", p.communication.embedding, fixed(0));
   o.object("communication_bytes_per_step", communication);
   o.string("order", parallel::rank_order_name(c.order));
@@ -789,9 +789,9 @@ io::JsonObject json_of(const Plan& p) {
   for (const CrossNodeBytes& x : p.cross_node) {
     io::JsonObject groups;
     groups.number("tensor", x.tensor, fixed(0)).number("context", x.context, fixed(0));
-    if (c.moe()) groups.number("expert", x.expert, fixed(0));
+    if (c.holds_experts()) groups.number("expert", x.expert, fixed(0));
     groups.number("pipeline", x.pipeline, fixed(0)).number("data", x.data, fixed(0));
-    if (c.moe()) groups.number("expert_data", x.expert_data, fixed(0));
+    if (c.holds_experts()) groups.number("expert_data", x.expert_data, fixed(0));
     groups.number("embedding", x.embedding, fixed(0)).number("total", x.total(), fixed(0));
     cross.object(parallel::rank_order_name(x.order), groups);
   }

@@ -35,7 +35,7 @@ std::vector<std::string> Config::expert_problems() const {
   const model::GptShape& s = shape;
   if (s.expert < 1) return {fmt::format("parallel.expert = {}: expected an integer >= 1", s.expert)};
   std::vector<std::string> out;
-  for (const rules::Problem& p : rules::expert_problems(s.moe(), s.experts, s.expert, data))
+  for (const rules::Problem& p : rules::expert_problems(model::holds_experts(s), s.experts, s.expert, data))
     out.push_back(p.text());
   return out;
 }

@@ -9,6 +9,7 @@
 
 #include "io/deck.hpp"
 #include "src/model/spec/gpt_shape.hpp"
+#include "src/model/spec/sublayer_kinds.hpp"
 #include "src/model/spec/recompute.hpp"
 #include "src/parallel/topology_rank_map.hpp"
 
@@ -65,7 +66,7 @@ struct Config {
   // parallel.expert (model.mlp = "moe"): ranks taken from the data-parallel ones, consecutive data
   // ranks (ep rank = dp % expert), that split every block's experts and exchange tokens by all-to-all.
   int expert() const { return shape.expert; }
-  bool moe() const { return shape.moe(); }
+  bool holds_experts() const { return model::holds_experts(shape); }  // a mixture's (expert groups)
   // tensor x context x pipeline x data.
   std::int64_t world() const { return std::int64_t(shape.tensor) * shape.context * pipeline * data; }
   // The ranks gradients are summed over and the distributed optimizer is sharded over: data x

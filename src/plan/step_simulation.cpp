@@ -131,7 +131,7 @@ struct Rank {
 // a block's parameters (K of a mixture's experts), the word embedding or lm_head once (the
 // logits GEMM), the final norm.
 double model_flops_per_token(const model::GptShape& s) {
-  const double routed = s.moe() ? std::min(s.experts_per_token, s.experts) : 0;
+  const double routed = model::holds_experts(s) ? std::min(s.experts_per_token, s.experts) : 0;
   double block = 0;
   for (const model::ParameterRow& r : model::block_parameter_kinds(s)) {
     double size = double(model::extent(r.shape[0], s));

@@ -110,7 +110,7 @@ TEST_CASE("plan: the shipped Mixtral-8x7B deck fits its layout on 80 GiB", "[pla
   CHECK(p.active_parameters == 12879925248);
   CHECK(p.active_parameters_formula == 12879925248.0);
   CHECK(p.config.expert() == 8);
-  CHECK(p.config.shape.local_experts() == 1);
+  CHECK(model::local_experts(p.config.shape) == 1);
   CHECK(p.ok());
   CHECK(p.memory.total() < std::int64_t(80) << 30);
   // 6NT and eq. 4 count the active parameters.

@@ -233,7 +233,7 @@ TEST_CASE("a llama checkpoint is refused by a gpt2 deck and the reverse, naming 
   const model::GptShape shape = checkpoint::checkpoint_model_shape(llama.to_toml());
   CHECK(shape.architecture == "llama");
   CHECK(shape.norm == "rmsnorm");
-  CHECK(shape.swiglu());
+  CHECK(shape.mlp == "swiglu");
   CHECK(shape.position == "rope");
   CHECK(!shape.qkv_bias);
   CHECK(shape.kv_heads == 4);

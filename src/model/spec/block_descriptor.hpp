@@ -142,7 +142,7 @@ inline int expert_of_row(const std::string& row) {
 // the rows of its experts [first_expert(ep_rank), + local_experts()).
 inline bool held_by_expert_rank(const GptShape& s, const std::string& row, int ep_rank) {
   const int e = expert_of_row(row);
-  return e < 0 || (e >= s.first_expert(ep_rank) && e < s.first_expert(ep_rank) + s.local_experts());
+  return e < 0 || (e >= first_expert(s, ep_rank) && e < first_expert(s, ep_rank) + local_experts(s));
 }
 
 // Block `layer`'s parameters for shape s, in the table's order, named layers/<layer>/<row>.

@@ -54,10 +54,6 @@ struct BlockSpec {
   // (training.moe_aux_loss_coeff, training.moe_z_loss_coeff); 0: they add no gradient.
   double moe_aux_loss_coeff = 0.0;
   double moe_z_loss_coeff = 0.0;
-
-  bool swiglu() const { return mlp == "swiglu"; }  // the dense SwiGLU MLP
-  bool moe() const { return mlp == "moe"; }
-  bool gated() const { return swiglu() || moe(); }  // gate|up, silu(gate)·up: SwiGLU, or each expert
 };
 
 // The named architectures. Their fields are the defaults of the deck's keys.

@@ -32,6 +32,6 @@ inline constexpr BufferRow kGeluMlpBuffers[] = {
 
 inline constexpr SublayerKind kGeluMlp{
     SublayerSlot::mlp, "gelu", "fc, GELU (tanh), proj (GPT-2)", kGeluMlpParameters, kGeluMlpBuffers, nullptr, {}, nullptr,
-    {}, [](const ModelShape&) { return std::string("GELU"); }};
+    {}, [](const ModelShape&) { return std::string("GELU"); }, false, {"gelu"}};
 
 }  // namespace tptrain::model

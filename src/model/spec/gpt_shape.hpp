@@ -83,12 +83,6 @@ struct GptShape : ModelShape, ParallelLayout, KernelChoice {
   std::int64_t qkv_width() const { return (std::int64_t(heads) + 2 * std::int64_t(kv_head_count())) * head_dim(); }
   std::int64_t kv_width() const { return std::int64_t(kv_head_count()) * head_dim(); }  // nkv·d
   std::int64_t local_qkv_width() const { return qkv_width() / tensor; }
-  // The fc weight's rows: F (GELU) or gate and up stacked, 2F (SwiGLU, and each expert of a mixture).
-  std::int64_t fc_width() const { return gated() ? 2 * std::int64_t(ffn_hidden) : ffn_hidden; }
-  // The experts one rank holds: E / ep (0 without a mixture of experts), and the first of them
-  // on expert-parallel rank r.
-  int local_experts() const { return moe() ? experts / expert : 0; }
-  int first_expert(int ep_rank) const { return ep_rank * local_experts(); }
   // Megatron pads the vocabulary to a multiple of make-vocab-size-divisible-by (128) times the
   // TP size, so that every rank's block of the logits GEMM, V_padded/tp, is a multiple of the
   // pad (tensor cores want multiples of 8); padded logits are masked out. Checkpoints hold the
@@ -141,8 +135,9 @@ struct GptShape : ModelShape, ParallelLayout, KernelChoice {
     positive("parallel.tensor", tensor);
     positive("parallel.context", context);
     positive("parallel.expert", expert);
-    // The layout's rules, stated by their owner (base/layout_rules.hpp).
-    std::vector<rules::Problem> broken = rules::expert_problems(moe(), experts, expert, 0);
+    // The layout's rules, stated by their owner (base/layout_rules.hpp); expert parallelism's
+    // needs the kinds (sublayer_kinds.hpp, validate_kinds).
+    std::vector<rules::Problem> broken;
     for (std::vector<rules::Problem> more :
          {rules::context_problems(seq_length, context), rules::head_problems(hidden, heads),
           rules::tensor_split_problems(heads, ffn_hidden, tensor)})
@@ -163,10 +158,6 @@ struct GptShape : ModelShape, ParallelLayout, KernelChoice {
       throw std::length_error("tptrain: 3 * model.hidden = " + std::to_string(qkv_rows) +
                               " QKV rows exceed the limit " + std::to_string(int_limit) +
                               " of a BLAS dimension (model.hidden <= " + std::to_string(int_limit / 3) + ")");
-    if (fc_width() > int_limit)
-      throw std::length_error("tptrain: 2 * model.ffn_hidden = " + std::to_string(fc_width()) +
-                              " gate and up rows exceed the limit " + std::to_string(int_limit) +
-                              " of a BLAS dimension");
     (void)padded_vocab();
   }
 

@@ -112,6 +112,8 @@ inline constexpr SublayerKind kMoeMlp{SublayerSlot::mlp,
                                       [](const ModelShape& s) {
                                         return fmt::format("MoE: {} SwiGLU experts, {} per token", s.experts,
                                                            s.experts_per_token);
-                                      }};
+                                      },
+                                      false,
+                                      {"swiglu", true, true}};
 
 }  // namespace tptrain::model

@@ -27,6 +27,6 @@ inline constexpr BufferRow kRelu2MlpBuffers[] = {
 
 inline constexpr SublayerKind kRelu2Mlp{
     SublayerSlot::mlp, "relu2", "fc, relu(h)², proj (Primer, Nemotron-4)", kRelu2MlpParameters, kRelu2MlpBuffers,
-    nullptr, {}, nullptr, {}, [](const ModelShape&) { return std::string("squared ReLU"); }};
+    nullptr, {}, nullptr, {}, [](const ModelShape&) { return std::string("squared ReLU"); }, false, {"relu2"}};
 
 }  // namespace tptrain::model

@@ -56,6 +56,15 @@ struct KindKey {
   double highest = std::numeric_limits<double>::infinity();  // a number's bound above, if any (exclusive)
 };
 
+// An MLP kind's structure as the planner counts its kernels (src/plan/block_time.cpp).
+struct MlpStructure {
+  const char* activation = "";  // its elementwise op in the planner's kernel list: "gelu", "swiglu"
+  bool gated = false;           // fc stacks gate|up (2F rows); the activation reads both, writes F
+  // Tokens routed to experts: k of E per token, N·k rows over the rank's experts, a router, and
+  // with expert parallelism the all-to-all. Its rows of each expert are ParameterRow::per_expert.
+  bool routed = false;
+};
+
 struct SublayerKind {
   SublayerSlot slot;
   const char* name;  // the deck's value of its slot's key (model.mlp = "gelu")
@@ -77,6 +86,7 @@ struct SublayerKind {
   // A position kind that acts in every attention (q and k rotated) rather than at the embedding:
   // where the model places its module and the planner counts its passes.
   bool in_attention = false;
+  MlpStructure mlp = {};  // an MLP kind's
 };
 
 // The [model] key that chooses the slot's kind ("mlp": model.mlp = "gelu"), and its value in s.

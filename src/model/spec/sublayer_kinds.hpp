@@ -12,6 +12,7 @@
 
 #include <fmt/format.h>
 
+#include "base/layout_rules.hpp"
 #include "src/model/spec/gelu_mlp_kind.hpp"
 #include "src/model/spec/layernorm_kind.hpp"
 #include "src/model/spec/learned_position_kind.hpp"
@@ -98,6 +99,31 @@ inline std::vector<rules::Problem> sublayer_problems(const ModelShape& s) {
       for (rules::Problem& p : kind->problems(s)) out.push_back(std::move(p));
   }
   return out;
+}
+
+// Whether shape s's kinds hold experts (its MLP routes tokens to them: a mixture), which expert
+// parallelism splits; the experts one rank holds, E / ep (0 without), and the first of them on
+// expert-parallel rank r.
+inline bool holds_experts(const ModelShape& s) { return mlp_kind(s).mlp.routed; }
+inline int local_experts(const GptShape& s) { return holds_experts(s) ? s.experts / s.expert : 0; }
+inline int first_expert(const GptShape& s, int ep_rank) { return ep_rank * local_experts(s); }
+// The MLP's fc rows: F, or gate and up stacked, 2F (a gated kind's, each expert's of a mixture).
+inline std::int64_t mlp_fc_rows(const ModelShape& s) {
+  return (mlp_kind(s).mlp.gated ? 2 : 1) * std::int64_t(s.ffn_hidden);
+}
+
+// The checks of shape s that ask its kinds, after s.validate(): the kinds' rules, expert
+// parallelism's layout rule (base/layout_rules.hpp) and the MLP's fc rows as a BLAS dimension.
+// Throws as validate does: the model and the planner run it before they build or count.
+inline void validate_kinds(const GptShape& s) {
+  std::vector<rules::Problem> broken = sublayer_problems(s);
+  for (rules::Problem& p : rules::expert_problems(holds_experts(s), s.experts, s.expert, 0))
+    broken.push_back(std::move(p));
+  for (const rules::Problem& p : broken) throw std::invalid_argument("tptrain: " + p.text());
+  if (mlp_fc_rows(s) > GptShape::int_limit)
+    throw std::length_error("tptrain: 2 * model.ffn_hidden = " + std::to_string(mlp_fc_rows(s)) +
+                            " gate and up rows exceed the limit " + std::to_string(GptShape::int_limit) +
+                            " of a BLAS dimension");
 }
 
 // The metrics of shape s's kinds from their statistics summed over the ranks, kind by kind.

@@ -44,6 +44,8 @@ inline constexpr SublayerKind kSwigluMlp{SublayerSlot::mlp,
                                          {},
                                          nullptr,
                                          {},
-                                         [](const ModelShape&) { return std::string("SwiGLU"); }};
+                                         [](const ModelShape&) { return std::string("SwiGLU"); },
+                                         false,
+                                         {"swiglu", true}};
 
 }  // namespace tptrain::model
