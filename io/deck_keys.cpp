@@ -56,7 +56,7 @@ const std::string& architecture_doc() {
     const model::BlockPreset* p = model::block_presets(n);
     std::string d = "the block specification's preset (src/model/spec/block_spec.hpp): ";
     for (std::size_t i = 0; i < n; ++i) d += fmt::format("{}\"{}\" ({})", i ? ", " : "", p[i].name, p[i].what);
-    return d + "; the five keys below override its choices";
+    return d + "; the keys below that default to the preset's override its choices";
   }();
   return doc;
 }
@@ -98,6 +98,8 @@ std::vector<DeckKey> make_keys() {
        slot_doc(model::SublayerSlot::mlp, "the MLP"), &member<&Deck::model, &M::mlp>},
       {"model", "position", Derived{"the preset's"}, slot_choice(model::SublayerSlot::position),
        slot_doc(model::SublayerSlot::position, "the positions"), &member<&Deck::model, &M::position>},
+      {"model", "attention", Derived{"the preset's"}, slot_choice(model::SublayerSlot::attention),
+       slot_doc(model::SublayerSlot::attention, "the attention"), &member<&Deck::model, &M::attention>},
       {"model", "qkv_bias", Derived{"the preset's"}, AnyBoolean{}, "biases on the q, k and v projections",
        &member<&Deck::model, &M::qkv_bias>},
       {"model", "linear_bias", Derived{"the preset's"}, AnyBoolean{},

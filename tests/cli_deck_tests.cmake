@@ -100,7 +100,7 @@ add_test(NAME cli_check_ranks_needs4 COMMAND tptrain check ${_decks}/needs4.toml
 set_tests_properties(cli_check_ranks_needs4 PROPERTIES PASS_REGULAR_EXPRESSION "^8\n$" TIMEOUT 30)
 add_test(NAME cli_check_json COMMAND tptrain check ${_decks}/valid.toml --json)
 set_tests_properties(cli_check_json PROPERTIES TIMEOUT 30 PASS_REGULAR_EXPRESSION
-  "^\\{\"model\\.architecture\": \"gpt2\", \"model\\.norm\": \"layernorm\", \"model\\.mlp\": \"gelu\", \"model\\.position\": \"learned\", \"model\\.qkv_bias\": true, \"model\\.linear_bias\": true, \"model\\.layers\": 2, \"model\\.hidden\": 32, [^\n]*\"data\\.train\": \"[^\"]*/corpus\\.txt\", [^\n]*\"run\\.dir\": \"[^\"]*\", \"ranks\": 2\\}\n$")
+  "^\\{\"model\\.architecture\": \"gpt2\", \"model\\.norm\": \"layernorm\", \"model\\.mlp\": \"gelu\", \"model\\.position\": \"learned\", \"model\\.attention\": \"gqa\", \"model\\.qkv_bias\": true, \"model\\.linear_bias\": true, \"model\\.layers\": 2, \"model\\.hidden\": 32, [^\n]*\"data\\.train\": \"[^\"]*/corpus\\.txt\", [^\n]*\"run\\.dir\": \"[^\"]*\", \"ranks\": 2\\}\n$")
 tptrain_expect_fail(cli_check_ranks_bad_deck "typo\\.toml:[0-9]+:.*model\\.hiden"
                     check ${_decks}/typo.toml --ranks)
 

@@ -200,10 +200,7 @@ class GptModel {
   // before each micro-batch's forward and backward (train::PipelineRunner).
   void bind_documents(const kernels::Tokens& doc_start, const kernels::Tokens& positions,
                       const kernels::TokenSegments* position_segments) {
-    for (auto& layer : layers_) {
-      layer->attn.doc_start = doc_start;
-      layer->attn.positions = positions;
-    }
+    for (auto& layer : layers_) layer->bind_documents(doc_start, positions);
     if (embedding_) embedding_->documents = {positions, position_segments};
   }
   // Context parallelism (shape().context = C > 1): the context group the attention rings over

@@ -1,8 +1,9 @@
-// Megatron ParallelAttention: QKV column-parallel with whole heads per rank (the QKV weight's
-// Q, K and V row blocks are each split over the TP group, so a rank holds Q, K and V of its
-// heads), causal attention of the local heads with no communication, output projection
-// row-parallel (its all-reduce is g). Its parameters are the block descriptor's attn/ rows
-// (src/model/spec/block_descriptor.hpp), named after the layer: "<block>/attn/qkv/weight", ...
+// Megatron ParallelAttention, the grouped-query attention kind (model.attention = "gqa"): QKV
+// column-parallel with whole heads per rank (the QKV weight's Q, K and V row blocks are each
+// split over the TP group, so a rank holds Q, K and V of its heads), causal attention of the local
+// heads with no communication, output projection row-parallel (its all-reduce is g). Its
+// parameters are its kind's rows (src/model/spec/grouped_query_attention_kind.hpp) at the block's
+// attention place: "<block>/attn/qkv/weight", ...
 // By the block specification: the biases it holds; q and k of the QKV output rotated by the
 // position kind when it acts here (rotary positions). The attention core is one of two
 // (GptShape::flash_attention, the deck's training.attention; docs/design.md, "Attention"):
@@ -25,6 +26,7 @@
 #include "kokkos_kernels/flash_attention.hpp"
 #include "kokkos_kernels/kv_cache_append.hpp"
 #include "src/model/spec/block_descriptor.hpp"
+#include "src/model/spec/grouped_query_attention_kind.hpp"
 #include "src/model/spec/gpt_shape.hpp"
 #include "src/model/kv_cache.hpp"
 #include "src/model/linear.hpp"
@@ -36,7 +38,8 @@
 namespace tptrain::model {
 
 template <class T>
-struct ParallelAttention {
+struct ParallelAttention final : AttentionSublayer<T> {
+  using Matrix = kernels::Matrix<T>;
   // What forward keeps for backward (src/model/spec/recompute.hpp).
   struct Saved {
     kernels::Matrix<T> qkv_out;         // [N, (nh + 2nkv)/tp * d] (q and k rotated, where positions rotate)
@@ -86,20 +89,27 @@ struct ParallelAttention {
   // (bind_context); with it `positions` holds every row's global position.
   RingAttention<T> ring;
   Communicator* context = nullptr;
-  void bind_context(Communicator& cp) {
+  void bind_context_group(Communicator& cp) override {
     context = &cp;
     ring.chunks.rank = cp.rank();
   }
+  void bind_documents(const kernels::Tokens& starts, const kernels::Tokens& document_positions) override {
+    doc_start = starts;
+    positions = document_positions;
+  }
 
+  // `rotation`: the position kind's part in the attention (null: none).
   ParallelAttention(const std::string& name, const GptShape& s, int batch, const Communicator& tp, Workspace<T>& ws,
-                    Recompute mode = Recompute::selective, const SavedPlacement& placement = {})
+                    Recompute mode = Recompute::selective, const SavedPlacement& placement = {},
+                    std::unique_ptr<PositionSublayer<T>> rotation = nullptr)
       : qkv(linear_of<ColumnParallelLinear<T>>(block_parameter(s, name + "/qkv/weight"),
                                                 block_parameter_if_held(s, name + "/qkv/bias"), tp)),
         proj(linear_of<RowParallelLinear<T>>(block_parameter(s, name + "/proj/weight"),
                                              block_parameter_if_held(s, name + "/proj/bias"), tp)),
         B(batch), S(s.local_seq_length()), nh_local(s.local_heads()), d(s.head_dim()), nkv_local(s.local_kv_heads()),
         flash(s.flash_attention), recompute(mode),
-        saved(make_saved(ws, placement.name_for(name), placement.category)) {
+        saved(make_saved(ws, placement.name_for(name), placement.category)),
+        position(std::move(rotation)) {
     qkv.column_scratch = proj.column_scratch = column_sums_scratch(ws, s, tokens());
     qkv.sp = proj.sp = sequence_parallel_buffers(ws, s, tokens());
     const ScratchPhase part = ScratchPhase::attention;  // shares its memory with the MLP's scratch
@@ -121,7 +131,7 @@ struct ParallelAttention {
   }
 
   std::int64_t tokens() const { return std::int64_t(B) * S; }
-  std::vector<Parameter<T>*> parameters() {
+  std::vector<Parameter<T>*> parameters() override {
     std::vector<Parameter<T>*> ps = qkv.parameters();
     for (Parameter<T>* p : proj.parameters()) ps.push_back(p);
     return ps;
@@ -133,9 +143,8 @@ struct ParallelAttention {
   // [p, p + n): the same projections, computed in the leading rows of the layer's buffers, with
   // q and k rotated at their positions, K and V appended to the cache and flash attention of the
   // n rows over the cached [0, p + n) (whatever the training core; its lse in saved.lse).
-  template <class XV, class YV>
-  void forward(const Exec& exec, Communicator& tp, const XV& x /*[N or n, H]*/, const YV& y /*[N or n, H]*/,
-               const bool add_proj_bias = true, const CacheStep<T>* step = nullptr) {
+  void forward(const Exec& exec, Communicator& tp, const Matrix& x /*[N or n, H]*/, const Matrix& y /*[N or n, H]*/,
+               const bool add_proj_bias = true, const CacheStep<T>* step = nullptr) override {
     if (step && qkv.sp.enabled())
       throw std::logic_error("tptrain: ParallelAttention: the cached forward runs without sequence parallelism");
     if (ring.chunks.split() && (step || context == nullptr || positions.size() == 0))
@@ -168,8 +177,7 @@ struct ParallelAttention {
     proj.forward(exec, tp, ctx, y, add_proj_bias);
   }
 
-  template <class DYV, class XV, class DXV>
-  void backward(const Exec& exec, Communicator& tp, const DYV& dy, const XV& x, const DXV& dx) {
+  void backward(const Exec& exec, Communicator& tp, const Matrix& dy, const Matrix& x, const Matrix& dx) override {
     // The context gradient dO goes to d_qkv's Q block (no buffer of its own): both cores read
     // each query block of dO before they write its dQ, and with dO at the leading dimension of
     // Q, K and V the batched path pairs its GEMMs (attention_batched.hpp).
@@ -189,6 +197,15 @@ struct ParallelAttention {
     if (position) position->rotate_backward(exec, d_qkv, nh_local + nkv_local, positions);
     qkv.backward(exec, tp, d_qkv, x, dx);
   }
+
+  const Parameter<T>* output_bias() const override { return proj.has_bias ? &proj.bias : nullptr; }
+
+  std::shared_ptr<SublayerSaved> saved_set() const override { return box_saved(saved); }
+  std::shared_ptr<SublayerSaved> make_saved_set(Workspace<T>& ws, const std::string& prefix,
+                                                BufferCategory c) const override {
+    return box_saved(make_saved(ws, prefix, c));
+  }
+  void bind(const std::shared_ptr<SublayerSaved>& s) override { saved = unbox_saved<Saved>(s); }
 
  private:
   kernels::AttentionOptions batched_options() const {

@@ -1,8 +1,9 @@
 // What the model asks of the kinds in its slots, whatever the kind (docs/design.md, "Sublayer
 // kinds"): Megatron-Core's TransformerLayerSubmodules, as C++ interfaces, one per slot — the norm
-// (NormSublayer), the positions (PositionSublayer) and the MLP (MlpSublayer). The block
+// (NormSublayer), the positions (PositionSublayer), the attention (AttentionSublayer) and the MLP
+// (MlpSublayer). The block
 // (transformer_layer.hpp) and the model (gpt_model.hpp) hold them, made by the registry
-// (sublayer_modules.hpp) from the specification's kinds; nothing outside a kind's files knows
+// (transformer_layer.hpp) from the specification's kinds; nothing outside a kind's files knows
 // which kind it is.
 //
 // Forward and backward run on the block's [rows, H] matrices (rows = N, or N/t with sequence
@@ -20,6 +21,7 @@
 #include "src/model/parameter.hpp"
 #include "src/model/spec/sublayer_statistics.hpp"
 #include "src/model/workspace.hpp"
+#include "src/model/kv_cache.hpp"
 #include "src/model/linear.hpp"
 
 namespace tptrain::model {
@@ -102,6 +104,35 @@ struct PositionSublayer {
   // Its backward: the gradient rotated back.
   virtual void rotate_backward(const Exec&, const Matrix& /*d_qkv*/, std::int64_t /*heads*/,
                                const kernels::Tokens& /*ids*/) {}
+};
+
+// The attention: y = attention(x) over the rows' sequences, causal, with the documents and
+// positions the model binds, and with a cache step (generation) over the cached positions.
+template <class T>
+struct AttentionSublayer {
+  using Matrix = kernels::Matrix<T>;
+  virtual ~AttentionSublayer() = default;
+  virtual std::vector<Parameter<T>*> parameters() = 0;
+
+  // y = attention(x) [rows, H]. add_output_bias = false leaves the output projection's bias
+  // (output_bias) to the block, which fuses it into its residual add. With a cache step x holds
+  // generation's n new rows of one sequence, computed in the leading rows of the kind's buffers.
+  virtual void forward(const Exec& exec, Communicator& tp, const Matrix& x, const Matrix& y,
+                       bool add_output_bias = true, const CacheStep<T>* step = nullptr) = 0;
+  // dx from dy (dx overwritten); x is the forward's input.
+  virtual void backward(const Exec& exec, Communicator& tp, const Matrix& dy, const Matrix& x, const Matrix& dx) = 0;
+  virtual const Parameter<T>* output_bias() const { return nullptr; }
+
+  // The micro-batch's documents (GptModel::bind_documents; empty views: none): the first position
+  // of each token's document [N] (the mask) and each token's position in its document [N].
+  virtual void bind_documents(const kernels::Tokens& doc_start, const kernels::Tokens& positions) = 0;
+  // The context group (ring attention over a sequence's chunks).
+  virtual void bind_context_group(Communicator&) {}
+
+  virtual std::shared_ptr<SublayerSaved> saved_set() const = 0;
+  virtual std::shared_ptr<SublayerSaved> make_saved_set(Workspace<T>& ws, const std::string& prefix,
+                                                        BufferCategory c) const = 0;
+  virtual void bind(const std::shared_ptr<SublayerSaved>& s) = 0;
 };
 
 template <class T>

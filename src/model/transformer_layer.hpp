@@ -63,6 +63,19 @@ std::unique_ptr<PositionSublayer<T>> make_position(const GptShape& s, PositionPl
   throw std::logic_error(std::string("tptrain: the position kind \"") + kind.name +
                          "\" has no module in the registry (src/model/transformer_layer.hpp, make_position)");
 }
+// The attention of shape s's kind at the block's place `name` ("layers/3/attn"), q and k rotated
+// by the position kind where it acts there.
+template <class T>
+std::unique_ptr<AttentionSublayer<T>> make_attention(const GptShape& s, const std::string& name, int batch,
+                                                     const Communicator& tp, Workspace<T>& ws, Recompute recompute,
+                                                     const SavedPlacement& placement) {
+  const SublayerKind& kind = attention_kind(s);
+  if (&kind == &kGroupedQueryAttention)
+    return std::make_unique<ParallelAttention<T>>(name, s, batch, tp, ws, recompute, placement,
+                                                  make_position<T>(s, PositionPlace::attention, tp, ws));
+  throw std::logic_error(std::string("tptrain: the attention kind \"") + kind.name +
+                         "\" has no module in the registry (src/model/transformer_layer.hpp, make_attention)");
+}
 template <class T>
 std::unique_ptr<MlpSublayer<T>> make_mlp(const SublayerKind& kind, const std::string& name, const GptShape& s,
                                          std::int64_t tokens, const Communicator& tp, Workspace<T>& ws, int ep_rank,
@@ -80,16 +93,15 @@ struct TransformerLayer {
   // Everything forward keeps for backward (besides the block input x, which the caller keeps):
   // one set per micro-batch in flight, or with recompute = full one set shared by every block.
   struct Saved {
-    std::shared_ptr<SublayerSaved> ln_1, ln_2;  // the norm kind's own
-    typename ParallelAttention<T>::Saved attn;
-    std::shared_ptr<SublayerSaved> mlp;  // the MLP kind's own
+    std::shared_ptr<SublayerSaved> ln_1, ln_2, attn, mlp;  // each kind's own
     kernels::Matrix<T> attn_input, after_attention, mlp_input;  // [rows, H]: ln_1(x), x + attention, ln_2 of that
   };
 
-  std::unique_ptr<NormSublayer<T>> ln_1;  // of the specification's kind (model.norm)
-  ParallelAttention<T> attn;
+  // Of the specification's kinds (model.norm, model.attention, model.mlp), in the block's order.
+  std::unique_ptr<NormSublayer<T>> ln_1;
+  std::unique_ptr<AttentionSublayer<T>> attn;
   std::unique_ptr<NormSublayer<T>> ln_2;
-  std::unique_ptr<MlpSublayer<T>> mlp;  // of the specification's kind (model.mlp)
+  std::unique_ptr<MlpSublayer<T>> mlp;
   kernels::Matrix<T> attn_input, after_attention, mlp_input;  // [rows, H] of the bound Saved set (bind)
   kernels::Matrix<T> sublayer_out;  // [rows, H] shared scratch: attention, then MLP output before its residual add
   kernels::Matrix<T> grad_sublayer_input, grad_after_attention;  // [rows, H] shared backward scratch
@@ -111,7 +123,8 @@ struct TransformerLayer {
                    Recompute recompute, const SavedPlacement& placement, int ep_rank = 0)
       : ln_1(make_norm<T>(s, block_spec(s), name + "/ln_1", tp, s.sequence_rows(tokens(s, batch)), ws,
                           tokens(s, batch), SavedPlacement{placement.prefix + "/ln_1", placement.category})),
-        attn(name + "/attn", s, batch, tp, ws, recompute, SavedPlacement{placement.prefix + "/attn", placement.category}),
+        attn(make_attention<T>(s, name + "/attn", batch, tp, ws, recompute,
+                               SavedPlacement{placement.prefix + "/attn", placement.category})),
         ln_2(make_norm<T>(s, block_spec(s), name + "/ln_2", tp, s.sequence_rows(tokens(s, batch)), ws,
                           tokens(s, batch), SavedPlacement{placement.prefix + "/ln_2", placement.category})),
         attn_input(ws.matrix(placement.prefix + ".attn_input", placement.category, s.sequence_rows(tokens(s, batch)), s.hidden)),
@@ -123,7 +136,6 @@ struct TransformerLayer {
         tokens_(tokens(s, batch)), rows_(s.sequence_rows(tokens_)), shape_(s), name_(name), ep_rank_(ep_rank) {
     const SavedPlacement mlp_placement{placement.prefix + "/mlp", placement.category};
     mlp = make_mlp<T>(mlp_kind(s), name + "/mlp", s, tokens_, tp, ws, ep_rank, mlp_placement);
-    attn.position = make_position<T>(s, PositionPlace::attention, tp, ws);
     (void)parameters();  // a parameter without a descriptor row, or a row without its parameter, fails here
   }
 
@@ -134,13 +146,13 @@ struct TransformerLayer {
 
   // The set the constructor allocated (what the layer is bound to first).
   Saved current() const {
-    return {ln_1->saved_set(), ln_2->saved_set(), attn.saved, mlp->saved_set(), attn_input, after_attention, mlp_input};
+    return {ln_1->saved_set(), ln_2->saved_set(), attn->saved_set(), mlp->saved_set(), attn_input, after_attention, mlp_input};
   }
   // Another set, named `prefix` + buffer name, in category c.
   Saved make_saved(Workspace<T>& ws, const std::string& prefix, BufferCategory cat) const {
     return {ln_1->make_saved_set(ws, prefix + "/ln_1", cat),
             ln_2->make_saved_set(ws, prefix + "/ln_2", cat),
-            attn.make_saved(ws, prefix + "/attn", cat),
+            attn->make_saved_set(ws, prefix + "/attn", cat),
             mlp->make_saved_set(ws, prefix + "/mlp", cat),
             ws.matrix(prefix + ".attn_input", cat, rows_, shape_.hidden),
             ws.matrix(prefix + ".after_attention", cat, rows_, shape_.hidden),
@@ -149,7 +161,7 @@ struct TransformerLayer {
   void bind(const Saved& s) {
     ln_1->bind(s.ln_1);
     ln_2->bind(s.ln_2);
-    attn.saved = s.attn;
+    attn->bind(s.attn);
     mlp->bind(s.mlp);
     attn_input = s.attn_input;
     after_attention = s.after_attention;
@@ -162,7 +174,7 @@ struct TransformerLayer {
   std::vector<Parameter<T>*> parameters() {
     std::vector<Parameter<T>*> held;
     for (const std::vector<Parameter<T>*>& part :
-         {ln_1->parameters(), attn.parameters(), ln_2->parameters(), mlp->parameters()})
+         {ln_1->parameters(), attn->parameters(), ln_2->parameters(), mlp->parameters()})
       held.insert(held.end(), part.begin(), part.end());
     std::vector<Parameter<T>*> ordered;
     const std::string prefix = name_ + "/";
@@ -184,13 +196,17 @@ struct TransformerLayer {
 
   // ---- what the model asks of every block, whatever kinds it holds ----------------------------
 
+  // The micro-batch's documents (GptModel::bind_documents).
+  void bind_documents(const kernels::Tokens& doc_start, const kernels::Tokens& positions) {
+    attn->bind_documents(doc_start, positions);
+  }
   // The groups a kind computes over besides the tensor group: the expert-parallel group (null:
   // parallel.expert = 1) and the context group (ring attention, sums over a sequence's chunks).
   void bind_expert_group(Communicator* ep) {
     if (ep != nullptr) mlp->bind_expert_group(*ep);
   }
   void bind_context_group(Communicator& cp) {
-    attn.bind_context(cp);
+    attn->bind_context_group(cp);
     mlp->bind_context_group(cp);
   }
   // The scratch the stage's blocks share, and with recompute = full their one saved set: the
@@ -222,10 +238,11 @@ struct TransformerLayer {
     const kernels::Matrix<T> attn_input_n = first_rows(attn_input, n), after_attention_n = first_rows(after_attention, n), mlp_input_n = first_rows(mlp_input, n),
                              sublayer_out_n = first_rows(sublayer_out, n);
     ln_1->forward(exec, x, attn_input_n);
-    attn.forward(exec, tp, attn_input_n, sublayer_out_n, /*add_proj_bias=*/false, step);
-    // after_attention = x + attention (+ its projection's bias, which it left out: none without
-    // linear biases), mlp_input = ln_2(after_attention)
-    ln_2->forward_add(exec, x, sublayer_out_n, attn.proj.has_bias ? attn.proj.bias.value_vector() : kernels::VectorUnmanaged<T>(),
+    attn->forward(exec, tp, attn_input_n, sublayer_out_n, /*add_output_bias=*/false, step);
+    // after_attention = x + attention (+ its output bias, which it left out: none without linear
+    // biases), mlp_input = ln_2(after_attention)
+    const Parameter<T>* attn_bias = attn->output_bias();
+    ln_2->forward_add(exec, x, sublayer_out_n, attn_bias ? attn_bias->value_vector() : kernels::VectorUnmanaged<T>(),
                       after_attention_n, mlp_input_n);
     mlp->forward(exec, tp, mlp_input_n, sublayer_out_n, /*add_output_bias=*/false);
     PhaseScope phase(Phase::norms_elementwise);
@@ -240,7 +257,7 @@ struct TransformerLayer {
     kernels::launch_count::SiteScope site(backward_site);
     mlp->backward(exec, tp, dy, mlp_input, grad_sublayer_input);
     ln_2->backward_add(exec, grad_sublayer_input, after_attention, dy, grad_after_attention);  // through ln_2 plus the residual path
-    attn.backward(exec, tp, grad_after_attention, attn_input, grad_sublayer_input);
+    attn->backward(exec, tp, grad_after_attention, attn_input, grad_sublayer_input);
     ln_1->backward_add(exec, grad_sublayer_input, x, grad_after_attention, dx);
   }
 };

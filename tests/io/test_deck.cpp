@@ -945,6 +945,7 @@ TEST_CASE("deck: to_toml writes every key in table order and round-trips", "[io]
                                           "model.norm",
                                           "model.mlp",
                                           "model.position",
+                                          "model.attention",
                                           "model.qkv_bias",
                                           "model.linear_bias",
                                           "model.layers",

@@ -242,7 +242,7 @@ void for_each_row(F&& f) {
   for (const ParameterRow& r : model::kEmbeddingParameters) f("", r, held_text(r.needs));
   kinds_at(model::kEmbeddingPositionPlace, "");
   kinds_at(model::kBlockNormPlaces[0], "layers/<i>/");
-  for (const ParameterRow& r : model::kBlockParameters) f("layers/<i>/", r, held_text(r.needs));
+  kinds_at(model::kBlockAttentionPlace, "layers/<i>/");
   kinds_at(model::kBlockNormPlaces[1], "layers/<i>/");
   kinds_at(model::kBlockMlpPlace, "layers/<i>/");
   kinds_at(model::kFinalNormPlace, "");
@@ -253,14 +253,13 @@ void for_each_row(F&& f) {
 template <class F>
 void for_each_buffer_row(F&& f) {
   for (const BufferRow& r : model::kBlockBuffers) f(r, held_text(r.needs));
-  for (const model::SublayerKind* k : model::kSublayerKinds) {
-    if (k->slot == model::SublayerSlot::norm) {
-      for (const model::SublayerPlace& place : model::kBlockNormPlaces)
+  const model::SublayerPlace places[] = {model::kBlockNormPlaces[0], model::kBlockAttentionPlace,
+                                          model::kBlockNormPlaces[1], model::kBlockMlpPlace,
+                                          {model::SublayerSlot::position, "embedding"}};
+  for (const model::SublayerPlace& place : places)
+    for (const model::SublayerKind* k : model::kSublayerKinds)
+      if (k->slot == place.slot)
         for (const BufferRow& r : k->buffers) f(model::placed_row(r, place), held_text(r.needs, k));
-    } else {
-      for (const BufferRow& r : k->buffers) f(r, held_text(r.needs, k));
-    }
-  }
 }
 
 // docs/design.md: every tensor a model may hold, with its descriptor row and the choices of the

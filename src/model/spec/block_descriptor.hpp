@@ -29,49 +29,14 @@ namespace tptrain::model {
 
 // ---- parameters ------------------------------------------------------------------------------
 
-// The rows of the block's own part, the attention; the norms' and the MLP's are their kinds'
-// (sublayer_kinds.hpp), at their places (block_parameter_tables). Together, in checkpoint order,
-// which is also the order of the block's gradient bucket (a changed order moves parameters within
-// the bucket's flat buffers, hence the distributed optimizer's shards). A specification holds the
-// rows whose `needs` it meets (parameter_spec.hpp): GPT-2 all of them; Llama the attention's
-// weights (and attn/qkv/bias with model.qkv_bias).
-// attn/qkv stacks [Q: nh·d | K: nkv·d | V: nkv·d], each block split over the tensor ranks (a rank
-// holds Q, K and V of its heads). residual_normal: GPT-2's 1/√(2L) on the residual projections
-// when the specification scales them (BlockSpec::scaled_residual_init), else σ itself.
-#define TPTRAIN_QKV_BLOCKS {ParameterDim::hidden, ParameterDim::kv, ParameterDim::kv}
-#define TPTRAIN_NO_BLOCKS {ParameterDim::none, ParameterDim::none, ParameterDim::none}
-inline constexpr ParameterRow kBlockParameters[] = {
-    // name, shape, split, blocks, SP sum, decay, init, tied, block extents, needs, Hugging Face names
-    {"attn/qkv/weight", {ParameterDim::qkv, ParameterDim::hidden}, TensorSplit::column, 3, false, true,
-     {Init::normal, 0.02f}, false, TPTRAIN_QKV_BLOCKS, always,
-     "gpt2^=transformer.h.{i}.attn.c_attn.weight "
-     "llama=model.layers.{i}.self_attn.q_proj.weight|"
-     "model.layers.{i}.self_attn.k_proj.weight|"
-     "model.layers.{i}.self_attn.v_proj.weight"},
-    {"attn/qkv/bias", {ParameterDim::qkv}, TensorSplit::column, 3, false, false, {Init::constant, 0.0f}, false,
-     TPTRAIN_QKV_BLOCKS, needs_qkv_bias,
-     "gpt2=transformer.h.{i}.attn.c_attn.bias "
-     "llama=model.layers.{i}.self_attn.q_proj.bias|"
-     "model.layers.{i}.self_attn.k_proj.bias|"
-     "model.layers.{i}.self_attn.v_proj.bias"},
-    {"attn/proj/weight", {ParameterDim::hidden, ParameterDim::hidden}, TensorSplit::row, 1, false, true,
-     {Init::residual_normal, 0.02f}, false, TPTRAIN_NO_BLOCKS, always,
-     "gpt2^=transformer.h.{i}.attn.c_proj.weight "
-     "llama=model.layers.{i}.self_attn.o_proj.weight"},
-    {"attn/proj/bias", {ParameterDim::hidden}, TensorSplit::replicated, 1, true, false, {Init::constant, 0.0f}, false,
-     TPTRAIN_NO_BLOCKS, needs_linear_bias,
-     "gpt2=transformer.h.{i}.attn.c_proj.bias "
-     "llama=model.layers.{i}.self_attn.o_proj.bias"},
-};
-#undef TPTRAIN_QKV_BLOCKS
-#undef TPTRAIN_NO_BLOCKS
-
-// The places of the block its specification's kinds fill (sublayer_kind.hpp): its two norms
-// and its MLP, with their Hugging Face modules.
+// The places of the block its specification's kinds fill (sublayer_kind.hpp): its two norms,
+// its attention and its MLP, with their Hugging Face modules (the norms'; the others' names are
+// whole in their kinds' rows).
 inline constexpr SublayerPlace kBlockNormPlaces[] = {
     {SublayerSlot::norm, "ln_1", "gpt2=transformer.h.{i}.ln_1 llama=model.layers.{i}.input_layernorm"},
     {SublayerSlot::norm, "ln_2", "gpt2=transformer.h.{i}.ln_2 llama=model.layers.{i}.post_attention_layernorm"},
 };
+inline constexpr SublayerPlace kBlockAttentionPlace{SublayerSlot::attention, "attn"};
 inline constexpr SublayerPlace kBlockMlpPlace{SublayerSlot::mlp, "mlp"};
 
 // The rows of the kind shape s's specification puts at `place`, placed there (placed_row).
@@ -86,13 +51,15 @@ inline std::vector<BufferRow> kind_buffer_rows(const ModelShape& s, const Sublay
   return rows;
 }
 
-// The tables of the block's rows in checkpoint order, the order of the pre-norm block
-// (transformer_layer.hpp): ln_1, the attention (the block's own rows), ln_2, the MLP.
+// The tables of the block's rows in checkpoint order, which is also the order of the block's
+// gradient bucket (a changed order moves parameters within the bucket's flat buffers, hence the
+// distributed optimizer's shards): the pre-norm block's (transformer_layer.hpp), ln_1, the
+// attention, ln_2, the MLP. A specification holds the rows whose `needs` it meets
+// (parameter_spec.hpp): GPT-2 all of its kinds', Llama the weights (and attn/qkv/bias with
+// model.qkv_bias).
 inline std::vector<std::vector<ParameterRow>> block_parameter_tables(const GptShape& s) {
-  return {kind_parameter_rows(s, kBlockNormPlaces[0]),
-          {std::begin(kBlockParameters), std::end(kBlockParameters)},
-          kind_parameter_rows(s, kBlockNormPlaces[1]),
-          kind_parameter_rows(s, kBlockMlpPlace)};
+  return {kind_parameter_rows(s, kBlockNormPlaces[0]), kind_parameter_rows(s, kBlockAttentionPlace),
+          kind_parameter_rows(s, kBlockNormPlaces[1]), kind_parameter_rows(s, kBlockMlpPlace)};
 }
 
 // The rows shape s's specification holds, in checkpoint (and bucket) order. The rows of each
@@ -179,68 +146,32 @@ inline std::optional<ParameterSpec> block_parameter_if_held(const GptShape& s, c
 
 // ---- buffers ---------------------------------------------------------------------------------
 
-// The buffers of a block's own parts (the MLP's are its kind's, sublayer_kinds.hpp) (recompute.hpp says what each mode keeps); a specification allocates the
-// rows whose `needs` it meets. Not listed: the column-sum partials of the bias and norm gradients
-// (one small stage buffer, column_sums_scratch), and flash attention's block tiles, which live in
-// Kokkos team scratch (kernels::flash_backward_scratch_elements(d) acc_t values per team, whatever
-// S). Both attention cores (kokkos_kernels/flash_attention.hpp, attention.hpp) read the rank's
-// nkv/t key/value heads in place from the QKV output; flash keeps no S×S buffer. The rotary tables
-// cos, sin [s, d/2] are computed once per stage. Scratch rows of the attention and of the MLP share
-// one region (ScratchPhase, phase_region_bytes).
+// The buffers of the block's own (recompute.hpp says what each mode keeps): its input, the
+// inputs of its sublayers and the stage's scratch between them; its kinds' are theirs
+// (sublayer_kinds.hpp), at their places. A specification allocates the rows whose `needs` it
+// meets. Not listed: the column-sum partials of the bias and norm gradients (one small stage
+// buffer, column_sums_scratch).
 inline constexpr BufferRow kBlockBuffers[] = {
     {"x", "block input (the residual stream)", {BufferDim::residual_rows, BufferDim::h}, Element::storage, Lifetime::input},
     {".attn_input", "ln_1 output", {BufferDim::residual_rows, BufferDim::h}, Element::storage, Lifetime::saved},
-    {"/attn.qkv_out", "QKV output (rotary: q and k rotated)", {BufferDim::tokens, BufferDim::gqa_t}, Element::storage,
-     Lifetime::saved},
-    {"/attn.lse", "attention log Σ exp per score row", {BufferDim::token_heads_t}, Element::fp32, Lifetime::saved},
-    {"/attn.scores", "attention scores Q Kᵀ (batched core)",
-     {BufferDim::b, BufferDim::a_t, BufferDim::local_seq, BufferDim::local_seq}, Element::storage, Lifetime::saved_if_none, false,
-     needs_batched},
-    {"/attn.ctx", "attention context", {BufferDim::tokens, BufferDim::h_t}, Element::storage, Lifetime::saved},
     {".after_attention", "x + attention", {BufferDim::residual_rows, BufferDim::h}, Element::storage, Lifetime::saved},
     {".mlp_input", "ln_2 output", {BufferDim::residual_rows, BufferDim::h}, Element::storage, Lifetime::saved},
-    {"attention.probs", "attention probabilities (the batched core's softmax buffer)",
-     {BufferDim::b, BufferDim::a_t, BufferDim::local_seq, BufferDim::local_seq}, Element::storage, Lifetime::scratch, false,
-     needs_batched, ScratchPhase::attention},
-    {"attention.dprobs_tile", "attention probabilities' gradient, one row tile (batched core)",
-     {BufferDim::b, BufferDim::a_t, BufferDim::tile, BufferDim::local_seq}, Element::storage, Lifetime::scratch, false,
-     needs_batched, ScratchPhase::attention},
-    {"attention.d_qkv", "QKV gradient (its Q block holds the context gradient first)", {BufferDim::tokens, BufferDim::gqa_t},
-     Element::storage, Lifetime::scratch, false, always, ScratchPhase::attention},
-    {"attention.dq_sum", "dQ summed over the key blocks (flash)", {BufferDim::tokens, BufferDim::h_t}, Element::fp32,
-     Lifetime::scratch, false, needs_flash, ScratchPhase::attention},
-    {"attention.delta", "D = Σ dO ∘ O per score row (flash)", {BufferDim::token_heads_t}, Element::fp32, Lifetime::scratch,
-     false, needs_flash, ScratchPhase::attention},
-    {"attention.dkv_sum", "dK and dV summed over the row tiles and the group's heads (batched core)",
-     {BufferDim::tokens, BufferDim::kv2_t}, Element::fp32, Lifetime::scratch, true, needs_batched, ScratchPhase::attention},
-    {"ring.kv_0", "ring attention: K and V of the block held", {BufferDim::tokens, BufferDim::kv2_t}, Element::storage,
-     Lifetime::scratch, false, needs_context, ScratchPhase::attention},
-    {"ring.kv_1", "ring attention: K and V of the block arriving", {BufferDim::tokens, BufferDim::kv2_t}, Element::storage,
-     Lifetime::scratch, false, needs_context, ScratchPhase::attention},
-    {"ring.o_sum", "ring attention: the output merged over the blocks", {BufferDim::tokens, BufferDim::h_t}, Element::fp32,
-     Lifetime::scratch, false, needs_context, ScratchPhase::attention},
-    {"ring.dkv_0", "ring attention: a block's dK and dV sums", {BufferDim::tokens, BufferDim::kv2_t}, Element::fp32,
-     Lifetime::scratch, false, needs_context, ScratchPhase::attention},
-    {"ring.dkv_1", "ring attention: the previous block's sums, while sent", {BufferDim::tokens, BufferDim::kv2_t},
-     Element::fp32, Lifetime::scratch, false, needs_context, ScratchPhase::attention},
-    {"ring.dkv_in", "ring attention: the sums arriving", {BufferDim::tokens, BufferDim::kv2_t}, Element::fp32,
-     Lifetime::scratch, false, needs_context, ScratchPhase::attention},
     {"block.sublayer_out", "attention output, then MLP output", {BufferDim::residual_rows, BufferDim::h}, Element::storage, Lifetime::scratch},
     {"block.grad_sublayer_input", "gradient of a sublayer's input", {BufferDim::residual_rows, BufferDim::h}, Element::storage, Lifetime::scratch},
     {"block.grad_after_attention", "gradient of x + attention", {BufferDim::residual_rows, BufferDim::h}, Element::storage, Lifetime::scratch},
+
 };
 
-// The buffer rows shape s's specification allocates: the block's own, then its kinds' (the
-// norms' at their places, the positions' and the MLP's).
+// The buffer rows shape s's specification allocates: the block's own, then its kinds' at their
+// places in the block's order, then the position kind's.
 inline std::vector<BufferRow> block_buffer_rows(const GptShape& s) {
+  std::vector<BufferRow> all(std::begin(kBlockBuffers), std::end(kBlockBuffers));
+  for (const SublayerPlace& place : {kBlockNormPlaces[0], kBlockAttentionPlace, kBlockNormPlaces[1], kBlockMlpPlace})
+    for (const BufferRow& r : kind_buffer_rows(s, place)) all.push_back(r);
+  for (const BufferRow& r : position_kind(s).buffers) all.push_back(r);  // the rotary tables: the stage's
   std::vector<BufferRow> rows;
-  for (const BufferRow& r : kBlockBuffers)
+  for (const BufferRow& r : all)
     if (holds(r.needs, s)) rows.push_back(r);
-  for (const SublayerPlace& place : kBlockNormPlaces)
-    for (const BufferRow& r : kind_buffer_rows(s, place)) rows.push_back(r);
-  for (const SublayerKind* kind : {&position_kind(s), &mlp_kind(s)})
-    for (const BufferRow& r : kind->buffers)
-      if (holds(r.needs, s)) rows.push_back(r);
   return rows;
 }
 

@@ -2,7 +2,8 @@
 // block is made of, as a value — what Megatron-Core's TransformerConfig holds (normalization,
 // gated_linear_unit, add_bias_linear, position_embedding_type, num_query_groups). An architecture
 // (model.architecture) is a named preset of it; the deck may override each choice
-// (model.norm, model.mlp, model.position, model.qkv_bias, model.linear_bias).
+// (model.norm, model.position, model.attention, model.mlp, model.qkv_bias, model.linear_bias,
+// model.tie_embeddings).
 //
 // Plain data, no Kokkos, no MPI: the deck (io/) resolves its keys from it, the model (src/model/)
 // derives its parameter and buffer rows, FLOPs and Hugging Face names from it, the planner counts
@@ -33,6 +34,7 @@ struct BlockSpec {
   double norm_eps = 1e-5;             // the norm's ε (model.norm_eps)
   std::string mlp = "gelu";           // the MLP's kind (model.mlp)
   std::string position = "learned";
+  std::string attention = "gqa";      // the attention's kind (model.attention)
   double rope_theta = 10000.0;        // the rotary base θ (position = rope; model.rope_theta)
   bool qkv_bias = true;               // a bias on the QKV projection (model.qkv_bias)
   // Biases on the other projections (attention output, MLP) and on the norm when it has one
@@ -112,6 +114,7 @@ inline const std::vector<PresetChoice>& preset_choices() {
       {"norm", [](BlockSpec& m, const BlockSpec& p) { m.norm = p.norm; }},
       {"mlp", [](BlockSpec& m, const BlockSpec& p) { m.mlp = p.mlp; }},
       {"position", [](BlockSpec& m, const BlockSpec& p) { m.position = p.position; }},
+      {"attention", [](BlockSpec& m, const BlockSpec& p) { m.attention = p.attention; }},
       {"qkv_bias", [](BlockSpec& m, const BlockSpec& p) { m.qkv_bias = p.qkv_bias; }},
       {"linear_bias", [](BlockSpec& m, const BlockSpec& p) { m.linear_bias = p.linear_bias; }},
       {"tie_embeddings", [](BlockSpec& m, const BlockSpec& p) { m.tie_embeddings = p.tie_embeddings; }},

@@ -21,9 +21,10 @@
 namespace tptrain::model {
 
 // The slots a kind can fill: the norms (each norm place of the block and the final one), the
-// positions (at the embedding, or inside the attention), the MLP.
-enum class SublayerSlot { norm, position, mlp };
-inline constexpr SublayerSlot kSublayerSlots[] = {SublayerSlot::norm, SublayerSlot::position, SublayerSlot::mlp};
+// positions (at the embedding, or inside the attention), the attention, the MLP.
+enum class SublayerSlot { norm, position, attention, mlp };
+inline constexpr SublayerSlot kSublayerSlots[] = {SublayerSlot::norm, SublayerSlot::position, SublayerSlot::attention,
+                                                  SublayerSlot::mlp};
 
 // A constexpr table seen as a range.
 template <class Row>
@@ -94,6 +95,7 @@ inline const char* slot_key(SublayerSlot slot) {
   switch (slot) {
     case SublayerSlot::norm: return "norm";
     case SublayerSlot::position: return "position";
+    case SublayerSlot::attention: return "attention";
     case SublayerSlot::mlp: return "mlp";
   }
   return "";
@@ -102,6 +104,7 @@ inline std::string& slot_value(ModelShape& s, SublayerSlot slot) {
   switch (slot) {
     case SublayerSlot::norm: return s.norm;
     case SublayerSlot::position: return s.position;
+    case SublayerSlot::attention: return s.attention;
     case SublayerSlot::mlp: break;
   }
   return s.mlp;

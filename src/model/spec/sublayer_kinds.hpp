@@ -14,6 +14,7 @@
 
 #include "base/layout_rules.hpp"
 #include "src/model/spec/gelu_mlp_kind.hpp"
+#include "src/model/spec/grouped_query_attention_kind.hpp"
 #include "src/model/spec/layernorm_kind.hpp"
 #include "src/model/spec/learned_position_kind.hpp"
 #include "src/model/spec/moe_kind.hpp"
@@ -27,6 +28,7 @@ namespace tptrain::model {
 inline constexpr const SublayerKind* kSublayerKinds[] = {
     &kLayerNorm, &kRmsNorm,                            // model.norm
     &kLearnedPosition, &kRope,                         // model.position
+    &kGroupedQueryAttention,                           // model.attention
     &kGeluMlp,   &kSwigluMlp, &kMoeMlp, &kRelu2Mlp,  // model.mlp
 };
 
@@ -40,6 +42,7 @@ inline const SublayerKind& kind_in(SublayerSlot slot, const ModelShape& s) {
 }
 inline const SublayerKind& norm_kind(const ModelShape& s) { return kind_in(SublayerSlot::norm, s); }
 inline const SublayerKind& position_kind(const ModelShape& s) { return kind_in(SublayerSlot::position, s); }
+inline const SublayerKind& attention_kind(const ModelShape& s) { return kind_in(SublayerSlot::attention, s); }
 inline const SublayerKind& mlp_kind(const ModelShape& s) { return kind_in(SublayerSlot::mlp, s); }
 
 // The names of the kinds that fill `slot`, in the registry's order (the deck's choices).
@@ -52,7 +55,7 @@ inline std::vector<std::string_view> kind_names(SublayerSlot slot) {
 
 // Every kind the specification chooses, a kind per slot, in the slots' order.
 inline std::vector<const SublayerKind*> kinds_of(const ModelShape& s) {
-  return {&norm_kind(s), &position_kind(s), &mlp_kind(s)};
+  return {&norm_kind(s), &position_kind(s), &attention_kind(s), &mlp_kind(s)};
 }
 
 // The value of kind key k in shape s, and as the deck writes it.
