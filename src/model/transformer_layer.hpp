@@ -1,8 +1,9 @@
-// One block, pre-norm:  after_attention = x + attn(ln_1(x));  y = after_attention + mlp(ln_2(after_attention)), of the shape's block
-// specification (src/model/spec/block_spec.hpp; docs/design.md, "The block specification"): the
-// biases it holds, and in its norm and MLP slots the kinds the specification names (docs/design.md,
-// "Sublayer kinds"), made by the registry below (make_norm, make_mlp) and driven through their
-// slots' interfaces (sublayer.hpp).
+// One block of the residual pattern pre-norm (src/model/spec/block_descriptor.hpp, kPreNorm):
+// after_attention = x + attn(ln_1(x)); y = after_attention + mlp(ln_2(after_attention)), of the
+// shape's block specification (src/model/spec/block_spec.hpp; docs/design.md, "The block
+// specification"): in its norm, attention and MLP slots the kinds the specification names
+// (docs/design.md, "Sublayer kinds"), made by the registry below (make_norm, make_position,
+// make_attention, make_mlp) and driven through their slots' interfaces (sublayer.hpp).
 // With sequence parallelism x, y, the LayerNorms and the residual adds work on this rank's
 // [n, H] tokens (n = N/t) and the attention and MLP gather and reduce-scatter them
 // (Korthikanti et al. 2022, Figure 5). Its parameters and buffers are the rows of the block
@@ -121,7 +122,7 @@ struct TransformerLayer {
 
   TransformerLayer(const std::string& name, const GptShape& s, int batch, const Communicator& tp, Workspace<T>& ws,
                    Recompute recompute, const SavedPlacement& placement, int ep_rank = 0)
-      : ln_1(make_norm<T>(s, block_spec(s), name + "/ln_1", tp, s.sequence_rows(tokens(s, batch)), ws,
+      : ln_1(make_norm<T>(pre_norm(s), block_spec(s), name + "/ln_1", tp, s.sequence_rows(tokens(s, batch)), ws,
                           tokens(s, batch), SavedPlacement{placement.prefix + "/ln_1", placement.category})),
         attn(make_attention<T>(s, name + "/attn", batch, tp, ws, recompute,
                                SavedPlacement{placement.prefix + "/attn", placement.category})),
@@ -140,6 +141,13 @@ struct TransformerLayer {
   }
 
   static std::int64_t tokens(const GptShape& s, int batch) { return std::int64_t(batch) * s.local_seq_length(); }
+  // s, whose residual pattern (block_descriptor.hpp) is the one this block computes: pre-norm.
+  static const GptShape& pre_norm(const GptShape& s) {
+    if (&residual_pattern(s) != &kPreNorm)
+      throw std::logic_error("tptrain: TransformerLayer computes the pre-norm block, not \"" + s.residual +
+                             "\" (src/model/transformer_layer.hpp)");
+    return s;
+  }
   static auto block_spec(const GptShape& s) {
     return [&s](const std::string& name) { return block_parameter(s, name); };
   }

@@ -241,10 +241,7 @@ void for_each_row(F&& f) {
   };
   for (const ParameterRow& r : model::kEmbeddingParameters) f("", r, held_text(r.needs));
   kinds_at(model::kEmbeddingPositionPlace, "");
-  kinds_at(model::kBlockNormPlaces[0], "layers/<i>/");
-  kinds_at(model::kBlockAttentionPlace, "layers/<i>/");
-  kinds_at(model::kBlockNormPlaces[1], "layers/<i>/");
-  kinds_at(model::kBlockMlpPlace, "layers/<i>/");
+  for (const model::SublayerPlace& place : model::kPreNorm.places) kinds_at(place, "layers/<i>/");
   kinds_at(model::kFinalNormPlace, "");
   for (const ParameterRow& r : model::kHeadParameters) f("", r, held_text(r.needs));
 }
@@ -253,9 +250,8 @@ void for_each_row(F&& f) {
 template <class F>
 void for_each_buffer_row(F&& f) {
   for (const BufferRow& r : model::kBlockBuffers) f(r, held_text(r.needs));
-  const model::SublayerPlace places[] = {model::kBlockNormPlaces[0], model::kBlockAttentionPlace,
-                                          model::kBlockNormPlaces[1], model::kBlockMlpPlace,
-                                          {model::SublayerSlot::position, "embedding"}};
+  std::vector<model::SublayerPlace> places(model::kPreNorm.places.begin(), model::kPreNorm.places.end());
+  places.push_back(model::kEmbeddingPositionPlace);
   for (const model::SublayerPlace& place : places)
     for (const model::SublayerKind* k : model::kSublayerKinds)
       if (k->slot == place.slot)

@@ -29,15 +29,32 @@ namespace tptrain::model {
 
 // ---- parameters ------------------------------------------------------------------------------
 
-// The places of the block its specification's kinds fill (sublayer_kind.hpp): its two norms,
-// its attention and its MLP, with their Hugging Face modules (the norms'; the others' names are
-// whole in their kinds' rows).
-inline constexpr SublayerPlace kBlockNormPlaces[] = {
-    {SublayerSlot::norm, "ln_1", "gpt2=transformer.h.{i}.ln_1 llama=model.layers.{i}.input_layernorm"},
-    {SublayerSlot::norm, "ln_2", "gpt2=transformer.h.{i}.ln_2 llama=model.layers.{i}.post_attention_layernorm"},
+// A block's residual pattern (BlockSpec::residual): how it joins its kinds, as the places they
+// fill (sublayer_kind.hpp) in the block's order, which is the checkpoint's and the gradient
+// bucket's, with their Hugging Face modules (the norms'; the others' names are whole in their
+// kinds' rows). The block's forward and backward for the pattern: transformer_layer.hpp.
+struct ResidualPattern {
+  const char* name;
+  const char* what;
+  RowSpan<SublayerPlace> places;
 };
-inline constexpr SublayerPlace kBlockAttentionPlace{SublayerSlot::attention, "attn"};
-inline constexpr SublayerPlace kBlockMlpPlace{SublayerSlot::mlp, "mlp"};
+// Pre-norm (GPT-2, Llama; Xiong et al. 2020): h = x + attn(ln_1(x)), y = h + mlp(ln_2(h)).
+inline constexpr SublayerPlace kPreNormPlaces[] = {
+    {SublayerSlot::norm, "ln_1", "gpt2=transformer.h.{i}.ln_1 llama=model.layers.{i}.input_layernorm"},
+    {SublayerSlot::attention, "attn"},
+    {SublayerSlot::norm, "ln_2", "gpt2=transformer.h.{i}.ln_2 llama=model.layers.{i}.post_attention_layernorm"},
+    {SublayerSlot::mlp, "mlp"},
+};
+inline constexpr ResidualPattern kPreNorm{"pre_norm", "h = x + attn(ln_1(x)), y = h + mlp(ln_2(h))", kPreNormPlaces};
+inline constexpr const ResidualPattern* kResidualPatterns[] = {&kPreNorm};
+
+// The pattern shape s's specification names.
+inline const ResidualPattern& residual_pattern(const ModelShape& s) {
+  for (const ResidualPattern* p : kResidualPatterns)
+    if (s.residual == p->name) return *p;
+  throw std::logic_error("tptrain: no residual pattern \"" + s.residual +
+                         "\" (src/model/spec/block_descriptor.hpp, kResidualPatterns)");
+}
 
 // The rows of the kind shape s's specification puts at `place`, placed there (placed_row).
 inline std::vector<ParameterRow> kind_parameter_rows(const ModelShape& s, const SublayerPlace& place) {
@@ -53,13 +70,14 @@ inline std::vector<BufferRow> kind_buffer_rows(const ModelShape& s, const Sublay
 
 // The tables of the block's rows in checkpoint order, which is also the order of the block's
 // gradient bucket (a changed order moves parameters within the bucket's flat buffers, hence the
-// distributed optimizer's shards): the pre-norm block's (transformer_layer.hpp), ln_1, the
-// attention, ln_2, the MLP. A specification holds the rows whose `needs` it meets
+// distributed optimizer's shards): its kinds' at the places of its residual pattern (pre-norm:
+// ln_1, the attention, ln_2, the MLP). A specification holds the rows whose `needs` it meets
 // (parameter_spec.hpp): GPT-2 all of its kinds', Llama the weights (and attn/qkv/bias with
 // model.qkv_bias).
 inline std::vector<std::vector<ParameterRow>> block_parameter_tables(const GptShape& s) {
-  return {kind_parameter_rows(s, kBlockNormPlaces[0]), kind_parameter_rows(s, kBlockAttentionPlace),
-          kind_parameter_rows(s, kBlockNormPlaces[1]), kind_parameter_rows(s, kBlockMlpPlace)};
+  std::vector<std::vector<ParameterRow>> tables;
+  for (const SublayerPlace& place : residual_pattern(s).places) tables.push_back(kind_parameter_rows(s, place));
+  return tables;
 }
 
 // The rows shape s's specification holds, in checkpoint (and bucket) order. The rows of each
@@ -166,7 +184,7 @@ inline constexpr BufferRow kBlockBuffers[] = {
 // places in the block's order, then the position kind's.
 inline std::vector<BufferRow> block_buffer_rows(const GptShape& s) {
   std::vector<BufferRow> all(std::begin(kBlockBuffers), std::end(kBlockBuffers));
-  for (const SublayerPlace& place : {kBlockNormPlaces[0], kBlockAttentionPlace, kBlockNormPlaces[1], kBlockMlpPlace})
+  for (const SublayerPlace& place : residual_pattern(s).places)
     for (const BufferRow& r : kind_buffer_rows(s, place)) all.push_back(r);
   for (const BufferRow& r : position_kind(s).buffers) all.push_back(r);  // the rotary tables: the stage's
   std::vector<BufferRow> rows;

@@ -35,6 +35,9 @@ struct BlockSpec {
   std::string mlp = "gelu";           // the MLP's kind (model.mlp)
   std::string position = "learned";
   std::string attention = "gqa";      // the attention's kind (model.attention)
+  // How the block joins its kinds (block_descriptor.hpp, kResidualPatterns): "pre_norm", every
+  // preset's; not a deck key while it is the only one.
+  std::string residual = "pre_norm";
   double rope_theta = 10000.0;        // the rotary base θ (position = rope; model.rope_theta)
   bool qkv_bias = true;               // a bias on the QKV projection (model.qkv_bias)
   // Biases on the other projections (attention output, MLP) and on the norm when it has one
