@@ -1,6 +1,9 @@
 #include "src/checkpoint/hf_format.hpp"
 
+#include <fmt/format.h>
+
 #include "src/model/spec/model_parameters.hpp"
+#include "src/model/spec/sublayer_kinds.hpp"
 #include "src/checkpoint/hf_gpt2.hpp"
 #include "src/checkpoint/hf_llama.hpp"
 
@@ -38,6 +41,12 @@ std::string mixtral_shape_keys(const std::string& checkpoint_name) {
 
 }  // namespace
 
+HfTrainingChoices hf_training_choices(const model::GptShape& shape) {
+  HfTrainingChoices training;
+  if (model::holds_experts(shape)) training.moe_aux_loss_coeff = shape.moe_aux_loss_coeff;
+  return training;
+}
+
 HfFormat hf_format(const model::GptShape& shape, const HfTrainingChoices& training) {
   const HfPreset& preset = hf_preset_of(shape);
   HfFormat f;
@@ -66,6 +75,11 @@ HfFormat hf_format(const model::GptShape& shape, const HfTrainingChoices& traini
       break;
     case HfConfigFamily::mixtral:
       f.config_json = hf_llama_config(shape, preset, training.moe_aux_loss_coeff);
+      if (shape.moe_capacity_factor > 0)
+        f.export_caveat = fmt::format("trained with model.moe_capacity_factor = {}: {} is dropless (every token "
+                                      "reaches its {} experts), as tptrain is without a capacity; the run that "
+                                      "dropped tokens computed another function",
+                                      shape.moe_capacity_factor, f.architecture, shape.experts_per_token);
       f.config_mismatch = [&preset](const std::string& path, const model::GptShape& s) {
         return hf_config_mismatch(read_hf_llama_config(path, preset), s);
       };

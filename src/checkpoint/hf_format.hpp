@@ -29,6 +29,9 @@ struct HfFormat {
   std::string tied_to;
   std::vector<HfTensor> tensors;  // in checkpoint order
   std::string config_json;        // what export writes as config.json
+  // What export warns of: a choice of the checkpoint's training that the Hugging Face model does
+  // not compute ("" for none).
+  std::string export_caveat;
   // Reads and checks config.json at `path` against the deck's shape: throws std::runtime_error
   // for a config of a model tptrain does not compute (naming the file and the field); returns ""
   // when it describes the deck's model, else one line per field that differs.
@@ -43,6 +46,10 @@ struct HfFormat {
 struct HfTrainingChoices {
   std::optional<double> moe_aux_loss_coeff;
 };
+
+// What config.json records of how shape's checkpoint was trained (a mixture's load-balancing
+// weight, router_aux_loss_coef), from its kinds' keys.
+HfTrainingChoices hf_training_choices(const model::GptShape& shape);
 
 // The form of the shape's block specification; throws std::runtime_error when no Hugging Face
 // preset computes it (hf_preset_of).

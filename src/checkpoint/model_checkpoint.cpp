@@ -263,28 +263,34 @@ model::GptShape checkpoint_model_shape(const std::string& deck_text) {
   boolean("qkv_bias", shape.qkv_bias);
   boolean("linear_bias", shape.linear_bias);
   boolean("tie_embeddings", shape.tie_embeddings);
-  // The kinds' keys: a deck from before a kind has none of its keys (their defaults, which the
-  // other kinds leave unused).
-  std::string key = "kv_heads";
+  // The kinds' keys, of [model] and [training] (a mixture's loss weights): a deck from before a
+  // kind has none of its keys (the deck's defaults, as a deck that leaves them out reads).
+  std::vector<std::string> training_keys;
+  for (const model::SublayerKind* kind : model::kSublayerKinds)
+    for (const model::KindKey& k : kind->keys)
+      if (std::string_view(k.section) == "training") training_keys.emplace_back(k.key);
+  std::map<std::string, std::optional<std::string>> training;
   try {
-    shape.kv_heads = arch[key] ? std::stoi(*arch[key]) : shape.heads;
+    training = io::deck_text_scalars(deck_text, "training", training_keys);
+  } catch (const std::exception& e) {
+    throw std::runtime_error(std::string("its deck attribute ") + e.what());
+  }
+  std::string key = "model.kv_heads";
+  try {
+    shape.kv_heads = arch["kv_heads"] ? std::stoi(*arch["kv_heads"]) : shape.heads;
     for (const model::SublayerKind* kind : model::kSublayerKinds)
       for (const model::KindKey& k : kind->keys) {
-        key = k.key;
-        if (std::string_view(k.section) != "model" || !arch[key]) continue;
-        if (k.integer != nullptr) shape.*k.integer = std::stoi(*arch[key]);
-        else shape.*k.number = std::stod(*arch[key]);
+        key = std::string(k.section) + "." + k.key;
+        const std::optional<std::string>& text = std::string_view(k.section) == "model" ? arch[k.key] : training[k.key];
+        if (k.integer != nullptr) shape.*k.integer = text ? std::stoi(*text) : static_cast<int>(k.default_value);
+        else shape.*k.number = text ? std::stod(*text) : k.default_value;
       }
   } catch (const std::exception&) {
-    throw std::runtime_error("its deck attribute lacks a valid model." + key);
+    throw std::runtime_error("its deck attribute lacks a valid " + key);
   }
-  // Its kinds' rules (their keys' ranges are the deck's, which wrote it)
+  // Its kinds' rules and their keys' ranges.
   for (const rules::Problem& p : model::sublayer_problems(shape))
     throw std::runtime_error("its deck attribute breaks a rule of its model: " + p.text());
-  for (const model::SublayerKind* kind : model::kinds_of(shape))
-    for (const model::KindKey& k : kind->keys)
-      if (std::string_view(k.section) == "model" && k.integer != nullptr && shape.*k.integer < k.lowest)
-        throw std::runtime_error(std::string("its deck attribute lacks a valid model.") + k.key);
   if (shape.kv_heads < 1) throw std::runtime_error("its deck attribute lacks a valid model.kv_heads");
   return shape;
 }

@@ -131,30 +131,6 @@ checkpoint::HfFormat hf_format_on_every_rank(MPI_Comm world, const model::GptSha
   return *format;
 }
 
-// A mixture of experts' keys from the checkpoint's deck attribute (E, k, the capacity factor and
-// the load-balancing loss's weight, which config.json records as router_aux_loss_coef): what
-// checkpoint_model_shape does not read. Absent keys keep the shape's (the deck's defaults).
-checkpoint::HfTrainingChoices read_moe_choices(const std::string& deck_text, model::GptShape& shape) {
-  checkpoint::HfTrainingChoices training;
-  if (!model::holds_experts(shape)) return training;
-  const auto model = io::deck_text_scalars(deck_text, "model", {"experts", "experts_per_token", "moe_capacity_factor"});
-  const auto train = io::deck_text_scalars(deck_text, "training", {"moe_aux_loss_coeff"});
-  try {
-    if (const auto& e = model.at("experts")) shape.experts = std::stoi(*e);
-    if (const auto& k = model.at("experts_per_token")) shape.experts_per_token = std::stoi(*k);
-    if (const auto& c = model.at("moe_capacity_factor")) shape.moe_capacity_factor = std::stod(*c);
-    if (const auto& a = train.at("moe_aux_loss_coeff")) training.moe_aux_loss_coeff = std::stod(*a);
-  } catch (const std::exception&) {
-    throw std::runtime_error("its deck attribute lacks a valid model.experts, model.experts_per_token, "
-                             "model.moe_capacity_factor or training.moe_aux_loss_coeff");
-  }
-  if (shape.experts < 1 || shape.experts_per_token < 1 || shape.experts_per_token > shape.experts)
-    throw std::runtime_error(fmt::format("its deck attribute has model.experts = {} and model.experts_per_token = {}: "
-                                         "expected 1 <= experts_per_token <= experts",
-                                         shape.experts, shape.experts_per_token));
-  return training;
-}
-
 }  // namespace
 
 int export_checkpoint(const ExportOptions& o) {
@@ -165,8 +141,8 @@ int export_checkpoint(const ExportOptions& o) {
     checkpoint::HfTrainingChoices training;
     on_every_rank(world, [&] {
       try {
-        shape = checkpoint::checkpoint_model_shape(meta.deck);
-        training = read_moe_choices(meta.deck, shape);
+        shape = checkpoint::checkpoint_model_shape(meta.deck);  // its kinds' keys too
+        training = checkpoint::hf_training_choices(shape);
       } catch (const std::exception& e) {
         throw std::runtime_error("checkpoint " + io::display_path(o.checkpoint) + ": " + e.what());
       }
@@ -184,11 +160,7 @@ int export_checkpoint(const ExportOptions& o) {
     // every rank alike.
     const checkpoint::HfFormat format =
         hf_format_on_every_rank(world, shape, "checkpoint " + io::display_path(o.checkpoint), training);
-    if (model::holds_experts(shape) && shape.moe_capacity_factor > 0 && rank == 0)
-      log::warning(fmt::format("{} was trained with model.moe_capacity_factor = {}: {} is dropless (every token "
-                               "reaches its {} experts), as tptrain is without a capacity; the run that dropped "
-                               "tokens computed another function",
-                               o.checkpoint, shape.moe_capacity_factor, format.architecture, shape.experts_per_token));
+    if (!format.export_caveat.empty() && rank == 0) log::warning(o.checkpoint + " was " + format.export_caveat);
     const CheckpointTensors ck = checkpoint_tensors(format.tensors);
     std::vector<std::vector<float>> values(ck.names.size());
     std::vector<io::TensorShard> shards;
@@ -291,7 +263,7 @@ int import_checkpoint(const ImportOptions& o) {
         if (!wanted.count(key) && !(key == tied_head && !format.tied_to.empty()))
           problems.push_back(fmt::format("{}: {} is not a tensor of {} with the deck's shape (model.layers = {}{})", where,
                                          t.name, format.architecture, shape.layers,
-                                         model::holds_experts(shape) ? fmt::format(", model.experts = {}", shape.experts) : ""));
+                                         model::kind_sizes_text(shape)));
       }
       for (std::size_t i = 0; i < ck.names.size(); ++i) values[i].resize(elements(ck.shapes[i]));
       for (std::size_t i = 0; i < tensors.size(); ++i) {
@@ -353,7 +325,7 @@ int import_checkpoint(const ImportOptions& o) {
                "step 0; start a run from it with training.init_from",
                o.dir, o.out, ck.names.size(), o.deck.deck, shape.layers, shape.hidden, shape.heads, shape.vocab_size,
                shape.seq_length,
-               model::holds_experts(shape) ? fmt::format(", {} experts, {} per token", shape.experts, shape.experts_per_token) : "");
+               model::kind_sizes_text(shape));
   });
 }
 

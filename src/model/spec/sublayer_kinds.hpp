@@ -66,6 +66,17 @@ inline std::string kind_key_text(const KindKey& k, const ModelShape& s) {
   return k.integer != nullptr ? std::to_string(s.*k.integer) : fmt::format("{}", s.*k.number);
 }
 
+// The integer [model] keys of shape s's kinds, for messages that give its shape:
+// ", model.experts = 8, model.experts_per_token = 2" (a mixture's); "" for none.
+inline std::string kind_sizes_text(const ModelShape& s) {
+  std::string out;
+  for (const SublayerKind* kind : kinds_of(s))
+    for (const KindKey& k : kind->keys)
+      if (k.integer != nullptr && std::string_view(k.section) == "model")
+        out += fmt::format(", model.{} = {}", k.key, s.*k.integer);
+  return out;
+}
+
 // The deck's rule for the keys of the kinds s does not choose: at their defaults (a deck leaves
 // them out; a resolved deck lists them at their defaults, and loads again). A shape built in code
 // keeps BlockSpec's defaults, which are not all the deck's.
