@@ -232,17 +232,24 @@ model::GptShape checkpoint_model_shape(const std::string& deck_text) {
   if (!missing.empty()) throw std::runtime_error("its deck attribute lacks a valid " + missing);
   // The block specification's keys: a deck from before model.architecture (issue 23) is a gpt2
   // one, tied, kv_heads = heads; one from before the choice keys (issue 31) has its preset's.
+  // The kinds' keys of a section ("model", or "training": a mixture's loss weights), added to
+  // `names`, and the deck's values of `wanted` in the section.
+  const auto with_kind_keys = [](std::vector<std::string> names, std::string_view section) {
+    for (const model::SublayerKind* kind : model::kSublayerKinds)
+      for (const model::KindKey& k : kind->keys)
+        if (section == k.section) names.emplace_back(k.key);
+    return names;
+  };
+  const auto scalars = [&](const char* section, const std::vector<std::string>& wanted) {
+    try {
+      return io::deck_text_scalars(deck_text, section, wanted);
+    } catch (const std::exception& e) {
+      throw std::runtime_error(std::string("its deck attribute ") + e.what());
+    }
+  };
   std::vector<std::string> spec_keys = {"architecture", "kv_heads", "tie_embeddings", "qkv_bias", "linear_bias"};
   for (const model::SublayerSlot slot : model::kSublayerSlots) spec_keys.emplace_back(model::slot_key(slot));
-  for (const model::SublayerKind* kind : model::kSublayerKinds)
-    for (const model::KindKey& k : kind->keys)
-      if (std::string_view(k.section) == "model") spec_keys.emplace_back(k.key);
-  std::map<std::string, std::optional<std::string>> arch;
-  try {
-    arch = io::deck_text_scalars(deck_text, "model", spec_keys);
-  } catch (const std::exception& e) {
-    throw std::runtime_error(std::string("its deck attribute ") + e.what());
-  }
+  std::map<std::string, std::optional<std::string>> arch = scalars("model", with_kind_keys(spec_keys, "model"));
   const std::string name = arch["architecture"].value_or("gpt2");
   const model::BlockPreset* preset = model::block_preset(name);
   if (!preset)
@@ -263,18 +270,9 @@ model::GptShape checkpoint_model_shape(const std::string& deck_text) {
   boolean("qkv_bias", shape.qkv_bias);
   boolean("linear_bias", shape.linear_bias);
   boolean("tie_embeddings", shape.tie_embeddings);
-  // The kinds' keys, of [model] and [training] (a mixture's loss weights): a deck from before a
-  // kind has none of its keys (the deck's defaults, as a deck that leaves them out reads).
-  std::vector<std::string> training_keys;
-  for (const model::SublayerKind* kind : model::kSublayerKinds)
-    for (const model::KindKey& k : kind->keys)
-      if (std::string_view(k.section) == "training") training_keys.emplace_back(k.key);
-  std::map<std::string, std::optional<std::string>> training;
-  try {
-    training = io::deck_text_scalars(deck_text, "training", training_keys);
-  } catch (const std::exception& e) {
-    throw std::runtime_error(std::string("its deck attribute ") + e.what());
-  }
+  // The kinds' keys, of [model] and [training]: a deck from before a kind has none of its keys
+  // (the deck's defaults, as a deck that leaves them out reads).
+  std::map<std::string, std::optional<std::string>> training = scalars("training", with_kind_keys({}, "training"));
   std::string key = "model.kv_heads";
   try {
     shape.kv_heads = arch["kv_heads"] ? std::stoi(*arch["kv_heads"]) : shape.heads;
