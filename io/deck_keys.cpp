@@ -375,20 +375,20 @@ DeckKey kind_key(const model::KindKey& k) {
           k.doc, k.number};
 }
 
-// The table with the kinds' keys in it, in the registry's order: at the end of [model], and in
-// [training] (weights of terms of the training loss) after training.grad_clip.
+// The table with the kinds' keys in it (each once), in the registry's order: at the end of
+// [model], and in [training] (weights of terms of the training loss) after training.grad_clip.
 std::vector<DeckKey> with_kind_keys(std::vector<DeckKey> keys) {
   std::string_view after_model, after_training = "grad_clip";
   for (const DeckKey& k : keys)
     if (k.section == "model") after_model = k.key;
-  for (const model::SublayerKind* kind : model::kSublayerKinds)
-    for (const model::KindKey& k : kind->keys) {
-      std::string_view& after = std::string_view(k.section) == "model" ? after_model : after_training;
-      const auto at = std::find_if(keys.begin(), keys.end(),
-                                   [&](const DeckKey& row) { return row.section == k.section && row.key == after; });
-      keys.insert(at == keys.end() ? at : at + 1, kind_key(k));
-      after = k.key;
-    }
+  for (const model::OwnedKindKey& owned : model::kind_keys()) {
+    const model::KindKey& k = *owned.key;
+    std::string_view& after = std::string_view(k.section) == "model" ? after_model : after_training;
+    const auto at = std::find_if(keys.begin(), keys.end(),
+                                 [&](const DeckKey& row) { return row.section == k.section && row.key == after; });
+    keys.insert(at == keys.end() ? at : at + 1, kind_key(k));
+    after = k.key;
+  }
   return keys;
 }
 

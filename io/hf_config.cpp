@@ -5,6 +5,7 @@
 #include <fstream>
 #include <limits>
 #include <stdexcept>
+#include <utility>
 
 #include "io/deck_path.hpp"
 #include "io/path_text.hpp"
@@ -28,7 +29,25 @@ HfConfigFields::HfConfigFields(const std::string& path) : path_(path), json_(std
   if (!json_->j.is_object()) fail("not a JSON object");
 }
 
+HfConfigFields::HfConfigFields(std::string path, std::string prefix, std::unique_ptr<Json> json)
+    : path_(std::move(path)), prefix_(std::move(prefix)), json_(std::move(json)) {}
+HfConfigFields::HfConfigFields(HfConfigFields&&) noexcept = default;
 HfConfigFields::~HfConfigFields() = default;
+
+std::optional<HfConfigFields> HfConfigFields::object(const char* key) const {
+  if (!has(key) || is_null(key)) return std::nullopt;
+  const nlohmann::json& v = json_->j[key];
+  if (!v.is_object()) fail(name(key) + " = " + v.dump() + ": expected an object or null");
+  auto json = std::make_unique<Json>();
+  json->j = v;
+  return HfConfigFields(path_, name(key) + ".", std::move(json));
+}
+
+std::vector<std::string> HfConfigFields::keys() const {
+  std::vector<std::string> out;
+  for (const auto& item : json_->j.items()) out.push_back(item.key());
+  return out;
+}
 
 void HfConfigFields::fail(const std::string& what) const {
   throw std::runtime_error("Hugging Face config " + display_path(path_) + ": " + what);
@@ -36,30 +55,31 @@ void HfConfigFields::fail(const std::string& what) const {
 
 bool HfConfigFields::has(const char* key) const { return json_->j.contains(key); }
 bool HfConfigFields::is_null(const char* key) const { return has(key) && json_->j[key].is_null(); }
+bool HfConfigFields::is_number(const char* key) const { return has(key) && json_->j[key].is_number(); }
 
 std::optional<int> HfConfigFields::positive(const char* key) const {
   if (!has(key) || is_null(key)) return std::nullopt;
   const nlohmann::json& v = json_->j[key];
   if (!v.is_number_integer() || v.get<std::int64_t>() < 1 || v.get<std::int64_t>() > std::numeric_limits<int>::max())
-    fail(std::string(key) + " = " + v.dump() + ": expected a positive integer");
+    fail(name(key) + " = " + v.dump() + ": expected a positive integer");
   return v.get<int>();
 }
 
 void HfConfigFields::text(const char* key, std::string* out) const {
   if (!has(key)) return;
-  if (!json_->j[key].is_string()) fail(std::string(key) + " = " + json_->j[key].dump() + ": expected a string");
+  if (!json_->j[key].is_string()) fail(name(key) + " = " + json_->j[key].dump() + ": expected a string");
   *out = json_->j[key].get<std::string>();
 }
 
 void HfConfigFields::flag(const char* key, bool* out) const {
   if (!has(key)) return;
-  if (!json_->j[key].is_boolean()) fail(std::string(key) + " = " + json_->j[key].dump() + ": expected true or false");
+  if (!json_->j[key].is_boolean()) fail(name(key) + " = " + json_->j[key].dump() + ": expected true or false");
   *out = json_->j[key].get<bool>();
 }
 
 void HfConfigFields::number(const char* key, double* out) const {
   if (!has(key)) return;
-  if (!json_->j[key].is_number()) fail(std::string(key) + " = " + json_->j[key].dump() + ": expected a number");
+  if (!json_->j[key].is_number()) fail(name(key) + " = " + json_->j[key].dump() + ": expected a number");
   *out = json_->j[key].get<double>();
 }
 
@@ -75,6 +95,7 @@ struct HfConfigWriter::Json {
 };
 
 HfConfigWriter::HfConfigWriter() : json_(std::make_unique<Json>()) {}
+HfConfigWriter::HfConfigWriter(HfConfigWriter&&) noexcept = default;
 HfConfigWriter::~HfConfigWriter() = default;
 
 HfConfigWriter& HfConfigWriter::set(const char* key, int value) {
@@ -103,6 +124,11 @@ HfConfigWriter& HfConfigWriter::set(const char* key, std::optional<int> value) {
     json_->j[key] = *value;
   else
     json_->j[key] = nullptr;
+  return *this;
+}
+
+HfConfigWriter& HfConfigWriter::set(const char* key, const HfConfigWriter& object) {
+  json_->j[key] = object.json_->j;
   return *this;
 }
 

@@ -25,6 +25,7 @@ class HfConfigFields {
 
   bool has(const char* key) const;  // present, null included
   bool is_null(const char* key) const;
+  bool is_number(const char* key) const;
   // A positive integer that fits in an int; nullopt when absent or null.
   std::optional<int> positive(const char* key) const;
   void text(const char* key, std::string* out) const;
@@ -33,11 +34,21 @@ class HfConfigFields {
   // Any integer; nullopt when absent or not an integer (token ids, which some configs give as lists).
   std::optional<int> integer(const char* key) const;
 
+  // The object at `key` (rope_scaling), read as this file's fields: its failures name the key
+  // ("rope_scaling.factor = ..."). nullopt when absent or null; not an object: throws.
+  std::optional<HfConfigFields> object(const char* key) const;
+  std::vector<std::string> keys() const;  // the fields present, in the file's order
+
   [[noreturn]] void fail(const std::string& what) const;
+
+  HfConfigFields(HfConfigFields&&) noexcept;
 
  private:
   struct Json;
+  HfConfigFields(std::string path, std::string prefix, std::unique_ptr<Json> json);
+  std::string name(const char* key) const { return prefix_ + key; }
   std::string path_;
+  std::string prefix_;  // "rope_scaling." for an object's fields; "" for the file's
   std::unique_ptr<Json> json_;
 };
 
@@ -45,6 +56,7 @@ class HfConfigFields {
 class HfConfigWriter {
  public:
   HfConfigWriter();
+  HfConfigWriter(HfConfigWriter&&) noexcept;
   ~HfConfigWriter();
   HfConfigWriter& set(const char* key, int value);
   HfConfigWriter& set(const char* key, double value);
@@ -53,6 +65,7 @@ class HfConfigWriter {
   HfConfigWriter& set(const char* key, const std::string& value);
   HfConfigWriter& set(const char* key, const std::vector<std::string>& values);
   HfConfigWriter& set(const char* key, std::optional<int> value);  // null when empty
+  HfConfigWriter& set(const char* key, const HfConfigWriter& object);  // a nested object (rope_scaling)
   // Pretty-printed with an indent of 2, as save_pretrained writes it, ending in a newline.
   std::string text() const;
 

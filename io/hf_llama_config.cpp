@@ -4,6 +4,35 @@
 
 namespace tptrain::io {
 
+namespace {
+
+HfConfigWriter rope_scaling_object(const RopeScalingFile& r) {
+  std::map<std::string, const double*> sorted;  // save_pretrained writes a dict's keys sorted
+  for (const auto& [key, value] : r.numbers) sorted[key] = &value;
+  sorted["rope_type"] = nullptr;
+  HfConfigWriter w;
+  for (const auto& [key, value] : sorted) {
+    if (value == nullptr) w.set("rope_type", r.rope_type);
+    else if (key == "original_max_position_embeddings") w.set(key.c_str(), static_cast<int>(*value));  // an int
+    else w.set(key.c_str(), *value);
+  }
+  if (r.truncate) w.set("truncate", *r.truncate);
+  return w;
+}
+
+RopeScalingFile read_rope_scaling(const HfConfigFields& f) {
+  RopeScalingFile r;
+  for (const std::string& key : f.keys()) {
+    if (key == "type" || key == "rope_type") f.text(key.c_str(), &r.rope_type);  // "type": the older spelling
+    else if (key == "truncate" && !f.is_null("truncate")) f.flag("truncate", &r.truncate.emplace());
+    else if (f.is_number(key.c_str())) f.number(key.c_str(), &r.numbers[key]);
+    else if (!f.is_null(key.c_str())) r.others.push_back(key);
+  }
+  return r;
+}
+
+}  // namespace
+
 std::string llama_config_text(const LlamaConfigFile& c) {
   HfConfigWriter w;  // in save_pretrained's order: keys sorted
   w.set("architectures", std::vector<std::string>{c.architecture});
@@ -24,7 +53,10 @@ std::string llama_config_text(const LlamaConfigFile& c) {
   w.set("num_key_value_heads", c.num_key_value_heads);
   w.set("pretraining_tp", c.pretraining_tp);
   w.set("rms_norm_eps", c.rms_norm_eps);
-  w.set("rope_scaling", std::optional<int>());  // null: none
+  if (c.rope_scaling)
+    w.set("rope_scaling", rope_scaling_object(*c.rope_scaling));
+  else
+    w.set("rope_scaling", std::optional<int>());  // null: none
   w.set("rope_theta", c.rope_theta);
   w.set("tie_word_embeddings", c.tie_word_embeddings);
   w.set("torch_dtype", "float32");
@@ -86,7 +118,8 @@ LlamaConfigFile read_llama_config(const std::string& path) {
   f.text("hidden_act", &c.hidden_act);
   f.number("rms_norm_eps", &c.rms_norm_eps);
   f.number("rope_theta", &c.rope_theta);
-  c.rope_scaling = f.has("rope_scaling") && !f.is_null("rope_scaling");
+  if (const std::optional<HfConfigFields> scaling = f.object("rope_scaling"))
+    c.rope_scaling = read_rope_scaling(*scaling);
   f.flag("tie_word_embeddings", &c.tie_word_embeddings);
   f.flag("attention_bias", &c.attention_bias);
   f.flag("mlp_bias", &c.mlp_bias);

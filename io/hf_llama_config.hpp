@@ -6,10 +6,22 @@
 // the mixture of experts' fields added and other defaults; it is read by the same function.
 #pragma once
 
+#include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace tptrain::io {
+
+// rope_scaling (LlamaConfig's and Qwen2Config's; DeepseekV3Config's too): its type ("rope_type",
+// or the older "type"), its numeric fields by name ("factor", "original_max_position_embeddings",
+// ...), YaRN's truncate switch, and the names of any other fields (long_factor lists, ...).
+struct RopeScalingFile {
+  std::string rope_type;
+  std::map<std::string, double> numbers;
+  std::optional<bool> truncate;
+  std::vector<std::string> others;
+};
 
 struct LlamaConfigFile {
   std::string architecture = "LlamaForCausalLM";  // written as architectures[0]
@@ -23,7 +35,7 @@ struct LlamaConfigFile {
   std::string hidden_act = "silu";
   double rms_norm_eps = 1e-6;
   double rope_theta = 10000.0;
-  bool rope_scaling = false;  // a rope_scaling object is present (not null)
+  std::optional<RopeScalingFile> rope_scaling;  // null or absent: unscaled
   bool tie_word_embeddings = false;
   bool attention_bias = false, mlp_bias = false;
   bool use_sliding_window = false;  // Qwen2Config's sliding-window attention
@@ -43,7 +55,8 @@ struct LlamaConfigFile {
 };
 
 // The config as save_pretrained writes it (pretty-printed, keys sorted, architectures
-// [architecture], torch_dtype float32, rope_scaling null), every LlamaConfig field above included.
+// [architecture], torch_dtype float32), every LlamaConfig field above included; rope_scaling null
+// or its type's fields (sorted).
 std::string llama_config_text(const LlamaConfigFile& config);
 // MixtralConfig's fields, as save_pretrained writes a MixtralForCausalLM's config (keys sorted,
 // architectures [architecture], torch_dtype float32): LlamaConfig's above but its bias switches,

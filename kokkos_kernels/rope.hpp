@@ -2,7 +2,8 @@
 // Face Llama's rotate-half convention (docs/design.md, "The llama block"): within a head of d
 // features, feature i pairs with feature i + d/2 (i < d/2), and at position p
 //   x'_i       = x_i cos(p·ω_i) − x_{i+d/2} sin(p·ω_i)
-//   x'_{i+d/2} = x_{i+d/2} cos(p·ω_i) + x_i sin(p·ω_i),     ω_i = θ^(−2i/d).
+//   x'_{i+d/2} = x_{i+d/2} cos(p·ω_i) + x_i sin(p·ω_i),     ω_i = θ^(−2i/d)
+// (or a scaled RoPE's frequencies, and an amplitude a on cos and sin: rope_tables).
 // The backward applies the transposed rotation (the angle negated) to the gradient.
 // The tables cos, sin [S, d/2] are computed once (rope_tables, in double, stored in the tables'
 // type) and read by every layer. Row r of a [N, ·] buffer is token r of a micro-batch of
@@ -12,30 +13,43 @@
 // it (float) from the stored values and rounded once.
 #pragma once
 
+#include <cmath>
+#include <vector>
+
 #include "kokkos_kernels/compat.hpp"
 #include "kokkos_kernels/detail.hpp"
 #include "kokkos_kernels/views.hpp"
 
 namespace tptrain::kernels {
 
-// cos(p·ω_i), sin(p·ω_i) for p < S (rows), i < d/2 (columns), d = 2 · columns.
+// cos(p·ω_i)·a, sin(p·ω_i)·a for p < S (rows), i < d/2 (columns), d = 2 · columns: the
+// angles' inverse frequencies ω [d/2] given (a scaled RoPE's: Llama 3.1's, YaRN's; the model's
+// position kinds compute them) and an amplitude a (YaRN's attention factor; 1 otherwise).
 template <class Exec, class CV, class SV>
-void rope_tables(const Exec& exec, const CV& cos, const SV& sin, const double theta) {
+void rope_tables(const Exec& exec, const CV& cos, const SV& sin, const std::vector<double>& inverse_frequencies,
+                 const double amplitude = 1.0) {
   detail::check_view<Exec, CV, 2>();
   detail::check_view<Exec, SV, 2>();
   detail::check_writable<CV>();
   detail::check_writable<SV>();
   detail::require(cos.extent(0) == sin.extent(0) && cos.extent(1) == sin.extent(1) && cos.extent(1) > 0,
                   "rope_tables", "cos and sin must both be [S, d/2] with d >= 2");
-  detail::require(theta > 0, "rope_tables", "theta must be positive");
-  const double d = 2.0 * static_cast<double>(cos.extent(1));
+  detail::require(inverse_frequencies.size() == cos.extent(1), "rope_tables",
+                  "one inverse frequency per rotated pair (d/2 of them)");
+  detail::require(amplitude > 0, "rope_tables", "the amplitude must be positive");
+  using Memory = typename Exec::memory_space;
+  Kokkos::View<double*, Memory> omega("tptrain::kernels::rope_tables::omega", inverse_frequencies.size());
+  Kokkos::deep_copy(exec, omega,
+                    Kokkos::View<const double*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(
+                        inverse_frequencies.data(), inverse_frequencies.size()));
   Kokkos::parallel_for(
       "tptrain::kernels::rope_tables", detail::range2d(exec, cos.extent(0), cos.extent(1)),
       KOKKOS_LAMBDA(const std::int64_t p, const std::int64_t i) {
-        const double angle = static_cast<double>(p) * kx::pow(theta, -2.0 * static_cast<double>(i) / d);
-        cos(p, i) = kx::cos(angle);
-        sin(p, i) = kx::sin(angle);
+        const double angle = static_cast<double>(p) * omega(i);
+        cos(p, i) = amplitude * kx::cos(angle);
+        sin(p, i) = amplitude * kx::sin(angle);
       });
+  exec.fence();  // omega is freed on return
 }
 
 namespace detail {

@@ -2,8 +2,13 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <functional>
 #include <stdexcept>
+#include <string_view>
+#include <utility>
 
 #include "io/hf_llama_config.hpp"
 #include "io/path_text.hpp"
@@ -15,6 +20,93 @@ namespace {
 
 // Two configs' ε or θ: the same number, up to the last digits of a decimal round trip.
 bool same(double a, double b) { return std::abs(a - b) <= 1e-12 * std::max(std::abs(a), std::abs(b)); }
+
+// The scaled rotary kinds' deck keys (src/model/spec/llama3_rope_kind.hpp, yarn_rope_kind.hpp) as
+// Hugging Face's rope_scaling fields.
+constexpr std::pair<const char*, const char*> kRopeScalingFields[] = {
+    {"rope_factor", "factor"},
+    {"rope_low_freq_factor", "low_freq_factor"},
+    {"rope_high_freq_factor", "high_freq_factor"},
+    {"rope_original_max_positions", "original_max_position_embeddings"},
+    {"rope_beta_fast", "beta_fast"},
+    {"rope_beta_slow", "beta_slow"},
+    {"rope_mscale", "mscale"},
+    {"rope_mscale_all_dim", "mscale_all_dim"},
+};
+const char* hf_rope_field(std::string_view deck_key) {
+  for (const auto& [key, field] : kRopeScalingFields)
+    if (deck_key == key) return field;
+  return nullptr;
+}
+// YaRN's magnitudes left out are Hugging Face's None: the deck's 0.
+bool given_in_hf(std::string_view deck_key, double value) {
+  return value != 0 || (deck_key != "rope_mscale" && deck_key != "rope_mscale_all_dim");
+}
+
+// rope_scaling of shape s's rotary kind; nullopt for unscaled RoPE.
+std::optional<io::RopeScalingFile> rope_scaling_of(const model::GptShape& s) {
+  const model::SublayerKind& kind = model::position_kind(s);
+  if (kind.rotary.inverse == nullptr || &kind == &model::kRope) return std::nullopt;
+  io::RopeScalingFile r;
+  r.rope_type = kind.name;
+  for (const model::KindKey& k : kind.keys)
+    if (const char* field = hf_rope_field(k.key); field != nullptr && given_in_hf(k.key, model::kind_key_value(k, s)))
+      r.numbers[field] = model::kind_key_value(k, s);
+  return r;
+}
+
+// rope_scaling read back into the rotary kind and its keys' values (h.position, h.rope_keys), each
+// field checked: a type tptrain has, the fields that type requires, none it does not model.
+void read_rope_scaling(const io::RopeScalingFile& r, int max_positions, HfLlamaConfig& h,
+                       const std::function<void(const std::string&)>& fail) {
+  const std::string type = r.rope_type.empty() ? std::string("(none)") : "\"" + r.rope_type + "\"";
+  if (r.rope_type == "default") return;  // Hugging Face's name of unscaled RoPE
+  const model::SublayerKind* kind = model::kind_named(model::SublayerSlot::position, r.rope_type);
+  if (kind == nullptr || kind->rotary.inverse == nullptr || kind == &model::kRope)
+    fail("rope_scaling's rope_type is " + type +
+         ": tptrain's scaled rotary kinds are \"llama3\" (Llama 3.1) and \"yarn\" (YaRN, DeepSeek-V3); a config "
+         "without rope_scaling (or \"default\") is plain RoPE");
+  for (const std::string& other : r.others) {
+    const bool numeric = std::any_of(std::begin(kRopeScalingFields), std::end(kRopeScalingFields),
+                                     [&](const auto& f) { return other == f.second; });
+    fail("rope_scaling." + other + (numeric ? " is not a number" : " is not modelled by tptrain's " + type));
+  }
+  if (r.truncate && !*r.truncate)
+    fail("rope_scaling.truncate = false: tptrain's yarn rounds the ramp's ends outwards (truncate true)");
+  for (const auto& [field, value] : r.numbers) {
+    const bool known = std::any_of(kind->keys.begin(), kind->keys.end(), [&](const model::KindKey& k) {
+      const char* f = hf_rope_field(k.key);
+      return f != nullptr && field == f;
+    });
+    if (!known)
+      fail(fmt::format("rope_scaling.{} = {}: tptrain's {} scaling has no such field{}", field, value, type,
+                       field == "attention_factor" ? " (it derives the attention factor from mscale and mscale_all_dim)"
+                                                   : ""));
+  }
+  h.position = kind->name;
+  for (const model::KindKey& k : kind->keys) {
+    const char* field = hf_rope_field(k.key);
+    if (field == nullptr) continue;
+    const auto at = r.numbers.find(field);
+    double value = k.default_value;
+    if (at != r.numbers.end()) value = at->second;
+    else if (std::string_view(field) == "original_max_position_embeddings" && h.position == "yarn") value = max_positions;
+    else if (h.position == "llama3" || std::string_view(field) == "factor")
+      fail(fmt::format("rope_scaling has no {}: a {} scaling gives it (the deck's model.{})", field, type, k.key));
+    if (k.integer != nullptr && (value != std::floor(value) || value < 1 || value > INT32_MAX))
+      fail(fmt::format("rope_scaling.{} = {}: expected a positive integer", field, value));
+    h.rope_keys[k.key] = value;
+  }
+  // Hugging Face's YaRN reads the factor from max_position_embeddings / original_max_position_embeddings
+  // when the latter is given (newer versions) or from rope_scaling's factor (older ones): a config where
+  // they differ computes two functions.
+  const auto original = r.numbers.find("original_max_position_embeddings");
+  if (h.position == "yarn" && original != r.numbers.end() &&
+      !same(max_positions / original->second, h.rope_keys.at("rope_factor")))
+    fail(fmt::format("max_position_embeddings / rope_scaling.original_max_position_embeddings = {} / {} differs from "
+                     "rope_scaling.factor = {}: Hugging Face's versions read YaRN's factor from one or the other",
+                     max_positions, original->second, h.rope_keys.at("rope_factor")));
+}
 
 }  // namespace
 
@@ -34,6 +126,13 @@ std::string hf_llama_config(const model::GptShape& s, const HfPreset& preset,
   c.rms_norm_eps = s.norm_eps;
   c.rope_theta = s.rope_theta;
   c.tie_word_embeddings = s.tie_embeddings;
+  c.rope_scaling = rope_scaling_of(s);
+  if (c.rope_scaling && preset.config == HfConfigFamily::mixtral)
+    throw std::runtime_error(fmt::format("model.position = \"{}\": {} has no rope_scaling (MixtralConfig), so no {} "
+                                         "model with scaled rotary positions",
+                                         s.position, preset.architecture, preset.architecture));
+  if (s.position == "yarn")
+    c.max_position_embeddings = static_cast<int>(std::llround(s.rope_factor * s.rope_original_max_positions));
   if (preset.config != HfConfigFamily::mixtral) return io::llama_config_text(c);
   c.num_local_experts = s.experts;
   c.num_experts_per_tok = s.experts_per_token;
@@ -62,9 +161,8 @@ HfLlamaConfig read_hf_llama_config(const std::string& path, const HfPreset& pres
   if (c.mlp_bias) fail("mlp_bias = true: tptrain's llama has no biases");
   if (c.use_sliding_window)
     fail("use_sliding_window = true: tptrain's attention is causal over the whole sequence, without a window");
-  if (c.rope_scaling)
-    fail("rope_scaling is set: tptrain's rotary embeddings are unscaled (rope_scaling null), as Llama 2's and the base "
-         "Llama 3's");
+  if (c.rope_scaling && preset.config == HfConfigFamily::mixtral)
+    fail("rope_scaling is set: tptrain's mixtral has unscaled rotary embeddings (MixtralConfig has no rope_scaling)");
   if (c.hidden_size % c.num_attention_heads != 0)
     fail(fmt::format("hidden_size = {} is not a multiple of num_attention_heads = {}", c.hidden_size,
                      c.num_attention_heads));
@@ -98,6 +196,7 @@ HfLlamaConfig read_hf_llama_config(const std::string& path, const HfPreset& pres
   h.norm_eps = c.rms_norm_eps;
   h.rope_theta = c.rope_theta;
   h.tie_embeddings = c.tie_word_embeddings;
+  if (c.rope_scaling) read_rope_scaling(*c.rope_scaling, c.max_position_embeddings, h, fail);
   return h;
 }
 
@@ -118,6 +217,14 @@ std::string hf_config_mismatch(const HfLlamaConfig& h, const model::GptShape& s)
     line(fmt::format("config.json rms_norm_eps = {}, the deck's model.norm_eps = {}", h.norm_eps, s.norm_eps));
   if (!same(h.rope_theta, s.rope_theta))
     line(fmt::format("config.json rope_theta = {}, the deck's model.rope_theta = {}", h.rope_theta, s.rope_theta));
+  if (h.position != s.position)
+    line(fmt::format("config.json rope_scaling gives {} rotary positions, the deck's model.position = \"{}\"",
+                     h.position == "rope" ? std::string("unscaled") : "\"" + h.position + "\"", s.position));
+  else
+    for (const model::KindKey& k : model::position_kind(s).keys)
+      if (const auto at = h.rope_keys.find(k.key); at != h.rope_keys.end() && !same(at->second, model::kind_key_value(k, s)))
+        line(fmt::format("config.json rope_scaling.{} = {}, the deck's model.{} = {}", hf_rope_field(k.key), at->second,
+                         k.key, model::kind_key_text(k, s)));
   if (model::holds_experts(s)) {
     compare("num_local_experts", h.experts, "model.experts", s.experts);
     compare("num_experts_per_tok", h.experts_per_token, "model.experts_per_token", s.experts_per_token);

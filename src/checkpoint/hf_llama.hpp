@@ -4,7 +4,8 @@
 // checkpoint rows are which HF tensor is the rows' own (model::ParameterRow::hf).
 //
 // The two models compute the same function: pre-RMSNorm blocks (ε = model.norm_eps /
-// rms_norm_eps), rotary embeddings on q and k with base model.rope_theta / rope_theta in HF's
+// rms_norm_eps), rotary embeddings on q and k with base model.rope_theta / rope_theta (scaled as
+// model.position = "llama3" or "yarn" / rope_scaling's rope_type says) in HF's
 // rotate-half convention (feature i of a head pairs with feature i + d/2, LlamaRotaryEmbedding
 // and apply_rotary_pos_emb), grouped-query attention with model.kv_heads / num_key_value_heads
 // (key/value head j serves query heads j·nh/nkv … (j+1)·nh/nkv − 1, HF's repeat_kv), scores
@@ -26,6 +27,7 @@
 // mlp/experts/e/proj/weight is its w2. Dropless, as HF's MixtralSparseMoeBlock.
 #pragma once
 
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -36,7 +38,11 @@
 namespace tptrain::checkpoint {
 
 // The preset's config.json for `shape` (pretty-printed JSON). max_position_embeddings is
-// the deck's model.seq_length, the context the model was trained with. A mixtral preset's
+// the deck's model.seq_length, the context the model was trained with; with YaRN, the scaled
+// context model.rope_factor × model.rope_original_max_positions (Hugging Face's newer YaRN reads
+// the factor from their ratio, its older one from rope_scaling: both then agree). A scaled rotary
+// kind writes rope_scaling with its keys (model.rope_factor as "factor", ...); MixtralConfig has no
+// rope_scaling, so a mixtral model with one is refused. A mixtral preset's
 // config (MixtralConfig's fields) carries num_local_experts = model.experts, num_experts_per_tok
 // = model.experts_per_token and router_aux_loss_coef (MixtralConfig's 0.001 when not given).
 std::string hf_llama_config(const model::GptShape& shape, const HfPreset& preset,
@@ -46,13 +52,18 @@ std::string hf_llama_config(const model::GptShape& shape, const HfPreset& preset
 struct HfLlamaConfig {
   int layers = 0, hidden = 0, heads = 0, kv_heads = 0, ffn_hidden = 0, vocab_size = 0, positions = 0;
   double norm_eps = 0, rope_theta = 0;
+  // The rotary kind its rope_scaling names ("rope": none; "llama3", "yarn") and the values of that
+  // kind's deck keys it gives, by key ("rope_factor": rope_scaling's factor, ...).
+  std::string position = "rope";
+  std::map<std::string, double> rope_keys;
   bool tie_embeddings = false;
   // Mixtral's: E and k (0 for the others), and the attention window (none: nullopt).
   int experts = 0, experts_per_token = 0;
   std::optional<int> sliding_window;
 };
 // Reads and checks `path`: the preset's model_type, hidden_act silu, no attention or MLP biases, no
-// sliding window, no rope_scaling, head_dim (when given) hidden_size / num_attention_heads; num_key_value_heads null
+// sliding window, rope_scaling null or of a type tptrain has as a rotary kind ("llama3", "yarn";
+// another is refused by name, as are fields that kind does not model), head_dim (when given) hidden_size / num_attention_heads; num_key_value_heads null
 // means num_attention_heads. A mixtral preset's file must give num_local_experts and
 // num_experts_per_tok, k <= E (MixtralConfig's defaults, 8 and 2, are one model's: a file without
 // them is refused); its sliding_window is checked against the deck (hf_config_mismatch). Throws

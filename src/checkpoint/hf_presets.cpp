@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "src/model/spec/block_spec.hpp"
+#include "src/model/spec/sublayer_kinds.hpp"
 
 namespace tptrain::checkpoint {
 
@@ -27,8 +28,18 @@ const std::vector<HfPreset>& hf_presets() {
 
 namespace {
 
+// A preset's rotary positions stand for every rotary kind: Hugging Face's config gives the
+// scaling (rope_scaling; src/checkpoint/hf_llama.hpp).
+bool same_position(const model::BlockSpec& a, const model::BlockSpec& b) {
+  const auto rotary = [](const std::string& name) {
+    const model::SublayerKind* k = model::kind_named(model::SublayerSlot::position, name);
+    return k != nullptr && k->rotary.inverse != nullptr;
+  };
+  return a.position == b.position || (rotary(a.position) && rotary(b.position));
+}
+
 bool same_choices(const model::BlockSpec& a, const model::BlockSpec& b) {
-  return a.norm == b.norm && a.mlp == b.mlp && a.position == b.position && a.qkv_bias == b.qkv_bias &&
+  return a.norm == b.norm && a.mlp == b.mlp && same_position(a, b) && a.qkv_bias == b.qkv_bias &&
          a.linear_bias == b.linear_bias;
 }
 

@@ -235,9 +235,8 @@ model::GptShape checkpoint_model_shape(const std::string& deck_text) {
   // The kinds' keys of a section ("model", or "training": a mixture's loss weights), added to
   // `names`, and the deck's values of `wanted` in the section.
   const auto with_kind_keys = [](std::vector<std::string> names, std::string_view section) {
-    for (const model::SublayerKind* kind : model::kSublayerKinds)
-      for (const model::KindKey& k : kind->keys)
-        if (section == k.section) names.emplace_back(k.key);
+    for (const model::OwnedKindKey& k : model::kind_keys())
+      if (section == k.key->section) names.emplace_back(k.key->key);
     return names;
   };
   const auto scalars = [&](const char* section, const std::vector<std::string>& wanted) {
@@ -276,13 +275,13 @@ model::GptShape checkpoint_model_shape(const std::string& deck_text) {
   std::string key = "model.kv_heads";
   try {
     shape.kv_heads = arch["kv_heads"] ? std::stoi(*arch["kv_heads"]) : shape.heads;
-    for (const model::SublayerKind* kind : model::kSublayerKinds)
-      for (const model::KindKey& k : kind->keys) {
-        key = std::string(k.section) + "." + k.key;
-        const std::optional<std::string>& text = std::string_view(k.section) == "model" ? arch[k.key] : training[k.key];
-        if (k.integer != nullptr) shape.*k.integer = text ? std::stoi(*text) : static_cast<int>(k.default_value);
-        else shape.*k.number = text ? std::stod(*text) : k.default_value;
-      }
+    for (const model::OwnedKindKey& owned : model::kind_keys()) {
+      const model::KindKey& k = *owned.key;
+      key = std::string(k.section) + "." + k.key;
+      const std::optional<std::string>& text = std::string_view(k.section) == "model" ? arch[k.key] : training[k.key];
+      if (k.integer != nullptr) shape.*k.integer = text ? std::stoi(*text) : static_cast<int>(k.default_value);
+      else shape.*k.number = text ? std::stod(*text) : k.default_value;
+    }
   } catch (const std::exception&) {
     throw std::runtime_error("its deck attribute lacks a valid " + key);
   }

@@ -1,11 +1,12 @@
-// Rotary positions (model.position = "rope"; its tables' rows: src/model/spec/rope_kind.hpp): q
-// and k of each head rotated in the attention's QKV output (RoPE, rotate-half) by the tables cos,
-// sin [S, d/2] of angles p · θ^(−2i/d), one pair per stage (every block's the same values; S the
-// whole sequence: with context parallelism the rows' positions are global).
+// Rotary positions (model.position = "rope", "llama3", "yarn"; their tables' rows:
+// src/model/spec/rope_kind.hpp): q and k of each head rotated in the attention's QKV output
+// (RoPE, rotate-half) by the tables cos, sin [S, d/2] of angles p · ω_i, ω the kind's frequencies
+// (RotaryFrequencies), one pair per stage (every block's the same values; S the whole sequence:
+// with context parallelism the rows' positions are global).
 #pragma once
 
 #include "kokkos_kernels/rope.hpp"
-#include "src/model/spec/rope_kind.hpp"
+#include "src/model/spec/sublayer_kinds.hpp"
 #include "src/model/sublayer.hpp"
 #include "src/model/workspace.hpp"
 
@@ -19,7 +20,8 @@ struct RotaryPosition final : PositionSublayer<T> {
   RotaryPosition(const GptShape& s, Workspace<T>& ws)
       : cos(ws.template matrix<kx::acc_t<T>>("rope.cos", BufferCategory::scratch, s.seq_length, s.head_dim() / 2)),
         sin(ws.template matrix<kx::acc_t<T>>("rope.sin", BufferCategory::scratch, s.seq_length, s.head_dim() / 2)) {
-    kernels::rope_tables(Exec(), cos, sin, s.rope_theta);
+    const RotaryFrequencies& rotary = position_kind(s).rotary;
+    kernels::rope_tables(Exec(), cos, sin, rotary.inverse(s, s.head_dim()), rotary.amplitude(s));
   }
 
   void rotate(const Exec& exec, const Matrix& qkv, std::int64_t heads, const kernels::Tokens& ids,

@@ -60,7 +60,7 @@ std::unique_ptr<PositionSublayer<T>> make_position(const GptShape& s, PositionPl
   if (kind.in_attention != (place == PositionPlace::attention)) return nullptr;
   if (&kind == &kLearnedPosition)
     return std::make_unique<LearnedPosition<T>>(model_parameter(s, "embedding/position"), s, tp);
-  if (&kind == &kRope) return std::make_unique<RotaryPosition<T>>(s, ws);
+  if (kind.rotary.inverse != nullptr) return std::make_unique<RotaryPosition<T>>(s, ws);
   throw std::logic_error(std::string("tptrain: the position kind \"") + kind.name +
                          "\" has no module in the registry (src/model/transformer_layer.hpp, make_position)");
 }

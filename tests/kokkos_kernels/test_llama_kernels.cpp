@@ -4,6 +4,7 @@
 // attention kernels). Every backward is checked against central finite differences of the double
 // reference forward, which shares no formula with the kernel's backward.
 #include <cmath>
+#include <vector>
 
 #include "catch.hpp"
 #include "kokkos_kernels/attention.hpp"
@@ -53,15 +54,17 @@ tt::HostVec silu_mul_ref(const tt::HostVec& hgu, int n, int f) {
 }
 
 // Rotate-half RoPE of the first `heads` heads of each row of x [n, cols], position row mod s.
-tt::HostVec rope_ref(tt::HostVec x, int n, int cols, int heads, int d, int s, double theta) {
+// Rotation by angles p·ω_i, scaled by the amplitude a (a scaled RoPE's tables carry it).
+tt::HostVec rope_ref(tt::HostVec x, int n, int cols, int heads, int d, int s, const std::vector<double>& omega,
+                     double a) {
   for (int r = 0; r < n; ++r)
     for (int h = 0; h < heads; ++h)
       for (int i = 0; i < d / 2; ++i) {
-        const double angle = (r % s) * std::pow(theta, -2.0 * i / d);
-        const int a = r * cols + h * d + i, b = a + d / 2;
-        const double xa = x[a], xb = x[b];
-        x[a] = xa * std::cos(angle) - xb * std::sin(angle);
-        x[b] = xb * std::cos(angle) + xa * std::sin(angle);
+        const double angle = (r % s) * omega[i];
+        const int j = r * cols + h * d + i, k = j + d / 2;
+        const double xa = x[j], xb = x[k];
+        x[j] = a * (xa * std::cos(angle) - xb * std::sin(angle));
+        x[k] = a * (xb * std::cos(angle) + xa * std::sin(angle));
       }
   return x;
 }
@@ -181,11 +184,16 @@ TEMPLATE_TEST_CASE("rope tables, forward and backward against a double reference
   using T = TestType;
   const int S = 7, B = 2, d = 8, q_heads = 2, kv_heads = 1;
   const int cols = (q_heads + 2 * kv_heads) * d, N = B * S;
-  const double theta = 500000.0;
+  // RoPE's frequencies θ^(−2i/d), or a scaled RoPE's (any positive ones) with an amplitude.
+  const bool scaled = GENERATE(false, true);
+  INFO("scaled " << scaled);
+  std::vector<double> omega;
+  for (int i = 0; i < d / 2; ++i) omega.push_back(scaled ? 0.9 / (1 + 3 * i) : std::pow(500000.0, -2.0 * i / d));
+  const double amplitude = scaled ? 1.25 : 1.0;
   std::mt19937 rng(13);
   Exec exec;
   tk::Matrix<float> cos("cos", S, d / 2), sin("sin", S, d / 2);
-  tk::rope_tables(exec, cos, sin, theta);
+  tk::rope_tables(exec, cos, sin, omega, amplitude);
   const auto hx = tt::random_vec<T>(rng, std::size_t(N) * cols);
   const auto hdy = tt::random_vec<T>(rng, std::size_t(N) * cols);
   auto x = tt::to_device<T>(hx, N, cols);
@@ -197,12 +205,14 @@ TEMPLATE_TEST_CASE("rope tables, forward and backward against a double reference
   tt::HostVec ref_cos, ref_sin;
   for (int p = 0; p < S; ++p)
     for (int i = 0; i < d / 2; ++i) {
-      ref_cos.push_back(std::cos(p * std::pow(theta, -2.0 * i / d)));
-      ref_sin.push_back(std::sin(p * std::pow(theta, -2.0 * i / d)));
+      ref_cos.push_back(amplitude * std::cos(p * omega[i]));
+      ref_sin.push_back(amplitude * std::sin(p * omega[i]));
     }
   CHECK(tt::max_rel_err(tt::to_host(cos), ref_cos) < 1e-7);
   CHECK(tt::max_rel_err(tt::to_host(sin), ref_sin) < 1e-7);
-  const auto rope = [&](const tt::HostVec& v) { return rope_ref(v, N, cols, q_heads + kv_heads, d, S, theta); };
+  const auto rope = [&](const tt::HostVec& v) {
+    return rope_ref(v, N, cols, q_heads + kv_heads, d, S, omega, amplitude);
+  };
   const auto got = tt::to_host(x);
   CHECK(tt::max_rel_err(got, rope(hx)) < tolerance<T>());
   // V is not rotated: its columns are bitwise the input's, in the forward and the backward.
@@ -212,8 +222,11 @@ TEMPLATE_TEST_CASE("rope tables, forward and backward against a double reference
       REQUIRE(got[r * cols + c] == hx[r * cols + c]);
       REQUIRE(got_dy[r * cols + c] == hdy[r * cols + c]);
     }
-  // Position 0 of each sequence is not rotated either (rows 0 and S).
-  for (int c = 0; c < cols; ++c) REQUIRE(std::fabs(got[S * cols + c] - hx[S * cols + c]) <= 1e-6 * std::fabs(hx[S * cols + c]));
+  // Position 0 of each sequence is not rotated either (rows 0 and S), only scaled by the amplitude
+  // (and then rounded to T).
+  const double exact = scaled ? tolerance<T>() : 1e-6;
+  for (int c = 0; c < (q_heads + kv_heads) * d; ++c)
+    REQUIRE(std::fabs(got[S * cols + c] - amplitude * hx[S * cols + c]) <= exact * std::fabs(hx[S * cols + c]));
   CHECK(tt::max_rel_err(got_dy, fd_vjp(rope, hx, hdy)) < tolerance<T>());
 }
 

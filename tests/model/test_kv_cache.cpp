@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <vector>
 
 #include "catch.hpp"
 #include "kokkos_kernels/attention.hpp"
@@ -174,7 +175,9 @@ TEST_CASE("cached flash attention of a grouped cache equals the expanded batched
   }
   // Rotary positions: the whole sequence at once, and in blocks at their offsets.
   kernels::Matrix<float> cos("cos", S, d / 2), sin("sin", S, d / 2), blocks("blocks", S, width);
-  kernels::rope_tables(exec, cos, sin, 10000.0);
+  std::vector<double> omega;
+  for (std::int64_t i = 0; i < d / 2; ++i) omega.push_back(std::pow(10000.0, -2.0 * double(i) / double(d)));
+  kernels::rope_tables(exec, cos, sin, omega);
   Kokkos::deep_copy(blocks, grouped);
   kernels::rope_forward(exec, grouped, cos, sin, nh + nkv);
   std::int64_t p = 0;

@@ -16,6 +16,7 @@
 
 using namespace tptrain;
 using Catch::Matchers::Contains;
+using Catch::Matchers::Equals;
 
 namespace {
 
@@ -112,6 +113,65 @@ TEST_CASE("hf_llama: the pieces of a fused tensor are its rows, and go back in p
   CHECK(rebuilt == checkpoint);  // every row written back, by exactly its piece
 }
 
+// Llama 3.1's and YaRN's scaled rotary kinds as rope_scaling: written with the kind's keys, read
+// back into the kind, compared with the deck key by key.
+TEST_CASE("hf_llama: rope_scaling is the scaled rotary kind, written and read back", "[train][hf]") {
+  test::ScratchDir dir("hf_llama_rope_scaling");
+  model::GptShape s = llama_shape();
+  s.position = "llama3";
+  s.rope_factor = 8.0;
+  s.rope_original_max_positions = 8192;
+  std::string text = checkpoint::hf_llama_config(s, checkpoint::hf_preset_of(s));
+  CHECK_THAT(text, Contains(R"("rope_scaling": {
+    "factor": 8.0,
+    "high_freq_factor": 4.0,
+    "low_freq_factor": 1.0,
+    "original_max_position_embeddings": 8192,
+    "rope_type": "llama3"
+  })") && Contains("\"max_position_embeddings\": 5"));
+  checkpoint::HfLlamaConfig c = checkpoint::read_hf_llama_config(write(dir, text), llama_preset());
+  CHECK(c.position == "llama3");
+  CHECK(checkpoint::hf_config_mismatch(c, s).empty());
+  model::GptShape other = s;
+  other.rope_high_freq_factor = 2.0;
+  CHECK_THAT(checkpoint::hf_config_mismatch(c, other),
+             Equals("config.json rope_scaling.high_freq_factor = 4, the deck's model.rope_high_freq_factor = 2"));
+  other = s;
+  other.position = "rope";
+  CHECK_THAT(checkpoint::hf_config_mismatch(c, other),
+             Equals("config.json rope_scaling gives \"llama3\" rotary positions, the deck's model.position = \"rope\""));
+
+  // YaRN: the magnitudes only when given; max_position_embeddings is the scaled context. DeepSeek-V3
+  // spells the type "type".
+  s.position = "yarn";
+  s.rope_factor = 40.0;
+  s.rope_original_max_positions = 4096;
+  s.rope_mscale = 1.0;
+  text = checkpoint::hf_llama_config(s, checkpoint::hf_preset_of(s));
+  CHECK_THAT(text, Contains("\"max_position_embeddings\": 163840") && Contains("\"mscale\": 1.0") &&
+                       !Contains("mscale_all_dim") && Contains("\"beta_fast\": 32.0") &&
+                       Contains("\"rope_type\": \"yarn\""));
+  c = checkpoint::read_hf_llama_config(write(dir, text), llama_preset());
+  CHECK(c.position == "yarn");
+  CHECK(c.rope_keys.at("rope_mscale_all_dim") == 0.0);
+  CHECK(checkpoint::hf_config_mismatch(c, s).empty());
+  const std::string deepseek = R"({"model_type":"llama","num_hidden_layers":1,"hidden_size":8,"num_attention_heads":2,)"
+                               R"("intermediate_size":24,"vocab_size":5,"max_position_embeddings":163840,)"
+                               R"("rope_scaling":{"beta_fast":32,"beta_slow":1,"factor":40,"mscale":1.0,)"
+                               R"("mscale_all_dim":1.0,"original_max_position_embeddings":4096,"type":"yarn"}})";
+  c = checkpoint::read_hf_llama_config(write(dir, deepseek), llama_preset());
+  CHECK(c.position == "yarn");
+  CHECK(c.rope_keys.at("rope_factor") == 40.0);
+  CHECK(c.rope_keys.at("rope_mscale_all_dim") == 1.0);
+  CHECK(c.rope_keys.at("rope_original_max_positions") == 4096.0);
+  // MixtralConfig has no rope_scaling.
+  model::GptShape mixtral = s;
+  static_cast<model::BlockSpec&>(mixtral) = model::block_preset("mixtral")->spec;
+  mixtral.position = "llama3";
+  CHECK_THROWS_WITH(checkpoint::hf_llama_config(mixtral, checkpoint::hf_preset_of(mixtral)),
+                    Contains("MixtralForCausalLM has no rope_scaling"));
+}
+
 TEST_CASE("hf_llama: config.json describes the model and reads back; other models are refused", "[train][hf]") {
   test::ScratchDir dir("hf_llama_config");
   const model::GptShape s = llama_shape();
@@ -147,7 +207,20 @@ TEST_CASE("hf_llama: config.json describes the model and reads back; other model
       {R"(,"hidden_act":"gelu"})", "hidden_act = \"gelu\""},
       {R"(,"attention_bias":true})", "attention_bias = true"},
       {R"(,"mlp_bias":true})", "mlp_bias = true"},
-      {R"(,"rope_scaling":{"rope_type":"llama3","factor":8.0}})", "rope_scaling is set"},
+      {R"(,"rope_scaling":{"rope_type":"llama3","factor":8.0}})", "rope_scaling has no low_freq_factor"},
+      {R"(,"rope_scaling":{"rope_type":"linear","factor":2.0}})", "rope_scaling's rope_type is \"linear\""},
+      {R"(,"rope_scaling":{"type":"dynamic","factor":2.0}})", "rope_scaling's rope_type is \"dynamic\""},
+      {R"(,"rope_scaling":{"rope_type":"yarn","factor":4.0,"attention_factor":1.2}})",
+       "rope_scaling.attention_factor = 1.2: tptrain's \"yarn\" scaling has no such field"},
+      {R"(,"rope_scaling":{"rope_type":"yarn","factor":4.0,"low_freq_factor":1.0}})",
+       "rope_scaling.low_freq_factor = 1: tptrain's \"yarn\" scaling has no such field"},
+      {R"(,"rope_scaling":{"rope_type":"yarn","factor":4.0,"truncate":false}})", "rope_scaling.truncate = false"},
+      {R"(,"rope_scaling":{"rope_type":"yarn","factor":4.0,"original_max_position_embeddings":2}})",
+       "max_position_embeddings / rope_scaling.original_max_position_embeddings = 4 / 2 differs from "
+       "rope_scaling.factor = 4"},
+      {R"(,"rope_scaling":{"rope_type":"yarn"}})", "rope_scaling has no factor"},
+      {R"(,"rope_scaling":[1]})", "rope_scaling = [1]: expected an object or null"},
+      {R"(,"rope_scaling":{"rope_type":"llama3","factor":"8"}})", "rope_scaling.factor is not a number"},
       {R"(,"head_dim":8})", "head_dim = 8"},
       {R"(,"num_key_value_heads":0})", "num_key_value_heads = 0: expected a positive integer"},
       {R"(,"rope_theta":"big"})", "rope_theta = \"big\": expected a number"},

@@ -25,7 +25,7 @@ namespace tptrain::model {
 
 // The choices of a block's slots are the names of sublayer kinds (src/model/spec/sublayer_kinds.hpp,
 // which the deck checks them against): the norm ("layernorm", "rmsnorm"), the positions
-// ("learned", "rope") and the MLP ("gelu", "swiglu", "moe", ...). Each kind's own keys (model.norm_eps
+// ("learned", "rope", "llama3", "yarn") and the MLP ("gelu", "swiglu", "moe", ...). Each kind's own keys (model.norm_eps
 // of RMSNorm, model.rope_theta of rotary positions, the mixture's sizes) are fields here, read by
 // the kind.
 struct BlockSpec {
@@ -38,7 +38,15 @@ struct BlockSpec {
   // How the block joins its kinds (block_descriptor.hpp, kResidualPatterns): "pre_norm", every
   // preset's; not a deck key while it is the only one.
   std::string residual = "pre_norm";
-  double rope_theta = 10000.0;        // the rotary base θ (position = rope; model.rope_theta)
+  double rope_theta = 10000.0;        // the rotary base θ (rotary positions; model.rope_theta)
+  // Scaled rotary positions (position = llama3, yarn; llama3_rope_kind.hpp, yarn_rope_kind.hpp):
+  // the context's scale factor and the context the model was pretrained with (both kinds'), the
+  // band edges of Llama 3.1's interpolation, YaRN's ramp (β fast, β slow) and magnitudes (mscale,
+  // mscale_all_dim; 0: not given, as Hugging Face's None).
+  double rope_factor = 8.0;
+  int rope_original_max_positions = 8192;
+  double rope_low_freq_factor = 1.0, rope_high_freq_factor = 4.0;
+  double rope_beta_fast = 32.0, rope_beta_slow = 1.0, rope_mscale = 0.0, rope_mscale_all_dim = 0.0;
   bool qkv_bias = true;               // a bias on the QKV projection (model.qkv_bias)
   // Biases on the other projections (attention output, MLP) and on the norm when it has one
   // (LayerNorm): model.linear_bias.

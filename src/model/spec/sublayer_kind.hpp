@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <limits>
 #include <string>
 #include <vector>
@@ -66,6 +67,14 @@ struct MlpStructure {
   bool routed = false;
 };
 
+// A rotary position kind's angles (rope_kind.hpp): the inverse frequency ω_i of each of the d/2
+// rotated pairs of a head of d features, and the amplitude its cos and sin tables carry (YaRN's
+// attention factor; 1 for the others).
+struct RotaryFrequencies {
+  std::vector<double> (*inverse)(const ModelShape&, std::int64_t d) = nullptr;
+  double (*amplitude)(const ModelShape&) = nullptr;
+};
+
 struct SublayerKind {
   SublayerSlot slot;
   const char* name;  // the deck's value of its slot's key (model.mlp = "gelu")
@@ -88,6 +97,7 @@ struct SublayerKind {
   // where the model places its module and the planner counts its passes.
   bool in_attention = false;
   MlpStructure mlp = {};  // an MLP kind's
+  RotaryFrequencies rotary = {};  // a rotary position kind's
 };
 
 // The [model] key that chooses the slot's kind ("mlp": model.mlp = "gelu"), and its value in s.

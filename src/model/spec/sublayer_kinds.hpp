@@ -4,6 +4,7 @@
 // src/model/transformer_layer.hpp. A new kind is a line here and a line there.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -17,26 +18,34 @@
 #include "src/model/spec/grouped_query_attention_kind.hpp"
 #include "src/model/spec/layernorm_kind.hpp"
 #include "src/model/spec/learned_position_kind.hpp"
+#include "src/model/spec/llama3_rope_kind.hpp"
 #include "src/model/spec/moe_kind.hpp"
 #include "src/model/spec/relu2_mlp_kind.hpp"
 #include "src/model/spec/rmsnorm_kind.hpp"
 #include "src/model/spec/rope_kind.hpp"
 #include "src/model/spec/swiglu_mlp_kind.hpp"
+#include "src/model/spec/yarn_rope_kind.hpp"
 
 namespace tptrain::model {
 
 inline constexpr const SublayerKind* kSublayerKinds[] = {
     &kLayerNorm, &kRmsNorm,                            // model.norm
-    &kLearnedPosition, &kRope,                         // model.position
+    &kLearnedPosition, &kRope, &kLlama3Rope, &kYarnRope,  // model.position
     &kGroupedQueryAttention,                           // model.attention
     &kGeluMlp,   &kSwigluMlp, &kMoeMlp, &kRelu2Mlp,  // model.mlp
 };
 
+// The kind named `name` for `slot`, or nullptr.
+inline const SublayerKind* kind_named(SublayerSlot slot, std::string_view name) {
+  for (const SublayerKind* k : kSublayerKinds)
+    if (k->slot == slot && k->name == name) return k;
+  return nullptr;
+}
+
 // The kind shape s's specification puts in `slot` (model.norm, model.position, model.mlp).
 inline const SublayerKind& kind_in(SublayerSlot slot, const ModelShape& s) {
   const std::string& name = slot_value(s, slot);
-  for (const SublayerKind* k : kSublayerKinds)
-    if (k->slot == slot && k->name == name) return *k;
+  if (const SublayerKind* k = kind_named(slot, name)) return *k;
   throw std::logic_error(std::string("tptrain: no sublayer kind \"") + name + "\" for model." + slot_key(slot) +
                          " in the registry (src/model/spec/sublayer_kinds.hpp)");
 }
@@ -77,20 +86,47 @@ inline std::string kind_sizes_text(const ModelShape& s) {
   return out;
 }
 
-// The deck's rule for the keys of the kinds s does not choose: at their defaults (a deck leaves
-// them out; a resolved deck lists them at their defaults, and loads again). A shape built in code
-// keeps BlockSpec's defaults, which are not all the deck's.
+// Every kind's keys, each once (kinds may share one: the rotary kinds' model.rope_theta), in the
+// registry's order, with the first kind that has it: the deck's key table, a checkpoint's reader.
+struct OwnedKindKey {
+  const KindKey* key;
+  const SublayerKind* kind;
+};
+inline const std::vector<OwnedKindKey>& kind_keys() {
+  static const std::vector<OwnedKindKey> keys = [] {
+    std::vector<OwnedKindKey> out;
+    for (const SublayerKind* kind : kSublayerKinds)
+      for (const KindKey& k : kind->keys) {
+        const bool seen = std::any_of(out.begin(), out.end(), [&](const OwnedKindKey& o) {
+          return std::string_view(o.key->section) == k.section && std::string_view(o.key->key) == k.key;
+        });
+        if (!seen) out.push_back({&k, kind});
+      }
+    return out;
+  }();
+  return keys;
+}
+// Whether one of shape s's kinds has key k.
+inline bool chosen_key(const ModelShape& s, const KindKey& k) {
+  for (const SublayerKind* kind : kinds_of(s))
+    for (const KindKey& own : kind->keys)
+      if (std::string_view(own.section) == k.section && std::string_view(own.key) == k.key) return true;
+  return false;
+}
+
+// The deck's rule for the keys no kind of s has: at their defaults (a deck leaves them out; a
+// resolved deck lists them at their defaults, and loads again). A shape built in code keeps
+// BlockSpec's defaults, which are not all the deck's.
 inline std::vector<rules::Problem> unchosen_key_problems(const ModelShape& s) {
   std::vector<rules::Problem> out;
-  for (const SublayerKind* kind : kSublayerKinds) {
+  for (const auto& [key, kind] : kind_keys()) {
+    const KindKey& k = *key;
+    if (chosen_key(s, k) || kind_key_value(k, s) == k.default_value) continue;
     const std::string slot = slot_key(kind->slot);
-    if (slot_value(s, kind->slot) == kind->name) continue;
-    for (const KindKey& k : kind->keys)
-      if (kind_key_value(k, s) != k.default_value)
-        out.push_back(rules::Problem::statement(
-            {std::string(k.section) + "." + k.key, 0, kind_key_text(k, s)},
-            fmt::format("to be left out with {{model.{}}}: {} (model.{} = \"{}\")", slot, k.left_out, slot, kind->name),
-            {{"model." + slot, 0, fmt::format("\"{}\"", slot_value(s, kind->slot))}}));
+    out.push_back(rules::Problem::statement(
+        {std::string(k.section) + "." + k.key, 0, kind_key_text(k, s)},
+        fmt::format("to be left out with {{model.{}}}: {} (model.{} = \"{}\")", slot, k.left_out, slot, kind->name),
+        {{"model." + slot, 0, fmt::format("\"{}\"", slot_value(s, kind->slot))}}));
   }
   return out;
 }
