@@ -58,6 +58,31 @@ foreach(layout "llama_tensor2;2;--set|parallel.tensor=2|--set|model.vocab_size=2
   set_tests_properties(cli_hf_reference_${name} PROPERTIES FIXTURES_REQUIRED hf_${name} TIMEOUT 300
                        SKIP_REGULAR_EXPRESSION "llama_reference: skipped;trains only the tied gpt2 block")
 endforeach()
+# Llama with scaled rotary positions (model.position = "llama3" and "yarn"; rope_scaling): the same
+# round trip and reference. An original context of 16 puts the head's 4 frequencies in all three
+# of Llama 3.1's bands and on both sides of YaRN's ramp; YaRN's attention factor (m(4) = 1.139)
+# scales q·k. A learning rate of 0.03 makes 4 steps learn enough of the positions that unscaled
+# RoPE in the reference is 1.7e-5 (llama3) and 3.5e-4 (yarn) off, beyond the 1e-5 tolerance.
+# YaRN's max_position_embeddings is the scaled context, 64: the reference's windows are the
+# trained 16 tokens.
+foreach(layout "llama_llama3;1;--set|optimizer.lr=0.03|--set|model.position=llama3|--set|model.rope_original_max_positions=16;rope_type=llama3|factor=8.0|low_freq_factor=1.0|high_freq_factor=4.0|original_max_position_embeddings=16|max_position_embeddings=16"
+               "llama_yarn_tensor2;2;--set|optimizer.lr=0.03|--set|model.position=yarn|--set|model.rope_factor=4|--set|model.rope_original_max_positions=16|--set|parallel.tensor=2;rope_type=yarn|factor=4.0|beta_fast=32.0|beta_slow=1.0|original_max_position_embeddings=16|max_position_embeddings=64")
+  list(GET layout 0 name)
+  list(GET layout 1 ranks)
+  list(GET layout 2 sets)
+  list(GET layout 3 fields)
+  string(REPLACE "max_position_embeddings=16|" "" base_fields "${_llama_fields}")
+  set(_args -DEXE=$<TARGET_FILE:tptrain> -DMPI=${_hf_mpi} -DRANKS=${ranks} "-DSETS=${sets}" -DPY=/usr/bin/python3
+            -DHF=${_hf} -DDECK=${_hf}/llama_small.toml -DDIR=${CMAKE_CURRENT_BINARY_DIR}/hf_${name}
+            -DREF=llama_reference "-DFIELDS=${base_fields}|${fields}" "-DREF_ARGS=--seq-length|16")
+  add_test(NAME cli_hf_round_trip_${name} COMMAND ${CMAKE_COMMAND} -DMODE=round_trip ${_args}
+           -P ${_hf}/hf_round_trip.cmake)
+  set_tests_properties(cli_hf_round_trip_${name} PROPERTIES FIXTURES_SETUP hf_${name} TIMEOUT 300)
+  add_test(NAME cli_hf_reference_${name} COMMAND ${CMAKE_COMMAND} -DMODE=reference ${_args}
+           -P ${_hf}/hf_round_trip.cmake)
+  set_tests_properties(cli_hf_reference_${name} PROPERTIES FIXTURES_REQUIRED hf_${name} TIMEOUT 300
+                       SKIP_REGULAR_EXPRESSION "llama_reference: skipped")
+endforeach()
 # Qwen2 (Qwen2ForCausalLM), a preset of the block specification alone: the same round trip and an
 # independent PyTorch Qwen2 (tests/hf/qwen2_reference.py) on tests/hf/qwen2_small.toml, whose
 # q/k/v biases are split over 2 tensor ranks in one layout and over 2 pipeline stages in bf16 in

@@ -8,9 +8,10 @@
 #     saying so, without PyTorch.
 #   cmake -DMODE=... -DEXE=tptrain "-DMPI=mpiexec|flags|-n" -DRANKS=2 "-DSETS=--set|parallel.tensor=2"
 #         -DPY=/usr/bin/python3 -DHF=tests/hf -DDECK=tests/hf/small.toml -DDIR=work
-#         [-DREF=llama_reference "-DFIELDS=model_type=llama|num_hidden_layers=2|..."] -P hf_round_trip.cmake
+#         [-DREF=llama_reference "-DFIELDS=model_type=llama|num_hidden_layers=2|..."]
+#         ["-DREF_ARGS=--seq-length|16"] -P hf_round_trip.cmake
 # FIELDS: what config.json must hold, key=value (|-separated; a value that is not a number, true or
-# false is a JSON string); GPT-2's small.toml's by default.
+# false is a JSON string); GPT-2's small.toml's by default. REF_ARGS: more arguments of REF.
 cmake_minimum_required(VERSION 3.16)
 
 set(RUN_TIMEOUT 180)
@@ -19,6 +20,7 @@ include(${CMAKE_CURRENT_LIST_DIR}/../run_command.cmake)
 string(REPLACE "|" ";" SETS "${SETS}")  # |-separated lists
 string(REPLACE "|" ";" MPI "${MPI}")
 string(REPLACE "|" ";" FIELDS "${FIELDS}")
+string(REPLACE "|" ";" REF_ARGS "${REF_ARGS}")
 if(NOT REF)
   set(REF gpt2_reference)
 endif()
@@ -82,7 +84,7 @@ elseif(MODE STREQUAL "reference")
       --set parallel.data=1 --set parallel.expert=1 --set training.precision=fp32)
   string(REGEX MATCH "\"eval_loss\": ([0-9.eE+-]+)" _ "${output}")
   set(tptrain_loss ${CMAKE_MATCH_1})
-  run(ok ${PY} ${HF}/${REF}.py ${DIR}/hf ${HF}/../data/cli/corpus.txt --windows 4)
+  run(ok ${PY} ${HF}/${REF}.py ${DIR}/hf ${HF}/../data/cli/corpus.txt --windows 4 ${REF_ARGS})
   string(REGEX MATCH "\"loss\": ([0-9.eE+-]+)" _ "${output}")
   set(reference_loss ${CMAKE_MATCH_1})
   if(tptrain_loss STREQUAL "" OR reference_loss STREQUAL "")

@@ -7,12 +7,14 @@ evaluation windows `tptrain eval` uses (window j: tokens [j*S, j*S+S], S = max_p
 The model is written from transformers' modeling_llama, not from tptrain: RMSNorm
 (x * rsqrt(mean(x^2) + eps) * weight), rotary embeddings in the rotate-half convention of
 LlamaRotaryEmbedding and apply_rotary_pos_emb (dimension i of a head pairs with i + d/2),
-grouped-query attention by repeat_kv (kv head j serves q heads j*nh/nkv ... (j+1)*nh/nkv - 1),
+rope_scaling of type llama3 (_compute_llama3_parameters) or yarn (_compute_yarn_parameters:
+interpolated frequencies by a ramp, cos and sin times the attention factor), grouped-query
+attention by repeat_kv (kv head j serves q heads j*nh/nkv ... (j+1)*nh/nkv - 1),
 the SwiGLU MLP down(silu(gate(x)) * up(x)), no biases, untied lm_head (or the embedding when
 tie_word_embeddings). An export whose names, q|k|v or gate|up split, head order or RoPE pairing
 were wrong would give another loss.
 
-    llama_reference.py MODEL_DIR DATA (.txt: byte b is token b; .bin: llm.c shard) --windows N
+    llama_reference.py MODEL_DIR DATA (.txt: byte b is token b; .bin: llm.c shard) --windows N [--seq-length S]
 Prints one JSON line {"loss": ..., "windows": N, "tokens": N*S}. Exit status 77 when PyTorch is
 not installed (ctest SKIP_RETURN_CODE).
 """
@@ -40,11 +42,58 @@ def rotate_half(x):  # modeling_llama.rotate_half: (x1, x2) -> (-x2, x1), halves
     return torch.cat((-x2, x1), dim=-1)
 
 
-def rotary_cos_sin(T, d, theta):  # LlamaRotaryEmbedding without scaling: angle p * theta^(-2i/d)
+def llama3_inv_freq(inv_freq, r):  # modeling_rope_utils._compute_llama3_parameters
+    factor, low, high = r["factor"], r["low_freq_factor"], r["high_freq_factor"]
+    old_context = r["original_max_position_embeddings"]
+    wavelen = 2 * math.pi / inv_freq
+    scaled = torch.where(wavelen > old_context / low, inv_freq / factor, inv_freq)
+    smooth = (old_context / wavelen - low) / (high - low)
+    smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+    medium = ~(wavelen < old_context / high) & ~(wavelen > old_context / low)
+    return torch.where(medium, smoothed, scaled)
+
+
+def yarn_inv_freq(d, theta, r, max_positions):  # _compute_yarn_parameters: (inv_freq, attention factor)
+    factor = r["factor"]
+    original = r.get("original_max_position_embeddings") or max_positions
+
+    def get_mscale(scale, mscale=1):
+        return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
+
+    if r.get("mscale") and r.get("mscale_all_dim"):
+        attention_factor = get_mscale(factor, r["mscale"]) / get_mscale(factor, r["mscale_all_dim"])
+    else:
+        attention_factor = get_mscale(factor)
+
+    def correction_dim(rotations):
+        return (d * math.log(original / (rotations * 2 * math.pi))) / (2 * math.log(theta))
+
+    low = max(math.floor(correction_dim(r.get("beta_fast") or 32)), 0)
+    high = min(math.ceil(correction_dim(r.get("beta_slow") or 1)), d - 1)
+    if low == high:
+        high += 0.001
+    ramp = torch.clamp((torch.arange(d // 2, dtype=torch.float64) - low) / (high - low), 0, 1)
+    pos_freqs = theta ** (torch.arange(0, d, 2, dtype=torch.float64) / d)
+    extrapolation, interpolation = 1.0 / pos_freqs, 1.0 / (factor * pos_freqs)
+    extrapolation_factor = 1 - ramp
+    return interpolation * (1 - extrapolation_factor) + extrapolation * extrapolation_factor, attention_factor
+
+
+def rotary_cos_sin(T, d, config):  # LlamaRotaryEmbedding: angle p * inv_freq_i, cos and sin times the attention factor
+    theta = config.get("rope_theta", 10000.0)
     inv_freq = 1.0 / (theta ** (torch.arange(0, d, 2, dtype=torch.float64) / d))
+    attention_factor = 1.0
+    r = config.get("rope_scaling")
+    rope_type = r and (r.get("rope_type") or r.get("type"))
+    if rope_type == "llama3":
+        inv_freq = llama3_inv_freq(inv_freq, r)
+    elif rope_type == "yarn":
+        inv_freq, attention_factor = yarn_inv_freq(d, theta, r, config["max_position_embeddings"])
+    else:
+        assert r is None, "rope_scaling %s is not modelled here" % rope_type
     freqs = torch.outer(torch.arange(T, dtype=torch.float64), inv_freq)  # [T, d/2]
     emb = torch.cat((freqs, freqs), dim=-1)  # [T, d]
-    return emb.cos(), emb.sin()
+    return emb.cos() * attention_factor, emb.sin() * attention_factor
 
 
 def repeat_kv(x, n_rep):  # [nkv, T, d] -> [nkv * n_rep, T, d], each kv head repeated n_rep times in place
@@ -59,7 +108,7 @@ def forward_loss(w, config, tokens, targets):
     nkv = config.get("num_key_value_heads") or nh
     d = config.get("head_dim") or H // nh
     eps = config["rms_norm_eps"]
-    cos, sin = rotary_cos_sin(T, d, config.get("rope_theta", 10000.0))
+    cos, sin = rotary_cos_sin(T, d, config)
 
     def linear(x, name):  # nn.Linear without bias: weight [out, in]
         return x @ w[name + ".weight"].T
@@ -92,15 +141,16 @@ def main():
     parser.add_argument("model_dir")
     parser.add_argument("data")
     parser.add_argument("--windows", type=int, required=True)
+    parser.add_argument("--seq-length", type=int, help="the window's tokens (default max_position_embeddings, "
+                        "which a YaRN config sets to the scaled context)")
     args = parser.parse_args()
     with open(args.model_dir + "/config.json") as f:
         config = json.load(f)
     assert config["model_type"] == "llama" and config.get("hidden_act", "silu") == "silu"
     assert not config.get("attention_bias", False) and not config.get("mlp_bias", False)
-    assert config.get("rope_scaling") is None, "rope_scaling is not modelled here"
     # LlamaForCausalLM's base-model keys carry "model."; lm_head's does not.
     w = read_safetensors(args.model_dir + "/model.safetensors", "model.")
-    print(mean_window_loss(read_tokens(args.data), config["max_position_embeddings"], args.windows,
+    print(mean_window_loss(read_tokens(args.data), args.seq_length or config["max_position_embeddings"], args.windows,
                            lambda tokens, targets: forward_loss(w, config, tokens, targets)))
 
 
