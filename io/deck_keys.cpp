@@ -367,9 +367,16 @@ namespace {
 
 // A sublayer kind's key (its description's, src/model/spec/sublayer_kind.hpp) as a row.
 DeckKey kind_key(const model::KindKey& k) {
+  if (k.text != nullptr)
+    return {k.section, k.key, text(k.default_text),
+            Choice{std::vector<std::string_view>(k.choices.begin(), k.choices.end())}, k.doc, k.text};
+  if (k.flag != nullptr) return {k.section, k.key, boolean(k.default_value != 0), AnyBoolean{}, k.doc, k.flag};
   if (k.integer != nullptr)
     return {k.section, k.key, integer(static_cast<std::int64_t>(k.default_value)),
-            IntRange{static_cast<std::int64_t>(k.lowest), std::nullopt, k.note}, k.doc, k.integer};
+            IntRange{static_cast<std::int64_t>(k.lowest),
+                     std::isinf(k.highest) ? std::nullopt : std::optional<std::int64_t>(std::int64_t(k.highest) - 1),
+                     k.note},
+            k.doc, k.integer};
   const std::optional<double> highest = std::isinf(k.highest) ? std::nullopt : std::optional<double>(k.highest);
   return {k.section, k.key, number(k.default_value), NumberRange{k.lowest, k.lowest_inclusive, highest, k.note},
           k.doc, k.number};

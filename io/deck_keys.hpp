@@ -62,7 +62,8 @@ using KeyDefault = std::variant<std::int64_t, double, std::string_view, bool, De
 // data.train and data.valid are DataSources (io/data_sources.hpp): a path or a weighted blend.
 using KeyRef = std::variant<int& (*)(Deck&), std::uint64_t& (*)(Deck&), double& (*)(Deck&),
                             std::string& (*)(Deck&), bool& (*)(Deck&), DataSources& (*)(Deck&),
-                            int model::ModelShape::*, double model::ModelShape::*>;
+                            int model::ModelShape::*, double model::ModelShape::*, std::string model::ModelShape::*,
+                            bool model::ModelShape::*>;
 
 enum class KeyType { Integer, Number, String, Path, Boolean };
 

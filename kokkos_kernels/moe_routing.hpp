@@ -1,7 +1,13 @@
 // The token routing of a mixture of experts (Mixtral's MixtralSparseMoeBlock; Fedus et al. 2021,
-// Switch Transformers; src/model/mixture_of_experts.hpp runs them):
-//   logits = x · Wrᵀ in acc_t, p = softmax(logits) over the E experts, the top k of p per token
-//   (ties: the lower expert first), w = p_topk / Σ p_topk;
+// Switch Transformers; DeepSeek-V3's DeepseekV3TopkRouter; src/model/mixture_of_experts.hpp runs
+// them):
+//   logits = x · Wrᵀ in acc_t; scores s = softmax(logits) over the E experts (Mixtral) or
+//   sigmoid(logits) (DeepSeek-V3); the choice scores c = s + b (b a per-expert bias that only
+//   chooses, DeepSeek-V3's auxiliary-loss-free balancing; none: 0); with G > 1 groups of E/G
+//   experts, only the experts of the g groups of highest score (the sum of a group's two highest
+//   c) compete, the others' c set to 0 (as Hugging Face's masked_fill); the top k of c per token
+//   (ties: the lower expert, the lower group first); their weights w = s_topk / (Σ s_topk [+ 1e-20
+//   with sigmoid]) when normalised (else s_topk), times the routed scaling factor;
 // the permutation of each token's k copies into rows sorted by expert (the positions are computed
 // by the caller, on the host: they decide the all-to-all's counts anyway), its inverse with the
 // weighted sum y = Σ_j w_j · out[pos_j], and the backward of each.
@@ -17,17 +23,49 @@
 
 namespace tptrain::kernels {
 
-// probs [N, E], lse [N] = log Σ_e exp(logit) (the z-loss's), expert [N, k], weight [N, k].
-template <class Exec, class XV, class WV, class PV, class LV, class IV, class RV>
-void moe_route(const Exec& exec, const XV& x, const WV& wr, const PV& probs, const LV& lse, const IV& expert,
-               const RV& weight) {
+// How the router turns logits into chosen experts and weights (Mixtral's: the defaults).
+struct MoeRouting {
+  bool sigmoid = false;  // scores sigmoid(logit) rather than the softmax over the experts
+  int groups = 1;        // G groups of E/G experts (at most 64), of which
+  int groups_per_token = 1;  // g compete for each token
+  bool normalize = true;     // the top k's scores renormalised to sum to 1
+  double scale = 1.0;        // the routed scaling factor on the weights
+};
+
+namespace detail {
+// Token t's choice score of expert e: its score plus the bias, 0 when its group is masked out
+// (bit g of `groups` clear; every group when G = 1).
+template <class PV, class BV>
+KOKKOS_INLINE_FUNCTION typename PV::non_const_value_type moe_choice_score(const PV& probs, const BV& bias,
+                                                                         const std::int64_t t, const int e,
+                                                                         const int per_group,
+                                                                         const std::uint64_t groups) {
+  using A = typename PV::non_const_value_type;
+  if (!((groups >> (e / per_group)) & 1u)) return A(0);
+  return bias.extent(0) > 0 ? probs(t, e) + A(bias(e)) : probs(t, e);
+}
+}  // namespace detail
+
+// probs [N, E] (the scores s), lse [N] = log Σ_e exp(logit) (the z-loss's), expert [N, k],
+// weight [N, k]; bias [E] or empty.
+template <class Exec, class XV, class WV, class BV, class PV, class LV, class IV, class RV>
+void moe_route(const Exec& exec, const XV& x, const WV& wr, const BV& bias, const PV& probs, const LV& lse,
+               const IV& expert, const RV& weight, const MoeRouting& routing = {}) {
   detail::require(x.extent(1) == wr.extent(1) && probs.extent(0) == x.extent(0) && probs.extent(1) == wr.extent(0) &&
                       lse.extent(0) == x.extent(0) && expert.extent(0) == x.extent(0) &&
                       weight.extent(0) == x.extent(0) && weight.extent(1) == expert.extent(1) &&
-                      expert.extent(1) <= wr.extent(0),
-                  "moe_route", "shapes must be x[N,H], Wr[E,H], probs[N,E], lse[N], expert and weight [N,k<=E]");
+                      expert.extent(1) <= wr.extent(0) && (bias.extent(0) == 0 || bias.extent(0) == wr.extent(0)),
+                  "moe_route", "shapes must be x[N,H], Wr[E,H], bias[E] or empty, probs[N,E], lse[N], expert and "
+                  "weight [N,k<=E]");
+  const int G = routing.groups, g = routing.groups_per_token;
+  detail::require(G >= 1 && G <= 64 && wr.extent(0) % static_cast<std::size_t>(G) == 0 && g >= 1 && g <= G &&
+                      (G == 1 || wr.extent(0) / static_cast<std::size_t>(G) >= 2) &&
+                      expert.extent(1) <= static_cast<std::size_t>(g) * (wr.extent(0) / static_cast<std::size_t>(G)),
+                  "moe_route", "groups: 1 <= G <= 64 dividing E (at least 2 experts each), 1 <= g <= G, k <= g·E/G");
   using A = typename PV::non_const_value_type;
-  const int E = static_cast<int>(wr.extent(0)), k = static_cast<int>(expert.extent(1));
+  const int E = static_cast<int>(wr.extent(0)), k = static_cast<int>(expert.extent(1)), per_group = E / G;
+  const bool sigmoid = routing.sigmoid, normalize = routing.normalize;
+  const A scale = static_cast<A>(routing.scale);
   const std::int64_t H = x.extent(1);
   using Policy = detail::Teams<Exec>;
   using Member = typename Policy::member_type;
@@ -48,20 +86,55 @@ void moe_route(const Exec& exec, const XV& x, const WV& wr, const PV& probs, con
           for (int e = 1; e < E; ++e) m = probs(t, e) > m ? probs(t, e) : m;
           A sum = 0;
           for (int e = 0; e < E; ++e) sum += kx::exp(probs(t, e) - m);
-          for (int e = 0; e < E; ++e) probs(t, e) = kx::exp(probs(t, e) - m) / sum;
+          if (sigmoid)
+            for (int e = 0; e < E; ++e) probs(t, e) = A(1) / (A(1) + kx::exp(-probs(t, e)));
+          else
+            for (int e = 0; e < E; ++e) probs(t, e) = kx::exp(probs(t, e) - m) / sum;
           lse(t) = m + kx::log(sum);
+          // The g groups whose two best choice scores sum highest (every group when G = 1).
+          std::uint64_t open = G == 1 ? 1u : 0u;
+          for (int j = 0; j < (G == 1 ? 0 : g); ++j) {
+            int best = -1;
+            A best_score = 0;
+            for (int q = 0; q < G; ++q) {
+              if ((open >> q) & 1u) continue;
+              A first = 0, second = 0;  // the group's two highest (per_group >= 2)
+              for (int i = 0; i < per_group; ++i) {
+                const A c = detail::moe_choice_score(probs, bias, t, q * per_group + i, per_group, ~std::uint64_t(0));
+                if (i == 0) {
+                  first = c;
+                } else if (c > first) {
+                  second = first;
+                  first = c;
+                } else if (i == 1 || c > second) {
+                  second = c;
+                }
+              }
+              if (best < 0 || first + second > best_score) {
+                best = q;
+                best_score = first + second;
+              }
+            }
+            open |= std::uint64_t(1) << best;
+          }
           A chosen = 0;
           for (int j = 0; j < k; ++j) {
             int best = -1;
+            A best_score = 0;
             for (int e = 0; e < E; ++e) {
               bool taken = false;
               for (int i = 0; i < j; ++i) taken = taken || expert(t, i) == e;
-              if (!taken && (best < 0 || probs(t, e) > probs(t, best))) best = e;
+              const A c = detail::moe_choice_score(probs, bias, t, e, per_group, open);
+              if (!taken && (best < 0 || c > best_score)) {
+                best = e;
+                best_score = c;
+              }
             }
             expert(t, j) = best;
             chosen += probs(t, best);
           }
-          for (int j = 0; j < k; ++j) weight(t, j) = probs(t, expert(t, j)) / chosen;
+          const A denominator = normalize ? chosen + (sigmoid ? A(1e-20) : A(0)) : A(1);
+          for (int j = 0; j < k; ++j) weight(t, j) = scale * probs(t, expert(t, j)) / denominator;
         });
       });
 }
@@ -136,22 +209,29 @@ void moe_combine_backward(const Exec& exec, const DYV& dy, const RV& rows, const
 }
 
 // The router's backward to its logits (dlogits [N, E] overwritten), from
-//   dweight [N, k]: the gradient of the renormalised top-k weights w_j = p_j / S, S = Σ_topk p:
-//                   dp_j += (dw_j − Σ_i dw_i w_i) / S;
+//   dweight [N, k]: the gradient of the top-k weights w_j = c · s_j / D (D = Σ_topk s [+ 1e-20]
+//                   when normalised, else 1; c the scaling factor): ds_j += (c · dw_j − Σ_i dw_i w_i) / D,
+//                   or c · dw_j unnormalised (the bias and the group mask only choose: no gradient);
 //   aux [E]:        the load-balancing loss's dL/dp_e, the same for every token (coefficient · E ·
-//                   f_e / N, f_e the fraction of tokens routed to e, which carries no gradient);
-//   z:              the z-loss's factor, dL/dlogit_e += z · lse · p_e (z = coefficient · 2 / N);
-// then through the softmax: dlogit_e = p_e (dp_e − Σ_e' p_e' dp_e').
+//                   f_e / N, f_e the fraction of tokens routed to e, which carries no gradient); p is
+//                   the softmax, or with sigmoid scores s / (Σ_e s_e + 1e-20), Megatron-Core's;
+//   z:              the z-loss's factor, dL/dlogit_e += z · lse · p_e (z = coefficient · 2 / N;
+//                   softmax scores only);
+// then through the scores: dlogit_e = p_e (dp_e − Σ_e' p_e' dp_e') for the softmax, ds_e · s_e (1 − s_e)
+// for the sigmoid.
 template <class Exec, class PV, class LV, class IV, class WV, class DWV, class AV, class DLV>
 void moe_router_backward(const Exec& exec, const PV& probs, const LV& lse, const IV& expert, const WV& weight,
                          const DWV& dweight, const AV& aux, const typename DLV::non_const_value_type z,
-                         const DLV& dlogits) {
+                         const DLV& dlogits, const MoeRouting& routing = {}) {
   detail::require(dlogits.extent(0) == probs.extent(0) && dlogits.extent(1) == probs.extent(1) &&
                       aux.extent(0) == probs.extent(1) && dweight.extent(0) == expert.extent(0) &&
                       dweight.extent(1) == expert.extent(1),
                   "moe_router_backward", "shapes must be probs and dlogits [N,E], expert, weight, dweight [N,k], aux[E]");
+  detail::require(!routing.sigmoid || z == 0, "moe_router_backward", "the z-loss needs softmax scores");
   using A = typename DLV::non_const_value_type;
   const int E = static_cast<int>(probs.extent(1)), k = static_cast<int>(expert.extent(1));
+  const bool sigmoid = routing.sigmoid, normalize = routing.normalize;
+  const A scale = static_cast<A>(routing.scale);
   Kokkos::parallel_for(
       "tptrain::kernels::moe_router_backward", detail::range(exec, probs.extent(0)), KOKKOS_LAMBDA(const std::int64_t t) {
         A chosen = 0, dot = 0;
@@ -159,8 +239,24 @@ void moe_router_backward(const Exec& exec, const PV& probs, const LV& lse, const
           chosen += probs(t, expert(t, j));
           dot += dweight(t, j) * weight(t, j);
         }
-        for (int e = 0; e < E; ++e) dlogits(t, e) = aux(e);  // dp, first
-        for (int j = 0; j < k; ++j) dlogits(t, expert(t, j)) += (dweight(t, j) - dot) / chosen;
+        if (sigmoid) {  // the aux loss's gradient through p = s / T into ds, first
+          A total = 0, aux_dot = 0;
+          for (int e = 0; e < E; ++e) {
+            total += probs(t, e);
+            aux_dot += aux(e) * probs(t, e);
+          }
+          total += A(1e-20);
+          for (int e = 0; e < E; ++e) dlogits(t, e) = aux(e) / total - aux_dot / (total * total);
+        } else {
+          for (int e = 0; e < E; ++e) dlogits(t, e) = aux(e);  // dp, first
+        }
+        const A denominator = chosen + (sigmoid ? A(1e-20) : A(0));
+        for (int j = 0; j < k; ++j)
+          dlogits(t, expert(t, j)) += normalize ? (scale * dweight(t, j) - dot) / denominator : scale * dweight(t, j);
+        if (sigmoid) {
+          for (int e = 0; e < E; ++e) dlogits(t, e) *= probs(t, e) * (A(1) - probs(t, e));
+          return;
+        }
         A pdp = 0;
         for (int e = 0; e < E; ++e) pdp += probs(t, e) * dlogits(t, e);
         for (int e = 0; e < E; ++e) dlogits(t, e) = probs(t, e) * (dlogits(t, e) - pdp + z * lse(t));
@@ -194,10 +290,11 @@ void moe_router_linear_backward(const Exec& exec, const DLV& dlogits, const XV& 
       });
 }
 
-// The router's statistics of a micro-batch: mean[e] = Σ_t p(t, e) / N, and Σ_t lse(t)² (the
-// z-loss's sum) in mean[E]. mean has E + 1 elements.
+// The router's statistics of a micro-batch: mean[e] = Σ_t p(t, e) / N (p the softmax, or with
+// sigmoid scores s / (Σ_e s_e + 1e-20): the load-balancing loss's), and Σ_t lse(t)² (the z-loss's
+// sum) in mean[E]. mean has E + 1 elements.
 template <class Exec, class PV, class LV, class MV>
-void moe_router_statistics(const Exec& exec, const PV& probs, const LV& lse, const MV& mean) {
+void moe_router_statistics(const Exec& exec, const PV& probs, const LV& lse, const MV& mean, const bool sigmoid = false) {
   detail::require(mean.extent(0) == probs.extent(1) + 1 && lse.extent(0) == probs.extent(0), "moe_router_statistics",
                   "shapes must be probs[N,E], lse[N], mean[E+1]");
   using A = typename MV::non_const_value_type;
@@ -205,10 +302,17 @@ void moe_router_statistics(const Exec& exec, const PV& probs, const LV& lse, con
   Kokkos::parallel_for(
       "tptrain::kernels::moe_router_statistics", detail::range(exec, E + 1), KOKKOS_LAMBDA(const std::int64_t e) {
         A s = 0;
-        if (e < E)
+        if (e < E && !sigmoid) {
           for (std::int64_t t = 0; t < N; ++t) s += probs(t, e);
-        else
+        } else if (e < E) {
+          for (std::int64_t t = 0; t < N; ++t) {
+            A total = 0;
+            for (std::int64_t f = 0; f < E; ++f) total += probs(t, f);
+            s += probs(t, e) / (total + A(1e-20));
+          }
+        } else {
           for (std::int64_t t = 0; t < N; ++t) s += lse(t) * lse(t);
+        }
         mean(e) = e < E ? s / A(N) : s;
       });
 }

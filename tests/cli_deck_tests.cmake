@@ -193,6 +193,24 @@ tptrain_expect_fail(cli_check_experts_without_moe
 tptrain_expect_fail(cli_check_moe_aux_loss_without_moe
   "training\\.moe_aux_loss_coeff = 0\\.1: expected to be left out with model\\.mlp = \"gelu\""
   check ${_decks}/valid.toml --set training.moe_aux_loss_coeff=0.1)
+# DeepSeek-V3's routing (model.moe_score_function, model.moe_groups) and the scaled rotary kinds.
+tptrain_expect_fail(cli_check_moe_groups_divide_experts
+  "model\\.moe_groups = 3: expected a divisor of model\\.experts = 8 leaving at least 2 experts per group"
+  check ${_decks}/valid.toml --set model.architecture=mixtral --set model.moe_groups=3)
+tptrain_expect_fail(cli_check_moe_sigmoid_z_loss
+  "training\\.moe_z_loss_coeff = 0\\.001: expected 0 with model\\.moe_score_function = \"sigmoid\""
+  check ${_decks}/valid.toml --set model.architecture=mixtral --set model.moe_score_function=sigmoid
+  --set training.moe_z_loss_coeff=0.001)
+tptrain_expect_fail(cli_check_moe_score_function_unknown
+  "model\\.moe_score_function = \"tanh\": expected one of \"softmax\", \"sigmoid\""
+  check ${_decks}/valid.toml --set model.architecture=mixtral --set model.moe_score_function=tanh)
+tptrain_expect_fail(cli_check_llama3_band
+  "model\\.rope_high_freq_factor = 1: expected above model\\.rope_low_freq_factor = 1"
+  check ${_decks}/valid.toml --set model.architecture=llama --set model.position=llama3
+  --set model.rope_high_freq_factor=1)
+tptrain_expect_fail(cli_check_rope_factor_without_scaling
+  "model\\.rope_factor = 4: expected to be left out with model\\.position = \"rope\""
+  check ${_decks}/valid.toml --set model.architecture=llama --set model.rope_factor=4)
 tptrain_expect_fail(cli_check_expert_zero "parallel\\.expert = 0: expected an integer >= 1"
   check ${_decks}/valid.toml --set parallel.expert=0)
 # input/mixtral-tiny.toml: data 2, expert 2 on 2 ranks (expert parallelism adds none).

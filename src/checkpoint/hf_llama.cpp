@@ -108,6 +108,20 @@ void read_rope_scaling(const io::RopeScalingFile& r, int max_positions, HfLlamaC
                      max_positions, original->second, h.rope_keys.at("rope_factor")));
 }
 
+// Where shape s's router is not Mixtral's (softmax over every expert, the top k renormalised,
+// unscaled), which MixtralConfig cannot say: the deck's keys, or "".
+std::string mixtral_routing_difference(const model::GptShape& s) {
+  std::string out;
+  const auto differs = [&](const char* key, const std::string& value) {
+    out += fmt::format("{}model.{} = {}", out.empty() ? "" : ", ", key, value);
+  };
+  if (s.moe_score_function != "softmax") differs("moe_score_function", "\"" + s.moe_score_function + "\"");
+  if (s.moe_groups != 1) differs("moe_groups", std::to_string(s.moe_groups));
+  if (!s.moe_norm_topk_prob) differs("moe_norm_topk_prob", "false");
+  if (s.moe_routed_scaling != 1.0) differs("moe_routed_scaling", fmt::format("{}", s.moe_routed_scaling));
+  return out;
+}
+
 }  // namespace
 
 std::string hf_llama_config(const model::GptShape& s, const HfPreset& preset,
@@ -131,6 +145,11 @@ std::string hf_llama_config(const model::GptShape& s, const HfPreset& preset,
     throw std::runtime_error(fmt::format("model.position = \"{}\": {} has no rope_scaling (MixtralConfig), so no {} "
                                          "model with scaled rotary positions",
                                          s.position, preset.architecture, preset.architecture));
+  if (preset.config == HfConfigFamily::mixtral)
+    if (const std::string routing = mixtral_routing_difference(s); !routing.empty())
+      throw std::runtime_error(fmt::format("{}: {}'s router is a softmax over every expert, the top k renormalised "
+                                           "and unscaled (MixtralConfig has no other)",
+                                           routing, preset.architecture));
   if (s.position == "yarn")
     c.max_position_embeddings = static_cast<int>(std::llround(s.rope_factor * s.rope_original_max_positions));
   if (preset.config != HfConfigFamily::mixtral) return io::llama_config_text(c);
@@ -228,6 +247,8 @@ std::string hf_config_mismatch(const HfLlamaConfig& h, const model::GptShape& s)
   if (model::holds_experts(s)) {
     compare("num_local_experts", h.experts, "model.experts", s.experts);
     compare("num_experts_per_tok", h.experts_per_token, "model.experts_per_token", s.experts_per_token);
+    if (const std::string routing = mixtral_routing_difference(s); !routing.empty())
+      line("config.json routes as Mixtral (softmax over every expert, the top k renormalised), the deck's " + routing);
     // A window of W keys hides key j from query i when i − j >= W: never within S <= W tokens.
     if (h.sliding_window && *h.sliding_window < s.seq_length)
       line(fmt::format("config.json sliding_window = {} is shorter than the deck's model.seq_length = {}: tptrain's "

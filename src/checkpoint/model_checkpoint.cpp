@@ -279,8 +279,7 @@ model::GptShape checkpoint_model_shape(const std::string& deck_text) {
       const model::KindKey& k = *owned.key;
       key = std::string(k.section) + "." + k.key;
       const std::optional<std::string>& text = std::string_view(k.section) == "model" ? arch[k.key] : training[k.key];
-      if (k.integer != nullptr) shape.*k.integer = text ? std::stoi(*text) : static_cast<int>(k.default_value);
-      else shape.*k.number = text ? std::stod(*text) : k.default_value;
+      model::set_kind_key(k, shape, text ? &*text : nullptr);
     }
   } catch (const std::exception&) {
     throw std::runtime_error("its deck attribute lacks a valid " + key);

@@ -1,6 +1,9 @@
-// The router of a mixture of experts (Megatron-Core's TopKRouter; Mixtral's gate): logits =
-// x · Wrᵀ in fp32, p = softmax over the E experts, the top k renormalised to weights that sum to 1.
-// Replicated over the tensor ranks: every one routes the same (gathered) tokens.
+// The router of a mixture of experts (Megatron-Core's TopKRouter; Mixtral's gate; DeepSeek-V3's
+// DeepseekV3TopkRouter): logits = x · Wrᵀ in fp32, scores p = softmax over the E experts (or
+// sigmoid, model.moe_score_function), the top k (of the groups that compete, model.moe_groups;
+// chosen by p plus the expert bias, which only chooses) renormalised to weights that sum to 1 and
+// scaled (kernels::MoeRouting, kokkos_kernels/moe_routing.hpp). Replicated over the tensor ranks:
+// every one routes the same (gathered) tokens.
 //
 // Its losses, added to the router's gradient only: the load-balancing loss (Switch Transformers,
 // Fedus et al. 2021, eq. 4; Mixtral's router_aux_loss_coef) E · Σ_e f_e · P_e, f_e the fraction of
@@ -71,19 +74,33 @@ struct TopKRouter {
 
   Parameter<T> weight;  // [E, H], replicated
   int experts = 0, top_k = 0;
+  kernels::MoeRouting routing;
+  // The per-expert bias added to the scores to choose, never to weigh (DeepSeek-V3's
+  // auxiliary-loss-free balancing, e_score_correction_bias): [E], or empty (none).
+  kernels::Vector<Acc> expert_bias;
   Communicator* cp_ = nullptr;  // the context group (null: parallel.context = 1)
 
   TopKRouter(const ParameterSpec& spec, const GptShape& s, const Communicator& tp)
       : weight(make_parameter<T>(with_split(spec, TensorSplit::replicated, "the MoE router"), tp)),
-        experts(s.experts), top_k(s.experts_per_token) {}
+        experts(s.experts), top_k(s.experts_per_token), routing(routing_of(s)) {}
+
+  static kernels::MoeRouting routing_of(const GptShape& s) {
+    kernels::MoeRouting r;
+    r.sigmoid = s.moe_score_function == "sigmoid";
+    r.groups = s.moe_groups;
+    r.groups_per_token = s.moe_groups_per_token;
+    r.normalize = s.moe_norm_topk_prob;
+    r.scale = s.moe_routed_scaling;
+    return r;
+  }
 
   // The probabilities, lse, chosen experts and weights of x's tokens, and the column sums
   // [Σ_t p(t, e) / n for each e | Σ_t lse²] in router_sums [E + 1].
   template <class XV>
   void forward(const Exec& exec, const XV& x, const Routing& r, const kernels::Vector<Acc>& router_sums) const {
     PhaseScope phase(Phase::norms_elementwise);
-    kernels::moe_route(exec, x, weight.value_matrix(), r.probs, r.lse, r.expert, r.weight);
-    kernels::moe_router_statistics(exec, r.probs, r.lse, router_sums);
+    kernels::moe_route(exec, x, weight.value_matrix(), expert_bias, r.probs, r.lse, r.expert, r.weight, routing);
+    kernels::moe_router_statistics(exec, r.probs, r.lse, router_sums, routing.sigmoid);
   }
 
   // The losses and their gradients' factors from the copies routed to each expert on this rank
@@ -132,7 +149,8 @@ struct TopKRouter {
     exec.fence();  // `aux` is a temporary
     const Acc z = Acc(loss.z * 2.0 / g.tokens) * scale;
     PhaseScope phase(Phase::norms_elementwise);
-    kernels::moe_router_backward(exec, r.probs, r.lse, r.expert, r.weight, dweight, aux_gradient, z, dlogits);
+    kernels::moe_router_backward(exec, r.probs, r.lse, r.expert, r.weight, dweight, aux_gradient, z, dlogits,
+                                 routing);
     kernels::moe_router_linear_backward(exec, dlogits, x, weight.value_matrix(), weight.grad_matrix(), dx,
                                         tp.rank() == 0);
   }

@@ -19,11 +19,7 @@ namespace {
 model::ModelShape shape_of(const char* preset, int hidden, int heads) {
   model::ModelShape s;
   static_cast<model::BlockSpec&>(s) = model::block_preset(preset)->spec;
-  for (const model::OwnedKindKey& owned : model::kind_keys()) {
-    const model::KindKey& k = *owned.key;
-    if (k.integer != nullptr) s.*k.integer = static_cast<int>(k.default_value);
-    else s.*k.number = k.default_value;
-  }
+  for (const model::OwnedKindKey& owned : model::kind_keys()) model::set_kind_key(*owned.key, s);
   s.hidden = hidden;
   s.heads = heads;
   return s;

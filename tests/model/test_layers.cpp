@@ -713,7 +713,13 @@ TEST_CASE("sequence-parallel layers: gradients match finite differences", "[mode
 
 namespace {
 
-model::GptShape moe_shape(int tp, double capacity = 0.0, bool sequence_parallel = false) {
+// The router's variants: Mixtral's; DeepSeek-V3's (sigmoid scores, 3 of 8 experts from the 2 best
+// of 4 groups, renormalised and scaled by 2.5, an expert bias that only chooses); sigmoid
+// unnormalised.
+enum class Routing { mixtral, deepseek, sigmoid_unnormalised };
+
+model::GptShape moe_shape(int tp, double capacity = 0.0, bool sequence_parallel = false,
+                          Routing routing = Routing::mixtral) {
   model::GptShape s = sequence_parallel ? sequence_parallel_shape(tp) : test::tiny_shape(tp);
   s.layers = 1;  // the losses' block average is then the block's own
   s.mlp = "moe";
@@ -721,18 +727,40 @@ model::GptShape moe_shape(int tp, double capacity = 0.0, bool sequence_parallel 
   s.experts = 4;
   s.experts_per_token = 2;
   s.moe_capacity_factor = capacity;
+  if (routing != Routing::mixtral) s.moe_score_function = "sigmoid";
+  if (routing == Routing::deepseek) {
+    s.experts = 8;
+    s.experts_per_token = 3;
+    s.moe_groups = 4;
+    s.moe_groups_per_token = 2;
+    s.moe_routed_scaling = 2.5;
+  }
+  if (routing == Routing::sigmoid_unnormalised) {
+    s.moe_norm_topk_prob = false;
+    s.moe_routed_scaling = 1.5;
+  }
   return s;
+}
+
+// An expert bias of the sizes balancing gives (DeepSeek-V3's γ = 0.001 per step, some steps).
+void set_expert_bias(model::MixtureOfExperts<Real>& layer, Routing routing) {
+  if (routing != Routing::deepseek) return;
+  layer.router.expert_bias = kernels::Vector<Real>("expert_bias", layer.shape_.experts);
+  auto h = Kokkos::create_mirror_view(layer.router.expert_bias);
+  for (int e = 0; e < layer.shape_.experts; ++e) h(e) = 0.02 * (e % 3) - 0.015;
+  Kokkos::deep_copy(layer.router.expert_bias, h);
 }
 
 // The smallest gap, over the tokens, between the k-th and the (k+1)-th router probability: a
 // finite difference is only meaningful when no perturbation can change a token's top k.
 double top_k_gap(const model::MixtureOfExperts<Real>& layer) {
   auto p = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), layer.saved->routing.probs);
+  auto b = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), layer.router.expert_bias);
   const int E = layer.shape_.experts, k = layer.shape_.experts_per_token;
   double gap = 1.0;
   for (std::size_t t = 0; t < p.extent(0); ++t) {
     std::vector<double> row(static_cast<std::size_t>(E));
-    for (int e = 0; e < E; ++e) row[e] = p(t, e);
+    for (int e = 0; e < E; ++e) row[e] = p(t, e) + (b.extent(0) > 0 ? b(e) : 0.0);
     std::sort(row.rbegin(), row.rend());
     if (k < E) gap = std::min(gap, row[k - 1] - row[k]);
   }
@@ -740,15 +768,20 @@ double top_k_gap(const model::MixtureOfExperts<Real>& layer) {
 }
 
 // L = Σ w ⊙ y + a · aux + z · z_loss, the losses' gradients through the layer's own weights.
-double moe_case(int tp_size, double capacity, bool sequence_parallel) {
+double moe_case(int tp_size, double capacity, bool sequence_parallel, Routing routing = Routing::mixtral) {
   auto tp = test::tp_group(tp_size);
   const kx::ExecSpace exec;
-  const auto shape = moe_shape(tp_size, capacity, sequence_parallel);
+  const auto shape = moe_shape(tp_size, capacity, sequence_parallel, routing);
   const std::int64_t N = std::int64_t(kBatch) * shape.seq_length, H = shape.hidden;
   const auto [first, n] = sequence_parallel ? token_shard(*tp) : std::make_pair(std::int64_t(0), N);
   model::Workspace<Real> ws;
   model::MixtureOfExperts<Real> layer("mlp", shape, N, *tp, ws, 0);
-  layer.loss_weights = {0.1, 0.05};
+  layer.loss_weights = {0.1, routing == Routing::mixtral ? 0.05 : 0.0};  // the z-loss is the softmax's
+  if (routing == Routing::deepseek) {  // G = 1 here: the gap below is of the whole top k
+    layer.router.routing.groups = 1;
+    layer.router.routing.groups_per_token = 1;
+  }
+  set_expert_bias(layer, routing);
   layer.micro_batch_weight = 1.0;
   const auto params = layer.parameters();
   std::uint64_t seed = 70;
@@ -759,7 +792,8 @@ double moe_case(int tp_size, double capacity, bool sequence_parallel) {
   auto objective = [&] {
     layer.forward(exec, *tp, x, y);
     const model::MoeStatistics s = layer.take_statistics();
-    return weighted_sum(*tp, y, w, sequence_parallel) + 0.1 * s.aux_loss_sum + 0.05 * s.z_loss_sum;
+    return weighted_sum(*tp, y, w, sequence_parallel) + layer.loss_weights.aux * s.aux_loss_sum +
+           layer.loss_weights.z * s.z_loss_sum;
   };
   const double L = objective();
   INFO("the top-k gap " << top_k_gap(layer) << " must exceed the perturbations' effect");
@@ -781,21 +815,36 @@ TEST_CASE("MixtureOfExperts gradients match finite differences", "[model][layers
     for_each_layout([](int tp) { return moe_case(tp, 0.75, false); });
   }
   SECTION("sequence parallel") { for_each_layout([](int tp) { return moe_case(tp, 0.0, true); }); }
+  SECTION("sigmoid scores, renormalised and scaled, an expert bias") {
+    for_each_layout([](int tp) { return moe_case(tp, 0.0, false, Routing::deepseek); });
+  }
+  SECTION("sigmoid scores, unnormalised and scaled") {
+    for_each_layout([](int tp) { return moe_case(tp, 0.0, false, Routing::sigmoid_unnormalised); });
+  }
 }
 
 // Mixtral's block written plainly on the host (modeling_mixtral's MixtralSparseMoeBlock, in
-// double): the layer's output and its load-balancing loss against it, and the dropless count.
-TEST_CASE("MixtureOfExperts equals a plain Mixtral block; dropless keeps k copies per token",
+// double), and DeepSeek-V3's router (modeling_deepseek_v3's DeepseekV3TopkRouter: sigmoid scores,
+// the bias added to choose, groups scored by their two best, the others' scores masked to 0, the
+// chosen scores renormalised + 1e-20 and scaled): the layer's output and its load-balancing loss
+// against it, and the dropless count.
+TEST_CASE("MixtureOfExperts equals a plain Mixtral block, and DeepSeek-V3's router; dropless keeps k copies per token",
           "[model][layers][moe]") {
+  const Routing routing = GENERATE(Routing::mixtral, Routing::deepseek, Routing::sigmoid_unnormalised);
+  INFO("routing " << int(routing));
   auto tp = test::tp_group(1);
   const kx::ExecSpace exec;
-  const auto shape = moe_shape(1);
+  const auto shape = moe_shape(1, 0.0, false, routing);
   const int E = shape.experts, k = shape.experts_per_token, F = shape.ffn_hidden;
   const std::int64_t N = std::int64_t(kBatch) * shape.seq_length, H = shape.hidden;
   model::Workspace<Real> ws;
   model::MixtureOfExperts<Real> layer("mlp", shape, N, *tp, ws, 0);
   std::uint64_t seed = 80;
   for (auto* p : layer.parameters()) randomise(*p, ++seed, 0.3f);
+  set_expert_bias(layer, routing);
+  auto bias = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), layer.router.expert_bias);
+  const bool sigmoid = shape.moe_score_function == "sigmoid";
+  const int G = shape.moe_groups, per_group = E / G;
   Mat x = logical_matrix("x", N, H, H, same_column, 180, 1.0);
   Mat y("y", N, H);
   layer.forward(exec, *tp, x, y);
@@ -814,12 +863,27 @@ TEST_CASE("MixtureOfExperts equals a plain Mixtral block; dropless keeps k copie
       m = std::max(m, logit[e]);
     }
     for (int e = 0; e < E; ++e) sum += std::exp(logit[e] - m);
-    for (int e = 0; e < E; ++e) p[e] = std::exp(logit[e] - m) / sum;
+    for (int e = 0; e < E; ++e) p[e] = sigmoid ? 1.0 / (1.0 + std::exp(-logit[e])) : std::exp(logit[e] - m) / sum;
+    // Choice scores: p + bias; the groups ranked by their two best, the first moe_groups_per_token kept.
+    std::vector<double> choice(E);
+    for (int e = 0; e < E; ++e) choice[e] = p[e] + (bias.extent(0) > 0 ? bias(e) : 0.0);
+    std::vector<int> groups(G);
+    std::vector<double> group_score(G);
+    for (int q = 0; q < G; ++q) {
+      std::vector<double> c(choice.begin() + q * per_group, choice.begin() + (q + 1) * per_group);
+      std::sort(c.rbegin(), c.rend());
+      group_score[q] = c[0] + c[1];
+      groups[q] = q;
+    }
+    std::stable_sort(groups.begin(), groups.end(), [&](int a, int b) { return group_score[a] > group_score[b]; });
+    for (int r = shape.moe_groups_per_token; r < G; ++r)
+      for (int e = groups[r] * per_group; e < (groups[r] + 1) * per_group; ++e) choice[e] = 0.0;
     std::vector<int> order(E);
     for (int e = 0; e < E; ++e) order[e] = e;
-    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return p[a] > p[b]; });
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return choice[a] > choice[b]; });
     double chosen = 0.0;
     for (int j = 0; j < k; ++j) chosen += p[order[j]];
+    const double denominator = shape.moe_norm_topk_prob ? chosen + (sigmoid ? 1e-20 : 0.0) : 1.0;
     std::vector<double> out(H, 0.0);
     for (int j = 0; j < k; ++j) {
       const int e = order[j];
@@ -837,11 +901,13 @@ TEST_CASE("MixtureOfExperts equals a plain Mixtral block; dropless keeps k copie
       for (std::int64_t h = 0; h < H; ++h) {
         double d = 0.0;
         for (int f = 0; f < F; ++f) d += w2(h * F + f) * act[f];
-        out[h] += p[e] / chosen * d;  // renormalised over the top k
+        out[h] += shape.moe_routed_scaling * p[e] / denominator * d;  // renormalised over the top k, scaled
       }
     }
     for (std::int64_t h = 0; h < H; ++h) worst = std::max(worst, std::fabs(out[h] - hy(t, h)));
-    for (int e = 0; e < E; ++e) mean_p[e] += p[e] / double(N);
+    double total = 0.0;  // the aux loss's probabilities: sigmoid scores normalised per token
+    for (int e = 0; e < E; ++e) total += p[e];
+    for (int e = 0; e < E; ++e) mean_p[e] += (sigmoid ? p[e] / (total + 1e-20) : p[e]) / double(N);
   }
   INFO("largest difference from the plain block: " << worst);
   CHECK(worst < 1e-12);

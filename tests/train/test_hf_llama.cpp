@@ -115,7 +115,8 @@ TEST_CASE("hf_llama: the pieces of a fused tensor are its rows, and go back in p
 
 // Llama 3.1's and YaRN's scaled rotary kinds as rope_scaling: written with the kind's keys, read
 // back into the kind, compared with the deck key by key.
-TEST_CASE("hf_llama: rope_scaling is the scaled rotary kind, written and read back", "[train][hf]") {
+TEST_CASE("hf_llama: rope_scaling is the scaled rotary kind, written and read back; Mixtral refuses it",
+          "[train][hf]") {
   test::ScratchDir dir("hf_llama_rope_scaling");
   model::GptShape s = llama_shape();
   s.position = "llama3";
@@ -170,6 +171,13 @@ TEST_CASE("hf_llama: rope_scaling is the scaled rotary kind, written and read ba
   mixtral.position = "llama3";
   CHECK_THROWS_WITH(checkpoint::hf_llama_config(mixtral, checkpoint::hf_preset_of(mixtral)),
                     Contains("MixtralForCausalLM has no rope_scaling"));
+  // Nor another router than the softmax over every expert, renormalised.
+  mixtral.position = "rope";
+  mixtral.moe_score_function = "sigmoid";
+  mixtral.moe_routed_scaling = 2.5;
+  CHECK_THROWS_WITH(checkpoint::hf_llama_config(mixtral, checkpoint::hf_preset_of(mixtral)),
+                    Contains("model.moe_score_function = \"sigmoid\", model.moe_routed_scaling = 2.5: "
+                             "MixtralForCausalLM's router is a softmax over every expert"));
 }
 
 TEST_CASE("hf_llama: config.json describes the model and reads back; other models are refused", "[train][hf]") {

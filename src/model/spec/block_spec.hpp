@@ -63,6 +63,15 @@ struct BlockSpec {
   int experts = 8;
   int experts_per_token = 2;
   double moe_capacity_factor = 0.0;
+  // How the router scores and chooses (DeepSeek-V3 §2.1.2; kernels::MoeRouting): "softmax" over
+  // the experts (Mixtral) or "sigmoid" per expert (model.moe_score_function); the experts in
+  // model.moe_groups groups, of which model.moe_groups_per_token compete for each token (the
+  // groups of highest top-2 score); the top k's scores renormalised to sum to 1
+  // (model.moe_norm_topk_prob) and scaled by model.moe_routed_scaling.
+  std::string moe_score_function = "softmax";
+  int moe_groups = 1, moe_groups_per_token = 1;
+  bool moe_norm_topk_prob = true;
+  double moe_routed_scaling = 1.0;
   // The weights of its load-balancing loss and router z-loss in the training loss
   // (training.moe_aux_loss_coeff, training.moe_z_loss_coeff); 0: they add no gradient.
   double moe_aux_loss_coeff = 0.0;

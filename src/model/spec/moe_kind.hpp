@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <string>
 
 #include <fmt/format.h>
 
@@ -58,6 +59,8 @@ inline SublayerMetrics moe_metrics(const GptShape& s, const StatisticSums& sums)
   return m;
 }
 
+inline constexpr const char* kMoeScoreFunctions[] = {"softmax", "sigmoid"};
+
 // Its keys. The losses' weights are [training] keys: they weigh terms of the training loss.
 inline constexpr KindKey kMoeKeys[] = {
     {"model", "experts", 8, 1, true, "", "model.mlp = \"moe\": experts E per block, each a SwiGLU of model.ffn_hidden (Mixtral: 8)",
@@ -70,6 +73,23 @@ inline constexpr KindKey kMoeKeys[] = {
      "model.mlp = \"moe\": 0 runs dropless (every token reaches its k experts); c > 0 caps each expert at "
      "ceil(c * k * tokens / experts) of a micro-batch's tokens and drops the rest (counted in metrics)",
      "it is the mixture of experts'", nullptr, &ModelShape::moe_capacity_factor},
+    text_key("model", "moe_score_function", "softmax", kMoeScoreFunctions,
+             "model.mlp = \"moe\": the router's scores, \"softmax\" over the experts (Mixtral) or \"sigmoid\" "
+             "per expert (DeepSeek-V3)",
+             "it is the mixture of experts'", &ModelShape::moe_score_function),
+    {"model", "moe_groups", 1, 1, true, "",
+     "model.mlp = \"moe\": the experts in this many groups, of which model.moe_groups_per_token (those whose "
+     "two best scores sum highest) compete for each token (DeepSeek-V3's n_group: 8)",
+     "it is the mixture of experts'", &ModelShape::moe_groups, nullptr, 65},
+    {"model", "moe_groups_per_token", 1, 1, true, "",
+     "model.mlp = \"moe\": the groups whose experts compete for each token (DeepSeek-V3's topk_group: 4)",
+     "it is the mixture of experts'", &ModelShape::moe_groups_per_token},
+    flag_key("model", "moe_norm_topk_prob", true,
+             "model.mlp = \"moe\": the chosen experts' scores renormalised to sum to 1 (Mixtral, DeepSeek-V3)",
+             "it is the mixture of experts'", &ModelShape::moe_norm_topk_prob),
+    {"model", "moe_routed_scaling", 1.0, 0.0, false, "",
+     "model.mlp = \"moe\": the routed experts' weights scaled by it (DeepSeek-V3's routed_scaling_factor: 2.5)",
+     "it is the mixture of experts'", nullptr, &ModelShape::moe_routed_scaling},
     {"training", "moe_aux_loss_coeff", 0.02, 0.0, true, "",
      "model.mlp = \"moe\": weight of the load-balancing loss E * sum_e f_e * P_e (Switch, Mixtral), averaged "
      "over the blocks, added to the training loss (logged apart as moe_aux_loss)",
@@ -80,7 +100,8 @@ inline constexpr KindKey kMoeKeys[] = {
      "it weights the mixture of experts' router z-loss", nullptr, &ModelShape::moe_z_loss_coeff},
 };
 
-// Its rules: k of E experts per token (1 <= k <= E); its experts have no biases (Mixtral's).
+// Its rules: k of E experts per token (1 <= k <= E), from the groups that compete for it; its
+// experts have no biases (Mixtral's); the z-loss is of softmax scores.
 inline std::vector<rules::Problem> moe_problems(const ModelShape& s) {
   std::vector<rules::Problem> out;
   if (s.experts_per_token > s.experts)
@@ -92,6 +113,28 @@ inline std::vector<rules::Problem> moe_problems(const ModelShape& s) {
     out.push_back(rules::Problem::statement({"model.linear_bias", 0, "true"},
                                             "false with {model.mlp}: the experts have no biases (Mixtral)",
                                             {{"model.mlp", 0, "\"moe\""}}));
+  // Groups: whole groups of at least two experts (a group scores by its best two), g of G.
+  const int G = s.moe_groups;
+  if (G > 1 && (s.experts % G != 0 || s.experts / G < 2))
+    out.push_back(rules::Problem::statement(
+        {"model.moe_groups", G},
+        fmt::format("a divisor of model.experts = {} leaving at least 2 experts per group: a group is scored by "
+                    "its two best experts",
+                    s.experts)));
+  else if (s.moe_groups_per_token > G)
+    out.push_back(rules::Problem::statement({"model.moe_groups_per_token", s.moe_groups_per_token},
+                                            fmt::format("at most model.moe_groups = {}", G)));
+  else if (G > 1 && s.experts_per_token > s.moe_groups_per_token * (s.experts / G))
+    out.push_back(rules::Problem::statement(
+        {"model.experts_per_token", s.experts_per_token},
+        fmt::format("at most the experts of model.moe_groups_per_token = {} groups of {}: each token's k experts "
+                    "come from its groups",
+                    s.moe_groups_per_token, s.experts / G)));
+  if (s.moe_score_function == "sigmoid" && s.moe_z_loss_coeff != 0)
+    out.push_back(rules::Problem::statement(
+        {"training.moe_z_loss_coeff", 0, fmt::format("{}", s.moe_z_loss_coeff)},
+        "0 with {model.moe_score_function}: the router z-loss is of softmax scores",
+        {{"model.moe_score_function", 0, "\"sigmoid\""}}));
   return out;
 }
 inline constexpr const char* kMoeBinds[] = {"linear_bias"};
@@ -110,8 +153,16 @@ inline constexpr SublayerKind kMoeMlp{SublayerSlot::mlp,
                                       moe_problems,
                                       kMoeBinds,
                                       [](const ModelShape& s) {
-                                        return fmt::format("MoE: {} SwiGLU experts, {} per token", s.experts,
-                                                           s.experts_per_token);
+                                        std::string routing;
+                                        if (s.moe_score_function != "softmax") routing += ", " + s.moe_score_function;
+                                        if (s.moe_groups > 1)
+                                          routing += fmt::format(", {} of {} groups", s.moe_groups_per_token,
+                                                                 s.moe_groups);
+                                        if (!s.moe_norm_topk_prob) routing += ", unnormalised";
+                                        if (s.moe_routed_scaling != 1.0)
+                                          routing += fmt::format(", scaled {:g}", s.moe_routed_scaling);
+                                        return fmt::format("MoE: {} SwiGLU experts, {} per token{}", s.experts,
+                                                           s.experts_per_token, routing);
                                       },
                                       false,
                                       {"swiglu", true, true}};

@@ -53,10 +53,33 @@ struct KindKey {
   const char* left_out;      // why another kind leaves it out: "it is the mixture of experts'"
   using IntegerMember = int ModelShape::*;
   using NumberMember = double ModelShape::*;
+  using TextMember = std::string ModelShape::*;
+  using FlagMember = bool ModelShape::*;
   IntegerMember integer = nullptr;  // where its value lives: an integer, or
-  NumberMember number = nullptr;    // a number
+  NumberMember number = nullptr;    // a number,
   double highest = std::numeric_limits<double>::infinity();  // a number's bound above, if any (exclusive)
+  TextMember text = nullptr;        // a choice among `choices` (default: default_text; text_key), or
+  RowSpan<const char*> choices = {};
+  const char* default_text = "";
+  FlagMember flag = nullptr;        // a switch (default: default_value 1 or 0; flag_key)
 };
+
+// A kind's key that chooses among named values ("softmax", "sigmoid"), and one that is a switch.
+constexpr KindKey text_key(const char* section, const char* key, const char* default_text,
+                           RowSpan<const char*> choices, const char* doc, const char* left_out,
+                           KindKey::TextMember member) {
+  KindKey k{section, key, 0.0, 0.0, true, "", doc, left_out};
+  k.text = member;
+  k.choices = choices;
+  k.default_text = default_text;
+  return k;
+}
+constexpr KindKey flag_key(const char* section, const char* key, bool default_value, const char* doc,
+                           const char* left_out, KindKey::FlagMember member) {
+  KindKey k{section, key, default_value ? 1.0 : 0.0, 0.0, true, "", doc, left_out};
+  k.flag = member;
+  return k;
+}
 
 // An MLP kind's structure as the planner counts its kernels (src/plan/block_time.cpp).
 struct MlpStructure {

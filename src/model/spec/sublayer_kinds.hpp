@@ -67,12 +67,34 @@ inline std::vector<const SublayerKind*> kinds_of(const ModelShape& s) {
   return {&norm_kind(s), &position_kind(s), &attention_kind(s), &mlp_kind(s)};
 }
 
-// The value of kind key k in shape s, and as the deck writes it.
+// The value of kind key k in shape s (a switch's 1 or 0; a choice's has none: 0), and as the deck
+// writes it.
 inline double kind_key_value(const KindKey& k, const ModelShape& s) {
-  return k.integer != nullptr ? double(s.*k.integer) : s.*k.number;
+  if (k.integer != nullptr) return double(s.*k.integer);
+  if (k.number != nullptr) return s.*k.number;
+  if (k.flag != nullptr) return s.*k.flag ? 1.0 : 0.0;
+  return 0.0;
 }
 inline std::string kind_key_text(const KindKey& k, const ModelShape& s) {
-  return k.integer != nullptr ? std::to_string(s.*k.integer) : fmt::format("{}", s.*k.number);
+  if (k.integer != nullptr) return std::to_string(s.*k.integer);
+  if (k.number != nullptr) return fmt::format("{}", s.*k.number);
+  if (k.flag != nullptr) return s.*k.flag ? "true" : "false";
+  return fmt::format("\"{}\"", s.*k.text);
+}
+inline bool kind_key_at_default(const KindKey& k, const ModelShape& s) {
+  return k.text != nullptr ? s.*k.text == k.default_text : kind_key_value(k, s) == k.default_value;
+}
+// Sets kind key k of shape s to its default (as a deck that leaves it out reads), or to the deck's
+// text of it (a number as fmt prints it, true/false, a choice's name); throws std::invalid_argument
+// or std::out_of_range when the text is not one.
+inline void set_kind_key(const KindKey& k, ModelShape& s, const std::string* deck_text = nullptr) {
+  if (k.integer != nullptr) s.*k.integer = deck_text ? std::stoi(*deck_text) : static_cast<int>(k.default_value);
+  else if (k.number != nullptr) s.*k.number = deck_text ? std::stod(*deck_text) : k.default_value;
+  else if (k.flag != nullptr) {
+    if (deck_text && *deck_text != "true" && *deck_text != "false") throw std::invalid_argument("not true or false");
+    s.*k.flag = deck_text ? *deck_text == "true" : k.default_value != 0;
+  } else
+    s.*k.text = deck_text ? *deck_text : std::string(k.default_text);
 }
 
 // The integer [model] keys of shape s's kinds, for messages that give its shape:
@@ -121,7 +143,7 @@ inline std::vector<rules::Problem> unchosen_key_problems(const ModelShape& s) {
   std::vector<rules::Problem> out;
   for (const auto& [key, kind] : kind_keys()) {
     const KindKey& k = *key;
-    if (chosen_key(s, k) || kind_key_value(k, s) == k.default_value) continue;
+    if (chosen_key(s, k) || kind_key_at_default(k, s)) continue;
     const std::string slot = slot_key(kind->slot);
     out.push_back(rules::Problem::statement(
         {std::string(k.section) + "." + k.key, 0, kind_key_text(k, s)},
@@ -138,12 +160,20 @@ inline std::vector<rules::Problem> sublayer_problems(const ModelShape& s) {
   std::vector<rules::Problem> out;
   for (const SublayerKind* kind : kinds_of(s)) {
     for (const KindKey& k : kind->keys) {
+      const rules::KeyValue subject{std::string(k.section) + "." + k.key, 0, kind_key_text(k, s)};
+      if (k.flag != nullptr) continue;
+      if (k.text != nullptr) {
+        if (std::find(k.choices.begin(), k.choices.end(), s.*k.text) != k.choices.end()) continue;
+        std::string names;
+        for (const char* c : k.choices) names += fmt::format("{}\"{}\"", names.empty() ? "" : ", ", c);
+        out.push_back(rules::Problem::statement(subject, "one of " + names));
+        continue;
+      }
       const double v = kind_key_value(k, s);
       if ((k.lowest_inclusive ? v >= k.lowest : v > k.lowest) && v < k.highest) continue;  // NaN fails
       out.push_back(rules::Problem::statement(
-          {std::string(k.section) + "." + k.key, 0, kind_key_text(k, s)},
-          fmt::format("{} {}{}", k.lowest_inclusive ? "at least" : "above", k.lowest,
-                      std::isinf(k.highest) ? "" : fmt::format(" and below {}", k.highest))));
+          subject, fmt::format("{} {}{}", k.lowest_inclusive ? "at least" : "above", k.lowest,
+                               std::isinf(k.highest) ? "" : fmt::format(" and below {}", k.highest))));
     }
     if (kind->problems != nullptr)
       for (rules::Problem& p : kind->problems(s)) out.push_back(std::move(p));
