@@ -252,10 +252,18 @@ void for_each_buffer_row(F&& f) {
   for (const BufferRow& r : model::kBlockBuffers) f(r, held_text(r.needs));
   std::vector<model::SublayerPlace> places(model::kPreNorm.places.begin(), model::kPreNorm.places.end());
   places.push_back(model::kEmbeddingPositionPlace);
-  for (const model::SublayerPlace& place : places)
+  // A row the slot's kinds share (the rotary kinds' tables: the same row) once, held with any of them.
+  for (const model::SublayerPlace& place : places) {
+    std::vector<std::pair<const BufferRow*, std::string>> rows;
     for (const model::SublayerKind* k : model::kSublayerKinds)
       if (k->slot == place.slot)
-        for (const BufferRow& r : k->buffers) f(model::placed_row(r, place), held_text(r.needs, k));
+        for (const BufferRow& r : k->buffers) {
+          const auto same = std::find_if(rows.begin(), rows.end(), [&](const auto& row) { return row.first == &r; });
+          if (same == rows.end()) rows.emplace_back(&r, held_text(r.needs, k));
+          else same->second += " or " + held_text(r.needs, k);
+        }
+    for (const auto& [r, held] : rows) f(model::placed_row(*r, place), held);
+  }
 }
 
 // docs/design.md: every tensor a model may hold, with its descriptor row and the choices of the
