@@ -56,7 +56,6 @@ HfFormat hf_format(const model::GptShape& shape, const HfTrainingChoices& traini
   f.ignored_buffers = preset.ignored_buffers;
   // Tied, the output layer is the word embedding's HF tensor.
   if (shape.tie_embeddings) f.tied_to = model::hf_name(model::kEmbeddingParameters[0], preset.naming).pattern;
-  f.tensors = hf_tensors(shape, preset.naming);
   switch (preset.config) {
     case HfConfigFamily::gpt2:
       // GPT-2's tokenizer (a vocabulary of 50257 or its padding): <|endoftext|> is bos and eos.
@@ -86,6 +85,8 @@ HfFormat hf_format(const model::GptShape& shape, const HfTrainingChoices& traini
       f.shape_keys = mixtral_shape_keys;
       break;
   }
+  // After the config: a model the config cannot describe is refused by its keys first.
+  f.tensors = hf_tensors(shape, preset.naming);
   return f;
 }
 

@@ -109,16 +109,18 @@ void read_rope_scaling(const io::RopeScalingFile& r, int max_positions, HfLlamaC
 }
 
 // Where shape s's router is not Mixtral's (softmax over every expert, the top k renormalised,
-// unscaled), which MixtralConfig cannot say: the deck's keys, or "".
+// unscaled, no expert bias), which MixtralConfig cannot say: the deck's keys, or "".
 std::string mixtral_routing_difference(const model::GptShape& s) {
   std::string out;
   const auto differs = [&](const char* key, const std::string& value) {
-    out += fmt::format("{}model.{} = {}", out.empty() ? "" : ", ", key, value);
+    out += fmt::format("{}{} = {}", out.empty() ? "" : ", ", key, value);
   };
-  if (s.moe_score_function != "softmax") differs("moe_score_function", "\"" + s.moe_score_function + "\"");
-  if (s.moe_groups != 1) differs("moe_groups", std::to_string(s.moe_groups));
-  if (!s.moe_norm_topk_prob) differs("moe_norm_topk_prob", "false");
-  if (s.moe_routed_scaling != 1.0) differs("moe_routed_scaling", fmt::format("{}", s.moe_routed_scaling));
+  if (s.moe_score_function != "softmax") differs("model.moe_score_function", "\"" + s.moe_score_function + "\"");
+  if (s.moe_groups != 1) differs("model.moe_groups", std::to_string(s.moe_groups));
+  if (!s.moe_norm_topk_prob) differs("model.moe_norm_topk_prob", "false");
+  if (s.moe_routed_scaling != 1.0) differs("model.moe_routed_scaling", fmt::format("{}", s.moe_routed_scaling));
+  if (s.moe_bias_update_rate > 0)
+    differs("training.moe_bias_update_rate", fmt::format("{} (an expert bias)", s.moe_bias_update_rate));
   return out;
 }
 

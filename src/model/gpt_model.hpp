@@ -460,6 +460,73 @@ class GptModel {
       for (auto& bucket : buckets_) kernels::convert(exec, bucket.master, bucket.shard_values());
   }
 
+  // Auxiliary-loss-free balancing (DeepSeek-V3 §2.1.2; model.mlp = "moe" with
+  // training.moe_bias_update_rate = rate), after an optimizer step: each block's expert bias
+  // b_e += rate · sign(mean load − load_e) in fp32, the loads the step's copies per expert summed
+  // over `dp` (data × context: each rank routes its own tokens, the tensor ranks the same ones),
+  // so that every rank computes the same bias. The bias's parameter follows: its value on every
+  // rank, and its fp32 master where this rank holds the master's shard.
+  void balance_expert_biases(const Exec& exec, double rate, const Communicator& dp) {
+    std::vector<MlpSublayer<T>*> routers;
+    std::vector<double> load;
+    for (auto& layer : layers_)
+      if (layer->mlp->expert_bias_parameter() != nullptr) {
+        routers.push_back(layer->mlp.get());
+        for (const std::int64_t n : layer->mlp->take_expert_load()) load.push_back(double(n));
+      }
+    if (routers.empty()) return;
+    parallel::all_reduce_host(dp, load, parallel::ReduceOp::sum);
+    using Acc = kx::acc_t<T>;
+    std::size_t at = 0;
+    for (MlpSublayer<T>* router : routers) {
+      std::vector<Acc> b = router->expert_bias();
+      double mean = 0;
+      for (std::size_t e = 0; e < b.size(); ++e) mean += load[at + e] / double(b.size());
+      for (std::size_t e = 0; e < b.size(); ++e) {
+        const double gap = mean - load[at + e];
+        b[e] += Acc(rate) * Acc(gap > 0 ? 1 : gap < 0 ? -1 : 0);
+      }
+      at += b.size();
+      router->set_expert_bias(b);
+      write_parameter(exec, *router->expert_bias_parameter(), b);
+    }
+  }
+  // The routers' fp32 expert biases, block after block (empty: none).
+  std::vector<double> expert_biases() const {
+    std::vector<double> out;
+    for (const auto& layer : layers_)
+      for (const auto b : layer->mlp->expert_bias()) out.push_back(double(b));
+    return out;
+  }
+  // Discards the loads counted since the last balancing (a step's start: a skipped step's count
+  // none).
+  void discard_expert_loads() {
+    for (auto& layer : layers_) layer->mlp->take_expert_load();
+  }
+  // Each block's fp32 expert bias from its parameter's master (after a checkpoint set the
+  // masters): where the optimizer shards the bucket, each element from the rank that holds it,
+  // summed over the shard group `dp` (the others add 0).
+  void expert_biases_from_master(const Exec& exec, const Communicator& dp) {
+    using Acc = kx::acc_t<T>;
+    for (auto& layer : layers_) {
+      Parameter<T>* p = layer->mlp->expert_bias_parameter();
+      if (p == nullptr) continue;
+      const auto [bucket, offset] = bucket_of(*p);
+      std::vector<Acc> b(static_cast<std::size_t>(p->local_size()), Acc(0));
+      const std::int64_t begin = std::max(offset, bucket->shard_begin);
+      const std::int64_t end = std::min(offset + p->local_size(), bucket->shard_end);
+      if (begin < end) {
+        auto master = Kokkos::create_mirror_view_and_copy(
+            Kokkos::HostSpace(),
+            Kokkos::subview(bucket->master, std::make_pair(begin - bucket->shard_begin, end - bucket->shard_begin)));
+        exec.fence();
+        for (std::int64_t i = begin; i < end; ++i) b[std::size_t(i - offset)] = master(i - begin);
+      }
+      if (bucket->sharded()) parallel::all_reduce_host(dp, b, parallel::ReduceOp::sum);
+      layer->mlp->set_expert_bias(b);
+    }
+  }
+
   void zero_grad(const Exec& exec) {
     for (auto& bucket : buckets_) kernels::fill(exec, bucket.grads, kx::acc_t<T>(0));
   }
@@ -482,6 +549,34 @@ class GptModel {
   const Workspace<T>& workspace() const { return workspace_; }
 
  private:
+  // The bucket that holds parameter p, and p's offset in its flat buffers.
+  std::pair<const GradBucket<T>*, std::int64_t> bucket_of(const Parameter<T>& p) const {
+    for (const auto& bucket : buckets_)
+      for (std::size_t i = 0; i < bucket.params.size(); ++i)
+        if (bucket.params[i] == &p) return {&bucket, bucket.offsets[i]};
+    throw std::logic_error("tptrain: parameter " + p.name + " is in no bucket");
+  }
+  // Sets parameter p (a whole local tensor) to b: its compute value on this rank, and its fp32
+  // master's elements in this rank's shard (the master is the value in an fp32 run).
+  void write_parameter(const Exec& exec, Parameter<T>& p, const std::vector<kx::acc_t<T>>& b) {
+    using Acc = kx::acc_t<T>;
+    const auto [bucket, offset] = bucket_of(p);
+    kernels::Vector<Acc> staged("tptrain::GptModel::write_parameter", b.size());
+    Kokkos::deep_copy(exec, staged,
+                      Kokkos::View<const Acc*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(b.data(),
+                                                                                                          b.size()));
+    kernels::convert(exec, staged, p.value);
+    if constexpr (Parameter<T>::has_master_copy) {
+      const std::int64_t begin = std::max(offset, bucket->shard_begin);
+      const std::int64_t end = std::min(offset + p.local_size(), bucket->shard_end);
+      if (begin < end)
+        Kokkos::deep_copy(
+            exec,
+            Kokkos::subview(bucket->master, std::make_pair(begin - bucket->shard_begin, end - bucket->shard_begin)),
+            Kokkos::subview(staged, std::make_pair(begin - offset, end - offset)));
+    }
+    exec.fence();  // `staged` and `b` are freed on return
+  }
 
   // The residual stream of slot k (bound slot for k < 0) of chunk c (the bound chunk for c < 0):
   // the chunk's layers + 1 of [rows, H].

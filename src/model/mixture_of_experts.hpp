@@ -81,6 +81,7 @@ struct MixtureOfExperts final : MlpSublayer<T> {
   Acc layer_weight = 1;          // 1 / layers: the losses are averaged over the blocks
   bool record = true;            // add this forward's routing to the statistics (not a recomputation)
   MoeStatistics stats;
+  std::vector<std::int64_t> step_load;  // [E]: copies routed since the balancing last took them
   // Scratch of the routed rows and the router, shared by the micro-batches and (GptModel) by the
   // stage's blocks, allocated at the first forward: like the routed rows it lives outside the
   // workspace (the planner counts it, src/plan/activation_memory.cpp).
@@ -94,7 +95,10 @@ struct MixtureOfExperts final : MlpSublayer<T> {
 
   MixtureOfExperts(const std::string& name, const GptShape& s, std::int64_t tokens, const Communicator& tp,
                    Workspace<T>& ws, int ep_rank, const SavedPlacement& placement = {})
-      : shape_(s), tokens_(tokens), router(block_parameter(s, name + "/router/weight"), s, tp),
+      : shape_(s), tokens_(tokens),
+        router(block_parameter(s, name + "/router/weight"), s, tp,
+               has_expert_bias(s) ? std::optional<ParameterSpec>(block_parameter(s, name + "/router/expert_bias"))
+                                  : std::nullopt),
         dispatcher(s, tokens, ws, ep_rank), layer_weight(Acc(1) / Acc(s.layers)) {
     for (int e = first_expert(s, ep_rank); e < first_expert(s, ep_rank) + local_experts(s); ++e) {
       const std::string expert = name + "/experts/" + std::to_string(e);
@@ -115,6 +119,7 @@ struct MixtureOfExperts final : MlpSublayer<T> {
     w.d_rows = GrowingRows<T>("moe.d_rows", H, 0);
     w.d_in = GrowingRows<T>("moe.d_in", H, 0);
     stats.tokens_per_expert.assign(static_cast<std::size_t>(s.experts), 0);
+    step_load.assign(static_cast<std::size_t>(s.experts), 0);
   }
 
   void bind_expert_group(Communicator& ep) override { dispatcher.bind_expert_group(ep); }
@@ -124,6 +129,7 @@ struct MixtureOfExperts final : MlpSublayer<T> {
   // The router, then each local expert's gate|up and down: the block descriptor's order.
   std::vector<Parameter<T>*> parameters() override {
     std::vector<Parameter<T>*> ps{&router.weight};
+    if (router.bias) ps.push_back(&*router.bias);
     for (SwigluMlp<T>& e : experts)
       for (Parameter<T>* p : e.parameters()) ps.push_back(p);
     return ps;
@@ -258,6 +264,29 @@ struct MixtureOfExperts final : MlpSublayer<T> {
     ++stats.samples;
     for (int e = 0; e < shape_.experts; ++e) stats.tokens_per_expert[e] += r.copies.routed[e];
     stats.dropped += r.copies.dropped;
+    if (router.bias)
+      for (int e = 0; e < shape_.experts; ++e) step_load[e] += r.copies.routed[e];
+  }
+
+ public:
+  // The balancing of the router's bias (GptModel::balance_expert_biases).
+  Parameter<T>* expert_bias_parameter() override { return router.bias ? &*router.bias : nullptr; }
+  std::vector<std::int64_t> take_expert_load() override {
+    std::vector<std::int64_t> out = step_load;
+    std::fill(step_load.begin(), step_load.end(), 0);
+    return out;
+  }
+  std::vector<Acc> expert_bias() const override {
+    std::vector<Acc> out(router.expert_bias.extent(0));
+    Kokkos::deep_copy(Kokkos::View<Acc*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(out.data(),
+                                                                                                    out.size()),
+                      router.expert_bias);
+    return out;
+  }
+  void set_expert_bias(const std::vector<Acc>& b) override {
+    Kokkos::deep_copy(router.expert_bias,
+                      Kokkos::View<const Acc*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(b.data(),
+                                                                                                          b.size()));
   }
 };
 

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -76,13 +77,21 @@ struct TopKRouter {
   int experts = 0, top_k = 0;
   kernels::MoeRouting routing;
   // The per-expert bias added to the scores to choose, never to weigh (DeepSeek-V3's
-  // auxiliary-loss-free balancing, e_score_correction_bias): [E], or empty (none).
+  // auxiliary-loss-free balancing, e_score_correction_bias; has_expert_bias): in fp32, the same on
+  // every rank, [E] or empty (none). Its parameter `bias` carries it in the checkpoint: no
+  // gradient, so AdamW leaves it as it is; the balancing sets both (MixtureOfExperts).
   kernels::Vector<Acc> expert_bias;
+  std::optional<Parameter<T>> bias;
   Communicator* cp_ = nullptr;  // the context group (null: parallel.context = 1)
 
-  TopKRouter(const ParameterSpec& spec, const GptShape& s, const Communicator& tp)
+  TopKRouter(const ParameterSpec& spec, const GptShape& s, const Communicator& tp,
+             const std::optional<ParameterSpec>& bias_spec = std::nullopt)
       : weight(make_parameter<T>(with_split(spec, TensorSplit::replicated, "the MoE router"), tp)),
-        experts(s.experts), top_k(s.experts_per_token), routing(routing_of(s)) {}
+        experts(s.experts), top_k(s.experts_per_token), routing(routing_of(s)) {
+    if (!bias_spec) return;
+    bias.emplace(make_parameter<T>(with_split(*bias_spec, TensorSplit::replicated, "the MoE router"), tp));
+    expert_bias = kernels::Vector<Acc>("moe.expert_bias", s.experts);  // zeros, as the parameter starts
+  }
 
   static kernels::MoeRouting routing_of(const GptShape& s) {
     kernels::MoeRouting r;

@@ -175,6 +175,14 @@ struct MlpSublayer {
   virtual void take_statistics(StatisticSums&) {}
   // Whether parameter p is summed over the expert-data group instead of the data group.
   virtual bool is_expert_parameter(const Parameter<T>*) const { return false; }
+  // Auxiliary-loss-free balancing (DeepSeek-V3; GptModel::balance_expert_biases): the router's
+  // per-expert bias as the parameter the checkpoint holds (null: the kind has none), the copies
+  // routed to each expert since the last take (counted as the statistics are), and the fp32 bias
+  // the router chooses with.
+  virtual Parameter<T>* expert_bias_parameter() { return nullptr; }
+  virtual std::vector<std::int64_t> take_expert_load() { return {}; }
+  virtual std::vector<kx::acc_t<T>> expert_bias() const { return {}; }
+  virtual void set_expert_bias(const std::vector<kx::acc_t<T>>&) {}
 };
 
 }  // namespace tptrain::model

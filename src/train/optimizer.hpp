@@ -30,7 +30,8 @@ struct AdamWConfig {
 
 // Every compute copy from the fp32 master weights (after a checkpoint set them): rounded (bf16,
 // fp16), and with a distributed optimizer, whose ranks hold one shard of the masters each,
-// all-gathered over the data-parallel group `dp` as at the end of a step.
+// all-gathered over the data-parallel group `dp` as at the end of a step; and the routers' fp32
+// expert biases from theirs.
 // `expert_dp`: the expert-data group, over which the expert buckets are sharded (model.mlp = moe).
 template <class T>
 void values_from_master(const kx::ExecSpace& exec, model::GptModel<T>& model, parallel::Communicator& dp,
@@ -39,6 +40,7 @@ void values_from_master(const kx::ExecSpace& exec, model::GptModel<T>& model, pa
   for (auto& bucket : model.buckets())
     if (bucket.sharded())
       parallel::iall_gather_in_place(bucket.expert ? *expert_dp : dp, exec, bucket.values).wait_on(exec);
+  model.expert_biases_from_master(exec, dp);  // the routers' fp32 biases (model.mlp = moe)
 }
 
 // The optimizer step over a model stage's buckets (model::GradBucket: values, gradients and

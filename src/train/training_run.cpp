@@ -280,6 +280,7 @@ double TrainingRun<T>::compute_gradients(std::int64_t step) {
 template <class T>
 StepResult TrainingRun<T>::step(std::int64_t step) {
   util::PhaseScope step_phase(util::Phase::other);  // what no inner phase claims
+  model_.discard_expert_loads();  // the balancing counts this step's routing only
   const double loss = compute_gradients(step);
   return update(step, loss);
 }
@@ -346,6 +347,8 @@ StepResult TrainingRun<T>::update(std::int64_t step, double loss) {
   const double clip_factor = clip > 0 && r.grad_norm > clip ? clip / (r.grad_norm + 1e-6) : 1.0;
   const float grad_scale = static_cast<float>(clip_factor / r.loss_scale);
   optimizer_.step(exec, adamw_, r.lr, step + 1, grad_scale);
+  if (const double rate = model_.shape().moe_bias_update_rate; rate > 0)
+    model_.balance_expert_biases(exec, rate, topo_.dp_cp());
   return r;
 }
 

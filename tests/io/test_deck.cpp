@@ -999,6 +999,7 @@ TEST_CASE("deck: to_toml writes every key in table order and round-trips", "[io]
                                           "training.recompute",
                                           "training.attention",
                                           "training.grad_clip",
+                                          "training.moe_bias_update_rate",
                                           "training.moe_aux_loss_coeff",
                                           "training.moe_z_loss_coeff",
                                           "training.log_interval",

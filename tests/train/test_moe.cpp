@@ -6,6 +6,7 @@
 // follow their one-rank curves; the routing metrics count every copy, and a capacity factor too
 // large for an integer is dropless; and a checkpoint written under one expert layout loads under
 // others.
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -130,6 +131,129 @@ TEST_CASE("mixture of experts: the routing metrics count every copy once", "[tra
     CHECK(aux >= 0.5 * deck.model.experts_per_token);
     CHECK(aux < deck.model.experts);
   }
+}
+
+// DeepSeek-V3's router (sigmoid scores, 2 groups of 2 experts of which 1 competes, scaled by 2.5)
+// with auxiliary-loss-free balancing at `rate`.
+io::Deck deepseek_deck(const ExpertLayout& l, int steps, double rate) {
+  io::Deck deck = moe_deck(l, steps);
+  deck.model.moe_score_function = "sigmoid";
+  deck.model.moe_groups = 2;
+  deck.model.moe_groups_per_token = 1;
+  deck.model.moe_routed_scaling = 2.5;
+  deck.model.moe_z_loss_coeff = 0.0;  // a softmax's
+  deck.model.moe_bias_update_rate = rate;
+  return deck;
+}
+
+// The values of every router's expert bias parameter this rank holds, block after block.
+template <class T>
+std::vector<double> expert_bias_values(model::GptModel<T>& m) {
+  std::vector<double> out;
+  for (model::Parameter<T>* p : m.parameters())
+    if (p->name.find("router/expert_bias") != std::string::npos) {
+      auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), p->value);
+      for (std::size_t i = 0; i < h.extent(0); ++i) out.push_back(double(h(i)));
+    }
+  return out;
+}
+
+// The balancing's loads are the step's over every rank, so each layout's bias, hence its curve,
+// is one rank's; the bias is the same on every rank, moved, and a checkpoint restores it.
+TEST_CASE("mixture of experts: DeepSeek-V3's routing with balancing reproduces one rank in every layout",
+          "[train][moe][mpi]") {
+  const int n = test::world_size();
+  if (n < 2) return;
+  const int steps = 10;
+  const auto reference = test::loss_curve(deepseek_deck({"one rank", 1, 1, 1, 1, ""}, steps, 0.01), MPI_COMM_SELF,
+                                          steps);
+  // Without balancing the curve differs: the bias moves the routing.
+  const auto frozen = test::loss_curve(deepseek_deck({"one rank", 1, 1, 1, 1, ""}, steps, 0.0), MPI_COMM_SELF, steps);
+  CHECK(std::fabs(frozen.back() - reference.back()) > 1e-4 * reference.back());
+  for (const ExpertLayout& l : layouts(n)) {
+    if (n == 4 && l.sets != "zero" && l.context == 1) continue;  // 4 ranks: the sharded and context ones
+    INFO(l.name);
+    check_curve(test::loss_curve(deepseek_deck(l, steps, 0.01), MPI_COMM_WORLD, steps), reference, 1e-5);
+  }
+}
+
+// A sigmoid router skewed by its bias towards experts 0 and 1 (every token's top 2 at first), no
+// load-balancing loss: with balancing the loads even out over the steps, without it they stay.
+TEST_CASE("mixture of experts: auxiliary-loss-free balancing evens out a skewed router's loads", "[train][moe]") {
+  const auto load_curve = [](double rate) {
+    io::Deck deck = deepseek_deck({"one rank", 1, 1, 1, 1, ""}, 30, rate);
+    deck.model.moe_groups = 1;
+    deck.model.moe_aux_loss_coeff = 0.0;
+    parallel::Topology topo(MPI_COMM_SELF, parallel::layout_of(deck));
+    train::TrainingRun<float> run(deck, topo);
+    const kx::ExecSpace exec;
+    for (model::Parameter<float>* p : run.model().parameters())
+      if (p->name.find("router/expert_bias") != std::string::npos) {
+        auto h = Kokkos::create_mirror_view(p->value);
+        for (std::size_t e = 0; e < h.extent(0); ++e) h(e) = e < 2 ? 0.3f : 0.0f;
+        Kokkos::deep_copy(p->value, h);  // fp32: the value is the master
+      }
+    run.model().expert_biases_from_master(exec, topo.dp_cp());
+    std::vector<double> max_over_mean;
+    for (int s = 0; s < deck.training.steps; ++s) {
+      run.step(s);
+      const std::vector<model::SublayerMetrics> metrics = run.take_sublayer_metrics();
+      for (const model::MetricField& f : metrics.at(0).fields)
+        if (f.key == "moe_load_max_over_mean") max_over_mean.push_back(f.values.at(0));
+    }
+    return max_over_mean;
+  };
+  const std::vector<double> balanced = load_curve(0.01), skewed = load_curve(0.0);
+  // The last 10 steps' mean: a sign update overshoots by a step's rate, so the load oscillates.
+  const auto settled = [](const std::vector<double>& c) {
+    double sum = 0;
+    for (std::size_t s = c.size() - 10; s < c.size(); ++s) sum += c[s] / 10;
+    return sum;
+  };
+  INFO("load max/mean with balancing: first " << balanced.front() << ", last 10 steps " << settled(balanced)
+                                              << "; without: " << settled(skewed));
+  CHECK(balanced.front() > 1.9);  // k = 2 of 4 experts, all on experts 0 and 1
+  CHECK(settled(skewed) > 1.9);
+  CHECK(settled(balanced) < 1.3);
+}
+
+TEST_CASE("mixture of experts: the balanced bias is the same on every rank and a checkpoint restores it",
+          "[train][moe][checkpoint][mpi]") {
+  const int n = test::world_size();
+  const auto check = [&](auto precision_tag, const char* precision) {
+    using T = decltype(precision_tag);
+    INFO(precision << ", data " << n << ", distributed optimizer");
+    test::SharedTempDir dir;
+    io::Deck deck = deepseek_deck({"zero", 1, 1, n, 1, "zero"}, 4, 0.01);
+    deck.training.precision = precision;
+    deck.checkpoint.dir = dir.path();
+    parallel::Topology topo(MPI_COMM_WORLD, parallel::layout_of(deck));
+    train::TrainingRun<T> run(deck, topo);
+    for (int s = 0; s < 3; ++s) run.step(s);
+    // The fp32 biases the routers choose with, and their parameter (rounded to T) alike.
+    const std::vector<double> bias = run.model().expert_biases();
+    REQUIRE(bias.size() == std::size_t(deck.model.layers * deck.model.experts));
+    const std::vector<double> values = expert_bias_values(run.model());
+    REQUIRE(values.size() == bias.size());
+    for (std::size_t i = 0; i < bias.size(); ++i) CHECK(values[i] == double(T(float(bias[i]))));
+    double moved = 0;
+    for (const double b : bias) moved = std::max(moved, std::fabs(b));
+    CHECK(moved > 0.005);  // three steps of ±0.01 moved it
+    std::vector<double> low = bias, high = bias;
+    MPI_Allreduce(MPI_IN_PLACE, low.data(), int(low.size()), MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD);
+    MPI_Allreduce(MPI_IN_PLACE, high.data(), int(high.size()), MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    CHECK(low == bias);
+    CHECK(high == bias);
+    checkpoint::save_checkpoint(run.model(), deck, topo, 3, 0);
+    const double next_loss = run.step(3).loss;
+    train::TrainingRun<T> resumed(deck, topo);
+    checkpoint::load_weights(resumed.model(), topo, checkpoint::checkpoint_path(dir.path(), 3), true);
+    CHECK(resumed.model().expert_biases() == bias);  // fp32, from the masters (sharded: all-reduced)
+    CHECK(resumed.step(3).loss == next_loss);  // the routers choose with the restored fp32 bias
+    MPI_Barrier(MPI_COMM_WORLD);
+  };
+  check(float{}, "fp32");
+  check(kx::bf16{}, "bf16");
 }
 
 TEST_CASE("mixture of experts: a checkpoint loads under other expert layouts", "[train][moe][checkpoint][mpi]") {

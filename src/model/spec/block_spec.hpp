@@ -72,6 +72,10 @@ struct BlockSpec {
   int moe_groups = 1, moe_groups_per_token = 1;
   bool moe_norm_topk_prob = true;
   double moe_routed_scaling = 1.0;
+  // DeepSeek-V3's auxiliary-loss-free balancing: after each step each expert's bias (which only
+  // chooses) moves by this rate towards balance, b_e += γ · sign(mean load − load_e)
+  // (training.moe_bias_update_rate; 0: the bias stays, as a sigmoid router's without balancing).
+  double moe_bias_update_rate = 0.0;
   // The weights of its load-balancing loss and router z-loss in the training loss
   // (training.moe_aux_loss_coeff, training.moe_z_loss_coeff); 0: they add no gradient.
   double moe_aux_loss_coeff = 0.0;

@@ -21,6 +21,11 @@ inline constexpr ParameterRow kMoeParameters[] = {
     {"{place}/router/weight", {ParameterDim::experts, ParameterDim::hidden}, TensorSplit::replicated, 1, false, true,
      {Init::normal, 0.02f}, false, {ParameterDim::none, ParameterDim::none, ParameterDim::none}, always,
      "llama=model.layers.{i}.block_sparse_moe.gate.weight"},
+    // The per-expert bias the router chooses with (DeepSeek-V3's e_score_correction_bias): no
+    // gradient; moved by the balancing after each step (MixtureOfExperts::set_expert_bias).
+    {"{place}/router/expert_bias", {ParameterDim::experts, ParameterDim::none}, TensorSplit::replicated, 1, false,
+     false, {Init::constant, 0.0f}, false, {ParameterDim::none, ParameterDim::none, ParameterDim::none},
+     needs_expert_bias, ""},
     {"{place}/experts/{e}/fc/weight", {ParameterDim::ffn2, ParameterDim::hidden}, TensorSplit::column, 2, false, true,
      {Init::normal, 0.02f}, false, {ParameterDim::ffn, ParameterDim::ffn, ParameterDim::none}, always,
      "llama=model.layers.{i}.block_sparse_moe.experts.{e}.w1.weight|"
@@ -90,6 +95,11 @@ inline constexpr KindKey kMoeKeys[] = {
     {"model", "moe_routed_scaling", 1.0, 0.0, false, "",
      "model.mlp = \"moe\": the routed experts' weights scaled by it (DeepSeek-V3's routed_scaling_factor: 2.5)",
      "it is the mixture of experts'", nullptr, &ModelShape::moe_routed_scaling},
+    {"training", "moe_bias_update_rate", 0.0, 0.0, true, "(0 = off)",
+     "model.mlp = \"moe\": auxiliary-loss-free balancing (DeepSeek-V3): after each step every expert's bias "
+     "(which only chooses) moves by this much towards balance, b_e += rate * sign(mean load - load_e), the "
+     "step's loads summed over the ranks (DeepSeek-V3: 0.001)",
+     "it balances the mixture of experts' router", nullptr, &ModelShape::moe_bias_update_rate},
     {"training", "moe_aux_loss_coeff", 0.02, 0.0, true, "",
      "model.mlp = \"moe\": weight of the load-balancing loss E * sum_e f_e * P_e (Switch, Mixtral), averaged "
      "over the blocks, added to the training loss (logged apart as moe_aux_loss)",

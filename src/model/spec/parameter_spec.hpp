@@ -54,11 +54,19 @@ enum Needs : unsigned {
   needs_flash = 1u << 4,        // training.attention = flash (buffers)
   needs_batched = 1u << 5,      // training.attention = batched (buffers)
   needs_context = 1u << 6,      // parallel.context > 1: ring attention (buffers)
+  // A router that chooses with a per-expert bias (DeepSeek-V3): sigmoid scores, or the bias's
+  // balancing on (training.moe_bias_update_rate > 0).
+  needs_expert_bias = 1u << 7,
 };
+// Whether shape s's router chooses with a per-expert bias (needs_expert_bias).
+inline bool has_expert_bias(const GptShape& s) {
+  return s.moe_score_function == "sigmoid" || s.moe_bias_update_rate > 0;
+}
 inline bool holds(unsigned needs, const GptShape& s) {
   const unsigned have = (s.qkv_bias ? needs_qkv_bias : 0u) | (s.linear_bias ? needs_linear_bias : 0u) |
                         (s.tie_embeddings ? 0u : needs_untied) | (s.kv_head_count() != s.heads ? needs_grouped : 0u) |
-                        (s.flash_attention ? needs_flash : needs_batched) | (s.context > 1 ? needs_context : 0u);
+                        (s.flash_attention ? needs_flash : needs_batched) | (s.context > 1 ? needs_context : 0u) |
+                        (has_expert_bias(s) ? needs_expert_bias : 0u);
   return (needs & have) == needs;
 }
 
@@ -70,6 +78,7 @@ inline std::string needs_text(unsigned needs) {
       {needs_untied, "tie_embeddings = false"},  {needs_grouped, "kv_heads < heads"},
       {needs_flash, "attention = \"flash\""},    {needs_batched, "attention = \"batched\""},
       {needs_context, "parallel.context > 1"},
+      {needs_expert_bias, "(moe_score_function = \"sigmoid\" or training.moe_bias_update_rate > 0)"},
   };
   std::string out;
   for (const auto& [flag, word] : words)
