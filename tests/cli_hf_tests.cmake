@@ -4,6 +4,25 @@
 set(_hf ${CMAKE_CURRENT_SOURCE_DIR}/hf)
 # Lists passed to the script are |-separated (a ; would split the argument).
 string(REPLACE ";" "|" _hf_mpi "${MPIEXEC_EXECUTABLE};${TPTRAIN_MPIEXEC_FLAGS};${MPIEXEC_NUMPROC_FLAG}")
+# One layout's round trip (the fixture hf_<name>) and the independent PyTorch model REF on its
+# export; _args, the script's arguments, is left in the caller's scope for more modes. Extra
+# arguments after FIELDS are the reference's own (|-separated).
+function(tptrain_hf_layout name ranks sets deck ref fields)
+  set(_args -DEXE=$<TARGET_FILE:tptrain> -DMPI=${_hf_mpi} -DRANKS=${ranks} "-DSETS=${sets}" -DPY=/usr/bin/python3
+            -DHF=${_hf} -DDECK=${_hf}/${deck} -DDIR=${CMAKE_CURRENT_BINARY_DIR}/hf_${name} -DREF=${ref}
+            "-DFIELDS=${fields}" "-DREF_ARGS=${ARGN}")
+  add_test(NAME cli_hf_round_trip_${name} COMMAND ${CMAKE_COMMAND} -DMODE=round_trip ${_args}
+           -P ${_hf}/hf_round_trip.cmake)
+  # Skipped, saying why, by a build whose model does not train the block yet.
+  set_tests_properties(cli_hf_round_trip_${name} PROPERTIES FIXTURES_SETUP hf_${name} TIMEOUT 300
+                       SKIP_REGULAR_EXPRESSION "trains only the tied gpt2 block")
+  add_test(NAME cli_hf_reference_${name} COMMAND ${CMAKE_COMMAND} -DMODE=reference ${_args}
+           -P ${_hf}/hf_round_trip.cmake)
+  set_tests_properties(cli_hf_reference_${name} PROPERTIES FIXTURES_REQUIRED hf_${name} TIMEOUT 300
+                       SKIP_REGULAR_EXPRESSION "${ref}: skipped;trains only the tied gpt2 block")
+  set(_args "${_args}" PARENT_SCOPE)
+endfunction()
+
 # name, ranks, deck overrides (tensor 2 with a vocabulary of 257, padded to 512 rows on the ranks,
 # a multiple of model.vocab_pad_multiple = 128 times the tensor size: the
 # export holds the 257 real rows)
@@ -17,16 +36,7 @@ foreach(layout "one;1;;tie_word_embeddings=true" "tensor2;2;--set|parallel.tenso
   list(GET layout 1 ranks)
   list(GET layout 2 sets)
   list(GET layout 3 tie)
-  set(_args -DEXE=$<TARGET_FILE:tptrain> -DMPI=${_hf_mpi} -DRANKS=${ranks} "-DSETS=${sets}"
-            -DPY=/usr/bin/python3 -DHF=${_hf} -DDECK=${_hf}/small.toml -DDIR=${CMAKE_CURRENT_BINARY_DIR}/hf_${name}
-            "-DFIELDS=${_gpt2_fields}|${tie}")
-  add_test(NAME cli_hf_round_trip_${name} COMMAND ${CMAKE_COMMAND} -DMODE=round_trip ${_args}
-           -P ${_hf}/hf_round_trip.cmake)
-  set_tests_properties(cli_hf_round_trip_${name} PROPERTIES FIXTURES_SETUP hf_${name} TIMEOUT 300)
-  add_test(NAME cli_hf_reference_${name} COMMAND ${CMAKE_COMMAND} -DMODE=reference ${_args}
-           -P ${_hf}/hf_round_trip.cmake)
-  set_tests_properties(cli_hf_reference_${name} PROPERTIES FIXTURES_REQUIRED hf_${name} TIMEOUT 300
-                       SKIP_REGULAR_EXPRESSION "gpt2_reference: skipped")
+  tptrain_hf_layout(${name} ${ranks} "${sets}" small.toml gpt2_reference "${_gpt2_fields}|${tie}")
   if(name STREQUAL "one" OR name STREQUAL "pipeline2_bf16")
     add_test(NAME cli_hf_init_from_${name} COMMAND ${CMAKE_COMMAND} -DMODE=init_from ${_args} -P ${_hf}/hf_round_trip.cmake)
     set_tests_properties(cli_hf_init_from_${name} PROPERTIES FIXTURES_REQUIRED hf_${name} TIMEOUT 300)
@@ -45,18 +55,7 @@ foreach(layout "llama_tensor2;2;--set|parallel.tensor=2|--set|model.vocab_size=2
   list(GET layout 1 ranks)
   list(GET layout 2 sets)
   list(GET layout 3 tie)
-  set(_args -DEXE=$<TARGET_FILE:tptrain> -DMPI=${_hf_mpi} -DRANKS=${ranks} "-DSETS=${sets}" -DPY=/usr/bin/python3
-            -DHF=${_hf} -DDECK=${_hf}/llama_small.toml -DDIR=${CMAKE_CURRENT_BINARY_DIR}/hf_${name}
-            -DREF=llama_reference "-DFIELDS=${_llama_fields}|${tie}")
-  add_test(NAME cli_hf_round_trip_${name} COMMAND ${CMAKE_COMMAND} -DMODE=round_trip ${_args}
-           -P ${_hf}/hf_round_trip.cmake)
-  # Skipped, saying why, by a build whose model does not train the llama block yet.
-  set_tests_properties(cli_hf_round_trip_${name} PROPERTIES FIXTURES_SETUP hf_${name} TIMEOUT 300
-                       SKIP_REGULAR_EXPRESSION "trains only the tied gpt2 block")
-  add_test(NAME cli_hf_reference_${name} COMMAND ${CMAKE_COMMAND} -DMODE=reference ${_args}
-           -P ${_hf}/hf_round_trip.cmake)
-  set_tests_properties(cli_hf_reference_${name} PROPERTIES FIXTURES_REQUIRED hf_${name} TIMEOUT 300
-                       SKIP_REGULAR_EXPRESSION "llama_reference: skipped;trains only the tied gpt2 block")
+  tptrain_hf_layout(${name} ${ranks} "${sets}" llama_small.toml llama_reference "${_llama_fields}|${tie}")
 endforeach()
 # Llama with scaled rotary positions (model.position = "llama3" and "yarn"; rope_scaling): the same
 # round trip and reference. An original context of 16 puts the head's 4 frequencies in all three
@@ -72,16 +71,8 @@ foreach(layout "llama_llama3;1;--set|optimizer.lr=0.03|--set|model.position=llam
   list(GET layout 2 sets)
   list(GET layout 3 fields)
   string(REPLACE "max_position_embeddings=16|" "" base_fields "${_llama_fields}")
-  set(_args -DEXE=$<TARGET_FILE:tptrain> -DMPI=${_hf_mpi} -DRANKS=${ranks} "-DSETS=${sets}" -DPY=/usr/bin/python3
-            -DHF=${_hf} -DDECK=${_hf}/llama_small.toml -DDIR=${CMAKE_CURRENT_BINARY_DIR}/hf_${name}
-            -DREF=llama_reference "-DFIELDS=${base_fields}|${fields}" "-DREF_ARGS=--seq-length|16")
-  add_test(NAME cli_hf_round_trip_${name} COMMAND ${CMAKE_COMMAND} -DMODE=round_trip ${_args}
-           -P ${_hf}/hf_round_trip.cmake)
-  set_tests_properties(cli_hf_round_trip_${name} PROPERTIES FIXTURES_SETUP hf_${name} TIMEOUT 300)
-  add_test(NAME cli_hf_reference_${name} COMMAND ${CMAKE_COMMAND} -DMODE=reference ${_args}
-           -P ${_hf}/hf_round_trip.cmake)
-  set_tests_properties(cli_hf_reference_${name} PROPERTIES FIXTURES_REQUIRED hf_${name} TIMEOUT 300
-                       SKIP_REGULAR_EXPRESSION "llama_reference: skipped")
+  tptrain_hf_layout(${name} ${ranks} "${sets}" llama_small.toml llama_reference "${base_fields}|${fields}"
+                    --seq-length|16)
 endforeach()
 # Qwen2 (Qwen2ForCausalLM), a preset of the block specification alone: the same round trip and an
 # independent PyTorch Qwen2 (tests/hf/qwen2_reference.py) on tests/hf/qwen2_small.toml, whose
@@ -93,16 +84,7 @@ foreach(layout "qwen2_tensor2;2;--set|parallel.tensor=2|--set|model.vocab_size=2
   list(GET layout 0 name)
   list(GET layout 1 ranks)
   list(GET layout 2 sets)
-  set(_args -DEXE=$<TARGET_FILE:tptrain> -DMPI=${_hf_mpi} -DRANKS=${ranks} "-DSETS=${sets}" -DPY=/usr/bin/python3
-            -DHF=${_hf} -DDECK=${_hf}/qwen2_small.toml -DDIR=${CMAKE_CURRENT_BINARY_DIR}/hf_${name}
-            -DREF=qwen2_reference "-DFIELDS=${_qwen2_fields}")
-  add_test(NAME cli_hf_round_trip_${name} COMMAND ${CMAKE_COMMAND} -DMODE=round_trip ${_args}
-           -P ${_hf}/hf_round_trip.cmake)
-  set_tests_properties(cli_hf_round_trip_${name} PROPERTIES FIXTURES_SETUP hf_${name} TIMEOUT 300)
-  add_test(NAME cli_hf_reference_${name} COMMAND ${CMAKE_COMMAND} -DMODE=reference ${_args}
-           -P ${_hf}/hf_round_trip.cmake)
-  set_tests_properties(cli_hf_reference_${name} PROPERTIES FIXTURES_REQUIRED hf_${name} TIMEOUT 300
-                       SKIP_REGULAR_EXPRESSION "qwen2_reference: skipped")
+  tptrain_hf_layout(${name} ${ranks} "${sets}" qwen2_small.toml qwen2_reference "${_qwen2_fields}")
 endforeach()
 # The reference's RoPE is Hugging Face's rotate-half, which is Meta's adjacent-pair RoPE after HF's
 # q/k row permutation (docs/checkpoints.md, "Llama").
@@ -119,16 +101,7 @@ foreach(layout "mixtral_expert2;2;--set|parallel.data=2|--set|parallel.expert=2"
   list(GET layout 0 name)
   list(GET layout 1 ranks)
   list(GET layout 2 sets)
-  set(_args -DEXE=$<TARGET_FILE:tptrain> -DMPI=${_hf_mpi} -DRANKS=${ranks} "-DSETS=${sets}" -DPY=/usr/bin/python3
-            -DHF=${_hf} -DDECK=${_hf}/mixtral_small.toml -DDIR=${CMAKE_CURRENT_BINARY_DIR}/hf_${name}
-            -DREF=mixtral_reference "-DFIELDS=${_mixtral_fields}")
-  add_test(NAME cli_hf_round_trip_${name} COMMAND ${CMAKE_COMMAND} -DMODE=round_trip ${_args}
-           -P ${_hf}/hf_round_trip.cmake)
-  set_tests_properties(cli_hf_round_trip_${name} PROPERTIES FIXTURES_SETUP hf_${name} TIMEOUT 300)
-  add_test(NAME cli_hf_reference_${name} COMMAND ${CMAKE_COMMAND} -DMODE=reference ${_args}
-           -P ${_hf}/hf_round_trip.cmake)
-  set_tests_properties(cli_hf_reference_${name} PROPERTIES FIXTURES_REQUIRED hf_${name} TIMEOUT 300
-                       SKIP_REGULAR_EXPRESSION "mixtral_reference: skipped")
+  tptrain_hf_layout(${name} ${ranks} "${sets}" mixtral_small.toml mixtral_reference "${_mixtral_fields}")
   if(name STREQUAL "mixtral_expert2")
     add_test(NAME cli_hf_init_from_${name} COMMAND ${CMAKE_COMMAND} -DMODE=init_from ${_args} -P ${_hf}/hf_round_trip.cmake)
     set_tests_properties(cli_hf_init_from_${name} PROPERTIES FIXTURES_REQUIRED hf_${name} TIMEOUT 300)
