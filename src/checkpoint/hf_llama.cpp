@@ -74,9 +74,10 @@ void read_rope_scaling(const io::RopeScalingFile& r, int max_positions, HfLlamaC
   if (r.truncate && !*r.truncate)
     fail("rope_scaling.truncate = false: tptrain's yarn rounds the ramp's ends outwards (truncate true)");
   for (const auto& [field, value] : r.numbers) {
+    const std::string& name = field;  // a lambda captures no structured binding before C++20
     const bool known = std::any_of(kind->keys.begin(), kind->keys.end(), [&](const model::KindKey& k) {
       const char* f = hf_rope_field(k.key);
-      return f != nullptr && field == f;
+      return f != nullptr && name == f;
     });
     if (!known)
       fail(fmt::format("rope_scaling.{} = {}: tptrain's {} scaling has no such field{}", field, value, type,
