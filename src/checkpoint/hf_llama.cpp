@@ -43,10 +43,15 @@ bool given_in_hf(std::string_view deck_key, double value) {
   return value != 0 || (deck_key != "rope_mscale" && deck_key != "rope_mscale_all_dim");
 }
 
+// Whether `kind` is a rotary kind other than plain RoPE: one rope_scaling describes.
+bool scaled_rotary(const model::SublayerKind* kind) {
+  return kind != nullptr && kind->rotary.inverse != nullptr && kind != &model::kRope;
+}
+
 // rope_scaling of shape s's rotary kind; nullopt for unscaled RoPE.
 std::optional<io::RopeScalingFile> rope_scaling_of(const model::GptShape& s) {
   const model::SublayerKind& kind = model::position_kind(s);
-  if (kind.rotary.inverse == nullptr || &kind == &model::kRope) return std::nullopt;
+  if (!scaled_rotary(&kind)) return std::nullopt;
   io::RopeScalingFile r;
   r.rope_type = kind.name;
   for (const model::KindKey& k : kind.keys)
@@ -62,7 +67,7 @@ void read_rope_scaling(const io::RopeScalingFile& r, int max_positions, HfLlamaC
   const std::string type = r.rope_type.empty() ? std::string("(none)") : "\"" + r.rope_type + "\"";
   if (r.rope_type == "default") return;  // Hugging Face's name of unscaled RoPE
   const model::SublayerKind* kind = model::kind_named(model::SublayerSlot::position, r.rope_type);
-  if (kind == nullptr || kind->rotary.inverse == nullptr || kind == &model::kRope)
+  if (!scaled_rotary(kind))
     fail("rope_scaling's rope_type is " + type +
          ": tptrain's scaled rotary kinds are \"llama3\" (Llama 3.1) and \"yarn\" (YaRN, DeepSeek-V3); a config "
          "without rope_scaling (or \"default\") is plain RoPE");
