@@ -31,7 +31,8 @@ inline std::vector<Problem> head_problems(std::int64_t hidden, std::int64_t head
 
 // Tensor parallelism (Megatron-LM section 3) gives each rank whole heads and an equal slice of
 // the MLP's width.
-inline std::vector<Problem> tensor_split_problems(std::int64_t heads, std::int64_t ffn_hidden, std::int64_t tensor) {
+inline std::vector<Problem> tensor_split_problems(std::int64_t heads, std::int64_t ffn_hidden, std::int64_t tensor,
+                                                  std::int64_t moe_ffn_hidden = 0) {
   if (tensor < 1) return {};
   std::vector<Problem> out;
   if (heads > 0 && heads % tensor != 0)
@@ -40,6 +41,9 @@ inline std::vector<Problem> tensor_split_problems(std::int64_t heads, std::int64
   if (ffn_hidden > 0 && ffn_hidden % tensor != 0)
     out.push_back(Problem::divisible({"model.ffn_hidden", ffn_hidden}, {"parallel.tensor", tensor},
                                      "tensor parallelism splits the MLP width evenly across ranks"));
+  if (moe_ffn_hidden > 0 && moe_ffn_hidden % tensor != 0)
+    out.push_back(Problem::divisible({"model.moe_ffn_hidden", moe_ffn_hidden}, {"parallel.tensor", tensor},
+                                     "tensor parallelism splits each expert's width evenly across ranks"));
   return out;
 }
 

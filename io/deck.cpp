@@ -1124,7 +1124,8 @@ Deck DeckReader::build() {
   for (const rules::Problem& q : rules::tensor_split_problems(known("model", "heads", m.heads), 0, tensor)) report(q);
   check_architecture(d);
   if (ok("model", "hidden"))
-    for (const rules::Problem& q : rules::tensor_split_problems(0, known("model", "ffn_hidden", m.ffn_hidden), tensor))
+    for (const rules::Problem& q : rules::tensor_split_problems(0, known("model", "ffn_hidden", m.ffn_hidden), tensor,
+                                                                 known("model", "moe_ffn_hidden", m.moe_ffn_hidden)))
       report(q);
   for (const rules::Problem& q :
        rules::pipeline_problems(known("model", "layers", m.layers), known("parallel", "pipeline", p.pipeline)))

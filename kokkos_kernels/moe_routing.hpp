@@ -153,14 +153,18 @@ void moe_permute(const Exec& exec, const XV& x, const IV& pos, const RV& rows) {
       });
 }
 
-// y[t] = Σ_j w(t, j) · rows[pos(t, j)] over the kept slots (y overwritten); `weighted` = false:
-// w = 1, the backward of moe_permute (each token's input gradient, the sum over its copies).
-template <class Exec, class RV, class IV, class WV, class YV>
+// y[t] = Σ_j w(t, j) · rows[pos(t, j)] over the kept slots, plus added[t] (y overwritten; added
+// empty: nothing; DeepSeekMoE's shared experts' output, summed in acc_t with the routed ones);
+// `weighted` = false: w = 1, the backward of moe_permute (each token's input gradient, the sum
+// over its copies).
+template <class Exec, class RV, class IV, class WV, class YV, class AV = RV>
 void moe_combine(const Exec& exec, const RV& rows, const IV& pos, const WV& weight, const YV& y,
-                 const bool weighted = true) {
+                 const bool weighted = true, const AV& added = AV()) {
+  const bool add = added.extent(0) > 0;
   detail::require(pos.extent(0) == y.extent(0) && rows.extent(1) == y.extent(1) && weight.extent(0) == pos.extent(0) &&
-                      weight.extent(1) == pos.extent(1),
-                  "moe_combine", "shapes must be rows[R,H], pos and weight [N,k], y[N,H]");
+                      weight.extent(1) == pos.extent(1) &&
+                      (!add || (added.extent(0) == y.extent(0) && added.extent(1) == y.extent(1))),
+                  "moe_combine", "shapes must be rows[R,H], pos and weight [N,k], y and added [N,H]");
   using A = typename WV::non_const_value_type;
   const std::int64_t k = pos.extent(1);
   Kokkos::parallel_for(
@@ -171,6 +175,7 @@ void moe_combine(const Exec& exec, const RV& rows, const IV& pos, const WV& weig
           const int p = pos(t, j);
           if (p >= 0) s += (weighted ? weight(t, j) : A(1)) * static_cast<A>(rows(p, h));
         }
+        if (add) s += static_cast<A>(added(t, h));
         y(t, h) = s;
       });
 }
@@ -212,9 +217,10 @@ void moe_combine_backward(const Exec& exec, const DYV& dy, const RV& rows, const
 //   dweight [N, k]: the gradient of the top-k weights w_j = c · s_j / D (D = Σ_topk s [+ 1e-20]
 //                   when normalised, else 1; c the scaling factor): ds_j += (c · dw_j − Σ_i dw_i w_i) / D,
 //                   or c · dw_j unnormalised (the bias and the group mask only choose: no gradient);
-//   aux [E]:        the load-balancing loss's dL/dp_e, the same for every token (coefficient · E ·
-//                   f_e / N, f_e the fraction of tokens routed to e, which carries no gradient); p is
-//                   the softmax, or with sigmoid scores s / (Σ_e s_e + 1e-20), Megatron-Core's;
+//   aux [G·E]:      the load-balancing loss's dL/dp_e, the same for every token of a group of
+//                   group_rows rows (0: one group; coefficient · E · f_e / N, f_e the fraction of
+//                   tokens routed to e, which carries no gradient; per sequence: DeepSeek-V3's);
+//                   p is the softmax, or with sigmoid scores s / (Σ_e s_e + 1e-20), Megatron-Core's;
 //   z:              the z-loss's factor, dL/dlogit_e += z · lse · p_e (z = coefficient · 2 / N;
 //                   softmax scores only);
 // then through the scores: dlogit_e = p_e (dp_e − Σ_e' p_e' dp_e') for the softmax, ds_e · s_e (1 − s_e)
@@ -222,11 +228,15 @@ void moe_combine_backward(const Exec& exec, const DYV& dy, const RV& rows, const
 template <class Exec, class PV, class LV, class IV, class WV, class DWV, class AV, class DLV>
 void moe_router_backward(const Exec& exec, const PV& probs, const LV& lse, const IV& expert, const WV& weight,
                          const DWV& dweight, const AV& aux, const typename DLV::non_const_value_type z,
-                         const DLV& dlogits, const MoeRouting& routing = {}) {
+                         const DLV& dlogits, const MoeRouting& routing = {}, std::int64_t group_rows = 0) {
+  const std::int64_t N = probs.extent(0), groups_by_experts = std::int64_t(aux.extent(0));
+  if (group_rows <= 0) group_rows = N > 0 ? N : 1;
   detail::require(dlogits.extent(0) == probs.extent(0) && dlogits.extent(1) == probs.extent(1) &&
-                      aux.extent(0) == probs.extent(1) && dweight.extent(0) == expert.extent(0) &&
-                      dweight.extent(1) == expert.extent(1),
-                  "moe_router_backward", "shapes must be probs and dlogits [N,E], expert, weight, dweight [N,k], aux[E]");
+                      N % group_rows == 0 &&
+                      groups_by_experts == std::max<std::int64_t>(1, N / group_rows) * std::int64_t(probs.extent(1)) &&
+                      dweight.extent(0) == expert.extent(0) && dweight.extent(1) == expert.extent(1),
+                  "moe_router_backward",
+                  "shapes must be probs and dlogits [N,E], expert, weight, dweight [N,k], aux[G·E] of G groups of rows");
   detail::require(!routing.sigmoid || z == 0, "moe_router_backward", "the z-loss needs softmax scores");
   using A = typename DLV::non_const_value_type;
   const int E = static_cast<int>(probs.extent(1)), k = static_cast<int>(expert.extent(1));
@@ -239,16 +249,17 @@ void moe_router_backward(const Exec& exec, const PV& probs, const LV& lse, const
           chosen += probs(t, expert(t, j));
           dot += dweight(t, j) * weight(t, j);
         }
+        const std::int64_t g = (t / group_rows) * E;  // the row's group's aux gradient
         if (sigmoid) {  // the aux loss's gradient through p = s / T into ds, first
           A total = 0, aux_dot = 0;
           for (int e = 0; e < E; ++e) {
             total += probs(t, e);
-            aux_dot += aux(e) * probs(t, e);
+            aux_dot += aux(g + e) * probs(t, e);
           }
           total += A(1e-20);
-          for (int e = 0; e < E; ++e) dlogits(t, e) = aux(e) / total - aux_dot / (total * total);
+          for (int e = 0; e < E; ++e) dlogits(t, e) = aux(g + e) / total - aux_dot / (total * total);
         } else {
-          for (int e = 0; e < E; ++e) dlogits(t, e) = aux(e);  // dp, first
+          for (int e = 0; e < E; ++e) dlogits(t, e) = aux(g + e);  // dp, first
         }
         const A denominator = chosen + (sigmoid ? A(1e-20) : A(0));
         for (int j = 0; j < k; ++j)
@@ -290,22 +301,28 @@ void moe_router_linear_backward(const Exec& exec, const DLV& dlogits, const XV& 
       });
 }
 
-// The router's statistics of a micro-batch: mean[e] = Σ_t p(t, e) / N (p the softmax, or with
-// sigmoid scores s / (Σ_e s_e + 1e-20): the load-balancing loss's), and Σ_t lse(t)² (the z-loss's
-// sum) in mean[E]. mean has E + 1 elements.
+// The router's statistics of a micro-batch, its N rows in G groups of group_rows (0: one group,
+// all of them; DeepSeek-V3's sequence-wise loss: the sequences): mean[g·E + e] = Σ_{t of g}
+// p(t, e) / group_rows (p the softmax, or with sigmoid scores s / (Σ_e s_e + 1e-20): the
+// load-balancing loss's), and Σ_t lse(t)² (the z-loss's sum) in mean[G·E]. mean has G·E + 1
+// elements.
 template <class Exec, class PV, class LV, class MV>
-void moe_router_statistics(const Exec& exec, const PV& probs, const LV& lse, const MV& mean, const bool sigmoid = false) {
-  detail::require(mean.extent(0) == probs.extent(1) + 1 && lse.extent(0) == probs.extent(0), "moe_router_statistics",
-                  "shapes must be probs[N,E], lse[N], mean[E+1]");
-  using A = typename MV::non_const_value_type;
+void moe_router_statistics(const Exec& exec, const PV& probs, const LV& lse, const MV& mean, const bool sigmoid = false,
+                           std::int64_t group_rows = 0) {
   const std::int64_t N = probs.extent(0), E = probs.extent(1);
+  if (group_rows <= 0) group_rows = N > 0 ? N : 1;
+  const std::int64_t G = std::max<std::int64_t>(1, N / group_rows);
+  detail::require(N % group_rows == 0 && std::int64_t(mean.extent(0)) == G * E + 1 && lse.extent(0) == probs.extent(0),
+                  "moe_router_statistics", "shapes must be probs[N,E], lse[N], mean[G·E+1] of G groups of rows");
+  using A = typename MV::non_const_value_type;
   Kokkos::parallel_for(
-      "tptrain::kernels::moe_router_statistics", detail::range(exec, E + 1), KOKKOS_LAMBDA(const std::int64_t e) {
+      "tptrain::kernels::moe_router_statistics", detail::range(exec, G * E + 1), KOKKOS_LAMBDA(const std::int64_t i) {
+        const std::int64_t e = i % E, first = (i / E) * group_rows, last = i < G * E ? first + group_rows : 0;
         A s = 0;
-        if (e < E && !sigmoid) {
-          for (std::int64_t t = 0; t < N; ++t) s += probs(t, e);
-        } else if (e < E) {
-          for (std::int64_t t = 0; t < N; ++t) {
+        if (i < G * E && !sigmoid) {
+          for (std::int64_t t = first; t < last; ++t) s += probs(t, e);
+        } else if (i < G * E) {
+          for (std::int64_t t = first; t < last; ++t) {
             A total = 0;
             for (std::int64_t f = 0; f < E; ++f) total += probs(t, f);
             s += probs(t, e) / (total + A(1e-20));
@@ -313,7 +330,7 @@ void moe_router_statistics(const Exec& exec, const PV& probs, const LV& lse, con
         } else {
           for (std::int64_t t = 0; t < N; ++t) s += lse(t) * lse(t);
         }
-        mean(e) = e < E ? s / A(N) : s;
+        mean(i) = i < G * E ? s / A(group_rows) : s;
       });
 }
 

@@ -129,6 +129,18 @@ std::string mixtral_routing_difference(const model::GptShape& s) {
     differs("training.moe_bias_update_rate", fmt::format("{} (an expert bias)", s.moe_bias_update_rate));
   return out;
 }
+// Where shape s's experts are not Mixtral's (E routed ones of intermediate_size in every block):
+// the deck's keys, or "".
+std::string mixtral_experts_difference(const model::GptShape& s) {
+  std::string out;
+  const auto differs = [&](const char* key, int value) {
+    if (value != 0) out += fmt::format("{}{} = {}", out.empty() ? "" : ", ", key, value);
+  };
+  differs("model.moe_ffn_hidden", s.moe_ffn_hidden == s.ffn_hidden ? 0 : s.moe_ffn_hidden);
+  differs("model.moe_shared_experts", s.moe_shared_experts);
+  differs("model.moe_dense_layers", s.moe_dense_layers);
+  return out;
+}
 
 }  // namespace
 
@@ -153,11 +165,16 @@ std::string hf_llama_config(const model::GptShape& s, const HfPreset& preset,
     throw std::runtime_error(fmt::format("model.position = \"{}\": {} has no rope_scaling (MixtralConfig), so no {} "
                                          "model with scaled rotary positions",
                                          s.position, preset.architecture, preset.architecture));
-  if (preset.config == HfConfigFamily::mixtral)
+  if (preset.config == HfConfigFamily::mixtral) {
     if (const std::string routing = mixtral_routing_difference(s); !routing.empty())
       throw std::runtime_error(fmt::format("{}: {}'s router is a softmax over every expert, the top k renormalised "
                                            "and unscaled (MixtralConfig has no other)",
                                            routing, preset.architecture));
+    if (const std::string experts = mixtral_experts_difference(s); !experts.empty())
+      throw std::runtime_error(fmt::format("{}: {}'s blocks each have model.experts routed experts of "
+                                           "intermediate_size, no shared or dense ones (MixtralConfig has no other)",
+                                           experts, preset.architecture));
+  }
   if (s.position == "yarn")
     c.max_position_embeddings = static_cast<int>(std::llround(s.rope_factor * s.rope_original_max_positions));
   if (preset.config != HfConfigFamily::mixtral) return io::llama_config_text(c);
@@ -257,6 +274,8 @@ std::string hf_config_mismatch(const HfLlamaConfig& h, const model::GptShape& s)
     compare("num_experts_per_tok", h.experts_per_token, "model.experts_per_token", s.experts_per_token);
     if (const std::string routing = mixtral_routing_difference(s); !routing.empty())
       line("config.json routes as Mixtral (softmax over every expert, the top k renormalised), the deck's " + routing);
+    if (const std::string experts = mixtral_experts_difference(s); !experts.empty())
+      line("config.json's blocks each have routed experts of intermediate_size only (Mixtral), the deck's " + experts);
     // A window of W keys hides key j from query i when i − j >= W: never within S <= W tokens.
     if (h.sliding_window && *h.sliding_window < s.seq_length)
       line(fmt::format("config.json sliding_window = {} is shorter than the deck's model.seq_length = {}: tptrain's "

@@ -153,11 +153,16 @@ class GptModel {
     }
     for (int c = 0; c < stage.chunks; ++c)
       for (int l = chunk_first_layer(c); l < chunk_first_layer(c) + per_chunk_; ++l)
-        layers_.push_back(std::make_unique<TransformerLayer<T>>("layers/" + std::to_string(l), shape,
-                                                                micro_batch, tp, workspace_, recompute, ep_rank));
+        layers_.push_back(std::make_unique<TransformerLayer<T>>("layers/" + std::to_string(l),
+                                                                block_shape(shape, l), micro_batch, tp, workspace_,
+                                                                recompute, ep_rank));
     for (auto& layer : layers_) {
       layer->bind_expert_group(expert);
-      layer->share_stage_buffers(*layers_.front(), recompute == Recompute::full);
+      // Each block shares the stage buffers of the stage's first block of its MLP's kind (DeepSeek's
+      // dense first blocks and its mixtures: block_shape).
+      const auto first = std::find_if(layers_.begin(), layers_.end(),
+                                      [&](const auto& o) { return o->shape_.mlp == layer->shape_.mlp; });
+      layer->share_stage_buffers(**first, recompute == Recompute::full);
       for (const Parameter<T>* p : layer->parameters()) expert_buckets_ = expert_buckets_ || layer->is_expert_parameter(p);
     }
     if (stage.last()) {

@@ -8,7 +8,10 @@
 //                                            brought back, weighted, summed and reduced over tensor;
 //   the experts:                             E SwiGLU MLPs (swiglu_mlp.hpp, SwigluMlp::expert),
 //                                            each run once per source rank's run of rows:
-//                                            y[t] = Σ_j w_j · down_e(silu(gate_e x) · up_e x).
+//                                            y[t] = Σ_j w_j · down_e(silu(gate_e x) · up_e x);
+//   the shared experts (DeepSeekMoE):        one SwiGLU of n_s·F_e on every token, its output
+//                                            added to the routed ones' unweighted (DeepSeek-V3
+//                                            eq. 12), inside the same reduction over tensor.
 // Tensor parallelism splits each expert as the dense SwiGLU is (gate|up column-parallel, down
 // row-parallel) and replicates the router; the dispatcher gathers the tokens at the entry and
 // reduces the weighted sum at the exit. In the backward the weights' gradient <dy, out_e> is a
@@ -22,6 +25,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -51,6 +55,7 @@ struct MixtureOfExperts final : MlpSublayer<T> {
     typename Dispatcher::Routes copies;      // where each token's copies went
     // The rows of the experts: received [R, H], their gate|up [R, 2F/t], outputs back home [kept, H]
     GrowingRows<T> expert_in, expert_h, expert_out_home;
+    kernels::Matrix<T> shared_h;  // [N, 2·n_s·F_e/t]: the shared experts' gate|up (none without them)
   };
   using Saved = std::shared_ptr<Routes>;
 
@@ -65,8 +70,9 @@ struct MixtureOfExperts final : MlpSublayer<T> {
     r->routing.weight = kernels::Matrix<Acc>(name + ".route_weight", tokens_, k);
     const std::int64_t balanced = tokens_ * k;
     r->expert_in = GrowingRows<T>(name + ".expert_in", shape_.hidden, balanced);
-    r->expert_h = GrowingRows<T>(name + ".expert_h", 2 * std::int64_t(shape_.local_ffn()), balanced);
+    r->expert_h = GrowingRows<T>(name + ".expert_h", 2 * std::int64_t(shape_.local_expert_ffn()), balanced);
     r->expert_out_home = GrowingRows<T>(name + ".expert_out", shape_.hidden, balanced);
+    if (shared) r->shared_h = kernels::Matrix<T>(name + ".shared_h", tokens_, 2 * shape_.local_shared_ffn());
     return r;
   }
 
@@ -75,6 +81,7 @@ struct MixtureOfExperts final : MlpSublayer<T> {
   Router router;
   Dispatcher dispatcher;
   std::vector<SwigluMlp<T>> experts;  // the rank's experts
+  std::optional<SwigluMlp<T>> shared; // the shared experts (model.moe_shared_experts > 0), on every rank
   Saved saved;
   MoeLossWeights loss_weights;   // the specification's coefficients; 0: the losses add no gradient
   Acc micro_batch_weight = 0;    // the gradient weight of this micro-batch's mean losses (GptModel::backward)
@@ -88,8 +95,11 @@ struct MixtureOfExperts final : MlpSublayer<T> {
   struct Scratch {
     GrowingRows<T> sorted, act, d_act, d_h, expert_out, d_rows, d_in;
     kernels::Matrix<T> dy_gathered;                 // [N, H] with sequence parallelism
+    // The shared experts': activation (then its gradient) [N, n_s·F_e/t], gate|up's gradient
+    // [N, 2·n_s·F_e/t], output (then input gradient) [N, H].
+    kernels::Matrix<T> shared_act, shared_dh, shared_out;
     kernels::Matrix<Acc> dweight, dlogits;          // [N, k], [N, E]
-    kernels::Vector<Acc> router_sums, aux_gradient; // [E + 1], [E]
+    kernels::Vector<Acc> router_sums, aux_gradient; // [G·E + 1], [G·E]: G groups of tokens (TopKRouter::groups)
   };
   std::shared_ptr<Scratch> scratch;
 
@@ -99,15 +109,18 @@ struct MixtureOfExperts final : MlpSublayer<T> {
         router(block_parameter(s, name + "/router/weight"), s, tp,
                has_expert_bias(s) ? std::optional<ParameterSpec>(block_parameter(s, name + "/router/expert_bias"))
                                   : std::nullopt),
-        dispatcher(s, tokens, ws, ep_rank), layer_weight(Acc(1) / Acc(s.layers)) {
+        dispatcher(s, tokens, ws, ep_rank), layer_weight(Acc(1) / Acc(s.layers - s.moe_dense_layers)) {
     for (int e = first_expert(s, ep_rank); e < first_expert(s, ep_rank) + local_experts(s); ++e) {
       const std::string expert = name + "/experts/" + std::to_string(e);
       experts.push_back(SwigluMlp<T>::expert(block_parameter(s, expert + "/fc/weight"),
                                                block_parameter(s, expert + "/proj/weight"), tp));
     }
+    if (s.moe_shared_experts > 0)
+      shared.emplace(SwigluMlp<T>::expert(block_parameter(s, name + "/shared_experts/fc/weight"),
+                                          block_parameter(s, name + "/shared_experts/proj/weight"), tp));
     saved = make_saved(placement.name_for(name));
     loss_weights = {s.moe_aux_loss_coeff, s.moe_z_loss_coeff};
-    const std::int64_t H = s.hidden, f = s.local_ffn();
+    const std::int64_t H = s.hidden, f = s.local_expert_ffn();
     // Allocated at first use: a model gives its blocks the first block's (GptModel).
     scratch = std::make_shared<Scratch>();
     Scratch& w = *scratch;
@@ -126,10 +139,13 @@ struct MixtureOfExperts final : MlpSublayer<T> {
   // The group over which the losses' statistics are summed (GptModel::bind_context).
   void bind_context_group(Communicator& cp) override { router.cp_ = cp.size() > 1 ? &cp : nullptr; }
 
-  // The router, then each local expert's gate|up and down: the block descriptor's order.
+  // The router, the shared experts, then each local expert's gate|up and down: the block
+  // descriptor's order.
   std::vector<Parameter<T>*> parameters() override {
     std::vector<Parameter<T>*> ps{&router.weight};
     if (router.bias) ps.push_back(&*router.bias);
+    if (shared)
+      for (Parameter<T>* p : shared->parameters()) ps.push_back(p);
     for (SwigluMlp<T>& e : experts)
       for (Parameter<T>* p : e.parameters()) ps.push_back(p);
     return ps;
@@ -150,7 +166,7 @@ struct MixtureOfExperts final : MlpSublayer<T> {
     const kernels::Matrix<T> tokens = dispatcher.gather_tokens(exec, tp, x);
     const auto routing = routing_of(r, tokens.extent(0));
     router.forward(exec, tokens, routing, w.router_sums);
-    dispatcher.sort(exec, r.copies, routing.expert);
+    dispatcher.sort(exec, r.copies, routing.expert, router.group_rows(tokens.extent(0)));
     record_losses(r, tokens.extent(0), w);
     const std::int64_t received = dispatcher.received_rows(r.copies);
     const kernels::Matrix<T> in = r.expert_in.rows(received);
@@ -162,7 +178,8 @@ struct MixtureOfExperts final : MlpSublayer<T> {
       experts[e].forward_rows(exec, tp, rows_of(in, begin, end), rows_of(h, begin, end), rows_of(act, begin, end),
                               rows_of(out, begin, end));
     });
-    dispatcher.combine(exec, tp, out, r.copies, r.expert_out_home.rows(r.copies.kept), routing.weight, y);
+    const kernels::Matrix<T> shared_out = shared_forward(exec, tp, r, w, tokens);
+    dispatcher.combine(exec, tp, out, r.copies, r.expert_out_home.rows(r.copies.kept), routing.weight, y, shared_out);
   }
 
   // dx [rows, H] (overwritten) from dy [rows, H]; x is the forward's input.
@@ -194,10 +211,13 @@ struct MixtureOfExperts final : MlpSublayer<T> {
     dispatcher.return_from_experts(exec, d_out, r.copies, d_home);
     const kernels::Matrix<T> tokens = dispatcher.gather_tokens(exec, tp, x);
     const kernels::Matrix<T> dx_all = dispatcher.sp.enabled() ? dispatcher.sp.partial : kernels::Matrix<T>(dx);
-    dispatcher.unpermute(exec, d_home, r.copies, routing.weight, dx_all);
+    const kernels::Matrix<T> shared_dx =
+        shared_backward(exec, tp, r, w, dispatcher.sp.enabled() ? w.dy_gathered : dy, tokens);
+    dispatcher.unpermute(exec, d_home, r.copies, routing.weight, dx_all, shared_dx);
     // The router: the weights' gradient and the losses', through the softmax, added to dx_all.
     router.backward(exec, tp, routing, dweight, r.losses, loss_weights, micro_batch_weight * layer_weight,
-                    w.aux_gradient, first_rows(w.dlogits, n), tokens, dx_all);
+                    first_rows(w.aux_gradient, router.groups(n) * shape_.experts), first_rows(w.dlogits, n), tokens,
+                    dx_all);
     dispatcher.reduce_input_gradient(exec, tp, dx_all, dx);
   }
 
@@ -241,9 +261,36 @@ struct MixtureOfExperts final : MlpSublayer<T> {
     if (dispatcher.sp.enabled()) w.dy_gathered = kernels::Matrix<T>("moe.dy_gathered", tokens_, shape_.hidden);
     w.dweight = kernels::Matrix<Acc>("moe.dweight", tokens_, shape_.experts_per_token);
     w.dlogits = kernels::Matrix<Acc>("moe.dlogits", tokens_, E);
-    w.router_sums = kernels::Vector<Acc>("moe.router_stats", E + 1);
-    w.aux_gradient = kernels::Vector<Acc>("moe.aux_gradient", E);
+    const std::int64_t groups = router.groups(tokens_);
+    w.router_sums = kernels::Vector<Acc>("moe.router_stats", groups * E + 1);
+    w.aux_gradient = kernels::Vector<Acc>("moe.aux_gradient", groups * E);
+    if (shared) {
+      const std::int64_t fs = shape_.local_shared_ffn();
+      w.shared_act = kernels::Matrix<T>("moe.shared_a", tokens_, fs);
+      w.shared_dh = kernels::Matrix<T>("moe.shared_dh", tokens_, 2 * fs);
+      w.shared_out = kernels::Matrix<T>("moe.shared_out", tokens_, shape_.hidden);
+    }
     return w;
+  }
+  // The shared experts' output on the n (gathered) tokens, a partial sum over tensor as the
+  // routed experts' are (empty: none); and its backward from dy of the n tokens, their input
+  // gradient (a partial sum) in the same scratch.
+  kernels::Matrix<T> shared_forward(const Exec& exec, Communicator& tp, Routes& r, const Scratch& w,
+                                    const kernels::Matrix<T>& tokens) {
+    if (!shared) return {};
+    const std::int64_t n = tokens.extent(0);
+    const kernels::Matrix<T> out = first_rows(w.shared_out, n);
+    shared->forward_rows(exec, tp, tokens, first_rows(r.shared_h, n), first_rows(w.shared_act, n), out);
+    return out;
+  }
+  kernels::Matrix<T> shared_backward(const Exec& exec, Communicator& tp, Routes& r, const Scratch& w,
+                                     const kernels::Matrix<T>& dy, const kernels::Matrix<T>& tokens) {
+    if (!shared) return {};
+    const std::int64_t n = tokens.extent(0);
+    const kernels::Matrix<T> act = first_rows(w.shared_act, n), dx = first_rows(w.shared_out, n);
+    shared->backward_rows(exec, tp, first_rows(dy, n), tokens, first_rows(r.shared_h, n), act, act,
+                          first_rows(w.shared_dh, n), dx);
+    return dx;
   }
   // The routing of the first n tokens (all of them in training; generation's new tokens).
   static typename Router::Routing routing_of(const Routes& r, std::int64_t n) {
@@ -257,7 +304,7 @@ struct MixtureOfExperts final : MlpSublayer<T> {
   // The router's losses of this forward's n tokens, and the statistics.
   void record_losses(Routes& r, std::int64_t n, const Scratch& w) {
     auto sums_h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), w.router_sums);
-    const typename Router::Losses l = router.losses(r.copies.routed, sums_h, n, r.losses);
+    const typename Router::Losses l = router.losses(r.copies.routed_by_group, sums_h, n, r.losses);
     if (!record) return;
     stats.aux_loss_sum += l.aux;
     stats.z_loss_sum += l.z;

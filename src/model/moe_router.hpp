@@ -8,7 +8,10 @@
 // Its losses, added to the router's gradient only: the load-balancing loss (Switch Transformers,
 // Fedus et al. 2021, eq. 4; Mixtral's router_aux_loss_coef) E · Σ_e f_e · P_e, f_e the fraction of
 // the micro-batch's tokens routed to e (Σ_e f_e = k, as Hugging Face counts it; f carries no
-// gradient), P_e the mean router probability; and the router z-loss mean_t (log Σ_e exp logit)²
+// gradient), P_e the mean router probability — or DeepSeek-V3's sequence-wise balance loss
+// (§2.1.2, eqs. 17-20; training.moe_aux_loss_per_sequence) Σ_e f_e · P_e per sequence of T tokens,
+// f_e = E/(k·T) · (its tokens routed to e), P_e the sequence's mean normalised score, averaged over
+// the micro-batch's sequences; and the router z-loss mean_t (log Σ_e exp logit)²
 // (ST-MoE, Zoph et al. 2022). Both are the micro-batch's: under context parallelism a rank routes
 // only its chunks of the sequences, so the counts, probability sums and lse² sum are summed over
 // the context group first (as Megatron-Core reduces them over tensor × context), and f, P and both
@@ -64,7 +67,9 @@ struct TopKRouter {
   };
   // What the losses' backward needs of a micro-batch's forward (one set per micro-batch in flight).
   struct LossGradients {
-    std::vector<double> aux;  // [E] host: E · f_e / N, the load-balancing loss's dL/dp_e (unweighted)
+    // [G·E] host: the load-balancing loss's dL/dp_e (unweighted) of each group's tokens: E · f_e / N
+    // (one group), or per sequence g: E/(k·T) · f_{g,e} / T / G (T a sequence's tokens, f its count)
+    std::vector<double> aux;
     double tokens = 0;        // N of the losses' means: the micro-batch's tokens over the context group
   };
   // The losses of one micro-batch's routing.
@@ -83,11 +88,15 @@ struct TopKRouter {
   kernels::Vector<Acc> expert_bias;
   std::optional<Parameter<T>> bias;
   Communicator* cp_ = nullptr;  // the context group (null: parallel.context = 1)
+  // The sequence-wise balance loss's rows of a sequence on this rank (its local_seq_length); 0: the
+  // loss is the micro-batch's.
+  std::int64_t sequence_rows = 0;
 
   TopKRouter(const ParameterSpec& spec, const GptShape& s, const Communicator& tp,
              const std::optional<ParameterSpec>& bias_spec = std::nullopt)
       : weight(make_parameter<T>(with_split(spec, TensorSplit::replicated, "the MoE router"), tp)),
-        experts(s.experts), top_k(s.experts_per_token), routing(routing_of(s)) {
+        experts(s.experts), top_k(s.experts_per_token), routing(routing_of(s)),
+        sequence_rows(s.moe_aux_loss_per_sequence ? s.local_seq_length() : 0) {
     if (!bias_spec) return;
     bias.emplace(make_parameter<T>(with_split(*bias_spec, TensorSplit::replicated, "the MoE router"), tp));
     expert_bias = kernels::Vector<Acc>("moe.expert_bias", s.experts);  // zeros, as the parameter starts
@@ -103,40 +112,53 @@ struct TopKRouter {
     return r;
   }
 
+  // The rows of each group the load-balancing loss of n routed rows is computed over: a
+  // sequence's (sequence_rows), or all n (the micro-batch; also generation's new tokens, which
+  // are no whole sequences); and the groups, G.
+  std::int64_t group_rows(std::int64_t n) const {
+    return sequence_rows > 0 && n > 0 && n % sequence_rows == 0 ? sequence_rows : n;
+  }
+  std::int64_t groups(std::int64_t n) const { return group_rows(n) > 0 ? n / group_rows(n) : 1; }
+
   // The probabilities, lse, chosen experts and weights of x's tokens, and the column sums
-  // [Σ_t p(t, e) / n for each e | Σ_t lse²] in router_sums [E + 1].
+  // [Σ_{t of g} p(t, e) / group_rows for each group g and expert e | Σ_t lse²] in router_sums
+  // [G·E + 1, or more].
   template <class XV>
   void forward(const Exec& exec, const XV& x, const Routing& r, const kernels::Vector<Acc>& router_sums) const {
     PhaseScope phase(Phase::norms_elementwise);
     kernels::moe_route(exec, x, weight.value_matrix(), expert_bias, r.probs, r.lse, r.expert, r.weight, routing);
-    kernels::moe_router_statistics(exec, r.probs, r.lse, router_sums, routing.sigmoid);
+    const std::int64_t n = r.probs.extent(0);
+    kernels::moe_router_statistics(exec, r.probs, r.lse, first_rows(router_sums, groups(n) * experts + 1),
+                                   routing.sigmoid, group_rows(n));
   }
 
-  // The losses and their gradients' factors from the copies routed to each expert on this rank
-  // (routed [E]) and the router's column sums (router_sums, on the host) over n tokens, summed
-  // over the context group first.
+  // The losses and their gradients' factors from the copies routed to each expert by each group
+  // on this rank (routed [G·E]) and the router's column sums (router_sums, on the host) over n
+  // tokens, summed over the context group first (a sequence's chunks on the context ranks).
   template <class SumsV>
   Losses losses(const std::vector<std::int64_t>& routed, const SumsV& router_sums, std::int64_t n,
                 LossGradients& g) const {
-    const int E = experts;
-    // [copies routed to each expert | probability sums | lse² sum | tokens]
-    std::vector<double> sums(2 * static_cast<std::size_t>(E) + 2);
-    for (int e = 0; e < E; ++e) {
-      sums[e] = double(routed[e]);
-      sums[E + e] = double(router_sums(e)) * double(n);
+    const std::int64_t G = groups(n), GE = G * experts;
+    // [copies routed to each (group, expert) | probability sums | lse² sum | tokens]
+    std::vector<double> sums(2 * static_cast<std::size_t>(GE) + 2);
+    for (std::int64_t i = 0; i < GE; ++i) {
+      sums[i] = double(routed[i]);
+      sums[GE + i] = double(router_sums(i)) * double(group_rows(n));
     }
-    sums[2 * E] = double(router_sums(E));
-    sums[2 * E + 1] = double(n);
+    sums[2 * GE] = double(router_sums(GE));
+    sums[2 * GE + 1] = double(n);
     if (cp_) parallel::all_reduce_host(*cp_, sums, parallel::ReduceOp::sum);
-    const double N = sums[2 * E + 1];
+    const double N = sums[2 * GE + 1], tokens_per_group = N / double(G);
+    // Switch's E · Σ f P with Σ f = k; DeepSeek-V3's f_e normalised by E/(k·T) instead of 1/T.
+    const double factor = sequence_rows > 0 ? double(experts) / double(top_k) : double(experts);
     g.tokens = N;
-    g.aux.assign(static_cast<std::size_t>(E), 0.0);
+    g.aux.assign(static_cast<std::size_t>(GE), 0.0);
     Losses out;
-    for (int e = 0; e < E; ++e) {
-      out.aux += double(E) * (sums[e] / N) * (sums[E + e] / N);
-      g.aux[e] = double(E) * sums[e] / N / N;
+    for (std::int64_t i = 0; i < GE; ++i) {
+      out.aux += factor * (sums[i] / tokens_per_group) * (sums[GE + i] / tokens_per_group) / double(G);
+      g.aux[i] = factor * sums[i] / tokens_per_group / tokens_per_group / double(G);
     }
-    out.z = sums[2 * E] / N;
+    out.z = sums[2 * GE] / N;
     return out;
   }
 
@@ -159,7 +181,7 @@ struct TopKRouter {
     const Acc z = Acc(loss.z * 2.0 / g.tokens) * scale;
     PhaseScope phase(Phase::norms_elementwise);
     kernels::moe_router_backward(exec, r.probs, r.lse, r.expert, r.weight, dweight, aux_gradient, z, dlogits,
-                                 routing);
+                                 routing, group_rows(r.probs.extent(0)));
     kernels::moe_router_linear_backward(exec, dlogits, x, weight.value_matrix(), weight.grad_matrix(), dx,
                                         tp.rank() == 0);
   }

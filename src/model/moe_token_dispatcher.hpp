@@ -72,6 +72,7 @@ struct AllToAllTokenDispatcher {
     // The copies routed to each expert [E] and those a capacity dropped: the router's losses and
     // the statistics read them.
     std::vector<std::int64_t> routed;
+    std::vector<std::int64_t> routed_by_group;  // [G·E]: by group of group_rows tokens (sort), then expert
     std::int64_t dropped = 0;
   };
 
@@ -110,16 +111,21 @@ struct AllToAllTokenDispatcher {
   }
 
   // Sorts the copies of the n tokens whose experts are `expert` [n, k]: their rows (r.row, on the
-  // device), the copies routed to and kept by each expert, and the all-to-all's counts.
-  void sort(const Exec& exec, Routes& r, const Index& expert) {
+  // device), the copies routed to and kept by each expert (and routed by each group of group_rows
+  // tokens: the router's losses'), and the all-to-all's counts.
+  void sort(const Exec& exec, Routes& r, const Index& expert, std::int64_t group_rows) {
     const int E = experts, k = top_k;
     const auto n = static_cast<std::int64_t>(expert.extent(0));
     r.tokens = n;
     const Index row = copy_rows(r);
     auto expert_h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), expert);
     r.routed.assign(static_cast<std::size_t>(E), 0);
+    r.routed_by_group.assign(static_cast<std::size_t>(group_rows > 0 ? n / group_rows * E : E), 0);
     for (std::int64_t t = 0; t < n; ++t)
-      for (int j = 0; j < k; ++j) ++r.routed[static_cast<std::size_t>(expert_h(t, j))];
+      for (int j = 0; j < k; ++j) {
+        ++r.routed[static_cast<std::size_t>(expert_h(t, j))];
+        ++r.routed_by_group[static_cast<std::size_t>((group_rows > 0 ? t / group_rows : 0) * E + expert_h(t, j))];
+      }
     const std::int64_t capacity = expert_capacity(n);
     std::vector<std::int64_t> offset(static_cast<std::size_t>(E) + 1, 0);
     for (int e = 0; e < E; ++e) offset[e + 1] = offset[e] + std::min(r.routed[e], capacity);
@@ -169,17 +175,18 @@ struct AllToAllTokenDispatcher {
   }
 
   // The experts' outputs `out` [received_rows, H] home (into `home` [kept, H]), weighted and
-  // summed per token into y, and reduced over the tensor group.
+  // summed per token into y with `shared` (the shared experts' output [n, H], a partial sum over
+  // tensor as the routed ones are; empty: none), and reduced over the tensor group.
   template <class WV, class YV>
   void combine(const Exec& exec, Communicator& tp, const kernels::Matrix<T>& out, const Routes& r,
-               const kernels::Matrix<T>& home, const WV& weight, const YV& y) {
+               const kernels::Matrix<T>& home, const WV& weight, const YV& y, const kernels::Matrix<T>& shared) {
     if (ep_) exchange(exec, out, r.recv_rows, home, r.send_rows);
     PhaseScope phase(Phase::norms_elementwise);
     if (sp.enabled()) {
-      kernels::moe_combine(exec, home, copy_rows(r), weight, sp.partial);
+      kernels::moe_combine(exec, home, copy_rows(r), weight, sp.partial, true, shared);
       parallel::reduce_scatter_to_sequence_parallel_region_forward(tp, exec, sp.partial, y);
     } else {
-      kernels::moe_combine(exec, home, copy_rows(r), weight, y);
+      kernels::moe_combine(exec, home, copy_rows(r), weight, y, true, shared);
       parallel::reduce_from_tp_region_forward(tp, exec, y);
     }
   }
@@ -216,13 +223,13 @@ struct AllToAllTokenDispatcher {
     if (ep_) exchange(exec, d_in, r.recv_rows, d_home, r.send_rows);
   }
 
-  // dispatch's backward: each token's input gradient, the sum over its copies, into dx_all
-  // (all N tokens; the weights only give the shapes).
+  // dispatch's backward: each token's input gradient, the sum over its copies and the shared
+  // experts' (`shared`; empty: none), into dx_all (all N tokens; the weights only give the shapes).
   template <class WV, class DXV>
   void unpermute(const Exec& exec, const kernels::Matrix<T>& d_home, const Routes& r, const WV& weight,
-                 const DXV& dx_all) {
+                 const DXV& dx_all, const kernels::Matrix<T>& shared) {
     PhaseScope phase(Phase::norms_elementwise);
-    kernels::moe_combine(exec, d_home, copy_rows(r), weight, dx_all, /*weighted=*/false);
+    kernels::moe_combine(exec, d_home, copy_rows(r), weight, dx_all, /*weighted=*/false, shared);
   }
 
   // The input gradient's reduction over the tensor group (gather_tokens's backward): dx from the

@@ -62,21 +62,23 @@ std::vector<Buffer> moe_saved_buffers(const Config& c) {
   if (!c.holds_experts()) return {};
   const model::GptShape& m = c.shape;
   const Count N = sizes(c).tokens(), R = routed_rows(c), E = m.experts, K = m.experts_per_token;
-  const Count e = c.element_bytes(), acc = accumulator_bytes(c), f_t = m.local_ffn();
+  const Count e = c.element_bytes(), acc = accumulator_bytes(c), f_t = m.local_expert_ffn();
   return {{"MoE router probabilities [N, E] fp32", N * E * acc},
           {"MoE router log sum exp [N] fp32", N * acc},
           {"MoE routes: expert and row of each copy [N, K] int32, twice", 2 * N * K * 4},
           {"MoE routes: weight of each copy [N, K] fp32", N * K * acc},
           {"MoE expert input rows [N K, h]", R * m.hidden * e},
           {"MoE experts' gate and up [N K, 2f/t]", R * (2 * f_t) * e},
-          {"MoE expert outputs back home [N K, h]", R * m.hidden * e}};
+          {"MoE expert outputs back home [N K, h]", R * m.hidden * e},
+          {"MoE shared experts' gate and up [N, 2 n_s f_e/t]", N * 2 * m.local_shared_ffn() * e}};
 }
 
 std::vector<Buffer> moe_scratch(const Config& c) {
   if (!c.holds_experts()) return {};
   const model::GptShape& m = c.shape;
   const Count N = sizes(c).tokens(), R = routed_rows(c), E = m.experts, K = m.experts_per_token;
-  const Count e = c.element_bytes(), acc = accumulator_bytes(c), f_t = m.local_ffn(), rows = R * m.hidden * e;
+  const Count e = c.element_bytes(), acc = accumulator_bytes(c), f_t = m.local_expert_ffn(), rows = R * m.hidden * e;
+  const Count shared_t = m.local_shared_ffn();
   const bool ep = c.expert() > 1, sp = c.sequence_parallel && m.tensor > 1;
   return {{"MoE silu(gate) up [N K, f/t]", R * f_t * e},
           {"MoE silu(gate) up's gradient [N K, f/t]", R * f_t * e},
@@ -88,7 +90,11 @@ std::vector<Buffer> moe_scratch(const Config& c) {
           {"MoE output gradient gathered [N, h] (sequence parallel)", sp ? N * m.hidden * e : Count(0)},
           {"MoE routing weights' gradient [N, K] fp32", N * K * acc},
           {"MoE router logits' gradient [N, E] fp32", N * E * acc},
-          {"MoE router statistics [E + 1] and load-balancing gradient [E] fp32", (2 * E + 1) * acc}};
+          {"MoE router statistics [G E + 1] and load-balancing gradient [G E] fp32 (G sequences, or 1)",
+           (2 * E * (m.moe_aux_loss_per_sequence ? c.micro_batch : 1) + 1) * acc},
+          {"MoE shared experts' silu(gate) up, then its gradient [N, n_s f_e/t]", N * shared_t * e},
+          {"MoE shared experts' gate and up's gradient [N, 2 n_s f_e/t]", N * 2 * shared_t * e},
+          {"MoE shared experts' output, then input gradient [N, h]", shared_t > 0 ? N * m.hidden * e : Count(0)}};
 }
 
 std::int64_t total_bytes(const std::vector<Buffer>& buffers) {
@@ -160,25 +166,30 @@ std::vector<Buffer> head_buffers(const Config& c) {
 }
 
 // The block's own scratch, then the attention's and the MLP's in their shared region (the larger
-// part, each buffer aligned as the Workspace places it: model::phase_region_bytes, checked). A
-// mixture of experts builds no dense MLP: the region is the attention's, and its own scratch
-// follows.
+// part, each buffer aligned as the Workspace places it; of the model's largest block shape, as
+// model::phase_region_bytes, checked). A mixture of experts builds no dense MLP: without
+// DeepSeek-V3's dense first blocks the region is the attention's, and its own scratch follows.
 std::vector<Buffer> block_scratch(const Config& c) {
   std::vector<Buffer> out = block_buffers(c, [](const model::BufferRow& r) {
     return r.lifetime == model::Lifetime::scratch && r.phase == model::ScratchPhase::block;
   });
   const model::BlockSizes z = sizes(c);
-  Count part[3] = {0, 0, 0};
-  for (const model::BufferRow& r : model::block_buffer_rows(c.shape))
-    if (r.lifetime == model::Lifetime::scratch && r.phase != model::ScratchPhase::block &&
-        !(c.holds_experts() && r.phase == model::ScratchPhase::mlp)) {
-      const Count aligned = (checked_buffer_bytes(r, z, c.element_bytes()) + Count(model::kPhaseAlignment - 1)) /
-                            Count(model::kPhaseAlignment) * Count(model::kPhaseAlignment);
-      part[static_cast<int>(r.phase)] += aligned;
-    }
-  out.push_back({c.holds_experts() ? "the attention's scratch (its region; no dense MLP)"
-                          : "the attention's and the MLP's scratch, one region (the larger part)",
-                 std::max<std::int64_t>(part[1], part[2])});
+  const std::vector<model::BlockShapeCount> shapes = model::block_shapes(c.shape);
+  Count region = 0;
+  for (const model::BlockShapeCount& b : shapes) {
+    Count part[3] = {0, 0, 0};
+    for (const model::BufferRow& r : model::block_buffer_rows(b.shape))
+      if (r.lifetime == model::Lifetime::scratch && r.phase != model::ScratchPhase::block) {
+        const Count aligned = (checked_buffer_bytes(r, z, c.element_bytes()) + Count(model::kPhaseAlignment - 1)) /
+                              Count(model::kPhaseAlignment) * Count(model::kPhaseAlignment);
+        part[static_cast<int>(r.phase)] += aligned;
+      }
+    region = std::max({region, part[1], part[2]});
+  }
+  out.push_back({c.holds_experts() && shapes.size() == 1
+                     ? "the attention's scratch (its region; no dense MLP)"
+                     : "the attention's and the MLP's scratch, one region (the larger part)",
+                 region});
   for (Buffer& b : moe_scratch(c)) out.push_back(std::move(b));
   return out;
 }

@@ -159,7 +159,8 @@ BlockTimes block_times(const Config& c, const Machine& m, const Spans& spans) {
   const double n = s.splits_sequence() ? N / t : N;                // rows of the residual stream
   const double h = s.hidden, d = s.head_dim();
   const double qkv = double(s.local_qkv_width()), attn_out = double(s.local_heads()) * d;
-  const double f = s.local_ffn(), fc = double(model::mlp_fc_rows(s)) / t;
+  const double f = double(model::mlp_width(s)) / t, fc = double(model::mlp_fc_rows(s)) / t;
+  const double shared = double(s.local_shared_ffn());  // DeepSeekMoE's shared experts' width on the rank
   const double activation = N * h * e;  // an [N, h] activation: what a tensor collective moves
   const bool sp = s.splits_sequence();
   BlockTimes out;
@@ -265,6 +266,12 @@ BlockTimes block_times(const Config& c, const Machine& m, const Spans& spans) {
   b.memory(fwd, act, gated_bytes);
   if (mlp.routed) b.linear_forward(fwd, "expert down", expert_rows, h, f, local_experts);
   else b.split_gemm(fwd, "fc2", N, h, f);
+  // The shared experts: a SwiGLU on every token, its output added in the combine.
+  if (mlp.routed && shared > 0) {
+    b.linear_forward(fwd, "shared experts gate|up", N, 2 * shared, h);
+    b.memory(fwd, "shared experts swiglu", 3.0 * N * shared * e);
+    b.linear_forward(fwd, "shared experts down", N, h, shared);
+  }
   if (mlp.routed) {
     fwd.add("all-to-all (experts)", Stream::expert, all_to_all);
     b.memory(fwd, "combine", 2.0 * R * h * e);
@@ -304,6 +311,11 @@ BlockTimes block_times(const Config& c, const Machine& m, const Spans& spans) {
   }
   if (mlp.routed) {
     b.linear_backward(bwd, "expert down grad", expert_rows, h, f, local_experts);
+    if (shared > 0) {
+      b.linear_backward(bwd, "shared experts down grad", N, h, shared);
+      b.memory(bwd, "shared experts swiglu again, grad", 3.0 * 3.0 * N * shared * e);
+      b.linear_backward(bwd, "shared experts gate|up grad", N, 2 * shared, h);
+    }
   } else {
     if (s.linear_bias) b.memory(bwd, "fc2 bias grad", n * h * e);  // column sums of dY (bias_backward)
     b.split_gemm(bwd, "fc2 grad", N, f, h);  // dX, chunk by chunk as dY's rows arrive

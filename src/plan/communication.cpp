@@ -108,7 +108,7 @@ StepCommunication stage_communication(const Config& c, int stage, std::int64_t s
 StepCommunication busiest_communication(const Config& c, const StageParameters& stage_parameters) {
   StepCommunication most;
   for (const int p : {0, std::min(1, c.pipeline - 1), c.pipeline - 1}) {
-    const StepCommunication s = stage_communication(c, p, stage_parameters.of(p), stage_parameters.experts);
+    const StepCommunication s = stage_communication(c, p, stage_parameters.of(p), stage_parameters.experts_of(p));
     most.tensor = std::max(most.tensor, s.tensor);
     most.pipeline = std::max(most.pipeline, s.pipeline);
     most.data = std::max(most.data, s.data);

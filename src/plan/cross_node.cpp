@@ -220,7 +220,8 @@ CrossNodeBytes cross_node_bytes(const Config& c, const StageParameters& stage_pa
   const std::int64_t ep = c.expert();
   for (const Stages& st : stages) {
     const StepCommunication per_rank =
-        stage_communication(c, st.representative, stage_parameters.of(st.representative), stage_parameters.experts);
+        stage_communication(c, st.representative, stage_parameters.of(st.representative),
+                            stage_parameters.experts_of(st.representative));
     const std::int64_t base = st.first * s.pipeline;
     // Tensor groups: first ranks cp·σc + pp·σp + dp·σd, members 1 apart.
     const GroupLattice tensor{base, s.context, C, s.pipeline, st.count, 1, T, s.data, D};
@@ -240,7 +241,7 @@ CrossNodeBytes cross_node_bytes(const Config& c, const StageParameters& stage_pa
   // Expert groups' all-to-alls: every rank of every stage sends the same; a member's bytes go to
   // the ep − 1 others in equal parts.
   if (ep > 1) {
-    const double per_rank = stage_communication(c, 0, stage_parameters.of(0), stage_parameters.experts).expert;
+    const double per_rank = stage_communication(c, 0, stage_parameters.of(0), stage_parameters.most_experts()).expert;
     out.expert = double(all_to_all_crossings(c.world(), s.data, ep, g)) * per_rank / double(ep - 1);
   }
   // Context groups: first ranks tp + pp·σp + dp·σd, members σc = T apart, every stage at once (a

@@ -19,14 +19,15 @@ double logits_forward_flops(double B, double s, double h, double V) { return 2.0
 double flops_per_iteration(const Config& c, Recompute r) {
   const model::GptShape& m = c.shape;
   const double B = c.global_batch, s = m.seq_length, h = m.hidden, l = m.layers;
-  const double block = block_forward_flops(B, m);
+  double blocks = 0;  // the forward of every block, of each of their shapes (DeepSeek-V3's dense first ones)
+  for (const model::BlockShapeCount& b : model::block_shapes(m)) blocks += b.blocks * block_forward_flops(B, b.shape);
   const double logits = logits_forward_flops(B, s, h, m.padded_vocab());
   switch (r) {
-    case Recompute::full: return 4.0 * l * block + 3.0 * logits;
-    case Recompute::selective: return 3.0 * l * block + l * attention_core_forward_flops(B, s, h) + 3.0 * logits;
+    case Recompute::full: return 4.0 * blocks + 3.0 * logits;
+    case Recompute::selective: return 3.0 * blocks + l * attention_core_forward_flops(B, s, h) + 3.0 * logits;
     case Recompute::none: break;
   }
-  return 3.0 * l * block + 3.0 * logits;
+  return 3.0 * blocks + 3.0 * logits;
 }
 
 double narayanan_training_seconds(double tokens, double parameters, double gpus, double flops_per_gpu,

@@ -70,11 +70,14 @@ double moe_parameters(double l, double h, double a, double k, double f, double E
   return V * h * (tied ? 1 : 2) + l * block + h;
 }
 
-// The embedding, `layers` blocks and the head, without enumerating the blocks or the experts:
-// plan time does not grow with the depth or model.experts.
+// The embedding, `layers` blocks (of each of their shapes, model::block_shapes) and the head,
+// without enumerating the blocks or the experts: plan time does not grow with the depth or
+// model.experts.
 std::int64_t exact_parameters(const model::GptShape& s) {
-  return sum(model::embedding_parameter_rows(s), s, logical_elements) +
-         Count(s.layers) * block_elements(s, logical_elements).with_experts(all_experts(s)) +
+  Count blocks = 0;
+  for (const model::BlockShapeCount& b : model::block_shapes(s))
+    blocks += Count(b.blocks) * block_elements(b.shape, logical_elements).with_experts(all_experts(b.shape));
+  return sum(model::embedding_parameter_rows(s), s, logical_elements) + blocks +
          sum(model::head_parameter_rows(s), s, logical_elements);
 }
 
@@ -82,8 +85,10 @@ std::int64_t active_parameters(const model::GptShape& s) {
   if (!model::holds_experts(s)) return exact_parameters(s);
   // Every row but those of the experts K, K + 1, ..., E − 1.
   const Count routed = std::min(s.experts_per_token, s.experts);
-  return sum(model::embedding_parameter_rows(s), s, logical_elements) +
-         Count(s.layers) * block_elements(s, logical_elements).with_experts(routed) +
+  Count blocks = 0;
+  for (const model::BlockShapeCount& b : model::block_shapes(s))
+    blocks += Count(b.blocks) * block_elements(b.shape, logical_elements).with_experts(routed);
+  return sum(model::embedding_parameter_rows(s), s, logical_elements) + blocks +
          sum(model::head_parameter_rows(s), s, logical_elements);
 }
 
@@ -92,37 +97,52 @@ std::int64_t expert_parameters(const model::GptShape& s) {
   return block_elements(s, logical_elements).expert;
 }
 
-std::int64_t StageParameters::of(int stage) const {
-  if (stage < 0 || stage >= stages)
+std::int64_t StageParameters::of(int stage) const { return held.at(checked(stage)); }
+std::int64_t StageParameters::experts_of(int stage) const { return experts.at(checked(stage)); }
+std::size_t StageParameters::checked(int stage) const {
+  if (stage < 0 || stage >= stages())
     throw std::out_of_range("tptrain: plan: no pipeline stage " + std::to_string(stage) + " of " +
-                            std::to_string(stages));
-  return stage == 0 ? first : stage == stages - 1 ? last : middle;
+                            std::to_string(stages()));
+  return static_cast<std::size_t>(stage);
+}
+std::int64_t StageParameters::most_experts() const {
+  return experts.empty() ? 0 : *std::max_element(experts.begin(), experts.end());
 }
 
-StageParameters stage_parameters(const model::GptShape& s, int stages) {
-  if (stages < 1 || s.layers % stages != 0)
+StageParameters stage_parameters(const model::GptShape& s, int stages, int virtual_stages) {
+  const int chunks = stages * std::max(1, virtual_stages);
+  if (stages < 1 || s.layers % chunks != 0)
     throw std::invalid_argument("tptrain: plan: " + std::to_string(s.layers) + " layers do not split over " +
-                                std::to_string(stages) + " pipeline stages");
+                                std::to_string(stages) + " pipeline stages of " + std::to_string(chunks / stages) +
+                                " model chunks");
   const auto local = [&](const model::ParameterSpec& p) { return local_elements(p, s.tensor); };
   const auto tied_copy = [&](const model::ParameterSpec& p) { return p.tied_output_copy ? local(p) : Count(0); };
   const std::vector<model::ParameterRow> embedding_rows = model::embedding_parameter_rows(s);
-  // The rows an expert-parallel rank holds: every dense row and its E / ep experts (every rank as many).
-  const BlockElements block = block_elements(s, local);
-  const Count experts_per_block = Count(model::local_experts(s)) * block.expert;
-  const Count blocks = Count(s.layers / stages) * (block.dense + experts_per_block);
+  // The rows an expert-parallel rank holds of a block of each shape: every dense row and its
+  // E / ep experts (every rank as many). The dense blocks of DeepSeek-V3 (block_shape) lead the
+  // model: stage r holds chunks r, r + p, ... (schedule/), and chunk c the dense ones of
+  // [c·L/chunks, (c+1)·L/chunks).
+  const model::GptShape dense_block = model::block_shape(s, 0), mixture_block = model::block_shape(s, s.layers - 1);
+  const BlockElements dense = block_elements(dense_block, local), mixture = block_elements(mixture_block, local);
+  const Count dense_per_block = dense.with_experts(model::local_experts(dense_block));
+  const Count expert_part = Count(model::local_experts(mixture_block)) * mixture.expert;
+  const Count mixture_per_block = mixture.dense + expert_part;
+  const int per_chunk = s.layers / chunks, dense_layers = s.layers - model::block_shapes(s).back().blocks;
   const Count embeddings = sum(embedding_rows, s, local);
   const Count head = sum(model::head_parameter_rows(s), s, local);
   StageParameters n;
-  n.stages = stages;
-  n.experts = Count(s.layers / stages) * experts_per_block;
-  n.middle = blocks;
-  if (stages == 1) {
-    n.first = n.last = embeddings + blocks + head;
-  } else {
-    n.first = embeddings + blocks;
+  for (int stage = 0; stage < stages; ++stage) {
+    int dense_blocks = 0;
+    for (int c = stage; c < chunks; c += stages)
+      dense_blocks += std::clamp(dense_layers - c * per_chunk, 0, per_chunk);
+    const int mixture_blocks = s.layers / stages - dense_blocks;
+    Count held = Count(dense_blocks) * dense_per_block + Count(mixture_blocks) * mixture_per_block;
+    if (stage == 0) held += embeddings;
     // The last stage: ln_f, the output layer (untied: lm_head/weight, among the head's rows) and
-    // the tied output layer's copy of the word embedding.
-    n.last = blocks + head + sum(embedding_rows, s, tied_copy);
+    // the tied output layer's copy of the word embedding (on the first stage, the word embedding).
+    if (stage == stages - 1) held += head + (stages > 1 ? sum(embedding_rows, s, tied_copy) : Count(0));
+    n.held.push_back(held);
+    n.experts.push_back(Count(mixture_blocks) * expert_part);
   }
   return n;
 }

@@ -57,19 +57,26 @@ std::int64_t expert_parameters(const model::GptShape& s);
 // Elements one tensor-parallel rank of each pipeline stage holds: its blocks; the first stage
 // the embeddings; the last stage ln_f, an untied lm_head and, when it is not also the first, the
 // tied copy of the word embedding (src/model/gpt_model.hpp). A split tensor counts its allocated elements: the
-// word embedding's padded vocabulary rows. Every stage between the first and the last holds the
-// same, so three numbers say it for any pipeline size. With a mixture of experts a rank holds the
-// experts of its expert-parallel rank only, model.experts / parallel.expert per block (every
-// expert-parallel rank as many): `experts` of each stage's counts are theirs, the same on every
-// stage (the stages hold as many blocks); their gradients are summed and their optimizer state
-// sharded over the expert-data group instead of data x context (src/plan/parameter_memory.hpp).
+// word embedding's padded vocabulary rows. With a mixture of experts a rank holds the experts of
+// its expert-parallel rank only, model.experts / parallel.expert per block (every expert-parallel
+// rank as many): `experts` of each stage's counts are theirs, the same on every stage but those
+// that hold DeepSeek-V3's dense first blocks; their gradients are summed and their optimizer
+// state sharded over the expert-data group instead of data x context
+// (src/plan/parameter_memory.hpp).
 struct StageParameters {
-  int stages = 1;
-  std::int64_t first = 0, middle = 0, last = 0;
-  std::int64_t experts = 0;  // of each stage's count: the experts' (0 without a mixture of experts)
-  std::int64_t of(int stage) const;  // throws std::out_of_range for a stage that does not exist
-  std::int64_t dense_of(int stage) const { return of(stage) - experts; }
+  std::vector<std::int64_t> held;     // per stage: the elements each of its ranks holds
+  std::vector<std::int64_t> experts;  // of them the experts' (0 without a mixture of experts)
+  int stages() const { return static_cast<int>(held.size()); }
+  std::int64_t of(int stage) const;  // these throw std::out_of_range for a stage that does not exist
+  std::int64_t experts_of(int stage) const;
+  std::int64_t dense_of(int stage) const { return of(stage) - experts_of(stage); }
+  std::int64_t most_experts() const;  // the largest stage's experts
+
+ private:
+  std::size_t checked(int stage) const;
 };
-StageParameters stage_parameters(const model::GptShape& s, int stages);
+// The stages' counts of `stages` pipeline stages of `virtual_stages` model chunks each (the
+// chunks decide which stages hold DeepSeek-V3's dense first blocks).
+StageParameters stage_parameters(const model::GptShape& s, int stages, int virtual_stages = 1);
 
 }  // namespace tptrain::plan

@@ -230,7 +230,7 @@ std::vector<Suggestion> nearest_fitting(const Config& deck, const Hardware& hw, 
                 if (!c.layout_problem().empty()) continue;
                 std::int64_t most = 0;
                 try {
-                  if (!parameters) parameters = stage_parameters(c.shape, p);
+                  if (!parameters) parameters = stage_parameters(c.shape, p, c.virtual_stages);
                   most = most_loaded_rank(c, *parameters).total();
                 } catch (const Overflow&) {
                   continue;  // more than 2^63 − 1 bytes: fits no GPU
@@ -339,8 +339,8 @@ RankMemory rank_memory(const Config& c, const StageParameters& stage_parameters,
   m.in_flight = kept.total_slots();
   m.received_gradients = kept.received_gradients;
   m.parameters = stage_parameters.of(stage);
-  m.expert_parameters = stage_parameters.experts;
-  m.parameter_bytes = parameter_bytes(m.parameters, c, stage_parameters.experts);
+  m.expert_parameters = stage_parameters.experts_of(stage);
+  m.parameter_bytes = parameter_bytes(m.parameters, c, m.expert_parameters);
   m.activations = chunked_activation_bytes(c, m.layers / c.virtual_stages, m.chunk_slots);
   m.head = stage == P - 1 ? total_bytes(head_buffers(c)) : 0;
   m.workspace = total_bytes(workspace_buffers(c)) + received_gradient_bytes(c, m.received_gradients);
@@ -361,7 +361,9 @@ RankMemory most_loaded_rank(const Config& c, const StageParameters& stage_parame
   return most;
 }
 
-RankMemory most_loaded_rank(const Config& c) { return most_loaded_rank(c, stage_parameters(c.shape, c.pipeline)); }
+RankMemory most_loaded_rank(const Config& c) {
+  return most_loaded_rank(c, stage_parameters(c.shape, c.pipeline, c.virtual_stages));
+}
 
 Plan make_plan(const Config& c, const Hardware& hw_in, double deck_tokens, const std::string& deck_path,
                bool suggest) {
@@ -394,7 +396,7 @@ Plan make_plan(const Config& c, const Hardware& hw_in, double deck_tokens, const
                                                  m.experts, m.experts_per_token, m.vocab_size, m.tie_embeddings);
   }
   const StageParameters per_stage = counted(c, "the parameter count of a pipeline stage", false,
-                                            [&] { return stage_parameters(m, c.pipeline); });
+                                            [&] { return stage_parameters(m, c.pipeline, c.virtual_stages); });
   p.memory = counted(c, "the byte count of a rank", true, [&] { return most_loaded_rank(c, per_stage); });
   p.layer_activation_bytes =
       counted(c, "the byte count of a layer's activations", true, [&] { return total_bytes(layer_activations(c)); });

@@ -13,7 +13,7 @@ std::string Config::layout_problem() const {
   // The layout's rules (base/layout_rules.hpp), in the deck's order.
   for (const rules::Problem& p : rules::tensor_split_problems(s.heads, 0, s.tensor)) return p.text();
   for (const rules::Problem& p : rules::kv_head_problems(s.heads, s.kv_head_count(), s.tensor)) return p.text();
-  for (const rules::Problem& p : rules::tensor_split_problems(0, s.ffn_hidden, s.tensor)) return p.text();
+  for (const rules::Problem& p : rules::tensor_split_problems(0, s.ffn_hidden, s.tensor, s.moe_ffn_hidden)) return p.text();
   for (const std::string& why : expert_problems()) return why;
   for (const rules::Problem& p : rules::pipeline_problems(s.layers, pipeline)) return p.text();
   if (global_batch % (std::int64_t(micro_batch) * data) != 0)

@@ -146,6 +146,10 @@ const char* symbol(ParameterDim d) {
     case ParameterDim::vocab: return "V";
     case ParameterDim::seq: return "S";
     case ParameterDim::experts: return "E";
+    case ParameterDim::expert_ffn: return "F_e";
+    case ParameterDim::expert_ffn2: return "2F_e";
+    case ParameterDim::shared_ffn: return "n_s·F_e";
+    case ParameterDim::shared_ffn2: return "2n_s·F_e";
     case ParameterDim::none: break;
   }
   return "";

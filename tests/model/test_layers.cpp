@@ -714,7 +714,8 @@ TEST_CASE("sequence-parallel layers: gradients match finite differences", "[mode
 namespace {
 
 // The router's variants: Mixtral's; DeepSeek-V3's (sigmoid scores, 3 of 8 experts from the 2 best
-// of 4 groups, renormalised and scaled by 2.5, an expert bias that only chooses); sigmoid
+// of 4 groups, renormalised and scaled by 2.5, an expert bias that only chooses; its experts
+// fine-grained, 12 wide where F is 32, and 2 shared ones; its balance loss per sequence); sigmoid
 // unnormalised.
 enum class Routing { mixtral, deepseek, sigmoid_unnormalised };
 
@@ -734,6 +735,9 @@ model::GptShape moe_shape(int tp, double capacity = 0.0, bool sequence_parallel 
     s.moe_groups = 4;
     s.moe_groups_per_token = 2;
     s.moe_routed_scaling = 2.5;
+    s.moe_ffn_hidden = 12;
+    s.moe_shared_experts = 2;
+    s.moe_aux_loss_per_sequence = true;
   }
   if (routing == Routing::sigmoid_unnormalised) {
     s.moe_norm_topk_prob = false;
@@ -815,7 +819,8 @@ TEST_CASE("MixtureOfExperts gradients match finite differences", "[model][layers
     for_each_layout([](int tp) { return moe_case(tp, 0.75, false); });
   }
   SECTION("sequence parallel") { for_each_layout([](int tp) { return moe_case(tp, 0.0, true); }); }
-  SECTION("sigmoid scores, renormalised and scaled, an expert bias") {
+  SECTION("sigmoid scores, renormalised and scaled, an expert bias; fine-grained and shared experts; the "
+          "sequence-wise balance loss") {
     for_each_layout([](int tp) { return moe_case(tp, 0.0, false, Routing::deepseek); });
   }
   SECTION("sigmoid scores, unnormalised and scaled") {
@@ -824,10 +829,11 @@ TEST_CASE("MixtureOfExperts gradients match finite differences", "[model][layers
 }
 
 // Mixtral's block written plainly on the host (modeling_mixtral's MixtralSparseMoeBlock, in
-// double), and DeepSeek-V3's router (modeling_deepseek_v3's DeepseekV3TopkRouter: sigmoid scores,
-// the bias added to choose, groups scored by their two best, the others' scores masked to 0, the
-// chosen scores renormalised + 1e-20 and scaled): the layer's output and its load-balancing loss
-// against it, and the dropless count.
+// double), and DeepSeek-V3's (modeling_deepseek_v3's DeepseekV3MoE: DeepseekV3TopkRouter's sigmoid
+// scores, the bias added to choose, groups scored by their two best, the others' scores masked to
+// 0, the chosen scores renormalised + 1e-20 and scaled; experts of moe_intermediate_size, and the
+// shared experts' MLP added; the sequence-wise balance loss of DeepSeek-V3 eqs. 17-20): the
+// layer's output and its load-balancing loss against it, and the dropless count.
 TEST_CASE("MixtureOfExperts equals a plain Mixtral block, and DeepSeek-V3's router; dropless keeps k copies per token",
           "[model][layers][moe]") {
   const Routing routing = GENERATE(Routing::mixtral, Routing::deepseek, Routing::sigmoid_unnormalised);
@@ -835,7 +841,7 @@ TEST_CASE("MixtureOfExperts equals a plain Mixtral block, and DeepSeek-V3's rout
   auto tp = test::tp_group(1);
   const kx::ExecSpace exec;
   const auto shape = moe_shape(1, 0.0, false, routing);
-  const int E = shape.experts, k = shape.experts_per_token, F = shape.ffn_hidden;
+  const int E = shape.experts, k = shape.experts_per_token, F = shape.expert_ffn();
   const std::int64_t N = std::int64_t(kBatch) * shape.seq_length, H = shape.hidden;
   model::Workspace<Real> ws;
   model::MixtureOfExperts<Real> layer("mlp", shape, N, *tp, ws, 0);
@@ -852,8 +858,32 @@ TEST_CASE("MixtureOfExperts equals a plain Mixtral block, and DeepSeek-V3's rout
   const auto host = [](const auto& v) { return Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), v); };
   auto hx = host(x), hy = host(y);
   auto wr = host(layer.router.weight.value);
+  REQUIRE(layer.shared.has_value() == (shape.moe_shared_experts > 0));
+  // y += down(silu(gate x)·up x) of an MLP F wide, its gate|up [2F, H] and down [H, F] weights.
+  const auto add_swiglu = [&](const auto& w13, const auto& w2, int F, std::int64_t t, double scale,
+                              std::vector<double>& y) {
+    std::vector<double> act(F);
+    for (int f = 0; f < F; ++f) {
+      double g = 0.0, u = 0.0;
+      for (std::int64_t h = 0; h < H; ++h) {
+        g += w13(f * H + h) * hx(t, h);
+        u += w13((F + f) * H + h) * hx(t, h);
+      }
+      act[f] = g / (1.0 + std::exp(-g)) * u;
+    }
+    for (std::int64_t h = 0; h < H; ++h) {
+      double d = 0.0;
+      for (int f = 0; f < F; ++f) d += w2(h * F + f) * act[f];
+      y[h] += scale * d;
+    }
+  };
   double worst = 0.0;
-  std::vector<double> routed(E, 0.0), mean_p(E, 0.0);
+  // Per sequence (the micro-batch's kBatch sequences of S tokens): the copies routed to each
+  // expert and the normalised scores' sums.
+  const std::int64_t S = shape.seq_length;
+  std::vector<double> routed(E, 0.0);
+  std::vector<std::vector<double>> routed_seq(kBatch, std::vector<double>(E, 0.0)),
+      p_seq(kBatch, std::vector<double>(E, 0.0));
   for (std::int64_t t = 0; t < N; ++t) {
     std::vector<double> logit(E), p(E);
     double m = -1e300, sum = 0.0;
@@ -888,31 +918,35 @@ TEST_CASE("MixtureOfExperts equals a plain Mixtral block, and DeepSeek-V3's rout
     for (int j = 0; j < k; ++j) {
       const int e = order[j];
       routed[e] += 1;
-      auto w13 = host(layer.experts[e].fc.weight.value), w2 = host(layer.experts[e].proj.weight.value);  // [2F, H] gate|up, [H, F]
-      std::vector<double> act(F);
-      for (int f = 0; f < F; ++f) {
-        double g = 0.0, u = 0.0;
-        for (std::int64_t h = 0; h < H; ++h) {
-          g += w13(f * H + h) * hx(t, h);
-          u += w13((F + f) * H + h) * hx(t, h);
-        }
-        act[f] = g / (1.0 + std::exp(-g)) * u;
-      }
-      for (std::int64_t h = 0; h < H; ++h) {
-        double d = 0.0;
-        for (int f = 0; f < F; ++f) d += w2(h * F + f) * act[f];
-        out[h] += shape.moe_routed_scaling * p[e] / denominator * d;  // renormalised over the top k, scaled
-      }
+      routed_seq[t / S][e] += 1;
+      // Renormalised over the top k, scaled.
+      add_swiglu(host(layer.experts[e].fc.weight.value), host(layer.experts[e].proj.weight.value), F, t,
+                 shape.moe_routed_scaling * p[e] / denominator, out);
     }
+    if (layer.shared)  // unweighted
+      add_swiglu(host(layer.shared->fc.weight.value), host(layer.shared->proj.weight.value), int(shape.shared_ffn()), t,
+                 1.0, out);
     for (std::int64_t h = 0; h < H; ++h) worst = std::max(worst, std::fabs(out[h] - hy(t, h)));
     double total = 0.0;  // the aux loss's probabilities: sigmoid scores normalised per token
     for (int e = 0; e < E; ++e) total += p[e];
-    for (int e = 0; e < E; ++e) mean_p[e] += (sigmoid ? p[e] / (total + 1e-20) : p[e]) / double(N);
+    for (int e = 0; e < E; ++e) p_seq[t / S][e] += sigmoid ? p[e] / (total + 1e-20) : p[e];
   }
   INFO("largest difference from the plain block: " << worst);
   CHECK(worst < 1e-12);
+  // Switch's E Σ f_e P_e over the micro-batch, or DeepSeek-V3's Σ f_e P_e per sequence with
+  // f_e = E/(k S) · its copies routed to e, averaged over the sequences.
   double aux = 0.0;
-  for (int e = 0; e < E; ++e) aux += double(E) * routed[e] / double(N) * mean_p[e];
+  for (int e = 0; e < E; ++e) {
+    double count = 0.0, p = 0.0;
+    for (int b = 0; b < kBatch; ++b) {
+      count += routed_seq[b][e];
+      p += p_seq[b][e];
+      if (shape.moe_aux_loss_per_sequence)
+        aux += double(E) / (k * double(S)) * routed_seq[b][e] * p_seq[b][e] / double(S) / kBatch;
+    }
+    if (!shape.moe_aux_loss_per_sequence) aux += double(E) * count / double(N) * p / double(N);
+  }
+  REQUIRE(kBatch > 1);  // sequences to tell the two apart
   CHECK(std::fabs(stats.aux_loss_sum - aux) < 1e-12);
   std::int64_t copies = 0;
   for (int e = 0; e < E; ++e) {

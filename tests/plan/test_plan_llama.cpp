@@ -61,16 +61,16 @@ TEST_CASE("plan: Llama-2-7B and Llama-3-8B parameters, exactly and by formula", 
   const StageParameters one = stage_parameters(padded, 1);
   const StageParameters two = stage_parameters(padded, 2);
   const std::int64_t replicated = 32 * 2 * 4096 + 4096;
-  CHECK(2 * one.first == std::int64_t(unpadded) + replicated - 2 * 32000 * 4096 + 2 * 32064 * 4096);
+  CHECK(2 * one.of(0) == std::int64_t(unpadded) + replicated - 2 * 32000 * 4096 + 2 * 32064 * 4096);
   // Untied: the last stage holds lm_head and the final norm, no copy of the embedding.
-  CHECK(two.first + two.last == one.first);
+  CHECK(two.of(0) + two.of(1) == one.of(0));
   // Tied (as Llama 3.2's small models): one V x H tensor less, and a copy on the last stage.
   model::GptShape tied = llama3_8b();
   tied.tie_embeddings = true;
   CHECK(exact_parameters(tied) == 8030261248 - 128256 * 4096);
   CHECK(double(exact_parameters(tied)) == formula(tied));
   const StageParameters tied_two = stage_parameters(tied, 2);
-  CHECK(tied_two.first + tied_two.last == stage_parameters(tied, 1).first + 128256 * 4096);
+  CHECK(tied_two.of(0) + tied_two.of(1) == stage_parameters(tied, 1).of(0) + 128256 * 4096);
   // The formula against the model's tensor list, for a grouped shape with odd sizes.
   const model::GptShape odd = llama(3, 48, 6, 3, 200, 1000, 7);
   double listed = 0;

@@ -9,6 +9,7 @@
 #include <array>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <numeric>
 #include <random>
@@ -26,7 +27,9 @@
 #include "src/plan/parameter_count.hpp"
 #include "src/plan/parameter_memory.hpp"
 #include "src/plan/plan.hpp"
+#include "tests/mpi_test_util.hpp"
 #include "tests/plan/plan_test_util.hpp"
+#include "tests/train/train_test_util.hpp"
 
 using namespace tptrain;
 using namespace tptrain::plan;
@@ -98,6 +101,52 @@ TEST_CASE("plan: Mixtral-8x7B has 46,702,792,704 parameters, 12,879,925,248 acti
   dense.mlp = "swiglu";
   CHECK(active_parameters(dense) == exact_parameters(dense));
   CHECK(expert_parameters(dense) == 0);
+}
+
+// DeepSeekMoE's blocks (model.moe_ffn_hidden, model.moe_shared_experts, model.moe_dense_layers):
+// the counts against the model's tensors and by hand, and each rank's against what a TrainingRun
+// holds, the dense first blocks spread over the stages by interleaving (2 ranks: layers 0 and 2 on
+// stage 0, 1 and 3 on stage 1).
+TEST_CASE("plan: DeepSeekMoE's dense first blocks, fine-grained and shared experts count as the model holds them",
+          "[plan][moe][mpi]") {
+  const int n = test::world_size();
+  io::Deck deck = test::pipeline_deck(1, n, 1, 2);
+  deck.model.architecture = "mixtral";
+  deck.model.take_preset_defaults();
+  deck.model.kv_heads = 2;
+  deck.model.vocab_size = 250;
+  deck.model.experts = 4;
+  deck.model.experts_per_token = 2;
+  deck.model.moe_ffn_hidden = 16;
+  deck.model.moe_shared_experts = 2;
+  deck.model.moe_dense_layers = 3;
+  if (n == 2) deck.parallel.virtual_stages = 2;
+  const Config c = config_of(deck);
+  const model::GptShape& s = c.shape;
+  std::int64_t tensors = 0;
+  for (const model::LogicalTensor& t : model::logical_tensors(s))
+    tensors += std::accumulate(t.shape.begin(), t.shape.end(), std::int64_t(1), std::multiplies<>());
+  CHECK(exact_parameters(s) == tensors);
+  // By hand: h 32, 4 heads of 8, 2 key/value heads, dense f 64, experts f_e 16, E 4, K 2, 2 shared.
+  const std::int64_t h = 32, f = 64, fe = 16, E = 4, K = 2, shared = 2 * fe, V = 250;
+  const std::int64_t attention = h * (4 + 2 * 2) * 8 + 4 * 8 * h + 2 * h;  // q, k, v, o and the two norms
+  const std::int64_t dense = attention + 3 * h * f, mixture = attention + E * h + 3 * h * shared;
+  CHECK(exact_parameters(s) == 3 * dense + (mixture + E * 3 * h * fe) + 2 * V * h + h);
+  CHECK(active_parameters(s) == 3 * dense + (mixture + K * 3 * h * fe) + 2 * V * h + h);
+  CHECK(expert_parameters(s) == 3 * h * fe);
+
+  parallel::Topology topo(MPI_COMM_WORLD, parallel::layout_of(deck));
+  train::RunOptions options;
+  options.synthetic_tokens = 4096;
+  train::TrainingRun<float> run(deck, topo, options);
+  const StageParameters stages = stage_parameters(s, c.pipeline, c.virtual_stages);
+  const int stage = topo.coords().pp;
+  std::int64_t experts = 0;
+  for (const model::Parameter<float>* p : run.model().parameters())
+    if (p->name.find("mlp/experts/") != std::string::npos) experts += p->local_size();
+  INFO("stage " << stage << " of " << c.pipeline << " in " << c.virtual_stages << " chunks");
+  CHECK(run.parameter_memory().parameters == stages.of(stage));
+  CHECK(experts == stages.experts_of(stage));
 }
 
 TEST_CASE("plan: the shipped Mixtral-8x7B deck fits its layout on 80 GiB", "[plan][moe]") {
@@ -182,12 +231,12 @@ TEST_CASE("plan: a rank holds E / ep experts; their state is sharded over the ex
     REQUIRE(c.layout_problem().empty());
     const StageParameters sp = stage_parameters(c.shape, c.pipeline);
     const std::int64_t experts = l * (8 / ep) * expert_on_rank;
-    CHECK(sp.experts == experts);
+    CHECK(sp.experts_of(0) == experts);
     CHECK(sp.of(0) == l * dense_block + embedding + experts);
     CHECK(sp.dense_of(1) == l * dense_block);
     // Weights and gradients whole; the optimizer's master weights and moments sharded: the dense
     // ones over data 8, the experts' over data / ep.
-    const ParameterBytes b = parameter_bytes(sp.of(0), c, sp.experts);
+    const ParameterBytes b = parameter_bytes(sp.of(0), c, sp.experts_of(0));
     const std::int64_t dense = sp.of(0) - experts, edp = 8 / ep;
     const std::int64_t shards = (dense + 7) / 8 + (experts + edp - 1) / edp;
     CHECK(b.weights == 2 * sp.of(0));
@@ -205,7 +254,7 @@ TEST_CASE("plan: a rank holds E / ep experts; their state is sharded over the ex
   c.distributed_optimizer = false;
   c.shape.expert = 8;
   const StageParameters sp = stage_parameters(c.shape, c.pipeline);
-  CHECK(parameter_bytes(sp.of(0), c, sp.experts).total() == 18 * sp.of(0));
+  CHECK(parameter_bytes(sp.of(0), c, sp.experts_of(0)).total() == 18 * sp.of(0));
   // With context parallelism the groups are data x context and data / ep x context.
   c.shape.context = 2;
   CHECK(c.data_context() == 16);
@@ -267,11 +316,11 @@ TEST_CASE("plan: all-to-all bytes per step, by formula", "[plan][moe]") {
       CHECK(expert_all_to_alls(c) == (ep > 1 ? count : 0));
       const double per_step = ep > 1 ? 2 * 2 * count * a2a * (ep - 1) / ep : 0.0;
       for (const int stage : {0, 1}) {
-        const StepCommunication s = stage_communication(c, stage, sp.of(stage), sp.experts);
+        const StepCommunication s = stage_communication(c, stage, sp.of(stage), sp.experts_of(stage));
         CHECK(s.expert == Approx(per_step).epsilon(1e-15));
         // The dense gradients over data 4, the experts' over data / ep (fp32, all-reduced).
         CHECK(s.data == Approx(all_reduce_bytes(double(sp.dense_of(stage)) * 4, 4)).epsilon(1e-15));
-        CHECK(s.expert_data == Approx(all_reduce_bytes(double(sp.experts) * 4, 4 / ep)).epsilon(1e-15));
+        CHECK(s.expert_data == Approx(all_reduce_bytes(double(sp.experts_of(0)) * 4, 4 / ep)).epsilon(1e-15));
       }
       CHECK(busiest_communication(c, sp).expert == Approx(per_step).epsilon(1e-15));
     }
@@ -280,7 +329,7 @@ TEST_CASE("plan: all-to-all bytes per step, by formula", "[plan][moe]") {
   const Config m = config_of(shipped("mixtral-8x7b.toml"));
   CHECK(expert_all_to_all_bytes(m) == 64.0 * 1024 * 1024);
   const StageParameters msp = stage_parameters(m.shape, m.pipeline);
-  CHECK(stage_communication(m, 0, msp.of(0), msp.experts).expert == 112.0 * 1024 * 1024 * 1024);
+  CHECK(stage_communication(m, 0, msp.of(0), msp.experts_of(0)).expert == 112.0 * 1024 * 1024 * 1024);
 }
 
 namespace {
@@ -377,9 +426,9 @@ TEST_CASE("cross-node: the expert groups of every small layout against the rank 
                 for (const auto& [key, members] : expert_data) {
                   REQUIRE(members.size() == std::size_t(C * D / ep));
                   gradients += double(nodes_of_ring(members, g)) *
-                               stage_communication(c, key[0], sp.of(key[0]), sp.experts).expert_data;
+                               stage_communication(c, key[0], sp.of(key[0]), sp.experts_of(0)).expert_data;
                 }
-                const double per_rank = stage_communication(c, 0, sp.of(0), sp.experts).expert;
+                const double per_rank = stage_communication(c, 0, sp.of(0), sp.experts_of(0)).expert;
                 const CrossNodeBytes got = cross_node_bytes(c, sp, order, g);
                 CHECK(got.expert == Approx(ep > 1 ? a2a * per_rank / (ep - 1) : 0.0).epsilon(1e-12));
                 CHECK(got.expert_data == Approx(gradients).epsilon(1e-12));
@@ -434,8 +483,8 @@ TEST_CASE("plan: E experts count E times one expert's rows in time independent o
   // The table's counts against the expanded rows, on every expert rank of a small mixture.
   model::GptShape some = few;
   some.experts = 64;
-  for (int r = 0; r < 4; ++r) CHECK(counted_by_rows(some, r) * (l / 2) == stage_parameters(some, 2).middle);
-  CHECK(stage_parameters(some, 2).experts == (l / 2) * 16 * one / 2);
+  for (int r = 0; r < 4; ++r) CHECK(counted_by_rows(some, r) == stage_parameters(some, 4).of(1));  // a middle stage: a block
+  CHECK(stage_parameters(some, 2).experts_of(1) == (l / 2) * 16 * one / 2);
 
   const auto start = std::chrono::steady_clock::now();
   model::GptShape many = few;
@@ -448,7 +497,7 @@ TEST_CASE("plan: E experts count E times one expert's rows in time independent o
   CHECK(active_parameters(many) - active_parameters(few) == l * more * h);
   // A rank: its E / ep = 1024 experts, split over the 2 tensor ranks; the router whole.
   const StageParameters sp = stage_parameters(many, 2), sp_few = stage_parameters(few, 2);
-  CHECK(sp.experts == (l / 2) * 1024 * one / 2);
+  CHECK(sp.experts_of(0) == (l / 2) * 1024 * one / 2);
   CHECK(sp.dense_of(1) - sp_few.dense_of(1) == (l / 2) * more * h);
   CHECK(model::block_forward_flops_per_token(many) - model::block_forward_flops_per_token(few) == 2.0 * more * h);
   // The whole plan of 2^16 experts on 2^16 expert ranks, without the layout search (the CLI test

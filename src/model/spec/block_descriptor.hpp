@@ -27,6 +27,41 @@
 
 namespace tptrain::model {
 
+// ---- the blocks' shapes ------------------------------------------------------------------------
+
+// Block `layer`'s shape: s, except that DeepSeek-V3's first model.moe_dense_layers blocks
+// (first_k_dense_replace) have a dense SwiGLU of model.ffn_hidden where the others have the
+// mixture. Every reader of a block's rows asks for its shape by index (block_parameters,
+// block_parameter, the model's layers, the planner).
+inline GptShape block_shape(const GptShape& s, int layer) {
+  if (layer >= s.moe_dense_layers || !mlp_kind(s).mlp.routed) return s;
+  GptShape dense = s;
+  dense.mlp = "swiglu";
+  return dense;
+}
+// The distinct shapes of s's blocks, each with the blocks that have it (a model without dense
+// layers: s, all of them).
+struct BlockShapeCount {
+  GptShape shape;
+  int blocks;
+};
+inline std::vector<BlockShapeCount> block_shapes(const GptShape& s) {
+  const int dense = mlp_kind(s).mlp.routed ? std::min(s.moe_dense_layers, s.layers) : 0;
+  std::vector<BlockShapeCount> out;
+  if (dense > 0) out.push_back({block_shape(s, 0), dense});
+  if (dense < s.layers) out.push_back({s, s.layers - dense});
+  return out;
+}
+// Block `layer` of name "layers/<layer>/...", or -1 (a row name, or a tensor outside the blocks).
+inline int layer_of(const std::string& name) {
+  if (name.rfind("layers/", 0) != 0) return -1;
+  const std::size_t slash = name.find('/', 7);
+  if (slash == std::string::npos || slash == 7) return -1;
+  for (std::size_t i = 7; i < slash; ++i)
+    if (name[i] < '0' || name[i] > '9') return -1;
+  return std::stoi(name.substr(7, slash - 7));
+}
+
 // ---- parameters ------------------------------------------------------------------------------
 
 // A block's residual pattern (BlockSpec::residual): how it joins its kinds, as the places they
@@ -134,32 +169,28 @@ inline bool held_by_expert_rank(const GptShape& s, const std::string& row, int e
 inline std::vector<ParameterSpec> block_parameters(const GptShape& s, int layer) {
   std::vector<ParameterSpec> out;
   const std::string prefix = "layers/" + std::to_string(layer) + "/";
-  for (const ParameterRow& r : block_parameter_rows(s)) out.push_back(spec_of(r, s, prefix));
+  const GptShape block = block_shape(s, layer);
+  for (const ParameterRow& r : block_parameter_rows(block)) out.push_back(spec_of(r, block, prefix));
   return out;
 }
 
-// The row of the block parameter `name`: "layers/<i>/<row name>", or the row name itself (a
-// part of a block built on its own, as the layer tests do: "attn/qkv/weight"). Throws
-// std::logic_error for a name the table lacks, so that a layer cannot make a parameter the
-// checkpoint and the planner do not know of.
+// The block parameter `name`: "layers/<i>/<row name>" (of block i's shape), or the row name
+// itself (a part of a block built on its own, as the layer tests do: "attn/qkv/weight"; of s).
+// Nothing when the block does not hold it (a bias its specification leaves out).
+inline std::optional<ParameterSpec> block_parameter_if_held(const GptShape& s, const std::string& name) {
+  const int layer = layer_of(name);
+  const std::string row = layer >= 0 ? name.substr(name.find('/', 7) + 1) : name;
+  const GptShape block = layer >= 0 ? block_shape(s, layer) : s;
+  for (const ParameterRow& r : block_parameter_rows(block))
+    if (row == r.name) return spec_of(r, block, name.substr(0, name.size() - row.size()));
+  return std::nullopt;
+}
+// ... and std::logic_error for a name the table lacks, so that a layer cannot make a parameter
+// the checkpoint and the planner do not know of.
 inline ParameterSpec block_parameter(const GptShape& s, const std::string& name) {
-  std::string row = name;
-  if (row.rfind("layers/", 0) == 0) {
-    const std::size_t slash = row.find('/', 7);
-    if (slash != std::string::npos) row = row.substr(slash + 1);
-  }
-  for (const ParameterRow& r : block_parameter_rows(s))
-    if (row == r.name) return spec_of(r, s, name.substr(0, name.size() - row.size()));
+  if (std::optional<ParameterSpec> p = block_parameter_if_held(s, name)) return *p;
   throw std::logic_error("tptrain: the block parameter " + name +
                          " has no row in the block descriptor (src/model/spec/block_descriptor.hpp)");
-}
-
-// The row `name` when shape s's specification holds it (a bias it may leave out), else nothing.
-inline std::optional<ParameterSpec> block_parameter_if_held(const GptShape& s, const std::string& name) {
-  const std::string row = name.rfind("layers/", 0) == 0 ? name.substr(name.find('/', 7) + 1) : name;
-  for (const ParameterRow& r : block_parameter_rows(s))
-    if (row == r.name) return block_parameter(s, name);
-  return std::nullopt;
 }
 
 // ---- buffers ---------------------------------------------------------------------------------
@@ -265,12 +296,17 @@ inline std::int64_t buffer_bytes(const BufferRow& r, const BlockSizes& z, int el
 
 // The shared region of a block's attention and MLP scratch (ScratchPhase, workspace.hpp): the
 // larger part, each of its buffers starting on kPhaseAlignment.
+// The model's blocks share one region: the largest of its block shapes' (block_shapes).
 inline std::int64_t phase_region_bytes(const GptShape& s, const BlockSizes& z, int element_bytes) {
-  std::int64_t part[3] = {0, 0, 0};
-  for (const BufferRow& r : block_buffer_rows(s))
-    if (r.lifetime == Lifetime::scratch && r.phase != ScratchPhase::block)
-      part[static_cast<int>(r.phase)] += std::int64_t(phase_aligned(std::size_t(buffer_bytes(r, z, element_bytes))));
-  return std::max(part[1], part[2]);
+  std::int64_t most = 0;
+  for (const BlockShapeCount& b : block_shapes(s)) {
+    std::int64_t part[3] = {0, 0, 0};
+    for (const BufferRow& r : block_buffer_rows(b.shape))
+      if (r.lifetime == Lifetime::scratch && r.phase != ScratchPhase::block)
+        part[static_cast<int>(r.phase)] += std::int64_t(phase_aligned(std::size_t(buffer_bytes(r, z, element_bytes))));
+    most = std::max({most, part[1], part[2]});
+  }
+  return most;
 }
 
 }  // namespace tptrain::model

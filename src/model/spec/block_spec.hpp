@@ -63,6 +63,14 @@ struct BlockSpec {
   int experts = 8;
   int experts_per_token = 2;
   double moe_capacity_factor = 0.0;
+  // DeepSeekMoE (Dai et al. 2024; DeepSeek-V3 §2.1.2): fine-grained routed experts of their own
+  // width F_e (model.moe_ffn_hidden; 0: model.ffn_hidden, Mixtral's), n_s shared experts every
+  // token goes through, computed as one SwiGLU of n_s·F_e (model.moe_shared_experts), and the
+  // first k blocks with a dense SwiGLU of model.ffn_hidden instead of the mixture
+  // (model.moe_dense_layers; Hugging Face's first_k_dense_replace; block_shape).
+  int moe_ffn_hidden = 0;
+  int moe_shared_experts = 0;
+  int moe_dense_layers = 0;
   // How the router scores and chooses (DeepSeek-V3 §2.1.2; kernels::MoeRouting): "softmax" over
   // the experts (Mixtral) or "sigmoid" per expert (model.moe_score_function); the experts in
   // model.moe_groups groups, of which model.moe_groups_per_token compete for each token (the
@@ -80,6 +88,9 @@ struct BlockSpec {
   // (training.moe_aux_loss_coeff, training.moe_z_loss_coeff); 0: they add no gradient.
   double moe_aux_loss_coeff = 0.0;
   double moe_z_loss_coeff = 0.0;
+  // The load-balancing loss per sequence (DeepSeek-V3's sequence-wise balance loss, §2.1.2) rather
+  // than per micro-batch (Switch's; training.moe_aux_loss_per_sequence).
+  bool moe_aux_loss_per_sequence = false;
 };
 
 // The named architectures. Their fields are the defaults of the deck's keys.

@@ -38,6 +38,9 @@ struct ModelShape : BlockSpec {
   int head_dim() const { return heads > 0 ? hidden / heads : 0; }
   int ffn_width() const { return ffn_hidden > 0 ? ffn_hidden : 4 * hidden; }   // F, resolved
   int kv_head_count() const { return kv_heads > 0 ? kv_heads : heads; }       // 0 stands for heads
+  // A routed expert's width F_e (0 stands for F) and the shared experts' together, n_s·F_e.
+  int expert_ffn() const { return moe_ffn_hidden > 0 ? moe_ffn_hidden : ffn_width(); }
+  std::int64_t shared_ffn() const { return std::int64_t(moe_shared_experts) * expert_ffn(); }
   bool take_preset_defaults() { return model::take_preset_defaults(*this); }  // block_spec.hpp
 };
 
@@ -104,6 +107,8 @@ struct GptShape : ModelShape, ParallelLayout, KernelChoice {
   int local_heads() const { return heads / tensor; }
   int local_hidden() const { return hidden / tensor; }           // Hl = local heads * d
   int local_ffn() const { return ffn_hidden / tensor; }
+  int local_expert_ffn() const { return expert_ffn() / tensor; }
+  std::int64_t local_shared_ffn() const { return shared_ffn() / tensor; }
   bool splits_sequence() const { return sequence_parallel && tensor > 1; }
   // The tokens of a sequence on one rank: S, or S/C with context parallelism.
   int local_seq_length() const { return seq_length / context; }
@@ -140,7 +145,7 @@ struct GptShape : ModelShape, ParallelLayout, KernelChoice {
     std::vector<rules::Problem> broken;
     for (std::vector<rules::Problem> more :
          {rules::context_problems(seq_length, context), rules::head_problems(hidden, heads),
-          rules::tensor_split_problems(heads, ffn_hidden, tensor)})
+          rules::tensor_split_problems(heads, ffn_hidden, tensor, moe_ffn_hidden)})
       broken.insert(broken.end(), more.begin(), more.end());
     for (const rules::Problem& p : broken) throw std::invalid_argument("tptrain: " + p.text());
     if (context > 1 && !flash_attention)

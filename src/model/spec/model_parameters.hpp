@@ -69,9 +69,10 @@ inline std::optional<ParameterRow> model_parameter_row(const GptShape& s, const 
     if (name == r.name) return r;
   for (const ParameterRow& r : head_parameter_rows(s))
     if (name == r.name) return r;
-  if (name.rfind("layers/", 0) != 0 || name.find('/', 7) == std::string::npos) return std::nullopt;
+  const int layer = layer_of(name);
+  if (layer < 0) return std::nullopt;
   const std::string row = name.substr(name.find('/', 7) + 1);
-  for (const ParameterRow& r : block_parameter_rows(s))
+  for (const ParameterRow& r : block_parameter_rows(block_shape(s, layer)))
     if (row == r.name) return r;
   return std::nullopt;
 }

@@ -26,12 +26,20 @@ inline constexpr ParameterRow kMoeParameters[] = {
     {"{place}/router/expert_bias", {ParameterDim::experts, ParameterDim::none}, TensorSplit::replicated, 1, false,
      false, {Init::constant, 0.0f}, false, {ParameterDim::none, ParameterDim::none, ParameterDim::none},
      needs_expert_bias, ""},
-    {"{place}/experts/{e}/fc/weight", {ParameterDim::ffn2, ParameterDim::hidden}, TensorSplit::column, 2, false, true,
-     {Init::normal, 0.02f}, false, {ParameterDim::ffn, ParameterDim::ffn, ParameterDim::none}, always,
+    // The shared experts (DeepSeekMoE): one SwiGLU of n_s·F_e on every token, split over the
+    // tensor ranks as the dense one is; not an expert of expert parallelism (every rank holds it).
+    {"{place}/shared_experts/fc/weight", {ParameterDim::shared_ffn2, ParameterDim::hidden}, TensorSplit::column, 2,
+     false, true, {Init::normal, 0.02f}, false,
+     {ParameterDim::shared_ffn, ParameterDim::shared_ffn, ParameterDim::none}, needs_shared_experts, ""},
+    {"{place}/shared_experts/proj/weight", {ParameterDim::hidden, ParameterDim::shared_ffn}, TensorSplit::row, 1,
+     false, true, {Init::residual_normal, 0.02f}, false, {ParameterDim::none, ParameterDim::none, ParameterDim::none},
+     needs_shared_experts, ""},
+    {"{place}/experts/{e}/fc/weight", {ParameterDim::expert_ffn2, ParameterDim::hidden}, TensorSplit::column, 2, false,
+     true, {Init::normal, 0.02f}, false, {ParameterDim::expert_ffn, ParameterDim::expert_ffn, ParameterDim::none}, always,
      "llama=model.layers.{i}.block_sparse_moe.experts.{e}.w1.weight|"
      "model.layers.{i}.block_sparse_moe.experts.{e}.w3.weight",
      true},
-    {"{place}/experts/{e}/proj/weight", {ParameterDim::hidden, ParameterDim::ffn}, TensorSplit::row, 1, false, true,
+    {"{place}/experts/{e}/proj/weight", {ParameterDim::hidden, ParameterDim::expert_ffn}, TensorSplit::row, 1, false, true,
      {Init::residual_normal, 0.02f}, false, {ParameterDim::none, ParameterDim::none, ParameterDim::none}, always,
      "llama=model.layers.{i}.block_sparse_moe.experts.{e}.w2.weight", true},
 };
@@ -68,8 +76,21 @@ inline constexpr const char* kMoeScoreFunctions[] = {"softmax", "sigmoid"};
 
 // Its keys. The losses' weights are [training] keys: they weigh terms of the training loss.
 inline constexpr KindKey kMoeKeys[] = {
-    {"model", "experts", 8, 1, true, "", "model.mlp = \"moe\": experts E per block, each a SwiGLU of model.ffn_hidden (Mixtral: 8)",
+    {"model", "experts", 8, 1, true, "",
+     "model.mlp = \"moe\": routed experts E per block, each a SwiGLU of model.moe_ffn_hidden (Mixtral: 8)",
      "it is the mixture of experts'", &ModelShape::experts},
+    {"model", "moe_ffn_hidden", 0, 0, true, "(0 = model.ffn_hidden)",
+     "model.mlp = \"moe\": each routed expert's SwiGLU width F_e (DeepSeek-V3's moe_intermediate_size: 2048; "
+     "Mixtral's experts are model.ffn_hidden wide)",
+     "it is the mixture of experts'", &ModelShape::moe_ffn_hidden},
+    {"model", "moe_shared_experts", 0, 0, true, "",
+     "model.mlp = \"moe\": shared experts n_s every token goes through besides its routed ones, computed as one "
+     "SwiGLU of n_s * model.moe_ffn_hidden whose output is added unweighted (DeepSeek-V3's n_shared_experts: 1)",
+     "it is the mixture of experts'", &ModelShape::moe_shared_experts},
+    {"model", "moe_dense_layers", 0, 0, true, "",
+     "model.mlp = \"moe\": the first k blocks have a dense SwiGLU of model.ffn_hidden instead of the mixture "
+     "(DeepSeek-V3's first_k_dense_replace: 3)",
+     "it is the mixture of experts'", &ModelShape::moe_dense_layers},
     {"model", "experts_per_token", 2, 1, true, "",
      "model.mlp = \"moe\": experts k each token goes through (top k of the router's softmax, their "
      "probabilities renormalised to sum to 1; Mixtral: 2)",
@@ -104,6 +125,11 @@ inline constexpr KindKey kMoeKeys[] = {
      "model.mlp = \"moe\": weight of the load-balancing loss E * sum_e f_e * P_e (Switch, Mixtral), averaged "
      "over the blocks, added to the training loss (logged apart as moe_aux_loss)",
      "it weights the mixture of experts' load-balancing loss", nullptr, &ModelShape::moe_aux_loss_coeff},
+    flag_key("training", "moe_aux_loss_per_sequence", false,
+             "model.mlp = \"moe\": the load-balancing loss is DeepSeek-V3's sequence-wise one, sum_e f_e * P_e per "
+             "sequence with f_e = E / (k * T) * (the sequence's T tokens routed to e), averaged over the sequences "
+             "(its alpha is training.moe_aux_loss_coeff: 0.0001), instead of Switch's over the micro-batch",
+             "it chooses the mixture of experts' load-balancing loss", &ModelShape::moe_aux_loss_per_sequence),
     {"training", "moe_z_loss_coeff", 0.0, 0.0, true, "",
      "model.mlp = \"moe\": weight of the router z-loss mean((log sum exp logits)^2) (ST-MoE), averaged over "
      "the blocks (0 = off; logged as moe_z_loss)",
@@ -140,6 +166,10 @@ inline std::vector<rules::Problem> moe_problems(const ModelShape& s) {
         fmt::format("at most the experts of model.moe_groups_per_token = {} groups of {}: each token's k experts "
                     "come from its groups",
                     s.moe_groups_per_token, s.experts / G)));
+  if (s.moe_dense_layers >= s.layers)
+    out.push_back(rules::Problem::statement({"model.moe_dense_layers", s.moe_dense_layers},
+                                            fmt::format("below model.layers = {}: at least one block has the mixture",
+                                                        s.layers)));
   if (s.moe_score_function == "sigmoid" && s.moe_z_loss_coeff != 0)
     out.push_back(rules::Problem::statement(
         {"training.moe_z_loss_coeff", 0, fmt::format("{}", s.moe_z_loss_coeff)},
@@ -147,7 +177,7 @@ inline std::vector<rules::Problem> moe_problems(const ModelShape& s) {
         {{"model.moe_score_function", 0, "\"sigmoid\""}}));
   return out;
 }
-inline constexpr const char* kMoeBinds[] = {"linear_bias"};
+inline constexpr const char* kMoeBinds[] = {"linear_bias", "layers"};
 
 // No buffer of the workspace: its routes and routed rows depend on the routing and grow with the
 // load (mixture_of_experts.hpp); the planner counts them at balanced load
@@ -155,7 +185,8 @@ inline constexpr const char* kMoeBinds[] = {"linear_bias"};
 inline constexpr SublayerKind kMoeMlp{SublayerSlot::mlp,
                                       "moe",
                                       "a mixture of model.experts SwiGLU experts, each token through "
-                                      "model.experts_per_token of them (Mixtral)",
+                                      "model.experts_per_token of them (Mixtral) and the model.moe_shared_experts "
+                                      "(DeepSeekMoE)",
                                       kMoeParameters,
                                       {},
                                       moe_metrics,
@@ -171,8 +202,14 @@ inline constexpr SublayerKind kMoeMlp{SublayerSlot::mlp,
                                         if (!s.moe_norm_topk_prob) routing += ", unnormalised";
                                         if (s.moe_routed_scaling != 1.0)
                                           routing += fmt::format(", scaled {:g}", s.moe_routed_scaling);
-                                        return fmt::format("MoE: {} SwiGLU experts, {} per token{}", s.experts,
-                                                           s.experts_per_token, routing);
+                                        std::string more;
+                                        if (s.moe_ffn_hidden > 0) more += fmt::format(" of {}", s.moe_ffn_hidden);
+                                        more += fmt::format(", {} per token", s.experts_per_token);
+                                        if (s.moe_shared_experts > 0)
+                                          more += fmt::format(", {} shared", s.moe_shared_experts);
+                                        if (s.moe_dense_layers > 0)
+                                          more += fmt::format(", first {} blocks dense", s.moe_dense_layers);
+                                        return fmt::format("MoE: {} SwiGLU experts{}{}", s.experts, more, routing);
                                       },
                                       false,
                                       {"swiglu", true, true}};

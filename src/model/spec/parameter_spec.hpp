@@ -28,6 +28,10 @@ enum class ParameterDim {
   vocab,   // V, allocated padded to a multiple of vocab_pad_multiple * tensor (GptShape::padded_vocab)
   seq,     // S
   experts, // E: the router's rows (model.mlp = moe)
+  expert_ffn,   // F_e: a routed expert's width (model.moe_ffn_hidden)
+  expert_ffn2,  // 2F_e: its gate and up stacked
+  shared_ffn,   // n_s·F_e: the shared experts' width (model.moe_shared_experts)
+  shared_ffn2,  // 2n_s·F_e
 };
 
 // How a tensor is split over the tensor-parallel group (Megatron-LM section 3).
@@ -57,6 +61,7 @@ enum Needs : unsigned {
   // A router that chooses with a per-expert bias (DeepSeek-V3): sigmoid scores, or the bias's
   // balancing on (training.moe_bias_update_rate > 0).
   needs_expert_bias = 1u << 7,
+  needs_shared_experts = 1u << 8,  // model.moe_shared_experts > 0
 };
 // Whether shape s's router chooses with a per-expert bias (needs_expert_bias).
 inline bool has_expert_bias(const GptShape& s) {
@@ -66,7 +71,8 @@ inline bool holds(unsigned needs, const GptShape& s) {
   const unsigned have = (s.qkv_bias ? needs_qkv_bias : 0u) | (s.linear_bias ? needs_linear_bias : 0u) |
                         (s.tie_embeddings ? 0u : needs_untied) | (s.kv_head_count() != s.heads ? needs_grouped : 0u) |
                         (s.flash_attention ? needs_flash : needs_batched) | (s.context > 1 ? needs_context : 0u) |
-                        (has_expert_bias(s) ? needs_expert_bias : 0u);
+                        (has_expert_bias(s) ? needs_expert_bias : 0u) |
+                        (s.moe_shared_experts > 0 ? needs_shared_experts : 0u);
   return (needs & have) == needs;
 }
 
@@ -79,6 +85,7 @@ inline std::string needs_text(unsigned needs) {
       {needs_flash, "attention = \"flash\""},    {needs_batched, "attention = \"batched\""},
       {needs_context, "parallel.context > 1"},
       {needs_expert_bias, "(moe_score_function = \"sigmoid\" or training.moe_bias_update_rate > 0)"},
+      {needs_shared_experts, "moe_shared_experts > 0"},
   };
   std::string out;
   for (const auto& [flag, word] : words)
@@ -213,6 +220,10 @@ inline std::int64_t extent(ParameterDim d, const GptShape& s) {
     case ParameterDim::vocab: return s.padded_vocab();
     case ParameterDim::seq: return s.seq_length;
     case ParameterDim::experts: return s.experts;
+    case ParameterDim::expert_ffn: return s.expert_ffn();
+    case ParameterDim::expert_ffn2: return 2 * std::int64_t(s.expert_ffn());
+    case ParameterDim::shared_ffn: return s.shared_ffn();
+    case ParameterDim::shared_ffn2: return 2 * s.shared_ffn();
     case ParameterDim::none: break;
   }
   return 1;

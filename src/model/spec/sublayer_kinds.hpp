@@ -187,10 +187,10 @@ inline std::vector<rules::Problem> sublayer_problems(const ModelShape& s) {
 inline bool holds_experts(const ModelShape& s) { return mlp_kind(s).mlp.routed; }
 inline int local_experts(const GptShape& s) { return holds_experts(s) ? s.experts / s.expert : 0; }
 inline int first_expert(const GptShape& s, int ep_rank) { return ep_rank * local_experts(s); }
-// The MLP's fc rows: F, or gate and up stacked, 2F (a gated kind's, each expert's of a mixture).
-inline std::int64_t mlp_fc_rows(const ModelShape& s) {
-  return (mlp_kind(s).mlp.gated ? 2 : 1) * std::int64_t(s.ffn_hidden);
-}
+// The MLP's width: F, or each routed expert's F_e (a mixture's); and its fc rows: the width, or
+// gate and up stacked, twice it (a gated kind's).
+inline std::int64_t mlp_width(const ModelShape& s) { return mlp_kind(s).mlp.routed ? s.expert_ffn() : s.ffn_width(); }
+inline std::int64_t mlp_fc_rows(const ModelShape& s) { return (mlp_kind(s).mlp.gated ? 2 : 1) * mlp_width(s); }
 
 // The checks of shape s that ask its kinds, after s.validate(): the kinds' rules, expert
 // parallelism's layout rule (base/layout_rules.hpp) and the MLP's fc rows as a BLAS dimension.
