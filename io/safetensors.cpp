@@ -218,18 +218,66 @@ const SafetensorsTensorInfo* SafetensorsReader::find(const std::string& name) co
   return nullptr;
 }
 
+std::vector<std::uint8_t> SafetensorsReader::read_bytes(const SafetensorsTensorInfo& t) const {
+  std::vector<std::uint8_t> bytes(t.end - t.begin);
+  std::ifstream in(path_, std::ios::binary);
+  in.seekg(static_cast<std::streamoff>(data_start_ + t.begin));
+  in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  if (!in) fail(path_, "tensor '" + t.name + "': cannot read its " + std::to_string(bytes.size()) + " bytes");
+  return bytes;
+}
+
+// The scales' own layout is checked before any byte is read: a scale tensor of another shape
+// would pair blocks with the wrong scales, and nothing downstream could tell.
+std::vector<float> SafetensorsReader::dequantise_fp8_blocks(const SafetensorsTensorInfo& t) const {
+  const std::string scale_name = t.name + std::string(kFp8ScaleSuffix);
+  const SafetensorsTensorInfo* scale = find(scale_name);
+  if (scale == nullptr)
+    fail(path_, "tensor '" + t.name + "' is F8_E4M3 without its block scales '" + scale_name +
+                    "' (DeepSeek-V3's fp8 checkpoints hold, beside each F8_E4M3 weight, one scale per " +
+                    std::to_string(kFp8WeightBlockSize) + " x " + std::to_string(kFp8WeightBlockSize) +
+                    " block in '<name>" + std::string(kFp8ScaleSuffix) + "'; the file lacks it)");
+  if (t.shape.size() != 2)
+    fail(path_, "tensor '" + t.name + "' is F8_E4M3 of shape " + shape_text(t.shape) + ": block scales ('" +
+                    scale_name + "') are defined for 2-D weights only");
+  const std::string of_weight = "tensor '" + scale_name + "', the block scales of F8_E4M3 tensor '" + t.name +
+                                "' of shape " + shape_text(t.shape) + ", ";
+  if (scale->dtype != SafetensorsDtype::F32 && scale->dtype != SafetensorsDtype::BF16)
+    fail(path_, of_weight + "is " + dtype_name(scale->dtype) + ": expected F32 or BF16");
+  const std::uint64_t rows = t.shape[0], cols = t.shape[1];
+  const auto blocks = [](std::uint64_t n) { return (n + kFp8WeightBlockSize - 1) / kFp8WeightBlockSize; };
+  const std::vector<std::uint64_t> expected{blocks(rows), blocks(cols)};
+  if (scale->shape != expected)
+    fail(path_, of_weight + "has shape " + shape_text(scale->shape) + ": expected " + shape_text(expected) +
+                    " (one per " + std::to_string(kFp8WeightBlockSize) + " x " + std::to_string(kFp8WeightBlockSize) +
+                    " block)");
+  const std::vector<float> scales = read_float32(scale_name);  // F32 or BF16: widened exactly
+  const std::vector<std::uint8_t> bytes = read_bytes(t);
+  // All 256 values once: the decode is then a lookup per element.
+  float value_of[256];
+  for (int b = 0; b < 256; ++b) value_of[b] = float8_e4m3fn_to_float(static_cast<std::uint8_t>(b));
+  std::vector<float> out(rows * cols);
+  for (std::uint64_t r = 0; r < rows; ++r) {
+    const float* scale_row = &scales[(r / kFp8WeightBlockSize) * expected[1]];
+    for (std::uint64_t c = 0; c < cols; ++c)
+      out[r * cols + c] = value_of[bytes[r * cols + c]] * scale_row[c / kFp8WeightBlockSize];
+  }
+  return out;
+}
+
 std::vector<float> SafetensorsReader::read_float32(const std::string& name) const {
   const SafetensorsTensorInfo* t = find(name);
   if (t == nullptr) fail(path_, "no tensor '" + name + "'");
   const SafetensorsDtype d = t->dtype;
+  if (d == SafetensorsDtype::F8_E4M3) return dequantise_fp8_blocks(*t);
+  if (d == SafetensorsDtype::F8_E5M2)
+    fail(path_, "tensor '" + name + "' is F8_E5M2: not read (of the 8-bit floats, only F8_E4M3 with its '<name>" +
+                    std::string(kFp8ScaleSuffix) + "' block scales, DeepSeek-V3's layout, is)");
   if (d != SafetensorsDtype::F32 && d != SafetensorsDtype::F16 && d != SafetensorsDtype::BF16 &&
       d != SafetensorsDtype::F64)
-    fail(path_, "tensor '" + name + "' is " + dtype_name(d) + ": expected a floating-point dtype (F32, F16, BF16, F64)");
-  std::vector<std::uint8_t> bytes(t->end - t->begin);
-  std::ifstream in(path_, std::ios::binary);
-  in.seekg(static_cast<std::streamoff>(data_start_ + t->begin));
-  in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-  if (!in) fail(path_, "tensor '" + name + "': cannot read its " + std::to_string(bytes.size()) + " bytes");
+    fail(path_, "tensor '" + name + "' is " + dtype_name(d) +
+                    ": expected a floating-point dtype (F32, F16, BF16, F64, or F8_E4M3 with its block scales)");
+  const std::vector<std::uint8_t> bytes = read_bytes(*t);
   const std::uint64_t n = t->elements();
   std::vector<float> out(n);
   for (std::uint64_t i = 0; i < n; ++i) {
@@ -253,6 +301,11 @@ std::vector<std::uint8_t> safetensors_encode(const float* values, std::uint64_t 
   if (dtype == SafetensorsDtype::F32) {
     out.resize(4 * count);
     if (count > 0) std::memcpy(out.data(), values, 4 * count);
+    return out;
+  }
+  if (dtype == SafetensorsDtype::F8_E4M3) {
+    out.resize(count);
+    for (std::uint64_t i = 0; i < count; ++i) out[i] = float_to_float8_e4m3fn(values[i]);
     return out;
   }
   if (dtype != SafetensorsDtype::F16 && dtype != SafetensorsDtype::BF16)
@@ -342,6 +395,42 @@ std::uint16_t float_to_bfloat16(float f) {
   const std::uint32_t x = bits_of(f);
   if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((x >> 16) | 0x40u);  // NaN, quiet
   return static_cast<std::uint16_t>((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);  // nearest, ties to even
+}
+
+// E4M3FN from its definition (OCP OFP8 spec): the fields are read as numbers and scaled with
+// ldexp, which is exact here (at most 4 significant bits, exponents -9..8).
+float float8_e4m3fn_to_float(std::uint8_t b) {
+  const bool negative = (b & 0x80u) != 0;
+  const int exponent = (b >> 3) & 0xf;
+  const int mantissa = b & 0x7;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  if (exponent == 15 && mantissa == 7) return negative ? -nan : nan;  // S.1111.111, the only NaNs
+  // Subnormal: 2^-6 x m/8 = m x 2^-9. Normal: 2^(e-7) x (1 + m/8) = (8 + m) x 2^(e-10).
+  const float magnitude = exponent == 0 ? std::ldexp(static_cast<float>(mantissa), -9)
+                                        : std::ldexp(static_cast<float>(8 + mantissa), exponent - 10);
+  return negative ? -magnitude : magnitude;
+}
+
+// In a binade [2^E, 2^(E+1)) E4M3 has 8 values 2^(E-3) apart; below 2^-6 (the smallest normal)
+// the spacing stays 2^-9 (subnormals). So |f| / 2^(E-3), with E = max(floor(log2 |f|), -6), is
+// rounded to an integer q (ties to even: rint in the default rounding mode); q = 16 is the next
+// binade's 8, and q < 8 only happens in the subnormal range, where q is the encoding itself.
+std::uint8_t float_to_float8_e4m3fn(float f) {
+  const std::uint8_t sign = std::signbit(f) ? 0x80u : 0x00u;
+  if (std::isnan(f)) return static_cast<std::uint8_t>(sign | 0x7fu);
+  const float magnitude = std::fabs(f);
+  constexpr float kMaxFinite = 448.0f;  // S.1111.110
+  if (magnitude >= kMaxFinite) return static_cast<std::uint8_t>(sign | 0x7eu);  // saturate (Inf too)
+  constexpr int kMinNormalExponent = -6;  // exponent field 1, bias 7
+  int e = magnitude < std::ldexp(1.0f, kMinNormalExponent) ? kMinNormalExponent : std::ilogb(magnitude);
+  int q = static_cast<int>(std::rint(std::ldexp(magnitude, 3 - e)));  // exact scaling, then one rounding
+  if (q == 16) {
+    q = 8;
+    ++e;
+  }
+  if (q < 8) return static_cast<std::uint8_t>(sign | q);  // zero or subnormal: exponent field 0
+  // A magnitude below 448 rounds at most to 448 (e = 8, q = 14): never the NaN pattern.
+  return static_cast<std::uint8_t>(sign | ((e + 7) << 3) | (q - 8));
 }
 
 }  // namespace tptrain::io

@@ -32,8 +32,8 @@ class SafetensorsError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// The element types of the format (the crate's Dtype). Only the floating-point ones convert to
-// and from float32 here; the others are read in the header and refused by read_float32.
+// The element types of the format (the crate's Dtype). F32, F16, BF16, F64 and F8_E4M3 convert to
+// float32 here; the others (F8_E5M2 too) are read in the header and refused by read_float32.
 enum class SafetensorsDtype { BOOL, U8, I8, F8_E5M2, F8_E4M3, I16, U16, F16, BF16, I32, U32, F32, F64, I64, U64 };
 
 const char* dtype_name(SafetensorsDtype dtype);
@@ -43,6 +43,13 @@ std::optional<SafetensorsDtype> dtype_from_name(std::string_view name);  // "F32
 // The safetensors crate's bound on the header (MAX_HEADER_SIZE): a longer one is refused
 // before it is read.
 inline constexpr std::uint64_t kMaxSafetensorsHeaderBytes = 100'000'000;
+
+// DeepSeek-V3 publishes its linear weights as F8_E4M3 with one float32 (or BF16) scale per
+// 128 x 128 block, in a tensor named "<weight>_scale_inv" of shape [ceil(rows/128),
+// ceil(cols/128)]: w[r][c] = fp8(w[r][c]) * scale_inv[r / 128][c / 128]. The block is the model's
+// config.json quantization_config.weight_block_size, [128, 128] for DeepSeek-V3 (and R1).
+inline constexpr std::uint64_t kFp8WeightBlockSize = 128;
+inline constexpr std::string_view kFp8ScaleSuffix = "_scale_inv";
 
 struct SafetensorsTensorInfo {
   std::string name;
@@ -64,10 +71,17 @@ class SafetensorsReader {
   const SafetensorsTensorInfo* find(const std::string& name) const;  // nullptr if absent
 
   // The tensor's elements as float32: F32 as stored, F16 and BF16 widened (exact), F64 rounded to
-  // nearest. Other dtypes and absent names are a SafetensorsError.
+  // nearest, F8_E4M3 dequantised with its block scales "<name>_scale_inv" (kFp8WeightBlockSize:
+  // a 2-D weight, the scales F32 or BF16 of shape [ceil(rows/128), ceil(cols/128)]; each element
+  // is the float32 product fp8 x scale, rounded once). An F8_E4M3 tensor without its scales, or
+  // with scales of another shape or dtype, other dtypes (F8_E5M2 included) and absent names are
+  // a SafetensorsError.
   std::vector<float> read_float32(const std::string& name) const;
 
  private:
+  std::vector<std::uint8_t> read_bytes(const SafetensorsTensorInfo& t) const;  // its data, as stored
+  std::vector<float> dequantise_fp8_blocks(const SafetensorsTensorInfo& t) const;
+
   std::string path_;
   std::uint64_t data_start_ = 0;
   std::vector<SafetensorsTensorInfo> tensors_;
@@ -82,8 +96,10 @@ struct SafetensorsTensor {
   std::vector<std::uint8_t> bytes;
 };
 
-// float32 values as `dtype` (F32, BF16 or F16; BF16 and F16 rounded to nearest, ties to even;
-// NaN stays NaN). Other dtypes: std::invalid_argument.
+// float32 values as `dtype` (F32, BF16, F16 or F8_E4M3; the narrower ones rounded to nearest,
+// ties to even, F8_E4M3 saturating at +-448 as float_to_float8_e4m3fn does; NaN stays NaN).
+// F8_E4M3 is written as given, unscaled: its "<name>_scale_inv" is the caller's tensor to add.
+// Other dtypes: std::invalid_argument.
 std::vector<std::uint8_t> safetensors_encode(const float* values, std::uint64_t count, SafetensorsDtype dtype);
 
 // Writes `path` through <path>.tmp and a rename, so that `path` is never half-written: the header
@@ -98,5 +114,15 @@ float half_to_float(std::uint16_t h);
 std::uint16_t float_to_half(float f);
 float bfloat16_to_float(std::uint16_t b);
 std::uint16_t float_to_bfloat16(float f);
+
+// OCP 8-bit floating point (OFP8) E4M3, "float8_e4m3fn" in PyTorch and ml_dtypes (fn: finite, with
+// NaN): 1 sign bit, 4 exponent bits (bias 7), 3 mantissa bits. Exponent 1..15: (-1)^s 2^(e-7)
+// (1 + m/8); exponent 0: subnormal (-1)^s 2^-6 (m/8); no infinities, and S.1111.111 (0x7F, 0xFF)
+// is NaN, so the largest finite value is S.1111.110 = 448. Every one is exact in float32.
+float float8_e4m3fn_to_float(std::uint8_t b);
+// Rounded to nearest, ties to even. Magnitudes beyond 448, infinities included, saturate to +-448
+// (the OCP spec's saturating conversion; PyTorch's .to(torch.float8_e4m3fn) instead makes NaN of
+// magnitudes >= 480, the midpoint above 448). NaN gives NaN (0x7F, with the float's sign).
+std::uint8_t float_to_float8_e4m3fn(float f);
 
 }  // namespace tptrain::io

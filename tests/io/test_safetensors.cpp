@@ -1,8 +1,11 @@
 // The safetensors reader and writer (io/safetensors.hpp): files built byte by byte here, not by
 // the writer, are read as the format says; every hostile file is refused naming the file and the
-// tensor; F16/BF16 conversions agree with the compiler's own _Float16 where there is one.
+// tensor; F16/BF16 conversions agree with the compiler's own _Float16 where there is one;
+// float8_e4m3fn agrees with its definition for every bit pattern, and DeepSeek-V3's block-scaled
+// F8_E4M3 weights read back as fp8 x scale_inv.
 #include "catch.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -223,4 +226,213 @@ TEST_CASE("safetensors: binary16 and bfloat16 conversions round to nearest even"
     if (float_to_half(f) != expected) FAIL("float bits " << bits << ": " << float_to_half(f) << " vs " << expected);
   }
 #endif
+}
+
+namespace {
+
+// E4M3FN written out from the OCP definition, in double, independently of the library:
+// S.EEEE.MMM is (-1)^S 2^(E-7) (1 + M/8) for E >= 1, (-1)^S 2^-6 (M/8) for E = 0, and NaN for
+// S.1111.111 (no infinities).
+double e4m3fn_by_definition(std::uint8_t b) {
+  const double sign = (b & 0x80) ? -1.0 : 1.0;
+  const int e = (b >> 3) & 0xf, m = b & 0x7;
+  if (e == 15 && m == 7) return std::copysign(std::numeric_limits<double>::quiet_NaN(), sign);
+  if (e == 0) return sign * std::pow(2.0, -6) * (m / 8.0);
+  return sign * std::pow(2.0, e - 7) * (1.0 + m / 8.0);
+}
+
+// The nearest finite E4M3FN pattern to x by searching all of them: ties go to the pattern whose
+// last bit is 0 (the even mantissa), magnitudes beyond 448 to +-448.
+std::uint8_t nearest_e4m3fn(float x) {
+  const std::uint8_t sign = std::signbit(x) ? 0x80 : 0x00;
+  const double a = std::min(std::fabs(static_cast<double>(x)), 448.0);
+  std::uint8_t best = 0;
+  for (std::uint8_t b = 1; b <= 0x7e; ++b) {
+    const double d = std::fabs(e4m3fn_by_definition(b) - a), d_best = std::fabs(e4m3fn_by_definition(best) - a);
+    if (d < d_best || (d == d_best && (b & 1) == 0)) best = b;
+  }
+  return static_cast<std::uint8_t>(sign | best);
+}
+
+std::vector<float> e4m3fn_values(const std::vector<std::uint8_t>& bytes) {
+  std::vector<float> v;
+  for (std::uint8_t b : bytes) v.push_back(static_cast<float>(e4m3fn_by_definition(b)));
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("safetensors: every float8_e4m3fn bit pattern is the value the OCP format defines",
+          "[io][safetensors][fp8]") {
+  int nans = 0;
+  for (int i = 0; i < 256; ++i) {
+    const auto b = static_cast<std::uint8_t>(i);
+    CAPTURE(i);
+    const float f = float8_e4m3fn_to_float(b);
+    const double expected = e4m3fn_by_definition(b);
+    if (std::isnan(expected)) {
+      CHECK(std::isnan(f));
+      CHECK(std::signbit(f) == ((b & 0x80) != 0));
+      CHECK(std::isnan(float8_e4m3fn_to_float(float_to_float8_e4m3fn(f))));
+      ++nans;
+      continue;
+    }
+    CHECK(static_cast<double>(f) == expected);
+    CHECK(std::signbit(f) == ((b & 0x80) != 0));  // -0 (0x80) included
+    CHECK(float_to_float8_e4m3fn(f) == b);        // every finite value, and both zeros, round-trips
+  }
+  CHECK(nans == 2);  // 0x7F and 0xFF only
+  CHECK(std::isnan(float8_e4m3fn_to_float(0x7f)));
+  CHECK(std::isnan(float8_e4m3fn_to_float(0xff)));
+  CHECK(float8_e4m3fn_to_float(0x7e) == 448.0f);   // the largest finite
+  CHECK(float8_e4m3fn_to_float(0xfe) == -448.0f);
+  CHECK(float8_e4m3fn_to_float(0x78) == 256.0f);   // 0x78 is 2^8, not infinity: there is none
+  CHECK(float8_e4m3fn_to_float(0x38) == 1.0f);
+  CHECK(float8_e4m3fn_to_float(0x08) == std::ldexp(1.0f, -6));  // smallest normal
+  CHECK(float8_e4m3fn_to_float(0x07) == 7 * std::ldexp(1.0f, -9));  // largest subnormal
+  CHECK(float8_e4m3fn_to_float(0x01) == std::ldexp(1.0f, -9));  // smallest subnormal
+  CHECK(float8_e4m3fn_to_float(0x00) == 0.0f);
+}
+
+TEST_CASE("safetensors: float_to_float8_e4m3fn rounds to nearest even and saturates at 448", "[io][safetensors][fp8]") {
+  // Between every two neighbouring finite values: the midpoint goes to the even pattern, a float
+  // either side of it to the nearer value (the midpoints have 5 significant bits: exact floats).
+  for (std::uint8_t b = 0; b < 0x7e; ++b) {
+    for (int sign : {0x00, 0x80}) {
+      const auto lo = static_cast<std::uint8_t>(sign | b), hi = static_cast<std::uint8_t>(sign | (b + 1));
+      const float mid = (float8_e4m3fn_to_float(lo) + float8_e4m3fn_to_float(hi)) / 2;
+      CAPTURE(int(lo), mid);
+      CHECK(float_to_float8_e4m3fn(mid) == ((lo & 1) == 0 ? lo : hi));
+      CHECK(float_to_float8_e4m3fn(std::nextafter(mid, 0.0f)) == lo);
+      CHECK(float_to_float8_e4m3fn(std::nextafter(mid, sign ? -1000.0f : 1000.0f)) == hi);
+    }
+  }
+  CHECK(float_to_float8_e4m3fn(1.0625f) == 0x38);                     // 1 + 1/16: tie, down to 1.0
+  CHECK(float_to_float8_e4m3fn(1.1875f) == 0x3a);                     // 1 + 3/16: tie, up to 1.25
+  CHECK(float_to_float8_e4m3fn(std::ldexp(1.0f, -10)) == 0x00);       // half the smallest subnormal
+  CHECK(float_to_float8_e4m3fn(std::ldexp(3.0f, -10)) == 0x02);       // 1.5 subnormal steps: to 2
+  CHECK(float_to_float8_e4m3fn(std::ldexp(15.0f, -10)) == 0x08);      // largest subnormal + half: the smallest normal
+  CHECK(float_to_float8_e4m3fn(std::numeric_limits<float>::denorm_min()) == 0x00);
+  CHECK(float_to_float8_e4m3fn(-std::numeric_limits<float>::denorm_min()) == 0x80);  // -0 keeps its sign
+  CHECK(float_to_float8_e4m3fn(432.0f) == 0x7e);                      // between 416 and 448: tie to 448
+  // Saturation: everything beyond 448 is +-448 (PyTorch's cast would give NaN from 480 on).
+  for (float big : {448.5f, 464.0f, 480.0f, 1e6f, std::numeric_limits<float>::max(),
+                    std::numeric_limits<float>::infinity()}) {
+    CAPTURE(big);
+    CHECK(float_to_float8_e4m3fn(big) == 0x7e);
+    CHECK(float_to_float8_e4m3fn(-big) == 0xfe);
+  }
+  CHECK(float_to_float8_e4m3fn(std::nanf("")) == 0x7f);
+  CHECK(float_to_float8_e4m3fn(-std::nanf("")) == 0xff);
+  // Floats of every magnitude up to 2^9 against the search over all patterns.
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<std::uint32_t> bits(0, 0x44000000u);  // 0 .. 512.0f, log-uniform-ish
+  for (int i = 0; i < 20000; ++i) {
+    std::uint32_t x = bits(rng) | (i % 2 ? 0x80000000u : 0u);
+    float f;
+    std::memcpy(&f, &x, 4);
+    if (float_to_float8_e4m3fn(f) != nearest_e4m3fn(f))
+      FAIL("float bits " << x << ": " << int(float_to_float8_e4m3fn(f)) << " vs " << int(nearest_e4m3fn(f)));
+  }
+}
+
+TEST_CASE("safetensors: DeepSeek-V3 F8_E4M3 weights read as fp8 x their 128x128 block scale_inv",
+          "[io][safetensors][fp8]") {
+  tptrain::test::ScratchDir dir("safetensors_fp8");
+  // 130 x 260: the last row block is 2 rows, the last column block 4 columns, so [2, 3] scales.
+  const std::uint64_t rows = 130, cols = 260;
+  const std::string name = "model.layers.3.mlp.experts.7.gate_proj.weight";
+  std::vector<std::uint8_t> stored(rows * cols);
+  for (std::uint64_t r = 0; r < rows; ++r)  // every row holds all 256 patterns (13 is odd)
+    for (std::uint64_t c = 0; c < cols; ++c) stored[r * cols + c] = static_cast<std::uint8_t>(r * 7 + c * 13);
+  const std::vector<float> weight = e4m3fn_values(stored);
+  const std::vector<std::uint8_t> encoded = safetensors_encode(weight.data(), weight.size(), SafetensorsDtype::F8_E4M3);
+  REQUIRE(encoded == stored);  // the NaN patterns too: a NaN's sign survives
+  const std::vector<float> scale_inv{0.5f, 1.0f / 3, 2.5e-4f, 7.0f, 1.1e-3f, 3.0e5f};  // row-major [2, 3]
+  for (SafetensorsDtype scale_dtype : {SafetensorsDtype::F32, SafetensorsDtype::BF16}) {
+    CAPTURE(dtype_name(scale_dtype));
+    const std::string path = dir.file(std::string("fp8_") + dtype_name(scale_dtype) + ".safetensors");
+    const std::vector<std::uint8_t> scale_bytes = safetensors_encode(scale_inv.data(), 6, scale_dtype);
+    write_safetensors(path, {{name, SafetensorsDtype::F8_E4M3, {rows, cols}, encoded},
+                             {name + "_scale_inv", scale_dtype, {2, 3}, scale_bytes}});
+    SafetensorsReader r(path);
+    CHECK(r.find(name)->dtype == SafetensorsDtype::F8_E4M3);
+    const std::vector<float> scales = r.read_float32(name + "_scale_inv");
+    const std::vector<float> w = r.read_float32(name);
+    REQUIRE(w.size() == rows * cols);
+    std::uint64_t mismatches = 0, nans = 0, nan_patterns = 0;
+    for (std::uint8_t b : stored) nan_patterns += (b & 0x7f) == 0x7f;
+    for (std::uint64_t row = 0; row < rows; ++row)
+      for (std::uint64_t c = 0; c < cols; ++c) {
+        const std::uint64_t i = row * cols + c;
+        // 4 x 24 significant bits: the double product is exact, and float32 rounds it once.
+        const double s = scales[(row / 128) * 3 + c / 128];
+        const double product = e4m3fn_by_definition(stored[i]) * s;
+        if (std::isnan(product)) {
+          nans += 1;
+          mismatches += !std::isnan(w[i]);
+        } else {
+          mismatches += w[i] != static_cast<float>(product);
+        }
+      }
+    CHECK(mismatches == 0);
+    CHECK(nans == nan_patterns);  // the NaN patterns stay NaN, whatever their scale
+    if (scale_dtype == SafetensorsDtype::BF16) CHECK(scales[1] == bfloat16_to_float(float_to_bfloat16(1.0f / 3)));
+    else CHECK(scales == scale_inv);
+    // The last block, 2 x 4: the corner element has the last scale.
+    CHECK(w[129 * cols + 259] == static_cast<float>(e4m3fn_by_definition(stored[129 * cols + 259]) * scales[5]));
+  }
+}
+
+TEST_CASE("safetensors: F8_E4M3 without well-formed block scales is refused, naming both tensors",
+          "[io][safetensors][fp8]") {
+  tptrain::test::ScratchDir dir("safetensors_fp8");
+  const std::vector<float> zeros(130 * 260, 0.0f);
+  const auto fp8 = [&](std::vector<std::uint64_t> shape) {
+    std::uint64_t n = 1;
+    for (std::uint64_t d : shape) n *= d;
+    return SafetensorsTensor{"w", SafetensorsDtype::F8_E4M3, shape,
+                             safetensors_encode(zeros.data(), n, SafetensorsDtype::F8_E4M3)};
+  };
+  const auto scale = [&](std::vector<std::uint64_t> shape, SafetensorsDtype dtype = SafetensorsDtype::F32) {
+    std::uint64_t n = 1;
+    for (std::uint64_t d : shape) n *= d;
+    return SafetensorsTensor{"w_scale_inv", dtype, shape, safetensors_encode(zeros.data(), n, dtype)};
+  };
+  struct Case {
+    const char* file;
+    std::vector<SafetensorsTensor> tensors;
+    std::vector<std::string> expected;
+  };
+  const std::vector<Case> cases{
+      {"missing", {fp8({130, 260})}, {"tensor 'w' is F8_E4M3 without its block scales 'w_scale_inv'"}},
+      {"short_scale", {fp8({130, 260}), scale({1, 3})},
+       {"tensor 'w_scale_inv', the block scales of F8_E4M3 tensor 'w' of shape [130, 260]",
+        "has shape [1, 3]: expected [2, 3]"}},
+      {"transposed_scale", {fp8({130, 260}), scale({3, 2})}, {"'w_scale_inv'", "has shape [3, 2]: expected [2, 3]"}},
+      {"flat_scale", {fp8({130, 260}), scale({6})}, {"'w_scale_inv'", "has shape [6]: expected [2, 3]"}},
+      {"f16_scale", {fp8({130, 260}), scale({2, 3}, SafetensorsDtype::F16)},
+       {"tensor 'w_scale_inv', the block scales of F8_E4M3 tensor 'w'", "is F16: expected F32 or BF16"}},
+      {"flat_weight", {fp8({260}), scale({3})}, {"tensor 'w' is F8_E4M3 of shape [260]", "'w_scale_inv'", "2-D"}},
+      {"e5m2", {{"w", SafetensorsDtype::F8_E5M2, {2}, {0x3c, 0x40}}}, {"tensor 'w' is F8_E5M2: not read"}},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.file);
+    const std::string path = dir.file(std::string(c.file) + ".safetensors");
+    write_safetensors(path, c.tensors);
+    std::string message;
+    try {
+      (void)SafetensorsReader(path).read_float32("w");
+    } catch (const SafetensorsError& e) {
+      message = e.what();
+    }
+    CAPTURE(message);
+    CHECK_THAT(message, Contains(std::string(c.file) + ".safetensors"));
+    for (const std::string& e : c.expected) CHECK_THAT(message, Contains(e));
+  }
+  // A well-formed pair reads, zeros times zeros; and the writer still refuses F8_E5M2.
+  const std::string good = dir.file("good.safetensors");
+  write_safetensors(good, {fp8({130, 260}), scale({2, 3})});
+  CHECK(SafetensorsReader(good).read_float32("w") == zeros);
+  CHECK_THROWS_AS(safetensors_encode(zeros.data(), 1, SafetensorsDtype::F8_E5M2), std::invalid_argument);
 }
