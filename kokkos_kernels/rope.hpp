@@ -52,12 +52,24 @@ void rope_tables(const Exec& exec, const CV& cos, const SV& sin, const std::vect
   exec.fence();  // omega is freed on return
 }
 
+// The heads a rotation acts on: `count` heads, head h's d rotated features at columns
+// [h·stride + offset, + d) — stride d and offset 0 (the default) for whole heads side by side;
+// multi-head latent attention's decoupled rotary part, the last d_R of each query head's
+// d_nope + d_R features, is stride d_nope + d_R, offset d_nope.
+struct RotaryHeads {
+  std::int64_t count = 0, stride = 0, offset = 0;  // stride 0: d
+  // NOLINTNEXTLINE(google-explicit-constructor): a count alone is that many whole heads
+  RotaryHeads(std::int64_t heads, std::int64_t head_stride = 0, std::int64_t first_feature = 0)
+      : count(heads), stride(head_stride), offset(first_feature) {}
+};
+
 namespace detail {
-// Rotates columns [0, heads·d) of x in place by +angle (sign 1) or −angle (sign −1). Row r is
-// at position r mod S, or with first >= 0 at position first + r (rows of one sequence), or with
+
+// Rotates the heads' features in place by +angle (sign 1) or −angle (sign −1). Row r is at
+// position r mod S, or with first >= 0 at position first + r (rows of one sequence), or with
 // positions given (non-empty, [rows], each < S) at positions(r).
 template <class Exec, class XV, class CV, class SV>
-void rope_rotate(const Exec& exec, const XV& x, const CV& cos, const SV& sin, const std::int64_t heads,
+void rope_rotate(const Exec& exec, const XV& x, const CV& cos, const SV& sin, const RotaryHeads& rotated,
                  const double sign, const char* kernel, const std::int64_t first = -1,
                  const Tokens& positions = Tokens()) {
   check_view<Exec, XV, 2>();
@@ -65,10 +77,12 @@ void rope_rotate(const Exec& exec, const XV& x, const CV& cos, const SV& sin, co
   check_view<Exec, SV, 2>();
   check_writable<XV>();
   const std::int64_t half = cos.extent(1), d = 2 * half, s = cos.extent(0);
+  const std::int64_t heads = rotated.count, stride = rotated.stride > 0 ? rotated.stride : d, offset = rotated.offset;
   require(sin.extent(0) == cos.extent(0) && sin.extent(1) == cos.extent(1) && half > 0, kernel,
           "cos and sin must both be [S, d/2]");
-  require(heads >= 0 && heads * d <= static_cast<std::int64_t>(x.extent(1)), kernel,
-          "the rotated heads must lie within the buffer's columns");
+  require(heads >= 0 && offset >= 0 && offset + d <= stride &&
+              (heads == 0 || (heads - 1) * stride + offset + d <= static_cast<std::int64_t>(x.extent(1))),
+          kernel, "the rotated heads must lie within the buffer's columns, d features of each stride");
   if (positions.size() > 0)
     require(positions.extent(0) == x.extent(0), kernel, "positions must hold one position per row");
   else if (first < 0)
@@ -84,7 +98,7 @@ void rope_rotate(const Exec& exec, const XV& x, const CV& cos, const SV& sin, co
       KOKKOS_LAMBDA(const std::int64_t r, const std::int64_t k) {
         const bool given = positions.extent(0) > 0;
         const std::int64_t h = k / half, i = k % half, p = given ? positions(r) : first < 0 ? r % s : first + r;
-        const std::int64_t a = h * d + i, b = a + half;
+        const std::int64_t a = h * stride + offset + i, b = a + half;
         const T c = static_cast<T>(cos(p, i)), sn = sg * static_cast<T>(sin(p, i));
         const T xa = static_cast<T>(x(r, a)), xb = static_cast<T>(x(r, b));
         x(r, a) = xa * c - xb * sn;
@@ -94,24 +108,25 @@ void rope_rotate(const Exec& exec, const XV& x, const CV& cos, const SV& sin, co
 }  // namespace detail
 
 // Rotates the first `heads` heads of d = 2·cos.extent(1) features of qkv [N, ·] in place: with
-// the layout [Q heads | K heads | V heads] and heads = q heads + k heads, q and k.
+// the layout [Q heads | K heads | V heads] and heads = q heads + k heads, q and k (or a slice
+// of each head: RotaryHeads).
 // positions (may be empty): each row's position id, [N], each < S.
 template <class Exec, class XV, class CV, class SV>
-void rope_forward(const Exec& exec, const XV& qkv, const CV& cos, const SV& sin, const std::int64_t heads,
+void rope_forward(const Exec& exec, const XV& qkv, const CV& cos, const SV& sin, const RotaryHeads& heads,
                   const Tokens& positions = Tokens()) {
   detail::rope_rotate(exec, qkv, cos, sin, heads, 1.0, "rope_forward", -1, positions);
 }
 // rope_forward for the rows of one sequence at positions [first, first + rows): generation's new
 // rows after `first` cached ones (src/model/kv_cache.hpp).
 template <class Exec, class XV, class CV, class SV>
-void rope_forward_at(const Exec& exec, const XV& qkv, const CV& cos, const SV& sin, const std::int64_t heads,
+void rope_forward_at(const Exec& exec, const XV& qkv, const CV& cos, const SV& sin, const RotaryHeads& heads,
                      const std::int64_t first) {
   detail::require(first >= 0, "rope_forward_at", "the first position must be >= 0");
   detail::rope_rotate(exec, qkv, cos, sin, heads, 1.0, "rope_forward_at", first);
 }
 // The gradient through rope_forward, in place on the gradient of the same buffer.
 template <class Exec, class XV, class CV, class SV>
-void rope_backward(const Exec& exec, const XV& d_qkv, const CV& cos, const SV& sin, const std::int64_t heads,
+void rope_backward(const Exec& exec, const XV& d_qkv, const CV& cos, const SV& sin, const RotaryHeads& heads,
                    const Tokens& positions = Tokens()) {
   detail::rope_rotate(exec, d_qkv, cos, sin, heads, -1.0, "rope_backward", -1, positions);
 }

@@ -53,15 +53,17 @@ tt::HostVec silu_mul_ref(const tt::HostVec& hgu, int n, int f) {
   return a;
 }
 
-// Rotate-half RoPE of the first `heads` heads of each row of x [n, cols], position row mod s.
-// Rotation by angles p·ω_i, scaled by the amplitude a (a scaled RoPE's tables carry it).
+// Rotate-half RoPE of the first `heads` heads of each row of x [n, cols], position row mod s:
+// head h's d features at columns h·stride + offset (stride 0: d). Rotation by angles p·ω_i,
+// scaled by the amplitude a (a scaled RoPE's tables carry it).
 tt::HostVec rope_ref(tt::HostVec x, int n, int cols, int heads, int d, int s, const std::vector<double>& omega,
-                     double a) {
+                     double a, int stride = 0, int offset = 0) {
+  if (stride == 0) stride = d;
   for (int r = 0; r < n; ++r)
     for (int h = 0; h < heads; ++h)
       for (int i = 0; i < d / 2; ++i) {
         const double angle = (r % s) * omega[i];
-        const int j = r * cols + h * d + i, k = j + d / 2;
+        const int j = r * cols + h * stride + offset + i, k = j + d / 2;
         const double xa = x[j], xb = x[k];
         x[j] = a * (xa * std::cos(angle) - xb * std::sin(angle));
         x[k] = a * (xb * std::cos(angle) + xa * std::sin(angle));
@@ -228,6 +230,40 @@ TEMPLATE_TEST_CASE("rope tables, forward and backward against a double reference
   for (int c = 0; c < (q_heads + kv_heads) * d; ++c)
     REQUIRE(std::fabs(got[S * cols + c] - amplitude * hx[S * cols + c]) <= exact * std::fabs(hx[S * cols + c]));
   CHECK(tt::max_rel_err(got_dy, fd_vjp(rope, hx, hdy)) < tolerance<T>());
+}
+
+// Multi-head latent attention rotates the last d_R = 8 of each query head's 4 + 8 features (its
+// decoupled rotary part): the strided rotation against the reference, the other features bitwise
+// as they were, forward and backward.
+TEMPLATE_TEST_CASE("rope on a slice of each head (MLA's decoupled rotary part) against a double reference",
+                   "[kernels][llama]", float, kx::bf16) {
+  using T = TestType;
+  const int S = 5, B = 2, d = 8, nope = 4, stride = nope + d, heads = 3, cols = heads * stride, N = B * S;
+  std::vector<double> omega;
+  for (int i = 0; i < d / 2; ++i) omega.push_back(std::pow(10000.0, -2.0 * i / d));
+  std::mt19937 rng(29);
+  Exec exec;
+  tk::Matrix<float> cos("cos", S, d / 2), sin("sin", S, d / 2);
+  tk::rope_tables(exec, cos, sin, omega);
+  const auto hx = tt::random_vec<T>(rng, std::size_t(N) * cols);
+  const auto hdy = tt::random_vec<T>(rng, std::size_t(N) * cols);
+  auto x = tt::to_device<T>(hx, N, cols);
+  auto dy = tt::to_device<T>(hdy, N, cols);
+  tk::rope_forward(exec, x, cos, sin, tk::RotaryHeads(heads, stride, nope));
+  tk::rope_backward(exec, dy, cos, sin, tk::RotaryHeads(heads, stride, nope));
+  exec.fence();
+  const auto rope = [&](const tt::HostVec& v) { return rope_ref(v, N, cols, heads, d, S, omega, 1.0, stride, nope); };
+  const auto got = tt::to_host(x), got_dy = tt::to_host(dy);
+  CHECK(tt::max_rel_err(got, rope(hx)) < tolerance<T>());
+  CHECK(tt::max_rel_err(got_dy, fd_vjp(rope, hx, hdy)) < tolerance<T>());
+  for (int r = 0; r < N; ++r)
+    for (int h = 0; h < heads; ++h)
+      for (int c = h * stride; c < h * stride + nope; ++c) {
+        REQUIRE(got[r * cols + c] == hx[r * cols + c]);
+        REQUIRE(got_dy[r * cols + c] == hdy[r * cols + c]);
+      }
+  // A slice that leaves its stride is refused.
+  CHECK_THROWS(tk::rope_forward(exec, x, cos, sin, tk::RotaryHeads(heads, stride, nope + 1)));
 }
 
 TEMPLATE_TEST_CASE("grouped-query attention: repeat_kv around the attention kernels, against a double reference",
