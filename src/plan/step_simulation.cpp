@@ -115,6 +115,9 @@ struct Rank {
   int world_rank = 0;
   Spans spans;
   BlockTimes times;
+  // DeepSeek-V3's dense first blocks (model.moe_dense_layers; model::block_shape): their passes,
+  // and how many lead each virtual stage's chunk.
+  BlockTimes dense_times;
   std::vector<schedule::PipelineOp> ops;  // forwards and backwards, in order
   std::size_t next = 0;
   double now = 0;
@@ -126,22 +129,24 @@ struct Rank {
   double sync_end = 0, data_exposed = 0, end = 0, optimizer = 0;
 };
 
-// model::training_flops_per_token, 6·N + 12·L·S·H, with N counted from one block's rows times the
-// layers (the model's function lists every layer's tensors: 2 million layers would take seconds):
-// a block's parameters (K of a mixture's experts), the word embedding or lm_head once (the
-// logits GEMM), the final norm.
+// model::training_flops_per_token, 6·N + 12·L·S·H, with N counted from one block's rows of each
+// block shape times its blocks (the model's function lists every layer's tensors: 2 million
+// layers would take seconds): a block's parameters (K of a mixture's experts), the word
+// embedding or lm_head once (the logits GEMM), the final norm.
 double model_flops_per_token(const model::GptShape& s) {
-  const double routed = model::holds_experts(s) ? std::min(s.experts_per_token, s.experts) : 0;
-  double block = 0;
-  for (const model::ParameterRow& r : model::block_parameter_kinds(s)) {
-    double size = double(model::extent(r.shape[0], s));
-    if (r.shape[1] != model::ParameterDim::none) size *= double(model::extent(r.shape[1], s));
-    block += (r.per_expert ? routed : 1.0) * size;
+  double blocks = 0;
+  for (const model::BlockShapeCount& b : model::block_shapes(s)) {
+    const double routed = model::holds_experts(b.shape) ? std::min(s.experts_per_token, s.experts) : 0;
+    for (const model::ParameterRow& r : model::block_parameter_kinds(b.shape)) {
+      double size = double(model::extent(r.shape[0], b.shape));
+      if (r.shape[1] != model::ParameterDim::none) size *= double(model::extent(r.shape[1], b.shape));
+      blocks += b.blocks * (r.per_expert ? routed : 1.0) * size;
+    }
   }
   double final_norm = 0;
   for (const model::ParameterRow& r : model::kind_parameter_rows(s, model::kFinalNormPlace))
     final_norm += double(model::extent(r.shape[0], s));
-  const double n = double(s.layers) * block + double(s.vocab_size) * s.hidden + final_norm;
+  const double n = blocks + double(s.vocab_size) * s.hidden + final_norm;
   return 6.0 * n + 12.0 * double(s.layers) * s.seq_length * s.hidden;
 }
 
@@ -171,6 +176,10 @@ StepSimulation simulate_step(const Config& c, const Machine& m, io::ChromeTrace*
   if (const std::string why = schedule::schedule_problem(schedule::Schedule::one_f_one_b, P, M, v); !why.empty())
     throw std::invalid_argument(why);
   const int layers_per_chunk = s.layers / (P * v);
+  const int dense_layers = s.layers - model::block_shapes(s).back().blocks;
+  const auto dense_blocks = [&](int vs) { return std::clamp(dense_layers - vs * layers_per_chunk, 0, layers_per_chunk); };
+  Config dense_config = c;
+  dense_config.shape = model::block_shape(s, 0);
   // At most kMaxOps ops per rank are simulated: beyond, the steady state (every stage running one
   // forward and one backward per micro-batch) is extended by formula: each further micro-batch
   // adds the slowest stage's forward + backward to the step (and its own to each rank's parts).
@@ -187,6 +196,7 @@ StepSimulation simulate_step(const Config& c, const Machine& m, io::ChromeTrace*
     r.world_rank = world_rank(layout, 0, 0, st, 0);
     r.spans = spans_of_stage(c, m.devices, st);
     r.times = block_times(c, m, r.spans);
+    if (dense_layers > 0) r.dense_times = block_times(dense_config, m, r.spans);
     r.ops = compute_ops(st, P, v, M_simulated);
   }
 
@@ -194,11 +204,14 @@ StepSimulation simulate_step(const Config& c, const Machine& m, io::ChromeTrace*
   const std::size_t slots = static_cast<std::size_t>(P * v) * static_cast<std::size_t>(M_simulated);
   std::vector<double> forward_in(slots, -1), backward_in(slots, -1);
   const auto slot = [&](int vs, int mb) { return static_cast<std::size_t>(vs) * M_simulated + mb; };
-  // A chunk's op: the embedding, its blocks (one block's pass, repeated), the head.
+  // A chunk's op: the embedding, its blocks (one block's pass, repeated; the dense ones' first),
+  // the head.
   const auto chunk_pass = [&](const Rank& r, int vs, bool forward) {
     const BlockTimes& t = r.times;
+    const int dense = dense_blocks(vs);
     ChunkPass p;
     const auto add = [&](const Pass* x, int times) {
+      if (times == 0) return;
       p.pieces.push_back({x, times});
       p.seconds += x->seconds * times;
       for (int k = 0; k < kStreams; ++k) p.on[static_cast<std::size_t>(k)] += x->on[static_cast<std::size_t>(k)] * times;
@@ -207,11 +220,13 @@ StepSimulation simulate_step(const Config& c, const Machine& m, io::ChromeTrace*
     if (forward) {
       if (vs == 0) add(&t.embedding_forward, 1);
       if (!t.sharded_forward.kernels.empty()) add(&t.sharded_forward, 1);
-      add(&t.forward, layers_per_chunk);
+      add(&r.dense_times.forward, dense);
+      add(&t.forward, layers_per_chunk - dense);
       if (vs == last_virtual) add(&t.head_forward, 1);
     } else {
       if (vs == last_virtual) add(&t.head_backward, 1);
-      add(&t.backward, layers_per_chunk);
+      add(&t.backward, layers_per_chunk - dense);
+      add(&r.dense_times.backward, dense);
       if (!t.sharded_backward.kernels.empty()) add(&t.sharded_backward, 1);
       if (vs == 0) add(&t.embedding_backward, 1);
     }
@@ -315,9 +330,10 @@ StepSimulation simulate_step(const Config& c, const Machine& m, io::ChromeTrace*
             t += r.times.head_backward.seconds;
             if (!s.tie_embeddings || P > 1) r.buckets.push_back(Bucket{t, s.tie_embeddings ? vocab_bytes : vocab_bytes, 0, tied_copies});
           }
-          for (int l = 0; l < layers_per_chunk; ++l) {
-            t += r.times.backward.seconds;
-            r.buckets.push_back(Bucket{t, r.times.block_gradient_bytes, r.times.block_expert_gradient_bytes, false});
+          for (int l = layers_per_chunk; l-- > 0;) {  // the backward's order: the chunk's last block first
+            const BlockTimes& b = l < dense_blocks(vs) ? r.dense_times : r.times;
+            t += b.backward.seconds;
+            r.buckets.push_back(Bucket{t, b.block_gradient_bytes, b.block_expert_gradient_bytes, false});
           }
           if (vs == 0) r.buckets.push_back(Bucket{end, vocab_bytes, 0, tied_copies});
           for (Bucket& b : r.buckets) {
@@ -389,10 +405,10 @@ StepSimulation simulate_step(const Config& c, const Machine& m, io::ChromeTrace*
 
   // AdamW, bucket by bucket; with the distributed optimizer each updated bucket is all-gathered
   // (in the compute precision) while the next is updated.
-  const StageParameters parameters = stage_parameters(s, P);
+  const StageParameters parameters = stage_parameters(s, P, c.virtual_stages);
   const double bytes_per_parameter = c.precision == "fp32" ? 28.0 : 30.0;  // read w, g, m, v; write w, m, v (+ bf16 copy)
   for (Rank& r : ranks) {
-    const double dense = double(parameters.dense_of(r.stage)), experts = double(parameters.experts);
+    const double dense = double(parameters.dense_of(r.stage)), experts = double(parameters.experts_of(r.stage));
     const bool sharded = c.distributed_optimizer || c.shard_parameters;
     const double shard_dense = sharded ? dense / data_context : dense;
     const double shard_experts = sharded ? experts / expert_data : experts;
@@ -464,14 +480,20 @@ StepSimulation simulate_step(const Config& c, const Machine& m, io::ChromeTrace*
 namespace tptrain::plan {
 
 double compute_lower_bound(const Config& c, const Machine& m) {
-  const BlockTimes t = block_times(c, m, Spans{});  // the compute stream does not depend on the spans
   // A chunk's blocks forward and backward, F + B; the last stage cannot start before P − 1 chunk
   // forwards have passed the stages before it, runs its M·v chunks of both, and its last backward
-  // then crosses P − 1 chunks back: (M·v + P − 1)·(F + B), 1F1B's bubble included.
-  const double chunk_layers = double(c.shape.layers / (c.pipeline * c.virtual_stages));
+  // then crosses P − 1 chunks back: (M·v + P − 1)·(F + B), 1F1B's bubble included. A block costs
+  // at least the cheapest of the model's block shapes (DeepSeek-V3's dense first blocks).
   const auto compute = [](const Pass& p) { return p.on[static_cast<std::size_t>(Stream::compute)]; };
-  return (double(c.micro_batches()) * c.virtual_stages + c.pipeline - 1) * chunk_layers *
-         (compute(t.forward) + compute(t.backward));
+  double block = std::numeric_limits<double>::infinity();
+  for (const model::BlockShapeCount& b : model::block_shapes(c.shape)) {
+    Config shaped = c;
+    shaped.shape = b.shape;
+    const BlockTimes t = block_times(shaped, m, Spans{});  // the compute stream does not depend on the spans
+    block = std::min(block, compute(t.forward) + compute(t.backward));
+  }
+  const double chunk_layers = double(c.shape.layers / (c.pipeline * c.virtual_stages));
+  return (double(c.micro_batches()) * c.virtual_stages + c.pipeline - 1) * chunk_layers * block;
 }
 
 std::string trace_note(const Config& c) {

@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "src/model/spec/block_descriptor.hpp"
 #include "src/plan/block_time.hpp"
 #include "src/plan/collective_cost.hpp"
 #include "src/plan/gemm_efficiency.hpp"
@@ -70,6 +71,36 @@ TEST_CASE("step simulation: interleaving idles (p - 1)/(v m)", "[plan][simulatio
   // And without pipelining there is no bubble.
   const StepSimulation one = simulate_step(even_stages(1, 1, 8), compute_only());
   CHECK(one.average.bubble == Approx(0).margin(1e-12));
+}
+
+TEST_CASE("step simulation: DeepSeek-V3's dense first blocks run their own passes", "[plan][simulation]") {
+  // One stage of 8 blocks, 4 micro-batches: making the first 3 blocks dense SwiGLUs of F = 4096
+  // (model.moe_dense_layers) instead of mixtures of 2 of 8 experts of 1024 changes the step's
+  // compute by 4 · 3 times the two blocks' difference; on 2 stages the first stage holds them.
+  const Machine m = compute_only();
+  Config mixture = even_stages(1, 1, 4);
+  mixture.shape.mlp = "moe";
+  mixture.shape.experts = 8;
+  mixture.shape.experts_per_token = 2;
+  mixture.shape.moe_ffn_hidden = 1024;
+  Config dense_first = mixture;
+  dense_first.shape.moe_dense_layers = 3;
+  Config dense_block = mixture;
+  dense_block.shape = model::block_shape(dense_first.shape, 0);
+  REQUIRE(dense_block.shape.mlp == "swiglu");
+  const auto compute = [](const BlockTimes& t) {
+    return t.forward.on[static_cast<std::size_t>(Stream::compute)] +
+           t.backward.on[static_cast<std::size_t>(Stream::compute)];
+  };
+  const double difference = compute(block_times(dense_block, m, Spans{})) - compute(block_times(mixture, m, Spans{}));
+  REQUIRE(difference > 0);
+  const StepSimulation a = simulate_step(mixture, m), b = simulate_step(dense_first, m);
+  CHECK(b.average.compute - a.average.compute == Approx(4 * 3 * difference).epsilon(1e-9));
+  mixture.pipeline = dense_first.pipeline = 2;
+  const StepSimulation two_a = simulate_step(mixture, m), two_b = simulate_step(dense_first, m);
+  REQUIRE(two_a.stages.size() == 2);
+  CHECK(two_b.stages[0].compute - two_a.stages[0].compute == Approx(4 * 3 * difference).epsilon(1e-9));
+  CHECK(two_b.stages[1].compute == Approx(two_a.stages[1].compute).epsilon(1e-12));
 }
 
 TEST_CASE("step simulation: an overlapped bucket costs only its exposed tail", "[plan][simulation]") {
