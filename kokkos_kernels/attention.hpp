@@ -6,21 +6,24 @@
 // fused softmax passes of causal_softmax.hpp (described below; a test reference, and the fallback
 // without a pointer-table workspace), with the same results to rounding.
 //
-// qkv [B*S, (nh + 2 nkv)·d], nh = nh_local, nkv = the rank's key/value heads (AttentionOptions;
-// nh without grouped-query attention), columns [Q of the nh heads | K of the nkv | V of the nkv];
-// head h occupies columns h*d .. h*d+d-1 inside its block, and query head h reads key/value head
-// h / (nh/nkv) in place. Row t = b*S + s. Per (b, h), with scale = 1/sqrt(d) and doc_i the first
-// position row i sees (0, or its document's start with AttentionOptions::doc):
-//   S = Q Kᵀ                                       (GEMM into the probs workspace)
+// qkv [B*S, nh·d + nkv·d + nkv·dv], nh = nh_local, nkv = the rank's key/value heads
+// (AttentionOptions; nh without grouped-query attention), columns [Q of the nh heads | K of the
+// nkv | V of the nkv]; Q and K heads have d columns, V heads dv (AttentionOptions::dv: d but in
+// multi-head latent attention, DeepSeek-V2/V3: d = 192, dv = 128); head h occupies columns
+// h*d .. h*d+d-1 inside its block (h*dv .. in V's), and query head h reads key/value head
+// h / (nh/nkv) in place. out, dout [B*S, nh·dv]. Row t = b*S + s. Per (b, h), with
+// scale = 1/sqrt(d) and doc_i the first position row i sees (0, or its document's start with
+// AttentionOptions::doc):
+//   S = Q Kᵀ (over d)                              (GEMM into the probs workspace)
 //   P_ij = exp(scale S_ij - lse_i) for doc_i <= j <= i, 0 otherwise,  lse_i = log Σ exp(scale S_ij)
-//   O = P V                                        (GEMM into out)
+//   O = P V (rows of dv)                           (GEMM into out)
 // Backward (the probabilities are recomputed from lse: callers share one probs buffer across
 // layers, so nothing of size S² survives between forward and backward):
 //   S = Q Kᵀ, P from lse;  dV = Pᵀ dO;  then per query row tile [r0, r1), into a row-tile
 //   buffer [B, nh, tile, S] (the only other score-sized memory, tile = causal_tile(S) rows):
-//     dP = dO[r0, r1) V[0, r1)ᵀ
+//     dP = dO[r0, r1) V[0, r1)ᵀ (over dv)
 //     dS_ij = scale P_ij (dP_ij - Σ_l P_il dP_il)  (softmax Jacobian, masked 0)
-//     dQ[r0, r1) = dS K[0, r1);  dK[0, r1) += dSᵀ Q[r0, r1)
+//     dQ[r0, r1) = dS K[0, r1);  dK[0, r1) += dSᵀ Q[r0, r1)   (rows of d)
 //   The tiles run last to first, so the first one (which covers every key row) initialises dK
 //   with beta = 0 and the others accumulate with beta = 1: a fixed order, deterministic. With
 //   grouped-query attention each GEMM runs once per group member (detail::group_member), over the
@@ -37,7 +40,8 @@
 // (LayoutRight views, row-range subviews): the GEMMs address them through data() and strides.
 // lse is rank 1, [B*nh_local*S], entry (b*nh_local + h)*S + i. B*nh_local*S, the number of
 // teams, must fit in a league (detail::league_size, std::length_error otherwise); S, d and every
-// leading dimension must fit in an int (BLAS); indices are 64-bit.
+// leading dimension must fit in an int (BLAS); indices are 64-bit. dqkv has qkv's layout; dkv_sum
+// [B*S, nkv·d + nkv·dv] (dK columns first, then dV).
 #pragma once
 
 #include <cstdint>
@@ -75,16 +79,47 @@ bool holds_pointer_tables(const WV& workspace, std::int64_t B, std::int64_t nh) 
          reinterpret_cast<std::uintptr_t>(workspace.data()) % alignof(void*) == 0;
 }
 
+// Whether two views' spans of memory overlap (host pointers only, nothing read).
+template <class VA, class VB>
+bool shares_storage(const VA& a, const VB& b) {
+  const auto* pa = reinterpret_cast<const unsigned char*>(a.data());
+  const auto* pb = reinterpret_cast<const unsigned char*>(b.data());
+  const std::size_t na = a.span() * sizeof(typename VA::value_type), nb = b.span() * sizeof(typename VB::value_type);
+  return na > 0 && nb > 0 && pa < pb + nb && pb < pa + na;
+}
+
+// The backward's head dims from its operands (it is given no d): dv from dout [B*S, nh·dv]; d
+// from qkv [B*S, (nh + nkv)·d + nkv·dv] when V has a width of its own (option_dv > 0, which must
+// equal dout's), else dv. {0, 0} when the widths fit no such layout.
+struct HeadDims {
+  std::int64_t d = 0, dv = 0;
+};
+inline HeadDims backward_head_dims(const std::size_t qkv_columns, const std::size_t dout_columns, const std::int64_t nh,
+                                   const std::int64_t nkv, const std::int64_t option_dv) {
+  const auto out_columns = static_cast<std::int64_t>(dout_columns);
+  if (nh <= 0 || nkv <= 0 || option_dv < 0 || out_columns % nh != 0) return {};
+  const std::int64_t dv = out_columns / nh;
+  if (dv <= 0 || (option_dv > 0 && option_dv != dv)) return {};
+  if (option_dv == 0) return {dv, dv};
+  const std::int64_t qk_columns = static_cast<std::int64_t>(qkv_columns) - nkv * dv;
+  if (qk_columns <= 0 || qk_columns % (nh + nkv) != 0) return {};
+  return {qk_columns / (nh + nkv), dv};
+}
+
 }  // namespace detail
 
-// Grouped-query attention and document masks (both optional): query head h reads key/value head
-// h / (nh_local / kv_heads) of qkv [B*S, (nh_local + 2 kv_heads)·d] in place (Hugging Face's
-// repeat_kv without the copy), and doc[b·S + i] is the first position row i attends to
-// (data.document_mask: the start of its document).
+// Grouped-query attention, document masks and value heads of their own width (all optional):
+// query head h reads key/value head h / (nh_local / kv_heads) of qkv
+// [B*S, (nh_local + kv_heads)·d + kv_heads·dv] in place (Hugging Face's repeat_kv without the
+// copy), doc[b·S + i] is the first position row i attends to (data.document_mask: the start of
+// its document), and V, O, dO and dV have dv columns per head (multi-head latent attention), Q
+// and K d. The backward, which is given no d, takes d from qkv's width when dv is set.
 struct AttentionOptions {
   std::int64_t kv_heads = 0;          // 0: as many as the query heads
   const std::int32_t* doc = nullptr;  // [B·S], or none
+  std::int64_t dv = 0;                // V's head dim; 0: d
   std::int64_t kv_heads_for(std::int64_t nh) const { return kv_heads > 0 ? kv_heads : nh; }
+  std::int64_t dv_for(std::int64_t d) const { return dv > 0 ? dv : d; }
 };
 
 // Rows of the backward's row-tile buffer dprobs_tile [B, nh_local, tile, S] for sequence length
@@ -104,8 +139,8 @@ inline std::int64_t attention_backward_tile_rows(std::int64_t S) { return detail
 // when it is too small, the forward takes the causal-tile path.
 template <class Exec, class QKV, class OV, class PV, class LV, class KV, class WV>
 void attention_forward(const Exec& exec,
-                       const QKV& qkv,    // [B*S, 3*Hl]
-                       const OV& out,     // [B*S, Hl] out (overwritten)
+                       const QKV& qkv,    // [B*S, (nh + nkv)·d + nkv·dv]
+                       const OV& out,     // [B*S, nh·dv] out (overwritten)
                        const PV& probs,   // [B, nh_local, S, S] workspace
                        const LV& lse,     // [B*nh_local*S] out
                        const std::int64_t B, const std::int64_t S, const std::int64_t nh_local,
@@ -126,15 +161,16 @@ void attention_forward(const Exec& exec,
   static_assert(std::is_same<typename LV::non_const_value_type, A>::value,
                 "tptrain::kernels::attention_forward: lse holds acc_t of that type");
   const char* kernel = "attention_forward";
-  detail::require(B >= 0 && S >= 0 && nh_local > 0 && d > 0, kernel,
-                  "need B, S >= 0 and nh_local, d > 0");
-  const std::int64_t nh = nh_local, hl = nh * d, nkv = options.kv_heads_for(nh);
+  detail::require(B >= 0 && S >= 0 && nh_local > 0 && d > 0 && options.dv >= 0, kernel,
+                  "need B, S, dv >= 0 and nh_local, d > 0");
+  const std::int64_t nh = nh_local, hl = nh * d, nkv = options.kv_heads_for(nh), dv = options.dv_for(d);
   detail::require(nh % nkv == 0, kernel, "the key/value heads must divide the query heads");
   detail::require(qkv.extent(0) == static_cast<std::size_t>(B * S) &&
-                      qkv.extent(1) == static_cast<std::size_t>((nh + 2 * nkv) * d) &&
+                      qkv.extent(1) == static_cast<std::size_t>((nh + nkv) * d + nkv * dv) &&
                       out.extent(0) == static_cast<std::size_t>(B * S) &&
-                      out.extent(1) == static_cast<std::size_t>(hl),
-                  kernel, "shapes must be qkv[B*S, (nh_local + 2*kv_heads)*d], out[B*S, nh_local*d]");
+                      out.extent(1) == static_cast<std::size_t>(nh * dv),
+                  kernel,
+                  "shapes must be qkv[B*S, (nh_local + kv_heads)*d + kv_heads*dv], out[B*S, nh_local*dv]");
   detail::require(probs.extent(0) == static_cast<std::size_t>(B) &&
                       probs.extent(1) == static_cast<std::size_t>(nh) &&
                       probs.extent(2) == static_cast<std::size_t>(S) &&
@@ -162,7 +198,8 @@ void attention_forward(const Exec& exec,
   detail::require_blas_int(S, kernel, "S");
   if (B == 0 || S == 0) return;
   if (attention_path<Exec>() != AttentionPath::causal_tiles && detail::holds_pointer_tables<Exec>(workspace, B, nh)) {
-    attention_forward_batched(exec, qkv, out, probs, lse, B, S, nh, nkv, d, kept_scores, keep, workspace, options.doc);
+    attention_forward_batched(exec, qkv, out, probs, lse, B, S, nh, nkv, d, kept_scores, keep, workspace, options.doc,
+                              dv);
     return;
   }
   // Causal tiles: with grouped-query attention each GEMM runs once per group member j, over the
@@ -170,8 +207,8 @@ void attention_forward(const Exec& exec,
   const A scale = A(1) / kx::sqrt(static_cast<A>(d));
   const std::int64_t g = nh / nkv;
   const auto Q = detail::qkv_block(qkv, 0, S, d), K = detail::qkv_block(qkv, hl, S, d),
-             V = detail::qkv_block(qkv, hl + nkv * d, S, d);
-  const auto P = detail::score_matrices(probs), O = detail::head_columns(out, S, d);
+             V = detail::qkv_block(qkv, hl + nkv * d, S, dv);
+  const auto P = detail::score_matrices(probs), O = detail::head_columns(out, S, dv);
   const auto scores = keep ? detail::score_matrices(kept_scores) : P;  // keep: the GEMM writes the kept buffer
   for (std::int64_t j = 0; j < g; ++j)
     detail::causal_scores_gemm(exec, detail::group_member(Q, j, g), K, detail::group_member(scores, j, g), S, d, B,
@@ -181,7 +218,7 @@ void attention_forward(const Exec& exec,
   else
     causal_softmax_forward(exec, probs, lse, scale, options.doc);
   for (std::int64_t j = 0; j < g; ++j)
-    detail::causal_rows_gemm(exec, detail::group_member(P, j, g), V, detail::group_member(O, j, g), S, d, B, nkv);
+    detail::causal_rows_gemm(exec, detail::group_member(P, j, g), V, detail::group_member(O, j, g), S, dv, B, nkv);
 }
 
 // The same without a workspace: the causal-tile path.
@@ -219,24 +256,26 @@ void attention_forward(const Exec& exec, const QKV& qkv, const OV& out, const LV
 // attention_backward_tile_rows(S)). dqkv is overwritten (all three blocks). probs
 // [B, nh_local, S, S] is a workspace (it may be the one attention_forward used; its contents are
 // not read); dprobs_tile [B, nh_local, >= min(S, tile_rows), S] is the row-tile workspace.
-// B, nh_local, S come from probs, d = dout.extent(1) / nh_local.
+// B, nh_local, S come from probs, dv = dout.extent(1) / nh_local, d = dv without options.dv, else
+// (qkv.extent(1) - kv_heads·dv) / (nh_local + kv_heads).
 //
-// dkv_sum (16-bit T only; may be empty): an [B*S, 2·kv_heads·d] acc_t workspace in which dK
+// dkv_sum (16-bit T only; may be empty): an [B*S, kv_heads·(d + dv)] acc_t workspace in which dK
 // (columns [0, kv_heads·d)) and dV are summed in fp32 over the query row tiles and the group's
 // query heads, and rounded into dqkv once. Without it a 16-bit dK is rounded once per tile and
-// group member.
+// group member. dout may be dqkv's Q block (its first nh_local·dv columns) when dv <= d: a tile's
+// dO rows are read before its dQ is written, and dK and dV lie beyond them.
 // scores_kept: probs holds the raw scores Q Kᵀ that attention_forward kept (kept_scores), so
 // the Q Kᵀ GEMM is skipped; P is rebuilt from them in place either way.
 template <class Exec, class DOV, class QKV, class LV, class DQKV, class PV, class DPV, class DKV>
 void attention_backward_tiled(const Exec& exec,
-                              const DOV& dout,          // [B*S, Hl]
-                              const QKV& qkv,           // [B*S, (nh + 2 nkv)·d] forward input
+                              const DOV& dout,          // [B*S, nh·dv]
+                              const QKV& qkv,           // [B*S, (nh + nkv)·d + nkv·dv] forward input
                               const LV& lse,            // [B*nh_local*S] from attention_forward
-                              const DQKV& dqkv,         // [B*S, (nh + 2 nkv)·d] out (overwritten)
+                              const DQKV& dqkv,         // [B*S, (nh + nkv)·d + nkv·dv] out (overwritten)
                               const PV& probs,          // [B, nh_local, S, S] workspace (or kept scores)
                               const DPV& dprobs_tile,   // [B, nh_local, >= tile, S] workspace
                               const std::int64_t tile_rows,
-                              const DKV& dkv_sum,       // [B*S, 2·nkv·d] acc_t workspace, or empty
+                              const DKV& dkv_sum,       // [B*S, nkv·(d + dv)] acc_t workspace, or empty
                               const bool scores_kept = false, const bool check_only = false,
                               const AttentionOptions& options = {}) {
   detail::check_view<Exec, DOV, 2>();
@@ -271,14 +310,21 @@ void attention_backward_tiled(const Exec& exec,
                       dprobs_tile.extent(2) >= static_cast<std::size_t>(tile) &&
                       dprobs_tile.extent(3) == probs.extent(3),
                   kernel, "dprobs_tile must be [B, nh_local, >= tile rows, S]");
-  const std::int64_t hl = dout.extent(1);
-  const std::int64_t d = hl / nh;
-  detail::require(d > 0 && d * nh == hl, kernel, "dout.extent(1) must be nh_local*d with d > 0");
+  const detail::HeadDims dims = detail::backward_head_dims(qkv.extent(1), dout.extent(1), nh, nkv, options.dv);
+  detail::require(dims.d > 0, kernel,
+                  "dout.extent(1) must be nh_local*dv, and with options.dv qkv.extent(1) "
+                  "(nh_local + kv_heads)*d + kv_heads*dv, with d, dv > 0");
+  const std::int64_t d = dims.d, dv = dims.dv, hl = nh * d;
+  // dO of dv > d columns a head would reach from dqkv's Q block into its K block, which the last
+  // row tile's dK GEMM overwrites before the earlier tiles read their dO.
+  detail::require(dv <= d || !detail::shares_storage(dout, dqkv), kernel,
+                  "with dv > d, dout must not share dqkv's storage");
   const auto rows = static_cast<std::size_t>(B * S);
-  const auto width = static_cast<std::size_t>((nh + 2 * nkv) * d);
+  const auto width = static_cast<std::size_t>(hl + nkv * (d + dv));
   detail::require(dout.extent(0) == rows && qkv.extent(0) == rows && dqkv.extent(0) == rows &&
                       qkv.extent(1) == width && dqkv.extent(1) == width,
-                  kernel, "shapes must be dout[B*S,Hl], qkv,dqkv[B*S,(nh_local + 2*kv_heads)*d]");
+                  kernel,
+                  "shapes must be dout[B*S, nh_local*dv], qkv,dqkv[B*S, (nh_local + kv_heads)*d + kv_heads*dv]");
   detail::require(lse.extent(0) == static_cast<std::size_t>(B * nh * S), kernel,
                   "lse must be [B*nh_local*S]");
   static_assert(std::is_same<typename DKV::non_const_value_type, A>::value,
@@ -286,8 +332,8 @@ void attention_backward_tiled(const Exec& exec,
   const bool summed = kx::is_half_v<T> && dkv_sum.extent(0) > 0;
   if (summed) {
     detail::check_view<Exec, DKV, 2>();
-    detail::require(dkv_sum.extent(0) == rows && dkv_sum.extent(1) == static_cast<std::size_t>(2 * nkv * d), kernel,
-                    "dkv_sum must be [B*S, 2*kv_heads*d]");
+    detail::require(dkv_sum.extent(0) == rows && dkv_sum.extent(1) == static_cast<std::size_t>(nkv * (d + dv)),
+                    kernel, "dkv_sum must be [B*S, kv_heads*(d + dv)]");
     detail::require_unit_last_stride(dkv_sum, kernel, "dkv_sum rows must be contiguous");
     detail::require_blas_int(dkv_sum.stride(0), kernel, "dkv_sum.stride(0)");
   }
@@ -308,10 +354,10 @@ void attention_backward_tiled(const Exec& exec,
   const A scale = A(1) / kx::sqrt(static_cast<A>(d));
   const std::int64_t g = nh / nkv;
   const auto Q = detail::qkv_block(qkv, 0, S, d), K = detail::qkv_block(qkv, hl, S, d),
-             V = detail::qkv_block(qkv, hl + nkv * d, S, d);
+             V = detail::qkv_block(qkv, hl + nkv * d, S, dv);
   const auto dQ = detail::qkv_block(dqkv, 0, S, d), dK = detail::qkv_block(dqkv, hl, S, d),
-             dV = detail::qkv_block(dqkv, hl + nkv * d, S, d);
-  const auto dO = detail::head_columns(dout, S, d);
+             dV = detail::qkv_block(dqkv, hl + nkv * d, S, dv);
+  const auto dO = detail::head_columns(dout, S, dv);
   const auto P = detail::score_matrices(probs), dS = detail::score_matrices(dprobs_tile);
   const auto member = [g](const auto& m, std::int64_t j) { return detail::group_member(m, j, g); };
   // dK and dV of a key/value head sum over the group's members (beta = 1 after the first).
@@ -320,14 +366,14 @@ void attention_backward_tiled(const Exec& exec,
       for (std::int64_t j = 0; j < g; ++j) detail::causal_scores_gemm(exec, member(Q, j), K, member(P, j), S, d, B, nkv);
     causal_softmax_recompute(exec, probs, lse, scale, options.doc);
     for (std::int64_t j = 0; j < g; ++j)
-      detail::causal_cols_gemm(exec, member(P, j), member(dO, j), dVt, S, d, B, nkv, j == 0 ? A(0) : A(1));
+      detail::causal_cols_gemm(exec, member(P, j), member(dO, j), dVt, S, dv, B, nkv, j == 0 ? A(0) : A(1));
     // Query row tiles, last first: the last tile sees every key, so its dK GEMM (beta = 0)
     // initialises all of dK and the earlier, shorter tiles accumulate onto it (beta = 1).
     const std::int64_t tiles = (S + tile - 1) / tile;
     for (std::int64_t t = tiles - 1; t >= 0; --t) {
       const std::int64_t r0 = t * tile, r1 = kx::min(S, r0 + tile), n = r1 - r0;
       for (std::int64_t j = 0; j < g; ++j)
-        detail::per_head_gemm(exec, 'N', 'T', n, r1, d, member(dO, j).at(r0, 0), V, member(dS, j), B, nkv);
+        detail::per_head_gemm(exec, 'N', 'T', n, r1, dv, member(dO, j).at(r0, 0), V, member(dS, j), B, nkv);
       causal_softmax_backward_rows(exec, probs, dprobs_tile, r0, r1, scale, options.doc);
       for (std::int64_t j = 0; j < g; ++j) {
         detail::per_head_gemm(exec, 'N', 'N', n, d, r1, member(dS, j), K, member(dQ, j).at(r0, 0), B, nkv);
@@ -337,8 +383,8 @@ void attention_backward_tiled(const Exec& exec,
     }
   };
   if (summed) {
-    backward(detail::qkv_block(dkv_sum, 0, S, d), detail::qkv_block(dkv_sum, nkv * d, S, d));
-    convert(exec, dkv_sum, Kokkos::subview(dqkv, Kokkos::ALL(), std::make_pair(hl, hl + 2 * nkv * d)));
+    backward(detail::qkv_block(dkv_sum, 0, S, d), detail::qkv_block(dkv_sum, nkv * d, S, dv));
+    convert(exec, dkv_sum, Kokkos::subview(dqkv, Kokkos::ALL(), std::make_pair(hl, hl + nkv * (d + dv))));
   } else {
     backward(dK, dV);
   }
@@ -358,24 +404,29 @@ void attention_backward_tiled(const Exec& exec, const DOV& dout, const QKV& qkv,
 // [B, nh_local, >= min(S, 128), S] (a full [B, nh_local, S, S] buffer works too).
 // The path is attention_path<Exec>(): batched (attention_batched.hpp) when the buffers allow it
 // (S >= 2, probs LayoutRight-contiguous, qkv and dqkv of one row pitch, dprobs_tile large enough
-// for the pointer tables), else causal tiles. dout may be dqkv's Q block (columns [0, Hl)): both
-// paths read each query row of dO before they write its dQ; the model passes it so. kept_scores
+// for the pointer tables, and dv <= d: the batched path keeps dO in dqkv's Q block), else causal
+// tiles. dout may be dqkv's Q block (columns [0, nh·dv), dv <= d): both paths read each query row of
+// dO before they write its dQ; the model passes it so. kept_scores
 // (may be empty): the raw scores attention_forward kept (recompute none); probs is then a free
 // workspace (the tiled path does not need it). dkv_sum as for attention_backward_tiled.
 template <class Exec, class DOV, class QKV, class LV, class DQKV, class PV, class DPV, class DKV, class KV>
 void attention_backward(const Exec& exec,
-                        const DOV& dout,            // [B*S, Hl]
-                        const QKV& qkv,             // [B*S, (nh + 2 nkv)·d] forward input
+                        const DOV& dout,            // [B*S, nh·dv]
+                        const QKV& qkv,             // [B*S, (nh + nkv)·d + nkv·dv] forward input
                         const LV& lse,              // [B*nh_local*S] from attention_forward
-                        const DQKV& dqkv,           // [B*S, (nh + 2 nkv)·d] out (overwritten)
+                        const DQKV& dqkv,           // [B*S, (nh + nkv)·d + nkv·dv] out (overwritten)
                         const PV& probs,            // [B, nh_local, S, S] workspace
                         const DPV& dprobs_tile,     // [B, nh_local, tile, S] workspace
-                        const DKV& dkv_sum,         // [B*S, 2·nkv·d] acc_t workspace, or empty
+                        const DKV& dkv_sum,         // [B*S, nkv·(d + dv)] acc_t workspace, or empty
                         const KV& kept_scores,      // [B, nh_local, S, S] or empty
                         const AttentionOptions& options = {}) {
   const bool kept = kept_scores.size() > 0;
   const std::int64_t B = probs.extent(0), nh = probs.extent(1), S = probs.extent(2);
-  const bool batched = attention_path<Exec>() != AttentionPath::causal_tiles && S >= 2 && probs.span_is_contiguous() &&
+  // dO [B*S, nh·dv] must fit dqkv's Q block [B*S, nh·d], where the batched path reads it.
+  const detail::HeadDims dims =
+      detail::backward_head_dims(qkv.extent(1), dout.extent(1), nh, options.kv_heads_for(nh), options.dv);
+  const bool batched = attention_path<Exec>() != AttentionPath::causal_tiles && dims.dv <= dims.d && S >= 2 &&
+                       probs.span_is_contiguous() &&
                        probs.stride(2) == static_cast<std::size_t>(S) &&
                        probs.stride(1) == static_cast<std::size_t>(S * S) && qkv.stride(0) == dqkv.stride(0) &&
                        detail::holds_pointer_tables<Exec>(dprobs_tile, B, nh);
@@ -398,7 +449,7 @@ void attention_backward(const Exec& exec,
                       "kept_scores must have the shape of probs");
   if (B == 0 || S == 0) return;
   attention_backward_batched(exec, dout, qkv, lse, dqkv, probs, kept_scores, kept, dprobs_tile,
-                             options.kv_heads_for(nh), dkv_sum, options.doc);
+                             options.kv_heads_for(nh), dkv_sum, options.doc, dims.d, dims.dv);
 }
 
 template <class Exec, class DOV, class QKV, class LV, class DQKV, class PV, class DPV>

@@ -9,6 +9,9 @@
 //             [dV | dK] += [P | dS]ᵀ [dO | Q] (one group member each), dQ = dS K
 //             4 + g (recompute none, the raw scores kept): one chunk, and its first GEMM is dP only
 //             16-bit with dkv_sum: one more, the fp32 dK and dV rounded into dqkv.
+//             V of its own width (dv != d, multi-head latent attention): a paired call has one
+//             inner (S | dP: d | dv) or output width (dV | dK: dv | d), so each pair is two calls:
+//             9 + 4g, or 4 + 2g with the scores kept (dP alone is one call already).
 // Grouped-query attention without copies: a query head's K and V pointers are its key/value
 // head's. Only the dV | dK product writes per key/value head, and the g query heads of a group
 // would write one matrix in one call: its tables list the pairs by group member, one call each.
@@ -33,9 +36,11 @@
 // copied there first, one more kernel): Q, K, V, dO, dQ, dK and dV then share one row pitch, so
 // S and dP, and dV and dK, are one call each (cuBLAS takes one leading dimension per operand
 // list). Each chunk reads its query rows of dO before its last GEMM writes their dQ.
+// Shapes: qkv, dqkv [B·S, nh·d + nkv·d + nkv·dv]; out, dO [B·S, nh·dv], dO's head h at columns
+// h·dv of the Q block; dkv_sum [B·S, nkv·(d + dv)].
 // Conditions (else attention.hpp runs the tiled path): S >= 2, probs LayoutRight-contiguous,
 // qkv and dqkv of one row pitch, the workspace contiguous and large enough for the tables
-// (batched_attention_pointer_bytes).
+// (batched_attention_pointer_bytes), dv <= d (dO [B·S, nh·dv] fits the Q block).
 #pragma once
 
 #include <cstdint>
@@ -175,28 +180,29 @@ void softmax_backward_chunk(const Exec& exec, const HeadMatrices<T>& P, const He
 
 }  // namespace detail
 
-// Pointers the batched path keeps in its workspace (the forward needs 6 columns, the backward 24).
+// Pointers the batched path keeps in its workspace (the forward needs 6 columns, the backward 20,
+// 22 with dv != d).
 inline std::int64_t batched_attention_pointer_bytes(std::int64_t batches, std::int64_t heads) {
   return detail::max_pointer_columns * batches * heads * static_cast<std::int64_t>(sizeof(void*));
 }
 
-// Forward over shapes attention_forward has checked (attention.hpp): qkv [B·S, (nh + 2 nkv)·d],
-// query head h reading key/value head h / (nh / nkv) in place (its K and V pointers repeated in
-// the tables). With `keep`, S = Q Kᵀ goes to kept_scores and the softmax reads it from there
-// into probs. doc: nullptr, or [B·S] document starts.
+// Forward over shapes attention_forward has checked (attention.hpp): qkv [B·S, (nh + nkv)·d +
+// nkv·dv], out [B·S, nh·dv], query head h reading key/value head h / (nh / nkv) in place (its K
+// and V pointers repeated in the tables). With `keep`, S = Q Kᵀ goes to kept_scores and the
+// softmax reads it from there into probs. doc: nullptr, or [B·S] document starts.
 template <class Exec, class QKV, class OV, class PV, class LV, class KV, class WV>
 void attention_forward_batched(const Exec& exec, const QKV& qkv, const OV& out, const PV& probs,
                                const LV& lse, const std::int64_t B, const std::int64_t S,
                                const std::int64_t nh, const std::int64_t nkv, const std::int64_t d,
                                const KV& kept_scores, const bool keep, const WV& workspace,
-                               const std::int32_t* doc) {
+                               const std::int32_t* doc, const std::int64_t dv) {
   using T = typename OV::non_const_value_type;
   using A = kx::acc_t<T>;
   const std::int64_t pairs = B * nh;
   const A scale = A(1) / kx::sqrt(static_cast<A>(d));
   const auto Q = detail::qkv_block(qkv, 0, S, d), K = detail::qkv_block(qkv, nh * d, S, d),
-             V = detail::qkv_block(qkv, (nh + nkv) * d, S, d);
-  const auto P = detail::score_matrices(probs), O = detail::head_columns(out, S, d);
+             V = detail::qkv_block(qkv, (nh + nkv) * d, S, dv);
+  const auto P = detail::score_matrices(probs), O = detail::head_columns(out, S, dv);
   const auto scores = keep ? detail::score_matrices(kept_scores) : P;
   void** const table = reinterpret_cast<void**>(workspace.data());
   detail::PointerColumns cols(B, nh, nkv);
@@ -210,7 +216,7 @@ void attention_forward_batched(const Exec& exec, const QKV& qkv, const OV& out, 
     causal_softmax_forward(exec, kept_scores, probs, lse, scale, doc);
   else
     causal_softmax_forward(exec, probs, lse, scale, doc);
-  pointer_batched_gemm<Exec, T, T>(exec, 'N', 'N', S, d, S, A(1), detail::pointers<T>(table, p), P.ld,
+  pointer_batched_gemm<Exec, T, T>(exec, 'N', 'N', S, dv, S, A(1), detail::pointers<T>(table, p), P.ld,
                                    detail::pointers<T>(table, v), V.ld, A(0), detail::pointers<T>(table, o), O.ld,
                                    pairs);
 }
@@ -228,8 +234,8 @@ bool dout_in_q_block(const DOV& dout, const DQKV& dqkv) {
 // `kept`; then rebuilt into P in place) or empty. dout is read from dqkv's Q block: where the
 // model puts it (dout_in_q_block), else it is copied there first (one more kernel). Each query
 // row of dO is read before that row's dQ is written (dQ is the last product of its chunk).
-// dkv_sum (may be empty): [B·S, 2·nkv·d] acc_t, where dK and dV are summed (then rounded into
-// dqkv once) for 16-bit T.
+// dkv_sum (may be empty): [B·S, nkv·(d + dv)] acc_t, where dK and dV are summed (then rounded into
+// dqkv once) for 16-bit T. d, dv: Q's and K's, and V's head dims (dv <= d: dO fits the Q block).
 // Grouped-query attention: dV and dK of a key/value head are sums over its g query heads, so their
 // product runs once per group member (g calls, each over the B·nkv pairs of that member, adding
 // to the previous): no two entries of one call write the same matrix.
@@ -237,18 +243,18 @@ template <class Exec, class DOV, class QKV, class LV, class DQKV, class PV, clas
 void attention_backward_batched(const Exec& exec, const DOV& dout, const QKV& qkv, const LV& lse,
                                 const DQKV& dqkv, const PV& probs, const KV& kept_scores,
                                 const bool kept, const WV& workspace, const std::int64_t nkv, const SV& dkv_sum,
-                                const std::int32_t* doc) {
+                                const std::int32_t* doc, const std::int64_t d, const std::int64_t dv) {
   using T = typename DQKV::non_const_value_type;
   using A = kx::acc_t<T>;
   const std::int64_t B = probs.extent(0), nh = probs.extent(1), S = probs.extent(2);
-  const std::int64_t hl = dout.extent(1), d = hl / nh, pairs = B * nh, g = nh / nkv;
+  const std::int64_t hl = dout.extent(1), pairs = B * nh, g = nh / nkv;  // hl = nh·dv
   const A scale = A(1) / kx::sqrt(static_cast<A>(d));
   if (!dout_in_q_block(dout, dqkv))
     Kokkos::deep_copy(exec, Kokkos::subview(dqkv, Kokkos::ALL(), std::make_pair(std::int64_t(0), hl)), dout);
   const auto Q = detail::qkv_block(qkv, 0, S, d), K = detail::qkv_block(qkv, nh * d, S, d),
-             V = detail::qkv_block(qkv, (nh + nkv) * d, S, d);
+             V = detail::qkv_block(qkv, (nh + nkv) * d, S, dv);
   const auto dQ = detail::qkv_block(dqkv, 0, S, d);
-  const auto dO = dQ;  // dO lives where dQ goes
+  const auto dO = detail::qkv_block(dqkv, 0, S, dv);  // dO lives where dQ goes (heads dv apart)
   const bool summed = kx::is_half_v<T> && dkv_sum.extent(0) > 0;
   const auto slot = detail::score_matrices(probs);  // each pair's S² slot (contiguous, checked)
 
@@ -269,15 +275,26 @@ void attention_backward_batched(const Exec& exec, const DOV& dout, const QKV& qk
     chunks[n_chunks++] = {h, S - h, S, part(S, 0), part(S, (S - h) * S)};
     chunks[n_chunks++] = {0, h, h, part(h, 0), part(h, h * h)};
   }
-  // Per chunk, the operand lists of its calls (Q, K, V, dO and dQ, dK, dV share one leading
-  // dimension, the row pitch of qkv / dqkv; with dkv_sum, dK and dV have its pitch):
+  // The operand lists of the calls (Q, K, V, dO and dQ, dK, dV share one leading dimension, the
+  // row pitch of qkv / dqkv; with dkv_sum, dK and dV have its pitch), per chunk but K | V and
+  // dV | dK, which span every key whatever the chunk:
   //   [S | dP]  = [Q | dO] [K | V]ᵀ     pair order, 2·B·nh entries each  (kept scores: dP alone)
   //   [dV | dK] += [P | dS]ᵀ [dO | Q]   member order, one call of 2·B·nkv per member
   //   dQ        = dS K                  pair order (overwrites the chunk's dO rows)
+  // With dv = d the dO list is the dQ list (head h of both at columns h·d); else dQ has its own.
+  // Columns: 4 + 8 per chunk (+ 1 with dv != d), at most 22 of max_pointer_columns.
+  const bool paired = dv == d;
   void** const table = reinterpret_cast<void**>(workspace.data());
   detail::PointerColumns cols(B, nh, nkv);
+  const std::int64_t kv = cols.add(K, true);
+  cols.add(V, true);
+  const std::int64_t dvdk =
+      summed ? cols.add_members(detail::qkv_block(dkv_sum, nkv * d, S, dv), true, detail::qkv_block(dkv_sum, 0, S, d),
+                                true)
+             : cols.add_members(detail::qkv_block(dqkv, (nh + nkv) * d, S, dv), true,
+                                detail::qkv_block(dqkv, nh * d, S, d), true);
   struct Lists {
-    std::int64_t qdo, kv, sdp, pds, doq, dvdk;
+    std::int64_t qdo, sdp, pds, doq, dq;
   };
   Lists lists[2];
   for (int c = 0; c < n_chunks; ++c) {
@@ -285,50 +302,63 @@ void attention_backward_batched(const Exec& exec, const DOV& dout, const QKV& qk
     Lists& l = lists[c];
     l.qdo = cols.add(Q.at(k.r0, 0));
     cols.add(dO.at(k.r0, 0));
-    l.kv = cols.add(K, true);
-    cols.add(V, true);
     l.sdp = cols.add(k.P);
     cols.add(k.dP);
     l.pds = cols.add_members(k.P, false, k.dP, false);
     l.doq = cols.add_members(dO.at(k.r0, 0), false, Q.at(k.r0, 0), false);
-    if (summed)
-      l.dvdk = cols.add_members(detail::qkv_block(dkv_sum, nkv * d, S, d), true, detail::qkv_block(dkv_sum, 0, S, d),
-                                true);
-    else
-      l.dvdk = cols.add_members(detail::qkv_block(dqkv, (nh + nkv) * d, S, d), true,
-                                detail::qkv_block(dqkv, nh * d, S, d), true);
+    l.dq = paired ? l.qdo + pairs : cols.add(dQ.at(k.r0, 0));
   }
   detail::fill_pointer_tables(exec, cols, table);
   const std::int64_t ld = Q.ld, members = B * nkv;
+  // Each pair of lists (S | dP, dV | dK) is one call when both halves have one width (dv = d),
+  // else two calls.
   for (int c = 0; c < n_chunks; ++c) {
     const Chunk& k = chunks[c];
     const Lists& l = lists[c];
-    if (kept)
-      pointer_batched_gemm<Exec, T, T>(exec, 'N', 'T', k.nr, k.nc, d, A(1), detail::pointers<T>(table, l.qdo + pairs),
-                                       ld, detail::pointers<T>(table, l.kv + pairs), ld, A(0),
-                                       detail::pointers<T>(table, l.sdp + pairs), k.dP.ld, pairs);
-    else
-      pointer_batched_gemm<Exec, T, T>(exec, 'N', 'T', k.nr, k.nc, d, A(1), detail::pointers<T>(table, l.qdo), ld,
-                                       detail::pointers<T>(table, l.kv), ld, A(0), detail::pointers<T>(table, l.sdp),
-                                       k.P.ld, 2 * pairs);
+    // [S | dP] = [Q | dO] [K | V]ᵀ: inner dims d | dv.
+    const auto scores = [&](const std::int64_t inner, const std::int64_t at, const std::int64_t count) {
+      pointer_batched_gemm<Exec, T, T>(exec, 'N', 'T', k.nr, k.nc, inner, A(1), detail::pointers<T>(table, l.qdo + at),
+                                       ld, detail::pointers<T>(table, kv + at), ld, A(0),
+                                       detail::pointers<T>(table, l.sdp + at), k.P.ld, count);
+    };
+    if (kept) {
+      scores(dv, pairs, pairs);
+    } else if (paired) {
+      scores(d, 0, 2 * pairs);
+    } else {
+      scores(d, 0, pairs);
+      scores(dv, pairs, pairs);
+    }
     detail::softmax_backward_chunk(exec, k.P, k.dP, lse, B, nh, S, k.r0, k.nr, k.nc, scale, doc);
+    // [dV | dK] += [P | dS]ᵀ [dO | Q] of member j: output widths dv | d.
+    const auto weights = [&](const A beta, const std::int64_t width, const std::int64_t at, const std::int64_t count) {
+      if (summed)
+        pointer_batched_gemm<Exec, T, A>(exec, 'T', 'N', k.nc, width, k.nr, A(1),
+                                         detail::pointers<T>(table, l.pds + at), k.P.ld,
+                                         detail::pointers<T>(table, l.doq + at), ld, beta,
+                                         detail::pointers<A>(table, dvdk + at), dkv_sum.stride(0), count);
+      else
+        pointer_batched_gemm<Exec, T, T>(exec, 'T', 'N', k.nc, width, k.nr, A(1),
+                                         detail::pointers<T>(table, l.pds + at), k.P.ld,
+                                         detail::pointers<T>(table, l.doq + at), ld, beta,
+                                         detail::pointers<T>(table, dvdk + at), ld, count);
+    };
     for (std::int64_t j = 0; j < g; ++j) {
       const A beta = c == 0 && j == 0 ? A(0) : A(1);
       const std::int64_t at = j * 2 * members;
-      if (summed)
-        pointer_batched_gemm<Exec, T, A>(exec, 'T', 'N', k.nc, d, k.nr, A(1), detail::pointers<T>(table, l.pds + at),
-                                         k.P.ld, detail::pointers<T>(table, l.doq + at), ld, beta,
-                                         detail::pointers<A>(table, l.dvdk + at), dkv_sum.stride(0), 2 * members);
-      else
-        pointer_batched_gemm<Exec, T, T>(exec, 'T', 'N', k.nc, d, k.nr, A(1), detail::pointers<T>(table, l.pds + at),
-                                         k.P.ld, detail::pointers<T>(table, l.doq + at), ld, beta,
-                                         detail::pointers<T>(table, l.dvdk + at), ld, 2 * members);
+      if (paired) {
+        weights(beta, d, at, 2 * members);
+      } else {
+        weights(beta, dv, at, members);
+        weights(beta, d, at + members, members);
+      }
     }
     pointer_batched_gemm<Exec, T, T>(exec, 'N', 'N', k.nr, d, k.nc, A(1), detail::pointers<T>(table, l.sdp + pairs),
-                                     k.dP.ld, detail::pointers<T>(table, l.kv), ld, A(0),
-                                     detail::pointers<T>(table, l.qdo + pairs), ld, pairs);
+                                     k.dP.ld, detail::pointers<T>(table, kv), ld, A(0),
+                                     detail::pointers<T>(table, l.dq), ld, pairs);
   }
-  if (summed) convert(exec, dkv_sum, Kokkos::subview(dqkv, Kokkos::ALL(), std::make_pair(nh * d, (nh + 2 * nkv) * d)));
+  if (summed)
+    convert(exec, dkv_sum, Kokkos::subview(dqkv, Kokkos::ALL(), std::make_pair(nh * d, (nh + nkv) * d + nkv * dv)));
 }
 
 }  // namespace tptrain::kernels
