@@ -859,22 +859,23 @@ TEST_CASE("MixtureOfExperts equals a plain Mixtral block, and DeepSeek-V3's rout
   auto hx = host(x), hy = host(y);
   auto wr = host(layer.router.weight.value);
   REQUIRE(layer.shared.has_value() == (shape.moe_shared_experts > 0));
-  // y += down(silu(gate x)·up x) of an MLP F wide, its gate|up [2F, H] and down [H, F] weights.
-  const auto add_swiglu = [&](const auto& w13, const auto& w2, int F, std::int64_t t, double scale,
-                              std::vector<double>& y) {
-    std::vector<double> act(F);
-    for (int f = 0; f < F; ++f) {
+  // out += scale · down(silu(gate x)·up x) of token t through an MLP `width` wide, its gate|up
+  // [2·width, H] and down [H, width] weights.
+  const auto add_swiglu = [&](const auto& w13, const auto& w2, int width, std::int64_t t, double scale,
+                              std::vector<double>& out) {
+    std::vector<double> act(width);
+    for (int f = 0; f < width; ++f) {
       double g = 0.0, u = 0.0;
       for (std::int64_t h = 0; h < H; ++h) {
         g += w13(f * H + h) * hx(t, h);
-        u += w13((F + f) * H + h) * hx(t, h);
+        u += w13((width + f) * H + h) * hx(t, h);
       }
       act[f] = g / (1.0 + std::exp(-g)) * u;
     }
     for (std::int64_t h = 0; h < H; ++h) {
       double d = 0.0;
-      for (int f = 0; f < F; ++f) d += w2(h * F + f) * act[f];
-      y[h] += scale * d;
+      for (int f = 0; f < width; ++f) d += w2(h * width + f) * act[f];
+      out[h] += scale * d;
     }
   };
   double worst = 0.0;
