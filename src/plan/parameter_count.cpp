@@ -70,26 +70,24 @@ double moe_parameters(double l, double h, double a, double k, double f, double E
   return V * h * (tied ? 1 : 2) + l * block + h;
 }
 
-// The embedding, `layers` blocks (of each of their shapes, model::block_shapes) and the head,
-// without enumerating the blocks or the experts: plan time does not grow with the depth or
-// model.experts.
-std::int64_t exact_parameters(const model::GptShape& s) {
+namespace {
+// The embedding, `layers` blocks (of each of their shapes, model::block_shapes; a dense block has
+// no expert rows) with `experts` experts each, and the head, without enumerating the blocks or
+// the experts: plan time does not grow with the depth or model.experts.
+Count logical_model_elements(const model::GptShape& s, Count experts) {
   Count blocks = 0;
   for (const model::BlockShapeCount& b : model::block_shapes(s))
-    blocks += Count(b.blocks) * block_elements(b.shape, logical_elements).with_experts(all_experts(b.shape));
+    blocks += Count(b.blocks) * block_elements(b.shape, logical_elements).with_experts(experts);
   return sum(model::embedding_parameter_rows(s), s, logical_elements) + blocks +
          sum(model::head_parameter_rows(s), s, logical_elements);
 }
+}  // namespace
+
+std::int64_t exact_parameters(const model::GptShape& s) { return logical_model_elements(s, all_experts(s)); }
 
 std::int64_t active_parameters(const model::GptShape& s) {
-  if (!model::holds_experts(s)) return exact_parameters(s);
   // Every row but those of the experts K, K + 1, ..., E − 1.
-  const Count routed = std::min(s.experts_per_token, s.experts);
-  Count blocks = 0;
-  for (const model::BlockShapeCount& b : model::block_shapes(s))
-    blocks += Count(b.blocks) * block_elements(b.shape, logical_elements).with_experts(routed);
-  return sum(model::embedding_parameter_rows(s), s, logical_elements) + blocks +
-         sum(model::head_parameter_rows(s), s, logical_elements);
+  return logical_model_elements(s, std::min<Count>(Count(s.experts_per_token), all_experts(s)));
 }
 
 std::int64_t expert_parameters(const model::GptShape& s) {
@@ -127,14 +125,14 @@ StageParameters stage_parameters(const model::GptShape& s, int stages, int virtu
   const Count dense_per_block = dense.with_experts(model::local_experts(dense_block));
   const Count expert_part = Count(model::local_experts(mixture_block)) * mixture.expert;
   const Count mixture_per_block = mixture.dense + expert_part;
-  const int per_chunk = s.layers / chunks, dense_layers = s.layers - model::block_shapes(s).back().blocks;
+  const int per_chunk = s.layers / chunks;
   const Count embeddings = sum(embedding_rows, s, local);
   const Count head = sum(model::head_parameter_rows(s), s, local);
   StageParameters n;
   for (int stage = 0; stage < stages; ++stage) {
     int dense_blocks = 0;
     for (int c = stage; c < chunks; c += stages)
-      dense_blocks += std::clamp(dense_layers - c * per_chunk, 0, per_chunk);
+      dense_blocks += model::dense_blocks_in(s, c * per_chunk, per_chunk);
     const int mixture_blocks = s.layers / stages - dense_blocks;
     Count held = Count(dense_blocks) * dense_per_block + Count(mixture_blocks) * mixture_per_block;
     if (stage == 0) held += embeddings;

@@ -176,8 +176,8 @@ StepSimulation simulate_step(const Config& c, const Machine& m, io::ChromeTrace*
   if (const std::string why = schedule::schedule_problem(schedule::Schedule::one_f_one_b, P, M, v); !why.empty())
     throw std::invalid_argument(why);
   const int layers_per_chunk = s.layers / (P * v);
-  const int dense_layers = s.layers - model::block_shapes(s).back().blocks;
-  const auto dense_blocks = [&](int vs) { return std::clamp(dense_layers - vs * layers_per_chunk, 0, layers_per_chunk); };
+  const int dense_layers = model::dense_blocks_in(s, 0, s.layers);
+  const auto dense_blocks = [&](int vs) { return model::dense_blocks_in(s, vs * layers_per_chunk, layers_per_chunk); };
   Config dense_config = c;
   dense_config.shape = model::block_shape(s, 0);
   // At most kMaxOps ops per rank are simulated: beyond, the steady state (every stage running one

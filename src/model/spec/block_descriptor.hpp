@@ -39,6 +39,12 @@ inline GptShape block_shape(const GptShape& s, int layer) {
   dense.mlp = "swiglu";
   return dense;
 }
+// The dense first blocks among the `count` blocks from `first` on (a pipeline chunk's): those
+// below model.moe_dense_layers, with a mixture of experts.
+inline int dense_blocks_in(const GptShape& s, int first, int count) {
+  const int dense = mlp_kind(s).mlp.routed ? std::min(s.moe_dense_layers, s.layers) : 0;
+  return std::clamp(dense - first, 0, count);
+}
 // The distinct shapes of s's blocks, each with the blocks that have it (a model without dense
 // layers: s, all of them).
 struct BlockShapeCount {
@@ -46,7 +52,7 @@ struct BlockShapeCount {
   int blocks;
 };
 inline std::vector<BlockShapeCount> block_shapes(const GptShape& s) {
-  const int dense = mlp_kind(s).mlp.routed ? std::min(s.moe_dense_layers, s.layers) : 0;
+  const int dense = dense_blocks_in(s, 0, s.layers);
   std::vector<BlockShapeCount> out;
   if (dense > 0) out.push_back({block_shape(s, 0), dense});
   if (dense < s.layers) out.push_back({s, s.layers - dense});
@@ -295,8 +301,8 @@ inline std::int64_t buffer_bytes(const BufferRow& r, const BlockSizes& z, int el
 }
 
 // The shared region of a block's attention and MLP scratch (ScratchPhase, workspace.hpp): the
-// larger part, each of its buffers starting on kPhaseAlignment.
-// The model's blocks share one region: the largest of its block shapes' (block_shapes).
+// larger part, each of its buffers starting on kPhaseAlignment; the model's blocks share one,
+// the largest of its block shapes' (block_shapes).
 inline std::int64_t phase_region_bytes(const GptShape& s, const BlockSizes& z, int element_bytes) {
   std::int64_t most = 0;
   for (const BlockShapeCount& b : block_shapes(s)) {
