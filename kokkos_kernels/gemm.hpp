@@ -88,19 +88,21 @@ void linear_forward(const Exec& exec,
     fill(exec, y, T(0));
     return;
   }
-  if constexpr (kx::is_half_v<typename XV::non_const_value_type>) {
-    detail::gemm_16bit(exec, 'N', 'T', 1.0f, x, W, 0.0f, y, "linear_forward");
+  if constexpr (kx::is_half_v<typename XV::non_const_value_type> || !detail::layout_right<XV, WV, YV>()) {
+    // (x or y a column block: multi-head latent attention's latent, its packed Q block)
+    detail::gemm_16bit(exec, 'N', 'T', kx::acc_t<T>(1), x, W, kx::acc_t<T>(0), y, "linear_forward");
   } else {
     kx::gemm(exec, "N", "T", T(1), x, W, T(0), y);
   }
 }
 
-// dx = dy · W (dx overwritten).
+// dx = dy · W (dx overwritten), or dx += dy · W (accumulate: a second path into the same input).
 template <class Exec, class DYV, class WV, class DXV>
 void linear_backward_input(const Exec& exec,
                            const DYV& dy,    // [N, out]
                            const WV& W,      // [out, in]
-                           const DXV& dx) {  // [N, in]
+                           const DXV& dx,    // [N, in]
+                           const bool accumulate = false) {
   detail::check_view<Exec, DYV, 2>();
   detail::check_view<Exec, WV, 2>();
   detail::check_view<Exec, DXV, 2>();
@@ -113,14 +115,15 @@ void linear_backward_input(const Exec& exec,
   detail::require_blas_dims(dx, "linear_backward_input", "dx");
   using T = typename DXV::non_const_value_type;
   if (dy.extent(1) == 0) {
-    fill(exec, dx, T(0));
+    if (!accumulate) fill(exec, dx, T(0));
     return;
   }
+  const kx::acc_t<T> beta(accumulate ? 1 : 0);
   if constexpr (kx::is_half_v<typename DYV::non_const_value_type> || !detail::layout_right<DYV, WV, DXV>()) {
     // (dx a column block: the model's context gradient, written into d_qkv's Q block)
-    detail::gemm_16bit(exec, 'N', 'N', kx::acc_t<T>(1), dy, W, kx::acc_t<T>(0), dx, "linear_backward_input");
+    detail::gemm_16bit(exec, 'N', 'N', kx::acc_t<T>(1), dy, W, beta, dx, "linear_backward_input");
   } else {
-    kx::gemm(exec, "N", "N", T(1), dy, W, T(0), dx);
+    kx::gemm(exec, "N", "N", T(1), dy, W, T(beta), dx);
   }
 }
 
@@ -141,9 +144,9 @@ void linear_backward_weight(const Exec& exec,
   detail::require_blas_dims(x, "linear_backward_weight", "x");
   detail::require_blas_dims(dW, "linear_backward_weight", "dW");
   using T = typename DWV::non_const_value_type;
-  if constexpr (kx::is_half_v<typename DYV::non_const_value_type>) {
-    // dW float (or 16-bit): fp32 sums added to it once.
-    detail::gemm_16bit(exec, 'T', 'N', 1.0f, dy, x, 1.0f, dW, "linear_backward_weight");
+  if constexpr (kx::is_half_v<typename DYV::non_const_value_type> || !detail::layout_right<DYV, XV, DWV>()) {
+    // dW float (or 16-bit): fp32 sums added to it once. (dy or x a column block: MLA's.)
+    detail::gemm_16bit(exec, 'T', 'N', kx::acc_t<T>(1), dy, x, kx::acc_t<T>(1), dW, "linear_backward_weight");
   } else {
     kx::gemm(exec, "T", "N", T(1), dy, x, T(1), dW);  // N == 0: nothing to add, gemm returns
   }

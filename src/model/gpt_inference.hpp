@@ -33,9 +33,10 @@ class GptInference {
     const GptShape& s = model.shape();
     if (s.splits_sequence())
       throw std::invalid_argument("tptrain: GptInference: build the generation model without sequence parallelism");
+    caches_.reserve(static_cast<std::size_t>(model.local_layers()));
     for (int l = 0; l < model.local_layers(); ++l)
-      caches_.emplace_back("layers/" + std::to_string(model.first_layer() + l), s.local_kv_heads(), positions_,
-                           s.head_dim());
+      caches_.push_back(model.layer(l).attn->make_cache("layers/" + std::to_string(model.first_layer() + l),
+                                                        positions_, l > 0 ? &caches_[0] : nullptr));
     util::MemoryCategoryScope as(util::MemoryCategory::workspace);
     for (auto& r : residual_) r = kernels::Matrix<T>("inference.residual", positions_, s.hidden);
     if (model.is_last_stage()) {
@@ -50,7 +51,8 @@ class GptInference {
   // Forgets the cache: the next forward starts at position 0.
   void reset() { position_ = 0; }
   // The bytes of this rank's caches: 2 (K and V) × layers of the stage × positions × kv_heads/t ×
-  // head dim × the element size.
+  // head dim × the element size; with multi-head latent attention layers × positions × (r_kv + d_R)
+  // × the element size (KvCache::bytes).
   std::int64_t cache_bytes() const {
     std::int64_t b = 0;
     for (const KvCache<T>& c : caches_) b += c.bytes();

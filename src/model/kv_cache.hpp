@@ -19,9 +19,19 @@
 
 namespace tptrain::model {
 
+//
+// Multi-head latent attention (src/model/multi_head_latent_attention.hpp) caches its latent instead,
+// c_KV and the rotated shared key k_R, [positions, r_kv + d_R] per layer (DeepSeek-V2 §2.1.2:
+// 576 values per token and layer for DeepSeek-V3, where its heads' keys and values would be
+// 128 × (192 + 128)); each step decompresses the cached positions into k and v, scratch the
+// stage's layers share, and the cost of that is the kv_up GEMM over the cached positions.
 template <class T>
 struct KvCache {
-  Kokkos::View<T***, Kokkos::LayoutRight, kx::MemSpace> k, v;  // [local key/value heads, positions, head dim]
+  // [local key/value heads, positions, head dim] (V: its value head dim): the cache, or with a
+  // latent the stage's shared decompressed keys and values.
+  Kokkos::View<T***, Kokkos::LayoutRight, kx::MemSpace> k, v;
+  kernels::Matrix<T> latent;    // [positions, r_kv + d_R]: multi-head latent attention's cache (else empty)
+  kernels::Matrix<T> expanded;  // [positions, nh/t·(d_nope + d_v)]: its up-projection (shared scratch)
 
   KvCache() = default;
   KvCache(const std::string& name, std::int64_t local_kv_heads, std::int64_t positions, std::int64_t head_dim) {
@@ -29,8 +39,19 @@ struct KvCache {
     k = decltype(k)(name + ".k_cache", local_kv_heads, positions, head_dim);
     v = decltype(v)(name + ".v_cache", local_kv_heads, positions, head_dim);
   }
-  std::int64_t positions() const { return static_cast<std::int64_t>(k.extent(1)); }
-  std::int64_t bytes() const { return static_cast<std::int64_t>(2 * k.size() * sizeof(T)); }
+  static KvCache latent_cache(const std::string& name, std::int64_t positions, std::int64_t width) {
+    util::MemoryCategoryScope as(util::MemoryCategory::activations);
+    KvCache c;
+    c.latent = kernels::Matrix<T>(name + ".latent_cache", positions, width);
+    return c;
+  }
+  std::int64_t positions() const {
+    return static_cast<std::int64_t>(latent.size() > 0 ? latent.extent(0) : k.extent(1));
+  }
+  // What is cached per layer: the latent, or K and V.
+  std::int64_t bytes() const {
+    return static_cast<std::int64_t>((latent.size() > 0 ? latent.size() : k.size() + v.size()) * sizeof(T));
+  }
 };
 
 // One call of the incremental forward: the new rows are at positions [position, position + n)

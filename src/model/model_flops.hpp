@@ -1,6 +1,6 @@
 // Model FLOPs of a training step: what MFU divides by (Chowdhery et al. 2022, PaLM appendix B;
 // Narayanan et al. 2021, Megatron-LM section 5.1). Per token, without recomputation:
-//   6·N + 12·L·S·H
+//   6·N + 12·L·S·H     (multi-head latent attention: 6·N + 6·L·S·nh·(d_q + d_v))
 // N: every logical parameter that takes part in a matrix product, by the usual convention with the
 // biases and norm weights: all of them but the position embedding and, when the output layer is
 // untied (llama's default), the word embedding, both lookups. The tied word embedding counts once,
@@ -61,8 +61,15 @@ inline double flops_parameters(const model::GptShape& s) {
   return n;
 }
 
+// The two attention products of a block's forward per token, over the full S×S square: Q Kᵀ over
+// the heads' query/key features and P V over their value features, 2·S·nh·(d_q + d_v) = 4·S·H but
+// in multi-head latent attention (d_q = d_nope + d_R, d_v: its own head widths).
+inline double attention_products_flops_per_token(const model::GptShape& s) {
+  return 2.0 * double(s.seq_length) * s.heads * (double(s.qk_head_dim()) + s.value_head_dim());
+}
+
 inline double training_flops_per_token(const model::GptShape& s) {
-  return 6.0 * flops_parameters(s) + 12.0 * s.layers * double(s.seq_length) * s.hidden;
+  return 6.0 * flops_parameters(s) + 3.0 * s.layers * attention_products_flops_per_token(s);
 }
 
 // One transformer block's forward per token: its GEMMs, 2 FLOPs per weight element of the
@@ -80,7 +87,7 @@ inline double block_forward_flops_per_token(const model::GptShape& s) {
     if (r.shape[1] != model::ParameterDim::none)
       weights += (r.per_expert ? routed : 1.0) * static_cast<double>(model::extent(r.shape[0], s)) *
                  static_cast<double>(model::extent(r.shape[1], s));
-  return 2.0 * weights + 4.0 * double(s.seq_length) * s.hidden;
+  return 2.0 * weights + attention_products_flops_per_token(s);
 }
 
 // One forward of `layers` blocks (and, on the stages that have them, the head), per token: the
@@ -92,7 +99,7 @@ inline double forward_flops_per_token(const model::GptShape& s, int layers, bool
 // Q Kᵀ again, per token, for a block's backward that did not keep the scores (the full S×S
 // square, as training_flops_per_token counts it).
 inline double recomputed_scores_flops_per_token(const model::GptShape& s) {
-  return 2.0 * double(s.seq_length) * s.hidden;
+  return 2.0 * double(s.seq_length) * s.heads * s.qk_head_dim();
 }
 
 // The attention core's FLOPs for one sequence, one layer and the heads of a tensor rank, forward
@@ -102,10 +109,12 @@ inline double recomputed_scores_flops_per_token(const model::GptShape& s) {
 // 256 keys, the query rows from its first on: 2·d FLOPs per visited score for each of Q Kᵀ and P V
 // forward, and Q Kᵀ, dO Vᵀ, dS K, dSᵀ Q, Pᵀ dO backward. The batched core computes the full
 // square: Q Kᵀ, P V forward; dO Vᵀ, dS K, dSᵀ Q, Pᵀ dO backward, and Q Kᵀ again unless recompute
-// = none kept the scores (10 or 12·d).
+// = none kept the scores (10 or 12·d). d: a head's width; multi-head latent attention's products
+// over its query/key features d_q and its value features d_v (flash: 2d_q + 2d_v forward,
+// 6d_q + 4d_v backward; batched: d taken as their mean).
 inline double attention_flops_per_sequence(const model::GptShape& s, bool scores_kept) {
-  const double d = s.head_dim(), heads = s.local_heads(), S = s.seq_length;
-  if (!s.flash_attention) return (scores_kept ? 10.0 : 12.0) * d * S * S * heads;
+  const double dq = s.qk_head_dim(), dv = s.value_head_dim(), heads = s.local_heads(), S = s.seq_length;
+  if (!s.flash_attention) return (scores_kept ? 10.0 : 12.0) * 0.5 * (dq + dv) * S * S * heads;
   constexpr double block = 256;  // kernels::flash_query_rows, kernels::flash_backward_key_rows
   double forward = 0, backward = 0;
   for (double r0 = 0; r0 < S; r0 += block) {
@@ -113,7 +122,7 @@ inline double attention_flops_per_sequence(const model::GptShape& s, bool scores
     forward += rows * (r0 + rows);
     backward += rows * (S - r0);
   }
-  return (4.0 * forward + 10.0 * backward) * d * heads;
+  return ((2.0 * dq + 2.0 * dv) * forward + (6.0 * dq + 4.0 * dv) * backward) * heads;
 }
 
 // What one rank's model recomputed in a step (GptModel's recomputed_* counters, per step).

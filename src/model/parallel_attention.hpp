@@ -97,6 +97,10 @@ struct ParallelAttention final : AttentionSublayer<T> {
     doc_start = starts;
     positions = document_positions;
   }
+  // The rank's key/value heads' K and V.
+  KvCache<T> make_cache(const std::string& name, std::int64_t cache_positions, const KvCache<T>*) const override {
+    return KvCache<T>(name, nkv_local, cache_positions, d);
+  }
 
   // `rotation`: the position kind's part in the attention (null: none).
   ParallelAttention(const std::string& name, const GptShape& s, int batch, const Communicator& tp, Workspace<T>& ws,

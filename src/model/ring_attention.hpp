@@ -22,7 +22,8 @@
 // K and V travel during the step's blocks; the sums travel after them, during the next step's.
 // dQ is summed over the steps in dq_sum (acc_t) and rounded once.
 //
-// Grouped-query attention moves the rank's nkv key/value heads only. Document masks use each
+// Grouped-query attention moves the rank's nkv key/value heads only; multi-head latent attention's
+// value heads of their own width dv (kokkos_kernels/flash_attention.hpp) travel as they are. Document masks use each
 // row's global document start (a document may begin in another rank's chunk). The order of
 // posts, computes and waits is src/schedule/ring_schedule.hpp's, which
 // tests/schedule/ring_simulator proves deadlock-free: MPI isend/irecv matched by tag; NCCL one
@@ -55,27 +56,28 @@ struct RingAttention {
   static constexpr int kv_tag = 1, sums_tag = 2;
 
   ContextChunks chunks;  // the rank's chunks: its rank and the size C of the context group it rings over, S
-  int B = 0, nh = 0, nkv = 0, d = 0;
-  kernels::Matrix<T> kv[2];    // [N, 2 nkv d]: K then V of the block held, and of the one arriving
-  kernels::Matrix<F> o_sum;    // [N, nh d]: the merged output (forward)
-  kernels::Matrix<F> dkv[2];   // [N, 2 nkv d]: this step's dK, dV sums of the block held (two: one may still be sent)
-  kernels::Matrix<F> dkv_in;   // [N, 2 nkv d]: the sums arriving from the previous rank
+  int B = 0, nh = 0, nkv = 0, d = 0, dv = 0;  // dv: the value heads' width (d but in MLA)
+  kernels::Matrix<T> kv[2];    // [N, nkv (d + dv)]: K then V of the block held, and of the one arriving
+  kernels::Matrix<F> o_sum;    // [N, nh dv]: the merged output (forward)
+  kernels::Matrix<F> dkv[2];   // [N, nkv (d + dv)]: this step's dK, dV sums of the block held (two: one may still be sent)
+  kernels::Matrix<F> dkv_in;   // [N, nkv (d + dv)]: the sums arriving from the previous rank
 
   RingAttention() = default;
-  RingAttention(const ContextChunks& c, int batch, int heads, int kv_heads, int head_dim, Workspace<T>& ws)
-      : chunks(c), B(batch), nh(heads), nkv(kv_heads), d(head_dim) {
-    const std::int64_t N = std::int64_t(B) * c.local(), kvw = 2 * std::int64_t(nkv) * d;
+  RingAttention(const ContextChunks& c, int batch, int heads, int kv_heads, int head_dim, Workspace<T>& ws,
+                int value_dim = 0)
+      : chunks(c), B(batch), nh(heads), nkv(kv_heads), d(head_dim), dv(value_dim > 0 ? value_dim : head_dim) {
+    const std::int64_t N = std::int64_t(B) * c.local(), kvw = std::int64_t(nkv) * (d + dv);
     const ScratchPhase part = ScratchPhase::attention;
     kv[0] = ws.matrix("ring.kv_0", BufferCategory::scratch, N, kvw, part);
     kv[1] = ws.matrix("ring.kv_1", BufferCategory::scratch, N, kvw, part);
-    o_sum = ws.template matrix<F>("ring.o_sum", BufferCategory::scratch, N, std::int64_t(nh) * d, part);
+    o_sum = ws.template matrix<F>("ring.o_sum", BufferCategory::scratch, N, std::int64_t(nh) * dv, part);
     dkv[0] = ws.template matrix<F>("ring.dkv_0", BufferCategory::scratch, N, kvw, part);
     dkv[1] = ws.template matrix<F>("ring.dkv_1", BufferCategory::scratch, N, kvw, part);
     dkv_in = ws.template matrix<F>("ring.dkv_in", BufferCategory::scratch, N, kvw, part);
   }
 
-  // ctx [N, nh d] and lse (chunk-major: [2][B][nh][c], the ring backward's layout) from the QKV
-  // output [N, (nh + 2 nkv) d]; doc: empty, or each row's global document start [N].
+  // ctx [N, nh dv] and lse (chunk-major: [2][B][nh][c], the ring backward's layout) from the QKV
+  // output [N, (nh + nkv) d + nkv dv]; doc: empty, or each row's global document start [N].
   template <class QKV, class OV, class LV, class DV>
   void forward(const Exec& exec, Communicator& cp, const QKV& qkv, const OV& ctx, const LV& lse, const DV& doc) {
     const int C = chunks.size, r = chunks.rank;  // the context group's (cp's)
@@ -91,7 +93,7 @@ struct RingAttention {
         PhaseScope phase(Phase::attention);
         const kernels::Matrix<T>& block = kv[op.step % 2];
         for_each_block((r - op.step + C) % C, [&](int qh, int kh, const kernels::FlashShape& s) {
-          kernels::flash_attention_forward<Exec, T, F>(exec, s, query(qkv, qh), key(block, kh, 0), key(block, kh, nkv),
+          kernels::flash_attention_forward<Exec, T, F>(exec, s, query(qkv, qh), key(block, kh), value(block, kh),
                                                        o_heads(o_sum, qh), lse_of(lse, qh), doc_of(doc, qh),
                                                        /*resume=*/true);
           parallel::progress(cp);
@@ -104,8 +106,8 @@ struct RingAttention {
     kernels::convert(exec, o_sum, ctx);
   }
 
-  // d_qkv [N, (nh + 2 nkv) d] from dO (d_ctx, which may be d_qkv's Q block), the forward's qkv, ctx
-  // and lse; dq_sum [N, nh d] and delta [B nh 2c] (acc_t) are workspaces.
+  // d_qkv [N, (nh + nkv) d + nkv dv] from dO (d_ctx, which may be d_qkv's Q block when dv = d), the
+  // forward's qkv, ctx and lse; dq_sum [N, nh d] and delta [B nh 2c] (acc_t) are workspaces.
   template <class DOV, class QKV, class OV, class LV, class DV, class DQKV, class SV, class WV>
   void backward(const Exec& exec, Communicator& cp, const DOV& d_ctx, const QKV& qkv, const OV& ctx, const LV& lse,
                 const DQKV& d_qkv, const DV& doc, const SV& dq_sum, const WV& delta) {
@@ -114,8 +116,8 @@ struct RingAttention {
     {
       PhaseScope phase(Phase::attention);
       for (int qh = 0; qh < 2; ++qh) {
-        const kernels::FlashShape s{B, c, c, nh, nkv, d};
-        kernels::flash_attention_delta<Exec, T>(exec, s, heads<const T>(ctx, qh, 0), heads<const T>(d_ctx, qh, 0),
+        const kernels::FlashShape s{B, c, c, nh, nkv, d, 0, 0, 0, dv};
+        kernels::flash_attention_delta<Exec, T>(exec, s, heads<const T>(ctx, qh, 0, dv), heads<const T>(d_ctx, qh, 0, dv),
                                                 delta.data() + qh * std::int64_t(B) * nh * c);
       }
       kernels::fill(exec, dq_sum, F(0));
@@ -130,9 +132,9 @@ struct RingAttention {
         kernels::fill(exec, mine, F(0));
         for_each_block((r - op.step + C) % C, [&](int qh, int kh, const kernels::FlashShape& s) {
           kernels::flash_attention_backward<Exec, T, F>(
-              exec, s, query(qkv, qh), key(block, kh, 0), key(block, kh, nkv), query(qkv, qh),
-              heads<const T>(d_ctx, qh, 0), lse_of(lse, qh), doc_of(doc, qh), kernels::FlashHeads<T>{},
-              heads<F>(mine, kh, 0), heads<F>(mine, kh, nkv), heads<F>(dq_sum, qh, 0),
+              exec, s, query(qkv, qh), key(block, kh), value(block, kh), query(qkv, qh),
+              heads<const T>(d_ctx, qh, 0, dv), lse_of(lse, qh), doc_of(doc, qh), kernels::FlashHeads<T>{},
+              heads<F>(mine, kh, 0, d), heads<F>(mine, kh, std::int64_t(nkv) * d, dv), heads<F>(dq_sum, qh, 0, d),
               delta.data() + qh * std::int64_t(B) * nh * c, /*accumulate=*/true);
           parallel::progress(cp);
         });
@@ -144,7 +146,7 @@ struct RingAttention {
       }
     }
     PhaseScope phase(Phase::attention);  // dkv_in: this rank's own block's sums, complete
-    const std::int64_t qw = std::int64_t(nh) * d, w = qw + 2 * std::int64_t(nkv) * d;
+    const std::int64_t qw = std::int64_t(nh) * d, w = qw + std::int64_t(nkv) * (d + dv);
     kernels::convert(exec, dkv_in, Kokkos::subview(d_qkv, Kokkos::ALL(), std::make_pair(qw, w)));
     kernels::convert(exec, dq_sum, Kokkos::subview(d_qkv, Kokkos::ALL(), std::make_pair(std::int64_t(0), qw)));
   }
@@ -159,7 +161,7 @@ struct RingAttention {
       for (int kh = 0; kh < 2; ++kh) {
         const int qc = chunks.global_chunk(qh), kc = chunks.global_chunk(kh, j);
         if (kc > qc) continue;
-        kernels::FlashShape s{B, c, c, nh, nkv, d};
+        kernels::FlashShape s{B, c, c, nh, nkv, d, 0, 0, 0, dv};
         s.q0 = qc * c;
         s.k0 = kc * c;
         s.doc_stride = 2 * c;
@@ -167,19 +169,22 @@ struct RingAttention {
       }
   }
 
-  // Heads of the columns [first_head·d, ...) of half `half` of a [N, ·] matrix's rows: row (b, i)
-  // of the half is row b·2c + half·c + i.
+  // Heads of `width` features from column `first` of half `half` of a [N, ·] matrix's rows: row
+  // (b, i) of the half is row b·2c + half·c + i.
   template <class U, class V>
-  kernels::FlashHeads<U> heads(const V& m, int half, std::int64_t first_head) const {
+  kernels::FlashHeads<U> heads(const V& m, int half, std::int64_t first, std::int64_t width) const {
     const std::int64_t ld = m.stride(0), c = chunks.chunk();
-    return {const_cast<U*>(m.data()) + half * c * ld + first_head * d, ld, 2 * c * ld, d};
+    return {const_cast<U*>(m.data()) + half * c * ld + first, ld, 2 * c * ld, width};
   }
   template <class QKV>
-  kernels::FlashHeads<const T> query(const QKV& qkv, int half) const { return heads<const T>(qkv, half, 0); }
-  kernels::FlashHeads<const T> key(const kernels::Matrix<T>& block, int half, std::int64_t first) const {
-    return heads<const T>(block, half, first);
+  kernels::FlashHeads<const T> query(const QKV& qkv, int half) const { return heads<const T>(qkv, half, 0, d); }
+  kernels::FlashHeads<const T> key(const kernels::Matrix<T>& block, int half) const {
+    return heads<const T>(block, half, 0, d);
   }
-  kernels::FlashHeads<F> o_heads(const kernels::Matrix<F>& o, int half) const { return heads<F>(o, half, 0); }
+  kernels::FlashHeads<const T> value(const kernels::Matrix<T>& block, int half) const {
+    return heads<const T>(block, half, std::int64_t(nkv) * d, dv);
+  }
+  kernels::FlashHeads<F> o_heads(const kernels::Matrix<F>& o, int half) const { return heads<F>(o, half, 0, dv); }
   template <class LV>
   F* lse_of(const LV& lse, int half) const {
     return lse.data() + half * std::int64_t(B) * nh * chunks.chunk();
@@ -193,7 +198,7 @@ struct RingAttention {
   template <class QKV>
   void pack_kv(const Exec& exec, const QKV& qkv, const kernels::Matrix<T>& block) const {
     const std::int64_t qw = std::int64_t(nh) * d;
-    kernels::copy(exec, Kokkos::subview(qkv, Kokkos::ALL(), std::make_pair(qw, qw + 2 * std::int64_t(nkv) * d)), block);
+    kernels::copy(exec, Kokkos::subview(qkv, Kokkos::ALL(), std::make_pair(qw, qw + std::int64_t(nkv) * (d + dv))), block);
   }
 
   // A post or a wait of the schedule (src/schedule/ring_schedule.hpp). A post sends to the next

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "kokkos_kernels/embedding.hpp"
+#include "kokkos_kernels/rope.hpp"
 #include "kokkos_kernels/views.hpp"
 #include "src/model/parameter.hpp"
 #include "src/model/spec/sublayer_statistics.hpp"
@@ -97,12 +98,13 @@ struct PositionSublayer {
   // position id (null: each row's place).
   virtual void embedding_backward(const Exec&, const Matrix& /*dy*/, const kernels::TokenSegments* /*segments*/) {}
 
-  // In the attention: the `heads` leading heads of qkv [rows, heads·d] (q and k) rotated at the
-  // rows' positions: `ids`, or from first_position on (>= 0; generation), or each row's place.
-  virtual void rotate(const Exec&, const Matrix& /*qkv*/, std::int64_t /*heads*/, const kernels::Tokens& /*ids*/,
-                      std::int64_t /*first_position*/ = -1) {}
+  // In the attention: the heads of qkv [rows, ·] (q and k; kernels::RotaryHeads: a count of whole
+  // heads side by side, or a slice of each, multi-head latent attention's) rotated at the rows'
+  // positions: `ids`, or from first_position on (>= 0; generation), or each row's place.
+  virtual void rotate(const Exec&, const Matrix& /*qkv*/, const kernels::RotaryHeads& /*heads*/,
+                      const kernels::Tokens& /*ids*/, std::int64_t /*first_position*/ = -1) {}
   // Its backward: the gradient rotated back.
-  virtual void rotate_backward(const Exec&, const Matrix& /*d_qkv*/, std::int64_t /*heads*/,
+  virtual void rotate_backward(const Exec&, const Matrix& /*d_qkv*/, const kernels::RotaryHeads& /*heads*/,
                                const kernels::Tokens& /*ids*/) {}
 };
 
@@ -128,6 +130,10 @@ struct AttentionSublayer {
   virtual void bind_documents(const kernels::Tokens& doc_start, const kernels::Tokens& positions) = 0;
   // The context group (ring attention over a sequence's chunks).
   virtual void bind_context_group(Communicator&) {}
+  // Generation's cache of this layer for `positions` positions (kv_cache.hpp); stage_first: the
+  // stage's first layer's, whose scratch a kind may share (null for the first).
+  virtual KvCache<T> make_cache(const std::string& name, std::int64_t positions,
+                                const KvCache<T>* stage_first) const = 0;
 
   virtual std::shared_ptr<SublayerSaved> saved_set() const = 0;
   virtual std::shared_ptr<SublayerSaved> make_saved_set(Workspace<T>& ws, const std::string& prefix,

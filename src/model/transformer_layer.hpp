@@ -25,6 +25,7 @@
 #include "src/model/layer_norm.hpp"
 #include "src/model/learned_position.hpp"
 #include "src/model/mixture_of_experts.hpp"
+#include "src/model/multi_head_latent_attention.hpp"
 #include "src/model/parallel_attention.hpp"
 #include "src/model/relu2_mlp.hpp"
 #include "src/model/rms_norm.hpp"
@@ -74,6 +75,9 @@ std::unique_ptr<AttentionSublayer<T>> make_attention(const GptShape& s, const st
   if (&kind == &kGroupedQueryAttention)
     return std::make_unique<ParallelAttention<T>>(name, s, batch, tp, ws, recompute, placement,
                                                   make_position<T>(s, PositionPlace::attention, tp, ws));
+  if (&kind == &kLatentAttention)
+    return std::make_unique<MultiHeadLatentAttention<T>>(name, s, batch, tp, ws, recompute, placement,
+                                                         make_position<T>(s, PositionPlace::attention, tp, ws));
   throw std::logic_error(std::string("tptrain: the attention kind \"") + kind.name +
                          "\" has no module in the registry (src/model/transformer_layer.hpp, make_attention)");
 }

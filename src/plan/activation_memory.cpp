@@ -15,9 +15,9 @@ namespace {
 // The block descriptor's sizes for one micro-batch on one rank: s the rank's tokens of a sequence
 // (seq_length / C with context parallelism), the whole sequence S for the rotary tables.
 model::BlockSizes sizes(const Config& c) {
-  const model::GptShape& m = c.shape;
-  return {c.micro_batch, m.local_seq_length(), m.hidden,         m.ffn_hidden,  m.heads,
-          m.tensor,      c.sequence_parallel,  m.kv_head_count(), m.seq_length};
+  model::BlockSizes z = model::block_sizes(c.shape, c.micro_batch);
+  z.sequence_parallel = c.sequence_parallel;
+  return z;
 }
 constexpr std::int64_t kStatistic = 4;  // fp32
 

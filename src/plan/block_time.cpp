@@ -158,7 +158,12 @@ BlockTimes block_times(const Config& c, const Machine& m, const Spans& spans) {
   const double N = double(c.micro_batch) * s.local_seq_length();  // a micro-batch's tokens on the rank
   const double n = s.splits_sequence() ? N / t : N;                // rows of the residual stream
   const double h = s.hidden, d = s.head_dim();
-  const double qkv = double(s.local_qkv_width()), attn_out = double(s.local_heads()) * d;
+  // Multi-head latent attention (src/model/multi_head_latent_attention.hpp): its packed Q, K and V
+  // of the rank's heads, d_q = d_nope + d_R and d_v wide, and the latents' widths.
+  const bool latent = s.latent_attention();
+  const double dq = s.qk_head_dim(), dv = s.value_head_dim(), heads_t = s.local_heads();
+  const double qkv = latent ? heads_t * (2 * dq + dv) : double(s.local_qkv_width()), attn_out = heads_t * dv;
+  const double q_lora = s.q_lora_rank, kv_latent = double(s.kv_lora_rank) + s.qk_rope_head_dim;
   const double f = double(model::mlp_width(s)) / t, fc = double(model::mlp_fc_rows(s)) / t;
   const double shared = double(s.local_shared_ffn());  // DeepSeekMoE's shared experts' width on the rank
   const double activation = N * h * e;  // an [N, h] activation: what a tensor collective moves
@@ -170,15 +175,16 @@ BlockTimes block_times(const Config& c, const Machine& m, const Spans& spans) {
   const double core = model::attention_flops_per_sequence(s, scores_kept) * c.micro_batch / s.context;
   // Forward's share: flash visits as many scores forward as backward (4·d and 10·d FLOPs per
   // score); the batched core 4 of its 10 or 12.
-  const double forward_share = s.flash_attention ? 4.0 / 14.0 : 4.0 / (scores_kept ? 10.0 : 12.0);
+  const double forward_share =
+      s.flash_attention ? (2.0 * dq + 2.0 * dv) / (8.0 * dq + 6.0 * dv) : 4.0 / (scores_kept ? 10.0 : 12.0);
   const double core_forward = core * forward_share, core_backward = core - core_forward;
   // The batched core is batched GEMMs, Q·Kᵀ [s, s] over k = head_dim and P·V [s, d] over k = s,
   // one per head and sequence: costed by the GEMM model at their shapes (a k = 128 product is
   // near the roofline's ridge: its scores' bytes weigh), not at flash's attention efficiency.
   const double sq = double(s.local_seq_length()), sk = double(s.seq_length);
   const double batched_seconds_per_flop =
-      (gemm_seconds(m, c.precision, GemmShape{sq, sk, d}, e) + gemm_seconds(m, c.precision, GemmShape{sq, d, sk}, e)) /
-      (4.0 * sq * sk * d);
+      (gemm_seconds(m, c.precision, GemmShape{sq, sk, dq}, e) + gemm_seconds(m, c.precision, GemmShape{sq, dv, sk}, e)) /
+      (2.0 * sq * sk * (dq + dv));
   const double scores_bytes =
       s.flash_attention ? 0.0 : 4.0 * c.micro_batch * s.local_heads() * double(s.local_seq_length()) * s.seq_length * e;
 
@@ -209,22 +215,39 @@ BlockTimes block_times(const Config& c, const Machine& m, const Spans& spans) {
   const double norm_bytes = eager ? 36.0 * n * h : 2.0 * n * h * e;
   // A position kind in the attention (rotary) is an elementwise pass over q and k.
   const bool rotates = model::position_kind(s).in_attention;
-  const double rotary_bytes = eager ? 20.0 * N * (s.local_heads() + s.local_kv_heads()) * d : 2.0 * N * qkv * e;
+  const double rotary_bytes = latent ? 2.0 * N * (heads_t + 1) * s.qk_rope_head_dim * e
+                              : eager ? 20.0 * N * (s.local_heads() + s.local_kv_heads()) * d : 2.0 * N * qkv * e;
   const double gated_bytes_per_row = eager ? 10.0 * f : 0.0;
   Pass fwd;
   b.memory(fwd, "norm 1", norm_bytes);
   const auto split_time = [&](double rows, double cols, double inner) { return b.split_time(rows, cols, inner); };
-  if (sp) b.tensor_overlapped(fwd, "all-gather (sequence parallel)", activation, split_time(N, qkv, h), Overlap::split_gather);
-  b.split_gemm(fwd, "qkv", N, qkv, h);
+  // MLA: the replicated down-projections and latent norms on the rank's rows, the latents
+  // gathered (sequence parallelism), the column-parallel up-projections, the heads packed.
+  const double kv_up = heads_t * (double(s.qk_nope_head_dim) + dv), q_width = heads_t * dq;
+  const double latents = (q_lora + kv_latent) * e;
+  if (latent) {
+    if (q_lora > 0) b.linear_forward(fwd, "q down", n, q_lora, h);
+    else b.split_gemm(fwd, "q", N, q_width, h);
+    b.linear_forward(fwd, "kv down", n, kv_latent, h);
+    b.memory(fwd, "latent norms", 2.0 * n * latents);
+    if (sp) b.tensor_gather(fwd, "all-gather (latents)", N * latents);
+    if (q_lora > 0) b.linear_forward(fwd, "q up", N, q_width, q_lora);
+    b.linear_forward(fwd, "kv up", N, kv_up, s.kv_lora_rank);
+    b.memory(fwd, "pack heads", 2.0 * N * (kv_up + s.qk_rope_head_dim + heads_t * (dq + dv)) * e);
+  } else {
+    if (sp) b.tensor_overlapped(fwd, "all-gather (sequence parallel)", activation, split_time(N, qkv, h), Overlap::split_gather);
+    b.split_gemm(fwd, "qkv", N, qkv, h);
+  }
   // The QKV bias is its own kernel (src/model/linear.hpp's bias_add; the projection's and fc2's
   // are fused into the residual add and norm that follow, fc's into the GELU).
   if (s.qkv_bias) b.memory(fwd, "qkv bias", 2.0 * N * qkv * e);
   if (rotates) b.memory(fwd, "rotary", rotary_bytes);
   if (eager && s.local_kv_heads() < s.local_heads())
     b.memory(fwd, "repeat kv", N * 2.0 * (s.local_kv_heads() + s.local_heads()) * d * e);
-  const double kv_bytes = N * 2.0 * s.local_kv_heads() * d * e;
+  const double kv_width = latent ? heads_t * (dq + dv) : 2.0 * s.local_kv_heads() * d;  // K and V of a ring block
+  const double kv_bytes = N * kv_width * e;
   const double kv_seconds = point_to_point_seconds(m, spans.context.nodes > 1, kv_bytes);
-  const double sums_seconds = point_to_point_seconds(m, spans.context.nodes > 1, N * 2.0 * s.local_kv_heads() * d * 4);
+  const double sums_seconds = point_to_point_seconds(m, spans.context.nodes > 1, N * kv_width * 4);
   const auto attention_forward = [&](Pass& p) {
     if (s.context > 1) {
       Pass ring;
@@ -352,7 +375,7 @@ BlockTimes block_times(const Config& c, const Machine& m, const Spans& spans) {
     const double step = core_backward / s.context / (peak_flops(m, c.precision) * attention_efficiency(m)) +
                         m.kernel_overhead_us * 1e-6;
     ring_attention(ring, schedule::ring_backward_ops(s.context), step,
-                   memory_seconds(m, 3.0 * N * 2.0 * s.local_kv_heads() * d * 4), kv_seconds, sums_seconds,
+                   memory_seconds(m, 3.0 * N * kv_width * 4), kv_seconds, sums_seconds,
                    "attention grad (ring step)");
     bwd.append(ring);
   } else if (!s.flash_attention) {
@@ -364,11 +387,30 @@ BlockTimes block_times(const Config& c, const Machine& m, const Spans& spans) {
   if (eager && s.local_kv_heads() < s.local_heads())
     b.memory(bwd, "repeat kv grad", 2.0 * N * 2.0 * (s.local_kv_heads() + s.local_heads()) * d * e);
   if (rotates) b.memory(bwd, "rotary grad", eager ? 2.0 * rotary_bytes : rotary_bytes);
-  if (sp) b.tensor_overlapped(bwd, "all-gather (norm 1 output again)", activation, b.gemm_time(N, h, qkv), Overlap::bulk);
-  b.linear_backward(bwd, "qkv grad", N, qkv, h);
-  if (s.qkv_bias) b.memory(bwd, "qkv bias grad", N * qkv * e);  // column sums of dY (bias_backward)
-  if (sp) b.tensor_overlapped(bwd, "reduce-scatter (sequence parallel)", activation, b.gemm_time(qkv, h, N), Overlap::bulk);
-  else b.tensor_all_reduce(bwd, "all-reduce (tensor parallel)", activation);
+  if (latent) {  // the heads unpacked, the up-projections, f's backward on the latents, the norms, the down-projections
+    b.memory(bwd, "unpack heads", 2.0 * N * (kv_up + s.qk_rope_head_dim + heads_t * (dq + dv)) * e);
+    if (sp) b.tensor_gather(bwd, "all-gather (latents again)", N * latents);
+    b.linear_backward(bwd, "kv up grad", N, kv_up, s.kv_lora_rank);
+    if (q_lora > 0) b.linear_backward(bwd, "q up grad", N, q_width, q_lora);
+    if (sp) b.tensor_gather(bwd, "reduce-scatter (latents)", N * latents);
+    else if (c.tensor() > 1) b.tensor_all_reduce(bwd, "all-reduce (latents)", N * latents);
+    b.memory(bwd, "latent norms grad", 4.0 * n * latents);
+    b.linear_backward(bwd, "kv down grad", n, kv_latent, h);
+    if (q_lora > 0) {
+      b.linear_backward(bwd, "q down grad", n, q_lora, h);
+    } else {
+      if (sp) b.tensor_overlapped(bwd, "all-gather (norm 1 output again)", activation, b.gemm_time(N, h, q_width), Overlap::bulk);
+      b.linear_backward(bwd, "q grad", N, q_width, h);
+      if (sp) b.tensor_overlapped(bwd, "reduce-scatter (sequence parallel)", activation, b.gemm_time(q_width, h, N), Overlap::bulk);
+      else b.tensor_all_reduce(bwd, "all-reduce (tensor parallel)", activation);
+    }
+  } else {
+    if (sp) b.tensor_overlapped(bwd, "all-gather (norm 1 output again)", activation, b.gemm_time(N, h, qkv), Overlap::bulk);
+    b.linear_backward(bwd, "qkv grad", N, qkv, h);
+    if (s.qkv_bias) b.memory(bwd, "qkv bias grad", N * qkv * e);  // column sums of dY (bias_backward)
+    if (sp) b.tensor_overlapped(bwd, "reduce-scatter (sequence parallel)", activation, b.gemm_time(qkv, h, N), Overlap::bulk);
+    else b.tensor_all_reduce(bwd, "all-reduce (tensor parallel)", activation);
+  }
   b.memory(bwd, "norm 1 grad", 2.0 * norm_bytes);
   b.memory(bwd, "residual grad", 3.0 * n * h * e);
   out.backward = bwd;

@@ -26,7 +26,10 @@ double pipeline_link_bytes(const Config& c) {
 }
 
 double context_kv_block_bytes(const Config& c) {
-  return local_tokens(c) * 2.0 * c.shape.local_kv_heads() * c.shape.head_dim() * c.element_bytes();
+  const model::GptShape& s = c.shape;  // K and V of the rank's key/value heads (MLA: d_q and d_v wide)
+  const double width = s.latent_attention() ? double(s.local_heads()) * (s.qk_head_dim() + s.value_head_dim())
+                                            : 2.0 * s.local_kv_heads() * s.head_dim();
+  return local_tokens(c) * width * c.element_bytes();
 }
 
 double context_layer_bytes(const Config& c) {

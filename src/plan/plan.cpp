@@ -51,7 +51,8 @@ std::string order_name(const Config& c, parallel::RankOrder order) {
 // count alone.
 bool block_of_preset(const model::GptShape& m, const char* name) {
   const model::BlockSpec& p = model::block_preset(name)->spec;
-  return m.norm == p.norm && m.mlp == p.mlp && m.qkv_bias == p.qkv_bias && m.linear_bias == p.linear_bias;
+  return m.norm == p.norm && m.mlp == p.mlp && m.attention == p.attention && m.qkv_bias == p.qkv_bias &&
+         m.linear_bias == p.linear_bias;
 }
 bool llama_formula_applies(const model::GptShape& m) { return block_of_preset(m, "llama"); }
 bool gpt_formula_applies(const model::GptShape& m) {
@@ -492,12 +493,24 @@ std::string report(const Plan& p) {
                              : m.qkv_bias                ? "q/k/v only"
                              : m.linear_bias             ? "all but q/k/v"
                                                          : "none";
-  line(fmt::format("model        {}: {} layers, hidden {}, {} heads ({} key/value), ffn {} ({}), seq_length {}, "
+  line(fmt::format("model        {}: {} layers, hidden {}, {} heads ({}), ffn {} ({}), seq_length {}, "
                    "vocab {} (padded {}), {}; {}, {}; biases {}",
-                   m.architecture, m.layers, m.hidden, m.heads, m.kv_head_count(), m.ffn_hidden,
+                   m.architecture, m.layers, m.hidden, m.heads,
+                   m.latent_attention() ? model::attention_kind(m).label(m)
+                                        : fmt::format("{} key/value", m.kv_head_count()),
+                   m.ffn_hidden,
                    model::mlp_kind(m).label(m), m.seq_length, m.vocab_size, m.padded_vocab(),
                    m.tie_embeddings ? "tied" : "untied", model::norm_kind(m).label(m),
                    model::position_kind(m).label(m), biases));
+  // Generation's cache per token and layer: multi-head latent attention caches its latent (the
+  // same on every tensor rank), where its heads' keys and values would be nh·(d_q + d_v).
+  if (m.latent_attention()) {
+    const std::int64_t latent = std::int64_t(m.kv_lora_rank) + m.qk_rope_head_dim;
+    const std::int64_t heads = std::int64_t(m.heads) * (m.qk_head_dim() + m.value_head_dim());
+    line(fmt::format("kv cache     {} values per token and layer (the latent r_kv + d_R), {} bytes in {}; the heads' "
+                     "keys and values would be {} ({:.1f}x)",
+                     latent, latent * c.element_bytes(), precision, heads, double(heads) / double(latent)));
+  }
   line(fmt::format("layout       tensor {} x context {} x pipeline {} x data {}{} = {} GPUs, order {}; {} given, {} per "
                    "node{}",
                    m.tensor, m.context, c.pipeline, c.data,

@@ -47,7 +47,8 @@ model::GptShape distinct_shape(int t, bool sequence_parallel) {
 }
 // Every preset of the block specification (src/model/spec/block_spec.hpp) on that shape, those with rotary
 // positions with grouped-query attention (2 key/value heads where the tensor size allows, t <= 2;
-// at t = 4 every rank needs a whole key/value head: 4); and GPT-2 untied.
+// at t = 4 every rank needs a whole key/value head: 4), multi-head latent attention's with and
+// without the queries' latent; and GPT-2 untied.
 std::vector<model::GptShape> shapes(int t, bool sequence_parallel) {
   std::vector<model::GptShape> out;
   std::size_t n = 0;
@@ -55,7 +56,17 @@ std::vector<model::GptShape> shapes(int t, bool sequence_parallel) {
   for (std::size_t i = 0; i < n; ++i) {
     model::GptShape s = distinct_shape(t, sequence_parallel);
     static_cast<model::BlockSpec&>(s) = presets[i].spec;
-    if (s.position == "rope") s.kv_heads = t <= 2 ? 2 : 4;
+    if (s.latent_attention()) {  // latents r_q 10, r_kv 14; heads of 6 + 4 and 5 features
+      s.q_lora_rank = 10;
+      s.kv_lora_rank = 14;
+      s.qk_nope_head_dim = 6;
+      s.qk_rope_head_dim = 4;
+      s.v_head_dim = 5;
+      out.push_back(s);
+      s.q_lora_rank = 0;  // and one query projection
+    } else if (s.position == "rope") {
+      s.kv_heads = t <= 2 ? 2 : 4;
+    }
     out.push_back(s);
   }
   model::GptShape untied = distinct_shape(t, sequence_parallel);
@@ -150,6 +161,12 @@ const char* symbol(ParameterDim d) {
     case ParameterDim::expert_ffn2: return "2F_e";
     case ParameterDim::shared_ffn: return "n_s·F_e";
     case ParameterDim::shared_ffn2: return "2n_s·F_e";
+    case ParameterDim::q_lora: return "r_q";
+    case ParameterDim::kv_lora: return "r_kv";
+    case ParameterDim::kv_latent: return "r_kv+d_R";
+    case ParameterDim::mla_q: return "nh·d_q";
+    case ParameterDim::mla_kv: return "nh·(d_nope+d_v)";
+    case ParameterDim::mla_o: return "nh·d_v";
     case ParameterDim::none: break;
   }
   return "";
@@ -167,11 +184,18 @@ const char* symbol(BufferDim d) {
     case BufferDim::kv2_t: return "(2k·h/a/t)";
     case BufferDim::gqa_t: return "((a+2k)·h/a/t)";
     case BufferDim::f2_t: return "(2f/t)";
-    case BufferDim::d_2: return "(h/2a)";
+    case BufferDim::d_2: return "(d_R/2)";  // d_R = h/a but in MLA
     case BufferDim::f_t: return "(f/t)";
     case BufferDim::a_t: return "(a/t)";
     case BufferDim::token_heads_t: return "N·(a/t)";
     case BufferDim::tile: return "min(s, 128)";
+    case BufferDim::q_lora: return "r_q";
+    case BufferDim::kv_latent: return "(r_kv+d_R)";
+    case BufferDim::mla_qkv_t: return "(a·(2d_q+d_v)/t)";
+    case BufferDim::mla_kv_t: return "(a·(d_nope+d_v)/t)";
+    case BufferDim::mla_kv2_t: return "(a·(d_q+d_v)/t)";
+    case BufferDim::mla_q_t: return "(a·d_q/t)";
+    case BufferDim::mla_o_t: return "(a·d_v/t)";
     case BufferDim::none: break;
   }
   return "";

@@ -84,7 +84,8 @@ namespace {
 // The largest difference between the incremental forward's last-row logits and the full
 // forward's logits of that row, over every position of the sequence, fed in blocks `blocks`.
 // The preset's block (src/model/spec/block_spec.hpp); rotary ones with grouped-query attention (2 key/value
-// heads for 4 query heads, 4 on 4 tensor ranks). The full forward may split sequences; the
+// heads for 4 query heads, 4 on 4 tensor ranks); DeepSeek-V3's with multi-head latent attention
+// and its latent cache. The full forward may split sequences; the
 // generation model never does (generate builds it without), and holds the same weights.
 double incremental_vs_full(const char* preset, int tp_size, bool sequence_parallel,
                            const std::vector<std::int64_t>& blocks) {
@@ -92,7 +93,15 @@ double incremental_vs_full(const char* preset, int tp_size, bool sequence_parall
   const kx::ExecSpace exec;
   model::GptShape shape = test::tiny_shape(tp_size);
   static_cast<model::BlockSpec&>(shape) = model::block_preset(preset)->spec;
-  if (shape.position == "rope") shape.kv_heads = std::max(2, tp_size);
+  if (shape.latent_attention()) {  // DeepSeek-V3's block at the tiny shape: heads of 3 + 4 and 2 features
+    shape.q_lora_rank = 6;
+    shape.kv_lora_rank = 5;
+    shape.qk_nope_head_dim = 3;
+    shape.qk_rope_head_dim = 4;
+    shape.v_head_dim = 2;
+  } else if (shape.position == "rope") {
+    shape.kv_heads = std::max(2, tp_size);
+  }
   shape.seq_length = 12;
   shape.sequence_parallel = sequence_parallel;
   model::GptModel<float> m(shape, 1, *tp, 3);
@@ -107,8 +116,12 @@ double incremental_vs_full(const char* preset, int tp_size, bool sequence_parall
   model::GptModel<float> g(whole, 1, *tp, 3);
   test::randomise(g, 0.4f, 17);
   model::GptInference<float> inference(g);
-  // K and V of kv_heads heads per token and layer on this rank: 2 · layers · S · kv/t · d · 4 bytes.
-  CHECK(inference.cache_bytes() == 2LL * shape.layers * shape.seq_length * shape.local_kv_heads() * shape.head_dim() * 4);
+  // K and V of kv_heads heads per token and layer on this rank: 2 · layers · S · kv/t · d · 4 bytes;
+  // multi-head latent attention's latent, the same on every rank: layers · S · (r_kv + d_R) · 4.
+  if (shape.latent_attention())
+    CHECK(inference.cache_bytes() == 4LL * shape.layers * shape.seq_length * (shape.kv_lora_rank + shape.qk_rope_head_dim));
+  else
+    CHECK(inference.cache_bytes() == 2LL * shape.layers * shape.seq_length * shape.local_kv_heads() * shape.head_dim() * 4);
   double worst = 0;
   for (int pass = 0; pass < 2; ++pass) {  // again after reset(): the cache is overwritten, not appended to
     inference.reset();

@@ -307,6 +307,41 @@ double attention_case(int tp_size) {
   return block_case("ParallelAttention", tp_size, layer, *tp, layer.parameters(), 20);
 }
 
+// Multi-head latent attention on the tiny shape: 4 heads of d_q = 3 + 4 query/key features and
+// d_v = 2 value features (dk != dv), latents r_q = 6 and r_kv = 5; with the queries' latent under
+// YaRN (its softmax factor m(4, 1)² through mscale_all_dim), or without it under plain RoPE.
+model::GptShape latent_attention_shape(int tp_size, bool q_latent) {
+  auto s = test::tiny_shape(tp_size);
+  s.norm = "rmsnorm";
+  s.attention = "mla";
+  s.position = q_latent ? "yarn" : "rope";
+  s.rope_factor = 4;
+  s.rope_mscale = 1;
+  s.rope_mscale_all_dim = 1;
+  s.rope_original_max_positions = 64;
+  s.q_lora_rank = q_latent ? 6 : 0;
+  s.kv_lora_rank = 5;
+  s.qk_nope_head_dim = 3;
+  s.qk_rope_head_dim = 4;
+  s.v_head_dim = 2;
+  return s;
+}
+
+struct LatentAttentionLayer {
+  model::Workspace<Real> ws;
+  model::MultiHeadLatentAttention<Real> layer;
+  LatentAttentionLayer(const model::GptShape& s, Communicator& tp)
+      : layer("attn", s, kBatch, tp, ws, model::Recompute::selective, {},
+              std::make_unique<model::RotaryPosition<Real>>(s, ws)) {}
+};
+
+double latent_attention_case(int tp_size, bool q_latent) {
+  auto tp = test::tp_group(tp_size);
+  LatentAttentionLayer m(latent_attention_shape(tp_size, q_latent), *tp);
+  return block_case(q_latent ? "MultiHeadLatentAttention" : "MultiHeadLatentAttention (no query latent)", tp_size,
+                    m.layer, *tp, m.layer.parameters(), q_latent ? 24 : 25);
+}
+
 double mlp_case(int tp_size) {
   auto tp = test::tp_group(tp_size);
   const auto shape = test::tiny_shape(tp_size);
@@ -570,6 +605,116 @@ TEST_CASE("LayerNorm gradients match finite differences", "[model][layers][mpi]"
 
 TEST_CASE("ParallelAttention gradients match finite differences", "[model][layers][mpi]") {
   for_each_layout(attention_case);
+}
+
+TEST_CASE("MultiHeadLatentAttention gradients match finite differences", "[model][layers][mla][mpi]") {
+  SECTION("queries through a latent, YaRN") { for_each_layout([](int tp) { return latent_attention_case(tp, true); }); }
+  SECTION("one query projection, RoPE") { for_each_layout([](int tp) { return latent_attention_case(tp, false); }); }
+}
+
+// A plain DeepSeek-V3 attention in double on the host, from Hugging Face's DeepseekV3Attention:
+// per token the latents, their RMSNorms, the up-projections, rotate-half on the last d_R of each
+// query head and on the shared k_R, causal softmax(q·k · m² / √d_q) over the values, o_proj.
+TEST_CASE("MultiHeadLatentAttention equals a plain DeepSeek-V3 attention (dk != dv, the softmax factor)",
+          "[model][layers][mla]") {
+  const bool q_latent = GENERATE(true, false);
+  INFO("queries through a latent: " << q_latent);
+  auto tp = test::tp_group(1);
+  const kx::ExecSpace exec;
+  const model::GptShape s = latent_attention_shape(1, q_latent);
+  LatentAttentionLayer m(s, *tp);
+  std::uint64_t seed = 90;
+  for (auto* p : m.layer.parameters()) randomise(*p, ++seed, 0.3f, p->name.find("_norm/") != std::string::npos ? 1.0 : 0.0);
+  const int S = s.seq_length, H = s.hidden, nh = s.heads, rq = s.q_lora_rank, rkv = s.kv_lora_rank,
+            dn = s.qk_nope_head_dim, dr = s.qk_rope_head_dim, dv = s.v_head_dim, dq = dn + dr;
+  const std::int64_t N = std::int64_t(kBatch) * S;
+  Mat x = logical_matrix("x", N, H, H, same_column, 190, 1.0);
+  Mat y("y", N, H);
+  m.layer.forward(exec, *tp, x, y);
+  const auto hx = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), x);
+  const auto hy = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), y);
+
+  std::vector<std::vector<double>> w;
+  for (auto* p : m.layer.parameters()) w.push_back(test::logical(*p, false, *tp));
+  const auto weight = [&](const char* row) -> const std::vector<double>& {
+    const auto params = m.layer.parameters();
+    for (std::size_t i = 0; i < params.size(); ++i)
+      if (params[i]->name == std::string("attn/") + row) return w[i];
+    FAIL("no parameter " << row);
+    return w[0];
+  };
+  const auto project = [](const std::vector<double>& W, const std::vector<double>& in, int out) {
+    std::vector<double> o(static_cast<std::size_t>(out), 0.0);
+    const std::size_t width = in.size();
+    for (int r = 0; r < out; ++r)
+      for (std::size_t c = 0; c < width; ++c) o[r] += W[r * width + c] * in[c];
+    return o;
+  };
+  const auto rms_norm = [&](std::vector<double> v, int n, const std::vector<double>& g) {
+    double ss = 0;
+    for (int i = 0; i < n; ++i) ss += v[i] * v[i];
+    const double r = 1.0 / std::sqrt(ss / n + s.norm_eps);
+    for (int i = 0; i < n; ++i) v[i] *= r * g[i];
+    return v;
+  };
+  const std::vector<double> omega = model::position_kind(s).rotary.inverse(s, dr);
+  const double amplitude = model::position_kind(s).rotary.amplitude(s);
+  const auto rotate = [&](double* v, int position) {
+    for (int i = 0; i < dr / 2; ++i) {
+      const double c = amplitude * std::cos(position * omega[i]), sn = amplitude * std::sin(position * omega[i]);
+      const double a = v[i], b = v[i + dr / 2];
+      v[i] = a * c - b * sn;
+      v[i + dr / 2] = b * c + a * sn;
+    }
+  };
+  const double mscale = q_latent ? 0.1 * 1.0 * std::log(4.0) + 1.0 : 1.0;
+  const double scale = mscale * mscale / std::sqrt(double(dq));
+  std::vector<std::vector<double>> q(N), k(N), v(N);
+  for (std::int64_t t = 0; t < N; ++t) {
+    std::vector<double> xt(H);
+    for (int c = 0; c < H; ++c) xt[c] = hx(t, c);
+    q[t] = q_latent ? project(weight("q_up/weight"), rms_norm(project(weight("q_down/weight"), xt, rq), rq,
+                                                              weight("q_norm/weight")),
+                              nh * dq)
+                    : project(weight("q/weight"), xt, nh * dq);
+    std::vector<double> latent = project(weight("kv_down/weight"), xt, rkv + dr);
+    std::vector<double> k_rope(latent.begin() + rkv, latent.end());
+    latent.resize(rkv);
+    const std::vector<double> kv = project(weight("kv_up/weight"), rms_norm(latent, rkv, weight("kv_norm/weight")),
+                                           nh * (dn + dv));
+    const int position = int(t % S);
+    rotate(k_rope.data(), position);
+    k[t].assign(std::size_t(nh) * dq, 0.0);
+    v[t].assign(std::size_t(nh) * dv, 0.0);
+    for (int h = 0; h < nh; ++h) {
+      rotate(q[t].data() + h * dq + dn, position);
+      for (int e = 0; e < dn; ++e) k[t][h * dq + e] = kv[h * (dn + dv) + e];
+      for (int e = 0; e < dr; ++e) k[t][h * dq + dn + e] = k_rope[e];
+      for (int e = 0; e < dv; ++e) v[t][h * dv + e] = kv[h * (dn + dv) + dn + e];
+    }
+  }
+  double worst = 0;
+  for (std::int64_t t = 0; t < N; ++t) {
+    const std::int64_t first = t - t % S;
+    std::vector<double> o(std::size_t(nh) * dv, 0.0);
+    for (int h = 0; h < nh; ++h) {
+      std::vector<double> p;
+      double most = -1e300, sum = 0;
+      for (std::int64_t j = first; j <= t; ++j) {
+        double dot = 0;
+        for (int e = 0; e < dq; ++e) dot += q[t][h * dq + e] * k[j][h * dq + e];
+        p.push_back(dot * scale);
+        most = std::max(most, p.back());
+      }
+      for (double& e : p) sum += (e = std::exp(e - most));
+      for (std::int64_t j = first; j <= t; ++j)
+        for (int e = 0; e < dv; ++e) o[h * dv + e] += p[j - first] / sum * v[j][h * dv + e];
+    }
+    const std::vector<double> expected = project(weight("proj/weight"), o, H);
+    for (int c = 0; c < H; ++c) worst = std::max(worst, std::fabs(hy(t, c) - expected[c]));
+  }
+  INFO("largest difference from the plain attention " << worst);
+  CHECK(worst < 1e-12);
 }
 
 TEST_CASE("GeluMlp gradients match finite differences", "[model][layers][mpi]") {

@@ -41,7 +41,13 @@ io::Deck preset_deck(const char* preset, int tensor, int pipeline, int data, con
   io::Deck deck = test::pipeline_deck(tensor, pipeline, data, 3, 8, extra);
   deck.model.architecture = preset;
   deck.model.take_preset_defaults();  // a deck built in code: the preset's choices, as the parser sets them
-  if (deck.model.position == "rope") {
+  if (deck.model.latent_attention()) {  // DeepSeek-V3: multi-head latent attention, its latent cached
+    deck.model.q_lora_rank = 12;
+    deck.model.kv_lora_rank = 10;
+    deck.model.qk_nope_head_dim = 6;
+    deck.model.qk_rope_head_dim = 4;
+    deck.model.v_head_dim = 6;
+  } else if (deck.model.position == "rope") {
     deck.model.heads = 8;
     deck.model.kv_heads = 4;
   }

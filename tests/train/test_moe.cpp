@@ -5,7 +5,9 @@
 // context parallelism (whose ranks sum the load-balancing and z losses' statistics); bf16 and fp16
 // follow their one-rank curves; the routing metrics count every copy, and a capacity factor too
 // large for an integer is dropless; and a checkpoint written under one expert layout loads under
-// others.
+// others. DeepSeek-V3's blocks (multi-head latent attention and DeepSeekMoE) reproduce one rank in
+// the same layouts (tensor 2 with sequence parallelism, pipeline 2, context 2, expert 2) and in
+// bf16.
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -51,6 +53,8 @@ void check_curve(const std::vector<double>& curve, const std::vector<double>& re
   }
 }
 
+io::Deck deepseek_deck(const ExpertLayout& l, int steps, double rate);
+
 std::vector<ExpertLayout> layouts(int n) {
   if (n == 4)
     return {{"expert 4 (data 4)", 1, 1, 4, 4, ""},
@@ -89,8 +93,10 @@ TEST_CASE("mixture of experts: bf16 and fp16 under expert parallelism follow the
   for (const std::string precision : {"bf16", "fp16"}) {
     INFO(precision);
     const test::FloatingPointTrapsOff overflow;  // fp16's first steps overflow at the initial loss scale
-    io::Deck one = moe_deck({"one rank", 1, 1, 1, 1, ""}, steps);
-    io::Deck split = moe_deck({"expert", 1, 1, n, n, ""}, steps);
+    // bf16: DeepSeek-V3's blocks (multi-head latent attention, its mixture); fp16: Mixtral's.
+    const ExpertLayout single{"one rank", 1, 1, 1, 1, ""}, experts{"expert", 1, 1, n, n, ""};
+    io::Deck one = precision == "bf16" ? deepseek_deck(single, steps, 0.01) : moe_deck(single, steps);
+    io::Deck split = precision == "bf16" ? deepseek_deck(experts, steps, 0.01) : moe_deck(experts, steps);
     one.training.precision = split.training.precision = precision;
     const auto curve_of = [&](const io::Deck& d, MPI_Comm comm) {
       return precision == "bf16" ? test::loss_curve<kx::bf16>(d, comm, steps) : test::loss_curve<kx::fp16>(d, comm, steps);
@@ -133,12 +139,27 @@ TEST_CASE("mixture of experts: the routing metrics count every copy once", "[tra
   }
 }
 
-// DeepSeek-V3's mixture: its router (sigmoid scores, 2 groups of 2 experts of which 1 competes,
-// scaled by 2.5) with auxiliary-loss-free balancing at `rate` and the sequence-wise balance loss,
+// DeepSeek-V3 (model.architecture = "deepseek_v3"): multi-head latent attention (4 heads of 6 + 4
+// query/key features and 6 value features, latents of 12 and 10, YaRN with its softmax factor),
+// and its mixture: its router (sigmoid scores, 2 groups of 2 experts of which 1 competes, scaled
+// by 2.5) with auxiliary-loss-free balancing at `rate` and the sequence-wise balance loss,
 // fine-grained experts (32 wide where the dense MLP is 64), a shared expert, and a dense first
 // block.
 io::Deck deepseek_deck(const ExpertLayout& l, int steps, double rate) {
   io::Deck deck = moe_deck(l, steps);
+  deck.model.architecture = "deepseek_v3";
+  deck.model.take_preset_defaults();
+  deck.model.kv_heads = 0;
+  deck.model.q_lora_rank = 12;
+  deck.model.kv_lora_rank = 10;
+  deck.model.qk_nope_head_dim = 6;
+  deck.model.qk_rope_head_dim = 4;
+  deck.model.v_head_dim = 6;
+  deck.model.position = "yarn";
+  deck.model.rope_factor = 4;
+  deck.model.rope_original_max_positions = 8;
+  deck.model.rope_mscale = 1;
+  deck.model.rope_mscale_all_dim = 1;
   deck.model.moe_ffn_hidden = 32;
   deck.model.moe_shared_experts = 1;
   deck.model.moe_dense_layers = 1;

@@ -252,15 +252,27 @@ struct BlockSizes {
   bool sequence_parallel;  // the shape splits the sequence (GptShape::splits_sequence)
   std::int64_t k = 0;      // key/value heads; 0: a (no grouped-query attention)
   std::int64_t seq = 0;    // the whole sequence; 0: local_seq (no context parallelism)
+  // Multi-head latent attention's latents and head widths (0 without it), and the rotary tables'
+  // rotated features (0: a head's, h/a).
+  std::int64_t q_lora = 0, kv_lora = 0, nope = 0, rope = 0, v = 0, rotary = 0;
   std::int64_t tokens() const { return b * local_seq; }
   std::int64_t residual_rows() const { return sequence_parallel ? tokens() / t : tokens(); }
   std::int64_t kv() const { return k > 0 ? k : a; }
   bool grouped() const { return kv() != a; }
 };
 inline BlockSizes block_sizes(const GptShape& shape, int micro_batch) {
-  return {micro_batch,  shape.local_seq_length(), shape.hidden,           shape.ffn_hidden,
-          shape.heads,  shape.tensor,             shape.splits_sequence(), shape.kv_head_count(),
-          shape.seq_length};
+  BlockSizes z{micro_batch,  shape.local_seq_length(), shape.hidden,           shape.ffn_hidden,
+               shape.heads,  shape.tensor,             shape.splits_sequence(), shape.kv_head_count(),
+               shape.seq_length};
+  if (shape.latent_attention()) {
+    z.q_lora = shape.q_lora_rank;
+    z.kv_lora = shape.kv_lora_rank;
+    z.nope = shape.qk_nope_head_dim;
+    z.rope = shape.qk_rope_head_dim;
+    z.v = shape.v_head_dim;
+  }
+  z.rotary = shape.rotary_dim();
+  return z;
 }
 
 inline std::int64_t extent(BufferDim d, const BlockSizes& z) {
@@ -276,10 +288,17 @@ inline std::int64_t extent(BufferDim d, const BlockSizes& z) {
     case BufferDim::kv2_t: return 2 * z.kv() * (z.h / z.a) / z.t;
     case BufferDim::f_t: return z.f / z.t;
     case BufferDim::f2_t: return 2 * z.f / z.t;
-    case BufferDim::d_2: return z.h / z.a / 2;
+    case BufferDim::d_2: return (z.rotary > 0 ? z.rotary : z.h / z.a) / 2;
     case BufferDim::a_t: return z.a / z.t;
     case BufferDim::token_heads_t: return z.tokens() * (z.a / z.t);
     case BufferDim::tile: return z.local_seq < 128 ? z.local_seq : 128;
+    case BufferDim::q_lora: return z.q_lora;
+    case BufferDim::kv_latent: return z.kv_lora + z.rope;
+    case BufferDim::mla_qkv_t: return z.a * (2 * (z.nope + z.rope) + z.v) / z.t;
+    case BufferDim::mla_kv_t: return z.a * (z.nope + z.v) / z.t;
+    case BufferDim::mla_kv2_t: return z.a * (z.nope + z.rope + z.v) / z.t;
+    case BufferDim::mla_q_t: return z.a * (z.nope + z.rope) / z.t;
+    case BufferDim::mla_o_t: return z.a * z.v / z.t;
     case BufferDim::none: break;
   }
   return 1;

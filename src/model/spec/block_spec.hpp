@@ -52,6 +52,12 @@ struct BlockSpec {
   // (LayerNorm): model.linear_bias.
   bool linear_bias = true;
   int kv_heads = 0;                   // key/value heads (grouped-query attention); 0 stands for heads
+  // Multi-head latent attention (attention = "mla"; DeepSeek-V2 §2.1, DeepSeek-V3): queries
+  // through a latent of model.q_lora_rank (0: one projection, DeepSeek-V2-Lite), keys and values
+  // decompressed from a latent of model.kv_lora_rank that the heads share, each head's query and
+  // key of qk_nope_head_dim + qk_rope_head_dim features (the key's rotary part shared by the
+  // heads), its value of v_head_dim (Hugging Face's names). DeepSeek-V3's sizes by default.
+  int q_lora_rank = 1536, kv_lora_rank = 512, qk_nope_head_dim = 128, qk_rope_head_dim = 64, v_head_dim = 128;
   bool tie_embeddings = true;         // the output layer is the word embedding, or its own lm_head/weight
   // GPT-2 scales the residual projections' initial values by 1/√(2L) (Radford et al. 2019, 2.3);
   // Hugging Face's Llama initialises every matrix with the same σ. A preset's choice.
@@ -101,9 +107,11 @@ struct BlockPreset {
 };
 
 inline BlockSpec make_spec(const char* name, const char* norm, const char* mlp, const char* position, bool qkv_bias,
-                           bool linear_bias, bool tie_embeddings, bool scaled_residual_init) {
+                           bool linear_bias, bool tie_embeddings, bool scaled_residual_init,
+                           const char* attention = "gqa") {
   BlockSpec s;
   s.architecture = name;
+  s.attention = attention;
   s.norm = norm;
   s.mlp = mlp;
   s.position = position;
@@ -124,6 +132,8 @@ inline const BlockPreset* block_presets(std::size_t& count) {
        make_spec("qwen2", "rmsnorm", "swiglu", "rope", true, false, false, false)},
       {"mixtral", "llama with a mixture of SwiGLU experts as its MLP, top-k routed (MixtralForCausalLM)",
        make_spec("mixtral", "rmsnorm", "moe", "rope", false, false, false, false)},
+      {"deepseek_v3", "llama with multi-head latent attention and a mixture of experts (DeepseekV3ForCausalLM)",
+       make_spec("deepseek_v3", "rmsnorm", "moe", "rope", false, false, false, false, "mla")},
   };
   count = sizeof(presets) / sizeof(presets[0]);
   return presets;

@@ -29,6 +29,14 @@ enum class BufferDim {
   a_t,    // a/t: the rank's heads
   token_heads_t,  // (N·(a/t)) one row of scores per token and local head
   tile,   // min(s, 128): the attention backward's query rows per tile (kernels::attention_backward_tile_rows)
+  // Multi-head latent attention's (model.attention = "mla"), with d_q = d_nope + d_R:
+  q_lora,     // (r_q) the queries' latent
+  kv_latent,  // (r_kv + d_R) the keys' and values' latent and the shared rotary key
+  mla_qkv_t,  // (a·(2d_q + d_v)/t) Q, K and V of the rank's heads, packed for the attention core
+  mla_kv_t,   // (a·(d_nope + d_v)/t) the latent's up-projection: each head's key part and value
+  mla_kv2_t,  // (a·(d_q + d_v)/t) K and V of the rank's heads (ring attention's travelling block)
+  mla_q_t,    // (a·d_q/t) the rank's queries
+  mla_o_t,    // (a·d_v/t) the rank's attention output
 };
 
 // What a buffer's element is: the run's storage type (4 bytes in fp32, 2 in bf16/fp16) or fp32

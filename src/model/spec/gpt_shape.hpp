@@ -38,6 +38,11 @@ struct ModelShape : BlockSpec {
   int head_dim() const { return heads > 0 ? hidden / heads : 0; }
   int ffn_width() const { return ffn_hidden > 0 ? ffn_hidden : 4 * hidden; }   // F, resolved
   int kv_head_count() const { return kv_heads > 0 ? kv_heads : heads; }       // 0 stands for heads
+  // Multi-head latent attention's (BlockSpec): its own head widths, and the rotary tables' d_R.
+  bool latent_attention() const { return attention == "mla"; }
+  int qk_head_dim() const { return latent_attention() ? qk_nope_head_dim + qk_rope_head_dim : head_dim(); }
+  int value_head_dim() const { return latent_attention() ? v_head_dim : head_dim(); }
+  int rotary_dim() const { return latent_attention() ? qk_rope_head_dim : head_dim(); }
   // A routed expert's width F_e (0 stands for F) and the shared experts' together, n_s·F_e.
   int expert_ffn() const { return moe_ffn_hidden > 0 ? moe_ffn_hidden : ffn_width(); }
   std::int64_t shared_ffn() const { return std::int64_t(moe_shared_experts) * expert_ffn(); }

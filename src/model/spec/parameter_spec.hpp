@@ -32,6 +32,13 @@ enum class ParameterDim {
   expert_ffn2,  // 2F_e: its gate and up stacked
   shared_ffn,   // n_s·F_e: the shared experts' width (model.moe_shared_experts)
   shared_ffn2,  // 2n_s·F_e
+  // Multi-head latent attention's (model.attention = "mla"), d_q = d_nope + d_R:
+  q_lora,     // r_q: the queries' latent (model.q_lora_rank)
+  kv_lora,    // r_kv: the keys' and values' latent (model.kv_lora_rank)
+  kv_latent,  // r_kv + d_R: the latent and the shared rotary key, projected together
+  mla_q,      // nh·d_q: every head's query
+  mla_kv,     // nh·(d_nope + d_v): every head's key (without its rotary part) and value
+  mla_o,      // nh·d_v: every head's value, the output projection's input
 };
 
 // How a tensor is split over the tensor-parallel group (Megatron-LM section 3).
@@ -62,6 +69,9 @@ enum Needs : unsigned {
   // balancing on (training.moe_bias_update_rate > 0).
   needs_expert_bias = 1u << 7,
   needs_shared_experts = 1u << 8,  // model.moe_shared_experts > 0
+  needs_q_lora = 1u << 9,          // model.q_lora_rank > 0: queries through a latent (MLA)
+  needs_direct_q = 1u << 10,       // model.q_lora_rank = 0: queries projected at once (MLA)
+  needs_split_sequence = 1u << 11, // sequence parallelism on (buffers)
 };
 // Whether shape s's router chooses with a per-expert bias (needs_expert_bias).
 inline bool has_expert_bias(const GptShape& s) {
@@ -72,7 +82,9 @@ inline bool holds(unsigned needs, const GptShape& s) {
                         (s.tie_embeddings ? 0u : needs_untied) | (s.kv_head_count() != s.heads ? needs_grouped : 0u) |
                         (s.flash_attention ? needs_flash : needs_batched) | (s.context > 1 ? needs_context : 0u) |
                         (has_expert_bias(s) ? needs_expert_bias : 0u) |
-                        (s.moe_shared_experts > 0 ? needs_shared_experts : 0u);
+                        (s.moe_shared_experts > 0 ? needs_shared_experts : 0u) |
+                        (s.q_lora_rank > 0 ? needs_q_lora : needs_direct_q) |
+                        (s.splits_sequence() ? needs_split_sequence : 0u);
   return (needs & have) == needs;
 }
 
@@ -86,6 +98,8 @@ inline std::string needs_text(unsigned needs) {
       {needs_context, "parallel.context > 1"},
       {needs_expert_bias, "(moe_score_function = \"sigmoid\" or training.moe_bias_update_rate > 0)"},
       {needs_shared_experts, "moe_shared_experts > 0"},
+      {needs_q_lora, "q_lora_rank > 0"},        {needs_direct_q, "q_lora_rank = 0"},
+      {needs_split_sequence, "sequence_parallel"},
   };
   std::string out;
   for (const auto& [flag, word] : words)
@@ -224,6 +238,12 @@ inline std::int64_t extent(ParameterDim d, const GptShape& s) {
     case ParameterDim::expert_ffn2: return 2 * std::int64_t(s.expert_ffn());
     case ParameterDim::shared_ffn: return s.shared_ffn();
     case ParameterDim::shared_ffn2: return 2 * s.shared_ffn();
+    case ParameterDim::q_lora: return s.q_lora_rank;
+    case ParameterDim::kv_lora: return s.kv_lora_rank;
+    case ParameterDim::kv_latent: return std::int64_t(s.kv_lora_rank) + s.qk_rope_head_dim;
+    case ParameterDim::mla_q: return std::int64_t(s.heads) * s.qk_head_dim();
+    case ParameterDim::mla_kv: return std::int64_t(s.heads) * (s.qk_nope_head_dim + s.v_head_dim);
+    case ParameterDim::mla_o: return std::int64_t(s.heads) * s.v_head_dim;
     case ParameterDim::none: break;
   }
   return 1;

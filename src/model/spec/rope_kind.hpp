@@ -39,9 +39,9 @@ inline constexpr KindKey kRopeOriginalPositionsKey{
     "unscaled positions have no original context", &ModelShape::rope_original_max_positions};
 
 // Its rule (every rotary kind's): it rotates pairs of features, so the head dimension hidden /
-// heads is even.
+// heads is even (multi-head latent attention rotates model.qk_rope_head_dim: its own rule).
 inline std::vector<rules::Problem> rope_problems(const ModelShape& s) {
-  if (s.heads < 1 || s.hidden % s.heads != 0 || (s.hidden / s.heads) % 2 == 0) return {};
+  if (s.latent_attention() || s.heads < 1 || s.hidden % s.heads != 0 || (s.hidden / s.heads) % 2 == 0) return {};
   return {rules::Problem::statement(
       {"model.heads", s.heads},
       fmt::format("an even head dimension with {{model.position}}: rotary embeddings rotate pairs of features, "

@@ -20,6 +20,7 @@
 #include "src/model/spec/learned_position_kind.hpp"
 #include "src/model/spec/llama3_rope_kind.hpp"
 #include "src/model/spec/moe_kind.hpp"
+#include "src/model/spec/multi_head_latent_attention_kind.hpp"
 #include "src/model/spec/relu2_mlp_kind.hpp"
 #include "src/model/spec/rmsnorm_kind.hpp"
 #include "src/model/spec/rope_kind.hpp"
@@ -31,7 +32,7 @@ namespace tptrain::model {
 inline constexpr const SublayerKind* kSublayerKinds[] = {
     &kLayerNorm, &kRmsNorm,                            // model.norm
     &kLearnedPosition, &kRope, &kLlama3Rope, &kYarnRope,  // model.position
-    &kGroupedQueryAttention,                           // model.attention
+    &kGroupedQueryAttention, &kLatentAttention,        // model.attention
     &kGeluMlp,   &kSwigluMlp, &kMoeMlp, &kRelu2Mlp,  // model.mlp
 };
 
