@@ -131,6 +131,11 @@ std::vector<DeckKey> make_keys() {
       {"model", "tie_embeddings", Derived{"the preset's"}, AnyBoolean{},
        "the output layer is the word embedding (tied) or its own lm_head/weight",
        &member<&Deck::model, &M::tie_embeddings>},
+      {"model", "mtp_depth", integer(0), IntRange{0, std::nullopt, "(0 = none)"},
+       "multi-token prediction modules (DeepSeek-V3 §2.2), on the last pipeline stage: module k predicts token "
+       "i + k + 1 from module k - 1's output and token i + k's embedding, through one block and the shared output "
+       "layer; not part of generation; needs parallel.context = 1",
+       &member<&Deck::model, &M::mtp_depth>},
 
       {"parallel", "tensor", integer(1), at_least_1, "Megatron tensor-parallel ranks",
        &member<&Deck::parallel, &P::tensor>},
@@ -223,6 +228,10 @@ std::vector<DeckKey> make_keys() {
        &member<&Deck::training, &T::attention>},
       {"training", "grad_clip", number(1.0), NumberRange{0.0, true, std::nullopt, "(0 = off)"},
        "global gradient-norm clip", &member<&Deck::training, &T::grad_clip>},
+      {"training", "mtp_loss_coeff", number(0.3), NumberRange{0.0, true, std::nullopt, ""},
+       "the weight lambda of the multi-token prediction modules' mean loss in the training loss (model.mtp_depth > "
+       "0; DeepSeek-V3: 0.3, then 0.1); logged as mtp_loss",
+       &member<&Deck::model, &M::mtp_loss_coeff>},
       {"training", "log_interval", integer(10), at_least_1, "steps between metric lines",
        &member<&Deck::training, &T::log_interval>},
       {"training", "eval_interval", integer(100), IntRange{0, std::nullopt, "(0 = never)"},

@@ -144,6 +144,24 @@ add_test(NAME cli_bench_zero_steps COMMAND ${CMAKE_COMMAND} -DCMD=$<TARGET_FILE:
          "-DARGS=bench;${_decks}/bench.toml;--steps;0" -DEXPECT_FAIL=1
          "-DREGEX=--steps: expected a positive integer" -P ${CMAKE_CURRENT_SOURCE_DIR}/run_expect.cmake)
 
+# input/deepseek-v3-tiny.toml trains on 2 ranks (data 2 x expert 2) on the test corpus: its log
+# carries the multi-token prediction module's loss; its checkpoint samples through generation's
+# latent cache.
+set(_run_deepseek ${CMAKE_CURRENT_BINARY_DIR}/cli_run_deepseek)
+set(_deepseek_sets --set data.train=${_decks}/corpus.txt --set data.valid=${_decks}/corpus_valid.txt
+                   --set model.seq_length=32 --set training.micro_batch=2 --set training.global_batch=4
+                   --set training.log_interval=2 --set training.eval_interval=0 --set optimizer.warmup_steps=1
+                   --set checkpoint.interval=4 --set run.dir=${_run_deepseek} --set checkpoint.dir=${_run_deepseek}/ck)
+add_test(NAME cli_train_deepseek_v3_tiny COMMAND ${CMAKE_COMMAND} -E env OPENBLAS_NUM_THREADS=1
+         ${_mpi2} $<TARGET_FILE:tptrain> train ${PROJECT_SOURCE_DIR}/input/deepseek-v3-tiny.toml ${_deepseek_sets}
+         --set training.steps=4 --set checkpoint.resume=false --set checkpoint.overwrite=true)
+set_tests_properties(cli_train_deepseek_v3_tiny PROPERTIES FIXTURES_SETUP deepseek_run TIMEOUT 120
+                     PASS_REGULAR_EXPRESSION "mtp loss [0-9.]+.*step_00000004.h5 written")
+add_test(NAME cli_generate_deepseek_v3_tiny
+         COMMAND ${CMAKE_COMMAND} "-DCMD=${_mpi2};$<TARGET_FILE:tptrain>;generate;${PROJECT_SOURCE_DIR}/input/deepseek-v3-tiny.toml;${_deepseek_sets};--checkpoint;${_run_deepseek}/ck/step_00000004.h5;--prompt;It is;--tokens;8;--seed;3"
+                 "-DPROMPT=It is" -P ${CMAKE_CURRENT_SOURCE_DIR}/generate_stdout.cmake)
+set_tests_properties(cli_generate_deepseek_v3_tiny PROPERTIES FIXTURES_REQUIRED deepseek_run TIMEOUT 120)
+
 # Mixed precision end to end on 2 ranks (tensor 2): bf16 trains and writes fp32 master weights
 # with the precision attribute; fp32 evaluates that checkpoint and bf16 generates from it; fp16
 # logs its loss scale; bench reports 18 bytes per parameter in bf16 and the measured memory.

@@ -17,6 +17,10 @@
 // copies' gradients over Topology::embedding() so that both stay identical; checkpoints write
 // the first stage's copy only, and the gradient norm counts it once (unique_parameters()).
 // With P = 1 the stage is both first and last and holds one word embedding, as a whole model.
+// Multi-token prediction (model.mtp_depth > 0; src/model/multi_token_prediction.hpp) runs on the
+// last stage after the head, from the stage output and the micro-batch's tokens, with the same
+// word embedding (a copy there when P > 1, kept identical as the tied one) and output layer; its
+// parameters are buckets of their own after the head's.
 //
 // Between stages the caller moves [N, H] tensors (N = micro_batch * seq_length):
 //   forward:  a non-first stage reads its input from stage_input() (filled by the caller);
@@ -42,14 +46,17 @@
 
 #include <algorithm>
 #include <functional>
+#include <map>
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "src/model/spec/gpt_shape.hpp"
 #include "src/model/spec/model_parameters.hpp"
+#include "src/model/multi_token_prediction.hpp"
 #include "src/model/spec/recompute.hpp"
 #include "src/model/transformer_layer.hpp"
 #include "src/model/vocab_parallel_cross_entropy.hpp"
@@ -174,9 +181,15 @@ class GptModel {
       head_ = std::make_unique<VocabParallelCrossEntropy<T>>(shape, tokens(), tp, workspace_);
       head_->sp = sp;
       final_norm_out_ = workspace_.matrix("ln_f.out", BufferCategory::activation, rows_, shape.hidden);
-      // The tied output weight: embedding/word exactly as the first stage declares it.
-      if (!stage.first() && shape.tie_embeddings)
+      // The tied output weight, or multi-token prediction's embedding: embedding/word exactly as
+      // the first stage declares it.
+      if (!stage.first() && (shape.tie_embeddings || shape.mtp_depth > 0))
         word_copy_ = std::make_unique<Parameter<T>>(VocabParallelEmbedding<T>(shape, tp).word);
+      if (shape.mtp_depth > 0) {
+        mtp_ = std::make_unique<MultiTokenPrediction<T>>(shape, micro_batch, tp, expert, ep_rank);
+        for (TransformerLayer<T>* block : mtp_->blocks())
+          for (const Parameter<T>* p : block->parameters()) expert_buckets_ = expert_buckets_ || block->is_expert_parameter(p);
+      }
     }
     slots_.resize(static_cast<std::size_t>(stage.chunks));
     for (int c = 0; c < stage.chunks; ++c) slots_[static_cast<std::size_t>(c)].push_back(make_slot(c, 0));
@@ -205,7 +218,7 @@ class GptModel {
   // before each micro-batch's forward and backward (train::PipelineRunner).
   void bind_documents(const kernels::Tokens& doc_start, const kernels::Tokens& positions,
                       const kernels::TokenSegments* position_segments) {
-    for (auto& layer : layers_) layer->bind_documents(doc_start, positions);
+    for (TransformerLayer<T>* layer : blocks()) layer->bind_documents(doc_start, positions);
     if (embedding_) embedding_->documents = {positions, position_segments};
   }
   // Context parallelism (shape().context = C > 1): the context group the attention rings over
@@ -237,12 +250,19 @@ class GptModel {
 
   // Whether the blocks' forwards add to their kinds' statistics (not in an evaluation).
   void count_statistics(bool on) {
-    for (auto& layer : layers_) layer->count_statistics(on);
+    for (TransformerLayer<T>* layer : blocks()) layer->count_statistics(on);
   }
-  // The statistics of this stage's blocks since the last call (sublayer_statistics.hpp), summed.
+  // The statistics of this stage's blocks since the last call (sublayer_statistics.hpp), summed;
+  // with multi-token prediction its losses' sum and rows ("mtp.loss_sum", "mtp.rows"; zero on a
+  // stage without the modules), after the blocks' on every stage.
   StatisticSums take_statistics() {
     StatisticSums s;
-    for (auto& layer : layers_) layer->take_statistics(s);
+    for (TransformerLayer<T>* layer : blocks()) layer->take_statistics(s);
+    if (shape_.mtp_depth > 0) {
+      const std::pair<double, double> losses = mtp_ ? mtp_->take_losses(Exec()) : std::pair<double, double>{0, 0};
+      s.at("mtp.loss_sum", 1)[0] += losses.first;
+      s.at("mtp.rows", 1)[0] += losses.second;
+    }
     return s;
   }
   bool is_first_stage() const { return stage_.first(); }
@@ -256,6 +276,14 @@ class GptModel {
   // Whether chunk c holds the embedding (the first virtual stage) or the head (the last).
   bool chunk_has_embedding(int c) const { return embedding_ != nullptr && c == 0; }
   bool chunk_has_head(int c) const { return stage_.last() && c == stage_.chunks - 1; }
+  // Whether chunk c's backward reads its input tokens grouped by id (kernels::TokenSegments): the
+  // embedding's, and the head's with multi-token prediction (its modules' embeddings).
+  bool chunk_groups_tokens(int c) const { return chunk_has_embedding(c) || (chunk_has_head(c) && mtp_); }
+  // Whether the last stage holds a copy of embedding/word (pipeline > 1): the tied output layer's,
+  // or multi-token prediction's embedding; its gradient is summed with the first stage's.
+  bool shares_word_embedding() const {
+    return stage_.size > 1 && (shape_.tie_embeddings || shape_.mtp_depth > 0) && (stage_.first() || stage_.last());
+  }
   Recompute recompute() const { return recompute_; }
   // Rows of the stage tensors, the residual stream and LayerNorm: tokens(), or tokens()/t with
   // sequence parallelism.
@@ -314,6 +342,8 @@ class GptModel {
     if (ln_f_)
       for (Parameter<T>* p : ln_f_->parameters()) ps.push_back(p);
     if (lm_head_) ps.push_back(lm_head_.get());
+    if (mtp_)
+      for (Parameter<T>* p : mtp_->parameters()) ps.push_back(p);
     return ps;
   }
   // The last stage's copy of embedding/word (nullptr unless pipeline > 1 and this is the last stage).
@@ -385,10 +415,18 @@ class GptModel {
   }
   // The same for training: the loss of every token added on the device to `total` (a rank-0
   // View<double>; untouched on a stage that is not the last).
+  // With multi-token prediction the head chunk also runs its modules (their losses kept apart:
+  // take_statistics); `tokens` is kept for its backward.
   template <class TV, class SV>
   void forward(const Exec& exec, const TV& tokens, const TV& targets, const SV& total) {
     forward_logits(exec, tokens);
-    if (chunk_has_head(bound_chunk_)) head_->loss_forward(exec, tp_, targets, total);
+    if (!chunk_has_head(bound_chunk_)) return;
+    head_->loss_forward(exec, tp_, targets, total);
+    if (!mtp_) return;
+    if constexpr (std::is_convertible_v<TV, kernels::Tokens>) mtp_tokens_[bound_slot_] = tokens;
+    else throw std::logic_error("tptrain: GptModel::forward: multi-token prediction takes the tokens as kernels::Tokens");
+    mtp_->forward(exec, tp_, residual(bound_slot_).back(), tokens, targets, *word(), *output_weight(), true);
+    mtp_slot_ = bound_slot_;
   }
 
   // Blocks whose forward backward re-ran (recompute = full), heads recomputed, and block
@@ -406,14 +444,15 @@ class GptModel {
   void backward(const Exec& exec, const kernels::TokenSegments* segments, const TV& targets, kx::acc_t<T> scale,
                 const std::function<void(std::size_t)>& bucket_done = {}) {
     const int c = bound_chunk_;
-    if (chunk_has_embedding(c) && segments == nullptr)
-      throw std::invalid_argument("tptrain: GptModel::backward: the first stage needs its input tokens grouped by id "
-                                  "(kernels::TokenSegments, as train::MicroBatchQueue builds them)");
+    if (chunk_groups_tokens(c) && segments == nullptr)
+      throw std::invalid_argument("tptrain: GptModel::backward: the first stage (and a last one with multi-token "
+                                  "prediction) needs its input tokens grouped by id (kernels::TokenSegments, as "
+                                  "train::MicroBatchQueue builds them)");
     // The buckets are in backward order: the head, then the chunks from the last down, each
     // from its last block down, then the embedding.
     const std::size_t per_block = expert_buckets_ ? 2 : 1;  // a block's dense bucket, then its experts'
     std::size_t b = chunk_has_head(c) ? 0
-                                      : (stage_.last() ? 1u : 0u) + std::size_t(chunks() - 1 - c) * per_chunk_ * per_block;
+                                      : (stage_.last() ? head_buckets() : 0u) + std::size_t(chunks() - 1 - c) * per_chunk_ * per_block;
     const auto done = [&] {
       if (bucket_done) bucket_done(b);
       ++b;
@@ -428,7 +467,8 @@ class GptModel {
       head_->backward(exec, tp_, targets, final_norm_out_, *output_weight(), scale, residual_grad_);
       head_slot_ = -1;  // the logits now hold their gradient (written in place)
       ln_f_->backward(exec, residual_grad_, x.back(), residual_grad_next_);
-      done();
+      if (mtp_) mtp_backward(exec, *segments, targets, scale);
+      for (std::size_t k = 0; k < head_buckets(); ++k) done();
     }  // else residual_grad_next_ holds dL/d(stage output), filled by the caller
     for (std::size_t l = static_cast<std::size_t>(per_chunk_); l-- > 0;) {
       TransformerLayer<T>& layer = *layers_[local(c, static_cast<int>(l))];
@@ -474,7 +514,7 @@ class GptModel {
   void balance_expert_biases(const Exec& exec, double rate, const Communicator& dp) {
     std::vector<MlpSublayer<T>*> routers;
     std::vector<double> load;
-    for (auto& layer : layers_)
+    for (TransformerLayer<T>* layer : blocks())
       if (layer->mlp->expert_bias_parameter() != nullptr) {
         routers.push_back(layer->mlp.get());
         for (const std::int64_t n : layer->mlp->take_expert_load()) load.push_back(double(n));
@@ -497,23 +537,23 @@ class GptModel {
     }
   }
   // The routers' fp32 expert biases, block after block (empty: none).
-  std::vector<double> expert_biases() const {
+  std::vector<double> expert_biases() {
     std::vector<double> out;
-    for (const auto& layer : layers_)
+    for (TransformerLayer<T>* layer : blocks())
       for (const auto b : layer->mlp->expert_bias()) out.push_back(double(b));
     return out;
   }
   // Discards the loads counted since the last balancing (a step's start: a skipped step's count
   // none).
   void discard_expert_loads() {
-    for (auto& layer : layers_) layer->mlp->take_expert_load();
+    for (TransformerLayer<T>* layer : blocks()) layer->mlp->take_expert_load();
   }
   // Each block's fp32 expert bias from its parameter's master (after a checkpoint set the
   // masters): where the optimizer shards the bucket, each element from the rank that holds it,
   // summed over the shard group `dp` (the others add 0).
   void expert_biases_from_master(const Exec& exec, const Communicator& dp) {
     using Acc = kx::acc_t<T>;
-    for (auto& layer : layers_) {
+    for (TransformerLayer<T>* layer : blocks()) {
       Parameter<T>* p = layer->mlp->expert_bias_parameter();
       if (p == nullptr) continue;
       const auto [bucket, offset] = bucket_of(*p);
@@ -554,6 +594,34 @@ class GptModel {
   const Workspace<T>& workspace() const { return workspace_; }
 
  private:
+  // The stage's blocks and its multi-token prediction modules' (balancing, statistics, documents).
+  std::vector<TransformerLayer<T>*> blocks() {
+    std::vector<TransformerLayer<T>*> out;
+    for (auto& layer : layers_) out.push_back(layer.get());
+    if (mtp_)
+      for (TransformerLayer<T>* b : mtp_->blocks()) out.push_back(b);
+    return out;
+  }
+  // The buckets the head chunk's backward finishes: the head's, and multi-token prediction's
+  // (its dense parameters, and its block's experts).
+  std::size_t head_buckets() const { return !stage_.last() ? 0 : !mtp_ ? 1 : expert_buckets_ ? 3 : 2; }
+  // Multi-token prediction's backward (after the head's): its forward again when another
+  // micro-batch's ran since, its gradients, d(stage output) added to residual_grad_next_. Its
+  // losses weigh λ/D per row, over the main loss's denominator (`scale`).
+  template <class TV>
+  void mtp_backward(const Exec& exec, const kernels::TokenSegments& segments, const TV& targets, kx::acc_t<T> scale) {
+    const kernels::Matrix<T>& h0 = residual(bound_slot_).back();
+    if (mtp_slot_ != bound_slot_)
+      mtp_->forward(exec, tp_, h0, mtp_tokens_.at(bound_slot_), targets, *word(), *output_weight(), false);
+    mtp_slot_ = -1;
+    const kx::acc_t<T> weight = scale * kx::acc_t<T>(shape_.mtp_loss_coeff / shape_.mtp_depth);
+    mtp_->backward(exec, tp_, h0, segments, *word(), *output_weight(), weight, residual_grad_next_);
+  }
+  bool is_mtp_expert(const Parameter<T>* p) {
+    for (TransformerLayer<T>* b : mtp_->blocks())
+      if (b->is_expert_parameter(p)) return true;
+    return false;
+  }
   // The bucket that holds parameter p, and p's offset in its flat buffers.
   std::pair<const GradBucket<T>*, std::int64_t> bucket_of(const Parameter<T>& p) const {
     for (const auto& bucket : buckets_)
@@ -689,6 +757,13 @@ class GptModel {
       if (lm_head_) head.push_back(lm_head_.get());
       if (word_copy_) head.push_back(word_copy_.get());
       add("head", head);
+      if (mtp_) {  // after the head's in backward order: the modules' backward runs with it
+        std::vector<Parameter<T>*> dense, experts;
+        for (Parameter<T>* p : mtp_->parameters())
+          (is_mtp_expert(p) ? experts : dense).push_back(p);
+        add("mtp", dense);
+        if (expert_buckets_) add("mtp/experts", experts, true);
+      }
     }
     for (int c = chunks(); c-- > 0;)
       for (int l = per_chunk_; l-- > 0;) {
@@ -720,6 +795,9 @@ class GptModel {
   std::unique_ptr<VocabParallelCrossEntropy<T>> head_;          // last stage
   std::unique_ptr<Parameter<T>> word_copy_;                     // last stage, pipeline > 1, tied
   std::unique_ptr<Parameter<T>> lm_head_;                       // last stage, untied
+  std::unique_ptr<MultiTokenPrediction<T>> mtp_;                // last stage, model.mtp_depth > 0
+  std::map<int, kernels::Tokens> mtp_tokens_;                   // each slot's input tokens (its backward's)
+  int mtp_slot_ = -1;                                           // the slot whose forward the modules hold
   kernels::Matrix<T> final_norm_out_;  // [rows, H] ln_f out (last stage)
   // [rows, H]: the residual stream's gradient, ping-ponged block by block (next: the one read)
   kernels::Matrix<T> residual_grad_, residual_grad_next_;

@@ -17,6 +17,7 @@
 #include "kokkos_kernels/cross_entropy.hpp"
 #include "kokkos_kernels/gemm.hpp"
 #include "kokkos_kernels/loss_sum.hpp"
+#include "kokkos_kernels/token_shift.hpp"
 #include "src/model/spec/gpt_shape.hpp"
 #include "src/model/linear.hpp"
 #include "src/model/workspace.hpp"
@@ -92,13 +93,16 @@ struct VocabParallelCrossEntropy {
 
   // d(scale · Σ_i loss_i): dWord += dlogitsᵀ x; dx = dlogits · Word, all-reduced (f backward).
   // dlogits overwrite the logits (in place): a second backward needs the head's forward again.
+  // ignore_negative_targets: rows whose target is negative have no loss and no gradient (multi-token
+  // prediction's rows past the window; kernels::zero_ignored).
   template <class TV, class XV, class DXV>
   void backward(const Exec& exec, Communicator& tp, const TV& targets, const XV& x, Parameter<T>& word,
-                kx::acc_t<T> scale, const DXV& dx /*[N or n, H] overwritten*/) {
+                kx::acc_t<T> scale, const DXV& dx /*[N or n, H] overwritten*/, const bool ignore_negative_targets = false) {
     {
       PhaseScope phase(Phase::loss);
       kernels::cross_entropy_backward(exec, logits, rowmax, sumexp, targets, vocab_start, valid_cols,
                                       scale, logits);
+      if (ignore_negative_targets) kernels::zero_ignored(exec, targets, logits);
     }
     const kernels::Matrix<T>& dlogits = logits;
     if (sp.enabled()) {

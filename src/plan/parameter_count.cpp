@@ -72,14 +72,19 @@ double moe_parameters(double l, double h, double a, double k, double f, double E
 
 namespace {
 // The embedding, `layers` blocks (of each of their shapes, model::block_shapes; a dense block has
-// no expert rows) with `experts` experts each, and the head, without enumerating the blocks or
-// the experts: plan time does not grow with the depth or model.experts.
+// no expert rows) with `experts` experts each, the head, and the multi-token prediction modules
+// (a block of the last one's shape each, with their norms and projection), without enumerating
+// the blocks or the experts: plan time does not grow with the depth or model.experts.
 Count logical_model_elements(const model::GptShape& s, Count experts) {
   Count blocks = 0;
   for (const model::BlockShapeCount& b : model::block_shapes(s))
     blocks += Count(b.blocks) * block_elements(b.shape, logical_elements).with_experts(experts);
+  const model::GptShape last = model::block_shape(s, s.layers - 1);
+  const Count module = block_elements(last, logical_elements).with_experts(experts) +
+                       sum(model::mtp_input_rows(s), s, logical_elements) +
+                       sum(model::mtp_output_rows(s), s, logical_elements);
   return sum(model::embedding_parameter_rows(s), s, logical_elements) + blocks +
-         sum(model::head_parameter_rows(s), s, logical_elements);
+         sum(model::head_parameter_rows(s), s, logical_elements) + Count(s.mtp_depth) * module;
 }
 }  // namespace
 
@@ -139,8 +144,19 @@ StageParameters stage_parameters(const model::GptShape& s, int stages, int virtu
     // The last stage: ln_f, the output layer (untied: lm_head/weight, among the head's rows) and
     // the tied output layer's copy of the word embedding (on the first stage, the word embedding).
     if (stage == stages - 1) held += head + (stages > 1 ? sum(embedding_rows, s, tied_copy) : Count(0));
+    // And multi-token prediction's modules (model.mtp_depth): a block of the last one's shape each,
+    // with its norms and projection, and untied on a pipeline the word embedding's copy.
+    Count mtp_experts = 0;
+    if (stage == stages - 1 && s.mtp_depth > 0) {
+      const Count own = sum(model::mtp_input_rows(s), s, local) + sum(model::mtp_output_rows(s), s, local);
+      held += Count(s.mtp_depth) * (mixture_per_block + own);
+      mtp_experts = Count(s.mtp_depth) * expert_part;
+      if (stages > 1 && !s.tie_embeddings)
+        for (const model::ParameterRow& r : embedding_rows)
+          if (std::string(r.name) == "embedding/word") held += local(model::spec_of(r, s));
+    }
     n.held.push_back(held);
-    n.experts.push_back(Count(mixture_blocks) * expert_part);
+    n.experts.push_back(Count(mixture_blocks) * expert_part + mtp_experts);
   }
   return n;
 }

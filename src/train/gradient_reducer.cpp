@@ -12,7 +12,7 @@ GradientReducer<T>::GradientReducer(model::GptModel<T>& model, parallel::Communi
     : model_(model), dp_(dp), expert_dp_(expert_dp) {
   if (model.has_expert_buckets() && expert_dp == nullptr)
     throw std::logic_error("tptrain: GradientReducer: a mixture of experts needs the expert-data group");
-  if (model.stage().size == 1 || model.word() == nullptr || !model.shape().tie_embeddings) return;
+  if (model.word() == nullptr || !model.shares_word_embedding()) return;
   const auto& buckets = model.buckets();
   for (std::size_t b = 0; b < buckets.size(); ++b)
     for (const model::Parameter<T>* p : buckets[b].params)

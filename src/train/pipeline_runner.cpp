@@ -68,7 +68,8 @@ PipelineRunner<T>::PipelineRunner(model::GptModel<T>& model, parallel::Communica
       overlap_(overlap),
       matching_(matching_of(pp)),
       documents_(queue_documents(model, documents).any()),
-      batches_(model.tokens(), model.chunk_has_embedding(0), queue_documents(model, documents)) {
+      batches_(model.tokens(), model.chunk_groups_tokens(0) || model.chunk_groups_tokens(model.chunks() - 1),
+               queue_documents(model, documents)) {
   if (pp.size() != model.stage().size || pp.rank() != model.stage().rank)
     throw std::logic_error("tptrain: PipelineRunner: the model is not the stage of this rank in the PP group");
   if (matching_ == Matching::per_flow) connect_lanes();
@@ -214,7 +215,7 @@ double PipelineRunner<T>::run(const kx::ExecSpace& exec, int micro_batches, floa
       if (tokens) {
         const TrainingBatch& b = batches_.get(exec, m);  // kept since its forward: not sampled again
         bind_documents(c, b);
-        model_.backward(exec, model_.chunk_has_embedding(c) ? &b.segments : nullptr, b.targets, scale, done);
+        model_.backward(exec, model_.chunk_groups_tokens(c) ? &b.segments : nullptr, b.targets, scale, done);
         batches_.release(m);
       } else {
         model_.backward(exec, nullptr, no_tokens_, scale, done);

@@ -265,9 +265,10 @@ double TrainingRun<T>::compute_gradients(std::int64_t step) {
     reducer_.finish(exec);
   }
   // The tied word embedding: the first stage holds the embedding's part of its gradient, the
-  // last stage the output layer's; both end with the sum, so both copies stay identical (with a
-  // distributed optimizer too: their buckets were all-reduced, see GradientReducer).
-  if (topo_.layout().pipeline > 1 && topo_.in_embedding_group() && model_.shape().tie_embeddings) {
+  // last stage the output layer's (or multi-token prediction's embeddings'); both end with the
+  // sum, so both copies stay identical (with a distributed optimizer too: their buckets were
+  // all-reduced, see GradientReducer).
+  if (topo_.in_embedding_group() && model_.shares_word_embedding()) {
     util::PhaseScope phase(util::Phase::pipeline_wait);
     parallel::all_reduce(topo_.embedding(), exec, model_.word()->grad_vector(), parallel::ReduceOp::sum);
   }

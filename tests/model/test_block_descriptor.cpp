@@ -150,6 +150,7 @@ std::string join(const std::vector<std::string>& parts, const char* separator) {
 const char* symbol(ParameterDim d) {
   switch (d) {
     case ParameterDim::hidden: return "H";
+    case ParameterDim::hidden2: return "2H";
     case ParameterDim::qkv: return "(nh+2nkv)·d";  // 3H without grouped-query attention
     case ParameterDim::kv: return "nkv·d";
     case ParameterDim::ffn2: return "2F";

@@ -17,8 +17,13 @@ namespace {
 // as the trainer sums them.
 // `llama`: the tiny shape as a llama model (RMSNorm, rotary grouped-query attention with 2
 // key/value heads where the tensor size allows, SwiGLU, untied head).
+// `deepseek`: the tiny shape as DeepSeek-V3 (multi-head latent attention, a dense first block
+// and a mixture of 4 sigmoid-routed experts with a shared one) with 2 multi-token prediction
+// modules: the objective is the training loss, the main mean loss plus λ/D times the modules'
+// losses over the same denominator.
 template <class T>
-void check_gradients_by_finite_differences(int tp_size, bool sequence_parallel = false, bool llama = false) {
+void check_gradients_by_finite_differences(int tp_size, bool sequence_parallel = false, bool llama = false,
+                                           bool deepseek = false) {
   auto tp = test::tp_group(tp_size);
   auto shape = test::tiny_shape(tp_size);
   if (llama) {
@@ -26,6 +31,22 @@ void check_gradients_by_finite_differences(int tp_size, bool sequence_parallel =
     shape.kv_heads = tp_size <= 2 ? 2 : 4;
     shape.tie_embeddings = false;
     shape.rope_theta = 100.0;  // large angles at the tiny sequence's few positions
+  }
+  if (deepseek) {
+    static_cast<model::BlockSpec&>(shape) = model::block_preset("deepseek_v3")->spec;
+    shape.rope_theta = 100.0;
+    shape.q_lora_rank = 6;
+    shape.kv_lora_rank = 5;
+    shape.qk_nope_head_dim = 3;
+    shape.qk_rope_head_dim = 4;
+    shape.v_head_dim = 2;
+    shape.experts = 4;
+    shape.moe_ffn_hidden = 8;
+    shape.moe_shared_experts = 1;
+    shape.moe_dense_layers = 1;
+    shape.moe_score_function = "sigmoid";
+    shape.mtp_depth = 2;
+    shape.mtp_loss_coeff = 0.5;
   }
   if (sequence_parallel) {
     shape.seq_length = 4;
@@ -37,9 +58,18 @@ void check_gradients_by_finite_differences(int tp_size, bool sequence_parallel =
   auto [x, y] = test::random_batch(B, shape.seq_length, shape.vocab_size, 3);
   const kx::ExecSpace exec;
   const double N = B * shape.seq_length;
+  // The objective's sum over the tokens: the training forward's, with the modules' losses.
+  Kokkos::View<double, kx::MemSpace> total("total");
+  const auto loss_sum = [&] {
+    if (!deepseek) return m.forward(exec, x, y);
+    Kokkos::deep_copy(total, 0.0);
+    m.forward(exec, x, y, total);
+    auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), total);
+    return h() + shape.mtp_loss_coeff / shape.mtp_depth * m.take_statistics().get("mtp.loss_sum").at(0);
+  };
 
   m.zero_grad(exec);
-  m.forward(exec, x, y);
+  loss_sum();
   const auto segments = test::segments_of(x);
   m.backward(exec, &segments, y, T(1.0 / N));
   for (std::size_t b = 0; b < m.buckets().size(); ++b) m.sum_sequence_parallel_gradients(exec, b);
@@ -63,9 +93,9 @@ void check_gradients_by_finite_differences(int tp_size, bool sequence_parallel =
           Kokkos::deep_copy(p->value, value);
         };
         set(orig + h);
-        const double lp = m.forward(exec, x, y) / N;
+        const double lp = loss_sum() / N;
         set(orig - h);
-        const double lm = m.forward(exec, x, y) / N;
+        const double lm = loss_sum() / N;
         set(orig);
         const double fd = (lp - lm) / (2.0 * static_cast<double>(h));
         double analytic = mine ? static_cast<double>(grad(i)) : 0.0;
@@ -101,6 +131,19 @@ TEST_CASE("llama model gradients match finite differences (double)", "[model][gr
     if (tp > 1) {
       INFO("sequence parallel");
       check_gradients_by_finite_differences<double>(tp, true, true);
+    }
+  }
+}
+
+TEST_CASE("DeepSeek-V3 model with multi-token prediction: gradients match finite differences (double)",
+          "[model][gradcheck][mtp][mpi]") {
+  for (int tp : {1, 2}) {
+    if (test::world_size() % tp != 0) continue;
+    INFO("tensor = " << tp);
+    check_gradients_by_finite_differences<double>(tp, false, false, true);
+    if (tp > 1) {
+      INFO("sequence parallel");
+      check_gradients_by_finite_differences<double>(tp, true, false, true);
     }
   }
 }

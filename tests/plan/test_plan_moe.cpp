@@ -103,9 +103,10 @@ TEST_CASE("plan: Mixtral-8x7B has 46,702,792,704 parameters, 12,879,925,248 acti
   CHECK(expert_parameters(dense) == 0);
 }
 
-// DeepSeekMoE's blocks (model.moe_ffn_hidden, model.moe_shared_experts, model.moe_dense_layers):
-// the counts against the model's tensors and by hand, and each rank's against what a TrainingRun
-// holds, the dense first blocks spread over the stages by interleaving (2 ranks: layers 0 and 2 on
+// DeepSeekMoE's blocks (model.moe_ffn_hidden, model.moe_shared_experts, model.moe_dense_layers)
+// and a multi-token prediction module: the counts against the model's tensors and by hand, and
+// each rank's against what a TrainingRun holds (the module and the word embedding's copy on the
+// last stage), the dense first blocks spread over the stages by interleaving (2 ranks: layers 0 and 2 on
 // stage 0, 1 and 3 on stage 1).
 TEST_CASE("plan: DeepSeekMoE's dense first blocks, fine-grained and shared experts count as the model holds them",
           "[plan][moe][mpi]") {
@@ -120,6 +121,7 @@ TEST_CASE("plan: DeepSeekMoE's dense first blocks, fine-grained and shared exper
   deck.model.moe_ffn_hidden = 16;
   deck.model.moe_shared_experts = 2;
   deck.model.moe_dense_layers = 3;
+  deck.model.mtp_depth = 1;  // a multi-token prediction module on the last stage
   if (n == 2) deck.parallel.virtual_stages = 2;
   const Config c = config_of(deck);
   const model::GptShape& s = c.shape;
@@ -131,8 +133,10 @@ TEST_CASE("plan: DeepSeekMoE's dense first blocks, fine-grained and shared exper
   const std::int64_t h = 32, f = 64, fe = 16, E = 4, K = 2, shared = 2 * fe, V = 250;
   const std::int64_t attention = h * (4 + 2 * 2) * 8 + 4 * 8 * h + 2 * h;  // q, k, v, o and the two norms
   const std::int64_t dense = attention + 3 * h * f, mixture = attention + E * h + 3 * h * shared;
-  CHECK(exact_parameters(s) == 3 * dense + (mixture + E * 3 * h * fe) + 2 * V * h + h);
-  CHECK(active_parameters(s) == 3 * dense + (mixture + K * 3 * h * fe) + 2 * V * h + h);
+  // The module: enorm, hnorm, eh_proj [h, 2h], a mixture block, final_norm.
+  const std::int64_t mtp = 3 * h + 2 * h * h + mixture;
+  CHECK(exact_parameters(s) == 3 * dense + (mixture + E * 3 * h * fe) + 2 * V * h + h + mtp + E * 3 * h * fe);
+  CHECK(active_parameters(s) == 3 * dense + (mixture + K * 3 * h * fe) + 2 * V * h + h + mtp + K * 3 * h * fe);
   CHECK(expert_parameters(s) == 3 * h * fe);
 
   parallel::Topology topo(MPI_COMM_WORLD, parallel::layout_of(deck));

@@ -141,6 +141,7 @@ TEST_CASE("mixture of experts: the routing metrics count every copy once", "[tra
 
 // DeepSeek-V3 (model.architecture = "deepseek_v3"): multi-head latent attention (4 heads of 6 + 4
 // query/key features and 6 value features, latents of 12 and 10, YaRN with its softmax factor),
+// one multi-token prediction module (without context parallelism, which it does not run under),
 // and its mixture: its router (sigmoid scores, 2 groups of 2 experts of which 1 competes, scaled
 // by 2.5) with auxiliary-loss-free balancing at `rate` and the sequence-wise balance loss,
 // fine-grained experts (32 wide where the dense MLP is 64), a shared expert, and a dense first
@@ -160,6 +161,8 @@ io::Deck deepseek_deck(const ExpertLayout& l, int steps, double rate) {
   deck.model.rope_original_max_positions = 8;
   deck.model.rope_mscale = 1;
   deck.model.rope_mscale_all_dim = 1;
+  deck.model.mtp_depth = l.context == 1 ? 1 : 0;  // multi-token prediction runs without context parallelism
+  deck.model.mtp_loss_coeff = 0.3;
   deck.model.moe_ffn_hidden = 32;
   deck.model.moe_shared_experts = 1;
   deck.model.moe_dense_layers = 1;
@@ -197,11 +200,18 @@ TEST_CASE("mixture of experts: DeepSeek-V3's routing with balancing reproduces o
   // Without balancing the curve differs: the bias moves the routing.
   const auto frozen = test::loss_curve(deepseek_deck({"one rank", 1, 1, 1, 1, ""}, steps, 0.0), MPI_COMM_SELF, steps);
   CHECK(std::fabs(frozen.back() - reference.back()) > 1e-4 * reference.back());
+  // Context parallelism runs without multi-token prediction: its own one-rank curve.
+  io::Deck one_without_mtp = deepseek_deck({"one rank", 1, 1, 1, 1, ""}, steps, 0.01);
+  one_without_mtp.model.mtp_depth = 0;
+  const auto without_mtp = test::loss_curve(one_without_mtp, MPI_COMM_SELF, steps);
+  CHECK(std::fabs(without_mtp.back() - reference.back()) > 1e-4 * reference.back());  // the modules train it
   for (const ExpertLayout& l : layouts(n)) {
-    // 4 ranks: tensor, pipeline (the dense block on the first stage only), sharded and context.
+    // 4 ranks: tensor, pipeline (the dense block on the first stage, the modules on the last),
+    // sharded and context.
     if (n == 4 && l.sets != "zero" && l.sets != "sp" && l.pipeline == 1 && l.context == 1) continue;
     INFO(l.name);
-    check_curve(test::loss_curve(deepseek_deck(l, steps, 0.01), MPI_COMM_WORLD, steps), reference, 1e-5);
+    check_curve(test::loss_curve(deepseek_deck(l, steps, 0.01), MPI_COMM_WORLD, steps),
+                l.context > 1 ? without_mtp : reference, 1e-5);
   }
 }
 
@@ -260,7 +270,9 @@ TEST_CASE("mixture of experts: the balanced bias is the same on every rank and a
     for (int s = 0; s < 3; ++s) run.step(s);
     // The fp32 biases the routers choose with, and their parameter (rounded to T) alike.
     const std::vector<double> bias = run.model().expert_biases();
-    REQUIRE(bias.size() == std::size_t((deck.model.layers - deck.model.moe_dense_layers) * deck.model.experts));
+    // The mixture blocks' and the multi-token prediction module's.
+    REQUIRE(bias.size() ==
+            std::size_t((deck.model.layers - deck.model.moe_dense_layers + deck.model.mtp_depth) * deck.model.experts));
     const std::vector<double> values = expert_bias_values(run.model());
     REQUIRE(values.size() == bias.size());
     for (std::size_t i = 0; i < bias.size(); ++i) CHECK(values[i] == double(T(float(bias[i]))));

@@ -34,6 +34,12 @@ struct ModelShape : BlockSpec {
   // The padded vocabulary is a multiple of vocab_pad_multiple * tensor (model.vocab_pad_multiple;
   // 1 here, 128 by the deck's default).
   int vocab_pad_multiple = 1;
+  // Multi-token prediction (DeepSeek-V3 §2.2; model.mtp_depth = D): D sequential modules on the
+  // last stage, module k predicting token i + k + 1 from module k − 1's output (the main model's
+  // for k = 1) and the embedding of token i + k; their mean loss weighs λ = training.mtp_loss_coeff
+  // in the training loss (src/model/multi_token_prediction.hpp).
+  int mtp_depth = 0;
+  double mtp_loss_coeff = 0.3;
 
   int head_dim() const { return heads > 0 ? hidden / heads : 0; }
   int ffn_width() const { return ffn_hidden > 0 ? ffn_hidden : 4 * hidden; }   // F, resolved
@@ -153,6 +159,16 @@ struct GptShape : ModelShape, ParallelLayout, KernelChoice {
           rules::tensor_split_problems(heads, ffn_hidden, tensor, moe_ffn_hidden)})
       broken.insert(broken.end(), more.begin(), more.end());
     for (const rules::Problem& p : broken) throw std::invalid_argument("tptrain: " + p.text());
+    if (mtp_depth < 0)
+      throw std::invalid_argument("tptrain: model.mtp_depth = " + std::to_string(mtp_depth) + ": expected >= 0");
+    if (mtp_depth > 0 && context > 1)
+      throw std::invalid_argument("tptrain: model.mtp_depth = " + std::to_string(mtp_depth) +
+                                  ": multi-token prediction runs without context parallelism (parallel.context = 1): "
+                                  "its shifted tokens cross the chunks of a sequence");
+    if (mtp_depth >= seq_length)
+      throw std::invalid_argument("tptrain: model.mtp_depth = " + std::to_string(mtp_depth) +
+                                  ": expected below model.seq_length = " + std::to_string(seq_length) +
+                                  " (module k predicts k + 1 tokens ahead within the window)");
     if (context > 1 && !flash_attention)
       throw std::invalid_argument("tptrain: parallel.context > 1 runs flash attention only (set training.attention = "
                                   "\"flash\")");

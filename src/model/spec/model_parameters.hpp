@@ -1,6 +1,7 @@
 // Every parameter of the model, in checkpoint order: the embedding's, each block's (the block
-// descriptor, src/model/spec/block_descriptor.hpp) and the head's — the one list the checkpoints'
-// datasets (logical_tensors), the planner's counts and the layers' Parameters come from.
+// descriptor, src/model/spec/block_descriptor.hpp), the head's and the multi-token prediction
+// modules' (multi_token_prediction_spec.hpp) — the one list the checkpoints' datasets
+// (logical_tensors), the planner's counts and the layers' Parameters come from.
 #pragma once
 
 #include <cstdint>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "src/model/spec/block_descriptor.hpp"
+#include "src/model/spec/multi_token_prediction_spec.hpp"
 
 namespace tptrain::model {
 
@@ -53,6 +55,8 @@ inline ParameterSpec model_parameter(const GptShape& s, const std::string& name)
     if (name == r.name) return spec_of(r, s);
   for (const ParameterRow& r : head_parameter_rows(s))
     if (name == r.name) return spec_of(r, s);
+  if (const std::optional<ParameterRow> r = mtp_parameter_row(s, name))
+    return spec_of(*r, block_shape(s, layer_of(name)), name.substr(0, name.find('/', 7) + 1));
   return block_parameter(s, name);
 }
 
@@ -69,8 +73,9 @@ inline std::optional<ParameterRow> model_parameter_row(const GptShape& s, const 
     if (name == r.name) return r;
   for (const ParameterRow& r : head_parameter_rows(s))
     if (name == r.name) return r;
+  if (std::optional<ParameterRow> r = mtp_parameter_row(s, name)) return r;
   const int layer = layer_of(name);
-  if (layer < 0) return std::nullopt;
+  if (layer < 0 || layer >= s.layers) return std::nullopt;
   const std::string row = name.substr(name.find('/', 7) + 1);
   for (const ParameterRow& r : block_parameter_rows(block_shape(s, layer)))
     if (row == r.name) return r;
@@ -84,6 +89,8 @@ inline std::vector<LogicalTensor> logical_tensors(const GptShape& s) {
   for (int l = 0; l < s.layers; ++l)
     for (const ParameterSpec& p : block_parameters(s, l)) add(p);
   for (const ParameterRow& r : head_parameter_rows(s)) add(spec_of(r, s));
+  for (int k = 0; k < s.mtp_depth; ++k)
+    for (const ParameterSpec& p : mtp_parameters(s, k)) add(p);
   return t;
 }
 

@@ -21,6 +21,7 @@ namespace tptrain::model {
 enum class ParameterDim {
   none,    // (the unused second dimension of a vector)
   hidden,  // H
+  hidden2, // 2H: multi-token prediction's projection of [embedding; hidden state]
   qkv,     // (nh + 2·nkv)·d: Q, K and V stacked (3H without grouped-query attention)
   kv,      // nkv·d: the K (or V) rows of the QKV weight
   ffn,     // F
@@ -227,6 +228,7 @@ struct ParameterSpec {
 inline std::int64_t extent(ParameterDim d, const GptShape& s) {
   switch (d) {
     case ParameterDim::hidden: return s.hidden;
+    case ParameterDim::hidden2: return 2 * std::int64_t(s.hidden);
     case ParameterDim::qkv: return s.qkv_width();
     case ParameterDim::kv: return s.kv_width();
     case ParameterDim::ffn: return s.ffn_hidden;

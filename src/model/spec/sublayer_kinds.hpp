@@ -208,10 +208,19 @@ inline void validate_kinds(const GptShape& s) {
 }
 
 // The metrics of shape s's kinds from their statistics summed over the ranks, kind by kind.
+// With multi-token prediction also its loss: the mean over its modules' rows (mtp_loss).
 inline std::vector<SublayerMetrics> sublayer_metrics(const GptShape& s, const StatisticSums& sums) {
   std::vector<SublayerMetrics> out;
   for (const SublayerKind* k : kinds_of(s))
     if (k->metrics != nullptr) out.push_back(k->metrics(s, sums));
+  if (s.mtp_depth > 0) {
+    const double rows = sums.get("mtp.rows").empty() ? 0.0 : sums.get("mtp.rows").at(0);
+    const double loss = rows > 0 ? sums.get("mtp.loss_sum").at(0) / rows : 0.0;
+    SublayerMetrics m;
+    m.fields = {{"mtp_loss", {loss}, MetricField::number, 9}};
+    m.summary = fmt::format("mtp loss {:.4f}", loss);
+    out.push_back(m);
+  }
   return out;
 }
 
