@@ -133,5 +133,8 @@ HfConfigWriter& HfConfigWriter::set(const char* key, const HfConfigWriter& objec
 }
 
 std::string HfConfigWriter::text() const { return json_->j.dump(2) + "\n"; }
+std::string HfConfigWriter::sorted_text() const {
+  return nlohmann::json::parse(json_->j.dump()).dump(2) + "\n";  // nlohmann::json keeps its keys sorted
+}
 
 }  // namespace tptrain::io

@@ -68,6 +68,9 @@ class HfConfigWriter {
   HfConfigWriter& set(const char* key, const HfConfigWriter& object);  // a nested object (rope_scaling)
   // Pretty-printed with an indent of 2, as save_pretrained writes it, ending in a newline.
   std::string text() const;
+  // The same with every object's keys sorted, as save_pretrained sorts them (json.dumps with
+  // sort_keys): the field order of set() does not matter.
+  std::string sorted_text() const;
 
  private:
   struct Json;

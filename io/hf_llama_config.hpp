@@ -1,47 +1,24 @@
 // config.json of a Hugging Face Llama (transformers' LlamaConfig) as a file format: its fields,
 // their JSON types and LlamaConfig's defaults for the ones a file leaves out. Whether a config
 // describes a model tptrain computes is the caller's question (src/checkpoint/hf_llama.hpp); this
-// layer knows the file, not the model's math. Read and written through io/hf_config.hpp.
-// MixtralConfig (model_type "mixtral") is the same file for attention, norms and positions, with
-// the mixture of experts' fields added and other defaults; it is read by the same function.
+// layer knows the file, not the model's math. The fields it shares with the other decoder-only
+// configs: io/hf_decoder_config.hpp. MixtralConfig (model_type "mixtral") is the same file for
+// attention, norms and positions, with the mixture of experts' fields added and other defaults;
+// it is read by the same function.
 #pragma once
 
-#include <map>
 #include <optional>
 #include <string>
-#include <vector>
+
+#include "io/hf_decoder_config.hpp"
 
 namespace tptrain::io {
 
-// rope_scaling (LlamaConfig's and Qwen2Config's; DeepseekV3Config's too): its type ("rope_type",
-// or the older "type"), its numeric fields by name ("factor", "original_max_position_embeddings",
-// ...), YaRN's truncate switch, and the names of any other fields (long_factor lists, ...).
-struct RopeScalingFile {
-  std::string rope_type;
-  std::map<std::string, double> numbers;
-  std::optional<bool> truncate;
-  std::vector<std::string> others;
-};
-
-struct LlamaConfigFile {
-  std::string architecture = "LlamaForCausalLM";  // written as architectures[0]
-  std::string model_type;  // "" when absent
-  // 0 when absent (LlamaConfig has defaults for them, Llama-2-7B's, but a file that leaves the
-  // model's shape out describes no particular model).
-  int num_hidden_layers = 0, hidden_size = 0, num_attention_heads = 0, intermediate_size = 0, vocab_size = 0;
-  int max_position_embeddings = 0;
-  std::optional<int> num_key_value_heads;  // null or absent: num_attention_heads (multi-head attention)
-  std::optional<int> head_dim;             // null or absent: hidden_size / num_attention_heads
-  std::string hidden_act = "silu";
-  double rms_norm_eps = 1e-6;
-  double rope_theta = 10000.0;
-  std::optional<RopeScalingFile> rope_scaling;  // null or absent: unscaled
-  bool tie_word_embeddings = false;
+struct LlamaConfigFile : DecoderConfigFile {
+  std::optional<int> head_dim;  // null or absent: hidden_size / num_attention_heads
   bool attention_bias = false, mlp_bias = false;
   bool use_sliding_window = false;  // Qwen2Config's sliding-window attention
-  double attention_dropout = 0.0;
   int pretraining_tp = 1;
-  std::optional<int> bos_token_id, eos_token_id;
   // MixtralConfig's mixture of experts (absent from LlamaConfig and Qwen2Config files):
   // num_local_experts E and num_experts_per_tok k, nullopt when absent or null (MixtralConfig's
   // defaults, 8 and 2, are Mixtral-8x7B's: a file that leaves them out describes no particular

@@ -27,36 +27,29 @@
 // mlp/experts/e/proj/weight is its w2. Dropless, as HF's MixtralSparseMoeBlock.
 #pragma once
 
-#include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "src/model/spec/gpt_shape.hpp"
 #include "src/checkpoint/hf_presets.hpp"
+#include "src/checkpoint/hf_decoder.hpp"
 
 namespace tptrain::checkpoint {
 
-// The preset's config.json for `shape` (pretty-printed JSON). max_position_embeddings is
-// the deck's model.seq_length, the context the model was trained with; with YaRN, the scaled
-// context model.rope_factor × model.rope_original_max_positions (Hugging Face's newer YaRN reads
-// the factor from their ratio, its older one from rope_scaling: both then agree). A scaled rotary
-// kind writes rope_scaling with its keys (model.rope_factor as "factor", ...); MixtralConfig has no
-// rope_scaling, so a mixtral model with one is refused. A mixtral preset's
-// config (MixtralConfig's fields) carries num_local_experts = model.experts, num_experts_per_tok
-// = model.experts_per_token and router_aux_loss_coef (MixtralConfig's 0.001 when not given).
+// The preset's config.json for `shape` (pretty-printed JSON). The fields every decoder family
+// shares (max_position_embeddings, rope_scaling, ...) as src/checkpoint/hf_decoder.hpp writes
+// them; MixtralConfig has no rope_scaling, so a mixtral model with one is refused. A mixtral
+// preset's config (MixtralConfig's fields) carries num_local_experts = model.experts,
+// num_experts_per_tok = model.experts_per_token and router_aux_loss_coef (MixtralConfig's 0.001
+// when not given).
 std::string hf_llama_config(const model::GptShape& shape, const HfPreset& preset,
                             std::optional<double> router_aux_loss_coef = std::nullopt);
 
-// What import needs from a config.json, checked to describe a model tptrain computes exactly.
-struct HfLlamaConfig {
-  int layers = 0, hidden = 0, heads = 0, kv_heads = 0, ffn_hidden = 0, vocab_size = 0, positions = 0;
-  double norm_eps = 0, rope_theta = 0;
-  // The rotary kind its rope_scaling names ("rope": none; "llama3", "yarn") and the values of that
-  // kind's deck keys it gives, by key ("rope_factor": rope_scaling's factor, ...).
-  std::string position = "rope";
-  std::map<std::string, double> rope_keys;
-  bool tie_embeddings = false;
+// What import needs from a config.json, checked to describe a model tptrain computes exactly;
+// the fields every decoder family shares are HfDecoderConfig's.
+struct HfLlamaConfig : HfDecoderConfig {
+  int kv_heads = 0;
   // Mixtral's: E and k (0 for the others), and the attention window (none: nullopt).
   int experts = 0, experts_per_token = 0;
   std::optional<int> sliding_window;
