@@ -307,9 +307,11 @@ std::string model_tensor_table() {
   return t;
 }
 
-// docs/design.md: each row's Hugging Face names, in the two naming families.
+// docs/design.md: each row's Hugging Face names, a column per naming family (model::kHfNamings),
+// headed by the architectures that use it (src/checkpoint/hf_presets.cpp).
 std::string hf_name_table() {
-  std::string t = "| tensor | held when | GPT2LMHeadModel | LlamaForCausalLM, Qwen2ForCausalLM |\n|---|---|---|---|\n";
+  std::string t = "| tensor | held when | GPT2LMHeadModel | LlamaForCausalLM, Qwen2ForCausalLM, MixtralForCausalLM "
+                  "| DeepseekV3ForCausalLM |\n|---|---|---|---|---|\n";
   const auto name = [](const model::HfName& n) {
     if (n.pattern == nullptr) return std::string("—");
     std::string out;
@@ -323,8 +325,9 @@ std::string hf_name_table() {
     return out + (n.transposed ? " (transposed)" : "");
   };
   for_each_row([&](const std::string& prefix, const ParameterRow& r, const std::string& held) {
-    t += fmt::format("| `{}{}` | {} | {} | {} |\n", prefix, r.name, held,
-                     name(model::hf_name(r, model::HfNaming::gpt2)), name(model::hf_name(r, model::HfNaming::llama)));
+    t += fmt::format("| `{}{}` | {} |", prefix, r.name, held);
+    for (const model::HfNaming family : model::kHfNamings) t += " " + name(model::hf_name(r, family)) + " |";
+    t += "\n";
   });
   return t;
 }

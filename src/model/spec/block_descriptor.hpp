@@ -81,9 +81,12 @@ struct ResidualPattern {
 };
 // Pre-norm (GPT-2, Llama; Xiong et al. 2020): h = x + attn(ln_1(x)), y = h + mlp(ln_2(h)).
 inline constexpr SublayerPlace kPreNormPlaces[] = {
-    {SublayerSlot::norm, "ln_1", "gpt2=transformer.h.{i}.ln_1 llama=model.layers.{i}.input_layernorm"},
+    {SublayerSlot::norm, "ln_1",
+     "gpt2=transformer.h.{i}.ln_1 llama=model.layers.{i}.input_layernorm deepseek=model.layers.{i}.input_layernorm"},
     {SublayerSlot::attention, "attn"},
-    {SublayerSlot::norm, "ln_2", "gpt2=transformer.h.{i}.ln_2 llama=model.layers.{i}.post_attention_layernorm"},
+    {SublayerSlot::norm, "ln_2",
+     "gpt2=transformer.h.{i}.ln_2 llama=model.layers.{i}.post_attention_layernorm "
+     "deepseek=model.layers.{i}.post_attention_layernorm"},
     {SublayerSlot::mlp, "mlp"},
 };
 inline constexpr ResidualPattern kPreNorm{"pre_norm", "h = x + attn(ln_1(x)), y = h + mlp(ln_2(h))", kPreNormPlaces};

@@ -20,7 +20,8 @@ inline constexpr double kLayerNormEps = 1e-5;
 inline constexpr ParameterRow kLayerNormParameters[] = {
     // name, shape, split, blocks, SP sum, decay, init, tied, block extents, needs, Hugging Face names
     {"{place}/weight", {ParameterDim::hidden}, TensorSplit::replicated, 1, true, false, {Init::constant, 1.0f}, false,
-     {ParameterDim::none, ParameterDim::none, ParameterDim::none}, always, "gpt2={module}.weight llama={module}.weight"},
+     {ParameterDim::none, ParameterDim::none, ParameterDim::none}, always,
+     "gpt2={module}.weight llama={module}.weight deepseek={module}.weight"},
     {"{place}/bias", {ParameterDim::hidden}, TensorSplit::replicated, 1, true, false, {Init::constant, 0.0f}, false,
      {ParameterDim::none, ParameterDim::none, ParameterDim::none}, always, "gpt2={module}.bias"},
 };

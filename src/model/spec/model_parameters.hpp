@@ -19,15 +19,16 @@ namespace tptrain::model {
 // rotary positions have none). Hugging Face names as in block_descriptor.hpp.
 inline constexpr ParameterRow kEmbeddingParameters[] = {
     {"embedding/word", {ParameterDim::vocab, ParameterDim::hidden}, TensorSplit::column, 1, false, true,
-     {Init::normal, 0.02f}, true, {}, always, "gpt2=transformer.wte.weight llama=model.embed_tokens.weight"},
+     {Init::normal, 0.02f}, true, {}, always, "gpt2=transformer.wte.weight llama=model.embed_tokens.weight "
+     "deepseek=model.embed_tokens.weight"},
 };
 inline constexpr SublayerPlace kEmbeddingPositionPlace{SublayerSlot::position, "embedding"};
 // On the last pipeline stage: the final norm's rows (its kind's) and, untied, the output layer's
 // own [V padded, H] weight, split by vocabulary rows as the word embedding is.
-inline constexpr SublayerPlace kFinalNormPlace{SublayerSlot::norm, "ln_f", "gpt2=transformer.ln_f llama=model.norm"};
+inline constexpr SublayerPlace kFinalNormPlace{SublayerSlot::norm, "ln_f", "gpt2=transformer.ln_f llama=model.norm deepseek=model.norm"};
 inline constexpr ParameterRow kHeadParameters[] = {
     {"lm_head/weight", {ParameterDim::vocab, ParameterDim::hidden}, TensorSplit::column, 1, false, true,
-     {Init::normal, 0.02f}, false, {}, needs_untied, "gpt2=lm_head.weight llama=lm_head.weight"},
+     {Init::normal, 0.02f}, false, {}, needs_untied, "gpt2=lm_head.weight llama=lm_head.weight deepseek=lm_head.weight"},
 };
 
 // The first stage's rows for shape s (the word embedding's tied copy only when tied).

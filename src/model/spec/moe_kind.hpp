@@ -20,28 +20,34 @@ namespace tptrain::model {
 inline constexpr ParameterRow kMoeParameters[] = {
     {"{place}/router/weight", {ParameterDim::experts, ParameterDim::hidden}, TensorSplit::replicated, 1, false, true,
      {Init::normal, 0.02f}, false, {ParameterDim::none, ParameterDim::none, ParameterDim::none}, always,
-     "llama=model.layers.{i}.block_sparse_moe.gate.weight"},
+     "llama=model.layers.{i}.block_sparse_moe.gate.weight deepseek=model.layers.{i}.mlp.gate.weight"},
     // The per-expert bias the router chooses with (DeepSeek-V3's e_score_correction_bias): no
     // gradient; moved by the balancing after each step (MixtureOfExperts::set_expert_bias).
     {"{place}/router/expert_bias", {ParameterDim::experts, ParameterDim::none}, TensorSplit::replicated, 1, false,
      false, {Init::constant, 0.0f}, false, {ParameterDim::none, ParameterDim::none, ParameterDim::none},
-     needs_expert_bias, ""},
+     needs_expert_bias, "deepseek=model.layers.{i}.mlp.gate.e_score_correction_bias"},
     // The shared experts (DeepSeekMoE): one SwiGLU of n_s·F_e on every token, split over the
     // tensor ranks as the dense one is; not an expert of expert parallelism (every rank holds it).
     {"{place}/shared_experts/fc/weight", {ParameterDim::shared_ffn2, ParameterDim::hidden}, TensorSplit::column, 2,
      false, true, {Init::normal, 0.02f}, false,
-     {ParameterDim::shared_ffn, ParameterDim::shared_ffn, ParameterDim::none}, needs_shared_experts, ""},
+     {ParameterDim::shared_ffn, ParameterDim::shared_ffn, ParameterDim::none}, needs_shared_experts,
+     "deepseek=model.layers.{i}.mlp.shared_experts.gate_proj.weight|"
+     "model.layers.{i}.mlp.shared_experts.up_proj.weight"},
     {"{place}/shared_experts/proj/weight", {ParameterDim::hidden, ParameterDim::shared_ffn}, TensorSplit::row, 1,
      false, true, {Init::residual_normal, 0.02f}, false, {ParameterDim::none, ParameterDim::none, ParameterDim::none},
-     needs_shared_experts, ""},
+     needs_shared_experts, "deepseek=model.layers.{i}.mlp.shared_experts.down_proj.weight"},
     {"{place}/experts/{e}/fc/weight", {ParameterDim::expert_ffn2, ParameterDim::hidden}, TensorSplit::column, 2, false,
      true, {Init::normal, 0.02f}, false, {ParameterDim::expert_ffn, ParameterDim::expert_ffn, ParameterDim::none}, always,
      "llama=model.layers.{i}.block_sparse_moe.experts.{e}.w1.weight|"
-     "model.layers.{i}.block_sparse_moe.experts.{e}.w3.weight",
+     "model.layers.{i}.block_sparse_moe.experts.{e}.w3.weight "
+     "deepseek=model.layers.{i}.mlp.experts.{e}.gate_proj.weight|"
+     "model.layers.{i}.mlp.experts.{e}.up_proj.weight",
      true},
     {"{place}/experts/{e}/proj/weight", {ParameterDim::hidden, ParameterDim::expert_ffn}, TensorSplit::row, 1, false, true,
      {Init::residual_normal, 0.02f}, false, {ParameterDim::none, ParameterDim::none, ParameterDim::none}, always,
-     "llama=model.layers.{i}.block_sparse_moe.experts.{e}.w2.weight", true},
+     "llama=model.layers.{i}.block_sparse_moe.experts.{e}.w2.weight "
+     "deepseek=model.layers.{i}.mlp.experts.{e}.down_proj.weight",
+     true},
 };
 
 // The routing statistics a mixture sums (MixtureOfExperts::take_statistics): the load-balancing

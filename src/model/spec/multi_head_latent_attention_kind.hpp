@@ -27,23 +27,23 @@ namespace tptrain::model {
 inline constexpr ParameterRow kLatentAttentionParameters[] = {
     // name, shape, split, blocks, SP sum, decay, init, tied, block extents, needs, Hugging Face names
     {"{place}/q_down/weight", {ParameterDim::q_lora, ParameterDim::hidden}, TensorSplit::replicated, 1, true, true,
-     {Init::normal, 0.02f}, false, TPTRAIN_NO_BLOCKS, needs_q_lora, "llama=model.layers.{i}.self_attn.q_a_proj.weight"},
+     {Init::normal, 0.02f}, false, TPTRAIN_NO_BLOCKS, needs_q_lora, "deepseek=model.layers.{i}.self_attn.q_a_proj.weight"},
     {"{place}/q_norm/weight", {ParameterDim::q_lora, ParameterDim::none}, TensorSplit::replicated, 1, true, false,
      {Init::constant, 1.0f}, false, TPTRAIN_NO_BLOCKS, needs_q_lora,
-     "llama=model.layers.{i}.self_attn.q_a_layernorm.weight"},
+     "deepseek=model.layers.{i}.self_attn.q_a_layernorm.weight"},
     {"{place}/q_up/weight", {ParameterDim::mla_q, ParameterDim::q_lora}, TensorSplit::column, 1, false, true,
-     {Init::normal, 0.02f}, false, TPTRAIN_NO_BLOCKS, needs_q_lora, "llama=model.layers.{i}.self_attn.q_b_proj.weight"},
+     {Init::normal, 0.02f}, false, TPTRAIN_NO_BLOCKS, needs_q_lora, "deepseek=model.layers.{i}.self_attn.q_b_proj.weight"},
     {"{place}/q/weight", {ParameterDim::mla_q, ParameterDim::hidden}, TensorSplit::column, 1, false, true,
-     {Init::normal, 0.02f}, false, TPTRAIN_NO_BLOCKS, needs_direct_q, "llama=model.layers.{i}.self_attn.q_proj.weight"},
+     {Init::normal, 0.02f}, false, TPTRAIN_NO_BLOCKS, needs_direct_q, "deepseek=model.layers.{i}.self_attn.q_proj.weight"},
     {"{place}/kv_down/weight", {ParameterDim::kv_latent, ParameterDim::hidden}, TensorSplit::replicated, 1, true, true,
      {Init::normal, 0.02f}, false, TPTRAIN_NO_BLOCKS, always,
-     "llama=model.layers.{i}.self_attn.kv_a_proj_with_mqa.weight"},
+     "deepseek=model.layers.{i}.self_attn.kv_a_proj_with_mqa.weight"},
     {"{place}/kv_norm/weight", {ParameterDim::kv_lora, ParameterDim::none}, TensorSplit::replicated, 1, true, false,
-     {Init::constant, 1.0f}, false, TPTRAIN_NO_BLOCKS, always, "llama=model.layers.{i}.self_attn.kv_a_layernorm.weight"},
+     {Init::constant, 1.0f}, false, TPTRAIN_NO_BLOCKS, always, "deepseek=model.layers.{i}.self_attn.kv_a_layernorm.weight"},
     {"{place}/kv_up/weight", {ParameterDim::mla_kv, ParameterDim::kv_lora}, TensorSplit::column, 1, false, true,
-     {Init::normal, 0.02f}, false, TPTRAIN_NO_BLOCKS, always, "llama=model.layers.{i}.self_attn.kv_b_proj.weight"},
+     {Init::normal, 0.02f}, false, TPTRAIN_NO_BLOCKS, always, "deepseek=model.layers.{i}.self_attn.kv_b_proj.weight"},
     {"{place}/proj/weight", {ParameterDim::hidden, ParameterDim::mla_o}, TensorSplit::row, 1, false, true,
-     {Init::residual_normal, 0.02f}, false, TPTRAIN_NO_BLOCKS, always, "llama=model.layers.{i}.self_attn.o_proj.weight"},
+     {Init::residual_normal, 0.02f}, false, TPTRAIN_NO_BLOCKS, always, "deepseek=model.layers.{i}.self_attn.o_proj.weight"},
 };
 #undef TPTRAIN_NO_BLOCKS
 

@@ -110,14 +110,23 @@ inline std::string needs_text(unsigned needs) {
 
 // A row's Hugging Face tensor names are one text of entries "family=pattern", separated by
 // spaces, for each naming family the Hugging Face presets use (src/checkpoint/hf_presets.cpp:
-// GPT2LMHeadModel's "gpt2", LlamaForCausalLM's "llama") that has the tensor: a family without an
-// entry has none (the export refuses the model), and adding a family is adding entries.
+// GPT2LMHeadModel's "gpt2", LlamaForCausalLM's "llama", DeepseekV3ForCausalLM's "deepseek") that
+// has the tensor: a family without an entry has none (the export refuses the model), and adding a
+// family is adding entries.
 // "family^=pattern": Hugging Face holds it [in, out] (GPT-2's Conv1D). In a pattern "{i}" stands
 // for the layer, "{e}" for an expert, "{module}" for the module of a kind's place (a norm's:
 // sublayer_kind.hpp, placed_row), and '|' separates the tensors Hugging Face keeps apart of a
 // row of stacked blocks (q|k|v, gate|up).
-enum class HfNaming { gpt2, llama };
-inline const char* hf_naming_name(HfNaming n) { return n == HfNaming::gpt2 ? "gpt2" : "llama"; }
+enum class HfNaming { gpt2, llama, deepseek };
+inline constexpr HfNaming kHfNamings[] = {HfNaming::gpt2, HfNaming::llama, HfNaming::deepseek};
+inline const char* hf_naming_name(HfNaming n) {
+  switch (n) {
+    case HfNaming::gpt2: return "gpt2";
+    case HfNaming::llama: return "llama";
+    case HfNaming::deepseek: break;
+  }
+  return "deepseek";
+}
 struct HfName {
   const char* pattern = nullptr;  // nullptr: the family has no such tensor
   bool transposed = false;

@@ -14,7 +14,8 @@ namespace tptrain::model {
 inline constexpr ParameterRow kRmsNormParameters[] = {
     // name, shape, split, blocks, SP sum, decay, init, tied, block extents, needs, Hugging Face names
     {"{place}/weight", {ParameterDim::hidden}, TensorSplit::replicated, 1, true, false, {Init::constant, 1.0f}, false,
-     {ParameterDim::none, ParameterDim::none, ParameterDim::none}, always, "gpt2={module}.weight llama={module}.weight"},
+     {ParameterDim::none, ParameterDim::none, ParameterDim::none}, always,
+     "gpt2={module}.weight llama={module}.weight deepseek={module}.weight"},
 };
 
 inline constexpr BufferRow kRmsNormBuffers[] = {

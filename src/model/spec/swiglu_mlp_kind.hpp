@@ -13,6 +13,8 @@ inline constexpr ParameterRow kSwigluMlpParameters[] = {
     {"{place}/fc/weight", {ParameterDim::ffn2, ParameterDim::hidden}, TensorSplit::column, 2, false, true,
      {Init::normal, 0.02f}, false, {ParameterDim::ffn, ParameterDim::ffn, ParameterDim::none}, always,
      "llama=model.layers.{i}.mlp.gate_proj.weight|"
+     "model.layers.{i}.mlp.up_proj.weight "
+     "deepseek=model.layers.{i}.mlp.gate_proj.weight|"
      "model.layers.{i}.mlp.up_proj.weight"},
     {"{place}/fc/bias", {ParameterDim::ffn2}, TensorSplit::column, 2, false, false, {Init::constant, 0.0f}, false,
      {ParameterDim::ffn, ParameterDim::ffn, ParameterDim::none}, needs_linear_bias,
@@ -20,7 +22,7 @@ inline constexpr ParameterRow kSwigluMlpParameters[] = {
      "model.layers.{i}.mlp.up_proj.bias"},
     {"{place}/proj/weight", {ParameterDim::hidden, ParameterDim::ffn}, TensorSplit::row, 1, false, true,
      {Init::residual_normal, 0.02f}, false, {ParameterDim::none, ParameterDim::none, ParameterDim::none}, always,
-     "llama=model.layers.{i}.mlp.down_proj.weight"},
+     "llama=model.layers.{i}.mlp.down_proj.weight deepseek=model.layers.{i}.mlp.down_proj.weight"},
     {"{place}/proj/bias", {ParameterDim::hidden}, TensorSplit::replicated, 1, true, false, {Init::constant, 0.0f}, false,
      {ParameterDim::none, ParameterDim::none, ParameterDim::none}, needs_linear_bias,
      "gpt2=transformer.h.{i}.mlp.c_proj.bias "
