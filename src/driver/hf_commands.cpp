@@ -1,7 +1,8 @@
 // `tptrain export` and `tptrain import`: a checkpoint as a Hugging Face model folder
 // (config.json + model.safetensors: GPT2LMHeadModel, LlamaForCausalLM, Qwen2ForCausalLM or
-// MixtralForCausalLM, by model.architecture)
-// and back (src/checkpoint/hf_format.hpp has the architecture's mapping). MPI only
+// MixtralForCausalLM, by model.architecture) and back, from one model.safetensors or the shards
+// of model.safetensors.index.json, fp8 ones included (io/safetensors_folder.hpp;
+// src/checkpoint/hf_format.hpp has the architecture's mapping). MPI only
 // because checkpoints are read and written with parallel HDF5; one rank does the work, any
 // number may take part (they hold no slabs).
 #include <fmt/format.h>
@@ -25,6 +26,7 @@
 #include "io/deck_text.hpp"
 #include "io/path_text.hpp"
 #include "io/safetensors.hpp"
+#include "io/safetensors_folder.hpp"
 #include "src/driver/commands.hpp"
 #include "src/driver/mpi_session.hpp"
 #include "src/util/log.hpp"
@@ -150,7 +152,7 @@ int export_checkpoint(const ExportOptions& o) {
     const fs::path out(o.out);
     on_every_rank(world, [&] {
       if (rank != 0) return;
-      for (const char* name : {"model.safetensors", "config.json"})
+      for (const char* name : {io::kSafetensorsFile, io::kSafetensorsIndexFile, "config.json"})
         if (fs::exists(out / name))
           throw std::runtime_error("--out " + io::display_path(o.out) + " already holds " + name +
                                    ": export does not overwrite (remove it or choose another folder)");
@@ -242,8 +244,9 @@ int import_checkpoint(const ImportOptions& o) {
       if (std::string diff = format.config_mismatch((dir / "config.json").string(), shape); !diff.empty())
         throw std::runtime_error("the Hugging Face model in " + io::display_path(o.dir) +
                                  " is not the model of the deck " + io::display_path(o.deck.deck) + ":\n" + diff);
-      const io::SafetensorsReader file((dir / "model.safetensors").string());
-      const std::string where = io::display_path(file.path());
+      const io::SafetensorsFolder files(o.dir);
+      const std::string where = io::display_path(files.source());
+      const auto where_is = [&](const std::string& name) { return io::display_path(files.path_of(name)); };
       const std::string& prefix = format.prefix;
       // Hugging Face's own base-model files have no prefix; save_pretrained writes it. Both are accepted.
       const auto key_of = [&](const std::string& name) {
@@ -255,14 +258,14 @@ int import_checkpoint(const ImportOptions& o) {
       const std::string tied_head = "lm_head.weight";
       std::set<std::string> wanted;
       for (const auto& t : tensors) wanted.insert(key_of(t.hf_name));
-      for (const io::SafetensorsTensorInfo& t : file.tensors()) {
-        const std::string key = key_of(t.name);
-        if (std::regex_match(key, buffer)) continue;
-        if (!by_key.emplace(key, t.name).second)
-          problems.push_back(fmt::format("{}: both {} and {} are in the file", where, by_key[key], t.name));
+      for (const io::SafetensorsTensorInfo* t : files.tensors()) {
+        const std::string key = key_of(t->name);
+        if (std::regex_match(key, buffer) || files.is_block_scales(t->name)) continue;
+        if (!by_key.emplace(key, t->name).second)
+          problems.push_back(fmt::format("{}: both {} and {} are in the file", where, by_key[key], t->name));
         if (!wanted.count(key) && !(key == tied_head && !format.tied_to.empty()))
-          problems.push_back(fmt::format("{}: {} is not a tensor of {} with the deck's shape (model.layers = {}{})", where,
-                                         t.name, format.architecture, shape.layers,
+          problems.push_back(fmt::format("{}: {} is not a tensor of {} with the deck's shape (model.layers = {}{})",
+                                         where_is(t->name), t->name, format.architecture, shape.layers,
                                          model::kind_sizes_text(shape)));
       }
       for (std::size_t i = 0; i < ck.names.size(); ++i) values[i].resize(elements(ck.shapes[i]));
@@ -275,30 +278,31 @@ int import_checkpoint(const ImportOptions& o) {
                                  : fmt::format("{}: no {}", where, t.hf_name));
           continue;
         }
-        const io::SafetensorsTensorInfo& info = *file.find(it->second);
+        const io::SafetensorsTensorInfo& info = *files.find(it->second);
         std::vector<std::uint64_t> want = t.hf_shape();
         // More positions than the deck's context: the first seq_length rows are the ones it uses.
         const bool positions = t.checkpoint_name == "embedding/position";
         const bool fits = info.shape == want || (positions && info.shape.size() == 2 && info.shape[1] == want[1] &&
                                                  info.shape[0] >= want[0]);
         if (!fits) {
-          problems.push_back(fmt::format("{}: {} has shape {}, the deck needs {} ({})", where, it->second,
+          problems.push_back(fmt::format("{}: {} has shape {}, the deck needs {} ({})", where_is(it->second), it->second,
                                          shape_text(info.shape), shape_text(want), format.shape_keys(t.checkpoint_name)));
           continue;
         }
-        std::vector<float> hf = file.read_float32(it->second);
+        std::vector<float> hf = files.read_float32(it->second);
         hf.resize(elements(want));
-        if (std::string bad = non_finite(it->second, hf); !bad.empty()) problems.push_back(where + ": " + bad);
+        if (std::string bad = non_finite(it->second, hf); !bad.empty())
+          problems.push_back(where_is(it->second) + ": " + bad);
         checkpoint::from_hf(t, hf, values[ck.of_hf[i]]);
       }
       // A tied lm_head is a copy of the word embedding; a different one is a model tptrain cannot hold.
       if (const auto head = by_key.find(tied_head); head != by_key.end() && !format.tied_to.empty() && problems.empty()) {
-        const std::vector<float> h = file.read_float32(head->second);
+        const std::vector<float> h = files.read_float32(head->second);
         const std::vector<float>& word = values.at(0);  // embedding/word: the first tensor of the model
         if (h.size() != word.size() || std::memcmp(h.data(), word.data(), 4 * h.size()) != 0)
           problems.push_back(fmt::format("{}: {} differs from {}: tptrain's output layer is tied to the word embedding "
                                          "(config.json tie_word_embeddings)",
-                                         where, head->second, format.tied_to));
+                                         where_is(head->second), head->second, format.tied_to));
       }
       if (!problems.empty()) {
         std::string all;

@@ -366,9 +366,12 @@ int main(int argc, char** argv) {
   ImportOptions import_opts;
   auto* import_cmd = app.add_subcommand(
       "import",
-      "a Hugging Face model folder (config.json + model.safetensors) of the deck's model.architecture as a step-0 "
+      "a Hugging Face model folder (config.json + model.safetensors, or the shards of "
+      "model.safetensors.index.json; DeepSeek-V3's fp8 weights too) of the deck's model.architecture as a step-0 "
       "checkpoint of the deck's model, to start training from (training.init_from), evaluate or generate");
-  import_cmd->add_option("dir", import_opts.dir, "folder of config.json and model.safetensors")->required();
+  import_cmd->add_option("dir", import_opts.dir,
+                         "folder of config.json and model.safetensors (or model.safetensors.index.json)")
+      ->required();
   import_cmd->add_option("--deck", import_opts.deck.deck, "the deck whose model the weights are")->required();
   import_cmd->add_option("--set", import_opts.deck.overrides, "override a deck key, as for train")
       ->allow_extra_args(false);
