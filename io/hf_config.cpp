@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <fstream>
 #include <limits>
 #include <stdexcept>
@@ -57,12 +58,16 @@ bool HfConfigFields::has(const char* key) const { return json_->j.contains(key);
 bool HfConfigFields::is_null(const char* key) const { return has(key) && json_->j[key].is_null(); }
 bool HfConfigFields::is_number(const char* key) const { return has(key) && json_->j[key].is_number(); }
 
-std::optional<int> HfConfigFields::positive(const char* key) const {
+std::optional<int> HfConfigFields::at_least(const char* key, int least, const char* what) const {
   if (!has(key) || is_null(key)) return std::nullopt;
   const nlohmann::json& v = json_->j[key];
-  if (!v.is_number_integer() || v.get<std::int64_t>() < 1 || v.get<std::int64_t>() > std::numeric_limits<int>::max())
-    fail(name(key) + " = " + v.dump() + ": expected a positive integer");
+  if (!v.is_number_integer() || v.get<std::int64_t>() < least || v.get<std::int64_t>() > std::numeric_limits<int>::max())
+    fail(name(key) + " = " + v.dump() + ": expected " + what);
   return v.get<int>();
+}
+std::optional<int> HfConfigFields::positive(const char* key) const { return at_least(key, 1, "a positive integer"); }
+std::optional<int> HfConfigFields::non_negative(const char* key) const {
+  return at_least(key, 0, "an integer >= 0");
 }
 
 void HfConfigFields::text(const char* key, std::string* out) const {
@@ -88,6 +93,17 @@ std::optional<int> HfConfigFields::integer(const char* key) const {
   const std::int64_t v = json_->j[key].get<std::int64_t>();
   if (v < std::numeric_limits<int>::min() || v > std::numeric_limits<int>::max()) return std::nullopt;
   return static_cast<int>(v);
+}
+
+std::optional<std::vector<int>> HfConfigFields::positive_list(const char* key) const {
+  if (!has(key) || is_null(key)) return std::nullopt;
+  const nlohmann::json& v = json_->j[key];
+  const auto positive_int = [](const nlohmann::json& x) {
+    return x.is_number_integer() && x.get<std::int64_t>() >= 1 && x.get<std::int64_t>() <= std::numeric_limits<int>::max();
+  };
+  if (!v.is_array() || !std::all_of(v.begin(), v.end(), positive_int))
+    fail(name(key) + " = " + v.dump() + ": expected a list of positive integers");
+  return v.get<std::vector<int>>();
 }
 
 struct HfConfigWriter::Json {

@@ -28,11 +28,15 @@ class HfConfigFields {
   bool is_number(const char* key) const;
   // A positive integer that fits in an int; nullopt when absent or null.
   std::optional<int> positive(const char* key) const;
+  // The same with 0 allowed (a count of optional parts: DeepSeek's shared experts, dense layers).
+  std::optional<int> non_negative(const char* key) const;
   void text(const char* key, std::string* out) const;
   void flag(const char* key, bool* out) const;
   void number(const char* key, double* out) const;
   // Any integer; nullopt when absent or not an integer (token ids, which some configs give as lists).
   std::optional<int> integer(const char* key) const;
+  // A list of positive integers (quantization_config.weight_block_size); nullopt when absent or null.
+  std::optional<std::vector<int>> positive_list(const char* key) const;
 
   // The object at `key` (rope_scaling), read as this file's fields: its failures name the key
   // ("rope_scaling.factor = ..."). nullopt when absent or null; not an object: throws.
@@ -47,6 +51,7 @@ class HfConfigFields {
   struct Json;
   HfConfigFields(std::string path, std::string prefix, std::unique_ptr<Json> json);
   std::string name(const char* key) const { return prefix_ + key; }
+  std::optional<int> at_least(const char* key, int least, const char* what) const;
   std::string path_;
   std::string prefix_;  // "rope_scaling." for an object's fields; "" for the file's
   std::unique_ptr<Json> json_;

@@ -4,6 +4,7 @@
 
 #include "src/model/spec/model_parameters.hpp"
 #include "src/model/spec/sublayer_kinds.hpp"
+#include "src/checkpoint/hf_deepseek.hpp"
 #include "src/checkpoint/hf_gpt2.hpp"
 #include "src/checkpoint/hf_llama.hpp"
 
@@ -39,6 +40,15 @@ std::string mixtral_shape_keys(const std::string& checkpoint_name) {
   return llama_shape_keys(checkpoint_name);
 }
 
+// A model trained with a capacity (model.moe_capacity_factor > 0) dropped tokens; Hugging Face's
+// mixtures are dropless. "" when it had none.
+std::string dropless_caveat(const model::GptShape& s, const std::string& architecture) {
+  if (s.moe_capacity_factor <= 0) return {};
+  return fmt::format("trained with model.moe_capacity_factor = {}: {} is dropless (every token reaches its {} experts), "
+                     "as tptrain is without a capacity; the run that dropped tokens computed another function",
+                     s.moe_capacity_factor, architecture, s.experts_per_token);
+}
+
 }  // namespace
 
 HfTrainingChoices hf_training_choices(const model::GptShape& shape) {
@@ -60,33 +70,39 @@ HfFormat hf_format(const model::GptShape& shape, const HfTrainingChoices& traini
     case HfConfigFamily::gpt2:
       // GPT-2's tokenizer (a vocabulary of 50257 or its padding): <|endoftext|> is bos and eos.
       f.config_json = hf_gpt2_config(shape, shape.vocab_size >= 50257);
-      f.config_mismatch = [](const std::string& path, const model::GptShape& s) {
-        return hf_config_mismatch(read_hf_gpt2_config(path), s);
+      f.read_config = [](const std::string& path, const model::GptShape& s) {
+        return HfConfigReading{hf_config_mismatch(read_hf_gpt2_config(path), s)};
       };
       f.shape_keys = gpt2_shape_keys;
       break;
     case HfConfigFamily::llama:
       f.config_json = hf_llama_config(shape, preset);
-      f.config_mismatch = [&preset](const std::string& path, const model::GptShape& s) {
-        return hf_config_mismatch(read_hf_llama_config(path, preset), s);
+      f.read_config = [&preset](const std::string& path, const model::GptShape& s) {
+        return HfConfigReading{hf_config_mismatch(read_hf_llama_config(path, preset), s)};
       };
       f.shape_keys = llama_shape_keys;
       break;
     case HfConfigFamily::mixtral:
       f.config_json = hf_llama_config(shape, preset, training.moe_aux_loss_coeff);
-      if (shape.moe_capacity_factor > 0)
-        f.export_caveat = fmt::format("trained with model.moe_capacity_factor = {}: {} is dropless (every token "
-                                      "reaches its {} experts), as tptrain is without a capacity; the run that "
-                                      "dropped tokens computed another function",
-                                      shape.moe_capacity_factor, f.architecture, shape.experts_per_token);
-      f.config_mismatch = [&preset](const std::string& path, const model::GptShape& s) {
-        return hf_config_mismatch(read_hf_llama_config(path, preset), s);
+      f.export_caveat = dropless_caveat(shape, f.architecture);
+      f.read_config = [&preset](const std::string& path, const model::GptShape& s) {
+        return HfConfigReading{hf_config_mismatch(read_hf_llama_config(path, preset), s)};
       };
       f.shape_keys = mixtral_shape_keys;
+      break;
+    case HfConfigFamily::deepseek:
+      f.config_json = hf_deepseek_config(shape, preset);
+      f.export_caveat = dropless_caveat(shape, f.architecture);
+      f.read_config = [&preset](const std::string& path, const model::GptShape& s) {
+        const HfDeepseekConfig c = read_hf_deepseek_config(path, preset);
+        return HfConfigReading{hf_config_mismatch(c, s), c.prediction_layers, c.rope_interleave};
+      };
+      f.shape_keys = deepseek_shape_keys;
       break;
   }
   // After the config: a model the config cannot describe is refused by its keys first.
   f.tensors = hf_tensors(shape, preset.naming);
+  if (preset.config == HfConfigFamily::deepseek) interleave_rotary_rows(f.tensors, shape);
   return f;
 }
 

@@ -2,7 +2,7 @@
 // export and import"): what `tptrain export` and `tptrain import` (src/driver/hf_commands.cpp)
 // need besides the file formats, gathered from the shape's Hugging Face preset
 // (src/checkpoint/hf_presets.hpp), the rows' names and the config family's file (src/checkpoint/hf_gpt2.hpp,
-// src/checkpoint/hf_llama.hpp, which has Mixtral's too).
+// src/checkpoint/hf_llama.hpp, which has Mixtral's too, src/checkpoint/hf_deepseek.hpp).
 #pragma once
 
 #include <functional>
@@ -14,6 +14,17 @@
 #include "src/checkpoint/hf_tensors.hpp"
 
 namespace tptrain::checkpoint {
+
+// What import learns from a folder's config.json.
+struct HfConfigReading {
+  std::string mismatch;  // "" when it describes the deck's model, else one line per field that differs
+  // Blocks the file holds after the model's num_hidden_layers, whose tensors (model.layers.<L> ...
+  // <L + n - 1>) import skips: DeepSeek-V3's multi-token prediction (num_nextn_predict_layers).
+  int skipped_layers = 0;
+  // Whether the rows HfTensor::interleaved marks are in that order in the file (DeepseekV3Config's
+  // rope_interleave); false: in the checkpoint's.
+  bool interleaved_rows = true;
+};
 
 struct HfFormat {
   std::string architecture;  // "GPT2LMHeadModel": for messages
@@ -33,9 +44,8 @@ struct HfFormat {
   // not compute ("" for none).
   std::string export_caveat;
   // Reads and checks config.json at `path` against the deck's shape: throws std::runtime_error
-  // for a config of a model tptrain does not compute (naming the file and the field); returns ""
-  // when it describes the deck's model, else one line per field that differs.
-  std::function<std::string(const std::string& path, const model::GptShape& shape)> config_mismatch;
+  // for a config of a model tptrain does not compute (naming the file and the field).
+  std::function<HfConfigReading(const std::string& path, const model::GptShape& shape)> read_config;
   // The deck keys and config fields a checkpoint tensor's shape comes from, for messages.
   std::string (*shape_keys)(const std::string& checkpoint_name) = nullptr;
 };

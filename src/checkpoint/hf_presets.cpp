@@ -22,6 +22,11 @@ const std::vector<HfPreset>& hf_presets() {
       // block_sparse_moe.gate, expert e's gate|up and down are experts.e.w1|w3 and w2.
       {"MixtralForCausalLM", "mixtral", "mixtral", model::HfNaming::llama, HfConfigFamily::mixtral, "model.",
        R"(layers\.[0-9]+\.self_attn\.rotary_emb\.inv_freq)"},
+      // Multi-head latent attention and DeepSeekMoE under DeepSeek's own names (self_attn.q_a_proj,
+      // mlp.gate, mlp.shared_experts, mlp.experts.e.gate_proj, ...); it saves no buffers (its
+      // multi-token prediction layers are skipped by their index: src/checkpoint/hf_deepseek.hpp).
+      {"DeepseekV3ForCausalLM", "deepseek_v3", "deepseek_v3", model::HfNaming::deepseek, HfConfigFamily::deepseek,
+       "model.", ""},
   };
   return presets;
 }
@@ -39,15 +44,14 @@ bool same_position(const model::BlockSpec& a, const model::BlockSpec& b) {
 }
 
 bool same_choices(const model::BlockSpec& a, const model::BlockSpec& b) {
-  return a.norm == b.norm && a.mlp == b.mlp && same_position(a, b) && a.qkv_bias == b.qkv_bias &&
-         a.linear_bias == b.linear_bias;
+  return a.norm == b.norm && a.attention == b.attention && a.mlp == b.mlp && same_position(a, b) &&
+         a.qkv_bias == b.qkv_bias && a.linear_bias == b.linear_bias;
 }
 
 std::string choices_text(const model::BlockSpec& s) {
-  return fmt::format("model.norm = \"{}\", model.mlp = \"{}\", model.position = \"{}\", model.qkv_bias = {}, "
-                     "model.linear_bias = {}",
-                     s.norm, s.mlp, s.position, s.qkv_bias,
-                     s.linear_bias);
+  return fmt::format("model.norm = \"{}\", model.attention = \"{}\", model.mlp = \"{}\", model.position = \"{}\", "
+                     "model.qkv_bias = {}, model.linear_bias = {}",
+                     s.norm, s.attention, s.mlp, s.position, s.qkv_bias, s.linear_bias);
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "src/checkpoint/hf_tensors.hpp"
 
+#include <algorithm>
 #include <optional>
 #include <stdexcept>
 
@@ -28,6 +29,16 @@ std::vector<std::string> hf_names(const std::string& pattern, int layer) {
     if (bar == std::string::npos) return names;
     at = bar + 1;
   }
+}
+
+// HF's row of the tensor's row r (both counted from row_begin): r itself unless interleaved.
+std::uint64_t hf_row(const HfTensor& t, std::uint64_t r) {
+  const HfTensor::InterleavedRows& in = t.interleaved;
+  if (in.period == 0) return r;
+  const std::uint64_t first = r - r % in.period, i = r % in.period;
+  if (i < in.offset || i >= in.offset + in.width) return r;
+  const std::uint64_t j = i - in.offset, half = in.width / 2;
+  return first + in.offset + (j < half ? 2 * j : 2 * (j - half) + 1);
 }
 
 }  // namespace
@@ -88,8 +99,10 @@ std::vector<HfTensor> hf_tensors(const model::GptShape& shape, model::HfNaming n
 
 std::vector<float> to_hf(const HfTensor& t, const std::vector<float>& checkpoint_values) {
   const std::uint64_t width = row_elements(t.checkpoint_shape);
-  const auto first = checkpoint_values.begin() + static_cast<std::ptrdiff_t>(t.row_begin * width);
-  std::vector<float> rows(first, first + static_cast<std::ptrdiff_t>(t.rows * width));
+  const float* first = checkpoint_values.data() + t.row_begin * width;
+  std::vector<float> rows(t.rows * width);
+  for (std::uint64_t r = 0; r < t.rows; ++r)
+    std::copy(first + r * width, first + (r + 1) * width, rows.begin() + static_cast<std::ptrdiff_t>(hf_row(t, r) * width));
   if (!t.transposed) return rows;
   std::vector<float> y(rows.size());  // [rows, width] -> [width, rows]
   for (std::uint64_t r = 0; r < t.rows; ++r)
@@ -101,11 +114,13 @@ void from_hf(const HfTensor& t, const std::vector<float>& hf_values, std::vector
   const std::uint64_t width = row_elements(t.checkpoint_shape);
   float* rows = checkpoint_values.data() + t.row_begin * width;
   if (!t.transposed) {
-    for (std::uint64_t i = 0; i < t.rows * width; ++i) rows[i] = hf_values[i];
+    for (std::uint64_t r = 0; r < t.rows; ++r)
+      std::copy(hf_values.begin() + static_cast<std::ptrdiff_t>(hf_row(t, r) * width),
+                hf_values.begin() + static_cast<std::ptrdiff_t>((hf_row(t, r) + 1) * width), rows + r * width);
     return;
   }
   for (std::uint64_t c = 0; c < width; ++c)  // [width, rows] -> [rows, width]
-    for (std::uint64_t r = 0; r < t.rows; ++r) rows[r * width + c] = hf_values[c * t.rows + r];
+    for (std::uint64_t r = 0; r < t.rows; ++r) rows[r * width + c] = hf_values[c * t.rows + hf_row(t, r)];
 }
 
 }  // namespace tptrain::checkpoint

@@ -23,6 +23,14 @@ struct HfTensor {
   // The checkpoint tensor's rows (first dimension) this HF tensor holds: [row_begin, row_begin + rows).
   std::uint64_t row_begin = 0, rows = 0;
   bool transposed = false;                      // HF holds the transpose: a Conv1D weight, [in, out]
+  // Rows HF holds in another order: in each `period` of its rows, the `width` from `offset` on
+  // are rotary features, which tptrain pairs rotate-half (i with i + width/2) and DeepSeek's
+  // checkpoints as adjacent pairs (2i with 2i + 1; DeepseekV3Config.rope_interleave). Row
+  // offset + i of a period is HF's row offset + 2i, row offset + width/2 + i HF's offset + 2i + 1.
+  // period 0: the same order.
+  struct InterleavedRows {
+    std::uint64_t period = 0, offset = 0, width = 0;
+  } interleaved;
   std::vector<std::uint64_t> hf_shape() const;  // [nkv d, H]
   std::uint64_t elements() const;
 };
@@ -43,7 +51,7 @@ struct BlockName {
 BlockName split_block_name(const std::string& checkpoint_name);
 
 // The HF tensor's elements from its checkpoint tensor (all of it, checkpoint order): its rows,
-// transposed if HF holds the transpose.
+// interleaved or transposed as HF holds them.
 std::vector<float> to_hf(const HfTensor& t, const std::vector<float>& checkpoint_values);
 // The other way: writes the HF tensor's elements into its rows of `checkpoint_values` (sized for
 // the whole checkpoint tensor).

@@ -1,8 +1,8 @@
 // `tptrain export` and `tptrain import`: a checkpoint as a Hugging Face model folder
-// (config.json + model.safetensors: GPT2LMHeadModel, LlamaForCausalLM, Qwen2ForCausalLM or
-// MixtralForCausalLM, by model.architecture) and back, from one model.safetensors or the shards
-// of model.safetensors.index.json, fp8 ones included (io/safetensors_folder.hpp;
-// src/checkpoint/hf_format.hpp has the architecture's mapping). MPI only
+// (config.json + model.safetensors: GPT2LMHeadModel, LlamaForCausalLM, Qwen2ForCausalLM,
+// MixtralForCausalLM or DeepseekV3ForCausalLM, by model.architecture) and back, from one
+// model.safetensors or the shards of model.safetensors.index.json, fp8 ones included
+// (io/safetensors_folder.hpp; src/checkpoint/hf_format.hpp has the architecture's mapping). MPI only
 // because checkpoints are read and written with parallel HDF5; one rank does the work, any
 // number may take part (they hold no slabs).
 #include <fmt/format.h>
@@ -230,8 +230,7 @@ int import_checkpoint(const ImportOptions& o) {
     shape.sequence_parallel = false;
     const checkpoint::HfFormat format =
         hf_format_on_every_rank(world, shape, "the deck " + io::display_path(o.deck.deck));
-    const std::vector<checkpoint::HfTensor>& tensors = format.tensors;
-    const CheckpointTensors ck = checkpoint_tensors(tensors);
+    const CheckpointTensors ck = checkpoint_tensors(format.tensors);
     std::vector<std::vector<float>> values(ck.names.size());
     std::uint64_t largest = 0;
     for (const auto& c : ck.shapes) largest = std::max(largest, elements(c));
@@ -241,9 +240,14 @@ int import_checkpoint(const ImportOptions& o) {
       if (fs::exists(o.out))
         throw std::runtime_error("--out " + io::display_path(o.out) +
                                  " already exists: import does not overwrite (remove it or choose another name)");
-      if (std::string diff = format.config_mismatch((dir / "config.json").string(), shape); !diff.empty())
+      const checkpoint::HfConfigReading config = format.read_config((dir / "config.json").string(), shape);
+      if (!config.mismatch.empty())
         throw std::runtime_error("the Hugging Face model in " + io::display_path(o.dir) +
-                                 " is not the model of the deck " + io::display_path(o.deck.deck) + ":\n" + diff);
+                                 " is not the model of the deck " + io::display_path(o.deck.deck) + ":\n" +
+                                 config.mismatch);
+      std::vector<checkpoint::HfTensor> tensors = format.tensors;
+      if (!config.interleaved_rows)  // the file's rotary rows are in the checkpoint's order
+        for (checkpoint::HfTensor& t : tensors) t.interleaved = {};
       const io::SafetensorsFolder files(o.dir);
       const std::string where = io::display_path(files.source());
       const auto where_is = [&](const std::string& name) { return io::display_path(files.path_of(name)); };
@@ -254,7 +258,10 @@ int import_checkpoint(const ImportOptions& o) {
       };
       std::map<std::string, std::string> by_key;  // name without the prefix -> name in the file
       std::vector<std::string> problems;
-      const std::regex buffer(format.ignored_buffers);  // not weights
+      // Not weights of the model: buffers, and the blocks after its own (multi-token prediction).
+      std::string skipped = "(" + format.ignored_buffers + ")";
+      for (int i = 0; i < config.skipped_layers; ++i) skipped += fmt::format("|layers\\.{}\\..+", shape.layers + i);
+      const std::regex buffer(skipped);
       const std::string tied_head = "lm_head.weight";
       std::set<std::string> wanted;
       for (const auto& t : tensors) wanted.insert(key_of(t.hf_name));

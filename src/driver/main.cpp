@@ -355,7 +355,8 @@ int main(int argc, char** argv) {
   auto* export_cmd = app.add_subcommand(
       "export",
       "a checkpoint (any layout, any precision) as a Hugging Face model folder, GPT2LMHeadModel, LlamaForCausalLM, "
-      "Qwen2ForCausalLM or MixtralForCausalLM by model.architecture: config.json + model.safetensors (float32)");
+      "Qwen2ForCausalLM, MixtralForCausalLM or DeepseekV3ForCausalLM by model.architecture: config.json + "
+      "model.safetensors (float32)");
   export_cmd->add_option("checkpoint", export_opts.checkpoint, "checkpoint file (.h5)")->required()->check(readable_file());
   export_cmd->add_option("--format", export_opts.format, "output format")
       ->check(CLI::IsMember({"hf"}))

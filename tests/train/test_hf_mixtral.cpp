@@ -14,6 +14,7 @@
 #include "src/model/spec/model_parameters.hpp"
 #include "src/checkpoint/hf_format.hpp"
 #include "src/checkpoint/hf_llama.hpp"
+#include "tests/train/hf_test_util.hpp"
 
 using namespace tptrain;
 using Catch::Matchers::Contains;
@@ -94,20 +95,7 @@ TEST_CASE("hf_mixtral: the mixtral block is MixtralForCausalLM, router and exper
   CHECK_THAT(f.shape_keys("layers/0/attn/qkv/weight"), Contains("model.kv_heads / num_key_value_heads"));
 
   // Each expert's pieces go back in place: every checkpoint row written by exactly its piece.
-  std::map<std::string, std::vector<float>> checkpoint, rebuilt;
-  for (const auto& t : f.tensors) {
-    std::vector<float>& x = checkpoint[t.checkpoint_name];
-    if (x.empty())
-      for (std::uint64_t i = 0; i < t.checkpoint_shape[0] * (t.checkpoint_shape.size() > 1 ? t.checkpoint_shape[1] : 1); ++i)
-        x.push_back(static_cast<float>(i) + 0.5f * static_cast<float>(checkpoint.size()));
-  }
-  for (const auto& t : f.tensors) {
-    const std::vector<float>& x = checkpoint.at(t.checkpoint_name);
-    std::vector<float>& back = rebuilt[t.checkpoint_name];
-    back.resize(x.size(), -1.0f);
-    checkpoint::from_hf(t, checkpoint::to_hf(t, x), back);
-  }
-  CHECK(rebuilt == checkpoint);
+  CHECK(test::hf_pieces_go_back(f.tensors));
 
   // Another mixture is other tensors: E experts' worth of names.
   model::GptShape eight = s;

@@ -15,6 +15,10 @@ model::GptShape shape_of_preset(const char* name) {
   model::GptShape s;
   static_cast<model::BlockSpec&>(s) = model::block_preset(name)->spec;
   s.layers = 2, s.hidden = 16, s.heads = 4, s.ffn_hidden = 24, s.seq_length = 8, s.vocab_size = 11;
+  if (s.latent_attention()) {  // DeepseekV3ForCausalLM's router and latent norms (src/checkpoint/hf_deepseek.hpp)
+    s.moe_score_function = "sigmoid";
+    s.norm_eps = 1e-6;
+  }
   return s;
 }
 
@@ -51,7 +55,8 @@ TEST_CASE("hf presets: a specification no Hugging Face architecture computes is 
   s.position = "rope";  // a valid tptrain model; GPT2LMHeadModel has learned positions
   CHECK_THROWS_WITH(checkpoint::hf_format(s), Contains("model.position = \"rope\"") &&
                                              Contains("GPT2LMHeadModel (model.architecture = \"gpt2\")") &&
-                                             Contains("LlamaForCausalLM (model.architecture = \"llama\")"));
+                                             Contains("LlamaForCausalLM (model.architecture = \"llama\")") &&
+                                             Contains("DeepseekV3ForCausalLM (model.architecture = \"deepseek_v3\")"));
   model::GptShape biased = shape_of_preset("llama");
   biased.linear_bias = true;
   CHECK_THROWS_WITH(checkpoint::hf_format(biased), Contains("model.linear_bias = true"));
