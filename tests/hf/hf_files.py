@@ -2,6 +2,7 @@
 the formats' own descriptions, sharing no code with tptrain: a safetensors file (8-byte header
 length, a JSON header, little-endian data) as float64 tensors, and the token windows `tptrain eval`
 uses. The caller has imported numpy and torch (it exits 77, skipped, when they are absent)."""
+import argparse
 import json
 import struct
 
@@ -32,6 +33,22 @@ def read_safetensors(path, prefix):
         out[name[len(prefix):] if name.startswith(prefix) else name] = torch.from_numpy(
             array.astype(np.float64).reshape(entry["shape"]))
     return out
+
+
+def reference_arguments(doc):
+    """The references' command line, MODEL_DIR DATA --windows N [--seq-length S], and MODEL_DIR's
+    config.json: (arguments, config, S), S the window's tokens (max_position_embeddings unless given;
+    a YaRN config's is the scaled context, not the trained one)."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("model_dir")
+    parser.add_argument("data")
+    parser.add_argument("--windows", type=int, required=True)
+    parser.add_argument("--seq-length", type=int, help="the window's tokens (default max_position_embeddings, "
+                        "which a YaRN config sets to the scaled context)")
+    args = parser.parse_args()
+    with open(args.model_dir + "/config.json") as f:
+        config = json.load(f)
+    return args, config, args.seq_length or config["max_position_embeddings"]
 
 
 def read_tokens(path):

@@ -4,8 +4,13 @@
 #     (same_weights.py), and inspect must pass the imported file.
 #   MODE=init_from: training.init_from starts from the imported weights exactly; a resume wins.
 #   MODE=reference: the export evaluated by an independent PyTorch model (REF: gpt2_reference.py,
-#     llama_reference.py, qwen2_reference.py, mixtral_reference.py) gives `tptrain eval`'s loss of the checkpoint within 1e-5 (fp32); skipped,
-#     saying so, without PyTorch.
+#     llama_reference.py, qwen2_reference.py, mixtral_reference.py, deepseek_v3_reference.py) gives
+#     `tptrain eval`'s loss of the checkpoint within 1e-5 (fp32); skipped, saying so, without PyTorch.
+#   MODE=fp8 (DeepseekV3ForCausalLM): deepseek_fp8_folder.py rewrites the export as DeepSeek publishes
+#     DeepSeek-V3 (fp8 shards with their block scales, a prediction module to skip, interleaved
+#     rotary rows) and as the float32 folder holding exactly those values (rotate-half rows); both
+#     import to the same checkpoint bit for bit, whose eval REF gives on the float32 folder; the
+#     shards without one weight's scales are refused naming the weight.
 #   cmake -DMODE=... -DEXE=tptrain "-DMPI=mpiexec|flags|-n" -DRANKS=2 "-DSETS=--set|parallel.tensor=2"
 #         -DPY=/usr/bin/python3 -DHF=tests/hf -DDECK=tests/hf/small.toml -DDIR=work
 #         [-DREF=llama_reference "-DFIELDS=model_type=llama|num_hidden_layers=2|..."]
@@ -30,6 +35,34 @@ if(RANKS EQUAL 1)
 else()
   set(launch ${MPI} ${RANKS} ${EXE})
 endif()
+
+# `tptrain eval`'s loss of CHECKPOINT and REF's of the Hugging Face FOLDER agree within 1e-5; skipped,
+# saying so, without PyTorch. tptrain's loss in fp32 whatever precision trained it (eval reads the
+# fp32 master weights), on one rank whatever layout trained it.
+function(same_loss_as_reference checkpoint folder)
+  execute_process(COMMAND ${PY} -c "import torch" RESULT_VARIABLE no_torch OUTPUT_QUIET ERROR_QUIET)
+  if(no_torch)
+    message("${REF}: skipped: PyTorch is not installed for ${PY} (Debian: python3-torch, jobs/setup-deps.sh)")
+    return()
+  endif()
+  run(ok ${EXE} eval ${DECK} --checkpoint ${checkpoint} --windows 4 ${SETS} --set parallel.tensor=1
+      --set parallel.pipeline=1 --set parallel.data=1 --set parallel.expert=1 --set training.precision=fp32)
+  string(REGEX MATCH "\"eval_loss\": ([0-9.eE+-]+)" _ "${output}")
+  set(tptrain_loss ${CMAKE_MATCH_1})
+  run(ok ${PY} ${HF}/${REF}.py ${folder} ${HF}/../data/cli/corpus.txt --windows 4 ${REF_ARGS})
+  string(REGEX MATCH "\"loss\": ([0-9.eE+-]+)" _ "${output}")
+  set(reference_loss ${CMAKE_MATCH_1})
+  if(tptrain_loss STREQUAL "" OR reference_loss STREQUAL "")
+    message(FATAL_ERROR "no loss to compare")
+  endif()
+  execute_process(COMMAND awk -v a=${tptrain_loss} -v b=${reference_loss}
+                          "BEGIN { d = a - b; if (d < 0) d = -d; printf \"difference %.3g\\n\", d; exit !(d <= 1e-5) }"
+                  RESULT_VARIABLE differ OUTPUT_VARIABLE difference)
+  message("tptrain eval ${tptrain_loss}, PyTorch reference ${reference_loss}: ${difference}")
+  if(differ)
+    message(FATAL_ERROR "the exported model's loss differs from tptrain's by more than 1e-5")
+  endif()
+endfunction()
 
 if(MODE STREQUAL "round_trip")
   file(REMOVE_RECURSE ${DIR})
@@ -69,33 +102,23 @@ if(MODE STREQUAL "round_trip")
     message(FATAL_ERROR "inspect does not verify the imported checkpoint")
   endif()
 elseif(MODE STREQUAL "reference")
-  execute_process(COMMAND ${PY} -c "import torch" RESULT_VARIABLE no_torch OUTPUT_QUIET ERROR_QUIET)
-  if(no_torch)
-    message("${REF}: skipped: PyTorch is not installed for ${PY} (Debian: python3-torch, jobs/setup-deps.sh)")
-    return()
-  endif()
   if(NOT EXISTS ${ck})  # the round trip was skipped (a build that does not train the model): nothing to compare
     message("${REF}: skipped: ${ck} was not trained (its round-trip test was skipped)")
     return()
   endif()
-  # tptrain's loss in fp32 whatever precision trained it (eval reads the fp32 master weights), on
-  # one rank whatever layout trained it.
-  run(ok ${EXE} eval ${DECK} --checkpoint ${ck} --windows 4 ${SETS} --set parallel.tensor=1 --set parallel.pipeline=1
-      --set parallel.data=1 --set parallel.expert=1 --set training.precision=fp32)
-  string(REGEX MATCH "\"eval_loss\": ([0-9.eE+-]+)" _ "${output}")
-  set(tptrain_loss ${CMAKE_MATCH_1})
-  run(ok ${PY} ${HF}/${REF}.py ${DIR}/hf ${HF}/../data/cli/corpus.txt --windows 4 ${REF_ARGS})
-  string(REGEX MATCH "\"loss\": ([0-9.eE+-]+)" _ "${output}")
-  set(reference_loss ${CMAKE_MATCH_1})
-  if(tptrain_loss STREQUAL "" OR reference_loss STREQUAL "")
-    message(FATAL_ERROR "no loss to compare")
-  endif()
-  execute_process(COMMAND awk -v a=${tptrain_loss} -v b=${reference_loss}
-                          "BEGIN { d = a - b; if (d < 0) d = -d; printf \"difference %.3g\\n\", d; exit !(d <= 1e-5) }"
-                  RESULT_VARIABLE differ OUTPUT_VARIABLE difference)
-  message("tptrain eval ${tptrain_loss}, PyTorch reference ${reference_loss}: ${difference}")
-  if(differ)
-    message(FATAL_ERROR "the exported model's loss differs from tptrain's by more than 1e-5")
+  same_loss_as_reference(${ck} ${DIR}/hf)
+elseif(MODE STREQUAL "fp8")
+  set(drop model.layers.1.mlp.experts.3.down_proj.weight)
+  file(REMOVE_RECURSE ${DIR}/fp8 ${DIR}/f32 ${DIR}/fp8.h5 ${DIR}/f32.h5 ${DIR}/no_scale ${DIR}/no_scale.h5)
+  run(ok ${PY} ${HF}/deepseek_fp8_folder.py ${DIR}/hf ${DIR}/fp8 ${DIR}/f32)
+  run(ok ${EXE} import ${DIR}/fp8 --deck ${DECK} --out ${DIR}/fp8.h5)
+  run(ok ${EXE} import ${DIR}/f32 --deck ${DECK} --out ${DIR}/f32.h5)
+  run(ok ${PY} ${HF}/same_weights.py ${DIR}/fp8.h5 ${DIR}/f32.h5)
+  same_loss_as_reference(${DIR}/fp8.h5 ${DIR}/f32)
+  run(ok ${PY} ${HF}/deepseek_fp8_folder.py ${DIR}/hf ${DIR}/no_scale ${DIR}/f32 --drop-scale ${drop})
+  run(fail ${EXE} import ${DIR}/no_scale --deck ${DECK} --out ${DIR}/no_scale.h5)
+  if(NOT output MATCHES "tensor '${drop}' is F8_E4M3 without its block scales '${drop}_scale_inv'")
+    message(FATAL_ERROR "the refusal does not name the weight without its scales")
   endif()
 elseif(MODE STREQUAL "init_from")
   # training.init_from: the imported weights start a run exactly as the checkpoint they came from
@@ -129,5 +152,5 @@ elseif(MODE STREQUAL "init_from")
     message(FATAL_ERROR "with a checkpoint to resume from, the run must resume and say init_from is not used")
   endif()
 else()
-  message(FATAL_ERROR "MODE must be round_trip, reference or init_from")
+  message(FATAL_ERROR "MODE must be round_trip, reference, fp8 or init_from")
 endif()

@@ -3,8 +3,9 @@
 model.safetensors) damaged or varied one way, for the hostile pass (group_hf and group_hf_llama
 in tests/hostile/hostile_pass.sh; the llama_* kinds take a LlamaForCausalLM export) and the
 refused imports of tests/cli_hf_tests.cmake (the mixtral_* kinds take a MixtralForCausalLM export
-of tests/hf/mixtral_small.toml: 2 layers, 4 experts, top 2). The safetensors file is rewritten
-with json and struct, not with tptrain's writer."""
+of tests/hf/mixtral_small.toml: 2 layers, 4 experts, top 2; the deepseek_* kinds a
+DeepseekV3ForCausalLM export of tests/hf/deepseek_v3_small.toml: 2 layers, the first dense). The
+safetensors file is rewritten with json and struct, not with tptrain's writer."""
 import json
 import os
 import shutil
@@ -212,6 +213,20 @@ elif kind == "mixtral_dense_mlp":  # a LlamaForCausalLM's MLP names where the mi
     rewrite(drop=[name for name in header if ".block_sparse_moe." in name and name.startswith(moe % 1)],
             add=[("model.layers.1.mlp.%s_proj.weight" % p, shape, struct.pack("<f", 0.01) * (shape[0] * shape[1]))
                  for p, shape in (("gate", [24, 32]), ("up", [24, 32]), ("down", [32, 24]))])
+elif kind == "deepseek_config_softmax":  # DeepSeek-V2's scores: HF's DeepseekV3 would compute sigmoid anyway
+    config(scoring_func="softmax")
+elif kind == "deepseek_config_rope_dynamic":
+    config(rope_scaling={"type": "dynamic", "factor": 2.0})
+elif kind == "deepseek_config_kv_heads":
+    config(num_key_value_heads=2)
+elif kind == "deepseek_config_groups":  # another grouping than the deck's (the tensors are the same)
+    config(n_group=4)
+elif kind == "deepseek_config_q_lora_null":  # queries projected at once: another model
+    config(q_lora_rank=None)
+elif kind == "deepseek_bias_missing":  # the file stays valid; the router lacks its expert bias
+    rewrite(drop=["model.layers.1.mlp.gate.e_score_correction_bias"])
+elif kind == "deepseek_prediction_layer_undeclared":  # a block after the model's without num_nextn_predict_layers
+    rewrite(add=[("model.layers.2.enorm.weight", [32], struct.pack("<f", 1.0) * 32)])
 elif kind == "safetensors_missing":
     os.remove(path)
 elif kind == "safetensors_directory":

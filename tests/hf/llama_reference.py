@@ -18,8 +18,6 @@ were wrong would give another loss.
 Prints one JSON line {"loss": ..., "windows": N, "tokens": N*S}. Exit status 77 when PyTorch is
 not installed (ctest SKIP_RETURN_CODE).
 """
-import argparse
-import json
 import math
 import sys
 
@@ -30,7 +28,7 @@ except ImportError as e:
     print("llama_reference.py: skipped: %s (Debian: python3-torch, which brings numpy)" % e, file=sys.stderr)
     sys.exit(77)
 
-from hf_files import mean_window_loss, read_safetensors, read_tokens
+from hf_files import mean_window_loss, read_safetensors, read_tokens, reference_arguments
 
 
 def rms_norm(x, weight, eps):  # LlamaRMSNorm
@@ -137,20 +135,12 @@ def forward_loss(w, config, tokens, targets):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("model_dir")
-    parser.add_argument("data")
-    parser.add_argument("--windows", type=int, required=True)
-    parser.add_argument("--seq-length", type=int, help="the window's tokens (default max_position_embeddings, "
-                        "which a YaRN config sets to the scaled context)")
-    args = parser.parse_args()
-    with open(args.model_dir + "/config.json") as f:
-        config = json.load(f)
+    args, config, S = reference_arguments(__doc__)
     assert config["model_type"] == "llama" and config.get("hidden_act", "silu") == "silu"
     assert not config.get("attention_bias", False) and not config.get("mlp_bias", False)
     # LlamaForCausalLM's base-model keys carry "model."; lm_head's does not.
     w = read_safetensors(args.model_dir + "/model.safetensors", "model.")
-    print(mean_window_loss(read_tokens(args.data), args.seq_length or config["max_position_embeddings"], args.windows,
+    print(mean_window_loss(read_tokens(args.data), S, args.windows,
                            lambda tokens, targets: forward_loss(w, config, tokens, targets)))
 
 
