@@ -17,13 +17,6 @@ namespace {
 // DeepSeek-V3's routing as its files name it: what transformers' DeepseekV3TopkRouter computes.
 constexpr const char* kSigmoid = "sigmoid";
 constexpr const char* kNoAuxTc = "noaux_tc";
-// DeepseekV3Attention builds its latent norms (q_a_layernorm, kv_a_layernorm) with
-// DeepseekV3RMSNorm's default ε, whatever rms_norm_eps says; tptrain's use model.norm_eps, so the
-// two compute the same function only at this ε (DeepSeek-V3's own rms_norm_eps).
-constexpr double kLatentNormEps = 1e-6;
-constexpr const char* kLatentNormWhy =
-    "DeepseekV3ForCausalLM's latent norms (q_a_layernorm, kv_a_layernorm) use 1e-6 whatever rms_norm_eps says, "
-    "tptrain's use model.norm_eps: the two models agree only at 1e-6";
 
 // The deck keys / config fields behind each tensor's shape, by the first match of its checkpoint name.
 constexpr std::pair<const char*, const char*> kShapeKeys[] = {
@@ -63,8 +56,6 @@ std::string hf_deepseek_config(const model::GptShape& s, const HfPreset& preset)
     throw std::runtime_error(fmt::format("model.moe_score_function = \"{}\": {}'s router scores each expert with a "
                                          "sigmoid (DeepseekV3Config has no other scoring_func)",
                                          s.moe_score_function, preset.architecture));
-  if (!hf_same_number(s.norm_eps, kLatentNormEps))
-    throw std::runtime_error(fmt::format("model.norm_eps = {}: {}", s.norm_eps, kLatentNormWhy));
   io::DeepseekV3ConfigFile c;
   set_hf_decoder_fields(c, s, preset);
   c.moe_intermediate_size = s.expert_ffn();
@@ -82,7 +73,7 @@ std::string hf_deepseek_config(const model::GptShape& s, const HfPreset& preset)
   c.num_experts_per_tok = s.experts_per_token;
   c.first_k_dense_replace = s.moe_dense_layers;
   c.norm_topk_prob = s.moe_norm_topk_prob;
-  c.num_nextn_predict_layers = 0;
+  c.num_nextn_predict_layers = s.mtp_depth;  // its modules: model.layers.<L + k> (multi_token_prediction_spec.hpp)
   c.rope_interleave = true;  // export's order: interleave_rotary_rows
   return io::deepseek_v3_config_text(c);
 }
@@ -103,8 +94,6 @@ HfDeepseekConfig read_hf_deepseek_config(const std::string& path, const HfPreset
       fail(std::string("no ") + key + ": a DeepseekV3ForCausalLM config gives its sizes (DeepseekV3Config's default "
                                       "is DeepSeek-V3's own)");
   if (c.attention_bias) fail("attention_bias = true: tptrain's multi-head latent attention has no biases");
-  if (!hf_same_number(c.rms_norm_eps, kLatentNormEps))
-    fail(fmt::format("rms_norm_eps = {}: {}", c.rms_norm_eps, kLatentNormWhy));
   if (c.scoring_func != kSigmoid)
     fail("scoring_func = \"" + c.scoring_func +
          "\": DeepseekV3ForCausalLM scores each expert with a sigmoid (transformers' DeepseekV3TopkRouter; "
@@ -171,6 +160,10 @@ std::string hf_config_mismatch(const HfDeepseekConfig& h, const model::GptShape&
     m.line(fmt::format("config.json q_lora_rank = {}, the deck's model.q_lora_rank = {}",
                        h.q_lora_rank == 0 ? std::string("null") : std::to_string(h.q_lora_rank), s.q_lora_rank));
   m.compare("kv_lora_rank", h.kv_lora_rank, "model.kv_lora_rank", s.kv_lora_rank);
+  // A file may hold more prediction modules than the deck (import skips the others), not fewer.
+  if (h.prediction_layers < s.mtp_depth)
+    m.line(fmt::format("config.json num_nextn_predict_layers = {}, the deck's model.mtp_depth = {}",
+                       h.prediction_layers, s.mtp_depth));
   m.compare("qk_nope_head_dim", h.qk_nope_head_dim, "model.qk_nope_head_dim", s.qk_nope_head_dim);
   m.compare("qk_rope_head_dim", h.qk_rope_head_dim, "model.qk_rope_head_dim", s.qk_rope_head_dim);
   m.compare("v_head_dim", h.v_head_dim, "model.v_head_dim", s.v_head_dim);

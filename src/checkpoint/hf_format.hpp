@@ -18,8 +18,10 @@ namespace tptrain::checkpoint {
 // What import learns from a folder's config.json.
 struct HfConfigReading {
   std::string mismatch;  // "" when it describes the deck's model, else one line per field that differs
-  // Blocks the file holds after the model's num_hidden_layers, whose tensors (model.layers.<L> ...
-  // <L + n - 1>) import skips: DeepSeek-V3's multi-token prediction (num_nextn_predict_layers).
+  // Blocks the file holds after the model's num_hidden_layers: DeepSeek-V3's multi-token prediction
+  // (num_nextn_predict_layers; model.layers.<L> ... <L + n - 1>). Import reads the deck's
+  // model.mtp_depth of them but their copies of the embedding and the output layer (embed_tokens,
+  // shared_head.head: the model's own), and skips the others.
   int skipped_layers = 0;
   // Whether the rows HfTensor::interleaved marks are in that order in the file (DeepseekV3Config's
   // rope_interleave); false: in the checkpoint's.

@@ -246,7 +246,8 @@ model::GptShape checkpoint_model_shape(const std::string& deck_text) {
       throw std::runtime_error(std::string("its deck attribute ") + e.what());
     }
   };
-  std::vector<std::string> spec_keys = {"architecture", "kv_heads", "tie_embeddings", "qkv_bias", "linear_bias"};
+  std::vector<std::string> spec_keys = {"architecture", "kv_heads", "tie_embeddings", "qkv_bias", "linear_bias",
+                                       "mtp_depth"};
   for (const model::SublayerSlot slot : model::kSublayerSlots) spec_keys.emplace_back(model::slot_key(slot));
   std::map<std::string, std::optional<std::string>> arch = scalars("model", with_kind_keys(spec_keys, "model"));
   const std::string name = arch["architecture"].value_or("gpt2");
@@ -275,6 +276,10 @@ model::GptShape checkpoint_model_shape(const std::string& deck_text) {
   std::string key = "model.kv_heads";
   try {
     shape.kv_heads = arch["kv_heads"] ? std::stoi(*arch["kv_heads"]) : shape.heads;
+    key = "model.mtp_depth";  // multi-token prediction's modules are tensors of the checkpoint (none before it)
+    shape.mtp_depth = arch["mtp_depth"] ? std::stoi(*arch["mtp_depth"]) : 0;
+    if (shape.mtp_depth < 0) throw std::invalid_argument("negative");
+    key = "model.kv_heads";
     for (const model::OwnedKindKey& owned : model::kind_keys()) {
       const model::KindKey& k = *owned.key;
       key = std::string(k.section) + "." + k.key;

@@ -258,9 +258,14 @@ int import_checkpoint(const ImportOptions& o) {
       };
       std::map<std::string, std::string> by_key;  // name without the prefix -> name in the file
       std::vector<std::string> problems;
-      // Not weights of the model: buffers, and the blocks after its own (multi-token prediction).
+      // Not weights of the model: buffers, and the blocks after its own (multi-token prediction)
+      // beyond the deck's model.mtp_depth, and the deck's modules' copies of the embedding and
+      // the output layer.
       std::string skipped = "(" + format.ignored_buffers + ")";
-      for (int i = 0; i < config.skipped_layers; ++i) skipped += fmt::format("|layers\\.{}\\..+", shape.layers + i);
+      for (int i = 0; i < config.skipped_layers; ++i)
+        skipped += i < shape.mtp_depth
+                       ? fmt::format("|layers\\.{}\\.(embed_tokens|shared_head\\.head)\\..+", shape.layers + i)
+                       : fmt::format("|layers\\.{}\\..+", shape.layers + i);
       const std::regex buffer(skipped);
       const std::string tied_head = "lm_head.weight";
       std::set<std::string> wanted;

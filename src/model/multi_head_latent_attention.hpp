@@ -81,7 +81,7 @@ struct MultiHeadLatentAttention final : AttentionSublayer<T> {
   std::int64_t rows;                // n: the block's rows (N, or N/t with sequence parallelism)
   std::int64_t q_lora, kv_lora;     // r_q (0: no latent), r_kv
   kernels::LatentHeads heads;       // the rank's heads and their widths
-  double eps;                       // the latent norms' (model.norm_eps)
+  double eps;                       // the latent norms' (kLatentNormEpsilon)
   double q_scale;                   // the softmax's factor beyond 1/√d_q
   bool flash;
   Recompute recompute;
@@ -112,7 +112,7 @@ struct MultiHeadLatentAttention final : AttentionSublayer<T> {
                            std::unique_ptr<PositionSublayer<T>> rotation = nullptr)
       : B(batch), S(s.local_seq_length()), rows(s.sequence_rows(std::int64_t(batch) * s.local_seq_length())),
         q_lora(s.q_lora_rank), kv_lora(s.kv_lora_rank),
-        heads{s.local_heads(), s.qk_nope_head_dim, s.qk_rope_head_dim, s.v_head_dim}, eps(s.norm_eps),
+        heads{s.local_heads(), s.qk_nope_head_dim, s.qk_rope_head_dim, s.v_head_dim}, eps(kLatentNormEpsilon),
         q_scale(latent_attention_softmax_factor(s)), flash(s.flash_attention), recompute(mode),
         kv_down(make_parameter<T>(block_parameter(s, name + "/kv_down/weight"), tp)),
         kv_norm(make_parameter<T>(block_parameter(s, name + "/kv_norm/weight"), tp)),

@@ -55,7 +55,8 @@ void check_gradients_by_finite_differences(int tp_size, bool sequence_parallel =
   const int B = 2;
   model::GptModel<T> m(shape, B, *tp, 42);
   test::randomise(m, 0.3f, 7);
-  auto [x, y] = test::random_batch(B, shape.seq_length, shape.vocab_size, 3);
+  const auto batch = test::random_batch(B, shape.seq_length, shape.vocab_size, 3);
+  const kernels::Tokens x = batch.first, y = batch.second;  // not a structured binding: the lambda below captures them
   const kx::ExecSpace exec;
   const double N = B * shape.seq_length;
   // The objective's sum over the tokens: the training forward's, with the modules' losses.

@@ -137,15 +137,12 @@ TEST_CASE("hf_deepseek: the presets tell Llama, Mixtral and DeepSeek-V3 apart by
   CHECK_THROWS_WITH(checkpoint::hf_preset_of(s), Contains("model.attention = \"mla\", model.mlp = \"swiglu\"") &&
                                                      Contains("DeepseekV3ForCausalLM (model.architecture = "
                                                               "\"deepseek_v3\")"));
-  // HF's router scores with a sigmoid; the latent norms' ε is 1e-6 whatever rms_norm_eps says.
+  // HF's router scores with a sigmoid.
   s = deepseek_shape();
   s.moe_score_function = "softmax";
   CHECK_THROWS_WITH(checkpoint::hf_format(s), Contains("model.moe_score_function = \"softmax\"") &&
                                                   Contains("DeepseekV3ForCausalLM's router scores each expert with a "
                                                            "sigmoid"));
-  s = deepseek_shape();
-  s.norm_eps = 1e-5;
-  CHECK_THROWS_WITH(checkpoint::hf_format(s), Contains("model.norm_eps = 1e-05") && Contains("q_a_layernorm"));
 }
 
 TEST_CASE("hf_deepseek: config.json describes the model and reads back; others are refused by field", "[train][hf]") {
@@ -241,7 +238,6 @@ TEST_CASE("hf_deepseek: config.json describes the model and reads back; others a
       {R"(,"rope_scaling":{"type":"dynamic","factor":2.0}})", "rope_scaling's rope_type is \"dynamic\""},
       {R"(,"model_type":"mixtral"})", "model_type is \"mixtral\""},
       {R"(,"kv_lora_rank":null})", "no kv_lora_rank"},
-      {R"(,"rms_norm_eps":1e-5})", "rms_norm_eps = 1e-05: DeepseekV3ForCausalLM's latent norms"},
   };
   for (const auto& [extra, message] : refused) {
     CAPTURE(extra);

@@ -163,6 +163,11 @@ inline std::vector<rules::Problem> latent_attention_problems(const ModelShape& s
 }
 inline constexpr const char* kLatentAttentionBinds[] = {"heads", "position", "kv_heads"};
 
+// The latent norms' ε: DeepSeek's RMSNorm default, whatever the block norms' (Hugging Face's
+// DeepseekV3Attention builds q_a_layernorm and kv_a_layernorm without rms_norm_eps; DeepSeek's own
+// inference code too).
+inline constexpr double kLatentNormEpsilon = 1e-6;
+
 // The softmax scale's factor beyond 1/√d_q: YaRN's m(s, mscale_all_dim)² (DeepSeek-V3's
 // attention; yarn_rope_kind.hpp), 1 otherwise.
 inline double latent_attention_softmax_factor(const ModelShape& s) {
