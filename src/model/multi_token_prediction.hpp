@@ -59,7 +59,7 @@ struct MultiTokenPrediction {
   VocabParallelCrossEntropy<T> head;  // the logits of one module at a time
   Matrix tokens_embedded;             // [N, H] Emb(t_i), rolled by k for module k
   Matrix h0;                          // [N, H] the stage output gathered (sequence parallelism)
-  Matrix d_normed, d_output, d_input, d_halves, d_half, d_embedded, d_rolled, d_h;  // backward scratch
+  Matrix d_normed, d_output, d_input, d_halves, d_half, d_embedded, d_rolled;  // backward scratch
   Kokkos::View<double, kx::MemSpace> loss_total;  // Σ_k Σ_i loss^k_i since the last take
   double valid_rows = 0;              // rows those losses were summed over
   bool split_sequence;                // the stage output is the rank's token shard (sequence parallelism)
@@ -93,12 +93,11 @@ struct MultiTokenPrediction {
     for (Module& m : modules) m.block->share_stage_buffers(*modules.front().block, false);
     const BufferCategory scratch = BufferCategory::scratch;
     tokens_embedded = ws.matrix("mtp.tokens_embedded", BufferCategory::activation, N, H);
-    if (s.splits_sequence()) {
-      h0 = ws.matrix("mtp.h0", BufferCategory::activation, N, H);
-      d_h = ws.matrix("mtp.d_h0", scratch, N, H);
-    }
-    for (Matrix* d : {&d_normed, &d_output, &d_input, &d_half, &d_embedded, &d_rolled})
-      *d = ws.matrix("mtp.d" + std::to_string(d - &d_normed), scratch, N, H);
+    if (s.splits_sequence()) h0 = ws.matrix("mtp.h0", BufferCategory::activation, N, H);
+    for (const auto& [d, name] : {std::pair{&d_normed, "mtp.d_normed"}, std::pair{&d_output, "mtp.d_output"},
+                                  std::pair{&d_input, "mtp.d_input"}, std::pair{&d_half, "mtp.d_half"},
+                                  std::pair{&d_embedded, "mtp.d_embedded"}, std::pair{&d_rolled, "mtp.d_rolled"}})
+      *d = ws.matrix(name, scratch, N, H);
     d_halves = ws.matrix("mtp.d_halves", scratch, N, 2 * H);
     Kokkos::deep_copy(loss_total, 0.0);
   }
