@@ -1101,6 +1101,18 @@ Deck DeckReader::build() {
     o.min_lr = round_decimal(o.lr / 10);  // 10 % of the peak (GPT-3), whatever lr is
     min_lr.default_note = "optimizer.lr / 10";
   }
+  // optimizer.distributed = true is optimizer.shard = "optimizer"'s older spelling; a deck that
+  // sets both must mean the same by them.
+  if (Field& shard = field("optimizer", "shard"); !shard.node) {
+    o.shard = o.distributed ? "optimizer" : "none";
+    shard.default_note = o.distributed ? "of optimizer.distributed = true" : "";
+  } else if (Field& distributed = field("optimizer", "distributed");
+             distributed.node && distributed.ok && shard.ok && o.distributed != (o.shard != "none")) {
+    report_on(Term{"optimizer.distributed", o.distributed ? "true" : "false", &distributed},
+              fmt::format("{} with optimizer.shard = \"{}\" ({}): leave optimizer.distributed out",
+                          o.shard != "none" ? "true" : "false", o.shard, where(shard)));
+  }
+  o.distributed = o.shard != "none";
   if (!field("checkpoint", "dir").node)
     d.checkpoint.dir = (fs::path(d.run.dir) / "checkpoints").string();
   const ParallelConfig& p = d.parallel;

@@ -101,7 +101,8 @@ struct OptimizerConfig {
   double beta1{};
   double beta2{};
   double eps{};
-  bool distributed{};  // ZeRO-1: AdamW state sharded over the data-parallel group
+  bool distributed{};  // AdamW state sharded over the data-parallel group: shard != "none"
+  std::string shard;   // "none", "optimizer" (ZeRO-1), "gradients" (ZeRO-2)
 };
 
 // [data]: .txt (byte-level tokens) or .bin (llm.c token shard) files, one or a folder or glob

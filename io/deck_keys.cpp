@@ -291,8 +291,15 @@ std::vector<DeckKey> make_keys() {
        &member<&Deck::optimizer, &O::eps>},
       {"optimizer", "distributed", boolean(false), AnyBoolean{},
        "shard AdamW's state (fp32 master weights and moments) over the data-parallel group (ZeRO-1): "
-       "gradients are reduce-scattered, updated weights all-gathered",
+       "gradients are reduce-scattered, updated weights all-gathered; the spelling of optimizer.shard = "
+       "\"optimizer\"",
        &member<&Deck::optimizer, &O::distributed>},
+      {"optimizer", "shard", Derived{"\"optimizer\" with optimizer.distributed, else \"none\""},
+       Choice{{"none", "optimizer", "gradients"}},
+       "what each data-parallel rank (data x context; experts: the expert-data group) keeps only its shard of: "
+       "\"optimizer\" the fp32 master weights and AdamW moments (ZeRO-1), \"gradients\" those and the fp32 "
+       "gradients, reduce-scattered after every micro-batch's backward of each block (ZeRO-2)",
+       &member<&Deck::optimizer, &O::shard>},
 
       {"data", "train", Required{}, PathRule{false, true},
        "the training data, a .txt file (byte-level tokens) or a .bin llm.c token shard, or a folder "

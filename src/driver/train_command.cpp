@@ -375,9 +375,11 @@ int train_as(const io::Deck& deck, const parallel::Topology& topo) {
   if (const auto& dp = run->reduction_stats(); dp.steps > 0 && dp.messages > 0)
     log::infof("data-parallel gradient {}: {} buckets, {:.2f} MB per step; rank 0 waited {:.2f} ms per step "
                "for it after the backward (the rest overlapped the backward; includes waiting for slower replicas)",
-               deck.optimizer.distributed ? "reduce-scatter (distributed optimizer)" : "all-reduce",
+               deck.optimizer.shard == "gradients" ? "reduce-scatter per micro-batch (sharded gradients)"
+               : deck.optimizer.distributed        ? "reduce-scatter (distributed optimizer)"
+                                                   : "all-reduce",
                dp.messages / dp.steps, static_cast<double>(dp.bytes) / static_cast<double>(dp.steps) / 1e6,
-               1e3 * dp.wait_s / static_cast<double>(dp.steps));
+               1e3 * (dp.wait_s + dp.slot_wait_s) / static_cast<double>(dp.steps));
   return end_step < tc.steps ? util::kRequeueExitStatus : 0;
 }
 

@@ -55,6 +55,7 @@
 #include <vector>
 
 #include "src/model/spec/gpt_shape.hpp"
+#include "src/model/spec/gradient_buckets.hpp"
 #include "src/model/spec/model_parameters.hpp"
 #include "src/model/multi_token_prediction.hpp"
 #include "src/model/spec/recompute.hpp"
@@ -79,9 +80,12 @@ struct PipelineStage {
 // How the optimizer state is split over the data-parallel group: the distributed optimizer
 // (ZeRO stage 1, Rajbhandari et al. 2020; Megatron's DistributedOptimizer) gives rank `rank` of
 // `size` the fp32 master and AdamW moments of shard `rank` of every bucket. size 1: no split.
+// With `gradients` (ZeRO stage 2, optimizer.shard = "gradients") the ranks keep only their shard of
+// each bucket's gradient too (GradBucket::pooled).
 struct OptimizerSharding {
   int rank = 0;
   int size = 1;
+  bool gradients = false;
   bool distributed() const { return size > 1; }
 };
 
@@ -110,8 +114,20 @@ struct GradBucket {
   // With sequence parallelism: the leading elements of grads, those of the parameters whose
   // gradients are summed over the TP group (placed first); 0 without it.
   std::int64_t sequence_parallel_elements = 0;
+  std::int64_t padded = 0;  // the flat buffers' length: `used` rounded up to a multiple of `shards`
+  // Sharded gradients (OptimizerSharding::gradients): the whole gradient exists only while a
+  // micro-batch's backward writes it, in a slot of the model's gradient pool that `grads` and the
+  // parameters' gradients are bound to (GptModel::bind_gradient_slot); each micro-batch's
+  // reduce-scatter adds the rank's shard of it to `grad_shard`, the step's sum (ZeRO-2). Not for a
+  // bucket whose gradient other parts of the backward write too (GptModel::keeps_whole_gradient).
+  bool pooled = false;
+  kernels::Vector<Acc> grad_shard;  // [shard_end - shard_begin], when pooled
   auto shard_values() const { return Kokkos::subview(values, std::make_pair(shard_begin, shard_end)); }
-  auto shard_grads() const { return Kokkos::subview(grads, std::make_pair(shard_begin, shard_end)); }
+  // The sum over the data-parallel group of this rank's shard, once the reductions are done.
+  auto shard_grads() const {
+    return pooled ? Kokkos::subview(grad_shard, std::make_pair(std::int64_t(0), shard_end - shard_begin))
+                  : Kokkos::subview(grads, std::make_pair(shard_begin, shard_end));
+  }
 };
 
 template <class T>
@@ -439,10 +455,12 @@ class GptModel {
   // the micro-batch of the bound slot and chunk. `segments`: its input tokens grouped by id
   // (train::MicroBatchQueue), which the first stage's word-embedding gradient reads
   // (other stages may pass nullptr). `bucket_done(b)` is called when bucket b has this
-  // micro-batch's contribution (for reduction hooks).
+  // micro-batch's contribution (for reduction hooks), `bucket_begin(b)` before the backward writes
+  // the first of it (sharded gradients bind the bucket to a pool slot there).
   template <class TV>
   void backward(const Exec& exec, const kernels::TokenSegments* segments, const TV& targets, kx::acc_t<T> scale,
-                const std::function<void(std::size_t)>& bucket_done = {}) {
+                const std::function<void(std::size_t)>& bucket_done = {},
+                const std::function<void(std::size_t)>& bucket_begin = {}) {
     const int c = bound_chunk_;
     if (chunk_groups_tokens(c) && segments == nullptr)
       throw std::invalid_argument("tptrain: GptModel::backward: the first stage (and a last one with multi-token "
@@ -457,6 +475,9 @@ class GptModel {
       if (bucket_done) bucket_done(b);
       ++b;
     };
+    const auto begin = [&](std::size_t buckets) {  // the next `buckets`, written together
+      for (std::size_t k = 0; bucket_begin && k < buckets; ++k) bucket_begin(b + k);
+    };
     const std::vector<kernels::Matrix<T>>& x = residual(bound_slot_);
     if (chunk_has_head(c)) {
       if (head_slot_ != bound_slot_) {  // another micro-batch's forward overwrote the head since
@@ -464,6 +485,7 @@ class GptModel {
         head_->loss_per_token(exec, tp_, targets);
         ++recomputed_heads_;
       }
+      begin(head_buckets());
       head_->backward(exec, tp_, targets, final_norm_out_, *output_weight(), scale, residual_grad_);
       head_slot_ = -1;  // the logits now hold their gradient (written in place)
       ln_f_->backward(exec, residual_grad_, x.back(), residual_grad_next_);
@@ -484,6 +506,7 @@ class GptModel {
         layer.count_statistics(true);
         ++recomputed_blocks_;
       }
+      begin(per_block);
       layer.backward(exec, tp_, residual_grad_next_, x[l], residual_grad_);
       // ParallelAttention::backward's Q Kᵀ: the batched core's unless it kept the scores, flash's
       // block scores always (it keeps none)
@@ -492,6 +515,7 @@ class GptModel {
       for (std::size_t k = 0; k < per_block; ++k) done();
     }
     if (chunk_has_embedding(c)) {
+      begin(1);
       embedding_->backward(exec, tp_, *segments, residual_grad_next_);
       done();
     }  // else residual_grad_next_ holds dL/d(stage input)
@@ -573,7 +597,30 @@ class GptModel {
   }
 
   void zero_grad(const Exec& exec) {
-    for (auto& bucket : buckets_) kernels::fill(exec, bucket.grads, kx::acc_t<T>(0));
+    for (auto& bucket : buckets_) kernels::fill(exec, bucket.pooled ? bucket.grad_shard : bucket.grads, kx::acc_t<T>(0));
+  }
+
+  // Sharded gradients (OptimizerSharding::gradients): the pool of whole-bucket gradient buffers
+  // the pooled buckets' backwards write into, one slot per bucket a backward holds at once plus
+  // one whose reduce-scatter is in flight (train::GradientReducer hands them out), each as long
+  // as the longest pooled bucket. Empty without pooled buckets.
+  int gradient_slots() const { return static_cast<int>(gradient_pool_.size()); }
+  std::size_t gradient_pool_bytes() const {
+    std::size_t n = 0;
+    for (const auto& slot : gradient_pool_) n += slot.span() * sizeof(kx::acc_t<T>);
+    return n;
+  }
+  const kernels::Vector<kx::acc_t<T>>& gradient_slot(int k) const { return gradient_pool_.at(std::size_t(k)); }
+  // Bucket b's gradients, and its parameters', in pool slot k, zeroed (before its backward).
+  void bind_gradient_slot(const Exec& exec, std::size_t b, int k) {
+    GradBucket<T>& bucket = buckets_.at(b);
+    if (!bucket.pooled) throw std::logic_error("tptrain: bucket " + bucket.name + " keeps a gradient of its own");
+    bucket.grads = Kokkos::subview(gradient_pool_.at(static_cast<std::size_t>(k)),
+                                   std::make_pair(std::int64_t(0), bucket.padded));
+    kernels::fill(exec, bucket.grads, kx::acc_t<T>(0));
+    for (std::size_t i = 0; i < bucket.params.size(); ++i)
+      bucket.params[i]->grad = Kokkos::subview(
+          bucket.grads, std::make_pair(bucket.offsets[i], bucket.offsets[i] + bucket.params[i]->local_size()));
   }
 
   // Sequence parallelism: sums over the TP group the gradients of bucket b's parameters that
@@ -693,6 +740,8 @@ class GptModel {
   // the parameters get their initial values.
   void make_buckets(std::uint64_t seed) {
     using Acc = kx::acc_t<T>;
+    std::vector<BucketExtent> extents;
+    int step = 0;  // of the backward: the buckets it writes together (gradient_pool)
     const auto add = [&](std::string name, std::vector<Parameter<T>*> params, bool expert = false) {
       const OptimizerSharding& sharding = expert ? expert_sharding_ : sharding_;
       const bool split = sharding.distributed();
@@ -711,13 +760,17 @@ class GptModel {
         b.used += p->local_size();
         if (shape_.splits_sequence() && p->sequence_parallel_gradient) b.sequence_parallel_elements += p->local_size();
       }
-      const std::int64_t d = sharding.size, shard = (b.used + d - 1) / d;
-      b.shard_begin = split ? sharding.rank * shard : 0;
-      b.shard_end = split ? b.shard_begin + shard : b.used;
-      const std::int64_t total = split ? d * shard : b.used;
+      const BucketExtent extent{b.used, sharding.size, expert, keeps_whole_gradient(b.params), step};
+      extents.push_back(extent);
+      b.shard_begin = split ? sharding.rank * extent.owned() : 0;
+      b.shard_end = split ? b.shard_begin + extent.owned() : b.used;
+      const std::int64_t total = extent.padded();
       const std::int64_t owned = b.shard_end - b.shard_begin;
+      b.padded = total;
+      b.pooled = extent.pooled(sharding.gradients);
       util::MemoryCategoryScope as(util::MemoryCategory::gradients);
-      b.grads = kernels::Vector<Acc>(b.name + ".grads", total);
+      if (b.pooled) b.grad_shard = kernels::Vector<Acc>(b.name + ".grad_shard", owned);
+      else b.grads = kernels::Vector<Acc>(b.name + ".grads", total);
       as.change(util::MemoryCategory::weights);
       b.values = kernels::Vector<T>(b.name + ".values", total);
       as.change(util::MemoryCategory::optimizer_state);  // the fp32 master too, as Megatron counts it
@@ -734,7 +787,7 @@ class GptModel {
       for (Parameter<T>* p : b.params) {
         const auto slice = std::make_pair(offset, offset + p->local_size());
         b.offsets.push_back(offset);
-        p->grad = Kokkos::subview(b.grads, slice);
+        if (!b.pooled) p->grad = Kokkos::subview(b.grads, slice);
         p->value = Kokkos::subview(b.values, slice);
         if constexpr (Parameter<T>::has_master_copy) p->master = Kokkos::subview(whole_master, slice);
         else p->master = p->value;
@@ -764,6 +817,7 @@ class GptModel {
         add("mtp", dense);
         if (expert_buckets_) add("mtp/experts", experts, true);
       }
+      ++step;
     }
     for (int c = chunks(); c-- > 0;)
       for (int l = per_chunk_; l-- > 0;) {
@@ -773,8 +827,19 @@ class GptModel {
           (layers_[local(c, l)]->is_expert_parameter(p) ? experts : dense).push_back(p);
         add(name, dense);
         if (expert_buckets_) add(name + "/experts", experts, true);
+        ++step;
       }
     if (embedding_) add("embedding", embedding_->parameters());
+    const GradientPool pool = gradient_pool(extents, sharding_.gradients || expert_sharding_.gradients);
+    util::MemoryCategoryScope as(util::MemoryCategory::gradients);
+    for (int k = 0; k < pool.slots; ++k)
+      gradient_pool_.emplace_back("tptrain::gradient_pool." + std::to_string(k), pool.slot_elements);
+  }
+  // Whether a bucket holding `params` keeps its whole gradient under sharded gradients: the word
+  // embedding's when the head writes it too (src/model/spec/gradient_buckets.hpp).
+  bool keeps_whole_gradient(const std::vector<Parameter<T>*>& params) {
+    const bool head_writes_word = shape_.tie_embeddings || shape_.mtp_depth > 0;
+    return head_writes_word && word() != nullptr && std::find(params.begin(), params.end(), word()) != params.end();
   }
 
   GptShape shape_;
@@ -807,6 +872,7 @@ class GptModel {
   int head_slot_ = -1;                        // the slot whose forward the head holds (last stage)
   std::int64_t recomputed_blocks_ = 0, recomputed_heads_ = 0, recomputed_scores_ = 0;
   std::vector<GradBucket<T>> buckets_;
+  std::vector<kernels::Vector<kx::acc_t<T>>> gradient_pool_;  // gradient_slots()
   bool expert_buckets_ = false;  // has_expert_buckets
 };
 

@@ -96,11 +96,20 @@ StepCommunication stage_communication(const Config& c, int stage, std::int64_t s
 
   // Data parallel (over data x context), once per step; the experts' gradients over the
   // expert-data group.
-  const auto gradients = [&](double n, std::int64_t d) {
-    return c.distributed_optimizer ? all_gather_bytes(n * 4, d) + all_gather_bytes(n * e, d) : all_reduce_bytes(n * 4, d);
+  // With sharded gradients (ZeRO-2) every micro-batch reduce-scatters the pooled buckets.
+  double pooled = 0, pooled_experts = 0;
+  if (c.shard_gradients)
+    for (model::BucketExtent b : stage_buckets(m, P, c.virtual_stages, stage)) {
+      b.shards = int(b.expert ? c.expert_data_context() : c.data_context());
+      if (b.pooled(true)) (b.expert ? pooled_experts : pooled) += double(b.elements);
+    }
+  const auto gradients = [&](double n, double every_micro_batch, std::int64_t d) {
+    return c.distributed_optimizer
+               ? all_gather_bytes((n + (M - 1) * every_micro_batch) * 4, d) + all_gather_bytes(n * e, d)
+               : all_reduce_bytes(n * 4, d);
   };
-  out.data = gradients(double(stage_parameters) - double(expert_parameters), c.data_context());
-  out.expert_data = gradients(double(expert_parameters), c.expert_data_context());
+  out.data = gradients(double(stage_parameters) - double(expert_parameters), pooled, c.data_context());
+  out.expert_data = gradients(double(expert_parameters), pooled_experts, c.expert_data_context());
 
   // The tied word embedding's two copies sum their gradients; an untied lm_head has none to share.
   if (P > 1 && (first || last) && m.tie_embeddings)

@@ -25,7 +25,8 @@
 // Data-parallel group, once per step, over data x context ranks (the gradient's group: each
 // context rank computed its chunks' part): the stage's fp32 gradients all-reduced, or with the
 // distributed optimizer reduce-scattered (fp32) and the updated weights all-gathered (in the
-// compute precision).
+// compute precision); with sharded gradients (ZeRO-2) the reduce-scatter of every bucket but
+// the word embedding's whole one once per micro-batch.
 // Expert-parallel group (parallel.expert = ep > 1, model.mlp = "moe"; src/model/mixture_of_experts.hpp),
 // per micro-batch and layer: all-to-alls of the rank's R = N·K token copies, [R, h]·e, of which
 // (ep − 1)/ep go to other ranks at balanced load (every expert receiving N·K/E copies):

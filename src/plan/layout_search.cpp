@@ -58,7 +58,8 @@ SearchResult search_layouts(const Config& deck, const Machine& m, std::int64_t g
               for (const bool sp : {false, true}) {
                 if (sp && t == 1) continue;
                 for (const Recompute r : {Recompute::none, Recompute::selective, Recompute::full})
-                  for (const parallel::RankOrder order : {parallel::RankOrder::tp_pp_dp, parallel::RankOrder::tp_dp_pp}) {
+                  for (const parallel::RankOrder order : {parallel::RankOrder::tp_pp_dp, parallel::RankOrder::tp_dp_pp})
+                  for (const char* shard : {"optimizer", "gradients"}) {
                     if (order == parallel::RankOrder::tp_dp_pp && p == 1) continue;  // the same ranks
                     Config c = deck;
                     c.shape.tensor = t;
@@ -71,7 +72,9 @@ SearchResult search_layouts(const Config& deck, const Machine& m, std::int64_t g
                     c.sequence_parallel = sp;
                     c.recompute = r;
                     c.order = order;
-                    c.distributed_optimizer = c.data_context() > 1;
+                    // Data x context > 1: the optimizer state sharded, and the gradients too or not.
+                    c.set_shard(c.data_context() > 1 ? shard : "none");
+                    if (c.data_context() == 1 && std::string(shard) == "gradients") continue;
                     if (!c.layout_problem().empty()) continue;
                     if (c.global_batch % (mb * d) != 0) continue;
                     if (v > 1 && c.micro_batches() % p != 0) continue;
@@ -188,7 +191,7 @@ std::string deck_lines(const Config& c) {
   out += fmt::format("micro_batch = {}\n", c.micro_batch);
   out += fmt::format("recompute = \"{}\"\n", recompute_name(c.recompute));
   out += "[optimizer]\n";
-  out += fmt::format("distributed = {}\n", c.distributed_optimizer);
+  out += fmt::format("shard = \"{}\"\n", c.shard());
   return out;
 }
 

@@ -112,12 +112,15 @@ std::int64_t StageParameters::most_experts() const {
   return experts.empty() ? 0 : *std::max_element(experts.begin(), experts.end());
 }
 
-StageParameters stage_parameters(const model::GptShape& s, int stages, int virtual_stages) {
+std::vector<model::BucketExtent> stage_buckets(const model::GptShape& s, int stages, int virtual_stages, int stage) {
   const int chunks = stages * std::max(1, virtual_stages);
   if (stages < 1 || s.layers % chunks != 0)
     throw std::invalid_argument("tptrain: plan: " + std::to_string(s.layers) + " layers do not split over " +
                                 std::to_string(stages) + " pipeline stages of " + std::to_string(chunks / stages) +
                                 " model chunks");
+  if (stage < 0 || stage >= stages)
+    throw std::out_of_range("tptrain: plan: no pipeline stage " + std::to_string(stage) + " of " +
+                            std::to_string(stages));
   const auto local = [&](const model::ParameterSpec& p) { return local_elements(p, s.tensor); };
   const auto tied_copy = [&](const model::ParameterSpec& p) { return p.tied_output_copy ? local(p) : Count(0); };
   const std::vector<model::ParameterRow> embedding_rows = model::embedding_parameter_rows(s);
@@ -129,34 +132,62 @@ StageParameters stage_parameters(const model::GptShape& s, int stages, int virtu
   const BlockElements dense = block_elements(dense_block, local), mixture = block_elements(mixture_block, local);
   const Count dense_per_block = dense.with_experts(model::local_experts(dense_block));
   const Count expert_part = Count(model::local_experts(mixture_block)) * mixture.expert;
-  const Count mixture_per_block = mixture.dense + expert_part;
   const int per_chunk = s.layers / chunks;
-  const Count embeddings = sum(embedding_rows, s, local);
-  const Count head = sum(model::head_parameter_rows(s), s, local);
-  StageParameters n;
-  for (int stage = 0; stage < stages; ++stage) {
-    int dense_blocks = 0;
-    for (int c = stage; c < chunks; c += stages)
-      dense_blocks += model::dense_blocks_in(s, c * per_chunk, per_chunk);
-    const int mixture_blocks = s.layers / stages - dense_blocks;
-    Count held = Count(dense_blocks) * dense_per_block + Count(mixture_blocks) * mixture_per_block;
-    if (stage == 0) held += embeddings;
-    // The last stage: ln_f, the output layer (untied: lm_head/weight, among the head's rows) and
-    // the tied output layer's copy of the word embedding (on the first stage, the word embedding).
-    if (stage == stages - 1) held += head + (stages > 1 ? sum(embedding_rows, s, tied_copy) : Count(0));
-    // And multi-token prediction's modules (model.mtp_depth): a block of the last one's shape each,
-    // with its norms and projection, and untied on a pipeline the word embedding's copy.
-    Count mtp_experts = 0;
-    if (stage == stages - 1 && s.mtp_depth > 0) {
+  const bool first = stage == 0, last = stage == stages - 1, mtp = last && s.mtp_depth > 0;
+  int dense_blocks = 0;
+  for (int c = stage; c < chunks; c += stages) dense_blocks += model::dense_blocks_in(s, c * per_chunk, per_chunk);
+  const int mixture_blocks = s.layers / stages - dense_blocks;
+  // As GptModel::make_buckets, in backward order, one step of the backward after the other; a
+  // stage with experts (its blocks' or its prediction modules') gives every block an expert bucket.
+  const bool experts = expert_part > 0 && (mixture_blocks > 0 || mtp);
+  const bool head_writes_word = s.tie_embeddings || s.mtp_depth > 0;
+  std::vector<model::BucketExtent> out;
+  int step = 0;
+  const auto add = [&](Count elements, bool expert, bool keeps_whole) {
+    model::BucketExtent b;
+    b.elements = elements;
+    b.expert = expert;
+    b.keeps_whole = keeps_whole;
+    b.step = step;
+    out.push_back(b);
+  };
+  if (last) {
+    // ln_f and an untied lm_head; the word embedding's copy off the first stage (the tied output
+    // layer's, or multi-token prediction's embedding's).
+    Count head = sum(model::head_parameter_rows(s), s, local);
+    if (stages > 1) head += sum(embedding_rows, s, tied_copy);
+    if (stages > 1 && mtp && !s.tie_embeddings)
+      for (const model::ParameterRow& r : embedding_rows)
+        if (std::string(r.name) == "embedding/word") head += local(model::spec_of(r, s));
+    add(head, false, stages > 1 && head_writes_word);
+    // Multi-token prediction's modules (model.mtp_depth): a block of the last one's shape each,
+    // with its norms and projection.
+    if (mtp) {
       const Count own = sum(model::mtp_input_rows(s), s, local) + sum(model::mtp_output_rows(s), s, local);
-      held += Count(s.mtp_depth) * (mixture_per_block + own);
-      mtp_experts = Count(s.mtp_depth) * expert_part;
-      if (stages > 1 && !s.tie_embeddings)
-        for (const model::ParameterRow& r : embedding_rows)
-          if (std::string(r.name) == "embedding/word") held += local(model::spec_of(r, s));
+      add(Count(s.mtp_depth) * (mixture.dense + own), false, false);
+      if (experts) add(Count(s.mtp_depth) * expert_part, true, false);
+    }
+    ++step;
+  }
+  for (int k = 0; k < dense_blocks + mixture_blocks; ++k, ++step) {
+    const bool is_dense = k < dense_blocks;  // the order of the blocks changes no count
+    add(is_dense ? dense_per_block : mixture.dense, false, false);
+    if (experts) add(is_dense ? Count(0) : expert_part, true, false);
+  }
+  if (first) add(sum(embedding_rows, s, local), false, head_writes_word);
+  return out;
+}
+
+StageParameters stage_parameters(const model::GptShape& s, int stages, int virtual_stages) {
+  StageParameters n;
+  for (int stage = 0; stage < stages || stage == 0; ++stage) {
+    Count held = 0, experts = 0;
+    for (const model::BucketExtent& b : stage_buckets(s, stages, virtual_stages, stage)) {
+      held += b.elements;
+      if (b.expert) experts += b.elements;
     }
     n.held.push_back(held);
-    n.experts.push_back(Count(mixture_blocks) * expert_part + mtp_experts);
+    n.experts.push_back(experts);
   }
   return n;
 }

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "src/model/spec/gpt_shape.hpp"
+#include "src/model/spec/gradient_buckets.hpp"
 
 namespace tptrain::plan {
 
@@ -76,7 +77,13 @@ struct StageParameters {
   std::size_t checked(int stage) const;
 };
 // The stages' counts of `stages` pipeline stages of `virtual_stages` model chunks each (the
-// chunks decide which stages hold DeepSeek-V3's dense first blocks).
+// chunks decide which stages hold DeepSeek-V3's dense first blocks): stage_buckets' sums.
 StageParameters stage_parameters(const model::GptShape& s, int stages, int virtual_stages = 1);
+
+// The gradient buckets one tensor-parallel rank of stage `stage` holds, as GptModel makes them
+// (src/model/spec/gradient_buckets.hpp): the head's, multi-token prediction's, each block's dense
+// and, on a stage with experts, expert bucket, the embedding's; each with the backward step that
+// writes it, not yet split (shards 1).
+std::vector<model::BucketExtent> stage_buckets(const model::GptShape& s, int stages, int virtual_stages, int stage);
 
 }  // namespace tptrain::plan

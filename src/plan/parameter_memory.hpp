@@ -14,11 +14,18 @@
 // A mixture of experts' expert parameters (parallel.expert = ep) are summed over the expert-data
 // group instead — the data / ep ranks that hold the same experts, x context — and the distributed
 // optimizer shards them over it: the dense parameters' state is 1/(d·C) per rank, the experts'
-// 1/((d/ep)·C) (Config::expert_data_context). Weights and gradients are whole either way.
+// 1/((d/ep)·C) (Config::expert_data_context).
+//
+// With sharded gradients (optimizer.shard = "gradients", ZeRO-2) the fp32 gradients are 4/d too,
+// but for the word embedding's bucket when the head writes it (tied, multi-token prediction), plus
+// the pool of whole buckets a backward writes into (a few of the largest block's): fp32 4 + 12/d,
+// bf16 2 + 16/d, + the pool.
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
+#include "src/model/spec/gradient_buckets.hpp"
 #include "src/plan/count.hpp"
 #include "src/plan/plan_config.hpp"
 
@@ -36,9 +43,13 @@ struct ParameterBytes {
   std::int64_t checkpoint_host = 0;
 };
 
-// One rank holding `parameters` elements under c's precision and optimizer, `expert_parameters` of
-// them experts' (the state of the rest sharded over data x context, theirs over the expert-data
-// group).
+// One rank holding the gradient buckets `buckets` (stage_buckets: unsplit, their shards are c's)
+// under c's precision and sharding, exactly as GptModel allocates them: each bucket padded to a
+// multiple of its shards, and with sharded gradients the pool of whole-bucket gradients
+// (src/model/spec/gradient_buckets.hpp).
+ParameterBytes parameter_bytes(std::vector<model::BucketExtent> buckets, const Config& c);
+// The same for `parameters` elements in two buckets, `expert_parameters` of them experts' (the
+// state of the rest sharded over data x context, theirs over the expert-data group).
 ParameterBytes parameter_bytes(std::int64_t parameters, const Config& c, std::int64_t expert_parameters = 0);
 
 }  // namespace tptrain::plan

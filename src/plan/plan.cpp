@@ -103,12 +103,19 @@ std::vector<std::string> changed_keys(const Config& deck, const Config& c) {
   if (c.micro_batch != deck.micro_batch) out.push_back(fmt::format("training.micro_batch={}", c.micro_batch));
   if (c.precision != deck.precision) out.push_back(fmt::format("training.precision={}", c.precision));
   if (c.recompute != deck.recompute) out.push_back(fmt::format("training.recompute={}", recompute_name(c.recompute)));
-  if (c.distributed_optimizer != deck.distributed_optimizer)
-    out.push_back(fmt::format("optimizer.distributed={}", c.distributed_optimizer));
+  if (c.shard() != deck.shard()) out.push_back(fmt::format("optimizer.shard={}", c.shard()));
   return out;
 }
 
 namespace {
+
+// optimizer.shard's modes, the deck's first.
+std::vector<std::string> shard_modes(const std::string& deck) {
+  std::vector<std::string> modes{deck};
+  for (const char* mode : {"none", "optimizer", "gradients"})
+    if (mode != deck) modes.emplace_back(mode);
+  return modes;
+}
 
 // The divisors of n > 0, increasing: trial division up to √n, at most 46341 steps for an int.
 std::vector<int> divisors(int n) {
@@ -220,14 +227,14 @@ std::vector<Suggestion> nearest_fitting(const Config& deck, const Hardware& hw, 
         for (const std::string& precision : precisions)
           for (const bool sp : {deck.sequence_parallel, !deck.sequence_parallel})
             for (const Recompute r : {Recompute::none, Recompute::selective, Recompute::full})
-              for (const bool dist : {deck.distributed_optimizer, !deck.distributed_optimizer}) {
+              for (const std::string& shard : shard_modes(deck.shard())) {
                 if (sp && t == 1 && !deck.sequence_parallel) continue;  // nothing to split
-                if (dist && c.data_context() == 1 && !deck.distributed_optimizer) continue;
+                if (shard != "none" && c.data_context() == 1 && deck.shard() == "none") continue;
                 c.micro_batch = mb;
                 c.precision = precision;
                 c.sequence_parallel = sp;
                 c.recompute = r;
-                c.distributed_optimizer = dist;
+                c.set_shard(shard);
                 if (!c.layout_problem().empty()) continue;
                 std::int64_t most = 0;
                 try {
@@ -341,7 +348,7 @@ RankMemory rank_memory(const Config& c, const StageParameters& stage_parameters,
   m.received_gradients = kept.received_gradients;
   m.parameters = stage_parameters.of(stage);
   m.expert_parameters = stage_parameters.experts_of(stage);
-  m.parameter_bytes = parameter_bytes(m.parameters, c, m.expert_parameters);
+  m.parameter_bytes = parameter_bytes(stage_buckets(c.shape, P, c.virtual_stages, stage), c);
   m.activations = chunked_activation_bytes(c, m.layers / c.virtual_stages, m.chunk_slots);
   m.head = stage == P - 1 ? total_bytes(head_buffers(c)) : 0;
   m.workspace = total_bytes(workspace_buffers(c)) + received_gradient_bytes(c, m.received_gradients);
@@ -522,9 +529,12 @@ std::string report(const Plan& p) {
                    m.context > 1 ? fmt::format("; {} tokens of each sequence per rank (2 chunks of {})",
                                                m.local_seq_length(), m.seq_length / (2 * m.context))
                                  : std::string()));
-  line(fmt::format("training     {}, recompute {}, sequence parallel {}, distributed optimizer {}; global batch {} = "
+  line(fmt::format("training     {}, recompute {}, sequence parallel {}, {}; global batch {} = "
                    "{} micro-batches of {} per data-parallel rank",
-                   precision, recompute_name(c.recompute), yes_no(c.sequence_parallel), yes_no(c.distributed_optimizer),
+                   precision, recompute_name(c.recompute), yes_no(c.sequence_parallel),
+                   c.shard_gradients         ? "sharded optimizer state and gradients (ZeRO-2)"
+                   : c.distributed_optimizer ? "distributed optimizer yes"
+                                             : "distributed optimizer no",
                    c.global_batch, c.micro_batches(), c.micro_batch));
   if (llama_formula_applies(m))
     line(fmt::format("parameters   {:.2f} B: {} exactly (tptrain's tensors), {:.0f} by Llama's formula "
@@ -567,7 +577,11 @@ std::string report(const Plan& p) {
                             r.parameters, r.expert_parameters, model::local_experts(m), m.experts, r.layers, precision)
               : fmt::format("{} parameters on this rank, {}", r.parameters, precision));
   row("master weights", pb.master, precision == "fp32" ? "none: the fp32 weights are the master" : "fp32");
-  row("gradients", pb.gradients, "fp32");
+  row("gradients", pb.gradients,
+      !c.shard_gradients ? std::string("fp32")
+                         : fmt::format("fp32, 1/{} of them (sharded gradients), the word embedding's whole when the head "
+                                       "writes it, and the pool of whole buckets the backward writes into",
+                                       c.data_context()));
   row("optimizer state", pb.optimizer,
       !c.distributed_optimizer ? std::string("AdamW moments, fp32")
       : model::holds_experts(m)

@@ -55,6 +55,7 @@ Config config_of(const io::Deck& d) {
   c.precision = d.training.precision;
   c.recompute = model::recompute_from_name(d.training.recompute);
   c.distributed_optimizer = d.optimizer.distributed;
+  c.shard_gradients = d.optimizer.shard == "gradients";
   c.async_checkpoint = d.checkpoint.async;
   c.order = parallel::rank_order_from_name(d.parallel.order);
   // shape_of has set shape.context (parallel.context) and the attention core it implies.

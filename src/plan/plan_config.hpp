@@ -30,7 +30,8 @@ struct Config {
   int micro_batch = 1;
   std::string precision = "fp32";  // "fp32", "bf16", "fp16"
   Recompute recompute = Recompute::none;
-  bool distributed_optimizer = false;
+  bool distributed_optimizer = false;  // optimizer.shard = "optimizer" or "gradients"
+  bool shard_gradients = false;        // optimizer.shard = "gradients" (ZeRO-2)
   bool async_checkpoint = false;  // checkpoint.async: the host copy is kept from the first checkpoint on
   parallel::RankOrder order = parallel::RankOrder::tp_pp_dp;  // parallel.order
   // What the layout search may do with parallel.context (ring attention runs flash attention and
@@ -91,6 +92,12 @@ struct Config {
   // ep > 1 needs a mixture of experts, divides parallel.data, and model.experts is a multiple of
   // it. Empty when they hold.
   std::vector<std::string> expert_problems() const;
+  // optimizer.shard: "none", "optimizer" (distributed_optimizer) or "gradients" (shard_gradients too).
+  std::string shard() const { return shard_gradients ? "gradients" : distributed_optimizer ? "optimizer" : "none"; }
+  void set_shard(const std::string& mode) {
+    distributed_optimizer = mode != "none";
+    shard_gradients = mode == "gradients";
+  }
 };
 
 Config config_of(const io::Deck& deck);

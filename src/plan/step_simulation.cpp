@@ -125,7 +125,8 @@ struct Rank {
   std::array<double, kStreams> on{};
   double link_free[2] = {0, 0};  // to the next rank (activations), to the previous (gradients)
   double data_free = 0;
-  std::vector<Bucket> buckets;
+  std::vector<Bucket> buckets;  // every reduction of the step (sharded gradients: of every micro-batch)
+  int step_buckets = 0;         // the stage's buckets, those the optimizer updates
   double sync_end = 0, data_exposed = 0, end = 0, optimizer = 0;
 };
 
@@ -322,20 +323,26 @@ StepSimulation simulate_step(const Config& c, const Machine& m, io::ChromeTrace*
             emit(r.stage, io::TraceSpan{fmt::format("{} {}", forward ? "send activation" : "send gradient", mb), "pipeline",
                                       r.world_rank, static_cast<int>(Stream::pipeline), t0 * kUs, (t1 - t0) * kUs});
         }
-        // The last micro-batch's backward finishes the chunk's gradients, bucket by bucket.
+        // The last micro-batch's backward finishes the chunk's gradients, bucket by bucket; with
+        // sharded gradients (ZeRO-2) every micro-batch's backward reduce-scatters its buckets but
+        // the word embedding's whole one (src/model/spec/gradient_buckets.hpp).
         // (FSDP reduce-scatters each block's gradients in its backward: sharded_backward.)
-        if (!forward && mb == M_simulated - 1 && !c.shard_parameters) {
+        const bool last_micro_batch = mb == M_simulated - 1;
+        if (!forward && (last_micro_batch || c.shard_gradients) && !c.shard_parameters) {
           double t = start;
+          const bool word_whole = s.tie_embeddings || s.mtp_depth > 0;
           if (vs == last_virtual) {
             t += r.times.head_backward.seconds;
-            if (!s.tie_embeddings || P > 1) r.buckets.push_back(Bucket{t, s.tie_embeddings ? vocab_bytes : vocab_bytes, 0, tied_copies});
+            if ((!s.tie_embeddings || P > 1) && (last_micro_batch || !(P > 1 && word_whole)))
+              r.buckets.push_back(Bucket{t, vocab_bytes, 0, tied_copies});
           }
           for (int l = layers_per_chunk; l-- > 0;) {  // the backward's order: the chunk's last block first
             const BlockTimes& b = l < dense_blocks(vs) ? r.dense_times : r.times;
             t += b.backward.seconds;
             r.buckets.push_back(Bucket{t, b.block_gradient_bytes, b.block_expert_gradient_bytes, false});
           }
-          if (vs == 0) r.buckets.push_back(Bucket{end, vocab_bytes, 0, tied_copies});
+          if (vs == 0 && (last_micro_batch || !word_whole)) r.buckets.push_back(Bucket{end, vocab_bytes, 0, tied_copies});
+          if (last_micro_batch) r.step_buckets += (vs == last_virtual && (!s.tie_embeddings || P > 1) ? 1 : 0) + layers_per_chunk + (vs == 0 ? 1 : 0);
           for (Bucket& b : r.buckets) {
             if (b.ready < 0) continue;  // launched already
             const double d = reduce_seconds(r, b);
@@ -412,12 +419,12 @@ StepSimulation simulate_step(const Config& c, const Machine& m, io::ChromeTrace*
     const bool sharded = c.distributed_optimizer || c.shard_parameters;
     const double shard_dense = sharded ? dense / data_context : dense;
     const double shard_experts = sharded ? experts / expert_data : experts;
-    const int nb = std::max<int>(1, static_cast<int>(r.buckets.size()));
+    const int nb = std::max(1, r.step_buckets);
     // Besides AdamW's pass, two over the fp32 gradients that every step runs: the gradient norm
     // (training.grad_clip; its scaling is folded into AdamW's read) reads the rank's shard, and
     // zero_grad before the next step's backward writes all of the rank's gradients.
     const double gradient_passes = memory_seconds(m, 4.0 * (shard_dense + shard_experts)) +
-                                   memory_seconds(m, 4.0 * (dense + experts));
+                                   memory_seconds(m, 4.0 * (c.shard_gradients ? shard_dense + shard_experts : dense + experts));
     const double update = memory_seconds(m, (shard_dense + shard_experts) * bytes_per_parameter) +
                           (nb - 1) * m.kernel_overhead_us * 1e-6 + gradient_passes;
     double t = joined, gathers = joined;

@@ -1,6 +1,9 @@
 #include "src/train/gradient_reducer.hpp"
 
+#include <algorithm>
 #include <chrono>
+
+#include "kokkos_kernels/elementwise.hpp"
 
 #include "src/parallel/collectives.hpp"
 
@@ -9,7 +12,7 @@ namespace tptrain::train {
 template <class T>
 GradientReducer<T>::GradientReducer(model::GptModel<T>& model, parallel::Communicator& dp,
                                     parallel::Communicator* expert_dp)
-    : model_(model), dp_(dp), expert_dp_(expert_dp) {
+    : model_(model), dp_(dp), expert_dp_(expert_dp), slot_bucket_(std::size_t(model.gradient_slots()), -1) {
   if (model.has_expert_buckets() && expert_dp == nullptr)
     throw std::logic_error("tptrain: GradientReducer: a mixture of experts needs the expert-data group");
   if (model.word() == nullptr || !model.shares_word_embedding()) return;
@@ -20,13 +23,18 @@ GradientReducer<T>::GradientReducer(model::GptModel<T>& model, parallel::Communi
 }
 
 template <class T>
+parallel::Communicator& GradientReducer<T>::group_of(std::size_t bucket) {
+  return model_.buckets()[bucket].expert ? *expert_dp_ : dp_;
+}
+
+template <class T>
 void GradientReducer<T>::launch(const kx::ExecSpace& exec, std::size_t bucket) {
   auto& buckets = model_.buckets();
   if (launched_.size() != buckets.size()) launched_.assign(buckets.size(), false);
   if (launched_[bucket]) return;
   launched_[bucket] = true;
-  parallel::Communicator& group = buckets[bucket].expert ? *expert_dp_ : dp_;
-  if (group.size() == 1) return;
+  parallel::Communicator& group = group_of(bucket);
+  if (group.size() == 1 || buckets[bucket].pooled) return;  // pooled: reduce_scatter, per micro-batch
   // A named Kokkos region marks the start for profilers (and for the test that the reduction
   // starts before the backward of the next bucket runs).
   const bool scatter = buckets[bucket].sharded() && bucket != tied_bucket_;
@@ -42,8 +50,57 @@ void GradientReducer<T>::launch(const kx::ExecSpace& exec, std::size_t bucket) {
 
 
 template <class T>
+void GradientReducer<T>::begin(const kx::ExecSpace& exec, std::size_t bucket) {
+  if (!model_.buckets()[bucket].pooled) return;
+  auto free = std::find(slot_bucket_.begin(), slot_bucket_.end(), -1);
+  if (free == slot_bucket_.end()) {
+    if (scattering_.empty())
+      throw std::logic_error("tptrain: GradientReducer: every gradient pool slot is written at once");
+    const auto t0 = std::chrono::steady_clock::now();
+    take_back_oldest(exec);
+    stats_.slot_wait_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    free = std::find(slot_bucket_.begin(), slot_bucket_.end(), -1);
+  }
+  *free = static_cast<long>(bucket);
+  const int slot = static_cast<int>(free - slot_bucket_.begin());
+  written_slot_.resize(model_.buckets().size(), -1);
+  written_slot_[bucket] = slot;
+  model_.bind_gradient_slot(exec, bucket, slot);
+}
+
+template <class T>
+void GradientReducer<T>::reduce_scatter(const kx::ExecSpace& exec, std::size_t bucket, bool overlap) {
+  const model::GradBucket<T>& b = model_.buckets()[bucket];
+  if (!b.pooled) return;
+  written_slot_.resize(model_.buckets().size(), -1);
+  const int slot = written_slot_[bucket];
+  if (slot < 0) throw std::logic_error("tptrain: GradientReducer: bucket " + b.name + " was written without a pool slot");
+  written_slot_[bucket] = -1;
+  Kokkos::Profiling::pushRegion(reduce_scatter_region_name);
+  scattering_.push_back({parallel::ireduce_scatter_in_place(group_of(bucket), exec, b.grads, parallel::ReduceOp::sum), slot});
+  Kokkos::Profiling::popRegion();
+  ++stats_.messages;
+  stats_.bytes += b.grads.span() * sizeof(kx::acc_t<T>);
+  if (!overlap) take_back_oldest(exec);
+  progress();
+}
+
+template <class T>
+void GradientReducer<T>::take_back_oldest(const kx::ExecSpace& exec) {
+  InFlight& oldest = scattering_.front();
+  long& owner = slot_bucket_[static_cast<std::size_t>(oldest.slot)];
+  const model::GradBucket<T>& b = model_.buckets()[static_cast<std::size_t>(owner)];
+  oldest.request.wait_on(exec);  // NCCL: the adding kernel waits, not the host
+  // The slot's shard, not b.grads: the bucket's next micro-batch may be written elsewhere already.
+  kernels::add_inplace(exec, b.grad_shard,
+                       Kokkos::subview(model_.gradient_slot(oldest.slot), std::make_pair(b.shard_begin, b.shard_end)));
+  owner = -1;
+  scattering_.erase(scattering_.begin());
+}
+
+template <class T>
 void GradientReducer<T>::progress() {
-  if (pending_.empty()) return;
+  if (pending_.empty() && scattering_.empty()) return;
   parallel::progress(dp_);
   if (expert_dp_ != nullptr) parallel::progress(*expert_dp_);
 }
@@ -52,6 +109,7 @@ template <class T>
 void GradientReducer<T>::finish(const kx::ExecSpace& exec) {
   using clock = std::chrono::steady_clock;
   const auto start = clock::now();
+  while (!scattering_.empty()) take_back_oldest(exec);
   for (std::size_t b = 0; b < model_.buckets().size(); ++b) launch(exec, b);
   stats_.wait_by_bucket_s.resize(model_.buckets().size(), 0.0);
   for (std::size_t i = 0; i < pending_.size(); ++i) {

@@ -17,6 +17,15 @@
 // sits at other offsets of other buckets there). This way the sum is also the plain one, in the
 // same order, so both copies stay identical bit for bit.
 //
+// Sharded gradients (optimizer.shard = "gradients", ZeRO-2; GradBucket::pooled): a pooled bucket
+// has no gradient buffer of its own. begin(b) hands it a slot of the model's gradient pool before
+// the backward writes it; reduce_scatter(b) starts the reduce-scatter of every micro-batch's part as
+// soon as it is written, and the slot is taken back when another bucket needs it or in finish():
+// its reduce-scatter waited for (on NCCL by the compute stream, not the host), the rank's shard
+// added to the bucket's grad_shard. So a step holds the gradient shards plus the pool's few whole
+// buckets, and sends each pooled bucket once per micro-batch instead of once per step. Buckets
+// that keep their whole gradient are reduced once per step as above.
+//
 // A mixture of experts' buckets (GradBucket::expert) hold gradients of the experts this rank
 // holds, which only the ranks of its expert-data group share (Topology::expert_dp: data / ep x
 // context): they are reduced, and reduce-scattered when their bucket is sharded, over that group.
@@ -42,6 +51,11 @@ class GradientReducer {
   GradientReducer(model::GptModel<T>& model, parallel::Communicator& dp, parallel::Communicator* expert_dp = nullptr);
   void launch(const kx::ExecSpace& exec, std::size_t bucket);
   void progress();  // let MPI advance the pending reductions
+  // Sharded gradients: a pool slot for pooled bucket `bucket`, zeroed (nothing for another).
+  void begin(const kx::ExecSpace& exec, std::size_t bucket);
+  // Sharded gradients: starts the reduce-scatter of pooled bucket `bucket`'s micro-batch part
+  // (nothing for another); `overlap` false waits for it at once.
+  void reduce_scatter(const kx::ExecSpace& exec, std::size_t bucket, bool overlap);
   // After the backward: launches every bucket not launched yet, waits for all of them.
   void finish(const kx::ExecSpace& exec);
 
@@ -49,6 +63,7 @@ class GradientReducer {
     std::int64_t steps = 0, messages = 0;  // totals over all steps
     std::size_t bytes = 0;
     double wait_s = 0;                      // time in finish(): the reduction not hidden by the backward
+    double slot_wait_s = 0;                 // time begin() waited for a pool slot's reduce-scatter
     std::vector<double> wait_by_bucket_s;   // the waiting part of it by bucket (waited in launch order)
   };
   const Stats& stats() const { return stats_; }
@@ -61,6 +76,16 @@ class GradientReducer {
   std::vector<parallel::Request> pending_;
   std::vector<std::size_t> pending_bucket_;
   std::vector<bool> launched_;
+  // Sharded gradients: the pool slots' buckets (-1: free), and the reduce-scatters in flight, oldest first.
+  struct InFlight {
+    parallel::Request request;
+    int slot;
+  };
+  std::vector<long> slot_bucket_;  // by slot
+  std::vector<int> written_slot_;  // by bucket: the slot its backward writes now (-1: none)
+  std::vector<InFlight> scattering_;
+  parallel::Communicator& group_of(std::size_t bucket);
+  void take_back_oldest(const kx::ExecSpace& exec);  // waits for it, adds its shard
   Stats stats_;
 };
 

@@ -85,7 +85,7 @@ class BucketOptimizer {
                          !model.is_tied_copy(p)});
       }
       if (bucket.sharded()) {
-        table.push_back({bucket.used, static_cast<std::int64_t>(bucket.grads.extent(0)), false, false, false});  // padding
+        table.push_back({bucket.used, bucket.padded, false, false, false});  // padding
         table = kernels::segments_in_range(table, bucket.shard_begin, bucket.shard_end);
       }
       segments_.emplace_back(std::move(table));

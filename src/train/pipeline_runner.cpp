@@ -160,7 +160,8 @@ int PipelineRunner<T>::acquire_received(int chunk, int m) {
 template <class T>
 double PipelineRunner<T>::run(const kx::ExecSpace& exec, int micro_batches, float scale,
                               const MicroBatchQueue::Sample& sample,
-                              const std::function<void(int, std::size_t)>& bucket_done) {
+                              const std::function<void(int, std::size_t)>& bucket_done,
+                              const std::function<void(int, std::size_t)>& bucket_begin) {
   const PipelinePlace where = place();
   // bench --phases fences the whole device at every phase boundary, which on NCCL waits for
   // every transfer posted so far: a receive posted early would then be waited for before the
@@ -212,13 +213,16 @@ double PipelineRunner<T>::run(const kx::ExecSpace& exec, int micro_batches, floa
       const std::function<void(std::size_t)> done = [&](std::size_t b) {
         if (bucket_done) bucket_done(m, b);
       };
+      const std::function<void(std::size_t)> begin = [&](std::size_t b) {
+        if (bucket_begin) bucket_begin(m, b);
+      };
       if (tokens) {
         const TrainingBatch& b = batches_.get(exec, m);  // kept since its forward: not sampled again
         bind_documents(c, b);
-        model_.backward(exec, model_.chunk_groups_tokens(c) ? &b.segments : nullptr, b.targets, scale, done);
+        model_.backward(exec, model_.chunk_groups_tokens(c) ? &b.segments : nullptr, b.targets, scale, done, begin);
         batches_.release(m);
       } else {
-        model_.backward(exec, nullptr, no_tokens_, scale, done);
+        model_.backward(exec, nullptr, no_tokens_, scale, done, begin);
       }
       sleep_for_layers(exec, model_.chunk_layers(), 2.0);
       free_[static_cast<std::size_t>(c)].push_back(slot);

@@ -73,10 +73,11 @@ class PipelineRunner {
   // targets)` writes the tokens/targets of micro-batch m into host memory; it is called once per
   // micro-batch, on the ranks whose chunks hold the embedding or the head, micro-batch m + 1
   // while m's forward runs (MicroBatchQueue). `bucket_done(m, b)` is called when gradient bucket
-  // b (GptModel::buckets()) has micro-batch m's contribution. Returns the sum of the token losses
-  // (last stage; 0 elsewhere).
+  // b (GptModel::buckets()) has micro-batch m's contribution, `bucket_begin(m, b)` before the
+  // backward writes the first of it. Returns the sum of the token losses (last stage; 0 elsewhere).
   double run(const kx::ExecSpace& exec, int micro_batches, float scale, const MicroBatchQueue::Sample& sample,
-             const std::function<void(int, std::size_t)>& bucket_done);
+             const std::function<void(int, std::size_t)>& bucket_done,
+             const std::function<void(int, std::size_t)>& bucket_begin = {});
 
   // Allocates the activation slots and micro-batch buffers `micro_batches` per step need under
   // the schedule (run() does it too; call it first to have the memory allocated before the first

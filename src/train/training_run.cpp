@@ -105,15 +105,11 @@ std::unique_ptr<data::DataBlend> open_data(const io::DataSources& sources, const
 // Shards that record their tokenizer (`tptrain tokenize` writes it into the header) under a deck
 // that names another: training does not read the tokenizer, but generate and eval's bits per
 // byte decode with data.tokenizer, so the mismatch is said now rather than found in a sample.
-// optimizer.distributed: every rank of the data x context group holds one shard of the optimizer state.
-model::OptimizerSharding optimizer_sharding(const io::Deck& deck, const parallel::Topology& topo) {
+// optimizer.shard: every rank of the data x context group holds one shard of the optimizer state
+// ("optimizer"), and of the gradients ("gradients").
+model::OptimizerSharding optimizer_sharding(const io::Deck& deck, const parallel::Communicator& group) {
   if (!deck.optimizer.distributed) return {};
-  return {topo.dp_cp().rank(), topo.dp_cp().size()};
-}
-// The expert buckets' shards (model.mlp = moe): over the expert-data group.
-model::OptimizerSharding expert_optimizer_sharding(const io::Deck& deck, const parallel::Topology& topo) {
-  if (!deck.optimizer.distributed) return {};
-  return {topo.expert_dp().rank(), topo.expert_dp().size()};
+  return {group.rank(), group.size(), deck.optimizer.shard == "gradients"};
 }
 }  // namespace
 
@@ -132,8 +128,8 @@ TrainingRun<T>::TrainingRun(const io::Deck& deck, const parallel::Topology& topo
                                                     topo.layout().data, deck.training.seed)),
       model_(model::shape_of(deck), deck.training.micro_batch, topo.tp(), deck.training.seed,
              model::PipelineStage{topo.coords().pp, topo.layout().pipeline, std::max(1, deck.parallel.virtual_stages)},
-             model::recompute_from_name(deck.training.recompute), optimizer_sharding(deck, topo), topo.cp(),
-             &topo.ep(), expert_optimizer_sharding(deck, topo)),
+             model::recompute_from_name(deck.training.recompute), optimizer_sharding(deck, topo.dp_cp()), topo.cp(),
+             &topo.ep(), optimizer_sharding(deck, topo.expert_dp())),  // the experts': over the expert-data group
       schedule_{deck.optimizer.lr, deck.optimizer.min_lr, deck.optimizer.warmup_steps, deck.training.steps,
                 deck.optimizer.decay},
       adamw_{deck.optimizer.beta1, deck.optimizer.beta2, deck.optimizer.eps, deck.optimizer.weight_decay},
@@ -181,9 +177,10 @@ ParameterMemory TrainingRun<T>::parameter_memory() const {
     m.parameters += b.used;  // not the distributed optimizer's padding
     m.weight += bytes(b.values);
     if constexpr (model::Parameter<T>::has_master_copy) m.master += bytes(b.master);
-    m.gradient += bytes(b.grads);
+    m.gradient += b.pooled ? bytes(b.grad_shard) : bytes(b.grads);
     m.optimizer += bytes(b.exp_avg) + bytes(b.exp_avg_sq);
   }
+  m.gradient += model_.gradient_pool_bytes();
   return m;
 }
 
@@ -201,8 +198,8 @@ std::string TrainingRun<T>::memory_report() const {
       pm.master > 0 ? fmt::format(", fp32 master {:g}", per(pm.master)) : std::string(), per(pm.gradient),
       per(pm.optimizer),
       pm.optimizer_shards > 1
-          ? fmt::format("; distributed optimizer: master and moments sharded over {} data-parallel ranks",
-                        pm.optimizer_shards)
+          ? fmt::format("; distributed optimizer: master{} and moments sharded over {} data-parallel ranks",
+                        model_.gradient_slots() > 0 ? ", gradients" : "", pm.optimizer_shards)
           : std::string(),
       ws.total_bytes() / MiB, ws.bytes(model::BufferCategory::activation) / MiB,
       model_.activation_slots(), model_.activation_slots() == 1 ? "" : "es", model::recompute_name(model_.recompute()),
@@ -246,20 +243,29 @@ double TrainingRun<T>::compute_gradients(std::int64_t step) {
   };
   // Data parallelism: a bucket's gradients are final once the LAST micro-batch's backward has
   // passed it; its all-reduce then runs while the backward goes on.
+  // Sharded gradients: a pooled bucket is reduce-scattered after every micro-batch
+  // (GradientReducer), its sequence-parallel sums taken before each.
   const auto bucket_done = [&](int m, std::size_t b) {
+    const bool pooled = model_.buckets()[b].pooled;
     // Sequence parallelism: LayerNorm and row-parallel bias gradients summed over TP first.
-    if (m == M - 1) model_.sum_sequence_parallel_gradients(exec, b);
+    if (m == M - 1 || pooled) model_.sum_sequence_parallel_gradients(exec, b);
     util::PhaseScope phase(util::Phase::dp_comm);
-    if (options_.overlap_grad_reduce && m == M - 1)
+    if (pooled)
+      reducer_.reduce_scatter(exec, b, options_.overlap_grad_reduce);
+    else if (options_.overlap_grad_reduce && m == M - 1)
       reducer_.launch(exec, b);
     else
       reducer_.progress();
+  };
+  const auto bucket_begin = [&](int, std::size_t b) {
+    util::PhaseScope phase(util::Phase::dp_comm);  // it may wait for an earlier reduce-scatter
+    reducer_.begin(exec, b);
   };
   // Test hook slow_rank (base/test_hooks.hpp): this rank's work takes longer; the others wait for
   // it in the step's communication.
   if (test_hooks().slow_rank == topo_.world_rank() && test_hooks().slow_rank_seconds > 0)
     std::this_thread::sleep_for(std::chrono::duration<double>(test_hooks().slow_rank_seconds));
-  double loss_sum = pipeline_.run(exec, M, scale, sample, bucket_done);
+  double loss_sum = pipeline_.run(exec, M, scale, sample, bucket_done, bucket_begin);
   {
     util::PhaseScope phase(util::Phase::dp_comm);
     reducer_.finish(exec);

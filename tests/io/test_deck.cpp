@@ -600,6 +600,29 @@ TEST_CASE("deck: parallel.order is tp-pp-dp or tp-dp-pp", "[io][deck]") {
              has("parallel.order = 1: expected a string (got an integer)"));
 }
 
+TEST_CASE("deck: optimizer.shard, and optimizer.distributed as the spelling of \"optimizer\"", "[io][deck][zero]") {
+  Fixture fx;
+  const io::Deck plain = fx.parse(make_deck());
+  CHECK(plain.optimizer.shard == "none");
+  CHECK(!plain.optimizer.distributed);
+  const io::Deck zero1 = fx.parse(make_deck({{"optimizer.distributed", "true"}}));
+  CHECK(zero1.optimizer.shard == "optimizer");
+  CHECK(zero1.optimizer.distributed);
+  for (const std::string v : {"optimizer", "gradients"}) {
+    const io::Deck d = fx.parse(make_deck({{"optimizer.shard", "\"" + v + "\""}}));
+    CHECK(d.optimizer.shard == v);
+    CHECK(d.optimizer.distributed);
+    CHECK(fx.parse(make_deck({{"optimizer.shard", "\"" + v + "\""}, {"optimizer.distributed", "true"}})).optimizer.shard == v);
+  }
+  CHECK(!fx.parse(make_deck({{"optimizer.shard", "\"none\""}, {"optimizer.distributed", "false"}})).optimizer.distributed);
+  CHECK_THAT(fx.problem(make_deck({{"optimizer.shard", "\"none\""}, {"optimizer.distributed", "true"}})),
+             has("optimizer.distributed = true: expected false with optimizer.shard = \"none\""));
+  CHECK_THAT(fx.problem(make_deck({{"optimizer.shard", "\"gradients\""}, {"optimizer.distributed", "false"}})),
+             has("optimizer.distributed = false: expected true with optimizer.shard = \"gradients\""));
+  CHECK_THAT(fx.problem(make_deck({{"optimizer.shard", "\"parameters\""}})),
+             has("optimizer.shard = \"parameters\": expected one of \"none\", \"optimizer\", \"gradients\""));
+}
+
 TEST_CASE("deck: divisibility rules, each its own message naming both keys", "[io][deck]") {
   Fixture fx;
   SECTION("hidden % heads") {
@@ -1034,6 +1057,7 @@ TEST_CASE("deck: to_toml writes every key in table order and round-trips", "[io]
                                           "optimizer.beta2",
                                           "optimizer.eps",
                                           "optimizer.distributed",
+                                          "optimizer.shard",
                                           "data.train",
                                           "data.valid",
                                           "data.allow_blend_change",
