@@ -140,16 +140,19 @@ endforeach()
 # tests/hf/deepseek_v3_small.toml (multi-head latent attention with a query latent and YaRN whose
 # mscale_all_dim scales the softmax, a dense first block, 8 experts in 2 groups, a shared expert,
 # sigmoid routing with a trained expert bias): expert parallelism over 2 ranks (each holds 4
-# experts), and tensor 2 (heads, experts and the shared expert split, a vocabulary of 257). The
+# experts), and tensor 2 (heads, experts and the shared expert split, a vocabulary of 257) with a
+# multi-token prediction module (model.mtp_depth = 1: model.layers.2.*, num_nextn_predict_layers =
+# 1, whose weights the round trip compares too; the reference evaluates the main model). The
 # windows are the trained 16 tokens (max_position_embeddings is YaRN's scaled 64).
-set(_deepseek_fields "model_type=deepseek_v3|num_hidden_layers=2|hidden_size=32|num_attention_heads=4|num_key_value_heads=4|intermediate_size=48|moe_intermediate_size=16|n_routed_experts=8|num_experts_per_tok=2|n_group=2|topk_group=1|n_shared_experts=1|first_k_dense_replace=1|q_lora_rank=24|kv_lora_rank=16|qk_nope_head_dim=8|qk_rope_head_dim=8|v_head_dim=12|routed_scaling_factor=2.5|norm_topk_prob=true|scoring_func=sigmoid|topk_method=noaux_tc|rope_interleave=true|num_nextn_predict_layers=0|max_position_embeddings=64|rms_norm_eps=1e-05|rope_type=yarn|factor=4.0|mscale=1.0|mscale_all_dim=0.8|original_max_position_embeddings=16|tie_word_embeddings=false")
-foreach(layout "deepseek_v3_expert2;2;--set|parallel.data=2|--set|parallel.expert=2"
-               "deepseek_v3_tensor2;2;--set|parallel.tensor=2|--set|model.vocab_size=257")
+set(_deepseek_fields "model_type=deepseek_v3|num_hidden_layers=2|hidden_size=32|num_attention_heads=4|num_key_value_heads=4|intermediate_size=48|moe_intermediate_size=16|n_routed_experts=8|num_experts_per_tok=2|n_group=2|topk_group=1|n_shared_experts=1|first_k_dense_replace=1|q_lora_rank=24|kv_lora_rank=16|qk_nope_head_dim=8|qk_rope_head_dim=8|v_head_dim=12|routed_scaling_factor=2.5|norm_topk_prob=true|scoring_func=sigmoid|topk_method=noaux_tc|rope_interleave=true|max_position_embeddings=64|rms_norm_eps=1e-05|rope_type=yarn|factor=4.0|mscale=1.0|mscale_all_dim=0.8|original_max_position_embeddings=16|tie_word_embeddings=false")
+foreach(layout "deepseek_v3_expert2;2;--set|parallel.data=2|--set|parallel.expert=2;0"
+               "deepseek_v3_tensor2;2;--set|parallel.tensor=2|--set|model.vocab_size=257|--set|model.mtp_depth=1;1")
   list(GET layout 0 name)
   list(GET layout 1 ranks)
   list(GET layout 2 sets)
-  tptrain_hf_layout(${name} ${ranks} "${sets}" deepseek_v3_small.toml deepseek_v3_reference "${_deepseek_fields}"
-                    --seq-length|16)
+  list(GET layout 3 nextn)
+  tptrain_hf_layout(${name} ${ranks} "${sets}" deepseek_v3_small.toml deepseek_v3_reference
+                    "${_deepseek_fields}|num_nextn_predict_layers=${nextn}" --seq-length|16)
   if(name STREQUAL "deepseek_v3_expert2")  # DeepSeek's published form: sharded fp8 (MODE=fp8)
     add_test(NAME cli_hf_import_deepseek_v3_fp8 COMMAND ${CMAKE_COMMAND} -DMODE=fp8 ${_args} -P ${_hf}/hf_round_trip.cmake)
     set_tests_properties(cli_hf_import_deepseek_v3_fp8 PROPERTIES FIXTURES_REQUIRED hf_${name} TIMEOUT 300)
