@@ -106,6 +106,7 @@ Deck::Deck() {
     visit_member(*this, k, [&k](auto& m) { assign_default(m, k.default_value); });
   // The derived defaults, from the defaults above (the parser derives them from given values).
   optimizer.min_lr = round_decimal(optimizer.lr / 10);
+  optimizer.shard = "none";  // optimizer.distributed's default, false
   checkpoint.dir = run.dir + "/checkpoints";
   model.ffn_hidden = 0;  // "4 * model.hidden" and "model.heads", until the parser resolves them
   model.kv_heads = 0;

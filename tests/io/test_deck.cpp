@@ -602,14 +602,14 @@ TEST_CASE("deck: parallel.order is tp-pp-dp or tp-dp-pp", "[io][deck]") {
 
 TEST_CASE("deck: optimizer.shard, and optimizer.distributed as the spelling of \"optimizer\"", "[io][deck][zero]") {
   Fixture fx;
-  const io::Deck plain = fx.parse(make_deck());
+  const Deck plain = fx.parse(make_deck());
   CHECK(plain.optimizer.shard == "none");
   CHECK(!plain.optimizer.distributed);
-  const io::Deck zero1 = fx.parse(make_deck({{"optimizer.distributed", "true"}}));
+  const Deck zero1 = fx.parse(make_deck({{"optimizer.distributed", "true"}}));
   CHECK(zero1.optimizer.shard == "optimizer");
   CHECK(zero1.optimizer.distributed);
   for (const std::string v : {"optimizer", "gradients"}) {
-    const io::Deck d = fx.parse(make_deck({{"optimizer.shard", "\"" + v + "\""}}));
+    const Deck d = fx.parse(make_deck({{"optimizer.shard", "\"" + v + "\""}}));
     CHECK(d.optimizer.shard == v);
     CHECK(d.optimizer.distributed);
     CHECK(fx.parse(make_deck({{"optimizer.shard", "\"" + v + "\""}, {"optimizer.distributed", "true"}})).optimizer.shard == v);
