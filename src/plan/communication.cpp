@@ -101,7 +101,7 @@ StepCommunication stage_communication(const Config& c, int stage, std::int64_t s
   if (c.shard_gradients)
     for (model::BucketExtent b : stage_buckets(m, P, c.virtual_stages, stage)) {
       b.shards = int(b.expert ? c.expert_data_context() : c.data_context());
-      if (b.pooled(true)) (b.expert ? pooled_experts : pooled) += double(b.elements);
+      if (b.pooled(true)) (b.expert ? pooled_experts : pooled) += double(b.elements) * double(b.count);
     }
   const auto gradients = [&](double n, double every_micro_batch, std::int64_t d) {
     return c.distributed_optimizer

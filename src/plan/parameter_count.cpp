@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 
 #include "src/model/spec/model_parameters.hpp"
 #include "src/plan/count.hpp"
@@ -143,12 +144,13 @@ std::vector<model::BucketExtent> stage_buckets(const model::GptShape& s, int sta
   const bool head_writes_word = s.tie_embeddings || s.mtp_depth > 0;
   std::vector<model::BucketExtent> out;
   int step = 0;
-  const auto add = [&](Count elements, bool expert, bool keeps_whole) {
+  const auto add = [&](Count elements, bool expert, bool keeps_whole, Count count = 1) {
     model::BucketExtent b;
     b.elements = elements;
     b.expert = expert;
     b.keeps_whole = keeps_whole;
     b.step = step;
+    b.count = count;
     out.push_back(b);
   };
   if (last) {
@@ -169,10 +171,14 @@ std::vector<model::BucketExtent> stage_buckets(const model::GptShape& s, int sta
     }
     ++step;
   }
-  for (int k = 0; k < dense_blocks + mixture_blocks; ++k, ++step) {
-    const bool is_dense = k < dense_blocks;  // the order of the blocks changes no count
-    add(is_dense ? dense_per_block : mixture.dense, false, false);
-    if (experts) add(is_dense ? Count(0) : expert_part, true, false);
+  // The blocks of each shape, one entry for all of them (plan time does not grow with the layers);
+  // their order changes no count.
+  for (const auto& [blocks, dense_part, expert_elements] :
+       {std::tuple{dense_blocks, dense_per_block, Count(0)}, std::tuple{mixture_blocks, mixture.dense, expert_part}}) {
+    if (blocks == 0) continue;
+    add(dense_part, false, false, blocks);
+    if (experts) add(expert_elements, true, false, blocks);
+    ++step;
   }
   if (first) add(sum(embedding_rows, s, local), false, head_writes_word);
   return out;
@@ -183,8 +189,8 @@ StageParameters stage_parameters(const model::GptShape& s, int stages, int virtu
   for (int stage = 0; stage < stages || stage == 0; ++stage) {
     Count held = 0, experts = 0;
     for (const model::BucketExtent& b : stage_buckets(s, stages, virtual_stages, stage)) {
-      held += b.elements;
-      if (b.expert) experts += b.elements;
+      held += b.elements * Count(b.count);
+      if (b.expert) experts += b.elements * Count(b.count);
     }
     n.held.push_back(held);
     n.experts.push_back(experts);

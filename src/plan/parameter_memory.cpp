@@ -8,7 +8,7 @@ ParameterBytes parameter_bytes(std::vector<model::BucketExtent> buckets, const C
   for (model::BucketExtent& bucket : buckets) {
     // The dense parameters' state is split over data x context, the experts' over the expert-data group.
     bucket.shards = sharded ? int(bucket.expert ? c.expert_data_context() : c.data_context()) : 1;
-    const Count owned = bucket.owned(), padded = bucket.padded();
+    const Count n = bucket.count, owned = Count(bucket.owned()) * n, padded = Count(bucket.padded()) * n;
     // FSDP / ZeRO-3 (Config::shard_parameters): the weights and gradients sharded too (the blocks
     // gathered at a time are workspace).
     b.weights += (c.shard_parameters ? owned : padded) * c.element_bytes();

@@ -26,6 +26,9 @@ struct BucketExtent {
   bool expert = false;        // a mixture's experts: split over the expert-data group
   bool keeps_whole = false;   // its gradient stays whole under sharded gradients (see above)
   int step = 0;               // buckets one step of the backward writes together share a step
+  // `count` alike buckets, in as many steps of the backward (the planner's blocks of one shape,
+  // each step holding one of every bucket of its step number): sums multiply by it.
+  std::int64_t count = 1;
   std::int64_t owned() const { return (elements + shards - 1) / shards; }
   std::int64_t padded() const { return shards > 1 ? shards * owned() : elements; }
   bool pooled(bool shard_gradients) const { return shard_gradients && shards > 1 && elements > 0 && !keeps_whole; }
@@ -42,14 +45,15 @@ struct GradientPool {
 inline GradientPool gradient_pool(const std::vector<BucketExtent>& buckets, bool shard_gradients) {
   std::map<int, int> per_step;
   GradientPool pool;
-  int pooled = 0, held = 0;
+  std::int64_t pooled = 0;
+  int held = 0;
   for (const BucketExtent& b : buckets)
-    if (b.pooled(shard_gradients)) {
-      ++pooled;
+    if (b.pooled(shard_gradients) && b.count > 0) {
+      pooled += b.count;
       held = std::max(held, ++per_step[b.step]);
       pool.slot_elements = std::max(pool.slot_elements, b.padded());
     }
-  pool.slots = std::min(held + 1, pooled);
+  pool.slots = int(std::min<std::int64_t>(held + 1, pooled));
   return pool;
 }
 
