@@ -1101,16 +1101,20 @@ Deck DeckReader::build() {
     o.min_lr = round_decimal(o.lr / 10);  // 10 % of the peak (GPT-3), whatever lr is
     min_lr.default_note = "optimizer.lr / 10";
   }
-  // optimizer.distributed = true is optimizer.shard = "optimizer"'s older spelling; a deck that
-  // sets both must mean the same by them.
+  // optimizer.distributed = true is optimizer.shard = "optimizer"'s older spelling. When both
+  // are given and disagree, a --set wins over the file (input/tiny.toml writes both); two of the
+  // same weight are refused.
   if (Field& shard = field("optimizer", "shard"); !shard.node) {
     o.shard = o.distributed ? "optimizer" : "none";
     shard.default_note = o.distributed ? "of optimizer.distributed = true" : "";
   } else if (Field& distributed = field("optimizer", "distributed");
              distributed.node && distributed.ok && shard.ok && o.distributed != (o.shard != "none")) {
-    report_on(Term{"optimizer.distributed", o.distributed ? "true" : "false", &distributed},
-              fmt::format("{} with optimizer.shard = \"{}\" ({}): leave optimizer.distributed out",
-                          o.shard != "none" ? "true" : "false", o.shard, where(shard)));
+    if (weight(distributed) > weight(shard))
+      o.shard = o.distributed ? "optimizer" : "none";
+    else if (weight(distributed) == weight(shard))
+      report_on(Term{"optimizer.distributed", o.distributed ? "true" : "false", &distributed},
+                fmt::format("{} with optimizer.shard = \"{}\" ({}): leave optimizer.distributed out",
+                            o.shard != "none" ? "true" : "false", o.shard, where(shard)));
   }
   o.distributed = o.shard != "none";
   if (!field("checkpoint", "dir").node)

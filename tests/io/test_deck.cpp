@@ -619,6 +619,14 @@ TEST_CASE("deck: optimizer.shard, and optimizer.distributed as the spelling of \
              has("optimizer.distributed = true: expected false with optimizer.shard = \"none\""));
   CHECK_THAT(fx.problem(make_deck({{"optimizer.shard", "\"gradients\""}, {"optimizer.distributed", "false"}})),
              has("optimizer.distributed = false: expected true with optimizer.shard = \"gradients\""));
+  // A --set wins over the file's other spelling.
+  CHECK(fx.parse(make_deck({{"optimizer.distributed", "false"}}), {"optimizer.shard=gradients"}).optimizer.shard ==
+        "gradients");
+  CHECK(fx.parse(make_deck({{"optimizer.shard", "\"none\""}}), {"optimizer.distributed=true"}).optimizer.shard ==
+        "optimizer");
+  CHECK(!fx.parse(make_deck({{"optimizer.shard", "\"gradients\""}}), {"optimizer.distributed=false"}).optimizer.distributed);
+  CHECK_THAT(fx.problem(make_deck(), {"optimizer.shard=none", "optimizer.distributed=true"}),
+             has("optimizer.distributed = true: expected false with optimizer.shard = \"none\""));
   CHECK_THAT(fx.problem(make_deck({{"optimizer.shard", "\"parameters\""}})),
              has("optimizer.shard = \"parameters\": expected one of \"none\", \"optimizer\", \"gradients\""));
 }
