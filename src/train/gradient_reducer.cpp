@@ -12,7 +12,8 @@ namespace tptrain::train {
 template <class T>
 GradientReducer<T>::GradientReducer(model::GptModel<T>& model, parallel::Communicator& dp,
                                     parallel::Communicator* expert_dp)
-    : model_(model), dp_(dp), expert_dp_(expert_dp), slot_bucket_(std::size_t(model.gradient_slots()), -1) {
+    : model_(model), dp_(dp), expert_dp_(expert_dp), slot_bucket_(std::size_t(model.gradient_slots()), -1),
+      written_slot_(model.buckets().size(), -1) {
   if (model.has_expert_buckets() && expert_dp == nullptr)
     throw std::logic_error("tptrain: GradientReducer: a mixture of experts needs the expert-data group");
   if (model.word() == nullptr || !model.shares_word_embedding()) return;
@@ -63,7 +64,6 @@ void GradientReducer<T>::begin(const kx::ExecSpace& exec, std::size_t bucket) {
   }
   *free = static_cast<long>(bucket);
   const int slot = static_cast<int>(free - slot_bucket_.begin());
-  written_slot_.resize(model_.buckets().size(), -1);
   written_slot_[bucket] = slot;
   model_.bind_gradient_slot(exec, bucket, slot);
 }
@@ -72,7 +72,6 @@ template <class T>
 void GradientReducer<T>::reduce_scatter(const kx::ExecSpace& exec, std::size_t bucket, bool overlap) {
   const model::GradBucket<T>& b = model_.buckets()[bucket];
   if (!b.pooled) return;
-  written_slot_.resize(model_.buckets().size(), -1);
   const int slot = written_slot_[bucket];
   if (slot < 0) throw std::logic_error("tptrain: GradientReducer: bucket " + b.name + " was written without a pool slot");
   written_slot_[bucket] = -1;
