@@ -102,7 +102,8 @@ struct OptimizerConfig {
   double beta2{};
   double eps{};
   bool distributed{};  // AdamW state sharded over the data-parallel group: shard != "none"
-  std::string shard;   // "none", "optimizer" (ZeRO-1), "gradients" (ZeRO-2)
+  std::string shard;   // "none", "optimizer" (ZeRO-1), "gradients" (ZeRO-2), "parameters" (ZeRO-3)
+  bool reshard_after_forward{};  // "parameters": gathered weights freed between forward and backward
 };
 
 // [data]: .txt (byte-level tokens) or .bin (llm.c token shard) files, one or a folder or glob

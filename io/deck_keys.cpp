@@ -295,11 +295,18 @@ std::vector<DeckKey> make_keys() {
        "\"optimizer\"",
        &member<&Deck::optimizer, &O::distributed>},
       {"optimizer", "shard", Derived{"\"optimizer\" with optimizer.distributed, else \"none\""},
-       Choice{{"none", "optimizer", "gradients"}},
+       Choice{{"none", "optimizer", "gradients", "parameters"}},
        "what each data-parallel rank (data x context; experts: the expert-data group) keeps only its shard of: "
        "\"optimizer\" the fp32 master weights and AdamW moments (ZeRO-1), \"gradients\" those and the fp32 "
-       "gradients, reduce-scattered after every micro-batch's backward of each block (ZeRO-2)",
+       "gradients, reduce-scattered after every micro-batch's backward of each block (ZeRO-2), \"parameters\" "
+       "those and the compute weights, each block's all-gathered before its forward and its backward, the next "
+       "block's prefetched (ZeRO-3, FSDP)",
        &member<&Deck::optimizer, &O::shard>},
+      {"optimizer", "reshard_after_forward", boolean(true), AnyBoolean{},
+       "with optimizer.shard = \"parameters\": free each block's gathered weights after its forward and gather "
+       "them again for its backward (true), or keep them from the forward to the backward (false: one gather "
+       "per micro-batch instead of two, the whole model's weights held at once, as FSDP2's option)",
+       &member<&Deck::optimizer, &O::reshard_after_forward>},
 
       {"data", "train", Required{}, PathRule{false, true},
        "the training data, a .txt file (byte-level tokens) or a .bin llm.c token shard, or a folder "

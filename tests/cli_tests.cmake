@@ -84,6 +84,14 @@ add_test(NAME cli_kill_and_resume
                  -DDECK=${_decks}/valid.toml -DDIR=${CMAKE_CURRENT_BINARY_DIR}/kill_run
                  -P ${CMAKE_CURRENT_SOURCE_DIR}/kill_resume.cmake)
 set_tests_properties(cli_kill_and_resume PROPERTIES TIMEOUT 300)
+# The same under sharded parameters (ZeRO-3, data 2), and its checkpoint resumed under ZeRO-1 and
+# on one plain rank.
+add_test(NAME cli_kill_and_resume_sharded_parameters
+         COMMAND ${CMAKE_COMMAND} "-DMPI2=${_mpi2}" -DEXE=$<TARGET_FILE:tptrain>
+                 -DDECK=${_decks}/valid.toml -DDIR=${CMAKE_CURRENT_BINARY_DIR}/kill_run_zero3
+                 "-DEXTRA=--set;parallel.tensor=1;--set;parallel.data=2;--set;optimizer.shard=parameters"
+                 -DLOADS_ELSEWHERE=ON -P ${CMAKE_CURRENT_SOURCE_DIR}/kill_resume.cmake)
+set_tests_properties(cli_kill_and_resume_sharded_parameters PROPERTIES TIMEOUT 300)
 
 # checkpoint.async: the same files as synchronous writes under every layout kind, one write in
 # flight, SIGKILL at three points of a background write, a failed one (tests/async_checkpoint.py).

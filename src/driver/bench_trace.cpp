@@ -29,6 +29,7 @@ Placement placement(Phase p) {
     case Phase::ep_comm: return {TraceStream::expert, "all-to-all (experts)", "expert"};
     case Phase::pipeline_wait: return {TraceStream::pipeline, "send/recv pipeline", "pipeline"};
     case Phase::dp_comm: return {TraceStream::data, "all-reduce gradients", "data"};
+    case Phase::dp_gather: return {TraceStream::data, "all-gather weights", "data"};
     case Phase::optimizer: return {TraceStream::compute, "optimizer", "optimizer"};
     default: return {TraceStream::compute, "", "compute"};  // gemm, attention, norms, loss, other
   }

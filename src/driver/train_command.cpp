@@ -375,11 +375,19 @@ int train_as(const io::Deck& deck, const parallel::Topology& topo) {
   if (const auto& dp = run->reduction_stats(); dp.steps > 0 && dp.messages > 0)
     log::infof("data-parallel gradient {}: {} buckets, {:.2f} MB per step; rank 0 waited {:.2f} ms per step "
                "for it after the backward (the rest overlapped the backward; includes waiting for slower replicas)",
-               deck.optimizer.shard == "gradients" ? "reduce-scatter per micro-batch (sharded gradients)"
+               deck.optimizer.shard == "gradients" || deck.optimizer.shard == "parameters"
+                   ? "reduce-scatter per micro-batch (sharded gradients)"
                : deck.optimizer.distributed        ? "reduce-scatter (distributed optimizer)"
                                                    : "all-reduce",
                dp.messages / dp.steps, static_cast<double>(dp.bytes) / static_cast<double>(dp.steps) / 1e6,
                1e3 * (dp.wait_s + dp.slot_wait_s) / static_cast<double>(dp.steps));
+  if (const auto& g = run->model().gather_stats(); g.gathers > 0 && end_step > first_step) {
+    const double steps = static_cast<double>(end_step - first_step);
+    log::infof("sharded parameters: {} weight all-gathers, {:.2f} MB per step; rank 0 waited {:.2f} ms per step "
+               "for them (the rest overlapped the previous module's compute)",
+               g.gathers / std::int64_t(end_step - first_step), static_cast<double>(g.bytes) / steps / 1e6,
+               1e3 * g.wait_s / steps);
+  }
   return end_step < tc.steps ? util::kRequeueExitStatus : 0;
 }
 

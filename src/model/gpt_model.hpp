@@ -58,6 +58,7 @@
 #include "src/model/spec/gradient_buckets.hpp"
 #include "src/model/spec/model_parameters.hpp"
 #include "src/model/multi_token_prediction.hpp"
+#include "src/model/parameter_gathering.hpp"
 #include "src/model/spec/recompute.hpp"
 #include "src/model/transformer_layer.hpp"
 #include "src/model/vocab_parallel_cross_entropy.hpp"
@@ -81,11 +82,15 @@ struct PipelineStage {
 // (ZeRO stage 1, Rajbhandari et al. 2020; Megatron's DistributedOptimizer) gives rank `rank` of
 // `size` the fp32 master and AdamW moments of shard `rank` of every bucket. size 1: no split.
 // With `gradients` (ZeRO stage 2, optimizer.shard = "gradients") the ranks keep only their shard of
-// each bucket's gradient too (GradBucket::pooled).
+// each bucket's gradient too (GradBucket::pooled); with `parameters` (ZeRO stage 3, "parameters")
+// also of its compute weights (GradBucket::gathered, src/model/parameter_gathering.hpp), and
+// `reshard_after_forward` says whether a module's gathered weights are freed after its forward.
 struct OptimizerSharding {
   int rank = 0;
   int size = 1;
   bool gradients = false;
+  bool parameters = false;
+  bool reshard_after_forward = true;
   bool distributed() const { return size > 1; }
 };
 
@@ -122,7 +127,15 @@ struct GradBucket {
   // bucket whose gradient other parts of the backward write too (GptModel::keeps_whole_gradient).
   bool pooled = false;
   kernels::Vector<Acc> grad_shard;  // [shard_end - shard_begin], when pooled
-  auto shard_values() const { return Kokkos::subview(values, std::make_pair(shard_begin, shard_end)); }
+  // Sharded parameters (OptimizerSharding::parameters): a pooled bucket keeps only its shard of the
+  // compute weights, `value_shard`; `values` and its parameters' values are bound to its place in
+  // the arena of gathered weights only while its module computes (ParameterGathering), empty else.
+  bool gathered = false;
+  kernels::Vector<T> value_shard;  // [shard_end - shard_begin], when gathered
+  auto shard_values() const {
+    return gathered ? Kokkos::subview(value_shard, std::make_pair(std::int64_t(0), shard_end - shard_begin))
+                    : Kokkos::subview(values, std::make_pair(shard_begin, shard_end));
+  }
   // The sum over the data-parallel group of this rank's shard, once the reductions are done.
   auto shard_grads() const {
     return pooled ? Kokkos::subview(grad_shard, std::make_pair(std::int64_t(0), shard_end - shard_begin))
@@ -156,6 +169,8 @@ class GptModel {
     if (sharding.size < 1 || sharding.rank < 0 || sharding.rank >= sharding.size)
       throw std::invalid_argument("tptrain: optimizer shard " + std::to_string(sharding.rank) + " of " +
                                   std::to_string(sharding.size) + " does not exist");
+    if ((sharding.parameters && !sharding.gradients) || (expert_sharding.parameters && !expert_sharding.gradients))
+      throw std::invalid_argument("tptrain: sharded parameters shard the gradients too");
     if (stage.chunks < 1)
       throw std::invalid_argument("tptrain: " + std::to_string(stage.chunks) + " model chunks: expected >= 1");
     // The pipeline's rules and the interleaved schedule's chunks (base/layout_rules.hpp).
@@ -398,13 +413,8 @@ class GptModel {
   // gradient over them).
   template <class TV>
   void forward_logits(const Exec& exec, const TV& tokens /*[N]*/) {
-    const std::vector<kernels::Matrix<T>>& x = residual(bound_slot_);
-    if (chunk_has_embedding(bound_chunk_)) embedding_->forward(exec, tp_, tokens, x[0]);
-    for (int l = 0; l < per_chunk_; ++l)
-      layers_[local(bound_chunk_, l)]->forward(exec, tp_, x[static_cast<std::size_t>(l)],
-                                               x[static_cast<std::size_t>(l) + 1]);
-    if (!chunk_has_head(bound_chunk_)) return;
-    head_forward(exec);
+    forward_chunk(exec, tokens);
+    if (chunk_has_head(bound_chunk_)) leave_module(head_module(), false);
   }
   const kernels::Matrix<T>& local_logits() const { return head_->logits; }
   // [N] the next-token loss of each token, -log p(target), of the last forward with targets, in
@@ -426,7 +436,7 @@ class GptModel {
   // stage that is not the last); with count >= 0, over its first `count` tokens only.
   template <class TV>
   double forward(const Exec& exec, const TV& tokens, const TV& targets, std::int64_t count = -1) {
-    forward_logits(exec, tokens);
+    forward_logits(exec, tokens);  // the loss reads the logits only
     return chunk_has_head(bound_chunk_) ? head_->loss_forward(exec, tp_, targets, count) : 0.0;
   }
   // The same for training: the loss of every token added on the device to `total` (a rank-0
@@ -435,14 +445,16 @@ class GptModel {
   // take_statistics); `tokens` is kept for its backward.
   template <class TV, class SV>
   void forward(const Exec& exec, const TV& tokens, const TV& targets, const SV& total) {
-    forward_logits(exec, tokens);
+    forward_chunk(exec, tokens);
     if (!chunk_has_head(bound_chunk_)) return;
     head_->loss_forward(exec, tp_, targets, total);
-    if (!mtp_) return;
-    if constexpr (std::is_convertible_v<TV, kernels::Tokens>) mtp_tokens_[bound_slot_] = tokens;
-    else throw std::logic_error("tptrain: GptModel::forward: multi-token prediction takes the tokens as kernels::Tokens");
-    mtp_->forward(exec, tp_, residual(bound_slot_).back(), tokens, targets, *word(), *output_weight(), true);
-    mtp_slot_ = bound_slot_;
+    if (mtp_) {  // in the head's module, with its weights
+      if constexpr (std::is_convertible_v<TV, kernels::Tokens>) mtp_tokens_[bound_slot_] = tokens;
+      else throw std::logic_error("tptrain: GptModel::forward: multi-token prediction takes the tokens as kernels::Tokens");
+      mtp_->forward(exec, tp_, residual(bound_slot_).back(), tokens, targets, *word(), *output_weight(), true);
+      mtp_slot_ = bound_slot_;
+    }
+    leave_module(head_module(), false);
   }
 
   // Blocks whose forward backward re-ran (recompute = full), heads recomputed, and block
@@ -479,7 +491,11 @@ class GptModel {
       for (std::size_t k = 0; bucket_begin && k < buckets; ++k) bucket_begin(b + k);
     };
     const std::vector<kernels::Matrix<T>>& x = residual(bound_slot_);
+    // Sharded parameters: each module's weights gathered before its backward, the next one's
+    // prefetched; the embedding's backward reads no weights.
+    const auto next_block = [&](int l) { return l > 0 ? block_module(c, l - 1) : -1; };
     if (chunk_has_head(c)) {
+      enter_module(exec, head_module(), next_block(per_chunk_));
       if (head_slot_ != bound_slot_) {  // another micro-batch's forward overwrote the head since
         head_forward(exec);
         head_->loss_per_token(exec, tp_, targets);
@@ -490,6 +506,7 @@ class GptModel {
       head_slot_ = -1;  // the logits now hold their gradient (written in place)
       ln_f_->backward(exec, residual_grad_, x.back(), residual_grad_next_);
       if (mtp_) mtp_backward(exec, *segments, targets, scale);
+      leave_module(head_module(), true);
       for (std::size_t k = 0; k < head_buckets(); ++k) done();
     }  // else residual_grad_next_ holds dL/d(stage output), filled by the caller
     for (std::size_t l = static_cast<std::size_t>(per_chunk_); l-- > 0;) {
@@ -498,6 +515,7 @@ class GptModel {
       // the whole micro-batch (its losses are the context group's, and their gradients are summed
       // over it as the token losses' are).
       layer.set_auxiliary_loss_scale(scale * kx::acc_t<T>(tokens() * shape_.context));
+      enter_module(exec, block_module(c, int(l)), next_block(int(l)));
       if (recompute_ == Recompute::full) {
         // The block's forward again from its kept input, into the shared saved set; its
         // output (already in x[l + 1]) goes to residual_grad_, which the backward then overwrites.
@@ -512,6 +530,7 @@ class GptModel {
       // block scores always (it keeps none)
       if (recompute_ != Recompute::none || shape_.flash_attention) ++recomputed_scores_;
       std::swap(residual_grad_, residual_grad_next_);
+      leave_module(block_module(c, int(l)), true);
       for (std::size_t k = 0; k < per_block; ++k) done();
     }
     if (chunk_has_embedding(c)) {
@@ -600,6 +619,14 @@ class GptModel {
     for (auto& bucket : buckets_) kernels::fill(exec, bucket.pooled ? bucket.grad_shard : bucket.grads, kx::acc_t<T>(0));
   }
 
+  // Sharded parameters (OptimizerSharding::parameters): the groups the gathered buckets' shards
+  // are spread over (data x context; the experts': the expert-data group), before the first forward.
+  void bind_shard_groups(Communicator& dp, Communicator* expert_dp) { gathering_.bind_groups(dp, expert_dp); }
+  // Frees every module's gathered weights (after their shards changed: an optimizer step, a load).
+  void release_gathered_weights(const Exec& exec) { gathering_.release_all(exec, buckets_); }
+  std::size_t gathered_weight_bytes() const { return gathering_.bytes(); }
+  const typename ParameterGathering<T>::Stats& gather_stats() const { return gathering_.stats(); }
+
   // Sharded gradients (OptimizerSharding::gradients): the pool of whole-bucket gradient buffers
   // the pooled buckets' backwards write into, one slot per bucket a backward holds at once plus
   // one whose reduce-scatter is in flight (train::GradientReducer hands them out), each as long
@@ -641,6 +668,50 @@ class GptModel {
   const Workspace<T>& workspace() const { return workspace_; }
 
  private:
+  // The modules, by their step of the backward (make_buckets, gradient_buckets.hpp): the head's
+  // first on the last stage, then block l of chunk c from the last chunk's last block down, then
+  // the embedding.
+  int head_module() const { return 0; }
+  int block_module(int c, int l) const {
+    return (stage_.last() ? 1 : 0) + (chunks() - 1 - c) * per_chunk_ + (per_chunk_ - 1 - l);
+  }
+  int embedding_module() const { return (stage_.last() ? 1 : 0) + chunks() * per_chunk_; }
+  // Sharded parameters: module s's weights gathered before it computes, the gather of `next`
+  // (-1: none) started behind it; freed after its backward, and after its forward with
+  // reshard_after_forward.
+  void enter_module(const Exec& exec, int s, int next) {
+    if (!gathering_.active()) return;
+    gathering_.wait(exec, buckets_, module_buckets_.at(std::size_t(s)));
+    if (next >= 0) gathering_.start(exec, buckets_, module_buckets_.at(std::size_t(next)));
+  }
+  void leave_module(int s, bool after_backward) {
+    if (gathering_.active() && (after_backward || sharding_.reshard_after_forward))
+      gathering_.release(buckets_, module_buckets_.at(std::size_t(s)));
+  }
+  // The bound chunk's forward on the bound slot: embedding (first virtual stage) or stage_input(),
+  // its blocks, and ln_f and the logits (last virtual stage), whose module the caller leaves.
+  template <class TV>
+  void forward_chunk(const Exec& exec, const TV& tokens) {
+    const int c = bound_chunk_;
+    const std::vector<kernels::Matrix<T>>& x = residual(bound_slot_);
+    const auto after_block = [&](int l) {
+      return l + 1 < per_chunk_ ? block_module(c, l + 1) : chunk_has_head(c) ? head_module() : -1;
+    };
+    if (chunk_has_embedding(c)) {
+      enter_module(exec, embedding_module(), after_block(-1));
+      embedding_->forward(exec, tp_, tokens, x[0]);
+      leave_module(embedding_module(), false);
+    }
+    for (int l = 0; l < per_chunk_; ++l) {
+      enter_module(exec, block_module(c, l), after_block(l));
+      layers_[local(c, l)]->forward(exec, tp_, x[static_cast<std::size_t>(l)], x[static_cast<std::size_t>(l) + 1]);
+      leave_module(block_module(c, l), false);
+    }
+    if (!chunk_has_head(c)) return;
+    enter_module(exec, head_module(), -1);
+    head_forward(exec);
+  }
+
   // The stage's blocks and its multi-token prediction modules' (balancing, statistics, documents).
   std::vector<TransformerLayer<T>*> blocks() {
     std::vector<TransformerLayer<T>*> out;
@@ -676,8 +747,9 @@ class GptModel {
         if (bucket.params[i] == &p) return {&bucket, bucket.offsets[i]};
     throw std::logic_error("tptrain: parameter " + p.name + " is in no bucket");
   }
-  // Sets parameter p (a whole local tensor) to b: its compute value on this rank, and its fp32
-  // master's elements in this rank's shard (the master is the value in an fp32 run).
+  // Sets parameter p (a whole local tensor) to b: its compute value on this rank (of a gathered
+  // bucket: the elements in this rank's shard), and its fp32 master's elements in this rank's
+  // shard (the master is the value in an fp32 run).
   void write_parameter(const Exec& exec, Parameter<T>& p, const std::vector<kx::acc_t<T>>& b) {
     using Acc = kx::acc_t<T>;
     const auto [bucket, offset] = bucket_of(p);
@@ -685,10 +757,14 @@ class GptModel {
     Kokkos::deep_copy(exec, staged,
                       Kokkos::View<const Acc*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(b.data(),
                                                                                                           b.size()));
-    kernels::convert(exec, staged, p.value);
+    const std::int64_t begin = std::max(offset, bucket->shard_begin);
+    const std::int64_t end = std::min(offset + p.local_size(), bucket->shard_end);
+    if (!bucket->gathered) kernels::convert(exec, staged, p.value);
+    else if (begin < end)  // the shard's part; gathered copies are stale now
+      kernels::convert(exec, Kokkos::subview(staged, std::make_pair(begin - offset, end - offset)),
+                       Kokkos::subview(bucket->value_shard, std::make_pair(begin - bucket->shard_begin, end - bucket->shard_begin)));
+    if (bucket->gathered) gathering_.release_all(exec, buckets_);
     if constexpr (Parameter<T>::has_master_copy) {
-      const std::int64_t begin = std::max(offset, bucket->shard_begin);
-      const std::int64_t end = std::min(offset + p.local_size(), bucket->shard_end);
       if (begin < end)
         Kokkos::deep_copy(
             exec,
@@ -768,11 +844,14 @@ class GptModel {
       const std::int64_t owned = b.shard_end - b.shard_begin;
       b.padded = total;
       b.pooled = extent.pooled(sharding.gradients);
+      b.gathered = extent.gathered(sharding.parameters);
       util::MemoryCategoryScope as(util::MemoryCategory::gradients);
       if (b.pooled) b.grad_shard = kernels::Vector<Acc>(b.name + ".grad_shard", owned);
       else b.grads = kernels::Vector<Acc>(b.name + ".grads", total);
       as.change(util::MemoryCategory::weights);
-      b.values = kernels::Vector<T>(b.name + ".values", total);
+      // Gathered: the whole weights only while they are drawn, then the shard is kept.
+      if (b.gathered) b.value_shard = kernels::Vector<T>(b.name + ".value_shard", owned);
+      b.values = kernels::Vector<T>(b.name + (b.gathered ? ".values.init" : ".values"), total);
       as.change(util::MemoryCategory::optimizer_state);  // the fp32 master too, as Megatron counts it
       if constexpr (Parameter<T>::has_master_copy) b.master = kernels::Vector<Acc>(b.name + ".master", owned);
       else b.master = b.shard_values();
@@ -803,6 +882,14 @@ class GptModel {
           Kokkos::deep_copy(b.master, Kokkos::subview(whole_master, std::make_pair(b.shard_begin, b.shard_end)));
           for (Parameter<T>* p : b.params) p->master = {};
         }
+      if (b.gathered) {
+        Kokkos::deep_copy(b.value_shard, Kokkos::subview(b.values, std::make_pair(b.shard_begin, b.shard_end)));
+        b.values = {};
+        for (Parameter<T>* p : b.params) {
+          p->value = {};
+          p->master = {};
+        }
+      }
       buckets_.push_back(std::move(b));
     };
     if (stage_.last()) {
@@ -834,6 +921,13 @@ class GptModel {
     util::MemoryCategoryScope as(util::MemoryCategory::gradients);
     for (int k = 0; k < pool.slots; ++k)
       gradient_pool_.emplace_back("tptrain::gradient_pool." + std::to_string(k), pool.slot_elements);
+    const bool gather = sharding_.parameters || expert_sharding_.parameters;
+    gathering_.allocate(gathered_weight_offsets(extents, gather, sharding_.reshard_after_forward),
+                        gathered_weights(extents, gather, sharding_.reshard_after_forward));
+    for (std::size_t k = 0; k < extents.size(); ++k) {
+      if (module_buckets_.size() <= std::size_t(extents[k].step)) module_buckets_.resize(std::size_t(extents[k].step) + 1);
+      module_buckets_[std::size_t(extents[k].step)].push_back(k);
+    }
   }
   // Whether a bucket holding `params` keeps its whole gradient under sharded gradients: the word
   // embedding's when the head writes it too (src/model/spec/gradient_buckets.hpp).
@@ -873,6 +967,8 @@ class GptModel {
   std::int64_t recomputed_blocks_ = 0, recomputed_heads_ = 0, recomputed_scores_ = 0;
   std::vector<GradBucket<T>> buckets_;
   std::vector<kernels::Vector<kx::acc_t<T>>> gradient_pool_;  // gradient_slots()
+  ParameterGathering<T> gathering_;                           // sharded parameters
+  std::vector<std::vector<std::size_t>> module_buckets_;      // by module (step of the backward)
   bool expert_buckets_ = false;  // has_expert_buckets
 };
 

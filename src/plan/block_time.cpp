@@ -465,8 +465,12 @@ BlockTimes block_times(const Config& c, const Machine& m, const Spans& spans) {
     const double scatter = all_gather_seconds(m, spans.data, 4.0 * dense) + all_gather_seconds(m, spans.expert_data, 4.0 * expert);
     out.sharded_forward.add("all-gather weights (FSDP)", Stream::data,
                             gather + (layers - 1) * std::max(0.0, gather - out.forward.seconds));
-    out.sharded_backward.add("all-gather weights, reduce-scatter gradients (FSDP)", Stream::data,
-                             gather + (layers - 1) * std::max(0.0, gather + scatter - out.backward.seconds) + scatter);
+    // Without reshard_after_forward the backward finds its module's weights still gathered.
+    const double regather = c.reshard_after_forward ? gather : 0.0;
+    out.sharded_backward.add(c.reshard_after_forward ? "all-gather weights, reduce-scatter gradients (FSDP)"
+                                                     : "reduce-scatter gradients (FSDP)",
+                             Stream::data,
+                             regather + (layers - 1) * std::max(0.0, regather + scatter - out.backward.seconds) + scatter);
     // The root module's: the word embedding and, untied, lm_head; the final norm beside them.
     const double root = (s.tie_embeddings ? 1.0 : 2.0) * V * h + h;
     out.embedding_forward.add("all-gather embedding and head (FSDP)", Stream::data, all_gather_seconds(m, spans.data, root * e));

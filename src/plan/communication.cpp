@@ -96,20 +96,30 @@ StepCommunication stage_communication(const Config& c, int stage, std::int64_t s
 
   // Data parallel (over data x context), once per step; the experts' gradients over the
   // expert-data group.
-  // With sharded gradients (ZeRO-2) every micro-batch reduce-scatters the pooled buckets.
-  double pooled = 0, pooled_experts = 0;
-  if (c.shard_gradients)
-    for (model::BucketExtent b : stage_buckets(m, P, c.virtual_stages, stage)) {
+  // With sharded gradients (ZeRO-2) every micro-batch reduce-scatters the pooled buckets. With
+  // sharded parameters (ZeRO-3) those buckets' weights are all-gathered before every micro-batch's
+  // forward of their module and again before its backward (reshard_after_forward; not the
+  // embedding's, whose backward reads no weights), instead of once after the step.
+  const std::vector<model::BucketExtent> buckets = stage_buckets(m, P, c.virtual_stages, stage);
+  const int embedding_step = buckets.empty() ? 0 : buckets.back().step;  // the embedding's bucket is the last
+  double pooled = 0, pooled_experts = 0, gathers = 0, expert_gathers = 0;
+  if (c.shard_gradients || c.shard_parameters)
+    for (model::BucketExtent b : buckets) {
       b.shards = int(b.expert ? c.expert_data_context() : c.data_context());
-      if (b.pooled(true)) (b.expert ? pooled_experts : pooled) += double(b.elements) * double(b.count);
+      if (!b.pooled(true)) continue;
+      const double n = double(b.elements) * double(b.count);
+      (b.expert ? pooled_experts : pooled) += n;
+      if (!c.shard_parameters) continue;
+      const bool backward = c.reshard_after_forward && !(stage == 0 && b.step == embedding_step);
+      (b.expert ? expert_gathers : gathers) += M * n * (backward ? 2 : 1);
     }
-  const auto gradients = [&](double n, double every_micro_batch, std::int64_t d) {
-    return c.distributed_optimizer
-               ? all_gather_bytes((n + (M - 1) * every_micro_batch) * 4, d) + all_gather_bytes(n * e, d)
-               : all_reduce_bytes(n * 4, d);
+  const auto gradients = [&](double n, double every_micro_batch, double gathered, std::int64_t d) {
+    return c.distributed_optimizer ? all_gather_bytes((n + (M - 1) * every_micro_batch) * 4, d) +
+                                         all_gather_bytes((n - (c.shard_parameters ? every_micro_batch : 0) + gathered) * e, d)
+                                   : all_reduce_bytes(n * 4, d);
   };
-  out.data = gradients(double(stage_parameters) - double(expert_parameters), pooled, c.data_context());
-  out.expert_data = gradients(double(expert_parameters), pooled_experts, c.expert_data_context());
+  out.data = gradients(double(stage_parameters) - double(expert_parameters), pooled, gathers, c.data_context());
+  out.expert_data = gradients(double(expert_parameters), pooled_experts, expert_gathers, c.expert_data_context());
 
   // The tied word embedding's two copies sum their gradients; an untied lm_head has none to share.
   if (P > 1 && (first || last) && m.tie_embeddings)

@@ -59,7 +59,7 @@ SearchResult search_layouts(const Config& deck, const Machine& m, std::int64_t g
                 if (sp && t == 1) continue;
                 for (const Recompute r : {Recompute::none, Recompute::selective, Recompute::full})
                   for (const parallel::RankOrder order : {parallel::RankOrder::tp_pp_dp, parallel::RankOrder::tp_dp_pp})
-                  for (const char* shard : {"optimizer", "gradients"}) {
+                  for (const char* shard : {"optimizer", "gradients", "parameters"}) {
                     if (order == parallel::RankOrder::tp_dp_pp && p == 1) continue;  // the same ranks
                     Config c = deck;
                     c.shape.tensor = t;
@@ -72,9 +72,9 @@ SearchResult search_layouts(const Config& deck, const Machine& m, std::int64_t g
                     c.sequence_parallel = sp;
                     c.recompute = r;
                     c.order = order;
-                    // Data x context > 1: the optimizer state sharded, and the gradients too or not.
+                    // Data x context > 1: the optimizer state sharded, and the gradients and weights too or not.
                     c.set_shard(c.data_context() > 1 ? shard : "none");
-                    if (c.data_context() == 1 && std::string(shard) == "gradients") continue;
+                    if (c.data_context() == 1 && std::string(shard) != "optimizer") continue;
                     if (!c.layout_problem().empty()) continue;
                     if (c.global_batch % (mb * d) != 0) continue;
                     if (v > 1 && c.micro_batches() % p != 0) continue;

@@ -20,6 +20,11 @@
 // but for the word embedding's bucket when the head writes it (tied, multi-token prediction), plus
 // the pool of whole buckets a backward writes into (a few of the largest block's): fp32 4 + 12/d,
 // bf16 2 + 16/d, + the pool.
+//
+// With sharded parameters ("parameters", ZeRO-3) the weights are e/d too, but the word embedding
+// that keeps its whole gradient, plus the arena of gathered weights (gathered_weights: two
+// modules', the one computing and the one prefetched; every gathered module's without
+// optimizer.reshard_after_forward): fp32 16/d, bf16 18/d, + the pool and the arena.
 #pragma once
 
 #include <cstdint>
@@ -36,6 +41,8 @@ struct ParameterBytes {
   std::int64_t master = 0;     // fp32 master weights (16-bit precisions only)
   std::int64_t gradients = 0;  // fp32, accumulated over micro-batches
   std::int64_t optimizer = 0;  // AdamW's two fp32 moments
+  // Of `weights`: sharded parameters' arena of gathered weights (its largest working set).
+  std::int64_t gathered_weights = 0;
   std::int64_t total() const { return Count(weights) + master + gradients + optimizer; }
   // Host memory, not the device's: a checkpoint's copy of the fp32 master weights and both
   // moments of this rank's shard, held while the file is written (from the first checkpoint on

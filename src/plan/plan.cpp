@@ -112,7 +112,7 @@ namespace {
 // optimizer.shard's modes, the deck's first.
 std::vector<std::string> shard_modes(const std::string& deck) {
   std::vector<std::string> modes{deck};
-  for (const char* mode : {"none", "optimizer", "gradients"})
+  for (const char* mode : {"none", "optimizer", "gradients", "parameters"})
     if (mode != deck) modes.emplace_back(mode);
   return modes;
 }
@@ -352,10 +352,6 @@ RankMemory rank_memory(const Config& c, const StageParameters& stage_parameters,
   m.activations = chunked_activation_bytes(c, m.layers / c.virtual_stages, m.chunk_slots);
   m.head = stage == P - 1 ? total_bytes(head_buffers(c)) : 0;
   m.workspace = total_bytes(workspace_buffers(c)) + received_gradient_bytes(c, m.received_gradients);
-  // FSDP / ZeRO-3: two blocks' weights gathered at once (the one computing, the one prefetched),
-  // a block taken as the stage's parameters per layer (its share of the embedding included).
-  if (c.shard_parameters && m.layers > 0)
-    m.workspace += 2 * (m.parameters / m.layers) * c.element_bytes();
   return m;
 }
 
@@ -532,7 +528,11 @@ std::string report(const Plan& p) {
   line(fmt::format("training     {}, recompute {}, sequence parallel {}, {}; global batch {} = "
                    "{} micro-batches of {} per data-parallel rank",
                    precision, recompute_name(c.recompute), yes_no(c.sequence_parallel),
-                   c.shard_gradients         ? "sharded optimizer state and gradients (ZeRO-2)"
+                   c.shard_parameters ? (c.reshard_after_forward
+                                             ? "sharded optimizer state, gradients and weights (ZeRO-3)"
+                                             : "sharded optimizer state, gradients and weights (ZeRO-3), "
+                                               "kept from forward to backward")
+                   : c.shard_gradients       ? "sharded optimizer state and gradients (ZeRO-2)"
                    : c.distributed_optimizer ? "distributed optimizer yes"
                                              : "distributed optimizer no",
                    c.global_batch, c.micro_batches(), c.micro_batch));
@@ -573,9 +573,16 @@ std::string report(const Plan& p) {
   };
   const double per_param = r.parameters > 0 ? double(pb.total()) / double(r.parameters) : 0.0;
   row("weights", pb.weights,
-      model::holds_experts(m) ? fmt::format("{} parameters on this rank, {} of them its {} of {} experts in each of its {} blocks, {}",
-                            r.parameters, r.expert_parameters, model::local_experts(m), m.experts, r.layers, precision)
-              : fmt::format("{} parameters on this rank, {}", r.parameters, precision));
+      (model::holds_experts(m)
+           ? fmt::format("{} parameters on this rank, {} of them its {} of {} experts in each of its {} blocks, {}",
+                         r.parameters, r.expert_parameters, model::local_experts(m), m.experts, r.layers, precision)
+           : fmt::format("{} parameters on this rank, {}", r.parameters, precision)) +
+          (!c.shard_parameters
+               ? std::string()
+               : fmt::format("; 1/{} of them (sharded parameters) and {} gathered at a time ({})", c.data_context(),
+                             human_bytes(double(pb.gathered_weights)),
+                             c.reshard_after_forward ? "the module computing and the one prefetched"
+                                                     : "every module, kept from its forward to its backward")));
   row("master weights", pb.master, precision == "fp32" ? "none: the fp32 weights are the master" : "fp32");
   row("gradients", pb.gradients,
       !c.shard_gradients ? std::string("fp32")

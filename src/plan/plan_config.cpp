@@ -54,8 +54,8 @@ Config config_of(const io::Deck& d) {
   c.micro_batch = d.training.micro_batch;
   c.precision = d.training.precision;
   c.recompute = model::recompute_from_name(d.training.recompute);
-  c.distributed_optimizer = d.optimizer.distributed;
-  c.shard_gradients = d.optimizer.shard == "gradients";
+  c.set_shard(d.optimizer.shard);
+  c.reshard_after_forward = d.optimizer.reshard_after_forward;
   c.async_checkpoint = d.checkpoint.async;
   c.order = parallel::rank_order_from_name(d.parallel.order);
   // shape_of has set shape.context (parallel.context) and the attention core it implies.

@@ -30,8 +30,8 @@ struct Config {
   int micro_batch = 1;
   std::string precision = "fp32";  // "fp32", "bf16", "fp16"
   Recompute recompute = Recompute::none;
-  bool distributed_optimizer = false;  // optimizer.shard = "optimizer" or "gradients"
-  bool shard_gradients = false;        // optimizer.shard = "gradients" (ZeRO-2)
+  bool distributed_optimizer = false;  // optimizer.shard = "optimizer", "gradients" or "parameters"
+  bool shard_gradients = false;        // optimizer.shard = "gradients" (ZeRO-2) or "parameters"
   bool async_checkpoint = false;  // checkpoint.async: the host copy is kept from the first checkpoint on
   parallel::RankOrder order = parallel::RankOrder::tp_pp_dp;  // parallel.order
   // What the layout search may do with parallel.context (ring attention runs flash attention and
@@ -40,12 +40,15 @@ struct Config {
   // (model::flash_attention_of).
   bool context_allowed = true;
   std::string attention = "default";
+  // optimizer.shard = "parameters" (FSDP / ZeRO-3 over data x context): the weights and gradients
+  // are sharded as the optimizer state is, every block's weights all-gathered before its forward
+  // and again before its backward (optimizer.reshard_after_forward; prefetched one block ahead),
+  // its gradients reduce-scattered after its backward. Also torchtitan's FSDP in the simulations
+  // of its published runs (docs/planning.md, "Validation").
+  bool shard_parameters = false;
+  bool reshard_after_forward = true;
   // Modes of other trainers that tptrain does not have, for simulating their published runs
   // (docs/planning.md, "Validation"); no deck key sets them.
-  // FSDP / ZeRO-3 over data x context: the weights and gradients are sharded as the optimizer
-  // state is, every block's weights all-gathered before its forward and again before its
-  // backward (prefetched one block ahead), its gradients reduce-scattered after its backward.
-  bool shard_parameters = false;
   // torchtitan's op-level selective activation checkpointing: the outputs of the attention core
   // and of every other GEMM of a block are kept; the backward runs the other GEMMs (the 2nd, 4th
   // and 6th of wq, wk, wv, wo, w1, w3, w2: wk, wo, w3) and every memory-bound kernel again.
@@ -92,11 +95,15 @@ struct Config {
   // ep > 1 needs a mixture of experts, divides parallel.data, and model.experts is a multiple of
   // it. Empty when they hold.
   std::vector<std::string> expert_problems() const;
-  // optimizer.shard: "none", "optimizer" (distributed_optimizer) or "gradients" (shard_gradients too).
-  std::string shard() const { return shard_gradients ? "gradients" : distributed_optimizer ? "optimizer" : "none"; }
+  // optimizer.shard: "none", "optimizer" (distributed_optimizer), "gradients" (shard_gradients too)
+  // or "parameters" (shard_parameters too).
+  std::string shard() const {
+    return shard_parameters ? "parameters" : shard_gradients ? "gradients" : distributed_optimizer ? "optimizer" : "none";
+  }
   void set_shard(const std::string& mode) {
     distributed_optimizer = mode != "none";
-    shard_gradients = mode == "gradients";
+    shard_gradients = mode == "gradients" || mode == "parameters";
+    shard_parameters = mode == "parameters";
   }
 };
 

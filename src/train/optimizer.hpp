@@ -30,15 +30,17 @@ struct AdamWConfig {
 
 // Every compute copy from the fp32 master weights (after a checkpoint set them): rounded (bf16,
 // fp16), and with a distributed optimizer, whose ranks hold one shard of the masters each,
-// all-gathered over the data-parallel group `dp` as at the end of a step; and the routers' fp32
+// all-gathered over the data-parallel group `dp` as at the end of a step (with sharded parameters
+// a gathered bucket keeps its shard: its module gathers it when it computes); and the routers' fp32
 // expert biases from theirs.
 // `expert_dp`: the expert-data group, over which the expert buckets are sharded (model.mlp = moe).
 template <class T>
 void values_from_master(const kx::ExecSpace& exec, model::GptModel<T>& model, parallel::Communicator& dp,
                         parallel::Communicator* expert_dp = nullptr) {
   model.round_compute_copy(exec);
+  model.release_gathered_weights(exec);
   for (auto& bucket : model.buckets())
-    if (bucket.sharded())
+    if (bucket.sharded() && !bucket.gathered)
       parallel::iall_gather_in_place(bucket.expert ? *expert_dp : dp, exec, bucket.values).wait_on(exec);
   model.expert_biases_from_master(exec, dp);  // the routers' fp32 biases (model.mlp = moe)
 }
@@ -133,7 +135,8 @@ class BucketOptimizer {
   // are), then the compute copy rounded from the master. step: 1-based. With a distributed
   // optimizer each bucket's values are all-gathered over DP as soon as its shard is updated
   // (on NCCL on the DP stream, behind the next buckets' AdamW); work queued on `exec` after
-  // this call sees every parameter's new values.
+  // this call sees every parameter's new values. With sharded parameters a gathered bucket's
+  // updated shard stays where it is, and every gathered copy is freed.
   void step(const kx::ExecSpace& exec, const AdamWConfig& c, double lr, std::int64_t step, float grad_scale) {
     auto& buckets = model_.buckets();
     std::vector<parallel::Request> gathers;
@@ -143,10 +146,11 @@ class BucketOptimizer {
                                    segments_[b], lr, c.beta1, c.beta2, c.eps, c.weight_decay, step,
                                    kx::acc_t<T>(grad_scale));
       if constexpr (model::Parameter<T>::has_master_copy) kernels::convert(exec, bucket.master, bucket.shard_values());
-      if (bucket.sharded())
+      if (bucket.sharded() && !bucket.gathered)
         gathers.push_back(parallel::iall_gather_in_place(bucket.expert ? *expert_dp_ : *dp_, exec, bucket.values));
     }
     parallel::wait_all_on(gathers.data(), gathers.size(), exec);
+    model_.release_gathered_weights(exec);
   }
 
  private:

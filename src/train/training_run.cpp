@@ -106,10 +106,12 @@ std::unique_ptr<data::DataBlend> open_data(const io::DataSources& sources, const
 // that names another: training does not read the tokenizer, but generate and eval's bits per
 // byte decode with data.tokenizer, so the mismatch is said now rather than found in a sample.
 // optimizer.shard: every rank of the data x context group holds one shard of the optimizer state
-// ("optimizer"), and of the gradients ("gradients").
+// ("optimizer"), and of the gradients ("gradients"), and of the weights ("parameters").
 model::OptimizerSharding optimizer_sharding(const io::Deck& deck, const parallel::Communicator& group) {
   if (!deck.optimizer.distributed) return {};
-  return {group.rank(), group.size(), deck.optimizer.shard == "gradients"};
+  const std::string& mode = deck.optimizer.shard;
+  return {group.rank(), group.size(), mode == "gradients" || mode == "parameters", mode == "parameters",
+          deck.optimizer.reshard_after_forward};
 }
 }  // namespace
 
@@ -137,6 +139,7 @@ TrainingRun<T>::TrainingRun(const io::Deck& deck, const parallel::Topology& topo
       reducer_(model_, topo.dp_cp(), &topo.expert_dp()),
       optimizer_(model_, &topo.dp_cp(), &topo.ep(), &topo.expert_dp()),
       tokens_per_step_(std::int64_t(deck.training.global_batch) * deck.model.seq_length) {
+  model_.bind_shard_groups(topo.dp_cp(), &topo.expert_dp());  // optimizer.shard = "parameters"
   if (topo.world_rank() == 0) {
     for (const data::DataBlend* blend : {options.synthetic_tokens == 0 ? train_.get() : nullptr, valid_.get()})
       for (std::size_t i = 0; blend != nullptr && i < blend->size(); ++i)
@@ -175,12 +178,13 @@ ParameterMemory TrainingRun<T>::parameter_memory() const {
   m.optimizer_shards = model_.optimizer_sharding().size;
   for (const auto& b : model_.buckets()) {
     m.parameters += b.used;  // not the distributed optimizer's padding
-    m.weight += bytes(b.values);
+    m.weight += b.gathered ? bytes(b.value_shard) : bytes(b.values);
     if constexpr (model::Parameter<T>::has_master_copy) m.master += bytes(b.master);
     m.gradient += b.pooled ? bytes(b.grad_shard) : bytes(b.grads);
     m.optimizer += bytes(b.exp_avg) + bytes(b.exp_avg_sq);
   }
   m.gradient += model_.gradient_pool_bytes();
+  m.weight += model_.gathered_weight_bytes();
   return m;
 }
 
@@ -198,7 +202,8 @@ std::string TrainingRun<T>::memory_report() const {
       pm.master > 0 ? fmt::format(", fp32 master {:g}", per(pm.master)) : std::string(), per(pm.gradient),
       per(pm.optimizer),
       pm.optimizer_shards > 1
-          ? fmt::format("; distributed optimizer: master{} and moments sharded over {} data-parallel ranks",
+          ? fmt::format("; distributed optimizer: master{}{} and moments sharded over {} data-parallel ranks",
+                        model_.gathered_weight_bytes() > 0 ? ", weights" : "",
                         model_.gradient_slots() > 0 ? ", gradients" : "", pm.optimizer_shards)
           : std::string(),
       ws.total_bytes() / MiB, ws.bytes(model::BufferCategory::activation) / MiB,

@@ -34,7 +34,8 @@ enum class Phase : int {
   loss,               // vocab-parallel cross-entropy and its gradient (without the logits GEMM)
   optimizer,          // gradient norm, clipping, AdamW
   tp_comm,            // tensor-parallel all-reduces (f, g and the loss's)
-  dp_comm,            // data-parallel gradient all-reduce not hidden by the backward
+  dp_comm,            // data-parallel gradient all-reduce (reduce-scatter) not hidden by the backward
+  dp_gather,          // sharded parameters' weight all-gathers not hidden by the module before
   cp_comm,            // ring attention's K/V transfers not hidden by its blocks (context parallelism)
   ep_comm,            // the mixture of experts' all-to-alls: dispatch and combine (expert parallelism)
   pipeline_wait,      // pipeline transfers and bubble, tied-embedding gradient sum
@@ -44,8 +45,8 @@ inline constexpr int kPhaseCount = static_cast<int>(Phase::other) + 1;
 
 inline const char* phase_name(Phase p) {
   static constexpr const char* names[kPhaseCount] = {
-      "gemm", "attention", "norms_elementwise", "loss", "optimizer", "tp_comm", "dp_comm", "cp_comm", "ep_comm",
-      "pipeline_wait", "other"};
+      "gemm", "attention", "norms_elementwise", "loss", "optimizer", "tp_comm", "dp_comm", "dp_gather", "cp_comm",
+      "ep_comm", "pipeline_wait", "other"};
   return names[static_cast<int>(p)];
 }
 
@@ -106,7 +107,8 @@ class PhaseClock {
   static const char* region_name(Phase p) {
     static constexpr const char* names[kPhaseCount] = {
         "tptrain::gemm",    "tptrain::attention", "tptrain::norms_elementwise", "tptrain::loss",
-        "tptrain::optimizer", "tptrain::tp_comm", "tptrain::dp_comm", "tptrain::cp_comm", "tptrain::ep_comm",
+        "tptrain::optimizer", "tptrain::tp_comm", "tptrain::dp_comm", "tptrain::dp_gather", "tptrain::cp_comm",
+        "tptrain::ep_comm",
         "tptrain::pipeline_wait",
         "tptrain::other"};
     return names[static_cast<int>(p)];

@@ -608,7 +608,7 @@ TEST_CASE("deck: optimizer.shard, and optimizer.distributed as the spelling of \
   const Deck zero1 = fx.parse(make_deck({{"optimizer.distributed", "true"}}));
   CHECK(zero1.optimizer.shard == "optimizer");
   CHECK(zero1.optimizer.distributed);
-  for (const std::string v : {"optimizer", "gradients"}) {
+  for (const std::string v : {"optimizer", "gradients", "parameters"}) {
     const Deck d = fx.parse(make_deck({{"optimizer.shard", "\"" + v + "\""}}));
     CHECK(d.optimizer.shard == v);
     CHECK(d.optimizer.distributed);
@@ -627,8 +627,12 @@ TEST_CASE("deck: optimizer.shard, and optimizer.distributed as the spelling of \
   CHECK(!fx.parse(make_deck({{"optimizer.shard", "\"gradients\""}}), {"optimizer.distributed=false"}).optimizer.distributed);
   CHECK_THAT(fx.problem(make_deck(), {"optimizer.shard=none", "optimizer.distributed=true"}),
              has("optimizer.distributed = true: expected false with optimizer.shard = \"none\""));
-  CHECK_THAT(fx.problem(make_deck({{"optimizer.shard", "\"parameters\""}})),
-             has("optimizer.shard = \"parameters\": expected one of \"none\", \"optimizer\", \"gradients\""));
+  CHECK_THAT(fx.problem(make_deck({{"optimizer.shard", "\"weights\""}})),
+             has("optimizer.shard = \"weights\": expected one of \"none\", \"optimizer\", \"gradients\", "
+                 "\"parameters\""));
+  CHECK(fx.parse(make_deck()).optimizer.reshard_after_forward);
+  CHECK(!fx.parse(make_deck({{"optimizer.shard", "\"parameters\""}, {"optimizer.reshard_after_forward", "false"}}))
+             .optimizer.reshard_after_forward);
 }
 
 TEST_CASE("deck: divisibility rules, each its own message naming both keys", "[io][deck]") {
@@ -1066,6 +1070,7 @@ TEST_CASE("deck: to_toml writes every key in table order and round-trips", "[io]
                                           "optimizer.eps",
                                           "optimizer.distributed",
                                           "optimizer.shard",
+                                          "optimizer.reshard_after_forward",
                                           "data.train",
                                           "data.valid",
                                           "data.allow_blend_change",

@@ -10,6 +10,11 @@
 // it too (a tied output layer, multi-token prediction's embeddings): on one stage its gradient
 // comes from both ends of the backward, and across stages the two copies' gradients are summed
 // whole over the embedding group.
+// With sharded parameters ("parameters", ZeRO-3) the gradients are sharded as with "gradients", and
+// a bucket whose gradient is pooled keeps only its owned shard of the compute weights too: its
+// whole weights are all-gathered into the arena of gathered weights (gathered_weights) while its
+// module computes. The word embedding's bucket that keeps its whole gradient keeps its whole
+// weights too (the head reads them, in another module than the embedding's).
 #pragma once
 
 #include <algorithm>
@@ -32,6 +37,7 @@ struct BucketExtent {
   std::int64_t owned() const { return (elements + shards - 1) / shards; }
   std::int64_t padded() const { return shards > 1 ? shards * owned() : elements; }
   bool pooled(bool shard_gradients) const { return shard_gradients && shards > 1 && elements > 0 && !keeps_whole; }
+  bool gathered(bool shard_parameters) const { return pooled(shard_parameters); }
 };
 
 // The pool of whole-bucket gradients under sharded gradients: as many slots as one step of the
@@ -55,6 +61,64 @@ inline GradientPool gradient_pool(const std::vector<BucketExtent>& buckets, bool
     }
   pool.slots = int(std::min<std::int64_t>(held + 1, pooled));
   return pool;
+}
+
+// The arena the gathered weights of sharded parameters live in while their module computes, in
+// elements (each bucket at a fixed place in it, GptModel::make_buckets). A step of the backward is
+// one module (a block: its dense and expert buckets; the head with multi-token prediction's; the
+// embedding). With reshard_after_forward a module's weights are freed after each forward and
+// backward, and the next module's gather is prefetched while it computes: two regions, the modules
+// of even steps in the first, of odd steps in the second, each as long as the largest module's
+// gathered buckets end to end (one region when one module is gathered). Without it a module's
+// weights stay gathered from its forward to its backward: every gathered bucket its own place.
+inline std::int64_t gathered_weights(const std::vector<BucketExtent>& buckets, bool shard_parameters,
+                                     bool reshard_after_forward) {
+  std::map<int, std::int64_t> per_step;  // a module's gathered elements, by step
+  std::map<int, std::int64_t> modules;   // the modules of a step number (its buckets' count)
+  std::int64_t all = 0;
+  for (const BucketExtent& b : buckets)
+    if (b.gathered(shard_parameters) && b.count > 0) {
+      per_step[b.step] += b.padded();
+      modules[b.step] = std::max(modules[b.step], b.count);
+      all += b.padded() * b.count;
+    }
+  if (!reshard_after_forward) return all;
+  std::int64_t largest = 0, gathered_modules = 0;
+  for (const auto& [step, n] : per_step) {
+    largest = std::max(largest, n);
+    gathered_modules += modules[step];
+  }
+  return std::min<std::int64_t>(gathered_modules, 2) * largest;
+}
+// Where each of a model's buckets (count 1 each, in backward order) sits in that arena: -1 for one
+// not gathered.
+inline std::vector<std::int64_t> gathered_weight_offsets(const std::vector<BucketExtent>& buckets,
+                                                         bool shard_parameters, bool reshard_after_forward) {
+  const std::int64_t arena = gathered_weights(buckets, shard_parameters, reshard_after_forward);
+  std::int64_t modules = 0, largest = 0;
+  std::map<int, std::int64_t> per_step;
+  for (const BucketExtent& b : buckets)
+    if (b.gathered(shard_parameters)) modules += per_step[b.step]++ == 0;
+  for (const BucketExtent& b : buckets)
+    if (b.gathered(shard_parameters)) per_step[b.step] = 0;
+  largest = modules > 1 ? arena / 2 : arena;
+  std::vector<std::int64_t> offsets;
+  std::int64_t next = 0;
+  for (const BucketExtent& b : buckets) {
+    if (!b.gathered(shard_parameters)) {
+      offsets.push_back(-1);
+      continue;
+    }
+    if (!reshard_after_forward) {
+      offsets.push_back(next);
+      next += b.padded();
+      continue;
+    }
+    std::int64_t& within = per_step[b.step];
+    offsets.push_back((modules > 1 ? (b.step % 2) * largest : 0) + within);
+    within += b.padded();
+  }
+  return offsets;
 }
 
 }  // namespace tptrain::model
