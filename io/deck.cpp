@@ -323,6 +323,7 @@ class DeckReader {
   void check_documents(const Deck& d);
   void check_context(const Deck& d);
   void check_experts(const Deck& d);
+  void check_shard_group(const Deck& d);
   void check_valid_apart_from_train(const Deck& d);
   // Whether the command reads the files of data.<key> (train, valid; io/deck.hpp, DataFiles).
   bool reads_data_key(std::string_view key) const {
@@ -1157,6 +1158,7 @@ Deck DeckReader::build() {
   check_documents(d);
   check_context(d);
   check_experts(d);
+  check_shard_group(d);
   check_valid_apart_from_train(d);
   if (ok("parallel", "tensor") && ok("parallel", "pipeline") && ok("parallel", "data") && ok("parallel", "context")) {
     const std::int64_t world = static_cast<std::int64_t>(p.tensor) * p.context * p.pipeline * p.data;
@@ -1237,6 +1239,23 @@ void DeckReader::check_experts(const Deck& d) {
          rules::expert_problems(model::holds_experts(d.model), field("model", "experts").ok ? d.model.experts : 0,
                                 d.parallel.expert, field("parallel", "data").ok ? d.parallel.data : 0))
       report(p);
+}
+
+// Hybrid sharding: parallel.shard_group divides data x context, shards something to be hybrid
+// over, and leaves a mixture's experts alone (their shards span the expert-data group).
+void DeckReader::check_shard_group(const Deck& d) {
+  const int g = d.parallel.shard_group;
+  if (!field("parallel", "shard_group").ok || g == 0) return;
+  const Term term{"parallel.shard_group", std::to_string(g), &field("parallel", "shard_group")};
+  if (field("parallel", "data").ok && field("parallel", "context").ok &&
+      (std::int64_t(d.parallel.data) * d.parallel.context) % g != 0)
+    report_on(term, fmt::format("a divisor of parallel.data x parallel.context = {} x {} = {}", d.parallel.data,
+                                d.parallel.context, std::int64_t(d.parallel.data) * d.parallel.context));
+  else if (field("optimizer", "shard").ok && d.optimizer.shard == "none")
+    report_on(term, fmt::format("0 with optimizer.shard = \"none\" ({}): there is nothing to shard over the group",
+                                where(field("optimizer", "shard"))));
+  else if (field("model", "mlp").ok && model::holds_experts(d.model))
+    report_on(term, "0 with a mixture of experts (model.mlp = \"moe\"): hybrid sharding of experts is not supported");
 }
 
 // Tensor cores (and the CPU BLAS kernels' vector lanes) take GEMM dimensions in multiples of 8;

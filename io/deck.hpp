@@ -46,6 +46,7 @@ namespace tptrain::io {
 struct ParallelConfig : model::ParallelLayout {
   int pipeline{};
   int data{};
+  int shard_group{};         // hybrid sharding: data x context ranks per shard group (0: all of them)
   std::string order;         // rank order: "tp-pp-dp" or "tp-dp-pp", or with "cp" after "tp" (src/parallel/topology_rank_map.hpp)
   int virtual_stages{};      // model chunks per pipeline rank (interleaved 1F1B); 1: none
   bool nccl_pipeline_lanes{};     // NCCL: a lane per pipeline flow (src/parallel/communicator.hpp)

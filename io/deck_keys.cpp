@@ -154,6 +154,13 @@ std::vector<DeckKey> make_keys() {
        &member<&Deck::parallel, &P::pipeline>},
       {"parallel", "data", integer(1), at_least_1, "data-parallel replicas",
        &member<&Deck::parallel, &P::data>},
+      {"parallel", "shard_group", integer(0), at_least_0,
+       "hybrid sharding (HSDP): with optimizer.shard != \"none\", shard over groups of this many consecutive "
+       "data x context ranks (a divisor of parallel.data x parallel.context) and replicate across the groups: "
+       "gradients reduce-scattered inside a group, then all-reduced across groups; 0: one group of all of them. "
+       "A group sits inside a node when parallel.tensor x parallel.context x (tp-dp-pp order, or pipeline 1) "
+       "times it fits one; not with a mixture of experts",
+       &member<&Deck::parallel, &P::shard_group>},
       {"parallel", "sequence_parallel", boolean(false), AnyBoolean{},
        "split LayerNorm, residual and dropout-free activations along the sequence over the tensor-parallel "
        "group (Korthikanti et al. 2022); needs model.seq_length divisible by parallel.tensor",

@@ -29,6 +29,8 @@ CheckpointTensors::CheckpointTensors(model::GptModel<T>& m, const parallel::Topo
   // sharded, disjoint parts) of their experts, so its first rank writes them, each expert rank its
   // own experts.
   const bool first_copy = topo.coords().dp == 0 && topo.coords().cp == 0;
+  // Hybrid sharding: the replica groups hold the same shards; the first group writes them.
+  const bool first_replica = topo.replica() == nullptr || topo.replica()->rank() == 0;
   const bool first_expert_copy = topo.coords().dp / topo.layout().expert == 0 && topo.coords().cp == 0;
   // Every rank lists every tensor of the model, in the same order (the file layer's calls are
   // collective); a pipeline stage holds slabs of its own tensors only. The last stage's tied
@@ -66,7 +68,8 @@ CheckpointTensors::CheckpointTensors(model::GptModel<T>& m, const parallel::Topo
     const model::GradBucket<T>& b = *it->second.bucket;
     const std::int64_t offset = it->second.offset;
     ++matched;
-    const bool w = (b.sharded() || (b.expert ? first_expert_copy : first_copy)) && !m.is_tied_copy(&p);
+    const bool w = (b.sharded() ? b.expert || first_replica : b.expert ? first_expert_copy : first_copy) &&
+                   !m.is_tied_copy(&p);
     // The elements of p whose optimizer state this rank holds (all of them without a
     // distributed optimizer), and where they are in the shard's buffers.
     const std::int64_t begin = std::clamp(b.shard_begin - offset, std::int64_t(0), p.local_size());
@@ -376,7 +379,7 @@ io::CheckpointMeta load_weights(model::GptModel<T>& model, const parallel::Topol
       throw std::runtime_error("checkpoint " + io::display_path(path) + " holds non-finite values: " + bad);
   });
   t.upload();
-  train::values_from_master(kx::ExecSpace(), model, topo.dp_cp(), &topo.expert_dp());
+  train::values_from_master(kx::ExecSpace(), model, topo.shard(), &topo.expert_dp());
   return meta;
 }
 

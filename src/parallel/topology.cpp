@@ -32,6 +32,10 @@ Topology::Topology(MPI_Comm world, const Layout& layout, const CommunicatorOptio
     : world_(world), layout_(layout) {
   if (layout.tensor < 1 || layout.pipeline < 1 || layout.data < 1 || layout.context < 1)
     throw TopologyError("tensor, context, pipeline and data must all be >= 1");
+  const int DC = layout.data * layout.context;
+  if (layout.shard_group < 0 || (layout.shard_group > 0 && DC % layout.shard_group != 0))
+    throw TopologyError("parallel.shard_group = " + std::to_string(layout.shard_group) +
+                        " must be a divisor of parallel.data x parallel.context = " + std::to_string(DC));
   if (layout.expert < 1 || layout.data % layout.expert != 0)
     throw TopologyError("parallel.expert = " + std::to_string(layout.expert) +
                         " must be a divisor of parallel.data = " + std::to_string(layout.data) +
@@ -57,6 +61,11 @@ Topology::Topology(MPI_Comm world, const Layout& layout, const CommunicatorOptio
   // rank alone, as the tensor group is with tensor = 1); the expert-data group is then dp_cp().
   ep_ = split(world, c.tp + T * (c.cp + C * (c.pp + P * c.edp)), c.ep, options);
   if (layout.expert > 1) expert_dp_ = split(world, c.tp + T * (c.pp + P * c.ep), c.cp + C * c.edp, options);
+  if (const int G = layout.shard_group; G > 0 && G < DC) {
+    const int at = c.cp + C * c.dp;  // the rank in dp_cp()
+    shard_ = split(world, c.tp + T * (c.pp + P * (at / G)), at % G, options);
+    replica_ = split(world, c.tp + T * (c.pp + P * (at % G)), at / G, options);
+  }
   const bool on_edge = is_first_stage() || is_last_stage();
   embedding_ = split(world, on_edge ? c.tp + T * (c.cp + C * c.dp) : MPI_UNDEFINED, c.pp, options);
 }

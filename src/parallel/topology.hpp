@@ -42,6 +42,15 @@
 //   expert-data groups, expert_dp(): {0,4} {2,6} {1,5} {3,7}  (same ep: dp 0,2 and dp 1,3)
 // Each expert group holds every expert once (model.experts / E on each rank); its ranks run
 // different replicas' sequences, so the dense parameters' gradients are still summed over dp_cp().
+//
+// Hybrid sharding (parallel.shard_group = G, a divisor of D·C; HSDP): the optimizer's shards of
+// the dense parameters spread over G consecutive ranks of dp_cp() (by dp·C + cp), not all of it:
+//   the shard group, shard() (same tp, pp and (dp·C + cp) / G; ordered by (dp·C + cp) % G), and
+//   the replica group, replica() (same tp, pp and (dp·C + cp) % G; ordered by (dp·C + cp) / G):
+//     the D·C/G ranks that hold the same shard, over which the shards' gradients are summed.
+// Consecutive data x context ranks are the nearest in the world (T·C·P apart with tp-pp-dp, T·C
+// with tp-dp-pp), so a shard group sits inside a node when G of them fit one. Without G (or
+// G = D·C) shard() is dp_cp() and there is no replica group.
 #pragma once
 
 #include <memory>
@@ -92,6 +101,10 @@ class Topology {
   // expert = 1), over which the experts' gradients are summed and their optimizer state sharded.
   Communicator& ep() const { return *ep_; }
   Communicator& expert_dp() const { return expert_dp_ ? *expert_dp_ : dp_cp(); }
+  // Hybrid sharding (the header comment): the shard group (dp_cp() without it) and the replica
+  // group (null without it).
+  Communicator& shard() const { return shard_ ? *shard_ : dp_cp(); }
+  Communicator* replica() const { return replica_.get(); }
   // Only on the first and last pipeline stage; throws elsewhere.
   Communicator& embedding() const;
   bool in_embedding_group() const { return static_cast<bool>(embedding_); }
@@ -108,7 +121,7 @@ class Topology {
   Layout layout_;
   Coordinates coords_;
   int world_rank_ = 0;
-  std::unique_ptr<Communicator> tp_, pp_, dp_, cp_, dp_cp_, ep_, expert_dp_, embedding_;
+  std::unique_ptr<Communicator> tp_, pp_, dp_, cp_, dp_cp_, ep_, expert_dp_, embedding_, shard_, replica_;
 };
 
 }  // namespace tptrain::parallel

@@ -11,7 +11,7 @@ namespace tptrain::parallel {
 inline Layout layout_of(const io::Deck& deck) {
   return Layout{deck.parallel.tensor, deck.parallel.pipeline, deck.parallel.data,
                 rank_order_from_name(deck.parallel.order), deck.parallel.context,
-                deck.parallel.expert};
+                deck.parallel.expert, deck.parallel.shard_group};
 }
 
 // The backend choices of a deck's [parallel] section (the deck has validated them).

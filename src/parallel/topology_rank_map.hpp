@@ -40,6 +40,9 @@ struct Layout {
   // data-parallel ones (Megatron) and does not multiply the world: expert = E splits each data
   // group's consecutive replicas into expert-parallel groups of E (src/parallel/topology.hpp).
   int expert = 1;
+  // parallel.shard_group: hybrid sharding (HSDP), the optimizer's shards spread over groups of this
+  // many consecutive data x context ranks, replicated across the groups (0: one group of all).
+  int shard_group = 0;
   int world_size() const { return tensor * context * pipeline * data; }
 };
 

@@ -100,12 +100,12 @@ StepCommunication stage_communication(const Config& c, int stage, std::int64_t s
   // sharded parameters (ZeRO-3) those buckets' weights are all-gathered before every micro-batch's
   // forward of their module and again before its backward (reshard_after_forward; not the
   // embedding's, whose backward reads no weights), instead of once after the step.
-  const std::vector<model::BucketExtent> buckets = stage_buckets(m, P, c.virtual_stages, stage);
-  const int embedding_step = buckets.empty() ? 0 : buckets.back().step;  // the embedding's bucket is the last
   double pooled = 0, pooled_experts = 0, gathers = 0, expert_gathers = 0;
-  if (c.shard_gradients || c.shard_parameters)
+  if (c.shard_gradients || c.shard_parameters) {
+    const std::vector<model::BucketExtent> buckets = stage_buckets(m, P, c.virtual_stages, stage);
+    const int embedding_step = buckets.empty() ? 0 : buckets.back().step;  // the embedding's bucket is the last
     for (model::BucketExtent b : buckets) {
-      b.shards = int(b.expert ? c.expert_data_context() : c.data_context());
+      b.shards = int(b.expert ? c.expert_data_context() : c.shard_ranks());
       if (!b.pooled(true)) continue;
       const double n = double(b.elements) * double(b.count);
       (b.expert ? pooled_experts : pooled) += n;
@@ -113,12 +113,17 @@ StepCommunication stage_communication(const Config& c, int stage, std::int64_t s
       const bool backward = c.reshard_after_forward && !(stage == 0 && b.step == embedding_step);
       (b.expert ? expert_gathers : gathers) += M * n * (backward ? 2 : 1);
     }
+  }
   const auto gradients = [&](double n, double every_micro_batch, double gathered, std::int64_t d) {
     return c.distributed_optimizer ? all_gather_bytes((n + (M - 1) * every_micro_batch) * 4, d) +
                                          all_gather_bytes((n - (c.shard_parameters ? every_micro_batch : 0) + gathered) * e, d)
                                    : all_reduce_bytes(n * 4, d);
   };
-  out.data = gradients(double(stage_parameters) - double(expert_parameters), pooled, gathers, c.data_context());
+  const double dense = double(stage_parameters) - double(expert_parameters);
+  out.data = gradients(dense, pooled, gathers, c.shard_ranks());
+  // Hybrid sharding: each rank's fp32 gradient shard summed across the replica groups once a step.
+  if (c.distributed_optimizer && c.shard_replicas() > 1)
+    out.data_replicas = all_reduce_bytes(dense / double(c.shard_ranks()) * 4, c.shard_replicas());
   out.expert_data = gradients(double(expert_parameters), pooled_experts, expert_gathers, c.expert_data_context());
 
   // The tied word embedding's two copies sum their gradients; an untied lm_head has none to share.
@@ -134,6 +139,7 @@ StepCommunication busiest_communication(const Config& c, const StageParameters& 
     most.tensor = std::max(most.tensor, s.tensor);
     most.pipeline = std::max(most.pipeline, s.pipeline);
     most.data = std::max(most.data, s.data);
+    most.data_replicas = std::max(most.data_replicas, s.data_replicas);
     most.context = std::max(most.context, s.context);
     most.embedding = std::max(most.embedding, s.embedding);
     most.expert = std::max(most.expert, s.expert);

@@ -57,7 +57,9 @@ struct StepCommunication {
   double tensor = 0;     // bytes sent per rank per step over the tensor-parallel group
   double context = 0;    // ... around the context-parallel ring (ring attention)
   double pipeline = 0;   // ... to the neighbouring stages
-  double data = 0;       // ... over the data x context group (the gradients; a mixture's dense ones)
+  double data = 0;       // ... over the data x context group (the gradients; a mixture's dense ones),
+                         // or with hybrid sharding over the shard group
+  double data_replicas = 0;  // hybrid sharding: ... over the replica group (the shards' sum)
   double embedding = 0;  // ... over the embedding group (first and last stage)
   double expert = 0;       // ... by all-to-all over the expert-parallel group (a mixture of experts)
   double expert_data = 0;  // ... over the expert-data group (the experts' gradients)

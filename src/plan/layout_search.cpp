@@ -74,6 +74,7 @@ SearchResult search_layouts(const Config& deck, const Machine& m, std::int64_t g
                     c.order = order;
                     // Data x context > 1: the optimizer state sharded, and the gradients and weights too or not.
                     c.set_shard(c.data_context() > 1 ? shard : "none");
+                    c.shard_group = 0;  // the modes over all data x context ranks
                     if (c.data_context() == 1 && std::string(shard) != "optimizer") continue;
                     if (!c.layout_problem().empty()) continue;
                     if (c.global_batch % (mb * d) != 0) continue;

@@ -8,7 +8,7 @@ ParameterBytes parameter_bytes(std::vector<model::BucketExtent> buckets, const C
   ParameterBytes b;
   for (model::BucketExtent& bucket : buckets) {
     // The dense parameters' state is split over data x context, the experts' over the expert-data group.
-    bucket.shards = sharded ? int(bucket.expert ? c.expert_data_context() : c.data_context()) : 1;
+    bucket.shards = sharded ? int(bucket.expert ? c.expert_data_context() : c.shard_ranks()) : 1;
     const Count n = bucket.count, owned = Count(bucket.owned()) * n, padded = Count(bucket.padded()) * n;
     b.weights += (bucket.gathered(c.shard_parameters) ? owned : padded) * c.element_bytes();
     b.master += c.element_bytes() == 4 ? Count(0) : owned * 4;  // fp32: the master is the weights

@@ -104,6 +104,7 @@ std::vector<std::string> changed_keys(const Config& deck, const Config& c) {
   if (c.precision != deck.precision) out.push_back(fmt::format("training.precision={}", c.precision));
   if (c.recompute != deck.recompute) out.push_back(fmt::format("training.recompute={}", recompute_name(c.recompute)));
   if (c.shard() != deck.shard()) out.push_back(fmt::format("optimizer.shard={}", c.shard()));
+  if (c.shard_group != deck.shard_group) out.push_back(fmt::format("parallel.shard_group={}", c.shard_group));
   return out;
 }
 
@@ -235,6 +236,10 @@ std::vector<Suggestion> nearest_fitting(const Config& deck, const Hardware& hw, 
                 c.sequence_parallel = sp;
                 c.recompute = r;
                 c.set_shard(shard);
+                // The deck's hybrid sharding where it still applies (a divisor of the new data x context).
+                c.shard_group = shard != "none" && deck.shard_group > 0 && c.data_context() % deck.shard_group == 0
+                                    ? deck.shard_group
+                                    : 0;
                 if (!c.layout_problem().empty()) continue;
                 std::int64_t most = 0;
                 try {
@@ -579,7 +584,7 @@ std::string report(const Plan& p) {
            : fmt::format("{} parameters on this rank, {}", r.parameters, precision)) +
           (!c.shard_parameters
                ? std::string()
-               : fmt::format("; 1/{} of them (sharded parameters) and {} gathered at a time ({})", c.data_context(),
+               : fmt::format("; 1/{} of them (sharded parameters) and {} gathered at a time ({})", c.shard_ranks(),
                              human_bytes(double(pb.gathered_weights)),
                              c.reshard_after_forward ? "the module computing and the one prefetched"
                                                      : "every module, kept from its forward to its backward")));
@@ -588,15 +593,18 @@ std::string report(const Plan& p) {
       !c.shard_gradients ? std::string("fp32")
                          : fmt::format("fp32, 1/{} of them (sharded gradients), the word embedding's whole when the head "
                                        "writes it, and the pool of whole buckets the backward writes into",
-                                       c.data_context()));
+                                       c.shard_ranks()));
   row("optimizer state", pb.optimizer,
       !c.distributed_optimizer ? std::string("AdamW moments, fp32")
       : model::holds_experts(m)
           ? fmt::format("AdamW moments, fp32, 1/{} of the dense ones' and 1/{} of the experts' (distributed optimizer, "
                         "over data x context and the expert-data group)",
                         c.data_context(), c.expert_data_context())
-          : fmt::format("AdamW moments, fp32, 1/{} of them (distributed optimizer{})", c.data_context(),
-                        c.context() > 1 ? fmt::format(", over data {} x context {}", c.data, c.context()) : ""));
+          : fmt::format("AdamW moments, fp32, 1/{} of them (distributed optimizer{})", c.shard_ranks(),
+                        c.shard_replicas() > 1 ? fmt::format(", hybrid: shard groups of {}, {} replicas", c.shard_ranks(),
+                                                             c.shard_replicas())
+                        : c.context() > 1      ? fmt::format(", over data {} x context {}", c.data, c.context())
+                                               : ""));
   const std::int64_t working_set = total_bytes(recompute_working_set(c));
   row("activations", r.activations,
       fmt::format("{} layers x {} micro-batches x {} per layer{}", r.layers / c.virtual_stages, r.in_flight,
@@ -690,6 +698,19 @@ std::string report(const Plan& p) {
                      "that hold the same experts{}",
                      c.expert_data_context(), human_bytes(x.expert_data), c.data / c.expert(),
                      m.context > 1 ? fmt::format(" x context {}", m.context) : ""));
+  if (c.shard_replicas() > 1 && c.distributed_optimizer) {
+    // Hybrid sharding: G consecutive data x context ranks, T·G apart at most (T·P·G with tp-pp-dp
+    // when a group spans data ranks).
+    const std::int64_t G = c.shard_ranks();
+    const std::int64_t span =
+        c.tensor() * G * (c.order == parallel::RankOrder::tp_pp_dp && G > c.context() ? c.pipeline : 1);
+    line(fmt::format("  data replicas ({:>4} groups) {}   hybrid sharding: the reduce-scatters{} above run inside shard "
+                     "groups of {} ranks ({}), then each fp32 gradient shard is all-reduced across the groups",
+                     c.shard_replicas(), human_bytes(x.data_replicas), c.shard_parameters ? " and all-gathers" : "", G,
+                     span <= p.hardware.gpus_per_node ? fmt::format("inside a node of {}", p.hardware.gpus_per_node)
+                                                      : fmt::format("spanning {} ranks, more than a node's {}", span,
+                                                                    p.hardware.gpus_per_node)));
+  }
   line(fmt::format("  embedding (first + last) {}", human_bytes(x.embedding)));
   line("");
   line(fmt::format("across nodes per step: bytes all ranks send to another node (nodes of {} GPUs, ranks placed node "

@@ -28,6 +28,10 @@ std::string Config::layout_problem() const {
                        s.context);
   for (const rules::Problem& p : rules::sequence_parallel_problems(s.seq_length, s.context, s.tensor, sequence_parallel))
     return p.text();
+  if (shard_group > 0 && data_context() % shard_group != 0)
+    return fmt::format("parallel.shard_group = {} is not a divisor of data x context = {}", shard_group, data_context());
+  if (shard_group > 0 && !distributed_optimizer)
+    return fmt::format("parallel.shard_group = {} with optimizer.shard = \"none\"", shard_group);
   return {};
 }
 
@@ -56,6 +60,7 @@ Config config_of(const io::Deck& d) {
   c.recompute = model::recompute_from_name(d.training.recompute);
   c.set_shard(d.optimizer.shard);
   c.reshard_after_forward = d.optimizer.reshard_after_forward;
+  c.shard_group = d.parallel.shard_group;
   c.async_checkpoint = d.checkpoint.async;
   c.order = parallel::rank_order_from_name(d.parallel.order);
   // shape_of has set shape.context (parallel.context) and the attention core it implies.

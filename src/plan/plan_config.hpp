@@ -47,6 +47,9 @@ struct Config {
   // of its published runs (docs/planning.md, "Validation").
   bool shard_parameters = false;
   bool reshard_after_forward = true;
+  // parallel.shard_group (hybrid sharding): the dense parameters' shards over this many data x
+  // context ranks, replicated across the groups; 0: over all of them.
+  int shard_group = 0;
   // Modes of other trainers that tptrain does not have, for simulating their published runs
   // (docs/planning.md, "Validation"); no deck key sets them.
   // torchtitan's op-level selective activation checkpointing: the outputs of the attention core
@@ -80,6 +83,10 @@ struct Config {
   // data ranks that hold the same experts (data / expert of them) x context. data_context() without
   // expert parallelism.
   std::int64_t expert_data_context() const { return std::int64_t(data / expert()) * shape.context; }
+  // The ranks a dense parameter's state is sharded over: parallel.shard_group, or data x context;
+  // and how many such groups replicate it (1 without hybrid sharding).
+  std::int64_t shard_ranks() const { return shard_group > 0 ? shard_group : data_context(); }
+  std::int64_t shard_replicas() const { return shard_group > 0 ? data_context() / shard_group : 1; }
   // Sets parallel.context and the attention core it implies (model::flash_attention_of, as
   // model::shape_of: flash with C > 1).
   void set_context(int cp);

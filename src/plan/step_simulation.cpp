@@ -47,7 +47,9 @@ GroupSpan strided_span(std::int64_t members, std::int64_t stride, int devices_pe
   const std::int64_t g = std::max(1, devices_per_node);
   GroupSpan s;
   s.members = members;
-  s.most_on_a_node = std::max<std::int64_t>(1, std::min(members, stride >= g ? 1 : (g + stride - 1) / stride));
+  // stride 0: a group of one rank (the embedding group without a pipeline)
+  s.most_on_a_node = std::max<std::int64_t>(
+      1, std::min(members, stride <= 0 ? members : stride >= g ? 1 : (g + stride - 1) / stride));
   s.nodes = (members + s.most_on_a_node - 1) / s.most_on_a_node;
   return s;
 }

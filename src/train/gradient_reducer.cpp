@@ -11,8 +11,11 @@ namespace tptrain::train {
 
 template <class T>
 GradientReducer<T>::GradientReducer(model::GptModel<T>& model, parallel::Communicator& dp,
-                                    parallel::Communicator* expert_dp)
-    : model_(model), dp_(dp), expert_dp_(expert_dp), slot_bucket_(std::size_t(model.gradient_slots()), -1),
+                                    parallel::Communicator* expert_dp, parallel::Communicator* shard,
+                                    parallel::Communicator* replica)
+    : model_(model), dp_(dp), expert_dp_(expert_dp), shard_(shard != nullptr ? *shard : dp),
+      replica_(replica != nullptr && replica->size() > 1 ? replica : nullptr),
+      slot_bucket_(std::size_t(model.gradient_slots()), -1),
       written_slot_(model.buckets().size(), -1) {
   if (model.has_expert_buckets() && expert_dp == nullptr)
     throw std::logic_error("tptrain: GradientReducer: a mixture of experts needs the expert-data group");
@@ -29,16 +32,39 @@ parallel::Communicator& GradientReducer<T>::group_of(std::size_t bucket) {
 }
 
 template <class T>
+parallel::Communicator& GradientReducer<T>::shard_group_of(std::size_t bucket) {
+  return model_.buckets()[bucket].expert ? *expert_dp_ : shard_;
+}
+
+// Hybrid sharding: each dense sharded bucket's shard, summed over the ranks that hold the same
+// shard (whole buckets were all-reduced over the whole group already).
+template <class T>
+void GradientReducer<T>::sum_over_replicas(const kx::ExecSpace& exec) {
+  if (replica_ == nullptr) return;
+  std::vector<parallel::Request> sums;
+  auto& buckets = model_.buckets();
+  for (std::size_t b = 0; b < buckets.size(); ++b) {
+    const model::GradBucket<T>& bucket = buckets[b];
+    if (bucket.expert || !bucket.sharded() || b == tied_bucket_) continue;
+    sums.push_back(parallel::iall_reduce(*replica_, exec, bucket.shard_grads(), parallel::ReduceOp::sum));
+    ++stats_.messages;
+    stats_.bytes += std::size_t(bucket.shard_end - bucket.shard_begin) * sizeof(kx::acc_t<T>);
+  }
+  parallel::wait_all_on(sums.data(), sums.size(), exec);
+}
+
+template <class T>
 void GradientReducer<T>::launch(const kx::ExecSpace& exec, std::size_t bucket) {
   auto& buckets = model_.buckets();
   if (launched_.size() != buckets.size()) launched_.assign(buckets.size(), false);
   if (launched_[bucket]) return;
   launched_[bucket] = true;
-  parallel::Communicator& group = group_of(bucket);
-  if (group.size() == 1 || buckets[bucket].pooled) return;  // pooled: reduce_scatter, per micro-batch
+  if (buckets[bucket].pooled) return;  // reduce_scatter, per micro-batch
+  const bool scatter = buckets[bucket].sharded() && bucket != tied_bucket_;
+  parallel::Communicator& group = scatter ? shard_group_of(bucket) : group_of(bucket);
+  if (group.size() == 1) return;
   // A named Kokkos region marks the start for profilers (and for the test that the reduction
   // starts before the backward of the next bucket runs).
-  const bool scatter = buckets[bucket].sharded() && bucket != tied_bucket_;
   Kokkos::Profiling::pushRegion(scatter ? reduce_scatter_region_name : launch_region_name);
   pending_.push_back(scatter ? parallel::ireduce_scatter_in_place(group, exec, buckets[bucket].grads, parallel::ReduceOp::sum)
                              : parallel::iall_reduce(group, exec, buckets[bucket].grads, parallel::ReduceOp::sum));
@@ -76,7 +102,8 @@ void GradientReducer<T>::reduce_scatter(const kx::ExecSpace& exec, std::size_t b
   if (slot < 0) throw std::logic_error("tptrain: GradientReducer: bucket " + b.name + " was written without a pool slot");
   written_slot_[bucket] = -1;
   Kokkos::Profiling::pushRegion(reduce_scatter_region_name);
-  scattering_.push_back({parallel::ireduce_scatter_in_place(group_of(bucket), exec, b.grads, parallel::ReduceOp::sum), slot});
+  scattering_.push_back(
+      {parallel::ireduce_scatter_in_place(shard_group_of(bucket), exec, b.grads, parallel::ReduceOp::sum), slot});
   Kokkos::Profiling::popRegion();
   ++stats_.messages;
   stats_.bytes += b.grads.span() * sizeof(kx::acc_t<T>);
@@ -101,6 +128,7 @@ template <class T>
 void GradientReducer<T>::progress() {
   if (pending_.empty() && scattering_.empty()) return;
   parallel::progress(dp_);
+  if (&shard_ != &dp_) parallel::progress(shard_);
   if (expert_dp_ != nullptr) parallel::progress(*expert_dp_);
 }
 
@@ -116,6 +144,7 @@ void GradientReducer<T>::finish(const kx::ExecSpace& exec) {
     pending_[i].wait_on(exec);  // NCCL: the optimizer's kernels wait, not the host
     stats_.wait_by_bucket_s[pending_bucket_[i]] += std::chrono::duration<double>(clock::now() - t0).count();
   }
+  sum_over_replicas(exec);
   stats_.wait_s += std::chrono::duration<double>(clock::now() - start).count();
   pending_.clear();
   pending_bucket_.clear();

@@ -29,6 +29,12 @@
 // A mixture of experts' buckets (GradBucket::expert) hold gradients of the experts this rank
 // holds, which only the ranks of its expert-data group share (Topology::expert_dp: data / ep x
 // context): they are reduced, and reduce-scattered when their bucket is sharded, over that group.
+//
+// Hybrid sharding (parallel.shard_group; Topology::shard, replica): a dense bucket's shards spread
+// over the shard group only, so its reduce-scatters run over that group, and finish() then sums
+// each rank's shard over the replica group, the ranks holding the same shard: once per step (with
+// sharded gradients, the sum of the micro-batches' shards). Whole buckets are all-reduced over the
+// whole data x context group as before.
 #pragma once
 
 #include <cstddef>
@@ -47,8 +53,10 @@ class GradientReducer {
   static constexpr const char* launch_region_name = "tptrain::dp_all_reduce_start";
   static constexpr const char* reduce_scatter_region_name = "tptrain::dp_reduce_scatter_start";
 
-  // `expert_dp`: the expert-data group, needed when the model has expert buckets.
-  GradientReducer(model::GptModel<T>& model, parallel::Communicator& dp, parallel::Communicator* expert_dp = nullptr);
+  // `dp`: the data x context group; `expert_dp`: the expert-data group, needed when the model has
+  // expert buckets; `shard` (default dp) and `replica` (none by default): hybrid sharding's groups.
+  GradientReducer(model::GptModel<T>& model, parallel::Communicator& dp, parallel::Communicator* expert_dp = nullptr,
+                  parallel::Communicator* shard = nullptr, parallel::Communicator* replica = nullptr);
   void launch(const kx::ExecSpace& exec, std::size_t bucket);
   void progress();  // let MPI advance the pending reductions
   // Sharded gradients: a pool slot for pooled bucket `bucket`, zeroed (nothing for another).
@@ -72,6 +80,8 @@ class GradientReducer {
   model::GptModel<T>& model_;
   parallel::Communicator& dp_;
   parallel::Communicator* expert_dp_;
+  parallel::Communicator& shard_;
+  parallel::Communicator* replica_;
   std::size_t tied_bucket_ = SIZE_MAX;  // the bucket holding a tied word embedding copy (pipeline > 1)
   std::vector<parallel::Request> pending_;
   std::vector<std::size_t> pending_bucket_;
@@ -84,7 +94,9 @@ class GradientReducer {
   std::vector<long> slot_bucket_;  // by slot
   std::vector<int> written_slot_;  // by bucket: the slot its backward writes now (-1: none)
   std::vector<InFlight> scattering_;
-  parallel::Communicator& group_of(std::size_t bucket);
+  parallel::Communicator& group_of(std::size_t bucket);          // of an all-reduce
+  parallel::Communicator& shard_group_of(std::size_t bucket);    // of a reduce-scatter
+  void sum_over_replicas(const kx::ExecSpace& exec);
   void take_back_oldest(const kx::ExecSpace& exec);  // waits for it, adds its shard
   Stats stats_;
 };

@@ -105,8 +105,9 @@ std::unique_ptr<data::DataBlend> open_data(const io::DataSources& sources, const
 // Shards that record their tokenizer (`tptrain tokenize` writes it into the header) under a deck
 // that names another: training does not read the tokenizer, but generate and eval's bits per
 // byte decode with data.tokenizer, so the mismatch is said now rather than found in a sample.
-// optimizer.shard: every rank of the data x context group holds one shard of the optimizer state
-// ("optimizer"), and of the gradients ("gradients"), and of the weights ("parameters").
+// optimizer.shard: every rank of the shard group (data x context, or parallel.shard_group of its
+// ranks) holds one shard of the optimizer state ("optimizer"), and of the gradients ("gradients"),
+// and of the weights ("parameters").
 model::OptimizerSharding optimizer_sharding(const io::Deck& deck, const parallel::Communicator& group) {
   if (!deck.optimizer.distributed) return {};
   const std::string& mode = deck.optimizer.shard;
@@ -130,16 +131,16 @@ TrainingRun<T>::TrainingRun(const io::Deck& deck, const parallel::Topology& topo
                                                     topo.layout().data, deck.training.seed)),
       model_(model::shape_of(deck), deck.training.micro_batch, topo.tp(), deck.training.seed,
              model::PipelineStage{topo.coords().pp, topo.layout().pipeline, std::max(1, deck.parallel.virtual_stages)},
-             model::recompute_from_name(deck.training.recompute), optimizer_sharding(deck, topo.dp_cp()), topo.cp(),
+             model::recompute_from_name(deck.training.recompute), optimizer_sharding(deck, topo.shard()), topo.cp(),
              &topo.ep(), optimizer_sharding(deck, topo.expert_dp())),  // the experts': over the expert-data group
       schedule_{deck.optimizer.lr, deck.optimizer.min_lr, deck.optimizer.warmup_steps, deck.training.steps,
                 deck.optimizer.decay},
       adamw_{deck.optimizer.beta1, deck.optimizer.beta2, deck.optimizer.eps, deck.optimizer.weight_decay},
       pipeline_(model_, topo.pp(), options.schedule, options.overlap_pipeline_transfers, documents_of(deck)),
-      reducer_(model_, topo.dp_cp(), &topo.expert_dp()),
-      optimizer_(model_, &topo.dp_cp(), &topo.ep(), &topo.expert_dp()),
+      reducer_(model_, topo.dp_cp(), &topo.expert_dp(), &topo.shard(), topo.replica()),
+      optimizer_(model_, &topo.shard(), &topo.ep(), &topo.expert_dp()),
       tokens_per_step_(std::int64_t(deck.training.global_batch) * deck.model.seq_length) {
-  model_.bind_shard_groups(topo.dp_cp(), &topo.expert_dp());  // optimizer.shard = "parameters"
+  model_.bind_shard_groups(topo.shard(), &topo.expert_dp());  // optimizer.shard = "parameters"
   if (topo.world_rank() == 0) {
     for (const data::DataBlend* blend : {options.synthetic_tokens == 0 ? train_.get() : nullptr, valid_.get()})
       for (std::size_t i = 0; blend != nullptr && i < blend->size(); ++i)

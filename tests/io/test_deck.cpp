@@ -635,6 +635,21 @@ TEST_CASE("deck: optimizer.shard, and optimizer.distributed as the spelling of \
              .optimizer.reshard_after_forward);
 }
 
+TEST_CASE("deck: parallel.shard_group divides data x context and needs a shard mode", "[io][deck][zero]") {
+  Fixture fx;
+  CHECK(fx.parse(make_deck()).parallel.shard_group == 0);
+  const auto hybrid = [](std::string shard, std::string group) {
+    return make_deck({{"parallel.tensor", "1"}, {"parallel.data", "4"}, {"training.global_batch", "16"},
+                      {"optimizer.shard", "\"" + shard + "\""}, {"parallel.shard_group", group}});
+  };
+  CHECK(fx.parse(hybrid("parameters", "2")).parallel.shard_group == 2);
+  CHECK_THAT(fx.problem(hybrid("gradients", "3")),
+             has("parallel.shard_group = 3: expected a divisor of parallel.data x parallel.context = 4 x 1 = 4"));
+  CHECK_THAT(fx.problem(hybrid("none", "2")),
+             has("parallel.shard_group = 2: expected 0 with optimizer.shard = \"none\""));
+  CHECK_THAT(fx.problem(hybrid("optimizer", "-1")), has("parallel.shard_group = -1: expected an integer >= 0"));
+}
+
 TEST_CASE("deck: divisibility rules, each its own message naming both keys", "[io][deck]") {
   Fixture fx;
   SECTION("hidden % heads") {
@@ -1024,6 +1039,7 @@ TEST_CASE("deck: to_toml writes every key in table order and round-trips", "[io]
                                           "parallel.expert",
                                           "parallel.pipeline",
                                           "parallel.data",
+                                          "parallel.shard_group",
                                           "parallel.sequence_parallel",
                                           "parallel.order",
                                           "parallel.virtual_stages",

@@ -20,6 +20,7 @@ namespace {
 
 struct LayoutCase {
   int tensor, pipeline, data;
+  int shard_group = 0;  // hybrid sharding (parallel.shard_group)
 };
 
 // The layouts of the issue that fit the world, each with data > 1 unless the world is one rank.
@@ -30,6 +31,7 @@ std::vector<LayoutCase> layouts_of_world() {
   if (n == 4) {
     fit.push_back({2, 1, 2});
     fit.push_back({1, 2, 2});
+    fit.push_back({1, 1, 4, 2});  // hybrid: shard groups of 2, 2 replicas (the second writes no checkpoint)
   }
   return fit;
 }
@@ -38,12 +40,16 @@ io::Deck deck_of(const LayoutCase& l, bool distributed, const std::string& preci
                  const std::string& extra = "") {
   io::Deck deck = test::pipeline_deck(l.tensor, l.pipeline, l.data, steps, 8, extra);
   deck.optimizer.distributed = distributed;
+  deck.optimizer.shard = distributed ? "optimizer" : "none";
+  deck.parallel.shard_group = l.shard_group;
   deck.training.precision = precision;
   return deck;
 }
 
 parallel::Layout layout_of(const io::Deck& deck) {
-  return parallel::Layout{deck.parallel.tensor, deck.parallel.pipeline, deck.parallel.data};
+  parallel::Layout layout{deck.parallel.tensor, deck.parallel.pipeline, deck.parallel.data};
+  layout.shard_group = deck.parallel.shard_group;
+  return layout;
 }
 
 // Logical index (row * logical columns + column) of local element i of p; -1 for a vocabulary
@@ -222,7 +228,7 @@ TEST_CASE("distributed optimizer: the weights and moments of plain data parallel
   const int steps = 20;
   for (const auto& l : layouts_of_world())
     for (const std::string precision : {"fp32", "bf16"}) {
-      INFO("tensor " << l.tensor << " x pipeline " << l.pipeline << " x data " << l.data << ", " << precision);
+      INFO("tensor " << l.tensor << " x pipeline " << l.pipeline << " x data " << l.data << ", shard group " << l.shard_group << ", " << precision);
       const auto run_state = [&](bool distributed, std::vector<double>& losses) {
         const io::Deck deck = deck_of(l, distributed, precision, steps);
         parallel::Topology topo(MPI_COMM_WORLD, layout_of(deck));
@@ -270,7 +276,7 @@ TEST_CASE("distributed optimizer: bytes per parameter 8 + 8/d (fp32) and 6 + 12/
   for (const auto& l : layouts)
     for (const std::string precision : {"fp32", "bf16"}) {
       const double d = l.data;
-      INFO("tensor " << l.tensor << " x data " << l.data << ", " << precision);
+      INFO("tensor " << l.tensor << " x data " << l.data << ", shard group " << l.shard_group << ", " << precision);
       const auto check = [&](auto& plain, auto& zero) {
         const train::ParameterMemory a = plain.parameter_memory(), z = zero.parameter_memory();
         REQUIRE(a.parameters == z.parameters);
@@ -319,7 +325,7 @@ TEST_CASE("distributed optimizer: its checkpoints load without it, and plain one
     for (const std::string precision : {"fp32", "bf16"})
       for (const bool save_distributed : {true, false}) {
         if (precision == "bf16" && l.data != test::world_size()) continue;  // bf16: data = world only (time)
-        INFO("tensor " << l.tensor << " x pipeline " << l.pipeline << " x data " << l.data << ", " << precision
+        INFO("tensor " << l.tensor << " x pipeline " << l.pipeline << " x data " << l.data << ", shard group " << l.shard_group << ", " << precision
                        << ", saved " << (save_distributed ? "with" : "without") << " the distributed optimizer");
         const int file_step = 100 * ++id + k;
         const std::string file = checkpoint::checkpoint_path(dir.path(), file_step);

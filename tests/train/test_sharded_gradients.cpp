@@ -29,6 +29,7 @@ struct ShardLayout {
   const char* recompute = "selective";
   const char* shard = "gradients";
   bool reshard_after_forward = true;
+  int shard_group = 0;  // hybrid sharding
 };
 
 // The small deck with 4 blocks (tests/train/train_test_util.hpp), 2 micro-batches per step on
@@ -52,6 +53,7 @@ io::Deck shard_deck(const ShardLayout& l, const std::string& shard, int steps) {
   deck.optimizer.shard = shard;
   deck.optimizer.distributed = shard != "none";
   deck.optimizer.reshard_after_forward = l.reshard_after_forward;
+  deck.parallel.shard_group = l.shard_group;
   return deck;
 }
 
@@ -59,6 +61,7 @@ io::Deck one_rank(io::Deck deck) {
   deck.parallel.tensor = deck.parallel.pipeline = deck.parallel.data = deck.parallel.context = deck.parallel.expert = 1;
   deck.parallel.virtual_stages = 1;
   deck.parallel.sequence_parallel = false;
+  deck.parallel.shard_group = 0;
   deck.optimizer.shard = "none";
   deck.optimizer.distributed = false;
   return deck;
@@ -121,7 +124,15 @@ std::vector<ShardLayout> layouts_of_world() {
              false, "fp32", "selective", p, false},
             {"parameters: context 2 x data 2", 1, 1, 2, 2, 1, 1, false, "fp32", "selective", p},
             {"parameters: mixtral, expert 2 x data 4, kept from forward to backward", 1, 1, 4, 1, 1, 2, false, "fp32",
-             "selective", p, false}};
+             "selective", p, false},
+            {"optimizer: hybrid, shard groups of 2 x 2 replicas", 1, 1, 4, 1, 1, 1, false, "fp32", "selective",
+             "optimizer", true, 2},
+            {"gradients: hybrid, shard groups of 2 x 2 replicas", 1, 1, 4, 1, 1, 1, false, "fp32", "selective", g, true,
+             2},
+            {"parameters: hybrid, shard groups of 2 x 2 replicas, bf16", 1, 1, 4, 1, 1, 1, false, "bf16", "selective", p,
+             true, 2},
+            {"parameters: hybrid, context 2 x data 2, shard groups of 2 (the context pairs)", 1, 1, 2, 2, 1, 1, false,
+             "fp32", "selective", p, true, 2}};
   return {};
 }
 
@@ -163,6 +174,11 @@ TEST_CASE("sharded gradients and parameters: each shard mode allocates the plan'
   if (n >= 2) layouts.push_back({"pipeline 2, tied copies", 1, 2, n / 2});
   if (n >= 2) layouts.push_back({"mixtral, expert 2", 1, 1, n, 1, 1, 2});
   if (n == 4) layouts.push_back({"tensor 2 x data 2", 2, 1, 2});
+  if (n == 4) {
+    ShardLayout hybrid{"hybrid, shard groups of 2", 1, 1, 4};
+    hybrid.shard_group = 2;
+    layouts.push_back(hybrid);
+  }
   for (const ShardLayout& l : layouts)
     for (const std::string shard : {"none", "optimizer", "gradients", "parameters", "parameters, kept"})
       for (const std::string precision : {"fp32", "bf16"}) {
