@@ -42,6 +42,9 @@
 // embedding, of the head), in the order backward finishes them: the gradients so that
 // data-parallel reduction can send each bucket as one message as soon as it is final, values
 // and AdamW moments so that the optimizer runs one kernel per bucket, not one per parameter.
+// With sharded parameters (optimizer.shard = "parameters") a bucket's values exist whole only while
+// its module computes: forward and backward gather each module's weights just before it and free
+// them after (enter_module, leave_module; src/model/parameter_gathering.hpp).
 #pragma once
 
 #include <algorithm>

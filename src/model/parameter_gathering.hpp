@@ -1,4 +1,4 @@
-// Sharded parameters (optimizer.shard = "parameters": ZeRO stage 3, Rajbhandari et al. 2020 §5;
+// Sharded parameters (optimizer.shard = "parameters": ZeRO stage 3, P_os+g+p of Rajbhandari et al. 2020;
 // PyTorch FSDP, Zhao et al. 2023): a gathered bucket (GradBucket::gathered) keeps only its rank's
 // shard of the compute weights, `value_shard`. Its whole weights exist only while its module (a
 // step of the backward: a block, the head, the embedding) computes: all-gathered over the bucket's

@@ -688,7 +688,8 @@ std::string report(const Plan& p) {
                                        c.recompute == Recompute::full ? ", the forward's 2 again (recompute full)" : "")
                          : std::string("   every rank holds every expert: no all-to-all")));
   line(fmt::format("  pipeline  ({:>4} stages)  {}", c.pipeline, human_bytes(x.pipeline)));
-  line(fmt::format("  data      ({:>4} ranks)   {}{}", c.data_context(), human_bytes(x.data),
+  line(fmt::format("  data      ({:>4} ranks)   {}{}", c.distributed_optimizer ? c.shard_ranks() : c.data_context(),
+                   human_bytes(x.data),
                    model::holds_experts(m) ? std::string("   the dense parameters' gradients") +
                                  (m.context > 1 ? fmt::format(", over data {} x context {}", c.data, m.context) : "")
                    : m.context > 1 ? fmt::format("   the gradients over data {} x context {}", c.data, m.context)

@@ -30,7 +30,8 @@ struct AdamWConfig {
 
 // Every compute copy from the fp32 master weights (after a checkpoint set them): rounded (bf16,
 // fp16), and with a distributed optimizer, whose ranks hold one shard of the masters each,
-// all-gathered over the data-parallel group `dp` as at the end of a step (with sharded parameters
+// all-gathered over their shard group `dp` (Topology::shard: data x context, or parallel.shard_group
+// of its ranks) as at the end of a step (with sharded parameters
 // a gathered bucket keeps its shard: its module gathers it when it computes); and the routers' fp32
 // expert biases from theirs.
 // `expert_dp`: the expert-data group, over which the expert buckets are sharded (model.mlp = moe).
@@ -59,8 +60,8 @@ void values_from_master(const kx::ExecSpace& exec, model::GptModel<T>& model, pa
 template <class T>
 class BucketOptimizer {
  public:
-  // `dp`: the data-parallel group; needed (rank and size those of the model's sharding) when
-  // the model has a distributed optimizer.
+  // `dp`: the shard group (Topology::shard: data x context, or parallel.shard_group of its ranks);
+  // needed (rank and size those of the model's sharding) when the model has a distributed optimizer.
   // A mixture of experts (model.mlp = moe): `ep`, the expert-parallel group, whose ranks hold
   // different experts (their squares add over it), and `expert_dp`, the expert-data group, over
   // which the expert buckets are sharded.
