@@ -110,8 +110,8 @@ StepCommunication stage_communication(const Config& c, int stage, std::int64_t s
       const double n = double(b.elements) * double(b.count);
       (b.expert ? pooled_experts : pooled) += n;
       if (!c.shard_parameters) continue;
-      const bool backward = c.reshard_after_forward && !(stage == 0 && b.step == embedding_step);
-      (b.expert ? expert_gathers : gathers) += M * n * (backward ? 2 : 1);
+      const bool regathered = c.reshard_after_forward && !(stage == 0 && b.step == embedding_step);
+      (b.expert ? expert_gathers : gathers) += M * n * (regathered ? 2 : 1);
     }
   }
   const auto gradients = [&](double n, double every_micro_batch, double gathered, std::int64_t d) {

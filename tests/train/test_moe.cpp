@@ -23,7 +23,7 @@ namespace {
 struct ExpertLayout {
   const char* name;
   int tensor, pipeline, data, expert;
-  std::string sets;  // "sp", "zero", "full"
+  std::string sets;  // "sp", "zero", "zero3" (optimizer.shard = "parameters"), "full"
   int context = 1;
 };
 
@@ -40,7 +40,8 @@ io::Deck moe_deck(const ExpertLayout& l, int steps, double capacity = 0.0) {
   deck.parallel.context = l.context;
   deck.model.moe_z_loss_coeff = 1e-3;
   if (l.sets == "sp") deck.parallel.sequence_parallel = true;
-  if (l.sets == "zero") deck.optimizer.distributed = true;
+  if (l.sets == "zero" || l.sets == "zero3") deck.optimizer.distributed = true;
+  if (l.sets == "zero3") deck.optimizer.shard = "parameters";
   if (l.sets == "full") deck.training.recompute = "full";
   return deck;
 }
@@ -205,7 +206,12 @@ TEST_CASE("mixture of experts: DeepSeek-V3's routing with balancing reproduces o
   one_without_mtp.model.mtp_depth = 0;
   const auto without_mtp = test::loss_curve(one_without_mtp, MPI_COMM_SELF, steps);
   CHECK(std::fabs(without_mtp.back() - reference.back()) > 1e-4 * reference.back());  // the modules train it
-  for (const ExpertLayout& l : layouts(n)) {
+  // Sharded parameters: the modules' weights gathered with the head's, the balanced bias written
+  // into the shards.
+  std::vector<ExpertLayout> all = layouts(n);
+  if (n == 2) all.push_back({"expert 2, sharded parameters", 1, 1, 2, 2, "zero3"});
+  if (n == 4) all.push_back({"expert 2 x pipeline 2, sharded parameters", 1, 2, 2, 2, "zero3"});
+  for (const ExpertLayout& l : all) {
     // 4 ranks: tensor, pipeline (the dense block on the first stage, the modules on the last),
     // sharded and context.
     if (n == 4 && l.sets != "zero" && l.sets != "sp" && l.pipeline == 1 && l.context == 1) continue;
