@@ -12,6 +12,11 @@ else
   cache=${HOME:?neither XDG_CACHE_HOME nor HOME is set}/.cache/tptrain
 fi
 dir=$cache/js-tiktoken
+# One install at a time: parallel ctest starts several comparisons at once on a fresh cache, and
+# two `npm ci` in one folder fail each other.
+mkdir -p "$cache"
+exec 9>"$cache/js-tiktoken.lock"
+flock 9
 if ! cmp -s "$here/js-tiktoken/package-lock.json" "$dir/package-lock.json" ||
    [ ! -f "$dir/node_modules/js-tiktoken/package.json" ]; then
   mkdir -p "$dir"
