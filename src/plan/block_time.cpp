@@ -461,8 +461,8 @@ BlockTimes block_times(const Config& c, const Machine& m, const Spans& spans) {
   out.block_expert_gradient_bytes = 4.0 * expert;
   if (c.shard_parameters && c.data_context() > 1) {
     const int layers = std::max(1, s.layers / (c.pipeline * c.virtual_stages));
-    const double gather = all_gather_seconds(m, spans.data, dense * e) + all_gather_seconds(m, spans.expert_data, expert * e);
-    const double scatter = all_gather_seconds(m, spans.data, 4.0 * dense) + all_gather_seconds(m, spans.expert_data, 4.0 * expert);
+    const double gather = all_gather_seconds(m, spans.shard, dense * e) + all_gather_seconds(m, spans.expert_data, expert * e);
+    const double scatter = all_gather_seconds(m, spans.shard, 4.0 * dense) + all_gather_seconds(m, spans.expert_data, 4.0 * expert);
     out.sharded_forward.add("all-gather weights (FSDP)", Stream::data,
                             gather + (layers - 1) * std::max(0.0, gather - out.forward.seconds));
     // Without reshard_after_forward the backward finds its module's weights still gathered.
@@ -473,9 +473,9 @@ BlockTimes block_times(const Config& c, const Machine& m, const Spans& spans) {
                              regather + (layers - 1) * std::max(0.0, regather + scatter - out.backward.seconds) + scatter);
     // The root module's: the word embedding and, untied, lm_head; the final norm beside them.
     const double root = (s.tie_embeddings ? 1.0 : 2.0) * V * h + h;
-    out.embedding_forward.add("all-gather embedding and head (FSDP)", Stream::data, all_gather_seconds(m, spans.data, root * e));
+    out.embedding_forward.add("all-gather embedding and head (FSDP)", Stream::data, all_gather_seconds(m, spans.shard, root * e));
     out.embedding_backward.add("reduce-scatter embedding and head (FSDP)", Stream::data,
-                               all_gather_seconds(m, spans.data, root * 4.0));
+                               all_gather_seconds(m, spans.shard, root * 4.0));
   }
   out.pipeline_message_bytes = n * h * e;
   return out;

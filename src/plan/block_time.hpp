@@ -43,6 +43,9 @@ struct Pass {
 // The groups one rank's collectives span (parallel.order, node by node).
 struct Spans {
   GroupSpan tensor, context, expert, data, expert_data, embedding;
+  // Hybrid sharding (Config::shard_group): the shard group and the replica group; without it
+  // `shard` is `data` and `replica` one rank.
+  GroupSpan shard, replica;
   bool pipeline_next_across = false, pipeline_previous_across = false;
 };
 

@@ -68,6 +68,10 @@ Spans spans_of_stage(const Config& c, int devices_per_node, int stage) {
     s.expert_data = strided_span(c.expert_data_context(), st.data * c.expert(), devices_per_node);
     s.embedding = strided_span(c.pipeline > 1 ? 2 : 1, st.pipeline * (c.pipeline - 1), devices_per_node);
     s.pipeline_next_across = s.pipeline_previous_across = st.pipeline * 1 >= devices_per_node;
+    const std::int64_t G = c.shard_ranks();
+    s.shard = strided_span(G, G <= c.context() ? st.context : st.data, devices_per_node);
+    s.replica = strided_span(c.shard_replicas(), G < c.context() ? st.context * G : st.data * (G / c.context()),
+                             devices_per_node);
     return s;
   }
   std::vector<std::int64_t> r;
@@ -89,6 +93,15 @@ Spans spans_of_stage(const Config& c, int devices_per_node, int stage) {
     for (int cp = 0; cp < c.context(); ++cp) r.push_back(world_rank(l, 0, cp, stage, dp));
   s.expert_data = span(r);
   s.embedding = span(std::vector<std::int64_t>{world_rank(l, 0, 0, 0, 0), world_rank(l, 0, 0, c.pipeline - 1, 0)});
+  // Hybrid sharding: the first G ranks of data x context (in the order dp·C + cp), and every G-th.
+  const std::int64_t G = c.shard_ranks(), C = c.context();
+  r.clear();
+  for (std::int64_t at = 0; at < G; ++at) r.push_back(world_rank(l, 0, int(at % C), stage, int(at / C)));
+  s.shard = span(r);
+  r.clear();
+  for (std::int64_t at = 0; at < c.data_context(); at += G) r.push_back(world_rank(l, 0, int(at % C), stage, int(at / C)));
+  s.replica = span(r);
+  r.clear();
   const std::int64_t g = std::max(1, devices_per_node);
   const std::int64_t here = world_rank(l, 0, 0, stage, 0) / g;
   s.pipeline_next_across = world_rank(l, 0, 0, (stage + 1) % c.pipeline, 0) / g != here;
@@ -268,11 +281,18 @@ StepSimulation simulate_step(const Config& c, const Machine& m, io::ChromeTrace*
   const bool expand = trace && kernel_spans * double(traced.front().size()) <= 400000;
 
   const double data_context = double(c.data_context()), expert_data = double(c.expert_data_context());
-  const auto reduce_seconds = [&](const Rank& r, const Bucket& b) {
+  // Hybrid sharding: a shard's reduce-scatter inside its group, and once a step (the last
+  // micro-batch) the shard's all-reduce across the groups.
+  const double replicas = double(c.shard_replicas());
+  const auto reduce_seconds = [&](const Rank& r, const Bucket& b, bool last_micro_batch) {
     double t = 0;
     if (b.bytes > 0 && data_context > 1)
-      t += c.distributed_optimizer && !b.tied ? all_gather_seconds(m, r.spans.data, b.bytes)
-                                              : all_reduce_seconds(m, r.spans.data, b.bytes);
+      t += c.distributed_optimizer && !b.tied
+               ? all_gather_seconds(m, r.spans.shard, b.bytes) +
+                     (last_micro_batch && replicas > 1
+                          ? all_reduce_seconds(m, r.spans.replica, b.bytes / double(c.shard_ranks()))
+                          : 0.0)
+               : all_reduce_seconds(m, r.spans.data, b.bytes);
     if (b.expert_bytes > 0 && expert_data > 1)
       t += c.distributed_optimizer ? all_gather_seconds(m, r.spans.expert_data, b.expert_bytes)
                                    : all_reduce_seconds(m, r.spans.expert_data, b.expert_bytes);
@@ -347,7 +367,7 @@ StepSimulation simulate_step(const Config& c, const Machine& m, io::ChromeTrace*
           if (last_micro_batch) r.step_buckets += (vs == last_virtual && (!s.tie_embeddings || P > 1) ? 1 : 0) + layers_per_chunk + (vs == 0 ? 1 : 0);
           for (Bucket& b : r.buckets) {
             if (b.ready < 0) continue;  // launched already
-            const double d = reduce_seconds(r, b);
+            const double d = reduce_seconds(r, b, last_micro_batch);
             const double t0 = std::max(b.ready, r.data_free);
             r.data_free = t0 + d;
             if (trace && d > 0)
@@ -436,7 +456,7 @@ StepSimulation simulate_step(const Config& c, const Machine& m, io::ChromeTrace*
         emit(r.stage, io::TraceSpan{"optimizer", "compute", r.world_rank, 0, t * kUs, u * kUs});
       t += u;
       if (c.distributed_optimizer && !c.shard_parameters && data_context > 1) {
-        const double g = (all_gather_seconds(m, r.spans.data, dense / nb * c.element_bytes()) +
+        const double g = (all_gather_seconds(m, r.spans.shard, dense / nb * c.element_bytes()) +
                           (experts > 0 && expert_data > 1 ? all_gather_seconds(m, r.spans.expert_data, experts / nb * c.element_bytes()) : 0));
         const double g0 = std::max(t, gathers);
         gathers = g0 + g;

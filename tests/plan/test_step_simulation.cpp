@@ -128,6 +128,28 @@ TEST_CASE("step simulation: an overlapped bucket costs only its exposed tail", "
   CHECK(s.average.data == Approx(R - E + Re).epsilon(1e-9));
 }
 
+// Hybrid sharding over 2 nodes of 8: the shard group is a node. Sharded parameters' gathers then
+// stay on a node's links, so the data-parallel time the step waits for shrinks; with the other
+// modes a small model's reductions are latency-bound and the shards' all-reduce across the groups
+// adds a collective: the time changes, both ways possible.
+TEST_CASE("step simulation: hybrid shard groups time their collectives inside a node and across",
+          "[plan][simulation]") {
+  Config c = even_stages(1, 1, 16);
+  c.data = 16;
+  Machine m = dgx_a100_80gb();
+  for (const char* mode : {"optimizer", "gradients", "parameters"}) {
+    INFO(mode);
+    c.set_shard(mode);
+    c.shard_group = 0;
+    const StepSimulation whole = simulate_step(c, m);
+    c.shard_group = 8;
+    const StepSimulation hybrid = simulate_step(c, m);
+    CHECK(hybrid.average.data > 0);
+    CHECK(hybrid.average.data != Approx(whole.average.data).epsilon(1e-6));
+    if (std::string(mode) == "parameters") CHECK(hybrid.average.data < whole.average.data);
+  }
+}
+
 TEST_CASE("collectives: a ring all-reduce sends 2(p - 1)/p of the buffer per rank", "[plan][simulation]") {
   CHECK(ring_all_reduce_bytes(1000, 4) == Approx(1500));
   CHECK(ring_all_reduce_bytes(1000, 8) == Approx(1750));
