@@ -5,7 +5,7 @@
 
 On 2 ranks, a small byte-level GPT:
   * every layout kind -- tensor 2, pipeline 2, pipeline 2 interleaved, data 2, data 2 with the
-    distributed optimizer, tensor 2 in bf16 -- writes the same checkpoints with
+    distributed optimizer and with sharded parameters, tensor 2 in bf16 -- writes the same checkpoints with
     checkpoint.async = true as without: every dataset bit for bit and every attribute, but the
     run's own id (/train run_id, and the metadata checksum over it);
   * a write still in flight makes the next checkpoint wait, and say so (test hook
@@ -101,6 +101,7 @@ layouts = {
     "interleaved": ["--set", "parallel.tensor=1", "--set", "parallel.pipeline=2", "--set", "parallel.virtual_stages=2"],
     "data2": ["--set", "parallel.tensor=1", "--set", "parallel.data=2"],
     "data2_zero1": ["--set", "parallel.tensor=1", "--set", "parallel.data=2", "--set", "optimizer.distributed=true"],
+    "data2_zero3": ["--set", "parallel.tensor=1", "--set", "parallel.data=2", "--set", "optimizer.shard=parameters"],
     "tensor2_bf16": ["--set", "training.precision=bf16"],
 }
 for name, sets in layouts.items():

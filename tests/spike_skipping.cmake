@@ -3,7 +3,9 @@
 # "skipped": true, and the run goes on; a run resumed from the checkpoint before the spike
 # judges as the uninterrupted run does (the detector's window is in the checkpoint), loss for
 # loss; NaN gradients from a step on stop the run at training.max_skipped_steps skips in a row
-# with exit 1, keeping the checkpoints before them.
+# with exit 1, keeping the checkpoints before them. The spike runs shard parameters over data 2
+# (ZeRO-3: the norm summed from gradient shards, a skipped step leaving the weight shards as they
+# were); the NaN runs keep the deck's tensor 2.
 #   cmake -DEXE=tptrain "-DMPI2=mpiexec;-n;2;flags..." -DDECK=tests/data/cli/valid.toml -DDIR=work -P spike_skipping.cmake
 cmake_minimum_required(VERSION 3.16)
 file(REMOVE_RECURSE ${DIR})
@@ -11,7 +13,8 @@ include(${CMAKE_CURRENT_LIST_DIR}/run_command.cmake)
 
 set(sets --set training.steps=10 --set training.log_interval=1 --set training.skip_spikes=true
          --set training.spike_window=4 --set checkpoint.interval=5 --set checkpoint.resume=true)
-run(ok ${MPI2} ${EXE} train ${DECK} ${sets} --set run.dir=${DIR}/whole --set checkpoint.dir=${DIR}/whole/ck
+set(zero3 --set parallel.tensor=1 --set parallel.data=2 --set optimizer.shard=parameters)
+run(ok ${MPI2} ${EXE} train ${DECK} ${sets} ${zero3} --set run.dir=${DIR}/whole --set checkpoint.dir=${DIR}/whole/ck
     --test-hook spike_at_step=8)
 if(NOT output MATCHES "step 8: skipped \\(1 in a row, training.max_skipped_steps = 10\\), the weights are not updated: the gradient norm [0-9.]+ is [0-9.]+ standard deviations above the mean")
   message(FATAL_ERROR "the planted spike at step 8 was not skipped with its reason")
@@ -29,7 +32,7 @@ endif()
 # The checkpoint of step 5, resumed elsewhere: steps 6..10, the skip included, as the whole run.
 file(MAKE_DIRECTORY ${DIR}/resumed/ck)
 file(COPY ${DIR}/whole/ck/step_00000005.h5 DESTINATION ${DIR}/resumed/ck)
-run(ok ${MPI2} ${EXE} train ${DECK} ${sets} --set run.dir=${DIR}/resumed --set checkpoint.dir=${DIR}/resumed/ck
+run(ok ${MPI2} ${EXE} train ${DECK} ${sets} ${zero3} --set run.dir=${DIR}/resumed --set checkpoint.dir=${DIR}/resumed/ck
     --test-hook spike_at_step=8)
 if(output MATCHES "no spike-detector window")
   message(FATAL_ERROR "the checkpoint held no spike-detector window")

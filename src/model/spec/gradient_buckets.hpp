@@ -71,52 +71,52 @@ inline GradientPool gradient_pool(const std::vector<BucketExtent>& buckets, bool
 // of even steps in the first, of odd steps in the second, each as long as the largest module's
 // gathered buckets end to end (one region when one module is gathered). Without it a module's
 // weights stay gathered from its forward to its backward: every gathered bucket its own place.
-inline std::int64_t gathered_weights(const std::vector<BucketExtent>& buckets, bool shard_parameters,
-                                     bool reshard_after_forward) {
+struct GatheredModules {
+  std::int64_t modules = 0;  // the modules with gathered buckets
+  std::int64_t largest = 0;  // the largest module's gathered buckets end to end, in elements
+  std::int64_t all = 0;      // every gathered bucket end to end
+  std::int64_t arena(bool reshard_after_forward) const {
+    return reshard_after_forward ? std::min<std::int64_t>(modules, 2) * largest : all;
+  }
+};
+inline GatheredModules gathered_modules(const std::vector<BucketExtent>& buckets, bool shard_parameters) {
   std::map<int, std::int64_t> per_step;  // a module's gathered elements, by step
   std::map<int, std::int64_t> modules;   // the modules of a step number (its buckets' count)
-  std::int64_t all = 0;
+  GatheredModules g;
   for (const BucketExtent& b : buckets)
     if (b.gathered(shard_parameters) && b.count > 0) {
       per_step[b.step] += b.padded();
       modules[b.step] = std::max(modules[b.step], b.count);
-      all += b.padded() * b.count;
+      g.all += b.padded() * b.count;
     }
-  if (!reshard_after_forward) return all;
-  std::int64_t largest = 0, gathered_modules = 0;
   for (const auto& [step, n] : per_step) {
-    largest = std::max(largest, n);
-    gathered_modules += modules[step];
+    g.largest = std::max(g.largest, n);
+    g.modules += modules[step];
   }
-  return std::min<std::int64_t>(gathered_modules, 2) * largest;
+  return g;
+}
+inline std::int64_t gathered_weights(const std::vector<BucketExtent>& buckets, bool shard_parameters,
+                                     bool reshard_after_forward) {
+  return gathered_modules(buckets, shard_parameters).arena(reshard_after_forward);
 }
 // Where each of a model's buckets (count 1 each, in backward order) sits in that arena: -1 for one
 // not gathered.
 inline std::vector<std::int64_t> gathered_weight_offsets(const std::vector<BucketExtent>& buckets,
                                                          bool shard_parameters, bool reshard_after_forward) {
-  const std::int64_t arena = gathered_weights(buckets, shard_parameters, reshard_after_forward);
-  std::int64_t modules = 0, largest = 0;
-  std::map<int, std::int64_t> per_step;
-  for (const BucketExtent& b : buckets)
-    if (b.gathered(shard_parameters)) modules += per_step[b.step]++ == 0;
-  for (const BucketExtent& b : buckets)
-    if (b.gathered(shard_parameters)) per_step[b.step] = 0;
-  largest = modules > 1 ? arena / 2 : arena;
+  const GatheredModules g = gathered_modules(buckets, shard_parameters);
+  std::map<int, std::int64_t> within;  // the module's buckets placed so far, by step
   std::vector<std::int64_t> offsets;
   std::int64_t next = 0;
   for (const BucketExtent& b : buckets) {
     if (!b.gathered(shard_parameters)) {
       offsets.push_back(-1);
-      continue;
-    }
-    if (!reshard_after_forward) {
+    } else if (!reshard_after_forward) {
       offsets.push_back(next);
       next += b.padded();
-      continue;
+    } else {
+      offsets.push_back((g.modules > 1 ? (b.step % 2) * g.largest : 0) + within[b.step]);
+      within[b.step] += b.padded();
     }
-    std::int64_t& within = per_step[b.step];
-    offsets.push_back((modules > 1 ? (b.step % 2) * largest : 0) + within);
-    within += b.padded();
   }
   return offsets;
 }
