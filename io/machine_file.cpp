@@ -164,27 +164,44 @@ MachineFile parse_machine_file(const std::string& text, const std::string& sourc
     r.integer("tile_n", m.tile_n, true);
     r.fraction("attention_efficiency", m.attention_efficiency, false);
     r.skip("measured");
+    r.skip("measured_attention");
     r.finish();
-    if (const toml::node* n = gemm.get("measured")) {
+    // Each row of [[gemm.<key>]]: its precision checked, the rest read by `read`.
+    const auto rows_of = [&](const char* key, auto&& read) {
+      const toml::node* n = gemm.get(key);
+      if (!n) return;
+      const std::string what = std::string("gemm.") + key;
       const toml::array* rows = n->as_array();
       if (!rows || !rows->is_array_of_tables())
-        throw std::invalid_argument(fmt::format("{}: expected [[gemm.measured]] tables", where(source, *n, "gemm.measured")));
+        throw std::invalid_argument(fmt::format("{}: expected [[{}]] tables", where(source, *n, what), what));
       for (const toml::node& row : *rows) {
-        MeasuredGemm g;
-        TableReader e(source, *row.as_table(), "gemm.measured");
-        e.text("precision", g.precision, true);
-        if (g.precision != "bf16" && g.precision != "fp16" && g.precision != "fp32")
+        TableReader e(source, *row.as_table(), what);
+        std::string precision;
+        e.text("precision", precision, true);
+        if (precision != "bf16" && precision != "fp16" && precision != "fp32")
           throw std::invalid_argument(fmt::format("{} = \"{}\": expected \"bf16\", \"fp16\" or \"fp32\"",
-                                                  where(source, *row.as_table()->get("precision"), "gemm.measured.precision"),
-                                                  g.precision));
-        e.number("m", g.m, true, 1, false);
-        e.number("n", g.n, true, 1, false);
-        e.number("k", g.k, true, 1, false);
-        e.fraction("efficiency", g.efficiency, true);
+                                                  where(source, *row.as_table()->get("precision"), what + ".precision"),
+                                                  precision));
+        read(e, precision);
         e.finish();
-        m.measured.push_back(g);
       }
-    }
+    };
+    rows_of("measured", [&](TableReader& e, const std::string& precision) {
+      MeasuredGemm g;
+      g.precision = precision;
+      e.number("m", g.m, true, 1, false);
+      e.number("n", g.n, true, 1, false);
+      e.number("k", g.k, true, 1, false);
+      e.fraction("efficiency", g.efficiency, true);
+      m.measured.push_back(g);
+    });
+    rows_of("measured_attention", [&](TableReader& e, const std::string& precision) {
+      MeasuredAttention a;
+      a.precision = precision;
+      e.number("length", a.length, true, 1, false);
+      e.fraction("efficiency", a.efficiency, true);
+      m.measured_attention.push_back(a);
+    });
   }
   return m;
 }
@@ -264,6 +281,14 @@ std::string machine_file_toml(const MachineFile& m) {
     t += fmt::format("m = {}\nn = {}\nk = {}\n", static_cast<long long>(g.m), static_cast<long long>(g.n),
                      static_cast<long long>(g.k));
     t += "efficiency = " + num(g.efficiency) + "\n";
+  }
+  for (const MeasuredAttention& a : m.measured_attention) {
+    t += "\n";
+    if (!a.comment.empty()) t += comment(a.comment);
+    t += "[[gemm.measured_attention]]\n";
+    t += "precision = " + toml_string(a.precision) + "\n";
+    t += fmt::format("length = {}\n", static_cast<long long>(a.length));
+    t += "efficiency = " + num(a.efficiency) + "\n";
   }
   return t;
 }

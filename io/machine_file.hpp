@@ -21,6 +21,16 @@ struct MeasuredGemm {
   std::string comment;  // written above it (machine_file_toml): which GEMM this is
 };
 
+// One measured flash attention core: achieved / peak, forward and backward, for calls of `length`
+// queries against as many keys (FLOPs as model::attention_flops_per_sequence counts them): ring
+// attention's chunk pairs run at their own length, shorter than the sequence.
+struct MeasuredAttention {
+  std::string precision;
+  double length = 0;
+  double efficiency = 0;
+  std::string comment;
+};
+
 struct MachineFile {
   std::string path;  // where it was read from ("(built in)" for the default)
   // [machine]
@@ -48,6 +58,7 @@ struct MachineFile {
   int tile_m = 1, tile_n = 1;
   double attention_efficiency = 0;  // optional, of the peak; 0 in the file: 0.6 x max_efficiency
   std::vector<MeasuredGemm> measured;
+  std::vector<MeasuredAttention> measured_attention;  // [[gemm.measured_attention]]
   // Comment lines written above each section (machine_file_toml): where its figures come from.
   // The reader leaves them empty.
   std::string device_note, node_note, network_note, gemm_note;

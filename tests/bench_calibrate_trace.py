@@ -7,6 +7,7 @@ On input/bench/tiny.toml:
   * --calibrate on 1 rank and on 2 (data 2): the machine file is TOML with every key of the schema
     (docs/planning.md, "The machine file") in its type, the deck's GEMMs among the measured rows
     (tiny's QKV: 16 x 128 tokens by 3 x 128 by 128), efficiencies in (0, 1] and 1 for the best,
+    the flash core at the sequence and at ring attention's chunk lengths of context 2 and 4,
     the link measured on 2 ranks and said to be a default on 1; `plan --machine` reads it;
   * --trace on 1 rank, on pipeline 2 with 2 virtual stages, and on tensor 2: strict JSON (RFC 8259,
     no key twice, as tests/strict_json.py parses), a process per rank, named threads, the spans the
@@ -70,7 +71,8 @@ def check_machine(path, ranks):
                 fail(f"{path}: [{section}] {key} = {m[section].get(key)!r}: expected a measured {kind.__name__} > 0")
         if not m["gemm"]["attention_efficiency"] <= 1:
             fail(f"{path}: attention_efficiency {m['gemm']['attention_efficiency']} above 1")
-        extra = set(m[section]) - set(keys) - set(OPTIONAL.get(section, {})) - ({"measured"} if section == "gemm" else set())
+        extra = set(m[section]) - set(keys) - set(OPTIONAL.get(section, {})) - (
+            {"measured", "measured_attention"} if section == "gemm" else set())
         if extra:
             fail(f"{path}: [{section}] has keys outside the schema: {extra}")
     if set(m) != set(SCHEMA):
@@ -83,6 +85,15 @@ def check_machine(path, ranks):
             fail(f"{path}: a [[gemm.measured]] row is not {ROW}: {r}")
         if not 0 < r["efficiency"] <= 1:
             fail(f"{path}: efficiency {r['efficiency']} outside (0, 1]: {r}")
+    # The flash core at tiny's sequence (128) and at ring attention's chunk pairs of context 2 and 4
+    # (32 and 16 queries and keys).
+    attention = m["gemm"].get("measured_attention", [])
+    if sorted((r["precision"], r["length"]) for r in attention) != [("fp32", 16), ("fp32", 32), ("fp32", 128)]:
+        fail(f"{path}: [[gemm.measured_attention]] rows {attention}, expected fp32 at lengths 128, 32 and 16")
+    if any(set(r) != {"precision", "length", "efficiency"} or not 0 < r["efficiency"] <= 1 for r in attention):
+        fail(f"{path}: a [[gemm.measured_attention]] row is not precision, length, efficiency in (0, 1]: {attention}")
+    if [r["efficiency"] for r in attention if r["length"] == 128] != [m["gemm"]["attention_efficiency"]]:
+        fail(f"{path}: the row at the deck's sequence must repeat attention_efficiency")
     fp32 = [r for r in rows if r["precision"] == "fp32"]
     if (2048, 384, 128) not in [(r["m"], r["n"], r["k"]) for r in fp32]:
         fail(f"{path}: no row for tiny's QKV GEMM 2048 x 384 x 128 (16 x 128 tokens, 3 x 128 wide)")

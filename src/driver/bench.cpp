@@ -301,9 +301,11 @@ int bench_as(const io::Deck& deck_in, const parallel::Topology& topo, const Benc
   table += fmt::format("  model FLOP/s per rank: {:.2f} GFLOP/s\n", flops_per_s_per_rank / 1e9);
   {  // what the attention core runs, against the full square the model FLOPs count for it
     const double sequences = double(m.micro_batch()) * run->micro_batches() * m.local_layers();
-    const double executed =
-        sequences * model::attention_flops_per_sequence(shape, deck.training.recompute == "none");
-    const double counted = sequences * 12.0 * double(shape.seq_length) * shape.seq_length * shape.hidden / shape.tensor;
+    const double executed = sequences * (shape.context > 1 ? model::ring_attention_step_flops(shape).total()
+                                                           : model::attention_flops_per_sequence(
+                                                                 shape, deck.training.recompute == "none"));
+    const double counted = sequences * 12.0 * double(shape.seq_length) * shape.seq_length * shape.hidden /
+                           (double(shape.tensor) * shape.context);
     table += fmt::format("  attention ({}) executes {:.4g} GFLOP per step on rank 0, {:.0f} % of the S x S square the "
                          "model FLOPs count\n",
                          attention_name, executed / 1e9, 100.0 * executed / counted);

@@ -38,14 +38,23 @@ namespace tptrain::driver {
 
 namespace {
 
-// The cores this process may run on (its affinity mask; hardware_concurrency where there is none).
-int usable_cores() {
+// The cores the node's ranks may run on: the union of their affinity masks (hardware_concurrency
+// where there is none). One rank's own mask is not it: mpiexec and srun bind each rank to its own
+// core by default, and 2 ranks bound to 2 cores do not share one.
+int usable_cores(MPI_Comm node) {
 #ifdef __linux__
   cpu_set_t set;
   CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
-#endif
+  if (sched_getaffinity(0, sizeof set, &set) != 0)  // every rank joins the union all the same
+    for (unsigned c = 0; c < std::thread::hardware_concurrency() && c < CPU_SETSIZE; ++c) CPU_SET(c, &set);
+  static_assert(sizeof set % sizeof(unsigned long) == 0, "cpu_set_t is whole words");
+  TPTRAIN_MPI_CHECK(
+      MPI_Allreduce(MPI_IN_PLACE, &set, int(sizeof set / sizeof(unsigned long)), MPI_UNSIGNED_LONG, MPI_BOR, node));
+  return std::max(1, CPU_COUNT(&set));
+#else
+  (void)node;
   return std::max(1u, std::thread::hardware_concurrency());
+#endif
 }
 
 double mean_over(MPI_Comm comm, double x) {
@@ -142,17 +151,52 @@ std::string today_utc() {
   return text;
 }
 
+// A barrier the waiting ranks sleep in (MPI_Barrier polls: a waiting rank would hold a core).
+void sleeping_barrier(MPI_Comm comm) {
+  MPI_Request request = MPI_REQUEST_NULL;
+  TPTRAIN_MPI_CHECK(MPI_Ibarrier(comm, &request));
+  for (int done = 0;;) {
+    TPTRAIN_MPI_CHECK(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
+    if (done) return;
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+}
+
+// Where each rank measures: a rank's own rate, its mean over the ranks. Every rank of a node
+// measures at once, as in training, while the node has a core for each; with more ranks than
+// cores (4 ranks on 2 cores) they take turns, as many at once as there are cores, the others
+// asleep, so that each measures a whole core (the file scales it by the rank's share of a core).
+// Taking turns only where the ranks outnumber the cores keeps the contention of real cores
+// (caches, memory) in the figures and leaves out the time slices' lottery.
+struct Measuring {
+  MPI_Comm world = MPI_COMM_NULL, node = MPI_COMM_NULL;
+  int node_rank = 0, node_ranks = 1, cores = 1;
+  int turns() const { return (node_ranks + cores - 1) / cores; }
+  template <class Measure>
+  double mean(Measure&& measure) const {
+    TPTRAIN_MPI_CHECK(MPI_Barrier(world));
+    double x = 0;
+    if (turns() == 1) {
+      x = measure();
+    } else {
+      for (int turn = 0; turn < turns(); ++turn) {
+        if (node_rank / cores == turn) x = measure();
+        sleeping_barrier(node);
+      }
+    }
+    return mean_over(world, x);
+  }
+};
+
 template <class T>
-double rate_of(MPI_Comm world, const GemmShape& g) {
-  TPTRAIN_MPI_CHECK(MPI_Barrier(world));  // every rank measures at once, as in training
+double rate_of(const Measuring& at, const GemmShape& g) {
   // Cold operands: a buffer of kEvictBytes written before each run (gemm_peak.hpp).
-  return mean_over(world, measure_gemm_flops<T>(g, 0.05, 2, kEvictBytes));
+  return at.mean([&] { return measure_gemm_flops<T>(g, 0.05, 2, kEvictBytes); });
 }
 
 template <class T>
-double attention_rate_of(MPI_Comm world, const model::GptShape& shape, int micro_batch) {
-  TPTRAIN_MPI_CHECK(MPI_Barrier(world));
-  return mean_over(world, measure_attention_flops<T>(shape, micro_batch));
+double attention_rate_of(const Measuring& at, const model::GptShape& shape, int micro_batch) {
+  return at.mean([&] { return measure_attention_flops<T>(shape, micro_batch); });
 }
 
 }  // namespace
@@ -176,51 +220,78 @@ int run_calibrate(const io::Deck& deck, const parallel::Topology& topo, const st
   TPTRAIN_MPI_CHECK(MPI_Comm_size(node, &node_ranks));
   int nodes = node_ranks > 0 ? topo.world_size() / node_ranks : 1;
   const DeviceFacts facts = device_facts(node_ranks);
-  const int cores = usable_cores();
+  const int cores = usable_cores(node);
+  Measuring at{world, node, 0, node_ranks, cores};
+  TPTRAIN_MPI_CHECK(MPI_Comm_rank(node, &at.node_rank));
 
   // GEMMs: the deck's precision on every shape, the others on the square 2048.
   const std::string precision = deck.training.precision;
   const std::vector<Shape> shapes = calibration_shapes(deck);
   std::vector<double> rates;
   for (const Shape& s : shapes)
-    rates.push_back(with_precision(precision, [&](auto t) { return rate_of<decltype(t)>(world, s.gemm); }));
+    rates.push_back(with_precision(precision, [&](auto t) { return rate_of<decltype(t)>(at, s.gemm); }));
   const double peak = *std::max_element(rates.begin(), rates.end());
   const GemmShape square{2048, 2048, 2048, "square 2048"};
   std::map<std::string, double> peaks{{precision, peak}};
   for (const char* other : {"fp32", "bf16", "fp16"})
     if (other != precision)
-      peaks[other] = with_precision(other, [&](auto t) { return rate_of<decltype(t)>(world, square); });
+      peaks[other] = with_precision(other, [&](auto t) { return rate_of<decltype(t)>(at, square); });
 
   // The attention core: the deck's (its flash core at its micro-batch and tensor degree) gives
   // attention_efficiency; the standard models' rates go into the file's comments.
   const model::GptShape own = model::shape_of(deck);
   const double deck_attention =
       own.flash_attention ? with_precision(precision, [&](auto t) {
-        return attention_rate_of<decltype(t)>(world, own, deck.training.micro_batch);
+        return attention_rate_of<decltype(t)>(at, own, deck.training.micro_batch);
       })
                           : 0.0;
+  // Ring attention's flash calls are chunk pairs of c = S/(2C) queries and keys (C = 2, 4, 8 while
+  // c is at least 16): the core at those lengths too, [[gemm.measured_attention]] with the deck's.
+  std::vector<std::pair<int, double>> chunk_attention;  // c, FLOP/s
+  for (int C = 2; own.flash_attention && C <= 8 && own.seq_length % (2 * C) == 0 && own.seq_length / (2 * C) >= 16;
+       C *= 2) {
+    model::GptShape chunk = own;
+    chunk.seq_length = own.seq_length / (2 * C);
+    chunk.context = 1;
+    chunk_attention.emplace_back(chunk.seq_length, with_precision(precision, [&](auto t) {
+                                   return attention_rate_of<decltype(t)>(at, chunk, deck.training.micro_batch);
+                                 }));
+  }
   std::vector<double> standard_attention;
   for (const StandardModel& m : kStandardModels)
     standard_attention.push_back(with_precision(precision, [&](auto t) {
-      return attention_rate_of<decltype(t)>(world, standard_shape(m), m.micro_batch);
+      return attention_rate_of<decltype(t)>(at, standard_shape(m), m.micro_batch);
     }));
 
-  TPTRAIN_MPI_CHECK(MPI_Barrier(world));
-  const double kernel_us = mean_over(world, measure_kernel_overhead_us());
-  TPTRAIN_MPI_CHECK(MPI_Barrier(world));
-  const double triad = mean_over(world, measure_triad_bytes_per_s());
+  const double kernel_us = at.mean([] { return measure_kernel_overhead_us(); });
+  const double triad = at.mean([] { return measure_triad_bytes_per_s(); });
   // tptrain's norm and GELU kernels at the deck's micro-batch and at each standard model's:
   // the deck's rate is the key, the others go into the comments.
   const auto kernel_rate = [&](const model::GptShape& sh, int micro_batch) {
-    TPTRAIN_MPI_CHECK(MPI_Barrier(world));
     const std::int64_t rows = std::int64_t(micro_batch) * sh.seq_length;
-    return mean_over(world, with_precision(precision, [&](auto t) {
-      return measure_memory_kernel_bytes_per_s<decltype(t)>(rows, sh.hidden, sh.ffn_hidden / sh.tensor);
-    }));
+    return at.mean([&] {
+      return with_precision(precision, [&](auto t) {
+        return measure_memory_kernel_bytes_per_s<decltype(t)>(rows, sh.hidden, sh.ffn_hidden / sh.tensor);
+      });
+    });
   };
   const double deck_kernel_rate = kernel_rate(own, deck.training.micro_batch);
   std::vector<double> standard_kernel_rates;
   for (const StandardModel& sm : kStandardModels) standard_kernel_rates.push_back(kernel_rate(standard_shape(sm), sm.micro_batch));
+  // The share of a core a rank holds in training, with more ranks than cores: measured, as the
+  // square GEMM's rate with every rank of the node running it at once (one run of many scheduler
+  // time slices, so the switches between the ranks and their caches' eviction are in it) over its
+  // rate alone. cores/ranks is its upper bound.
+  constexpr bool host = Kokkos::SpaceAccessibility<Kokkos::HostSpace, kx::MemSpace>::accessible;
+  double share = host ? std::min(1.0, double(cores) / double(node_ranks)) : 1.0, square_alone = 0, square_together = 0;
+  if (host && at.turns() > 1) {
+    square_alone = with_precision(precision, [&](auto t) { return rate_of<decltype(t)>(at, square); });
+    TPTRAIN_MPI_CHECK(MPI_Barrier(world));
+    square_together = mean_over(world, with_precision(precision, [&](auto t) {
+                                  return measure_gemm_flops<decltype(t)>(square, 0.0, 1, kEvictBytes);
+                                }));
+    share = std::min(share, square_together / square_alone);
+  }
   const PingPong link = measure_ping_pong(node);
   const double all_reduce_s = measure_all_reduce_latency_s(node);
   MPI_Comm_free(&node);
@@ -229,17 +300,14 @@ int run_calibrate(const io::Deck& deck, const parallel::Topology& topo, const st
   parallel::on_every_rank(world, [&] {
     if (rank != 0) return;
     io::MachineFile m;
-    constexpr bool host = Kokkos::SpaceAccessibility<Kokkos::HostSpace, kx::MemSpace>::accessible;
     m.name = facts.cpu_model.empty() ? std::string("unknown CPU") : facts.cpu_model;
     if (!host) m.name = facts.name + " (host " + m.name + ")";
     m.source = fmt::format("measured by tptrain bench --calibrate on {} ({} ranks, {} per node; deck {}, {}; Kokkos {})",
                            today_utc(), topo.world_size(), node_ranks, io::display_path(deck.source), precision,
                            kx::ExecSpace::name());
     m.device_name = facts.name;
-    // More ranks than cores on the node (4 ranks on 2 cores): every rate above is the best of
-    // short runs, each fitting in one scheduler time slice, so it is a core's; in training a
-    // rank holds a core cores/ranks of the time, and the per-rank rates are scaled by that share.
-    const double share = host ? std::min(1.0, double(cores) / double(node_ranks)) : 1.0;
+    // More ranks than cores on the node (4 ranks on 2 cores): every rate above is a whole core's
+    // (Measuring: the ranks took turns); the per-rank rates are scaled by the share measured above.
     m.peak_tflops_fp32 = share * peaks["fp32"] / 1e12;
     m.peak_tflops_bf16 = share * peaks["bf16"] / 1e12;
     m.peak_tflops_fp16 = share * peaks["fp16"] / 1e12;
@@ -252,18 +320,27 @@ int run_calibrate(const io::Deck& deck, const parallel::Topology& topo, const st
     for (std::size_t i = 0; i < standard_kernel_rates.size(); ++i)
       kernel_rates += fmt::format("{}{} {:.4g} GB/s", i ? ", " : "", kStandardModels[i].name, standard_kernel_rates[i] / 1e9);
     m.device_note = fmt::format(
-        "device: {} (peaks: the best GEMM rate per rank through tptrain's GEMM seam, all {} ranks measuring at once; "
+        "device: {} (peaks: the best GEMM rate per rank through tptrain's GEMM seam, {}; "
         "{} on every shape below, the other precisions on a square 2048 GEMM)\n"
-        "memory_bandwidth_gbs: STREAM triad on Kokkos Views, every rank at once, per rank\n"
+        "memory_bandwidth_gbs: STREAM triad on Kokkos Views, per rank, measured as the GEMMs\n"
         "kernel_overhead_us: a one-element Kokkos kernel launched 2000 times back to back, fenced once, per launch\n"
         "kernel_bandwidth_gbs: tptrain's LayerNorm and bias-GELU kernels, forward and backward, at the deck's "
         "micro-batch, over the bytes the planner counts for them (6 x rows x (hidden + ffn) x element bytes); "
         "the standard models: {}\n"
         "time share: {} ranks on {} usable cores: every per-rank rate above multiplied by {:.3g} (the kernel overhead "
-        "divided by it), a rank holding a core that share of the time",
+        "divided by it), a rank holding a core that share of the time{}",
         host ? "one MPI rank (a CPU core's share of the node; memory_gib: the node's MemTotal over its ranks)"
              : "one GPU (cudaGetDeviceProperties)",
-        topo.world_size(), precision, kernel_rates, node_ranks, cores, share);
+        at.turns() == 1 ? fmt::format("all {} ranks measuring at once", topo.world_size())
+                        : fmt::format("the {} ranks of a node measuring {} at a time, in {} turns, the others asleep",
+                                      node_ranks, cores, at.turns()),
+        precision, kernel_rates, node_ranks, cores, share,
+        square_together > 0
+            ? fmt::format(" (measured: the square 2048 GEMM at {:.4g} GFLOP/s per rank with every rank at once, {:.4g} "
+                          "alone; {} ranks on {} cores would give {:.3g})",
+                          square_together / 1e9, square_alone / 1e9, node_ranks, cores,
+                          double(cores) / double(node_ranks))
+            : std::string());
     m.devices = node_ranks;
     if (link.measured) {
       // The ring's latency per step as an all-reduce over every rank of the node meets it, where
@@ -321,6 +398,15 @@ int run_calibrate(const io::Deck& deck, const parallel::Topology& topo, const st
                                     standard_attention[i] / peak);
     }
     m.gemm_note += attention_note;
+    if (deck_attention > 0) {
+      m.measured_attention.push_back({precision, double(own.seq_length), m.attention_efficiency,
+                                      fmt::format("the deck's sequence: {:.4g} GFLOP/s per rank", deck_attention / 1e9)});
+      for (const auto& [length, rate] : chunk_attention)
+        m.measured_attention.push_back(
+            {precision, double(length), std::min(1.0, rate / peak),
+             fmt::format("ring attention's chunk pairs at context {}: {:.4g} GFLOP/s per rank",
+                         own.seq_length / (2 * length), rate / 1e9)});
+    }
     for (std::size_t i = 0; i < shapes.size(); ++i)
       m.measured.push_back({precision, double(shapes[i].gemm.m), double(shapes[i].gemm.n), double(shapes[i].gemm.k),
                             rates[i] / peak,

@@ -102,6 +102,23 @@ inline double recomputed_scores_flops_per_token(const model::GptShape& s) {
   return 2.0 * double(s.seq_length) * s.heads * s.qk_head_dim();
 }
 
+// The scores flash attention visits for `length` queries against as many keys: causally (below), or
+// `whole` (a chunk pair of ring attention wholly before its queries).
+struct FlashVisits {
+  double forward = 0, backward = 0;  // scores visited
+};
+inline FlashVisits flash_visits(double length, bool whole) {
+  if (whole) return {length * length, length * length};
+  constexpr double block = 256;  // kernels::flash_query_rows, kernels::flash_backward_key_rows
+  FlashVisits v;
+  for (double r0 = 0; r0 < length; r0 += block) {
+    const double rows = std::min(block, length - r0);
+    v.forward += rows * (r0 + rows);
+    v.backward += rows * (length - r0);
+  }
+  return v;
+}
+
 // The attention core's FLOPs for one sequence, one layer and the heads of a tensor rank, forward
 // and backward, as the core executes them (the model FLOPs count the full S×S square: 12·S²·H per
 // sequence and layer). Flash (kokkos_kernels/flash_attention.hpp) visits in the forward, for each
@@ -115,14 +132,34 @@ inline double recomputed_scores_flops_per_token(const model::GptShape& s) {
 inline double attention_flops_per_sequence(const model::GptShape& s, bool scores_kept) {
   const double dq = s.qk_head_dim(), dv = s.value_head_dim(), heads = s.local_heads(), S = s.seq_length;
   if (!s.flash_attention) return (scores_kept ? 10.0 : 12.0) * 0.5 * (dq + dv) * S * S * heads;
-  constexpr double block = 256;  // kernels::flash_query_rows, kernels::flash_backward_key_rows
-  double forward = 0, backward = 0;
-  for (double r0 = 0; r0 < S; r0 += block) {
-    const double rows = std::min(block, S - r0);
-    forward += rows * (r0 + rows);
-    backward += rows * (S - r0);
-  }
-  return ((2.0 * dq + 2.0 * dv) * forward + (6.0 * dq + 4.0 * dv) * backward) * heads;
+  const FlashVisits v = flash_visits(S, false);
+  return ((2.0 * dq + 2.0 * dv) * v.forward + (6.0 * dq + 4.0 * dv) * v.backward) * heads;
+}
+
+// Ring attention's flash FLOPs on one context rank, for one sequence of its heads
+// (src/model/ring_attention.hpp): C steps over chunk pairs of c = S/(2C) queries and keys, the
+// first (the rank's own block) two causal diagonals and one whole pair, each later step two whole
+// pairs; masked pairs are skipped. One call of the flash kernels per pair.
+struct RingStepFlops {
+  double first_forward = 0, first_backward = 0;  // the first step's
+  double later_forward = 0, later_backward = 0;  // each later step's
+  double chunk = 0;                              // c
+  int steps = 1;                                 // C
+  // Forward and backward of all C steps.
+  double total() const { return first_forward + first_backward + (steps - 1) * (later_forward + later_backward); }
+};
+inline RingStepFlops ring_attention_step_flops(const model::GptShape& s) {
+  const double dq = s.qk_head_dim(), dv = s.value_head_dim(), heads = s.local_heads();
+  RingStepFlops r;
+  r.steps = s.context;
+  r.chunk = double(s.seq_length) / (2.0 * s.context);
+  const FlashVisits diagonal = flash_visits(r.chunk, false), whole = flash_visits(r.chunk, true);
+  const double forward = (2.0 * dq + 2.0 * dv) * heads, backward = (6.0 * dq + 4.0 * dv) * heads;
+  r.first_forward = forward * (2.0 * diagonal.forward + whole.forward);
+  r.first_backward = backward * (2.0 * diagonal.backward + whole.backward);
+  r.later_forward = forward * 2.0 * whole.forward;
+  r.later_backward = backward * 2.0 * whole.backward;
+  return r;
 }
 
 // What one rank's model recomputed in a step (GptModel's recomputed_* counters, per step).

@@ -55,9 +55,13 @@ struct Builder {
     }
   }
   void memory(Pass& p, const char* name, double bytes) const { p.add(name, Stream::compute, memory_seconds(m, bytes)); }
+  // The attention core's `flops` in `calls` flash calls of `length` queries and keys each.
+  double attention_seconds(double flops, double length, int calls = 1) const {
+    return flops / (peak_flops(m, c.precision) * attention_efficiency(m, c.precision, length)) +
+           calls * m.kernel_overhead_us * 1e-6;
+  }
   void attention(Pass& p, const char* name, double flops) const {
-    p.add(name, Stream::compute,
-          flops / (peak_flops(m, c.precision) * attention_efficiency(m)) + m.kernel_overhead_us * 1e-6);
+    p.add(name, Stream::compute, attention_seconds(flops, c.shape.seq_length));
   }
   // Tensor-parallel collectives of an [N, h] activation: an all-reduce, or with sequence
   // parallelism an all-gather or a reduce-scatter (the same bytes each way).
@@ -113,9 +117,10 @@ struct Builder {
 };
 
 // Ring attention's ops with their compute and transfers: the compute stream waits for a
-// transfer only where the schedule waits for it.
-void ring_attention(Pass& p, const std::vector<schedule::RingOp>& ops, double step_seconds, double add_seconds,
-                    double kv_seconds, double sums_seconds, const char* compute_name) {
+// transfer only where the schedule waits for it. The first step (the rank's own block) computes
+// one chunk pair more than the later ones.
+void ring_attention(Pass& p, const std::vector<schedule::RingOp>& ops, double first_step_seconds, double step_seconds,
+                    double add_seconds, double kv_seconds, double sums_seconds, const char* compute_name) {
   double now = 0, stream_free = 0;
   std::vector<double> done;
   for (const schedule::RingOp& op : ops) {
@@ -127,10 +132,12 @@ void ring_attention(Pass& p, const std::vector<schedule::RingOp>& ops, double st
         done[static_cast<std::size_t>(op.group)] = stream_free;
         break;
       }
-      case schedule::RingOp::compute:
-        p.add(compute_name, Stream::compute, step_seconds);
-        now += step_seconds;
+      case schedule::RingOp::compute: {
+        const double seconds = op.step == 0 ? first_step_seconds : step_seconds;
+        p.add(compute_name, Stream::compute, seconds);
+        now += seconds;
         break;
+      }
       case schedule::RingOp::add_sums:
         p.add("ring add dK,dV", Stream::compute, add_seconds);
         now += add_seconds;
@@ -170,9 +177,9 @@ BlockTimes block_times(const Config& c, const Machine& m, const Spans& spans) {
   const bool sp = s.splits_sequence();
   BlockTimes out;
 
-  // Attention core FLOPs of the rank's micro-batch (its heads; its 2 of 2C chunks: 1/C of the pairs).
+  // Attention core FLOPs of the rank's micro-batch (its heads; without context parallelism).
   const bool scores_kept = c.recompute == Recompute::none;
-  const double core = model::attention_flops_per_sequence(s, scores_kept) * c.micro_batch / s.context;
+  const double core = model::attention_flops_per_sequence(s, scores_kept) * c.micro_batch;
   // Forward's share: flash visits as many scores forward as backward (4·d and 10·d FLOPs per
   // score); the batched core 4 of its 10 or 12.
   const double forward_share =
@@ -248,13 +255,24 @@ BlockTimes block_times(const Config& c, const Machine& m, const Spans& spans) {
   const double kv_bytes = N * kv_width * e;
   const double kv_seconds = point_to_point_seconds(m, spans.context.nodes > 1, kv_bytes);
   const double sums_seconds = point_to_point_seconds(m, spans.context.nodes > 1, N * kv_width * 4);
+  // Ring attention (src/model/ring_attention.hpp): its chunk pairs' flash calls at their own
+  // length (model::ring_attention_step_flops; three calls the first step, two each later one), and
+  // the kernels around them: forward, the merged output and lse zeroed (acc_t), the block's K and
+  // V packed, the output rounded; backward, D = rowsum(dO ∘ O), dQ's sum zeroed, K and V packed,
+  // each step's dK, dV sums zeroed, the sums and dQ rounded into d_qkv.
+  const model::RingStepFlops ring_flops = model::ring_attention_step_flops(s);
+  const double mb = c.micro_batch;
   const auto attention_forward = [&](Pass& p) {
     if (s.context > 1) {
+      b.memory(p, "ring zero output", N * heads_t * (dv + 1) * 4);
+      b.memory(p, "ring pack K,V", 2.0 * N * kv_width * e);
       Pass ring;
-      const double step = core_forward / s.context / (peak_flops(m, c.precision) * attention_efficiency(m)) +
-                          m.kernel_overhead_us * 1e-6;
-      ring_attention(ring, schedule::ring_forward_ops(s.context), step, 0, kv_seconds, 0, "attention (ring step)");
+      ring_attention(ring, schedule::ring_forward_ops(s.context),
+                     b.attention_seconds(mb * ring_flops.first_forward, ring_flops.chunk, 3),
+                     b.attention_seconds(mb * ring_flops.later_forward, ring_flops.chunk, 2), 0, kv_seconds, 0,
+                     "attention (ring step)");
       p.append(ring);
+      b.memory(p, "ring round output", N * heads_t * dv * (4 + e));
     } else if (!s.flash_attention) {
       p.add("attention (batched)", Stream::compute, core_forward * batched_seconds_per_flop);
       b.memory(p, "softmax", scores_bytes);
@@ -371,13 +389,18 @@ BlockTimes block_times(const Config& c, const Machine& m, const Spans& spans) {
   b.gemm(bwd, "attention projection grad", h, attn_out, N, c.precision);
   if (eager) b.memory(bwd, "attention output contiguous grad", 2.0 * N * attn_out * e);
   if (s.context > 1) {
+    b.memory(bwd, "ring delta", N * heads_t * (2.0 * dv * e + 4));
+    b.memory(bwd, "ring zero dQ", N * heads_t * dq * 4);
+    b.memory(bwd, "ring pack K,V", 2.0 * N * kv_width * e);
+    const double zero_sums = memory_seconds(m, N * kv_width * 4);
     Pass ring;
-    const double step = core_backward / s.context / (peak_flops(m, c.precision) * attention_efficiency(m)) +
-                        m.kernel_overhead_us * 1e-6;
-    ring_attention(ring, schedule::ring_backward_ops(s.context), step,
+    ring_attention(ring, schedule::ring_backward_ops(s.context),
+                   b.attention_seconds(mb * ring_flops.first_backward, ring_flops.chunk, 3) + zero_sums,
+                   b.attention_seconds(mb * ring_flops.later_backward, ring_flops.chunk, 2) + zero_sums,
                    memory_seconds(m, 3.0 * N * kv_width * 4), kv_seconds, sums_seconds,
                    "attention grad (ring step)");
     bwd.append(ring);
+    b.memory(bwd, "ring round dQ, dK, dV", N * (kv_width + heads_t * dq) * (4 + e));
   } else if (!s.flash_attention) {
     bwd.add("attention grad (batched)", Stream::compute, core_backward * batched_seconds_per_flop);
     b.memory(bwd, "softmax grad", 1.5 * scores_bytes);

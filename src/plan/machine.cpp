@@ -1,5 +1,7 @@
 #include "src/plan/machine.hpp"
 
+#include <cmath>
+
 namespace tptrain::plan {
 
 Machine dgx_a100_80gb() {
@@ -37,6 +39,20 @@ double peak_flops(const Machine& m, const std::string& precision) {
 
 double attention_efficiency(const Machine& m) {
   return m.attention_efficiency > 0 ? m.attention_efficiency : 0.6 * m.max_efficiency;
+}
+
+double attention_efficiency(const Machine& m, const std::string& precision, double length) {
+  const io::MeasuredAttention* below = nullptr;  // the longest row at or below `length`
+  const io::MeasuredAttention* above = nullptr;  // the shortest row above it
+  for (const io::MeasuredAttention& a : m.measured_attention) {
+    if (a.precision != precision) continue;
+    if (a.length <= length && (!below || a.length > below->length)) below = &a;
+    if (a.length > length && (!above || a.length < above->length)) above = &a;
+  }
+  if (!below && !above) return attention_efficiency(m);
+  if (!below || !above) return (below ? below : above)->efficiency;
+  const double t = std::log(length / below->length) / std::log(above->length / below->length);
+  return below->efficiency + t * (above->efficiency - below->efficiency);
 }
 
 }  // namespace tptrain::plan

@@ -26,5 +26,9 @@ double peak_flops(const Machine& m, const std::string& precision);
 // when the file does not give it (flash attention's kernels reach about 60 % of what a large GEMM
 // does: their inner products are head_dim = 64-128 long and the softmax runs between them).
 double attention_efficiency(const Machine& m);
+// ... for flash calls of `length` queries and keys in `precision`: with [[gemm.measured_attention]]
+// rows of the precision, linear in log length between the two rows around it (the nearest row's
+// outside them); without, attention_efficiency(m).
+double attention_efficiency(const Machine& m, const std::string& precision, double length);
 
 }  // namespace tptrain::plan

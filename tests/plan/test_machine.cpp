@@ -99,6 +99,29 @@ TEST_CASE("machine files: a valid file, with the optional keys", "[plan][machine
   CHECK(k.kernel_bandwidth_gbs == 2.5);
 }
 
+TEST_CASE("machine files: the attention core's efficiency by length, between measured rows", "[plan][machine]") {
+  const std::string rows = "efficiency = 0.25\n"
+                           "[[gemm.measured_attention]]\nprecision = \"fp32\"\nlength = 128\nefficiency = 0.4\n"
+                           "[[gemm.measured_attention]]\nprecision = \"fp32\"\nlength = 32\nefficiency = 0.2\n";
+  const Machine m = io::parse_machine_file(with("efficiency = 0.25\n", rows), "cpu.toml");
+  REQUIRE(m.measured_attention.size() == 2);
+  CHECK(attention_efficiency(m, "fp32", 128) == Approx(0.4));
+  CHECK(attention_efficiency(m, "fp32", 32) == Approx(0.2));
+  CHECK(attention_efficiency(m, "fp32", 64) == Approx(0.3));   // halfway in log length
+  CHECK(attention_efficiency(m, "fp32", 16) == Approx(0.2));   // the nearest row's outside them
+  CHECK(attention_efficiency(m, "fp32", 512) == Approx(0.4));
+  CHECK(attention_efficiency(m, "bf16", 64) == Approx(0.3));   // no bf16 rows: 0.6 x max_efficiency
+  // What bench --calibrate writes reads back.
+  const Machine again = io::parse_machine_file(io::machine_file_toml(m), "again.toml");
+  REQUIRE(again.measured_attention.size() == 2);
+  CHECK(again.measured_attention[1].length == 32);
+  CHECK(again.measured_attention[1].efficiency == 0.2);
+  CHECK_THROWS_WITH(io::parse_machine_file(with("efficiency = 0.25\n", rows + "[[gemm.measured_attention]]\n"
+                                                "precision = \"fp32\"\nlength = 0\nefficiency = 0.2\n"),
+                                           "cpu.toml"),
+                    Catch::Contains("gemm.measured_attention.length"));
+}
+
 TEST_CASE("a memory-bound kernel runs at kernel_bandwidth_gbs where the file has it", "[plan][machine]") {
   Machine m = io::parse_machine_file(kValid, "cpu.toml");
   m.memory_bandwidth_gbs = 20;

@@ -1,7 +1,7 @@
 // The step simulation's logic on hand-worked cases (docs/planning.md, "The step simulation"): the
 // pipeline bubbles of 1F1B and of the interleaved schedule, a data-parallel bucket reduction
-// hidden by the backward but for its tail, a ring all-reduce's bytes and seconds, the GEMM model's
-// tile and wave quantisation and its measured correction.
+// hidden by the backward but for its tail, ring attention's steps, a ring all-reduce's bytes and
+// seconds, the GEMM model's tile and wave quantisation and its measured correction.
 #include "catch.hpp"
 
 #include <map>
@@ -148,6 +148,31 @@ TEST_CASE("step simulation: hybrid shard groups time their collectives inside a 
     CHECK(hybrid.average.data != Approx(whole.average.data).epsilon(1e-6));
     if (std::string(mode) == "parameters") CHECK(hybrid.average.data < whole.average.data);
   }
+}
+
+TEST_CASE("step simulation: ring attention's steps run their chunk pairs at the chunk length's efficiency",
+          "[plan][simulation]") {
+  // Context 2, sequence 512: chunk pairs of c = 128 queries and keys. The first step (the rank's
+  // own block) computes two causal diagonals, each a whole 128 x 128 square to flash (its query
+  // blocks are 256 rows), and one whole pair: 3c² scores; the later step two whole pairs, 2c².
+  // Forward, 4d FLOPs per score and head (Q Kᵀ, P V): at the efficiency measured at length 128,
+  // not at the sequence's 512.
+  Config c = even_stages(1, 1, 1);
+  c.shape.flash_attention = true;
+  c.shape.context = 2;
+  Machine m = compute_only();
+  m.measured_attention = {{"bf16", 512, 0.5, ""}, {"bf16", 128, 0.25, ""}};
+  Spans spans;
+  spans.context = GroupSpan{2, 1, 2};
+  const BlockTimes t = block_times(c, m, spans);
+  std::vector<double> steps;
+  for (const Kernel& k : t.forward.kernels)
+    if (std::string(k.name) == "attention (ring step)") steps.push_back(k.seconds);
+  REQUIRE(steps.size() == 2);
+  const double d = c.shape.head_dim(), heads = c.shape.heads, pair = 128.0 * 128.0;
+  const double rate = m.peak_tflops_bf16 * 1e12 * 0.25;
+  CHECK(steps[0] == Approx(4 * d * heads * 3 * pair / rate).epsilon(1e-12));
+  CHECK(steps[1] == Approx(4 * d * heads * 2 * pair / rate).epsilon(1e-12));
 }
 
 TEST_CASE("collectives: a ring all-reduce sends 2(p - 1)/p of the buffer per rank", "[plan][simulation]") {
