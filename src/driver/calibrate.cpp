@@ -221,7 +221,8 @@ int run_calibrate(const io::Deck& deck, const parallel::Topology& topo, const st
   int nodes = node_ranks > 0 ? topo.world_size() / node_ranks : 1;
   const DeviceFacts facts = device_facts(node_ranks);
   const int cores = usable_cores(node);
-  Measuring at{world, node, 0, node_ranks, cores};
+  constexpr bool host = Kokkos::SpaceAccessibility<Kokkos::HostSpace, kx::MemSpace>::accessible;
+  Measuring at{world, node, 0, node_ranks, host ? cores : node_ranks};  // a GPU's rank has its device
   TPTRAIN_MPI_CHECK(MPI_Comm_rank(node, &at.node_rank));
 
   // GEMMs: the deck's precision on every shape, the others on the square 2048.
@@ -282,7 +283,6 @@ int run_calibrate(const io::Deck& deck, const parallel::Topology& topo, const st
   // square GEMM's rate with every rank of the node running it at once (one run of many scheduler
   // time slices, so the switches between the ranks and their caches' eviction are in it) over its
   // rate alone. cores/ranks is its upper bound.
-  constexpr bool host = Kokkos::SpaceAccessibility<Kokkos::HostSpace, kx::MemSpace>::accessible;
   double share = host ? std::min(1.0, double(cores) / double(node_ranks)) : 1.0, square_alone = 0, square_together = 0;
   if (host && at.turns() > 1) {
     square_alone = with_precision(precision, [&](auto t) { return rate_of<decltype(t)>(at, square); });
