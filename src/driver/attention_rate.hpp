@@ -1,6 +1,7 @@
 // The FLOP rate of the flash attention core (kokkos_kernels/flash_attention.hpp), forward and
 // backward of one micro-batch of one layer, measured on synthetic Q, K, V: `bench --calibrate`'s
-// [gemm] attention_efficiency (this rate over the GEMM peak). FLOPs as the model counts the
+// [gemm] attention_efficiency (this rate over the GEMM peak) and, at the deck's sequence and ring
+// attention's chunk lengths, its [[gemm.measured_attention]] rows. FLOPs as the model counts the
 // executed ones (model::attention_flops_per_sequence: flash's causal skip at its block size), so
 // that the planner, which counts them the same way, gets the measured time back.
 #pragma once
