@@ -101,7 +101,6 @@ Spans spans_of_stage(const Config& c, int devices_per_node, int stage) {
   r.clear();
   for (std::int64_t at = 0; at < c.data_context(); at += G) r.push_back(world_rank(l, 0, int(at % C), stage, int(at / C)));
   s.replica = span(r);
-  r.clear();
   const std::int64_t g = std::max(1, devices_per_node);
   const std::int64_t here = world_rank(l, 0, 0, stage, 0) / g;
   s.pipeline_next_across = world_rank(l, 0, 0, (stage + 1) % c.pipeline, 0) / g != here;
