@@ -141,6 +141,7 @@ MachineFile parse_machine_file(const std::string& text, const std::string& sourc
     r.integer("compute_units", m.compute_units, true);
     r.number("kernel_overhead_us", m.kernel_overhead_us, false, 0, false);
     r.number("kernel_bandwidth_gbs", m.kernel_bandwidth_gbs, false, 0, false);
+    r.number("optimizer_bandwidth_gbs", m.optimizer_bandwidth_gbs, false, 0, false);
     r.finish();
   }
   {
@@ -258,6 +259,7 @@ std::string machine_file_toml(const MachineFile& m) {
   t += fmt::format("compute_units = {}\n", m.compute_units);
   if (m.kernel_overhead_us > 0) t += "kernel_overhead_us = " + num(m.kernel_overhead_us) + "\n";
   if (m.kernel_bandwidth_gbs > 0) t += "kernel_bandwidth_gbs = " + num(m.kernel_bandwidth_gbs) + "\n";
+  if (m.optimizer_bandwidth_gbs > 0) t += "optimizer_bandwidth_gbs = " + num(m.optimizer_bandwidth_gbs) + "\n";
   t += "\n";
   t += comment(m.node_note);
   t += "[node]\n";

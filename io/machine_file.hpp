@@ -46,6 +46,9 @@ struct MachineFile {
   // optional: bytes/s (1e9) of tptrain's memory-bound kernels (norms, activations) as the planner
   // counts their bytes; 0: memory_bandwidth_gbs (the triad) times them
   double kernel_bandwidth_gbs = 0;
+  // optional: bytes/s (1e9) of the optimizer step's kernels (AdamW, the gradient norm, zero_grad)
+  // as the planner counts their bytes; 0: kernel_bandwidth_gbs (or the triad) times them
+  double optimizer_bandwidth_gbs = 0;
   // [node]
   int devices = 1;
   double link_bandwidth_gbs = 0;    // per device, per direction
@@ -65,8 +68,8 @@ struct MachineFile {
 };
 
 // The file's text, as `bench --calibrate` writes it: every key of the schema, each section after
-// its note as comment lines; the optional kernel_overhead_us, kernel_bandwidth_gbs and
-// attention_efficiency when positive (0 reads as their default). Numbers as TOML floats (3.0, not 3) of 6 significant
+// its note as comment lines; the optional kernel_overhead_us, kernel_bandwidth_gbs,
+// optimizer_bandwidth_gbs and attention_efficiency when positive (0 reads as their default). Numbers as TOML floats (3.0, not 3) of 6 significant
 // digits, which parse_machine_file reads back.
 std::string machine_file_toml(const MachineFile& m);
 

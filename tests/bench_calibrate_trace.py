@@ -48,8 +48,9 @@ SCHEMA = {
 }
 ROW = {"precision": str, "m": int, "n": int, "k": int, "efficiency": float}
 # The optional keys calibration measures (docs/planning.md: kernel_overhead_us, kernel_bandwidth_gbs,
-# attention_efficiency).
-OPTIONAL = {"device": {"kernel_overhead_us": float, "kernel_bandwidth_gbs": float}, "gemm": {"attention_efficiency": float}}
+# optimizer_bandwidth_gbs, attention_efficiency).
+OPTIONAL = {"device": {"kernel_overhead_us": float, "kernel_bandwidth_gbs": float, "optimizer_bandwidth_gbs": float},
+            "gemm": {"attention_efficiency": float}}
 
 
 def check_machine(path, ranks):

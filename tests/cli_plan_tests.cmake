@@ -49,6 +49,8 @@ tptrain_plan_test(cli_plan_machine_h100 0 "machine +DGX H100 .*H100 SXM5 80 GB 9
   plan ${_input}/gpt3-175b.toml --machine ${_input}/machines/dgx-h100.toml)
 tptrain_plan_test(cli_plan_tokens_negative 1 "--tokens: expected a positive number, got -3"
   plan ${_input}/gpt3-175b.toml --tokens=-3)
+tptrain_plan_test(cli_plan_expert_imbalance_below_one 1 "--expert-imbalance: expected a number >= 1, got 0.5"
+  plan ${_input}/mixtral-8x7b.toml --expert-imbalance 0.5)
 tptrain_plan_test(cli_plan_bad_deck 1 "invalid deck .*--set parallel\\.tensor=7: parallel\\.tensor = 7: expected a divisor of model\\.heads = 96"
   plan ${_input}/gpt3-175b.toml --set parallel.tensor=7)
 

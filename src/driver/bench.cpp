@@ -195,6 +195,10 @@ int bench_as(const io::Deck& deck_in, const parallel::Topology& topo, const Benc
   // tokens/s: the device is fenced at step boundaries only (the phases' timing is off, so they
   // are bare Kokkos Tools regions).
   clock.set_timing(false);
+  // The rows each rank's experts receive in the timed steps: the routing's imbalance over the
+  // expert-parallel ranks, which the step waits for at every all-to-all.
+  const bool experts_exchanged = topo.layout().expert > 1;
+  if (experts_exchanged) m.keep_expert_rows(true);
   barrier(world);
   const util::HostWaits::Counts waits_before = util::HostWaits::instance().counts();  // docs/design.md, "Host waits"
   const auto t0 = std::chrono::steady_clock::now();
@@ -210,6 +214,11 @@ int bench_as(const io::Deck& deck_in, const parallel::Topology& topo, const Benc
     waits_per_step[static_cast<std::size_t>(k)] =
         util::HostWaits::instance().counts()[static_cast<std::size_t>(k)] - waits_before[static_cast<std::size_t>(k)];
   const double step_s = reduce_over(world, seconds, MPI_MAX) / o.steps;
+  double expert_imbalance = 1.0;  // of the expert group whose routing is the least balanced
+  if (experts_exchanged) {
+    expert_imbalance = reduce_over(world, m.take_expert_imbalance(topo.ep()), MPI_MAX);
+    m.keep_expert_rows(false);
+  }
   const auto per_step = [&](std::int64_t now, std::int64_t before) { return static_cast<double>(now - before) / o.steps; };
   const model::Recomputed recomputed{per_step(m.recomputed_blocks(), blocks_before),
                                      per_step(m.recomputed_heads(), heads_before),
@@ -323,6 +332,10 @@ int bench_as(const io::Deck& deck_in, const parallel::Topology& topo, const Benc
                              static_cast<double>(n) / o.steps);
     table += fmt::format("  host waits per step (rank 0; docs/design.md, \"Host waits\"): {}\n", waits.empty() ? "none" : waits);
   }
+  if (experts_exchanged)
+    table += fmt::format("  expert routing: the busiest of the {} expert-parallel ranks received {:.3f} x the mean "
+                         "rows (timed steps; `plan --expert-imbalance {:.3f}` costs the step at it)\n",
+                         topo.layout().expert, expert_imbalance, expert_imbalance);
   if (o.phases) {
     table += fmt::format("  step time by phase (--phases: {} more steps, every phase boundary fenced: {:.4f} s per "
                          "step; mean over ranks, per step):\n",
@@ -407,6 +420,7 @@ int bench_as(const io::Deck& deck_in, const parallel::Topology& topo, const Benc
   json.string("blas", gemms_on_host() ? blas.library : std::string("cuBLAS (device)")).string("blas_core", blas.core);
   json.string("blas_warning", blas.warning).string("precision", kx::precision_name<T>());
   json.string("recompute", deck.training.recompute).boolean("sequence_parallel", shape.splits_sequence());
+  json.number("expert_imbalance", expert_imbalance, io::fixed(4));
   io::JsonObject waits_json;  // rank 0's, per timed step
   for (int k = 0; k < util::kHostWaitCount; ++k)
     waits_json.number(util::host_wait_name(static_cast<util::HostWait>(k)),

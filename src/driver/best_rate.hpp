@@ -7,10 +7,12 @@
 
 namespace tptrain::driver {
 
-template <class Pass>
-double best_rate(double units, int min_runs, double min_seconds, Pass&& pass) {
+// `prepare` runs untimed before each pass (and fences its own work).
+template <class Pass, class Prepare>
+double best_rate(double units, int min_runs, double min_seconds, Pass&& pass, Prepare&& prepare) {
   double best = 0.0, total = 0.0;
   for (int run = 0; run < min_runs || total < min_seconds; ++run) {
+    prepare();
     const auto t0 = std::chrono::steady_clock::now();
     pass();
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -18,6 +20,11 @@ double best_rate(double units, int min_runs, double min_seconds, Pass&& pass) {
     if (dt > 0 && units / dt > best) best = units / dt;
   }
   return best;
+}
+
+template <class Pass>
+double best_rate(double units, int min_runs, double min_seconds, Pass&& pass) {
+  return best_rate(units, min_runs, min_seconds, pass, [] {});
 }
 
 }  // namespace tptrain::driver

@@ -28,10 +28,13 @@
 #include "src/driver/gemm_peak.hpp"
 #include "src/driver/kernel_overhead.hpp"
 #include "src/driver/memory_kernel_rate.hpp"
+#include "src/driver/optimizer_rate.hpp"
 #include "src/driver/ping_pong.hpp"
 #include "src/driver/precision_dispatch.hpp"
 #include "src/driver/stream_triad.hpp"
 #include "src/model/shape_of_deck.hpp"
+#include "src/model/spec/sublayer_kinds.hpp"
+#include "src/plan/parameter_count.hpp"
 #include "src/util/log.hpp"
 
 namespace tptrain::driver {
@@ -125,6 +128,15 @@ std::vector<Shape> calibration_shapes(const io::Deck& deck) {
   };
   const model::GptShape own = model::shape_of(deck);
   for (const GemmShape& g : model_gemms(own, deck.training.micro_batch)) add(g, std::string("the deck: ") + g.what);
+  if (model::holds_experts(own)) {
+    // A mixture's experts each compute their share of the rank's N·K routed rows at balanced load
+    // (src/plan/block_time.cpp), not the N rows of a dense MLP.
+    const std::int64_t rows = std::max<std::int64_t>(
+        1, std::int64_t(deck.training.micro_batch) * own.local_seq_length() * own.experts_per_token /
+               model::local_experts(own));
+    add({rows, model::mlp_fc_rows(own) / own.tensor, own.hidden, "expert gate|up"}, "the deck: expert gate|up");
+    add({rows, own.hidden, model::mlp_width(own) / own.tensor, "expert down"}, "the deck: expert down");
+  }
   // Each standard model also at tensor 2 and at a half and a quarter of its micro-batch (the
   // layouts docs/measurements.md validates: tensor, pipeline and data parallelism split the rows
   // or the columns, and a CPU GEMM's rate falls with them).
@@ -273,6 +285,11 @@ int run_calibrate(const io::Deck& deck, const parallel::Topology& topo, const st
     });
   };
   const double deck_kernel_rate = kernel_rate(own, deck.training.micro_batch);
+  // The optimizer step's kernels on a bucket of the rank's parameters (the deck's over tensor x
+  // pipeline; at most 2^24, far beyond any cache).
+  const std::int64_t rank_parameters = std::clamp<std::int64_t>(
+      plan::exact_parameters(own) / (std::int64_t(own.tensor) * deck.parallel.pipeline), 1, std::int64_t(1) << 24);
+  const double optimizer_rate = at.mean([&] { return measure_optimizer_bytes_per_s(rank_parameters); });
   std::vector<double> standard_kernel_rates;
   for (const StandardModel& sm : kStandardModels) standard_kernel_rates.push_back(kernel_rate(standard_shape(sm), sm.micro_batch));
   // The share of a core a rank holds in training, with more ranks than cores: measured, as the
@@ -315,6 +332,7 @@ int run_calibrate(const io::Deck& deck, const parallel::Topology& topo, const st
     m.compute_units = facts.compute_units;
     m.kernel_overhead_us = kernel_us / share;
     m.kernel_bandwidth_gbs = share * deck_kernel_rate / 1e9;
+    m.optimizer_bandwidth_gbs = share * optimizer_rate / 1e9;
     std::string kernel_rates;
     for (std::size_t i = 0; i < standard_kernel_rates.size(); ++i)
       kernel_rates += fmt::format("{}{} {:.4g} GB/s", i ? ", " : "", kStandardModels[i].name, standard_kernel_rates[i] / 1e9);
@@ -326,6 +344,8 @@ int run_calibrate(const io::Deck& deck, const parallel::Topology& topo, const st
         "kernel_bandwidth_gbs: tptrain's LayerNorm and bias-GELU kernels, forward and backward, at the deck's "
         "micro-batch, over the bytes the planner counts for them (6 x rows x (hidden + ffn) x element bytes); "
         "the standard models: {}\n"
+        "optimizer_bandwidth_gbs: tptrain's bucket_adamw_update, bucket_squared_norms and a zero fill on {} fp32 "
+        "parameters (the deck's over tensor x pipeline), over the bytes the planner counts for them (36 per parameter)\n"
         "time share: {} ranks on {} usable cores: every per-rank rate above multiplied by {:.3g} (the kernel overhead "
         "divided by it), a rank holding a core that share of the time{}",
         host ? "one MPI rank (a CPU core's share of the node; memory_gib: the node's MemTotal over its ranks)"
@@ -333,7 +353,7 @@ int run_calibrate(const io::Deck& deck, const parallel::Topology& topo, const st
         at.turns() == 1 ? fmt::format("all {} ranks measuring at once", topo.world_size())
                         : fmt::format("the {} ranks of a node measuring {} at a time, in {} turns, the others asleep",
                                       node_ranks, cores, at.turns()),
-        precision, kernel_rates, node_ranks, cores, share,
+        precision, kernel_rates, rank_parameters, node_ranks, cores, share,
         square_together > 0
             ? fmt::format(" (measured: the square 2048 GEMM at {:.4g} GFLOP/s per rank with every rank at once, {:.4g} "
                           "alone; {} ranks on {} cores would give {:.3g})",
@@ -439,6 +459,7 @@ int run_calibrate(const io::Deck& deck, const parallel::Topology& topo, const st
     json.number("attention_efficiency", m.attention_efficiency, io::digits(6));
     json.number("kernel_overhead_us", m.kernel_overhead_us, io::digits(6));
     json.number("kernel_bandwidth_gbs", m.kernel_bandwidth_gbs, io::digits(6));
+    json.number("optimizer_bandwidth_gbs", m.optimizer_bandwidth_gbs, io::digits(6));
     log::info(json.text());
   });
   return 0;

@@ -14,6 +14,9 @@
 //   - memory: STREAM's triad (stream_triad.hpp), every rank at once: the bandwidth per rank.
 //   - kernel_bandwidth_gbs: tptrain's LayerNorm and GELU kernels' bytes/s as the planner counts
 //     their bytes (memory_kernel_rate.hpp), at the deck's micro-batch.
+//   - optimizer_bandwidth_gbs: tptrain's AdamW, gradient-norm and zero_grad kernels' bytes/s as
+//     the planner counts their bytes (optimizer_rate.hpp), on the rank's parameters.
+//   - a mixture of experts: its experts' GEMMs at their balanced rows besides the deck's layers.
 //   - oversubscription: with more ranks than usable cores on the node, the per-rank rates are
 //     scaled by cores/ranks (each measurement is a whole core's: it fits in a time slice).
 //   - node: the ranks of this node (MPI_Comm_split_type shared); latency and bandwidth of MPI

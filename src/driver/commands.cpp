@@ -189,7 +189,7 @@ int plan(const DeckOptions& o, const PlanOptions& options) {
     hw.gpu_memory_gib = options.gpu_memory_gib;
     hw.peak_tflops = options.peak_tflops;
     hw.tokens = options.tokens;
-    const plan::Plan p = plan::make_plan(deck, hw);
+    const plan::Plan p = plan::make_plan(deck, hw, options.expert_imbalance);
     if (!options.trace.empty()) {
       io::ChromeTrace trace;
       plan::simulate_step(p.config, p.hardware.machine, &trace);

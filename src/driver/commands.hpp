@@ -64,6 +64,7 @@ struct PlanOptions {
   double tokens = 0;          // 0: training.steps x global_batch x seq_length
   bool search = false;        // --search: rank the fitting layouts by simulated step time
   std::string trace;          // --trace FILE.json: the simulated step as a Chrome trace
+  double expert_imbalance = 1;  // --expert-imbalance: plan::Config::expert_imbalance
 };
 int plan(const DeckOptions& options, const PlanOptions& plan);
 

@@ -82,6 +82,18 @@ CLI::Validator non_negative_number() {
 }
 
 // A positive number, at most `most` when given.
+// A finite number >= 1 (a ratio to a balanced or ideal figure).
+CLI::Validator ratio_at_least_one() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        double v = 0;
+        const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+        if (ec == std::errc() && end == text.data() + text.size() && std::isfinite(v) && v >= 1) return {};
+        return fmt::format("expected a number >= 1, got {}", text);
+      },
+      "NUMBER >= 1");
+}
+
 CLI::Validator positive_number(double most = std::numeric_limits<double>::infinity()) {
   return CLI::Validator(
       [most](std::string& text) -> std::string {
@@ -300,6 +312,11 @@ int main(int argc, char** argv) {
                      "print the best 5 with their breakdowns, --set arguments and deck lines");
   plan_cmd->add_option("--trace", plan_opts.trace,
                        "write the simulated step (every rank, one per stage beyond 1024; every stream) as a Chrome trace (JSON) to FILE");
+  plan_cmd->add_option("--expert-imbalance", plan_opts.expert_imbalance,
+                       "the busiest expert-parallel rank's routed rows over the mean (what `tptrain bench` reports "
+                       "as expert_imbalance; default 1: balanced): with parallel.expert > 1 the step is simulated "
+                       "waiting for that rank's experts at every all-to-all")
+      ->check(ratio_at_least_one());
   plan_cmd->add_option("--tokens", plan_opts.tokens,
                        "training tokens, e.g. 300e9 (default: training.steps x global_batch x seq_length)")
       ->check(positive_number());

@@ -589,6 +589,27 @@ class GptModel {
       for (const auto b : layer->mlp->expert_bias()) out.push_back(double(b));
     return out;
   }
+  // The routing's imbalance over the expert-parallel group `ep` (`tptrain bench`, for
+  // `plan --expert-imbalance`): from keep_expert_rows(true) until this call, Σ over the blocks'
+  // counted forwards of the busiest rank's received rows ÷ Σ of the group's mean (1: balanced;
+  // each all-to-all waits for the busiest rank's experts). 1 without experts.
+  void keep_expert_rows(bool on) {
+    for (TransformerLayer<T>* layer : blocks()) layer->mlp->keep_received_rows(on);
+  }
+  double take_expert_imbalance(const Communicator& ep) {
+    std::vector<double> rows;
+    for (TransformerLayer<T>* layer : blocks())
+      for (const std::int64_t n : layer->mlp->take_received_rows()) rows.push_back(double(n));
+    std::vector<double> most = rows;
+    parallel::all_reduce_host(ep, most, parallel::ReduceOp::max);
+    parallel::all_reduce_host(ep, rows, parallel::ReduceOp::sum);
+    double busiest = 0, mean = 0;
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      busiest += most[i];
+      mean += rows[i] / ep.size();
+    }
+    return mean > 0 ? busiest / mean : 1.0;
+  }
   // Discards the loads counted since the last balancing (a step's start: a skipped step's count
   // none).
   void discard_expert_loads() {

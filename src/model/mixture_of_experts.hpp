@@ -27,6 +27,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "src/model/spec/block_descriptor.hpp"
@@ -89,6 +90,7 @@ struct MixtureOfExperts final : MlpSublayer<T> {
   bool record = true;            // add this forward's routing to the statistics (not a recomputation)
   MoeStatistics stats;
   std::vector<std::int64_t> step_load;  // [E]: copies routed since the balancing last took them
+  std::optional<std::vector<std::int64_t>> received_log;  // keep_received_rows: rows received per forward
   // Scratch of the routed rows and the router, shared by the micro-batches and (GptModel) by the
   // stage's blocks, allocated at the first forward: like the routed rows it lives outside the
   // workspace (the planner counts it, src/plan/activation_memory.cpp).
@@ -169,6 +171,7 @@ struct MixtureOfExperts final : MlpSublayer<T> {
     dispatcher.sort(exec, r.copies, routing.expert, router.group_rows(tokens.extent(0)));
     record_losses(r, tokens.extent(0), w);
     const std::int64_t received = dispatcher.received_rows(r.copies);
+    if (record && received_log) received_log->push_back(received);
     const kernels::Matrix<T> in = r.expert_in.rows(received);
     dispatcher.dispatch(exec, tokens, r.copies, w.sorted.rows(r.copies.kept), in);
     const kernels::Matrix<T> h = r.expert_h.rows(received), act = w.act.rows(received);
@@ -318,6 +321,14 @@ struct MixtureOfExperts final : MlpSublayer<T> {
  public:
   // The balancing of the router's bias (GptModel::balance_expert_biases).
   Parameter<T>* expert_bias_parameter() override { return router.bias ? &*router.bias : nullptr; }
+  void keep_received_rows(bool on) override {
+    if (on && !received_log) received_log.emplace();
+    if (!on) received_log.reset();
+  }
+  std::vector<std::int64_t> take_received_rows() override {
+    if (!received_log) return {};
+    return std::exchange(*received_log, {});
+  }
   std::vector<std::int64_t> take_expert_load() override {
     std::vector<std::int64_t> out = step_load;
     std::fill(step_load.begin(), step_load.end(), 0);

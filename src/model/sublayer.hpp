@@ -186,6 +186,11 @@ struct MlpSublayer {
   // routed to each expert since the last take (counted as the statistics are), and the fp32 bias
   // the router chooses with.
   virtual Parameter<T>* expert_bias_parameter() { return nullptr; }
+  // While keep_received_rows(true): the rows this rank's experts received in each counted
+  // forward, in order, until taken (bench's routing imbalance, GptModel::take_expert_imbalance;
+  // off in training, where the list would grow every step).
+  virtual void keep_received_rows(bool) {}
+  virtual std::vector<std::int64_t> take_received_rows() { return {}; }
   virtual std::vector<std::int64_t> take_expert_load() { return {}; }
   virtual std::vector<kx::acc_t<T>> expert_bias() const { return {}; }
   virtual void set_expert_bias(const std::vector<kx::acc_t<T>>&) {}

@@ -1,6 +1,8 @@
 #include "src/plan/block_time.hpp"
 
 #include <algorithm>
+#include <cstring>
+#include <initializer_list>
 #include <string>
 
 #include "src/model/model_flops.hpp"
@@ -205,7 +207,18 @@ BlockTimes block_times(const Config& c, const Machine& m, const Spans& spans) {
   const double expert_rows = mlp.routed ? R / model::local_experts(s) : N;
   const int local_experts = mlp.routed ? model::local_experts(s) : 1;
   const double activation_bytes_per_row = mlp.gated ? 3.0 * f * e : 2.0 * f * e;
-
+  // Under expert parallelism each all-to-all waits for the busiest rank, whose experts receive
+  // Config::expert_imbalance × R rows: the time its experts' kernels (`names`, on the balanced R
+  // rows in `p`) take beyond a balanced rank's, proportional to the rows, is a wait on the expert
+  // stream before the exchange (the balanced ranks idle in it, as bench --phases' ep_comm shows).
+  const double imbalance = mlp.routed && c.expert() > 1 ? c.expert_imbalance : 1.0;
+  const auto wait_for_busiest_experts = [&](Pass& p, std::initializer_list<const char*> names) {
+    double balanced = 0;
+    for (const Kernel& k : p.kernels)
+      for (const char* name : names)
+        if (std::strcmp(k.name, name) == 0) balanced += k.seconds;
+    if (imbalance > 1.0) p.add("wait for the busiest expert rank", Stream::expert, (imbalance - 1.0) * balanced);
+  };
 
   // Written out once, forward then backward, so that each pass lists its kernels in order.
   using Overlap = Builder::Overlap;
@@ -314,6 +327,7 @@ BlockTimes block_times(const Config& c, const Machine& m, const Spans& spans) {
     b.linear_forward(fwd, "shared experts down", N, h, shared);
   }
   if (mlp.routed) {
+    wait_for_busiest_experts(fwd, {"expert gate|up", act, "expert down"});
     fwd.add("all-to-all (experts)", Stream::expert, all_to_all);
     b.memory(fwd, "combine", 2.0 * R * h * e);
   }
@@ -371,6 +385,7 @@ BlockTimes block_times(const Config& c, const Machine& m, const Spans& spans) {
   if (sp) b.tensor_overlapped(bwd, "all-gather (norm 2 output again)", activation, b.gemm_time(N, h, fc), Overlap::bulk);
   if (mlp.routed) {
     b.linear_backward(bwd, "expert gate|up grad", expert_rows, fc, h, local_experts);
+    wait_for_busiest_experts(bwd, {"expert down grad", act_again, act_grad, "expert gate|up grad"});
     bwd.add("all-to-all (experts)", Stream::expert, all_to_all);
     b.memory(bwd, "dispatch grad", 2.0 * R * h * e);
     b.gemm(bwd, "router grad", N, h, s.experts, "fp32");

@@ -48,4 +48,9 @@ double memory_seconds(const Machine& machine, double bytes) {
   return bytes / (bandwidth * 1e9) + machine.kernel_overhead_us * 1e-6;
 }
 
+double optimizer_seconds(const Machine& machine, double bytes) {
+  if (machine.optimizer_bandwidth_gbs <= 0) return memory_seconds(machine, bytes);
+  return bytes / (machine.optimizer_bandwidth_gbs * 1e9) + machine.kernel_overhead_us * 1e-6;
+}
+
 }  // namespace tptrain::plan

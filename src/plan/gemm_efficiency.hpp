@@ -36,5 +36,9 @@ double gemm_seconds(const Machine& machine, const std::string& precision, const 
 // kernels were measured to reach per byte: on a CPU core their arithmetic, not DRAM, bounds
 // them), else at memory_bandwidth_gbs.
 double memory_seconds(const Machine& machine, double bytes);
+// The same for the optimizer step's kernels (AdamW, the gradient norm, zero_grad): at [device]
+// optimizer_bandwidth_gbs where the file has it (on a CPU core AdamW's square root and divisions
+// bound it), else as memory_seconds.
+double optimizer_seconds(const Machine& machine, double bytes);
 
 }  // namespace tptrain::plan

@@ -482,9 +482,11 @@ Plan make_plan(const Config& c, const Hardware& hw_in, double deck_tokens, const
   return p;
 }
 
-Plan make_plan(const io::Deck& deck, const Hardware& hw) {
+Plan make_plan(const io::Deck& deck, const Hardware& hw, double expert_imbalance) {
   const double tokens = double(deck.training.steps) * deck.training.global_batch * deck.model.seq_length;
-  return make_plan(config_of(deck), hw, tokens, deck.source);
+  Config c = config_of(deck);
+  c.expert_imbalance = expert_imbalance;
+  return make_plan(c, hw, tokens, deck.source);
 }
 
 std::string report(const Plan& p) {
@@ -641,8 +643,11 @@ std::string report(const Plan& p) {
                    p.hardware.machine.name, io::display_path(p.hardware.machine.path), p.hardware.machine.device_name,
                    p.hardware.peak_tflops, c.precision, p.hardware.machine.memory_bandwidth_gbs, p.hardware.gpus_per_node,
                    p.hardware.machine.link_bandwidth_gbs, p.hardware.machine.network_bandwidth_gbs));
-  line(fmt::format("  time per iteration   {:.3f} s on {} GPUs (a simulated step: the schedule's ops on every stage)",
-                   p.seconds_per_iteration, c.world()));
+  line(fmt::format("  time per iteration   {:.3f} s on {} GPUs (a simulated step: the schedule's ops on every stage{})",
+                   p.seconds_per_iteration, c.world(),
+                   c.expert() > 1 && c.expert_imbalance != 1.0
+                       ? fmt::format("; the busiest expert rank's rows {:g} x the balanced", c.expert_imbalance)
+                       : std::string()));
   line(fmt::format("  achieved             {:.1f} TFLOP/s per GPU with recomputation; MFU {:.1f} % (model FLOPs {:.3e} "
                    "per step)",
                    p.achieved_flops / 1e12, 100 * sim.mfu, sim.model_flops));
@@ -828,6 +833,7 @@ io::JsonObject json_of(const Plan& p) {
   o.object("most_loaded_rank_seconds", step_breakdown_json(p.simulation.most_loaded, p.simulation.step_seconds)
                                            .integer("rank", p.simulation.most_loaded.world_rank)
                                            .integer("stage", p.simulation.most_loaded.stage));
+  o.number("expert_imbalance", c.expert_imbalance, digits(6));
   o.number("seconds_per_iteration", p.seconds_per_iteration, digits(6)).number("tokens", p.tokens, exponent(6));
   o.number("iterations", p.iterations, digits(6)).number("training_days", p.training_days, digits(6));
   o.number("training_days_eq4", p.training_days_eq4, digits(6));

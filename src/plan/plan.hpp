@@ -134,7 +134,8 @@ struct Plan {
 // or bytes exceed 2^63 − 1. Takes the same time for any number of layers and GPUs.
 Plan make_plan(const Config& c, const Hardware& hw, double deck_tokens, const std::string& deck_path = "",
                bool suggest = true);
-Plan make_plan(const io::Deck& deck, const Hardware& hw);
+// `expert_imbalance`: Config::expert_imbalance (`plan --expert-imbalance`).
+Plan make_plan(const io::Deck& deck, const Hardware& hw, double expert_imbalance = 1.0);
 
 // The report for people, and its last line: one JSON object (`params`, `memory_bytes` by category,
 // `flops_per_iteration`, `seconds_per_iteration`, `training_days`, `fits`, `problems`, ...). A

@@ -50,6 +50,12 @@ struct Config {
   // parallel.shard_group (hybrid sharding): the dense parameters' shards over this many data x
   // context ranks, replicated across the groups; 0: over all of them.
   int shard_group = 0;
+  // The routing's imbalance over the expert-parallel ranks (`plan --expert-imbalance`; what
+  // `tptrain bench` reports: the busiest rank's received rows over the mean; 1: balanced). Every
+  // all-to-all waits for the busiest rank's experts, so with parallel.expert > 1 a block's expert
+  // GEMMs, activation and all-to-alls are costed at that rank's rows. No deck key: it is the
+  // router's state (its training, its balancing), not the layout's.
+  double expert_imbalance = 1.0;
   // Modes of other trainers that tptrain does not have, for simulating their published runs
   // (docs/planning.md, "Validation"); no deck key sets them.
   // torchtitan's op-level selective activation checkpointing: the outputs of the attention core

@@ -444,9 +444,9 @@ StepSimulation simulate_step(const Config& c, const Machine& m, io::ChromeTrace*
     // Besides AdamW's pass, two over the fp32 gradients that every step runs: the gradient norm
     // (training.grad_clip; its scaling is folded into AdamW's read) reads the rank's shard, and
     // zero_grad before the next step's backward writes all of the rank's gradients.
-    const double gradient_passes = memory_seconds(m, 4.0 * (shard_dense + shard_experts)) +
-                                   memory_seconds(m, 4.0 * (c.shard_gradients ? shard_dense + shard_experts : dense + experts));
-    const double update = memory_seconds(m, (shard_dense + shard_experts) * bytes_per_parameter) +
+    const double gradient_passes = optimizer_seconds(m, 4.0 * (shard_dense + shard_experts)) +
+                                   optimizer_seconds(m, 4.0 * (c.shard_gradients ? shard_dense + shard_experts : dense + experts));
+    const double update = optimizer_seconds(m, (shard_dense + shard_experts) * bytes_per_parameter) +
                           (nb - 1) * m.kernel_overhead_us * 1e-6 + gradient_passes;
     double t = joined, gathers = joined;
     for (int b = 0; b < nb; ++b) {

@@ -97,6 +97,11 @@ TEST_CASE("machine files: a valid file, with the optional keys", "[plan][machine
   const Machine k = io::parse_machine_file(
       with("compute_units = 4", "compute_units = 4\nkernel_bandwidth_gbs = 2.5"), "cpu.toml");
   CHECK(k.kernel_bandwidth_gbs == 2.5);
+  CHECK(m.optimizer_bandwidth_gbs == 0);  // optional: the memory-bound kernels' rate times the optimizer
+  const Machine opt = io::parse_machine_file(
+      with("compute_units = 4", "compute_units = 4\noptimizer_bandwidth_gbs = 1.5"), "cpu.toml");
+  CHECK(opt.optimizer_bandwidth_gbs == 1.5);
+  CHECK(io::parse_machine_file(io::machine_file_toml(opt), "again.toml").optimizer_bandwidth_gbs == 1.5);
 }
 
 TEST_CASE("machine files: the attention core's efficiency by length, between measured rows", "[plan][machine]") {
@@ -122,7 +127,9 @@ TEST_CASE("machine files: the attention core's efficiency by length, between mea
                     Catch::Contains("gemm.measured_attention.length"));
 }
 
-TEST_CASE("a memory-bound kernel runs at kernel_bandwidth_gbs where the file has it", "[plan][machine]") {
+TEST_CASE("a memory-bound kernel runs at kernel_bandwidth_gbs where the file has it, the optimizer's at "
+          "optimizer_bandwidth_gbs",
+          "[plan][machine]") {
   Machine m = io::parse_machine_file(kValid, "cpu.toml");
   m.memory_bandwidth_gbs = 20;
   m.kernel_overhead_us = 1;
@@ -130,6 +137,11 @@ TEST_CASE("a memory-bound kernel runs at kernel_bandwidth_gbs where the file has
   CHECK(memory_seconds(m, 1e8) == Approx(0.005 + 1e-6));
   // At a measured 4 GB/s for tptrain's own kernels: 25 ms.
   m.kernel_bandwidth_gbs = 4;
+  CHECK(memory_seconds(m, 1e8) == Approx(0.025 + 1e-6));
+  // The optimizer's kernels at that rate too, until the file measures theirs: 2 GB/s, 50 ms.
+  CHECK(optimizer_seconds(m, 1e8) == Approx(0.025 + 1e-6));
+  m.optimizer_bandwidth_gbs = 2;
+  CHECK(optimizer_seconds(m, 1e8) == Approx(0.05 + 1e-6));
   CHECK(memory_seconds(m, 1e8) == Approx(0.025 + 1e-6));
   // A GEMM's roofline still reads memory at the triad: 1 x 1 x 1e7 in fp32 moves 8e7 bytes (A and
   // B), memory-bound at a 100 TFLOP/s peak: 4 ms at 20 GB/s, not 20 ms at 4.

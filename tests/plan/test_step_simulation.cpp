@@ -103,6 +103,42 @@ TEST_CASE("step simulation: DeepSeek-V3's dense first blocks run their own passe
   CHECK(two_b.stages[1].compute == Approx(two_a.stages[1].compute).epsilon(1e-12));
 }
 
+TEST_CASE("step simulation: every all-to-all waits for the busiest expert rank's rows", "[plan][simulation]") {
+  // 2 of 8 experts of f = 1024 per token, the experts split over an expert group of 2 (data 2): at
+  // an imbalance of 1.5 the busiest rank's experts compute half as many rows again as a balanced
+  // rank's. The others wait for that half of the experts' GEMMs on the expert stream, forward
+  // 2·R·(2f·h + h·f) FLOPs (R = N·K copies; gate|up, down), backward twice that; their compute
+  // stream is the balanced one.
+  const Machine m = compute_only();
+  Config balanced = even_stages(1, 1, 4);
+  balanced.shape.mlp = "moe";
+  balanced.shape.experts = 8;
+  balanced.shape.experts_per_token = 2;
+  balanced.shape.moe_ffn_hidden = 1024;
+  balanced.data = 2;
+  balanced.global_batch = 8;
+  balanced.shape.expert = 2;
+  Config busiest = balanced;
+  busiest.expert_imbalance = 1.5;
+  const auto on = [](const Pass& p, Stream s) { return p.on[static_cast<std::size_t>(s)]; };
+  const BlockTimes a = block_times(balanced, m, Spans{}), b = block_times(busiest, m, Spans{});
+  CHECK(on(b.forward, Stream::compute) == Approx(on(a.forward, Stream::compute)).epsilon(1e-12));
+  CHECK(on(b.backward, Stream::compute) == Approx(on(a.backward, Stream::compute)).epsilon(1e-12));
+  const double R = 512.0 * 2, h = 1024, f = 1024;
+  const double forward = 2.0 * R * (2 * f * h + h * f) / (peak_flops(m, "bf16") * m.max_efficiency);
+  CHECK(on(b.forward, Stream::expert) - on(a.forward, Stream::expert) == Approx(0.5 * forward).epsilon(1e-9));
+  CHECK(on(b.backward, Stream::expert) - on(a.backward, Stream::expert) == Approx(0.5 * 2 * forward).epsilon(1e-9));
+  // The step waits for it in each of the 8 blocks' forward and backward, for each of the 4
+  // micro-batches: exposed expert communication.
+  const StepSimulation sa = simulate_step(balanced, m), sb = simulate_step(busiest, m);
+  CHECK(sb.step_seconds - sa.step_seconds == Approx(4 * 8 * 1.5 * forward).epsilon(1e-6));
+  CHECK(sb.average.expert - sa.average.expert == Approx(4 * 8 * 1.5 * forward).epsilon(1e-6));
+  CHECK(sb.average.compute == Approx(sa.average.compute).epsilon(1e-12));
+  // Without expert parallelism one rank computes every copy: no group to wait for.
+  balanced.shape.expert = busiest.shape.expert = 1;
+  CHECK(simulate_step(busiest, m).step_seconds == Approx(simulate_step(balanced, m).step_seconds).epsilon(1e-12));
+}
+
 TEST_CASE("step simulation: an overlapped bucket costs only its exposed tail", "[plan][simulation]") {
   // One stage of 2 blocks, data 2, one micro-batch: the backward is [head][block 1][block 0]
   // [embedding] of H, B, B, E seconds. Block 1's bucket (R seconds to all-reduce) launches after

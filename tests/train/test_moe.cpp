@@ -261,6 +261,36 @@ TEST_CASE("mixture of experts: auxiliary-loss-free balancing evens out a skewed 
   CHECK(settled(balanced) < 1.3);
 }
 
+TEST_CASE("mixture of experts: the routing imbalance is the busiest expert rank's rows over the mean",
+          "[train][moe][mpi]") {
+  // `tptrain bench`'s expert_imbalance (GptModel::take_expert_imbalance). A router biased so that
+  // every copy goes to experts 0 and 1 (k = 2 of 4): on 2 ranks (2 experts each) rank 0 receives
+  // every row, twice the mean; on 4 ranks (1 each) ranks 0 and 1 half each, again twice the mean.
+  const int n = test::world_size();
+  if (n < 2) return;
+  io::Deck deck = deepseek_deck({"expert", 1, 1, n, n, ""}, 2, 0.0);
+  deck.model.moe_groups = 1;
+  deck.model.moe_aux_loss_coeff = 0.0;
+  parallel::Topology topo(MPI_COMM_WORLD, parallel::layout_of(deck));
+  train::TrainingRun<float> run(deck, topo);
+  const kx::ExecSpace exec;
+  for (model::Parameter<float>* p : run.model().parameters())
+    if (p->name.find("router/expert_bias") != std::string::npos) {
+      auto h = Kokkos::create_mirror_view(p->value);
+      for (std::size_t e = 0; e < h.extent(0); ++e) h(e) = e < 2 ? 100.0f : 0.0f;
+      Kokkos::deep_copy(p->value, h);
+    }
+  run.model().expert_biases_from_master(exec, topo.dp_cp());
+  run.model().keep_expert_rows(true);
+  run.step(0);
+  CHECK(run.model().take_expert_imbalance(topo.ep()) == Approx(2.0).epsilon(1e-12));
+  // Taken: nothing left until the next counted forward; off: nothing counted.
+  CHECK(run.model().take_expert_imbalance(topo.ep()) == 1.0);
+  run.model().keep_expert_rows(false);
+  run.step(1);
+  CHECK(run.model().take_expert_imbalance(topo.ep()) == 1.0);
+}
+
 TEST_CASE("mixture of experts: the balanced bias is the same on every rank and a checkpoint restores it",
           "[train][moe][checkpoint][mpi]") {
   const int n = test::world_size();
