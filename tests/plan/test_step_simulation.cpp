@@ -53,6 +53,16 @@ Config even_stages(int pipeline, int virtual_stages, int micro_batches) {
   return c;
 }
 
+// The same with mixtures of 2 of 8 experts of 1024 in every block.
+Config mixture_stages(int pipeline, int virtual_stages, int micro_batches) {
+  Config c = even_stages(pipeline, virtual_stages, micro_batches);
+  c.shape.mlp = "moe";
+  c.shape.experts = 8;
+  c.shape.experts_per_token = 2;
+  c.shape.moe_ffn_hidden = 1024;
+  return c;
+}
+
 }  // namespace
 
 TEST_CASE("step simulation: 1F1B idles (p - 1)/m of the ideal step", "[plan][simulation]") {
@@ -78,11 +88,7 @@ TEST_CASE("step simulation: DeepSeek-V3's dense first blocks run their own passe
   // (model.moe_dense_layers) instead of mixtures of 2 of 8 experts of 1024 changes the step's
   // compute by 4 · 3 times the two blocks' difference; on 2 stages the first stage holds them.
   const Machine m = compute_only();
-  Config mixture = even_stages(1, 1, 4);
-  mixture.shape.mlp = "moe";
-  mixture.shape.experts = 8;
-  mixture.shape.experts_per_token = 2;
-  mixture.shape.moe_ffn_hidden = 1024;
+  Config mixture = mixture_stages(1, 1, 4);
   Config dense_first = mixture;
   dense_first.shape.moe_dense_layers = 3;
   Config dense_block = mixture;
@@ -110,11 +116,7 @@ TEST_CASE("step simulation: every all-to-all waits for the busiest expert rank's
   // 2·R·(2f·h + h·f) FLOPs (R = N·K copies; gate|up, down), backward twice that; their compute
   // stream is the balanced one.
   const Machine m = compute_only();
-  Config balanced = even_stages(1, 1, 4);
-  balanced.shape.mlp = "moe";
-  balanced.shape.experts = 8;
-  balanced.shape.experts_per_token = 2;
-  balanced.shape.moe_ffn_hidden = 1024;
+  Config balanced = mixture_stages(1, 1, 4);
   balanced.data = 2;
   balanced.global_batch = 8;
   balanced.shape.expert = 2;

@@ -177,6 +177,18 @@ io::Deck deepseek_deck(const ExpertLayout& l, int steps, double rate) {
   return deck;
 }
 
+// Skews a DeepSeek router: expert bias `bias` on experts 0 and 1, 0 on the others (in fp32 the
+// value is the master), and every rank's router told.
+void bias_first_two_experts(train::TrainingRun<float>& run, const parallel::Topology& topo, float bias) {
+  for (model::Parameter<float>* p : run.model().parameters())
+    if (p->name.find("router/expert_bias") != std::string::npos) {
+      auto h = Kokkos::create_mirror_view(p->value);
+      for (std::size_t e = 0; e < h.extent(0); ++e) h(e) = e < 2 ? bias : 0.0f;
+      Kokkos::deep_copy(p->value, h);
+    }
+  run.model().expert_biases_from_master(kx::ExecSpace(), topo.dp_cp());
+}
+
 // The values of every router's expert bias parameter this rank holds, block after block.
 template <class T>
 std::vector<double> expert_bias_values(model::GptModel<T>& m) {
@@ -230,14 +242,7 @@ TEST_CASE("mixture of experts: auxiliary-loss-free balancing evens out a skewed 
     deck.model.moe_aux_loss_coeff = 0.0;
     parallel::Topology topo(MPI_COMM_SELF, parallel::layout_of(deck));
     train::TrainingRun<float> run(deck, topo);
-    const kx::ExecSpace exec;
-    for (model::Parameter<float>* p : run.model().parameters())
-      if (p->name.find("router/expert_bias") != std::string::npos) {
-        auto h = Kokkos::create_mirror_view(p->value);
-        for (std::size_t e = 0; e < h.extent(0); ++e) h(e) = e < 2 ? 0.3f : 0.0f;
-        Kokkos::deep_copy(p->value, h);  // fp32: the value is the master
-      }
-    run.model().expert_biases_from_master(exec, topo.dp_cp());
+    bias_first_two_experts(run, topo, 0.3f);
     std::vector<double> max_over_mean;
     for (int s = 0; s < deck.training.steps; ++s) {
       run.step(s);
@@ -273,14 +278,7 @@ TEST_CASE("mixture of experts: the routing imbalance is the busiest expert rank'
   deck.model.moe_aux_loss_coeff = 0.0;
   parallel::Topology topo(MPI_COMM_WORLD, parallel::layout_of(deck));
   train::TrainingRun<float> run(deck, topo);
-  const kx::ExecSpace exec;
-  for (model::Parameter<float>* p : run.model().parameters())
-    if (p->name.find("router/expert_bias") != std::string::npos) {
-      auto h = Kokkos::create_mirror_view(p->value);
-      for (std::size_t e = 0; e < h.extent(0); ++e) h(e) = e < 2 ? 100.0f : 0.0f;
-      Kokkos::deep_copy(p->value, h);
-    }
-  run.model().expert_biases_from_master(exec, topo.dp_cp());
+  bias_first_two_experts(run, topo, 100.0f);
   run.model().keep_expert_rows(true);
   run.step(0);
   CHECK(run.model().take_expert_imbalance(topo.ep()) == Approx(2.0).epsilon(1e-12));
