@@ -420,12 +420,12 @@ int bench_as(const io::Deck& deck_in, const parallel::Topology& topo, const Benc
   json.string("blas", gemms_on_host() ? blas.library : std::string("cuBLAS (device)")).string("blas_core", blas.core);
   json.string("blas_warning", blas.warning).string("precision", kx::precision_name<T>());
   json.string("recompute", deck.training.recompute).boolean("sequence_parallel", shape.splits_sequence());
-  json.number("expert_imbalance", expert_imbalance, io::fixed(4));
   io::JsonObject waits_json;  // rank 0's, per timed step
   for (int k = 0; k < util::kHostWaitCount; ++k)
     waits_json.number(util::host_wait_name(static_cast<util::HostWait>(k)),
                       static_cast<double>(waits_per_step[static_cast<std::size_t>(k)]) / o.steps, io::digits(6));
   json.object("memory", memory_json).object("launches", launches_json).object("host_waits_per_step", waits_json);
+  json.number("expert_imbalance", expert_imbalance, io::fixed(4));
   json.boolean("phases", o.phases);
   // Only with --phases: the phase times and the step time of those fenced steps.
   if (o.phases) json.object("phases_s", phases_json).number("phases_step_s", phases_step_s, io::digits(6));
