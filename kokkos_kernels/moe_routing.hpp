@@ -144,12 +144,17 @@ template <class Exec, class XV, class IV, class RV>
 void moe_permute(const Exec& exec, const XV& x, const IV& pos, const RV& rows) {
   detail::require(pos.extent(0) == x.extent(0) && rows.extent(1) == x.extent(1), "moe_permute",
                   "shapes must be x[N,H], pos[N,k], rows[R,H]");
-  const std::int64_t k = pos.extent(1);
+  // A team per slot, its threads along the row (coalesced on a GPU, a contiguous copy on a core;
+  // the slot's token and copy divided out once per row, not per element).
+  const std::int64_t k = pos.extent(1), H = x.extent(1);
+  using Member = typename detail::Teams<Exec>::member_type;
   Kokkos::parallel_for(
-      "tptrain::kernels::moe_permute", detail::range2d(exec, pos.extent(0) * k, x.extent(1)),
-      KOKKOS_LAMBDA(const std::int64_t s, const std::int64_t h) {
-        const int p = pos(s / k, s % k);
-        if (p >= 0) rows(p, h) = x(s / k, h);
+      "tptrain::kernels::moe_permute", detail::teams(exec, pos.extent(0) * k, "moe_permute"),
+      KOKKOS_LAMBDA(const Member& team) {
+        const std::int64_t t = team.league_rank() / k, j = team.league_rank() % k;
+        const int p = pos(t, j);
+        if (p < 0) return;
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, H), [&](const std::int64_t h) { rows(p, h) = x(t, h); });
       });
 }
 
@@ -166,17 +171,30 @@ void moe_combine(const Exec& exec, const RV& rows, const IV& pos, const WV& weig
                       (!add || (added.extent(0) == y.extent(0) && added.extent(1) == y.extent(1))),
                   "moe_combine", "shapes must be rows[R,H], pos and weight [N,k], y and added [N,H]");
   using A = typename WV::non_const_value_type;
-  const std::int64_t k = pos.extent(1);
+  // A team per token, each thread a run of kRun adjacent columns: a copy's position and weight
+  // are read once per run, and the run's sums (each over the copies in order, as one column
+  // alone) vectorise on a core; adjacent threads read adjacent runs on a GPU.
+  constexpr std::int64_t kRun = 8;
+  const std::int64_t k = pos.extent(1), H = y.extent(1), runs = (H + kRun - 1) / kRun;
+  using Member = typename detail::Teams<Exec>::member_type;
   Kokkos::parallel_for(
       weighted ? "tptrain::kernels::moe_combine" : "tptrain::kernels::moe_permute_backward",
-      detail::range2d(exec, y.extent(0), y.extent(1)), KOKKOS_LAMBDA(const std::int64_t t, const std::int64_t h) {
-        A s = 0;
-        for (std::int64_t j = 0; j < k; ++j) {
-          const int p = pos(t, j);
-          if (p >= 0) s += (weighted ? weight(t, j) : A(1)) * static_cast<A>(rows(p, h));
-        }
-        if (add) s += static_cast<A>(added(t, h));
-        y(t, h) = s;
+      detail::teams(exec, y.extent(0), "moe_combine"), KOKKOS_LAMBDA(const Member& team) {
+        const std::int64_t t = team.league_rank();
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, runs), [&](const std::int64_t run) {
+          const std::int64_t h0 = run * kRun, n = H - h0 < kRun ? H - h0 : kRun;
+          A s[kRun] = {};
+          for (std::int64_t j = 0; j < k; ++j) {
+            const int p = pos(t, j);
+            if (p < 0) continue;
+            const A w = weighted ? weight(t, j) : A(1);
+            for (std::int64_t i = 0; i < n; ++i) s[i] += w * static_cast<A>(rows(p, h0 + i));
+          }
+          for (std::int64_t i = 0; i < n; ++i) {
+            if (add) s[i] += static_cast<A>(added(t, h0 + i));
+            y(t, h0 + i) = s[i];
+          }
+        });
       });
 }
 
@@ -191,14 +209,18 @@ void moe_combine_backward(const Exec& exec, const DYV& dy, const RV& rows, const
                   "moe_combine_backward", "shapes must be dy[N,H], rows and drows [R,H], pos, weight, dweight [N,k]");
   using A = typename DWV::non_const_value_type;
   const std::int64_t k = pos.extent(1), H = dy.extent(1);
-  Kokkos::parallel_for(
-      "tptrain::kernels::moe_combine_backward_rows", detail::range2d(exec, pos.extent(0) * k, H),
-      KOKKOS_LAMBDA(const std::int64_t s, const std::int64_t h) {
-        const int p = pos(s / k, s % k);
-        if (p >= 0) drows(p, h) = weight(s / k, s % k) * static_cast<A>(dy(s / k, h));
-      });
   using Policy = detail::Teams<Exec>;
   using Member = typename Policy::member_type;
+  Kokkos::parallel_for(
+      "tptrain::kernels::moe_combine_backward_rows", detail::teams(exec, pos.extent(0) * k, "moe_combine_backward"),
+      KOKKOS_LAMBDA(const Member& team) {
+        const std::int64_t t = team.league_rank() / k, j = team.league_rank() % k;
+        const int p = pos(t, j);
+        if (p < 0) return;
+        const A w = weight(t, j);
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, H),
+                             [&](const std::int64_t h) { drows(p, h) = w * static_cast<A>(dy(t, h)); });
+      });
   Kokkos::parallel_for(
       "tptrain::kernels::moe_combine_backward_weights",
       Policy(exec, static_cast<int>(pos.extent(0) * k), Kokkos::AUTO), KOKKOS_LAMBDA(const Member& team) {
