@@ -51,6 +51,12 @@ class TableReader {
       throw std::invalid_argument(
           fmt::format("{} = {}: expected a fraction of the peak, in (0, 1]", where(source_, *n, full(key)), out));
   }
+  // Optional, in [0, 1].
+  void share(const char* key, double& out) {
+    number(key, out, false, 0, false);
+    if (const toml::node* n = table_.get(key); n && out > 1)
+      throw std::invalid_argument(fmt::format("{} = {}: expected a share, in [0, 1]", where(source_, *n, full(key)), out));
+  }
   void integer(const char* key, int& out, bool required) {
     known_.insert(key);
     const toml::node* n = table_.get(key);
@@ -149,6 +155,8 @@ MachineFile parse_machine_file(const std::string& text, const std::string& sourc
     r.integer("devices", m.devices, true);
     r.number("link_bandwidth_gbs", m.link_bandwidth_gbs, true, 0, true);
     r.number("link_latency_us", m.link_latency_us, true, 0, false);
+    r.number("collective_bandwidth_gbs", m.collective_bandwidth_gbs, false, 0, false);
+    r.share("communication_host_share", m.communication_host_share);
     r.finish();
   }
   {
@@ -265,7 +273,10 @@ std::string machine_file_toml(const MachineFile& m) {
   t += "[node]\n";
   t += fmt::format("devices = {}\n", m.devices);
   t += "link_bandwidth_gbs = " + num(m.link_bandwidth_gbs) + "\n";
-  t += "link_latency_us = " + num(m.link_latency_us) + "\n\n";
+  t += "link_latency_us = " + num(m.link_latency_us) + "\n";
+  if (m.collective_bandwidth_gbs > 0) t += "collective_bandwidth_gbs = " + num(m.collective_bandwidth_gbs) + "\n";
+  if (m.communication_host_share > 0) t += "communication_host_share = " + num(m.communication_host_share) + "\n";
+  t += "\n";
   t += comment(m.network_note);
   t += "[network]\n";
   t += "bandwidth_gbs = " + num(m.network_bandwidth_gbs) + "\n";

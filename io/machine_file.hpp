@@ -53,6 +53,13 @@ struct MachineFile {
   int devices = 1;
   double link_bandwidth_gbs = 0;    // per device, per direction
   double link_latency_us = 0;
+  // optional: the bus bandwidth (nccl-tests' busBw, per device) the communication library's
+  // collectives reach inside the node; 0: link_bandwidth_gbs (point to point always takes that)
+  double collective_bandwidth_gbs = 0;
+  // optional, in [0, 1]: the share of a collective's (or a ring attention transfer's) time the
+  // rank's host spends driving it, computing nothing meanwhile (MPI without a progress thread
+  // moves the bytes inside its calls: 1; NCCL, on its own stream: 0, the default)
+  double communication_host_share = 0;
   // [network]
   double network_bandwidth_gbs = 0;  // per device, per direction
   double network_latency_us = 0;
@@ -69,7 +76,8 @@ struct MachineFile {
 
 // The file's text, as `bench --calibrate` writes it: every key of the schema, each section after
 // its note as comment lines; the optional kernel_overhead_us, kernel_bandwidth_gbs,
-// optimizer_bandwidth_gbs and attention_efficiency when positive (0 reads as their default). Numbers as TOML floats (3.0, not 3) of 6 significant
+// optimizer_bandwidth_gbs, collective_bandwidth_gbs, communication_host_share and
+// attention_efficiency when positive (0 reads as their default). Numbers as TOML floats (3.0, not 3) of 6 significant
 // digits, which parse_machine_file reads back.
 std::string machine_file_toml(const MachineFile& m);
 

@@ -3,19 +3,23 @@
 # (a deck and a layout on 1, 2 or 4 ranks) the measured step time of `tptrain bench` and the
 # predicted one of `tptrain plan DECK --machine CALIBRATED.toml`, as a markdown table
 #   case | ranks | measured s | predicted s | error %
-# (error = predicted / measured - 1). Takes 10-15 minutes on a 2-core machine.
+# (error = predicted / measured - 1). Takes about 25 minutes on a 2-core machine (15 calibrating once per deck).
 #
 #   jobs/validate-step-model.sh [CASE-REGEX]     only the cases whose name matches
 #
-# The machine files: `bench --calibrate` once per deck and rank count, run with the first case of
-# that deck and rank count (its layout), each case predicted with the file of its deck and rank
-# count: on a 2-core machine 4 ranks share the cores two by two (calibrate scales the per-rank
-# rates by that share), and the memory-bound kernels' rate (kernel_bandwidth_gbs) is measured at
-# the deck's activations (tiny's fit a core's 2 MiB L2, small's and 124M's do not: 2-3x apart).
+# The machine files: `bench --calibrate` with each case's deck, rank count and layout, just before
+# its bench runs (VALIDATE_CALIBRATE=case, the default): a shared virtual machine drifts by 10-20 %
+# over tens of minutes, and a file measured a quarter of an hour earlier predicts for another
+# machine. VALIDATE_CALIBRATE=deck calibrates once per deck and rank count instead, with the first
+# case of that deck and rank count (half the time). Per rank count, because on a 2-core machine 4
+# ranks share the cores two by two (calibrate scales the per-rank rates by that share); per deck,
+# because the memory-bound kernels' rate (kernel_bandwidth_gbs) is measured at the deck's
+# activations (tiny's fit a core's 2 MiB L2, small's and 124M's do not: 2-3x apart).
 #
 # Environment:
 #   VALIDATE_OUT      folder for the machine files, logs and results.tsv (default runs/validate/<date>)
 #   VALIDATE_MACHINE  one machine file for every case instead of calibrating
+#   VALIDATE_CALIBRATE  case (default): calibrate before each case; deck: once per deck and rank count
 #   VALIDATE_REPEATS  bench runs per case, the median's time taken (default 3)
 #   VALIDATE_PLAN=0   measure only (no plan --machine): the predicted column says "-"
 #   VALIDATE_PLAN_BIN the tptrain that runs `plan` (default: the same as bench's)
@@ -37,6 +41,8 @@ export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-$OMP_NUM_THREADS}
 filter=${1:-.}
 repeats=${VALIDATE_REPEATS:-3}
 [[ $repeats =~ ^[1-9][0-9]*$ ]] || { echo "validate: VALIDATE_REPEATS=$repeats: expected a positive integer" >&2; exit 2; }
+per=${VALIDATE_CALIBRATE:-case}
+[[ $per == case || $per == deck ]] || { echo "validate: VALIDATE_CALIBRATE=$per: expected case or deck" >&2; exit 2; }
 
 exe=${TPTRAIN_BIN:-${TPTRAIN_BUILD_DIR:-$root/build}/tptrain}
 if [ ! -x "$exe" ]; then
@@ -90,15 +96,15 @@ cases=(
   "124M 1 rank|$m124|2|"
   "124M tensor 2|$m124|2|parallel.tensor=2"
   "mixtral-tiny expert 2 x data 2|$mixtral_tiny|100|"
+  "mixtral-small expert 2 x data 2|$mixtral_small|3|parallel.data=2 parallel.expert=2 training.global_batch=8"
   "mixtral-small expert 4 x data 4|$mixtral_small|3|"
 )
 
 # The machine files, by deck and rank count.
 declare -A machine
-calibrate() {  # $1 = key (deck|ranks), $2 = ranks, $3 = deck, then the case's --set arguments
-  local key=$1 n=$2 deck=$3 flags slug
-  shift 3
-  slug=$(basename "$deck" .toml)-$n
+calibrate() {  # $1 = key, $2 = ranks, $3 = deck, $4 = the file's name, then the case's --set arguments
+  local key=$1 n=$2 deck=$3 slug=$4 flags
+  shift 4
   local file=$out/machine-$slug.toml log=$out/calibrate-$slug.log
   mapfile -t flags < <(mpi_flags "$n")
   echo "== calibrate $(basename "$deck") on $n rank(s): $file" >&2
@@ -126,13 +132,14 @@ for entry in "${cases[@]}"; do
     failed=1
     continue
   fi
-  key="$deck|$ranks"
+  slug=$(echo "$name" | tr ' ' '-')
+  key="$deck|$ranks" file_slug=$(basename "$deck" .toml)-$ranks
+  [ "$per" = case ] && key=$name file_slug=$slug
   if [ -n "${VALIDATE_MACHINE:-}" ]; then
     machine[$key]=$VALIDATE_MACHINE
   elif [ -z "${machine[$key]+set}" ]; then
-    calibrate "$key" "$ranks" "$deck" "${args[@]}"
+    calibrate "$key" "$ranks" "$deck" "$file_slug" "${args[@]}"
   fi
-  slug=$(echo "$name" | tr ' ' '-')
   mapfile -t flags < <(mpi_flags "$ranks")
   echo "== $name: mpiexec -n $ranks $exe bench $(basename "$deck") ${args[*]} --steps $steps --warmup 1" \
     "(x $repeats)" >&2

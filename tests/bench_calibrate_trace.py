@@ -51,6 +51,9 @@ ROW = {"precision": str, "m": int, "n": int, "k": int, "efficiency": float}
 # optimizer_bandwidth_gbs, attention_efficiency).
 OPTIONAL = {"device": {"kernel_overhead_us": float, "kernel_bandwidth_gbs": float, "optimizer_bandwidth_gbs": float},
             "gemm": {"attention_efficiency": float}}
+# What calibration measures of the node's collectives with 2 or more ranks in it (the bus bandwidth,
+# the host's share of a collective's time), absent with one.
+COLLECTIVES = {"collective_bandwidth_gbs": float, "communication_host_share": float}
 
 
 def check_machine(path, ranks):
@@ -73,7 +76,8 @@ def check_machine(path, ranks):
         if not m["gemm"]["attention_efficiency"] <= 1:
             fail(f"{path}: attention_efficiency {m['gemm']['attention_efficiency']} above 1")
         extra = set(m[section]) - set(keys) - set(OPTIONAL.get(section, {})) - (
-            {"measured", "measured_attention"} if section == "gemm" else set())
+            {"measured", "measured_attention"} if section == "gemm" else set()) - (
+            set(COLLECTIVES) if section == "node" and ranks > 1 else set())
         if extra:
             fail(f"{path}: [{section}] has keys outside the schema: {extra}")
     if set(m) != set(SCHEMA):
@@ -104,6 +108,15 @@ def check_machine(path, ranks):
         fail(f"{path}: rows for {sorted({r['precision'] for r in rows})}, expected all three precisions")
     if m["device"]["compute_units"] != 1 or m["node"]["devices"] != ranks:
         fail(f"{path}: a CPU rank is a device of 1 compute unit, {ranks} in the node: {m['device']}, {m['node']}")
+    if ranks > 1:
+        node = m["node"]
+        if type(node.get("collective_bandwidth_gbs")) is not float or not node["collective_bandwidth_gbs"] > 0:
+            fail(f"{path}: [node] collective_bandwidth_gbs = {node.get('collective_bandwidth_gbs')!r}: expected > 0")
+        # MPI without a progress thread moves a collective's bytes inside its calls only: the host
+        # drives (nearly) all of it.
+        if type(node.get("communication_host_share")) is not float or not 0.5 <= node["communication_host_share"] <= 1:
+            fail(f"{path}: [node] communication_host_share = {node.get('communication_host_share')!r}: "
+                 "expected MPI's host-driven collectives, in [0.5, 1]")
     said_default = "NOT measured" in text
     if said_default != (ranks == 1):
         fail(f"{path}: with {ranks} rank(s) the link must {'be' if ranks == 1 else 'not be'} said to be a default")

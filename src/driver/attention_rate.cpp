@@ -4,7 +4,7 @@
 #include "kokkos_kernels/precision.hpp"
 #include "kokkos_kernels/views.hpp"
 #include "src/model/model_flops.hpp"
-#include "src/driver/best_rate.hpp"
+#include "src/driver/run_rate.hpp"
 
 namespace tptrain::driver {
 
@@ -39,7 +39,7 @@ double measure_attention_flops(const model::GptShape& shape, int micro_batch, do
   model::GptShape flash = shape;
   flash.flash_attention = true;
   const double flops = double(B) * model::attention_flops_per_sequence(flash, true);
-  return best_rate(flops, min_runs, min_seconds, pass);
+  return rate_of_runs(flops, min_runs, min_seconds, RunStatistic::median, pass);
 }
 
 }  // namespace tptrain::driver

@@ -10,7 +10,7 @@
 
 namespace tptrain::driver {
 
-// FLOP/s of the best of several forward + backward passes over `micro_batch` sequences of
+// FLOP/s of the median of several forward + backward passes over `micro_batch` sequences of
 // `shape` (its local heads, head_dim, seq_length; T the storage type), at least `min_runs` and
 // `min_seconds` in all, after one untimed pass.
 template <class T = float>

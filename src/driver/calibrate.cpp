@@ -24,6 +24,7 @@
 #include "kokkos_kernels/precision.hpp"
 #include "src/driver/attention_rate.hpp"
 #include "src/driver/collective_latency.hpp"
+#include "src/driver/collective_rate.hpp"
 #include "src/driver/device_facts.hpp"
 #include "src/driver/gemm_peak.hpp"
 #include "src/driver/kernel_overhead.hpp"
@@ -199,7 +200,7 @@ struct Measuring {
 template <class T>
 double rate_of(const Measuring& at, const GemmShape& g) {
   // Cold operands: a buffer of kEvictBytes written before each run (gemm_peak.hpp).
-  return at.mean([&] { return measure_gemm_flops<T>(g, 0.05, 2, kEvictBytes); });
+  return at.mean([&] { return measure_gemm_flops<T>(g, 0.05, 3, kEvictBytes, RunStatistic::median); });
 }
 
 template <class T>
@@ -310,6 +311,16 @@ int run_calibrate(const io::Deck& deck, const parallel::Topology& topo, const st
   }
   const PingPong link = measure_ping_pong(node);
   const double all_reduce_s = measure_all_reduce_latency_s(node);
+  // The ring's latency per step as an all-reduce over every rank of the node meets it, where
+  // that is more than the ping-pong's (oversubscribed cores, MPI's collective algorithm).
+  const double per_step_us = node_ranks > 1 ? all_reduce_s / (2.0 * double(node_ranks - 1)) * 1e6 : 0.0;
+  const double step_latency_us = std::max(link.latency_us, per_step_us);
+  // The collectives at the deck's tensor-parallel all-reduce, [micro_batch·S/C, hidden].
+  const std::int64_t activation_elements = std::int64_t(deck.training.micro_batch) * (own.seq_length / own.context) *
+                                           own.hidden;
+  const CollectiveRate collective = with_precision(precision, [&](auto t) {
+    return measure_collective_rate<decltype(t)>(node, activation_elements, step_latency_us * 1e-6);
+  });
   MPI_Comm_free(&node);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
@@ -337,7 +348,7 @@ int run_calibrate(const io::Deck& deck, const parallel::Topology& topo, const st
     for (std::size_t i = 0; i < standard_kernel_rates.size(); ++i)
       kernel_rates += fmt::format("{}{} {:.4g} GB/s", i ? ", " : "", kStandardModels[i].name, standard_kernel_rates[i] / 1e9);
     m.device_note = fmt::format(
-        "device: {} (peaks: the best GEMM rate per rank through tptrain's GEMM seam, {}; "
+        "device: {} (peaks: the best of the GEMM rates per rank (each its median run's) through tptrain's GEMM seam, {}; "
         "{} on every shape below, the other precisions on a square 2048 GEMM)\n"
         "memory_bandwidth_gbs: STREAM triad on Kokkos Views, per rank, measured as the GEMMs\n"
         "kernel_overhead_us: a one-element Kokkos kernel launched 2000 times back to back, fenced once, per launch\n"
@@ -362,17 +373,23 @@ int run_calibrate(const io::Deck& deck, const parallel::Topology& topo, const st
             : std::string());
     m.devices = node_ranks;
     if (link.measured) {
-      // The ring's latency per step as an all-reduce over every rank of the node meets it, where
-      // that is more than the ping-pong's (oversubscribed cores, MPI's collective algorithm).
-      const double per_step_us = all_reduce_s / (2.0 * double(node_ranks - 1)) * 1e6;
-      m.link_latency_us = std::max(link.latency_us, per_step_us);
+      m.link_latency_us = step_latency_us;
       m.link_bandwidth_gbs = link.bandwidth_gbs;
+      m.collective_bandwidth_gbs = collective.bus_bandwidth_gbs;
+      m.communication_host_share = collective.host_share;
+      const double mib = double(activation_elements) * (precision == "fp32" ? 4.0 : 2.0) / double(1 << 20);
       m.node_note = fmt::format(
           "node: the ranks of this node (MPI_Comm_split_type shared); link: MPI ping-pong between its ranks 0 and 1 in "
           "host memory (latency: 8-byte messages, bandwidth: 4 MiB messages, half a round trip each)\n"
           "link_latency_us: the larger of the ping-pong's {:.3g} us and an 8-byte MPI_Allreduce over the node's {} "
-          "ranks, {:.3g} us mean, over the ring's 2(k - 1) = {} latencies: {:.3g} us",
-          link.latency_us, node_ranks, all_reduce_s * 1e6, 2 * (node_ranks - 1), per_step_us);
+          "ranks, {:.3g} us mean, over the ring's 2(k - 1) = {} latencies: {:.3g} us\n"
+          "collective_bandwidth_gbs: nccl-tests' bus bandwidth of a {:.3g} MiB {} all-reduce (the deck's "
+          "tensor-parallel one) through tptrain's {} communicator over the node's ranks: {:.4g} ms (median)\n"
+          "communication_host_share: that all-reduce started, a kernel of {:.4g} ms alone queued behind it, then "
+          "waited for: {:.4g} ms, (together - kernel) / all-reduce",
+          link.latency_us, node_ranks, all_reduce_s * 1e6, 2 * (node_ranks - 1), per_step_us, mib, precision,
+          host ? "MPI" : "device", collective.all_reduce_s * 1e3, collective.kernel_s * 1e3,
+          collective.together_s * 1e3);
     } else {
       m.link_latency_us = kDefaultLinkLatencyUs;
       m.link_bandwidth_gbs = kDefaultLinkBandwidthGbs;
@@ -455,6 +472,8 @@ int run_calibrate(const io::Deck& deck, const parallel::Topology& topo, const st
     json.integer("node_devices", node_ranks).boolean("link_measured", link.measured);
     json.number("link_latency_us", m.link_latency_us, io::digits(6));
     json.number("link_bandwidth_gbs", m.link_bandwidth_gbs, io::digits(6));
+    json.number("collective_bandwidth_gbs", m.collective_bandwidth_gbs, io::digits(6));
+    json.number("communication_host_share", m.communication_host_share, io::digits(4));
     json.integer("gemm_shapes", static_cast<std::int64_t>(m.measured.size()));
     json.number("attention_efficiency", m.attention_efficiency, io::digits(6));
     json.number("kernel_overhead_us", m.kernel_overhead_us, io::digits(6));

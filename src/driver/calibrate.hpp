@@ -3,8 +3,9 @@
 //   - GEMM: the rate through the model's GEMM seam (gemm_peak.hpp) of the deck's own linear
 //     layers, forward and both backward GEMMs (dx, dW), those of the standard bench models
 //     (input/bench/tiny.toml, small.toml, gpt2-124m.toml; at tensor 1 and 2, at their micro-batch
-//     and at a half and a quarter of it) and a square 2048, every rank measuring at once as in training. The
-//     best rate is the precision's peak (so max_efficiency = 1), each shape a [[gemm.measured]]
+//     and at a half and a quarter of it) and a square 2048, every rank measuring at once as in
+//     training, each shape's rate its median run's (run_rate.hpp: every rate below is, but the
+//     triad's best). The best of them is the precision's peak (so max_efficiency = 1), each shape a [[gemm.measured]]
 //     row of its rate over that peak. The deck's precision is measured on every shape, the other
 //     two on the square 2048 only.
 //   - attention: the flash core's rate, forward + backward, on the deck's attention
@@ -21,8 +22,10 @@
 //     scaled by cores/ranks (each measurement is a whole core's: it fits in a time slice).
 //   - node: the ranks of this node (MPI_Comm_split_type shared); latency and bandwidth of MPI
 //     between its ranks 0 and 1 by ping-pong (ping_pong.hpp), the latency raised to an 8-byte
-//     all-reduce's over 2(k - 1) where that is more (collective_latency.hpp). With one rank in the node nothing is
-//     measured: the file says so and carries the defaults below.
+//     all-reduce's over 2(k - 1) where that is more (collective_latency.hpp); the collectives'
+//     bus bandwidth and the host's share of their time, an all-reduce of the deck's
+//     tensor-parallel size through tptrain's communicator (collective_rate.hpp). With one rank in
+//     the node nothing is measured: the file says so and carries the defaults below.
 //   - network: not measured: the node's link figures.
 #pragma once
 

@@ -7,6 +7,7 @@
 #include "kokkos_kernels/gemm.hpp"
 #include "kokkos_kernels/precision.hpp"
 #include "kokkos_kernels/views.hpp"
+#include "src/driver/run_rate.hpp"
 #include "src/model/spec/sublayer_kinds.hpp"
 
 namespace tptrain::driver {
@@ -46,12 +47,23 @@ void fill_gemm_operand(const kx::ExecSpace& exec, const V& a, const std::int64_t
       });
 }
 
-template double measure_gemm_flops<float>(const GemmShape&, double, int, std::int64_t);
-template double measure_gemm_flops<kx::bf16>(const GemmShape&, double, int, std::int64_t);
-template double measure_gemm_flops<kx::fp16>(const GemmShape&, double, int, std::int64_t);
+template double measure_gemm_flops<float>(const GemmShape&, double, int, std::int64_t, RunStatistic);
+template double measure_gemm_flops<kx::bf16>(const GemmShape&, double, int, std::int64_t, RunStatistic);
+template double measure_gemm_flops<kx::fp16>(const GemmShape&, double, int, std::int64_t, RunStatistic);
+
+// Writes `value` over `evict` (a buffer larger than the caches). (A named function, not a lambda:
+// nvcc takes no extended lambda inside a lambda.)
+void evict_gemm_operands(const kx::ExecSpace& exec, const kernels::Vector<float>& evict, const float value) {
+  Kokkos::parallel_for(
+      "tptrain::gemm_peak::evict",
+      Kokkos::RangePolicy<kx::ExecSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, std::int64_t(evict.extent(0))),
+      KOKKOS_LAMBDA(const std::int64_t i) { evict(i) = value; });
+  kx::fence(exec, "tptrain::gemm_peak::evict");
+}
 
 template <class T>
-double measure_gemm_flops(const GemmShape& g, double min_seconds, int min_runs, std::int64_t evict_bytes) {
+double measure_gemm_flops(const GemmShape& g, double min_seconds, int min_runs, std::int64_t evict_bytes,
+                          RunStatistic statistic) {
   const kx::ExecSpace exec;
   const std::int64_t evict_floats = std::max<std::int64_t>(0, evict_bytes / std::int64_t(sizeof(float)));
   kernels::Vector<float> evict("gemm_peak.evict", static_cast<std::size_t>(evict_floats));
@@ -76,24 +88,16 @@ double measure_gemm_flops(const GemmShape& g, double min_seconds, int min_runs, 
   fill_gemm_operand(exec, B, 11);
   gemm();  // untimed: first-touch, BLAS thread start-up
   kx::fence(exec, "tptrain::gemm_peak");
-  double best = 0.0, total = 0.0;
-  for (int run = 0; run < min_runs || total < min_seconds; ++run) {
-    if (evict_floats > 0) {
-      const float v = float(run);
-      Kokkos::parallel_for(
-          "tptrain::gemm_peak::evict",
-          Kokkos::RangePolicy<kx::ExecSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, evict_floats),
-          KOKKOS_LAMBDA(const std::int64_t i) { evict(i) = v; });
-      kx::fence(exec, "tptrain::gemm_peak::evict");
-    }
-    const auto t0 = std::chrono::steady_clock::now();
-    gemm();
-    kx::fence(exec, "tptrain::gemm_peak");
-    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    total += dt;
-    if (dt > 0 && g.flops() / dt > best) best = g.flops() / dt;
-  }
-  return best;
+  float run = 0;
+  const auto evict_caches = [&] {
+    if (evict_floats > 0) evict_gemm_operands(exec, evict, run++);
+  };
+  return rate_of_runs(g.flops(), min_runs, min_seconds, statistic,
+                      [&] {
+                        gemm();
+                        kx::fence(exec, "tptrain::gemm_peak");
+                      },
+                      evict_caches);
 }
 
 }  // namespace tptrain::driver

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "src/driver/run_rate.hpp"
 #include "src/model/spec/gpt_shape.hpp"
 
 namespace tptrain::driver {
@@ -36,15 +37,16 @@ std::vector<GemmShape> model_gemms(const model::GptShape& shape, int micro_batch
 // The largest (by FLOPs) of them.
 GemmShape largest_model_gemm(const model::GptShape& shape, int micro_batch);
 
-// FLOP/s of the best of several runs of g's GEMM (its pass: kernels::linear_forward,
-// linear_backward_input or linear_backward_weight) with operands in T (float, kx::bf16, kx::fp16:
-// the training precision; 16-bit GEMMs accumulate in fp32 as the model's do, dW in fp32), at
-// least `min_runs` runs and `min_seconds` in all, after one untimed run. With `evict_bytes` > 0
-// a buffer of that size is written before each run (untimed), so that the operands come from
-// memory, not from the caches, as in a training step where other kernels ran since they were
-// last touched (`bench --calibrate`); 0: hot operands, the best a shape can do.
+// FLOP/s of several runs of g's GEMM (its pass: kernels::linear_forward, linear_backward_input or
+// linear_backward_weight) with operands in T (float, kx::bf16, kx::fp16: the training precision;
+// 16-bit GEMMs accumulate in fp32 as the model's do, dW in fp32), at least `min_runs` runs and
+// `min_seconds` in all, after one untimed run: the best run's (bench's peak) or the median's
+// (`bench --calibrate`; run_rate.hpp). With `evict_bytes` > 0 a buffer of that size is written
+// before each run (untimed), so that the operands come from memory, not from the caches, as in a
+// training step where other kernels ran since they were last touched (`bench --calibrate`); 0:
+// hot operands, the best a shape can do.
 template <class T = float>
 double measure_gemm_flops(const GemmShape& g, double min_seconds = 0.3, int min_runs = 2,
-                          std::int64_t evict_bytes = 0);
+                          std::int64_t evict_bytes = 0, RunStatistic statistic = RunStatistic::best);
 
 }  // namespace tptrain::driver

@@ -4,7 +4,7 @@
 #include "kokkos_kernels/layernorm.hpp"
 #include "kokkos_kernels/precision.hpp"
 #include "kokkos_kernels/views.hpp"
-#include "src/driver/best_rate.hpp"
+#include "src/driver/run_rate.hpp"
 
 namespace tptrain::driver {
 
@@ -51,7 +51,7 @@ double measure_memory_kernel_bytes_per_s(std::int64_t rows, std::int64_t hidden,
   pass();  // untimed: first touch
   const double e = sizeof(T);
   const double bytes = 3.0 * 2.0 * double(rows) * double(hidden) * e + 3.0 * 2.0 * double(rows) * double(ffn) * e;
-  return best_rate(bytes, min_runs, min_seconds, pass);
+  return rate_of_runs(bytes, min_runs, min_seconds, RunStatistic::median, pass);
 }
 
 }  // namespace tptrain::driver

@@ -12,7 +12,7 @@
 
 namespace tptrain::driver {
 
-// Bytes/s (as counted above) of the best of several passes over [rows, hidden] and [rows, ffn]
+// Bytes/s (as counted above) of the median of several passes over [rows, hidden] and [rows, ffn]
 // activations in precision T (float, kx::bf16, kx::fp16), at least `min_runs` and `min_seconds`
 // in all, after one untimed pass.
 template <class T>

@@ -5,7 +5,7 @@
 #include "kokkos_kernels/precision.hpp"
 #include "kokkos_kernels/reductions.hpp"
 #include "kokkos_kernels/views.hpp"
-#include "src/driver/best_rate.hpp"
+#include "src/driver/run_rate.hpp"
 
 namespace tptrain::driver {
 
@@ -40,7 +40,7 @@ double measure_optimizer_bytes_per_s(std::int64_t parameters, double min_seconds
   };
   gradients();
   pass();  // untimed: first touch
-  return best_rate(36.0 * double(n), min_runs, min_seconds, pass, gradients);
+  return rate_of_runs(36.0 * double(n), min_runs, min_seconds, RunStatistic::median, pass, gradients);
 }
 
 }  // namespace tptrain::driver

@@ -11,7 +11,7 @@
 
 namespace tptrain::driver {
 
-// Bytes/s (as counted above) of the best of several steps over `parameters` fp32 parameters, at
+// Bytes/s (as counted above) of the median of several steps over `parameters` fp32 parameters, at
 // least `min_runs` and `min_seconds` in all, after one untimed step.
 double measure_optimizer_bytes_per_s(std::int64_t parameters, double min_seconds = 0.2, int min_runs = 3);
 

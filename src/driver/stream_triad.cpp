@@ -1,7 +1,7 @@
 #include "src/driver/stream_triad.hpp"
 
 #include "kokkos_kernels/views.hpp"
-#include "src/driver/best_rate.hpp"
+#include "src/driver/run_rate.hpp"
 
 namespace tptrain::driver {
 
@@ -22,7 +22,7 @@ double measure_triad_bytes_per_s(std::int64_t elements, double min_seconds, int 
   };
   triad();  // untimed: first touch of a
   const double bytes = 3.0 * sizeof(double) * double(elements);
-  return best_rate(bytes, min_runs, min_seconds, triad);
+  return rate_of_runs(bytes, min_runs, min_seconds, RunStatistic::best, triad);
 }
 
 }  // namespace tptrain::driver

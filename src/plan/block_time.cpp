@@ -120,18 +120,23 @@ struct Builder {
 
 // Ring attention's ops with their compute and transfers: the compute stream waits for a
 // transfer only where the schedule waits for it. The first step (the rank's own block) computes
-// one chunk pair more than the later ones.
+// one chunk pair more than the later ones. `host_share` of each transfer's time the rank's host
+// spends driving it (Machine::communication_host_share), computing nothing meanwhile.
 void ring_attention(Pass& p, const std::vector<schedule::RingOp>& ops, double first_step_seconds, double step_seconds,
-                    double add_seconds, double kv_seconds, double sums_seconds, const char* compute_name) {
+                    double add_seconds, double kv_seconds, double sums_seconds, double host_share,
+                    const char* compute_name) {
   double now = 0, stream_free = 0;
   std::vector<double> done;
   for (const schedule::RingOp& op : ops) {
     switch (op.kind) {
       case schedule::RingOp::post: {
         const double start = std::max(now, stream_free);
-        stream_free = start + (op.flow == schedule::RingFlow::kv ? kv_seconds : sums_seconds);
+        const double transfer = op.flow == schedule::RingFlow::kv ? kv_seconds : sums_seconds;
+        stream_free = start + transfer;
         if (op.group >= static_cast<int>(done.size())) done.resize(static_cast<std::size_t>(op.group) + 1);
         done[static_cast<std::size_t>(op.group)] = stream_free;
+        p.add("ring transfer (host)", Stream::context, host_share * transfer);
+        now += host_share * transfer;
         break;
       }
       case schedule::RingOp::compute: {
@@ -283,7 +288,7 @@ BlockTimes block_times(const Config& c, const Machine& m, const Spans& spans) {
       ring_attention(ring, schedule::ring_forward_ops(s.context),
                      b.attention_seconds(mb * ring_flops.first_forward, ring_flops.chunk, 3),
                      b.attention_seconds(mb * ring_flops.later_forward, ring_flops.chunk, 2), 0, kv_seconds, 0,
-                     "attention (ring step)");
+                     m.communication_host_share, "attention (ring step)");
       p.append(ring);
       b.memory(p, "ring round output", N * heads_t * dv * (4 + e));
     } else if (!s.flash_attention) {
@@ -412,7 +417,7 @@ BlockTimes block_times(const Config& c, const Machine& m, const Spans& spans) {
     ring_attention(ring, schedule::ring_backward_ops(s.context),
                    b.attention_seconds(mb * ring_flops.first_backward, ring_flops.chunk, 3) + zero_sums,
                    b.attention_seconds(mb * ring_flops.later_backward, ring_flops.chunk, 2) + zero_sums,
-                   memory_seconds(m, 3.0 * N * kv_width * 4), kv_seconds, sums_seconds,
+                   memory_seconds(m, 3.0 * N * kv_width * 4), kv_seconds, sums_seconds, m.communication_host_share,
                    "attention grad (ring step)");
     bwd.append(ring);
     b.memory(bwd, "ring round dQ, dK, dV", N * (kv_width + heads_t * dq) * (4 + e));

@@ -8,6 +8,13 @@ namespace tptrain::plan {
 
 namespace {
 constexpr double kGB = 1e9, kUs = 1e-6;
+
+// Bytes/s of a collective's steps inside the node: the library's bus bandwidth where the machine
+// file measured it (MPI's collectives reduce on the host and copy through shared memory twice:
+// a third of the ping-pong's rate on a CPU node), else the link's.
+double collective_link(const Machine& m) {
+  return (m.collective_bandwidth_gbs > 0 ? m.collective_bandwidth_gbs : m.link_bandwidth_gbs) * kGB;
+}
 }
 
 GroupSpan span_of(const std::vector<std::int64_t>& ranks, int devices_per_node) {
@@ -28,8 +35,8 @@ namespace {
 // Seconds to send `sent` bytes per rank around a ring of the group, with `steps` latencies.
 double ring_seconds(const Machine& m, const GroupSpan& g, double sent, double steps) {
   if (g.members <= 1) return 0;
-  if (g.nodes <= 1) return sent / (m.link_bandwidth_gbs * kGB) + steps * m.link_latency_us * kUs;
-  const double over_link = sent / (m.link_bandwidth_gbs * kGB);
+  if (g.nodes <= 1) return sent / collective_link(m) + steps * m.link_latency_us * kUs;
+  const double over_link = sent / collective_link(m);
   const double over_network = sent / (double(g.most_on_a_node) * m.network_bandwidth_gbs * kGB);
   return std::max(over_link, over_network) + steps * m.network_latency_us * kUs;
 }
@@ -45,7 +52,7 @@ double tree_all_reduce_seconds(const Machine& m, const GroupSpan& g, double byte
   if (g.nodes <= 1) return ring_all_reduce_seconds(m, g, bytes);
   const double sent = ring_all_reduce_bytes(bytes, g.members);
   const double bandwidth =
-      std::max(sent / (m.link_bandwidth_gbs * kGB), sent / (double(g.most_on_a_node) * m.network_bandwidth_gbs * kGB));
+      std::max(sent / collective_link(m), sent / (double(g.most_on_a_node) * m.network_bandwidth_gbs * kGB));
   const double latency = 2.0 * std::ceil(std::log2(double(g.nodes))) * m.network_latency_us * kUs +
                          2.0 * double(g.most_on_a_node - 1) * m.link_latency_us * kUs;
   return bandwidth + latency;
@@ -63,7 +70,7 @@ double all_gather_seconds(const Machine& m, const GroupSpan& g, double bytes) {
 double all_to_all_seconds(const Machine& m, const GroupSpan& g, double bytes) {
   if (g.members <= 1) return 0;
   const double k = double(g.members), local = double(g.most_on_a_node);
-  const double inside = bytes * (local - 1) / k / (m.link_bandwidth_gbs * kGB);
+  const double inside = bytes * (local - 1) / k / collective_link(m);
   if (g.nodes <= 1) return inside + m.link_latency_us * kUs;
   const double across = bytes * (k - local) / k / (m.network_bandwidth_gbs * kGB);
   return std::max(inside, across) + m.network_latency_us * kUs;

@@ -4,7 +4,9 @@
 // node holds.
 //
 // k members on n nodes, at most g of them on one node; S the buffer; B, L the node link's
-// bandwidth and latency, Bn, Ln the network's (per device, per direction):
+// bandwidth and latency, Bn, Ln the network's (per device, per direction); the collectives take
+// the machine file's collective_bandwidth_gbs for B where it has one (the library's bus
+// bandwidth, nccl-tests' busBw: 2(k−1)/k·S over the time of an all-reduce):
 //   ring all-reduce      2(k−1)/k·S per rank: on one node 2(k−1)/k·S/B + 2(k−1)·L; across nodes
 //                        max(2(k−1)/k·S/B, 2(k−1)/k·S/(g·Bn)) + 2(k−1)·Ln (NCCL's channels spread a
 //                        node's ring crossings over the g members' NICs)

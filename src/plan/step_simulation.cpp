@@ -364,15 +364,26 @@ StepSimulation simulate_step(const Config& c, const Machine& m, io::ChromeTrace*
           }
           if (vs == 0 && (last_micro_batch || !word_whole)) r.buckets.push_back(Bucket{end, vocab_bytes, 0, tied_copies});
           if (last_micro_batch) r.step_buckets += (vs == last_virtual && (!s.tie_embeddings || P > 1) ? 1 : 0) + layers_per_chunk + (vs == 0 ? 1 : 0);
+          double driven = 0;  // the host's share of the reductions, before the rank's next op
           for (Bucket& b : r.buckets) {
             if (b.ready < 0) continue;  // launched already
             const double d = reduce_seconds(r, b, last_micro_batch);
             const double t0 = std::max(b.ready, r.data_free);
             r.data_free = t0 + d;
+            driven += m.communication_host_share * d;
             if (trace && d > 0)
               emit(r.stage, io::TraceSpan{c.distributed_optimizer ? "reduce-scatter gradients" : "all-reduce gradients",
                                         "data", r.world_rank, static_cast<int>(Stream::data), t0 * kUs, d * kUs});
             b.ready = -1;
+          }
+          // A host that drives its collectives (MPI without a progress thread: the gradient
+          // reducer's progress() between buckets moves the bytes) computes nothing meanwhile.
+          if (driven > 0) {
+            if (trace)
+              emit(r.stage, io::TraceSpan{"drive gradient reductions", "compute", r.world_rank, 0, r.now * kUs,
+                                        driven * kUs});
+            r.now += driven;
+            r.data_exposed += driven;
           }
         }
         ++r.next;
@@ -409,7 +420,7 @@ StepSimulation simulate_step(const Config& c, const Machine& m, io::ChromeTrace*
   // After the backward: the reductions' tail, the tied embedding's sum, the gradient norm.
   for (Rank& r : ranks) {
     r.sync_end = std::max(r.now, r.data_free);
-    r.data_exposed = r.sync_end - r.now;
+    r.data_exposed += r.sync_end - r.now;
   }
   if (tied_copies) {
     Rank& first = ranks.front();
@@ -459,6 +470,8 @@ StepSimulation simulate_step(const Config& c, const Machine& m, io::ChromeTrace*
                           (experts > 0 && expert_data > 1 ? all_gather_seconds(m, r.spans.expert_data, experts / nb * c.element_bytes()) : 0));
         const double g0 = std::max(t, gathers);
         gathers = g0 + g;
+        t += m.communication_host_share * g;  // the host driving the gather updates nothing meanwhile
+        r.data_exposed += m.communication_host_share * g;
         if (trace)
           emit(r.stage, io::TraceSpan{"all-gather parameters", "data", r.world_rank, static_cast<int>(Stream::data), g0 * kUs,
                                     g * kUs});

@@ -102,6 +102,19 @@ TEST_CASE("machine files: a valid file, with the optional keys", "[plan][machine
       with("compute_units = 4", "compute_units = 4\noptimizer_bandwidth_gbs = 1.5"), "cpu.toml");
   CHECK(opt.optimizer_bandwidth_gbs == 1.5);
   CHECK(io::parse_machine_file(io::machine_file_toml(opt), "again.toml").optimizer_bandwidth_gbs == 1.5);
+  // [node]'s optional collective figures: absent, the link's bandwidth and no host share.
+  CHECK(m.collective_bandwidth_gbs == 0);
+  CHECK(m.communication_host_share == 0);
+  const std::string node = "link_latency_us = 1.0\ncollective_bandwidth_gbs = 4.5\ncommunication_host_share = 1.0";
+  const Machine mpi = io::parse_machine_file(with("link_latency_us = 1.0", node), "cpu.toml");
+  CHECK(mpi.collective_bandwidth_gbs == 4.5);
+  CHECK(mpi.communication_host_share == 1.0);
+  const Machine mpi_again = io::parse_machine_file(io::machine_file_toml(mpi), "again.toml");
+  CHECK(mpi_again.collective_bandwidth_gbs == 4.5);
+  CHECK(mpi_again.communication_host_share == 1.0);
+  CHECK_THROWS_WITH(io::parse_machine_file(with("link_latency_us = 1.0", "link_latency_us = 1.0\ncommunication_host_share = 1.5"),
+                                           "cpu.toml"),
+                    Catch::Contains("node.communication_host_share") && Catch::Contains("[0, 1]"));
 }
 
 TEST_CASE("machine files: the attention core's efficiency by length, between measured rows", "[plan][machine]") {

@@ -1,7 +1,8 @@
 // The step simulation's logic on hand-worked cases (docs/planning.md, "The step simulation"): the
 // pipeline bubbles of 1F1B and of the interleaved schedule, a data-parallel bucket reduction
-// hidden by the backward but for its tail, ring attention's steps, a ring all-reduce's bytes and
-// seconds, the GEMM model's tile and wave quantisation and its measured correction.
+// hidden by the backward but for its tail (all of it where the host drives it), ring attention's
+// steps, a ring all-reduce's bytes and seconds, the GEMM model's tile and wave quantisation and
+// its measured correction.
 #include "catch.hpp"
 
 #include <map>
@@ -164,6 +165,16 @@ TEST_CASE("step simulation: an overlapped bucket costs only its exposed tail", "
   REQUIRE(E < R);
   REQUIRE(R < B);
   CHECK(s.average.data == Approx(R - E + Re).epsilon(1e-9));
+
+  // A host that drives its collectives (MPI without a progress thread) hides none of them: the
+  // data time is the four buckets' 2R + 2Re (the head's lm_head bucket, as large as the
+  // embedding's, hid behind block 1's backward), the step grows by that less the R − E + Re the
+  // overlap exposed.
+  m.communication_host_share = 1;
+  const StepSimulation driven = simulate_step(c, m);
+  CHECK(driven.average.data == Approx(2 * R + 2 * Re).epsilon(1e-9));
+  CHECK(driven.step_seconds - s.step_seconds == Approx(2 * R + 2 * Re - (R - E + Re)).epsilon(1e-9));
+  CHECK(driven.average.compute == Approx(s.average.compute).epsilon(1e-12));
 }
 
 // Hybrid sharding over 2 nodes of 8: the shard group is a node. Sharded parameters' gathers then
@@ -211,6 +222,16 @@ TEST_CASE("step simulation: ring attention's steps run their chunk pairs at the 
   const double rate = m.peak_tflops_bf16 * 1e12 * 0.25;
   CHECK(steps[0] == Approx(4 * d * heads * 3 * pair / rate).epsilon(1e-12));
   CHECK(steps[1] == Approx(4 * d * heads * 2 * pair / rate).epsilon(1e-12));
+
+  // The transfer of the other block's K and V (256 rows of 16 KV heads of 64, K and V in bf16)
+  // at 10 GB/s: the first step hides part of it; a host that drives it (communication_host_share
+  // 1) waits for all of it.
+  m.link_bandwidth_gbs = 10;
+  const auto context_time = [&](const Pass& p) { return p.on[static_cast<std::size_t>(Stream::context)]; };
+  const double transfer = 2.0 * 256 * c.shape.kv_heads * c.shape.head_dim() * 2 / 10e9;
+  CHECK(context_time(block_times(c, m, spans).forward) == Approx(transfer - steps[0]).epsilon(1e-9));
+  m.communication_host_share = 1;
+  CHECK(context_time(block_times(c, m, spans).forward) == Approx(transfer).epsilon(1e-9));
 }
 
 TEST_CASE("collectives: a ring all-reduce sends 2(p - 1)/p of the buffer per rank", "[plan][simulation]") {
@@ -227,6 +248,12 @@ TEST_CASE("collectives: a ring all-reduce sends 2(p - 1)/p of the buffer per ran
   // A tiny buffer over many nodes: the tree's 2·log2(64) latencies beat the ring's 2·63.
   CHECK(all_reduce_seconds(m, GroupSpan{64, 64, 1}, 8) == Approx(tree_all_reduce_seconds(m, GroupSpan{64, 64, 1}, 8)));
   CHECK(tree_all_reduce_seconds(m, GroupSpan{64, 64, 1}, 8) < ring_all_reduce_seconds(m, GroupSpan{64, 64, 1}, 8));
+  // The library's bus bandwidth (collective_bandwidth_gbs) times a node's collectives; point to
+  // point keeps the link's.
+  m.collective_bandwidth_gbs = 100;
+  CHECK(ring_all_reduce_seconds(m, GroupSpan{8, 1, 8}, 1e9) == Approx(1.75 / 100));
+  CHECK(all_gather_seconds(m, GroupSpan{8, 1, 8}, 1e9) == Approx(0.875 / 100 + 7 * m.link_latency_us * 1e-6));
+  CHECK(point_to_point_seconds(m, false, 1e9) == Approx(1.0 / 300));
 }
 
 TEST_CASE("GEMM model: tile and wave quantisation, the measured shape's correction", "[plan][simulation]") {
