@@ -388,7 +388,7 @@ int run_calibrate(const io::Deck& deck, const parallel::Topology& topo, const st
           "communication_host_share: that all-reduce started, a kernel of {:.4g} ms alone queued behind it, then "
           "waited for: {:.4g} ms, (together - kernel) / all-reduce",
           link.latency_us, node_ranks, all_reduce_s * 1e6, 2 * (node_ranks - 1), per_step_us, mib, precision,
-          host ? "MPI" : "device", collective.all_reduce_s * 1e3, collective.kernel_s * 1e3,
+          collective.backend, collective.all_reduce_s * 1e3, collective.kernel_s * 1e3,
           collective.together_s * 1e3);
     } else {
       m.link_latency_us = kDefaultLinkLatencyUs;

@@ -49,6 +49,7 @@ CollectiveRate measure_collective_rate(MPI_Comm comm, std::int64_t elements, dou
   MPI_Comm own = MPI_COMM_NULL;
   TPTRAIN_MPI_CHECK(MPI_Comm_dup(comm, &own));
   const std::unique_ptr<parallel::Communicator> group = parallel::make_communicator(own);
+  out.backend = group->backend_name();
   const kx::ExecSpace exec;
   // Zeros: sums of them stay finite in every precision however many times they run.
   const Kokkos::View<T*, kx::MemSpace> buffer("collective_rate.buffer", std::size_t(std::max<std::int64_t>(1, elements)));
@@ -76,7 +77,7 @@ CollectiveRate measure_collective_rate(MPI_Comm comm, std::int64_t elements, dou
   };
   for (int r = 0; r < 3; ++r) timed(all_reduce);  // untimed: buffers registered, paths set up
   out.all_reduce_s = median_of(all_reduce);
-  // The kernel at least twice the all-reduce (and a millisecond): iterations scaled from a first run.
+  // The kernel at least twice the all-reduce (and a millisecond): its iterations scaled to it.
   const double target = std::max(2.0 * out.all_reduce_s, 1e-3);
   out.kernel_s = median_of(kernel);
   for (int scaling = 0; scaling < 4 && out.kernel_s < 0.9 * target && iterations < 10000000; ++scaling) {
@@ -85,6 +86,7 @@ CollectiveRate measure_collective_rate(MPI_Comm comm, std::int64_t elements, dou
   }
   out.together_s = median_of(together);
   const double k = double(size), bytes = double(sizeof(T)) * double(buffer.size());
+  // The latencies taken out, but never more than half the time (a latency measured high).
   const double wire_s = std::max(out.all_reduce_s - 2.0 * (k - 1) * latency_s, 0.5 * out.all_reduce_s);
   out.bus_bandwidth_gbs = 2.0 * (k - 1) / k * bytes / wire_s / 1e9;
   out.host_share = std::clamp((out.together_s - out.kernel_s) / out.all_reduce_s, 0.0, 1.0);

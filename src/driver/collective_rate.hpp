@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <mpi.h>
+#include <string>
 
 namespace tptrain::driver {
 
@@ -23,6 +24,7 @@ struct CollectiveRate {
   double all_reduce_s = 0;       // the all-reduce alone (median)
   double kernel_s = 0;           // the kernel alone (median)
   double together_s = 0;         // the all-reduce, then the kernel, then its wait (median)
+  std::string backend;           // the communicator's (Communicator::backend_name)
 };
 
 // Over `comm` (every rank calls it; the same result on every rank, the ranks' mean), an
