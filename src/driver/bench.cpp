@@ -27,6 +27,7 @@
 #include "src/train/memory_metrics.hpp"
 #include "src/model/model_flops.hpp"
 #include "src/driver/precision_dispatch.hpp"
+#include "src/driver/rank_mean.hpp"
 #include "src/train/training_run.hpp"
 #include "src/util/blas_info.hpp"
 #include "src/util/host_waits.hpp"
@@ -41,11 +42,6 @@ using util::Phase;
 double reduce_over(MPI_Comm world, double x, MPI_Op op) {
   TPTRAIN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_DOUBLE, op, world));
   return x;
-}
-double mean_over(MPI_Comm world, double x) {
-  int size = 1;
-  TPTRAIN_MPI_CHECK(MPI_Comm_size(world, &size));
-  return reduce_over(world, x, MPI_SUM) / size;
 }
 void barrier(MPI_Comm world) { TPTRAIN_MPI_CHECK(MPI_Barrier(world)); }
 

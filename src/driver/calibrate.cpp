@@ -32,6 +32,7 @@
 #include "src/driver/optimizer_rate.hpp"
 #include "src/driver/ping_pong.hpp"
 #include "src/driver/precision_dispatch.hpp"
+#include "src/driver/rank_mean.hpp"
 #include "src/driver/stream_triad.hpp"
 #include "src/model/shape_of_deck.hpp"
 #include "src/model/spec/sublayer_kinds.hpp"
@@ -59,13 +60,6 @@ int usable_cores(MPI_Comm node) {
   (void)node;
   return std::max(1u, std::thread::hardware_concurrency());
 #endif
-}
-
-double mean_over(MPI_Comm comm, double x) {
-  int size = 1;
-  TPTRAIN_MPI_CHECK(MPI_Comm_size(comm, &size));
-  TPTRAIN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_DOUBLE, MPI_SUM, comm));
-  return x / size;
 }
 
 // The standard bench models' forwards (input/bench/tiny.toml, small.toml, gpt2-124m.toml: their

@@ -8,6 +8,7 @@
 #include "base/mpi_check.hpp"
 #include "kokkos_kernels/compat.hpp"
 #include "kokkos_kernels/precision.hpp"
+#include "src/driver/rank_mean.hpp"
 #include "src/parallel/collectives.hpp"
 
 namespace tptrain::driver {
@@ -31,11 +32,6 @@ namespace {
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
-}
-
-double mean_over(MPI_Comm comm, double x, int size) {
-  TPTRAIN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_DOUBLE, MPI_SUM, comm));
-  return x / size;
 }
 
 }  // namespace
@@ -73,7 +69,7 @@ CollectiveRate measure_collective_rate(MPI_Comm comm, std::int64_t elements, dou
   const auto median_of = [&](auto&& what) {
     std::vector<double> t;
     for (int r = 0; r < reps; ++r) t.push_back(timed(what));
-    return mean_over(comm, median(t), size);
+    return mean_over(comm, median(t));
   };
   for (int r = 0; r < 3; ++r) timed(all_reduce);  // untimed: buffers registered, paths set up
   out.all_reduce_s = median_of(all_reduce);
