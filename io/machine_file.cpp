@@ -45,17 +45,15 @@ class TableReader {
                                               strictly ? ">" : ">=", least));
     out = *v;
   }
-  void fraction(const char* key, double& out, bool required) {
-    number(key, out, required, 0, true);
+  // A number in (0, 1] (`what`: a fraction of the peak) or, `zero_allowed`, in [0, 1].
+  void unit_interval(const char* key, double& out, bool required, bool zero_allowed, const char* what) {
+    number(key, out, required, 0, !zero_allowed);
     if (const toml::node* n = table_.get(key); n && out > 1)
-      throw std::invalid_argument(
-          fmt::format("{} = {}: expected a fraction of the peak, in (0, 1]", where(source_, *n, full(key)), out));
+      throw std::invalid_argument(fmt::format("{} = {}: expected {}, in {}0, 1]", where(source_, *n, full(key)), out,
+                                              what, zero_allowed ? "[" : "("));
   }
-  // Optional, in [0, 1].
-  void share(const char* key, double& out) {
-    number(key, out, false, 0, false);
-    if (const toml::node* n = table_.get(key); n && out > 1)
-      throw std::invalid_argument(fmt::format("{} = {}: expected a share, in [0, 1]", where(source_, *n, full(key)), out));
+  void fraction(const char* key, double& out, bool required) {
+    unit_interval(key, out, required, false, "a fraction of the peak");
   }
   void integer(const char* key, int& out, bool required) {
     known_.insert(key);
@@ -156,7 +154,8 @@ MachineFile parse_machine_file(const std::string& text, const std::string& sourc
     r.number("link_bandwidth_gbs", m.link_bandwidth_gbs, true, 0, true);
     r.number("link_latency_us", m.link_latency_us, true, 0, false);
     r.number("collective_bandwidth_gbs", m.collective_bandwidth_gbs, false, 0, false);
-    r.share("communication_host_share", m.communication_host_share);
+    r.unit_interval("communication_host_share", m.communication_host_share, false, true, "a share");
+    r.unit_interval("rank_time_share", m.rank_time_share, false, false, "a share of a core");
     r.finish();
   }
   {
@@ -276,6 +275,7 @@ std::string machine_file_toml(const MachineFile& m) {
   t += "link_latency_us = " + num(m.link_latency_us) + "\n";
   if (m.collective_bandwidth_gbs > 0) t += "collective_bandwidth_gbs = " + num(m.collective_bandwidth_gbs) + "\n";
   if (m.communication_host_share > 0) t += "communication_host_share = " + num(m.communication_host_share) + "\n";
+  if (m.rank_time_share < 1) t += "rank_time_share = " + num(m.rank_time_share) + "\n";
   t += "\n";
   t += comment(m.network_note);
   t += "[network]\n";

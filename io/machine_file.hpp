@@ -60,6 +60,10 @@ struct MachineFile {
   // rank's host spends driving it, computing nothing meanwhile (MPI without a progress thread
   // moves the bytes inside its calls: 1; NCCL, on its own stream: 0, the default)
   double communication_host_share = 0;
+  // optional, in (0, 1]: the share of a processor core each of the node's `devices` ranks holds
+  // while all of them compute (a CPU node with more ranks than cores); the file's rates are at
+  // that share, and a rank computing while others wait runs faster (1, the default: no sharing)
+  double rank_time_share = 1;
   // [network]
   double network_bandwidth_gbs = 0;  // per device, per direction
   double network_latency_us = 0;
@@ -77,8 +81,8 @@ struct MachineFile {
 // The file's text, as `bench --calibrate` writes it: every key of the schema, each section after
 // its note as comment lines; the optional kernel_overhead_us, kernel_bandwidth_gbs,
 // optimizer_bandwidth_gbs, collective_bandwidth_gbs, communication_host_share and
-// attention_efficiency when positive (0 reads as their default). Numbers as TOML floats (3.0, not 3) of 6 significant
-// digits, which parse_machine_file reads back.
+// attention_efficiency when positive (0 reads as their default), rank_time_share when below 1.
+// Numbers as TOML floats (3.0, not 3) of 6 significant digits, which parse_machine_file reads back.
 std::string machine_file_toml(const MachineFile& m);
 
 // Reads and checks `path`.

@@ -77,7 +77,8 @@ def check_machine(path, ranks):
             fail(f"{path}: attention_efficiency {m['gemm']['attention_efficiency']} above 1")
         extra = set(m[section]) - set(keys) - set(OPTIONAL.get(section, {})) - (
             {"measured", "measured_attention"} if section == "gemm" else set()) - (
-            set(COLLECTIVES) if section == "node" and ranks > 1 else set())
+            set(COLLECTIVES) if section == "node" and ranks > 1 else set()) - (
+            {"rank_time_share"} if section == "node" else set())
         if extra:
             fail(f"{path}: [{section}] has keys outside the schema: {extra}")
     if set(m) != set(SCHEMA):
@@ -117,6 +118,10 @@ def check_machine(path, ranks):
         if type(node.get("communication_host_share")) is not float or not 0.5 <= node["communication_host_share"] <= 1:
             fail(f"{path}: [node] communication_host_share = {node.get('communication_host_share')!r}: "
                  "expected MPI's host-driven collectives, in [0.5, 1]")
+    # More ranks than cores (not on this project's 2-core machines): the share of a core each holds.
+    if "rank_time_share" in m["node"] and not 0 < m["node"]["rank_time_share"] < 1:
+        fail(f"{path}: [node] rank_time_share = {m['node']['rank_time_share']!r}: expected a share of a core, "
+             "written only below 1")
     said_default = "NOT measured" in text
     if said_default != (ranks == 1):
         fail(f"{path}: with {ranks} rank(s) the link must {'be' if ranks == 1 else 'not be'} said to be a default")
@@ -131,7 +136,7 @@ for ranks, extra in ((1, []), (2, ["--set", "parallel.data=2", "--set", "trainin
     path = os.path.join(work, f"machine-{ranks}.toml")
     p = mpirun(ranks, *extra, "--calibrate", path)
     j = json_line(output(p))
-    if j.get("calibrate") != path or j.get("node_devices") != ranks:
+    if j.get("calibrate") != path or j.get("node_devices") != ranks or not 0 < j.get("rank_time_share", 0) <= 1:
         fail(f"calibrate's JSON line: {j}")
     check_machine(path, ranks)
     # The reader of machine files (io/machine_file.hpp, plan --machine) takes what calibration wrote.

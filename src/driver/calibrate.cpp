@@ -338,6 +338,7 @@ int run_calibrate(const io::Deck& deck, const parallel::Topology& topo, const st
     m.kernel_overhead_us = kernel_us / share;
     m.kernel_bandwidth_gbs = share * deck_kernel_rate / 1e9;
     m.optimizer_bandwidth_gbs = share * optimizer_rate / 1e9;
+    m.rank_time_share = share;  // a rank computing while others wait runs faster (processor sharing)
     std::string kernel_rates;
     for (std::size_t i = 0; i < standard_kernel_rates.size(); ++i)
       kernel_rates += fmt::format("{}{} {:.4g} GB/s", i ? ", " : "", kStandardModels[i].name, standard_kernel_rates[i] / 1e9);
@@ -468,6 +469,7 @@ int run_calibrate(const io::Deck& deck, const parallel::Topology& topo, const st
     json.number("link_bandwidth_gbs", m.link_bandwidth_gbs, io::digits(6));
     json.number("collective_bandwidth_gbs", m.collective_bandwidth_gbs, io::digits(6));
     json.number("communication_host_share", m.communication_host_share, io::digits(4));
+    json.number("rank_time_share", m.rank_time_share, io::digits(4));
     json.integer("gemm_shapes", static_cast<std::int64_t>(m.measured.size()));
     json.number("attention_efficiency", m.attention_efficiency, io::digits(6));
     json.number("kernel_overhead_us", m.kernel_overhead_us, io::digits(6));

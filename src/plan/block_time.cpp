@@ -32,6 +32,7 @@ void Pass::add(const char* name, Stream s, double t) {
 
 void Pass::append(const Pass& other) {
   for (const Kernel& k : other.kernels) add(k.name, k.stream, k.seconds);
+  busiest_wait += other.busiest_wait;
 }
 
 namespace {
@@ -93,13 +94,18 @@ struct Builder {
     p.add(name, Stream::compute, split_time(rows, cols, inner));
   }
   // A sequence-parallel all-gather or reduce-scatter beside the GEMM `gemm` seconds long
-  // (Config::overlap_tensor_communication, Transformer Engine's userbuffers). `split`: the
-  // collective runs as t − 1 ring steps of c = comm/(t − 1) each, interleaved with t GEMM chunks
-  // of g = gemm/t: a gather's chunk waits only where its step is slower than the chunk before it,
-  // (t − 1)·max(0, c − g); a scatter adds its last step, after the last chunk (`last_step`).
-  // Otherwise (TE's "bulk" overlaps in the backward) the collective runs beside the whole GEMM:
-  // max(0, comm − gemm).
+  // (Config::overlap_tensor_communication, Transformer Engine's userbuffers with the methods and
+  // SM counts of its initialize_ub defaults):
+  // * split_gather ("ring_exchange", copy engines): t − 1 ring steps of c = comm/(t − 1) each
+  //   interleaved with t GEMM chunks of g = gemm/t; a chunk waits where its step is slower than
+  //   the chunk before it, (t − 1)·max(0, c − g);
+  // * split_scatter ("pipeline", kPipelineSplits = 4 splits): each split's GEMM, then its
+  //   reduce-scatter of comm/4 beside the next split's GEMM; the last one's after the GEMM;
+  // * bulk (the backward's): the collective beside the whole GEMM, max(0, comm − gemm).
+  // The pipeline's and the bulk's collectives run on kCollectiveSms of the device's SMs (compute
+  // units), which the GEMM beside them loses while they run: that time × kCollectiveSms/units more.
   enum class Overlap { split_gather, split_scatter, bulk };
+  static constexpr double kPipelineSplits = 4, kCollectiveSms = 16;
   void tensor_overlapped(Pass& p, const char* name, double bytes, double gemm, Overlap how) const {
     if (c.tensor() <= 1) return;
     const double comm = all_gather_seconds(m, spans.tensor, bytes);
@@ -107,14 +113,23 @@ struct Builder {
       p.add(name, Stream::tensor, comm);
       return;
     }
-    const double t = c.tensor(), step = comm / (t - 1), chunk = how == Overlap::bulk ? gemm : gemm / t;
-    double exposed = 0;
+    const double t = c.tensor();
+    double exposed = 0, beside = 0;  // beside: the collective's time on SMs beside the GEMM
     switch (how) {
-      case Overlap::split_gather: exposed = (t - 1) * std::max(0.0, step - chunk); break;
-      case Overlap::split_scatter: exposed = step + (t - 1) * std::max(0.0, step - chunk); break;
-      case Overlap::bulk: exposed = std::max(0.0, comm - chunk); break;
+      case Overlap::split_gather: exposed = (t - 1) * std::max(0.0, comm / (t - 1) - gemm / t); break;
+      case Overlap::split_scatter: {
+        const double step = comm / kPipelineSplits, chunk = gemm / kPipelineSplits;
+        exposed = step + (kPipelineSplits - 1) * std::max(0.0, step - chunk);
+        beside = (kPipelineSplits - 1) * std::min(step, chunk);
+        break;
+      }
+      case Overlap::bulk:
+        exposed = std::max(0.0, comm - gemm);
+        beside = std::min(comm, gemm);
+        break;
     }
     p.add(name, Stream::tensor, exposed);
+    p.add("GEMM beside a collective's SMs", Stream::compute, beside * kCollectiveSms / std::max(1, m.compute_units));
   }
 };
 
@@ -222,7 +237,10 @@ BlockTimes block_times(const Config& c, const Machine& m, const Spans& spans) {
     for (const Kernel& k : p.kernels)
       for (const char* name : names)
         if (std::strcmp(k.name, name) == 0) balanced += k.seconds;
-    if (imbalance > 1.0) p.add("wait for the busiest expert rank", Stream::expert, (imbalance - 1.0) * balanced);
+    if (imbalance > 1.0) {
+      p.add("wait for the busiest expert rank", Stream::expert, (imbalance - 1.0) * balanced);
+      p.busiest_wait += (imbalance - 1.0) * balanced;
+    }
   };
 
   // Written out once, forward then backward, so that each pass lists its kernels in order.

@@ -36,6 +36,8 @@ struct Pass {
   std::vector<Kernel> kernels;
   std::array<double, kStreams> on{};
   double seconds = 0;
+  // Of `seconds`, the wait for the busiest expert rank's experts: the other expert ranks idle in it.
+  double busiest_wait = 0;
   void add(const char* name, Stream s, double t);
   void append(const Pass& other);
 };

@@ -114,6 +114,13 @@ struct ChunkPass {
   std::array<double, kStreams> on{};
   double seconds = 0;
   double kernels = 0;
+  double busiest_wait = 0;  // Pass::busiest_wait
+};
+
+// A time a rank computes (or its host drives a collective), and the share of its stage's ranks
+// that do: all of them, or during the wait for the busiest expert rank one per expert group.
+struct BusySpan {
+  double start = 0, end = 0, ranks = 1;
 };
 
 struct Bucket {
@@ -140,9 +147,45 @@ struct Rank {
   double link_free[2] = {0, 0};  // to the next rank (activations), to the previous (gradients)
   double data_free = 0;
   std::vector<Bucket> buckets;  // every reduction of the step (sharded gradients: of every micro-batch)
+  std::vector<BusySpan> computing;  // only where the node's ranks share cores (Machine::rank_time_share)
   int step_buckets = 0;         // the stage's buckets, those the optimizer updates
   double sync_end = 0, data_exposed = 0, end = 0, optimizer = 0;
 };
+
+// Processor sharing (Machine::rank_time_share < 1: a CPU node with more ranks than cores, the
+// file's rates a rank's while all of them compute, 1/share ranks to a core). A rank that waits
+// yields its core to the ranks on the same core (Open MPI, oversubscribed, yields in its progress
+// loop), which compute faster meanwhile. The ranks are not bound, so which share a core does not
+// follow the schedule: while k of the node's D ranks compute, a computing rank shares its core on
+// average with 1 + (k − 1)(1/share − 1)/(D − 1) computing ranks (each of its 1/share − 1
+// core-mates one of the other k − 1 computing ranks with probability (k − 1)/(D − 1)), so the
+// stretch lasts share + (k − 1)(1 − share)/(D − 1) of itself: from `share` for a lone computing
+// rank (the busiest expert rank) to all of it when every rank computes. A stretch in which no rank
+// computes (all wait for a transfer) keeps its length. Each stage's spans count its ranks on the
+// node.
+double shared_cores_seconds(const std::vector<Rank>& ranks, double step, double share, double devices,
+                            double stage_ranks) {
+  std::vector<std::pair<double, double>> edges;  // (time, change of the computing ranks)
+  for (const Rank& r : ranks)
+    for (const BusySpan& b : r.computing) {
+      edges.emplace_back(b.start, b.ranks * stage_ranks);
+      edges.emplace_back(b.end, -b.ranks * stage_ranks);
+    }
+  std::sort(edges.begin(), edges.end());
+  double t = 0, k = 0, shared = 0;
+  const auto stretch = [&](double until) {
+    const double computing = std::max(1.0, k);
+    if (until > t)
+      shared += (until - t) * (k > 1e-9 ? std::min(1.0, share + (computing - 1) * (1 - share) / std::max(1.0, devices - 1)) : 1.0);
+    t = std::max(t, until);
+  };
+  for (const auto& [at, change] : edges) {
+    stretch(std::min(at, step));
+    k += change;
+  }
+  stretch(step);
+  return shared;
+}
 
 // model::training_flops_per_token, 6·N + 12·L·S·H, with N counted from one block's rows of each
 // block shape times its blocks (the model's function lists every layer's tensors: 2 million
@@ -231,6 +274,7 @@ StepSimulation simulate_step(const Config& c, const Machine& m, io::ChromeTrace*
       p.seconds += x->seconds * times;
       for (int k = 0; k < kStreams; ++k) p.on[static_cast<std::size_t>(k)] += x->on[static_cast<std::size_t>(k)] * times;
       p.kernels += double(x->kernels.size()) * times;
+      p.busiest_wait += x->busiest_wait * times;
     };
     if (forward) {
       if (vs == 0) add(&t.embedding_forward, 1);
@@ -300,6 +344,60 @@ StepSimulation simulate_step(const Config& c, const Machine& m, io::ChromeTrace*
   const double vocab_bytes = 4.0 * s.local_vocab() * double(s.hidden);
   const bool tied_copies = P > 1 && s.tie_embeddings;
 
+  // Megatron-Core's --overlap-param-gather (Config::overlap_parameter_gather) with its default
+  // --align-param-gather: the previous step's updated parameters are all-gathered beside this
+  // step's first forwards, every bucket's gather dispatched at the step's start (in the order of
+  // the rank's chunks and of their forwards) and the buckets (here: a block, the embedding, the
+  // head) gathered one after another on the data stream; each module's pre-hook waits for its own.
+  const bool gather_beside_forward = c.overlap_parameter_gather && c.distributed_optimizer && !c.shard_parameters &&
+                                     data_context > 1;
+  // (gathered by, forward seconds) of each module of each of a rank's chunks, in the forward's order.
+  using GatheredModules = std::vector<std::pair<double, double>>;
+  const auto next_step_gathers = [&](const Rank& r) {
+    const double e = c.element_bytes();
+    const double vocabulary = all_gather_seconds(m, r.spans.shard, vocab_bytes / 4.0 * e);
+    std::vector<GatheredModules> chunks(static_cast<std::size_t>(v));
+    double gathered = 0;
+    const auto module = [&](GatheredModules& chunk, double gather, double forward) {
+      if (trace && gather > 0)
+        emit(r.stage, io::TraceSpan{"all-gather parameters (the optimizer's)", "data", r.world_rank,
+                                    static_cast<int>(Stream::data), gathered * kUs, gather * kUs});
+      gathered += gather;
+      chunk.emplace_back(gathered, forward);
+    };
+    for (int ch = 0; ch < v; ++ch) {
+      const int vs = ch * P + r.stage;
+      GatheredModules& chunk = chunks[static_cast<std::size_t>(ch)];
+      if (vs == 0) module(chunk, vocabulary, r.times.embedding_forward.seconds);
+      for (int l = 0; l < layers_per_chunk; ++l) {
+        const BlockTimes& b = l < dense_blocks(vs) ? r.dense_times : r.times;
+        module(chunk,
+               all_gather_seconds(m, r.spans.shard, b.block_gradient_bytes / 4.0 * e) +
+                   (expert_data > 1 ? all_gather_seconds(m, r.spans.expert_data, b.block_expert_gradient_bytes / 4.0 * e) : 0.0),
+               b.forward.seconds);
+      }
+      if (vs == last_virtual) module(chunk, !s.tie_embeddings || P > 1 ? vocabulary : 0.0, r.times.head_forward.seconds);
+    }
+    return chunks;
+  };
+  std::vector<std::vector<GatheredModules>> gathers_of(ranks.size());
+  if (gather_beside_forward)
+    for (const Rank& r : ranks) gathers_of[static_cast<std::size_t>(r.stage)] = next_step_gathers(r);
+  // What a chunk's first forward, started at `start`, waits for of its modules' gathers.
+  const auto parameter_gather_wait = [&](const Rank& r, int chunk, double start) {
+    double t = start, compute = 0;
+    for (const auto& [gathered, forward] : gathers_of[static_cast<std::size_t>(r.stage)][static_cast<std::size_t>(chunk)]) {
+      t = std::max(t, gathered) + forward;
+      compute += forward;
+    }
+    return t - start - compute;
+  };
+
+  const bool sharing_cores = m.rank_time_share < 1;
+  const auto computes = [&](Rank& r, double start, double end, double share_of_stage = 1) {
+    if (sharing_cores && end > start) r.computing.push_back(BusySpan{start, end, share_of_stage});
+  };
+
   bool progress = true;
   while (progress) {
     progress = false;
@@ -313,7 +411,13 @@ StepSimulation simulate_step(const Config& c, const Machine& m, io::ChromeTrace*
         if (!forward && vs < last_virtual) ready = backward_in[slot(vs, mb)];
         if (ready < 0) break;  // its input has not been produced yet
         const ChunkPass& pass = passes[static_cast<std::size_t>(vs) * 2 + (forward ? 0 : 1)];
-        const double start = std::max(r.now, ready), end = start + pass.seconds;
+        double start = std::max(r.now, ready);
+        if (gather_beside_forward && forward && mb == 0) {
+          const double wait = parameter_gather_wait(r, op.chunk, start);  // shown before the pass
+          start += wait;
+          r.data_exposed += wait;
+        }
+        const double end = start + pass.seconds;
         if (trace) {
           if (expand) {
             double t = start;
@@ -329,6 +433,8 @@ StepSimulation simulate_step(const Config& c, const Machine& m, io::ChromeTrace*
                                       r.world_rank, 0, start * kUs, pass.seconds * kUs});
           }
         }
+        computes(r, start, end - pass.busiest_wait);
+        computes(r, end - pass.busiest_wait, end, 1.0 / c.expert());
         r.now = end;
         r.busy += pass.seconds;
         for (int k = 0; k < kStreams; ++k) r.on[static_cast<std::size_t>(k)] += pass.on[static_cast<std::size_t>(k)];
@@ -379,6 +485,7 @@ StepSimulation simulate_step(const Config& c, const Machine& m, io::ChromeTrace*
           // A host that drives its collectives (MPI without a progress thread: the gradient
           // reducer's progress() between buckets moves the bytes) computes nothing meanwhile.
           if (driven > 0) {
+            computes(r, r.now, r.now + driven);
             if (trace)
               emit(r.stage, io::TraceSpan{"drive gradient reductions", "compute", r.world_rank, 0, r.now * kUs,
                                         driven * kUs});
@@ -411,6 +518,7 @@ StepSimulation simulate_step(const Config& c, const Machine& m, io::ChromeTrace*
     const double more = double(M - M_simulated);
     for (std::size_t i = 0; i < ranks.size(); ++i) {
       Rank& r = ranks[i];
+      computes(r, r.now, r.now + more * slowest);  // the steady state: every stage computing
       r.now += more * slowest;
       r.data_free += more * slowest;
       r.busy += more * per[i];
@@ -465,7 +573,7 @@ StepSimulation simulate_step(const Config& c, const Machine& m, io::ChromeTrace*
       if (trace)
         emit(r.stage, io::TraceSpan{"optimizer", "compute", r.world_rank, 0, t * kUs, u * kUs});
       t += u;
-      if (c.distributed_optimizer && !c.shard_parameters && data_context > 1) {
+      if (c.distributed_optimizer && !c.shard_parameters && data_context > 1 && !gather_beside_forward) {
         const double g = (all_gather_seconds(m, r.spans.shard, dense / nb * c.element_bytes()) +
                           (experts > 0 && expert_data > 1 ? all_gather_seconds(m, r.spans.expert_data, experts / nb * c.element_bytes()) : 0));
         const double g0 = std::max(t, gathers);
@@ -478,12 +586,22 @@ StepSimulation simulate_step(const Config& c, const Machine& m, io::ChromeTrace*
       }
     }
     r.optimizer = update;
+    computes(r, joined, t);
     r.end = std::max(t, gathers);
     r.data_exposed += r.end - t;
   }
 
   StepSimulation out;
   for (const Rank& r : ranks) out.step_seconds = std::max(out.step_seconds, r.end);
+  // With shared cores every part of the breakdown shrinks in the step's proportion (which part
+  // lent its core is not tracked).
+  double shared = 1;
+  if (sharing_cores) {
+    const double node_ranks = double(std::min<std::int64_t>(c.world(), m.devices));
+    const double simulated = out.step_seconds;
+    out.step_seconds = shared_cores_seconds(ranks, simulated, m.rank_time_share, m.devices, node_ranks / P);
+    shared = out.step_seconds / simulated;
+  }
   out.peak_flops = peak_flops(m, c.precision);
   out.model_flops = model_flops_per_token(s) * double(c.global_batch) * s.seq_length;
   out.mfu = out.model_flops / (out.step_seconds * double(c.world()) * out.peak_flops);
@@ -498,6 +616,7 @@ StepSimulation simulate_step(const Config& c, const Machine& m, io::ChromeTrace*
     b.expert = r.on[static_cast<std::size_t>(Stream::expert)];
     b.data = r.data_exposed + r.on[static_cast<std::size_t>(Stream::data)];
     b.optimizer = r.optimizer;
+    for (double* part : {&b.compute, &b.tensor, &b.context, &b.expert, &b.data, &b.optimizer}) *part *= shared;
     b.bubble = std::max(0.0, out.step_seconds - b.compute - b.tensor - b.context - b.expert - b.data - b.optimizer);
     out.stages.push_back(b);
     if (b.bubble < least_idle) least_idle = b.bubble, out.most_loaded = b;
@@ -524,17 +643,19 @@ double compute_lower_bound(const Config& c, const Machine& m) {
   // A chunk's blocks forward and backward, F + B; the last stage cannot start before P − 1 chunk
   // forwards have passed the stages before it, runs its M·v chunks of both, and its last backward
   // then crosses P − 1 chunks back: (M·v + P − 1)·(F + B), 1F1B's bubble included. A block costs
-  // at least the cheapest of the model's block shapes (DeepSeek-V3's dense first blocks).
+  // at least the cheapest of the model's block shapes (DeepSeek-V3's dense first blocks). Ranks
+  // sharing cores (Machine::rank_time_share) may run up to 1/share times faster than that.
   const auto compute = [](const Pass& p) { return p.on[static_cast<std::size_t>(Stream::compute)]; };
   double block = std::numeric_limits<double>::infinity();
   for (const model::BlockShapeCount& b : model::block_shapes(c.shape)) {
     Config shaped = c;
     shaped.shape = b.shape;
-    const BlockTimes t = block_times(shaped, m, Spans{});  // the compute stream does not depend on the spans
+    // Without spans the collectives cost nothing, nor the SMs they take from the GEMMs: still a bound.
+    const BlockTimes t = block_times(shaped, m, Spans{});
     block = std::min(block, compute(t.forward) + compute(t.backward));
   }
   const double chunk_layers = double(c.shape.layers / (c.pipeline * c.virtual_stages));
-  return (double(c.micro_batches()) * c.virtual_stages + c.pipeline - 1) * chunk_layers * block;
+  return m.rank_time_share * (double(c.micro_batches()) * c.virtual_stages + c.pipeline - 1) * chunk_layers * block;
 }
 
 std::string trace_note(const Config& c) {

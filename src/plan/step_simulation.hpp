@@ -12,7 +12,10 @@
 // the step waits for what is left of them after the backward (the exposed tail). Then the tied
 // embedding's two copies are summed, the gradient norm's all-reduce joins every rank, AdamW
 // updates the rank's (shard of the) parameters bucket by bucket and, with the distributed
-// optimizer, each bucket's updated values are all-gathered while the next is updated.
+// optimizer, each bucket's updated values are all-gathered while the next is updated (with
+// Config::overlap_parameter_gather, Megatron's, beside the next step's first forwards instead).
+// Where a CPU node's ranks share its cores (Machine::rank_time_share), a stretch of the step in
+// which only some of them compute is shortened by the cores the others lend them.
 //
 // Every tensor, context, data and expert rank of a stage does the same work at the same time, so
 // one rank per stage is simulated (rank tp 0, cp 0, dp 0 of each stage, its groups' spans over

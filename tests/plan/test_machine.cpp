@@ -115,6 +115,14 @@ TEST_CASE("machine files: a valid file, with the optional keys", "[plan][machine
   CHECK_THROWS_WITH(io::parse_machine_file(with("link_latency_us = 1.0", "link_latency_us = 1.0\ncommunication_host_share = 1.5"),
                                            "cpu.toml"),
                     Catch::Contains("node.communication_host_share") && Catch::Contains("[0, 1]"));
+  // rank_time_share: absent, every rank holds its core (1); a share of a core in (0, 1].
+  CHECK(m.rank_time_share == 1);
+  const Machine shared = io::parse_machine_file(with("link_latency_us = 1.0", "link_latency_us = 1.0\nrank_time_share = 0.5"), "cpu.toml");
+  CHECK(shared.rank_time_share == 0.5);
+  CHECK(io::parse_machine_file(io::machine_file_toml(shared), "again.toml").rank_time_share == 0.5);
+  CHECK(io::machine_file_toml(m).find("rank_time_share") == std::string::npos);
+  CHECK_THROWS_WITH(io::parse_machine_file(with("link_latency_us = 1.0", "link_latency_us = 1.0\nrank_time_share = 1.5"), "cpu.toml"),
+                    Catch::Contains("node.rank_time_share") && Catch::Contains("(0, 1]"));
 }
 
 TEST_CASE("machine files: the attention core's efficiency by length, between measured rows", "[plan][machine]") {

@@ -74,6 +74,28 @@ TEST_CASE("step simulation: 1F1B idles (p - 1)/m of the ideal step", "[plan][sim
   CHECK(s.step_seconds == Approx(s.average.compute * 11.0 / 8).epsilon(0.02));
 }
 
+TEST_CASE("step simulation: a rank that waits lends its core to those that compute", "[plan][simulation]") {
+  // 4 ranks on 2 cores (rank_time_share 0.5, the file's rates each rank's half core): tensor 2 x
+  // pipeline 2 with one micro-batch runs one stage at a time. Of the 3 ways to pair the 4 ranks on
+  // the cores, one puts the computing stage's 2 ranks on one core (the file's rates), two put each
+  // beside a waiting rank (a whole core, twice the rates): 2/3 of the simulated step (the
+  // optimizer, both stages at once, costs nothing on this machine).
+  Config c = even_stages(2, 1, 1);
+  c.shape.tensor = 2;
+  Machine m = compute_only();
+  const StepSimulation alone = simulate_step(c, m);
+  m.devices = 4;
+  m.rank_time_share = 0.5;
+  const StepSimulation shared = simulate_step(c, m);
+  CHECK(shared.step_seconds == Approx(alone.step_seconds * 2 / 3).epsilon(1e-9));
+  CHECK(shared.average.total() == Approx(shared.step_seconds).epsilon(1e-9));
+  CHECK(shared.mfu == Approx(1.5 * alone.mfu).epsilon(1e-9));
+  // On one stage every rank computes all the time: the shared rates are what they get.
+  c.pipeline = 1;
+  m.devices = 2;
+  CHECK(simulate_step(c, m).step_seconds == Approx(simulate_step(c, compute_only()).step_seconds).epsilon(1e-12));
+}
+
 TEST_CASE("step simulation: interleaving idles (p - 1)/(v m)", "[plan][simulation]") {
   // v = 2 chunks per rank: the warm-up and cool-down are chunks of (F + B)/v, so (p - 1)/(v·m) =
   // 3/16.
@@ -137,6 +159,15 @@ TEST_CASE("step simulation: every all-to-all waits for the busiest expert rank's
   CHECK(sb.step_seconds - sa.step_seconds == Approx(4 * 8 * 1.5 * forward).epsilon(1e-6));
   CHECK(sb.average.expert - sa.average.expert == Approx(4 * 8 * 1.5 * forward).epsilon(1e-6));
   CHECK(sb.average.compute == Approx(sa.average.compute).epsilon(1e-12));
+  // The 2 ranks sharing one core (rank_time_share 0.5): in the wait only the busiest computes, on
+  // the whole core, so the wait takes half as long; the rest of the step, both computing at the
+  // file's shared rates, is unchanged.
+  Machine one_core = m;
+  one_core.devices = 2;
+  one_core.rank_time_share = 0.5;
+  const StepSimulation shared = simulate_step(busiest, one_core);
+  CHECK(sb.step_seconds - shared.step_seconds == Approx(0.5 * 4 * 8 * 1.5 * forward).epsilon(1e-6));
+  CHECK(simulate_step(balanced, one_core).step_seconds == Approx(sa.step_seconds).epsilon(1e-9));
   // Without expert parallelism one rank computes every copy: no group to wait for.
   balanced.shape.expert = busiest.shape.expert = 1;
   CHECK(simulate_step(busiest, m).step_seconds == Approx(simulate_step(balanced, m).step_seconds).epsilon(1e-12));
@@ -175,6 +206,32 @@ TEST_CASE("step simulation: an overlapped bucket costs only its exposed tail", "
   CHECK(driven.average.data == Approx(2 * R + 2 * Re).epsilon(1e-9));
   CHECK(driven.step_seconds - s.step_seconds == Approx(2 * R + 2 * Re - (R - E + Re)).epsilon(1e-9));
   CHECK(driven.average.compute == Approx(s.average.compute).epsilon(1e-12));
+}
+
+TEST_CASE("step simulation: the optimizer's gathers beside the next step's first forward", "[plan][simulation]") {
+  // One stage of 8 blocks, data 2, the distributed optimizer, one micro-batch, on a machine whose
+  // only slow part is the node's link: each block's bf16 gather takes G, longer than its forward F.
+  // Gathered after the optimizer (tptrain's way) the step waits for all of them (the updates beside
+  // them cost nothing here). With Megatron-Core's --overlap-param-gather every gather is started
+  // with the step and block l's forward waits until its gather ends at lG: the first forward is
+  // 8G long instead of 8F, and the overlap hides 7F of the gathers (and the embedding's forward
+  // and the final norm's gather, 0.2 % of that: the vocabulary is 8 rows).
+  Config c = even_stages(1, 1, 1);
+  c.data = 2;
+  c.global_batch = 2;
+  c.distributed_optimizer = true;
+  Machine m = compute_only();
+  m.link_bandwidth_gbs = 10;
+  const StepSimulation after = simulate_step(c, m);
+  c.overlap_parameter_gather = true;
+  const StepSimulation beside = simulate_step(c, m);
+  Spans spans;
+  spans.data = spans.shard = GroupSpan{2, 1, 2};
+  const BlockTimes t = block_times(c, m, spans);
+  REQUIRE(all_gather_seconds(m, spans.shard, t.block_gradient_bytes / 2) > t.forward.seconds);  // bf16 weights
+  CHECK(after.step_seconds - beside.step_seconds == Approx(7 * t.forward.seconds).epsilon(0.003));
+  CHECK(after.average.data - beside.average.data == Approx(7 * t.forward.seconds).epsilon(0.003));
+  CHECK(beside.average.compute == Approx(after.average.compute).epsilon(1e-12));
 }
 
 // Hybrid sharding over 2 nodes of 8: the shard group is a node. Sharded parameters' gathers then
