@@ -643,10 +643,15 @@ std::string report(const Plan& p) {
                    p.hardware.machine.name, io::display_path(p.hardware.machine.path), p.hardware.machine.device_name,
                    p.hardware.peak_tflops, c.precision, p.hardware.machine.memory_bandwidth_gbs, p.hardware.gpus_per_node,
                    p.hardware.machine.link_bandwidth_gbs, p.hardware.machine.network_bandwidth_gbs));
-  line(fmt::format("  time per iteration   {:.3f} s on {} GPUs (a simulated step: the schedule's ops on every stage{})",
+  line(fmt::format("  time per iteration   {:.3f} s on {} GPUs (a simulated step: the schedule's ops on every stage{}{})",
                    p.seconds_per_iteration, c.world(),
                    c.expert() > 1 && c.expert_imbalance != 1.0
                        ? fmt::format("; the busiest expert rank's rows {:g} x the balanced", c.expert_imbalance)
+                       : std::string(),
+                   p.hardware.machine.rank_time_share < 1
+                       ? fmt::format("; ranks holding {:.3g} of a core while all compute, faster while others wait "
+                                     "(--trace shows the timeline at that share)",
+                                     p.hardware.machine.rank_time_share)
                        : std::string()));
   line(fmt::format("  achieved             {:.1f} TFLOP/s per GPU with recomputation; MFU {:.1f} % (model FLOPs {:.3e} "
                    "per step)",
