@@ -10,11 +10,13 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${TPTRAIN_BUILD_DIR:-$root/build}
 cd "$build"
 # ctest's lines kept, to end with the ten slowest tests: the suite must stay under 10 minutes
-# of ctest on 2 cores, and a new slow test shows at once.
+# of ctest on 2 cores (their sum), and a new slow test shows at once. As many tests at once as
+# there are cores (TPTRAIN_TEST_JOBS to change it): the MPI tests that must not share the cores
+# say so (tests/CMakeLists.txt: PROCESSORS, RUN_SERIAL).
 mkdir -p Testing
 log=Testing/ctest-output.log
 rc=0
-ctest --output-on-failure "$@" 2>&1 | tee "$log" || rc=$?
+ctest --output-on-failure -j "${TPTRAIN_TEST_JOBS:-$(nproc)}" "$@" 2>&1 | tee "$log" || rc=$?
 echo "The ten slowest tests (s):"
 sed -nE 's/^.*Test +#[0-9]+: ([^ ]+) .* ([0-9.]+) sec$/\2 \1/p' "$log" | sort -rn | head -n 10 | sed 's/^/  /'
 exit "$rc"
