@@ -67,10 +67,10 @@ struct Config {
   // consumes or produces it; the compute stream waits only for what the GEMM does not cover, and
   // for one chunk that cannot overlap (the first gathered, the last scattered).
   bool overlap_tensor_communication = false;
-  // Megatron-Core's --overlap-param-gather (with the distributed optimizer): the updated
-  // parameters' all-gathers are not waited for after the optimizer; the next step's first
-  // forward waits for each bucket in its module's pre-hook, which dispatches the next bucket's
-  // gather (one ahead: the gathers run beside the first micro-batch's forward).
+  // Megatron-Core's --overlap-param-gather (with the distributed optimizer and its default
+  // --align-param-gather): the updated parameters' all-gathers are not waited for after the
+  // optimizer; all of them start with the next step, and its first forward waits for each
+  // bucket in its module's pre-hook.
   bool overlap_parameter_gather = false;
   // Whose memory-bound kernels the step runs: tptrain's fused ones; Megatron-Core's (its
   // vocabulary-parallel cross-entropy in fp32, unfused: megatron/core/tensor_parallel/

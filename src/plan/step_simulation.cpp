@@ -174,9 +174,10 @@ double shared_cores_seconds(const std::vector<Rank>& ranks, double step, double 
   std::sort(edges.begin(), edges.end());
   double t = 0, k = 0, shared = 0;
   const auto stretch = [&](double until) {
-    const double computing = std::max(1.0, k);
-    if (until > t)
-      shared += (until - t) * (k > 1e-9 ? std::min(1.0, share + (computing - 1) * (1 - share) / std::max(1.0, devices - 1)) : 1.0);
+    if (until > t) {
+      const double others = std::max(0.0, k - 1);  // computing beside one computing rank
+      shared += (until - t) * (k > 1e-9 ? std::min(1.0, share + others * (1 - share) / std::max(1.0, devices - 1)) : 1.0);
+    }
     t = std::max(t, until);
   };
   for (const auto& [at, change] : edges) {
@@ -351,11 +352,16 @@ StepSimulation simulate_step(const Config& c, const Machine& m, io::ChromeTrace*
   // head) gathered one after another on the data stream; each module's pre-hook waits for its own.
   const bool gather_beside_forward = c.overlap_parameter_gather && c.distributed_optimizer && !c.shard_parameters &&
                                      data_context > 1;
+  // The distributed optimizer's all-gather of `dense` and `experts` updated parameters (in the
+  // compute precision) over their shard groups.
+  const auto parameter_gather_seconds = [&](const Rank& r, double dense, double experts) {
+    return all_gather_seconds(m, r.spans.shard, dense * c.element_bytes()) +
+           (experts > 0 && expert_data > 1 ? all_gather_seconds(m, r.spans.expert_data, experts * c.element_bytes()) : 0.0);
+  };
   // (gathered by, forward seconds) of each module of each of a rank's chunks, in the forward's order.
   using GatheredModules = std::vector<std::pair<double, double>>;
   const auto next_step_gathers = [&](const Rank& r) {
-    const double e = c.element_bytes();
-    const double vocabulary = all_gather_seconds(m, r.spans.shard, vocab_bytes / 4.0 * e);
+    const double vocabulary = parameter_gather_seconds(r, vocab_bytes / 4.0, 0);
     std::vector<GatheredModules> chunks(static_cast<std::size_t>(v));
     double gathered = 0;
     const auto module = [&](GatheredModules& chunk, double gather, double forward) {
@@ -371,9 +377,7 @@ StepSimulation simulate_step(const Config& c, const Machine& m, io::ChromeTrace*
       if (vs == 0) module(chunk, vocabulary, r.times.embedding_forward.seconds);
       for (int l = 0; l < layers_per_chunk; ++l) {
         const BlockTimes& b = l < dense_blocks(vs) ? r.dense_times : r.times;
-        module(chunk,
-               all_gather_seconds(m, r.spans.shard, b.block_gradient_bytes / 4.0 * e) +
-                   (expert_data > 1 ? all_gather_seconds(m, r.spans.expert_data, b.block_expert_gradient_bytes / 4.0 * e) : 0.0),
+        module(chunk, parameter_gather_seconds(r, b.block_gradient_bytes / 4.0, b.block_expert_gradient_bytes / 4.0),
                b.forward.seconds);
       }
       if (vs == last_virtual) module(chunk, !s.tie_embeddings || P > 1 ? vocabulary : 0.0, r.times.head_forward.seconds);
@@ -574,8 +578,7 @@ StepSimulation simulate_step(const Config& c, const Machine& m, io::ChromeTrace*
         emit(r.stage, io::TraceSpan{"optimizer", "compute", r.world_rank, 0, t * kUs, u * kUs});
       t += u;
       if (c.distributed_optimizer && !c.shard_parameters && data_context > 1 && !gather_beside_forward) {
-        const double g = (all_gather_seconds(m, r.spans.shard, dense / nb * c.element_bytes()) +
-                          (experts > 0 && expert_data > 1 ? all_gather_seconds(m, r.spans.expert_data, experts / nb * c.element_bytes()) : 0));
+        const double g = parameter_gather_seconds(r, dense / nb, experts / nb);
         const double g0 = std::max(t, gathers);
         gathers = g0 + g;
         t += m.communication_host_share * g;  // the host driving the gather updates nothing meanwhile
