@@ -426,6 +426,11 @@ BlockTimes block_times(const Config& c, const Machine& m, const Spans& spans) {
   b.split_gemm(bwd, "attention projection grad", N, attn_out, h);
   b.gemm(bwd, "attention projection grad", h, attn_out, N, c.precision);
   if (eager) b.memory(bwd, "attention output contiguous grad", 2.0 * N * attn_out * e);
+  // Megatron-Core's selective recomputation checkpoints the whole core attention
+  // (megatron/core/transformer/attention.py, checkpoint_core_attention: "core_attn" in
+  // --recompute-modules, its default): the backward runs the core's forward again, flash and
+  // ring attention included, before its backward.
+  if (c.kernels == Config::Kernels::megatron_core && c.recompute == Recompute::selective) attention_forward(bwd);
   if (s.context > 1) {
     b.memory(bwd, "ring delta", N * heads_t * (2.0 * dv * e + 4));
     b.memory(bwd, "ring zero dQ", N * heads_t * dq * 4);

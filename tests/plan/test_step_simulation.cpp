@@ -291,6 +291,34 @@ TEST_CASE("step simulation: ring attention's steps run their chunk pairs at the 
   CHECK(context_time(block_times(c, m, spans).forward) == Approx(transfer).epsilon(1e-9));
 }
 
+TEST_CASE("step simulation: Megatron-Core's selective recomputation runs the attention core again",
+          "[plan][simulation]") {
+  // Its checkpoint_core_attention wraps the whole core (flash included): the backward of a block
+  // is longer than tptrain's by one forward of the core, and the same without recomputation.
+  Config c = even_stages(1, 1, 1);
+  c.shape.flash_attention = true;
+  const Machine m = compute_only();
+  const auto seconds = [&](const Pass& p, const char* name) {
+    double t = 0;
+    for (const Kernel& k : p.kernels)
+      if (std::string(k.name) == name) t += k.seconds;
+    return t;
+  };
+  for (const Recompute r : {Recompute::selective, Recompute::none}) {
+    c.recompute = r;
+    c.kernels = Config::Kernels::tptrain;
+    const BlockTimes ours = block_times(c, m, Spans{});
+    c.kernels = Config::Kernels::megatron_core;
+    const BlockTimes megatron = block_times(c, m, Spans{});
+    const double core = seconds(ours.forward, "attention");
+    REQUIRE(core > 0);
+    CHECK(seconds(ours.backward, "attention") == 0);
+    CHECK(seconds(megatron.backward, "attention") == Approx(r == Recompute::selective ? core : 0.0));
+    CHECK(megatron.backward.seconds - ours.backward.seconds ==
+          Approx(r == Recompute::selective ? core : 0.0).margin(1e-6 * ours.backward.seconds));
+  }
+}
+
 TEST_CASE("collectives: a ring all-reduce sends 2(p - 1)/p of the buffer per rank", "[plan][simulation]") {
   CHECK(ring_all_reduce_bytes(1000, 4) == Approx(1500));
   CHECK(ring_all_reduce_bytes(1000, 8) == Approx(1750));
