@@ -80,19 +80,6 @@ struct Builder {
   bool splits_gemms() const {
     return c.overlap_tensor_communication && c.sequence_parallel && c.tensor() > 1 && !c.holds_experts();
   }
-  // A GEMM of `rows` rows that a split overlap runs as t GEMMs of rows/t each (one per chunk the
-  // ring brings or takes away), on up to kOverlapStreams compute streams at once (Transformer
-  // Engine's userbuffers: NVTE_COMM_OVERLAP_MAX_STREAMS, 3 by default): costed as t/3 GEMMs of
-  // 3·rows/t rows, so that the chunks' wave quantisation shows (512 rows of 4096 on tensor 8).
-  static constexpr double kOverlapStreams = 3;
-  double split_time(double rows, double cols, double inner) const {
-    if (!splits_gemms()) return gemm_time(rows, cols, inner);
-    const double t = c.tensor(), together = std::min(t, kOverlapStreams);
-    return t / together * gemm_time(rows * together / t, cols, inner);
-  }
-  void split_gemm(Pass& p, const char* name, double rows, double cols, double inner) const {
-    p.add(name, Stream::compute, split_time(rows, cols, inner));
-  }
   // A sequence-parallel all-gather or reduce-scatter beside the GEMM `gemm` seconds long
   // (Config::overlap_tensor_communication, Transformer Engine's userbuffers with the methods and
   // SM counts of its initialize_ub defaults):
@@ -106,6 +93,21 @@ struct Builder {
   // units), which the GEMM beside them loses while they run: that time × kCollectiveSms/units more.
   enum class Overlap { split_gather, split_scatter, bulk };
   static constexpr double kPipelineSplits = 4, kCollectiveSms = 16;
+  // A GEMM of `rows` rows that a split overlap runs in chunks of its rows — t for a ring's gather
+  // (one per chunk the ring brings), kPipelineSplits for the pipelined reduce-scatter — on up to
+  // kOverlapStreams compute streams at once (NVTE_COMM_OVERLAP_MAX_STREAMS, 3 by default): costed
+  // as chunks/3 GEMMs of 3·rows/chunks rows, so that the chunks' wave quantisation shows (512 rows
+  // of 4096 on tensor 8).
+  static constexpr double kOverlapStreams = 3;
+  double split_time(double rows, double cols, double inner, Overlap how) const {
+    if (!splits_gemms()) return gemm_time(rows, cols, inner);
+    const double chunks = how == Overlap::split_scatter ? kPipelineSplits : c.tensor();
+    const double together = std::min(chunks, kOverlapStreams);
+    return chunks / together * gemm_time(rows * together / chunks, cols, inner);
+  }
+  void split_gemm(Pass& p, const char* name, double rows, double cols, double inner, Overlap how) const {
+    p.add(name, Stream::compute, split_time(rows, cols, inner, how));
+  }
   void tensor_overlapped(Pass& p, const char* name, double bytes, double gemm, Overlap how) const {
     if (c.tensor() <= 1) return;
     const double comm = all_gather_seconds(m, spans.tensor, bytes);
@@ -263,14 +265,16 @@ BlockTimes block_times(const Config& c, const Machine& m, const Spans& spans) {
   const double gated_bytes_per_row = eager ? 10.0 * f : 0.0;
   Pass fwd;
   b.memory(fwd, "norm 1", norm_bytes);
-  const auto split_time = [&](double rows, double cols, double inner) { return b.split_time(rows, cols, inner); };
+  const auto split_time = [&](double rows, double cols, double inner, Overlap how) {
+    return b.split_time(rows, cols, inner, how);
+  };
   // MLA: the replicated down-projections and latent norms on the rank's rows, the latents
   // gathered (sequence parallelism), the column-parallel up-projections, the heads packed.
   const double kv_up = heads_t * (double(s.qk_nope_head_dim) + dv), q_width = heads_t * dq;
   const double latents = (q_lora + kv_latent) * e;
   if (latent) {
     if (q_lora > 0) b.linear_forward(fwd, "q down", n, q_lora, h);
-    else b.split_gemm(fwd, "q", N, q_width, h);
+    else b.split_gemm(fwd, "q", N, q_width, h, Overlap::split_gather);
     b.linear_forward(fwd, "kv down", n, kv_latent, h);
     b.memory(fwd, "latent norms", 2.0 * n * latents);
     if (sp) b.tensor_gather(fwd, "all-gather (latents)", N * latents);
@@ -278,8 +282,8 @@ BlockTimes block_times(const Config& c, const Machine& m, const Spans& spans) {
     b.linear_forward(fwd, "kv up", N, kv_up, s.kv_lora_rank);
     b.memory(fwd, "pack heads", 2.0 * N * (kv_up + s.qk_rope_head_dim + heads_t * (dq + dv)) * e);
   } else {
-    if (sp) b.tensor_overlapped(fwd, "all-gather (sequence parallel)", activation, split_time(N, qkv, h), Overlap::split_gather);
-    b.split_gemm(fwd, "qkv", N, qkv, h);
+    if (sp) b.tensor_overlapped(fwd, "all-gather (sequence parallel)", activation, split_time(N, qkv, h, Overlap::split_gather), Overlap::split_gather);
+    b.split_gemm(fwd, "qkv", N, qkv, h, Overlap::split_gather);
   }
   // The QKV bias is its own kernel (src/model/linear.hpp's bias_add; the projection's and fc2's
   // are fused into the residual add and norm that follow, fc's into the GELU).
@@ -318,12 +322,12 @@ BlockTimes block_times(const Config& c, const Machine& m, const Spans& spans) {
   };
   attention_forward(fwd);
   if (eager) b.memory(fwd, "attention output contiguous", 2.0 * N * attn_out * e);
-  b.split_gemm(fwd, "attention projection", N, h, attn_out);
-  if (sp) b.tensor_overlapped(fwd, "reduce-scatter (sequence parallel)", activation, split_time(N, h, attn_out), Overlap::split_scatter);
+  b.split_gemm(fwd, "attention projection", N, h, attn_out, Overlap::split_scatter);
+  if (sp) b.tensor_overlapped(fwd, "reduce-scatter (sequence parallel)", activation, split_time(N, h, attn_out, Overlap::split_scatter), Overlap::split_scatter);
   else b.tensor_all_reduce(fwd, "all-reduce (tensor parallel)", activation);
   b.memory(fwd, "residual add", 3.0 * n * h * e);
   b.memory(fwd, "norm 2", norm_bytes);
-  if (sp) b.tensor_overlapped(fwd, "all-gather (sequence parallel)", activation, split_time(N, fc, h), Overlap::split_gather);
+  if (sp) b.tensor_overlapped(fwd, "all-gather (sequence parallel)", activation, split_time(N, fc, h, Overlap::split_gather), Overlap::split_gather);
   const double all_to_all = mlp.routed && c.expert() > 1 ? all_to_all_seconds(m, spans.expert, R * h * e) : 0.0;
   if (mlp.routed) {
     b.gemm(fwd, "router", N, s.experts, h, "fp32");
@@ -336,13 +340,13 @@ BlockTimes block_times(const Config& c, const Machine& m, const Spans& spans) {
     fwd.add("all-to-all (experts)", Stream::expert, all_to_all);
     b.linear_forward(fwd, "expert gate|up", expert_rows, fc, h, local_experts);
   } else {
-    b.split_gemm(fwd, "fc", N, fc, h);
+    b.split_gemm(fwd, "fc", N, fc, h, Overlap::split_gather);
   }
   const double gated_bytes =
       eager && mlp.gated && !mlp.routed ? R * gated_bytes_per_row : R * activation_bytes_per_row;
   b.memory(fwd, act, gated_bytes);
   if (mlp.routed) b.linear_forward(fwd, "expert down", expert_rows, h, f, local_experts);
-  else b.split_gemm(fwd, "fc2", N, h, f);
+  else b.split_gemm(fwd, "fc2", N, h, f, Overlap::split_scatter);
   // The shared experts: a SwiGLU on every token, its output added in the combine.
   if (mlp.routed && shared > 0) {
     b.linear_forward(fwd, "shared experts gate|up", N, 2 * shared, h);
@@ -354,7 +358,7 @@ BlockTimes block_times(const Config& c, const Machine& m, const Spans& spans) {
     fwd.add("all-to-all (experts)", Stream::expert, all_to_all);
     b.memory(fwd, "combine", 2.0 * R * h * e);
   }
-  if (sp) b.tensor_overlapped(fwd, "reduce-scatter (sequence parallel)", activation, split_time(N, h, f), Overlap::split_scatter);
+  if (sp) b.tensor_overlapped(fwd, "reduce-scatter (sequence parallel)", activation, split_time(N, h, f, Overlap::split_scatter), Overlap::split_scatter);
   else b.tensor_all_reduce(fwd, "all-reduce (tensor parallel)", activation);
   b.memory(fwd, "residual add", 3.0 * n * h * e);
   out.forward = fwd;
@@ -382,7 +386,7 @@ BlockTimes block_times(const Config& c, const Machine& m, const Spans& spans) {
     }
   }
   b.memory(bwd, "residual grad", 3.0 * n * h * e);
-  if (sp) b.tensor_overlapped(bwd, "all-gather (sequence parallel)", activation, split_time(N, f, h), Overlap::split_gather);
+  if (sp) b.tensor_overlapped(bwd, "all-gather (sequence parallel)", activation, split_time(N, f, h, Overlap::split_gather), Overlap::split_gather);
   if (mlp.routed) {
     b.memory(bwd, "combine grad", 2.0 * R * h * e);
     bwd.add("all-to-all (experts)", Stream::expert, all_to_all);
@@ -396,7 +400,7 @@ BlockTimes block_times(const Config& c, const Machine& m, const Spans& spans) {
     }
   } else {
     if (s.linear_bias) b.memory(bwd, "fc2 bias grad", n * h * e);  // column sums of dY (bias_backward)
-    b.split_gemm(bwd, "fc2 grad", N, f, h);  // dX, chunk by chunk as dY's rows arrive
+    b.split_gemm(bwd, "fc2 grad", N, f, h, Overlap::split_gather);  // dX, chunk by chunk as dY's rows arrive
     b.gemm(bwd, "fc2 grad", h, f, N, c.precision);
   }
   // tptrain's MLP does not keep the activation the projection's dW needs (its scratch holds
@@ -421,9 +425,9 @@ BlockTimes block_times(const Config& c, const Machine& m, const Spans& spans) {
   if (sp) b.tensor_overlapped(bwd, "reduce-scatter (sequence parallel)", activation, b.gemm_time(fc, h, N), Overlap::bulk);
   else b.tensor_all_reduce(bwd, "all-reduce (tensor parallel)", activation);
   b.memory(bwd, "norm 2 grad", 2.0 * norm_bytes);
-  if (sp) b.tensor_overlapped(bwd, "all-gather (sequence parallel)", activation, split_time(N, attn_out, h), Overlap::split_gather);
+  if (sp) b.tensor_overlapped(bwd, "all-gather (sequence parallel)", activation, split_time(N, attn_out, h, Overlap::split_gather), Overlap::split_gather);
   if (s.linear_bias) b.memory(bwd, "attention projection bias grad", n * h * e);
-  b.split_gemm(bwd, "attention projection grad", N, attn_out, h);
+  b.split_gemm(bwd, "attention projection grad", N, attn_out, h, Overlap::split_gather);
   b.gemm(bwd, "attention projection grad", h, attn_out, N, c.precision);
   if (eager) b.memory(bwd, "attention output contiguous grad", 2.0 * N * attn_out * e);
   // Megatron-Core's selective recomputation checkpoints the whole core attention
