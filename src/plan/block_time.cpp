@@ -93,16 +93,18 @@ struct Builder {
   // units), which the GEMM beside them loses while they run: that time × kCollectiveSms/units more.
   enum class Overlap { split_gather, split_scatter, bulk };
   static constexpr double kPipelineSplits = 4, kCollectiveSms = 16;
-  // A GEMM of `rows` rows that a split overlap runs in chunks of its rows — t for a ring's gather
-  // (one per chunk the ring brings), kPipelineSplits for the pipelined reduce-scatter — on up to
-  // kOverlapStreams compute streams at once (NVTE_COMM_OVERLAP_MAX_STREAMS, 3 by default): costed
-  // as chunks/3 GEMMs of 3·rows/chunks rows, so that the chunks' wave quantisation shows (512 rows
-  // of 4096 on tensor 8).
+  // A GEMM that a split overlap runs in chunks — beside a ring's gather t chunks of its rows (one
+  // per rank's rows the ring brings), beside the pipelined reduce-scatter kPipelineSplits chunks
+  // of its columns (TE's split_overlap_rs splits the weight: comm_gemm_overlap.h, m_chunk) — on up
+  // to kOverlapStreams compute streams at once (NVTE_COMM_OVERLAP_MAX_STREAMS, 3 by default):
+  // costed as chunks/3 GEMMs of three chunks each, so that the chunks' wave quantisation shows
+  // (512 rows of 4096 on tensor 8).
   static constexpr double kOverlapStreams = 3;
   double split_time(double rows, double cols, double inner, Overlap how) const {
     if (!splits_gemms()) return gemm_time(rows, cols, inner);
     const double chunks = how == Overlap::split_scatter ? kPipelineSplits : c.tensor();
     const double together = std::min(chunks, kOverlapStreams);
+    if (how == Overlap::split_scatter) return chunks / together * gemm_time(rows, cols * together / chunks, inner);
     return chunks / together * gemm_time(rows * together / chunks, cols, inner);
   }
   void split_gemm(Pass& p, const char* name, double rows, double cols, double inner, Overlap how) const {
