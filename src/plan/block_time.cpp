@@ -135,6 +135,12 @@ struct Builder {
     p.add(name, Stream::tensor, exposed);
     p.add("GEMM beside a collective's SMs", Stream::compute, beside * kCollectiveSms / std::max(1, m.compute_units));
   }
+  // The same beside the split GEMM of `rows` x `cols` x `inner` that consumes (split_gather) or
+  // produces (split_scatter) it.
+  void tensor_beside_split_gemm(Pass& p, const char* name, double bytes, double rows, double cols, double inner,
+                                Overlap how) const {
+    tensor_overlapped(p, name, bytes, split_time(rows, cols, inner, how), how);
+  }
 };
 
 // Ring attention's ops with their compute and transfers: the compute stream waits for a
@@ -267,9 +273,6 @@ BlockTimes block_times(const Config& c, const Machine& m, const Spans& spans) {
   const double gated_bytes_per_row = eager ? 10.0 * f : 0.0;
   Pass fwd;
   b.memory(fwd, "norm 1", norm_bytes);
-  const auto split_time = [&](double rows, double cols, double inner, Overlap how) {
-    return b.split_time(rows, cols, inner, how);
-  };
   // MLA: the replicated down-projections and latent norms on the rank's rows, the latents
   // gathered (sequence parallelism), the column-parallel up-projections, the heads packed.
   const double kv_up = heads_t * (double(s.qk_nope_head_dim) + dv), q_width = heads_t * dq;
@@ -284,7 +287,7 @@ BlockTimes block_times(const Config& c, const Machine& m, const Spans& spans) {
     b.linear_forward(fwd, "kv up", N, kv_up, s.kv_lora_rank);
     b.memory(fwd, "pack heads", 2.0 * N * (kv_up + s.qk_rope_head_dim + heads_t * (dq + dv)) * e);
   } else {
-    if (sp) b.tensor_overlapped(fwd, "all-gather (sequence parallel)", activation, split_time(N, qkv, h, Overlap::split_gather), Overlap::split_gather);
+    if (sp) b.tensor_beside_split_gemm(fwd, "all-gather (sequence parallel)", activation, N, qkv, h, Overlap::split_gather);
     b.split_gemm(fwd, "qkv", N, qkv, h, Overlap::split_gather);
   }
   // The QKV bias is its own kernel (src/model/linear.hpp's bias_add; the projection's and fc2's
@@ -325,11 +328,11 @@ BlockTimes block_times(const Config& c, const Machine& m, const Spans& spans) {
   attention_forward(fwd);
   if (eager) b.memory(fwd, "attention output contiguous", 2.0 * N * attn_out * e);
   b.split_gemm(fwd, "attention projection", N, h, attn_out, Overlap::split_scatter);
-  if (sp) b.tensor_overlapped(fwd, "reduce-scatter (sequence parallel)", activation, split_time(N, h, attn_out, Overlap::split_scatter), Overlap::split_scatter);
+  if (sp) b.tensor_beside_split_gemm(fwd, "reduce-scatter (sequence parallel)", activation, N, h, attn_out, Overlap::split_scatter);
   else b.tensor_all_reduce(fwd, "all-reduce (tensor parallel)", activation);
   b.memory(fwd, "residual add", 3.0 * n * h * e);
   b.memory(fwd, "norm 2", norm_bytes);
-  if (sp) b.tensor_overlapped(fwd, "all-gather (sequence parallel)", activation, split_time(N, fc, h, Overlap::split_gather), Overlap::split_gather);
+  if (sp) b.tensor_beside_split_gemm(fwd, "all-gather (sequence parallel)", activation, N, fc, h, Overlap::split_gather);
   const double all_to_all = mlp.routed && c.expert() > 1 ? all_to_all_seconds(m, spans.expert, R * h * e) : 0.0;
   if (mlp.routed) {
     b.gemm(fwd, "router", N, s.experts, h, "fp32");
@@ -360,7 +363,7 @@ BlockTimes block_times(const Config& c, const Machine& m, const Spans& spans) {
     fwd.add("all-to-all (experts)", Stream::expert, all_to_all);
     b.memory(fwd, "combine", 2.0 * R * h * e);
   }
-  if (sp) b.tensor_overlapped(fwd, "reduce-scatter (sequence parallel)", activation, split_time(N, h, f, Overlap::split_scatter), Overlap::split_scatter);
+  if (sp) b.tensor_beside_split_gemm(fwd, "reduce-scatter (sequence parallel)", activation, N, h, f, Overlap::split_scatter);
   else b.tensor_all_reduce(fwd, "all-reduce (tensor parallel)", activation);
   b.memory(fwd, "residual add", 3.0 * n * h * e);
   out.forward = fwd;
@@ -388,7 +391,7 @@ BlockTimes block_times(const Config& c, const Machine& m, const Spans& spans) {
     }
   }
   b.memory(bwd, "residual grad", 3.0 * n * h * e);
-  if (sp) b.tensor_overlapped(bwd, "all-gather (sequence parallel)", activation, split_time(N, f, h, Overlap::split_gather), Overlap::split_gather);
+  if (sp) b.tensor_beside_split_gemm(bwd, "all-gather (sequence parallel)", activation, N, f, h, Overlap::split_gather);
   if (mlp.routed) {
     b.memory(bwd, "combine grad", 2.0 * R * h * e);
     bwd.add("all-to-all (experts)", Stream::expert, all_to_all);
@@ -427,7 +430,7 @@ BlockTimes block_times(const Config& c, const Machine& m, const Spans& spans) {
   if (sp) b.tensor_overlapped(bwd, "reduce-scatter (sequence parallel)", activation, b.gemm_time(fc, h, N), Overlap::bulk);
   else b.tensor_all_reduce(bwd, "all-reduce (tensor parallel)", activation);
   b.memory(bwd, "norm 2 grad", 2.0 * norm_bytes);
-  if (sp) b.tensor_overlapped(bwd, "all-gather (sequence parallel)", activation, split_time(N, attn_out, h, Overlap::split_gather), Overlap::split_gather);
+  if (sp) b.tensor_beside_split_gemm(bwd, "all-gather (sequence parallel)", activation, N, attn_out, h, Overlap::split_gather);
   if (s.linear_bias) b.memory(bwd, "attention projection bias grad", n * h * e);
   b.split_gemm(bwd, "attention projection grad", N, attn_out, h, Overlap::split_gather);
   b.gemm(bwd, "attention projection grad", h, attn_out, N, c.precision);

@@ -75,8 +75,9 @@ struct Config {
   // Whose memory-bound kernels the step runs: tptrain's fused ones; Megatron-Core's (its
   // vocabulary-parallel cross-entropy in fp32, unfused: megatron/core/tensor_parallel/
   // cross_entropy.py; and its selective recomputation runs the core attention's forward again
-  // in the backward, where tptrain's flash backward needs none); or eager PyTorch's (torchtitan without torch.compile: each elementwise op
-  // of the Llama block its own kernel, RMSNorm upcast to fp32, rotary through complex views).
+  // in the backward, where tptrain's flash backward needs none); or eager PyTorch's (torchtitan
+  // without torch.compile: each elementwise op of the Llama block its own kernel, RMSNorm upcast
+  // to fp32, rotary through complex views).
   enum class Kernels { tptrain, megatron_core, eager };
   Kernels kernels = Kernels::tptrain;
 
