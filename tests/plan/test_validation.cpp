@@ -28,7 +28,9 @@ Machine machine(const std::string& name) {
 // 4096, untied embeddings (the table's sizes count the output layer apart: 1.7B is 1.21B of
 // blocks and twice 0.27B), bf16, the README's --tp-comm-overlap, --overlap-grad-reduce and
 // --overlap-param-gather. Not stated, assumed: micro-batch 1, sequence parallelism, selective
-// recomputation (Megatron-Core's: the core attention again), the distributed optimizer.
+// recomputation (Megatron-Core's: the core attention again), the distributed optimizer, and one
+// virtual stage (the README's pipeline overlap needs r0.8.0's interleaved schedule, whose
+// virtual stages it does not state: docs/planning.md gives the rows with them).
 Config megatron_gpt(int heads, int hidden, int layers, int tensor, int pipeline, int data, int batch) {
   Config c;
   c.shape.layers = layers;
