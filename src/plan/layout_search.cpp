@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -57,9 +58,14 @@ SearchResult search_layouts(const Config& deck, const Machine& m, std::int64_t g
             for (const int mb : micro_batches) {
               for (const bool sp : {false, true}) {
                 if (sp && t == 1) continue;
-                for (const Recompute r : {Recompute::none, Recompute::selective, Recompute::full})
+                for (const Recompute r : {Recompute::none, Recompute::selective, Recompute::full}) {
+                  // The rank order places the ranks, it holds no byte: each shard mode's memory is
+                  // computed once for both orders (kUnknown: not yet; kInvalid: the layout throws).
+                  constexpr std::int64_t kUnknown = -1, kInvalid = -2;
+                  std::int64_t bytes_of_shard[3] = {kUnknown, kUnknown, kUnknown};
                   for (const parallel::RankOrder order : {parallel::RankOrder::tp_pp_dp, parallel::RankOrder::tp_dp_pp})
-                  for (const char* shard : {"optimizer", "gradients", "parameters"}) {
+                  for (int shard_index = 0; shard_index < 3; ++shard_index) {
+                    const char* shard = std::array{"optimizer", "gradients", "parameters"}[shard_index];
                     if (order == parallel::RankOrder::tp_dp_pp && p == 1) continue;  // the same ranks
                     Config c = deck;
                     c.shape.tensor = t;
@@ -79,17 +85,20 @@ SearchResult search_layouts(const Config& deck, const Machine& m, std::int64_t g
                     if (!c.layout_problem().empty()) continue;
                     if (c.global_batch % (mb * d) != 0) continue;
                     if (v > 1 && c.micro_batches() % p != 0) continue;
-                    std::int64_t bytes = 0;
-                    try {
-                      c.shape.validate(mb);
-                      model::validate_kinds(c.shape);
-                      bytes = most_loaded_rank(c).total();
-                    } catch (const std::exception&) {
-                      continue;
+                    std::int64_t& bytes = bytes_of_shard[shard_index];
+                    if (bytes == kUnknown) {
+                      try {
+                        c.shape.validate(mb);
+                        model::validate_kinds(c.shape);
+                        bytes = most_loaded_rank(c).total();
+                      } catch (const std::exception&) {
+                        bytes = kInvalid;
+                      }
                     }
-                    if (double(bytes) > limit) continue;
+                    if (bytes == kInvalid || double(bytes) > limit) continue;
                     fitting.push_back(RankedLayout{c, changed_keys(deck, c), bytes, {}});
                   }
+                }
               }
             }
           }
