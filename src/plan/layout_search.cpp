@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <array>
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -62,10 +61,11 @@ SearchResult search_layouts(const Config& deck, const Machine& m, std::int64_t g
                   // The rank order places the ranks, it holds no byte: each shard mode's memory is
                   // computed once for both orders (kUnknown: not yet; kInvalid: the layout throws).
                   constexpr std::int64_t kUnknown = -1, kInvalid = -2;
+                  constexpr const char* kShardModes[] = {"optimizer", "gradients", "parameters"};
                   std::int64_t bytes_of_shard[3] = {kUnknown, kUnknown, kUnknown};
                   for (const parallel::RankOrder order : {parallel::RankOrder::tp_pp_dp, parallel::RankOrder::tp_dp_pp})
                   for (int shard_index = 0; shard_index < 3; ++shard_index) {
-                    const char* shard = std::array{"optimizer", "gradients", "parameters"}[shard_index];
+                    const char* shard = kShardModes[shard_index];
                     if (order == parallel::RankOrder::tp_dp_pp && p == 1) continue;  // the same ranks
                     Config c = deck;
                     c.shape.tensor = t;
