@@ -5,6 +5,7 @@
 // its measured correction.
 #include "catch.hpp"
 
+#include <limits>
 #include <map>
 #include <set>
 #include <string>
@@ -15,6 +16,8 @@
 #include "src/plan/block_time.hpp"
 #include "src/plan/collective_cost.hpp"
 #include "src/plan/gemm_efficiency.hpp"
+#include "src/plan/layout_search.hpp"
+#include "src/plan/plan.hpp"
 #include "src/plan/step_simulation.hpp"
 #include "tests/plan/plan_test_util.hpp"
 
@@ -316,6 +319,33 @@ TEST_CASE("step simulation: Megatron-Core's selective recomputation runs the att
     CHECK(seconds(megatron.backward, "attention") == Approx(r == Recompute::selective ? core : 0.0));
     CHECK(megatron.backward.seconds - ours.backward.seconds ==
           Approx(r == Recompute::selective ? core : 0.0).margin(1e-6 * ours.backward.seconds));
+  }
+}
+
+TEST_CASE("layout search: each layout's own memory, and the pruned ranking is the full one", "[plan][simulation]") {
+  // 8 blocks on 8 GPUs of a DGX A100 (one node): tensor, pipeline, virtual stages, micro-batch,
+  // recomputation, both rank orders and the three shard modes. The search computes a layout's
+  // memory once for both orders; each kept layout's bytes must be its own most loaded rank's.
+  Config deck = even_stages(1, 1, 16);
+  deck.data = 8;
+  const Machine m = dgx_a100_80gb();
+  const SearchResult all = search_layouts(deck, m, 8, std::numeric_limits<std::size_t>::max());
+  REQUIRE(all.best.size() == all.fitting);
+  REQUIRE(all.simulated == all.fitting);
+  std::set<std::pair<int, int>> orders;  // (pipeline > 1, order) of the layouts found
+  for (const RankedLayout& l : all.best) {
+    CHECK(l.bytes == most_loaded_rank(l.config).total());
+    orders.insert({l.config.pipeline > 1, int(l.config.order)});
+  }
+  CHECK(orders.count({1, int(parallel::RankOrder::tp_pp_dp)}) == 1);
+  CHECK(orders.count({1, int(parallel::RankOrder::tp_dp_pp)}) == 1);
+  // Bounded by compute_lower_bound, the search of the fastest 5 simulates fewer and ranks the same.
+  const SearchResult five = search_layouts(deck, m, 8, 5);
+  CHECK(five.simulated < all.simulated);
+  REQUIRE(five.best.size() == 5);
+  for (std::size_t i = 0; i < 5; ++i) {
+    CHECK(five.best[i].sets == all.best[i].sets);
+    CHECK(five.best[i].simulation.step_seconds == all.best[i].simulation.step_seconds);
   }
 }
 
