@@ -132,7 +132,8 @@ std::int64_t stage_activation_bytes(const Config& c, int layers, int in_flight) 
 
 std::int64_t chunked_activation_bytes(const Config& c, int chunk_layers, const std::vector<int>& slots) {
   Count n = total_bytes(recompute_working_set(c));
-  for (const int k : slots) n += Count(k) * (Count(chunk_layers) * total_bytes(layer_activations(c)) + stage_output(c));
+  const Count chunk = Count(chunk_layers) * total_bytes(layer_activations(c)) + stage_output(c);
+  for (const int k : slots) n += Count(k) * chunk;
   return n;
 }
 

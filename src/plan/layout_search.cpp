@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <optional>
 
 #include "src/plan/count.hpp"
 #include "src/plan/parameter_count.hpp"
@@ -54,6 +55,8 @@ SearchResult search_layouts(const Config& deck, const Machine& m, std::int64_t g
         for (const int ep : experts)
           for (const int v : divisors_of(deck.shape.layers / p)) {
             if (v > 1 && (p == 1 || v > 8)) continue;
+            // The stages' parameters depend on neither the micro-batch nor the modes below.
+            std::optional<StageParameters> parameters;
             for (const int mb : micro_batches) {
               for (const bool sp : {false, true}) {
                 if (sp && t == 1) continue;
@@ -90,7 +93,8 @@ SearchResult search_layouts(const Config& deck, const Machine& m, std::int64_t g
                       try {
                         c.shape.validate(mb);
                         model::validate_kinds(c.shape);
-                        bytes = most_loaded_rank(c).total();
+                        if (!parameters) parameters = stage_parameters(c.shape, p, v);
+                        bytes = most_loaded_rank(c, *parameters).total();
                       } catch (const std::exception&) {
                         bytes = kInvalid;
                       }

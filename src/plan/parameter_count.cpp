@@ -4,6 +4,7 @@
 #include <stdexcept>
 #include <string>
 #include <tuple>
+#include <utility>
 
 #include "src/model/spec/model_parameters.hpp"
 #include "src/plan/count.hpp"
@@ -103,6 +104,9 @@ std::int64_t expert_parameters(const model::GptShape& s) {
 
 std::int64_t StageParameters::of(int stage) const { return held.at(checked(stage)); }
 std::int64_t StageParameters::experts_of(int stage) const { return experts.at(checked(stage)); }
+const std::vector<model::BucketExtent>& StageParameters::buckets_of(int stage) const {
+  return buckets.at(checked(stage));
+}
 std::size_t StageParameters::checked(int stage) const {
   if (stage < 0 || stage >= stages())
     throw std::out_of_range("tptrain: plan: no pipeline stage " + std::to_string(stage) + " of " +
@@ -113,7 +117,43 @@ std::int64_t StageParameters::most_experts() const {
   return experts.empty() ? 0 : *std::max_element(experts.begin(), experts.end());
 }
 
-std::vector<model::BucketExtent> stage_buckets(const model::GptShape& s, int stages, int virtual_stages, int stage) {
+namespace {
+
+// What stage_buckets counts of shape s that is the same on every stage, counted once for all of
+// them (the rows' specs are string work; a search asks for thousands of layouts' stages).
+struct ShapeElements {
+  Count dense_per_block = 0;  // a dense block's (DeepSeek-V3's first blocks') rows and its local experts
+  Count mixture_dense = 0;    // a mixture block's dense rows
+  Count expert_part = 0;      // a mixture block's local experts
+  Count head = 0;             // ln_f and an untied lm_head
+  Count tied_copies = 0;      // the embedding's rows copied to the last stage (the tied output layer)
+  Count untied_word = 0;      // the untied word embedding (multi-token prediction's copy)
+  Count embedding = 0;        // the first stage's embedding rows
+  Count mtp_own = 0;          // a prediction module's norms and projection
+};
+
+ShapeElements shape_elements(const model::GptShape& s) {
+  const auto local = [&](const model::ParameterSpec& p) { return local_elements(p, s.tensor); };
+  const auto tied_copy = [&](const model::ParameterSpec& p) { return p.tied_output_copy ? local(p) : Count(0); };
+  const std::vector<model::ParameterRow> embedding_rows = model::embedding_parameter_rows(s);
+  // The rows an expert-parallel rank holds of a block of each shape: every dense row and its
+  // E / ep experts (every rank as many).
+  const model::GptShape dense_block = model::block_shape(s, 0), mixture_block = model::block_shape(s, s.layers - 1);
+  const BlockElements dense = block_elements(dense_block, local), mixture = block_elements(mixture_block, local);
+  ShapeElements e;
+  e.dense_per_block = dense.with_experts(model::local_experts(dense_block));
+  e.mixture_dense = mixture.dense;
+  e.expert_part = Count(model::local_experts(mixture_block)) * mixture.expert;
+  e.head = sum(model::head_parameter_rows(s), s, local);
+  e.tied_copies = sum(embedding_rows, s, tied_copy);
+  for (const model::ParameterRow& r : embedding_rows)
+    if (std::string(r.name) == "embedding/word") e.untied_word += local(model::spec_of(r, s));
+  e.embedding = sum(embedding_rows, s, local);
+  if (s.mtp_depth > 0) e.mtp_own = sum(model::mtp_input_rows(s), s, local) + sum(model::mtp_output_rows(s), s, local);
+  return e;
+}
+
+void check_stage(const model::GptShape& s, int stages, int virtual_stages, int stage) {
   const int chunks = stages * std::max(1, virtual_stages);
   if (stages < 1 || s.layers % chunks != 0)
     throw std::invalid_argument("tptrain: plan: " + std::to_string(s.layers) + " layers do not split over " +
@@ -122,17 +162,14 @@ std::vector<model::BucketExtent> stage_buckets(const model::GptShape& s, int sta
   if (stage < 0 || stage >= stages)
     throw std::out_of_range("tptrain: plan: no pipeline stage " + std::to_string(stage) + " of " +
                             std::to_string(stages));
-  const auto local = [&](const model::ParameterSpec& p) { return local_elements(p, s.tensor); };
-  const auto tied_copy = [&](const model::ParameterSpec& p) { return p.tied_output_copy ? local(p) : Count(0); };
-  const std::vector<model::ParameterRow> embedding_rows = model::embedding_parameter_rows(s);
-  // The rows an expert-parallel rank holds of a block of each shape: every dense row and its
-  // E / ep experts (every rank as many). The dense blocks of DeepSeek-V3 (block_shape) lead the
-  // model: stage r holds chunks r, r + p, ... (schedule/), and chunk c the dense ones of
-  // [c·L/chunks, (c+1)·L/chunks).
-  const model::GptShape dense_block = model::block_shape(s, 0), mixture_block = model::block_shape(s, s.layers - 1);
-  const BlockElements dense = block_elements(dense_block, local), mixture = block_elements(mixture_block, local);
-  const Count dense_per_block = dense.with_experts(model::local_experts(dense_block));
-  const Count expert_part = Count(model::local_experts(mixture_block)) * mixture.expert;
+}
+
+std::vector<model::BucketExtent> stage_buckets(const model::GptShape& s, const ShapeElements& e, int stages,
+                                               int virtual_stages, int stage) {
+  check_stage(s, stages, virtual_stages, stage);
+  const int chunks = stages * std::max(1, virtual_stages);
+  // The dense blocks of DeepSeek-V3 (block_shape) lead the model: stage r holds chunks r, r + p,
+  // ... (schedule/), and chunk c the dense ones of [c·L/chunks, (c+1)·L/chunks).
   const int per_chunk = s.layers / chunks;
   const bool first = stage == 0, last = stage == stages - 1, mtp = last && s.mtp_depth > 0;
   int dense_blocks = 0;
@@ -140,7 +177,7 @@ std::vector<model::BucketExtent> stage_buckets(const model::GptShape& s, int sta
   const int mixture_blocks = s.layers / stages - dense_blocks;
   // As GptModel::make_buckets, in backward order, one step of the backward after the other; a
   // stage with experts (its blocks' or its prediction modules') gives every block an expert bucket.
-  const bool experts = expert_part > 0 && (mixture_blocks > 0 || mtp);
+  const bool experts = e.expert_part > 0 && (mixture_blocks > 0 || mtp);
   const bool head_writes_word = s.tie_embeddings || s.mtp_depth > 0;
   std::vector<model::BucketExtent> out;
   int step = 0;
@@ -156,44 +193,52 @@ std::vector<model::BucketExtent> stage_buckets(const model::GptShape& s, int sta
   if (last) {
     // ln_f and an untied lm_head; the word embedding's copy off the first stage (the tied output
     // layer's, or multi-token prediction's embedding's).
-    Count head = sum(model::head_parameter_rows(s), s, local);
-    if (stages > 1) head += sum(embedding_rows, s, tied_copy);
-    if (stages > 1 && mtp && !s.tie_embeddings)
-      for (const model::ParameterRow& r : embedding_rows)
-        if (std::string(r.name) == "embedding/word") head += local(model::spec_of(r, s));
+    Count head = e.head;
+    if (stages > 1) head += e.tied_copies;
+    if (stages > 1 && mtp && !s.tie_embeddings) head += e.untied_word;
     add(head, false, stages > 1 && head_writes_word);
     // Multi-token prediction's modules (model.mtp_depth): a block of the last one's shape each,
     // with its norms and projection.
     if (mtp) {
-      const Count own = sum(model::mtp_input_rows(s), s, local) + sum(model::mtp_output_rows(s), s, local);
-      add(Count(s.mtp_depth) * (mixture.dense + own), false, false);
-      if (experts) add(Count(s.mtp_depth) * expert_part, true, false);
+      add(Count(s.mtp_depth) * (e.mixture_dense + e.mtp_own), false, false);
+      if (experts) add(Count(s.mtp_depth) * e.expert_part, true, false);
     }
     ++step;
   }
   // The blocks of each shape, one entry for all of them (plan time does not grow with the layers);
   // their order changes no count.
   for (const auto& [blocks, dense_part, expert_elements] :
-       {std::tuple{dense_blocks, dense_per_block, Count(0)}, std::tuple{mixture_blocks, mixture.dense, expert_part}}) {
+       {std::tuple{dense_blocks, e.dense_per_block, Count(0)}, std::tuple{mixture_blocks, e.mixture_dense, e.expert_part}}) {
     if (blocks == 0) continue;
     add(dense_part, false, false, blocks);
     if (experts) add(expert_elements, true, false, blocks);
     ++step;
   }
-  if (first) add(sum(embedding_rows, s, local), false, head_writes_word);
+  if (first) add(e.embedding, false, head_writes_word);
   return out;
+}
+
+}  // namespace
+
+std::vector<model::BucketExtent> stage_buckets(const model::GptShape& s, int stages, int virtual_stages, int stage) {
+  check_stage(s, stages, virtual_stages, stage);
+  return stage_buckets(s, shape_elements(s), stages, virtual_stages, stage);
 }
 
 StageParameters stage_parameters(const model::GptShape& s, int stages, int virtual_stages) {
   StageParameters n;
+  check_stage(s, stages, virtual_stages, 0);
+  const ShapeElements e = shape_elements(s);
   for (int stage = 0; stage < stages || stage == 0; ++stage) {
     Count held = 0, experts = 0;
-    for (const model::BucketExtent& b : stage_buckets(s, stages, virtual_stages, stage)) {
+    std::vector<model::BucketExtent> buckets = stage_buckets(s, e, stages, virtual_stages, stage);
+    for (const model::BucketExtent& b : buckets) {
       held += b.elements * Count(b.count);
       if (b.expert) experts += b.elements * Count(b.count);
     }
     n.held.push_back(held);
     n.experts.push_back(experts);
+    n.buckets.push_back(std::move(buckets));
   }
   return n;
 }

@@ -67,9 +67,11 @@ std::int64_t expert_parameters(const model::GptShape& s);
 struct StageParameters {
   std::vector<std::int64_t> held;     // per stage: the elements each of its ranks holds
   std::vector<std::int64_t> experts;  // of them the experts' (0 without a mixture of experts)
+  std::vector<std::vector<model::BucketExtent>> buckets;  // per stage: stage_buckets, which held sums
   int stages() const { return static_cast<int>(held.size()); }
   std::int64_t of(int stage) const;  // these throw std::out_of_range for a stage that does not exist
   std::int64_t experts_of(int stage) const;
+  const std::vector<model::BucketExtent>& buckets_of(int stage) const;
   std::int64_t dense_of(int stage) const { return of(stage) - experts_of(stage); }
   std::int64_t most_experts() const;  // the largest stage's experts
 

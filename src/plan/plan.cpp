@@ -17,6 +17,7 @@
 #include "src/plan/flops.hpp"
 #include "src/plan/korthikanti.hpp"
 #include "src/plan/parameter_count.hpp"
+#include "src/plan/schedule_cache.hpp"
 #include "src/schedule/schedule_memory.hpp"
 
 namespace tptrain::plan {
@@ -345,15 +346,16 @@ RankMemory rank_memory(const Config& c, const StageParameters& stage_parameters,
   m.stage = stage;
   m.layers = c.shape.layers / P;
   // The schedule's own counts (schedule::schedule_memory), as the run reserves them.
-  const schedule::ScheduleMemory kept =
-      schedule::schedule_memory(schedule::Schedule::one_f_one_b, schedule::PipelinePlace{stage, P, c.virtual_stages},
-                             c.micro_batches());
+  const schedule::ScheduleMemory kept = per_schedule({stage, P, c.virtual_stages, c.micro_batches()}, [&] {
+    return schedule::schedule_memory(schedule::Schedule::one_f_one_b,
+                                     schedule::PipelinePlace{stage, P, c.virtual_stages}, c.micro_batches());
+  });
   m.chunk_slots = kept.slots;
   m.in_flight = kept.total_slots();
   m.received_gradients = kept.received_gradients;
   m.parameters = stage_parameters.of(stage);
   m.expert_parameters = stage_parameters.experts_of(stage);
-  m.parameter_bytes = parameter_bytes(stage_buckets(c.shape, P, c.virtual_stages, stage), c);
+  m.parameter_bytes = parameter_bytes(stage_parameters.buckets_of(stage), c);
   m.activations = chunked_activation_bytes(c, m.layers / c.virtual_stages, m.chunk_slots);
   m.head = stage == P - 1 ? total_bytes(head_buffers(c)) : 0;
   m.workspace = total_bytes(workspace_buffers(c)) + received_gradient_bytes(c, m.received_gradients);

@@ -3,9 +3,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
-#include <map>
 #include <stdexcept>
 
 #include "src/model/model_flops.hpp"
@@ -13,6 +13,7 @@
 #include "src/plan/collective_cost.hpp"
 #include "src/plan/gemm_efficiency.hpp"
 #include "src/plan/parameter_count.hpp"
+#include "src/plan/schedule_cache.hpp"
 #include "src/schedule/pipeline_schedule.hpp"
 
 namespace tptrain::plan {
@@ -209,21 +210,15 @@ double model_flops_per_token(const model::GptShape& s) {
   return 6.0 * n + 12.0 * double(s.layers) * s.seq_length * s.hidden;
 }
 
-// A stage's forwards and backwards under 1F1B (interleaved), by (stage, pipeline, virtual
-// stages, micro-batches): `plan --search` simulates thousands of layouts that share a handful of
-// schedules, and building one is most of a small simulation's time. The cache is per thread and
-// emptied beyond kCachedSchedules entries, so that it stays bounded.
-const std::vector<schedule::PipelineOp>& compute_ops(int stage, int P, int v, int M) {
-  constexpr std::size_t kCachedSchedules = 4096;
-  thread_local std::map<std::array<int, 4>, std::vector<schedule::PipelineOp>> cache;
-  const std::array<int, 4> key{stage, P, v, M};
-  if (const auto it = cache.find(key); it != cache.end()) return it->second;
-  if (cache.size() >= kCachedSchedules) cache.clear();
-  std::vector<schedule::PipelineOp> ops;
-  for (const schedule::PipelineOp& op :
-       schedule::pipeline_ops(schedule::Schedule::one_f_one_b, schedule::PipelinePlace{stage, P, v}, M))
-    if (op.kind == schedule::PipelineOp::forward || op.kind == schedule::PipelineOp::backward) ops.push_back(op);
-  return cache.emplace(key, std::move(ops)).first->second;
+// A stage's forwards and backwards under 1F1B (interleaved).
+std::vector<schedule::PipelineOp> compute_ops(int stage, int P, int v, int M) {
+  return per_schedule({stage, P, v, M}, [&] {
+    std::vector<schedule::PipelineOp> ops;
+    for (const schedule::PipelineOp& op :
+         schedule::pipeline_ops(schedule::Schedule::one_f_one_b, schedule::PipelinePlace{stage, P, v}, M))
+      if (op.kind == schedule::PipelineOp::forward || op.kind == schedule::PipelineOp::backward) ops.push_back(op);
+    return ops;
+  });
 }
 
 }  // namespace

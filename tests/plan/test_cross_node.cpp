@@ -289,7 +289,7 @@ TEST_CASE("cross-node: a world of 2^31 - 8 ranks on nodes of 4 takes no time", "
   CHECK(seconds < 1.0);
   // The worst shape for the lattice loop: both sides near √(2^31).
   const Config square = small_config(2, 32768, 32767);
-  const StageParameters uniform_stages{std::vector<std::int64_t>(32768, 10), std::vector<std::int64_t>(32768, 0)};
+  const StageParameters uniform_stages{std::vector<std::int64_t>(32768, 10), std::vector<std::int64_t>(32768, 0), {}};
   const auto t0 = std::chrono::steady_clock::now();
   for (const RankOrder order : {RankOrder::tp_pp_dp, RankOrder::tp_dp_pp})
     for (const std::int64_t g : {3, 8, 1000, 65536})

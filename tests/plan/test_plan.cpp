@@ -514,7 +514,7 @@ TEST_CASE("plan: with virtual stages each rank allocates the plan's activation, 
         train::RunOptions options;
         options.synthetic_tokens = 4096;
         const Config c = config_of(deck);
-        const RankMemory planned = rank_memory(c, stage_parameters(c.shape, pipeline), topo.coords().pp);
+        const RankMemory planned = rank_memory(c, stage_parameters(c.shape, pipeline, c.virtual_stages), topo.coords().pp);
         const auto check = [&](auto& run) {
           const auto& m = run.model();
           REQUIRE(m.chunks() == 2);
