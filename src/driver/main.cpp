@@ -287,9 +287,10 @@ int main(int argc, char** argv) {
   PlanOptions plan_opts;
   auto* plan_cmd = app.add_subcommand(
       "plan",
-      "what a deck needs before it runs, from the Megatron-LM papers' formulas (no MPI, no data files): "
-      "parameters, memory of the most loaded rank by category, FLOPs, time per iteration and for the run, "
-      "pipeline bubble, bytes per communicator; exit 1, with the nearest layouts that fit, when the GPU count "
+      "what a deck needs before it runs (no MPI, no GPU, no data files): parameters, memory of the most loaded "
+      "rank by category, FLOPs, bytes per communicator, and the step simulated on a machine description: time "
+      "per iteration and for the run, MFU, its breakdown (compute, exposed communication, pipeline bubble, "
+      "optimizer); exit 1, with the nearest layouts that fit, when the GPU count "
       "is wrong or a rank does not fit in GPU memory (last line: one JSON object)");
   add_deck_options(*plan_cmd, deck);
   plan_cmd->add_option("--gpus", plan_opts.gpus, "GPUs of the allocation (default: tensor x context x pipeline x data)")
@@ -308,7 +309,8 @@ int main(int argc, char** argv) {
       ->check(positive_number());
   plan_cmd->add_flag("--search", plan_opts.search,
                      "rank the layouts of the GPU count that fit by simulated step time (tensor, context, pipeline, "
-                     "virtual stages, data, expert, micro-batch, sequence parallelism, recompute, rank order); "
+                     "virtual stages, data, expert, micro-batch, sequence parallelism, recompute, rank order, and the "
+                     "shard mode: ZeRO-1, 2, 3); "
                      "print the best 5 with their breakdowns, --set arguments and deck lines");
   plan_cmd->add_option("--trace", plan_opts.trace,
                        "write the simulated step (every rank, one per stage beyond 1024; every stream) as a Chrome trace (JSON) to FILE");
