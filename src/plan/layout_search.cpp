@@ -110,11 +110,10 @@ SearchResult search_layouts(const Config& deck, const Machine& m, std::int64_t g
     }
   }
   result.fitting = fitting.size();
-  // The first kMaxSearched that fit, simulated in the order of their compute-only bound
-  // (compute_lower_bound): once a layout's bound is slower than the count-th fastest step found,
-  // it and every layout after it cannot be among the fastest and are not simulated. The ranking
-  // is that of simulating them all: by step, then fewer changed keys, then enumeration order.
-  if (fitting.size() > kMaxSearched) fitting.resize(kMaxSearched);
+  // Simulated in the order of their compute-only bound (compute_lower_bound): once a layout's
+  // bound is slower than the count-th fastest step found, it and every layout after it cannot be
+  // among the fastest and are not simulated. The ranking is that of simulating them all: by step,
+  // then fewer changed keys, then enumeration order.
   struct Candidate {
     double bound;
     std::size_t index;

@@ -5,14 +5,15 @@
 // ring attention is allowed), pipeline (a divisor of the layers), virtual stages (a divisor of the
 // layers per stage, the micro-batches a multiple of the pipeline), data (the rest), expert (a
 // divisor of data and of the experts), micro_batch (1, 2, 4, 8 and the deck's), sequence
-// parallelism, the recomputation and the rank order; the distributed optimizer is on wherever
-// data x context > 1 (it saves memory and, in the simulation, costs nothing: a reduce-scatter and
-// an all-gather move what an all-reduce does). The precision is the deck's.
+// parallelism, the recomputation, the rank order and, wherever data x context > 1, the shard
+// mode (the optimizer state alone, the gradients too, the weights too: ZeRO-1, 2, 3; in the
+// simulation the distributed optimizer costs nothing against an all-reduce: a reduce-scatter and
+// an all-gather move what it does). The precision is the deck's.
 //
-// The search is bounded: of the layouts that fit the memory (checked first, the cheapest), the
-// first kMaxSearched are candidates; they are simulated in the order of their compute-only bound
-// (compute_lower_bound) until that bound is slower than the count-th fastest step found, which
-// gives the ranking simulating them all would.
+// The search is pruned, not cut: the layouts that fit the memory (checked first, the cheapest)
+// are simulated in the order of their compute-only bound (compute_lower_bound) until that bound
+// is slower than the count-th fastest step found, which gives the ranking simulating them all
+// would.
 #pragma once
 
 #include <cstdint>
@@ -36,10 +37,8 @@ struct RankedLayout {
 struct SearchResult {
   std::vector<RankedLayout> best;  // fastest first
   std::size_t fitting = 0;         // layouts that fit
-  std::size_t simulated = 0;       // of them simulated (at most kMaxSearched; not those bounded out)
+  std::size_t simulated = 0;       // of them simulated (not those bounded out)
 };
-
-inline constexpr std::size_t kMaxSearched = 20000;
 
 SearchResult search_layouts(const Config& deck, const Machine& m, std::int64_t gpus, std::size_t count);
 
