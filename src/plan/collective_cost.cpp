@@ -2,7 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
-#include <map>
+#include <vector>
 
 namespace tptrain::plan {
 
@@ -18,13 +18,24 @@ double collective_link(const Machine& m) {
 }
 
 GroupSpan span_of(const std::vector<std::int64_t>& ranks, int devices_per_node) {
-  std::map<std::int64_t, std::int64_t> per_node;
-  for (const std::int64_t r : ranks) ++per_node[r / std::max(1, devices_per_node)];
+  // The members' nodes in order, counted run by run (a data group of tens of thousands of
+  // ranks is listed for every stage of every layout a search simulates).
+  std::vector<std::int64_t> nodes;
+  nodes.reserve(ranks.size());
+  for (const std::int64_t r : ranks) nodes.push_back(r / std::max(1, devices_per_node));
+  if (!std::is_sorted(nodes.begin(), nodes.end())) std::sort(nodes.begin(), nodes.end());
   GroupSpan g;
   g.members = std::max<std::int64_t>(1, static_cast<std::int64_t>(ranks.size()));
-  g.nodes = std::max<std::int64_t>(1, static_cast<std::int64_t>(per_node.size()));
+  std::int64_t distinct = 0, run = 0;
   g.most_on_a_node = 1;
-  for (const auto& [node, count] : per_node) g.most_on_a_node = std::max(g.most_on_a_node, count);
+  for (std::size_t i = 0; i < nodes.size(); ++i) {
+    if (i == 0 || nodes[i] != nodes[i - 1]) {
+      ++distinct;
+      run = 0;
+    }
+    g.most_on_a_node = std::max(g.most_on_a_node, ++run);
+  }
+  g.nodes = std::max<std::int64_t>(1, distinct);
   return g;
 }
 

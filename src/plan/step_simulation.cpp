@@ -147,7 +147,7 @@ struct Rank {
   std::array<double, kStreams> on{};
   double link_free[2] = {0, 0};  // to the next rank (activations), to the previous (gradients)
   double data_free = 0;
-  std::vector<Bucket> buckets;  // every reduction of the step (sharded gradients: of every micro-batch)
+  std::vector<Bucket> buckets;  // the reductions this backward made ready, launched at its end
   std::vector<BusySpan> computing;  // only where the node's ranks share cores (Machine::rank_time_share)
   int step_buckets = 0;         // the stage's buckets, those the optimizer updates
   double sync_end = 0, data_exposed = 0, end = 0, optimizer = 0;
@@ -470,8 +470,7 @@ StepSimulation simulate_step(const Config& c, const Machine& m, io::ChromeTrace*
           if (vs == 0 && (last_micro_batch || !word_whole)) r.buckets.push_back(Bucket{end, vocab_bytes, 0, tied_copies});
           if (last_micro_batch) r.step_buckets += (vs == last_virtual && (!s.tie_embeddings || P > 1) ? 1 : 0) + layers_per_chunk + (vs == 0 ? 1 : 0);
           double driven = 0;  // the host's share of the reductions, before the rank's next op
-          for (Bucket& b : r.buckets) {
-            if (b.ready < 0) continue;  // launched already
+          for (const Bucket& b : r.buckets) {
             const double d = reduce_seconds(r, b, last_micro_batch);
             const double t0 = std::max(b.ready, r.data_free);
             r.data_free = t0 + d;
@@ -479,8 +478,8 @@ StepSimulation simulate_step(const Config& c, const Machine& m, io::ChromeTrace*
             if (trace && d > 0)
               emit(r.stage, io::TraceSpan{c.distributed_optimizer ? "reduce-scatter gradients" : "all-reduce gradients",
                                         "data", r.world_rank, static_cast<int>(Stream::data), t0 * kUs, d * kUs});
-            b.ready = -1;
           }
+          r.buckets.clear();  // launched
           // A host that drives its collectives (MPI without a progress thread: the gradient
           // reducer's progress() between buckets moves the bytes) computes nothing meanwhile.
           if (driven > 0) {

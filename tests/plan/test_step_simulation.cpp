@@ -369,6 +369,15 @@ TEST_CASE("collectives: a ring all-reduce sends 2(p - 1)/p of the buffer per ran
   CHECK(ring_all_reduce_seconds(m, GroupSpan{8, 1, 8}, 1e9) == Approx(1.75 / 100));
   CHECK(all_gather_seconds(m, GroupSpan{8, 1, 8}, 1e9) == Approx(0.875 / 100 + 7 * m.link_latency_us * 1e-6));
   CHECK(point_to_point_seconds(m, false, 1e9) == Approx(1.0 / 300));
+  // A group's span on nodes of 8: its members, their nodes, the most on one node, whatever the
+  // members' order (a rank order lists a data group's ranks strided, not sorted).
+  const auto same = [](const GroupSpan& a, const GroupSpan& b) {
+    return a.members == b.members && a.nodes == b.nodes && a.most_on_a_node == b.most_on_a_node;
+  };
+  CHECK(same(span_of({0, 1, 2, 3}, 8), GroupSpan{4, 1, 4}));
+  CHECK(same(span_of({0, 8, 16, 24}, 8), GroupSpan{4, 4, 1}));
+  CHECK(same(span_of({17, 3, 9, 1, 16, 2}, 8), GroupSpan{6, 3, 3}));  // node 0: 3, node 1: 1, node 2: 2
+  CHECK(same(span_of({}, 8), GroupSpan{1, 1, 1}));
 }
 
 TEST_CASE("GEMM model: tile and wave quantisation, the measured shape's correction", "[plan][simulation]") {
