@@ -149,6 +149,16 @@ SearchResult search_layouts(const Config& deck, const Machine& m, std::int64_t g
   return result;
 }
 
+namespace {
+// optimizer.shard with the ZeRO stage it is (Rajbhandari et al. 2020).
+std::string zero_name(const std::string& shard) {
+  if (shard == "optimizer") return "optimizer (ZeRO-1)";
+  if (shard == "gradients") return "gradients (ZeRO-2)";
+  if (shard == "parameters") return "parameters (ZeRO-3)";
+  return shard;
+}
+}  // namespace
+
 std::string search_report(const SearchResult& found, const Plan& deck) {
   std::string out;
   const auto line = [&](const std::string& s) { out += s + "\n"; };
@@ -158,20 +168,22 @@ std::string search_report(const SearchResult& found, const Plan& deck) {
   line(fmt::format("the deck: tensor {} x context {} x pipeline {} (virtual {}) x data {}: {:.3f} s per step, MFU {:.1f} %{}",
                    c.tensor(), c.context(), c.pipeline, c.virtual_stages, c.data, deck.simulation.step_seconds,
                    100 * deck.simulation.mfu, deck.fits ? "" : " (does not fit)"));
-  line(fmt::format("{} layouts fit, {} simulated (the others' compute alone is slower than the fastest found); the fastest:",
-                   found.fitting, found.simulated));
+  if (found.fitting > 0)
+    line(fmt::format("{} layouts fit, {} simulated (the others' compute alone is slower than the fastest found); the fastest:",
+                     found.fitting, found.simulated));
   int i = 0;
   for (const RankedLayout& l : found.best) {
     const Config& x = l.config;
     const StepSimulation& s = l.simulation;
     line("");
     line(fmt::format("{}. {:.3f} s per step, MFU {:.1f} %, {:.1f} GiB on the most loaded rank: tensor {} x context {} x "
-                     "pipeline {} (virtual {}) x data {}{}, micro_batch {}, sequence parallel {}, recompute {}, order {}",
+                     "pipeline {} (virtual {}) x data {}{}, micro_batch {}, sequence parallel {}, recompute {}, order {}, "
+                     "shard {}",
                      ++i, s.step_seconds, 100 * s.mfu, double(l.bytes) / (1024.0 * 1024.0 * 1024.0), x.tensor(),
                      x.context(), x.pipeline, x.virtual_stages, x.data,
                      x.expert() > 1 ? fmt::format(" (expert {})", x.expert()) : std::string(), x.micro_batch,
                      x.sequence_parallel ? "on" : "off", recompute_name(x.recompute),
-                     parallel::rank_order_name(x.order)));
+                     parallel::rank_order_name(x.order), zero_name(x.shard())));
     line(step_breakdown_text("   average rank       ", s.average, s.step_seconds));
     line(step_breakdown_text(fmt::format("   most loaded rank {:<3}", s.most_loaded.world_rank), s.most_loaded,
                              s.step_seconds));
